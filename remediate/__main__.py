@@ -1,0 +1,3 @@
+from remediate.cli import main
+
+main()

@@ -1,0 +1,103 @@
+"""The action interface: what every step of a playbook calls, and the registry of actions.
+
+An action is one class: a `schema` for its params, `plan` (the dry-run: reads
+state, changes nothing), `execute`, optionally `undo`; `where` says whether it
+must run on the node that owns the resource or anywhere in the cluster, and
+`idempotent` whether a step interrupted by a crash may safely run again.
+Actions know nothing of the store or of HTTP: they get params and a context and
+return a JSON-able dict, or raise ActionError / RetryableActionError.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from remediate.actions.schema import ParamSchema
+from remediate.errors import ParamsError
+
+
+class Where(StrEnum):
+    NODE = "node"
+    CLUSTER = "cluster"
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What an action may know about the step it runs for."""
+
+    run_id: int
+    step_index: int
+    playbook: str
+    target: str
+    alert: Mapping[str, Any]
+    """The alert's template context (labels, annotations, status, fingerprint, ...)."""
+    deadline: float = float("inf")
+    """time.monotonic() value after which the executor gives up on this step."""
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("remediate.actions"))
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+class Action(ABC):
+    """Base class of every action. Subclasses set the ClassVars and implement plan/execute."""
+
+    name: ClassVar[str]
+    where: ClassVar[Where] = Where.CLUSTER
+    idempotent: ClassVar[bool] = False
+    schema: ClassVar[ParamSchema] = ParamSchema()
+    description: ClassVar[str] = ""
+
+    def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Check rendered params against the schema; raise ParamsError. Override to add cross-field rules."""
+        return self.schema.validate(params)
+
+    @abstractmethod
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        """Say what execute would do, reading state where that is safe. Must change nothing."""
+
+    @abstractmethod
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        """Do it. Return what was done; raise ActionError (give up) or RetryableActionError."""
+
+    @property
+    def has_undo(self) -> bool:
+        return type(self).undo is not Action.undo
+
+    def undo(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        """Reverse what execute did, when the action knows how."""
+        raise NotImplementedError(f"action {self.name} cannot be undone")
+
+
+class ActionRegistry:
+    """Name -> action instance. Built once (see `remediate.actions.default_registry`) and passed down."""
+
+    def __init__(self, actions: Iterable[Action] = ()) -> None:
+        self._actions: dict[str, Action] = {}
+        for action in actions:
+            self.register(action)
+
+    def register(self, action: Action) -> None:
+        if action.name in self._actions:
+            raise ValueError(f"action {action.name} registered twice")
+        self._actions[action.name] = action
+
+    def get(self, name: str) -> Action:
+        try:
+            return self._actions[name]
+        except KeyError:
+            raise ParamsError(
+                f"unknown action {name!r} (known: {', '.join(sorted(self._actions))})"
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._actions
+
+    def names(self) -> list[str]:
+        return sorted(self._actions)

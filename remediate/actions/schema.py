@@ -1,0 +1,136 @@
+"""Parameter schemas for actions: what each step's `with:` may contain.
+
+A schema checks a playbook twice: at load time (unknown keys, missing keys, the
+types of values that are not templates, params that must never come from a label)
+and after rendering (everything, with strings from templates coerced to the
+declared type). Pure logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediate.errors import ParamsError
+from remediate.templating import is_template
+
+_MISSING: Any = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of an action."""
+
+    type: type
+    required: bool = False
+    default: Any = None
+    choices: tuple[Any, ...] = ()
+    static: bool = False
+    """True: the value must be written in the playbook, never rendered from the alert (URLs, paths)."""
+    check: Callable[[Any], str | None] | None = None
+    """Extra check; returns an error message or None."""
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class ParamSchema:
+    fields: Mapping[str, Param] = field(default_factory=dict)
+
+    def check_static(self, params: Mapping[str, Any]) -> list[str]:
+        """Errors visible before any alert arrives (used by the playbook loader)."""
+        errors = [
+            f"unknown parameter {key!r} (known: {self._known()})" for key in params if key not in self.fields
+        ]
+        for name, spec in self.fields.items():
+            if name not in params:
+                if spec.required:
+                    errors.append(f"missing required parameter {name!r}")
+                continue
+            value = params[name]
+            if _contains_template(value):
+                if spec.static:
+                    errors.append(
+                        f"parameter {name!r} must be written in the playbook, not templated from the alert"
+                    )
+                continue
+            try:
+                self._check_one(name, spec, value)
+            except ParamsError as exc:
+                errors.append(str(exc))
+        return errors
+
+    def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Full validation of rendered params; returns them with defaults filled in."""
+        unknown = [key for key in params if key not in self.fields]
+        if unknown:
+            raise ParamsError(f"unknown parameter {unknown[0]!r} (known: {self._known()})")
+        result: dict[str, Any] = {}
+        for name, spec in self.fields.items():
+            if name not in params or params[name] is None:
+                if spec.required:
+                    raise ParamsError(f"missing required parameter {name!r}")
+                if spec.default is not None:
+                    result[name] = spec.default
+                continue
+            result[name] = self._check_one(name, spec, params[name])
+        return result
+
+    def _known(self) -> str:
+        return ", ".join(self.fields) or "none"
+
+    @staticmethod
+    def _check_one(name: str, spec: Param, value: Any) -> Any:
+        coerced = _coerce(value, spec.type)
+        if coerced is _MISSING:
+            raise ParamsError(f"parameter {name!r} must be {spec.type.__name__}, got {value!r}")
+        if spec.choices and coerced not in spec.choices:
+            options = ", ".join(map(str, spec.choices))
+            raise ParamsError(f"parameter {name!r} must be one of {options}, got {value!r}")
+        if spec.check is not None:
+            problem = spec.check(coerced)
+            if problem:
+                raise ParamsError(f"parameter {name!r}: {problem}")
+        return coerced
+
+
+def _contains_template(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return any(_contains_template(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_contains_template(item) for item in value)
+    return is_template(value)
+
+
+def _coerce(value: Any, wanted: type) -> Any:
+    if wanted is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        return _MISSING
+    if isinstance(value, bool):
+        return _MISSING
+    if wanted is int:
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                return _MISSING
+        return _MISSING
+    if wanted is float:
+        if isinstance(value, int | float):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                return _MISSING
+        return _MISSING
+    if wanted is str:
+        return (
+            value if isinstance(value, str) else (str(value) if isinstance(value, int | float) else _MISSING)
+        )
+    return value if isinstance(value, wanted) else _MISSING

@@ -1,0 +1,48 @@
+"""A small HTTP client of a running server, for the CLI's --server mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import requests
+
+from remediate.errors import RemediateError
+
+
+class ServerError(RemediateError):
+    """The server refused the request."""
+
+
+class Client:
+    def __init__(self, base_url: str, token: str | None, *, timeout: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.session.request(method, self.base_url + path, timeout=self.timeout, **kwargs)
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"message": response.text[:200]}
+        if response.status_code >= 400:
+            message = body.get("message") if isinstance(body, dict) else None
+            raise ServerError(f"{method} {path}: HTTP {response.status_code}: {message or body}")
+        return body
+
+    def history(self, filters: dict[str, Any]) -> dict[str, Any]:
+        return self._call("GET", "/history", params=filters)
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/runs/{run_id}")
+
+    def approve(self, run_id: int, by: str) -> dict[str, Any]:
+        return self._call("POST", f"/runs/{run_id}/approve", json={"by": by})
+
+    def pause(self, reason: str, by: str) -> dict[str, Any]:
+        return self._call("POST", "/pause", json={"reason": reason, "by": by})
+
+    def resume(self, by: str) -> dict[str, Any]:
+        return self._call("POST", "/resume", json={"by": by})

@@ -1,0 +1,80 @@
+"""`remediate dry-run`: what a notification would do now, against the real store, writing nothing.
+
+Called by the CLI. Uses the engine's own matching, rendering and guards (so the
+answer is the one the server would give) and each action's `plan`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from remediate.actions import default_registry
+from remediate.actions.base import ActionRegistry, StepContext
+from remediate.alerts import parse_notification
+from remediate.config import Settings
+from remediate.engine import Engine
+from remediate.playbooks import load_playbooks
+from remediate.store import Store
+
+
+def _sqlite_path(url: str) -> Path | None:
+    prefix = "sqlite:///"
+    return Path(url[len(prefix) :]) if url.startswith(prefix) else None
+
+
+def dry_run(settings: Settings, data: object, *, now: float, registry: ActionRegistry | None = None) -> dict[str, Any]:
+    registry = registry or default_registry()
+    notification = parse_notification(data)
+    playbooks = load_playbooks(settings.playbooks, registry)
+    path = _sqlite_path(settings.database_url)
+    store: Store | None = None
+    store_note = settings.database_url
+    if path is not None and not path.exists():
+        store_note = f"{settings.database_url} (does not exist yet: judged against an empty history)"
+    else:
+        store = Store.open(settings.database_url, upgrade=False)
+    try:
+        engine = Engine(store=store, playbooks=playbooks, registry=registry, server_mode=settings.mode,
+                        default_step_timeout=settings.step_timeout)
+        judged = engine.preview(notification, now=now)
+        paused = store.pause_state().paused if store is not None else False
+    finally:
+        if store is not None:
+            store.close()
+
+    alerts: list[dict[str, Any]] = []
+    for index, alert in enumerate(notification.alerts):
+        entry: dict[str, Any] = {
+            "alert": {"alertname": alert.name, "status": alert.status, "fingerprint": alert.fingerprint,
+                      "labels": dict(alert.labels)},
+            "playbooks": [],
+        }
+        for j in judged:
+            if j.index != index or j.evaluation is None:
+                continue
+            ev = j.evaluation
+            steps = []
+            for step_index, step in enumerate(ev.steps):
+                action = registry.get(step.spec.action)
+                ctx = StepContext(run_id=0, step_index=step_index, playbook=ev.playbook.name, target=ev.target,
+                                  alert=alert.template_context())
+                item: dict[str, Any] = {"index": step_index, "name": step.spec.name, "action": step.spec.action,
+                                        "where": step.where, "params": dict(step.params)}
+                try:
+                    item["plan"] = action.plan(step.params, ctx)
+                except Exception as exc:
+                    item["plan_error"] = f"{exc.__class__.__name__}: {exc}"
+                steps.append(item)
+            entry["playbooks"].append({
+                "playbook": ev.playbook.name, "target": ev.target, "mode": ev.mode.value,
+                "decision": j.verdict.decision.value, "reason": j.verdict.reason,
+                "would_run": j.verdict.accepted, "steps": steps,
+            })
+        alerts.append(entry)
+    return {
+        "store": store_note,
+        "paused": paused,
+        "would_run": any(j.verdict.accepted for j in judged),
+        "alerts": alerts,
+    }

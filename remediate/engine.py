@@ -1,0 +1,389 @@
+"""The engine: a notification -> matched playbooks -> rendered steps -> guards -> committed runs.
+
+`Engine.evaluate` is pure (match, render, validate) and serves the dry-run CLI
+too. `Engine.ingest` records the raw notification, every alert and every
+decision, and the accepted runs with their steps, in ONE write transaction: a
+notification is stored whole or not at all. Nothing is executed here; the
+executor picks the committed runs up (`on_queued` wakes it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from remediate.actions.base import ActionRegistry
+from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
+from remediate.errors import ParamsError, PayloadError
+from remediate.guards import ATTEMPT_WINDOW, Decision, GuardFacts, Verdict, judge
+from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
+from remediate.store import AWAITING_APPROVAL, QUEUED, REJECTED, EmptyGuardReader, PauseState, Store
+from remediate.templating import render_params
+
+log = logging.getLogger("remediate.engine")
+
+
+@dataclass(frozen=True)
+class RenderedStep:
+    spec: StepSpec
+    where: str
+    params: Mapping[str, Any]
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One (alert, playbook) pair before the guards: rendered steps or the reason they failed."""
+
+    alert: Alert
+    playbook: Playbook
+    phase: str
+    target: str
+    mode: Mode
+    dedupe_key: str
+    steps: tuple[RenderedStep, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The guards' verdict on one (alert, playbook) pair, or on an alert no playbook matched."""
+
+    index: int
+    alert: Alert
+    evaluation: Evaluation | None
+    verdict: Verdict
+    firing_run: tuple[int, str] | None = None
+    """For a resolved alert: (id, status) of the firing run of the same occurrence."""
+
+    @property
+    def creates_run(self) -> bool:
+        return self.evaluation is not None and self.verdict.decision in (Decision.ACCEPTED, Decision.REJECTED)
+
+    @property
+    def playbook_name(self) -> str | None:
+        return self.evaluation.playbook.name if self.evaluation else None
+
+    @property
+    def target(self) -> str | None:
+        return self.evaluation.target if self.evaluation else None
+
+    @property
+    def phase(self) -> str:
+        return self.alert.status
+
+
+class GuardReaderLike(Protocol):
+    def pause_state(self) -> PauseState: ...
+    def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]: ...
+    def target_history(self, playbook: str, target: str, since: float) -> tuple[float | None, int]: ...
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    alertname: str
+    fingerprint: str
+    playbook: str | None
+    target: str | None
+    decision: Decision
+    reason: str
+    run_id: int | None = None
+
+
+@dataclass
+class IngestResult:
+    notification_id: int
+    status: str
+    alerts: int
+    alert_statuses: dict[str, int]
+    decisions: list[DecisionRecord] = field(default_factory=list)
+
+    @property
+    def runs_queued(self) -> int:
+        return sum(1 for d in self.decisions if d.decision is Decision.ACCEPTED)
+
+    def decision_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for record in self.decisions:
+            counts[record.decision.value] = counts.get(record.decision.value, 0) + 1
+        return counts
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "notification_id": self.notification_id,
+            "alerts": self.alerts,
+            "decisions": self.decision_counts(),
+            "runs": [d.run_id for d in self.decisions if d.run_id is not None][:100],
+        }
+
+
+def dedupe_key(alert: Alert, playbook: str, status: str | None = None) -> str:
+    """Identity of one alert occurrence for one playbook (AlertManager re-sends groups; HA pairs send twice)."""
+    parts = (alert.fingerprint, format_timestamp(alert.starts_at), status or alert.status, playbook)
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        store: Store | None,
+        playbooks: PlaybookSet,
+        registry: ActionRegistry,
+        server_mode: str = "enforce",
+        default_step_timeout: float = 300.0,
+        on_queued: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.playbooks = playbooks
+        self.registry = registry
+        self.server_mode = server_mode
+        self.default_step_timeout = default_step_timeout
+        self.on_queued = on_queued
+
+    # ------------------------------------------------------------------ pure part
+
+    def evaluate(self, alert: Alert) -> list[Evaluation]:
+        return [self._evaluate_one(alert, playbook) for playbook in self.playbooks.matching(alert)]
+
+    def _evaluate_one(self, alert: Alert, playbook: Playbook) -> Evaluation:
+        mode = Mode.DRY_RUN if self.server_mode == "dry-run" else playbook.mode
+        base = {
+            "alert": alert,
+            "playbook": playbook,
+            "phase": alert.status,
+            "target": playbook.target.resolve(alert),
+            "mode": mode,
+            "dedupe_key": dedupe_key(alert, playbook.name),
+        }
+        context = alert.template_context()
+        rendered = []
+        for index, spec in enumerate(playbook.steps_for(alert.status)):
+            action = self.registry.get(spec.action)
+            try:
+                params = action.validate(render_params(spec.params, context))
+            except ParamsError as exc:
+                prefix = "on_resolved" if alert.status == "resolved" else "steps"
+                return Evaluation(**base, error=f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}")
+            rendered.append(
+                RenderedStep(spec, action.where.value, params, spec.timeout or self.default_step_timeout)
+            )
+        return Evaluation(**base, steps=tuple(rendered))
+
+    # ------------------------------------------------------------------ ingest
+
+    def ingest_body(self, body: bytes, *, received_at: float) -> IngestResult:
+        """Decode, validate and ingest a webhook body. Raises PayloadError before anything is stored."""
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PayloadError("", f"body is not valid JSON: {exc}") from exc
+        notification = parse_notification(data)
+        return self.ingest(notification, raw=body.decode("utf-8"), received_at=received_at)
+
+    def judge_all(self, reader: GuardReaderLike, alerts: Sequence[Alert], now: float) -> list[Judged]:
+        """Match, render and guard every alert, against the store's facts as `reader` sees them."""
+        evaluations = [(index, alert, self.evaluate(alert)) for index, alert in enumerate(alerts)]
+        keys = [e.dedupe_key for _, _, evs in evaluations for e in evs]
+        firing_keys = [
+            dedupe_key(e.alert, e.playbook.name, "firing")
+            for _, _, evs in evaluations
+            for e in evs
+            if e.phase == "resolved"
+        ]
+        existing = reader.existing_runs(keys + firing_keys)
+        pause = reader.pause_state()
+        window_start = now - ATTEMPT_WINDOW.total_seconds()
+        history: dict[tuple[str, str], tuple[float | None, int]] = {}
+        seen_keys: set[str] = set()
+        judged: list[Judged] = []
+        for index, alert, evs in evaluations:
+            if not evs:
+                judged.append(
+                    Judged(index, alert, None, Verdict(Decision.UNMATCHED, "no playbook matches this alert"))
+                )
+                continue
+            for ev in evs:
+                duplicate = existing.get(ev.dedupe_key)
+                firing = (
+                    existing.get(dedupe_key(alert, ev.playbook.name, "firing"))
+                    if ev.phase == "resolved"
+                    else None
+                )
+                key = (ev.playbook.name, ev.target)
+                if ev.phase == "firing" and key not in history:
+                    history[key] = reader.target_history(ev.playbook.name, ev.target, window_start)
+                last, count = history.get(key, (None, 0))
+                facts = GuardFacts(
+                    duplicate_of=duplicate[0] if duplicate else (0 if ev.dedupe_key in seen_keys else None),
+                    paused=pause.paused,
+                    paused_by=pause.by,
+                    paused_reason=pause.reason,
+                    last_run_at=last,
+                    runs_in_window=count,
+                    firing_run=firing[0] if firing is not None and firing[1] != REJECTED else None,
+                )
+                verdict = judge(ev.playbook, ev.phase, ev.target, facts, now)
+                if verdict.accepted and ev.error is not None:
+                    verdict = Verdict(Decision.REJECTED, ev.error)
+                if verdict.decision in (Decision.ACCEPTED, Decision.REJECTED):
+                    seen_keys.add(ev.dedupe_key)
+                    if ev.phase == "firing" and verdict.accepted:
+                        history[key] = (now, count + 1)
+                judged.append(Judged(index, alert, ev, verdict, firing))
+        return judged
+
+    def preview(self, notification: Notification, *, now: float) -> list[Judged]:
+        """What ingest would decide now, reading the store only (dry-run)."""
+        if self.store is None:
+            return self.judge_all(EmptyGuardReader(), notification.alerts, now)
+        with self.store.guard_reader() as reader:
+            return self.judge_all(reader, notification.alerts, now)
+
+    def ingest(self, notification: Notification, *, raw: str, received_at: float) -> IngestResult:
+        if self.store is None:
+            raise RuntimeError("an engine without a store can only preview")
+        with self.store.writer() as w:
+            notification_id = w.insert_notification(
+                received_at=received_at,
+                receiver=notification.receiver,
+                status=notification.status,
+                group_key=notification.group_key,
+                alert_count=len(notification.alerts),
+                raw=raw,
+            )
+            alert_ids = w.insert_many("alerts", [_alert_row(notification_id, a) for a in notification.alerts])
+            judged = self.judge_all(w, notification.alerts, received_at)
+            with_runs = [j for j in judged if j.creates_run]
+            run_rows = [self._run_row(j, alert_ids[j.index], received_at) for j in with_runs]
+            run_ids = dict(zip((id(j) for j in with_runs), w.insert_many("runs", run_rows), strict=True))
+            statuses = {id(j): row["status"] for j, row in zip(with_runs, run_rows, strict=True)}
+            w.insert_many(
+                "steps", [row for j in with_runs for row in _step_rows(run_ids[id(j)], j.evaluation)]
+            )
+            for j in with_runs:
+                if (
+                    j.phase == "resolved"
+                    and j.verdict.accepted
+                    and j.firing_run
+                    and j.firing_run[1] == AWAITING_APPROVAL
+                ):
+                    w.cancel_awaiting(
+                        j.firing_run[0], "the alert resolved before the run was approved", received_at
+                    )
+            w.insert_many(
+                "decisions",
+                [
+                    _decision_row(
+                        notification_id,
+                        alert_ids[j.index],
+                        j,
+                        run_ids.get(id(j)),
+                        statuses.get(id(j)),
+                        received_at,
+                    )
+                    for j in judged
+                ],
+            )
+        statuses_count: dict[str, int] = {}
+        for alert in notification.alerts:
+            statuses_count[alert.status] = statuses_count.get(alert.status, 0) + 1
+        records = [
+            DecisionRecord(
+                j.alert.name,
+                j.alert.fingerprint,
+                j.playbook_name,
+                j.target,
+                j.verdict.decision,
+                j.verdict.reason,
+                run_ids.get(id(j)),
+            )
+            for j in judged
+        ]
+        result = IngestResult(
+            notification_id, notification.status, len(notification.alerts), statuses_count, records
+        )
+        if result.runs_queued and self.on_queued is not None:
+            self.on_queued()
+        return result
+
+    def _run_row(self, j: Judged, alert_id: int, now: float) -> dict[str, Any]:
+        ev = j.evaluation
+        assert ev is not None
+        if not j.verdict.accepted:
+            status = REJECTED
+        elif ev.mode is Mode.APPROVE and ev.phase == "firing":
+            status = AWAITING_APPROVAL
+        else:
+            status = QUEUED
+        return {
+            "dedupe_key": ev.dedupe_key,
+            "playbook": ev.playbook.name,
+            "alertname": ev.alert.name,
+            "target": ev.target,
+            "phase": ev.phase,
+            "mode": ev.mode.value,
+            "status": status,
+            "alert_id": alert_id,
+            "after_run_id": j.firing_run[0] if j.firing_run else None,
+            "created_at": now,
+            "updated_at": now,
+            "finished_at": now if status == REJECTED else None,
+            "error": None if j.verdict.accepted else j.verdict.reason,
+        }
+
+
+def _alert_row(notification_id: int, alert: Alert) -> dict[str, Any]:
+    return {
+        "notification_id": notification_id,
+        "fingerprint": alert.fingerprint,
+        "alertname": alert.name,
+        "status": alert.status,
+        "starts_at": format_timestamp(alert.starts_at),
+        "ends_at": format_timestamp(alert.ends_at) if alert.ends_at else None,
+        "labels": json.dumps(dict(alert.labels), sort_keys=True),
+        "annotations": json.dumps(dict(alert.annotations), sort_keys=True),
+        "generator_url": alert.generator_url,
+    }
+
+
+def _decision_row(
+    notification_id: int, alert_id: int, j: Judged, run_id: int | None, run_status: str | None, now: float
+) -> dict[str, Any]:
+    return {
+        "created_at": now,
+        "notification_id": notification_id,
+        "alert_id": alert_id,
+        "alertname": j.alert.name,
+        "fingerprint": j.alert.fingerprint,
+        "alert_status": j.alert.status,
+        "playbook": j.playbook_name,
+        "target": j.target,
+        "decision": j.verdict.decision.value,
+        "reason": j.verdict.reason,
+        "status": run_status or j.verdict.decision.value,
+        "run_id": run_id,
+    }
+
+
+def _step_rows(run_id: int, ev: Evaluation | None) -> list[dict[str, Any]]:
+    if ev is None or ev.error is not None:
+        return []
+    return [
+        {
+            "run_id": run_id,
+            "idx": index,
+            "name": step.spec.name,
+            "action": step.spec.action,
+            "where": step.where,
+            "params": json.dumps(step.params, sort_keys=True, default=str),
+            "timeout": step.timeout,
+            "retries": step.spec.retries,
+            "status": "pending",
+        }
+        for index, step in enumerate(ev.steps)
+    ]

@@ -1,0 +1,75 @@
+"""Every exception remediate raises on purpose, in one tree.
+
+    RemediateError
+    ├── ConfigError            settings that cannot work (missing token, bad URL, ...)
+    ├── PayloadError           a webhook body that is not AlertManager's v4 JSON (-> HTTP 400)
+    ├── PlaybookError          a playbook file that does not load or validate
+    ├── ParamsError            step params that do not render or do not fit the action's schema
+    ├── ActionError            an action failed while planning or executing
+    │   └── RetryableActionError   ... and trying again later may succeed
+    ├── UnknownRunError        no run with that id
+    └── RunStateError          the run is not in a state that allows the operation
+
+The docstring of each class is its default message.
+"""
+
+from __future__ import annotations
+
+
+class RemediateError(Exception):
+    """remediate failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigError(RemediateError):
+    """The configuration is not usable."""
+
+
+class PayloadError(RemediateError):
+    """The webhook payload is not a valid AlertManager v4 notification."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.detail = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class PlaybookError(RemediateError):
+    """A playbook is not valid."""
+
+    def __init__(self, message: str, *, file: str = "", playbook: str = "", field: str = "") -> None:
+        self.file = file
+        self.playbook = playbook
+        self.field = field
+        where = ", ".join(
+            part
+            for part in (
+                f"file {file}" if file else "",
+                f"playbook {playbook!r}" if playbook else "",
+                f"field {field}" if field else "",
+            )
+            if part
+        )
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ParamsError(RemediateError):
+    """Step parameters are not valid."""
+
+
+class ActionError(RemediateError):
+    """The action failed."""
+
+
+class RetryableActionError(ActionError):
+    """The action failed, and trying again may succeed."""
+
+
+class UnknownRunError(RemediateError):
+    """No such run."""
+
+
+class RunStateError(RemediateError):
+    """The run is not in a state that allows this."""

@@ -1,0 +1,314 @@
+"""The executor: background threads that claim committed runs and execute their steps in order.
+
+Each step: plan (recorded), then execute with a per-step deadline; errors the
+action marks retryable (RetryableActionError) are retried with tenacity's
+exponential backoff, up to the step's `retries`; every attempt is recorded.
+Dry-run runs only plan. After a crash, `Store.recover_stale` requeues the
+runs of dead executors; a step that was in flight is run again only when its
+action declares itself idempotent, otherwise the run fails with that reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from remediate.actions.base import Action, ActionRegistry, StepContext
+from remediate.errors import ActionError, ParamsError, RetryableActionError
+from remediate.store import FAILED, PLANNED, SUCCEEDED, ClaimedRun, StepRecord, Store, worker_identity
+
+log = logging.getLogger("remediate.executor")
+
+DONE_STEP_STATUSES = ("succeeded", "planned", "skipped")
+
+
+class StepTimeout(ActionError):
+    """The step did not finish before its deadline."""
+
+
+class ExecutorMetrics:
+    """What the executor reports; the server plugs prometheus counters in, tests may pass nothing."""
+
+    def step_finished(
+        self, action: str, outcome: str, seconds: float
+    ) -> None:  # pragma: no cover - interface
+        pass
+
+    def run_finished(self, status: str) -> None:  # pragma: no cover - interface
+        pass
+
+
+def _pid_is_dead(claimed_by: str) -> bool:
+    host, _, pid = claimed_by.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    if int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def call_with_deadline(function: Callable[[], Any], seconds: float) -> Any:
+    """Run `function` in a helper thread; raise StepTimeout if it is not done in time.
+
+    Python cannot stop a thread: an action that overruns keeps running in the
+    background; actions should watch `StepContext.remaining()` themselves.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = function()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name="remediate-step", daemon=True)
+    thread.start()
+    thread.join(max(seconds, 0.0))
+    if thread.is_alive():
+        raise StepTimeout(
+            f"timed out after {seconds:.1f}s (the action may still be finishing in the background)"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+class Executor:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: ActionRegistry,
+        threads: int = 2,
+        poll_interval: float = 0.2,
+        stale_after: float = 60.0,
+        metrics: ExecutorMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        retry_wait_max: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.threads = threads
+        self.poll_interval = poll_interval
+        self.stale_after = stale_after
+        self.metrics = metrics or ExecutorMetrics()
+        self.clock = clock
+        self.retry_wait_max = retry_wait_max
+        self.worker = worker_identity()
+        self._wake = threading.Condition()
+        self._pending_wakeups = 0
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._active: set[int] = set()
+        self._active_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self.recover()
+        for index in range(self.threads):
+            thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        housekeeping = threading.Thread(target=self._housekeeping, name="remediate-heartbeat", daemon=True)
+        housekeeping.start()
+        self._threads.append(housekeeping)
+        log.info("executor %s started with %d threads", self.worker, self.threads)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        with self._wake:
+            self._wake.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads.clear()
+
+    def wake(self) -> None:
+        with self._wake:
+            self._pending_wakeups += 1
+            self._wake.notify()
+
+    def recover(self) -> list[int]:
+        recovered = self.store.recover_stale(
+            now=self.clock(), stale_after=self.stale_after, is_dead=_pid_is_dead
+        )
+        if recovered:
+            log.warning("recovered %d runs left running by a stopped executor: %s", len(recovered), recovered)
+        return recovered
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                worked = self.run_once()
+            except Exception:
+                log.exception("executor loop error; retrying")
+                worked = False
+            if worked:
+                continue
+            with self._wake:
+                if self._pending_wakeups == 0 and not self._stopping.is_set():
+                    self._wake.wait(self.poll_interval)
+                self._pending_wakeups = 0
+
+    def _housekeeping(self) -> None:
+        interval = max(0.5, min(5.0, self.stale_after / 4))
+        last_recovery = time.monotonic()
+        while not self._stopping.wait(interval):
+            try:
+                with self._active_lock:
+                    active = sorted(self._active)
+                self.store.heartbeat(active, self.worker, self.clock())
+                if time.monotonic() - last_recovery >= self.stale_after / 2:
+                    last_recovery = time.monotonic()
+                    if self.recover():
+                        self.wake()
+            except Exception:
+                log.exception("executor housekeeping failed; retrying")
+
+    # ------------------------------------------------------------------ running
+
+    def run_once(self) -> bool:
+        """Claim and execute one run; False when nothing was queued."""
+        claimed = self.store.claim_run(self.worker, self.clock())
+        if claimed is None:
+            return False
+        with self._active_lock:
+            self._active.add(claimed.id)
+        try:
+            self.execute_run(claimed)
+        finally:
+            with self._active_lock:
+                self._active.discard(claimed.id)
+        return True
+
+    def drain(self, timeout: float = 30.0) -> int:
+        """Execute queued runs in this thread until none is left (tests, CLI)."""
+        done = 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.run_once():
+            done += 1
+        return done
+
+    def execute_run(self, run: ClaimedRun) -> None:
+        dry_run = run.mode == "dry-run"
+        log.info("run %s (%s, %s, %s) started", run.id, run.playbook, run.phase, run.target)
+        for step in self.store.steps_of(run.id):
+            if step.status in DONE_STEP_STATUSES:
+                continue
+            error = self._execute_step(run, step, dry_run)
+            if error is not None:
+                self._finish_run(run, FAILED, f"step {step.idx} {step.name} ({step.action}): {error}")
+                return
+        self._finish_run(run, PLANNED if dry_run else SUCCEEDED, None)
+
+    def _finish_run(self, run: ClaimedRun, status: str, error: str | None) -> None:
+        self.store.finish_run(run.id, status, now=self.clock(), error=error)
+        self.metrics.run_finished(status)
+        log.info("run %s finished: %s%s", run.id, status, f" ({error})" if error else "")
+
+    def _execute_step(self, run: ClaimedRun, step: StepRecord, dry_run: bool) -> str | None:
+        """Plan and (unless dry-run) execute one step; returns the error, or None on success."""
+        started = time.monotonic()
+        try:
+            action = self.registry.get(step.action)
+            params = action.validate(step.params)
+        except ParamsError as exc:
+            return self._fail_step(step, f"{exc}", started)
+        if step.status == "interrupted" and not action.idempotent:
+            message = (
+                f"interrupted by an executor stop during attempt {step.attempts}; {action.name} is not "
+                "idempotent, so it is not run again: check the target by hand"
+            )
+            self.store.finish_step(step.id, "interrupted", now=self.clock(), error=message)
+            self.metrics.step_finished(step.action, "interrupted", time.monotonic() - started)
+            return message
+        deadline = started + step.timeout
+        ctx = StepContext(
+            run_id=run.id,
+            step_index=step.idx,
+            playbook=run.playbook,
+            target=run.target,
+            alert=run.alert_context,
+            deadline=deadline,
+        )
+        try:
+            plan = call_with_deadline(lambda: action.plan(params, ctx), step.timeout)
+        except Exception as exc:
+            return self._fail_step(step, f"plan failed: {_describe(exc)}", started)
+        if dry_run:
+            self.store.finish_step(step.id, "planned", now=self.clock(), plan=plan)
+            self.metrics.step_finished(step.action, "planned", time.monotonic() - started)
+            return None
+        self.store.record_plan(step.id, plan)
+        try:
+            result = self._attempts(action, params, ctx, step)
+        except Exception as exc:
+            return self._fail_step(step, _describe(exc), started)
+        self.store.finish_step(step.id, "succeeded", now=self.clock(), result=result)
+        self.metrics.step_finished(step.action, "succeeded", time.monotonic() - started)
+        return None
+
+    def _attempts(self, action: Action, params: Mapping[str, Any], ctx: StepContext, step: StepRecord) -> Any:
+        budget = max(0.0, ctx.deadline - time.monotonic())
+        retrying = Retrying(
+            stop=stop_after_attempt(step.retries + 1) | stop_after_delay(budget),
+            wait=wait_exponential(multiplier=0.5, min=0.2, max=self.retry_wait_max),
+            retry=retry_if_exception_type(RetryableActionError),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    number = self.store.start_attempt(step.id, self.clock())
+                    try:
+                        result = call_with_deadline(lambda: action.execute(params, ctx), ctx.remaining())
+                    except RetryableActionError as exc:
+                        self.store.finish_attempt(step.id, number, "retryable_error", str(exc), self.clock())
+                        raise
+                    except StepTimeout as exc:
+                        self.store.finish_attempt(step.id, number, "timeout", str(exc), self.clock())
+                        raise
+                    except Exception as exc:
+                        self.store.finish_attempt(step.id, number, "failed", _describe(exc), self.clock())
+                        raise
+                    self.store.finish_attempt(step.id, number, "succeeded", None, self.clock())
+                    return result
+        except RetryError as exc:  # pragma: no cover - reraise=True makes tenacity re-raise the last error
+            raise ActionError(str(exc)) from exc
+        raise ActionError("no attempt was made (step deadline already passed)")
+
+    def _fail_step(self, step: StepRecord, error: str, started: float) -> str:
+        self.store.finish_step(step.id, "failed", now=self.clock(), error=error)
+        self.metrics.step_finished(step.action, "failed", time.monotonic() - started)
+        return error
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ActionError):
+        return str(exc)
+    # An unexpected exception is a bug in an action: keep the place it happened.
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {frame.filename}:{frame.lineno}" if frame else ""
+    return f"unexpected {exc.__class__.__name__}: {exc}{where}"

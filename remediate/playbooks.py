@@ -1,0 +1,345 @@
+"""Playbooks: the YAML format, loading with errors that name file/playbook/field, and matching.
+
+One file per playbook in a directory. Loading checks everything that can be
+checked before an alert arrives: keys, types, matcher syntax, durations, that
+every action exists, and each step's non-templated params against the action's
+schema. Matching and target resolution are pure functions of an Alert.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from remediate.actions.base import ActionRegistry
+from remediate.alerts import Alert
+from remediate.durations import parse_duration
+from remediate.errors import PlaybookError
+from remediate.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
+from remediate.templating import check_syntax, is_template
+
+NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
+NODE_LABELS = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
+_PLAYBOOK_KEYS = {
+    "name",
+    "description",
+    "match",
+    "mode",
+    "target",
+    "cooldown",
+    "max_attempts",
+    "steps",
+    "on_resolved",
+}
+_STEP_KEYS = {"action", "with", "name", "timeout", "retries"}
+_MAX_RETRIES = 10
+
+
+class Mode(StrEnum):
+    ENFORCE = "enforce"
+    DRY_RUN = "dry-run"
+    APPROVE = "approve"
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step as written: the action, its raw (template) params, and its execution policy."""
+
+    action: str
+    params: Mapping[str, Any]
+    name: str
+    timeout: float | None = None
+    retries: int = 2
+    """How often a retryable error is retried (0 = one attempt only)."""
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Where the target (cooldown/attempt key, and the node for node steps) comes from."""
+
+    labels: tuple[str, ...] = NODE_LABELS
+    constant: str | None = None
+
+    def resolve(self, alert: Alert) -> str:
+        if self.constant is not None:
+            return self.constant
+        for label in self.labels:
+            value = alert.labels.get(label, "")
+            if value:
+                return strip_port(value) if label == "instance" else value
+        return f"alert/{alert.fingerprint}"
+
+
+@dataclass(frozen=True)
+class Playbook:
+    name: str
+    description: str
+    alertnames: tuple[str, ...]
+    matchers: tuple[Matcher, ...]
+    mode: Mode
+    target: TargetSpec
+    cooldown: timedelta
+    max_attempts: int | None
+    steps: tuple[StepSpec, ...]
+    on_resolved: tuple[StepSpec, ...]
+    source: str
+
+    def matches(self, alert: Alert) -> bool:
+        return alert.name in self.alertnames and matches_all(self.matchers, alert.labels)
+
+    def steps_for(self, status: str) -> tuple[StepSpec, ...]:
+        return self.steps if status == "firing" else self.on_resolved
+
+
+class PlaybookSet:
+    """The loaded playbooks, indexed by alertname for fast matching."""
+
+    def __init__(self, playbooks: Iterable[Playbook]) -> None:
+        self.playbooks: tuple[Playbook, ...] = tuple(playbooks)
+        self._by_alertname: dict[str, list[Playbook]] = {}
+        for playbook in self.playbooks:
+            for alertname in playbook.alertnames:
+                self._by_alertname.setdefault(alertname, []).append(playbook)
+
+    def matching(self, alert: Alert) -> list[Playbook]:
+        return [p for p in self._by_alertname.get(alert.name, ()) if p.matches(alert)]
+
+    def get(self, name: str) -> Playbook | None:
+        return next((p for p in self.playbooks if p.name == name), None)
+
+    def __len__(self) -> int:
+        return len(self.playbooks)
+
+
+def strip_port(instance: str) -> str:
+    """`node-1:9100` -> `node-1`; `[::1]:9100` -> `::1`; anything else unchanged."""
+    if instance.startswith("["):
+        end = instance.find("]")
+        return instance[1:end] if end > 0 else instance
+    host, sep, port = instance.rpartition(":")
+    return host if sep and port.isdigit() and ":" not in host else instance
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_directory(directory: Path, registry: ActionRegistry) -> tuple[list[Playbook], list[PlaybookError]]:
+    """Every playbook of a directory and every error found; loads what it can."""
+    if not directory.is_dir():
+        return [], [PlaybookError(f"playbook directory {directory} does not exist", file=str(directory))]
+    playbooks: list[Playbook] = []
+    errors: list[PlaybookError] = []
+    seen: dict[str, str] = {}
+    for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
+        try:
+            playbook = load_file(path, registry)
+        except PlaybookError as exc:
+            errors.append(exc)
+            continue
+        if playbook.name in seen:
+            errors.append(
+                PlaybookError(
+                    f"name already used by {seen[playbook.name]}",
+                    file=str(path),
+                    playbook=playbook.name,
+                    field="name",
+                )
+            )
+            continue
+        seen[playbook.name] = str(path)
+        playbooks.append(playbook)
+    return playbooks, errors
+
+
+def load_playbooks(directory: Path, registry: ActionRegistry) -> PlaybookSet:
+    """Load a directory, or raise one PlaybookError listing every problem."""
+    playbooks, errors = load_directory(directory, registry)
+    if errors:
+        if len(errors) == 1:
+            raise errors[0]
+        raise PlaybookError(f"{len(errors)} invalid playbooks:\n" + "\n".join(f"  {e}" for e in errors))
+    return PlaybookSet(playbooks)
+
+
+def load_file(path: Path, registry: ActionRegistry) -> Playbook:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlaybookError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PlaybookError(f"not valid YAML: {exc}", file=str(path)) from exc
+    return parse_playbook(data, registry, source=str(path))
+
+
+def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memory>") -> Playbook:
+    if not isinstance(data, dict):
+        raise PlaybookError("a playbook must be a YAML mapping", file=source)
+    name = data.get("name")
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise PlaybookError(
+            "required; lower-case letters, digits, '.', '_' and '-', starting and ending with a letter or digit",
+            file=source,
+            field="name",
+        )
+
+    def fail(field: str, message: str) -> PlaybookError:
+        return PlaybookError(message, file=source, playbook=name, field=field)
+
+    unknown = sorted(set(data) - _PLAYBOOK_KEYS)
+    if unknown:
+        raise fail(unknown[0], f"unknown key (known: {', '.join(sorted(_PLAYBOOK_KEYS))})")
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise fail("description", "must be a string")
+
+    alertnames, matchers = _parse_match(data.get("match"), fail)
+    mode = _parse_mode(data.get("mode", "enforce"), fail)
+    target = _parse_target(data.get("target", "node"), fail)
+    cooldown = _parse_timedelta(data.get("cooldown", "0s"), "cooldown", fail)
+    max_attempts = data.get("max_attempts")
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+    ):
+        raise fail("max_attempts", "must be a whole number >= 1 (or left out for no cap)")
+
+    if "steps" not in data:
+        raise fail("steps", "required: a list of at least one step")
+    steps = _parse_steps(data["steps"], "steps", registry, fail, allow_empty=False)
+    on_resolved = _parse_steps(data.get("on_resolved") or [], "on_resolved", registry, fail, allow_empty=True)
+    return Playbook(
+        name=name,
+        description=description,
+        alertnames=alertnames,
+        matchers=matchers,
+        mode=mode,
+        target=target,
+        cooldown=cooldown,
+        max_attempts=max_attempts,
+        steps=steps,
+        on_resolved=on_resolved,
+        source=source,
+    )
+
+
+def _parse_match(match: Any, fail: Any) -> tuple[tuple[str, ...], tuple[Matcher, ...]]:
+    if not isinstance(match, dict):
+        raise fail("match", "required: a mapping with 'alertname' and optional 'labels'")
+    unknown = sorted(set(match) - {"alertname", "labels"})
+    if unknown:
+        raise fail(f"match.{unknown[0]}", "unknown key (known: alertname, labels)")
+    raw_names = match.get("alertname")
+    names = [raw_names] if isinstance(raw_names, str) else raw_names
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise fail("match.alertname", "required: an alert name or a non-empty list of names")
+    raw_labels = match.get("labels", [])
+    if isinstance(raw_labels, str):
+        raw_labels = [raw_labels]
+    if not isinstance(raw_labels, list):
+        raise fail("match.labels", "must be a list of matchers like 'severity=~\"warning|critical\"'")
+    matchers = []
+    for index, text in enumerate(raw_labels):
+        if not isinstance(text, str):
+            raise fail(f"match.labels[{index}]", "must be a string matcher")
+        try:
+            matchers.append(parse_matcher(text))
+        except MatcherSyntaxError as exc:
+            raise fail(f"match.labels[{index}]", str(exc)) from exc
+    return tuple(names), tuple(matchers)
+
+
+def _parse_mode(value: Any, fail: Any) -> Mode:
+    try:
+        return Mode(value)
+    except ValueError:
+        raise fail("mode", f"must be one of {', '.join(m.value for m in Mode)}, got {value!r}") from None
+
+
+def _parse_target(value: Any, fail: Any) -> TargetSpec:
+    if value == "node":
+        return TargetSpec()
+    if value == "cluster":
+        return TargetSpec(labels=(), constant="cluster")
+    if isinstance(value, dict) and set(value) == {"labels"}:
+        labels = value["labels"]
+        if isinstance(labels, str):
+            labels = [labels]
+        if isinstance(labels, list) and labels and all(isinstance(label, str) and label for label in labels):
+            return TargetSpec(labels=tuple(labels))
+    raise fail("target", "must be 'node', 'cluster' or {labels: [label, ...]} (the first label present wins)")
+
+
+def _parse_timedelta(value: Any, field: str, fail: Any) -> timedelta:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            raise fail(field, str(exc)) from exc
+    raise fail(field, "must be a duration like 90s, 15m or 2h")
+
+
+def _parse_steps(
+    raw: Any, field: str, registry: ActionRegistry, fail: Any, *, allow_empty: bool
+) -> tuple[StepSpec, ...]:
+    if not isinstance(raw, list) or (not raw and not allow_empty):
+        raise fail(
+            field, "must be a list of at least one step" if not allow_empty else "must be a list of steps"
+        )
+    steps = []
+    for index, item in enumerate(raw):
+        where = f"{field}[{index}]"
+        if not isinstance(item, dict):
+            raise fail(where, "a step must be a mapping with 'action' and 'with'")
+        unknown = sorted(set(item) - _STEP_KEYS)
+        if unknown:
+            raise fail(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_STEP_KEYS))})")
+        action_name = item.get("action")
+        if not isinstance(action_name, str) or action_name not in registry:
+            raise fail(
+                f"{where}.action", f"unknown action {action_name!r} (known: {', '.join(registry.names())})"
+            )
+        params = item.get("with") or {}
+        if not isinstance(params, dict):
+            raise fail(f"{where}.with", "must be a mapping of parameters")
+        for problem in _template_syntax_errors(params, f"{where}.with"):
+            raise fail(problem[0], problem[1])
+        problems = registry.get(action_name).schema.check_static(params)
+        if problems:
+            raise fail(f"{where}.with", problems[0])
+        name = item.get("name", f"{index + 1}-{action_name}")
+        if not isinstance(name, str) or not name:
+            raise fail(f"{where}.name", "must be a non-empty string")
+        timeout = None
+        if item.get("timeout") is not None:
+            timeout = _parse_timedelta(item["timeout"], f"{where}.timeout", fail).total_seconds()
+            if timeout <= 0:
+                raise fail(f"{where}.timeout", "must be longer than 0s")
+        retries = item.get("retries", 2)
+        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= _MAX_RETRIES:
+            raise fail(f"{where}.retries", f"must be a whole number from 0 to {_MAX_RETRIES}")
+        steps.append(StepSpec(action=action_name, params=params, name=name, timeout=timeout, retries=retries))
+    return tuple(steps)
+
+
+def _template_syntax_errors(value: Any, path: str) -> Sequence[tuple[str, str]]:
+    if isinstance(value, dict):
+        return [e for key, item in value.items() for e in _template_syntax_errors(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [
+            e for index, item in enumerate(value) for e in _template_syntax_errors(item, f"{path}[{index}]")
+        ]
+    if is_template(value):
+        problem = check_syntax(value)
+        if problem:
+            return [(path, f"template syntax error: {problem}")]
+    return []

@@ -1,0 +1,147 @@
+"""The store's tables (SQLAlchemy Core) and the versioned upgrade path. Only `store.py` imports this.
+
+Times are UNIX seconds as floats (portable, indexable, cheap to compare). JSON
+documents are text. Every table is append-mostly: nothing is ever deleted.
+
+Upgrading: `SCHEMA_VERSION` is the version this code writes. `MIGRATIONS[n]`
+takes a database from version n-1 to n; a fresh database is created at the
+latest version directly. Both paths must give the same schema (tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+SCHEMA_VERSION = 1
+
+metadata = sa.MetaData()
+
+meta = sa.Table(
+    "meta",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+notifications = sa.Table(
+    "notifications",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("received_at", sa.Float, nullable=False),
+    sa.Column("receiver", sa.String(255), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("group_key", sa.Text, nullable=False),
+    sa.Column("alert_count", sa.Integer, nullable=False),
+    sa.Column("raw", sa.Text, nullable=False),
+)
+
+alerts = sa.Table(
+    "alerts",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("notification_id", sa.Integer, sa.ForeignKey("notifications.id"), nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("alertname", sa.String(255), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("starts_at", sa.String(40), nullable=False),
+    sa.Column("ends_at", sa.String(40), nullable=True),
+    sa.Column("labels", sa.Text, nullable=False),
+    sa.Column("annotations", sa.Text, nullable=False),
+    sa.Column("generator_url", sa.Text, nullable=False),
+    sa.Index("ix_alerts_notification", "notification_id"),
+    sa.Index("ix_alerts_fingerprint", "fingerprint", "starts_at"),
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("dedupe_key", sa.String(64), nullable=False, unique=True),
+    sa.Column("playbook", sa.String(128), nullable=False),
+    sa.Column("alertname", sa.String(255), nullable=False),
+    sa.Column("target", sa.String(255), nullable=False),
+    sa.Column("phase", sa.String(16), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("alert_id", sa.Integer, sa.ForeignKey("alerts.id"), nullable=False),
+    # A resolved run waits until the firing run of the same alert occurrence has finished.
+    sa.Column("after_run_id", sa.Integer, nullable=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("claimed_by", sa.String(255), nullable=True),
+    sa.Column("heartbeat_at", sa.Float, nullable=True),
+    sa.Column("approved_by", sa.String(255), nullable=True),
+    sa.Column("approved_at", sa.Float, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Index("ix_runs_status", "status", "id"),
+    sa.Index("ix_runs_guard", "playbook", "target", "phase", "created_at"),
+)
+
+steps = sa.Table(
+    "steps",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), nullable=False),
+    sa.Column("idx", sa.Integer, nullable=False),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("action", sa.String(128), nullable=False),
+    sa.Column("where", sa.String(16), nullable=False),
+    sa.Column("params", sa.Text, nullable=False),
+    sa.Column("timeout", sa.Float, nullable=False),
+    sa.Column("retries", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("plan", sa.Text, nullable=True),
+    sa.Column("result", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("started_at", sa.Float, nullable=True),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.UniqueConstraint("run_id", "idx", name="uq_steps_run_idx"),
+)
+
+attempts = sa.Table(
+    "attempts",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("step_id", sa.Integer, sa.ForeignKey("steps.id"), nullable=False),
+    sa.Column("number", sa.Integer, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("finished_at", sa.Float, nullable=True),
+    sa.Column("outcome", sa.String(32), nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Index("ix_attempts_step", "step_id", "number"),
+)
+
+# One row per (alert, playbook) decision, or per alert when nothing matched: the audit history.
+# `status` is the run's status while a run exists, else the decision itself, so that one
+# indexed column answers "show me what failed / what was refused".
+decisions = sa.Table(
+    "decisions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("notification_id", sa.Integer, sa.ForeignKey("notifications.id"), nullable=False),
+    sa.Column("alert_id", sa.Integer, sa.ForeignKey("alerts.id"), nullable=False),
+    sa.Column("alertname", sa.String(255), nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("alert_status", sa.String(16), nullable=False),
+    sa.Column("playbook", sa.String(128), nullable=True),
+    sa.Column("target", sa.String(255), nullable=True),
+    sa.Column("decision", sa.String(32), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("status", sa.String(32), nullable=False),
+    sa.Column("run_id", sa.Integer, sa.ForeignKey("runs.id"), nullable=True),
+    sa.Index("ix_decisions_playbook", "playbook", "id"),
+    sa.Index("ix_decisions_alertname", "alertname", "id"),
+    sa.Index("ix_decisions_target", "target", "id"),
+    sa.Index("ix_decisions_status", "status", "id"),
+    sa.Index("ix_decisions_created", "created_at"),
+    sa.Index("ix_decisions_run", "run_id"),
+)
+
+# version -> function(connection) upgrading from version-1. Version 1 is the first schema.
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {}

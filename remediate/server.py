@@ -1,0 +1,291 @@
+"""The HTTP face of remediate: a Flask app factory. The only module that knows HTTP.
+
+Endpoints: POST /webhook (AlertManager v4), GET /history, GET /runs/<id>,
+POST /runs/<id>/approve, GET|POST /pause, POST /resume, /healthz, /readyz,
+/metrics. The webhook answers 200 only once the notification and its runs are
+committed; executing happens in the executor, never inside the request.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from flask import Flask, Response, jsonify, request
+from prometheus_client import CollectorRegistry
+from werkzeug.exceptions import HTTPException
+
+from remediate.actions import ActionRegistry, default_registry
+from remediate.alerts import parse_timestamp
+from remediate.config import Settings
+from remediate.engine import Engine
+from remediate.errors import ConfigError, PayloadError, RunStateError, UnknownRunError
+from remediate.executor import Executor
+from remediate.metrics import Metrics, exposition, multiprocess_mode
+from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.store import HistoryQuery, Store
+
+log = logging.getLogger("remediate.server")
+
+READ = "read"
+WRITE = "write"
+MAX_HISTORY_LIMIT = 1000
+
+
+@dataclass
+class Services:
+    """Everything a request handler may use, built once per process by `create_app`."""
+
+    settings: Settings
+    store: Store
+    engine: Engine
+    executor: Executor
+    metrics: Metrics
+    metrics_registry: CollectorRegistry | None
+    token: str | None
+    read_token: str | None
+
+
+def build_services(
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    registry: ActionRegistry | None = None,
+    playbooks: PlaybookSet | None = None,
+) -> Services:
+    token = settings.resolved_token()
+    read_token = settings.resolved_read_token()
+    if not token and not settings.insecure_no_auth:
+        raise ConfigError(
+            "no token configured: set REMEDIATE_TOKEN or --token-file (or, for local experiments only, "
+            "--insecure-no-auth)"
+        )
+    registry = registry or default_registry()
+    playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
+    store = store or Store.open(settings.database_url)
+    metrics_registry = None if multiprocess_mode() else CollectorRegistry()
+    metrics = Metrics(metrics_registry)
+    executor = Executor(
+        store=store,
+        registry=registry,
+        threads=settings.executor_threads,
+        poll_interval=settings.poll_interval,
+        stale_after=settings.stale_after,
+        metrics=metrics,
+    )
+    engine = Engine(
+        store=store,
+        playbooks=playbooks,
+        registry=registry,
+        server_mode=settings.mode,
+        default_step_timeout=settings.step_timeout,
+        on_queued=executor.wake,
+    )
+    return Services(settings, store, engine, executor, metrics, metrics_registry, token, read_token)
+
+
+def create_app(settings: Settings, *, services: Services | None = None) -> Flask:
+    services = services or build_services(settings)
+    if services.token is None:
+        log.warning(
+            "AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach %s can trigger remediation",
+            settings.bind,
+        )
+    app = Flask("remediate")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.extensions["remediate"] = services
+    _register_routes(app, services)
+    return app
+
+
+def _error(status: int, error: str, message: str, **extra: Any) -> tuple[Response, int]:
+    return jsonify({"error": error, "message": message, **extra}), status
+
+
+def _authorized(services: Services, need: str) -> bool:
+    if services.token is None:
+        return True
+    header = request.headers.get("Authorization", "")
+    scheme, _, presented = header.partition(" ")
+    if scheme.lower() != "bearer" or not presented:
+        return False
+    presented_bytes = presented.strip().encode()
+    if hmac.compare_digest(presented_bytes, services.token.encode()):
+        return True
+    return (
+        need == READ
+        and services.read_token is not None
+        and hmac.compare_digest(presented_bytes, services.read_token.encode())
+    )
+
+
+def _requires(services: Services, need: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not _authorized(services, need):
+                if view.__name__ == "webhook":
+                    services.metrics.rejected.labels("401").inc()
+                response, status = _error(401, "unauthorized", "missing or wrong bearer token")
+                response.headers["WWW-Authenticate"] = 'Bearer realm="remediate"'
+                return response, status
+            return view(*args, **kwargs)
+
+        wrapper.__name__ = view.__name__
+        return wrapper
+
+    return decorate
+
+
+def _actor() -> str:
+    body = request.get_json(silent=True) if request.is_json else None
+    by = body.get("by") if isinstance(body, dict) else None
+    return str(by)[:255] if by else f"http:{request.remote_addr}"
+
+
+def _register_routes(app: Flask, services: Services) -> None:
+    store = services.store
+
+    @app.post("/webhook")
+    @_requires(services, WRITE)
+    def webhook() -> Any:
+        length = request.content_length
+        if length is not None and length > services.settings.max_body_bytes:
+            services.metrics.rejected.labels("413").inc()
+            return _error(413, "payload_too_large", f"body over {services.settings.max_body_bytes} bytes")
+        if request.mimetype != "application/json":
+            services.metrics.rejected.labels("415").inc()
+            return _error(415, "unsupported_media_type", "send Content-Type: application/json")
+        body = request.get_data(cache=False)
+        try:
+            result = services.engine.ingest_body(body, received_at=time.time())
+        except PayloadError as exc:
+            services.metrics.rejected.labels("400").inc()
+            return _error(400, "invalid_payload", exc.detail, field=exc.field)
+        except sa.exc.SQLAlchemyError:
+            log.exception("could not store a notification")
+            services.metrics.rejected.labels("503").inc()
+            return _error(
+                503, "store_unavailable", "the notification could not be stored; AlertManager will retry"
+            )
+        services.metrics.record_ingest(result)
+        return jsonify(result.summary())
+
+    @app.get("/history")
+    @_requires(services, READ)
+    def history() -> Any:
+        try:
+            query = _history_query(request.args)
+            entries, cursor = store.history(query)
+        except ValueError as exc:
+            return _error(400, "invalid_query", str(exc))
+        return jsonify({"entries": entries, "next_cursor": cursor})
+
+    @app.get("/runs/<int:run_id>")
+    @_requires(services, READ)
+    def run(run_id: int) -> Any:
+        try:
+            return jsonify(store.run_detail(run_id))
+        except UnknownRunError as exc:
+            return _error(404, "not_found", str(exc))
+
+    @app.post("/runs/<int:run_id>/approve")
+    @_requires(services, WRITE)
+    def approve(run_id: int) -> Any:
+        try:
+            store.approve(run_id, by=_actor(), now=time.time())
+        except UnknownRunError as exc:
+            return _error(404, "not_found", str(exc))
+        except RunStateError as exc:
+            return _error(409, "conflict", str(exc))
+        services.executor.wake()
+        return jsonify(store.run_detail(run_id))
+
+    @app.get("/pause")
+    @_requires(services, READ)
+    def pause_state() -> Any:
+        return jsonify(_pause_json(store))
+
+    @app.post("/pause")
+    @_requires(services, WRITE)
+    def pause() -> Any:
+        body = request.get_json(silent=True) if request.is_json else None
+        reason = str(body.get("reason", "")) if isinstance(body, dict) else ""
+        store.set_paused(True, by=_actor(), reason=reason[:1000], now=time.time())
+        return jsonify(_pause_json(store))
+
+    @app.post("/resume")
+    @_requires(services, WRITE)
+    def resume() -> Any:
+        store.set_paused(False, by=_actor(), reason="", now=time.time())
+        return jsonify(_pause_json(store))
+
+    @app.get("/healthz")
+    def healthz() -> Any:
+        return jsonify({"status": "ok"})
+
+    @app.get("/readyz")
+    def readyz() -> Any:
+        try:
+            store.ping()
+        except sa.exc.SQLAlchemyError as exc:
+            return _error(503, "store_unreachable", str(exc.__class__.__name__))
+        return jsonify({"status": "ready", "playbooks": len(services.engine.playbooks)})
+
+    @app.get("/metrics")
+    def metrics() -> Any:
+        return Response(exposition(services.metrics_registry, store), mimetype="text/plain; version=0.0.4")
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Any:
+        code = exc.code or 500
+        if code == 413:
+            services.metrics.rejected.labels("413").inc()
+        return _error(code, (exc.name or "error").lower().replace(" ", "_"), exc.description or "")
+
+
+def _pause_json(store: Store) -> dict[str, Any]:
+    state = store.pause_state()
+    return {"paused": state.paused, "by": state.by, "reason": state.reason, "since": state.since}
+
+
+def _history_query(args: Any) -> HistoryQuery:
+    known = {"playbook", "alertname", "target", "node", "status", "since", "until", "limit", "cursor"}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ValueError(f"unknown query parameter {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    limit_text = args.get("limit", "50")
+    try:
+        limit = int(limit_text)
+    except ValueError:
+        raise ValueError(f"limit must be a whole number, got {limit_text!r}") from None
+    if not 1 <= limit <= MAX_HISTORY_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_HISTORY_LIMIT}")
+    return HistoryQuery(
+        playbook=args.get("playbook") or None,
+        alertname=args.get("alertname") or None,
+        target=args.get("target") or args.get("node") or None,
+        status=args.get("status") or None,
+        since=parse_time_arg(args.get("since"), "since"),
+        until=parse_time_arg(args.get("until"), "until"),
+        limit=limit,
+        cursor=args.get("cursor") or None,
+    )
+
+
+def parse_time_arg(value: str | None, name: str) -> float | None:
+    """RFC 3339 timestamps or UNIX seconds."""
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return parse_timestamp(value, name).timestamp()
+    except PayloadError:
+        raise ValueError(f"{name} must be an RFC 3339 time (2026-11-21T05:40:14Z) or UNIX seconds") from None

@@ -1,0 +1,722 @@
+"""The store: audit history and durable run queue, on SQLAlchemy Core (SQLite by default).
+
+Who calls it: the engine (ingest, inside one write transaction per notification),
+the executor (claim runs, record steps and attempts, recover after a crash), the
+HTTP server and the CLI (history, run details, approve, pause). It knows nothing
+about Flask, playbooks or actions: it stores what it is given.
+
+SQLite is used with WAL, a busy timeout and `BEGIN IMMEDIATE` for every write
+transaction, so several gunicorn workers serialise their writes instead of
+failing; reads never block writers.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from remediate import schema as t
+from remediate.errors import ConfigError, RunStateError, UnknownRunError
+
+# Run statuses.
+QUEUED = "queued"
+AWAITING_APPROVAL = "awaiting_approval"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+PLANNED = "planned"  # a dry-run run that finished planning
+REJECTED = "rejected"  # its params did not render or validate; nothing ran
+CANCELLED = "cancelled"  # awaited approval, and the alert resolved first
+FINAL_RUN_STATUSES = (SUCCEEDED, FAILED, PLANNED, REJECTED, CANCELLED)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+@dataclass(frozen=True)
+class HistoryQuery:
+    playbook: str | None = None
+    alertname: str | None = None
+    target: str | None = None
+    status: str | None = None
+    since: float | None = None
+    until: float | None = None
+    limit: int = 50
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class PauseState:
+    paused: bool
+    by: str = ""
+    reason: str = ""
+    since: float | None = None
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    id: int
+    playbook: str
+    target: str
+    phase: str
+    mode: str
+    alert_context: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    id: int
+    run_id: int
+    idx: int
+    name: str
+    action: str
+    where: str
+    params: Mapping[str, Any]
+    timeout: float
+    retries: int
+    status: str
+    attempts: int
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"d:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        kind, _, number = text.partition(":")
+        if kind != "d":
+            raise ValueError(cursor)
+        return int(number)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError("invalid cursor (pass back the next_cursor of a previous page)") from exc
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Store:
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.is_sqlite = engine.dialect.name == "sqlite"
+        self._writer = engine.execution_options(remediate_begin="IMMEDIATE") if self.is_sqlite else engine
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, url: str, *, upgrade: bool = True) -> Store:
+        try:
+            engine = _create_engine(url)
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
+        store = cls(engine)
+        if upgrade:
+            try:
+                store.upgrade()
+            except sa.exc.OperationalError as exc:
+                raise ConfigError(f"cannot open database {url!r}: {exc.orig}") from exc
+        return store
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def upgrade(self) -> int:
+        """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""
+        with self.write() as conn:
+            inspector = sa.inspect(conn)
+            if not inspector.has_table("meta"):
+                t.metadata.create_all(conn)
+                conn.execute(sa.insert(t.meta).values(key="schema_version", value=str(t.SCHEMA_VERSION)))
+                return 0
+            found = int(
+                conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar_one()
+            )
+            if found > t.SCHEMA_VERSION:
+                raise ConfigError(
+                    f"the database has schema version {found}, newer than this remediate ({t.SCHEMA_VERSION}): "
+                    "upgrade remediate"
+                )
+            for version in range(found + 1, t.SCHEMA_VERSION + 1):
+                t.MIGRATIONS[version](conn)
+            conn.execute(
+                sa.update(t.meta).where(t.meta.c.key == "schema_version").values(value=str(t.SCHEMA_VERSION))
+            )
+            return found
+
+    def schema_version(self) -> int:
+        with self.engine.connect() as conn:
+            return int(
+                conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar_one()
+            )
+
+    @contextmanager
+    def write(self) -> Iterator[sa.Connection]:
+        """One write transaction (SQLite: BEGIN IMMEDIATE, so concurrent writers queue up)."""
+        with self._writer.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def read(self) -> Iterator[sa.Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    def ping(self) -> None:
+        with self.read() as conn:
+            conn.execute(sa.select(t.meta.c.key).limit(1)).all()
+
+    # ------------------------------------------------------------------ ingest (used by the engine)
+
+    def writer(self) -> _IngestWriterContext:
+        return _IngestWriterContext(self)
+
+    @contextmanager
+    def guard_reader(self) -> Iterator[GuardReader]:
+        with self.read() as conn:
+            yield GuardReader(conn, self)
+
+    # ------------------------------------------------------------------ pause
+
+    def pause_state(self, conn: sa.Connection | None = None) -> PauseState:
+        if conn is None:
+            with self.read() as own:
+                return self.pause_state(own)
+        row = conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "pause")).scalar_one_or_none()
+        if not row:
+            return PauseState(False)
+        data = json.loads(row)
+        return PauseState(
+            bool(data.get("paused")), data.get("by", ""), data.get("reason", ""), data.get("since")
+        )
+
+    def set_paused(self, paused: bool, *, by: str, reason: str, now: float) -> PauseState:
+        state = PauseState(paused, by, reason, now)
+        value = dumps({"paused": paused, "by": by, "reason": reason, "since": now})
+        with self.write() as conn:
+            updated = conn.execute(
+                sa.update(t.meta).where(t.meta.c.key == "pause").values(value=value)
+            ).rowcount
+            if not updated:
+                conn.execute(sa.insert(t.meta).values(key="pause", value=value))
+        return state
+
+    # ------------------------------------------------------------------ executor
+
+    def claim_run(self, worker: str, now: float) -> ClaimedRun | None:
+        """Take the oldest queued run for this worker, atomically across processes."""
+        prior = t.runs.alias("prior")
+        prior_unfinished = sa.exists().where(
+            prior.c.id == t.runs.c.after_run_id, prior.c.status.not_in(FINAL_RUN_STATUSES)
+        )
+        oldest = (
+            sa.select(t.runs.c.id)
+            .where(t.runs.c.status == QUEUED, sa.not_(prior_unfinished))
+            .order_by(t.runs.c.id)
+            .limit(1)
+        )
+        if not self.is_sqlite:
+            oldest = oldest.with_for_update(skip_locked=True)
+        with self.write() as conn:
+            run_id = conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id == oldest.scalar_subquery(), t.runs.c.status == QUEUED)
+                .values(
+                    status=RUNNING,
+                    claimed_by=worker,
+                    heartbeat_at=now,
+                    updated_at=now,
+                    started_at=sa.func.coalesce(t.runs.c.started_at, now),
+                )
+                .returning(t.runs.c.id)
+            ).scalar_one_or_none()
+            if run_id is None:
+                return None
+            self._sync_decision_status(conn, run_id, RUNNING)
+            row = conn.execute(
+                sa.select(
+                    t.runs,
+                    t.alerts.c.labels,
+                    t.alerts.c.annotations,
+                    t.alerts.c.fingerprint,
+                    t.alerts.c.starts_at,
+                    t.alerts.c.ends_at,
+                    t.alerts.c.generator_url,
+                    t.alerts.c.status.label("alert_status"),
+                )
+                .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+                .where(t.runs.c.id == run_id)
+            ).one()
+        labels = json.loads(row.labels)
+        context = {
+            "labels": labels,
+            "annotations": json.loads(row.annotations),
+            "status": row.alert_status,
+            "alertname": row.alertname,
+            "fingerprint": row.fingerprint,
+            "startsAt": row.starts_at,
+            "endsAt": row.ends_at or "",
+            "generatorURL": row.generator_url,
+        }
+        return ClaimedRun(row.id, row.playbook, row.target, row.phase, row.mode, context)
+
+    def steps_of(self, run_id: int) -> list[StepRecord]:
+        with self.read() as conn:
+            rows = conn.execute(
+                sa.select(t.steps).where(t.steps.c.run_id == run_id).order_by(t.steps.c.idx)
+            ).all()
+        return [
+            StepRecord(
+                r.id,
+                r.run_id,
+                r.idx,
+                r.name,
+                r.action,
+                r.where,
+                json.loads(r.params),
+                r.timeout,
+                r.retries,
+                r.status,
+                r.attempts,
+            )
+            for r in rows
+        ]
+
+    def start_attempt(self, step_id: int, now: float) -> int:
+        with self.write() as conn:
+            number = conn.execute(
+                sa.update(t.steps)
+                .where(t.steps.c.id == step_id)
+                .values(
+                    status=RUNNING,
+                    attempts=t.steps.c.attempts + 1,
+                    started_at=sa.func.coalesce(t.steps.c.started_at, now),
+                )
+                .returning(t.steps.c.attempts)
+            ).scalar_one()
+            conn.execute(sa.insert(t.attempts).values(step_id=step_id, number=number, started_at=now))
+        return int(number)
+
+    def finish_attempt(self, step_id: int, number: int, outcome: str, error: str | None, now: float) -> None:
+        with self.write() as conn:
+            conn.execute(
+                sa.update(t.attempts)
+                .where(t.attempts.c.step_id == step_id, t.attempts.c.number == number)
+                .values(finished_at=now, outcome=outcome, error=error)
+            )
+
+    def record_plan(self, step_id: int, plan: Any) -> None:
+        with self.write() as conn:
+            conn.execute(sa.update(t.steps).where(t.steps.c.id == step_id).values(plan=dumps(plan)))
+
+    def finish_step(
+        self,
+        step_id: int,
+        status: str,
+        *,
+        now: float,
+        result: Any = None,
+        error: str | None = None,
+        plan: Any = None,
+    ) -> None:
+        values: dict[str, Any] = {"status": status, "finished_at": now, "error": error}
+        if result is not None:
+            values["result"] = dumps(result)
+        if plan is not None:
+            values["plan"] = dumps(plan)
+        with self.write() as conn:
+            conn.execute(sa.update(t.steps).where(t.steps.c.id == step_id).values(**values))
+
+    def finish_run(self, run_id: int, status: str, *, now: float, error: str | None = None) -> None:
+        with self.write() as conn:
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id == run_id)
+                .values(status=status, finished_at=now, updated_at=now, error=error, claimed_by=None)
+            )
+            self._sync_decision_status(conn, run_id, status)
+
+    def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
+        if not run_ids:
+            return
+        with self.write() as conn:
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id.in_(run_ids), t.runs.c.claimed_by == worker)
+                .values(heartbeat_at=now)
+            )
+
+    def recover_stale(self, *, now: float, stale_after: float, is_dead: Any) -> list[int]:
+        """Requeue runs whose executor died; their in-flight steps become `interrupted`.
+
+        `is_dead(claimed_by) -> bool` says whether an owner is known dead (same host, pid gone),
+        otherwise a heartbeat older than `stale_after` decides. The executor then decides,
+        per action, whether an interrupted step may run again.
+        """
+        with self.write() as conn:
+            rows = conn.execute(
+                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.heartbeat_at).where(
+                    t.runs.c.status == RUNNING
+                )
+            ).all()
+            stale = [
+                r.id for r in rows if is_dead(r.claimed_by or "") or (r.heartbeat_at or 0) < now - stale_after
+            ]
+            if not stale:
+                return []
+            conn.execute(
+                sa.update(t.steps)
+                .where(t.steps.c.run_id.in_(stale), t.steps.c.status == RUNNING)
+                .values(status="interrupted", error="the executor stopped while this step was running")
+            )
+            conn.execute(
+                sa.update(t.attempts)
+                .where(
+                    t.attempts.c.finished_at.is_(None),
+                    t.attempts.c.step_id.in_(sa.select(t.steps.c.id).where(t.steps.c.run_id.in_(stale))),
+                )
+                .values(
+                    finished_at=now, outcome="interrupted", error="the executor stopped during this attempt"
+                )
+            )
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id.in_(stale))
+                .values(status=QUEUED, claimed_by=None, updated_at=now)
+            )
+            for run_id in stale:
+                self._sync_decision_status(conn, run_id, QUEUED)
+        return stale
+
+    def queue_depth(self) -> dict[str, int]:
+        with self.read() as conn:
+            rows = conn.execute(
+                sa.select(t.runs.c.status, sa.func.count())
+                .where(t.runs.c.status.in_([QUEUED, RUNNING, AWAITING_APPROVAL]))
+                .group_by(t.runs.c.status)
+            ).all()
+        depth = {QUEUED: 0, RUNNING: 0, AWAITING_APPROVAL: 0}
+        depth.update({status: count for status, count in rows})
+        return depth
+
+    # ------------------------------------------------------------------ approval
+
+    def approve(self, run_id: int, *, by: str, now: float) -> None:
+        with self.write() as conn:
+            status = conn.execute(
+                sa.select(t.runs.c.status).where(t.runs.c.id == run_id)
+            ).scalar_one_or_none()
+            if status is None:
+                raise UnknownRunError(f"no run {run_id}")
+            if status != AWAITING_APPROVAL:
+                raise RunStateError(f"run {run_id} is {status}, not awaiting approval")
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id == run_id)
+                .values(status=QUEUED, approved_by=by, approved_at=now, updated_at=now)
+            )
+            self._sync_decision_status(conn, run_id, QUEUED)
+
+    # ------------------------------------------------------------------ reading the history
+
+    def history(self, query: HistoryQuery) -> tuple[list[dict[str, Any]], str | None]:
+        d = t.decisions
+        conditions = []
+        for column, value in (
+            (d.c.playbook, query.playbook),
+            (d.c.alertname, query.alertname),
+            (d.c.target, query.target),
+            (d.c.status, query.status),
+        ):
+            if value is not None:
+                conditions.append(column == value)
+        if query.since is not None:
+            conditions.append(d.c.created_at >= query.since)
+        if query.until is not None:
+            conditions.append(d.c.created_at < query.until)
+        if query.cursor:
+            conditions.append(d.c.id < decode_cursor(query.cursor))
+        statement = (
+            sa.select(
+                d,
+                t.runs.c.phase,
+                t.runs.c.mode,
+                t.runs.c.started_at,
+                t.runs.c.finished_at,
+                t.runs.c.error.label("run_error"),
+            )
+            .outerjoin(t.runs, t.runs.c.id == d.c.run_id)
+            .where(*conditions)
+            .order_by(d.c.id.desc())
+            .limit(query.limit + 1)
+        )
+        with self.read() as conn:
+            rows = conn.execute(statement).all()
+        more = len(rows) > query.limit
+        rows = rows[: query.limit]
+        entries = [
+            {
+                "id": r.id,
+                "time": r.created_at,
+                "alertname": r.alertname,
+                "fingerprint": r.fingerprint,
+                "alert_status": r.alert_status,
+                "playbook": r.playbook,
+                "target": r.target,
+                "decision": r.decision,
+                "reason": r.reason,
+                "status": r.status,
+                "run_id": r.run_id,
+                "run": None
+                if r.run_id is None
+                else {
+                    "id": r.run_id,
+                    "phase": r.phase,
+                    "mode": r.mode,
+                    "status": r.status,
+                    "started_at": r.started_at,
+                    "finished_at": r.finished_at,
+                    "error": r.run_error,
+                },
+            }
+            for r in rows
+        ]
+        return entries, (encode_cursor(rows[-1].id) if more and rows else None)
+
+    def run_detail(self, run_id: int) -> dict[str, Any]:
+        with self.read() as conn:
+            run = conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id)).one_or_none()
+            if run is None:
+                raise UnknownRunError(f"no run {run_id}")
+            alert = conn.execute(sa.select(t.alerts).where(t.alerts.c.id == run.alert_id)).one()
+            step_rows = conn.execute(
+                sa.select(t.steps).where(t.steps.c.run_id == run_id).order_by(t.steps.c.idx)
+            ).all()
+            attempt_rows = conn.execute(
+                sa.select(t.attempts)
+                .where(t.attempts.c.step_id.in_([s.id for s in step_rows]))
+                .order_by(t.attempts.c.step_id, t.attempts.c.number)
+            ).all()
+            decision = conn.execute(sa.select(t.decisions).where(t.decisions.c.run_id == run_id)).first()
+        attempts_by_step: dict[int, list[dict[str, Any]]] = {}
+        for a in attempt_rows:
+            attempts_by_step.setdefault(a.step_id, []).append(
+                {
+                    "number": a.number,
+                    "started_at": a.started_at,
+                    "finished_at": a.finished_at,
+                    "outcome": a.outcome,
+                    "error": a.error,
+                }
+            )
+        return {
+            "id": run.id,
+            "playbook": run.playbook,
+            "alertname": run.alertname,
+            "target": run.target,
+            "phase": run.phase,
+            "mode": run.mode,
+            "status": run.status,
+            "created_at": run.created_at,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "approved_by": run.approved_by,
+            "approved_at": run.approved_at,
+            "error": run.error,
+            "decision": None
+            if decision is None
+            else {"decision": decision.decision, "reason": decision.reason},
+            "alert": {
+                "id": alert.id,
+                "notification_id": alert.notification_id,
+                "fingerprint": alert.fingerprint,
+                "status": alert.status,
+                "startsAt": alert.starts_at,
+                "endsAt": alert.ends_at,
+                "labels": json.loads(alert.labels),
+                "annotations": json.loads(alert.annotations),
+                "generatorURL": alert.generator_url,
+            },
+            "steps": [
+                {
+                    "index": s.idx,
+                    "name": s.name,
+                    "action": s.action,
+                    "where": s.where,
+                    "params": json.loads(s.params),
+                    "status": s.status,
+                    "plan": _loads(s.plan),
+                    "result": _loads(s.result),
+                    "error": s.error,
+                    "attempts": attempts_by_step.get(s.id, []),
+                    "timeout": s.timeout,
+                    "retries": s.retries,
+                    "started_at": s.started_at,
+                    "finished_at": s.finished_at,
+                }
+                for s in step_rows
+            ],
+        }
+
+    def counts(self) -> dict[str, int]:
+        with self.read() as conn:
+            return {
+                name: int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+                for name, table in (
+                    ("notifications", t.notifications),
+                    ("alerts", t.alerts),
+                    ("decisions", t.decisions),
+                    ("runs", t.runs),
+                    ("steps", t.steps),
+                )
+            }
+
+    @staticmethod
+    def _sync_decision_status(conn: sa.Connection, run_id: int, status: str) -> None:
+        conn.execute(sa.update(t.decisions).where(t.decisions.c.run_id == run_id).values(status=status))
+
+
+class _IngestWriterContext:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._cm: Any = None
+
+    def __enter__(self) -> IngestWriter:
+        self._cm = self._store.write()
+        return IngestWriter(self._cm.__enter__(), self._store)
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self._cm.__exit__(*exc_info)
+
+
+class GuardReader:
+    """The reads the guards need, on one connection: inside the ingest transaction, or read-only for dry-run."""
+
+    def __init__(self, conn: sa.Connection, store: Store) -> None:
+        self.conn = conn
+        self._store = store
+
+    def pause_state(self) -> PauseState:
+        return self._store.pause_state(self.conn)
+
+    def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """dedupe_key -> (run id, status) for keys that already have a run."""
+        found: dict[str, tuple[int, str]] = {}
+        key_list = list(dict.fromkeys(keys))
+        for start in range(0, len(key_list), 500):
+            chunk = key_list[start : start + 500]
+            rows = self.conn.execute(
+                sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
+                    t.runs.c.dedupe_key.in_(chunk)
+                )
+            ).all()
+            found.update({r.dedupe_key: (r.id, r.status) for r in rows})
+        return found
+
+    def target_history(self, playbook: str, target: str, since: float) -> tuple[float | None, int]:
+        """(time of the last counted firing run, number of counted firing runs since `since`)."""
+        r = t.runs
+        row = self.conn.execute(
+            sa.select(sa.func.max(r.c.created_at), sa.func.count()).where(
+                r.c.playbook == playbook,
+                r.c.target == target,
+                r.c.phase == "firing",
+                r.c.created_at >= since,
+                r.c.status != REJECTED,
+            )
+        ).one()
+        return row[0], int(row[1])
+
+
+class EmptyGuardReader:
+    """Guard facts of a store with no history (dry-run against a database that does not exist yet)."""
+
+    def pause_state(self) -> PauseState:
+        return PauseState(False)
+
+    def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
+        return {}
+
+    def target_history(self, playbook: str, target: str, since: float) -> tuple[float | None, int]:
+        return None, 0
+
+
+class IngestWriter(GuardReader):
+    """The statements the engine needs while it ingests one notification, all in one transaction."""
+
+    def insert_notification(
+        self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str
+    ) -> int:
+        return int(
+            self.conn.execute(
+                sa.insert(t.notifications)
+                .values(
+                    received_at=received_at,
+                    receiver=receiver,
+                    status=status,
+                    group_key=group_key,
+                    alert_count=alert_count,
+                    raw=raw,
+                )
+                .returning(t.notifications.c.id)
+            ).scalar_one()
+        )
+
+    def insert_many(self, table_name: str, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Insert rows into alerts/runs/steps/decisions and return their ids in order."""
+        if not rows:
+            return []
+        table = t.metadata.tables[table_name]
+        result = self.conn.execute(
+            sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), list(rows)
+        )
+        return [row[0] for row in result]
+
+    def cancel_awaiting(self, run_id: int, reason: str, now: float) -> bool:
+        """Cancel a run still awaiting approval; False when it has moved on."""
+        done = self.conn.execute(
+            sa.update(t.runs)
+            .where(t.runs.c.id == run_id, t.runs.c.status == AWAITING_APPROVAL)
+            .values(status=CANCELLED, error=reason, finished_at=now, updated_at=now)
+        ).rowcount
+        if done:
+            Store._sync_decision_status(self.conn, run_id, CANCELLED)
+        return bool(done)
+
+
+def _create_engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Let SQLAlchemy, not the sqlite3 module, decide when transactions begin.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: sa.Connection) -> None:
+            mode = conn.get_execution_options().get("remediate_begin", "DEFERRED")
+            conn.exec_driver_sql(f"BEGIN {mode}")
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
