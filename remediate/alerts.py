@@ -234,10 +234,7 @@ def format_timestamp(dt: datetime) -> str:
         raise ValueError("format_timestamp needs a timezone-aware datetime")
     utc = dt.astimezone(UTC)
     fraction = f".{utc.microsecond:06d}".rstrip("0") if utc.microsecond else ""
-    return (
-        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}"
-        f"T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}{fraction}Z"
-    )
+    return f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}{fraction}Z"
 
 
 def _parse_alert(raw: object, index: int) -> Alert:
@@ -319,9 +316,7 @@ def _string(obj: Mapping[str, object], key: str, parent: str, *, required: bool)
     return value
 
 
-def _string_map(
-    obj: Mapping[str, object], key: str, parent: str, *, required: bool, labels: bool
-) -> dict[str, str]:
+def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: bool, labels: bool) -> dict[str, str]:
     field = _join(parent, key)
     value = obj.get(key)
     if value is None:
@@ -339,9 +334,7 @@ def _string_map(
         _check_unicode(name, item_field)
         if labels:
             if len(name) > MAX_LABEL_LENGTH:
-                raise PayloadError(
-                    item_field, f"label name is {len(name)} characters long; at most {MAX_LABEL_LENGTH}"
-                )
+                raise PayloadError(item_field, f"label name is {len(name)} characters long; at most {MAX_LABEL_LENGTH}")
             if not _LABEL_NAME.fullmatch(name):
                 raise PayloadError(
                     item_field, f"{_show(name)} is not a valid label name (must match {LABEL_NAME_PATTERN})"

@@ -61,10 +61,17 @@ def common_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--server", metavar="URL", envvar="REMEDIATE_SERVER",
-                     help="Talk to a running server (e.g. http://127.0.0.1:9095) instead of the database."),
-        click.option("--token-file", type=click.Path(path_type=Path, dir_okay=False),
-                     help="File holding the bearer token (default: $REMEDIATE_TOKEN)."),
+        click.option(
+            "--server",
+            metavar="URL",
+            envvar="REMEDIATE_SERVER",
+            help="Talk to a running server (e.g. http://127.0.0.1:9095) instead of the database.",
+        ),
+        click.option(
+            "--token-file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="File holding the bearer token (default: $REMEDIATE_TOKEN).",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -109,10 +116,14 @@ def main() -> None:
 @click.option("--threads", type=click.IntRange(1, 64), help="Threads per worker (>1 uses gthread) [1].")
 @click.option("--executor-threads", type=click.IntRange(0, 64), help="Executor threads per worker [2].")
 @click.option("--mode", type=click.Choice(["enforce", "dry-run"]), help="dry-run = shadow mode: only plan.")
-@click.option("--token-file", type=click.Path(path_type=Path, dir_okay=False),
-              help="File holding the bearer token (or set $REMEDIATE_TOKEN).")
-@click.option("--insecure-no-auth", is_flag=True, default=None,
-              help="Serve without a token. Only for local experiments.")
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File holding the bearer token (or set $REMEDIATE_TOKEN).",
+)
+@click.option(
+    "--insecure-no-auth", is_flag=True, default=None, help="Serve without a token. Only for local experiments."
+)
 @handle_errors
 def serve(**params: Any) -> None:
     """Run the server under gunicorn: webhook receiver, executor, history API."""
@@ -167,8 +178,16 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     _table(
-        [[r["name"], ",".join(r["alertnames"]), r["mode"], " -> ".join(r["steps"]),
-          " -> ".join(r["on_resolved"]) or "-"] for r in rows],
+        [
+            [
+                r["name"],
+                ",".join(r["alertnames"]),
+                r["mode"],
+                " -> ".join(r["steps"]),
+                " -> ".join(r["on_resolved"]) or "-",
+            ]
+            for r in rows
+        ],
         ["NAME", "ALERTS", "MODE", "STEPS", "ON RESOLVED"],
     )
 
@@ -209,8 +228,15 @@ def playbooks_validate(directory: Path | None, config: Path | None) -> None:
 @click.option("--status", type=click.Choice(["firing", "resolved"]), default="firing", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def dry_run(payload: Path | None, alertname: str | None, labels: tuple[str, ...], annotations: tuple[str, ...],
-            status: str, as_json: bool, **params: Any) -> None:
+def dry_run(
+    payload: Path | None,
+    alertname: str | None,
+    labels: tuple[str, ...],
+    annotations: tuple[str, ...],
+    status: str,
+    as_json: bool,
+    **params: Any,
+) -> None:
     """Show what an alert would do: matched playbooks, each guard's decision against the real store,
     and each step's plan. Writes nothing.
 
@@ -254,22 +280,35 @@ def _pairs(items: tuple[str, ...], what: str) -> dict[str, str]:
     return result
 
 
-def _built_notification(alertname: str, labels: tuple[str, ...], annotations: tuple[str, ...],
-                        status: str) -> dict[str, Any]:
+def _built_notification(
+    alertname: str, labels: tuple[str, ...], annotations: tuple[str, ...], status: str
+) -> dict[str, Any]:
     label_map = {"alertname": alertname, **_pairs(labels, "label")}
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     import hashlib
 
     fingerprint = hashlib.sha256(json.dumps(label_map, sort_keys=True).encode()).hexdigest()[:16]
     return {
-        "version": "4", "status": status, "receiver": "dry-run", "groupKey": "{}", "truncatedAlerts": 0,
-        "groupLabels": {"alertname": alertname}, "commonLabels": label_map,
-        "commonAnnotations": _pairs(annotations, "annotation"), "externalURL": "",
-        "alerts": [{
-            "status": status, "labels": label_map, "annotations": _pairs(annotations, "annotation"),
-            "startsAt": now, "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else now,
-            "generatorURL": "", "fingerprint": fingerprint,
-        }],
+        "version": "4",
+        "status": status,
+        "receiver": "dry-run",
+        "groupKey": "{}",
+        "truncatedAlerts": 0,
+        "groupLabels": {"alertname": alertname},
+        "commonLabels": label_map,
+        "commonAnnotations": _pairs(annotations, "annotation"),
+        "externalURL": "",
+        "alerts": [
+            {
+                "status": status,
+                "labels": label_map,
+                "annotations": _pairs(annotations, "annotation"),
+                "startsAt": now,
+                "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else now,
+                "generatorURL": "",
+                "fingerprint": fingerprint,
+            }
+        ],
     }
 
 
@@ -322,8 +361,11 @@ def _client(params: dict[str, Any]) -> Any:
 @handle_errors
 def history(as_json: bool, **params: Any) -> None:
     """Show the audit history, newest first (from the database, or a server with --server)."""
-    filters = {k: params[k] for k in ("playbook", "alertname", "target", "status", "since", "until", "limit",
-                                      "cursor") if params.get(k) is not None}
+    filters = {
+        k: params[k]
+        for k in ("playbook", "alertname", "target", "status", "since", "until", "limit", "cursor")
+        if params.get(k) is not None
+    }
     if params.get("server"):
         page = _client(params).history(filters)
     else:
@@ -332,11 +374,13 @@ def history(as_json: bool, **params: Any) -> None:
 
         store = _open_store(params)
         try:
-            query = HistoryQuery(**{
-                **{k: v for k, v in filters.items() if k not in ("since", "until")},
-                "since": parse_time_arg(filters.get("since"), "since"),
-                "until": parse_time_arg(filters.get("until"), "until"),
-            })
+            query = HistoryQuery(
+                **{
+                    **{k: v for k, v in filters.items() if k not in ("since", "until")},
+                    "since": parse_time_arg(filters.get("since"), "since"),
+                    "until": parse_time_arg(filters.get("until"), "until"),
+                }
+            )
             entries, cursor = store.history(query)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
@@ -345,8 +389,19 @@ def history(as_json: bool, **params: Any) -> None:
         click.echo(json.dumps(page, indent=2))
         return
     _table(
-        [[e["id"], _when(e["time"]), e["alertname"], e.get("playbook") or "-", e.get("target") or "-",
-          e["status"], e.get("run_id") or "-", _short(e["reason"])] for e in page["entries"]],
+        [
+            [
+                e["id"],
+                _when(e["time"]),
+                e["alertname"],
+                e.get("playbook") or "-",
+                e.get("target") or "-",
+                e["status"],
+                e.get("run_id") or "-",
+                _short(e["reason"]),
+            ]
+            for e in page["entries"]
+        ],
         ["ID", "TIME", "ALERT", "PLAYBOOK", "TARGET", "STATUS", "RUN", "REASON"],
     )
     if page.get("next_cursor"):
@@ -365,8 +420,10 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
     if as_json:
         click.echo(json.dumps(detail, indent=2))
         return
-    click.echo(f"run {detail['id']}: {detail['playbook']} on {detail['target']} ({detail['phase']}, "
-               f"{detail['mode']}) -> {detail['status']}")
+    click.echo(
+        f"run {detail['id']}: {detail['playbook']} on {detail['target']} ({detail['phase']}, "
+        f"{detail['mode']}) -> {detail['status']}"
+    )
     if detail.get("error"):
         click.echo(f"error: {detail['error']}")
     click.echo(f"alert: {detail['alert']['labels']}")

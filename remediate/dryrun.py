@@ -35,8 +35,13 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
     else:
         store = Store.open(settings.database_url, upgrade=False)
     try:
-        engine = Engine(store=store, playbooks=playbooks, registry=registry, server_mode=settings.mode,
-                        default_step_timeout=settings.step_timeout)
+        engine = Engine(
+            store=store,
+            playbooks=playbooks,
+            registry=registry,
+            server_mode=settings.mode,
+            default_step_timeout=settings.step_timeout,
+        )
         judged = engine.preview(notification, now=now)
         paused = store.pause_state().paused if store is not None else False
     finally:
@@ -46,8 +51,12 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
     alerts: list[dict[str, Any]] = []
     for index, alert in enumerate(notification.alerts):
         entry: dict[str, Any] = {
-            "alert": {"alertname": alert.name, "status": alert.status, "fingerprint": alert.fingerprint,
-                      "labels": dict(alert.labels)},
+            "alert": {
+                "alertname": alert.name,
+                "status": alert.status,
+                "fingerprint": alert.fingerprint,
+                "labels": dict(alert.labels),
+            },
             "playbooks": [],
         }
         for j in judged:
@@ -57,20 +66,36 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
             steps = []
             for step_index, step in enumerate(ev.steps):
                 action = registry.get(step.spec.action)
-                ctx = StepContext(run_id=0, step_index=step_index, playbook=ev.playbook.name, target=ev.target,
-                                  alert=alert.template_context())
-                item: dict[str, Any] = {"index": step_index, "name": step.spec.name, "action": step.spec.action,
-                                        "where": step.where, "params": dict(step.params)}
+                ctx = StepContext(
+                    run_id=0,
+                    step_index=step_index,
+                    playbook=ev.playbook.name,
+                    target=ev.target,
+                    alert=alert.template_context(),
+                )
+                item: dict[str, Any] = {
+                    "index": step_index,
+                    "name": step.spec.name,
+                    "action": step.spec.action,
+                    "where": step.where,
+                    "params": dict(step.params),
+                }
                 try:
                     item["plan"] = action.plan(step.params, ctx)
                 except Exception as exc:
                     item["plan_error"] = f"{exc.__class__.__name__}: {exc}"
                 steps.append(item)
-            entry["playbooks"].append({
-                "playbook": ev.playbook.name, "target": ev.target, "mode": ev.mode.value,
-                "decision": j.verdict.decision.value, "reason": j.verdict.reason,
-                "would_run": j.verdict.accepted, "steps": steps,
-            })
+            entry["playbooks"].append(
+                {
+                    "playbook": ev.playbook.name,
+                    "target": ev.target,
+                    "mode": ev.mode.value,
+                    "decision": j.verdict.decision.value,
+                    "reason": j.verdict.reason,
+                    "would_run": j.verdict.accepted,
+                    "steps": steps,
+                }
+            )
         alerts.append(entry)
     return {
         "store": store_note,

@@ -169,9 +169,7 @@ class Engine:
             except ParamsError as exc:
                 prefix = "on_resolved" if alert.status == "resolved" else "steps"
                 return Evaluation(**base, error=f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}")
-            rendered.append(
-                RenderedStep(spec, action.where.value, params, spec.timeout or self.default_step_timeout)
-            )
+            rendered.append(RenderedStep(spec, action.where.value, params, spec.timeout or self.default_step_timeout))
         return Evaluation(**base, steps=tuple(rendered))
 
     # ------------------------------------------------------------------ ingest
@@ -203,17 +201,11 @@ class Engine:
         judged: list[Judged] = []
         for index, alert, evs in evaluations:
             if not evs:
-                judged.append(
-                    Judged(index, alert, None, Verdict(Decision.UNMATCHED, "no playbook matches this alert"))
-                )
+                judged.append(Judged(index, alert, None, Verdict(Decision.UNMATCHED, "no playbook matches this alert")))
                 continue
             for ev in evs:
                 duplicate = existing.get(ev.dedupe_key)
-                firing = (
-                    existing.get(dedupe_key(alert, ev.playbook.name, "firing"))
-                    if ev.phase == "resolved"
-                    else None
-                )
+                firing = existing.get(dedupe_key(alert, ev.playbook.name, "firing")) if ev.phase == "resolved" else None
                 key = (ev.playbook.name, ev.target)
                 if ev.phase == "firing" and key not in history:
                     history[key] = reader.target_history(ev.playbook.name, ev.target, window_start)
@@ -262,9 +254,7 @@ class Engine:
             run_rows = [self._run_row(j, alert_ids[j.index], received_at) for j in with_runs]
             run_ids = dict(zip((id(j) for j in with_runs), w.insert_many("runs", run_rows), strict=True))
             statuses = {id(j): row["status"] for j, row in zip(with_runs, run_rows, strict=True)}
-            w.insert_many(
-                "steps", [row for j in with_runs for row in _step_rows(run_ids[id(j)], j.evaluation)]
-            )
+            w.insert_many("steps", [row for j in with_runs for row in _step_rows(run_ids[id(j)], j.evaluation)])
             for j in with_runs:
                 if (
                     j.phase == "resolved"
@@ -272,9 +262,7 @@ class Engine:
                     and j.firing_run
                     and j.firing_run[1] == AWAITING_APPROVAL
                 ):
-                    w.cancel_awaiting(
-                        j.firing_run[0], "the alert resolved before the run was approved", received_at
-                    )
+                    w.cancel_awaiting(j.firing_run[0], "the alert resolved before the run was approved", received_at)
             w.insert_many(
                 "decisions",
                 [
@@ -304,9 +292,7 @@ class Engine:
             )
             for j in judged
         ]
-        result = IngestResult(
-            notification_id, notification.status, len(notification.alerts), statuses_count, records
-        )
+        result = IngestResult(notification_id, notification.status, len(notification.alerts), statuses_count, records)
         if result.runs_queued and self.on_queued is not None:
             self.on_queued()
         return result

@@ -44,9 +44,7 @@ class StepTimeout(ActionError):
 class ExecutorMetrics:
     """What the executor reports; the server plugs prometheus counters in, tests may pass nothing."""
 
-    def step_finished(
-        self, action: str, outcome: str, seconds: float
-    ) -> None:  # pragma: no cover - interface
+    def step_finished(self, action: str, outcome: str, seconds: float) -> None:  # pragma: no cover - interface
         pass
 
     def run_finished(self, status: str) -> None:  # pragma: no cover - interface
@@ -86,9 +84,7 @@ def call_with_deadline(function: Callable[[], Any], seconds: float) -> Any:
     thread.start()
     thread.join(max(seconds, 0.0))
     if thread.is_alive():
-        raise StepTimeout(
-            f"timed out after {seconds:.1f}s (the action may still be finishing in the background)"
-        )
+        raise StepTimeout(f"timed out after {seconds:.1f}s (the action may still be finishing in the background)")
     if "error" in box:
         raise box["error"]
     return box.get("value")
@@ -151,9 +147,7 @@ class Executor:
             self._wake.notify()
 
     def recover(self) -> list[int]:
-        recovered = self.store.recover_stale(
-            now=self.clock(), stale_after=self.stale_after, is_dead=_pid_is_dead
-        )
+        recovered = self.store.recover_stale(now=self.clock(), stale_after=self.stale_after, is_dead=_pid_is_dead)
         if recovered:
             log.warning("recovered %d runs left running by a stopped executor: %s", len(recovered), recovered)
         return recovered

@@ -109,9 +109,7 @@ class Matcher:
 def parse_matcher(text: str) -> Matcher:
     """Parse one matcher such as ``severity=~"warning|critical"`` or ``team=ml``."""
     if not isinstance(text, str):
-        raise MatcherSyntaxError(
-            f"a matcher must be a string like 'severity=\"critical\"', got {type(text).__name__}"
-        )
+        raise MatcherSyntaxError(f"a matcher must be a string like 'severity=\"critical\"', got {type(text).__name__}")
     try:
         return _parse(text)
     except MatcherSyntaxError as exc:
@@ -154,8 +152,7 @@ def _parse(text: str) -> Matcher:
         if operator != "=":
             found = repr(text[pos]) if pos < end else "the end"
             raise MatcherSyntaxError(
-                f"expected an operator (=, !=, =~ or !~) after the label name at column {pos + 1}, "
-                f"found {found}"
+                f"expected an operator (=, !=, =~ or !~) after the label name at column {pos + 1}, found {found}"
             )
     pos = _skip_whitespace(text, pos + len(operator), end)
 

@@ -34,18 +34,12 @@ class Metrics(ExecutorMetrics):
         self.notifications = Counter(
             "remediate_notifications_received_total", "Webhook notifications stored", ["status"], **kw
         )
-        self.alerts = Counter(
-            "remediate_alerts_received_total", "Alerts received in notifications", ["status"], **kw
-        )
+        self.alerts = Counter("remediate_alerts_received_total", "Alerts received in notifications", ["status"], **kw)
         self.rejected = Counter(
             "remediate_webhook_rejected_total", "Webhook requests refused, by HTTP status", ["code"], **kw
         )
-        self.decisions = Counter(
-            "remediate_decisions_total", "Guard decisions, by decision", ["decision"], **kw
-        )
-        self.runs = Counter(
-            "remediate_runs_finished_total", "Runs finished, by final status", ["status"], **kw
-        )
+        self.decisions = Counter("remediate_decisions_total", "Guard decisions, by decision", ["decision"], **kw)
+        self.runs = Counter("remediate_runs_finished_total", "Runs finished, by final status", ["status"], **kw)
         self.steps = Counter(
             "remediate_steps_total", "Steps finished, by action and outcome", ["action", "outcome"], **kw
         )

@@ -292,9 +292,7 @@ def _parse_steps(
     raw: Any, field: str, registry: ActionRegistry, fail: Any, *, allow_empty: bool
 ) -> tuple[StepSpec, ...]:
     if not isinstance(raw, list) or (not raw and not allow_empty):
-        raise fail(
-            field, "must be a list of at least one step" if not allow_empty else "must be a list of steps"
-        )
+        raise fail(field, "must be a list of at least one step" if not allow_empty else "must be a list of steps")
     steps = []
     for index, item in enumerate(raw):
         where = f"{field}[{index}]"
@@ -305,9 +303,7 @@ def _parse_steps(
             raise fail(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_STEP_KEYS))})")
         action_name = item.get("action")
         if not isinstance(action_name, str) or action_name not in registry:
-            raise fail(
-                f"{where}.action", f"unknown action {action_name!r} (known: {', '.join(registry.names())})"
-            )
+            raise fail(f"{where}.action", f"unknown action {action_name!r} (known: {', '.join(registry.names())})")
         params = item.get("with") or {}
         if not isinstance(params, dict):
             raise fail(f"{where}.with", "must be a mapping of parameters")
@@ -335,9 +331,7 @@ def _template_syntax_errors(value: Any, path: str) -> Sequence[tuple[str, str]]:
     if isinstance(value, dict):
         return [e for key, item in value.items() for e in _template_syntax_errors(item, f"{path}.{key}")]
     if isinstance(value, list):
-        return [
-            e for index, item in enumerate(value) for e in _template_syntax_errors(item, f"{path}[{index}]")
-        ]
+        return [e for index, item in enumerate(value) for e in _template_syntax_errors(item, f"{path}[{index}]")]
     if is_template(value):
         problem = check_syntax(value)
         if problem:

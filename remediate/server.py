@@ -169,9 +169,7 @@ def _register_routes(app: Flask, services: Services) -> None:
         except sa.exc.SQLAlchemyError:
             log.exception("could not store a notification")
             services.metrics.rejected.labels("503").inc()
-            return _error(
-                503, "store_unavailable", "the notification could not be stored; AlertManager will retry"
-            )
+            return _error(503, "store_unavailable", "the notification could not be stored; AlertManager will retry")
         services.metrics.record_ingest(result)
         return jsonify(result.summary())
 

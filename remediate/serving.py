@@ -72,8 +72,13 @@ def preflight(settings: Settings) -> None:
     playbooks = load_playbooks(settings.playbooks, default_registry())
     store = Store.open(settings.database_url)
     store.close()
-    log.info("%d playbooks from %s; store %s; mode %s", len(playbooks), settings.playbooks,
-             settings.database_url, settings.mode)
+    log.info(
+        "%d playbooks from %s; store %s; mode %s",
+        len(playbooks),
+        settings.playbooks,
+        settings.database_url,
+        settings.mode,
+    )
 
 
 def run_server(settings: Settings) -> None:

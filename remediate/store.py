@@ -144,9 +144,7 @@ class Store:
                 t.metadata.create_all(conn)
                 conn.execute(sa.insert(t.meta).values(key="schema_version", value=str(t.SCHEMA_VERSION)))
                 return 0
-            found = int(
-                conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar_one()
-            )
+            found = int(conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar_one())
             if found > t.SCHEMA_VERSION:
                 raise ConfigError(
                     f"the database has schema version {found}, newer than this remediate ({t.SCHEMA_VERSION}): "
@@ -154,16 +152,12 @@ class Store:
                 )
             for version in range(found + 1, t.SCHEMA_VERSION + 1):
                 t.MIGRATIONS[version](conn)
-            conn.execute(
-                sa.update(t.meta).where(t.meta.c.key == "schema_version").values(value=str(t.SCHEMA_VERSION))
-            )
+            conn.execute(sa.update(t.meta).where(t.meta.c.key == "schema_version").values(value=str(t.SCHEMA_VERSION)))
             return found
 
     def schema_version(self) -> int:
         with self.engine.connect() as conn:
-            return int(
-                conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar_one()
-            )
+            return int(conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar_one())
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
@@ -200,17 +194,13 @@ class Store:
         if not row:
             return PauseState(False)
         data = json.loads(row)
-        return PauseState(
-            bool(data.get("paused")), data.get("by", ""), data.get("reason", ""), data.get("since")
-        )
+        return PauseState(bool(data.get("paused")), data.get("by", ""), data.get("reason", ""), data.get("since"))
 
     def set_paused(self, paused: bool, *, by: str, reason: str, now: float) -> PauseState:
         state = PauseState(paused, by, reason, now)
         value = dumps({"paused": paused, "by": by, "reason": reason, "since": now})
         with self.write() as conn:
-            updated = conn.execute(
-                sa.update(t.meta).where(t.meta.c.key == "pause").values(value=value)
-            ).rowcount
+            updated = conn.execute(sa.update(t.meta).where(t.meta.c.key == "pause").values(value=value)).rowcount
             if not updated:
                 conn.execute(sa.insert(t.meta).values(key="pause", value=value))
         return state
@@ -276,9 +266,7 @@ class Store:
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self.read() as conn:
-            rows = conn.execute(
-                sa.select(t.steps).where(t.steps.c.run_id == run_id).order_by(t.steps.c.idx)
-            ).all()
+            rows = conn.execute(sa.select(t.steps).where(t.steps.c.run_id == run_id).order_by(t.steps.c.idx)).all()
         return [
             StepRecord(
                 r.id,
@@ -369,13 +357,9 @@ class Store:
         """
         with self.write() as conn:
             rows = conn.execute(
-                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.heartbeat_at).where(
-                    t.runs.c.status == RUNNING
-                )
+                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.heartbeat_at).where(t.runs.c.status == RUNNING)
             ).all()
-            stale = [
-                r.id for r in rows if is_dead(r.claimed_by or "") or (r.heartbeat_at or 0) < now - stale_after
-            ]
+            stale = [r.id for r in rows if is_dead(r.claimed_by or "") or (r.heartbeat_at or 0) < now - stale_after]
             if not stale:
                 return []
             conn.execute(
@@ -389,14 +373,10 @@ class Store:
                     t.attempts.c.finished_at.is_(None),
                     t.attempts.c.step_id.in_(sa.select(t.steps.c.id).where(t.steps.c.run_id.in_(stale))),
                 )
-                .values(
-                    finished_at=now, outcome="interrupted", error="the executor stopped during this attempt"
-                )
+                .values(finished_at=now, outcome="interrupted", error="the executor stopped during this attempt")
             )
             conn.execute(
-                sa.update(t.runs)
-                .where(t.runs.c.id.in_(stale))
-                .values(status=QUEUED, claimed_by=None, updated_at=now)
+                sa.update(t.runs).where(t.runs.c.id.in_(stale)).values(status=QUEUED, claimed_by=None, updated_at=now)
             )
             for run_id in stale:
                 self._sync_decision_status(conn, run_id, QUEUED)
@@ -417,9 +397,7 @@ class Store:
 
     def approve(self, run_id: int, *, by: str, now: float) -> None:
         with self.write() as conn:
-            status = conn.execute(
-                sa.select(t.runs.c.status).where(t.runs.c.id == run_id)
-            ).scalar_one_or_none()
+            status = conn.execute(sa.select(t.runs.c.status).where(t.runs.c.id == run_id)).scalar_one_or_none()
             if status is None:
                 raise UnknownRunError(f"no run {run_id}")
             if status != AWAITING_APPROVAL:
@@ -503,9 +481,7 @@ class Store:
             if run is None:
                 raise UnknownRunError(f"no run {run_id}")
             alert = conn.execute(sa.select(t.alerts).where(t.alerts.c.id == run.alert_id)).one()
-            step_rows = conn.execute(
-                sa.select(t.steps).where(t.steps.c.run_id == run_id).order_by(t.steps.c.idx)
-            ).all()
+            step_rows = conn.execute(sa.select(t.steps).where(t.steps.c.run_id == run_id).order_by(t.steps.c.idx)).all()
             attempt_rows = conn.execute(
                 sa.select(t.attempts)
                 .where(t.attempts.c.step_id.in_([s.id for s in step_rows]))
@@ -537,9 +513,7 @@ class Store:
             "approved_by": run.approved_by,
             "approved_at": run.approved_at,
             "error": run.error,
-            "decision": None
-            if decision is None
-            else {"decision": decision.decision, "reason": decision.reason},
+            "decision": None if decision is None else {"decision": decision.decision, "reason": decision.reason},
             "alert": {
                 "id": alert.id,
                 "notification_id": alert.notification_id,
@@ -620,9 +594,7 @@ class GuardReader:
         for start in range(0, len(key_list), 500):
             chunk = key_list[start : start + 500]
             rows = self.conn.execute(
-                sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
-                    t.runs.c.dedupe_key.in_(chunk)
-                )
+                sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(t.runs.c.dedupe_key.in_(chunk))
             ).all()
             found.update({r.dedupe_key: (r.id, r.status) for r in rows})
         return found
@@ -681,9 +653,7 @@ class IngestWriter(GuardReader):
         if not rows:
             return []
         table = t.metadata.tables[table_name]
-        result = self.conn.execute(
-            sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), list(rows)
-        )
+        result = self.conn.execute(sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), list(rows))
         return [row[0] for row in result]
 
     def cancel_awaiting(self, run_id: int, reason: str, now: float) -> bool:

@@ -582,8 +582,7 @@ class Prometheus(_ManagedProcess):
             wait_until(ready, timeout, interval=0.2, message="Prometheus not scraping")
         except AssertionError as exc:
             raise AssertionError(
-                f"{exc}\ntargets: {self.targets()}\n"
-                f"alertmanagers: {self.alertmanagers()}\nlog:\n{self.log_tail()}"
+                f"{exc}\ntargets: {self.targets()}\nalertmanagers: {self.alertmanagers()}\nlog:\n{self.log_tail()}"
             ) from None
 
     def query(self, expr: str) -> list[dict[str, Any]]:
@@ -794,9 +793,7 @@ class WebhookRecorder(_BackgroundServer):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     seen = [r.json for r in self._requests[after:]]
-                    raise AssertionError(
-                        f"no matching request within {timeout:g} s; saw {len(seen)}: {seen!r}"
-                    )
+                    raise AssertionError(f"no matching request within {timeout:g} s; saw {len(seen)}: {seen!r}")
                 self._arrived.wait(remaining)
 
     def _record(self, request: RecordedRequest) -> None:

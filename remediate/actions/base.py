@@ -92,9 +92,7 @@ class ActionRegistry:
         try:
             return self._actions[name]
         except KeyError:
-            raise ParamsError(
-                f"unknown action {name!r} (known: {', '.join(sorted(self._actions))})"
-            ) from None
+            raise ParamsError(f"unknown action {name!r} (known: {', '.join(sorted(self._actions))})") from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._actions

@@ -28,7 +28,5 @@ class LogAction(Action):
         return {"would_log": params["message"], "level": params["level"]}
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        ctx.logger.log(
-            _LEVELS[params["level"]], "run %s playbook %s: %s", ctx.run_id, ctx.playbook, params["message"]
-        )
+        ctx.logger.log(_LEVELS[params["level"]], "run %s playbook %s: %s", ctx.run_id, ctx.playbook, params["message"])
         return {"logged": params["message"], "level": params["level"]}

@@ -42,9 +42,7 @@ class NotifyWebhookAction(Action):
             "url": Param(str, required=True, static=True, check=_check_url, doc="where to POST"),
             "message": Param(str, default="", doc="free text added to the summary; may use templates"),
             "headers": Param(dict, static=True, check=_check_headers, doc="extra HTTP headers"),
-            "timeout": Param(
-                float, default=10.0, check=lambda v: None if 0 < v <= 300 else "must be in (0, 300]"
-            ),
+            "timeout": Param(float, default=10.0, check=lambda v: None if 0 < v <= 300 else "must be in (0, 300]"),
         }
     )
 

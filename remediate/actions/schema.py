@@ -39,9 +39,7 @@ class ParamSchema:
 
     def check_static(self, params: Mapping[str, Any]) -> list[str]:
         """Errors visible before any alert arrives (used by the playbook loader)."""
-        errors = [
-            f"unknown parameter {key!r} (known: {self._known()})" for key in params if key not in self.fields
-        ]
+        errors = [f"unknown parameter {key!r} (known: {self._known()})" for key in params if key not in self.fields]
         for name, spec in self.fields.items():
             if name not in params:
                 if spec.required:
@@ -50,9 +48,7 @@ class ParamSchema:
             value = params[name]
             if _contains_template(value):
                 if spec.static:
-                    errors.append(
-                        f"parameter {name!r} must be written in the playbook, not templated from the alert"
-                    )
+                    errors.append(f"parameter {name!r} must be written in the playbook, not templated from the alert")
                 continue
             try:
                 self._check_one(name, spec, value)
@@ -130,7 +126,5 @@ def _coerce(value: Any, wanted: type) -> Any:
                 return _MISSING
         return _MISSING
     if wanted is str:
-        return (
-            value if isinstance(value, str) else (str(value) if isinstance(value, int | float) else _MISSING)
-        )
+        return value if isinstance(value, str) else (str(value) if isinstance(value, int | float) else _MISSING)
     return value if isinstance(value, wanted) else _MISSING

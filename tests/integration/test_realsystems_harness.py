@@ -48,9 +48,7 @@ def _group(request: RecordedRequest, alertname: str, status: str) -> bool:
     )
 
 
-def test_alertmanager_sends_firing_then_resolved_with_bearer_token(
-    tmp_path: Path, recorder: WebhookRecorder
-) -> None:
+def test_alertmanager_sends_firing_then_resolved_with_bearer_token(tmp_path: Path, recorder: WebhookRecorder) -> None:
     labels = {"alertname": "HarnessSelfTest", "gpu": "3", "Hostname": "node-a"}
     with AlertManager(tmp_path / "am", recorder.url, token=TOKEN) as am:
         fired = time.monotonic()
@@ -79,9 +77,7 @@ def test_alertmanager_sends_firing_then_resolved_with_bearer_token(
         seen = len(recorder.requests)
         resolved_at = time.monotonic()
         am.resolve(labels)
-        resolved = recorder.wait_for(
-            lambda r: _group(r, "HarnessSelfTest", "resolved"), timeout=5, after=seen
-        )
+        resolved = recorder.wait_for(lambda r: _group(r, "HarnessSelfTest", "resolved"), timeout=5, after=seen)
         print(f"AlertManager resolve -> webhook: {resolved.received_at - resolved_at:.2f} s")
         [gone] = resolved.json["alerts"]
         assert gone["status"] == "resolved"
@@ -93,9 +89,7 @@ def test_alertmanager_sends_firing_then_resolved_with_bearer_token(
         assert am.alerts() == []
 
 
-def test_prometheus_rule_reaches_webhook_through_alertmanager(
-    tmp_path: Path, recorder: WebhookRecorder
-) -> None:
+def test_prometheus_rule_reaches_webhook_through_alertmanager(tmp_path: Path, recorder: WebhookRecorder) -> None:
     rules = tmp_path / "rules.yml"
     rules.write_text(
         """\

@@ -550,14 +550,8 @@ def test_timestamps_of_the_right_shape_parse_or_raise_only_payload_errors(text: 
 # --- robustness: whatever json.loads returns, only PayloadError comes out ---------------------
 
 json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=5)
-    ),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=12), children, max_size=5),
     max_leaves=30,
 )
 

@@ -321,12 +321,8 @@ label_names = st.from_regex(r"[a-zA-Z_][a-zA-Z0-9_]{0,10}", fullmatch=True)
 plain_values = st.text(max_size=30)
 
 
-@given(
-    name=label_names, match_type=st.sampled_from([MatchType.EQUAL, MatchType.NOT_EQUAL]), value=plain_values
-)
-def test_the_canonical_form_parses_back_to_the_same_matcher(
-    name: str, match_type: MatchType, value: str
-) -> None:
+@given(name=label_names, match_type=st.sampled_from([MatchType.EQUAL, MatchType.NOT_EQUAL]), value=plain_values)
+def test_the_canonical_form_parses_back_to_the_same_matcher(name: str, match_type: MatchType, value: str) -> None:
     matcher = Matcher(name, match_type, value)
 
     assert parse_matcher(str(matcher)) == matcher
