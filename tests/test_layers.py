@@ -1,0 +1,89 @@
+"""The layers stay apart: the store knows no Flask, actions know no store or engine, only server.py knows HTTP."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "remediate"
+
+# module (relative to remediate/) -> imports it must never make (prefix match)
+FORBIDDEN = {
+    "store.py": [
+        "flask",
+        "werkzeug",
+        "remediate.engine",
+        "remediate.playbooks",
+        "remediate.actions",
+        "remediate.server",
+    ],
+    "schema.py": ["flask", "remediate."],
+    "alerts.py": ["flask", "sqlalchemy", "remediate.store", "remediate.engine"],
+    "matchers.py": ["flask", "sqlalchemy", "remediate.store"],
+    "playbooks.py": ["flask", "sqlalchemy", "remediate.store", "remediate.engine", "remediate.executor"],
+    "guards.py": ["flask", "sqlalchemy", "remediate.store", "remediate.engine"],
+    "engine.py": ["flask", "werkzeug", "remediate.server", "remediate.executor"],
+    "executor.py": ["flask", "werkzeug", "remediate.server", "remediate.engine"],
+    "actions/": [
+        "flask",
+        "werkzeug",
+        "sqlalchemy",
+        "remediate.store",
+        "remediate.engine",
+        "remediate.executor",
+        "remediate.server",
+        "remediate.schema",
+    ],
+}
+HTTP_FRAMEWORKS = ("flask", "werkzeug")
+HTTP_MODULES = {"server.py"}
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def _within(name: str, prefix: str) -> bool:
+    """`remediate.` covers every submodule; `flask` covers flask and flask.*."""
+    if prefix.endswith("."):
+        return name.startswith(prefix)
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("rule", sorted(FORBIDDEN))
+def test_modules_do_not_import_across_their_layer(rule: str) -> None:
+    targets = [p for p in modules() if p.relative_to(PACKAGE).as_posix().startswith(rule)]
+    assert targets, f"no module matches {rule}"
+    for path in targets:
+        bad = {name for name in imports_of(path) for prefix in FORBIDDEN[rule] if _within(name, prefix)}
+        assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
+
+
+def test_only_the_server_module_imports_flask() -> None:
+    offenders = [
+        path.relative_to(PACKAGE).as_posix()
+        for path in modules()
+        if path.relative_to(PACKAGE).as_posix() not in HTTP_MODULES
+        and any(name.split(".")[0] in HTTP_FRAMEWORKS for name in imports_of(path))
+    ]
+    assert offenders == []
+
+
+def test_no_module_uses_a_shell() -> None:
+    for path in modules():
+        text = path.read_text(encoding="utf-8")
+        assert "shell=True" not in text, path
+        assert "os.system" not in text, path
+        assert "os.popen" not in text, path
