@@ -37,6 +37,8 @@ STATUSES: Final = frozenset({"firing", "resolved"})
 MAX_LABELS: Final = 256
 MAX_LABEL_LENGTH: Final = 4096
 MAX_FINGERPRINT_LENGTH: Final = 64
+# Alert names are rule names; the store indexes them (PostgreSQL b-tree rows must stay small).
+MAX_ALERTNAME_LENGTH: Final = 255
 
 # Prometheus label names (AlertManager 0.25 validates the same pattern).
 LABEL_NAME_PATTERN: Final = r"[a-zA-Z_][a-zA-Z0-9_]*"
@@ -248,6 +250,8 @@ def _parse_alert(raw: object, index: int) -> Alert:
     labels = _string_map(raw, "labels", path, required=True, labels=True)
     if not labels.get("alertname"):
         raise PayloadError(f"{path}.labels.alertname", "is required and must not be empty")
+    if len(labels["alertname"]) > MAX_ALERTNAME_LENGTH:
+        raise PayloadError(f"{path}.labels.alertname", f"is longer than {MAX_ALERTNAME_LENGTH} characters")
     annotations = _string_map(raw, "annotations", path, required=False, labels=False)
 
     starts_at_raw = _string(raw, "startsAt", path, required=True)

@@ -90,6 +90,9 @@ def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
             raise CliError(str(exc)) from exc
         except requests.ConnectionError as exc:
             raise CliError(f"cannot reach the server: {exc}") from exc
+        except requests.RequestException as exc:
+            # A --server without http://, a timeout, ...: still one line, never a traceback.
+            raise CliError(f"request to the server failed: {exc}") from exc
         except sqlalchemy.exc.SQLAlchemyError as exc:
             raise CliError(f"database error: {getattr(exc, 'orig', exc)}") from exc
 
@@ -479,9 +482,14 @@ def resume(by: str, **params: Any) -> None:
 
 
 def _open_store(params: dict[str, Any]) -> Any:
+    from remediate.dryrun import sqlite_path
     from remediate.store import Store
 
-    return Store.open(_settings(params).database_url)
+    url = _settings(params).database_url
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        _fail(f"no database at {path}: start the server first, or pass --database-url / --server")
+    return Store.open(url)
 
 
 def _when(timestamp: float) -> str:

@@ -107,8 +107,9 @@ def _to_positive_int(value: Any) -> int:
 
 
 def _to_seconds(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+    # Numbers go through parse_duration too, which refuses negative, infinite and NaN values.
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
     return parse_duration(str(value)).total_seconds()
 
 
@@ -146,12 +147,14 @@ assert set(_CONVERTERS) == {f.name for f in dataclasses.fields(Settings)}
 
 
 def _convert(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    unknown = [key for key in values if str(key).replace("-", "_") not in _CONVERTERS]
+    if unknown:
+        known = ", ".join(sorted(_CONVERTERS))
+        names = ", ".join(repr(key) for key in unknown)
+        raise ConfigError(f"{source}: unknown setting{'s' if len(unknown) > 1 else ''} {names} (known: {known})")
     converted: dict[str, Any] = {}
     for key, raw in values.items():
         name = key.replace("-", "_")
-        if name not in _CONVERTERS:
-            known = ", ".join(sorted(_CONVERTERS))
-            raise ConfigError(f"{source}: unknown setting {key!r} (known: {known})")
         try:
             converted[name] = _CONVERTERS[name](raw)
         except (TypeError, ValueError) as exc:

@@ -18,7 +18,7 @@ from remediate.playbooks import load_playbooks
 from remediate.store import Store
 
 
-def _sqlite_path(url: str) -> Path | None:
+def sqlite_path(url: str) -> Path | None:
     prefix = "sqlite:///"
     return Path(url[len(prefix) :]) if url.startswith(prefix) else None
 
@@ -27,7 +27,7 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
     registry = registry or default_registry()
     notification = parse_notification(data)
     playbooks = load_playbooks(settings.playbooks, registry)
-    path = _sqlite_path(settings.database_url)
+    path = sqlite_path(settings.database_url)
     store: Store | None = None
     store_note = settings.database_url
     if path is not None and not path.exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -21,7 +22,7 @@ def parse_duration(text: str) -> timedelta:
     else:
         if seconds < 0:
             raise ValueError(f"negative duration {text!r}")
-        return timedelta(seconds=seconds)
+        return _timedelta(seconds, text)
     position = 0
     total = 0.0
     for match in _PART.finditer(value):
@@ -31,7 +32,17 @@ def parse_duration(text: str) -> timedelta:
         position = match.end()
     if position != len(value):
         raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 15m, 1h30m, 2d)")
-    return timedelta(seconds=total)
+    return _timedelta(total, text)
+
+
+def _timedelta(seconds: float, text: str) -> timedelta:
+    # "inf", "nan" and absurdly long durations must be a ValueError like any other bad input.
+    if not math.isfinite(seconds):
+        raise ValueError(f"not a finite duration: {text!r}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"duration too long: {text!r}") from None
 
 
 def format_duration(delta: timedelta) -> str:

@@ -176,12 +176,20 @@ class Engine:
 
     def ingest_body(self, body: bytes, *, received_at: float) -> IngestResult:
         """Decode, validate and ingest a webhook body. Raises PayloadError before anything is stored."""
+        # Decode first, strictly: json.loads(bytes) would also take UTF-16/32 and encoded lone
+        # surrogates, which the raw copy stored below cannot hold (RFC 8259: JSON on the wire is UTF-8).
         try:
-            data = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise PayloadError("", f"body is not valid JSON: {exc}") from exc
+            text = body.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise PayloadError("", f"body is not UTF-8 text: {exc}") from exc
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            # ValueError: JSONDecodeError, and integers over Python's 4300-digit limit;
+            # RecursionError: arrays/objects nested thousands deep.
+            raise PayloadError("", f"body is not valid JSON: {str(exc)[:200]}") from exc
         notification = parse_notification(data)
-        return self.ingest(notification, raw=body.decode("utf-8"), received_at=received_at)
+        return self.ingest(notification, raw=text, received_at=received_at)
 
     def judge_all(self, reader: GuardReaderLike, alerts: Sequence[Alert], now: float) -> list[Judged]:
         """Match, render and guard every alert, against the store's facts as `reader` sees them."""
@@ -217,7 +225,8 @@ class Engine:
                     paused_reason=pause.reason,
                     last_run_at=last,
                     runs_in_window=count,
-                    firing_run=firing[0] if firing is not None and firing[1] != REJECTED else None,
+                    firing_run=firing[0] if firing is not None else None,
+                    firing_run_status=firing[1] if firing is not None else None,
                 )
                 verdict = judge(ev.playbook, ev.phase, ev.target, facts, now)
                 if verdict.accepted and ev.error is not None:
@@ -252,16 +261,13 @@ class Engine:
             judged = self.judge_all(w, notification.alerts, received_at)
             with_runs = [j for j in judged if j.creates_run]
             run_rows = [self._run_row(j, alert_ids[j.index], received_at) for j in with_runs]
-            run_ids = dict(zip((id(j) for j in with_runs), w.insert_many("runs", run_rows), strict=True))
+            # Judged values are unique objects: key the new run ids by identity.
+            run_ids = dict(zip(map(id, with_runs), w.insert_many("runs", run_rows), strict=True))
             statuses = {id(j): row["status"] for j, row in zip(with_runs, run_rows, strict=True)}
             w.insert_many("steps", [row for j in with_runs for row in _step_rows(run_ids[id(j)], j.evaluation)])
-            for j in with_runs:
-                if (
-                    j.phase == "resolved"
-                    and j.verdict.accepted
-                    and j.firing_run
-                    and j.firing_run[1] == AWAITING_APPROVAL
-                ):
+            for j in judged:
+                # Whatever the verdict (no_firing_run, nothing_on_resolved, paused, ...): the alert is over.
+                if j.phase == "resolved" and j.firing_run and j.firing_run[1] == AWAITING_APPROVAL:
                     w.cancel_awaiting(j.firing_run[0], "the alert resolved before the run was approved", received_at)
             w.insert_many(
                 "decisions",

@@ -17,6 +17,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from tenacity import (
@@ -63,7 +64,21 @@ def _pid_is_dead(claimed_by: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    return _is_zombie(int(pid))
+
+
+def _is_zombie(pid: int) -> bool:
+    """A killed worker stays a zombie until its parent (or, once orphaned, PID 1) reaps it; it is dead all the same.
+
+    Without this, a server restarted right after a crash (SIGKILL of the gunicorn process group) sees the old
+    workers' pids still "alive" and leaves their runs `running` until the heartbeat goes stale.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # "pid (comm) state ...": comm may contain spaces and parentheses, the state follows the last ")".
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def call_with_deadline(function: Callable[[], Any], seconds: float) -> Any:
@@ -268,7 +283,8 @@ class Executor:
         budget = max(0.0, ctx.deadline - time.monotonic())
         retrying = Retrying(
             stop=stop_after_attempt(step.retries + 1) | stop_after_delay(budget),
-            wait=wait_exponential(multiplier=0.5, min=0.2, max=self.retry_wait_max),
+            # tenacity applies `min` after `max`: cap it too, or retry_wait_max < 0.2 s would not shorten waits.
+            wait=wait_exponential(multiplier=0.5, min=min(0.2, self.retry_wait_max), max=self.retry_wait_max),
             retry=retry_if_exception_type(RetryableActionError),
             reraise=True,
         )

@@ -7,6 +7,7 @@ the audit history. Order matters: a duplicate is a duplicate even while paused.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -44,16 +45,28 @@ class GuardFacts:
     """What the store knows that matters for one decision."""
 
     duplicate_of: int | None = None
+    """The run already recorded for this occurrence; 0 when it is earlier in the same notification."""
     paused: bool = False
     paused_by: str = ""
     paused_reason: str = ""
     last_run_at: float | None = None
     runs_in_window: int = 0
     firing_run: int | None = None
-    """For a resolved alert: the accepted firing run of the same occurrence, if any."""
+    """For a resolved alert: the firing run of the same occurrence, if any."""
+    firing_run_status: str | None = None
+
+
+# A resolved alert undoes nothing when its firing run never acted.
+NOTHING_TO_UNDO = {
+    "awaiting_approval": "was still awaiting approval; it is cancelled and there is nothing to undo",
+    "cancelled": "was cancelled; there is nothing to undo",
+    "rejected": "was rejected (its params did not validate); there is nothing to undo",
+}
 
 
 def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: float) -> Verdict:
+    if facts.duplicate_of == 0:  # the engine's mark for "earlier in the same notification"
+        return Verdict(Decision.DUPLICATE, "the same alert occurrence appears earlier in this notification")
     if facts.duplicate_of is not None:
         return Verdict(
             Decision.DUPLICATE,
@@ -64,6 +77,11 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
             return Verdict(Decision.NOTHING_ON_RESOLVED, "the playbook has no on_resolved steps")
         if facts.firing_run is None:
             return Verdict(Decision.NO_FIRING_RUN, "no run was accepted for this alert while it fired")
+        if facts.firing_run_status in NOTHING_TO_UNDO:
+            return Verdict(
+                Decision.NO_FIRING_RUN,
+                f"the firing run {facts.firing_run} {NOTHING_TO_UNDO[facts.firing_run_status]}",
+            )
     if facts.paused:
         who = f" by {facts.paused_by}" if facts.paused_by else ""
         why = f": {facts.paused_reason}" if facts.paused_reason else ""
@@ -71,7 +89,7 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
     if phase == "firing":
         cooldown = playbook.cooldown.total_seconds()
         if cooldown and facts.last_run_at is not None and now - facts.last_run_at < cooldown:
-            wait = timedelta(seconds=int(cooldown - (now - facts.last_run_at)) + 1)
+            wait = timedelta(seconds=math.ceil(cooldown - (now - facts.last_run_at)))
             return Verdict(
                 Decision.COOLDOWN,
                 f"last run for {target} at {_iso(facts.last_run_at)}; cooldown {format_duration(playbook.cooldown)}, "

@@ -8,6 +8,7 @@ schema. Matching and target resolution are pure functions of an Alert.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from remediate.matchers import Matcher, MatcherSyntaxError, matches_all, parse_m
 from remediate.templating import check_syntax, is_template
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
+MAX_TARGET_LENGTH = 200
 NODE_LABELS = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
 _PLAYBOOK_KEYS = {
     "name",
@@ -73,7 +75,7 @@ class TargetSpec:
         for label in self.labels:
             value = alert.labels.get(label, "")
             if value:
-                return strip_port(value) if label == "instance" else value
+                return bounded_target(strip_port(value) if label == "instance" else value)
         return f"alert/{alert.fingerprint}"
 
 
@@ -116,6 +118,14 @@ class PlaybookSet:
 
     def __len__(self) -> int:
         return len(self.playbooks)
+
+
+def bounded_target(value: str) -> str:
+    """Targets are indexed keys: a label value longer than 200 characters is cut and made unique by a hash."""
+    if len(value) <= MAX_TARGET_LENGTH:
+        return value
+    digest = hashlib.sha256(value.encode()).hexdigest()[:16]
+    return f"{value[: MAX_TARGET_LENGTH - 17]}~{digest}"
 
 
 def strip_port(instance: str) -> str:
@@ -279,7 +289,7 @@ def _parse_target(value: Any, fail: Any) -> TargetSpec:
 
 def _parse_timedelta(value: Any, field: str, fail: Any) -> timedelta:
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-        return timedelta(seconds=value)
+        value = str(value)  # parse_duration refuses .inf and durations too long for a timedelta
     if isinstance(value, str):
         try:
             return parse_duration(value)

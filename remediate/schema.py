@@ -30,7 +30,7 @@ notifications = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("received_at", sa.Float, nullable=False),
-    sa.Column("receiver", sa.String(255), nullable=False),
+    sa.Column("receiver", sa.Text, nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("group_key", sa.Text, nullable=False),
     sa.Column("alert_count", sa.Integer, nullable=False),

@@ -97,7 +97,9 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
             settings.bind,
         )
     app = Flask("remediate")
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    # One byte more than allowed: werkzeug silently cuts a body without Content-Length (chunked)
+    # at this limit, so /webhook reads up to it and refuses a body that reached it.
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
     app.extensions["remediate"] = services
     _register_routes(app, services)
     return app
@@ -161,6 +163,9 @@ def _register_routes(app: Flask, services: Services) -> None:
             services.metrics.rejected.labels("415").inc()
             return _error(415, "unsupported_media_type", "send Content-Type: application/json")
         body = request.get_data(cache=False)
+        if len(body) > services.settings.max_body_bytes:
+            services.metrics.rejected.labels("413").inc()
+            return _error(413, "payload_too_large", f"body over {services.settings.max_body_bytes} bytes")
         try:
             result = services.engine.ingest_body(body, received_at=time.time())
         except PayloadError as exc:
@@ -243,7 +248,12 @@ def _register_routes(app: Flask, services: Services) -> None:
         code = exc.code or 500
         if code == 413:
             services.metrics.rejected.labels("413").inc()
-        return _error(code, (exc.name or "error").lower().replace(" ", "_"), exc.description or "")
+        response, status = _error(code, (exc.name or "error").lower().replace(" ", "_"), exc.description or "")
+        # Keep the exception's own headers (a 405 must say Allow), but the body stays JSON.
+        for name, value in exc.get_headers():
+            if name.lower() != "content-type":
+                response.headers[name] = value
+        return response, status
 
 
 def _pause_json(store: Store) -> dict[str, Any]:

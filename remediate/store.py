@@ -92,6 +92,10 @@ class StepRecord:
     attempts: int
 
 
+MAX_ID = 2**63 - 1
+"""Largest row id a database integer column holds; a larger id can only be unknown."""
+
+
 def encode_cursor(last_id: int) -> str:
     return base64.urlsafe_b64encode(f"d:{last_id}".encode()).decode().rstrip("=")
 
@@ -102,13 +106,118 @@ def decode_cursor(cursor: str) -> int:
         kind, _, number = text.partition(":")
         if kind != "d":
             raise ValueError(cursor)
-        return int(number)
+        last_id = int(number)
+        if not 0 <= last_id <= MAX_ID:
+            raise ValueError(cursor)
+        return last_id
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError("invalid cursor (pass back the next_cursor of a previous page)") from exc
 
 
 def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# The statements of the hot paths (ingest, claim, step bookkeeping), built once with bind
+# parameters: building a Core statement and its cache key costs more than running it on SQLite.
+def _claim_statement(skip_locked: bool) -> sa.Update:
+    prior = t.runs.alias("prior")
+    prior_unfinished = sa.exists().where(prior.c.id == t.runs.c.after_run_id, prior.c.status.not_in(FINAL_RUN_STATUSES))
+    oldest = (
+        sa.select(t.runs.c.id)
+        .where(t.runs.c.status == QUEUED, sa.not_(prior_unfinished))
+        .order_by(t.runs.c.id)
+        .limit(1)
+    )
+    if skip_locked:
+        oldest = oldest.with_for_update(skip_locked=True)
+    now = sa.bindparam("p_now", type_=sa.Float)
+    return (
+        sa.update(t.runs)
+        .where(t.runs.c.id == oldest.scalar_subquery(), t.runs.c.status == QUEUED)
+        .values(
+            status=RUNNING,
+            claimed_by=sa.bindparam("p_worker", type_=sa.String),
+            heartbeat_at=now,
+            updated_at=now,
+            started_at=sa.func.coalesce(t.runs.c.started_at, now),
+        )
+        .returning(t.runs.c.id)
+    )
+
+
+_CLAIM = {False: _claim_statement(False), True: _claim_statement(True)}
+_CLAIMED_RUN = (
+    sa.select(
+        t.runs,
+        t.alerts.c.labels,
+        t.alerts.c.annotations,
+        t.alerts.c.fingerprint,
+        t.alerts.c.starts_at,
+        t.alerts.c.ends_at,
+        t.alerts.c.generator_url,
+        t.alerts.c.status.label("alert_status"),
+    )
+    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+    .where(t.runs.c.id == sa.bindparam("p_run_id"))
+)
+_STEPS_OF = sa.select(t.steps).where(t.steps.c.run_id == sa.bindparam("p_run_id")).order_by(t.steps.c.idx)
+_START_ATTEMPT = (
+    sa.update(t.steps)
+    .where(t.steps.c.id == sa.bindparam("p_step_id"))
+    .values(
+        status=RUNNING,
+        attempts=t.steps.c.attempts + 1,
+        started_at=sa.func.coalesce(t.steps.c.started_at, sa.bindparam("p_now", type_=sa.Float)),
+    )
+    .returning(t.steps.c.attempts)
+)
+_INSERT_ATTEMPT = sa.insert(t.attempts)
+_FINISH_ATTEMPT = (
+    sa.update(t.attempts)
+    .where(t.attempts.c.step_id == sa.bindparam("p_step_id"), t.attempts.c.number == sa.bindparam("p_number"))
+    .values(
+        finished_at=sa.bindparam("p_now", type_=sa.Float),
+        outcome=sa.bindparam("p_outcome", type_=sa.String),
+        error=sa.bindparam("p_error", type_=sa.Text),
+    )
+)
+_UPDATE_STEP = sa.update(t.steps).where(t.steps.c.id == sa.bindparam("p_step_id"))
+_FINISH_RUN = (
+    sa.update(t.runs)
+    .where(t.runs.c.id == sa.bindparam("p_run_id"))
+    .values(
+        status=sa.bindparam("p_status", type_=sa.String),
+        finished_at=sa.bindparam("p_now", type_=sa.Float),
+        updated_at=sa.bindparam("p_now", type_=sa.Float),
+        error=sa.bindparam("p_error", type_=sa.Text),
+        claimed_by=None,
+    )
+)
+_SYNC_DECISION_STATUS = (
+    sa.update(t.decisions)
+    .where(t.decisions.c.run_id == sa.bindparam("p_run_id"))
+    .values(status=sa.bindparam("p_status", type_=sa.String))
+)
+_PAUSE_STATE = sa.select(t.meta.c.value).where(t.meta.c.key == "pause")
+_EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
+    t.runs.c.dedupe_key.in_(sa.bindparam("p_keys", expanding=True))
+)
+_COUNTED_RUNS = (
+    t.runs.c.playbook == sa.bindparam("p_playbook"),
+    t.runs.c.target == sa.bindparam("p_target"),
+    t.runs.c.phase == "firing",
+    t.runs.c.status != REJECTED,
+)
+_TARGET_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
+    *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
+)
+_TARGET_LAST = sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
+_INSERT_NOTIFICATION = sa.insert(t.notifications).returning(t.notifications.c.id)
+_INSERT_RETURNING_IDS = {
+    name: sa.insert(t.metadata.tables[name]).returning(t.metadata.tables[name].c.id, sort_by_parameter_order=True)
+    for name in ("alerts", "runs", "steps", "decisions")
+}
 
 
 class Store:
@@ -190,7 +299,7 @@ class Store:
         if conn is None:
             with self.read() as own:
                 return self.pause_state(own)
-        row = conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "pause")).scalar_one_or_none()
+        row = conn.execute(_PAUSE_STATE).scalar_one_or_none()
         if not row:
             return PauseState(False)
         data = json.loads(row)
@@ -209,48 +318,12 @@ class Store:
 
     def claim_run(self, worker: str, now: float) -> ClaimedRun | None:
         """Take the oldest queued run for this worker, atomically across processes."""
-        prior = t.runs.alias("prior")
-        prior_unfinished = sa.exists().where(
-            prior.c.id == t.runs.c.after_run_id, prior.c.status.not_in(FINAL_RUN_STATUSES)
-        )
-        oldest = (
-            sa.select(t.runs.c.id)
-            .where(t.runs.c.status == QUEUED, sa.not_(prior_unfinished))
-            .order_by(t.runs.c.id)
-            .limit(1)
-        )
-        if not self.is_sqlite:
-            oldest = oldest.with_for_update(skip_locked=True)
         with self.write() as conn:
-            run_id = conn.execute(
-                sa.update(t.runs)
-                .where(t.runs.c.id == oldest.scalar_subquery(), t.runs.c.status == QUEUED)
-                .values(
-                    status=RUNNING,
-                    claimed_by=worker,
-                    heartbeat_at=now,
-                    updated_at=now,
-                    started_at=sa.func.coalesce(t.runs.c.started_at, now),
-                )
-                .returning(t.runs.c.id)
-            ).scalar_one_or_none()
+            run_id = conn.execute(_CLAIM[not self.is_sqlite], {"p_worker": worker, "p_now": now}).scalar_one_or_none()
             if run_id is None:
                 return None
             self._sync_decision_status(conn, run_id, RUNNING)
-            row = conn.execute(
-                sa.select(
-                    t.runs,
-                    t.alerts.c.labels,
-                    t.alerts.c.annotations,
-                    t.alerts.c.fingerprint,
-                    t.alerts.c.starts_at,
-                    t.alerts.c.ends_at,
-                    t.alerts.c.generator_url,
-                    t.alerts.c.status.label("alert_status"),
-                )
-                .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
-                .where(t.runs.c.id == run_id)
-            ).one()
+            row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
         labels = json.loads(row.labels)
         context = {
             "labels": labels,
@@ -266,7 +339,7 @@ class Store:
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self.read() as conn:
-            rows = conn.execute(sa.select(t.steps).where(t.steps.c.run_id == run_id).order_by(t.steps.c.idx)).all()
+            rows = conn.execute(_STEPS_OF, {"p_run_id": run_id}).all()
         return [
             StepRecord(
                 r.id,
@@ -286,30 +359,20 @@ class Store:
 
     def start_attempt(self, step_id: int, now: float) -> int:
         with self.write() as conn:
-            number = conn.execute(
-                sa.update(t.steps)
-                .where(t.steps.c.id == step_id)
-                .values(
-                    status=RUNNING,
-                    attempts=t.steps.c.attempts + 1,
-                    started_at=sa.func.coalesce(t.steps.c.started_at, now),
-                )
-                .returning(t.steps.c.attempts)
-            ).scalar_one()
-            conn.execute(sa.insert(t.attempts).values(step_id=step_id, number=number, started_at=now))
+            number = conn.execute(_START_ATTEMPT, {"p_step_id": step_id, "p_now": now}).scalar_one()
+            conn.execute(_INSERT_ATTEMPT, {"step_id": step_id, "number": number, "started_at": now})
         return int(number)
 
     def finish_attempt(self, step_id: int, number: int, outcome: str, error: str | None, now: float) -> None:
         with self.write() as conn:
             conn.execute(
-                sa.update(t.attempts)
-                .where(t.attempts.c.step_id == step_id, t.attempts.c.number == number)
-                .values(finished_at=now, outcome=outcome, error=error)
+                _FINISH_ATTEMPT,
+                {"p_step_id": step_id, "p_number": number, "p_now": now, "p_outcome": outcome, "p_error": error},
             )
 
     def record_plan(self, step_id: int, plan: Any) -> None:
         with self.write() as conn:
-            conn.execute(sa.update(t.steps).where(t.steps.c.id == step_id).values(plan=dumps(plan)))
+            conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
 
     def finish_step(
         self,
@@ -327,15 +390,11 @@ class Store:
         if plan is not None:
             values["plan"] = dumps(plan)
         with self.write() as conn:
-            conn.execute(sa.update(t.steps).where(t.steps.c.id == step_id).values(**values))
+            conn.execute(_UPDATE_STEP, {"p_step_id": step_id, **values})
 
     def finish_run(self, run_id: int, status: str, *, now: float, error: str | None = None) -> None:
         with self.write() as conn:
-            conn.execute(
-                sa.update(t.runs)
-                .where(t.runs.c.id == run_id)
-                .values(status=status, finished_at=now, updated_at=now, error=error, claimed_by=None)
-            )
+            conn.execute(_FINISH_RUN, {"p_run_id": run_id, "p_status": status, "p_now": now, "p_error": error})
             self._sync_decision_status(conn, run_id, status)
 
     def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
@@ -396,6 +455,8 @@ class Store:
     # ------------------------------------------------------------------ approval
 
     def approve(self, run_id: int, *, by: str, now: float) -> None:
+        if not 0 < run_id <= MAX_ID:
+            raise UnknownRunError(f"no run {run_id}")
         with self.write() as conn:
             status = conn.execute(sa.select(t.runs.c.status).where(t.runs.c.id == run_id)).scalar_one_or_none()
             if status is None:
@@ -476,6 +537,8 @@ class Store:
         return entries, (encode_cursor(rows[-1].id) if more and rows else None)
 
     def run_detail(self, run_id: int) -> dict[str, Any]:
+        if not 0 < run_id <= MAX_ID:
+            raise UnknownRunError(f"no run {run_id}")
         with self.read() as conn:
             run = conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id)).one_or_none()
             if run is None:
@@ -561,7 +624,7 @@ class Store:
 
     @staticmethod
     def _sync_decision_status(conn: sa.Connection, run_id: int, status: str) -> None:
-        conn.execute(sa.update(t.decisions).where(t.decisions.c.run_id == run_id).values(status=status))
+        conn.execute(_SYNC_DECISION_STATUS, {"p_run_id": run_id, "p_status": status})
 
 
 class _IngestWriterContext:
@@ -593,25 +656,21 @@ class GuardReader:
         key_list = list(dict.fromkeys(keys))
         for start in range(0, len(key_list), 500):
             chunk = key_list[start : start + 500]
-            rows = self.conn.execute(
-                sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(t.runs.c.dedupe_key.in_(chunk))
-            ).all()
+            rows = self.conn.execute(_EXISTING_RUNS, {"p_keys": chunk}).all()
             found.update({r.dedupe_key: (r.id, r.status) for r in rows})
         return found
 
     def target_history(self, playbook: str, target: str, since: float) -> tuple[float | None, int]:
-        """(time of the last counted firing run, number of counted firing runs since `since`)."""
-        r = t.runs
-        row = self.conn.execute(
-            sa.select(sa.func.max(r.c.created_at), sa.func.count()).where(
-                r.c.playbook == playbook,
-                r.c.target == target,
-                r.c.phase == "firing",
-                r.c.created_at >= since,
-                r.c.status != REJECTED,
-            )
-        ).one()
-        return row[0], int(row[1])
+        """(time of the last counted firing run ever, number of counted firing runs since `since`).
+
+        The last run is looked up beyond `since` too: a cooldown may be longer than the attempt window.
+        """
+        params = {"p_playbook": playbook, "p_target": target}
+        row = self.conn.execute(_TARGET_WINDOW, {**params, "p_since": since}).one()
+        last = row[0]
+        if last is None:
+            last = self.conn.execute(_TARGET_LAST, params).scalar_one_or_none()
+        return last, int(row[1])
 
 
 class EmptyGuardReader:
@@ -635,16 +694,15 @@ class IngestWriter(GuardReader):
     ) -> int:
         return int(
             self.conn.execute(
-                sa.insert(t.notifications)
-                .values(
-                    received_at=received_at,
-                    receiver=receiver,
-                    status=status,
-                    group_key=group_key,
-                    alert_count=alert_count,
-                    raw=raw,
-                )
-                .returning(t.notifications.c.id)
+                _INSERT_NOTIFICATION,
+                {
+                    "received_at": received_at,
+                    "receiver": receiver,
+                    "status": status,
+                    "group_key": group_key,
+                    "alert_count": alert_count,
+                    "raw": raw,
+                },
             ).scalar_one()
         )
 
@@ -652,8 +710,7 @@ class IngestWriter(GuardReader):
         """Insert rows into alerts/runs/steps/decisions and return their ids in order."""
         if not rows:
             return []
-        table = t.metadata.tables[table_name]
-        result = self.conn.execute(sa.insert(table).returning(table.c.id, sort_by_parameter_order=True), list(rows))
+        result = self.conn.execute(_INSERT_RETURNING_IDS[table_name], list(rows))
         return [row[0] for row in result]
 
     def cancel_awaiting(self, run_id: int, reason: str, now: float) -> bool:

@@ -1,0 +1,111 @@
+"""Shared fixtures: a real SQLite store in tmp_path, the shipped action registry, payload builders."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from remediate.actions import default_registry
+from remediate.actions.base import ActionRegistry
+from remediate.engine import Engine, IngestResult
+from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.store import Store
+
+STARTS_AT = "2026-01-01T00:00:00Z"
+
+
+def alert_payload(
+    alertname: str = "GpuXidError",
+    *,
+    status: str = "firing",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    starts_at: str = STARTS_AT,
+    ends_at: str = "0001-01-01T00:00:00Z",
+    fingerprint: str | None = None,
+) -> dict[str, Any]:
+    """One alert as AlertManager v4 sends it; the fingerprint is derived from the labels unless given."""
+    all_labels = {"alertname": alertname, **(labels or {})}
+    if fingerprint is None:
+        text = ",".join(f"{k}={v}" for k, v in sorted(all_labels.items()))
+        fingerprint = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return {
+        "status": status,
+        "labels": all_labels,
+        "annotations": annotations or {},
+        "startsAt": starts_at,
+        "endsAt": ends_at if status == "firing" else "2026-01-01T01:00:00Z",
+        "generatorURL": "http://prometheus/graph",
+        "fingerprint": fingerprint,
+    }
+
+
+def notification_payload(*alerts: dict[str, Any], status: str | None = None) -> dict[str, Any]:
+    """A v4 notification holding `alerts` (status: firing when any alert fires)."""
+    if status is None:
+        status = "firing" if any(a["status"] == "firing" for a in alerts) else "resolved"
+    return {
+        "version": "4",
+        "groupKey": '{}:{alertname="test"}',
+        "truncatedAlerts": 0,
+        "status": status,
+        "receiver": "remediate",
+        "groupLabels": {},
+        "commonLabels": {},
+        "commonAnnotations": {},
+        "externalURL": "http://alertmanager:9093",
+        "alerts": list(alerts),
+    }
+
+
+@pytest.fixture
+def registry() -> ActionRegistry:
+    return default_registry()
+
+
+@pytest.fixture
+def db_url(tmp_path: Any) -> str:
+    return f"sqlite:///{tmp_path / 'remediate.db'}"
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    """A fresh store on a real SQLite file."""
+    opened = Store.open(db_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(scope="session")
+def make_alert() -> Callable[..., dict[str, Any]]:
+    return alert_payload
+
+
+@pytest.fixture(scope="session")
+def make_notification() -> Callable[..., dict[str, Any]]:
+    return notification_payload
+
+
+@pytest.fixture
+def make_engine(store: Store, registry: ActionRegistry) -> Callable[..., Engine]:
+    """Engine(*playbook mappings, server_mode=..., **Engine kwargs) on the `store` fixture."""
+
+    def build(*playbooks: Mapping[str, Any], server_mode: str = "enforce", **kwargs: Any) -> Engine:
+        parsed = PlaybookSet(parse_playbook(dict(p), registry, source=f"{p['name']}.yaml") for p in playbooks)
+        return Engine(store=store, playbooks=parsed, registry=registry, server_mode=server_mode, **kwargs)
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def ingest() -> Callable[..., IngestResult]:
+    """ingest(engine, *alert payloads, at=received_at): one notification through Engine.ingest_body."""
+
+    def run(engine: Engine, *alerts: dict[str, Any], at: float) -> IngestResult:
+        return engine.ingest_body(json.dumps(notification_payload(*alerts)).encode(), received_at=at)
+
+    return run

@@ -1,0 +1,190 @@
+"""remediate.config: defaults < config file < REMEDIATE_* environment < command-line overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remediate.config import Settings, load_settings
+from remediate.errors import ConfigError
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_apply_when_nothing_is_given() -> None:
+    settings = load_settings(env={})
+
+    assert settings == Settings()
+    assert settings.bind == "127.0.0.1:9095"
+    assert settings.workers == 2
+    assert settings.database_url == "sqlite:///remediate.db"
+    assert settings.mode == "enforce"
+    assert settings.step_timeout == 300.0
+    assert settings.resolved_token() is None
+
+
+def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "bind: 0.0.0.0:1000\nworkers: 3\nthreads: 4\nmode: dry-run\n")
+    env = {"REMEDIATE_WORKERS": "5", "REMEDIATE_THREADS": "6"}
+    overrides = {"threads": 7, "bind": None}
+
+    settings = load_settings(config_file=config, env=env, overrides=overrides)
+
+    assert settings.mode == "dry-run"  # file over default
+    assert settings.bind == "0.0.0.0:1000"  # a None override is ignored
+    assert settings.workers == 5  # env over file
+    assert settings.threads == 7  # override over env
+    assert settings.executor_threads == 2  # default where nobody said anything
+
+
+def test_the_config_file_may_come_from_remediate_config(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "database_url: sqlite:////data/r.db\n")
+
+    settings = load_settings(env={"REMEDIATE_CONFIG": str(config)})
+
+    assert settings.database_url == "sqlite:////data/r.db"
+
+
+def test_dashes_in_file_keys_read_as_underscores(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "executor-threads: 8\nstale-after: 2m\n")
+
+    settings = load_settings(config_file=config, env={})
+
+    assert settings.executor_threads == 8
+    assert settings.stale_after == 120.0
+
+
+def test_unrelated_remediate_environment_variables_are_ignored() -> None:
+    settings = load_settings(env={"REMEDIATE_SOMETHING_ELSE": "x", "HOME": "/root"})
+
+    assert settings == Settings()
+
+
+def test_an_unknown_key_in_the_file_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "bind: 0.0.0.0:1\ndatabase: sqlite:///x.db\n")
+
+    with pytest.raises(ConfigError, match=r"unknown setting 'database'") as info:
+        load_settings(config_file=config, env={})
+
+    assert str(config) in str(info.value)
+
+
+def test_every_unknown_key_is_named_not_only_the_first(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "colour: blue\nbind: 0.0.0.0:1\nsize: 3\n")
+
+    with pytest.raises(ConfigError, match=r"unknown settings 'colour', 'size'"):
+        load_settings(config_file=config, env={})
+
+
+def test_a_non_string_key_in_the_file_is_a_config_error(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "1: 2\n")
+
+    with pytest.raises(ConfigError, match="unknown setting 1"):
+        load_settings(config_file=config, env={})
+
+
+def test_an_unknown_override_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"command line: unknown setting 'verbose'"):
+        load_settings(env={}, overrides={"verbose": True})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- a\n- b\n", "top level must be a mapping"),
+        ("bind: [unclosed\n", "not valid YAML"),
+        ("workers: many\n", "setting 'workers'"),
+        ("workers: -1\n", "setting 'workers'"),
+        ("mode: approve\n", "setting 'mode': must be one of enforce, dry-run"),
+        ("step_timeout: soon\n", "setting 'step_timeout'"),
+        ("step_timeout: -5\n", "setting 'step_timeout'"),
+        ("step_timeout: .inf\n", "setting 'step_timeout'"),
+        ("insecure_no_auth: maybe\n", "setting 'insecure_no_auth'"),
+    ],
+)
+def test_bad_values_in_the_file_are_config_errors_naming_the_setting(tmp_path: Path, text: str, message: str) -> None:
+    config = write(tmp_path / "c.yaml", text)
+
+    with pytest.raises(ConfigError, match=message):
+        load_settings(config_file=config, env={})
+
+
+def test_an_empty_config_file_means_defaults(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "")
+
+    assert load_settings(config_file=config, env={}) == Settings()
+
+
+def test_a_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(config_file=tmp_path / "absent.yaml", env={})
+
+
+def test_a_bad_environment_value_is_a_config_error_naming_its_source() -> None:
+    with pytest.raises(ConfigError, match=r"environment: setting 'workers'"):
+        load_settings(env={"REMEDIATE_WORKERS": "lots"})
+
+
+@pytest.mark.parametrize(
+    ("written", "seconds"),
+    [("15m", 900.0), ("90s", 90.0), ("1h30m", 5400.0), ("250ms", 0.25), ("45", 45.0), (45, 45.0), (0.5, 0.5)],
+)
+def test_durations_are_read_as_seconds(tmp_path: Path, written: object, seconds: float) -> None:
+    config = write(tmp_path / "c.yaml", f"step_timeout: {written}\n")
+
+    assert load_settings(config_file=config, env={}).step_timeout == seconds
+    assert load_settings(env={"REMEDIATE_POLL_INTERVAL": str(written)}).poll_interval == seconds
+
+
+def test_booleans_from_the_environment(tmp_path: Path) -> None:
+    assert load_settings(env={"REMEDIATE_INSECURE_NO_AUTH": "yes"}).insecure_no_auth is True
+    assert load_settings(env={"REMEDIATE_INSECURE_NO_AUTH": "0"}).insecure_no_auth is False
+
+
+def test_the_token_file_is_read_and_stripped(tmp_path: Path) -> None:
+    token_file = write(tmp_path / "token", "  s3cret-token\n")
+
+    settings = load_settings(env={"REMEDIATE_TOKEN_FILE": str(token_file)})
+
+    assert settings.token_file == token_file
+    assert settings.resolved_token() == "s3cret-token"
+
+
+def test_a_token_given_directly_wins_over_the_token_file(tmp_path: Path) -> None:
+    token_file = write(tmp_path / "token", "from-file\n")
+
+    settings = load_settings(env={"REMEDIATE_TOKEN": "from-env", "REMEDIATE_TOKEN_FILE": str(token_file)})
+
+    assert settings.resolved_token() == "from-env"
+
+
+def test_an_empty_token_file_is_a_config_error(tmp_path: Path) -> None:
+    token_file = write(tmp_path / "token", " \n\n")
+
+    with pytest.raises(ConfigError, match=r"token_file .* is empty"):
+        Settings(token_file=token_file).resolved_token()
+
+
+def test_a_missing_token_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read token_file"):
+        Settings(token_file=tmp_path / "nope").resolved_token()
+
+
+def test_the_read_token_file_is_read_separately(tmp_path: Path) -> None:
+    read_file = write(tmp_path / "read", "reader\n")
+
+    settings = load_settings(env={"REMEDIATE_TOKEN": "writer", "REMEDIATE_READ_TOKEN_FILE": str(read_file)})
+
+    assert settings.resolved_token() == "writer"
+    assert settings.resolved_read_token() == "reader"
+
+
+def test_tokens_are_kept_out_of_the_repr() -> None:
+    settings = Settings(token="do-not-print", read_token="nor-this")
+
+    assert "do-not-print" not in repr(settings)
+    assert "nor-this" not in repr(settings)

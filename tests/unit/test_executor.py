@@ -1,0 +1,567 @@
+"""remediate.executor against a real SQLite store, with small fake actions defined here."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import pytest
+import sqlalchemy as sa
+
+from remediate import schema as t
+from remediate.actions.base import Action, ActionRegistry, StepContext
+from remediate.actions.log import LogAction
+from remediate.actions.schema import Param, ParamSchema
+from remediate.engine import Engine, IngestResult
+from remediate.errors import ActionError, RetryableActionError
+from remediate.executor import Executor, ExecutorMetrics
+from remediate.store import Store
+
+T0 = 1_767_225_600.0
+MakeEngine = Callable[..., Engine]
+Ingest = Callable[..., IngestResult]
+MakeAlert = Callable[..., dict[str, Any]]
+
+
+class Recording(Action):
+    """Counts its plan and execute calls; subclasses decide what execute does."""
+
+    schema: ClassVar[ParamSchema] = ParamSchema(
+        {"fail_times": Param(int, default=0), "seconds": Param(float, default=0.0), "note": Param(str, default="")}
+    )
+
+    def __init__(self) -> None:
+        self.plans: list[Mapping[str, Any]] = []
+        self.executions: list[Mapping[str, Any]] = []
+        self.contexts: list[StepContext] = []
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        self.plans.append(params)
+        return {"would": self.name, "note": params["note"]}
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        self.executions.append(params)
+        self.contexts.append(ctx)
+        return self.act(params, len(self.executions))
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        return {"call": call}
+
+
+class Flaky(Recording):
+    name: ClassVar[str] = "test.flaky"
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        if call <= params["fail_times"]:
+            raise RetryableActionError(f"busy, call {call}")
+        return {"call": call}
+
+
+class Broken(Recording):
+    name: ClassVar[str] = "test.broken"
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        raise ActionError("permission denied")
+
+
+class Slow(Recording):
+    name: ClassVar[str] = "test.slow"
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        time.sleep(params["seconds"])
+        return {"slept": params["seconds"]}
+
+
+class Buggy(Recording):
+    name: ClassVar[str] = "test.buggy"
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        return {"value": {}["missing"]}
+
+
+class BadPlan(Recording):
+    name: ClassVar[str] = "test.badplan"
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        raise ActionError("cannot read the current state")
+
+
+class Once(Recording):
+    name: ClassVar[str] = "test.once"
+    idempotent: ClassVar[bool] = False
+
+
+class Again(Recording):
+    name: ClassVar[str] = "test.again"
+    idempotent: ClassVar[bool] = True
+
+
+@pytest.fixture
+def actions() -> dict[str, Recording]:
+    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again()]
+    return {a.name: a for a in made}
+
+
+@pytest.fixture
+def registry(actions: dict[str, Recording]) -> ActionRegistry:
+    """Overrides the shared fixture: the shipped log action plus the fakes above."""
+    return ActionRegistry([LogAction(), *actions.values()])
+
+
+class Metrics(ExecutorMetrics):
+    def __init__(self) -> None:
+        self.steps: list[tuple[str, str]] = []
+        self.runs: list[str] = []
+        self.run_done = threading.Event()
+
+    def step_finished(self, action: str, outcome: str, seconds: float) -> None:
+        self.steps.append((action, outcome))
+
+    def run_finished(self, status: str) -> None:
+        self.runs.append(status)
+        self.run_done.set()
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics()
+
+
+@pytest.fixture
+def executor(store: Store, registry: ActionRegistry, metrics: Metrics) -> Executor:
+    return Executor(store=store, registry=registry, retry_wait_max=0.01, metrics=metrics, poll_interval=0.05)
+
+
+def playbook(*steps: dict[str, Any], name: str = "pb", **changes: Any) -> dict[str, Any]:
+    return {"name": name, "match": {"alertname": "GpuXidError"}, "steps": list(steps), **changes}
+
+
+def step(action: str, retries: int = 2, timeout: str | None = None, **params: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"action": action, "with": params, "retries": retries}
+    if timeout:
+        spec["timeout"] = timeout
+    return spec
+
+
+def queue(make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert, pb: dict[str, Any], **kw: Any) -> int:
+    engine = make_engine(pb, **kw)
+    result = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
+    (decision,) = result.decisions
+    assert decision.run_id is not None, decision.reason
+    return decision.run_id
+
+
+def run_row(store: Store, run_id: int) -> Any:
+    with store.read() as conn:
+        return conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id)).one()
+
+
+def steps_detail(store: Store, run_id: int) -> list[dict[str, Any]]:
+    return store.run_detail(run_id)["steps"]
+
+
+def outcomes(step_detail: dict[str, Any]) -> list[str]:
+    return [a["outcome"] for a in step_detail["attempts"]]
+
+
+# --------------------------------------------------------------------------- success and retries
+
+
+def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
+    store: Store, executor: Executor, metrics: Metrics, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(
+        make_engine,
+        ingest,
+        make_alert,
+        playbook(step("log", message="hi {{ labels.Hostname }}"), step("test.once", note="x")),
+    )
+
+    assert executor.drain() == 1
+
+    run = run_row(store, run_id)
+    assert (run.status, run.error, run.claimed_by) == ("succeeded", None, None)
+    first, second = steps_detail(store, run_id)
+    assert (first["status"], first["plan"], first["result"]) == (
+        "succeeded",
+        {"would_log": "hi node-a", "level": "info"},
+        {"logged": "hi node-a", "level": "info"},
+    )
+    assert (second["status"], second["plan"], second["result"]) == (
+        "succeeded",
+        {"would": "test.once", "note": "x"},
+        {"call": 1},
+    )
+    assert outcomes(second) == ["succeeded"]
+    assert metrics.steps == [("log", "succeeded"), ("test.once", "succeeded")]
+    assert metrics.runs == ["succeeded"]
+    assert store.run_detail(run_id)["decision"] is not None
+    assert executor.drain() == 0
+
+
+def test_the_action_gets_the_runs_context(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once")))
+
+    executor.drain()
+
+    (ctx,) = actions["test.once"].contexts
+    assert (ctx.run_id, ctx.step_index, ctx.playbook, ctx.target) == (run_id, 0, "pb", "node-a")
+    assert ctx.alert["labels"]["Hostname"] == "node-a"
+    assert 0 < ctx.remaining() <= 300
+
+
+def test_retryable_errors_are_retried_with_one_attempt_row_each(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.flaky", retries=2, fail_times=2)))
+
+    started = time.monotonic()
+    executor.drain()
+    elapsed = time.monotonic() - started
+
+    (detail,) = steps_detail(store, run_id)
+    assert detail["status"] == "succeeded"
+    assert detail["result"] == {"call": 3}
+    assert outcomes(detail) == ["retryable_error", "retryable_error", "succeeded"]
+    assert [a["error"] for a in detail["attempts"]] == ["busy, call 1", "busy, call 2", None]
+    assert [a["number"] for a in detail["attempts"]] == [1, 2, 3]
+    assert all(a["finished_at"] is not None for a in detail["attempts"])
+    assert run_row(store, run_id).status == "succeeded"
+    assert len(actions["test.flaky"].executions) == 3
+    assert elapsed < 0.3  # retry_wait_max=0.01 really shortens the backoff (tenacity's min would be 0.2 s)
+
+
+def test_retries_stop_after_the_steps_retries_and_fail_the_run(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(
+        make_engine, ingest, make_alert, playbook(step("test.flaky", retries=1, fail_times=5), step("test.once"))
+    )
+
+    executor.drain()
+
+    flaky, after = steps_detail(store, run_id)
+    assert outcomes(flaky) == ["retryable_error", "retryable_error"]
+    assert (flaky["status"], flaky["error"]) == ("failed", "busy, call 2")
+    assert after["status"] == "pending"
+    assert actions["test.once"].executions == []
+    run = run_row(store, run_id)
+    assert run.status == "failed"
+    assert run.error == "step 0 1-test.flaky (test.flaky): busy, call 2"
+
+
+def test_zero_retries_means_one_attempt(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.flaky", retries=0, fail_times=1)))
+
+    executor.drain()
+
+    (detail,) = steps_detail(store, run_id)
+    assert outcomes(detail) == ["retryable_error"]
+    assert detail["status"] == "failed"
+
+
+def test_a_non_retryable_error_fails_the_step_at_once(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.broken", retries=5)))
+
+    executor.drain()
+
+    (detail,) = steps_detail(store, run_id)
+    assert (detail["status"], detail["error"]) == ("failed", "permission denied")
+    assert outcomes(detail) == ["failed"]
+    assert len(actions["test.broken"].executions) == 1
+    assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
+
+
+def test_a_step_that_overruns_its_timeout_fails_as_timed_out(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.slow", timeout="200ms", seconds=0.6)))
+
+    started = time.monotonic()
+    executor.drain()
+
+    assert time.monotonic() - started < 0.55
+    (detail,) = steps_detail(store, run_id)
+    assert detail["status"] == "failed"
+    assert "timed out" in detail["error"]
+    assert outcomes(detail) == ["timeout"]
+    assert run_row(store, run_id).status == "failed"
+
+
+def test_retries_end_at_the_step_deadline(
+    store: Store, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.1)
+    run_id = queue(
+        make_engine, ingest, make_alert, playbook(step("test.flaky", retries=10, timeout="300ms", fail_times=99))
+    )
+
+    started = time.monotonic()
+    executor.drain()
+
+    assert time.monotonic() - started < 1.0
+    (detail,) = steps_detail(store, run_id)
+    assert detail["status"] == "failed"
+    assert 1 <= len(detail["attempts"]) < 11
+
+
+def test_a_failing_plan_fails_the_step_without_executing(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.badplan")))
+
+    executor.drain()
+
+    (detail,) = steps_detail(store, run_id)
+    assert (detail["status"], detail["error"]) == ("failed", "plan failed: cannot read the current state")
+    assert detail["attempts"] == []
+    assert actions["test.badplan"].executions == []
+
+
+def test_an_unexpected_exception_fails_the_step_and_the_executor_keeps_going(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    engine = make_engine(playbook(step("test.buggy", retries=3)), playbook(step("test.once"), name="after"))
+    result = ingest(engine, make_alert("GpuXidError"), at=T0)
+    buggy_id, after_id = (d.run_id for d in result.decisions)
+
+    assert executor.drain() == 2
+
+    (detail,) = steps_detail(store, buggy_id)
+    assert detail["status"] == "failed"
+    assert detail["error"].startswith("unexpected KeyError: 'missing' at ")
+    assert "test_executor.py" in detail["error"]
+    assert outcomes(detail) == ["failed"]
+    assert run_row(store, buggy_id).status == "failed"
+    assert run_row(store, after_id).status == "succeeded"
+
+
+def test_an_action_missing_at_execution_fails_the_step(
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once")))
+    executor = Executor(store=store, registry=ActionRegistry([LogAction()]), retry_wait_max=0.01)
+
+    executor.drain()
+
+    (detail,) = steps_detail(store, run_id)
+    assert detail["status"] == "failed"
+    assert "unknown action 'test.once'" in detail["error"]
+
+
+# --------------------------------------------------------------------------- dry-run
+
+
+def test_a_dry_run_run_only_plans(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(
+        make_engine,
+        ingest,
+        make_alert,
+        playbook(step("test.once", note="a"), step("test.broken")),
+        server_mode="dry-run",
+    )
+
+    executor.drain()
+
+    assert run_row(store, run_id).status == "planned"
+    once, broken = steps_detail(store, run_id)
+    assert (once["status"], once["plan"], once["result"], once["attempts"]) == (
+        "planned",
+        {"would": "test.once", "note": "a"},
+        None,
+        [],
+    )
+    assert broken["status"] == "planned"
+    assert actions["test.once"].executions == []
+    assert actions["test.broken"].executions == []
+    assert len(actions["test.once"].plans) == 1
+
+
+# --------------------------------------------------------------------------- resolved runs
+
+
+def test_on_resolved_steps_run_after_the_firing_run(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    engine = make_engine(playbook(step("test.once", note="fire"), on_resolved=[step("test.again", note="undo")]))
+    ingest(engine, make_alert("GpuXidError"), at=T0)
+    ingest(engine, make_alert("GpuXidError", status="resolved"), at=T0 + 1)
+
+    assert executor.drain() == 2
+
+    assert [p["note"] for p in actions["test.once"].executions] == ["fire"]
+    assert [p["note"] for p in actions["test.again"].executions] == ["undo"]
+    with store.read() as conn:
+        statuses = conn.execute(sa.select(t.runs.c.phase, t.runs.c.status).order_by(t.runs.c.id)).all()
+    assert [tuple(r) for r in statuses] == [("firing", "succeeded"), ("resolved", "succeeded")]
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def crash_during_first_step(store: Store, run_id: int) -> None:
+    """What a killed executor leaves behind: a claimed run and a step with an open attempt."""
+    claimed = store.claim_run("crashed-host:1", T0)
+    assert claimed is not None
+    assert claimed.id == run_id
+    (first, *_) = store.steps_of(run_id)
+    store.record_plan(first.id, {"would": "something"})
+    store.start_attempt(first.id, T0 + 1)
+    assert store.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
+
+
+def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once"), step("log", message="later")))
+    crash_during_first_step(store, run_id)
+
+    executor.drain()
+
+    interrupted, later = steps_detail(store, run_id)
+    assert interrupted["status"] == "interrupted"
+    assert "test.once is not idempotent, so it is not run again" in interrupted["error"]
+    assert outcomes(interrupted) == ["interrupted"]
+    assert later["status"] == "pending"
+    assert actions["test.once"].executions == []
+    run = run_row(store, run_id)
+    assert run.status == "failed"
+    assert run.error.startswith("step 0 1-test.once (test.once): interrupted by an executor stop during attempt 1")
+
+
+def test_an_interrupted_step_of_an_idempotent_action_runs_again(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again"), step("log", message="later")))
+    crash_during_first_step(store, run_id)
+
+    executor.drain()
+
+    again, later = steps_detail(store, run_id)
+    assert (again["status"], again["error"]) == ("succeeded", None)
+    assert outcomes(again) == ["interrupted", "succeeded"]
+    assert later["status"] == "succeeded"
+    assert len(actions["test.again"].executions) == 1
+    assert run_row(store, run_id).status == "succeeded"
+
+
+def test_steps_finished_before_a_crash_are_not_run_again(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once", note="done"), step("test.again")))
+    claimed = store.claim_run("crashed-host:1", T0)
+    assert claimed is not None
+    done, running = store.steps_of(run_id)
+    store.finish_step(done.id, "succeeded", now=T0 + 1, result={"already": True})
+    store.start_attempt(running.id, T0 + 2)
+    store.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
+
+    executor.drain()
+
+    assert actions["test.once"].executions == []
+    assert len(actions["test.again"].executions) == 1
+    first, _ = steps_detail(store, run_id)
+    assert first["result"] == {"already": True}
+    assert run_row(store, run_id).status == "succeeded"
+
+
+def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    dead_owner = f"{socket.gethostname()}:{int(child.stdout)}"
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    assert store.claim_run(dead_owner, time.time()) is not None
+    alive = queue(make_engine, ingest, make_alert, playbook(step("test.again"), name="other"))
+    assert store.claim_run(f"{socket.gethostname()}:1", time.time()) is not None  # pid 1 lives
+
+    assert executor.recover() == [run_id]
+    assert run_row(store, alive).status == "running"
+
+
+# --------------------------------------------------------------------------- background threads
+
+
+def test_a_started_executor_runs_what_ingest_queues_and_stops(
+    store: Store,
+    registry: ActionRegistry,
+    metrics: Metrics,
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    executor = Executor(store=store, registry=registry, threads=2, poll_interval=0.05, metrics=metrics)
+    executor.start()
+    try:
+        engine = make_engine(playbook(step("log", message="x")), on_queued=executor.wake)
+        (decision,) = ingest(engine, make_alert("GpuXidError"), at=T0).decisions
+        assert metrics.run_done.wait(10)
+    finally:
+        executor.stop(timeout=5)
+
+    assert metrics.runs == ["succeeded"]
+    assert run_row(store, decision.run_id).status == "succeeded"
+    assert steps_detail(store, decision.run_id)[0]["status"] == "succeeded"

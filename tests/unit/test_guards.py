@@ -1,0 +1,159 @@
+"""remediate.guards.judge: the pure decision for one (alert, playbook) pair, and its order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from remediate.actions.base import ActionRegistry
+from remediate.guards import Decision, GuardFacts, judge
+from remediate.playbooks import Playbook, parse_playbook
+
+NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+
+
+def playbook(registry: ActionRegistry, **changes: Any) -> Playbook:
+    data: dict[str, Any] = {
+        "name": "pb",
+        "match": {"alertname": "GpuXidError"},
+        "cooldown": "10m",
+        "max_attempts": 3,
+        "steps": [{"action": "log", "with": {"message": "fire"}}],
+        "on_resolved": [{"action": "log", "with": {"message": "resolved"}}],
+    }
+    data.update(changes)
+    return parse_playbook({k: v for k, v in data.items() if v is not None}, registry)
+
+
+@pytest.fixture
+def pb(registry: ActionRegistry) -> Playbook:
+    return playbook(registry)
+
+
+def test_a_firing_alert_with_no_history_is_accepted(pb: Playbook) -> None:
+    verdict = judge(pb, "firing", "node-a", GuardFacts(), NOW)
+
+    assert verdict.decision is Decision.ACCEPTED
+    assert verdict.accepted
+    assert verdict.reason == "matched playbook pb (firing)"
+
+
+def test_a_duplicate_is_a_duplicate_even_while_paused(pb: Playbook) -> None:
+    facts = GuardFacts(duplicate_of=17, paused=True, last_run_at=NOW - 1, runs_in_window=99)
+
+    verdict = judge(pb, "firing", "node-a", facts, NOW)
+
+    assert verdict.decision is Decision.DUPLICATE
+    assert "already recorded as run 17" in verdict.reason
+
+
+def test_a_duplicate_earlier_in_the_same_notification_says_so(pb: Playbook) -> None:
+    verdict = judge(pb, "firing", "node-a", GuardFacts(duplicate_of=0), NOW)
+
+    assert verdict.decision is Decision.DUPLICATE
+    assert verdict.reason == "the same alert occurrence appears earlier in this notification"
+
+
+def test_paused_comes_before_cooldown_and_attempt_cap(pb: Playbook) -> None:
+    facts = GuardFacts(
+        paused=True, paused_by="alice", paused_reason="maintenance", last_run_at=NOW - 1, runs_in_window=9
+    )
+
+    verdict = judge(pb, "firing", "node-a", facts, NOW)
+
+    assert verdict.decision is Decision.PAUSED
+    assert verdict.reason == "remediation is paused by alice: maintenance"
+
+
+def test_the_paused_reason_leaves_out_what_is_unknown(pb: Playbook) -> None:
+    assert judge(pb, "firing", "n", GuardFacts(paused=True), NOW).reason == "remediation is paused"
+    assert (
+        judge(pb, "firing", "n", GuardFacts(paused=True, paused_by="bob"), NOW).reason == "remediation is paused by bob"
+    )
+
+
+def test_cooldown_refuses_a_run_and_says_how_long_is_left(pb: Playbook) -> None:
+    facts = GuardFacts(last_run_at=NOW - 100, runs_in_window=1)
+
+    verdict = judge(pb, "firing", "node-a", facts, NOW)
+
+    assert verdict.decision is Decision.COOLDOWN
+    assert verdict.reason == ("last run for node-a at 2025-12-31T23:58:20Z; cooldown 10m, next allowed in 8m20s")
+
+
+def test_the_remaining_cooldown_rounds_up_to_the_next_second(pb: Playbook) -> None:
+    verdict = judge(pb, "firing", "node-a", GuardFacts(last_run_at=NOW - 599.5), NOW)
+
+    assert verdict.reason.endswith("next allowed in 1s")
+
+
+def test_cooldown_is_over_exactly_when_it_has_elapsed(pb: Playbook) -> None:
+    assert judge(pb, "firing", "n", GuardFacts(last_run_at=NOW - 600), NOW).accepted
+    assert not judge(pb, "firing", "n", GuardFacts(last_run_at=NOW - 599.9), NOW).accepted
+
+
+def test_no_cooldown_means_back_to_back_runs_are_fine(registry: ActionRegistry) -> None:
+    pb = playbook(registry, cooldown="0s")
+
+    assert judge(pb, "firing", "n", GuardFacts(last_run_at=NOW), NOW).accepted
+
+
+def test_cooldown_comes_before_the_attempt_cap(pb: Playbook) -> None:
+    verdict = judge(pb, "firing", "n", GuardFacts(last_run_at=NOW - 1, runs_in_window=3), NOW)
+
+    assert verdict.decision is Decision.COOLDOWN
+
+
+def test_the_attempt_cap_refuses_once_max_attempts_runs_happened(pb: Playbook) -> None:
+    assert judge(pb, "firing", "node-a", GuardFacts(last_run_at=NOW - 3600, runs_in_window=2), NOW).accepted
+
+    verdict = judge(pb, "firing", "node-a", GuardFacts(last_run_at=NOW - 3600, runs_in_window=3), NOW)
+
+    assert verdict.decision is Decision.ATTEMPT_CAP
+    assert verdict.reason == "3 runs for node-a in the last 24h reached max_attempts 3"
+
+
+def test_without_max_attempts_there_is_no_cap(registry: ActionRegistry) -> None:
+    pb = playbook(registry, max_attempts=None, cooldown="0s")
+
+    assert judge(pb, "firing", "n", GuardFacts(last_run_at=NOW - 1, runs_in_window=10_000), NOW).accepted
+
+
+def test_a_resolved_alert_needs_on_resolved_steps(registry: ActionRegistry) -> None:
+    pb = playbook(registry, on_resolved=None)
+
+    verdict = judge(pb, "resolved", "n", GuardFacts(firing_run=4), NOW)
+
+    assert verdict.decision is Decision.NOTHING_ON_RESOLVED
+    assert verdict.reason == "the playbook has no on_resolved steps"
+
+
+def test_a_resolved_alert_needs_a_firing_run(pb: Playbook) -> None:
+    verdict = judge(pb, "resolved", "n", GuardFacts(), NOW)
+
+    assert verdict.decision is Decision.NO_FIRING_RUN
+    assert verdict.reason == "no run was accepted for this alert while it fired"
+
+
+def test_a_resolved_alert_with_a_firing_run_ignores_cooldown_and_cap(pb: Playbook) -> None:
+    facts = GuardFacts(firing_run=4, last_run_at=NOW - 1, runs_in_window=50)
+
+    verdict = judge(pb, "resolved", "n", facts, NOW)
+
+    assert verdict.decision is Decision.ACCEPTED
+    assert verdict.reason == "matched playbook pb (resolved)"
+
+
+def test_a_resolved_alert_is_paused_too(pb: Playbook) -> None:
+    assert judge(pb, "resolved", "n", GuardFacts(firing_run=4, paused=True), NOW).decision is Decision.PAUSED
+
+
+def test_a_resolved_duplicate_is_a_duplicate_before_anything_else(registry: ActionRegistry) -> None:
+    pb = playbook(registry, on_resolved=None)
+
+    assert judge(pb, "resolved", "n", GuardFacts(duplicate_of=3), NOW).decision is Decision.DUPLICATE
+
+
+def test_missing_firing_run_is_reported_before_pause(pb: Playbook) -> None:
+    assert judge(pb, "resolved", "n", GuardFacts(paused=True), NOW).decision is Decision.NO_FIRING_RUN

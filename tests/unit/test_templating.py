@@ -1,0 +1,139 @@
+"""remediate.templating: step params rendered in Jinja2's sandbox with strict undefined."""
+
+from __future__ import annotations
+
+import pytest
+
+from remediate.errors import ParamsError
+from remediate.templating import check_syntax, is_template, render_params
+
+CONTEXT = {
+    "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},
+    "annotations": {"summary": "GPU 3 Xid error"},
+    "status": "firing",
+    "alertname": "GpuXidError",
+    "fingerprint": "c5801e9cde93e74f",
+    "startsAt": "2026-01-01T00:00:00Z",
+    "endsAt": "",
+    "generatorURL": "http://prometheus/graph",
+}
+
+
+def test_templates_read_labels_annotations_and_alert_fields() -> None:
+    rendered = render_params(
+        {
+            "message": "GPU {{ labels.gpu }} on {{ labels.Hostname }}: {{ annotations.summary }}",
+            "who": "{{ alertname }}/{{ status }}/{{ fingerprint }}",
+        },
+        CONTEXT,
+    )
+
+    assert rendered == {
+        "message": "GPU 3 on node-a: GPU 3 Xid error",
+        "who": "GpuXidError/firing/c5801e9cde93e74f",
+    }
+
+
+def test_strings_without_template_markers_are_left_exactly_as_written() -> None:
+    params = {"message": "literal {braces} and }} and {", "level": "info", "count": 3, "flag": True, "none": None}
+
+    assert render_params(params, CONTEXT) == params
+
+
+def test_nested_dicts_and_lists_are_rendered_throughout() -> None:
+    params = {
+        "outer": {"inner": "{{ labels.gpu }}", "deeper": {"list": ["a", "{{ labels.Hostname }}", 7]}},
+        "items": [{"x": "{{ status }}"}, "plain"],
+    }
+
+    assert render_params(params, CONTEXT) == {
+        "outer": {"inner": "3", "deeper": {"list": ["a", "node-a", 7]}},
+        "items": [{"x": "firing"}, "plain"],
+    }
+
+
+def test_filters_and_defaults_work_in_the_sandbox() -> None:
+    rendered = render_params(
+        {"a": "{{ labels.node | default('unknown') }}", "b": "{{ labels.Hostname | upper }}"}, CONTEXT
+    )
+
+    assert rendered == {"a": "unknown", "b": "NODE-A"}
+
+
+def test_a_missing_label_is_a_params_error_naming_the_param_path() -> None:
+    with pytest.raises(ParamsError) as info:
+        render_params({"message": "on {{ labels.node }}"}, CONTEXT)
+
+    message = str(info.value)
+    assert message.startswith("with.message:")
+    assert "node" in message
+    assert "does not carry that label" in message
+
+
+def test_a_missing_label_deep_inside_names_the_nested_path() -> None:
+    with pytest.raises(ParamsError, match=r"^with\.outer\.list\[1\]:"):
+        render_params({"outer": {"list": ["ok", "{{ labels.absent }}"]}}, CONTEXT)
+
+
+def test_an_unknown_top_level_name_is_an_error_not_an_empty_string() -> None:
+    with pytest.raises(ParamsError, match="is undefined"):
+        render_params({"message": "{{ nothing_here }}"}, CONTEXT)
+
+
+def test_the_prefix_names_where_the_params_came_from() -> None:
+    with pytest.raises(ParamsError, match=r"^steps\[0\]\.with\.message:"):
+        render_params({"message": "{{ labels.absent }}"}, CONTEXT, prefix="steps[0].with")
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ labels.__class__ }}",
+        "{{ ''.__class__.__mro__ }}",
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "{{ labels.__init__.__globals__ }}",
+        "{{ cycler.__init__.__globals__ }}",
+        "{{ labels.pop('gpu') }}",
+        "{{ labels.update({'gpu': '0'}) }}",
+    ],
+)
+def test_the_sandbox_blocks_attribute_tricks_and_mutation(template: str) -> None:
+    context = {**CONTEXT, "labels": dict(CONTEXT["labels"])}
+
+    with pytest.raises(ParamsError):
+        render_params({"message": template}, context)
+
+    assert context["labels"] == CONTEXT["labels"]
+
+
+def test_a_label_value_that_looks_like_a_template_is_not_evaluated() -> None:
+    context = {**CONTEXT, "labels": {"evil": "{{ ''.__class__.__mro__ }}"}}
+
+    assert render_params({"message": "got {{ labels.evil }}"}, context) == {"message": "got {{ ''.__class__.__mro__ }}"}
+
+
+def test_rendering_does_not_html_escape() -> None:
+    context = {**CONTEXT, "labels": {"q": "<a & 'b'>"}}
+
+    assert render_params({"m": "{{ labels.q }}"}, context) == {"m": "<a & 'b'>"}
+
+
+def test_is_template_recognises_expressions_and_statements_only_in_strings() -> None:
+    assert is_template("{{ x }}")
+    assert is_template("{% if x %}y{% endif %}")
+    assert not is_template("plain")
+    assert not is_template("{ single }")
+    assert not is_template(42)
+    assert not is_template(None)
+
+
+def test_check_syntax_reports_the_error_or_none() -> None:
+    assert check_syntax("{{ labels.gpu }}") is None
+    assert check_syntax("{% if status == 'firing' %}x{% endif %}") is None
+    assert check_syntax("{{ labels.gpu ") is not None
+    assert check_syntax("{% if x %}never closed") is not None
+
+
+def test_bad_template_syntax_met_while_rendering_is_a_params_error() -> None:
+    with pytest.raises(ParamsError, match=r"^with\.m: cannot render"):
+        render_params({"m": "{{ labels.gpu "}, CONTEXT)
