@@ -31,6 +31,9 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
     def load_config(self) -> None:
         for key, value in self.options.items():
             self.cfg.set(key, value)
+        # gunicorn >= 27 opens a control socket in $HOME shared by every server of the user: not needed.
+        if "control_socket_disable" in self.cfg.settings:
+            self.cfg.set("control_socket_disable", True)
 
     def load(self) -> Any:
         from remediate.server import create_app

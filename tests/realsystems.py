@@ -336,6 +336,11 @@ class AlertManager(_ManagedProcess):
     Gossip is switched off (``--cluster.listen-address=``): with it on, the
     first notification waits ~8 s for the cluster to settle and a second
     instance would clash on port 9094.
+
+    For an HA pair give each instance a ``cluster_port`` (from
+    ``free_port()``) and the other's ``127.0.0.1:PORT`` in ``cluster_peers``;
+    ``extra_args`` are appended to the command line (e.g.
+    ``--cluster.settle-timeout=1s``, ``--cluster.peer-timeout=100ms``).
     """
 
     name = "alertmanager"
@@ -352,11 +357,19 @@ class AlertManager(_ManagedProcess):
         repeat_interval: str = "1h",
         send_resolved: bool = True,
         group_by: list[str] | None = None,
+        cluster_port: int | None = None,
+        cluster_peers: Sequence[str] = (),
+        extra_args: Sequence[str] = (),
         binary: str = "/usr/bin/prometheus-alertmanager",
         amtool: str = AMTOOL,
     ) -> None:
         super().__init__(workdir, binary)
+        if cluster_peers and cluster_port is None:
+            raise ValueError("cluster_peers needs a cluster_port (gossip is off without one)")
         self.webhook_url = webhook_url
+        self.cluster_port = cluster_port
+        self.cluster_peers = list(cluster_peers)
+        self.extra_args = list(extra_args)
         self.token = token
         self.group_wait = group_wait
         self.group_interval = group_interval
@@ -401,7 +414,18 @@ class AlertManager(_ManagedProcess):
             # Otherwise externalURL names the host ("http://vm:PORT"), which
             # changes from machine to machine and is not reachable from tests.
             f"--web.external-url=http://127.0.0.1:{port}/",
-            "--cluster.listen-address=",
+            *self._cluster_args(),
+            *self.extra_args,
+        ]
+
+    def _cluster_args(self) -> list[str]:
+        if self.cluster_port is None:
+            return ["--cluster.listen-address="]
+        address = f"127.0.0.1:{self.cluster_port}"
+        return [
+            f"--cluster.listen-address={address}",
+            f"--cluster.advertise-address={address}",
+            *(f"--cluster.peer={peer}" for peer in self.cluster_peers),
         ]
 
     def fire(
