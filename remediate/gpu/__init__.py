@@ -1,0 +1,53 @@
+"""GPU access for remediate: one backend interface, NVML and a simulator behind it, and GPU selection.
+
+The gpu actions, the `remediate gpu status` command and the node agent import
+from here. Nothing here imports pynvml until an NVML backend is first used.
+"""
+
+from __future__ import annotations
+
+from remediate.gpu.backend import BACKEND_KINDS, SIMULATOR_FILE_SETTING, GpuBackend, open_backend
+from remediate.gpu.errors import (
+    GpuError,
+    GpuInvalidArgument,
+    GpuLost,
+    GpuNoPermission,
+    GpuNotFound,
+    GpuNotSupported,
+    GpuSelectionError,
+    NvmlUnavailable,
+    RetryableGpuError,
+    from_nvml_error,
+)
+from remediate.gpu.model import GpuInfo, GpuProcess
+from remediate.gpu.nvml import NvmlBackend
+from remediate.gpu.pci import normalize_pci_bus_id
+from remediate.gpu.selection import ACCEPTED_FORMS, GpuRef, parse_gpu_ref, resolve, select
+from remediate.gpu.simulator import SimulatedBackend
+
+__all__ = [
+    "ACCEPTED_FORMS",
+    "BACKEND_KINDS",
+    "SIMULATOR_FILE_SETTING",
+    "GpuBackend",
+    "GpuError",
+    "GpuInfo",
+    "GpuInvalidArgument",
+    "GpuLost",
+    "GpuNoPermission",
+    "GpuNotFound",
+    "GpuNotSupported",
+    "GpuProcess",
+    "GpuRef",
+    "GpuSelectionError",
+    "NvmlBackend",
+    "NvmlUnavailable",
+    "RetryableGpuError",
+    "SimulatedBackend",
+    "from_nvml_error",
+    "normalize_pci_bus_id",
+    "open_backend",
+    "parse_gpu_ref",
+    "resolve",
+    "select",
+]

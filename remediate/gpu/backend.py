@@ -1,0 +1,60 @@
+"""The GPU backend interface, and the one place that picks an implementation.
+
+The gpu actions, `remediate gpu status` and selection talk to a `GpuBackend`;
+`open_backend` builds one from settings. There are two: "nvml" (the real driver,
+remediate.gpu.nvml) and "simulated" (a device file, remediate.gpu.simulator).
+The simulator is only ever chosen explicitly: a node without NVML gets a clear
+NvmlUnavailable error on first use, never a silent switch to fake GPUs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from remediate.errors import ConfigError
+from remediate.gpu.model import GpuInfo
+from remediate.gpu.nvml import NvmlBackend
+from remediate.gpu.simulator import SimulatedBackend
+
+BACKEND_KINDS = ("nvml", "simulated")
+SIMULATOR_FILE_SETTING = "gpu_simulator_file"
+"""The setting that names the simulator's device file (mentioned in errors so people know what to set)."""
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """Reads GPUs and sets power limits. Every method reads fresh state; errors are GpuError subclasses."""
+
+    name: str
+    """"nvml" or "simulated"."""
+
+    def devices(self) -> list[GpuInfo]:
+        """Every GPU of this node, by index."""
+        ...
+
+    def device(self, uuid: str) -> GpuInfo:
+        """One GPU, read now; GpuNotFound if no GPU has this UUID."""
+        ...
+
+    def set_power_limit(self, uuid: str, milliwatts: int) -> None:
+        """Set the software power limit. No read-back here: callers read back to confirm."""
+        ...
+
+    def parent_of_mig(self, mig_uuid: str) -> str:
+        """The UUID of the GPU a MIG device belongs to; GpuNotFound if there is no such MIG device."""
+        ...
+
+
+def open_backend(kind: str, *, simulator_file: Path | None = None) -> GpuBackend:
+    """Build the backend `kind` names; ConfigError for anything else. Cheap: NVML is initialised on first use."""
+    if kind == "nvml":
+        return NvmlBackend()
+    if kind == "simulated":
+        if simulator_file is None:
+            raise ConfigError(
+                f"the simulated GPU backend needs a device file: set {SIMULATOR_FILE_SETTING} "
+                "(see remediate.gpu.simulator for the format)"
+            )
+        return SimulatedBackend(Path(simulator_file))
+    raise ConfigError(f"unknown GPU backend {kind!r}: expected one of {', '.join(BACKEND_KINDS)}")

@@ -1,0 +1,256 @@
+"""The real GPU backend: NVML through nvidia-ml-py (module `pynvml`).
+
+Built by `open_backend("nvml")`; used by the gpu actions, `remediate gpu status`
+and the node agent. pynvml is imported and NVML initialised on first use, not at
+import time, so the CLI starts fast and a server without GPUs (which sends GPU
+steps to node agents) never touches the driver. Initialisation happens once per
+process, under a lock; a forked child (gunicorn workers) initialises again,
+because NVML's state does not survive fork. NVML is never shut down: the
+process keeps it for its lifetime, as nvidia-smi-like daemons do.
+
+Every NVML failure leaves as a GpuError subclass (see remediate.gpu.errors) with
+NVML's code. Reads that some GPUs do not support (power usage, temperature,
+processes, MIG) become None / empty instead of failing the whole device; the
+power-limit reads are required, since without them no power action can work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from typing import Any
+
+from remediate.gpu.errors import (
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_NOT_FOUND,
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND,
+    NVML_ERROR_NOT_SUPPORTED,
+    GpuInvalidArgument,
+    GpuNotFound,
+    GpuNotSupported,
+    NvmlUnavailable,
+    from_nvml_error,
+)
+from remediate.gpu.model import GpuInfo, GpuProcess
+from remediate.gpu.pci import normalize_pci_bus_id
+
+log = logging.getLogger(__name__)
+
+# Codes that mean "this GPU cannot tell you that", for the optional reads.
+_ABSENT_CODES = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND})
+# Codes nvmlDeviceGetHandleByUUID returns for a UUID that names no device here.
+_NO_SUCH_DEVICE_CODES = frozenset({NVML_ERROR_NOT_FOUND, NVML_ERROR_GPU_NOT_FOUND, NVML_ERROR_INVALID_ARGUMENT})
+
+_init_lock = threading.Lock()
+_initialised_pid: int | None = None
+
+
+def _reset_after_fork() -> None:
+    # A fork while another thread held the lock would leave the child's copy locked forever.
+    global _init_lock, _initialised_pid
+    _init_lock = threading.Lock()
+    _initialised_pid = None
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def load_nvml() -> ModuleType:
+    """Import pynvml and run nvmlInit once per process; NvmlUnavailable when there is no usable NVML."""
+    global _initialised_pid
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlUnavailable(
+            "the nvidia-ml-py package (module pynvml) is not installed; "
+            "install remediate with its dependencies, or select the simulated GPU backend explicitly"
+        ) from exc
+    # Fast path without the lock; the pid check makes a forked child initialise its own NVML.
+    if _initialised_pid == os.getpid():
+        return pynvml
+    with _init_lock:
+        if _initialised_pid != os.getpid():
+            try:
+                pynvml.nvmlInit()
+            except pynvml.NVMLError as exc:
+                raise from_nvml_error(exc, doing="initialise NVML") from exc
+            _initialised_pid = os.getpid()
+    return pynvml
+
+
+@contextmanager
+def _mapped(nvml: ModuleType, doing: str) -> Iterator[None]:
+    """Turn pynvml's exceptions raised inside the block into GpuErrors."""
+    try:
+        yield
+    except nvml.NVMLError as exc:
+        raise from_nvml_error(exc, doing=doing) from exc
+    except _mismatch_error(nvml) as exc:
+        # pynvml raises this (not an NVMLError) when an unversioned function is missing from the driver.
+        raise GpuNotSupported(f"{doing} failed: {exc}", code=NVML_ERROR_FUNCTION_NOT_FOUND) from exc
+
+
+def _optional(nvml: ModuleType, doing: str, fn: Callable[..., Any], *args: Any) -> Any | None:
+    """Call fn; None where the GPU or driver does not support it, a GpuError for anything else."""
+    try:
+        return fn(*args)
+    except nvml.NVMLError as exc:
+        if exc.value in _ABSENT_CODES:
+            return None
+        raise from_nvml_error(exc, doing=doing) from exc
+    except _mismatch_error(nvml):
+        return None
+
+
+def _mismatch_error(nvml: ModuleType) -> type[BaseException] | tuple[()]:
+    # Not in every nvidia-ml-py release that pyproject allows; an empty tuple catches nothing.
+    return getattr(nvml, "NVMLLibraryMismatchError", ())
+
+
+def _text(value: str | bytes) -> str:
+    # pynvml decodes most strings, but struct fields and older releases hand back bytes.
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _pci(raw: str | bytes) -> str:
+    text = _text(raw)
+    try:
+        return normalize_pci_bus_id(text)
+    except ValueError:
+        # Never fail a whole read over formatting; show what NVML said.
+        log.warning("NVML returned an unexpected PCI bus id %r", text)
+        return text.upper()
+
+
+class NvmlBackend:
+    """GpuBackend on the real driver. Stateless: every call reads NVML now."""
+
+    name = "nvml"
+
+    def devices(self) -> list[GpuInfo]:
+        nvml = load_nvml()
+        with _mapped(nvml, "count GPUs"):
+            count = nvml.nvmlDeviceGetCount()
+        infos = []
+        for index in range(count):
+            with _mapped(nvml, f"open GPU {index}"):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            infos.append(self._read(nvml, handle, index))
+        return infos
+
+    def device(self, uuid: str) -> GpuInfo:
+        nvml = load_nvml()
+        handle = self._handle(nvml, uuid)
+        with _mapped(nvml, f"read the index of {uuid}"):
+            index = nvml.nvmlDeviceGetIndex(handle)
+        return self._read(nvml, handle, index)
+
+    def set_power_limit(self, uuid: str, milliwatts: int) -> None:
+        # ctypes' c_uint would silently wrap a negative number and reject a float with a TypeError.
+        if isinstance(milliwatts, bool) or not isinstance(milliwatts, int) or milliwatts < 0:
+            raise GpuInvalidArgument(f"power limit must be a non-negative integer of milliwatts, got {milliwatts!r}")
+        nvml = load_nvml()
+        handle = self._handle(nvml, uuid)
+        # The unversioned call: nvmlDeviceSetPowerManagementLimit_v2 in nvidia-ml-py 13.615.71 ignores NVML's
+        # return code, so a refused set would look like success.
+        with _mapped(nvml, f"set the power limit of {uuid} to {milliwatts} mW"):
+            nvml.nvmlDeviceSetPowerManagementLimit(handle, milliwatts)
+
+    def parent_of_mig(self, mig_uuid: str) -> str:
+        nvml = load_nvml()
+        mig = self._handle(nvml, mig_uuid)
+        try:
+            parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+        except nvml.NVMLError as exc:
+            if exc.value in (NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_NOT_FOUND):
+                # NVML found a device by that UUID, but it is not a MIG device.
+                raise GpuNotFound(f"{mig_uuid} is not a MIG device on this node", code=exc.value) from exc
+            raise from_nvml_error(exc, doing=f"find the GPU of MIG device {mig_uuid}") from exc
+        with _mapped(nvml, f"read the UUID of the GPU of MIG device {mig_uuid}"):
+            return _text(nvml.nvmlDeviceGetUUID(parent))
+
+    # --- helpers
+
+    def _handle(self, nvml: ModuleType, uuid: str) -> Any:
+        try:
+            return nvml.nvmlDeviceGetHandleByUUID(uuid)
+        except nvml.NVMLError as exc:
+            if exc.value in _NO_SUCH_DEVICE_CODES:
+                # NVML: INVALID_ARGUMENT for a malformed UUID, NOT_FOUND for an unknown one; both mean "no such GPU".
+                raise GpuNotFound(
+                    f"look up {uuid} failed: NVML error {exc.value} ({exc}); {GpuNotFound.advice}", code=exc.value
+                ) from exc
+            raise from_nvml_error(exc, doing=f"look up {uuid}") from exc
+
+    def _read(self, nvml: ModuleType, handle: Any, index: int) -> GpuInfo:
+        with _mapped(nvml, f"read GPU {index}"):
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            pci_bus_id = _pci(nvml.nvmlDeviceGetPciInfo(handle).busId)
+            name = _text(nvml.nvmlDeviceGetName(handle))
+        with _mapped(nvml, f"read the power limits of GPU {index} ({uuid})"):
+            limit = nvml.nvmlDeviceGetPowerManagementLimit(handle)
+            min_limit, max_limit = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+            default_limit = nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)
+            enforced = nvml.nvmlDeviceGetEnforcedPowerLimit(handle)
+        usage = _optional(nvml, f"read the power usage of {uuid}", nvml.nvmlDeviceGetPowerUsage, handle)
+        temperature = _optional(
+            nvml, f"read the temperature of {uuid}", nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
+        )
+        return GpuInfo(
+            index=int(index),
+            uuid=uuid,
+            pci_bus_id=pci_bus_id,
+            name=name,
+            power_limit_mw=int(limit),
+            default_limit_mw=int(default_limit),
+            min_limit_mw=int(min_limit),
+            max_limit_mw=int(max_limit),
+            enforced_limit_mw=int(enforced),
+            power_usage_mw=None if usage is None else int(usage),
+            temperature_c=None if temperature is None else int(temperature),
+            processes=self._processes(nvml, handle, uuid),
+            mig_uuids=self._mig_uuids(nvml, handle, uuid),
+        )
+
+    def _processes(self, nvml: ModuleType, handle: Any, uuid: str) -> tuple[GpuProcess, ...]:
+        raw = _optional(nvml, f"list the processes on {uuid}", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        processes = []
+        for entry in raw or ():
+            memory = getattr(entry, "usedGpuMemory", None)
+            # pynvml maps NVML_VALUE_NOT_AVAILABLE to None already; older releases passed the raw sentinel through.
+            if memory is not None and memory >= nvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+                memory = None
+            processes.append(
+                GpuProcess(pid=int(entry.pid), used_memory_bytes=memory, name=self._process_name(nvml, entry.pid))
+            )
+        return tuple(processes)
+
+    def _process_name(self, nvml: ModuleType, pid: int) -> str:
+        try:
+            return _text(nvml.nvmlSystemGetProcessName(pid))
+        except nvml.NVMLError:
+            # The process may have exited, or live in a PID namespace we cannot see: a name is nice-to-have.
+            return ""
+
+    def _mig_uuids(self, nvml: ModuleType, handle: Any, uuid: str) -> tuple[str, ...]:
+        mode = _optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
+        if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+            return ()
+        uuids = []
+        with _mapped(nvml, f"count the MIG devices of {uuid}"):
+            slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+        for slot in range(slots):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError as exc:
+                if exc.value == NVML_ERROR_NOT_FOUND:
+                    continue  # an empty slot: fewer MIG devices than the maximum
+                raise from_nvml_error(exc, doing=f"open MIG device {slot} of {uuid}") from exc
+            with _mapped(nvml, f"read the UUID of MIG device {slot} of {uuid}"):
+                uuids.append(_text(nvml.nvmlDeviceGetUUID(mig)))
+        return tuple(uuids)
