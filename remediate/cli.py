@@ -162,7 +162,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
     from remediate.playbooks import load_playbooks
 
     settings = _settings(params)
-    loaded = load_playbooks(settings.playbooks, default_registry())
+    loaded = load_playbooks(settings.playbooks, default_registry(settings))
     rows = [
         {
             "name": p.name,

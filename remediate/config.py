@@ -21,6 +21,7 @@ from remediate.errors import ConfigError
 
 ENV_PREFIX = "REMEDIATE_"
 SERVER_MODES = ("enforce", "dry-run")
+GPU_BACKENDS = ("nvml", "simulated")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,12 @@ class Settings:
 
     # --- notify.webhook
     notify_timeout: float = 10.0
+
+    # --- GPUs (node-local steps)
+    gpu_backend: str = "nvml"
+    """nvml (the real driver) or simulated (a device file; only ever chosen explicitly)."""
+    gpu_simulator_file: Path | None = None
+    """Device file of the simulated backend (YAML/JSON; see remediate.gpu.simulator)."""
 
     def resolved_token(self) -> str | None:
         return _secret(self.token, self.token_file, "token")
@@ -120,6 +127,13 @@ def _to_mode(value: Any) -> str:
     return text
 
 
+def _to_gpu_backend(value: Any) -> str:
+    text = str(value)
+    if text not in GPU_BACKENDS:
+        raise ValueError(f"must be one of {', '.join(GPU_BACKENDS)}")
+    return text
+
+
 def _to_optional_path(value: Any) -> Path | None:
     return Path(value) if value not in (None, "") else None
 
@@ -142,6 +156,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "step_timeout": _to_seconds,
     "stale_after": _to_seconds,
     "notify_timeout": _to_seconds,
+    "gpu_backend": _to_gpu_backend,
+    "gpu_simulator_file": _to_optional_path,
 }
 assert set(_CONVERTERS) == {f.name for f in dataclasses.fields(Settings)}
 

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from remediate.actions import default_registry
-from remediate.actions.base import ActionRegistry, StepContext
-from remediate.alerts import parse_notification
+from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext
+from remediate.alerts import Notification, parse_notification
 from remediate.config import Settings
-from remediate.engine import Engine
+from remediate.engine import Engine, Judged
 from remediate.playbooks import load_playbooks
+from remediate.schema import SCHEMA_VERSION
 from remediate.store import Store
 
 
@@ -24,7 +25,7 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def dry_run(settings: Settings, data: object, *, now: float, registry: ActionRegistry | None = None) -> dict[str, Any]:
-    registry = registry or default_registry()
+    registry = registry or default_registry(settings)
     notification = parse_notification(data)
     playbooks = load_playbooks(settings.playbooks, registry)
     path = sqlite_path(settings.database_url)
@@ -44,10 +45,23 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
         )
         judged = engine.preview(notification, now=now)
         paused = store.pause_state().paused if store is not None else False
+        # Plans read what actions remember (e.g. the limit a restore would put back), never write it.
+        current = store is not None and store.schema_version() == SCHEMA_VERSION
+        memory = store.memory() if store is not None and current else InMemoryMemory()
+        return _report(notification, judged, registry, memory, store_note, paused)
     finally:
         if store is not None:
             store.close()
 
+
+def _report(
+    notification: Notification,
+    judged: list[Judged],
+    registry: ActionRegistry,
+    memory: ActionMemory,
+    store_note: str,
+    paused: bool,
+) -> dict[str, Any]:
     alerts: list[dict[str, Any]] = []
     for index, alert in enumerate(notification.alerts):
         entry: dict[str, Any] = {
@@ -72,6 +86,7 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
                     playbook=ev.playbook.name,
                     target=ev.target,
                     alert=alert.template_context(),
+                    memory=memory,
                 )
                 item: dict[str, Any] = {
                     "index": step_index,

@@ -127,6 +127,7 @@ class Executor:
         self.clock = clock
         self.retry_wait_max = retry_wait_max
         self.worker = worker_identity()
+        self.memory = store.memory()
         self._wake = threading.Condition()
         self._pending_wakeups = 0
         self._stopping = threading.Event()
@@ -261,6 +262,7 @@ class Executor:
             target=run.target,
             alert=run.alert_context,
             deadline=deadline,
+            memory=self.memory,
         )
         try:
             plan = call_with_deadline(lambda: action.plan(params, ctx), step.timeout)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = sa.MetaData()
 
@@ -143,5 +143,20 @@ decisions = sa.Table(
     sa.Index("ix_decisions_run", "run_id"),
 )
 
+# What actions remember between runs (e.g. the power limit a GPU had before remediate lowered it).
+action_memory = sa.Table(
+    "action_memory",
+    metadata,
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("run_id", sa.Integer, nullable=True),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+
+def _v2_action_memory(conn: sa.Connection) -> None:
+    action_memory.create(conn)
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {2: _v2_action_memory}

@@ -65,7 +65,7 @@ def build_services(
             "no token configured: set REMEDIATE_TOKEN or --token-file (or, for local experiments only, "
             "--insecure-no-auth)"
         )
-    registry = registry or default_registry()
+    registry = registry or default_registry(settings)
     playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
     store = store or Store.open(settings.database_url)
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()

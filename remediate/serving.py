@@ -72,7 +72,7 @@ def preflight(settings: Settings) -> None:
             "no token configured: set REMEDIATE_TOKEN or --token-file (or, for local experiments only, "
             "--insecure-no-auth)"
         )
-    playbooks = load_playbooks(settings.playbooks, default_registry())
+    playbooks = load_playbooks(settings.playbooks, default_registry(settings))
     store = Store.open(settings.database_url)
     store.close()
     log.info(

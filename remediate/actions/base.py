@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from remediate.actions.schema import ParamSchema
 from remediate.errors import ParamsError
@@ -25,6 +25,37 @@ from remediate.errors import ParamsError
 class Where(StrEnum):
     NODE = "node"
     CLUSTER = "cluster"
+
+
+class ActionMemory(Protocol):
+    """What an action may remember between runs (e.g. the power limit it replaced), surviving restarts.
+
+    The executor passes the store's implementation; actions never see the store itself.
+    Keys are namespaced by the action family ("gpu.power_limit/GPU-...").
+    """
+
+    def recall(self, key: str) -> dict[str, Any] | None: ...
+
+    def remember(self, key: str, value: Mapping[str, Any], *, run_id: int) -> None: ...
+
+    def forget(self, key: str) -> None: ...
+
+
+class InMemoryMemory:
+    """ActionMemory in a dict: for plans without a store, and for tests."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, dict[str, Any]] = {}
+
+    def recall(self, key: str) -> dict[str, Any] | None:
+        value = self.values.get(key)
+        return dict(value) if value is not None else None
+
+    def remember(self, key: str, value: Mapping[str, Any], *, run_id: int) -> None:
+        self.values[key] = dict(value)
+
+    def forget(self, key: str) -> None:
+        self.values.pop(key, None)
 
 
 @dataclass(frozen=True)
@@ -40,6 +71,7 @@ class StepContext:
     deadline: float = float("inf")
     """time.monotonic() value after which the executor gives up on this step."""
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("remediate.actions"))
+    memory: ActionMemory = field(default_factory=InMemoryMemory)
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

@@ -1,0 +1,58 @@
+"""Upgrading an old database gives exactly the schema of a fresh install."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from remediate import schema
+from remediate.store import Store
+
+
+def _schema_of(path: Path) -> dict[str, object]:
+    conn = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        shape = {
+            table: sorted((row[1], row[2], row[3], row[5]) for row in conn.execute(f"PRAGMA table_info('{table}')"))
+            for table in tables
+        }
+        indexes = sorted(
+            (r[0], r[1]) for r in conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type='index'")
+        )
+        return {"tables": shape, "indexes": indexes}
+    finally:
+        conn.close()
+
+
+def _make_version_1(path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{path}")
+    version_1_tables = [t for name, t in schema.metadata.tables.items() if name != "action_memory"]
+    with engine.begin() as conn:
+        schema.metadata.create_all(conn, tables=version_1_tables)
+        conn.execute(sa.insert(schema.meta).values(key="schema_version", value="1"))
+        conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
+    engine.dispose()
+
+
+def test_a_version_1_database_is_upgraded_to_the_same_schema_as_a_fresh_one(tmp_path: Path) -> None:
+    old, fresh = tmp_path / "old.db", tmp_path / "fresh.db"
+    _make_version_1(old)
+    upgraded = Store.open(f"sqlite:///{old}")
+    Store.open(f"sqlite:///{fresh}").close()
+    assert upgraded.schema_version() == schema.SCHEMA_VERSION
+    upgraded.close()
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_an_upgrade_keeps_the_data_that_was_there(tmp_path: Path) -> None:
+    old = tmp_path / "old.db"
+    _make_version_1(old)
+    store = Store.open(f"sqlite:///{old}")
+    assert store.pause_state().paused is True
+    assert store.pause_state().by == "old"
+    store.memory().remember("gpu.power_limit/GPU-1", {"original_mw": 700000}, run_id=1)
+    assert store.memory().recall("gpu.power_limit/GPU-1") == {"original_mw": 700000}
+    store.close()
