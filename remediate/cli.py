@@ -43,6 +43,8 @@ def _settings(ctx_params: dict[str, Any], **extra: Any) -> Any:
         "playbooks": ctx_params.get("playbooks"),
         "database_url": ctx_params.get("database_url"),
         "token_file": ctx_params.get("token_file"),
+        "gpu_backend": ctx_params.get("gpu_backend"),
+        "gpu_simulator_file": ctx_params.get("gpu_simulator_file"),
         **extra,
     }
     return load_settings(config_file=ctx_params.get("config"), overrides=overrides)
@@ -71,6 +73,24 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--token-file",
             type=click.Path(path_type=Path, dir_okay=False),
             help="File holding the bearer token (default: $REMEDIATE_TOKEN).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def gpu_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            "--gpu-backend",
+            type=click.Choice(["nvml", "simulated"]),
+            help="GPU backend: nvml (the driver) or simulated (a device file; only ever chosen explicitly) [nvml].",
+        ),
+        click.option(
+            "--gpu-simulator-file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Device file of the simulated GPU backend (YAML/JSON).",
         ),
     ]
     for option in reversed(options):
@@ -114,6 +134,7 @@ def main() -> None:
 
 @main.command()
 @common_options
+@gpu_options
 @click.option("--bind", help="host:port to listen on [127.0.0.1:9095].")
 @click.option("--workers", type=click.IntRange(1, 64), help="gunicorn worker processes [2].")
 @click.option("--threads", type=click.IntRange(1, 64), help="Threads per worker (>1 uses gthread) [1].")
@@ -224,6 +245,7 @@ def playbooks_validate(directory: Path | None, config: Path | None) -> None:
 
 @main.command("dry-run")
 @common_options
+@gpu_options
 @click.argument("payload", required=False, type=click.Path(path_type=Path, dir_okay=False, allow_dash=True))
 @click.option("--alertname", help="Build a one-alert notification with this alertname instead of PAYLOAD.")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Label of the built alert (repeatable).")
@@ -335,6 +357,51 @@ def _print_dry_run(report: dict[str, Any]) -> None:
                 else:
                     click.echo(f"      plan: {json.dumps(step['plan'], default=str)}")
     click.echo("\nwould run: " + ("yes" if report["would_run"] else "no"))
+
+
+# --------------------------------------------------------------------------- gpu
+
+
+@main.group()
+def gpu() -> None:
+    """Look at this node's GPUs."""
+
+
+@gpu.command("status")
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@gpu_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per GPU).")
+@handle_errors
+def gpu_status(as_json: bool, **params: Any) -> None:
+    """Show every GPU of this node: power usage, limit, default, constraints, temperature, processes."""
+    from remediate.gpu import open_backend
+
+    settings = _settings(params)
+    gpus = open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file).devices()
+    if as_json:
+        click.echo(json.dumps([g.to_dict() for g in gpus], indent=2))
+        return
+    _table(
+        [
+            [
+                g.index,
+                g.uuid,
+                g.name,
+                _watts(g.power_usage_mw),
+                _watts(g.power_limit_mw),
+                _watts(g.default_limit_mw),
+                f"{_watts(g.min_limit_mw)}-{_watts(g.max_limit_mw)}",
+                "-" if g.temperature_c is None else f"{g.temperature_c} C",
+                ",".join(str(p.pid) for p in g.processes) or "-",
+            ]
+            for g in gpus
+        ],
+        ["INDEX", "UUID", "NAME", "POWER W", "LIMIT W", "DEFAULT W", "MIN-MAX W", "TEMP", "PROCESSES"],
+    )
+
+
+def _watts(milliwatts: int | None) -> str:
+    return "-" if milliwatts is None else f"{milliwatts / 1000:g}"
 
 
 # --------------------------------------------------------------------------- history, approve, pause

@@ -73,6 +73,12 @@ def preflight(settings: Settings) -> None:
             "--insecure-no-auth)"
         )
     playbooks = load_playbooks(settings.playbooks, default_registry(settings))
+    if settings.gpu_backend == "simulated":
+        # Chosen explicitly, so a missing or broken device file is a start-up error, not a failure of the
+        # first GPU step. (NVML stays lazy: a server without GPUs sends GPU steps to node agents.)
+        from remediate.gpu import open_backend
+
+        open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file)
     store = Store.open(settings.database_url)
     store.close()
     log.info(

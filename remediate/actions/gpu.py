@@ -52,6 +52,25 @@ def _positive(value: float) -> str | None:
 GPU_PARAM = Param(str, required=True, check=_check_gpu_ref, doc="GPU index, UUID, PCI bus id, MIG UUID or 'all'")
 
 
+def _with_done(exc: GpuError, done: list[dict[str, Any]]) -> GpuError:
+    """`exc`, its message extended by what this step already did to other GPUs (`gpu: all`).
+
+    The audit history keeps only a failed step's error, so without this a GPU lowered
+    before another one failed would not show there. Same class and NVML code as `exc`.
+    """
+    if not done:
+        return exc
+    parts = []
+    for r in done:
+        what = r["outcome"]
+        if what in ("set", "restored"):
+            what = f"{what} {r['previous_w']:g} W -> {r['new_w']:g} W"
+            if r["outcome"] == "set":
+                what += " (original remembered for restore)"
+        parts.append(f"GPU {r['index']} {r['gpu']} {what}")
+    return type(exc)(f"{exc}; already done in this step: {'; '.join(parts)}", code=exc.code)
+
+
 @dataclass(frozen=True)
 class LimitPlan:
     """What set_power_limit would do to one GPU, and why."""
@@ -195,17 +214,28 @@ class SetPowerLimitAction(_GpuAction):
                 },
                 run_id=ctx.run_id,
             )
+            applied = False
             try:
                 self.backend.set_power_limit(gpu.uuid, plan.target_mw)
+                applied = True
                 read_back = self.backend.device(gpu.uuid).power_limit_mw
-            except GpuError:
-                self._undo_memory(ctx, key, before)
+            except Exception as exc:
+                # Only a failed set leaves the GPU as it was. If just the read-back failed, the GPU has
+                # the new limit: keep the record, or a retry (finding it already there) and the restore
+                # would never know the original.
+                if not applied:
+                    self._undo_memory(ctx, key, before)
+                if isinstance(exc, GpuError) and results:
+                    raise _with_done(exc, results) from exc
                 raise
             if read_back != plan.target_mw:
                 self._undo_memory(ctx, key, before)
-                raise GpuError(
-                    f"GPU {gpu.uuid}: set {_watts(plan.target_mw):g} W but read back {_watts(read_back):g} W "
-                    "(another agent or the driver changed it)"
+                raise _with_done(
+                    GpuError(
+                        f"GPU {gpu.uuid}: set {_watts(plan.target_mw):g} W but read back {_watts(read_back):g} W "
+                        "(another agent or the driver changed it)"
+                    ),
+                    results,
                 )
             entry.update(
                 outcome="set",
@@ -291,10 +321,18 @@ class RestorePowerLimitAction(_GpuAction):
                 results.append(entry)
                 continue
             target = min(max(target, gpu.min_limit_mw), gpu.max_limit_mw)
-            self.backend.set_power_limit(gpu.uuid, target)
-            read_back = self.backend.device(gpu.uuid).power_limit_mw
+            try:
+                self.backend.set_power_limit(gpu.uuid, target)
+                read_back = self.backend.device(gpu.uuid).power_limit_mw
+            except GpuError as exc:
+                if not results:
+                    raise
+                raise _with_done(exc, results) from exc
             if read_back != target:
-                raise GpuError(f"GPU {gpu.uuid}: restored {_watts(target):g} W but read back {_watts(read_back):g} W")
+                raise _with_done(
+                    GpuError(f"GPU {gpu.uuid}: restored {_watts(target):g} W but read back {_watts(read_back):g} W"),
+                    results,
+                )
             ctx.memory.forget(key)
             entry.update(outcome="restored", new_w=_watts(read_back), reason=why)
             results.append(entry)

@@ -6,7 +6,8 @@ Deselected by default (marker `nvml`). On a machine with an NVIDIA GPU and drive
 
 Without a driver every test here is skipped with NVML's error as the reason. The
 backend is wrapped in `ReadOnly`, which fails the test if anything tries to set
-a power limit; no test here calls set_power_limit on a real GPU.
+a power limit; no test here calls set_power_limit on a real GPU. The gpu actions are
+only ever asked for their dry-run `plan`, never `execute`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from remediate.actions.base import InMemoryMemory, StepContext
+from remediate.actions.gpu import RestorePowerLimitAction, SetPowerLimitAction
 from remediate.gpu import (
     GpuBackend,
     GpuInfo,
@@ -119,3 +122,74 @@ def test_an_unknown_uuid_is_not_found_by_the_real_driver(backend: ReadOnly) -> N
     with pytest.raises(GpuNotFound) as caught:
         backend.device("GPU-00000000-0000-0000-0000-000000000000")
     print(f"\nNVML on an unknown UUID: code {caught.value.code}: {caught.value}")
+
+
+def _plan_context() -> StepContext:
+    return StepContext(
+        run_id=0, step_index=0, playbook="nvml-check", target="this-node", alert={}, memory=InMemoryMemory()
+    )
+
+
+def _expected_target_mw(gpu: GpuInfo, wanted_mw: float, floor_mw: float) -> int:
+    """What set_power_limit must choose, worked out here independently of remediate.actions.gpu."""
+    target = min(max(wanted_mw, floor_mw, gpu.min_limit_mw), gpu.max_limit_mw)
+    return min(round(target), gpu.power_limit_mw)  # never raised without allow_increase
+
+
+def test_the_dry_run_plan_of_every_gpu_reads_real_limits_and_sets_nothing(
+    backend: ReadOnly, gpus: list[GpuInfo]
+) -> None:
+    action = SetPowerLimitAction(lambda: backend)
+    ctx = _plan_context()
+    print()
+    for gpu in gpus:
+        cases = [
+            # The shipped playbook's step, the alert naming the GPU by dcgm-exporter's UUID label.
+            ({"gpu": gpu.uuid, "percent_of_default": 80, "min_watts": 200}, 0.8 * gpu.default_limit_mw, 200_000),
+            # By index, a cut of the current limit with a floor of half the default.
+            (
+                {"gpu": str(gpu.index), "reduce_by_percent": 10, "min_percent_of_default": 50},
+                0.9 * gpu.power_limit_mw,
+                0.5 * gpu.default_limit_mw,
+            ),
+            # By PCI bus id, a request below the device minimum: clamped.
+            ({"gpu": gpu.pci_bus_id.lower(), "watts": 1}, 1_000, 0),
+        ]
+        for raw, wanted_mw, floor_mw in cases:
+            plan = action.plan(action.validate(raw), ctx)
+            print(f"GPU {gpu.index} plan for {raw}:\n{json.dumps(plan, indent=2)}")
+            assert plan["backend"] == "nvml"
+            (entry,) = plan["gpus"]
+            assert (entry["gpu"], entry["index"]) == (gpu.uuid, gpu.index)
+            assert entry["current_w"] == gpu.power_limit_mw / 1000
+            assert (entry["default_w"], entry["min_w"], entry["max_w"]) == (
+                gpu.default_limit_mw / 1000,
+                gpu.min_limit_mw / 1000,
+                gpu.max_limit_mw / 1000,
+            )
+            assert entry["target_w"] == _expected_target_mw(gpu, wanted_mw, floor_mw) / 1000
+            assert gpu.min_limit_mw / 1000 <= entry["target_w"] <= entry["current_w"]
+            assert entry["reasons"]
+            assert plan["would_change"] == (entry["target_w"] != entry["current_w"])
+            if raw.get("watts") == 1:
+                assert any("clamped to the device minimum" in r for r in entry["reasons"])
+
+    everything = action.plan(action.validate({"gpu": "all", "percent_of_default": 80, "min_watts": 200}), ctx)
+    assert [g["gpu"] for g in everything["gpus"]] == [g.uuid for g in gpus]
+    assert ctx.memory.values == {}  # type: ignore[attr-defined]
+
+
+def test_the_restore_plan_of_every_gpu_reads_real_limits_and_sets_nothing(
+    backend: ReadOnly, gpus: list[GpuInfo]
+) -> None:
+    action = RestorePowerLimitAction(lambda: backend)
+    ctx = _plan_context()
+    nothing = action.plan(action.validate({"gpu": "all"}), ctx)
+    to_default = action.plan(action.validate({"gpu": "all", "fallback": "default"}), ctx)
+    print(f"\n{json.dumps(to_default, indent=2)}")
+    for gpu, left, fallback in zip(gpus, nothing["gpus"], to_default["gpus"], strict=True):
+        assert left["target_w"] is None
+        assert "no record" in left["reason"]
+        expected = None if gpu.power_limit_mw == gpu.default_limit_mw else gpu.default_limit_mw / 1000
+        assert fallback["target_w"] == expected
+        assert fallback["default_w"] == gpu.default_limit_mw / 1000
