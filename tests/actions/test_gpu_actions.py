@@ -1085,3 +1085,40 @@ def test_a_label_that_is_no_gpu_is_rejected_before_anything_runs(
     assert detail["status"] == "rejected"
     assert detail["steps"] == []
     assert sim_file.read_bytes() == before
+
+
+class ReadBackFailsOnceBackend(DriftingBackend):
+    """The real simulator, except that the first read after a set times out (a retryable NVML error)."""
+
+    def __init__(self, sim: SimulatedBackend) -> None:
+        super().__init__(sim, drift_mw=0)
+        self.fail_next_read = False
+        self.failures_left = 1
+
+    def device(self, uuid: str) -> GpuInfo:
+        if self.fail_next_read:
+            self.fail_next_read = False
+            raise RetryableGpuError("read back timed out", code=10)
+        return self.sim.device(uuid)
+
+    def set_power_limit(self, uuid: str, milliwatts: int) -> None:
+        self.sim.set_power_limit(uuid, milliwatts)
+        if self.failures_left:
+            self.failures_left -= 1
+            self.fail_next_read = True
+
+
+def test_a_failed_read_back_after_a_good_set_keeps_the_original_so_a_retry_and_restore_still_work(
+    sim: SimulatedBackend, gpu0: GpuInfo, memory: InMemoryMemory
+) -> None:
+    backend = ReadBackFailsOnceBackend(sim)
+    setter = SetPowerLimitAction(lambda: backend)
+    ctx = context(memory)
+    with pytest.raises(RetryableGpuError):
+        do_set(setter, ctx, gpu=gpu0.uuid, watts=500)
+    assert limit(sim, gpu0.uuid) == 500_000
+    retry = do_set(setter, ctx, gpu=gpu0.uuid, watts=500)
+    assert retry["gpus"][0]["outcome"] == "unchanged"
+    restored = do_restore(RestorePowerLimitAction(lambda: backend), ctx, gpu=gpu0.uuid)
+    assert restored["gpus"][0]["outcome"] == "restored"
+    assert limit(sim, gpu0.uuid) == gpu0.power_limit_mw
