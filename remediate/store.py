@@ -501,6 +501,10 @@ class Store:
             conditions.append(d.c.created_at < query.until)
         if query.cursor:
             conditions.append(d.c.id < decode_cursor(query.cursor))
+        # The page's ids first, from an index alone; then read and join only those rows. In one
+        # statement, a since/until window made SQLite read and join every row of the window before
+        # sorting by id (80 ms for a 7-day window of a 1M-run store; 10 ms this way: bench/history.py).
+        page = sa.select(d.c.id).where(*conditions).order_by(d.c.id.desc()).limit(query.limit + 1)
         statement = (
             sa.select(
                 d,
@@ -511,9 +515,8 @@ class Store:
                 t.runs.c.error.label("run_error"),
             )
             .outerjoin(t.runs, t.runs.c.id == d.c.run_id)
-            .where(*conditions)
+            .where(d.c.id.in_(page.scalar_subquery()))
             .order_by(d.c.id.desc())
-            .limit(query.limit + 1)
         )
         with self.read() as conn:
             rows = conn.execute(statement).all()

@@ -1,0 +1,347 @@
+"""Shared helpers of the benchmark scripts: start servers on 127.0.0.1, drive wrk, build payloads.
+
+Not a test module and not part of the package: the scripts in bench/ import it as `_common`
+(Python puts the script's directory first on sys.path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import requests
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+TOKEN = "bench-token-0123456789abcdef"
+STARTS_AT = "2026-11-21T05:40:14.652668659Z"
+TARGETS = 500
+
+# One playbook with one `log` step, matching every alert of the benchmarks.
+PLAYBOOK = """\
+name: bench-log
+description: Benchmark playbook; one log step per alert.
+match:
+  alertname: [GpuXidError, GPUTemperatureHigh, BenchAlert]
+  labels: ['severity=~"critical|warning"']
+mode: enforce
+target: node
+cooldown: 0s
+steps:
+  - action: log
+    with:
+      message: "{{ labels.alertname }} on {{ labels.Hostname }}: {{ annotations.summary | default('') }}"
+"""
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile (pct in 0..100) of a non-empty sequence."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-pct * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def machine_line() -> str:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}"
+
+
+def alert(fingerprint: str, host: str, *, alertname: str = "GpuXidError", gpu: int = 3) -> dict[str, Any]:
+    return {
+        "status": "firing",
+        "labels": {
+            "alertname": alertname,
+            "Hostname": host,
+            "gpu": str(gpu),
+            "namespace": "ml",
+            "pod": "trainer-0",
+            "severity": "critical",
+        },
+        "annotations": {"runbook": "restart-pod", "summary": f"GPU {gpu} Xid error"},
+        "startsAt": STARTS_AT,
+        "endsAt": "0001-01-01T00:00:00Z",
+        "generatorURL": "http://prometheus.example:9090/graph?g0.expr=DCGM_FI_DEV_XID_ERRORS",
+        "fingerprint": fingerprint,
+    }
+
+
+def notification(alerts: list[dict[str, Any]]) -> dict[str, Any]:
+    """An AlertManager v4 notification in the shape AlertManager 0.25+ sends."""
+    common = alerts[0]["labels"] if len(alerts) == 1 else {"alertname": alerts[0]["labels"]["alertname"]}
+    return {
+        "receiver": "remediate",
+        "status": "firing",
+        "alerts": alerts,
+        "groupLabels": {"alertname": alerts[0]["labels"]["alertname"]},
+        "commonLabels": common,
+        "commonAnnotations": alerts[0]["annotations"] if len(alerts) == 1 else {},
+        "externalURL": "http://alertmanager.example:9093",
+        "version": "4",
+        "groupKey": '{}:{alertname="GpuXidError"}',
+        "truncatedAlerts": 0,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- servers
+
+
+class Server:
+    """A server process on 127.0.0.1, its output in a log file; stopped with SIGTERM (then SIGKILL)."""
+
+    def __init__(self, name: str, argv: list[str], env: Mapping[str, str], port: int, ready_path: str, log: Path):
+        # cwd: the log's directory (a scratch directory), so that `python -m remediate` imports the
+        # installed package (or $PYTHONPATH), never a checkout that happens to be the cwd.
+        self.name = name
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log
+        self._log = log.open("wb")
+        self.process = subprocess.Popen(
+            argv, env=dict(env), stdout=self._log, stderr=subprocess.STDOUT, cwd=log.parent, start_new_session=True
+        )
+        self._wait_ready(ready_path)
+
+    def _wait_ready(self, path: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}; see {self.log_path}")
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(self.url + path, timeout=1).status_code == 200:
+                    time.sleep(0.3)  # let every worker finish booting (executors start after the app loads)
+                    return
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"{self.name} not ready after {timeout}s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=5)
+        self._log.close()
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) used so far by the server: its master and its worker processes."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0.0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                pid, ppid = int(stat.parent.name), int(fields[1])
+                if self.process.pid in (pid, ppid):
+                    total += (int(fields[11]) + int(fields[12])) / tick
+        return total
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+def remediate_server(
+    workdir: Path,
+    *,
+    db: Path,
+    workers: int = 2,
+    executor_threads: int = 2,
+    poll_interval: str | None = None,
+    playbook: str = PLAYBOOK,
+    extra_env: Mapping[str, str] | None = None,
+) -> Server:
+    """`remediate serve` (gunicorn, sync workers) on a free port, with a fresh playbook directory."""
+    playbooks = workdir / "playbooks"
+    playbooks.mkdir(exist_ok=True)
+    (playbooks / "bench.yaml").write_text(playbook)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_") and k != "PROMETHEUS_MULTIPROC_DIR"}
+    env.update(
+        {
+            "REMEDIATE_BIND": f"127.0.0.1:{port}",
+            "REMEDIATE_WORKERS": str(workers),
+            "REMEDIATE_THREADS": "1",
+            "REMEDIATE_EXECUTOR_THREADS": str(executor_threads),
+            "REMEDIATE_TOKEN": TOKEN,
+            "REMEDIATE_PLAYBOOKS": str(playbooks),
+            "REMEDIATE_DATABASE_URL": f"sqlite:///{db}",
+        }
+    )
+    if poll_interval is not None:
+        env["REMEDIATE_POLL_INTERVAL"] = poll_interval
+    env.update(extra_env or {})
+    argv = [sys.executable, "-m", "remediate", "serve"]
+    return Server("remediate", argv, env, port, "/readyz", workdir / f"remediate-{port}.log")
+
+
+def ceiling_server(workdir: Path, *, workers: int = 2) -> Server:
+    """bench/ceiling_app.py under gunicorn with the same worker settings as `remediate serve`."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--workers",
+        str(workers),
+        "--worker-class",
+        "sync",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--chdir",
+        str(BENCH_DIR),
+        "--log-level",
+        "warning",
+        "ceiling_app:app",
+    ]
+    return Server("ceiling", argv, os.environ, port, "/healthz", workdir / f"ceiling-{port}.log")
+
+
+@contextlib.contextmanager
+def workspace(keep: bool = False) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="remediate-bench-"))
+    try:
+        yield path
+    finally:
+        if keep:
+            print(f"(kept {path})")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def db_connect(db: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(db, timeout=30)
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def wait_for_runs_done(db: Path, timeout: float) -> tuple[bool, float]:
+    """Wait until no run is queued or running and no run is being added; (drained?, seconds waited).
+
+    "No run being added": requests still in flight when a load generator stops commit a little later.
+    """
+    started = time.monotonic()
+    last_total = -1
+    with contextlib.closing(db_connect(db)) as conn:
+        while time.monotonic() - started < timeout:
+            pending, total = conn.execute(
+                "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*) FROM runs"
+            ).fetchone()
+            if pending == 0 and total == last_total:
+                return True, time.monotonic() - started
+            last_total = total
+            time.sleep(0.2)
+    return False, time.monotonic() - started
+
+
+# ---------------------------------------------------------------------------------------------- wrk
+
+_WRK_LUA = r"""
+-- POST one-alert AlertManager notifications, each with a distinct fingerprint.
+local next_id = 0
+function setup(thread)
+  thread:set("tid", next_id)
+  next_id = next_id + 1
+end
+
+function init(args)
+  prefix = args[1]
+  headers = {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. args[2]}
+  n = 0
+end
+
+function request()
+  n = n + 1
+  local fp = string.format("%s%02x%010x", prefix, tid, n)
+  local host = string.format("node-%03d", (n * 7 + tid) % @TARGETS@)
+  return wrk.format("POST", "/webhook", headers, @BODY@)
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRK_JSON {"requests": %d, "duration_us": %d, "bytes": %d, "connect_errors": %d, "read_errors": %d, ' ..
+    '"write_errors": %d, "status_errors": %d, "timeouts": %d, "p50_us": %d, "p90_us": %d, "p99_us": %d, ' ..
+    '"max_us": %d, "mean_us": %.1f}\n',
+    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max, latency.mean))
+end
+"""
+
+
+def _lua_string(text: str) -> str:
+    return "[==[" + text + "]==]"
+
+
+def wrk_script(path: Path) -> Path:
+    """Write the wrk Lua script: the notification body is `notification([alert(...)])` with fp/host spliced in."""
+    body = json.dumps(notification([alert("@FP@", "@HOST@")]), separators=(", ", ": "))
+    pieces = re.split(r"(@FP@|@HOST@)", body)
+    lua_parts = [{"@FP@": "fp", "@HOST@": "host"}.get(p, _lua_string(p)) for p in pieces if p]
+    script = _WRK_LUA.replace("@BODY@", " .. ".join(lua_parts)).replace("@TARGETS@", str(TARGETS))
+    path.write_text(script)
+    return path
+
+
+def body_size() -> int:
+    return len(json.dumps(notification([alert("0" * 16, "node-000")]), separators=(", ", ": ")).encode())
+
+
+def run_wrk(
+    url: str, script: Path, *, prefix: str, duration: int, threads: int = 2, connections: int = 16
+) -> dict[str, Any]:
+    argv = [
+        "wrk",
+        f"--threads={threads}",
+        f"--connections={connections}",
+        f"--duration={duration}s",
+        "--timeout=10s",
+        "--latency",
+        f"--script={script}",
+        url + "/webhook",
+        "--",
+        prefix,
+        TOKEN,
+    ]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=duration + 60).stdout
+    match = re.search(r"^WRK_JSON (.*)$", out, re.MULTILINE)
+    if not match:
+        raise RuntimeError(f"no summary in wrk output:\n{out}")
+    result = json.loads(match.group(1))
+    result["rps"] = result["requests"] / (result["duration_us"] / 1e6)
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    result["non_2xx"] = int(non2xx.group(1)) if non2xx else 0
+    return result
+
+
+def have_wrk() -> bool:
+    return shutil.which("wrk") is not None

@@ -1,0 +1,339 @@
+"""GET /history on a large store: p50/p99 per kind of query, on a store with 1,000,000 runs.
+
+    .venv/bin/python bench/history.py            # builds (once, ~1 min) and reuses a 1M-run store in /tmp
+    .venv/bin/python bench/history.py --quick    # 50,000 runs, 20 queries per kind, < 30 s
+
+The store is built directly with sqlite3 `executemany` in the schema `Store.open` creates: ~280,000
+notifications, ~1.1 million alerts and decisions, 1,000,000 runs over 90 days; 20 playbooks (skewed:
+a few busy ones), 500 targets (skewed), 8 alertnames; runs mostly succeeded, some failed, rejected,
+planned and cancelled; decisions without a run: duplicate, cooldown, attempt_cap, unmatched. No
+ANALYZE (remediate never runs it). Steps are not generated: /history does not read them.
+
+Then `remediate serve` (2 sync workers) answers --queries GET /history requests per kind, one at a
+time over HTTP on 127.0.0.1, with random parameter values. Prints p50/p99 per kind; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import random
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import _common as c
+import requests
+
+from remediate.store import Store
+
+TARGET_P99_MS = 50.0
+DAYS = 90
+ALERTNAMES = [
+    "GpuXidError",
+    "GPUTemperatureHigh",
+    "GpuEccErrors",
+    "NodeFilesystemAlmostOutOfSpace",
+    "TrainingLossSpike",
+    "TrainingLossNaN",
+    "NodeNotReady",
+    "NcclTimeout",
+]
+PLAYBOOKS = [f"pb-{i:02d}-{ALERTNAMES[i % len(ALERTNAMES)].lower()}" for i in range(20)]
+TARGETS = [f"node-{i:03d}" for i in range(500)]
+RUN_STATUSES = [("succeeded", 0.935), ("failed", 0.04), ("rejected", 0.01), ("planned", 0.01), ("cancelled", 0.005)]
+NO_RUN = [("duplicate", 0.05), ("cooldown", 0.035), ("attempt_cap", 0.01), ("unmatched", 0.005)]
+BUILD_VERSION = 1
+
+
+def _weights(n: int, skew: float) -> list[float]:
+    return [1 / (i + 1) ** skew for i in range(n)]
+
+
+def build(path: Path, runs: int, seed: int = 7) -> dict[str, int]:
+    """Write a store with `runs` runs (and the notifications, alerts and decisions around them) to `path`."""
+    for suffix in ("", "-wal", "-shm", "-writelock"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    Store.open(f"sqlite:///{path}").close()
+    rng = random.Random(seed)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=OFF")
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute("PRAGMA cache_size=-400000")
+    indexes = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        " AND tbl_name IN ('alerts', 'runs', 'decisions')"
+    ).fetchall()
+    for name, _sql in indexes:
+        conn.execute(f'DROP INDEX "{name}"')
+
+    no_run_share = sum(w for _, w in NO_RUN)
+    decisions_total = int(runs / (1 - no_run_share))
+    end = time.time() - 60
+    start = end - DAYS * 86400
+    step = (end - start) / decisions_total
+    pb_weights = _weights(len(PLAYBOOKS), 1.0)
+    target_weights = _weights(len(TARGETS), 0.6)
+    run_status_names, run_status_weights = zip(*RUN_STATUSES, strict=True)
+    kinds = ["run"] + [name for name, _ in NO_RUN]
+    kind_weights = [1 - no_run_share] + [w for _, w in NO_RUN]
+
+    notifications: list[tuple[Any, ...]] = []
+    alerts: list[tuple[Any, ...]] = []
+    run_rows: list[tuple[Any, ...]] = []
+    decisions: list[tuple[Any, ...]] = []
+    run_id = notification_id = 0
+    index = 0
+    made_runs = 0
+    while made_runs < runs:
+        notification_id += 1
+        received = start + index * step
+        group = min(rng.randint(1, 7), runs - made_runs + 50)
+        status = "resolved" if rng.random() < 0.15 else "firing"
+        notifications.append(
+            (notification_id, received, "remediate", status, '{}:{alertname="x"}', group, '{"version":"4"}')
+        )
+        for _ in range(group):
+            index += 1
+            alert_id = index
+            created = received
+            kind = rng.choices(kinds, kind_weights)[0] if made_runs < runs else "duplicate"
+            playbook = rng.choices(PLAYBOOKS, pb_weights)[0]
+            alertname = ALERTNAMES[PLAYBOOKS.index(playbook) % len(ALERTNAMES)]
+            target = rng.choices(TARGETS, target_weights)[0]
+            fingerprint = f"{rng.getrandbits(64):016x}"
+            labels = json.dumps({"alertname": alertname, "Hostname": target, "severity": "critical"}, sort_keys=True)
+            alerts.append(
+                (
+                    alert_id,
+                    notification_id,
+                    fingerprint,
+                    alertname,
+                    status,
+                    "2026-01-01T00:00:00Z",
+                    None,
+                    labels,
+                    '{"summary":"bench"}',
+                    "",
+                )
+            )
+            this_run = None
+            if kind == "run":
+                made_runs += 1
+                run_id += 1
+                this_run = run_id
+                run_status = rng.choices(run_status_names, run_status_weights)[0]
+                decision = "rejected" if run_status == "rejected" else "accepted"
+                reason = f"matched playbook {playbook} ({status})"
+                error = "steps[0] log: bad params" if run_status == "rejected" else None
+                if run_status == "failed":
+                    error = "step 0 notify (notify.webhook): HTTP 502"
+                run_rows.append(
+                    (
+                        run_id,
+                        f"{rng.getrandbits(256):064x}",
+                        playbook,
+                        alertname,
+                        target,
+                        status,
+                        "dry-run" if run_status == "planned" else "enforce",
+                        run_status,
+                        alert_id,
+                        None,
+                        created,
+                        created + 0.6,
+                        created + 0.01,
+                        created + 0.6,
+                        error,
+                    )
+                )
+                row_status = run_status
+            elif kind == "unmatched":
+                decision, row_status, reason, playbook, target = (
+                    kind,
+                    kind,
+                    "no playbook matches this alert",
+                    None,
+                    None,
+                )
+            else:
+                decision, row_status, reason = kind, kind, f"{kind}: see the run before"
+            decisions.append(
+                (
+                    created,
+                    notification_id,
+                    alert_id,
+                    alertname,
+                    fingerprint,
+                    status,
+                    playbook,
+                    target,
+                    decision,
+                    reason,
+                    row_status,
+                    this_run,
+                )
+            )
+        if len(decisions) >= 200_000 or made_runs >= runs:
+            _flush(conn, notifications, alerts, run_rows, decisions)
+    for _name, sql in indexes:
+        conn.execute(sql)
+    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('bench_history', ?)", (_build_key(runs),))
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    return {"notifications": notification_id, "alerts": index, "decisions": index, "runs": run_id}
+
+
+def _flush(conn: sqlite3.Connection, *tables: list[tuple[Any, ...]]) -> None:
+    notifications, alerts, run_rows, decisions = tables
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO notifications VALUES (?, ?, ?, ?, ?, ?, ?)", notifications)
+    conn.executemany("INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", alerts)
+    conn.executemany(
+        "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, after_run_id,"
+        " created_at, updated_at, started_at, finished_at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        run_rows,
+    )
+    conn.executemany(
+        "INSERT INTO decisions (created_at, notification_id, alert_id, alertname, fingerprint, alert_status, playbook,"
+        " target, decision, reason, status, run_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        decisions,
+    )
+    conn.execute("COMMIT")
+    for table in tables:
+        table.clear()
+
+
+def _build_key(runs: int) -> str:
+    return f"v{BUILD_VERSION}:{runs}"
+
+
+def ensure_store(path: Path, runs: int, rebuild: bool) -> tuple[bool, float]:
+    """(built now?, seconds spent)."""
+    if not rebuild and path.exists():
+        with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(path)) as conn:
+            found = conn.execute("SELECT value FROM meta WHERE key = 'bench_history'").fetchone()
+            if found and found[0] == _build_key(runs):
+                return False, 0.0
+    started = time.perf_counter()
+    build(path, runs)
+    return True, time.perf_counter() - started
+
+
+def cursor_for(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"d:{last_id}".encode()).decode().rstrip("=")
+
+
+def query_kinds(db: Path, rng: random.Random) -> dict[str, Callable[[], dict[str, str]]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        lo, hi, max_id = conn.execute("SELECT min(created_at), max(created_at), max(id) FROM decisions").fetchone()
+
+    def window(hours: float) -> dict[str, str]:
+        since = rng.uniform(lo, hi - hours * 3600)
+        return {"since": f"{since:.3f}", "until": f"{since + hours * 3600:.3f}"}
+
+    return {
+        "no filter": lambda: {},
+        "playbook": lambda: {"playbook": rng.choice(PLAYBOOKS)},
+        "alertname": lambda: {"alertname": rng.choice(ALERTNAMES)},
+        "target": lambda: {"target": rng.choice(TARGETS)},
+        "status=failed": lambda: {"status": "failed"},
+        "since/until 1 h": lambda: window(1),
+        "since/until 7 d": lambda: window(24 * 7),
+        "since/until 30 d": lambda: window(24 * 30),
+        "since (last 24 h)": lambda: {"since": f"{hi - 86400:.3f}"},
+        "until (any time)": lambda: {"until": f"{rng.uniform(lo, hi):.3f}"},
+        "playbook+status=failed": lambda: {"playbook": rng.choice(PLAYBOOKS), "status": "failed"},
+        "target+status=failed": lambda: {"target": rng.choice(TARGETS), "status": "failed"},
+        "alertname+status=failed": lambda: {"alertname": rng.choice(ALERTNAMES), "status": "failed"},
+        "deep cursor page": lambda: {"cursor": cursor_for(rng.randint(1000, max_id // 2))},
+        "playbook, deep cursor": lambda: {"playbook": rng.choice(PLAYBOOKS), "cursor": cursor_for(max_id // 10)},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="50,000 runs and 20 queries per kind (< 30 s)")
+    parser.add_argument("--runs", type=int, default=1_000_000, help="runs in the store [1000000]")
+    parser.add_argument("--queries", type=int, default=200, help="queries per kind [200]")
+    parser.add_argument("--limit", type=int, default=50, help="page size (limit=) [50, the API default]")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        help="store file [/tmp/remediate-bench-history-<runs>.db, kept for reuse; --quick: a temporary one]",
+    )
+    parser.add_argument("--rebuild", action="store_true", help="build the store even if --db already holds one")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs = min(args.runs, 50_000)
+        args.queries = min(args.queries, 20)
+    with c.workspace() as work:
+        # --quick builds a small store in the scratch directory; the full one is kept in /tmp for reuse.
+        default = work / "history.db" if args.quick else Path(f"/tmp/remediate-bench-history-{args.runs}.db")
+        db = args.db or default
+        print(f"machine: {c.machine_line()}; load average before: {os.getloadavg()[0]:.2f}")
+        built, seconds = ensure_store(db, args.runs, args.rebuild)
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            counts = {
+                table: conn.execute(f"SELECT max(id) FROM {table}").fetchone()[0]  # noqa: S608 - fixed names
+                for table in ("runs", "decisions", "alerts")
+            }
+        size = db.stat().st_size / 2**20
+        how = f"built in {seconds:.0f} s" if built else "reused"
+        print(
+            f"store: {db} ({size:.0f} MiB; {counts['runs']:,} runs, {counts['decisions']:,} decisions, "
+            f"{counts['alerts']:,} alerts; {how})"
+        )
+        print(
+            f"settings: remediate serve, 2 sync workers; {args.queries} sequential GET /history per kind, "
+            f"limit {args.limit}"
+        )
+
+        rng = random.Random(11)
+        kinds = query_kinds(db, rng)
+        headers = {"Authorization": f"Bearer {c.TOKEN}"}
+        results: dict[str, list[float]] = {}
+        sizes: dict[str, list[int]] = {}
+        with c.remediate_server(work, db=db) as server:
+            session = requests.Session()
+            for _ in range(5):  # warm both workers' connections and the page cache a little
+                session.get(server.url + "/history", headers=headers, timeout=30)
+            for name, params in kinds.items():
+                timings, entries = [], []
+                for _ in range(args.queries):
+                    query = {**params(), "limit": str(args.limit)}
+                    started = time.perf_counter()
+                    response = session.get(server.url + "/history", params=query, headers=headers, timeout=60)
+                    timings.append((time.perf_counter() - started) * 1000)
+                    if response.status_code != 200:
+                        print(f"  {name}: HTTP {response.status_code} {response.text[:200]}")
+                        break
+                    entries.append(len(response.json()["entries"]))
+                results[name], sizes[name] = timings, entries
+
+    print()
+    print("  query                        p50 ms   p99 ms   max ms   entries/page (mean)")
+    misses = []
+    for name, timings in results.items():
+        p99 = c.percentile(timings, 99)
+        if p99 > TARGET_P99_MS:
+            misses.append(name)
+        mean_entries = sum(sizes[name]) / max(1, len(sizes[name]))
+        print(
+            f"  {name:26} {c.percentile(timings, 50):8.1f} {p99:8.1f} {max(timings):8.1f}   {mean_entries:6.1f}"
+            f"{'   MISSES' if p99 > TARGET_P99_MS else ''}"
+        )
+    verdict = "met by every kind" if not misses else "missed by " + ", ".join(misses)
+    print(f"  target p99 <= {TARGET_P99_MS:.0f} ms: {verdict}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
