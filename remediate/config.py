@@ -72,6 +72,11 @@ class Settings:
     gpu_simulator_file: Path | None = None
     """Device file of the simulated backend (YAML/JSON; see remediate.gpu.simulator)."""
 
+    # --- disk cleanup (node-local steps)
+    cleanup_policies_file: Path | None = None
+    """YAML file of the node's cleanup policies (docs/cleanup-policies.example.yaml); read when first needed."""
+
+
     def resolved_token(self) -> str | None:
         return _secret(self.token, self.token_file, "token")
 
@@ -158,6 +163,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "notify_timeout": _to_seconds,
     "gpu_backend": _to_gpu_backend,
     "gpu_simulator_file": _to_optional_path,
+    "cleanup_policies_file": _to_optional_path,
 }
 assert set(_CONVERTERS) == {f.name for f in dataclasses.fields(Settings)}
 

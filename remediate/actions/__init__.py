@@ -6,6 +6,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from remediate.actions.base import Action, ActionMemory, ActionRegistry, InMemoryMemory, StepContext, Where
+from remediate.actions.disk import DiskCleanupAction
 from remediate.actions.gpu import RestorePowerLimitAction, SetPowerLimitAction
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
@@ -32,6 +33,7 @@ def default_registry(settings: Settings | None = None) -> ActionRegistry:
     there fails with NVML's own clear error.
     """
     from remediate.config import Settings
+    from remediate.disk import PolicySource
     from remediate.gpu import open_backend
 
     settings = settings or Settings()
@@ -46,5 +48,6 @@ def default_registry(settings: Settings | None = None) -> ActionRegistry:
             NotifyWebhookAction(),
             SetPowerLimitAction(gpu_backend),
             RestorePowerLimitAction(gpu_backend),
+            DiskCleanupAction(PolicySource(settings.cleanup_policies_file)),
         ]
     )
