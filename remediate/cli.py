@@ -165,6 +165,62 @@ def serve(**params: Any) -> None:
     run_server(settings)
 
 
+# --------------------------------------------------------------------------- agent
+
+
+@main.command()
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@gpu_options
+@click.option("--bind", "agent_bind", help="host:port to listen on [127.0.0.1:9096].")
+@click.option(
+    "--token-file",
+    "agent_token_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File holding the agent token the server sends (or set $REMEDIATE_AGENT_TOKEN).",
+)
+@click.option("--node-name", help="This node's name: the only target it runs steps for [the host name].")
+@click.option(
+    "--state-file",
+    "agent_state_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="SQLite file of what node actions remember [./remediate-agent.db].",
+)
+@click.option(
+    "--policies-file",
+    "cleanup_policies_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="This node's cleanup policies file (disk.cleanup).",
+)
+@click.option("--power-floor-watts", "gpu_power_floor_watts", type=float, help="Refuse GPU power limits below this.")
+@click.option("--threads", "agent_threads", type=click.IntRange(1, 256), help="Steps it runs at once [8].")
+@click.option(
+    "--insecure-no-auth", is_flag=True, default=None, help="Serve without a token. Only for local experiments."
+)
+@handle_errors
+def agent(**params: Any) -> None:
+    """Run the node agent: plans and executes node-local steps (gpu.*, disk.*, training.*) sent by the
+    server for this node, within this node's own limits."""
+    settings = _settings(
+        params,
+        **{
+            key: params[key]
+            for key in (
+                "agent_bind",
+                "agent_token_file",
+                "node_name",
+                "agent_state_file",
+                "cleanup_policies_file",
+                "gpu_power_floor_watts",
+                "agent_threads",
+                "insecure_no_auth",
+            )
+        },
+    )
+    from remediate.agent import run_agent
+
+    run_agent(settings)
+
+
 # --------------------------------------------------------------------------- playbooks
 
 
@@ -359,6 +415,33 @@ def _print_dry_run(report: dict[str, Any]) -> None:
     click.echo("\nwould run: " + ("yes" if report["would_run"] else "no"))
 
 
+# --------------------------------------------------------------------------- actions
+
+
+@main.command("actions")
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print the reference of docs/playbooks.md.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def actions(config: Path | None, as_markdown: bool, as_json: bool) -> None:
+    """List the actions playbook steps can call: where they run and their params."""
+    from remediate.actions import default_registry
+    from remediate.actions.reference import markdown, reference
+
+    registry = default_registry(_settings({"config": config}))
+    if as_markdown:
+        click.echo(markdown(registry), nl=False)
+        return
+    entries = reference(registry)
+    if as_json:
+        click.echo(json.dumps(entries, indent=2, default=str))
+        return
+    _table(
+        [[e["name"], e["where"], ", ".join(p["name"] for p in e["params"]) or "-"] for e in entries],
+        ["ACTION", "WHERE", "PARAMS"],
+    )
+
+
 # --------------------------------------------------------------------------- gpu
 
 
@@ -546,6 +629,71 @@ def resume(by: str, **params: Any) -> None:
     else:
         _open_store(params).set_paused(False, by=by, reason="", now=time.time())
     click.echo("remediation resumed")
+
+
+# --------------------------------------------------------------------------- circuit breaker
+
+
+@main.group()
+def breaker() -> None:
+    """The circuit breaker of cluster actions (cordon, taint, drain): status and reset."""
+
+
+def _breaker(params: dict[str, Any]) -> Any:
+    from remediate.breaker import CircuitBreaker, limits_from_settings
+
+    store = _open_store(params)
+    return CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(_settings(params)))
+
+
+@breaker.command("status")
+@common_options
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def breaker_status(as_json: bool, **params: Any) -> None:
+    """Show whether the breaker is open, why, and which nodes remediate holds."""
+    status = _client(params).breaker_status() if params.get("server") else _breaker(params).status()
+    if as_json:
+        click.echo(json.dumps(status, indent=2))
+        return
+    _print_breaker(status)
+
+
+@breaker.command("reset")
+@common_options
+@client_options
+@click.option("--reason", default="", help="Why (recorded).")
+@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resets (recorded).")
+@handle_errors
+def breaker_reset(reason: str, by: str, **params: Any) -> None:
+    """Close the breaker after checking the nodes it names; older alerts are then recorded as stale."""
+    if params.get("server"):
+        status = _client(params).breaker_reset(by, reason)
+    else:
+        status = _breaker(params).reset(by=by, reason=reason)
+    click.echo(f"circuit breaker reset by {by}" + (f": {reason}" if reason else ""))
+    _print_breaker(status)
+
+
+def _print_breaker(status: dict[str, Any]) -> None:
+    if status["open"]:
+        click.echo(
+            f"breaker: OPEN since {_when(status['tripped_at'])} (run {status['tripped_by_run']}, "
+            f"node {status['tripped_node']})"
+        )
+        click.echo(f"reason: {status['reason']}")
+        click.echo(f"refused since: {status['refused']}")
+    else:
+        click.echo("breaker: closed")
+    held, recent = status["held_nodes"], status["recent_nodes"]
+    click.echo(f"held by remediate now ({len(held)}): {', '.join(held) or '-'}")
+    window = status["limits"]["window_seconds"]
+    click.echo(f"changed within {window:g}s ({len(recent)}): {', '.join(recent) or '-'}")
+    click.echo(f"cap: {status['cap_rule']}")
+    if status.get("reset_at"):
+        why = f": {status['reset_reason']}" if status.get("reset_reason") else ""
+        click.echo(f"last reset: {_when(status['reset_at'])} by {status['reset_by']}{why}")
 
 
 def _open_store(params: dict[str, Any]) -> Any:

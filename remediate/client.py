@@ -46,3 +46,9 @@ class Client:
 
     def resume(self, by: str) -> dict[str, Any]:
         return self._call("POST", "/resume", json={"by": by})
+
+    def breaker_status(self) -> dict[str, Any]:
+        return self._call("GET", "/breaker")
+
+    def breaker_reset(self, by: str, reason: str) -> dict[str, Any]:
+        return self._call("POST", "/breaker/reset", json={"by": by, "reason": reason})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,12 +77,78 @@ class Settings:
     cleanup_policies_file: Path | None = None
     """YAML file of the node's cleanup policies (docs/cleanup-policies.example.yaml); read when first needed."""
 
+    # --- training jobs (node-local steps: training.rollback, training.scale_lr, training.checkpoint)
+    training_control_root: Path = Path("/run/remediate/training")
+    """Control directory shared with training jobs (docs/training-protocol.md); never taken from a label."""
+    training_job_labels: tuple[str, ...] = ("training_job", "job", "job_name", "exported_job", "exported_pod", "pod")
+    """Alert labels that may name the training job; the first whose value is a registered job wins."""
+
+    # --- node agent (`remediate agent`) and where the server runs node-local steps
+    node_name: str | None = None
+    """This process's node. Server: node steps whose target is this node run in the server itself (leave
+    unset in Kubernetes). Agent: the only target it accepts (and node_aliases); default there: the host name."""
+    node_aliases: tuple[str, ...] = ()
+    """Agent: other names alerts may give this node (e.g. its FQDN); comma-separated in the environment."""
+    agents: tuple[tuple[str, str], ...] = ()
+    """Server: static map node -> agent URL (`agents: {node-a: http://10.0.0.5:9096}`; env `node-a=URL,...`)."""
+    agent_selector: str | None = None
+    """Server: label selector of the agent DaemonSet's pods; when set, agents are found through the Kubernetes API."""
+    agent_namespace: str | None = None
+    """Server: namespace of the agent pods (default: the server pod's own namespace)."""
+    agent_port: int = 9096
+    """Server: port of agents found through the Kubernetes API."""
+    agent_token: str | None = field(default=None, repr=False)
+    """Bearer token between the server and its agents (both sides; or `agent_token_file`)."""
+    agent_token_file: Path | None = None
+    agent_retries: int = 3
+    """Server: retries of one call to an agent that cannot be reached (connection refused, no agent pod yet)."""
+    agent_connect_timeout: float = 3.0
+    agent_bind: str = "127.0.0.1:9096"
+    """Agent: host:port it listens on."""
+    agent_threads: int = 8
+    """Agent: steps it can run at once (gunicorn gthread threads of its one worker)."""
+    agent_state_file: Path = Path("remediate-agent.db")
+    """Agent: SQLite file of what node actions remember (e.g. the power limit a restore puts back)."""
+    gpu_power_floor_watts: float | None = None
+    """Refuse to set any GPU's power limit below this (wherever node steps run); an agent's own limit."""
+    gpu_power_floor_percent: float | None = None
+    """Refuse to set a GPU's power limit below this % of its default limit."""
+
+    # --- Kubernetes (k8s.* steps)
+    kubeconfig: Path | None = None
+    """kubeconfig file of the cluster; unset: the in-cluster service account inside a pod, else the
+    client's own discovery ($KUBECONFIG, then ~/.kube/config)."""
+    kube_context: str | None = None
+    """Context of the kubeconfig to use (default: its current context)."""
+    kube_request_timeout: float = 10.0
+    """Seconds one Kubernetes API request may take; longer counts as a transient error (retried)."""
+    kube_node_labels: tuple[str, ...] = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
+    """Alert labels that name the node of a k8s.* step, in order (instance loses its port)."""
+
+    # --- circuit breaker of cluster actions (k8s.cordon, k8s.taint, k8s.drain)
+    breaker_max_fraction: float = 0.10
+    """At most this share of the (selected) nodes held by remediate now or changed within the window."""
+    breaker_max_nodes: int = 3
+    """... and at most this many. Cap = min(fraction x nodes, max_nodes), at least 1 when both are > 0."""
+    breaker_window: float = 600.0
+    """Seconds over which changed nodes are counted."""
+    breaker_node_selector: str | None = None
+    """Label selector of the nodes the fraction is taken of (e.g. nvidia.com/gpu.present=true); unset: all."""
+    breaker_stale_horizon: float = 900.0
+    """After a breaker reset, alerts that started before it and longer ago than this are recorded as stale."""
 
     def resolved_token(self) -> str | None:
         return _secret(self.token, self.token_file, "token")
 
     def resolved_read_token(self) -> str | None:
         return _secret(self.read_token, self.read_token_file, "read_token")
+
+    def resolved_agent_token(self) -> str | None:
+        return _secret(self.agent_token, self.agent_token_file, "agent_token")
+
+    def agent_map(self) -> dict[str, str]:
+        """The static `agents` map: node name -> agent base URL."""
+        return dict(self.agents)
 
 
 def _secret(value: str | None, path: Path | None, name: str) -> str | None:
@@ -143,6 +210,94 @@ def _to_optional_path(value: Any) -> Path | None:
     return Path(value) if value not in (None, "") else None
 
 
+def _to_directory(value: Any) -> Path:
+    if value in (None, "") or not str(value).strip():
+        raise ValueError("must be a directory path")
+    return Path(str(value))
+
+
+def _to_label_names(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ValueError("must be a list of label names (or a comma-separated string)")
+    names = tuple(str(item).strip() for item in items if str(item).strip())
+    if not names:
+        raise ValueError("must name at least one label")
+    bad = [name for name in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
+    if bad:
+        raise ValueError(f"not label names: {', '.join(bad)}")
+    return names
+
+
+def _to_optional_str(value: Any) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+def _to_names(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ValueError("must be a list of names (or a comma-separated string)")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def _to_agents(value: Any) -> tuple[tuple[str, str], ...]:
+    """`{node: url}` (config file) or `node=url,node=url` (environment)."""
+    if isinstance(value, str):
+        pairs: list[tuple[Any, Any]] = []
+        for item in value.split(","):
+            if not item.strip():
+                continue
+            node, sep, url = item.partition("=")
+            if not sep:
+                raise ValueError(f"expected node=URL, got {item.strip()!r}")
+            pairs.append((node, url))
+    elif isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif value is None:
+        pairs = []
+    else:
+        raise ValueError("must be a mapping of node name to agent URL")
+    result = []
+    for node, url in pairs:
+        node_text, url_text = str(node).strip(), str(url).strip().rstrip("/")
+        if not node_text:
+            raise ValueError("a node name is empty")
+        if not re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?", url_text):
+            raise ValueError(f"agent URL of {node_text!r} must be http(s)://host:port, got {url!r}")
+        result.append((node_text, url_text))
+    return tuple(sorted(result))
+
+
+def _to_optional_percent(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    number = _to_optional_watts(value)
+    if number is not None and number > 100:
+        raise ValueError("must be at most 100")
+    return number
+
+
+def _to_optional_watts(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise ValueError("must be a positive number")
+    return number
+
+
+def _to_fraction(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    number = float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError("must be between 0 and 1 (0.1 = 10% of the nodes)")
+    return number
+
+
 _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "bind": str,
     "workers": _to_positive_int,
@@ -164,6 +319,32 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "gpu_backend": _to_gpu_backend,
     "gpu_simulator_file": _to_optional_path,
     "cleanup_policies_file": _to_optional_path,
+    "training_control_root": _to_directory,
+    "training_job_labels": _to_label_names,
+    "node_name": _to_optional_str,
+    "node_aliases": _to_names,
+    "agents": _to_agents,
+    "agent_selector": _to_optional_str,
+    "agent_namespace": _to_optional_str,
+    "agent_port": _to_positive_int,
+    "agent_token": str,
+    "agent_token_file": _to_optional_path,
+    "agent_retries": _to_positive_int,
+    "agent_connect_timeout": _to_seconds,
+    "agent_bind": str,
+    "agent_threads": _to_positive_int,
+    "agent_state_file": Path,
+    "gpu_power_floor_watts": _to_optional_watts,
+    "gpu_power_floor_percent": _to_optional_percent,
+    "kubeconfig": _to_optional_path,
+    "kube_context": _to_optional_str,
+    "kube_request_timeout": _to_seconds,
+    "kube_node_labels": _to_label_names,
+    "breaker_max_fraction": _to_fraction,
+    "breaker_max_nodes": _to_positive_int,
+    "breaker_window": _to_seconds,
+    "breaker_node_selector": _to_optional_str,
+    "breaker_stale_horizon": _to_seconds,
 }
 assert set(_CONVERTERS) == {f.name for f in dataclasses.fields(Settings)}
 

@@ -12,9 +12,11 @@ from typing import Any
 from remediate.actions import default_registry
 from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext
 from remediate.alerts import Notification, parse_notification
+from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
 from remediate.config import Settings
 from remediate.engine import Engine, Judged
 from remediate.playbooks import load_playbooks
+from remediate.runners import Dispatch
 from remediate.schema import SCHEMA_VERSION
 from remediate.store import Store
 
@@ -42,13 +44,21 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
             registry=registry,
             server_mode=settings.mode,
             default_step_timeout=settings.step_timeout,
+            breaker_stale_horizon=settings.breaker_stale_horizon,
         )
         judged = engine.preview(notification, now=now)
         paused = store.pause_state().paused if store is not None else False
         # Plans read what actions remember (e.g. the limit a restore would put back), never write it.
         current = store is not None and store.schema_version() == SCHEMA_VERSION
         memory = store.memory() if store is not None and current else InMemoryMemory()
-        return _report(notification, judged, registry, memory, store_note, paused)
+        dispatch = Dispatch.from_settings(settings)  # node steps of other nodes are planned by their agents
+        limits = limits_from_settings(settings)  # plans only read the breaker (status), never claim
+        breaker = (
+            CircuitBreaker(store.breaker_view, limits=limits)
+            if store is not None and current
+            else memory_breaker(limits)
+        )
+        return _report(notification, judged, registry, memory, store_note, paused, dispatch, breaker)
     finally:
         if store is not None:
             store.close()
@@ -61,7 +71,10 @@ def _report(
     memory: ActionMemory,
     store_note: str,
     paused: bool,
+    dispatch: Dispatch | None = None,
+    breaker: CircuitBreaker | None = None,
 ) -> dict[str, Any]:
+    dispatch = dispatch or Dispatch.local()
     alerts: list[dict[str, Any]] = []
     for index, alert in enumerate(notification.alerts):
         entry: dict[str, Any] = {
@@ -87,6 +100,7 @@ def _report(
                     target=ev.target,
                     alert=alert.template_context(),
                     memory=memory,
+                    breaker=breaker,
                 )
                 item: dict[str, Any] = {
                     "index": step_index,
@@ -95,8 +109,9 @@ def _report(
                     "where": step.where,
                     "params": dict(step.params),
                 }
+                runner = dispatch.runner_for(action, ev.target)
                 try:
-                    item["plan"] = action.plan(step.params, ctx)
+                    item["plan"] = runner.stamp(runner.plan(action, step.params, ctx))
                 except Exception as exc:
                     item["plan_error"] = f"{exc.__class__.__name__}: {exc}"
                 steps.append(item)

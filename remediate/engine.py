@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
+from remediate.breaker import BreakerState
 from remediate.errors import ParamsError, PayloadError
 from remediate.guards import ATTEMPT_WINDOW, Decision, GuardFacts, Verdict, judge
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
@@ -79,6 +80,7 @@ class Judged:
 
 class GuardReaderLike(Protocol):
     def pause_state(self) -> PauseState: ...
+    def breaker_state(self) -> dict[str, Any] | None: ...
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]: ...
     def target_history(self, playbook: str, target: str, since: float) -> tuple[float | None, int]: ...
 
@@ -137,6 +139,7 @@ class Engine:
         server_mode: str = "enforce",
         default_step_timeout: float = 300.0,
         on_queued: Callable[[], None] | None = None,
+        breaker_stale_horizon: float = 900.0,
     ) -> None:
         self.store = store
         self.playbooks = playbooks
@@ -144,6 +147,7 @@ class Engine:
         self.server_mode = server_mode
         self.default_step_timeout = default_step_timeout
         self.on_queued = on_queued
+        self.breaker_stale_horizon = breaker_stale_horizon
 
     # ------------------------------------------------------------------ pure part
 
@@ -203,6 +207,8 @@ class Engine:
         ]
         existing = reader.existing_runs(keys + firing_keys)
         pause = reader.pause_state()
+        breaker_row = reader.breaker_state()
+        breaker = BreakerState.from_dict(breaker_row) if breaker_row is not None else None
         window_start = now - ATTEMPT_WINDOW.total_seconds()
         history: dict[tuple[str, str], tuple[float | None, int]] = {}
         seen_keys: set[str] = set()
@@ -227,6 +233,10 @@ class Engine:
                     runs_in_window=count,
                     firing_run=firing[0] if firing is not None else None,
                     firing_run_status=firing[1] if firing is not None else None,
+                    gated=self._gated(ev),
+                    breaker=breaker,
+                    alert_started_at=alert.starts_at.timestamp(),
+                    stale_horizon=self.breaker_stale_horizon,
                 )
                 verdict = judge(ev.playbook, ev.phase, ev.target, facts, now)
                 if verdict.accepted and ev.error is not None:
@@ -237,6 +247,13 @@ class Engine:
                         history[key] = (now, count + 1)
                 judged.append(Judged(index, alert, ev, verdict, firing))
         return judged
+
+    def _gated(self, ev: Evaluation) -> bool:
+        """Does this phase of the playbook change the cluster in a way the circuit breaker caps?"""
+        return any(
+            spec.action in self.registry and self.registry.get(spec.action).breaker_gated
+            for spec in ev.playbook.steps_for(ev.phase)
+        )
 
     def preview(self, notification: Notification, *, now: float) -> list[Judged]:
         """What ingest would decide now, reading the store only (dry-run)."""

@@ -3,7 +3,9 @@
 Each step: plan (recorded), then execute with a per-step deadline; errors the
 action marks retryable (RetryableActionError) are retried with tenacity's
 exponential backoff, up to the step's `retries`; every attempt is recorded.
-Dry-run runs only plan. After a crash, `Store.recover_stale` requeues the
+Dry-run runs only plan. A `where: node` step for another node runs on that node's
+agent (remediate.runners: the executor calls a runner's plan/execute, never the
+action's directly). After a crash, `Store.recover_stale` requeues the
 runs of dead executors; a step that was in flight is run again only when its
 action declares itself idempotent, otherwise the run fails with that reason.
 """
@@ -30,7 +32,9 @@ from tenacity import (
 )
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
+from remediate.breaker import CircuitBreaker
 from remediate.errors import ActionError, ParamsError, RetryableActionError
+from remediate.runners import Dispatch, StepRunner
 from remediate.store import FAILED, PLANNED, SUCCEEDED, ClaimedRun, StepRecord, Store, worker_identity
 
 log = logging.getLogger("remediate.executor")
@@ -117,6 +121,8 @@ class Executor:
         metrics: ExecutorMetrics | None = None,
         clock: Callable[[], float] = time.time,
         retry_wait_max: float = 10.0,
+        dispatch: Dispatch | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -126,8 +132,12 @@ class Executor:
         self.metrics = metrics or ExecutorMetrics()
         self.clock = clock
         self.retry_wait_max = retry_wait_max
+        self.dispatch = dispatch or Dispatch.local()
+        """Where each step runs: here, or on its node's agent (remediate.runners)."""
         self.worker = worker_identity()
         self.memory = store.memory()
+        self.breaker = breaker or CircuitBreaker(store.breaker_ledger, store.breaker_view)
+        """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
         self._wake = threading.Condition()
         self._pending_wakeups = 0
         self._stopping = threading.Event()
@@ -263,9 +273,11 @@ class Executor:
             alert=run.alert_context,
             deadline=deadline,
             memory=self.memory,
+            breaker=self.breaker,
         )
+        runner = self.dispatch.runner_for(action, run.target)
         try:
-            plan = call_with_deadline(lambda: action.plan(params, ctx), step.timeout)
+            plan = runner.stamp(call_with_deadline(lambda: runner.plan(action, params, ctx), step.timeout))
         except Exception as exc:
             return self._fail_step(step, f"plan failed: {_describe(exc)}", started)
         if dry_run:
@@ -274,14 +286,16 @@ class Executor:
             return None
         self.store.record_plan(step.id, plan)
         try:
-            result = self._attempts(action, params, ctx, step)
+            result = runner.stamp(self._attempts(runner, action, params, ctx, step))
         except Exception as exc:
             return self._fail_step(step, _describe(exc), started)
         self.store.finish_step(step.id, "succeeded", now=self.clock(), result=result)
         self.metrics.step_finished(step.action, "succeeded", time.monotonic() - started)
         return None
 
-    def _attempts(self, action: Action, params: Mapping[str, Any], ctx: StepContext, step: StepRecord) -> Any:
+    def _attempts(
+        self, runner: StepRunner, action: Action, params: Mapping[str, Any], ctx: StepContext, step: StepRecord
+    ) -> Any:
         budget = max(0.0, ctx.deadline - time.monotonic())
         retrying = Retrying(
             stop=stop_after_attempt(step.retries + 1) | stop_after_delay(budget),
@@ -295,7 +309,7 @@ class Executor:
                 with attempt:
                     number = self.store.start_attempt(step.id, self.clock())
                     try:
-                        result = call_with_deadline(lambda: action.execute(params, ctx), ctx.remaining())
+                        result = call_with_deadline(lambda: runner.execute(action, params, ctx), ctx.remaining())
                     except RetryableActionError as exc:
                         self.store.finish_attempt(step.id, number, "retryable_error", str(exc), self.clock())
                         raise

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
+from remediate.breaker import BreakerState, is_stale, open_reason, stale_reason
 from remediate.durations import format_duration
 from remediate.playbooks import Playbook
 
@@ -28,6 +29,8 @@ class Decision(StrEnum):
     REJECTED = "rejected"
     NO_FIRING_RUN = "no_firing_run"
     NOTHING_ON_RESOLVED = "nothing_on_resolved"
+    BREAKER_OPEN = "breaker_open"
+    STALE = "stale"
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,12 @@ class GuardFacts:
     firing_run: int | None = None
     """For a resolved alert: the firing run of the same occurrence, if any."""
     firing_run_status: str | None = None
+    gated: bool = False
+    """The playbook's steps for this phase include cluster changes the circuit breaker caps."""
+    breaker: BreakerState | None = None
+    """The circuit breaker's state (remediate.breaker), when the store has one."""
+    alert_started_at: float | None = None
+    stale_horizon: float = 900.0
 
 
 # A resolved alert undoes nothing when its firing run never acted.
@@ -86,6 +95,13 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
         who = f" by {facts.paused_by}" if facts.paused_by else ""
         why = f": {facts.paused_reason}" if facts.paused_reason else ""
         return Verdict(Decision.PAUSED, f"remediation is paused{who}{why}")
+    if phase == "firing" and facts.gated and facts.breaker is not None:
+        # Only new cluster changes: undo (on_resolved) is never refused by the breaker.
+        if facts.breaker.open:
+            return Verdict(Decision.BREAKER_OPEN, open_reason(facts.breaker))
+        if is_stale(facts.alert_started_at, facts.breaker, now, facts.stale_horizon):
+            assert facts.alert_started_at is not None
+            return Verdict(Decision.STALE, stale_reason(facts.alert_started_at, facts.breaker, facts.stale_horizon))
     if phase == "firing":
         cooldown = playbook.cooldown.total_seconds()
         if cooldown and facts.last_run_at is not None and now - facts.last_run_at < cooldown:

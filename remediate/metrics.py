@@ -3,8 +3,8 @@
 Under gunicorn every worker is a process: `remediate serve` sets
 PROMETHEUS_MULTIPROC_DIR before the workers start, counters are then written to
 per-process files and /metrics merges them (prometheus_client multiprocess mode).
-Queue depth and pause state are read from the store at scrape time, so they are
-right whichever worker answers.
+Queue depth, pause state and the circuit breaker's state are read from the store
+at scrape time, so they are right whichever worker answers.
 """
 
 from __future__ import annotations
@@ -80,6 +80,10 @@ class StoreCollector(Collector):
         paused = GaugeMetricFamily("remediate_paused", "1 while remediation is paused")
         paused.add_metric([], 1 if self.store.pause_state().paused else 0)
         yield paused
+        breaker = self.store.breaker_state() or {}
+        is_open = GaugeMetricFamily("remediate_breaker_open", "1 while the circuit breaker of cluster actions is open")
+        is_open.add_metric([], 1 if breaker.get("open") else 0)
+        yield is_open
 
 
 def exposition(own_registry: CollectorRegistry | None, store: Store) -> bytes:

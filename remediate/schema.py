@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 metadata = sa.MetaData()
 
@@ -154,9 +154,30 @@ action_memory = sa.Table(
 )
 
 
+# The circuit breaker's claims: one row per (node, run) that cordoned, tainted or drained a node; a node
+# counts as held while it has an unreleased claim. The breaker's own state is the meta row `breaker`.
+breaker_claims = sa.Table(
+    "breaker_claims",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("node", sa.String(253), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("run_id", sa.Integer, nullable=False),
+    sa.Column("claimed_at", sa.Float, nullable=False),
+    sa.Column("released_at", sa.Float, nullable=True),
+    sa.Column("released_reason", sa.Text, nullable=True),
+    sa.Index("ix_breaker_claims_open", "released_at", "node"),
+    sa.Index("ix_breaker_claims_time", "claimed_at"),
+)
+
+
 def _v2_action_memory(conn: sa.Connection) -> None:
     action_memory.create(conn)
 
 
+def _v3_breaker_claims(conn: sa.Connection) -> None:
+    breaker_claims.create(conn)
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {2: _v2_action_memory}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {2: _v2_action_memory, 3: _v3_breaker_claims}

@@ -1,9 +1,10 @@
 """The HTTP face of remediate: a Flask app factory. The only module that knows HTTP.
 
 Endpoints: POST /webhook (AlertManager v4), GET /history, GET /runs/<id>,
-POST /runs/<id>/approve, GET|POST /pause, POST /resume, /healthz, /readyz,
-/metrics. The webhook answers 200 only once the notification and its runs are
-committed; executing happens in the executor, never inside the request.
+POST /runs/<id>/approve, GET|POST /pause, POST /resume, GET /breaker,
+POST /breaker/reset, /healthz, /readyz, /metrics. The webhook answers 200 only
+once the notification and its runs are committed; executing happens in the
+executor, never inside the request.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from werkzeug.exceptions import HTTPException
 
 from remediate.actions import ActionRegistry, default_registry
 from remediate.alerts import parse_timestamp
+from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import Settings
 from remediate.engine import Engine
 from remediate.errors import ConfigError, PayloadError, RunStateError, UnknownRunError
 from remediate.executor import Executor
 from remediate.metrics import Metrics, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.runners import Dispatch
 from remediate.store import HistoryQuery, Store
 
 log = logging.getLogger("remediate.server")
@@ -77,6 +80,8 @@ def build_services(
         poll_interval=settings.poll_interval,
         stale_after=settings.stale_after,
         metrics=metrics,
+        dispatch=Dispatch.from_settings(settings),
+        breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(settings)),
     )
     engine = Engine(
         store=store,
@@ -85,6 +90,7 @@ def build_services(
         server_mode=settings.mode,
         default_step_timeout=settings.step_timeout,
         on_queued=executor.wake,
+        breaker_stale_horizon=settings.breaker_stale_horizon,
     )
     return Services(settings, store, engine, executor, metrics, metrics_registry, token, read_token)
 
@@ -226,6 +232,20 @@ def _register_routes(app: Flask, services: Services) -> None:
     def resume() -> Any:
         store.set_paused(False, by=_actor(), reason="", now=time.time())
         return jsonify(_pause_json(store))
+
+    @app.get("/breaker")
+    @_requires(services, READ)
+    def breaker_status() -> Any:
+        return jsonify(services.executor.breaker.status())
+
+    @app.post("/breaker/reset")
+    @_requires(services, WRITE)
+    def breaker_reset() -> Any:
+        body = request.get_json(silent=True) if request.is_json else None
+        reason = str(body.get("reason", "")) if isinstance(body, dict) else ""
+        status = services.executor.breaker.reset(by=_actor(), reason=reason[:1000])
+        log.warning("circuit breaker reset by %s%s", status["reset_by"], f": {reason}" if reason else "")
+        return jsonify(status)
 
     @app.get("/healthz")
     def healthz() -> Any:

@@ -73,6 +73,9 @@ def preflight(settings: Settings) -> None:
             "--insecure-no-auth)"
         )
     playbooks = load_playbooks(settings.playbooks, default_registry(settings))
+    from remediate.runners import Dispatch
+
+    dispatch = Dispatch.from_settings(settings)  # agents configured without a token: fail here, not in workers
     if settings.gpu_backend == "simulated":
         # Chosen explicitly, so a missing or broken device file is a start-up error, not a failure of the
         # first GPU step. (NVML stays lazy: a server without GPUs sends GPU steps to node agents.)
@@ -82,11 +85,12 @@ def preflight(settings: Settings) -> None:
     store = Store.open(settings.database_url)
     store.close()
     log.info(
-        "%d playbooks from %s; store %s; mode %s",
+        "%d playbooks from %s; store %s; mode %s; node steps: %s",
         len(playbooks),
         settings.playbooks,
         settings.database_url,
         settings.mode,
+        "on the agents of their nodes" if dispatch.uses_agents else "here (no agents configured)",
     )
 
 

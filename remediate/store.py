@@ -453,6 +453,29 @@ class Store:
         """The ActionMemory actions use (see remediate.actions.base)."""
         return StoreMemory(self)
 
+    # ------------------------------------------------------------------ circuit breaker (remediate.breaker)
+
+    @contextmanager
+    def breaker_ledger(self) -> Iterator[BreakerRows]:
+        """The breaker's rows in ONE write transaction: its check and its count update are atomic across workers."""
+        with self.write() as conn:
+            if not self.is_sqlite:
+                # READ COMMITTED would let two claims see the same count; serialise the breaker's writers.
+                conn.exec_driver_sql("LOCK TABLE breaker_claims IN SHARE ROW EXCLUSIVE MODE")
+            yield BreakerRows(conn)
+
+    @contextmanager
+    def breaker_view(self) -> Iterator[BreakerRows]:
+        """The breaker's rows, read only."""
+        with self.read() as conn:
+            yield BreakerRows(conn)
+
+    def breaker_state(self, conn: sa.Connection | None = None) -> dict[str, Any] | None:
+        if conn is None:
+            with self.read() as own:
+                return self.breaker_state(own)
+        return BreakerRows(conn).state()
+
     def queue_depth(self) -> dict[str, int]:
         with self.read() as conn:
             rows = conn.execute(
@@ -665,6 +688,10 @@ class GuardReader:
     def pause_state(self) -> PauseState:
         return self._store.pause_state(self.conn)
 
+    def breaker_state(self) -> dict[str, Any] | None:
+        """The circuit breaker's persisted state (remediate.breaker.BreakerState as a dict), if any."""
+        return BreakerRows(self.conn).state()
+
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
         """dedupe_key -> (run id, status) for keys that already have a run."""
         found: dict[str, tuple[int, str]] = {}
@@ -693,6 +720,9 @@ class EmptyGuardReader:
 
     def pause_state(self) -> PauseState:
         return PauseState(False)
+
+    def breaker_state(self) -> dict[str, Any] | None:
+        return None
 
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
         return {}
@@ -793,6 +823,55 @@ class _WriteLock:
             if self._fd is not None and self._pid == os.getpid():
                 os.close(self._fd)
             self._fd = self._pid = None
+
+
+class BreakerRows:
+    """The circuit breaker's ledger (remediate.breaker.BreakerLedger) on one connection of the store."""
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+
+    def state(self) -> dict[str, Any] | None:
+        text = self.conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "breaker")).scalar_one_or_none()
+        return None if text is None else json.loads(text)
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        value = dumps(dict(state))
+        updated = self.conn.execute(sa.update(t.meta).where(t.meta.c.key == "breaker").values(value=value)).rowcount
+        if not updated:
+            self.conn.execute(sa.insert(t.meta).values(key="breaker", value=value))
+
+    def open_claims(self) -> list[Any]:
+        return self._claims(t.breaker_claims.c.released_at.is_(None))
+
+    def claims_since(self, since: float) -> list[Any]:
+        return self._claims(t.breaker_claims.c.claimed_at >= since)
+
+    def add_claim(self, claim: Any) -> None:
+        self.conn.execute(
+            sa.insert(t.breaker_claims).values(
+                node=claim.node, kind=claim.kind, run_id=claim.run_id, claimed_at=claim.claimed_at
+            )
+        )
+
+    def release(self, node: str, *, now: float, reason: str) -> int:
+        c = t.breaker_claims.c
+        return int(
+            self.conn.execute(
+                sa.update(t.breaker_claims)
+                .where(c.node == node, c.released_at.is_(None))
+                .values(released_at=now, released_reason=reason[:1000])
+            ).rowcount
+        )
+
+    def _claims(self, condition: Any) -> list[Any]:
+        from remediate.breaker import Claim
+
+        c = t.breaker_claims.c
+        rows = self.conn.execute(
+            sa.select(c.node, c.kind, c.run_id, c.claimed_at, c.released_at).where(condition).order_by(c.id)
+        ).all()
+        return [Claim(r.node, r.kind, r.run_id, r.claimed_at, r.released_at) for r in rows]
 
 
 class StoreMemory:

@@ -9,6 +9,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "remediate"
 
+FRAMEWORKS = ("torch", "lightning", "pytorch_lightning", "transformers", "accelerate")
+
 # module (relative to remediate/) -> imports it must never make (prefix match)
 FORBIDDEN = {
     "store.py": [
@@ -37,9 +39,42 @@ FORBIDDEN = {
         "remediate.actions",
         "remediate.playbooks",
     ],
+    "kube/": [
+        "flask",
+        "werkzeug",
+        "sqlalchemy",
+        "remediate.store",
+        "remediate.engine",
+        "remediate.executor",
+        "remediate.server",
+        "remediate.actions",
+        "remediate.playbooks",
+        "remediate.breaker",
+    ],
+    "breaker.py": [
+        "flask",
+        "werkzeug",
+        "sqlalchemy",
+        "kubernetes",
+        "remediate.store",
+        "remediate.engine",
+        "remediate.executor",
+        "remediate.server",
+        "remediate.actions",
+        "remediate.kube",
+    ],
     "disk/policy.py": ["os", "remediate.disk.fs", "remediate.disk.cleanup"],
     "disk/selection.py": ["os", "remediate.disk.fs", "remediate.disk.cleanup"],
     "disk/patterns.py": ["os", "remediate.disk.fs", "remediate.disk.cleanup"],
+    "runners.py": [
+        "flask",
+        "werkzeug",
+        "remediate.server",
+        "remediate.engine",
+        "remediate.store",
+        "remediate.executor",
+    ],
+    "agent.py": ["flask", "werkzeug", "remediate.server", "remediate.engine", "remediate.runners"],
     "actions/": [
         "flask",
         "werkzeug",
@@ -50,9 +85,28 @@ FORBIDDEN = {
         "remediate.server",
         "remediate.schema",
     ],
+    # The library training jobs import: nothing of remediate's server side (see also the test below).
+    "training/": [
+        "flask",
+        "werkzeug",
+        "sqlalchemy",
+        "kubernetes",
+        "gunicorn",
+        "tenacity",
+        "jinja2",
+        "remediate.actions",
+    ],
+    # ... and torch only where it is needed: `import remediate.training` must stay light.
+    "training/__init__.py": [*FRAMEWORKS],
+    "training/protocol.py": [*FRAMEWORKS],
+    "training/client.py": [*FRAMEWORKS],
+    "training/handlers.py": [*FRAMEWORKS],
+    "training/checkpoints.py": ["lightning", "pytorch_lightning", "transformers"],  # torch inside save/load only
+    "training/distributed.py": ["lightning", "pytorch_lightning", "transformers"],
+    "actions/training.py": [*FRAMEWORKS],
 }
 HTTP_FRAMEWORKS = ("flask", "werkzeug")
-HTTP_MODULES = {"server.py"}
+HTTP_MODULES = {"server.py", "agent_server.py"}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -93,6 +147,12 @@ def test_only_the_server_module_imports_flask() -> None:
         and any(name.split(".")[0] in HTTP_FRAMEWORKS for name in imports_of(path))
     ]
     assert offenders == []
+
+
+def test_the_training_library_imports_nothing_else_of_remediate() -> None:
+    for path in sorted((PACKAGE / "training").rglob("*.py")):
+        others = {n for n in imports_of(path) if _within(n, "remediate") and not _within(n, "remediate.training")}
+        assert not others, f"{path.relative_to(PACKAGE)} imports {sorted(others)}"
 
 
 def test_no_module_uses_a_shell() -> None:

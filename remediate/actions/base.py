@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
@@ -58,6 +58,29 @@ class InMemoryMemory:
         self.values.pop(key, None)
 
 
+class NodeBreaker(Protocol):
+    """The circuit breaker of cluster actions (remediate.breaker.CircuitBreaker), as actions see it.
+
+    `acquire` claims a node before a change and raises (BreakerOpen, StaleAlert) when it must not
+    happen; `release` says remediate's changes are gone from a node; `status` only reads.
+    """
+
+    def acquire(
+        self,
+        node: str,
+        *,
+        kind: str,
+        run_id: int,
+        cluster_nodes: int,
+        held_in_cluster: Collection[str] = (),
+        alert_started_at: float | None = None,
+    ) -> dict[str, Any]: ...
+
+    def release(self, node: str, *, run_id: int, reason: str = "") -> int: ...
+
+    def status(self, cluster_nodes: int | None = None) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class StepContext:
     """What an action may know about the step it runs for."""
@@ -72,6 +95,8 @@ class StepContext:
     """time.monotonic() value after which the executor gives up on this step."""
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("remediate.actions"))
     memory: ActionMemory = field(default_factory=InMemoryMemory)
+    breaker: NodeBreaker | None = None
+    """The cluster breaker; None where there is no store (a gated action then refuses to change anything)."""
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
@@ -85,6 +110,9 @@ class Action(ABC):
     idempotent: ClassVar[bool] = False
     schema: ClassVar[ParamSchema] = ParamSchema()
     description: ClassVar[str] = ""
+    breaker_gated: ClassVar[bool] = False
+    """True for cluster changes the circuit breaker caps (cordon, taint, drain): the guards refuse
+    new firing runs of playbooks with such steps while the breaker is open."""
 
     def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Check rendered params against the schema; raise ParamsError. Override to add cross-field rules."""

@@ -27,14 +27,40 @@ def _schema_of(path: Path) -> dict[str, object]:
         conn.close()
 
 
-def _make_version_1(path: Path) -> None:
+# Tables added after version 1, by the version that added them.
+LATER_TABLES = {"action_memory": 2, "breaker_claims": 3}
+
+
+def _make_version(path: Path, version: int) -> None:
     engine = sa.create_engine(f"sqlite:///{path}")
-    version_1_tables = [t for name, t in schema.metadata.tables.items() if name != "action_memory"]
+    tables = [t for name, t in schema.metadata.tables.items() if LATER_TABLES.get(name, 1) <= version]
     with engine.begin() as conn:
-        schema.metadata.create_all(conn, tables=version_1_tables)
-        conn.execute(sa.insert(schema.meta).values(key="schema_version", value="1"))
+        schema.metadata.create_all(conn, tables=tables)
+        conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
+
+
+def _make_version_1(path: Path) -> None:
+    _make_version(path, 1)
+
+
+def test_every_table_added_later_has_a_migration() -> None:
+    assert set(LATER_TABLES.values()) <= set(schema.MIGRATIONS)
+    assert max(schema.MIGRATIONS) == schema.SCHEMA_VERSION
+
+
+def test_a_version_2_database_gets_the_breaker_table_and_keeps_its_memory(tmp_path: Path) -> None:
+    old, fresh = tmp_path / "v2.db", tmp_path / "fresh.db"
+    _make_version(old, 2)
+    store = Store.open(f"sqlite:///{old}")
+    Store.open(f"sqlite:///{fresh}").close()
+    assert store.schema_version() == schema.SCHEMA_VERSION
+    with store.breaker_ledger() as ledger:
+        assert ledger.open_claims() == []
+    assert store.breaker_state() is None
+    store.close()
+    assert _schema_of(old) == _schema_of(fresh)
 
 
 def test_a_version_1_database_is_upgraded_to_the_same_schema_as_a_fresh_one(tmp_path: Path) -> None:

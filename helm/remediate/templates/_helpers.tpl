@@ -1,0 +1,137 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "remediate.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name.
+We truncate at 63 chars because some Kubernetes name fields are limited to this (by the DNS naming spec).
+If release name contains chart name it will be used as a full name.
+*/}}
+{{- define "remediate.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The agent's objects: <fullname>-agent (kept within 63 characters). */}}
+{{- define "remediate.agentFullname" -}}
+{{- printf "%s-agent" (include "remediate.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+Create chart name and version as used by the chart label.
+*/}}
+{{- define "remediate.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels
+*/}}
+{{- define "remediate.labels" -}}
+helm.sh/chart: {{ include "remediate.chart" . }}
+{{ include "remediate.selectorLabels" . }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels
+*/}}
+{{- define "remediate.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "remediate.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "remediate.serverSelectorLabels" -}}
+{{ include "remediate.selectorLabels" . }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{- define "remediate.agentSelectorLabels" -}}
+{{ include "remediate.selectorLabels" . }}
+app.kubernetes.io/component: agent
+{{- end }}
+
+{{/* The agent pods' label selector as one string: the server finds agents with it (agent_selector). */}}
+{{- define "remediate.agentSelector" -}}
+{{- $labels := include "remediate.agentSelectorLabels" . | fromYaml }}
+{{- $parts := list }}
+{{- range $key := keys $labels | sortAlpha }}
+{{- $parts = append $parts (printf "%s=%s" $key (get $labels $key)) }}
+{{- end }}
+{{- join "," $parts }}
+{{- end }}
+
+{{/*
+Create the name of the service account to use
+*/}}
+{{- define "remediate.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "remediate.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "remediate.agentServiceAccountName" -}}
+{{- if .Values.agent.serviceAccount.create }}
+{{- default (include "remediate.agentFullname" .) .Values.agent.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.agent.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "remediate.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The Secret holding the tokens. */}}
+{{- define "remediate.secretName" -}}
+{{- default (printf "%s-tokens" (include "remediate.fullname" .)) .Values.auth.existingSecret }}
+{{- end }}
+
+{{- define "remediate.externalDatabase" -}}
+{{- if or .Values.database.url .Values.database.existingSecret }}true{{ end }}
+{{- end }}
+
+{{/* Shipped playbook files that are enabled: a dict of file name -> content. */}}
+{{- define "remediate.shippedPlaybooks" -}}
+{{- $result := dict }}
+{{- if .Values.playbooks.shipped }}
+{{- range $path, $_ := .Files.Glob "files/playbooks/*.yaml" }}
+{{- $file := base $path }}
+{{- if not (has (trimSuffix ".yaml" $file) $.Values.playbooks.exclude) }}
+{{- $_ := set $result $file ($.Files.Get $path) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $result }}
+{{- end }}
+
+{{/* Every alertname the enabled playbooks match, sorted, "|"-joined (for AlertManager routes). */}}
+{{- define "remediate.alertnames" -}}
+{{- $names := list }}
+{{- range $file, $text := include "remediate.shippedPlaybooks" . | fromYaml }}
+{{- $match := (fromYaml $text).match | default dict }}
+{{- $names = concat $names (kindIs "string" $match.alertname | ternary (list $match.alertname) ($match.alertname | default list)) }}
+{{- end }}
+{{- range $file, $playbook := .Values.playbooks.extra }}
+{{- $data := kindIs "string" $playbook | ternary (fromYaml (toString $playbook)) $playbook }}
+{{- $match := $data.match | default dict }}
+{{- $names = concat $names (kindIs "string" $match.alertname | ternary (list $match.alertname) ($match.alertname | default list)) }}
+{{- end }}
+{{- $names | uniq | sortAlpha | join "|" }}
+{{- end }}

@@ -1,0 +1,313 @@
+"""The Kubernetes API as remediate uses it: the official client behind a small, typed facade.
+
+Who calls it: the k8s.* actions (remediate.actions.kubernetes). The client is built
+on first use (`import kubernetes` costs ~0.2 s and needs a cluster configuration, so
+a server that never cordons anything never pays for it):
+
+- `kubeconfig` given: that file (and `context`, else its current context);
+- else inside a pod (KUBERNETES_SERVICE_HOST set): the service account's token and CA;
+- else the client's own discovery: $KUBECONFIG, then ~/.kube/config.
+
+urllib3's own retries are switched off: a request either answers or raises, and the
+callers decide what to retry (tenacity, only on KubeUnavailable), so a retry is
+always visible in the audit history and a POST is never silently sent twice.
+Every call has a timeout and goes through `errors.translate`; results are the
+frozen values of `remediate.kube.model`, never the client's models.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from remediate.kube.errors import KubeConfigError, translate
+from remediate.kube.model import (
+    LabelSelector,
+    NodeInfo,
+    OwnerRef,
+    PdbInfo,
+    PodInfo,
+    SelectorRequirement,
+    Taint,
+)
+
+T = TypeVar("T")
+
+EVENT_NAMESPACE = "default"
+"""Events about cluster-scoped objects (nodes) live in `default`."""
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """One events.k8s.io/v1 Event about a node."""
+
+    name: str
+    node: str
+    node_uid: str
+    action: str
+    reason: str
+    type: str
+    note: str
+    time: datetime
+    reporting_controller: str
+    reporting_instance: str
+
+
+class KubeClient:
+    """Thread-safe: executor threads share one instance (one urllib3 pool)."""
+
+    def __init__(
+        self,
+        *,
+        kubeconfig: Path | None = None,
+        context: str | None = None,
+        request_timeout: float = 10.0,
+        in_cluster: bool | None = None,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.request_timeout = request_timeout
+        self.in_cluster = in_cluster
+        self._lock = threading.Lock()
+        self._apis: tuple[Any, Any, Any, Any] | None = None
+        self.source = ""
+
+    # ------------------------------------------------------------------ construction
+
+    def _load(self) -> tuple[Any, Any, Any, Any]:
+        with self._lock:
+            if self._apis is not None:
+                return self._apis
+            from kubernetes import client, config
+            from kubernetes.config.config_exception import ConfigException
+
+            configuration = client.Configuration()
+            in_cluster = self.in_cluster
+            if in_cluster is None:
+                in_cluster = self.kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+            try:
+                if in_cluster:
+                    config.load_incluster_config(client_configuration=configuration)
+                    source = "in-cluster service account"
+                else:
+                    # $KUBECONFIG is read now, not when the client was first imported (it caches it then).
+                    path = str(self.kubeconfig) if self.kubeconfig else os.environ.get("KUBECONFIG") or None
+                    config.load_kube_config(
+                        config_file=path,
+                        context=self.context,
+                        client_configuration=configuration,
+                        persist_config=False,
+                    )
+                    source = f"kubeconfig {self.kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+            except (ConfigException, OSError, ValueError, TypeError) as exc:
+                where = f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "$KUBECONFIG or ~/.kube/config"
+                raise KubeConfigError(
+                    f"no usable Kubernetes configuration: {exc} (tried "
+                    f"{'the in-cluster service account' if in_cluster else where}; set kubeconfig / "
+                    "REMEDIATE_KUBECONFIG, or run remediate in the cluster with a service account)"
+                ) from exc
+            configuration.retries = False
+            api = client.ApiClient(configuration)
+            self._apis = (api, client.CoreV1Api(api), client.PolicyV1Api(api), client.EventsV1Api(api))
+            self.source = f"{source} -> {configuration.host}"
+            return self._apis
+
+    def close(self) -> None:
+        with self._lock:
+            if self._apis is not None:
+                self._apis[0].close()
+                self._apis = None
+
+    def _call(self, what: str, function: Callable[[Any, Any, Any], T]) -> T:
+        _, core, policy, events = self._load()
+        try:
+            return function(core, policy, events)
+        except Exception as exc:
+            raise translate(exc, what) from exc
+
+    @property
+    def _timeout(self) -> tuple[float, float]:
+        return (min(5.0, self.request_timeout), self.request_timeout)
+
+    # ------------------------------------------------------------------ nodes
+
+    def get_node(self, name: str) -> NodeInfo:
+        return self._call(
+            f"GET nodes/{name}", lambda core, _p, _e: _node(core.read_node(name, _request_timeout=self._timeout))
+        )
+
+    def list_nodes(self, label_selector: str | None = None) -> list[NodeInfo]:
+        what = "LIST nodes" + (f"?labelSelector={label_selector}" if label_selector else "")
+        return self._call(
+            what,
+            lambda core, _p, _e: [
+                _node(n)
+                for n in core.list_node(label_selector=label_selector, _request_timeout=self._timeout).items or []
+            ],
+        )
+
+    def patch_node(self, name: str, patch: dict[str, Any] | list[dict[str, Any]], *, merge: bool = False) -> NodeInfo:
+        """A strategic-merge patch (dict), a JSON merge patch (dict, merge=True) or a JSON patch (list)."""
+        content_type = "application/merge-patch+json" if merge else None
+        return self._call(
+            f"PATCH nodes/{name}",
+            lambda core, _p, _e: _node(
+                core.patch_node(name, patch, _content_type=content_type, _request_timeout=self._timeout)
+            ),
+        )
+
+    # ------------------------------------------------------------------ pods and budgets
+
+    def pods_on_node(self, node: str) -> list[PodInfo]:
+        """Every pod bound to `node`, in all namespaces (field selector spec.nodeName, as kubectl drain)."""
+        selector = f"spec.nodeName={node}"
+        return self._call(
+            f"LIST pods?fieldSelector={selector}",
+            lambda core, _p, _e: [
+                _pod(p)
+                for p in core.list_pod_for_all_namespaces(field_selector=selector, _request_timeout=self._timeout).items
+                or []
+            ],
+        )
+
+    def get_pod(self, namespace: str, name: str) -> PodInfo:
+        return self._call(
+            f"GET pods/{namespace}/{name}",
+            lambda core, _p, _e: _pod(core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout)),
+        )
+
+    def evict_pod(self, namespace: str, name: str, grace_period_seconds: int | None) -> None:
+        """POST a policy/v1 Eviction. 429 (KubeTooManyRequests): a PodDisruptionBudget blocks it for now."""
+        from kubernetes import client
+
+        body = client.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+            delete_options=(
+                client.V1DeleteOptions(grace_period_seconds=grace_period_seconds)
+                if grace_period_seconds is not None
+                else None
+            ),
+        )
+        self._call(
+            f"POST pods/{namespace}/{name}/eviction",
+            lambda core, _p, _e: core.create_namespaced_pod_eviction(
+                name, namespace, body, _request_timeout=self._timeout
+            ),
+        )
+
+    def list_pdbs(self) -> list[PdbInfo]:
+        return self._call(
+            "LIST poddisruptionbudgets (policy/v1)",
+            lambda _c, policy, _e: [
+                _pdb(p)
+                for p in policy.list_pod_disruption_budget_for_all_namespaces(_request_timeout=self._timeout).items
+                or []
+            ],
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def create_event(self, spec: EventSpec) -> None:
+        """Create an events.k8s.io/v1 Event about a node (in namespace `default`). Raises KubeConflict if it exists."""
+        from kubernetes import client
+
+        if spec.time.tzinfo is None:
+            raise ValueError("event times must be timezone-aware (the API refuses others with 400)")
+        # MicroTime is parsed with a layout that demands the fraction: isoformat() drops it when it is 0.
+        time = spec.time if spec.time.microsecond else spec.time.replace(microsecond=1)
+        body = client.EventsV1Event(
+            api_version="events.k8s.io/v1",
+            kind="Event",
+            metadata=client.V1ObjectMeta(name=spec.name, namespace=EVENT_NAMESPACE),
+            event_time=time,
+            action=spec.action,
+            reason=spec.reason,
+            type=spec.type,
+            note=spec.note[:1024],
+            reporting_controller=spec.reporting_controller,
+            reporting_instance=spec.reporting_instance[:128],
+            regarding=client.V1ObjectReference(api_version="v1", kind="Node", name=spec.node, uid=spec.node_uid),
+        )
+        self._call(
+            f"POST events/{EVENT_NAMESPACE}/{spec.name}",
+            lambda _c, _p, events: events.create_namespaced_event(
+                EVENT_NAMESPACE, body, _request_timeout=self._timeout
+            ),
+        )
+
+
+# --------------------------------------------------------------------------- model -> values
+
+
+def _time(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    return str(value)
+
+
+def _node(node: Any) -> NodeInfo:
+    meta, spec = node.metadata, node.spec
+    taints = tuple(
+        Taint(key=t.key, effect=t.effect, value=t.value or None, time_added=_time(t.time_added))
+        for t in ((spec.taints if spec else None) or [])
+    )
+    return NodeInfo(
+        name=meta.name,
+        uid=meta.uid or "",
+        resource_version=meta.resource_version or "",
+        unschedulable=bool(spec.unschedulable) if spec else False,
+        taints=taints,
+        labels=dict(meta.labels or {}),
+        annotations=dict(meta.annotations or {}),
+    )
+
+
+def _pod(pod: Any) -> PodInfo:
+    meta, spec = pod.metadata, pod.spec
+    owners = tuple(
+        OwnerRef(kind=o.kind, name=o.name, controller=bool(o.controller)) for o in (meta.owner_references or [])
+    )
+    volumes = (spec.volumes if spec else None) or []
+    return PodInfo(
+        namespace=meta.namespace or "",
+        name=meta.name,
+        uid=meta.uid or "",
+        node_name=(spec.node_name if spec else None) or "",
+        phase=(pod.status.phase if pod.status else None) or "",
+        labels=dict(meta.labels or {}),
+        annotations=dict(meta.annotations or {}),
+        owners=owners,
+        has_emptydir=any(v.empty_dir is not None for v in volumes),
+        terminating=meta.deletion_timestamp is not None,
+    )
+
+
+def _pdb(pdb: Any) -> PdbInfo:
+    meta, spec, status = pdb.metadata, pdb.spec, pdb.status
+    selector = None
+    if spec is not None and spec.selector is not None:
+        selector = LabelSelector(
+            match_labels=dict(spec.selector.match_labels or {}),
+            match_expressions=tuple(
+                SelectorRequirement(e.key, e.operator, tuple(e.values or ()))
+                for e in (spec.selector.match_expressions or [])
+            ),
+        )
+    return PdbInfo(
+        namespace=meta.namespace or "",
+        name=meta.name,
+        selector=selector,
+        disruptions_allowed=int(status.disruptions_allowed) if status else 0,
+        current_healthy=int(status.current_healthy) if status else 0,
+        desired_healthy=int(status.desired_healthy) if status else 0,
+        expected_pods=int(status.expected_pods) if status else 0,
+    )

@@ -1,0 +1,472 @@
+"""Where a step runs: in this process (LocalRunner) or on the node agent of its target (AgentRunner).
+
+The executor asks `Dispatch.runner_for(action, target)` for every step and calls
+the runner's `plan` / `execute` instead of the action's own. Cluster steps always
+run here. A `where: node` step runs here too on a single host (no agent known: no
+`agents` map and no Kubernetes discovery), or when its target is this server's own
+`node_name`; otherwise it goes to `remediate agent` on the target node, found in the
+static `agents` map or, with `agent_selector`, through the Kubernetes API (the agent
+DaemonSet's Running+Ready pod whose spec.nodeName is the target). A node that has no
+agent fails the step; it never runs on the wrong node.
+
+Calls to an agent: POST {action, params, context} to /v1/steps/plan|execute with the
+agent token; connection failures (refused, connect timeout, 502/503/504 from a proxy,
+no agent pod yet) are retried `agent_retries` times with backoff inside the step's
+deadline (tenacity), then raised as RetryableActionError, so the executor's own step
+retries apply to execute. The agent answers with the plan/result, or with
+{error_class: retryable|permanent, message}, raised here as RetryableActionError /
+ActionError. A call sent but not answered in time is not retried: the step may have
+run on the node, and the error says so.
+
+Each runner has `ran_on`, recorded in node steps' plans and results ("node-b (agent
+http://10.0.0.7:9096)", "node-a (server)") so `/runs/<id>` shows where a step ran.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import requests
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
+
+from remediate.actions.base import Action, StepContext, Where
+from remediate.errors import ActionError, ConfigError, RetryableActionError
+
+if TYPE_CHECKING:
+    from remediate.config import Settings
+
+log = logging.getLogger("remediate.runners")
+
+PLAN = "plan"
+EXECUTE = "execute"
+AGENT_PATHS = {PLAN: "/v1/steps/plan", EXECUTE: "/v1/steps/execute"}
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DISCOVERY_TTL = 30.0
+"""Seconds a discovered agent URL is reused before the Kubernetes API is asked again."""
+
+
+class StepRunner(ABC):
+    """Runs one step's plan or execute somewhere; `ran_on` says where (None: a cluster step, here)."""
+
+    @property
+    @abstractmethod
+    def ran_on(self) -> str | None: ...
+
+    @abstractmethod
+    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any: ...
+
+    @abstractmethod
+    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any: ...
+
+    def stamp(self, value: Any) -> Any:
+        """`value` (a plan or result) with `ran_on` added, for node steps."""
+        where = self.ran_on
+        if where is None or not isinstance(value, dict):
+            return value
+        return {**value, "ran_on": where}
+
+
+class LocalRunner(StepRunner):
+    """Calls the action in this process."""
+
+    def __init__(self, ran_on: str | None = None) -> None:
+        self._ran_on = ran_on
+
+    @property
+    def ran_on(self) -> str | None:
+        return self._ran_on
+
+    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        return action.plan(params, ctx)
+
+    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        return action.execute(params, ctx)
+
+
+# --------------------------------------------------------------------------- finding agents
+
+
+class AgentNotFound(Exception):
+    """No agent URL for a node (yet). `retryable`: a pod may still be starting."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class AgentDirectory(ABC):
+    """Node name -> agent base URL."""
+
+    @abstractmethod
+    def url_for(self, node: str) -> str:
+        """The agent URL of `node`; AgentNotFound if there is none."""
+
+    def forget(self, node: str) -> None:  # noqa: B027 - optional hook
+        """Drop a cached answer for `node` (its agent did not answer)."""
+
+
+class StaticAgents(AgentDirectory):
+    """The `agents` map of the config file."""
+
+    def __init__(self, agents: Mapping[str, str]) -> None:
+        self.agents = dict(agents)
+
+    def url_for(self, node: str) -> str:
+        try:
+            return self.agents[node]
+        except KeyError:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise AgentNotFound(
+                f"no agent configured for node {node!r} (the agents map knows: {known})", retryable=False
+            ) from None
+
+
+class KubernetesAgents(AgentDirectory):
+    """The Running and Ready agent pod on a node, by label selector and spec.nodeName, through the API.
+
+    `api` is a CoreV1Api (built lazily from the in-cluster config, else ~/.kube/config).
+    Answers are cached for `ttl` seconds; `forget` drops one after a failed call.
+    """
+
+    def __init__(
+        self,
+        selector: str,
+        namespace: str,
+        port: int,
+        *,
+        api: Any = None,
+        ttl: float = DISCOVERY_TTL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.selector = selector
+        self.namespace = namespace
+        self.port = port
+        self.ttl = ttl
+        self.clock = clock
+        self._api = api
+        self._cache: dict[str, tuple[float, str]] = {}
+        self._lock = threading.Lock()
+
+    def api(self) -> Any:
+        if self._api is None:
+            from kubernetes import client, config
+
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                try:
+                    config.load_kube_config()
+                except (config.ConfigException, OSError) as exc:
+                    raise AgentNotFound(
+                        f"cannot reach the Kubernetes API to find agents (no in-cluster config or kubeconfig): {exc}",
+                        retryable=False,
+                    ) from exc
+            self._api = client.CoreV1Api()
+        return self._api
+
+    def url_for(self, node: str) -> str:
+        with self._lock:
+            cached = self._cache.get(node)
+            if cached is not None and self.clock() - cached[0] < self.ttl:
+                return cached[1]
+        url = self._lookup(node)
+        with self._lock:
+            self._cache[node] = (self.clock(), url)
+        return url
+
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self._cache.pop(node, None)
+
+    def _lookup(self, node: str) -> str:
+        where = f"namespace {self.namespace}, selector {self.selector!r}"
+        try:
+            pods = self.api().list_namespaced_pod(
+                self.namespace,
+                label_selector=self.selector,
+                field_selector=f"spec.nodeName={node}",
+                _request_timeout=10,
+            )
+        except AgentNotFound:
+            raise
+        except Exception as exc:  # ApiException, urllib3 errors: the API server may be busy
+            raise AgentNotFound(
+                f"cannot list agent pods on node {node!r} ({where}): {_short_error(exc)}", retryable=True
+            ) from exc
+        ready = [pod for pod in pods.items if _pod_ready(pod)]
+        if not ready:
+            seen = ", ".join(f"{p.metadata.name} ({(p.status and p.status.phase) or '?'})" for p in pods.items)
+            raise AgentNotFound(
+                f"no Ready agent pod on node {node!r} ({where}; pods there: {seen or 'none'})", retryable=True
+            )
+        newest = max(
+            ready, key=lambda p: p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0
+        )
+        host = newest.status.pod_ip
+        if ":" in host:  # IPv6
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+
+def _pod_ready(pod: Any) -> bool:
+    if pod.metadata.deletion_timestamp is not None or pod.status is None or not pod.status.pod_ip:
+        return False
+    if pod.status.phase != "Running":
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+class ChainedAgents(AgentDirectory):
+    """The static map first, then Kubernetes discovery."""
+
+    def __init__(self, *directories: AgentDirectory) -> None:
+        self.directories = directories
+
+    def url_for(self, node: str) -> str:
+        last: AgentNotFound | None = None
+        for directory in self.directories:
+            try:
+                return directory.url_for(node)
+            except AgentNotFound as exc:
+                last = exc
+        assert last is not None
+        raise last
+
+    def forget(self, node: str) -> None:
+        for directory in self.directories:
+            directory.forget(node)
+
+
+# --------------------------------------------------------------------------- calling an agent
+
+
+class _Unreachable(Exception):
+    """The request did not reach an agent; trying again is safe."""
+
+
+class AgentRunner(StepRunner):
+    """Sends the step to the agent of `node`; see the module docstring for retries and errors."""
+
+    def __init__(
+        self,
+        node: str,
+        directory: AgentDirectory,
+        token: str | None,
+        *,
+        retries: int = 3,
+        connect_timeout: float = 3.0,
+        default_timeout: float = 300.0,
+        retry_wait_max: float = 2.0,
+        session: Any = None,
+    ) -> None:
+        self.node = node
+        self.directory = directory
+        self.token = token
+        self.retries = retries
+        self.connect_timeout = connect_timeout
+        self.default_timeout = default_timeout
+        self.retry_wait_max = retry_wait_max
+        self.session = session
+        self.answer_slack = 5.0
+        """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
+        self.url: str | None = None
+
+    @property
+    def ran_on(self) -> str:
+        return f"{self.node} (agent {self.url or 'not found'})"
+
+    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        return self._call(PLAN, action, params, ctx)
+
+    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        return self._call(EXECUTE, action, params, ctx)
+
+    def _timeout(self, ctx: StepContext) -> float:
+        remaining = ctx.remaining()
+        return self.default_timeout if remaining == float("inf") else remaining
+
+    def _call(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        started = time.monotonic()
+        budget = self._timeout(ctx)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries + 1) | stop_after_delay(max(0.0, budget - 1.0)),
+            wait=wait_exponential(multiplier=0.25, min=min(0.2, self.retry_wait_max), max=self.retry_wait_max),
+            retry=retry_if_exception_type(_Unreachable),
+            reraise=True,
+        )
+        tries = 0
+        try:
+            for attempt in retrying:
+                with attempt:
+                    tries += 1
+                    remaining = budget - (time.monotonic() - started)
+                    return self._post(kind, action, params, ctx, max(remaining, 0.5))
+        except _Unreachable as exc:
+            raise RetryableActionError(
+                f"agent of node {self.node} unreachable ({tries} {'try' if tries == 1 else 'tries'}): {exc}"
+            ) from exc
+        raise RetryableActionError(f"agent of node {self.node}: no time left for a call")  # pragma: no cover
+
+    def _post(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext, timeout: float) -> Any:
+        try:
+            self.url = self.directory.url_for(self.node)
+        except AgentNotFound as exc:
+            if exc.retryable:
+                raise _Unreachable(str(exc)) from exc
+            raise ActionError(str(exc)) from exc
+        body = {
+            "action": action.name,
+            "params": dict(params),
+            "context": {
+                "run_id": ctx.run_id,
+                "step_index": ctx.step_index,
+                "playbook": ctx.playbook,
+                "target": ctx.target,
+                "alert": dict(ctx.alert),
+                "timeout": round(timeout, 3),
+            },
+        }
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        where = f"agent {self.url} of node {self.node}"
+        try:
+            response = (self.session or requests).post(
+                self.url + AGENT_PATHS[kind],
+                data=json.dumps(body, default=str),
+                headers=headers,
+                # The agent enforces the step's deadline itself and answers; a little slack for the answer.
+                timeout=(self.connect_timeout, timeout + self.answer_slack),
+            )
+        except requests.ConnectionError as exc:  # refused, reset, DNS, connect timeout: nothing was run
+            self.directory.forget(self.node)
+            raise _Unreachable(f"{where}: {_short_error(exc)}") from exc
+        except requests.ReadTimeout as exc:
+            raise ActionError(
+                f"{where} did not answer within {timeout + self.answer_slack:.1f}s; the step may have run (or still be "
+                "running) there: check the node"
+            ) from exc
+        except requests.RequestException as exc:
+            raise ActionError(f"{where}: {_short_error(exc)}") from exc
+        return self._answer(response, kind, where)
+
+    def _answer(self, response: requests.Response, kind: str, where: str) -> Any:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        key = "plan" if kind == PLAN else "result"
+        if response.status_code == 200 and isinstance(data, dict) and key in data:
+            return data[key]
+        if isinstance(data, dict) and data.get("error_class") in ("retryable", "permanent"):
+            message = f"{data.get('message') or data.get('error') or 'failed'} (on {where})"
+            if data["error_class"] == "retryable":
+                raise RetryableActionError(message)
+            raise ActionError(message)
+        if response.status_code in (502, 503, 504):
+            self.directory.forget(self.node)
+            raise _Unreachable(f"{where}: HTTP {response.status_code}")
+        text = response.text[:200].replace("\n", " ")
+        raise ActionError(f"{where} gave an unexpected answer: HTTP {response.status_code} {text}")
+
+
+def _short_error(exc: BaseException) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+class Dispatch:
+    """Picks the runner of each step (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        directory: AgentDirectory | None = None,
+        node_name: str | None = None,
+        token: str | None = None,
+        retries: int = 3,
+        connect_timeout: float = 3.0,
+        default_timeout: float = 300.0,
+        retry_wait_max: float = 2.0,
+    ) -> None:
+        self.directory = directory
+        self.node_name = node_name
+        self.token = token
+        self.retries = retries
+        self.connect_timeout = connect_timeout
+        self.default_timeout = default_timeout
+        self.retry_wait_max = retry_wait_max
+        self.cluster = LocalRunner()
+        self.local_node = LocalRunner(f"{node_name or socket.gethostname()} (server)")
+
+    @classmethod
+    def local(cls) -> Dispatch:
+        """Everything runs in this process (a single host)."""
+        return cls()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Dispatch:
+        directories: list[AgentDirectory] = []
+        if settings.agents:
+            directories.append(StaticAgents(settings.agent_map()))
+        if settings.agent_selector:
+            directories.append(
+                KubernetesAgents(
+                    settings.agent_selector, settings.agent_namespace or own_namespace(), settings.agent_port
+                )
+            )
+        token = settings.resolved_agent_token()
+        if directories and not token and not settings.insecure_no_auth:
+            raise ConfigError(
+                "agents are configured (agents / agent_selector) but no agent token: set REMEDIATE_AGENT_TOKEN "
+                "or agent_token_file (the same token the agents serve with)"
+            )
+        directory: AgentDirectory | None = None
+        if directories:
+            directory = directories[0] if len(directories) == 1 else ChainedAgents(*directories)
+        return cls(
+            directory=directory,
+            node_name=settings.node_name,
+            token=token,
+            retries=settings.agent_retries,
+            connect_timeout=settings.agent_connect_timeout,
+            default_timeout=settings.step_timeout,
+        )
+
+    @property
+    def uses_agents(self) -> bool:
+        return self.directory is not None
+
+    def runner_for(self, action: Action, target: str) -> StepRunner:
+        if action.where != Where.NODE:
+            return self.cluster
+        if self.directory is None or (self.node_name is not None and target == self.node_name):
+            return self.local_node
+        return AgentRunner(
+            target,
+            self.directory,
+            self.token,
+            retries=self.retries,
+            connect_timeout=self.connect_timeout,
+            default_timeout=self.default_timeout,
+            retry_wait_max=self.retry_wait_max,
+        )
+
+
+def own_namespace() -> str:
+    """The namespace of this pod (from its service account), else "default"."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or "default"
+    except OSError:
+        return "default"

@@ -1,0 +1,356 @@
+"""Checkpoints a rollback can go back to: an index of (step, loss, good mark), and two stores built on it.
+
+- `TorchCheckpoints`: a small helper for plain PyTorch. It saves the state dicts of a
+  model, its optimizers and schedulers (plus anything `extra_state` returns) with
+  ``torch.save`` every time you call ``save(step, loss)``, keeps the last ``keep`` of them
+  (and always the newest one marked good), and restores them on a rollback.
+- `CallableCheckpoints`: for jobs with their own checkpointing. You pass ``save(step)``
+  (returns the path it wrote, or None) and ``load(info)`` callables; `record` adds a
+  checkpoint you made on your own schedule.
+
+A checkpoint is *good* when its loss is known, finite and (with ``good_loss_below``)
+below that threshold, or as an ``is_good(step, loss)`` callable decides. The index is
+a JSON file next to the checkpoints (``index.json``), written atomically, so a restarted
+job finds its checkpoints again. `TrainingControl` publishes it in ``job.json`` so that
+remediate's dry-run can say which checkpoint a rollback would use.
+
+torch is imported only inside `TorchCheckpoints.save`/`load`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from remediate.training.protocol import CheckpointInfo, ProtocolError, atomic_write_json, read_json
+
+INDEX_FILE = "index.json"
+Listener = Callable[[list[CheckpointInfo]], None]
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
+
+def _default_writer() -> bool:
+    """Rank 0 writes (torch.distributed if initialized, else the RANK environment variable)."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return bool(dist.get_rank() == 0)
+    return os.environ.get("RANK", "0") == "0"
+
+
+class CheckpointIndex:
+    """The list of a job's checkpoints, kept in ``<directory>/index.json``, with retention and the good mark."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        keep: int | None = 5,
+        good_loss_below: float | None = None,
+        is_good: Callable[[int, float | None], bool] | None = None,
+        writer: bool | None = None,
+        delete: Callable[[CheckpointInfo], None] | None = None,
+    ) -> None:
+        if keep is not None and keep < 1:
+            raise ValueError("keep must be at least 1 (or None: keep every checkpoint)")
+        self.directory = Path(directory)
+        self.keep = keep
+        self.good_loss_below = good_loss_below
+        self._is_good = is_good
+        self.writer = _default_writer() if writer is None else writer
+        self._delete = delete
+        self._lock = threading.RLock()
+        self._listeners: list[Listener] = []
+        self._entries: list[CheckpointInfo] | None = None
+        self._index_key: tuple[int, int] | None = None
+        if self.writer:
+            self.directory.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def index_file(self) -> Path:
+        return self.directory / INDEX_FILE
+
+    # ---------------------------------------------------------------- good mark
+
+    def judge(self, step: int, loss: float | None) -> bool:
+        """Whether a checkpoint saved at `step` with `loss` counts as good."""
+        if self._is_good is not None:
+            return bool(self._is_good(step, loss))
+        if loss is None or not math.isfinite(loss):
+            return False
+        return self.good_loss_below is None or loss < self.good_loss_below
+
+    # ---------------------------------------------------------------- the index
+
+    def list(self) -> list[CheckpointInfo]:
+        """Every checkpoint in the index, oldest first (re-read when another rank rewrote the file)."""
+        with self._lock:
+            return list(self._load())
+
+    def get(self, step: int) -> CheckpointInfo | None:
+        return next((c for c in self.list() if c.step == step), None)
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call `listener(checkpoints)` whenever the index changes (TrainingControl publishes it in job.json)."""
+        self._listeners.append(listener)
+
+    def record(self, info: CheckpointInfo) -> CheckpointInfo:
+        """Add (or replace, same step) a checkpoint; apply retention; persist; tell the listeners."""
+        with self._lock:
+            entries = [c for c in self._load() if c.step != info.step] + [info]
+            entries.sort(key=lambda c: c.step)
+            kept = self._retain(entries)
+            self._store(kept)
+            removed = [c for c in entries if c not in kept]
+        for old in removed:
+            self._remove(old)
+        self._notify(kept)
+        return info
+
+    def discard_after(self, step: int) -> list[CheckpointInfo]:
+        """Forget (and delete) checkpoints newer than `step`: after a rollback they belong to the abandoned run."""
+        if not self.writer:
+            return [c for c in self.list() if c.step > step]
+        with self._lock:
+            entries = self._load()
+            gone = [c for c in entries if c.step > step]
+            if not gone:
+                return []
+            kept = [c for c in entries if c.step <= step]
+            self._store(kept)
+        for old in gone:
+            self._remove(old)
+        self._notify(kept)
+        return gone
+
+    def _retain(self, entries: list[CheckpointInfo]) -> list[CheckpointInfo]:
+        if self.keep is None or len(entries) <= self.keep:
+            return entries
+        kept = entries[-self.keep :]
+        good = [c for c in entries if c.good]
+        if good and good[-1] not in kept:
+            kept = [good[-1], *kept]  # never lose the last good checkpoint to a run of bad ones
+        return kept
+
+    def _load(self) -> list[CheckpointInfo]:
+        try:
+            info = os.stat(self.index_file)
+        except FileNotFoundError:
+            if self._entries is None or not self.writer:
+                self._entries = []
+            return self._entries
+        key = (info.st_mtime_ns, info.st_size)
+        if self._entries is None or (key != self._index_key and not self.writer):
+            try:
+                data = read_json(self.index_file)
+                entries = data.get("checkpoints", []) if isinstance(data, dict) else []
+                self._entries = sorted((CheckpointInfo.from_dict(c) for c in entries), key=lambda c: c.step)
+            except (ProtocolError, FileNotFoundError):
+                self._entries = self._entries or []
+            self._index_key = key
+        return self._entries
+
+    def _store(self, entries: list[CheckpointInfo]) -> None:
+        self._entries = list(entries)
+        if not self.writer:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.index_file, {"version": 1, "checkpoints": [c.to_dict() for c in entries]})
+        with contextlib.suppress(OSError):
+            info = os.stat(self.index_file)
+            self._index_key = (info.st_mtime_ns, info.st_size)
+
+    def _remove(self, info: CheckpointInfo) -> None:
+        if not self.writer:
+            return
+        if self._delete is not None:
+            self._delete(info)
+        elif info.path:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(info.path)
+
+    def _notify(self, entries: Iterable[CheckpointInfo]) -> None:
+        snapshot = list(entries)
+        for listener in self._listeners:
+            listener(snapshot)
+
+
+class TorchCheckpoints(CheckpointIndex):
+    """Checkpoints of plain PyTorch state dicts: model, optimizers, schedulers, and your `extra_state()`.
+
+    ``save(step, loss)`` writes ``<directory>/ckpt-<step>.pt`` (temp file + rename) on the
+    writing rank (rank 0 by default; pass ``writer=True`` on every rank when each rank keeps
+    its own directory) and keeps the last ``keep``. ``load(info)`` restores everything in
+    place on every rank (``map_location`` defaults to the CPU; optimizers move their state
+    to their parameters' device themselves).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        model: Any = None,
+        optimizer: Any = None,
+        scheduler: Any = None,
+        extra_state: Callable[[], Any] | None = None,
+        load_extra_state: Callable[[Any], None] | None = None,
+        keep: int | None = 5,
+        good_loss_below: float | None = None,
+        is_good: Callable[[int, float | None], bool] | None = None,
+        writer: bool | None = None,
+        map_location: Any = "cpu",
+        weights_only: bool = True,
+        prefix: str = "ckpt",
+    ) -> None:
+        super().__init__(directory, keep=keep, good_loss_below=good_loss_below, is_good=is_good, writer=writer)
+        self.model = model
+        self.optimizers = _as_list(optimizer)
+        self.schedulers = _as_list(scheduler)
+        self.extra_state = extra_state
+        self.load_extra_state = load_extra_state
+        self.map_location = map_location
+        self.weights_only = weights_only
+        self.prefix = prefix
+
+    def attach(self, *, model: Any = None, optimizer: Any = None, scheduler: Any = None) -> None:
+        """Set what is saved and restored (frameworks create optimizers after the callback exists)."""
+        if model is not None:
+            self.model = model
+        if optimizer is not None:
+            self.optimizers = _as_list(optimizer)
+        if scheduler is not None:
+            self.schedulers = _as_list(scheduler)
+
+    def path_for(self, step: int) -> Path:
+        return self.directory / f"{self.prefix}-{step:09d}.pt"
+
+    def save(self, step: int, loss: float | None = None, *, good: bool | None = None) -> CheckpointInfo:
+        loss = None if loss is None else float(loss)
+        path = self.path_for(step)
+        info = CheckpointInfo(
+            step=step,
+            loss=loss,
+            good=self.judge(step, loss) if good is None else good,
+            path=str(path),
+            saved_at=time.time(),
+        )
+        if not self.writer:
+            return info
+        import torch
+
+        if self.model is None:
+            raise ValueError("TorchCheckpoints has no model to save (pass model=... or call attach())")
+        state = {
+            "step": step,
+            "loss": loss,
+            "model": self.model.state_dict(),
+            "optimizers": [o.state_dict() for o in self.optimizers],
+            "schedulers": [s.state_dict() for s in self.schedulers],
+            "extra": self.extra_state() if self.extra_state is not None else None,
+        }
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return self.record(info)
+
+    def load(self, info: CheckpointInfo) -> Any:
+        """Restore model, optimizers and schedulers from `info`; returns the extra state."""
+        import torch
+
+        if not info.path:
+            raise FileNotFoundError(f"checkpoint of step {info.step} has no path")
+        state = torch.load(info.path, map_location=self.map_location, weights_only=self.weights_only)
+        if self.model is None:
+            raise ValueError("TorchCheckpoints has no model to restore (pass model=... or call attach())")
+        self.model.load_state_dict(state["model"])
+        saved_optimizers, saved_schedulers = state.get("optimizers", []), state.get("schedulers", [])
+        if len(saved_optimizers) != len(self.optimizers) or len(saved_schedulers) != len(self.schedulers):
+            raise ValueError(
+                f"checkpoint of step {info.step} has {len(saved_optimizers)} optimizer(s) and "
+                f"{len(saved_schedulers)} scheduler(s); this job has {len(self.optimizers)} and {len(self.schedulers)}"
+            )
+        for optimizer, saved in zip(self.optimizers, saved_optimizers, strict=True):
+            optimizer.load_state_dict(saved)
+        for scheduler, saved in zip(self.schedulers, saved_schedulers, strict=True):
+            scheduler.load_state_dict(saved)
+        if self.load_extra_state is not None:
+            self.load_extra_state(state.get("extra"))
+        return state.get("extra")
+
+
+class CallableCheckpoints(CheckpointIndex):
+    """Your own checkpointing behind the same interface: ``save(step) -> path | None``, ``load(info)``.
+
+    The index lives in `directory` (``index.json``). Checkpoints you write on your own schedule
+    are added with ``record_checkpoint(step, loss, path)``. Pruned entries are passed to
+    ``delete(info)`` when given; otherwise your files are left alone and only the index forgets them.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        save: Callable[[int], str | os.PathLike[str] | None],
+        load: Callable[[CheckpointInfo], Any],
+        delete: Callable[[CheckpointInfo], None] | None = None,
+        keep: int | None = None,
+        good_loss_below: float | None = None,
+        is_good: Callable[[int, float | None], bool] | None = None,
+        writer: bool | None = None,
+    ) -> None:
+        super().__init__(
+            directory,
+            keep=keep,
+            good_loss_below=good_loss_below,
+            is_good=is_good,
+            writer=writer,
+            delete=delete or (lambda info: None),
+        )
+        self._save = save
+        self._load_fn = load
+
+    def save(self, step: int, loss: float | None = None, *, good: bool | None = None) -> CheckpointInfo:
+        path = self._save(step)
+        return self.record_checkpoint(step, loss, path, good=good)
+
+    def record_checkpoint(
+        self,
+        step: int,
+        loss: float | None = None,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        good: bool | None = None,
+    ) -> CheckpointInfo:
+        loss = None if loss is None else float(loss)
+        info = CheckpointInfo(
+            step=step,
+            loss=loss,
+            good=self.judge(step, loss) if good is None else good,
+            path=None if path is None else str(path),
+            saved_at=time.time(),
+        )
+        return self.record(info)
+
+    def load(self, info: CheckpointInfo) -> Any:
+        return self._load_fn(info)

@@ -1,0 +1,67 @@
+"""How the ranks of one job agree on commands: rank 0 reads the inbox and broadcasts; every rank applies.
+
+`LocalChannel` is the single-process case (nothing to send). `TorchChannel` uses the
+default torch.distributed process group: one broadcast of a single int64 per poll when
+there is no command (the payload length, 0), then the JSON payload as bytes when there is
+one; the outcomes come back to rank 0 with ``all_gather_object``. With NCCL the tensors live
+on the current CUDA device. Only this module imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class LocalChannel:
+    rank = 0
+    world_size = 1
+
+    def broadcast(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
+        return payload
+
+    def gather(self, outcome: dict[str, Any]) -> list[dict[str, Any]]:
+        return [outcome]
+
+
+class TorchChannel:
+    """Collectives on the default process group; every rank must call them in the same order."""
+
+    def __init__(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._torch = torch
+        self._dist = dist
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        if dist.get_backend() == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            self.device = torch.device("cpu")
+        self._length = torch.zeros(1, dtype=torch.int64, device=self.device)
+
+    def broadcast(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Rank 0's `payload` on every rank (None: nothing to do)."""
+        torch, dist = self._torch, self._dist
+        data = b""
+        if self.rank == 0 and payload is not None:
+            data = json.dumps(payload, allow_nan=False).encode()
+        self._length.fill_(len(data))
+        dist.broadcast(self._length, src=0)
+        size = int(self._length.item())
+        if size == 0:
+            return None
+        if self.rank == 0:
+            buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
+        else:
+            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+        dist.broadcast(buffer, src=0)
+        received: dict[str, Any] = json.loads(bytes(buffer.cpu().tolist()).decode())
+        return received
+
+    def gather(self, outcome: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every rank's outcome, in rank order (on every rank)."""
+        outcomes: list[Any] = [None] * self.world_size
+        self._dist.all_gather_object(outcomes, outcome)
+        return outcomes

@@ -1,0 +1,264 @@
+"""What a job does with each kind of command: the built-in handlers (rollback, scale_lr, checkpoint).
+
+A handler gets a `CommandContext` and changes the training state in place: it may set
+``ctx.step`` (a rollback does), fills ``ctx.result`` with JSON-able facts for the
+acknowledgement and ``ctx.detail`` with one human sentence. It raises `CommandRejected`
+when the command cannot be applied as asked (nothing was changed), anything else when it
+failed. An optional ``prepare`` runs first, on rank 0 only, before the command is sent to
+every rank: it turns the request into something every rank applies identically (the
+rollback picks its checkpoint there).
+
+No torch here: optimizers and schedulers are used through their attributes
+(``param_groups``, ``base_lrs``), checkpoints through the `CheckpointStore` protocol.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from remediate.training.protocol import (
+    CHECKPOINT_CHOICES,
+    LATEST_GOOD,
+    CheckpointInfo,
+    Command,
+    describe_lrs,
+    finite_or_text,
+    select_checkpoint,
+)
+
+if TYPE_CHECKING:
+    from remediate.training.client import TrainingControl
+
+
+class CommandRejected(Exception):
+    """The command cannot be applied as asked; nothing was changed (acknowledged as ``rejected``)."""
+
+
+class CheckpointStore(Protocol):
+    """Where a job's checkpoints are: `TorchCheckpoints`, `CallableCheckpoints`, or your own."""
+
+    def list(self) -> list[CheckpointInfo]: ...
+
+    def get(self, step: int) -> CheckpointInfo | None: ...
+
+    def save(self, step: int, loss: float | None = None, *, good: bool | None = None) -> CheckpointInfo: ...
+
+    def load(self, info: CheckpointInfo) -> Any: ...
+
+    def discard_after(self, step: int) -> list[CheckpointInfo]: ...
+
+
+@dataclass
+class CommandContext:
+    """One command being applied on one rank."""
+
+    command: Command
+    params: dict[str, Any]
+    """The command's params; ``prepare`` may add to them (rank 0), ``apply`` sees the result on every rank."""
+    control: TrainingControl
+    step: int
+    """The step the command is applied at. A handler that moves training elsewhere sets it."""
+    rank: int = 0
+    world_size: int = 1
+    result: dict[str, Any] = field(default_factory=dict)
+    detail: str = ""
+
+
+HandlerFunction = Callable[[CommandContext], None]
+
+
+@dataclass(frozen=True)
+class Handler:
+    apply: HandlerFunction
+    prepare: HandlerFunction | None = None
+
+
+# ------------------------------------------------------------------------------------------ params
+
+
+def _int_param(params: dict[str, Any], name: str, default: int) -> int:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CommandRejected(f"param {name!r} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _float_param(params: dict[str, Any], name: str, default: float | None, *, positive: bool = False) -> float:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise CommandRejected(f"param {name!r} must be a finite number, got {value!r}")
+    if (positive and value <= 0) or value < 0:
+        raise CommandRejected(f"param {name!r} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+    return float(value)
+
+
+def _store(ctx: CommandContext) -> CheckpointStore:
+    store = ctx.control.checkpoints
+    if store is None:
+        raise CommandRejected("no checkpoints attached to this job (TrainingControl(checkpoints=...))")
+    return store
+
+
+def current_lrs(optimizers: list[Any]) -> list[float]:
+    return [float(group["lr"]) for optimizer in optimizers for group in optimizer.param_groups]
+
+
+def drop_gradients(parameters: Any) -> None:
+    """Clear gradients so that the next optimizer step leaves these parameters alone (how callbacks skip a batch)."""
+    for parameter in parameters:
+        parameter.grad = None
+
+
+# ------------------------------------------------------------------------------------------ rollback
+
+
+def prepare_rollback(ctx: CommandContext) -> None:
+    """Pick the checkpoint (rank 0), so that every rank restores the same step."""
+    which = ctx.params.get("checkpoint", LATEST_GOOD)
+    if which not in CHECKPOINT_CHOICES:
+        raise CommandRejected(f"param 'checkpoint' must be one of {', '.join(CHECKPOINT_CHOICES)}, got {which!r}")
+    min_back = _int_param(ctx.params, "min_steps_back", 0)
+    _int_param(ctx.params, "skip_batches", 0)
+    store = _store(ctx)
+    if "checkpoint_step" in ctx.params:
+        step = _int_param(ctx.params, "checkpoint_step", 0)
+        if store.get(step) is None:
+            raise CommandRejected(f"cannot roll back: no checkpoint at step {step}")
+        ctx.params["selection"] = f"the checkpoint at step {step}, as asked"
+        return
+    info, reason = select_checkpoint(store.list(), ctx.step, which, min_back)
+    if info is None:
+        raise CommandRejected(f"cannot roll back: {reason}")
+    ctx.params["checkpoint_step"] = info.step
+    ctx.params["selection"] = reason
+
+
+def apply_rollback(ctx: CommandContext) -> None:
+    """Restore the chosen checkpoint, move to its step, drop newer checkpoints, and skip the next batches."""
+    if "checkpoint_step" not in ctx.params:  # a rank that did not prepare: only possible without a broadcast
+        prepare_rollback(ctx)
+    store = _store(ctx)
+    skip = _int_param(ctx.params, "skip_batches", 0)
+    step = _int_param(ctx.params, "checkpoint_step", 0)
+    info = store.get(step)
+    if info is None:
+        raise CommandRejected(f"cannot roll back: rank {ctx.rank} has no checkpoint at step {step}")
+    lrs_before = current_lrs(ctx.control.optimizers)
+    store.load(info)
+    discarded = store.discard_after(info.step)
+    before = ctx.step
+    ctx.step = info.step
+    ctx.control.request_skip(skip)
+    lrs = current_lrs(ctx.control.optimizers)
+    ctx.result.update(
+        checkpoint=info.to_dict(),
+        selection=ctx.params.get("selection", ""),
+        batches_skipped=skip,
+        lr_before=[finite_or_text(v) for v in lrs_before],
+        lr_after_load=[finite_or_text(v) for v in lrs],
+        discarded_checkpoints=[c.step for c in discarded],
+        step_counter_rewound=ctx.control.rewinds_step,
+    )
+    loss = "unknown loss" if info.loss is None else f"loss {info.loss:.4g}"
+    skipping = f", skipping the next {skip} batches" if skip else ""
+    if ctx.control.rewinds_step:
+        ctx.detail = f"rolled back from step {before} to {info.step} ({loss}){skipping}"
+    else:
+        ctx.detail = (
+            f"restored model, optimizer and scheduler from the checkpoint of step {info.step} ({loss}) at step {before}"
+            f"{skipping}; the trainer's step counter continues"
+        )
+    if lrs:
+        ctx.detail += f"; lr {describe_lrs(lrs)} from the checkpoint"
+
+
+# ------------------------------------------------------------------------------------------ scale_lr
+
+
+def apply_scale_lr(ctx: CommandContext) -> None:
+    """Multiply every param group's lr by ``factor``, never below ``min_lr`` (a lower lr stays as it is).
+
+    The schedulers' base lrs are scaled the same way, or their next step would compute the old lr again.
+    """
+    factor = _float_param(ctx.params, "factor", None, positive=True)
+    floor = _float_param(ctx.params, "min_lr", 0.0)
+    optimizers = ctx.control.optimizers
+    if not optimizers:
+        raise CommandRejected("no optimizer attached to this job (TrainingControl(optimizer=...))")
+
+    def scale(value: float) -> float:
+        return max(value * factor, min(value, floor))
+
+    before, after, floored = [], [], 0
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            old = float(group["lr"])
+            new = scale(old)
+            if new != old * factor:
+                floored += 1
+            _set_lr(group, "lr", new)
+            for key in ("initial_lr", "max_lr", "min_lr"):  # LRScheduler's initial_lr; OneCycleLR's max/min
+                if key in group and isinstance(group[key], int | float):
+                    group[key] = scale(float(group[key]))
+            before.append(old)
+            after.append(new)
+    schedulers = 0
+    for scheduler in ctx.control.schedulers:
+        schedulers += _scale_scheduler(scheduler, scale)
+    ctx.result.update(
+        lr_before=[finite_or_text(v) for v in before],
+        lr_after=[finite_or_text(v) for v in after],
+        factor=factor,
+        min_lr=floor,
+        groups_at_floor=floored,
+        schedulers_updated=schedulers,
+    )
+    ctx.detail = f"lr {describe_lrs(before)} -> {describe_lrs(after)} (factor {factor:g}, floor {floor:g})"
+    if floored:
+        ctx.detail += f"; {floored} param group(s) held at the floor"
+
+
+def _set_lr(group: dict[str, Any], key: str, value: float) -> None:
+    current = group[key]
+    if hasattr(current, "fill_"):  # an optimizer with a tensor lr
+        current.fill_(value)
+    else:
+        group[key] = value
+
+
+def _scale_scheduler(scheduler: Any, scale: Callable[[float], float]) -> int:
+    """Scale base_lrs (and CyclicLR's max_lrs) of a scheduler and of the schedulers it wraps; count the changed."""
+    changed = 0
+    if not hasattr(scheduler, "base_lrs") and hasattr(scheduler, "scheduler"):
+        scheduler = scheduler.scheduler  # accelerate's AcceleratedScheduler
+    for attr in ("base_lrs", "max_lrs"):
+        values = getattr(scheduler, attr, None)
+        if isinstance(values, list) and all(isinstance(v, int | float) for v in values):
+            setattr(scheduler, attr, [scale(float(v)) for v in values])
+            changed = 1
+    optimizer = getattr(scheduler, "optimizer", None)
+    if changed and optimizer is not None and isinstance(getattr(scheduler, "_last_lr", None), list):
+        scheduler._last_lr = [float(group["lr"]) for group in optimizer.param_groups]
+    for inner in getattr(scheduler, "_schedulers", None) or []:  # SequentialLR, ChainedScheduler
+        changed += _scale_scheduler(inner, scale)
+    return changed
+
+
+# ------------------------------------------------------------------------------------------ checkpoint
+
+
+def apply_checkpoint(ctx: CommandContext) -> None:
+    """Save a checkpoint now, at the current step, with the last loss the job reported."""
+    info = _store(ctx).save(ctx.step, ctx.control.current_loss())
+    ctx.result.update(checkpoint=info.to_dict())
+    ctx.detail = f"saved a checkpoint at {info.describe()}"
+
+
+BUILTIN_HANDLERS: dict[str, Handler] = {
+    "rollback": Handler(apply_rollback, prepare_rollback),
+    "scale_lr": Handler(apply_scale_lr),
+    "checkpoint": Handler(apply_checkpoint),
+}

@@ -1,0 +1,269 @@
+"""The node agent's HTTP API (Flask test client) and its own limits: node, schema, power floor, memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from remediate.actions import default_registry
+from remediate.actions.base import InMemoryMemory
+from remediate.agent import AgentService
+from remediate.agent_server import create_agent_app
+from remediate.errors import ConfigError
+from remediate.gpu import SimulatedBackend
+from tests.agent.support import AGENT_TOKEN, ClusterThing, Echo, agent_settings, registry_with, step_body
+
+AUTH = {"Authorization": f"Bearer {AGENT_TOKEN}"}
+W = 1000
+
+
+@pytest.fixture
+def echo() -> Echo:
+    return Echo()
+
+
+@pytest.fixture
+def memory() -> InMemoryMemory:
+    return InMemoryMemory()
+
+
+@pytest.fixture
+def client(tmp_path: Path, echo: Echo, memory: InMemoryMemory) -> FlaskClient:
+    settings = agent_settings(tmp_path, node_aliases=("node-b.example",))
+    service = AgentService(settings, registry=registry_with(echo, ClusterThing()), memory=memory)
+    return create_agent_app(settings, service=service).test_client()
+
+
+def post(client: FlaskClient, kind: str, body: Any, headers: dict[str, str] | None = None) -> Any:
+    return client.post(f"/v1/steps/{kind}", json=body, headers=AUTH if headers is None else headers)
+
+
+def test_execute_runs_the_node_action_with_the_servers_context_and_answers_its_result(
+    client: FlaskClient, echo: Echo, memory: InMemoryMemory
+) -> None:
+    response = post(client, "execute", step_body(params={"word": "hi"}, run_id=42))
+
+    assert response.status_code == 200, response.json
+    body = response.json
+    assert body["node"] == "node-b"
+    assert body["result"] == {"echoed": "hi", "run_id": 42, "alertname": "Hot"}
+    assert body["seconds"] >= 0
+    ((kind, params, ctx),) = echo.calls
+    assert kind == "execute"
+    assert params == {"word": "hi", "fail": "no", "sleep": 0.0}  # validated here, defaults filled in
+    assert (ctx.run_id, ctx.step_index, ctx.playbook, ctx.target) == (42, 0, "pb", "node-b")
+    assert 9 < ctx.remaining() <= 10  # the request's timeout is the step's deadline here
+    assert memory.recall("test.echo/last") == {"word": "hi"}  # the agent's own memory
+
+
+def test_plan_answers_the_plan_and_reads_the_agents_memory(client: FlaskClient, memory: InMemoryMemory) -> None:
+    memory.remember("test.echo/last", {"word": "before"}, run_id=1)
+
+    response = post(client, "plan", step_body(params={"word": "hi"}))
+
+    assert response.status_code == 200
+    assert response.json["plan"] == {"would_echo": "hi", "remembered": {"word": "before"}}
+    assert "result" not in response.json
+
+
+def test_an_alias_of_the_node_is_accepted(client: FlaskClient) -> None:
+    assert post(client, "plan", step_body(target="node-b.example")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {AGENT_TOKEN}"}, {"Authorization": "Bearer"}],
+)
+def test_without_the_agent_token_nothing_runs(client: FlaskClient, echo: Echo, headers: dict[str, str]) -> None:
+    response = post(client, "execute", step_body(), headers=headers)
+
+    assert response.status_code == 401
+    assert response.json["error_class"] == "permanent"
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert echo.calls == []
+
+
+def test_a_step_for_another_node_is_refused(client: FlaskClient, echo: Echo) -> None:
+    response = post(client, "execute", step_body(target="node-a"))
+
+    assert response.status_code == 421
+    assert response.json["error_class"] == "permanent"
+    assert "runs steps for node 'node-b' (also known as node-b.example), not for 'node-a'" in response.json["message"]
+    assert echo.calls == []
+
+
+@pytest.mark.parametrize(
+    ("action", "params", "message"),
+    [
+        ("test.cluster", {}, "does not run on a node agent"),
+        ("shell.run", {}, "does not run on a node agent (node actions here: test.echo)"),
+        ("test.echo", {"word": "rm -rf /"}, "parameter 'word': letters only"),
+        ("test.echo", {"word": "hi", "path": "/etc"}, "unknown parameter 'path'"),
+        ("test.echo", {}, "missing required parameter 'word'"),
+    ],
+)
+def test_the_agent_validates_action_and_params_itself(
+    client: FlaskClient, echo: Echo, action: str, params: dict[str, Any], message: str
+) -> None:
+    response = post(client, "execute", step_body(action, params))
+
+    assert response.status_code == 422
+    assert response.json["error_class"] == "permanent"
+    assert message in response.json["message"]
+    assert echo.calls == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda b: b.pop("action"), "action"),
+        (lambda b: b.update(params=[1]), "params"),
+        (lambda b: b.pop("context"), "context"),
+        (lambda b: b["context"].update(run_id=-1), "context.run_id"),
+        (lambda b: b["context"].update(step_index=True), "context.step_index"),
+        (lambda b: b["context"].update(target=""), "context.target"),
+        (lambda b: b["context"].update(alert="x"), "context.alert"),
+        (lambda b: b["context"].update(timeout=0), "context.timeout"),
+        (lambda b: b["context"].update(timeout=10**9), "context.timeout"),
+    ],
+)
+def test_a_malformed_request_is_a_400_naming_the_field(client: FlaskClient, mutate: Any, field: str) -> None:
+    body = step_body()
+    mutate(body)
+
+    response = post(client, "execute", body)
+
+    assert response.status_code == 400
+    assert response.json["field"] == field
+    assert response.json["error_class"] == "permanent"
+
+
+def test_not_json_is_a_415(client: FlaskClient) -> None:
+    response = client.post("/v1/steps/execute", data="action=x", headers=AUTH)
+    assert response.status_code == 415
+    assert response.json["error_class"] == "permanent"
+
+
+@pytest.mark.parametrize(
+    ("fail", "status", "error_class", "message"),
+    [
+        ("retryable", 503, "retryable", "device busy"),
+        ("permanent", 500, "permanent", "permission denied"),
+        ("bug", 500, "permanent", "unexpected KeyError in the agent"),
+    ],
+)
+def test_action_errors_come_back_structured(
+    client: FlaskClient, fail: str, status: int, error_class: str, message: str
+) -> None:
+    response = post(client, "execute", step_body(params={"word": "x", "fail": fail}))
+
+    assert response.status_code == status
+    assert response.json["error_class"] == error_class
+    assert message in response.json["message"]
+
+
+def test_the_agent_enforces_the_steps_timeout(client: FlaskClient) -> None:
+    response = post(client, "execute", step_body(params={"word": "x", "sleep": 2}, timeout=0.2))
+
+    assert response.status_code == 500
+    assert response.json["error_class"] == "permanent"
+    assert "timed out after 0.2s" in response.json["message"]
+
+
+def test_health_and_readiness_need_no_token(client: FlaskClient) -> None:
+    assert client.get("/healthz").json == {"status": "ok", "node": "node-b"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json == {"status": "ready", "node": "node-b", "actions": ["test.echo"]}
+
+
+def test_the_agent_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    settings = agent_settings(tmp_path, agent_token=None)
+    with pytest.raises(ConfigError, match="no agent token"):
+        create_agent_app(settings, service=AgentService(settings, registry=registry_with(), memory=InMemoryMemory()))
+
+
+def test_the_node_name_defaults_to_the_host_name(tmp_path: Path) -> None:
+    import socket
+
+    service = AgentService(agent_settings(tmp_path, node_name=None), registry=registry_with(), memory=InMemoryMemory())
+    assert service.node_name == socket.gethostname()
+
+
+# --------------------------------------------------------------------------- the shipped node actions
+
+
+@pytest.fixture
+def gpus(tmp_path: Path) -> SimulatedBackend:
+    return SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
+
+
+def gpu_app(tmp_path: Path, gpus: SimulatedBackend, **overrides: Any) -> tuple[FlaskClient, AgentService]:
+    settings = agent_settings(tmp_path, gpu_backend="simulated", gpu_simulator_file=gpus.path, **overrides)
+    service = AgentService(settings)
+    return create_agent_app(settings, service=service).test_client(), service
+
+
+def test_only_node_actions_of_the_registry_are_served(tmp_path: Path, gpus: SimulatedBackend) -> None:
+    client, service = gpu_app(tmp_path, gpus)
+    node_actions = sorted(a for a in default_registry().names() if default_registry().get(a).where == "node")
+    assert client.get("/readyz").json["actions"] == node_actions
+    assert {"gpu.set_power_limit", "gpu.restore_power_limit", "disk.cleanup"} <= set(node_actions)
+    assert "log" not in node_actions
+    service.close()
+
+
+def test_the_agents_power_floor_refuses_a_lower_limit_whatever_the_server_asks(
+    tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    client, service = gpu_app(tmp_path, gpus, gpu_power_floor_watts=600)
+    uuid = gpus.devices()[0].uuid
+
+    response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "percent_of_default": 80}))
+
+    assert response.status_code == 500
+    assert response.json["error_class"] == "permanent"
+    assert response.json["type"] == "BelowPowerFloor"
+    assert "below this node's power floor 600 W (gpu_power_floor_watts=600)" in response.json["message"]
+    assert gpus.device(uuid).power_limit_mw == 700 * W
+    # Above the floor it works.
+    ok = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 650}))
+    assert ok.status_code == 200, ok.json
+    assert gpus.device(uuid).power_limit_mw == 650 * W
+    service.close()
+
+
+def test_the_floor_as_percent_of_default(tmp_path: Path, gpus: SimulatedBackend) -> None:
+    client, service = gpu_app(tmp_path, gpus, gpu_power_floor_percent=90)
+    uuid = gpus.devices()[1].uuid
+
+    response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 500}))
+
+    assert response.status_code == 500
+    assert "power floor 630 W (gpu_power_floor_percent=90)" in response.json["message"]
+    service.close()
+
+
+def test_what_the_gpu_action_remembers_survives_an_agent_restart_in_its_state_file(
+    tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    uuid = gpus.devices()[0].uuid
+    client, service = gpu_app(tmp_path, gpus)
+    lowered = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "percent_of_default": 80}))
+    assert lowered.status_code == 200, lowered.json
+    assert gpus.device(uuid).power_limit_mw == 560 * W
+    service.close()
+
+    client, service = gpu_app(tmp_path, gpus)  # a new agent process on the same state file
+    restored = post(client, "execute", step_body("gpu.restore_power_limit", {"gpu": uuid}, run_id=8))
+
+    assert restored.status_code == 200, restored.json
+    (gpu,) = restored.json["result"]["gpus"]
+    assert gpu["outcome"] == "restored"
+    assert gpu["reason"] == "restoring 700 W replaced by run 7"
+    assert gpus.device(uuid).power_limit_mw == 700 * W
+    assert (tmp_path / "agent-state" / "agent.db").exists()
+    service.close()

@@ -1,0 +1,525 @@
+"""The Helm chart helm/remediate: lint, render with several values sets, and check what comes out.
+
+Every rendered object must deserialize into the official Kubernetes client's models and pass
+kubernetes-validate's strict schema check for Kubernetes 1.30 (built-in kinds; the Prometheus
+Operator's CRDs are checked by hand and with promtool). The configs the chart writes must load
+through remediate's own settings loader, its playbooks through the playbook loader, and its
+copies of the shipped playbooks and rules must equal the repository's (scripts/sync-generated).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes.client import ApiClient
+
+from remediate.actions import default_registry
+from remediate.config import Settings, read_config_file
+from remediate.disk.policy import load_policies
+from remediate.playbooks import load_directory
+from tests.chart.conftest import CHART, NAMESPACE, RELEASE, Helm
+
+ROOT = CHART.parents[1]
+FULLNAME = f"{RELEASE}-remediate"
+
+POLICIES = [
+    {
+        "name": "data-scratch",
+        "mountpoint": "/data",
+        "roots": ["/data/scratch", "/data/cache"],
+        "patterns": ["*"],
+        "min_age": "2d",
+    },
+    {"name": "tmp", "mountpoint": "/", "roots": ["/var/tmp", "/data/cache"], "patterns": ["*.tmp"]},
+]
+EXTRA_PLAYBOOK = {
+    "name": "my-node-notready",
+    "match": {"alertname": ["MyNodeDown", "MyNodeFlapping"]},
+    "target": "node",
+    "steps": [{"action": "log", "with": {"message": "{{ labels.alertname }} on {{ labels.node }}"}}],
+}
+FULL = {
+    "mode": "enforce",
+    "serviceMonitor": {"enabled": True, "additionalLabels": {"release": "kps"}},
+    "prometheusRule": {"enabled": True, "additionalLabels": {"release": "kps"}},
+    "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanagerConfig": "remediate"}},
+    "networkPolicy": {"enabled": True},
+    "auth": {"createReadToken": True},
+    "persistence": {"storageClass": "fast-ssd", "size": "5Gi"},
+    "server": {"config": {"notify_timeout": "20s", "stale_after": "2m"}},
+    "playbooks": {"exclude": ["notify-oncall"], "extra": {"my-node-notready.yaml": EXTRA_PLAYBOOK}},
+    "agent": {
+        "runtimeClassName": "nvidia",
+        "priorityClassName": "system-node-critical",
+        "cleanupPolicies": POLICIES,
+        "gpu": {"powerFloorWatts": 250},
+        "config": {"node_aliases": ["gpu-01.example"]},
+    },
+}
+EXTERNAL_DB = {
+    "replicaCount": 2,
+    "database": {"url": "postgresql+psycopg://remediate:pw@pg.db.svc/remediate"},
+    "agent": {"enabled": False},
+    "rbac": {"kubernetesActions": False},
+}
+EXISTING_SECRETS = {
+    "auth": {"existingSecret": "my-tokens"},
+    "database": {"existingSecret": "my-db", "existingSecretKey": "url"},
+    "serviceAccount": {"create": False, "name": "remediate-sa"},
+}
+VALUE_SETS = {"defaults": {}, "full": FULL, "external-db": EXTERNAL_DB, "existing-secrets": EXISTING_SECRETS}
+CRDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: Helm) -> dict[str, list[dict[str, Any]]]:
+    return {name: helm.objects(values) for name, values in VALUE_SETS.items()}
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, (
+        f"{len(found)} {kind} {name or ''} in {[(o['kind'], o['metadata']['name']) for o in objects]}"
+    )
+    return found[0]
+
+
+def container(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (only,) = by_kind(objects, kind)["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def configmap_file(objects: list[dict[str, Any]], name: str, key: str = "config.yaml") -> Any:
+    return yaml.safe_load(by_kind(objects, "ConfigMap", name)["data"][key])
+
+
+# --------------------------------------------------------------------------- lint and validity
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_helm_lint_strict_passes(helm: Helm, values: str) -> None:
+    result = helm.lint(VALUE_SETS[values])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_every_rendered_object_is_a_valid_kubernetes_object(
+    rendered: dict[str, list[dict[str, Any]]], values: str
+) -> None:
+    client = ApiClient()
+    for obj in rendered[values]:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        assert obj["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == RELEASE, name
+        if kind in CRDS:
+            assert obj["apiVersion"].startswith("monitoring.coreos.com/"), name
+            continue
+        group_version = obj["apiVersion"].rsplit("/", 1)[-1]
+        model = client._ApiClient__deserialize(obj, f"{group_version.capitalize()}{kind}")  # type: ignore[attr-defined]
+        assert model.metadata.name == name
+        kubernetes_validate.validate(obj, "1.30.0", strict=True)
+
+
+def test_the_default_install_renders_the_expected_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    kinds = Counter(o["kind"] for o in rendered["defaults"])
+    assert kinds == {
+        "ServiceAccount": 2,
+        "Secret": 1,
+        "ConfigMap": 3,
+        "PersistentVolumeClaim": 1,
+        "ClusterRole": 1,
+        "ClusterRoleBinding": 1,
+        "Role": 1,
+        "RoleBinding": 1,
+        "Service": 1,
+        "Deployment": 1,
+        "DaemonSet": 1,
+        "Pod": 1,  # helm test
+    }
+
+
+def test_invalid_values_are_refused(helm: Helm) -> None:
+    bad_mode = helm.lint({"mode": "yolo"})
+    assert bad_mode.returncode != 0
+    assert "mode must be one of the following" in bad_mode.stdout + bad_mode.stderr
+    bad_root = helm.lint({"agent": {"cleanupPolicies": [{**POLICIES[0], "roots": ["data"]}]}})
+    assert bad_root.returncode != 0
+    typo = helm.lint({"agnet": {"enabled": False}})
+    assert typo.returncode != 0
+    assert "agnet" in typo.stdout + typo.stderr
+    sqlite_replicas = helm.template({"replicaCount": 2}, check=False)
+    assert sqlite_replicas.returncode != 0
+    assert "replicaCount > 1 needs an external database" in sqlite_replicas.stderr
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def rules(obj: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...]]]:
+    return {
+        (group, resource, tuple(sorted(rule["verbs"])))
+        for rule in obj["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["defaults"]
+    assert rules(by_kind(objects, "ClusterRole")) == {
+        ("", "nodes", ("get", "list", "patch")),
+        ("", "pods", ("get", "list")),
+        ("", "pods/eviction", ("create",)),
+        ("", "events", ("create", "patch")),
+        ("events.k8s.io", "events", ("create", "patch")),
+        ("apps", "daemonsets", ("get",)),
+        ("policy", "poddisruptionbudgets", ("list",)),
+    }
+    role = by_kind(objects, "Role")
+    assert role["metadata"].get("namespace") in (None, NAMESPACE)
+    assert rules(role) == {
+        ("coordination.k8s.io", "leases", ("create", "get", "update")),
+        ("", "pods", ("list",)),
+    }
+    for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = by_kind(objects, binding_kind)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": FULLNAME}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+    # Nothing is bound to the agent's service account.
+    bound = {s["name"] for o in objects if o["kind"].endswith("Binding") for s in o["subjects"]}
+    assert bound == {FULLNAME}
+
+
+def test_without_kubernetes_actions_and_agents_only_leases_remain(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["external-db"]
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "DaemonSet")]
+    assert rules(by_kind(objects, "Role")) == {("coordination.k8s.io", "leases", ("create", "get", "update"))}
+
+
+# --------------------------------------------------------------------------- pods
+
+
+def test_the_server_runs_unprivileged_with_probes_and_its_config(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["defaults"]
+    deployment = by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    server = container(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert "hostPID" not in pod
+    assert pod["serviceAccountName"] == FULLNAME
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert server["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert server["args"] == ["serve", "--config", "/etc/remediate/config.yaml"]
+    assert server["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert server["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert server["ports"] == [{"name": "http", "containerPort": 9095, "protocol": "TCP"}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"{FULLNAME}-data"
+    assert volumes["secrets"]["secret"]["secretName"] == f"{FULLNAME}-tokens"
+    mounts = {m["mountPath"] for m in server["volumeMounts"]}
+    assert {"/etc/remediate/playbooks", "/etc/remediate/secrets", "/var/lib/remediate", "/tmp"} <= mounts
+    service = by_kind(objects, "Service")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_the_agent_runs_on_gpu_nodes_with_host_pids_and_only_the_capabilities_it_needs(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["defaults"]
+    daemonset = by_kind(objects, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    agent = container(objects, "DaemonSet")
+    assert pod["hostPID"] is True
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == f"{FULLNAME}-agent"
+    assert "hostNetwork" not in pod
+    assert "runtimeClassName" not in pod
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert agent["securityContext"] == {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "KILL", "DAC_OVERRIDE", "FOWNER"]},
+    }
+    assert agent["args"] == ["agent", "--config", "/etc/remediate/config.yaml"]
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent"}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "agent"}
+    assert "resources" in agent and "limits" not in agent["resources"].get("requests", {})
+    assert "nvidia.com/gpu" not in str(agent["resources"])  # it must not take a GPU from the jobs
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["REMEDIATE_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["state"]["hostPath"] == {"path": "/var/lib/remediate-agent", "type": "DirectoryOrCreate"}
+    assert volumes["training-control"]["hostPath"] == {"path": "/run/remediate/training", "type": "DirectoryOrCreate"}
+    assert volumes["secrets"]["secret"]["items"] == [{"key": "agent-token", "path": "agent-token"}]
+    # The agent's service account has no token and no permissions.
+    agent_sa = by_kind(objects, "ServiceAccount", f"{FULLNAME}-agent")
+    assert agent_sa["automountServiceAccountToken"] is False
+
+
+def test_host_pids_and_host_paths_belong_to_the_agent_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for values, objects in rendered.items():
+        for obj in objects:
+            spec = obj.get("spec", {}).get("template", {}).get("spec") or (obj["spec"] if obj["kind"] == "Pod" else {})
+            if obj["kind"] == "DaemonSet":
+                continue
+            assert not spec.get("hostPID"), (values, obj["metadata"]["name"])
+            assert not any("hostPath" in v for v in spec.get("volumes", [])), (values, obj["metadata"]["name"])
+
+
+def test_cleanup_policy_roots_are_mounted_from_the_host_at_the_same_paths(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    objects = rendered["full"]
+    pod = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]
+    agent = container(objects, "DaemonSet")
+    host_paths = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+    roots = {name: spec["path"] for name, spec in host_paths.items() if name.startswith("cleanup-root-")}
+    assert sorted(roots.values()) == ["/data/cache", "/data/scratch", "/var/tmp"]
+    assert all(host_paths[name]["type"] == "Directory" and mounts[name] == path for name, path in roots.items())
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "system-node-critical"
+    # The policies file the agent reads is the one remediate's loader accepts.
+    policies = tmp_path / "policies.yaml"
+    policies.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-agent-config")["data"]["cleanup-policies.yaml"])
+    assert load_policies(policies).names() == ["data-scratch", "tmp"]
+
+
+# --------------------------------------------------------------------------- configs, playbooks, secrets
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_the_config_files_load_with_remediates_own_settings_loader(
+    rendered: dict[str, list[dict[str, Any]]], values: str, tmp_path: Path
+) -> None:
+    objects = rendered[values]
+    server_file = tmp_path / "server.yaml"
+    server_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"])
+    server = Settings(**read_config_file(server_file))
+    assert server.bind == "0.0.0.0:9095"
+    assert server.token_file == Path("/etc/remediate/secrets/token")
+    assert server.node_name is None  # in a cluster every node step goes to an agent
+    if values == "full":
+        assert server.mode == "enforce"
+        assert server.notify_timeout == 20.0
+        assert server.read_token_file == Path("/etc/remediate/secrets/read-token")
+    if values in ("external-db", "existing-secrets"):
+        assert server.database_url == Settings().database_url  # not in the file: from the Secret, by env
+        env = {e["name"]: e for e in container(objects, "Deployment")["env"]}
+        ref = env["REMEDIATE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+        assert ref == (
+            {"name": "my-db", "key": "url"}
+            if values == "existing-secrets"
+            else {
+                "name": f"{FULLNAME}-tokens",
+                "key": "database-url",
+            }
+        )
+    else:
+        assert server.database_url == "sqlite:////var/lib/remediate/remediate.db"
+    if values == "external-db":
+        assert server.agent_selector is None
+        return
+    assert server.agent_namespace == NAMESPACE
+    # The server's selector finds exactly the agent DaemonSet's pods.
+    daemonset = by_kind(objects, "DaemonSet")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    selector = dict(part.split("=") for part in (server.agent_selector or "").split(","))
+    assert selector == daemonset["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert not selector.items() <= by_kind(objects, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+
+    agent_file = tmp_path / "agent.yaml"
+    agent_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-agent-config")["data"]["config.yaml"])
+    agent = Settings(**read_config_file(agent_file))
+    assert agent.agent_bind == "0.0.0.0:9096"
+    assert agent.agent_state_file == Path("/var/lib/remediate-agent/agent.db")
+    assert agent.gpu_backend == "nvml"
+    assert agent.gpu_power_floor_percent == 50
+    if values == "full":
+        assert agent.gpu_power_floor_watts == 250
+        assert agent.node_aliases == ("gpu-01.example",)
+        assert agent.cleanup_policies_file == Path("/etc/remediate/cleanup-policies.yaml")
+    else:
+        assert agent.cleanup_policies_file is None
+
+
+def test_the_playbooks_configmap_ships_the_repositorys_playbooks_plus_the_users(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    shipped = {p.name: p.read_text() for p in sorted((ROOT / "playbooks").glob("*.yaml"))}
+    default = by_kind(rendered["defaults"], "ConfigMap", f"{FULLNAME}-playbooks")["data"]
+    assert default == shipped
+
+    full = by_kind(rendered["full"], "ConfigMap", f"{FULLNAME}-playbooks")["data"]
+    assert set(full) == (set(shipped) - {"notify-oncall.yaml"}) | {"my-node-notready.yaml"}
+    for name, text in full.items():
+        (tmp_path / name).write_text(text)
+    loaded, errors = load_directory(tmp_path, default_registry())
+    assert errors == []
+    assert "my-node-notready" in {p.name for p in loaded}
+
+
+def test_tokens_are_generated_unless_given_and_the_agent_sees_only_its_own(
+    helm: Helm, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    import base64
+
+    secret = by_kind(rendered["defaults"], "Secret")
+    tokens = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+    assert set(tokens) == {"token", "agent-token"}
+    assert all(len(t) == 48 and t.isalnum() for t in tokens.values())
+    assert tokens["token"] != tokens["agent-token"]
+    assert set(by_kind(rendered["full"], "Secret")["data"]) == {"token", "agent-token", "read-token"}
+
+    given = helm.objects({"auth": {"token": "webhook-t", "agentToken": "agent-t"}})
+    data = by_kind(given, "Secret")["data"]
+    assert base64.b64decode(data["token"]) == b"webhook-t"
+    assert base64.b64decode(data["agent-token"]) == b"agent-t"
+
+    existing = rendered["existing-secrets"]
+    assert not [o for o in existing if o["kind"] == "Secret"]
+    volumes = by_kind(existing, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "secrets", "secret": {"secretName": "my-tokens", "defaultMode": 0o440}} in volumes
+    assert by_kind(existing, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "remediate-sa"
+
+
+def test_an_external_database_takes_several_replicas_and_no_volume(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["external-db"]
+    deployment = by_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert "strategy" not in deployment["spec"]
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"] == {"name": "data", "emptyDir": {}}
+
+
+# --------------------------------------------------------------------------- Prometheus Operator objects
+
+
+def test_servicemonitor_and_prometheusrule_carry_the_release_label_for_kube_prometheus_stack(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    objects = rendered["full"]
+    monitor = by_kind(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["selector"]["matchLabels"] == by_kind(objects, "Service")["spec"]["selector"]
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "http", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}
+    ]
+
+    rule = by_kind(objects, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    shipped_groups = [
+        group
+        for path in sorted((ROOT / "alertmanager" / "rules").glob("*.rules.yml"))
+        for group in yaml.safe_load(path.read_text())["groups"]
+    ]
+    assert rule["spec"]["groups"] == shipped_groups
+    # The rules as the operator hands them to Prometheus pass promtool.
+    rules_file = tmp_path / "rendered.rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(rules_file)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def playbook_alertnames(texts: list[str]) -> set[str]:
+    names: set[str] = set()
+    for text in texts:
+        alertname = yaml.safe_load(text)["match"]["alertname"]
+        names.update([alertname] if isinstance(alertname, str) else alertname)
+    return names
+
+
+def test_the_alertmanagerconfig_routes_every_playbooks_alert_to_the_webhook_with_the_token(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["full"]
+    config = by_kind(objects, "AlertmanagerConfig")
+    assert config["metadata"]["labels"]["alertmanagerConfig"] == "remediate"
+    route = config["spec"]["route"]
+    assert route["receiver"] == "remediate"
+    assert (route["groupWait"], route["groupInterval"], route["repeatInterval"]) == ("10s", "1m", "4h")
+    (matcher,) = route["matchers"]
+    playbooks = by_kind(objects, "ConfigMap", f"{FULLNAME}-playbooks")["data"]
+    assert matcher["name"] == "alertname" and matcher["matchType"] == "=~"
+    assert set(matcher["value"].split("|")) == playbook_alertnames(list(playbooks.values()))
+    (receiver,) = config["spec"]["receivers"]
+    (webhook,) = receiver["webhookConfigs"]
+    assert webhook["url"] == f"http://{FULLNAME}.{NAMESPACE}.svc:9095/webhook"
+    assert webhook["sendResolved"] is True
+    assert webhook["httpConfig"]["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": f"{FULLNAME}-tokens", "key": "token"},
+    }
+
+
+def test_the_network_policy_lets_only_the_server_reach_the_agents(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["full"]
+    policy = by_kind(objects, "NetworkPolicy")
+    assert (
+        policy["spec"]["podSelector"]["matchLabels"] == by_kind(objects, "DaemonSet")["spec"]["selector"]["matchLabels"]
+    )
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [
+        {"podSelector": {"matchLabels": by_kind(objects, "Deployment")["spec"]["selector"]["matchLabels"]}}
+    ]
+    assert rule["ports"] == [{"port": 9096, "protocol": "TCP"}]
+
+
+def test_notes_tell_how_to_register_the_receiver(helm: Helm, tmp_path: Path) -> None:
+    # `helm template` does not render NOTES.txt: render a copy of it inside a ConfigMap.
+    chart = tmp_path / "remediate"
+    shutil.copytree(CHART, chart)
+    notes_text = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "notes" -}}\n' + notes_text + "{{- end }}\n")
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n'
+    )
+    rendered = helm.template(
+        {"alertmanagerConfig": {"enabled": True}}, chart=chart, extra=("--show-only", "templates/notes.yaml")
+    ).stdout
+    notes = yaml.safe_load(rendered)["data"]["notes"]
+    assert f"get secret {FULLNAME}-tokens -o jsonpath='{{.data.token}}'" in notes
+    assert f"url: http://{FULLNAME}.{NAMESPACE}.svc:9095/webhook" in notes
+    assert "send_resolved: true" in notes
+    assert "alertmanagerConfigMatcherStrategy" in notes
+    assert "shadow mode" in notes and "--set mode=enforce" in notes
+
+
+# --------------------------------------------------------------------------- the chart's copies of shipped files
+
+
+def test_the_charts_copies_of_the_playbooks_and_rules_equal_the_repositorys() -> None:
+    pairs = [
+        (ROOT / "playbooks", CHART / "files" / "playbooks", "*.yaml"),
+        (ROOT / "alertmanager" / "rules", CHART / "files" / "rules", "*.rules.yml"),
+    ]
+    for source, copy, pattern in pairs:
+        wanted = sorted(p.name for p in source.glob(pattern))
+        have = sorted(p.name for p in copy.iterdir())
+        assert have == wanted, f"{copy} differs from {source}: run scripts/sync-generated"
+        _, mismatch, errors = filecmp.cmpfiles(source, copy, wanted, shallow=False)
+        assert mismatch == errors == [], f"{mismatch + errors} differ from {source}: run scripts/sync-generated"

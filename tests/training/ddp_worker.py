@@ -1,0 +1,94 @@
+"""One rank of the 2-process gloo job in test_distributed.py (spawned; not a test module).
+
+Trains a tiny DistributedDataParallel model on the CPU, checkpoints every 5 steps on rank 0
+(TorchCheckpoints in a shared directory), and polls TrainingControl after every step. It
+records, per rank, what each applied command did and the weights right after it, and stops
+at a point every rank agrees on (20 iterations after the second command, or a hard cap).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from remediate.training import Ack, TorchCheckpoints, TrainingControl
+
+JOB = "ddp-job"
+MAX_ITERATIONS = 3000  # ~30 s: a test that never sends its commands still ends
+
+
+def run(rank: int, root: str, checkpoint_dir: str, port: int, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        _train(rank, Path(root), Path(checkpoint_dir), Path(out_dir))
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    checkpoints = TorchCheckpoints(checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler, keep=10)
+    acks: list[Ack] = []
+    control = TrainingControl(
+        JOB, root=root, checkpoints=checkpoints, optimizer=optimizer, scheduler=scheduler, on_ack=acks.append
+    )
+    control.register()
+    events = []
+    step = data_index = iteration = 0
+    applied = 0
+    applied_at = None
+    while iteration < MAX_ITERATIONS:
+        iteration += 1
+        data_index += 1
+        if control.skip_batch():
+            continue
+        generator = torch.Generator().manual_seed(data_index * 2 + rank)
+        x = torch.randn(8, 4, generator=generator)
+        loss = torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        if step % 5 == 0:
+            checkpoints.save(step, float(loss.detach()))
+        before_lr = optimizer.param_groups[0]["lr"]
+        new_step = control.poll(step, loss)
+        after_lr = optimizer.param_groups[0]["lr"]
+        if new_step != step or after_lr != before_lr:
+            applied += 1
+            applied_at = iteration
+            events.append(
+                {
+                    "iteration": iteration,
+                    "step_before": step,
+                    "step_after": new_step,
+                    "lr_before": before_lr,
+                    "lr_after": after_lr,
+                    "weight": model.module.weight.detach().flatten().tolist(),
+                    "base_lrs": list(scheduler.base_lrs),
+                }
+            )
+            step = new_step
+        if applied >= 2 and applied_at is not None and iteration - applied_at >= 20:
+            break
+        time.sleep(0.005)
+    control.close()
+    result = {
+        "rank": rank,
+        "events": events,
+        "iterations": iteration,
+        "batches_skipped": control.batches_skipped,
+        "world_size": control.world_size,
+        "acks": [a.to_dict() for a in acks],
+        "final_weight": model.module.weight.detach().flatten().tolist(),
+    }
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
