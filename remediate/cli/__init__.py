@@ -1,0 +1,64 @@
+"""The `remediate` command. Thin click commands; heavy imports happen inside them.
+
+Every command takes --config / --playbooks / --database-url (and the client
+commands --server URL to talk to a running server instead of the database).
+Errors are one line on stderr and exit code 2; never a traceback.
+
+The package holds one module per command group:
+
+- `_group`: the click group `main` (the console script `remediate = "remediate.cli:main"`);
+- `_common`: exit codes, CliError, handle_errors, the shared option decorators, settings, store/client, tables;
+- `serve`, `agent`: the server and the node agent;
+- `playbooks`, `dryrun`, `actions`: playbooks list/validate, dry-run, the action reference;
+- `history`: history, show, approve, pause, resume;
+- `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan.
+
+Importing this package imports the group, then every command module, which registers its commands on it.
+"""
+
+from __future__ import annotations
+
+# The command modules register their commands on `main` when imported (they import it from _group).
+from remediate.cli import (
+    actions,
+    agent,
+    breaker,
+    disk,
+    dryrun,
+    gpu,
+    history,
+    playbooks,
+    serve,
+)
+from remediate.cli._common import (
+    EXIT_ERROR,
+    EXIT_NOTHING_WOULD_RUN,
+    EXIT_WOULD_RUN,
+    CliError,
+    client_options,
+    common_options,
+    gpu_options,
+    handle_errors,
+)
+from remediate.cli._group import main
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_NOTHING_WOULD_RUN",
+    "EXIT_WOULD_RUN",
+    "CliError",
+    "actions",
+    "agent",
+    "breaker",
+    "client_options",
+    "common_options",
+    "disk",
+    "dryrun",
+    "gpu",
+    "gpu_options",
+    "handle_errors",
+    "history",
+    "main",
+    "playbooks",
+    "serve",
+]

@@ -1,0 +1,160 @@
+"""What the command modules share: exit codes, CliError and handle_errors (one-line errors, never a
+traceback), the option decorators (--config/--playbooks/--database-url, --server/--token-file, the GPU
+backend), _settings, opening the store or a server client, and table/time formatting.
+
+Heavy imports (sqlalchemy, requests, the store, the client) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from remediate.errors import ConfigError, RemediateError
+
+EXIT_WOULD_RUN = 0
+EXIT_NOTHING_WOULD_RUN = 1
+EXIT_ERROR = 2
+
+
+class CliError(click.ClickException):
+    """A one-line error for the user; exit code 2 (1 means 'nothing would run' for dry-run)."""
+
+    exit_code = EXIT_ERROR
+
+
+def _fail(message: str) -> None:
+    raise CliError(message)
+
+
+def _settings(ctx_params: dict[str, Any], **extra: Any) -> Any:
+    from remediate.config import load_settings
+
+    overrides = {
+        "playbooks": ctx_params.get("playbooks"),
+        "database_url": ctx_params.get("database_url"),
+        "token_file": ctx_params.get("token_file"),
+        "gpu_backend": ctx_params.get("gpu_backend"),
+        "gpu_simulator_file": ctx_params.get("gpu_simulator_file"),
+        **extra,
+    }
+    return load_settings(config_file=ctx_params.get("config"), overrides=overrides)
+
+
+def common_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file."),
+        click.option("--playbooks", type=click.Path(path_type=Path), help="Playbook directory [./playbooks]."),
+        click.option("--database-url", help="SQLAlchemy URL of the store [sqlite:///remediate.db]."),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            "--server",
+            metavar="URL",
+            envvar="REMEDIATE_SERVER",
+            help="Talk to a running server (e.g. http://127.0.0.1:9095) instead of the database.",
+        ),
+        click.option(
+            "--token-file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="File holding the bearer token (default: $REMEDIATE_TOKEN).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def gpu_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            "--gpu-backend",
+            type=click.Choice(["nvml", "simulated"]),
+            help="GPU backend: nvml (the driver) or simulated (a device file; only ever chosen explicitly) [nvml].",
+        ),
+        click.option(
+            "--gpu-simulator-file",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Device file of the simulated GPU backend (YAML/JSON).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import requests
+        import sqlalchemy
+
+        try:
+            return function(*args, **kwargs)
+        except RemediateError as exc:
+            raise CliError(str(exc)) from exc
+        except requests.ConnectionError as exc:
+            raise CliError(f"cannot reach the server: {exc}") from exc
+        except requests.RequestException as exc:
+            # A --server without http://, a timeout, ...: still one line, never a traceback.
+            raise CliError(f"request to the server failed: {exc}") from exc
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise CliError(f"database error: {getattr(exc, 'orig', exc)}") from exc
+
+    return wrapper
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _client(params: dict[str, Any]) -> Any:
+    from remediate.client import Client
+
+    token = os.environ.get("REMEDIATE_TOKEN")
+    if params.get("token_file"):
+        token = _read(params["token_file"]).strip()
+    return Client(params["server"], token)
+
+
+def _open_store(params: dict[str, Any]) -> Any:
+    from remediate.dryrun import sqlite_path
+    from remediate.store import Store
+
+    url = _settings(params).database_url
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        _fail(f"no database at {path}: start the server first, or pass --database-url / --server")
+    return Store.open(url)
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(rows: list[list[Any]], headers: list[str]) -> None:
+    cells = [headers, *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if not rows:
+        click.echo("(nothing)")

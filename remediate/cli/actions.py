@@ -1,0 +1,39 @@
+"""`remediate actions`: the reference of the actions playbook steps can call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from remediate.cli._common import (
+    _settings,
+    _table,
+    handle_errors,
+)
+from remediate.cli._group import main
+
+
+@main.command("actions")
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print the reference of docs/playbooks.md.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def actions(config: Path | None, as_markdown: bool, as_json: bool) -> None:
+    """List the actions playbook steps can call: where they run and their params."""
+    from remediate.actions import default_registry
+    from remediate.actions.reference import markdown, reference
+
+    registry = default_registry(_settings({"config": config}))
+    if as_markdown:
+        click.echo(markdown(registry), nl=False)
+        return
+    entries = reference(registry)
+    if as_json:
+        click.echo(json.dumps(entries, indent=2, default=str))
+        return
+    _table(
+        [[e["name"], e["where"], ", ".join(p["name"] for p in e["params"]) or "-"] for e in entries],
+        ["ACTION", "WHERE", "PARAMS"],
+    )

@@ -1,0 +1,134 @@
+"""`remediate dry-run`: what an alert would do, from a payload file or a built one-alert notification;
+writes nothing."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from remediate.cli._common import (
+    EXIT_NOTHING_WOULD_RUN,
+    EXIT_WOULD_RUN,
+    _fail,
+    _read,
+    _settings,
+    common_options,
+    gpu_options,
+    handle_errors,
+)
+from remediate.cli._group import main
+
+
+@main.command("dry-run")
+@common_options
+@gpu_options
+@click.argument("payload", required=False, type=click.Path(path_type=Path, dir_okay=False, allow_dash=True))
+@click.option("--alertname", help="Build a one-alert notification with this alertname instead of PAYLOAD.")
+@click.option("--label", "labels", multiple=True, metavar="K=V", help="Label of the built alert (repeatable).")
+@click.option("--annotation", "annotations", multiple=True, metavar="K=V", help="Annotation (repeatable).")
+@click.option("--status", type=click.Choice(["firing", "resolved"]), default="firing", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def dry_run(
+    payload: Path | None,
+    alertname: str | None,
+    labels: tuple[str, ...],
+    annotations: tuple[str, ...],
+    status: str,
+    as_json: bool,
+    **params: Any,
+) -> None:
+    """Show what an alert would do: matched playbooks, each guard's decision against the real store,
+    and each step's plan. Writes nothing.
+
+    Exit code: 0 if at least one run would start, 1 if nothing would run, 2 on errors.
+    """
+    from remediate.dryrun import dry_run as run_dry
+
+    if (payload is None) == (alertname is None):
+        _fail("give either PAYLOAD.json (or - for stdin) or --alertname with --label K=V ...")
+    if payload is not None:
+        text = sys.stdin.read() if str(payload) == "-" else _read(payload)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            _fail(f"{payload} is not valid JSON: {exc}")
+    else:
+        data = _built_notification(alertname or "", labels, annotations, status)
+    settings = _settings(params)
+    report = run_dry(settings, data, now=time.time())
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        _print_dry_run(report)
+    raise SystemExit(EXIT_WOULD_RUN if report["would_run"] else EXIT_NOTHING_WOULD_RUN)
+
+
+def _pairs(items: tuple[str, ...], what: str) -> dict[str, str]:
+    result = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--{what} takes KEY=VALUE, got {item!r}")
+        result[key] = value
+    return result
+
+
+def _built_notification(
+    alertname: str, labels: tuple[str, ...], annotations: tuple[str, ...], status: str
+) -> dict[str, Any]:
+    label_map = {"alertname": alertname, **_pairs(labels, "label")}
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    import hashlib
+
+    fingerprint = hashlib.sha256(json.dumps(label_map, sort_keys=True).encode()).hexdigest()[:16]
+    return {
+        "version": "4",
+        "status": status,
+        "receiver": "dry-run",
+        "groupKey": "{}",
+        "truncatedAlerts": 0,
+        "groupLabels": {"alertname": alertname},
+        "commonLabels": label_map,
+        "commonAnnotations": _pairs(annotations, "annotation"),
+        "externalURL": "",
+        "alerts": [
+            {
+                "status": status,
+                "labels": label_map,
+                "annotations": _pairs(annotations, "annotation"),
+                "startsAt": now,
+                "endsAt": "0001-01-01T00:00:00Z" if status == "firing" else now,
+                "generatorURL": "",
+                "fingerprint": fingerprint,
+            }
+        ],
+    }
+
+
+def _print_dry_run(report: dict[str, Any]) -> None:
+    click.echo(f"store: {report['store']}")
+    if report["paused"]:
+        click.echo("remediation is PAUSED: nothing would run")
+    for entry in report["alerts"]:
+        alert = entry["alert"]
+        click.echo(f"\nalert {alert['alertname']} ({alert['status']}, fingerprint {alert['fingerprint']})")
+        if not entry["playbooks"]:
+            click.echo("  no playbook matches")
+        for pb in entry["playbooks"]:
+            click.echo(f"  playbook {pb['playbook']} -> target {pb['target']}, mode {pb['mode']}")
+            click.echo(f"    decision: {pb['decision']} ({pb['reason']})")
+            for step in pb["steps"]:
+                click.echo(f"    step {step['index']} {step['name']} [{step['action']} @ {step['where']}]")
+                click.echo(f"      params: {json.dumps(step['params'], default=str)}")
+                if step.get("plan_error"):
+                    click.echo(f"      plan failed: {step['plan_error']}")
+                else:
+                    click.echo(f"      plan: {json.dumps(step['plan'], default=str)}")
+    click.echo("\nwould run: " + ("yes" if report["would_run"] else "no"))

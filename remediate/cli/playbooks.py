@@ -1,0 +1,89 @@
+"""`remediate playbooks list` and `remediate playbooks validate`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from remediate.cli._common import (
+    _settings,
+    _table,
+    common_options,
+    handle_errors,
+)
+from remediate.cli._group import main
+
+
+@main.group()
+def playbooks() -> None:
+    """List and validate playbooks."""
+
+
+@playbooks.command("list")
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def playbooks_list(as_json: bool, **params: Any) -> None:
+    """List the playbooks of the playbook directory."""
+    from remediate.actions import default_registry
+    from remediate.playbooks import load_playbooks
+
+    settings = _settings(params)
+    loaded = load_playbooks(settings.playbooks, default_registry(settings))
+    rows = [
+        {
+            "name": p.name,
+            "alertnames": list(p.alertnames),
+            "matchers": [str(m) for m in p.matchers],
+            "mode": p.mode.value,
+            "cooldown_seconds": p.cooldown.total_seconds(),
+            "max_attempts": p.max_attempts,
+            "steps": [s.action for s in p.steps],
+            "on_resolved": [s.action for s in p.on_resolved],
+            "file": p.source,
+        }
+        for p in loaded.playbooks
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    _table(
+        [
+            [
+                r["name"],
+                ",".join(r["alertnames"]),
+                r["mode"],
+                " -> ".join(r["steps"]),
+                " -> ".join(r["on_resolved"]) or "-",
+            ]
+            for r in rows
+        ],
+        ["NAME", "ALERTS", "MODE", "STEPS", "ON RESOLVED"],
+    )
+
+
+@playbooks.command("validate")
+@click.argument("directory", required=False, type=click.Path(path_type=Path))
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@handle_errors
+def playbooks_validate(directory: Path | None, config: Path | None) -> None:
+    """Validate every playbook in DIRECTORY (default: the configured playbook directory)."""
+    from remediate.actions import default_registry
+    from remediate.playbooks import load_directory
+
+    if directory is None:
+        directory = _settings({"config": config}).playbooks
+    loaded, errors = load_directory(directory, default_registry())
+    for playbook in loaded:
+        click.echo(f"ok      {playbook.source} ({playbook.name})")
+    for error in errors:
+        click.echo(f"error   {error}", err=True)
+    if errors:
+        raise SystemExit(1)
+    if not loaded:
+        click.echo(f"error   no playbooks (*.yaml, *.yml) in {directory}", err=True)
+        raise SystemExit(1)
+    click.echo(f"{len(loaded)} playbooks valid")

@@ -1,0 +1,49 @@
+"""`remediate serve`: the server (webhook receiver, executor, history API) under gunicorn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from remediate.cli._common import (
+    _settings,
+    common_options,
+    gpu_options,
+    handle_errors,
+)
+from remediate.cli._group import main
+
+
+@main.command()
+@common_options
+@gpu_options
+@click.option("--bind", help="host:port to listen on [127.0.0.1:9095].")
+@click.option("--workers", type=click.IntRange(1, 64), help="gunicorn worker processes [2].")
+@click.option("--threads", type=click.IntRange(1, 64), help="Threads per worker (>1 uses gthread) [1].")
+@click.option("--executor-threads", type=click.IntRange(0, 64), help="Executor threads per worker [2].")
+@click.option("--mode", type=click.Choice(["enforce", "dry-run"]), help="dry-run = shadow mode: only plan.")
+@click.option(
+    "--token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File holding the bearer token (or set $REMEDIATE_TOKEN).",
+)
+@click.option(
+    "--insecure-no-auth", is_flag=True, default=None, help="Serve without a token. Only for local experiments."
+)
+@handle_errors
+def serve(**params: Any) -> None:
+    """Run the server under gunicorn: webhook receiver, executor, history API."""
+    settings = _settings(
+        params,
+        bind=params["bind"],
+        workers=params["workers"],
+        threads=params["threads"],
+        executor_threads=params["executor_threads"],
+        mode=params["mode"],
+        insecure_no_auth=params["insecure_no_auth"],
+    )
+    from remediate.serving import run_server
+
+    run_server(settings)
