@@ -78,6 +78,10 @@ class Judged:
         return self.alert.status
 
 
+AlertEvaluations = tuple[int, Alert, list[Evaluation]]
+"""(index of the alert in its notification, the alert, its evaluations: one per matching playbook)."""
+
+
 class GuardReaderLike(Protocol):
     def pause_state(self) -> PauseState: ...
     def breaker_state(self) -> dict[str, Any] | None: ...
@@ -195,9 +199,16 @@ class Engine:
         notification = parse_notification(data)
         return self.ingest(notification, raw=text, received_at=received_at)
 
+    def evaluate_all(self, alerts: Sequence[Alert]) -> list[AlertEvaluations]:
+        """Match and render every alert (pure: ingest does it before its write transaction)."""
+        return [(index, alert, self.evaluate(alert)) for index, alert in enumerate(alerts)]
+
     def judge_all(self, reader: GuardReaderLike, alerts: Sequence[Alert], now: float) -> list[Judged]:
         """Match, render and guard every alert, against the store's facts as `reader` sees them."""
-        evaluations = [(index, alert, self.evaluate(alert)) for index, alert in enumerate(alerts)]
+        return self.judge(reader, self.evaluate_all(alerts), now)
+
+    def judge(self, reader: GuardReaderLike, evaluations: Sequence[AlertEvaluations], now: float) -> list[Judged]:
+        """Guard evaluated alerts (from `evaluate_all`) against the store's facts as `reader` sees them."""
         keys = [e.dedupe_key for _, _, evs in evaluations for e in evs]
         firing_keys = [
             dedupe_key(e.alert, e.playbook.name, "firing")
@@ -265,6 +276,9 @@ class Engine:
     def ingest(self, notification: Notification, *, raw: str, received_at: float) -> IngestResult:
         if self.store is None:
             raise RuntimeError("an engine without a store can only preview")
+        # Match/render/validate reads nothing from the store: outside the write transaction, which
+        # serialises all writers. The guards' reads stay inside it (judge).
+        evaluations = self.evaluate_all(notification.alerts)
         with self.store.writer() as w:
             notification_id = w.insert_notification(
                 received_at=received_at,
@@ -275,7 +289,7 @@ class Engine:
                 raw=raw,
             )
             alert_ids = w.insert_many("alerts", [_alert_row(notification_id, a) for a in notification.alerts])
-            judged = self.judge_all(w, notification.alerts, received_at)
+            judged = self.judge(w, evaluations, received_at)
             with_runs = [j for j in judged if j.creates_run]
             run_rows = [self._run_row(j, alert_ids[j.index], received_at) for j in with_runs]
             # Judged values are unique objects: key the new run ids by identity.

@@ -3,7 +3,11 @@
 Each step: plan (recorded), then execute with a per-step deadline; errors the
 action marks retryable (RetryableActionError) are retried with tenacity's
 exponential backoff, up to the step's `retries`; every attempt is recorded.
-Dry-run runs only plan. A `where: node` step for another node runs on that node's
+Dry-run runs only plan. Bookkeeping of a one-step run takes three write
+transactions: claim; plan + start of the first attempt (recorded before the
+action runs, so a crash leaves it `interrupted`); and the end of the attempt,
+the step and (last step, or a failed one) the run, durable before the next
+step starts. A `where: node` step for another node runs on that node's
 agent (remediate.runners: the executor calls a runner's plan/execute, never the
 action's directly). After a crash, `Store.recover_stale` requeues the
 runs of dead executors; a step that was in flight is run again only when its
@@ -35,7 +39,7 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.breaker import CircuitBreaker
 from remediate.errors import ActionError, ParamsError, RetryableActionError
 from remediate.runners import Dispatch, StepRunner
-from remediate.store import FAILED, PLANNED, SUCCEEDED, ClaimedRun, StepRecord, Store, worker_identity
+from remediate.store import FAILED, PLANNED, SUCCEEDED, ClaimedRun, RunEnd, StepRecord, Store, worker_identity
 
 log = logging.getLogger("remediate.executor")
 
@@ -234,36 +238,44 @@ class Executor:
     def execute_run(self, run: ClaimedRun) -> None:
         dry_run = run.mode == "dry-run"
         log.info("run %s (%s, %s, %s) started", run.id, run.playbook, run.phase, run.target)
-        for step in self.store.steps_of(run.id):
-            if step.status in DONE_STEP_STATUSES:
-                continue
-            error = self._execute_step(run, step, dry_run)
-            if error is not None:
-                self._finish_run(run, FAILED, f"step {step.idx} {step.name} ({step.action}): {error}")
+        pending = [step for step in self.store.steps_of(run.id) if step.status not in DONE_STEP_STATUSES]
+        if not pending:
+            self._finish_run(run, PLANNED if dry_run else SUCCEEDED, None)
+            return
+        for step in pending:
+            # The last step's (or a failing step's) result and the run's end are recorded together.
+            if self._execute_step(run, step, dry_run, last=step is pending[-1]) is not None:
                 return
-        self._finish_run(run, PLANNED if dry_run else SUCCEEDED, None)
 
     def _finish_run(self, run: ClaimedRun, status: str, error: str | None) -> None:
         self.store.finish_run(run.id, status, now=self.clock(), error=error)
-        self.metrics.run_finished(status)
-        log.info("run %s finished: %s%s", run.id, status, f" ({error})" if error else "")
+        self._run_finished(RunEnd(run.id, status, error))
 
-    def _execute_step(self, run: ClaimedRun, step: StepRecord, dry_run: bool) -> str | None:
-        """Plan and (unless dry-run) execute one step; returns the error, or None on success."""
+    def _run_finished(self, end: RunEnd | None) -> None:
+        """Metrics and log of a run end the store has recorded."""
+        if end is None:
+            return
+        self.metrics.run_finished(end.status)
+        log.info("run %s finished: %s%s", end.run_id, end.status, f" ({end.error})" if end.error else "")
+
+    def _execute_step(self, run: ClaimedRun, step: StepRecord, dry_run: bool, *, last: bool) -> str | None:
+        """Plan and (unless dry-run) execute one step; returns the error, or None on success.
+
+        A failed step ends the run, and so does the `last` one: the step's outcome and the
+        run's end are then recorded in one transaction.
+        """
         started = time.monotonic()
         try:
             action = self.registry.get(step.action)
             params = action.validate(step.params)
         except ParamsError as exc:
-            return self._fail_step(step, f"{exc}", started)
+            return self._fail_step(run, step, f"{exc}", started)
         if step.status == "interrupted" and not action.idempotent:
             message = (
                 f"interrupted by an executor stop during attempt {step.attempts}; {action.name} is not "
                 "idempotent, so it is not run again: check the target by hand"
             )
-            self.store.finish_step(step.id, "interrupted", now=self.clock(), error=message)
-            self.metrics.step_finished(step.action, "interrupted", time.monotonic() - started)
-            return message
+            return self._fail_step(run, step, message, started, status="interrupted")
         deadline = started + step.timeout
         ctx = StepContext(
             run_id=run.id,
@@ -279,23 +291,41 @@ class Executor:
         try:
             plan = runner.stamp(call_with_deadline(lambda: runner.plan(action, params, ctx), step.timeout))
         except Exception as exc:
-            return self._fail_step(step, f"plan failed: {_describe(exc)}", started)
+            return self._fail_step(run, step, f"plan failed: {_describe(exc)}", started)
+        run_end = RunEnd(run.id, PLANNED if dry_run else SUCCEEDED) if last else None
         if dry_run:
-            self.store.finish_step(step.id, "planned", now=self.clock(), plan=plan)
+            self.store.finish_step(step.id, "planned", now=self.clock(), plan=plan, run_end=run_end)
             self.metrics.step_finished(step.action, "planned", time.monotonic() - started)
+            self._run_finished(run_end)
             return None
-        self.store.record_plan(step.id, plan)
         try:
-            result = runner.stamp(self._attempts(runner, action, params, ctx, step))
+            # The plan is recorded with the start of the first attempt (one transaction).
+            number, outcome = self._attempts(runner, action, params, ctx, step, plan)
+            result = runner.stamp(outcome)
         except Exception as exc:
-            return self._fail_step(step, _describe(exc), started)
-        self.store.finish_step(step.id, "succeeded", now=self.clock(), result=result)
+            return self._fail_step(run, step, _describe(exc), started, plan=plan)
+        self.store.finish_step(
+            step.id, "succeeded", now=self.clock(), result=result, succeeded_attempt=number, run_end=run_end
+        )
         self.metrics.step_finished(step.action, "succeeded", time.monotonic() - started)
+        self._run_finished(run_end)
         return None
 
     def _attempts(
-        self, runner: StepRunner, action: Action, params: Mapping[str, Any], ctx: StepContext, step: StepRecord
-    ) -> Any:
+        self,
+        runner: StepRunner,
+        action: Action,
+        params: Mapping[str, Any],
+        ctx: StepContext,
+        step: StepRecord,
+        plan: Any,
+    ) -> tuple[int, Any]:
+        """Execute the step, retrying retryable errors; returns (number of the attempt that succeeded, its result).
+
+        A failed attempt is closed here; the one that succeeded is left for `finish_step`, which
+        closes it together with the step.
+        """
+        pending_plan = plan  # recorded with the first attempt
         budget = max(0.0, ctx.deadline - time.monotonic())
         retrying = Retrying(
             stop=stop_after_attempt(step.retries + 1) | stop_after_delay(budget),
@@ -307,7 +337,8 @@ class Executor:
         try:
             for attempt in retrying:
                 with attempt:
-                    number = self.store.start_attempt(step.id, self.clock())
+                    number = self.store.start_attempt(step.id, self.clock(), plan=pending_plan)
+                    pending_plan = None
                     try:
                         result = call_with_deadline(lambda: runner.execute(action, params, ctx), ctx.remaining())
                     except RetryableActionError as exc:
@@ -319,15 +350,26 @@ class Executor:
                     except Exception as exc:
                         self.store.finish_attempt(step.id, number, "failed", _describe(exc), self.clock())
                         raise
-                    self.store.finish_attempt(step.id, number, "succeeded", None, self.clock())
-                    return result
+                    return number, result
         except RetryError as exc:  # pragma: no cover - reraise=True makes tenacity re-raise the last error
             raise ActionError(str(exc)) from exc
         raise ActionError("no attempt was made (step deadline already passed)")
 
-    def _fail_step(self, step: StepRecord, error: str, started: float) -> str:
-        self.store.finish_step(step.id, "failed", now=self.clock(), error=error)
-        self.metrics.step_finished(step.action, "failed", time.monotonic() - started)
+    def _fail_step(
+        self,
+        run: ClaimedRun,
+        step: StepRecord,
+        error: str,
+        started: float,
+        *,
+        status: str = "failed",
+        plan: Any = None,
+    ) -> str:
+        """Record the step's failure and the run's, in one transaction; returns the error."""
+        run_end = RunEnd(run.id, FAILED, f"step {step.idx} {step.name} ({step.action}): {error}")
+        self.store.finish_step(step.id, status, now=self.clock(), error=error, plan=plan, run_end=run_end)
+        self.metrics.step_finished(step.action, status, time.monotonic() - started)
+        self._run_finished(run_end)
         return error
 
 

@@ -98,6 +98,15 @@ class StepRecord:
     attempts: int
 
 
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ends, given to `Store.finish_step` of its last step so both are recorded in one transaction."""
+
+    run_id: int
+    status: str
+    error: str | None = None
+
+
 MAX_ID = 2**63 - 1
 """Largest row id a database integer column holds; a larger id can only be unknown."""
 
@@ -365,18 +374,22 @@ class Store:
             for r in rows
         ]
 
-    def start_attempt(self, step_id: int, now: float) -> int:
+    def start_attempt(self, step_id: int, now: float, *, plan: Any = None) -> int:
+        """Record that an attempt of the step starts, before the action runs; returns its number.
+
+        With `plan` (the first attempt), the step's plan is recorded in the same transaction.
+        If the executor dies during the attempt, `recover_stale` marks it interrupted.
+        """
         with self.write() as conn:
+            if plan is not None:
+                conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
             number = conn.execute(_START_ATTEMPT, {"p_step_id": step_id, "p_now": now}).scalar_one()
             conn.execute(_INSERT_ATTEMPT, {"step_id": step_id, "number": number, "started_at": now})
         return int(number)
 
     def finish_attempt(self, step_id: int, number: int, outcome: str, error: str | None, now: float) -> None:
         with self.write() as conn:
-            conn.execute(
-                _FINISH_ATTEMPT,
-                {"p_step_id": step_id, "p_number": number, "p_now": now, "p_outcome": outcome, "p_error": error},
-            )
+            self._finish_attempt(conn, step_id, number, outcome, error, now)
 
     def record_plan(self, step_id: int, plan: Any) -> None:
         with self.write() as conn:
@@ -391,19 +404,43 @@ class Store:
         result: Any = None,
         error: str | None = None,
         plan: Any = None,
+        succeeded_attempt: int | None = None,
+        run_end: RunEnd | None = None,
     ) -> None:
+        """Record the step's outcome, durably, before the next step starts.
+
+        In the same transaction: with `succeeded_attempt`, that attempt is closed as succeeded;
+        with `run_end` (the run's last step, or the one that failed it), the run is finished.
+        """
         values: dict[str, Any] = {"status": status, "finished_at": now, "error": error}
         if result is not None:
             values["result"] = dumps(result)
         if plan is not None:
             values["plan"] = dumps(plan)
         with self.write() as conn:
+            if succeeded_attempt is not None:
+                self._finish_attempt(conn, step_id, succeeded_attempt, SUCCEEDED, None, now)
             conn.execute(_UPDATE_STEP, {"p_step_id": step_id, **values})
+            if run_end is not None:
+                self._finish_run(conn, run_end.run_id, run_end.status, now, run_end.error)
 
     def finish_run(self, run_id: int, status: str, *, now: float, error: str | None = None) -> None:
         with self.write() as conn:
-            conn.execute(_FINISH_RUN, {"p_run_id": run_id, "p_status": status, "p_now": now, "p_error": error})
-            self._sync_decision_status(conn, run_id, status)
+            self._finish_run(conn, run_id, status, now, error)
+
+    @staticmethod
+    def _finish_attempt(
+        conn: sa.Connection, step_id: int, number: int, outcome: str, error: str | None, now: float
+    ) -> None:
+        conn.execute(
+            _FINISH_ATTEMPT,
+            {"p_step_id": step_id, "p_number": number, "p_now": now, "p_outcome": outcome, "p_error": error},
+        )
+
+    @staticmethod
+    def _finish_run(conn: sa.Connection, run_id: int, status: str, now: float, error: str | None) -> None:
+        conn.execute(_FINISH_RUN, {"p_run_id": run_id, "p_status": status, "p_now": now, "p_error": error})
+        Store._sync_decision_status(conn, run_id, status)
 
     def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
         if not run_ids:

@@ -101,9 +101,23 @@ class Again(Recording):
     idempotent: ClassVar[bool] = True
 
 
+class Observing(Recording):
+    """Reads, while it executes, what the store already holds of its step (as recovery after a crash would)."""
+
+    name: ClassVar[str] = "test.observing"
+    store: Store
+    run_id: int
+    seen: tuple[str, Any, list[tuple[Any, Any]]]
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        (seen,) = self.store.run_detail(self.run_id)["steps"]
+        self.seen = (seen["status"], seen["plan"], [(a["outcome"], a["finished_at"]) for a in seen["attempts"]])
+        return {"call": call}
+
+
 @pytest.fixture
 def actions() -> dict[str, Recording]:
-    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again()]
+    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again(), Observing()]
     return {a.name: a for a in made}
 
 
@@ -202,6 +216,45 @@ def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
     assert metrics.runs == ["succeeded"]
     assert store.run_detail(run_id)["decision"] is not None
     assert executor.drain() == 0
+
+
+def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durable_before_the_action_runs(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    metrics: Metrics,
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    observing = actions["test.observing"]
+    assert isinstance(observing, Observing)
+    observing.store = store
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.observing", note="n")))
+    observing.run_id = run_id
+    transactions = []
+    write = store.write
+
+    def counting_write() -> Any:
+        transactions.append(1)
+        return write()
+
+    store.write = counting_write  # type: ignore[method-assign]
+
+    assert executor.run_once()
+
+    # Claim; plan + start of the attempt; end of the attempt, the step and the run.
+    assert len(transactions) == 3
+    # While the action ran, its plan and its started (unfinished) attempt were committed already.
+    assert observing.seen == ("running", {"would": "test.observing", "note": "n"}, [(None, None)])
+    run = run_row(store, run_id)
+    assert (run.status, run.error, run.claimed_by) == ("succeeded", None, None)
+    (detail,) = steps_detail(store, run_id)
+    assert (detail["status"], detail["result"], outcomes(detail)) == ("succeeded", {"call": 1}, ["succeeded"])
+    with store.read() as conn:
+        decision_status = conn.execute(sa.select(t.decisions.c.status).where(t.decisions.c.run_id == run_id)).scalar()
+    assert decision_status == "succeeded"
+    assert metrics.runs == ["succeeded"]
 
 
 def test_the_action_gets_the_runs_context(
