@@ -39,6 +39,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.errors import ActionError, ConfigError, RetryableActionError
+from remediate.kube.model import check_node_name
 
 if TYPE_CHECKING:
     from remediate.config import Settings
@@ -187,6 +188,11 @@ class KubernetesAgents(AgentDirectory):
             self._cache.pop(node, None)
 
     def _lookup(self, node: str) -> str:
+        # The node is the run's target, taken from an alert label: it must be a node name before it
+        # becomes part of a field selector.
+        problem = check_node_name(node)
+        if problem:
+            raise AgentNotFound(f"cannot look up the agent of node {node[:80]!r}: the name {problem}", retryable=False)
         where = f"namespace {self.namespace}, selector {self.selector!r}"
         try:
             pods = self.api().list_namespaced_pod(

@@ -149,10 +149,36 @@ def _requires(services: Services, need: str) -> Callable[[Callable[..., Any]], C
     return decorate
 
 
+class _BadBody(Exception):
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _body() -> dict[str, Any] | None:
+    """The optional JSON object body of an operator request; _BadBody if one was sent but is not usable."""
+    if not request.is_json or not request.get_data(cache=True):
+        return None
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise _BadBody("body", 'must be a JSON object, e.g. {"by": "alice", "reason": "..."}')
+    return body
+
+
+def _text(body: dict[str, Any] | None, field: str, limit: int) -> str:
+    value = body.get(field) if body is not None else None
+    if value is None or value == "":
+        return ""
+    text = str(value)[:limit]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _BadBody(field, "must be valid Unicode text (no lone surrogates)") from None
+    return text
+
+
 def _actor() -> str:
-    body = request.get_json(silent=True) if request.is_json else None
-    by = body.get("by") if isinstance(body, dict) else None
-    return str(by)[:255] if by else f"http:{request.remote_addr}"
+    return _text(_body(), "by", 255) or f"http:{request.remote_addr}"
 
 
 def _register_routes(app: Flask, services: Services) -> None:
@@ -222,9 +248,8 @@ def _register_routes(app: Flask, services: Services) -> None:
     @app.post("/pause")
     @_requires(services, WRITE)
     def pause() -> Any:
-        body = request.get_json(silent=True) if request.is_json else None
-        reason = str(body.get("reason", "")) if isinstance(body, dict) else ""
-        store.set_paused(True, by=_actor(), reason=reason[:1000], now=time.time())
+        reason = _text(_body(), "reason", 1000)
+        store.set_paused(True, by=_actor(), reason=reason, now=time.time())
         return jsonify(_pause_json(store))
 
     @app.post("/resume")
@@ -241,9 +266,8 @@ def _register_routes(app: Flask, services: Services) -> None:
     @app.post("/breaker/reset")
     @_requires(services, WRITE)
     def breaker_reset() -> Any:
-        body = request.get_json(silent=True) if request.is_json else None
-        reason = str(body.get("reason", "")) if isinstance(body, dict) else ""
-        status = services.executor.breaker.reset(by=_actor(), reason=reason[:1000])
+        reason = _text(_body(), "reason", 1000)
+        status = services.executor.breaker.reset(by=_actor(), reason=reason)
         log.warning("circuit breaker reset by %s%s", status["reset_by"], f": {reason}" if reason else "")
         return jsonify(status)
 
@@ -262,6 +286,10 @@ def _register_routes(app: Flask, services: Services) -> None:
     @app.get("/metrics")
     def metrics() -> Any:
         return Response(exposition(services.metrics_registry, store), mimetype="text/plain; version=0.0.4")
+
+    @app.errorhandler(_BadBody)
+    def bad_body(exc: _BadBody) -> Any:
+        return _error(400, "invalid_request", f"{exc.field}: {exc}", field=exc.field)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Any:

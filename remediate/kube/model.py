@@ -49,7 +49,7 @@ def check_node_name(name: str) -> str | None:
         return "is empty"
     if len(name) > 253:
         return f"is {len(name)} characters long; a node name has at most 253"
-    if not DNS1123_SUBDOMAIN.match(name):
+    if not DNS1123_SUBDOMAIN.fullmatch(name):
         return (
             f"{name!r} is not a valid node name (DNS-1123 subdomain: lower-case letters, digits, '-' and '.', "
             "starting and ending with a letter or digit)"
@@ -60,15 +60,15 @@ def check_node_name(name: str) -> str | None:
 def check_taint_key(key: str) -> str | None:
     """Why `key` cannot be a taint key (a qualified name, optionally prefixed by a DNS subdomain), or None."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+    if slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return f"{key!r}: the prefix before '/' must be a DNS-1123 subdomain"
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
         return f"{key!r}: the name must be 1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric"
     return None
 
 
 def check_taint_value(value: str) -> str | None:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         return f"{value!r}: at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric"
     return None
 

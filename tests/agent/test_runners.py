@@ -308,3 +308,15 @@ def test_a_step_for_a_node_without_an_agent_pod_is_retried_then_fails_retryable(
         remote.plan(ECHO, {"word": "x"}, ctx())
     assert len(api.calls) == 2
     assert remote.ran_on == "node-b (agent not found)"
+
+
+@pytest.mark.parametrize("node", ["node-b,metadata.name=agent-x", "node-b\n", "../node-b", "Node_B"])
+def test_discovery_refuses_a_target_that_is_not_a_node_name_without_asking_the_api(node: str) -> None:
+    api = FakeCoreV1(pod("agent", "10.0.0.1"))
+    agents = KubernetesAgents("a=b", "ns", 9096, api=api)
+
+    with pytest.raises(AgentNotFound, match="not a valid node name") as refused:
+        agents.url_for(node)
+
+    assert not refused.value.retryable
+    assert api.calls == []

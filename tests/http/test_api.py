@@ -585,3 +585,27 @@ def test_a_wrong_method_is_a_json_405_that_says_what_is_allowed(
     assert response.is_json
     assert response.get_json()["error"] == "method_not_allowed"
     assert allowed in response.headers["Allow"]
+
+
+@pytest.mark.parametrize("path", ["/pause", "/resume", "/breaker/reset"])
+@pytest.mark.parametrize("data", [b"{not json", b"[1, 2]", b'"alice"'])
+def test_a_malformed_json_body_on_an_operator_endpoint_is_a_400_and_changes_nothing(
+    server: Server, path: str, data: bytes
+) -> None:
+    response = server.post(path, data=data, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.get_json()["field"] == "body"
+    assert server.get("/pause").get_json()["paused"] is False
+
+
+def test_approving_with_a_by_that_is_not_unicode_text_is_a_400_naming_the_field(
+    approval: tuple[Server, int],
+) -> None:
+    server, run_id = approval
+
+    response = server.post(f"/runs/{run_id}/approve", data=b'{"by": "\\ud800"}', content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.get_json()["field"] == "by"
+    assert server.get(f"/runs/{run_id}").get_json()["status"] == "awaiting_approval"

@@ -30,7 +30,7 @@ from remediate.kube import (
     translate,
 )
 from remediate.kube.errors import error_for_status, parse_status
-from remediate.kube.model import DrainOptions, OwnerRef, SelectorRequirement
+from remediate.kube.model import DrainOptions, OwnerRef, SelectorRequirement, check_taint_value
 from tests.kube.fake_apiserver import FakeKubeAPI
 
 ORDER = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
@@ -154,6 +154,7 @@ def test_the_official_clients_exceptions_are_translated_and_chained() -> None:
         ("a" * 254, False),
         ("gpu node", False),
         ("../etc", False),
+        ("gpu-node-1\n", False),
     ],
 )
 def test_node_names_must_be_dns_1123_subdomains(name: str, ok: bool) -> None:
@@ -177,6 +178,9 @@ def test_taint_keys_follow_the_qualified_name_rules() -> None:
     assert check_taint_key("Bad.Prefix/x") is not None
     assert check_taint_key("a/" + "x" * 64) is not None
     assert check_taint_key("/x") is not None
+    assert check_taint_key("dedicated\n") is not None
+    assert check_taint_key("a.io\n/x") is not None
+    assert check_taint_value("gpu\n") is not None
 
 
 def _pod(name: str, **kwargs: object) -> PodInfo:
