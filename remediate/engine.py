@@ -44,6 +44,8 @@ class Evaluation:
     playbook: Playbook
     phase: str
     target: str
+    guard_key: str
+    """What cooldown and max_attempts count per (the target, narrowed by the playbook's guard_by)."""
     mode: Mode
     dedupe_key: str
     steps: tuple[RenderedStep, ...] = ()
@@ -86,7 +88,7 @@ class GuardReaderLike(Protocol):
     def pause_state(self) -> PauseState: ...
     def breaker_state(self) -> dict[str, Any] | None: ...
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]: ...
-    def target_history(self, playbook: str, target: str, since: float) -> tuple[float | None, int]: ...
+    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]: ...
 
 
 @dataclass(frozen=True)
@@ -160,11 +162,13 @@ class Engine:
 
     def _evaluate_one(self, alert: Alert, playbook: Playbook) -> Evaluation:
         mode = Mode.DRY_RUN if self.server_mode == "dry-run" else playbook.mode
+        target = playbook.target.resolve(alert)
         base = {
             "alert": alert,
             "playbook": playbook,
             "phase": alert.status,
-            "target": playbook.target.resolve(alert),
+            "target": target,
+            "guard_key": playbook.guard_key(alert, target),
             "mode": mode,
             "dedupe_key": dedupe_key(alert, playbook.name),
         }
@@ -231,9 +235,9 @@ class Engine:
             for ev in evs:
                 duplicate = existing.get(ev.dedupe_key)
                 firing = existing.get(dedupe_key(alert, ev.playbook.name, "firing")) if ev.phase == "resolved" else None
-                key = (ev.playbook.name, ev.target)
+                key = (ev.playbook.name, ev.guard_key)
                 if ev.phase == "firing" and key not in history:
-                    history[key] = reader.target_history(ev.playbook.name, ev.target, window_start)
+                    history[key] = reader.target_history(ev.playbook.name, ev.guard_key, window_start)
                 last, count = history.get(key, (None, 0))
                 facts = GuardFacts(
                     duplicate_of=duplicate[0] if duplicate else (0 if ev.dedupe_key in seen_keys else None),
@@ -249,7 +253,7 @@ class Engine:
                     alert_started_at=alert.starts_at.timestamp(),
                     stale_horizon=self.breaker_stale_horizon,
                 )
-                verdict = judge(ev.playbook, ev.phase, ev.target, facts, now)
+                verdict = judge(ev.playbook, ev.phase, ev.guard_key, facts, now)
                 if verdict.accepted and ev.error is not None:
                     verdict = Verdict(Decision.REJECTED, ev.error)
                 if verdict.decision in (Decision.ACCEPTED, Decision.REJECTED):
@@ -348,6 +352,7 @@ class Engine:
             "playbook": ev.playbook.name,
             "alertname": ev.alert.name,
             "target": ev.target,
+            "guard_key": ev.guard_key,
             "phase": ev.phase,
             "mode": ev.mode.value,
             "status": status,

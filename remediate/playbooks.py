@@ -30,6 +30,7 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
 MAX_TARGET_LENGTH = 200
 NODE_LABELS = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
 _PLAYBOOK_KEYS = {
+    "guard_by",
     "name",
     "description",
     "match",
@@ -92,9 +93,17 @@ class Playbook:
     steps: tuple[StepSpec, ...]
     on_resolved: tuple[StepSpec, ...]
     source: str
+    guard_by: tuple[str, ...] = ()
+    """Labels that narrow cooldown and max_attempts below the target (e.g. UUID: per GPU of a node)."""
 
     def matches(self, alert: Alert) -> bool:
         return alert.name in self.alertnames and matches_all(self.matchers, alert.labels)
+
+    def guard_key(self, alert: Alert, target: str) -> str:
+        """What cooldown and max_attempts count per: the target, plus the `guard_by` label values."""
+        if not self.guard_by:
+            return target
+        return bounded_target("/".join([target, *(alert.labels.get(label, "") for label in self.guard_by)]))
 
     def steps_for(self, status: str) -> tuple[StepSpec, ...]:
         return self.steps if status == "firing" else self.on_resolved
@@ -215,6 +224,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     mode = _parse_mode(data.get("mode", "enforce"), fail)
     target = _parse_target(data.get("target", "node"), fail)
     cooldown = _parse_timedelta(data.get("cooldown", "0s"), "cooldown", fail)
+    guard_by = _parse_guard_by(data.get("guard_by", []), fail)
     max_attempts = data.get("max_attempts")
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
@@ -237,6 +247,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
         steps=steps,
         on_resolved=on_resolved,
         source=source,
+        guard_by=guard_by,
     )
 
 
@@ -285,6 +296,15 @@ def _parse_target(value: Any, fail: Any) -> TargetSpec:
         if isinstance(labels, list) and labels and all(isinstance(label, str) and label for label in labels):
             return TargetSpec(labels=tuple(labels))
     raise fail("target", "must be 'node', 'cluster' or {labels: [label, ...]} (the first label present wins)")
+
+
+def _parse_guard_by(value: Any, fail: Any) -> tuple[str, ...]:
+    labels = [value] if isinstance(value, str) else value
+    if not isinstance(labels, list) or not all(
+        isinstance(label, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label) for label in labels
+    ):
+        raise fail("guard_by", "must be a label name or a list of label names (e.g. [UUID])")
+    return tuple(labels)
 
 
 def _parse_timedelta(value: Any, field: str, fail: Any) -> timedelta:

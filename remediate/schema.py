@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 metadata = sa.MetaData()
 
@@ -77,8 +77,11 @@ runs = sa.Table(
     sa.Column("approved_by", sa.String(255), nullable=True),
     sa.Column("approved_at", sa.Float, nullable=True),
     sa.Column("error", sa.Text, nullable=True),
+    # What cooldown and max_attempts count per: the target, or the target plus the playbook's
+    # `guard_by` labels (e.g. one GPU of a node). Nullable only because version 3 lacked it.
+    sa.Column("guard_key", sa.String(255), nullable=True),
     sa.Index("ix_runs_status", "status", "id"),
-    sa.Index("ix_runs_guard", "playbook", "target", "phase", "created_at"),
+    sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
 )
 
 steps = sa.Table(
@@ -179,5 +182,16 @@ def _v3_breaker_claims(conn: sa.Connection) -> None:
     breaker_claims.create(conn)
 
 
+def _v4_guard_key(conn: sa.Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN guard_key VARCHAR(255)"))
+    conn.execute(sa.text("UPDATE runs SET guard_key = target"))
+    conn.execute(sa.text("DROP INDEX ix_runs_guard"))
+    conn.execute(sa.text("CREATE INDEX ix_runs_guard_key ON runs (playbook, guard_key, phase, created_at)"))
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {2: _v2_action_memory, 3: _v3_breaker_claims}
+MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
+    2: _v2_action_memory,
+    3: _v3_breaker_claims,
+    4: _v4_guard_key,
+}

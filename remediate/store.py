@@ -220,7 +220,7 @@ _EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).wh
 )
 _COUNTED_RUNS = (
     t.runs.c.playbook == sa.bindparam("p_playbook"),
-    t.runs.c.target == sa.bindparam("p_target"),
+    t.runs.c.guard_key == sa.bindparam("p_guard_key"),
     t.runs.c.phase == "firing",
     t.runs.c.status != REJECTED,
 )
@@ -739,12 +739,13 @@ class GuardReader:
             found.update({r.dedupe_key: (r.id, r.status) for r in rows})
         return found
 
-    def target_history(self, playbook: str, target: str, since: float) -> tuple[float | None, int]:
-        """(time of the last counted firing run ever, number of counted firing runs since `since`).
+    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
+        """(time of the last counted firing run ever, number of counted firing runs since `since`),
+        for one playbook and guard key (the target, or the target plus the playbook's `guard_by` labels).
 
         The last run is looked up beyond `since` too: a cooldown may be longer than the attempt window.
         """
-        params = {"p_playbook": playbook, "p_target": target}
+        params = {"p_playbook": playbook, "p_guard_key": guard_key}
         row = self.conn.execute(_TARGET_WINDOW, {**params, "p_since": since}).one()
         last = row[0]
         if last is None:
@@ -764,7 +765,7 @@ class EmptyGuardReader:
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
         return {}
 
-    def target_history(self, playbook: str, target: str, since: float) -> tuple[float | None, int]:
+    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
         return None, 0
 
 

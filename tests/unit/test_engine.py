@@ -670,3 +670,50 @@ def test_a_notification_of_2000_alerts_stores_every_alert(
     assert result.decision_counts() == {"accepted": 1999, "unmatched": 1}
     fingerprints = {r.fingerprint for r in rows(store, t.alerts)}
     assert fingerprints == {a["fingerprint"] for a in alerts}
+
+
+def test_guard_by_gives_each_gpu_of_a_node_its_own_cooldown(tmp_path, registry) -> None:
+    from remediate.engine import Engine
+    from remediate.playbooks import PlaybookSet, parse_playbook
+    from remediate.store import Store
+    from tests.conftest import alert_payload, notification_payload
+
+    playbook = parse_playbook(
+        {
+            "name": "per-gpu",
+            "match": {"alertname": "GPUTemperatureHigh"},
+            "target": "node",
+            "guard_by": ["UUID"],
+            "cooldown": "15m",
+            "steps": [{"action": "log", "with": {"message": "{{ labels.UUID }}"}}],
+        },
+        registry,
+    )
+    store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
+    engine = Engine(store=store, playbooks=PlaybookSet([playbook]), registry=registry)
+
+    def fire(uuid: str, starts_at: str) -> str:
+        alert = alert_payload("GPUTemperatureHigh", labels={"Hostname": "node-a", "UUID": uuid}, starts_at=starts_at)
+        result = engine.ingest_body(json.dumps(notification_payload(alert)).encode(), received_at=1_000_000.0)
+        return result.decisions[0].decision.value
+
+    assert fire("GPU-a", "2026-01-01T00:00:00Z") == "accepted"
+    assert fire("GPU-b", "2026-01-01T00:00:01Z") == "accepted"  # another GPU of the same node
+    assert fire("GPU-a", "2026-01-01T00:00:02Z") == "cooldown"  # the same GPU again
+    store.close()
+
+
+def test_guard_by_must_name_labels(registry) -> None:
+    from remediate.errors import PlaybookError
+    from remediate.playbooks import parse_playbook
+
+    with pytest.raises(PlaybookError, match="guard_by"):
+        parse_playbook(
+            {
+                "name": "x",
+                "match": {"alertname": "A"},
+                "guard_by": ["../x"],
+                "steps": [{"action": "log", "with": {"message": "m"}}],
+            },
+            registry,
+        )

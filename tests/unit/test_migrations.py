@@ -36,6 +36,11 @@ def _make_version(path: Path, version: int) -> None:
     tables = [t for name, t in schema.metadata.tables.items() if LATER_TABLES.get(name, 1) <= version]
     with engine.begin() as conn:
         schema.metadata.create_all(conn, tables=tables)
+        if version < 4:
+            # runs before version 4: no guard_key, cooldowns counted per target
+            conn.execute(sa.text("DROP INDEX ix_runs_guard_key"))
+            conn.execute(sa.text("ALTER TABLE runs DROP COLUMN guard_key"))
+            conn.execute(sa.text("CREATE INDEX ix_runs_guard ON runs (playbook, target, phase, created_at)"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -81,4 +86,36 @@ def test_an_upgrade_keeps_the_data_that_was_there(tmp_path: Path) -> None:
     assert store.pause_state().by == "old"
     store.memory().remember("gpu.power_limit/GPU-1", {"original_mw": 700000}, run_id=1)
     assert store.memory().recall("gpu.power_limit/GPU-1") == {"original_mw": 700000}
+    store.close()
+
+
+def test_a_version_3_database_gets_guard_keys_equal_to_the_targets_of_its_runs(tmp_path: Path) -> None:
+    old = tmp_path / "v3.db"
+    _make_version(old, 3)
+    engine = sa.create_engine(f"sqlite:///{old}")
+    with engine.begin() as conn:
+        notification = conn.execute(
+            sa.text(
+                "INSERT INTO notifications (received_at, receiver, status, group_key, alert_count, raw) "
+                "VALUES (1, 'r', 'firing', 'g', 1, '{}') RETURNING id"
+            )
+        ).scalar_one()
+        alert = conn.execute(
+            sa.text(
+                "INSERT INTO alerts (notification_id, fingerprint, alertname, status, starts_at, labels, "
+                "annotations, generator_url) VALUES (:n, 'f', 'A', 'firing', 's', '{}', '{}', '') RETURNING id"
+            ),
+            {"n": notification},
+        ).scalar_one()
+        conn.execute(
+            sa.text(
+                "INSERT INTO runs (dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
+                "created_at, updated_at) VALUES ('k', 'p', 'A', 'node-a', 'firing', 'enforce', 'succeeded', :a, 1, 1)"
+            ),
+            {"a": alert},
+        )
+    engine.dispose()
+    store = Store.open(f"sqlite:///{old}")
+    with store.read() as conn:
+        assert conn.execute(sa.text("SELECT guard_key FROM runs")).scalar_one() == "node-a"
     store.close()
