@@ -26,6 +26,9 @@ def run(rank: int, root: str, checkpoint_dir: str, port: int, out_dir: str) -> N
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         _train(rank, Path(root), Path(checkpoint_dir), Path(out_dir))
+        # Both ranks must be done with every collective before either tears gloo down: a rank that
+        # destroys its group while the peer is still talking aborts the peer (SIGABRT, seen in CI).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
