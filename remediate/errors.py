@@ -16,6 +16,12 @@ The docstring of each class is its default message.
 from __future__ import annotations
 
 
+def located(message: str, *where: str) -> str:
+    """`file F, playbook 'p', field f: message`, leaving out the empty parts of `where`."""
+    place = ", ".join(part for part in where if part)
+    return f"{place}: {message}" if place else message
+
+
 class RemediateError(Exception):
     """remediate failed."""
 
@@ -43,16 +49,10 @@ class PlaybookError(RemediateError):
         self.file = file
         self.playbook = playbook
         self.field = field
-        where = ", ".join(
-            part
-            for part in (
-                f"file {file}" if file else "",
-                f"playbook {playbook!r}" if playbook else "",
-                f"field {field}" if field else "",
-            )
-            if part
-        )
-        super().__init__(f"{where}: {message}" if where else message)
+        super().__init__(
+            located(message, f"file {file}" if file else "", f"playbook {playbook!r}" if playbook else "",
+                    f"field {field}" if field else "")
+        )  # fmt: skip
 
 
 class ParamsError(RemediateError):

@@ -409,10 +409,13 @@ class Dispatch:
         self.directory = directory
         self.node_name = node_name
         self.token = token
-        self.retries = retries
-        self.connect_timeout = connect_timeout
-        self.default_timeout = default_timeout
-        self.retry_wait_max = retry_wait_max
+        # Handed unchanged to every AgentRunner this dispatch builds.
+        self.agent_options: dict[str, Any] = {
+            "retries": retries,
+            "connect_timeout": connect_timeout,
+            "default_timeout": default_timeout,
+            "retry_wait_max": retry_wait_max,
+        }
         self.cluster = LocalRunner()
         self.local_node = LocalRunner(f"{node_name or socket.gethostname()} (server)")
 
@@ -459,15 +462,7 @@ class Dispatch:
             return self.cluster
         if self.directory is None or (self.node_name is not None and target == self.node_name):
             return self.local_node
-        return AgentRunner(
-            target,
-            self.directory,
-            self.token,
-            retries=self.retries,
-            connect_timeout=self.connect_timeout,
-            default_timeout=self.default_timeout,
-            retry_wait_max=self.retry_wait_max,
-        )
+        return AgentRunner(target, self.directory, self.token, **self.agent_options)
 
 
 def own_namespace() -> str:

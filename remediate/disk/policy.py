@@ -34,7 +34,7 @@ import yaml
 
 from remediate.disk.patterns import GlobError, PathMatcher
 from remediate.durations import format_duration, parse_duration
-from remediate.errors import ConfigError
+from remediate.errors import ConfigError, located
 
 DEFAULT_MIN_AGE = 3600.0
 DEFAULT_MAX_FILES = 10_000
@@ -73,16 +73,10 @@ class PolicyError(ConfigError):
         self.file = file
         self.policy = policy
         self.field = field
-        where = ", ".join(
-            part
-            for part in (
-                f"cleanup policies file {file}" if file else "",
-                f"policy {policy!r}" if policy else "",
-                f"field {field}" if field else "",
-            )
-            if part
-        )
-        super().__init__(f"{where}: {message}" if where else message)
+        super().__init__(
+            located(message, f"cleanup policies file {file}" if file else "", f"policy {policy!r}" if policy else "",
+                    f"field {field}" if field else "")
+        )  # fmt: skip
 
 
 def parse_size(value: Any) -> int:
