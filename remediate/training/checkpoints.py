@@ -8,8 +8,10 @@
   (returns the path it wrote, or None) and ``load(info)`` callables; `record` adds a
   checkpoint you made on your own schedule.
 
-A checkpoint is *good* when its loss is known, finite and (with ``good_loss_below``)
-below that threshold, or as an ``is_good(step, loss)`` callable decides. The index is
+A checkpoint is *good* when its loss is known, finite, (with ``good_loss_below``) below that
+threshold, and not above ``max_loss_ratio`` (default 3) times the median loss of the newest
+good checkpoints before it (the last ``ratio_window``, default 5) — so a checkpoint saved during
+a loss spike is not good even without a threshold; or as an ``is_good(step, loss)`` callable decides. The index is
 a JSON file next to the checkpoints (``index.json``), written atomically, so a restarted
 job finds its checkpoints again. `TrainingControl` publishes it in ``job.json`` so that
 remediate's dry-run can say which checkpoint a rollback would use.
@@ -32,6 +34,10 @@ from typing import Any
 from remediate.training.protocol import CheckpointInfo, ProtocolError, atomic_write_json, read_json
 
 INDEX_FILE = "index.json"
+DEFAULT_MAX_LOSS_RATIO = 3.0
+"""A checkpoint whose loss is above this many times the median of the recent good ones is not good
+(the same factor as the shipped TrainingLossSpike rule)."""
+DEFAULT_RATIO_WINDOW = 5
 Listener = Callable[[list[CheckpointInfo]], None]
 
 
@@ -65,12 +71,20 @@ class CheckpointIndex:
         is_good: Callable[[int, float | None], bool] | None = None,
         writer: bool | None = None,
         delete: Callable[[CheckpointInfo], None] | None = None,
+        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
+        ratio_window: int = DEFAULT_RATIO_WINDOW,
     ) -> None:
         if keep is not None and keep < 1:
             raise ValueError("keep must be at least 1 (or None: keep every checkpoint)")
+        if max_loss_ratio is not None and not (math.isfinite(max_loss_ratio) and max_loss_ratio > 0):
+            raise ValueError("max_loss_ratio must be a finite number > 0 (or None: no relative test)")
+        if ratio_window < 1:
+            raise ValueError("ratio_window must be at least 1")
         self.directory = Path(directory)
         self.keep = keep
         self.good_loss_below = good_loss_below
+        self.max_loss_ratio = max_loss_ratio
+        self.ratio_window = ratio_window
         self._is_good = is_good
         self.writer = _default_writer() if writer is None else writer
         self._delete = delete
@@ -93,7 +107,23 @@ class CheckpointIndex:
             return bool(self._is_good(step, loss))
         if loss is None or not math.isfinite(loss):
             return False
-        return self.good_loss_below is None or loss < self.good_loss_below
+        if self.good_loss_below is not None and not loss < self.good_loss_below:
+            return False
+        reference = self.reference_loss(step)
+        return reference is None or self.max_loss_ratio is None or loss <= self.max_loss_ratio * reference
+
+    def reference_loss(self, step: int) -> float | None:
+        """The median loss of the newest good checkpoints before `step` (None: no history to compare with).
+
+        Only good ones count: the checkpoints saved during a spike must not raise the bar for the next.
+        """
+        with self._lock:
+            losses = [c.loss for c in self._load() if c.good and c.step < step and c.loss is not None]
+        recent = sorted(v for v in losses[-self.ratio_window :] if math.isfinite(v))
+        if not recent:
+            return None
+        middle = len(recent) // 2
+        return recent[middle] if len(recent) % 2 else (recent[middle - 1] + recent[middle]) / 2
 
     # ---------------------------------------------------------------- the index
 
@@ -216,8 +246,18 @@ class TorchCheckpoints(CheckpointIndex):
         map_location: Any = "cpu",
         weights_only: bool = True,
         prefix: str = "ckpt",
+        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
+        ratio_window: int = DEFAULT_RATIO_WINDOW,
     ) -> None:
-        super().__init__(directory, keep=keep, good_loss_below=good_loss_below, is_good=is_good, writer=writer)
+        super().__init__(
+            directory,
+            keep=keep,
+            good_loss_below=good_loss_below,
+            is_good=is_good,
+            writer=writer,
+            max_loss_ratio=max_loss_ratio,
+            ratio_window=ratio_window,
+        )
         self.model = model
         self.optimizers = _as_list(optimizer)
         self.schedulers = _as_list(scheduler)
@@ -318,6 +358,8 @@ class CallableCheckpoints(CheckpointIndex):
         good_loss_below: float | None = None,
         is_good: Callable[[int, float | None], bool] | None = None,
         writer: bool | None = None,
+        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
+        ratio_window: int = DEFAULT_RATIO_WINDOW,
     ) -> None:
         super().__init__(
             directory,
@@ -326,6 +368,8 @@ class CallableCheckpoints(CheckpointIndex):
             is_good=is_good,
             writer=writer,
             delete=delete or (lambda info: None),
+            max_loss_ratio=max_loss_ratio,
+            ratio_window=ratio_window,
         )
         self._save = save
         self._load_fn = load

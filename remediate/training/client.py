@@ -2,7 +2,7 @@
 
     control = TrainingControl("my-job", checkpoints=ckpts, optimizer=opt, scheduler=sched)
     for batch in loader:
-        if control.skip_batch():          # a rollback may ask to skip the next K batches
+        if control.skip_batch():          # a rollback may ask to skip the next K batches (still serves commands)
             continue
         loss = train_step(batch)
         step += 1
@@ -30,6 +30,8 @@ outcome of all ranks. No torch import here (`remediate.training.distributed` has
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import select
@@ -73,6 +75,7 @@ from remediate.training.protocol import (
     check_command_id,
     check_kind,
     pid_start_time,
+    pid_uid,
     read_json,
     this_host,
 )
@@ -84,6 +87,10 @@ RACY_NS = 50_000_000
 clock tick as the scan would leave the mtime as it was (file times advance in coarse ticks)."""
 OUTBOX_MAX_AGE_S = 7 * 24 * 3600
 """Acknowledgements older than this are removed when a job registers."""
+
+
+class JobNameInUse(RuntimeError):
+    """Another live process holds this job name on this control root: its commands would go to either job."""
 
 
 _Claimed = tuple[str, float, "Command | Exception"]
@@ -173,6 +180,9 @@ class TrainingControl:
         self._previous_handler: Any = None
         self._signal_installed = False
         self._checkpoint_index: list[CheckpointInfo] = []
+        self._lock_fd: int | None = None
+        self._rebase: tuple[int, int] | None = None
+        """(step, new step) of a rollback applied inside `skip_batch`: the next `poll` continues from there."""
         if isinstance(checkpoints, CheckpointIndex):
             checkpoints.subscribe(self._on_checkpoints)
 
@@ -222,13 +232,15 @@ class TrainingControl:
         """Create the job's directories and job.json, pick up commands a previous run left half done.
 
         Called by the first `poll` if you do not call it. In a multi-rank job, call it after
-        torch.distributed is initialized.
+        torch.distributed is initialized. Raises `JobNameInUse` when another live process holds the
+        name on this control root (a dead one's registration is taken over).
         """
         if self._registered:
             return self
         self._detect_ranks()
         if self.rank == 0:
             self.paths.create()
+            self._take_name()
             self._inbox = str(self.paths.inbox)
             self._applied = self._read_applied()
             self._install_signal()
@@ -251,6 +263,59 @@ class TrainingControl:
         if self.rank == 0:
             with contextlib.suppress(OSError):
                 self._write_registration(fsync=True, closed=True)
+        self._release_name()
+
+    def _take_name(self) -> None:
+        """Hold the job name for this process's life: an flock on job.lock, kept open until `close`.
+
+        The kernel drops the lock when the process dies, so a crashed job's name is free again at once and
+        its stale job.json is simply overwritten; there is no window between checking and taking.
+        """
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        fd = os.open(self.paths.lock, flags, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise JobNameInUse(self._holder_message("holds the lock on " + str(self.paths.lock))) from None
+        try:
+            self._refuse_live_unlocked_holder()
+        except BaseException:
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+
+    def _refuse_live_unlocked_holder(self) -> None:
+        """A job.json of a live process on this host that holds no lock (a job on an older library)."""
+        try:
+            holder = self.paths.read_registration()
+        except (FileNotFoundError, ProtocolError):
+            return
+        if holder.pid == os.getpid() or holder.closed_at is not None or holder.host != this_host():
+            return
+        start = pid_start_time(holder.pid)
+        if start is None or holder.pid_start is None or start != holder.pid_start or pid_uid(holder.pid) is None:
+            return  # gone, or the pid now belongs to another process: a stale registration, taken over
+        raise JobNameInUse(self._holder_message("is registered and still running", holder))
+
+    def _holder_message(self, how: str, holder: Registration | None = None) -> str:
+        if holder is None:
+            with contextlib.suppress(FileNotFoundError, ProtocolError):
+                holder = self.paths.read_registration()
+        who = "another process" if holder is None else f"process {holder.pid} on host {holder.host or '?'}"
+        return (
+            f"job name {self.job!r} is already taken on control root {self.paths.root}: {who} {how}. "
+            "Two live jobs with one name would each get the other's commands: give this job another name "
+            "(TrainingControl(job=...) / $REMEDIATE_TRAINING_JOB), or stop the other one first"
+        )
+
+    def _release_name(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)  # closing the descriptor drops the flock
+            self._lock_fd = None
 
     def __enter__(self) -> TrainingControl:
         return self.register()
@@ -266,6 +331,13 @@ class TrainingControl:
         `loss` (a float or a 0-dim tensor; never converted unless a checkpoint needs it) is the
         latest training loss, used to mark checkpoints made on command as good or not.
         """
+        if self._rebase is not None:  # a rollback applied while skipping: count on from its step
+            before, after = self._rebase
+            self._rebase = None
+            step = after + (step - before)
+        return self._poll(step, loss)
+
+    def _poll(self, step: int, loss: Any = None) -> int:
         if not self._registered:
             self.register()
         elif self._closed:
@@ -295,11 +367,21 @@ class TrainingControl:
         return self._run_commands(step, self._collect())
 
     def skip_batch(self) -> bool:
-        """True while a rollback's skip count lasts: drop this batch (counted down by each call)."""
+        """True while a rollback's skip count lasts: drop this batch (counted down by each call).
+
+        While it skips, every call also polls (at the last polled step), so commands that arrive
+        during a long skip — the lr cut that follows a rollback — are applied and acknowledged at once
+        rather than after the skip. A rollback applied here moves the step the next `poll` returns.
+        """
         if self._skip <= 0:
             return False
         self._skip -= 1
         self.batches_skipped += 1
+        if self._registered and not self._closed and self._step is not None:
+            before = self._step
+            after = self._poll(before)
+            if after != before and self.rewinds_step:
+                self._rebase = (self._rebase[0] if self._rebase else before, after)
         return True
 
     @property
@@ -557,6 +639,8 @@ class TrainingControl:
                 step_after=mine["step_after"],
                 result=mine["result"],
                 job=self._identity(),
+                pid=os.getpid(),
+                host=this_host(),
             )
         )
 
@@ -574,6 +658,8 @@ class TrainingControl:
                 step_before=step,
                 step_after=step,
                 job=self._identity(),
+                pid=os.getpid(),
+                host=this_host(),
             )
         )
 

@@ -122,14 +122,21 @@ def prepare_rollback(ctx: CommandContext) -> None:
         raise CommandRejected(f"param 'checkpoint' must be one of {', '.join(CHECKPOINT_CHOICES)}, got {which!r}")
     min_back = _int_param(ctx.params, "min_steps_back", 0)
     _int_param(ctx.params, "skip_batches", 0)
+    saved_before = _float_param(ctx.params, "saved_before", 0.0) if ctx.params.get("saved_before") is not None else None
     store = _store(ctx)
     if "checkpoint_step" in ctx.params:
         step = _int_param(ctx.params, "checkpoint_step", 0)
-        if store.get(step) is None:
+        info = store.get(step)
+        if info is None:
             raise CommandRejected(f"cannot roll back: no checkpoint at step {step}")
+        if saved_before is not None and info.saved_at >= saved_before:
+            raise CommandRejected(
+                f"cannot roll back: the checkpoint at step {step} was saved at or after saved_before "
+                f"({info.saved_at:.3f} >= {saved_before:.3f}), during the spike"
+            )
         ctx.params["selection"] = f"the checkpoint at step {step}, as asked"
         return
-    info, reason = select_checkpoint(store.list(), ctx.step, which, min_back)
+    info, reason = select_checkpoint(store.list(), ctx.step, which, min_back, saved_before=saved_before)
     if info is None:
         raise CommandRejected(f"cannot roll back: {reason}")
     ctx.params["checkpoint_step"] = info.step

@@ -26,7 +26,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from remediate.training.checkpoints import TorchCheckpoints
+from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, TorchCheckpoints
 from remediate.training.client import TrainingControl
 from remediate.training.handlers import CheckpointStore, drop_gradients
 
@@ -43,12 +43,18 @@ class RemediateTrainerCallback(TrainerCallback):
         good_loss_below: float | None = None,
         checkpoints: CheckpointStore | None = None,
         wake_signal: int | None = signal.SIGUSR2,
+        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
         **control_options: Any,
     ) -> None:
         """
-        checkpoint_dir / keep / good_loss_below: where and how the built-in `TorchCheckpoints` keeps
-            checkpoints (saved every `every_n_steps` optimizer steps; None: only on command).
-        checkpoints: your own `CheckpointStore` instead (then `checkpoint_dir` is not used).
+        job, root: the job name and control root, as for `TrainingControl`.
+        checkpoint_dir / keep / good_loss_below / max_loss_ratio: where and how the built-in
+            `TorchCheckpoints` keeps checkpoints (saved every `every_n_steps` optimizer steps, default 100;
+            None: only on command). A checkpoint is good when its loss is finite, below `good_loss_below`
+            (if set) and not above `max_loss_ratio` (default 3) x the median of the recent good ones.
+        checkpoints: your own `CheckpointStore` instead (then `checkpoint_dir`, `keep`, `good_loss_below`
+            and `max_loss_ratio` are not used).
+        wake_signal: the wake-up signal (SIGUSR2; None: no handler — SIGUSR1 is Lightning's/SLURM's).
         Other keyword arguments go to `TrainingControl`.
         """
         if checkpoints is None and checkpoint_dir is None:
@@ -59,6 +65,7 @@ class RemediateTrainerCallback(TrainerCallback):
             checkpoint_dir,  # type: ignore[arg-type]
             keep=keep,
             good_loss_below=good_loss_below,
+            max_loss_ratio=max_loss_ratio,
             writer=False,  # decided in on_train_begin (state.is_world_process_zero)
         )
         self.control = TrainingControl(

@@ -28,6 +28,7 @@ import re
 import secrets
 import socket
 import stat
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ ENV_JOB = "REMEDIATE_TRAINING_JOB"
 DEFAULT_CONTROL_ROOT = Path("/run/remediate/training")
 
 REGISTRATION_FILE = "job.json"
+LOCK_FILE = "job.lock"
+"""flock'd by the live process that holds the job name, for its whole life (the kernel drops it when it dies)."""
 APPLIED_FILE = "applied.log"
 INBOX, OUTBOX, TAKEN, TMP = "inbox", "outbox", "taken", "tmp"
 MAX_MESSAGE_BYTES = 1024 * 1024
@@ -234,6 +237,10 @@ class Ack:
     """Kind-specific facts: checkpoint, lr_before/lr_after, batches_skipped, ..."""
     job: dict[str, Any] = field(default_factory=dict)
     """Who answered: job, pid, host, rank, world_size."""
+    pid: int | None = None
+    """The pid of the process that wrote this answer (rank 0): remediate compares it with the plan's pid."""
+    host: str | None = None
+    """That process's host name."""
     version: int = PROTOCOL_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,6 +256,8 @@ class Ack:
             "step_after": self.step_after,
             "result": self.result,
             "job": self.job,
+            "pid": self.pid,
+            "host": self.host,
         }
 
     @classmethod
@@ -264,6 +273,7 @@ class Ack:
         if not isinstance(result, dict) or not isinstance(job, dict):
             raise ProtocolError("acknowledgement: fields 'result' and 'job' must be objects")
         detail = data.get("detail", "")
+        host = data.get("host")
         return cls(
             id=check_command_id(data.get("id")),
             kind=str(data.get("kind", "")),
@@ -275,6 +285,8 @@ class Ack:
             step_after=_optional_int(data, "step_after"),
             result=result,
             job=job,
+            pid=_optional_int(data, "pid"),  # absent from acknowledgements of older jobs
+            host=host if isinstance(host, str) else None,
         )
 
 
@@ -399,11 +411,18 @@ class Registration:
 
 
 def select_checkpoint(
-    checkpoints: Iterable[CheckpointInfo], current_step: int | None, which: str, min_steps_back: int = 0
+    checkpoints: Iterable[CheckpointInfo],
+    current_step: int | None,
+    which: str,
+    min_steps_back: int = 0,
+    *,
+    saved_before: float | None = None,
 ) -> tuple[CheckpointInfo | None, str]:
     """The checkpoint a rollback restores, and why: the newest one (marked good, for `latest_good`)
-    whose step is at most ``current_step - min_steps_back``. Used by the job when it applies a
-    rollback and by remediate's dry-run (on the job's registered index) alike."""
+    whose step is at most ``current_step - min_steps_back`` and, with `saved_before` (epoch seconds:
+    the alert's start), that was saved strictly before that time — a checkpoint saved during the
+    spike is never restored. Used by the job when it applies a rollback and by remediate's dry-run
+    (on the job's registered index) alike."""
     if which not in CHECKPOINT_CHOICES:
         raise ProtocolError(f"checkpoint must be one of {', '.join(CHECKPOINT_CHOICES)}, got {which!r}")
     known = sorted(checkpoints, key=lambda c: c.step)
@@ -411,6 +430,8 @@ def select_checkpoint(
         return None, "the job has no checkpoint"
     limit = None if current_step is None else current_step - max(0, min_steps_back)
     candidates = [c for c in known if limit is None or c.step <= limit]
+    if saved_before is not None:
+        candidates = [c for c in candidates if c.saved_at < saved_before]
     if which == LATEST_GOOD:
         candidates = [c for c in candidates if c.good]
     wanted = "the newest checkpoint marked good" if which == LATEST_GOOD else "the newest checkpoint"
@@ -418,11 +439,19 @@ def select_checkpoint(
         wanted += f" at least {min_steps_back} steps before step {current_step} (step <= {limit})"
     elif limit is not None:
         wanted += f" at or before step {current_step}"
+    if saved_before is not None:
+        wanted += f" saved before {_utc(saved_before)}"
     if not candidates:
         steps = ", ".join(f"{c.step}{'' if c.good else '*'}" for c in known[-8:])
-        return None, f"no checkpoint fits: wanted {wanted}; the job has steps {steps} (* = not good)"
+        newer = sum(1 for c in known if saved_before is not None and c.saved_at >= saved_before)
+        late = f" ({newer} saved at or after {_utc(saved_before)})" if newer and saved_before is not None else ""
+        return None, f"no checkpoint fits: wanted {wanted}; the job has steps {steps} (* = not good){late}"
     chosen = candidates[-1]
     return chosen, f"{wanted}: {chosen.describe()}"
+
+
+def _utc(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + f".{int(epoch % 1 * 1000):03d}Z"
 
 
 # ---------------------------------------------------------------------------------------------- files
@@ -510,6 +539,10 @@ class JobPaths:
     @property
     def registration(self) -> Path:
         return self.dir / REGISTRATION_FILE
+
+    @property
+    def lock(self) -> Path:
+        return self.dir / LOCK_FILE
 
     @property
     def applied(self) -> Path:
