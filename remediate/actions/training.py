@@ -41,7 +41,8 @@ from typing import Any, ClassVar
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
-from remediate.errors import ActionError
+from remediate.alerts import parse_timestamp
+from remediate.errors import ActionError, PayloadError
 from remediate.training.protocol import (
     APPLIED,
     CHECKPOINT,
@@ -421,19 +422,41 @@ class TrainingRollbackAction(_TrainingAction):
             ),
             "min_steps_back": Param(int, default=0, check=lambda v: None if v >= 0 else "must be >= 0"),
             "skip_batches": Param(int, default=0, check=lambda v: None if v >= 0 else "must be >= 0"),
+            "before_alert_s": Param(
+                float,
+                default=0.0,
+                check=_non_negative,
+                doc="only checkpoints saved this many seconds before the alert's startsAt are candidates "
+                "(Prometheus sets startsAt when the rule starts firing, after its `for`)",
+            ),
         }
     )
 
+    # A checkpoint saved during the spike must never be restored (issue 15, finding 2): the command carries
+    # saved_before = the alert's startsAt (minus before_alert_s), which the job applies on top of its good mark.
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        return super().plan(_with_saved_before(params, ctx), ctx)
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        return super().execute(_with_saved_before(params, ctx), ctx)
+
     def command_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {
+        command = {
             "checkpoint": params["checkpoint"],
             "min_steps_back": params["min_steps_back"],
             "skip_batches": params["skip_batches"],
         }
+        if params.get("saved_before") is not None:
+            command["saved_before"] = params["saved_before"]
+        return command
 
     def plan_extra(self, params: Mapping[str, Any], registration: Registration) -> dict[str, Any]:
         chosen, reason = select_checkpoint(
-            registration.checkpoints, registration.last_step, params["checkpoint"], params["min_steps_back"]
+            registration.checkpoints,
+            registration.last_step,
+            params["checkpoint"],
+            params["min_steps_back"],
+            saved_before=params.get("saved_before"),
         )
         extra: dict[str, Any] = {
             "checkpoint": chosen.to_dict() if chosen else None,
@@ -445,6 +468,17 @@ class TrainingRollbackAction(_TrainingAction):
                 f" (as of step {registration.last_step}; the job decides when it applies the command)"
             )
         return extra
+
+
+def _with_saved_before(params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    """`params` plus saved_before (epoch seconds) from the alert's startsAt; unchanged without a usable startsAt."""
+    try:
+        started = parse_timestamp(ctx.alert.get("startsAt"), "startsAt").timestamp()  # type: ignore[arg-type]
+    except PayloadError:
+        return dict(params)
+    if started <= 0:  # Go's zero time: no start known
+        return dict(params)
+    return {**params, "saved_before": round(started - float(params.get("before_alert_s", 0.0)), 6)}
 
 
 class TrainingScaleLrAction(_TrainingAction):

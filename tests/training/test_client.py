@@ -471,3 +471,66 @@ def test_registration_round_trips_through_json(root: Path) -> None:
     make_control(root).register()
     data = read_json(JobPaths(root, JOB).registration)
     assert Registration.from_dict(data).to_dict() == data
+
+
+# --------------------------------------------------------------------------- issue 15
+
+
+def test_a_checkpoint_far_above_the_recent_median_is_not_good_even_without_a_threshold(root: Path) -> None:
+    """Finding 2's field case: losses ~2, then 133.2 saved during the spike; good_loss_below unset."""
+    store = _checkpoints(root, [(100, 2.1), (200, 1.9), (300, 2.0), (400, 133.2), (450, 5.9), (500, 6.5)])
+    assert [(c.step, c.good) for c in store.list()] == [
+        (100, True), (200, True), (300, True), (400, False), (450, True), (500, False)
+    ]  # fmt: skip
+    # The reference is the median of the good ones before: 5.9 <= 3 x 2.0; 6.5 > 3 x median(2.1, 1.9, 2.0, 5.9).
+    assert store.reference_loss(450) == 2.0 and store.reference_loss(500) == 2.05
+    control = make_control(root, checkpoints=store)
+    control.register()
+    command = deliver(root, JOB, "rollback", {"checkpoint": "latest_good", "min_steps_back": 60})
+    assert control.poll(470) == 300
+    ack = wait_for_ack(root, JOB, command.id)
+    assert ack.status == APPLIED and ack.result["checkpoint"]["loss"] == 2.0
+    assert (ack.pid, ack.host) == (os.getpid(), this_host())
+    assert store.loaded == [300]  # type: ignore[attr-defined]
+
+
+def test_the_relative_mark_can_be_turned_off_or_widened(root: Path) -> None:
+    off = _checkpoints(root, [(100, 2.0), (200, 133.2)], max_loss_ratio=None)
+    assert [c.good for c in off.list()] == [True, True]
+    with pytest.raises(ValueError, match="max_loss_ratio"):
+        _checkpoints(root, [], max_loss_ratio=0.0)
+
+
+def test_a_rollback_with_saved_before_only_considers_checkpoints_saved_before_it(root: Path) -> None:
+    store = _checkpoints(root, [(100, 2.0), (200, 1.9), (300, 1.8)])
+    spike_started = store.get(200).saved_at  # type: ignore[union-attr]
+    control = make_control(root, checkpoints=store)
+    control.register()
+    command = deliver(root, JOB, "rollback", {"checkpoint": "latest", "saved_before": spike_started})
+    assert control.poll(310) == 100  # 200 was saved at that very moment, 300 after: both during the spike
+    ack = wait_for_ack(root, JOB, command.id)
+    assert ack.status == APPLIED and "saved before" in ack.result["selection"]
+
+    store = _checkpoints(root, [(100, 2.0)])
+    command = deliver(root, JOB, "rollback", {"saved_before": store.get(100).saved_at - 1.0})  # type: ignore[union-attr]
+    control.attach(checkpoints=store)
+    assert control.poll(120) == 120
+    ack = wait_for_ack(root, JOB, command.id)
+    assert ack.status == REJECTED and "no checkpoint fits" in ack.detail and "saved at or after" in ack.detail
+    bad = deliver(root, JOB, "rollback", {"saved_before": "yesterday"})
+    control.poll(121)
+    assert wait_for_ack(root, JOB, bad.id).status == REJECTED
+
+
+def test_a_rollback_arriving_while_skipping_moves_the_step_the_next_poll_returns(root: Path) -> None:
+    store = _checkpoints(root, [(100, 2.0), (200, 1.9)])
+    control = make_control(root, checkpoints=store)
+    control.register()
+    deliver(root, JOB, "rollback", {"checkpoint": "latest", "skip_batches": 3})
+    assert control.poll(250) == 200
+    assert control.skip_batch()  # one skipped batch; a second rollback arrives during the skip
+    second = deliver(root, JOB, "rollback", {"checkpoint": "latest", "min_steps_back": 50, "skip_batches": 0})
+    settle_skip = [control.skip_batch() for _ in range(2)]
+    assert settle_skip == [True, True] and wait_for_ack(root, JOB, second.id).step_after == 100
+    assert not control.skip_batch()
+    assert control.poll(201) == 101  # the loop trained one batch after the skip: counted from the new step

@@ -32,17 +32,28 @@ from remediate.actions.training import (
 from remediate.config import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
 from remediate.training import CallableCheckpoints, TrainingControl
-from remediate.training.protocol import JobPaths, atomic_write_json, read_json
+from remediate.training.protocol import CheckpointInfo, JobPaths, atomic_write_json, read_json
 from tests.training.conftest import FakeOptimizer, FakeScheduler
 
 LABELS = ("training_job", "job", "job_name", "exported_job", "exported_pod", "pod")
+STARTS_AT = "2026-11-21T05:40:14.652668659Z"
+STARTS_AT_EPOCH = 1795239614.652668  # what the rollback sends as saved_before (microseconds: datetime's limit)
+SAVED_AT = STARTS_AT_EPOCH - 3600.0
+"""When LiveJob's checkpoints were saved: before the alert started, as a job's good checkpoints are."""
 
 
-def ctx_for(labels: dict[str, str], *, run_id: int = 1, step_index: int = 0, seconds: float = 30.0) -> StepContext:
+def ctx_for(
+    labels: dict[str, str],
+    *,
+    run_id: int = 1,
+    step_index: int = 0,
+    seconds: float = 30.0,
+    starts_at: str = STARTS_AT,
+) -> StepContext:
     alert = {
         "labels": {"alertname": "TrainingLossSpike", **labels},
         "fingerprint": "f00d",
-        "startsAt": "2026-11-21T05:40:14.652668659Z",
+        "startsAt": starts_at,
         "alertname": "TrainingLossSpike",
     }
     return StepContext(
@@ -67,7 +78,8 @@ class LiveJob:
             root.parent / f"ckpt-{name}", save=lambda step: f"/ckpt/{step}", load=self._load, writer=True
         )
         for step, loss in ((100, 2.0), (200, 1.9), (300, 1.8), (400, 1.7), (450, float("nan"))):
-            self.checkpoints.record_checkpoint(step, loss, f"/ckpt/{step}")
+            good = self.checkpoints.judge(step, loss)
+            self.checkpoints.record(CheckpointInfo(step, loss, good, f"/ckpt/{step}", SAVED_AT + step))
         self.control = TrainingControl(
             name, root=root, checkpoints=self.checkpoints, optimizer=self.optimizer, scheduler=self.scheduler,
             wake_signal=None, heartbeat_interval=0.2,
@@ -147,6 +159,7 @@ def test_params_are_checked_and_the_timeout_is_never_taken_from_the_alert(root: 
         "checkpoint": "latest_good",
         "min_steps_back": 0,
         "skip_batches": 0,
+        "before_alert_s": 0.0,
     }
     assert rollback.schema.check_static({"timeout": "{{ labels.t }}"}) == [
         "parameter 'timeout' must be written in the playbook, not templated from the alert"
@@ -210,7 +223,12 @@ def test_the_plan_says_which_job_whether_it_is_alive_and_which_checkpoint(root: 
     assert "at least 100 steps before step" in plan["checkpoint_reason"]
     assert plan["would_send"] == {
         "kind": "rollback",
-        "params": {"checkpoint": "latest_good", "min_steps_back": 100, "skip_batches": 200},
+        "params": {
+            "checkpoint": "latest_good",
+            "min_steps_back": 100,
+            "skip_batches": 200,
+            "saved_before": STARTS_AT_EPOCH,
+        },
     }
     assert plan["would_skip_batches"] == 200 and plan["checkpoints"] == 5
     scale = TrainingScaleLrAction(root, LABELS)
@@ -244,7 +262,12 @@ def test_rollback_and_scale_lr_record_what_the_job_did(root: Path, jobs: list[Li
     assert result["checkpoint"]["step"] == 400 and result["checkpoint"]["good"] is True
     assert result["batches_skipped"] == 200
     assert result["discarded_checkpoints"] == [450]
-    assert result["params"] == {"checkpoint": "latest_good", "min_steps_back": 100, "skip_batches": 200}
+    assert result["params"] == {
+        "checkpoint": "latest_good",
+        "min_steps_back": 100,
+        "skip_batches": 200,
+        "saved_before": STARTS_AT_EPOCH,
+    }
     assert result["acknowledged_after_s"] < 5 and result["job_latency_s"] < 5
     assert result["acknowledged_by"]["pid"] == os.getpid()
     assert result["command_id"].startswith("r1-s0-")
@@ -255,6 +278,30 @@ def test_rollback_and_scale_lr_record_what_the_job_did(root: Path, jobs: list[Li
     assert result["lr_before"] == [3e-4] and result["lr_after"] == [1.5e-4]
     assert job.scheduler.base_lrs == [1.5e-4]
     assert result["detail"] == "lr 0.0003 -> 0.00015 (factor 0.5, floor 1e-05)"
+
+
+def test_a_rollback_never_restores_a_checkpoint_saved_after_the_alert_started(root: Path, jobs: list[LiveJob]) -> None:
+    """Issue 15, finding 2: checkpoints saved during the spike look good by loss; startsAt rules them out."""
+    job = LiveJob(root, "trainer-0", start_step=520)
+    for step, saved_at in ((300, STARTS_AT_EPOCH + 5.0), (400, STARTS_AT_EPOCH + 30.0)):
+        job.checkpoints.record(CheckpointInfo(step, 1.8, True, f"/ckpt/{step}", saved_at))
+    jobs.append(job)
+    job.start()
+    action = TrainingRollbackAction(root, LABELS)
+    params = action.validate({"checkpoint": "latest_good", "min_steps_back": 100})
+
+    plan = action.plan(params, ctx_for({"pod": "trainer-0"}))
+    assert plan["would_send"]["params"]["saved_before"] == STARTS_AT_EPOCH
+    assert plan["checkpoint"]["step"] == 200
+    assert "saved before 2026-11-21T05:40:14.652Z" in plan["checkpoint_reason"]
+    # before_alert_s (the rule's `for`, say) moves the bar back further: only step 100 was saved 3450 s before.
+    earlier = action.plan(action.validate({**params, "before_alert_s": 3450.0}), ctx_for({"pod": "trainer-0"}))
+    assert earlier["checkpoint"]["step"] == 100
+
+    result = action.execute(params, ctx_for({"pod": "trainer-0"}))
+    assert result["status"] == "applied", result
+    assert result["checkpoint"]["step"] == 200 and job.loaded == [200]
+    assert "saved before 2026-11-21T05:40:14.652Z" in result["selection"]
 
 
 def test_running_the_same_step_again_returns_the_first_answer_without_applying_twice(
