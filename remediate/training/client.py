@@ -366,18 +366,20 @@ class TrainingControl:
                     return step
         return self._run_commands(step, self._collect())
 
-    def skip_batch(self) -> bool:
+    def skip_batch(self, *, poll: bool = True) -> bool:
         """True while a rollback's skip count lasts: drop this batch (counted down by each call).
 
         While it skips, every call also polls (at the last polled step), so commands that arrive
         during a long skip — the lr cut that follows a rollback — are applied and acknowledged at once
         rather than after the skip. A rollback applied here moves the step the next `poll` returns.
+        ``poll=False`` is for callers that poll after every batch anyway (the framework callbacks,
+        which skip inside the optimizer step, where no state should be loaded).
         """
         if self._skip <= 0:
             return False
         self._skip -= 1
         self.batches_skipped += 1
-        if self._registered and not self._closed and self._step is not None:
+        if poll and self._registered and not self._closed and self._step is not None:
             before = self._step
             after = self._poll(before)
             if after != before and self.rewinds_step:

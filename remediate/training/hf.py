@@ -107,7 +107,7 @@ class RemediateTrainerCallback(TrainerCallback):
     def on_pre_optimizer_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        if self.control.skip_batch():
+        if self.control.skip_batch(poll=False):  # polled at the end of every batch, skipped or not
             model = kwargs.get("model")
             if model is not None:
                 drop_gradients(model.parameters())

@@ -121,7 +121,7 @@ class RemediateCallback(Callback):
         self.control.poll(step, loss)
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
-        if self.control.skip_batch():
+        if self.control.skip_batch(poll=False):  # polled at the end of every batch, skipped or not
             drop_gradients(p for group in optimizer.param_groups for p in group["params"])
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

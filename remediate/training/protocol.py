@@ -7,6 +7,7 @@ Layout under the control root (one directory per job)::
 
     <root>/<job>/job.json            registration: pid, host, rank/world size, framework, last step and
                                      poll time, checkpoint index (written by the job, rank 0)
+    <root>/<job>/job.lock            flock'd by the one live process that holds the job name
     <root>/<job>/inbox/<id>.json     commands (written by remediate)
     <root>/<job>/taken/<id>.json     a command the job has claimed (renamed out of the inbox)
     <root>/<job>/outbox/<id>.json    acknowledgements (written by the job)

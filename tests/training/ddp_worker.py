@@ -9,6 +9,7 @@ at a point every rank agrees on (20 iterations after the second command, or a ha
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -51,7 +52,24 @@ def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
     while iteration < MAX_ITERATIONS:
         iteration += 1
         data_index += 1
+        lr_before_skip = optimizer.param_groups[0]["lr"]
         if control.skip_batch():
+            # skip_batch keeps serving commands (issue 15, finding 3): an lr cut may land right here.
+            if optimizer.param_groups[0]["lr"] != lr_before_skip:
+                applied += 1
+                applied_at = iteration
+                events.append(
+                    {
+                        "iteration": iteration,
+                        "step_before": step,
+                        "step_after": step,
+                        "lr_before": lr_before_skip,
+                        "lr_after": optimizer.param_groups[0]["lr"],
+                        "weight": model.module.weight.detach().flatten().tolist(),
+                        "base_lrs": list(scheduler.base_lrs),
+                        "while_skipping": True,
+                    }
+                )
             continue
         generator = torch.Generator().manual_seed(data_index * 2 + rank)
         x = torch.randn(8, 4, generator=generator)
@@ -87,6 +105,7 @@ def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
     control.close()
     result = {
         "rank": rank,
+        "pid": os.getpid(),
         "events": events,
         "iterations": iteration,
         "batches_skipped": control.batches_skipped,

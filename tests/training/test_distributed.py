@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from remediate.actions.base import StepContext
@@ -23,7 +24,9 @@ LABELS = ("training_job", "pod")
 
 
 def _ctx(step_index: int) -> StepContext:
-    alert = {"labels": {"training_job": "ddp-job"}, "fingerprint": "ddp", "startsAt": "2026-01-01T00:00:00Z"}
+    # startsAt is now: the checkpoints the job saved so far were saved before the alert (rollback's saved_before).
+    starts_at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    alert = {"labels": {"training_job": "ddp-job"}, "fingerprint": "ddp", "startsAt": starts_at}
     return StepContext(run_id=7, step_index=step_index, playbook="loss-spike", target="node", alert=alert,
                        deadline=time.monotonic() + 30)  # fmt: skip
 
@@ -51,7 +54,8 @@ def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: P
     try:
         wait_until(lambda: _registered_step(root) >= 22, 60, interval=0.05, message="the job never reached step 22")
         rollback, scale = TrainingRollbackAction(root, LABELS), TrainingScaleLrAction(root, LABELS)
-        params = rollback.validate({"checkpoint": "latest_good", "min_steps_back": 10, "skip_batches": 3})
+        # 400 batches to skip (~2 s): the lr cut arrives while both ranks skip, and is applied there.
+        params = rollback.validate({"checkpoint": "latest_good", "min_steps_back": 10, "skip_batches": 400})
         plan = rollback.plan(params, _ctx(0))
         assert plan["world_size"] == 2 and plan["alive"] is True
         assert plan["checkpoint"] is not None
@@ -69,9 +73,10 @@ def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: P
     # The acknowledgements (what the step results record) speak for both ranks.
     assert rolled["status"] == "applied" and rolled["acknowledged_by"]["world_size"] == 2
     assert rolled["step_after"] == rolled["checkpoint"]["step"] <= rolled["step_before"] - 10
-    assert rolled["batches_skipped"] == 3
+    assert rolled["batches_skipped"] == 400
     assert scaled["lr_before"] == [0.05] and scaled["lr_after"] == [0.025]
     assert [a["status"] for a in ranks[0]["acks"]] == ["applied", "applied"]
+    assert {(a["pid"], a["host"]) for a in ranks[0]["acks"]} == {(ranks[0]["pid"], rolled["acknowledged_by"]["host"])}
     assert ranks[1]["acks"] == []  # only rank 0 writes acknowledgements
 
     # Every rank applied each command at the same iteration and ended in the same state.
@@ -82,5 +87,7 @@ def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: P
             assert a[key] == b[key], key
     assert first[0]["step_after"] == rolled["step_after"] and first[0]["step_before"] == rolled["step_before"]
     assert first[1]["lr_after"] == 0.025 and first[1]["base_lrs"] == [0.025]
-    assert [r["batches_skipped"] for r in ranks] == [3, 3]
+    assert first[1].get("while_skipping") is True and second[1].get("while_skipping") is True
+    assert scaled["acknowledged_after_s"] < 2
+    assert ranks[0]["batches_skipped"] == ranks[1]["batches_skipped"] > 0
     assert ranks[0]["final_weight"] == ranks[1]["final_weight"]
