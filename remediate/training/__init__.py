@@ -11,7 +11,7 @@ torch nor any of remediate's server code.
 from __future__ import annotations
 
 from remediate.training.checkpoints import CallableCheckpoints, CheckpointIndex, TorchCheckpoints
-from remediate.training.client import TrainingControl
+from remediate.training.client import JobNameInUse, TrainingControl
 from remediate.training.handlers import CheckpointStore, CommandContext, CommandRejected, Handler
 from remediate.training.protocol import (
     PROTOCOL_VERSION,
@@ -35,6 +35,7 @@ __all__ = [
     "CommandContext",
     "CommandRejected",
     "Handler",
+    "JobNameInUse",
     "JobPaths",
     "ProtocolError",
     "Registration",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 
 import remediate.training.client as client_module
-from remediate.training import CallableCheckpoints, CommandContext, CommandRejected, TrainingControl
+from remediate.training import CallableCheckpoints, CommandContext, CommandRejected, JobNameInUse, TrainingControl
 from remediate.training.protocol import (
     APPLIED,
     EXPIRED,
@@ -31,6 +33,7 @@ from remediate.training.protocol import (
     read_json,
     this_host,
 )
+from tests.realsystems import wait_until
 from tests.training.conftest import JOB, FakeOptimizer, FakeScheduler, deliver, wait_for_ack
 
 
@@ -534,3 +537,33 @@ def test_a_rollback_arriving_while_skipping_moves_the_step_the_next_poll_returns
     assert settle_skip == [True, True] and wait_for_ack(root, JOB, second.id).step_after == 100
     assert not control.skip_batch()
     assert control.poll(201) == 101  # the loop trained one batch after the skip: counted from the new step
+
+
+def test_a_second_control_for_a_held_name_is_refused_until_the_first_closes(root: Path) -> None:
+    first = make_control(root).register()
+    second = make_control(root)
+    with pytest.raises(JobNameInUse, match=f"process {os.getpid()} on host {this_host()} holds the lock"):
+        second.register()
+    first.close()
+    second.register()
+    assert JobPaths(root, JOB).read_registration().closed_at is None
+    second.close()
+
+
+def test_a_live_process_registered_without_the_lock_is_not_taken_over_but_a_dead_one_is(root: Path) -> None:
+    """A job on a library from before the lock: its job.json names a live process on this host."""
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    paths = JobPaths(root, JOB)
+    try:
+        wait_until(lambda: pid_start_time(sleeper.pid) is not None, 5, message="no /proc entry")
+        paths.create()
+        old = Registration(job=JOB, pid=sleeper.pid, host=this_host(), pid_start=pid_start_time(sleeper.pid))
+        atomic_write_json(paths.registration, old.to_dict(), tmp_dir=paths.tmp)
+        with pytest.raises(JobNameInUse, match=f"process {sleeper.pid} on host .* is registered and still running"):
+            make_control(root).register()
+        assert paths.read_registration().pid == sleeper.pid
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    make_control(root).register().close()
+    assert paths.read_registration().pid == os.getpid()
