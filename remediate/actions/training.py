@@ -473,7 +473,7 @@ class TrainingRollbackAction(_TrainingAction):
 def _with_saved_before(params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     """`params` plus saved_before (epoch seconds) from the alert's startsAt; unchanged without a usable startsAt."""
     try:
-        started = parse_timestamp(ctx.alert.get("startsAt"), "startsAt").timestamp()  # type: ignore[arg-type]
+        started = parse_timestamp(ctx.alert.get("startsAt"), "startsAt").timestamp()
     except PayloadError:
         return dict(params)
     if started <= 0:  # Go's zero time: no start known

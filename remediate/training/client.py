@@ -75,7 +75,6 @@ from remediate.training.protocol import (
     check_command_id,
     check_kind,
     pid_start_time,
-    pid_uid,
     read_json,
     this_host,
 )
@@ -296,7 +295,7 @@ class TrainingControl:
         if holder.pid == os.getpid() or holder.closed_at is not None or holder.host != this_host():
             return
         start = pid_start_time(holder.pid)
-        if start is None or holder.pid_start is None or start != holder.pid_start or pid_uid(holder.pid) is None:
+        if start is None or holder.pid_start is None or start != holder.pid_start:
             return  # gone, or the pid now belongs to another process: a stale registration, taken over
         raise JobNameInUse(self._holder_message("is registered and still running", holder))
 
