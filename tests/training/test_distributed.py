@@ -13,8 +13,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
+from remediate.training import JobNameInUse, TrainingControl
 from remediate.training.protocol import JobPaths, ProtocolError
 from tests.realsystems import free_port, wait_until
 from tests.training.conftest import require
@@ -58,6 +61,10 @@ def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: P
         params = rollback.validate({"checkpoint": "latest_good", "min_steps_back": 10, "skip_batches": 400})
         plan = rollback.plan(params, _ctx(0))
         assert plan["world_size"] == 2 and plan["alive"] is True
+        # The name is held by rank 0 for the job's life: another process cannot register it meanwhile.
+        with pytest.raises(JobNameInUse, match=f"process {plan['pid']} on host"):
+            TrainingControl("ddp-job", root=root, wake_signal=None).register()
+        assert JobPaths(root, "ddp-job").read_registration().pid == plan["pid"]
         assert plan["checkpoint"] is not None
         rolled = rollback.execute(params, _ctx(0))
         scaled = scale.execute(scale.validate({"factor": 0.5, "min_lr": 0.001}), _ctx(1))
@@ -76,6 +83,7 @@ def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: P
     assert rolled["batches_skipped"] == 400
     assert scaled["lr_before"] == [0.05] and scaled["lr_after"] == [0.025]
     assert [a["status"] for a in ranks[0]["acks"]] == ["applied", "applied"]
+    assert plan["pid"] == ranks[0]["pid"]  # the planned process is the one that acknowledged, and says so
     assert {(a["pid"], a["host"]) for a in ranks[0]["acks"]} == {(ranks[0]["pid"], rolled["acknowledged_by"]["host"])}
     assert ranks[1]["acks"] == []  # only rank 0 writes acknowledgements
 
