@@ -286,6 +286,7 @@ class Executor:
             deadline=deadline,
             memory=self.memory,
             breaker=self.breaker,
+            stopping=self._stopping,
         )
         runner = self.dispatch.runner_for(action, run.target)
         try:
