@@ -81,9 +81,7 @@ def dead_pid() -> int:
 # --------------------------------------------------------------------------- finding 1: the pid that answers
 
 
-def test_the_step_fails_when_a_process_other_than_the_registered_one_acknowledges(
-    root: Path, processes: Jobs
-) -> None:
+def test_the_step_fails_when_a_process_other_than_the_registered_one_acknowledges(root: Path, processes: Jobs) -> None:
     job = processes.start("j1", heartbeat=60)  # no heartbeat rewrites job.json during the test
     other = processes.sleeper()  # a second live process whose pid job.json now names
     time.sleep(0.05)
@@ -128,7 +126,7 @@ def test_a_job_whose_process_is_gone_fails_at_once_and_nothing_is_sent(root: Pat
     plan = action.plan(params, ctx_for({"pod": "trainer-0"}))
     assert plan["can_act"] is False and "is not running" in plan["why_not"]
     started = time.monotonic()
-    with pytest.raises(ActionError, match="is not running.*nothing was sent") as failure:
+    with pytest.raises(ActionError, match=r"is not running.*nothing was sent") as failure:
         action.execute(params, ctx_for({"pod": "trainer-0"}))
     assert time.monotonic() - started < 1.0, "it waited for an acknowledgement from a dead process"
     assert "wait_for_job" in str(failure.value)
@@ -157,7 +155,7 @@ def test_wait_for_job_gives_up_after_its_duration(root: Path) -> None:
     name_pid(root, "trainer-0", dead_pid())
     action = TrainingCheckpointAction(root, LABELS)
     started = time.monotonic()
-    with pytest.raises(ActionError, match="did not register again within wait_for_job 0.5s; nothing was sent"):
+    with pytest.raises(ActionError, match=r"did not register again within wait_for_job 0\.5s; nothing was sent"):
         action.execute(action.validate({"wait_for_job": "0.5s"}), ctx_for({"pod": "trainer-0"}))
     assert 0.5 <= time.monotonic() - started < 2
 
@@ -171,7 +169,7 @@ def test_a_stop_withdraws_the_command_the_job_has_not_taken(root: Path) -> None:
     ctx = ctx_for({"pod": "trainer-0"})
     threading.Timer(0.3, ctx.stopping.set).start()
     started = time.monotonic()
-    with pytest.raises(ActionError, match="remediate is stopping.*withdrawn.*never be applied"):
+    with pytest.raises(ActionError, match=r"remediate is stopping.*withdrawn.*never be applied"):
         action.execute(action.validate({"factor": 0.5, "timeout": 30}), ctx)
     assert time.monotonic() - started < 2
     assert os.listdir(JobPaths(root, "trainer-0").inbox) == []
@@ -184,7 +182,7 @@ def test_a_stop_leaves_a_taken_command_for_reconciliation(root: Path, processes:
     action = TrainingRollbackAction(root, LABELS)
     ctx = ctx_for({"training_job": "j1"})
     threading.Timer(0.5, ctx.stopping.set).start()
-    with pytest.raises(OutcomePending, match="took command .* but remediate is stopping") as failure:
+    with pytest.raises(OutcomePending, match=r"took command .* but remediate is stopping") as failure:
         action.execute(action.validate({"timeout": 30}), ctx)
     follow_up = failure.value.follow_up
     assert follow_up["job"] == "j1" and follow_up["command_id"] == action.command_id(ctx)
