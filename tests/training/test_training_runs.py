@@ -168,3 +168,31 @@ def test_a_graceful_stop_withdraws_the_outstanding_command_and_ends_the_run(
     job.control.poll(501)
     assert job.optimizer.param_groups[0]["lr"] == 3e-4
     job.control.close()
+
+
+def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
+    root: Path, tmp_path: Path, processes: Jobs, store: Store
+) -> None:
+    from remediate.actions.base import InMemoryMemory
+    from remediate.agent import AgentService
+    from remediate.runners import Dispatch, StaticAgents
+    from tests.agent.support import AGENT_TOKEN, agent_settings, serve_agent
+
+    job = processes.start("job-a", load_delay=2.5)
+    node_settings = agent_settings(tmp_path / "agent", node_name="gpu-node-1", training_control_root=root)
+    service = AgentService(node_settings, registry=default_registry(node_settings), memory=InMemoryMemory())
+    elsewhere = tmp_path / "server-root"  # the server's own control root holds no job: only the agent can answer
+    elsewhere.mkdir()
+    registry = default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(elsewhere)}))
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(LATE_PLAYBOOK, registry)]), registry=registry)
+    with serve_agent(service, node_settings) as url:
+        dispatch = Dispatch(directory=StaticAgents({"gpu-node-1": url}), node_name="server", token=AGENT_TOKEN)
+        executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
+        decision = fire(engine, "job-a", "2026-11-21T05:40:00Z")
+        assert executor.drain() == 1
+        step = store.run_detail(decision.run_id)["steps"][0]
+        assert step["result"]["pending"]["taken"] is True and "of node gpu-node-1)" in step["error"]
+        wait_until(lambda: executor.reconcile_pending() == 1, 15, "the agent's plan reports the late outcome")
+    late = store.run_detail(decision.run_id)["steps"][0]["result"]["late_outcome"]
+    assert late["status"] == "applied_late" and late["applied_by_pid"] == job.pid
+    assert late["ran_on"].startswith("gpu-node-1 (agent http://127.0.0.1:")
