@@ -8,6 +8,9 @@ Each step delivers one command to the job through the control directory shared w
    control root (`training_control_root`, a setting — never a label). A `job` param may
    name it instead (a template such as ``"{{ labels.pod }}"``); either way the name is one
    path component of letters, digits, '.', '_', '-'.
+   Before anything is sent: `expect_pod` / `expect_namespace` (Prometheus' target labels) must
+   match what the job registered, and a job whose process is gone (or that closed its control)
+   fails the step at once — or, with `wait_for_job`, is waited for until it registers again.
 2. The command is written atomically to ``<root>/<job>/inbox/<id>.json``, with an expiry;
    the id is derived from the run, the step and the alert occurrence, so a step run again
    after a crash sends the same command (and the job applies it at most once).
@@ -19,11 +22,18 @@ Each step delivers one command to the job through the control directory shared w
    step with the job's reason. Without an acknowledgement by the command's expiry, the
    command is withdrawn from the inbox (so the job can never apply it late) and the step
    fails; should the job have claimed it just before it expired, the step waits a little
-   longer for its answer.
+   longer for its answer, then fails with OutcomePending (what to look for): the executor's
+   reconciliation later reads the late acknowledgement through this action's plan (`outcome`).
+   The acknowledgement must come from the pid job.json named when the command was sent.
+   When remediate stops (`StepContext.stopping`), the wait ends at once and an unclaimed command
+   is withdrawn.
+
+Every file below the root is reached through directory descriptors opened with O_NOFOLLOW
+(`protocol.JobDir`): the agent may be root while the job owns its directory.
 
 The dry-run plan reads job.json: the job found (and by which label), whether it is alive
-(last poll, process), and for a rollback the checkpoint it would restore according to the
-job's published checkpoint index.
+(last poll, process), whether the step can act at all (`can_act`, `why_not`), and for a
+rollback the checkpoint it would restore according to the job's published checkpoint index.
 """
 
 from __future__ import annotations
