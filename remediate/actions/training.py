@@ -127,7 +127,7 @@ COMMON_PARAMS: dict[str, Param] = {
         static=True,
         check=_duration_check,
         doc="when the job's process is not running: wait this long (e.g. 2m) for it to register again "
-        "before sending; default: fail at once",
+        "before sending (the step's timeout must cover it and the acknowledgement); default: fail at once",
     ),
     "expect_pod": Param(
         str,
@@ -412,6 +412,10 @@ class _TrainingAction(Action):
                 owner = job_dir.registration_owner()
                 if self.not_running(registration, self.liveness(registration, owner, time.time())) is None:
                     return registration
+        if ctx.stopping.is_set():
+            raise ActionError(
+                f"{dead}; remediate is stopping: no longer waiting for it (wait_for_job); nothing was sent"
+            )
         raise ActionError(f"{dead}; it did not register again within wait_for_job {wait}; nothing was sent")
 
     @staticmethod
