@@ -349,7 +349,12 @@ class _TrainingAction(Action):
         identity = self.identity_problem(params, registration)
         if identity:
             raise ActionError(f"{identity}; nothing was sent")
-        registration = self._running_job(params, ctx, paths, job_dir, how, registration)
+        fresh = self._running_job(params, ctx, job_dir, registration)
+        if fresh is not registration:  # it came back (wait_for_job): it must still be the job the alert names
+            registration = fresh
+            identity = self.identity_problem(params, registration)
+            if identity:
+                raise ActionError(f"{identity}; nothing was sent")
         budget = min(float(params["timeout"]), ctx.remaining() - DEADLINE_MARGIN_S)
         if budget <= 0:
             raise ActionError("no time left in the step to deliver the command")
@@ -389,13 +394,7 @@ class _TrainingAction(Action):
         return self._outcome(ack, registration, how, command, started, woken=woken)
 
     def _running_job(
-        self,
-        params: Mapping[str, Any],
-        ctx: StepContext,
-        paths: JobPaths,
-        job_dir: JobDir,
-        how: str,
-        registration: Registration,
+        self, params: Mapping[str, Any], ctx: StepContext, job_dir: JobDir, registration: Registration
     ) -> Registration:
         """The registration of a running job: fail fast when it is not running, or wait `wait_for_job` for it."""
         dead = self.not_running(registration, self.liveness(registration, job_dir.registration_owner(), time.time()))

@@ -150,6 +150,29 @@ def test_wait_for_job_sends_the_command_to_the_job_once_it_is_back(root: Path, p
     assert box["result"]["applied_by_pid"] == restarted.pid and box["result"]["lr_after"] == [1.5e-4]
 
 
+def test_a_job_that_comes_back_as_another_pod_gets_nothing(root: Path, processes: Jobs) -> None:
+    LiveJob(root, "j1").register()
+    name_pid(root, "j1", dead_pid())
+    before = JobPaths(root, "j1").read_registration().pod
+    action = TrainingCheckpointAction(root, LABELS)
+    params = action.validate({"timeout": 5, "wait_for_job": "20s", "expect_pod": before})
+    box: dict[str, Any] = {}
+
+    def send() -> None:
+        try:
+            action.execute(params, ctx_for({"training_job": "j1"}))
+        except ActionError as exc:
+            box["error"] = str(exc)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    time.sleep(0.3)
+    processes.start("j1", env={"POD_NAME": "someone-else-0"})
+    sender.join(20)
+    assert f"expect_pod is {before!r} but the job registered pod 'someone-else-0'" in box["error"]
+    assert os.listdir(JobPaths(root, "j1").inbox) == [] and os.listdir(JobPaths(root, "j1").outbox) == []
+
+
 def test_wait_for_job_gives_up_after_its_duration(root: Path) -> None:
     LiveJob(root, "trainer-0").register()
     name_pid(root, "trainer-0", dead_pid())
