@@ -196,3 +196,48 @@ def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
     late = store.run_detail(decision.run_id)["steps"][0]["result"]["late_outcome"]
     assert late["status"] == "applied_late" and late["applied_by_pid"] == job.pid
     assert late["ran_on"].startswith("gpu-node-1 (agent http://127.0.0.1:")
+
+
+@pytest.mark.integration
+def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path, tmp_path: Path) -> None:
+    """Finding 7 as it was found: the real server (gunicorn) stopped gracefully while a training step waits."""
+    import requests
+
+    from tests.integration.conftest import TOKEN, RemediateServer
+
+    job = LiveJob(root, "job-a").register()  # registered, busy: it does not poll
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    step = {**LATE_PLAYBOOK["steps"][1], "with": {"factor": 0.5, "timeout": 60}, "timeout": "90s"}
+    (playbooks / "cut.yaml").write_text(json.dumps({**LATE_PLAYBOOK, "name": "cut", "steps": [step]}))
+    server = RemediateServer(
+        tmp_path / "server", playbooks, workers=1, env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)}
+    ).start()
+    inbox = JobPaths(root, "job-a").inbox
+    try:
+        alert = alert_payload("TrainingLossSpike", labels={"training_job": "job-a", "node": "gpu-node-1"})
+        answer = requests.post(
+            server.webhook_url,
+            json=notification_payload(alert),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=10,
+        )
+        assert answer.status_code == 200, answer.text
+        wait_until(lambda: os.listdir(inbox), 20, "the command was sent")
+        started = time.monotonic()
+        server.stop()
+        stopped_after = time.monotonic() - started
+    finally:
+        server.kill()
+    assert stopped_after < 10
+    assert os.listdir(inbox) == []
+    store = Store.open(server.database_url)
+    try:
+        run = store.run_detail(1)
+    finally:
+        store.close()
+    assert run["status"] == "failed", run
+    assert "remediate is stopping" in run["steps"][0]["error"] and "withdrawn" in run["steps"][0]["error"]
+    job.control.poll(501)
+    assert job.optimizer.param_groups[0]["lr"] == 3e-4
+    job.control.close()
