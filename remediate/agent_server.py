@@ -33,7 +33,7 @@ from remediate.agent import (
     classify,
 )
 from remediate.config import Settings
-from remediate.errors import ParamsError, RemediateError
+from remediate.errors import OutcomePending, ParamsError, RemediateError
 
 log = logging.getLogger("remediate.agent")
 
@@ -80,7 +80,9 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
                 log.exception("unexpected error in %s of %s", kind, step_request.action)
             error_class, message = classify(exc)
             status = 503 if error_class == RETRYABLE else 500
-            return error(status, "action_failed", error_class, message, type=exc.__class__.__name__)
+            # What to look for when the change may still happen: the server reconciles it later.
+            extra = {"follow_up": exc.follow_up} if isinstance(exc, OutcomePending) else {}
+            return error(status, "action_failed", error_class, message, type=exc.__class__.__name__, **extra)
 
     @app.post("/v1/steps/plan")
     def plan() -> Any:

@@ -115,6 +115,7 @@ def _report(
                 except Exception as exc:
                     item["plan_error"] = f"{exc.__class__.__name__}: {exc}"
                 steps.append(item)
+            cannot = cannot_act(steps)
             entry["playbooks"].append(
                 {
                     "playbook": ev.playbook.name,
@@ -122,7 +123,8 @@ def _report(
                     "mode": ev.mode.value,
                     "decision": j.verdict.decision.value,
                     "reason": j.verdict.reason,
-                    "would_run": j.verdict.accepted,
+                    "would_run": j.verdict.accepted and cannot is None,
+                    **({"cannot_act": cannot} if cannot else {}),
                     "steps": steps,
                 }
             )
@@ -130,6 +132,15 @@ def _report(
     return {
         "store": store_note,
         "paused": paused,
-        "would_run": any(j.verdict.accepted for j in judged),
+        "would_run": any(pb["would_run"] for entry in alerts for pb in entry["playbooks"]),
         "alerts": alerts,
     }
+
+
+def cannot_act(steps: list[dict[str, Any]]) -> str | None:
+    """Why a run of these steps would change nothing: every step's plan says `can_act: false`
+    (the plan contract in docs/playbooks.md), with each step's `why_not`; None when one can act."""
+    plans = [step.get("plan") for step in steps]
+    if not plans or not all(isinstance(plan, dict) and plan.get("can_act") is False for plan in plans):
+        return None
+    return "; ".join(f"step {step['index']} {step['name']}: {step['plan'].get('why_not') or '?'}" for step in steps)

@@ -6,7 +6,8 @@
     ├── PlaybookError          a playbook file that does not load or validate
     ├── ParamsError            step params that do not render or do not fit the action's schema
     ├── ActionError            an action failed while planning or executing
-    │   └── RetryableActionError   ... and trying again later may succeed
+    │   ├── RetryableActionError   ... and trying again later may succeed
+    │   └── OutcomePending         ... after handing its change over: it may still happen (reconciled later)
     ├── UnknownRunError        no run with that id
     └── RunStateError          the run is not in a state that allows the operation
 
@@ -14,6 +15,8 @@ The docstring of each class is its default message.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 def located(message: str, *where: str) -> str:
@@ -73,3 +76,15 @@ class UnknownRunError(RemediateError):
 
 class RunStateError(RemediateError):
     """The run is not in a state that allows this."""
+
+
+class OutcomePending(ActionError):
+    """The action handed its change over and gave up waiting: it may still happen.
+
+    `follow_up` (JSON-able) says what to look for; the executor keeps it with the failed step
+    and `Executor.reconcile_pending` later asks the action's plan what became of it.
+    """
+
+    def __init__(self, message: str, follow_up: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.follow_up = dict(follow_up)

@@ -23,6 +23,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,16 @@ from tenacity import (
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.breaker import CircuitBreaker
-from remediate.errors import ActionError, ParamsError, RetryableActionError
+from remediate.errors import ActionError, OutcomePending, ParamsError, RetryableActionError
 from remediate.runners import Dispatch, StepRunner
 from remediate.store import FAILED, PLANNED, SUCCEEDED, ClaimedRun, RunEnd, StepRecord, Store, worker_identity
 
 log = logging.getLogger("remediate.executor")
 
 DONE_STEP_STATUSES = ("succeeded", "planned", "skipped")
+RECONCILE_WINDOW_S = 24 * 3600.0
+"""How long after a step gave up its pending outcome is still looked for (jobs keep acknowledgements 7 days)."""
+RECONCILE_PLAN_TIMEOUT_S = 15.0
 
 
 class StepTimeout(ActionError):
@@ -127,6 +131,7 @@ class Executor:
         retry_wait_max: float = 10.0,
         dispatch: Dispatch | None = None,
         breaker: CircuitBreaker | None = None,
+        reconcile_interval: float = 15.0,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -148,6 +153,8 @@ class Executor:
         self._threads: list[threading.Thread] = []
         self._active: set[int] = set()
         self._active_lock = threading.Lock()
+        self.reconcile_interval = reconcile_interval
+        """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -198,8 +205,8 @@ class Executor:
 
     def _housekeeping(self) -> None:
         interval = max(0.5, min(5.0, self.stale_after / 4))
-        last_recovery = time.monotonic()
-        while not self._stopping.wait(interval):
+        last_recovery = last_reconcile = time.monotonic()
+        while not self._stopping.wait(min(interval, self.reconcile_interval)):
             try:
                 with self._active_lock:
                     active = sorted(self._active)
@@ -208,6 +215,9 @@ class Executor:
                     last_recovery = time.monotonic()
                     if self.recover():
                         self.wake()
+                if time.monotonic() - last_reconcile >= self.reconcile_interval:
+                    last_reconcile = time.monotonic()
+                    self.reconcile_pending()
             except Exception:
                 log.exception("executor housekeeping failed; retrying")
 
@@ -286,6 +296,7 @@ class Executor:
             deadline=deadline,
             memory=self.memory,
             breaker=self.breaker,
+            stopping=self._stopping,
         )
         runner = self.dispatch.runner_for(action, run.target)
         try:
@@ -303,7 +314,9 @@ class Executor:
             number, outcome = self._attempts(runner, action, params, ctx, step, plan)
             result = runner.stamp(outcome)
         except Exception as exc:
-            return self._fail_step(run, step, _describe(exc), started, plan=plan)
+            # A change handed over but not confirmed: keep what to look for, for reconcile_pending.
+            pending = {"pending": exc.follow_up} if isinstance(exc, OutcomePending) else None
+            return self._fail_step(run, step, _describe(exc), started, plan=plan, result=pending)
         self.store.finish_step(
             step.id, "succeeded", now=self.clock(), result=result, succeeded_attempt=number, run_end=run_end
         )
@@ -355,6 +368,46 @@ class Executor:
             raise ActionError(str(exc)) from exc
         raise ActionError("no attempt was made (step deadline already passed)")
 
+    def reconcile_pending(self) -> int:
+        """Record late outcomes: for each failed step that handed a change over and gave up waiting
+        (OutcomePending), ask its action's plan, through the same runner as the step (the node's agent
+        for a node step), what became of it; a plan with an `outcome` settles the step. Returns how many."""
+        settled = 0
+        for pending in self.store.pending_outcomes(since=self.clock() - RECONCILE_WINDOW_S):
+            step, run = pending.step, pending.run
+            try:
+                action = self.registry.get(step.action)
+                params = action.validate(step.params)
+                ctx = StepContext(
+                    run_id=run.id,
+                    step_index=step.idx,
+                    playbook=run.playbook,
+                    target=run.target,
+                    alert=run.alert_context,
+                    deadline=time.monotonic() + RECONCILE_PLAN_TIMEOUT_S,
+                    memory=self.memory,
+                    breaker=self.breaker,
+                    stopping=self._stopping,
+                )
+                runner = self.dispatch.runner_for(action, run.target)
+                plan = call_with_deadline(partial(runner.plan, action, params, ctx), RECONCILE_PLAN_TIMEOUT_S)
+            except Exception as exc:
+                log.info("run %s step %s: cannot look for its late outcome yet: %s", run.id, step.idx, exc)
+                continue
+            outcome = plan.get("outcome") if isinstance(plan, dict) else None
+            if not isinstance(outcome, dict):
+                continue
+            late = _late_outcome(outcome, pending.follow_up, runner.ran_on, self.clock())
+            note = (
+                f"late outcome recorded at {late['reconciled_at']}: {late['status']}"
+                + (f" {late['late_by_s']} s after the step gave up" if late.get("late_by_s") is not None else "")
+                + f" (claimed {outcome.get('claimed_at') or '?'}, done {outcome.get('applied_at') or '?'})"
+            )
+            if self.store.settle_pending(step.id, late, note, self.clock()):
+                settled += 1
+                log.warning("run %s step %s (%s): %s", run.id, step.idx, step.action, note)
+        return settled
+
     def _fail_step(
         self,
         run: ClaimedRun,
@@ -364,13 +417,31 @@ class Executor:
         *,
         status: str = "failed",
         plan: Any = None,
+        result: Any = None,
     ) -> str:
         """Record the step's failure and the run's, in one transaction; returns the error."""
         run_end = RunEnd(run.id, FAILED, f"step {step.idx} {step.name} ({step.action}): {error}")
-        self.store.finish_step(step.id, status, now=self.clock(), error=error, plan=plan, run_end=run_end)
+        self.store.finish_step(
+            step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end
+        )
         self.metrics.step_finished(step.action, status, time.monotonic() - started)
         self._run_finished(run_end)
         return error
+
+
+def _late_outcome(
+    outcome: Mapping[str, Any], follow_up: Mapping[str, Any], ran_on: str | None, now: float
+) -> dict[str, Any]:
+    """The late outcome as recorded on the step: the plan's `outcome`, `status` as `<status>_late`
+    (e.g. applied_late), how late (seconds after the step gave up) and when it was seen."""
+    late: dict[str, Any] = {**outcome, "status": f"{outcome.get('status') or 'unknown'}_late"}
+    at, gave_up = outcome.get("at"), follow_up.get("gave_up_at")
+    if isinstance(at, int | float) and isinstance(gave_up, int | float):
+        late["late_by_s"] = round(at - gave_up, 3)
+    late["reconciled_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    if ran_on:
+        late["ran_on"] = ran_on
+    return late
 
 
 def _describe(exc: BaseException) -> str:

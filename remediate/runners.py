@@ -38,7 +38,7 @@ import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from remediate.actions.base import Action, StepContext, Where
-from remediate.errors import ActionError, ConfigError, RetryableActionError
+from remediate.errors import ActionError, ConfigError, OutcomePending, RetryableActionError
 from remediate.kube.model import check_node_name
 
 if TYPE_CHECKING:
@@ -376,6 +376,8 @@ class AgentRunner(StepRunner):
             message = f"{data.get('message') or data.get('error') or 'failed'} (on {where})"
             if data["error_class"] == "retryable":
                 raise RetryableActionError(message)
+            if isinstance(data.get("follow_up"), dict):
+                raise OutcomePending(message, data["follow_up"])
             raise ActionError(message)
         if response.status_code in (502, 503, 504):
             self.directory.forget(self.node)

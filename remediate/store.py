@@ -99,6 +99,17 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class PendingOutcome:
+    """A failed step whose change may still happen (Store.pending_outcomes)."""
+
+    step: StepRecord
+    run: ClaimedRun
+    follow_up: Mapping[str, Any]
+    """What the action said to look for (OutcomePending.follow_up)."""
+    finished_at: float
+
+
+@dataclass(frozen=True)
 class RunEnd:
     """How a run ends, given to `Store.finish_step` of its last step so both are recorded in one transaction."""
 
@@ -423,6 +434,80 @@ class Store:
             conn.execute(_UPDATE_STEP, {"p_step_id": step_id, **values})
             if run_end is not None:
                 self._finish_run(conn, run_end.run_id, run_end.status, now, run_end.error)
+
+    def pending_outcomes(self, since: float, limit: int = 100) -> list[PendingOutcome]:
+        """Failed steps that handed a change over and gave up waiting for it (result ``{"pending": ...}``,
+        from OutcomePending), finished at or after `since` and not settled yet: Executor.reconcile_pending's work."""
+        query = (
+            sa.select(
+                t.steps,
+                t.runs.c.playbook,
+                t.runs.c.target,
+                t.runs.c.phase,
+                t.runs.c.mode,
+                t.runs.c.alertname,
+                t.alerts.c.labels,
+                t.alerts.c.annotations,
+                t.alerts.c.fingerprint,
+                t.alerts.c.starts_at,
+                t.alerts.c.ends_at,
+                t.alerts.c.generator_url,
+                t.alerts.c.status.label("alert_status"),
+            )
+            .join(t.runs, t.runs.c.id == t.steps.c.run_id)
+            .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+            .where(t.steps.c.status.in_((FAILED, "interrupted")))
+            .where(t.steps.c.finished_at >= since, t.steps.c.result.is_not(None))
+            .order_by(t.steps.c.id)
+            .limit(limit)
+        )
+        with self.read() as conn:
+            rows = conn.execute(query).all()
+        found = []
+        for r in rows:
+            result = _loads(r.result)
+            if not isinstance(result, dict) or not isinstance(result.get("pending"), dict) or "late_outcome" in result:
+                continue
+            context = {
+                "labels": json.loads(r.labels),
+                "annotations": json.loads(r.annotations),
+                "status": r.alert_status,
+                "alertname": r.alertname,
+                "fingerprint": r.fingerprint,
+                "startsAt": r.starts_at,
+                "endsAt": r.ends_at or "",
+                "generatorURL": r.generator_url,
+            }
+            step = StepRecord(
+                r.id, r.run_id, r.idx, r.name, r.action, r.where, json.loads(r.params), r.timeout, r.retries,
+                r.status, r.attempts,
+            )  # fmt: skip
+            run = ClaimedRun(r.run_id, r.playbook, r.target, r.phase, r.mode, context)
+            found.append(PendingOutcome(step, run, result["pending"], r.finished_at))
+        return found
+
+    def settle_pending(self, step_id: int, late_outcome: Mapping[str, Any], note: str, now: float) -> bool:
+        """Record what became of a pending step: `late_outcome` joins its result, `note` is appended to the
+        step's and the run's error. False when another executor settled it first (nothing written)."""
+        with self.write() as conn:
+            row = conn.execute(
+                sa.select(t.steps.c.result, t.steps.c.error, t.steps.c.run_id).where(t.steps.c.id == step_id)
+            ).one()
+            result = _loads(row.result)
+            if not isinstance(result, dict) or "late_outcome" in result:
+                return False
+            result["late_outcome"] = dict(late_outcome)
+            conn.execute(
+                _UPDATE_STEP,
+                {"p_step_id": step_id, "result": dumps(result), "error": f"{row.error or ''}; {note}".lstrip("; ")},
+            )
+            run_error = conn.execute(sa.select(t.runs.c.error).where(t.runs.c.id == row.run_id)).scalar_one()
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id == row.run_id)
+                .values(error=f"{run_error or ''}; {note}".lstrip("; "), updated_at=now)
+            )
+        return True
 
     def finish_run(self, run_id: int, status: str, *, now: float, error: str | None = None) -> None:
         with self.write() as conn:

@@ -11,6 +11,7 @@ return a JSON-able dict, or raise ActionError / RetryableActionError.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping
@@ -97,6 +98,9 @@ class StepContext:
     memory: ActionMemory = field(default_factory=InMemoryMemory)
     breaker: NodeBreaker | None = None
     """The cluster breaker; None where there is no store (a gated action then refuses to change anything)."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set by Executor.stop (SIGTERM): an action that waits should stop waiting, undo what has not taken
+    effect yet (e.g. withdraw an unclaimed command) and fail with that reason."""
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

@@ -8,6 +8,9 @@ Each step delivers one command to the job through the control directory shared w
    control root (`training_control_root`, a setting — never a label). A `job` param may
    name it instead (a template such as ``"{{ labels.pod }}"``); either way the name is one
    path component of letters, digits, '.', '_', '-'.
+   Before anything is sent: `expect_pod` / `expect_namespace` (Prometheus' target labels) must
+   match what the job registered, and a job whose process is gone (or that closed its control)
+   fails the step at once — or, with `wait_for_job`, is waited for until it registers again.
 2. The command is written atomically to ``<root>/<job>/inbox/<id>.json``, with an expiry;
    the id is derived from the run, the step and the alert occurrence, so a step run again
    after a crash sends the same command (and the job applies it at most once).
@@ -19,11 +22,18 @@ Each step delivers one command to the job through the control directory shared w
    step with the job's reason. Without an acknowledgement by the command's expiry, the
    command is withdrawn from the inbox (so the job can never apply it late) and the step
    fails; should the job have claimed it just before it expired, the step waits a little
-   longer for its answer.
+   longer for its answer, then fails with OutcomePending (what to look for): the executor's
+   reconciliation later reads the late acknowledgement through this action's plan (`outcome`).
+   The acknowledgement must come from the pid job.json named when the command was sent.
+   When remediate stops (`StepContext.stopping`), the wait ends at once and an unclaimed command
+   is withdrawn.
+
+Every file below the root is reached through directory descriptors opened with O_NOFOLLOW
+(`protocol.JobDir`): the agent may be root while the job owns its directory.
 
 The dry-run plan reads job.json: the job found (and by which label), whether it is alive
-(last poll, process), and for a rollback the checkpoint it would restore according to the
-job's published checkpoint index.
+(last poll, process), whether the step can act at all (`can_act`, `why_not`), and for a
+rollback the checkpoint it would restore according to the job's published checkpoint index.
 """
 
 from __future__ import annotations
@@ -42,7 +52,8 @@ from typing import Any, ClassVar
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
 from remediate.alerts import parse_timestamp
-from remediate.errors import ActionError, PayloadError
+from remediate.durations import parse_duration
+from remediate.errors import ActionError, OutcomePending, PayloadError
 from remediate.training.protocol import (
     APPLIED,
     CHECKPOINT,
@@ -52,10 +63,10 @@ from remediate.training.protocol import (
     SCALE_LR,
     Ack,
     Command,
+    JobDir,
     JobPaths,
     ProtocolError,
     Registration,
-    atomic_write_json,
     job_name_problem,
     pid_start_time,
     pid_uid,
@@ -68,6 +79,8 @@ ACK_POLL_S = 0.02
 DEADLINE_MARGIN_S = 0.5
 """Seconds kept free before the step's own deadline, to withdraw the command and report."""
 DEFAULT_TIMEOUT_S = 60.0
+JOB_POLL_S = 0.1
+"""How often a step waiting for a job to come back (wait_for_job) reads its job.json."""
 ALIVE_MIN_S = 30.0
 """A job that polled within max(this, 5 heartbeats) counts as alive in a plan."""
 
@@ -88,6 +101,14 @@ def _timeout(value: float) -> str | None:
     return None if 0 < value <= 3600 else "must be between 0 and 3600 seconds"
 
 
+def _duration_check(value: str) -> str | None:
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except ValueError as exc:
+        return str(exc)
+    return None if seconds <= 3600 else "must be at most 1h"
+
+
 COMMON_PARAMS: dict[str, Param] = {
     "job": Param(
         str,
@@ -102,6 +123,19 @@ COMMON_PARAMS: dict[str, Param] = {
         doc="seconds to wait for the job's acknowledgement (bounded by the step's timeout)",
     ),
     "wake": Param(bool, default=True, static=True, doc="send the job its registered wake-up signal"),
+    "wait_for_job": Param(
+        str,
+        static=True,
+        check=_duration_check,
+        doc="when the job's process is not running: wait this long (e.g. 2m) for it to register again "
+        "before sending (the step's timeout must cover it and the acknowledgement); default: fail at once",
+    ),
+    "expect_pod": Param(
+        str,
+        doc='the pod (or host) the job must have registered, e.g. "{{ labels.pod }}" (a label Prometheus\' '
+        "target discovery adds, not one the job exports)",
+    ),
+    "expect_namespace": Param(str, doc='the namespace the job must have registered, e.g. "{{ labels.namespace }}"'),
 }
 
 
@@ -167,28 +201,22 @@ class _TrainingAction(Action):
 
     @staticmethod
     def _registered(root: Path, name: str, how: str) -> tuple[JobPaths, Registration, str]:
-        try:
-            paths = JobPaths(root, name)
-            paths.check_safe()
-            registration = paths.read_registration()
-        except FileNotFoundError:
-            raise ActionError(f"training job {name!r} ({how}) is not registered under {root}") from None
-        except ProtocolError as exc:
-            raise ActionError(f"training job {name!r} ({how}): {exc}") from None
-        if registration.job != name:
-            raise ActionError(f"{paths.registration} names job {registration.job!r}, not {name!r}")
+        paths = JobPaths(root, name)
+        with _open_job_dir(paths, how) as job_dir:
+            registration = _read_registration(job_dir, paths, how)
         return paths, registration, how
 
-    # ------------------------------------------------------------------ liveness
+    # ------------------------------------------------------------------ liveness and identity
 
     @staticmethod
-    def liveness(registration: Registration, paths: JobPaths, now: float) -> dict[str, Any]:
+    def liveness(registration: Registration, owner: int | None, now: float) -> dict[str, Any]:
+        """`owner`: the uid owning job.json (read through the job's directory fd), None when unknown."""
         age = None if registration.last_poll_at is None else round(now - registration.last_poll_at, 3)
         window = max(ALIVE_MIN_S, 5 * registration.heartbeat_s)
         same_host = registration.host == this_host()
         process = None
         if same_host:
-            process = _same_process(registration, paths)
+            process = _same_process(registration, owner)
         reasons = []
         if registration.closed_at is not None:
             reasons.append(f"the job closed its control at {_iso(registration.closed_at)}")
@@ -207,28 +235,94 @@ class _TrainingAction(Action):
             "process_running": process,
         }
 
+    @staticmethod
+    def not_running(registration: Registration, live: Mapping[str, Any]) -> str | None:
+        """Why the job certainly cannot take a command now (closed, or its process is gone), else None.
+
+        A job that merely has not polled for a while may be in a long evaluation: it still gets the
+        command (and the wake-up signal).
+        """
+        if registration.closed_at is not None:
+            return (
+                f"training job {registration.job!r} closed its control at {_iso(registration.closed_at)} "
+                f"(at step {registration.last_step}): it is not running"
+            )
+        if live["process_running"] is False:
+            return f"training job {registration.job!r} is not running: {live['why_not']}"
+        return None
+
+    @staticmethod
+    def identity_problem(params: Mapping[str, Any], registration: Registration) -> str | None:
+        """Why the registered job is not the one the alert's target labels name (expect_pod, expect_namespace)."""
+        problems = []
+        for param, field, registered in (
+            ("expect_pod", "pod", registration.pod or registration.host),
+            ("expect_namespace", "namespace", registration.namespace),
+        ):
+            wanted = params.get(param)
+            if wanted is None:
+                continue
+            if registered is None:
+                problems.append(
+                    f"{param} is {wanted!r} but the job's registration records no {field} "
+                    "(set $POD_NAMESPACE in the job's environment, or a newer remediate.training)"
+                )
+            elif registered != wanted:
+                problems.append(f"{param} is {wanted!r} but the job registered {field} {registered!r}")
+        if not problems:
+            return None
+        return (
+            f"training job {registration.job!r} (pid {registration.pid}) is not the job the alert names: "
+            + "; ".join(problems)
+        )
+
     # ------------------------------------------------------------------ plan
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        paths, registration, how = self.find_job(params, ctx)
+        paths, _, how = self.find_job(params, ctx)
         now = time.time()
+        with _open_job_dir(paths, how) as job_dir:
+            registration = _read_registration(job_dir, paths, how)
+            live = self.liveness(registration, job_dir.registration_owner(), now)
+            own_ack = _read_ack(job_dir, self.command_id(ctx))
         plan: dict[str, Any] = {
             "job": registration.job,
             "found_by": how,
             "control_dir": str(paths.dir),
             "pid": registration.pid,
             "host": registration.host,
+            "pod": registration.pod,
+            "namespace": registration.namespace,
             "rank": registration.rank,
             "world_size": registration.world_size,
             "framework": registration.framework,
-            **self.liveness(registration, paths, now),
+            **live,
             "handles": list(registration.kinds),
             "would_send": {"kind": self.kind, "params": self.command_params(params)},
             "lr": list(registration.lr),
             "checkpoints": len(registration.checkpoints),
         }
+        cannot = []
         if registration.kinds and self.kind not in registration.kinds:
             plan["warning"] = f"the job does not handle {self.kind!r}: it would reject the command"
+            cannot.append(plan["warning"])
+        identity = self.identity_problem(params, registration)
+        if identity:
+            cannot.append(identity)
+        dead = self.not_running(registration, live)
+        if dead and params.get("wait_for_job"):
+            plan["would_wait_for_job"] = f"{dead}: would wait up to {params['wait_for_job']} for it to register again"
+        elif dead:
+            cannot.append(f"{dead}: nothing would be sent (wait_for_job is not set)")
+        # The general contract of plans (docs/playbooks.md): can_act false = execute would certainly
+        # fail without changing anything; why_not says why.
+        plan["can_act"] = not cannot
+        if cannot:
+            plan["why_not"] = "; ".join(cannot)
+        if own_ack is not None:
+            # This very step's command was answered (a late acknowledgement): the executor's
+            # reconciliation reads it from here, through the same runner as the step.
+            plan["outcome"] = _ack_summary(own_ack, registration)
         plan.update(self.plan_extra(params, registration))
         return plan
 
@@ -240,17 +334,28 @@ class _TrainingAction(Action):
         return f"r{ctx.run_id}-s{ctx.step_index}-{digest}"
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        paths, registration, how = self.find_job(params, ctx)
+        paths, _, how = self.find_job(params, ctx)
+        with _open_job_dir(paths, how) as job_dir:
+            return self._execute(params, ctx, paths, job_dir, how)
+
+    def _execute(
+        self, params: Mapping[str, Any], ctx: StepContext, paths: JobPaths, job_dir: JobDir, how: str
+    ) -> dict[str, Any]:
+        registration = _read_registration(job_dir, paths, how)
         command_id = self.command_id(ctx)
         started = time.monotonic()
-        previous = _read_ack(paths, command_id)
+        previous = _read_ack(job_dir, command_id)
         if previous is not None:  # this step ran before (crash, retry): the job already answered
-            return self._outcome(previous, paths, registration, how, None, started, replayed=True)
-        if registration.closed_at is not None:
-            raise ActionError(
-                f"training job {registration.job!r} closed its control at {_iso(registration.closed_at)} "
-                f"(at step {registration.last_step}): it is not running; nothing was sent"
-            )
+            return self._outcome(previous, registration, how, None, started, replayed=True)
+        identity = self.identity_problem(params, registration)
+        if identity:
+            raise ActionError(f"{identity}; nothing was sent")
+        fresh = self._running_job(params, ctx, job_dir, registration)
+        if fresh is not registration:  # it came back (wait_for_job): it must still be the job the alert names
+            registration = fresh
+            identity = self.identity_problem(params, registration)
+            if identity:
+                raise ActionError(f"{identity}; nothing was sent")
         budget = min(float(params["timeout"]), ctx.remaining() - DEADLINE_MARGIN_S)
         if budget <= 0:
             raise ActionError("no time left in the step to deliver the command")
@@ -268,65 +373,116 @@ class _TrainingAction(Action):
                 "playbook": ctx.playbook,
                 "alertname": ctx.alert.get("alertname"),
                 "host": this_host(),
+                "pid": registration.pid,
             },
         )
         try:
-            atomic_write_json(paths.command(command_id), command.to_dict(), tmp_dir=paths.tmp)
+            job_dir.write_command(command)
         except OSError as exc:
             raise ActionError(f"cannot write the command into {paths.inbox}: {exc.strerror or exc}") from exc
-        woken = self._wake(registration, paths) if params["wake"] else "not asked"
+        woken = self._wake(registration, job_dir.registration_owner()) if params["wake"] else "not asked"
         hard_deadline = started + budget
-        ack = self._wait_for_ack(paths, command_id, min(hard_deadline, started + (command.expires_at - now)))
+        ack = self._wait_for_ack(job_dir, command_id, min(hard_deadline, started + (command.expires_at - now)), ctx)
         withdrawn = False
         if ack is None:
-            withdrawn = _withdraw(paths, command_id)
-            if not withdrawn:  # the job claimed it before it expired: give it the grace period to answer
-                ack = self._wait_for_ack(paths, command_id, hard_deadline)
+            withdrawn = job_dir.withdraw(command_id)
+            if not withdrawn and not ctx.stopping.is_set():
+                # The job claimed it before it expired: give it the grace period to answer.
+                ack = self._wait_for_ack(job_dir, command_id, hard_deadline, ctx)
         if ack is None:
-            self._fail_without_ack(paths, registration, command, withdrawn, woken)
+            self._fail_without_ack(job_dir, paths, registration, command, withdrawn, woken, ctx)
         assert ack is not None
-        return self._outcome(ack, paths, registration, how, command, started, woken=woken)
+        return self._outcome(ack, registration, how, command, started, woken=woken)
+
+    def _running_job(
+        self, params: Mapping[str, Any], ctx: StepContext, job_dir: JobDir, registration: Registration
+    ) -> Registration:
+        """The registration of a running job: fail fast when it is not running, or wait `wait_for_job` for it."""
+        dead = self.not_running(registration, self.liveness(registration, job_dir.registration_owner(), time.time()))
+        if dead is None:
+            return registration
+        wait = params.get("wait_for_job")
+        if not wait:
+            raise ActionError(f"{dead}; nothing was sent (set wait_for_job on the step if a restart is expected)")
+        until = time.monotonic() + min(parse_duration(wait).total_seconds(), ctx.remaining() - DEADLINE_MARGIN_S)
+        while time.monotonic() < until and not ctx.stopping.wait(JOB_POLL_S):
+            # A restarted job registers again in the same directory: read job.json afresh.
+            with contextlib.suppress(FileNotFoundError, ProtocolError):
+                registration = job_dir.read_registration()
+                owner = job_dir.registration_owner()
+                if self.not_running(registration, self.liveness(registration, owner, time.time())) is None:
+                    return registration
+        if ctx.stopping.is_set():
+            raise ActionError(
+                f"{dead}; remediate is stopping: no longer waiting for it (wait_for_job); nothing was sent"
+            )
+        raise ActionError(f"{dead}; it did not register again within wait_for_job {wait}; nothing was sent")
 
     @staticmethod
-    def _wait_for_ack(paths: JobPaths, command_id: str, until: float) -> Ack | None:
-        ack_path = paths.ack(command_id)
+    def _wait_for_ack(job_dir: JobDir, command_id: str, until: float, ctx: StepContext) -> Ack | None:
+        """The acknowledgement, or None at `until` or as soon as remediate is stopping."""
         while True:
-            if ack_path.exists():
-                ack = _read_ack(paths, command_id)
-                if ack is not None:
-                    return ack
-            if time.monotonic() >= until:
+            ack = _read_ack(job_dir, command_id)
+            if ack is not None:
+                return ack
+            if time.monotonic() >= until or ctx.stopping.is_set():
                 return None
-            time.sleep(min(ACK_POLL_S, max(0.0, until - time.monotonic())))
+            ctx.stopping.wait(min(ACK_POLL_S, max(0.0, until - time.monotonic())))
 
     def _fail_without_ack(
-        self, paths: JobPaths, registration: Registration, command: Command, withdrawn: bool, woken: str
+        self,
+        job_dir: JobDir,
+        paths: JobPaths,
+        registration: Registration,
+        command: Command,
+        withdrawn: bool,
+        woken: str,
+        ctx: StepContext,
     ) -> None:
         # The job may have written a heartbeat meanwhile: read it again for the message.
         with contextlib.suppress(FileNotFoundError, ProtocolError):
-            registration = paths.read_registration()
-        live = self.liveness(registration, paths, time.time())
+            registration = job_dir.read_registration()
+        live = self.liveness(registration, job_dir.registration_owner(), time.time())
         seen = (
             f"the job last polled {live['last_poll_age_s']:.1f} s ago at step {registration.last_step}"
             if live["last_poll_age_s"] is not None
             else "the job has not polled yet"
         )
         waited = command.expires_at - command.created_at
+        stopping = ctx.stopping.is_set()
+        if withdrawn and stopping:
+            raise ActionError(
+                f"remediate is stopping: command {command.id} to training job {registration.job!r} was withdrawn "
+                f"from the inbox before the job took it ({seen}): it will never be applied"
+            )
         if withdrawn:
             raise ActionError(
                 f"no acknowledgement from training job {registration.job!r} within {waited:.1f} s ({seen}; "
                 f"wake-up: {woken}); command {command.id} expired at {_iso(command.expires_at)} and was withdrawn "
                 "from the inbox: it will never be applied"
             )
-        raise ActionError(
+        follow_up = {
+            "job": registration.job,
+            "command_id": command.id,
+            "control_dir": str(paths.dir),
+            "host": this_host(),
+            "pid": registration.pid,
+            "sent_at": _iso(command.created_at),
+            "expires_at": _iso(command.expires_at),
+            "gave_up_at": time.time(),
+            "taken": job_dir.is_taken(command.id),
+        }
+        why = "remediate is stopping" if stopping else "it did not acknowledge it in time"
+        raise OutcomePending(
             f"training job {registration.job!r} took command {command.id} before it expired "
-            f"({_iso(command.expires_at)}) but did not acknowledge it in time ({seen}); it may still be applying it"
+            f"({_iso(command.expires_at)}) but {why} ({seen}); it may still be applying it: "
+            "remediate looks for its late acknowledgement and records it on this step",
+            follow_up,
         )
 
     def _outcome(
         self,
         ack: Ack,
-        paths: JobPaths,
         registration: Registration,
         how: str,
         command: Command | None,
@@ -335,6 +491,14 @@ class _TrainingAction(Action):
         replayed: bool = False,
         woken: str = "not needed",
     ) -> dict[str, Any]:
+        acked_pid = ack_pid(ack)
+        if command is not None and acked_pid is not None and acked_pid != registration.pid:
+            # Two processes used one job name: the one that answered is not the one the plan named.
+            raise ActionError(
+                f"training job {registration.job!r}: command {ack.id} was meant for pid {registration.pid} (the "
+                f"registered job) but pid {acked_pid} on {ack.job.get('host') or '?'} acknowledged it "
+                f"({ack.status} at step {ack.step_before}: {ack.detail}); two live processes use this job name"
+            )
         if ack.status != APPLIED:
             raise ActionError(
                 f"training job {registration.job!r} answered {ack.status} to {ack.kind or self.kind} "
@@ -352,7 +516,15 @@ class _TrainingAction(Action):
             **ack.result,
             "acknowledged_at": _iso(ack.acked_at),
             "acknowledged_by": ack.job,
+            "applied_by_pid": acked_pid,
         }
+        if acked_pid is None:
+            result["pid_check"] = (
+                f"not checked: the acknowledgement names no pid (an older remediate.training); "
+                f"the registered pid is {registration.pid}"
+            )
+        elif replayed and acked_pid != registration.pid:
+            result["pid_check"] = f"acknowledged earlier by pid {acked_pid}; pid {registration.pid} is registered now"
         if command is not None:
             result["params"] = command.params
             result["acknowledged_after_s"] = round(time.monotonic() - started, 3)
@@ -365,13 +537,13 @@ class _TrainingAction(Action):
     # ------------------------------------------------------------------ wake-up
 
     @staticmethod
-    def _wake(registration: Registration, paths: JobPaths) -> str:
+    def _wake(registration: Registration, owner: int | None) -> str:
         """Send the job's registered wake-up signal when it is safe to; say what was done."""
         if registration.wake_signal is None:
             return "the job registered no wake-up signal"
         if registration.host != this_host():
             return f"the job runs on {registration.host}, not here"
-        if not _same_process(registration, paths):
+        if not _same_process(registration, owner):
             return f"process {registration.pid} is not the registered job (gone, or a reused pid)"
         try:
             os.kill(registration.pid, getattr(signal, registration.wake_signal))
@@ -380,32 +552,67 @@ class _TrainingAction(Action):
         return f"sent {registration.wake_signal} to {registration.pid}"
 
 
-def _same_process(registration: Registration, paths: JobPaths) -> bool:
+def ack_pid(ack: Ack) -> int | None:
+    """The pid that wrote the acknowledgement: its top-level `pid` (newer libraries), else the one in
+    `job` (who answered); None from a library that names none."""
+    for value in (getattr(ack, "pid", None), ack.job.get("pid")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _ack_summary(ack: Ack, registration: Registration) -> dict[str, Any]:
+    """What became of a step's command, for reconciliation: status, times (ISO and epoch), who applied it."""
+    return {
+        "status": ack.status,
+        "command_id": ack.id,
+        "kind": ack.kind,
+        "detail": ack.detail,
+        "step_before": ack.step_before,
+        "step_after": ack.step_after,
+        **ack.result,
+        "claimed_at": _iso(ack.received_at),
+        "applied_at": _iso(ack.acked_at),
+        "at": ack.acked_at,
+        "applied_by_pid": ack_pid(ack),
+        "registered_pid": registration.pid,
+    }
+
+
+def _open_job_dir(paths: JobPaths, how: str) -> JobDir:
+    try:
+        return JobDir(paths)
+    except ProtocolError as exc:
+        raise ActionError(f"training job {paths.job!r} ({how}): {exc}") from None
+    except OSError as exc:
+        raise ActionError(f"training job {paths.job!r} ({how}): cannot open {paths.dir}: {exc.strerror}") from None
+
+
+def _read_registration(job_dir: JobDir, paths: JobPaths, how: str) -> Registration:
+    try:
+        registration = job_dir.read_registration()
+    except FileNotFoundError:
+        raise ActionError(f"training job {paths.job!r} ({how}) is not registered under {paths.root}") from None
+    except ProtocolError as exc:
+        raise ActionError(f"training job {paths.job!r} ({how}): {exc}") from None
+    if registration.job != paths.job:
+        raise ActionError(f"{paths.registration} names job {registration.job!r}, not {paths.job!r}")
+    return registration
+
+
+def _same_process(registration: Registration, owner: int | None) -> bool:
     """Whether the registered pid is still the job: same start time, owned by whoever owns job.json."""
     started = pid_start_time(registration.pid)
     if started is None or registration.pid_start is None or started != registration.pid_start:
         return False
-    try:
-        owner = os.stat(paths.registration, follow_symlinks=False).st_uid
-    except OSError:
-        return False
-    return pid_uid(registration.pid) == owner
+    return owner is not None and pid_uid(registration.pid) == owner
 
 
-def _read_ack(paths: JobPaths, command_id: str) -> Ack | None:
+def _read_ack(job_dir: JobDir, command_id: str) -> Ack | None:
     try:
-        return paths.read_ack(command_id)
+        return job_dir.read_ack(command_id)
     except ProtocolError as exc:
         raise ActionError(f"the job's acknowledgement of {command_id} is not valid: {exc}") from exc
-
-
-def _withdraw(paths: JobPaths, command_id: str) -> bool:
-    """Remove the command from the inbox; False when the job had already claimed it."""
-    try:
-        os.unlink(paths.command(command_id))
-    except FileNotFoundError:
-        return False
-    return True
 
 
 class TrainingRollbackAction(_TrainingAction):

@@ -47,7 +47,8 @@ def dry_run(
     """Show what an alert would do: matched playbooks, each guard's decision against the real store,
     and each step's plan. Writes nothing.
 
-    Exit code: 0 if at least one run would start, 1 if nothing would run, 2 on errors.
+    Exit code: 0 if at least one run would start, 1 if nothing would run (no playbook accepts the alert,
+    or every step's plan says it cannot act, e.g. a training job whose process is gone), 2 on errors.
     """
     from remediate.dryrun import dry_run as run_dry
 
@@ -124,6 +125,8 @@ def _print_dry_run(report: dict[str, Any]) -> None:
         for pb in entry["playbooks"]:
             click.echo(f"  playbook {pb['playbook']} -> target {pb['target']}, mode {pb['mode']}")
             click.echo(f"    decision: {pb['decision']} ({pb['reason']})")
+            if pb.get("cannot_act"):
+                click.echo(f"    nothing would change: every step's plan says it cannot act ({pb['cannot_act']})")
             for step in pb["steps"]:
                 click.echo(f"    step {step['index']} {step['name']} [{step['action']} @ {step['where']}]")
                 click.echo(f"      params: {json.dumps(step['params'], default=str)}")

@@ -74,6 +74,7 @@ from remediate.training.protocol import (
     atomic_write_json,
     check_command_id,
     check_kind,
+    identity_from_env,
     pid_start_time,
     read_json,
     this_host,
@@ -173,6 +174,7 @@ class TrainingControl:
         self._next_heartbeat = 0.0
         self._next_io_warning = 0.0
         self._started_at = time.time()
+        self._pod, self._namespace = identity_from_env()  # checked against Prometheus' target labels (expect_pod)
         self._inbox = ""
         self._wake_r: int | None = None
         self._wake_w: int | None = None
@@ -797,6 +799,8 @@ class TrainingControl:
             checkpoints=tuple(self._checkpoint_index),
             lr=tuple(lrs),
             closed_at=time.time() if closed else None,
+            pod=self._pod,
+            namespace=self._namespace,
             version=PROTOCOL_VERSION,
         )
 

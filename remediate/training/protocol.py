@@ -158,6 +158,19 @@ def _optional_int(data: Mapping[str, Any], key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) and value else None
+
+
+def identity_from_env(env: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """(pod, namespace) of this process as Kubernetes names it: $POD_NAME (downward API), else $HOSTNAME,
+    else the host name (a pod's host name is its name); and $POD_NAMESPACE."""
+    env = os.environ if env is None else env
+    pod = env.get("POD_NAME") or env.get("HOSTNAME") or this_host()
+    return pod, env.get("POD_NAMESPACE") or None
+
+
 def _check_version(data: Mapping[str, Any], what: str) -> None:
     version = data.get("version")
     if version != PROTOCOL_VERSION:
@@ -354,12 +367,19 @@ class Registration:
     """The learning rate of every optimizer param group at the last heartbeat."""
     closed_at: float | None = None
     """Set when the job stopped polling on purpose (training finished)."""
+    pod: str | None = None
+    """The job's pod (or host) name from its environment ($POD_NAME, else $HOSTNAME): what Prometheus'
+    target discovery calls it, for `expect_pod`."""
+    namespace: str | None = None
+    """The job's Kubernetes namespace ($POD_NAMESPACE), for `expect_namespace`."""
     version: int = PROTOCOL_VERSION
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "job": self.job,
+            "pod": self.pod,
+            "namespace": self.namespace,
             "pid": self.pid,
             "pid_start": self.pid_start,
             "host": self.host,
@@ -405,6 +425,8 @@ class Registration:
             checkpoints=tuple(CheckpointInfo.from_dict(c) for c in checkpoints),
             lr=tuple(v for v in (number_from_json(x) for x in lr) if v is not None),
             closed_at=number_from_json(data.get("closed_at")),
+            pod=_optional_str(data, "pod"),
+            namespace=_optional_str(data, "namespace"),
         )
 
 
@@ -486,14 +508,15 @@ def atomic_write_json(path: Path, data: Mapping[str, Any], *, tmp_dir: Path | No
         raise
 
 
-def read_json(path: Path, *, limit: int = MAX_MESSAGE_BYTES) -> Any:
+def read_json(path: Path, *, limit: int = MAX_MESSAGE_BYTES, dir_fd: int | None = None) -> Any:
     """Parse a JSON file without following a symlink, refusing anything but a regular file up to `limit` bytes.
 
-    Raises FileNotFoundError when it is not there, ProtocolError when it is not acceptable.
+    With `dir_fd`, `path` is a name in that open directory (openat). Raises FileNotFoundError when
+    it is not there, ProtocolError when it is not acceptable.
     """
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             raise
@@ -603,6 +626,116 @@ class JobPaths:
             return Ack.from_dict(read_json(self.ack(command_id)))
         except FileNotFoundError:
             return None
+
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class JobDir:
+    """A job's control directory as remediate's agent uses it: through directory file descriptors.
+
+    The agent may run as root while the job owns its directory: a job (or anyone with its uid)
+    can swap ``inbox`` for a symlink between a check and a write. So the job directory is opened
+    relative to the root with O_DIRECTORY|O_NOFOLLOW, its subdirectories relative to it the same
+    way, and every file is written, renamed, read and unlinked relative to those descriptors
+    (openat, renameat, unlinkat, fstatat without following): whatever is swapped in later, the
+    agent only ever touches the directories it opened, all under the root. The root itself is a
+    setting, not job-controlled, and is opened as configured.
+    """
+
+    SUBDIRS = (INBOX, OUTBOX, TAKEN, TMP)
+
+    def __init__(self, paths: JobPaths) -> None:
+        self.paths = paths
+        self._fds: dict[str, int] = {}
+        try:
+            root_fd = os.open(paths.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                self._fds["."] = self._open(root_fd, paths.job, paths.dir)
+            finally:
+                os.close(root_fd)
+            for name in self.SUBDIRS:
+                self._fds[name] = self._open(self._fds["."], name, paths.dir / name)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _open(parent: int, name: str, shown: Path) -> int:
+        try:
+            return os.open(name, DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            raise ProtocolError(
+                f"{shown} does not exist: the job has not registered (or not with this version)"
+            ) from None
+        except OSError as exc:
+            # ELOOP (a symlink) or ENOTDIR: never followed.
+            raise ProtocolError(f"{shown} is not a plain directory (symlinks are refused): {exc.strerror}") from None
+
+    def __enter__(self) -> JobDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+
+    def read_registration(self) -> Registration:
+        return Registration.from_dict(read_json(Path(REGISTRATION_FILE), dir_fd=self._fds["."]))
+
+    def registration_owner(self) -> int | None:
+        try:
+            return os.stat(REGISTRATION_FILE, dir_fd=self._fds["."], follow_symlinks=False).st_uid
+        except OSError:
+            return None
+
+    def write_command(self, command: Command) -> None:
+        """Write the command to tmp/ and rename it into inbox/, both through the opened descriptors."""
+        name = f"{check_command_id(command.id)}.json"
+        text = json.dumps(command.to_dict(), sort_keys=True, allow_nan=False, separators=(",", ":")).encode() + b"\n"
+        tmp_name = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        tmp_fd = self._fds[TMP]
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp_name, flags, 0o644, dir_fd=tmp_fd)
+        try:
+            try:
+                view = memoryview(text)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp_name, name, src_dir_fd=tmp_fd, dst_dir_fd=self._fds[INBOX])
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name, dir_fd=tmp_fd)
+            raise
+
+    def withdraw(self, command_id: str) -> bool:
+        """Unlink the command from the inbox; False when it is no longer there (the job claimed it)."""
+        try:
+            os.unlink(f"{check_command_id(command_id)}.json", dir_fd=self._fds[INBOX])
+        except FileNotFoundError:
+            return False
+        return True
+
+    def is_taken(self, command_id: str) -> bool:
+        try:
+            os.stat(f"{check_command_id(command_id)}.json", dir_fd=self._fds[TAKEN], follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def read_ack(self, command_id: str) -> Ack | None:
+        try:
+            data = read_json(Path(f"{check_command_id(command_id)}.json"), dir_fd=self._fds[OUTBOX])
+        except FileNotFoundError:
+            return None
+        return Ack.from_dict(data)
 
 
 def pid_start_time(pid: int) -> int | None:
