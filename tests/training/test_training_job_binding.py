@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,11 +67,22 @@ def processes(root: Path) -> Iterator[Jobs]:
     jobs.stop()
 
 
+def died(job: LiveJob) -> None:
+    """The job's process is gone: the kernel dropped its name lock, and job.json names a dead pid."""
+    job.control._release_name()
+    name_pid(job.control.paths.root, job.control.job, dead_pid())
+
+
 def name_pid(root: Path, job: str, pid: int) -> None:
     """Make job.json name another live process, as a second job registering the same name did."""
     paths = JobPaths(root, job)
     data = read_json(paths.registration) | {"pid": pid, "pid_start": pid_start_time(pid)}
     atomic_write_json(paths.registration, data, tmp_dir=paths.tmp)
+
+
+def started_now() -> str:
+    """An alert that starts now: the checkpoints a light job saved so far are rollback candidates."""
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def dead_pid() -> int:
@@ -97,7 +109,8 @@ def test_the_step_fails_when_a_process_other_than_the_registered_one_acknowledge
 def test_the_result_names_the_pid_that_applied_the_command(root: Path, processes: Jobs) -> None:
     job = processes.start("j1")
     action = TrainingRollbackAction(root, LABELS)
-    result = action.execute(action.validate({"min_steps_back": 100, "timeout": 5}), ctx_for({"training_job": "j1"}))
+    ctx = ctx_for({"training_job": "j1"}, starts_at=started_now())
+    result = action.execute(action.validate({"min_steps_back": 100, "timeout": 5}), ctx)
     assert result["status"] == "applied" and result["applied_by_pid"] == job.pid
     assert "pid_check" not in result
 
@@ -134,8 +147,7 @@ def test_a_job_whose_process_is_gone_fails_at_once_and_nothing_is_sent(root: Pat
 
 
 def test_wait_for_job_sends_the_command_to_the_job_once_it_is_back(root: Path, processes: Jobs) -> None:
-    LiveJob(root, "j1").register()
-    name_pid(root, "j1", dead_pid())
+    died(LiveJob(root, "j1").register())
     action = TrainingScaleLrAction(root, LABELS)
     params = action.validate({"factor": 0.5, "timeout": 5, "wait_for_job": "20s"})
     plan = action.plan(params, ctx_for({"training_job": "j1"}))
@@ -151,8 +163,7 @@ def test_wait_for_job_sends_the_command_to_the_job_once_it_is_back(root: Path, p
 
 
 def test_a_job_that_comes_back_as_another_pod_gets_nothing(root: Path, processes: Jobs) -> None:
-    LiveJob(root, "j1").register()
-    name_pid(root, "j1", dead_pid())
+    died(LiveJob(root, "j1").register())
     before = JobPaths(root, "j1").read_registration().pod
     action = TrainingCheckpointAction(root, LABELS)
     params = action.validate({"timeout": 5, "wait_for_job": "20s", "expect_pod": before})
@@ -203,7 +214,7 @@ def test_a_stop_withdraws_the_command_the_job_has_not_taken(root: Path) -> None:
 def test_a_stop_leaves_a_taken_command_for_reconciliation(root: Path, processes: Jobs) -> None:
     processes.start("j1", load_delay=2.0)
     action = TrainingRollbackAction(root, LABELS)
-    ctx = ctx_for({"training_job": "j1"})
+    ctx = ctx_for({"training_job": "j1"}, starts_at=started_now())
     threading.Timer(0.5, ctx.stopping.set).start()
     with pytest.raises(OutcomePending, match=r"took command .* but remediate is stopping") as failure:
         action.execute(action.validate({"timeout": 30}), ctx)

@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,11 @@ def store(tmp_path: Path) -> Iterator[Store]:
     opened.close()
 
 
+def starts_at(offset: float) -> str:
+    """An alert's startsAt `offset` seconds from now: the checkpoints the jobs saved so far came before it."""
+    return datetime.fromtimestamp(time.time() + offset, UTC).isoformat().replace("+00:00", "Z")
+
+
 def fire(engine: Engine, job: str, starts_at: str, **labels: str) -> Any:
     alert = alert_payload(
         "TrainingLossSpike",
@@ -81,17 +87,17 @@ def test_a_spike_in_a_second_job_on_the_same_node_gets_its_own_run_with_the_ship
     )
     executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
 
-    a = fire(engine, "job-a", "2026-11-21T05:40:00Z")
+    a = fire(engine, "job-a", starts_at(0))
     assert a.decision.value == "accepted"
     assert executor.drain() == 1
-    b = fire(engine, "job-b", "2026-11-21T05:40:30Z")  # the same node, within job-a's 30 min cooldown
+    b = fire(engine, "job-b", starts_at(30))  # the same node, within job-a's 30 min cooldown
     assert b.decision.value == "accepted", b.reason
     assert executor.drain() == 1
     for decision, job in ((a, first), (b, second)):
         run = store.run_detail(decision.run_id)
         assert run["status"] == "succeeded", run["error"]
         assert [s["result"]["applied_by_pid"] for s in run["steps"]] == [job.pid, job.pid]
-    again = fire(engine, "job-a", "2026-11-21T05:41:00Z")  # job-a itself is still in cooldown
+    again = fire(engine, "job-a", starts_at(60))  # job-a itself is still in cooldown
     assert again.decision.value == "cooldown"
 
 
@@ -121,7 +127,7 @@ def test_a_late_acknowledgement_is_recorded_on_the_step_that_gave_up(
     job = processes.start("job-a", load_delay=2.5)  # claims at once, applies 2.5 s later: after the step gave up
     engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(LATE_PLAYBOOK, registry)]), registry=registry)
     executor = Executor(store=store, registry=registry, retry_wait_max=0.01, poll_interval=0.05, reconcile_interval=0.2)
-    decision = fire(engine, "job-a", "2026-11-21T05:40:00Z")
+    decision = fire(engine, "job-a", starts_at(0))
     executor.start()
     try:
         wait_until(lambda: store.run_detail(decision.run_id)["status"] == "failed", 10, "the run failed")
@@ -154,7 +160,7 @@ def test_a_graceful_stop_withdraws_the_outstanding_command_and_ends_the_run(
     playbook = {**LATE_PLAYBOOK, "steps": [{**LATE_PLAYBOOK["steps"][1], "with": {"factor": 0.5, "timeout": 60}}]}
     engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(playbook, registry)]), registry=registry)
     executor = Executor(store=store, registry=registry, poll_interval=0.05)
-    decision = fire(engine, "job-a", "2026-11-21T05:40:00Z")
+    decision = fire(engine, "job-a", starts_at(0))
     executor.start()
     inbox = JobPaths(root, "job-a").inbox
     wait_until(lambda: os.listdir(inbox), 10, "the command was sent")
@@ -188,7 +194,7 @@ def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
     with serve_agent(service, node_settings) as url:
         dispatch = Dispatch(directory=StaticAgents({"gpu-node-1": url}), node_name="server", token=AGENT_TOKEN)
         executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
-        decision = fire(engine, "job-a", "2026-11-21T05:40:00Z")
+        decision = fire(engine, "job-a", starts_at(0))
         assert executor.drain() == 1
         step = store.run_detail(decision.run_id)["steps"][0]
         assert step["result"]["pending"]["taken"] is True and "of node gpu-node-1)" in step["error"]
