@@ -74,7 +74,8 @@ def test_step_in_flight_at_a_crash_is_interrupted_and_not_run_again(
     assert "notify.webhook is not idempotent" in notify["error"]
     assert "not run again" in notify["error"]
     assert [a["outcome"] for a in notify["attempts"]] == ["interrupted"]
-    assert log_after["status"] == "pending"  # nothing after the interrupted step ran
+    assert log_after["status"] == "skipped"  # nothing after the interrupted step ran
+    assert log_after["error"] == "skipped: step 0 notify (notify.webhook) failed"
     assert log_after["attempts"] == []
     assert "notify.webhook is not idempotent" in detail["error"]
     assert detail["error"].startswith("step 0 notify (notify.webhook)")

@@ -283,7 +283,7 @@ def test_with_30_percent_of_requests_failing_every_run_ends_recorded_and_nothing
         if run["status"] == "failed":
             assert run["error"], run
         for step in run["steps"]:
-            assert step["status"] in ("succeeded", "failed", "pending"), step
+            assert step["status"] in ("succeeded", "failed", "skipped"), step
             if step["status"] == "failed":
                 assert step["error"]
     # No change was made twice, whatever was retried.
