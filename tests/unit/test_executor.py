@@ -101,6 +101,26 @@ class Again(Recording):
     idempotent: ClassVar[bool] = True
 
 
+class LostAnswer(RetryableActionError):
+    """A retryable error raised after the request may have reached its target."""
+
+    maybe_applied = True
+
+
+class SentOnce(Recording):
+    """Not idempotent; its request may have arrived before each error."""
+
+    name: ClassVar[str] = "test.sentonce"
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        raise LostAnswer(f"no answer to call {call}")
+
+
+class SentAgain(SentOnce):
+    name: ClassVar[str] = "test.sentagain"
+    idempotent: ClassVar[bool] = True
+
+
 class Observing(Recording):
     """Reads, while it executes, what the store already holds of its step (as recovery after a crash would)."""
 
@@ -117,7 +137,7 @@ class Observing(Recording):
 
 @pytest.fixture
 def actions() -> dict[str, Recording]:
-    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again(), Observing()]
+    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again(), Observing(), SentOnce(), SentAgain()]
     return {a.name: a for a in made}
 
 
@@ -324,6 +344,29 @@ def test_retries_stop_after_the_steps_retries_and_fail_the_run(
     run = run_row(store, run_id)
     assert run.status == "failed"
     assert run.error == "step 0 1-test.flaky (test.flaky): busy, call 2"
+
+
+@pytest.mark.parametrize(("action", "tries"), [("test.sentonce", 1), ("test.sentagain", 3)])
+def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempotent_actions(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+    action: str,
+    tries: int,
+) -> None:
+    """Finding 16: the executor never retries a non-idempotent step on an ambiguous (maybe applied) error."""
+    run_id = queue(make_engine, ingest, make_alert, playbook(step(action, retries=2)))
+
+    executor.drain()
+
+    (detail,) = steps_detail(store, run_id)
+    assert len(actions[action].executions) == tries
+    expected = ["maybe_applied"] if tries == 1 else ["retryable_error"] * 3
+    assert outcomes(detail) == expected
+    assert run_row(store, run_id).status == "failed"
 
 
 def test_zero_retries_means_one_attempt(
