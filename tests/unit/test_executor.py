@@ -369,6 +369,62 @@ def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempot
     assert run_row(store, run_id).status == "failed"
 
 
+def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    metrics: Metrics,
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    """Finding 15: `always: true` runs a step (a notification) even when an earlier one failed."""
+    run_id = queue(
+        make_engine,
+        ingest,
+        make_alert,
+        playbook(
+            step("test.broken"),
+            step("test.once", note="skipped"),
+            {**step("test.again", note="tell"), "always": True},
+            step("log", message="skipped too"),
+        ),
+    )
+
+    assert executor.drain() == 1
+
+    broken, once, told, logged = steps_detail(store, run_id)
+    assert (broken["status"], broken["error"]) == ("failed", "permission denied")
+    reason = "skipped: step 0 1-test.broken (test.broken) failed"
+    assert [(s["status"], s["error"]) for s in (once, logged)] == [("skipped", reason)] * 2
+    assert (told["status"], told["result"], told["always"]) == ("succeeded", {"call": 1}, True)
+    assert actions["test.once"].executions == []
+    run = run_row(store, run_id)
+    assert (run.status, run.error, run.claimed_by) == (
+        "failed",
+        "step 0 1-test.broken (test.broken): permission denied",
+        None,
+    )
+    assert metrics.runs == ["failed"]
+
+
+def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(
+        make_engine,
+        ingest,
+        make_alert,
+        playbook(step("test.broken"), {**step("test.flaky", retries=0, fail_times=1), "always": True}),
+    )
+
+    executor.drain()
+
+    _, flaky = steps_detail(store, run_id)
+    assert (flaky["status"], flaky["error"]) == ("failed", "busy, call 1")
+    assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
+
+
 def test_zero_retries_means_one_attempt(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
