@@ -18,7 +18,7 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.engine import Engine, IngestResult
-from remediate.errors import ActionError, RetryableActionError
+from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.store import Store
 
@@ -121,6 +121,24 @@ class SentAgain(SentOnce):
     idempotent: ClassVar[bool] = True
 
 
+class Gate(Recording):
+    """Idempotent; its first execution waits until `release` is set (an executor stalled inside a step)."""
+
+    name: ClassVar[str] = "test.gate"
+    idempotent: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        if call == 1:
+            self.entered.set()
+            assert self.release.wait(10)
+        return {"call": call}
+
+
 class Observing(Recording):
     """Reads, while it executes, what the store already holds of its step (as recovery after a crash would)."""
 
@@ -137,7 +155,7 @@ class Observing(Recording):
 
 @pytest.fixture
 def actions() -> dict[str, Recording]:
-    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again(), Observing(), SentOnce(), SentAgain()]
+    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again(), Observing(), SentOnce(), SentAgain(), Gate()]
     return {a.name: a for a in made}
 
 
@@ -718,3 +736,96 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
     assert metrics.runs == ["succeeded"]
     assert run_row(store, decision.run_id).status == "succeeded"
     assert steps_detail(store, decision.run_id)[0]["status"] == "succeeded"
+
+
+# --------------------------------------------------------------------------- ownership of a run (finding 17)
+
+
+def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_runs_no_further_step(
+    store: Store,
+    db_url: str,
+    registry: ActionRegistry,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two executors on one SQLite file; the first, on "another host", stalls inside step 0 long enough for
+    its lease to expire. The second takes the run over and finishes it; when the first wakes up it finds
+    its claim gone, stops, and overwrites nothing (it used to record its step and run step 1 again)."""
+    gate = actions["test.gate"]
+    assert isinstance(gate, Gate)
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.gate"), step("test.once", note="once")))
+    stalled = Executor(store=store, registry=registry, retry_wait_max=0.01)
+    stalled.worker = "other-host:4242"  # not this host: no pid to look at, only its lease
+    first = threading.Thread(target=stalled.run_once)
+    first.start()
+    assert gate.entered.wait(5)
+    other_store = Store.open(db_url)
+    taker = Executor(store=other_store, registry=registry, retry_wait_max=0.01, stale_after=0.3)
+    try:
+        assert taker.recover() == []  # first sight of the claim: the lease runs from now
+        time.sleep(0.4)
+        assert taker.recover() == [run_id]  # no heartbeat for stale_after: the owner is gone
+        assert taker.drain() == 1
+        finished = store.run_detail(run_id)
+        assert finished["status"] == "succeeded"
+
+        with caplog.at_level("WARNING", logger="remediate.executor"):
+            gate.release.set()
+            first.join(5)
+    finally:
+        gate.release.set()
+        other_store.close()
+
+    assert not first.is_alive()
+    assert store.run_detail(run_id) == finished  # not a single write from the stalled executor
+    assert len(actions["test.once"].executions) == 1  # step 1 ran once, by the executor that took over
+    assert len(gate.executions) == 2  # step 0 is idempotent: run again after the take-over
+    assert outcomes(finished["steps"][0]) == ["interrupted", "succeeded"]
+    assert any("is no longer claimed by other-host:4242" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_whose_owner_process_lives_on_this_host_is_never_taken_over_however_old_its_heartbeat(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    assert store.claim_run(f"{socket.gethostname()}:1", T0 - 3600) is not None  # pid 1 lives; an hour-old beat
+    executor.stale_after = 0.0
+
+    assert executor.recover() == []
+    time.sleep(0.05)
+    assert executor.recover() == []
+    assert run_row(store, run_id).status == "running"
+
+
+def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    assert store.claim_run("host:7", T0) is not None
+
+    store.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
+
+    assert run_row(store, run_id).heartbeat_at > T0
+
+
+def test_progress_writes_check_the_claim_and_its_generation(
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    first = store.claim_run("host:7", T0)
+    assert first is not None
+    (record,) = store.steps_of(run_id)
+    store.start_attempt(record.id, T0 + 1, lease=first.lease)
+    store.requeue_claims(store.running_claims(), now=T0 + 2)
+    second = store.claim_run("host:7", T0 + 3)  # the same worker name, a new claim
+    assert second is not None
+    assert second.generation == first.generation + 1
+
+    with pytest.raises(ClaimLostError, match=f"run {run_id} is no longer claimed by host:7"):
+        store.finish_step(record.id, "succeeded", now=T0 + 4, result={"stale": True}, lease=first.lease)
+    store.finish_step(record.id, "succeeded", now=T0 + 4, result={"fresh": True}, lease=second.lease)
+
+    assert steps_detail(store, run_id)[0]["result"] == {"fresh": True}
