@@ -64,7 +64,10 @@ class NotifyWebhookAction(Action):
     name: ClassVar[str] = "notify.webhook"
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = False
-    description: ClassVar[str] = "POST a JSON summary of the alert and run to a webhook."
+    description: ClassVar[str] = (
+        "POST a JSON summary of the alert and run to a webhook (with an Idempotency-Key header; retried only "
+        "when nothing was sent)."
+    )
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
             "url": Param(str, required=True, static=True, check=_check_url, doc="where to POST"),
