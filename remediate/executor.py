@@ -82,24 +82,47 @@ class ExecutorMetrics:
         pass
 
 
+REUSED_PID_SLACK = 5.0
+"""Seconds a process may seem to have started after its own claim (coarse clocks) before its pid counts as reused."""
+
+
 def _pid_is_dead(claimed_by: str) -> bool:
     return _owner_state(claimed_by) == "dead"
 
 
-def _owner_state(claimed_by: str) -> str:
-    """Owner: "alive" or "dead" (a zombie is dead) for an owner process on this host, "elsewhere" for any other."""
+def _owner_state(claimed_by: str, claimed_at: float | None = None) -> str:
+    """Owner: "alive" or "dead" (a zombie is dead) for an owner process on this host, "elsewhere" for any other.
+
+    `claimed_at` (the claim's heartbeat, never earlier than the claim): a process that started after it
+    holds a reused pid (a restarted container numbers its processes the same way) and the owner is dead.
+    """
     host, _, pid = claimed_by.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return "elsewhere"
-    if int(pid) == os.getpid():
-        return "alive"
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
+    if int(pid) != os.getpid():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return "dead"
+        except PermissionError:
+            pass
+        if _is_zombie(int(pid)):
+            return "dead"
+    started = _process_started_at(int(pid))
+    if claimed_at is not None and started is not None and started > claimed_at + REUSED_PID_SLACK:
         return "dead"
-    except PermissionError:
-        return "alive"
-    return "dead" if _is_zombie(int(pid)) else "alive"
+    return "alive"
+
+
+def _process_started_at(pid: int) -> float | None:
+    """When the process started (UNIX seconds, from /proc), or None where that cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+        # After "(comm)", index 0 is field 3 (state); field 22 is the start time in clock ticks since boot.
+        return int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _is_zombie(pid: int) -> bool:
@@ -175,6 +198,7 @@ class Executor:
         self.dispatch = dispatch or Dispatch.local()
         """Where each step runs: here, or on its node's agent (remediate.runners)."""
         self.worker = worker_identity()
+        self._pid = os.getpid()
         self.memory = store.memory()
         self.breaker = breaker or CircuitBreaker(store.breaker_ledger, store.breaker_view)
         """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
@@ -190,6 +214,8 @@ class Executor:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        if self._pid != os.getpid():  # built in one process, started in a fork: claim as the fork
+            self.worker, self._pid = worker_identity(), os.getpid()
         self.recover()
         for index in range(self.threads):
             thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
@@ -225,10 +251,12 @@ class Executor:
         now = time.monotonic()
         observed: dict[int, tuple[tuple[str, int, float | None], float]] = {}
         stale = []
+        with self._active_lock:
+            active = set(self._active)
         for claim in claims:
-            if claim.claimed_by == self.worker:
+            if claim.claimed_by == self.worker and claim.id in active:
                 continue
-            state = _owner_state(claim.claimed_by)
+            state = _owner_state(claim.claimed_by, claim.heartbeat_at)
             if state == "dead":
                 stale.append(claim)
             elif state == "elsewhere":

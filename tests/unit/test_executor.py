@@ -792,13 +792,28 @@ def test_a_run_whose_owner_process_lives_on_this_host_is_never_taken_over_howeve
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    assert store.claim_run(f"{socket.gethostname()}:1", T0 - 3600) is not None  # pid 1 lives; an hour-old beat
-    executor.stale_after = 0.0
+    assert store.claim_run(f"{socket.gethostname()}:1", time.time() - 2) is not None  # pid 1 lives
+    executor.stale_after = 0.0  # its heartbeat is older than this, and stays so
 
     assert executor.recover() == []
     time.sleep(0.05)
     assert executor.recover() == []
     assert run_row(store, run_id).status == "running"
+
+
+def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    """A restarted container numbers its processes as before: a live pid may not be the claim's owner."""
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert store.claim_run(f"{socket.gethostname()}:{newcomer.pid}", time.time() - 60) is not None
+
+        assert executor.recover() == [run_id]
+    finally:
+        newcomer.kill()
+        newcomer.wait()
 
 
 def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
