@@ -156,7 +156,7 @@ def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_
         )
         conn.execute(
             sa.text(
-                "INSERT INTO steps (run_id, idx, name, action, \"where\", params, timeout, retries, status) "
+                'INSERT INTO steps (run_id, idx, name, action, "where", params, timeout, retries, status) '
                 "VALUES (1, 0, 's', 'log', 'cluster', '{}', 1, 0, 'pending')"
             )
         )
