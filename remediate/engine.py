@@ -22,7 +22,7 @@ from remediate.breaker import BreakerState
 from remediate.errors import ParamsError, PayloadError
 from remediate.guards import ATTEMPT_WINDOW, Decision, GuardFacts, Verdict, judge
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
-from remediate.store import AWAITING_APPROVAL, QUEUED, REJECTED, EmptyGuardReader, PauseState, Store
+from remediate.store import AWAITING_APPROVAL, FAILED, QUEUED, REJECTED, EmptyGuardReader, PauseState, Store
 from remediate.templating import render_params
 
 log = logging.getLogger("remediate.engine")
@@ -62,6 +62,9 @@ class Judged:
     verdict: Verdict
     firing_run: tuple[int, str] | None = None
     """For a resolved alert: (id, status) of the firing run of the same occurrence."""
+    supersedes: int | None = None
+    """The run of the same occurrence that failed for a transient reason before changing anything: this
+    delivery runs again instead of being a duplicate (the old run stays in history, `superseded_by`)."""
 
     @property
     def creates_run(self) -> bool:
@@ -88,6 +91,7 @@ class GuardReaderLike(Protocol):
     def pause_state(self) -> PauseState: ...
     def breaker_state(self) -> dict[str, Any] | None: ...
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]: ...
+    def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]: ...
     def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]: ...
 
 
@@ -221,6 +225,7 @@ class Engine:
             if e.phase == "resolved"
         ]
         existing = reader.existing_runs(keys + firing_keys)
+        rerunnable = reader.rerunnable_runs(existing[k][0] for k in keys if k in existing and existing[k][1] == FAILED)
         pause = reader.pause_state()
         breaker_row = reader.breaker_state()
         breaker = BreakerState.from_dict(breaker_row) if breaker_row is not None else None
@@ -234,6 +239,9 @@ class Engine:
                 continue
             for ev in evs:
                 duplicate = existing.get(ev.dedupe_key)
+                supersedes = None
+                if duplicate is not None and duplicate[0] in rerunnable and ev.dedupe_key not in seen_keys:
+                    supersedes, duplicate = duplicate[0], None
                 firing = existing.get(dedupe_key(alert, ev.playbook.name, "firing")) if ev.phase == "resolved" else None
                 key = (ev.playbook.name, ev.guard_key)
                 if ev.phase == "firing" and key not in history:
@@ -256,11 +264,19 @@ class Engine:
                 verdict = judge(ev.playbook, ev.phase, ev.guard_key, facts, now)
                 if verdict.accepted and ev.error is not None:
                     verdict = Verdict(Decision.REJECTED, ev.error)
+                if supersedes is not None and verdict.accepted:
+                    verdict = Verdict(
+                        verdict.decision,
+                        f"{verdict.reason}; runs again: run {supersedes} failed before changing anything "
+                        f"({rerunnable[supersedes]})",
+                    )
+                if verdict.decision not in (Decision.ACCEPTED, Decision.REJECTED):
+                    supersedes = None
                 if verdict.decision in (Decision.ACCEPTED, Decision.REJECTED):
                     seen_keys.add(ev.dedupe_key)
                     if ev.phase == "firing" and verdict.accepted:
                         history[key] = (now, count + 1)
-                judged.append(Judged(index, alert, ev, verdict, firing))
+                judged.append(Judged(index, alert, ev, verdict, firing, supersedes))
         return judged
 
     def _gated(self, ev: Evaluation) -> bool:
@@ -296,8 +312,14 @@ class Engine:
             judged = self.judge(w, evaluations, received_at)
             with_runs = [j for j in judged if j.creates_run]
             run_rows = [self._run_row(j, alert_ids[j.index], received_at) for j in with_runs]
+            for j in with_runs:
+                if j.supersedes is not None:
+                    w.release_dedupe_key(j.supersedes)
             # Judged values are unique objects: key the new run ids by identity.
             run_ids = dict(zip(map(id, with_runs), w.insert_many("runs", run_rows), strict=True))
+            for j in with_runs:
+                if j.supersedes is not None:
+                    w.mark_superseded(j.supersedes, run_ids[id(j)], received_at)
             statuses = {id(j): row["status"] for j, row in zip(with_runs, run_rows, strict=True)}
             w.insert_many("steps", [row for j in with_runs for row in _step_rows(run_ids[id(j)], j.evaluation)])
             for j in judged:
@@ -411,6 +433,7 @@ def _step_rows(run_id: int, ev: Evaluation | None) -> list[dict[str, Any]]:
             "params": json.dumps(step.params, sort_keys=True, default=str),
             "timeout": step.timeout,
             "retries": step.spec.retries,
+            "always": step.spec.always,
             "status": "pending",
         }
         for index, step in enumerate(ev.steps)

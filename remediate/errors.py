@@ -7,9 +7,11 @@
     ├── ParamsError            step params that do not render or do not fit the action's schema
     ├── ActionError            an action failed while planning or executing
     │   ├── RetryableActionError   ... and trying again later may succeed
-    │   └── OutcomePending         ... after handing its change over: it may still happen (reconciled later)
+    │   ├── OutcomePending         ... after handing its change over: it may still happen (reconciled later)
+    │   └── AmbiguousActionError   ... after the request may have reached its target: never retried
     ├── UnknownRunError        no run with that id
-    └── RunStateError          the run is not in a state that allows the operation
+    ├── RunStateError          the run is not in a state that allows the operation
+    └── ClaimLostError         an executor's claim on a run is gone (another executor took it over)
 
 The docstring of each class is its default message.
 """
@@ -70,6 +72,14 @@ class RetryableActionError(ActionError):
     """The action failed, and trying again may succeed."""
 
 
+class AmbiguousActionError(ActionError):
+    """The action failed after its request may have reached the target (a time-out waiting for the answer,
+    a connection dropped after sending, a 5xx): it may have been applied. Never retried for an action that
+    is not idempotent."""
+
+    maybe_applied = True
+
+
 class UnknownRunError(RemediateError):
     """No such run."""
 
@@ -88,3 +98,7 @@ class OutcomePending(ActionError):
     def __init__(self, message: str, follow_up: dict[str, Any]) -> None:
         super().__init__(message)
         self.follow_up = dict(follow_up)
+
+
+class ClaimLostError(RemediateError):
+    """This executor's claim on the run is gone: another executor took the run over. Write nothing more."""

@@ -7,11 +7,22 @@ Dry-run runs only plan. Bookkeeping of a one-step run takes three write
 transactions: claim; plan + start of the first attempt (recorded before the
 action runs, so a crash leaves it `interrupted`); and the end of the attempt,
 the step and (last step, or a failed one) the run, durable before the next
-step starts. A `where: node` step for another node runs on that node's
+step starts. A failed step ends the run: the later steps are recorded `skipped` with the
+reason, except those marked `always: true` (a notification), which still run; the run stays
+failed. Plans only read, so their retryable errors are retried too, with the same budget. An
+error after a request may have reached its target (AmbiguousActionError) is never retried for
+an action that is not idempotent. A `where: node` step for another node runs on that node's
 agent (remediate.runners: the executor calls a runner's plan/execute, never the
-action's directly). After a crash, `Store.recover_stale` requeues the
+action's directly). After a crash, recovery requeues the
 runs of dead executors; a step that was in flight is run again only when its
 action declares itself idempotent, otherwise the run fails with that reason.
+
+Ownership: each claim increments the run's claim generation and every progress write checks
+it (RunLease); an executor that finds its claim gone (it stalled and another took the run
+over) raises ClaimLostError, logs it and writes nothing more, runs no further step. Recovery
+never takes a run whose owner process is alive on this host, takes at once a run whose owner
+died here, and one of another host only when its heartbeat has not changed for `stale_after`
+seconds of this process's monotonic clock (no wall clock is compared across processes).
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,7 +42,7 @@ from typing import Any
 from tenacity import (
     RetryError,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential,
@@ -38,9 +50,26 @@ from tenacity import (
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.breaker import CircuitBreaker
-from remediate.errors import ActionError, OutcomePending, ParamsError, RetryableActionError
+from remediate.errors import (
+    ActionError,
+    AmbiguousActionError,
+    ClaimLostError,
+    OutcomePending,
+    ParamsError,
+    RetryableActionError,
+)
 from remediate.runners import Dispatch, StepRunner
-from remediate.store import FAILED, PLANNED, SUCCEEDED, ClaimedRun, RunEnd, StepRecord, Store, worker_identity
+from remediate.store import (
+    FAILED,
+    PLANNED,
+    SUCCEEDED,
+    ClaimedRun,
+    RunEnd,
+    RunningClaim,
+    StepRecord,
+    Store,
+    worker_identity,
+)
 
 log = logging.getLogger("remediate.executor")
 
@@ -64,19 +93,47 @@ class ExecutorMetrics:
         pass
 
 
+REUSED_PID_SLACK = 5.0
+"""Seconds a process may seem to have started after its own claim (coarse clocks) before its pid counts as reused."""
+
+
 def _pid_is_dead(claimed_by: str) -> bool:
+    return _owner_state(claimed_by) == "dead"
+
+
+def _owner_state(claimed_by: str, claimed_at: float | None = None) -> str:
+    """Owner: "alive" or "dead" (a zombie is dead) for an owner process on this host, "elsewhere" for any other.
+
+    `claimed_at` (the claim's heartbeat, never earlier than the claim): a process that started after it
+    holds a reused pid (a restarted container numbers its processes the same way) and the owner is dead.
+    """
     host, _, pid = claimed_by.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
-        return False
-    if int(pid) == os.getpid():
-        return False
+        return "elsewhere"
+    if int(pid) != os.getpid():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return "dead"
+        except PermissionError:
+            pass
+        if _is_zombie(int(pid)):
+            return "dead"
+    started = _process_started_at(int(pid))
+    if claimed_at is not None and started is not None and started > claimed_at + REUSED_PID_SLACK:
+        return "dead"
+    return "alive"
+
+
+def _process_started_at(pid: int) -> float | None:
+    """When the process started (UNIX seconds, from /proc), or None where that cannot be read."""
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return _is_zombie(int(pid))
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+        # After "(comm)", index 0 is field 3 (state); field 22 is the start time in clock ticks since boot.
+        return int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def _is_zombie(pid: int) -> bool:
@@ -117,6 +174,15 @@ def call_with_deadline(function: Callable[[], Any], seconds: float) -> Any:
     return box.get("value")
 
 
+@dataclass(frozen=True)
+class StepFailure:
+    """A failed step, as the run sees it."""
+
+    run_error: str
+    ended_run: bool
+    rerunnable: bool = False
+
+
 class Executor:
     def __init__(
         self,
@@ -144,6 +210,7 @@ class Executor:
         self.dispatch = dispatch or Dispatch.local()
         """Where each step runs: here, or on its node's agent (remediate.runners)."""
         self.worker = worker_identity()
+        self._pid = os.getpid()
         self.memory = store.memory()
         self.breaker = breaker or CircuitBreaker(store.breaker_ledger, store.breaker_view)
         """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
@@ -155,10 +222,14 @@ class Executor:
         self._active_lock = threading.Lock()
         self.reconcile_interval = reconcile_interval
         """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
+        self._observed: dict[int, tuple[tuple[str, int, float | None], float]] = {}
+        """run id -> (its owner, claim and heartbeat as last seen, time.monotonic() when first seen so)."""
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        if self._pid != os.getpid():  # built in one process, started in a fork: claim as the fork
+            self.worker, self._pid = worker_identity(), os.getpid()
         self.recover()
         for index in range(self.threads):
             thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
@@ -184,10 +255,34 @@ class Executor:
             self._wake.notify()
 
     def recover(self) -> list[int]:
-        recovered = self.store.recover_stale(now=self.clock(), stale_after=self.stale_after, is_dead=_pid_is_dead)
+        recovered = self.store.requeue_claims(self._stale_claims(self.store.running_claims()), now=self.clock())
         if recovered:
             log.warning("recovered %d runs left running by a stopped executor: %s", len(recovered), recovered)
         return recovered
+
+    def _stale_claims(self, claims: list[RunningClaim]) -> list[RunningClaim]:
+        """The claims whose owner is gone: dead on this host, or silent for `stale_after` (see the module doc)."""
+        now = time.monotonic()
+        observed: dict[int, tuple[tuple[str, int, float | None], float]] = {}
+        stale = []
+        with self._active_lock:
+            active = set(self._active)
+        for claim in claims:
+            if claim.claimed_by == self.worker and claim.id in active:
+                continue
+            state = _owner_state(claim.claimed_by, claim.heartbeat_at)
+            if state == "dead":
+                stale.append(claim)
+            elif state == "elsewhere":
+                seen = (claim.claimed_by, claim.generation, claim.heartbeat_at)
+                previous = self._observed.get(claim.id)
+                since = previous[1] if previous is not None and previous[0] == seen else now
+                observed[claim.id] = (seen, since)
+                if now - since >= self.stale_after:
+                    stale.append(claim)
+            # "alive": a stalled process on this host still owns its run, whatever its heartbeat's age.
+        self._observed = observed
+        return stale
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -232,6 +327,8 @@ class Executor:
             self._active.add(claimed.id)
         try:
             self.execute_run(claimed)
+        except ClaimLostError as exc:
+            log.warning("run %s: stopping: %s", claimed.id, exc)
         finally:
             with self._active_lock:
                 self._active.discard(claimed.id)
@@ -246,19 +343,33 @@ class Executor:
         return done
 
     def execute_run(self, run: ClaimedRun) -> None:
+        """Execute the run's remaining steps. ClaimLostError: another executor owns the run now."""
         dry_run = run.mode == "dry-run"
         log.info("run %s (%s, %s, %s) started", run.id, run.playbook, run.phase, run.target)
-        pending = [step for step in self.store.steps_of(run.id) if step.status not in DONE_STEP_STATUSES]
-        if not pending:
+        steps = self.store.steps_of(run.id)
+        # A step failed before a restart, and only `always` steps were left to run.
+        failure = next((_run_error(s, s.error or s.status) for s in steps if _failed(s)), None)
+        rerunnable = False
+        pending = [s for s in steps if s.status not in DONE_STEP_STATUSES and not s.finished]
+        for position, step in enumerate(pending):
+            rest = pending[position + 1 :]
+            if failure is None:
+                # The last step's (or a failing step's) result and the run's end are recorded together.
+                failed = self._execute_step(run, step, dry_run, last=not rest, rest=rest, earlier=steps)
+                if failed is None:
+                    continue
+                if failed.ended_run:
+                    return
+                failure, rerunnable = failed.run_error, failed.rerunnable
+            elif step.always:
+                self._execute_step(run, step, dry_run, last=False, rest=(), earlier=steps, after_failure=True)
+        if failure is not None:
+            self._finish_run(run, FAILED, failure, rerunnable=rerunnable)
+        elif not pending:
             self._finish_run(run, PLANNED if dry_run else SUCCEEDED, None)
-            return
-        for step in pending:
-            # The last step's (or a failing step's) result and the run's end are recorded together.
-            if self._execute_step(run, step, dry_run, last=step is pending[-1]) is not None:
-                return
 
-    def _finish_run(self, run: ClaimedRun, status: str, error: str | None) -> None:
-        self.store.finish_run(run.id, status, now=self.clock(), error=error)
+    def _finish_run(self, run: ClaimedRun, status: str, error: str | None, *, rerunnable: bool = False) -> None:
+        self.store.finish_run(run.id, status, now=self.clock(), error=error, lease=run.lease, rerunnable=rerunnable)
         self._run_finished(RunEnd(run.id, status, error))
 
     def _run_finished(self, end: RunEnd | None) -> None:
@@ -268,24 +379,36 @@ class Executor:
         self.metrics.run_finished(end.status)
         log.info("run %s finished: %s%s", end.run_id, end.status, f" ({end.error})" if end.error else "")
 
-    def _execute_step(self, run: ClaimedRun, step: StepRecord, dry_run: bool, *, last: bool) -> str | None:
-        """Plan and (unless dry-run) execute one step; returns the error, or None on success.
+    def _execute_step(
+        self,
+        run: ClaimedRun,
+        step: StepRecord,
+        dry_run: bool,
+        *,
+        last: bool,
+        rest: Sequence[StepRecord],
+        earlier: Sequence[StepRecord],
+        after_failure: bool = False,
+    ) -> StepFailure | None:
+        """Plan and (unless dry-run) execute one step; returns its failure, or None on success.
 
-        A failed step ends the run, and so does the `last` one: the step's outcome and the
-        run's end are then recorded in one transaction.
+        A failed step ends the run (unless `always` steps follow: they run first), and so does the
+        `last` one: the step's outcome and the run's end are then recorded in one transaction.
+        `after_failure`: an `always` step after a failed one; its outcome never changes the run's.
         """
         started = time.monotonic()
+        fail = self._step_failer(run, step, started, rest, earlier, after_failure)
         try:
             action = self.registry.get(step.action)
             params = action.validate(step.params)
         except ParamsError as exc:
-            return self._fail_step(run, step, f"{exc}", started)
+            return fail(f"{exc}")
         if step.status == "interrupted" and not action.idempotent:
             message = (
                 f"interrupted by an executor stop during attempt {step.attempts}; {action.name} is not "
                 "idempotent, so it is not run again: check the target by hand"
             )
-            return self._fail_step(run, step, message, started, status="interrupted")
+            return fail(message, status="interrupted")
         deadline = started + step.timeout
         ctx = StepContext(
             run_id=run.id,
@@ -300,29 +423,63 @@ class Executor:
         )
         runner = self.dispatch.runner_for(action, run.target)
         try:
-            plan = runner.stamp(call_with_deadline(lambda: runner.plan(action, params, ctx), step.timeout))
+            plan = runner.stamp(self._plan(runner, action, params, ctx, step))
+        except ClaimLostError:
+            raise
         except Exception as exc:
-            return self._fail_step(run, step, f"plan failed: {_describe(exc)}", started)
+            transient = isinstance(exc, RetryableActionError) and step.attempts == 0
+            return fail(f"plan failed: {_describe(exc)}", transient=transient)
         run_end = RunEnd(run.id, PLANNED if dry_run else SUCCEEDED) if last else None
         if dry_run:
-            self.store.finish_step(step.id, "planned", now=self.clock(), plan=plan, run_end=run_end)
+            self.store.finish_step(step.id, "planned", now=self.clock(), plan=plan, run_end=run_end, lease=run.lease)
             self.metrics.step_finished(step.action, "planned", time.monotonic() - started)
             self._run_finished(run_end)
             return None
         try:
             # The plan is recorded with the start of the first attempt (one transaction).
-            number, outcome = self._attempts(runner, action, params, ctx, step, plan)
+            number, outcome = self._attempts(runner, action, params, ctx, step, plan, run)
             result = runner.stamp(outcome)
+        except ClaimLostError:
+            raise
         except Exception as exc:
             # A change handed over but not confirmed: keep what to look for, for reconcile_pending.
             pending = {"pending": exc.follow_up} if isinstance(exc, OutcomePending) else None
-            return self._fail_step(run, step, _describe(exc), started, plan=plan, result=pending)
+            return fail(_describe(exc), plan=plan, result=pending)
         self.store.finish_step(
-            step.id, "succeeded", now=self.clock(), result=result, succeeded_attempt=number, run_end=run_end
+            step.id,
+            "succeeded",
+            now=self.clock(),
+            result=result,
+            succeeded_attempt=number,
+            run_end=run_end,
+            lease=run.lease,
         )
         self.metrics.step_finished(step.action, "succeeded", time.monotonic() - started)
         self._run_finished(run_end)
         return None
+
+    def _plan(
+        self, runner: StepRunner, action: Action, params: Mapping[str, Any], ctx: StepContext, step: StepRecord
+    ) -> Any:
+        """The step's plan; plans only read, so retryable errors are retried within the step's retries and
+        deadline, whatever the action's idempotency."""
+        tries = 0
+        retrying = Retrying(
+            stop=stop_after_attempt(step.retries + 1) | stop_after_delay(max(0.0, ctx.deadline - time.monotonic())),
+            wait=wait_exponential(multiplier=0.5, min=min(0.2, self.retry_wait_max), max=self.retry_wait_max),
+            retry=retry_if_exception(lambda exc: isinstance(exc, RetryableActionError)),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    tries += 1
+                    return call_with_deadline(lambda: runner.plan(action, params, ctx), ctx.remaining())
+        except RetryableActionError as exc:
+            if tries > 1:
+                raise RetryableActionError(f"{exc} ({tries} tries)") from exc
+            raise
+        raise StepTimeout("no time left to plan (step deadline already passed)")  # pragma: no cover
 
     def _attempts(
         self,
@@ -332,6 +489,7 @@ class Executor:
         ctx: StepContext,
         step: StepRecord,
         plan: Any,
+        run: ClaimedRun,
     ) -> tuple[int, Any]:
         """Execute the step, retrying retryable errors; returns (number of the attempt that succeeded, its result).
 
@@ -344,24 +502,29 @@ class Executor:
             stop=stop_after_attempt(step.retries + 1) | stop_after_delay(budget),
             # tenacity applies `min` after `max`: cap it too, or retry_wait_max < 0.2 s would not shorten waits.
             wait=wait_exponential(multiplier=0.5, min=min(0.2, self.retry_wait_max), max=self.retry_wait_max),
-            retry=retry_if_exception_type(RetryableActionError),
+            retry=retry_if_exception(lambda exc: _may_retry(exc, action)),
             reraise=True,
         )
+        lease = run.lease
         try:
             for attempt in retrying:
                 with attempt:
-                    number = self.store.start_attempt(step.id, self.clock(), plan=pending_plan)
+                    number = self.store.start_attempt(step.id, self.clock(), plan=pending_plan, lease=lease)
                     pending_plan = None
                     try:
                         result = call_with_deadline(lambda: runner.execute(action, params, ctx), ctx.remaining())
                     except RetryableActionError as exc:
-                        self.store.finish_attempt(step.id, number, "retryable_error", str(exc), self.clock())
+                        outcome = "retryable_error" if _may_retry(exc, action) else "maybe_applied"
+                        self.store.finish_attempt(step.id, number, outcome, str(exc), self.clock(), lease=lease)
+                        raise
+                    except AmbiguousActionError as exc:
+                        self.store.finish_attempt(step.id, number, "maybe_applied", str(exc), self.clock(), lease=lease)
                         raise
                     except StepTimeout as exc:
-                        self.store.finish_attempt(step.id, number, "timeout", str(exc), self.clock())
+                        self.store.finish_attempt(step.id, number, "timeout", str(exc), self.clock(), lease=lease)
                         raise
                     except Exception as exc:
-                        self.store.finish_attempt(step.id, number, "failed", _describe(exc), self.clock())
+                        self.store.finish_attempt(step.id, number, "failed", _describe(exc), self.clock(), lease=lease)
                         raise
                     return number, result
         except RetryError as exc:  # pragma: no cover - reraise=True makes tenacity re-raise the last error
@@ -408,6 +571,27 @@ class Executor:
                 log.warning("run %s step %s (%s): %s", run.id, step.idx, step.action, note)
         return settled
 
+    def _step_failer(
+        self,
+        run: ClaimedRun,
+        step: StepRecord,
+        started: float,
+        rest: Sequence[StepRecord],
+        earlier: Sequence[StepRecord],
+        after_failure: bool,
+    ) -> Callable[..., StepFailure]:
+        """A function recording the step's failure (see `_fail_step`) with this step's circumstances."""
+
+        def fail(
+            error: str, *, status: str = "failed", plan: Any = None, transient: bool = False, result: Any = None
+        ) -> StepFailure:
+            return self._fail_step(
+                run, step, error, started, status=status, plan=plan, rest=rest, earlier=earlier,
+                after_failure=after_failure, transient=transient, result=result,
+            )  # fmt: skip
+
+        return fail
+
     def _fail_step(
         self,
         run: ClaimedRun,
@@ -417,16 +601,54 @@ class Executor:
         *,
         status: str = "failed",
         plan: Any = None,
+        rest: Sequence[StepRecord] = (),
+        earlier: Sequence[StepRecord] = (),
+        after_failure: bool = False,
+        transient: bool = False,
         result: Any = None,
-    ) -> str:
-        """Record the step's failure and the run's, in one transaction; returns the error."""
-        run_end = RunEnd(run.id, FAILED, f"step {step.idx} {step.name} ({step.action}): {error}")
+    ) -> StepFailure:
+        """Record the step's failure, the later steps that are skipped, and (unless `always` steps follow)
+        the run's failure, in one transaction.
+
+        `transient`: the step failed for a reason that may pass (a retryable error in its plan); when no
+        step of the run executed anything before, the run is marked rerunnable (the next delivery of the
+        alert runs again instead of being a duplicate).
+        """
+        run_error = _run_error(step, error)
+        if after_failure:  # an `always` step: recorded, the run keeps its first failure
+            self.store.finish_step(
+                step.id, status, now=self.clock(), error=error, plan=plan, result=result, lease=run.lease
+            )
+            self.metrics.step_finished(step.action, status, time.monotonic() - started)
+            return StepFailure(run_error, ended_run=False)
+        skipped = [s.id for s in rest if not s.always]
+        reason = f"skipped: step {step.idx} {step.name} ({step.action}) failed"
+        ends = not any(s.always for s in rest)
+        run_end = RunEnd(run.id, FAILED, run_error) if ends else None
+        rerunnable = transient and run.mode != "dry-run" and all(s.attempts == 0 for s in earlier if s.idx <= step.idx)
         self.store.finish_step(
-            step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end
-        )
+            step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end, lease=run.lease,
+            skip=skipped, skip_reason=reason, rerunnable=rerunnable and ends,
+        )  # fmt: skip
         self.metrics.step_finished(step.action, status, time.monotonic() - started)
         self._run_finished(run_end)
-        return error
+        return StepFailure(run_error, ended_run=ends, rerunnable=rerunnable)
+
+
+def _run_error(step: StepRecord, error: str) -> str:
+    return f"step {step.idx} {step.name} ({step.action}): {error}"
+
+
+def _failed(step: StepRecord) -> bool:
+    """The step ended in failure (not an `interrupted` step recovery left to be judged again)."""
+    return step.finished and step.status not in DONE_STEP_STATUSES
+
+
+def _may_retry(exc: BaseException, action: Action) -> bool:
+    """Retryable, unless the request may have reached its target and the action must not run twice."""
+    if not isinstance(exc, RetryableActionError):
+        return False
+    return action.idempotent or not getattr(exc, "maybe_applied", False)
 
 
 def _late_outcome(

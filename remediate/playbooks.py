@@ -41,7 +41,7 @@ _PLAYBOOK_KEYS = {
     "steps",
     "on_resolved",
 }
-_STEP_KEYS = {"action", "with", "name", "timeout", "retries"}
+_STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always"}
 _MAX_RETRIES = 10
 
 
@@ -61,6 +61,8 @@ class StepSpec:
     timeout: float | None = None
     retries: int = 2
     """How often a retryable error is retried (0 = one attempt only)."""
+    always: bool = False
+    """Run this step even when an earlier step failed (e.g. a notification); the run stays failed."""
 
 
 @dataclass(frozen=True)
@@ -353,7 +355,12 @@ def _parse_steps(
         retries = item.get("retries", 2)
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= _MAX_RETRIES:
             raise fail(f"{where}.retries", f"must be a whole number from 0 to {_MAX_RETRIES}")
-        steps.append(StepSpec(action=action_name, params=params, name=name, timeout=timeout, retries=retries))
+        always = item.get("always", False)
+        if not isinstance(always, bool):
+            raise fail(f"{where}.always", "must be true or false")
+        steps.append(
+            StepSpec(action=action_name, params=params, name=name, timeout=timeout, retries=retries, always=always)
+        )
     return tuple(steps)
 
 

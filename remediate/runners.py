@@ -16,7 +16,9 @@ deadline (tenacity), then raised as RetryableActionError, so the executor's own 
 retries apply to execute. The agent answers with the plan/result, or with
 {error_class: retryable|permanent, message}, raised here as RetryableActionError /
 ActionError. A call sent but not answered in time is not retried: the step may have
-run on the node, and the error says so.
+run on the node, and the error says so (AmbiguousActionError). For the execute of an
+action that is not idempotent, so is a connection dropped after the request was sent
+and a 502/504 from a proxy: only errors that prove nothing reached the agent are retried.
 
 Each runner has `ran_on`, recorded in node steps' plans and results ("node-b (agent
 http://10.0.0.7:9096)", "node-a (server)") so `/runs/<id>` shows where a step ran.
@@ -38,7 +40,8 @@ import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from remediate.actions.base import Action, StepContext, Where
-from remediate.errors import ActionError, ConfigError, OutcomePending, RetryableActionError
+from remediate.actions.notify import request_not_sent
+from remediate.errors import ActionError, AmbiguousActionError, ConfigError, OutcomePending, RetryableActionError
 from remediate.kube.model import check_node_name
 
 if TYPE_CHECKING:
@@ -352,19 +355,24 @@ class AgentRunner(StepRunner):
                 # The agent enforces the step's deadline itself and answers; a little slack for the answer.
                 timeout=(self.connect_timeout, timeout + self.answer_slack),
             )
-        except requests.ConnectionError as exc:  # refused, reset, DNS, connect timeout: nothing was run
+        except requests.ConnectionError as exc:  # refused, DNS, connect timeout: nothing was run
             self.directory.forget(self.node)
+            if kind == EXECUTE and not action.idempotent and not request_not_sent(exc):
+                raise AmbiguousActionError(
+                    f"{where}: connection lost after the request was sent ({_short_error(exc)}); the step may "
+                    f"have run there and {action.name} is not idempotent: not sent again, check the node"
+                ) from exc
             raise _Unreachable(f"{where}: {_short_error(exc)}") from exc
         except requests.ReadTimeout as exc:
-            raise ActionError(
+            raise AmbiguousActionError(
                 f"{where} did not answer within {timeout + self.answer_slack:.1f}s; the step may have run (or still be "
                 "running) there: check the node"
             ) from exc
         except requests.RequestException as exc:
             raise ActionError(f"{where}: {_short_error(exc)}") from exc
-        return self._answer(response, kind, where)
+        return self._answer(response, kind, where, once=kind == EXECUTE and not action.idempotent)
 
-    def _answer(self, response: requests.Response, kind: str, where: str) -> Any:
+    def _answer(self, response: requests.Response, kind: str, where: str, *, once: bool = False) -> Any:
         try:
             data = response.json()
         except ValueError:
@@ -381,6 +389,11 @@ class AgentRunner(StepRunner):
             raise ActionError(message)
         if response.status_code in (502, 503, 504):
             self.directory.forget(self.node)
+            if once and response.status_code != 503:  # a proxy may have passed the request on before failing
+                raise AmbiguousActionError(
+                    f"{where}: HTTP {response.status_code} from a proxy; the step may have run there: not sent "
+                    "again, check the node"
+                )
             raise _Unreachable(f"{where}: HTTP {response.status_code}")
         text = response.text[:200].replace("\n", " ")
         raise ActionError(f"{where} gave an unexpected answer: HTTP {response.status_code} {text}")

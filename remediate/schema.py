@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 metadata = sa.MetaData()
 
@@ -80,6 +80,13 @@ runs = sa.Table(
     # What cooldown and max_attempts count per: the target, or the target plus the playbook's
     # `guard_by` labels (e.g. one GPU of a node). Nullable only because version 3 lacked it.
     sa.Column("guard_key", sa.String(255), nullable=True),
+    # Incremented by every claim: a write of the run's progress names the generation it claimed, so an
+    # executor that lost its claim (stalled, then recovered by another) cannot write over the new owner.
+    sa.Column("claim_generation", sa.Integer, nullable=False, server_default="0"),
+    # The run failed for a transient reason before any step executed: the next delivery of the same
+    # occurrence may run it again (a new run that supersedes this one, recorded in `superseded_by`).
+    sa.Column("rerunnable", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("superseded_by", sa.Integer, nullable=True),
     sa.Index("ix_runs_status", "status", "id"),
     sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
 )
@@ -103,6 +110,8 @@ steps = sa.Table(
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
     sa.Column("started_at", sa.Float, nullable=True),
     sa.Column("finished_at", sa.Float, nullable=True),
+    # The step runs even when an earlier step failed (e.g. a notification); the run stays failed.
+    sa.Column("always", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.UniqueConstraint("run_id", "idx", name="uq_steps_run_idx"),
 )
 
@@ -189,9 +198,17 @@ def _v4_guard_key(conn: sa.Connection) -> None:
     conn.execute(sa.text("CREATE INDEX ix_runs_guard_key ON runs (playbook, guard_key, phase, created_at)"))
 
 
+def _v5_claims_and_always(conn: sa.Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN claim_generation INTEGER NOT NULL DEFAULT 0"))
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN rerunnable BOOLEAN NOT NULL DEFAULT false"))
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN superseded_by INTEGER"))
+    conn.execute(sa.text("ALTER TABLE steps ADD COLUMN always BOOLEAN NOT NULL DEFAULT false"))
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
     3: _v3_breaker_claims,
     4: _v4_guard_key,
+    5: _v5_claims_and_always,
 }

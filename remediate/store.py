@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from remediate import schema as t
-from remediate.errors import ConfigError, RunStateError, UnknownRunError
+from remediate.errors import ClaimLostError, ConfigError, RunStateError, UnknownRunError
 
 # Run statuses.
 QUEUED = "queued"
@@ -81,6 +81,36 @@ class ClaimedRun:
     phase: str
     mode: str
     alert_context: Mapping[str, Any]
+    generation: int = 0
+    """The run's claim_generation after this claim (see RunLease)."""
+    worker: str = ""
+
+    @property
+    def lease(self) -> RunLease:
+        return RunLease(self.id, self.worker, self.generation)
+
+
+@dataclass(frozen=True)
+class RunLease:
+    """Who may write a run's progress: the executor that claimed it, in that claim (generation).
+
+    Every progress write given a lease checks it in its own transaction and raises ClaimLostError
+    when the run was requeued or claimed again since: the stale owner then writes nothing more.
+    """
+
+    run_id: int
+    worker: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class RunningClaim:
+    """A running run as recovery sees it."""
+
+    id: int
+    claimed_by: str
+    generation: int
+    heartbeat_at: float | None
 
 
 @dataclass(frozen=True)
@@ -96,6 +126,10 @@ class StepRecord:
     retries: int
     status: str
     attempts: int
+    always: bool = False
+    error: str | None = None
+    finished: bool = False
+    """The step has its final outcome (finished_at is set); an `interrupted` step left by recovery has not."""
 
 
 @dataclass(frozen=True)
@@ -164,11 +198,12 @@ def _claim_statement(skip_locked: bool) -> sa.Update:
         .values(
             status=RUNNING,
             claimed_by=sa.bindparam("p_worker", type_=sa.String),
+            claim_generation=t.runs.c.claim_generation + 1,
             heartbeat_at=now,
             updated_at=now,
             started_at=sa.func.coalesce(t.runs.c.started_at, now),
         )
-        .returning(t.runs.c.id)
+        .returning(t.runs.c.id, t.runs.c.claim_generation)
     )
 
 
@@ -209,6 +244,25 @@ _FINISH_ATTEMPT = (
     )
 )
 _UPDATE_STEP = sa.update(t.steps).where(t.steps.c.id == sa.bindparam("p_step_id"))
+# The lease check of a progress write; it also refreshes the heartbeat (never backwards, whatever the wall clock).
+_CHECK_LEASE = (
+    sa.update(t.runs)
+    .where(
+        t.runs.c.id == sa.bindparam("p_run_id"),
+        t.runs.c.claimed_by == sa.bindparam("p_worker", type_=sa.String),
+        t.runs.c.claim_generation == sa.bindparam("p_generation", type_=sa.Integer),
+        t.runs.c.status == RUNNING,
+    )
+    .values(
+        heartbeat_at=sa.case(
+            (
+                t.runs.c.heartbeat_at >= sa.bindparam("p_now", type_=sa.Float),
+                t.runs.c.heartbeat_at + 0.001,
+            ),
+            else_=sa.bindparam("p_now", type_=sa.Float),
+        )
+    )
+)
 _FINISH_RUN = (
     sa.update(t.runs)
     .where(t.runs.c.id == sa.bindparam("p_run_id"))
@@ -234,6 +288,8 @@ _COUNTED_RUNS = (
     t.runs.c.guard_key == sa.bindparam("p_guard_key"),
     t.runs.c.phase == "firing",
     t.runs.c.status != REJECTED,
+    # A run that failed for a transient reason before changing anything did nothing to count.
+    t.runs.c.rerunnable == sa.false(),
 )
 _TARGET_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
     *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
@@ -347,9 +403,10 @@ class Store:
     def claim_run(self, worker: str, now: float) -> ClaimedRun | None:
         """Take the oldest queued run for this worker, atomically across processes."""
         with self.write() as conn:
-            run_id = conn.execute(_CLAIM[not self.is_sqlite], {"p_worker": worker, "p_now": now}).scalar_one_or_none()
-            if run_id is None:
+            claimed = conn.execute(_CLAIM[not self.is_sqlite], {"p_worker": worker, "p_now": now}).one_or_none()
+            if claimed is None:
                 return None
+            run_id, generation = claimed
             self._sync_decision_status(conn, run_id, RUNNING)
             row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
         labels = json.loads(row.labels)
@@ -363,7 +420,7 @@ class Store:
             "endsAt": row.ends_at or "",
             "generatorURL": row.generator_url,
         }
-        return ClaimedRun(row.id, row.playbook, row.target, row.phase, row.mode, context)
+        return ClaimedRun(row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker)
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self.read() as conn:
@@ -381,25 +438,49 @@ class Store:
                 r.retries,
                 r.status,
                 r.attempts,
+                bool(r.always),
+                r.error,
+                r.finished_at is not None,
             )
             for r in rows
         ]
 
-    def start_attempt(self, step_id: int, now: float, *, plan: Any = None) -> int:
+    @staticmethod
+    def _check_lease(conn: sa.Connection, lease: RunLease | None, now: float) -> None:
+        """Raise ClaimLostError (rolling the transaction back) unless `lease` still holds its run."""
+        if lease is None:
+            return
+        params = {"p_run_id": lease.run_id, "p_worker": lease.worker, "p_generation": lease.generation, "p_now": now}
+        if conn.execute(_CHECK_LEASE, params).rowcount != 1:
+            raise ClaimLostError(
+                f"run {lease.run_id} is no longer claimed by {lease.worker} (claim {lease.generation}): "
+                "it was recovered or claimed by another executor; this one writes nothing more to it"
+            )
+
+    def check_lease(self, lease: RunLease, now: float) -> None:
+        """ClaimLostError unless `lease` still holds its run (and refresh its heartbeat)."""
+        with self.write() as conn:
+            self._check_lease(conn, lease, now)
+
+    def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int:
         """Record that an attempt of the step starts, before the action runs; returns its number.
 
         With `plan` (the first attempt), the step's plan is recorded in the same transaction.
         If the executor dies during the attempt, `recover_stale` marks it interrupted.
         """
         with self.write() as conn:
+            self._check_lease(conn, lease, now)
             if plan is not None:
                 conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
             number = conn.execute(_START_ATTEMPT, {"p_step_id": step_id, "p_now": now}).scalar_one()
             conn.execute(_INSERT_ATTEMPT, {"step_id": step_id, "number": number, "started_at": now})
         return int(number)
 
-    def finish_attempt(self, step_id: int, number: int, outcome: str, error: str | None, now: float) -> None:
+    def finish_attempt(
+        self, step_id: int, number: int, outcome: str, error: str | None, now: float, *, lease: RunLease | None = None
+    ) -> None:
         with self.write() as conn:
+            self._check_lease(conn, lease, now)
             self._finish_attempt(conn, step_id, number, outcome, error, now)
 
     def record_plan(self, step_id: int, plan: Any) -> None:
@@ -417,6 +498,10 @@ class Store:
         plan: Any = None,
         succeeded_attempt: int | None = None,
         run_end: RunEnd | None = None,
+        lease: RunLease | None = None,
+        skip: Sequence[int] = (),
+        skip_reason: str = "",
+        rerunnable: bool = False,
     ) -> None:
         """Record the step's outcome, durably, before the next step starts.
 
@@ -429,11 +514,13 @@ class Store:
         if plan is not None:
             values["plan"] = dumps(plan)
         with self.write() as conn:
+            self._check_lease(conn, lease, now)
             if succeeded_attempt is not None:
                 self._finish_attempt(conn, step_id, succeeded_attempt, SUCCEEDED, None, now)
             conn.execute(_UPDATE_STEP, {"p_step_id": step_id, **values})
+            self._skip_steps(conn, skip, skip_reason, now)
             if run_end is not None:
-                self._finish_run(conn, run_end.run_id, run_end.status, now, run_end.error)
+                self._finish_run(conn, run_end.run_id, run_end.status, now, run_end.error, rerunnable=rerunnable)
 
     def pending_outcomes(self, since: float, limit: int = 100) -> list[PendingOutcome]:
         """Failed steps that handed a change over and gave up waiting for it (result ``{"pending": ...}``,
@@ -509,9 +596,37 @@ class Store:
             )
         return True
 
-    def finish_run(self, run_id: int, status: str, *, now: float, error: str | None = None) -> None:
+    def finish_run(
+        self,
+        run_id: int,
+        status: str,
+        *,
+        now: float,
+        error: str | None = None,
+        lease: RunLease | None = None,
+        skip: Sequence[int] = (),
+        skip_reason: str = "",
+        rerunnable: bool = False,
+    ) -> None:
         with self.write() as conn:
-            self._finish_run(conn, run_id, status, now, error)
+            self._check_lease(conn, lease, now)
+            self._skip_steps(conn, skip, skip_reason, now)
+            self._finish_run(conn, run_id, status, now, error, rerunnable=rerunnable)
+
+    def skip_steps(self, step_ids: Sequence[int], reason: str, *, now: float, lease: RunLease | None = None) -> None:
+        """Mark steps `skipped` (an earlier step failed), with the reason."""
+        with self.write() as conn:
+            self._check_lease(conn, lease, now)
+            self._skip_steps(conn, step_ids, reason, now)
+
+    @staticmethod
+    def _skip_steps(conn: sa.Connection, step_ids: Sequence[int], reason: str, now: float) -> None:
+        if step_ids:
+            conn.execute(
+                sa.update(t.steps)
+                .where(t.steps.c.id.in_(list(step_ids)), t.steps.c.status == "pending")
+                .values(status="skipped", error=reason, finished_at=now)
+            )
 
     @staticmethod
     def _finish_attempt(
@@ -523,19 +638,58 @@ class Store:
         )
 
     @staticmethod
-    def _finish_run(conn: sa.Connection, run_id: int, status: str, now: float, error: str | None) -> None:
+    def _finish_run(
+        conn: sa.Connection, run_id: int, status: str, now: float, error: str | None, *, rerunnable: bool = False
+    ) -> None:
         conn.execute(_FINISH_RUN, {"p_run_id": run_id, "p_status": status, "p_now": now, "p_error": error})
+        if rerunnable:
+            conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(rerunnable=True))
         Store._sync_decision_status(conn, run_id, status)
 
     def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
         if not run_ids:
             return
         with self.write() as conn:
+            # Never backwards: recovery watches the value change, so a wall clock stepped back is no silence.
             conn.execute(
                 sa.update(t.runs)
-                .where(t.runs.c.id.in_(run_ids), t.runs.c.claimed_by == worker)
-                .values(heartbeat_at=now)
+                .where(t.runs.c.id.in_(run_ids), t.runs.c.claimed_by == worker, t.runs.c.status == RUNNING)
+                .values(
+                    heartbeat_at=sa.case(
+                        (t.runs.c.heartbeat_at >= now, t.runs.c.heartbeat_at + 0.001), else_=sa.literal(now)
+                    )
+                )
             )
+
+    def running_claims(self) -> list[RunningClaim]:
+        """The running runs and who holds them (recovery decides which owners are gone)."""
+        with self.read() as conn:
+            rows = conn.execute(
+                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.claim_generation, t.runs.c.heartbeat_at).where(
+                    t.runs.c.status == RUNNING
+                )
+            ).all()
+        return [RunningClaim(r.id, r.claimed_by or "", int(r.claim_generation), r.heartbeat_at) for r in rows]
+
+    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float) -> list[int]:
+        """Requeue these runs, each only if it is still held by the same claim; their in-flight steps become
+        `interrupted`. Returns the ids requeued."""
+        if not claims:
+            return []
+        with self.write() as conn:
+            still = [
+                c.id
+                for c in claims
+                if conn.execute(
+                    sa.select(t.runs.c.id).where(
+                        t.runs.c.id == c.id,
+                        t.runs.c.status == RUNNING,
+                        t.runs.c.claim_generation == c.generation,
+                    )
+                ).first()
+            ]
+            self._requeue(conn, still, now)
+        return still
 
     def recover_stale(self, *, now: float, stale_after: float, is_dead: Any) -> list[int]:
         """Requeue runs whose executor died; their in-flight steps become `interrupted`.
@@ -551,6 +705,11 @@ class Store:
             stale = [r.id for r in rows if is_dead(r.claimed_by or "") or (r.heartbeat_at or 0) < now - stale_after]
             if not stale:
                 return []
+            self._requeue(conn, stale, now)
+        return stale
+
+    def _requeue(self, conn: sa.Connection, stale: list[int], now: float) -> None:
+        if stale:
             conn.execute(
                 sa.update(t.steps)
                 .where(t.steps.c.run_id.in_(stale), t.steps.c.status == RUNNING)
@@ -569,7 +728,6 @@ class Store:
             )
             for run_id in stale:
                 self._sync_decision_status(conn, run_id, QUEUED)
-        return stale
 
     def memory(self) -> StoreMemory:
         """The ActionMemory actions use (see remediate.actions.base)."""
@@ -736,6 +894,8 @@ class Store:
             "approved_by": run.approved_by,
             "approved_at": run.approved_at,
             "error": run.error,
+            "rerunnable": bool(run.rerunnable),
+            "superseded_by": run.superseded_by,
             "decision": None if decision is None else {"decision": decision.decision, "reason": decision.reason},
             "alert": {
                 "id": alert.id,
@@ -762,6 +922,7 @@ class Store:
                     "attempts": attempts_by_step.get(s.id, []),
                     "timeout": s.timeout,
                     "retries": s.retries,
+                    "always": bool(s.always),
                     "started_at": s.started_at,
                     "finished_at": s.finished_at,
                 }
@@ -824,6 +985,22 @@ class GuardReader:
             found.update({r.dedupe_key: (r.id, r.status) for r in rows})
         return found
 
+    def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]:
+        """run id -> its error, for those of `run_ids` that failed for a transient reason before changing
+        anything and were not superseded yet: the next delivery of their occurrence runs again."""
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
+            return {}
+        rows = self.conn.execute(
+            sa.select(t.runs.c.id, t.runs.c.error).where(
+                t.runs.c.id.in_(ids),
+                t.runs.c.status == FAILED,
+                t.runs.c.rerunnable == sa.true(),
+                t.runs.c.superseded_by.is_(None),
+            )
+        ).all()
+        return {r.id: r.error or "" for r in rows}
+
     def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
         """(time of the last counted firing run ever, number of counted firing runs since `since`),
         for one playbook and guard key (the target, or the target plus the playbook's `guard_by` labels).
@@ -848,6 +1025,9 @@ class EmptyGuardReader:
         return None
 
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
+        return {}
+
+    def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]:
         return {}
 
     def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
@@ -880,6 +1060,13 @@ class IngestWriter(GuardReader):
             return []
         result = self.conn.execute(_INSERT_RETURNING_IDS[table_name], list(rows))
         return [row[0] for row in result]
+
+    def release_dedupe_key(self, run_id: int) -> None:
+        """Free the dedupe key of a rerunnable run for the run that supersedes it; the old run stays in history."""
+        self.conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(dedupe_key=f"superseded:{run_id}"))
+
+    def mark_superseded(self, run_id: int, by_run: int, now: float) -> None:
+        self.conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(superseded_by=by_run, updated_at=now))
 
     def cancel_awaiting(self, run_id: int, reason: str, now: float) -> bool:
         """Cancel a run still awaiting approval; False when it has moved on."""

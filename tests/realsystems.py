@@ -772,6 +772,8 @@ class WebhookRecorder(_BackgroundServer):
     def __init__(self, status: int = 200, path: str = "/webhook") -> None:
         self.status = status
         self.delay = 0.0
+        self.drop = False
+        """Close the connection after reading (and recording) the request, without answering."""
         self.path = path
         # Re-entrant: wait_for() runs the caller's predicate under the lock,
         # and a predicate may well look at .requests.
@@ -849,6 +851,9 @@ class _RecorderHandler(_QuietHandler):
                 answered=status,
             )
         )
+        if recorder.drop:
+            self.close_connection = True
+            return
         if recorder.delay:
             time.sleep(recorder.delay)
         reply = b'{"status":"recorded"}'

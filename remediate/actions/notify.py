@@ -1,9 +1,16 @@
 """`notify.webhook`: POST a JSON summary of the run's alert to a URL written in the playbook.
 
 The URL is a static parameter: the playbook loader refuses a templated one, so an
-alert label can never choose where we send data. Connection errors, timeouts, 429
-and 5xx answers are retryable (the executor retries them with tenacity per the
-step's `retries`); other 4xx answers fail at once.
+alert label can never choose where we send data.
+
+A POST is not idempotent: only an error that proves the request was never sent
+(connection refused, name not resolved, connect time-out) is retryable (the executor
+retries it per the step's `retries`). Once the request may have reached the receiver
+(no answer in time, connection dropped after sending, a 5xx or 429 answer), the step
+fails with AmbiguousActionError (`maybe_applied`) and is not sent again. Each POST
+carries an `Idempotency-Key` header, the same for every attempt of one step of one run
+(`remediate-run-<run id>-step-<index>`), so a receiver can drop a repeat; other 4xx
+answers fail at once.
 """
 
 from __future__ import annotations
@@ -13,10 +20,11 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import requests
+import urllib3.exceptions
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
-from remediate.errors import ActionError, RetryableActionError
+from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 
 
 def _check_url(url: str) -> str | None:
@@ -24,6 +32,26 @@ def _check_url(url: str) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an absolute http:// or https:// URL"
     return None
+
+
+def request_not_sent(exc: requests.RequestException) -> bool:
+    """True when `exc` proves the request never left: no connection was made (refused, DNS, connect time-out).
+
+    Anything else (read time-out, connection reset or closed after sending) may come after the receiver
+    got the request.
+    """
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    if not isinstance(exc, requests.ConnectionError):
+        return False
+    reason = exc.args[0] if exc.args else None
+    reason = getattr(reason, "reason", reason)  # urllib3's MaxRetryError wraps the cause
+    return isinstance(reason, urllib3.exceptions.NewConnectionError | urllib3.exceptions.ConnectTimeoutError)
+
+
+def idempotency_key(ctx: StepContext) -> str:
+    """The same for every attempt of one step of one run: a receiver may drop what it has seen."""
+    return f"remediate-run-{ctx.run_id}-step-{ctx.step_index}"
 
 
 def _check_headers(headers: dict) -> str | None:
@@ -36,7 +64,10 @@ class NotifyWebhookAction(Action):
     name: ClassVar[str] = "notify.webhook"
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = False
-    description: ClassVar[str] = "POST a JSON summary of the alert and run to a webhook."
+    description: ClassVar[str] = (
+        "POST a JSON summary of the alert and run to a webhook (with an Idempotency-Key header; retried only "
+        "when nothing was sent)."
+    )
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
             "url": Param(str, required=True, static=True, check=_check_url, doc="where to POST"),
@@ -73,16 +104,23 @@ class NotifyWebhookAction(Action):
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         url = params["url"]
         timeout = min(params["timeout"], max(ctx.remaining(), 0.1))
+        headers = {"Idempotency-Key": idempotency_key(ctx), **(params.get("headers") or {})}
         try:
-            response = self._session.post(
-                url, json=self.summary(params, ctx), headers=params.get("headers") or {}, timeout=timeout
-            )
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise RetryableActionError(f"POST {url} failed: {exc.__class__.__name__}: {exc}") from exc
+            response = self._session.post(url, json=self.summary(params, ctx), headers=headers, timeout=timeout)
         except requests.RequestException as exc:
+            if request_not_sent(exc):
+                raise RetryableActionError(f"POST {url} failed: {exc.__class__.__name__}: {exc}") from exc
+            if isinstance(exc, requests.ConnectionError | requests.Timeout):
+                raise AmbiguousActionError(
+                    f"POST {url} failed after sending: {exc.__class__.__name__}: {exc}; the receiver may have "
+                    "got it, so it is not sent again"
+                ) from exc
             raise ActionError(f"POST {url} failed: {exc}") from exc
         if response.status_code == 429 or response.status_code >= 500:
-            raise RetryableActionError(f"POST {url} answered {response.status_code}: {response.text[:200]}")
+            raise AmbiguousActionError(
+                f"POST {url} answered {response.status_code}: {response.text[:200]}; the receiver got it "
+                "and may have acted on it, so it is not sent again"
+            )
         if response.status_code >= 400:
             raise ActionError(f"POST {url} answered {response.status_code}: {response.text[:200]}")
         return {"posted_to": url, "status_code": response.status_code}

@@ -500,9 +500,15 @@ class _TrainingAction(Action):
                 f"({ack.status} at step {ack.step_before}: {ack.detail}); two live processes use this job name"
             )
         if ack.status != APPLIED:
+            # An interrupted command's ack has no step (the job stopped while applying it): name the job's own.
+            at = (
+                f"at step {ack.step_before}"
+                if ack.step_before is not None
+                else f"(step unknown; the job last reported step {registration.last_step})"
+            )
             raise ActionError(
                 f"training job {registration.job!r} answered {ack.status} to {ack.kind or self.kind} "
-                f"command {ack.id} at step {ack.step_before}: {ack.detail}"
+                f"command {ack.id} {at}: {ack.detail}"
             )
         result: dict[str, Any] = {
             "job": registration.job,

@@ -76,7 +76,7 @@ def history(as_json: bool, **params: Any) -> None:
                 e.get("target") or "-",
                 e["status"],
                 e.get("run_id") or "-",
-                _short(e["reason"]),
+                _short(_reason(e)),
             ]
             for e in page["entries"]
         ],
@@ -84,6 +84,14 @@ def history(as_json: bool, **params: Any) -> None:
     )
     if page.get("next_cursor"):
         click.echo(f"more: --cursor {page['next_cursor']}")
+
+
+def _reason(entry: dict[str, Any]) -> str:
+    """What to show as the entry's reason: a failed run's error says more than why it was accepted."""
+    run = entry.get("run") or {}
+    if entry.get("status") == "failed" and run.get("error"):
+        return str(run["error"])
+    return str(entry["reason"])
 
 
 @main.command()

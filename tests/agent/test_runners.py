@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from kubernetes import client as k8s
@@ -16,7 +16,7 @@ from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.log import LogAction
 from remediate.agent import AgentService
 from remediate.config import Settings
-from remediate.errors import ActionError, ConfigError, RetryableActionError
+from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.runners import (
     AgentNotFound,
     AgentRunner,
@@ -30,6 +30,13 @@ from tests.agent.support import AGENT_TOKEN, Echo, agent_settings, registry_with
 from tests.realsystems import free_port
 
 ECHO = Echo()
+
+
+class IdempotentEcho(Echo):
+    idempotent: ClassVar[bool] = True
+
+
+IDEMPOTENT_ECHO = IdempotentEcho()
 
 
 def ctx(target: str = "node-b", seconds: float = 10.0) -> StepContext:
@@ -193,8 +200,18 @@ def test_a_proxy_error_without_an_agent_answer_is_retried(scripted: Any) -> None
     scripted.script = [(503, b"upstream down", 0), (502, b"", 0)]
     url = f"http://127.0.0.1:{scripted.server_port}"
 
-    assert runner(url).execute(ECHO, {"word": "x"}, ctx()) == {"ok": True}
+    assert runner(url).execute(IDEMPOTENT_ECHO, {"word": "x"}, ctx()) == {"ok": True}
     assert scripted.seen == 3
+
+
+def test_a_502_on_the_execute_of_an_action_that_is_not_idempotent_is_not_sent_again(scripted: Any) -> None:
+    """Finding 16: a proxy may have passed the request on before failing; the step may have run."""
+    scripted.script = [(502, b"", 0), (200, b'{"result": {"ok": true}}', 0)]
+    url = f"http://127.0.0.1:{scripted.server_port}"
+
+    with pytest.raises(AmbiguousActionError, match="HTTP 502 from a proxy; the step may have run"):
+        runner(url).execute(ECHO, {"word": "x"}, ctx())
+    assert scripted.seen == 1
 
 
 def test_an_unexpected_answer_is_a_permanent_error(scripted: Any) -> None:

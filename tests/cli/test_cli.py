@@ -444,6 +444,33 @@ def test_history_prints_a_table_newest_first(cli: Callable[..., Result], history
     ]
 
 
+def test_history_shows_the_error_of_a_failed_run_as_its_reason(
+    cli: Callable[..., Result], make_server: Callable[..., Server]
+) -> None:
+    """Finding 7: the REASON of a failed run said "matched playbook ..."; it is the run's error now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    failing = LOG_XID.replace(
+        '  - action: log\n    with:\n      message: "XID on GPU {{ labels.gpu }} since {{ startsAt }}"',
+        f"  - action: notify.webhook\n    retries: 0\n    with:\n      url: http://127.0.0.1:{closed}/hook",
+    )
+    server = make_server(playbooks={"xid.yaml": failing})
+    server.webhook(notification(alert("x-a", Hostname="node-a")))
+    server.drain()
+
+    table = cli("history", *db_args(server))
+    (entry,) = server.history()["entries"]
+
+    assert table.exit_code == 0, table.output
+    header, row = table.stdout.splitlines()
+    reason = row[header.index("REASON") :]
+    assert entry["status"] == "failed"
+    assert entry["run"]["error"].startswith("step 0 1-notify.webhook (notify.webhook): POST")  # the /history JSON
+    assert reason.startswith("step 0 1-notify.webhook (notify.webhook): POST")
+    assert "matched playbook" not in row
+
+
 def test_history_json_is_the_same_page_the_api_returns(cli: Callable[..., Result], history_server: Server) -> None:
     result = cli("history", "--json", *db_args(history_server))
 

@@ -9,14 +9,27 @@ AlertManager is needed to show this.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from remediate.actions.base import ActionRegistry
+from remediate.actions.log import LogAction
+from remediate.actions.notify import NotifyWebhookAction
+from remediate.engine import Engine
+from remediate.executor import Executor
+from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.store import FINAL_RUN_STATUSES, Store
+from tests.conftest import alert_payload, notification_payload
 from tests.integration.conftest import RemediateServer, notification, write_playbook
-from tests.realsystems import WebhookRecorder
+from tests.realsystems import WebhookRecorder, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -74,7 +87,8 @@ def test_step_in_flight_at_a_crash_is_interrupted_and_not_run_again(
     assert "notify.webhook is not idempotent" in notify["error"]
     assert "not run again" in notify["error"]
     assert [a["outcome"] for a in notify["attempts"]] == ["interrupted"]
-    assert log_after["status"] == "pending"  # nothing after the interrupted step ran
+    assert log_after["status"] == "skipped"  # nothing after the interrupted step ran
+    assert log_after["error"] == "skipped: step 0 notify (notify.webhook) failed"
     assert log_after["attempts"] == []
     assert "notify.webhook is not idempotent" in detail["error"]
     assert detail["error"].startswith("step 0 notify (notify.webhook)")
@@ -120,3 +134,95 @@ def test_queued_run_survives_a_crash_and_runs_after_restart(
     assert again.status_code == 200
     assert again.json()["decisions"] == {"duplicate": 1}
     assert len(server.runs(alertname="E2ECrashQueued")) == 1
+
+
+# --------------------------------------------------------------------------- a stalled executor (finding 17)
+
+EXECUTOR_PROCESS = """
+import sys, time
+from remediate.actions.base import ActionRegistry
+from remediate.actions.log import LogAction
+from remediate.actions.notify import NotifyWebhookAction
+from remediate.executor import Executor
+from remediate.store import Store
+
+store = Store.open(sys.argv[1])
+registry = ActionRegistry([LogAction(), NotifyWebhookAction()])
+Executor(store=store, registry=registry, threads=1, poll_interval=0.05, stale_after=float(sys.argv[2])).start()
+print("started", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_sigstopped_executor_keeps_its_run_and_nothing_is_done_twice_or_overwritten(
+    tmp_path: Path, recorder: WebhookRecorder
+) -> None:
+    """Two executors on one SQLite file, one a real process SIGSTOPped mid-POST for 3x `stale_after`:
+    the other used to take its run over (notify POSTed twice, `failed` then overwritten `succeeded`).
+    An owner process alive on this host keeps its run, whatever its heartbeat's age."""
+    stale_after = 1.0
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    store = Store.open(url)
+    registry = ActionRegistry([LogAction(), NotifyWebhookAction()])
+    playbook = {
+        "name": "notify-then-log",
+        "match": {"alertname": "StalledExecutor"},
+        "target": "node",
+        "steps": [
+            {"name": "notify", "action": "notify.webhook", "with": {"url": recorder.url}, "retries": 2},
+            {"name": "log", "action": "log", "with": {"message": "after {{ labels.Hostname }}"}},
+        ],
+    }
+    engine = Engine(
+        store=store, playbooks=PlaybookSet([parse_playbook(playbook, registry, source="pb.yaml")]), registry=registry
+    )
+
+    def queue(node: str) -> int:
+        body = json.dumps(notification_payload(alert_payload("StalledExecutor", labels={"Hostname": node})))
+        (decision,) = engine.ingest_body(body.encode(), received_at=time.time()).decisions
+        assert decision.run_id is not None, decision.reason
+        return decision.run_id
+
+    recorder.delay = 1.0  # the POST is in flight while the executor is stopped
+    stalled_run = queue("node-a")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", EXECUTOR_PROCESS, url, str(stale_after)],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    other = Executor(store=store, registry=registry, threads=1, poll_interval=0.05, stale_after=stale_after)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "started"
+        recorder.wait_for(lambda r: r.json["run_id"] == stalled_run, timeout=10)
+        os.kill(child.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        others = [queue("node-b"), queue("node-c")]
+        other.start()
+        # 3x stale_after: the other executor's recovery looks every stale_after/2 and runs what is queued.
+        wait_until(lambda: all(store.run_detail(r)["status"] == "succeeded" for r in others), timeout=10)
+        time.sleep(max(0.0, stopped + 3 * stale_after - time.monotonic()))
+        held = store.run_detail(stalled_run)
+        assert held["status"] == "running", held
+        assert [a["outcome"] for a in held["steps"][0]["attempts"]] == [None]  # still in flight, not interrupted
+        os.kill(child.pid, signal.SIGCONT)
+        wait_until(lambda: store.run_detail(stalled_run)["status"] in FINAL_RUN_STATUSES, timeout=10)
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.terminate()
+        child.wait(5)
+        if child.stdout is not None:
+            child.stdout.close()
+        other.stop(timeout=5)
+
+    runs = [store.run_detail(r) for r in (stalled_run, *others)]
+    assert [r["status"] for r in runs] == ["succeeded"] * 3
+    for run in runs:
+        assert [(s["status"], [a["outcome"] for a in s["attempts"]]) for s in run["steps"]] == [
+            ("succeeded", ["succeeded"]),
+            ("succeeded", ["succeeded"]),
+        ]
+    posted = sorted(r.json["run_id"] for r in recorder.requests)
+    assert posted == sorted([stalled_run, *others])  # one POST per run
+    store.close()

@@ -283,7 +283,7 @@ def test_with_30_percent_of_requests_failing_every_run_ends_recorded_and_nothing
         if run["status"] == "failed":
             assert run["error"], run
         for step in run["steps"]:
-            assert step["status"] in ("succeeded", "failed", "pending"), step
+            assert step["status"] in ("succeeded", "failed", "skipped"), step
             if step["status"] == "failed":
                 assert step["error"]
     # No change was made twice, whatever was retried.
@@ -449,3 +449,100 @@ def test_remediate_breaker_status_and_reset_on_the_database(tmp_path: Path, monk
 
     missing = runner.invoke(main, ["breaker", "status", "--database-url", f"sqlite:///{tmp_path / 'none.db'}"])
     assert missing.exit_code == 2 and "no database at" in missing.output
+
+
+# --------------------------------------------------------------------------- transient plan errors (finding 14)
+
+
+def _cordon_runs(rig: Rig) -> list[dict[str, Any]]:
+    return sorted(rig.runs(), key=lambda run: run["id"])
+
+
+def test_an_api_blip_shorter_than_the_step_retries_during_the_plan_still_cordons(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Finding 14: 503s on `GET nodes/X` past the client's own attempts failed the plan at once (attempts: [])."""
+    (node,) = cluster(kube_api, 1)
+    rig = make_rig(CORDON_ONLY, fast=True)  # retries: 2 -> up to 3 plan tries of 4 API attempts each
+    fault = kube_api.inject("status", method="GET", path=f"/api/v1/nodes/{node}$", status=503, times=6)
+
+    rig.ingest(xid_alert(node))
+    rig.start()
+    rig.wait_idle()
+
+    (run,) = _cordon_runs(rig)
+    assert run["status"] == "succeeded", run
+    assert fault.fired == 6
+    assert kube_api.node(node)["spec"]["unschedulable"] is True
+    assert [a["outcome"] for a in run["steps"][0]["attempts"]] == ["succeeded"]
+
+
+def test_a_run_that_failed_transiently_before_changing_anything_runs_again_on_the_next_delivery(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Finding 14: past the retry budget the run fails; AlertManager's re-send used to be a `duplicate`."""
+    (node,) = cluster(kube_api, 1)
+    rig = make_rig(CORDON_ONLY.replace("cooldown: 0s", "cooldown: 30m"), fast=True)
+    fault = kube_api.inject("status", method="GET", path=f"/api/v1/nodes/{node}$", status=503, times=12)
+    alert = xid_alert(node)
+
+    rig.ingest(alert)
+    rig.start()
+    rig.wait_idle()
+    (failed,) = _cordon_runs(rig)
+    assert failed["status"] == "failed"
+    assert fault.fired == 12
+    assert "plan failed" in failed["error"] and "503" in failed["error"] and "(3 tries)" in failed["error"]
+    assert failed["steps"][0]["attempts"] == []
+    assert failed["rerunnable"] is True
+    assert not kube_api.node(node)["spec"].get("unschedulable")
+
+    again = rig.ingest(alert)  # the same occurrence, re-sent by AlertManager (repeat_interval)
+    (decision,) = again.decisions
+    assert decision.decision.value == "accepted", decision.reason
+    assert f"runs again: run {failed['id']} failed before changing anything" in decision.reason
+    rig.wait_idle()
+
+    old, new = _cordon_runs(rig)
+    assert (old["id"], old["status"], old["superseded_by"]) == (failed["id"], "failed", new["id"])
+    assert new["status"] == "succeeded", new
+    assert kube_api.node(node)["spec"]["unschedulable"] is True
+    # A third delivery is a duplicate of the run that succeeded.
+    (third,) = rig.ingest(alert).decisions
+    assert third.decision.value == "duplicate"
+    assert str(new["id"]) in third.reason
+
+
+# --------------------------------------------------------------------------- notify anyway (finding 15)
+
+
+def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refused(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Finding 15: a drain refused before evicting (a pod with emptyDir data) failed the run, and the
+    notify step after it never ran."""
+    from tests.realsystems import WebhookRecorder
+
+    (node,) = cluster(kube_api, 1)
+    kube_api.add_pod("ml", "scratch-job-0", node, emptydir=True)
+    shipped = (Path(__file__).resolve().parents[2] / "playbooks" / "gpu-xid-quarantine.yaml").read_text()
+    with WebhookRecorder(path="/remediate-events") as recorder:
+        rig = make_rig(shipped.replace("http://127.0.0.1:9099/remediate-events", recorder.url))
+        rig.ingest(xid_alert(node))
+        rig.start()
+        rig.wait_idle()
+
+        (run,) = _cordon_runs(rig)
+        steps = {step["name"]: step for step in run["steps"]}
+        assert run["status"] == "failed"
+        assert run["error"].startswith("step 2 drain (k8s.drain)")
+        assert [steps[name]["status"] for name in ("cordon", "taint", "drain", "notify")] == [
+            "succeeded",
+            "succeeded",
+            "failed",
+            "succeeded",
+        ]
+        assert steps["notify"]["always"] is True
+        (posted,) = recorder.requests
+        assert posted.json["run_id"] == run["id"]
+        assert kube_api.pod("ml", "scratch-job-0") is not None  # refused: nothing evicted

@@ -9,6 +9,7 @@ how remediate finds the job, delivers, waits, times out and reports.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from remediate.actions.training import (
 from remediate.config import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
 from remediate.training import CallableCheckpoints, TrainingControl
-from remediate.training.protocol import CheckpointInfo, JobPaths, atomic_write_json, read_json
+from remediate.training.protocol import CheckpointInfo, Command, JobPaths, atomic_write_json, read_json
 from tests.training.conftest import FakeOptimizer, FakeScheduler
 
 LABELS = ("training_job", "job", "job_name", "exported_job", "exported_pod", "pod")
@@ -324,6 +325,33 @@ def test_a_job_that_rejects_the_command_fails_the_step_with_its_reason(root: Pat
         action.execute(action.validate({"min_steps_back": 100}), ctx_for({"pod": "trainer-0"}))
     assert "answered rejected to rollback command" in str(failure.value)
     assert "no checkpoint fits" in str(failure.value)
+
+
+def test_a_command_interrupted_by_a_job_crash_fails_the_step_naming_a_real_step(
+    root: Path, jobs: list[LiveJob]
+) -> None:
+    """Finding 7: the step's error read "... command r1-s0-... at step None: interrupted ..."."""
+    action = TrainingRollbackAction(root, LABELS)
+    ctx = ctx_for({"pod": "trainer-0"})
+    crashed = LiveJob(root, "trainer-0", start_step=530).register()
+    crashed.control.close()
+    # The job took the command, recorded it as applied, and died before it could acknowledge it.
+    paths = JobPaths(root, "trainer-0")
+    now = time.time()
+    command = Command(action.command_id(ctx), "rollback", {}, now, now + 60)
+    atomic_write_json(paths.taken_command(command.id), command.to_dict(), tmp_dir=paths.tmp)
+    paths.applied.write_text(f"{command.id}\n")
+    live(jobs, root, start_step=540)  # the restarted job answers it `failed` (interrupted), with no step
+
+    with pytest.raises(ActionError) as failure:
+        action.execute(action.validate({"min_steps_back": 10}), ctx)
+
+    message = str(failure.value)
+    assert "interrupted" in message
+    assert "step None" not in message
+    reported = re.search(r"the job last reported step (\d+)", message)
+    assert reported is not None, message
+    assert int(reported.group(1)) >= 540  # the restarted job's step, not the dead one's (530)
 
 
 def test_without_an_acknowledgement_the_step_fails_and_the_command_can_never_be_applied(root: Path) -> None:

@@ -18,7 +18,7 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.engine import Engine, IngestResult
-from remediate.errors import ActionError, RetryableActionError
+from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.store import Store
 
@@ -101,6 +101,44 @@ class Again(Recording):
     idempotent: ClassVar[bool] = True
 
 
+class LostAnswer(RetryableActionError):
+    """A retryable error raised after the request may have reached its target."""
+
+    maybe_applied = True
+
+
+class SentOnce(Recording):
+    """Not idempotent; its request may have arrived before each error."""
+
+    name: ClassVar[str] = "test.sentonce"
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        raise LostAnswer(f"no answer to call {call}")
+
+
+class SentAgain(SentOnce):
+    name: ClassVar[str] = "test.sentagain"
+    idempotent: ClassVar[bool] = True
+
+
+class Gate(Recording):
+    """Idempotent; its first execution waits until `release` is set (an executor stalled inside a step)."""
+
+    name: ClassVar[str] = "test.gate"
+    idempotent: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
+        if call == 1:
+            self.entered.set()
+            assert self.release.wait(10)
+        return {"call": call}
+
+
 class Observing(Recording):
     """Reads, while it executes, what the store already holds of its step (as recovery after a crash would)."""
 
@@ -118,6 +156,7 @@ class Observing(Recording):
 @pytest.fixture
 def actions() -> dict[str, Recording]:
     made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again(), Observing()]
+    made += [SentOnce(), SentAgain(), Gate()]
     return {a.name: a for a in made}
 
 
@@ -318,11 +357,91 @@ def test_retries_stop_after_the_steps_retries_and_fail_the_run(
     flaky, after = steps_detail(store, run_id)
     assert outcomes(flaky) == ["retryable_error", "retryable_error"]
     assert (flaky["status"], flaky["error"]) == ("failed", "busy, call 2")
-    assert after["status"] == "pending"
+    # Finding 7: a step after a failed one is skipped, and says why (it stayed `pending` forever).
+    assert (after["status"], after["error"]) == ("skipped", "skipped: step 0 1-test.flaky (test.flaky) failed")
     assert actions["test.once"].executions == []
     run = run_row(store, run_id)
     assert run.status == "failed"
     assert run.error == "step 0 1-test.flaky (test.flaky): busy, call 2"
+
+
+@pytest.mark.parametrize(("action", "tries"), [("test.sentonce", 1), ("test.sentagain", 3)])
+def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempotent_actions(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+    action: str,
+    tries: int,
+) -> None:
+    """Finding 16: the executor never retries a non-idempotent step on an ambiguous (maybe applied) error."""
+    run_id = queue(make_engine, ingest, make_alert, playbook(step(action, retries=2)))
+
+    executor.drain()
+
+    (detail,) = steps_detail(store, run_id)
+    assert len(actions[action].executions) == tries
+    expected = ["maybe_applied"] if tries == 1 else ["retryable_error"] * 3
+    assert outcomes(detail) == expected
+    assert run_row(store, run_id).status == "failed"
+
+
+def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    metrics: Metrics,
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    """Finding 15: `always: true` runs a step (a notification) even when an earlier one failed."""
+    run_id = queue(
+        make_engine,
+        ingest,
+        make_alert,
+        playbook(
+            step("test.broken"),
+            step("test.once", note="skipped"),
+            {**step("test.again", note="tell"), "always": True},
+            step("log", message="skipped too"),
+        ),
+    )
+
+    assert executor.drain() == 1
+
+    broken, once, told, logged = steps_detail(store, run_id)
+    assert (broken["status"], broken["error"]) == ("failed", "permission denied")
+    reason = "skipped: step 0 1-test.broken (test.broken) failed"
+    assert [(s["status"], s["error"]) for s in (once, logged)] == [("skipped", reason)] * 2
+    assert (told["status"], told["result"], told["always"]) == ("succeeded", {"call": 1}, True)
+    assert actions["test.once"].executions == []
+    run = run_row(store, run_id)
+    assert (run.status, run.error, run.claimed_by) == (
+        "failed",
+        "step 0 1-test.broken (test.broken): permission denied",
+        None,
+    )
+    assert metrics.runs == ["failed"]
+
+
+def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(
+        make_engine,
+        ingest,
+        make_alert,
+        playbook(step("test.broken"), {**step("test.flaky", retries=0, fail_times=1), "always": True}),
+    )
+
+    executor.drain()
+
+    _, flaky = steps_detail(store, run_id)
+    assert (flaky["status"], flaky["error"]) == ("failed", "busy, call 1")
+    assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
 
 
 def test_zero_retries_means_one_attempt(
@@ -528,7 +647,7 @@ def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
     assert interrupted["status"] == "interrupted"
     assert "test.once is not idempotent, so it is not run again" in interrupted["error"]
     assert outcomes(interrupted) == ["interrupted"]
-    assert later["status"] == "pending"
+    assert (later["status"], later["error"]) == ("skipped", "skipped: step 0 1-test.once (test.once) failed")
     assert actions["test.once"].executions == []
     run = run_row(store, run_id)
     assert run.status == "failed"
@@ -618,3 +737,111 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
     assert metrics.runs == ["succeeded"]
     assert run_row(store, decision.run_id).status == "succeeded"
     assert steps_detail(store, decision.run_id)[0]["status"] == "succeeded"
+
+
+# --------------------------------------------------------------------------- ownership of a run (finding 17)
+
+
+def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_runs_no_further_step(
+    store: Store,
+    db_url: str,
+    registry: ActionRegistry,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two executors on one SQLite file; the first, on "another host", stalls inside step 0 long enough for
+    its lease to expire. The second takes the run over and finishes it; when the first wakes up it finds
+    its claim gone, stops, and overwrites nothing (it used to record its step and run step 1 again)."""
+    gate = actions["test.gate"]
+    assert isinstance(gate, Gate)
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.gate"), step("test.once", note="once")))
+    stalled = Executor(store=store, registry=registry, retry_wait_max=0.01)
+    stalled.worker = "other-host:4242"  # not this host: no pid to look at, only its lease
+    first = threading.Thread(target=stalled.run_once)
+    first.start()
+    assert gate.entered.wait(5)
+    other_store = Store.open(db_url)
+    taker = Executor(store=other_store, registry=registry, retry_wait_max=0.01, stale_after=0.3)
+    try:
+        assert taker.recover() == []  # first sight of the claim: the lease runs from now
+        time.sleep(0.4)
+        assert taker.recover() == [run_id]  # no heartbeat for stale_after: the owner is gone
+        assert taker.drain() == 1
+        finished = store.run_detail(run_id)
+        assert finished["status"] == "succeeded"
+
+        with caplog.at_level("WARNING", logger="remediate.executor"):
+            gate.release.set()
+            first.join(5)
+    finally:
+        gate.release.set()
+        other_store.close()
+
+    assert not first.is_alive()
+    assert store.run_detail(run_id) == finished  # not a single write from the stalled executor
+    assert len(actions["test.once"].executions) == 1  # step 1 ran once, by the executor that took over
+    assert len(gate.executions) == 2  # step 0 is idempotent: run again after the take-over
+    assert outcomes(finished["steps"][0]) == ["interrupted", "succeeded"]
+    assert any("is no longer claimed by other-host:4242" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_whose_owner_process_lives_on_this_host_is_never_taken_over_however_old_its_heartbeat(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    assert store.claim_run(f"{socket.gethostname()}:1", time.time() - 2) is not None  # pid 1 lives
+    executor.stale_after = 0.0  # its heartbeat is older than this, and stays so
+
+    assert executor.recover() == []
+    time.sleep(0.05)
+    assert executor.recover() == []
+    assert run_row(store, run_id).status == "running"
+
+
+def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    """A restarted container numbers its processes as before: a live pid may not be the claim's owner."""
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert store.claim_run(f"{socket.gethostname()}:{newcomer.pid}", time.time() - 60) is not None
+
+        assert executor.recover() == [run_id]
+    finally:
+        newcomer.kill()
+        newcomer.wait()
+
+
+def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    assert store.claim_run("host:7", T0) is not None
+
+    store.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
+
+    assert run_row(store, run_id).heartbeat_at > T0
+
+
+def test_progress_writes_check_the_claim_and_its_generation(
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    first = store.claim_run("host:7", T0)
+    assert first is not None
+    (record,) = store.steps_of(run_id)
+    store.start_attempt(record.id, T0 + 1, lease=first.lease)
+    store.requeue_claims(store.running_claims(), now=T0 + 2)
+    second = store.claim_run("host:7", T0 + 3)  # the same worker name, a new claim
+    assert second is not None
+    assert second.generation == first.generation + 1
+
+    with pytest.raises(ClaimLostError, match=f"run {run_id} is no longer claimed by host:7"):
+        store.finish_step(record.id, "succeeded", now=T0 + 4, result={"stale": True}, lease=first.lease)
+    store.finish_step(record.id, "succeeded", now=T0 + 4, result={"fresh": True}, lease=second.lease)
+
+    assert steps_detail(store, run_id)[0]["result"] == {"fresh": True}

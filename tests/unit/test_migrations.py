@@ -41,6 +41,15 @@ def _make_version(path: Path, version: int) -> None:
             conn.execute(sa.text("DROP INDEX ix_runs_guard_key"))
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN guard_key"))
             conn.execute(sa.text("CREATE INDEX ix_runs_guard ON runs (playbook, target, phase, created_at)"))
+        if version < 5:
+            # before version 5: no claim generation (ownership of a run), no rerunnable runs, no `always` steps
+            for table, column in (
+                ("runs", "claim_generation"),
+                ("runs", "rerunnable"),
+                ("runs", "superseded_by"),
+                ("steps", "always"),
+            ):
+                conn.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN {column}"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -119,3 +128,47 @@ def test_a_version_3_database_gets_guard_keys_equal_to_the_targets_of_its_runs(t
     with store.read() as conn:
         assert conn.execute(sa.text("SELECT guard_key FROM runs")).scalar_one() == "node-a"
     store.close()
+
+
+def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_defaults(tmp_path: Path) -> None:
+    old, fresh = tmp_path / "v4.db", tmp_path / "fresh.db"
+    _make_version(old, 4)
+    engine = sa.create_engine(f"sqlite:///{old}")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
+                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
+                "created_at, updated_at, guard_key) "
+                "VALUES (1, 'k', 'p', 'A', 'node-a', 'firing', 'enforce', 'queued', 1, 1, 1, 'node-a')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                'INSERT INTO steps (run_id, idx, name, action, "where", params, timeout, retries, status) '
+                "VALUES (1, 0, 's', 'log', 'cluster', '{}', 1, 0, 'pending')"
+            )
+        )
+    engine.dispose()
+    store = Store.open(f"sqlite:///{old}")
+    Store.open(f"sqlite:///{fresh}").close()
+    claimed = store.claim_run("host:1", 2.0)
+    assert claimed is not None
+    assert claimed.generation == 1  # counted from the column's default
+    (step,) = store.steps_of(1)
+    assert step.always is False
+    detail = store.run_detail(1)
+    assert (detail["rerunnable"], detail["superseded_by"]) == (False, None)
+    store.close()
+    assert _schema_of(old) == _schema_of(fresh)

@@ -13,7 +13,7 @@ import requests
 from remediate.actions.base import StepContext
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.engine import Engine, IngestResult
-from remediate.errors import ActionError, RetryableActionError
+from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.executor import Executor
 from remediate.store import Store
 from tests.realsystems import WebhookRecorder
@@ -101,13 +101,24 @@ def test_the_message_defaults_to_empty(recorder: WebhookRecorder, action: Notify
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 429])
-def test_server_errors_and_429_are_retryable(
+def test_server_errors_and_429_may_have_been_acted_on_and_are_not_retryable(
     recorder: WebhookRecorder, action: NotifyWebhookAction, status: int
 ) -> None:
     recorder.status = status
 
-    with pytest.raises(RetryableActionError, match=f"answered {status}"):
+    with pytest.raises(AmbiguousActionError, match=f"answered {status}.*not sent again") as info:
         action.execute(params(action, recorder.url), context())
+
+    assert not isinstance(info.value, RetryableActionError)
+    assert info.value.maybe_applied
+
+
+def test_every_post_carries_an_idempotency_key_of_its_run_and_step(
+    recorder: WebhookRecorder, action: NotifyWebhookAction
+) -> None:
+    action.execute(params(action, recorder.url), context())
+
+    assert recorder.requests[0].header("Idempotency-Key") == "remediate-run-7-step-0"
 
 
 @pytest.mark.parametrize("status", [400, 401, 404])
@@ -129,9 +140,9 @@ def test_connection_refused_is_retryable(action: NotifyWebhookAction) -> None:
         action.execute(params(action, url), context())
 
 
-def test_a_receiver_that_never_answers_times_out_as_retryable(silent_url: str, action: NotifyWebhookAction) -> None:
+def test_a_receiver_that_never_answers_times_out_as_maybe_applied(silent_url: str, action: NotifyWebhookAction) -> None:
     started = time.monotonic()
-    with pytest.raises(RetryableActionError, match="Timeout"):
+    with pytest.raises(AmbiguousActionError, match=r"ReadTimeout.*may have got it"):
         action.execute(params(action, silent_url, timeout=0.1), context())
 
     assert time.monotonic() - started < 0.45
@@ -139,7 +150,7 @@ def test_a_receiver_that_never_answers_times_out_as_retryable(silent_url: str, a
 
 def test_the_request_timeout_never_outlasts_the_step_deadline(silent_url: str, action: NotifyWebhookAction) -> None:
     started = time.monotonic()
-    with pytest.raises(RetryableActionError, match="Timeout"):
+    with pytest.raises(AmbiguousActionError, match="Timeout"):
         action.execute(params(action, silent_url, timeout=30), context(deadline=time.monotonic() + 0.15))
 
     assert time.monotonic() - started < 0.5
@@ -155,34 +166,69 @@ def test_plan_describes_the_post_and_sends_nothing(recorder: WebhookRecorder, ac
     assert recorder.requests == []
 
 
-def test_through_the_executor_a_failing_receiver_is_retried_then_the_run_fails(
+def _notify_run(
+    url: str,
+    store: Store,
+    make_engine: Callable[..., Engine],
+    ingest: Callable[..., IngestResult],
+    make_alert: Callable[..., dict[str, Any]],
+    **extra: Any,
+) -> dict[str, Any]:
+    """Ingest one alert for a one-step notify playbook, drain the executor; the run's detail."""
+    playbook = {
+        "name": "notify-oncall",
+        "match": {"alertname": "GpuXidError"},
+        "steps": [
+            {"action": "notify.webhook", "with": {"url": url, "message": "GPU {{ labels.gpu }}", **extra}, "retries": 2}
+        ],
+    }
+    engine = make_engine(playbook)
+    (decision,) = ingest(engine, make_alert("GpuXidError", labels={"gpu": "5"}), at=1_767_225_600.0).decisions
+    Executor(store=store, registry=engine.registry, retry_wait_max=0.01).drain()
+    return store.run_detail(decision.run_id)
+
+
+@pytest.mark.parametrize(
+    ("receiver", "error"),
+    [
+        pytest.param({"status": 503}, "answered 503", id="503"),
+        pytest.param({"delay": 1.0}, "ReadTimeout", id="slower-than-the-timeout"),
+        pytest.param({"drop": True}, "ConnectionError", id="drops-after-reading-the-body"),
+    ],
+)
+def test_through_the_executor_a_post_the_receiver_may_have_got_is_never_sent_twice(
     recorder: WebhookRecorder,
     store: Store,
     make_engine: Callable[..., Engine],
     ingest: Callable[..., IngestResult],
     make_alert: Callable[..., dict[str, Any]],
+    receiver: dict[str, Any],
+    error: str,
 ) -> None:
-    recorder.status = 503
-    playbook = {
-        "name": "notify-oncall",
-        "match": {"alertname": "GpuXidError"},
-        "steps": [
-            {
-                "action": "notify.webhook",
-                "with": {"url": recorder.url, "message": "GPU {{ labels.gpu }}"},
-                "retries": 2,
-            }
-        ],
-    }
-    engine = make_engine(playbook)
-    (decision,) = ingest(engine, make_alert("GpuXidError", labels={"gpu": "5"}), at=1_767_225_600.0).decisions
+    """Finding 16: with `retries: 2`, each of these receivers got the same POST 3 times."""
+    for name, value in receiver.items():
+        setattr(recorder, name, value)
 
-    Executor(store=store, registry=engine.registry, retry_wait_max=0.01).drain()
+    detail = _notify_run(recorder.url, store, make_engine, ingest, make_alert, timeout=0.3)
 
-    detail = store.run_detail(decision.run_id)
+    assert detail["status"] == "failed"
+    (step,) = detail["steps"]
+    assert [a["outcome"] for a in step["attempts"]] == ["maybe_applied"]
+    assert error in step["error"]
+    assert "not sent again" in step["error"]
+    time.sleep(0.8 if receiver.get("delay") else 0.1)  # a slow receiver records on arrival; leave time for more
+    assert len(recorder.requests) == 1
+    assert recorder.requests[0].json["message"] == "GPU 5"
+
+
+def test_through_the_executor_a_refused_connection_is_retried_as_nothing_was_sent(
+    store: Store,
+    make_engine: Callable[..., Engine],
+    ingest: Callable[..., IngestResult],
+    make_alert: Callable[..., dict[str, Any]],
+) -> None:
+    detail = _notify_run(f"http://127.0.0.1:{closed_port()}/hook", store, make_engine, ingest, make_alert)
+
     assert detail["status"] == "failed"
     (step,) = detail["steps"]
     assert [a["outcome"] for a in step["attempts"]] == ["retryable_error"] * 3
-    assert len(recorder.requests) == 3
-    assert {r.json["message"] for r in recorder.requests} == {"GPU 5"}
-    assert step["plan"]["would_post_to"] == recorder.url

@@ -125,6 +125,15 @@ def test_defaults_apply_to_what_a_playbook_leaves_out(registry: ActionRegistry) 
     assert playbook.description == ""
     assert playbook.steps[0].retries == 2
     assert playbook.steps[0].timeout is None
+    assert playbook.steps[0].always is False
+
+
+def test_a_step_may_say_it_runs_always(registry: ActionRegistry) -> None:
+    steps = [{"action": "log", "with": {"message": "a"}}, {"action": "log", "with": {"message": "b"}, "always": True}]
+
+    playbook = parse_playbook(minimal(steps=steps), registry)
+
+    assert [s.always for s in playbook.steps] == [False, True]
 
 
 def test_a_directory_loads_yaml_and_yml_files_in_name_order(tmp_path: Path, registry: ActionRegistry) -> None:
@@ -287,6 +296,7 @@ def test_playbook_errors_name_the_file_the_playbook_and_the_field(
         ({"action": "log", "with": {"message": "x"}, "timeout": "0s"}, "steps[0].timeout", "longer than 0s"),
         ({"action": "log", "with": {"message": "x"}, "timeout": "later"}, "steps[0].timeout", "not a duration"),
         ({"action": "log", "with": {"message": "x"}, "name": ""}, "steps[0].name", "non-empty string"),
+        ({"action": "log", "with": {"message": "x"}, "always": "yes"}, "steps[0].always", "true or false"),
     ],
 )
 def test_step_errors_name_the_step_and_its_field(registry: ActionRegistry, step: Any, field: str, message: str) -> None:
