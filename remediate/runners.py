@@ -133,8 +133,10 @@ class StaticAgents(AgentDirectory):
 class KubernetesAgents(AgentDirectory):
     """The Running and Ready agent pod on a node, by label selector and spec.nodeName, through the API.
 
-    `api` is a CoreV1Api (built lazily from the in-cluster config, else ~/.kube/config).
-    Answers are cached for `ttl` seconds; `forget` drops one after a failed call.
+    `api` is a CoreV1Api, built lazily by `remediate.kube.KubeClient` from the same settings as the
+    k8s.* actions (`kubeconfig` and `context` when given, else the in-cluster service account, else
+    $KUBECONFIG / ~/.kube/config). Answers are cached for `ttl` seconds; `forget` drops one after a
+    failed call.
     """
 
     def __init__(
@@ -144,10 +146,14 @@ class KubernetesAgents(AgentDirectory):
         port: int,
         *,
         api: Any = None,
+        kubeconfig: Path | None = None,
+        context: str | None = None,
         ttl: float = DISCOVERY_TTL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.selector = selector
+        self.kubeconfig = kubeconfig
+        self.context = context
         self.namespace = namespace
         self.port = port
         self.ttl = ttl
@@ -158,19 +164,13 @@ class KubernetesAgents(AgentDirectory):
 
     def api(self) -> Any:
         if self._api is None:
-            from kubernetes import client, config
+            from remediate.kube import KubeClient
+            from remediate.kube.errors import KubeConfigError
 
             try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                try:
-                    config.load_kube_config()
-                except (config.ConfigException, OSError) as exc:
-                    raise AgentNotFound(
-                        f"cannot reach the Kubernetes API to find agents (no in-cluster config or kubeconfig): {exc}",
-                        retryable=False,
-                    ) from exc
-            self._api = client.CoreV1Api()
+                self._api = KubeClient(kubeconfig=self.kubeconfig, context=self.context).core_api()
+            except KubeConfigError as exc:
+                raise AgentNotFound(f"cannot reach the Kubernetes API to find agents: {exc}", retryable=False) from exc
         return self._api
 
     def url_for(self, node: str) -> str:
@@ -432,7 +432,11 @@ class Dispatch:
         if settings.agent_selector:
             directories.append(
                 KubernetesAgents(
-                    settings.agent_selector, settings.agent_namespace or own_namespace(), settings.agent_port
+                    settings.agent_selector,
+                    settings.agent_namespace or own_namespace(),
+                    settings.agent_port,
+                    kubeconfig=settings.kubeconfig,
+                    context=settings.kube_context,
                 )
             )
         token = settings.resolved_agent_token()

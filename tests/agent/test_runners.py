@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from remediate.actions.base import InMemoryMemory, StepContext
@@ -27,6 +28,7 @@ from remediate.runners import (
     StaticAgents,
 )
 from tests.agent.support import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
+from tests.kube.fake_apiserver import FakeKubeAPI
 from tests.realsystems import free_port
 
 ECHO = Echo()
@@ -320,3 +322,61 @@ def test_discovery_refuses_a_target_that_is_not_a_node_name_without_asking_the_a
 
     assert not refused.value.retryable
     assert api.calls == []
+
+
+# --------------------------------------------------------------------------- discovery on a real API server
+
+
+def _ready_agent_pod(api: FakeKubeAPI, name: str, node: str, ip: str) -> None:
+    api.add_pod("remediate", name, node, owner="DaemonSet", labels={"app.kubernetes.io/component": "agent"})
+    with api.lock:  # the kubelet's part: the pod runs, has an IP and is Ready
+        api.pods[("remediate", name)]["status"] = {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+
+
+def test_discovery_uses_the_configured_kubeconfig_and_context_not_the_default_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 15: discovery built its client from $KUBECONFIG / ~/.kube/config whatever the settings said."""
+    with FakeKubeAPI() as api:
+        _ready_agent_pod(api, "agent-b", "node-b", "10.1.0.9")
+        # The configured file's current context points at a dead port: only `kube_context` reaches the API.
+        kubeconfig = yaml.safe_load(api.write_kubeconfig(tmp_path / "lab.kubeconfig", context="lab").read_text())
+        kubeconfig["clusters"].append({"name": "gone", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}})
+        kubeconfig["contexts"].append({"name": "gone", "context": {"cluster": "gone", "user": "remediate"}})
+        kubeconfig["current-context"] = "gone"
+        (tmp_path / "lab.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        # The default kubeconfig names another cluster that does not answer: it must not be read.
+        wrong = tmp_path / "default.kubeconfig"
+        wrong.write_text(
+            yaml.safe_dump(
+                {**kubeconfig, "contexts": kubeconfig["contexts"][1:], "clusters": kubeconfig["clusters"][1:]}
+            )
+        )
+        monkeypatch.setenv("KUBECONFIG", str(wrong))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        settings = Settings(
+            agent_selector="app.kubernetes.io/component=agent",
+            agent_namespace="remediate",
+            agent_token="t",
+            kubeconfig=tmp_path / "lab.kubeconfig",
+            kube_context="lab",
+        )
+
+        directory = Dispatch.from_settings(settings).directory
+
+        assert directory is not None
+        assert directory.url_for("node-b") == "http://10.1.0.9:9096"
+        assert api.count("GET", r"/api/v1/namespaces/remediate/pods") == 1
+
+
+def test_discovery_with_an_unusable_configured_kubeconfig_says_which_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.kubeconfig"
+    agents = KubernetesAgents("a=b", "ns", 9096, kubeconfig=missing)
+
+    with pytest.raises(AgentNotFound, match=r"nowhere\.kubeconfig") as refused:
+        agents.url_for("node-b")
+    assert not refused.value.retryable
