@@ -752,3 +752,75 @@ def test_serve_refuses_an_empty_token_file(cli: Callable[..., Result], tmp_path:
     result = cli("serve", "--token-file", token_file, "--playbooks", SHIPPED_PLAYBOOKS, "--bind", "127.0.0.1:1")
 
     assert_one_line_error(result, "empty")
+
+
+# --------------------------------------------------------------------------- the token of client commands
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["history", "--json"],
+        ["show", "RUN"],
+        ["approve", "RUN"],
+        ["pause", "--reason", "token file"],
+        ["resume"],
+        ["breaker", "status", "--json"],
+        ["breaker", "reset", "--reason", "token file"],
+    ],
+    ids=lambda c: "-".join(c[:2]) if c[0] == "breaker" else c[0],
+)
+def test_every_client_command_reads_the_token_from_remediate_token_file(
+    cli: Callable[..., Result],
+    approval_server: tuple[Server, int],
+    serve: Callable[[Server], str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    command: list[str],
+) -> None:
+    """Finding 15: only --token-file and $REMEDIATE_TOKEN were read; $REMEDIATE_TOKEN_FILE (as `serve` reads it) not."""
+    server, run_id = approval_server
+    token_file = tmp_path / "operator.token"
+    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    monkeypatch.setenv("REMEDIATE_TOKEN_FILE", str(token_file))
+
+    result = cli(*[str(run_id) if word == "RUN" else word for word in command], "--server", serve(server))
+
+    assert result.exit_code == 0, result.output
+    assert "401" not in result.output
+
+
+def test_a_token_file_on_the_command_line_wins_over_the_environment(
+    cli: Callable[..., Result],
+    history_server: Server,
+    serve: Callable[[Server], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = serve(history_server)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN, encoding="utf-8")
+    monkeypatch.setenv("REMEDIATE_TOKEN", "not-the-token")
+
+    refused = cli("history", "--json", "--server", url)
+    accepted = cli("history", "--json", "--server", url, "--token-file", token_file)
+
+    assert_one_line_error(refused, "HTTP 401")
+    assert accepted.exit_code == 0, accepted.output
+    assert len(json.loads(accepted.stdout)["entries"]) == 3
+
+
+def test_an_empty_token_file_is_a_one_line_error_naming_it(
+    cli: Callable[..., Result],
+    history_server: Server,
+    serve: Callable[[Server], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    empty = tmp_path / "empty.token"
+    empty.write_text("\n", encoding="utf-8")
+    monkeypatch.setenv("REMEDIATE_TOKEN_FILE", str(empty))
+
+    result = cli("history", "--server", serve(history_server))
+
+    assert_one_line_error(result, str(empty), "empty")
