@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ from remediate.runners import (
     KubernetesAgents,
     LocalRunner,
     StaticAgents,
+    WrongHostError,
 )
 from tests.agent.support import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
 from tests.kube.fake_apiserver import FakeKubeAPI
@@ -66,17 +68,45 @@ def runner(url_or_directory: Any, token: str | None = AGENT_TOKEN, **kwargs: Any
 # --------------------------------------------------------------------------- dispatch
 
 
-def test_without_agents_every_step_runs_here_and_node_steps_say_so() -> None:
-    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host"))
+def test_without_agents_this_hosts_node_steps_run_here_and_say_so() -> None:
+    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host", node_aliases=("gpu-host.example",)))
 
     assert not dispatch.uses_agents
-    node = dispatch.runner_for(ECHO, "node-b")
+    node = dispatch.runner_for(ECHO, "gpu-host")
     assert isinstance(node, LocalRunner)
     assert node.ran_on == "gpu-host (server)"
     assert node.stamp({"x": 1}) == {"x": 1, "ran_on": "gpu-host (server)"}
+    assert isinstance(dispatch.runner_for(ECHO, "gpu-host.example"), LocalRunner)
     cluster = dispatch.runner_for(LogAction(), "node-b")
     assert cluster.ran_on is None
-    assert cluster.stamp({"x": 1}) == {"x": 1}  # cluster steps are recorded as before
+    assert cluster.stamp({"x": 1}) == {"x": 1}  # cluster steps are recorded as before, for any target
+
+
+def test_without_agents_a_node_step_for_another_node_is_refused_naming_node_name() -> None:
+    """Finding 13: on a single host a node step for another node ran here, on the wrong machine."""
+    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host"))
+    echo = Echo()
+
+    refused = dispatch.runner_for(echo, "node-b")
+
+    for call in (refused.plan, refused.execute):
+        with pytest.raises(WrongHostError, match=r"node 'node-b' is not this host \(node_name 'gpu-host'") as error:
+            call(echo, {"word": "x"}, ctx())
+        assert "node_aliases" in str(error.value) and "agent_selector" in str(error.value)
+    assert echo.calls == []
+
+
+def test_without_agents_or_node_name_only_this_machines_own_name_runs_here() -> None:
+    dispatch = Dispatch.from_settings(Settings())
+    echo = Echo()
+
+    assert isinstance(dispatch.runner_for(echo, socket.gethostname()), LocalRunner)
+    refused = dispatch.runner_for(echo, "node-b")
+    with pytest.raises(
+        WrongHostError, match=r"Set node_name \(REMEDIATE_NODE_NAME\) to the name alerts give this host"
+    ):
+        refused.plan(echo, {"word": "x"}, ctx())
+    assert echo.calls == []
 
 
 def test_with_agents_node_steps_for_other_nodes_go_to_their_agent_and_this_nodes_stay_here() -> None:
