@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 import pytest
+import requests
 from click.testing import Result
 
 from remediate.cli import main
@@ -824,3 +825,39 @@ def test_an_empty_token_file_is_a_one_line_error_naming_it(
     result = cli("history", "--server", serve(history_server))
 
     assert_one_line_error(result, str(empty), "empty")
+
+
+def test_a_real_client_process_authenticates_to_a_real_server_with_remediate_token_file(tmp_path: Path) -> None:
+    """`python -m remediate pause/resume/history --server` against gunicorn, the token only in a file."""
+    from tests.integration.conftest import RemediateServer
+
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    (playbooks / "log.yaml").write_text(LOG_XID, encoding="utf-8")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env["REMEDIATE_TOKEN_FILE"] = str(token_file)
+
+    with RemediateServer(tmp_path / "server", playbooks, token=TOKEN, workers=1) as server:
+
+        def remediate(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "remediate", *args, "--server", server.url],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+                check=False,
+            )
+
+        paused = remediate("pause", "--reason", "token file", "--by", "dana")
+        state = requests.get(f"{server.url}/pause", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).json()
+        resumed = remediate("resume")
+        history = remediate("history", "--json")
+
+    assert paused.returncode == 0, paused.stderr
+    assert (state["paused"], state["by"]) == (True, "dana")
+    assert resumed.returncode == 0, resumed.stderr
+    assert history.returncode == 0, history.stderr
+    assert json.loads(history.stdout)["entries"] == []
