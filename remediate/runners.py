@@ -4,7 +4,7 @@ The executor asks `Dispatch.runner_for(action, target)` for every step and calls
 the runner's `plan` / `execute` instead of the action's own. Cluster steps always
 run here. A `where: node` step runs here too on a single host (no agent known: no
 `agents` map and no Kubernetes discovery) when its target is this host (`node_name` and
-`node_aliases`; unset: the machine's host name, short name or FQDN) — a target that is not
+`node_aliases`; unset: the machine's host name or its short form) — a target that is not
 fails the step, saying what to set — or when its target is this server's own `node_name`;
 otherwise it goes to `remediate agent` on the target node, found in the
 static `agents` map or, with `agent_selector`, through the Kubernetes API (the agent
@@ -504,12 +504,12 @@ class Dispatch:
 
 def this_host_names(settings: Settings) -> frozenset[str]:
     """The targets a single host (no agents) runs node steps for: `node_name` and `node_aliases` when set;
-    otherwise this machine's own names (host name, its short form and FQDN). Any other target is refused:
-    running a step for gpu-node-7 here would change this machine instead."""
+    otherwise this machine's host name and its short form (no DNS lookup: a slow resolver must not delay
+    the start). Any other target is refused: running a step for gpu-node-7 here would change this machine."""
     if settings.node_name:
         return frozenset({settings.node_name, *settings.node_aliases})
     host = socket.gethostname()
-    return frozenset({host, host.split(".", 1)[0], socket.getfqdn(), *settings.node_aliases} - {""})
+    return frozenset({host, host.split(".", 1)[0], *settings.node_aliases} - {""})
 
 
 def wrong_host_message(target: str, node_name: str | None, names: frozenset[str]) -> str:
