@@ -86,9 +86,11 @@ class Settings:
     # --- node agent (`remediate agent`) and where the server runs node-local steps
     node_name: str | None = None
     """This process's node. Server: node steps whose target is this node run in the server itself (leave
-    unset in Kubernetes). Agent: the only target it accepts (and node_aliases); default there: the host name."""
+    unset in Kubernetes); without agents, the only target (with node_aliases) node steps run for (unset:
+    the host name). Agent: the only target it accepts (and node_aliases); default there: the host name."""
     node_aliases: tuple[str, ...] = ()
-    """Agent: other names alerts may give this node (e.g. its FQDN); comma-separated in the environment."""
+    """Agent, and a server without agents: other names alerts may give this node (e.g. its FQDN);
+    comma-separated in the environment."""
     agents: tuple[tuple[str, str], ...] = ()
     """Server: static map node -> agent URL (`agents: {node-a: http://10.0.0.5:9096}`; env `node-a=URL,...`)."""
     agent_selector: str | None = None

@@ -3,8 +3,10 @@
 The executor asks `Dispatch.runner_for(action, target)` for every step and calls
 the runner's `plan` / `execute` instead of the action's own. Cluster steps always
 run here. A `where: node` step runs here too on a single host (no agent known: no
-`agents` map and no Kubernetes discovery), or when its target is this server's own
-`node_name`; otherwise it goes to `remediate agent` on the target node, found in the
+`agents` map and no Kubernetes discovery) when its target is this host (`node_name` and
+`node_aliases`; unset: the machine's host name or its short form) — a target that is not
+fails the step, saying what to set — or when its target is this server's own `node_name`;
+otherwise it goes to `remediate agent` on the target node, found in the
 static `agents` map or, with `agent_selector`, through the Kubernetes API (the agent
 DaemonSet's Running+Ready pod whose spec.nodeName is the target). A node that has no
 agent fails the step; it never runs on the wrong node.
@@ -78,6 +80,28 @@ class StepRunner(ABC):
         return {**value, "ran_on": where}
 
 
+class WrongHostError(ActionError):
+    """A node step on a single host (no agents) for a target that is not this host: it would act on the
+    wrong machine's GPUs, disks or jobs."""
+
+
+class RefusingRunner(StepRunner):
+    """A node step that must not run here, and has nowhere else to go: plan and execute fail with why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    @property
+    def ran_on(self) -> str | None:
+        return None
+
+    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        raise WrongHostError(self.reason)
+
+    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        raise WrongHostError(self.reason)
+
+
 class LocalRunner(StepRunner):
     """Calls the action in this process."""
 
@@ -136,8 +160,10 @@ class StaticAgents(AgentDirectory):
 class KubernetesAgents(AgentDirectory):
     """The Running and Ready agent pod on a node, by label selector and spec.nodeName, through the API.
 
-    `api` is a CoreV1Api (built lazily from the in-cluster config, else ~/.kube/config).
-    Answers are cached for `ttl` seconds; `forget` drops one after a failed call.
+    `api` is a CoreV1Api, built lazily by `remediate.kube.KubeClient` from the same settings as the
+    k8s.* actions (`kubeconfig` and `context` when given, else the in-cluster service account, else
+    $KUBECONFIG / ~/.kube/config). Answers are cached for `ttl` seconds; `forget` drops one after a
+    failed call.
     """
 
     def __init__(
@@ -147,10 +173,14 @@ class KubernetesAgents(AgentDirectory):
         port: int,
         *,
         api: Any = None,
+        kubeconfig: Path | None = None,
+        context: str | None = None,
         ttl: float = DISCOVERY_TTL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.selector = selector
+        self.kubeconfig = kubeconfig
+        self.context = context
         self.namespace = namespace
         self.port = port
         self.ttl = ttl
@@ -161,19 +191,13 @@ class KubernetesAgents(AgentDirectory):
 
     def api(self) -> Any:
         if self._api is None:
-            from kubernetes import client, config
+            from remediate.kube import KubeClient
+            from remediate.kube.errors import KubeConfigError
 
             try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                try:
-                    config.load_kube_config()
-                except (config.ConfigException, OSError) as exc:
-                    raise AgentNotFound(
-                        f"cannot reach the Kubernetes API to find agents (no in-cluster config or kubeconfig): {exc}",
-                        retryable=False,
-                    ) from exc
-            self._api = client.CoreV1Api()
+                self._api = KubeClient(kubeconfig=self.kubeconfig, context=self.context).core_api()
+            except KubeConfigError as exc:
+                raise AgentNotFound(f"cannot reach the Kubernetes API to find agents: {exc}", retryable=False) from exc
         return self._api
 
     def url_for(self, node: str) -> str:
@@ -415,6 +439,7 @@ class Dispatch:
         *,
         directory: AgentDirectory | None = None,
         node_name: str | None = None,
+        host_names: frozenset[str] | None = None,
         token: str | None = None,
         retries: int = 3,
         connect_timeout: float = 3.0,
@@ -423,6 +448,9 @@ class Dispatch:
     ) -> None:
         self.directory = directory
         self.node_name = node_name
+        # Without agents, the names a node step's target may have to run here; None: any (Dispatch.local(),
+        # for tests and embedded use that build the executor by hand).
+        self.host_names = host_names
         self.token = token
         # Handed unchanged to every AgentRunner this dispatch builds.
         self.agent_options: dict[str, Any] = {
@@ -447,7 +475,11 @@ class Dispatch:
         if settings.agent_selector:
             directories.append(
                 KubernetesAgents(
-                    settings.agent_selector, settings.agent_namespace or own_namespace(), settings.agent_port
+                    settings.agent_selector,
+                    settings.agent_namespace or own_namespace(),
+                    settings.agent_port,
+                    kubeconfig=settings.kubeconfig,
+                    context=settings.kube_context,
                 )
             )
         token = settings.resolved_agent_token()
@@ -462,6 +494,7 @@ class Dispatch:
         return cls(
             directory=directory,
             node_name=settings.node_name,
+            host_names=None if directory else this_host_names(settings),
             token=token,
             retries=settings.agent_retries,
             connect_timeout=settings.agent_connect_timeout,
@@ -475,9 +508,38 @@ class Dispatch:
     def runner_for(self, action: Action, target: str) -> StepRunner:
         if action.where != Where.NODE:
             return self.cluster
-        if self.directory is None or (self.node_name is not None and target == self.node_name):
+        if self.directory is None:
+            if self.host_names is not None and target not in self.host_names:
+                return RefusingRunner(wrong_host_message(target, self.node_name, self.host_names))
+            return self.local_node
+        if self.node_name is not None and target == self.node_name:
             return self.local_node
         return AgentRunner(target, self.directory, self.token, **self.agent_options)
+
+
+def this_host_names(settings: Settings) -> frozenset[str]:
+    """The targets a single host (no agents) runs node steps for: `node_name` and `node_aliases` when set;
+    otherwise this machine's host name and its short form (no DNS lookup: a slow resolver must not delay
+    the start). Any other target is refused: running a step for gpu-node-7 here would change this machine."""
+    if settings.node_name:
+        return frozenset({settings.node_name, *settings.node_aliases})
+    host = socket.gethostname()
+    return frozenset({host, host.split(".", 1)[0], *settings.node_aliases} - {""})
+
+
+def wrong_host_message(target: str, node_name: str | None, names: frozenset[str]) -> str:
+    known = ", ".join(sorted(names))
+    if node_name:
+        return (
+            f"node {target!r} is not this host (node_name {node_name!r}; names: {known}) and no agents are "
+            f"configured: the step would act on this machine instead. Add {target!r} to node_aliases if alerts "
+            "call this host so, or configure agents (agents / agent_selector) to reach that node"
+        )
+    return (
+        f"node {target!r} is not this host ({known}) and no agents are configured: the step would act on "
+        f"this machine instead. Set node_name (REMEDIATE_NODE_NAME) to the name alerts give this host "
+        "(and node_aliases for others), or configure agents (agents / agent_selector) to reach that node"
+    )
 
 
 def own_namespace() -> str:

@@ -8,7 +8,6 @@ Heavy imports (sqlalchemy, requests, the store, the client) happen inside the fu
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +43,10 @@ def _settings(ctx_params: dict[str, Any], **extra: Any) -> Any:
         "gpu_simulator_file": ctx_params.get("gpu_simulator_file"),
         **extra,
     }
+    if ctx_params.get("token_file"):
+        # A --token-file given on the command line wins over $REMEDIATE_TOKEN (a token value beats a
+        # token file at the same level): the flag is the most specific thing the user said.
+        overrides["token"] = ""
     return load_settings(config_file=ctx_params.get("config"), overrides=overrides)
 
 
@@ -69,7 +72,7 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--token-file",
             type=click.Path(path_type=Path, dir_okay=False),
-            help="File holding the bearer token (default: $REMEDIATE_TOKEN).",
+            help="File holding the bearer token (default: $REMEDIATE_TOKEN, $REMEDIATE_TOKEN_FILE, the config file).",
         ),
     ]
     for option in reversed(options):
@@ -123,13 +126,16 @@ def _read(path: Path) -> str:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
 
 
+def client_token(params: dict[str, Any]) -> str | None:
+    """The bearer token a client command sends: resolved exactly as `serve` resolves its own (--token-file,
+    else $REMEDIATE_TOKEN / $REMEDIATE_TOKEN_FILE, else token / token_file of the config file)."""
+    return _settings(params).resolved_token()
+
+
 def _client(params: dict[str, Any]) -> Any:
     from remediate.client import Client
 
-    token = os.environ.get("REMEDIATE_TOKEN")
-    if params.get("token_file"):
-        token = _read(params["token_file"]).strip()
-    return Client(params["server"], token)
+    return Client(params["server"], client_token(params))
 
 
 def _open_store(params: dict[str, Any]) -> Any:

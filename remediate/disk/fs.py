@@ -380,6 +380,10 @@ def truncate(item: Item, dirs: SafeDirs, over_bytes: int) -> Done:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (info.dev, info.ino):
             return Done(item, ok=False, reason="replaced by another file since the scan: left alone")
+        if st.st_nlink > 1:  # linked since the scan: its other names would be truncated too
+            return Done(
+                item, ok=False, reason=f"has {st.st_nlink} hard links (the other names would lose it too): left alone"
+            )
         size = st.st_size
         if size <= over_bytes:
             return Done(item, ok=False, reason=f"now {size} bytes, not over {over_bytes}: left alone")

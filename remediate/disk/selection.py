@@ -101,7 +101,7 @@ class Selection:
     deletions: list[Item]
     truncations: list[Item]
     kept: Counter[str] = field(default_factory=Counter)
-    """Matching files left alone, by reason: keep_newest, too_young."""
+    """Matching files left alone, by reason: keep_newest, too_young, hard_linked (log files not truncated)."""
     matched: int = 0
     """Files that match the policy's patterns (before keep_newest and min_age)."""
 
@@ -140,6 +140,12 @@ def select(files: Iterable[FileInfo], policy: CleanupPolicy, *, now: float) -> S
         chosen = {(f.dev, f.ino) for f in candidates}
         rule = policy.truncate_logs
         big = [f for f in truncatable if f.size > rule.over_bytes and (f.dev, f.ino) not in chosen]
+        # Truncating rewrites the inode: every other name of a hard-linked file (a backup, another
+        # job's copy) would lose its content too. Such files are left alone, and the plan says so.
+        linked = [f for f in big if f.nlink > 1]
+        if linked:
+            kept["hard_linked"] += len(linked)
+            big = [f for f in big if f.nlink == 1]
         big.sort(key=lambda f: (-f.size, f.root, f.rel_path))
         truncations = [Item("truncate", info, keep_bytes=rule.keep_tail_bytes) for info in big]
     return Selection(deletions, truncations, +kept, matched)

@@ -117,6 +117,11 @@ class KubeClient:
             self.source = f"{source} -> {configuration.host}"
             return self._apis
 
+    def core_api(self) -> Any:
+        """The official CoreV1Api on this client's configuration (for callers that need the client's own
+        models, such as agent discovery reading pod IPs and conditions). Raises KubeConfigError."""
+        return self._load()[1]
+
     def close(self) -> None:
         with self._lock:
             if self._apis is not None:

@@ -164,3 +164,32 @@ def test_a_retryable_error_on_the_agent_is_retried_by_the_step(
     attempts = run["steps"][0]["attempts"]
     assert [a["outcome"] for a in attempts] == ["retryable_error", "succeeded"]
     assert f"device busy (on agent {url} of node node-b)" in attempts[0]["error"]
+
+
+def test_on_a_single_host_a_run_for_another_node_fails_and_nothing_runs_here(store: Store) -> None:
+    """Finding 13: without agents, a node step for node-b ran on this host (node-a): wrong GPUs, disks, jobs."""
+    from remediate.config import Settings
+
+    echo = Echo()
+    registry = ActionRegistry([echo, LogAction()])
+    playbooks = PlaybookSet([parse_playbook(PLAYBOOK, registry)])
+    dispatch = Dispatch.from_settings(Settings(node_name="node-a"))
+    executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
+    engine = Engine(store=store, playbooks=playbooks, registry=registry)
+    for index, (node, word) in enumerate((("node-b", "other"), ("node-a", "own"))):
+        payload = notification_payload(
+            alert_payload("Hot", labels={"Hostname": node, "word": word}, fingerprint=f"{index:016x}")
+        )
+        engine.ingest_body(json.dumps(payload).encode(), received_at=T0)
+    assert executor.drain() == 2
+
+    runs = {r["target"]: store.run_detail(r["run_id"]) for r in _runs(store)}
+    other, own = runs["node-b"], runs["node-a"]
+    assert other["status"] == "failed"
+    step = other["steps"][0]
+    assert step["status"] == "failed"
+    assert "node 'node-b' is not this host (node_name 'node-a'" in step["error"]
+    assert (step["plan"], step["attempts"]) == (None, [])  # refused at plan: never executed, never retried
+    assert own["status"] == "succeeded", own
+    assert own["steps"][0]["result"]["ran_on"] == "node-a (server)"
+    assert [(kind, params["word"]) for kind, params, _ in echo.calls] == [("plan", "own"), ("execute", "own")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from remediate.actions.base import InMemoryMemory, StepContext
@@ -25,8 +27,10 @@ from remediate.runners import (
     KubernetesAgents,
     LocalRunner,
     StaticAgents,
+    WrongHostError,
 )
 from tests.agent.support import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
+from tests.kube.fake_apiserver import FakeKubeAPI
 from tests.realsystems import free_port
 
 ECHO = Echo()
@@ -71,17 +75,45 @@ def runner(url_or_directory: Any, token: str | None = AGENT_TOKEN, **kwargs: Any
 # --------------------------------------------------------------------------- dispatch
 
 
-def test_without_agents_every_step_runs_here_and_node_steps_say_so() -> None:
-    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host"))
+def test_without_agents_this_hosts_node_steps_run_here_and_say_so() -> None:
+    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host", node_aliases=("gpu-host.example",)))
 
     assert not dispatch.uses_agents
-    node = dispatch.runner_for(ECHO, "node-b")
+    node = dispatch.runner_for(ECHO, "gpu-host")
     assert isinstance(node, LocalRunner)
     assert node.ran_on == "gpu-host (server)"
     assert node.stamp({"x": 1}) == {"x": 1, "ran_on": "gpu-host (server)"}
+    assert isinstance(dispatch.runner_for(ECHO, "gpu-host.example"), LocalRunner)
     cluster = dispatch.runner_for(LogAction(), "node-b")
     assert cluster.ran_on is None
-    assert cluster.stamp({"x": 1}) == {"x": 1}  # cluster steps are recorded as before
+    assert cluster.stamp({"x": 1}) == {"x": 1}  # cluster steps are recorded as before, for any target
+
+
+def test_without_agents_a_node_step_for_another_node_is_refused_naming_node_name() -> None:
+    """Finding 13: on a single host a node step for another node ran here, on the wrong machine."""
+    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host"))
+    echo = Echo()
+
+    refused = dispatch.runner_for(echo, "node-b")
+
+    for call in (refused.plan, refused.execute):
+        with pytest.raises(WrongHostError, match=r"node 'node-b' is not this host \(node_name 'gpu-host'") as error:
+            call(echo, {"word": "x"}, ctx())
+        assert "node_aliases" in str(error.value) and "agent_selector" in str(error.value)
+    assert echo.calls == []
+
+
+def test_without_agents_or_node_name_only_this_machines_own_name_runs_here() -> None:
+    dispatch = Dispatch.from_settings(Settings())
+    echo = Echo()
+
+    assert isinstance(dispatch.runner_for(echo, socket.gethostname()), LocalRunner)
+    refused = dispatch.runner_for(echo, "node-b")
+    with pytest.raises(
+        WrongHostError, match=r"Set node_name \(REMEDIATE_NODE_NAME\) to the name alerts give this host"
+    ):
+        refused.plan(echo, {"word": "x"}, ctx())
+    assert echo.calls == []
 
 
 def test_with_agents_node_steps_for_other_nodes_go_to_their_agent_and_this_nodes_stay_here() -> None:
@@ -337,3 +369,61 @@ def test_discovery_refuses_a_target_that_is_not_a_node_name_without_asking_the_a
 
     assert not refused.value.retryable
     assert api.calls == []
+
+
+# --------------------------------------------------------------------------- discovery on a real API server
+
+
+def _ready_agent_pod(api: FakeKubeAPI, name: str, node: str, ip: str) -> None:
+    api.add_pod("remediate", name, node, owner="DaemonSet", labels={"app.kubernetes.io/component": "agent"})
+    with api.lock:  # the kubelet's part: the pod runs, has an IP and is Ready
+        api.pods[("remediate", name)]["status"] = {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+
+
+def test_discovery_uses_the_configured_kubeconfig_and_context_not_the_default_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 15: discovery built its client from $KUBECONFIG / ~/.kube/config whatever the settings said."""
+    with FakeKubeAPI() as api:
+        _ready_agent_pod(api, "agent-b", "node-b", "10.1.0.9")
+        # The configured file's current context points at a dead port: only `kube_context` reaches the API.
+        kubeconfig = yaml.safe_load(api.write_kubeconfig(tmp_path / "lab.kubeconfig", context="lab").read_text())
+        kubeconfig["clusters"].append({"name": "gone", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}})
+        kubeconfig["contexts"].append({"name": "gone", "context": {"cluster": "gone", "user": "remediate"}})
+        kubeconfig["current-context"] = "gone"
+        (tmp_path / "lab.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        # The default kubeconfig names another cluster that does not answer: it must not be read.
+        wrong = tmp_path / "default.kubeconfig"
+        wrong.write_text(
+            yaml.safe_dump(
+                {**kubeconfig, "contexts": kubeconfig["contexts"][1:], "clusters": kubeconfig["clusters"][1:]}
+            )
+        )
+        monkeypatch.setenv("KUBECONFIG", str(wrong))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        settings = Settings(
+            agent_selector="app.kubernetes.io/component=agent",
+            agent_namespace="remediate",
+            agent_token="t",
+            kubeconfig=tmp_path / "lab.kubeconfig",
+            kube_context="lab",
+        )
+
+        directory = Dispatch.from_settings(settings).directory
+
+        assert directory is not None
+        assert directory.url_for("node-b") == "http://10.1.0.9:9096"
+        assert api.count("GET", r"/api/v1/namespaces/remediate/pods") == 1
+
+
+def test_discovery_with_an_unusable_configured_kubeconfig_says_which_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.kubeconfig"
+    agents = KubernetesAgents("a=b", "ns", 9096, kubeconfig=missing)
+
+    with pytest.raises(AgentNotFound, match=r"nowhere\.kubeconfig") as refused:
+        agents.url_for("node-b")
+    assert not refused.value.retryable

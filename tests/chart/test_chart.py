@@ -142,6 +142,7 @@ def test_the_default_install_renders_the_expected_objects(rendered: dict[str, li
         "Service": 1,
         "Deployment": 1,
         "DaemonSet": 1,
+        "NetworkPolicy": 2,  # server and agent, on by default
         "Pod": 1,  # helm test
     }
 
@@ -172,23 +173,61 @@ def rules(obj: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...]]]:
     }
 
 
+# Every Kubernetes API call remediate makes, by the official client's method name, and the RBAC rule
+# (group, resource, verb) it needs. `test_every_api_call_in_the_code_is_in_this_table` reads the code;
+# the chart's rules must be exactly what this table derives: nothing missing, nothing unused.
+CLUSTER_CALLS = {
+    "read_node": ("", "nodes", "get"),  # cordon/taint/drain: the node before and after
+    "list_node": ("", "nodes", "list"),  # the breaker: how many nodes there are
+    "patch_node": ("", "nodes", "patch"),  # cordon, uncordon, taint, untaint
+    "list_pod_for_all_namespaces": ("", "pods", "list"),  # drain: the node's pods
+    "read_namespaced_pod": ("", "pods", "get"),  # drain: waiting for an evicted pod to go
+    "create_namespaced_pod_eviction": ("", "pods/eviction", "create"),  # drain
+    "list_pod_disruption_budget_for_all_namespaces": ("policy", "poddisruptionbudgets", "list"),  # drain plan
+    "create_namespaced_event": ("events.k8s.io", "events", "create"),  # an Event on the node per change
+}
+NAMESPACE_CALLS = {
+    "list_namespaced_pod": ("", "pods", "list"),  # agent discovery, in the release namespace
+}
+API_CLIENT_FILES = ("remediate/kube/client.py", "remediate/runners.py")
+
+
+def derived_rules(calls: dict[str, tuple[str, str, str]]) -> set[tuple[str, str, tuple[str, ...]]]:
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for group, resource, verb in calls.values():
+        verbs.setdefault((group, resource), set()).add(verb)
+    return {(group, resource, tuple(sorted(v))) for (group, resource), v in verbs.items()}
+
+
+def test_every_api_call_in_the_code_is_in_this_table() -> None:
+    import re
+
+    import remediate
+
+    package = Path(remediate.__file__).parent
+    # Only these files talk to the official client: any other would have its calls unchecked here.
+    users = {
+        str(path.relative_to(package.parent))
+        for path in package.rglob("*.py")
+        if re.search(
+            r"\b(CoreV1Api|PolicyV1Api|EventsV1Api|AppsV1Api|CoordinationV1Api)\b|core_api\(", path.read_text()
+        )
+    }
+    assert users == set(API_CLIENT_FILES)
+    called = set()
+    for name in API_CLIENT_FILES:
+        text = (package.parent / name).read_text()
+        called |= set(re.findall(r"(?:\bcore|\bpolicy|\bevents|\.api\(\))\.([a-z_]+)\(", text))
+    assert called == set(CLUSTER_CALLS) | set(NAMESPACE_CALLS)
+
+
 def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Finding 15: core events create/patch, events.k8s.io patch, daemonsets get and leases were granted unused."""
     objects = rendered["defaults"]
-    assert rules(by_kind(objects, "ClusterRole")) == {
-        ("", "nodes", ("get", "list", "patch")),
-        ("", "pods", ("get", "list")),
-        ("", "pods/eviction", ("create",)),
-        ("", "events", ("create", "patch")),
-        ("events.k8s.io", "events", ("create", "patch")),
-        ("apps", "daemonsets", ("get",)),
-        ("policy", "poddisruptionbudgets", ("list",)),
-    }
+    assert rules(by_kind(objects, "ClusterRole")) == derived_rules(CLUSTER_CALLS)
     role = by_kind(objects, "Role")
-    assert role["metadata"].get("namespace") in (None, NAMESPACE)
-    assert rules(role) == {
-        ("coordination.k8s.io", "leases", ("create", "get", "update")),
-        ("", "pods", ("list",)),
-    }
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert rules(role) == derived_rules(NAMESPACE_CALLS)
     for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
         binding = by_kind(objects, binding_kind)
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": FULLNAME}
@@ -198,10 +237,28 @@ def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dic
     assert bound == {FULLNAME}
 
 
-def test_without_kubernetes_actions_and_agents_only_leases_remain(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_without_kubernetes_actions_and_agents_there_is_no_rbac(rendered: dict[str, list[dict[str, Any]]]) -> None:
     objects = rendered["external-db"]
-    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "DaemonSet")]
-    assert rules(by_kind(objects, "Role")) == {("coordination.k8s.io", "leases", ("create", "get", "update"))}
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+    assert not [o for o in objects if o["kind"] == "DaemonSet"]
+
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_every_namespaced_object_names_the_release_namespace(
+    rendered: dict[str, list[dict[str, Any]]], values: str
+) -> None:
+    """Finding 15: `helm template | kubectl apply` put every object into kubectl's current namespace."""
+    kinds = {o["kind"] for o in rendered[values]}
+    assert kinds & CLUSTER_SCOPED or values == "external-db"
+    for obj in rendered[values]:
+        where = obj["metadata"].get("namespace")
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert where is None, obj["metadata"]["name"]
+        else:
+            assert where == NAMESPACE, (obj["kind"], obj["metadata"]["name"])
 
 
 # --------------------------------------------------------------------------- pods
@@ -238,14 +295,17 @@ def test_the_server_runs_unprivileged_with_probes_and_its_config(rendered: dict[
     assert service["spec"]["ports"][0]["targetPort"] == "http"
 
 
-def test_the_agent_runs_on_gpu_nodes_with_host_pids_and_only_the_capabilities_it_needs(
+def test_the_agent_runs_on_gpu_nodes_with_only_the_capabilities_its_actions_need(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
+    """Finding 13: KILL and hostPID served only the training wake-up, which never reaches a job in another
+    pod (it registers its own pod's host name and PID namespace): dropped by default, each a value."""
     objects = rendered["defaults"]
     daemonset = by_kind(objects, "DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
     agent = container(objects, "DaemonSet")
-    assert pod["hostPID"] is True
+    assert pod["hostPID"] is False
+    assert pod["securityContext"]["runAsUser"] == 0  # added capabilities reach root processes only
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == f"{FULLNAME}-agent"
     assert "hostNetwork" not in pod
@@ -256,7 +316,7 @@ def test_the_agent_runs_on_gpu_nodes_with_host_pids_and_only_the_capabilities_it
         "privileged": False,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN", "KILL", "DAC_OVERRIDE", "FOWNER"]},
+        "capabilities": {"drop": ["ALL"], "add": ["DAC_OVERRIDE", "FOWNER", "SYS_ADMIN"]},
     }
     assert agent["args"] == ["agent", "--config", "/etc/remediate/config.yaml"]
     assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent"}
@@ -273,6 +333,22 @@ def test_the_agent_runs_on_gpu_nodes_with_host_pids_and_only_the_capabilities_it
     # The agent's service account has no token and no permissions.
     agent_sa = by_kind(objects, "ServiceAccount", f"{FULLNAME}-agent")
     assert agent_sa["automountServiceAccountToken"] is False
+
+
+def test_each_agent_capability_and_host_pids_is_a_value(helm: Helm) -> None:
+    def agent_security(values: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        objects = helm.objects({"agent": values})
+        return by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["hostPID"], container(objects, "DaemonSet")[
+            "securityContext"
+        ]
+
+    wake_up, security = agent_security({"hostPID": True, "capabilities": {"KILL": True}})
+    assert wake_up is True
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE", "FOWNER", "KILL", "SYS_ADMIN"]}
+    off = {"SYS_ADMIN": False, "DAC_OVERRIDE": False, "FOWNER": False, "KILL": False}
+    _, none = agent_security({"capabilities": off})
+    assert none["capabilities"] == {"drop": ["ALL"]}
+    assert none["allowPrivilegeEscalation"] is False and none["privileged"] is False
 
 
 def test_host_pids_and_host_paths_belong_to_the_agent_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -475,17 +551,95 @@ def test_the_alertmanagerconfig_routes_every_playbooks_alert_to_the_webhook_with
     }
 
 
-def test_the_network_policy_lets_only_the_server_reach_the_agents(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    objects = rendered["full"]
-    policy = by_kind(objects, "NetworkPolicy")
+def test_network_policies_are_on_by_default_and_let_only_the_expected_peers_in(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Finding 9: with the policies off by default, any pod could hold the server's or agents' connections."""
+    objects = rendered["defaults"]
+    server_pods = by_kind(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    test_pod = by_kind(objects, "Pod")["metadata"]["labels"]
+
+    agent_policy = by_kind(objects, "NetworkPolicy", f"{FULLNAME}-agent")
     assert (
-        policy["spec"]["podSelector"]["matchLabels"] == by_kind(objects, "DaemonSet")["spec"]["selector"]["matchLabels"]
+        agent_policy["spec"]["podSelector"]["matchLabels"]
+        == (by_kind(objects, "DaemonSet")["spec"]["selector"]["matchLabels"])
     )
-    (rule,) = policy["spec"]["ingress"]
-    assert rule["from"] == [
-        {"podSelector": {"matchLabels": by_kind(objects, "Deployment")["spec"]["selector"]["matchLabels"]}}
-    ]
+    assert agent_policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = agent_policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": server_pods}}]
     assert rule["ports"] == [{"port": 9096, "protocol": "TCP"}]
+
+    server_policy = by_kind(objects, "NetworkPolicy", FULLNAME)
+    assert server_policy["spec"]["podSelector"]["matchLabels"] == server_pods
+    assert server_policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = server_policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 9095, "protocol": "TCP"}]
+    alertmanager, prometheus, helm_test = rule["from"]
+    assert alertmanager == {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}},
+    }
+    assert prometheus == {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    assert helm_test["podSelector"]["matchLabels"].items() <= test_pod.items()
+    assert not helm_test["podSelector"]["matchLabels"].items() <= server_pods.items()
+
+
+def test_the_server_policy_takes_the_operators_peers(helm: Helm) -> None:
+    ops = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "sre-tools"}}}
+    objects = helm.objects(
+        {
+            "networkPolicy": {"server": {"prometheus": None, "extraFrom": [ops]}},
+            "agent": {"enabled": False},
+        }
+    )
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    (rule,) = policy["spec"]["ingress"]
+    assert [
+        peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name") for peer in rule["from"]
+    ] == [
+        "alertmanager",
+        "remediate",
+        None,
+    ]
+    assert rule["from"][-1] == ops
+    off = helm.objects({"networkPolicy": {"enabled": False}})
+    assert not [o for o in off if o["kind"] == "NetworkPolicy"]
+
+
+# --------------------------------------------------------------------------- resources
+
+
+MIB = 1024 * 1024
+IDLE_WORKER_BYTES = 60 * 10**6
+PEAK_PER_BODY_BYTE = 12.5  # ~400 MB RSS for a 32 MiB body (issue 15, finding 13)
+MASTER_AND_EXECUTOR_BYTES = 100 * 10**6
+
+
+def memory_bytes(quantity: str) -> int:
+    units = {"Ki": 1024, "Mi": MIB, "Gi": 1024 * MIB, "M": 10**6, "G": 10**9}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return int(float(quantity[: -len(suffix)]) * factor)
+    return int(quantity)
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_the_server_memory_limit_holds_every_worker_parsing_the_largest_body(
+    rendered: dict[str, list[dict[str, Any]]], values: str
+) -> None:
+    """Finding 13: two workers each parsing a 32 MiB body (~400 MB) went over the 512Mi limit."""
+    objects = rendered[values]
+    config = configmap_file(objects, f"{FULLNAME}-config")
+    limit = memory_bytes(container(objects, "Deployment")["resources"]["limits"]["memory"])
+    peak = (
+        config["workers"] * (IDLE_WORKER_BYTES + PEAK_PER_BODY_BYTE * config["max_body_bytes"])
+        + MASTER_AND_EXECUTOR_BYTES
+    )
+    assert config["max_body_bytes"] == 32 * MIB
+    assert limit >= peak, f"{limit / MIB:.0f} MiB < {peak / MIB:.0f} MiB"
 
 
 def test_notes_tell_how_to_register_the_receiver(helm: Helm, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 import pytest
+import requests
 from click.testing import Result
 
 from remediate.cli import main
@@ -779,3 +780,111 @@ def test_serve_refuses_an_empty_token_file(cli: Callable[..., Result], tmp_path:
     result = cli("serve", "--token-file", token_file, "--playbooks", SHIPPED_PLAYBOOKS, "--bind", "127.0.0.1:1")
 
     assert_one_line_error(result, "empty")
+
+
+# --------------------------------------------------------------------------- the token of client commands
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["history", "--json"],
+        ["show", "RUN"],
+        ["approve", "RUN"],
+        ["pause", "--reason", "token file"],
+        ["resume"],
+        ["breaker", "status", "--json"],
+        ["breaker", "reset", "--reason", "token file"],
+    ],
+    ids=lambda c: "-".join(c[:2]) if c[0] == "breaker" else c[0],
+)
+def test_every_client_command_reads_the_token_from_remediate_token_file(
+    cli: Callable[..., Result],
+    approval_server: tuple[Server, int],
+    serve: Callable[[Server], str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    command: list[str],
+) -> None:
+    """Finding 15: only --token-file and $REMEDIATE_TOKEN were read; $REMEDIATE_TOKEN_FILE (as `serve` reads it) not."""
+    server, run_id = approval_server
+    token_file = tmp_path / "operator.token"
+    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    monkeypatch.setenv("REMEDIATE_TOKEN_FILE", str(token_file))
+
+    result = cli(*[str(run_id) if word == "RUN" else word for word in command], "--server", serve(server))
+
+    assert result.exit_code == 0, result.output
+    assert "401" not in result.output
+
+
+def test_a_token_file_on_the_command_line_wins_over_the_environment(
+    cli: Callable[..., Result],
+    history_server: Server,
+    serve: Callable[[Server], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = serve(history_server)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN, encoding="utf-8")
+    monkeypatch.setenv("REMEDIATE_TOKEN", "not-the-token")
+
+    refused = cli("history", "--json", "--server", url)
+    accepted = cli("history", "--json", "--server", url, "--token-file", token_file)
+
+    assert_one_line_error(refused, "HTTP 401")
+    assert accepted.exit_code == 0, accepted.output
+    assert len(json.loads(accepted.stdout)["entries"]) == 3
+
+
+def test_an_empty_token_file_is_a_one_line_error_naming_it(
+    cli: Callable[..., Result],
+    history_server: Server,
+    serve: Callable[[Server], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    empty = tmp_path / "empty.token"
+    empty.write_text("\n", encoding="utf-8")
+    monkeypatch.setenv("REMEDIATE_TOKEN_FILE", str(empty))
+
+    result = cli("history", "--server", serve(history_server))
+
+    assert_one_line_error(result, str(empty), "empty")
+
+
+def test_a_real_client_process_authenticates_to_a_real_server_with_remediate_token_file(tmp_path: Path) -> None:
+    """`python -m remediate pause/resume/history --server` against gunicorn, the token only in a file."""
+    from tests.integration.conftest import RemediateServer
+
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    (playbooks / "log.yaml").write_text(LOG_XID, encoding="utf-8")
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env["REMEDIATE_TOKEN_FILE"] = str(token_file)
+
+    with RemediateServer(tmp_path / "server", playbooks, token=TOKEN, workers=1) as server:
+
+        def remediate(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "remediate", *args, "--server", server.url],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+                check=False,
+            )
+
+        paused = remediate("pause", "--reason", "token file", "--by", "dana")
+        state = requests.get(f"{server.url}/pause", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).json()
+        resumed = remediate("resume")
+        history = remediate("history", "--json")
+
+    assert paused.returncode == 0, paused.stderr
+    assert (state["paused"], state["by"]) == (True, "dana")
+    assert resumed.returncode == 0, resumed.stderr
+    assert history.returncode == 0, history.stderr
+    assert json.loads(history.stdout)["entries"] == []

@@ -182,7 +182,9 @@ def test_gpu_status_with_a_lost_gpu_is_one_line(cli: Cli, sim_file: Path, gpus: 
 
 
 @pytest.fixture
-def playbook_dir(tmp_path: Path) -> Path:
+def playbook_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # The alerts name node-a: this host is node-a (a single host plans node steps only for itself).
+    monkeypatch.setenv("REMEDIATE_NODE_NAME", "node-a")
     directory = tmp_path / "playbooks"
     directory.mkdir()
     (directory / "gpu-overheat-try.yaml").write_text(GPU_PLAYBOOK, encoding="utf-8")

@@ -517,3 +517,45 @@ def test_a_log_swapped_for_a_symlink_is_not_truncated_through_it(
     assert outside.read_bytes() == b"y" * 10_000
     assert report["truncated"] == []
     assert "symbolic link" in report["skipped"][0]["reason"]
+
+
+def test_a_hard_linked_log_is_never_truncated_and_the_plan_says_so(
+    root: Path, outside: Path, make_policy: Policy, disk: FakeDisk
+) -> None:
+    """Finding 13: truncation rewrote the inode, so the log's other name (here a backup outside the root) lost it."""
+    content = _log(range(5000))
+    log = make_file(root / "app.log", data=content, age_days=0)
+    outside.unlink()
+    os.link(log, outside)  # e.g. a backup tool's hard-linked snapshot of the log
+    lone = make_file(root / "other.log", data=content, age_days=0)
+    policy = make_policy(
+        patterns=["*.tmp"], truncate_logs={"patterns": ["*.log"], "over_bytes": 100, "keep_tail_bytes": 10}
+    )
+
+    plan = Cleaner(policy, free_space=disk).plan(EVERYTHING)
+    report = Cleaner(policy, free_space=disk).execute(EVERYTHING)
+
+    assert [Path(e["path"]).name for e in plan["would_truncate"]] == ["other.log"]
+    assert plan["scan"]["kept"] == {"hard_linked": 1}
+    assert [Path(t["path"]).name for t in report["truncated"]] == ["other.log"]
+    assert log.read_bytes() == content and outside.read_bytes() == content
+    assert lone.stat().st_size < len(content)
+
+
+def test_a_log_hard_linked_after_the_scan_is_left_alone_with_the_reason(
+    root: Path, outside: Path, make_policy: Policy, disk: FakeDisk
+) -> None:
+    content = _log(range(5000))
+    log = make_file(root / "app.log", data=content, age_days=0)
+    policy = make_policy(
+        patterns=["*.tmp"], truncate_logs={"patterns": ["*.log"], "over_bytes": 100, "keep_tail_bytes": 10}
+    )
+    outside.unlink()
+
+    report = Cleaner(policy, free_space=disk, hooks=FsHooks(after_scan=lambda: os.link(log, outside))).execute(
+        EVERYTHING
+    )
+
+    assert report["truncated"] == []
+    assert "2 hard links" in report["skipped"][0]["reason"]
+    assert outside.read_bytes() == content

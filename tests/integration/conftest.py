@@ -136,6 +136,10 @@ class RemediateServer:
                 "PROMETHEUS_MULTIPROC_DIR": str(self._metrics_dir()),
             }
         )
+        if not {"REMEDIATE_AGENTS", "REMEDIATE_AGENT_SELECTOR"} & self.extra_env.keys():
+            # A single host runs node steps only for itself: this test server plays node-a (the GPU and
+            # disk tests' alerts) and 127.0.0.1 (the training jobs' `instance` label).
+            env.update({"REMEDIATE_NODE_NAME": "node-a", "REMEDIATE_NODE_ALIASES": "127.0.0.1"})
         env.update(self.extra_env)
         return env
 
