@@ -178,6 +178,7 @@ class Engine:
             action = self.registry.get(spec.action)
             try:
                 params = action.validate(render_params(spec.params, context))
+                action.schema.check_templated(spec.params, params)
             except ParamsError as exc:
                 prefix = "on_resolved" if alert.status == "resolved" else "steps"
                 return Evaluation(**base, error=f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}")

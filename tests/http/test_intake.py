@@ -7,7 +7,10 @@ what AlertManager would see, and what the store then holds.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
+from remediate.gpu.simulator import SimulatedBackend
 from tests.http.support import Server, alert, notification
 
 # `{{ 1/0 }}` raises ZeroDivisionError, `int` of a label that is no number raises nothing (jinja's
@@ -43,3 +46,72 @@ def test_any_render_error_rejects_that_run_and_the_other_alerts_are_stored_norma
     assert accepted["status"] == "queued"
     assert accepted["steps"][0]["params"]["message"] == "0.25"
     assert server.counts()["alerts"] == 2
+
+
+# --------------------------------------------------------------------------- finding 10: a label names one GPU
+
+SHIPPED = Path(__file__).resolve().parents[2] / "playbooks"
+DEFAULT_MW = 700_000  # SimulatedBackend.write_example: every GPU at its 700 W default
+
+CAPPED_PER_GPU = """\
+name: capped
+match:
+  alertname: GPUTemperatureHigh
+target: node
+guard_by: [UUID]
+max_attempts: 2
+steps:
+  - action: gpu.set_power_limit
+    with: {gpu: "{{ labels.UUID }}", reduce_by_percent: 20}
+"""
+
+
+def _gpu_server(
+    make_server: Callable[..., Server], tmp_path: Path, playbooks: dict[str, str]
+) -> tuple[Server, SimulatedBackend]:
+    gpus = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml"))
+    server = make_server(playbooks=playbooks, gpu_backend="simulated", gpu_simulator_file=gpus.path)
+    return server, gpus
+
+
+def _hot(fingerprint: str, uuid: str, starts_at: str = "2026-11-21T05:40:14Z") -> dict[str, Any]:
+    return alert(
+        fingerprint,
+        alertname="GPUTemperatureHigh",
+        starts_at=starts_at,
+        severity="warning",
+        UUID=uuid,
+        Hostname="node-a",
+    )
+
+
+def test_a_uuid_label_all_is_rejected_and_no_gpu_changes(make_server: Callable[..., Server], tmp_path: Path) -> None:
+    overheat = (SHIPPED / "gpu-overheat.yaml").read_text(encoding="utf-8")
+    server, gpus = _gpu_server(make_server, tmp_path, {"gpu-overheat.yaml": overheat})
+
+    body = server.webhook(notification(_hot("bb01", "all"))).get_json()
+
+    assert body["decisions"] == {"rejected": 1}
+    run = server.get(f"/runs/{body['runs'][0]}").get_json()
+    assert run["status"] == "rejected"
+    assert "names every GPU of the node" in run["error"]
+    assert "steps[0] lower-power-limit (gpu.set_power_limit)" in run["error"]
+    assert run["steps"] == []
+    assert server.drain() == 0
+    assert {g.power_limit_mw for g in gpus.devices()} == {DEFAULT_MW}
+
+
+def test_spellings_of_one_gpu_uuid_share_max_attempts(make_server: Callable[..., Server], tmp_path: Path) -> None:
+    server, gpus = _gpu_server(make_server, tmp_path, {"capped.yaml": CAPPED_PER_GPU})
+    uuid = gpus.devices()[3].uuid
+    spellings = [uuid, uuid.upper(), uuid.lower(), "gpu" + uuid[3:].upper(), "Gpu" + uuid[3:]]
+    assert len(set(spellings)) == 5
+
+    decisions = [
+        server.webhook(notification(_hot(f"cc0{i}", spelling))).get_json()["decisions"]
+        for i, spelling in enumerate(spellings)
+    ]
+
+    assert decisions == [{"accepted": 1}] * 2 + [{"attempt_cap": 1}] * 3
+    assert server.drain() == 2
+    assert gpus.device(uuid).power_limit_mw == 448_000  # 700 W cut by 20% twice: the two accepted runs acted, no others
