@@ -14,13 +14,14 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.breaker import BreakerState
 from remediate.errors import ParamsError, PayloadError
-from remediate.guards import ATTEMPT_WINDOW, Decision, GuardFacts, Verdict, judge
+from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, Decision, GuardFacts, Verdict, judge
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.store import AWAITING_APPROVAL, QUEUED, REJECTED, EmptyGuardReader, PauseState, Store
 from remediate.templating import render_params
@@ -89,6 +90,8 @@ class GuardReaderLike(Protocol):
     def breaker_state(self) -> dict[str, Any] | None: ...
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]: ...
     def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]: ...
+    def resolved_occurrences(self, occurrences: Iterable[tuple[str, str]]) -> set[tuple[str, str]]: ...
+    def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]: ...
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,9 @@ class Engine:
             if e.phase == "resolved"
         ]
         existing = reader.existing_runs(keys + firing_keys)
+        resolved_here = {_occurrence(alert) for _, alert, _ in evaluations if alert.status == "resolved"}
+        resolved = _resolved_occurrences(reader, evaluations, resolved_here)
+        acting_here: dict[tuple[str, str, str], list[str]] = {}
         pause = reader.pause_state()
         breaker_row = reader.breaker_state()
         breaker = BreakerState.from_dict(breaker_row) if breaker_row is not None else None
@@ -229,7 +235,8 @@ class Engine:
         history: dict[tuple[str, str], tuple[float | None, int]] = {}
         seen_keys: set[str] = set()
         judged: list[Judged] = []
-        for index, alert, evs in evaluations:
+        # Firing alerts first: a resolved alert of this notification then sees the firing runs accepted in it.
+        for index, alert, evs in sorted(evaluations, key=lambda item: item[1].status != "firing"):
             if not evs:
                 judged.append(Judged(index, alert, None, Verdict(Decision.UNMATCHED, "no playbook matches this alert")))
                 continue
@@ -253,6 +260,8 @@ class Engine:
                     breaker=breaker,
                     alert_started_at=alert.starts_at.timestamp(),
                     stale_horizon=self.breaker_stale_horizon,
+                    already_resolved=ev.phase == "firing" and _occurrence(alert) in resolved,
+                    superseded_by=_newer_active_run(reader, ev, firing, resolved_here, acting_here),
                 )
                 verdict = judge(ev.playbook, ev.phase, ev.guard_key, facts, now)
                 if verdict.accepted and ev.error is not None:
@@ -261,7 +270,10 @@ class Engine:
                     seen_keys.add(ev.dedupe_key)
                     if ev.phase == "firing" and verdict.accepted:
                         history[key] = (now, count + 1)
+                        if ev.mode is Mode.ENFORCE:
+                            acting_here.setdefault((*key, alert.fingerprint), []).append(_occurrence(alert)[1])
                 judged.append(Judged(index, alert, ev, verdict, firing))
+        judged.sort(key=lambda j: j.index)  # back in the notification's order (stable: playbooks keep theirs)
         return judged
 
     def _gated(self, ev: Evaluation) -> bool:
@@ -364,6 +376,50 @@ class Engine:
             "finished_at": now if status == REJECTED else None,
             "error": None if j.verdict.accepted else j.verdict.reason,
         }
+
+
+def _occurrence(alert: Alert) -> tuple[str, str]:
+    """One alert occurrence: its fingerprint and startsAt (as stored in the alerts table)."""
+    return alert.fingerprint, format_timestamp(alert.starts_at)
+
+
+def _resolved_occurrences(
+    reader: GuardReaderLike, evaluations: Sequence[AlertEvaluations], here: set[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """The occurrences of this notification's firing alerts that were reported resolved: earlier (the
+    store), or in this same notification (`here`), in either order (HA pairs and retries reorder)."""
+    firing = {_occurrence(alert) for _, alert, evs in evaluations if alert.status == "firing" and evs}
+    if not firing - here:
+        return here & firing
+    return (here & firing) | reader.resolved_occurrences(firing - here)
+
+
+def _newer_active_run(
+    reader: GuardReaderLike,
+    ev: Evaluation,
+    firing: tuple[int, str] | None,
+    resolved_here: set[tuple[str, str]],
+    acting_here: Mapping[tuple[str, str, str], list[str]],
+) -> int | None:
+    """For a resolved alert whose firing run acted: a firing run of a NEWER occurrence of the same alert
+    (same fingerprint, playbook and guard key, later startsAt) that acted and has not resolved; 0 when it
+    was accepted earlier in this notification. Its steps still need what this undo would take away."""
+    if ev.phase != "resolved" or firing is None or firing[1] in NOTHING_TO_UNDO or not ev.playbook.on_resolved:
+        return None
+    fingerprint, started = _occurrence(ev.alert)
+    here = [(0, ts) for ts in acting_here.get((ev.playbook.name, ev.guard_key, fingerprint), [])]
+    stored = reader.active_firing_runs(ev.playbook.name, ev.guard_key, fingerprint)
+    newer = [(run, ts) for run, ts in stored + here if _parse_stored(ts) > _parse_stored(started)]
+    if not newer:
+        return None
+    over = resolved_here | reader.resolved_occurrences({(fingerprint, ts) for _, ts in newer})
+    active = [run for run, ts in newer if (fingerprint, ts) not in over]
+    return max(active) if active else None
+
+
+def _parse_stored(timestamp: str) -> datetime:
+    """A startsAt as format_timestamp wrote it (RFC 3339, UTC, at most 6 fraction digits)."""
+    return datetime.fromisoformat(timestamp)
 
 
 def _alert_row(notification_id: int, alert: Alert) -> dict[str, Any]:
