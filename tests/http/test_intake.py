@@ -115,3 +115,64 @@ def test_spellings_of_one_gpu_uuid_share_max_attempts(make_server: Callable[...,
     assert decisions == [{"accepted": 1}] * 2 + [{"attempt_cap": 1}] * 3
     assert server.drain() == 2
     assert gpus.device(uuid).power_limit_mw == 448_000  # 700 W cut by 20% twice: the two accepted runs acted, no others
+
+
+# --------------------------------------------------------------------------- finding 20: alerts out of order
+
+S1 = "2026-11-21T05:40:14Z"
+S2 = "2026-11-21T07:00:00Z"  # a newer occurrence of the same alert: same fingerprint, later startsAt
+
+
+def _runs(server: Server) -> list[dict[str, Any]]:
+    return [entry for entry in server.history(limit=100)["entries"] if entry["run_id"] is not None]
+
+
+def test_a_firing_that_arrives_after_its_resolved_starts_nothing(server: Server) -> None:
+    early = server.webhook(notification(alert("dd01", status="resolved", starts_at=S1))).get_json()
+
+    late = server.webhook(notification(alert("dd01", starts_at=S1))).get_json()
+
+    assert early["decisions"] == {"no_firing_run": 1}
+    assert late["decisions"] == {"already_resolved": 1}
+    assert late["runs"] == []
+    assert server.drain() == 0
+    newest = server.history(limit=1)["entries"][0]
+    assert (newest["decision"], newest["alert_status"]) == ("already_resolved", "firing")
+
+
+def test_firing_and_resolved_of_one_occurrence_in_one_notification_start_nothing_in_either_order(
+    server: Server,
+) -> None:
+    for fingerprint, statuses in (("dd02", ["resolved", "firing"]), ("dd03", ["firing", "resolved"])):
+        payload = notification(*(alert(fingerprint, status=status, starts_at=S1) for status in statuses))
+
+        body = server.webhook(payload).get_json()
+
+        assert body["decisions"] == {"already_resolved": 1, "no_firing_run": 1}, statuses
+        assert body["runs"] == []
+    assert server.counts()["runs"] == 0
+
+
+def test_a_late_resolved_of_an_older_occurrence_leaves_the_newer_one_alone(server: Server) -> None:
+    s1 = server.webhook(notification(alert("dd04", starts_at=S1))).get_json()["runs"][0]
+    s2 = server.webhook(notification(alert("dd04", starts_at=S2))).get_json()["runs"][0]
+    assert server.drain() == 2
+
+    late = server.webhook(notification(alert("dd04", status="resolved", starts_at=S1))).get_json()
+
+    assert late["decisions"] == {"superseded": 1}
+    assert late["runs"] == []
+    assert server.drain() == 0
+    reason = server.history(limit=1)["entries"][0]["reason"]
+    assert "newer occurrence of this alert on" in reason and f"firing run {s2}" in reason
+    # The newer occurrence's resolved runs on_resolved after its own firing run, as usual.
+    body = server.webhook(notification(alert("dd04", status="resolved", starts_at=S2))).get_json()
+    assert body["decisions"] == {"accepted": 1}
+    assert server.drain() == 1
+    undo = server.get(f"/runs/{body['runs'][0]}").get_json()
+    assert (undo["phase"], undo["status"]) == ("resolved", "succeeded")
+    assert [(r["run_id"], r["alert_status"]) for r in _runs(server)] == [
+        (body["runs"][0], "resolved"),
+        (s2, "firing"),
+        (s1, "firing"),
+    ]
