@@ -90,7 +90,7 @@ class GuardReaderLike(Protocol):
     def breaker_state(self) -> dict[str, Any] | None: ...
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]: ...
     def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]: ...
-    def resolved_occurrences(self, occurrences: Iterable[tuple[str, str]]) -> set[tuple[str, str]]: ...
+    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]: ...
     def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]: ...
 
 
@@ -225,8 +225,7 @@ class Engine:
             if e.phase == "resolved"
         ]
         existing = reader.existing_runs(keys + firing_keys)
-        resolved_here = {_occurrence(alert) for _, alert, _ in evaluations if alert.status == "resolved"}
-        resolved = _resolved_occurrences(reader, evaluations, resolved_here)
+        order = _OrderFacts.gather(reader, evaluations)
         acting_here: dict[tuple[str, str, str], list[str]] = {}
         pause = reader.pause_state()
         breaker_row = reader.breaker_state()
@@ -260,8 +259,8 @@ class Engine:
                     breaker=breaker,
                     alert_started_at=alert.starts_at.timestamp(),
                     stale_horizon=self.breaker_stale_horizon,
-                    already_resolved=ev.phase == "firing" and _occurrence(alert) in resolved,
-                    superseded_by=_newer_active_run(reader, ev, firing, resolved_here, acting_here),
+                    already_resolved=ev.phase == "firing" and _occurrence(alert) in order.resolved,
+                    superseded_by=_newer_active_run(reader, ev, firing, order, acting_here),
                 )
                 verdict = judge(ev.playbook, ev.phase, ev.guard_key, facts, now)
                 if verdict.accepted and ev.error is not None:
@@ -383,22 +382,37 @@ def _occurrence(alert: Alert) -> tuple[str, str]:
     return alert.fingerprint, format_timestamp(alert.starts_at)
 
 
-def _resolved_occurrences(
-    reader: GuardReaderLike, evaluations: Sequence[AlertEvaluations], here: set[tuple[str, str]]
-) -> set[tuple[str, str]]:
-    """The occurrences of this notification's firing alerts that were reported resolved: earlier (the
-    store), or in this same notification (`here`), in either order (HA pairs and retries reorder)."""
-    firing = {_occurrence(alert) for _, alert, evs in evaluations if alert.status == "firing" and evs}
-    if not firing - here:
-        return here & firing
-    return (here & firing) | reader.resolved_occurrences(firing - here)
+@dataclass(frozen=True)
+class _OrderFacts:
+    """What was reported about the occurrences of this notification's alerts, earlier (the store) or in
+    this same notification: AlertManager HA pairs and retries deliver firing and resolved out of order."""
+
+    resolved: set[tuple[str, str]]
+    """(fingerprint, startsAt) reported resolved, for every fingerprint of the notification."""
+    fired: dict[str, set[str]]
+    """fingerprint -> startsAt of its occurrences reported firing, for the resolved alerts' fingerprints."""
+
+    @classmethod
+    def gather(cls, reader: GuardReaderLike, evaluations: Sequence[AlertEvaluations]) -> _OrderFacts:
+        matched = [alert for _, alert, evs in evaluations if evs]
+        resolved = {_occurrence(a) for _, a, _ in evaluations if a.status == "resolved"}
+        fired_pairs = {_occurrence(a) for _, a, _ in evaluations if a.status == "firing"}
+        if matched:
+            resolved |= reader.reported_occurrences({a.fingerprint for a in matched}, "resolved")
+        ending = {a.fingerprint for a in matched if a.status == "resolved"}
+        if ending:
+            fired_pairs |= reader.reported_occurrences(ending, "firing")
+        fired: dict[str, set[str]] = {}
+        for fingerprint, started in fired_pairs:
+            fired.setdefault(fingerprint, set()).add(started)
+        return cls(resolved, fired)
 
 
 def _newer_active_run(
     reader: GuardReaderLike,
     ev: Evaluation,
     firing: tuple[int, str] | None,
-    resolved_here: set[tuple[str, str]],
+    order: _OrderFacts,
     acting_here: Mapping[tuple[str, str, str], list[str]],
 ) -> int | None:
     """For a resolved alert whose firing run acted: a firing run of a NEWER occurrence of the same alert
@@ -407,13 +421,16 @@ def _newer_active_run(
     if ev.phase != "resolved" or firing is None or firing[1] in NOTHING_TO_UNDO or not ev.playbook.on_resolved:
         return None
     fingerprint, started = _occurrence(ev.alert)
-    here = [(0, ts) for ts in acting_here.get((ev.playbook.name, ev.guard_key, fingerprint), [])]
-    stored = reader.active_firing_runs(ev.playbook.name, ev.guard_key, fingerprint)
-    newer = [(run, ts) for run, ts in stored + here if _parse_stored(ts) > _parse_stored(started)]
-    if not newer:
+    later = {
+        ts
+        for ts in order.fired.get(fingerprint, ())
+        if _parse_stored(ts) > _parse_stored(started) and (fingerprint, ts) not in order.resolved
+    }
+    if not later:  # the usual case: no query
         return None
-    over = resolved_here | reader.resolved_occurrences({(fingerprint, ts) for _, ts in newer})
-    active = [run for run, ts in newer if (fingerprint, ts) not in over]
+    here = [0 for ts in acting_here.get((ev.playbook.name, ev.guard_key, fingerprint), []) if ts in later]
+    stored = [run for run, ts in reader.active_firing_runs(ev.playbook.name, ev.guard_key, fingerprint) if ts in later]
+    active = stored + here
     return max(active) if active else None
 
 

@@ -228,8 +228,13 @@ _TARGET_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).wh
     *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
 )
 _TARGET_LAST = sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
-_RESOLVED_OCCURRENCES = sa.select(t.alerts.c.fingerprint, t.alerts.c.starts_at).where(
-    t.alerts.c.fingerprint.in_(sa.bindparam("p_fingerprints", expanding=True)), t.alerts.c.status == "resolved"
+_REPORTED_OCCURRENCES = (
+    sa.select(t.alerts.c.fingerprint, t.alerts.c.starts_at)
+    .distinct()
+    .where(
+        t.alerts.c.fingerprint.in_(sa.bindparam("p_fingerprints", expanding=True)),
+        t.alerts.c.status == sa.bindparam("p_status"),
+    )
 )
 # Firing runs that changed (or will change) something: not refused, cancelled, waiting or only planned.
 _ACTIVE_FIRING_RUNS = (
@@ -768,14 +773,14 @@ class GuardReader:
             last = self.conn.execute(_TARGET_LAST, params).scalar_one_or_none()
         return last, int(row[1])
 
-    def resolved_occurrences(self, occurrences: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
-        """The (fingerprint, startsAt) pairs of `occurrences` for which a resolved alert was ever received."""
-        wanted = set(occurrences)
-        fingerprints = sorted({fingerprint for fingerprint, _ in wanted})
+    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
+        """(fingerprint, startsAt) of every occurrence of these alerts ever received with `status`
+        (firing/resolved): every received alert is stored, so this is the record of what was reported."""
+        wanted = sorted(set(fingerprints))
         found: set[tuple[str, str]] = set()
-        for start in range(0, len(fingerprints), 500):
-            rows = self.conn.execute(_RESOLVED_OCCURRENCES, {"p_fingerprints": fingerprints[start : start + 500]})
-            found.update((r.fingerprint, r.starts_at) for r in rows if (r.fingerprint, r.starts_at) in wanted)
+        for start in range(0, len(wanted), 500):
+            params = {"p_fingerprints": wanted[start : start + 500], "p_status": status}
+            found.update((r.fingerprint, r.starts_at) for r in self.conn.execute(_REPORTED_OCCURRENCES, params))
         return found
 
     def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
@@ -800,7 +805,7 @@ class EmptyGuardReader:
     def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
         return None, 0
 
-    def resolved_occurrences(self, occurrences: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
         return set()
 
     def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
