@@ -110,10 +110,11 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
                 f"the firing run {facts.firing_run} {NOTHING_TO_UNDO[facts.firing_run_status]}",
             )
         if facts.superseded_by is not None:
+            newer = f"firing run {facts.superseded_by}" if facts.superseded_by else "accepted in this notification"
             return Verdict(
                 Decision.SUPERSEDED,
-                f"a newer occurrence of this alert on {target} (firing run {facts.superseded_by}) is active and "
-                "has not resolved: undoing now would undo what it needs; its own resolved runs on_resolved",
+                f"a newer occurrence of this alert on {target} ({newer}) is active and has not resolved: "
+                "undoing now would undo what it needs; its own resolved runs on_resolved",
             )
     if facts.paused:
         who = f" by {facts.paused_by}" if facts.paused_by else ""

@@ -800,6 +800,7 @@ def test_a_newer_occurrence_accepted_in_the_same_notification_also_supersedes(
     result = ingest(engine, xid(make_alert, status="resolved"), xid(make_alert, starts_at=S2), at=T0 + HOUR)
 
     assert decisions_of(result) == [("xid", "superseded"), ("xid", "accepted")]
+    assert "(accepted in this notification) is active" in result.decisions[0].reason
 
 
 def test_preview_sees_the_order_cases_as_ingest_does(
