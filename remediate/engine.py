@@ -14,13 +14,14 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.breaker import BreakerState
 from remediate.errors import ParamsError, PayloadError
-from remediate.guards import ATTEMPT_WINDOW, Decision, GuardFacts, Verdict, judge
+from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, Decision, GuardFacts, Verdict, judge
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.store import AWAITING_APPROVAL, FAILED, QUEUED, REJECTED, EmptyGuardReader, PauseState, Store
 from remediate.templating import render_params
@@ -93,6 +94,8 @@ class GuardReaderLike(Protocol):
     def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]: ...
     def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]: ...
     def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]: ...
+    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]: ...
+    def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]: ...
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ class Engine:
             action = self.registry.get(spec.action)
             try:
                 params = action.validate(render_params(spec.params, context))
+                action.schema.check_templated(spec.params, params)
             except ParamsError as exc:
                 prefix = "on_resolved" if alert.status == "resolved" else "steps"
                 return Evaluation(**base, error=f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}")
@@ -226,6 +230,8 @@ class Engine:
         ]
         existing = reader.existing_runs(keys + firing_keys)
         rerunnable = reader.rerunnable_runs(existing[k][0] for k in keys if k in existing and existing[k][1] == FAILED)
+        order = _OrderFacts.gather(reader, evaluations)
+        acting_here: dict[tuple[str, str, str], list[str]] = {}
         pause = reader.pause_state()
         breaker_row = reader.breaker_state()
         breaker = BreakerState.from_dict(breaker_row) if breaker_row is not None else None
@@ -233,7 +239,8 @@ class Engine:
         history: dict[tuple[str, str], tuple[float | None, int]] = {}
         seen_keys: set[str] = set()
         judged: list[Judged] = []
-        for index, alert, evs in evaluations:
+        # Firing alerts first: a resolved alert of this notification then sees the firing runs accepted in it.
+        for index, alert, evs in sorted(evaluations, key=lambda item: item[1].status != "firing"):
             if not evs:
                 judged.append(Judged(index, alert, None, Verdict(Decision.UNMATCHED, "no playbook matches this alert")))
                 continue
@@ -260,6 +267,8 @@ class Engine:
                     breaker=breaker,
                     alert_started_at=alert.starts_at.timestamp(),
                     stale_horizon=self.breaker_stale_horizon,
+                    already_resolved=ev.phase == "firing" and _occurrence(alert) in order.resolved,
+                    superseded_by=_newer_active_run(reader, ev, firing, order, acting_here),
                 )
                 verdict = judge(ev.playbook, ev.phase, ev.guard_key, facts, now)
                 if verdict.accepted and ev.error is not None:
@@ -276,7 +285,10 @@ class Engine:
                     seen_keys.add(ev.dedupe_key)
                     if ev.phase == "firing" and verdict.accepted:
                         history[key] = (now, count + 1)
+                        if ev.mode is Mode.ENFORCE:
+                            acting_here.setdefault((*key, alert.fingerprint), []).append(_occurrence(alert)[1])
                 judged.append(Judged(index, alert, ev, verdict, firing, supersedes))
+        judged.sort(key=lambda j: j.index)  # back in the notification's order (stable: playbooks keep theirs)
         return judged
 
     def _gated(self, ev: Evaluation) -> bool:
@@ -385,6 +397,68 @@ class Engine:
             "finished_at": now if status == REJECTED else None,
             "error": None if j.verdict.accepted else j.verdict.reason,
         }
+
+
+def _occurrence(alert: Alert) -> tuple[str, str]:
+    """One alert occurrence: its fingerprint and startsAt (as stored in the alerts table)."""
+    return alert.fingerprint, format_timestamp(alert.starts_at)
+
+
+@dataclass(frozen=True)
+class _OrderFacts:
+    """What was reported about the occurrences of this notification's alerts, earlier (the store) or in
+    this same notification: AlertManager HA pairs and retries deliver firing and resolved out of order."""
+
+    resolved: set[tuple[str, str]]
+    """(fingerprint, startsAt) reported resolved, for every fingerprint of the notification."""
+    fired: dict[str, set[str]]
+    """fingerprint -> startsAt of its occurrences reported firing, for the resolved alerts' fingerprints."""
+
+    @classmethod
+    def gather(cls, reader: GuardReaderLike, evaluations: Sequence[AlertEvaluations]) -> _OrderFacts:
+        matched = [alert for _, alert, evs in evaluations if evs]
+        resolved = {_occurrence(a) for _, a, _ in evaluations if a.status == "resolved"}
+        fired_pairs = {_occurrence(a) for _, a, _ in evaluations if a.status == "firing"}
+        if matched:
+            resolved |= reader.reported_occurrences({a.fingerprint for a in matched}, "resolved")
+        ending = {a.fingerprint for a in matched if a.status == "resolved"}
+        if ending:
+            fired_pairs |= reader.reported_occurrences(ending, "firing")
+        fired: dict[str, set[str]] = {}
+        for fingerprint, started in fired_pairs:
+            fired.setdefault(fingerprint, set()).add(started)
+        return cls(resolved, fired)
+
+
+def _newer_active_run(
+    reader: GuardReaderLike,
+    ev: Evaluation,
+    firing: tuple[int, str] | None,
+    order: _OrderFacts,
+    acting_here: Mapping[tuple[str, str, str], list[str]],
+) -> int | None:
+    """For a resolved alert whose firing run acted: a firing run of a NEWER occurrence of the same alert
+    (same fingerprint, playbook and guard key, later startsAt) that acted and has not resolved; 0 when it
+    was accepted earlier in this notification. Its steps still need what this undo would take away."""
+    if ev.phase != "resolved" or firing is None or firing[1] in NOTHING_TO_UNDO or not ev.playbook.on_resolved:
+        return None
+    fingerprint, started = _occurrence(ev.alert)
+    later = {
+        ts
+        for ts in order.fired.get(fingerprint, ())
+        if _parse_stored(ts) > _parse_stored(started) and (fingerprint, ts) not in order.resolved
+    }
+    if not later:  # the usual case: no query
+        return None
+    here = [0 for ts in acting_here.get((ev.playbook.name, ev.guard_key, fingerprint), []) if ts in later]
+    stored = [run for run, ts in reader.active_firing_runs(ev.playbook.name, ev.guard_key, fingerprint) if ts in later]
+    active = stored + here
+    return max(active) if active else None
+
+
+def _parse_stored(timestamp: str) -> datetime:
+    """A startsAt as format_timestamp wrote it (RFC 3339, UTC, at most 6 fraction digits)."""
+    return datetime.fromisoformat(timestamp)
 
 
 def _alert_row(notification_id: int, alert: Alert) -> dict[str, Any]:

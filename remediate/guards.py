@@ -31,6 +31,11 @@ class Decision(StrEnum):
     NOTHING_ON_RESOLVED = "nothing_on_resolved"
     BREAKER_OPEN = "breaker_open"
     STALE = "stale"
+    ALREADY_RESOLVED = "already_resolved"
+    """A firing alert whose occurrence was already reported resolved (it arrived late, or in the same
+    notification as its resolved): the alert is over, its firing steps are not started."""
+    SUPERSEDED = "superseded"
+    """A resolved alert whose undo would undo what a newer, still active occurrence needs."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,11 @@ class GuardFacts:
     """The circuit breaker's state (remediate.breaker), when the store has one."""
     alert_started_at: float | None = None
     stale_horizon: float = 900.0
+    already_resolved: bool = False
+    """For a firing alert: a resolved alert of the same occurrence (fingerprint + startsAt) was received."""
+    superseded_by: int | None = None
+    """For a resolved alert: the firing run of a newer occurrence of the same alert (later startsAt, same
+    playbook and guard key) that acted and has not resolved yet."""
 
 
 # A resolved alert undoes nothing when its firing run never acted.
@@ -81,6 +91,14 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
             Decision.DUPLICATE,
             f"already recorded as run {facts.duplicate_of} (same fingerprint, startsAt, status and playbook)",
         )
+    if phase == "firing" and facts.already_resolved:
+        # Starting a fix for an alert that is over would leave it applied with no resolved to undo it
+        # (the resolved was handled first: nothing to undo then). Not starting is the safe order.
+        return Verdict(
+            Decision.ALREADY_RESOLVED,
+            "this alert occurrence (same fingerprint and startsAt) was already reported resolved; "
+            "its firing steps are not started",
+        )
     if phase == "resolved":
         if not playbook.on_resolved:
             return Verdict(Decision.NOTHING_ON_RESOLVED, "the playbook has no on_resolved steps")
@@ -90,6 +108,13 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
             return Verdict(
                 Decision.NO_FIRING_RUN,
                 f"the firing run {facts.firing_run} {NOTHING_TO_UNDO[facts.firing_run_status]}",
+            )
+        if facts.superseded_by is not None:
+            newer = f"firing run {facts.superseded_by}" if facts.superseded_by else "accepted in this notification"
+            return Verdict(
+                Decision.SUPERSEDED,
+                f"a newer occurrence of this alert on {target} ({newer}) is active and has not resolved: "
+                "undoing now would undo what it needs; its own resolved runs on_resolved",
             )
     if facts.paused:
         who = f" by {facts.paused_by}" if facts.paused_by else ""

@@ -23,12 +23,17 @@ from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert
 from remediate.durations import parse_duration
 from remediate.errors import PlaybookError
+from remediate.gpu.errors import GpuSelectionError
+from remediate.gpu.selection import parse_gpu_ref
 from remediate.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
 from remediate.templating import check_syntax, is_template
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
 MAX_TARGET_LENGTH = 200
 NODE_LABELS = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
+GPU_IDENTITY_LABELS = frozenset({"UUID", "uuid", "gpu_uuid", "pci_bus_id", "gpu"})
+"""Labels that name a GPU (dcgm-exporter's `UUID`, `pci_bus_id`, `gpu`): in `guard_by` their values are
+normalised as the gpu actions read them, so that spellings of one GPU share one cooldown and cap."""
 _PLAYBOOK_KEYS = {
     "guard_by",
     "name",
@@ -105,7 +110,8 @@ class Playbook:
         """What cooldown and max_attempts count per: the target, plus the `guard_by` label values."""
         if not self.guard_by:
             return target
-        return bounded_target("/".join([target, *(alert.labels.get(label, "") for label in self.guard_by)]))
+        values = (canonical_label_value(label, alert.labels.get(label, "")) for label in self.guard_by)
+        return bounded_target("/".join([target, *values]))
 
     def steps_for(self, status: str) -> tuple[StepSpec, ...]:
         return self.steps if status == "firing" else self.on_resolved
@@ -137,6 +143,19 @@ def bounded_target(value: str) -> str:
         return value
     digest = hashlib.sha256(value.encode()).hexdigest()[:16]
     return f"{value[: MAX_TARGET_LENGTH - 17]}~{digest}"
+
+
+def canonical_label_value(label: str, value: str) -> str:
+    """A guard_by label's value as guards count it: GPU identity labels through the GPU reference
+    parser (`GPU-5F6A…` and `gpu-5f6a…`, `0000:3b:00.0` and `00000000:3B:00.0` are one GPU: five
+    spellings of one UUID once got five times max_attempts). Other labels, and values that are no
+    GPU reference, are kept as sent."""
+    if label not in GPU_IDENTITY_LABELS:
+        return value
+    try:
+        return parse_gpu_ref(value).value
+    except GpuSelectionError:
+        return value
 
 
 def strip_port(instance: str) -> str:

@@ -295,6 +295,27 @@ _TARGET_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).wh
     *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
 )
 _TARGET_LAST = sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
+_REPORTED_OCCURRENCES = (
+    sa.select(t.alerts.c.fingerprint, t.alerts.c.starts_at)
+    .distinct()
+    .where(
+        t.alerts.c.fingerprint.in_(sa.bindparam("p_fingerprints", expanding=True)),
+        t.alerts.c.status == sa.bindparam("p_status"),
+    )
+)
+# Firing runs that changed (or will change) something: not refused, cancelled, waiting or only planned.
+_ACTIVE_FIRING_RUNS = (
+    sa.select(t.runs.c.id, t.alerts.c.starts_at)
+    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+    .where(
+        t.runs.c.playbook == sa.bindparam("p_playbook"),
+        t.runs.c.guard_key == sa.bindparam("p_guard_key"),
+        t.runs.c.phase == "firing",
+        t.runs.c.mode != "dry-run",
+        t.runs.c.status.not_in((AWAITING_APPROVAL, CANCELLED, REJECTED, PLANNED)),
+        t.alerts.c.fingerprint == sa.bindparam("p_fingerprint"),
+    )
+)
 _INSERT_NOTIFICATION = sa.insert(t.notifications).returning(t.notifications.c.id)
 _INSERT_RETURNING_IDS = {
     name: sa.insert(t.metadata.tables[name]).returning(t.metadata.tables[name].c.id, sort_by_parameter_order=True)
@@ -1014,6 +1035,22 @@ class GuardReader:
             last = self.conn.execute(_TARGET_LAST, params).scalar_one_or_none()
         return last, int(row[1])
 
+    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
+        """(fingerprint, startsAt) of every occurrence of these alerts ever received with `status`
+        (firing/resolved): every received alert is stored, so this is the record of what was reported."""
+        wanted = sorted(set(fingerprints))
+        found: set[tuple[str, str]] = set()
+        for start in range(0, len(wanted), 500):
+            params = {"p_fingerprints": wanted[start : start + 500], "p_status": status}
+            found.update((r.fingerprint, r.starts_at) for r in self.conn.execute(_REPORTED_OCCURRENCES, params))
+        return found
+
+    def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
+        """(run id, alert startsAt) of the firing runs of one alert (fingerprint) for one playbook and guard
+        key that acted or will act (queued, running, finished; not dry-run, refused or only waiting)."""
+        params = {"p_playbook": playbook, "p_guard_key": guard_key, "p_fingerprint": fingerprint}
+        return [(r.id, r.starts_at) for r in self.conn.execute(_ACTIVE_FIRING_RUNS, params)]
+
 
 class EmptyGuardReader:
     """Guard facts of a store with no history (dry-run against a database that does not exist yet)."""
@@ -1032,6 +1069,12 @@ class EmptyGuardReader:
 
     def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
         return None, 0
+
+    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
+        return set()
+
+    def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
+        return []
 
 
 class IngestWriter(GuardReader):

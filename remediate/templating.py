@@ -50,6 +50,11 @@ def _render(value: Any, context: Mapping[str, Any], path: str) -> Any:
             return _compile(value).render(context)
         except TemplateError as exc:
             raise ParamsError(f"{path}: cannot render {value!r}: {_explain(exc)}") from exc
+        except Exception as exc:
+            # A template is code run over alert data: `{{ 1/0 }}`, arithmetic on a label (TypeError),
+            # a filter given the wrong kind of value raise plain Python errors. Any of them is this
+            # alert's render error (a rejected run), never a 500 that drops the whole notification.
+            raise ParamsError(f"{path}: cannot render {value!r}: {type(exc).__name__}: {exc}") from exc
     if isinstance(value, Mapping):
         return {key: _render(item, context, f"{path}.{key}") for key, item in value.items()}
     if isinstance(value, list):

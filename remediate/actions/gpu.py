@@ -41,6 +41,18 @@ def _check_gpu_ref(text: str) -> str | None:
     return None
 
 
+def _check_one_gpu(text: str) -> str | None:
+    """A GPU reference rendered from a label must name one GPU: `UUID="all"` once lowered every GPU
+    of a node (issue 15). `all` stays available, written literally in the playbook."""
+    if parse_gpu_ref(text).kind == "all":
+        return (
+            f"rendered from the alert to {text!r}, which names every GPU of the node; a templated GPU reference "
+            "must name exactly one GPU (an index, UUID, PCI bus id or MIG UUID). Write gpu: all literally "
+            "in the playbook to mean every GPU"
+        )
+    return None
+
+
 def _percent(low: float, high: float) -> Callable[[float], str | None]:
     return lambda value: None if low <= value <= high else f"must be between {low:g} and {high:g}"
 
@@ -49,7 +61,13 @@ def _positive(value: float) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
 
-GPU_PARAM = Param(str, required=True, check=_check_gpu_ref, doc="GPU index, UUID, PCI bus id, MIG UUID or 'all'")
+GPU_PARAM = Param(
+    str,
+    required=True,
+    check=_check_gpu_ref,
+    templated_check=_check_one_gpu,
+    doc="GPU index, UUID, PCI bus id, MIG UUID, or 'all' (written literally: a template must name one GPU)",
+)
 
 
 def _with_done(exc: GpuError, done: list[dict[str, Any]]) -> GpuError:

@@ -31,6 +31,9 @@ class Param:
     check: Callable[[Any], str | None] | None = None
     """Extra check; returns an error message or None."""
     doc: str = ""
+    templated_check: Callable[[Any], str | None] | None = None
+    """Extra check of a value rendered from the alert (after `check`), for forms only the playbook's
+    author may write: a label must not widen what a step touches (`gpu: all`)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,16 @@ class ParamSchema:
                 continue
             result[name] = self._check_one(name, spec, params[name])
         return result
+
+    def check_templated(self, written: Mapping[str, Any], rendered: Mapping[str, Any]) -> None:
+        """Raise ParamsError if a param written as a template rendered to a value its
+        `templated_check` refuses. `written`: the step's params as in the playbook; `rendered`: validated."""
+        for name, spec in self.fields.items():
+            if spec.templated_check is None or name not in rendered or not _contains_template(written.get(name)):
+                continue
+            problem = spec.templated_check(rendered[name])
+            if problem:
+                raise ParamsError(f"parameter {name!r}: {problem}")
 
     def _known(self) -> str:
         return ", ".join(self.fields) or "none"

@@ -11,7 +11,8 @@ regexes over ASCII, anchored at both ends, with no trimming or guessing:
     pci     "00000000:3B:00.0"       dcgm-exporter `pci_bus_id`; also "0000:3b:00.0", "3b:00.0", "3B:00"
     mig     "MIG-<uuid>"             a MIG device (R470+ drivers), resolved to its parent GPU
             "MIG-GPU-<uuid>/1/0"     the older MIG form, which names its parent GPU itself
-    all     "all"                    every GPU of the node
+    all     "all"                    every GPU of the node; only written in the playbook: a value
+                                     rendered from an alert must name one GPU (actions/gpu.py)
 """
 
 from __future__ import annotations

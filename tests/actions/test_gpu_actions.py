@@ -861,6 +861,18 @@ def test_plan_without_root_still_reads(setter: SetPowerLimitAction, sim: Simulat
     assert plan["gpus"][0]["target_w"] == 560
 
 
+@pytest.mark.parametrize("action", [SetPowerLimitAction, RestorePowerLimitAction])
+def test_a_gpu_reference_rendered_from_the_alert_must_name_one_gpu(action: Any) -> None:
+    schema = action.schema
+    templated = {"gpu": "{{ labels.UUID }}"}
+
+    with pytest.raises(ParamsError, match=r"names every GPU of the node.*exactly one GPU"):
+        schema.check_templated(templated, {"gpu": "all"})
+    for one in ("3", "GPU-5f6ac2e3-2f4b-13d2-80f4-5e4d9c3e8d2a", "00000000:3B:00.0"):
+        schema.check_templated(templated, {"gpu": one})
+    schema.check_templated({"gpu": "all"}, {"gpu": "all"})  # written in the playbook: every GPU, as meant
+
+
 # --------------------------------------------------------------------------- through the engine and executor
 
 

@@ -164,3 +164,19 @@ def test_the_restore_leaves_a_limit_someone_else_changed_alone_and_says_why(
         f"left alone: the limit is 450 W, not the 560 W remediate set in run {fired['id']} — someone changed it since"
     )
     assert gpus.device(labels["UUID"]).power_limit_mw == 450_000
+
+
+def test_a_uuid_label_all_from_alertmanager_is_rejected_and_changes_no_gpu(
+    server: RemediateServer, start_alertmanager: StartAlertManager, gpus: SimulatedBackend
+) -> None:
+    am = start_alertmanager(server.webhook_url, group_wait="1s", group_interval="1s")
+    every = {**_hot_gpu_labels(gpus, 2), "UUID": "all"}  # what lowered 7 GPUs in the field (issue 15)
+
+    am.fire(every, {"summary": "a label says all"})
+    entry = server.wait_for_run(status="rejected", playbook=PLAYBOOK, alertname="GPUTemperatureHigh")
+
+    assert "names every GPU of the node" in entry["reason"]
+    assert server.run(entry["run_id"])["steps"] == []
+    # The executor is live: a real hot GPU, sent after, is lowered; and it is the only GPU that changed.
+    _fire_and_wait_until_lowered(server, am, gpus, _hot_gpu_labels(gpus, 6))
+    assert sum(g.power_limit_mw != DEFAULT_MW for g in gpus.devices()) == 1

@@ -717,3 +717,112 @@ def test_guard_by_must_name_labels(registry) -> None:
             },
             registry,
         )
+
+
+# --------------------------------------------------------------------------- order of firing and resolved (issue 15)
+
+S2 = "2026-01-01T02:00:00Z"  # a newer occurrence of the same alert (same fingerprint, later startsAt)
+
+
+def test_a_firing_alert_arriving_after_its_own_resolved_starts_nothing(
+    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+) -> None:
+    engine = make_engine(playbook())
+    early = ingest(engine, xid(make_alert, status="resolved"), at=T0)
+
+    late = ingest(engine, xid(make_alert), at=T0 + 5)
+
+    assert decisions_of(early) == [("xid", "no_firing_run")]
+    assert decisions_of(late) == [("xid", "already_resolved")]
+    assert "already reported resolved" in late.decisions[0].reason
+    assert rows(store, t.runs) == []
+    # A new occurrence of the alert (another startsAt) is handled as usual.
+    assert decisions_of(ingest(engine, xid(make_alert, starts_at=S2), at=T0 + 10)) == [("xid", "accepted")]
+
+
+@pytest.mark.parametrize("resolved_first", [True, False])
+def test_firing_and_resolved_of_one_occurrence_in_one_notification_start_nothing_in_either_order(
+    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, resolved_first: bool
+) -> None:
+    engine = make_engine(playbook())
+    pair = [xid(make_alert), xid(make_alert, status="resolved")]
+    if resolved_first:
+        pair.reverse()
+
+    result = ingest(engine, *pair, at=T0)
+
+    decisions = [d.decision.value for d in result.decisions]  # in the notification's order
+    assert decisions == (
+        ["no_firing_run", "already_resolved"] if resolved_first else ["already_resolved", "no_firing_run"]
+    )
+    assert rows(store, t.runs) == []
+
+
+def test_a_late_resolved_of_an_older_occurrence_does_not_undo_while_a_newer_one_is_active(
+    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+) -> None:
+    engine = make_engine(playbook())
+    s1 = ingest(engine, xid(make_alert), at=T0).decisions[0].run_id
+    s2 = ingest(engine, xid(make_alert, starts_at=S2), at=T0 + 2 * HOUR).decisions[0].run_id
+
+    late = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 2 * HOUR + 5)
+
+    assert decisions_of(late) == [("xid", "superseded")]
+    assert f"firing run {s2}" in late.decisions[0].reason
+    assert [r.id for r in rows(store, t.runs)] == [s1, s2]
+    # The newer occurrence's own resolved undoes, once.
+    newest = ingest(engine, xid(make_alert, status="resolved", starts_at=S2), at=T0 + 3 * HOUR)
+    assert decisions_of(newest) == [("xid", "accepted")]
+    assert rows(store, t.runs)[-1].after_run_id == s2
+
+
+def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted(
+    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+) -> None:
+    engine = make_engine(playbook(), playbook("held", mode="approve"))
+    ingest(engine, xid(make_alert), at=T0)
+    store.approve(2, by="alice", now=T0 + 1)  # run 2: "held" for S1, approved, so it acts
+    ingest(engine, xid(make_alert, starts_at=S2), at=T0 + 2 * HOUR)  # xid acts; held waits for approval
+    ingest(engine, xid(make_alert, status="resolved", starts_at=S2), at=T0 + 2 * HOUR + 1)
+
+    late = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 2 * HOUR + 5)
+
+    # xid: S2 resolved already; held: S2's run never acted (cancelled while awaiting approval).
+    assert decisions_of(late) == [("xid", "accepted"), ("held", "accepted")]
+
+
+def test_a_newer_occurrence_accepted_in_the_same_notification_also_supersedes(
+    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+) -> None:
+    engine = make_engine(playbook())
+    ingest(engine, xid(make_alert), at=T0)
+
+    result = ingest(engine, xid(make_alert, status="resolved"), xid(make_alert, starts_at=S2), at=T0 + HOUR)
+
+    assert decisions_of(result) == [("xid", "superseded"), ("xid", "accepted")]
+    assert "(accepted in this notification) is active" in result.decisions[0].reason
+
+
+def test_preview_sees_the_order_cases_as_ingest_does(
+    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict], ingest: Ingest
+) -> None:
+    engine = make_engine(playbook())
+    ingest(engine, xid(make_alert), at=T0)
+    payload = make_notification(
+        xid(make_alert, status="resolved"),
+        xid(make_alert, starts_at=S2),
+        xid(make_alert, "node-b", status="resolved"),
+        xid(make_alert, "node-b"),
+    )
+
+    preview = engine.preview(parse_notification(payload), now=T0 + HOUR)
+    result = engine.ingest_body(json.dumps(payload).encode(), received_at=T0 + HOUR)
+
+    expected = [(d.playbook, d.decision, d.reason) for d in result.decisions]
+    assert [(j.playbook_name, j.verdict.decision, j.verdict.reason) for j in preview] == expected
+    assert [d for _, d, _ in expected] == [
+        Decision.SUPERSEDED,
+        Decision.ACCEPTED,
+        Decision.NO_FIRING_RUN,
+        Decision.ALREADY_RESOLVED,
+    ]

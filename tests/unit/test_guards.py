@@ -157,3 +157,35 @@ def test_a_resolved_duplicate_is_a_duplicate_before_anything_else(registry: Acti
 
 def test_missing_firing_run_is_reported_before_pause(pb: Playbook) -> None:
     assert judge(pb, "resolved", "n", GuardFacts(paused=True), NOW).decision is Decision.NO_FIRING_RUN
+
+
+def test_a_firing_alert_already_reported_resolved_is_not_started_even_with_no_history(pb: Playbook) -> None:
+    verdict = judge(pb, "firing", "node-a", GuardFacts(already_resolved=True), NOW)
+
+    assert verdict.decision is Decision.ALREADY_RESOLVED
+    assert "already reported resolved" in verdict.reason
+
+
+def test_already_resolved_comes_after_duplicate_and_before_pause_and_cooldown(pb: Playbook) -> None:
+    assert judge(pb, "firing", "n", GuardFacts(duplicate_of=4, already_resolved=True), NOW).decision is (
+        Decision.DUPLICATE
+    )
+    facts = GuardFacts(already_resolved=True, paused=True, last_run_at=NOW - 1, runs_in_window=9)
+    assert judge(pb, "firing", "n", facts, NOW).decision is Decision.ALREADY_RESOLVED
+
+
+def test_a_resolved_alert_does_not_undo_what_a_newer_active_occurrence_needs(pb: Playbook) -> None:
+    facts = GuardFacts(firing_run=3, firing_run_status="succeeded", superseded_by=9, paused=True)
+
+    verdict = judge(pb, "resolved", "node-a", facts, NOW)
+
+    assert verdict.decision is Decision.SUPERSEDED
+    assert "newer occurrence of this alert on node-a (firing run 9)" in verdict.reason
+
+
+def test_superseded_only_matters_when_there_is_something_to_undo(registry: ActionRegistry, pb: Playbook) -> None:
+    no_undo = playbook(registry, on_resolved=None)
+    facts = GuardFacts(firing_run=3, firing_run_status="succeeded", superseded_by=9)
+
+    assert judge(no_undo, "resolved", "n", facts, NOW).decision is Decision.NOTHING_ON_RESOLVED
+    assert judge(pb, "resolved", "n", GuardFacts(superseded_by=9), NOW).decision is Decision.NO_FIRING_RUN

@@ -482,3 +482,29 @@ def test_a_custom_target_label_may_be_a_single_string(registry: ActionRegistry) 
 )
 def test_strip_port_removes_only_a_numeric_port(instance: str, host: str) -> None:
     assert strip_port(instance) == host
+
+
+def test_guard_by_gpu_identity_labels_count_one_gpu_under_one_key_however_it_is_spelled(
+    registry: ActionRegistry,
+) -> None:
+    playbook = parse_playbook(minimal(guard_by=["UUID", "pci_bus_id", "job"]), registry)
+    uuid = "GPU-5f6ac2e3-2f4b-13d2-80f4-5e4d9c3e8d2a"
+
+    keys = {
+        playbook.guard_key(alert({"UUID": spelling, "pci_bus_id": pci, "job": "dcgm"}), "node-a")
+        for spelling, pci in [
+            (uuid, "00000000:3B:00.0"),
+            (uuid.upper(), "0000:3b:00.0"),
+            ("gpu" + uuid[3:].upper(), "3b:00.0"),
+        ]
+    }
+
+    assert keys == {f"node-a/{uuid}/00000000:3B:00.0/dcgm"}
+
+
+def test_guard_by_keeps_other_labels_and_values_that_name_no_gpu_as_sent(registry: ActionRegistry) -> None:
+    playbook = parse_playbook(minimal(guard_by=["UUID", "training_job"]), registry)
+
+    key = playbook.guard_key(alert({"UUID": "Not-A-Uuid", "training_job": "GPU-Job"}), "node-a")
+
+    assert key == "node-a/Not-A-Uuid/GPU-Job"

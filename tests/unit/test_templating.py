@@ -137,3 +137,16 @@ def test_check_syntax_reports_the_error_or_none() -> None:
 def test_bad_template_syntax_met_while_rendering_is_a_params_error() -> None:
     with pytest.raises(ParamsError, match=r"^with\.m: cannot render"):
         render_params({"m": "{{ labels.gpu "}, CONTEXT)
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        ("{{ 1 / 0 }}", "ZeroDivisionError"),
+        ("{{ labels.gpu + 1 }}", "TypeError"),  # a label is a string
+        ("{{ labels.gpu | round }}", "TypeError"),
+    ],
+)
+def test_a_python_error_while_rendering_is_a_params_error_naming_it(template: str, error: str) -> None:
+    with pytest.raises(ParamsError, match=rf"with\.message: cannot render .*{error}"):
+        render_params({"message": template}, CONTEXT)
