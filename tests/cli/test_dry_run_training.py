@@ -29,6 +29,7 @@ def training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pat
     playbooks.mkdir()
     shutil.copy(REPO / "playbooks" / "loss-spike.yaml", playbooks)
     monkeypatch.setenv("REMEDIATE_TRAINING_CONTROL_ROOT", str(root))
+    monkeypatch.setenv("REMEDIATE_NODE_NAME", "gpu-node-1")  # a single host: the alerts' node is this one
     return root, playbooks
 
 
