@@ -8,6 +8,9 @@
     ├── ActionError            an action failed while planning or executing
     │   └── RetryableActionError   ... and trying again later may succeed
     ├── UnknownRunError        no run with that id
+    ├── StoreUnavailable       the database cannot take a write now (-> HTTP 503)
+    │   ├── StoreBusy              its write lock was not free within store_busy_timeout
+    │   └── StoreFileReplaced      its file was deleted or replaced under the running process
     └── RunStateError          the run is not in a state that allows the operation
 
 The docstring of each class is its default message.
@@ -73,3 +76,15 @@ class UnknownRunError(RemediateError):
 
 class RunStateError(RemediateError):
     """The run is not in a state that allows this."""
+
+
+class StoreUnavailable(RemediateError):
+    """The database cannot take a write now."""
+
+
+class StoreBusy(StoreUnavailable):
+    """The database's write lock was not free in time."""
+
+
+class StoreFileReplaced(StoreUnavailable):
+    """The database file was deleted or replaced while open: writes would go to a file nobody can read again."""
