@@ -36,8 +36,9 @@ class Settings:
     """gunicorn worker processes (HTTP only: the executor runs in a process of its own)."""
     threads: int = 4
     """Threads per gunicorn worker: requests it answers at once (slow clients hold none, see request_timeout)."""
-    max_body_bytes: int = 32 * 1024 * 1024
-    """Largest webhook body accepted (413 above). A 10,000-alert notification is about 6 MiB."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Largest webhook body accepted (413 above). A 10,000-alert notification is about 6 MiB; parsing and
+    storing one costs a worker about 12 bytes of memory per body byte (~100 MiB at 8 MiB, docs/benchmarks.md)."""
     request_timeout: float = 10.0
     """Seconds a client may take to send one whole request (head and body), server and agent; then it is cut off."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ log = logging.getLogger("remediate.server")
 READ = "read"
 WRITE = "write"
 MAX_HISTORY_LIMIT = 1000
+LARGE_BODY_BYTES = 1024 * 1024
+"""A webhook body over this (or of unknown length) is parsed one at a time per worker process:
+parsing costs about 11-13 bytes of memory per body byte (docs/benchmarks.md), so with several
+threads per worker, large bodies at once would multiply a worker's peak."""
 
 
 @dataclass
@@ -192,6 +197,7 @@ def _actor() -> str:
 
 def _register_routes(app: Flask, services: Services) -> None:
     store = services.store
+    large_body = threading.BoundedSemaphore(1)
 
     @app.post("/webhook")
     @_requires(services, WRITE)
@@ -203,6 +209,17 @@ def _register_routes(app: Flask, services: Services) -> None:
         if request.mimetype != "application/json":
             services.metrics.rejected.labels("415").inc()
             return _error(415, "unsupported_media_type", "send Content-Type: application/json")
+        if length is not None and length <= LARGE_BODY_BYTES:
+            return _ingest()
+        if not large_body.acquire(timeout=services.settings.store_busy_timeout):
+            services.metrics.rejected.labels("503").inc()
+            return _error(503, "busy", "another large notification is being stored; AlertManager will retry")
+        try:
+            return _ingest()
+        finally:
+            large_body.release()
+
+    def _ingest() -> Any:
         body = request.get_data(cache=False)
         if len(body) > services.settings.max_body_bytes:
             services.metrics.rejected.labels("413").inc()
