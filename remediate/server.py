@@ -70,7 +70,10 @@ def build_services(
     wake: Callable[[], None] | None = None,
     store_busy_timeout: float | None = None,
 ) -> Services:
-    """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers)."""
+    """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
+
+    The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
+    """
     token = settings.resolved_token()
     read_token = settings.resolved_read_token()
     if not token and not settings.insecure_no_auth:
@@ -81,8 +84,8 @@ def build_services(
     registry = registry or default_registry(settings)
     playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
     if store is None:
-        busy = {} if store_busy_timeout is None else {"busy_timeout": store_busy_timeout}
-        store = Store.open(settings.database_url, **busy)
+        busy = settings.store_busy_timeout if store_busy_timeout is None else store_busy_timeout
+        store = Store.open(settings.database_url, busy_timeout=busy)
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
     executor = Executor(

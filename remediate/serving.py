@@ -107,8 +107,11 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
 
     util._setproctitle("executor [remediate]")  # a no-op without setproctitle installed
     from remediate.server import build_services
+    from remediate.store import DEFAULT_BUSY_TIMEOUT
 
-    services = build_services(settings)
+    # Nobody waits on an answer here: the executor's writes wait as long as before (a request's 503 bound
+    # would only turn a moment of contention into a failed step).
+    services = build_services(settings, store_busy_timeout=DEFAULT_BUSY_TIMEOUT)
     executor = services.executor
     sock = _listen_for_wakeups(wake_path, executor.wake, stopping)
     executor.start()
@@ -245,11 +248,7 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
 
         # HTTP workers never run steps: runs they queue wake the executor process.
         waker = ExecutorWaker(self.wake_path) if self.wake_path is not None else None
-        services = build_services(
-            self.settings,
-            wake=waker.wake if waker is not None else None,
-            store_busy_timeout=self.settings.store_busy_timeout,
-        )
+        services = build_services(self.settings, wake=waker.wake if waker is not None else None)
         return create_app(self.settings, services=services)
 
 
