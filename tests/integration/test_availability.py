@@ -259,3 +259,24 @@ def _assert_busy(server: RemediateServer) -> None:
     assert time.monotonic() - started < 4.0  # store_busy_timeout is 1 s here (SQLite's wait adds at most that)
     status, seconds = _timed_get(f"{server.url}/readyz")
     assert status == 503 and seconds < 4.0, (status, seconds)
+
+
+def test_sigterm_lets_the_executor_process_finish_its_step_and_stops_everything(
+    start_server: StartServer, playbooks_dir: Path, recorder: WebhookRecorder, env: dict[str, str]
+) -> None:
+    write_playbook(playbooks_dir, "slow", _playbook(recorder))
+    recorder.delay = 2.0
+    server = start_server(env=env, executor_threads=3)
+    assert re.search(r"Started the executor process \(pid: \d+, 3 threads\)", server.log_path.read_text())
+    executor = _executor_pid(server)
+    [run_id] = server.post_webhook(notification("E2ESlowNotify", {"Hostname": "node-a"})).json()["runs"]
+    recorder.wait_for(timeout=10)
+
+    started = time.monotonic()
+    server.stop()  # SIGTERM to the master; SIGKILL of the group only after 20 s
+    assert time.monotonic() - started < 10
+    assert not Path(f"/proc/{executor}").exists()
+    server.start()
+    detail = server.run(run_id)
+    assert detail["status"] == "succeeded", detail  # finished before the executor process exited
+    assert len(recorder.requests) == 1

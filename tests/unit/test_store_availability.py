@@ -115,3 +115,17 @@ def test_existing_world_readable_database_files_are_made_private_at_open(tmp_pat
     Store.open(f"sqlite:///{db}").close()
     assert _mode(db) == 0o600
     assert _mode(tmp_path / "r.db-writelock") == 0o600
+
+
+def test_the_agent_state_file_is_private(tmp_path: Path) -> None:
+    from remediate.agent import open_memory
+
+    old = os.umask(0o022)
+    try:
+        store, memory = open_memory(tmp_path / "state" / "agent.db")
+        memory.remember("k", {"v": 1}, run_id=1)
+        for name in ("agent.db", "agent.db-wal", "agent.db-shm", "agent.db-writelock"):
+            assert _mode(tmp_path / "state" / name) == 0o600, name
+        store.close()
+    finally:
+        os.umask(old)
