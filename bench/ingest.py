@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"machine: {c.machine_line()}; load average before: {os.getloadavg()[0]:.2f}")
     print(
-        f"settings: gunicorn {args.workers} sync workers; remediate executor_threads 2 per worker, "
+        f"settings: remediate {args.workers} HTTP workers (1 thread) + 1 executor process (2 threads); "
         f"poll_interval {args.poll_interval or 'default (0.2s)'}; wrk {args.threads} threads, "
         f"{args.connections} connections, {args.duration} s; body {c.body_size()} bytes, one alert"
     )

@@ -252,6 +252,8 @@ def run_agent(settings: Settings) -> None:
     """Serve the agent under gunicorn: one worker (one state file writer), `agent_threads` threads."""
     from gunicorn.app.base import BaseApplication
 
+    from remediate.httpworker import worker_class
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     preflight(settings)
     if settings.insecure_no_auth and not settings.resolved_agent_token():
@@ -265,7 +267,8 @@ def run_agent(settings: Settings) -> None:
                 "bind": settings.agent_bind,
                 "workers": 1,
                 "threads": max(1, settings.agent_threads),
-                "worker_class": "gthread",
+                # Steps run in the threads; slow or idle clients hold none (remediate.httpworker).
+                "worker_class": worker_class(settings.request_timeout),
                 # A step may run as long as its timeout: the worker must not be killed for it.
                 "timeout": 0,
                 "graceful_timeout": 30,

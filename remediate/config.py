@@ -33,11 +33,14 @@ class Settings:
     bind: str = "127.0.0.1:9095"
     """host:port gunicorn listens on."""
     workers: int = 2
-    """gunicorn worker processes; each also runs `executor_threads` executor threads."""
-    threads: int = 1
-    """gunicorn threads per worker (1 = the sync worker)."""
-    max_body_bytes: int = 32 * 1024 * 1024
-    """Largest webhook body accepted (413 above). A 10,000-alert notification is about 6 MiB."""
+    """gunicorn worker processes (HTTP only: the executor runs in a process of its own)."""
+    threads: int = 4
+    """Threads per gunicorn worker: requests it answers at once (slow clients hold none, see request_timeout)."""
+    max_body_bytes: int = 8 * 1024 * 1024
+    """Largest webhook body accepted (413 above). A 10,000-alert notification is about 6 MiB; parsing and
+    storing one costs a worker about 12 bytes of memory per body byte (~100 MiB at 8 MiB, docs/benchmarks.md)."""
+    request_timeout: float = 10.0
+    """Seconds a client may take to send one whole request (head and body), server and agent; then it is cut off."""
 
     # --- auth
     token: str | None = field(default=None, repr=False)
@@ -52,6 +55,8 @@ class Settings:
     # --- playbooks and store
     playbooks: Path = Path("playbooks")
     database_url: str = "sqlite:///remediate.db"
+    store_busy_timeout: float = 5.0
+    """Seconds a request waits for the database write lock before answering 503 (AlertManager retries)."""
     mode: str = "enforce"
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
 
@@ -305,6 +310,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "workers": _to_positive_int,
     "threads": _to_positive_int,
     "max_body_bytes": _to_positive_int,
+    "request_timeout": _to_seconds,
+    "store_busy_timeout": _to_seconds,
     "token": str,
     "token_file": _to_optional_path,
     "read_token": str,

@@ -10,6 +10,9 @@
     │   ├── OutcomePending         ... after handing its change over: it may still happen (reconciled later)
     │   └── AmbiguousActionError   ... after the request may have reached its target: never retried
     ├── UnknownRunError        no run with that id
+    ├── StoreUnavailable       the database cannot take a write now (-> HTTP 503)
+    │   ├── StoreBusy              its write lock was not free within store_busy_timeout
+    │   └── StoreFileReplaced      its file was deleted or replaced under the running process
     ├── RunStateError          the run is not in a state that allows the operation
     └── ClaimLostError         an executor's claim on a run is gone (another executor took it over)
 
@@ -102,3 +105,15 @@ class OutcomePending(ActionError):
 
 class ClaimLostError(RemediateError):
     """This executor's claim on the run is gone: another executor took the run over. Write nothing more."""
+
+
+class StoreUnavailable(RemediateError):
+    """The database cannot take a write now."""
+
+
+class StoreBusy(StoreUnavailable):
+    """The database's write lock was not free in time."""
+
+
+class StoreFileReplaced(StoreUnavailable):
+    """The database file was deleted or replaced while open: writes would go to a file nobody can read again."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from remediate.alerts import parse_timestamp
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import Settings
 from remediate.engine import Engine
-from remediate.errors import ConfigError, PayloadError, RunStateError, UnknownRunError
+from remediate.errors import ConfigError, PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.executor import Executor
 from remediate.metrics import Metrics, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
@@ -38,6 +39,10 @@ log = logging.getLogger("remediate.server")
 READ = "read"
 WRITE = "write"
 MAX_HISTORY_LIMIT = 1000
+LARGE_BODY_BYTES = 1024 * 1024
+"""A webhook body over this (or of unknown length) is parsed one at a time per worker process:
+parsing costs about 11-13 bytes of memory per body byte (docs/benchmarks.md), so with several
+threads per worker, large bodies at once would multiply a worker's peak."""
 
 
 @dataclass
@@ -52,6 +57,8 @@ class Services:
     metrics_registry: CollectorRegistry | None
     token: str | None
     read_token: str | None
+    wake: Callable[[], None]
+    """Tells the executor that runs were queued or approved (in `remediate serve`: the executor process)."""
 
 
 def build_services(
@@ -60,7 +67,13 @@ def build_services(
     store: Store | None = None,
     registry: ActionRegistry | None = None,
     playbooks: PlaybookSet | None = None,
+    wake: Callable[[], None] | None = None,
+    store_busy_timeout: float | None = None,
 ) -> Services:
+    """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
+
+    The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
+    """
     token = settings.resolved_token()
     read_token = settings.resolved_read_token()
     if not token and not settings.insecure_no_auth:
@@ -70,7 +83,9 @@ def build_services(
         )
     registry = registry or default_registry(settings)
     playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
-    store = store or Store.open(settings.database_url)
+    if store is None:
+        busy = settings.store_busy_timeout if store_busy_timeout is None else store_busy_timeout
+        store = Store.open(settings.database_url, busy_timeout=busy)
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
     executor = Executor(
@@ -89,10 +104,12 @@ def build_services(
         registry=registry,
         server_mode=settings.mode,
         default_step_timeout=settings.step_timeout,
-        on_queued=executor.wake,
+        on_queued=wake or executor.wake,
         breaker_stale_horizon=settings.breaker_stale_horizon,
     )
-    return Services(settings, store, engine, executor, metrics, metrics_registry, token, read_token)
+    return Services(
+        settings, store, engine, executor, metrics, metrics_registry, token, read_token, wake or executor.wake
+    )
 
 
 def create_app(settings: Settings, *, services: Services | None = None) -> Flask:
@@ -183,6 +200,7 @@ def _actor() -> str:
 
 def _register_routes(app: Flask, services: Services) -> None:
     store = services.store
+    large_body = threading.BoundedSemaphore(1)
 
     @app.post("/webhook")
     @_requires(services, WRITE)
@@ -194,15 +212,33 @@ def _register_routes(app: Flask, services: Services) -> None:
         if request.mimetype != "application/json":
             services.metrics.rejected.labels("415").inc()
             return _error(415, "unsupported_media_type", "send Content-Type: application/json")
+        if length is not None and length <= LARGE_BODY_BYTES:
+            return _ingest()
+        if not large_body.acquire(timeout=services.settings.store_busy_timeout):
+            services.metrics.rejected.labels("503").inc()
+            return _error(503, "busy", "another large notification is being stored; AlertManager will retry")
+        try:
+            return _ingest()
+        finally:
+            large_body.release()
+
+    def _ingest() -> Any:
         body = request.get_data(cache=False)
         if len(body) > services.settings.max_body_bytes:
             services.metrics.rejected.labels("413").inc()
             return _error(413, "payload_too_large", f"body over {services.settings.max_body_bytes} bytes")
         try:
             result = services.engine.ingest_body(body, received_at=time.time())
+            # The commit went to the file this process has open; if the path names another file now
+            # (deleted, replaced), nobody will ever read it: AlertManager must send it again.
+            store.check_file()
         except PayloadError as exc:
             services.metrics.rejected.labels("400").inc()
             return _error(400, "invalid_payload", exc.detail, field=exc.field)
+        except StoreUnavailable as exc:
+            log.error("could not store a notification: %s", exc)
+            services.metrics.rejected.labels("503").inc()
+            return _error(503, "store_unavailable", f"{exc}; AlertManager will retry")
         except sa.exc.SQLAlchemyError:
             log.exception("could not store a notification")
             services.metrics.rejected.labels("503").inc()
@@ -237,7 +273,7 @@ def _register_routes(app: Flask, services: Services) -> None:
             return _error(404, "not_found", str(exc))
         except RunStateError as exc:
             return _error(409, "conflict", str(exc))
-        services.executor.wake()
+        services.wake()
         return jsonify(store.run_detail(run_id))
 
     @app.get("/pause")
@@ -277,15 +313,25 @@ def _register_routes(app: Flask, services: Services) -> None:
 
     @app.get("/readyz")
     def readyz() -> Any:
+        # Ready means a notification can be stored now: the file is still ours and a write commits
+        # (not only a read: a read-only, full or deleted database still answers reads).
         try:
-            store.ping()
+            store.probe_write()
+        except StoreUnavailable as exc:
+            return _error(503, "store_unavailable", str(exc))
         except sa.exc.SQLAlchemyError as exc:
-            return _error(503, "store_unreachable", str(exc.__class__.__name__))
+            return _error(503, "store_unreachable", f"{exc.__class__.__name__}: {getattr(exc, 'orig', '') or ''}")
         return jsonify({"status": "ready", "playbooks": len(services.engine.playbooks)})
 
     @app.get("/metrics")
     def metrics() -> Any:
         return Response(exposition(services.metrics_registry, store), mimetype="text/plain; version=0.0.4")
+
+    @app.errorhandler(StoreUnavailable)
+    def store_unavailable(exc: StoreUnavailable) -> Any:
+        # A locked or replaced database is a moment's unavailability (503: try again), not a bug (500).
+        log.error("%s %s: %s", request.method, request.path, exc)
+        return _error(503, "store_unavailable", str(exc))
 
     @app.errorhandler(_BadBody)
     def bad_body(exc: _BadBody) -> Any:

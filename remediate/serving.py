@@ -1,32 +1,240 @@
-"""`remediate serve`: gunicorn in front of the Flask app, with the executor inside every worker.
+"""`remediate serve`: gunicorn in front of the Flask app, and the executor in a process of its own.
 
 The master checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,
 not a crash loop of workers. Each worker builds its own app (no preload: no
-database connection crosses a fork) and starts its executor threads once its
-app is loaded.
+database connection crosses a fork).
+
+Process layout: the gunicorn master (arbiter) forks `workers` HTTP workers
+(remediate.httpworker: slow clients hold no thread) and one executor process
+running `executor_threads` threads. HTTP workers never execute steps, so a stalled
+or killed HTTP worker cannot interrupt one. The master restarts the executor
+process if it dies (its runs are recovered like after any crash) and, on SIGTERM,
+stops it with `Executor.stop()` within `graceful_timeout`. A worker that queued
+runs wakes the executor with a datagram on a UNIX socket in a private directory;
+a lost datagram costs one `poll_interval` at most.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import shutil
+import signal
+import socket
+import sys
 import tempfile
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 
 from remediate.config import Settings
+from remediate.httpworker import worker_class
 
 log = logging.getLogger("remediate.serve")
 
 
+WAKE_SOCKET = "executor-wake.sock"
+GRACEFUL_TIMEOUT = 15
+EXECUTOR_RESTART_DELAY = 1.0
+"""Seconds between restarts of an executor process that keeps dying (e.g. a database it cannot open)."""
+
+
+class ExecutorWaker:
+    """Wakes the executor process from an HTTP worker: one datagram, never blocking, errors ignored.
+
+    The executor also polls every `poll_interval`, so a datagram lost (executor restarting, queue
+    full) only delays the run by that much.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.sendto(b"w", self.path)
+
+
+def _listen_for_wakeups(path: Path, wake: Any, stopping: threading.Event) -> socket.socket:
+    with _private_umask():
+        if path.exists():
+            path.unlink()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(path))
+
+    def loop() -> None:
+        while not stopping.is_set():
+            try:
+                sock.recv(64)
+            except OSError:
+                return
+            wake()
+
+    threading.Thread(target=loop, name="remediate-wake", daemon=True).start()
+    return sock
+
+
+class _private_umask:
+    def __enter__(self) -> None:
+        self._old = os.umask(0o077)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        os.umask(self._old)
+
+
+def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, listeners: list[Any]) -> int:
+    """Body of the executor process (forked by the master): run the executor until SIGTERM or the master dies."""
+    # The fork copied the master's state: its listening sockets (not ours to hold open) and its signal
+    # handlers, which would queue our signals in the master's pipe.
+    for listener in listeners:
+        with contextlib.suppress(OSError):
+            listener.close()
+    stopping = threading.Event()
+    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGTTIN, signal.SIGTTOU):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, lambda *_: stopping.set())
+    from gunicorn import util
+
+    util._setproctitle("executor [remediate]")  # a no-op without setproctitle installed
+    from remediate.server import build_services
+    from remediate.store import DEFAULT_BUSY_TIMEOUT
+
+    # Nobody waits on an answer here: the executor's writes wait as long as before (a request's 503 bound
+    # would only turn a moment of contention into a failed step).
+    services = build_services(settings, store_busy_timeout=DEFAULT_BUSY_TIMEOUT)
+    executor = services.executor
+    sock = _listen_for_wakeups(wake_path, executor.wake, stopping)
+    executor.start()
+    try:
+        while not stopping.wait(1.0):
+            if os.getppid() != arbiter_pid:
+                log.warning("the master process is gone: executor stopping")
+                break
+    finally:
+        executor.stop(timeout=GRACEFUL_TIMEOUT - 2.0)  # within the master's wait for it
+        sock.close()
+        services.store.close()
+    return 0
+
+
+class _RemediateArbiter(Arbiter):  # type: ignore[misc]
+    """gunicorn's master, which also keeps one executor process running."""
+
+    def __init__(self, app: _GunicornApp) -> None:
+        self.remediate_settings = app.settings
+        self.wake_path = app.wake_path
+        self.executor_pid = 0
+        self._executor_started_at = 0.0
+        super().__init__(app)
+
+    def manage_workers(self) -> None:
+        super().manage_workers()
+        self._manage_executor()
+
+    def _manage_executor(self) -> None:
+        if not self.remediate_settings.executor_threads or self.wake_path is None:
+            return
+        if self.executor_pid and self._executor_alive():
+            return
+        if time.monotonic() - self._executor_started_at < EXECUTOR_RESTART_DELAY:
+            return
+        self._executor_started_at = time.monotonic()
+        pid = os.fork()
+        if pid:
+            self.executor_pid = pid
+            self.log.info(
+                "Started the executor process (pid: %s, %d threads)", pid, self.remediate_settings.executor_threads
+            )
+            return
+        status = 1
+        try:
+            status = _executor_process(self.remediate_settings, self.wake_path, self.pid, self.LISTENERS)
+        except BaseException:
+            log.exception("the executor process failed")
+        finally:
+            logging.shutdown()
+            os._exit(status)
+
+    def _executor_alive(self) -> bool:
+        """False once the executor process exited (reaped here, or already by reap_workers' waitpid(-1))."""
+        try:
+            pid, status = os.waitpid(self.executor_pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.executor_pid, 0
+        if pid == 0:
+            return True
+        if status:
+            self.log.error(
+                "The executor process (pid: %s) died (status %s); starting another", self.executor_pid, status
+            )
+        else:
+            self.log.warning("The executor process (pid: %s) exited; starting another", self.executor_pid)
+        _mark_metrics_dead(self.executor_pid)
+        self.executor_pid = 0
+        return False
+
+    def stop(self, graceful: bool = True) -> None:
+        executor = self.executor_pid
+        if executor:
+            try:
+                os.kill(executor, signal.SIGTERM if graceful else signal.SIGQUIT)
+            except ProcessLookupError:
+                executor = 0
+        super().stop(graceful)  # the HTTP workers, within graceful_timeout
+        if executor:
+            self._reap_executor(time.monotonic() + (self.cfg.graceful_timeout if graceful else 2.0))
+
+    def _reap_executor(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            try:
+                pid, _status = os.waitpid(self.executor_pid, os.WNOHANG)
+            except ChildProcessError:
+                pid = self.executor_pid
+            if pid:
+                self.executor_pid = 0
+                return
+            time.sleep(0.05)
+        self.log.warning("The executor process (pid: %s) did not stop in time: killing it", self.executor_pid)
+        try:
+            os.kill(self.executor_pid, signal.SIGKILL)
+            os.waitpid(self.executor_pid, 0)
+        except OSError as exc:
+            if exc.errno not in (errno.ESRCH, errno.ECHILD):
+                raise
+        self.executor_pid = 0
+
+
+def _mark_metrics_dead(pid: int) -> None:
+    from prometheus_client import multiprocess
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(pid)
+
+
 class _GunicornApp(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: Settings, options: dict[str, Any]) -> None:
+    def __init__(self, settings: Settings, options: dict[str, Any], wake_path: Path | None = None) -> None:
         self.settings = settings
         self.options = options
+        self.wake_path = wake_path
         super().__init__()
+
+    def run(self) -> None:
+        try:
+            _RemediateArbiter(self).run()
+        except RuntimeError as exc:
+            print(f"\nError: {exc}\n", file=sys.stderr)
+            sys.stderr.flush()
+            sys.exit(1)
 
     def load_config(self) -> None:
         for key, value in self.options.items():
@@ -36,21 +244,12 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
             self.cfg.set("control_socket_disable", True)
 
     def load(self) -> Any:
-        from remediate.server import create_app
+        from remediate.server import build_services, create_app
 
-        return create_app(self.settings)
-
-
-def _post_worker_init(worker: Any) -> None:
-    services = worker.wsgi.extensions["remediate"]
-    if services.settings.executor_threads:
-        services.executor.start()
-
-
-def _worker_exit(_server: Any, worker: Any) -> None:
-    app = getattr(worker, "wsgi", None)
-    if app is not None and "remediate" in getattr(app, "extensions", {}):
-        app.extensions["remediate"].executor.stop(timeout=5)
+        # HTTP workers never run steps: runs they queue wake the executor process.
+        waker = ExecutorWaker(self.wake_path) if self.wake_path is not None else None
+        services = build_services(self.settings, wake=waker.wake if waker is not None else None)
+        return create_app(self.settings, services=services)
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
@@ -104,15 +303,14 @@ def run_server(settings: Settings) -> None:
     if own_metrics_dir:
         metrics_dir = tempfile.mkdtemp(prefix="remediate-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    private_dir = Path(tempfile.mkdtemp(prefix="remediate-serve-"))  # 0700: only this user may wake the executor
     options = {
         "bind": settings.bind,
         "workers": settings.workers,
         "threads": settings.threads,
-        "worker_class": "gthread" if settings.threads > 1 else "sync",
+        "worker_class": worker_class(settings.request_timeout),
         "timeout": 60,
-        "graceful_timeout": 15,
-        "post_worker_init": _post_worker_init,
-        "worker_exit": _worker_exit,
+        "graceful_timeout": GRACEFUL_TIMEOUT,
         "child_exit": _child_exit,
         "accesslog": None,
         "errorlog": "-",
@@ -120,7 +318,8 @@ def run_server(settings: Settings) -> None:
         "proc_name": "remediate",
     }
     try:
-        _GunicornApp(settings, options).run()
+        _GunicornApp(settings, options, private_dir / WAKE_SOCKET).run()
     finally:
+        shutil.rmtree(private_dir, ignore_errors=True)
         if own_metrics_dir and metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)

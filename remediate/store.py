@@ -16,6 +16,7 @@ instead of sleeping in SQLite's busy handler (1, 2, 5, 10, ... 100 ms steps).
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -31,7 +32,14 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from remediate import schema as t
-from remediate.errors import ClaimLostError, ConfigError, RunStateError, UnknownRunError
+from remediate.errors import (
+    ClaimLostError,
+    ConfigError,
+    RunStateError,
+    StoreBusy,
+    StoreFileReplaced,
+    UnknownRunError,
+)
 
 # Run statuses.
 QUEUED = "queued"
@@ -323,28 +331,87 @@ _INSERT_RETURNING_IDS = {
 }
 
 
+DEFAULT_BUSY_TIMEOUT = 30.0
+"""Seconds a writer waits for the write lock where no one is waiting on an answer (executor, CLI)."""
+
+
 class Store:
-    def __init__(self, engine: sa.Engine) -> None:
+    def __init__(self, engine: sa.Engine, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._writer = engine.execution_options(remediate_begin="IMMEDIATE") if self.is_sqlite else engine
-        self._write_lock = _WriteLock(_lock_path(engine.url) if self.is_sqlite else None)
+        self._write_lock = _WriteLock(_lock_path(engine.url) if self.is_sqlite else None, busy_timeout)
+        self._file = _database_path(engine.url) if self.is_sqlite else None
+        self._file_id: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, url: str, *, upgrade: bool = True) -> Store:
+    def open(cls, url: str, *, upgrade: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Store:
+        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock."""
         try:
-            engine = _create_engine(url)
+            engine = _create_engine(url, busy_timeout)
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
-        store = cls(engine)
+        store = cls(engine, busy_timeout=busy_timeout)
+        store._protect_files()
         if upgrade:
             try:
                 store.upgrade()
             except sa.exc.OperationalError as exc:
                 raise ConfigError(f"cannot open database {url!r}: {exc.orig}") from exc
+        store._remember_file()
         return store
+
+    def _protect_files(self) -> None:
+        """Create the SQLite file 0600 and take group/other access from it and its companions.
+
+        SQLite gives the -wal and -shm files the mode of the database file, so creating that one
+        0600 covers them; files from before (created 0644 under the usual umask) are tightened here.
+        """
+        if self._file is None:
+            return
+        # A read-only file or directory fails here: SQLite says what is wrong when it opens the file.
+        with contextlib.suppress(OSError):
+            os.close(os.open(self._file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        for path in (self._file, f"{self._file}-wal", f"{self._file}-shm", f"{self._file}-writelock"):
+            try:
+                mode = os.stat(path).st_mode & 0o7777
+                if mode & 0o077:
+                    os.chmod(path, mode & ~0o077)
+            except OSError:
+                pass  # absent, or not ours to change
+
+    def _remember_file(self) -> None:
+        if self._file is not None:
+            try:
+                stat = os.stat(self._file)
+            except OSError:
+                return
+            self._file_id = (stat.st_dev, stat.st_ino)
+
+    def check_file(self) -> None:
+        """StoreFileReplaced if the database path no longer names the file this process has open.
+
+        Deleting (or replacing) the file under a running server leaves every connection writing to
+        the unlinked inode: commits succeed and are lost at the next restart. One stat() call.
+        """
+        if self._file_id is None or self._file is None:
+            return
+        try:
+            stat = os.stat(self._file)
+        except FileNotFoundError:
+            raise StoreFileReplaced(f"the database file {self._file} was deleted while open") from None
+        except OSError:
+            return
+        if (stat.st_dev, stat.st_ino) != self._file_id:
+            raise StoreFileReplaced(f"the database file {self._file} was replaced by another file while open")
+
+    def probe_write(self) -> None:
+        """Do what a webhook needs: the file is ours, the write lock is free in time, a write commits."""
+        self.check_file()
+        with self.write() as conn:
+            conn.execute(sa.update(t.meta).where(t.meta.c.key == "schema_version").values(value=t.meta.c.value))
 
     def close(self) -> None:
         self.engine.dispose()
@@ -352,6 +419,9 @@ class Store:
 
     def upgrade(self) -> int:
         """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""
+        current = self._current_version()
+        if current == t.SCHEMA_VERSION:
+            return current  # nothing to write: a locked database does not hold up start-up
         with self.write() as conn:
             inspector = sa.inspect(conn)
             if not inspector.has_table("meta"):
@@ -369,15 +439,35 @@ class Store:
             conn.execute(sa.update(t.meta).where(t.meta.c.key == "schema_version").values(value=str(t.SCHEMA_VERSION)))
             return found
 
+    def _current_version(self) -> int | None:
+        """The schema version, read without the write lock; None if there is no schema yet."""
+        try:
+            return self.schema_version()
+        except sa.exc.OperationalError:
+            return None
+        except sa.exc.NoResultFound:
+            return None
+
     def schema_version(self) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")).scalar_one())
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
-        """One write transaction (SQLite: BEGIN IMMEDIATE, so concurrent writers queue up)."""
-        with self._write_lock.held(), self._writer.begin() as conn:
-            yield conn
+        """One write transaction (SQLite: BEGIN IMMEDIATE, so concurrent writers queue up).
+
+        StoreBusy if the lock is not free within the store's busy timeout (also when another program
+        holds SQLite's own lock that long), StoreFileReplaced if the file is no longer ours.
+        """
+        self.check_file()
+        with self._write_lock.held():
+            try:
+                with self._writer.begin() as conn:
+                    yield conn
+            except sa.exc.OperationalError as exc:
+                if self.is_sqlite and "locked" in str(exc.orig):
+                    raise StoreBusy(f"the database stayed locked for {self._write_lock.timeout:g}s") from exc
+                raise
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
@@ -1123,12 +1213,18 @@ class IngestWriter(GuardReader):
         return bool(done)
 
 
-def _lock_path(url: sa.URL) -> str | None:
-    """The write lock file of a SQLite database file; None for in-memory and URI databases."""
+def _database_path(url: sa.URL) -> str | None:
+    """The file of a SQLite database; None for in-memory and URI databases."""
     database = url.database
     if not database or database == ":memory:" or database.startswith("file:") or url.query.get("uri"):
         return None
-    return f"{database}-writelock"
+    return database
+
+
+def _lock_path(url: sa.URL) -> str | None:
+    """The write lock file of a SQLite database file; None for in-memory and URI databases."""
+    database = _database_path(url)
+    return None if database is None else f"{database}-writelock"
 
 
 class _WriteLock:
@@ -1138,10 +1234,12 @@ class _WriteLock:
     remediate); this only makes our own writers wait in a queue the kernel wakes, not in sleep steps.
     The kernel drops a flock when its process dies, so a crashed worker cannot leave it held. When the
     lock file cannot be opened (a read-only directory), writers fall back to SQLite's busy timeout alone.
+    Both waits end after `timeout` seconds with StoreBusy: a request then gets 503, not a hang.
     """
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.path = path
+        self.timeout = timeout
         self._thread_lock = threading.Lock()
         self._fd: int | None = None
         self._pid: int | None = None
@@ -1151,22 +1249,42 @@ class _WriteLock:
         if self.path is None:
             yield
             return
-        with self._thread_lock:
+        deadline = time.monotonic() + self.timeout
+        if not self._thread_lock.acquire(timeout=self.timeout):
+            raise StoreBusy(f"the database write lock stayed taken for {self.timeout:g}s")
+        try:
             fd = self._open()
             if fd is None:
                 yield
                 return
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._flock(fd, deadline)
             try:
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+    def _flock(self, fd: int, deadline: float) -> None:
+        # flock has no timeout: try without blocking, sleeping 1 ms growing to 20 ms. Our own writers
+        # of this process already queue on the thread lock; this wait is for other processes.
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise StoreBusy(f"the database write lock {self.path} stayed taken for {self.timeout:g}s") from None
+                time.sleep(min(pause, remaining))
+                pause = min(pause * 2, 0.02)
 
     def _open(self) -> int | None:
         if self._pid != os.getpid():  # a forked child opens its own: a flock belongs to an open file
             self._pid = os.getpid()
             try:
-                self._fd = os.open(self.path or "", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+                self._fd = os.open(self.path or "", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             except OSError:
                 self._fd = None
         return self._fd
@@ -1254,9 +1372,9 @@ class StoreMemory:
             conn.execute(sa.delete(t.action_memory).where(t.action_memory.c.key == key))
 
 
-def _create_engine(url: str) -> sa.Engine:
+def _create_engine(url: str, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> sa.Engine:
     if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"timeout": 30})
+        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -1266,7 +1384,7 @@ def _create_engine(url: str) -> sa.Engine:
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
             cursor.close()
 
         @event.listens_for(engine, "begin")

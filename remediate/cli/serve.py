@@ -20,9 +20,9 @@ from remediate.cli._group import main
 @common_options
 @gpu_options
 @click.option("--bind", help="host:port to listen on [127.0.0.1:9095].")
-@click.option("--workers", type=click.IntRange(1, 64), help="gunicorn worker processes [2].")
-@click.option("--threads", type=click.IntRange(1, 64), help="Threads per worker (>1 uses gthread) [1].")
-@click.option("--executor-threads", type=click.IntRange(0, 64), help="Executor threads per worker [2].")
+@click.option("--workers", type=click.IntRange(1, 64), help="gunicorn HTTP worker processes [2].")
+@click.option("--threads", type=click.IntRange(1, 64), help="Requests each worker answers at once [4].")
+@click.option("--executor-threads", type=click.IntRange(0, 64), help="Threads of the executor process (0: none) [2].")
 @click.option("--mode", type=click.Choice(["enforce", "dry-run"]), help="dry-run = shadow mode: only plan.")
 @click.option(
     "--token-file",
@@ -34,7 +34,7 @@ from remediate.cli._group import main
 )
 @handle_errors
 def serve(**params: Any) -> None:
-    """Run the server under gunicorn: webhook receiver, executor, history API."""
+    """Run the server under gunicorn: webhook receiver and history API (HTTP workers), executor (its own process)."""
     settings = _settings(
         params,
         bind=params["bind"],
