@@ -217,7 +217,10 @@ def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path
     step = {**LATE_PLAYBOOK["steps"][1], "with": {"factor": 0.5, "timeout": 60}, "timeout": "90s"}
     (playbooks / "cut.yaml").write_text(json.dumps({**LATE_PLAYBOOK, "name": "cut", "steps": [step]}))
     server = RemediateServer(
-        tmp_path / "server", playbooks, workers=1, env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)}
+        tmp_path / "server",
+        playbooks,
+        workers=1,
+        env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root), "REMEDIATE_NODE_NAME": "gpu-node-1"},
     ).start()
     inbox = JobPaths(root, "job-a").inbox
     try:
