@@ -62,16 +62,11 @@ def _child_exit(_server: Any, worker: Any) -> None:
 def preflight(settings: Settings) -> None:
     """Fail before forking: token, playbooks, database reachable and schema current."""
     from remediate.actions import default_registry
+    from remediate.config import check_server_credentials
     from remediate.playbooks import load_playbooks
     from remediate.store import Store
 
-    if not settings.resolved_token() and not settings.insecure_no_auth:
-        from remediate.errors import ConfigError
-
-        raise ConfigError(
-            "no token configured: set REMEDIATE_TOKEN or --token-file (or, for local experiments only, "
-            "--insecure-no-auth)"
-        )
+    check_server_credentials(settings)
     playbooks = load_playbooks(settings.playbooks, default_registry(settings))
     from remediate.runners import Dispatch
 

@@ -126,7 +126,9 @@ def _read(path: Path) -> str:
 def _client(params: dict[str, Any]) -> Any:
     from remediate.client import Client
 
-    token = os.environ.get("REMEDIATE_TOKEN")
+    # The operator token first: approve, pause, resume and breaker reset need it (it also reads);
+    # REMEDIATE_TOKEN stays for a read token or an old single token with the operator role.
+    token = os.environ.get("REMEDIATE_OPERATOR_TOKEN") or os.environ.get("REMEDIATE_TOKEN")
     if params.get("token_file"):
         token = _read(params["token_file"]).strip()
     return Client(params["server"], token)
