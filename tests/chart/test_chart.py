@@ -317,6 +317,8 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
     server = Settings(**read_config_file(server_file))
     assert server.bind == "0.0.0.0:9095"
     assert server.token_file == Path("/etc/remediate/secrets/token")
+    assert server.token_roles == ("webhook",)  # AlertManager's token: it cannot approve, pause or reset
+    assert server.operator_token_file == Path("/etc/remediate/secrets/operator-token")
     assert server.node_name is None  # in a cluster every node step goes to an agent
     if values == "full":
         assert server.mode == "enforce"
@@ -386,14 +388,15 @@ def test_tokens_are_generated_unless_given_and_the_agent_sees_only_its_own(
 
     secret = by_kind(rendered["defaults"], "Secret")
     tokens = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
-    assert set(tokens) == {"token", "agent-token"}
+    assert set(tokens) == {"token", "operator-token", "agent-token"}
     assert all(len(t) == 48 and t.isalnum() for t in tokens.values())
-    assert tokens["token"] != tokens["agent-token"]
-    assert set(by_kind(rendered["full"], "Secret")["data"]) == {"token", "agent-token", "read-token"}
+    assert len(set(tokens.values())) == 3
+    assert set(by_kind(rendered["full"], "Secret")["data"]) == {"token", "operator-token", "agent-token", "read-token"}
 
-    given = helm.objects({"auth": {"token": "webhook-t", "agentToken": "agent-t"}})
+    given = helm.objects({"auth": {"token": "webhook-t", "operatorToken": "operator-t", "agentToken": "agent-t"}})
     data = by_kind(given, "Secret")["data"]
     assert base64.b64decode(data["token"]) == b"webhook-t"
+    assert base64.b64decode(data["operator-token"]) == b"operator-t"
     assert base64.b64decode(data["agent-token"]) == b"agent-t"
 
     existing = rendered["existing-secrets"]
