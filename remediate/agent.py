@@ -252,7 +252,9 @@ def run_agent(settings: Settings) -> None:
     """Serve the agent under gunicorn: one worker (one state file writer), `agent_threads` threads."""
     from gunicorn.app.base import BaseApplication
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from remediate.logsafe import configure_logging
+
+    configure_logging()  # alert data in a message can never start a forged log line
     preflight(settings)
     if settings.insecure_no_auth and not settings.resolved_agent_token():
         log.warning(

@@ -90,7 +90,9 @@ def preflight(settings: Settings) -> None:
 
 
 def run_server(settings: Settings) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from remediate.logsafe import configure_logging
+
+    configure_logging()  # alert data in a message can never start a forged log line
     preflight(settings)
     if settings.insecure_no_auth and not settings.resolved_token():
         log.warning("!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN")
