@@ -112,6 +112,10 @@ class Settings:
     agent_token: str | None = field(default=None, repr=False)
     """Bearer token between the server and its agents (both sides; or `agent_token_file`)."""
     agent_token_file: Path | None = None
+    agent_node_token: str | None = field(default=None, repr=False)
+    """Agent: this node's own credential, HMAC(agent_token, node_name) (`remediate agent-credential NODE`);
+    with it the agent needs no `agent_token` and accepts only requests signed for its own node."""
+    agent_node_token_file: Path | None = None
     agent_retries: int = 3
     """Server: retries of one call to an agent that cannot be reached (connection refused, no agent pod yet)."""
     agent_connect_timeout: float = 3.0
@@ -177,6 +181,9 @@ class Settings:
 
     def resolved_agent_token(self) -> str | None:
         return _secret(self.agent_token, self.agent_token_file, "agent_token")
+
+    def resolved_agent_node_token(self) -> str | None:
+        return _secret(self.agent_node_token, self.agent_node_token_file, "agent_node_token")
 
     def agent_map(self) -> dict[str, str]:
         """The static `agents` map: node name -> agent base URL."""
@@ -434,6 +441,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "agent_port": _to_positive_int,
     "agent_token": str,
     "agent_token_file": _to_optional_path,
+    "agent_node_token": str,
+    "agent_node_token_file": _to_optional_path,
     "agent_retries": _to_positive_int,
     "agent_connect_timeout": _to_seconds,
     "agent_bind": str,

@@ -9,9 +9,11 @@ static `agents` map or, with `agent_selector`, through the Kubernetes API (the a
 DaemonSet's Running+Ready pod whose spec.nodeName is the target). A node that has no
 agent fails the step; it never runs on the wrong node.
 
-Calls to an agent: POST {action, params, context} to /v1/steps/plan|execute with the
-agent token; connection failures (refused, connect timeout, 502/503/504 from a proxy,
-no agent pod yet) are retried `agent_retries` times with backoff inside the step's
+Calls to an agent: POST {action, params, context} to /v1/steps/plan|execute, signed with
+the target node's own credential derived from the master `agent_token` (remediate.agentauth:
+the signature covers the body, so the run and step ids it names); connection failures
+(refused, connect timeout, 502/503/504 from a proxy, no agent pod yet) are retried
+`agent_retries` times with backoff inside the step's
 deadline (tenacity), then raised as RetryableActionError, so the executor's own step
 retries apply to execute. The agent answers with the plan/result, or with
 {error_class: retryable|permanent, message}, raised here as RetryableActionError /
@@ -38,6 +40,7 @@ import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from remediate.actions.base import Action, StepContext, Where
+from remediate.agentauth import node_token, sign
 from remediate.errors import ActionError, ConfigError, RetryableActionError
 from remediate.kube.model import check_node_name
 
@@ -340,14 +343,18 @@ class AgentRunner(StepRunner):
                 "timeout": round(timeout, 3),
             },
         }
+        data = json.dumps(body, default=str).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+            # The node's own credential, never the master: the agent of one node cannot command another.
+            headers["Authorization"] = sign(
+                node_token(self.token, self.node), self.node, "POST", AGENT_PATHS[kind], data
+            )
         where = f"agent {self.url} of node {self.node}"
         try:
             response = (self.session or requests).post(
                 self.url + AGENT_PATHS[kind],
-                data=json.dumps(body, default=str),
+                data=data,
                 headers=headers,
                 # The agent enforces the step's deadline itself and answers; a little slack for the answer.
                 timeout=(self.connect_timeout, timeout + self.answer_slack),

@@ -23,7 +23,13 @@ from remediate.cli._group import main
     "--token-file",
     "agent_token_file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="File holding the agent token the server sends (or set $REMEDIATE_AGENT_TOKEN).",
+    help="File holding the master agent token (or set $REMEDIATE_AGENT_TOKEN); prefer --node-token-file.",
+)
+@click.option(
+    "--node-token-file",
+    "agent_node_token_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File holding this node's own credential (`remediate agent-credential NODE`; or $REMEDIATE_AGENT_NODE_TOKEN).",
 )
 @click.option("--node-name", help="This node's name: the only target it runs steps for [the host name].")
 @click.option(
@@ -54,6 +60,7 @@ def agent(**params: Any) -> None:
             for key in (
                 "agent_bind",
                 "agent_token_file",
+                "agent_node_token_file",
                 "node_name",
                 "agent_state_file",
                 "cleanup_policies_file",
@@ -66,3 +73,26 @@ def agent(**params: Any) -> None:
     from remediate.agent import run_agent
 
     run_agent(settings)
+
+
+@main.command("agent-credential")
+@click.argument("node")
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option(
+    "--token-file",
+    "agent_token_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File holding the master agent token the server has (or set $REMEDIATE_AGENT_TOKEN).",
+)
+@handle_errors
+def agent_credential(node: str, **params: Any) -> None:
+    """Print NODE's own agent credential, derived from the master agent token: give it to that node's
+    agent only (agent_node_token_file); it signs nothing for any other node."""
+    from remediate.agentauth import node_token
+    from remediate.errors import ConfigError
+
+    settings = _settings(params, agent_token_file=params["agent_token_file"])
+    master = settings.resolved_agent_token()
+    if not master:
+        raise ConfigError("no master agent token: set REMEDIATE_AGENT_TOKEN or --token-file")
+    click.echo(node_token(master, node))

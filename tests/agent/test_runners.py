@@ -133,10 +133,10 @@ def test_errors_of_the_agent_keep_their_class_and_say_where(agent: tuple[str, Ec
 
 def test_a_wrong_token_and_a_wrong_node_are_permanent(agent: tuple[str, Echo]) -> None:
     url, echo = agent
-    with pytest.raises(ActionError, match="missing or wrong agent token") as wrong_token:
+    with pytest.raises(ActionError, match="agent credential: wrong signature for node 'node-b'") as wrong_token:
         runner(url, token="nope").execute(ECHO, {"word": "x"}, ctx())
     assert not isinstance(wrong_token.value, RetryableActionError)
-    with pytest.raises(ActionError, match="not for 'node-c'"):
+    with pytest.raises(ActionError, match="signed for node 'node-b' but its step targets 'node-c'"):
         runner(url).execute(ECHO, {"word": "x"}, ctx(target="node-c"))
     assert echo.calls == []
 
