@@ -108,6 +108,8 @@ class Settings:
     agent_namespace: str | None = None
     """Server: namespace of the agent pods (default: the server pod's own namespace)."""
     agent_port: int = 9096
+    agent_daemonset: str | None = None
+    """Server: name of the agent DaemonSet; a discovered pod must be controlled by it (unset: by any DaemonSet)."""
     """Server: port of agents found through the Kubernetes API."""
     agent_token: str | None = field(default=None, repr=False)
     """Bearer token between the server and its agents (both sides; or `agent_token_file`)."""
@@ -439,6 +441,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "agent_selector": _to_optional_str,
     "agent_namespace": _to_optional_str,
     "agent_port": _to_positive_int,
+    "agent_daemonset": _to_optional_str,
     "agent_token": str,
     "agent_token_file": _to_optional_path,
     "agent_node_token": str,

@@ -6,7 +6,9 @@ run here. A `where: node` step runs here too on a single host (no agent known: n
 `agents` map and no Kubernetes discovery), or when its target is this server's own
 `node_name`; otherwise it goes to `remediate agent` on the target node, found in the
 static `agents` map or, with `agent_selector`, through the Kubernetes API (the agent
-DaemonSet's Running+Ready pod whose spec.nodeName is the target). A node that has no
+DaemonSet's Running+Ready pod whose spec.nodeName is the target, and whose controller
+ownerReference is that DaemonSet: `agent_daemonset`, else any DaemonSet; a pod with the
+right labels but another owner is an impostor and is never chosen). A node that has no
 agent fails the step; it never runs on the wrong node.
 
 Calls to an agent: POST {action, params, context} to /v1/steps/plan|execute, signed with
@@ -136,6 +138,8 @@ class StaticAgents(AgentDirectory):
 class KubernetesAgents(AgentDirectory):
     """The Running and Ready agent pod on a node, by label selector and spec.nodeName, through the API.
 
+    Only pods whose controller ownerReference is a DaemonSet (named `daemonset` when given) count:
+    labels alone can be copied by anyone who may create a pod in the namespace.
     `api` is a CoreV1Api (built lazily from the in-cluster config, else ~/.kube/config).
     Answers are cached for `ttl` seconds; `forget` drops one after a failed call.
     """
@@ -146,6 +150,7 @@ class KubernetesAgents(AgentDirectory):
         namespace: str,
         port: int,
         *,
+        daemonset: str | None = None,
         api: Any = None,
         ttl: float = DISCOVERY_TTL,
         clock: Callable[[], float] = time.monotonic,
@@ -153,6 +158,7 @@ class KubernetesAgents(AgentDirectory):
         self.selector = selector
         self.namespace = namespace
         self.port = port
+        self.daemonset = daemonset
         self.ttl = ttl
         self.clock = clock
         self._api = api
@@ -210,7 +216,24 @@ class KubernetesAgents(AgentDirectory):
             raise AgentNotFound(
                 f"cannot list agent pods on node {node!r} ({where}): {_short_error(exc)}", retryable=True
             ) from exc
-        ready = [pod for pod in pods.items if _pod_ready(pod)]
+        owned = [pod for pod in pods.items if _owned_by_daemonset(pod, self.daemonset)]
+        impostors = [pod.metadata.name for pod in pods.items if pod not in owned]
+        if impostors:
+            log.warning(
+                "ignoring pods on node %s that match %s but are not owned by %s: %s",
+                node,
+                where,
+                f"DaemonSet {self.daemonset}" if self.daemonset else "a DaemonSet",
+                ", ".join(impostors),
+            )
+        if impostors and not owned:
+            raise AgentNotFound(
+                f"no agent pod on node {node!r} ({where}): {', '.join(impostors)} "
+                f"{'is' if len(impostors) == 1 else 'are'} not owned by "
+                f"{f'DaemonSet {self.daemonset}' if self.daemonset else 'a DaemonSet'} (refused as impostors)",
+                retryable=False,
+            )
+        ready = [pod for pod in owned if _pod_ready(pod)]
         if not ready:
             seen = ", ".join(f"{p.metadata.name} ({(p.status and p.status.phase) or '?'})" for p in pods.items)
             raise AgentNotFound(
@@ -223,6 +246,14 @@ class KubernetesAgents(AgentDirectory):
         if ":" in host:  # IPv6
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+
+def _owned_by_daemonset(pod: Any, name: str | None) -> bool:
+    """True when the pod's controller ownerReference is a DaemonSet (of that name, when given)."""
+    for ref in pod.metadata.owner_references or []:
+        if ref.controller and ref.kind == "DaemonSet" and (ref.api_version or "").startswith("apps/"):
+            return name is None or ref.name == name
+    return False
 
 
 def _pod_ready(pod: Any) -> bool:
@@ -439,7 +470,10 @@ class Dispatch:
         if settings.agent_selector:
             directories.append(
                 KubernetesAgents(
-                    settings.agent_selector, settings.agent_namespace or own_namespace(), settings.agent_port
+                    settings.agent_selector,
+                    settings.agent_namespace or own_namespace(),
+                    settings.agent_port,
+                    daemonset=settings.agent_daemonset,
                 )
             )
         token = settings.resolved_agent_token()

@@ -227,10 +227,13 @@ def pod(
     ready: bool = True,
     created: int = 0,
     deleting: bool = False,
+    owner: tuple[str, str] | None = ("DaemonSet", "rel-remediate-agent"),
 ) -> k8s.V1Pod:
+    owners = [k8s.V1OwnerReference(api_version="apps/v1", kind=owner[0], name=owner[1], uid="u", controller=True)]
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(
             name=name,
+            owner_references=owners if owner else None,
             creation_timestamp=datetime.fromtimestamp(1_700_000_000 + created, UTC),
             deletion_timestamp=datetime.now(UTC) if deleting else None,
         ),

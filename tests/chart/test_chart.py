@@ -319,6 +319,9 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
     assert server.token_file == Path("/etc/remediate/secrets/token")
     assert server.token_roles == ("webhook",)  # AlertManager's token: it cannot approve, pause or reset
     assert server.operator_token_file == Path("/etc/remediate/secrets/operator-token")
+    if server.agent_selector:
+        daemonset = by_kind(objects, "DaemonSet")["metadata"]["name"]
+        assert server.agent_daemonset == daemonset  # discovery refuses pods this DaemonSet does not control
     assert server.node_name is None  # in a cluster every node step goes to an agent
     if values == "full":
         assert server.mode == "enforce"
