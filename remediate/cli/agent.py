@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,13 @@ def agent(**params: Any) -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="File holding the master agent token the server has (or set $REMEDIATE_AGENT_TOKEN).",
 )
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the credential to this file (mode 0600) instead of printing it.",
+)
 @handle_errors
-def agent_credential(node: str, **params: Any) -> None:
+def agent_credential(node: str, output: Path | None, **params: Any) -> None:
     """Print NODE's own agent credential, derived from the master agent token: give it to that node's
     agent only (agent_node_token_file); it signs nothing for any other node."""
     from remediate.agentauth import node_token
@@ -95,4 +101,13 @@ def agent_credential(node: str, **params: Any) -> None:
     master = settings.resolved_agent_token()
     if not master:
         raise ConfigError("no master agent token: set REMEDIATE_AGENT_TOKEN or --token-file")
-    click.echo(node_token(master, node))
+    if output is None:
+        click.echo(node_token(master, node))
+        return
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(node_token(master, node) + "\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
+    click.echo(f"wrote the agent credential of node {node} to {output}")

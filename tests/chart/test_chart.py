@@ -270,6 +270,12 @@ def test_the_agent_runs_on_gpu_nodes_with_host_pids_and_only_the_capabilities_it
     assert volumes["state"]["hostPath"] == {"path": "/var/lib/remediate-agent", "type": "DirectoryOrCreate"}
     assert volumes["training-control"]["hostPath"] == {"path": "/run/remediate/training", "type": "DirectoryOrCreate"}
     assert volumes["secrets"]["secret"]["items"] == [{"key": "agent-token", "path": "agent-token"}]
+    # Issue 15: the master agent token reaches only the init container that derives this node's credential.
+    (init,) = pod["initContainers"]
+    assert init["args"][:2] == ["agent-credential", "$(REMEDIATE_NODE_NAME)"]
+    assert {m["name"] for m in init["volumeMounts"]} == {"secrets", "credential"}
+    assert "secrets" not in {m["name"] for m in agent["volumeMounts"]}
+    assert volumes["credential"]["emptyDir"]["medium"] == "Memory"
     # The agent's service account has no token and no permissions.
     agent_sa = by_kind(objects, "ServiceAccount", f"{FULLNAME}-agent")
     assert agent_sa["automountServiceAccountToken"] is False
@@ -357,6 +363,8 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
     agent_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-agent-config")["data"]["config.yaml"])
     agent = Settings(**read_config_file(agent_file))
     assert agent.agent_bind == "0.0.0.0:9096"
+    assert agent.agent_token_file is None  # never the master: only this node's credential (init container)
+    assert agent.agent_node_token_file == Path("/etc/remediate/secrets/node-credential")
     assert agent.agent_state_file == Path("/var/lib/remediate-agent/agent.db")
     assert agent.gpu_backend == "nvml"
     assert agent.gpu_power_floor_percent == 50
