@@ -94,7 +94,7 @@ def run_server(settings: Settings) -> None:
 
     configure_logging()  # alert data in a message can never start a forged log line
     preflight(settings)
-    if settings.insecure_no_auth and not settings.resolved_token():
+    if settings.insecure_no_auth and not settings.credentials():
         log.warning("!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN")
     metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     own_metrics_dir = metrics_dir is None
