@@ -198,7 +198,8 @@ def _actor() -> str:
     """Who did it: the authenticated principal. A body `by` is only a note beside it, never the identity."""
     note = _text(_body(), "by", 255)
     principal: str = g.principal
-    return f"{principal} (note: {note})" if note and note != principal else principal
+    # At most 255 characters (the approved_by column); the principal always survives the cut.
+    return f"{principal} (note: {note})"[:255] if note and note != principal else principal
 
 
 def _register_routes(app: Flask, services: Services) -> None:

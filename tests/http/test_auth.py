@@ -97,3 +97,12 @@ def test_a_bad_tokens_file_is_a_config_error_naming_the_problem(tmp_path: Path, 
 
     with pytest.raises(ConfigError, match=message):
         Settings(tokens_file=tokens).credentials()
+
+
+def test_a_long_note_is_cut_to_the_column_but_the_principal_stays(make_server: Callable[..., Server]) -> None:
+    server = make_server(playbooks={"approve.yaml": APPROVE_XID})
+    run_id = server.webhook(real_firing()).get_json()["runs"][0]
+
+    approved = server.post(f"/runs/{run_id}/approve", json={"by": "x" * 400}).get_json()["approved_by"]
+
+    assert approved.startswith("operator (note: xxx") and len(approved) == 255
