@@ -54,7 +54,10 @@ FULL = {
     "networkPolicy": {"enabled": True},
     "auth": {"createReadToken": True},
     "persistence": {"storageClass": "fast-ssd", "size": "5Gi"},
-    "server": {"config": {"notify_timeout": "20s", "stale_after": "2m"}},
+    "server": {
+        "config": {"notify_timeout": "20s", "stale_after": "2m"},
+        "secretMounts": [{"secretName": "oncall-webhook", "mountPath": "/etc/remediate/oncall"}],
+    },
     "playbooks": {"exclude": ["notify-oncall"], "extra": {"my-node-notready.yaml": EXTRA_PLAYBOOK}},
     "agent": {
         "runtimeClassName": "nvidia",
@@ -537,3 +540,15 @@ def test_the_charts_copies_of_the_playbooks_and_rules_equal_the_repositorys() ->
         assert have == wanted, f"{copy} differs from {source}: run scripts/sync-generated"
         _, mismatch, errors = filecmp.cmpfiles(source, copy, wanted, shallow=False)
         assert mismatch == errors == [], f"{mismatch + errors} differ from {source}: run scripts/sync-generated"
+
+
+def test_secrets_steps_read_are_mounted_into_the_server_read_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    pod = by_kind(rendered["full"], "Deployment")["spec"]["template"]["spec"]
+    server = container(rendered["full"], "Deployment")
+
+    assert {"name": "secret-oncall-webhook", "secret": {"secretName": "oncall-webhook", "defaultMode": 0o440}} in (
+        pod["volumes"]
+    )
+    assert {"name": "secret-oncall-webhook", "mountPath": "/etc/remediate/oncall", "readOnly": True} in (
+        server["volumeMounts"]
+    )
