@@ -69,7 +69,8 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--token-file",
             type=click.Path(path_type=Path, dir_okay=False),
-            help="File holding the bearer token (default: $REMEDIATE_TOKEN).",
+            help="File holding the bearer token (default: $REMEDIATE_OPERATOR_TOKEN, else $REMEDIATE_TOKEN); "
+            "approve, pause, resume and breaker reset need an operator token.",
         ),
     ]
     for option in reversed(options):
