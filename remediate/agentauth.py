@@ -9,7 +9,8 @@ run any node step on every node. Instead:
   agent-credential NODE`), so a leaked agent credential is good for that node alone. (An agent
   given the master instead derives its own credentials from it: simpler, weaker.)
 - **Requests are signed, not bearer**: `Authorization: Remediate-HMAC node="...", ts="...",
-  sig="..."`, sig = HMAC-SHA256(node credential, method, path, ts, SHA-256 of the body). The body
+  nonce="...", sig="..."`, sig = HMAC-SHA256(node credential, method, path, ts, nonce, SHA-256 of
+  the body). The body
   names the run and step (run_id, step_index), so the signature binds the call to a run the
   server recorded; the agent refuses a signature for another node, a timestamp more than
   MAX_SKEW seconds off, and a signature it has already seen (replay), and logs every call.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import secrets
 import threading
 import time
 from collections.abc import Iterable
@@ -44,16 +46,18 @@ def node_token(master: str, node: str) -> str:
     return hmac.new(master.encode(), _CONTEXT + node.encode(), hashlib.sha256).hexdigest()
 
 
-def _signature(credential: str, method: str, path: str, timestamp: str, body: bytes) -> str:
-    message = "\n".join([method.upper(), path, timestamp, hashlib.sha256(body).hexdigest()]).encode()
+def _signature(credential: str, method: str, path: str, timestamp: str, nonce: str, body: bytes) -> str:
+    message = "\n".join([method.upper(), path, timestamp, nonce, hashlib.sha256(body).hexdigest()]).encode()
     return hmac.new(credential.encode(), message, hashlib.sha256).hexdigest()
 
 
 def sign(credential: str, node: str, method: str, path: str, body: bytes, *, now: float | None = None) -> str:
     """The Authorization header value of one request to the agent of `node`."""
     timestamp = f"{time.time() if now is None else now:.3f}"
-    signature = _signature(credential, method, path, timestamp, body)
-    return f'{SCHEME} node="{node}", ts="{timestamp}", sig="{signature}"'
+    # Two identical requests signed in the same millisecond must still differ (the agent refuses replays).
+    nonce = secrets.token_hex(8)
+    signature = _signature(credential, method, path, timestamp, nonce, body)
+    return f'{SCHEME} node="{node}", ts="{timestamp}", nonce="{nonce}", sig="{signature}"'
 
 
 class Verifier:
@@ -78,11 +82,12 @@ class Verifier:
         """The node name the request is signed for; AgentAuthError otherwise."""
         scheme, _, rest = header.partition(" ")
         if scheme != SCHEME:
-            raise AgentAuthError(f"expected Authorization: {SCHEME} node=..., ts=..., sig=... (per-node credential)")
+            raise AgentAuthError(f"expected Authorization: {SCHEME} node=, ts=, nonce=, sig= (per-node credential)")
         fields = dict(_PARAM.findall(rest))
         node, timestamp, signature = fields.get("node"), fields.get("ts"), fields.get("sig")
-        if not node or not timestamp or not signature:
-            raise AgentAuthError("the Authorization header needs node, ts and sig")
+        nonce = fields.get("nonce")
+        if not node or not timestamp or not signature or not nonce:
+            raise AgentAuthError("the Authorization header needs node, ts, nonce and sig")
         credential = self.credentials.get(node)
         if credential is None:
             raise NotThisNode(f"signed for node {node[:80]!r}; this agent holds the credential of {self._names()}")
@@ -92,8 +97,9 @@ class Verifier:
             raise AgentAuthError("ts is not a number") from None
         now = time.time() if now is None else now
         if not abs(now - sent_at) <= self.max_skew:
-            raise AgentAuthError(f"the request was signed {now - sent_at:.0f}s from now (at most {self.max_skew:g}s)")
-        expected = _signature(credential, method, path, timestamp, body)
+            when = f"{now - sent_at:.0f}s ago" if now > sent_at else f"{sent_at - now:.0f}s in the future"
+            raise AgentAuthError(f"the request was signed {when} (at most {self.max_skew:g}s either way)")
+        expected = _signature(credential, method, path, timestamp, nonce, body)
         if not hmac.compare_digest(expected.encode(), signature.encode()):
             raise AgentAuthError(f"wrong signature for node {node!r} (not the server holding the master secret)")
         with self._lock:
