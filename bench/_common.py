@@ -193,6 +193,8 @@ def remediate_server(
             "REMEDIATE_THREADS": "1",
             "REMEDIATE_EXECUTOR_THREADS": str(executor_threads),
             "REMEDIATE_TOKEN": TOKEN,
+            # One token posts and reads (bench/history.py): the old token's roles, set explicitly.
+            "REMEDIATE_TOKEN_ROLES": "webhook,operator",
             "REMEDIATE_PLAYBOOKS": str(playbooks),
             "REMEDIATE_DATABASE_URL": f"sqlite:///{db}",
         }

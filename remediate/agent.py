@@ -5,13 +5,18 @@ the agent (its HTTP face is remediate.agent_server) runs the action's `plan` or
 `execute` and answers with what it returned, or with a structured error
 {error_class: retryable|permanent, message}.
 
-The agent trusts the server's token, not its judgement. Whatever a request says:
+The agent trusts the server's signature, not its judgement. Every request is signed with this
+node's own credential (remediate.agentauth: HMAC of the master secret and the node name, so the
+agent of one node cannot command another) and names its run and step; the agent logs every call
+(run, step, action, params, caller) and refuses a request signed for another node. Whatever a
+request says:
 
 - only `where: node` actions run, and only for this node (`node_name`, default the
   host name, or one of `node_aliases`): a step for another node is refused;
 - params are validated again with the action's own schema;
 - the node's own settings decide the limits: the GPU backend and the power floor
-  (`gpu_power_floor_watts` / `gpu_power_floor_percent`: a lower limit is refused),
+  (`gpu_power_floor_watts` / `gpu_power_floor_percent`: a lower limit is refused; with
+  neither set the agent's floor is DEFAULT_FLOOR_PERCENT of each GPU's default limit),
   the cleanup policies file (allowed roots, patterns, caps), the training control
   root; none of them can be sent by the server;
 - the step's deadline is the request's `timeout`, at most MAX_STEP_TIMEOUT.
@@ -26,6 +31,7 @@ audit history keeps every plan and result (which show the remembered values).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import time
@@ -36,6 +42,7 @@ from typing import Any
 
 from remediate.actions import default_registry
 from remediate.actions.base import Action, ActionMemory, ActionRegistry, StepContext, Where
+from remediate.agentauth import Verifier
 from remediate.config import Settings
 from remediate.errors import ConfigError, ParamsError, RemediateError, RetryableActionError
 from remediate.executor import call_with_deadline
@@ -48,6 +55,9 @@ EXECUTE = "execute"
 MAX_STEP_TIMEOUT = 24 * 3600.0
 RETRYABLE = "retryable"
 PERMANENT = "permanent"
+DEFAULT_FLOOR_PERCENT = 50.0
+"""The agent's power floor (% of each GPU's default limit) when neither floor setting is given: a signed
+but wrong request can slow a GPU down, never starve it. Set gpu_power_floor_percent/_watts to change it."""
 
 
 class AgentRequestError(RemediateError):
@@ -143,7 +153,7 @@ class AgentService:
         self.settings = settings
         self.node_name = settings.node_name or socket.gethostname()
         self.names = {self.node_name, *settings.node_aliases}
-        registry = registry or default_registry(settings)
+        registry = registry or default_registry(with_default_floor(settings))
         self.actions: dict[str, Action] = {
             name: registry.get(name) for name in registry.names() if registry.get(name).where == Where.NODE
         }
@@ -213,15 +223,32 @@ def classify(exc: BaseException) -> tuple[str, str]:
     return PERMANENT, f"unexpected {exc.__class__.__name__} in the agent: {exc}"
 
 
+def with_default_floor(settings: Settings) -> Settings:
+    """`settings` with the agent's default power floor when no floor is configured."""
+    if settings.gpu_power_floor_watts is None and settings.gpu_power_floor_percent is None:
+        return dataclasses.replace(settings, gpu_power_floor_percent=DEFAULT_FLOOR_PERCENT)
+    return settings
+
+
 def check_agent_settings(settings: Settings) -> str | None:
-    """The agent token (None only with insecure_no_auth); ConfigError otherwise."""
+    """The master agent token, if the agent has it; ConfigError when it has no credential at all."""
     token = settings.resolved_agent_token()
-    if not token and not settings.insecure_no_auth:
+    if not token and not settings.resolved_agent_node_token() and not settings.insecure_no_auth:
         raise ConfigError(
-            "no agent token configured: set REMEDIATE_AGENT_TOKEN or agent_token_file (the same token the server "
-            "sends), or, for local experiments only, --insecure-no-auth"
+            "no agent token configured: set REMEDIATE_AGENT_NODE_TOKEN (this node's credential, from `remediate "
+            "agent-credential NODE`) or REMEDIATE_AGENT_TOKEN (the server's master secret), or, for local "
+            "experiments only, --insecure-no-auth"
         )
     return token
+
+
+def agent_verifier(settings: Settings, node_name: str, names: set[str]) -> Verifier | None:
+    """How the agent checks signed requests; None only with insecure_no_auth and no credential."""
+    master = check_agent_settings(settings)
+    own = settings.resolved_agent_node_token()
+    if not master and not own:
+        return None
+    return Verifier.for_names(names, master=master, own=(node_name, own) if own else None)
 
 
 # --------------------------------------------------------------------------- serving
@@ -253,8 +280,9 @@ def run_agent(settings: Settings) -> None:
     from gunicorn.app.base import BaseApplication
 
     from remediate.httpworker import worker_class
+    from remediate.logsafe import configure_logging
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging()  # alert data in a message can never start a forged log line
     preflight(settings)
     if settings.insecure_no_auth and not settings.resolved_agent_token():
         log.warning(

@@ -1,10 +1,11 @@
 """The HTTP face of the node agent: a Flask app factory. Only this module (and server.py) knows HTTP.
 
-Endpoints (bearer token `agent_token`, compared in constant time, on the /v1 routes):
+Endpoints (on the /v1 routes: requests signed with this node's credential, remediate.agentauth):
 
 - POST /v1/steps/plan, POST /v1/steps/execute: body {action, params, context: {run_id,
   step_index, playbook, target, alert, timeout}}. 200 {node, plan|result, seconds}; an error is
-  {error, error_class: retryable|permanent, message}: 400 not a step request, 401 token,
+  {error, error_class: retryable|permanent, message}: 400 not a step request, 401 missing, wrong,
+  stale or replayed signature, 403 signed for another node than the step's target,
   415 not JSON, 421 a step for another node, 422 unknown/not-a-node action or invalid
   params, 500 the action failed (permanent), 503 the action failed and may succeed later.
 - GET /healthz (alive), GET /readyz (state file readable; names the node and its actions).
@@ -12,7 +13,7 @@ Endpoints (bearer token `agent_token`, compared in constant time, on the /v1 rou
 
 from __future__ import annotations
 
-import hmac
+import json
 import logging
 from typing import Any
 
@@ -29,9 +30,10 @@ from remediate.agent import (
     AgentService,
     StepRequest,
     WrongNodeError,
-    check_agent_settings,
+    agent_verifier,
     classify,
 )
+from remediate.agentauth import SCHEME, AgentAuthError, NotThisNode
 from remediate.config import Settings
 from remediate.errors import OutcomePending, ParamsError, RemediateError
 
@@ -40,10 +42,17 @@ log = logging.getLogger("remediate.agent")
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
 def create_agent_app(settings: Settings, *, service: AgentService | None = None) -> Flask:
-    token = check_agent_settings(settings)
     service = service or AgentService(settings)
-    if token is None:
+    verifier = agent_verifier(settings, service.node_name, service.names)
+    if verifier is None:
         log.warning("AGENT AUTHENTICATION IS OFF (--insecure-no-auth)")
     app = Flask("remediate-agent")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -52,23 +61,50 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
     def error(status: int, name: str, error_class: str, message: str, **extra: Any) -> tuple[Response, int]:
         return jsonify({"error": name, "error_class": error_class, "message": message, **extra}), status
 
-    def authorized() -> bool:
-        if token is None:
-            return True
-        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode())
-
     def step(kind: str) -> Any:
-        if not authorized():
-            response, status = error(401, "unauthorized", PERMANENT, "missing or wrong agent token")
-            response.headers["WWW-Authenticate"] = 'Bearer realm="remediate-agent"'
-            return response, status
+        body = request.get_data(cache=True)
+        caller = request.remote_addr
+        signed_for = None
+        if verifier is not None:
+            try:
+                signed_for = verifier.verify(request.headers.get("Authorization", ""), "POST", request.path, body)
+            except NotThisNode as exc:
+                log.warning("refused %s from %s: %s", kind, caller, exc)
+                return error(421, "wrong_node", PERMANENT, f"wrong agent: {exc}", node=service.node_name)
+            except AgentAuthError as exc:
+                log.warning("refused %s from %s: %s", kind, caller, exc)
+                response, status = error(401, "unauthorized", PERMANENT, f"agent credential: {exc}")
+                response.headers["WWW-Authenticate"] = f'{SCHEME} realm="remediate-agent"'
+                return response, status
         if request.mimetype != "application/json":
             return error(415, "unsupported_media_type", PERMANENT, "send Content-Type: application/json")
         try:
-            step_request = StepRequest.parse(request.get_json(silent=True))
+            step_request = StepRequest.parse(_json_or_none(body))
         except AgentRequestError as exc:
             return error(400, "invalid_request", PERMANENT, str(exc), field=exc.field)
+        # The audit line of every call: which run and step, what, with which params, from whom.
+        log.info(
+            "call %s run %s step %s playbook %s action %s target %s params %s from %s (signed for %s)",
+            kind,
+            step_request.run_id,
+            step_request.step_index,
+            step_request.playbook,
+            step_request.action,
+            step_request.target,
+            json.dumps(step_request.params, sort_keys=True, default=str)[:2000],
+            caller,
+            signed_for or "nobody: --insecure-no-auth",
+        )
+        if signed_for is not None and step_request.target != signed_for:
+            log.warning(
+                "refused run %s: signed for %s, target %s", step_request.run_id, signed_for, step_request.target
+            )
+            return error(
+                403,
+                "wrong_credential",
+                PERMANENT,
+                f"the request is signed for node {signed_for!r} but its step targets {step_request.target!r}",
+            )
         try:
             return jsonify(service.run(kind, step_request))
         except WrongNodeError as exc:

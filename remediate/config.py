@@ -44,10 +44,22 @@ class Settings:
 
     # --- auth
     token: str | None = field(default=None, repr=False)
-    """Bearer token for /webhook and every mutating endpoint (or `token_file`)."""
+    """The single token of earlier versions (or `token_file`). It now holds only the roles in `token_roles`
+    (default: webhook, i.e. POST /webhook only); see docs/api.md#tokens."""
     token_file: Path | None = None
+    token_roles: tuple[str, ...] = ("webhook",)
+    """Roles of the `token` (webhook, operator, read). `webhook,operator` keeps the old all-powerful token."""
+    webhook_token: str | None = field(default=None, repr=False)
+    """Token AlertManager sends: may only POST /webhook (or `webhook_token_file`). Principal `webhook`."""
+    webhook_token_file: Path | None = None
+    operator_token: str | None = field(default=None, repr=False)
+    """Token of operators: approve, pause, resume, breaker reset, and every read. Principal `operator`."""
+    operator_token_file: Path | None = None
+    tokens_file: Path | None = None
+    """YAML file of named tokens, `name: token` (operator role) or `name: {token: ..., roles: [read]}`;
+    the name is the principal recorded as who approved, paused, resumed or reset."""
     read_token: str | None = field(default=None, repr=False)
-    """Optional second token that may only read /history and /runs."""
+    """Optional token that may only read /history, /runs, /pause and /breaker. Principal `read`."""
     read_token_file: Path | None = None
     insecure_no_auth: bool = False
     """Serve without any token. Only for local experiments; logged loudly."""
@@ -103,10 +115,16 @@ class Settings:
     agent_namespace: str | None = None
     """Server: namespace of the agent pods (default: the server pod's own namespace)."""
     agent_port: int = 9096
+    agent_daemonset: str | None = None
+    """Server: name of the agent DaemonSet; a discovered pod must be controlled by it (unset: by any DaemonSet)."""
     """Server: port of agents found through the Kubernetes API."""
     agent_token: str | None = field(default=None, repr=False)
     """Bearer token between the server and its agents (both sides; or `agent_token_file`)."""
     agent_token_file: Path | None = None
+    agent_node_token: str | None = field(default=None, repr=False)
+    """Agent: this node's own credential, HMAC(agent_token, node_name) (`remediate agent-credential NODE`);
+    with it the agent needs no `agent_token` and accepts only requests signed for its own node."""
+    agent_node_token_file: Path | None = None
     agent_retries: int = 3
     """Server: retries of one call to an agent that cannot be reached (connection refused, no agent pod yet)."""
     agent_connect_timeout: float = 3.0
@@ -150,12 +168,105 @@ class Settings:
     def resolved_read_token(self) -> str | None:
         return _secret(self.read_token, self.read_token_file, "read_token")
 
+    def resolved_operator_token(self) -> str | None:
+        return _secret(self.operator_token, self.operator_token_file, "operator_token")
+
+    def credentials(self) -> list[Credential]:
+        """Every token the server accepts, with its principal name and roles; ConfigError on a bad one."""
+        found: list[Credential] = []
+        fixed = (
+            ("token", self.resolved_token(), frozenset(self.token_roles)),
+            ("webhook", _secret(self.webhook_token, self.webhook_token_file, "webhook_token"), frozenset([WEBHOOK])),
+            ("operator", self.resolved_operator_token(), frozenset({OPERATOR})),
+            ("read", self.resolved_read_token(), frozenset({READ})),
+        )
+        found.extend(Credential(name, token, frozenset(roles)) for name, token, roles in fixed if token)
+        if self.tokens_file is not None:
+            found.extend(_read_tokens_file(self.tokens_file))
+        seen: dict[str, str] = {}
+        for credential in found:
+            if credential.token in seen:
+                first = seen[credential.token]
+                raise ConfigError(f"tokens {first!r} and {credential.name!r} are the same: give each its own")
+            seen[credential.token] = credential.name
+        return found
+
     def resolved_agent_token(self) -> str | None:
         return _secret(self.agent_token, self.agent_token_file, "agent_token")
+
+    def resolved_agent_node_token(self) -> str | None:
+        return _secret(self.agent_node_token, self.agent_node_token_file, "agent_node_token")
 
     def agent_map(self) -> dict[str, str]:
         """The static `agents` map: node name -> agent base URL."""
         return dict(self.agents)
+
+
+WEBHOOK = "webhook"
+OPERATOR = "operator"
+READ = "read"
+ROLES = (WEBHOOK, OPERATOR, READ)
+
+
+@dataclass(frozen=True)
+class Credential:
+    """One accepted token: `name` is the principal recorded for what it does; operator implies read."""
+
+    name: str
+    token: str = field(repr=False)
+    roles: frozenset[str]
+
+    def allows(self, role: str) -> bool:
+        return role in self.roles or (role == READ and OPERATOR in self.roles)
+
+
+def check_server_credentials(settings: Settings) -> list[Credential]:
+    """The server's tokens; ConfigError when none may do more than read (unless insecure_no_auth)."""
+    credentials = settings.credentials()
+    if not any(c.roles - {READ} for c in credentials) and not settings.insecure_no_auth:
+        raise ConfigError(
+            "no token configured: set REMEDIATE_WEBHOOK_TOKEN and REMEDIATE_OPERATOR_TOKEN (or REMEDIATE_TOKEN, "
+            "--token-file, tokens_file; or, for local experiments only, --insecure-no-auth)"
+        )
+    return credentials
+
+
+def _read_tokens_file(path: Path) -> list[Credential]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read tokens_file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"tokens_file {path} is not valid YAML") from exc
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"tokens_file {path}: must be a mapping of names to tokens (name: token)")
+    result = []
+    for name, entry in data.items():
+        where = f"tokens_file {path}, {str(name)[:40]!r}"
+        token, roles = (entry, [OPERATOR]) if isinstance(entry, str) else (None, None)
+        if isinstance(entry, dict):
+            token, roles = entry.get("token"), entry.get("roles", [OPERATOR])
+        if not isinstance(token, str) or len(token.strip()) < 16:
+            raise ConfigError(f"{where}: the token must be a string of at least 16 characters")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}", str(name)):
+            raise ConfigError(f"{where}: names are letters, digits, _.@- (at most 63)")
+        try:
+            role_set = frozenset(_to_roles(roles))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: roles {exc}") from None
+        result.append(Credential(str(name), token.strip(), role_set))
+    return result
+
+
+def _to_roles(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ValueError(f"must be a list of roles ({', '.join(ROLES)})")
+    roles = tuple(str(item).strip() for item in items if str(item).strip())
+    bad = [role for role in roles if role not in ROLES]
+    if bad or not roles:
+        raise ValueError(f"must name roles among {', '.join(ROLES)}, got {value!r}")
+    return roles
 
 
 def _secret(value: str | None, path: Path | None, name: str) -> str | None:
@@ -314,6 +425,12 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "store_busy_timeout": _to_seconds,
     "token": str,
     "token_file": _to_optional_path,
+    "token_roles": _to_roles,
+    "webhook_token": str,
+    "webhook_token_file": _to_optional_path,
+    "operator_token": str,
+    "operator_token_file": _to_optional_path,
+    "tokens_file": _to_optional_path,
     "read_token": str,
     "read_token_file": _to_optional_path,
     "insecure_no_auth": _to_bool,
@@ -336,8 +453,11 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "agent_selector": _to_optional_str,
     "agent_namespace": _to_optional_str,
     "agent_port": _to_positive_int,
+    "agent_daemonset": _to_optional_str,
     "agent_token": str,
     "agent_token_file": _to_optional_path,
+    "agent_node_token": str,
+    "agent_node_token_file": _to_optional_path,
     "agent_retries": _to_positive_int,
     "agent_connect_timeout": _to_seconds,
     "agent_bind": str,

@@ -8,12 +8,16 @@ run here. A `where: node` step runs here too on a single host (no agent known: n
 fails the step, saying what to set — or when its target is this server's own `node_name`;
 otherwise it goes to `remediate agent` on the target node, found in the
 static `agents` map or, with `agent_selector`, through the Kubernetes API (the agent
-DaemonSet's Running+Ready pod whose spec.nodeName is the target). A node that has no
+DaemonSet's Running+Ready pod whose spec.nodeName is the target, and whose controller
+ownerReference is that DaemonSet: `agent_daemonset`, else any DaemonSet; a pod with the
+right labels but another owner is an impostor and is never chosen). A node that has no
 agent fails the step; it never runs on the wrong node.
 
-Calls to an agent: POST {action, params, context} to /v1/steps/plan|execute with the
-agent token; connection failures (refused, connect timeout, 502/503/504 from a proxy,
-no agent pod yet) are retried `agent_retries` times with backoff inside the step's
+Calls to an agent: POST {action, params, context} to /v1/steps/plan|execute, signed with
+the target node's own credential derived from the master `agent_token` (remediate.agentauth:
+the signature covers the body, so the run and step ids it names); connection failures
+(refused, connect timeout, 502/503/504 from a proxy, no agent pod yet) are retried
+`agent_retries` times with backoff inside the step's
 deadline (tenacity), then raised as RetryableActionError, so the executor's own step
 retries apply to execute. The agent answers with the plan/result, or with
 {error_class: retryable|permanent, message}, raised here as RetryableActionError /
@@ -43,6 +47,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.notify import request_not_sent
+from remediate.agentauth import node_token, sign
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, OutcomePending, RetryableActionError
 from remediate.kube.model import check_node_name
 
@@ -160,6 +165,8 @@ class StaticAgents(AgentDirectory):
 class KubernetesAgents(AgentDirectory):
     """The Running and Ready agent pod on a node, by label selector and spec.nodeName, through the API.
 
+    Only pods whose controller ownerReference is a DaemonSet (named `daemonset` when given) count:
+    labels alone can be copied by anyone who may create a pod in the namespace.
     `api` is a CoreV1Api, built lazily by `remediate.kube.KubeClient` from the same settings as the
     k8s.* actions (`kubeconfig` and `context` when given, else the in-cluster service account, else
     $KUBECONFIG / ~/.kube/config). Answers are cached for `ttl` seconds; `forget` drops one after a
@@ -172,6 +179,7 @@ class KubernetesAgents(AgentDirectory):
         namespace: str,
         port: int,
         *,
+        daemonset: str | None = None,
         api: Any = None,
         kubeconfig: Path | None = None,
         context: str | None = None,
@@ -183,6 +191,7 @@ class KubernetesAgents(AgentDirectory):
         self.context = context
         self.namespace = namespace
         self.port = port
+        self.daemonset = daemonset
         self.ttl = ttl
         self.clock = clock
         self._api = api
@@ -234,7 +243,24 @@ class KubernetesAgents(AgentDirectory):
             raise AgentNotFound(
                 f"cannot list agent pods on node {node!r} ({where}): {_short_error(exc)}", retryable=True
             ) from exc
-        ready = [pod for pod in pods.items if _pod_ready(pod)]
+        owned = [pod for pod in pods.items if _owned_by_daemonset(pod, self.daemonset)]
+        impostors = [pod.metadata.name for pod in pods.items if pod not in owned]
+        if impostors:
+            log.warning(
+                "ignoring pods on node %s that match %s but are not owned by %s: %s",
+                node,
+                where,
+                f"DaemonSet {self.daemonset}" if self.daemonset else "a DaemonSet",
+                ", ".join(impostors),
+            )
+        if impostors and not owned:
+            raise AgentNotFound(
+                f"no agent pod on node {node!r} ({where}): {', '.join(impostors)} "
+                f"{'is' if len(impostors) == 1 else 'are'} not owned by "
+                f"{f'DaemonSet {self.daemonset}' if self.daemonset else 'a DaemonSet'} (refused as impostors)",
+                retryable=False,
+            )
+        ready = [pod for pod in owned if _pod_ready(pod)]
         if not ready:
             seen = ", ".join(f"{p.metadata.name} ({(p.status and p.status.phase) or '?'})" for p in pods.items)
             raise AgentNotFound(
@@ -247,6 +273,14 @@ class KubernetesAgents(AgentDirectory):
         if ":" in host:  # IPv6
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+
+def _owned_by_daemonset(pod: Any, name: str | None) -> bool:
+    """True when the pod's controller ownerReference is a DaemonSet (of that name, when given)."""
+    for ref in pod.metadata.owner_references or []:
+        if ref.controller and ref.kind == "DaemonSet" and (ref.api_version or "").startswith("apps/"):
+            return name is None or ref.name == name
+    return False
 
 
 def _pod_ready(pod: Any) -> bool:
@@ -367,14 +401,18 @@ class AgentRunner(StepRunner):
                 "timeout": round(timeout, 3),
             },
         }
+        data = json.dumps(body, default=str).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+            # The node's own credential, never the master: the agent of one node cannot command another.
+            headers["Authorization"] = sign(
+                node_token(self.token, self.node), self.node, "POST", AGENT_PATHS[kind], data
+            )
         where = f"agent {self.url} of node {self.node}"
         try:
             response = (self.session or requests).post(
                 self.url + AGENT_PATHS[kind],
-                data=json.dumps(body, default=str),
+                data=data,
                 headers=headers,
                 # The agent enforces the step's deadline itself and answers; a little slack for the answer.
                 timeout=(self.connect_timeout, timeout + self.answer_slack),
@@ -480,6 +518,7 @@ class Dispatch:
                     settings.agent_port,
                     kubeconfig=settings.kubeconfig,
                     context=settings.kube_context,
+                    daemonset=settings.agent_daemonset,
                 )
             )
         token = settings.resolved_agent_token()

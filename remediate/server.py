@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import HTTPException
 
 from remediate.actions import ActionRegistry, default_registry
 from remediate.alerts import parse_timestamp
 from remediate.breaker import CircuitBreaker, limits_from_settings
-from remediate.config import Settings
+from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings, check_server_credentials
 from remediate.engine import Engine
-from remediate.errors import ConfigError, PayloadError, RunStateError, StoreUnavailable, UnknownRunError
+from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.executor import Executor
 from remediate.metrics import Metrics, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
@@ -36,8 +36,6 @@ from remediate.store import HistoryQuery, Store
 
 log = logging.getLogger("remediate.server")
 
-READ = "read"
-WRITE = "write"
 MAX_HISTORY_LIMIT = 1000
 LARGE_BODY_BYTES = 1024 * 1024
 """A webhook body over this (or of unknown length) is parsed one at a time per worker process:
@@ -59,6 +57,8 @@ class Services:
     read_token: str | None
     wake: Callable[[], None]
     """Tells the executor that runs were queued or approved (in `remediate serve`: the executor process)."""
+    credentials: tuple[Credential, ...] = ()
+    """Every accepted token (see Settings.credentials); empty only with insecure_no_auth."""
 
 
 def build_services(
@@ -76,11 +76,7 @@ def build_services(
     """
     token = settings.resolved_token()
     read_token = settings.resolved_read_token()
-    if not token and not settings.insecure_no_auth:
-        raise ConfigError(
-            "no token configured: set REMEDIATE_TOKEN or --token-file (or, for local experiments only, "
-            "--insecure-no-auth)"
-        )
+    credentials = tuple(check_server_credentials(settings))
     registry = registry or default_registry(settings)
     playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
     if store is None:
@@ -108,13 +104,22 @@ def build_services(
         breaker_stale_horizon=settings.breaker_stale_horizon,
     )
     return Services(
-        settings, store, engine, executor, metrics, metrics_registry, token, read_token, wake or executor.wake
+        settings,
+        store,
+        engine,
+        executor,
+        metrics,
+        metrics_registry,
+        token,
+        read_token,
+        wake or executor.wake,
+        credentials,
     )
 
 
 def create_app(settings: Settings, *, services: Services | None = None) -> Flask:
     services = services or build_services(settings)
-    if services.token is None:
+    if not services.credentials:
         log.warning(
             "AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach %s can trigger remediation",
             settings.bind,
@@ -132,32 +137,53 @@ def _error(status: int, error: str, message: str, **extra: Any) -> tuple[Respons
     return jsonify({"error": error, "message": message, **extra}), status
 
 
-def _authorized(services: Services, need: str) -> bool:
-    if services.token is None:
-        return True
+class _Unauthenticated(Exception):
+    """No token, or one the server does not know (401)."""
+
+
+def _principal(services: Services) -> Credential | None:
+    """The credential of the request's bearer token; None when authentication is off."""
+    if not services.credentials:
+        return None
     header = request.headers.get("Authorization", "")
     scheme, _, presented = header.partition(" ")
     if scheme.lower() != "bearer" or not presented:
-        return False
+        raise _Unauthenticated()
     presented_bytes = presented.strip().encode()
-    if hmac.compare_digest(presented_bytes, services.token.encode()):
-        return True
-    return (
-        need == READ
-        and services.read_token is not None
-        and hmac.compare_digest(presented_bytes, services.read_token.encode())
-    )
+    found = None
+    # Compare with every token (constant time each) so the answer's timing does not say which matched.
+    for credential in services.credentials:
+        if hmac.compare_digest(presented_bytes, credential.token.encode()):
+            found = credential
+    if found is None:
+        raise _Unauthenticated()
+    return found
 
 
 def _requires(services: Services, need: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """401 for a missing or unknown token, 403 for a known token without the `need` role."""
+
     def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not _authorized(services, need):
+            try:
+                credential = _principal(services)
+            except _Unauthenticated:
                 if view.__name__ == "webhook":
                     services.metrics.rejected.labels("401").inc()
-                response, status = _error(401, "unauthorized", "missing or wrong bearer token")
+                response, status = _error(401, "unauthorized", "missing or unknown bearer token")
                 response.headers["WWW-Authenticate"] = 'Bearer realm="remediate"'
                 return response, status
+            if credential is not None and not credential.allows(need):
+                if view.__name__ == "webhook":
+                    services.metrics.rejected.labels("403").inc()
+                roles = ", ".join(sorted(credential.roles))
+                return _error(
+                    403,
+                    "forbidden",
+                    f"the token of {credential.name!r} ({roles}) may not do this: it needs the {need} role",
+                    principal=credential.name,
+                )
+            g.principal = credential.name if credential is not None else f"http:{request.remote_addr}"
             return view(*args, **kwargs)
 
         wrapper.__name__ = view.__name__
@@ -195,7 +221,11 @@ def _text(body: dict[str, Any] | None, field: str, limit: int) -> str:
 
 
 def _actor() -> str:
-    return _text(_body(), "by", 255) or f"http:{request.remote_addr}"
+    """Who did it: the authenticated principal. A body `by` is only a note beside it, never the identity."""
+    note = _text(_body(), "by", 255)
+    principal: str = g.principal
+    # At most 255 characters (the approved_by column); the principal always survives the cut.
+    return f"{principal} (note: {note})"[:255] if note and note != principal else principal
 
 
 def _register_routes(app: Flask, services: Services) -> None:
@@ -203,7 +233,7 @@ def _register_routes(app: Flask, services: Services) -> None:
     large_body = threading.BoundedSemaphore(1)
 
     @app.post("/webhook")
-    @_requires(services, WRITE)
+    @_requires(services, WEBHOOK)
     def webhook() -> Any:
         length = request.content_length
         if length is not None and length > services.settings.max_body_bytes:
@@ -265,7 +295,7 @@ def _register_routes(app: Flask, services: Services) -> None:
             return _error(404, "not_found", str(exc))
 
     @app.post("/runs/<int:run_id>/approve")
-    @_requires(services, WRITE)
+    @_requires(services, OPERATOR)
     def approve(run_id: int) -> Any:
         try:
             store.approve(run_id, by=_actor(), now=time.time())
@@ -282,14 +312,14 @@ def _register_routes(app: Flask, services: Services) -> None:
         return jsonify(_pause_json(store))
 
     @app.post("/pause")
-    @_requires(services, WRITE)
+    @_requires(services, OPERATOR)
     def pause() -> Any:
         reason = _text(_body(), "reason", 1000)
         store.set_paused(True, by=_actor(), reason=reason, now=time.time())
         return jsonify(_pause_json(store))
 
     @app.post("/resume")
-    @_requires(services, WRITE)
+    @_requires(services, OPERATOR)
     def resume() -> Any:
         store.set_paused(False, by=_actor(), reason="", now=time.time())
         return jsonify(_pause_json(store))
@@ -300,7 +330,7 @@ def _register_routes(app: Flask, services: Services) -> None:
         return jsonify(services.executor.breaker.status())
 
     @app.post("/breaker/reset")
-    @_requires(services, WRITE)
+    @_requires(services, OPERATOR)
     def breaker_reset() -> Any:
         reason = _text(_body(), "reason", 1000)
         status = services.executor.breaker.reset(by=_actor(), reason=reason)

@@ -261,16 +261,11 @@ def _child_exit(_server: Any, worker: Any) -> None:
 def preflight(settings: Settings) -> None:
     """Fail before forking: token, playbooks, database reachable and schema current."""
     from remediate.actions import default_registry
+    from remediate.config import check_server_credentials
     from remediate.playbooks import load_playbooks
     from remediate.store import Store
 
-    if not settings.resolved_token() and not settings.insecure_no_auth:
-        from remediate.errors import ConfigError
-
-        raise ConfigError(
-            "no token configured: set REMEDIATE_TOKEN or --token-file (or, for local experiments only, "
-            "--insecure-no-auth)"
-        )
+    check_server_credentials(settings)
     playbooks = load_playbooks(settings.playbooks, default_registry(settings))
     from remediate.runners import Dispatch
 
@@ -294,9 +289,11 @@ def preflight(settings: Settings) -> None:
 
 
 def run_server(settings: Settings) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from remediate.logsafe import configure_logging
+
+    configure_logging()  # alert data in a message can never start a forged log line
     preflight(settings)
-    if settings.insecure_no_auth and not settings.resolved_token():
+    if settings.insecure_no_auth and not settings.credentials():
         log.warning("!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN")
     metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     own_metrics_dir = metrics_dir is None

@@ -29,6 +29,7 @@ def describe(action: Action) -> dict[str, Any]:
                 "default": spec.default,
                 "choices": list(spec.choices),
                 "static": spec.static,
+                "secret": spec.secret,
                 "doc": spec.doc,
             }
             for name, spec in action.schema.fields.items()
@@ -67,6 +68,11 @@ def markdown(registry: ActionRegistry) -> str:
                 what += f" (one of: {', '.join(f'`{c}`' for c in param['choices'])})"
             if param["static"]:
                 what += " **Static**: written in the playbook, never templated."
+            if param["secret"]:
+                what += (
+                    " **Secret**: an absolute file path (e.g. a mounted Secret); only the path is stored and shown,"
+                    " the file is read when the step runs."
+                )
             default = "" if param["default"] is None else f"`{param['default']}`"
             lines.append(
                 f"| `{param['name']}` | {param['type']} | {'yes' if param['required'] else ''} | {default} "

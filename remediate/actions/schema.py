@@ -34,6 +34,10 @@ class Param:
     templated_check: Callable[[Any], str | None] | None = None
     """Extra check of a value rendered from the alert (after `check`), for forms only the playbook's
     author may write: a label must not widen what a step touches (`gpu: all`)."""
+    secret: bool = False
+    """True: the value is the absolute path of a file holding a secret (e.g. a mounted Kubernetes Secret).
+    Only the path is ever stored, shown or logged; the action reads the file when the step executes.
+    Implies `static`. Secrets themselves never go into params (which the history stores and shows)."""
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class ParamSchema:
                 continue
             value = params[name]
             if _contains_template(value):
-                if spec.static:
+                if spec.static or spec.secret:
                     errors.append(f"parameter {name!r} must be written in the playbook, not templated from the alert")
                 continue
             try:
@@ -96,6 +100,8 @@ class ParamSchema:
         if spec.choices and coerced not in spec.choices:
             options = ", ".join(map(str, spec.choices))
             raise ParamsError(f"parameter {name!r} must be one of {options}, got {value!r}")
+        if spec.secret and not (isinstance(coerced, str) and coerced.startswith("/")):
+            raise ParamsError(f"parameter {name!r} must be the absolute path of a file holding the secret")
         if spec.check is not None:
             problem = spec.check(coerced)
             if problem:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,13 @@ from remediate.cli._group import main
     "--token-file",
     "agent_token_file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="File holding the agent token the server sends (or set $REMEDIATE_AGENT_TOKEN).",
+    help="File holding the master agent token (or set $REMEDIATE_AGENT_TOKEN); prefer --node-token-file.",
+)
+@click.option(
+    "--node-token-file",
+    "agent_node_token_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File holding this node's own credential (`remediate agent-credential NODE`; or $REMEDIATE_AGENT_NODE_TOKEN).",
 )
 @click.option("--node-name", help="This node's name: the only target it runs steps for [the host name].")
 @click.option(
@@ -54,6 +61,7 @@ def agent(**params: Any) -> None:
             for key in (
                 "agent_bind",
                 "agent_token_file",
+                "agent_node_token_file",
                 "node_name",
                 "agent_state_file",
                 "cleanup_policies_file",
@@ -66,3 +74,40 @@ def agent(**params: Any) -> None:
     from remediate.agent import run_agent
 
     run_agent(settings)
+
+
+@main.command("agent-credential")
+@click.argument("node")
+@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option(
+    "--token-file",
+    "agent_token_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File holding the master agent token the server has (or set $REMEDIATE_AGENT_TOKEN).",
+)
+@click.option(
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write the credential to this file (mode 0600) instead of printing it.",
+)
+@handle_errors
+def agent_credential(node: str, output: Path | None, **params: Any) -> None:
+    """Print NODE's own agent credential, derived from the master agent token: give it to that node's
+    agent only (agent_node_token_file); it signs nothing for any other node."""
+    from remediate.agentauth import node_token
+    from remediate.errors import ConfigError
+
+    settings = _settings(params, agent_token_file=params["agent_token_file"])
+    master = settings.resolved_agent_token()
+    if not master:
+        raise ConfigError("no master agent token: set REMEDIATE_AGENT_TOKEN or --token-file")
+    if output is None:
+        click.echo(node_token(master, node))
+        return
+    try:
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(node_token(master, node) + "\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
+    click.echo(f"wrote the agent credential of node {node} to {output}")

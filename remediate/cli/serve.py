@@ -27,7 +27,8 @@ from remediate.cli._group import main
 @click.option(
     "--token-file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="File holding the bearer token (or set $REMEDIATE_TOKEN).",
+    help="File holding the token (or $REMEDIATE_TOKEN): webhook-only unless token_roles says more; "
+    "operators use REMEDIATE_OPERATOR_TOKEN(_FILE).",
 )
 @click.option(
     "--insecure-no-auth", is_flag=True, default=None, help="Serve without a token. Only for local experiments."

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +15,11 @@ from remediate.actions import default_registry
 from remediate.actions.base import InMemoryMemory
 from remediate.agent import AgentService
 from remediate.agent_server import create_agent_app
+from remediate.agentauth import node_token, sign
 from remediate.errors import ConfigError
 from remediate.gpu import SimulatedBackend
 from tests.agent.support import AGENT_TOKEN, ClusterThing, Echo, agent_settings, registry_with, step_body
 
-AUTH = {"Authorization": f"Bearer {AGENT_TOKEN}"}
 W = 1000
 
 
@@ -37,8 +40,22 @@ def client(tmp_path: Path, echo: Echo, memory: InMemoryMemory) -> FlaskClient:
     return create_agent_app(settings, service=service).test_client()
 
 
-def post(client: FlaskClient, kind: str, body: Any, headers: dict[str, str] | None = None) -> Any:
-    return client.post(f"/v1/steps/{kind}", json=body, headers=AUTH if headers is None else headers)
+def signed(
+    data: bytes, path: str, *, node: str = "node-b", credential: str | None = None, now: float | None = None
+) -> dict[str, str]:
+    """The Authorization header the server sends: signed with `node`'s credential derived from the master."""
+    return {"Authorization": sign(credential or node_token(AGENT_TOKEN, node), node, "POST", path, data, now=now)}
+
+
+def post(client: FlaskClient, kind: str, body: Any, headers: dict[str, str] | None = None, **signing: Any) -> Any:
+    """POST a step as the server does: signed for its target node unless `headers` or `node` say otherwise."""
+    path = f"/v1/steps/{kind}"
+    data = json.dumps(body).encode()
+    if headers is None:
+        target = body.get("context", {}).get("target") if isinstance(body, dict) else None
+        signing.setdefault("node", target if isinstance(target, str) and target else "node-b")
+        headers = signed(data, path, **signing)
+    return client.post(path, data=data, content_type="application/json", headers=headers)
 
 
 def test_execute_runs_the_node_action_with_the_servers_context_and_answers_its_result(
@@ -75,14 +92,23 @@ def test_an_alias_of_the_node_is_accepted(client: FlaskClient) -> None:
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {AGENT_TOKEN}"}, {"Authorization": "Bearer"}],
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        # The old shared bearer token itself is no longer a credential.
+        {"Authorization": f"Bearer {AGENT_TOKEN}"},
+        {"Authorization": f"Basic {AGENT_TOKEN}"},
+        {"Authorization": 'Remediate-HMAC node="node-b"'},
+    ],
 )
-def test_without_the_agent_token_nothing_runs(client: FlaskClient, echo: Echo, headers: dict[str, str]) -> None:
+def test_without_a_signature_of_this_nodes_credential_nothing_runs(
+    client: FlaskClient, echo: Echo, headers: dict[str, str]
+) -> None:
     response = post(client, "execute", step_body(), headers=headers)
 
     assert response.status_code == 401
     assert response.json["error_class"] == "permanent"
-    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert response.headers["WWW-Authenticate"].startswith("Remediate-HMAC")
     assert echo.calls == []
 
 
@@ -91,7 +117,10 @@ def test_a_step_for_another_node_is_refused(client: FlaskClient, echo: Echo) -> 
 
     assert response.status_code == 421
     assert response.json["error_class"] == "permanent"
-    assert "runs steps for node 'node-b' (also known as node-b.example), not for 'node-a'" in response.json["message"]
+    assert (
+        "signed for node 'node-a'; this agent holds the credential of node-b, node-b.example"
+        in (response.json["message"])
+    )
     assert echo.calls == []
 
 
@@ -142,7 +171,7 @@ def test_a_malformed_request_is_a_400_naming_the_field(client: FlaskClient, muta
 
 
 def test_not_json_is_a_415(client: FlaskClient) -> None:
-    response = client.post("/v1/steps/execute", data="action=x", headers=AUTH)
+    response = client.post("/v1/steps/execute", data="action=x", headers=signed(b"action=x", "/v1/steps/execute"))
     assert response.status_code == 415
     assert response.json["error_class"] == "permanent"
 
@@ -267,3 +296,100 @@ def test_what_the_gpu_action_remembers_survives_an_agent_restart_in_its_state_fi
     assert gpus.device(uuid).power_limit_mw == 700 * W
     assert (tmp_path / "agent-state" / "agent.db").exists()
     service.close()
+
+
+# --------------------------------------------------------------------------- issue 15: per-node credentials
+
+
+def own_credential_client(tmp_path: Path, echo: Echo) -> FlaskClient:
+    """An agent of node-b that knows only its own credential, not the master secret."""
+    settings = agent_settings(tmp_path, agent_token=None, agent_node_token=node_token(AGENT_TOKEN, "node-b"))
+    service = AgentService(settings, registry=registry_with(echo), memory=InMemoryMemory())
+    return create_agent_app(settings, service=service).test_client()
+
+
+def test_an_agent_with_only_its_own_credential_runs_the_servers_signed_steps(tmp_path: Path, echo: Echo) -> None:
+    client = own_credential_client(tmp_path, echo)
+
+    response = post(client, "execute", step_body())
+
+    assert response.status_code == 200, response.json
+    assert [call[0] for call in echo.calls] == ["execute"]
+
+
+def test_another_nodes_credential_cannot_command_this_node(tmp_path: Path, echo: Echo) -> None:
+    client = own_credential_client(tmp_path, echo)
+    node_a = node_token(AGENT_TOKEN, "node-a")  # what node-a's agent holds, e.g. after node-a is compromised
+
+    claims_b = post(client, "execute", step_body(), node="node-b", credential=node_a)
+    as_itself = post(client, "execute", step_body(), node="node-a", credential=node_a)
+
+    assert claims_b.status_code == 401
+    assert "wrong signature for node 'node-b'" in claims_b.json["message"]
+    assert as_itself.status_code == 421
+    assert echo.calls == []
+
+
+def test_a_request_signed_for_this_node_but_targeting_another_name_is_403(client: FlaskClient, echo: Echo) -> None:
+    response = post(client, "execute", step_body(target="node-b.example"), node="node-b")
+
+    assert response.status_code == 403
+    assert response.json["error"] == "wrong_credential"
+    assert echo.calls == []
+
+
+def test_a_replayed_or_stale_signed_request_is_refused(client: FlaskClient, echo: Echo) -> None:
+    path, data = "/v1/steps/execute", json.dumps(step_body()).encode()
+    headers = signed(data, path)
+    first = client.post(path, data=data, content_type="application/json", headers=headers)
+    replay = client.post(path, data=data, content_type="application/json", headers=headers)
+    stale = post(client, "execute", step_body(), now=time.time() - 600)
+    tampered = client.post(
+        path, data=data.replace(b'"run_id": 7', b'"run_id": 8'), content_type="application/json", headers=headers
+    )
+
+    assert first.status_code == 200
+    assert (replay.status_code, stale.status_code, tampered.status_code) == (401, 401, 401)
+    assert "replay" in replay.json["message"]
+    assert "signed 600s ago (at most 120s either way)" in stale.json["message"]
+    assert "wrong signature" in tampered.json["message"]
+    assert len(echo.calls) == 1
+
+
+def test_every_call_is_logged_with_run_step_action_params_and_caller(
+    client: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="remediate.agent")
+
+    post(client, "execute", step_body(run_id=42))
+    post(client, "execute", step_body(), headers={"Authorization": "Bearer guess"})
+
+    messages = [r.getMessage() for r in caplog.records if r.name == "remediate.agent"]
+    assert (
+        'call execute run 42 step 0 playbook pb action test.echo target node-b params {"word": "hello"} '
+        "from 127.0.0.1 (signed for node-b)"
+    ) in messages
+    assert any(m.startswith("refused execute from 127.0.0.1: expected Authorization: Remediate-HMAC") for m in messages)
+
+
+def test_without_a_configured_floor_the_agent_refuses_to_starve_a_gpu(tmp_path: Path, gpus: SimulatedBackend) -> None:
+    client, service = gpu_app(tmp_path, gpus)
+    uuid = gpus.devices()[0].uuid
+
+    response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 1}))
+
+    assert response.status_code == 500
+    assert response.json["type"] == "BelowPowerFloor"
+    assert "power floor 350 W (gpu_power_floor_percent=50)" in response.json["message"]
+    assert gpus.device(uuid).power_limit_mw == 700 * W
+    service.close()
+
+
+def test_two_identical_steps_signed_in_the_same_millisecond_are_both_accepted(client: FlaskClient, echo: Echo) -> None:
+    now = time.time()
+
+    first = post(client, "execute", step_body(), now=now)
+    second = post(client, "execute", step_body(), now=now)
+
+    assert (first.status_code, second.status_code) == (200, 200)  # the nonce tells them apart from a replay
+    assert len(echo.calls) == 2

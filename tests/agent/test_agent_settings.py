@@ -94,3 +94,29 @@ def test_remediate_actions_lists_where_each_action_runs() -> None:
     lines = {line.split()[0]: line.split()[1] for line in result.output.splitlines()[1:]}
     assert lines["gpu.set_power_limit"] == "node"
     assert lines["log"] == "cluster"
+
+
+def test_agent_credential_writes_only_this_nodes_credential_as_the_chart_init_container_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from remediate.agentauth import node_token
+    from remediate.cli import main
+
+    for name in ("REMEDIATE_AGENT_TOKEN", "REMEDIATE_AGENT_TOKEN_FILE", "REMEDIATE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    master = tmp_path / "agent-token"
+    master.write_text("the-master-secret\n")
+    output = tmp_path / "node-credential"
+
+    done = CliRunner().invoke(main, ["agent-credential", "gpu-7", "--token-file", str(master), "--output", str(output)])
+
+    assert done.exit_code == 0, done.output
+    assert output.read_text().strip() == node_token("the-master-secret", "gpu-7")
+    assert output.read_text().strip() != node_token("the-master-secret", "gpu-8")
+    assert "the-master-secret" not in output.read_text()
+    assert output.stat().st_mode & 0o777 == 0o600
+    agent = load_settings(env={"REMEDIATE_AGENT_NODE_TOKEN_FILE": str(output)})
+    assert agent.resolved_agent_node_token() == node_token("the-master-secret", "gpu-7")
+    assert "the-master-secret" not in repr(agent)

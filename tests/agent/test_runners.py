@@ -172,10 +172,10 @@ def test_errors_of_the_agent_keep_their_class_and_say_where(agent: tuple[str, Ec
 
 def test_a_wrong_token_and_a_wrong_node_are_permanent(agent: tuple[str, Echo]) -> None:
     url, echo = agent
-    with pytest.raises(ActionError, match="missing or wrong agent token") as wrong_token:
+    with pytest.raises(ActionError, match="agent credential: wrong signature for node 'node-b'") as wrong_token:
         runner(url, token="nope").execute(ECHO, {"word": "x"}, ctx())
     assert not isinstance(wrong_token.value, RetryableActionError)
-    with pytest.raises(ActionError, match="not for 'node-c'"):
+    with pytest.raises(ActionError, match="signed for node 'node-b' but its step targets 'node-c'"):
         runner(url).execute(ECHO, {"word": "x"}, ctx(target="node-c"))
     assert echo.calls == []
 
@@ -276,10 +276,13 @@ def pod(
     ready: bool = True,
     created: int = 0,
     deleting: bool = False,
+    owner: tuple[str, str] | None = ("DaemonSet", "rel-remediate-agent"),
 ) -> k8s.V1Pod:
+    owners = [k8s.V1OwnerReference(api_version="apps/v1", kind=owner[0], name=owner[1], uid="u", controller=True)]
     return k8s.V1Pod(
         metadata=k8s.V1ObjectMeta(
             name=name,
+            owner_references=owners if owner else None,
             creation_timestamp=datetime.fromtimestamp(1_700_000_000 + created, UTC),
             deletion_timestamp=datetime.now(UTC) if deleting else None,
         ),

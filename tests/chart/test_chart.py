@@ -54,7 +54,10 @@ FULL = {
     "networkPolicy": {"enabled": True},
     "auth": {"createReadToken": True},
     "persistence": {"storageClass": "fast-ssd", "size": "5Gi"},
-    "server": {"config": {"notify_timeout": "20s", "stale_after": "2m"}},
+    "server": {
+        "config": {"notify_timeout": "20s", "stale_after": "2m"},
+        "secretMounts": [{"secretName": "oncall-webhook", "mountPath": "/etc/remediate/oncall"}],
+    },
     "playbooks": {"exclude": ["notify-oncall"], "extra": {"my-node-notready.yaml": EXTRA_PLAYBOOK}},
     "agent": {
         "runtimeClassName": "nvidia",
@@ -330,6 +333,12 @@ def test_the_agent_runs_on_gpu_nodes_with_only_the_capabilities_its_actions_need
     assert volumes["state"]["hostPath"] == {"path": "/var/lib/remediate-agent", "type": "DirectoryOrCreate"}
     assert volumes["training-control"]["hostPath"] == {"path": "/run/remediate/training", "type": "DirectoryOrCreate"}
     assert volumes["secrets"]["secret"]["items"] == [{"key": "agent-token", "path": "agent-token"}]
+    # Issue 15: the master agent token reaches only the init container that derives this node's credential.
+    (init,) = pod["initContainers"]
+    assert init["args"][:2] == ["agent-credential", "$(REMEDIATE_NODE_NAME)"]
+    assert {m["name"] for m in init["volumeMounts"]} == {"secrets", "credential"}
+    assert "secrets" not in {m["name"] for m in agent["volumeMounts"]}
+    assert volumes["credential"]["emptyDir"]["medium"] == "Memory"
     # The agent's service account has no token and no permissions.
     agent_sa = by_kind(objects, "ServiceAccount", f"{FULLNAME}-agent")
     assert agent_sa["automountServiceAccountToken"] is False
@@ -393,6 +402,11 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
     server = Settings(**read_config_file(server_file))
     assert server.bind == "0.0.0.0:9095"
     assert server.token_file == Path("/etc/remediate/secrets/token")
+    assert server.token_roles == ("webhook",)  # AlertManager's token: it cannot approve, pause or reset
+    assert server.operator_token_file == Path("/etc/remediate/secrets/operator-token")
+    if server.agent_selector:
+        daemonset = by_kind(objects, "DaemonSet")["metadata"]["name"]
+        assert server.agent_daemonset == daemonset  # discovery refuses pods this DaemonSet does not control
     assert server.node_name is None  # in a cluster every node step goes to an agent
     if values == "full":
         assert server.mode == "enforce"
@@ -428,6 +442,8 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
     agent_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-agent-config")["data"]["config.yaml"])
     agent = Settings(**read_config_file(agent_file))
     assert agent.agent_bind == "0.0.0.0:9096"
+    assert agent.agent_token_file is None  # never the master: only this node's credential (init container)
+    assert agent.agent_node_token_file == Path("/etc/remediate/secrets/node-credential")
     assert agent.agent_state_file == Path("/var/lib/remediate-agent/agent.db")
     assert agent.gpu_backend == "nvml"
     assert agent.gpu_power_floor_percent == 50
@@ -462,14 +478,15 @@ def test_tokens_are_generated_unless_given_and_the_agent_sees_only_its_own(
 
     secret = by_kind(rendered["defaults"], "Secret")
     tokens = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
-    assert set(tokens) == {"token", "agent-token"}
+    assert set(tokens) == {"token", "operator-token", "agent-token"}
     assert all(len(t) == 48 and t.isalnum() for t in tokens.values())
-    assert tokens["token"] != tokens["agent-token"]
-    assert set(by_kind(rendered["full"], "Secret")["data"]) == {"token", "agent-token", "read-token"}
+    assert len(set(tokens.values())) == 3
+    assert set(by_kind(rendered["full"], "Secret")["data"]) == {"token", "operator-token", "agent-token", "read-token"}
 
-    given = helm.objects({"auth": {"token": "webhook-t", "agentToken": "agent-t"}})
+    given = helm.objects({"auth": {"token": "webhook-t", "operatorToken": "operator-t", "agentToken": "agent-t"}})
     data = by_kind(given, "Secret")["data"]
     assert base64.b64decode(data["token"]) == b"webhook-t"
+    assert base64.b64decode(data["operator-token"]) == b"operator-t"
     assert base64.b64decode(data["agent-token"]) == b"agent-t"
 
     existing = rendered["existing-secrets"]
@@ -677,3 +694,15 @@ def test_the_charts_copies_of_the_playbooks_and_rules_equal_the_repositorys() ->
         assert have == wanted, f"{copy} differs from {source}: run scripts/sync-generated"
         _, mismatch, errors = filecmp.cmpfiles(source, copy, wanted, shallow=False)
         assert mismatch == errors == [], f"{mismatch + errors} differ from {source}: run scripts/sync-generated"
+
+
+def test_secrets_steps_read_are_mounted_into_the_server_read_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    pod = by_kind(rendered["full"], "Deployment")["spec"]["template"]["spec"]
+    server = container(rendered["full"], "Deployment")
+
+    assert {"name": "secret-oncall-webhook", "secret": {"secretName": "oncall-webhook", "defaultMode": 0o440}} in (
+        pod["volumes"]
+    )
+    assert {"name": "secret-oncall-webhook", "mountPath": "/etc/remediate/oncall", "readOnly": True} in (
+        server["volumeMounts"]
+    )

@@ -21,7 +21,16 @@ import requests
 from click.testing import Result
 
 from remediate.cli import main
-from tests.http.support import APPROVE_XID, LOG_DISK, LOG_XID, TOKEN, Server, alert, notification, real_firing
+from tests.http.support import (
+    APPROVE_XID,
+    LOG_DISK,
+    LOG_XID,
+    OPERATOR_TOKEN,
+    Server,
+    alert,
+    notification,
+    real_firing,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_PLAYBOOKS = REPO / "playbooks"
@@ -333,7 +342,7 @@ def test_dry_run_while_paused_says_so_and_exits_1(cli: Callable[..., Result], xi
 
     assert result.exit_code == 1
     assert "PAUSED" in result.stdout
-    assert "decision: paused (remediation is paused by alice: maintenance)" in result.stdout
+    assert "decision: paused (remediation is paused by operator (note: alice): maintenance)" in result.stdout
 
 
 def test_dry_run_of_an_alert_missing_a_label_the_playbook_needs_is_rejected_and_exits_1(
@@ -541,7 +550,7 @@ def test_history_from_a_running_server_matches_the_database(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = serve(history_server)
-    monkeypatch.setenv("REMEDIATE_TOKEN", TOKEN)
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
 
     over_http = cli("history", "--json", "--server", url)
     filtered = cli("history", "--json", "--node", "node-b", "--server", url)
@@ -558,7 +567,7 @@ def test_history_from_a_server_reads_the_token_from_a_token_file(
 ) -> None:
     url = serve(history_server)
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    token_file.write_text(OPERATOR_TOKEN + "\n", encoding="utf-8")
 
     result = cli("history", "--json", "--server", url, "--token-file", token_file)
 
@@ -584,7 +593,7 @@ def test_history_from_a_server_that_refuses_is_a_one_line_error_exit_2(
 ) -> None:
     url = serve(history_server)
     if args:
-        monkeypatch.setenv("REMEDIATE_TOKEN", TOKEN)
+        monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
 
     result = cli("history", *args, "--server", url)
 
@@ -660,13 +669,14 @@ def test_approve_through_a_running_server_queues_the_run_and_records_who(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server, run_id = approval_server
-    monkeypatch.setenv("REMEDIATE_TOKEN", TOKEN)
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
 
     result = cli("approve", str(run_id), "--server", serve(server))
 
     assert result.exit_code == 0, result.output
     detail = server.get(f"/runs/{run_id}").get_json()
-    assert (detail["status"], detail["approved_by"]) == ("queued", "tester")
+    # The server records the token's principal; the CLI's --by (default: the user) is a note beside it.
+    assert (detail["status"], detail["approved_by"]) == ("queued", "operator (note: tester)")
 
 
 @pytest.mark.parametrize("via", ["database", "server"])
@@ -678,7 +688,7 @@ def test_approving_twice_or_an_unknown_run_is_a_one_line_error_exit_2(
     via: str,
 ) -> None:
     server, run_id = approval_server
-    monkeypatch.setenv("REMEDIATE_TOKEN", TOKEN)
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
     target = db_args(server) if via == "database" else ["--server", serve(server)]
     assert cli("approve", str(run_id), *target).exit_code == 0
 
@@ -716,19 +726,19 @@ def test_pause_and_resume_through_a_running_server(
     cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = serve(xid_server)
-    monkeypatch.setenv("REMEDIATE_TOKEN", TOKEN)
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
 
     paused = cli("pause", "--reason", "incident 42", "--server", url)
 
     assert paused.exit_code == 0, paused.output
     state = xid_server.get("/pause").get_json()
-    assert (state["paused"], state["by"], state["reason"]) == (True, "tester", "incident 42")
+    assert (state["paused"], state["by"], state["reason"]) == (True, "operator (note: tester)", "incident 42")
 
     resumed = cli("resume", "--by", "carol", "--server", url)
 
     assert resumed.exit_code == 0
     state = xid_server.get("/pause").get_json()
-    assert (state["paused"], state["by"]) == (False, "carol")
+    assert (state["paused"], state["by"]) == (False, "operator (note: carol)")
 
 
 def test_pause_through_a_server_without_the_write_token_is_refused(
@@ -738,7 +748,7 @@ def test_pause_through_a_server_without_the_write_token_is_refused(
 
     result = cli("pause", "--server", serve(xid_server))
 
-    assert_one_line_error(result, "HTTP 401")
+    assert_one_line_error(result, "HTTP 403")
     assert xid_server.get("/pause").get_json()["paused"] is False
 
 
@@ -809,7 +819,7 @@ def test_every_client_command_reads_the_token_from_remediate_token_file(
     """Finding 15: only --token-file and $REMEDIATE_TOKEN were read; $REMEDIATE_TOKEN_FILE (as `serve` reads it) not."""
     server, run_id = approval_server
     token_file = tmp_path / "operator.token"
-    token_file.write_text(TOKEN + "\n", encoding="utf-8")
+    token_file.write_text(OPERATOR_TOKEN + "\n", encoding="utf-8")
     monkeypatch.setenv("REMEDIATE_TOKEN_FILE", str(token_file))
 
     result = cli(*[str(run_id) if word == "RUN" else word for word in command], "--server", serve(server))
@@ -827,7 +837,7 @@ def test_a_token_file_on_the_command_line_wins_over_the_environment(
 ) -> None:
     url = serve(history_server)
     token_file = tmp_path / "token"
-    token_file.write_text(TOKEN, encoding="utf-8")
+    token_file.write_text(OPERATOR_TOKEN, encoding="utf-8")
     monkeypatch.setenv("REMEDIATE_TOKEN", "not-the-token")
 
     refused = cli("history", "--json", "--server", url)
@@ -856,7 +866,7 @@ def test_an_empty_token_file_is_a_one_line_error_naming_it(
 
 def test_a_real_client_process_authenticates_to_a_real_server_with_remediate_token_file(tmp_path: Path) -> None:
     """`python -m remediate pause/resume/history --server` against gunicorn, the token only in a file."""
-    from tests.integration.conftest import RemediateServer
+    from tests.integration.conftest import TOKEN, RemediateServer
 
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
@@ -884,7 +894,7 @@ def test_a_real_client_process_authenticates_to_a_real_server_with_remediate_tok
         history = remediate("history", "--json")
 
     assert paused.returncode == 0, paused.stderr
-    assert (state["paused"], state["by"]) == (True, "dana")
+    assert (state["paused"], state["by"]) == (True, "token (note: dana)")  # the principal; the body's name a note
     assert resumed.returncode == 0, resumed.stderr
     assert history.returncode == 0, history.stderr
     assert json.loads(history.stdout)["entries"] == []

@@ -25,6 +25,8 @@ from remediate.config import Settings
 from remediate.server import Services, build_services, create_app
 
 TOKEN = "write-token-0123456789"
+"""The `token` setting: since issue 15 a webhook-only token (its default token_roles)."""
+OPERATOR_TOKEN = "operator-token-5647382910"
 READ_TOKEN = "read-token-9876543210"
 PAYLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "payloads"
 TABLES = ("notifications", "alerts", "decisions", "runs", "steps")
@@ -148,10 +150,10 @@ class Server:
         kwargs.setdefault("content_type", "application/json")
         return self.client.post("/webhook", data=data, headers=bearer(token), **kwargs)
 
-    def get(self, path: str, *, token: str | None = TOKEN, **kwargs: Any) -> TestResponse:
+    def get(self, path: str, *, token: str | None = OPERATOR_TOKEN, **kwargs: Any) -> TestResponse:
         return self.client.get(path, headers=bearer(token), **kwargs)
 
-    def post(self, path: str, *, token: str | None = TOKEN, **kwargs: Any) -> TestResponse:
+    def post(self, path: str, *, token: str | None = OPERATOR_TOKEN, **kwargs: Any) -> TestResponse:
         return self.client.post(path, headers=bearer(token), **kwargs)
 
     def counts(self) -> dict[str, int]:
@@ -199,6 +201,7 @@ def build_server(directory: Path, *, playbooks: Mapping[str, str] | None = None,
     db_path = directory / "remediate.db"
     values: dict[str, Any] = {
         "token": TOKEN,
+        "operator_token": OPERATOR_TOKEN,
         "read_token": READ_TOKEN,
         "playbooks": playbook_dir,
         "database_url": f"sqlite:///{db_path}",

@@ -16,6 +16,7 @@ from tests.http.support import (
     LOG_DISK,
     LOG_XID,
     READ_TOKEN,
+    TOKEN,
     Server,
     alert,
     drop_table,
@@ -430,22 +431,23 @@ def test_approving_a_run_queues_it_records_who_approved_and_the_executor_then_ru
     assert response.status_code == 200
     approved = response.get_json()
     assert approved["status"] == "queued"
-    assert approved["approved_by"] == "alice"
+    # The principal is the token's name; the body's "by" is only a note beside it.
+    assert approved["approved_by"] == "operator (note: alice)"
     assert approved["approved_at"] is not None
     assert server.drain() == 1
     done = server.get(f"/runs/{run_id}").get_json()
     assert done["status"] == "succeeded"
-    assert done["approved_by"] == "alice"
+    assert done["approved_by"] == "operator (note: alice)"
     assert done["steps"][0]["result"] == {"logged": "approved fix for GPU 3", "level": "info"}
     assert server.history()["entries"][0]["status"] == "succeeded"
 
 
-def test_approving_without_a_name_records_the_caller_address(approval: tuple[Server, int]) -> None:
+def test_approving_without_a_name_records_the_authenticated_principal(approval: tuple[Server, int]) -> None:
     server, run_id = approval
 
     approved = server.post(f"/runs/{run_id}/approve").get_json()
 
-    assert approved["approved_by"] == "http:127.0.0.1"
+    assert approved["approved_by"] == "operator"
 
 
 def test_approving_a_run_twice_is_a_409_conflict(approval: tuple[Server, int]) -> None:
@@ -457,7 +459,7 @@ def test_approving_a_run_twice_is_a_409_conflict(approval: tuple[Server, int]) -
     assert again.status_code == 409
     assert again.get_json()["error"] == "conflict"
     assert "queued" in again.get_json()["message"]
-    assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "alice"
+    assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "operator (note: alice)"
 
 
 def test_approving_an_unknown_run_is_a_404(approval: tuple[Server, int]) -> None:
@@ -469,13 +471,18 @@ def test_approving_an_unknown_run_is_a_404(approval: tuple[Server, int]) -> None
     assert response.get_json()["error"] == "not_found"
 
 
-@pytest.mark.parametrize("token", [READ_TOKEN, None])
-def test_the_read_token_or_no_token_cannot_approve(approval: tuple[Server, int], token: str | None) -> None:
+@pytest.mark.parametrize(
+    ("token", "status"), [(READ_TOKEN, 403), (TOKEN, 403), ("unknown-token-000000", 401), (None, 401)]
+)
+def test_the_read_token_the_webhook_token_or_no_token_cannot_approve(
+    approval: tuple[Server, int], token: str | None, status: int
+) -> None:
     server, run_id = approval
 
     response = server.post(f"/runs/{run_id}/approve", json={"by": "mallory"}, token=token)
 
-    assert response.status_code == 401
+    # 401: no or an unknown token; 403: a known token without the operator role.
+    assert response.status_code == status
     assert server.get(f"/runs/{run_id}").get_json()["status"] == "awaiting_approval"
 
 
@@ -511,7 +518,7 @@ def test_while_paused_a_webhook_records_decision_paused_with_the_reason_and_star
     entry = server.history()["entries"][0]
     assert entry["decision"] == "paused"
     assert entry["run_id"] is None
-    assert "alice" in entry["reason"]
+    assert "operator (note: alice)" in entry["reason"]
     assert "GPU driver upgrade" in entry["reason"]
     assert server.history(status="paused")["entries"] == [entry]
 
@@ -524,7 +531,7 @@ def test_get_pause_shows_who_paused_why_and_since_when(server: Server) -> None:
     state = server.get("/pause", token=READ_TOKEN).get_json()
 
     assert state["paused"] is True
-    assert state["by"] == "alice"
+    assert state["by"] == "operator (note: alice)"
     assert state["reason"] == "maintenance"
     assert started - 1 <= state["since"] <= time.time() + 1
 
@@ -537,7 +544,7 @@ def test_after_resume_new_alerts_run_again_and_a_resent_paused_alert_is_accepted
 
     assert resumed.status_code == 200
     assert resumed.get_json()["paused"] is False
-    assert resumed.get_json()["by"] == "bob"
+    assert resumed.get_json()["by"] == "operator (note: bob)"
     # AlertManager re-sends the group: the alert refused while paused now runs, and so does a new one.
     body = server.webhook(notification(alert("during-pause"), alert("after-pause"))).get_json()
     assert body["decisions"] == {"accepted": 2}
@@ -545,12 +552,15 @@ def test_after_resume_new_alerts_run_again_and_a_resent_paused_alert_is_accepted
     assert [e["status"] for e in server.history(status="succeeded")["entries"]] == ["succeeded", "succeeded"]
 
 
-@pytest.mark.parametrize("path", ["/pause", "/resume"])
-@pytest.mark.parametrize("token", [READ_TOKEN, None])
-def test_the_read_token_or_no_token_cannot_pause_or_resume(server: Server, path: str, token: str | None) -> None:
+@pytest.mark.parametrize("path", ["/pause", "/resume", "/breaker/reset"])
+@pytest.mark.parametrize(("token", "status"), [(READ_TOKEN, 403), (TOKEN, 403), (None, 401)])
+def test_the_read_token_the_webhook_token_or_no_token_cannot_pause_resume_or_reset(
+    server: Server, path: str, token: str | None, status: int
+) -> None:
     response = server.post(path, json={"reason": "x"}, token=token)
 
-    assert response.status_code == 401
+    assert response.status_code == status
+    assert response.get_json()["error"] == ("forbidden" if status == 403 else "unauthorized")
     assert server.get("/pause").get_json()["paused"] is False
 
 

@@ -129,6 +129,8 @@ class RemediateServer:
         env.update(
             {
                 "REMEDIATE_TOKEN": self.token,
+                # One token for AlertManager and the tests' operator calls: the documented compatible set-up.
+                "REMEDIATE_TOKEN_ROLES": "webhook,operator",
                 "PYTHONUNBUFFERED": "1",
                 "REMEDIATE_POLL_INTERVAL": "0.05",
                 # Each start gets fresh metric files: counters begin at zero, and a SIGKILLed

@@ -4,8 +4,10 @@
 Each agent has its own simulated GPUs (the same example file written twice: identical UUIDs, so a step
 that reached the wrong node would visibly change the wrong file), its own scratch disk directory under
 its own cleanup policy, and its own state file. The server has no GPUs and no policies of its own: it
-finds the agents in the static ``agents`` map (REMEDIATE_AGENTS) and sends them node steps with the
-agent token. What happened is read back as an operator would: ``/history`` and ``/runs/<id>`` (which
+finds the agents in the static ``agents`` map (REMEDIATE_AGENTS) and sends them node steps signed with
+each node's own credential, derived from the master agent token: node-a's agent has the master (the
+compatible set-up), node-b's only its own credential, printed by ``remediate agent-credential node-b``.
+What happened is read back as an operator would: ``/history`` and ``/runs/<id>`` (which
 record where each step ran), and the devices and directories of each "node".
 """
 
@@ -54,9 +56,10 @@ steps:
 class NodeAgent:
     """``remediate agent`` for one "node", as a subprocess with its own GPUs, scratch disk and state."""
 
-    def __init__(self, workdir: Path, node: str) -> None:
+    def __init__(self, workdir: Path, node: str, *, own_credential: bool = False) -> None:
         self.workdir = workdir
         self.node = node
+        self.own_credential = own_credential
         self.port = free_port()
         self.log_path = workdir / "agent.log"
         workdir.mkdir(parents=True)
@@ -104,7 +107,13 @@ class NodeAgent:
             str(self.workdir / "state" / "agent.db"),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-        env.update(REMEDIATE_AGENT_TOKEN=AGENT_TOKEN, PYTHONUNBUFFERED="1")
+        env.update(PYTHONUNBUFFERED="1")
+        if self.own_credential:
+            credential = self.workdir / "node-credential"
+            credential.write_text(agent_credential(self.node))
+            env.update(REMEDIATE_AGENT_NODE_TOKEN_FILE=str(credential))
+        else:
+            env.update(REMEDIATE_AGENT_TOKEN=AGENT_TOKEN)
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env, start_new_session=True
@@ -146,9 +155,28 @@ class NodeAgent:
         return sorted(p.name for p in self.scratch.iterdir())
 
 
+def agent_credential(node: str) -> str:
+    """`remediate agent-credential NODE` as an operator runs it, with the master token in the environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env.update(REMEDIATE_AGENT_TOKEN=AGENT_TOKEN)
+    done = subprocess.run(
+        [sys.executable, "-m", "remediate", "agent-credential", node],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 @pytest.fixture
 def nodes(tmp_path: Path, watch_log: Callable[[str, HasLogTail], None]) -> Iterator[dict[str, NodeAgent]]:
-    agents = {name: NodeAgent(tmp_path / name, name) for name in ("node-a", "node-b")}
+    agents = {
+        "node-a": NodeAgent(tmp_path / "node-a", "node-a"),
+        "node-b": NodeAgent(tmp_path / "node-b", "node-b", own_credential=True),
+    }
     try:
         for name, agent in agents.items():
             watch_log(f"agent {name}", agent)
@@ -234,6 +262,30 @@ def test_each_node_step_runs_on_the_agent_of_its_node_and_the_history_says_where
         ("scratch-full", "node-a"),
     }
     assert {e["target"] for e in server.cli_history(playbook="scratch-full") if e["run_id"]} == {"node-a"}
+
+    # node-b's agent logged every call with its run, step, action, params and caller.
+    run_b = min(e["run_id"] for e in history if e["target"] == "node-b" and e["run_id"])  # the firing run
+    assert f"call execute run {run_b} step 0 playbook gpu-overheat action gpu.set_power_limit target node-b" in (
+        node_b.log_path.read_text()
+    )
+    # node-a's credential (all node-a's agent would leak) cannot command node-b: not even at full power.
+    from remediate.agentauth import sign
+
+    body = (
+        b'{"action": "gpu.set_power_limit", "params": {"gpu": "all", "watts": 1}, "context": {"run_id": 1, '
+        b'"step_index": 0, "playbook": "x", "target": "node-b", "alert": {}, "timeout": 10}}'
+    )
+    forged = requests.post(
+        f"{node_b.url}/v1/steps/execute",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": sign(agent_credential("node-a"), "node-b", "POST", "/v1/steps/execute", body),
+        },
+        timeout=10,
+    )
+    assert forged.status_code == 401
+    assert set(node_b.limits().values()) == {DEFAULT_MW}
 
     # 4. A node that has no agent: the step fails with that reason, and nothing runs anywhere else.
     am.fire(_hot(node_a.gpus, 0, "node-c"))

@@ -196,5 +196,5 @@ def test_a_storm_trips_the_breaker_which_stays_open_until_reset(
     )
     assert reset.returncode == 0, reset.stderr
     assert "circuit breaker reset by e2e: ok" in reset.stdout and "breaker: closed" in reset.stdout
-    assert server.get("/breaker")["reset_by"] == "e2e"
+    assert server.get("/breaker")["reset_by"] == "token (note: e2e)"
     assert server.metric("remediate_breaker_open") == 0

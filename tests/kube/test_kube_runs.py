@@ -379,6 +379,7 @@ def test_the_breaker_over_http_status_reset_auth_and_gauge(
     (playbooks / "pb.yaml").write_text(CORDON_ONLY)
     settings = Settings(
         token="w-token",
+        operator_token="o-token",
         read_token="r-token",
         playbooks=playbooks,
         database_url=f"sqlite:///{tmp_path / 'r.db'}",
@@ -390,6 +391,7 @@ def test_the_breaker_over_http_status_reset_auth_and_gauge(
     services = build_services(settings)
     client = create_app(settings, services=services).test_client()
     write, read = {"Authorization": "Bearer w-token"}, {"Authorization": "Bearer r-token"}
+    operator = {"Authorization": "Bearer o-token"}
     try:
         assert client.get("/breaker").status_code == 401
         closed = client.get("/breaker", headers=read).get_json()
@@ -404,9 +406,11 @@ def test_the_breaker_over_http_status_reset_auth_and_gauge(
         assert opened["held_nodes"] == ["gpu-node-00"] and opened["cap"] == 1
         assert b"remediate_breaker_open 1.0" in client.get("/metrics").data
 
-        assert client.post("/breaker/reset", json={"by": "x"}, headers=read).status_code == 401
-        reset = client.post("/breaker/reset", json={"by": "alice", "reason": "ok"}, headers=write).get_json()
-        assert reset["open"] is False and reset["reset_by"] == "alice" and reset["reset_reason"] == "ok"
+        assert client.post("/breaker/reset", json={"by": "x"}, headers=read).status_code == 403
+        assert client.post("/breaker/reset", json={"by": "x"}, headers=write).status_code == 403
+        reset = client.post("/breaker/reset", json={"by": "alice", "reason": "ok"}, headers=operator).get_json()
+        assert reset["open"] is False and reset["reset_reason"] == "ok"
+        assert reset["reset_by"] == "operator (note: alice)"
         assert b"remediate_breaker_open 0.0" in client.get("/metrics").data
         history = client.get("/history", headers=read).get_json()["entries"]
         failed = [e for e in history if e["status"] == "failed"]

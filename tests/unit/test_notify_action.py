@@ -232,3 +232,112 @@ def test_through_the_executor_a_refused_connection_is_retried_as_nothing_was_sen
     assert detail["status"] == "failed"
     (step,) = detail["steps"]
     assert [a["outcome"] for a in step["attempts"]] == ["retryable_error"] * 3
+
+
+# --------------------------------------------------------------------------- issue 15: secrets and redirects
+
+
+class _Redirector:
+    """A real local HTTP server that answers every POST with `status` and a Location (the receiver's URL)."""
+
+    def __init__(self, status: int, location: str) -> None:
+        import http.server
+        import threading
+
+        outer = self
+        self.posts = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.posts += 1
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_not_followed_and_fails_naming_the_location(
+    recorder: WebhookRecorder, action: NotifyWebhookAction, status: int
+) -> None:
+    redirector = _Redirector(status, recorder.url)
+    try:
+        with pytest.raises(ActionError, match=f"answered {status} redirecting to {recorder.url}: not followed") as info:
+            action.execute(params(action, redirector.url), context())
+    finally:
+        redirector.close()
+
+    assert not isinstance(info.value, RetryableActionError)
+    assert redirector.posts == 1
+    assert recorder.requests == []  # the body never reached the URL the playbook did not name
+
+
+@pytest.mark.parametrize("name", ["Authorization", "X-Api-Key", "Cookie", "X-Auth-Token", "proxy-authorization"])
+def test_credentials_in_the_stored_headers_param_are_refused_pointing_to_headers_file(
+    action: NotifyWebhookAction, name: str
+) -> None:
+    errors = action.schema.check_static({"url": "http://example.test/h", "headers": {name: "s3cr3t"}})
+
+    assert len(errors) == 1 and name in errors[0] and "headers_file" in errors[0]
+
+
+def test_headers_file_must_be_an_absolute_path_written_in_the_playbook(action: NotifyWebhookAction) -> None:
+    relative = action.schema.check_static({"url": "http://example.test/h", "headers_file": "secrets/h.yaml"})
+    templated = action.schema.check_static({"url": "http://example.test/h", "headers_file": "/s/{{ labels.x }}"})
+
+    assert relative and "absolute path" in relative[0]
+    assert templated and "not templated" in templated[0]
+
+
+def test_the_headers_file_is_read_when_the_step_executes_and_its_headers_are_sent(
+    recorder: WebhookRecorder, action: NotifyWebhookAction, tmp_path: Any
+) -> None:
+    secret = tmp_path / "oncall-headers"
+    secret.write_text("Authorization: Bearer first-secret\n", encoding="utf-8")
+    step_params = params(action, recorder.url, headers={"X-Team": "ml"}, headers_file=str(secret))
+    plan = action.plan(step_params, context())
+    secret.write_text("Authorization: Bearer rotated-secret\n", encoding="utf-8")
+
+    action.execute(step_params, context())
+
+    (request,) = recorder.requests
+    assert request.header("Authorization") == "Bearer rotated-secret"  # read at execute time, not before
+    assert request.header("X-Team") == "ml"
+    assert plan["headers_from"] == str(secret)
+    assert "secret" not in repr(step_params).replace(str(secret), "")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read headers_file"),
+        ("- not a mapping\n", "must map header names"),
+        ("Authorization: Bearer x\nX-Team: twice\n", "in both headers and headers_file"),
+        ('"Bad Name": v\n', "does not allow"),
+    ],
+)
+def test_a_bad_headers_file_fails_naming_the_file_never_its_contents(
+    recorder: WebhookRecorder, action: NotifyWebhookAction, tmp_path: Any, content: str | None, message: str
+) -> None:
+    secret = tmp_path / "headers"
+    if content is not None:
+        secret.write_text(content, encoding="utf-8")
+
+    with pytest.raises(ActionError, match=message) as info:
+        action.execute(params(action, recorder.url, headers={"X-Team": "ml"}, headers_file=str(secret)), context())
+
+    assert "Bearer x" not in str(info.value)
+    assert recorder.requests == []
