@@ -267,7 +267,11 @@ def test_sigterm_lets_the_executor_process_finish_its_step_and_stops_everything(
     write_playbook(playbooks_dir, "slow", _playbook(recorder))
     recorder.delay = 2.0
     server = start_server(env=env, executor_threads=3)
-    assert re.search(r"Started the executor process \(pid: \d+, 3 threads\)", server.log_path.read_text())
+    deadline = time.monotonic() + 10  # the master forks the executor in its loop, just after the HTTP workers
+    started_line = r"Started the executor process \(pid: \d+, 3 threads\)"
+    while not re.search(started_line, server.log_path.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert re.search(started_line, server.log_path.read_text())
     executor = _executor_pid(server)
     [run_id] = server.post_webhook(notification("E2ESlowNotify", {"Hostname": "node-a"})).json()["runs"]
     recorder.wait_for(timeout=10)

@@ -221,6 +221,7 @@ def test_an_eviction_a_pdb_forbids_is_429_with_the_exact_status_body(
 def test_an_allowed_eviction_is_201_terminates_the_pod_and_uses_the_budget(
     kube_api: FakeKubeAPI, core: client.CoreV1Api
 ) -> None:
+    kube_api.deletion_seconds = 1.0  # long enough to see the pod terminating on a loaded machine
     kube_api.add_pod("ml", "web-0", "n1", labels={"app": "web"})
     kube_api.add_pod("ml", "web-1", "n1", labels={"app": "web"})
     kube_api.add_pdb("ml", "web-pdb", {"app": "web"}, disruptions_allowed=1)
@@ -236,7 +237,7 @@ def test_an_allowed_eviction_is_201_terminates_the_pod_and_uses_the_budget(
     with pytest.raises(ApiException) as budget_used:
         _evict(core, "ml", "web-1")
     assert budget_used.value.status == 429
-    time.sleep(0.1)
+    time.sleep(1.1)
     with pytest.raises(ApiException) as gone:
         core.read_namespaced_pod("web-0", "ml")
     assert gone.value.status == 404
