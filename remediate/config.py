@@ -73,7 +73,7 @@ class Settings:
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
 
     # --- executor
-    executor_threads: int = 2
+    executor_threads: int = 4
     poll_interval: float = 0.2
     """Seconds an idle executor waits before looking for runs queued by another process."""
     step_timeout: float = 300.0

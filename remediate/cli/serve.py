@@ -22,7 +22,7 @@ from remediate.cli._group import main
 @click.option("--bind", help="host:port to listen on [127.0.0.1:9095].")
 @click.option("--workers", type=click.IntRange(1, 64), help="gunicorn HTTP worker processes [2].")
 @click.option("--threads", type=click.IntRange(1, 64), help="Requests each worker answers at once [4].")
-@click.option("--executor-threads", type=click.IntRange(0, 64), help="Threads of the executor process (0: none) [2].")
+@click.option("--executor-threads", type=click.IntRange(0, 64), help="Threads of the executor process (0: none) [4].")
 @click.option("--mode", type=click.Choice(["enforce", "dry-run"]), help="dry-run = shadow mode: only plan.")
 @click.option(
     "--token-file",

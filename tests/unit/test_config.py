@@ -38,7 +38,7 @@ def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:
     assert settings.bind == "0.0.0.0:1000"  # a None override is ignored
     assert settings.workers == 5  # env over file
     assert settings.threads == 7  # override over env
-    assert settings.executor_threads == 2  # default where nobody said anything
+    assert settings.executor_threads == 4  # default where nobody said anything
 
 
 def test_the_config_file_may_come_from_remediate_config(tmp_path: Path) -> None:
