@@ -216,17 +216,34 @@ def _claim_statement(skip_locked: bool) -> sa.Update:
 
 
 _CLAIM = {False: _claim_statement(False), True: _claim_statement(True)}
+_ALERT_CONTEXT_COLUMNS = (
+    t.alerts.c.labels,
+    t.alerts.c.annotations,
+    t.alerts.c.fingerprint,
+    t.alerts.c.starts_at,
+    t.alerts.c.ends_at,
+    t.alerts.c.generator_url,
+    t.alerts.c.status.label("alert_status"),
+)
+"""The alert's columns a step's context is built from (`_alert_context`); the query also selects runs.alertname."""
+
+
+def _alert_context(row: Any) -> dict[str, Any]:
+    """The alert as actions see it (StepContext.alert), from a row holding _ALERT_CONTEXT_COLUMNS and alertname."""
+    return {
+        "labels": json.loads(row.labels),
+        "annotations": json.loads(row.annotations),
+        "status": row.alert_status,
+        "alertname": row.alertname,
+        "fingerprint": row.fingerprint,
+        "startsAt": row.starts_at,
+        "endsAt": row.ends_at or "",
+        "generatorURL": row.generator_url,
+    }
+
+
 _CLAIMED_RUN = (
-    sa.select(
-        t.runs,
-        t.alerts.c.labels,
-        t.alerts.c.annotations,
-        t.alerts.c.fingerprint,
-        t.alerts.c.starts_at,
-        t.alerts.c.ends_at,
-        t.alerts.c.generator_url,
-        t.alerts.c.status.label("alert_status"),
-    )
+    sa.select(t.runs, *_ALERT_CONTEXT_COLUMNS)
     .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
     .where(t.runs.c.id == sa.bindparam("p_run_id"))
 )
@@ -520,17 +537,7 @@ class Store:
             run_id, generation = claimed
             self._sync_decision_status(conn, run_id, RUNNING)
             row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
-        labels = json.loads(row.labels)
-        context = {
-            "labels": labels,
-            "annotations": json.loads(row.annotations),
-            "status": row.alert_status,
-            "alertname": row.alertname,
-            "fingerprint": row.fingerprint,
-            "startsAt": row.starts_at,
-            "endsAt": row.ends_at or "",
-            "generatorURL": row.generator_url,
-        }
+        context = _alert_context(row)
         return ClaimedRun(row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker)
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
@@ -644,13 +651,7 @@ class Store:
                 t.runs.c.phase,
                 t.runs.c.mode,
                 t.runs.c.alertname,
-                t.alerts.c.labels,
-                t.alerts.c.annotations,
-                t.alerts.c.fingerprint,
-                t.alerts.c.starts_at,
-                t.alerts.c.ends_at,
-                t.alerts.c.generator_url,
-                t.alerts.c.status.label("alert_status"),
+                *_ALERT_CONTEXT_COLUMNS,
             )
             .join(t.runs, t.runs.c.id == t.steps.c.run_id)
             .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
@@ -666,16 +667,7 @@ class Store:
             result = _loads(r.result)
             if not isinstance(result, dict) or not isinstance(result.get("pending"), dict) or "late_outcome" in result:
                 continue
-            context = {
-                "labels": json.loads(r.labels),
-                "annotations": json.loads(r.annotations),
-                "status": r.alert_status,
-                "alertname": r.alertname,
-                "fingerprint": r.fingerprint,
-                "startsAt": r.starts_at,
-                "endsAt": r.ends_at or "",
-                "generatorURL": r.generator_url,
-            }
+            context = _alert_context(r)
             step = StepRecord(
                 r.id, r.run_id, r.idx, r.name, r.action, r.where, json.loads(r.params), r.timeout, r.retries,
                 r.status, r.attempts,
