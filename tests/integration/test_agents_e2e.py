@@ -147,6 +147,12 @@ class NodeAgent:
         self._proc = None
 
     @property
+    def pid(self) -> int:
+        """The gunicorn master's pid (what kubelet signals: the container's main process)."""
+        assert self._proc is not None
+        return self._proc.pid
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -301,7 +302,8 @@ def test_sigterm_to_the_node_agent_withdraws_the_outstanding_command(
     try:
         wait_until(lambda: os.listdir(inbox), 20, "the agent sent the command")
         started = time.monotonic()
-        node_agent.stop()  # SIGTERM to the agent's process group, as kubelet does
+        os.kill(node_agent.pid, signal.SIGTERM)  # to the master only, as kubelet does: it stops its worker
+        wait_until(lambda: not node_agent.running, 10, "the agent exited")
         stopped_after = time.monotonic() - started
         wait_until(lambda: store.run_detail(decision.run_id)["status"] == "failed", 10, "the run ended")
     finally:
