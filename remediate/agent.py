@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -74,6 +75,31 @@ class WrongNodeError(RemediateError):
 
 class NotANodeAction(ParamsError):
     """The action does not exist here or is not a `where: node` action."""
+
+
+class AgentStopping(RetryableActionError):
+    """The agent is stopping (SIGTERM): it starts no new step; another agent (or this one restarted) may."""
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """Stop one running step: {run_id, step_index, target}, sent by a server whose executor is stopping."""
+
+    run_id: int
+    step_index: int
+    target: str
+
+    @classmethod
+    def parse(cls, body: Any) -> CancelRequest:
+        if not isinstance(body, dict):
+            raise AgentRequestError("body", "must be a JSON object {run_id, step_index, target}")
+        for name in ("run_id", "step_index"):
+            value = body.get(name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise AgentRequestError(name, "must be a non-negative integer")
+        if not isinstance(body.get("target"), str) or not body["target"]:
+            raise AgentRequestError("target", "must be a non-empty string")
+        return cls(run_id=body["run_id"], step_index=body["step_index"], target=body["target"])
 
 
 @dataclass(frozen=True)
@@ -161,6 +187,38 @@ class AgentService:
         if memory is None:
             self.store, memory = open_memory(settings.agent_state_file)
         self.memory = memory
+        self.stopping = threading.Event()
+        """Set by `stop_all` (the worker got SIGTERM): no new step starts."""
+        # The steps running now, by (run id, step index): their `stopping` events are what
+        # stop_step/stop_all set, so a waiting action withdraws what has not taken effect.
+        self._running: dict[tuple[int, int], list[StepContext]] = {}
+        self._running_lock = threading.Lock()
+
+    def stop_all(self) -> int:
+        """The agent is stopping: refuse new steps and tell every running one to stop; how many were told."""
+        self.stopping.set()
+        with self._running_lock:
+            contexts = [ctx for running in self._running.values() for ctx in running]
+        for ctx in contexts:
+            ctx.stopping.set()
+        if contexts:
+            log.warning("stopping: told %d running step(s) to stop", len(contexts))
+        return len(contexts)
+
+    def stop_step(self, request: CancelRequest) -> int:
+        """Tell one running step to stop (its server is stopping); how many calls of it were running."""
+        self._check_target(request.target)
+        with self._running_lock:
+            contexts = list(self._running.get((request.run_id, request.step_index), ()))
+        for ctx in contexts:
+            ctx.stopping.set()
+        log.info(
+            "run %s step %s: the server is stopping: %s",
+            request.run_id,
+            request.step_index,
+            f"told {len(contexts)} running call(s) to stop" if contexts else "not running here",
+        )
+        return len(contexts)
 
     def close(self) -> None:
         if self.store is not None:
@@ -178,14 +236,10 @@ class AgentService:
         """Plan or execute one step here; returns {node, plan|result, seconds}. Raises on refusal or failure."""
         started = time.monotonic()
         action = self.action(request.action)
-        if request.target not in self.names:
-            aliases = sorted(self.names - {self.node_name})
-            known = f" (also known as {', '.join(aliases)})" if aliases else ""
-            raise WrongNodeError(
-                f"this agent runs steps for node {self.node_name!r}{known}, not for {request.target!r}: "
-                "the server sent it to the wrong agent"
-            )
+        self._check_target(request.target)
         params = action.validate(request.params)
+        if self.stopping.is_set():
+            raise AgentStopping(f"the agent of node {self.node_name} is stopping: {action.name} was not started")
         ctx = StepContext(
             run_id=request.run_id,
             step_index=request.step_index,
@@ -198,14 +252,34 @@ class AgentService:
         )
         call = action.plan if kind == PLAN else action.execute
         label = f"run {request.run_id} step {request.step_index} {action.name} ({kind})"
+        key = (request.run_id, request.step_index)
+        with self._running_lock:
+            self._running.setdefault(key, []).append(ctx)
+        if self.stopping.is_set():  # SIGTERM came between the check above and the registration
+            ctx.stopping.set()
         try:
             value = call_with_deadline(lambda: call(params, ctx), request.timeout)
         except Exception as exc:
             log.warning("%s failed after %.2fs: %s", label, time.monotonic() - started, exc)
             raise
+        finally:
+            with self._running_lock:
+                running = self._running[key]
+                running.remove(ctx)
+                if not running:
+                    del self._running[key]
         seconds = round(time.monotonic() - started, 3)
         log.info("%s done in %.3fs", label, seconds)
         return {"node": self.node_name, ("plan" if kind == PLAN else "result"): value, "seconds": seconds}
+
+    def _check_target(self, target: str) -> None:
+        if target not in self.names:
+            aliases = sorted(self.names - {self.node_name})
+            known = f" (also known as {', '.join(aliases)})" if aliases else ""
+            raise WrongNodeError(
+                f"this agent runs steps for node {self.node_name!r}{known}, not for {target!r}: "
+                "the server sent it to the wrong agent"
+            )
 
     def ready(self) -> dict[str, Any]:
         """Raises if the state file cannot be read."""
@@ -279,6 +353,7 @@ def run_agent(settings: Settings) -> None:
     """Serve the agent under gunicorn: one worker (one state file writer), `agent_threads` threads."""
     from gunicorn.app.base import BaseApplication
 
+    from remediate.agent_server import stop_running_steps
     from remediate.httpworker import worker_class
     from remediate.logsafe import configure_logging
 
@@ -296,7 +371,9 @@ def run_agent(settings: Settings) -> None:
                 "workers": 1,
                 "threads": max(1, settings.agent_threads),
                 # Steps run in the threads; slow or idle clients hold none (remediate.httpworker).
-                "worker_class": worker_class(settings.request_timeout),
+                # SIGTERM tells the running steps to stop (a training step withdraws its command) and
+                # answers the server before graceful_timeout.
+                "worker_class": worker_class(settings.request_timeout, on_stop=stop_running_steps),
                 # A step may run as long as its timeout: the worker must not be killed for it.
                 "timeout": 0,
                 "graceful_timeout": 30,

@@ -7,7 +7,12 @@ Endpoints (on the /v1 routes: requests signed with this node's credential, remed
   {error, error_class: retryable|permanent, message}: 400 not a step request, 401 missing, wrong,
   stale or replayed signature, 403 signed for another node than the step's target,
   415 not JSON, 421 a step for another node, 422 unknown/not-a-node action or invalid
-  params, 500 the action failed (permanent), 503 the action failed and may succeed later.
+  params, 500 the action failed (permanent), 503 the action failed and may succeed later
+  (also: the agent is stopping and starts no new step).
+- POST /v1/steps/cancel: body {run_id, step_index, target}, signed like a step. The server's
+  executor is stopping while it waits for that step: the agent sets the step's `stopping` event
+  (a training step withdraws a command the job has not taken) and the step's own request answers
+  as usual. 200 {node, running: N} (0: that step is not running here).
 - GET /healthz (alive), GET /readyz (state file readable; names the node and its actions).
 """
 
@@ -28,6 +33,7 @@ from remediate.agent import (
     RETRYABLE,
     AgentRequestError,
     AgentService,
+    CancelRequest,
     StepRequest,
     WrongNodeError,
     agent_verifier,
@@ -49,6 +55,11 @@ def _json_or_none(body: bytes) -> Any:
         return None
 
 
+def stop_running_steps(app: Flask) -> None:
+    """The worker's SIGTERM hook (remediate.httpworker): tell the agent's running steps to stop."""
+    app.extensions["remediate-agent"].stop_all()
+
+
 def create_agent_app(settings: Settings, *, service: AgentService | None = None) -> Flask:
     service = service or AgentService(settings)
     verifier = agent_verifier(settings, service.node_name, service.names)
@@ -61,21 +72,28 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
     def error(status: int, name: str, error_class: str, message: str, **extra: Any) -> tuple[Response, int]:
         return jsonify({"error": name, "error_class": error_class, "message": message, **extra}), status
 
+    def authenticate(kind: str, body: bytes) -> tuple[str | None, tuple[Response, int] | None]:
+        """(the node the request is signed for, None) or (None, the refusal to answer)."""
+        caller = request.remote_addr
+        if verifier is None:
+            return None, None
+        try:
+            return verifier.verify(request.headers.get("Authorization", ""), "POST", request.path, body), None
+        except NotThisNode as exc:
+            log.warning("refused %s from %s: %s", kind, caller, exc)
+            return None, error(421, "wrong_node", PERMANENT, f"wrong agent: {exc}", node=service.node_name)
+        except AgentAuthError as exc:
+            log.warning("refused %s from %s: %s", kind, caller, exc)
+            response, status = error(401, "unauthorized", PERMANENT, f"agent credential: {exc}")
+            response.headers["WWW-Authenticate"] = f'{SCHEME} realm="remediate-agent"'
+            return None, (response, status)
+
     def step(kind: str) -> Any:
         body = request.get_data(cache=True)
         caller = request.remote_addr
-        signed_for = None
-        if verifier is not None:
-            try:
-                signed_for = verifier.verify(request.headers.get("Authorization", ""), "POST", request.path, body)
-            except NotThisNode as exc:
-                log.warning("refused %s from %s: %s", kind, caller, exc)
-                return error(421, "wrong_node", PERMANENT, f"wrong agent: {exc}", node=service.node_name)
-            except AgentAuthError as exc:
-                log.warning("refused %s from %s: %s", kind, caller, exc)
-                response, status = error(401, "unauthorized", PERMANENT, f"agent credential: {exc}")
-                response.headers["WWW-Authenticate"] = f'{SCHEME} realm="remediate-agent"'
-                return response, status
+        signed_for, refused = authenticate(kind, body)
+        if refused is not None:
+            return refused
         if request.mimetype != "application/json":
             return error(415, "unsupported_media_type", PERMANENT, "send Content-Type: application/json")
         try:
@@ -127,6 +145,39 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
     @app.post("/v1/steps/execute")
     def execute() -> Any:
         return step(EXECUTE)
+
+    @app.post("/v1/steps/cancel")
+    def cancel() -> Any:
+        body = request.get_data(cache=True)
+        signed_for, refused = authenticate("cancel", body)
+        if refused is not None:
+            return refused
+        if request.mimetype != "application/json":
+            return error(415, "unsupported_media_type", PERMANENT, "send Content-Type: application/json")
+        try:
+            cancel_request = CancelRequest.parse(_json_or_none(body))
+        except AgentRequestError as exc:
+            return error(400, "invalid_request", PERMANENT, str(exc), field=exc.field)
+        log.info(
+            "call cancel run %s step %s target %s from %s (signed for %s)",
+            cancel_request.run_id,
+            cancel_request.step_index,
+            cancel_request.target,
+            request.remote_addr,
+            signed_for or "nobody: --insecure-no-auth",
+        )
+        if signed_for is not None and cancel_request.target != signed_for:
+            return error(
+                403,
+                "wrong_credential",
+                PERMANENT,
+                f"the request is signed for node {signed_for!r} but names target {cancel_request.target!r}",
+            )
+        try:
+            running = service.stop_step(cancel_request)
+        except WrongNodeError as exc:
+            return error(421, "wrong_node", PERMANENT, str(exc), node=service.node_name)
+        return jsonify({"node": service.node_name, "running": running})
 
     @app.get("/healthz")
     def healthz() -> Any:

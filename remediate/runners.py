@@ -26,6 +26,11 @@ run on the node, and the error says so (AmbiguousActionError). For the execute o
 action that is not idempotent, so is a connection dropped after the request was sent
 and a 502/504 from a proxy: only errors that prove nothing reached the agent are retried.
 
+When the executor stops (`StepContext.stopping`, SIGTERM) during a call, the runner asks the
+agent to stop that step (signed POST /v1/steps/cancel naming the run and step): the agent sets
+the step's own `stopping` event, and the step's answer (a withdrawn training command: a
+failure; a taken one: OutcomePending) is recorded as usual.
+
 Each runner has `ran_on`, recorded in node steps' plans and results ("node-b (agent
 http://10.0.0.7:9096)", "node-a (server)") so `/runs/<id>` shows where a step ran.
 """
@@ -59,6 +64,9 @@ log = logging.getLogger("remediate.runners")
 PLAN = "plan"
 EXECUTE = "execute"
 AGENT_PATHS = {PLAN: "/v1/steps/plan", EXECUTE: "/v1/steps/execute"}
+CANCEL_PATH = "/v1/steps/cancel"
+STOP_POLL_S = 0.1
+"""How often a call to an agent checks whether the executor is stopping (then it asks the agent to stop the step)."""
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DISCOVERY_TTL = 30.0
 """Seconds a discovered agent URL is reused before the Kubernetes API is asked again."""
@@ -361,6 +369,56 @@ class AgentRunner(StepRunner):
         return self.default_timeout if remaining == float("inf") else remaining
 
     def _call(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        answered = threading.Event()
+        watcher = threading.Thread(
+            target=self._cancel_when_stopping,
+            args=(ctx, answered),
+            name=f"remediate-cancel-r{ctx.run_id}-s{ctx.step_index}",
+            daemon=True,
+        )
+        watcher.start()
+        try:
+            return self._call_agent(kind, action, params, ctx)
+        finally:
+            answered.set()
+
+    def _cancel_when_stopping(self, ctx: StepContext, answered: threading.Event) -> None:
+        """While the call waits: once the executor is stopping, ask the agent to stop this step (once)."""
+        while not answered.wait(STOP_POLL_S):
+            if ctx.stopping.is_set():
+                self._cancel(ctx)
+                return
+
+    def _cancel(self, ctx: StepContext) -> None:
+        if self.url is None:
+            return  # no agent found yet: nothing was sent
+        data = json.dumps({"run_id": ctx.run_id, "step_index": ctx.step_index, "target": self.node}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = sign(node_token(self.token, self.node), self.node, "POST", CANCEL_PATH, data)
+        try:
+            response = (self.session or requests).post(
+                self.url + CANCEL_PATH, data=data, headers=headers, timeout=(self.connect_timeout, 10.0)
+            )
+        except requests.RequestException as exc:
+            log.warning(
+                "run %s step %s: stopping, but the agent of node %s was not told: %s",
+                ctx.run_id,
+                ctx.step_index,
+                self.node,
+                _short_error(exc),
+            )
+            return
+        log.info(
+            "run %s step %s: stopping: asked the agent of node %s to stop the step (HTTP %s: %s)",
+            ctx.run_id,
+            ctx.step_index,
+            self.node,
+            response.status_code,
+            response.text[:200].strip(),
+        )
+
+    def _call_agent(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
         started = time.monotonic()
         budget = self._timeout(ctx)
         retrying = Retrying(

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from flask.testing import FlaskClient
 
 from remediate.actions import default_registry
-from remediate.actions.base import InMemoryMemory
+from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.agent import AgentService
 from remediate.agent_server import create_agent_app
 from remediate.agentauth import node_token, sign
-from remediate.errors import ConfigError
+from remediate.errors import ActionError, ConfigError
 from remediate.gpu import SimulatedBackend
 from tests.agent.support import AGENT_TOKEN, ClusterThing, Echo, agent_settings, registry_with, step_body
 
@@ -393,3 +396,70 @@ def test_two_identical_steps_signed_in_the_same_millisecond_are_both_accepted(cl
 
     assert (first.status_code, second.status_code) == (200, 200)  # the nonce tells them apart from a replay
     assert len(echo.calls) == 2
+
+
+class Waiter(Echo):
+    """A node action that waits, as a training step waits for its acknowledgement, until told to stop."""
+
+    name: ClassVar[str] = "test.wait"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        self.started.set()
+        if ctx.stopping.wait(5):
+            raise ActionError("remediate is stopping: withdrawn")
+        return {"waited": True}
+
+
+def _waiting_step(tmp_path: Path) -> tuple[AgentService, Waiter, FlaskClient, Any]:
+    """An agent whose run 7 step 0 is waiting; the future of its answer."""
+    waiter = Waiter()
+    settings = agent_settings(tmp_path)
+    service = AgentService(settings, registry=registry_with(waiter), memory=InMemoryMemory())
+    app = create_agent_app(settings, service=service)
+    pool = ThreadPoolExecutor(1)
+    answer = pool.submit(post, app.test_client(), "execute", step_body("test.wait", {"word": "hi"}))
+    pool.shutdown(wait=False)
+    assert waiter.started.wait(5)
+    return service, waiter, app.test_client(), answer
+
+
+def cancel(client: FlaskClient, body: Any, **signing: Any) -> Any:
+    data = json.dumps(body).encode()
+    return client.post(
+        "/v1/steps/cancel",
+        data=data,
+        content_type="application/json",
+        headers=signed(data, "/v1/steps/cancel", **signing),
+    )
+
+
+def test_a_signed_cancel_stops_the_named_running_step_which_answers_as_usual(tmp_path: Path) -> None:
+    _service, _waiter, client, answer = _waiting_step(tmp_path)
+    other_step = cancel(client, {"run_id": 7, "step_index": 1, "target": "node-b"})
+    assert other_step.status_code == 200 and other_step.json == {"node": "node-b", "running": 0}
+    assert not answer.done()
+    refused = client.post("/v1/steps/cancel", json={"run_id": 7, "step_index": 0, "target": "node-b"})
+    assert refused.status_code == 401  # unsigned: nobody else may stop a step
+    foreign = cancel(client, {"run_id": 7, "step_index": 0, "target": "node-c"})
+    assert foreign.status_code == 403
+    assert cancel(client, {"run_id": "7", "step_index": 0, "target": "node-b"}).json["field"] == "run_id"
+    assert not answer.done()
+
+    stopped = cancel(client, {"run_id": 7, "step_index": 0, "target": "node-b"})
+    assert stopped.status_code == 200 and stopped.json["running"] == 1
+    response = answer.result(5)
+    assert response.status_code == 500 and response.json["error_class"] == "permanent"
+    assert "remediate is stopping" in response.json["message"]
+
+
+def test_a_stopping_agent_stops_its_running_steps_and_starts_no_new_one(tmp_path: Path) -> None:
+    service, _waiter, client, answer = _waiting_step(tmp_path)
+    assert service.stop_all() == 1  # what the worker's SIGTERM hook calls
+    assert "remediate is stopping" in answer.result(5).json["message"]
+    again = post(client, "execute", step_body("test.wait", {"word": "hi"}, run_id=8))
+    assert again.status_code == 503 and again.json["error_class"] == "retryable"  # the server may try again later
+    assert "is stopping" in again.json["message"]

@@ -56,10 +56,14 @@ steps:
 class NodeAgent:
     """``remediate agent`` for one "node", as a subprocess with its own GPUs, scratch disk and state."""
 
-    def __init__(self, workdir: Path, node: str, *, own_credential: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, node: str, *, own_credential: bool = False, env: dict[str, str] | None = None
+    ) -> None:
         self.workdir = workdir
         self.node = node
         self.own_credential = own_credential
+        self.extra_env = dict(env or {})
+        """More of the agent's environment (e.g. REMEDIATE_TRAINING_CONTROL_ROOT)."""
         self.port = free_port()
         self.log_path = workdir / "agent.log"
         workdir.mkdir(parents=True)
@@ -107,7 +111,7 @@ class NodeAgent:
             str(self.workdir / "state" / "agent.db"),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-        env.update(PYTHONUNBUFFERED="1")
+        env.update(PYTHONUNBUFFERED="1", **self.extra_env)
         if self.own_credential:
             credential = self.workdir / "node-credential"
             credential.write_text(agent_credential(self.node))
@@ -141,6 +145,16 @@ class NodeAgent:
             os.killpg(self._proc.pid, signal.SIGKILL)
             self._proc.wait(timeout=5)
         self._proc = None
+
+    @property
+    def pid(self) -> int:
+        """The gunicorn master's pid (what kubelet signals: the container's main process)."""
+        assert self._proc is not None
+        return self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def log_tail(self, n: int = 40) -> str:
         try:

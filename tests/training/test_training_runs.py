@@ -1,13 +1,15 @@
 """Training playbooks end to end inside remediate: engine guards, executor, store, with real job processes.
 
 Finding 6 (two jobs on one node both get runs with the shipped playbooks), finding 4 (a late
-acknowledgement reaches the history), finding 7 (a graceful stop withdraws the outstanding command).
+acknowledgement reaches the history), finding 7 (a graceful stop of the server, of its executor or
+of the node agent running the step withdraws the outstanding command).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -247,6 +249,99 @@ def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path
         store.close()
     assert run["status"] == "failed", run
     assert "remediate is stopping" in run["steps"][0]["error"] and "withdrawn" in run["steps"][0]["error"]
+    job.control.poll(501)
+    assert job.optimizer.param_groups[0]["lr"] == 3e-4
+    job.control.close()
+
+
+# --------------------------------------------------------------------------- finding 7, on a node agent
+
+
+@pytest.fixture
+def node_agent(root: Path, tmp_path: Path) -> Iterator[Any]:
+    """A real `remediate agent` (gunicorn) for gpu-node-1, serving the training control root."""
+    from tests.integration.test_agents_e2e import NodeAgent
+
+    agent = NodeAgent(tmp_path / "agent", "gpu-node-1", env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)})
+    agent.start()
+    yield agent
+    agent.stop()
+
+
+def _executor_through(agent: Any, tmp_path: Path, store: Store, playbook: dict[str, Any]) -> tuple[Engine, Executor]:
+    """An engine and a started executor whose node steps for gpu-node-1 go to `agent` (the server's own
+    control root holds no job: only the agent can reach it)."""
+    from remediate.runners import Dispatch, StaticAgents
+    from tests.integration.test_agents_e2e import AGENT_TOKEN
+
+    elsewhere = tmp_path / "server-root"
+    elsewhere.mkdir()
+    registry = default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(elsewhere)}))
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(playbook, registry)]), registry=registry)
+    dispatch = Dispatch(directory=StaticAgents({"gpu-node-1": agent.url}), node_name="server", token=AGENT_TOKEN)
+    executor = Executor(store=store, registry=registry, dispatch=dispatch, poll_interval=0.05)
+    return engine, executor
+
+
+WAITING_PLAYBOOK = {
+    **LATE_PLAYBOOK,
+    "steps": [{**LATE_PLAYBOOK["steps"][1], "with": {"factor": 0.5, "timeout": 60}, "timeout": "90s"}],
+}
+
+
+@pytest.mark.integration
+def test_sigterm_to_the_node_agent_withdraws_the_outstanding_command(
+    root: Path, tmp_path: Path, store: Store, node_agent: Any
+) -> None:
+    """The agent (gunicorn) stopped gracefully while its training step waits for a job that does not poll."""
+    job = LiveJob(root, "job-a").register()  # registered, busy: it does not poll
+    engine, executor = _executor_through(node_agent, tmp_path, store, WAITING_PLAYBOOK)
+    decision = fire(engine, "job-a", starts_at(0))
+    inbox = JobPaths(root, "job-a").inbox
+    executor.start()
+    try:
+        wait_until(lambda: os.listdir(inbox), 20, "the agent sent the command")
+        started = time.monotonic()
+        os.kill(node_agent.pid, signal.SIGTERM)  # to the master only, as kubelet does: it stops its worker
+        wait_until(lambda: not node_agent.running, 10, "the agent exited")
+        stopped_after = time.monotonic() - started
+        wait_until(lambda: store.run_detail(decision.run_id)["status"] == "failed", 10, "the run ended")
+    finally:
+        executor.stop()
+    assert stopped_after < 10, f"the agent took {stopped_after:.1f}s to stop"
+    assert os.listdir(inbox) == []
+    step = store.run_detail(decision.run_id)["steps"][0]
+    assert "remediate is stopping" in step["error"] and "withdrawn from the inbox" in step["error"], step
+    assert "of node gpu-node-1)" in step["error"]  # the agent's answer, not a lost connection
+    job.control.poll(501)
+    assert job.optimizer.param_groups[0]["lr"] == 3e-4
+    job.control.close()
+
+
+@pytest.mark.integration
+def test_stopping_the_executor_stops_the_step_waiting_on_the_agent(
+    root: Path, tmp_path: Path, store: Store, node_agent: Any
+) -> None:
+    """The server stops (Executor.stop on SIGTERM) while its step waits on the agent: the agent withdraws."""
+    job = LiveJob(root, "job-a").register()
+    engine, executor = _executor_through(node_agent, tmp_path, store, WAITING_PLAYBOOK)
+    decision = fire(engine, "job-a", starts_at(0))
+    inbox = JobPaths(root, "job-a").inbox
+    executor.start()
+    try:
+        wait_until(lambda: os.listdir(inbox), 20, "the agent sent the command")
+        started = time.monotonic()
+        executor.stop(timeout=10)
+        stopped_after = time.monotonic() - started
+    finally:
+        executor.stop()
+    assert stopped_after < 5, f"the executor took {stopped_after:.1f}s to stop"
+    assert os.listdir(inbox) == []
+    run = store.run_detail(decision.run_id)
+    assert run["status"] == "failed", run
+    assert "remediate is stopping" in run["steps"][0]["error"] and "withdrawn" in run["steps"][0]["error"]
+    assert node_agent.running  # only the step was stopped, not the agent
+    assert f"call cancel run {decision.run_id} step 0 target gpu-node-1" in node_agent.log_tail(200)
     job.control.poll(501)
     assert job.optimizer.param_groups[0]["lr"] == 3e-4
     job.control.close()
