@@ -1,4 +1,4 @@
-"""Issue 15, findings 1-3 end to end with the real launcher: `torchrun --nproc_per_node 2 --standalone`, gloo on the CPU.
+"""Issue 15, findings 1-3 end to end with the real launcher: `torchrun --nproc_per_node 2 --standalone`, gloo, CPU.
 
 The job is tests/training/torchrun_job.py, written like docs/training-protocol.md's torchrun
 example; this process plays remediate and runs the real `training.rollback` / `training.scale_lr`
