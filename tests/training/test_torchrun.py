@@ -155,6 +155,7 @@ def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_r
     # The acknowledgement names the process that applied it: rank 0, the pid the plan saw.
     ack = json.loads(JobPaths(torchrun.root, JOB).ack(scaled["command_id"]).read_text())
     assert (ack.get("pid"), ack.get("host")) == (plan["pid"], this_host())
+    assert ack["job"]["rank"] == 0 and ack["job"]["world_size"] == 2
     assert scaled["status"] == "applied" and scaled["applied_by_pid"] == pid
     assert scaled["lr_before"] == [0.05] and scaled["lr_after"] == [0.025]
     zero, one = _both_ranks(first, "applied")

@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--spike-shift", type=float, default=11.5)
     parser.add_argument("--stop-after", type=int, default=1)
     parser.add_argument("--linger", type=int, default=5)
-    parser.add_argument("--max-iterations", type=int, default=1500)
+    parser.add_argument("--max-iterations", type=int, default=3000)
     args = parser.parse_args()
 
     dist.init_process_group("gloo")  # torchrun's env:// rendezvous; before register(): the control sees the ranks
