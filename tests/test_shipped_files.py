@@ -55,3 +55,18 @@ def test_the_alertmanager_receiver_example_passes_amtool_check_config() -> None:
     webhook = next(r for r in config["receivers"] if r["name"] == "remediate")["webhook_configs"][0]
     assert webhook["send_resolved"] is True
     assert webhook["http_config"]["authorization"]["type"] == "Bearer"
+
+
+def test_every_file_that_tells_how_to_run_alertmanager_names_debians_binary() -> None:
+    """Issue 15, finding 8: Debian's package installs `prometheus-alertmanager`, not `alertmanager`."""
+    shipped = [
+        ROOT / "README.md",
+        *ROOT.glob("docs/*.md"),
+        *ROOT.glob("alertmanager/*.yml"),
+        *ROOT.glob("helm/**/*.txt"),
+    ]
+    run_it = re.compile(r"(?<![-\w/])alertmanager --config\.file")
+    telling = [path for path in shipped if run_it.search(path.read_text(encoding="utf-8"))]
+    assert telling, "no shipped file says how to run AlertManager any more: drop this test or the pattern"
+    for path in telling:
+        assert "prometheus-alertmanager" in path.read_text(encoding="utf-8"), path.relative_to(ROOT)
