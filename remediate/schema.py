@@ -113,6 +113,8 @@ steps = sa.Table(
     # The step runs even when an earlier step failed (e.g. a notification); the run stays failed.
     sa.Column("always", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.UniqueConstraint("run_id", "idx", name="uq_steps_run_idx"),
+    # Reconciliation looks for recently failed steps whose outcome may still come (Store.pending_outcomes).
+    sa.Index("ix_steps_status_finished", "status", "finished_at"),
 )
 
 attempts = sa.Table(
@@ -203,6 +205,7 @@ def _v5_claims_and_always(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE runs ADD COLUMN rerunnable BOOLEAN NOT NULL DEFAULT false"))
     conn.execute(sa.text("ALTER TABLE runs ADD COLUMN superseded_by INTEGER"))
     conn.execute(sa.text("ALTER TABLE steps ADD COLUMN always BOOLEAN NOT NULL DEFAULT false"))
+    conn.execute(sa.text("CREATE INDEX ix_steps_status_finished ON steps (status, finished_at)"))
 
 
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.

@@ -42,7 +42,9 @@ def _make_version(path: Path, version: int) -> None:
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN guard_key"))
             conn.execute(sa.text("CREATE INDEX ix_runs_guard ON runs (playbook, target, phase, created_at)"))
         if version < 5:
-            # before version 5: no claim generation (ownership of a run), no rerunnable runs, no `always` steps
+            # before version 5: no claim generation (ownership of a run), no rerunnable runs, no `always` steps,
+            # no index of steps by status and finish time
+            conn.execute(sa.text("DROP INDEX ix_steps_status_finished"))
             for table, column in (
                 ("runs", "claim_generation"),
                 ("runs", "rerunnable"),
