@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from remediate.actions.base import Action, ActionMemory, ActionRegistry, InMemoryMemory, StepContext, Where
 from remediate.actions.disk import DiskCleanupAction
 from remediate.actions.gpu import RestorePowerLimitAction, SetPowerLimitAction
-from remediate.actions.kubernetes import KubeOptions, kube_actions
+from remediate.actions.k8s import KubeOptions, kube_actions
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.actions.training import training_actions

@@ -1,6 +1,6 @@
 """The Kubernetes API as remediate uses it: the official client behind a small, typed facade.
 
-Who calls it: the k8s.* actions (remediate.actions.kubernetes). The client is built
+Who calls it: the k8s.* actions (remediate.actions.k8s). The client is built
 on first use (`import kubernetes` costs ~0.2 s and needs a cluster configuration, so
 a server that never cordons anything never pays for it):
 

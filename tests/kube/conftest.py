@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import StepContext
-from remediate.actions.kubernetes import (
+from remediate.actions.k8s import (
     CordonAction,
     DrainAction,
     KubeOptions,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import StepContext
-from remediate.actions.kubernetes import CordonAction, KubeOptions
+from remediate.actions.k8s import CordonAction, KubeOptions
 from remediate.breaker import BreakerLimits, BreakerOpen, memory_breaker
 from remediate.errors import ActionError, ParamsError
 from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient
@@ -667,7 +667,7 @@ def test_a_drain_run_again_after_a_crash_evicts_nothing_twice(
 
 
 def actions_with(client: KubeClient) -> dict[str, Any]:
-    from remediate.actions.kubernetes import kube_actions
+    from remediate.actions.k8s import kube_actions
 
     return {a.name: a for a in kube_actions(lambda: client, FAST)}
 

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
-from remediate.actions.kubernetes import kube_actions
+from remediate.actions.k8s import kube_actions
 from remediate.actions.log import LogAction
 from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.cli import main

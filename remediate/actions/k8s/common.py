@@ -1,0 +1,247 @@
+"""What every k8s.* action shares: options, params, API calls with retries, breaker, events."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, ClassVar, TypeVar
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
+
+from remediate.actions.base import Action, StepContext, Where
+from remediate.actions.schema import Param
+from remediate.alerts import parse_timestamp
+from remediate.errors import ActionError, PayloadError
+from remediate.kube import (
+    EventSpec,
+    KubeClient,
+    KubeConflict,
+    KubeError,
+    KubeNotFound,
+    KubeTooManyRequests,
+    KubeUnavailable,
+    NodeInfo,
+    NodeNameError,
+    NodeRef,
+    check_node_name,
+    resolve_node_name,
+)
+
+# The name operators filter logs on; kept from before the actions moved into this package.
+log = logging.getLogger("remediate.actions.kubernetes")
+
+T = TypeVar("T")
+ClientProvider = Callable[[], KubeClient]
+NODE_LABELS = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
+REPORTING_CONTROLLER = "remediate.io/remediate"
+
+
+@dataclass(frozen=True)
+class KubeOptions:
+    """How the k8s.* actions behave; built from Settings by `default_registry`."""
+
+    node_labels: tuple[str, ...] = NODE_LABELS
+    node_selector: str | None = None
+    """Label selector of the nodes the breaker's fraction counts (None: all nodes)."""
+    reporting_instance: str = socket.gethostname()
+    api_attempts: int = 4
+    """Attempts per API call on transient errors (5xx, timeouts, resets, throttling)."""
+    api_retry_wait: float = 0.2
+    """First wait between those attempts (doubling, at most 2 s)."""
+    conflict_attempts: int = 8
+    """Read-modify-write rounds when the node keeps changing (409) before the step gives up (retryable)."""
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    """An Event to record on the node; `change` names the change within the run (default: step index + verb)."""
+
+    verb: str
+    reason: str
+    type: str
+    note: str
+    change: str | None = None
+
+
+def iso_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _check_node(value: str) -> str | None:
+    return check_node_name(value)
+
+
+NODE_PARAM = Param(
+    str,
+    check=_check_node,
+    doc="node name; default: the first of the alert's labels node, kubernetes_node, Hostname, hostname, instance",
+)
+NOTE_PARAM = Param(str, default="", doc="free text added to the Kubernetes Event's note")
+SCOPE_PARAM = Param(
+    str,
+    default="alert",
+    choices=("alert", "any"),
+    doc="alert: undo only what was done for this same alert; any: undo any change remediate made",
+)
+
+
+class KubeAction(Action):
+    where: ClassVar[Where] = Where.CLUSTER
+    idempotent: ClassVar[bool] = True
+    verb: ClassVar[str] = ""
+
+    def __init__(self, client: ClientProvider, options: KubeOptions | None = None) -> None:
+        self._client_provider = client
+        self.options = options or KubeOptions()
+
+    @property
+    def client(self) -> KubeClient:
+        return self._client_provider()
+
+    # ------------------------------------------------------------------ API calls
+
+    def api(self, ctx: StepContext, what: Callable[[KubeClient], T], *, throttled: bool = True) -> T:
+        """One API call, retried on transient errors (and on 429 throttling unless `throttled` is False)."""
+        kinds: tuple[type[Exception], ...] = (KubeUnavailable, KubeTooManyRequests) if throttled else (KubeUnavailable,)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.options.api_attempts) | stop_after_delay(max(0.0, ctx.remaining() - 0.5)),
+            wait=wait_exponential(multiplier=self.options.api_retry_wait, min=self.options.api_retry_wait, max=2.0),
+            retry=retry_if_exception_type(kinds),
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                return what(self.client)
+        raise KubeUnavailable("no attempt was made (the step's deadline has passed)")  # pragma: no cover
+
+    def node_ref(self, params: Mapping[str, Any], ctx: StepContext) -> NodeRef:
+        labels = ctx.alert.get("labels") or {}
+        try:
+            return resolve_node_name(labels, self.options.node_labels, params.get("node"))
+        except NodeNameError as exc:
+            raise ActionError(str(exc)) from exc
+
+    def read_node(self, ref: NodeRef, ctx: StepContext) -> NodeInfo:
+        try:
+            return self.api(ctx, lambda c: c.get_node(ref.name))
+        except KubeNotFound as exc:
+            raise ActionError(f"node {ref.name!r} (from {ref.source}) does not exist in the cluster") from exc
+
+    def observe(self, params: Mapping[str, Any], ctx: StepContext) -> tuple[NodeRef, NodeInfo, dict[str, Any]]:
+        """The node a plan is about, as read now, and the fields every plan starts with."""
+        ref = self.node_ref(params, ctx)
+        node = self.read_node(ref, ctx)
+        return ref, node, {"node": ref.name, "from": ref.source, "found": True, "current": node.summary()}
+
+    # ------------------------------------------------------------------ circuit breaker
+
+    def _cluster_view(self, ctx: StepContext) -> tuple[int, set[str]]:
+        """(nodes the breaker's fraction counts, nodes holding remediate's marks now)."""
+        nodes = self.api(ctx, lambda c: c.list_nodes())
+        held = {n.name for n in nodes if n.held_by_remediate}
+        if self.options.node_selector:
+            selector = self.options.node_selector
+            return len(self.api(ctx, lambda c: c.list_nodes(selector))), held
+        return len(nodes), held
+
+    def acquire(self, node: str, kind: str, ctx: StepContext) -> dict[str, Any]:
+        if ctx.breaker is None:
+            raise ActionError(f"no circuit breaker available: refusing to {kind} node {node} without one")
+        cluster_nodes, held = self._cluster_view(ctx)
+        return ctx.breaker.acquire(
+            node,
+            kind=kind,
+            run_id=ctx.run_id,
+            cluster_nodes=cluster_nodes,
+            held_in_cluster=held,
+            alert_started_at=_alert_started_at(ctx),
+        )
+
+    def release(self, node: NodeInfo, ctx: StepContext) -> bool:
+        if ctx.breaker is None or node.held_by_remediate:
+            return False
+        return ctx.breaker.release(node.name, run_id=ctx.run_id, reason=f"{self.name} by run {ctx.run_id}") > 0
+
+    def breaker_preview(self, node: str, ctx: StepContext) -> dict[str, Any]:
+        """The breaker's state for a plan, and whether a change of `node` would be refused now. Reads only."""
+        if ctx.breaker is None:
+            return {"state": "unknown", "note": "no circuit breaker here (no store): execute would refuse"}
+        cluster_nodes, held_in_cluster = self._cluster_view(ctx)
+        status = ctx.breaker.status(cluster_nodes)
+        held = set(status["held_nodes"]) | held_in_cluster
+        recent = set(status["recent_nodes"])
+        cap = status["cap"] if status["cap"] is not None else 0
+        if status["open"]:
+            verdict = "refused: the breaker is open"
+        elif node in held:
+            verdict = "allowed: the node already counts as held by remediate"
+        elif len(held | {node}) > cap or len(recent | {node}) > cap:
+            counts = f"{len(held | {node})} held / {len(recent | {node})} recent > cap {cap}"
+            verdict = f"refused: it would trip the breaker ({counts})"
+        else:
+            verdict = f"allowed: {len(held | {node})} of at most {cap} nodes held"
+        return {
+            "state": status["state"],
+            "would_be": verdict,
+            "held_nodes": sorted(held),
+            "recent_nodes": sorted(recent),
+            "cap": cap,
+            "cap_rule": status["cap_rule"],
+            "cluster_nodes": cluster_nodes,
+            "reason": status["reason"] or None,
+            "reset_at": status["reset_at"],
+            "alert_started_at": _alert_started_at(ctx),
+        }
+
+    # ------------------------------------------------------------------ events
+
+    def event(self, ctx: StepContext, node: NodeInfo, event: NodeEvent) -> dict[str, Any]:
+        """Record a change on the node as an Event; a failure to record is reported, never undoes the change.
+
+        The same change announced again (a retried step, drain's cordon after a cordon step) finds
+        its event there (409, the name derives from run and change) instead of adding a second one.
+        """
+        spec = EventSpec(
+            name=_event_name(node.name, ctx.run_id, event.change or f"{ctx.step_index}.{event.verb}"),
+            node=node.name,
+            node_uid=node.uid,
+            action=event.verb.capitalize(),
+            reason=event.reason,
+            type=event.type,
+            note=f"{event.note} [remediate run {ctx.run_id}, playbook {ctx.playbook}]",
+            time=datetime.now(UTC),
+            reporting_controller=REPORTING_CONTROLLER,
+            reporting_instance=self.options.reporting_instance,
+        )
+        try:
+            self.api(ctx, lambda c: c.create_event(spec))
+        except KubeConflict:
+            return {"name": spec.name, "reason": event.reason, "created": "earlier (an earlier attempt of this step)"}
+        except (KubeError, KubeUnavailable) as exc:
+            log.warning("could not record event %s on node %s: %s", event.reason, node.name, exc)
+            return {"name": spec.name, "reason": event.reason, "error": str(exc)}
+        return {"name": spec.name, "reason": event.reason, "created": True}
+
+
+def _alert_started_at(ctx: StepContext) -> float | None:
+    value = ctx.alert.get("startsAt")
+    if not value:
+        return None
+    try:
+        return parse_timestamp(str(value), "startsAt").timestamp()
+    except PayloadError:
+        return None
+
+
+def _event_name(node: str, run_id: int, change: str) -> str:
+    """Deterministic per (node, run, change): a retried create is a 409, not a second event."""
+    suffix = f".remediate.{run_id}.{change}"
+    return node[: 253 - len(suffix)].rstrip(".-") + suffix
+
+
+def digest(*parts: str) -> str:
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:10]
