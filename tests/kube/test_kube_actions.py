@@ -687,3 +687,47 @@ def test_a_drain_plan_without_access_to_pdbs_says_so_and_still_plans(
     assert [p["pod"] for p in plan["would_evict"]] == ["ml/w-1"]
     assert plan["notes"][0].startswith("cannot read PodDisruptionBudgets")
     assert "403" in plan["notes"][0]
+
+
+# Each node write with what must already be on the node for it to write (None: nothing).
+NODE_WRITES = {
+    "k8s.cordon": (None, {}),
+    "k8s.uncordon": ("k8s.cordon", {}),
+    "k8s.taint": (None, {"key": "remediate.io/gpu-xid"}),
+    "k8s.untaint": ("k8s.taint", {"key": "remediate.io/gpu-xid"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NODE_WRITES))
+def test_a_node_that_changes_before_every_write_fails_the_step_retryable_and_the_retry_reads_afresh(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx, name: str
+) -> None:
+    from dataclasses import replace
+
+    from remediate.actions.k8s import kube_actions
+    from remediate.errors import RetryableActionError
+
+    actions = {a.name: a for a in kube_actions(lambda: kube_client, replace(FAST, conflict_attempts=3))}
+    kube_api.add_node("gpu-1", taints=[{"key": "team.example/maintenance", "effect": "NoSchedule"}])
+    setup, params = NODE_WRITES[name]
+    if setup:
+        run(actions[setup], params, ctx_for("gpu-1", run_id=1))
+    before = kube_api.node("gpu-1")["spec"]
+    events = len(kube_api.events_about("gpu-1"))
+    patches = kube_api.count("PATCH", "/nodes/gpu-1")
+
+    def someone_labels_it(api: FakeKubeAPI) -> None:
+        api.update_node("gpu-1", lambda n: n["metadata"]["labels"].update({"team": "infra"}))
+
+    kube_api.before("PATCH", "/nodes/gpu-1", someone_labels_it, times=3)
+    with pytest.raises(RetryableActionError, match="3 conflicts in a row, 409"):
+        run(actions[name], params, ctx_for("gpu-1", run_id=2))
+    assert [code for m, _, code in kube_api.requests if m == "PATCH"][patches:] == [409, 409, 409]
+    assert kube_api.node("gpu-1")["spec"] == before
+    assert len(kube_api.events_about("gpu-1")) == events
+
+    # The executor's retry of the step starts from a fresh read and makes the change once.
+    assert run(actions[name], params, ctx_for("gpu-1", run_id=2))["outcome"] == name.removeprefix("k8s.") + "ed"
+    assert [code for m, _, code in kube_api.requests if m == "PATCH"][patches:] == [409, 409, 409, 200]
+    assert len(kube_api.events_about("gpu-1")) == events + 1
+    assert "team.example/maintenance:NoSchedule" in _taints(kube_api, "gpu-1")
