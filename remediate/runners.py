@@ -7,13 +7,14 @@ run here. A `where: node` step runs here too on a single host (no agent known: n
 `node_aliases`; unset: the machine's host name or its short form) — a target that is not
 fails the step, saying what to set — or when its target is this server's own `node_name`;
 otherwise it goes to `remediate agent` on the target node, found in the
-static `agents` map or, with `agent_selector`, through the Kubernetes API (the agent
+static `agents` map or, with `agent_selector`, through the Kubernetes API (remediate.kube.agents: the agent
 DaemonSet's Running+Ready pod whose spec.nodeName is the target, and whose controller
 ownerReference is that DaemonSet: `agent_daemonset`, else any DaemonSet; a pod with the
 right labels but another owner is an impostor and is never chosen). A node that has no
 agent fails the step; it never runs on the wrong node.
 
-Calls to an agent: POST {action, params, context} to /v1/steps/plan|execute, signed with
+Calls to an agent (paths, request and answer shapes, error classes: remediate.agent_protocol, which the
+agent's side uses too): POST {action, params, context} to /v1/steps/plan|execute, signed with
 the target node's own credential derived from the master `agent_token` (remediate.agentauth:
 the signature covers the body, so the run and step ids it names); connection failures
 (refused, connect timeout, 502/503/504 from a proxy, no agent pod yet) are retried
