@@ -1,9 +1,10 @@
 """`remediate agent`: runs `where: node` steps on the node that owns the GPUs, training processes and disks.
 
 The server sends a node step for another node here (remediate.runners.AgentRunner);
-the agent (its HTTP face is remediate.agent_server) runs the action's `plan` or
-`execute` and answers with what it returned, or with a structured error
-{error_class: retryable|permanent, message}.
+the agent (its HTTP face is remediate.agent_server; gunicorn runs it through
+remediate.serving.run_agent) runs the action's `plan` or `execute` and answers with what it
+returned, or with a structured error {error_class: retryable|permanent, message}: the request
+and answer shapes are in remediate.agent_protocol, shared with the server.
 
 The agent trusts the server's signature, not its judgement. Every request is signed with this
 node's own credential (remediate.agentauth: HMAC of the master secret and the node name, so the
@@ -19,7 +20,7 @@ request says:
   neither set the agent's floor is DEFAULT_FLOOR_PERCENT of each GPU's default limit),
   the cleanup policies file (allowed roots, patterns, caps), the training control
   root; none of them can be sent by the server;
-- the step's deadline is the request's `timeout`, at most MAX_STEP_TIMEOUT.
+- the step's deadline is the request's `timeout`, at most agent_protocol.MAX_STEP_TIMEOUT.
 
 What node actions remember (ActionMemory, e.g. the power limit a restore puts
 back) lives on the node, in the agent's own SQLite file (`agent_state_file`;
@@ -36,123 +37,31 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from remediate.actions import default_registry
 from remediate.actions.base import Action, ActionMemory, ActionRegistry, StepContext, Where
+from remediate.agent_protocol import (
+    PLAN,
+    AgentStopping,
+    CancelRequest,
+    NotANodeAction,
+    StepRequest,
+    WrongNodeError,
+    step_answer,
+)
 from remediate.agentauth import Verifier
 from remediate.config import Settings
-from remediate.errors import ConfigError, ParamsError, RemediateError, RetryableActionError
+from remediate.errors import ConfigError
 from remediate.executor import call_with_deadline
 from remediate.store import Store
 
 log = logging.getLogger("remediate.agent")
 
-PLAN = "plan"
-EXECUTE = "execute"
-MAX_STEP_TIMEOUT = 24 * 3600.0
-RETRYABLE = "retryable"
-PERMANENT = "permanent"
 DEFAULT_FLOOR_PERCENT = 50.0
 """The agent's power floor (% of each GPU's default limit) when neither floor setting is given: a signed
 but wrong request can slow a GPU down, never starve it. Set gpu_power_floor_percent/_watts to change it."""
-
-
-class AgentRequestError(RemediateError):
-    """The request is not a step request (bad JSON shape)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
-
-
-class WrongNodeError(RemediateError):
-    """The step is for another node than this agent's."""
-
-
-class NotANodeAction(ParamsError):
-    """The action does not exist here or is not a `where: node` action."""
-
-
-class AgentStopping(RetryableActionError):
-    """The agent is stopping (SIGTERM): it starts no new step; another agent (or this one restarted) may."""
-
-
-@dataclass(frozen=True)
-class CancelRequest:
-    """Stop one running step: {run_id, step_index, target}, sent by a server whose executor is stopping."""
-
-    run_id: int
-    step_index: int
-    target: str
-
-    @classmethod
-    def parse(cls, body: Any) -> CancelRequest:
-        if not isinstance(body, dict):
-            raise AgentRequestError("body", "must be a JSON object {run_id, step_index, target}")
-        for name in ("run_id", "step_index"):
-            value = body.get(name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise AgentRequestError(name, "must be a non-negative integer")
-        if not isinstance(body.get("target"), str) or not body["target"]:
-            raise AgentRequestError("target", "must be a non-empty string")
-        return cls(run_id=body["run_id"], step_index=body["step_index"], target=body["target"])
-
-
-@dataclass(frozen=True)
-class StepRequest:
-    """One step as the server sends it: {action, params, context: {run_id, ..., timeout}}."""
-
-    action: str
-    params: dict[str, Any]
-    run_id: int
-    step_index: int
-    playbook: str
-    target: str
-    alert: dict[str, Any]
-    timeout: float
-
-    @classmethod
-    def parse(cls, body: Any) -> StepRequest:
-        if not isinstance(body, dict):
-            raise AgentRequestError("body", "must be a JSON object {action, params, context}")
-        action = body.get("action")
-        if not isinstance(action, str) or not action:
-            raise AgentRequestError("action", "must be a non-empty string")
-        params = body.get("params", {})
-        if not isinstance(params, dict):
-            raise AgentRequestError("params", "must be an object")
-        context = body.get("context")
-        if not isinstance(context, dict):
-            raise AgentRequestError(
-                "context", "must be an object {run_id, step_index, playbook, target, alert, timeout}"
-            )
-        for name in ("run_id", "step_index"):
-            value = context.get(name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise AgentRequestError(f"context.{name}", "must be a non-negative integer")
-        for name in ("playbook", "target"):
-            if not isinstance(context.get(name), str) or not context[name]:
-                raise AgentRequestError(f"context.{name}", "must be a non-empty string")
-        alert = context.get("alert", {})
-        if not isinstance(alert, dict):
-            raise AgentRequestError("context.alert", "must be an object")
-        timeout = context.get("timeout")
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 < timeout <= MAX_STEP_TIMEOUT:
-            raise AgentRequestError("context.timeout", f"must be seconds, more than 0 and at most {MAX_STEP_TIMEOUT:g}")
-        return cls(
-            action=action,
-            params=params,
-            run_id=context["run_id"],
-            step_index=context["step_index"],
-            playbook=context["playbook"],
-            target=context["target"],
-            alert=alert,
-            timeout=float(timeout),
-        )
 
 
 def open_memory(path: Path) -> tuple[Store, ActionMemory]:
@@ -270,7 +179,7 @@ class AgentService:
                     del self._running[key]
         seconds = round(time.monotonic() - started, 3)
         log.info("%s done in %.3fs", label, seconds)
-        return {"node": self.node_name, ("plan" if kind == PLAN else "result"): value, "seconds": seconds}
+        return step_answer(kind, self.node_name, value, seconds)
 
     def _check_target(self, target: str) -> None:
         if target not in self.names:
@@ -286,15 +195,6 @@ class AgentService:
         if self.store is not None:
             self.store.ping()
         return {"status": "ready", "node": self.node_name, "actions": sorted(self.actions)}
-
-
-def classify(exc: BaseException) -> tuple[str, str]:
-    """(error_class, message) of a failed step, as the agent reports it to the server."""
-    if isinstance(exc, RetryableActionError):
-        return RETRYABLE, str(exc)
-    if isinstance(exc, RemediateError):
-        return PERMANENT, str(exc)
-    return PERMANENT, f"unexpected {exc.__class__.__name__} in the agent: {exc}"
 
 
 def with_default_floor(settings: Settings) -> Settings:
@@ -325,7 +225,7 @@ def agent_verifier(settings: Settings, node_name: str, names: set[str]) -> Verif
     return Verifier.for_names(names, master=master, own=(node_name, own) if own else None)
 
 
-# --------------------------------------------------------------------------- serving
+# --------------------------------------------------------------------------- start-up
 
 
 def preflight(settings: Settings) -> None:
@@ -347,49 +247,3 @@ def preflight(settings: Settings) -> None:
         ", ".join(sorted(service.actions)),
         settings.agent_state_file,
     )
-
-
-def run_agent(settings: Settings) -> None:
-    """Serve the agent under gunicorn: one worker (one state file writer), `agent_threads` threads."""
-    from gunicorn.app.base import BaseApplication
-
-    from remediate.agent_server import stop_running_steps
-    from remediate.httpworker import worker_class
-    from remediate.logsafe import configure_logging
-
-    configure_logging()  # alert data in a message can never start a forged log line
-    preflight(settings)
-    if settings.insecure_no_auth and not settings.resolved_agent_token():
-        log.warning(
-            "!!! --insecure-no-auth: the agent runs node steps for ANYONE who can reach %s", settings.agent_bind
-        )
-
-    class AgentApplication(BaseApplication):  # type: ignore[misc]
-        def load_config(self) -> None:
-            options: Mapping[str, Any] = {
-                "bind": settings.agent_bind,
-                "workers": 1,
-                "threads": max(1, settings.agent_threads),
-                # Steps run in the threads; slow or idle clients hold none (remediate.httpworker).
-                # SIGTERM tells the running steps to stop (a training step withdraws its command) and
-                # answers the server before graceful_timeout.
-                "worker_class": worker_class(settings.request_timeout, on_stop=stop_running_steps),
-                # A step may run as long as its timeout: the worker must not be killed for it.
-                "timeout": 0,
-                "graceful_timeout": 30,
-                "accesslog": None,
-                "errorlog": "-",
-                "loglevel": "info",
-                "proc_name": "remediate-agent",
-            }
-            for key, value in options.items():
-                self.cfg.set(key, value)
-            if "control_socket_disable" in self.cfg.settings:
-                self.cfg.set("control_socket_disable", True)
-
-        def load(self) -> Any:
-            from remediate.agent_server import create_agent_app
-
-            return create_agent_app(settings)
-
-    AgentApplication().run()

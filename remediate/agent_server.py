@@ -14,6 +14,9 @@ Endpoints (on the /v1 routes: requests signed with this node's credential, remed
   (a training step withdraws a command the job has not taken) and the step's own request answers
   as usual. 200 {node, running: N} (0: that step is not running here).
 - GET /healthz (alive), GET /readyz (state file readable; names the node and its actions).
+
+The paths, the request parsing and the error answers are remediate.agent_protocol's, shared with the
+server's AgentRunner; gunicorn serves this app through remediate.serving.run_agent.
 """
 
 from __future__ import annotations
@@ -26,22 +29,26 @@ import sqlalchemy as sa
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
-from remediate.agent import (
+from remediate.agent import AgentService, agent_verifier
+from remediate.agent_protocol import (
+    CANCEL_PATH,
     EXECUTE,
+    HEALTH_PATH,
     PERMANENT,
     PLAN,
+    READY_PATH,
     RETRYABLE,
+    STEP_PATHS,
     AgentRequestError,
-    AgentService,
     CancelRequest,
+    ErrorAnswer,
     StepRequest,
     WrongNodeError,
-    agent_verifier,
-    classify,
+    error_answer,
 )
 from remediate.agentauth import SCHEME, AgentAuthError, NotThisNode
 from remediate.config import Settings
-from remediate.errors import OutcomePending, ParamsError, RemediateError
+from remediate.errors import RemediateError
 
 log = logging.getLogger("remediate.agent")
 
@@ -70,7 +77,10 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
     app.extensions["remediate-agent"] = service
 
     def error(status: int, name: str, error_class: str, message: str, **extra: Any) -> tuple[Response, int]:
-        return jsonify({"error": name, "error_class": error_class, "message": message, **extra}), status
+        return answer(ErrorAnswer(status, name, error_class, message, extra))
+
+    def answer(refusal: ErrorAnswer) -> tuple[Response, int]:
+        return jsonify(refusal.body()), refusal.status
 
     def authenticate(kind: str, body: bytes) -> tuple[str | None, tuple[Response, int] | None]:
         """(the node the request is signed for, None) or (None, the refusal to answer)."""
@@ -81,7 +91,7 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
             return verifier.verify(request.headers.get("Authorization", ""), "POST", request.path, body), None
         except NotThisNode as exc:
             log.warning("refused %s from %s: %s", kind, caller, exc)
-            return None, error(421, "wrong_node", PERMANENT, f"wrong agent: {exc}", node=service.node_name)
+            return None, answer(error_answer(WrongNodeError(f"wrong agent: {exc}"), service.node_name))
         except AgentAuthError as exc:
             log.warning("refused %s from %s: %s", kind, caller, exc)
             response, status = error(401, "unauthorized", PERMANENT, f"agent credential: {exc}")
@@ -99,7 +109,7 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
         try:
             step_request = StepRequest.parse(_json_or_none(body))
         except AgentRequestError as exc:
-            return error(400, "invalid_request", PERMANENT, str(exc), field=exc.field)
+            return answer(error_answer(exc, service.node_name))
         # The audit line of every call: which run and step, what, with which params, from whom.
         log.info(
             "call %s run %s step %s playbook %s action %s target %s params %s from %s (signed for %s)",
@@ -125,28 +135,20 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
             )
         try:
             return jsonify(service.run(kind, step_request))
-        except WrongNodeError as exc:
-            return error(421, "wrong_node", PERMANENT, str(exc), node=service.node_name)
-        except ParamsError as exc:
-            return error(422, "invalid_params", PERMANENT, str(exc))
         except Exception as exc:
             if not isinstance(exc, RemediateError):
                 log.exception("unexpected error in %s of %s", kind, step_request.action)
-            error_class, message = classify(exc)
-            status = 503 if error_class == RETRYABLE else 500
-            # What to look for when the change may still happen: the server reconciles it later.
-            extra = {"follow_up": exc.follow_up} if isinstance(exc, OutcomePending) else {}
-            return error(status, "action_failed", error_class, message, type=exc.__class__.__name__, **extra)
+            return answer(error_answer(exc, service.node_name))
 
-    @app.post("/v1/steps/plan")
+    @app.post(STEP_PATHS[PLAN])
     def plan() -> Any:
         return step(PLAN)
 
-    @app.post("/v1/steps/execute")
+    @app.post(STEP_PATHS[EXECUTE])
     def execute() -> Any:
         return step(EXECUTE)
 
-    @app.post("/v1/steps/cancel")
+    @app.post(CANCEL_PATH)
     def cancel() -> Any:
         body = request.get_data(cache=True)
         signed_for, refused = authenticate("cancel", body)
@@ -157,7 +159,7 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
         try:
             cancel_request = CancelRequest.parse(_json_or_none(body))
         except AgentRequestError as exc:
-            return error(400, "invalid_request", PERMANENT, str(exc), field=exc.field)
+            return answer(error_answer(exc, service.node_name))
         log.info(
             "call cancel run %s step %s target %s from %s (signed for %s)",
             cancel_request.run_id,
@@ -176,14 +178,14 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
         try:
             running = service.stop_step(cancel_request)
         except WrongNodeError as exc:
-            return error(421, "wrong_node", PERMANENT, str(exc), node=service.node_name)
+            return answer(error_answer(exc, service.node_name))
         return jsonify({"node": service.node_name, "running": running})
 
-    @app.get("/healthz")
+    @app.get(HEALTH_PATH)
     def healthz() -> Any:
         return jsonify({"status": "ok", "node": service.node_name})
 
-    @app.get("/readyz")
+    @app.get(READY_PATH)
     def readyz() -> Any:
         try:
             return jsonify(service.ready())

@@ -7,13 +7,14 @@ run here. A `where: node` step runs here too on a single host (no agent known: n
 `node_aliases`; unset: the machine's host name or its short form) — a target that is not
 fails the step, saying what to set — or when its target is this server's own `node_name`;
 otherwise it goes to `remediate agent` on the target node, found in the
-static `agents` map or, with `agent_selector`, through the Kubernetes API (the agent
+static `agents` map or, with `agent_selector`, through the Kubernetes API (remediate.kube.agents: the agent
 DaemonSet's Running+Ready pod whose spec.nodeName is the target, and whose controller
 ownerReference is that DaemonSet: `agent_daemonset`, else any DaemonSet; a pod with the
 right labels but another owner is an impostor and is never chosen). A node that has no
 agent fails the step; it never runs on the wrong node.
 
-Calls to an agent: POST {action, params, context} to /v1/steps/plan|execute, signed with
+Calls to an agent (paths, request and answer shapes, error classes: remediate.agent_protocol, which the
+agent's side uses too): POST {action, params, context} to /v1/steps/plan|execute, signed with
 the target node's own credential derived from the master `agent_token` (remediate.agentauth:
 the signature covers the body, so the run and step ids it names); connection failures
 (refused, connect timeout, 502/503/504 from a proxy, no agent pod yet) are retried
@@ -37,14 +38,12 @@ http://10.0.0.7:9096)", "node-a (server)") so `/runs/<id>` shows where a step ra
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -52,24 +51,29 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.notify import request_not_sent
+from remediate.agent_protocol import (
+    CANCEL_PATH,
+    EXECUTE,
+    PLAN,
+    STEP_PATHS,
+    AgentDirectory,
+    AgentNotFound,
+    CancelRequest,
+    StepRequest,
+    answer_key,
+    error_from_answer,
+)
 from remediate.agentauth import node_token, sign
-from remediate.errors import ActionError, AmbiguousActionError, ConfigError, OutcomePending, RetryableActionError
-from remediate.kube.model import check_node_name
+from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
+from remediate.kube.agents import KubernetesAgents, own_namespace
 
 if TYPE_CHECKING:
     from remediate.config import Settings
 
 log = logging.getLogger("remediate.runners")
 
-PLAN = "plan"
-EXECUTE = "execute"
-AGENT_PATHS = {PLAN: "/v1/steps/plan", EXECUTE: "/v1/steps/execute"}
-CANCEL_PATH = "/v1/steps/cancel"
 STOP_POLL_S = 0.1
 """How often a call to an agent checks whether the executor is stopping (then it asks the agent to stop the step)."""
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-DISCOVERY_TTL = 30.0
-"""Seconds a discovered agent URL is reused before the Kubernetes API is asked again."""
 
 
 class StepRunner(ABC):
@@ -135,25 +139,6 @@ class LocalRunner(StepRunner):
 # --------------------------------------------------------------------------- finding agents
 
 
-class AgentNotFound(Exception):
-    """No agent URL for a node (yet). `retryable`: a pod may still be starting."""
-
-    def __init__(self, message: str, *, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-class AgentDirectory(ABC):
-    """Node name -> agent base URL."""
-
-    @abstractmethod
-    def url_for(self, node: str) -> str:
-        """The agent URL of `node`; AgentNotFound if there is none."""
-
-    def forget(self, node: str) -> None:  # noqa: B027 - optional hook
-        """Drop a cached answer for `node` (its agent did not answer)."""
-
-
 class StaticAgents(AgentDirectory):
     """The `agents` map of the config file."""
 
@@ -168,135 +153,6 @@ class StaticAgents(AgentDirectory):
             raise AgentNotFound(
                 f"no agent configured for node {node!r} (the agents map knows: {known})", retryable=False
             ) from None
-
-
-class KubernetesAgents(AgentDirectory):
-    """The Running and Ready agent pod on a node, by label selector and spec.nodeName, through the API.
-
-    Only pods whose controller ownerReference is a DaemonSet (named `daemonset` when given) count:
-    labels alone can be copied by anyone who may create a pod in the namespace.
-    `api` is a CoreV1Api, built lazily by `remediate.kube.KubeClient` from the same settings as the
-    k8s.* actions (`kubeconfig` and `context` when given, else the in-cluster service account, else
-    $KUBECONFIG / ~/.kube/config). Answers are cached for `ttl` seconds; `forget` drops one after a
-    failed call.
-    """
-
-    def __init__(
-        self,
-        selector: str,
-        namespace: str,
-        port: int,
-        *,
-        daemonset: str | None = None,
-        api: Any = None,
-        kubeconfig: Path | None = None,
-        context: str | None = None,
-        ttl: float = DISCOVERY_TTL,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.selector = selector
-        self.kubeconfig = kubeconfig
-        self.context = context
-        self.namespace = namespace
-        self.port = port
-        self.daemonset = daemonset
-        self.ttl = ttl
-        self.clock = clock
-        self._api = api
-        self._cache: dict[str, tuple[float, str]] = {}
-        self._lock = threading.Lock()
-
-    def api(self) -> Any:
-        if self._api is None:
-            from remediate.kube import KubeClient
-            from remediate.kube.errors import KubeConfigError
-
-            try:
-                self._api = KubeClient(kubeconfig=self.kubeconfig, context=self.context).core_api()
-            except KubeConfigError as exc:
-                raise AgentNotFound(f"cannot reach the Kubernetes API to find agents: {exc}", retryable=False) from exc
-        return self._api
-
-    def url_for(self, node: str) -> str:
-        with self._lock:
-            cached = self._cache.get(node)
-            if cached is not None and self.clock() - cached[0] < self.ttl:
-                return cached[1]
-        url = self._lookup(node)
-        with self._lock:
-            self._cache[node] = (self.clock(), url)
-        return url
-
-    def forget(self, node: str) -> None:
-        with self._lock:
-            self._cache.pop(node, None)
-
-    def _lookup(self, node: str) -> str:
-        # The node is the run's target, taken from an alert label: it must be a node name before it
-        # becomes part of a field selector.
-        problem = check_node_name(node)
-        if problem:
-            raise AgentNotFound(f"cannot look up the agent of node {node[:80]!r}: the name {problem}", retryable=False)
-        where = f"namespace {self.namespace}, selector {self.selector!r}"
-        try:
-            pods = self.api().list_namespaced_pod(
-                self.namespace,
-                label_selector=self.selector,
-                field_selector=f"spec.nodeName={node}",
-                _request_timeout=10,
-            )
-        except AgentNotFound:
-            raise
-        except Exception as exc:  # ApiException, urllib3 errors: the API server may be busy
-            raise AgentNotFound(
-                f"cannot list agent pods on node {node!r} ({where}): {_short_error(exc)}", retryable=True
-            ) from exc
-        owned = [pod for pod in pods.items if _owned_by_daemonset(pod, self.daemonset)]
-        impostors = [pod.metadata.name for pod in pods.items if pod not in owned]
-        if impostors:
-            log.warning(
-                "ignoring pods on node %s that match %s but are not owned by %s: %s",
-                node,
-                where,
-                f"DaemonSet {self.daemonset}" if self.daemonset else "a DaemonSet",
-                ", ".join(impostors),
-            )
-        if impostors and not owned:
-            raise AgentNotFound(
-                f"no agent pod on node {node!r} ({where}): {', '.join(impostors)} "
-                f"{'is' if len(impostors) == 1 else 'are'} not owned by "
-                f"{f'DaemonSet {self.daemonset}' if self.daemonset else 'a DaemonSet'} (refused as impostors)",
-                retryable=False,
-            )
-        ready = [pod for pod in owned if _pod_ready(pod)]
-        if not ready:
-            seen = ", ".join(f"{p.metadata.name} ({(p.status and p.status.phase) or '?'})" for p in pods.items)
-            raise AgentNotFound(
-                f"no Ready agent pod on node {node!r} ({where}; pods there: {seen or 'none'})", retryable=True
-            )
-        newest = max(
-            ready, key=lambda p: p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0
-        )
-        host = newest.status.pod_ip
-        if ":" in host:  # IPv6
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
-
-
-def _owned_by_daemonset(pod: Any, name: str | None) -> bool:
-    """True when the pod's controller ownerReference is a DaemonSet (of that name, when given)."""
-    for ref in pod.metadata.owner_references or []:
-        if ref.controller and ref.kind == "DaemonSet" and (ref.api_version or "").startswith("apps/"):
-            return name is None or ref.name == name
-    return False
-
-
-def _pod_ready(pod: Any) -> bool:
-    if pod.metadata.deletion_timestamp is not None or pod.status is None or not pod.status.pod_ip:
-        return False
-    if pod.status.phase != "Running":
-        return False
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 class ChainedAgents(AgentDirectory):
@@ -392,7 +248,7 @@ class AgentRunner(StepRunner):
     def _cancel(self, ctx: StepContext) -> None:
         if self.url is None:
             return  # no agent found yet: nothing was sent
-        data = json.dumps({"run_id": ctx.run_id, "step_index": ctx.step_index, "target": self.node}).encode()
+        data = CancelRequest(run_id=ctx.run_id, step_index=ctx.step_index, target=self.node).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = sign(node_token(self.token, self.node), self.node, "POST", CANCEL_PATH, data)
@@ -447,29 +303,26 @@ class AgentRunner(StepRunner):
             if exc.retryable:
                 raise _Unreachable(str(exc)) from exc
             raise ActionError(str(exc)) from exc
-        body = {
-            "action": action.name,
-            "params": dict(params),
-            "context": {
-                "run_id": ctx.run_id,
-                "step_index": ctx.step_index,
-                "playbook": ctx.playbook,
-                "target": ctx.target,
-                "alert": dict(ctx.alert),
-                "timeout": round(timeout, 3),
-            },
-        }
-        data = json.dumps(body, default=str).encode()
+        data = StepRequest(
+            action=action.name,
+            params=dict(params),
+            run_id=ctx.run_id,
+            step_index=ctx.step_index,
+            playbook=ctx.playbook,
+            target=ctx.target,
+            alert=dict(ctx.alert),
+            timeout=round(timeout, 3),
+        ).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
             # The node's own credential, never the master: the agent of one node cannot command another.
             headers["Authorization"] = sign(
-                node_token(self.token, self.node), self.node, "POST", AGENT_PATHS[kind], data
+                node_token(self.token, self.node), self.node, "POST", STEP_PATHS[kind], data
             )
         where = f"agent {self.url} of node {self.node}"
         try:
             response = (self.session or requests).post(
-                self.url + AGENT_PATHS[kind],
+                self.url + STEP_PATHS[kind],
                 data=data,
                 headers=headers,
                 # The agent enforces the step's deadline itself and answers; a little slack for the answer.
@@ -497,16 +350,12 @@ class AgentRunner(StepRunner):
             data = response.json()
         except ValueError:
             data = None
-        key = "plan" if kind == PLAN else "result"
+        key = answer_key(kind)
         if response.status_code == 200 and isinstance(data, dict) and key in data:
             return data[key]
-        if isinstance(data, dict) and data.get("error_class") in ("retryable", "permanent"):
-            message = f"{data.get('message') or data.get('error') or 'failed'} (on {where})"
-            if data["error_class"] == "retryable":
-                raise RetryableActionError(message)
-            if isinstance(data.get("follow_up"), dict):
-                raise OutcomePending(message, data["follow_up"])
-            raise ActionError(message)
+        failure = error_from_answer(data, where)
+        if failure is not None:
+            raise failure
         if response.status_code in (502, 503, 504):
             self.directory.forget(self.node)
             if once and response.status_code != 503:  # a proxy may have passed the request on before failing
@@ -637,11 +486,3 @@ def wrong_host_message(target: str, node_name: str | None, names: frozenset[str]
         f"this machine instead. Set node_name (REMEDIATE_NODE_NAME) to the name alerts give this host "
         "(and node_aliases for others), or configure agents (agents / agent_selector) to reach that node"
     )
-
-
-def own_namespace() -> str:
-    """The namespace of this pod (from its service account), else "default"."""
-    try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or "default"
-    except OSError:
-        return "default"

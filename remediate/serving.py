@@ -1,4 +1,8 @@
-"""`remediate serve`: gunicorn in front of the Flask app, and the executor in a process of its own.
+"""`remediate serve` and `remediate agent`: gunicorn in front of their Flask apps; the server's executor
+in a process of its own.
+
+Both run through the one launcher here (`_GunicornApp`: gunicorn options and an app factory);
+only `remediate serve` has the executor process (`_RemediateArbiter`).
 
 The master checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,
@@ -28,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +47,7 @@ log = logging.getLogger("remediate.serve")
 
 WAKE_SOCKET = "executor-wake.sock"
 GRACEFUL_TIMEOUT = 15
+AGENT_GRACEFUL_TIMEOUT = 30
 EXECUTOR_RESTART_DELAY = 1.0
 """Seconds between restarts of an executor process that keeps dying (e.g. a database it cannot open)."""
 
@@ -130,9 +136,9 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
 class _RemediateArbiter(Arbiter):  # type: ignore[misc]
     """gunicorn's master, which also keeps one executor process running."""
 
-    def __init__(self, app: _GunicornApp) -> None:
-        self.remediate_settings = app.settings
-        self.wake_path = app.wake_path
+    def __init__(self, app: _GunicornApp, settings: Settings, wake_path: Path | None) -> None:
+        self.remediate_settings = settings
+        self.wake_path = wake_path
         self.executor_pid = 0
         self._executor_started_at = 0.0
         super().__init__(app)
@@ -222,15 +228,24 @@ def _mark_metrics_dead(pid: int) -> None:
 
 
 class _GunicornApp(BaseApplication):  # type: ignore[misc]
-    def __init__(self, settings: Settings, options: dict[str, Any], wake_path: Path | None = None) -> None:
-        self.settings = settings
+    """gunicorn with these `options`, serving the Flask app `load_app()` builds in each worker (no preload:
+    no database connection crosses a fork). `arbiter` builds the master: gunicorn's own, or one that also
+    keeps the executor process running."""
+
+    def __init__(
+        self,
+        options: dict[str, Any],
+        load_app: Callable[[], Any],
+        arbiter: Callable[[_GunicornApp], Arbiter] = Arbiter,
+    ) -> None:
         self.options = options
-        self.wake_path = wake_path
+        self.load_app = load_app
+        self.arbiter = arbiter
         super().__init__()
 
     def run(self) -> None:
         try:
-            _RemediateArbiter(self).run()
+            self.arbiter(self).run()
         except RuntimeError as exc:
             print(f"\nError: {exc}\n", file=sys.stderr)
             sys.stderr.flush()
@@ -244,12 +259,17 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
             self.cfg.set("control_socket_disable", True)
 
     def load(self) -> Any:
-        from remediate.server import build_services, create_app
+        return self.load_app()
 
-        # HTTP workers never run steps: runs they queue wake the executor process.
-        waker = ExecutorWaker(self.wake_path) if self.wake_path is not None else None
-        services = build_services(self.settings, wake=waker.wake if waker is not None else None)
-        return create_app(self.settings, services=services)
+
+def _server_app(settings: Settings, wake_path: Path | None) -> Any:
+    """The server's Flask app in an HTTP worker."""
+    from remediate.server import build_services, create_app
+
+    # HTTP workers never run steps: runs they queue wake the executor process.
+    waker = ExecutorWaker(wake_path) if wake_path is not None else None
+    services = build_services(settings, wake=waker.wake if waker is not None else None)
+    return create_app(settings, services=services)
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
@@ -315,8 +335,44 @@ def run_server(settings: Settings) -> None:
         "proc_name": "remediate",
     }
     try:
-        _GunicornApp(settings, options, private_dir / WAKE_SOCKET).run()
+        wake_path = private_dir / WAKE_SOCKET
+        _GunicornApp(
+            options,
+            lambda: _server_app(settings, wake_path),
+            lambda app: _RemediateArbiter(app, settings, wake_path),
+        ).run()
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
         if own_metrics_dir and metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def run_agent(settings: Settings) -> None:
+    """Serve the node agent: one worker (one state file writer), `agent_threads` threads, no executor."""
+    from remediate.agent import preflight as agent_preflight
+    from remediate.agent_server import create_agent_app, stop_running_steps
+    from remediate.logsafe import configure_logging
+
+    configure_logging()  # alert data in a message can never start a forged log line
+    agent_preflight(settings)
+    if settings.insecure_no_auth and not settings.resolved_agent_token():
+        log.warning(
+            "!!! --insecure-no-auth: the agent runs node steps for ANYONE who can reach %s", settings.agent_bind
+        )
+    options = {
+        "bind": settings.agent_bind,
+        "workers": 1,
+        "threads": max(1, settings.agent_threads),
+        # Steps run in the threads; slow or idle clients hold none (remediate.httpworker). SIGTERM tells the
+        # running steps to stop (a training step withdraws its command) and answers the server before
+        # graceful_timeout.
+        "worker_class": worker_class(settings.request_timeout, on_stop=stop_running_steps),
+        # A step may run as long as its timeout: the worker must not be killed for it.
+        "timeout": 0,
+        "graceful_timeout": AGENT_GRACEFUL_TIMEOUT,
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": "info",
+        "proc_name": "remediate-agent",
+    }
+    _GunicornApp(options, lambda: create_agent_app(settings)).run()

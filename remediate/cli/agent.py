@@ -71,7 +71,7 @@ def agent(**params: Any) -> None:
             )
         },
     )
-    from remediate.agent import run_agent
+    from remediate.serving import run_agent
 
     run_agent(settings)
 

@@ -17,14 +17,14 @@ from kubernetes import client as k8s
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.log import LogAction
 from remediate.agent import AgentService
+from remediate.agent_protocol import AgentNotFound
 from remediate.config import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
+from remediate.kube.agents import KubernetesAgents
 from remediate.runners import (
-    AgentNotFound,
     AgentRunner,
     ChainedAgents,
     Dispatch,
-    KubernetesAgents,
     LocalRunner,
     StaticAgents,
     WrongHostError,

@@ -192,7 +192,7 @@ CLUSTER_CALLS = {
 NAMESPACE_CALLS = {
     "list_namespaced_pod": ("", "pods", "list"),  # agent discovery, in the release namespace
 }
-API_CLIENT_FILES = ("remediate/kube/client.py", "remediate/runners.py")
+API_CLIENT_FILES = ("remediate/kube/client.py", "remediate/kube/agents.py")
 
 
 def derived_rules(calls: dict[str, tuple[str, str, str]]) -> set[tuple[str, str, tuple[str, ...]]]:

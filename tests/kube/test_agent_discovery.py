@@ -14,7 +14,8 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from remediate.runners import AgentNotFound, KubernetesAgents
+from remediate.agent_protocol import AgentNotFound
+from remediate.kube.agents import KubernetesAgents
 from tests.kube.fake_apiserver import FakeKubeAPI
 
 SELECTOR = "app.kubernetes.io/component=agent"

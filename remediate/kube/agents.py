@@ -1,0 +1,163 @@
+"""Finding the node agent of a node through the Kubernetes API: the agent DaemonSet's pod on that node.
+
+The server's Dispatch (remediate.runners) asks a KubernetesAgents directory (an
+remediate.agent_protocol.AgentDirectory) for the agent URL of a step's target node, when
+`agent_selector` is set. The API client is remediate.kube.KubeClient's, built from the same
+settings (`kubeconfig`, `kube_context`) as the k8s.* actions: there is one place that loads
+Kubernetes configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from remediate.agent_protocol import AgentDirectory, AgentNotFound
+from remediate.kube.client import KubeClient
+from remediate.kube.errors import KubeConfigError
+from remediate.kube.errors import _short as _short_error
+from remediate.kube.model import check_node_name
+
+log = logging.getLogger("remediate.runners")
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DISCOVERY_TTL = 30.0
+"""Seconds a discovered agent URL is reused before the Kubernetes API is asked again."""
+
+
+class KubernetesAgents(AgentDirectory):
+    """The Running and Ready agent pod on a node, by label selector and spec.nodeName, through the API.
+
+    Only pods whose controller ownerReference is a DaemonSet (named `daemonset` when given) count:
+    labels alone can be copied by anyone who may create a pod in the namespace.
+    `api` is a CoreV1Api, built lazily by `remediate.kube.KubeClient` from the same settings as the
+    k8s.* actions (`kubeconfig` and `context` when given, else the in-cluster service account, else
+    $KUBECONFIG / ~/.kube/config). Answers are cached for `ttl` seconds; `forget` drops one after a
+    failed call.
+    """
+
+    def __init__(
+        self,
+        selector: str,
+        namespace: str,
+        port: int,
+        *,
+        daemonset: str | None = None,
+        api: Any = None,
+        kubeconfig: Path | None = None,
+        context: str | None = None,
+        ttl: float = DISCOVERY_TTL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.selector = selector
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.namespace = namespace
+        self.port = port
+        self.daemonset = daemonset
+        self.ttl = ttl
+        self.clock = clock
+        self._api = api
+        self._cache: dict[str, tuple[float, str]] = {}
+        self._lock = threading.Lock()
+
+    def api(self) -> Any:
+        if self._api is None:
+            try:
+                self._api = KubeClient(kubeconfig=self.kubeconfig, context=self.context).core_api()
+            except KubeConfigError as exc:
+                raise AgentNotFound(f"cannot reach the Kubernetes API to find agents: {exc}", retryable=False) from exc
+        return self._api
+
+    def url_for(self, node: str) -> str:
+        with self._lock:
+            cached = self._cache.get(node)
+            if cached is not None and self.clock() - cached[0] < self.ttl:
+                return cached[1]
+        url = self._lookup(node)
+        with self._lock:
+            self._cache[node] = (self.clock(), url)
+        return url
+
+    def forget(self, node: str) -> None:
+        with self._lock:
+            self._cache.pop(node, None)
+
+    def _lookup(self, node: str) -> str:
+        # The node is the run's target, taken from an alert label: it must be a node name before it
+        # becomes part of a field selector.
+        problem = check_node_name(node)
+        if problem:
+            raise AgentNotFound(f"cannot look up the agent of node {node[:80]!r}: the name {problem}", retryable=False)
+        where = f"namespace {self.namespace}, selector {self.selector!r}"
+        try:
+            pods = self.api().list_namespaced_pod(
+                self.namespace,
+                label_selector=self.selector,
+                field_selector=f"spec.nodeName={node}",
+                _request_timeout=10,
+            )
+        except AgentNotFound:
+            raise
+        except Exception as exc:  # ApiException, urllib3 errors: the API server may be busy
+            raise AgentNotFound(
+                f"cannot list agent pods on node {node!r} ({where}): {_short_error(exc)}", retryable=True
+            ) from exc
+        owned = [pod for pod in pods.items if _owned_by_daemonset(pod, self.daemonset)]
+        impostors = [pod.metadata.name for pod in pods.items if pod not in owned]
+        if impostors:
+            log.warning(
+                "ignoring pods on node %s that match %s but are not owned by %s: %s",
+                node,
+                where,
+                f"DaemonSet {self.daemonset}" if self.daemonset else "a DaemonSet",
+                ", ".join(impostors),
+            )
+        if impostors and not owned:
+            raise AgentNotFound(
+                f"no agent pod on node {node!r} ({where}): {', '.join(impostors)} "
+                f"{'is' if len(impostors) == 1 else 'are'} not owned by "
+                f"{f'DaemonSet {self.daemonset}' if self.daemonset else 'a DaemonSet'} (refused as impostors)",
+                retryable=False,
+            )
+        ready = [pod for pod in owned if _pod_ready(pod)]
+        if not ready:
+            seen = ", ".join(f"{p.metadata.name} ({(p.status and p.status.phase) or '?'})" for p in pods.items)
+            raise AgentNotFound(
+                f"no Ready agent pod on node {node!r} ({where}; pods there: {seen or 'none'})", retryable=True
+            )
+        newest = max(
+            ready, key=lambda p: p.metadata.creation_timestamp.timestamp() if p.metadata.creation_timestamp else 0
+        )
+        host = newest.status.pod_ip
+        if ":" in host:  # IPv6
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+
+def _owned_by_daemonset(pod: Any, name: str | None) -> bool:
+    """True when the pod's controller ownerReference is a DaemonSet (of that name, when given)."""
+    for ref in pod.metadata.owner_references or []:
+        if ref.controller and ref.kind == "DaemonSet" and (ref.api_version or "").startswith("apps/"):
+            return name is None or ref.name == name
+    return False
+
+
+def _pod_ready(pod: Any) -> bool:
+    if pod.metadata.deletion_timestamp is not None or pod.status is None or not pod.status.pod_ip:
+        return False
+    if pod.status.phase != "Running":
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def own_namespace() -> str:
+    """The namespace of this pod (from its service account), else "default"."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or "default"
+    except OSError:
+        return "default"
