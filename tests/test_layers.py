@@ -36,55 +36,94 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_layer_contracts_hold() -> None:
-    result = lint_imports(ROOT)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "0 broken" in result.stdout
+CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
 
 
-@pytest.fixture
-def tree_copy(tmp_path: Path) -> Path:
-    """A copy of the package and its contracts, to break on purpose."""
-    shutil.copytree(PACKAGE, tmp_path / "remediate", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    return tmp_path
+def status_line(output: str, name: str) -> str:
+    """The summary line of one contract: its name, then KEPT or BROKEN."""
+    summary = output.partition("Broken contracts")[0]
+    (line,) = [line for line in summary.splitlines() if line.startswith(name + " ")]
+    return line.removeprefix(name).strip()
 
 
-# (module that gains an import, what it imports, the start of the name of the contract that must break)
+@pytest.fixture(scope="module")
+def report() -> subprocess.CompletedProcess[str]:
+    return lint_imports(ROOT)
+
+
+def test_lint_imports_passes(report: subprocess.CompletedProcess[str]) -> None:
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in report.stdout
+
+
+@pytest.mark.parametrize("contract", CONTRACTS, ids=[c["id"] for c in CONTRACTS])
+def test_the_layer_contract_holds(report: subprocess.CompletedProcess[str], contract: dict) -> None:
+    assert status_line(report.stdout, contract["name"]).startswith("KEPT"), report.stdout + report.stderr
+
+
+# (module that gains an import, what it imports, the id of the contract that must break)
 VIOLATIONS = [
-    ("alerts", "remediate.store", "Intake (alerts"),
-    ("templating", "remediate.executor", "Intake (alerts"),
-    ("actions.log", "remediate.store", "Actions know no store"),
-    ("actions.notify", "flask", "Actions know no store"),
-    ("actions.gpu", "remediate.playbooks", "Actions import nothing from intake"),
-    ("training.protocol", "remediate.errors", "The training library"),
-    ("training.handlers", "torch", "`import remediate.training` stays light"),
-    ("store", "remediate.engine", "The store knows no HTTP"),
-    ("schema", "werkzeug", "The table definitions"),
-    ("config", "werkzeug", "Only the HTTP modules import Flask"),
-    ("disk.policy", "os", "The disk policy is pure"),
-    ("errors", "remediate.config", "No import cycle"),  # config imports errors
+    ("alerts", "remediate.store", "intake"),
+    ("templating", "remediate.executor", "intake"),
+    ("actions.log", "remediate.store", "actions"),
+    ("actions.notify", "flask", "actions"),
+    ("actions.gpu", "remediate.playbooks", "actions-no-intake"),
+    ("training.protocol", "remediate.errors", "training"),
+    ("training.handlers", "torch", "training-light"),
+    ("training.distributed", "transformers", "training-torch-only"),
+    ("store", "remediate.engine", "store"),
+    ("schema", "werkzeug", "schema"),
+    ("config", "werkzeug", "flask"),
+    ("guards", "remediate.store", "guards"),
+    ("engine", "remediate.executor", "engine-executor"),
+    ("executor", "gunicorn", "engine-executor-http"),
+    ("runners", "remediate.store", "runners"),
+    ("agent", "remediate.engine", "agent"),
+    ("kube.model", "remediate.breaker", "backends"),
+    ("breaker", "kubernetes", "breaker"),
+    ("disk.policy", "os", "disk-policy"),
+    ("gpu.pci", "remediate.gpu.selection", "acyclic"),  # selection imports pci
 ]
 
 
-def test_the_contracts_break_when_a_layer_is_crossed(tree_copy: Path) -> None:
-    # All violations in one copy and one run (each run builds the whole graph); each must be named.
+@pytest.fixture(scope="module")
+def broken_report(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """lint-imports over a copy of the package with every violation above added at once (one graph)."""
+    root = tmp_path_factory.mktemp("crossed")
+    shutil.copytree(PACKAGE, root / "remediate", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
     for module, imported, _ in VIOLATIONS:
-        path = (tree_copy / "remediate" / module.replace(".", "/")).with_suffix(".py")
+        path = (root / "remediate" / module.replace(".", "/")).with_suffix(".py")
         path.write_text(path.read_text(encoding="utf-8") + f"\nimport {imported}  # noqa\n", encoding="utf-8")
-    result = lint_imports(tree_copy)
-    assert result.returncode == 1, result.stdout + result.stderr
-    summary, _, details = result.stdout.partition("Broken contracts")
-    broken = [line for line in summary.splitlines() if " BROKEN" in line]
-    for module, imported, contract in VIOLATIONS:
-        assert any(line.startswith(contract) for line in broken), (module, result.stdout)
-        # the acyclic contract names the import relative to the package of the cycle
-        shown = (
-            f".{module} -> .{imported.removeprefix('remediate.')}"
-            if contract.startswith("No import cycle")
-            else f"remediate.{module} -> {imported}"
-        )
-        assert shown in details, (shown, result.stdout)
+    return lint_imports(root)
+
+
+def test_every_contract_is_shown_to_catch_a_violation() -> None:
+    assert {c["id"] for c in CONTRACTS} == {contract for _, _, contract in VIOLATIONS}
+
+
+@pytest.mark.parametrize(("module", "imported", "contract_id"), VIOLATIONS, ids=[f"{m}->{i}" for m, i, _ in VIOLATIONS])
+def test_a_contract_breaks_when_a_layer_is_crossed(
+    broken_report: subprocess.CompletedProcess[str], module: str, imported: str, contract_id: str
+) -> None:
+    (contract,) = [c for c in CONTRACTS if c["id"] == contract_id]
+    assert broken_report.returncode == 1, broken_report.stdout + broken_report.stderr
+    assert status_line(broken_report.stdout, contract["name"]).startswith("BROKEN"), broken_report.stdout
+    section = broken_section(broken_report.stdout, contract["name"])
+    if contract["type"] == "acyclic_siblings":  # it names the package and the import it would remove
+        shown = f"No cycles are allowed in remediate.{module.rpartition('.')[0]}"
+    else:
+        shown = f"remediate.{module} -> {imported}"
+    assert shown in section, (shown, broken_report.stdout)
+
+
+def broken_section(output: str, name: str) -> str:
+    """What lint-imports says under one broken contract's heading, up to the next contract's heading."""
+    details = output.partition("Broken contracts")[2]
+    starts = sorted(i for i in (details.find(f"\n{c['name']}\n") for c in CONTRACTS) if i >= 0)
+    start = details.index(f"\n{name}\n")
+    end = next((i for i in starts if i > start), len(details))
+    return details[start:end]
 
 
 def allowed_cycle_imports() -> set[tuple[str, str]]:
