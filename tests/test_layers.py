@@ -126,6 +126,28 @@ def broken_section(output: str, name: str) -> str:
     return details[start:end]
 
 
+STALE_IGNORE = """
+[[tool.importlinter.contracts]]
+id = "stale"
+name = "A contract whose ignore matches no import"
+type = "forbidden"
+source_modules = ["remediate.alerts"]
+forbidden_modules = ["remediate.store"]
+ignore_imports = ["remediate.alerts -> remediate.matchers"]
+"""
+
+
+def test_an_ignore_that_matches_no_import_fails(tmp_path: Path) -> None:
+    # Known violations are ignored one by one; once a slice removes the import, its ignore must go too.
+    assert all(c.get("unmatched_ignore_imports_alerting", "error") == "error" for c in CONTRACTS)
+    shutil.copytree(PACKAGE, tmp_path / "remediate", ignore=shutil.ignore_patterns("__pycache__"))
+    config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text(config + STALE_IGNORE, encoding="utf-8")
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "No matches for ignored import remediate.alerts -> remediate.matchers" in result.stdout + result.stderr
+
+
 def allowed_cycle_imports() -> set[tuple[str, str]]:
     """The acyclic contract's ignore_imports: the one reviewed list of imports that close a cycle today."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
