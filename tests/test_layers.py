@@ -1,162 +1,219 @@
-"""The layers stay apart: the store knows no Flask, actions know no store or engine, only server.py knows HTTP."""
+"""The layers stay apart and nothing imports in a circle.
+
+The rules themselves are import-linter contracts in pyproject.toml (`[tool.importlinter]`), which
+scripts/test runs as `lint-imports`; these tests run the same contracts so that `pytest` alone checks
+them, prove that the contracts do catch a violation, and check the module-level import graph for cycles.
+"""
 
 from __future__ import annotations
 
-import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
+import grimp
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "remediate"
-
-FRAMEWORKS = ("torch", "lightning", "pytorch_lightning", "transformers", "accelerate")
-
-# module (relative to remediate/) -> imports it must never make (prefix match)
-FORBIDDEN = {
-    "store.py": [
-        "flask",
-        "werkzeug",
-        "remediate.engine",
-        "remediate.playbooks",
-        "remediate.actions",
-        "remediate.server",
-    ],
-    "schema.py": ["flask", "remediate."],
-    "alerts.py": ["flask", "sqlalchemy", "remediate.store", "remediate.engine"],
-    "matchers.py": ["flask", "sqlalchemy", "remediate.store"],
-    "playbooks.py": ["flask", "sqlalchemy", "remediate.store", "remediate.engine", "remediate.executor"],
-    "guards.py": ["flask", "sqlalchemy", "remediate.store", "remediate.engine"],
-    "engine.py": ["flask", "werkzeug", "remediate.server", "remediate.executor"],
-    "executor.py": ["flask", "werkzeug", "remediate.server", "remediate.engine"],
-    "disk/": [
-        "flask",
-        "werkzeug",
-        "sqlalchemy",
-        "remediate.store",
-        "remediate.engine",
-        "remediate.executor",
-        "remediate.server",
-        "remediate.actions",
-        "remediate.playbooks",
-    ],
-    "kube/": [
-        "flask",
-        "werkzeug",
-        "sqlalchemy",
-        "remediate.store",
-        "remediate.engine",
-        "remediate.executor",
-        "remediate.server",
-        "remediate.actions",
-        "remediate.playbooks",
-        "remediate.breaker",
-    ],
-    "breaker.py": [
-        "flask",
-        "werkzeug",
-        "sqlalchemy",
-        "kubernetes",
-        "remediate.store",
-        "remediate.engine",
-        "remediate.executor",
-        "remediate.server",
-        "remediate.actions",
-        "remediate.kube",
-    ],
-    "disk/policy.py": ["os", "remediate.disk.fs", "remediate.disk.cleanup"],
-    "disk/selection.py": ["os", "remediate.disk.fs", "remediate.disk.cleanup"],
-    "disk/patterns.py": ["os", "remediate.disk.fs", "remediate.disk.cleanup"],
-    "runners.py": [
-        "flask",
-        "werkzeug",
-        "remediate.server",
-        "remediate.engine",
-        "remediate.store",
-        "remediate.executor",
-    ],
-    "agent.py": ["flask", "werkzeug", "remediate.server", "remediate.engine", "remediate.runners"],
-    "actions/": [
-        "flask",
-        "werkzeug",
-        "sqlalchemy",
-        "remediate.store",
-        "remediate.engine",
-        "remediate.executor",
-        "remediate.server",
-        "remediate.schema",
-    ],
-    # The library training jobs import: nothing of remediate's server side (see also the test below).
-    "training/": [
-        "flask",
-        "werkzeug",
-        "sqlalchemy",
-        "kubernetes",
-        "gunicorn",
-        "tenacity",
-        "jinja2",
-        "remediate.actions",
-    ],
-    # ... and torch only where it is needed: `import remediate.training` must stay light.
-    "training/__init__.py": [*FRAMEWORKS],
-    "training/protocol.py": [*FRAMEWORKS],
-    "training/client.py": [*FRAMEWORKS],
-    "training/handlers.py": [*FRAMEWORKS],
-    "training/checkpoints.py": ["lightning", "pytorch_lightning", "transformers"],  # torch inside save/load only
-    "training/distributed.py": ["lightning", "pytorch_lightning", "transformers"],
-    "actions/training.py": [*FRAMEWORKS],
-}
-HTTP_FRAMEWORKS = ("flask", "werkzeug")
-HTTP_MODULES = {"server.py", "agent_server.py"}
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "remediate"
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
-def imports_of(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-    return names
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    """Run the contracts of root/pyproject.toml against root/remediate (no cache: a fresh graph)."""
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "300"}  # one contract name, one line
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
-def _within(name: str, prefix: str) -> bool:
-    """`remediate.` covers every submodule; `flask` covers flask and flask.*."""
-    if prefix.endswith("."):
-        return name.startswith(prefix)
-    return name == prefix or name.startswith(prefix + ".")
+CONTRACTS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
 
 
-def modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
+def status_line(output: str, name: str) -> str:
+    """The summary line of one contract: its name, then KEPT or BROKEN."""
+    summary = output.partition("Broken contracts")[0]
+    (line,) = [line for line in summary.splitlines() if line.startswith(name + " ")]
+    return line.removeprefix(name).strip()
 
 
-@pytest.mark.parametrize("rule", sorted(FORBIDDEN))
-def test_modules_do_not_import_across_their_layer(rule: str) -> None:
-    targets = [p for p in modules() if p.relative_to(PACKAGE).as_posix().startswith(rule)]
-    assert targets, f"no module matches {rule}"
-    for path in targets:
-        bad = {name for name in imports_of(path) for prefix in FORBIDDEN[rule] if _within(name, prefix)}
-        assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
+@pytest.fixture(scope="module")
+def report() -> subprocess.CompletedProcess[str]:
+    return lint_imports(ROOT)
 
 
-def test_only_the_server_module_imports_flask() -> None:
-    offenders = [
-        path.relative_to(PACKAGE).as_posix()
-        for path in modules()
-        if path.relative_to(PACKAGE).as_posix() not in HTTP_MODULES
-        and any(name.split(".")[0] in HTTP_FRAMEWORKS for name in imports_of(path))
-    ]
-    assert offenders == []
+def test_lint_imports_passes(report: subprocess.CompletedProcess[str]) -> None:
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert f"Contracts: {len(CONTRACTS)} kept, 0 broken." in report.stdout
 
 
-def test_the_training_library_imports_nothing_else_of_remediate() -> None:
-    for path in sorted((PACKAGE / "training").rglob("*.py")):
-        others = {n for n in imports_of(path) if _within(n, "remediate") and not _within(n, "remediate.training")}
-        assert not others, f"{path.relative_to(PACKAGE)} imports {sorted(others)}"
+@pytest.mark.parametrize("contract", CONTRACTS, ids=[c["id"] for c in CONTRACTS])
+def test_the_layer_contract_holds(report: subprocess.CompletedProcess[str], contract: dict) -> None:
+    assert status_line(report.stdout, contract["name"]).startswith("KEPT"), report.stdout + report.stderr
+
+
+# (module that gains an import, what it imports, the id of the contract that must break)
+VIOLATIONS = [
+    ("alerts", "remediate.store", "intake"),
+    ("templating", "remediate.executor", "intake"),
+    ("actions.log", "remediate.store", "actions"),
+    ("actions.notify", "flask", "actions"),
+    ("actions.gpu", "remediate.playbooks", "actions-no-intake"),
+    ("training.protocol", "remediate.errors", "training"),
+    ("training.handlers", "torch", "training-light"),
+    ("training.distributed", "transformers", "training-torch-only"),
+    ("store", "remediate.engine", "store"),
+    ("schema", "werkzeug", "schema"),
+    ("config", "werkzeug", "flask"),
+    ("guards", "remediate.store", "guards"),
+    ("engine", "remediate.executor", "engine-executor"),
+    ("executor", "gunicorn", "engine-executor-http"),
+    ("runners", "remediate.store", "runners"),
+    ("agent", "remediate.engine", "agent"),
+    ("kube.model", "remediate.breaker", "backends"),
+    ("breaker", "kubernetes", "breaker"),
+    ("disk.policy", "os", "disk-policy"),
+    ("gpu.pci", "remediate.gpu.selection", "acyclic"),  # selection imports pci
+]
+
+
+@pytest.fixture(scope="module")
+def broken_report(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """lint-imports over a copy of the package with every violation above added at once (one graph)."""
+    root = tmp_path_factory.mktemp("crossed")
+    shutil.copytree(PACKAGE, root / "remediate", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    for module, imported, _ in VIOLATIONS:
+        path = (root / "remediate" / module.replace(".", "/")).with_suffix(".py")
+        path.write_text(path.read_text(encoding="utf-8") + f"\nimport {imported}  # noqa\n", encoding="utf-8")
+    return lint_imports(root)
+
+
+def test_every_contract_is_shown_to_catch_a_violation() -> None:
+    assert {c["id"] for c in CONTRACTS} == {contract for _, _, contract in VIOLATIONS}
+
+
+@pytest.mark.parametrize(("module", "imported", "contract_id"), VIOLATIONS, ids=[f"{m}->{i}" for m, i, _ in VIOLATIONS])
+def test_a_contract_breaks_when_a_layer_is_crossed(
+    broken_report: subprocess.CompletedProcess[str], module: str, imported: str, contract_id: str
+) -> None:
+    (contract,) = [c for c in CONTRACTS if c["id"] == contract_id]
+    assert broken_report.returncode == 1, broken_report.stdout + broken_report.stderr
+    assert status_line(broken_report.stdout, contract["name"]).startswith("BROKEN"), broken_report.stdout
+    section = broken_section(broken_report.stdout, contract["name"])
+    if contract["type"] == "acyclic_siblings":  # it names the package and the import it would remove
+        shown = f"No cycles are allowed in remediate.{module.rpartition('.')[0]}"
+    else:
+        shown = f"remediate.{module} -> {imported}"
+    assert shown in section, (shown, broken_report.stdout)
+
+
+def broken_section(output: str, name: str) -> str:
+    """What lint-imports says under one broken contract's heading, up to the next contract's heading."""
+    details = output.partition("Broken contracts")[2]
+    starts = sorted(i for i in (details.find(f"\n{c['name']}\n") for c in CONTRACTS) if i >= 0)
+    start = details.index(f"\n{name}\n")
+    end = next((i for i in starts if i > start), len(details))
+    return details[start:end]
+
+
+STALE_IGNORE = """
+[[tool.importlinter.contracts]]
+id = "stale"
+name = "A contract whose ignore matches no import"
+type = "forbidden"
+source_modules = ["remediate.alerts"]
+forbidden_modules = ["remediate.store"]
+ignore_imports = ["remediate.alerts -> remediate.matchers"]
+"""
+
+
+def test_an_ignore_that_matches_no_import_fails(tmp_path: Path) -> None:
+    # Known violations are ignored one by one; once a slice removes the import, its ignore must go too.
+    assert all(c.get("unmatched_ignore_imports_alerting", "error") == "error" for c in CONTRACTS)
+    shutil.copytree(PACKAGE, tmp_path / "remediate", ignore=shutil.ignore_patterns("__pycache__"))
+    config = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text(config + STALE_IGNORE, encoding="utf-8")
+    result = lint_imports(tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "No matches for ignored import remediate.alerts -> remediate.matchers" in result.stdout + result.stderr
+
+
+def allowed_cycle_imports() -> set[tuple[str, str]]:
+    """The acyclic contract's ignore_imports: the one reviewed list of imports that close a cycle today."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (acyclic,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "acyclic_siblings"]
+    pairs = set()
+    for expression in acyclic.get("ignore_imports", []):
+        importer, imported = (part.strip() for part in expression.split("->"))
+        pairs.add((importer, imported))
+    return pairs
+
+
+def cycles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(graph.find_modules_directly_imported_by(module)):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def test_no_import_cycle() -> None:
+    # Every import counts: at module level, inside functions (a lazy import hides a cycle, it does not
+    # remove it) and under TYPE_CHECKING (those are allowed one by one in pyproject.toml).
+    graph = grimp.build_graph("remediate", cache_dir=None)
+    allowed = allowed_cycle_imports()
+    stale = sorted(pair for pair in allowed if not graph.direct_import_exists(importer=pair[0], imported=pair[1]))
+    assert stale == [], f"these imports are gone: delete them from the acyclic contract's ignore_imports: {stale}"
+    for importer, imported in allowed:
+        graph.remove_import(importer=importer, imported=imported)
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = grimp.build_graph("remediate", cache_dir=None)
+    graph.add_import(importer="remediate.errors", imported="remediate.config")  # config imports errors
+    assert ["remediate.config", "remediate.errors"] in cycles(graph)
 
 
 def test_no_module_uses_a_shell() -> None:
-    for path in modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         assert "shell=True" not in text, path
         assert "os.system" not in text, path
