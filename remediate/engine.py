@@ -21,9 +21,10 @@ from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.breaker import BreakerState
 from remediate.errors import ParamsError, PayloadError
-from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, Decision, GuardFacts, Verdict, judge
+from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict, judge
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
-from remediate.store import AWAITING_APPROVAL, FAILED, QUEUED, REJECTED, EmptyGuardReader, PauseState, Store
+from remediate.runs import Decision, RunStatus, decision_row, run_row, step_rows
+from remediate.store import EmptyGuardReader, PauseState, Store
 from remediate.templating import render_params
 
 log = logging.getLogger("remediate.engine")
@@ -51,6 +52,11 @@ class Evaluation:
     dedupe_key: str
     steps: tuple[RenderedStep, ...] = ()
     error: str | None = None
+
+    @property
+    def awaits_approval(self) -> bool:
+        """An approve-mode playbook's firing run waits for a person; its undo (resolved) does not."""
+        return self.mode is Mode.APPROVE and self.phase == "firing"
 
 
 @dataclass(frozen=True)
@@ -229,7 +235,9 @@ class Engine:
             if e.phase == "resolved"
         ]
         existing = reader.existing_runs(keys + firing_keys)
-        rerunnable = reader.rerunnable_runs(existing[k][0] for k in keys if k in existing and existing[k][1] == FAILED)
+        rerunnable = reader.rerunnable_runs(
+            existing[k][0] for k in keys if k in existing and existing[k][1] == RunStatus.FAILED
+        )
         order = _OrderFacts.gather(reader, evaluations)
         acting_here: dict[tuple[str, str, str], list[str]] = {}
         pause = reader.pause_state()
@@ -323,7 +331,7 @@ class Engine:
             alert_ids = w.insert_many("alerts", [_alert_row(notification_id, a) for a in notification.alerts])
             judged = self.judge(w, evaluations, received_at)
             with_runs = [j for j in judged if j.creates_run]
-            run_rows = [self._run_row(j, alert_ids[j.index], received_at) for j in with_runs]
+            run_rows = [run_row(j, alert_ids[j.index], received_at) for j in with_runs]
             for j in with_runs:
                 if j.supersedes is not None:
                     w.release_dedupe_key(j.supersedes)
@@ -333,15 +341,15 @@ class Engine:
                 if j.supersedes is not None:
                     w.mark_superseded(j.supersedes, run_ids[id(j)], received_at)
             statuses = {id(j): row["status"] for j, row in zip(with_runs, run_rows, strict=True)}
-            w.insert_many("steps", [row for j in with_runs for row in _step_rows(run_ids[id(j)], j.evaluation)])
+            w.insert_many("steps", [row for j in with_runs for row in step_rows(run_ids[id(j)], j.evaluation)])
             for j in judged:
                 # Whatever the verdict (no_firing_run, nothing_on_resolved, paused, ...): the alert is over.
-                if j.phase == "resolved" and j.firing_run and j.firing_run[1] == AWAITING_APPROVAL:
+                if j.phase == "resolved" and j.firing_run and j.firing_run[1] == RunStatus.AWAITING_APPROVAL:
                     w.cancel_awaiting(j.firing_run[0], "the alert resolved before the run was approved", received_at)
             w.insert_many(
                 "decisions",
                 [
-                    _decision_row(
+                    decision_row(
                         notification_id,
                         alert_ids[j.index],
                         j,
@@ -371,32 +379,6 @@ class Engine:
         if result.runs_queued and self.on_queued is not None:
             self.on_queued()
         return result
-
-    def _run_row(self, j: Judged, alert_id: int, now: float) -> dict[str, Any]:
-        ev = j.evaluation
-        assert ev is not None
-        if not j.verdict.accepted:
-            status = REJECTED
-        elif ev.mode is Mode.APPROVE and ev.phase == "firing":
-            status = AWAITING_APPROVAL
-        else:
-            status = QUEUED
-        return {
-            "dedupe_key": ev.dedupe_key,
-            "playbook": ev.playbook.name,
-            "alertname": ev.alert.name,
-            "target": ev.target,
-            "guard_key": ev.guard_key,
-            "phase": ev.phase,
-            "mode": ev.mode.value,
-            "status": status,
-            "alert_id": alert_id,
-            "after_run_id": j.firing_run[0] if j.firing_run else None,
-            "created_at": now,
-            "updated_at": now,
-            "finished_at": now if status == REJECTED else None,
-            "error": None if j.verdict.accepted else j.verdict.reason,
-        }
 
 
 def _occurrence(alert: Alert) -> tuple[str, str]:
@@ -473,42 +455,3 @@ def _alert_row(notification_id: int, alert: Alert) -> dict[str, Any]:
         "annotations": json.dumps(dict(alert.annotations), sort_keys=True),
         "generator_url": alert.generator_url,
     }
-
-
-def _decision_row(
-    notification_id: int, alert_id: int, j: Judged, run_id: int | None, run_status: str | None, now: float
-) -> dict[str, Any]:
-    return {
-        "created_at": now,
-        "notification_id": notification_id,
-        "alert_id": alert_id,
-        "alertname": j.alert.name,
-        "fingerprint": j.alert.fingerprint,
-        "alert_status": j.alert.status,
-        "playbook": j.playbook_name,
-        "target": j.target,
-        "decision": j.verdict.decision.value,
-        "reason": j.verdict.reason,
-        "status": run_status or j.verdict.decision.value,
-        "run_id": run_id,
-    }
-
-
-def _step_rows(run_id: int, ev: Evaluation | None) -> list[dict[str, Any]]:
-    if ev is None or ev.error is not None:
-        return []
-    return [
-        {
-            "run_id": run_id,
-            "idx": index,
-            "name": step.spec.name,
-            "action": step.spec.action,
-            "where": step.where,
-            "params": json.dumps(step.params, sort_keys=True, default=str),
-            "timeout": step.timeout,
-            "retries": step.spec.retries,
-            "always": step.spec.always,
-            "status": "pending",
-        }
-        for index, step in enumerate(ev.steps)
-    ]

@@ -59,21 +59,20 @@ from remediate.errors import (
     RetryableActionError,
 )
 from remediate.runners import Dispatch, StepRunner
-from remediate.store import (
-    FAILED,
-    PLANNED,
-    SUCCEEDED,
+from remediate.runs import (
+    DONE_STEP_STATUSES,
+    AttemptOutcome,
     ClaimedRun,
     RunEnd,
     RunningClaim,
+    RunStatus,
     StepRecord,
-    Store,
-    worker_identity,
+    StepStatus,
 )
+from remediate.store import Store, worker_identity
 
 log = logging.getLogger("remediate.executor")
 
-DONE_STEP_STATUSES = ("succeeded", "planned", "skipped")
 RECONCILE_WINDOW_S = 24 * 3600.0
 """How long after a step gave up its pending outcome is still looked for (jobs keep acknowledgements 7 days)."""
 RECONCILE_PLAN_TIMEOUT_S = 15.0
@@ -364,11 +363,11 @@ class Executor:
             elif step.always:
                 self._execute_step(run, step, dry_run, last=False, rest=(), earlier=steps, after_failure=True)
         if failure is not None:
-            self._finish_run(run, FAILED, failure, rerunnable=rerunnable)
+            self._finish_run(run, RunStatus.FAILED, failure, rerunnable=rerunnable)
         elif not pending:
-            self._finish_run(run, PLANNED if dry_run else SUCCEEDED, None)
+            self._finish_run(run, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED, None)
 
-    def _finish_run(self, run: ClaimedRun, status: str, error: str | None, *, rerunnable: bool = False) -> None:
+    def _finish_run(self, run: ClaimedRun, status: RunStatus, error: str | None, *, rerunnable: bool = False) -> None:
         self.store.finish_run(run.id, status, now=self.clock(), error=error, lease=run.lease, rerunnable=rerunnable)
         self._run_finished(RunEnd(run.id, status, error))
 
@@ -403,12 +402,12 @@ class Executor:
             params = action.validate(step.params)
         except ParamsError as exc:
             return fail(f"{exc}")
-        if step.status == "interrupted" and not action.idempotent:
+        if step.status == StepStatus.INTERRUPTED and not action.idempotent:
             message = (
                 f"interrupted by an executor stop during attempt {step.attempts}; {action.name} is not "
                 "idempotent, so it is not run again: check the target by hand"
             )
-            return fail(message, status="interrupted")
+            return fail(message, status=StepStatus.INTERRUPTED)
         deadline = started + step.timeout
         ctx = StepContext(
             run_id=run.id,
@@ -429,10 +428,12 @@ class Executor:
         except Exception as exc:
             transient = isinstance(exc, RetryableActionError) and step.attempts == 0
             return fail(f"plan failed: {_describe(exc)}", transient=transient)
-        run_end = RunEnd(run.id, PLANNED if dry_run else SUCCEEDED) if last else None
+        run_end = RunEnd(run.id, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED) if last else None
         if dry_run:
-            self.store.finish_step(step.id, "planned", now=self.clock(), plan=plan, run_end=run_end, lease=run.lease)
-            self.metrics.step_finished(step.action, "planned", time.monotonic() - started)
+            self.store.finish_step(
+                step.id, StepStatus.PLANNED, now=self.clock(), plan=plan, run_end=run_end, lease=run.lease
+            )
+            self.metrics.step_finished(step.action, StepStatus.PLANNED, time.monotonic() - started)
             self._run_finished(run_end)
             return None
         try:
@@ -447,14 +448,14 @@ class Executor:
             return fail(_describe(exc), plan=plan, result=pending)
         self.store.finish_step(
             step.id,
-            "succeeded",
+            StepStatus.SUCCEEDED,
             now=self.clock(),
             result=result,
             succeeded_attempt=number,
             run_end=run_end,
             lease=run.lease,
         )
-        self.metrics.step_finished(step.action, "succeeded", time.monotonic() - started)
+        self.metrics.step_finished(step.action, StepStatus.SUCCEEDED, time.monotonic() - started)
         self._run_finished(run_end)
         return None
 
@@ -514,17 +515,25 @@ class Executor:
                     try:
                         result = call_with_deadline(lambda: runner.execute(action, params, ctx), ctx.remaining())
                     except RetryableActionError as exc:
-                        outcome = "retryable_error" if _may_retry(exc, action) else "maybe_applied"
+                        outcome = (
+                            AttemptOutcome.RETRYABLE_ERROR if _may_retry(exc, action) else AttemptOutcome.MAYBE_APPLIED
+                        )
                         self.store.finish_attempt(step.id, number, outcome, str(exc), self.clock(), lease=lease)
                         raise
                     except AmbiguousActionError as exc:
-                        self.store.finish_attempt(step.id, number, "maybe_applied", str(exc), self.clock(), lease=lease)
+                        self.store.finish_attempt(
+                            step.id, number, AttemptOutcome.MAYBE_APPLIED, str(exc), self.clock(), lease=lease
+                        )
                         raise
                     except StepTimeout as exc:
-                        self.store.finish_attempt(step.id, number, "timeout", str(exc), self.clock(), lease=lease)
+                        self.store.finish_attempt(
+                            step.id, number, AttemptOutcome.TIMEOUT, str(exc), self.clock(), lease=lease
+                        )
                         raise
                     except Exception as exc:
-                        self.store.finish_attempt(step.id, number, "failed", _describe(exc), self.clock(), lease=lease)
+                        self.store.finish_attempt(
+                            step.id, number, AttemptOutcome.FAILED, _describe(exc), self.clock(), lease=lease
+                        )
                         raise
                     return number, result
         except RetryError as exc:  # pragma: no cover - reraise=True makes tenacity re-raise the last error
@@ -583,7 +592,12 @@ class Executor:
         """A function recording the step's failure (see `_fail_step`) with this step's circumstances."""
 
         def fail(
-            error: str, *, status: str = "failed", plan: Any = None, transient: bool = False, result: Any = None
+            error: str,
+            *,
+            status: StepStatus = StepStatus.FAILED,
+            plan: Any = None,
+            transient: bool = False,
+            result: Any = None,
         ) -> StepFailure:
             return self._fail_step(
                 run, step, error, started, status=status, plan=plan, rest=rest, earlier=earlier,
@@ -599,7 +613,7 @@ class Executor:
         error: str,
         started: float,
         *,
-        status: str = "failed",
+        status: StepStatus = StepStatus.FAILED,
         plan: Any = None,
         rest: Sequence[StepRecord] = (),
         earlier: Sequence[StepRecord] = (),
@@ -624,7 +638,7 @@ class Executor:
         skipped = [s.id for s in rest if not s.always]
         reason = f"skipped: step {step.idx} {step.name} ({step.action}) failed"
         ends = not any(s.always for s in rest)
-        run_end = RunEnd(run.id, FAILED, run_error) if ends else None
+        run_end = RunEnd(run.id, RunStatus.FAILED, run_error) if ends else None
         rerunnable = transient and run.mode != "dry-run" and all(s.attempts == 0 for s in earlier if s.idx <= step.idx)
         self.store.finish_step(
             step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end, lease=run.lease,

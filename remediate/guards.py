@@ -10,32 +10,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
 from remediate.breaker import BreakerState, is_stale, open_reason, stale_reason
 from remediate.durations import format_duration
 from remediate.playbooks import Playbook
+from remediate.runs import Decision, RunStatus
 
 ATTEMPT_WINDOW = timedelta(hours=24)
-
-
-class Decision(StrEnum):
-    ACCEPTED = "accepted"
-    UNMATCHED = "unmatched"
-    DUPLICATE = "duplicate"
-    PAUSED = "paused"
-    COOLDOWN = "cooldown"
-    ATTEMPT_CAP = "attempt_cap"
-    REJECTED = "rejected"
-    NO_FIRING_RUN = "no_firing_run"
-    NOTHING_ON_RESOLVED = "nothing_on_resolved"
-    BREAKER_OPEN = "breaker_open"
-    STALE = "stale"
-    ALREADY_RESOLVED = "already_resolved"
-    """A firing alert whose occurrence was already reported resolved (it arrived late, or in the same
-    notification as its resolved): the alert is over, its firing steps are not started."""
-    SUPERSEDED = "superseded"
-    """A resolved alert whose undo would undo what a newer, still active occurrence needs."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +58,9 @@ class GuardFacts:
 
 # A resolved alert undoes nothing when its firing run never acted.
 NOTHING_TO_UNDO = {
-    "awaiting_approval": "was still awaiting approval; it is cancelled and there is nothing to undo",
-    "cancelled": "was cancelled; there is nothing to undo",
-    "rejected": "was rejected (its params did not validate); there is nothing to undo",
+    RunStatus.AWAITING_APPROVAL: "was still awaiting approval; it is cancelled and there is nothing to undo",
+    RunStatus.CANCELLED: "was cancelled; there is nothing to undo",
+    RunStatus.REJECTED: "was rejected (its params did not validate); there is nothing to undo",
 }
 
 

@@ -40,17 +40,18 @@ from remediate.errors import (
     StoreFileReplaced,
     UnknownRunError,
 )
-
-# Run statuses.
-QUEUED = "queued"
-AWAITING_APPROVAL = "awaiting_approval"
-RUNNING = "running"
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-PLANNED = "planned"  # a dry-run run that finished planning
-REJECTED = "rejected"  # its params did not render or validate; nothing ran
-CANCELLED = "cancelled"  # awaited approval, and the alert resolved first
-FINAL_RUN_STATUSES = (SUCCEEDED, FAILED, PLANNED, REJECTED, CANCELLED)
+from remediate.runs import (
+    FINAL_RUN_STATUSES,
+    AttemptOutcome,
+    ClaimedRun,
+    PendingOutcome,
+    RunEnd,
+    RunLease,
+    RunningClaim,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+)
 
 
 def dumps(value: Any) -> str:
@@ -79,85 +80,6 @@ class PauseState:
     by: str = ""
     reason: str = ""
     since: float | None = None
-
-
-@dataclass(frozen=True)
-class ClaimedRun:
-    id: int
-    playbook: str
-    target: str
-    phase: str
-    mode: str
-    alert_context: Mapping[str, Any]
-    generation: int = 0
-    """The run's claim_generation after this claim (see RunLease)."""
-    worker: str = ""
-
-    @property
-    def lease(self) -> RunLease:
-        return RunLease(self.id, self.worker, self.generation)
-
-
-@dataclass(frozen=True)
-class RunLease:
-    """Who may write a run's progress: the executor that claimed it, in that claim (generation).
-
-    Every progress write given a lease checks it in its own transaction and raises ClaimLostError
-    when the run was requeued or claimed again since: the stale owner then writes nothing more.
-    """
-
-    run_id: int
-    worker: str
-    generation: int
-
-
-@dataclass(frozen=True)
-class RunningClaim:
-    """A running run as recovery sees it."""
-
-    id: int
-    claimed_by: str
-    generation: int
-    heartbeat_at: float | None
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    id: int
-    run_id: int
-    idx: int
-    name: str
-    action: str
-    where: str
-    params: Mapping[str, Any]
-    timeout: float
-    retries: int
-    status: str
-    attempts: int
-    always: bool = False
-    error: str | None = None
-    finished: bool = False
-    """The step has its final outcome (finished_at is set); an `interrupted` step left by recovery has not."""
-
-
-@dataclass(frozen=True)
-class PendingOutcome:
-    """A failed step whose change may still happen (Store.pending_outcomes)."""
-
-    step: StepRecord
-    run: ClaimedRun
-    follow_up: Mapping[str, Any]
-    """What the action said to look for (OutcomePending.follow_up)."""
-    finished_at: float
-
-
-@dataclass(frozen=True)
-class RunEnd:
-    """How a run ends, given to `Store.finish_step` of its last step so both are recorded in one transaction."""
-
-    run_id: int
-    status: str
-    error: str | None = None
 
 
 MAX_ID = 2**63 - 1
@@ -193,7 +115,7 @@ def _claim_statement(skip_locked: bool) -> sa.Update:
     prior_unfinished = sa.exists().where(prior.c.id == t.runs.c.after_run_id, prior.c.status.not_in(FINAL_RUN_STATUSES))
     oldest = (
         sa.select(t.runs.c.id)
-        .where(t.runs.c.status == QUEUED, sa.not_(prior_unfinished))
+        .where(t.runs.c.status == RunStatus.QUEUED, sa.not_(prior_unfinished))
         .order_by(t.runs.c.id)
         .limit(1)
     )
@@ -202,9 +124,9 @@ def _claim_statement(skip_locked: bool) -> sa.Update:
     now = sa.bindparam("p_now", type_=sa.Float)
     return (
         sa.update(t.runs)
-        .where(t.runs.c.id == oldest.scalar_subquery(), t.runs.c.status == QUEUED)
+        .where(t.runs.c.id == oldest.scalar_subquery(), t.runs.c.status == RunStatus.QUEUED)
         .values(
-            status=RUNNING,
+            status=RunStatus.RUNNING,
             claimed_by=sa.bindparam("p_worker", type_=sa.String),
             claim_generation=t.runs.c.claim_generation + 1,
             heartbeat_at=now,
@@ -252,7 +174,7 @@ _START_ATTEMPT = (
     sa.update(t.steps)
     .where(t.steps.c.id == sa.bindparam("p_step_id"))
     .values(
-        status=RUNNING,
+        status=StepStatus.RUNNING,
         attempts=t.steps.c.attempts + 1,
         started_at=sa.func.coalesce(t.steps.c.started_at, sa.bindparam("p_now", type_=sa.Float)),
     )
@@ -276,7 +198,7 @@ _CHECK_LEASE = (
         t.runs.c.id == sa.bindparam("p_run_id"),
         t.runs.c.claimed_by == sa.bindparam("p_worker", type_=sa.String),
         t.runs.c.claim_generation == sa.bindparam("p_generation", type_=sa.Integer),
-        t.runs.c.status == RUNNING,
+        t.runs.c.status == RunStatus.RUNNING,
     )
     .values(
         heartbeat_at=sa.case(
@@ -312,7 +234,7 @@ _COUNTED_RUNS = (
     t.runs.c.playbook == sa.bindparam("p_playbook"),
     t.runs.c.guard_key == sa.bindparam("p_guard_key"),
     t.runs.c.phase == "firing",
-    t.runs.c.status != REJECTED,
+    t.runs.c.status != RunStatus.REJECTED,
     # A run that failed for a transient reason before changing anything did nothing to count.
     t.runs.c.rerunnable == sa.false(),
 )
@@ -337,7 +259,9 @@ _ACTIVE_FIRING_RUNS = (
         t.runs.c.guard_key == sa.bindparam("p_guard_key"),
         t.runs.c.phase == "firing",
         t.runs.c.mode != "dry-run",
-        t.runs.c.status.not_in((AWAITING_APPROVAL, CANCELLED, REJECTED, PLANNED)),
+        t.runs.c.status.not_in(
+            (RunStatus.AWAITING_APPROVAL, RunStatus.CANCELLED, RunStatus.REJECTED, RunStatus.PLANNED)
+        ),
         t.alerts.c.fingerprint == sa.bindparam("p_fingerprint"),
     )
 )
@@ -535,7 +459,7 @@ class Store:
             if claimed is None:
                 return None
             run_id, generation = claimed
-            self._sync_decision_status(conn, run_id, RUNNING)
+            self._sync_decision_status(conn, run_id, RunStatus.RUNNING)
             row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
         context = _alert_context(row)
         return ClaimedRun(row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker)
@@ -554,7 +478,7 @@ class Store:
                 json.loads(r.params),
                 r.timeout,
                 r.retries,
-                r.status,
+                StepStatus(r.status),
                 r.attempts,
                 bool(r.always),
                 r.error,
@@ -595,7 +519,14 @@ class Store:
         return int(number)
 
     def finish_attempt(
-        self, step_id: int, number: int, outcome: str, error: str | None, now: float, *, lease: RunLease | None = None
+        self,
+        step_id: int,
+        number: int,
+        outcome: AttemptOutcome,
+        error: str | None,
+        now: float,
+        *,
+        lease: RunLease | None = None,
     ) -> None:
         with self.write() as conn:
             self._check_lease(conn, lease, now)
@@ -608,7 +539,7 @@ class Store:
     def finish_step(
         self,
         step_id: int,
-        status: str,
+        status: StepStatus,
         *,
         now: float,
         result: Any = None,
@@ -634,7 +565,7 @@ class Store:
         with self.write() as conn:
             self._check_lease(conn, lease, now)
             if succeeded_attempt is not None:
-                self._finish_attempt(conn, step_id, succeeded_attempt, SUCCEEDED, None, now)
+                self._finish_attempt(conn, step_id, succeeded_attempt, AttemptOutcome.SUCCEEDED, None, now)
             conn.execute(_UPDATE_STEP, {"p_step_id": step_id, **values})
             self._skip_steps(conn, skip, skip_reason, now)
             if run_end is not None:
@@ -655,7 +586,7 @@ class Store:
             )
             .join(t.runs, t.runs.c.id == t.steps.c.run_id)
             .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
-            .where(t.steps.c.status.in_((FAILED, "interrupted")))
+            .where(t.steps.c.status.in_((StepStatus.FAILED, StepStatus.INTERRUPTED)))
             .where(t.steps.c.finished_at >= since, t.steps.c.result.is_not(None))
             .order_by(t.steps.c.id)
             .limit(limit)
@@ -670,7 +601,7 @@ class Store:
             context = _alert_context(r)
             step = StepRecord(
                 r.id, r.run_id, r.idx, r.name, r.action, r.where, json.loads(r.params), r.timeout, r.retries,
-                r.status, r.attempts,
+                StepStatus(r.status), r.attempts,
             )  # fmt: skip
             run = ClaimedRun(r.run_id, r.playbook, r.target, r.phase, r.mode, context)
             found.append(PendingOutcome(step, run, result["pending"], r.finished_at))
@@ -702,7 +633,7 @@ class Store:
     def finish_run(
         self,
         run_id: int,
-        status: str,
+        status: RunStatus,
         *,
         now: float,
         error: str | None = None,
@@ -727,13 +658,13 @@ class Store:
         if step_ids:
             conn.execute(
                 sa.update(t.steps)
-                .where(t.steps.c.id.in_(list(step_ids)), t.steps.c.status == "pending")
-                .values(status="skipped", error=reason, finished_at=now)
+                .where(t.steps.c.id.in_(list(step_ids)), t.steps.c.status == StepStatus.PENDING)
+                .values(status=StepStatus.SKIPPED, error=reason, finished_at=now)
             )
 
     @staticmethod
     def _finish_attempt(
-        conn: sa.Connection, step_id: int, number: int, outcome: str, error: str | None, now: float
+        conn: sa.Connection, step_id: int, number: int, outcome: AttemptOutcome, error: str | None, now: float
     ) -> None:
         conn.execute(
             _FINISH_ATTEMPT,
@@ -742,7 +673,7 @@ class Store:
 
     @staticmethod
     def _finish_run(
-        conn: sa.Connection, run_id: int, status: str, now: float, error: str | None, *, rerunnable: bool = False
+        conn: sa.Connection, run_id: int, status: RunStatus, now: float, error: str | None, *, rerunnable: bool = False
     ) -> None:
         conn.execute(_FINISH_RUN, {"p_run_id": run_id, "p_status": status, "p_now": now, "p_error": error})
         if rerunnable:
@@ -756,7 +687,7 @@ class Store:
             # Never backwards: recovery watches the value change, so a wall clock stepped back is no silence.
             conn.execute(
                 sa.update(t.runs)
-                .where(t.runs.c.id.in_(run_ids), t.runs.c.claimed_by == worker, t.runs.c.status == RUNNING)
+                .where(t.runs.c.id.in_(run_ids), t.runs.c.claimed_by == worker, t.runs.c.status == RunStatus.RUNNING)
                 .values(
                     heartbeat_at=sa.case(
                         (t.runs.c.heartbeat_at >= now, t.runs.c.heartbeat_at + 0.001), else_=sa.literal(now)
@@ -769,7 +700,7 @@ class Store:
         with self.read() as conn:
             rows = conn.execute(
                 sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.claim_generation, t.runs.c.heartbeat_at).where(
-                    t.runs.c.status == RUNNING
+                    t.runs.c.status == RunStatus.RUNNING
                 )
             ).all()
         return [RunningClaim(r.id, r.claimed_by or "", int(r.claim_generation), r.heartbeat_at) for r in rows]
@@ -786,7 +717,7 @@ class Store:
                 if conn.execute(
                     sa.select(t.runs.c.id).where(
                         t.runs.c.id == c.id,
-                        t.runs.c.status == RUNNING,
+                        t.runs.c.status == RunStatus.RUNNING,
                         t.runs.c.claim_generation == c.generation,
                     )
                 ).first()
@@ -803,7 +734,9 @@ class Store:
         """
         with self.write() as conn:
             rows = conn.execute(
-                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.heartbeat_at).where(t.runs.c.status == RUNNING)
+                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.heartbeat_at).where(
+                    t.runs.c.status == RunStatus.RUNNING
+                )
             ).all()
             stale = [r.id for r in rows if is_dead(r.claimed_by or "") or (r.heartbeat_at or 0) < now - stale_after]
             if not stale:
@@ -815,8 +748,8 @@ class Store:
         if stale:
             conn.execute(
                 sa.update(t.steps)
-                .where(t.steps.c.run_id.in_(stale), t.steps.c.status == RUNNING)
-                .values(status="interrupted", error="the executor stopped while this step was running")
+                .where(t.steps.c.run_id.in_(stale), t.steps.c.status == StepStatus.RUNNING)
+                .values(status=StepStatus.INTERRUPTED, error="the executor stopped while this step was running")
             )
             conn.execute(
                 sa.update(t.attempts)
@@ -824,13 +757,19 @@ class Store:
                     t.attempts.c.finished_at.is_(None),
                     t.attempts.c.step_id.in_(sa.select(t.steps.c.id).where(t.steps.c.run_id.in_(stale))),
                 )
-                .values(finished_at=now, outcome="interrupted", error="the executor stopped during this attempt")
+                .values(
+                    finished_at=now,
+                    outcome=AttemptOutcome.INTERRUPTED,
+                    error="the executor stopped during this attempt",
+                )
             )
             conn.execute(
-                sa.update(t.runs).where(t.runs.c.id.in_(stale)).values(status=QUEUED, claimed_by=None, updated_at=now)
+                sa.update(t.runs)
+                .where(t.runs.c.id.in_(stale))
+                .values(status=RunStatus.QUEUED, claimed_by=None, updated_at=now)
             )
             for run_id in stale:
-                self._sync_decision_status(conn, run_id, QUEUED)
+                self._sync_decision_status(conn, run_id, RunStatus.QUEUED)
 
     def memory(self) -> StoreMemory:
         """The ActionMemory actions use (see remediate.actions.base)."""
@@ -863,10 +802,10 @@ class Store:
         with self.read() as conn:
             rows = conn.execute(
                 sa.select(t.runs.c.status, sa.func.count())
-                .where(t.runs.c.status.in_([QUEUED, RUNNING, AWAITING_APPROVAL]))
+                .where(t.runs.c.status.in_([RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL]))
                 .group_by(t.runs.c.status)
             ).all()
-        depth = {QUEUED: 0, RUNNING: 0, AWAITING_APPROVAL: 0}
+        depth = {RunStatus.QUEUED: 0, RunStatus.RUNNING: 0, RunStatus.AWAITING_APPROVAL: 0}
         depth.update({status: count for status, count in rows})
         return depth
 
@@ -879,14 +818,14 @@ class Store:
             status = conn.execute(sa.select(t.runs.c.status).where(t.runs.c.id == run_id)).scalar_one_or_none()
             if status is None:
                 raise UnknownRunError(f"no run {run_id}")
-            if status != AWAITING_APPROVAL:
+            if status != RunStatus.AWAITING_APPROVAL:
                 raise RunStateError(f"run {run_id} is {status}, not awaiting approval")
             conn.execute(
                 sa.update(t.runs)
                 .where(t.runs.c.id == run_id)
-                .values(status=QUEUED, approved_by=by, approved_at=now, updated_at=now)
+                .values(status=RunStatus.QUEUED, approved_by=by, approved_at=now, updated_at=now)
             )
-            self._sync_decision_status(conn, run_id, QUEUED)
+            self._sync_decision_status(conn, run_id, RunStatus.QUEUED)
 
     # ------------------------------------------------------------------ reading the history
 
@@ -1047,7 +986,7 @@ class Store:
             }
 
     @staticmethod
-    def _sync_decision_status(conn: sa.Connection, run_id: int, status: str) -> None:
+    def _sync_decision_status(conn: sa.Connection, run_id: int, status: RunStatus) -> None:
         conn.execute(_SYNC_DECISION_STATUS, {"p_run_id": run_id, "p_status": status})
 
 
@@ -1097,7 +1036,7 @@ class GuardReader:
         rows = self.conn.execute(
             sa.select(t.runs.c.id, t.runs.c.error).where(
                 t.runs.c.id.in_(ids),
-                t.runs.c.status == FAILED,
+                t.runs.c.status == RunStatus.FAILED,
                 t.runs.c.rerunnable == sa.true(),
                 t.runs.c.superseded_by.is_(None),
             )
@@ -1197,11 +1136,11 @@ class IngestWriter(GuardReader):
         """Cancel a run still awaiting approval; False when it has moved on."""
         done = self.conn.execute(
             sa.update(t.runs)
-            .where(t.runs.c.id == run_id, t.runs.c.status == AWAITING_APPROVAL)
-            .values(status=CANCELLED, error=reason, finished_at=now, updated_at=now)
+            .where(t.runs.c.id == run_id, t.runs.c.status == RunStatus.AWAITING_APPROVAL)
+            .values(status=RunStatus.CANCELLED, error=reason, finished_at=now, updated_at=now)
         ).rowcount
         if done:
-            Store._sync_decision_status(self.conn, run_id, CANCELLED)
+            Store._sync_decision_status(self.conn, run_id, RunStatus.CANCELLED)
         return bool(done)
 
 

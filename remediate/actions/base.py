@@ -1,9 +1,12 @@
 """The action interface: what every step of a playbook calls, and the registry of actions.
 
 An action is one class: a `schema` for its params, `plan` (the dry-run: reads
-state, changes nothing), `execute`, optionally `undo`; `where` says whether it
-must run on the node that owns the resource or anywhere in the cluster, and
-`idempotent` whether a step interrupted by a crash may safely run again.
+state, changes nothing) and `execute`; `where` says whether it must run on the
+node that owns the resource or anywhere in the cluster, and `idempotent` whether
+a step interrupted by a crash may safely run again. An action has no `undo`:
+what reverses it is an action of its own (`k8s.uncordon`, `gpu.restore_power_limit`,
+...) that a playbook's `on_resolved` steps call, planned, audited and retried
+like any step.
 Actions know nothing of the store or of HTTP: they get params and a context and
 return a JSON-able dict, or raise ActionError / RetryableActionError.
 """
@@ -129,14 +132,6 @@ class Action(ABC):
     @abstractmethod
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         """Do it. Return what was done; raise ActionError (give up) or RetryableActionError."""
-
-    @property
-    def has_undo(self) -> bool:
-        return type(self).undo is not Action.undo
-
-    def undo(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        """Reverse what execute did, when the action knows how."""
-        raise NotImplementedError(f"action {self.name} cannot be undone")
 
 
 class ActionRegistry:

@@ -19,7 +19,6 @@ def describe(action: Action) -> dict[str, Any]:
         "name": action.name,
         "where": str(action.where),
         "idempotent": action.idempotent,
-        "undo": action.has_undo,
         "description": action.description,
         "params": [
             {
@@ -52,8 +51,6 @@ def markdown(registry: ActionRegistry) -> str:
         lines.append(f"### `{entry['name']}`")
         lines.append("")
         facts = [f"runs on: **{entry['where']}**", "idempotent" if entry["idempotent"] else "not idempotent"]
-        if entry["undo"]:
-            facts.append("has undo")
         lines.append(f"{_cell(entry['description']) or '(no description)'} — {', '.join(facts)}.")
         lines.append("")
         if not entry["params"]:

@@ -22,6 +22,7 @@ from remediate.cli._common import (
 )
 from remediate.cli._group import main
 from remediate.errors import ConfigError
+from remediate.runs import RunStatus
 
 
 @main.command()
@@ -89,7 +90,7 @@ def history(as_json: bool, **params: Any) -> None:
 def _reason(entry: dict[str, Any]) -> str:
     """What to show as the entry's reason: a failed run's error says more than why it was accepted."""
     run = entry.get("run") or {}
-    if entry.get("status") == "failed" and run.get("error"):
+    if entry.get("status") == RunStatus.FAILED and run.get("error"):
         return str(run["error"])
     return str(entry["reason"])
 

@@ -26,7 +26,8 @@ from remediate.actions.notify import NotifyWebhookAction
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
-from remediate.store import FINAL_RUN_STATUSES, Store
+from remediate.runs import FINAL_RUN_STATUSES
+from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.integration.conftest import RemediateServer, notification, write_playbook
 from tests.realsystems import WebhookRecorder, wait_until

@@ -38,8 +38,9 @@ from remediate.executor import Executor
 from remediate.kube import CORDONED_BY_RUN, KubeClient
 from remediate.metrics import exposition
 from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.runs import FINAL_RUN_STATUSES
 from remediate.server import build_services, create_app
-from remediate.store import FINAL_RUN_STATUSES, HistoryQuery, Store
+from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload
 from tests.kube.conftest import FAST
 from tests.kube.fake_apiserver import FakeKubeAPI, cluster

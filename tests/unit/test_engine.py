@@ -13,7 +13,7 @@ from remediate import schema as t
 from remediate.alerts import parse_notification
 from remediate.engine import Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, UnknownRunError
-from remediate.guards import Decision
+from remediate.runs import Decision
 from remediate.store import Store
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

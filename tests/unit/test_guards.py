@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import ActionRegistry
-from remediate.guards import Decision, GuardFacts, judge
+from remediate.guards import GuardFacts, judge
 from remediate.playbooks import Playbook, parse_playbook
+from remediate.runs import Decision
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
