@@ -71,6 +71,7 @@ VIOLATIONS = [
     ("training.protocol", "remediate.errors", "training"),
     ("training.handlers", "torch", "training-light"),
     ("training.distributed", "transformers", "training-torch-only"),
+    ("runs", "remediate.store", "runs"),
     ("store", "remediate.engine", "store"),
     ("schema", "werkzeug", "schema"),
     ("config", "werkzeug", "flask"),
