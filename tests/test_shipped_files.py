@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 from pathlib import Path
@@ -70,3 +71,45 @@ def test_every_file_that_tells_how_to_run_alertmanager_names_debians_binary() ->
     assert telling, "no shipped file says how to run AlertManager any more: drop this test or the pattern"
     for path in telling:
         assert "prometheus-alertmanager" in path.read_text(encoding="utf-8"), path.relative_to(ROOT)
+
+
+def _resolve(dotted: str) -> object:
+    """The object a walk name (`engine.Engine.ingest_body`) stands for: the longest importable module
+    prefix under `remediate`, then attributes. LookupError when any part is missing."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module("remediate." + ".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                raise LookupError(f"{dotted}: no {name!r} in {found!r}")
+            found = getattr(found, name)
+        return found
+    raise LookupError(f"{dotted}: no module remediate.{parts[0]}")
+
+
+def test_the_architecture_walk_names_only_functions_that_exist() -> None:
+    """Issue 10, item 9: the walk of one alert in docs/architecture.md names real code, hop by hop."""
+    page = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
+    walk = page.split("## The walk of one alert", 1)[1].split("\n## ", 1)[0]
+    names = {m for m in re.findall(r"`([^`\s]+)`", walk) if re.fullmatch(r"[a-z_]\w*(\.\w+)+", m)}
+    # The walk goes from the webhook to the power limit and the run's end: a few dozen hops.
+    assert len(names) >= 40, sorted(names)
+    missing = []
+    for name in sorted(names):
+        try:
+            _resolve(name)
+        except LookupError as exc:
+            missing.append(str(exc))
+    assert not missing, missing
+    for hop in ("server._register_routes", "store.Store.claim_run", "gpu.nvml.NvmlBackend.set_power_limit"):
+        assert hop in names, hop
+    # The check can fail: a name that moved or never existed is found out.
+    for wrong in ("engine.Engine.no_such_step", "store.Store.insert_runs_typed", "nosuchmodule.function"):
+        try:
+            _resolve(wrong)
+        except LookupError:
+            continue
+        raise AssertionError(f"{wrong} resolved")
