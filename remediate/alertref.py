@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-_EMPTY: Mapping[str, str] = MappingProxyType({})
-
 
 @dataclass(frozen=True)
 class AlertRef:
@@ -28,8 +26,8 @@ class AlertRef:
     alertname: str = ""
     status: str = ""
     fingerprint: str = ""
-    labels: Mapping[str, str] = field(default=_EMPTY)
-    annotations: Mapping[str, str] = field(default=_EMPTY)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
     starts_at: float | None = None
     """startsAt as epoch seconds; None when absent or not an RFC 3339 time (Go's zero time is negative)."""
     starts_at_text: str = ""
