@@ -52,6 +52,7 @@ from remediate.agent_protocol import (
     step_answer,
 )
 from remediate.agentauth import Verifier
+from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.errors import ConfigError
 from remediate.executor import call_with_deadline
@@ -154,7 +155,7 @@ class AgentService:
             step_index=request.step_index,
             playbook=request.playbook,
             target=request.target,
-            alert=request.alert,
+            alert=alert_ref(request.alert),
             deadline=started + request.timeout,
             memory=self.memory,
             logger=logging.getLogger("remediate.actions"),

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Final, TypedDict
 
+from remediate.alertref import AlertRef
 from remediate.errors import PayloadError
 
 SUPPORTED_VERSION: Final = "4"
@@ -126,6 +127,20 @@ class Alert:
             "generatorURL": self.generator_url,
             "alertname": self.name,
         }
+
+    def ref(self) -> AlertRef:
+        """The alert as a step sees it (StepContext.alert), from the already parsed times."""
+        return AlertRef(
+            alertname=self.name,
+            status=self.status,
+            fingerprint=self.fingerprint,
+            labels=self.labels,
+            annotations=self.annotations,
+            starts_at=self.starts_at.timestamp(),
+            starts_at_text=self.starts_at_raw,
+            ends_at_text=self.ends_at_raw or (format_timestamp(self.ends_at) if self.ends_at is not None else ""),
+            generator_url=self.generator_url,
+        )
 
 
 @dataclass(frozen=True)
@@ -392,3 +407,33 @@ def _json_type(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return "array"
     return type(value).__name__
+
+
+def alert_ref(context: Mapping[str, object]) -> AlertRef:
+    """The alert as a step sees it, from its mapping shape (`AlertRef.as_mapping`: a run's stored alert,
+    an agent's step request). Lenient: a missing or mistyped field is empty, an unreadable startsAt None."""
+
+    def text(name: str) -> str:
+        value = context.get(name)
+        return "" if value is None else str(value)
+
+    def mapping(name: str) -> Mapping[str, str]:
+        value = context.get(name)
+        return value if isinstance(value, Mapping) else {}
+
+    starts_at_text = text("startsAt")
+    try:
+        starts_at = parse_timestamp(starts_at_text, "startsAt").timestamp() if starts_at_text else None
+    except PayloadError:
+        starts_at = None
+    return AlertRef(
+        alertname=text("alertname"),
+        status=text("status"),
+        fingerprint=text("fingerprint"),
+        labels=mapping("labels"),
+        annotations=mapping("annotations"),
+        starts_at=starts_at,
+        starts_at_text=starts_at_text,
+        ends_at_text=text("endsAt"),
+        generator_url=text("generatorURL"),
+    )

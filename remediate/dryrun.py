@@ -98,7 +98,7 @@ def _report(
                     step_index=step_index,
                     playbook=ev.playbook.name,
                     target=ev.target,
-                    alert=alert.template_context(),
+                    alert=alert.ref(),
                     memory=memory,
                     breaker=breaker,
                 )

@@ -49,6 +49,7 @@ from tenacity import (
 )
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
+from remediate.alerts import alert_ref
 from remediate.breaker import CircuitBreaker
 from remediate.errors import (
     ActionError,
@@ -414,7 +415,7 @@ class Executor:
             step_index=step.idx,
             playbook=run.playbook,
             target=run.target,
-            alert=run.alert_context,
+            alert=alert_ref(run.alert_context),
             deadline=deadline,
             memory=self.memory,
             breaker=self.breaker,
@@ -555,7 +556,7 @@ class Executor:
                     step_index=step.idx,
                     playbook=run.playbook,
                     target=run.target,
-                    alert=run.alert_context,
+                    alert=alert_ref(run.alert_context),
                     deadline=time.monotonic() + RECONCILE_PLAN_TIMEOUT_S,
                     memory=self.memory,
                     breaker=self.breaker,

@@ -310,7 +310,7 @@ class AgentRunner(StepRunner):
             step_index=ctx.step_index,
             playbook=ctx.playbook,
             target=ctx.target,
-            alert=dict(ctx.alert),
+            alert=ctx.alert.as_mapping(),
             timeout=round(timeout, 3),
         ).encode()
         headers = {"Content-Type": "application/json"}

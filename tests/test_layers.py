@@ -68,6 +68,8 @@ VIOLATIONS = [
     ("actions.log", "remediate.store", "actions"),
     ("actions.notify", "flask", "actions"),
     ("actions.gpu", "remediate.playbooks", "actions-no-intake"),
+    ("actions.training", "remediate.alerts", "actions-no-intake"),  # the alert comes as StepContext.alert
+    ("alertref", "remediate.errors", "alertref"),
     ("training.protocol", "remediate.errors", "training"),
     ("training.handlers", "torch", "training-light"),
     ("training.distributed", "transformers", "training-torch-only"),

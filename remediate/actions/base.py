@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 from remediate.actions.schema import ParamSchema
+from remediate.alertref import AlertRef
 from remediate.errors import ParamsError
 
 
@@ -93,8 +94,8 @@ class StepContext:
     step_index: int
     playbook: str
     target: str
-    alert: Mapping[str, Any]
-    """The alert's template context (labels, annotations, status, fingerprint, ...)."""
+    alert: AlertRef
+    """The alert the run is for (labels, fingerprint, startsAt parsed, ...); `AlertRef()` where there is none."""
     deadline: float = float("inf")
     """time.monotonic() value after which the executor gives up on this step."""
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("remediate.actions"))

@@ -140,12 +140,12 @@ class NotifyWebhookAction(Action):
             "target": ctx.target,
             "message": params.get("message", ""),
             "alert": {
-                "alertname": alert.get("alertname"),
-                "status": alert.get("status"),
-                "fingerprint": alert.get("fingerprint"),
-                "startsAt": alert.get("startsAt"),
-                "labels": dict(alert.get("labels") or {}),
-                "annotations": dict(alert.get("annotations") or {}),
+                "alertname": alert.alertname,
+                "status": alert.status,
+                "fingerprint": alert.fingerprint,
+                "startsAt": alert.starts_at_text,
+                "labels": dict(alert.labels),
+                "annotations": dict(alert.annotations),
             },
         }
 

@@ -51,9 +51,8 @@ from typing import Any, ClassVar
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
-from remediate.alerts import parse_timestamp
 from remediate.durations import parse_duration
-from remediate.errors import ActionError, OutcomePending, PayloadError
+from remediate.errors import ActionError, OutcomePending
 from remediate.training.protocol import (
     APPLIED,
     CHECKPOINT,
@@ -179,7 +178,7 @@ class _TrainingAction(Action):
         root = self.root
         if params.get("job"):
             return self._registered(root, params["job"], "param job")
-        labels: Mapping[str, Any] = ctx.alert.get("labels") or {}
+        labels = ctx.alert.labels
         tried = []
         for label in self.job_labels:
             value = labels.get(label)
@@ -329,7 +328,7 @@ class _TrainingAction(Action):
     # ------------------------------------------------------------------ execute
 
     def command_id(self, ctx: StepContext) -> str:
-        occurrence = f"{ctx.alert.get('fingerprint', '')}|{ctx.alert.get('startsAt', '')}|{ctx.playbook}"
+        occurrence = f"{ctx.alert.fingerprint}|{ctx.alert.starts_at_text}|{ctx.playbook}"
         digest = hashlib.sha256(f"{occurrence}|{ctx.run_id}|{ctx.step_index}".encode()).hexdigest()[:16]
         return f"r{ctx.run_id}-s{ctx.step_index}-{digest}"
 
@@ -371,7 +370,7 @@ class _TrainingAction(Action):
                 "run_id": ctx.run_id,
                 "step": ctx.step_index,
                 "playbook": ctx.playbook,
-                "alertname": ctx.alert.get("alertname"),
+                "alertname": ctx.alert.alertname,
                 "host": this_host(),
                 "pid": registration.pid,
             },
@@ -685,11 +684,8 @@ class TrainingRollbackAction(_TrainingAction):
 
 def _with_saved_before(params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
     """`params` plus saved_before (epoch seconds) from the alert's startsAt; unchanged without a usable startsAt."""
-    try:
-        started = parse_timestamp(ctx.alert.get("startsAt"), "startsAt").timestamp()
-    except PayloadError:
-        return dict(params)
-    if started <= 0:  # Go's zero time: no start known
+    started = ctx.alert.starts_at
+    if started is None or started <= 0:  # none, unreadable, or Go's zero time: no start known
         return dict(params)
     return {**params, "saved_before": round(started - float(params.get("before_alert_s", 0.0)), 6)}
 

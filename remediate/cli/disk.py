@@ -82,12 +82,14 @@ def disk_policies(as_json: bool, **params: Any) -> None:
 def disk_plan(as_json: bool, **params: Any) -> None:
     """Show what disk.cleanup would delete here, in order, and why it would stop. Changes nothing."""
     from remediate.actions import StepContext, default_registry
+    from remediate.alertref import AlertRef
 
     settings = _settings(params, cleanup_policies_file=params["cleanup_policies_file"])
     action = default_registry(settings).get("disk.cleanup")
     step = {k: params[k] for k in ("policy", "mountpoint", "free_percent", "free_bytes", "max_files", "max_bytes")}
     checked = action.validate({k: v for k, v in step.items() if v is not None})
-    plan = action.plan(checked, StepContext(run_id=0, step_index=0, playbook="(cli)", target="(local)", alert={}))
+    ctx = StepContext(run_id=0, step_index=0, playbook="(cli)", target="(local)", alert=AlertRef())
+    plan = action.plan(checked, ctx)
     if as_json:
         click.echo(json.dumps(plan, indent=2))
         return

@@ -18,6 +18,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu import MEMORY_PREFIX, RestorePowerLimitAction, SetPowerLimitAction
+from remediate.alertref import AlertRef
 from remediate.config import Settings
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ConfigError, ParamsError, RetryableActionError
@@ -77,7 +78,9 @@ def restorer(sim: SimulatedBackend) -> RestorePowerLimitAction:
 
 
 def context(memory: Any, run_id: int = 7) -> StepContext:
-    return StepContext(run_id=run_id, step_index=0, playbook="gpu-overheat", target="node-a", alert={}, memory=memory)
+    return StepContext(
+        run_id=run_id, step_index=0, playbook="gpu-overheat", target="node-a", alert=AlertRef(), memory=memory
+    )
 
 
 def do_set(action: SetPowerLimitAction, ctx: StepContext, **params: Any) -> dict[str, Any]:

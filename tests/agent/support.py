@@ -51,7 +51,7 @@ class Echo(Action):
         if params["fail"] == "bug":
             raise KeyError("oops")
         ctx.memory.remember("test.echo/last", {"word": params["word"]}, run_id=ctx.run_id)
-        return {"echoed": params["word"], "run_id": ctx.run_id, "alertname": ctx.alert.get("alertname")}
+        return {"echoed": params["word"], "run_id": ctx.run_id, "alertname": ctx.alert.alertname}
 
 
 class ClusterThing(Action):

@@ -18,6 +18,7 @@ from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.log import LogAction
 from remediate.agent import AgentService
 from remediate.agent_protocol import AgentNotFound
+from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.kube.agents import KubernetesAgents
@@ -51,7 +52,7 @@ def ctx(target: str = "node-b", seconds: float = 10.0) -> StepContext:
         step_index=1,
         playbook="pb",
         target=target,
-        alert={"alertname": "Hot", "labels": {"Hostname": target}},
+        alert=alert_ref({"alertname": "Hot", "labels": {"Hostname": target}}),
         deadline=time.monotonic() + seconds,
         memory=InMemoryMemory(),
     )

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.disk import DiskCleanupAction
+from remediate.alertref import AlertRef
 from remediate.cli import main
 from remediate.config import Settings
 from remediate.disk import PolicySource
@@ -24,7 +25,7 @@ from remediate.store import Store
 from tests.disk.conftest import FakeDisk, allocated, make_file
 
 T0 = 1_767_225_600.0
-CTX = StepContext(run_id=1, step_index=0, playbook="pb", target="node-a", alert={})
+CTX = StepContext(run_id=1, step_index=0, playbook="pb", target="node-a", alert=AlertRef())
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pytest
 
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.gpu import RestorePowerLimitAction, SetPowerLimitAction
+from remediate.alertref import AlertRef
 from remediate.gpu import (
     GpuBackend,
     GpuInfo,
@@ -126,7 +127,7 @@ def test_an_unknown_uuid_is_not_found_by_the_real_driver(backend: ReadOnly) -> N
 
 def _plan_context() -> StepContext:
     return StepContext(
-        run_id=0, step_index=0, playbook="nvml-check", target="this-node", alert={}, memory=InMemoryMemory()
+        run_id=0, step_index=0, playbook="nvml-check", target="this-node", alert=AlertRef(), memory=InMemoryMemory()
     )
 
 

@@ -21,6 +21,7 @@ from remediate.actions.k8s import (
     UncordonAction,
     UntaintAction,
 )
+from remediate.alerts import alert_ref
 from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
 from remediate.kube import KubeClient
 from tests.kube.fake_apiserver import FakeKubeAPI
@@ -76,13 +77,15 @@ def context(
         step_index=step_index,
         playbook="gpu-xid-quarantine",
         target=(labels or {}).get("Hostname", "node"),
-        alert={
-            "labels": labels or {},
-            "annotations": {},
-            "fingerprint": fingerprint,
-            "startsAt": starts_at,
-            "status": "firing",
-        },
+        alert=alert_ref(
+            {
+                "labels": labels or {},
+                "annotations": {},
+                "fingerprint": fingerprint,
+                "startsAt": starts_at,
+                "status": "firing",
+            }
+        ),
         breaker=breaker,
         deadline=deadline,
     )

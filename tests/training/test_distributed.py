@@ -17,6 +17,7 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
+from remediate.alerts import alert_ref
 from remediate.training import JobNameInUse, TrainingControl
 from remediate.training.protocol import JobPaths, ProtocolError
 from tests.realsystems import free_port, wait_until
@@ -30,7 +31,7 @@ def _ctx(step_index: int) -> StepContext:
     # startsAt is now: the checkpoints the job saved so far were saved before the alert (rollback's saved_before).
     starts_at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
     alert = {"labels": {"training_job": "ddp-job"}, "fingerprint": "ddp", "startsAt": starts_at}
-    return StepContext(run_id=7, step_index=step_index, playbook="loss-spike", target="node", alert=alert,
+    return StepContext(run_id=7, step_index=step_index, playbook="loss-spike", target="node", alert=alert_ref(alert),
                        deadline=time.monotonic() + 30)  # fmt: skip
 
 

@@ -26,6 +26,7 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
+from remediate.alerts import alert_ref
 from remediate.training.protocol import JobPaths, this_host
 from tests.realsystems import wait_until
 from tests.training.conftest import require
@@ -118,8 +119,8 @@ def torchrun(tmp_path: Path) -> Iterator[Any]:
 
 def _ctx(run_id: int, step_index: int, starts_at: float | None = None) -> StepContext:
     started = datetime.fromtimestamp(time.time() if starts_at is None else starts_at, UTC)
-    alert = {"labels": {"training_job": JOB}, "fingerprint": f"tr{run_id}",
-             "startsAt": started.isoformat(timespec="microseconds").replace("+00:00", "Z")}  # fmt: skip
+    alert = alert_ref({"labels": {"training_job": JOB}, "fingerprint": f"tr{run_id}",
+                       "startsAt": started.isoformat(timespec="microseconds").replace("+00:00", "Z")})  # fmt: skip
     return StepContext(run_id=run_id, step_index=step_index, playbook="loss-spike", target="node", alert=alert,
                        deadline=time.monotonic() + 30)  # fmt: skip
 

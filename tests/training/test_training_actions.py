@@ -30,6 +30,7 @@ from remediate.actions.training import (
     TrainingScaleLrAction,
     _TrainingAction,
 )
+from remediate.alerts import alert_ref
 from remediate.config import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
 from remediate.training import CallableCheckpoints, TrainingControl
@@ -62,7 +63,7 @@ def ctx_for(
         step_index=step_index,
         playbook="loss-spike",
         target="node-a",
-        alert=alert,
+        alert=alert_ref(alert),
         deadline=time.monotonic() + seconds,
     )
 

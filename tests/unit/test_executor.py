@@ -310,7 +310,7 @@ def test_the_action_gets_the_runs_context(
 
     (ctx,) = actions["test.once"].contexts
     assert (ctx.run_id, ctx.step_index, ctx.playbook, ctx.target) == (run_id, 0, "pb", "node-a")
-    assert ctx.alert["labels"]["Hostname"] == "node-a"
+    assert ctx.alert.labels["Hostname"] == "node-a"
     assert 0 < ctx.remaining() <= 300
 
 

@@ -12,6 +12,7 @@ import requests
 
 from remediate.actions.base import StepContext
 from remediate.actions.notify import NotifyWebhookAction
+from remediate.alerts import alert_ref
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.executor import Executor
@@ -44,7 +45,7 @@ def action() -> Iterator[NotifyWebhookAction]:
 
 def context(deadline: float = float("inf")) -> StepContext:
     return StepContext(
-        run_id=7, step_index=0, playbook="notify-oncall", target="node-a", alert=ALERT, deadline=deadline
+        run_id=7, step_index=0, playbook="notify-oncall", target="node-a", alert=alert_ref(ALERT), deadline=deadline
     )
 
 

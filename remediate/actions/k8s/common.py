@@ -14,8 +14,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.schema import Param
-from remediate.alerts import parse_timestamp
-from remediate.errors import ActionError, PayloadError
+from remediate.errors import ActionError
 from remediate.kube import (
     EventSpec,
     KubeClient,
@@ -119,9 +118,8 @@ class KubeAction(Action):
         raise KubeUnavailable("no attempt was made (the step's deadline has passed)")  # pragma: no cover
 
     def node_ref(self, params: Mapping[str, Any], ctx: StepContext) -> NodeRef:
-        labels = ctx.alert.get("labels") or {}
         try:
-            return resolve_node_name(labels, self.options.node_labels, params.get("node"))
+            return resolve_node_name(ctx.alert.labels, self.options.node_labels, params.get("node"))
         except NodeNameError as exc:
             raise ActionError(str(exc)) from exc
 
@@ -158,7 +156,7 @@ class KubeAction(Action):
             run_id=ctx.run_id,
             cluster_nodes=cluster_nodes,
             held_in_cluster=held,
-            alert_started_at=_alert_started_at(ctx),
+            alert_started_at=ctx.alert.starts_at,
         )
 
     def release(self, node: NodeInfo, ctx: StepContext) -> bool:
@@ -194,7 +192,7 @@ class KubeAction(Action):
             "cluster_nodes": cluster_nodes,
             "reason": status["reason"] or None,
             "reset_at": status["reset_at"],
-            "alert_started_at": _alert_started_at(ctx),
+            "alert_started_at": ctx.alert.starts_at,
         }
 
     # ------------------------------------------------------------------ events
@@ -225,16 +223,6 @@ class KubeAction(Action):
             log.warning("could not record event %s on node %s: %s", event.reason, node.name, exc)
             return {"name": spec.name, "reason": event.reason, "error": str(exc)}
         return {"name": spec.name, "reason": event.reason, "created": True}
-
-
-def _alert_started_at(ctx: StepContext) -> float | None:
-    value = ctx.alert.get("startsAt")
-    if not value:
-        return None
-    try:
-        return parse_timestamp(str(value), "startsAt").timestamp()
-    except PayloadError:
-        return None
 
 
 def _event_name(node: str, run_id: int, change: str) -> str:

@@ -47,7 +47,7 @@ def cordon(action: KubeAction, ref: NodeRef, ctx: StepContext, *, kind: str, not
             breaker = action.acquire(node.name, kind, ctx)
         marks = {
             CORDONED_BY_RUN: str(ctx.run_id),
-            CORDONED_FOR_ALERT: str(ctx.alert.get("fingerprint", "")),
+            CORDONED_FOR_ALERT: ctx.alert.fingerprint,
             CORDONED_AT: iso_now(),
         }
         return Decision(cordoned, {"metadata": {"annotations": marks}, "spec": {"unschedulable": True}}, event)
@@ -92,7 +92,7 @@ class UncordonAction(KubeAction):
                 "left alone: cordoned by someone else (no remediate.io/cordoned-by-run annotation), "
                 "remediate only undoes its own cordon"
             )
-        alert = str(ctx.alert.get("fingerprint", ""))
+        alert = ctx.alert.fingerprint
         if params["scope"] == "alert" and node.cordoned_for_alert and node.cordoned_for_alert != alert:
             return False, (
                 f"left alone: run {node.cordoned_by_run} cordoned it for another alert "

@@ -105,7 +105,7 @@ class TaintAction(KubeAction):
             records = node.owned_taints()
             records[wanted.id] = {
                 "run": ctx.run_id,
-                "alert": str(ctx.alert.get("fingerprint", "")),
+                "alert": ctx.alert.fingerprint,
                 "value": wanted.value,
                 "at": iso_now(),
             }
@@ -135,7 +135,7 @@ class UntaintAction(KubeAction):
     def _split(self, node: NodeInfo, params: Mapping[str, Any], ctx: StepContext) -> tuple[list[Taint], list[str]]:
         """(taints of ours to remove, why each other matching taint stays)."""
         owned = node.owned_taints()
-        alert = str(ctx.alert.get("fingerprint", ""))
+        alert = ctx.alert.fingerprint
         ours, kept = [], []
         for taint in node.taints:
             if taint.key != params["key"] or (params.get("effect") and taint.effect != params["effect"]):
