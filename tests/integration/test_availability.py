@@ -99,8 +99,15 @@ def _timed_get(url: str, **kwargs: object) -> tuple[int, float]:
     return response.status_code, time.monotonic() - started
 
 
-def _executor_pid(server: RemediateServer) -> int:
-    pids = re.findall(r"Started the executor process \(pid: (\d+)", server.log_path.read_text())
+def _executor_pid(server: RemediateServer, timeout: float = 10.0) -> int:
+    """The newest executor process's pid, once the master has logged its start (it forks it in its loop,
+    just after the HTTP workers: on a loaded machine that can come after the server answers)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = re.findall(r"Started the executor process \(pid: (\d+)", server.log_path.read_text())
+        if pids or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert pids, server.log_tail()
     return int(pids[-1])
 
