@@ -97,6 +97,12 @@ class GpuNotSupported(GpuError):
     advice = "this GPU or driver does not support the operation (consumer GPUs and some VMs cannot change power limits)"
 
 
+class BackendNotSupported(GpuNotSupported):
+    """The GPU backend in use has no method for this operation (see `remediate.gpu.backend.capability`)."""
+
+    advice = "this GPU backend cannot do it: choose another action, or run it where the backend supports it"
+
+
 class GpuInvalidArgument(GpuError):
     """NVML rejected the value (e.g. a power limit outside the device's constraints)."""
 
