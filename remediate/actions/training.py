@@ -726,11 +726,3 @@ class TrainingCheckpointAction(_TrainingAction):
 
     def command_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {}
-
-
-def training_actions(root: Path | RootProvider, job_labels: Sequence[str]) -> list[Action]:
-    return [
-        TrainingRollbackAction(root, job_labels),
-        TrainingScaleLrAction(root, job_labels),
-        TrainingCheckpointAction(root, job_labels),
-    ]

@@ -85,8 +85,8 @@ class GpuNoPermission(GpuError):
 
     default_code = NVML_ERROR_NO_PERMISSION
     advice = (
-        "changing a power limit needs root or CAP_SYS_ADMIN on the node: run the remediate agent as root "
-        "(in Kubernetes: a privileged container or the SYS_ADMIN capability)"
+        "changing a GPU setting (power limit, clocks) needs root or CAP_SYS_ADMIN on the node: run the remediate "
+        "agent as root (in Kubernetes: a privileged container or the SYS_ADMIN capability)"
     )
 
 
