@@ -1,31 +1,71 @@
-"""Actions, one module per family, and the registry the server builds once at start-up."""
+"""Actions, one module per family, and the registry the server builds once at start-up.
+
+The registry keeps no list: `default_registry` imports every module of this package (and of
+its subpackages) and registers each concrete `Action` subclass defined there that names itself
+(`name` set on the class), built by its `from_deps`. A new action is therefore one module here
+and nothing else.
+"""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 from functools import cache
 from typing import TYPE_CHECKING
 
-from remediate.actions.base import Action, ActionMemory, ActionRegistry, InMemoryMemory, StepContext, Where
-from remediate.actions.disk import DiskCleanupAction
-from remediate.actions.gpu import RestorePowerLimitAction, SetPowerLimitAction
-from remediate.actions.k8s import KubeOptions, kube_actions
-from remediate.actions.log import LogAction
-from remediate.actions.notify import NotifyWebhookAction
-from remediate.actions.training import training_actions
+from remediate.actions.base import (
+    Action,
+    ActionDeps,
+    ActionMemory,
+    ActionRegistry,
+    InMemoryMemory,
+    StepContext,
+    Where,
+)
 
 if TYPE_CHECKING:
     from remediate.config import Settings
     from remediate.gpu import GpuBackend
+    from remediate.kube import KubeClient
 
 __all__ = [
     "Action",
+    "ActionDeps",
     "ActionMemory",
     "ActionRegistry",
     "InMemoryMemory",
     "StepContext",
     "Where",
+    "action_classes",
     "default_registry",
 ]
+
+
+def _subclasses(cls: type[Action]) -> list[type[Action]]:
+    found = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_subclasses(sub))
+    return found
+
+
+@cache
+def action_classes() -> tuple[type[Action], ...]:
+    """Every shipped action class, found by importing each module of this package.
+
+    Only classes defined in this package count (a test's own Action subclass is not shipped), and only
+    concrete ones that set `name` themselves (family bases such as KubeAction do not).
+    """
+    modules = {__name__} | {module.name for module in pkgutil.walk_packages(__path__, prefix=f"{__name__}.")}
+    for name in sorted(modules):
+        importlib.import_module(name)
+    found = {
+        cls
+        for cls in _subclasses(Action)
+        if cls.__module__ in modules and "name" in vars(cls) and not inspect.isabstract(cls)
+    }
+    return tuple(sorted(found, key=lambda cls: cls.name))
 
 
 def default_registry(settings: Settings | None = None) -> ActionRegistry:
@@ -35,7 +75,6 @@ def default_registry(settings: Settings | None = None) -> ActionRegistry:
     there fails with NVML's own clear error.
     """
     from remediate.config import Settings
-    from remediate.disk import PolicySource
     from remediate.gpu import open_backend
     from remediate.gpu.floor import with_floor
     from remediate.kube import KubeClient
@@ -54,16 +93,9 @@ def default_registry(settings: Settings | None = None) -> ActionRegistry:
     kube = KubeClient(
         kubeconfig=settings.kubeconfig, context=settings.kube_context, request_timeout=settings.kube_request_timeout
     )
-    kube_options = KubeOptions(node_labels=settings.kube_node_labels, node_selector=settings.breaker_node_selector)
 
-    return ActionRegistry(
-        [
-            LogAction(),
-            NotifyWebhookAction(),
-            SetPowerLimitAction(gpu_backend),
-            RestorePowerLimitAction(gpu_backend),
-            DiskCleanupAction(PolicySource(settings.cleanup_policies_file)),
-            *training_actions(settings.training_control_root, settings.training_job_labels),
-            *kube_actions(lambda: kube, kube_options),
-        ]
-    )
+    def kube_client() -> KubeClient:
+        return kube
+
+    deps = ActionDeps(settings=settings, gpu_backend=gpu_backend, kube_client=kube_client)
+    return ActionRegistry(cls.from_deps(deps) for cls in action_classes())

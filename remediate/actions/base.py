@@ -17,14 +17,19 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from remediate.actions.schema import ParamSchema
 from remediate.alertref import AlertRef
 from remediate.errors import ParamsError
+
+if TYPE_CHECKING:
+    from remediate.config import Settings
+    from remediate.gpu import GpuBackend
+    from remediate.kube import KubeClient
 
 
 class Where(StrEnum):
@@ -122,6 +127,11 @@ class Action(ABC):
     """True for cluster changes the circuit breaker caps (cordon, taint, drain): the guards refuse
     new firing runs of playbooks with such steps while the breaker is open."""
 
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        """The instance `default_registry` registers. Override when the action needs settings or a backend."""
+        return cls()
+
     def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """Check rendered params against the schema; raise ParamsError. Override to add cross-field rules."""
         return self.schema.validate(params)
@@ -159,3 +169,16 @@ class ActionRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._actions)
+
+
+@dataclass(frozen=True)
+class ActionDeps:
+    """What `Action.from_deps` may build an action from: the settings and the shared, lazily opened backends.
+
+    The backends are providers, called on first use: a server on a node without GPUs or without a
+    cluster starts fine, and a step that needs one fails with the backend's own clear error.
+    """
+
+    settings: Settings
+    gpu_backend: Callable[[], GpuBackend]
+    kube_client: Callable[[], KubeClient]

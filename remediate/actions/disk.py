@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from remediate.actions.base import Action, StepContext, Where
+from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
 from remediate.disk import (
     Cleaner,
@@ -102,6 +102,12 @@ class DiskCleanupAction(Action):
         self._free_space = free_space
         self._hooks = hooks
         self._clock = clock
+
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        from remediate.disk import PolicySource
+
+        return cls(PolicySource(deps.settings.cleanup_policies_file))
 
     def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
         result = self.schema.validate(params)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from remediate.actions.base import Action, StepContext, Where
+from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ParamsError
 from remediate.gpu import GpuBackend, GpuError, GpuInfo, parse_gpu_ref, resolve
@@ -165,6 +165,10 @@ class _GpuAction(Action):
 
     def __init__(self, backend: BackendProvider) -> None:
         self._backend_provider = backend
+
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        return cls(deps.gpu_backend)
 
     @property
     def backend(self) -> GpuBackend:

@@ -47,9 +47,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from remediate.actions.base import Action, StepContext, Where
+from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
 from remediate.durations import parse_duration
 from remediate.errors import ActionError, OutcomePending
@@ -158,6 +158,10 @@ class _TrainingAction(Action):
     def __init__(self, root: Path | RootProvider, job_labels: Sequence[str]) -> None:
         self._root = root
         self.job_labels = tuple(job_labels)
+
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        return cls(deps.settings.training_control_root, deps.settings.training_job_labels)
 
     @property
     def root(self) -> Path:
@@ -718,11 +722,3 @@ class TrainingCheckpointAction(_TrainingAction):
 
     def command_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {}
-
-
-def training_actions(root: Path | RootProvider, job_labels: Sequence[str]) -> list[Action]:
-    return [
-        TrainingRollbackAction(root, job_labels),
-        TrainingScaleLrAction(root, job_labels),
-        TrainingCheckpointAction(root, job_labels),
-    ]

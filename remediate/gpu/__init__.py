@@ -6,8 +6,16 @@ from here. Nothing here imports pynvml until an NVML backend is first used.
 
 from __future__ import annotations
 
-from remediate.gpu.backend import BACKEND_KINDS, SIMULATOR_FILE_SETTING, GpuBackend, open_backend
+from remediate.gpu.backend import (
+    BACKEND_KINDS,
+    SIMULATOR_FILE_SETTING,
+    GpuBackend,
+    capability,
+    open_backend,
+    supports,
+)
 from remediate.gpu.errors import (
+    BackendNotSupported,
     GpuError,
     GpuInvalidArgument,
     GpuLost,
@@ -29,6 +37,7 @@ __all__ = [
     "ACCEPTED_FORMS",
     "BACKEND_KINDS",
     "SIMULATOR_FILE_SETTING",
+    "BackendNotSupported",
     "GpuBackend",
     "GpuError",
     "GpuInfo",
@@ -44,10 +53,12 @@ __all__ = [
     "NvmlUnavailable",
     "RetryableGpuError",
     "SimulatedBackend",
+    "capability",
     "from_nvml_error",
     "normalize_pci_bus_id",
     "open_backend",
     "parse_gpu_ref",
     "resolve",
     "select",
+    "supports",
 ]

@@ -5,14 +5,23 @@ The gpu actions, `remediate gpu status` and selection talk to a `GpuBackend`;
 remediate.gpu.nvml) and "simulated" (a device file, remediate.gpu.simulator).
 The simulator is only ever chosen explicitly: a node without NVML gets a clear
 NvmlUnavailable error on first use, never a silent switch to fake GPUs.
+
+The protocol holds what every backend has. Anything more an action needs (resetting
+locked clocks, ...) is an optional capability: a plain method on the backends that
+have it, which the action looks up with `capability` and which a backend without it
+answers with `BackendNotSupported` (a GpuNotSupported), never AttributeError. Wrappers
+(the power floor) pass every method they do not change through, so a new capability
+is the action's module plus the method on each backend that has it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from remediate.errors import ConfigError
+from remediate.gpu.errors import BackendNotSupported
 from remediate.gpu.model import GpuInfo
 from remediate.gpu.nvml import NvmlBackend
 from remediate.gpu.simulator import SimulatedBackend
@@ -44,6 +53,19 @@ class GpuBackend(Protocol):
     def parent_of_mig(self, mig_uuid: str) -> str:
         """The UUID of the GPU a MIG device belongs to; GpuNotFound if there is no such MIG device."""
         ...
+
+
+def capability(backend: GpuBackend, method: str, *, doing: str) -> Callable[..., Any]:
+    """`backend`'s optional method `method`; BackendNotSupported, naming the backend and `doing`, if it has none."""
+    found = getattr(backend, method, None)
+    if not callable(found):
+        raise BackendNotSupported(f"{doing} failed: the {backend.name} GPU backend does not support it (no {method})")
+    return found
+
+
+def supports(backend: GpuBackend, method: str) -> bool:
+    """Whether `backend` has the optional capability `method` (for plans, which must not fail on it)."""
+    return callable(getattr(backend, method, None))
 
 
 def open_backend(kind: str, *, simulator_file: Path | None = None) -> GpuBackend:

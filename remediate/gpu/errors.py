@@ -85,8 +85,8 @@ class GpuNoPermission(GpuError):
 
     default_code = NVML_ERROR_NO_PERMISSION
     advice = (
-        "changing a power limit needs root or CAP_SYS_ADMIN on the node: run the remediate agent as root "
-        "(in Kubernetes: a privileged container or the SYS_ADMIN capability)"
+        "changing a GPU setting (power limit, clocks) needs root or CAP_SYS_ADMIN on the node: run the remediate "
+        "agent as root (in Kubernetes: a privileged container or the SYS_ADMIN capability)"
     )
 
 
@@ -95,6 +95,12 @@ class GpuNotSupported(GpuError):
 
     default_code = NVML_ERROR_NOT_SUPPORTED
     advice = "this GPU or driver does not support the operation (consumer GPUs and some VMs cannot change power limits)"
+
+
+class BackendNotSupported(GpuNotSupported):
+    """The GPU backend in use has no method for this operation (see `remediate.gpu.backend.capability`)."""
+
+    advice = "this GPU backend cannot do it: choose another action, or run it where the backend supports it"
 
 
 class GpuInvalidArgument(GpuError):

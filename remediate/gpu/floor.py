@@ -10,6 +10,8 @@ would have set; the refusal is in the step's error.
 
 from __future__ import annotations
 
+from typing import Any
+
 from remediate.gpu.backend import GpuBackend
 from remediate.gpu.errors import GpuError
 from remediate.gpu.model import GpuInfo
@@ -30,6 +32,13 @@ class FlooredBackend:
     @property
     def name(self) -> str:
         return self.inner.name
+
+    def __getattr__(self, attribute: str) -> Any:
+        # Only what the floor does not change gets here: every other capability of the inner backend
+        # (resetting clocks, ...) passes through, and one it lacks stays an AttributeError for `capability`.
+        if attribute == "inner":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(attribute)
+        return getattr(self.inner, attribute)
 
     def floor_mw(self, gpu: GpuInfo) -> int:
         floor = 0.0

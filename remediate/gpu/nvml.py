@@ -161,6 +161,16 @@ class NvmlBackend:
         with _mapped(nvml, f"set the power limit of {uuid} to {milliwatts} mW"):
             nvml.nvmlDeviceSetPowerManagementLimit(handle, milliwatts)
 
+    def reset_locked_clocks(self, uuid: str) -> None:
+        """The optional capability (see remediate.gpu.backend): undo locked GPU and memory clocks, what
+        `nvidia-smi -rgc` and `-rmc` do; the driver picks clocks by itself again. A GPU that cannot lock its
+        memory clocks (before Ampere) answers NOT_SUPPORTED for that half: nothing is locked there."""
+        nvml = load_nvml()
+        handle = self._handle(nvml, uuid)
+        with _mapped(nvml, f"reset the locked GPU clocks of {uuid}"):
+            nvml.nvmlDeviceResetGpuLockedClocks(handle)
+        _optional(nvml, f"reset the locked memory clocks of {uuid}", nvml.nvmlDeviceResetMemoryLockedClocks, handle)
+
     def parent_of_mig(self, mig_uuid: str) -> str:
         nvml = load_nvml()
         mig = self._handle(nvml, mig_uuid)

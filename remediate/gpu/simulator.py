@@ -31,8 +31,11 @@ File format (YAML; JSON with the same keys when the name ends in .json):
         processes:                # optional
           - {pid: 4242, used_memory_bytes: 1073741824, name: python}
         mig_uuids: [MIG-...]      # optional: this GPU's MIG devices (parent_of_mig finds it)
+        locked_gpu_clocks_mhz: [1980, 1980]     # optional: clocks locked (nvidia-smi -lgc); null: not locked
+        locked_memory_clocks_mhz: [2619, 2619]  # optional: (nvidia-smi -lmc); reset_locked_clocks clears both
         lost: false               # true: every call on this GPU raises GpuLost
-        fail:                     # optional injected failures, per operation (set_power_limit | read)
+        fail:                     # optional injected failures, per operation (set_power_limit | read |
+                                  #   reset_locked_clocks)
           set_power_limit: timeout                    # every time, or ...
           read: {error: gpu_lost, times: 1}           # ... the next `times` calls only (counted down in the file)
 
@@ -90,7 +93,7 @@ FAILURES: dict[str, int] = {
     "driver_not_loaded": NVML_ERROR_DRIVER_NOT_LOADED,
 }
 """Injectable failure name -> the NVML code the simulator raises for it."""
-OPERATIONS = ("set_power_limit", "read")
+OPERATIONS = ("set_power_limit", "read", "reset_locked_clocks")
 
 _DEVICE_KEYS = frozenset(
     {
@@ -106,6 +109,8 @@ _DEVICE_KEYS = frozenset(
         "temperature_c",
         "processes",
         "mig_uuids",
+        "locked_gpu_clocks_mhz",
+        "locked_memory_clocks_mhz",
         "lost",
         "fail",
     }
@@ -134,6 +139,8 @@ class _Device:
     fail: Mapping[str, _Failure]
     position: int
     """Index into the file's `devices` list, for writing back."""
+    locked_gpu_clocks_mhz: tuple[int, int] | None = None
+    locked_memory_clocks_mhz: tuple[int, int] | None = None
 
     def check(self, operation: str) -> _Failure | None:
         """The failure this operation must raise now, if any (a lost GPU fails everything, like NVML)."""
@@ -201,6 +208,19 @@ class SimulatedBackend:
             state.raw["devices"][device.position]["power_limit_mw"] = milliwatts
             state.dirty = True
 
+    def reset_locked_clocks(self, uuid: str) -> None:
+        """The optional capability (see remediate.gpu.backend): unlock GPU and memory clocks, as NVML's resets."""
+        doing = f"reset the locked clocks of {uuid}"
+        with self._transaction() as state:
+            device = state.find(uuid)
+            self._raise_injected(state, device, "reset_locked_clocks", doing)
+            if not state.as_root:
+                raise error_for_code(NVML_ERROR_NO_PERMISSION, doing=doing)
+            entry = state.raw["devices"][device.position]
+            entry["locked_gpu_clocks_mhz"] = None
+            entry["locked_memory_clocks_mhz"] = None
+            state.dirty = True
+
     def parent_of_mig(self, mig_uuid: str) -> str:
         wanted = mig_uuid.lower()
         with self._transaction() as state:
@@ -223,6 +243,13 @@ class SimulatedBackend:
             updated = _parse(state.raw, self.path).devices[position].info
             state.dirty = True
             return updated
+
+    def locked_clocks(self, uuid: str) -> dict[str, tuple[int, int] | None]:
+        """The clocks locked on a GPU ({"gpu_mhz": (min, max) or None, "memory_mhz": ...}): NVML has no
+        simple read of them, so GpuInfo does not carry them; tests and demos read them here."""
+        with self._transaction() as state:
+            device = state.find(uuid)
+        return {"gpu_mhz": device.locked_gpu_clocks_mhz, "memory_mhz": device.locked_memory_clocks_mhz}
 
     def set_as_root(self, as_root: bool) -> None:
         """Switch between root (sets work) and non-root (sets raise GpuNoPermission)."""
@@ -435,7 +462,28 @@ def _parse_device(entry: Any, position: int, bad: _Where) -> _Device:
         processes=_parse_processes(entry.get("processes") or [], bad),
         mig_uuids=_parse_mig_uuids(entry.get("mig_uuids") or [], bad),
     )
-    return _Device(info=info, lost=lost, fail=_parse_failures(entry.get("fail") or {}, bad), position=position)
+    return _Device(
+        info=info,
+        lost=lost,
+        fail=_parse_failures(entry.get("fail") or {}, bad),
+        position=position,
+        locked_gpu_clocks_mhz=_clock_range(entry, "locked_gpu_clocks_mhz", bad),
+        locked_memory_clocks_mhz=_clock_range(entry, "locked_memory_clocks_mhz", bad),
+    )
+
+
+def _clock_range(entry: Mapping[str, Any], key: str, bad: _Where) -> tuple[int, int] | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value)
+        or value[0] > value[1]
+    ):
+        raise bad(f"{key} must be [min, max] MHz (positive integers, min <= max) or null, got {value!r}")
+    return (value[0], value[1])
 
 
 def _capped(usage: int | None, limit: int) -> int | None:

@@ -127,6 +127,9 @@ class FakeGpu:
     mig: list[str | None] | None = None  # None: MIG not supported; a list: slots (None = empty slot)
     limits_supported: bool = True
     lost: bool = False
+    locked_gpu: tuple[int, int] | None = None
+    locked_memory: tuple[int, int] | None = None
+    memory_lock_supported: bool = True
 
 
 class FakeDriver:
@@ -255,6 +258,20 @@ class FakeDriver:
         self.set_calls.append((handle.uuid, milliwatts))
         gpu.limit = milliwatts
 
+    def nvmlDeviceResetGpuLockedClocks(self, handle: Handle) -> None:
+        gpu = self._gpu(handle)
+        if not self.root:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        gpu.locked_gpu = None
+
+    def nvmlDeviceResetMemoryLockedClocks(self, handle: Handle) -> None:
+        gpu = self._gpu(handle)
+        if not gpu.memory_lock_supported:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not self.root:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        gpu.locked_memory = None
+
     def nvmlDeviceSetPowerManagementLimit_v2(self, *args: Any) -> None:
         raise AssertionError("the _v2 set ignores NVML's return code in nvidia-ml-py 13.615.71: never call it")
 
@@ -356,6 +373,35 @@ def test_set_errors_keep_their_nvml_meaning(driver: FakeDriver) -> None:
     with pytest.raises(GpuNoPermission, match="CAP_SYS_ADMIN"):
         NvmlBackend().set_power_limit(UUID0, 500_000)
     assert driver.set_calls == []
+
+
+def test_a_clock_reset_unlocks_gpu_and_memory_clocks(driver: FakeDriver) -> None:
+    gpu = driver.gpus[0]
+    gpu.locked_gpu, gpu.locked_memory = (1980, 1980), (2619, 2619)
+    NvmlBackend().reset_locked_clocks(UUID0)
+    assert (gpu.locked_gpu, gpu.locked_memory) == (None, None)
+    assert driver.gpus[1].locked_gpu is None  # only the GPU asked for
+
+
+def test_a_gpu_that_cannot_lock_memory_clocks_still_gets_its_gpu_clocks_reset(driver: FakeDriver) -> None:
+    gpu = driver.gpus[0]
+    gpu.locked_gpu, gpu.memory_lock_supported = (1410, 1410), False
+    NvmlBackend().reset_locked_clocks(UUID0)
+    assert gpu.locked_gpu is None
+
+
+def test_a_clock_reset_without_root_is_no_permission_and_changes_nothing(driver: FakeDriver) -> None:
+    gpu = driver.gpus[0]
+    gpu.locked_gpu = (1980, 1980)
+    driver.root = False
+    with pytest.raises(GpuNoPermission, match=f"reset the locked GPU clocks of {UUID0} failed"):
+        NvmlBackend().reset_locked_clocks(UUID0)
+    assert gpu.locked_gpu == (1980, 1980)
+
+
+def test_a_clock_reset_on_an_unknown_gpu_is_not_found(driver: FakeDriver) -> None:
+    with pytest.raises(GpuNotFound):
+        NvmlBackend().reset_locked_clocks("GPU-00000000-0000-0000-0000-000000000000")
 
 
 def test_nvml_is_initialised_once_per_process_even_from_many_threads(driver: FakeDriver) -> None:

@@ -301,6 +301,11 @@ def test_mig_devices_resolve_to_their_parent(sim: SimulatedBackend, gpu3: GpuInf
             " {index: 0, uuid: GPU-2, default_limit_mw: 1, min_limit_mw: 1, max_limit_mw: 1}]",
             "two devices have index",
         ),
+        (
+            "devices: [{index: 0, uuid: GPU-1, default_limit_mw: 1, min_limit_mw: 1, max_limit_mw: 1,"
+            " locked_gpu_clocks_mhz: [1980, 1410]}]",
+            "locked_gpu_clocks_mhz must be",
+        ),
         ("devices: [", "not valid YAML"),
     ],
 )
@@ -312,6 +317,30 @@ def test_a_bad_file_is_a_config_error_naming_the_file_and_the_field(
     with pytest.raises(ConfigError, match=complaint) as caught:
         SimulatedBackend(path)
     assert str(path) in str(caught.value)
+
+
+def test_a_clock_reset_unlocks_both_clocks_of_that_gpu_only(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    for uuid in (gpu3.uuid, sim_uuid(sim, 2)):
+        sim.update_device(uuid, locked_gpu_clocks_mhz=[1980, 1980], locked_memory_clocks_mhz=[2619, 2619])
+    sim.reset_locked_clocks(gpu3.uuid.lower())
+    assert SimulatedBackend(sim.path).locked_clocks(gpu3.uuid) == {"gpu_mhz": None, "memory_mhz": None}
+    assert sim.locked_clocks(sim_uuid(sim, 2)) == {"gpu_mhz": (1980, 1980), "memory_mhz": (2619, 2619)}
+
+
+def test_a_clock_reset_needs_root_and_honours_injected_failures(tmp_path: Path) -> None:
+    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=1, as_root=False))
+    uuid = backend.devices()[0].uuid
+    backend.update_device(uuid, locked_gpu_clocks_mhz=[1410, 1410])
+    with pytest.raises(GpuNoPermission) as caught:
+        backend.reset_locked_clocks(uuid)
+    assert caught.value.code == 4
+    backend.set_as_root(True)
+    backend.update_device(uuid, fail={"reset_locked_clocks": {"error": "timeout", "times": 1}})
+    with pytest.raises(RetryableGpuError):
+        backend.reset_locked_clocks(uuid)
+    assert backend.locked_clocks(uuid)["gpu_mhz"] == (1410, 1410)
+    backend.reset_locked_clocks(uuid)
+    assert backend.locked_clocks(uuid)["gpu_mhz"] is None
 
 
 def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Self, TypeVar
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
-from remediate.actions.base import Action, StepContext, Where
+from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param
 from remediate.errors import ActionError
 from remediate.kube import (
@@ -96,6 +96,14 @@ class KubeAction(Action):
     def __init__(self, client: ClientProvider, options: KubeOptions | None = None) -> None:
         self._client_provider = client
         self.options = options or KubeOptions()
+
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        settings = deps.settings
+        return cls(
+            deps.kube_client,
+            KubeOptions(node_labels=settings.kube_node_labels, node_selector=settings.breaker_node_selector),
+        )
 
     @property
     def client(self) -> KubeClient:

@@ -1,0 +1,111 @@
+"""The registry finds every shipped action by itself (issue 10, item 5): a new action is one module."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import textwrap
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+import remediate.actions
+from remediate.actions import Action, StepContext, action_classes, default_registry
+from remediate.config import Settings
+from remediate.gpu import SimulatedBackend
+
+ACTIONS = Path(remediate.actions.__file__).resolve().parent
+
+
+def _names_declared_in_the_sources() -> set[str]:
+    """The `name = "..."` of every class in remediate/actions, read from the files, not imported."""
+    names = set()
+    for path in ACTIONS.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for item in node.body:
+                target = item.target if isinstance(item, ast.AnnAssign) else None
+                if isinstance(target, ast.Name) and target.id == "name" and isinstance(item.value, ast.Constant):
+                    names.add(item.value.value)
+    return names
+
+
+def test_every_action_class_in_the_package_is_registered_without_a_list() -> None:
+    assert set(default_registry().names()) == _names_declared_in_the_sources()
+    assert len(_names_declared_in_the_sources()) >= 13  # the AST walk itself found the shipped actions
+
+
+class OutsideAction(Action):
+    """An Action subclass outside the package (like a test's own) is not a shipped action."""
+
+    name: ClassVar[str] = "test.outside"
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        return {}
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        return {}
+
+
+def test_an_action_defined_outside_the_package_is_not_registered() -> None:
+    assert "test.outside" not in default_registry()
+    assert OutsideAction not in action_classes()
+
+
+@pytest.fixture
+def extra_module_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on the package's search path: a module there is `remediate.actions.<name>`."""
+    monkeypatch.setattr(remediate.actions, "__path__", [*remediate.actions.__path__, str(tmp_path)])
+    action_classes.cache_clear()
+    yield tmp_path
+    sys.modules.pop("remediate.actions.probe_action", None)
+    monkeypatch.undo()
+    action_classes.cache_clear()
+
+
+def test_a_new_module_in_the_package_is_registered_built_from_the_settings(
+    extra_module_dir: Path, tmp_path: Path
+) -> None:
+    (extra_module_dir / "probe_action.py").write_text(
+        textwrap.dedent(
+            """
+            from typing import ClassVar
+
+            from remediate.actions.base import Action, Where
+
+
+            class ProbeAction(Action):
+                name: ClassVar[str] = "probe.gpu_count"
+                where: ClassVar[Where] = Where.NODE
+
+                def __init__(self, gpu_backend):
+                    self.gpu_backend = gpu_backend
+
+                @classmethod
+                def from_deps(cls, deps):
+                    return cls(deps.gpu_backend)
+
+                def plan(self, params, ctx):
+                    return {"gpus": len(self.gpu_backend().devices())}
+
+                execute = plan
+            """
+        ),
+        encoding="utf-8",
+    )
+    gpus = SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=3)
+    registry = default_registry(Settings(gpu_backend="simulated", gpu_simulator_file=gpus))
+    probe = registry.get("probe.gpu_count")
+    assert probe.where == "node"
+    # The probe reads no context: plan gets none, which keeps this test off StepContext's fields.
+    assert probe.plan({}, None) == {"gpus": 3}  # type: ignore[arg-type]
+    # The shipped actions are all still there beside it.
+    assert set(registry.names()) == _names_declared_in_the_sources() | {"probe.gpu_count"}
+
+
+def test_after_the_extra_module_is_gone_it_is_not_registered_again() -> None:
+    # The discovery looks at the modules on the package path now, not at every subclass ever imported.
+    assert "probe.gpu_count" not in default_registry()
