@@ -15,6 +15,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu_clocks import ResetClocksAction
+from remediate.alertref import AlertRef
 from remediate.config import Settings
 from remediate.engine import Engine, IngestResult
 from remediate.executor import Executor
@@ -55,7 +56,7 @@ def registry(gpu_settings: Settings) -> ActionRegistry:
 
 def context() -> StepContext:
     return StepContext(
-        run_id=3, step_index=0, playbook="gpu-clocks", target="node-a", alert={}, memory=InMemoryMemory()
+        run_id=3, step_index=0, playbook="gpu-clocks", target="node-a", alert=AlertRef(), memory=InMemoryMemory()
     )
 
 
