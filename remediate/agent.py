@@ -54,8 +54,8 @@ from remediate.agent_protocol import (
 from remediate.agentauth import Verifier
 from remediate.alerts import alert_ref
 from remediate.config import Settings
+from remediate.deadline import call_with_deadline
 from remediate.errors import ConfigError
-from remediate.executor import call_with_deadline
 from remediate.store import Store
 
 log = logging.getLogger("remediate.agent")

@@ -51,6 +51,7 @@ from tenacity import (
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.alerts import alert_ref
 from remediate.breaker import CircuitBreaker
+from remediate.deadline import StepTimeout, call_with_deadline
 from remediate.errors import (
     ActionError,
     AmbiguousActionError,
@@ -77,10 +78,6 @@ log = logging.getLogger("remediate.executor")
 RECONCILE_WINDOW_S = 24 * 3600.0
 """How long after a step gave up its pending outcome is still looked for (jobs keep acknowledgements 7 days)."""
 RECONCILE_PLAN_TIMEOUT_S = 15.0
-
-
-class StepTimeout(ActionError):
-    """The step did not finish before its deadline."""
 
 
 class ExecutorMetrics:
@@ -148,30 +145,6 @@ def _is_zombie(pid: int) -> bool:
         return False
     # "pid (comm) state ...": comm may contain spaces and parentheses, the state follows the last ")".
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
-
-
-def call_with_deadline(function: Callable[[], Any], seconds: float) -> Any:
-    """Run `function` in a helper thread; raise StepTimeout if it is not done in time.
-
-    Python cannot stop a thread: an action that overruns keeps running in the
-    background; actions should watch `StepContext.remaining()` themselves.
-    """
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = function()
-        except BaseException as exc:
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="remediate-step", daemon=True)
-    thread.start()
-    thread.join(max(seconds, 0.0))
-    if thread.is_alive():
-        raise StepTimeout(f"timed out after {seconds:.1f}s (the action may still be finishing in the background)")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 @dataclass(frozen=True)
