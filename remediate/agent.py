@@ -56,7 +56,7 @@ from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.deadline import call_with_deadline
 from remediate.errors import ConfigError
-from remediate.store import Store
+from remediate.memory_store import MemoryStore
 
 log = logging.getLogger("remediate.agent")
 
@@ -65,14 +65,14 @@ DEFAULT_FLOOR_PERCENT = 50.0
 but wrong request can slow a GPU down, never starve it. Set gpu_power_floor_percent/_watts to change it."""
 
 
-def open_memory(path: Path) -> tuple[Store, ActionMemory]:
-    """The agent's own ActionMemory: a SQLite store at `path` (its parent directory is created)."""
+def open_memory(path: Path) -> tuple[MemoryStore, ActionMemory]:
+    """The agent's own ActionMemory: a SQLite file at `path` with only that table (its parent directory is created)."""
     path = Path(path).expanduser().resolve()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the directory of agent_state_file {path}: {exc.strerror}") from exc
-    store = Store.open(f"sqlite:///{path}")
+    store = MemoryStore.open(path)
     return store, store.memory()
 
 
@@ -93,7 +93,7 @@ class AgentService:
         self.actions: dict[str, Action] = {
             name: registry.get(name) for name in registry.names() if registry.get(name).where == Where.NODE
         }
-        self.store: Store | None = None
+        self.store: MemoryStore | None = None
         if memory is None:
             self.store, memory = open_memory(settings.agent_state_file)
         self.memory = memory

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -125,14 +125,32 @@ class Claim:
     released_at: float | None = None
 
 
+class ClaimRow(Protocol):
+    """A claim as a ledger hands it back: a `Claim`, or the store's plain row with the same fields.
+
+    The store reads and writes these fields without knowing this module (its rows are not Claims).
+    """
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def claimed_at(self) -> float: ...
+    @property
+    def released_at(self) -> float | None: ...
+
+
 class BreakerLedger(Protocol):
     """The breaker's rows, seen inside one transaction."""
 
     def state(self) -> dict[str, Any] | None: ...
     def save_state(self, state: Mapping[str, Any]) -> None: ...
-    def open_claims(self) -> list[Claim]: ...
-    def claims_since(self, since: float) -> list[Claim]: ...
-    def add_claim(self, claim: Claim) -> None: ...
+    def open_claims(self) -> Sequence[ClaimRow]: ...
+    def claims_since(self, since: float) -> Sequence[ClaimRow]: ...
+    def add_claim(self, claim: ClaimRow) -> None: ...
     def release(self, node: str, *, now: float, reason: str) -> int: ...
 
 
@@ -398,6 +416,7 @@ __all__ = [
     "BreakerState",
     "CircuitBreaker",
     "Claim",
+    "ClaimRow",
     "MemoryLedger",
     "StaleAlert",
     "is_stale",

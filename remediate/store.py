@@ -1267,13 +1267,13 @@ class BreakerRows:
         )
 
     def _claims(self, condition: Any) -> list[Any]:
-        from remediate.breaker import Claim
-
+        # Plain rows with the fields of remediate.breaker.ClaimRow: the breaker's types stay the breaker's.
         c = t.breaker_claims.c
-        rows = self.conn.execute(
-            sa.select(c.node, c.kind, c.run_id, c.claimed_at, c.released_at).where(condition).order_by(c.id)
-        ).all()
-        return [Claim(r.node, r.kind, r.run_id, r.claimed_at, r.released_at) for r in rows]
+        return list(
+            self.conn.execute(
+                sa.select(c.node, c.kind, c.run_id, c.claimed_at, c.released_at).where(condition).order_by(c.id)
+            ).all()
+        )
 
 
 class StoreMemory:

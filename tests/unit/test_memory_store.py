@@ -1,0 +1,74 @@
+"""The agent's state file (remediate.memory_store): only the action_memory table, and old files keep their rows."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from remediate.agent import open_memory
+from remediate.errors import ConfigError
+from remediate.memory_store import MemoryStore
+from remediate.store import Store
+
+
+def _tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _memory_rows(path: Path) -> list[tuple[str, int | None]]:
+    with sqlite3.connect(path) as conn:
+        return list(conn.execute("SELECT key, run_id FROM action_memory ORDER BY key"))
+
+
+def test_the_agent_state_file_holds_only_the_action_memory_table(tmp_path: Path) -> None:
+    store, memory = open_memory(tmp_path / "agent.db")
+    memory.remember("gpu.power_limit/GPU-1", {"previous_mw": 300000}, run_id=4)
+    store.ping()
+    store.close()
+
+    assert _tables(tmp_path / "agent.db") == {"action_memory"}
+
+
+def test_a_state_file_written_by_the_full_store_keeps_what_it_remembered(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    old = Store.open(f"sqlite:///{path}")
+    old.memory().remember("gpu.power_limit/GPU-1", {"previous_mw": 300000, "uuid": "GPU-1"}, run_id=12)
+    old.memory().remember("gpu.power_limit/GPU-2", {"previous_mw": 250000}, run_id=13)
+    old.close()
+    tables_before = _tables(path)
+
+    store = MemoryStore.open(path)
+    memory = store.memory()
+    assert memory.recall("gpu.power_limit/GPU-1") == {"previous_mw": 300000, "uuid": "GPU-1"}
+    assert memory.recall("gpu.power_limit/GPU-2") == {"previous_mw": 250000}
+    memory.forget("gpu.power_limit/GPU-2")
+    memory.remember("gpu.power_limit/GPU-1", {"previous_mw": 280000}, run_id=20)
+    store.ping()
+    store.close()
+
+    # The server's tables of the old file stay as they were (nothing dropped, nothing created).
+    assert _tables(path) == tables_before
+    reopened = MemoryStore.open(path)
+    assert reopened.memory().recall("gpu.power_limit/GPU-1") == {"previous_mw": 280000}
+    assert reopened.memory().recall("gpu.power_limit/GPU-2") is None
+    reopened.close()
+    assert _memory_rows(path) == [("gpu.power_limit/GPU-1", 20)]
+
+
+def test_remember_records_the_run_and_zero_means_no_run(tmp_path: Path) -> None:
+    store = MemoryStore.open(tmp_path / "agent.db")
+    memory = store.memory()
+    memory.remember("a", {"v": 1}, run_id=7)
+    memory.remember("b", {"v": 2}, run_id=0)
+    assert memory.recall("missing") is None
+    store.close()
+
+    assert _memory_rows(tmp_path / "agent.db") == [("a", 7), ("b", None)]
+
+
+def test_a_state_file_in_a_missing_directory_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="agent state file"):
+        MemoryStore.open(tmp_path / "absent" / "agent.db")
