@@ -383,17 +383,7 @@ class Executor:
             )
             return fail(message, status=StepStatus.INTERRUPTED)
         deadline = started + step.timeout
-        ctx = StepContext(
-            run_id=run.id,
-            step_index=step.idx,
-            playbook=run.playbook,
-            target=run.target,
-            alert=alert_ref(run.alert_context),
-            deadline=deadline,
-            memory=self.memory,
-            breaker=self.breaker,
-            stopping=self._stopping,
-        )
+        ctx = self._step_context(run, step, deadline)
         runner = self.dispatch.runner_for(action, run.target)
         try:
             plan = runner.stamp(self._plan(runner, action, params, ctx, step))
@@ -514,6 +504,20 @@ class Executor:
             raise ActionError(str(exc)) from exc
         raise ActionError("no attempt was made (step deadline already passed)")
 
+    def _step_context(self, run: ClaimedRun, step: StepRecord, deadline: float) -> StepContext:
+        """What an action sees of the run for `step`; `deadline` on the time.monotonic() clock."""
+        return StepContext(
+            run_id=run.id,
+            step_index=step.idx,
+            playbook=run.playbook,
+            target=run.target,
+            alert=alert_ref(run.alert_context),
+            deadline=deadline,
+            memory=self.memory,
+            breaker=self.breaker,
+            stopping=self._stopping,
+        )
+
     def reconcile_pending(self) -> int:
         """Record late outcomes: for each failed step that handed a change over and gave up waiting
         (OutcomePending), ask its action's plan, through the same runner as the step (the node's agent
@@ -524,17 +528,7 @@ class Executor:
             try:
                 action = self.registry.get(step.action)
                 params = action.validate(step.params)
-                ctx = StepContext(
-                    run_id=run.id,
-                    step_index=step.idx,
-                    playbook=run.playbook,
-                    target=run.target,
-                    alert=alert_ref(run.alert_context),
-                    deadline=time.monotonic() + RECONCILE_PLAN_TIMEOUT_S,
-                    memory=self.memory,
-                    breaker=self.breaker,
-                    stopping=self._stopping,
-                )
+                ctx = self._step_context(run, step, time.monotonic() + RECONCILE_PLAN_TIMEOUT_S)
                 runner = self.dispatch.runner_for(action, run.target)
                 plan = call_with_deadline(partial(runner.plan, action, params, ctx), RECONCILE_PLAN_TIMEOUT_S)
             except Exception as exc:
