@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -98,18 +99,25 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
             response.headers["WWW-Authenticate"] = f'{SCHEME} realm="remediate-agent"'
             return None, (response, status)
 
-    def step(kind: str) -> Any:
+    def signed_request(kind: str, parse: Callable[[Any], Any]) -> tuple[str | None, Any, tuple[Response, int] | None]:
+        """(the node it is signed for, the parsed request, None), or (None, None, the refusal to answer):
+        the credential, then the content type, then the body, as every POST of the agent checks them."""
         body = request.get_data(cache=True)
-        caller = request.remote_addr
         signed_for, refused = authenticate(kind, body)
         if refused is not None:
-            return refused
+            return None, None, refused
         if request.mimetype != "application/json":
-            return error(415, "unsupported_media_type", PERMANENT, "send Content-Type: application/json")
+            return None, None, error(415, "unsupported_media_type", PERMANENT, "send Content-Type: application/json")
         try:
-            step_request = StepRequest.parse(_json_or_none(body))
+            return signed_for, parse(_json_or_none(body)), None
         except AgentRequestError as exc:
-            return answer(error_answer(exc, service.node_name))
+            return None, None, answer(error_answer(exc, service.node_name))
+
+    def step(kind: str) -> Any:
+        caller = request.remote_addr
+        signed_for, step_request, refused = signed_request(kind, StepRequest.parse)
+        if refused is not None:
+            return refused
         # The audit line of every call: which run and step, what, with which params, from whom.
         log.info(
             "call %s run %s step %s playbook %s action %s target %s params %s from %s (signed for %s)",
@@ -150,16 +158,9 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
 
     @app.post(CANCEL_PATH)
     def cancel() -> Any:
-        body = request.get_data(cache=True)
-        signed_for, refused = authenticate("cancel", body)
+        signed_for, cancel_request, refused = signed_request("cancel", CancelRequest.parse)
         if refused is not None:
             return refused
-        if request.mimetype != "application/json":
-            return error(415, "unsupported_media_type", PERMANENT, "send Content-Type: application/json")
-        try:
-            cancel_request = CancelRequest.parse(_json_or_none(body))
-        except AgentRequestError as exc:
-            return answer(error_answer(exc, service.node_name))
         log.info(
             "call cancel run %s step %s target %s from %s (signed for %s)",
             cancel_request.run_id,
