@@ -307,11 +307,15 @@ def test_with_30_percent_of_requests_failing_every_run_ends_recorded_and_nothing
         assert any(t["key"] == "remediate.io/gpu-xid" for t in state["spec"]["taints"])
         left = [p for (ns, name), p in kube_api.pods.items() if p["spec"].get("nodeName") == node]
         assert [p["metadata"]["name"] for p in left] == [f"dcgm-{node}"]
-        assert sorted(e["reason"] for e in kube_api.events_about(node)) == [
-            "RemediateCordoned",
-            "RemediateDrained",
-            "RemediateTainted",
+        # Recording an event is best effort: one whose every attempt met a fault is named in the step's result.
+        recorded = [e["reason"] for e in kube_api.events_about(node)]
+        reported_missing = [
+            step["result"]["event"]["reason"]
+            for step in run["steps"]
+            if "error" in ((step.get("result") or {}).get("event") or {})
         ]
+        assert not set(recorded) & set(reported_missing), (recorded, reported_missing)
+        assert sorted(recorded + reported_missing) == ["RemediateCordoned", "RemediateDrained", "RemediateTainted"]
     for node in nodes:  # a node is never cordoned without remediate's mark
         state = kube_api.node(node)
         if state["spec"].get("unschedulable"):
