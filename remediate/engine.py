@@ -328,7 +328,7 @@ class Engine:
                 alert_count=len(notification.alerts),
                 raw=raw,
             )
-            alert_ids = w.insert_many("alerts", [_alert_row(notification_id, a) for a in notification.alerts])
+            alert_ids = w.insert_alerts([_alert_row(notification_id, a) for a in notification.alerts])
             judged = self.judge(w, evaluations, received_at)
             with_runs = [j for j in judged if j.creates_run]
             run_rows = [run_row(j, alert_ids[j.index], received_at) for j in with_runs]
@@ -336,18 +336,17 @@ class Engine:
                 if j.supersedes is not None:
                     w.release_dedupe_key(j.supersedes)
             # Judged values are unique objects: key the new run ids by identity.
-            run_ids = dict(zip(map(id, with_runs), w.insert_many("runs", run_rows), strict=True))
+            run_ids = dict(zip(map(id, with_runs), w.insert_runs(run_rows), strict=True))
             for j in with_runs:
                 if j.supersedes is not None:
                     w.mark_superseded(j.supersedes, run_ids[id(j)], received_at)
             statuses = {id(j): row["status"] for j, row in zip(with_runs, run_rows, strict=True)}
-            w.insert_many("steps", [row for j in with_runs for row in step_rows(run_ids[id(j)], j.evaluation)])
+            w.insert_steps([row for j in with_runs for row in step_rows(run_ids[id(j)], j.evaluation)])
             for j in judged:
                 # Whatever the verdict (no_firing_run, nothing_on_resolved, paused, ...): the alert is over.
                 if j.phase == "resolved" and j.firing_run and j.firing_run[1] == RunStatus.AWAITING_APPROVAL:
                     w.cancel_awaiting(j.firing_run[0], "the alert resolved before the run was approved", received_at)
-            w.insert_many(
-                "decisions",
+            w.insert_decisions(
                 [
                     decision_row(
                         notification_id,

@@ -266,10 +266,16 @@ _ACTIVE_FIRING_RUNS = (
     )
 )
 _INSERT_NOTIFICATION = sa.insert(t.notifications).returning(t.notifications.c.id)
-_INSERT_RETURNING_IDS = {
-    name: sa.insert(t.metadata.tables[name]).returning(t.metadata.tables[name].c.id, sort_by_parameter_order=True)
-    for name in ("alerts", "runs", "steps", "decisions")
-}
+
+
+def _insert_returning_ids(table: sa.Table) -> sa.Insert:
+    return sa.insert(table).returning(table.c.id, sort_by_parameter_order=True)
+
+
+_INSERT_ALERTS = _insert_returning_ids(t.alerts)
+_INSERT_RUNS = _insert_returning_ids(t.runs)
+_INSERT_STEPS = _insert_returning_ids(t.steps)
+_INSERT_DECISIONS = _insert_returning_ids(t.decisions)
 
 
 DEFAULT_BUSY_TIMEOUT = 30.0
@@ -1118,12 +1124,26 @@ class IngestWriter(GuardReader):
             ).scalar_one()
         )
 
-    def insert_many(self, table_name: str, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Insert rows into alerts/runs/steps/decisions and return their ids in order."""
+    def insert_alerts(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The notification's alerts (`engine._alert_row`); their ids, in order."""
+        return self._insert(_INSERT_ALERTS, rows)
+
+    def insert_runs(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Accepted runs (`runs.run_row`); their ids, in order."""
+        return self._insert(_INSERT_RUNS, rows)
+
+    def insert_steps(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The steps of those runs (`runs.step_rows`); their ids, in order."""
+        return self._insert(_INSERT_STEPS, rows)
+
+    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """One decision per (alert, playbook) judged (`runs.decision_row`); their ids, in order."""
+        return self._insert(_INSERT_DECISIONS, rows)
+
+    def _insert(self, statement: sa.Insert, rows: Sequence[Mapping[str, Any]]) -> list[int]:
         if not rows:
             return []
-        result = self.conn.execute(_INSERT_RETURNING_IDS[table_name], list(rows))
-        return [row[0] for row in result]
+        return [row[0] for row in self.conn.execute(statement, list(rows))]
 
     def release_dedupe_key(self, run_id: int) -> None:
         """Free the dedupe key of a rerunnable run for the run that supersedes it; the old run stays in history."""
