@@ -113,7 +113,11 @@ Create the name of the service account to use
 {{- $selector := dict "matchLabels" (include "remediate.serverSelectorLabels" . | fromYaml) }}
 {{- $constraints := list }}
 {{- range .Values.topologySpreadConstraints }}
-{{- $constraints = append $constraints (merge (deepCopy .) (dict "labelSelector" $selector)) }}
+{{- $constraint := deepCopy . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $_ := set $constraint "labelSelector" $selector }}
+{{- end }}
+{{- $constraints = append $constraints $constraint }}
 {{- end }}
 {{- $spread := .Values.topologySpread }}
 {{- if and (not $constraints) $spread.enabled (gt (int .Values.replicaCount) 1) }}
