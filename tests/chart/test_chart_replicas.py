@@ -50,6 +50,18 @@ def refusal(helm: Helm, values: dict[str, Any]) -> str:
     return result.stderr
 
 
+def test_a_database_url_is_refused_where_its_secret_would_not_be_rendered(helm: Helm) -> None:
+    """database.url lives in the chart's tokens Secret; with auth.existingSecret it would be dropped."""
+    message = refusal(helm, several(2, auth={"existingSecret": "my-tokens"}))
+
+    assert "put the URL into a Secret of yours and name it in database.existingSecret" in message
+    objects = helm.objects(
+        {**several(2), "auth": {"existingSecret": "my-tokens"}, "database": {"existingSecret": "db"}}
+    )
+    (server,) = pod_spec(objects)["containers"]
+    assert server["env"][0]["valueFrom"]["secretKeyRef"] == {"name": "db", "key": "database-url"}
+
+
 # --------------------------------------------------------------------------- SQLite: one replica
 
 
