@@ -67,6 +67,8 @@ class Settings:
     # --- playbooks and store
     playbooks: Path = Path("playbooks")
     database_url: str = "sqlite:///remediate.db"
+    """SQLAlchemy URL of the history and run queue. A libpq URL (`postgresql://`, `postgres://`, as
+    CloudNativePG's `<cluster>-app` Secret holds it) is read as `postgresql+psycopg://`."""
     store_busy_timeout: float = 5.0
     """Seconds a request waits for the database write lock before answering 503 (AlertManager retries)."""
     mode: str = "enforce"
@@ -317,6 +319,15 @@ def _to_mode(value: Any) -> str:
     return text
 
 
+# The image ships psycopg 3 only (the `postgres` extra); SQLAlchemy reads a bare `postgresql://` as
+# psycopg2 and `postgres://` not at all, so a libpq URL straight from an operator's Secret would fail.
+_LIBPQ_SCHEME = re.compile(r"^(postgresql|postgres)://")
+
+
+def _to_database_url(value: Any) -> str:
+    return _LIBPQ_SCHEME.sub("postgresql+psycopg://", str(value), count=1)
+
+
 def _to_gpu_backend(value: Any) -> str:
     text = str(value)
     if text not in GPU_BACKENDS:
@@ -435,7 +446,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "read_token_file": _to_optional_path,
     "insecure_no_auth": _to_bool,
     "playbooks": Path,
-    "database_url": str,
+    "database_url": _to_database_url,
     "mode": _to_mode,
     "executor_threads": _to_positive_int,
     "poll_interval": _to_seconds,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from remediate.config import Settings, load_settings
 from remediate.errors import ConfigError
@@ -188,3 +189,22 @@ def test_tokens_are_kept_out_of_the_repr() -> None:
 
     assert "do-not-print" not in repr(settings)
     assert "nor-this" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("given", "read_as"),
+    [
+        # CloudNativePG's `<cluster>-app` Secret, key `uri`: a libpq URL.
+        ("postgresql://app:pw@pg-rw.db:5432/app", "postgresql+psycopg://app:pw@pg-rw.db:5432/app"),
+        ("postgres://app:pw@pg/app?sslmode=require", "postgresql+psycopg://app:pw@pg/app?sslmode=require"),
+        ("postgresql+psycopg://app:pw@pg/app", "postgresql+psycopg://app:pw@pg/app"),
+        ("sqlite:////var/lib/remediate/remediate.db", "sqlite:////var/lib/remediate/remediate.db"),
+    ],
+)
+def test_a_libpq_database_url_is_read_with_the_psycopg_driver_the_image_ships(given: str, read_as: str) -> None:
+    """Issue 11, item 5: SQLAlchemy reads a bare postgresql:// as psycopg2, which the image lacks."""
+    from_env = load_settings(env={"REMEDIATE_DATABASE_URL": given})
+    from_flag = load_settings(env={}, overrides={"database_url": given})
+
+    assert from_env.database_url == from_flag.database_url == read_as
+    assert sa.make_url(from_env.database_url).get_dialect().driver in {"psycopg", "pysqlite"}

@@ -107,6 +107,25 @@ Create the name of the service account to use
 {{- if or .Values.database.url .Values.database.existingSecret }}true{{ end }}
 {{- end }}
 
+{{/* The server's topologySpreadConstraints, a YAML list: the user's own (a missing labelSelector gets the
+     server pods' labels), else with several replicas the default spread over topologySpread.topologyKey. */}}
+{{- define "remediate.topologySpreadConstraints" -}}
+{{- $selector := dict "matchLabels" (include "remediate.serverSelectorLabels" . | fromYaml) }}
+{{- $constraints := list }}
+{{- range .Values.topologySpreadConstraints }}
+{{- $constraint := deepCopy . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $_ := set $constraint "labelSelector" $selector }}
+{{- end }}
+{{- $constraints = append $constraints $constraint }}
+{{- end }}
+{{- $spread := .Values.topologySpread }}
+{{- if and (not $constraints) $spread.enabled (gt (int .Values.replicaCount) 1) }}
+{{- $constraints = list (dict "maxSkew" $spread.maxSkew "topologyKey" $spread.topologyKey "whenUnsatisfiable" $spread.whenUnsatisfiable "labelSelector" $selector) }}
+{{- end }}
+{{- toYaml $constraints }}
+{{- end }}
+
 {{/* Shipped playbook files that are enabled: a dict of file name -> content. */}}
 {{- define "remediate.shippedPlaybooks" -}}
 {{- $result := dict }}
