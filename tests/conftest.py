@@ -15,6 +15,11 @@ from remediate.engine import Engine, IngestResult
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
 
+# The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
+pytest_plugins = [
+    "tests.support.server",
+]
+
 STARTS_AT = "2026-01-01T00:00:00Z"
 
 

@@ -32,7 +32,7 @@ from remediate.runners import (
 )
 from tests.agent.support import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
 from tests.kube.fake_apiserver import FakeKubeAPI
-from tests.realsystems import free_port
+from tests.support.realsystems import free_port
 
 ECHO = Echo()
 

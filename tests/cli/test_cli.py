@@ -866,7 +866,7 @@ def test_an_empty_token_file_is_a_one_line_error_naming_it(
 
 def test_a_real_client_process_authenticates_to_a_real_server_with_remediate_token_file(tmp_path: Path) -> None:
     """`python -m remediate pause/resume/history --server` against gunicorn, the token only in a file."""
-    from tests.integration.conftest import TOKEN, RemediateServer
+    from tests.support.server import TOKEN, RemediateServer
 
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from tests.disk.conftest import make_file
-from tests.integration.conftest import RemediateServer, write_playbook
-from tests.realsystems import AlertManager
+from tests.support.server import RemediateServer, write_playbook
+from tests.support.realsystems import AlertManager
 
 pytestmark = [pytest.mark.integration]
 

@@ -14,7 +14,7 @@ from remediate.alerts import parse_notification
 from remediate.engine import Engine
 from remediate.playbooks import load_directory, load_playbooks
 from tests.conftest import alert_payload, notification_payload
-from tests.realsystems import PROMTOOL
+from tests.support.realsystems import PROMTOOL
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alertmanager" / "rules" / "disk.rules.yml"

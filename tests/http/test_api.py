@@ -24,7 +24,7 @@ from tests.http.support import (
     notify_playbook,
     real_firing,
 )
-from tests.realsystems import WebhookRecorder
+from tests.support.realsystems import WebhookRecorder
 
 
 def metric_samples(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

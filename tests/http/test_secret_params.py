@@ -11,7 +11,7 @@ import pytest
 
 from remediate.errors import PlaybookError
 from tests.http.support import READ_TOKEN, Server, real_firing
-from tests.realsystems import WebhookRecorder
+from tests.support.realsystems import WebhookRecorder
 
 SECRET = "Bearer oncall-s3cr3t-7f3a9c"
 

@@ -27,7 +27,7 @@ from tests.http.support import (
     real_firing,
     real_resolved,
 )
-from tests.realsystems import WebhookRecorder
+from tests.support.realsystems import WebhookRecorder
 
 # --------------------------------------------------------------------------- accepted
 

@@ -530,7 +530,7 @@ def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refuse
 ) -> None:
     """Finding 15: a drain refused before evicting (a pod with emptyDir data) failed the run, and the
     notify step after it never ran."""
-    from tests.realsystems import WebhookRecorder
+    from tests.support.realsystems import WebhookRecorder
 
     (node,) = cluster(kube_api, 1)
     kube_api.add_pod("ml", "scratch-job-0", node, emptydir=True)

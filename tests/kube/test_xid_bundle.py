@@ -21,7 +21,7 @@ from remediate.alerts import parse_notification
 from remediate.cli import main
 from remediate.engine import Engine
 from remediate.playbooks import load_playbooks
-from tests.integration.conftest import notification
+from tests.support.server import notification
 from tests.kube.fake_apiserver import FakeKubeAPI, cluster
 
 ROOT = Path(__file__).resolve().parents[2]

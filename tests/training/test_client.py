@@ -33,7 +33,7 @@ from remediate.training.protocol import (
     read_json,
     this_host,
 )
-from tests.realsystems import wait_until
+from tests.support.realsystems import wait_until
 from tests.training.conftest import JOB, FakeOptimizer, FakeScheduler, deliver, wait_for_ack
 
 

@@ -20,7 +20,7 @@ from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAc
 from remediate.alerts import alert_ref
 from remediate.training import JobNameInUse, TrainingControl
 from remediate.training.protocol import JobPaths, ProtocolError
-from tests.realsystems import free_port, wait_until
+from tests.support.realsystems import free_port, wait_until
 from tests.training.conftest import require
 
 torch = require("torch")

@@ -28,7 +28,7 @@ from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
 from remediate.alerts import alert_ref
 from remediate.training.protocol import JobPaths, this_host
-from tests.realsystems import wait_until
+from tests.support.realsystems import wait_until
 from tests.training.conftest import require
 
 require("torch")

@@ -211,7 +211,7 @@ def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path
     """Finding 7 as it was found: the real server (gunicorn) stopped gracefully while a training step waits."""
     import requests
 
-    from tests.integration.conftest import TOKEN, RemediateServer
+    from tests.support.server import TOKEN, RemediateServer
 
     job = LiveJob(root, "job-a").register()  # registered, busy: it does not poll
     playbooks = tmp_path / "playbooks"
@@ -260,7 +260,7 @@ def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path
 @pytest.fixture
 def node_agent(root: Path, tmp_path: Path) -> Iterator[Any]:
     """A real `remediate agent` (gunicorn) for gpu-node-1, serving the training control root."""
-    from tests.integration.test_agents_e2e import NodeAgent
+    from tests.e2e.test_agents import NodeAgent
 
     agent = NodeAgent(tmp_path / "agent", "gpu-node-1", env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)})
     agent.start()
@@ -272,7 +272,7 @@ def _executor_through(agent: Any, tmp_path: Path, store: Store, playbook: dict[s
     """An engine and a started executor whose node steps for gpu-node-1 go to `agent` (the server's own
     control root holds no job: only the agent can reach it)."""
     from remediate.runners import Dispatch, StaticAgents
-    from tests.integration.test_agents_e2e import AGENT_TOKEN
+    from tests.e2e.test_agents import AGENT_TOKEN
 
     elsewhere = tmp_path / "server-root"
     elsewhere.mkdir()

@@ -1,4 +1,4 @@
-"""notify.webhook against a real local HTTP server (tests.realsystems.WebhookRecorder)."""
+"""notify.webhook against a real local HTTP server (tests.support.realsystems.WebhookRecorder)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.executor import Executor
 from remediate.store import Store
-from tests.realsystems import WebhookRecorder
+from tests.support.realsystems import WebhookRecorder
 
 ALERT = {
     "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from remediate.gpu.simulator import SimulatedBackend
-from tests.integration.conftest import RemediateServer
-from tests.realsystems import AlertManager
+from tests.support.server import RemediateServer
+from tests.support.realsystems import AlertManager
 
 pytestmark = [pytest.mark.integration]
 

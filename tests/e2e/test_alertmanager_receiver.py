@@ -15,7 +15,7 @@ import yaml
 
 from remediate.durations import parse_duration
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "alertmanager" / "alertmanager.yml"
 
 

@@ -33,7 +33,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.realsystems import AlertManager, WebhookRecorder, free_port, wait_until
+from tests.support.realsystems import AlertManager, WebhookRecorder, free_port, wait_until
 
 TOKEN = "e2e-bearer-token"
 READY_TIMEOUT = 30.0

@@ -28,9 +28,9 @@ from typing import Self
 import pytest
 import requests
 
-from tests.integration.conftest import HasLogTail, RemediateServer, notification, write_playbook
-from tests.integration.test_agents_e2e import NodeAgent
-from tests.realsystems import WebhookRecorder, wait_until
+from tests.support.server import HasLogTail, RemediateServer, notification, write_playbook
+from tests.e2e.test_agents import NodeAgent
+from tests.support.realsystems import WebhookRecorder, wait_until
 
 pytestmark = [pytest.mark.integration]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.integration.conftest import RemediateServer, write_playbook
-from tests.realsystems import AlertManager
+from tests.support.server import RemediateServer, write_playbook
+from tests.support.realsystems import AlertManager
 
 pytestmark = [pytest.mark.integration]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import RemediateServer, notification, write_playbook
+from tests.support.server import RemediateServer, notification, write_playbook
 
 pytestmark = [pytest.mark.integration]
 

@@ -1,4 +1,4 @@
-"""Self-test of tests/realsystems.py against the real AlertManager and Prometheus.
+"""Self-test of tests/support/realsystems.py against the real AlertManager and Prometheus.
 
 If these fail, every integration test built on the harness is suspect, so
 they check the harness end to end: what AlertManager 0.25 really sends to a
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realsystems import (
+from tests.support.realsystems import (
     AlertManager,
     MetricsEndpoint,
     Prometheus,
