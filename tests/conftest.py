@@ -17,6 +17,7 @@ from remediate.store import Store
 
 # The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
 pytest_plugins = [
+    "tests.support.gpu",
     "tests.support.server",
 ]
 

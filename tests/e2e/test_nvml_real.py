@@ -2,7 +2,7 @@
 
 Deselected by default (marker `nvml`). On a machine with an NVIDIA GPU and driver:
 
-    pytest -m nvml tests/gpu/test_nvml_real.py -s
+    pytest -m nvml tests/e2e/test_nvml_real.py -s
 
 Without a driver every test here is skipped with NVML's error as the reason. The
 backend is wrapped in `ReadOnly`, which fails the test if anything tries to set

@@ -26,7 +26,7 @@ from remediate.gpu import (
     open_backend,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_the_example_file_holds_eight_h100_like_gpus(sim: SimulatedBackend) -> None:

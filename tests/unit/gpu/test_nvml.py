@@ -37,7 +37,7 @@ from remediate.gpu import (
 )
 from remediate.gpu import nvml as nvml_module
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
 UUID1 = "GPU-66666666-7777-8888-9999-000000000000"
 MIG = "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
