@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -17,6 +18,7 @@ from remediate.store import Store
 
 # The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
 pytest_plugins = [
+    "tests.support.disk",
     "tests.support.gpu",
     "tests.support.server",
 ]
@@ -76,6 +78,14 @@ def registry() -> ActionRegistry:
 @pytest.fixture
 def db_url(tmp_path: Any) -> str:
     return f"sqlite:///{tmp_path / 'remediate.db'}"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An empty directory under tmp_path for a test to work in (a cleanup policy's root, a training control root)."""
+    path = tmp_path / "root"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture

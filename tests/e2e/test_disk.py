@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.disk.conftest import make_file
+from tests.support.disk import make_file
 from tests.support.server import RemediateServer, write_playbook
 from tests.support.realsystems import AlertManager
 

@@ -66,13 +66,6 @@ class FakeDisk:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "root"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def outside(tmp_path: Path) -> Path:
     """A precious file outside the policy root; every safety test checks it survives."""
     return make_file(tmp_path / "precious" / "model.ckpt", 4096, age_days=365)

@@ -22,7 +22,7 @@ from remediate.errors import ActionError, ParamsError, PlaybookError
 from remediate.executor import Executor
 from remediate.playbooks import parse_playbook
 from remediate.store import Store
-from tests.disk.conftest import FakeDisk, allocated, make_file
+from tests.support.disk import FakeDisk, allocated, make_file
 
 T0 = 1_767_225_600.0
 CTX = StepContext(run_id=1, step_index=0, playbook="pb", target="node-a", alert=AlertRef())

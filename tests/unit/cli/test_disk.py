@@ -9,7 +9,7 @@ import yaml
 from click.testing import CliRunner
 
 from remediate.cli import main
-from tests.disk.conftest import make_file
+from tests.support.disk import make_file
 
 
 def _policies(tmp_path: Path, root: Path) -> Path:

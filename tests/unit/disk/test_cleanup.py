@@ -13,7 +13,7 @@ import pytest
 
 from remediate.disk import Cleaner, CleanupError, FsHooks, Target
 from remediate.disk.policy import CleanupPolicy
-from tests.disk.conftest import FakeDisk, allocated, make_file
+from tests.support.disk import FakeDisk, allocated, make_file
 
 Policy = Callable[..., CleanupPolicy]
 EVERYTHING = Target(free_bytes=2**62)  # never met: runs until the candidates or a cap run out

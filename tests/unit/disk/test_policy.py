@@ -13,7 +13,7 @@ from remediate.disk import NoPoliciesConfigured, PolicyError, PolicySource, load
 from remediate.disk.patterns import GlobError, PathMatcher
 from remediate.disk.policy import DEFAULT_MAX_FILES, parse_policies
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def policy(**fields: Any) -> dict[str, Any]:
