@@ -29,8 +29,8 @@ import requests
 import yaml
 
 from remediate.gpu.simulator import SimulatedBackend
-from tests.support.server import HasLogTail, RemediateServer
 from tests.support.realsystems import AlertManager, free_port, wait_until
+from tests.support.server import HasLogTail, RemediateServer
 
 pytestmark = [pytest.mark.integration]
 

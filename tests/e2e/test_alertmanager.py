@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.server import WAIT, RemediateServer, scrape_metric, write_playbook
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port, wait_until
+from tests.support.server import WAIT, RemediateServer, scrape_metric, write_playbook
 
 pytestmark = [pytest.mark.integration]
 

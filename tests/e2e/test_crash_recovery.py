@@ -29,8 +29,8 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import FINAL_RUN_STATUSES
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
-from tests.support.server import RemediateServer, notification, write_playbook
 from tests.support.realsystems import WebhookRecorder, wait_until
+from tests.support.server import RemediateServer, notification, write_playbook
 
 pytestmark = [pytest.mark.integration]
 

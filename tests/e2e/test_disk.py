@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from tests.support.disk import make_file
-from tests.support.server import RemediateServer, write_playbook
 from tests.support.realsystems import AlertManager
+from tests.support.server import RemediateServer, write_playbook
 
 pytestmark = [pytest.mark.integration]
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from remediate.gpu.simulator import SimulatedBackend
-from tests.support.server import RemediateServer
 from tests.support.realsystems import AlertManager
+from tests.support.server import RemediateServer
 
 pytestmark = [pytest.mark.integration]
 

@@ -20,8 +20,8 @@ from remediate.actions import default_registry
 from remediate.alerts import parse_notification
 from remediate.engine import Engine
 from remediate.playbooks import load_playbooks
-from tests.support.server import notification
 from tests.support.realsystems import PROMTOOL
+from tests.support.server import notification
 
 pytestmark = [pytest.mark.integration]
 

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.server import TOKEN, RemediateServer
 from tests.kube.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.realsystems import AlertManager, WebhookRecorder, wait_until
+from tests.support.server import TOKEN, RemediateServer
 
 pytestmark = [pytest.mark.integration]
 

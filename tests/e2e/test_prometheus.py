@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.server import RemediateServer, write_playbook
 from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder, check_rules
+from tests.support.server import RemediateServer, write_playbook
 
 pytestmark = [pytest.mark.integration]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.server import RemediateServer, write_playbook
 from tests.support.realsystems import AlertManager
+from tests.support.server import RemediateServer, write_playbook
 
 pytestmark = [pytest.mark.integration]
 

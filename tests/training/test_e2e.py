@@ -27,8 +27,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.server import RemediateServer
 from tests.support.realsystems import AlertManager, free_port, wait_until
+from tests.support.server import RemediateServer
 from tests.training.conftest import require
 
 pytestmark = [pytest.mark.integration]
