@@ -20,6 +20,7 @@ from remediate.store import Store
 pytest_plugins = [
     "tests.support.disk",
     "tests.support.gpu",
+    "tests.support.kube",
     "tests.support.server",
 ]
 

@@ -31,7 +31,7 @@ from remediate.runners import (
     WrongHostError,
 )
 from tests.agent.support import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
-from tests.kube.fake_apiserver import FakeKubeAPI
+from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.realsystems import free_port
 
 ECHO = Echo()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kube.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.realsystems import AlertManager, WebhookRecorder, wait_until
 from tests.support.server import TOKEN, RemediateServer
 

@@ -21,7 +21,7 @@ from remediate.alerts import parse_notification
 from remediate.cli import main
 from remediate.engine import Engine
 from remediate.playbooks import load_playbooks
-from tests.kube.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.server import notification
 
 ROOT = Path(__file__).resolve().parents[2]

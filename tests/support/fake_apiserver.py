@@ -3,7 +3,7 @@
 Not a mock of the client: `kubernetes.client` is configured exactly as for a real cluster
 (a kubeconfig file with `server: http://127.0.0.1:PORT` and a bearer token, written by
 `FakeKubeAPI.write_kubeconfig`) and talks JSON over HTTP/1.1 to this server, which
-reproduces the behaviours remediate depends on (each checked in tests/kube/test_fake_apiserver.py):
+reproduces the behaviours remediate depends on (each checked in tests/integration/test_fake_apiserver.py):
 
 - bearer-token auth (401 Status otherwise); unknown paths -> 404 Status; wrong methods -> 405
 - nodes: GET, LIST (labelSelector, fieldSelector metadata.name / spec.unschedulable), PATCH with

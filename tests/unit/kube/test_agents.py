@@ -1,6 +1,6 @@
 """Issue 15, finding 12c: agent discovery on the test API server never picks a pod its DaemonSet does not own.
 
-The official client talks real HTTP to tests/kube/fake_apiserver.py: an impostor pod with the agent's
+The official client talks real HTTP to tests/support/fake_apiserver.py: an impostor pod with the agent's
 labels on the target node (created later, so it would win the "newest Ready pod" choice) is refused.
 """
 
@@ -16,7 +16,7 @@ from kubernetes import config as k8s_config
 
 from remediate.agent_protocol import AgentNotFound
 from remediate.kube.agents import KubernetesAgents
-from tests.kube.fake_apiserver import FakeKubeAPI
+from tests.support.fake_apiserver import FakeKubeAPI
 
 SELECTOR = "app.kubernetes.io/component=agent"
 LABELS = {"app.kubernetes.io/component": "agent"}

@@ -24,7 +24,7 @@ from remediate.actions.k8s import (
 from remediate.alerts import alert_ref
 from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
 from remediate.kube import KubeClient
-from tests.kube.fake_apiserver import FakeKubeAPI
+from tests.support.fake_apiserver import FakeKubeAPI
 
 FAST = KubeOptions(api_retry_wait=0.01, reporting_instance="test-runner")
 STARTS_AT = "2026-01-01T00:00:00Z"

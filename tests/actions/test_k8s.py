@@ -18,8 +18,8 @@ from remediate.actions.k8s import CordonAction, KubeOptions
 from remediate.breaker import BreakerLimits, BreakerOpen, memory_breaker
 from remediate.errors import ActionError, ParamsError
 from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient
-from tests.kube.conftest import FAST, context, run
-from tests.kube.fake_apiserver import FakeKubeAPI
+from tests.support.fake_apiserver import FakeKubeAPI
+from tests.support.kube import FAST, context, run
 
 Ctx = Callable[..., StepContext]
 MICROTIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|\+00:00)$")

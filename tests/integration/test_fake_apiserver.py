@@ -19,7 +19,7 @@ import requests
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube.fake_apiserver import FakeKubeAPI
+from tests.support.fake_apiserver import FakeKubeAPI
 
 
 @pytest.fixture

@@ -42,8 +42,8 @@ from remediate.runs import FINAL_RUN_STATUSES
 from remediate.server import build_services, create_app
 from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload
-from tests.kube.conftest import FAST
-from tests.kube.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.kube import FAST
 
 CORDON_ONLY = """
 name: xid-cordon

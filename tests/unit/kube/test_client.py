@@ -31,7 +31,7 @@ from remediate.kube import (
 )
 from remediate.kube.errors import error_for_status, parse_status
 from remediate.kube.model import DrainOptions, OwnerRef, SelectorRequirement, check_taint_value
-from tests.kube.fake_apiserver import FakeKubeAPI
+from tests.support.fake_apiserver import FakeKubeAPI
 
 ORDER = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
 
