@@ -17,7 +17,10 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
 
 # The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
+# A plugin is listed before the plugins that import it (cli imports http), so that pytest rewrites its asserts.
 pytest_plugins = [
+    "tests.support.http",
+    "tests.support.cli",
     "tests.support.disk",
     "tests.support.gpu",
     "tests.support.kube",

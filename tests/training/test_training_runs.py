@@ -184,7 +184,7 @@ def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
     from remediate.actions.base import InMemoryMemory
     from remediate.agent import AgentService
     from remediate.runners import Dispatch, StaticAgents
-    from tests.agent.support import AGENT_TOKEN, agent_settings, serve_agent
+    from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
 
     job = processes.start("job-a", load_delay=2.5)
     node_settings = agent_settings(tmp_path / "agent", node_name="gpu-node-1", training_control_root=root)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from remediate.store import Store
-from tests.http.support import Server, alert, notification
+from tests.support.http import Server, alert, notification
 
 
 def test_a_database_that_can_be_read_but_not_written_is_not_ready(

@@ -9,7 +9,7 @@ import pytest
 
 from remediate.config import Settings
 from remediate.errors import ConfigError
-from tests.http.support import APPROVE_XID, OPERATOR_TOKEN, READ_TOKEN, TOKEN, Server, real_firing
+from tests.support.http import APPROVE_XID, OPERATOR_TOKEN, READ_TOKEN, TOKEN, Server, real_firing
 
 WEBHOOK_TOKEN = "alertmanager-only-token-1234"
 ALICE_TOKEN = "alice-operator-token-abcdef"

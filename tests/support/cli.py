@@ -15,12 +15,15 @@ from werkzeug.serving import WSGIRequestHandler
 from werkzeug.serving import make_server as make_http_server
 
 from remediate.cli import main
-from tests.http.support import Server, build_server
+from tests.support.http import Server
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No REMEDIATE_* from the caller's shell, and a working directory with no playbooks/ or remediate.db."""
+    """No REMEDIATE_* from the caller's shell, and a working directory with no playbooks/ or remediate.db.
+
+    Not autouse (it would change every test's environment): a CLI test module names it in its pytestmark.
+    """
     for name in list(os.environ):
         if name.startswith("REMEDIATE_") or name == "PROMETHEUS_MULTIPROC_DIR":
             monkeypatch.delenv(name)
@@ -41,21 +44,6 @@ def cli() -> Cli:
         return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
 
     return invoke
-
-
-@pytest.fixture
-def make_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
-    """make_server(playbooks={...}, **Settings fields): a real app + SQLite store under tmp_path."""
-    built: list[Server] = []
-
-    def make(**kwargs: Any) -> Server:
-        server = build_server(tmp_path / f"server-{len(built)}", **kwargs)
-        built.append(server)
-        return server
-
-    yield make
-    for server in built:
-        server.close()
 
 
 class _QuietHandler(WSGIRequestHandler):

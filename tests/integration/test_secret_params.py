@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from remediate.errors import PlaybookError
-from tests.http.support import READ_TOKEN, Server, real_firing
+from tests.support.http import READ_TOKEN, Server, real_firing
 from tests.support.realsystems import WebhookRecorder
 
 SECRET = "Bearer oncall-s3cr3t-7f3a9c"

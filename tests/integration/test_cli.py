@@ -21,7 +21,7 @@ import requests
 from click.testing import Result
 
 from remediate.cli import main
-from tests.http.support import (
+from tests.support.http import (
     APPROVE_XID,
     LOG_DISK,
     LOG_XID,
@@ -31,6 +31,8 @@ from tests.http.support import (
     notification,
     real_firing,
 )
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED_PLAYBOOKS = REPO / "playbooks"

@@ -13,6 +13,8 @@ from click.testing import Result
 
 from remediate.gpu import GpuInfo, NvmlBackend, NvmlUnavailable, SimulatedBackend
 
+pytestmark = pytest.mark.usefixtures("clean_environment")
+
 Cli = Callable[..., Result]
 
 GPU_PLAYBOOK = """\

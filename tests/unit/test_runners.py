@@ -30,7 +30,7 @@ from remediate.runners import (
     StaticAgents,
     WrongHostError,
 )
-from tests.agent.support import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
+from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.realsystems import free_port
 

@@ -4,7 +4,7 @@
 `create_app(settings, services=build_services(settings))` with its store and playbooks in
 `directory`. No executor thread is started: a test that wants runs executed calls
 `server.drain()` (the executor, in the test's thread), so "queued" after a webhook proves that
-nothing ran inside the request. The fixtures around it live in tests/http/conftest.py.
+nothing ran inside the request. The fixtures around it (`make_server`, `server`) end this module.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 import copy
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
@@ -212,3 +213,27 @@ def build_server(directory: Path, *, playbooks: Mapping[str, str] | None = None,
     services = build_services(config)
     app = create_app(config, services=services)
     return Server(app, app.test_client(), services, db_path)
+
+
+MakeServer = Callable[..., Server]
+
+
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[MakeServer]:
+    """make_server(playbooks={"a.yaml": text}, **Settings fields) -> Server; all closed afterwards."""
+    built: list[Server] = []
+
+    def make(**kwargs: Any) -> Server:
+        server = build_server(tmp_path / f"server-{len(built)}", **kwargs)
+        built.append(server)
+        return server
+
+    yield make
+    for server in built:
+        server.close()
+
+
+@pytest.fixture
+def server(make_server: MakeServer) -> Server:
+    """A server with the log-xid playbook, a write token and a read token."""
+    return make_server()

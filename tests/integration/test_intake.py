@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from remediate.gpu.simulator import SimulatedBackend
-from tests.http.support import Server, alert, notification
+from tests.support.http import Server, alert, notification
 
 # `{{ 1/0 }}` raises ZeroDivisionError, `int` of a label that is no number raises nothing (jinja's
 # filter returns 0), but `labels.gpu + 1` (str + int) raises TypeError inside the sandbox.

@@ -15,7 +15,7 @@ from werkzeug.wrappers import Request
 from remediate.config import Settings
 from remediate.errors import ConfigError
 from remediate.server import build_services, create_app
-from tests.http.support import (
+from tests.support.http import (
     LOG_XID,
     READ_TOKEN,
     TOKEN,

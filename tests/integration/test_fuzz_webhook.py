@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.http.support import LOG_DISK, LOG_XID, Server, alert, notification, real_firing, real_resolved
+from tests.support.http import LOG_DISK, LOG_XID, Server, alert, notification, real_firing, real_resolved
 
 FUZZ = settings(
     max_examples=250,

@@ -21,7 +21,7 @@ from remediate.agent_server import create_agent_app
 from remediate.agentauth import node_token, sign
 from remediate.errors import ActionError, ConfigError
 from remediate.gpu import SimulatedBackend
-from tests.agent.support import AGENT_TOKEN, ClusterThing, Echo, agent_settings, registry_with, step_body
+from tests.support.agent import AGENT_TOKEN, ClusterThing, Echo, agent_settings, registry_with, step_body
 
 W = 1000
 

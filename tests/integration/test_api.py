@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.http.support import (
+from tests.support.http import (
     APPROVE_XID,
     LOG_DISK,
     LOG_XID,

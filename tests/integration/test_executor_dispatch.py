@@ -18,8 +18,8 @@ from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runners import Dispatch, StaticAgents
 from remediate.store import Store
-from tests.agent.support import AGENT_TOKEN, Echo, agent_settings, serve_agent
 from tests.conftest import alert_payload, notification_payload
+from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, serve_agent
 from tests.support.realsystems import free_port
 
 T0 = 1_767_225_600.0
