@@ -1,6 +1,6 @@
 """Issue 15, findings 1-3 end to end with the real launcher: `torchrun --nproc_per_node 2 --standalone`, gloo, CPU.
 
-The job is tests/training/torchrun_job.py, written like docs/training-protocol.md's torchrun
+The job is tests/support/jobs/torchrun_job.py, written like docs/training-protocol.md's torchrun
 example; this process plays remediate and runs the real `training.rollback` / `training.scale_lr`
 actions against the job's control directory with a StepContext, as the executor would. Each rank
 records what it applied (step, lr, weights checksum) in <out>/rank<r>.jsonl, so the checks compare
@@ -29,12 +29,12 @@ from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAc
 from remediate.alerts import alert_ref
 from remediate.training.protocol import JobPaths, this_host
 from tests.support.realsystems import wait_until
-from tests.training.conftest import require
+from tests.support.training import require
 
 require("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).with_name("torchrun_job.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "torchrun_job.py"
 JOB = "tr-job"
 LABELS = ("training_job", "pod")
 

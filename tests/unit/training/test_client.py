@@ -34,7 +34,7 @@ from remediate.training.protocol import (
     this_host,
 )
 from tests.support.realsystems import wait_until
-from tests.training.conftest import JOB, FakeOptimizer, FakeScheduler, deliver, wait_for_ack
+from tests.support.training import JOB, FakeOptimizer, FakeScheduler, deliver, wait_for_ack
 
 
 def make_control(root: Path, **kwargs: Any) -> TrainingControl:

@@ -2,7 +2,7 @@
 process, every acknowledgement names the pid that applied it, a checkpoint saved during a spike is
 never restored, and commands are served while the quick-start loop skips slow batches.
 
-The job is tests/training/plain_job.py, a torch-free loop written like the docs' quick start;
+The job is tests/support/jobs/plain_job.py, a torch-free loop written like the docs' quick start;
 remediate's side is played by `deliver` and `wait_for_ack` (the same files the agent writes/reads).
 """
 
@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from remediate.training.protocol import APPLIED, JobPaths, this_host
-from tests.training.conftest import deliver, wait_for_ack
+from tests.support.training import deliver, wait_for_ack
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).with_name("plain_job.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "plain_job.py"
 
 
 class Job:

@@ -1,6 +1,6 @@
 """End to end: a loss spike in a real CPU PyTorch job -> AlertManager -> ``remediate serve`` -> the job rolls back.
 
-The job (tests/training/trainer_script.py, a subprocess) trains a tiny model, checkpoints every
+The job (tests/support/jobs/trainer_script.py, a subprocess) trains a tiny model, checkpoints every
 25 steps, exports ``training_loss`` over HTTP and polls remediate's inbox with TrainingControl.
 From step ~150 its data is corrupted and the loss jumps. The test watches the exported loss the
 way the shipped TrainingLossSpike rule does (above 3x its earlier average) and fires the alert
@@ -29,14 +29,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.realsystems import AlertManager, free_port, wait_until
 from tests.support.server import RemediateServer
-from tests.training.conftest import require
+from tests.support.training import require
 
 pytestmark = [pytest.mark.integration]
 
 torch = require("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).with_name("trainer_script.py")
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "trainer_script.py"
 JOB = "e2e-job"
 
 

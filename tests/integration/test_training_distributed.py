@@ -1,6 +1,6 @@
 """Multi-rank: a real 2-process gloo group on the CPU; rank 0 reads the inbox, every rank applies at the same step.
 
-The two ranks (tests/training/ddp_worker.py, spawned with torch.multiprocessing) train a
+The two ranks (tests/support/jobs/ddp_worker.py, spawned with torch.multiprocessing) train a
 DistributedDataParallel model; this process plays remediate: it runs the real
 `training.rollback` and `training.scale_lr` actions against the job's control directory,
 exactly as the executor would, and then checks what each rank recorded.
@@ -21,7 +21,7 @@ from remediate.alerts import alert_ref
 from remediate.training import JobNameInUse, TrainingControl
 from remediate.training.protocol import JobPaths, ProtocolError
 from tests.support.realsystems import free_port, wait_until
-from tests.training.conftest import require
+from tests.support.training import require
 
 torch = require("torch")
 LABELS = ("training_job", "pod")
@@ -43,7 +43,7 @@ def _registered_step(root: Path) -> int:
 
 
 def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: Path) -> None:
-    from tests.training import ddp_worker
+    from tests.support.jobs import ddp_worker
 
     root, checkpoints, out = tmp_path / "control", tmp_path / "ckpt", tmp_path / "out"
     for path in (root, checkpoints, out):

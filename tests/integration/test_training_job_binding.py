@@ -1,4 +1,4 @@
-"""Issue 15 on the server side of training control, against real job processes (tests/training/light_job.py).
+"""Issue 15 on the server side of training control, against real job processes (tests/support/jobs/light_job.py).
 
 Which process answers (finding 1), dead jobs (5), a graceful stop while a command is out (7),
 the control directory through file descriptors (11) and binding to Prometheus' target labels (12).
@@ -21,9 +21,9 @@ import pytest
 from remediate.actions.training import TrainingCheckpointAction, TrainingRollbackAction, TrainingScaleLrAction
 from remediate.errors import ActionError, OutcomePending
 from remediate.training.protocol import Ack, JobPaths, atomic_write_json, pid_start_time, read_json
-from tests.training.test_training_actions import LABELS, LiveJob, ctx_for
+from tests.actions.test_training import LABELS, LiveJob, ctx_for
 
-LIGHT_JOB = Path(__file__).with_name("light_job.py")
+LIGHT_JOB = Path(__file__).resolve().parents[1] / "support" / "jobs" / "light_job.py"
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -1,4 +1,4 @@
-"""A tiny PyTorch job launched by tests/training/test_torchrun.py with torchrun, 2 gloo ranks (not a test module).
+"""A tiny PyTorch job launched by tests/integration/test_torchrun.py with torchrun, 2 gloo ranks (not a test module).
 
 Written as a user would from docs/training-protocol.md's torchrun example: init the process group,
 wrap the model in DistributedDataParallel, `TorchCheckpoints` (no ``good_loss_below``: the library's

@@ -1,4 +1,4 @@
-"""A small torch-free training job run as a subprocess by tests/training/test_job_processes.py (not a test module).
+"""A small torch-free training job run as a subprocess by tests/integration/test_training_jobs.py (not a test module).
 
 Its loop is the quick start of docs/training-protocol.md as written (``if control.skip_batch():
 continue`` ... ``step = control.poll(step, loss)``); the data loader takes ``--batch-seconds`` per

@@ -78,10 +78,3 @@ class FakeScheduler:
         self.optimizer = optimizer
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self._last_lr = list(self.base_lrs)
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    path = tmp_path / "control"
-    path.mkdir()
-    return path

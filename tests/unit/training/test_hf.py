@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from remediate.training.protocol import APPLIED, JobPaths
-from tests.training.conftest import deliver, require, wait_for_ack
+from tests.support.training import deliver, require, wait_for_ack
 
 torch = require("torch")
 transformers = require("transformers")

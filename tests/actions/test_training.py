@@ -35,7 +35,7 @@ from remediate.config import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
 from remediate.training import CallableCheckpoints, TrainingControl
 from remediate.training.protocol import CheckpointInfo, Command, JobPaths, atomic_write_json, read_json
-from tests.training.conftest import FakeOptimizer, FakeScheduler
+from tests.support.training import FakeOptimizer, FakeScheduler
 
 LABELS = ("training_job", "job", "job_name", "exported_job", "exported_pod", "pod")
 STARTS_AT = "2026-11-21T05:40:14.652668659Z"

@@ -26,9 +26,9 @@ from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store
 from remediate.training.protocol import JobPaths
+from tests.actions.test_training import LiveJob
 from tests.conftest import alert_payload, notification_payload
-from tests.training.test_training_actions import LiveJob
-from tests.training.test_training_job_binding import Jobs
+from tests.integration.test_training_job_binding import Jobs
 
 REPO = Path(__file__).resolve().parents[2]
 

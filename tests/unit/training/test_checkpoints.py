@@ -18,7 +18,7 @@ import pytest
 
 from remediate.training import TorchCheckpoints, TrainingControl
 from remediate.training.protocol import APPLIED, JobPaths
-from tests.training.conftest import JOB, deliver, require, wait_for_ack
+from tests.support.training import JOB, deliver, require, wait_for_ack
 
 torch = require("torch")
 
