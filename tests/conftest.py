@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.support.cli",
     "tests.support.disk",
     "tests.support.gpu",
+    "tests.support.helm",
     "tests.support.kube",
     "tests.support.server",
 ]

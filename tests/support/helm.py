@@ -1,4 +1,4 @@
-"""Fixtures of the chart tests: a helm binary (tests/chart/helmtool.py) and `helm template` / `helm lint` runs."""
+"""Fixtures of the chart tests: a helm binary (tests/support/helmtool.py) and `helm template` / `helm lint` runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chart.helmtool import HELM_PACKAGE, HELM_VERSION, ROOT, helm_binary, helm_env
+from tests.support.helmtool import HELM_PACKAGE, HELM_VERSION, ROOT, helm_binary, helm_env
 
 CHART = ROOT / "helm" / "remediate"
 RELEASE = "rel"

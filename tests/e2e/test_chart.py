@@ -25,7 +25,7 @@ from remediate.actions import default_registry
 from remediate.config import Settings, read_config_file
 from remediate.disk.policy import load_policies
 from remediate.playbooks import load_directory
-from tests.chart.conftest import CHART, NAMESPACE, RELEASE, Helm
+from tests.support.helm import CHART, NAMESPACE, RELEASE, Helm
 
 ROOT = CHART.parents[1]
 FULLNAME = f"{RELEASE}-remediate"
