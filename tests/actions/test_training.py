@@ -23,97 +23,17 @@ from typing import Any
 import pytest
 
 from remediate.actions import default_registry
-from remediate.actions.base import StepContext
 from remediate.actions.training import (
     TrainingCheckpointAction,
     TrainingRollbackAction,
     TrainingScaleLrAction,
     _TrainingAction,
 )
-from remediate.alerts import alert_ref
 from remediate.config import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
-from remediate.training import CallableCheckpoints, TrainingControl
+from remediate.training import TrainingControl
 from remediate.training.protocol import CheckpointInfo, Command, JobPaths, atomic_write_json, read_json
-from tests.support.training import FakeOptimizer, FakeScheduler
-
-LABELS = ("training_job", "job", "job_name", "exported_job", "exported_pod", "pod")
-STARTS_AT = "2026-11-21T05:40:14.652668659Z"
-STARTS_AT_EPOCH = 1795239614.652668  # what the rollback sends as saved_before (microseconds: datetime's limit)
-SAVED_AT = STARTS_AT_EPOCH - 3600.0
-"""When LiveJob's checkpoints were saved: before the alert started, as a job's good checkpoints are."""
-
-
-def ctx_for(
-    labels: dict[str, str],
-    *,
-    run_id: int = 1,
-    step_index: int = 0,
-    seconds: float = 30.0,
-    starts_at: str = STARTS_AT,
-) -> StepContext:
-    alert = {
-        "labels": {"alertname": "TrainingLossSpike", **labels},
-        "fingerprint": "f00d",
-        "startsAt": starts_at,
-        "alertname": "TrainingLossSpike",
-    }
-    return StepContext(
-        run_id=run_id,
-        step_index=step_index,
-        playbook="loss-spike",
-        target="node-a",
-        alert=alert_ref(alert),
-        deadline=time.monotonic() + seconds,
-    )
-
-
-class LiveJob:
-    """A job that polls every 10 ms in a background thread, one step per poll."""
-
-    def __init__(self, root: Path, name: str, *, start_step: int = 500, load_delay: float = 0.0) -> None:
-        self.optimizer = FakeOptimizer(3e-4)
-        self.scheduler = FakeScheduler(self.optimizer)
-        self.loaded: list[int] = []
-        self.load_delay = load_delay
-        self.checkpoints = CallableCheckpoints(
-            root.parent / f"ckpt-{name}", save=lambda step: f"/ckpt/{step}", load=self._load, writer=True
-        )
-        for step, loss in ((100, 2.0), (200, 1.9), (300, 1.8), (400, 1.7), (450, float("nan"))):
-            good = self.checkpoints.judge(step, loss)
-            self.checkpoints.record(CheckpointInfo(step, loss, good, f"/ckpt/{step}", SAVED_AT + step))
-        self.control = TrainingControl(
-            name, root=root, checkpoints=self.checkpoints, optimizer=self.optimizer, scheduler=self.scheduler,
-            wake_signal=None, heartbeat_interval=0.2,
-        )  # fmt: skip
-        self.step = start_step
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _load(self, info: Any) -> None:
-        time.sleep(self.load_delay)
-        self.loaded.append(info.step)
-
-    def register(self) -> LiveJob:
-        self.control.register()
-        self.control.poll(self.step)
-        return self
-
-    def start(self) -> LiveJob:
-        self.register()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.step = self.control.poll(self.step + 1, 1.5)
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
+from tests.support.training import LABELS, STARTS_AT_EPOCH, FakeOptimizer, LiveJob, ctx_for
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ import pytest
 from click.testing import Result
 
 from remediate.training.protocol import JobPaths, atomic_write_json, read_json
-from tests.actions.test_training import LiveJob
 from tests.support.cli import Cli
+from tests.support.training import LiveJob
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 

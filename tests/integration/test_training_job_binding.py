@@ -21,43 +21,7 @@ import pytest
 from remediate.actions.training import TrainingCheckpointAction, TrainingRollbackAction, TrainingScaleLrAction
 from remediate.errors import ActionError, OutcomePending
 from remediate.training.protocol import Ack, JobPaths, atomic_write_json, pid_start_time, read_json
-from tests.actions.test_training import LABELS, LiveJob, ctx_for
-
-LIGHT_JOB = Path(__file__).resolve().parents[1] / "support" / "jobs" / "light_job.py"
-REPO = Path(__file__).resolve().parents[2]
-
-
-class Jobs:
-    """Real job processes (and stand-in processes) started by a test, all stopped at its end."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def start(self, name: str, *, env: dict[str, str] | None = None, **options: Any) -> subprocess.Popen[str]:
-        args = [sys.executable, str(LIGHT_JOB), "--root", str(self.root), "--job", name]
-        for key, value in options.items():
-            args += [f"--{key.replace('_', '-')}", str(value)]
-        environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=environment)
-        self.procs.append(proc)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("READY "), f"the job did not start: {line!r}"
-        return proc
-
-    def sleeper(self) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], text=True)
-        self.procs.append(proc)
-        return proc
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-            if proc.stdout is not None:
-                proc.stdout.close()
+from tests.support.training import LABELS, Jobs, LiveJob, ctx_for
 
 
 @pytest.fixture

@@ -26,9 +26,8 @@ from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store
 from remediate.training.protocol import JobPaths
-from tests.actions.test_training import LiveJob
 from tests.conftest import alert_payload, notification_payload
-from tests.integration.test_training_job_binding import Jobs
+from tests.support.training import Jobs, LiveJob
 
 REPO = Path(__file__).resolve().parents[2]
 
