@@ -28,9 +28,8 @@ from typing import Self
 import pytest
 import requests
 
-from tests.e2e.test_agents import NodeAgent
 from tests.support.realsystems import WebhookRecorder, wait_until
-from tests.support.server import HasLogTail, RemediateServer, notification, write_playbook
+from tests.support.server import HasLogTail, NodeAgent, RemediateServer, notification, write_playbook
 
 pytestmark = [pytest.mark.integration]
 

@@ -259,7 +259,7 @@ def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path
 @pytest.fixture
 def node_agent(root: Path, tmp_path: Path) -> Iterator[Any]:
     """A real `remediate agent` (gunicorn) for gpu-node-1, serving the training control root."""
-    from tests.e2e.test_agents import NodeAgent
+    from tests.support.server import NodeAgent
 
     agent = NodeAgent(tmp_path / "agent", "gpu-node-1", env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)})
     agent.start()
@@ -271,7 +271,7 @@ def _executor_through(agent: Any, tmp_path: Path, store: Store, playbook: dict[s
     """An engine and a started executor whose node steps for gpu-node-1 go to `agent` (the server's own
     control root holds no job: only the agent can reach it)."""
     from remediate.runners import Dispatch, StaticAgents
-    from tests.e2e.test_agents import AGENT_TOKEN
+    from tests.support.server import AGENT_TOKEN
 
     elsewhere = tmp_path / "server-root"
     elsewhere.mkdir()

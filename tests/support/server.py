@@ -6,7 +6,8 @@ and stops it with SIGTERM (SIGKILL after a grace period) — or kills the whole
 gunicorn process group at once with ``kill()``, as a crash would. It can be
 started again on the same port and database, and it logs to a file whose tail
 is attached to the report of a failing test (together with the logs of the
-AlertManagers and Prometheus the test started through the fixtures here).
+AlertManagers and Prometheus the test started through the fixtures here). ``NodeAgent`` is the real
+``remediate agent`` of one node (simulated GPUs, a scratch disk), a subprocess in the same way.
 
 Everything the tests assert is read back the way an operator would: ``GET
 /history`` and ``GET /runs/<id>`` with the bearer token, ``/metrics``, and the
@@ -31,8 +32,10 @@ from typing import Any, Protocol, Self
 
 import pytest
 import requests
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from remediate.gpu.simulator import SimulatedBackend
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port, wait_until
 
 TOKEN = "e2e-bearer-token"
@@ -339,6 +342,143 @@ class RemediateServer:
         assert result.returncode == 0, f"remediate history failed: {result.stdout}{result.stderr}"
         entries: list[dict[str, Any]] = json.loads(result.stdout)["entries"]
         return entries
+
+
+AGENT_TOKEN = "e2e-agent-token-4242"
+OLD = time.time() - 3 * 86400
+"""The age of the scratch files a NodeAgent starts with: old enough for its cleanup policy (min_age 1d)."""
+
+
+class NodeAgent:
+    """``remediate agent`` for one "node", as a subprocess with its own GPUs, scratch disk and state."""
+
+    def __init__(
+        self, workdir: Path, node: str, *, own_credential: bool = False, env: dict[str, str] | None = None
+    ) -> None:
+        self.workdir = workdir
+        self.node = node
+        self.own_credential = own_credential
+        self.extra_env = dict(env or {})
+        """More of the agent's environment (e.g. REMEDIATE_TRAINING_CONTROL_ROOT)."""
+        self.port = free_port()
+        self.log_path = workdir / "agent.log"
+        workdir.mkdir(parents=True)
+        self.gpus = SimulatedBackend(SimulatedBackend.write_example(workdir / "gpus.yaml", count=4))
+        self.scratch = workdir / "scratch"
+        self.scratch.mkdir()
+        for index in range(3):
+            path = self.scratch / f"old-{index}.tmp"
+            path.write_bytes(b"x" * 1000)
+            os.utime(path, (OLD, OLD))
+        (self.scratch / "keep.lock").write_text("never deleted: excluded")
+        self.policies = workdir / "policies.yaml"
+        policy = {
+            "name": "scratch",
+            "mountpoint": "/scratch",
+            "roots": [str(self.scratch)],
+            "patterns": ["*.tmp"],
+            "exclude": ["*.lock"],
+            "min_age": "1d",
+        }
+        self.policies.write_text(yaml.safe_dump({"policies": [policy]}))
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> NodeAgent:
+        command = [
+            sys.executable,
+            "-m",
+            "remediate",
+            "agent",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--node-name",
+            self.node,
+            "--gpu-backend",
+            "simulated",
+            "--gpu-simulator-file",
+            str(self.gpus.path),
+            "--policies-file",
+            str(self.policies),
+            "--state-file",
+            str(self.workdir / "state" / "agent.db"),
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+        env.update(PYTHONUNBUFFERED="1", **self.extra_env)
+        if self.own_credential:
+            credential = self.workdir / "node-credential"
+            credential.write_text(agent_credential(self.node))
+            env.update(REMEDIATE_AGENT_NODE_TOKEN_FILE=str(credential))
+        else:
+            env.update(REMEDIATE_AGENT_TOKEN=AGENT_TOKEN)
+        with self.log_path.open("ab") as log:
+            self._proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env, start_new_session=True
+            )
+
+        def ready() -> bool:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise AssertionError(f"agent {self.node} exited rc={self._proc.returncode}:\n{self.log_tail()}")
+            with contextlib.suppress(requests.RequestException):
+                return requests.get(f"{self.url}/readyz", timeout=1).status_code == 200
+            return False
+
+        wait_until(ready, 30, interval=0.05, message=f"agent {self.node} not ready")
+        return self
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=5)
+        self._proc = None
+
+    @property
+    def pid(self) -> int:
+        """The gunicorn master's pid (what kubelet signals: the container's main process)."""
+        assert self._proc is not None
+        return self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except FileNotFoundError:
+            return "(no log yet)"
+
+    def limits(self) -> dict[int, int]:
+        return {g.index: g.power_limit_mw for g in self.gpus.devices()}
+
+    def scratch_files(self) -> list[str]:
+        return sorted(p.name for p in self.scratch.iterdir())
+
+
+def agent_credential(node: str) -> str:
+    """`remediate agent-credential NODE` as an operator runs it, with the master token in the environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env.update(REMEDIATE_AGENT_TOKEN=AGENT_TOKEN)
+    done = subprocess.run(
+        [sys.executable, "-m", "remediate", "agent-credential", node],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
 
 
 def scrape_metric(url: str, name: str, **labels: str) -> float:
