@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,19 @@ from remediate.actions.base import ActionRegistry
 from remediate.engine import Engine, IngestResult
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
+
+# The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
+# A plugin is listed before the plugins that import it (cli imports http), so that pytest rewrites its asserts.
+pytest.register_assert_rewrite("tests.support")  # the helpers' asserts explain themselves, as in test modules
+pytest_plugins = [
+    "tests.support.http",
+    "tests.support.cli",
+    "tests.support.disk",
+    "tests.support.gpu",
+    "tests.support.helm",
+    "tests.support.kube",
+    "tests.support.server",
+]
 
 STARTS_AT = "2026-01-01T00:00:00Z"
 
@@ -70,6 +84,14 @@ def registry() -> ActionRegistry:
 @pytest.fixture
 def db_url(tmp_path: Any) -> str:
     return f"sqlite:///{tmp_path / 'remediate.db'}"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """An empty directory under tmp_path for a test to work in (a cleanup policy's root, a training control root)."""
+    path = tmp_path / "root"
+    path.mkdir()
+    return path
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remediate.alerts import (
+    MAX_ALERTNAME_LENGTH,
     MAX_LABEL_LENGTH,
     MAX_LABELS,
     Alert,
@@ -21,6 +22,7 @@ from remediate.alerts import (
     parse_timestamp,
 )
 from remediate.errors import PayloadError
+from tests.conftest import alert_payload, notification_payload
 
 PAYLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "payloads"
 
@@ -633,3 +635,10 @@ def test_arbitrary_string_labels_either_parse_or_name_the_labels_field(labels: d
         assert error.field.startswith("alerts[0].labels")
     else:
         assert dict(alert.labels) == labels
+
+
+def test_an_alertname_over_the_limit_is_a_payload_error_naming_the_field() -> None:
+    payload = notification_payload(alert_payload("A" * (MAX_ALERTNAME_LENGTH + 1)))
+    with pytest.raises(PayloadError) as caught:
+        parse_notification(payload)
+    assert caught.value.field == "alerts[0].labels.alertname"

@@ -208,3 +208,60 @@ def test_a_libpq_database_url_is_read_with_the_psycopg_driver_the_image_ships(gi
 
     assert from_env.database_url == from_flag.database_url == read_as
     assert sa.make_url(from_env.database_url).get_dialect().driver in {"psycopg", "pysqlite"}
+
+
+def test_the_agents_map_comes_from_the_config_file_as_a_mapping(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("agents:\n  node-b: http://10.0.0.7:9096/\n  node-a: http://10.0.0.5:9096\n")
+
+    settings = load_settings(config_file=config, env={})
+
+    assert settings.agent_map() == {"node-a": "http://10.0.0.5:9096", "node-b": "http://10.0.0.7:9096"}
+    assert settings.agents == (("node-a", "http://10.0.0.5:9096"), ("node-b", "http://10.0.0.7:9096"))
+
+
+def test_the_agents_map_and_aliases_come_from_the_environment_as_comma_separated_pairs() -> None:
+    settings = load_settings(
+        env={
+            "REMEDIATE_AGENTS": "node-a=http://10.0.0.5:9096, node-b=https://agent-b.example:443",
+            "REMEDIATE_NODE_ALIASES": "node-b.example, 10.0.0.7",
+            "REMEDIATE_NODE_NAME": "node-b",
+        }
+    )
+
+    assert settings.agent_map() == {"node-a": "http://10.0.0.5:9096", "node-b": "https://agent-b.example:443"}
+    assert settings.node_aliases == ("node-b.example", "10.0.0.7")
+    assert settings.node_name == "node-b"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"REMEDIATE_AGENTS": "node-a"}, "expected node=URL"),
+        ({"REMEDIATE_AGENTS": "node-a=10.0.0.5:9096"}, "must be http(s)://host:port"),
+        ({"REMEDIATE_AGENTS": "=http://x:1"}, "a node name is empty"),
+        ({"REMEDIATE_GPU_POWER_FLOOR_WATTS": "-5"}, "must be a positive number"),
+        ({"REMEDIATE_GPU_POWER_FLOOR_PERCENT": "150"}, "at most 100"),
+        ({"REMEDIATE_AGENT_PORT": "-1"}, "must not be negative"),
+        ({"REMEDIATE_AGENT_CONNECT_TIMEOUT": "soon"}, "agent_connect_timeout"),
+    ],
+)
+def test_bad_agent_settings_are_one_clear_error(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_settings(env=env)
+
+
+def test_defaults_keep_everything_on_this_host() -> None:
+    settings = Settings()
+    assert settings.agents == ()
+    assert settings.agent_selector is None
+    assert settings.node_name is None
+    assert settings.agent_bind == "127.0.0.1:9096"
+    assert settings.gpu_power_floor_watts is None
+
+
+def test_the_agent_token_may_come_from_a_file(tmp_path: Path) -> None:
+    token = tmp_path / "agent-token"
+    token.write_text("s3cret\n")
+    assert load_settings(env={"REMEDIATE_AGENT_TOKEN_FILE": str(token)}).resolved_agent_token() == "s3cret"
+    assert "s3cret" not in repr(load_settings(env={"REMEDIATE_AGENT_TOKEN": "s3cret"}))

@@ -14,15 +14,18 @@ from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert, parse_notification
 from remediate.errors import PlaybookError
 from remediate.playbooks import (
+    MAX_TARGET_LENGTH,
     NODE_LABELS,
     Mode,
     Playbook,
+    TargetSpec,
     load_directory,
     load_file,
     load_playbooks,
     parse_playbook,
     strip_port,
 )
+from tests.conftest import alert_payload, notification_payload
 
 VALID = """\
 name: notify-oncall
@@ -509,3 +512,17 @@ def test_guard_by_keeps_other_labels_and_values_that_name_no_gpu_as_sent(registr
     key = playbook.guard_key(alert({"UUID": "Not-A-Uuid", "training_job": "GPU-Job"}), "node-a")
 
     assert key == "node-a/Not-A-Uuid/GPU-Job"
+
+
+def test_a_node_label_longer_than_the_target_limit_is_cut_and_made_unique_by_a_hash() -> None:
+    spec = TargetSpec()
+    first = parse_notification(notification_payload(alert_payload(labels={"node": "n" * 300 + "a"}))).alerts[0]
+    second = parse_notification(notification_payload(alert_payload(labels={"node": "n" * 300 + "b"}))).alerts[0]
+    assert len(spec.resolve(first)) == MAX_TARGET_LENGTH
+    assert spec.resolve(first) != spec.resolve(second)
+    assert spec.resolve(first).startswith("n" * 100)
+
+
+def test_a_short_node_label_is_the_target_unchanged() -> None:
+    alert = parse_notification(notification_payload(alert_payload(labels={"node": "gpu-node-7"}))).alerts[0]
+    assert TargetSpec().resolve(alert) == "gpu-node-7"

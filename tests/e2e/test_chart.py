@@ -1,0 +1,701 @@
+"""The Helm chart helm/remediate: lint, render with several values sets, and check what comes out.
+
+Every rendered object must deserialize into the official Kubernetes client's models and pass
+kubernetes-validate's strict schema check for Kubernetes 1.30 (built-in kinds; the Prometheus
+Operator's CRDs are checked by hand and with promtool). The configs the chart writes must load
+through remediate's own settings loader, its playbooks through the playbook loader, and its
+copies of the shipped playbooks and rules must equal the repository's (scripts/sync-generated).
+"""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes.client import ApiClient
+
+from remediate.actions import default_registry
+from remediate.config import Settings, read_config_file
+from remediate.disk.policy import load_policies
+from remediate.playbooks import load_directory
+from tests.support.helm import CHART, NAMESPACE, RELEASE, Helm, by_kind
+
+ROOT = CHART.parents[1]
+FULLNAME = f"{RELEASE}-remediate"
+
+POLICIES = [
+    {
+        "name": "data-scratch",
+        "mountpoint": "/data",
+        "roots": ["/data/scratch", "/data/cache"],
+        "patterns": ["*"],
+        "min_age": "2d",
+    },
+    {"name": "tmp", "mountpoint": "/", "roots": ["/var/tmp", "/data/cache"], "patterns": ["*.tmp"]},
+]
+EXTRA_PLAYBOOK = {
+    "name": "my-node-notready",
+    "match": {"alertname": ["MyNodeDown", "MyNodeFlapping"]},
+    "target": "node",
+    "steps": [{"action": "log", "with": {"message": "{{ labels.alertname }} on {{ labels.node }}"}}],
+}
+FULL = {
+    "mode": "enforce",
+    "serviceMonitor": {"enabled": True, "additionalLabels": {"release": "kps"}},
+    "prometheusRule": {"enabled": True, "additionalLabels": {"release": "kps"}},
+    "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanagerConfig": "remediate"}},
+    "networkPolicy": {"enabled": True},
+    "auth": {"createReadToken": True},
+    "persistence": {"storageClass": "fast-ssd", "size": "5Gi"},
+    "server": {
+        "config": {"notify_timeout": "20s", "stale_after": "2m"},
+        "secretMounts": [{"secretName": "oncall-webhook", "mountPath": "/etc/remediate/oncall"}],
+    },
+    "playbooks": {"exclude": ["notify-oncall"], "extra": {"my-node-notready.yaml": EXTRA_PLAYBOOK}},
+    "agent": {
+        "runtimeClassName": "nvidia",
+        "priorityClassName": "system-node-critical",
+        "cleanupPolicies": POLICIES,
+        "gpu": {"powerFloorWatts": 250},
+        "config": {"node_aliases": ["gpu-01.example"]},
+    },
+}
+EXTERNAL_DB = {
+    "replicaCount": 2,
+    "database": {"url": "postgresql+psycopg://remediate:pw@pg.db.svc/remediate"},
+    "agent": {"enabled": False},
+    "rbac": {"kubernetesActions": False},
+}
+EXISTING_SECRETS = {
+    "auth": {"existingSecret": "my-tokens"},
+    "database": {"existingSecret": "my-db", "existingSecretKey": "url"},
+    "serviceAccount": {"create": False, "name": "remediate-sa"},
+}
+VALUE_SETS = {"defaults": {}, "full": FULL, "external-db": EXTERNAL_DB, "existing-secrets": EXISTING_SECRETS}
+CRDS = {"ServiceMonitor", "PrometheusRule", "AlertmanagerConfig"}
+
+
+@pytest.fixture(scope="module")
+def rendered(helm: Helm) -> dict[str, list[dict[str, Any]]]:
+    return {name: helm.objects(values) for name, values in VALUE_SETS.items()}
+
+
+def container(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (only,) = by_kind(objects, kind)["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def configmap_file(objects: list[dict[str, Any]], name: str, key: str = "config.yaml") -> Any:
+    return yaml.safe_load(by_kind(objects, "ConfigMap", name)["data"][key])
+
+
+# --------------------------------------------------------------------------- lint and validity
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_helm_lint_strict_passes(helm: Helm, values: str) -> None:
+    result = helm.lint(VALUE_SETS[values])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_every_rendered_object_is_a_valid_kubernetes_object(
+    rendered: dict[str, list[dict[str, Any]]], values: str
+) -> None:
+    client = ApiClient()
+    for obj in rendered[values]:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        assert obj["metadata"].get("labels", {}).get("app.kubernetes.io/instance") == RELEASE, name
+        if kind in CRDS:
+            assert obj["apiVersion"].startswith("monitoring.coreos.com/"), name
+            continue
+        group_version = obj["apiVersion"].rsplit("/", 1)[-1]
+        model = client._ApiClient__deserialize(obj, f"{group_version.capitalize()}{kind}")  # type: ignore[attr-defined]
+        assert model.metadata.name == name
+        kubernetes_validate.validate(obj, "1.30.0", strict=True)
+
+
+def test_the_default_install_renders_the_expected_objects(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    kinds = Counter(o["kind"] for o in rendered["defaults"])
+    assert kinds == {
+        "ServiceAccount": 2,
+        "Secret": 1,
+        "ConfigMap": 3,
+        "PersistentVolumeClaim": 1,
+        "ClusterRole": 1,
+        "ClusterRoleBinding": 1,
+        "Role": 1,
+        "RoleBinding": 1,
+        "Service": 1,
+        "Deployment": 1,
+        "DaemonSet": 1,
+        "NetworkPolicy": 2,  # server and agent, on by default
+        "Pod": 1,  # helm test
+    }
+
+
+def test_invalid_values_are_refused(helm: Helm) -> None:
+    bad_mode = helm.lint({"mode": "yolo"})
+    assert bad_mode.returncode != 0
+    assert "mode must be one of the following" in bad_mode.stdout + bad_mode.stderr
+    bad_root = helm.lint({"agent": {"cleanupPolicies": [{**POLICIES[0], "roots": ["data"]}]}})
+    assert bad_root.returncode != 0
+    typo = helm.lint({"agnet": {"enabled": False}})
+    assert typo.returncode != 0
+    assert "agnet" in typo.stdout + typo.stderr
+    sqlite_replicas = helm.template({"replicaCount": 2}, check=False)
+    assert sqlite_replicas.returncode != 0
+    assert "replicaCount > 1 needs an external database" in sqlite_replicas.stderr
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def rules(obj: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...]]]:
+    return {
+        (group, resource, tuple(sorted(rule["verbs"])))
+        for rule in obj["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+# Every Kubernetes API call remediate makes, by the official client's method name, and the RBAC rule
+# (group, resource, verb) it needs. `test_every_api_call_in_the_code_is_in_this_table` reads the code;
+# the chart's rules must be exactly what this table derives: nothing missing, nothing unused.
+CLUSTER_CALLS = {
+    "read_node": ("", "nodes", "get"),  # cordon/taint/drain: the node before and after
+    "list_node": ("", "nodes", "list"),  # the breaker: how many nodes there are
+    "patch_node": ("", "nodes", "patch"),  # cordon, uncordon, taint, untaint
+    "list_pod_for_all_namespaces": ("", "pods", "list"),  # drain: the node's pods
+    "read_namespaced_pod": ("", "pods", "get"),  # drain: waiting for an evicted pod to go
+    "create_namespaced_pod_eviction": ("", "pods/eviction", "create"),  # drain
+    "list_pod_disruption_budget_for_all_namespaces": ("policy", "poddisruptionbudgets", "list"),  # drain plan
+    "create_namespaced_event": ("events.k8s.io", "events", "create"),  # an Event on the node per change
+}
+NAMESPACE_CALLS = {
+    "list_namespaced_pod": ("", "pods", "list"),  # agent discovery, in the release namespace
+}
+API_CLIENT_FILES = ("remediate/kube/client.py", "remediate/kube/agents.py")
+
+
+def derived_rules(calls: dict[str, tuple[str, str, str]]) -> set[tuple[str, str, tuple[str, ...]]]:
+    verbs: dict[tuple[str, str], set[str]] = {}
+    for group, resource, verb in calls.values():
+        verbs.setdefault((group, resource), set()).add(verb)
+    return {(group, resource, tuple(sorted(v))) for (group, resource), v in verbs.items()}
+
+
+def test_every_api_call_in_the_code_is_in_this_table() -> None:
+    import re
+
+    import remediate
+
+    package = Path(remediate.__file__).parent
+    # Only these files talk to the official client: any other would have its calls unchecked here.
+    users = {
+        str(path.relative_to(package.parent))
+        for path in package.rglob("*.py")
+        if re.search(
+            r"\b(CoreV1Api|PolicyV1Api|EventsV1Api|AppsV1Api|CoordinationV1Api)\b|core_api\(", path.read_text()
+        )
+    }
+    assert users == set(API_CLIENT_FILES)
+    called = set()
+    for name in API_CLIENT_FILES:
+        text = (package.parent / name).read_text()
+        called |= set(re.findall(r"(?:\bcore|\bpolicy|\bevents|\.api\(\))\.([a-z_]+)\(", text))
+    assert called == set(CLUSTER_CALLS) | set(NAMESPACE_CALLS)
+
+
+def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Finding 15: core events create/patch, events.k8s.io patch, daemonsets get and leases were granted unused."""
+    objects = rendered["defaults"]
+    assert rules(by_kind(objects, "ClusterRole")) == derived_rules(CLUSTER_CALLS)
+    role = by_kind(objects, "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert rules(role) == derived_rules(NAMESPACE_CALLS)
+    for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = by_kind(objects, binding_kind)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": FULLNAME}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
+    # Nothing is bound to the agent's service account.
+    bound = {s["name"] for o in objects if o["kind"].endswith("Binding") for s in o["subjects"]}
+    assert bound == {FULLNAME}
+
+
+def test_without_kubernetes_actions_and_agents_there_is_no_rbac(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["external-db"]
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+    assert not [o for o in objects if o["kind"] == "DaemonSet"]
+
+
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_every_namespaced_object_names_the_release_namespace(
+    rendered: dict[str, list[dict[str, Any]]], values: str
+) -> None:
+    """Finding 15: `helm template | kubectl apply` put every object into kubectl's current namespace."""
+    kinds = {o["kind"] for o in rendered[values]}
+    assert kinds & CLUSTER_SCOPED or values == "external-db"
+    for obj in rendered[values]:
+        where = obj["metadata"].get("namespace")
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert where is None, obj["metadata"]["name"]
+        else:
+            assert where == NAMESPACE, (obj["kind"], obj["metadata"]["name"])
+
+
+# --------------------------------------------------------------------------- pods
+
+
+def test_the_server_runs_unprivileged_with_probes_and_its_config(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["defaults"]
+    deployment = by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    server = container(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert "hostPID" not in pod
+    assert pod["serviceAccountName"] == FULLNAME
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert server["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert server["args"] == ["serve", "--config", "/etc/remediate/config.yaml"]
+    assert server["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert server["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert server["ports"] == [{"name": "http", "containerPort": 9095, "protocol": "TCP"}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"{FULLNAME}-data"
+    assert volumes["secrets"]["secret"]["secretName"] == f"{FULLNAME}-tokens"
+    mounts = {m["mountPath"] for m in server["volumeMounts"]}
+    assert {"/etc/remediate/playbooks", "/etc/remediate/secrets", "/var/lib/remediate", "/tmp"} <= mounts
+    service = by_kind(objects, "Service")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_the_agent_runs_on_gpu_nodes_with_only_the_capabilities_its_actions_need(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Finding 13: KILL and hostPID served only the training wake-up, which never reaches a job in another
+    pod (it registers its own pod's host name and PID namespace): dropped by default, each a value."""
+    objects = rendered["defaults"]
+    daemonset = by_kind(objects, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    agent = container(objects, "DaemonSet")
+    assert pod["hostPID"] is False
+    assert pod["securityContext"]["runAsUser"] == 0  # added capabilities reach root processes only
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == f"{FULLNAME}-agent"
+    assert "hostNetwork" not in pod
+    assert "runtimeClassName" not in pod
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert agent["securityContext"] == {
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"], "add": ["DAC_OVERRIDE", "FOWNER", "SYS_ADMIN"]},
+    }
+    assert agent["args"] == ["agent", "--config", "/etc/remediate/config.yaml"]
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "agent"}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "agent"}
+    assert "resources" in agent and "limits" not in agent["resources"].get("requests", {})
+    assert "nvidia.com/gpu" not in str(agent["resources"])  # it must not take a GPU from the jobs
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["REMEDIATE_NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["state"]["hostPath"] == {"path": "/var/lib/remediate-agent", "type": "DirectoryOrCreate"}
+    assert volumes["training-control"]["hostPath"] == {"path": "/run/remediate/training", "type": "DirectoryOrCreate"}
+    assert volumes["secrets"]["secret"]["items"] == [{"key": "agent-token", "path": "agent-token"}]
+    # Issue 15: the master agent token reaches only the init container that derives this node's credential.
+    (init,) = pod["initContainers"]
+    assert init["args"][:2] == ["agent-credential", "$(REMEDIATE_NODE_NAME)"]
+    assert {m["name"] for m in init["volumeMounts"]} == {"secrets", "credential"}
+    assert "secrets" not in {m["name"] for m in agent["volumeMounts"]}
+    assert volumes["credential"]["emptyDir"]["medium"] == "Memory"
+    # The agent's service account has no token and no permissions.
+    agent_sa = by_kind(objects, "ServiceAccount", f"{FULLNAME}-agent")
+    assert agent_sa["automountServiceAccountToken"] is False
+
+
+def test_each_agent_capability_and_host_pids_is_a_value(helm: Helm) -> None:
+    def agent_security(values: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        objects = helm.objects({"agent": values})
+        return by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["hostPID"], container(objects, "DaemonSet")[
+            "securityContext"
+        ]
+
+    wake_up, security = agent_security({"hostPID": True, "capabilities": {"KILL": True}})
+    assert wake_up is True
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["DAC_OVERRIDE", "FOWNER", "KILL", "SYS_ADMIN"]}
+    off = {"SYS_ADMIN": False, "DAC_OVERRIDE": False, "FOWNER": False, "KILL": False}
+    _, none = agent_security({"capabilities": off})
+    assert none["capabilities"] == {"drop": ["ALL"]}
+    assert none["allowPrivilegeEscalation"] is False and none["privileged"] is False
+
+
+def test_host_pids_and_host_paths_belong_to_the_agent_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for values, objects in rendered.items():
+        for obj in objects:
+            spec = obj.get("spec", {}).get("template", {}).get("spec") or (obj["spec"] if obj["kind"] == "Pod" else {})
+            if obj["kind"] == "DaemonSet":
+                continue
+            assert not spec.get("hostPID"), (values, obj["metadata"]["name"])
+            assert not any("hostPath" in v for v in spec.get("volumes", [])), (values, obj["metadata"]["name"])
+
+
+def test_cleanup_policy_roots_are_mounted_from_the_host_at_the_same_paths(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    objects = rendered["full"]
+    pod = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]
+    agent = container(objects, "DaemonSet")
+    host_paths = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m["mountPath"] for m in agent["volumeMounts"]}
+    roots = {name: spec["path"] for name, spec in host_paths.items() if name.startswith("cleanup-root-")}
+    assert sorted(roots.values()) == ["/data/cache", "/data/scratch", "/var/tmp"]
+    assert all(host_paths[name]["type"] == "Directory" and mounts[name] == path for name, path in roots.items())
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["priorityClassName"] == "system-node-critical"
+    # The policies file the agent reads is the one remediate's loader accepts.
+    policies = tmp_path / "policies.yaml"
+    policies.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-agent-config")["data"]["cleanup-policies.yaml"])
+    assert load_policies(policies).names() == ["data-scratch", "tmp"]
+
+
+# --------------------------------------------------------------------------- configs, playbooks, secrets
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_the_config_files_load_with_remediates_own_settings_loader(
+    rendered: dict[str, list[dict[str, Any]]], values: str, tmp_path: Path
+) -> None:
+    objects = rendered[values]
+    server_file = tmp_path / "server.yaml"
+    server_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"])
+    server = Settings(**read_config_file(server_file))
+    assert server.bind == "0.0.0.0:9095"
+    assert server.token_file == Path("/etc/remediate/secrets/token")
+    assert server.token_roles == ("webhook",)  # AlertManager's token: it cannot approve, pause or reset
+    assert server.operator_token_file == Path("/etc/remediate/secrets/operator-token")
+    if server.agent_selector:
+        daemonset = by_kind(objects, "DaemonSet")["metadata"]["name"]
+        assert server.agent_daemonset == daemonset  # discovery refuses pods this DaemonSet does not control
+    assert server.node_name is None  # in a cluster every node step goes to an agent
+    if values == "full":
+        assert server.mode == "enforce"
+        assert server.notify_timeout == 20.0
+        assert server.read_token_file == Path("/etc/remediate/secrets/read-token")
+    if values in ("external-db", "existing-secrets"):
+        assert server.database_url == Settings().database_url  # not in the file: from the Secret, by env
+        env = {e["name"]: e for e in container(objects, "Deployment")["env"]}
+        ref = env["REMEDIATE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+        assert ref == (
+            {"name": "my-db", "key": "url"}
+            if values == "existing-secrets"
+            else {
+                "name": f"{FULLNAME}-tokens",
+                "key": "database-url",
+            }
+        )
+    else:
+        assert server.database_url == "sqlite:////var/lib/remediate/remediate.db"
+    if values == "external-db":
+        assert server.agent_selector is None
+        return
+    assert server.agent_namespace == NAMESPACE
+    # The server's selector finds exactly the agent DaemonSet's pods.
+    daemonset = by_kind(objects, "DaemonSet")
+    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
+    selector = dict(part.split("=") for part in (server.agent_selector or "").split(","))
+    assert selector == daemonset["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    assert not selector.items() <= by_kind(objects, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
+
+    agent_file = tmp_path / "agent.yaml"
+    agent_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-agent-config")["data"]["config.yaml"])
+    agent = Settings(**read_config_file(agent_file))
+    assert agent.agent_bind == "0.0.0.0:9096"
+    assert agent.agent_token_file is None  # never the master: only this node's credential (init container)
+    assert agent.agent_node_token_file == Path("/etc/remediate/secrets/node-credential")
+    assert agent.agent_state_file == Path("/var/lib/remediate-agent/agent.db")
+    assert agent.gpu_backend == "nvml"
+    assert agent.gpu_power_floor_percent == 50
+    if values == "full":
+        assert agent.gpu_power_floor_watts == 250
+        assert agent.node_aliases == ("gpu-01.example",)
+        assert agent.cleanup_policies_file == Path("/etc/remediate/cleanup-policies.yaml")
+    else:
+        assert agent.cleanup_policies_file is None
+
+
+def test_the_playbooks_configmap_ships_the_repositorys_playbooks_plus_the_users(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    shipped = {p.name: p.read_text() for p in sorted((ROOT / "playbooks").glob("*.yaml"))}
+    default = by_kind(rendered["defaults"], "ConfigMap", f"{FULLNAME}-playbooks")["data"]
+    assert default == shipped
+
+    full = by_kind(rendered["full"], "ConfigMap", f"{FULLNAME}-playbooks")["data"]
+    assert set(full) == (set(shipped) - {"notify-oncall.yaml"}) | {"my-node-notready.yaml"}
+    for name, text in full.items():
+        (tmp_path / name).write_text(text)
+    loaded, errors = load_directory(tmp_path, default_registry())
+    assert errors == []
+    assert "my-node-notready" in {p.name for p in loaded}
+
+
+def test_tokens_are_generated_unless_given_and_the_agent_sees_only_its_own(
+    helm: Helm, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    import base64
+
+    secret = by_kind(rendered["defaults"], "Secret")
+    tokens = {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+    assert set(tokens) == {"token", "operator-token", "agent-token"}
+    assert all(len(t) == 48 and t.isalnum() for t in tokens.values())
+    assert len(set(tokens.values())) == 3
+    assert set(by_kind(rendered["full"], "Secret")["data"]) == {"token", "operator-token", "agent-token", "read-token"}
+
+    given = helm.objects({"auth": {"token": "webhook-t", "operatorToken": "operator-t", "agentToken": "agent-t"}})
+    data = by_kind(given, "Secret")["data"]
+    assert base64.b64decode(data["token"]) == b"webhook-t"
+    assert base64.b64decode(data["operator-token"]) == b"operator-t"
+    assert base64.b64decode(data["agent-token"]) == b"agent-t"
+
+    existing = rendered["existing-secrets"]
+    assert not [o for o in existing if o["kind"] == "Secret"]
+    volumes = by_kind(existing, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "secrets", "secret": {"secretName": "my-tokens", "defaultMode": 0o440}} in volumes
+    assert by_kind(existing, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "remediate-sa"
+
+
+def test_an_external_database_takes_several_replicas_and_no_volume(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = rendered["external-db"]
+    deployment = by_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0  # test_chart_replicas.py
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["data"] == {"name": "data", "emptyDir": {}}
+
+
+# --------------------------------------------------------------------------- Prometheus Operator objects
+
+
+def test_servicemonitor_and_prometheusrule_carry_the_release_label_for_kube_prometheus_stack(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    objects = rendered["full"]
+    monitor = by_kind(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["selector"]["matchLabels"] == by_kind(objects, "Service")["spec"]["selector"]
+    assert monitor["spec"]["endpoints"] == [
+        {"port": "http", "path": "/metrics", "interval": "30s", "scrapeTimeout": "10s"}
+    ]
+
+    rule = by_kind(objects, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    shipped_groups = [
+        group
+        for path in sorted((ROOT / "alertmanager" / "rules").glob("*.rules.yml"))
+        for group in yaml.safe_load(path.read_text())["groups"]
+    ]
+    assert rule["spec"]["groups"] == shipped_groups
+    # The rules as the operator hands them to Prometheus pass promtool.
+    rules_file = tmp_path / "rendered.rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    result = subprocess.run(
+        ["promtool", "check", "rules", str(rules_file)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def playbook_alertnames(texts: list[str]) -> set[str]:
+    names: set[str] = set()
+    for text in texts:
+        alertname = yaml.safe_load(text)["match"]["alertname"]
+        names.update([alertname] if isinstance(alertname, str) else alertname)
+    return names
+
+
+def test_the_alertmanagerconfig_routes_every_playbooks_alert_to_the_webhook_with_the_token(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["full"]
+    config = by_kind(objects, "AlertmanagerConfig")
+    assert config["metadata"]["labels"]["alertmanagerConfig"] == "remediate"
+    route = config["spec"]["route"]
+    assert route["receiver"] == "remediate"
+    assert (route["groupWait"], route["groupInterval"], route["repeatInterval"]) == ("10s", "1m", "4h")
+    (matcher,) = route["matchers"]
+    playbooks = by_kind(objects, "ConfigMap", f"{FULLNAME}-playbooks")["data"]
+    assert matcher["name"] == "alertname" and matcher["matchType"] == "=~"
+    assert set(matcher["value"].split("|")) == playbook_alertnames(list(playbooks.values()))
+    (receiver,) = config["spec"]["receivers"]
+    (webhook,) = receiver["webhookConfigs"]
+    assert webhook["url"] == f"http://{FULLNAME}.{NAMESPACE}.svc:9095/webhook"
+    assert webhook["sendResolved"] is True
+    assert webhook["httpConfig"]["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": f"{FULLNAME}-tokens", "key": "token"},
+    }
+
+
+def test_network_policies_are_on_by_default_and_let_only_the_expected_peers_in(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Finding 9: with the policies off by default, any pod could hold the server's or agents' connections."""
+    objects = rendered["defaults"]
+    server_pods = by_kind(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    test_pod = by_kind(objects, "Pod")["metadata"]["labels"]
+
+    agent_policy = by_kind(objects, "NetworkPolicy", f"{FULLNAME}-agent")
+    assert (
+        agent_policy["spec"]["podSelector"]["matchLabels"]
+        == (by_kind(objects, "DaemonSet")["spec"]["selector"]["matchLabels"])
+    )
+    assert agent_policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = agent_policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": server_pods}}]
+    assert rule["ports"] == [{"port": 9096, "protocol": "TCP"}]
+
+    server_policy = by_kind(objects, "NetworkPolicy", FULLNAME)
+    assert server_policy["spec"]["podSelector"]["matchLabels"] == server_pods
+    assert server_policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = server_policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 9095, "protocol": "TCP"}]
+    alertmanager, prometheus, helm_test = rule["from"]
+    assert alertmanager == {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}},
+    }
+    assert prometheus == {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    assert helm_test["podSelector"]["matchLabels"].items() <= test_pod.items()
+    assert not helm_test["podSelector"]["matchLabels"].items() <= server_pods.items()
+
+
+def test_the_server_policy_takes_the_operators_peers(helm: Helm) -> None:
+    ops = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "sre-tools"}}}
+    objects = helm.objects(
+        {
+            "networkPolicy": {"server": {"prometheus": None, "extraFrom": [ops]}},
+            "agent": {"enabled": False},
+        }
+    )
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    (rule,) = policy["spec"]["ingress"]
+    assert [
+        peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name") for peer in rule["from"]
+    ] == [
+        "alertmanager",
+        "remediate",
+        None,
+    ]
+    assert rule["from"][-1] == ops
+    off = helm.objects({"networkPolicy": {"enabled": False}})
+    assert not [o for o in off if o["kind"] == "NetworkPolicy"]
+
+
+# --------------------------------------------------------------------------- resources
+
+
+MIB = 1024 * 1024
+IDLE_WORKER_BYTES = 60 * 10**6
+PEAK_PER_BODY_BYTE = 13  # bench/body_memory.py: +104 MiB for an 8 MiB body, one large body per worker at a time
+MASTER_AND_EXECUTOR_BYTES = 120 * 10**6  # gunicorn master ~57 MB, executor process ~55 MB
+
+
+def memory_bytes(quantity: str) -> int:
+    units = {"Ki": 1024, "Mi": MIB, "Gi": 1024 * MIB, "M": 10**6, "G": 10**9}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return int(float(quantity[: -len(suffix)]) * factor)
+    return int(quantity)
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_the_server_memory_limit_holds_every_worker_parsing_the_largest_body(
+    rendered: dict[str, list[dict[str, Any]]], values: str
+) -> None:
+    """Finding 13: two workers each parsing a 32 MiB body (~400 MB) went over the 512Mi limit. The limit
+    holds every worker parsing the largest body accepted, plus the master and the executor process."""
+    objects = rendered[values]
+    config = configmap_file(objects, f"{FULLNAME}-config")
+    limit = memory_bytes(container(objects, "Deployment")["resources"]["limits"]["memory"])
+    peak = (
+        config["workers"] * (IDLE_WORKER_BYTES + PEAK_PER_BODY_BYTE * config["max_body_bytes"])
+        + MASTER_AND_EXECUTOR_BYTES
+    )
+    assert config["max_body_bytes"] == 8 * MIB
+    assert limit >= peak, f"{limit / MIB:.0f} MiB < {peak / MIB:.0f} MiB"
+
+
+def test_notes_tell_how_to_register_the_receiver(helm: Helm, tmp_path: Path) -> None:
+    # `helm template` does not render NOTES.txt: render a copy of it inside a ConfigMap.
+    chart = tmp_path / "remediate"
+    shutil.copytree(CHART, chart)
+    notes_text = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "_notes.tpl").write_text('{{- define "notes" -}}\n' + notes_text + "{{- end }}\n")
+    (chart / "templates" / "notes.yaml").write_text(
+        'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n'
+    )
+    rendered = helm.template(
+        {"alertmanagerConfig": {"enabled": True}}, chart=chart, extra=("--show-only", "templates/notes.yaml")
+    ).stdout
+    notes = yaml.safe_load(rendered)["data"]["notes"]
+    assert f"get secret {FULLNAME}-tokens -o jsonpath='{{.data.token}}'" in notes
+    assert f"url: http://{FULLNAME}.{NAMESPACE}.svc:9095/webhook" in notes
+    assert "send_resolved: true" in notes
+    assert "alertmanagerConfigMatcherStrategy" in notes
+    assert "shadow mode" in notes and "--set mode=enforce" in notes
+
+
+# --------------------------------------------------------------------------- the chart's copies of shipped files
+
+
+def test_the_charts_copies_of_the_playbooks_and_rules_equal_the_repositorys() -> None:
+    pairs = [
+        (ROOT / "playbooks", CHART / "files" / "playbooks", "*.yaml"),
+        (ROOT / "alertmanager" / "rules", CHART / "files" / "rules", "*.rules.yml"),
+    ]
+    for source, copy, pattern in pairs:
+        wanted = sorted(p.name for p in source.glob(pattern))
+        have = sorted(p.name for p in copy.iterdir())
+        assert have == wanted, f"{copy} differs from {source}: run scripts/sync-generated"
+        _, mismatch, errors = filecmp.cmpfiles(source, copy, wanted, shallow=False)
+        assert mismatch == errors == [], f"{mismatch + errors} differ from {source}: run scripts/sync-generated"
+
+
+def test_secrets_steps_read_are_mounted_into_the_server_read_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    pod = by_kind(rendered["full"], "Deployment")["spec"]["template"]["spec"]
+    server = container(rendered["full"], "Deployment")
+
+    assert {"name": "secret-oncall-webhook", "secret": {"secretName": "oncall-webhook", "defaultMode": 0o440}} in (
+        pod["volumes"]
+    )
+    assert {"name": "secret-oncall-webhook", "mountPath": "/etc/remediate/oncall", "readOnly": True} in (
+        server["volumeMounts"]
+    )

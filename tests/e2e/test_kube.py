@@ -1,0 +1,200 @@
+"""End to end: real AlertManager 0.25 -> real ``remediate serve`` (gunicorn, 2 workers) running the shipped
+``playbooks/gpu-xid-quarantine.yaml`` -> the test Kubernetes API server (real HTTP; the server's official
+client reads a kubeconfig named by REMEDIATE_KUBECONFIG, as it would for a real cluster).
+
+What happened is read back the way an operator would: ``GET /history`` and ``GET /runs/<id>``, ``GET
+/breaker``, ``remediate breaker status --server``, and from the cluster's side (the node, its pods,
+its Events) through the test API server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.realsystems import AlertManager, WebhookRecorder, wait_until
+from tests.support.server import TOKEN, RemediateServer
+
+pytestmark = [pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = "gpu-xid-quarantine"
+NODE = "gpu-node-03"
+
+StartServer = Callable[..., RemediateServer]
+StartAlertManager = Callable[..., AlertManager]
+
+
+@pytest.fixture
+def kube_api() -> Iterator[FakeKubeAPI]:
+    with FakeKubeAPI() as api:
+        cluster(api, 20)
+        api.add_pod("ml", "trainer-5c7d-aaaaa", NODE, labels={"app": "trainer"})
+        api.add_pod("ml", "trainer-5c7d-bbbbb", NODE, labels={"app": "trainer"})
+        api.add_pod("ml", "redis-0", NODE, owner="StatefulSet", owner_name="redis", replace_on_delete=True)
+        api.add_pod("kube-system", f"dcgm-exporter-{NODE}", NODE, owner="DaemonSet", owner_name="dcgm-exporter")
+        api.add_pdb("ml", "trainer", {"app": "trainer"}, disruptions_allowed=1, heal_after=0.5)
+        api.add_node("cordoned-by-ops", unschedulable=True)
+        yield api
+
+
+@pytest.fixture
+def server(
+    start_server: StartServer, playbooks_dir: Path, kube_api: FakeKubeAPI, recorder: WebhookRecorder, tmp_path: Path
+) -> RemediateServer:
+    playbook = yaml.safe_load((ROOT / "playbooks" / f"{PLAYBOOK}.yaml").read_text())
+    for step in [*playbook["steps"], *playbook["on_resolved"]]:
+        if step["action"] == "notify.webhook":
+            step["with"]["url"] = recorder.url
+        if step["action"] == "k8s.drain":
+            step["with"]["pdb_retry_interval"] = 0.2
+    (playbooks_dir / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    return start_server(env={"REMEDIATE_KUBECONFIG": str(kubeconfig), "REMEDIATE_KUBE_REQUEST_TIMEOUT": "5s"})
+
+
+def _labels(node: str) -> dict[str, str]:
+    # What the shipped GPUXidCritical rule sends (alertmanager/rules/xid.rules.test.yml).
+    return {"alertname": "GPUXidCritical", "severity": "critical", "Hostname": node}
+
+
+def _steps(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in run["steps"]}
+
+
+def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
+    server: RemediateServer,
+    start_alertmanager: StartAlertManager,
+    kube_api: FakeKubeAPI,
+    recorder: WebhookRecorder,
+) -> None:
+    am = start_alertmanager(server.webhook_url)
+    am.fire(_labels(NODE), {"summary": f"1 GPU(s) on {NODE} reported a serious XID error"})
+
+    entry = server.wait_for_run(lambda e: e["run"]["phase"] == "firing", status="succeeded", playbook=PLAYBOOK)
+    assert entry["target"] == NODE and entry["decision"] == "accepted"
+    run = server.run(entry["run_id"])
+    steps = _steps(run)
+    assert [(s["action"], s["status"]) for s in run["steps"]] == [
+        ("k8s.cordon", "succeeded"),
+        ("k8s.taint", "succeeded"),
+        ("k8s.drain", "succeeded"),
+        ("notify.webhook", "succeeded"),
+    ]
+    assert steps["cordon"]["plan"]["breaker"]["cap"] == 2  # min(10% of 21 nodes, 3)
+    assert steps["cordon"]["result"]["outcome"] == "cordoned"
+    assert steps["taint"]["result"]["taint"] == "remediate.io/gpu-unhealthy=gpuxidcritical:NoSchedule"
+    drain = steps["drain"]["result"]
+    assert sorted(e["pod"] for e in drain["evicted"]) == [
+        "ml/redis-0",
+        "ml/trainer-5c7d-aaaaa",
+        "ml/trainer-5c7d-bbbbb",
+    ]
+    assert [s["pod"] for s in drain["skipped"]] == [f"kube-system/dcgm-exporter-{NODE}"]
+    assert drain["complete"] is True and drain["blocked"] == []
+
+    # The cluster's side: cordoned and tainted with remediate's marks, pods gone, Events on the node.
+    node = kube_api.node(NODE)
+    assert node["spec"]["unschedulable"] is True
+    assert node["metadata"]["annotations"]["remediate.io/cordoned-by-run"] == str(run["id"])
+    assert [t["key"] for t in node["spec"]["taints"]] == ["remediate.io/gpu-unhealthy"]
+    assert sorted(e["reason"] for e in kube_api.events_about(NODE)) == [
+        "RemediateCordoned",
+        "RemediateDrained",
+        "RemediateTainted",
+    ]
+    assert all(e["regarding"]["uid"] == node["metadata"]["uid"] for e in kube_api.events_about(NODE))
+    # The trainer PDB blocked the second eviction until the first replacement was healthy.
+    assert 429 in [code for method, path, code in kube_api.requests if method == "POST" and "eviction" in path]
+    notified = recorder.wait_for(lambda r: "Quarantined" in (r.json or {}).get("message", ""))
+    assert notified.json["target"] == NODE
+
+    breaker = server.get("/breaker")
+    assert breaker["open"] is False and breaker["held_nodes"] == [NODE]
+
+    am.resolve(_labels(NODE))
+    resolved = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="succeeded", playbook=PLAYBOOK)
+    undo = _steps(server.run(resolved["run_id"]))
+    assert undo["untaint"]["result"]["outcome"] == "untainted"
+    assert undo["uncordon"]["result"]["outcome"] == "uncordoned"
+    node = kube_api.node(NODE)
+    assert node["spec"].get("unschedulable") is None and node["spec"].get("taints") == []
+    assert not any(k.startswith("remediate.io/") for k in node["metadata"]["annotations"])
+    assert len(kube_api.changes_of("cordon")) == len(kube_api.changes_of("uncordon")) == 1
+    assert server.get("/breaker")["held_nodes"] == []
+
+    # The CLI against the running server.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env["REMEDIATE_TOKEN"] = TOKEN
+    shown = subprocess.run(
+        [sys.executable, "-m", "remediate", "breaker", "status", "--server", server.url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["state"] == "closed"
+
+
+def test_a_storm_trips_the_breaker_which_stays_open_until_reset(
+    server: RemediateServer, start_alertmanager: StartAlertManager, kube_api: FakeKubeAPI
+) -> None:
+    am = start_alertmanager(server.webhook_url, group_by=["alertname", "Hostname"])
+    nodes = [f"gpu-node-{i:02d}" for i in range(10, 16)]
+    for node in nodes:
+        am.fire(_labels(node), {"summary": "storm"})
+
+    def settled() -> list[dict[str, Any]] | None:
+        entries = server.history(playbook=PLAYBOOK)
+        done = [e for e in entries if e["status"] in ("succeeded", "failed", "breaker_open")]
+        return entries if len(done) >= len(nodes) else None
+
+    entries = wait_until(settled, 40, interval=0.2, message="the storm's runs did not all finish")
+    cordoned = [n for n in nodes if kube_api.node(n)["spec"].get("unschedulable")]
+    assert len(cordoned) == 2  # min(10% of 21 nodes, 3) = 2
+    refused = [e for e in entries if e["status"] in ("failed", "breaker_open")]
+    assert len(refused) == len(nodes) - 2
+    for entry in refused:
+        reason = entry["run"]["error"] if entry["run"] else entry["reason"]
+        assert "breaker open" in reason
+    assert kube_api.node("cordoned-by-ops")["spec"]["unschedulable"] is True
+    assert server.get("/breaker")["open"] is True
+    assert server.metric("remediate_breaker_open") == 1
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env["REMEDIATE_TOKEN"] = TOKEN
+    reset = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "remediate",
+            "breaker",
+            "reset",
+            "--server",
+            server.url,
+            "--by",
+            "e2e",
+            "--reason",
+            "ok",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=False,
+    )
+    assert reset.returncode == 0, reset.stderr
+    assert "circuit breaker reset by e2e: ok" in reset.stdout and "breaker: closed" in reset.stdout
+    assert server.get("/breaker")["reset_by"] == "token (note: e2e)"
+    assert server.metric("remediate_breaker_open") == 0

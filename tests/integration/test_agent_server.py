@@ -1,0 +1,465 @@
+"""The node agent's HTTP API (Flask test client) and its own limits: node, schema, power floor, memory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from flask.testing import FlaskClient
+
+from remediate.actions import default_registry
+from remediate.actions.base import InMemoryMemory, StepContext
+from remediate.agent import AgentService
+from remediate.agent_server import create_agent_app
+from remediate.agentauth import node_token, sign
+from remediate.errors import ActionError, ConfigError
+from remediate.gpu import SimulatedBackend
+from tests.support.agent import AGENT_TOKEN, ClusterThing, Echo, agent_settings, registry_with, step_body
+
+W = 1000
+
+
+@pytest.fixture
+def echo() -> Echo:
+    return Echo()
+
+
+@pytest.fixture
+def memory() -> InMemoryMemory:
+    return InMemoryMemory()
+
+
+@pytest.fixture
+def client(tmp_path: Path, echo: Echo, memory: InMemoryMemory) -> FlaskClient:
+    settings = agent_settings(tmp_path, node_aliases=("node-b.example",))
+    service = AgentService(settings, registry=registry_with(echo, ClusterThing()), memory=memory)
+    return create_agent_app(settings, service=service).test_client()
+
+
+def signed(
+    data: bytes, path: str, *, node: str = "node-b", credential: str | None = None, now: float | None = None
+) -> dict[str, str]:
+    """The Authorization header the server sends: signed with `node`'s credential derived from the master."""
+    return {"Authorization": sign(credential or node_token(AGENT_TOKEN, node), node, "POST", path, data, now=now)}
+
+
+def post(client: FlaskClient, kind: str, body: Any, headers: dict[str, str] | None = None, **signing: Any) -> Any:
+    """POST a step as the server does: signed for its target node unless `headers` or `node` say otherwise."""
+    path = f"/v1/steps/{kind}"
+    data = json.dumps(body).encode()
+    if headers is None:
+        target = body.get("context", {}).get("target") if isinstance(body, dict) else None
+        signing.setdefault("node", target if isinstance(target, str) and target else "node-b")
+        headers = signed(data, path, **signing)
+    return client.post(path, data=data, content_type="application/json", headers=headers)
+
+
+def test_execute_runs_the_node_action_with_the_servers_context_and_answers_its_result(
+    client: FlaskClient, echo: Echo, memory: InMemoryMemory
+) -> None:
+    response = post(client, "execute", step_body(params={"word": "hi"}, run_id=42))
+
+    assert response.status_code == 200, response.json
+    body = response.json
+    assert body["node"] == "node-b"
+    assert body["result"] == {"echoed": "hi", "run_id": 42, "alertname": "Hot"}
+    assert body["seconds"] >= 0
+    ((kind, params, ctx),) = echo.calls
+    assert kind == "execute"
+    assert params == {"word": "hi", "fail": "no", "sleep": 0.0}  # validated here, defaults filled in
+    assert (ctx.run_id, ctx.step_index, ctx.playbook, ctx.target) == (42, 0, "pb", "node-b")
+    assert 9 < ctx.remaining() <= 10  # the request's timeout is the step's deadline here
+    assert memory.recall("test.echo/last") == {"word": "hi"}  # the agent's own memory
+
+
+def test_plan_answers_the_plan_and_reads_the_agents_memory(client: FlaskClient, memory: InMemoryMemory) -> None:
+    memory.remember("test.echo/last", {"word": "before"}, run_id=1)
+
+    response = post(client, "plan", step_body(params={"word": "hi"}))
+
+    assert response.status_code == 200
+    assert response.json["plan"] == {"would_echo": "hi", "remembered": {"word": "before"}}
+    assert "result" not in response.json
+
+
+def test_an_alias_of_the_node_is_accepted(client: FlaskClient) -> None:
+    assert post(client, "plan", step_body(target="node-b.example")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        # The old shared bearer token itself is no longer a credential.
+        {"Authorization": f"Bearer {AGENT_TOKEN}"},
+        {"Authorization": f"Basic {AGENT_TOKEN}"},
+        {"Authorization": 'Remediate-HMAC node="node-b"'},
+    ],
+)
+def test_without_a_signature_of_this_nodes_credential_nothing_runs(
+    client: FlaskClient, echo: Echo, headers: dict[str, str]
+) -> None:
+    response = post(client, "execute", step_body(), headers=headers)
+
+    assert response.status_code == 401
+    assert response.json["error_class"] == "permanent"
+    assert response.headers["WWW-Authenticate"].startswith("Remediate-HMAC")
+    assert echo.calls == []
+
+
+def test_a_step_for_another_node_is_refused(client: FlaskClient, echo: Echo) -> None:
+    response = post(client, "execute", step_body(target="node-a"))
+
+    assert response.status_code == 421
+    assert response.json["error_class"] == "permanent"
+    assert (
+        "signed for node 'node-a'; this agent holds the credential of node-b, node-b.example"
+        in (response.json["message"])
+    )
+    assert echo.calls == []
+
+
+@pytest.mark.parametrize(
+    ("action", "params", "message"),
+    [
+        ("test.cluster", {}, "does not run on a node agent"),
+        ("shell.run", {}, "does not run on a node agent (node actions here: test.echo)"),
+        ("test.echo", {"word": "rm -rf /"}, "parameter 'word': letters only"),
+        ("test.echo", {"word": "hi", "path": "/etc"}, "unknown parameter 'path'"),
+        ("test.echo", {}, "missing required parameter 'word'"),
+    ],
+)
+def test_the_agent_validates_action_and_params_itself(
+    client: FlaskClient, echo: Echo, action: str, params: dict[str, Any], message: str
+) -> None:
+    response = post(client, "execute", step_body(action, params))
+
+    assert response.status_code == 422
+    assert response.json["error_class"] == "permanent"
+    assert message in response.json["message"]
+    assert echo.calls == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda b: b.pop("action"), "action"),
+        (lambda b: b.update(params=[1]), "params"),
+        (lambda b: b.pop("context"), "context"),
+        (lambda b: b["context"].update(run_id=-1), "context.run_id"),
+        (lambda b: b["context"].update(step_index=True), "context.step_index"),
+        (lambda b: b["context"].update(target=""), "context.target"),
+        (lambda b: b["context"].update(alert="x"), "context.alert"),
+        (lambda b: b["context"].update(timeout=0), "context.timeout"),
+        (lambda b: b["context"].update(timeout=10**9), "context.timeout"),
+    ],
+)
+def test_a_malformed_request_is_a_400_naming_the_field(client: FlaskClient, mutate: Any, field: str) -> None:
+    body = step_body()
+    mutate(body)
+
+    response = post(client, "execute", body)
+
+    assert response.status_code == 400
+    assert response.json["field"] == field
+    assert response.json["error_class"] == "permanent"
+
+
+def test_not_json_is_a_415(client: FlaskClient) -> None:
+    response = client.post("/v1/steps/execute", data="action=x", headers=signed(b"action=x", "/v1/steps/execute"))
+    assert response.status_code == 415
+    assert response.json["error_class"] == "permanent"
+
+
+@pytest.mark.parametrize(
+    ("fail", "status", "error_class", "message"),
+    [
+        ("retryable", 503, "retryable", "device busy"),
+        ("permanent", 500, "permanent", "permission denied"),
+        ("bug", 500, "permanent", "unexpected KeyError in the agent"),
+    ],
+)
+def test_action_errors_come_back_structured(
+    client: FlaskClient, fail: str, status: int, error_class: str, message: str
+) -> None:
+    response = post(client, "execute", step_body(params={"word": "x", "fail": fail}))
+
+    assert response.status_code == status
+    assert response.json["error_class"] == error_class
+    assert message in response.json["message"]
+
+
+def test_the_agent_enforces_the_steps_timeout(client: FlaskClient) -> None:
+    response = post(client, "execute", step_body(params={"word": "x", "sleep": 2}, timeout=0.2))
+
+    assert response.status_code == 500
+    assert response.json["error_class"] == "permanent"
+    assert "timed out after 0.2s" in response.json["message"]
+
+
+def test_health_and_readiness_need_no_token(client: FlaskClient) -> None:
+    assert client.get("/healthz").json == {"status": "ok", "node": "node-b"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json == {"status": "ready", "node": "node-b", "actions": ["test.echo"]}
+
+
+def test_the_agent_refuses_to_start_without_a_token(tmp_path: Path) -> None:
+    settings = agent_settings(tmp_path, agent_token=None)
+    with pytest.raises(ConfigError, match="no agent token"):
+        create_agent_app(settings, service=AgentService(settings, registry=registry_with(), memory=InMemoryMemory()))
+
+
+def test_the_node_name_defaults_to_the_host_name(tmp_path: Path) -> None:
+    import socket
+
+    service = AgentService(agent_settings(tmp_path, node_name=None), registry=registry_with(), memory=InMemoryMemory())
+    assert service.node_name == socket.gethostname()
+
+
+# --------------------------------------------------------------------------- the shipped node actions
+
+
+@pytest.fixture
+def gpus(tmp_path: Path) -> SimulatedBackend:
+    return SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
+
+
+def gpu_app(tmp_path: Path, gpus: SimulatedBackend, **overrides: Any) -> tuple[FlaskClient, AgentService]:
+    settings = agent_settings(tmp_path, gpu_backend="simulated", gpu_simulator_file=gpus.path, **overrides)
+    service = AgentService(settings)
+    return create_agent_app(settings, service=service).test_client(), service
+
+
+def test_only_node_actions_of_the_registry_are_served(tmp_path: Path, gpus: SimulatedBackend) -> None:
+    client, service = gpu_app(tmp_path, gpus)
+    node_actions = sorted(a for a in default_registry().names() if default_registry().get(a).where == "node")
+    assert client.get("/readyz").json["actions"] == node_actions
+    assert {"gpu.set_power_limit", "gpu.restore_power_limit", "disk.cleanup"} <= set(node_actions)
+    assert "log" not in node_actions
+    service.close()
+
+
+def test_the_agents_power_floor_refuses_a_lower_limit_whatever_the_server_asks(
+    tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    client, service = gpu_app(tmp_path, gpus, gpu_power_floor_watts=600)
+    uuid = gpus.devices()[0].uuid
+
+    response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "percent_of_default": 80}))
+
+    assert response.status_code == 500
+    assert response.json["error_class"] == "permanent"
+    assert response.json["type"] == "BelowPowerFloor"
+    assert "below this node's power floor 600 W (gpu_power_floor_watts=600)" in response.json["message"]
+    assert gpus.device(uuid).power_limit_mw == 700 * W
+    # Above the floor it works.
+    ok = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 650}))
+    assert ok.status_code == 200, ok.json
+    assert gpus.device(uuid).power_limit_mw == 650 * W
+    service.close()
+
+
+def test_the_floor_as_percent_of_default(tmp_path: Path, gpus: SimulatedBackend) -> None:
+    client, service = gpu_app(tmp_path, gpus, gpu_power_floor_percent=90)
+    uuid = gpus.devices()[1].uuid
+
+    response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 500}))
+
+    assert response.status_code == 500
+    assert "power floor 630 W (gpu_power_floor_percent=90)" in response.json["message"]
+    service.close()
+
+
+def test_what_the_gpu_action_remembers_survives_an_agent_restart_in_its_state_file(
+    tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    uuid = gpus.devices()[0].uuid
+    client, service = gpu_app(tmp_path, gpus)
+    lowered = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "percent_of_default": 80}))
+    assert lowered.status_code == 200, lowered.json
+    assert gpus.device(uuid).power_limit_mw == 560 * W
+    service.close()
+
+    client, service = gpu_app(tmp_path, gpus)  # a new agent process on the same state file
+    restored = post(client, "execute", step_body("gpu.restore_power_limit", {"gpu": uuid}, run_id=8))
+
+    assert restored.status_code == 200, restored.json
+    (gpu,) = restored.json["result"]["gpus"]
+    assert gpu["outcome"] == "restored"
+    assert gpu["reason"] == "restoring 700 W replaced by run 7"
+    assert gpus.device(uuid).power_limit_mw == 700 * W
+    assert (tmp_path / "agent-state" / "agent.db").exists()
+    service.close()
+
+
+# --------------------------------------------------------------------------- issue 15: per-node credentials
+
+
+def own_credential_client(tmp_path: Path, echo: Echo) -> FlaskClient:
+    """An agent of node-b that knows only its own credential, not the master secret."""
+    settings = agent_settings(tmp_path, agent_token=None, agent_node_token=node_token(AGENT_TOKEN, "node-b"))
+    service = AgentService(settings, registry=registry_with(echo), memory=InMemoryMemory())
+    return create_agent_app(settings, service=service).test_client()
+
+
+def test_an_agent_with_only_its_own_credential_runs_the_servers_signed_steps(tmp_path: Path, echo: Echo) -> None:
+    client = own_credential_client(tmp_path, echo)
+
+    response = post(client, "execute", step_body())
+
+    assert response.status_code == 200, response.json
+    assert [call[0] for call in echo.calls] == ["execute"]
+
+
+def test_another_nodes_credential_cannot_command_this_node(tmp_path: Path, echo: Echo) -> None:
+    client = own_credential_client(tmp_path, echo)
+    node_a = node_token(AGENT_TOKEN, "node-a")  # what node-a's agent holds, e.g. after node-a is compromised
+
+    claims_b = post(client, "execute", step_body(), node="node-b", credential=node_a)
+    as_itself = post(client, "execute", step_body(), node="node-a", credential=node_a)
+
+    assert claims_b.status_code == 401
+    assert "wrong signature for node 'node-b'" in claims_b.json["message"]
+    assert as_itself.status_code == 421
+    assert echo.calls == []
+
+
+def test_a_request_signed_for_this_node_but_targeting_another_name_is_403(client: FlaskClient, echo: Echo) -> None:
+    response = post(client, "execute", step_body(target="node-b.example"), node="node-b")
+
+    assert response.status_code == 403
+    assert response.json["error"] == "wrong_credential"
+    assert echo.calls == []
+
+
+def test_a_replayed_or_stale_signed_request_is_refused(client: FlaskClient, echo: Echo) -> None:
+    path, data = "/v1/steps/execute", json.dumps(step_body()).encode()
+    headers = signed(data, path)
+    first = client.post(path, data=data, content_type="application/json", headers=headers)
+    replay = client.post(path, data=data, content_type="application/json", headers=headers)
+    stale = post(client, "execute", step_body(), now=time.time() - 600)
+    tampered = client.post(
+        path, data=data.replace(b'"run_id": 7', b'"run_id": 8'), content_type="application/json", headers=headers
+    )
+
+    assert first.status_code == 200
+    assert (replay.status_code, stale.status_code, tampered.status_code) == (401, 401, 401)
+    assert "replay" in replay.json["message"]
+    assert "signed 600s ago (at most 120s either way)" in stale.json["message"]
+    assert "wrong signature" in tampered.json["message"]
+    assert len(echo.calls) == 1
+
+
+def test_every_call_is_logged_with_run_step_action_params_and_caller(
+    client: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="remediate.agent")
+
+    post(client, "execute", step_body(run_id=42))
+    post(client, "execute", step_body(), headers={"Authorization": "Bearer guess"})
+
+    messages = [r.getMessage() for r in caplog.records if r.name == "remediate.agent"]
+    assert (
+        'call execute run 42 step 0 playbook pb action test.echo target node-b params {"word": "hello"} '
+        "from 127.0.0.1 (signed for node-b)"
+    ) in messages
+    assert any(m.startswith("refused execute from 127.0.0.1: expected Authorization: Remediate-HMAC") for m in messages)
+
+
+def test_without_a_configured_floor_the_agent_refuses_to_starve_a_gpu(tmp_path: Path, gpus: SimulatedBackend) -> None:
+    client, service = gpu_app(tmp_path, gpus)
+    uuid = gpus.devices()[0].uuid
+
+    response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 1}))
+
+    assert response.status_code == 500
+    assert response.json["type"] == "BelowPowerFloor"
+    assert "power floor 350 W (gpu_power_floor_percent=50)" in response.json["message"]
+    assert gpus.device(uuid).power_limit_mw == 700 * W
+    service.close()
+
+
+def test_two_identical_steps_signed_in_the_same_millisecond_are_both_accepted(client: FlaskClient, echo: Echo) -> None:
+    now = time.time()
+
+    first = post(client, "execute", step_body(), now=now)
+    second = post(client, "execute", step_body(), now=now)
+
+    assert (first.status_code, second.status_code) == (200, 200)  # the nonce tells them apart from a replay
+    assert len(echo.calls) == 2
+
+
+class Waiter(Echo):
+    """A node action that waits, as a training step waits for its acknowledgement, until told to stop."""
+
+    name: ClassVar[str] = "test.wait"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = threading.Event()
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        self.started.set()
+        if ctx.stopping.wait(5):
+            raise ActionError("remediate is stopping: withdrawn")
+        return {"waited": True}
+
+
+def _waiting_step(tmp_path: Path) -> tuple[AgentService, Waiter, FlaskClient, Any]:
+    """An agent whose run 7 step 0 is waiting; the future of its answer."""
+    waiter = Waiter()
+    settings = agent_settings(tmp_path)
+    service = AgentService(settings, registry=registry_with(waiter), memory=InMemoryMemory())
+    app = create_agent_app(settings, service=service)
+    pool = ThreadPoolExecutor(1)
+    answer = pool.submit(post, app.test_client(), "execute", step_body("test.wait", {"word": "hi"}))
+    pool.shutdown(wait=False)
+    assert waiter.started.wait(5)
+    return service, waiter, app.test_client(), answer
+
+
+def cancel(client: FlaskClient, body: Any, **signing: Any) -> Any:
+    data = json.dumps(body).encode()
+    return client.post(
+        "/v1/steps/cancel",
+        data=data,
+        content_type="application/json",
+        headers=signed(data, "/v1/steps/cancel", **signing),
+    )
+
+
+def test_a_signed_cancel_stops_the_named_running_step_which_answers_as_usual(tmp_path: Path) -> None:
+    _service, _waiter, client, answer = _waiting_step(tmp_path)
+    other_step = cancel(client, {"run_id": 7, "step_index": 1, "target": "node-b"})
+    assert other_step.status_code == 200 and other_step.json == {"node": "node-b", "running": 0}
+    assert not answer.done()
+    refused = client.post("/v1/steps/cancel", json={"run_id": 7, "step_index": 0, "target": "node-b"})
+    assert refused.status_code == 401  # unsigned: nobody else may stop a step
+    foreign = cancel(client, {"run_id": 7, "step_index": 0, "target": "node-c"})
+    assert foreign.status_code == 403
+    assert cancel(client, {"run_id": "7", "step_index": 0, "target": "node-b"}).json["field"] == "run_id"
+    assert not answer.done()
+
+    stopped = cancel(client, {"run_id": 7, "step_index": 0, "target": "node-b"})
+    assert stopped.status_code == 200 and stopped.json["running"] == 1
+    response = answer.result(5)
+    assert response.status_code == 500 and response.json["error_class"] == "permanent"
+    assert "remediate is stopping" in response.json["message"]
+
+
+def test_a_stopping_agent_stops_its_running_steps_and_starts_no_new_one(tmp_path: Path) -> None:
+    service, _waiter, client, answer = _waiting_step(tmp_path)
+    assert service.stop_all() == 1  # what the worker's SIGTERM hook calls
+    assert "remediate is stopping" in answer.result(5).json["message"]
+    again = post(client, "execute", step_body("test.wait", {"word": "hi"}, run_id=8))
+    assert again.status_code == 503 and again.json["error_class"] == "retryable"  # the server may try again later
+    assert "is stopping" in again.json["message"]

@@ -1,0 +1,67 @@
+"""`remediate dry-run` exits 1 when every step's plan says it cannot act (finding 5): a training job
+whose process is gone gets nothing, so nothing would run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+from remediate.training.protocol import JobPaths, atomic_write_json, read_json
+from tests.support.cli import Cli
+from tests.support.training import LiveJob
+
+pytestmark = pytest.mark.usefixtures("clean_environment")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """(control root, playbooks directory holding the shipped loss-spike playbook)."""
+    root = tmp_path / "control"
+    root.mkdir()
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    shutil.copy(REPO / "playbooks" / "loss-spike.yaml", playbooks)
+    monkeypatch.setenv("REMEDIATE_TRAINING_CONTROL_ROOT", str(root))
+    monkeypatch.setenv("REMEDIATE_NODE_NAME", "gpu-node-1")  # a single host: the alerts' node is this one
+    return root, playbooks
+
+
+def spike(cli: Cli, playbooks: Path, tmp_path: Path, *extra: str) -> Result:
+    return cli(
+        "dry-run", "--alertname", "TrainingLossSpike", "--label", "training_job=j1", "--label", "node=gpu-node-1",
+        "--label", "severity=warning", "--playbooks", playbooks, "--database-url",
+        f"sqlite:///{tmp_path / 'absent.db'}", *extra,
+    )  # fmt: skip
+
+
+def test_dry_run_exits_1_when_the_job_is_gone_and_0_when_it_runs(
+    cli: Cli, training: tuple[Path, Path], tmp_path: Path
+) -> None:
+    root, playbooks = training
+    LiveJob(root, "j1").register()
+    alive = spike(cli, playbooks, tmp_path)
+    assert alive.exit_code == 0, alive.output
+    assert alive.stdout.strip().endswith("would run: yes")
+
+    paths = JobPaths(root, "j1")
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = read_json(paths.registration) | {"pid": int(finished.stdout), "last_poll_at": time.time() - 600}
+    atomic_write_json(paths.registration, gone, tmp_dir=paths.tmp)
+    dead = spike(cli, playbooks, tmp_path)
+    assert dead.exit_code == 1, dead.output
+    assert "nothing would change: every step's plan says it cannot act" in dead.stdout
+    assert f"process {gone['pid']} is not running" in dead.stdout
+    assert dead.stdout.strip().endswith("would run: no")
+    report = json.loads(spike(cli, playbooks, tmp_path, "--json").stdout)
+    playbook = report["alerts"][0]["playbooks"][0]
+    assert report["would_run"] is False and playbook["decision"] == "accepted" and playbook["would_run"] is False
+    assert [step["plan"]["can_act"] for step in playbook["steps"]] == [False, False]

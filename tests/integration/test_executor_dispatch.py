@@ -1,0 +1,195 @@
+"""The executor with a Dispatch: node steps of other nodes run on their agent (real HTTP on loopback),
+cluster steps and this node's steps run here, and /runs/<id> (run_detail) says where each step ran."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediate.actions.base import ActionRegistry, InMemoryMemory
+from remediate.actions.log import LogAction
+from remediate.agent import AgentService
+from remediate.engine import Engine
+from remediate.executor import Executor
+from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.runners import Dispatch, StaticAgents
+from remediate.store import Store
+from tests.conftest import alert_payload, notification_payload
+from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, serve_agent
+from tests.support.realsystems import free_port
+
+T0 = 1_767_225_600.0
+
+PLAYBOOK = {
+    "name": "echo-on-node",
+    "match": {"alertname": "Hot"},
+    "target": "node",
+    "cooldown": "0s",
+    "steps": [
+        {"name": "echo", "action": "test.echo", "with": {"word": "{{ labels.word }}"}, "retries": 2},
+        {"name": "note", "action": "log", "with": {"message": "echoed on {{ labels.Hostname }}"}},
+    ],
+}
+
+
+@pytest.fixture
+def node_b(tmp_path: Path) -> Iterator[tuple[str, Echo]]:
+    echo = Echo()
+    settings = agent_settings(tmp_path / "node-b", node_name="node-b")
+    service = AgentService(settings, registry=ActionRegistry([echo]), memory=InMemoryMemory())
+    with serve_agent(service, settings) as url:
+        yield url, echo
+
+
+@pytest.fixture
+def run_alert(store: Store) -> Callable[..., dict[str, Any]]:
+    """run_alert(agents, node=..., word=...) -> the run's detail after the executor drained it."""
+    local_echo = Echo()
+    registry = ActionRegistry([local_echo, LogAction()])
+    playbooks = PlaybookSet([parse_playbook(PLAYBOOK, registry)])
+    counter = iter(range(1000))
+
+    def run(agents: dict[str, str], *, node: str, word: str = "hello", retries: int = 2) -> dict[str, Any]:
+        dispatch = Dispatch(
+            directory=StaticAgents(agents), node_name="node-a", token=AGENT_TOKEN, retries=retries, retry_wait_max=0.01
+        )
+        executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
+        engine = Engine(store=store, playbooks=playbooks, registry=registry)
+        payload = notification_payload(
+            alert_payload("Hot", labels={"Hostname": node, "word": word}, fingerprint=f"{next(counter):016x}")
+        )
+        engine.ingest_body(json.dumps(payload).encode(), received_at=T0)
+        assert executor.drain() == 1
+        run_id = max(r["run_id"] for r in _runs(store))
+        return store.run_detail(run_id)
+
+    run.local_echo = local_echo  # type: ignore[attr-defined]
+    return run
+
+
+def _runs(store: Store) -> list[dict[str, Any]]:
+    from remediate.store import HistoryQuery
+
+    entries, _ = store.history(HistoryQuery(limit=1000))
+    return [e for e in entries if e["run_id"] is not None]
+
+
+def test_a_node_step_for_another_node_runs_on_its_agent_and_the_run_says_where(
+    run_alert: Callable[..., dict[str, Any]], node_b: tuple[str, Echo]
+) -> None:
+    url, remote_echo = node_b
+
+    run = run_alert({"node-b": url}, node="node-b", word="remote")
+
+    assert run["status"] == "succeeded", run
+    echo, note = run["steps"]
+    assert echo["where"] == "node"
+    assert echo["plan"] == {"would_echo": "remote", "remembered": None, "ran_on": f"node-b (agent {url})"}
+    assert echo["result"]["echoed"] == "remote"
+    assert echo["result"]["ran_on"] == f"node-b (agent {url})"
+    assert [c[0] for c in remote_echo.calls] == ["plan", "execute"]
+    assert run_alert.local_echo.calls == []  # type: ignore[attr-defined]
+    assert "ran_on" not in note["result"]  # a cluster step runs here, as always
+
+
+def test_a_node_step_for_the_servers_own_node_runs_here(
+    run_alert: Callable[..., dict[str, Any]], node_b: tuple[str, Echo]
+) -> None:
+    url, remote_echo = node_b
+
+    run = run_alert({"node-b": url}, node="node-a", word="local")
+
+    assert run["status"] == "succeeded", run
+    assert run["steps"][0]["result"]["ran_on"] == "node-a (server)"
+    assert remote_echo.calls == []
+    assert [c[0] for c in run_alert.local_echo.calls] == ["plan", "execute"]  # type: ignore[attr-defined]
+
+
+def test_an_unreachable_agent_fails_the_step_with_that_reason(run_alert: Callable[..., dict[str, Any]]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+
+    run = run_alert({"node-b": url}, node="node-b", retries=1)
+
+    assert run["status"] == "failed"
+    step = run["steps"][0]
+    assert step["status"] == "failed"
+    assert step["error"].startswith("plan failed: agent of node node-b unreachable (2 tries): agent " + url)
+    assert run_alert.local_echo.calls == []  # type: ignore[attr-defined]  # never falls back to this node
+
+
+def test_an_agent_that_goes_away_after_the_plan_makes_execute_retry_then_fail(
+    run_alert: Callable[..., dict[str, Any]], tmp_path: Path
+) -> None:
+    echo = Echo()
+    settings = agent_settings(tmp_path / "flaky", node_name="node-b")
+    service = AgentService(settings, registry=ActionRegistry([echo]), memory=InMemoryMemory())
+    with serve_agent(service, settings) as url:
+        original_plan = echo.plan
+
+        def plan_then_vanish(params: Any, ctx: Any) -> Any:
+            result = original_plan(params, ctx)
+            service.actions.clear()  # the agent "forgets" the action: executes now fail with 422
+            return result
+
+        echo.plan = plan_then_vanish  # type: ignore[method-assign]
+        run = run_alert({"node-b": url}, node="node-b")
+
+    assert run["status"] == "failed"
+    step = run["steps"][0]
+    assert "does not run on a node agent" in step["error"]
+    assert [a["outcome"] for a in step["attempts"]] == ["failed"]  # permanent: not retried
+
+
+def test_a_retryable_error_on_the_agent_is_retried_by_the_step(
+    run_alert: Callable[..., dict[str, Any]], node_b: tuple[str, Echo]
+) -> None:
+    url, remote_echo = node_b
+    calls = {"n": 0}
+    original = remote_echo.execute
+
+    def busy_once(params: Any, ctx: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return original({**params, "fail": "retryable"}, ctx)
+        return original(params, ctx)
+
+    remote_echo.execute = busy_once  # type: ignore[method-assign]
+    run = run_alert({"node-b": url}, node="node-b")
+
+    assert run["status"] == "succeeded", run
+    attempts = run["steps"][0]["attempts"]
+    assert [a["outcome"] for a in attempts] == ["retryable_error", "succeeded"]
+    assert f"device busy (on agent {url} of node node-b)" in attempts[0]["error"]
+
+
+def test_on_a_single_host_a_run_for_another_node_fails_and_nothing_runs_here(store: Store) -> None:
+    """Finding 13: without agents, a node step for node-b ran on this host (node-a): wrong GPUs, disks, jobs."""
+    from remediate.config import Settings
+
+    echo = Echo()
+    registry = ActionRegistry([echo, LogAction()])
+    playbooks = PlaybookSet([parse_playbook(PLAYBOOK, registry)])
+    dispatch = Dispatch.from_settings(Settings(node_name="node-a"))
+    executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
+    engine = Engine(store=store, playbooks=playbooks, registry=registry)
+    for index, (node, word) in enumerate((("node-b", "other"), ("node-a", "own"))):
+        payload = notification_payload(
+            alert_payload("Hot", labels={"Hostname": node, "word": word}, fingerprint=f"{index:016x}")
+        )
+        engine.ingest_body(json.dumps(payload).encode(), received_at=T0)
+    assert executor.drain() == 2
+
+    runs = {r["target"]: store.run_detail(r["run_id"]) for r in _runs(store)}
+    other, own = runs["node-b"], runs["node-a"]
+    assert other["status"] == "failed"
+    step = other["steps"][0]
+    assert step["status"] == "failed"
+    assert "node 'node-b' is not this host (node_name 'node-a'" in step["error"]
+    assert (step["plan"], step["attempts"]) == (None, [])  # refused at plan: never executed, never retried
+    assert own["status"] == "succeeded", own
+    assert own["steps"][0]["result"]["ran_on"] == "node-a (server)"
+    assert [(kind, params["word"]) for kind, params, _ in echo.calls] == [("plan", "own"), ("execute", "own")]

@@ -1,0 +1,557 @@
+"""k8s.* steps through the real engine, executor threads and SQLite store, against the test API server.
+
+- the storm: 100 node alerts at once on a 50-node cluster, two executors (separate stores, as two
+  gunicorn workers) with 3 threads each -> exactly the cap (min(10% of 50, 3) = 3) cordoned, every
+  other alert recorded (refused with the breaker's state, or a no-op on a node already held);
+- faults: a 30% failure rate of mixed faults (5xx, resets, time-outs before and after the change)
+  on every request while cordon -> taint -> drain runs on 8 nodes: every run ends recorded and no
+  change is made twice;
+- reset and the stale horizon, through ingest (decisions) and execution (queued runs);
+- the operator's side: GET /breaker, POST /breaker/reset, the remediate_breaker_open gauge, and
+  `remediate breaker status|reset`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from remediate.actions import default_registry
+from remediate.actions.base import ActionRegistry
+from remediate.actions.k8s import kube_actions
+from remediate.actions.log import LogAction
+from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
+from remediate.cli import main
+from remediate.config import Settings
+from remediate.engine import Engine
+from remediate.executor import Executor
+from remediate.kube import CORDONED_BY_RUN, KubeClient
+from remediate.metrics import exposition
+from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.runs import FINAL_RUN_STATUSES
+from remediate.server import build_services, create_app
+from remediate.store import HistoryQuery, Store
+from tests.conftest import alert_payload, notification_payload
+from tests.support.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.kube import FAST
+
+CORDON_ONLY = """
+name: xid-cordon
+match: {alertname: GPUXidCritical}
+target: node
+cooldown: 0s
+steps:
+  - action: k8s.cordon
+    retries: 2
+    timeout: 30s
+on_resolved:
+  - action: k8s.uncordon
+"""
+
+QUARANTINE = """
+name: xid-quarantine
+match: {alertname: GPUXidCritical}
+target: node
+cooldown: 0s
+steps:
+  - action: k8s.cordon
+    retries: 4
+    timeout: 60s
+  - action: k8s.taint
+    with: {key: remediate.io/gpu-xid, value: "{{ labels.xid }}"}
+    retries: 4
+    timeout: 60s
+  - action: k8s.drain
+    with: {timeout: 20, pdb_retry_interval: 0.05}
+    retries: 4
+    timeout: 60s
+"""
+
+
+@dataclass
+class Rig:
+    store: Store
+    engine: Engine
+    executors: list[Executor]
+    registry: ActionRegistry
+    settings: Settings
+
+    def ingest(self, *alerts: dict[str, Any], at: float | None = None) -> Any:
+        body = json.dumps(notification_payload(*alerts)).encode()
+        return self.engine.ingest_body(body, received_at=time.time() if at is None else at)
+
+    def start(self) -> None:
+        for executor in self.executors:
+            executor.start()
+
+    def wait_idle(self, timeout: float = 40.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            depth = self.store.queue_depth()
+            if depth["queued"] == 0 and depth["running"] == 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"runs still queued/running after {timeout}s: {self.store.queue_depth()}")
+
+    def entries(self) -> list[dict[str, Any]]:
+        entries, cursor = self.store.history(HistoryQuery(limit=1000))
+        assert cursor is None
+        return entries
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [self.store.run_detail(e["run_id"]) for e in self.entries() if e["run_id"] is not None]
+
+    @property
+    def breaker(self) -> CircuitBreaker:
+        return self.executors[0].breaker
+
+
+@pytest.fixture
+def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
+    built: list[tuple[Rig, list[Store]]] = []
+    clients: list[KubeClient] = []
+
+    def make(
+        playbook: str,
+        *,
+        executors: int = 1,
+        threads: int = 3,
+        fast: bool = False,
+        request_timeout: float = 0.5,
+        **settings_fields: Any,
+    ) -> Rig:
+        settings = Settings(kubeconfig=kubeconfig, kube_request_timeout=request_timeout, **settings_fields)
+        if fast:  # the k8s.* actions with short waits between API retries (fault tests)
+            client = KubeClient(kubeconfig=kubeconfig, request_timeout=request_timeout)
+            clients.append(client)
+            registry = ActionRegistry([LogAction(), *kube_actions(lambda: client, FAST)])
+        else:  # exactly what the server builds
+            registry = default_registry(settings)
+            clients.append(registry.get("k8s.cordon").client)  # type: ignore[attr-defined]
+        url = f"sqlite:///{tmp_path / 'r.db'}"
+        stores = [Store.open(url) for _ in range(executors)]
+        limits = limits_from_settings(settings)
+        runners = [
+            Executor(
+                store=s,
+                registry=registry,
+                threads=threads,
+                poll_interval=0.02,
+                retry_wait_max=0.05,
+                breaker=CircuitBreaker(s.breaker_ledger, s.breaker_view, limits=limits),
+            )
+            for s in stores
+        ]
+        parsed = PlaybookSet([parse_playbook(yaml.safe_load(playbook), registry, source="pb.yaml")])
+        engine = Engine(
+            store=stores[0],
+            playbooks=parsed,
+            registry=registry,
+            on_queued=lambda: [r.wake() for r in runners],
+            breaker_stale_horizon=settings.breaker_stale_horizon,
+        )
+        rig = Rig(stores[0], engine, runners, registry, settings)
+        built.append((rig, stores))
+        return rig
+
+    yield make
+    for rig, stores in built:
+        for executor in rig.executors:
+            executor.stop()
+        for store in stores:
+            store.close()
+    for client in clients:
+        client.close()
+
+
+def xid_alert(
+    node: str, *, gpu: str = "0", xid: str = "79", status: str = "firing", starts_at: str | None = None
+) -> dict[str, Any]:
+    return alert_payload(
+        "GPUXidCritical",
+        status=status,
+        labels={"Hostname": node, "gpu": gpu, "xid": xid, "severity": "critical"},
+        starts_at=starts_at or _iso(datetime.now(UTC) - timedelta(seconds=30)),
+    )
+
+
+def _iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# --------------------------------------------------------------------------- the storm
+
+
+def test_a_storm_of_100_node_alerts_on_50_nodes_cordons_at_most_the_cap_and_records_the_rest(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    nodes = cluster(kube_api, 50)
+    rig = make_rig(CORDON_ONLY, executors=2, threads=3)
+    alerts = [xid_alert(node, gpu=str(gpu)) for gpu in (0, 1) for node in nodes]
+    batches = [alerts[i : i + 25] for i in range(0, 100, 25)]
+    rig.start()
+    start = threading.Barrier(len(batches))
+
+    def send(batch: list[dict[str, Any]]) -> None:
+        start.wait()
+        rig.ingest(*batch)
+
+    senders = [threading.Thread(target=send, args=(b,)) for b in batches]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+    rig.wait_idle()
+
+    cordoned = sorted(n for n in nodes if kube_api.node(n)["spec"].get("unschedulable"))
+    assert len(cordoned) == 3  # min(10% of 50 nodes, 3)
+    assert len(kube_api.changes_of("cordon")) == 3
+    assert all(CORDONED_BY_RUN in kube_api.node(n)["metadata"]["annotations"] for n in cordoned)
+
+    entries = rig.entries()
+    assert len(entries) == 100  # every alert has a decision
+    by_outcome: dict[str, int] = {}
+    for entry in entries:
+        if entry["run_id"] is None:
+            assert entry["decision"] == "breaker_open", entry
+            assert entry["reason"].startswith("breaker open since")
+            key = "refused at ingest"
+        else:
+            run = rig.store.run_detail(entry["run_id"])
+            assert run["status"] in ("succeeded", "failed")
+            step = run["steps"][0]
+            if run["status"] == "failed":
+                assert step["error"].startswith("breaker open: refused to cordon node "), step["error"]
+                assert "cap 3 of 50 nodes" in step["error"]
+                key = "refused"
+            else:
+                assert step["result"]["node"] in cordoned
+                key = step["result"]["outcome"]
+        by_outcome[key] = by_outcome.get(key, 0) + 1
+    assert by_outcome["cordoned"] == 3
+    assert by_outcome.get("already_cordoned_by_remediate", 0) <= 3  # the second GPU of a cordoned node
+    assert by_outcome.get("refused", 0) + by_outcome.get("refused at ingest", 0) >= 94
+    status = rig.breaker.status()
+    assert status["open"] is True
+    assert status["held_nodes"] == cordoned
+    assert status["refused"] == by_outcome.get("refused", 0)
+    assert b"remediate_breaker_open 1.0" in _metrics(rig.store)
+
+
+def _metrics(store: Store) -> bytes:
+    from prometheus_client import CollectorRegistry
+
+    return exposition(CollectorRegistry(), store)
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def test_with_30_percent_of_requests_failing_every_run_ends_recorded_and_nothing_is_done_twice(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    nodes = cluster(kube_api, 8)
+    for node in nodes:
+        for index in range(3):
+            kube_api.add_pod("ml", f"{node}-train-{index}", node, labels={"app": "train"})
+        kube_api.add_pod("kube-system", f"dcgm-{node}", node, owner="DaemonSet", owner_name="dcgm")
+    rig = make_rig(
+        QUARANTINE, threads=4, fast=True, request_timeout=0.25, breaker_max_fraction=1.0, breaker_max_nodes=100
+    )
+    fault = kube_api.inject("mixed", rate=0.3, delay=0.4)
+    rig.ingest(*[xid_alert(node) for node in nodes])
+    rig.start()
+    rig.wait_idle(timeout=50)
+    kube_api.clear_faults()
+
+    requests = len(kube_api.requests)
+    assert requests > 150 and 0.2 < fault.fired / requests < 0.4, (fault.fired, requests)
+
+    runs = rig.runs()
+    assert len(runs) == 8
+    for run in runs:
+        assert run["status"] in FINAL_RUN_STATUSES
+        if run["status"] == "failed":
+            assert run["error"], run
+        for step in run["steps"]:
+            assert step["status"] in ("succeeded", "failed", "skipped"), step
+            if step["status"] == "failed":
+                assert step["error"]
+    # No change was made twice, whatever was retried.
+    for node in nodes:
+        assert len(kube_api.changes_of("cordon", node)) <= 1
+        assert len(kube_api.changes_of("taint+", node)) <= 1
+        reasons = [e["reason"] for e in kube_api.events_about(node)]
+        assert len(reasons) == len(set(reasons)), reasons
+    evicted = [c.target for c in kube_api.changes_of("evict")]
+    assert len(evicted) == len(set(evicted))
+    assert kube_api.changes_of("uncordon") == [] and kube_api.changes_of("taint-") == []
+    # What the history says matches the cluster.
+    succeeded = [r for r in runs if r["status"] == "succeeded"]
+    assert succeeded, "with retries most runs get through"
+    for run in succeeded:
+        node = run["target"]
+        state = kube_api.node(node)
+        assert state["spec"]["unschedulable"] is True
+        assert state["metadata"]["annotations"][CORDONED_BY_RUN] == str(run["id"])
+        assert any(t["key"] == "remediate.io/gpu-xid" for t in state["spec"]["taints"])
+        left = [p for (ns, name), p in kube_api.pods.items() if p["spec"].get("nodeName") == node]
+        assert [p["metadata"]["name"] for p in left] == [f"dcgm-{node}"]
+        # Recording an event is best effort: one whose every attempt met a fault is named in the step's result.
+        recorded = [e["reason"] for e in kube_api.events_about(node)]
+        reported_missing = [
+            step["result"]["event"]["reason"]
+            for step in run["steps"]
+            if "error" in ((step.get("result") or {}).get("event") or {})
+        ]
+        assert not set(recorded) & set(reported_missing), (recorded, reported_missing)
+        assert sorted(recorded + reported_missing) == ["RemediateCordoned", "RemediateDrained", "RemediateTainted"]
+    for node in nodes:  # a node is never cordoned without remediate's mark
+        state = kube_api.node(node)
+        if state["spec"].get("unschedulable"):
+            assert CORDONED_BY_RUN in state["metadata"]["annotations"]
+
+
+# --------------------------------------------------------------------------- reset and stale
+
+
+def test_after_a_reset_old_alerts_are_stale_at_ingest_and_at_execution_and_new_ones_run(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    cluster(kube_api, 10)
+    rig = make_rig(CORDON_ONLY, breaker_max_nodes=1, breaker_stale_horizon=600)
+    two_hours_ago = _iso(datetime.now(UTC) - timedelta(hours=2))
+
+    # An old alert accepted while the breaker is closed; its run waits in the queue (no executor yet).
+    old = xid_alert("gpu-node-05", starts_at=two_hours_ago)
+    assert rig.ingest(old).decisions[0].decision.value == "accepted"
+    # Other workers trip the breaker meanwhile.
+    rig.breaker.acquire("gpu-node-00", kind="cordon", run_id=9001, cluster_nodes=10)
+    with pytest.raises(BreakerOpen):
+        rig.breaker.acquire("gpu-node-01", kind="cordon", run_id=9002, cluster_nodes=10)
+
+    # While open: new firing alerts of breaker-gated playbooks are refused at ingest, with the state...
+    refused = rig.ingest(xid_alert("gpu-node-02"))
+    assert refused.decisions[0].decision.value == "breaker_open"
+    assert "would make 2 nodes held by remediate" in refused.decisions[0].reason
+    # ... and undo (on_resolved) never is.
+    assert rig.ingest({**old, "status": "resolved", "endsAt": _iso(datetime.now(UTC))}).decisions[0].decision.value == (
+        "accepted"
+    )
+
+    rig.breaker.release("gpu-node-00", run_id=9003)
+    assert rig.breaker.reset(by="oncall", reason="checked: one bad GPU")["open"] is False
+
+    stale = rig.ingest(xid_alert("gpu-node-06", starts_at=two_hours_ago))
+    assert stale.decisions[0].decision.value == "stale"
+    assert "older than the stale horizon 10m" in stale.decisions[0].reason
+    assert rig.ingest(xid_alert("gpu-node-03")).decisions[0].decision.value == "accepted"
+
+    rig.start()
+    rig.wait_idle()
+    runs = {(r["target"], r["phase"]): r for r in rig.runs()}
+    old_run = runs[("gpu-node-05", "firing")]
+    assert old_run["status"] == "failed"  # queued before the reset, older than the horizon
+    assert old_run["steps"][0]["error"].startswith("stale: the alert started at")
+    assert runs[("gpu-node-05", "resolved")]["status"] == "succeeded"  # nothing to uncordon: left alone
+    assert runs[("gpu-node-05", "resolved")]["steps"][0]["result"]["outcome"] == "left_alone"
+    assert runs[("gpu-node-03", "firing")]["status"] == "succeeded"
+    assert kube_api.node("gpu-node-03")["spec"]["unschedulable"] is True
+    assert [c.target for c in kube_api.changes_of("cordon")] == ["gpu-node-03"]
+    kinds = {e["decision"] for e in rig.entries()}
+    assert {"accepted", "breaker_open", "stale"} <= kinds
+
+
+# --------------------------------------------------------------------------- HTTP, metrics, CLI
+
+
+def test_the_breaker_over_http_status_reset_auth_and_gauge(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path
+) -> None:
+    cluster(kube_api, 4)
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    (playbooks / "pb.yaml").write_text(CORDON_ONLY)
+    settings = Settings(
+        token="w-token",
+        operator_token="o-token",
+        read_token="r-token",
+        playbooks=playbooks,
+        database_url=f"sqlite:///{tmp_path / 'r.db'}",
+        kubeconfig=kubeconfig,
+        kube_request_timeout=0.5,
+        breaker_max_nodes=1,
+        breaker_max_fraction=1.0,
+    )
+    services = build_services(settings)
+    client = create_app(settings, services=services).test_client()
+    write, read = {"Authorization": "Bearer w-token"}, {"Authorization": "Bearer r-token"}
+    operator = {"Authorization": "Bearer o-token"}
+    try:
+        assert client.get("/breaker").status_code == 401
+        closed = client.get("/breaker", headers=read).get_json()
+        assert closed["open"] is False and closed["limits"]["max_nodes"] == 1
+
+        for node in ("gpu-node-00", "gpu-node-01"):
+            body = notification_payload(xid_alert(node))
+            assert client.post("/webhook", json=body, headers=write).status_code == 200
+            services.executor.drain()
+        opened = client.get("/breaker", headers=read).get_json()
+        assert opened["open"] is True and opened["tripped_node"] == "gpu-node-01"
+        assert opened["held_nodes"] == ["gpu-node-00"] and opened["cap"] == 1
+        assert b"remediate_breaker_open 1.0" in client.get("/metrics").data
+
+        assert client.post("/breaker/reset", json={"by": "x"}, headers=read).status_code == 403
+        assert client.post("/breaker/reset", json={"by": "x"}, headers=write).status_code == 403
+        reset = client.post("/breaker/reset", json={"by": "alice", "reason": "ok"}, headers=operator).get_json()
+        assert reset["open"] is False and reset["reset_reason"] == "ok"
+        assert reset["reset_by"] == "operator (note: alice)"
+        assert b"remediate_breaker_open 0.0" in client.get("/metrics").data
+        history = client.get("/history", headers=read).get_json()["entries"]
+        failed = [e for e in history if e["status"] == "failed"]
+        assert failed and failed[0]["run"]["error"].startswith("step 0 ")
+        assert "breaker open: refused to cordon node gpu-node-01" in failed[0]["run"]["error"]
+    finally:
+        services.executor.registry.get("k8s.cordon").client.close()  # type: ignore[attr-defined]
+        services.store.close()
+
+
+def test_remediate_breaker_status_and_reset_on_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("REMEDIATE_CONFIG", "REMEDIATE_TOKEN", "REMEDIATE_DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    store = Store.open(url)
+    breaker = CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(Settings()))
+    for index in range(3):
+        breaker.acquire(f"gpu-{index}", kind="cordon", run_id=index + 1, cluster_nodes=50)
+    with pytest.raises(BreakerOpen):
+        breaker.acquire("gpu-3", kind="cordon", run_id=4, cluster_nodes=50)
+    store.close()
+    runner = CliRunner()
+
+    status = runner.invoke(main, ["breaker", "status", "--database-url", url], catch_exceptions=False)
+    assert status.exit_code == 0, status.output
+    assert "breaker: OPEN since" in status.output
+    assert "held by remediate now (3): gpu-0, gpu-1, gpu-2" in status.output
+    assert "cap: 3 = min(10% of 50 nodes = 5, max_nodes 3)" in status.output
+
+    reset = runner.invoke(
+        main,
+        ["breaker", "reset", "--database-url", url, "--by", "bob", "--reason", "false alarm"],
+        catch_exceptions=False,
+    )
+    assert reset.exit_code == 0, reset.output
+    assert "circuit breaker reset by bob: false alarm" in reset.output
+    as_json = runner.invoke(main, ["breaker", "status", "--database-url", url, "--json"], catch_exceptions=False)
+    data = json.loads(as_json.output)
+    assert data["open"] is False and data["reset_by"] == "bob"
+
+    missing = runner.invoke(main, ["breaker", "status", "--database-url", f"sqlite:///{tmp_path / 'none.db'}"])
+    assert missing.exit_code == 2 and "no database at" in missing.output
+
+
+# --------------------------------------------------------------------------- transient plan errors (finding 14)
+
+
+def _cordon_runs(rig: Rig) -> list[dict[str, Any]]:
+    return sorted(rig.runs(), key=lambda run: run["id"])
+
+
+def test_an_api_blip_shorter_than_the_step_retries_during_the_plan_still_cordons(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Finding 14: 503s on `GET nodes/X` past the client's own attempts failed the plan at once (attempts: [])."""
+    (node,) = cluster(kube_api, 1)
+    rig = make_rig(CORDON_ONLY, fast=True)  # retries: 2 -> up to 3 plan tries of 4 API attempts each
+    fault = kube_api.inject("status", method="GET", path=f"/api/v1/nodes/{node}$", status=503, times=6)
+
+    rig.ingest(xid_alert(node))
+    rig.start()
+    rig.wait_idle()
+
+    (run,) = _cordon_runs(rig)
+    assert run["status"] == "succeeded", run
+    assert fault.fired == 6
+    assert kube_api.node(node)["spec"]["unschedulable"] is True
+    assert [a["outcome"] for a in run["steps"][0]["attempts"]] == ["succeeded"]
+
+
+def test_a_run_that_failed_transiently_before_changing_anything_runs_again_on_the_next_delivery(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Finding 14: past the retry budget the run fails; AlertManager's re-send used to be a `duplicate`."""
+    (node,) = cluster(kube_api, 1)
+    rig = make_rig(CORDON_ONLY.replace("cooldown: 0s", "cooldown: 30m"), fast=True)
+    fault = kube_api.inject("status", method="GET", path=f"/api/v1/nodes/{node}$", status=503, times=12)
+    alert = xid_alert(node)
+
+    rig.ingest(alert)
+    rig.start()
+    rig.wait_idle()
+    (failed,) = _cordon_runs(rig)
+    assert failed["status"] == "failed"
+    assert fault.fired == 12
+    assert "plan failed" in failed["error"] and "503" in failed["error"] and "(3 tries)" in failed["error"]
+    assert failed["steps"][0]["attempts"] == []
+    assert failed["rerunnable"] is True
+    assert not kube_api.node(node)["spec"].get("unschedulable")
+
+    again = rig.ingest(alert)  # the same occurrence, re-sent by AlertManager (repeat_interval)
+    (decision,) = again.decisions
+    assert decision.decision.value == "accepted", decision.reason
+    assert f"runs again: run {failed['id']} failed before changing anything" in decision.reason
+    rig.wait_idle()
+
+    old, new = _cordon_runs(rig)
+    assert (old["id"], old["status"], old["superseded_by"]) == (failed["id"], "failed", new["id"])
+    assert new["status"] == "succeeded", new
+    assert kube_api.node(node)["spec"]["unschedulable"] is True
+    # A third delivery is a duplicate of the run that succeeded.
+    (third,) = rig.ingest(alert).decisions
+    assert third.decision.value == "duplicate"
+    assert str(new["id"]) in third.reason
+
+
+# --------------------------------------------------------------------------- notify anyway (finding 15)
+
+
+def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refused(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Finding 15: a drain refused before evicting (a pod with emptyDir data) failed the run, and the
+    notify step after it never ran."""
+    from tests.support.realsystems import WebhookRecorder
+
+    (node,) = cluster(kube_api, 1)
+    kube_api.add_pod("ml", "scratch-job-0", node, emptydir=True)
+    shipped = (Path(__file__).resolve().parents[2] / "playbooks" / "gpu-xid-quarantine.yaml").read_text()
+    with WebhookRecorder(path="/remediate-events") as recorder:
+        rig = make_rig(shipped.replace("http://127.0.0.1:9099/remediate-events", recorder.url))
+        rig.ingest(xid_alert(node))
+        rig.start()
+        rig.wait_idle()
+
+        (run,) = _cordon_runs(rig)
+        steps = {step["name"]: step for step in run["steps"]}
+        assert run["status"] == "failed"
+        assert run["error"].startswith("step 2 drain (k8s.drain)")
+        assert [steps[name]["status"] for name in ("cordon", "taint", "drain", "notify")] == [
+            "succeeded",
+            "succeeded",
+            "failed",
+            "succeeded",
+        ]
+        assert steps["notify"]["always"] is True
+        (posted,) = recorder.requests
+        assert posted.json["run_id"] == run["id"]
+        assert kube_api.pod("ml", "scratch-job-0") is not None  # refused: nothing evicted

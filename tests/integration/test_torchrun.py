@@ -1,0 +1,219 @@
+"""Issue 15, findings 1-3 end to end with the real launcher: `torchrun --nproc_per_node 2 --standalone`, gloo, CPU.
+
+The job is tests/support/jobs/torchrun_job.py, written like docs/training-protocol.md's torchrun
+example; this process plays remediate and runs the real `training.rollback` / `training.scale_lr`
+actions against the job's control directory with a StepContext, as the executor would. Each rank
+records what it applied (step, lr, weights checksum) in <out>/rank<r>.jsonl, so the checks compare
+the two ranks with each other and with what the acknowledgement and the plan say.
+
+About 35 s on 2 cores, most of it four torchrun launches (each rank imports torch).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediate.actions.base import StepContext
+from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
+from remediate.alerts import alert_ref
+from remediate.training.protocol import JobPaths, this_host
+from tests.support.realsystems import wait_until
+from tests.support.training import require
+
+require("torch")
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "torchrun_job.py"
+JOB = "tr-job"
+LABELS = ("training_job", "pod")
+
+
+class Torchrun:
+    """One `python -m torch.distributed.run --nproc_per_node 2 --standalone torchrun_job.py ...` and its output."""
+
+    def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
+        self.out = workdir / name
+        self.out.mkdir()
+        self.log = self.out / "torchrun.log"
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+                   str(SCRIPT), "--root", str(root), "--job", JOB, "--checkpoints", str(self.out / "ckpt"),
+                   "--out", str(self.out), *args]  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            "OMP_NUM_THREADS": "1",
+        }
+        self._log = self.log.open("wb")
+        # Its own session: the teardown can end the launcher and both ranks together, and nothing else.
+        self.proc = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True
+        )
+
+    def events(self, rank: int, name: str) -> list[dict[str, Any]]:
+        path = self.out / f"rank{rank}.jsonl"
+        if not path.exists():
+            return []
+        lines = path.read_text().splitlines()
+        return [e for e in (json.loads(line) for line in lines if line.endswith("}")) if e["event"] == name]
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, rank: int, name: str, count: int = 1, timeout: float = 30.0) -> list[dict[str, Any]]:
+        def found() -> list[dict[str, Any]] | None:
+            events = self.events(rank, name)
+            if len(events) >= count:
+                return events
+            if self.proc.poll() is not None:
+                raise AssertionError(f"torchrun exited ({self.proc.returncode}) before rank {rank}'s {name!r}:\n"
+                                     f"{self.text()[-3000:]}")  # fmt: skip
+            return None
+
+        return wait_until(found, timeout, interval=0.05, message=f"rank {rank} never recorded {count} {name!r}")
+
+    def finish(self, timeout: float = 30.0) -> None:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"torchrun did not finish within {timeout} s:\n{self.text()[-3000:]}") from None
+        assert code == 0, f"torchrun exited {code}:\n{self.text()[-3000:]}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # torchrun passes it on to its workers
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+
+@pytest.fixture
+def torchrun(tmp_path: Path) -> Iterator[Any]:
+    started: list[Torchrun] = []
+    root = tmp_path / "control"
+    root.mkdir()
+
+    def start(name: str, *args: str) -> Torchrun:
+        job = Torchrun(tmp_path, root, name, *args)
+        started.append(job)
+        return job
+
+    start.root = root  # type: ignore[attr-defined]
+    yield start
+    for job in started:
+        job.stop()
+
+
+def _ctx(run_id: int, step_index: int, starts_at: float | None = None) -> StepContext:
+    started = datetime.fromtimestamp(time.time() if starts_at is None else starts_at, UTC)
+    alert = alert_ref({"labels": {"training_job": JOB}, "fingerprint": f"tr{run_id}",
+                       "startsAt": started.isoformat(timespec="microseconds").replace("+00:00", "Z")})  # fmt: skip
+    return StepContext(run_id=run_id, step_index=step_index, playbook="loss-spike", target="node", alert=alert,
+                       deadline=time.monotonic() + 30)  # fmt: skip
+
+
+def _both_ranks(job: Torchrun, name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    return job.events(0, name), job.events(1, name)
+
+
+def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_rank0s_pid(torchrun: Any) -> None:
+    first = torchrun("first", "--stop-after", "1")
+    (registered,) = first.wait_for(0, "registered")
+    assert registered["world_size"] == 2
+    pid = registered["pid"]
+    first.wait_for(0, "checkpoint")  # polling: its job.json is fresh
+
+    # The same torchrun command again, same name, same control root: rank 0's register() must refuse.
+    second = torchrun("second", "--stop-after", "1")
+    wait_until(lambda: second.proc.poll() is not None or second.events(0, "registered"), 40, interval=0.05,
+               message="the second torchrun job neither registered nor stopped")  # fmt: skip
+    assert not second.events(0, "registered"), "a second live job registered the name another job holds"
+    assert second.proc.wait(30) != 0
+    output = second.text()
+    assert "JobNameInUse" in output and f"process {pid} on host {this_host()}" in output, output[-3000:]
+    assert JobPaths(torchrun.root, JOB).read_registration().pid == pid  # job.json left alone
+
+    scale = TrainingScaleLrAction(torchrun.root, LABELS)
+    params = scale.validate({"factor": 0.5, "min_lr": 0.001, "timeout": 10})
+    plan = scale.plan(params, _ctx(1, 0))
+    assert plan["pid"] == pid and plan["world_size"] == 2 and plan["alive"] is True
+    scaled = scale.execute(params, _ctx(1, 0))
+    first.finish()
+
+    # The acknowledgement names the process that applied it: rank 0, the pid the plan saw.
+    ack = json.loads(JobPaths(torchrun.root, JOB).ack(scaled["command_id"]).read_text())
+    assert (ack.get("pid"), ack.get("host")) == (plan["pid"], this_host())
+    assert ack["job"]["rank"] == 0 and ack["job"]["world_size"] == 2
+    assert scaled["status"] == "applied" and scaled["applied_by_pid"] == pid
+    assert scaled["lr_before"] == [0.05] and scaled["lr_after"] == [0.025]
+    zero, one = _both_ranks(first, "applied")
+    assert [e["lr"] for e in zero] == [e["lr"] for e in one] == [0.025]
+    assert zero[0]["iteration"] == one[0]["iteration"]
+
+
+def test_finding2_rollback_never_restores_the_spike_checkpoint_and_both_ranks_end_equal(torchrun: Any) -> None:
+    # Losses ~2, then bad data from batch 30 (a checkpoint step): loss ~133 there; the model then fits the
+    # bad data, so the checkpoints after it look fine again (loss ~2-4) with far-off weights.
+    job = torchrun("spike", "--spike-at", "30", "--stop-after", "1")
+    saved = {e["step"]: e for e in job.wait_for(0, "checkpoint", count=12)}  # up to step 60
+    assert saved[30]["loss"] > 100 and all(saved[s]["loss"] < 4 for s in (5, 10, 15, 20, 25)), saved
+    # The alert started just before the spike checkpoint was saved.
+    starts_at = (saved[25]["saved_at"] + saved[30]["saved_at"]) / 2
+    after_alert = [s for s in saved if s >= 30]
+
+    rollback = TrainingRollbackAction(torchrun.root, LABELS)
+    params = rollback.validate({"checkpoint": "latest_good", "min_steps_back": 10, "skip_batches": 0})
+    rolled = rollback.execute(params, _ctx(2, 0, starts_at))
+    job.finish()
+
+    assert rolled["status"] == "applied"
+    assert rolled["checkpoint"]["step"] == 25, rolled["detail"]
+    zero, one = _both_ranks(job, "applied")
+    assert len(zero) == len(one) == 1 and zero[0]["step_after"] == one[0]["step_after"] == 25
+    # Both ranks hold the weights of the checkpoint saved before the spike, bit for bit.
+    assert zero[0]["checksum"] == one[0]["checksum"] == saved[25]["checksum"]
+    assert all(abs(zero[0]["checksum"] - saved[s]["checksum"]) > 0.5 for s in after_alert), saved
+    finals = _both_ranks(job, "final")
+    assert finals[0][0]["checksum"] == finals[1][0]["checksum"]
+
+    # The spike checkpoint was not marked good even without good_loss_below (the relative default), while
+    # the later ones that fit the bad data were: only saved_before kept them out.
+    assert saved[30]["good"] is False
+    assert [s for s in after_alert if saved[s]["good"]], saved
+
+
+def test_finding3_an_lr_cut_during_a_slow_skip_is_acknowledged_and_applied_on_both_ranks(torchrun: Any) -> None:
+    # 0.25 s per batch, skipped or not; the rollback skips 40 batches (10 s).
+    job = torchrun("slow", "--batch-seconds", "0.25", "--checkpoint-every", "2", "--stop-after", "2", "--linger", "3")
+    job.wait_for(0, "checkpoint", count=3)
+    rollback, scale = TrainingRollbackAction(torchrun.root, LABELS), TrainingScaleLrAction(torchrun.root, LABELS)
+    rolled = rollback.execute(
+        rollback.validate({"checkpoint": "latest_good", "min_steps_back": 2, "skip_batches": 40}), _ctx(3, 0)
+    )
+    assert rolled["status"] == "applied" and rolled["batches_skipped"] == 40
+    scaled = scale.execute(scale.validate({"factor": 0.5, "min_lr": 0.001, "timeout": 8}), _ctx(3, 1))
+    assert scaled["status"] == "applied" and scaled["lr_after"] == [0.025]
+    assert scaled["acknowledged_after_s"] < 2, scaled  # a batch or two, not the 10 s skip
+    job.finish()
+
+    zero, one = _both_ranks(job, "applied")
+    assert [(e["iteration"], e["lr"], e["while_skipping"]) for e in zero] == [
+        (e["iteration"], e["lr"], e["while_skipping"]) for e in one
+    ]
+    assert [e["lr"] for e in zero] == [0.05, 0.025] and zero[1]["while_skipping"] is True
+    finals = _both_ranks(job, "final")
+    assert finals[0][0]["lr"] == finals[1][0]["lr"] == 0.025
+    assert finals[0][0]["skipped"] == finals[1][0]["skipped"] > 0

@@ -1,0 +1,102 @@
+"""Multi-rank: a real 2-process gloo group on the CPU; rank 0 reads the inbox, every rank applies at the same step.
+
+The two ranks (tests/support/jobs/ddp_worker.py, spawned with torch.multiprocessing) train a
+DistributedDataParallel model; this process plays remediate: it runs the real
+`training.rollback` and `training.scale_lr` actions against the job's control directory,
+exactly as the executor would, and then checks what each rank recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from remediate.actions.base import StepContext
+from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
+from remediate.alerts import alert_ref
+from remediate.training import JobNameInUse, TrainingControl
+from remediate.training.protocol import JobPaths, ProtocolError
+from tests.support.realsystems import free_port, wait_until
+from tests.support.training import require
+
+torch = require("torch")
+LABELS = ("training_job", "pod")
+
+
+def _ctx(step_index: int) -> StepContext:
+    # startsAt is now: the checkpoints the job saved so far were saved before the alert (rollback's saved_before).
+    starts_at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    alert = {"labels": {"training_job": "ddp-job"}, "fingerprint": "ddp", "startsAt": starts_at}
+    return StepContext(run_id=7, step_index=step_index, playbook="loss-spike", target="node", alert=alert_ref(alert),
+                       deadline=time.monotonic() + 30)  # fmt: skip
+
+
+def _registered_step(root: Path) -> int:
+    try:
+        return JobPaths(root, "ddp-job").read_registration().last_step or 0
+    except (FileNotFoundError, ProtocolError):
+        return 0
+
+
+def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: Path) -> None:
+    from tests.support.jobs import ddp_worker
+
+    root, checkpoints, out = tmp_path / "control", tmp_path / "ckpt", tmp_path / "out"
+    for path in (root, checkpoints, out):
+        path.mkdir()
+    context = torch.multiprocessing.start_processes(
+        ddp_worker.run,
+        args=(str(root), str(checkpoints), free_port(), str(out)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
+    try:
+        wait_until(lambda: _registered_step(root) >= 22, 60, interval=0.05, message="the job never reached step 22")
+        rollback, scale = TrainingRollbackAction(root, LABELS), TrainingScaleLrAction(root, LABELS)
+        # 400 batches to skip (~2 s): the lr cut arrives while both ranks skip, and is applied there.
+        params = rollback.validate({"checkpoint": "latest_good", "min_steps_back": 10, "skip_batches": 400})
+        plan = rollback.plan(params, _ctx(0))
+        assert plan["world_size"] == 2 and plan["alive"] is True
+        # The name is held by rank 0 for the job's life: another process cannot register it meanwhile.
+        with pytest.raises(JobNameInUse, match=f"process {plan['pid']} on host"):
+            TrainingControl("ddp-job", root=root, wake_signal=None).register()
+        assert JobPaths(root, "ddp-job").read_registration().pid == plan["pid"]
+        assert plan["checkpoint"] is not None
+        rolled = rollback.execute(params, _ctx(0))
+        scaled = scale.execute(scale.validate({"factor": 0.5, "min_lr": 0.001}), _ctx(1))
+        while not context.join(timeout=30):
+            pass
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+
+    # The acknowledgements (what the step results record) speak for both ranks.
+    assert rolled["status"] == "applied" and rolled["acknowledged_by"]["world_size"] == 2
+    assert rolled["step_after"] == rolled["checkpoint"]["step"] <= rolled["step_before"] - 10
+    assert rolled["batches_skipped"] == 400
+    assert scaled["lr_before"] == [0.05] and scaled["lr_after"] == [0.025]
+    assert [a["status"] for a in ranks[0]["acks"]] == ["applied", "applied"]
+    assert plan["pid"] == ranks[0]["pid"]  # the planned process is the one that acknowledged, and says so
+    assert {(a["pid"], a["host"]) for a in ranks[0]["acks"]} == {(ranks[0]["pid"], rolled["acknowledged_by"]["host"])}
+    assert ranks[1]["acks"] == []  # only rank 0 writes acknowledgements
+
+    # Every rank applied each command at the same iteration and ended in the same state.
+    first, second = ranks[0]["events"], ranks[1]["events"]
+    assert len(first) == len(second) == 2
+    for a, b in zip(first, second, strict=True):
+        for key in ("iteration", "step_before", "step_after", "weight", "lr_after", "base_lrs"):
+            assert a[key] == b[key], key
+    assert first[0]["step_after"] == rolled["step_after"] and first[0]["step_before"] == rolled["step_before"]
+    assert first[1]["lr_after"] == 0.025 and first[1]["base_lrs"] == [0.025]
+    assert first[1].get("while_skipping") is True and second[1].get("while_skipping") is True
+    assert scaled["acknowledged_after_s"] < 2
+    assert ranks[0]["batches_skipped"] == ranks[1]["batches_skipped"] > 0
+    assert ranks[0]["final_weight"] == ranks[1]["final_weight"]

@@ -1,0 +1,162 @@
+"""Real job processes on one control root (issue 15, findings 1-3): the job name is held by one live
+process, every acknowledgement names the pid that applied it, a checkpoint saved during a spike is
+never restored, and commands are served while the quick-start loop skips slow batches.
+
+The job is tests/support/jobs/plain_job.py, a torch-free loop written like the docs' quick start;
+remediate's side is played by `deliver` and `wait_for_ack` (the same files the agent writes/reads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediate.training.protocol import APPLIED, JobPaths, this_host
+from tests.support.training import deliver, wait_for_ack
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "plain_job.py"
+
+
+class Job:
+    """One plain_job.py process and its output."""
+
+    def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
+        self.log = workdir / f"{name}-{time.monotonic_ns()}.log"
+        command = [sys.executable, str(SCRIPT), "--root", str(root), "--job", name,
+                   "--checkpoints", str(workdir / f"ckpt-{name}"), *args]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        self._out = self.log.open("wb")
+        self.proc = subprocess.Popen(command, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        lines = self.text().splitlines()
+        events = [json.loads(line[len("EVENT ") :]) for line in lines if line.startswith("EVENT ")]
+        return [e for e in events if e["event"] == name]
+
+    def wait_for(self, name: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = self.events(name)
+            if len(found) >= count:
+                return found
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no {name!r} event (exit code {self.proc.poll()}):\n{self.text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        self._out.close()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Any]:
+    started: list[Job] = []
+    root = tmp_path / "control"
+    root.mkdir()
+
+    def start(name: str, *args: str) -> Job:
+        job = Job(tmp_path, root, name, *args)
+        started.append(job)
+        return job
+
+    start.root = root  # type: ignore[attr-defined]
+    yield start
+    for job in started:
+        job.stop()
+
+
+# --------------------------------------------------------------------------- finding 1
+
+
+def test_a_second_live_process_cannot_take_the_job_name_and_the_ack_names_the_pid_that_applied(spawn: Any) -> None:
+    root: Path = spawn.root
+    first = spawn("j1")
+    first.wait_for("registered")
+    paths = JobPaths(root, "j1")
+
+    second = spawn("j1")
+    assert second.proc.wait(15) == 2, second.text()
+    refusal = second.text()
+    assert f"REFUSED job name 'j1' is already taken on control root {root}" in refusal
+    assert f"process {first.proc.pid} on host {this_host()}" in refusal
+    assert paths.read_registration().pid == first.proc.pid  # job.json did not flip to the second process
+
+    command = deliver(root, "j1", "scale_lr", {"factor": 0.5})
+    ack = wait_for_ack(root, "j1", command.id)
+    assert ack.status == APPLIED
+    assert (ack.pid, ack.host) == (first.proc.pid, this_host())
+    raw = json.loads(paths.ack(command.id).read_text())
+    assert raw["pid"] == first.proc.pid and raw["host"] == this_host()
+
+    # A crashed holder leaves its job.json behind; the name is free again and the next process takes it over.
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait(10)
+    assert paths.read_registration().pid == first.proc.pid
+    third = spawn("j1")
+    third.wait_for("registered")
+    assert paths.read_registration().pid == third.proc.pid
+    command = deliver(root, "j1", "scale_lr", {"factor": 0.5})
+    assert wait_for_ack(root, "j1", command.id).pid == third.proc.pid
+
+
+def test_other_job_names_on_the_same_root_are_independent(spawn: Any) -> None:
+    a, b = spawn("job-a"), spawn("job-b")
+    assert a.wait_for("registered")[0]["pid"] == a.proc.pid
+    assert b.wait_for("registered")[0]["pid"] == b.proc.pid
+
+
+# --------------------------------------------------------------------------- finding 2
+
+
+def test_a_checkpoint_saved_during_the_spike_is_not_restored_without_any_threshold(spawn: Any) -> None:
+    """The field case: checkpoints at loss ~2, then one saved during the spike at 133.2; no good_loss_below."""
+    root: Path = spawn.root
+    job = spawn("spiky", "--checkpoint-every", "5", "--spike-at", "20", "--max-seconds", "30")
+    marks = job.wait_for("checkpoint", count=5)
+    assert [(c["step"], c["loss"], c["good"]) for c in marks[:5]] == [
+        (5, 2.01, True), (10, 2.0, True), (15, 2.02, True), (20, 133.2, False), (25, 133.2, False)
+    ]  # fmt: skip
+    command = deliver(root, "spiky", "rollback", {"checkpoint": "latest_good", "skip_batches": 0})
+    ack = wait_for_ack(root, "spiky", command.id)
+    assert ack.status == APPLIED, ack.detail
+    assert ack.result["checkpoint"]["step"] == 15 and ack.result["checkpoint"]["loss"] == 2.02
+    assert job.wait_for("loaded")[0]["step"] == 15
+
+
+# --------------------------------------------------------------------------- finding 3
+
+
+def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied_at_once(spawn: Any) -> None:
+    """0.3 s per batch and 100 batches to skip: before the fix the cut waited ~30 s and expired."""
+    root: Path = spawn.root
+    job = spawn("slow", "--batch-seconds", "0.3", "--checkpoint-every", "2", "--max-seconds", "40")
+    job.wait_for("checkpoint")
+    rollback = deliver(root, "slow", "rollback", {"checkpoint": "latest", "skip_batches": 100})
+    assert wait_for_ack(root, "slow", rollback.id).status == APPLIED
+    time.sleep(0.5)  # the job is now skipping
+
+    cut = deliver(root, "slow", "scale_lr", {"factor": 0.5}, expires_in=5.0)
+    ack = wait_for_ack(root, "slow", cut.id, timeout=5.0)
+    assert ack.status == APPLIED, ack.detail
+    assert ack.result["lr_before"] == [0.01] and ack.result["lr_after"] == [0.005]
+    assert ack.acked_at - cut.created_at < 1.5  # one slow batch, not the whole skip
+    deadline = time.monotonic() + 2.0  # job.json shows it at the next heartbeat (0.2 s), skipping or not
+    while JobPaths(root, "slow").read_registration().lr != (0.005,) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert JobPaths(root, "slow").read_registration().lr == (0.005,)

@@ -1,0 +1,346 @@
+"""Training playbooks end to end inside remediate: engine guards, executor, store, with real job processes.
+
+Finding 6 (two jobs on one node both get runs with the shipped playbooks), finding 4 (a late
+acknowledgement reaches the history), finding 7 (a graceful stop of the server, of its executor or
+of the node agent running the step withdraws the outstanding command).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediate.actions import default_registry
+from remediate.actions.base import ActionRegistry
+from remediate.config import load_settings
+from remediate.engine import Engine
+from remediate.executor import Executor
+from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
+from remediate.store import Store
+from remediate.training.protocol import JobPaths
+from tests.conftest import alert_payload, notification_payload
+from tests.support.training import Jobs, LiveJob
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def processes(root: Path) -> Iterator[Jobs]:
+    jobs = Jobs(root)
+    yield jobs
+    jobs.stop()
+
+
+@pytest.fixture
+def registry(root: Path) -> ActionRegistry:
+    return default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)}))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store.open(f"sqlite:///{tmp_path / 'remediate.db'}")
+    yield opened
+    opened.close()
+
+
+def starts_at(offset: float) -> str:
+    """An alert's startsAt `offset` seconds from now: the checkpoints the jobs saved so far came before it."""
+    return datetime.fromtimestamp(time.time() + offset, UTC).isoformat().replace("+00:00", "Z")
+
+
+def fire(engine: Engine, job: str, starts_at: str, **labels: str) -> Any:
+    alert = alert_payload(
+        "TrainingLossSpike",
+        labels={"training_job": job, "node": "gpu-node-1", "severity": "warning", **labels},
+        starts_at=starts_at,
+    )
+    result = engine.ingest_body(json.dumps(notification_payload(alert)).encode(), received_at=time.time())
+    return result.decisions[0]
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+# --------------------------------------------------------------------------- finding 6
+
+
+def test_a_spike_in_a_second_job_on_the_same_node_gets_its_own_run_with_the_shipped_playbook(
+    root: Path, processes: Jobs, registry: ActionRegistry, store: Store
+) -> None:
+    first, second = processes.start("job-a"), processes.start("job-b")
+    shipped = load_playbooks(REPO / "playbooks", registry)
+    engine = Engine(
+        store=store, playbooks=PlaybookSet(p for p in shipped.playbooks if p.name == "loss-spike"), registry=registry
+    )
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
+
+    a = fire(engine, "job-a", starts_at(0))
+    assert a.decision.value == "accepted"
+    assert executor.drain() == 1
+    b = fire(engine, "job-b", starts_at(30))  # the same node, within job-a's 30 min cooldown
+    assert b.decision.value == "accepted", b.reason
+    assert executor.drain() == 1
+    for decision, job in ((a, first), (b, second)):
+        run = store.run_detail(decision.run_id)
+        assert run["status"] == "succeeded", run["error"]
+        assert [s["result"]["applied_by_pid"] for s in run["steps"]] == [job.pid, job.pid]
+    again = fire(engine, "job-a", starts_at(60))  # job-a itself is still in cooldown
+    assert again.decision.value == "cooldown"
+
+
+# --------------------------------------------------------------------------- finding 4
+
+
+LATE_PLAYBOOK = {
+    "name": "slow-rollback",
+    "match": {"alertname": "TrainingLossSpike"},
+    "target": "node",
+    "steps": [
+        {
+            "name": "rollback",
+            "action": "training.rollback",
+            "with": {"checkpoint": "latest", "timeout": 1.5},
+            "retries": 0,
+            "timeout": "3s",
+        },
+        {"name": "lower-lr", "action": "training.scale_lr", "with": {"factor": 0.5}, "retries": 0},
+    ],
+}
+
+
+def test_a_late_acknowledgement_is_recorded_on_the_step_that_gave_up(
+    root: Path, processes: Jobs, registry: ActionRegistry, store: Store
+) -> None:
+    job = processes.start("job-a", load_delay=2.5)  # claims at once, applies 2.5 s later: after the step gave up
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(LATE_PLAYBOOK, registry)]), registry=registry)
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.01, poll_interval=0.05, reconcile_interval=0.2)
+    decision = fire(engine, "job-a", starts_at(0))
+    executor.start()
+    try:
+        wait_until(lambda: store.run_detail(decision.run_id)["status"] == "failed", 10, "the run failed")
+        step = store.run_detail(decision.run_id)["steps"][0]
+        assert "may still be applying it" in step["error"]
+        pending = step["result"]["pending"]
+        assert pending["job"] == "job-a" and pending["taken"] is True and pending["pid"] == job.pid
+        assert pending["command_id"].startswith(f"r{decision.run_id}-s0-")
+
+        wait_until(lambda: "late_outcome" in store.run_detail(decision.run_id)["steps"][0]["result"], 15, "settled")
+    finally:
+        executor.stop()
+    run = store.run_detail(decision.run_id)
+    late = run["steps"][0]["result"]["late_outcome"]
+    assert late["status"] == "applied_late" and late["applied_by_pid"] == job.pid
+    assert late["step_after"] == 400 and late["command_id"] == pending["command_id"]
+    assert 0 < late["late_by_s"] < 5 and late["claimed_at"] < late["applied_at"]
+    assert "late outcome recorded" in run["steps"][0]["error"] and "applied_late" in run["error"]
+    assert run["status"] == "failed" and run["steps"][1]["status"] != "succeeded"  # lower-lr never ran
+    assert executor.reconcile_pending() == 0  # settled once
+
+
+# --------------------------------------------------------------------------- finding 7
+
+
+def test_a_graceful_stop_withdraws_the_outstanding_command_and_ends_the_run(
+    root: Path, registry: ActionRegistry, store: Store
+) -> None:
+    job = LiveJob(root, "job-a").register()  # registered, busy: it does not poll
+    playbook = {**LATE_PLAYBOOK, "steps": [{**LATE_PLAYBOOK["steps"][1], "with": {"factor": 0.5, "timeout": 60}}]}
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(playbook, registry)]), registry=registry)
+    executor = Executor(store=store, registry=registry, poll_interval=0.05)
+    decision = fire(engine, "job-a", starts_at(0))
+    executor.start()
+    inbox = JobPaths(root, "job-a").inbox
+    wait_until(lambda: os.listdir(inbox), 10, "the command was sent")
+    started = time.monotonic()
+    executor.stop(timeout=10)
+    assert time.monotonic() - started < 3
+    run = store.run_detail(decision.run_id)
+    assert run["status"] == "failed" and "remediate is stopping" in run["error"]
+    assert "withdrawn from the inbox before the job took it" in run["steps"][0]["error"]
+    assert os.listdir(inbox) == []
+    job.control.poll(501)
+    assert job.optimizer.param_groups[0]["lr"] == 3e-4
+    job.control.close()
+
+
+def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
+    root: Path, tmp_path: Path, processes: Jobs, store: Store
+) -> None:
+    from remediate.actions.base import InMemoryMemory
+    from remediate.agent import AgentService
+    from remediate.runners import Dispatch, StaticAgents
+    from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
+
+    job = processes.start("job-a", load_delay=2.5)
+    node_settings = agent_settings(tmp_path / "agent", node_name="gpu-node-1", training_control_root=root)
+    service = AgentService(node_settings, registry=default_registry(node_settings), memory=InMemoryMemory())
+    elsewhere = tmp_path / "server-root"  # the server's own control root holds no job: only the agent can answer
+    elsewhere.mkdir()
+    registry = default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(elsewhere)}))
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(LATE_PLAYBOOK, registry)]), registry=registry)
+    with serve_agent(service, node_settings) as url:
+        dispatch = Dispatch(directory=StaticAgents({"gpu-node-1": url}), node_name="server", token=AGENT_TOKEN)
+        executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
+        decision = fire(engine, "job-a", starts_at(0))
+        assert executor.drain() == 1
+        step = store.run_detail(decision.run_id)["steps"][0]
+        assert step["result"]["pending"]["taken"] is True and "of node gpu-node-1)" in step["error"]
+        wait_until(lambda: executor.reconcile_pending() == 1, 15, "the agent's plan reports the late outcome")
+    late = store.run_detail(decision.run_id)["steps"][0]["result"]["late_outcome"]
+    assert late["status"] == "applied_late" and late["applied_by_pid"] == job.pid
+    assert late["ran_on"].startswith("gpu-node-1 (agent http://127.0.0.1:")
+
+
+@pytest.mark.integration
+def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path, tmp_path: Path) -> None:
+    """Finding 7 as it was found: the real server (gunicorn) stopped gracefully while a training step waits."""
+    import requests
+
+    from tests.support.server import TOKEN, RemediateServer
+
+    job = LiveJob(root, "job-a").register()  # registered, busy: it does not poll
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    step = {**LATE_PLAYBOOK["steps"][1], "with": {"factor": 0.5, "timeout": 60}, "timeout": "90s"}
+    (playbooks / "cut.yaml").write_text(json.dumps({**LATE_PLAYBOOK, "name": "cut", "steps": [step]}))
+    server = RemediateServer(
+        tmp_path / "server",
+        playbooks,
+        workers=1,
+        env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root), "REMEDIATE_NODE_NAME": "gpu-node-1"},
+    ).start()
+    inbox = JobPaths(root, "job-a").inbox
+    try:
+        alert = alert_payload("TrainingLossSpike", labels={"training_job": "job-a", "node": "gpu-node-1"})
+        answer = requests.post(
+            server.webhook_url,
+            json=notification_payload(alert),
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=10,
+        )
+        assert answer.status_code == 200, answer.text
+        wait_until(lambda: os.listdir(inbox), 20, "the command was sent")
+        started = time.monotonic()
+        server.stop()
+        stopped_after = time.monotonic() - started
+    finally:
+        server.kill()
+    assert stopped_after < 10
+    assert os.listdir(inbox) == []
+    store = Store.open(server.database_url)
+    try:
+        run = store.run_detail(1)
+    finally:
+        store.close()
+    assert run["status"] == "failed", run
+    assert "remediate is stopping" in run["steps"][0]["error"] and "withdrawn" in run["steps"][0]["error"]
+    job.control.poll(501)
+    assert job.optimizer.param_groups[0]["lr"] == 3e-4
+    job.control.close()
+
+
+# --------------------------------------------------------------------------- finding 7, on a node agent
+
+
+@pytest.fixture
+def node_agent(root: Path, tmp_path: Path) -> Iterator[Any]:
+    """A real `remediate agent` (gunicorn) for gpu-node-1, serving the training control root."""
+    from tests.support.server import NodeAgent
+
+    agent = NodeAgent(tmp_path / "agent", "gpu-node-1", env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)})
+    agent.start()
+    yield agent
+    agent.stop()
+
+
+def _executor_through(agent: Any, tmp_path: Path, store: Store, playbook: dict[str, Any]) -> tuple[Engine, Executor]:
+    """An engine and a started executor whose node steps for gpu-node-1 go to `agent` (the server's own
+    control root holds no job: only the agent can reach it)."""
+    from remediate.runners import Dispatch, StaticAgents
+    from tests.support.server import AGENT_TOKEN
+
+    elsewhere = tmp_path / "server-root"
+    elsewhere.mkdir()
+    registry = default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(elsewhere)}))
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(playbook, registry)]), registry=registry)
+    dispatch = Dispatch(directory=StaticAgents({"gpu-node-1": agent.url}), node_name="server", token=AGENT_TOKEN)
+    executor = Executor(store=store, registry=registry, dispatch=dispatch, poll_interval=0.05)
+    return engine, executor
+
+
+WAITING_PLAYBOOK = {
+    **LATE_PLAYBOOK,
+    "steps": [{**LATE_PLAYBOOK["steps"][1], "with": {"factor": 0.5, "timeout": 60}, "timeout": "90s"}],
+}
+
+
+@pytest.mark.integration
+def test_sigterm_to_the_node_agent_withdraws_the_outstanding_command(
+    root: Path, tmp_path: Path, store: Store, node_agent: Any
+) -> None:
+    """The agent (gunicorn) stopped gracefully while its training step waits for a job that does not poll."""
+    job = LiveJob(root, "job-a").register()  # registered, busy: it does not poll
+    engine, executor = _executor_through(node_agent, tmp_path, store, WAITING_PLAYBOOK)
+    decision = fire(engine, "job-a", starts_at(0))
+    inbox = JobPaths(root, "job-a").inbox
+    executor.start()
+    try:
+        wait_until(lambda: os.listdir(inbox), 20, "the agent sent the command")
+        started = time.monotonic()
+        os.kill(node_agent.pid, signal.SIGTERM)  # to the master only, as kubelet does: it stops its worker
+        wait_until(lambda: not node_agent.running, 10, "the agent exited")
+        stopped_after = time.monotonic() - started
+        wait_until(lambda: store.run_detail(decision.run_id)["status"] == "failed", 10, "the run ended")
+    finally:
+        executor.stop()
+    assert stopped_after < 10, f"the agent took {stopped_after:.1f}s to stop"
+    assert os.listdir(inbox) == []
+    step = store.run_detail(decision.run_id)["steps"][0]
+    assert "remediate is stopping" in step["error"] and "withdrawn from the inbox" in step["error"], step
+    assert "of node gpu-node-1)" in step["error"]  # the agent's answer, not a lost connection
+    job.control.poll(501)
+    assert job.optimizer.param_groups[0]["lr"] == 3e-4
+    job.control.close()
+
+
+@pytest.mark.integration
+def test_stopping_the_executor_stops_the_step_waiting_on_the_agent(
+    root: Path, tmp_path: Path, store: Store, node_agent: Any
+) -> None:
+    """The server stops (Executor.stop on SIGTERM) while its step waits on the agent: the agent withdraws."""
+    job = LiveJob(root, "job-a").register()
+    engine, executor = _executor_through(node_agent, tmp_path, store, WAITING_PLAYBOOK)
+    decision = fire(engine, "job-a", starts_at(0))
+    inbox = JobPaths(root, "job-a").inbox
+    executor.start()
+    try:
+        wait_until(lambda: os.listdir(inbox), 20, "the agent sent the command")
+        started = time.monotonic()
+        executor.stop(timeout=10)
+        stopped_after = time.monotonic() - started
+    finally:
+        executor.stop()
+    assert stopped_after < 5, f"the executor took {stopped_after:.1f}s to stop"
+    assert os.listdir(inbox) == []
+    run = store.run_detail(decision.run_id)
+    assert run["status"] == "failed", run
+    assert "remediate is stopping" in run["steps"][0]["error"] and "withdrawn" in run["steps"][0]["error"]
+    assert node_agent.running  # only the step was stopped, not the agent
+    assert f"call cancel run {decision.run_id} step 0 target gpu-node-1" in node_agent.log_tail(200)
+    job.control.poll(501)
+    assert job.optimizer.param_groups[0]["lr"] == 3e-4
+    job.control.close()

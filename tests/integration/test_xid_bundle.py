@@ -1,0 +1,159 @@
+"""The quarantine bundle: xid.rules.yml's alerts feed playbooks/gpu-xid-quarantine.yaml, and its dry-run plans.
+
+Every alert the rules' promtool unit tests (xid.rules.test.yml) expect is turned into an
+AlertManager notification and judged with the shipped playbooks; then `remediate dry-run`
+plans the shipped playbook against the test API server (node, pods, PDBs, breaker) without
+changing anything.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from remediate.actions import default_registry
+from remediate.alerts import parse_notification
+from remediate.cli import main
+from remediate.engine import Engine
+from remediate.playbooks import load_playbooks
+from tests.support.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.server import notification
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "alertmanager" / "rules" / "xid.rules.yml"
+TESTS = ROOT / "alertmanager" / "rules" / "xid.rules.test.yml"
+QUARANTINE = "gpu-xid-quarantine"
+
+
+def _expected_alerts() -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    found = []
+    for case in yaml.safe_load(TESTS.read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            for alert in check.get("exp_alerts") or []:
+                found.append((check["alertname"], alert["exp_labels"], alert.get("exp_annotations", {})))
+    return found
+
+
+def test_the_rule_tests_see_every_rule_fire() -> None:
+    rules = {rule["alert"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]}
+    assert rules == {"GPUXidCritical", "GPURowRemapFailure", "RemediateCircuitBreakerOpen"}
+    assert {name for name, _, _ in _expected_alerts()} == rules
+
+
+@pytest.mark.parametrize("status", ["firing", "resolved"])
+def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(status: str) -> None:
+    registry = default_registry()  # the Kubernetes client is built lazily: judging touches no cluster
+    engine = Engine(store=None, playbooks=load_playbooks(ROOT / "playbooks", registry), registry=registry)
+    checked = 0
+    for alertname, labels, expected_annotations in _expected_alerts():
+        payload: dict[str, Any] = notification(alertname, labels, status=status)
+        payload["alerts"][0]["annotations"] = expected_annotations
+        (alert,) = parse_notification(payload).alerts
+        evaluations = {e.playbook.name: e for e in engine.evaluate(alert)}
+        if alertname == "RemediateCircuitBreakerOpen":
+            assert evaluations == {}, "remediate must not act on its own breaker alert"
+            continue
+        assert set(evaluations) == {QUARANTINE, "log-critical-alerts"}
+        quarantine = evaluations[QUARANTINE]
+        assert quarantine.error is None, quarantine.error
+        assert quarantine.target == (labels.get("Hostname") or labels["hostname"])
+        actions = [s.spec.action for s in quarantine.steps]
+        if status == "firing":
+            assert actions == ["k8s.cordon", "k8s.taint", "k8s.drain", "notify.webhook"]
+            taint = quarantine.steps[1].params
+            assert taint == {
+                "key": "remediate.io/gpu-unhealthy",
+                "value": alertname.lower(),
+                "effect": "NoSchedule",
+                "note": expected_annotations["summary"],
+            }
+        else:
+            assert actions == ["k8s.untaint", "k8s.uncordon", "notify.webhook"]
+            assert quarantine.steps[1].params["scope"] == "alert"
+        checked += 1
+    assert checked >= 9
+
+
+def test_dry_run_plans_the_quarantine_against_the_cluster_and_changes_nothing(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("REMEDIATE_CONFIG", "REMEDIATE_DATABASE_URL", "REMEDIATE_PLAYBOOKS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REMEDIATE_KUBECONFIG", str(kubeconfig))
+    cluster(kube_api, 20, prefix="node")
+    kube_api.add_pod("ml", "trainer-0", "node-07", labels={"app": "trainer"})
+    kube_api.add_pod("ml", "trainer-1", "node-07", labels={"app": "trainer"})
+    kube_api.add_pod("kube-system", "dcgm-exporter-7", "node-07", owner="DaemonSet", owner_name="dcgm-exporter")
+    kube_api.add_pdb("ml", "trainer", {"app": "trainer"}, disruptions_allowed=1)
+
+    result = CliRunner().invoke(
+        main,
+        [
+            "dry-run",
+            "--playbooks",
+            str(ROOT / "playbooks"),
+            "--database-url",
+            f"sqlite:///{tmp_path / 'none.db'}",
+            "--alertname",
+            "GPUXidCritical",
+            "--label",
+            "severity=critical",
+            "--label",
+            "Hostname=node-07",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
+
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    (entry,) = report["alerts"]
+    plans = {p["playbook"]: p for p in entry["playbooks"]}
+    steps = {s["name"]: s for s in plans[QUARANTINE]["steps"]}
+    cordon = steps["cordon"]["plan"]
+    assert cordon["found"] is True and cordon["current"]["unschedulable"] is False
+    assert cordon["breaker"]["cap"] == 2  # min(10% of 20 nodes, 3)
+    assert cordon["breaker"]["would_be"].startswith("allowed")
+    drain = steps["drain"]["plan"]
+    assert [(p["pod"], p["blocked_by"] is not None) for p in drain["would_evict"]] == [
+        ("ml/trainer-0", False),
+        ("ml/trainer-1", True),
+    ]
+    assert drain["pdbs_that_would_block"] == ["ml/trainer"]
+    assert [s["pod"] for s in drain["would_skip"]] == ["kube-system/dcgm-exporter-7"]
+    assert steps["taint"]["plan"]["would"] == "add remediate.io/gpu-unhealthy=gpuxidcritical:NoSchedule"
+    assert kube_api.changes == []
+    assert {m for m, _, _ in kube_api.requests} == {"GET"}
+
+
+def test_dry_run_of_a_node_that_does_not_exist_says_so(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("REMEDIATE_KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("REMEDIATE_CONFIG", raising=False)
+    result = CliRunner().invoke(
+        main,
+        [
+            "dry-run",
+            "--playbooks",
+            str(ROOT / "playbooks"),
+            "--database-url",
+            f"sqlite:///{tmp_path / 'none.db'}",
+            "--alertname",
+            "GPURowRemapFailure",
+            "--label",
+            "severity=critical",
+            "--label",
+            "hostname=ghost-1",
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0
+    assert (
+        "plan failed: ActionError: node 'ghost-1' (from label hostname) does not exist in the cluster" in result.output
+    )

@@ -1,0 +1,239 @@
+"""Helpers of the HTTP and CLI tests: real payloads, playbook texts, and a real app on a SQLite file.
+
+`build_server(directory, ...)` builds one Flask app through
+`create_app(settings, services=build_services(settings))` with its store and playbooks in
+`directory`. No executor thread is started: a test that wants runs executed calls
+`server.drain()` (the executor, in the test's thread), so "queued" after a webhook proves that
+nothing ran inside the request. The fixtures around it (`make_server`, `server`) end this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
+
+from remediate.config import Settings
+from remediate.server import Services, build_services, create_app
+
+TOKEN = "write-token-0123456789"
+"""The `token` setting: since issue 15 a webhook-only token (its default token_roles)."""
+OPERATOR_TOKEN = "operator-token-5647382910"
+READ_TOKEN = "read-token-9876543210"
+PAYLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "payloads"
+TABLES = ("notifications", "alerts", "decisions", "runs", "steps")
+
+LOG_XID = """\
+name: log-xid
+description: Log GPU XID errors.
+match:
+  alertname: GpuXidError
+  labels: ['severity="critical"']
+target: node
+cooldown: 0s
+steps:
+  - action: log
+    with:
+      message: "XID on GPU {{ labels.gpu }} since {{ startsAt }}"
+on_resolved:
+  - action: log
+    with:
+      message: "{{ alertname }} resolved"
+"""
+
+LOG_DISK = """\
+name: log-disk
+match:
+  alertname: NodeFilesystemAlmostOutOfSpace
+target: node
+steps:
+  - action: log
+    with: {message: "disk almost full on {{ labels.instance }}", level: warning}
+"""
+
+APPROVE_XID = """\
+name: approve-xid
+match:
+  alertname: GpuXidError
+mode: approve
+target: node
+steps:
+  - action: log
+    with: {message: "approved fix for GPU {{ labels.gpu }}"}
+"""
+
+
+def notify_playbook(url: str) -> str:
+    return f"""\
+name: notify-xid
+match:
+  alertname: GpuXidError
+target: node
+steps:
+  - action: notify.webhook
+    with:
+      url: {url}
+      message: "GPU {{{{ labels.gpu }}}} reported XID errors"
+    retries: 0
+    timeout: 10s
+"""
+
+
+def load_payload(name: str) -> dict[str, Any]:
+    return json.loads((PAYLOADS / name).read_text(encoding="utf-8"))
+
+
+def real_firing() -> dict[str, Any]:
+    """The firing notification AlertManager 0.25 really sent (fresh copy)."""
+    return load_payload("am-0.25-firing.json")
+
+
+def real_resolved() -> dict[str, Any]:
+    return load_payload("am-0.25-resolved.json")
+
+
+def alert(
+    fingerprint: str,
+    *,
+    alertname: str = "GpuXidError",
+    status: str = "firing",
+    starts_at: str = "2026-11-21T05:40:14.652668659Z",
+    **labels: str,
+) -> dict[str, Any]:
+    """One alert shaped like the real one, with its own identity and labels."""
+    raw = copy.deepcopy(real_firing()["alerts"][0])
+    raw["labels"] = {**raw["labels"], "alertname": alertname, **labels}
+    raw["fingerprint"] = fingerprint
+    raw["status"] = status
+    raw["startsAt"] = starts_at
+    if status == "resolved":
+        raw["endsAt"] = "2026-11-21T06:00:00Z"
+    return raw
+
+
+def notification(*alerts: dict[str, Any], status: str | None = None) -> dict[str, Any]:
+    """The real notification envelope around the given alerts."""
+    body = real_firing()
+    body["alerts"] = list(alerts)
+    body["status"] = status or ("firing" if any(a["status"] == "firing" for a in alerts) else "resolved")
+    return body
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+@dataclass
+class Server:
+    """One app, its services and a test client."""
+
+    app: Flask
+    client: FlaskClient
+    services: Services
+    db_path: Path
+
+    @property
+    def store(self) -> Any:
+        return self.services.store
+
+    def webhook(self, payload: Any, *, token: str | None = TOKEN, **kwargs: Any) -> TestResponse:
+        """POST a payload (dict/list: JSON-encoded; str/bytes: sent as is) as AlertManager does."""
+        data = payload if isinstance(payload, str | bytes) else json.dumps(payload)
+        kwargs.setdefault("content_type", "application/json")
+        return self.client.post("/webhook", data=data, headers=bearer(token), **kwargs)
+
+    def get(self, path: str, *, token: str | None = OPERATOR_TOKEN, **kwargs: Any) -> TestResponse:
+        return self.client.get(path, headers=bearer(token), **kwargs)
+
+    def post(self, path: str, *, token: str | None = OPERATOR_TOKEN, **kwargs: Any) -> TestResponse:
+        return self.client.post(path, headers=bearer(token), **kwargs)
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table, read through a separate sqlite3 connection (works when a table is gone)."""
+        with sqlite3.connect(self.db_path) as conn:
+            present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            result = {
+                table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608 - fixed names
+                for table in TABLES
+                if table in present
+            }
+        conn.close()
+        return result
+
+    def drain(self) -> int:
+        return self.services.executor.drain(timeout=30)
+
+    def history(self, **params: Any) -> dict[str, Any]:
+        response = self.get("/history", query_string=params)
+        assert response.status_code == 200, response.get_json()
+        return response.get_json()
+
+    def close(self) -> None:
+        self.services.executor.stop(timeout=5)
+        self.store.close()
+
+
+def drop_table(db_path: Path, table: str) -> None:
+    """Break the store the way a bad migration or an operator would: from another connection."""
+    conn = sqlite3.connect(db_path)
+    try:
+        conn.execute("PRAGMA foreign_keys = OFF")
+        conn.execute(f"DROP TABLE {table}")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def build_server(directory: Path, *, playbooks: Mapping[str, str] | None = None, **settings: Any) -> Server:
+    """A server whose playbooks (default: log-xid) and SQLite file live in `directory`."""
+    playbook_dir = directory / "playbooks"
+    playbook_dir.mkdir(parents=True)
+    for name, text in (playbooks if playbooks is not None else {"log-xid.yaml": LOG_XID}).items():
+        (playbook_dir / name).write_text(text, encoding="utf-8")
+    db_path = directory / "remediate.db"
+    values: dict[str, Any] = {
+        "token": TOKEN,
+        "operator_token": OPERATOR_TOKEN,
+        "read_token": READ_TOKEN,
+        "playbooks": playbook_dir,
+        "database_url": f"sqlite:///{db_path}",
+        "executor_threads": 0,
+        **settings,
+    }
+    config = Settings(**values)
+    services = build_services(config)
+    app = create_app(config, services=services)
+    return Server(app, app.test_client(), services, db_path)
+
+
+MakeServer = Callable[..., Server]
+
+
+@pytest.fixture
+def make_server(tmp_path: Path) -> Iterator[MakeServer]:
+    """make_server(playbooks={"a.yaml": text}, **Settings fields) -> Server; all closed afterwards."""
+    built: list[Server] = []
+
+    def make(**kwargs: Any) -> Server:
+        server = build_server(tmp_path / f"server-{len(built)}", **kwargs)
+        built.append(server)
+        return server
+
+    yield make
+    for server in built:
+        server.close()
+
+
+@pytest.fixture
+def server(make_server: MakeServer) -> Server:
+    """A server with the log-xid playbook, a write token and a read token."""
+    return make_server()

@@ -1,0 +1,51 @@
+"""`remediate agent` and `agent-credential`: a missing token is one clear line; a node gets only its own credential."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remediate.config import load_settings
+
+
+def test_remediate_agent_without_a_token_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from remediate.cli import main
+
+    result = CliRunner().invoke(
+        main,
+        ["agent", "--node-name", "node-b", "--state-file", str(tmp_path / "a.db")],
+        env={"REMEDIATE_AGENT_TOKEN": ""},
+    )
+
+    assert result.exit_code == 2
+    assert "no agent token configured" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_agent_credential_writes_only_this_nodes_credential_as_the_chart_init_container_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from remediate.agentauth import node_token
+    from remediate.cli import main
+
+    for name in ("REMEDIATE_AGENT_TOKEN", "REMEDIATE_AGENT_TOKEN_FILE", "REMEDIATE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    master = tmp_path / "agent-token"
+    master.write_text("the-master-secret\n")
+    output = tmp_path / "node-credential"
+
+    done = CliRunner().invoke(main, ["agent-credential", "gpu-7", "--token-file", str(master), "--output", str(output)])
+
+    assert done.exit_code == 0, done.output
+    assert output.read_text().strip() == node_token("the-master-secret", "gpu-7")
+    assert output.read_text().strip() != node_token("the-master-secret", "gpu-8")
+    assert "the-master-secret" not in output.read_text()
+    assert output.stat().st_mode & 0o777 == 0o600
+    agent = load_settings(env={"REMEDIATE_AGENT_NODE_TOKEN_FILE": str(output)})
+    assert agent.resolved_agent_node_token() == node_token("the-master-secret", "gpu-7")
+    assert "the-master-secret" not in repr(agent)

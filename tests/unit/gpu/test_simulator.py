@@ -1,0 +1,366 @@
+"""The simulated backend behaves like NVML and keeps its state in one file shared by threads and processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from remediate.errors import ConfigError, RetryableActionError
+from remediate.gpu import (
+    GpuBackend,
+    GpuInfo,
+    GpuInvalidArgument,
+    GpuLost,
+    GpuNoPermission,
+    GpuNotFound,
+    GpuNotSupported,
+    NvmlBackend,
+    RetryableGpuError,
+    SimulatedBackend,
+    open_backend,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_the_example_file_holds_eight_h100_like_gpus(sim: SimulatedBackend) -> None:
+    gpus = sim.devices()
+    assert [g.index for g in gpus] == list(range(8))
+    assert len({g.uuid for g in gpus}) == 8
+    assert len({g.pci_bus_id for g in gpus}) == 8
+    for gpu in gpus:
+        assert gpu.uuid.startswith("GPU-")
+        assert gpu.uuid == gpu.uuid[:4] + gpu.uuid[4:].lower()
+        assert gpu.pci_bus_id.startswith("00000000:")
+        assert (gpu.default_limit_mw, gpu.max_limit_mw, gpu.min_limit_mw) == (700_000, 700_000, 200_000)
+        assert gpu.power_limit_mw == gpu.enforced_limit_mw == 700_000
+        assert gpu.power_usage_mw is not None
+        assert gpu.temperature_c is not None
+        assert gpu.processes
+        assert "H100" in gpu.name
+
+
+def test_the_example_is_the_same_every_time(tmp_path: Path) -> None:
+    first = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "a.yaml")).devices()
+    second = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "b.json", count=8)).devices()
+    assert first == second
+
+
+def test_it_satisfies_the_backend_protocol(sim: SimulatedBackend) -> None:
+    assert isinstance(sim, GpuBackend)
+    assert isinstance(NvmlBackend(), GpuBackend)
+    assert sim.name == "simulated"
+
+
+def test_a_device_is_read_by_uuid_in_any_case(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    assert sim.device(gpu3.uuid) == gpu3
+    assert sim.device(gpu3.uuid.upper()) == gpu3
+
+
+def test_an_unknown_uuid_is_not_found_and_the_message_lists_the_gpus(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    with pytest.raises(GpuNotFound, match=gpu3.uuid):
+        sim.device("GPU-00000000-0000-0000-0000-000000000000")
+
+
+def test_a_limit_within_the_constraints_is_set_and_read_back(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    sim.set_power_limit(gpu3.uuid, 560_000)
+    after = sim.device(gpu3.uuid)
+    assert after.power_limit_mw == 560_000
+    assert after.enforced_limit_mw == 560_000  # the simulator enforces what is set
+    assert after.default_limit_mw == 700_000
+    assert sim.devices()[2].power_limit_mw == 700_000  # the neighbours are untouched
+
+
+def test_reported_power_usage_never_exceeds_the_limit(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    assert gpu3.power_usage_mw == 361_000
+    sim.set_power_limit(gpu3.uuid, 300_000)
+    assert sim.device(gpu3.uuid).power_usage_mw == 300_000
+    sim.set_power_limit(gpu3.uuid, 700_000)
+    assert sim.device(gpu3.uuid).power_usage_mw == 361_000
+
+
+@pytest.mark.parametrize("milliwatts", [200_000, 700_000])
+def test_the_constraints_themselves_are_accepted(sim: SimulatedBackend, gpu3: GpuInfo, milliwatts: int) -> None:
+    sim.set_power_limit(gpu3.uuid, milliwatts)
+    assert sim.device(gpu3.uuid).power_limit_mw == milliwatts
+
+
+@pytest.mark.parametrize("milliwatts", [199_999, 700_001, 0])
+def test_a_limit_outside_the_constraints_is_an_invalid_argument(
+    sim: SimulatedBackend, gpu3: GpuInfo, milliwatts: int
+) -> None:
+    with pytest.raises(GpuInvalidArgument, match=r"200000\.\.700000") as caught:
+        sim.set_power_limit(gpu3.uuid, milliwatts)
+    assert caught.value.code == 2
+    assert sim.device(gpu3.uuid).power_limit_mw == 700_000
+
+
+@pytest.mark.parametrize("milliwatts", [560.0, -1, True, "560000"])
+def test_a_limit_that_is_not_a_whole_number_of_milliwatts_is_an_invalid_argument(
+    sim: SimulatedBackend, gpu3: GpuInfo, milliwatts: object
+) -> None:
+    with pytest.raises(GpuInvalidArgument):
+        sim.set_power_limit(gpu3.uuid, milliwatts)  # type: ignore[arg-type]
+
+
+def test_without_root_a_set_is_refused_but_reads_still_work(tmp_path: Path) -> None:
+    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", as_root=False))
+    gpu = backend.devices()[0]
+    with pytest.raises(GpuNoPermission, match="root") as caught:
+        backend.set_power_limit(gpu.uuid, 500_000)
+    assert caught.value.code == 4
+    assert backend.device(gpu.uuid).power_limit_mw == 700_000
+    backend.set_as_root(True)
+    backend.set_power_limit(gpu.uuid, 500_000)
+    assert backend.device(gpu.uuid).power_limit_mw == 500_000
+
+
+def test_a_lost_gpu_fails_every_call_like_nvml(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    sim.update_device(gpu3.uuid, lost=True)
+    with pytest.raises(GpuLost) as caught:
+        sim.set_power_limit(gpu3.uuid, 500_000)
+    assert caught.value.code == 15
+    assert not isinstance(caught.value, RetryableActionError)
+    with pytest.raises(GpuLost):
+        sim.device(gpu3.uuid)
+    with pytest.raises(GpuLost):
+        sim.devices()
+    assert sim.device(sim_uuid(sim, 2)).index == 2  # the other GPUs still answer
+
+
+def sim_uuid(backend: SimulatedBackend, index: int) -> str:
+    raw = yaml.safe_load(backend.path.read_text())
+    return next(d["uuid"] for d in raw["devices"] if d["index"] == index)
+
+
+@pytest.mark.parametrize(
+    ("failure", "error", "code"),
+    [("gpu_lost", GpuLost, 15), ("not_supported", GpuNotSupported, 3), ("no_permission", GpuNoPermission, 4)],
+)
+def test_injected_set_failures_raise_their_nvml_errors(
+    sim: SimulatedBackend, gpu3: GpuInfo, failure: str, error: type[Exception], code: int
+) -> None:
+    sim.update_device(gpu3.uuid, fail={"set_power_limit": failure})
+    for _ in range(2):  # a plain failure name fails every time
+        with pytest.raises(error) as caught:
+            sim.set_power_limit(gpu3.uuid, 500_000)
+        assert caught.value.code == code  # type: ignore[attr-defined]
+    assert sim.device(gpu3.uuid).power_limit_mw == 700_000  # reads still work, nothing was set
+
+
+def test_an_injected_timeout_is_retryable_for_the_executor(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    sim.update_device(gpu3.uuid, fail={"set_power_limit": "timeout"})
+    with pytest.raises(RetryableGpuError) as caught:
+        sim.set_power_limit(gpu3.uuid, 500_000)
+    assert isinstance(caught.value, RetryableActionError)
+    assert caught.value.code == 10
+
+
+def test_a_counted_failure_fails_that_many_times_then_the_call_works(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    sim.update_device(gpu3.uuid, fail={"set_power_limit": {"error": "timeout", "times": 2}})
+    other = SimulatedBackend(sim.path)  # the count lives in the file, so every instance sees it go down
+    with pytest.raises(RetryableGpuError):
+        sim.set_power_limit(gpu3.uuid, 500_000)
+    with pytest.raises(RetryableGpuError):
+        other.set_power_limit(gpu3.uuid, 500_000)
+    sim.set_power_limit(gpu3.uuid, 500_000)
+    assert other.device(gpu3.uuid).power_limit_mw == 500_000
+
+
+def test_an_injected_read_failure_hits_reads_until_used_up(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    sim.update_device(gpu3.uuid, fail={"read": {"error": "gpu_lost", "times": 1}})
+    with pytest.raises(GpuLost):
+        sim.device(gpu3.uuid)
+    assert sim.device(gpu3.uuid).index == 3
+
+
+def test_state_is_shared_by_two_backends_on_the_same_file(sim_file: Path, gpu3: GpuInfo) -> None:
+    first, second = SimulatedBackend(sim_file), SimulatedBackend(sim_file)
+    first.set_power_limit(gpu3.uuid, 450_000)
+    assert second.device(gpu3.uuid).power_limit_mw == 450_000
+    second.set_power_limit(gpu3.uuid, 650_000)
+    assert first.device(gpu3.uuid).power_limit_mw == 650_000
+
+
+def test_state_survives_a_restart_and_is_shared_with_another_process(sim_file: Path, gpu3: GpuInfo) -> None:
+    script = (
+        "import sys\n"
+        "from remediate.gpu import SimulatedBackend\n"
+        "SimulatedBackend(sys.argv[1]).set_power_limit(sys.argv[2], int(sys.argv[3]))\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(sim_file), gpu3.uuid, "432000"], check=True, timeout=60, cwd=REPO)
+    assert SimulatedBackend(sim_file).device(gpu3.uuid).power_limit_mw == 432_000
+
+
+def test_concurrent_sets_from_threads_lose_no_update_and_leave_a_valid_file(sim: SimulatedBackend) -> None:
+    gpus = sim.devices()
+    rounds = 15
+    errors: list[BaseException] = []
+
+    def hammer(gpu: GpuInfo) -> None:
+        backend = SimulatedBackend(sim.path)
+        try:
+            for step in range(rounds):
+                backend.set_power_limit(gpu.uuid, 300_000 + gpu.index * 10_000 + step)
+                backend.device(gpu.uuid)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(gpu,)) for gpu in gpus]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    # Each thread wrote only its own GPU: a read-modify-write without the lock would have lost some of them.
+    assert [g.power_limit_mw for g in sim.devices()] == [300_000 + g.index * 10_000 + rounds - 1 for g in gpus]
+    assert sorted(p.name for p in sim.path.parent.iterdir()) == ["gpus.yaml", "gpus.yaml.lock"]
+
+
+def test_concurrent_sets_from_processes_lose_no_update(sim: SimulatedBackend) -> None:
+    gpus = sim.devices()[:4]
+    script = (
+        "import sys\n"
+        "from remediate.gpu import SimulatedBackend\n"
+        "backend = SimulatedBackend(sys.argv[1])\n"
+        "for step in range(20):\n"
+        "    backend.set_power_limit(sys.argv[2], int(sys.argv[3]) + step)\n"
+    )
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(sim.path), gpu.uuid, str(300_000 + gpu.index * 1000)], cwd=REPO
+        )
+        for gpu in gpus
+    ]
+    assert [child.wait(timeout=60) for child in children] == [0, 0, 0, 0]
+    assert [g.power_limit_mw for g in sim.devices()[:4]] == [300_000 + g.index * 1000 + 19 for g in gpus]
+
+
+def test_a_json_file_works_the_same_and_stays_json(tmp_path: Path) -> None:
+    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.json", count=2))
+    gpu = backend.devices()[1]
+    backend.set_power_limit(gpu.uuid, 555_000)
+    assert json.loads(backend.path.read_text())["devices"][1]["power_limit_mw"] == 555_000
+
+
+def test_a_hand_written_file_gets_defaults_for_optional_fields(tmp_path: Path) -> None:
+    path = tmp_path / "one.yaml"
+    path.write_text(
+        "devices:\n"
+        "  - index: 0\n"
+        "    uuid: GPU-11111111-2222-3333-4444-555555555555\n"
+        "    pci_bus_id: '3b:00.0'\n"
+        "    default_limit_mw: 400000\n"
+        "    min_limit_mw: 100000\n"
+        "    max_limit_mw: 450000\n"
+    )
+    gpu = SimulatedBackend(path).devices()[0]
+    assert gpu.pci_bus_id == "00000000:3B:00.0"
+    assert gpu.power_limit_mw == 400_000
+    assert (gpu.power_usage_mw, gpu.temperature_c, gpu.processes, gpu.mig_uuids) == (None, None, (), ())
+
+
+def test_mig_devices_resolve_to_their_parent(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    mig = "MIG-a1b2c3d4-0000-1111-2222-333344445555"
+    sim.update_device(gpu3.uuid, mig_uuids=[mig])
+    assert sim.parent_of_mig(mig) == gpu3.uuid
+    assert sim.parent_of_mig(mig.upper()) == gpu3.uuid
+    with pytest.raises(GpuNotFound):
+        sim.parent_of_mig("MIG-ffffffff-0000-1111-2222-333344445555")
+
+
+@pytest.mark.parametrize(
+    ("content", "complaint"),
+    [
+        ("[]", "expected a mapping"),
+        ("devices: nope", "devices"),
+        ("devices: [{index: 0}]", "uuid"),
+        ("devices: [{index: 0, uuid: GPU-1, default_limit_mw: 5, min_limit_mw: 1}]", "max_limit_mw is required"),
+        ("devices: [{index: 0, uuid: GPU-1, default_limit_mw: 9, min_limit_mw: 1, max_limit_mw: 5}]", "min_limit_mw"),
+        (
+            "devices: [{index: 0, uuid: GPU-1, pci_bus_id: 18:00.0,"
+            " default_limit_mw: 1, min_limit_mw: 1, max_limit_mw: 1}]",
+            "quoted",
+        ),
+        (
+            "devices: [{index: 0, uuid: GPU-1, default_limit_mw: 1, min_limit_mw: 1, max_limit_mw: 1, fail: {set: x}}]",
+            "unknown operation",
+        ),
+        (
+            "devices: [{index: 0, uuid: GPU-1, default_limit_mw: 1, min_limit_mw: 1, max_limit_mw: 1, colour: red}]",
+            "unknown keys",
+        ),
+        (
+            "devices: [{index: 0, uuid: GPU-1, default_limit_mw: 1, min_limit_mw: 1, max_limit_mw: 1},"
+            " {index: 0, uuid: GPU-2, default_limit_mw: 1, min_limit_mw: 1, max_limit_mw: 1}]",
+            "two devices have index",
+        ),
+        (
+            "devices: [{index: 0, uuid: GPU-1, default_limit_mw: 1, min_limit_mw: 1, max_limit_mw: 1,"
+            " locked_gpu_clocks_mhz: [1980, 1410]}]",
+            "locked_gpu_clocks_mhz must be",
+        ),
+        ("devices: [", "not valid YAML"),
+    ],
+)
+def test_a_bad_file_is_a_config_error_naming_the_file_and_the_field(
+    tmp_path: Path, content: str, complaint: str
+) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=complaint) as caught:
+        SimulatedBackend(path)
+    assert str(path) in str(caught.value)
+
+
+def test_a_clock_reset_unlocks_both_clocks_of_that_gpu_only(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    for uuid in (gpu3.uuid, sim_uuid(sim, 2)):
+        sim.update_device(uuid, locked_gpu_clocks_mhz=[1980, 1980], locked_memory_clocks_mhz=[2619, 2619])
+    sim.reset_locked_clocks(gpu3.uuid.lower())
+    assert SimulatedBackend(sim.path).locked_clocks(gpu3.uuid) == {"gpu_mhz": None, "memory_mhz": None}
+    assert sim.locked_clocks(sim_uuid(sim, 2)) == {"gpu_mhz": (1980, 1980), "memory_mhz": (2619, 2619)}
+
+
+def test_a_clock_reset_needs_root_and_honours_injected_failures(tmp_path: Path) -> None:
+    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=1, as_root=False))
+    uuid = backend.devices()[0].uuid
+    backend.update_device(uuid, locked_gpu_clocks_mhz=[1410, 1410])
+    with pytest.raises(GpuNoPermission) as caught:
+        backend.reset_locked_clocks(uuid)
+    assert caught.value.code == 4
+    backend.set_as_root(True)
+    backend.update_device(uuid, fail={"reset_locked_clocks": {"error": "timeout", "times": 1}})
+    with pytest.raises(RetryableGpuError):
+        backend.reset_locked_clocks(uuid)
+    assert backend.locked_clocks(uuid)["gpu_mhz"] == (1410, 1410)
+    backend.reset_locked_clocks(uuid)
+    assert backend.locked_clocks(uuid)["gpu_mhz"] is None
+
+
+def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        SimulatedBackend(tmp_path / "absent.yaml")
+
+
+def test_a_bad_update_is_refused_and_leaves_the_file_alone(sim: SimulatedBackend, gpu3: GpuInfo) -> None:
+    before = sim.path.read_text()
+    with pytest.raises(ConfigError):
+        sim.update_device(gpu3.uuid, power_limit_mw=5)
+    with pytest.raises(ValueError, match="unknown device fields"):
+        sim.update_device(gpu3.uuid, colour="red")
+    assert sim.path.read_text() == before
+
+
+def test_open_backend_builds_the_simulator_only_when_asked(sim_file: Path) -> None:
+    assert isinstance(open_backend("simulated", simulator_file=sim_file), SimulatedBackend)
+    assert isinstance(open_backend("nvml"), NvmlBackend)  # cheap: NVML is only touched on first use
+    with pytest.raises(ConfigError, match="gpu_simulator_file"):
+        open_backend("simulated")
+    with pytest.raises(ConfigError, match="nvml, simulated"):
+        open_backend("fake")

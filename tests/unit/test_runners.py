@@ -1,0 +1,433 @@
+"""remediate.runners: which runner a step gets, calls to a real agent on loopback, finding agents in Kubernetes."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from remediate.actions.base import InMemoryMemory, StepContext
+from remediate.actions.log import LogAction
+from remediate.agent import AgentService
+from remediate.agent_protocol import AgentNotFound
+from remediate.alerts import alert_ref
+from remediate.config import Settings
+from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
+from remediate.kube.agents import KubernetesAgents
+from remediate.runners import (
+    AgentRunner,
+    ChainedAgents,
+    Dispatch,
+    LocalRunner,
+    StaticAgents,
+    WrongHostError,
+)
+from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
+from tests.support.fake_apiserver import FakeKubeAPI
+from tests.support.realsystems import free_port
+
+ECHO = Echo()
+
+
+class IdempotentEcho(Echo):
+    idempotent: ClassVar[bool] = True
+
+
+IDEMPOTENT_ECHO = IdempotentEcho()
+
+
+def ctx(target: str = "node-b", seconds: float = 10.0) -> StepContext:
+    import time
+
+    return StepContext(
+        run_id=3,
+        step_index=1,
+        playbook="pb",
+        target=target,
+        alert=alert_ref({"alertname": "Hot", "labels": {"Hostname": target}}),
+        deadline=time.monotonic() + seconds,
+        memory=InMemoryMemory(),
+    )
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[str, Echo]]:
+    echo = Echo()
+    settings = agent_settings(tmp_path)
+    service = AgentService(settings, registry=registry_with(echo), memory=InMemoryMemory())
+    with serve_agent(service, settings) as url:
+        yield url, echo
+
+
+def runner(url_or_directory: Any, token: str | None = AGENT_TOKEN, **kwargs: Any) -> AgentRunner:
+    directory = StaticAgents({"node-b": url_or_directory}) if isinstance(url_or_directory, str) else url_or_directory
+    kwargs.setdefault("retry_wait_max", 0.01)
+    return AgentRunner("node-b", directory, token, **kwargs)
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+def test_without_agents_this_hosts_node_steps_run_here_and_say_so() -> None:
+    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host", node_aliases=("gpu-host.example",)))
+
+    assert not dispatch.uses_agents
+    node = dispatch.runner_for(ECHO, "gpu-host")
+    assert isinstance(node, LocalRunner)
+    assert node.ran_on == "gpu-host (server)"
+    assert node.stamp({"x": 1}) == {"x": 1, "ran_on": "gpu-host (server)"}
+    assert isinstance(dispatch.runner_for(ECHO, "gpu-host.example"), LocalRunner)
+    cluster = dispatch.runner_for(LogAction(), "node-b")
+    assert cluster.ran_on is None
+    assert cluster.stamp({"x": 1}) == {"x": 1}  # cluster steps are recorded as before, for any target
+
+
+def test_without_agents_a_node_step_for_another_node_is_refused_naming_node_name() -> None:
+    """Finding 13: on a single host a node step for another node ran here, on the wrong machine."""
+    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host"))
+    echo = Echo()
+
+    refused = dispatch.runner_for(echo, "node-b")
+
+    for call in (refused.plan, refused.execute):
+        with pytest.raises(WrongHostError, match=r"node 'node-b' is not this host \(node_name 'gpu-host'") as error:
+            call(echo, {"word": "x"}, ctx())
+        assert "node_aliases" in str(error.value) and "agent_selector" in str(error.value)
+    assert echo.calls == []
+
+
+def test_without_agents_or_node_name_only_this_machines_own_name_runs_here() -> None:
+    dispatch = Dispatch.from_settings(Settings())
+    echo = Echo()
+
+    assert isinstance(dispatch.runner_for(echo, socket.gethostname()), LocalRunner)
+    refused = dispatch.runner_for(echo, "node-b")
+    with pytest.raises(
+        WrongHostError, match=r"Set node_name \(REMEDIATE_NODE_NAME\) to the name alerts give this host"
+    ):
+        refused.plan(echo, {"word": "x"}, ctx())
+    assert echo.calls == []
+
+
+def test_with_agents_node_steps_for_other_nodes_go_to_their_agent_and_this_nodes_stay_here() -> None:
+    settings = Settings(node_name="node-a", agents=(("node-b", "http://10.0.0.7:9096"),), agent_token="t")
+    dispatch = Dispatch.from_settings(settings)
+
+    assert dispatch.uses_agents
+    assert isinstance(dispatch.runner_for(ECHO, "node-a"), LocalRunner)
+    remote = dispatch.runner_for(ECHO, "node-b")
+    assert isinstance(remote, AgentRunner)
+    assert remote.node == "node-b"
+    assert isinstance(dispatch.runner_for(LogAction(), "node-b"), LocalRunner)
+
+
+def test_agents_without_an_agent_token_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="no agent token"):
+        Dispatch.from_settings(Settings(agents=(("node-b", "http://x:1"),)))
+    with pytest.raises(ConfigError, match="no agent token"):
+        Dispatch.from_settings(Settings(agent_selector="app=agent"))
+    assert Dispatch.from_settings(Settings(agents=(("node-b", "http://x:1"),), insecure_no_auth=True)).uses_agents
+
+
+def test_static_map_and_discovery_are_chained_in_that_order() -> None:
+    settings = Settings(agents=(("node-b", "http://x:1"),), agent_selector="app=agent", agent_token="t")
+    directory = Dispatch.from_settings(settings).directory
+    assert isinstance(directory, ChainedAgents)
+    assert [type(d) for d in directory.directories] == [StaticAgents, KubernetesAgents]
+
+
+# --------------------------------------------------------------------------- calling a real agent
+
+
+def test_plan_and_execute_travel_to_the_agent_with_the_steps_context(agent: tuple[str, Echo]) -> None:
+    url, echo = agent
+    remote = runner(url)
+
+    plan = remote.plan(ECHO, {"word": "hi"}, ctx())
+    result = remote.execute(ECHO, {"word": "hi"}, ctx())
+
+    assert plan == {"would_echo": "hi", "remembered": None}
+    assert result == {"echoed": "hi", "run_id": 3, "alertname": "Hot"}
+    assert remote.ran_on == f"node-b (agent {url})"
+    assert remote.stamp(result)["ran_on"] == f"node-b (agent {url})"
+    assert [c[0] for c in echo.calls] == ["plan", "execute"]
+    assert 9 < echo.calls[1][2].remaining() <= 10  # the step's remaining time went along
+
+
+def test_errors_of_the_agent_keep_their_class_and_say_where(agent: tuple[str, Echo]) -> None:
+    url, _ = agent
+    with pytest.raises(RetryableActionError, match=rf"device busy \(on agent {url} of node node-b\)"):
+        runner(url).execute(ECHO, {"word": "x", "fail": "retryable"}, ctx())
+    with pytest.raises(ActionError, match="permission denied") as permanent:
+        runner(url).execute(ECHO, {"word": "x", "fail": "permanent"}, ctx())
+    assert not isinstance(permanent.value, RetryableActionError)
+
+
+def test_a_wrong_token_and_a_wrong_node_are_permanent(agent: tuple[str, Echo]) -> None:
+    url, echo = agent
+    with pytest.raises(ActionError, match="agent credential: wrong signature for node 'node-b'") as wrong_token:
+        runner(url, token="nope").execute(ECHO, {"word": "x"}, ctx())
+    assert not isinstance(wrong_token.value, RetryableActionError)
+    with pytest.raises(ActionError, match="signed for node 'node-b' but its step targets 'node-c'"):
+        runner(url).execute(ECHO, {"word": "x"}, ctx(target="node-c"))
+    assert echo.calls == []
+
+
+def test_an_unreachable_agent_is_retried_a_bounded_number_of_times_then_retryable() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+
+    with pytest.raises(RetryableActionError, match=r"agent of node node-b unreachable \(3 tries\).*127\.0\.0\.1"):
+        runner(url, retries=2).execute(ECHO, {"word": "x"}, ctx())
+
+
+def test_a_node_missing_from_the_static_map_fails_permanently_at_once() -> None:
+    with pytest.raises(
+        ActionError, match=r"no agent configured for node 'node-b' \(the agents map knows: node-z\)"
+    ) as e:
+        runner(StaticAgents({"node-z": "http://x:1"})).execute(ECHO, {"word": "x"}, ctx())
+    assert not isinstance(e.value, RetryableActionError)
+
+
+class _Scripted(BaseHTTPRequestHandler):
+    """Answers each POST with the next (status, body) of the server's script."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        server: Any = self.server
+        status, body, delay = server.script.pop(0) if server.script else (200, b'{"result": {"ok": true}}', 0)
+        server.seen += 1
+        if delay:
+            import time
+
+            time.sleep(delay)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def scripted() -> Iterator[Any]:
+    server: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    server.script, server.seen = [], 0
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_proxy_error_without_an_agent_answer_is_retried(scripted: Any) -> None:
+    scripted.script = [(503, b"upstream down", 0), (502, b"", 0)]
+    url = f"http://127.0.0.1:{scripted.server_port}"
+
+    assert runner(url).execute(IDEMPOTENT_ECHO, {"word": "x"}, ctx()) == {"ok": True}
+    assert scripted.seen == 3
+
+
+def test_a_502_on_the_execute_of_an_action_that_is_not_idempotent_is_not_sent_again(scripted: Any) -> None:
+    """Finding 16: a proxy may have passed the request on before failing; the step may have run."""
+    scripted.script = [(502, b"", 0), (200, b'{"result": {"ok": true}}', 0)]
+    url = f"http://127.0.0.1:{scripted.server_port}"
+
+    with pytest.raises(AmbiguousActionError, match="HTTP 502 from a proxy; the step may have run"):
+        runner(url).execute(ECHO, {"word": "x"}, ctx())
+    assert scripted.seen == 1
+
+
+def test_an_unexpected_answer_is_a_permanent_error(scripted: Any) -> None:
+    scripted.script = [(200, b'{"something": 1}', 0)]
+    url = f"http://127.0.0.1:{scripted.server_port}"
+    with pytest.raises(ActionError, match="unexpected answer: HTTP 200"):
+        runner(url).execute(ECHO, {"word": "x"}, ctx())
+    assert scripted.seen == 1
+
+
+def test_an_agent_that_takes_the_request_but_never_answers_is_not_retried(scripted: Any) -> None:
+    scripted.script = [(200, b'{"result": {}}', 2.0)]
+    remote = runner(f"http://127.0.0.1:{scripted.server_port}")
+    remote.answer_slack = 0.2  # the agent gets the step's remaining time (at least 0.5 s) plus this to answer
+
+    with pytest.raises(ActionError, match=r"did not answer within 0\.7s; the step may have run") as error:
+        remote.execute(ECHO, {"word": "x"}, ctx(seconds=0.3))
+    assert not isinstance(error.value, RetryableActionError)
+    assert scripted.seen == 1
+
+
+# --------------------------------------------------------------------------- Kubernetes discovery
+
+
+def pod(
+    name: str,
+    ip: str | None,
+    *,
+    phase: str = "Running",
+    ready: bool = True,
+    created: int = 0,
+    deleting: bool = False,
+    owner: tuple[str, str] | None = ("DaemonSet", "rel-remediate-agent"),
+) -> k8s.V1Pod:
+    owners = [k8s.V1OwnerReference(api_version="apps/v1", kind=owner[0], name=owner[1], uid="u", controller=True)]
+    return k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(
+            name=name,
+            owner_references=owners if owner else None,
+            creation_timestamp=datetime.fromtimestamp(1_700_000_000 + created, UTC),
+            deletion_timestamp=datetime.now(UTC) if deleting else None,
+        ),
+        status=k8s.V1PodStatus(
+            phase=phase,
+            pod_ip=ip,
+            conditions=[k8s.V1PodCondition(type="Ready", status="True" if ready else "False")],
+        ),
+    )
+
+
+class FakeCoreV1:
+    def __init__(self, *pods: k8s.V1Pod) -> None:
+        self.pods = list(pods)
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.error: Exception | None = None
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> k8s.V1PodList:
+        self.calls.append((namespace, kwargs))
+        if self.error:
+            raise self.error
+        return k8s.V1PodList(items=self.pods)
+
+
+def test_discovery_asks_for_the_agent_pods_on_the_node_and_takes_the_newest_ready_one() -> None:
+    api = FakeCoreV1(
+        pod("agent-old", "10.1.0.4", created=0),
+        pod("agent-new", "10.1.0.9", created=60),
+        pod("agent-starting", "10.1.0.5", created=120, ready=False),
+        pod("agent-leaving", "10.1.0.6", created=180, deleting=True),
+        pod("agent-pending", None, phase="Pending", created=240),
+    )
+    agents = KubernetesAgents("app.kubernetes.io/component=agent", "remediate", 9096, api=api)
+
+    assert agents.url_for("node-b") == "http://10.1.0.9:9096"
+    ((namespace, kwargs),) = api.calls
+    assert namespace == "remediate"
+    assert kwargs["label_selector"] == "app.kubernetes.io/component=agent"
+    assert kwargs["field_selector"] == "spec.nodeName=node-b"
+
+
+def test_discovery_caches_answers_and_forgets_them_on_request() -> None:
+    now = [0.0]
+    api = FakeCoreV1(pod("agent", "fd00::7"))
+    agents = KubernetesAgents("a=b", "ns", 9096, api=api, ttl=30, clock=lambda: now[0])
+
+    assert agents.url_for("node-b") == "http://[fd00::7]:9096"
+    assert agents.url_for("node-b") == "http://[fd00::7]:9096"
+    assert len(api.calls) == 1
+    agents.forget("node-b")
+    agents.url_for("node-b")
+    now[0] = 31
+    agents.url_for("node-b")
+    assert len(api.calls) == 3
+
+
+def test_no_ready_agent_pod_or_an_api_error_is_retryable() -> None:
+    agents = KubernetesAgents("a=b", "ns", 9096, api=FakeCoreV1(pod("agent-x", "10.0.0.1", ready=False)))
+    with pytest.raises(AgentNotFound, match=r"no Ready agent pod on node 'node-b' .*agent-x \(Running\)") as none:
+        agents.url_for("node-b")
+    assert none.value.retryable
+
+    api = FakeCoreV1()
+    api.error = k8s.ApiException(status=500, reason="etcd is sad")
+    with pytest.raises(AgentNotFound, match="cannot list agent pods on node 'node-b'") as broken:
+        KubernetesAgents("a=b", "ns", 9096, api=api).url_for("node-b")
+    assert broken.value.retryable
+
+
+def test_a_step_for_a_node_without_an_agent_pod_is_retried_then_fails_retryable() -> None:
+    api = FakeCoreV1()
+    remote = runner(KubernetesAgents("a=b", "ns", 9096, api=api), retries=1)
+
+    with pytest.raises(RetryableActionError, match=r"unreachable \(2 tries\): no Ready agent pod on node 'node-b'"):
+        remote.plan(ECHO, {"word": "x"}, ctx())
+    assert len(api.calls) == 2
+    assert remote.ran_on == "node-b (agent not found)"
+
+
+@pytest.mark.parametrize("node", ["node-b,metadata.name=agent-x", "node-b\n", "../node-b", "Node_B"])
+def test_discovery_refuses_a_target_that_is_not_a_node_name_without_asking_the_api(node: str) -> None:
+    api = FakeCoreV1(pod("agent", "10.0.0.1"))
+    agents = KubernetesAgents("a=b", "ns", 9096, api=api)
+
+    with pytest.raises(AgentNotFound, match="not a valid node name") as refused:
+        agents.url_for(node)
+
+    assert not refused.value.retryable
+    assert api.calls == []
+
+
+# --------------------------------------------------------------------------- discovery on a real API server
+
+
+def _ready_agent_pod(api: FakeKubeAPI, name: str, node: str, ip: str) -> None:
+    api.add_pod("remediate", name, node, owner="DaemonSet", labels={"app.kubernetes.io/component": "agent"})
+    with api.lock:  # the kubelet's part: the pod runs, has an IP and is Ready
+        api.pods[("remediate", name)]["status"] = {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+
+
+def test_discovery_uses_the_configured_kubeconfig_and_context_not_the_default_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding 15: discovery built its client from $KUBECONFIG / ~/.kube/config whatever the settings said."""
+    with FakeKubeAPI() as api:
+        _ready_agent_pod(api, "agent-b", "node-b", "10.1.0.9")
+        # The configured file's current context points at a dead port: only `kube_context` reaches the API.
+        kubeconfig = yaml.safe_load(api.write_kubeconfig(tmp_path / "lab.kubeconfig", context="lab").read_text())
+        kubeconfig["clusters"].append({"name": "gone", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}})
+        kubeconfig["contexts"].append({"name": "gone", "context": {"cluster": "gone", "user": "remediate"}})
+        kubeconfig["current-context"] = "gone"
+        (tmp_path / "lab.kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        # The default kubeconfig names another cluster that does not answer: it must not be read.
+        wrong = tmp_path / "default.kubeconfig"
+        wrong.write_text(
+            yaml.safe_dump(
+                {**kubeconfig, "contexts": kubeconfig["contexts"][1:], "clusters": kubeconfig["clusters"][1:]}
+            )
+        )
+        monkeypatch.setenv("KUBECONFIG", str(wrong))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        settings = Settings(
+            agent_selector="app.kubernetes.io/component=agent",
+            agent_namespace="remediate",
+            agent_token="t",
+            kubeconfig=tmp_path / "lab.kubeconfig",
+            kube_context="lab",
+        )
+
+        directory = Dispatch.from_settings(settings).directory
+
+        assert directory is not None
+        assert directory.url_for("node-b") == "http://10.1.0.9:9096"
+        assert api.count("GET", r"/api/v1/namespaces/remediate/pods") == 1
+
+
+def test_discovery_with_an_unusable_configured_kubeconfig_says_which_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.kubeconfig"
+    agents = KubernetesAgents("a=b", "ns", 9096, kubeconfig=missing)
+
+    with pytest.raises(AgentNotFound, match=r"nowhere\.kubeconfig") as refused:
+        agents.url_for("node-b")
+    assert not refused.value.retryable

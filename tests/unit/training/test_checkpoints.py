@@ -1,0 +1,190 @@
+"""The built-in handlers and TorchCheckpoints with real PyTorch (CPU): state restored exactly, lr changes that stick.
+
+The plain-loop test at the end is what a user's script does: train, checkpoint every few
+steps, poll; a rollback puts the weights, the optimizer and the scheduler back to the
+checkpoint and the loop continues from its step, skipping the batches it was told to.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediate.training import TorchCheckpoints, TrainingControl
+from remediate.training.protocol import APPLIED, JobPaths
+from tests.support.training import JOB, deliver, require, wait_for_ack
+
+torch = require("torch")
+
+
+def tiny(seed: int = 0) -> tuple[Any, Any]:
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return model, optimizer
+
+
+def batch(index: int) -> tuple[Any, Any]:
+    generator = torch.Generator().manual_seed(index)
+    x = torch.randn(8, 4, generator=generator)
+    return x, x.sum(dim=1, keepdim=True)
+
+
+def train_step(model: Any, optimizer: Any, scheduler: Any, index: int) -> float:
+    x, y = batch(index)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return float(loss.detach())
+
+
+def test_importing_the_library_does_not_import_torch() -> None:
+    code = "import sys, remediate.training, remediate.actions.training; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def test_checkpoints_restore_model_optimizer_and_scheduler_exactly(tmp_path: Path) -> None:
+    model, optimizer = tiny()
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
+    store = TorchCheckpoints(tmp_path / "ckpt", model=model, optimizer=optimizer, scheduler=scheduler, writer=True)
+    for i in range(5):
+        train_step(model, optimizer, scheduler, i)
+    info = store.save(5, 0.5)
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    lr = optimizer.param_groups[0]["lr"]
+    exp_avg = optimizer.state[model.weight]["exp_avg"].clone()
+    for i in range(5, 9):
+        train_step(model, optimizer, scheduler, i)
+    assert not torch.equal(model.weight, weights["weight"])
+
+    store.load(info)
+    assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+    assert torch.equal(optimizer.state[model.weight]["exp_avg"], exp_avg)
+    assert scheduler.last_epoch == 5 and optimizer.param_groups[0]["lr"] == lr
+    assert Path(info.path or "").name == "ckpt-000000005.pt"
+
+
+def test_checkpoints_keep_the_last_k_and_always_the_newest_good_one(tmp_path: Path) -> None:
+    model, optimizer = tiny()
+    store = TorchCheckpoints(tmp_path, model=model, optimizer=optimizer, keep=2, good_loss_below=10.0, writer=True)
+    store.save(10, 1.0)
+    store.save(20, 2.0)
+    store.save(30, float("nan"))
+    store.save(40, 50.0)  # finite but above the threshold: not good
+    assert [(c.step, c.good) for c in store.list()] == [(20, True), (30, False), (40, False)]
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.pt")) == [
+        "ckpt-000000020.pt",
+        "ckpt-000000030.pt",
+        "ckpt-000000040.pt",
+    ]
+    assert math.isnan(store.get(30).loss or 0.0)  # type: ignore[union-attr]
+    store.save(50, 3.0)
+    assert [c.step for c in store.list()] == [40, 50]
+
+    # A restarted job (or another rank) finds the same index on disk.
+    again = TorchCheckpoints(tmp_path, model=model, optimizer=optimizer, writer=True)
+    assert [(c.step, c.good, c.loss) for c in again.list()] == [(40, False, 50.0), (50, True, 3.0)]
+    reader = TorchCheckpoints(tmp_path, model=model, optimizer=optimizer, writer=False)
+    assert [c.step for c in reader.list()] == [40, 50]
+    store.save(60, 1.0)
+    assert [c.step for c in reader.list()] == [50, 60]
+
+
+# --------------------------------------------------------------------------- scale_lr sticks
+
+
+def _schedulers() -> dict[str, Callable[[Any], Any]]:
+    lr_scheduler = torch.optim.lr_scheduler
+    return {
+        "lambda-warmup": lambda o: lr_scheduler.LambdaLR(o, lambda s: min(1.0, (s + 1) / 5)),
+        "cosine": lambda o: lr_scheduler.CosineAnnealingLR(o, T_max=30),
+        "step": lambda o: lr_scheduler.StepLR(o, step_size=3, gamma=0.7),
+        "sequential": lambda o: lr_scheduler.SequentialLR(
+            o,
+            [lr_scheduler.LinearLR(o, start_factor=0.1, total_iters=4), lr_scheduler.CosineAnnealingLR(o, T_max=20)],
+            milestones=[4],
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_schedulers()))
+def test_scale_lr_survives_the_next_scheduler_steps(tmp_path: Path, name: str) -> None:
+    make = _schedulers()[name]
+    runs = []
+    for scale in (False, True):
+        model, optimizer = tiny()
+        scheduler = make(optimizer)
+        control = TrainingControl(
+            f"job-{scale}", root=tmp_path, optimizer=optimizer, scheduler=scheduler, wake_signal=None
+        )
+        lrs = []
+        for step in range(1, 16):
+            train_step(model, optimizer, scheduler, step)
+            if scale and step == 6:
+                command = deliver(tmp_path, f"job-{scale}", "scale_lr", {"factor": 0.5})
+            control.poll(step)
+            lrs.append(optimizer.param_groups[0]["lr"])
+        runs.append(lrs)
+        if scale:
+            assert wait_for_ack(tmp_path, f"job-{scale}", command.id).status == APPLIED
+    plain, scaled = runs
+    assert scaled[:5] == plain[:5]
+    for step, (a, b) in enumerate(zip(plain[5:], scaled[5:], strict=True), start=6):
+        assert b == pytest.approx(a * 0.5, rel=1e-9), f"step {step}: {b} is not half of {a}"
+
+
+# --------------------------------------------------------------------------- a plain training loop
+
+
+def test_a_plain_loop_rolls_back_resumes_from_the_checkpoint_step_and_skips_batches(tmp_path: Path) -> None:
+    model, optimizer = tiny()
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    store = TorchCheckpoints(
+        tmp_path / "ckpt", model=model, optimizer=optimizer, scheduler=scheduler, keep=10, writer=True
+    )
+    control = TrainingControl(JOB, root=tmp_path, checkpoints=store, optimizer=optimizer, scheduler=scheduler,
+                              wake_signal=None)  # fmt: skip
+    saved: dict[int, dict[str, Any]] = {}
+    trained: list[tuple[int, int]] = []  # (step after the update, data index)
+    step, data_index, command = 0, 0, None
+    while step < 40:
+        data_index += 1
+        if control.skip_batch():
+            continue
+        loss = train_step(model, optimizer, scheduler, data_index)
+        step += 1
+        trained.append((step, data_index))
+        if step % 5 == 0:
+            store.save(step, loss)
+            saved[step] = {k: v.clone() for k, v in model.state_dict().items()}
+        if step == 23 and command is None:
+            command = deliver(tmp_path, JOB, "rollback", {"checkpoint": "latest", "min_steps_back": 5,
+                                                          "skip_batches": 4})  # fmt: skip
+        new_step = control.poll(step, loss)
+        if new_step != step:
+            assert new_step == 15  # the newest checkpoint at least 5 steps before step 23
+            assert all(torch.equal(v, saved[15][k]) for k, v in model.state_dict().items())
+            step = new_step
+    assert command is not None
+    ack = wait_for_ack(tmp_path, JOB, command.id)
+    assert ack.status == APPLIED and (ack.step_before, ack.step_after) == (23, 15)
+    assert ack.result["discarded_checkpoints"] == [20]
+    # After the rollback the loop trained step 16 on data 28: data 24..27 were skipped.
+    resumed = trained[trained.index((23, 23)) + 1]
+    assert resumed == (16, 28)
+    assert control.batches_skipped == 4
+    assert [c.step for c in store.list()] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert JobPaths(tmp_path, JOB).read_registration().checkpoints[-1].step == 40

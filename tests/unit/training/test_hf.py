@@ -1,0 +1,121 @@
+"""RemediateTrainerCallback inside a real Hugging Face Trainer (CPU, a tiny local model and data, no downloads).
+
+As in the Lightning test, an "agent" callback delivers a rollback and an lr cut at step 12
+and an observer behind ours records the model and optimizer after each step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediate.training.protocol import APPLIED, JobPaths
+from tests.support.training import deliver, require, wait_for_ack
+
+torch = require("torch")
+transformers = require("transformers")
+require("accelerate")
+
+JOB = "hf-job"
+
+
+class TinyRegressor(torch.nn.Module):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
+        prediction = self.layer(x)
+        out = {"logits": prediction}
+        if labels is not None:
+            out["loss"] = torch.nn.functional.mse_loss(prediction, labels)
+        return out
+
+
+class Rows(torch.utils.data.Dataset):  # type: ignore[misc]
+    def __init__(self, n: int) -> None:
+        generator = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 4, generator=generator)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"x": self.x[i], "labels": self.x[i].sum().unsqueeze(0)}
+
+
+class Agent(transformers.TrainerCallback):  # type: ignore[misc]
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sent: list[str] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == 12 and not self.sent:
+            rollback = {"checkpoint": "latest_good", "min_steps_back": 4, "skip_batches": 3}
+            self.sent.append(deliver(self.root, JOB, "rollback", rollback).id)
+            self.sent.append(deliver(self.root, JOB, "scale_lr", {"factor": 0.5}).id)
+
+
+class Observer(transformers.TrainerCallback):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.after: dict[int, dict[str, Any]] = {}
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.after[state.global_step] = {
+            "weight": kwargs["model"].layer.weight.detach().clone(),
+            "lr": kwargs["optimizer"].param_groups[0]["lr"],
+            "base_lrs": list(kwargs["lr_scheduler"].base_lrs),
+        }
+
+
+def test_the_hugging_face_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path) -> None:
+    from remediate.training.hf import RemediateTrainerCallback
+
+    torch.manual_seed(0)
+    root = tmp_path / "control"
+    ours = RemediateTrainerCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=4, keep=10,
+                                    wake_signal=None)  # fmt: skip
+    agent, observer = Agent(root), Observer()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=24,
+        per_device_train_batch_size=8,
+        learning_rate=0.01,
+        lr_scheduler_type="linear",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = transformers.Trainer(
+        model=TinyRegressor(), args=args, train_dataset=Rows(512), callbacks=[agent, ours, observer]
+    )
+    trainer.train()
+
+    rollback = wait_for_ack(root, JOB, agent.sent[0])
+    scale = wait_for_ack(root, JOB, agent.sent[1])
+    assert rollback.status == APPLIED and scale.status == APPLIED
+    assert (rollback.step_before, rollback.step_after) == (12, 8)
+    assert rollback.job["framework"] == "transformers"
+    assert rollback.result["checkpoint"]["good"] is True  # the loss the Trainer logged at step 7
+
+    saved = torch.load(tmp_path / "ckpt" / "ckpt-000000008.pt", weights_only=True)
+    after = observer.after
+    assert torch.equal(after[12]["weight"], saved["model"]["layer.weight"])
+    assert all(torch.equal(after[s]["weight"], after[12]["weight"]) for s in (13, 14, 15))
+    assert not torch.equal(after[16]["weight"], after[12]["weight"])
+    assert ours.control.batches_skipped == 3
+    # The linear decay restarts from step 8's position at half the base lr, and keeps decaying from there.
+    epoch = saved["schedulers"][0]["last_epoch"]
+    # (the Trainer makes two param groups: with and without weight decay)
+    assert scale.result["lr_before"] == [pytest.approx(0.01 * (24 - epoch) / 24)] * 2
+    assert after[12]["base_lrs"] == [0.005, 0.005]
+    assert after[12]["lr"] == pytest.approx(0.005 * (24 - epoch) / 24)
+    assert after[20]["lr"] == pytest.approx(0.005 * (24 - epoch - 8) / 24)
+    assert trainer.state.global_step == 24
+    assert JobPaths(root, JOB).read_registration().closed_at is not None

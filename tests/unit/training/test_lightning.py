@@ -1,0 +1,117 @@
+"""RemediateCallback inside a real PyTorch Lightning Trainer (CPU, a tiny local model and data, no downloads).
+
+An "agent" callback ahead of ours delivers a rollback and an lr cut at step 12, as remediate
+would; an observer behind ours records what the model and optimizer look like after each step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediate.training.protocol import APPLIED, JobPaths
+from tests.support.training import deliver, require, wait_for_ack
+
+torch = require("torch")
+pl = require("lightning.pytorch")
+
+# Lightning's own advice (few dataloader workers, ...) and deprecation notices between its release and torch's.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning:lightning.*"),
+    pytest.mark.filterwarnings("ignore:.*LeafSpec.*:FutureWarning"),
+]
+
+JOB = "lightning-job"
+
+
+class TinyModule(pl.LightningModule):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.AdamW(self.parameters(), lr=0.01)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + 0.01 * s))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+class Agent(pl.Callback):  # type: ignore[misc]
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sent: list[str] = []
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == 12 and not self.sent:
+            rollback = {"checkpoint": "latest_good", "min_steps_back": 4, "skip_batches": 3}
+            self.sent.append(deliver(self.root, JOB, "rollback", rollback).id)
+            self.sent.append(deliver(self.root, JOB, "scale_lr", {"factor": 0.5, "min_lr": 1e-4}).id)
+
+
+class Observer(pl.Callback):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.after: dict[int, dict[str, Any]] = {}
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        scheduler = trainer.lr_scheduler_configs[0].scheduler
+        self.after[trainer.global_step] = {
+            "weight": module.layer.weight.detach().clone(),
+            "lr": trainer.optimizers[0].param_groups[0]["lr"],
+            "base_lrs": list(scheduler.base_lrs),
+        }
+
+
+def test_the_lightning_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path) -> None:
+    from remediate.training.lightning import RemediateCallback
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 4)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    root = tmp_path / "control"
+    ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=4, keep=10,
+                             wake_signal=None)  # fmt: skip
+    agent, observer = Agent(root), Observer()
+    trainer = pl.Trainer(
+        max_steps=24,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[agent, ours, observer],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(TinyModule(), data)
+
+    rollback = wait_for_ack(root, JOB, agent.sent[0])
+    scale = wait_for_ack(root, JOB, agent.sent[1])
+    assert rollback.status == APPLIED and scale.status == APPLIED
+    assert (rollback.step_before, rollback.step_after) == (12, 8)
+    assert rollback.result["step_counter_rewound"] is False
+    assert "trainer's step counter continues" in rollback.detail
+    assert rollback.job["framework"] == "lightning"
+
+    saved = torch.load(tmp_path / "ckpt" / "ckpt-000000008.pt", weights_only=True)
+    after = observer.after
+    assert torch.equal(after[12]["weight"], saved["model"]["layer.weight"])
+    # The next 3 optimizer steps were skipped: the weights did not move; then training went on.
+    assert all(torch.equal(after[s]["weight"], after[12]["weight"]) for s in (13, 14, 15))
+    assert not torch.equal(after[16]["weight"], after[12]["weight"])
+    assert ours.control.batches_skipped == 3
+    # lr: restored with the scheduler of step 8, then halved, and the scheduler's base lr with it, so that
+    # the scheduler's later steps keep the cut.
+    epoch = saved["schedulers"][0]["last_epoch"]
+    assert scale.result["lr_before"] == [pytest.approx(0.01 / (1 + 0.01 * epoch))]
+    assert scale.result["lr_after"] == [pytest.approx(0.005 / (1 + 0.01 * epoch))]
+    assert after[12]["base_lrs"] == [0.005]
+    assert after[20]["lr"] == pytest.approx(0.005 / (1 + 0.01 * (epoch + 8)))
+    assert trainer.global_step == 24  # Lightning's own counter was not rewound
+    registration = JobPaths(root, JOB).read_registration()
+    assert registration.framework == "lightning" and registration.closed_at is not None
+    assert [c.step for c in registration.checkpoints] == [4, 8, 16, 20, 24]  # 12 belonged to the abandoned run
