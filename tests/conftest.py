@@ -14,6 +14,7 @@ from remediate.actions.base import ActionRegistry
 from remediate.engine import Engine, IngestResult
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
+from tests.stores import AnyStore, open_store
 
 STARTS_AT = "2026-01-01T00:00:00Z"
 
@@ -73,11 +74,13 @@ def db_url(tmp_path: Any) -> str:
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    """A fresh store on a real SQLite file."""
-    opened = Store.open(db_url)
+def store(request: pytest.FixtureRequest, db_url: str) -> Iterator[AnyStore]:
+    """A fresh store on a real SQLite file; the in-memory fake where a test is parametrized over
+    tests.stores.STORES (`@BOTH_STORES`)."""
+    opened = open_store(getattr(request, "param", "sqlite"), db_url)
     yield opened
-    opened.close()
+    if isinstance(opened, Store):
+        opened.close()
 
 
 @pytest.fixture(scope="session")
