@@ -357,6 +357,7 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
     )  # fmt: skip
 
     assert store.pending_outcomes(since=T0 + 2) == []
+    assert store.pending_outcomes(since=T0, limit=0) == []
     (pending,) = store.pending_outcomes(since=T0)
     assert (pending.step.id, pending.step.status, pending.follow_up, pending.finished_at) == (
         first.id, "failed", {"job": "j"}, T0 + 1,
