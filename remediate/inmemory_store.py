@@ -102,11 +102,18 @@ class InMemoryStore:
         rows = self.tables[table]
         return rows[row_id - 1] if 0 < row_id <= len(rows) else None
 
-    def _run(self, run_id: int) -> Row:
-        run = self._row("runs", run_id)
-        if run is None:
-            raise UnknownRunError(f"no run {run_id}")
-        return run
+    def _one(self, table: str, row_id: int) -> Row:
+        """The row, where the SQL reads one row and fails without it."""
+        row = self._row(table, row_id)
+        if row is None:
+            raise sa.exc.NoResultFound(f"no {table} row {row_id}")
+        return row
+
+    def _update(self, table: str, row_id: int, **values: Any) -> None:
+        """UPDATE ... WHERE id = row_id: nothing happens to a row that does not exist."""
+        row = self._row(table, row_id)
+        if row is not None:
+            row.update(values)
 
     def _steps(self, run_ids: Iterable[int]) -> list[Row]:
         wanted = set(run_ids)
@@ -163,7 +170,9 @@ class InMemoryStore:
         if not 0 < run_id <= MAX_ID:
             raise UnknownRunError(f"no run {run_id}")
         with self._transaction():
-            run = self._run(run_id)
+            run = self._row("runs", run_id)
+            if run is None:
+                raise UnknownRunError(f"no run {run_id}")
             if run["status"] != RunStatus.AWAITING_APPROVAL:
                 raise RunStateError(f"run {run_id} is {run['status']}, not awaiting approval")
             run.update(status=RunStatus.QUEUED, approved_by=by, approved_at=now, updated_at=now)
@@ -225,7 +234,7 @@ class InMemoryStore:
     def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int:
         with self._transaction():
             self._check_lease(lease, now)
-            step = self.tables["steps"][step_id - 1]
+            step = self._one("steps", step_id)
             if plan is not None:
                 step["plan"] = dumps(plan)
             step.update(status=StepStatus.RUNNING, attempts=step["attempts"] + 1)
@@ -256,7 +265,7 @@ class InMemoryStore:
 
     def record_plan(self, step_id: int, plan: Any) -> None:
         with self._transaction():
-            self.tables["steps"][step_id - 1]["plan"] = dumps(plan)
+            self._update("steps", step_id, plan=dumps(plan))
 
     def finish_step(
         self,
@@ -278,12 +287,12 @@ class InMemoryStore:
             self._check_lease(lease, now)
             if succeeded_attempt is not None:
                 self._finish_attempt(step_id, succeeded_attempt, AttemptOutcome.SUCCEEDED, None, now)
-            step = self.tables["steps"][step_id - 1]
-            step.update(status=status, finished_at=now, error=error)
+            values: dict[str, Any] = {"status": status, "finished_at": now, "error": error}
             if result is not None:
-                step["result"] = dumps(result)
+                values["result"] = dumps(result)
             if plan is not None:
-                step["plan"] = dumps(plan)
+                values["plan"] = dumps(plan)
+            self._update("steps", step_id, **values)
             self._skip_steps(skip, skip_reason, now)
             if run_end is not None:
                 self._finish_run(run_end.run_id, run_end.status, now, run_end.error, rerunnable=rerunnable)
@@ -306,10 +315,9 @@ class InMemoryStore:
             self._finish_run(run_id, status, now, error, rerunnable=rerunnable)
 
     def _finish_run(self, run_id: int, status: RunStatus, now: float, error: str | None, *, rerunnable: bool) -> None:
-        run = self._run(run_id)
-        run.update(status=status, finished_at=now, updated_at=now, error=error, claimed_by=None)
+        self._update("runs", run_id, status=status, finished_at=now, updated_at=now, error=error, claimed_by=None)
         if rerunnable:
-            run["rerunnable"] = True
+            self._update("runs", run_id, rerunnable=True)
         self._sync_decision_status(run_id, status)
 
     def skip_steps(self, step_ids: Sequence[int], reason: str, *, now: float, lease: RunLease | None = None) -> None:
@@ -349,13 +357,13 @@ class InMemoryStore:
 
     def settle_pending(self, step_id: int, late_outcome: Mapping[str, Any], note: str, now: float) -> bool:
         with self._transaction():
-            step = self.tables["steps"][step_id - 1]
+            step = self._one("steps", step_id)
             result = None if step["result"] is None else json.loads(step["result"])
             if not isinstance(result, dict) or "late_outcome" in result:
                 return False
             result["late_outcome"] = dict(late_outcome)
             step.update(result=dumps(result), error=f"{step['error'] or ''}; {note}".lstrip("; "))
-            run = self._run(step["run_id"])
+            run = self._one("runs", step["run_id"])
             run.update(error=f"{run['error'] or ''}; {note}".lstrip("; "), updated_at=now)
         return True
 
@@ -415,7 +423,7 @@ class InMemoryStore:
                     error="the executor stopped during this attempt",
                 )
         for run_id in run_ids:
-            self._run(run_id).update(status=RunStatus.QUEUED, claimed_by=None, updated_at=now)
+            self._update("runs", run_id, status=RunStatus.QUEUED, claimed_by=None, updated_at=now)
             self._sync_decision_status(run_id, RunStatus.QUEUED)
 
     # ------------------------------------------------------------------ action memory and breaker
@@ -538,10 +546,10 @@ class _Writer(_Reader):
         return [self._store._insert("decisions", row) for row in rows]
 
     def release_dedupe_key(self, run_id: int) -> None:
-        self._store._run(run_id)["dedupe_key"] = f"superseded:{run_id}"
+        self._store._update("runs", run_id, dedupe_key=f"superseded:{run_id}")
 
     def mark_superseded(self, run_id: int, by_run: int, now: float) -> None:
-        self._store._run(run_id).update(superseded_by=by_run, updated_at=now)
+        self._store._update("runs", run_id, superseded_by=by_run, updated_at=now)
 
     def cancel_awaiting(self, run_id: int, reason: str, now: float) -> bool:
         run = self._store._row("runs", run_id)

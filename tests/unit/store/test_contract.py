@@ -381,6 +381,23 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
 
 
 @BOTH_STORES
+def test_writes_to_rows_that_do_not_exist(store: AnyStore) -> None:
+    # An UPDATE of no row changes nothing; a read of the one row a write needs fails.
+    store.record_plan(99, {"p": 1})
+    store.finish_step(99, StepStatus.SUCCEEDED, now=T0)
+    store.finish_run(99, RunStatus.SUCCEEDED, now=T0, rerunnable=True)
+    store.skip_steps([99], "x", now=T0)
+    assert store.requeue_claims([RunningClaim(99, "w", 1, T0)], now=T0) == []
+    with pytest.raises(sa.exc.NoResultFound):
+        store.start_attempt(99, T0)
+    with pytest.raises(sa.exc.NoResultFound):
+        store.settle_pending(99, {}, "note", T0)
+    with pytest.raises(ClaimLostError):
+        store.check_lease(RunLease(99, "w", 1), T0)
+    assert store.steps_of(99) == [] and rows(store, "runs") == [] and rows(store, "attempts") == []
+
+
+@BOTH_STORES
 def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
