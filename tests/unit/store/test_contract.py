@@ -7,12 +7,15 @@ test goes further: one scenario on both, and their tables must end up equal row 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from remediate import inmemory_store, store_interface
+from remediate import store as store_module
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
 from remediate.engine import Engine, IngestResult
@@ -452,6 +455,32 @@ def test_pause_memory_and_breaker_rows(
 
 
 # --------------------------------------------------------------------------- the fake and SQLite agree
+
+
+IMPLEMENTATIONS = [
+    (store_interface.EngineStore, Store, InMemoryStore),
+    (store_interface.ExecutorStore, Store, InMemoryStore),
+    (store_interface.IngestWrites, store_module.IngestWriter, inmemory_store._Writer),
+    (store_interface.BreakerRowsLike, store_module.BreakerRows, inmemory_store._BreakerRows),
+    (store_interface.MemoryLike, store_module.StoreMemory, inmemory_store._Memory),
+]
+
+
+@pytest.mark.parametrize(("protocol", "real", "fake"), IMPLEMENTATIONS, ids=[p.__name__ for p, _, _ in IMPLEMENTATIONS])
+def test_both_stores_have_every_method_of_the_interface_with_its_parameters(
+    protocol: type, real: type, fake: type
+) -> None:
+    # Not parametrized over `store`: it reads the classes. A parameter the interface has not is optional.
+    methods = [name for cls in protocol.__mro__ if cls.__module__ == protocol.__module__ for name in vars(cls)]
+    methods = [m for m in dict.fromkeys(methods) if not m.startswith("_")]
+    assert methods
+    for name in methods:
+        wanted = list(inspect.signature(getattr(protocol, name)).parameters.values())
+        for implementation in (real, fake):
+            found = list(inspect.signature(getattr(implementation, name)).parameters.values())
+            shape = [(p.name, p.kind, p.default) for p in found[: len(wanted)]]
+            assert shape == [(p.name, p.kind, p.default) for p in wanted], (implementation, name)
+            assert all(p.default is not p.empty for p in found[len(wanted) :]), (implementation, name)
 
 
 def test_one_scenario_leaves_the_same_tables_in_the_fake_as_in_sqlite(
