@@ -67,6 +67,11 @@ class InMemoryStore:
 
     # ------------------------------------------------------------------ transactions and rows
 
+    def select(self, table: str, **equal: Any) -> list[Row]:
+        """Copies of the rows of `table` whose columns equal `equal`, in id order (for tests to look at)."""
+        with self._lock:
+            return [dict(r) for r in self.tables[table] if all(r[k] == v for k, v in equal.items())]
+
     @contextmanager
     def _transaction(self) -> Iterator[None]:
         """One write: under the lock; if the block raises, every table is as it was before."""

@@ -36,9 +36,7 @@ def open_store(kind: str, db_url: str) -> AnyStore:
 def rows(store: AnyStore, table: str, **equal: Any) -> list[Any]:
     """The rows of `table` whose columns equal `equal`, in id order, with their columns as attributes."""
     if isinstance(store, InMemoryStore):
-        with store._lock:
-            found = [r for r in store.tables[table] if all(r[k] == v for k, v in equal.items())]
-            return [SimpleNamespace(**r) for r in found]
+        return [SimpleNamespace(**r) for r in store.select(table, **equal)]
     columns = t.metadata.tables[table].c
     statement = sa.select(t.metadata.tables[table]).where(*(columns[k] == v for k, v in equal.items()))
     with store.read() as conn:
