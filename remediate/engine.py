@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
@@ -24,7 +24,8 @@ from remediate.errors import ParamsError, PayloadError
 from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict, judge
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, RunStatus, decision_row, run_row, step_rows
-from remediate.store import EmptyGuardReader, PauseState, Store
+from remediate.store import EmptyGuardReader
+from remediate.store_interface import EngineStore, GuardReads
 from remediate.templating import render_params
 
 log = logging.getLogger("remediate.engine")
@@ -94,14 +95,8 @@ AlertEvaluations = tuple[int, Alert, list[Evaluation]]
 """(index of the alert in its notification, the alert, its evaluations: one per matching playbook)."""
 
 
-class GuardReaderLike(Protocol):
-    def pause_state(self) -> PauseState: ...
-    def breaker_state(self) -> dict[str, Any] | None: ...
-    def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]: ...
-    def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]: ...
-    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]: ...
-    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]: ...
-    def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]: ...
+GuardReaderLike = GuardReads
+"""The store's facts the guards judge from (a writer inside ingest, a reader for preview)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +147,7 @@ class Engine:
     def __init__(
         self,
         *,
-        store: Store | None,
+        store: EngineStore | None,
         playbooks: PlaybookSet,
         registry: ActionRegistry,
         server_mode: str = "enforce",

@@ -71,7 +71,8 @@ from remediate.runs import (
     StepRecord,
     StepStatus,
 )
-from remediate.store import Store, worker_identity
+from remediate.store import worker_identity
+from remediate.store_interface import ExecutorStore
 
 log = logging.getLogger("remediate.executor")
 
@@ -160,7 +161,7 @@ class Executor:
     def __init__(
         self,
         *,
-        store: Store,
+        store: ExecutorStore,
         registry: ActionRegistry,
         threads: int = 2,
         poll_interval: float = 0.2,

@@ -15,6 +15,7 @@ from remediate.actions.base import ActionRegistry
 from remediate.engine import Engine, IngestResult
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
+from tests.support.stores import AnyStore, open_store
 
 # The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
 # A plugin is listed before the plugins that import it (cli imports http), so that pytest rewrites its asserts.
@@ -95,11 +96,13 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(db_url: str) -> Iterator[Store]:
-    """A fresh store on a real SQLite file."""
-    opened = Store.open(db_url)
+def store(request: pytest.FixtureRequest, db_url: str) -> Iterator[AnyStore]:
+    """A fresh store on a real SQLite file; the in-memory fake where a test is parametrized over
+    tests.support.stores.STORES (`@BOTH_STORES`)."""
+    opened = open_store(getattr(request, "param", "sqlite"), db_url)
     yield opened
-    opened.close()
+    if isinstance(opened, Store):
+        opened.close()
 
 
 @pytest.fixture(scope="session")

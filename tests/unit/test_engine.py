@@ -1,9 +1,11 @@
-"""remediate.engine with a real SQLite store: ingest in one transaction, guards, runs, steps, preview."""
+"""remediate.engine on the SQLite store and (@BOTH_STORES) the in-memory fake: ingest in one transaction, guards,
+runs, steps, preview."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -13,8 +15,11 @@ from remediate import schema as t
 from remediate.alerts import parse_notification
 from remediate.engine import Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, UnknownRunError
+from remediate.inmemory_store import InMemoryStore
 from remediate.runs import Decision
 from remediate.store import Store
+from tests.support.stores import BOTH_STORES, AnyStore
+from tests.support.stores import rows as table_rows
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 HOUR = 3600.0
@@ -39,12 +44,15 @@ def playbook(name: str = "xid", **changes: Any) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
-def rows(store: Store, table: sa.Table, *where: Any) -> list[Any]:
-    with store.read() as conn:
-        return conn.execute(sa.select(table).where(*where).order_by(table.c.id)).all()
+def rows(store: AnyStore, table: sa.Table, **equal: Any) -> list[Any]:
+    return table_rows(store, table.name, **equal)
 
 
-def table_counts(store: Store) -> dict[str, int]:
+def table_counts(store: AnyStore) -> dict[str, int]:
+    """Rows in every table of the schema (the fake keeps meta and action_memory as dicts)."""
+    if isinstance(store, InMemoryStore):
+        counts = {name: len(found) for name, found in store.tables.items()}
+        return counts | {"meta": len(store.meta), "action_memory": len(store.action_memory)}
     with store.read() as conn:
         return {
             name: conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
@@ -63,6 +71,7 @@ def xid(make_alert: MakeAlert, host: str = "node-a", gpu: str = "3", **kwargs: A
 # --------------------------------------------------------------------------- what ingest stores
 
 
+@BOTH_STORES
 def test_ingest_stores_the_raw_notification_alerts_decisions_runs_and_steps(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict]
 ) -> None:
@@ -123,6 +132,7 @@ def test_ingest_stores_the_raw_notification_alerts_decisions_runs_and_steps(
     assert result.summary()["runs"] == [run.id]
 
 
+@BOTH_STORES
 def test_a_step_timeout_comes_from_the_step_or_the_engine_default(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -151,6 +161,34 @@ def test_a_notification_is_stored_whole_or_not_at_all(
     assert before["notifications"] == before["runs"] == 0
 
 
+@pytest.mark.parametrize("store", ["memory"], indirect=True)
+def test_in_the_fake_too_a_notification_is_stored_whole_or_not_at_all(
+    store: InMemoryStore, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, monkeypatch: Any
+) -> None:
+    engine = make_engine(playbook())
+
+    def refuse(*_: Any) -> list[int]:  # the last write of ingest (decisions) fails
+        raise OSError("disk on fire")
+
+    real_writer = store.writer
+
+    @contextmanager
+    def failing_writer() -> Iterator[Any]:
+        with real_writer() as writer:
+            monkeypatch.setattr(writer, "insert_decisions", refuse)
+            yield writer
+
+    monkeypatch.setattr(store, "writer", failing_writer)
+    before = table_counts(store)
+
+    with pytest.raises(OSError, match="disk on fire"):
+        ingest(engine, xid(make_alert), make_alert("DiskFull"), at=T0)
+
+    assert table_counts(store) == before
+    assert before["notifications"] == before["runs"] == 0
+
+
+@BOTH_STORES
 def test_an_invalid_body_is_refused_before_anything_is_stored(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
     before = table_counts(store)
@@ -163,6 +201,7 @@ def test_an_invalid_body_is_refused_before_anything_is_stored(store: Store, make
     assert table_counts(store) == before
 
 
+@BOTH_STORES
 def test_on_queued_is_called_only_when_a_run_was_queued(
     make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -175,6 +214,7 @@ def test_on_queued_is_called_only_when_a_run_was_queued(
     assert calls == [1]
 
 
+@BOTH_STORES
 def test_every_matching_playbook_gets_its_own_decision_and_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -189,6 +229,7 @@ def test_every_matching_playbook_gets_its_own_decision_and_run(
 # --------------------------------------------------------------------------- dedupe
 
 
+@BOTH_STORES
 def test_the_same_payload_twice_makes_one_run_and_a_duplicate_decision(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -207,6 +248,7 @@ def test_the_same_payload_twice_makes_one_run_and_a_duplicate_decision(
     assert [d.decision for d in rows(store, t.decisions)] == ["accepted", "duplicate"]
 
 
+@BOTH_STORES
 def test_the_same_alert_twice_in_one_notification_makes_one_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -220,6 +262,7 @@ def test_the_same_alert_twice_in_one_notification_makes_one_run(
     assert len(rows(store, t.alerts)) == 2
 
 
+@BOTH_STORES
 def test_a_new_occurrence_of_the_same_alert_is_not_a_duplicate(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -235,6 +278,7 @@ def test_a_new_occurrence_of_the_same_alert_is_not_a_duplicate(
 # --------------------------------------------------------------------------- cooldown and attempt cap
 
 
+@BOTH_STORES
 def test_cooldown_applies_per_playbook_and_target(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -252,6 +296,7 @@ def test_cooldown_applies_per_playbook_and_target(
     assert len(rows(store, t.runs)) == 6
 
 
+@BOTH_STORES
 def test_cooldown_is_separate_for_each_playbook(make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest) -> None:
     engine = make_engine(playbook("xid", cooldown="10m"), playbook("fast", cooldown="0s"))
     ingest(engine, xid(make_alert, gpu="0"), at=T0)
@@ -261,6 +306,7 @@ def test_cooldown_is_separate_for_each_playbook(make_engine: MakeEngine, make_al
     assert decisions_of(result) == [("xid", "cooldown"), ("fast", "accepted")]
 
 
+@BOTH_STORES
 def test_two_alerts_of_one_target_in_one_notification_respect_the_cooldown(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -272,6 +318,7 @@ def test_two_alerts_of_one_target_in_one_notification_respect_the_cooldown(
     assert [r.target for r in rows(store, t.runs)] == ["node-a", "node-b"]
 
 
+@BOTH_STORES
 def test_a_cooldown_longer_than_a_day_is_enforced(
     make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -286,6 +333,7 @@ def test_a_cooldown_longer_than_a_day_is_enforced(
     assert decisions_of(after) == [("xid", "accepted")]
 
 
+@BOTH_STORES
 def test_max_attempts_caps_firing_runs_per_target_over_24h(
     make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -304,6 +352,7 @@ def test_max_attempts_caps_firing_runs_per_target_over_24h(
     assert decisions_of(after_24h) == [("xid", "accepted")]
 
 
+@BOTH_STORES
 def test_max_attempts_applies_inside_one_notification(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -315,6 +364,7 @@ def test_max_attempts_applies_inside_one_notification(
     assert len(rows(store, t.runs)) == 2
 
 
+@BOTH_STORES
 def test_rejected_runs_do_not_count_for_cooldown_or_attempts(
     make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -331,6 +381,7 @@ def test_rejected_runs_do_not_count_for_cooldown_or_attempts(
 # --------------------------------------------------------------------------- pause, modes, approval
 
 
+@BOTH_STORES
 def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -349,6 +400,7 @@ def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(
     assert decisions_of(ingest(engine, xid(make_alert), at=T0 + 10)) == [("xid", "accepted")]
 
 
+@BOTH_STORES
 def test_approve_mode_waits_for_approval_then_queues(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -375,6 +427,7 @@ def test_approve_mode_waits_for_approval_then_queues(
     assert claimed.id == run_id
 
 
+@BOTH_STORES
 def test_server_dry_run_mode_makes_every_run_dry_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -386,6 +439,7 @@ def test_server_dry_run_mode_makes_every_run_dry_run(
     assert [(r.mode, r.status) for r in rows(store, t.runs)] == [("dry-run", "queued"), ("dry-run", "queued")]
 
 
+@BOTH_STORES
 def test_a_dry_run_playbook_queues_a_dry_run_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -399,6 +453,7 @@ def test_a_dry_run_playbook_queues_a_dry_run_run(
 # --------------------------------------------------------------------------- resolved alerts
 
 
+@BOTH_STORES
 def test_a_resolved_alert_runs_only_the_on_resolved_steps_after_the_firing_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -412,13 +467,14 @@ def test_a_resolved_alert_runs_only_the_on_resolved_steps_after_the_firing_run(
     first_run, resolved_run = rows(store, t.runs)
     assert first_run.id == firing.decisions[0].run_id
     assert (resolved_run.phase, resolved_run.status, resolved_run.after_run_id) == ("resolved", "queued", first_run.id)
-    steps = rows(store, t.steps, t.steps.c.run_id == resolved_run.id)
+    steps = rows(store, t.steps, run_id=resolved_run.id)
     assert [json.loads(s.params)["message"] for s in steps] == ["GpuXidError resolved on node-a"]
-    alert_row = rows(store, t.alerts, t.alerts.c.id == resolved_run.alert_id)[0]
+    alert_row = rows(store, t.alerts, id=resolved_run.alert_id)[0]
     assert alert_row.status == "resolved"
     assert alert_row.ends_at == "2026-01-01T01:00:00Z"
 
 
+@BOTH_STORES
 def test_a_resolved_alert_without_a_firing_run_runs_nothing(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -430,6 +486,7 @@ def test_a_resolved_alert_without_a_firing_run_runs_nothing(
     assert rows(store, t.runs) == []
 
 
+@BOTH_STORES
 def test_a_resolved_alert_of_another_occurrence_does_not_count_as_fired(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -441,6 +498,7 @@ def test_a_resolved_alert_of_another_occurrence_does_not_count_as_fired(
     assert decisions_of(result) == [("xid", "no_firing_run")]
 
 
+@BOTH_STORES
 def test_a_resolved_alert_of_a_playbook_without_on_resolved_runs_nothing(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -453,6 +511,7 @@ def test_a_resolved_alert_of_a_playbook_without_on_resolved_runs_nothing(
     assert len(rows(store, t.runs)) == 1
 
 
+@BOTH_STORES
 def test_a_resolved_alert_whose_firing_run_was_rejected_runs_nothing(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -464,6 +523,7 @@ def test_a_resolved_alert_whose_firing_run_was_rejected_runs_nothing(
     assert decisions_of(result) == [("xid", "no_firing_run")]
 
 
+@BOTH_STORES
 def test_a_resolved_alert_resent_is_a_duplicate(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -477,6 +537,7 @@ def test_a_resolved_alert_resent_is_a_duplicate(
     assert len(rows(store, t.runs)) == 2
 
 
+@BOTH_STORES
 def test_a_resolved_alert_is_not_held_back_by_cooldown(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -488,6 +549,7 @@ def test_a_resolved_alert_is_not_held_back_by_cooldown(
     assert decisions_of(result) == [("xid", "accepted")]
 
 
+@BOTH_STORES
 def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -500,7 +562,7 @@ def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
     assert firing_run.id == firing_id
     assert (firing_run.status, firing_run.finished_at) == ("cancelled", T0 + 60)
     assert firing_run.error == "the alert resolved before the run was approved"
-    assert rows(store, t.decisions, t.decisions.c.run_id == firing_id)[0].status == "cancelled"
+    assert rows(store, t.decisions, run_id=firing_id)[0].status == "cancelled"
     assert decisions_of(resolved) == [("xid", "no_firing_run")]
     assert f"firing run {firing_id} was still awaiting approval" in resolved.decisions[0].reason
     with pytest.raises(RunStateError, match="is cancelled"):
@@ -510,6 +572,7 @@ def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
     assert f"firing run {firing_id} was cancelled" in again.decisions[0].reason
 
 
+@BOTH_STORES
 def test_resolving_cancels_an_awaiting_firing_run_even_without_on_resolved_steps(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -523,6 +586,7 @@ def test_resolving_cancels_an_awaiting_firing_run_even_without_on_resolved_steps
     assert (firing_run.id, firing_run.status) == (firing_id, "cancelled")
 
 
+@BOTH_STORES
 def test_resolving_after_approval_does_not_cancel_the_firing_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -540,6 +604,7 @@ def test_resolving_after_approval_does_not_cancel_the_firing_run(
 # --------------------------------------------------------------------------- rejected params
 
 
+@BOTH_STORES
 def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -563,6 +628,7 @@ def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
     assert store.claim_run("w", T0) is None
 
 
+@BOTH_STORES
 def test_a_rendered_value_that_does_not_fit_the_schema_rejects_the_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -574,6 +640,7 @@ def test_a_rendered_value_that_does_not_fit_the_schema_rejects_the_run(
     assert "parameter 'level' must be one of" in result.decisions[0].reason
 
 
+@BOTH_STORES
 def test_a_paused_decision_wins_over_a_render_error(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -589,6 +656,7 @@ def test_a_paused_decision_wins_over_a_render_error(
 # --------------------------------------------------------------------------- preview (dry-run)
 
 
+@BOTH_STORES
 def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict], ingest: Ingest
 ) -> None:
@@ -622,6 +690,7 @@ def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(
     }
 
 
+@BOTH_STORES
 def test_preview_without_a_store_judges_against_an_empty_history(
     registry: Any, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict]
 ) -> None:
@@ -636,6 +705,7 @@ def test_preview_without_a_store_judges_against_an_empty_history(
         engine.ingest(notification, raw="{}", received_at=T0)
 
 
+@BOTH_STORES
 def test_preview_reads_the_pause(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Any
 ) -> None:
@@ -651,6 +721,7 @@ def test_preview_reads_the_pause(
 # --------------------------------------------------------------------------- size
 
 
+@BOTH_STORES
 def test_a_notification_of_2000_alerts_stores_every_alert(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -724,6 +795,7 @@ def test_guard_by_must_name_labels(registry) -> None:
 S2 = "2026-01-01T02:00:00Z"  # a newer occurrence of the same alert (same fingerprint, later startsAt)
 
 
+@BOTH_STORES
 def test_a_firing_alert_arriving_after_its_own_resolved_starts_nothing(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -741,6 +813,7 @@ def test_a_firing_alert_arriving_after_its_own_resolved_starts_nothing(
 
 
 @pytest.mark.parametrize("resolved_first", [True, False])
+@BOTH_STORES
 def test_firing_and_resolved_of_one_occurrence_in_one_notification_start_nothing_in_either_order(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, resolved_first: bool
 ) -> None:
@@ -758,6 +831,7 @@ def test_firing_and_resolved_of_one_occurrence_in_one_notification_start_nothing
     assert rows(store, t.runs) == []
 
 
+@BOTH_STORES
 def test_a_late_resolved_of_an_older_occurrence_does_not_undo_while_a_newer_one_is_active(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -776,6 +850,7 @@ def test_a_late_resolved_of_an_older_occurrence_does_not_undo_while_a_newer_one_
     assert rows(store, t.runs)[-1].after_run_id == s2
 
 
+@BOTH_STORES
 def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -791,6 +866,7 @@ def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted
     assert decisions_of(late) == [("xid", "accepted"), ("held", "accepted")]
 
 
+@BOTH_STORES
 def test_a_newer_occurrence_accepted_in_the_same_notification_also_supersedes(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -803,6 +879,7 @@ def test_a_newer_occurrence_accepted_in_the_same_notification_also_supersedes(
     assert "(accepted in this notification) is active" in result.decisions[0].reason
 
 
+@BOTH_STORES
 def test_preview_sees_the_order_cases_as_ingest_does(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict], ingest: Ingest
 ) -> None:

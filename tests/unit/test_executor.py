@@ -1,4 +1,4 @@
-"""remediate.executor against a real SQLite store, with small fake actions defined here."""
+"""remediate.executor on the SQLite store and (@BOTH_STORES) the in-memory fake, with small fake actions."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import pytest
-import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
@@ -21,6 +19,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.store import Store
+from tests.support.stores import BOTH_STORES, AnyStore, rows, step_details
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -143,12 +142,12 @@ class Observing(Recording):
     """Reads, while it executes, what the store already holds of its step (as recovery after a crash would)."""
 
     name: ClassVar[str] = "test.observing"
-    store: Store
+    store: AnyStore
     run_id: int
     seen: tuple[str, Any, list[tuple[Any, Any]]]
 
     def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
-        (seen,) = self.store.run_detail(self.run_id)["steps"]
+        (seen,) = step_details(self.store, self.run_id)
         self.seen = (seen["status"], seen["plan"], [(a["outcome"], a["finished_at"]) for a in seen["attempts"]])
         return {"call": call}
 
@@ -209,13 +208,13 @@ def queue(make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert, pb: di
     return decision.run_id
 
 
-def run_row(store: Store, run_id: int) -> Any:
-    with store.read() as conn:
-        return conn.execute(sa.select(t.runs).where(t.runs.c.id == run_id)).one()
+def run_row(store: AnyStore, run_id: int) -> Any:
+    (run,) = rows(store, "runs", id=run_id)
+    return run
 
 
-def steps_detail(store: Store, run_id: int) -> list[dict[str, Any]]:
-    return store.run_detail(run_id)["steps"]
+def steps_detail(store: AnyStore, run_id: int) -> list[dict[str, Any]]:
+    return step_details(store, run_id)
 
 
 def outcomes(step_detail: dict[str, Any]) -> list[str]:
@@ -225,6 +224,7 @@ def outcomes(step_detail: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- success and retries
 
 
+@BOTH_STORES
 def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
     store: Store, executor: Executor, metrics: Metrics, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -253,10 +253,11 @@ def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
     assert outcomes(second) == ["succeeded"]
     assert metrics.steps == [("log", "succeeded"), ("test.once", "succeeded")]
     assert metrics.runs == ["succeeded"]
-    assert store.run_detail(run_id)["decision"] is not None
+    assert len(rows(store, "decisions", run_id=run_id)) == 1
     assert executor.drain() == 0
 
 
+@BOTH_STORES
 def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durable_before_the_action_runs(
     store: Store,
     executor: Executor,
@@ -272,13 +273,15 @@ def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durabl
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.observing", note="n")))
     observing.run_id = run_id
     transactions = []
-    write = store.write
+    # Every write transaction of the SQLite store goes through write(), every one of the fake through _transaction().
+    name = "write" if isinstance(store, Store) else "_transaction"
+    write = getattr(store, name)
 
     def counting_write() -> Any:
         transactions.append(1)
         return write()
 
-    store.write = counting_write  # type: ignore[method-assign]
+    setattr(store, name, counting_write)
 
     assert executor.run_once()
 
@@ -290,12 +293,12 @@ def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durabl
     assert (run.status, run.error, run.claimed_by) == ("succeeded", None, None)
     (detail,) = steps_detail(store, run_id)
     assert (detail["status"], detail["result"], outcomes(detail)) == ("succeeded", {"call": 1}, ["succeeded"])
-    with store.read() as conn:
-        decision_status = conn.execute(sa.select(t.decisions.c.status).where(t.decisions.c.run_id == run_id)).scalar()
-    assert decision_status == "succeeded"
+    (decision,) = rows(store, "decisions", run_id=run_id)
+    assert decision.status == "succeeded"
     assert metrics.runs == ["succeeded"]
 
 
+@BOTH_STORES
 def test_the_action_gets_the_runs_context(
     store: Store,
     executor: Executor,
@@ -314,6 +317,7 @@ def test_the_action_gets_the_runs_context(
     assert 0 < ctx.remaining() <= 300
 
 
+@BOTH_STORES
 def test_retryable_errors_are_retried_with_one_attempt_row_each(
     store: Store,
     executor: Executor,
@@ -340,6 +344,7 @@ def test_retryable_errors_are_retried_with_one_attempt_row_each(
     assert elapsed < 0.3  # retry_wait_max=0.01 really shortens the backoff (tenacity's min would be 0.2 s)
 
 
+@BOTH_STORES
 def test_retries_stop_after_the_steps_retries_and_fail_the_run(
     store: Store,
     executor: Executor,
@@ -366,6 +371,7 @@ def test_retries_stop_after_the_steps_retries_and_fail_the_run(
 
 
 @pytest.mark.parametrize(("action", "tries"), [("test.sentonce", 1), ("test.sentagain", 3)])
+@BOTH_STORES
 def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempotent_actions(
     store: Store,
     executor: Executor,
@@ -388,6 +394,7 @@ def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempot
     assert run_row(store, run_id).status == "failed"
 
 
+@BOTH_STORES
 def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
     store: Store,
     executor: Executor,
@@ -427,6 +434,7 @@ def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
     assert metrics.runs == ["failed"]
 
 
+@BOTH_STORES
 def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -444,6 +452,7 @@ def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
     assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
 
 
+@BOTH_STORES
 def test_zero_retries_means_one_attempt(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -456,6 +465,7 @@ def test_zero_retries_means_one_attempt(
     assert detail["status"] == "failed"
 
 
+@BOTH_STORES
 def test_a_non_retryable_error_fails_the_step_at_once(
     store: Store,
     executor: Executor,
@@ -475,6 +485,7 @@ def test_a_non_retryable_error_fails_the_step_at_once(
     assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
 
 
+@BOTH_STORES
 def test_a_step_that_overruns_its_timeout_fails_as_timed_out(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -491,6 +502,7 @@ def test_a_step_that_overruns_its_timeout_fails_as_timed_out(
     assert run_row(store, run_id).status == "failed"
 
 
+@BOTH_STORES
 def test_retries_end_at_the_step_deadline(
     store: Store, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -508,6 +520,7 @@ def test_retries_end_at_the_step_deadline(
     assert 1 <= len(detail["attempts"]) < 11
 
 
+@BOTH_STORES
 def test_a_failing_plan_fails_the_step_without_executing(
     store: Store,
     executor: Executor,
@@ -526,6 +539,7 @@ def test_a_failing_plan_fails_the_step_without_executing(
     assert actions["test.badplan"].executions == []
 
 
+@BOTH_STORES
 def test_an_unexpected_exception_fails_the_step_and_the_executor_keeps_going(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -544,6 +558,7 @@ def test_an_unexpected_exception_fails_the_step_and_the_executor_keeps_going(
     assert run_row(store, after_id).status == "succeeded"
 
 
+@BOTH_STORES
 def test_an_action_missing_at_execution_fails_the_step(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -560,6 +575,7 @@ def test_an_action_missing_at_execution_fails_the_step(
 # --------------------------------------------------------------------------- dry-run
 
 
+@BOTH_STORES
 def test_a_dry_run_run_only_plans(
     store: Store,
     executor: Executor,
@@ -595,6 +611,7 @@ def test_a_dry_run_run_only_plans(
 # --------------------------------------------------------------------------- resolved runs
 
 
+@BOTH_STORES
 def test_on_resolved_steps_run_after_the_firing_run(
     store: Store,
     executor: Executor,
@@ -611,9 +628,8 @@ def test_on_resolved_steps_run_after_the_firing_run(
 
     assert [p["note"] for p in actions["test.once"].executions] == ["fire"]
     assert [p["note"] for p in actions["test.again"].executions] == ["undo"]
-    with store.read() as conn:
-        statuses = conn.execute(sa.select(t.runs.c.phase, t.runs.c.status).order_by(t.runs.c.id)).all()
-    assert [tuple(r) for r in statuses] == [("firing", "succeeded"), ("resolved", "succeeded")]
+    statuses = [(r.phase, r.status) for r in rows(store, "runs")]
+    assert statuses == [("firing", "succeeded"), ("resolved", "succeeded")]
 
 
 # --------------------------------------------------------------------------- recovery
@@ -630,6 +646,7 @@ def crash_during_first_step(store: Store, run_id: int) -> None:
     assert store.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
 
 
+@BOTH_STORES
 def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
     store: Store,
     executor: Executor,
@@ -654,6 +671,7 @@ def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
     assert run.error.startswith("step 0 1-test.once (test.once): interrupted by an executor stop during attempt 1")
 
 
+@BOTH_STORES
 def test_an_interrupted_step_of_an_idempotent_action_runs_again(
     store: Store,
     executor: Executor,
@@ -675,6 +693,7 @@ def test_an_interrupted_step_of_an_idempotent_action_runs_again(
     assert run_row(store, run_id).status == "succeeded"
 
 
+@BOTH_STORES
 def test_steps_finished_before_a_crash_are_not_run_again(
     store: Store,
     executor: Executor,
@@ -700,6 +719,7 @@ def test_steps_finished_before_a_crash_are_not_run_again(
     assert run_row(store, run_id).status == "succeeded"
 
 
+@BOTH_STORES
 def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -717,6 +737,7 @@ def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
 # --------------------------------------------------------------------------- background threads
 
 
+@BOTH_STORES
 def test_a_started_executor_runs_what_ingest_queues_and_stops(
     store: Store,
     registry: ActionRegistry,
@@ -788,6 +809,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
     assert any("is no longer claimed by other-host:4242" in r.getMessage() for r in caplog.records)
 
 
+@BOTH_STORES
 def test_a_run_whose_owner_process_lives_on_this_host_is_never_taken_over_however_old_its_heartbeat(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -801,6 +823,7 @@ def test_a_run_whose_owner_process_lives_on_this_host_is_never_taken_over_howeve
     assert run_row(store, run_id).status == "running"
 
 
+@BOTH_STORES
 def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -816,6 +839,7 @@ def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
         newcomer.wait()
 
 
+@BOTH_STORES
 def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -827,6 +851,7 @@ def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
     assert run_row(store, run_id).heartbeat_at > T0
 
 
+@BOTH_STORES
 def test_progress_writes_check_the_claim_and_its_generation(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:

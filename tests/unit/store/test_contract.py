@@ -1,0 +1,516 @@
+"""The store's contract: one set of behaviours, run against every backend (tests.support.stores.STORES).
+
+The SQLite store is the reference; InMemoryStore (the fake the engine's and executor's unit tests
+use) must behave the same through remediate.store_interface, so the fake cannot drift. The last
+test goes further: one scenario on both, and their tables must end up equal row for row.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from remediate import inmemory_store, store_interface
+from remediate import store as store_module
+from remediate.actions.base import ActionRegistry
+from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
+from remediate.engine import Engine, IngestResult
+from remediate.errors import ClaimLostError, RunStateError, UnknownRunError
+from remediate.executor import Executor
+from remediate.inmemory_store import InMemoryStore
+from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepStatus
+from remediate.store import Store
+from tests.support.stores import BOTH_STORES, STORES, AnyStore, open_store, rows
+
+T0 = 1_767_225_600.0
+MakeEngine = Callable[..., Engine]
+Ingest = Callable[..., IngestResult]
+MakeAlert = Callable[..., dict[str, Any]]
+
+
+def playbook(name: str = "xid", **changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": name,
+        "match": {"alertname": "GpuXidError"},
+        "target": "node",
+        "steps": [{"action": "log", "with": {"message": "one"}}, {"action": "log", "with": {"message": "two"}}],
+        "on_resolved": [{"action": "log", "with": {"message": "undo"}}],
+        **changes,
+    }
+    return data
+
+
+def xid(make_alert: MakeAlert, host: str = "node-a", **kwargs: Any) -> dict[str, Any]:
+    return make_alert("GpuXidError", labels={"Hostname": host}, **kwargs)
+
+
+def queue(engine: Engine, ingest: Ingest, make_alert: MakeAlert, host: str = "node-a", at: float = T0) -> int:
+    (decision,) = ingest(engine, xid(make_alert, host), at=at).decisions
+    assert decision.run_id is not None, decision.reason
+    return decision.run_id
+
+
+# --------------------------------------------------------------------------- ingest
+
+
+@BOTH_STORES
+def test_ingest_records_the_notification_its_alerts_runs_steps_and_decisions(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    result = ingest(make_engine(playbook()), xid(make_alert), make_alert("DiskFull"), at=T0)
+
+    (notification,) = rows(store, "notifications")
+    assert (notification.id, notification.alert_count, notification.status) == (result.notification_id, 2, "firing")
+    assert [(a.alertname, a.notification_id) for a in rows(store, "alerts")] == [
+        ("GpuXidError", notification.id),
+        ("DiskFull", notification.id),
+    ]
+    (run,) = rows(store, "runs")
+    assert (run.status, run.phase, run.target, run.claim_generation, run.rerunnable) == (
+        "queued", "firing", "node-a", 0, False,
+    )  # fmt: skip
+    assert [(s.idx, s.status, s.attempts, s.always) for s in rows(store, "steps", run_id=run.id)] == [
+        (0, "pending", 0, False),
+        (1, "pending", 0, False),
+    ]
+    assert [(d.decision, d.status, d.run_id) for d in rows(store, "decisions")] == [
+        ("accepted", "queued", run.id),
+        ("unmatched", "unmatched", None),
+    ]
+
+
+@BOTH_STORES
+def test_a_run_with_a_dedupe_key_taken_is_refused_and_the_writer_block_leaves_nothing(store: AnyStore) -> None:
+    with store.writer() as w:
+        notification = w.insert_notification(
+            received_at=T0, receiver="r", status="firing", group_key="g", alert_count=1, raw="{}"
+        )
+        (alert,) = w.insert_alerts([alert_row(notification)])
+        w.insert_runs([run_row(alert, "key-1")])
+    before = {table: len(rows(store, table)) for table in ("notifications", "alerts", "runs")}
+
+    with pytest.raises(sa.exc.IntegrityError), store.writer() as w:
+        w.insert_notification(received_at=T0, receiver="r", status="firing", group_key="g", alert_count=1, raw="{}")
+        w.insert_runs([run_row(alert, "key-2"), run_row(alert, "key-1")])
+
+    assert {table: len(rows(store, table)) for table in before} == before
+    with pytest.raises(ZeroDivisionError), store.writer() as w:  # any error: the block is one transaction
+        w.insert_runs([run_row(alert, "key-3")])
+        raise ZeroDivisionError
+    assert [r.dedupe_key for r in rows(store, "runs")] == ["key-1"]
+
+
+def alert_row(notification_id: int, fingerprint: str = "fp", status: str = "firing") -> dict[str, Any]:
+    return {
+        "notification_id": notification_id, "fingerprint": fingerprint, "alertname": "A", "status": status,
+        "starts_at": "2026-01-01T00:00:00Z", "ends_at": None, "labels": "{}", "annotations": "{}",
+        "generator_url": "",
+    }  # fmt: skip
+
+
+def run_row(alert_id: int, key: str, **changes: Any) -> dict[str, Any]:
+    return {
+        "dedupe_key": key, "playbook": "pb", "alertname": "A", "target": "n", "guard_key": "n", "phase": "firing",
+        "mode": "enforce", "status": "queued", "alert_id": alert_id, "created_at": T0, "updated_at": T0, **changes,
+    }  # fmt: skip
+
+
+@BOTH_STORES
+def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    engine = make_engine(playbook(cooldown="10m", max_attempts=2))
+    ingest(engine, xid(make_alert), at=T0)
+
+    again = ingest(engine, xid(make_alert), at=T0 + 1)
+    cooled = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:01:00Z"), at=T0 + 60)
+    second = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:11:00Z"), at=T0 + 660)
+    capped = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:30:00Z"), at=T0 + 1800)
+
+    assert [r.decisions[0].decision for r in (again, cooled, second, capped)] == [
+        "duplicate", "cooldown", "accepted", "attempt_cap",
+    ]  # fmt: skip
+    with store.guard_reader() as reader:
+        assert reader.target_history("xid", "node-a", T0 + 1) == (T0 + 660, 1)
+        assert reader.target_history("xid", "node-a", T0 + 661) == (T0 + 660, 0)
+        assert reader.target_history("xid", "node-b", T0) == (None, 0)
+        fingerprint = rows(store, "alerts")[0].fingerprint
+        assert reader.reported_occurrences([fingerprint, "other"], "firing") == {
+            (fingerprint, "2026-01-01T00:00:00Z"), (fingerprint, "2026-01-01T00:01:00Z"),
+            (fingerprint, "2026-01-01T00:11:00Z"), (fingerprint, "2026-01-01T00:30:00Z"),
+        }  # fmt: skip
+        assert reader.reported_occurrences([fingerprint], "resolved") == set()
+        assert reader.active_firing_runs("xid", "node-a", fingerprint) == [
+            (1, "2026-01-01T00:00:00Z"), (2, "2026-01-01T00:11:00Z"),
+        ]  # fmt: skip
+        assert reader.existing_runs([rows(store, "runs")[1].dedupe_key, "nope"]) == {
+            rows(store, "runs")[1].dedupe_key: (2, "queued")
+        }
+
+
+@BOTH_STORES
+def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_delivery(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    engine = make_engine(playbook(cooldown="1h", max_attempts=1))
+    run_id = queue(engine, ingest, make_alert)
+    claimed = store.claim_run("w", T0 + 1)
+    assert claimed is not None
+    store.finish_run(run_id, RunStatus.FAILED, now=T0 + 2, error="api down", lease=claimed.lease, rerunnable=True)
+    with store.guard_reader() as reader:
+        assert reader.rerunnable_runs([run_id, 99]) == {run_id: "api down"}
+        assert reader.target_history("xid", "node-a", T0) == (None, 0)  # it does not count
+
+    (again,) = ingest(engine, xid(make_alert), at=T0 + 3).decisions
+
+    assert again.decision == "accepted" and "runs again" in again.reason
+    old, new = rows(store, "runs")
+    assert (old.superseded_by, old.dedupe_key, new.id) == (again.run_id, f"superseded:{run_id}", again.run_id)
+    with store.guard_reader() as reader:
+        assert reader.rerunnable_runs([run_id]) == {}
+
+
+# --------------------------------------------------------------------------- the queue
+
+
+@BOTH_STORES
+def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    engine = make_engine(playbook())
+    first = queue(engine, ingest, make_alert, "node-a")
+    second = queue(engine, ingest, make_alert, "node-b")
+    (resolved,) = ingest(engine, xid(make_alert, "node-a", status="resolved"), at=T0 + 5).decisions
+
+    a = store.claim_run("w1", T0 + 10)
+    b = store.claim_run("w2", T0 + 11)
+    assert store.claim_run("w3", T0 + 12) is None  # the resolved run waits for its firing run
+    assert a is not None and b is not None
+    assert (a.id, a.worker, a.generation, b.id) == (first, "w1", 1, second)
+    assert (a.playbook, a.target, a.phase, a.mode) == ("xid", "node-a", "firing", "enforce")
+    assert a.alert_context["labels"]["Hostname"] == "node-a"
+    assert (a.alert_context["status"], a.alert_context["endsAt"]) == ("firing", "")
+    (run,) = rows(store, "runs", id=first)
+    assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "w1", T0 + 10, T0 + 10)
+    assert rows(store, "decisions", run_id=first)[0].status == "running"
+
+    store.finish_run(first, RunStatus.SUCCEEDED, now=T0 + 20, lease=a.lease)
+    c = store.claim_run("w3", T0 + 21)
+    assert c is not None and c.id == resolved.run_id
+    assert (c.phase, c.alert_context["status"]) == ("resolved", "resolved")
+
+
+@BOTH_STORES
+def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine(playbook()), ingest, make_alert)
+    first = store.claim_run("host:7", T0)
+    assert first is not None
+    step, _ = store.steps_of(run_id)
+    store.start_attempt(step.id, T0 + 1, lease=first.lease)
+    assert store.requeue_claims([RunningClaim(run_id, "host:7", 0, T0)], now=T0 + 2) == []  # another generation
+    assert store.requeue_claims(store.running_claims(), now=T0 + 2) == [run_id]
+    second = store.claim_run("host:7", T0 + 3)
+    assert second is not None and second.generation == 2
+    before = (rows(store, "steps"), rows(store, "attempts"), rows(store, "runs"))
+
+    stale = first.lease
+    writes: list[Callable[[], object]] = [
+        lambda: store.check_lease(stale, T0 + 4),
+        lambda: store.start_attempt(step.id, T0 + 4, plan={"p": 1}, lease=stale),
+        lambda: store.finish_attempt(step.id, 1, AttemptOutcome.FAILED, "x", T0 + 4, lease=stale),
+        lambda: store.finish_step(step.id, StepStatus.SUCCEEDED, now=T0 + 4, result={}, lease=stale),
+        lambda: store.skip_steps([step.id], "x", now=T0 + 4, lease=stale),
+        lambda: store.finish_run(run_id, RunStatus.FAILED, now=T0 + 4, lease=stale),
+        lambda: store.check_lease(RunLease(run_id, "host:8", 2), T0 + 4),
+    ]
+    for write in writes:
+        with pytest.raises(ClaimLostError, match=f"run {run_id} is no longer claimed by"):
+            write()
+
+    assert (rows(store, "steps"), rows(store, "attempts"), rows(store, "runs")) == before
+    store.check_lease(second.lease, T0 + 2)  # holds; the heartbeat moves on, never back
+    assert rows(store, "runs")[0].heartbeat_at == T0 + 3.001
+
+
+@BOTH_STORES
+def test_attempts_steps_and_the_run_end_are_recorded(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine(playbook()), ingest, make_alert)
+    claimed = store.claim_run("w", T0)
+    assert claimed is not None
+    first, second = store.steps_of(run_id)
+
+    assert store.start_attempt(first.id, T0 + 1, plan={"would": 1}, lease=claimed.lease) == 1
+    store.finish_attempt(first.id, 1, AttemptOutcome.RETRYABLE_ERROR, "busy", T0 + 2, lease=claimed.lease)
+    assert store.start_attempt(first.id, T0 + 3, lease=claimed.lease) == 2
+    running, _ = store.steps_of(run_id)
+    assert (running.status, running.attempts, running.finished) == ("running", 2, False)
+    store.finish_step(first.id, StepStatus.SUCCEEDED, now=T0 + 4, result={"ok": 1}, succeeded_attempt=2)
+    store.record_plan(second.id, {"would": 2})
+    store.finish_step(
+        second.id, StepStatus.SUCCEEDED, now=T0 + 5, result={"ok": 2}, run_end=RunEnd(run_id, RunStatus.SUCCEEDED)
+    )
+
+    done_first, _ = store.steps_of(run_id)
+    assert (done_first.status, done_first.attempts, done_first.finished, done_first.error) == (
+        "succeeded", 2, True, None,
+    )  # fmt: skip
+    steps = rows(store, "steps")
+    assert [(s.plan, s.result, s.started_at, s.finished_at) for s in steps] == [
+        ('{"would":1}', '{"ok":1}', T0 + 1, T0 + 4),
+        ('{"would":2}', '{"ok":2}', None, T0 + 5),
+    ]
+    assert [(a.number, a.started_at, a.finished_at, a.outcome, a.error) for a in rows(store, "attempts")] == [
+        (1, T0 + 1, T0 + 2, "retryable_error", "busy"),
+        (2, T0 + 3, T0 + 4, "succeeded", None),
+    ]
+    (run,) = rows(store, "runs")
+    assert (run.status, run.finished_at, run.claimed_by, run.error) == ("succeeded", T0 + 5, None, None)
+    assert rows(store, "decisions")[0].status == "succeeded"
+
+
+@BOTH_STORES
+def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine(playbook()), ingest, make_alert)
+    claimed = store.claim_run("w", T0)
+    assert claimed is not None
+    first, second = store.steps_of(run_id)
+
+    store.finish_step(
+        first.id, StepStatus.FAILED, now=T0 + 1, error="boom", run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: boom"),
+        lease=claimed.lease, skip=[first.id, second.id], skip_reason="skipped: step 0 failed", rerunnable=True,
+    )  # fmt: skip
+
+    assert [(s.status, s.error, s.finished) for s in store.steps_of(run_id)] == [
+        ("failed", "boom", True),
+        ("skipped", "skipped: step 0 failed", True),  # only a pending step is skipped
+    ]
+    (run,) = rows(store, "runs")
+    assert (run.status, run.error, run.rerunnable) == ("failed", "step 0: boom", True)
+    assert rows(store, "decisions")[0].status == "failed"
+
+
+@BOTH_STORES
+def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_attempts(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    engine = make_engine(playbook())
+    dead, silent, alive = (queue(engine, ingest, make_alert, host) for host in ("a", "b", "c"))
+    for worker, at in (("dead:1", T0 + 100), ("silent:1", T0), ("alive:1", T0 + 100)):
+        claimed = store.claim_run(worker, at)
+        assert claimed is not None
+        step = store.steps_of(claimed.id)[0]
+        store.start_attempt(step.id, at, lease=claimed.lease)  # its lease check moves the heartbeat on
+    store.heartbeat([dead, silent, alive], "alive:1", T0 + 110)  # only alive:1's own run
+
+    recovered = store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: owner == "dead:1")
+
+    assert recovered == [dead, silent]
+    assert [(r.status, r.claimed_by, r.heartbeat_at) for r in rows(store, "runs")] == [
+        ("queued", None, T0 + 100.001), ("queued", None, T0 + 0.001), ("running", "alive:1", T0 + 110),
+    ]  # fmt: skip
+    assert [(s.status, s.error) for s in rows(store, "steps") if s.idx == 0] == [
+        ("interrupted", "the executor stopped while this step was running"),
+        ("interrupted", "the executor stopped while this step was running"),
+        ("running", None),
+    ]
+    assert [(a.outcome, a.finished_at) for a in rows(store, "attempts")] == [
+        ("interrupted", T0 + 120), ("interrupted", T0 + 120), (None, None),
+    ]  # fmt: skip
+    assert [d.status for d in rows(store, "decisions")] == ["queued", "queued", "running"]
+    assert store.running_claims() == [RunningClaim(alive, "alive:1", 1, T0 + 110)]
+    assert store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == []
+
+
+@BOTH_STORES
+def test_a_heartbeat_never_goes_backwards(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine(playbook()), ingest, make_alert)
+    assert store.claim_run("host:7", T0) is not None
+
+    store.heartbeat([run_id], "host:7", T0 - 600)
+    store.heartbeat([run_id], "host:8", T0 + 600)  # not its owner
+    store.heartbeat([], "host:7", T0 + 600)
+
+    assert rows(store, "runs")[0].heartbeat_at == T0 + 0.001
+
+
+@BOTH_STORES
+def test_a_pending_outcome_is_listed_until_it_is_settled(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine(playbook()), ingest, make_alert)
+    claimed = store.claim_run("w", T0)
+    assert claimed is not None
+    first, second = store.steps_of(run_id)
+    store.finish_step(
+        first.id, StepStatus.FAILED, now=T0 + 1, error="gave up", result={"pending": {"job": "j"}}, skip=[second.id],
+        run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: gave up"),
+    )  # fmt: skip
+
+    assert store.pending_outcomes(since=T0 + 2) == []
+    assert store.pending_outcomes(since=T0, limit=0) == []
+    (pending,) = store.pending_outcomes(since=T0)
+    assert (pending.step.id, pending.step.status, pending.follow_up, pending.finished_at) == (
+        first.id, "failed", {"job": "j"}, T0 + 1,
+    )  # fmt: skip
+    assert (pending.run.id, pending.run.target, pending.run.alert_context["labels"]["Hostname"]) == (
+        run_id, "node-a", "node-a",
+    )  # fmt: skip
+
+    assert store.settle_pending(first.id, {"status": "applied_late"}, "late outcome", T0 + 5)
+    assert not store.settle_pending(first.id, {"status": "again"}, "again", T0 + 6)
+    assert not store.settle_pending(second.id, {"status": "none"}, "no result", T0 + 6)
+
+    assert store.pending_outcomes(since=T0) == []
+    step = rows(store, "steps")[0]
+    assert (step.result, step.error) == (
+        '{"late_outcome":{"status":"applied_late"},"pending":{"job":"j"}}',
+        "gave up; late outcome",
+    )
+    (run,) = rows(store, "runs")
+    assert (run.error, run.updated_at) == ("step 0: gave up; late outcome", T0 + 5)
+
+
+@BOTH_STORES
+def test_writes_to_rows_that_do_not_exist(store: AnyStore) -> None:
+    # An UPDATE of no row changes nothing; a read of the one row a write needs fails.
+    store.record_plan(99, {"p": 1})
+    store.finish_step(99, StepStatus.SUCCEEDED, now=T0)
+    store.finish_run(99, RunStatus.SUCCEEDED, now=T0, rerunnable=True)
+    store.skip_steps([99], "x", now=T0)
+    assert store.requeue_claims([RunningClaim(99, "w", 1, T0)], now=T0) == []
+    with pytest.raises(sa.exc.NoResultFound):
+        store.start_attempt(99, T0)
+    with pytest.raises(sa.exc.NoResultFound):
+        store.settle_pending(99, {}, "note", T0)
+    with pytest.raises(ClaimLostError):
+        store.check_lease(RunLease(99, "w", 1), T0)
+    assert store.steps_of(99) == [] and rows(store, "runs") == [] and rows(store, "attempts") == []
+
+
+@BOTH_STORES
+def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    engine = make_engine(playbook(mode="approve"))
+    approved = queue(engine, ingest, make_alert, "node-a")
+    cancelled = queue(engine, ingest, make_alert, "node-b")
+    assert store.claim_run("w", T0) is None
+
+    store.approve(approved, by="bob", now=T0 + 60)
+    ingest(engine, xid(make_alert, "node-b", status="resolved"), at=T0 + 61)
+
+    with pytest.raises(RunStateError, match=f"run {approved} is queued, not awaiting approval"):
+        store.approve(approved, by="bob", now=T0 + 62)
+    with pytest.raises(RunStateError, match=f"run {cancelled} is cancelled"):
+        store.approve(cancelled, by="bob", now=T0 + 62)
+    for unknown in (0, 99, 2**63):
+        with pytest.raises(UnknownRunError, match=f"no run {unknown}"):
+            store.approve(unknown, by="bob", now=T0 + 62)
+    runs = rows(store, "runs")
+    assert [(r.status, r.approved_by, r.approved_at, r.error) for r in runs] == [
+        ("queued", "bob", T0 + 60, None),
+        ("cancelled", None, None, "the alert resolved before the run was approved"),
+    ]
+    assert [d.status for d in rows(store, "decisions")] == ["queued", "cancelled", "no_firing_run"]
+
+
+@BOTH_STORES
+def test_pause_memory_and_breaker_rows(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    assert store.pause_state().paused is False
+    store.set_paused(True, by="alice", reason="upgrade", now=T0)
+    assert (store.pause_state().paused, store.pause_state().by, store.pause_state().since) == (True, "alice", T0)
+    assert ingest(make_engine(playbook()), xid(make_alert), at=T0 + 1).decisions[0].decision == "paused"
+
+    memory = store.memory()
+    memory.remember("gpu/0", {"limit": 300}, run_id=1)
+    assert memory.recall("gpu/0") == {"limit": 300}
+    memory.forget("gpu/0")
+    assert memory.recall("gpu/0") is None
+
+    clock = iter(range(int(T0), int(T0) + 100))
+    breaker = CircuitBreaker(
+        store.breaker_ledger, store.breaker_view, limits=BreakerLimits(max_nodes=1), clock=lambda: next(clock)
+    )
+    breaker.acquire("n1", kind="cordon", run_id=1, cluster_nodes=10)
+    with pytest.raises(BreakerOpen):
+        breaker.acquire("n2", kind="cordon", run_id=2, cluster_nodes=10)
+    assert breaker.release("n1", run_id=3) == 1
+    assert breaker.state().tripped_at is not None
+    assert [(c.node, c.released_at is not None) for c in rows(store, "breaker_claims")] == [("n1", True)]
+
+
+# --------------------------------------------------------------------------- the fake and SQLite agree
+
+
+IMPLEMENTATIONS = [
+    (store_interface.EngineStore, Store, InMemoryStore),
+    (store_interface.ExecutorStore, Store, InMemoryStore),
+    (store_interface.IngestWrites, store_module.IngestWriter, inmemory_store._Writer),
+    (store_interface.BreakerRowsLike, store_module.BreakerRows, inmemory_store._BreakerRows),
+    (store_interface.MemoryLike, store_module.StoreMemory, inmemory_store._Memory),
+]
+
+
+@pytest.mark.parametrize(("protocol", "real", "fake"), IMPLEMENTATIONS, ids=[p.__name__ for p, _, _ in IMPLEMENTATIONS])
+def test_both_stores_have_every_method_of_the_interface_with_its_parameters(
+    protocol: type, real: type, fake: type
+) -> None:
+    # Not parametrized over `store`: it reads the classes. A parameter the interface has not is optional.
+    methods = [name for cls in protocol.__mro__ if cls.__module__ == protocol.__module__ for name in vars(cls)]
+    methods = [m for m in dict.fromkeys(methods) if not m.startswith("_")]
+    assert methods
+    for name in methods:
+        wanted = list(inspect.signature(getattr(protocol, name)).parameters.values())
+        for implementation in (real, fake):
+            found = list(inspect.signature(getattr(implementation, name)).parameters.values())
+            shape = [(p.name, p.kind, p.default) for p in found[: len(wanted)]]
+            assert shape == [(p.name, p.kind, p.default) for p in wanted], (implementation, name)
+            assert all(p.default is not p.empty for p in found[len(wanted) :]), (implementation, name)
+
+
+def test_one_scenario_leaves_the_same_tables_in_the_fake_as_in_sqlite(
+    db_url: str, make_alert: MakeAlert, ingest: Ingest, registry: ActionRegistry
+) -> None:
+    # Not parametrized (pytestmark's `store` is not used here): it runs both stores side by side.
+    playbooks = PlaybookSet(
+        parse_playbook(p, registry, source="p.yaml") for p in (playbook(cooldown="0s"), playbook("ask", mode="approve"))
+    )
+    stores = {kind: open_store(kind, db_url) for kind in STORES}
+    for backend in stores.values():
+        engine = Engine(store=backend, playbooks=playbooks, registry=registry)
+        ingest(engine, xid(make_alert, "node-a"), xid(make_alert, "node-b"), make_alert("Other"), at=T0)
+        ingest(engine, xid(make_alert, "node-a"), at=T0 + 1)
+        backend.approve(2, by="bob", now=T0 + 2)
+        Executor(store=backend, registry=registry, clock=lambda: T0 + 3).drain()
+        ingest(engine, xid(make_alert, "node-b", status="resolved"), at=T0 + 4)
+        claimed = backend.claim_run("w", T0 + 5)
+        assert claimed is not None
+        backend.start_attempt(backend.steps_of(claimed.id)[0].id, T0 + 6, plan={"p": 1}, lease=claimed.lease)
+        backend.recover_stale(now=T0 + 7, stale_after=1, is_dead=lambda owner: False)
+
+    sqlite, fake = stores["sqlite"], stores["memory"]
+    assert isinstance(fake, InMemoryStore) and isinstance(sqlite, Store)
+    for table in fake.tables:
+        assert [_plain(r) for r in rows(fake, table)] == [_plain(r) for r in rows(sqlite, table)], table
+    assert len(rows(fake, "steps")) == 9
+    sqlite.close()
+
+
+def _plain(row: Any) -> dict[str, Any]:
+    mapping = row._mapping if hasattr(row, "_mapping") else vars(row)
+    return {k: (str(v) if isinstance(v, str) else v) for k, v in mapping.items()}
