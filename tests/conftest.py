@@ -19,7 +19,6 @@ from tests.support.stores import AnyStore, open_store
 
 # The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
 # A plugin is listed before the plugins that import it (cli imports http), so that pytest rewrites its asserts.
-pytest.register_assert_rewrite("tests.support")  # the helpers' asserts explain themselves, as in test modules
 pytest_plugins = [
     "tests.support.http",
     "tests.support.cli",
