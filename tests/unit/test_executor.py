@@ -21,6 +21,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.store import Store
+from tests.store_json import run_json_of
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -148,7 +149,7 @@ class Observing(Recording):
     seen: tuple[str, Any, list[tuple[Any, Any]]]
 
     def act(self, params: Mapping[str, Any], call: int) -> dict[str, Any]:
-        (seen,) = self.store.run_detail(self.run_id)["steps"]
+        (seen,) = run_json_of(self.store, self.run_id)["steps"]
         self.seen = (seen["status"], seen["plan"], [(a["outcome"], a["finished_at"]) for a in seen["attempts"]])
         return {"call": call}
 
@@ -215,7 +216,7 @@ def run_row(store: Store, run_id: int) -> Any:
 
 
 def steps_detail(store: Store, run_id: int) -> list[dict[str, Any]]:
-    return store.run_detail(run_id)["steps"]
+    return run_json_of(store, run_id)["steps"]
 
 
 def outcomes(step_detail: dict[str, Any]) -> list[str]:
@@ -253,7 +254,7 @@ def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
     assert outcomes(second) == ["succeeded"]
     assert metrics.steps == [("log", "succeeded"), ("test.once", "succeeded")]
     assert metrics.runs == ["succeeded"]
-    assert store.run_detail(run_id)["decision"] is not None
+    assert run_json_of(store, run_id)["decision"] is not None
     assert executor.drain() == 0
 
 
@@ -770,7 +771,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
         time.sleep(0.4)
         assert taker.recover() == [run_id]  # no heartbeat for stale_after: the owner is gone
         assert taker.drain() == 1
-        finished = store.run_detail(run_id)
+        finished = run_json_of(store, run_id)
         assert finished["status"] == "succeeded"
 
         with caplog.at_level("WARNING", logger="remediate.executor"):
@@ -781,7 +782,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
         other_store.close()
 
     assert not first.is_alive()
-    assert store.run_detail(run_id) == finished  # not a single write from the stalled executor
+    assert run_json_of(store, run_id) == finished  # not a single write from the stalled executor
     assert len(actions["test.once"].executions) == 1  # step 1 ran once, by the executor that took over
     assert len(gate.executions) == 2  # step 0 is idempotent: run again after the take-over
     assert outcomes(finished["steps"][0]) == ["interrupted", "succeeded"]

@@ -9,8 +9,8 @@ import pytest
 
 from remediate.agent import open_memory
 from remediate.errors import ConfigError
-from remediate.memory_store import MemoryStore
 from remediate.store import Store
+from remediate.store.memory import MemoryStore
 
 
 def _tables(path: Path) -> set[str]:

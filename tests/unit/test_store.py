@@ -15,6 +15,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ConfigError, UnknownRunError
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store, decode_cursor, encode_cursor
+from tests.store_json import history_json_of, run_json_of
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -148,7 +149,7 @@ def history_store(tmp_path_factory: pytest.TempPathFactory, ingest: Ingest, make
 
 
 def history(store: Store, **filters: Any) -> list[dict[str, Any]]:
-    entries, cursor = store.history(HistoryQuery(limit=1000, **filters))
+    entries, cursor = history_json_of(store, HistoryQuery(limit=1000, **filters))
     assert cursor is None
     return entries
 
@@ -225,7 +226,7 @@ def test_cursor_pagination_visits_every_entry_exactly_once(history_store: Store,
     cursor = None
     pages = 0
     while True:
-        entries, cursor = history_store.history(HistoryQuery(limit=limit, cursor=cursor))
+        entries, cursor = history_json_of(history_store, HistoryQuery(limit=limit, cursor=cursor))
         pages += 1
         assert len(entries) <= limit
         seen.extend(e["id"] for e in entries)
@@ -237,8 +238,8 @@ def test_cursor_pagination_visits_every_entry_exactly_once(history_store: Store,
 
 
 def test_cursor_pagination_keeps_the_filters(history_store: Store) -> None:
-    first, cursor = history_store.history(HistoryQuery(playbook="xid", limit=4))
-    second, end = history_store.history(HistoryQuery(playbook="xid", limit=4, cursor=cursor))
+    first, cursor = history_json_of(history_store, HistoryQuery(playbook="xid", limit=4))
+    second, end = history_json_of(history_store, HistoryQuery(playbook="xid", limit=4, cursor=cursor))
 
     assert end is None
     assert len(first) + len(second) == 6
@@ -248,7 +249,7 @@ def test_cursor_pagination_keeps_the_filters(history_store: Store) -> None:
 @pytest.mark.parametrize("cursor", ["garbage!", "eDox", encode_cursor(5)[:-1] + "*", "ZDp4", "ZDotMQ"])
 def test_a_bad_cursor_is_a_value_error(history_store: Store, cursor: str) -> None:
     with pytest.raises(ValueError, match="invalid cursor"):
-        history_store.history(HistoryQuery(cursor=cursor))
+        history_json_of(history_store, HistoryQuery(cursor=cursor))
 
 
 def test_cursors_round_trip() -> None:
@@ -263,7 +264,7 @@ def test_run_detail_shows_alert_decision_and_steps(
 ) -> None:
     (run_id,) = queue_runs(engine, ingest, make_alert, 1)
 
-    detail = store.run_detail(run_id)
+    detail = run_json_of(store, run_id)
 
     assert (detail["id"], detail["playbook"], detail["target"], detail["status"]) == (run_id, "xid", "node-0", "queued")
     assert detail["decision"]["decision"] == "accepted"
@@ -274,7 +275,7 @@ def test_run_detail_shows_alert_decision_and_steps(
         (1, "two", "pending", []),
     ]
     with pytest.raises(UnknownRunError):
-        store.run_detail(run_id + 1000)
+        run_json_of(store, run_id + 1000)
 
 
 # --------------------------------------------------------------------------- claiming
@@ -403,7 +404,7 @@ def test_attempts_are_numbered_and_counted_on_the_step(
     store.finish_step(step.id, "succeeded", now=T0 + 4, result={"ok": True})
 
     assert (first, second) == (1, 2)
-    (detail_step, _) = store.run_detail(claimed.id)["steps"]
+    (detail_step, _) = run_json_of(store, claimed.id)["steps"]
     assert detail_step["status"] == "succeeded"
     assert detail_step["result"] == {"ok": True}
     assert detail_step["started_at"] == T0 + 1
