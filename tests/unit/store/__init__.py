@@ -1,0 +1,1 @@
+"""Tests of remediate.store, one module per module of the package."""
