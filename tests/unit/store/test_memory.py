@@ -1,4 +1,4 @@
-"""The agent's state file (remediate.store.memory.MemoryStore): only the action_memory table, and old files keep their rows."""
+"""The agent's state file (remediate.store.memory.MemoryStore): only the action_memory table; old files keep rows."""
 
 from __future__ import annotations
 
