@@ -6,7 +6,8 @@ its `Dialect` (`sqlite.SqliteDialect` for SQLite files), chosen from the URL.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
 
 import sqlalchemy as sa
 
@@ -19,6 +20,15 @@ from remediate.store.sqlite import SqliteDialect
 def dialect_for(url: sa.URL) -> type[Dialect]:
     """The dialect of a database URL (PostgreSQL's own goes here with issue 11)."""
     return SqliteDialect if url.get_backend_name() == "sqlite" else Dialect
+
+
+class Transactions(Protocol):
+    """What the concept modules open their transactions on: a Database, or the Store in front of it
+    (whose write()/read() are then the one door every transaction of the store passes)."""
+
+    def write(self) -> AbstractContextManager[sa.Connection]: ...
+
+    def read(self) -> AbstractContextManager[sa.Connection]: ...
 
 
 _SCHEMA_VERSION = sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")

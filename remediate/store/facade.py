@@ -41,7 +41,9 @@ class Store:
     def __init__(self, engine: sa.Engine | Database, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.database = engine if isinstance(engine, Database) else Database(engine, busy_timeout=busy_timeout)
         self.engine = self.database.engine
-        self.queue = RunQueue(self.database)
+        # The concept modules open their transactions through this object's write()/read(): every
+        # transaction of the store passes one door, whichever module opens it.
+        self.queue = RunQueue(self, skip_locked=self.database.dialect.skip_locked_claim)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -82,24 +84,24 @@ class Store:
     # ------------------------------------------------------------------ ingest (used by the engine)
 
     def writer(self) -> IngestWriterContext:
-        return IngestWriterContext(self.database)
+        return IngestWriterContext(self)
 
     @contextmanager
     def guard_reader(self) -> Iterator[GuardReader]:
-        with self.database.read() as conn:
+        with self.read() as conn:
             yield GuardReader(conn)
 
     # ------------------------------------------------------------------ pause
 
     def pause_state(self, conn: sa.Connection | None = None) -> PauseState:
         if conn is None:
-            with self.database.read() as own:
+            with self.read() as own:
                 return read_pause(own)
         return read_pause(conn)
 
     def set_paused(self, paused: bool, *, by: str, reason: str, now: float) -> PauseState:
         state = PauseState(paused, by, reason, now)
-        with self.database.write() as conn:
+        with self.write() as conn:
             write_pause(conn, state)
         return state
 
@@ -221,26 +223,26 @@ class Store:
 
     def memory(self) -> StoreMemory:
         """The ActionMemory actions use (see remediate.actions.base)."""
-        return StoreMemory(self.database)
+        return StoreMemory(self)
 
     # ------------------------------------------------------------------ circuit breaker (remediate.breaker)
 
     @contextmanager
     def breaker_ledger(self) -> Iterator[BreakerRows]:
         """The breaker's rows in ONE write transaction: its check and its count update are atomic across workers."""
-        with self.database.write() as conn:
+        with self.write() as conn:
             self.database.dialect.lock_breaker(conn)
             yield BreakerRows(conn)
 
     @contextmanager
     def breaker_view(self) -> Iterator[BreakerRows]:
         """The breaker's rows, read only."""
-        with self.database.read() as conn:
+        with self.read() as conn:
             yield BreakerRows(conn)
 
     def breaker_state(self, conn: sa.Connection | None = None) -> dict[str, Any] | None:
         if conn is None:
-            with self.database.read() as own:
+            with self.read() as own:
                 return BreakerRows(own).state()
         return BreakerRows(conn).state()
 
@@ -248,14 +250,14 @@ class Store:
 
     def history(self, query: HistoryQuery) -> tuple[list[HistoryEntry], str | None]:
         """A page of the audit history, newest first, and the next page's cursor (None at the end)."""
-        with self.database.read() as conn:
+        with self.read() as conn:
             return _history.history_page(conn, query)
 
     def run_detail(self, run_id: int) -> RunDetail:
         """One run with its alert, decision, steps and attempts; UnknownRunError if there is none."""
-        with self.database.read() as conn:
+        with self.read() as conn:
             return _history.run_detail(conn, run_id)
 
     def counts(self) -> dict[str, int]:
-        with self.database.read() as conn:
+        with self.read() as conn:
             return _history.counts(conn)

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from remediate import schema as t
 from remediate.runs import RunStatus
 from remediate.store.breaker_rows import BreakerRows
-from remediate.store.database import Database
+from remediate.store.database import Transactions
 from remediate.store.pause import PauseState, read_pause
 from remediate.store.queue import sync_decision_status
 
@@ -74,12 +74,12 @@ _INSERT_DECISIONS = _insert_returning_ids(t.decisions)
 class IngestWriterContext:
     """`Store.writer()`: the notification's one write transaction, as an IngestWriter."""
 
-    def __init__(self, database: Database) -> None:
-        self._db = database
+    def __init__(self, transactions: Transactions) -> None:
+        self._tx = transactions
         self._cm: Any = None
 
     def __enter__(self) -> IngestWriter:
-        self._cm = self._db.write()
+        self._cm = self._tx.write()
         return IngestWriter(self._cm.__enter__())
 
     def __exit__(self, *exc_info: Any) -> Any:

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.errors import ConfigError
-from remediate.store.database import Database
+from remediate.store.database import Database, Transactions
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT
 from remediate.store.rows import dumps
 
@@ -33,11 +33,11 @@ from remediate.store.rows import dumps
 class StoreMemory:
     """ActionMemory kept in the `action_memory` table: survives restarts, shared by every worker."""
 
-    def __init__(self, database: Database) -> None:
-        self._db = database
+    def __init__(self, transactions: Transactions) -> None:
+        self._tx = transactions
 
     def recall(self, key: str) -> dict[str, Any] | None:
-        with self._db.read() as conn:
+        with self._tx.read() as conn:
             text = conn.execute(
                 sa.select(t.action_memory.c.value).where(t.action_memory.c.key == key)
             ).scalar_one_or_none()
@@ -45,7 +45,7 @@ class StoreMemory:
 
     def remember(self, key: str, value: Mapping[str, Any], *, run_id: int) -> None:
         row = {"value": dumps(dict(value)), "run_id": run_id or None, "updated_at": time.time()}
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             updated = conn.execute(
                 sa.update(t.action_memory).where(t.action_memory.c.key == key).values(**row)
             ).rowcount
@@ -53,7 +53,7 @@ class StoreMemory:
                 conn.execute(sa.insert(t.action_memory).values(key=key, **row))
 
     def forget(self, key: str) -> None:
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             conn.execute(sa.delete(t.action_memory).where(t.action_memory.c.key == key))
 
 

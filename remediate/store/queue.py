@@ -29,7 +29,7 @@ from remediate.runs import (
     StepRecord,
     StepStatus,
 )
-from remediate.store.database import Database
+from remediate.store.database import Transactions
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
 
 
@@ -139,13 +139,13 @@ def sync_decision_status(conn: sa.Connection, run_id: int, status: RunStatus) ->
 class RunQueue:
     """The runs' lifecycle in the database, from queued to finished (or requeued after a crash)."""
 
-    def __init__(self, database: Database) -> None:
-        self._db = database
-        self._claim = _CLAIM[database.dialect.skip_locked_claim]
+    def __init__(self, transactions: Transactions, *, skip_locked: bool) -> None:
+        self._tx = transactions
+        self._claim = _CLAIM[skip_locked]  # SELECT ... FOR UPDATE SKIP LOCKED where the dialect has it
 
     def claim(self, worker: str, now: float) -> ClaimedRun | None:
         """Take the oldest queued run for this worker, atomically across processes."""
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             claimed = conn.execute(self._claim, {"p_worker": worker, "p_now": now}).one_or_none()
             if claimed is None:
                 return None
@@ -156,7 +156,7 @@ class RunQueue:
         return ClaimedRun(row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker)
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
-        with self._db.read() as conn:
+        with self._tx.read() as conn:
             rows = conn.execute(_STEPS_OF, {"p_run_id": run_id}).all()
         return [
             StepRecord(
@@ -192,7 +192,7 @@ class RunQueue:
 
     def check_lease(self, lease: RunLease, now: float) -> None:
         """ClaimLostError unless `lease` still holds its run (and refresh its heartbeat)."""
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             self._check_lease(conn, lease, now)
 
     def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int:
@@ -201,7 +201,7 @@ class RunQueue:
         With `plan` (the first attempt), the step's plan is recorded in the same transaction.
         If the executor dies during the attempt, `recover_stale` marks it interrupted.
         """
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             self._check_lease(conn, lease, now)
             if plan is not None:
                 conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
@@ -219,12 +219,12 @@ class RunQueue:
         *,
         lease: RunLease | None = None,
     ) -> None:
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             self._check_lease(conn, lease, now)
             self._finish_attempt(conn, step_id, number, outcome, error, now)
 
     def record_plan(self, step_id: int, plan: Any) -> None:
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
 
     def finish_step(
@@ -253,7 +253,7 @@ class RunQueue:
             values["result"] = dumps(result)
         if plan is not None:
             values["plan"] = dumps(plan)
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             self._check_lease(conn, lease, now)
             if succeeded_attempt is not None:
                 self._finish_attempt(conn, step_id, succeeded_attempt, AttemptOutcome.SUCCEEDED, None, now)
@@ -282,7 +282,7 @@ class RunQueue:
             .order_by(t.steps.c.id)
             .limit(limit)
         )
-        with self._db.read() as conn:
+        with self._tx.read() as conn:
             rows = conn.execute(query).all()
         found = []
         for r in rows:
@@ -301,7 +301,7 @@ class RunQueue:
     def settle_pending(self, step_id: int, late_outcome: Mapping[str, Any], note: str, now: float) -> bool:
         """Record what became of a pending step: `late_outcome` joins its result, `note` is appended to the
         step's and the run's error. False when another executor settled it first (nothing written)."""
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             row = conn.execute(
                 sa.select(t.steps.c.result, t.steps.c.error, t.steps.c.run_id).where(t.steps.c.id == step_id)
             ).one()
@@ -333,14 +333,14 @@ class RunQueue:
         skip_reason: str = "",
         rerunnable: bool = False,
     ) -> None:
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             self._check_lease(conn, lease, now)
             self._skip_steps(conn, skip, skip_reason, now)
             self._finish_run(conn, run_id, status, now, error, rerunnable=rerunnable)
 
     def skip_steps(self, step_ids: Sequence[int], reason: str, *, now: float, lease: RunLease | None = None) -> None:
         """Mark steps `skipped` (an earlier step failed), with the reason."""
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             self._check_lease(conn, lease, now)
             self._skip_steps(conn, step_ids, reason, now)
 
@@ -374,7 +374,7 @@ class RunQueue:
     def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
         if not run_ids:
             return
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             # Never backwards: recovery watches the value change, so a wall clock stepped back is no silence.
             conn.execute(
                 sa.update(t.runs)
@@ -388,7 +388,7 @@ class RunQueue:
 
     def running_claims(self) -> list[RunningClaim]:
         """The running runs and who holds them (recovery decides which owners are gone)."""
-        with self._db.read() as conn:
+        with self._tx.read() as conn:
             rows = conn.execute(
                 sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.claim_generation, t.runs.c.heartbeat_at).where(
                     t.runs.c.status == RunStatus.RUNNING
@@ -401,7 +401,7 @@ class RunQueue:
         `interrupted`. Returns the ids requeued."""
         if not claims:
             return []
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             still = [
                 c.id
                 for c in claims
@@ -423,7 +423,7 @@ class RunQueue:
         otherwise a heartbeat older than `stale_after` decides. The executor then decides,
         per action, whether an interrupted step may run again.
         """
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             rows = conn.execute(
                 sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.heartbeat_at).where(
                     t.runs.c.status == RunStatus.RUNNING
@@ -463,7 +463,7 @@ class RunQueue:
                 sync_decision_status(conn, run_id, RunStatus.QUEUED)
 
     def queue_depth(self) -> dict[str, int]:
-        with self._db.read() as conn:
+        with self._tx.read() as conn:
             rows = conn.execute(
                 sa.select(t.runs.c.status, sa.func.count())
                 .where(t.runs.c.status.in_([RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL]))
@@ -476,7 +476,7 @@ class RunQueue:
     def approve(self, run_id: int, *, by: str, now: float) -> None:
         if not 0 < run_id <= MAX_ID:
             raise UnknownRunError(f"no run {run_id}")
-        with self._db.write() as conn:
+        with self._tx.write() as conn:
             status = conn.execute(sa.select(t.runs.c.status).where(t.runs.c.id == run_id)).scalar_one_or_none()
             if status is None:
                 raise UnknownRunError(f"no run {run_id}")

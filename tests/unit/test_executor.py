@@ -273,13 +273,13 @@ def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durabl
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.observing", note="n")))
     observing.run_id = run_id
     transactions = []
-    write = store.database.write  # every write transaction of the store, whichever module opens it
+    write = store.write
 
     def counting_write() -> Any:
         transactions.append(1)
         return write()
 
-    store.database.write = counting_write  # type: ignore[method-assign]
+    store.write = counting_write  # type: ignore[method-assign]
 
     assert executor.run_once()
 

@@ -1,1 +1,0 @@
-"""Tests of remediate.store, one module per module of the package."""

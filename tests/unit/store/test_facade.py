@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import remediate.store
+from remediate.engine import Engine
 from remediate.store import Store
+from tests.unit.store.support import T0, Ingest, MakeAlert
 
 INTERFACE = {
     "claim_run", "steps_of", "start_attempt", "finish_attempt", "record_plan", "finish_step", "finish_run",
@@ -30,3 +33,26 @@ def test_every_name_of_the_package_is_exported() -> None:
     )  # fmt: skip
     for name in imported_today:
         assert name in remediate.store.__all__, name
+
+
+def test_every_write_transaction_passes_the_stores_write(
+    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    opened: list[str] = []
+    write = store.write
+
+    def counting_write() -> Any:
+        opened.append("write")
+        return write()
+
+    store.write = counting_write  # type: ignore[method-assign]
+
+    ingest(engine, make_alert("GpuXidError"), at=T0)  # the ingest writer
+    claimed = store.claim_run("w:1", T0 + 1)  # the run queue
+    store.memory().remember("k", {"v": 1}, run_id=1)  # action memory
+    store.set_paused(True, by="alice", reason="", now=T0 + 2)  # the pause flag
+    with store.breaker_ledger() as ledger:  # the breaker's rows
+        ledger.save_state({"open": False})
+
+    assert claimed is not None
+    assert opened == ["write"] * 5
