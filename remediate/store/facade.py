@@ -32,13 +32,14 @@ from remediate.store.history import HistoryEntry, HistoryQuery, RunDetail
 from remediate.store.ingest import GuardReader, IngestWriterContext
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
-from remediate.store.queue import RunQueue, sync_decision_status
+from remediate.store.queue import RunQueue
 
 
 class Store:
     """The audit history and the durable run queue of one database."""
 
     def __init__(self, engine: sa.Engine | Database, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+        """On an engine (as before the package) or an opened Database (`Store.open`)."""
         self.database = engine if isinstance(engine, Database) else Database(engine, busy_timeout=busy_timeout)
         self.engine = self.database.engine
         # The concept modules open their transactions through this object's write()/read(): every
@@ -214,10 +215,6 @@ class Store:
 
     def queue_depth(self) -> dict[str, int]:
         return self.queue.queue_depth()
-
-    @staticmethod
-    def _sync_decision_status(conn: sa.Connection, run_id: int, status: RunStatus) -> None:
-        sync_decision_status(conn, run_id, status)
 
     # ------------------------------------------------------------------ action memory
 
