@@ -56,7 +56,7 @@ from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.deadline import call_with_deadline
 from remediate.errors import ConfigError
-from remediate.memory_store import MemoryStore
+from remediate.store.memory import MemoryStore
 
 log = logging.getLogger("remediate.agent")
 

@@ -25,7 +25,7 @@ from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdic
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, RunStatus, decision_row, run_row, step_rows
 from remediate.store import EmptyGuardReader
-from remediate.store_interface import EngineStore, GuardReads
+from remediate.store.interface import EngineStore, GuardReads
 from remediate.templating import render_params
 
 log = logging.getLogger("remediate.engine")

@@ -72,7 +72,7 @@ from remediate.runs import (
     StepStatus,
 )
 from remediate.store import worker_identity
-from remediate.store_interface import ExecutorStore
+from remediate.store.interface import ExecutorStore
 
 log = logging.getLogger("remediate.executor")
 

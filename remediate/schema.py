@@ -1,4 +1,4 @@
-"""The store's tables (SQLAlchemy Core) and the versioned upgrade path. Only `store.py` imports this.
+"""The store's tables (SQLAlchemy Core) and the versioned upgrade path, used by `remediate/store/`.
 
 Times are UNIX seconds as floats (portable, indexable, cheap to compare). JSON
 documents are text. Every table is append-mostly: nothing is ever deleted.

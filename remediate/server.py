@@ -29,6 +29,7 @@ from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings, chec
 from remediate.engine import Engine
 from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.executor import Executor
+from remediate.history_api import history_json, run_json
 from remediate.metrics import Metrics, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
@@ -284,13 +285,13 @@ def _register_routes(app: Flask, services: Services) -> None:
             entries, cursor = store.history(query)
         except ValueError as exc:
             return _error(400, "invalid_query", str(exc))
-        return jsonify({"entries": entries, "next_cursor": cursor})
+        return jsonify(history_json(entries, cursor))
 
     @app.get("/runs/<int:run_id>")
     @_requires(services, READ)
     def run(run_id: int) -> Any:
         try:
-            return jsonify(store.run_detail(run_id))
+            return jsonify(run_json(store.run_detail(run_id)))
         except UnknownRunError as exc:
             return _error(404, "not_found", str(exc))
 
@@ -304,7 +305,7 @@ def _register_routes(app: Flask, services: Services) -> None:
         except RunStateError as exc:
             return _error(409, "conflict", str(exc))
         services.wake()
-        return jsonify(store.run_detail(run_id))
+        return jsonify(run_json(store.run_detail(run_id)))
 
     @app.get("/pause")
     @_requires(services, READ)

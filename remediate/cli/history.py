@@ -48,6 +48,7 @@ def history(as_json: bool, **params: Any) -> None:
     if params.get("server"):
         page = _client(params).history(filters)
     else:
+        from remediate.history_api import history_json
         from remediate.server import parse_time_arg
         from remediate.store import HistoryQuery
 
@@ -63,7 +64,7 @@ def history(as_json: bool, **params: Any) -> None:
             entries, cursor = store.history(query)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        page = {"entries": entries, "next_cursor": cursor}
+        page = history_json(entries, cursor)
     if as_json:
         click.echo(json.dumps(page, indent=2))
         return
@@ -103,7 +104,12 @@ def _reason(entry: dict[str, Any]) -> str:
 @handle_errors
 def show(run_id: int, as_json: bool, **params: Any) -> None:
     """Show one run: its alert, decision, steps, plans, results and attempts."""
-    detail = _client(params).run(run_id) if params.get("server") else _open_store(params).run_detail(run_id)
+    if params.get("server"):
+        detail = _client(params).run(run_id)
+    else:
+        from remediate.history_api import run_json
+
+        detail = run_json(_open_store(params).run_detail(run_id))
     if as_json:
         click.echo(json.dumps(detail, indent=2))
         return

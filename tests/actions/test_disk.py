@@ -23,6 +23,7 @@ from remediate.executor import Executor
 from remediate.playbooks import parse_playbook
 from remediate.store import Store
 from tests.support.disk import FakeDisk, allocated, make_file
+from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
 CTX = StepContext(run_id=1, step_index=0, playbook="pb", target="node-a", alert=AlertRef())
@@ -193,7 +194,7 @@ def _run(
     (decision,) = ingest(engine, alert, at=T0).decisions
     assert decision.run_id is not None, decision.reason
     Executor(store=store, registry=registry, retry_wait_max=0.01).drain()
-    return store.run_detail(decision.run_id)
+    return run_json_of(store, decision.run_id)
 
 
 def test_an_alert_runs_the_cleanup_and_the_run_records_every_deleted_file(

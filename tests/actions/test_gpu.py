@@ -34,6 +34,7 @@ from remediate.gpu import (
 )
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
+from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
 W = 1000  # milliwatts per watt
@@ -960,7 +961,7 @@ def test_restore_after_a_server_restart(
         assert limit(sim, gpu0.uuid) == 700 * W
         assert store.memory().recall(MEMORY_PREFIX + gpu0.uuid) is None
 
-        fired = store.run_detail(firing_run)
+        fired = run_json_of(store, firing_run)
         assert (fired["phase"], fired["status"]) == ("firing", "succeeded")
         (lower,) = fired["steps"]
         assert lower["plan"]["gpus"][0]["change"] == "700 W -> 560 W"
@@ -973,7 +974,7 @@ def test_restore_after_a_server_restart(
         )
         assert lowered["reasons"] == ["80% of the default 700 W"]
 
-        resolved = store.run_detail(resolved_run)
+        resolved = run_json_of(store, resolved_run)
         assert (resolved["phase"], resolved["status"]) == ("resolved", "succeeded")
         (restore,) = resolved["steps"]
         assert restore["action"] == "gpu.restore_power_limit"
@@ -999,7 +1000,7 @@ def test_an_injected_timeout_is_retried_by_the_executor(
 
     assert executor.drain() == 1
 
-    detail = store.run_detail(run_id)
+    detail = run_json_of(store, run_id)
     assert detail["status"] == "succeeded"
     (step,) = detail["steps"]
     assert [a["outcome"] for a in step["attempts"]] == ["retryable_error", "succeeded"]
@@ -1023,7 +1024,7 @@ def test_a_gpu_lost_mid_run_is_recorded_with_what_was_already_done(
 
     assert executor.drain() == 1
 
-    detail = store.run_detail(run_id)
+    detail = run_json_of(store, run_id)
     assert detail["status"] == "failed"
     (step,) = detail["steps"]
     assert step["status"] == "failed"
@@ -1050,7 +1051,7 @@ def test_without_root_the_run_fails_with_the_permission_error_and_nothing_is_rem
 
     assert executor.drain() == 1
 
-    (step,) = store.run_detail(run_id)["steps"]
+    (step,) = run_json_of(store, run_id)["steps"]
     assert step["status"] == "failed"
     assert "NVML error 4 (Insufficient Permissions)" in step["error"]
     assert len(step["attempts"]) == 1
@@ -1072,7 +1073,7 @@ def test_a_dry_run_playbook_only_plans_and_the_gpu_file_is_untouched(
 
     assert executor.drain() == 1
 
-    detail = store.run_detail(run_id)
+    detail = run_json_of(store, run_id)
     assert detail["status"] == "planned"
     (step,) = detail["steps"]
     assert step["plan"]["gpus"][0]["change"] == "700 W -> 560 W"
@@ -1096,7 +1097,7 @@ def test_a_label_that_is_no_gpu_is_rejected_before_anything_runs(
     assert "not a GPU reference: 'GPU-not-a-uuid; reboot'" in decision.reason
     assert executor.drain() == 0
     assert decision.run_id is not None
-    detail = store.run_detail(decision.run_id)
+    detail = run_json_of(store, decision.run_id)
     assert detail["status"] == "rejected"
     assert detail["steps"] == []
     assert sim_file.read_bytes() == before

@@ -21,6 +21,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.executor import Executor
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNotSupported, SimulatedBackend
 from remediate.store import Store
+from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
 LOCKED = {"locked_gpu_clocks_mhz": [1980, 1980], "locked_memory_clocks_mhz": [2619, 2619]}
@@ -156,7 +157,7 @@ def test_a_playbook_step_runs_it_through_the_engine_and_executor(
     assert decision.run_id is not None, decision.reason
     assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1
 
-    run = store.run_detail(decision.run_id)
+    run = run_json_of(store, decision.run_id)
     assert run["status"] == "succeeded"
     (step,) = run["steps"]
     assert step["action"] == "gpu.reset_clocks"

@@ -18,6 +18,7 @@ from remediate.errors import ActionError, AmbiguousActionError, RetryableActionE
 from remediate.executor import Executor
 from remediate.store import Store
 from tests.support.realsystems import WebhookRecorder
+from tests.support.store_json import run_json_of
 
 ALERT = {
     "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},
@@ -186,7 +187,7 @@ def _notify_run(
     engine = make_engine(playbook)
     (decision,) = ingest(engine, make_alert("GpuXidError", labels={"gpu": "5"}), at=1_767_225_600.0).decisions
     Executor(store=store, registry=engine.registry, retry_wait_max=0.01).drain()
-    return store.run_detail(decision.run_id)
+    return run_json_of(store, decision.run_id)
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.realsystems import WebhookRecorder, wait_until
 from tests.support.server import RemediateServer, notification, write_playbook
+from tests.support.store_json import run_json_of
 
 pytestmark = [pytest.mark.integration]
 
@@ -202,13 +203,13 @@ def test_a_sigstopped_executor_keeps_its_run_and_nothing_is_done_twice_or_overwr
         others = [queue("node-b"), queue("node-c")]
         other.start()
         # 3x stale_after: the other executor's recovery looks every stale_after/2 and runs what is queued.
-        wait_until(lambda: all(store.run_detail(r)["status"] == "succeeded" for r in others), timeout=10)
+        wait_until(lambda: all(run_json_of(store, r)["status"] == "succeeded" for r in others), timeout=10)
         time.sleep(max(0.0, stopped + 3 * stale_after - time.monotonic()))
-        held = store.run_detail(stalled_run)
+        held = run_json_of(store, stalled_run)
         assert held["status"] == "running", held
         assert [a["outcome"] for a in held["steps"][0]["attempts"]] == [None]  # still in flight, not interrupted
         os.kill(child.pid, signal.SIGCONT)
-        wait_until(lambda: store.run_detail(stalled_run)["status"] in FINAL_RUN_STATUSES, timeout=10)
+        wait_until(lambda: run_json_of(store, stalled_run)["status"] in FINAL_RUN_STATUSES, timeout=10)
     finally:
         os.kill(child.pid, signal.SIGCONT)
         child.terminate()
@@ -217,7 +218,7 @@ def test_a_sigstopped_executor_keeps_its_run_and_nothing_is_done_twice_or_overwr
             child.stdout.close()
         other.stop(timeout=5)
 
-    runs = [store.run_detail(r) for r in (stalled_run, *others)]
+    runs = [run_json_of(store, r) for r in (stalled_run, *others)]
     assert [r["status"] for r in runs] == ["succeeded"] * 3
     for run in runs:
         assert [(s["status"], [a["outcome"] for a in s["attempts"]]) for s in run["steps"]] == [

@@ -21,6 +21,7 @@ from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, serve_agent
 from tests.support.realsystems import free_port
+from tests.support.store_json import history_json_of, run_json_of
 
 T0 = 1_767_225_600.0
 
@@ -65,7 +66,7 @@ def run_alert(store: Store) -> Callable[..., dict[str, Any]]:
         engine.ingest_body(json.dumps(payload).encode(), received_at=T0)
         assert executor.drain() == 1
         run_id = max(r["run_id"] for r in _runs(store))
-        return store.run_detail(run_id)
+        return run_json_of(store, run_id)
 
     run.local_echo = local_echo  # type: ignore[attr-defined]
     return run
@@ -74,7 +75,7 @@ def run_alert(store: Store) -> Callable[..., dict[str, Any]]:
 def _runs(store: Store) -> list[dict[str, Any]]:
     from remediate.store import HistoryQuery
 
-    entries, _ = store.history(HistoryQuery(limit=1000))
+    entries, _ = history_json_of(store, HistoryQuery(limit=1000))
     return [e for e in entries if e["run_id"] is not None]
 
 
@@ -183,7 +184,7 @@ def test_on_a_single_host_a_run_for_another_node_fails_and_nothing_runs_here(sto
         engine.ingest_body(json.dumps(payload).encode(), received_at=T0)
     assert executor.drain() == 2
 
-    runs = {r["target"]: store.run_detail(r["run_id"]) for r in _runs(store)}
+    runs = {r["target"]: run_json_of(store, r["run_id"]) for r in _runs(store)}
     other, own = runs["node-b"], runs["node-a"]
     assert other["status"] == "failed"
     step = other["steps"][0]

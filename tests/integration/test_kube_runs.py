@@ -44,6 +44,7 @@ from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.kube import FAST
+from tests.support.store_json import history_json_of, run_json_of
 
 CORDON_ONLY = """
 name: xid-cordon
@@ -104,12 +105,12 @@ class Rig:
         raise AssertionError(f"runs still queued/running after {timeout}s: {self.store.queue_depth()}")
 
     def entries(self) -> list[dict[str, Any]]:
-        entries, cursor = self.store.history(HistoryQuery(limit=1000))
+        entries, cursor = history_json_of(self.store, HistoryQuery(limit=1000))
         assert cursor is None
         return entries
 
     def runs(self) -> list[dict[str, Any]]:
-        return [self.store.run_detail(e["run_id"]) for e in self.entries() if e["run_id"] is not None]
+        return [run_json_of(self.store, e["run_id"]) for e in self.entries() if e["run_id"] is not None]
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -227,7 +228,7 @@ def test_a_storm_of_100_node_alerts_on_50_nodes_cordons_at_most_the_cap_and_reco
             assert entry["reason"].startswith("breaker open since")
             key = "refused at ingest"
         else:
-            run = rig.store.run_detail(entry["run_id"])
+            run = run_json_of(rig.store, entry["run_id"])
             assert run["status"] in ("succeeded", "failed")
             step = run["steps"][0]
             if run["status"] == "failed":

@@ -27,6 +27,7 @@ from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store
 from remediate.training.protocol import JobPaths
 from tests.conftest import alert_payload, notification_payload
+from tests.support.store_json import run_json_of
 from tests.support.training import Jobs, LiveJob
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +96,7 @@ def test_a_spike_in_a_second_job_on_the_same_node_gets_its_own_run_with_the_ship
     assert b.decision.value == "accepted", b.reason
     assert executor.drain() == 1
     for decision, job in ((a, first), (b, second)):
-        run = store.run_detail(decision.run_id)
+        run = run_json_of(store, decision.run_id)
         assert run["status"] == "succeeded", run["error"]
         assert [s["result"]["applied_by_pid"] for s in run["steps"]] == [job.pid, job.pid]
     again = fire(engine, "job-a", starts_at(60))  # job-a itself is still in cooldown
@@ -131,17 +132,17 @@ def test_a_late_acknowledgement_is_recorded_on_the_step_that_gave_up(
     decision = fire(engine, "job-a", starts_at(0))
     executor.start()
     try:
-        wait_until(lambda: store.run_detail(decision.run_id)["status"] == "failed", 10, "the run failed")
-        step = store.run_detail(decision.run_id)["steps"][0]
+        wait_until(lambda: run_json_of(store, decision.run_id)["status"] == "failed", 10, "the run failed")
+        step = run_json_of(store, decision.run_id)["steps"][0]
         assert "may still be applying it" in step["error"]
         pending = step["result"]["pending"]
         assert pending["job"] == "job-a" and pending["taken"] is True and pending["pid"] == job.pid
         assert pending["command_id"].startswith(f"r{decision.run_id}-s0-")
 
-        wait_until(lambda: "late_outcome" in store.run_detail(decision.run_id)["steps"][0]["result"], 15, "settled")
+        wait_until(lambda: "late_outcome" in run_json_of(store, decision.run_id)["steps"][0]["result"], 15, "settled")
     finally:
         executor.stop()
-    run = store.run_detail(decision.run_id)
+    run = run_json_of(store, decision.run_id)
     late = run["steps"][0]["result"]["late_outcome"]
     assert late["status"] == "applied_late" and late["applied_by_pid"] == job.pid
     assert late["step_after"] == 400 and late["command_id"] == pending["command_id"]
@@ -168,7 +169,7 @@ def test_a_graceful_stop_withdraws_the_outstanding_command_and_ends_the_run(
     started = time.monotonic()
     executor.stop(timeout=10)
     assert time.monotonic() - started < 3
-    run = store.run_detail(decision.run_id)
+    run = run_json_of(store, decision.run_id)
     assert run["status"] == "failed" and "remediate is stopping" in run["error"]
     assert "withdrawn from the inbox before the job took it" in run["steps"][0]["error"]
     assert os.listdir(inbox) == []
@@ -197,10 +198,10 @@ def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
         executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
         decision = fire(engine, "job-a", starts_at(0))
         assert executor.drain() == 1
-        step = store.run_detail(decision.run_id)["steps"][0]
+        step = run_json_of(store, decision.run_id)["steps"][0]
         assert step["result"]["pending"]["taken"] is True and "of node gpu-node-1)" in step["error"]
         wait_until(lambda: executor.reconcile_pending() == 1, 15, "the agent's plan reports the late outcome")
-    late = store.run_detail(decision.run_id)["steps"][0]["result"]["late_outcome"]
+    late = run_json_of(store, decision.run_id)["steps"][0]["result"]["late_outcome"]
     assert late["status"] == "applied_late" and late["applied_by_pid"] == job.pid
     assert late["ran_on"].startswith("gpu-node-1 (agent http://127.0.0.1:")
 
@@ -243,7 +244,7 @@ def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path
     assert os.listdir(inbox) == []
     store = Store.open(server.database_url)
     try:
-        run = store.run_detail(1)
+        run = run_json_of(store, 1)
     finally:
         store.close()
     assert run["status"] == "failed", run
@@ -304,12 +305,12 @@ def test_sigterm_to_the_node_agent_withdraws_the_outstanding_command(
         os.kill(node_agent.pid, signal.SIGTERM)  # to the master only, as kubelet does: it stops its worker
         wait_until(lambda: not node_agent.running, 10, "the agent exited")
         stopped_after = time.monotonic() - started
-        wait_until(lambda: store.run_detail(decision.run_id)["status"] == "failed", 10, "the run ended")
+        wait_until(lambda: run_json_of(store, decision.run_id)["status"] == "failed", 10, "the run ended")
     finally:
         executor.stop()
     assert stopped_after < 10, f"the agent took {stopped_after:.1f}s to stop"
     assert os.listdir(inbox) == []
-    step = store.run_detail(decision.run_id)["steps"][0]
+    step = run_json_of(store, decision.run_id)["steps"][0]
     assert "remediate is stopping" in step["error"] and "withdrawn from the inbox" in step["error"], step
     assert "of node gpu-node-1)" in step["error"]  # the agent's answer, not a lost connection
     job.control.poll(501)
@@ -336,7 +337,7 @@ def test_stopping_the_executor_stops_the_step_waiting_on_the_agent(
         executor.stop()
     assert stopped_after < 5, f"the executor took {stopped_after:.1f}s to stop"
     assert os.listdir(inbox) == []
-    run = store.run_detail(decision.run_id)
+    run = run_json_of(store, decision.run_id)
     assert run["status"] == "failed", run
     assert "remediate is stopping" in run["steps"][0]["error"] and "withdrawn" in run["steps"][0]["error"]
     assert node_agent.running  # only the step was stopped, not the agent

@@ -1,7 +1,7 @@
 """The store backends tests run on, and how a test reads their rows whichever it got.
 
 `STORES` are the params of the `store` fixture (tests/conftest.py): "sqlite" (a real file, the
-default) and "memory" (remediate.inmemory_store.InMemoryStore, the fake). A test that only goes
+default) and "memory" (remediate.store.inmemory.InMemoryStore, the fake). A test that only goes
 through the store's interface runs on both: `@BOTH_STORES`, or `pytestmark = BOTH_STORES`.
 The next backend (PostgreSQL) is one more param here and one more branch in `open_store`.
 """
@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.inmemory_store import InMemoryStore
+from remediate.history_api import run_json
 from remediate.store import Store
+from remediate.store.inmemory import InMemoryStore
 
 STORES = ("sqlite", "memory")
 BOTH_STORES = pytest.mark.parametrize("store", STORES, indirect=True)
@@ -46,7 +47,7 @@ def rows(store: AnyStore, table: str, **equal: Any) -> list[Any]:
 def step_details(store: AnyStore, run_id: int) -> list[dict[str, Any]]:
     """The run's steps as the HTTP API shows them (Store.run_detail(...)["steps"]), plans and results decoded."""
     if not isinstance(store, InMemoryStore):
-        return list(store.run_detail(run_id)["steps"])
+        return list(run_json(store.run_detail(run_id))["steps"])
     attempt_keys = ("number", "started_at", "finished_at", "outcome", "error")
     details = []
     for s in sorted(rows(store, "steps", run_id=run_id), key=lambda s: s.idx):

@@ -15,9 +15,9 @@ from remediate import schema as t
 from remediate.alerts import parse_notification
 from remediate.engine import Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, UnknownRunError
-from remediate.inmemory_store import InMemoryStore
 from remediate.runs import Decision
 from remediate.store import Store
+from remediate.store.inmemory import InMemoryStore
 from tests.support.stores import BOTH_STORES, AnyStore
 from tests.support.stores import rows as table_rows
 

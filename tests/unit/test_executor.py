@@ -19,6 +19,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.store import Store
+from tests.support.store_json import run_json_of
 from tests.support.stores import BOTH_STORES, AnyStore, rows, step_details
 
 T0 = 1_767_225_600.0
@@ -791,7 +792,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
         time.sleep(0.4)
         assert taker.recover() == [run_id]  # no heartbeat for stale_after: the owner is gone
         assert taker.drain() == 1
-        finished = store.run_detail(run_id)
+        finished = run_json_of(store, run_id)
         assert finished["status"] == "succeeded"
 
         with caplog.at_level("WARNING", logger="remediate.executor"):
@@ -802,7 +803,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
         other_store.close()
 
     assert not first.is_alive()
-    assert store.run_detail(run_id) == finished  # not a single write from the stalled executor
+    assert run_json_of(store, run_id) == finished  # not a single write from the stalled executor
     assert len(actions["test.once"].executions) == 1  # step 1 ran once, by the executor that took over
     assert len(gate.executions) == 2  # step 0 is idempotent: run again after the take-over
     assert outcomes(finished["steps"][0]) == ["interrupted", "succeeded"]

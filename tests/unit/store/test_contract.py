@@ -1,7 +1,7 @@
 """The store's contract: one set of behaviours, run against every backend (tests.support.stores.STORES).
 
 The SQLite store is the reference; InMemoryStore (the fake the engine's and executor's unit tests
-use) must behave the same through remediate.store_interface, so the fake cannot drift. The last
+use) must behave the same through remediate.store.interface, so the fake cannot drift. The last
 test goes further: one scenario on both, and their tables must end up equal row for row.
 """
 
@@ -14,17 +14,16 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remediate import inmemory_store, store_interface
 from remediate import store as store_module
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ClaimLostError, RunStateError, UnknownRunError
 from remediate.executor import Executor
-from remediate.inmemory_store import InMemoryStore
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepStatus
-from remediate.store import Store
+from remediate.store import Store, inmemory, interface
+from remediate.store.inmemory import InMemoryStore
 from tests.support.stores import BOTH_STORES, STORES, AnyStore, open_store, rows
 
 T0 = 1_767_225_600.0
@@ -458,11 +457,11 @@ def test_pause_memory_and_breaker_rows(
 
 
 IMPLEMENTATIONS = [
-    (store_interface.EngineStore, Store, InMemoryStore),
-    (store_interface.ExecutorStore, Store, InMemoryStore),
-    (store_interface.IngestWrites, store_module.IngestWriter, inmemory_store._Writer),
-    (store_interface.BreakerRowsLike, store_module.BreakerRows, inmemory_store._BreakerRows),
-    (store_interface.MemoryLike, store_module.StoreMemory, inmemory_store._Memory),
+    (interface.EngineStore, Store, InMemoryStore),
+    (interface.ExecutorStore, Store, InMemoryStore),
+    (interface.IngestWrites, store_module.IngestWriter, inmemory._Writer),
+    (interface.BreakerRowsLike, store_module.BreakerRows, inmemory._BreakerRows),
+    (interface.MemoryLike, store_module.StoreMemory, inmemory._Memory),
 ]
 
 

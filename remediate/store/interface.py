@@ -1,7 +1,7 @@
 """The store as its users need it: what the engine and the executor call, as Protocols.
 
 Why Protocols: the engine and the executor depend on these shapes, not on one backend. The SQLite
-`Store` (remediate.store) satisfies them, and so does `InMemoryStore` (remediate.inmemory_store),
+`Store` (remediate.store) satisfies them, and so does `InMemoryStore` (remediate.store.inmemory),
 the fake their unit tests run on; tests/unit/store/test_contract.py runs one set of behaviours
 against both so the fake cannot drift from the real thing. Names and signatures are the real
 store's: a method added here must exist there with the same meaning.
@@ -27,7 +27,7 @@ from remediate.runs import (
     StepRecord,
     StepStatus,
 )
-from remediate.store import PauseState
+from remediate.store.pause import PauseState
 
 
 class GuardReads(Protocol):

@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from remediate import schema
 from remediate.store import Store
+from tests.support.store_json import run_json_of
 
 
 def _schema_of(path: Path) -> dict[str, object]:
@@ -170,7 +171,7 @@ def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_
     assert claimed.generation == 1  # counted from the column's default
     (step,) = store.steps_of(1)
     assert step.always is False
-    detail = store.run_detail(1)
+    detail = run_json_of(store, 1)
     assert (detail["rerunnable"], detail["superseded_by"]) == (False, None)
     store.close()
     assert _schema_of(old) == _schema_of(fresh)

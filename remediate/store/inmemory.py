@@ -1,4 +1,4 @@
-"""InMemoryStore: the store's interface (remediate.store_interface) on plain Python lists and dicts.
+"""InMemoryStore: the store's interface (remediate.store.interface) on plain Python lists and dicts.
 
 Why: the engine's and the executor's unit tests need a store, not SQLite; this one is fast, needs no
 file, and its tables are there to look at (`store.tables["runs"]` is a list of dicts with the columns
@@ -38,7 +38,8 @@ from remediate.runs import (
     StepRecord,
     StepStatus,
 )
-from remediate.store import MAX_ID, PauseState, dumps
+from remediate.store.pause import PauseState
+from remediate.store.rows import MAX_ID, dumps
 
 Row = dict[str, Any]
 _TABLES = (t.notifications, t.alerts, t.runs, t.steps, t.attempts, t.decisions, t.breaker_claims)
@@ -463,7 +464,7 @@ def _step_record(s: Row, *, full: bool = False) -> StepRecord:
 
 
 class _Reader:
-    """The guards' reads (remediate.store_interface.GuardReads), as the SQL of store.GuardReader defines them."""
+    """The guards' reads (remediate.store.interface.GuardReads), as the SQL of store.GuardReader defines them."""
 
     def __init__(self, store: InMemoryStore) -> None:
         self._store = store
@@ -524,7 +525,7 @@ class _Reader:
 
 
 class _Writer(_Reader):
-    """One notification's writes (remediate.store_interface.IngestWrites), inside InMemoryStore.writer()."""
+    """One notification's writes (remediate.store.interface.IngestWrites), inside InMemoryStore.writer()."""
 
     def insert_notification(
         self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str

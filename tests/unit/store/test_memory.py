@@ -1,4 +1,4 @@
-"""The agent's state file (remediate.memory_store): only the action_memory table, and old files keep their rows."""
+"""The agent's state file (remediate.store.memory.MemoryStore): only the action_memory table; old files keep rows."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from remediate.agent import open_memory
 from remediate.errors import ConfigError
-from remediate.memory_store import MemoryStore
 from remediate.store import Store
+from remediate.store.memory import MemoryStore
 
 
 def _tables(path: Path) -> set[str]:

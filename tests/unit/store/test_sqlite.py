@@ -129,3 +129,8 @@ def test_the_agent_state_file_is_private(tmp_path: Path) -> None:
         store.close()
     finally:
         os.umask(old)
+
+
+def test_sqlite_runs_in_wal_mode(store: Store) -> None:
+    with store.read() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"

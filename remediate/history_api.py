@@ -1,0 +1,111 @@
+"""The JSON shapes of /history and /runs/<id> (API v1), from the store's typed history rows.
+
+The HTTP server answers with them and `remediate history` / `remediate runs` print the same shapes,
+whether they read the database or a server (--server). Keys and their order are the API's: a change
+here is a change of the API.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remediate.store.history import HistoryEntry, RunDetail, StepDetail
+
+
+def entry_json(entry: HistoryEntry) -> dict[str, Any]:
+    run = entry.run
+    return {
+        "id": entry.id,
+        "time": entry.time,
+        "alertname": entry.alertname,
+        "fingerprint": entry.fingerprint,
+        "alert_status": entry.alert_status,
+        "playbook": entry.playbook,
+        "target": entry.target,
+        "decision": entry.decision,
+        "reason": entry.reason,
+        "status": entry.status,
+        "run_id": entry.run_id,
+        "run": None
+        if run is None
+        else {
+            "id": run.id,
+            "phase": run.phase,
+            "mode": run.mode,
+            "status": run.status,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "error": run.error,
+        },
+    }
+
+
+def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[str, Any]:
+    """The body of GET /history: one page of entries and the cursor of the next (null at the end)."""
+    return {"entries": [entry_json(e) for e in entries], "next_cursor": next_cursor}
+
+
+def _step_json(step: StepDetail) -> dict[str, Any]:
+    return {
+        "index": step.index,
+        "name": step.name,
+        "action": step.action,
+        "where": step.where,
+        "params": step.params,
+        "status": step.status,
+        "plan": step.plan,
+        "result": step.result,
+        "error": step.error,
+        "attempts": [
+            {
+                "number": a.number,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "outcome": a.outcome,
+                "error": a.error,
+            }
+            for a in step.attempts
+        ],
+        "timeout": step.timeout,
+        "retries": step.retries,
+        "always": step.always,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+    }
+
+
+def run_json(run: RunDetail) -> dict[str, Any]:
+    """The body of GET /runs/<id> (and of an approval's answer)."""
+    alert = run.alert
+    return {
+        "id": run.id,
+        "playbook": run.playbook,
+        "alertname": run.alertname,
+        "target": run.target,
+        "phase": run.phase,
+        "mode": run.mode,
+        "status": run.status,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "approved_by": run.approved_by,
+        "approved_at": run.approved_at,
+        "error": run.error,
+        "rerunnable": run.rerunnable,
+        "superseded_by": run.superseded_by,
+        "decision": None
+        if run.decision is None
+        else {"decision": run.decision.decision, "reason": run.decision.reason},
+        "alert": {
+            "id": alert.id,
+            "notification_id": alert.notification_id,
+            "fingerprint": alert.fingerprint,
+            "status": alert.status,
+            "startsAt": alert.starts_at,
+            "endsAt": alert.ends_at,
+            "labels": alert.labels,
+            "annotations": alert.annotations,
+            "generatorURL": alert.generator_url,
+        },
+        "steps": [_step_json(s) for s in run.steps],
+    }

@@ -1,0 +1,83 @@
+"""The store: audit history and durable run queue, on SQLAlchemy Core (SQLite by default).
+
+Who calls it: the engine (ingest, inside one write transaction per notification), the executor (claim
+runs, record steps and attempts, recover after a crash), the HTTP server and the CLI (history, run
+details, approve, pause), the agent (its action memory). One concept per module:
+
+  facade.py       Store: the backend-neutral object everyone holds; thin methods over the modules below
+  database.py     Database: engine, write()/read() transactions, schema upgrades, health checks
+  dialect.py      Dialect: what differs between databases (a server database's behaviour by default)
+  sqlite.py       SQLite: engine and pragmas, BEGIN IMMEDIATE, the write lock file, file modes and identity
+  ingest.py       GuardReader / IngestWriter: the engine's reads and typed inserts in one transaction
+  queue.py        RunQueue: claim, steps, attempts, lease, run end, recovery, approval, queue depth
+  pause.py        the pause flag
+  history.py      HistoryQuery, cursors, typed history rows (the JSON shapes are remediate.history_api's)
+  breaker_rows.py the circuit breaker's rows
+  memory.py       StoreMemory (action memory) and the agent's state file (MemoryStore)
+  rows.py         what they share: JSON text columns, MAX_ID, the alert a step sees
+  interface.py    the store as the engine and the executor need it (Protocols): Store and the fake satisfy it
+  inmemory.py     InMemoryStore: that interface on plain lists and dicts, for fast unit tests
+                  (tests/unit/store/test_contract.py runs the same behaviours on both)
+"""
+
+from __future__ import annotations
+
+from remediate.store.breaker_rows import BreakerRows
+from remediate.store.database import Database, dialect_for
+from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect
+from remediate.store.facade import Store
+from remediate.store.history import (
+    AlertDetail,
+    AttemptDetail,
+    DecisionSummary,
+    HistoryEntry,
+    HistoryQuery,
+    RunDetail,
+    RunSummary,
+    StepDetail,
+    decode_cursor,
+    encode_cursor,
+)
+from remediate.store.ingest import EmptyGuardReader, GuardReader, IngestWriter, IngestWriterContext
+from remediate.store.inmemory import InMemoryStore
+from remediate.store.interface import EngineStore, ExecutorStore
+from remediate.store.memory import MemoryStore, StoreMemory
+from remediate.store.pause import PauseState
+from remediate.store.queue import RunQueue, worker_identity
+from remediate.store.rows import MAX_ID, dumps
+from remediate.store.sqlite import SqliteDialect, WriteLock
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "MAX_ID",
+    "AlertDetail",
+    "AttemptDetail",
+    "BreakerRows",
+    "Database",
+    "DecisionSummary",
+    "Dialect",
+    "EmptyGuardReader",
+    "EngineStore",
+    "ExecutorStore",
+    "GuardReader",
+    "HistoryEntry",
+    "HistoryQuery",
+    "InMemoryStore",
+    "IngestWriter",
+    "IngestWriterContext",
+    "MemoryStore",
+    "PauseState",
+    "RunDetail",
+    "RunQueue",
+    "RunSummary",
+    "SqliteDialect",
+    "StepDetail",
+    "Store",
+    "StoreMemory",
+    "WriteLock",
+    "decode_cursor",
+    "dialect_for",
+    "dumps",
+    "encode_cursor",
+    "worker_identity",
+]

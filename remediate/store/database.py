@@ -1,0 +1,137 @@
+"""The database the store runs on, whatever its kind: the engine, write and read transactions, the schema's
+version and upgrades, the health checks. What differs between SQLite and a server database is asked of
+its `Dialect` (`sqlite.SqliteDialect` for SQLite files), chosen from the URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+import sqlalchemy as sa
+
+from remediate import schema as t
+from remediate.errors import ConfigError
+from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect
+from remediate.store.sqlite import SqliteDialect
+
+
+def dialect_for(url: sa.URL) -> type[Dialect]:
+    """The dialect of a database URL (PostgreSQL's own goes here with issue 11)."""
+    return SqliteDialect if url.get_backend_name() == "sqlite" else Dialect
+
+
+class Transactions(Protocol):
+    """What the concept modules open their transactions on: a Database, or the Store in front of it
+    (whose write()/read() are then the one door every transaction of the store passes)."""
+
+    def write(self) -> AbstractContextManager[sa.Connection]: ...
+
+    def read(self) -> AbstractContextManager[sa.Connection]: ...
+
+
+_SCHEMA_VERSION = sa.select(t.meta.c.value).where(t.meta.c.key == "schema_version")
+_PROBE_WRITE = sa.update(t.meta).where(t.meta.c.key == "schema_version").values(value=t.meta.c.value)
+
+
+class Database:
+    """One database: `write()` and `read()` transactions on its engine, the schema kept current."""
+
+    def __init__(self, engine: sa.Engine, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+        self.engine = engine
+        self.dialect = dialect_for(engine.url)(engine.url, busy_timeout)
+        self._writer = self.dialect.writer(engine)
+
+    @classmethod
+    def open(cls, url: str, *, upgrade: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Database:
+        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock."""
+        try:
+            engine = dialect_for(sa.make_url(url)).create_engine(url, busy_timeout)
+        except (sa.exc.ArgumentError, ImportError) as exc:
+            raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
+        database = cls(engine, busy_timeout=busy_timeout)
+        database.dialect.protect_files()
+        if upgrade:
+            try:
+                database.upgrade()
+            except sa.exc.OperationalError as exc:
+                raise ConfigError(f"cannot open database {url!r}: {exc.orig}") from exc
+        database.dialect.remember_file()
+        return database
+
+    @contextmanager
+    def write(self) -> Iterator[sa.Connection]:
+        """One write transaction (SQLite: BEGIN IMMEDIATE, so concurrent writers queue up).
+
+        StoreBusy if the lock is not free within the store's busy timeout (also when another program
+        holds SQLite's own lock that long), StoreFileReplaced if the file is no longer ours.
+        """
+        self.dialect.check_file()
+        with self.dialect.write_lock():
+            try:
+                with self._writer.begin() as conn:
+                    yield conn
+            except sa.exc.OperationalError as exc:
+                busy = self.dialect.busy(exc)
+                if busy is not None:
+                    raise busy from exc
+                raise
+
+    @contextmanager
+    def read(self) -> Iterator[sa.Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    def check_file(self) -> None:
+        """StoreFileReplaced if the database's file is no longer the one this process has open."""
+        self.dialect.check_file()
+
+    def ping(self) -> None:
+        with self.read() as conn:
+            conn.execute(sa.select(t.meta.c.key).limit(1)).all()
+
+    def probe_write(self) -> None:
+        """Do what a webhook needs: the file is ours, the write lock is free in time, a write commits."""
+        self.check_file()
+        with self.write() as conn:
+            conn.execute(_PROBE_WRITE)
+
+    def close(self) -> None:
+        self.engine.dispose()
+        self.dialect.close()
+
+    def upgrade(self) -> int:
+        """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""
+        current = self._current_version()
+        if current == t.SCHEMA_VERSION:
+            return current  # nothing to write: a locked database does not hold up start-up
+        with self.write() as conn:
+            inspector = sa.inspect(conn)
+            if not inspector.has_table("meta"):
+                t.metadata.create_all(conn)
+                conn.execute(sa.insert(t.meta).values(key="schema_version", value=str(t.SCHEMA_VERSION)))
+                return 0
+            found = int(conn.execute(_SCHEMA_VERSION).scalar_one())
+            if found > t.SCHEMA_VERSION:
+                raise ConfigError(
+                    f"the database has schema version {found}, newer than this remediate ({t.SCHEMA_VERSION}): "
+                    "upgrade remediate"
+                )
+            for version in range(found + 1, t.SCHEMA_VERSION + 1):
+                t.MIGRATIONS[version](conn)
+            conn.execute(sa.update(t.meta).where(t.meta.c.key == "schema_version").values(value=str(t.SCHEMA_VERSION)))
+            return found
+
+    def _current_version(self) -> int | None:
+        """The schema version, read without the write lock; None if there is no schema yet."""
+        try:
+            return self.schema_version()
+        except sa.exc.OperationalError:
+            return None
+        except sa.exc.NoResultFound:
+            return None
+
+    def schema_version(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(_SCHEMA_VERSION).scalar_one())

@@ -1,0 +1,62 @@
+"""What differs between the databases the store runs on: one `Dialect` object per open database.
+
+`database.Database` asks its dialect how to begin a write transaction, which lock queues its writers,
+whether the claim may skip locked rows, how the breaker's writers are serialised and which error means
+"busy". This base class is the behaviour for a server database (any URL but SQLite's); `sqlite.py`
+overrides it for SQLite files, and a PostgreSQL module (issue 11) will sit beside it.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+
+import sqlalchemy as sa
+
+from remediate.errors import StoreBusy
+
+DEFAULT_BUSY_TIMEOUT = 30.0
+"""Seconds a writer waits for the write lock where no one is waiting on an answer (executor, CLI)."""
+
+
+class Dialect:
+    """A server database: row locks and its own isolation do the queueing; no file of ours to watch."""
+
+    skip_locked_claim = True
+    """Whether the claim's `SELECT ... FOR UPDATE SKIP LOCKED` lets concurrent executors pass each other."""
+
+    def __init__(self, url: sa.URL, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+        self.url = url
+        self.busy_timeout = busy_timeout
+
+    @staticmethod
+    def create_engine(url: str, busy_timeout: float) -> sa.Engine:
+        return sa.create_engine(url, pool_pre_ping=True)
+
+    def writer(self, engine: sa.Engine) -> sa.Engine:
+        """The engine write transactions begin on (SQLite: with BEGIN IMMEDIATE)."""
+        return engine
+
+    def write_lock(self) -> AbstractContextManager[None]:
+        """Held around every write transaction: none here, the database queues its writers itself."""
+        return nullcontext()
+
+    def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
+        """The StoreBusy an error of a write transaction stands for, if it means the database stayed locked."""
+        return None
+
+    def lock_breaker(self, conn: sa.Connection) -> None:
+        """Serialise the circuit breaker's writers inside their transaction."""
+        # READ COMMITTED would let two claims see the same count.
+        conn.exec_driver_sql("LOCK TABLE breaker_claims IN SHARE ROW EXCLUSIVE MODE")
+
+    def protect_files(self) -> None:
+        """Keep the database's files from other users; nothing to do without files."""
+
+    def remember_file(self) -> None:
+        """Note which file is open, for `check_file`."""
+
+    def check_file(self) -> None:
+        """StoreFileReplaced if the database's file is no longer the one open; no file here."""
+
+    def close(self) -> None:
+        """Release what the dialect holds (a lock file's descriptor)."""

@@ -1,0 +1,260 @@
+"""`Store`: the one object the engine, executor, HTTP server and CLI hold, whatever the database.
+
+Its methods are thin: each opens the transaction it needs on the `database.Database` and leaves the
+statements to the module of its concept (`queue`, `ingest`, `history`, `pause`, `breaker_rows`,
+`memory`). It knows nothing about Flask, playbooks or actions: it stores what it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+
+from remediate.runs import (
+    AttemptOutcome,
+    ClaimedRun,
+    PendingOutcome,
+    RunEnd,
+    RunLease,
+    RunningClaim,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+)
+from remediate.store import history as _history
+from remediate.store.breaker_rows import BreakerRows
+from remediate.store.database import Database
+from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT
+from remediate.store.history import HistoryEntry, HistoryQuery, RunDetail
+from remediate.store.ingest import GuardReader, IngestWriterContext
+from remediate.store.memory import StoreMemory
+from remediate.store.pause import PauseState, read_pause, write_pause
+from remediate.store.queue import RunQueue
+
+
+class Store:
+    """The audit history and the durable run queue of one database."""
+
+    def __init__(self, engine: sa.Engine | Database, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+        """On an engine (as before the package) or an opened Database (`Store.open`)."""
+        self.database = engine if isinstance(engine, Database) else Database(engine, busy_timeout=busy_timeout)
+        self.engine = self.database.engine
+        # The concept modules open their transactions through this object's write()/read(): every
+        # transaction of the store passes one door, whichever module opens it.
+        self.queue = RunQueue(self, skip_locked=self.database.dialect.skip_locked_claim)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, url: str, *, upgrade: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Store:
+        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock."""
+        return cls(Database.open(url, upgrade=upgrade, busy_timeout=busy_timeout))
+
+    def upgrade(self) -> int:
+        """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""
+        return self.database.upgrade()
+
+    def schema_version(self) -> int:
+        return self.database.schema_version()
+
+    def write(self) -> AbstractContextManager[sa.Connection]:
+        """One write transaction; see Database.write."""
+        return self.database.write()
+
+    def read(self) -> AbstractContextManager[sa.Connection]:
+        """One connection to read on."""
+        return self.database.read()
+
+    def ping(self) -> None:
+        self.database.ping()
+
+    def probe_write(self) -> None:
+        """Do what a webhook needs: the file is ours, the write lock is free in time, a write commits."""
+        self.database.probe_write()
+
+    def check_file(self) -> None:
+        """StoreFileReplaced if the database's file is no longer the one this process has open."""
+        self.database.check_file()
+
+    def close(self) -> None:
+        self.database.close()
+
+    # ------------------------------------------------------------------ ingest (used by the engine)
+
+    def writer(self) -> IngestWriterContext:
+        return IngestWriterContext(self)
+
+    @contextmanager
+    def guard_reader(self) -> Iterator[GuardReader]:
+        with self.read() as conn:
+            yield GuardReader(conn)
+
+    # ------------------------------------------------------------------ pause
+
+    def pause_state(self, conn: sa.Connection | None = None) -> PauseState:
+        if conn is None:
+            with self.read() as own:
+                return read_pause(own)
+        return read_pause(conn)
+
+    def set_paused(self, paused: bool, *, by: str, reason: str, now: float) -> PauseState:
+        state = PauseState(paused, by, reason, now)
+        with self.write() as conn:
+            write_pause(conn, state)
+        return state
+
+    # ------------------------------------------------------------------ the run queue (executor, approval)
+
+    def claim_run(self, worker: str, now: float) -> ClaimedRun | None:
+        """Take the oldest queued run for this worker, atomically across processes."""
+        return self.queue.claim(worker, now)
+
+    def steps_of(self, run_id: int) -> list[StepRecord]:
+        return self.queue.steps_of(run_id)
+
+    def check_lease(self, lease: RunLease, now: float) -> None:
+        """ClaimLostError unless `lease` still holds its run (and refresh its heartbeat)."""
+        self.queue.check_lease(lease, now)
+
+    def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int:
+        """Record that an attempt of the step starts, before the action runs; returns its number."""
+        return self.queue.start_attempt(step_id, now, plan=plan, lease=lease)
+
+    def finish_attempt(
+        self,
+        step_id: int,
+        number: int,
+        outcome: AttemptOutcome,
+        error: str | None,
+        now: float,
+        *,
+        lease: RunLease | None = None,
+    ) -> None:
+        self.queue.finish_attempt(step_id, number, outcome, error, now, lease=lease)
+
+    def record_plan(self, step_id: int, plan: Any) -> None:
+        self.queue.record_plan(step_id, plan)
+
+    def finish_step(
+        self,
+        step_id: int,
+        status: StepStatus,
+        *,
+        now: float,
+        result: Any = None,
+        error: str | None = None,
+        plan: Any = None,
+        succeeded_attempt: int | None = None,
+        run_end: RunEnd | None = None,
+        lease: RunLease | None = None,
+        skip: Sequence[int] = (),
+        skip_reason: str = "",
+        rerunnable: bool = False,
+    ) -> None:
+        """Record the step's outcome, durably, before the next step starts (see RunQueue.finish_step)."""
+        self.queue.finish_step(
+            step_id,
+            status,
+            now=now,
+            result=result,
+            error=error,
+            plan=plan,
+            succeeded_attempt=succeeded_attempt,
+            run_end=run_end,
+            lease=lease,
+            skip=skip,
+            skip_reason=skip_reason,
+            rerunnable=rerunnable,
+        )
+
+    def pending_outcomes(self, since: float, limit: int = 100) -> list[PendingOutcome]:
+        return self.queue.pending_outcomes(since, limit)
+
+    def settle_pending(self, step_id: int, late_outcome: Mapping[str, Any], note: str, now: float) -> bool:
+        return self.queue.settle_pending(step_id, late_outcome, note, now)
+
+    def finish_run(
+        self,
+        run_id: int,
+        status: RunStatus,
+        *,
+        now: float,
+        error: str | None = None,
+        lease: RunLease | None = None,
+        skip: Sequence[int] = (),
+        skip_reason: str = "",
+        rerunnable: bool = False,
+    ) -> None:
+        self.queue.finish_run(
+            run_id, status, now=now, error=error, lease=lease, skip=skip, skip_reason=skip_reason, rerunnable=rerunnable
+        )
+
+    def skip_steps(self, step_ids: Sequence[int], reason: str, *, now: float, lease: RunLease | None = None) -> None:
+        """Mark steps `skipped` (an earlier step failed), with the reason."""
+        self.queue.skip_steps(step_ids, reason, now=now, lease=lease)
+
+    def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
+        self.queue.heartbeat(run_ids, worker, now)
+
+    def running_claims(self) -> list[RunningClaim]:
+        """The running runs and who holds them (recovery decides which owners are gone)."""
+        return self.queue.running_claims()
+
+    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float) -> list[int]:
+        return self.queue.requeue_claims(claims, now=now)
+
+    def recover_stale(self, *, now: float, stale_after: float, is_dead: Any) -> list[int]:
+        """Requeue runs whose executor died; their in-flight steps become `interrupted`."""
+        return self.queue.recover_stale(now=now, stale_after=stale_after, is_dead=is_dead)
+
+    def approve(self, run_id: int, *, by: str, now: float) -> None:
+        self.queue.approve(run_id, by=by, now=now)
+
+    def queue_depth(self) -> dict[str, int]:
+        return self.queue.queue_depth()
+
+    # ------------------------------------------------------------------ action memory
+
+    def memory(self) -> StoreMemory:
+        """The ActionMemory actions use (see remediate.actions.base)."""
+        return StoreMemory(self)
+
+    # ------------------------------------------------------------------ circuit breaker (remediate.breaker)
+
+    @contextmanager
+    def breaker_ledger(self) -> Iterator[BreakerRows]:
+        """The breaker's rows in ONE write transaction: its check and its count update are atomic across workers."""
+        with self.write() as conn:
+            self.database.dialect.lock_breaker(conn)
+            yield BreakerRows(conn)
+
+    @contextmanager
+    def breaker_view(self) -> Iterator[BreakerRows]:
+        """The breaker's rows, read only."""
+        with self.read() as conn:
+            yield BreakerRows(conn)
+
+    def breaker_state(self, conn: sa.Connection | None = None) -> dict[str, Any] | None:
+        if conn is None:
+            with self.read() as own:
+                return BreakerRows(own).state()
+        return BreakerRows(conn).state()
+
+    # ------------------------------------------------------------------ reading the history
+
+    def history(self, query: HistoryQuery) -> tuple[list[HistoryEntry], str | None]:
+        """A page of the audit history, newest first, and the next page's cursor (None at the end)."""
+        with self.read() as conn:
+            return _history.history_page(conn, query)
+
+    def run_detail(self, run_id: int) -> RunDetail:
+        """One run with its alert, decision, steps and attempts; UnknownRunError if there is none."""
+        with self.read() as conn:
+            return _history.run_detail(conn, run_id)
+
+    def counts(self) -> dict[str, int]:
+        with self.read() as conn:
+            return _history.counts(conn)

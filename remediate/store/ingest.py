@@ -1,0 +1,240 @@
+"""Ingest: what the engine reads and writes while it takes in one notification, in ONE write transaction.
+
+`GuardReader` holds the facts the guards judge from (existing runs, the target's history, pause,
+breaker); `IngestWriter` adds the typed inserts (`insert_alerts`, `insert_runs`, ...) and the few updates
+of superseded and cancelled runs. Their statements are built once, at import: building a Core statement
+and its cache key costs more than running it on SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from remediate import schema as t
+from remediate.runs import RunStatus
+from remediate.store.breaker_rows import BreakerRows
+from remediate.store.database import Transactions
+from remediate.store.pause import PauseState, read_pause
+from remediate.store.queue import sync_decision_status
+
+_EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
+    t.runs.c.dedupe_key.in_(sa.bindparam("p_keys", expanding=True))
+)
+_COUNTED_RUNS = (
+    t.runs.c.playbook == sa.bindparam("p_playbook"),
+    t.runs.c.guard_key == sa.bindparam("p_guard_key"),
+    t.runs.c.phase == "firing",
+    t.runs.c.status != RunStatus.REJECTED,
+    # A run that failed for a transient reason before changing anything did nothing to count.
+    t.runs.c.rerunnable == sa.false(),
+)
+_TARGET_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
+    *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
+)
+_TARGET_LAST = sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
+_REPORTED_OCCURRENCES = (
+    sa.select(t.alerts.c.fingerprint, t.alerts.c.starts_at)
+    .distinct()
+    .where(
+        t.alerts.c.fingerprint.in_(sa.bindparam("p_fingerprints", expanding=True)),
+        t.alerts.c.status == sa.bindparam("p_status"),
+    )
+)
+# Firing runs that changed (or will change) something: not refused, cancelled, waiting or only planned.
+_ACTIVE_FIRING_RUNS = (
+    sa.select(t.runs.c.id, t.alerts.c.starts_at)
+    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+    .where(
+        t.runs.c.playbook == sa.bindparam("p_playbook"),
+        t.runs.c.guard_key == sa.bindparam("p_guard_key"),
+        t.runs.c.phase == "firing",
+        t.runs.c.mode != "dry-run",
+        t.runs.c.status.not_in(
+            (RunStatus.AWAITING_APPROVAL, RunStatus.CANCELLED, RunStatus.REJECTED, RunStatus.PLANNED)
+        ),
+        t.alerts.c.fingerprint == sa.bindparam("p_fingerprint"),
+    )
+)
+_INSERT_NOTIFICATION = sa.insert(t.notifications).returning(t.notifications.c.id)
+
+
+def _insert_returning_ids(table: sa.Table) -> sa.Insert:
+    return sa.insert(table).returning(table.c.id, sort_by_parameter_order=True)
+
+
+_INSERT_ALERTS = _insert_returning_ids(t.alerts)
+_INSERT_RUNS = _insert_returning_ids(t.runs)
+_INSERT_STEPS = _insert_returning_ids(t.steps)
+_INSERT_DECISIONS = _insert_returning_ids(t.decisions)
+
+
+class IngestWriterContext:
+    """`Store.writer()`: the notification's one write transaction, as an IngestWriter."""
+
+    def __init__(self, transactions: Transactions) -> None:
+        self._tx = transactions
+        self._cm: Any = None
+
+    def __enter__(self) -> IngestWriter:
+        self._cm = self._tx.write()
+        return IngestWriter(self._cm.__enter__())
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        return self._cm.__exit__(*exc_info)
+
+
+class GuardReader:
+    """The reads the guards need, on one connection: inside the ingest transaction, or read-only for dry-run."""
+
+    def __init__(self, conn: sa.Connection) -> None:
+        self.conn = conn
+
+    def pause_state(self) -> PauseState:
+        return read_pause(self.conn)
+
+    def breaker_state(self) -> dict[str, Any] | None:
+        """The circuit breaker's persisted state (remediate.breaker.BreakerState as a dict), if any."""
+        return BreakerRows(self.conn).state()
+
+    def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
+        """dedupe_key -> (run id, status) for keys that already have a run."""
+        found: dict[str, tuple[int, str]] = {}
+        key_list = list(dict.fromkeys(keys))
+        for start in range(0, len(key_list), 500):
+            chunk = key_list[start : start + 500]
+            rows = self.conn.execute(_EXISTING_RUNS, {"p_keys": chunk}).all()
+            found.update({r.dedupe_key: (r.id, r.status) for r in rows})
+        return found
+
+    def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]:
+        """run id -> its error, for those of `run_ids` that failed for a transient reason before changing
+        anything and were not superseded yet: the next delivery of their occurrence runs again."""
+        ids = list(dict.fromkeys(run_ids))
+        if not ids:
+            return {}
+        rows = self.conn.execute(
+            sa.select(t.runs.c.id, t.runs.c.error).where(
+                t.runs.c.id.in_(ids),
+                t.runs.c.status == RunStatus.FAILED,
+                t.runs.c.rerunnable == sa.true(),
+                t.runs.c.superseded_by.is_(None),
+            )
+        ).all()
+        return {r.id: r.error or "" for r in rows}
+
+    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
+        """(time of the last counted firing run ever, number of counted firing runs since `since`),
+        for one playbook and guard key (the target, or the target plus the playbook's `guard_by` labels).
+
+        The last run is looked up beyond `since` too: a cooldown may be longer than the attempt window.
+        """
+        params = {"p_playbook": playbook, "p_guard_key": guard_key}
+        row = self.conn.execute(_TARGET_WINDOW, {**params, "p_since": since}).one()
+        last = row[0]
+        if last is None:
+            last = self.conn.execute(_TARGET_LAST, params).scalar_one_or_none()
+        return last, int(row[1])
+
+    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
+        """(fingerprint, startsAt) of every occurrence of these alerts ever received with `status`
+        (firing/resolved): every received alert is stored, so this is the record of what was reported."""
+        wanted = sorted(set(fingerprints))
+        found: set[tuple[str, str]] = set()
+        for start in range(0, len(wanted), 500):
+            params = {"p_fingerprints": wanted[start : start + 500], "p_status": status}
+            found.update((r.fingerprint, r.starts_at) for r in self.conn.execute(_REPORTED_OCCURRENCES, params))
+        return found
+
+    def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
+        """(run id, alert startsAt) of the firing runs of one alert (fingerprint) for one playbook and guard
+        key that acted or will act (queued, running, finished; not dry-run, refused or only waiting)."""
+        params = {"p_playbook": playbook, "p_guard_key": guard_key, "p_fingerprint": fingerprint}
+        return [(r.id, r.starts_at) for r in self.conn.execute(_ACTIVE_FIRING_RUNS, params)]
+
+
+class EmptyGuardReader:
+    """Guard facts of a store with no history (dry-run against a database that does not exist yet)."""
+
+    def pause_state(self) -> PauseState:
+        return PauseState(False)
+
+    def breaker_state(self) -> dict[str, Any] | None:
+        return None
+
+    def existing_runs(self, keys: Iterable[str]) -> dict[str, tuple[int, str]]:
+        return {}
+
+    def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]:
+        return {}
+
+    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
+        return None, 0
+
+    def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
+        return set()
+
+    def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
+        return []
+
+
+class IngestWriter(GuardReader):
+    """The statements the engine needs while it ingests one notification, all in one transaction."""
+
+    def insert_notification(
+        self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str
+    ) -> int:
+        return int(
+            self.conn.execute(
+                _INSERT_NOTIFICATION,
+                {
+                    "received_at": received_at,
+                    "receiver": receiver,
+                    "status": status,
+                    "group_key": group_key,
+                    "alert_count": alert_count,
+                    "raw": raw,
+                },
+            ).scalar_one()
+        )
+
+    def insert_alerts(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The notification's alerts (`engine._alert_row`); their ids, in order."""
+        return self._insert(_INSERT_ALERTS, rows)
+
+    def insert_runs(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Accepted runs (`runs.run_row`); their ids, in order."""
+        return self._insert(_INSERT_RUNS, rows)
+
+    def insert_steps(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """The steps of those runs (`runs.step_rows`); their ids, in order."""
+        return self._insert(_INSERT_STEPS, rows)
+
+    def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """One decision per (alert, playbook) judged (`runs.decision_row`); their ids, in order."""
+        return self._insert(_INSERT_DECISIONS, rows)
+
+    def _insert(self, statement: sa.Insert, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        if not rows:
+            return []
+        return [row[0] for row in self.conn.execute(statement, list(rows))]
+
+    def release_dedupe_key(self, run_id: int) -> None:
+        """Free the dedupe key of a rerunnable run for the run that supersedes it; the old run stays in history."""
+        self.conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(dedupe_key=f"superseded:{run_id}"))
+
+    def mark_superseded(self, run_id: int, by_run: int, now: float) -> None:
+        self.conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(superseded_by=by_run, updated_at=now))
+
+    def cancel_awaiting(self, run_id: int, reason: str, now: float) -> bool:
+        """Cancel a run still awaiting approval; False when it has moved on."""
+        done = self.conn.execute(
+            sa.update(t.runs)
+            .where(t.runs.c.id == run_id, t.runs.c.status == RunStatus.AWAITING_APPROVAL)
+            .values(status=RunStatus.CANCELLED, error=reason, finished_at=now, updated_at=now)
+        ).rowcount
+        if done:
+            sync_decision_status(self.conn, run_id, RunStatus.CANCELLED)
+        return bool(done)

@@ -1,0 +1,37 @@
+"""The pause flag: while paused, new runs are not queued (the guards read it; operators set it)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from remediate import schema as t
+from remediate.store.rows import dumps
+
+
+@dataclass(frozen=True)
+class PauseState:
+    paused: bool
+    by: str = ""
+    reason: str = ""
+    since: float | None = None
+
+
+_PAUSE_STATE = sa.select(t.meta.c.value).where(t.meta.c.key == "pause")
+
+
+def read_pause(conn: sa.Connection) -> PauseState:
+    row = conn.execute(_PAUSE_STATE).scalar_one_or_none()
+    if not row:
+        return PauseState(False)
+    data = json.loads(row)
+    return PauseState(bool(data.get("paused")), data.get("by", ""), data.get("reason", ""), data.get("since"))
+
+
+def write_pause(conn: sa.Connection, state: PauseState) -> None:
+    value = dumps({"paused": state.paused, "by": state.by, "reason": state.reason, "since": state.since})
+    updated = conn.execute(sa.update(t.meta).where(t.meta.c.key == "pause").values(value=value)).rowcount
+    if not updated:
+        conn.execute(sa.insert(t.meta).values(key="pause", value=value))

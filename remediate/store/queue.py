@@ -1,0 +1,490 @@
+"""The run queue: claim the oldest queued run, its steps and their attempts, the lease every progress write
+checks, the run's end, recovery of runs whose executor died, approval, and the queue's depth.
+
+Who calls it: the executor (through `facade.Store`), the HTTP server and the CLI (approve, queue depth).
+Every write after the claim starts with the lease check (`RunQueue._check_lease`) in its own transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from remediate import schema as t
+from remediate.errors import ClaimLostError, RunStateError, UnknownRunError
+from remediate.runs import (
+    FINAL_RUN_STATUSES,
+    AttemptOutcome,
+    ClaimedRun,
+    PendingOutcome,
+    RunEnd,
+    RunLease,
+    RunningClaim,
+    RunStatus,
+    StepRecord,
+    StepStatus,
+)
+from remediate.store.database import Transactions
+from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
+
+
+def worker_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# The statements of the hot paths (claim, step bookkeeping), built once with bind
+# parameters: building a Core statement and its cache key costs more than running it on SQLite.
+def _claim_statement(skip_locked: bool) -> sa.Update:
+    prior = t.runs.alias("prior")
+    prior_unfinished = sa.exists().where(prior.c.id == t.runs.c.after_run_id, prior.c.status.not_in(FINAL_RUN_STATUSES))
+    oldest = (
+        sa.select(t.runs.c.id)
+        .where(t.runs.c.status == RunStatus.QUEUED, sa.not_(prior_unfinished))
+        .order_by(t.runs.c.id)
+        .limit(1)
+    )
+    if skip_locked:
+        oldest = oldest.with_for_update(skip_locked=True)
+    now = sa.bindparam("p_now", type_=sa.Float)
+    return (
+        sa.update(t.runs)
+        .where(t.runs.c.id == oldest.scalar_subquery(), t.runs.c.status == RunStatus.QUEUED)
+        .values(
+            status=RunStatus.RUNNING,
+            claimed_by=sa.bindparam("p_worker", type_=sa.String),
+            claim_generation=t.runs.c.claim_generation + 1,
+            heartbeat_at=now,
+            updated_at=now,
+            started_at=sa.func.coalesce(t.runs.c.started_at, now),
+        )
+        .returning(t.runs.c.id, t.runs.c.claim_generation)
+    )
+
+
+_CLAIM = {False: _claim_statement(False), True: _claim_statement(True)}
+_CLAIMED_RUN = (
+    sa.select(t.runs, *ALERT_CONTEXT_COLUMNS)
+    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+    .where(t.runs.c.id == sa.bindparam("p_run_id"))
+)
+_STEPS_OF = sa.select(t.steps).where(t.steps.c.run_id == sa.bindparam("p_run_id")).order_by(t.steps.c.idx)
+_START_ATTEMPT = (
+    sa.update(t.steps)
+    .where(t.steps.c.id == sa.bindparam("p_step_id"))
+    .values(
+        status=StepStatus.RUNNING,
+        attempts=t.steps.c.attempts + 1,
+        started_at=sa.func.coalesce(t.steps.c.started_at, sa.bindparam("p_now", type_=sa.Float)),
+    )
+    .returning(t.steps.c.attempts)
+)
+_INSERT_ATTEMPT = sa.insert(t.attempts)
+_FINISH_ATTEMPT = (
+    sa.update(t.attempts)
+    .where(t.attempts.c.step_id == sa.bindparam("p_step_id"), t.attempts.c.number == sa.bindparam("p_number"))
+    .values(
+        finished_at=sa.bindparam("p_now", type_=sa.Float),
+        outcome=sa.bindparam("p_outcome", type_=sa.String),
+        error=sa.bindparam("p_error", type_=sa.Text),
+    )
+)
+_UPDATE_STEP = sa.update(t.steps).where(t.steps.c.id == sa.bindparam("p_step_id"))
+# The lease check of a progress write; it also refreshes the heartbeat (never backwards, whatever the wall clock).
+_CHECK_LEASE = (
+    sa.update(t.runs)
+    .where(
+        t.runs.c.id == sa.bindparam("p_run_id"),
+        t.runs.c.claimed_by == sa.bindparam("p_worker", type_=sa.String),
+        t.runs.c.claim_generation == sa.bindparam("p_generation", type_=sa.Integer),
+        t.runs.c.status == RunStatus.RUNNING,
+    )
+    .values(
+        heartbeat_at=sa.case(
+            (
+                t.runs.c.heartbeat_at >= sa.bindparam("p_now", type_=sa.Float),
+                t.runs.c.heartbeat_at + 0.001,
+            ),
+            else_=sa.bindparam("p_now", type_=sa.Float),
+        )
+    )
+)
+_FINISH_RUN = (
+    sa.update(t.runs)
+    .where(t.runs.c.id == sa.bindparam("p_run_id"))
+    .values(
+        status=sa.bindparam("p_status", type_=sa.String),
+        finished_at=sa.bindparam("p_now", type_=sa.Float),
+        updated_at=sa.bindparam("p_now", type_=sa.Float),
+        error=sa.bindparam("p_error", type_=sa.Text),
+        claimed_by=None,
+    )
+)
+_SYNC_DECISION_STATUS = (
+    sa.update(t.decisions)
+    .where(t.decisions.c.run_id == sa.bindparam("p_run_id"))
+    .values(status=sa.bindparam("p_status", type_=sa.String))
+)
+
+
+def sync_decision_status(conn: sa.Connection, run_id: int, status: RunStatus) -> None:
+    """The run's decision row follows its status (so /history?status=failed is one indexed lookup)."""
+    conn.execute(_SYNC_DECISION_STATUS, {"p_run_id": run_id, "p_status": status})
+
+
+class RunQueue:
+    """The runs' lifecycle in the database, from queued to finished (or requeued after a crash)."""
+
+    def __init__(self, transactions: Transactions, *, skip_locked: bool) -> None:
+        self._tx = transactions
+        self._claim = _CLAIM[skip_locked]  # SELECT ... FOR UPDATE SKIP LOCKED where the dialect has it
+
+    def claim(self, worker: str, now: float) -> ClaimedRun | None:
+        """Take the oldest queued run for this worker, atomically across processes."""
+        with self._tx.write() as conn:
+            claimed = conn.execute(self._claim, {"p_worker": worker, "p_now": now}).one_or_none()
+            if claimed is None:
+                return None
+            run_id, generation = claimed
+            sync_decision_status(conn, run_id, RunStatus.RUNNING)
+            row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
+        context = alert_context(row)
+        return ClaimedRun(row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker)
+
+    def steps_of(self, run_id: int) -> list[StepRecord]:
+        with self._tx.read() as conn:
+            rows = conn.execute(_STEPS_OF, {"p_run_id": run_id}).all()
+        return [
+            StepRecord(
+                r.id,
+                r.run_id,
+                r.idx,
+                r.name,
+                r.action,
+                r.where,
+                json.loads(r.params),
+                r.timeout,
+                r.retries,
+                StepStatus(r.status),
+                r.attempts,
+                bool(r.always),
+                r.error,
+                r.finished_at is not None,
+            )
+            for r in rows
+        ]
+
+    @staticmethod
+    def _check_lease(conn: sa.Connection, lease: RunLease | None, now: float) -> None:
+        """Raise ClaimLostError (rolling the transaction back) unless `lease` still holds its run."""
+        if lease is None:
+            return
+        params = {"p_run_id": lease.run_id, "p_worker": lease.worker, "p_generation": lease.generation, "p_now": now}
+        if conn.execute(_CHECK_LEASE, params).rowcount != 1:
+            raise ClaimLostError(
+                f"run {lease.run_id} is no longer claimed by {lease.worker} (claim {lease.generation}): "
+                "it was recovered or claimed by another executor; this one writes nothing more to it"
+            )
+
+    def check_lease(self, lease: RunLease, now: float) -> None:
+        """ClaimLostError unless `lease` still holds its run (and refresh its heartbeat)."""
+        with self._tx.write() as conn:
+            self._check_lease(conn, lease, now)
+
+    def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int:
+        """Record that an attempt of the step starts, before the action runs; returns its number.
+
+        With `plan` (the first attempt), the step's plan is recorded in the same transaction.
+        If the executor dies during the attempt, `recover_stale` marks it interrupted.
+        """
+        with self._tx.write() as conn:
+            self._check_lease(conn, lease, now)
+            if plan is not None:
+                conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
+            number = conn.execute(_START_ATTEMPT, {"p_step_id": step_id, "p_now": now}).scalar_one()
+            conn.execute(_INSERT_ATTEMPT, {"step_id": step_id, "number": number, "started_at": now})
+        return int(number)
+
+    def finish_attempt(
+        self,
+        step_id: int,
+        number: int,
+        outcome: AttemptOutcome,
+        error: str | None,
+        now: float,
+        *,
+        lease: RunLease | None = None,
+    ) -> None:
+        with self._tx.write() as conn:
+            self._check_lease(conn, lease, now)
+            self._finish_attempt(conn, step_id, number, outcome, error, now)
+
+    def record_plan(self, step_id: int, plan: Any) -> None:
+        with self._tx.write() as conn:
+            conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
+
+    def finish_step(
+        self,
+        step_id: int,
+        status: StepStatus,
+        *,
+        now: float,
+        result: Any = None,
+        error: str | None = None,
+        plan: Any = None,
+        succeeded_attempt: int | None = None,
+        run_end: RunEnd | None = None,
+        lease: RunLease | None = None,
+        skip: Sequence[int] = (),
+        skip_reason: str = "",
+        rerunnable: bool = False,
+    ) -> None:
+        """Record the step's outcome, durably, before the next step starts.
+
+        In the same transaction: with `succeeded_attempt`, that attempt is closed as succeeded;
+        with `run_end` (the run's last step, or the one that failed it), the run is finished.
+        """
+        values: dict[str, Any] = {"status": status, "finished_at": now, "error": error}
+        if result is not None:
+            values["result"] = dumps(result)
+        if plan is not None:
+            values["plan"] = dumps(plan)
+        with self._tx.write() as conn:
+            self._check_lease(conn, lease, now)
+            if succeeded_attempt is not None:
+                self._finish_attempt(conn, step_id, succeeded_attempt, AttemptOutcome.SUCCEEDED, None, now)
+            conn.execute(_UPDATE_STEP, {"p_step_id": step_id, **values})
+            self._skip_steps(conn, skip, skip_reason, now)
+            if run_end is not None:
+                self._finish_run(conn, run_end.run_id, run_end.status, now, run_end.error, rerunnable=rerunnable)
+
+    def pending_outcomes(self, since: float, limit: int = 100) -> list[PendingOutcome]:
+        """Failed steps that handed a change over and gave up waiting for it (result ``{"pending": ...}``,
+        from OutcomePending), finished at or after `since` and not settled yet: Executor.reconcile_pending's work."""
+        query = (
+            sa.select(
+                t.steps,
+                t.runs.c.playbook,
+                t.runs.c.target,
+                t.runs.c.phase,
+                t.runs.c.mode,
+                t.runs.c.alertname,
+                *ALERT_CONTEXT_COLUMNS,
+            )
+            .join(t.runs, t.runs.c.id == t.steps.c.run_id)
+            .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+            .where(t.steps.c.status.in_((StepStatus.FAILED, StepStatus.INTERRUPTED)))
+            .where(t.steps.c.finished_at >= since, t.steps.c.result.is_not(None))
+            .order_by(t.steps.c.id)
+            .limit(limit)
+        )
+        with self._tx.read() as conn:
+            rows = conn.execute(query).all()
+        found = []
+        for r in rows:
+            result = loads(r.result)
+            if not isinstance(result, dict) or not isinstance(result.get("pending"), dict) or "late_outcome" in result:
+                continue
+            context = alert_context(r)
+            step = StepRecord(
+                r.id, r.run_id, r.idx, r.name, r.action, r.where, json.loads(r.params), r.timeout, r.retries,
+                StepStatus(r.status), r.attempts,
+            )  # fmt: skip
+            run = ClaimedRun(r.run_id, r.playbook, r.target, r.phase, r.mode, context)
+            found.append(PendingOutcome(step, run, result["pending"], r.finished_at))
+        return found
+
+    def settle_pending(self, step_id: int, late_outcome: Mapping[str, Any], note: str, now: float) -> bool:
+        """Record what became of a pending step: `late_outcome` joins its result, `note` is appended to the
+        step's and the run's error. False when another executor settled it first (nothing written)."""
+        with self._tx.write() as conn:
+            row = conn.execute(
+                sa.select(t.steps.c.result, t.steps.c.error, t.steps.c.run_id).where(t.steps.c.id == step_id)
+            ).one()
+            result = loads(row.result)
+            if not isinstance(result, dict) or "late_outcome" in result:
+                return False
+            result["late_outcome"] = dict(late_outcome)
+            conn.execute(
+                _UPDATE_STEP,
+                {"p_step_id": step_id, "result": dumps(result), "error": f"{row.error or ''}; {note}".lstrip("; ")},
+            )
+            run_error = conn.execute(sa.select(t.runs.c.error).where(t.runs.c.id == row.run_id)).scalar_one()
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id == row.run_id)
+                .values(error=f"{run_error or ''}; {note}".lstrip("; "), updated_at=now)
+            )
+        return True
+
+    def finish_run(
+        self,
+        run_id: int,
+        status: RunStatus,
+        *,
+        now: float,
+        error: str | None = None,
+        lease: RunLease | None = None,
+        skip: Sequence[int] = (),
+        skip_reason: str = "",
+        rerunnable: bool = False,
+    ) -> None:
+        with self._tx.write() as conn:
+            self._check_lease(conn, lease, now)
+            self._skip_steps(conn, skip, skip_reason, now)
+            self._finish_run(conn, run_id, status, now, error, rerunnable=rerunnable)
+
+    def skip_steps(self, step_ids: Sequence[int], reason: str, *, now: float, lease: RunLease | None = None) -> None:
+        """Mark steps `skipped` (an earlier step failed), with the reason."""
+        with self._tx.write() as conn:
+            self._check_lease(conn, lease, now)
+            self._skip_steps(conn, step_ids, reason, now)
+
+    @staticmethod
+    def _skip_steps(conn: sa.Connection, step_ids: Sequence[int], reason: str, now: float) -> None:
+        if step_ids:
+            conn.execute(
+                sa.update(t.steps)
+                .where(t.steps.c.id.in_(list(step_ids)), t.steps.c.status == StepStatus.PENDING)
+                .values(status=StepStatus.SKIPPED, error=reason, finished_at=now)
+            )
+
+    @staticmethod
+    def _finish_attempt(
+        conn: sa.Connection, step_id: int, number: int, outcome: AttemptOutcome, error: str | None, now: float
+    ) -> None:
+        conn.execute(
+            _FINISH_ATTEMPT,
+            {"p_step_id": step_id, "p_number": number, "p_now": now, "p_outcome": outcome, "p_error": error},
+        )
+
+    @staticmethod
+    def _finish_run(
+        conn: sa.Connection, run_id: int, status: RunStatus, now: float, error: str | None, *, rerunnable: bool = False
+    ) -> None:
+        conn.execute(_FINISH_RUN, {"p_run_id": run_id, "p_status": status, "p_now": now, "p_error": error})
+        if rerunnable:
+            conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(rerunnable=True))
+        sync_decision_status(conn, run_id, status)
+
+    def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
+        if not run_ids:
+            return
+        with self._tx.write() as conn:
+            # Never backwards: recovery watches the value change, so a wall clock stepped back is no silence.
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id.in_(run_ids), t.runs.c.claimed_by == worker, t.runs.c.status == RunStatus.RUNNING)
+                .values(
+                    heartbeat_at=sa.case(
+                        (t.runs.c.heartbeat_at >= now, t.runs.c.heartbeat_at + 0.001), else_=sa.literal(now)
+                    )
+                )
+            )
+
+    def running_claims(self) -> list[RunningClaim]:
+        """The running runs and who holds them (recovery decides which owners are gone)."""
+        with self._tx.read() as conn:
+            rows = conn.execute(
+                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.claim_generation, t.runs.c.heartbeat_at).where(
+                    t.runs.c.status == RunStatus.RUNNING
+                )
+            ).all()
+        return [RunningClaim(r.id, r.claimed_by or "", int(r.claim_generation), r.heartbeat_at) for r in rows]
+
+    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float) -> list[int]:
+        """Requeue these runs, each only if it is still held by the same claim; their in-flight steps become
+        `interrupted`. Returns the ids requeued."""
+        if not claims:
+            return []
+        with self._tx.write() as conn:
+            still = [
+                c.id
+                for c in claims
+                if conn.execute(
+                    sa.select(t.runs.c.id).where(
+                        t.runs.c.id == c.id,
+                        t.runs.c.status == RunStatus.RUNNING,
+                        t.runs.c.claim_generation == c.generation,
+                    )
+                ).first()
+            ]
+            self._requeue(conn, still, now)
+        return still
+
+    def recover_stale(self, *, now: float, stale_after: float, is_dead: Any) -> list[int]:
+        """Requeue runs whose executor died; their in-flight steps become `interrupted`.
+
+        `is_dead(claimed_by) -> bool` says whether an owner is known dead (same host, pid gone),
+        otherwise a heartbeat older than `stale_after` decides. The executor then decides,
+        per action, whether an interrupted step may run again.
+        """
+        with self._tx.write() as conn:
+            rows = conn.execute(
+                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.heartbeat_at).where(
+                    t.runs.c.status == RunStatus.RUNNING
+                )
+            ).all()
+            stale = [r.id for r in rows if is_dead(r.claimed_by or "") or (r.heartbeat_at or 0) < now - stale_after]
+            if not stale:
+                return []
+            self._requeue(conn, stale, now)
+        return stale
+
+    def _requeue(self, conn: sa.Connection, stale: list[int], now: float) -> None:
+        if stale:
+            conn.execute(
+                sa.update(t.steps)
+                .where(t.steps.c.run_id.in_(stale), t.steps.c.status == StepStatus.RUNNING)
+                .values(status=StepStatus.INTERRUPTED, error="the executor stopped while this step was running")
+            )
+            conn.execute(
+                sa.update(t.attempts)
+                .where(
+                    t.attempts.c.finished_at.is_(None),
+                    t.attempts.c.step_id.in_(sa.select(t.steps.c.id).where(t.steps.c.run_id.in_(stale))),
+                )
+                .values(
+                    finished_at=now,
+                    outcome=AttemptOutcome.INTERRUPTED,
+                    error="the executor stopped during this attempt",
+                )
+            )
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id.in_(stale))
+                .values(status=RunStatus.QUEUED, claimed_by=None, updated_at=now)
+            )
+            for run_id in stale:
+                sync_decision_status(conn, run_id, RunStatus.QUEUED)
+
+    def queue_depth(self) -> dict[str, int]:
+        with self._tx.read() as conn:
+            rows = conn.execute(
+                sa.select(t.runs.c.status, sa.func.count())
+                .where(t.runs.c.status.in_([RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL]))
+                .group_by(t.runs.c.status)
+            ).all()
+        depth = {RunStatus.QUEUED: 0, RunStatus.RUNNING: 0, RunStatus.AWAITING_APPROVAL: 0}
+        depth.update({status: count for status, count in rows})
+        return depth
+
+    def approve(self, run_id: int, *, by: str, now: float) -> None:
+        if not 0 < run_id <= MAX_ID:
+            raise UnknownRunError(f"no run {run_id}")
+        with self._tx.write() as conn:
+            status = conn.execute(sa.select(t.runs.c.status).where(t.runs.c.id == run_id)).scalar_one_or_none()
+            if status is None:
+                raise UnknownRunError(f"no run {run_id}")
+            if status != RunStatus.AWAITING_APPROVAL:
+                raise RunStateError(f"run {run_id} is {status}, not awaiting approval")
+            conn.execute(
+                sa.update(t.runs)
+                .where(t.runs.c.id == run_id)
+                .values(status=RunStatus.QUEUED, approved_by=by, approved_at=now, updated_at=now)
+            )
+            sync_decision_status(conn, run_id, RunStatus.QUEUED)

@@ -1,0 +1,95 @@
+"""remediate.store.dialect / database.dialect_for: what differs between databases goes through one object."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from remediate.errors import StoreBusy
+from remediate.store import Database, Dialect, SqliteDialect, Store, dialect_for
+from remediate.store import queue as store_queue
+
+
+class RecordingConnection:
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def exec_driver_sql(self, statement: str) -> Any:
+        self.statements.append(statement)
+
+
+def _operational_error(message: str) -> sa.exc.OperationalError:
+    return sa.exc.OperationalError("BEGIN IMMEDIATE", {}, sqlite3.OperationalError(message))
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("sqlite:///remediate.db", SqliteDialect),
+        ("sqlite+pysqlite:///:memory:", SqliteDialect),
+        ("postgresql://remediate@db/remediate", Dialect),
+        ("postgresql+psycopg://remediate@db/remediate", Dialect),
+    ],
+)
+def test_the_dialect_comes_from_the_url(url: str, expected: type[Dialect]) -> None:
+    assert dialect_for(sa.make_url(url)) is expected
+
+
+def test_only_sqlites_locked_error_is_store_busy() -> None:
+    dialect = SqliteDialect(sa.make_url("sqlite:///r.db"), busy_timeout=2.5)
+
+    busy = dialect.busy(_operational_error("database is locked"))
+
+    assert isinstance(busy, StoreBusy) and "2.5s" in str(busy)
+    assert dialect.busy(_operational_error("disk I/O error")) is None
+    assert Dialect(sa.make_url("postgresql://db/r")).busy(_operational_error("database is locked")) is None
+
+
+def test_a_server_database_locks_the_breaker_table_and_sqlite_needs_nothing() -> None:
+    server, sqlite_conn = RecordingConnection(), RecordingConnection()
+
+    Dialect(sa.make_url("postgresql://db/r")).lock_breaker(server)  # type: ignore[arg-type]
+    SqliteDialect(sa.make_url("sqlite:///r.db")).lock_breaker(sqlite_conn)  # type: ignore[arg-type]
+
+    assert server.statements == ["LOCK TABLE breaker_claims IN SHARE ROW EXCLUSIVE MODE"]
+    assert sqlite_conn.statements == []
+
+
+def test_the_claim_skips_locked_rows_where_the_dialect_says_so(store: Store) -> None:
+    skipping = str(store_queue._CLAIM[True].compile(dialect=postgresql.dialect()))
+    plain = str(store_queue._CLAIM[False].compile(dialect=sqlite.dialect()))
+
+    assert "FOR UPDATE SKIP LOCKED" in skipping
+    assert "FOR UPDATE" not in plain
+    assert (Dialect.skip_locked_claim, SqliteDialect.skip_locked_claim) == (True, False)
+    assert isinstance(store.database.dialect, SqliteDialect)
+    assert store.queue._claim is store_queue._CLAIM[False]
+
+
+def test_sqlite_writes_begin_immediate(store: Store) -> None:
+    begun: list[str] = []
+    sa.event.listen(store.engine, "before_cursor_execute", lambda *args: begun.append(args[2]))
+
+    with store.write():
+        pass
+    with store.read() as conn:
+        conn.execute(sa.text("SELECT 1"))
+
+    assert "BEGIN IMMEDIATE" in begun
+    assert "BEGIN DEFERRED" in begun
+
+
+def test_a_database_closes_its_lock_file(tmp_path: Any) -> None:
+    database = Database.open(f"sqlite:///{tmp_path / 'r.db'}")
+    dialect = database.dialect
+    assert isinstance(dialect, SqliteDialect)
+    with database.write():
+        assert dialect.lock._fd is not None
+
+    database.close()
+
+    assert dialect.lock._fd is None

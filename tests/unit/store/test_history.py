@@ -1,0 +1,291 @@
+"""remediate.store.history: filters, cursors, the status that follows the run, one run in detail, typed rows."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from remediate.actions import default_registry
+from remediate.engine import Engine
+from remediate.errors import UnknownRunError
+from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.runs import AttemptOutcome, RunEnd, RunStatus, StepStatus
+from remediate.store import (
+    AlertDetail,
+    AttemptDetail,
+    DecisionSummary,
+    HistoryEntry,
+    HistoryQuery,
+    RunDetail,
+    RunSummary,
+    StepDetail,
+    Store,
+    decode_cursor,
+    encode_cursor,
+)
+from tests.support.store_json import history_json_of, run_json_of
+from tests.unit.store.support import OTHER, PLAYBOOK, T0, Ingest, MakeAlert, queue_runs
+
+
+def fill_history(engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> None:
+    """Twelve decisions over three hours: playbooks xid/disk, several alertnames, targets and statuses."""
+    for hour in range(3):
+        ingest(
+            engine,
+            make_alert("GpuXidError", labels={"Hostname": "node-a", "h": str(hour)}),
+            make_alert("GPUTemperatureHigh", labels={"Hostname": "node-b", "h": str(hour)}),
+            make_alert("DiskFull", labels={"Hostname": "node-a", "h": str(hour)}),
+            make_alert("Unmatched", labels={"Hostname": "node-c", "h": str(hour)}),
+            at=T0 + hour * 3600,
+        )
+
+
+@pytest.fixture(scope="module")
+def history_store(tmp_path_factory: pytest.TempPathFactory, ingest: Ingest, make_alert: MakeAlert) -> Iterator[Store]:
+    """fill_history in one database shared by this module's read-only history tests."""
+    store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('history') / 'remediate.db'}")
+    registry = default_registry()
+    playbooks = PlaybookSet([parse_playbook(PLAYBOOK, registry), parse_playbook(OTHER, registry)])
+    fill_history(Engine(store=store, playbooks=playbooks, registry=registry), ingest, make_alert)
+    yield store
+    store.close()
+
+
+def history(store: Store, **filters: Any) -> list[dict[str, Any]]:
+    entries, cursor = history_json_of(store, HistoryQuery(limit=1000, **filters))
+    assert cursor is None
+    return entries
+
+
+def test_history_lists_every_decision_newest_first(history_store: Store) -> None:
+    entries = history(history_store)
+
+    assert len(entries) == 12
+    assert [e["id"] for e in entries] == sorted((e["id"] for e in entries), reverse=True)
+    assert [e["time"] for e in entries] == sorted((e["time"] for e in entries), reverse=True)
+    newest = entries[0]
+    assert (newest["alertname"], newest["decision"], newest["status"], newest["run"]) == (
+        "Unmatched",
+        "unmatched",
+        "unmatched",
+        None,
+    )
+    accepted = next(e for e in entries if e["decision"] == "accepted")
+    assert accepted["run"]["id"] == accepted["run_id"]
+    assert (accepted["run"]["phase"], accepted["run"]["mode"], accepted["run"]["status"]) == (
+        "firing",
+        "enforce",
+        "queued",
+    )
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({"playbook": "xid"}, 6),
+        ({"playbook": "disk"}, 3),
+        ({"alertname": "GPUTemperatureHigh"}, 3),
+        ({"target": "node-a"}, 6),
+        ({"target": "node-a", "playbook": "disk"}, 3),
+        ({"status": "unmatched"}, 3),
+        ({"status": "queued"}, 9),
+        ({"since": T0 + 3600}, 8),
+        ({"until": T0 + 3600}, 4),
+        ({"since": T0 + 3600, "until": T0 + 7200}, 4),
+        ({"since": T0 + 3 * 3600}, 0),
+        ({"playbook": "nope"}, 0),
+    ],
+)
+def test_history_filters_combine(history_store: Store, filters: dict[str, Any], expected: int) -> None:
+    entries = history(history_store, **filters)
+
+    assert len(entries) == expected
+    for key, value in filters.items():
+        if key == "since":
+            assert all(e["time"] >= value for e in entries)
+        elif key == "until":
+            assert all(e["time"] < value for e in entries)
+        else:
+            assert all(e[key] == value for e in entries)
+
+
+def test_history_status_follows_the_run(store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> None:
+    fill_history(engine, ingest, make_alert)
+    claimed = store.claim_run("w", T0)
+    assert claimed is not None
+    store.finish_run(claimed.id, "failed", now=T0 + 1, error="boom")
+
+    (entry,) = history(store, status="failed")
+
+    assert entry["run_id"] == claimed.id
+    assert entry["run"]["error"] == "boom"
+    assert entry["run"]["finished_at"] == T0 + 1
+
+
+@pytest.mark.parametrize("limit", [1, 5, 11, 12])
+def test_cursor_pagination_visits_every_entry_exactly_once(history_store: Store, limit: int) -> None:
+    everything = [e["id"] for e in history(history_store)]
+    seen: list[int] = []
+    cursor = None
+    pages = 0
+    while True:
+        entries, cursor = history_json_of(history_store, HistoryQuery(limit=limit, cursor=cursor))
+        pages += 1
+        assert len(entries) <= limit
+        seen.extend(e["id"] for e in entries)
+        if cursor is None:
+            break
+
+    assert seen == everything
+    assert pages == -(-12 // limit)
+
+
+def test_cursor_pagination_keeps_the_filters(history_store: Store) -> None:
+    first, cursor = history_json_of(history_store, HistoryQuery(playbook="xid", limit=4))
+    second, end = history_json_of(history_store, HistoryQuery(playbook="xid", limit=4, cursor=cursor))
+
+    assert end is None
+    assert len(first) + len(second) == 6
+    assert {e["playbook"] for e in first + second} == {"xid"}
+
+
+@pytest.mark.parametrize("cursor", ["garbage!", "eDox", encode_cursor(5)[:-1] + "*", "ZDp4", "ZDotMQ"])
+def test_a_bad_cursor_is_a_value_error(history_store: Store, cursor: str) -> None:
+    with pytest.raises(ValueError, match="invalid cursor"):
+        history_json_of(history_store, HistoryQuery(cursor=cursor))
+
+
+def test_cursors_round_trip() -> None:
+    assert decode_cursor(encode_cursor(12345)) == 12345
+
+
+# --------------------------------------------------------------------------- run detail
+
+
+def test_run_detail_shows_alert_decision_and_steps(
+    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    (run_id,) = queue_runs(engine, ingest, make_alert, 1)
+
+    detail = run_json_of(store, run_id)
+
+    assert (detail["id"], detail["playbook"], detail["target"], detail["status"]) == (run_id, "xid", "node-0", "queued")
+    assert detail["decision"]["decision"] == "accepted"
+    assert detail["alert"]["labels"]["Hostname"] == "node-0"
+    assert detail["alert"]["startsAt"] == "2026-01-01T00:00:00Z"
+    assert [(s["index"], s["params"]["message"], s["status"], s["attempts"]) for s in detail["steps"]] == [
+        (0, "one", "pending", []),
+        (1, "two", "pending", []),
+    ]
+    with pytest.raises(UnknownRunError):
+        run_json_of(store, run_id + 1000)
+
+
+# --------------------------------------------------------------------------- typed rows
+
+
+def _one_run(engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> int:
+    result = ingest(
+        engine,
+        make_alert("GpuXidError", labels={"Hostname": "node-a"}),
+        make_alert("Unmatched", labels={"Hostname": "node-b"}),
+        at=T0,
+    )
+    (run_id,) = [d.run_id for d in result.decisions if d.run_id is not None]
+    return run_id
+
+
+def test_a_run_detail_is_typed_down_to_its_attempts(
+    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = _one_run(engine, ingest, make_alert)
+    claimed = store.claim_run("host:1", T0 + 1)
+    assert claimed is not None and claimed.id == run_id
+    first, second = store.steps_of(run_id)
+    number = store.start_attempt(first.id, T0 + 2, plan={"would": "log"})
+    store.finish_attempt(first.id, number, AttemptOutcome.FAILED, "flaky", T0 + 3)
+    again = store.start_attempt(first.id, T0 + 4)
+    store.finish_step(
+        first.id,
+        StepStatus.FAILED,
+        now=T0 + 5,
+        error="gave up",
+        run_end=RunEnd(run_id, RunStatus.FAILED, "step 0 failed"),
+        skip=[second.id],
+        skip_reason="an earlier step failed",
+    )
+
+    detail = store.run_detail(run_id)
+
+    assert isinstance(detail, RunDetail)
+    assert (detail.id, detail.playbook, detail.target, detail.status, detail.error) == (
+        run_id,
+        "xid",
+        "node-a",
+        "failed",
+        "step 0 failed",
+    )
+    assert (detail.created_at, detail.started_at, detail.finished_at, detail.rerunnable) == (T0, T0 + 1, T0 + 5, False)
+    assert isinstance(detail.decision, DecisionSummary)
+    assert detail.decision.decision == "accepted"
+    assert isinstance(detail.alert, AlertDetail)
+    assert detail.alert.labels == {"alertname": "GpuXidError", "Hostname": "node-a"}
+    assert (detail.alert.status, detail.alert.starts_at) == ("firing", "2026-01-01T00:00:00Z")
+    assert all(isinstance(s, StepDetail) for s in detail.steps)
+    step, skipped = detail.steps
+    assert (step.index, step.status, step.plan, step.error, step.params["message"]) == (
+        0,
+        "failed",
+        {"would": "log"},
+        "gave up",
+        "one",
+    )
+    assert step.attempts == [
+        AttemptDetail(number, T0 + 2, T0 + 3, "failed", "flaky"),
+        AttemptDetail(again, T0 + 4, None, None, None),
+    ]
+    assert (skipped.index, skipped.status, skipped.error, skipped.attempts) == (
+        1,
+        "skipped",
+        "an earlier step failed",
+        [],
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        detail.status = "succeeded"  # type: ignore[misc]
+
+
+def test_history_entries_are_typed_with_their_run_or_none(
+    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = _one_run(engine, ingest, make_alert)
+
+    entries, cursor = store.history(HistoryQuery())
+
+    assert cursor is None
+    assert all(isinstance(e, HistoryEntry) for e in entries)
+    by_alert = {e.alertname: e for e in entries}
+    accepted, unmatched = by_alert["GpuXidError"], by_alert["Unmatched"]
+    assert (accepted.decision, accepted.status, accepted.run_id, accepted.target) == (
+        "accepted",
+        "queued",
+        run_id,
+        "node-a",
+    )
+    assert accepted.run == RunSummary(run_id, "firing", "enforce", "queued", None, None, None)
+    assert (unmatched.decision, unmatched.run_id, unmatched.run, unmatched.playbook) == ("unmatched", None, None, None)
+    assert accepted.time == T0
+
+
+def test_the_next_cursor_is_none_on_the_last_page_only(
+    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    _one_run(engine, ingest, make_alert)
+
+    (newest,), cursor = store.history(HistoryQuery(limit=1))
+    (oldest,), end = store.history(HistoryQuery(limit=1, cursor=cursor))
+
+    assert cursor is not None and end is None
+    assert newest.id > oldest.id

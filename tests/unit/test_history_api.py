@@ -1,0 +1,144 @@
+"""remediate.history_api: the JSON of /history and /runs/<id> (API v1), key by key and in order."""
+
+from __future__ import annotations
+
+import json
+
+from remediate.history_api import entry_json, history_json, run_json
+from remediate.store import (
+    AlertDetail,
+    AttemptDetail,
+    DecisionSummary,
+    HistoryEntry,
+    RunDetail,
+    RunSummary,
+    StepDetail,
+)
+
+RUN = RunDetail(
+    id=7,
+    playbook="gpu-overheat",
+    alertname="GPUTemperatureHigh",
+    target="gpu-node-7",
+    phase="firing",
+    mode="enforce",
+    status="succeeded",
+    created_at=10.0,
+    started_at=11.0,
+    finished_at=12.5,
+    approved_by=None,
+    approved_at=None,
+    error=None,
+    rerunnable=False,
+    superseded_by=None,
+    decision=DecisionSummary("accepted", "ok"),
+    alert=AlertDetail(
+        id=3,
+        notification_id=2,
+        fingerprint="abc",
+        status="firing",
+        starts_at="2026-01-01T00:00:00Z",
+        ends_at=None,
+        labels={"alertname": "GPUTemperatureHigh"},
+        annotations={"summary": "hot"},
+        generator_url="http://prometheus/graph",
+    ),
+    steps=[
+        StepDetail(
+            index=0,
+            name="cap",
+            action="gpu.set_power_limit",
+            where="node",
+            params={"watts": 300},
+            status="succeeded",
+            plan={"from": 400},
+            result={"to": 300},
+            error=None,
+            attempts=[AttemptDetail(1, 11.0, 12.0, "succeeded", None)],
+            timeout=30.0,
+            retries=1,
+            always=False,
+            started_at=11.0,
+            finished_at=12.0,
+        )
+    ],
+)
+
+
+def test_a_run_is_the_api_v1_shape_with_its_keys_in_order() -> None:
+    body = run_json(RUN)
+
+    assert list(body) == [
+        "id", "playbook", "alertname", "target", "phase", "mode", "status", "created_at", "started_at",
+        "finished_at", "approved_by", "approved_at", "error", "rerunnable", "superseded_by", "decision",
+        "alert", "steps",
+    ]  # fmt: skip
+    assert body["decision"] == {"decision": "accepted", "reason": "ok"}
+    assert body["alert"] == {
+        "id": 3,
+        "notification_id": 2,
+        "fingerprint": "abc",
+        "status": "firing",
+        "startsAt": "2026-01-01T00:00:00Z",
+        "endsAt": None,
+        "labels": {"alertname": "GPUTemperatureHigh"},
+        "annotations": {"summary": "hot"},
+        "generatorURL": "http://prometheus/graph",
+    }
+    (step,) = body["steps"]
+    assert list(step) == [
+        "index", "name", "action", "where", "params", "status", "plan", "result", "error", "attempts",
+        "timeout", "retries", "always", "started_at", "finished_at",
+    ]  # fmt: skip
+    assert step["attempts"] == [
+        {"number": 1, "started_at": 11.0, "finished_at": 12.0, "outcome": "succeeded", "error": None}
+    ]
+    assert (step["params"], step["plan"], step["result"]) == ({"watts": 300}, {"from": 400}, {"to": 300})
+    json.dumps(body)  # plain JSON, nothing left typed
+
+
+def test_a_run_without_a_decision_shows_null() -> None:
+    from dataclasses import replace
+
+    assert run_json(replace(RUN, decision=None))["decision"] is None
+
+
+def test_a_history_page_is_its_entries_and_the_next_cursor() -> None:
+    with_run = HistoryEntry(
+        5, 10.0, "GPUTemperatureHigh", "abc", "firing", "gpu-overheat", "gpu-node-7", "accepted", None,
+        "running", 7, RunSummary(7, "firing", "enforce", "running", 11.0, None, None),
+    )  # fmt: skip
+    without = HistoryEntry(
+        4, 9.0, "Other", "def", "firing", None, None, "unmatched", "no playbook", "unmatched", None, None
+    )
+
+    page = history_json([with_run, without], "ZDo0")
+
+    assert list(page) == ["entries", "next_cursor"]
+    assert page["next_cursor"] == "ZDo0"
+    first, second = page["entries"]
+    assert first == {
+        "id": 5,
+        "time": 10.0,
+        "alertname": "GPUTemperatureHigh",
+        "fingerprint": "abc",
+        "alert_status": "firing",
+        "playbook": "gpu-overheat",
+        "target": "gpu-node-7",
+        "decision": "accepted",
+        "reason": None,
+        "status": "running",
+        "run_id": 7,
+        "run": {
+            "id": 7,
+            "phase": "firing",
+            "mode": "enforce",
+            "status": "running",
+            "started_at": 11.0,
+            "finished_at": None,
+            "error": None,
+        },
+    }
+    assert list(first) == list(entry_json(without))
+    assert (second["run_id"], second["run"], second["reason"]) == (None, None, "no playbook")
+    assert history_json([], None) == {"entries": [], "next_cursor": None}
