@@ -417,6 +417,31 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
     assert tables_of(pg_url) == []
 
 
+def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+    path = tmp_path / "a.db"
+    source = sqlite_store(path, hosts=("node-a", "node-b"))
+    # Back to a real version 4 file: without what migration 5 adds.
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DROP INDEX ix_steps_status_finished")
+        for table, column in (("runs", "claim_generation"), ("runs", "rerunnable"), ("runs", "superseded_by"),
+                              ("steps", "always")):  # fmt: skip
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    conn.close()
+    assert t.SCHEMA_VERSION == 5, "make this file a version SCHEMA_VERSION-1 one"
+
+    refused = cli("db", "copy", "--from", source, "--to", pg_url)
+    upgraded = cli("history", "--database-url", source)
+    copied = cli("db", "copy", "--from", source, "--to", pg_url)
+
+    assert_one_line_error(refused, "older than this remediate", "remediate history --database-url")
+    assert upgraded.exit_code == 0, upgraded.output
+    assert copied.exit_code == 0, copied.output
+    assert every_row(pg_url) == every_row(source)
+    assert views(pg_url) == views(source)
+
+
 def test_a_file_that_is_not_a_remediate_database_is_refused(cli: Cli, tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     conn = sqlite3.connect(other)
