@@ -349,16 +349,23 @@ def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: 
     assert cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / 'ok.db'}").exit_code == 0
 
 
-def test_an_unreachable_target_is_one_line(cli: Cli, tmp_path: Path) -> None:
+def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed again: nothing listens there
 
-    result = cli("db", "copy", "--from", source, "--to", f"postgresql://remediate:secret@127.0.0.1:{port}/app")
+    nowhere = f"postgresql://remediate:secret@127.0.0.1:{port}/app"
 
-    assert_one_line_error(result, "target database", f"127.0.0.1:{port}/app", "failed")
-    assert "secret" not in result.stderr
+    as_target = cli("db", "copy", "--from", source, "--to", nowhere)
+    as_target_dry = cli("db", "copy", "--dry-run", "--from", source, "--to", nowhere)
+    as_source = cli("db", "copy", "--from", nowhere, "--to", f"sqlite:///{tmp_path / 'b.db'}")
+
+    assert_one_line_error(as_target, "the target database", f"127.0.0.1:{port}/app", "failed", "Connection refused")
+    assert_one_line_error(as_target_dry, "the target database", "Connection refused")
+    assert_one_line_error(as_source, "the source database", "Connection refused")
+    assert all("secret" not in result.stderr for result in (as_target, as_target_dry, as_source))
+    assert not (tmp_path / "b.db").exists()
 
 
 @pytest.mark.parametrize(
