@@ -86,11 +86,11 @@ def copy_database(
         raise ConfigError("the batch size must be at least 1")
     target_backend = _backend(target_url)
     if target_backend == "sqlite":
-        _sqlite_file(sa.make_url(target_url))
+        _sqlite_file(sa.make_url(target_url))  # refuses an in-memory target before the source is read
     source_engine = _open_source(source_url)
-    if _same_database(source_engine.url, sa.make_url(target_url)):
-        raise DatabaseCopyError(f"the source and the target are the same database: {shown(target_url)}")
     try:
+        if _same_database(source_engine.url, sa.make_url(target_url)):
+            raise DatabaseCopyError(f"the source and the target are the same database: {shown(target_url)}")
         with _failures("source", source_url), _snapshot(source_engine) as source:
             _check_source(source)
             if dry_run:
