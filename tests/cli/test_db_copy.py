@@ -23,6 +23,7 @@ import sqlalchemy as sa
 import yaml
 from click.testing import Result
 
+from remediate import dbcopy
 from remediate import schema as t
 from remediate.actions import default_registry
 from remediate.breaker import Claim
@@ -264,6 +265,51 @@ def test_postgresql_copied_back_to_sqlite_is_the_same_history(cli: Cli, tmp_path
     assert every_row(back) == every_row(source)
     assert views(back) == views(source)
     assert oct((tmp_path / "back.db").stat().st_mode & 0o777) == "0o600"
+
+
+def test_postgresql_to_postgresql_moves_the_sequences_too(
+    cli: Cli, tmp_path: Path, postgres: PostgresCluster, pg_url: str
+) -> None:
+    source = sqlite_store(tmp_path / "first.db", hosts=("node-a", "node-b"))
+    assert cli("db", "copy", "--from", source, "--to", pg_url).exit_code == 0
+    second = postgres.database()
+    try:
+        result = cli("db", "copy", "--from", pg_url, "--to", second)
+
+        assert result.exit_code == 0, result.output
+        assert every_row(second) == every_row(pg_url)
+        store = Store.open(second)
+        try:
+            engine, _executor = engine_on(store)
+            engine.ingest_body(payload("am-0.25-firing.json", "node-z"), received_at=T0 + 1000)
+        finally:
+            store.close()
+        runs = every_row(second)["runs"]
+        assert (runs[-1]["target"], runs[-1]["id"]) == ("node-z", runs[-2]["id"] + 1)
+    finally:
+        postgres.drop(second)
+
+
+def test_rows_are_read_in_batches_of_primary_key_order(tmp_path: Path) -> None:
+    source = sqlite_store(tmp_path / "a.db")
+    target = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
+    reads: list[str] = []
+    engine = sa.create_engine(source, poolclass=sa.pool.NullPool)
+    sa.event.listen(engine, "before_cursor_execute", lambda *args: reads.append(args[2]))
+    try:
+        with engine.connect() as conn, target.write() as out:
+            t.metadata.create_all(out)
+            copied = dbcopy._copy_table(t.notifications, conn, out, batch_size=2)
+    finally:
+        engine.dispose()
+        target.close()
+
+    assert copied == 9
+    # 9 rows, 2 at a time: 5 reads that return rows and 1 that finds none, each after the last key read.
+    assert len(reads) == 6
+    assert all("ORDER BY notifications.id" in sql and "LIMIT" in sql for sql in reads)
+    assert all("notifications.id >" in sql for sql in reads[1:])
+    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["notifications"] == every_row(source)["notifications"]
 
 
 def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(cli: Cli, tmp_path: Path) -> None:
