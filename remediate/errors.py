@@ -14,7 +14,8 @@
     │   ├── StoreBusy              its write lock was not free within store_busy_timeout
     │   └── StoreFileReplaced      its file was deleted or replaced under the running process
     ├── RunStateError          the run is not in a state that allows the operation
-    └── ClaimLostError         an executor's claim on a run is gone (another executor took it over)
+    ├── ClaimLostError         an executor's claim on a run is gone (another executor took it over)
+    └── DatabaseCopyError      `remediate db copy` refused (source not this schema, target not empty) or failed
 
 The docstring of each class is its default message.
 """
@@ -117,3 +118,7 @@ class StoreBusy(StoreUnavailable):
 
 class StoreFileReplaced(StoreUnavailable):
     """The database file was deleted or replaced while open: writes would go to a file nobody can read again."""
+
+
+class DatabaseCopyError(RemediateError):
+    """The database copy cannot be done: nothing was written to the target."""

@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.support.gpu",
     "tests.support.helm",
     "tests.support.kube",
+    "tests.support.postgres",
     "tests.support.server",
 ]
 

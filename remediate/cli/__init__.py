@@ -11,7 +11,8 @@ The package holds one module per command group:
 - `serve`, `agent`: the server and the node agent;
 - `playbooks`, `dryrun`, `actions`: playbooks list/validate, dry-run, the action reference;
 - `history`: history, show, approve, pause, resume;
-- `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan.
+- `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan;
+- `db`: db copy (a history from one database into an empty one).
 
 Importing this package imports the group, then every command module, which registers its commands on it.
 """
@@ -23,6 +24,7 @@ from remediate.cli import (
     actions,
     agent,
     breaker,
+    db,
     disk,
     dryrun,
     gpu,
@@ -52,6 +54,7 @@ __all__ = [
     "breaker",
     "client_options",
     "common_options",
+    "db",
     "disk",
     "dryrun",
     "gpu",

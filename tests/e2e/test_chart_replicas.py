@@ -11,11 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import click
 import kubernetes_validate
 import pytest
 import sqlalchemy as sa
 import yaml
 
+from remediate.cli import main
 from remediate.config import load_settings
 from tests.support.helm import CHART, Helm, by_kind
 
@@ -308,7 +310,7 @@ def install_section(title: str) -> str:
     return match.group(1)
 
 
-def test_install_docs_show_the_example_cluster_and_values_and_mark_the_db_copy_paragraph(helm: Helm) -> None:
+def test_install_docs_show_the_example_cluster_and_values_and_a_db_copy_pod_the_cli_accepts(helm: Helm) -> None:
     section = install_section("One replica or several")
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section, re.S)]
 
@@ -326,7 +328,16 @@ def test_install_docs_show_the_example_cluster_and_values_and_mark_the_db_copy_p
     assert claim in [
         o["metadata"]["name"] for o in yaml.safe_load_all(installed) if o and o["kind"] == "PersistentVolumeClaim"
     ]
-    # The integrator checks this paragraph once `remediate db copy` exists (issue 11).
-    marked = section.split("<!-- db copy: issue 11 -->", 1)[1]
-    assert re.search(r"remediate db copy --from sqlite:///\S+ --to postgresql\+psycopg://", marked)
-    assert "remediate db copy --from URL --to URL" in marked
+    assert re.search(r"remediate db copy --from sqlite:///\S+ --to postgresql\+psycopg://", section)
+    assert "remediate db copy --from URL --to URL" in section
+    # The Pod's args are a command line the real `remediate` accepts (tests/cli/test_db_copy.py runs it),
+    # reading the SQLite file on the claim it mounts.
+    (container,) = copy_pod["spec"]["containers"]
+    words = [w.replace("$(DATABASE_URL)", "postgresql://app:pw@remediate-pg-rw:5432/app") for w in container["args"]]
+    command: click.Command = main
+    while isinstance(command, click.Group):
+        command = command.commands[words.pop(0)]
+    with command.make_context("copy", words) as context:
+        (mount,) = container["volumeMounts"]
+        assert context.params["source"] == f"sqlite:///{mount['mountPath']}/remediate.db"
+        assert context.params["target"].startswith("postgresql://")

@@ -1,0 +1,488 @@
+"""`remediate db copy` on real databases: a SQLite history written by the real engine and executor
+(shipped playbooks, AlertManager 0.25 payloads), copied to a real PostgreSQL 15 (a throwaway cluster,
+tests/support/postgres.py), back to SQLite, and SQLite to SQLite; then read through the Store.
+
+PostgreSQL missing fails these tests (never skips): scripts/test installs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+import yaml
+from click.testing import Result
+
+from remediate import dbcopy
+from remediate import schema as t
+from remediate.actions import default_registry
+from remediate.breaker import Claim
+from remediate.engine import Engine
+from remediate.executor import Executor
+from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.store import HistoryQuery, Store
+from tests.support.store_json import history_json_of, run_json_of
+
+REPO = Path(__file__).resolve().parents[2]
+PAYLOADS = REPO / "tests" / "fixtures" / "payloads"
+T0 = 1_795_000_000.0
+
+Cli = Callable[..., Result]
+
+
+def payload(name: str, host: str | None = None) -> bytes:
+    """A payload of tests/fixtures/payloads, its alert moved to `host` (a new fingerprint) if given.
+
+    The resolved one gets the firing one's startsAt: the same alert occurrence, so on_resolved runs."""
+    data = json.loads((PAYLOADS / name).read_text(encoding="utf-8"))
+    firing = json.loads((PAYLOADS / "am-0.25-firing.json").read_text(encoding="utf-8"))
+    for alert in data["alerts"]:
+        alert["startsAt"] = firing["alerts"][0]["startsAt"]
+        if host is not None:
+            alert["labels"]["Hostname"] = host
+            alert["fingerprint"] = hashlib.sha256(host.encode()).hexdigest()[:16]
+    return json.dumps(data).encode()
+
+
+def engine_on(store: Store) -> tuple[Engine, Executor]:
+    """The engine and executor of a server on `store`, with the shipped playbook that logs every critical
+    alert (the other shipped playbooks reach out: webhooks, cordons)."""
+    registry = default_registry()
+    shipped = REPO / "playbooks" / "log-every-alert.yaml"
+    playbook = parse_playbook(yaml.safe_load(shipped.read_text(encoding="utf-8")), registry, source=str(shipped))
+    engine = Engine(store=store, playbooks=PlaybookSet([playbook]), registry=registry)
+    return engine, Executor(store=store, registry=registry, retry_wait_max=0.01)
+
+
+def fill(store: Store, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) -> None:
+    """A history as the server writes it: notifications, alerts, decisions, runs executed to their end
+    with steps and attempts, a duplicate, resolved runs, the pause and breaker meta rows, breaker
+    claims (one released), action memory."""
+    engine, executor = engine_on(store)
+    at = T0
+    for host in hosts:
+        engine.ingest_body(payload("am-0.25-firing.json", host), received_at=at)
+        engine.ingest_body(payload("am-0.25-firing.json", host), received_at=at + 1)  # AlertManager's retry
+        at += 10
+    engine.ingest_body(payload("am-0.25-firing.json"), received_at=at)  # no Hostname: the alert is the target
+    executor.drain()
+    for host in hosts[:2]:
+        engine.ingest_body(payload("am-0.25-resolved.json", host), received_at=at + 60)
+    executor.drain()
+    store.set_paused(True, by="tester", reason="copy test", now=at + 100)
+    store.set_paused(False, by="tester", reason="", now=at + 101)
+    with store.breaker_ledger() as ledger:
+        ledger.save_state({"open": False, "since": at})
+        for node in hosts[:2]:
+            ledger.add_claim(Claim(node=node, kind="cordon", run_id=1, claimed_at=at + 120))
+        ledger.release(hosts[0], now=at + 130, reason="uncordoned")
+    store.memory().remember("gpu:node-a:3:power", {"watts": 300}, run_id=1)
+
+
+def sqlite_store(path: Path, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) -> str:
+    url = f"sqlite:///{path}"
+    store = Store.open(url)
+    try:
+        fill(store, hosts)
+    finally:
+        store.close()
+    return url
+
+
+def every_row(url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every row of every remediate table, in primary-key order."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return {
+                table.name: [
+                    dict(row) for row in conn.execute(sa.select(table).order_by(*table.primary_key.columns)).mappings()
+                ]
+                for table in t.metadata.sorted_tables
+            }
+    finally:
+        engine.dispose()
+
+
+def views(url: str) -> dict[str, Any]:
+    """What the CLI and the HTTP API show of a database: history, every run's detail, counts."""
+    store = Store.open(url)
+    try:
+        entries, _cursor = history_json_of(store, HistoryQuery(limit=1000))
+        run_ids = sorted({e["run_id"] for e in entries if e.get("run_id")})
+        return {
+            "history": entries,
+            "runs": [run_json_of(store, run_id) for run_id in run_ids],
+            "counts": store.counts(),
+            "pause": store.pause_state(),
+            "breaker": store.breaker_state(),
+            "schema_version": store.schema_version(),
+        }
+    finally:
+        store.close()
+
+
+def sqlite_dump(path: Path) -> list[str]:
+    conn = sqlite3.connect(path)
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+def tables_of(url: str) -> list[str]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        return sorted(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def assert_one_line_error(result: Result, *words: str) -> None:
+    """Exit 2, nothing on stdout, and on stderr the progress of the tables done so far (if any), then
+    the error as one line: never a traceback."""
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    *progress, message = result.stderr.strip().split("\n")
+    assert all(re.fullmatch(r"\w+: \d+ rows (copied|to copy)", line) for line in progress), result.stderr
+    assert "Traceback" not in message
+    assert message.startswith("Error: ")
+    for word in words:
+        assert word in message, message
+
+
+# --------------------------------------------------------------------------- SQLite -> PostgreSQL
+
+
+def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_alerts(
+    cli: Cli, tmp_path: Path, pg_url: str
+) -> None:
+    source = sqlite_store(tmp_path / "remediate.db")
+    before = views(source)
+    file_before = sqlite_dump(tmp_path / "remediate.db")
+
+    result = cli("db", "copy", "--from", source, "--to", pg_url)
+
+    assert result.exit_code == 0, result.output
+    assert every_row(pg_url) == every_row(source)
+    assert views(pg_url) == before
+    assert sqlite_dump(tmp_path / "remediate.db") == file_before
+    rows = every_row(source)
+    assert all(rows[table.name] for table in t.metadata.sorted_tables)
+    assert {row["key"] for row in rows["meta"]} == {"schema_version", "pause", "breaker"}
+    assert {(r["phase"], r["status"]) for r in rows["runs"]} == {("firing", "succeeded"), ("resolved", "succeeded")}
+    assert "duplicate" in {d["decision"] for d in rows["decisions"]}
+    total = sum(len(table_rows) for table_rows in rows.values())
+    for table in t.metadata.sorted_tables:
+        assert f"{table.name}: {len(rows[table.name])} rows copied" in result.stderr
+    assert result.stdout.strip() == (
+        f"copied {total} rows in {len(t.metadata.tables)} tables from {source} to {pg_url}"
+    )
+
+    # The sequences moved past the copied ids: the server on the copy records and runs new alerts.
+    target = Store.open(pg_url)
+    try:
+        engine, executor = engine_on(target)
+        engine.ingest_body(payload("am-0.25-firing.json", "node-z"), received_at=T0 + 1000)
+        assert executor.drain() == 1
+        with target.breaker_ledger() as ledger:
+            ledger.add_claim(Claim(node="node-z", kind="cordon", run_id=1, claimed_at=T0 + 1001))
+    finally:
+        target.close()
+    after = every_row(pg_url)
+    for name in ("notifications", "alerts", "decisions", "runs", "steps", "attempts", "breaker_claims"):
+        old_ids = [row["id"] for row in rows[name]]
+        new = after[name][len(rows[name]) :]
+        assert new, name
+        assert min(row["id"] for row in new) == max(old_ids) + 1, name
+    (new_run,) = [r for r in after["runs"] if r["target"] == "node-z"]
+    assert new_run["status"] == "succeeded"
+
+
+def test_the_libpq_url_form_works_from_a_real_process(tmp_path: Path, postgres: PostgresCluster, pg_url: str) -> None:
+    source = sqlite_store(tmp_path / "remediate.db", hosts=("node-a",))
+    libpq_url = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env["PYTHONPATH"] = str(REPO)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "remediate", "db", "copy", "--from", source, "--to", libpq_url],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    rows = every_row(source)
+    assert f"runs: {len(rows['runs'])} rows copied" in done.stderr
+    assert done.stdout.startswith(f"copied {sum(len(r) for r in rows.values())} rows in ")
+    assert every_row(pg_url) == rows
+
+
+# --------------------------------------------------------------------------- the other directions
+
+
+def test_postgresql_copied_back_to_sqlite_is_the_same_history(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+    source = sqlite_store(tmp_path / "first.db")
+    assert cli("db", "copy", "--from", source, "--to", pg_url).exit_code == 0
+    back = f"sqlite:///{tmp_path / 'back.db'}"
+
+    result = cli("db", "copy", "--from", pg_url, "--to", back)
+
+    assert result.exit_code == 0, result.output
+    assert every_row(back) == every_row(source)
+    assert views(back) == views(source)
+    assert oct((tmp_path / "back.db").stat().st_mode & 0o777) == "0o600"
+
+
+def test_postgresql_to_postgresql_moves_the_sequences_too(
+    cli: Cli, tmp_path: Path, postgres: PostgresCluster, pg_url: str
+) -> None:
+    source = sqlite_store(tmp_path / "first.db", hosts=("node-a", "node-b"))
+    assert cli("db", "copy", "--from", source, "--to", pg_url).exit_code == 0
+    second = postgres.database()
+    try:
+        result = cli("db", "copy", "--from", pg_url, "--to", second)
+
+        assert result.exit_code == 0, result.output
+        assert every_row(second) == every_row(pg_url)
+        store = Store.open(second)
+        try:
+            engine, _executor = engine_on(store)
+            engine.ingest_body(payload("am-0.25-firing.json", "node-z"), received_at=T0 + 1000)
+        finally:
+            store.close()
+        runs = every_row(second)["runs"]
+        assert (runs[-1]["target"], runs[-1]["id"]) == ("node-z", runs[-2]["id"] + 1)
+    finally:
+        postgres.drop(second)
+
+
+def test_rows_are_read_in_batches_of_primary_key_order(tmp_path: Path) -> None:
+    source = sqlite_store(tmp_path / "a.db")
+    target = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
+    reads: list[str] = []
+    engine = sa.create_engine(source, poolclass=sa.pool.NullPool)
+    sa.event.listen(engine, "before_cursor_execute", lambda *args: reads.append(args[2]))
+    try:
+        with engine.connect() as conn, target.write() as out:
+            t.metadata.create_all(out)
+            copied = dbcopy._copy_table(t.notifications, conn, out, batch_size=2)
+    finally:
+        engine.dispose()
+        target.close()
+
+    assert copied == 9
+    # 9 rows, 2 at a time: 5 reads that return rows and 1 that finds none, each after the last key read.
+    assert len(reads) == 6
+    assert all("ORDER BY notifications.id" in sql and "LIMIT" in sql for sql in reads)
+    assert all("notifications.id >" in sql for sql in reads[1:])
+    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["notifications"] == every_row(source)["notifications"]
+
+
+def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(cli: Cli, tmp_path: Path) -> None:
+    source = sqlite_store(tmp_path / "a.db")
+    target = f"sqlite:///{tmp_path / 'b.db'}"
+
+    result = cli("db", "copy", "--from", source, "--to", target, "--batch-size", "2")
+
+    assert result.exit_code == 0, result.output
+    assert every_row(target) == every_row(source)
+    assert views(target) == views(source)
+    store = Store.open(target)
+    try:
+        engine, _executor = engine_on(store)
+        engine.ingest_body(payload("am-0.25-firing.json", "node-z"), received_at=T0 + 1000)
+    finally:
+        store.close()
+    runs = every_row(target)["runs"]
+    assert runs[-1]["target"] == "node-z"
+    assert runs[-1]["id"] == runs[-2]["id"] + 1
+
+
+def test_a_target_whose_schema_a_server_created_but_never_used_counts_as_empty(cli: Cli, tmp_path: Path) -> None:
+    source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
+    target = f"sqlite:///{tmp_path / 'b.db'}"
+    Store.open(target).close()  # what `remediate serve` on the new database does before the copy
+
+    result = cli("db", "copy", "--from", source, "--to", target)
+
+    assert result.exit_code == 0, result.output
+    assert every_row(target) == every_row(source)
+
+
+# --------------------------------------------------------------------------- dry run
+
+
+def test_dry_run_counts_and_writes_nothing(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+    source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
+    rows = every_row(source)
+    new_sqlite = tmp_path / "never.db"
+
+    to_pg = cli("db", "copy", "--dry-run", "--from", source, "--to", pg_url)
+    to_sqlite = cli("db", "copy", "--dry-run", "--from", source, "--to", f"sqlite:///{new_sqlite}")
+
+    for result in (to_pg, to_sqlite):
+        assert result.exit_code == 0, result.output
+        assert f"runs: {len(rows['runs'])} rows to copy" in result.stderr
+        assert result.stdout.startswith(f"would copy {sum(len(r) for r in rows.values())} rows in ")
+    assert tables_of(pg_url) == []
+    assert not new_sqlite.exists()
+
+
+# --------------------------------------------------------------------------- refused, one line, nothing written
+
+
+def test_a_target_with_rows_is_refused_and_left_as_it_was(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+    first = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
+    second = sqlite_store(tmp_path / "b.db", hosts=("node-b", "node-c"))
+    assert cli("db", "copy", "--from", first, "--to", pg_url).exit_code == 0
+    before = every_row(pg_url)
+
+    result = cli("db", "copy", "--from", second, "--to", pg_url)
+    dry = cli("db", "copy", "--dry-run", "--from", second, "--to", pg_url)
+
+    assert_one_line_error(result, "already holds remediate rows", f"runs: {len(before['runs'])},", "empty")
+    assert_one_line_error(dry, "already holds remediate rows")
+    assert every_row(pg_url) == before
+
+
+def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+    source = sqlite_store(tmp_path / "a.db")
+    # SQLite keeps a value longer than its VARCHAR(64); PostgreSQL refuses it, after several tables went in.
+    conn = sqlite3.connect(tmp_path / "a.db")
+    with conn:
+        conn.execute("UPDATE runs SET dedupe_key = ? WHERE id = (SELECT MAX(id) FROM runs)", ("k" * 80,))
+    conn.close()
+
+    result = cli("db", "copy", "--from", source, "--to", pg_url, "--batch-size", "1")
+
+    assert_one_line_error(result, "target database", "value too long", "the target is as it was")
+    assert "notifications: 9 rows copied" in result.stderr  # copied before runs failed, then rolled back
+    assert tables_of(pg_url) == []
+    assert cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / 'ok.db'}").exit_code == 0
+
+
+def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
+    source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+
+    nowhere = f"postgresql://remediate:secret@127.0.0.1:{port}/app"
+
+    as_target = cli("db", "copy", "--from", source, "--to", nowhere)
+    as_target_dry = cli("db", "copy", "--dry-run", "--from", source, "--to", nowhere)
+    as_source = cli("db", "copy", "--from", nowhere, "--to", f"sqlite:///{tmp_path / 'b.db'}")
+
+    assert_one_line_error(as_target, "the target database", f"127.0.0.1:{port}/app", "failed", "Connection refused")
+    assert_one_line_error(as_target_dry, "the target database", "Connection refused")
+    assert_one_line_error(as_source, "the source database", "Connection refused")
+    assert all("secret" not in result.stderr for result in (as_target, as_target_dry, as_source))
+    assert not (tmp_path / "b.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("nonsense", ("cannot use database URL", "nonsense")),
+        ("mysql://root@localhost/remediate", ("between SQLite and PostgreSQL",)),
+        ("sqlite://", ("path of a SQLite file",)),
+    ],
+)
+def test_an_unusable_url_is_one_line(cli: Cli, tmp_path: Path, url: str, words: tuple[str, ...]) -> None:
+    source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
+
+    as_target = cli("db", "copy", "--from", source, "--to", url)
+    as_source = cli("db", "copy", "--from", url, "--to", f"sqlite:///{tmp_path / 'b.db'}")
+
+    assert_one_line_error(as_target, *words)
+    assert_one_line_error(as_source, *words)
+    assert not (tmp_path / "b.db").exists()
+
+
+def test_a_missing_source_file_or_the_same_database_is_refused(cli: Cli, tmp_path: Path) -> None:
+    source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
+
+    missing = cli("db", "copy", "--from", f"sqlite:///{tmp_path / 'nope.db'}", "--to", f"sqlite:///{tmp_path / 'b.db'}")
+    same = cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / '.' / 'a.db'}")
+
+    assert_one_line_error(missing, "no database at", "nope.db")
+    assert_one_line_error(same, "the same database")
+    assert not (tmp_path / "nope.db").exists()
+    assert not (tmp_path / "b.db").exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [
+        (t.SCHEMA_VERSION + 1, ("newer than this remediate", "version that wrote it")),
+        (t.SCHEMA_VERSION - 1, ("older than this remediate", "upgrade it first")),
+    ],
+)
+def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
+    cli: Cli, tmp_path: Path, pg_url: str, version: int, words: tuple[str, ...]
+) -> None:
+    path = tmp_path / "a.db"
+    source = sqlite_store(path, hosts=("node-a",))
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+    conn.close()
+    before = sqlite_dump(path)
+
+    result = cli("db", "copy", "--from", source, "--to", pg_url)
+
+    assert_one_line_error(result, f"schema version {version}", *words)
+    assert sqlite_dump(path) == before
+    assert tables_of(pg_url) == []
+
+
+def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+    path = tmp_path / "a.db"
+    source = sqlite_store(path, hosts=("node-a", "node-b"))
+    # Back to a real version 4 file: without what migration 5 adds.
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DROP INDEX ix_steps_status_finished")
+        for table, column in (("runs", "claim_generation"), ("runs", "rerunnable"), ("runs", "superseded_by"),
+                              ("steps", "always")):  # fmt: skip
+            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    conn.close()
+    assert t.SCHEMA_VERSION == 5, "make this file a version SCHEMA_VERSION-1 one"
+
+    refused = cli("db", "copy", "--from", source, "--to", pg_url)
+    upgraded = cli("history", "--database-url", source)
+    copied = cli("db", "copy", "--from", source, "--to", pg_url)
+
+    assert_one_line_error(refused, "older than this remediate", "remediate history --database-url")
+    assert upgraded.exit_code == 0, upgraded.output
+    assert copied.exit_code == 0, copied.output
+    assert every_row(pg_url) == every_row(source)
+    assert views(pg_url) == views(source)
+
+
+def test_a_file_that_is_not_a_remediate_database_is_refused(cli: Cli, tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    conn = sqlite3.connect(other)
+    with conn:
+        conn.execute("CREATE TABLE t (x INTEGER)")
+    conn.close()
+
+    result = cli("db", "copy", "--from", f"sqlite:///{other}", "--to", f"sqlite:///{tmp_path / 'b.db'}")
+
+    assert_one_line_error(result, "not a remediate database")

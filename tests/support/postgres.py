@@ -1,0 +1,161 @@
+"""A throwaway PostgreSQL cluster for the tests (fixtures `postgres`, one per session, and `pg_url`, an empty
+database per test): initdb in a temp dir, a free port, removed afterwards.
+
+Debian's `postgresql` package (scripts/test installs it as root) puts the server in
+/usr/lib/postgresql/<major>/bin, off PATH. PostgreSQL refuses to run as root: as root the cluster
+runs as the `postgres` user the package creates (its directory is handed to that user).
+Durability is switched off (fsync, synchronous_commit, full_page_writes): a test cluster that
+loses its data in a power cut loses nothing of value, and each commit costs no disk flush.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+
+INSTALL_HINT = "install Debian's postgresql package (scripts/test does, as root)"
+
+
+class PostgresUnavailable(RuntimeError):
+    """No PostgreSQL server binaries here, or the throwaway cluster did not start."""
+
+
+def server_bindir() -> Path:
+    """The newest installed server's bin directory (initdb, pg_ctl, postgres)."""
+    found = sorted(
+        (Path(p).parent for p in glob.glob("/usr/lib/postgresql/*/bin/postgres")),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    if found:
+        return found[-1]
+    initdb = shutil.which("initdb")
+    if initdb:
+        return Path(initdb).resolve().parent
+    raise PostgresUnavailable(f"no PostgreSQL server binaries (initdb, postgres): {INSTALL_HINT}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class PostgresCluster:
+    """One running cluster; `database()` hands out a fresh, empty database per test."""
+
+    root: Path
+    port: int
+    bindir: Path
+    user: str | None
+    """The OS user the server runs as (None: this process's user)."""
+    _names: Iterator[int] = field(default_factory=itertools.count)
+
+    @property
+    def datadir(self) -> Path:
+        return self.root / "data"
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.bindir / args[0]), *args[1:]],
+            user=self.user,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    @classmethod
+    def start(cls) -> PostgresCluster:
+        bindir = server_bindir()
+        root = Path(tempfile.mkdtemp(prefix="remediate-pg-"))
+        user = None
+        if os.geteuid() == 0:
+            user = "postgres"
+            try:
+                entry = pwd.getpwnam(user)
+            except KeyError:
+                shutil.rmtree(root, ignore_errors=True)
+                raise PostgresUnavailable(f"running as root needs the postgres user: {INSTALL_HINT}") from None
+            os.chown(root, entry.pw_uid, entry.pw_gid)
+        cluster = cls(root, _free_port(), bindir, user)
+        try:
+            cluster._init_and_start()
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _init_and_start(self) -> None:
+        done = self._run("initdb", "-D", str(self.datadir), "-U", "remediate", "--auth=trust", "-E", "UTF8",
+                         "--no-instructions", "--locale=C")  # fmt: skip
+        if done.returncode:
+            raise PostgresUnavailable(f"initdb failed: {done.stderr.strip() or done.stdout.strip()}")
+        options = (
+            f"-c port={self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        done = self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.root / "server.log"),
+                         "-o", options, "-w", "-t", "60", "start")  # fmt: skip
+        if done.returncode:
+            server_log = self.root / "server.log"
+            log = server_log.read_text(errors="replace")[-2000:] if server_log.exists() else ""
+            raise PostgresUnavailable(f"the test PostgreSQL did not start: {done.stderr.strip()} {log}")
+
+    def url(self, database: str = "postgres", driver: str = "postgresql+psycopg") -> str:
+        return f"{driver}://remediate@127.0.0.1:{self.port}/{database}"
+
+    def database(self) -> str:
+        """A new empty database; its SQLAlchemy URL."""
+        name = f"t{os.getpid()}_{next(self._names)}"
+        with psycopg.connect(self.url(driver="postgresql"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def drop(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(self.url(driver="postgresql"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def restart(self, *, mode: str = "fast") -> None:
+        done = self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "restart")
+        if done.returncode:
+            raise PostgresUnavailable(f"restart failed: {done.stderr.strip()}")
+
+    def stop(self) -> None:
+        if (self.datadir / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.datadir), "-m", "immediate", "-w", "stop")
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.root)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    """One throwaway PostgreSQL cluster for this module's tests; a failure (not a skip) without one."""
+    try:
+        cluster = PostgresCluster.start()
+    except PostgresUnavailable as exc:
+        pytest.fail(f"these tests need a real PostgreSQL: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresCluster) -> Iterator[str]:
+    """A new, empty PostgreSQL database (postgresql+psycopg://...)."""
+    url = postgres.database()
+    yield url
+    postgres.drop(url)
