@@ -31,6 +31,7 @@ from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
+from tests.support.postgres import PostgresCluster
 from tests.support.store_json import history_json_of, run_json_of
 
 REPO = Path(__file__).resolve().parents[2]
