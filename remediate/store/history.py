@@ -1,7 +1,8 @@
 """Reading the history: a page of decisions (newest first, by cursor), one run in detail, the table counts.
 
-The answers are typed rows (frozen dataclasses), not the HTTP API's JSON: `remediate.history_api` turns
-them into the shapes of /history and /runs/<id>, which the CLI prints too.
+The answers are typed rows, not the HTTP API's JSON: `remediate.history_api` turns them into the shapes
+of /history and /runs/<id>, which the CLI prints too. The rows are NamedTuples: a page builds a hundred,
+and a frozen dataclass costs several times more to build (bench/history.py measured it).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -48,8 +49,7 @@ def decode_cursor(cursor: str) -> int:
         raise ValueError("invalid cursor (pass back the next_cursor of a previous page)") from exc
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class RunSummary(NamedTuple):
     """The run of a history entry, as far as the history shows it."""
 
     id: int
@@ -61,8 +61,7 @@ class RunSummary:
     error: str | None
 
 
-@dataclass(frozen=True)
-class HistoryEntry:
+class HistoryEntry(NamedTuple):
     """One decision of the audit history; `status` is its run's while a run exists, else the decision."""
 
     id: int
@@ -79,14 +78,12 @@ class HistoryEntry:
     run: RunSummary | None
 
 
-@dataclass(frozen=True)
-class DecisionSummary:
+class DecisionSummary(NamedTuple):
     decision: str
     reason: str | None
 
 
-@dataclass(frozen=True)
-class AlertDetail:
+class AlertDetail(NamedTuple):
     id: int
     notification_id: int
     fingerprint: str
@@ -98,8 +95,7 @@ class AlertDetail:
     generator_url: str
 
 
-@dataclass(frozen=True)
-class AttemptDetail:
+class AttemptDetail(NamedTuple):
     number: int
     started_at: float
     finished_at: float | None
@@ -107,8 +103,7 @@ class AttemptDetail:
     error: str | None
 
 
-@dataclass(frozen=True)
-class StepDetail:
+class StepDetail(NamedTuple):
     index: int
     name: str
     action: str
@@ -126,8 +121,7 @@ class StepDetail:
     finished_at: float | None
 
 
-@dataclass(frozen=True)
-class RunDetail:
+class RunDetail(NamedTuple):
     id: int
     playbook: str
     alertname: str
