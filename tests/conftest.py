@@ -99,7 +99,8 @@ def root(tmp_path: Path) -> Path:
 def store(request: pytest.FixtureRequest, db_url: str) -> Iterator[AnyStore]:
     """A fresh store on a real SQLite file; the in-memory fake where a test is parametrized over
     tests.support.stores.STORES (`@BOTH_STORES`)."""
-    opened = open_store(getattr(request, "param", "sqlite"), db_url)
+    kind = getattr(request, "param", "sqlite")
+    opened = open_store(kind, request.getfixturevalue("pg_url") if kind == "postgresql" else db_url)
     yield opened
     if isinstance(opened, Store):
         opened.close()

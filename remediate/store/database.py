@@ -14,12 +14,18 @@ import sqlalchemy as sa
 from remediate import schema as t
 from remediate.errors import ConfigError
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect
+from remediate.store.postgres import PostgresDialect
 from remediate.store.sqlite import SqliteDialect
 
 
 def dialect_for(url: sa.URL) -> type[Dialect]:
-    """The dialect of a database URL (PostgreSQL's own goes here with issue 11)."""
-    return SqliteDialect if url.get_backend_name() == "sqlite" else Dialect
+    """The dialect of a database URL."""
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return SqliteDialect
+    if backend == "postgresql":
+        return PostgresDialect
+    return Dialect
 
 
 class Transactions(Protocol):
@@ -107,6 +113,7 @@ class Database:
         if current == t.SCHEMA_VERSION:
             return current  # nothing to write: a locked database does not hold up start-up
         with self.write() as conn:
+            self.dialect.lock_schema(conn)  # another replica may be creating or upgrading it right now
             inspector = sa.inspect(conn)
             if not inspector.has_table("meta"):
                 t.metadata.create_all(conn)
@@ -127,7 +134,7 @@ class Database:
         """The schema version, read without the write lock; None if there is no schema yet."""
         try:
             return self.schema_version()
-        except sa.exc.OperationalError:
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError):  # no meta table (PostgreSQL: ProgrammingError)
             return None
         except sa.exc.NoResultFound:
             return None

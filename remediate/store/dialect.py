@@ -3,7 +3,7 @@
 `database.Database` asks its dialect how to begin a write transaction, which lock queues its writers,
 whether the claim may skip locked rows, how the breaker's writers are serialised and which error means
 "busy". This base class is the behaviour for a server database (any URL but SQLite's); `sqlite.py`
-overrides it for SQLite files, and a PostgreSQL module (issue 11) will sit beside it.
+overrides it for SQLite files, `postgres.py` for PostgreSQL.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ class Dialect:
         """Serialise the circuit breaker's writers inside their transaction."""
         # READ COMMITTED would let two claims see the same count.
         conn.exec_driver_sql("LOCK TABLE breaker_claims IN SHARE ROW EXCLUSIVE MODE")
+
+    def lock_schema(self, conn: sa.Connection) -> None:
+        """Serialise schema creation and upgrades across processes, inside their transaction."""
 
     def protect_files(self) -> None:
         """Keep the database's files from other users; nothing to do without files."""

@@ -22,6 +22,10 @@ from remediate.store.inmemory import InMemoryStore
 
 STORES = ("sqlite", "memory")
 BOTH_STORES = pytest.mark.parametrize("store", STORES, indirect=True)
+DATABASES = ("sqlite", "postgresql")
+"""The real databases: a test of SQL behaviour runs on each (`@EVERY_DATABASE`)."""
+EVERY_DATABASE = pytest.mark.parametrize("store", DATABASES, indirect=True)
+EVERY_STORE = pytest.mark.parametrize("store", ("sqlite", "memory", "postgresql"), indirect=True)
 
 AnyStore = Store | InMemoryStore
 
@@ -29,7 +33,7 @@ AnyStore = Store | InMemoryStore
 def open_store(kind: str, db_url: str) -> AnyStore:
     if kind == "memory":
         return InMemoryStore()
-    if kind == "sqlite":
+    if kind in DATABASES:
         return Store.open(db_url)
     raise ValueError(f"no store backend {kind!r} (one of {STORES})")
 

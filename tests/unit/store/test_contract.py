@@ -24,7 +24,7 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepStatus
 from remediate.store import Store, inmemory, interface
 from remediate.store.inmemory import InMemoryStore
-from tests.support.stores import BOTH_STORES, STORES, AnyStore, open_store, rows
+from tests.support.stores import EVERY_STORE, STORES, AnyStore, open_store, rows
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -57,7 +57,7 @@ def queue(engine: Engine, ingest: Ingest, make_alert: MakeAlert, host: str = "no
 # --------------------------------------------------------------------------- ingest
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_ingest_records_the_notification_its_alerts_runs_steps_and_decisions(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -83,7 +83,7 @@ def test_ingest_records_the_notification_its_alerts_runs_steps_and_decisions(
     ]
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_a_run_with_a_dedupe_key_taken_is_refused_and_the_writer_block_leaves_nothing(store: AnyStore) -> None:
     with store.writer() as w:
         notification = w.insert_notification(
@@ -119,7 +119,7 @@ def run_row(alert_id: int, key: str, **changes: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -152,7 +152,7 @@ def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(
         }
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_delivery(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -177,7 +177,7 @@ def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_deliv
 # --------------------------------------------------------------------------- the queue
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -204,7 +204,7 @@ def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
     assert (c.phase, c.alert_context["status"]) == ("resolved", "resolved")
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -238,7 +238,7 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
     assert rows(store, "runs")[0].heartbeat_at == T0 + 3.001
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_attempts_steps_and_the_run_end_are_recorded(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -276,7 +276,7 @@ def test_attempts_steps_and_the_run_end_are_recorded(
     assert rows(store, "decisions")[0].status == "succeeded"
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -299,7 +299,7 @@ def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
     assert rows(store, "decisions")[0].status == "failed"
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_attempts(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -331,7 +331,7 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
     assert store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == []
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_a_heartbeat_never_goes_backwards(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -345,7 +345,7 @@ def test_a_heartbeat_never_goes_backwards(
     assert rows(store, "runs")[0].heartbeat_at == T0 + 0.001
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_a_pending_outcome_is_listed_until_it_is_settled(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -382,7 +382,7 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
     assert (run.error, run.updated_at) == ("step 0: gave up; late outcome", T0 + 5)
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_writes_to_rows_that_do_not_exist(store: AnyStore) -> None:
     # An UPDATE of no row changes nothing; a read of the one row a write needs fails.
     store.record_plan(99, {"p": 1})
@@ -399,7 +399,7 @@ def test_writes_to_rows_that_do_not_exist(store: AnyStore) -> None:
     assert store.steps_of(99) == [] and rows(store, "runs") == [] and rows(store, "attempts") == []
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -426,7 +426,7 @@ def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
     assert [d.status for d in rows(store, "decisions")] == ["queued", "cancelled", "no_firing_run"]
 
 
-@BOTH_STORES
+@EVERY_STORE
 def test_pause_memory_and_breaker_rows(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
