@@ -8,6 +8,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
   database.py     Database: engine, write()/read() transactions, schema upgrades, health checks
   dialect.py      Dialect: what differs between databases (a server database's behaviour by default)
   sqlite.py       SQLite: engine and pragmas, BEGIN IMMEDIATE, the write lock file, file modes and identity
+  postgres.py     PostgreSQL: bounded pool, connect timeout, advisory locks (schema; guard keys across replicas)
   ingest.py       GuardReader / IngestWriter: the engine's reads and typed inserts in one transaction
   queue.py        RunQueue: claim, steps, attempts, lease, run end, recovery, approval, queue depth
   pause.py        the pause flag
@@ -43,6 +44,7 @@ from remediate.store.inmemory import InMemoryStore
 from remediate.store.interface import EngineStore, ExecutorStore
 from remediate.store.memory import MemoryStore, StoreMemory
 from remediate.store.pause import PauseState
+from remediate.store.postgres import PostgresDialect
 from remediate.store.queue import RunQueue, worker_identity
 from remediate.store.rows import MAX_ID, dumps
 from remediate.store.sqlite import SqliteDialect, WriteLock
@@ -67,6 +69,7 @@ __all__ = [
     "IngestWriterContext",
     "MemoryStore",
     "PauseState",
+    "PostgresDialect",
     "RunDetail",
     "RunQueue",
     "RunSummary",

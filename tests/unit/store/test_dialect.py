@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from remediate.errors import StoreBusy
-from remediate.store import Database, Dialect, SqliteDialect, Store, dialect_for
+from remediate.store import Database, Dialect, PostgresDialect, SqliteDialect, Store, dialect_for
 from remediate.store import queue as store_queue
 
 
@@ -31,8 +31,9 @@ def _operational_error(message: str) -> sa.exc.OperationalError:
     [
         ("sqlite:///remediate.db", SqliteDialect),
         ("sqlite+pysqlite:///:memory:", SqliteDialect),
-        ("postgresql://remediate@db/remediate", Dialect),
-        ("postgresql+psycopg://remediate@db/remediate", Dialect),
+        ("postgresql://remediate@db/remediate", PostgresDialect),
+        ("postgresql+psycopg://remediate@db/remediate", PostgresDialect),
+        ("mysql+pymysql://remediate@db/remediate", Dialect),
     ],
 )
 def test_the_dialect_comes_from_the_url(url: str, expected: type[Dialect]) -> None:
