@@ -107,7 +107,7 @@ def at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
         barrier.wait()
         try:
             results[index] = calls[index]()
-        except Exception as exc:  # noqa: BLE001 - reported to the test, which asserts there are none
+        except Exception as exc:  # reported to the test, which asserts there are none
             results[index] = exc
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
@@ -165,7 +165,7 @@ def test_new_alerts_beside_ones_another_replica_is_storing_get_their_runs(replic
         # 0-9 and 5-14: the overlap is being stored by the other replica at that instant.
         one = [storm_alert(i, starts_at=starts_at) for i in range(10)]
         two = [storm_alert(i, starts_at=starts_at) for i in range(5, 15)]
-        results = at_once([lambda: deliver(first, one), lambda: deliver(second, two)])
+        results = at_once([lambda one=one: deliver(first, one), lambda two=two: deliver(second, two)])
 
         assert errors_of(results) == []
         assert decisions_of(results) == {"accepted": 15, "duplicate": 5}
@@ -214,7 +214,7 @@ def _replica_process(url: str, barrier: Any, answers: Any) -> None:
         barrier.wait(timeout=60)
         try:
             decisions.update(d.decision.value for d in deliver(engine, [storm_alert(index)]).decisions)
-        except Exception as exc:  # noqa: BLE001 - reported to the test
+        except Exception as exc:  # reported to the test
             errors.append(repr(exc))
     store.close()
     answers.put({"decisions": dict(decisions), "errors": errors})
@@ -240,7 +240,7 @@ def test_a_run_another_replica_committed_first_is_judged_again_as_a_duplicate(
         return verdicts
 
     monkeypatch.setattr(first, "judge", judge_then_let_the_other_replica_commit)
-    result = deliver(first, alerts + [storm_alert(2)])
+    result = deliver(first, [*alerts, storm_alert(2)])
 
     assert [d.decision.value for d in meddled[0].decisions] == ["accepted", "accepted"]
     assert [d.decision.value for d in result.decisions] == ["duplicate", "duplicate", "accepted"]
@@ -285,7 +285,10 @@ def test_max_attempts_counts_the_runs_of_every_replica(replicas: Replicas) -> No
     names = ("Storm", "StormToo", "Storm3")
     for index in range(10):
         results = at_once(
-            [lambda e=e, n=n, i=index: deliver(e, [storm_alert(i, name=n)]) for e, n in zip(engines, names, strict=True)]
+            [
+                lambda e=e, n=n, i=index: deliver(e, [storm_alert(i, name=n)])
+                for e, n in zip(engines, names, strict=True)
+            ]
         )
         assert errors_of(results) == []
         assert sorted(d.decision.value for r in results for d in r.decisions) == [
@@ -330,7 +333,10 @@ def test_two_approvals_at_once_on_two_replicas_one_wins(replicas: Replicas) -> N
     for run_id in run_ids:
         assert run_id is not None
         results = at_once(
-            [lambda s=s, r=run_id, who=who: s.approve(r, by=who, now=T0 + 1) for s, who in zip(stores, "ab", strict=True)]
+            [
+                lambda s=s, r=run_id, who=who: s.approve(r, by=who, now=T0 + 1)
+                for s, who in zip(stores, "ab", strict=True)
+            ]
         )
         refused = [r for r in results if isinstance(r, RunStateError)]
         assert len(refused) == 1 and "is queued, not awaiting approval" in str(refused[0])
