@@ -9,8 +9,9 @@ server of tests/support/postgres.py; on SQLite (two Store objects on one file) a
 What is checked: the same delivery taken by 2-4 replicas at once is one run and `duplicate` decisions,
 never an error; new alerts beside ones another replica is storing get their runs; two alerts for one
 target at once are one run and one `cooldown`; max_attempts counts across replicas; a storm over three
-replicas never claims more nodes than the breaker's cap; two approvals at once: one wins, the other
-gets RunStateError. And the belt under the braces: with the guard locks taken away, a run another
+replicas never claims more nodes than the breaker's cap (the ledger alone, and the whole path: engine,
+executor, k8s.cordon against the test API server); two approvals at once: one wins, the other gets
+RunStateError. And the belt under the braces: with the guard locks taken away, a run another
 replica committed first is judged again as `duplicate` (StoreConflict), never a 503.
 """
 
@@ -19,22 +20,28 @@ from __future__ import annotations
 import json
 import multiprocessing
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from remediate.actions import default_registry
-from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
+from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker, limits_from_settings
+from remediate.config import Settings
 from remediate.engine import Engine, IngestResult
 from remediate.errors import RunStateError
+from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import Decision
 from remediate.store import Store
 from remediate.store.postgres import PostgresDialect
 from tests.conftest import alert_payload, notification_payload
+from tests.support.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.realsystems import wait_until
 from tests.support.stores import rows
 
 pytestmark = [pytest.mark.integration]
@@ -46,6 +53,14 @@ STORM = {
     "match": {"alertname": ["Storm", "StormToo"]},
     "cooldown": "0s",
     "steps": [{"action": "log", "with": {"message": "storm on {{ labels.node }}"}}],
+}
+
+CORDON = {
+    "name": "xid-cordon",
+    "match": {"alertname": "GPUXidCritical"},
+    "target": "node",
+    "cooldown": "0s",
+    "steps": [{"action": "k8s.cordon", "retries": 2, "timeout": "30s"}],
 }
 
 Replicas = Callable[..., list[Engine]]
@@ -116,6 +131,10 @@ def at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     for thread in threads:
         thread.join(60)
     return results
+
+
+def _iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def storm_alert(index: int, *, starts_at: str = "2026-01-01T00:00:00Z", name: str = "Storm") -> dict[str, Any]:
@@ -317,6 +336,69 @@ def test_a_claim_storm_over_three_replicas_never_holds_more_nodes_than_the_cap(d
         assert (len(results) - len(refused), len(refused)) == (3, 27)
         assert len(rows(stores[0], "breaker_claims", released_at=None)) == 3
         assert breakers[1].state().open
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_a_node_storm_over_three_replicas_cordons_no_more_nodes_than_the_cap(
+    database: str, kube_api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """The whole path: 100 node alerts (50 nodes x 2 GPUs) in four notifications delivered at once over
+    three replicas, each with its engine and its executor (3 threads) and breaker on its own store, the
+    k8s.cordon action against the test API server: exactly the cap, min(10% of 50, 3) = 3, cordoned."""
+    nodes = cluster(kube_api, 50)
+    settings = Settings(kubeconfig=kubeconfig, kube_request_timeout=0.5)
+    registry = default_registry(settings)
+    limits = limits_from_settings(settings)
+    playbooks = PlaybookSet([parse_playbook(CORDON, registry, source="cordon.yaml")])
+    stores = [Store.open(database) for _ in range(3)]
+    executors = [
+        Executor(
+            store=store,
+            registry=registry,
+            threads=3,
+            poll_interval=0.02,
+            retry_wait_max=0.05,
+            breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits),
+        )
+        for store in stores
+    ]
+    engines = [
+        Engine(store=store, playbooks=playbooks, registry=registry, on_queued=executor.wake)
+        for store, executor in zip(stores, executors, strict=True)
+    ]
+    started = _iso(datetime.now(UTC) - timedelta(seconds=30))
+    alerts = [
+        alert_payload("GPUXidCritical", labels={"Hostname": node, "gpu": gpu}, starts_at=started)
+        for gpu in ("0", "1")
+        for node in nodes
+    ]
+    try:
+        for executor in executors:
+            executor.start()
+        batches = [alerts[i : i + 25] for i in range(0, 100, 25)]
+        results = at_once(
+            [lambda e=engines[i % 3], b=batch: deliver(e, b, at=time.time()) for i, batch in enumerate(batches)]
+        )
+        assert errors_of(results) == []
+        wait_until(
+            lambda: stores[0].queue_depth()["queued"] == stores[0].queue_depth()["running"] == 0,
+            40,
+            message="runs still queued or running",
+        )
+    finally:
+        for executor in executors:
+            executor.stop()
+        registry.get("k8s.cordon").client.close()  # type: ignore[attr-defined]
+
+    try:
+        cordoned = sorted(n for n in nodes if kube_api.node(n)["spec"].get("unschedulable"))
+        assert len(cordoned) == 3
+        assert len(kube_api.changes_of("cordon")) == 3
+        assert len(rows(stores[0], "breaker_claims", released_at=None)) == 3
+        assert len(rows(stores[0], "decisions")) == 100  # every alert recorded: run, refused or held
+        assert {r.status for r in rows(stores[0], "runs")} <= {"succeeded", "failed"}
     finally:
         for store in stores:
             store.close()
