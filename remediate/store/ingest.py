@@ -113,9 +113,8 @@ def _conflict(exc: sa.exc.IntegrityError) -> StoreConflict | None:
 class GuardReader:
     """The reads the guards need, on one connection: inside the ingest transaction, or read-only for dry-run."""
 
-    def __init__(self, conn: sa.Connection, dialect: Dialect | None = None) -> None:
+    def __init__(self, conn: sa.Connection) -> None:
         self.conn = conn
-        self.dialect = dialect
 
     def pause_state(self) -> PauseState:
         return read_pause(self.conn)
@@ -208,11 +207,14 @@ class EmptyGuardReader:
 class IngestWriter(GuardReader):
     """The statements the engine needs while it ingests one notification, all in one transaction."""
 
+    def __init__(self, conn: sa.Connection, dialect: Dialect) -> None:
+        super().__init__(conn)
+        self.dialect = dialect
+
     def lock_guards(self, names: Iterable[str]) -> None:
         """Hold off, until this transaction ends, every other ingest judging one of these guard keys
         (`playbook` + guard key): first in the transaction, before any guard read (Dialect.lock_guards)."""
-        if self.dialect is not None:
-            self.dialect.lock_guards(self.conn, names)
+        self.dialect.lock_guards(self.conn, names)
 
     def insert_notification(
         self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str
