@@ -7,7 +7,9 @@ also runs in separate processes (multiprocessing 'spawn'), as replicas are. Post
 server of tests/support/postgres.py; on SQLite (two Store objects on one file) all must hold too.
 
 What is checked: the same delivery taken by 2-4 replicas at once is one run and `duplicate` decisions,
-never an error; new alerts beside ones another replica is storing get their runs; two alerts for one
+never an error (also over the lock budget); new alerts beside ones another replica is storing get
+their runs; firing and resolved of one occurrence on two replicas at once never leave a fix without its
+undo; two alerts for one
 target at once are one run and one `cooldown`; max_attempts counts across replicas; a storm over three
 replicas never claims more nodes than the breaker's cap (the ledger alone, and the whole path: engine,
 executor, k8s.cordon against the test API server); two approvals at once: one wins, the other gets
@@ -38,7 +40,7 @@ from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import Decision
 from remediate.store import Store
-from remediate.store.postgres import PostgresDialect
+from remediate.store.postgres import MAX_GUARD_LOCKS, PostgresDialect
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.realsystems import wait_until
@@ -195,6 +197,26 @@ def test_new_alerts_beside_ones_another_replica_is_storing_get_their_runs(replic
     assert len(per_alert) == 15 * 5 and set(per_alert.values()) == {1}
 
 
+def test_notifications_over_the_lock_budget_are_exactly_once_too(replicas: Replicas) -> None:
+    """More guard keys than MAX_GUARD_LOCKS: the whole ingest lock instead, against replicas taking the
+    same notification, and one-alert deliveries of some of its alerts, at the same instant."""
+    engines = replicas(4, STORM)
+    many = [storm_alert(i) for i in range(MAX_GUARD_LOCKS + 6)]
+    results = at_once(
+        [
+            lambda: deliver(engines[0], many),
+            lambda: deliver(engines[1], many),
+            lambda: deliver(engines[2], many[:1]),
+            lambda: deliver(engines[3], many[-1:]),
+        ]
+    )
+
+    assert errors_of(results) == []
+    assert decisions_of(results) == {"accepted": len(many), "duplicate": len(many) + 2}
+    per_alert = runs_per_alert(engines[0].store)  # type: ignore[arg-type]
+    assert len(per_alert) == len(many) and set(per_alert.values()) == {1}
+
+
 def test_a_duplicate_storm_over_replica_processes_is_one_run_per_alert(pg_database: str) -> None:
     """Replicas are processes: three of them ('spawn') take the same 40 deliveries, each released at once."""
     context = multiprocessing.get_context("spawn")
@@ -280,6 +302,24 @@ def test_without_guard_locks_a_duplicate_storm_is_still_answered_and_run_once(
 
     assert errors_of(results) == []
     assert decisions_of(results) == {"accepted": ALERTS, "duplicate": ALERTS * 3}
+
+
+def test_firing_and_resolved_of_one_occurrence_at_once_on_two_replicas_never_leave_a_fix_without_undo(
+    replicas: Replicas,
+) -> None:
+    """AlertManager HA pairs deliver out of order. Whichever replica commits first, the outcome is one of
+    the two a single server gives: fired then undone (accepted, accepted), or resolved first and the fix
+    never started (no_firing_run, already_resolved) — never a fix accepted whose resolved was lost."""
+    first, second = replicas(2, {**STORM, "on_resolved": [{"action": "log", "with": {"message": "undo"}}]})
+    outcomes: Counter[tuple[str, str]] = Counter()
+    for index in range(20):
+        firing = storm_alert(index)
+        resolved = {**firing, "status": "resolved"}
+        results = at_once([lambda f=firing: deliver(first, [f]), lambda r=resolved: deliver(second, [r])])
+        assert errors_of(results) == []
+        outcomes[(results[0].decisions[0].decision.value, results[1].decisions[0].decision.value)] += 1
+
+    assert set(outcomes) <= {("accepted", "accepted"), ("already_resolved", "no_firing_run")}, outcomes
 
 
 # ---------------------------------------------------------------------- cooldown and max_attempts
