@@ -8,13 +8,13 @@ server of tests/support/postgres.py; on SQLite (two Store objects on one file) a
 
 What is checked: the same delivery taken by 2-4 replicas at once is one run and `duplicate` decisions,
 never an error (also over the lock budget); new alerts beside ones another replica is storing get
-their runs; firing and resolved of one occurrence on two replicas at once never leave a fix without its
-undo; two alerts for one
-target at once are one run and one `cooldown`; max_attempts counts across replicas; a storm over three
-replicas never claims more nodes than the breaker's cap (the ledger alone, and the whole path: engine,
-executor, k8s.cordon against the test API server); two approvals at once: one wins, the other gets
-RunStateError. And the belt under the braces: with the guard locks taken away, a run another
-replica committed first is judged again as `duplicate` (StoreConflict), never a 503.
+their runs; firing and resolved of one occurrence on two replicas at once never leave a fix without
+its undo; two alerts for one target at once are one run and one `cooldown`; max_attempts counts
+across replicas; a storm over three replicas never claims more nodes than the breaker's cap (the
+ledger alone, and the whole path: engine, executor, k8s.cordon against the test API server); two
+approvals at once: one wins, the other gets RunStateError. And the belt under the braces: with the
+guard locks taken away, a run another replica committed first is judged again as `duplicate`
+(StoreConflict), never a 503.
 """
 
 from __future__ import annotations
