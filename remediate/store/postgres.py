@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
+from remediate.errors import StoreBusy
 from remediate.store.dialect import Dialect
 
 POOL_SIZE = 5
@@ -32,6 +33,7 @@ ingest lock instead (every advisory lock held takes a slot of the server's share
 max_locks_per_transaction x max_connections: a storm of thousands of alerts in one notification must
 not exhaust it)."""
 
+_BOUND_WAITS = sa.text("SELECT set_config('lock_timeout', :timeout, true)")
 _LOCK_EACH = sa.text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k").bindparams(
     sa.bindparam("keys", type_=sa.ARRAY(sa.BigInteger))
 )
@@ -69,12 +71,21 @@ class PostgresDialect(Dialect):
         keys = sorted({advisory_key(f"remediate.guard\x1f{name}") for name in names})
         if not keys:
             return
+        # A replica whose transaction hangs (its connection alive, its process stuck) must not hold the
+        # webhook past store_busy_timeout: the wait ends as StoreBusy (503, AlertManager retries).
+        conn.execute(_BOUND_WAITS, {"timeout": f"{max(1, int(self.busy_timeout * 1000))}ms"})
         if len(keys) > MAX_GUARD_LOCKS:
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_INGEST_KEY)))
             return
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock_shared(_INGEST_KEY)))
         # unnest yields the array in order: the locks are taken in the sorted order.
         conn.execute(_LOCK_EACH, {"keys": keys}).all()
+
+    def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
+        """lock_timeout (SQLSTATE 55P03) ran out: a lock stayed taken for the store's busy timeout."""
+        if getattr(exc.orig, "sqlstate", None) == "55P03":
+            return StoreBusy(f"a lock of the database stayed taken for {self.busy_timeout:g}s")
+        return None
 
     def lock_schema(self, conn: sa.Connection) -> None:
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key("remediate.schema"))))

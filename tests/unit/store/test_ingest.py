@@ -3,7 +3,7 @@
 On PostgreSQL, two transactions locking one guard name wait for each other, different names do not,
 and a notification touching more than MAX_GUARD_LOCKS names holds every ingest off instead of taking
 thousands of advisory locks. SQLite and unknown server databases lock nothing here (SQLite's writers
-are serialised anyway). A waiter is shown with `lock_timeout`: it fails at once instead of hanging.
+are serialised anyway). A waiter gives up after the store's busy timeout (lock_timeout): StoreBusy, as on SQLite.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from remediate.errors import StoreBusy
 from remediate.store import Database, Dialect, SqliteDialect
 from remediate.store.postgres import MAX_GUARD_LOCKS
 
@@ -32,20 +33,18 @@ class RecordingConnection:
 @pytest.fixture
 def two_databases(pg_url: str) -> Iterator[tuple[Database, Database]]:
     """Two replicas' databases (each its own engine and pool) on one PostgreSQL database."""
-    first, second = Database.open(pg_url), Database.open(pg_url)
+    first, second = Database.open(pg_url, busy_timeout=0.1), Database.open(pg_url, busy_timeout=0.1)
     yield first, second
     first.close()
     second.close()
 
 
 def _locks(database: Database, names: list[str]) -> bool:
-    """Whether a transaction of `database` gets the guard locks of `names` within 100 ms."""
+    """Whether a transaction of `database` gets the guard locks of `names` within its busy timeout."""
     try:
         with database.write() as conn:
-            conn.exec_driver_sql("SET LOCAL lock_timeout = '100ms'")
             database.dialect.lock_guards(conn, names)
-    except sa.exc.OperationalError as exc:
-        assert "lock timeout" in str(exc.orig)
+    except StoreBusy:
         return False
     return True
 
@@ -97,6 +96,21 @@ def test_a_notification_over_the_lock_budget_holds_every_ingest_off_with_one_loc
         first.dialect.lock_guards(conn, ["storm\x1fnode-1"])
         assert not _locks(second, many)  # and it waits for the ingests holding the lock shared
     assert _locks(second, many)
+
+
+def test_a_guard_lock_held_past_the_busy_timeout_is_store_busy(pg_url: str) -> None:
+    """A replica stuck inside its ingest transaction holds the others off for store_busy_timeout at most."""
+    holder, waiter = Database.open(pg_url), Database.open(pg_url, busy_timeout=0.2)
+    try:
+        with holder.write() as conn:
+            holder.dialect.lock_guards(conn, ["storm\x1fnode-1"])
+            with pytest.raises(StoreBusy, match=r"0\.2s"), waiter.write() as other:
+                waiter.dialect.lock_guards(other, ["storm\x1fnode-1"])
+        with waiter.write() as other:
+            waiter.dialect.lock_guards(other, ["storm\x1fnode-1"])
+    finally:
+        holder.close()
+        waiter.close()
 
 
 def test_sqlite_and_an_unknown_server_database_lock_nothing() -> None:
