@@ -20,7 +20,7 @@ from typing import Any
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.breaker import BreakerState
-from remediate.errors import ParamsError, PayloadError
+from remediate.errors import ParamsError, PayloadError, StoreConflict
 from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict, judge
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, RunStatus, decision_row, run_row, step_rows
@@ -29,6 +29,11 @@ from remediate.store.interface import EngineStore, GuardReads
 from remediate.templating import render_params
 
 log = logging.getLogger("remediate.engine")
+
+INGEST_ATTEMPTS = 3
+"""Times a notification's transaction is tried when another writer stored one of its runs first
+(StoreConflict). The guard locks make that rare (replicas running different playbook versions);
+each try judges again and sees more of what the others committed."""
 
 
 @dataclass(frozen=True)
@@ -314,7 +319,46 @@ class Engine:
         # Match/render/validate reads nothing from the store: outside the write transaction, which
         # serialises all writers. The guards' reads stay inside it (judge).
         evaluations = self.evaluate_all(notification.alerts)
+        for attempt in range(1, INGEST_ATTEMPTS + 1):
+            try:
+                notification_id, judged, run_ids = self._store_judged(notification, evaluations, raw, received_at)
+                break
+            except StoreConflict as exc:
+                if attempt == INGEST_ATTEMPTS:
+                    raise
+                # Not a failure: a replica stored the same delivery at the same moment. Judged again,
+                # its runs are this notification's duplicates.
+                log.info("ingest: %s; judging the notification again (try %d)", exc, attempt + 1)
+        statuses_count: dict[str, int] = {}
+        for alert in notification.alerts:
+            statuses_count[alert.status] = statuses_count.get(alert.status, 0) + 1
+        records = [
+            DecisionRecord(
+                j.alert.name,
+                j.alert.fingerprint,
+                j.playbook_name,
+                j.target,
+                j.verdict.decision,
+                j.verdict.reason,
+                run_ids.get(id(j)),
+            )
+            for j in judged
+        ]
+        result = IngestResult(notification_id, notification.status, len(notification.alerts), statuses_count, records)
+        if result.runs_queued and self.on_queued is not None:
+            self.on_queued()
+        return result
+
+    def _store_judged(
+        self, notification: Notification, evaluations: Sequence[AlertEvaluations], raw: str, received_at: float
+    ) -> tuple[int, list[Judged], dict[int, int]]:
+        """The notification, its alerts, the guards' verdicts and the accepted runs in ONE write transaction:
+        (notification id, the verdicts, run id by id() of the Judged that created it)."""
+        assert self.store is not None
         with self.store.writer() as w:
+            # First, before any guard read: a replica judging the same keys now waits for this commit,
+            # or this transaction for its (READ COMMITTED then shows its runs to the reads below).
+            w.lock_guards(_guard_names(evaluations))
             notification_id = w.insert_notification(
                 received_at=received_at,
                 receiver=notification.receiver,
@@ -354,25 +398,14 @@ class Engine:
                     for j in judged
                 ],
             )
-        statuses_count: dict[str, int] = {}
-        for alert in notification.alerts:
-            statuses_count[alert.status] = statuses_count.get(alert.status, 0) + 1
-        records = [
-            DecisionRecord(
-                j.alert.name,
-                j.alert.fingerprint,
-                j.playbook_name,
-                j.target,
-                j.verdict.decision,
-                j.verdict.reason,
-                run_ids.get(id(j)),
-            )
-            for j in judged
-        ]
-        result = IngestResult(notification_id, notification.status, len(notification.alerts), statuses_count, records)
-        if result.runs_queued and self.on_queued is not None:
-            self.on_queued()
-        return result
+        return notification_id, judged, run_ids
+
+
+def _guard_names(evaluations: Sequence[AlertEvaluations]) -> list[str]:
+    """The guard keys a notification's verdicts depend on, as lock names: (playbook, guard key) of every
+    evaluation. It covers the dedupe keys too: an alert occurrence and a playbook give one guard key (while
+    the replicas load the same playbooks; where they differ, the unique dedupe key and StoreConflict hold)."""
+    return [f"{ev.playbook.name}\x1f{ev.guard_key}" for _, _, evs in evaluations for ev in evs]
 
 
 def _occurrence(alert: Alert) -> tuple[str, str]:

@@ -12,7 +12,8 @@
     ├── UnknownRunError        no run with that id
     ├── StoreUnavailable       the database cannot take a write now (-> HTTP 503)
     │   ├── StoreBusy              its write lock was not free within store_busy_timeout
-    │   └── StoreFileReplaced      its file was deleted or replaced under the running process
+    │   ├── StoreFileReplaced      its file was deleted or replaced under the running process
+    │   └── StoreConflict          another writer (a replica) stored the same alert occurrence first
     ├── RunStateError          the run is not in a state that allows the operation
     ├── ClaimLostError         an executor's claim on a run is gone (another executor took it over)
     └── DatabaseCopyError      `remediate db copy` refused (source not this schema, target not empty) or failed
@@ -118,6 +119,11 @@ class StoreBusy(StoreUnavailable):
 
 class StoreFileReplaced(StoreUnavailable):
     """The database file was deleted or replaced while open: writes would go to a file nobody can read again."""
+
+
+class StoreConflict(StoreUnavailable):
+    """Another writer stored a run for the same alert occurrence first (the unique dedupe key): the
+    transaction was rolled back whole, and judging the notification again sees that run."""
 
 
 class DatabaseCopyError(RemediateError):

@@ -8,6 +8,7 @@ overrides it for SQLite files, `postgres.py` for PostgreSQL.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 
 import sqlalchemy as sa
@@ -48,6 +49,15 @@ class Dialect:
         """Serialise the circuit breaker's writers inside their transaction."""
         # READ COMMITTED would let two claims see the same count.
         conn.exec_driver_sql("LOCK TABLE breaker_claims IN SHARE ROW EXCLUSIVE MODE")
+
+    def lock_guards(self, conn: sa.Connection, names: Iterable[str]) -> None:
+        """Serialise, across processes, the ingest transactions that judge the same guard keys.
+
+        Called first in an ingest transaction with the (playbook, guard key) names it will judge. None
+        here: a database we know nothing of keeps exactly-once by the unique dedupe key alone (the
+        engine judges again on StoreConflict); cooldown and attempt caps are exact only where a
+        dialect locks (PostgreSQL) or writers are serialised anyway (SQLite).
+        """
 
     def lock_schema(self, conn: sa.Connection) -> None:
         """Serialise schema creation and upgrades across processes, inside their transaction."""

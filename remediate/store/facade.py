@@ -85,7 +85,7 @@ class Store:
     # ------------------------------------------------------------------ ingest (used by the engine)
 
     def writer(self) -> IngestWriterContext:
-        return IngestWriterContext(self)
+        return IngestWriterContext(self, self.database.dialect)
 
     @contextmanager
     def guard_reader(self) -> Iterator[GuardReader]:

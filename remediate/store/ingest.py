@@ -14,9 +14,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate import schema as t
+from remediate.errors import StoreConflict
 from remediate.runs import RunStatus
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Transactions
+from remediate.store.dialect import Dialect
 from remediate.store.pause import PauseState, read_pause
 from remediate.store.queue import sync_decision_status
 
@@ -72,18 +74,40 @@ _INSERT_DECISIONS = _insert_returning_ids(t.decisions)
 
 
 class IngestWriterContext:
-    """`Store.writer()`: the notification's one write transaction, as an IngestWriter."""
+    """`Store.writer()`: the notification's one write transaction, as an IngestWriter.
 
-    def __init__(self, transactions: Transactions) -> None:
+    A run whose dedupe key another writer committed first (a replica storing the same delivery at the
+    same moment, where no guard lock kept them apart) rolls the transaction back as StoreConflict:
+    the engine judges the notification again, and then sees that run.
+    """
+
+    def __init__(self, transactions: Transactions, dialect: Dialect) -> None:
         self._tx = transactions
+        self._dialect = dialect
         self._cm: Any = None
 
     def __enter__(self) -> IngestWriter:
         self._cm = self._tx.write()
-        return IngestWriter(self._cm.__enter__())
+        return IngestWriter(self._cm.__enter__(), self._dialect)
 
-    def __exit__(self, *exc_info: Any) -> Any:
-        return self._cm.__exit__(*exc_info)
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        try:
+            suppressed = self._cm.__exit__(exc_type, exc, tb)
+        except sa.exc.IntegrityError as failed:  # raised by the commit itself (a deferred check)
+            conflict = _conflict(failed)
+            if conflict is None:
+                raise
+            raise conflict from failed
+        if isinstance(exc, sa.exc.IntegrityError) and (conflict := _conflict(exc)) is not None:
+            raise conflict from exc  # rolled back by now
+        return suppressed
+
+
+def _conflict(exc: sa.exc.IntegrityError) -> StoreConflict | None:
+    """The StoreConflict a unique violation stands for, if it is on runs.dedupe_key."""
+    if "dedupe_key" not in str(exc.orig):
+        return None
+    return StoreConflict("another writer stored a run for the same alert occurrence first")
 
 
 class GuardReader:
@@ -182,6 +206,15 @@ class EmptyGuardReader:
 
 class IngestWriter(GuardReader):
     """The statements the engine needs while it ingests one notification, all in one transaction."""
+
+    def __init__(self, conn: sa.Connection, dialect: Dialect) -> None:
+        super().__init__(conn)
+        self.dialect = dialect
+
+    def lock_guards(self, names: Iterable[str]) -> None:
+        """Hold off, until this transaction ends, every other ingest judging one of these guard keys
+        (`playbook` + guard key): first in the transaction, before any guard read (Dialect.lock_guards)."""
+        self.dialect.lock_guards(self.conn, names)
 
     def insert_notification(
         self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str

@@ -15,7 +15,6 @@ if it raises, as a rolled-back transaction would leave them.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -25,7 +24,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.errors import ClaimLostError, RunStateError, UnknownRunError
+from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
 from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,
@@ -527,6 +526,9 @@ class _Reader:
 class _Writer(_Reader):
     """One notification's writes (remediate.store.interface.IngestWrites), inside InMemoryStore.writer()."""
 
+    def lock_guards(self, names: Iterable[str]) -> None:
+        """Nothing to lock: InMemoryStore.writer() holds the store's one lock already."""
+
     def insert_notification(
         self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str
     ) -> int:
@@ -540,8 +542,7 @@ class _Writer(_Reader):
         keys = {r["dedupe_key"] for r in self._tables["runs"]}
         for row in rows:  # the unique index on runs.dedupe_key
             if row["dedupe_key"] in keys:
-                orig = sqlite3.IntegrityError("UNIQUE constraint failed: runs.dedupe_key")
-                raise sa.exc.IntegrityError("INSERT INTO runs", dict(row), orig)
+                raise StoreConflict("another writer stored a run for the same alert occurrence first")
             keys.add(row["dedupe_key"])
         return [self._store._insert("runs", row) for row in rows]
 

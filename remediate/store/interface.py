@@ -43,7 +43,12 @@ class GuardReads(Protocol):
 
 
 class IngestWrites(GuardReads, Protocol):
-    """One notification's writes (Engine.ingest): all of them commit together, or none does."""
+    """One notification's writes (Engine.ingest): all of them commit together, or none does.
+
+    A run whose dedupe key is taken raises remediate.errors.StoreConflict (the transaction is rolled back).
+    """
+
+    def lock_guards(self, names: Iterable[str]) -> None: ...
 
     def insert_notification(
         self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str

@@ -477,7 +477,10 @@ class RunQueue:
         if not 0 < run_id <= MAX_ID:
             raise UnknownRunError(f"no run {run_id}")
         with self._tx.write() as conn:
-            status = conn.execute(sa.select(t.runs.c.status).where(t.runs.c.id == run_id)).scalar_one_or_none()
+            # FOR UPDATE: a second approval (another replica) waits for this one's commit, then reads `queued`.
+            status = conn.execute(
+                sa.select(t.runs.c.status).where(t.runs.c.id == run_id).with_for_update()
+            ).scalar_one_or_none()
             if status is None:
                 raise UnknownRunError(f"no run {run_id}")
             if status != RunStatus.AWAITING_APPROVAL:

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.alerts import parse_notification
-from remediate.engine import Engine, IngestResult
-from remediate.errors import PayloadError, RunStateError, UnknownRunError
+from remediate.engine import INGEST_ATTEMPTS, Engine, IngestResult
+from remediate.errors import PayloadError, RunStateError, StoreConflict, UnknownRunError
 from remediate.runs import Decision
 from remediate.store import Store
 from remediate.store.inmemory import InMemoryStore
@@ -186,6 +186,41 @@ def test_in_the_fake_too_a_notification_is_stored_whole_or_not_at_all(
 
     assert table_counts(store) == before
     assert before["notifications"] == before["runs"] == 0
+
+
+@BOTH_STORES
+@pytest.mark.parametrize("conflicts", [1, INGEST_ATTEMPTS])
+def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
+    store: AnyStore, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, monkeypatch: Any, conflicts: int
+) -> None:
+    """StoreConflict (a replica committed the same dedupe key first) rolls the transaction back; the engine
+    tries the whole notification again, INGEST_ATTEMPTS times at most, then lets the conflict through (503)."""
+    engine = make_engine(playbook())
+    real_writer = store.writer
+    tries: list[int] = []
+
+    def conflict(*_: Any) -> list[int]:
+        raise StoreConflict("another writer stored a run for the same alert occurrence first")
+
+    @contextmanager
+    def conflicting_writer() -> Iterator[Any]:
+        with real_writer() as writer:
+            tries.append(1)
+            if len(tries) <= conflicts:
+                monkeypatch.setattr(writer, "insert_runs", conflict)
+            yield writer
+
+    monkeypatch.setattr(store, "writer", conflicting_writer)
+
+    if conflicts == INGEST_ATTEMPTS:
+        with pytest.raises(StoreConflict):
+            ingest(engine, xid(make_alert), at=T0)
+        assert (len(tries), table_counts(store)["notifications"]) == (INGEST_ATTEMPTS, 0)
+        return
+    result = ingest(engine, xid(make_alert), at=T0)
+    assert [d.decision for d in result.decisions] == [Decision.ACCEPTED]
+    assert len(tries) == 2
+    assert (table_counts(store)["notifications"], table_counts(store)["runs"]) == (1, 1)
 
 
 @BOTH_STORES

@@ -18,7 +18,7 @@ from remediate import store as store_module
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
 from remediate.engine import Engine, IngestResult
-from remediate.errors import ClaimLostError, RunStateError, UnknownRunError
+from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepStatus
@@ -93,7 +93,7 @@ def test_a_run_with_a_dedupe_key_taken_is_refused_and_the_writer_block_leaves_no
         w.insert_runs([run_row(alert, "key-1")])
     before = {table: len(rows(store, table)) for table in ("notifications", "alerts", "runs")}
 
-    with pytest.raises(sa.exc.IntegrityError), store.writer() as w:
+    with pytest.raises(StoreConflict), store.writer() as w:
         w.insert_notification(received_at=T0, receiver="r", status="firing", group_key="g", alert_count=1, raw="{}")
         w.insert_runs([run_row(alert, "key-2"), run_row(alert, "key-1")])
 
