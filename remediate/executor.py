@@ -299,14 +299,14 @@ class Executor:
                 log.exception("executor heartbeat failed; retrying")
 
     def _housekeeping(self) -> None:
+        # Recovery looks as often as owners renew (one small read of the running runs): a run is taken over
+        # between `lease` and lease + 2 heartbeat intervals (1.5 x lease) after its owner's last renewal.
         interval = heartbeat_interval(self.stale_after)
-        last_recovery = last_reconcile = time.monotonic()
+        last_reconcile = time.monotonic()
         while not self._stopping.wait(min(interval, self.reconcile_interval)):
             try:
-                if time.monotonic() - last_recovery >= self.stale_after / 2:
-                    last_recovery = time.monotonic()
-                    if self.recover():
-                        self.wake()
+                if self.recover():
+                    self.wake()
                 if time.monotonic() - last_reconcile >= self.reconcile_interval:
                     last_reconcile = time.monotonic()
                     self.reconcile_pending()

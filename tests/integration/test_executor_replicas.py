@@ -92,7 +92,7 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
     make_alert: Any,
 ) -> None:
     """A step 2.5x the lease, two replicas watching each other: the owner's heartbeat thread renews the lease
-    while the step runs, so the other replica's recovery (every lease/2) never finds it silent; the step
+    while the step runs, so the other replica's recovery (every lease/4) never finds it silent; the step
     runs once and the run succeeds on its owner alone."""
     run_id = _queue_run(make_engine, ingest, make_alert)
     other_store = Store.open(pg_url)
@@ -129,7 +129,7 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
 
     assert finished["status"] == "succeeded", finished["error"]
     assert len(long_step.executions) == 1
-    assert recovered == []  # the other replica looked (every lease/2) and found an owner alive every time
+    assert recovered == []  # the other replica looked (every lease/4) and found an owner alive every time
     # Renewed while the step ran: at least once per lease (heartbeat every lease/4).
     assert len(beats) >= 2.5 * LEASE / heartbeat_interval(LEASE) - 3, sorted(beats)
     assert [a["ran_on"] for s in finished["steps"] for a in s["attempts"]] == [owner, owner]
