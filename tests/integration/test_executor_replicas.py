@@ -18,6 +18,7 @@ from remediate.actions.log import LogAction
 from remediate.engine import Engine, IngestResult
 from remediate.executor import Executor, heartbeat_interval
 from remediate.store import Store
+from tests.support.realsystems import wait_until
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -55,9 +56,33 @@ def long_step() -> LongStep:
     return LongStep(seconds=2.5 * LEASE)
 
 
+class Counted(Action):
+    """Records the run of each execution: a run executed twice shows up twice."""
+
+    name: ClassVar[str] = "test.counted"
+
+    def __init__(self) -> None:
+        self.runs: list[int] = []
+        self._lock = threading.Lock()
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        return {}
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        time.sleep(0.01)  # long enough for the other replica's threads to look for work meanwhile
+        with self._lock:
+            self.runs.append(ctx.run_id)
+        return {}
+
+
 @pytest.fixture
-def registry(long_step: LongStep) -> ActionRegistry:
-    return ActionRegistry([LogAction(), long_step])
+def counted() -> Counted:
+    return Counted()
+
+
+@pytest.fixture
+def registry(long_step: LongStep, counted: Counted) -> ActionRegistry:
+    return ActionRegistry([LogAction(), long_step, counted])
 
 
 def _queue_run(make_engine: Callable[..., Engine], ingest: Callable[..., IngestResult], make_alert: Any) -> int:
@@ -135,6 +160,44 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
     assert [a["ran_on"] for s in finished["steps"] for a in s["attempts"]] == [owner, owner]
     assert finished["ran_on"] == [owner]
     assert owner.split(":")[0] in ("replica-a", "replica-b")
+
+
+@ON_POSTGRESQL
+def test_two_replicas_with_four_threads_each_execute_every_queued_run_exactly_once(
+    store: Store,
+    pg_url: str,
+    registry: ActionRegistry,
+    counted: Counted,
+    make_engine: Callable[..., Engine],
+    ingest: Callable[..., IngestResult],
+    make_alert: Any,
+) -> None:
+    """Eight executor threads claiming from one queue (FOR UPDATE SKIP LOCKED): no run is claimed twice."""
+    engine = make_engine(
+        {"name": "counted", "match": {"alertname": "GpuXidError"}, "target": "node",
+         "steps": [{"action": "test.counted"}]}
+    )  # fmt: skip
+    alerts = [make_alert("GpuXidError", labels={"Hostname": f"node-{i}"}) for i in range(40)]
+    queued = [d.run_id for d in ingest(engine, *alerts, at=T0).decisions]
+    assert len(queued) == 40 and None not in queued
+    other_store = Store.open(pg_url)
+    replicas = [
+        Executor(store=s, registry=registry, threads=4, poll_interval=0.02, stale_after=LEASE, replica_name=name)
+        for s, name in ((store, "replica-a"), (other_store, "replica-b"))
+    ]
+    try:
+        for replica in replicas:
+            replica.start()
+        wait_until(lambda: len(counted.runs) >= len(queued) and store.queue_depth()["running"] == 0, 20)
+    finally:
+        for replica in replicas:
+            replica.stop(timeout=5)
+        other_store.close()
+
+    assert sorted(counted.runs) == sorted(queued)
+    details = [run_json_of(store, run_id) for run_id in queued]
+    assert {d["status"] for d in details} == {"succeeded"}
+    assert all(len(d["ran_on"]) == 1 for d in details)
 
 
 @ON_POSTGRESQL
