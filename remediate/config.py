@@ -527,6 +527,8 @@ def _convert(values: Mapping[str, Any], source: str) -> dict[str, Any]:
     converted: dict[str, Any] = {}
     for key, raw in values.items():
         name = _canonical(key)
+        if name in converted:  # `lease` and its old name `stale_after` both: which one was meant?
+            raise ConfigError(f"{source}: setting {key!r} is given twice (also as {name!r}): keep one")
         try:
             converted[name] = _CONVERTERS[name](raw)
         except (TypeError, ValueError) as exc:

@@ -282,6 +282,13 @@ def test_the_lease_defaults_to_a_minute_and_its_old_name_stale_after_still_sets_
     assert load_settings(config_file=new_file, env={"REMEDIATE_STALE_AFTER": "10s"}).lease == 10.0
 
 
+def test_the_lease_under_both_its_names_in_one_file_is_refused(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "lease: 30s\nstale_after: 90s\n")
+
+    with pytest.raises(ConfigError, match=r"'stale_after' is given twice \(also as 'lease'\)"):
+        load_settings(config_file=config, env={})
+
+
 @pytest.mark.parametrize("lease", ["1s", "500ms", "0"])
 def test_a_lease_too_short_to_renew_is_refused_naming_the_minimum(lease: str) -> None:
     with pytest.raises(ConfigError, match=r"setting 'lease'.*too short: at least 2s"):
