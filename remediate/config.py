@@ -80,8 +80,14 @@ class Settings:
     """Seconds an idle executor waits before looking for runs queued by another process."""
     step_timeout: float = 300.0
     """Default per-step timeout in seconds (a step may set its own `timeout`)."""
-    stale_after: float = 60.0
-    """A running run whose executor has not sent a heartbeat for this long is recovered."""
+    lease: float = 60.0
+    """How long a run's owner holds it without renewing: its executor renews the lease (a heartbeat every
+    lease/4, at most 5 s apart, from a thread of its own, so a long step keeps it); another replica takes
+    the run over once the heartbeat has not changed for this long. At least 2 s. Old name: `stale_after`."""
+    replica_name: str | None = None
+    """The name this server's executor records as who ran each attempt (`ran_on` in the history) and
+    claims runs under, with its pid; default: the host name (a pod's name in Kubernetes). Replicas on one
+    host need distinct names to be told apart by their leases."""
 
     # --- notify.webhook
     notify_timeout: float = 10.0
@@ -163,6 +169,11 @@ class Settings:
     """Label selector of the nodes the fraction is taken of (e.g. nvidia.com/gpu.present=true); unset: all."""
     breaker_stale_horizon: float = 900.0
     """After a breaker reset, alerts that started before it and longer ago than this are recorded as stale."""
+
+    @property
+    def stale_after(self) -> float:
+        """The lease's old name (issue 11): still read, as a setting and here."""
+        return self.lease
 
     def resolved_token(self) -> str | None:
         return _secret(self.token, self.token_file, "token")
@@ -312,6 +323,21 @@ def _to_seconds(value: Any) -> float:
     return parse_duration(str(value)).total_seconds()
 
 
+MIN_LEASE_S = 2.0
+"""The shortest lease accepted: heartbeats go every lease/4 but never more often than every 0.5 s,
+so a shorter lease would leave an owner less than four heartbeats to renew it."""
+
+
+def _to_lease(value: Any) -> float:
+    seconds = _to_seconds(value)
+    if seconds < MIN_LEASE_S:
+        raise ValueError(
+            f"a lease of {seconds:g}s is too short: at least {MIN_LEASE_S:g}s, so that an owner renews it "
+            "several times over (a few times its heartbeat plus a slow database write)"
+        )
+    return seconds
+
+
 def _to_mode(value: Any) -> str:
     text = str(value)
     if text not in SERVER_MODES:
@@ -451,7 +477,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "executor_threads": _to_positive_int,
     "poll_interval": _to_seconds,
     "step_timeout": _to_seconds,
-    "stale_after": _to_seconds,
+    "lease": _to_lease,
+    "replica_name": _to_optional_str,
     "notify_timeout": _to_seconds,
     "gpu_backend": _to_gpu_backend,
     "gpu_simulator_file": _to_optional_path,
@@ -487,22 +514,31 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "breaker_stale_horizon": _to_seconds,
 }
 assert set(_CONVERTERS) == {f.name for f in dataclasses.fields(Settings)}
+_ALIASES = {"stale_after": "lease"}
+"""Old names of settings, still read (file, environment, flags) as the new one."""
 
 
 def _convert(values: Mapping[str, Any], source: str) -> dict[str, Any]:
-    unknown = [key for key in values if str(key).replace("-", "_") not in _CONVERTERS]
+    unknown = [key for key in values if _canonical(str(key)) not in _CONVERTERS]
     if unknown:
         known = ", ".join(sorted(_CONVERTERS))
         names = ", ".join(repr(key) for key in unknown)
         raise ConfigError(f"{source}: unknown setting{'s' if len(unknown) > 1 else ''} {names} (known: {known})")
     converted: dict[str, Any] = {}
     for key, raw in values.items():
-        name = key.replace("-", "_")
+        name = _canonical(key)
+        if name in converted:  # `lease` and its old name `stale_after` both: which one was meant?
+            raise ConfigError(f"{source}: setting {key!r} is given twice (also as {name!r}): keep one")
         try:
             converted[name] = _CONVERTERS[name](raw)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{source}: setting {key!r}: {exc}") from exc
     return converted
+
+
+def _canonical(key: str) -> str:
+    name = key.replace("-", "_")
+    return _ALIASES.get(name, name)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -523,7 +559,7 @@ def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
     values = {
         key[len(ENV_PREFIX) :].lower(): value
         for key, value in env.items()
-        if key.startswith(ENV_PREFIX) and key[len(ENV_PREFIX) :].lower() in _CONVERTERS
+        if key.startswith(ENV_PREFIX) and _canonical(key[len(ENV_PREFIX) :].lower()) in _CONVERTERS
     }
     return _convert(values, "environment")
 

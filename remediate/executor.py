@@ -21,8 +21,11 @@ Ownership: each claim increments the run's claim generation and every progress w
 it (RunLease); an executor that finds its claim gone (it stalled and another took the run
 over) raises ClaimLostError, logs it and writes nothing more, runs no further step. Recovery
 never takes a run whose owner process is alive on this host, takes at once a run whose owner
-died here, and one of another host only when its heartbeat has not changed for `stale_after`
-seconds of this process's monotonic clock (no wall clock is compared across processes).
+died here, and one of another host (or another replica: `replica_name`) only when its heartbeat
+has not changed for `stale_after` seconds (the `lease` setting) of this process's monotonic clock
+(no wall clock is compared across processes), and then only if the heartbeat is still the one it
+watched (RunQueue.requeue_claims). The owner renews its leases from a thread of its own
+(`_heartbeat`, every `heartbeat_interval(lease)`), so a step longer than the lease keeps its run.
 """
 
 from __future__ import annotations
@@ -148,6 +151,12 @@ def _is_zombie(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
+def heartbeat_interval(lease: float) -> float:
+    """Seconds between heartbeats for `lease`: a quarter of it (four renewals per lease, so one slow
+    database write never loses it), at least 0.5 s apart and at most 5 s."""
+    return max(0.5, min(5.0, lease / 4))
+
+
 @dataclass(frozen=True)
 class StepFailure:
     """A failed step, as the run sees it."""
@@ -172,18 +181,22 @@ class Executor:
         dispatch: Dispatch | None = None,
         breaker: CircuitBreaker | None = None,
         reconcile_interval: float = 15.0,
+        replica_name: str | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
         self.threads = threads
         self.poll_interval = poll_interval
         self.stale_after = stale_after
+        """The lease (setting `lease`): a run whose heartbeat has not changed this long is taken over."""
         self.metrics = metrics or ExecutorMetrics()
         self.clock = clock
         self.retry_wait_max = retry_wait_max
         self.dispatch = dispatch or Dispatch.local()
         """Where each step runs: here, or on its node's agent (remediate.runners)."""
-        self.worker = worker_identity()
+        self.replica_name = replica_name
+        """Who this executor is in claims and the history (`<replica_name or host>:<pid>`)."""
+        self.worker = worker_identity(replica_name)
         self._pid = os.getpid()
         self.memory = store.memory()
         self.breaker = breaker or CircuitBreaker(store.breaker_ledger, store.breaker_view)
@@ -203,15 +216,18 @@ class Executor:
 
     def start(self) -> None:
         if self._pid != os.getpid():  # built in one process, started in a fork: claim as the fork
-            self.worker, self._pid = worker_identity(), os.getpid()
+            self.worker, self._pid = worker_identity(self.replica_name), os.getpid()
         self.recover()
         for index in range(self.threads):
             thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        housekeeping = threading.Thread(target=self._housekeeping, name="remediate-heartbeat", daemon=True)
-        housekeeping.start()
-        self._threads.append(housekeeping)
+        # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
+        # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds.
+        for target, name in ((self._heartbeat, "remediate-heartbeat"), (self._housekeeping, "remediate-recovery")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
         log.info("executor %s started with %d threads", self.worker, self.threads)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -272,18 +288,25 @@ class Executor:
                     self._wake.wait(self.poll_interval)
                 self._pending_wakeups = 0
 
-    def _housekeeping(self) -> None:
-        interval = max(0.5, min(5.0, self.stale_after / 4))
-        last_recovery = last_reconcile = time.monotonic()
-        while not self._stopping.wait(min(interval, self.reconcile_interval)):
+    def _heartbeat(self) -> None:
+        """Renew the lease of every run this executor is executing, whatever its steps are doing."""
+        while not self._stopping.wait(heartbeat_interval(self.stale_after)):
             try:
                 with self._active_lock:
                     active = sorted(self._active)
                 self.store.heartbeat(active, self.worker, self.clock())
-                if time.monotonic() - last_recovery >= self.stale_after / 2:
-                    last_recovery = time.monotonic()
-                    if self.recover():
-                        self.wake()
+            except Exception:
+                log.exception("executor heartbeat failed; retrying")
+
+    def _housekeeping(self) -> None:
+        # Recovery looks as often as owners renew (one small read of the running runs): a run is taken over
+        # between `lease` and lease + 2 heartbeat intervals (1.5 x lease) after its owner's last renewal.
+        interval = heartbeat_interval(self.stale_after)
+        last_reconcile = time.monotonic()
+        while not self._stopping.wait(min(interval, self.reconcile_interval)):
+            try:
+                if self.recover():
+                    self.wake()
                 if time.monotonic() - last_reconcile >= self.reconcile_interval:
                     last_reconcile = time.monotonic()
                     self.reconcile_pending()

@@ -63,6 +63,7 @@ def _step_json(step: StepDetail) -> dict[str, Any]:
                 "finished_at": a.finished_at,
                 "outcome": a.outcome,
                 "error": a.error,
+                "ran_on": a.worker,
             }
             for a in step.attempts
         ],
@@ -72,6 +73,13 @@ def _step_json(step: StepDetail) -> dict[str, Any]:
         "started_at": step.started_at,
         "finished_at": step.finished_at,
     }
+
+
+def ran_on(run: RunDetail) -> list[str]:
+    """The executors that ran the run's attempts, in the order they first started one: two after a
+    replica died and another took the run over."""
+    attempts = sorted((a for s in run.steps for a in s.attempts), key=lambda a: a.started_at)
+    return list(dict.fromkeys(a.worker for a in attempts if a.worker))
 
 
 def run_json(run: RunDetail) -> dict[str, Any]:
@@ -93,6 +101,7 @@ def run_json(run: RunDetail) -> dict[str, Any]:
         "error": run.error,
         "rerunnable": run.rerunnable,
         "superseded_by": run.superseded_by,
+        "ran_on": ran_on(run),
         "decision": None
         if run.decision is None
         else {"decision": run.decision.decision, "reason": run.decision.reason},

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 metadata = sa.MetaData()
 
@@ -127,6 +127,9 @@ attempts = sa.Table(
     sa.Column("finished_at", sa.Float, nullable=True),
     sa.Column("outcome", sa.String(32), nullable=True),
     sa.Column("error", sa.Text, nullable=True),
+    # Who ran it: the executor's `<replica>:<pid>` (a run taken over after a replica died shows both).
+    # Nullable: attempts recorded before version 6 do not know.
+    sa.Column("worker", sa.String(255), nullable=True),
     sa.Index("ix_attempts_step", "step_id", "number"),
 )
 
@@ -208,10 +211,15 @@ def _v5_claims_and_always(conn: sa.Connection) -> None:
     conn.execute(sa.text("CREATE INDEX ix_steps_status_finished ON steps (status, finished_at)"))
 
 
+def _v6_attempt_worker(conn: sa.Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE attempts ADD COLUMN worker VARCHAR(255)"))
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
     3: _v3_breaker_claims,
     4: _v4_guard_key,
     5: _v5_claims_and_always,
+    6: _v6_attempt_worker,
 }

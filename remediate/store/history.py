@@ -101,6 +101,8 @@ class AttemptDetail(NamedTuple):
     finished_at: float | None
     outcome: str | None
     error: str | None
+    worker: str | None = None
+    """The executor that ran it (`<replica>:<pid>`); None for attempts recorded before schema version 6."""
 
 
 class StepDetail(NamedTuple):
@@ -219,7 +221,7 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
     attempts_by_step: dict[int, list[AttemptDetail]] = {}
     for a in attempt_rows:
         attempts_by_step.setdefault(a.step_id, []).append(
-            AttemptDetail(a.number, a.started_at, a.finished_at, a.outcome, a.error)
+            AttemptDetail(a.number, a.started_at, a.finished_at, a.outcome, a.error, a.worker)
         )
     return RunDetail(
         id=run.id,

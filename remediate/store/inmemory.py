@@ -244,7 +244,10 @@ class InMemoryStore:
                 step["plan"] = dumps(plan)
             step.update(status=StepStatus.RUNNING, attempts=step["attempts"] + 1)
             step["started_at"] = now if step["started_at"] is None else step["started_at"]
-            self._insert("attempts", {"step_id": step_id, "number": step["attempts"], "started_at": now})
+            worker = None if lease is None else lease.worker
+            self._insert(
+                "attempts", {"step_id": step_id, "number": step["attempts"], "started_at": now, "worker": worker}
+            )
             return int(step["attempts"])
 
     def finish_attempt(
@@ -399,6 +402,7 @@ class InMemoryStore:
                 if (run := self._row("runs", c.id)) is not None
                 and run["status"] == RunStatus.RUNNING
                 and run["claim_generation"] == c.generation
+                and run["heartbeat_at"] == c.heartbeat_at
             ]
             self._requeue(still, now)
         return still

@@ -33,8 +33,9 @@ from remediate.store.database import Transactions
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
 
 
-def worker_identity() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+def worker_identity(replica_name: str | None = None) -> str:
+    """Who claims runs and runs their attempts: `<replica name, else the host name>:<pid>`."""
+    return f"{replica_name or socket.gethostname()}:{os.getpid()}"
 
 
 # The statements of the hot paths (claim, step bookkeeping), built once with bind
@@ -206,7 +207,8 @@ class RunQueue:
             if plan is not None:
                 conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
             number = conn.execute(_START_ATTEMPT, {"p_step_id": step_id, "p_now": now}).scalar_one()
-            conn.execute(_INSERT_ATTEMPT, {"step_id": step_id, "number": number, "started_at": now})
+            worker = None if lease is None else lease.worker
+            conn.execute(_INSERT_ATTEMPT, {"step_id": step_id, "number": number, "started_at": now, "worker": worker})
         return int(number)
 
     def finish_attempt(
@@ -397,8 +399,9 @@ class RunQueue:
         return [RunningClaim(r.id, r.claimed_by or "", int(r.claim_generation), r.heartbeat_at) for r in rows]
 
     def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float) -> list[int]:
-        """Requeue these runs, each only if it is still held by the same claim; their in-flight steps become
-        `interrupted`. Returns the ids requeued."""
+        """Requeue these runs, each only if it is still held by the same claim with the same heartbeat (an
+        owner that renewed its lease meanwhile keeps it); their in-flight steps become `interrupted`.
+        Returns the ids requeued."""
         if not claims:
             return []
         with self._tx.write() as conn:
@@ -410,6 +413,10 @@ class RunQueue:
                         t.runs.c.id == c.id,
                         t.runs.c.status == RunStatus.RUNNING,
                         t.runs.c.claim_generation == c.generation,
+                        # The heartbeat recovery watched: one renewed since is an owner alive after all.
+                        t.runs.c.heartbeat_at.is_(None)
+                        if c.heartbeat_at is None
+                        else t.runs.c.heartbeat_at == c.heartbeat_at,
                     )
                 ).first()
             ]

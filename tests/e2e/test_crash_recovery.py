@@ -202,7 +202,7 @@ def test_a_sigstopped_executor_keeps_its_run_and_nothing_is_done_twice_or_overwr
         stopped = time.monotonic()
         others = [queue("node-b"), queue("node-c")]
         other.start()
-        # 3x stale_after: the other executor's recovery looks every stale_after/2 and runs what is queued.
+        # 3x stale_after: the other executor's recovery looks every stale_after/4 and runs what is queued.
         wait_until(lambda: all(run_json_of(store, r)["status"] == "succeeded" for r in others), timeout=10)
         time.sleep(max(0.0, stopped + 3 * stale_after - time.monotonic()))
         held = run_json_of(store, stalled_run)

@@ -455,16 +455,13 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 4 file: without what migration 5 adds.
+    # Back to a real version 5 file: without what migration 6 adds (who ran each attempt).
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("DROP INDEX ix_steps_status_finished")
-        for table, column in (("runs", "claim_generation"), ("runs", "rerunnable"), ("runs", "superseded_by"),
-                              ("steps", "always")):  # fmt: skip
-            conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+        conn.execute("ALTER TABLE attempts DROP COLUMN worker")
+        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 5, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 6, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

@@ -72,6 +72,7 @@ class RemediateServer:
         workers: int = 2,
         executor_threads: int | None = None,
         env: dict[str, str] | None = None,
+        database_url: str | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.playbooks = Path(playbooks)
@@ -80,7 +81,8 @@ class RemediateServer:
         self.executor_threads = executor_threads
         self.extra_env = dict(env or {})
         self.db_path = self.workdir / "r.db"
-        self.database_url = f"sqlite:///{self.db_path}"
+        self.database_url = database_url or f"sqlite:///{self.db_path}"
+        """The test's own SQLite file, or a shared database (replicas on one PostgreSQL: `pg_url`)."""
         self.log_path = self.workdir / "remediate.log"
         self.port = free_port()
         self.starts = 0

@@ -265,3 +265,38 @@ def test_the_agent_token_may_come_from_a_file(tmp_path: Path) -> None:
     token.write_text("s3cret\n")
     assert load_settings(env={"REMEDIATE_AGENT_TOKEN_FILE": str(token)}).resolved_agent_token() == "s3cret"
     assert "s3cret" not in repr(load_settings(env={"REMEDIATE_AGENT_TOKEN": "s3cret"}))
+
+
+def test_the_lease_defaults_to_a_minute_and_its_old_name_stale_after_still_sets_it(tmp_path: Path) -> None:
+    """Issue 11: the executor's lease is `lease`; `stale_after` (file, environment) is read as it."""
+    assert Settings().lease == 60.0
+    old_file = write(tmp_path / "old.yaml", "stale_after: 90s\n")
+    new_file = write(tmp_path / "new.yaml", "lease: 45s\n")
+
+    assert load_settings(config_file=old_file, env={}).lease == 90.0
+    assert load_settings(config_file=new_file, env={}).lease == 45.0
+    assert load_settings(env={"REMEDIATE_STALE_AFTER": "30s"}).lease == 30.0
+    assert load_settings(env={"REMEDIATE_LEASE": "20s"}).lease == 20.0
+    assert load_settings(env={"REMEDIATE_LEASE": "20s"}).stale_after == 20.0
+    # The environment still overrides the file, whichever name each uses.
+    assert load_settings(config_file=new_file, env={"REMEDIATE_STALE_AFTER": "10s"}).lease == 10.0
+
+
+def test_the_lease_under_both_its_names_in_one_file_is_refused(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.yaml", "lease: 30s\nstale_after: 90s\n")
+
+    with pytest.raises(ConfigError, match=r"'stale_after' is given twice \(also as 'lease'\)"):
+        load_settings(config_file=config, env={})
+
+
+@pytest.mark.parametrize("lease", ["1s", "500ms", "0"])
+def test_a_lease_too_short_to_renew_is_refused_naming_the_minimum(lease: str) -> None:
+    with pytest.raises(ConfigError, match=r"setting 'lease'.*too short: at least 2s"):
+        load_settings(env={}, overrides={"lease": lease})
+    with pytest.raises(ConfigError, match=r"setting 'stale_after'.*too short"):
+        load_settings(env={"REMEDIATE_STALE_AFTER": lease})
+
+
+def test_the_replica_name_is_unset_by_default_and_read_from_the_environment() -> None:
+    assert Settings().replica_name is None
+    assert load_settings(env={"REMEDIATE_REPLICA_NAME": "remediate-0"}).replica_name == "remediate-0"

@@ -54,7 +54,7 @@ RUN = RunDetail(
             plan={"from": 400},
             result={"to": 300},
             error=None,
-            attempts=[AttemptDetail(1, 11.0, 12.0, "succeeded", None)],
+            attempts=[AttemptDetail(1, 11.0, 12.0, "succeeded", None, "replica-a:7")],
             timeout=30.0,
             retries=1,
             always=False,
@@ -70,8 +70,8 @@ def test_a_run_is_the_api_v1_shape_with_its_keys_in_order() -> None:
 
     assert list(body) == [
         "id", "playbook", "alertname", "target", "phase", "mode", "status", "created_at", "started_at",
-        "finished_at", "approved_by", "approved_at", "error", "rerunnable", "superseded_by", "decision",
-        "alert", "steps",
+        "finished_at", "approved_by", "approved_at", "error", "rerunnable", "superseded_by", "ran_on",
+        "decision", "alert", "steps",
     ]  # fmt: skip
     assert body["decision"] == {"decision": "accepted", "reason": "ok"}
     assert body["alert"] == {
@@ -91,10 +91,33 @@ def test_a_run_is_the_api_v1_shape_with_its_keys_in_order() -> None:
         "timeout", "retries", "always", "started_at", "finished_at",
     ]  # fmt: skip
     assert step["attempts"] == [
-        {"number": 1, "started_at": 11.0, "finished_at": 12.0, "outcome": "succeeded", "error": None}
-    ]
+        {"number": 1, "started_at": 11.0, "finished_at": 12.0, "outcome": "succeeded", "error": None,
+         "ran_on": "replica-a:7"}
+    ]  # fmt: skip
+    assert body["ran_on"] == ["replica-a:7"]
     assert (step["params"], step["plan"], step["result"]) == ({"watts": 300}, {"from": 400}, {"to": 300})
     json.dumps(body)  # plain JSON, nothing left typed
+
+
+def test_ran_on_names_each_executor_once_in_the_order_it_first_ran_an_attempt() -> None:
+    """Issue 11: a run taken over after its replica died shows both; attempts from before schema
+    version 6 (no worker recorded) add nothing."""
+    (step,) = RUN.steps
+    first = step._replace(
+        attempts=[
+            AttemptDetail(1, 11.0, 12.0, "interrupted", "the executor stopped", "replica-a:7"),
+            AttemptDetail(2, 20.0, 21.0, "succeeded", None, "replica-b:9"),
+        ]
+    )
+    earlier = step._replace(index=1, attempts=[AttemptDetail(1, 5.0, 6.0, "succeeded", None, None)])
+    later = step._replace(index=2, attempts=[AttemptDetail(1, 22.0, 23.0, "succeeded", None, "replica-b:9")])
+
+    body = run_json(RUN._replace(steps=[first, earlier, later]))
+
+    assert body["ran_on"] == ["replica-a:7", "replica-b:9"]
+    assert [a["ran_on"] for a in body["steps"][0]["attempts"]] == ["replica-a:7", "replica-b:9"]
+    assert body["steps"][1]["attempts"][0]["ran_on"] is None
+    assert run_json(RUN._replace(steps=[earlier]))["ran_on"] == []
 
 
 def test_a_run_without_a_decision_shows_null() -> None:

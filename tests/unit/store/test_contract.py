@@ -239,6 +239,35 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
 
 
 @EVERY_STORE
+def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_its_executor(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    """Issue 11: an owner that renewed its lease after recovery looked keeps its run; the attempts of a run
+    taken over name both executors (`attempts.worker`), and one recorded without a lease names none."""
+    run_id = queue(make_engine(playbook()), ingest, make_alert)
+    first = store.claim_run("replica-a:7", T0)
+    assert first is not None
+    step, later = store.steps_of(run_id)
+    store.start_attempt(step.id, T0 + 1, lease=first.lease)
+    looked = store.running_claims()
+    store.heartbeat([run_id], "replica-a:7", T0 + 2)  # alive after all
+
+    assert store.requeue_claims(looked, now=T0 + 3) == []
+    assert rows(store, "runs")[0].status == "running"
+    assert store.requeue_claims(store.running_claims(), now=T0 + 4) == [run_id]
+    second = store.claim_run("replica-b:9", T0 + 5)
+    assert second is not None
+    store.start_attempt(step.id, T0 + 6, lease=second.lease)
+    store.start_attempt(later.id, T0 + 7)
+
+    assert [(a.number, a.outcome, a.worker) for a in rows(store, "attempts")] == [
+        (1, "interrupted", "replica-a:7"),
+        (2, None, "replica-b:9"),
+        (1, None, None),
+    ]
+
+
+@EVERY_STORE
 def test_attempts_steps_and_the_run_end_are_recorded(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:

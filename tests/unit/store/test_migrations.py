@@ -53,6 +53,9 @@ def _make_version(path: Path, version: int) -> None:
                 ("steps", "always"),
             ):
                 conn.execute(sa.text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+        if version < 6:
+            # before version 6: attempts did not record the executor that ran them
+            conn.execute(sa.text("ALTER TABLE attempts DROP COLUMN worker"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -173,5 +176,53 @@ def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_
     assert step.always is False
     detail = run_json_of(store, 1)
     assert (detail["rerunnable"], detail["superseded_by"]) == (False, None)
+    store.close()
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones_recorded(tmp_path: Path) -> None:
+    """Issue 11: `attempts.worker` (who ran it, `ran_on` in the API) is added empty; attempts recorded
+    before say nothing, those after name their executor."""
+    old, fresh = tmp_path / "v5.db", tmp_path / "fresh.db"
+    _make_version(old, 5)
+    engine = sa.create_engine(f"sqlite:///{old}")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
+                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
+                "created_at, updated_at, guard_key) "
+                "VALUES (1, 'k', 'p', 'A', 'node-a', 'firing', 'enforce', 'queued', 1, 1, 1, 'node-a')"
+            )
+        )
+        for idx, attempts in ((0, 1), (1, 0)):
+            conn.execute(
+                sa.text(
+                    'INSERT INTO steps (id, run_id, idx, name, action, "where", params, timeout, retries, status, '
+                    "attempts) VALUES (:id, 1, :idx, 's', 'log', 'cluster', '{}', 1, 0, 'pending', :attempts)"
+                ),
+                {"id": idx + 1, "idx": idx, "attempts": attempts},
+            )
+        conn.execute(sa.text("INSERT INTO attempts (step_id, number, started_at) VALUES (1, 1, 1.5)"))
+    engine.dispose()
+    store = Store.open(f"sqlite:///{old}")
+    Store.open(f"sqlite:///{fresh}").close()
+    claimed = store.claim_run("replica-b:42", 2.0)
+    assert claimed is not None
+    store.start_attempt(2, 3.0, lease=claimed.lease)
+    detail = run_json_of(store, 1)
+    assert [a["ran_on"] for s in detail["steps"] for a in s["attempts"]] == [None, "replica-b:42"]
+    assert detail["ran_on"] == ["replica-b:42"]
     store.close()
     assert _schema_of(old) == _schema_of(fresh)
