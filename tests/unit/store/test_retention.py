@@ -337,7 +337,10 @@ def size(store: Store) -> dict[str, int]:
                 "free": int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()),
             }
         heap, indexes = conn.execute(
-            sa.text("SELECT sum(pg_table_size(n::regclass)), sum(pg_indexes_size(n::regclass)) FROM unnest(:names) n"),
+            sa.text(
+                "SELECT sum(pg_table_size(n::regclass)), sum(pg_indexes_size(n::regclass)) "
+                "FROM unnest(CAST(:names AS text[])) n"
+            ),
             {"names": list(TABLES)},
         ).one()
         return {"tables": int(heap), "indexes": int(indexes)}
