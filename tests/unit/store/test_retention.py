@@ -419,3 +419,33 @@ def test_the_pruner_prunes_periodically_and_logs_one_line(store: Store, caplog: 
     lines = [r.getMessage() for r in caplog.records if r.name == "remediate.retention"]
     assert lines[0].startswith("retention: pruned history older than 7.776e+06s: notifications=30 alerts=30")
     assert len(lines) == 2, "a prune that deleted nothing says nothing"
+
+
+def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_a_cooldown(
+    store: Store, registry: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from remediate.config import Settings
+    from remediate.playbooks import PlaybookSet, parse_playbook
+    from remediate.serving import history_pruner
+
+    def playbooks(cooldown: str) -> PlaybookSet:
+        return PlaybookSet([parse_playbook({**XID, "cooldown": cooldown}, registry, source="xid.yaml")])
+
+    assert history_pruner(Settings(retention=0.0), store, playbooks("1h")) is None
+    # A 120-day cooldown reads back runs of 120 days: they stay, whatever `retention` says.
+    longest = history_pruner(Settings(retention=KEEP), store, playbooks("120d"))
+    assert longest is not None and longest.keep == 120 * DAY
+    fill(store, 40, time.time() - 100 * DAY)
+    fill(store, 3, time.time() - DAY, first=40)
+    pruner = history_pruner(Settings(retention=KEEP), store, playbooks("1h"), every=0.02)
+    assert pruner is not None and pruner.keep == KEEP and pruner.first_after == 0.02
+    caplog.set_level("INFO", logger="remediate.retention")
+    pruner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not pruner.reports and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        pruner.stop()
+    assert pruner.reports[0].runs == 40 and counts(store)["runs"] == 3
+    assert any("notifications=40" in r.getMessage() for r in caplog.records)
