@@ -103,19 +103,23 @@ def _runless_decision_prunable(decision: Any, cut: Any) -> sa.ColumnElement[bool
     return sa.and_(decision.c.run_id.is_(None), decision.c.created_at < cut)
 
 
-def _notification_prunable(cut: Any) -> sa.ColumnElement[bool]:
-    """Received before the cut, and no decision or run that is kept needs it (true before any deletion:
-    a dry run counts what the real prune deletes)."""
-    n, d, r = t.notifications, t.decisions.alias(), t.runs.alias()
-    kept_run = sa.and_(r.c.id == d.c.run_id, _run_prunable(r, cut))
-    decision_kept = sa.and_(
-        d.c.notification_id == n.c.id,
+def _notification_old(cut: Any) -> sa.ColumnElement[bool]:
+    return t.notifications.c.received_at < cut
+
+
+def _notifications_needed(conn: sa.Connection, ids: list[int], cut: Any) -> set[int]:
+    """Those of the notifications `ids` that a kept decision names (true before any deletion too: a dry
+    run counts what the real prune deletes). A run is always written with its decision, so a kept run
+    keeps its decision and with it the notification. One query per batch, not one per notification:
+    `decisions.notification_id` has no index."""
+    d, r = t.decisions, t.runs.alias()
+    run_goes = sa.exists().where(r.c.id == d.c.run_id, _run_prunable(r, cut))
+    kept = sa.and_(
+        d.c.notification_id.in_(ids),
         ~_runless_decision_prunable(d, cut),
-        sa.or_(d.c.run_id.is_(None), ~sa.exists().where(kept_run)),
+        sa.or_(d.c.run_id.is_(None), ~run_goes),
     )
-    r2, a2 = t.runs.alias(), t.alerts.alias()
-    run_kept = sa.exists().where(a2.c.notification_id == n.c.id, r2.c.alert_id == a2.c.id, ~_run_prunable(r2, cut))
-    return sa.and_(n.c.received_at < cut, ~sa.exists().where(decision_kept), ~run_kept)
+    return set(conn.execute(sa.select(d.c.notification_id).distinct().where(kept)).scalars())
 
 
 def _claim_prunable(cut: Any) -> sa.ColumnElement[bool]:
@@ -133,6 +137,8 @@ class _Pass:
     table: sa.Table
     prunable: Callable[[Any], sa.ColumnElement[bool]]
     delete: Callable[[sa.Connection, list[int], Any, bool], dict[str, int]]
+    needed: Callable[[sa.Connection, list[int], Any], set[int]] | None = None
+    """Of the candidates, those that stay after all (checked per batch, in the read transaction)."""
 
 
 def _count(conn: sa.Connection, table: sa.Table, condition: sa.ColumnElement[bool]) -> int:
@@ -166,19 +172,9 @@ def _delete_decisions(conn: sa.Connection, ids: list[int], cut: Any, dry_run: bo
 
 
 def _delete_notifications(conn: sa.Connection, ids: list[int], cut: Any, dry_run: bool) -> dict[str, int]:
+    # Chosen in the read transaction (_notifications_needed): nothing written since can name an old
+    # notification (ingest only ever refers to its own), and the foreign keys stand guard regardless.
     n = t.notifications
-    if not dry_run:
-        # After the run and decision passes a prunable notification has nothing left that names it; one
-        # that something names now (a decision written since) stays.
-        free = sa.and_(
-            n.c.id.in_(ids),
-            n.c.received_at < cut,
-            ~sa.exists().where(t.decisions.c.notification_id == n.c.id),
-            ~sa.exists().where(t.alerts.c.notification_id == n.c.id, t.runs.c.alert_id == t.alerts.c.id),
-        )
-        ids = list(conn.execute(sa.select(n.c.id).where(free)).scalars())
-        if not ids:
-            return {}
     return {
         "alerts": _delete(conn, t.alerts, t.alerts.c.notification_id.in_(ids), dry_run),
         "notifications": _delete(conn, n, n.c.id.in_(ids), dry_run),
@@ -195,7 +191,7 @@ def _delete_claims(conn: sa.Connection, ids: list[int], cut: Any, dry_run: bool)
 _PASSES: Sequence[_Pass] = (
     _Pass(t.runs, lambda cut: _run_prunable(t.runs, cut), _delete_runs),
     _Pass(t.decisions, lambda cut: _runless_decision_prunable(t.decisions, cut), _delete_decisions),
-    _Pass(t.notifications, _notification_prunable, _delete_notifications),
+    _Pass(t.notifications, _notification_old, _delete_notifications, _notifications_needed),
     _Pass(t.breaker_claims, _claim_prunable, _delete_claims),
 )
 
@@ -225,17 +221,18 @@ def prune(
     for step in _PASSES:
         after = 0
         while not (stopping is not None and stopping.is_set()):
-            ids = _candidates(transactions, step, cut, after, batch_size)
-            if not ids:
+            scanned, ids = _candidates(transactions, step, cut, after, batch_size)
+            if not scanned:
                 break
-            after = ids[-1]
-            opened = transactions.read() if dry_run else transactions.write()
-            with opened as conn:
-                deleted = step.delete(conn, ids, cut, dry_run)
-            report = report + PruneReport(**deleted, batches=1)
-            if len(ids) < batch_size:
+            after = scanned[-1]
+            if ids:
+                opened = transactions.read() if dry_run else transactions.write()
+                with opened as conn:
+                    deleted = step.delete(conn, ids, cut, dry_run)
+                report = report + PruneReport(**deleted, batches=1)
+            if len(scanned) < batch_size:
                 break
-            if pause > 0:
+            if pause > 0 and ids:
                 if stopping is not None:
                     stopping.wait(pause)
                 else:
@@ -243,12 +240,18 @@ def prune(
     return report
 
 
-def _candidates(transactions: Transactions, step: _Pass, cut: float, after: int, limit: int) -> list[int]:
-    """The next ids that may go, chosen without the write lock."""
+def _candidates(
+    transactions: Transactions, step: _Pass, cut: float, after: int, limit: int
+) -> tuple[list[int], list[int]]:
+    """The next ids that may go (all scanned, and those of them that go), chosen without the write lock."""
     id_column = step.table.c.id
     statement = sa.select(id_column).where(id_column > after, step.prunable(cut)).order_by(id_column).limit(limit)
     with transactions.read() as conn:
-        return list(conn.execute(statement).scalars())
+        scanned = list(conn.execute(statement).scalars())
+        if step.needed is None or not scanned:
+            return scanned, scanned
+        needed = step.needed(conn, scanned, cut)
+    return scanned, [i for i in scanned if i not in needed]
 
 
 # --------------------------------------------------------------------------- the server's periodic prune
