@@ -34,7 +34,7 @@ from remediate.store.ingest import GuardReader, IngestWriterContext
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
 from remediate.store.queue import RunQueue
-from remediate.store.retention import DEFAULT_BATCH_SIZE, PruneReport, prune
+from remediate.store.retention import DEFAULT_BATCH_SIZE, DEFAULT_MAX_HOLD, PruneReport, prune
 
 
 class Store:
@@ -272,6 +272,16 @@ class Store:
         dry_run: bool = False,
         pause: float = 0.0,
         stopping: threading.Event | None = None,
+        max_hold: float | None = DEFAULT_MAX_HOLD,
     ) -> PruneReport:
         """Delete finished history older than `older_than` seconds, in bounded batches (store.retention)."""
-        return prune(self, older_than, now=now, batch_size=batch_size, dry_run=dry_run, pause=pause, stopping=stopping)
+        return prune(
+            self,
+            older_than,
+            now=now,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            pause=pause,
+            stopping=stopping,
+            max_hold=max_hold,
+        )

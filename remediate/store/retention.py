@@ -196,6 +196,10 @@ _PASSES: Sequence[_Pass] = (
 )
 
 
+DEFAULT_MAX_HOLD = 0.2
+"""Seconds one batch's write transaction should take at most: a batch that took longer halves the next."""
+
+
 def prune(
     transactions: Transactions,
     older_than: float,
@@ -205,12 +209,15 @@ def prune(
     dry_run: bool = False,
     pause: float = 0.0,
     stopping: threading.Event | None = None,
+    max_hold: float | None = DEFAULT_MAX_HOLD,
 ) -> PruneReport:
     """Delete the history older than `older_than` seconds before `now` (see the module's docstring).
 
     At most `batch_size` runs, decisions, notifications or claims (with their children) per write
-    transaction; `pause` seconds between batches leave the lock to others; `stopping` set ends it
-    between two batches (what was deleted stays deleted: a later prune goes on from there).
+    transaction, fewer while a batch's transaction takes longer than `max_hold` seconds (the foreign
+    keys' checks grow with the tables: see docs/install.md, "Retention"); `pause` seconds between
+    batches leave the lock to others; `stopping` set ends it between two batches (what was deleted
+    stays deleted: a later prune goes on from there).
     """
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
@@ -219,18 +226,21 @@ def prune(
     cut = now - older_than
     report = PruneReport(dry_run=dry_run)
     for step in _PASSES:
-        after = 0
+        after, size = 0, batch_size
         while not (stopping is not None and stopping.is_set()):
-            scanned, ids = _candidates(transactions, step, cut, after, batch_size)
+            limit = size
+            scanned, ids = _candidates(transactions, step, cut, after, limit)
             if not scanned:
                 break
             after = scanned[-1]
             if ids:
+                started = time.monotonic()
                 opened = transactions.read() if dry_run else transactions.write()
                 with opened as conn:
                     deleted = step.delete(conn, ids, cut, dry_run)
                 report = report + PruneReport(**deleted, batches=1)
-            if len(scanned) < batch_size:
+                size = _next_size(size, time.monotonic() - started, batch_size, max_hold)
+            if len(scanned) < limit:
                 break
             if pause > 0 and ids:
                 if stopping is not None:
@@ -238,6 +248,17 @@ def prune(
                 else:
                     time.sleep(pause)
     return report
+
+
+def _next_size(size: int, took: float, most: int, max_hold: float | None) -> int:
+    """Halve a batch that held the lock too long; grow it back while batches are quick."""
+    if max_hold is None:
+        return size
+    if took > max_hold:
+        return max(1, size // 2)
+    if took < max_hold / 4:
+        return min(most, size * 2)
+    return size
 
 
 def _candidates(

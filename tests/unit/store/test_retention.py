@@ -217,11 +217,31 @@ def counting_writes(store: Store) -> Iterator[list[float]]:
 def test_prune_works_in_batches_of_at_most_batch_size_rows_each_its_own_write_transaction(store: Store) -> None:
     fill(store, 230, T0)
     with counting_writes(store) as holds:
-        report = store.prune(KEEP, now=NOW, batch_size=50)
+        report = store.prune(KEEP, now=NOW, batch_size=50, max_hold=None)
     assert report.runs == report.notifications == report.steps == report.attempts == 230
     assert report.decisions == 230
     # runs: 5 batches (50 x 4 + 30), notifications: 5; no runless decisions, no claims.
     assert report.batches == len(holds) == 10
+    assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+
+
+def test_a_batch_that_held_the_write_lock_too_long_halves_the_next(store: Store) -> None:
+    fill(store, 100, T0)
+    sizes: list[int] = []
+    original = store.write
+
+    @contextmanager
+    def counted() -> Iterator[sa.Connection]:
+        before = counts(store)["runs"] + counts(store)["notifications"]
+        with original() as conn:
+            yield conn
+        sizes.append(before - counts(store)["runs"] - counts(store)["notifications"])
+
+    store.write = counted  # type: ignore[method-assign]
+    report = store.prune(KEEP, now=NOW, batch_size=64, max_hold=1e-9)  # every batch is "too long"
+    store.write = original  # type: ignore[method-assign]
+    # Runs 64, 32, then the last 4; the notifications start again from batch_size.
+    assert sizes == [64, 32, 4, 64, 32, 4] and report.batches == 6
     assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
 
 
