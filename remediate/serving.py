@@ -140,6 +140,8 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
 
 PRUNE_EVERY = 3600.0
 """Seconds between two prunes of the history by the executor process (when `retention` is set)."""
+PRUNE_FIRST_AFTER = 5.0
+"""... and after its start: a server restarted more often than hourly (rollouts) still prunes."""
 
 
 def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: float = PRUNE_EVERY) -> Any:
@@ -153,7 +155,7 @@ def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: flo
 
     cooldowns = [p.cooldown.total_seconds() for p in playbooks.playbooks]
     keep = max(settings.retention, ATTEMPT_WINDOW.total_seconds(), settings.breaker_window, *cooldowns)
-    return Pruner(store.prune, keep, every=every, first_after=min(every, 60.0))
+    return Pruner(store.prune, keep, every=every, first_after=min(every, PRUNE_FIRST_AFTER))
 
 
 class _RemediateArbiter(Arbiter):  # type: ignore[misc]
