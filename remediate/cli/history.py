@@ -121,7 +121,11 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, batch_size: int, a
     """Delete old notifications, decisions that made no run, and finished runs (with their steps and
     attempts) from the database, in small batches; runs queued, running or awaiting approval are never
     deleted. A server with `retention` set does this by itself every hour."""
-    if params.get("server") or (ctx.parent is not None and ctx.parent.params.get("server")):
+    # $REMEDIATE_SERVER (set for the other commands) is no reason to refuse: only a --server given here.
+    given_to_history = ctx.parent is not None and ctx.parent.get_parameter_source("server") in (
+        click.core.ParameterSource.COMMANDLINE,
+    )
+    if params.get("server") or given_to_history:
         raise CliError(
             "history prune works on the database, not through a server: pass --database-url (or let the "
             "server's `retention` setting prune)"

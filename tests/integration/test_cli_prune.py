@@ -144,3 +144,26 @@ def test_prune_of_a_database_that_does_not_exist_says_so(cli: Cli, tmp_path: Pat
     result = cli("history", "prune", "--older-than", "90d", "--database-url", f"sqlite:///{tmp_path / 'none.db'}")
 
     assert_one_line_error(result, "no database at")
+
+
+def test_prune_ignores_a_server_from_the_environment(cli: Cli, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'remediate.db'}"
+    store = Store.open(url)
+    fill(store, 5, time.time() - 100 * DAY)
+    (tmp_path / "playbooks").mkdir()
+
+    result = cli(
+        "history",
+        "prune",
+        "--older-than",
+        "90d",
+        "--database-url",
+        url,
+        "--playbooks",
+        str(tmp_path / "playbooks"),
+        env={"REMEDIATE_SERVER": "http://127.0.0.1:9"},
+    )
+
+    assert result.exit_code == 0, result.output
+    assert runs(store) == 0
+    store.close()
