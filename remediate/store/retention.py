@@ -12,14 +12,19 @@ What is pruned, `older_than` seconds before `now` (the cut):
 - a circuit-breaker claim released before the cut (an open claim holds its node: never).
 
 Never pruned: runs queued, running or awaiting approval, and everything they need (their alert, its
-notification, their decision). A finished run that is kept may name a pruned run in `after_run_id` or
-`superseded_by`; nothing but the history display reads through those ids.
+notification, their decision); the action memory and `meta` (state, not history). A finished run that
+is kept may name a pruned run in `after_run_id` or `superseded_by`; nothing but the history display
+reads through those ids.
 
 Every batch is two steps: the candidates (at most `batch_size` parent rows, by id) are chosen in a read
-transaction, which takes no write lock; then one short write transaction checks them again and deletes
-them with their children. SQLite's writers (ingest first of all) queue for at most one batch. A dry run
-chooses the same rows and counts what would go, deleting nothing. The cut is for the caller to keep
-above what the guards read back (24 h of runs for max_attempts, the longest cooldown, the breaker window).
+transaction, which takes no write lock; then one short write transaction deletes them with their
+children (runs are checked again there: their occurrence may have been re-sent a moment ago).
+SQLite's writers (ingest first of all) queue for at most one batch, and a batch that took longer than
+`max_hold` halves the next. On PostgreSQL a prune locks only the rows it deletes: ingest never waits
+for it; a delivery that races the deletion of its occurrence's run at that very moment is recorded
+as a new run (what pruning the run a day later would do anyway). A dry run chooses the same rows and
+counts what would go, deleting nothing. The cut is for the caller to keep above what the guards read
+back (24 h of runs for max_attempts, the longest cooldown, the breaker window: serving.history_pruner).
 """
 
 from __future__ import annotations
