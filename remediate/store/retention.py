@@ -21,10 +21,13 @@ transaction, which takes no write lock; then one short write transaction deletes
 children (runs are checked again there: their occurrence may have been re-sent a moment ago).
 SQLite's writers (ingest first of all) queue for at most one batch, and a batch that took longer than
 `max_hold` halves the next. On PostgreSQL a prune locks only the rows it deletes: ingest never waits
-for it; a delivery that races the deletion of its occurrence's run at that very moment is recorded
-as a new run (what pruning the run a day later would do anyway). A dry run chooses the same rows and
-counts what would go, deleting nothing. The cut is for the caller to keep above what the guards read
-back (24 h of runs for max_attempts, the longest cooldown, the breaker window: serving.history_pruner).
+for it. There, a delivery of an occurrence silent since the cut that arrives during the very batch
+deleting its run leaves the run deleted: the next delivery runs again, as it would had the run been
+pruned a moment earlier (on SQLite the batch's re-check, under the write lock, sees every delivery).
+
+A dry run chooses the same rows and counts what would go, deleting nothing. The cut is for the caller
+to keep above what the guards read back (24 h of runs for max_attempts, the longest cooldown, the
+breaker window: serving.history_pruner).
 """
 
 from __future__ import annotations
