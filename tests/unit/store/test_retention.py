@@ -401,3 +401,27 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
         pruner.stop()
     assert pruner.reports[0].runs == 40 and counts(store)["runs"] == 3
     assert any("notifications=40" in r.getMessage() for r in caplog.records)
+
+
+def test_two_replicas_pruning_at_once_delete_each_row_once(store: Store) -> None:
+    fill(store, 600, T0)
+    other = Store.open(store.engine.url.render_as_string(hide_password=False))
+    reports: list[PruneReport] = []
+    errors: list[BaseException] = []
+
+    def prune(on: Store) -> None:
+        try:
+            reports.append(on.prune(KEEP, now=NOW, batch_size=50))
+        except BaseException as exc:  # the assertion below names it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=prune, args=(s,)) for s in (store, other)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    other.close()
+    assert errors == []
+    total = reports[0] + reports[1]
+    assert (total.runs, total.steps, total.attempts, total.decisions, total.alerts, total.notifications) == (600,) * 6
+    assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
