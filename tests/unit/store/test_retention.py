@@ -251,6 +251,7 @@ def test_ingest_goes_on_while_a_big_prune_runs(
     fill(store, 3000, T0)
     engine = make_engine(XID)
     done: list[float] = []
+    finished: list[float] = []
     pruning = threading.Event()
 
     def alerts() -> None:
@@ -259,19 +260,23 @@ def test_ingest_goes_on_while_a_big_prune_runs(
             started = time.perf_counter()
             ingest(engine, make_alert("GpuXidError", labels={"Hostname": f"live-{i}"}), at=NOW)
             done.append(time.perf_counter() - started)
+            finished.append(time.perf_counter())
 
     thread = threading.Thread(target=alerts)
     thread.start()
     with counting_writes(store) as holds:
         pruning.set()
         report = store.prune(KEEP, now=NOW, batch_size=200, pause=0.005)
+        pruned_at = time.perf_counter()
     thread.join(30)
     assert report.runs == 3000 and len(done) == 20
     longest_hold, longest_ingest = max(holds), max(done)
     print(f"\n{store.engine.dialect.name}: 3000 runs pruned in {report.batches} batches; longest write-lock hold "
-          f"{longest_hold * 1000:.1f} ms; slowest of 20 concurrent ingests {longest_ingest * 1000:.1f} ms")  # fmt: skip
+          f"{longest_hold * 1000:.1f} ms; slowest of 20 concurrent ingests {longest_ingest * 1000:.1f} ms "
+          f"({sum(1 for f in finished if f < pruned_at)} done before the prune ended)")  # fmt: skip
     # A batch of 200 runs with their children holds the lock for a few tens of ms; an ingest waits
     # for at most one batch, never for the whole prune.
+    assert finished and finished[0] < pruned_at, "ingest went on during the prune, not after it"
     assert longest_hold < 2.0
     assert longest_ingest < 2.0
     assert len(ids(store, "runs")) == 20
