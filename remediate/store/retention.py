@@ -204,7 +204,7 @@ _PASSES: Sequence[_Pass] = (
 )
 
 
-DEFAULT_MAX_HOLD = 0.2
+DEFAULT_MAX_HOLD = 0.1
 """Seconds one batch's write transaction should take at most: a batch that took longer halves the next."""
 
 
