@@ -316,6 +316,13 @@ def _to_seconds(value: Any) -> float:
     return parse_duration(str(value)).total_seconds()
 
 
+def _to_mode(value: Any) -> str:
+    text = str(value)
+    if text not in SERVER_MODES:
+        raise ValueError(f"must be one of {', '.join(SERVER_MODES)}")
+    return text
+
+
 MIN_RETENTION = 86400.0
 """max_attempts counts a target's runs of the last 24 h (remediate.guards.ATTEMPT_WINDOW): keep at least those."""
 
@@ -328,13 +335,6 @@ def _to_retention(value: Any) -> float:
     if 0 < seconds < MIN_RETENTION:
         raise ValueError("must be at least 1d (max_attempts counts the runs of the last 24 h), or off")
     return seconds
-
-
-def _to_mode(value: Any) -> str:
-    text = str(value)
-    if text not in SERVER_MODES:
-        raise ValueError(f"must be one of {', '.join(SERVER_MODES)}")
-    return text
 
 
 # The image ships psycopg 3 only (the `postgres` extra); SQLAlchemy reads a bare `postgresql://` as
