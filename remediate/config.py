@@ -73,6 +73,10 @@ class Settings:
     """Seconds a request waits for the database write lock before answering 503 (AlertManager retries)."""
     mode: str = "enforce"
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
+    retention: float = 90 * 86400.0
+    """Seconds of history kept: the server prunes finished runs, the decisions that made no run and old
+    notifications (hourly, in small batches). 0 or `off`: keep everything. At least 1d (max_attempts counts
+    the last 24 h); the server keeps at least the longest playbook cooldown whatever this says."""
 
     # --- executor
     executor_threads: int = 4
@@ -345,6 +349,20 @@ def _to_mode(value: Any) -> str:
     return text
 
 
+MIN_RETENTION = 86400.0
+"""max_attempts counts a target's runs of the last 24 h (remediate.guards.ATTEMPT_WINDOW): keep at least those."""
+
+
+def _to_retention(value: Any) -> float:
+    """A duration of at least 1d, or 0 / off (keep everything)."""
+    if isinstance(value, str) and value.strip().lower() in ("off", "0", "never"):
+        return 0.0
+    seconds = _to_seconds(value)
+    if 0 < seconds < MIN_RETENTION:
+        raise ValueError("must be at least 1d (max_attempts counts the runs of the last 24 h), or off")
+    return seconds
+
+
 # The image ships psycopg 3 only (the `postgres` extra); SQLAlchemy reads a bare `postgresql://` as
 # psycopg2 and `postgres://` not at all, so a libpq URL straight from an operator's Secret would fail.
 _LIBPQ_SCHEME = re.compile(r"^(postgresql|postgres)://")
@@ -474,6 +492,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "playbooks": Path,
     "database_url": _to_database_url,
     "mode": _to_mode,
+    "retention": _to_retention,
     "executor_threads": _to_positive_int,
     "poll_interval": _to_seconds,
     "step_timeout": _to_seconds,

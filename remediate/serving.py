@@ -121,16 +121,41 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     executor = services.executor
     sock = _listen_for_wakeups(wake_path, executor.wake, stopping)
     executor.start()
+    pruner = history_pruner(settings, services.store, services.engine.playbooks)
+    if pruner is not None:
+        pruner.start()
     try:
         while not stopping.wait(1.0):
             if os.getppid() != arbiter_pid:
                 log.warning("the master process is gone: executor stopping")
                 break
     finally:
+        if pruner is not None:
+            pruner.stop(timeout=1.0)  # it stops between two batches; a batch is short
         executor.stop(timeout=GRACEFUL_TIMEOUT - 2.0)  # within the master's wait for it
         sock.close()
         services.store.close()
     return 0
+
+
+PRUNE_EVERY = 3600.0
+"""Seconds between two prunes of the history by the executor process (when `retention` is set)."""
+PRUNE_FIRST_AFTER = 5.0
+"""... and after its start: a server restarted more often than hourly (rollouts) still prunes."""
+
+
+def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: float = PRUNE_EVERY) -> Any:
+    """The executor process's periodic prune of the history (remediate.store.retention.Pruner); None when
+    `retention` is off. It keeps at least what the guards read back: the 24 h max_attempts counts, the
+    longest playbook cooldown, the breaker's window."""
+    if not settings.retention:
+        return None
+    from remediate.guards import ATTEMPT_WINDOW
+    from remediate.store import Pruner
+
+    cooldowns = [p.cooldown.total_seconds() for p in playbooks.playbooks]
+    keep = max(settings.retention, ATTEMPT_WINDOW.total_seconds(), settings.breaker_window, *cooldowns)
+    return Pruner(store.prune, keep, every=every, first_after=min(every, PRUNE_FIRST_AFTER))
 
 
 class _RemediateArbiter(Arbiter):  # type: ignore[misc]

@@ -10,7 +10,7 @@ The package holds one module per command group:
 - `_common`: exit codes, CliError, handle_errors, the shared option decorators, settings, store/client, tables;
 - `serve`, `agent`: the server and the node agent;
 - `playbooks`, `dryrun`, `actions`: playbooks list/validate, dry-run, the action reference;
-- `history`: history, show, approve, pause, resume;
+- `history`: history (and history prune), show, approve, pause, resume;
 - `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan;
 - `db`: db copy (a history from one database into an empty one).
 

@@ -1,5 +1,5 @@
 """The audit and control commands, against the database or a server (--server):
-`remediate history`, `show`, `approve`, `pause` and `resume`."""
+`remediate history` (and `history prune`, the database only), `show`, `approve`, `pause` and `resume`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from typing import Any
 import click
 
 from remediate.cli._common import (
+    CliError,
     _client,
     _open_store,
+    _settings,
     _short,
     _table,
     _when,
@@ -25,7 +27,7 @@ from remediate.errors import ConfigError
 from remediate.runs import RunStatus
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @common_options
 @client_options
 @click.option("--playbook", help="Only this playbook.")
@@ -37,9 +39,15 @@ from remediate.runs import RunStatus
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--cursor", help="next_cursor of a previous page.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
 @handle_errors
-def history(as_json: bool, **params: Any) -> None:
-    """Show the audit history, newest first (from the database, or a server with --server)."""
+def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
+    """Show the audit history, newest first (from the database, or a server with --server).
+
+    `remediate history prune` deletes old history from the database.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     filters = {
         k: params[k]
         for k in ("playbook", "alertname", "target", "status", "since", "until", "limit", "cursor")
@@ -86,6 +94,82 @@ def history(as_json: bool, **params: Any) -> None:
     )
     if page.get("next_cursor"):
         click.echo(f"more: --cursor {page['next_cursor']}")
+
+
+@history.command("prune")
+@common_options
+@click.option("--server", metavar="URL", help="Refused: prune works on the database (--database-url).")
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    metavar="DURATION",
+    help="Delete finished history older than this (e.g. 90d); at least 1d and the longest playbook cooldown.",
+)
+@click.option("--dry-run", is_flag=True, help="Delete nothing; print what would be deleted.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100_000),
+    default=500,
+    show_default=True,
+    help="Runs, decisions or notifications per write transaction (ingest waits for at most one).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+@handle_errors
+def prune(ctx: click.Context, older_than: str, dry_run: bool, batch_size: int, as_json: bool, **params: Any) -> None:
+    """Delete old notifications, decisions that made no run, and finished runs (with their steps and
+    attempts) from the database, in small batches; runs queued, running or awaiting approval are never
+    deleted. A server with `retention` set does this by itself every hour."""
+    # $REMEDIATE_SERVER (set for the other commands) is no reason to refuse: only a --server given here.
+    given_to_history = ctx.parent is not None and ctx.parent.get_parameter_source("server") in (
+        click.core.ParameterSource.COMMANDLINE,
+    )
+    if params.get("server") or given_to_history:
+        raise CliError(
+            "history prune works on the database, not through a server: pass --database-url (or let the "
+            "server's `retention` setting prune)"
+        )
+    for key in ("config", "playbooks", "database_url"):  # given before `prune`, on `history`
+        if params.get(key) is None and ctx.parent is not None:
+            params[key] = ctx.parent.params.get(key)
+    seconds = _prune_age(older_than, params)
+    store = _open_store(params)
+    try:
+        report = store.prune(seconds, now=time.time(), batch_size=batch_size, dry_run=dry_run)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, "older_than_seconds": seconds, **report.counts()}, indent=2))
+        return
+    click.echo(f"{'would delete' if dry_run else 'deleted'} history older than {older_than}:")
+    _table([[name, count] for name, count in report.counts().items()], ["TABLE", "ROWS"])
+
+
+def _prune_age(older_than: str, params: dict[str, Any]) -> float:
+    """--older-than in seconds: at least a day, and at least the longest cooldown of the playbooks (when
+    their directory is here): the guards read back runs that old."""
+    from remediate.config import MIN_RETENTION
+    from remediate.durations import format_duration, parse_duration
+
+    try:
+        seconds = parse_duration(older_than).total_seconds()
+    except ValueError as exc:
+        raise CliError(f"--older-than: {exc}") from None
+    if seconds < MIN_RETENTION:
+        raise CliError("--older-than must be at least 1d (max_attempts counts the runs of the last 24 h)")
+    directory = _settings(params).playbooks
+    if directory.is_dir():
+        from remediate.actions import default_registry
+        from remediate.playbooks import load_playbooks
+
+        for playbook in load_playbooks(directory, default_registry()).playbooks:
+            if playbook.cooldown.total_seconds() > seconds:
+                raise CliError(
+                    f"--older-than {older_than} is shorter than the cooldown of playbook {playbook.name!r} "
+                    f"({format_duration(playbook.cooldown)}): its guard reads back runs that old"
+                )
+    return seconds
 
 
 def _reason(entry: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ statements to the module of its concept (`queue`, `ingest`, `history`, `pause`, 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
@@ -33,6 +34,7 @@ from remediate.store.ingest import GuardReader, IngestWriterContext
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
 from remediate.store.queue import RunQueue
+from remediate.store.retention import DEFAULT_BATCH_SIZE, DEFAULT_MAX_HOLD, PruneReport, prune
 
 
 class Store:
@@ -258,3 +260,28 @@ class Store:
     def counts(self) -> dict[str, int]:
         with self.read() as conn:
             return _history.counts(conn)
+
+    # ------------------------------------------------------------------ retention
+
+    def prune(
+        self,
+        older_than: float,
+        *,
+        now: float,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        pause: float = 0.0,
+        stopping: threading.Event | None = None,
+        max_hold: float | None = DEFAULT_MAX_HOLD,
+    ) -> PruneReport:
+        """Delete finished history older than `older_than` seconds, in bounded batches (store.retention)."""
+        return prune(
+            self,
+            older_than,
+            now=now,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            pause=pause,
+            stopping=stopping,
+            max_hold=max_hold,
+        )

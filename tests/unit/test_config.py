@@ -146,6 +146,21 @@ def test_booleans_from_the_environment(tmp_path: Path) -> None:
     assert load_settings(env={"REMEDIATE_INSECURE_NO_AUTH": "0"}).insecure_no_auth is False
 
 
+@pytest.mark.parametrize(
+    ("written", "seconds"),
+    [(None, 90 * 86400.0), ("30d", 30 * 86400.0), ("1d", 86400.0), ("off", 0.0), ("0", 0.0), ("OFF", 0.0)],
+)
+def test_retention_is_90_days_unless_set_and_off_keeps_everything(written: str | None, seconds: float) -> None:
+    env = {} if written is None else {"REMEDIATE_RETENTION": written}
+    assert load_settings(env=env).retention == seconds
+
+
+@pytest.mark.parametrize("written", ["12h", "1s", "-3d", "soon"])
+def test_a_retention_shorter_than_a_day_or_not_a_duration_is_refused(written: str) -> None:
+    with pytest.raises(ConfigError, match="setting 'retention'"):
+        load_settings(env={"REMEDIATE_RETENTION": written})
+
+
 def test_the_token_file_is_read_and_stripped(tmp_path: Path) -> None:
     token_file = write(tmp_path / "token", "  s3cret-token\n")
 
