@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 metadata = sa.MetaData()
 
@@ -89,6 +89,7 @@ runs = sa.Table(
     sa.Column("superseded_by", sa.Integer, nullable=True),
     sa.Index("ix_runs_status", "status", "id"),
     sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
+    sa.Index("ix_runs_alert", "alert_id"),
 )
 
 steps = sa.Table(
@@ -158,6 +159,9 @@ decisions = sa.Table(
     sa.Index("ix_decisions_status", "status", "id"),
     sa.Index("ix_decisions_created", "created_at"),
     sa.Index("ix_decisions_run", "run_id"),
+    # Pruning deletes alerts and notifications: their references are found by index, not by a table scan.
+    sa.Index("ix_decisions_notification", "notification_id"),
+    sa.Index("ix_decisions_alert", "alert_id"),
 )
 
 # What actions remember between runs (e.g. the power limit a GPU had before remediate lowered it).
@@ -215,6 +219,12 @@ def _v6_attempt_worker(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE attempts ADD COLUMN worker VARCHAR(255)"))
 
 
+def _v7_reference_indexes(conn: sa.Connection) -> None:
+    conn.execute(sa.text("CREATE INDEX ix_decisions_notification ON decisions (notification_id)"))
+    conn.execute(sa.text("CREATE INDEX ix_decisions_alert ON decisions (alert_id)"))
+    conn.execute(sa.text("CREATE INDEX ix_runs_alert ON runs (alert_id)"))
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
@@ -222,4 +232,5 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     4: _v4_guard_key,
     5: _v5_claims_and_always,
     6: _v6_attempt_worker,
+    7: _v7_reference_indexes,
 }

@@ -455,13 +455,14 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 5 file: without what migration 6 adds (who ran each attempt).
+    # Back to a real version 6 file: without what migration 7 adds (the indexes pruning needs).
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("ALTER TABLE attempts DROP COLUMN worker")
-        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+        for index in ("ix_decisions_notification", "ix_decisions_alert", "ix_runs_alert"):
+            conn.execute(f"DROP INDEX {index}")
+        conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 6, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 7, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

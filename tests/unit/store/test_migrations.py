@@ -56,6 +56,10 @@ def _make_version(path: Path, version: int) -> None:
         if version < 6:
             # before version 6: attempts did not record the executor that ran them
             conn.execute(sa.text("ALTER TABLE attempts DROP COLUMN worker"))
+        if version < 7:
+            # before version 7: pruning's references (decisions and runs by alert and notification) had no index
+            for index in ("ix_decisions_notification", "ix_decisions_alert", "ix_runs_alert"):
+                conn.execute(sa.text(f"DROP INDEX {index}"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
