@@ -57,13 +57,17 @@ class Database:
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
         database = cls(engine, busy_timeout=busy_timeout)
-        database.dialect.protect_files()
-        if upgrade:
-            try:
-                database.upgrade()
-            except sa.exc.OperationalError as exc:
-                raise ConfigError(f"cannot open database {url!r}: {exc.orig}") from exc
-        database.dialect.remember_file()
+        try:
+            database.dialect.protect_files()
+            if upgrade:
+                try:
+                    database.upgrade()
+                except sa.exc.OperationalError as exc:
+                    raise ConfigError(f"cannot open database {url!r}: {exc.orig}") from exc
+            database.dialect.remember_file()
+        except BaseException:
+            database.close()  # a refused database leaves no pooled connection behind
+            raise
         return database
 
     @contextmanager

@@ -70,9 +70,7 @@ def _gpu_server(
     make_server: Callable[..., Server], tmp_path: Path, playbooks: dict[str, str]
 ) -> tuple[Server, SimulatedBackend]:
     gpus = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml"))
-    server = make_server(
-        playbooks=playbooks, gpu_backend="simulated", gpu_simulator_file=gpus.path, node_name="node-a"
-    )
+    server = make_server(playbooks=playbooks, gpu_backend="simulated", gpu_simulator_file=gpus.path, node_name="node-a")
     return server, gpus
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from remediate.store import Store
+
 INSTALL_HINT = "install Debian's postgresql package (scripts/test does, as root)"
 
 
@@ -118,12 +120,24 @@ class PostgresCluster:
     def url(self, database: str = "postgres", driver: str = "postgresql+psycopg") -> str:
         return f"{driver}://remediate@127.0.0.1:{self.port}/{database}"
 
-    def database(self) -> str:
-        """A new empty database; its SQLAlchemy URL."""
+    def database(self, template: str = "template1") -> str:
+        """A new database, a copy of `template` (empty by default); its SQLAlchemy URL."""
         name = f"t{os.getpid()}_{next(self._names)}"
         with psycopg.connect(self.url(driver="postgresql"), autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            # FILE_COPY copies the template's files (a checkpoint, cheap without fsync): ~45 ms here against
+            # ~115 ms for PostgreSQL 15's default WAL_LOG, which writes every block through the WAL.
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY file_copy')
         return self.url(name)
+
+    def schema_template(self) -> str:
+        """The name of a database holding remediate's current schema and nothing else, created on first use:
+        `database(template=...)` copies it, ~4 times cheaper than creating the schema in every test's database."""
+        name = "remediate_schema"
+        with psycopg.connect(self.url(driver="postgresql"), autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                conn.execute(f'CREATE DATABASE "{name}" STRATEGY file_copy')
+                Store.open(self.url(name)).close()  # the store creates its own schema: the path under test
+        return name
 
     def drop(self, url: str) -> None:
         name = url.rsplit("/", 1)[1]
@@ -151,6 +165,14 @@ def postgres() -> Iterator[PostgresCluster]:
         pytest.fail(f"these tests need a real PostgreSQL: {exc}")
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def pg_store_url(postgres: PostgresCluster) -> Iterator[str]:
+    """A new PostgreSQL database holding the current schema and no rows (what Store.open would create)."""
+    url = postgres.database(template=postgres.schema_template())
+    yield url
+    postgres.drop(url)
 
 
 @pytest.fixture

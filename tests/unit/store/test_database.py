@@ -11,9 +11,11 @@ from remediate import schema as t
 from remediate.engine import Engine
 from remediate.errors import ConfigError
 from remediate.store import Store
+from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0, Ingest, MakeAlert
 
 
+@EVERY_DATABASE
 def test_a_fresh_database_gets_the_current_schema_version(store: Store, db_url: str) -> None:
     assert store.schema_version() == t.SCHEMA_VERSION
     with store.read() as conn:
@@ -22,6 +24,7 @@ def test_a_fresh_database_gets_the_current_schema_version(store: Store, db_url: 
     assert store.counts() == {"notifications": 0, "alerts": 0, "decisions": 0, "runs": 0, "steps": 0}
 
 
+@EVERY_DATABASE
 def test_opening_an_existing_database_keeps_its_data(
     store: Store, db_url: str, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -37,6 +40,7 @@ def test_opening_an_existing_database_keeps_its_data(
         again.close()
 
 
+@EVERY_DATABASE
 def test_a_database_with_a_newer_schema_is_refused(store: Store, db_url: str) -> None:
     with store.write() as conn:
         conn.execute(sa.update(t.meta).where(t.meta.c.key == "schema_version").values(value=str(t.SCHEMA_VERSION + 1)))
@@ -52,5 +56,6 @@ def test_a_database_url_that_cannot_work_is_a_config_error(tmp_path: Any) -> Non
         Store.open(f"sqlite:///{tmp_path}/missing-dir/r.db")
 
 
+@EVERY_DATABASE
 def test_ping_reaches_the_database(store: Store) -> None:
     store.ping()
