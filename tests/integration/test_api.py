@@ -176,7 +176,6 @@ def test_history_lists_decisions_and_runs_newest_first(busy: Server) -> None:
 
 
 @ON_EVERY_DATABASE
-@ON_EVERY_DATABASE
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
