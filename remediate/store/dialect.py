@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import sqlalchemy as sa
 
-from remediate.errors import StoreBusy
+from remediate.errors import StoreBusy, StoreUnreachable
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 """Seconds a writer waits for the write lock where no one is waiting on an answer (executor, CLI)."""
@@ -43,6 +43,20 @@ class Dialect:
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         """The StoreBusy an error of a write transaction stands for, if it means the database stayed locked."""
         return None
+
+    def unreachable(self, exc: sa.exc.DBAPIError) -> StoreUnreachable | None:
+        """The StoreUnreachable an error stands for, if it means the server is gone (not a bad statement).
+
+        SQLAlchemy marks the pooled connections invalid when it recognises a disconnect: the pool's
+        pre-ping then replaces them, so the next transaction after the server is back just works."""
+        if exc.connection_invalidated:
+            return StoreUnreachable(self.unreachable_message(exc))
+        return None
+
+    def unreachable_message(self, exc: sa.exc.DBAPIError) -> str:
+        """One line: the database (its password hidden) and the driver's reason."""
+        reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+        return f"the database {self.url.render_as_string(hide_password=True)} cannot be reached: {reason}"
 
     def lock_breaker(self, conn: sa.Connection) -> None:
         """Serialise the circuit breaker's writers inside their transaction."""

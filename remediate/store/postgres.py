@@ -14,12 +14,16 @@ import zlib
 
 import sqlalchemy as sa
 
+from remediate.errors import StoreUnreachable
 from remediate.store.dialect import Dialect
 
 POOL_SIZE = 5
 MAX_OVERFLOW = 5
 CONNECT_TIMEOUT = 5
 """Seconds to wait for a connection to the server before the request fails (503), not a hang."""
+UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
+"""SQLSTATEs that mean the server, not the statement, failed: connection exceptions (class 08),
+admin shutdown (a restart, a fail-over), crash shutdown, cannot connect now (starting up)."""
 
 
 def advisory_key(name: str) -> int:
@@ -38,6 +42,16 @@ class PostgresDialect(Dialect):
             pool_timeout=busy_timeout,
             connect_args={"connect_timeout": CONNECT_TIMEOUT},
         )
+
+    def unreachable(self, exc: sa.exc.DBAPIError) -> StoreUnreachable | None:
+        # psycopg raises a connection that could not be made (refused, timed out, DNS) as an
+        # OperationalError without a SQLSTATE: no server ever answered.
+        sqlstate = getattr(exc.orig, "sqlstate", None)
+        if (sqlstate is None and isinstance(exc, sa.exc.OperationalError)) or (
+            sqlstate is not None and sqlstate.startswith(UNREACHABLE_STATES)
+        ):
+            return StoreUnreachable(self.unreachable_message(exc))
+        return super().unreachable(exc)
 
     def lock_schema(self, conn: sa.Connection) -> None:
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key("remediate.schema"))))

@@ -106,16 +106,29 @@ class PostgresCluster:
                          "--no-instructions", "--locale=C")  # fmt: skip
         if done.returncode:
             raise PostgresUnavailable(f"initdb failed: {done.stderr.strip() or done.stdout.strip()}")
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server (again) on its data directory, same port: what a restarted or failed-over
+        database looks like to remediate."""
         options = (
             f"-c port={self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
+        # -l: the server's output goes to the log, not to our pipe (which would then never reach EOF).
         done = self._run("pg_ctl", "-D", str(self.datadir), "-l", str(self.root / "server.log"),
                          "-o", options, "-w", "-t", "60", "start")  # fmt: skip
         if done.returncode:
             server_log = self.root / "server.log"
             log = server_log.read_text(errors="replace")[-2000:] if server_log.exists() else ""
             raise PostgresUnavailable(f"the test PostgreSQL did not start: {done.stderr.strip()} {log}")
+
+    def pause(self, *, mode: str = "fast") -> None:
+        """Stop the server, keeping its data (`resume()` starts it again): fast ends every session, as
+        an administrator's restart or a fail-over does; immediate is a crash."""
+        done = self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop")
+        if done.returncode:
+            raise PostgresUnavailable(f"stop failed: {done.stderr.strip()}")
 
     def url(self, database: str = "postgres", driver: str = "postgresql+psycopg") -> str:
         return f"{driver}://remediate@127.0.0.1:{self.port}/{database}"
@@ -145,9 +158,8 @@ class PostgresCluster:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def restart(self, *, mode: str = "fast") -> None:
-        done = self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "restart")
-        if done.returncode:
-            raise PostgresUnavailable(f"restart failed: {done.stderr.strip()}")
+        self.pause(mode=mode)
+        self.resume()
 
     def stop(self) -> None:
         if (self.datadir / "postmaster.pid").exists():
