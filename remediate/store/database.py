@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.errors import ConfigError, StoreBusy, StoreUnreachable
-from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect
+from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 from remediate.store.postgres import PostgresDialect
 from remediate.store.sqlite import SqliteDialect
 
@@ -50,12 +50,20 @@ class Database:
         self._writer = self.dialect.writer(engine)
 
     @classmethod
-    def open(cls, url: str, *, upgrade: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Database:
-        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock."""
+    def open(
+        cls,
+        url: str,
+        *,
+        upgrade: bool = True,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        pool: PoolLimits = DEFAULT_POOL,
+    ) -> Database:
+        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock
+        (and, on a server database, for one of the `pool`'s connections)."""
         try:
-            engine = dialect_for(sa.make_url(url)).create_engine(url, busy_timeout)
+            engine = dialect_for(sa.make_url(url)).create_engine(url, busy_timeout, pool)
         except (sa.exc.ArgumentError, ImportError) as exc:
-            raise ConfigError(f"cannot use database URL {_shown(url)!r}: {exc}") from exc
+            raise ConfigError(f"cannot use database URL {shown_url(url)!r}: {exc}") from exc
         database = cls(engine, busy_timeout=busy_timeout)
         try:
             database.dialect.protect_files()
@@ -63,7 +71,7 @@ class Database:
                 try:
                     database.upgrade()
                 except sa.exc.OperationalError as exc:  # one line: `remediate serve` prints it and exits
-                    raise ConfigError(f"cannot open database {_shown(url)!r}: {_one_line(exc.orig)}") from exc
+                    raise ConfigError(f"cannot open database {shown_url(url)!r}: {_one_line(exc.orig)}") from exc
                 except StoreUnreachable as exc:
                     raise ConfigError(f"cannot open database: {exc}") from exc
             database.dialect.remember_file()
@@ -174,7 +182,7 @@ class Database:
             return int(conn.execute(_SCHEMA_VERSION).scalar_one())
 
 
-def _shown(url: str) -> str:
+def shown_url(url: str) -> str:
     """The URL as it may be printed or logged: its password hidden."""
     try:
         return sa.make_url(url).render_as_string(hide_password=True)

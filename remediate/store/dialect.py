@@ -9,6 +9,7 @@ overrides it for SQLite files, `postgres.py` for PostgreSQL.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
@@ -16,6 +17,23 @@ from remediate.errors import StoreBusy, StoreUnreachable
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 """Seconds a writer waits for the write lock where no one is waiting on an answer (executor, CLI)."""
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """How many connections one process keeps to a server database (settings `database_pool_size`,
+    `database_max_overflow`): `size` stay open, `max_overflow` more are opened under load and closed
+    again. A checkout that finds all of them taken waits the busy timeout, then StoreBusy (503)."""
+
+    size: int = 5
+    max_overflow: int = 5
+
+    @property
+    def most(self) -> int:
+        return self.size + self.max_overflow
+
+
+DEFAULT_POOL = PoolLimits()
 
 
 class Dialect:
@@ -29,8 +47,9 @@ class Dialect:
         self.busy_timeout = busy_timeout
 
     @staticmethod
-    def create_engine(url: str, busy_timeout: float) -> sa.Engine:
-        return sa.create_engine(url, pool_pre_ping=True)
+    def create_engine(url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL) -> sa.Engine:
+        return sa.create_engine(url, pool_pre_ping=True, pool_size=pool.size, max_overflow=pool.max_overflow,
+                                pool_timeout=busy_timeout)  # fmt: skip
 
     def writer(self, engine: sa.Engine) -> sa.Engine:
         """The engine write transactions begin on (SQLite: with BEGIN IMMEDIATE)."""

@@ -3,9 +3,9 @@
 Several replicas share one database here, so whatever must happen once across them (creating the
 schema, upgrading it) is serialised with a transaction-scoped advisory lock: it is released by the
 commit or rollback, and by PostgreSQL itself when the holder's connection dies.
-The pool is bounded (`pool_size` + `max_overflow` per process) so that replicas x processes cannot
-exhaust the server's max_connections; a connection that died with a restart of the server is
-replaced on checkout (pre-ping) instead of failing the next request.
+The pool is bounded (settings `database_pool_size` + `database_max_overflow` per process) so that
+replicas x processes cannot exhaust the server's max_connections; a connection that died with a
+restart of the server is replaced on checkout (pre-ping) instead of failing the next request.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import zlib
 import sqlalchemy as sa
 
 from remediate.errors import StoreUnreachable
-from remediate.store.dialect import Dialect
+from remediate.store.dialect import DEFAULT_POOL, Dialect, PoolLimits
 
-POOL_SIZE = 5
-MAX_OVERFLOW = 5
 CONNECT_TIMEOUT = 5
 """Seconds to wait for a connection to the server before the request fails (503), not a hang."""
 UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
@@ -33,12 +31,12 @@ def advisory_key(name: str) -> int:
 
 class PostgresDialect(Dialect):
     @staticmethod
-    def create_engine(url: str, busy_timeout: float) -> sa.Engine:
+    def create_engine(url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL) -> sa.Engine:
         return sa.create_engine(
             url,
             pool_pre_ping=True,
-            pool_size=POOL_SIZE,
-            max_overflow=MAX_OVERFLOW,
+            pool_size=pool.size,
+            max_overflow=pool.max_overflow,
             pool_timeout=busy_timeout,
             connect_args={"connect_timeout": CONNECT_TIMEOUT},
         )

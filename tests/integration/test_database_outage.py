@@ -239,3 +239,12 @@ def test_serve_with_a_database_it_cannot_use_prints_one_line_and_exits(
     assert result.stderr.count("\n") == 1, result.stderr  # one line, never a traceback
     assert says in result.stderr
     assert "s3cret" not in result.stderr + result.stdout
+
+
+def test_each_server_process_opens_at_most_the_pool_the_settings_allow(
+    outage_url: str, make_server: MakeServer
+) -> None:
+    server = make_server(database_url=outage_url, database_pool_size=2, database_max_overflow=1)
+    pool = server.store.engine.pool
+
+    assert (pool.size(), pool._max_overflow) == (2, 1)  # SQLAlchemy's QueuePool keeps no public getter
