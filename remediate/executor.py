@@ -329,6 +329,7 @@ class Executor:
             lease = claimed.lease
             with self._active_lock:
                 self._abandoned[claimed.id] = RunningClaim(claimed.id, lease.worker, lease.generation, None)
+            log.warning("run %s: the store failed under it; it is requeued once the store answers", claimed.id)
             raise
         finally:
             with self._active_lock:
