@@ -242,7 +242,7 @@ def make_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make
 
     def make(**kwargs: Any) -> Server:
         if postgres is not None and "database_url" not in kwargs:
-            databases.append(postgres.database(template=postgres.schema_template()))
+            databases.append(postgres.store_database())
             kwargs["database_url"] = databases[-1]
         server = build_server(tmp_path / f"server-{len(built)}", **kwargs)
         built.append(server)
@@ -253,7 +253,7 @@ def make_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Make
         server.close()
     if postgres is not None:
         for url in databases:
-            postgres.drop(url)
+            postgres.recycle(url)
 
 
 @pytest.fixture

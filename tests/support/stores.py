@@ -7,8 +7,9 @@ second Store on `db_url` opens the same database. A test that only goes through 
 runs on all three (`@EVERY_STORE`; `@BOTH_STORES` is the older name of the same mark); a test of SQL
 behaviour runs on both databases (`@EVERY_DATABASE`, or `pytestmark = EVERY_DATABASE`).
 
-A test that only one database can pass is not parametrized, and says why (`SQLITE_ONLY` names the reasons
-in docs/architecture.md "Backends": file modes, flock, BEGIN IMMEDIATE, the WAL file, a replaced file).
+A test that only one database can pass is not parametrized, and its module or a comment says why; the list
+is in docs/architecture.md, "Backends" (SQLite: file modes, flock, BEGIN IMMEDIATE, the WAL, a replaced
+file, the agent's state file; PostgreSQL: the pool bound, a server stopped and started under the store).
 """
 
 from __future__ import annotations
