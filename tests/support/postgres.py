@@ -169,17 +169,18 @@ class PostgresCluster:
 
         TRUNCATE of every table (ids restarted) and the schema version put back costs ~25 ms against
         ~140 ms for DROP and CREATE under this machine's load: over the ~160 PostgreSQL tests, ~20 s.
-        A database whose tables are not the template's, or that someone still locks, is dropped."""
+        A database whose schema is not the template's (a test added a trigger, dropped a column), or that
+        someone still locks, is dropped."""
         template = self.url(self.schema_template(), driver="postgresql")
         try:
             with psycopg.connect(template) as conn:
-                wanted = _tables(conn)
+                wanted = _schema_objects(conn)
                 version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1)) as conn:
-                if _tables(conn) != wanted or version is None:
-                    raise psycopg.Error("not the template's tables")
+                if _schema_objects(conn) != wanted or version is None:
+                    raise psycopg.Error("not the template's schema")
                 conn.execute("SET lock_timeout = '2s'")
-                names = ", ".join(f'"{name}"' for name in sorted(wanted))
+                names = ", ".join(f'"{name}"' for name in _tables(wanted))
                 conn.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")  # type: ignore[arg-type]
                 conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', %s)", version)
         except psycopg.Error:
@@ -227,8 +228,24 @@ def postgres() -> Iterator[PostgresCluster]:
     cluster.stop()
 
 
-def _tables(conn: psycopg.Connection[Any]) -> set[str]:
-    return {row[0] for row in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+_SCHEMA_OBJECTS = """
+    SELECT 'relation', c.relkind::text || ' ' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'public'
+    UNION ALL SELECT 'column', table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' '
+           || coalesce(column_default, '') FROM information_schema.columns WHERE table_schema = 'public'
+    UNION ALL SELECT 'trigger', tgname FROM pg_trigger WHERE NOT tgisinternal
+    UNION ALL SELECT 'function', p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+     WHERE n.nspname = 'public'
+"""
+
+
+def _schema_objects(conn: psycopg.Connection[Any]) -> set[tuple[str, str]]:
+    """Tables, indexes, sequences, columns, triggers and functions: what a test could have changed."""
+    return {(row[0], row[1]) for row in conn.execute(_SCHEMA_OBJECTS)}  # type: ignore[arg-type]
+
+
+def _tables(objects: set[tuple[str, str]]) -> list[str]:
+    return sorted(name[2:] for kind, name in objects if kind == "relation" and name.startswith("r "))
 
 
 @pytest.fixture(scope="module")

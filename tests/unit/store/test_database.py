@@ -14,6 +14,7 @@ from remediate import schema as t
 from remediate.engine import Engine
 from remediate.errors import ConfigError, StoreBusy
 from remediate.store import PoolLimits, Store
+from tests.support.postgres import PostgresCluster
 from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0, Ingest, MakeAlert
 
@@ -96,3 +97,28 @@ def _connections_to(url: str, database: str | None) -> int:
         row = c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def test_the_harness_reuses_an_emptied_store_database_and_drops_one_whose_schema_a_test_changed(
+    postgres: PostgresCluster,
+) -> None:
+    """tests/support/postgres.py: a PostgreSQL test's database is recycled only when it is like new."""
+    url = postgres.store_database()
+    store = Store.open(url)
+    store.set_paused(True, by="alice", reason="", now=T0)
+    store.close()
+    postgres.recycle(url)
+
+    again = postgres.store_database()
+    assert again == url  # emptied and handed out again
+    store = Store.open(again)
+    assert not store.pause_state().paused
+    assert store.schema_version() == t.SCHEMA_VERSION
+    with store.write() as conn:
+        conn.exec_driver_sql("CREATE INDEX ix_test_only ON runs (error)")
+    store.close()
+    postgres.recycle(again)
+
+    fresh = postgres.store_database()
+    assert fresh != url  # dropped: the next test gets a fresh copy
+    postgres.recycle(fresh)
