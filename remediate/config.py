@@ -71,6 +71,11 @@ class Settings:
     CloudNativePG's `<cluster>-app` Secret holds it) is read as `postgresql+psycopg://`."""
     store_busy_timeout: float = 5.0
     """Seconds a request waits for the database write lock before answering 503 (AlertManager retries)."""
+    database_pool_size: int = 5
+    """PostgreSQL: connections each process (every HTTP worker, the executor) keeps open."""
+    database_max_overflow: int = 5
+    """PostgreSQL: connections each process may open beyond the pool under load; never more than
+    pool size + this per process, so replicas x (workers + 1) x that stays under max_connections."""
     mode: str = "enforce"
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
     retention: float = 90 * 86400.0
@@ -320,6 +325,13 @@ def _to_positive_int(value: Any) -> int:
     return number
 
 
+def _to_at_least_one(value: Any) -> int:
+    number = _to_positive_int(value)
+    if number < 1:
+        raise ValueError("must be at least 1")
+    return number
+
+
 def _to_seconds(value: Any) -> float:
     # Numbers go through parse_duration too, which refuses negative, infinite and NaN values.
     if isinstance(value, bool):
@@ -478,6 +490,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "max_body_bytes": _to_positive_int,
     "request_timeout": _to_seconds,
     "store_busy_timeout": _to_seconds,
+    "database_pool_size": _to_at_least_one,
+    "database_max_overflow": _to_positive_int,
     "token": str,
     "token_file": _to_optional_path,
     "token_roles": _to_roles,

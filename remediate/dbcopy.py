@@ -30,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.errors import ConfigError, DatabaseCopyError
+from remediate.errors import ConfigError, DatabaseCopyError, StoreUnavailable
 from remediate.store import Store
 
 DEFAULT_BATCH_SIZE = 1000
@@ -321,8 +321,10 @@ def _failures(side: str, url: str) -> Iterator[None]:
     progress lines before it name tables as copied."""
     try:
         yield
-    except sa.exc.DBAPIError as exc:
-        message = " ".join(str(exc.orig).split())
+    except (sa.exc.DBAPIError, StoreUnavailable) as exc:
+        # The store names an unreachable server itself (StoreUnreachable); here the side is named instead.
+        driver_error = exc.orig if isinstance(exc, sa.exc.DBAPIError) else getattr(exc.__cause__, "orig", exc)
+        message = " ".join(str(driver_error).split())
         raise DatabaseCopyError(
             f"the {side} database {shown(url)} failed: {message} (the target is as it was)"
         ) from exc

@@ -11,9 +11,10 @@
     │   └── AmbiguousActionError   ... after the request may have reached its target: never retried
     ├── UnknownRunError        no run with that id
     ├── StoreUnavailable       the database cannot take a write now (-> HTTP 503)
-    │   ├── StoreBusy              its write lock was not free within store_busy_timeout
+    │   ├── StoreBusy              its write lock (or a pooled connection) was not free within store_busy_timeout
     │   ├── StoreFileReplaced      its file was deleted or replaced under the running process
-    │   └── StoreConflict          another writer (a replica) stored the same alert occurrence first
+    │   ├── StoreConflict          another writer (a replica) stored the same alert occurrence first
+    │   └── StoreUnreachable       its server is down, restarting, failing over or not reachable
     ├── RunStateError          the run is not in a state that allows the operation
     ├── ClaimLostError         an executor's claim on a run is gone (another executor took it over)
     └── DatabaseCopyError      `remediate db copy` refused (source not this schema, target not empty) or failed
@@ -115,6 +116,10 @@ class StoreUnavailable(RemediateError):
 
 class StoreBusy(StoreUnavailable):
     """The database's write lock was not free in time."""
+
+
+class StoreUnreachable(StoreUnavailable):
+    """The database server cannot be reached: down, restarting, failing over, or the network is."""
 
 
 class StoreFileReplaced(StoreUnavailable):

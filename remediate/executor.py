@@ -62,6 +62,7 @@ from remediate.errors import (
     OutcomePending,
     ParamsError,
     RetryableActionError,
+    StoreUnavailable,
 )
 from remediate.runners import Dispatch, StepRunner
 from remediate.runs import (
@@ -82,6 +83,8 @@ log = logging.getLogger("remediate.executor")
 RECONCILE_WINDOW_S = 24 * 3600.0
 """How long after a step gave up its pending outcome is still looked for (jobs keep acknowledgements 7 days)."""
 RECONCILE_PLAN_TIMEOUT_S = 15.0
+STORE_RETRY_MAX_S = 10.0
+"""The longest wait between the executor's tries while the store is unavailable (a database restart, a fail-over)."""
 
 
 class ExecutorMetrics:
@@ -211,6 +214,9 @@ class Executor:
         """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
         self._observed: dict[int, tuple[tuple[str, int, float | None], float]] = {}
         """run id -> (its owner, claim and heartbeat as last seen, time.monotonic() when first seen so)."""
+        self._abandoned: dict[int, RunningClaim] = {}
+        """Runs this executor stopped executing because the store failed under them (see run_once)."""
+        self._outage = _StoreOutage()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -275,12 +281,22 @@ class Executor:
         return stale
 
     def _loop(self) -> None:
+        backoff = 0.0
         while not self._stopping.is_set():
             try:
                 worked = self.run_once()
+            except StoreUnavailable as exc:
+                # A database restart or fail-over: wait (longer each time) instead of a traceback per poll.
+                backoff = min(STORE_RETRY_MAX_S, max(self.poll_interval, 2 * backoff))
+                self._outage.failed(exc)
+                self._stopping.wait(backoff)
+                continue
             except Exception:
                 log.exception("executor loop error; retrying")
                 worked = False
+            else:
+                backoff = 0.0
+                self._outage.over()
             if worked:
                 continue
             with self._wake:
@@ -310,13 +326,16 @@ class Executor:
                 if time.monotonic() - last_reconcile >= self.reconcile_interval:
                     last_reconcile = time.monotonic()
                     self.reconcile_pending()
+            except StoreUnavailable as exc:
+                self._outage.failed(exc)
             except Exception:
                 log.exception("executor housekeeping failed; retrying")
 
     # ------------------------------------------------------------------ running
 
     def run_once(self) -> bool:
-        """Claim and execute one run; False when nothing was queued."""
+        """Claim and execute one run; False when nothing was queued. StoreUnavailable: try again later."""
+        self._release_abandoned()
         claimed = self.store.claim_run(self.worker, self.clock())
         if claimed is None:
             return False
@@ -326,10 +345,32 @@ class Executor:
             self.execute_run(claimed)
         except ClaimLostError as exc:
             log.warning("run %s: stopping: %s", claimed.id, exc)
+        except StoreUnavailable:
+            # Whether the failed write committed is unknown: the run is handed back as crash recovery
+            # would (its in-flight step `interrupted`, re-run only if idempotent) once the store answers,
+            # never continued from a guess and never left running in this live process's name.
+            lease = claimed.lease
+            with self._active_lock:
+                self._abandoned[claimed.id] = RunningClaim(claimed.id, lease.worker, lease.generation, None)
+            log.warning("run %s: the store failed under it; it is requeued once the store answers", claimed.id)
+            raise
         finally:
             with self._active_lock:
                 self._active.discard(claimed.id)
         return True
+
+    def _release_abandoned(self) -> None:
+        """Requeue the runs abandoned when the store failed, each only if still in the claim it was left in."""
+        with self._active_lock:
+            claims = list(self._abandoned.values())
+        if not claims:
+            return
+        requeued = self.store.requeue_claims(claims, now=self.clock())
+        with self._active_lock:
+            for claim in claims:
+                self._abandoned.pop(claim.id, None)
+        if requeued:
+            log.warning("requeued %d run(s) interrupted by the store's outage: %s", len(requeued), requeued)
 
     def drain(self, timeout: float = 30.0) -> int:
         """Execute queued runs in this thread until none is left (tests, CLI)."""
@@ -411,7 +452,7 @@ class Executor:
         runner = self.dispatch.runner_for(action, run.target)
         try:
             plan = runner.stamp(self._plan(runner, action, params, ctx, step))
-        except ClaimLostError:
+        except (ClaimLostError, StoreUnavailable):
             raise
         except Exception as exc:
             transient = isinstance(exc, RetryableActionError) and step.attempts == 0
@@ -428,7 +469,7 @@ class Executor:
             # The plan is recorded with the start of the first attempt (one transaction).
             number, outcome = self._attempts(runner, action, params, ctx, step, plan, run)
             result = runner.stamp(outcome)
-        except ClaimLostError:
+        except (ClaimLostError, StoreUnavailable):  # the store failed, not the step: see run_once
             raise
         except Exception as exc:
             # A change handed over but not confirmed: keep what to look for, for reconcile_pending.
@@ -679,3 +720,25 @@ def _describe(exc: BaseException) -> str:
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" at {frame.filename}:{frame.lineno}" if frame else ""
     return f"unexpected {exc.__class__.__name__}: {exc}{where}"
+
+
+class _StoreOutage:
+    """Logs an outage of the store once when it starts and once when it ends, not at every retry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._since: float | None = None
+
+    def failed(self, exc: StoreUnavailable) -> None:
+        with self._lock:
+            first, self._since = self._since is None, self._since or time.monotonic()
+        if first:
+            log.warning(
+                "the store is unavailable; the executor retries (every %gs at most): %s", STORE_RETRY_MAX_S, exc
+            )
+
+    def over(self) -> None:
+        with self._lock:
+            since, self._since = self._since, None
+        if since is not None:
+            log.warning("the store answers again after %.1fs", time.monotonic() - since)

@@ -33,7 +33,7 @@ from remediate.history_api import history_json, run_json
 from remediate.metrics import Metrics, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
-from remediate.store import HistoryQuery, Store
+from remediate.store import HistoryQuery, PoolLimits, Store
 
 log = logging.getLogger("remediate.server")
 
@@ -62,6 +62,11 @@ class Services:
     """Every accepted token (see Settings.credentials); empty only with insecure_no_auth."""
 
 
+def pool_limits(settings: Settings) -> PoolLimits:
+    """The connection pool of each process on a server database, from the settings."""
+    return PoolLimits(settings.database_pool_size, settings.database_max_overflow)
+
+
 def build_services(
     settings: Settings,
     *,
@@ -82,7 +87,7 @@ def build_services(
     playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
     if store is None:
         busy = settings.store_busy_timeout if store_busy_timeout is None else store_busy_timeout
-        store = Store.open(settings.database_url, busy_timeout=busy)
+        store = Store.open(settings.database_url, busy_timeout=busy, pool=pool_limits(settings))
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
     executor = Executor(

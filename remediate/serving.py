@@ -308,7 +308,9 @@ def preflight(settings: Settings) -> None:
     from remediate.actions import default_registry
     from remediate.config import check_server_credentials
     from remediate.playbooks import load_playbooks
+    from remediate.server import pool_limits
     from remediate.store import Store
+    from remediate.store.database import shown_url
 
     check_server_credentials(settings)
     playbooks = load_playbooks(settings.playbooks, default_registry(settings))
@@ -321,13 +323,13 @@ def preflight(settings: Settings) -> None:
         from remediate.gpu import open_backend
 
         open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file)
-    store = Store.open(settings.database_url)
+    store = Store.open(settings.database_url, pool=pool_limits(settings))
     store.close()
     log.info(
         "%d playbooks from %s; store %s; mode %s; node steps: %s",
         len(playbooks),
         settings.playbooks,
-        settings.database_url,
+        shown_url(settings.database_url),  # a URL may carry the database's password
         settings.mode,
         "on the agents of their nodes" if dispatch.uses_agents else "here (no agents configured)",
     )

@@ -15,7 +15,7 @@ from remediate.actions.base import ActionRegistry
 from remediate.engine import Engine, IngestResult
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
-from tests.support.stores import AnyStore, open_store
+from tests.support.stores import AnyStore, open_store, store_backend
 
 # The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
 # A plugin is listed before the plugins that import it (cli imports http), so that pytest rewrites its asserts.
@@ -83,7 +83,11 @@ def registry() -> ActionRegistry:
 
 
 @pytest.fixture
-def db_url(tmp_path: Any) -> str:
+def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
+    """The URL of the test's database: a SQLite file in tmp_path, or a fresh PostgreSQL database where the
+    `store` fixture is parametrized "postgresql" (so that a test opening a second Store sees the same one)."""
+    if store_backend(request) == "postgresql":
+        return str(request.getfixturevalue("pg_store_url"))
     return f"sqlite:///{tmp_path / 'remediate.db'}"
 
 
@@ -97,10 +101,9 @@ def root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def store(request: pytest.FixtureRequest, db_url: str) -> Iterator[AnyStore]:
-    """A fresh store on a real SQLite file; the in-memory fake where a test is parametrized over
-    tests.support.stores.STORES (`@BOTH_STORES`)."""
-    kind = getattr(request, "param", "sqlite")
-    opened = open_store(kind, request.getfixturevalue("pg_url") if kind == "postgresql" else db_url)
+    """A fresh store on a real SQLite file; the in-memory fake or a real PostgreSQL database where a test is
+    parametrized over the backends (tests.support.stores: `@EVERY_STORE`, `@EVERY_DATABASE`)."""
+    opened = open_store(store_backend(request), db_url)
     yield opened
     if isinstance(opened, Store):
         opened.close()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Database, dialect_for
-from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect
+from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect, PoolLimits
 from remediate.store.facade import Store
 from remediate.store.history import (
     AlertDetail,
@@ -71,6 +71,7 @@ __all__ = [
     "IngestWriterContext",
     "MemoryStore",
     "PauseState",
+    "PoolLimits",
     "PostgresDialect",
     "PruneReport",
     "Pruner",

@@ -12,8 +12,8 @@ from typing import Protocol
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.errors import ConfigError
-from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect
+from remediate.errors import ConfigError, StoreBusy, StoreUnreachable
+from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 from remediate.store.postgres import PostgresDialect
 from remediate.store.sqlite import SqliteDialect
 
@@ -50,20 +50,34 @@ class Database:
         self._writer = self.dialect.writer(engine)
 
     @classmethod
-    def open(cls, url: str, *, upgrade: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Database:
-        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock."""
+    def open(
+        cls,
+        url: str,
+        *,
+        upgrade: bool = True,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        pool: PoolLimits = DEFAULT_POOL,
+    ) -> Database:
+        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock
+        (and, on a server database, for one of the `pool`'s connections)."""
         try:
-            engine = dialect_for(sa.make_url(url)).create_engine(url, busy_timeout)
+            engine = dialect_for(sa.make_url(url)).create_engine(url, busy_timeout, pool)
         except (sa.exc.ArgumentError, ImportError) as exc:
-            raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
+            raise ConfigError(f"cannot use database URL {shown_url(url)!r}: {exc}") from exc
         database = cls(engine, busy_timeout=busy_timeout)
-        database.dialect.protect_files()
-        if upgrade:
-            try:
-                database.upgrade()
-            except sa.exc.OperationalError as exc:
-                raise ConfigError(f"cannot open database {url!r}: {exc.orig}") from exc
-        database.dialect.remember_file()
+        try:
+            database.dialect.protect_files()
+            if upgrade:
+                try:
+                    database.upgrade()
+                except sa.exc.OperationalError as exc:  # one line: `remediate serve` prints it and exits
+                    raise ConfigError(f"cannot open database {shown_url(url)!r}: {_one_line(exc.orig)}") from exc
+                except StoreUnreachable as exc:
+                    raise ConfigError(f"cannot open database: {exc}") from exc
+            database.dialect.remember_file()
+        except BaseException:
+            database.close()  # a refused database leaves no pooled connection behind
+            raise
         return database
 
     @contextmanager
@@ -82,12 +96,36 @@ class Database:
                 busy = self.dialect.busy(exc)
                 if busy is not None:
                     raise busy from exc
+                self._raise_if_unreachable(exc)
                 raise
+            except sa.exc.DBAPIError as exc:
+                self._raise_if_unreachable(exc)
+                raise
+            except sa.exc.TimeoutError as exc:
+                raise self._pool_busy() from exc
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
-        with self.engine.connect() as conn:
-            yield conn
+        """One connection to read on; StoreUnreachable while the database server cannot be reached."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            self._raise_if_unreachable(exc)
+            raise
+        except sa.exc.TimeoutError as exc:
+            raise self._pool_busy() from exc
+
+    def _raise_if_unreachable(self, exc: sa.exc.DBAPIError) -> None:
+        # A request then answers 503 and the executor waits and retries, instead of a traceback;
+        # the pool has dropped the dead connections, so the first transaction after the outage works.
+        unreachable = self.dialect.unreachable(exc)
+        if unreachable is not None:
+            raise unreachable from exc
+
+    def _pool_busy(self) -> StoreBusy:
+        # Every connection of the bounded pool stayed in use for the busy timeout (a server database).
+        return StoreBusy(f"no database connection was free within {self.dialect.busy_timeout:g}s (the pool is full)")
 
     def check_file(self) -> None:
         """StoreFileReplaced if the database's file is no longer the one this process has open."""
@@ -140,5 +178,18 @@ class Database:
             return None
 
     def schema_version(self) -> int:
-        with self.engine.connect() as conn:
+        with self.read() as conn:
             return int(conn.execute(_SCHEMA_VERSION).scalar_one())
+
+
+def shown_url(url: str) -> str:
+    """The URL as it may be printed or logged: its password hidden."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return url  # not a URL at all: nothing that parses as a password in it
+
+
+def _one_line(error: BaseException | None) -> str:
+    """A driver's message on one line (psycopg's span two: the failure, then a hint)."""
+    return " ".join(str(error).split())

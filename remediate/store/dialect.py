@@ -10,13 +10,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from remediate.errors import StoreBusy
+from remediate.errors import StoreBusy, StoreUnreachable
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 """Seconds a writer waits for the write lock where no one is waiting on an answer (executor, CLI)."""
+
+
+@dataclass(frozen=True)
+class PoolLimits:
+    """How many connections one process keeps to a server database (settings `database_pool_size`,
+    `database_max_overflow`): `size` stay open, `max_overflow` more are opened under load and closed
+    again. A checkout that finds all of them taken waits the busy timeout, then StoreBusy (503)."""
+
+    size: int = 5
+    max_overflow: int = 5
+
+    @property
+    def most(self) -> int:
+        return self.size + self.max_overflow
+
+
+DEFAULT_POOL = PoolLimits()
 
 
 class Dialect:
@@ -30,8 +48,9 @@ class Dialect:
         self.busy_timeout = busy_timeout
 
     @staticmethod
-    def create_engine(url: str, busy_timeout: float) -> sa.Engine:
-        return sa.create_engine(url, pool_pre_ping=True)
+    def create_engine(url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL) -> sa.Engine:
+        return sa.create_engine(url, pool_pre_ping=True, pool_size=pool.size, max_overflow=pool.max_overflow,
+                                pool_timeout=busy_timeout)  # fmt: skip
 
     def writer(self, engine: sa.Engine) -> sa.Engine:
         """The engine write transactions begin on (SQLite: with BEGIN IMMEDIATE)."""
@@ -44,6 +63,20 @@ class Dialect:
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         """The StoreBusy an error of a write transaction stands for, if it means the database stayed locked."""
         return None
+
+    def unreachable(self, exc: sa.exc.DBAPIError) -> StoreUnreachable | None:
+        """The StoreUnreachable an error stands for, if it means the server is gone (not a bad statement).
+
+        SQLAlchemy marks the pooled connections invalid when it recognises a disconnect: the pool's
+        pre-ping then replaces them, so the next transaction after the server is back just works."""
+        if exc.connection_invalidated:
+            return StoreUnreachable(self.unreachable_message(exc))
+        return None
+
+    def unreachable_message(self, exc: sa.exc.DBAPIError) -> str:
+        """One line: the database (its password hidden) and the driver's reason."""
+        reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+        return f"the database {self.url.render_as_string(hide_password=True)} cannot be reached: {reason}"
 
     def lock_breaker(self, conn: sa.Connection) -> None:
         """Serialise the circuit breaker's writers inside their transaction."""

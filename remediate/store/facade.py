@@ -28,7 +28,7 @@ from remediate.runs import (
 from remediate.store import history as _history
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Database
-from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT
+from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, PoolLimits
 from remediate.store.history import HistoryEntry, HistoryQuery, RunDetail
 from remediate.store.ingest import GuardReader, IngestWriterContext
 from remediate.store.memory import StoreMemory
@@ -51,9 +51,17 @@ class Store:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, url: str, *, upgrade: bool = True, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> Store:
-        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock."""
-        return cls(Database.open(url, upgrade=upgrade, busy_timeout=busy_timeout))
+    def open(
+        cls,
+        url: str,
+        *,
+        upgrade: bool = True,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        pool: PoolLimits = DEFAULT_POOL,
+    ) -> Store:
+        """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock
+        (and, on a server database, for one of the `pool`'s connections)."""
+        return cls(Database.open(url, upgrade=upgrade, busy_timeout=busy_timeout, pool=pool))
 
     def upgrade(self) -> int:
         """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""

@@ -6,9 +6,9 @@ commit or rollback, and by PostgreSQL itself when the holder's connection dies.
 Ingest transactions that judge the same guard keys (a playbook and its target) take transaction-scoped
 advisory locks on them first (`lock_guards`): READ COMMITTED then shows each one what the other
 committed, so a duplicate is judged `duplicate` and a second alert for the target `cooldown`.
-The pool is bounded (`pool_size` + `max_overflow` per process) so that replicas x processes cannot
-exhaust the server's max_connections; a connection that died with a restart of the server is
-replaced on checkout (pre-ping) instead of failing the next request.
+The pool is bounded (settings `database_pool_size` + `database_max_overflow` per process) so that
+replicas x processes cannot exhaust the server's max_connections; a connection that died with a restart
+of the server is replaced on checkout (pre-ping) instead of failing the next request.
 """
 
 from __future__ import annotations
@@ -18,13 +18,14 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
-from remediate.errors import StoreBusy
-from remediate.store.dialect import Dialect
+from remediate.errors import StoreBusy, StoreUnreachable
+from remediate.store.dialect import DEFAULT_POOL, Dialect, PoolLimits
 
-POOL_SIZE = 5
-MAX_OVERFLOW = 5
 CONNECT_TIMEOUT = 5
 """Seconds to wait for a connection to the server before the request fails (503), not a hang."""
+UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
+"""SQLSTATEs that mean the server, not the statement, failed: connection exceptions (class 08),
+admin shutdown (a restart, a fail-over), crash shutdown, cannot connect now (starting up)."""
 
 
 MAX_GUARD_LOCKS = 64
@@ -49,12 +50,12 @@ _INGEST_KEY = advisory_key("remediate.ingest")
 
 class PostgresDialect(Dialect):
     @staticmethod
-    def create_engine(url: str, busy_timeout: float) -> sa.Engine:
+    def create_engine(url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL) -> sa.Engine:
         return sa.create_engine(
             url,
             pool_pre_ping=True,
-            pool_size=POOL_SIZE,
-            max_overflow=MAX_OVERFLOW,
+            pool_size=pool.size,
+            max_overflow=pool.max_overflow,
             pool_timeout=busy_timeout,
             connect_args={"connect_timeout": CONNECT_TIMEOUT},
         )
@@ -86,6 +87,16 @@ class PostgresDialect(Dialect):
         if getattr(exc.orig, "sqlstate", None) == "55P03":
             return StoreBusy(f"a lock of the database stayed taken for {self.busy_timeout:g}s")
         return None
+
+    def unreachable(self, exc: sa.exc.DBAPIError) -> StoreUnreachable | None:
+        # psycopg raises a connection that could not be made (refused, timed out, DNS) as an
+        # OperationalError without a SQLSTATE: no server ever answered.
+        sqlstate = getattr(exc.orig, "sqlstate", None)
+        if (sqlstate is None and isinstance(exc, sa.exc.OperationalError)) or (
+            sqlstate is not None and sqlstate.startswith(UNREACHABLE_STATES)
+        ):
+            return StoreUnreachable(self.unreachable_message(exc))
+        return super().unreachable(exc)
 
     def lock_schema(self, conn: sa.Connection) -> None:
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key("remediate.schema"))))

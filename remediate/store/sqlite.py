@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from remediate.errors import StoreBusy, StoreFileReplaced
-from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect
+from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 
 
 def database_path(url: sa.URL) -> str | None:
@@ -52,7 +52,8 @@ class SqliteDialect(Dialect):
         self._file_id: tuple[int, int] | None = None
 
     @staticmethod
-    def create_engine(url: str, busy_timeout: float) -> sa.Engine:
+    def create_engine(url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL) -> sa.Engine:
+        # `pool` is for server databases: SQLite's connections are files opened per thread as needed.
         engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
 
         @event.listens_for(engine, "connect")

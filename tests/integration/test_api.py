@@ -15,6 +15,7 @@ from tests.support.http import (
     APPROVE_XID,
     LOG_DISK,
     LOG_XID,
+    ON_EVERY_DATABASE,
     READ_TOKEN,
     TOKEN,
     Server,
@@ -52,6 +53,7 @@ def test_healthz_answers_200_without_a_token(server: Server) -> None:
     assert response.get_json() == {"status": "ok"}
 
 
+@ON_EVERY_DATABASE
 def test_readyz_answers_200_with_the_number_of_playbooks_when_the_store_is_reachable(
     make_server: Callable[..., Server],
 ) -> None:
@@ -99,6 +101,7 @@ def test_metrics_count_refused_webhooks_by_status_code(server: Server) -> None:
     assert samples[("remediate_webhook_rejected_total", (("code", "415"),))] == 1
 
 
+@ON_EVERY_DATABASE
 def test_metrics_show_the_queue_depth_and_step_durations_after_the_executor_drains(server: Server) -> None:
     server.webhook(notification(alert("f1"), alert("f2")))
 
@@ -118,6 +121,7 @@ def test_metrics_show_the_queue_depth_and_step_durations_after_the_executor_drai
     assert drained[("remediate_paused", ())] == 0
 
 
+@ON_EVERY_DATABASE
 def test_metrics_show_runs_awaiting_approval_and_the_pause_state(make_server: Callable[..., Server]) -> None:
     server = make_server(playbooks={"a.yaml": APPROVE_XID})
     server.webhook(real_firing())
@@ -151,6 +155,7 @@ def summarize(entries: list[dict[str, Any]]) -> list[tuple[str, str | None, str 
     return [(e["alertname"], e["playbook"], e["target"], e["status"]) for e in entries]
 
 
+@ON_EVERY_DATABASE
 def test_history_lists_decisions_and_runs_newest_first(busy: Server) -> None:
     page = busy.history()
 
@@ -170,6 +175,7 @@ def test_history_lists_decisions_and_runs_newest_first(busy: Server) -> None:
     assert page["entries"][0]["run"] is None
 
 
+@ON_EVERY_DATABASE
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
@@ -191,6 +197,7 @@ def test_history_filters_by_playbook_alertname_target_node_and_status(
     assert [(e["alertname"], e["target"]) for e in entries] == expected
 
 
+@ON_EVERY_DATABASE
 def test_history_filters_by_since_and_until_as_rfc3339_and_as_epoch_seconds(server: Server) -> None:
     server.webhook(notification(alert("early")))
     time.sleep(0.02)
@@ -252,6 +259,7 @@ def test_history_accepts_limits_from_1_to_1000(busy: Server, limit: int) -> None
     assert (page["next_cursor"] is not None) == (limit < 4)
 
 
+@ON_EVERY_DATABASE
 def test_history_cursor_pagination_returns_each_entry_exactly_once_newest_first(server: Server) -> None:
     server.webhook(notification(*[alert(f"fp-{n:03d}", Hostname=f"node-{n:03d}") for n in range(120)]))
     everything = [e["id"] for e in server.history(limit=1000)["entries"]]
@@ -275,6 +283,7 @@ def test_history_cursor_pagination_returns_each_entry_exactly_once_newest_first(
     assert len(set(seen)) == 120
 
 
+@ON_EVERY_DATABASE
 def test_history_cursor_pagination_keeps_filters_across_pages(busy: Server) -> None:
     first = busy.history(playbook="log-xid", limit=1)
     second = busy.history(playbook="log-xid", limit=1, cursor=first["next_cursor"])
@@ -320,6 +329,7 @@ def test_reading_endpoints_need_a_token(busy: Server, path: str) -> None:
 # --------------------------------------------------------------------------- /runs/<id>
 
 
+@ON_EVERY_DATABASE
 def test_run_detail_after_the_executor_drains_shows_alert_decision_steps_plan_result_and_attempts(
     make_server: Callable[..., Server],
 ) -> None:
@@ -370,6 +380,7 @@ def test_run_detail_after_the_executor_drains_shows_alert_decision_steps_plan_re
     assert posted["alert"]["labels"]["gpu"] == "3"
 
 
+@ON_EVERY_DATABASE
 def test_a_step_that_fails_is_shown_with_its_error_and_every_attempt(make_server: Callable[..., Server]) -> None:
     with WebhookRecorder(status=404, path="/hook") as receiver:
         server = make_server(playbooks={"notify.yaml": notify_playbook(receiver.url)})
@@ -412,6 +423,7 @@ def approval(make_server: Callable[..., Server]) -> tuple[Server, int]:
     return server, body["runs"][0]
 
 
+@ON_EVERY_DATABASE
 def test_a_playbook_in_approve_mode_leaves_its_run_awaiting_approval(approval: tuple[Server, int]) -> None:
     server, run_id = approval
 
@@ -421,6 +433,7 @@ def test_a_playbook_in_approve_mode_leaves_its_run_awaiting_approval(approval: t
     assert server.history()["entries"][0]["status"] == "awaiting_approval"
 
 
+@ON_EVERY_DATABASE
 def test_approving_a_run_queues_it_records_who_approved_and_the_executor_then_runs_it(
     approval: tuple[Server, int],
 ) -> None:
@@ -442,6 +455,7 @@ def test_approving_a_run_queues_it_records_who_approved_and_the_executor_then_ru
     assert server.history()["entries"][0]["status"] == "succeeded"
 
 
+@ON_EVERY_DATABASE
 def test_approving_without_a_name_records_the_authenticated_principal(approval: tuple[Server, int]) -> None:
     server, run_id = approval
 
@@ -450,6 +464,7 @@ def test_approving_without_a_name_records_the_authenticated_principal(approval: 
     assert approved["approved_by"] == "operator"
 
 
+@ON_EVERY_DATABASE
 def test_approving_a_run_twice_is_a_409_conflict(approval: tuple[Server, int]) -> None:
     server, run_id = approval
     server.post(f"/runs/{run_id}/approve", json={"by": "alice"})
@@ -462,6 +477,7 @@ def test_approving_a_run_twice_is_a_409_conflict(approval: tuple[Server, int]) -
     assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "operator (note: alice)"
 
 
+@ON_EVERY_DATABASE
 def test_approving_an_unknown_run_is_a_404(approval: tuple[Server, int]) -> None:
     server, _ = approval
 
@@ -486,6 +502,7 @@ def test_the_read_token_the_webhook_token_or_no_token_cannot_approve(
     assert server.get(f"/runs/{run_id}").get_json()["status"] == "awaiting_approval"
 
 
+@ON_EVERY_DATABASE
 def test_a_run_awaiting_approval_is_cancelled_when_its_alert_resolves(approval: tuple[Server, int]) -> None:
     server, run_id = approval
     resolved = real_firing()
@@ -504,6 +521,7 @@ def test_a_run_awaiting_approval_is_cancelled_when_its_alert_resolves(approval: 
 # --------------------------------------------------------------------------- pause / resume
 
 
+@ON_EVERY_DATABASE
 def test_while_paused_a_webhook_records_decision_paused_with_the_reason_and_starts_no_run(server: Server) -> None:
     paused = server.post("/pause", json={"reason": "GPU driver upgrade", "by": "alice"})
     assert paused.status_code == 200
@@ -523,6 +541,7 @@ def test_while_paused_a_webhook_records_decision_paused_with_the_reason_and_star
     assert server.history(status="paused")["entries"] == [entry]
 
 
+@ON_EVERY_DATABASE
 def test_get_pause_shows_who_paused_why_and_since_when(server: Server) -> None:
     assert server.get("/pause").get_json()["paused"] is False
     started = time.time()
@@ -536,6 +555,7 @@ def test_get_pause_shows_who_paused_why_and_since_when(server: Server) -> None:
     assert started - 1 <= state["since"] <= time.time() + 1
 
 
+@ON_EVERY_DATABASE
 def test_after_resume_new_alerts_run_again_and_a_resent_paused_alert_is_accepted(server: Server) -> None:
     server.post("/pause", json={"reason": "maintenance"})
     server.webhook(notification(alert("during-pause")))

@@ -1,4 +1,5 @@
-"""Helpers of the HTTP and CLI tests: real payloads, playbook texts, and a real app on a SQLite file.
+"""Helpers of the HTTP and CLI tests: real payloads, playbook texts, and a real app on a SQLite file
+(or, where a test parametrizes `make_server` with "postgresql", a real PostgreSQL database).
 
 `build_server(directory, ...)` builds one Flask app through
 `create_app(settings, services=build_services(settings))` with its store and playbooks in
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
@@ -140,6 +142,8 @@ class Server:
     client: FlaskClient
     services: Services
     db_path: Path
+    """The SQLite file (absent when the server runs on PostgreSQL)."""
+    database_url: str
 
     @property
     def store(self) -> Any:
@@ -158,16 +162,18 @@ class Server:
         return self.client.post(path, headers=bearer(token), **kwargs)
 
     def counts(self) -> dict[str, int]:
-        """Rows per table, read through a separate sqlite3 connection (works when a table is gone)."""
-        with sqlite3.connect(self.db_path) as conn:
-            present = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            result = {
-                table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608 - fixed names
-                for table in TABLES
-                if table in present
-            }
-        conn.close()
-        return result
+        """Rows per table, read through a separate connection (works when a table is gone)."""
+        engine = sa.create_engine(self.database_url, poolclass=sa.NullPool)
+        try:
+            with engine.connect() as conn:
+                present = set(sa.inspect(conn).get_table_names())
+                return {
+                    table: conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()  # noqa: S608 - fixed
+                    for table in TABLES
+                    if table in present
+                }
+        finally:
+            engine.dispose()
 
     def drain(self) -> int:
         return self.services.executor.drain(timeout=30)
@@ -193,37 +199,51 @@ def drop_table(db_path: Path, table: str) -> None:
         conn.close()
 
 
-def build_server(directory: Path, *, playbooks: Mapping[str, str] | None = None, **settings: Any) -> Server:
-    """A server whose playbooks (default: log-xid) and SQLite file live in `directory`."""
+def build_server(
+    directory: Path, *, playbooks: Mapping[str, str] | None = None, database_url: str | None = None, **settings: Any
+) -> Server:
+    """A server whose playbooks (default: log-xid) and SQLite file (unless `database_url`) live in `directory`."""
     playbook_dir = directory / "playbooks"
     playbook_dir.mkdir(parents=True)
     for name, text in (playbooks if playbooks is not None else {"log-xid.yaml": LOG_XID}).items():
         (playbook_dir / name).write_text(text, encoding="utf-8")
     db_path = directory / "remediate.db"
+    database_url = database_url or f"sqlite:///{db_path}"
     values: dict[str, Any] = {
         "token": TOKEN,
         "operator_token": OPERATOR_TOKEN,
         "read_token": READ_TOKEN,
         "playbooks": playbook_dir,
-        "database_url": f"sqlite:///{db_path}",
+        "database_url": database_url,
         "executor_threads": 0,
         **settings,
     }
     config = Settings(**values)
     services = build_services(config)
     app = create_app(config, services=services)
-    return Server(app, app.test_client(), services, db_path)
+    return Server(app, app.test_client(), services, db_path, database_url)
 
 
 MakeServer = Callable[..., Server]
 
 
+ON_EVERY_DATABASE = pytest.mark.parametrize("make_server", ("sqlite", "postgresql"), indirect=True)
+"""Run an HTTP test on a SQLite file and on a real PostgreSQL database (each server its own database)."""
+
+
 @pytest.fixture
-def make_server(tmp_path: Path) -> Iterator[MakeServer]:
-    """make_server(playbooks={"a.yaml": text}, **Settings fields) -> Server; all closed afterwards."""
+def make_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MakeServer]:
+    """make_server(playbooks={"a.yaml": text}, **Settings fields) -> Server; all closed afterwards.
+
+    On a SQLite file unless the test parametrizes this fixture with "postgresql" (`@ON_EVERY_DATABASE`)."""
     built: list[Server] = []
+    databases: list[str] = []
+    postgres = request.getfixturevalue("postgres") if getattr(request, "param", "sqlite") == "postgresql" else None
 
     def make(**kwargs: Any) -> Server:
+        if postgres is not None and "database_url" not in kwargs:
+            databases.append(postgres.store_database())
+            kwargs["database_url"] = databases[-1]
         server = build_server(tmp_path / f"server-{len(built)}", **kwargs)
         built.append(server)
         return server
@@ -231,6 +251,9 @@ def make_server(tmp_path: Path) -> Iterator[MakeServer]:
     yield make
     for server in built:
         server.close()
+    if postgres is not None:
+        for url in databases:
+            postgres.recycle(url)
 
 
 @pytest.fixture

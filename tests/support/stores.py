@@ -1,9 +1,15 @@
 """The store backends tests run on, and how a test reads their rows whichever it got.
 
-`STORES` are the params of the `store` fixture (tests/conftest.py): "sqlite" (a real file, the
-default) and "memory" (remediate.store.inmemory.InMemoryStore, the fake). A test that only goes
-through the store's interface runs on both: `@BOTH_STORES`, or `pytestmark = BOTH_STORES`.
-The next backend (PostgreSQL) is one more param here and one more branch in `open_store`.
+The `store` fixture (tests/conftest.py) takes an indirect param: "sqlite" (a real file, the default),
+"memory" (remediate.store.inmemory.InMemoryStore, the fake) or "postgresql" (a fresh database on the
+session's real PostgreSQL 15, tests/support/postgres.py); `db_url` follows it, so a test that opens a
+second Store on `db_url` opens the same database. A test that only goes through the store's interface
+runs on all three (`@EVERY_STORE`; `@BOTH_STORES` is the older name of the same mark); a test of SQL
+behaviour runs on both databases (`@EVERY_DATABASE`, or `pytestmark = EVERY_DATABASE`).
+
+A test that only one database can pass is not parametrized, and its module or a comment says why; the list
+is in docs/architecture.md, "Backends" (SQLite: file modes, flock, BEGIN IMMEDIATE, the WAL, a replaced
+file, the agent's state file; PostgreSQL: the pool bound, a server stopped and started under the store).
 """
 
 from __future__ import annotations
@@ -21,11 +27,14 @@ from remediate.store import Store
 from remediate.store.inmemory import InMemoryStore
 
 STORES = ("sqlite", "memory")
-BOTH_STORES = pytest.mark.parametrize("store", STORES, indirect=True)
+"""The SQLite reference and the fake that must behave like it (compared table by table in test_contract)."""
 DATABASES = ("sqlite", "postgresql")
 """The real databases: a test of SQL behaviour runs on each (`@EVERY_DATABASE`)."""
+BACKENDS = ("sqlite", "memory", "postgresql")
 EVERY_DATABASE = pytest.mark.parametrize("store", DATABASES, indirect=True)
-EVERY_STORE = pytest.mark.parametrize("store", ("sqlite", "memory", "postgresql"), indirect=True)
+EVERY_STORE = pytest.mark.parametrize("store", BACKENDS, indirect=True)
+BOTH_STORES = EVERY_STORE
+"""The name from before PostgreSQL (SQLite and the fake): the engine's and executor's tests now run on all three."""
 
 AnyStore = Store | InMemoryStore
 
@@ -35,7 +44,13 @@ def open_store(kind: str, db_url: str) -> AnyStore:
         return InMemoryStore()
     if kind in DATABASES:
         return Store.open(db_url)
-    raise ValueError(f"no store backend {kind!r} (one of {STORES})")
+    raise ValueError(f"no store backend {kind!r} (one of {BACKENDS})")
+
+
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """The backend this test's `store` fixture is parametrized with ("sqlite" unless it is)."""
+    callspec = getattr(request.node, "callspec", None)
+    return str(callspec.params.get("store", "sqlite")) if callspec is not None else "sqlite"
 
 
 def rows(store: AnyStore, table: str, **equal: Any) -> list[Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -20,6 +19,7 @@ from remediate.breaker import (
 from remediate.config import Settings, load_settings
 from remediate.errors import ConfigError
 from remediate.store import Store
+from tests.support.stores import EVERY_DATABASE
 
 T0 = 1_800_000_000.0
 
@@ -187,9 +187,9 @@ def test_without_a_reset_nothing_is_stale() -> None:
     assert not is_stale(None, BreakerState(reset_at=T0), T0, 900)
 
 
-def test_the_store_keeps_the_breaker_across_restarts_and_the_guards_see_it(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'r.db'}"
-    store = Store.open(url)
+@EVERY_DATABASE
+def test_the_store_keeps_the_breaker_across_restarts_and_the_guards_see_it(store: Store, db_url: str) -> None:
+    url = db_url
     breaker = CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=BreakerLimits(max_nodes=1))
     breaker.acquire("n0", kind="cordon", run_id=1, cluster_nodes=10)
     with pytest.raises(BreakerOpen):
@@ -206,11 +206,10 @@ def test_the_store_keeps_the_breaker_across_restarts_and_the_guards_see_it(tmp_p
     reopened.close()
 
 
-def test_claims_are_atomic_across_threads_and_stores_of_one_database(tmp_path: Path) -> None:
+@EVERY_DATABASE
+def test_claims_are_atomic_across_threads_and_stores_of_one_database(store: Store, db_url: str) -> None:
     """Eight workers (each its own Store, as gunicorn workers are) claim 40 nodes at once: exactly the cap wins."""
-    url = f"sqlite:///{tmp_path / 'r.db'}"
-    Store.open(url).close()
-    stores = [Store.open(url) for _ in range(8)]
+    stores = [Store.open(db_url) for _ in range(8)]
     limits = BreakerLimits(max_fraction=0.1, max_nodes=3)
     won: list[str] = []
     refused: list[str] = []

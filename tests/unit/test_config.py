@@ -105,6 +105,8 @@ def test_an_unknown_override_is_a_config_error_naming_it() -> None:
         ("step_timeout: -5\n", "setting 'step_timeout'"),
         ("step_timeout: .inf\n", "setting 'step_timeout'"),
         ("insecure_no_auth: maybe\n", "setting 'insecure_no_auth'"),
+        ("database_pool_size: 0\n", "setting 'database_pool_size': must be at least 1"),
+        ("database_max_overflow: -1\n", "setting 'database_max_overflow': must not be negative"),
     ],
 )
 def test_bad_values_in_the_file_are_config_errors_naming_the_setting(tmp_path: Path, text: str, message: str) -> None:
@@ -204,6 +206,13 @@ def test_tokens_are_kept_out_of_the_repr() -> None:
 
     assert "do-not-print" not in repr(settings)
     assert "nor-this" not in repr(settings)
+
+
+def test_the_database_pool_is_five_plus_five_unless_set() -> None:
+    assert (Settings().database_pool_size, Settings().database_max_overflow) == (5, 5)
+    env = {"REMEDIATE_DATABASE_POOL_SIZE": "2", "REMEDIATE_DATABASE_MAX_OVERFLOW": "0"}
+    settings = load_settings(env=env)
+    assert (settings.database_pool_size, settings.database_max_overflow) == (2, 0)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from remediate.errors import PayloadError, RunStateError, StoreConflict, Unknown
 from remediate.runs import Decision
 from remediate.store import Store
 from remediate.store.inmemory import InMemoryStore
-from tests.support.stores import BOTH_STORES, AnyStore
+from tests.support.stores import BOTH_STORES, EVERY_DATABASE, AnyStore
 from tests.support.stores import rows as table_rows
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -144,14 +144,14 @@ def test_a_step_timeout_comes_from_the_step_or_the_engine_default(
     assert [s.timeout for s in rows(store, t.steps)] == [5.0, 42.0]
 
 
+@EVERY_DATABASE
 def test_a_notification_is_stored_whole_or_not_at_all(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
     engine = make_engine(playbook())
     with store.write() as conn:  # the last insert of ingest (decisions) fails inside the database
-        conn.exec_driver_sql(
-            "CREATE TRIGGER refuse_decisions BEFORE INSERT ON decisions BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
-        )
+        for statement in REFUSE_DECISIONS[conn.dialect.name]:
+            conn.exec_driver_sql(statement)
     before = table_counts(store)
 
     with pytest.raises(sa.exc.DBAPIError, match="disk on fire"):
@@ -159,6 +159,18 @@ def test_a_notification_is_stored_whole_or_not_at_all(
 
     assert table_counts(store) == before
     assert before["notifications"] == before["runs"] == 0
+
+
+REFUSE_DECISIONS = {
+    "sqlite": [
+        "CREATE TRIGGER refuse_decisions BEFORE INSERT ON decisions BEGIN SELECT RAISE(ABORT, 'disk on fire'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION refuse() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'disk on fire'; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER refuse_decisions BEFORE INSERT ON decisions FOR EACH ROW EXECUTE FUNCTION refuse()",
+    ],
+}
+"""A trigger that makes the database refuse the insert of a decision, in each database's dialect."""
 
 
 @pytest.mark.parametrize("store", ["memory"], indirect=True)

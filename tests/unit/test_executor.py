@@ -20,7 +20,7 @@ from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.store import Store
 from tests.support.store_json import run_json_of
-from tests.support.stores import BOTH_STORES, AnyStore, rows, step_details
+from tests.support.stores import BOTH_STORES, EVERY_DATABASE, AnyStore, rows, step_details
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -764,6 +764,7 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
 # --------------------------------------------------------------------------- ownership of a run (finding 17)
 
 
+@EVERY_DATABASE
 def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_runs_no_further_step(
     store: Store,
     db_url: str,
@@ -774,7 +775,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
     make_alert: MakeAlert,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Two executors on one SQLite file; the first, on "another host", stalls inside step 0 long enough for
+    """Two executors on one database; the first, on "another host", stalls inside step 0 long enough for
     its lease to expire. The second takes the run over and finishes it; when the first wakes up it finds
     its claim gone, stops, and overwrites nothing (it used to record its step and run step 1 again)."""
     gate = actions["test.gate"]

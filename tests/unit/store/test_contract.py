@@ -1,4 +1,4 @@
-"""The store's contract: one set of behaviours, run against every backend (tests.support.stores.STORES).
+"""The store's contract: one set of behaviours, run against every backend (tests.support.stores.BACKENDS).
 
 The SQLite store is the reference; InMemoryStore (the fake the engine's and executor's unit tests
 use) must behave the same through remediate.store.interface, so the fake cannot drift. The last

@@ -1,4 +1,8 @@
-"""remediate.store.dialect / database.dialect_for: what differs between databases goes through one object."""
+"""remediate.store.dialect / database.dialect_for: what differs between databases goes through one object.
+
+The tests on the `store` fixture check SQLite's side of the difference (BEGIN IMMEDIATE, the lock file);
+PostgreSQL's side runs in test_contract, test_queue and test_breaker on a real server.
+"""
 
 from __future__ import annotations
 

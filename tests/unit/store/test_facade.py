@@ -8,6 +8,7 @@ from typing import Any
 import remediate.store
 from remediate.engine import Engine
 from remediate.store import Store
+from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0, Ingest, MakeAlert
 
 INTERFACE = {
@@ -36,6 +37,7 @@ def test_every_name_of_the_package_is_exported() -> None:
         assert name in remediate.store.__all__, name
 
 
+@EVERY_DATABASE
 def test_every_write_transaction_passes_the_stores_write(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:

@@ -25,7 +25,9 @@ from remediate.store import (
     decode_cursor,
     encode_cursor,
 )
+from tests.support.postgres import PostgresCluster
 from tests.support.store_json import history_json_of, run_json_of
+from tests.support.stores import DATABASES, EVERY_DATABASE
 from tests.unit.store.support import OTHER, PLAYBOOK, T0, Ingest, MakeAlert, queue_runs
 
 
@@ -42,10 +44,18 @@ def fill_history(engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> None:
         )
 
 
-@pytest.fixture(scope="module")
-def history_store(tmp_path_factory: pytest.TempPathFactory, ingest: Ingest, make_alert: MakeAlert) -> Iterator[Store]:
-    """fill_history in one database shared by this module's read-only history tests."""
-    store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('history') / 'remediate.db'}")
+@pytest.fixture(scope="module", params=DATABASES)
+def history_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, ingest: Ingest, make_alert: MakeAlert
+) -> Iterator[Store]:
+    """fill_history in one database (of each kind) shared by this module's read-only history tests."""
+    if request.param == "postgresql":
+        postgres: PostgresCluster = request.getfixturevalue("postgres")
+        url = postgres.database(template=postgres.schema_template())
+        request.addfinalizer(lambda: postgres.drop(url))
+    else:
+        url = f"sqlite:///{tmp_path_factory.mktemp('history') / 'remediate.db'}"
+    store = Store.open(url)
     registry = default_registry()
     playbooks = PlaybookSet([parse_playbook(PLAYBOOK, registry), parse_playbook(OTHER, registry)])
     fill_history(Engine(store=store, playbooks=playbooks, registry=registry), ingest, make_alert)
@@ -111,6 +121,7 @@ def test_history_filters_combine(history_store: Store, filters: dict[str, Any], 
             assert all(e[key] == value for e in entries)
 
 
+@EVERY_DATABASE
 def test_history_status_follows_the_run(store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> None:
     fill_history(engine, ingest, make_alert)
     claimed = store.claim_run("w", T0)
@@ -164,6 +175,7 @@ def test_cursors_round_trip() -> None:
 # --------------------------------------------------------------------------- run detail
 
 
+@EVERY_DATABASE
 def test_run_detail_shows_alert_decision_and_steps(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -197,6 +209,7 @@ def _one_run(engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> int:
     return run_id
 
 
+@EVERY_DATABASE
 def test_a_run_detail_is_typed_down_to_its_attempts(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -256,6 +269,7 @@ def test_a_run_detail_is_typed_down_to_its_attempts(
         detail.status = "succeeded"  # type: ignore[misc]
 
 
+@EVERY_DATABASE
 def test_history_entries_are_typed_with_their_run_or_none(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -278,6 +292,7 @@ def test_history_entries_are_typed_with_their_run_or_none(
     assert accepted.time == T0
 
 
+@EVERY_DATABASE
 def test_the_next_cursor_is_none_on_the_last_page_only(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:

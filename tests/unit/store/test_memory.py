@@ -1,4 +1,7 @@
-"""The agent's state file (remediate.store.memory.MemoryStore): only the action_memory table; old files keep rows."""
+"""The agent's state file (remediate.store.memory.MemoryStore): only the action_memory table; old files keep rows.
+
+SQLite only: the agent keeps its state in a file on its node, whatever database the server uses.
+"""
 
 from __future__ import annotations
 

@@ -1,39 +1,68 @@
-"""Upgrading an old database gives exactly the schema of a fresh install."""
+"""Upgrading an old database gives exactly the schema of a fresh install, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
-import sqlite3
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from remediate import schema
 from remediate.store import Store
+from tests.support.postgres import PostgresCluster
 from tests.support.store_json import run_json_of
+from tests.support.stores import DATABASES
 
 
-def _schema_of(path: Path) -> dict[str, object]:
-    conn = sqlite3.connect(path)
+def _schema_of(url: str) -> dict[str, object]:
+    """Tables, columns, keys and indexes as the database itself reports them (sa.inspect: either backend)."""
+    engine = sa.create_engine(url)
     try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
-        shape = {
-            table: sorted((row[1], row[2], row[3], row[5]) for row in conn.execute(f"PRAGMA table_info('{table}')"))
-            for table in tables
-        }
-        indexes = sorted(
-            (r[0], r[1]) for r in conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type='index'")
-        )
-        return {"tables": shape, "indexes": indexes}
+        inspector = sa.inspect(engine)
+        shape: dict[str, object] = {}
+        for table in sorted(inspector.get_table_names()):
+            columns = sorted((c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(table))
+            indexes = sorted(
+                (i["name"], tuple(i["column_names"]), bool(i["unique"])) for i in inspector.get_indexes(table)
+            )
+            uniques = sorted(tuple(u["column_names"]) for u in inspector.get_unique_constraints(table))
+            keys = sorted(
+                (tuple(f["constrained_columns"]), f["referred_table"]) for f in inspector.get_foreign_keys(table)
+            )
+            primary = tuple(inspector.get_pk_constraint(table)["constrained_columns"])
+            shape[table] = {"columns": columns, "indexes": indexes, "unique": uniques, "fk": keys, "pk": primary}
+        return shape
     finally:
-        conn.close()
+        engine.dispose()
+
+
+NewDatabase = Callable[[], str]
+
+
+@pytest.fixture(params=DATABASES)
+def new_database(request: pytest.FixtureRequest, tmp_path: Path) -> NewDatabase:
+    """new_database() -> the URL of another empty database of the test's kind (SQLite file, PostgreSQL database)."""
+    names = itertools.count()
+    if request.param == "sqlite":
+        return lambda: f"sqlite:///{tmp_path / f'db{next(names)}.db'}"
+    postgres: PostgresCluster = request.getfixturevalue("postgres")
+
+    def make() -> str:
+        url = postgres.database()
+        request.addfinalizer(lambda: postgres.drop(url))
+        return url
+
+    return make
 
 
 # Tables added after version 1, by the version that added them.
 LATER_TABLES = {"action_memory": 2, "breaker_claims": 3}
 
 
-def _make_version(path: Path, version: int) -> None:
-    engine = sa.create_engine(f"sqlite:///{path}")
+def _make_version(url: str, version: int) -> None:
+    engine = sa.create_engine(url)
     tables = [t for name, t in schema.metadata.tables.items() if LATER_TABLES.get(name, 1) <= version]
     with engine.begin() as conn:
         schema.metadata.create_all(conn, tables=tables)
@@ -65,8 +94,8 @@ def _make_version(path: Path, version: int) -> None:
     engine.dispose()
 
 
-def _make_version_1(path: Path) -> None:
-    _make_version(path, 1)
+def _make_version_1(url: str) -> None:
+    _make_version(url, 1)
 
 
 def test_every_table_added_later_has_a_migration() -> None:
@@ -74,11 +103,11 @@ def test_every_table_added_later_has_a_migration() -> None:
     assert max(schema.MIGRATIONS) == schema.SCHEMA_VERSION
 
 
-def test_a_version_2_database_gets_the_breaker_table_and_keeps_its_memory(tmp_path: Path) -> None:
-    old, fresh = tmp_path / "v2.db", tmp_path / "fresh.db"
+def test_a_version_2_database_gets_the_breaker_table_and_keeps_its_memory(new_database: NewDatabase) -> None:
+    old, fresh = new_database(), new_database()
     _make_version(old, 2)
-    store = Store.open(f"sqlite:///{old}")
-    Store.open(f"sqlite:///{fresh}").close()
+    store = Store.open(old)
+    Store.open(fresh).close()
     assert store.schema_version() == schema.SCHEMA_VERSION
     with store.breaker_ledger() as ledger:
         assert ledger.open_claims() == []
@@ -87,20 +116,20 @@ def test_a_version_2_database_gets_the_breaker_table_and_keeps_its_memory(tmp_pa
     assert _schema_of(old) == _schema_of(fresh)
 
 
-def test_a_version_1_database_is_upgraded_to_the_same_schema_as_a_fresh_one(tmp_path: Path) -> None:
-    old, fresh = tmp_path / "old.db", tmp_path / "fresh.db"
+def test_a_version_1_database_is_upgraded_to_the_same_schema_as_a_fresh_one(new_database: NewDatabase) -> None:
+    old, fresh = new_database(), new_database()
     _make_version_1(old)
-    upgraded = Store.open(f"sqlite:///{old}")
-    Store.open(f"sqlite:///{fresh}").close()
+    upgraded = Store.open(old)
+    Store.open(fresh).close()
     assert upgraded.schema_version() == schema.SCHEMA_VERSION
     upgraded.close()
     assert _schema_of(old) == _schema_of(fresh)
 
 
-def test_an_upgrade_keeps_the_data_that_was_there(tmp_path: Path) -> None:
-    old = tmp_path / "old.db"
+def test_an_upgrade_keeps_the_data_that_was_there(new_database: NewDatabase) -> None:
+    old = new_database()
     _make_version_1(old)
-    store = Store.open(f"sqlite:///{old}")
+    store = Store.open(old)
     assert store.pause_state().paused is True
     assert store.pause_state().by == "old"
     store.memory().remember("gpu.power_limit/GPU-1", {"original_mw": 700000}, run_id=1)
@@ -108,10 +137,10 @@ def test_an_upgrade_keeps_the_data_that_was_there(tmp_path: Path) -> None:
     store.close()
 
 
-def test_a_version_3_database_gets_guard_keys_equal_to_the_targets_of_its_runs(tmp_path: Path) -> None:
-    old = tmp_path / "v3.db"
+def test_a_version_3_database_gets_guard_keys_equal_to_the_targets_of_its_runs(new_database: NewDatabase) -> None:
+    old = new_database()
     _make_version(old, 3)
-    engine = sa.create_engine(f"sqlite:///{old}")
+    engine = sa.create_engine(old)
     with engine.begin() as conn:
         notification = conn.execute(
             sa.text(
@@ -134,16 +163,18 @@ def test_a_version_3_database_gets_guard_keys_equal_to_the_targets_of_its_runs(t
             {"a": alert},
         )
     engine.dispose()
-    store = Store.open(f"sqlite:///{old}")
+    store = Store.open(old)
     with store.read() as conn:
         assert conn.execute(sa.text("SELECT guard_key FROM runs")).scalar_one() == "node-a"
     store.close()
 
 
-def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_defaults(tmp_path: Path) -> None:
-    old, fresh = tmp_path / "v4.db", tmp_path / "fresh.db"
+def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_defaults(
+    new_database: NewDatabase,
+) -> None:
+    old, fresh = new_database(), new_database()
     _make_version(old, 4)
-    engine = sa.create_engine(f"sqlite:///{old}")
+    engine = sa.create_engine(old)
     with engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -171,8 +202,8 @@ def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_
             )
         )
     engine.dispose()
-    store = Store.open(f"sqlite:///{old}")
-    Store.open(f"sqlite:///{fresh}").close()
+    store = Store.open(old)
+    Store.open(fresh).close()
     claimed = store.claim_run("host:1", 2.0)
     assert claimed is not None
     assert claimed.generation == 1  # counted from the column's default

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from remediate.store import Store
+from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0
+
+pytestmark = EVERY_DATABASE
 
 
 def test_pause_state_is_off_until_set_and_remembers_who_and_why(store: Store) -> None:

@@ -8,7 +8,10 @@ from remediate import schema as t
 from remediate.engine import Engine
 from remediate.store import Store
 from tests.support.store_json import run_json_of
+from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0, Ingest, MakeAlert, all_rows, one, queue_runs
+
+pytestmark = EVERY_DATABASE
 
 
 def test_claim_run_takes_the_oldest_queued_run_with_its_alert(

@@ -1,4 +1,8 @@
-"""The store under a lock it cannot get, a file deleted under it, and the modes of its files (issue 15: 13, 18, 19)."""
+"""The store under a lock it cannot get, a file deleted under it, and the modes of its files (issue 15: 13, 18, 19).
+
+SQLite only: each test is about the database's file (its flock'd write lock, SQLite's own lock, the file's
+identity and modes, WAL mode), which a server database does not have.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,250 @@
+"""A PostgreSQL server that goes away and comes back (a restart, a crash, a fail-over) under a running remediate.
+
+Each test stops and starts a real PostgreSQL 15 of this module's own (`own_postgres`): requests during the
+outage are answered 503 with the JSON error (AlertManager retries), /readyz is unready, the executor waits
+and retries, and everything works again once the server is back, without restarting remediate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from remediate.actions.base import Action, ActionRegistry, StepContext
+from remediate.actions.log import LogAction
+from remediate.actions.schema import ParamSchema
+from remediate.engine import Engine
+from remediate.errors import StoreUnreachable
+from remediate.executor import Executor
+from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.store import HistoryQuery, Store
+from tests.support.http import MakeServer, alert, notification
+from tests.support.postgres import PostgresCluster
+from tests.support.realsystems import wait_until
+from tests.support.stores import step_details
+
+T0 = 1_767_225_600.0
+
+
+@pytest.fixture
+def outage_url(own_postgres: PostgresCluster) -> Iterator[str]:
+    """A fresh database on the module's own cluster, its URL carrying a password (trust auth ignores it)."""
+    url = own_postgres.database().replace("remediate@", "remediate:s3cret@")
+    yield url
+    if not own_postgres.running:  # a failed test may leave it stopped: the next test needs it
+        own_postgres.resume()
+    own_postgres.drop(url)
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_the_store_is_unreachable_while_the_server_is_down_and_works_again_after(
+    own_postgres: PostgresCluster, outage_url: str, mode: str
+) -> None:
+    """fast: every session is ended (a restart, a fail-over); immediate: the server crashes."""
+    store = Store.open(outage_url)
+    try:
+        store.set_paused(True, by="alice", reason="before", now=T0)  # connections pooled before the outage
+        with own_postgres.down(mode=mode):
+            for attempt in (store.ping, store.probe_write, lambda: store.history(HistoryQuery())):
+                with pytest.raises(StoreUnreachable) as caught:
+                    attempt()
+                message = str(caught.value)
+                assert "\n" not in message and "s3cret" not in message
+                assert message.startswith("the database postgresql+psycopg://remediate:***@127.0.0.1:")
+                assert "cannot be reached" in message
+            with pytest.raises(StoreUnreachable):
+                store.set_paused(False, by="bob", reason="during", now=T0 + 1)
+        # The same Store, no reopening: the pool's dead connections are replaced on checkout.
+        store.ping()
+        assert store.pause_state().by == "alice"
+        store.set_paused(False, by="bob", reason="after", now=T0 + 2)
+        assert store.pause_state().by == "bob"
+    finally:
+        store.close()
+
+
+def test_a_transaction_cut_by_a_restart_is_unreachable_and_rolled_back(
+    own_postgres: PostgresCluster, outage_url: str
+) -> None:
+    store = Store.open(outage_url)
+    try:
+        cut = pytest.raises(StoreUnreachable, match="terminating connection due to administrator command")
+        with cut, store.write() as conn:
+            store.set_paused(True, by="alice", reason="", now=T0)  # its own transaction: committed
+            conn.exec_driver_sql("UPDATE meta SET value = value")
+            own_postgres.restart()
+            conn.exec_driver_sql("UPDATE meta SET value = 'lost' WHERE key = 'schema_version'")
+        assert store.schema_version() > 0  # the cut transaction wrote nothing
+        assert store.pause_state().paused
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------- the HTTP server
+
+
+def test_the_webhook_and_readyz_answer_503_during_an_outage_and_recover_by_themselves(
+    own_postgres: PostgresCluster, outage_url: str, make_server: MakeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = make_server(database_url=outage_url)
+    assert server.webhook(notification(alert("before", Hostname="node-a"))).status_code == 200
+    assert server.get("/readyz", token=None).status_code == 200
+
+    with own_postgres.down(), caplog.at_level(logging.ERROR):
+        refused = server.webhook(notification(alert("during", Hostname="node-b")))
+        unready = server.get("/readyz", token=None)
+        reads = [server.get("/history"), server.get("/runs/1"), server.get("/pause"), server.post("/pause")]
+
+    for response in (refused, unready, *reads):
+        assert response.status_code == 503, (response.request.path, response.get_json())
+        assert response.get_json()["error"] == "store_unavailable"
+        assert "cannot be reached" in response.get_json()["message"]
+    assert "AlertManager will retry" in refused.get_json()["message"]
+    assert "Traceback" not in caplog.text and "s3cret" not in caplog.text
+
+    # AlertManager's retry, after the database is back: stored once, run once.
+    again = server.webhook(notification(alert("during", Hostname="node-b")))
+    assert again.status_code == 200, again.get_json()
+    assert again.get_json()["decisions"] == {"accepted": 1}
+    assert server.get("/readyz", token=None).status_code == 200
+    assert server.drain() == 2
+    assert sorted((e["target"], e["status"]) for e in server.history()["entries"]) == [
+        ("node-a", "succeeded"),
+        ("node-b", "succeeded"),
+    ]
+    assert server.counts()["runs"] == 2
+
+
+# --------------------------------------------------------------------------- the executor
+
+
+class PullsThePlug(Action):
+    """Acts, then the database goes down before the executor can record that it did."""
+
+    name: ClassVar[str] = "test.pulls_the_plug"
+    idempotent: ClassVar[bool] = True
+    schema: ClassVar[ParamSchema] = ParamSchema({})
+    cluster: PostgresCluster
+    executions: list[int]
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        return {"would": "act"}
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        self.executions.append(ctx.run_id)
+        if len(self.executions) == 1:
+            self.cluster.pause()
+        return {"call": len(self.executions)}
+
+
+class PullsThePlugOnce(PullsThePlug):
+    name: ClassVar[str] = "test.pulls_the_plug_once"
+    idempotent: ClassVar[bool] = False
+
+
+def _queue(store: Store, registry: ActionRegistry, action: str) -> int:
+    spec = {"name": "pb", "match": {"alertname": "GpuXidError"}, "steps": [{"action": action, "with": {}}]}
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(spec, registry)]), registry=registry)
+    payload = notification(alert("f1", Hostname="node-a"))
+    (decision,) = engine.ingest_body(json.dumps(payload).encode(), received_at=T0).decisions
+    assert decision.run_id is not None
+    return decision.run_id
+
+
+@pytest.mark.parametrize(
+    ("kind", "executions", "status", "step_status"),
+    [
+        (PullsThePlug, 2, "succeeded", "succeeded"),  # idempotent: run again after the outage
+        (PullsThePlugOnce, 1, "failed", "interrupted"),  # not idempotent: never twice, a person checks
+    ],
+)
+def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
+    own_postgres: PostgresCluster,
+    outage_url: str,
+    caplog: pytest.LogCaptureFixture,
+    kind: type[PullsThePlug],
+    executions: int,
+    status: str,
+    step_status: str,
+) -> None:
+    action = kind()
+    action.cluster, action.executions = own_postgres, []
+    registry = ActionRegistry([LogAction(), action])
+    store = Store.open(outage_url, busy_timeout=2.0)
+    executor = Executor(store=store, registry=registry, threads=1, poll_interval=0.05, stale_after=600)
+    try:
+        run_id = _queue(store, registry, action.name)
+        with caplog.at_level(logging.WARNING, logger="remediate.executor"):
+            executor.start()
+            wait_until(lambda: "the store is unavailable" in caplog.text, 15, message="the executor saw the outage")
+            assert not own_postgres.running
+            own_postgres.resume()
+            wait_until(lambda: _status(store, run_id) in ("succeeded", "failed"), 30, message="the run finished")
+        assert _status(store, run_id) == status, (store.run_detail(run_id).error, step_details(store, run_id))
+        assert len(action.executions) == executions
+        (step,) = step_details(store, run_id)
+        assert step["status"] == step_status
+        assert step["attempts"][0]["outcome"] == "interrupted"
+        # One line per outage (and one when it is over), not a traceback per poll.
+        assert caplog.text.count("the store is unavailable") == 1
+        assert "Traceback" not in caplog.text
+        assert "the store answers again" in caplog.text
+    finally:
+        executor.stop(timeout=5)
+        store.close()
+
+
+def _status(store: Store, run_id: int) -> str:
+    return store.run_detail(run_id).status
+
+
+# --------------------------------------------------------------------------- start-up
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("postgresql+psycopg://remediate:s3cret@127.0.0.1:{port}/nosuchdb", 'database "nosuchdb" does not exist'),
+        ("postgresql+psycopg://remediate:s3cret@127.0.0.1:{closed}/remediate", "Connection refused"),
+        ("postgresql+nosuchdriver://remediate:s3cret@127.0.0.1:{port}/x", "cannot use database URL"),
+    ],
+)
+def test_serve_with_a_database_it_cannot_use_prints_one_line_and_exits(
+    own_postgres: PostgresCluster, url: str, says: str, tmp_path: Path
+) -> None:
+    (tmp_path / "playbooks").mkdir()
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        closed = unused.getsockname()[1]
+    database_url = url.format(port=own_postgres.port, closed=closed)
+    result = subprocess.run(
+        [sys.executable, "-m", "remediate", "serve", "--playbooks", "playbooks", "--database-url", database_url],
+        cwd=tmp_path,
+        env={**os.environ, "REMEDIATE_TOKEN": "a-token-of-twenty-chars-or-more"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr  # one line, never a traceback
+    assert says in result.stderr
+    assert "s3cret" not in result.stderr + result.stdout
+
+
+def test_each_server_process_opens_at_most_the_pool_the_settings_allow(
+    outage_url: str, make_server: MakeServer
+) -> None:
+    server = make_server(database_url=outage_url, database_pool_size=2, database_max_overflow=1)
+    pool = server.store.engine.pool
+
+    assert (pool.size(), pool._max_overflow) == (2, 1)  # SQLAlchemy's QueuePool keeps no public getter
