@@ -5,7 +5,7 @@ its `Dialect` (`sqlite.SqliteDialect` for SQLite files), chosen from the URL.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
@@ -140,6 +140,13 @@ class Database:
         self.check_file()
         with self.write() as conn:
             conn.execute(_PROBE_WRITE)
+
+    def refresh_statistics(self, tables: Sequence[str]) -> None:
+        """Up-to-date planner statistics for `tables` (PostgreSQL: ANALYZE; SQLite: nothing to do)."""
+        if not self.dialect.keeps_statistics:
+            return
+        with self.write() as conn:
+            self.dialect.refresh_statistics(conn, tables)
 
     def close(self) -> None:
         self.engine.dispose()

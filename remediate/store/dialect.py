@@ -8,7 +8,7 @@ overrides it for SQLite files, `postgres.py` for PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -91,6 +91,12 @@ class Dialect:
         engine judges again on StoreConflict); cooldown and attempt caps are exact only where a
         dialect locks (PostgreSQL) or writers are serialised anyway (SQLite).
         """
+
+    keeps_statistics = False
+    """Whether the planner needs `refresh_statistics` before a long job (SQLite's plans do not)."""
+
+    def refresh_statistics(self, conn: sa.Connection, tables: Sequence[str]) -> None:
+        """Bring the planner's statistics of `tables` up to date before a long job plans its queries."""
 
     def lock_schema(self, conn: sa.Connection) -> None:
         """Serialise schema creation and upgrades across processes, inside their transaction."""

@@ -34,7 +34,7 @@ from remediate.store.ingest import GuardReader, IngestWriterContext
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
 from remediate.store.queue import RunQueue
-from remediate.store.retention import DEFAULT_BATCH_SIZE, DEFAULT_MAX_HOLD, PruneReport, prune
+from remediate.store.retention import DEFAULT_BATCH_SIZE, DEFAULT_MAX_HOLD, PRUNED_TABLES, PruneReport, prune
 
 
 class Store:
@@ -283,6 +283,7 @@ class Store:
         max_hold: float | None = DEFAULT_MAX_HOLD,
     ) -> PruneReport:
         """Delete finished history older than `older_than` seconds, in bounded batches (store.retention)."""
+        self.database.refresh_statistics(PRUNED_TABLES)
         return prune(
             self,
             older_than,

@@ -204,6 +204,9 @@ _PASSES: Sequence[_Pass] = (
 )
 
 
+PRUNED_TABLES = ("runs", "steps", "attempts", "decisions", "alerts", "notifications", "breaker_claims")
+"""Every table a prune reads or deletes from (their statistics are refreshed before it plans its queries)."""
+
 DEFAULT_MAX_HOLD = 0.1
 """Seconds one batch's write transaction should take at most: a batch that took longer halves the next."""
 

@@ -215,12 +215,14 @@ def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_
     assert _schema_of(old) == _schema_of(fresh)
 
 
-def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones_recorded(tmp_path: Path) -> None:
+def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones_recorded(
+    new_database: NewDatabase,
+) -> None:
     """Issue 11: `attempts.worker` (who ran it, `ran_on` in the API) is added empty; attempts recorded
     before say nothing, those after name their executor."""
-    old, fresh = tmp_path / "v5.db", tmp_path / "fresh.db"
+    old, fresh = new_database(), new_database()
     _make_version(old, 5)
-    engine = sa.create_engine(f"sqlite:///{old}")
+    engine = sa.create_engine(old)
     with engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -251,8 +253,8 @@ def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones
             )
         conn.execute(sa.text("INSERT INTO attempts (step_id, number, started_at) VALUES (1, 1, 1.5)"))
     engine.dispose()
-    store = Store.open(f"sqlite:///{old}")
-    Store.open(f"sqlite:///{fresh}").close()
+    store = Store.open(old)
+    Store.open(fresh).close()
     claimed = store.claim_run("replica-b:42", 2.0)
     assert claimed is not None
     store.start_attempt(2, 3.0, lease=claimed.lease)
