@@ -365,7 +365,7 @@ class Executor:
             claims = list(self._abandoned.values())
         if not claims:
             return
-        requeued = self.store.requeue_claims(claims, now=self.clock())
+        requeued = self.store.requeue_claims(claims, now=self.clock(), own=True)
         with self._active_lock:
             for claim in claims:
                 self._abandoned.pop(claim.id, None)

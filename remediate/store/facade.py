@@ -213,8 +213,8 @@ class Store:
         """The running runs and who holds them (recovery decides which owners are gone)."""
         return self.queue.running_claims()
 
-    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float) -> list[int]:
-        return self.queue.requeue_claims(claims, now=now)
+    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float, own: bool = False) -> list[int]:
+        return self.queue.requeue_claims(claims, now=now, own=own)
 
     def recover_stale(self, *, now: float, stale_after: float, is_dead: Any) -> list[int]:
         """Requeue runs whose executor died; their in-flight steps become `interrupted`."""

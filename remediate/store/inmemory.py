@@ -391,7 +391,7 @@ class InMemoryStore:
                 if r["status"] == RunStatus.RUNNING
             ]
 
-    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float) -> list[int]:
+    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float, own: bool = False) -> list[int]:
         """Requeue the runs still held by the same claim; their in-flight steps become `interrupted`."""
         if not claims:
             return []
@@ -402,7 +402,7 @@ class InMemoryStore:
                 if (run := self._row("runs", c.id)) is not None
                 and run["status"] == RunStatus.RUNNING
                 and run["claim_generation"] == c.generation
-                and run["heartbeat_at"] == c.heartbeat_at
+                and (own or run["heartbeat_at"] == c.heartbeat_at)
             ]
             self._requeue(still, now)
         return still

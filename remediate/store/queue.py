@@ -398,9 +398,10 @@ class RunQueue:
             ).all()
         return [RunningClaim(r.id, r.claimed_by or "", int(r.claim_generation), r.heartbeat_at) for r in rows]
 
-    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float) -> list[int]:
+    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float, own: bool = False) -> list[int]:
         """Requeue these runs, each only if it is still held by the same claim with the same heartbeat (an
         owner that renewed its lease meanwhile keeps it); their in-flight steps become `interrupted`.
+        `own`: the owner hands back its own claims (after a store outage): its heartbeats do not count.
         Returns the ids requeued."""
         if not claims:
             return []
@@ -414,7 +415,9 @@ class RunQueue:
                         t.runs.c.status == RunStatus.RUNNING,
                         t.runs.c.claim_generation == c.generation,
                         # The heartbeat recovery watched: one renewed since is an owner alive after all.
-                        t.runs.c.heartbeat_at.is_(None)
+                        sa.true()
+                        if own
+                        else t.runs.c.heartbeat_at.is_(None)
                         if c.heartbeat_at is None
                         else t.runs.c.heartbeat_at == c.heartbeat_at,
                     )
