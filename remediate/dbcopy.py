@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from remediate import schema as t
 from remediate.errors import ConfigError, DatabaseCopyError, StoreUnavailable
 from remediate.store import Store
+from remediate.store.database import shown_url as shown
 
 DEFAULT_BATCH_SIZE = 1000
 """Rows read and inserted per statement: memory stays bounded by one batch of the widest table."""
@@ -58,14 +59,6 @@ class CopyReport:
     @property
     def rows(self) -> int:
         return sum(table.rows for table in self.tables)
-
-
-def shown(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    try:
-        return sa.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return url
 
 
 def copy_database(
