@@ -271,20 +271,21 @@ def _clear_unused_schema(conn: sa.Connection) -> None:
 
 
 def _copy_table(table: sa.Table, source: sa.Connection, target: sa.Connection, batch_size: int) -> int:
-    """Copy `table` in batches of primary-key order (keyset pagination: each read starts after the last key)."""
-    (key,) = table.primary_key.columns
+    """Copy `table` in batches of primary-key order (keyset pagination: each read starts after the last key;
+    a composite key, e.g. the ladders' (playbook, guard key), compares as a row value)."""
+    keys = list(table.primary_key.columns)
     copied = 0
-    last: Any = None
+    last: tuple[Any, ...] | None = None
     while True:
-        query = sa.select(table).order_by(key).limit(batch_size)
+        query = sa.select(table).order_by(*keys).limit(batch_size)
         if last is not None:
-            query = query.where(key > last)
+            query = query.where(keys[0] > last[0] if len(keys) == 1 else sa.tuple_(*keys) > sa.tuple_(*last))
         rows = [dict(row) for row in source.execute(query).mappings()]
         if not rows:
             return copied
         target.execute(sa.insert(table), rows)
         copied += len(rows)
-        last = rows[-1][key.name]
+        last = tuple(rows[-1][key.name] for key in keys)
 
 
 def _reset_sequences(conn: sa.Connection) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 metadata = sa.MetaData()
 
@@ -87,6 +87,8 @@ runs = sa.Table(
     # occurrence may run it again (a new run that supersedes this one, recorded in `superseded_by`).
     sa.Column("rerunnable", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("superseded_by", sa.Integer, nullable=True),
+    # The escalation ladder's rung (1 = the gentlest) this run ran; NULL for a playbook without `escalate`.
+    sa.Column("rung", sa.Integer, nullable=True),
     sa.Index("ix_runs_status", "status", "id"),
     sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
     sa.Index("ix_runs_alert", "alert_id"),
@@ -192,6 +194,30 @@ breaker_claims = sa.Table(
 )
 
 
+# Where each escalation ladder stands: one row per (playbook, guard key), rewritten in the same write
+# transaction as the run of the rung it records, so that a restart or another replica climbs from there.
+ladders = sa.Table(
+    "ladders",
+    metadata,
+    sa.Column("playbook", sa.String(128), primary_key=True),
+    sa.Column("guard_key", sa.String(255), primary_key=True),
+    sa.Column("target", sa.String(255), nullable=False),
+    # The rung (1-based) that ran last, its run, and the alert occurrence it ran for.
+    sa.Column("rung", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.Integer, nullable=False),
+    sa.Column("fingerprint", sa.String(64), nullable=False),
+    sa.Column("starts_at", sa.String(40), nullable=False),
+    sa.Column("climbed_at", sa.Float, nullable=False),
+    # When that occurrence was reported resolved (the rung's `holds_for` counts from here), else NULL.
+    sa.Column("resolved_at", sa.Float, nullable=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    # JSON list of the rungs run since the ladder last reset: [{"rung", "run", "at", "reason"}, ...].
+    sa.Column("climb", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Index("ix_ladders_target", "target"),
+)
+
+
 def _v2_action_memory(conn: sa.Connection) -> None:
     action_memory.create(conn)
 
@@ -225,6 +251,11 @@ def _v7_reference_indexes(conn: sa.Connection) -> None:
     conn.execute(sa.text("CREATE INDEX ix_runs_alert ON runs (alert_id)"))
 
 
+def _v8_ladders(conn: sa.Connection) -> None:
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN rung INTEGER"))
+    ladders.create(conn)
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
@@ -233,4 +264,5 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     5: _v5_claims_and_always,
     6: _v6_attempt_worker,
     7: _v7_reference_indexes,
+    8: _v8_ladders,
 }

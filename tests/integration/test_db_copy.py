@@ -88,6 +88,24 @@ def fill(store: Store, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) 
             ledger.add_claim(Claim(node=node, kind="cordon", run_id=1, claimed_at=at + 120))
         ledger.release(hosts[0], now=at + 130, reason="uncordoned")
     store.memory().remember("gpu:node-a:3:power", {"watts": 300}, run_id=1)
+    with store.write() as conn:  # where two escalation ladders stand (composite primary key)
+        for host in hosts[:2]:
+            conn.execute(
+                sa.insert(t.ladders).values(
+                    playbook="log-every-alert",
+                    guard_key=host,
+                    target=host,
+                    rung=1,
+                    run_id=1,
+                    fingerprint="f",
+                    starts_at="2026-01-01T00:00:00Z",
+                    climbed_at=at,
+                    resolved_at=None,
+                    reason="first rung",
+                    climb='[{"rung": 1, "run": 1}]',
+                    updated_at=at,
+                )
+            )
 
 
 def sqlite_store(path: Path, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) -> str:
@@ -294,6 +312,22 @@ def test_rows_are_read_in_batches_of_primary_key_order(tmp_path: Path) -> None:
     assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["notifications"] == every_row(source)["notifications"]
 
 
+def test_a_table_with_a_composite_key_is_read_in_batches_of_that_key(tmp_path: Path) -> None:
+    source = sqlite_store(tmp_path / "a.db")
+    target = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
+    engine = sa.create_engine(source, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn, target.write() as out:
+            t.metadata.create_all(out)
+            copied = dbcopy._copy_table(t.ladders, conn, out, batch_size=1)
+    finally:
+        engine.dispose()
+        target.close()
+
+    assert copied == 2
+    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["ladders"] == every_row(source)["ladders"]
+
+
 def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(cli: Cli, tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db")
     target = f"sqlite:///{tmp_path / 'b.db'}"
@@ -455,14 +489,14 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 6 file: without what migration 7 adds (the indexes pruning needs).
+    # Back to a real version 7 file: without what migration 8 adds (escalation ladders).
     conn = sqlite3.connect(path)
     with conn:
-        for index in ("ix_decisions_notification", "ix_decisions_alert", "ix_runs_alert"):
-            conn.execute(f"DROP INDEX {index}")
-        conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+        conn.execute("DROP TABLE ladders")
+        conn.execute("ALTER TABLE runs DROP COLUMN rung")
+        conn.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 7, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 8, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

@@ -58,7 +58,7 @@ def new_database(request: pytest.FixtureRequest, tmp_path: Path) -> NewDatabase:
 
 
 # Tables added after version 1, by the version that added them.
-LATER_TABLES = {"action_memory": 2, "breaker_claims": 3}
+LATER_TABLES = {"action_memory": 2, "breaker_claims": 3, "ladders": 8}
 
 
 def _make_version(url: str, version: int) -> None:
@@ -89,6 +89,9 @@ def _make_version(url: str, version: int) -> None:
             # before version 7: pruning's references (decisions and runs by alert and notification) had no index
             for index in ("ix_decisions_notification", "ix_decisions_alert", "ix_runs_alert"):
                 conn.execute(sa.text(f"DROP INDEX {index}"))
+        if version < 8:
+            # before version 8: no escalation ladders (no rung on runs, no ladders table)
+            conn.execute(sa.text("ALTER TABLE runs DROP COLUMN rung"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -262,4 +265,41 @@ def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones
     assert [a["ran_on"] for s in detail["steps"] for a in s["attempts"]] == [None, "replica-b:42"]
     assert detail["ran_on"] == ["replica-b:42"]
     store.close()
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_7_database_gets_ladders_its_old_runs_ran_no_rung(new_database: NewDatabase) -> None:
+    """Issue 12: `runs.rung` is added empty (no run before escalation ladders ran a rung) and the
+    `ladders` table starts empty: every ladder starts at its first rung."""
+    old, fresh = new_database(), new_database()
+    _make_version(old, 7)
+    engine = sa.create_engine(old)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
+                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
+                "created_at, updated_at, guard_key) "
+                "VALUES (1, 'k', 'p', 'A', 'node-a', 'firing', 'enforce', 'queued', 1, 1, 1, 'node-a')"
+            )
+        )
+    engine.dispose()
+    Store.open(old).close()
+    Store.open(fresh).close()
+    engine = sa.create_engine(old)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT id, rung FROM runs")).all() == [(1, None)]
+        assert conn.execute(sa.text("SELECT count(*) FROM ladders")).scalar_one() == 0
+    engine.dispose()
     assert _schema_of(old) == _schema_of(fresh)

@@ -430,4 +430,3 @@ def test_two_replicas_pruning_at_once_delete_each_row_once(store: Store) -> None
     total = reports[0] + reports[1]
     assert (total.runs, total.steps, total.attempts, total.decisions, total.alerts, total.notifications) == (600,) * 6
     assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
-
