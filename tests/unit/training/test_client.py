@@ -78,7 +78,9 @@ def test_register_creates_the_layout_and_a_registration_a_dry_run_can_read(root:
     assert registration.host == this_host()
     assert (registration.rank, registration.world_size) == (0, 1)
     assert registration.framework == "custom"
-    assert set(registration.kinds) == {"rollback", "scale_lr", "checkpoint"}
+    assert set(registration.kinds) == {"rollback", "scale_lr", "checkpoint", "skip_batches"}
+    assert registration.commands is not None and set(registration.commands) == set(registration.kinds)
+    assert registration.commands["scale_lr"]["required"] == ["factor"]
     assert registration.lr == (3e-4, 1e-3)
     assert registration.last_step is None and registration.closed_at is None
     assert registration.wake_signal is None
