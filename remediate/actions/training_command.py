@@ -129,5 +129,8 @@ class TrainingCommandAction(_TrainingAction):
     def plan_extra(self, params: Mapping[str, Any], registration: Registration) -> dict[str, Any]:
         declared = (registration.commands or {}).get(self.command_kind(params))
         if registration.commands is None:
-            return {"declared_schema": None, "schema_check": "not checked: the job declares no commands (older library)"}
+            return {
+                "declared_schema": None,
+                "schema_check": "not checked: the job declares no commands (an older library)",
+            }
         return {"declared_schema": declared}

@@ -9,9 +9,9 @@
 Attaching a `Batching` declares two commands in job.json (docs/training-protocol.md):
 
 - ``reduce_batch_size`` (``factor`` in (0, 1) or ``to: N``): a smaller micro-batch, and the
-  gradient accumulation multiplied so that the effective batch (micro-batch × accumulation ×
+  gradient accumulation multiplied so that the effective batch (micro-batch x accumulation x
   ranks) stays exactly what it was. The new micro-batch is the largest divisor of the old
-  micro-batch × accumulation that is at most the one asked for, never below
+  micro-batch x accumulation that is at most the one asked for, never below
   ``min_micro_batch_size``. The loop reads `micro_batch_size` (the `batch_sampler` does) and
   `accumulation_steps` at its next optimizer step.
 - ``set_dataloader_workers`` (``workers: N``, at most ``max_dataloader_workers``): sets
@@ -61,7 +61,7 @@ class Batching:
 
     @property
     def samples_per_step(self) -> int:
-        """Samples one rank feeds into one optimizer step: micro-batch × accumulation."""
+        """Samples one rank feeds into one optimizer step: micro-batch x accumulation."""
         return self.micro_batch_size * self.accumulation_steps
 
     def attach_loader(self, loader: Any) -> None:
@@ -112,10 +112,7 @@ class Batching:
 
     def _reduce_batch_size(self, ctx: CommandContext) -> dict[str, Any]:
         micro, accumulation = self.micro_batch_size, self.accumulation_steps
-        if "to" in ctx.params:
-            wanted = int(ctx.params["to"])
-        else:
-            wanted = int(micro * float(ctx.params["factor"]))
+        wanted = int(ctx.params["to"]) if "to" in ctx.params else int(micro * float(ctx.params["factor"]))
         if wanted >= micro:
             raise CommandRejected(f"micro-batch {micro} is already at most {wanted}: nothing to reduce")
         per_step = micro * accumulation

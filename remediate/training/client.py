@@ -214,7 +214,7 @@ class TrainingControl:
         checkpoints: CheckpointStore | None = None,
         batching: Batching | None = None,
     ) -> None:
-        """Set (replace) the optimizers, schedulers, checkpoint store or batching, e.g. once a framework created them."""
+        """Set (replace) the optimizers, schedulers, checkpoint store or batching (e.g. once a framework made them)."""
         if batching is not None:
             self.batching = batching
             for kind, handler in batching.handlers().items():

@@ -71,7 +71,8 @@ def check_schema(schema: Any) -> dict[str, Any]:
         raise SchemaError("a command schema must be an object")
     unknown = set(schema) - _COMMAND_KEYS
     if unknown:
-        raise SchemaError(f"unsupported schema keys {', '.join(sorted(unknown))} (known: {', '.join(sorted(_COMMAND_KEYS))})")
+        known = ", ".join(sorted(_COMMAND_KEYS))
+        raise SchemaError(f"unsupported schema keys {', '.join(sorted(unknown))} (known: {known})")
     if schema.get("type", "object") != "object":
         raise SchemaError("a command schema's type must be 'object'")
     properties = schema.get("properties", {})
