@@ -14,7 +14,8 @@ Attaching a `Batching` declares two commands in job.json (docs/training-protocol
   micro-batch x accumulation that is at most the one asked for, never below
   ``min_micro_batch_size``. The loop reads `micro_batch_size` (the `batch_sampler` does) and
   `accumulation_steps` at its next optimizer step.
-- ``set_dataloader_workers`` (``workers: N``, at most ``max_dataloader_workers``): sets
+- ``set_dataloader_workers`` (``workers: N``, at most ``max_dataloader_workers``, or ``factor`` in
+  (0, 1): that part of the current workers, rounded down): sets
   ``num_workers`` of the attached loaders; a DataLoader starts that many workers with its next
   iterator (the next epoch), unless the loop restarts it at once (`generation` moved).
 
@@ -101,8 +102,18 @@ class Batching:
             found[SET_DATALOADER_WORKERS] = Handler(
                 self._set_workers,
                 schema=command_schema(
-                    {"workers": {"type": "integer", "minimum": 0, "maximum": self.max_dataloader_workers}},
-                    required=["workers"],
+                    {
+                        "workers": {"type": "integer", "minimum": 0, "maximum": self.max_dataloader_workers},
+                        "factor": {
+                            "type": "number",
+                            "minimum": 0,
+                            "maximum": 1,
+                            "exclusiveMinimum": True,
+                            "exclusiveMaximum": True,
+                            "description": "multiply the current workers by this (rounded down)",
+                        },
+                    },
+                    one_of=[["workers"], ["factor"]],
                     description="the data loader's worker processes, from its next iterator on",
                 ),
             )
@@ -142,8 +153,13 @@ class Batching:
         }
 
     def _set_workers(self, ctx: CommandContext) -> dict[str, Any]:
-        workers = int(ctx.params["workers"])
-        before = self.dataloader_workers
+        before = self.dataloader_workers or 0
+        if "workers" in ctx.params:
+            workers = int(ctx.params["workers"])
+        else:
+            workers = int(before * float(ctx.params["factor"]))
+            if workers == before:
+                raise CommandRejected(f"{before} workers x {ctx.params['factor']} is still {before}: nothing to reduce")
         self.dataloader_workers = workers
         for loader in self.loaders:
             loader.num_workers = workers  # DataLoader reads it when it creates its next iterator

@@ -98,6 +98,14 @@ def test_set_dataloader_workers_changes_the_attached_loaders(root: Path) -> None
     assert [loader.num_workers for loader in loaders] == [2, 2] and batching.dataloader_workers == 2
     too_many = send(root, control, "set_dataloader_workers", {"workers": 9}, step=6)
     assert too_many.status == REJECTED and batching.dataloader_workers == 2
+    halved = send(root, control, "set_dataloader_workers", {"factor": 0.5}, step=7)
+    assert halved.status == APPLIED and halved.result["workers_after"] == 1
+    assert [loader.num_workers for loader in loaders] == [1, 1]
+    in_main_process = send(root, control, "set_dataloader_workers", {"factor": 0.9}, step=8)
+    assert in_main_process.status == APPLIED and batching.dataloader_workers == 0
+    no_change = send(root, control, "set_dataloader_workers", {"factor": 0.5}, step=9)
+    assert no_change.status == REJECTED and "nothing to reduce" in no_change.detail
+    assert batching.generation == 3
     control.close()
 
 
