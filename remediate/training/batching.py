@@ -126,6 +126,11 @@ class Batching:
         wanted = int(ctx.params["to"]) if "to" in ctx.params else int(micro * float(ctx.params["factor"]))
         if wanted >= micro:
             raise CommandRejected(f"micro-batch {micro} is already at most {wanted}: nothing to reduce")
+        if wanted < self.min_micro_batch_size:
+            raise CommandRejected(
+                f"micro-batch {micro} reduced as asked would be {wanted}, below min_micro_batch_size "
+                f"{self.min_micro_batch_size}"
+            )
         per_step = micro * accumulation
         fitting = [d for d in range(min(wanted, per_step), self.min_micro_batch_size - 1, -1) if per_step % d == 0]
         if not fitting:

@@ -80,6 +80,8 @@ def test_reduce_batch_size_that_cannot_keep_the_effective_batch_is_rejected_and_
     assert not_smaller.status == REJECTED and "nothing to reduce" in not_smaller.detail
     below_min = send(root, control, "reduce_batch_size", {"to": 1}, step=7)
     assert below_min.status == REJECTED and "param 'to': must be >= 2" in below_min.detail
+    tiny = send(root, control, "reduce_batch_size", {"factor": 0.1}, step=8)
+    assert tiny.status == REJECTED and "would be 0, below min_micro_batch_size 2" in tiny.detail
     assert (batching.micro_batch_size, batching.accumulation_steps, batching.generation) == (7, 1, 0)
     control.close()
 
