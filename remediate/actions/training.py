@@ -175,6 +175,18 @@ class _TrainingAction(Action):
     def plan_extra(self, params: Mapping[str, Any], registration: Registration) -> dict[str, Any]:
         return {}
 
+    def command_params_for(self, params: Mapping[str, Any], registration: Registration) -> dict[str, Any]:
+        """The command's params as sent to this job (`training.command` types them by the job's schema)."""
+        return self.command_params(params)
+
+    def command_kind(self, params: Mapping[str, Any]) -> str:
+        """The kind of command the step sends (fixed per action, but `training.command` names it in params)."""
+        return self.kind
+
+    def refusal(self, params: Mapping[str, Any], registration: Registration) -> str | None:
+        """Why the job would certainly refuse this command (checked before anything is sent), else None."""
+        return None
+
     # ------------------------------------------------------------------ finding the job
 
     def find_job(self, params: Mapping[str, Any], ctx: StepContext) -> tuple[JobPaths, Registration, str]:
@@ -301,13 +313,19 @@ class _TrainingAction(Action):
             "framework": registration.framework,
             **live,
             "handles": list(registration.kinds),
-            "would_send": {"kind": self.kind, "params": self.command_params(params)},
+            "would_send": {
+                "kind": self.command_kind(params),
+                "params": self.command_params_for(params, registration),
+            },
             "lr": list(registration.lr),
             "checkpoints": len(registration.checkpoints),
         }
         cannot = []
-        if registration.kinds and self.kind not in registration.kinds:
-            plan["warning"] = f"the job does not handle {self.kind!r}: it would reject the command"
+        refused = self.refusal(params, registration)
+        if refused:
+            cannot.append(refused)
+        elif registration.kinds and self.command_kind(params) not in registration.kinds:
+            plan["warning"] = f"the job does not handle {self.command_kind(params)!r}: it would reject the command"
             cannot.append(plan["warning"])
         identity = self.identity_problem(params, registration)
         if identity:
@@ -350,15 +368,15 @@ class _TrainingAction(Action):
         previous = _read_ack(job_dir, command_id)
         if previous is not None:  # this step ran before (crash, retry): the job already answered
             return self._outcome(previous, registration, how, None, started, replayed=True)
-        identity = self.identity_problem(params, registration)
-        if identity:
-            raise ActionError(f"{identity}; nothing was sent")
+        problem = self.identity_problem(params, registration) or self.refusal(params, registration)
+        if problem:
+            raise ActionError(f"{problem}; nothing was sent")
         fresh = self._running_job(params, ctx, job_dir, registration)
         if fresh is not registration:  # it came back (wait_for_job): it must still be the job the alert names
             registration = fresh
-            identity = self.identity_problem(params, registration)
-            if identity:
-                raise ActionError(f"{identity}; nothing was sent")
+            problem = self.identity_problem(params, registration) or self.refusal(params, registration)
+            if problem:
+                raise ActionError(f"{problem}; nothing was sent")
         budget = min(float(params["timeout"]), ctx.remaining() - DEADLINE_MARGIN_S)
         if budget <= 0:
             raise ActionError("no time left in the step to deliver the command")
@@ -366,8 +384,8 @@ class _TrainingAction(Action):
         now = time.time()
         command = Command(
             id=command_id,
-            kind=self.kind,
-            params=self.command_params(params),
+            kind=self.command_kind(params),
+            params=self.command_params_for(params, registration),
             created_at=now,
             expires_at=now + budget - grace,
             issued_by={
@@ -510,7 +528,7 @@ class _TrainingAction(Action):
                 else f"(step unknown; the job last reported step {registration.last_step})"
             )
             raise ActionError(
-                f"training job {registration.job!r} answered {ack.status} to {ack.kind or self.kind} "
+                f"training job {registration.job!r} answered {ack.status} to {ack.kind or 'the'} "
                 f"command {ack.id} {at}: {ack.detail}"
             )
         result: dict[str, Any] = {

@@ -44,7 +44,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from remediate.training.batching import Batching
 from remediate.training.checkpoints import CheckpointIndex
+from remediate.training.commands import check_schema, command_schema, open_schema, problems
 from remediate.training.distributed import LocalChannel
 from remediate.training.handlers import (
     BUILTIN_HANDLERS,
@@ -115,6 +117,7 @@ class TrainingControl:
         rewinds_step: bool = True,
         handlers: dict[str, HandlerFunction | Handler] | None = None,
         on_ack: Callable[[Ack], None] | None = None,
+        batching: Batching | None = None,
     ) -> None:
         """
         job: the name remediate finds the job by (an alert label's value, e.g. the pod name); default
@@ -130,8 +133,11 @@ class TrainingControl:
             broadcast of 8 bytes).
         rewinds_step: whether the caller moves its step counter back after a rollback (a plain loop
             does; the Lightning/Hugging Face callbacks restore the state but leave the trainer's counter).
-        handlers: extra command kinds -> handler (a function of a CommandContext, or a `Handler`).
+        handlers: extra command kinds -> handler (a function of a CommandContext, or a `Handler`);
+            `handler` (a decorator) also declares the params schema.
         on_ack: called with every acknowledgement this job writes (e.g. to log it).
+        batching: the micro-batch size, accumulation and loader workers the loop reads; declares the
+            reduce_batch_size (and set_dataloader_workers) commands (`remediate.training.batching`).
         """
         name = job or os.environ.get(ENV_JOB)
         if not name:
@@ -152,8 +158,6 @@ class TrainingControl:
         self.rewinds_step = rewinds_step
         self.on_ack = on_ack
         self._handlers: dict[str, Handler] = dict(BUILTIN_HANDLERS)
-        for kind, handler in (handlers or {}).items():
-            self.add_handler(kind, handler)
         self.acks: list[Ack] = []
         """The acknowledgements this job wrote, oldest first (the last 100)."""
 
@@ -184,6 +188,11 @@ class TrainingControl:
         self._lock_fd: int | None = None
         self._rebase: tuple[int, int] | None = None
         """(step, new step) of a rollback applied inside `skip_batch`: the next `poll` continues from there."""
+        for kind, handler in (handlers or {}).items():
+            self.add_handler(kind, handler)
+        self.batching: Batching | None = None
+        if batching is not None:
+            self.attach(batching=batching)
         if isinstance(checkpoints, CheckpointIndex):
             checkpoints.subscribe(self._on_checkpoints)
 
@@ -198,9 +207,18 @@ class TrainingControl:
         return list(self._schedulers)
 
     def attach(
-        self, *, optimizer: Any = None, scheduler: Any = None, checkpoints: CheckpointStore | None = None
+        self,
+        *,
+        optimizer: Any = None,
+        scheduler: Any = None,
+        checkpoints: CheckpointStore | None = None,
+        batching: Batching | None = None,
     ) -> None:
-        """Set (replace) the optimizers, schedulers or checkpoint store, e.g. once a framework created them."""
+        """Set (replace) the optimizers, schedulers, checkpoint store or batching (e.g. once a framework made them)."""
+        if batching is not None:
+            self.batching = batching
+            for kind, handler in batching.handlers().items():
+                self.add_handler(kind, handler)
         if optimizer is not None:
             self._optimizers = _as_list(optimizer)
         if scheduler is not None:
@@ -213,15 +231,59 @@ class TrainingControl:
                 self._on_checkpoints(checkpoints.list())
 
     def add_handler(
-        self, kind: str, handler: HandlerFunction | Handler, *, prepare: HandlerFunction | None = None
+        self,
+        kind: str,
+        handler: HandlerFunction | Handler,
+        *,
+        prepare: HandlerFunction | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> None:
         """Handle commands of `kind` with `handler(ctx)` (replacing a built-in one of the same kind).
 
         Register the same handlers on every rank. `prepare(ctx)` runs on rank 0 only, before the
-        command is sent to every rank.
+        command is sent to every rank. `schema` (`commands.command_schema`) is declared in job.json;
+        without one the command takes any params.
         """
         check_kind(kind)
-        self._handlers[kind] = handler if isinstance(handler, Handler) else Handler(handler, prepare)
+        if not isinstance(handler, Handler):
+            handler = Handler(handler, prepare, None if schema is None else check_schema(schema))
+        self._handlers[kind] = handler
+        if self._registered and self.rank == 0 and not self._closed:
+            self._write_registration()  # remediate validates against the new declaration from now on
+
+    def handler(
+        self,
+        kind: str,
+        params: dict[str, dict[str, Any]] | None = None,
+        *,
+        required: tuple[str, ...] | list[str] = (),
+        one_of: list[list[str]] | None = None,
+        prepare: HandlerFunction | None = None,
+        description: str | None = None,
+    ) -> Callable[[HandlerFunction], HandlerFunction]:
+        """Decorator: handle (and declare in job.json) the job's own command `kind`.
+
+            @control.handler("set_dropout", params={"p": {"type": "number", "minimum": 0, "maximum": 0.9}},
+                             required=["p"])
+            def set_dropout(ctx):
+                model.dropout.p = ctx.params["p"]
+                return {"dropout": ctx.params["p"]}       # merged into the acknowledgement's result
+
+        `params`: name -> {type: integer|number|string|boolean, minimum, maximum, enum}; remediate
+        refuses other params (and a missing `required` one) before it sends anything. None: any params.
+        """
+        schema = command_schema(params, required=required, one_of=one_of, description=description)
+
+        def register(function: HandlerFunction) -> HandlerFunction:
+            self.add_handler(kind, Handler(function, prepare, schema))
+            return function
+
+        return register
+
+    @property
+    def commands(self) -> dict[str, dict[str, Any]]:
+        """Every command this job handles -> its declared params schema (what job.json lists)."""
+        return {kind: handler.schema or open_schema() for kind, handler in sorted(self._handlers.items())}
 
     @property
     def kinds(self) -> list[str]:
@@ -584,6 +646,17 @@ class TrainingControl:
                     step,
                 )
                 continue
+            invalid = problems(handler.schema, command.params) if handler.schema is not None else []
+            if invalid:
+                self._ack_simple(
+                    command_id,
+                    command.kind,
+                    REJECTED,
+                    f"params do not match what this job declares for {command.kind!r}: {'; '.join(invalid)}",
+                    received,
+                    step,
+                )
+                continue
             ctx = CommandContext(command, dict(command.params), self, step, self.rank, self.world_size)
             if handler.prepare is not None:
                 try:
@@ -604,7 +677,9 @@ class TrainingControl:
         try:
             if handler is None:
                 raise CommandRejected(f"rank {self.rank} has no handler for {ctx.command.kind!r}")
-            handler.apply(ctx)
+            returned = handler.apply(ctx)
+            if isinstance(returned, dict):  # a handler's own facts go into the acknowledgement
+                ctx.result.update(returned)
             status, detail = APPLIED, ctx.detail or f"{ctx.command.kind} applied"
         except CommandRejected as exc:
             status, detail = REJECTED, str(exc)
@@ -796,6 +871,7 @@ class TrainingControl:
             if closed or not self._signal_installed or self.wake_signal is None
             else signal.Signals(self.wake_signal).name,
             kinds=tuple(self.kinds),
+            commands=self.commands,
             checkpoints=tuple(self._checkpoint_index),
             lr=tuple(lrs),
             closed_at=time.time() if closed else None,

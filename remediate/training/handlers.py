@@ -1,4 +1,4 @@
-"""What a job does with each kind of command: the built-in handlers (rollback, scale_lr, checkpoint).
+"""What a job does with each kind of command: the built-in handlers (rollback, scale_lr, checkpoint, skip_batches).
 
 A handler gets a `CommandContext` and changes the training state in place: it may set
 ``ctx.step`` (a rollback does), fills ``ctx.result`` with JSON-able facts for the
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from remediate.training.commands import command_schema
 from remediate.training.protocol import (
     CHECKPOINT_CHOICES,
     LATEST_GOOD,
@@ -67,13 +68,16 @@ class CommandContext:
     detail: str = ""
 
 
-HandlerFunction = Callable[[CommandContext], None]
+HandlerFunction = Callable[[CommandContext], "dict[str, Any] | None"]
 
 
 @dataclass(frozen=True)
 class Handler:
     apply: HandlerFunction
+    """Applies the command on every rank; may return a dict, merged into the acknowledgement's result."""
     prepare: HandlerFunction | None = None
+    schema: dict[str, Any] | None = None
+    """The params schema declared in job.json (`remediate.training.commands`); None: any params."""
 
 
 # ------------------------------------------------------------------------------------------ params
@@ -264,8 +268,50 @@ def apply_checkpoint(ctx: CommandContext) -> None:
     ctx.detail = f"saved a checkpoint at {info.describe()}"
 
 
+# ------------------------------------------------------------------------------------------ skip_batches
+
+
+def apply_skip_batches(ctx: CommandContext) -> None:
+    """Drop the next N batches (the loop's `control.skip_batch()` counts them down), nothing else."""
+    batches = _int_param(ctx.params, "batches", 0)
+    if batches < 1:
+        raise CommandRejected("param 'batches' must be at least 1")
+    ctx.control.request_skip(batches)
+    ctx.result.update(batches_skipped=batches, batches_to_skip=ctx.control.batches_to_skip)
+    ctx.detail = f"skipping the next {batches} batches ({ctx.control.batches_to_skip} to skip in all)"
+
+
+_COUNT = {"type": "integer", "minimum": 0}
 BUILTIN_HANDLERS: dict[str, Handler] = {
-    "rollback": Handler(apply_rollback, prepare_rollback),
-    "scale_lr": Handler(apply_scale_lr),
-    "checkpoint": Handler(apply_checkpoint),
+    "rollback": Handler(
+        apply_rollback,
+        prepare_rollback,
+        command_schema(
+            {
+                "checkpoint": {"type": "string", "enum": list(CHECKPOINT_CHOICES)},
+                "min_steps_back": _COUNT,
+                "skip_batches": _COUNT,
+                "saved_before": {"type": "number", "minimum": 0},
+                "checkpoint_step": _COUNT,
+            }
+        ),
+    ),
+    "scale_lr": Handler(
+        apply_scale_lr,
+        schema=command_schema(
+            {
+                "factor": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+                "min_lr": {"type": "number", "minimum": 0},
+            },
+            required=["factor"],
+        ),
+    ),
+    "checkpoint": Handler(apply_checkpoint, schema=command_schema({})),
+    "skip_batches": Handler(
+        apply_skip_batches,
+        schema=command_schema(
+            {"batches": {"type": "integer", "minimum": 1, "description": "how many batches to drop"}},
+            required=["batches"],
+        ),
+    ),
 }

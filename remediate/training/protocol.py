@@ -372,6 +372,9 @@ class Registration:
     target discovery calls it, for `expect_pod`."""
     namespace: str | None = None
     """The job's Kubernetes namespace ($POD_NAMESPACE), for `expect_namespace`."""
+    commands: dict[str, dict[str, Any]] | None = None
+    """Every command the job handles -> the schema of its params (`remediate.training.commands`);
+    None from an older library that declares none (it lists only `kinds`)."""
     version: int = PROTOCOL_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -395,6 +398,7 @@ class Registration:
             "checkpoints": [c.to_dict() for c in self.checkpoints],
             "lr": [finite_or_text(v) for v in self.lr],
             "closed_at": self.closed_at,
+            "commands": self.commands,
         }
 
     @classmethod
@@ -408,6 +412,11 @@ class Registration:
         if not isinstance(kinds, list) or not isinstance(checkpoints, list) or not isinstance(lr, list):
             raise ProtocolError("registration: kinds, checkpoints and lr must be lists")
         wake = data.get("wake_signal")
+        commands = data.get("commands")
+        if commands is not None and not (
+            isinstance(commands, dict) and all(isinstance(v, dict) for v in commands.values())
+        ):
+            raise ProtocolError("registration: commands must map each command name to its params schema")
         return cls(
             job=check_job_name(data.get("job")),
             pid=_require(data, "pid", int, "registration"),
@@ -427,6 +436,7 @@ class Registration:
             closed_at=number_from_json(data.get("closed_at")),
             pod=_optional_str(data, "pod"),
             namespace=_optional_str(data, "namespace"),
+            commands=None if commands is None else {str(k): v for k, v in commands.items()},
         )
 
 

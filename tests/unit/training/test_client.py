@@ -78,7 +78,9 @@ def test_register_creates_the_layout_and_a_registration_a_dry_run_can_read(root:
     assert registration.host == this_host()
     assert (registration.rank, registration.world_size) == (0, 1)
     assert registration.framework == "custom"
-    assert set(registration.kinds) == {"rollback", "scale_lr", "checkpoint"}
+    assert set(registration.kinds) == {"rollback", "scale_lr", "checkpoint", "skip_batches"}
+    assert registration.commands is not None and set(registration.commands) == set(registration.kinds)
+    assert registration.commands["scale_lr"]["required"] == ["factor"]
     assert registration.lr == (3e-4, 1e-3)
     assert registration.last_step is None and registration.closed_at is None
     assert registration.wake_signal is None
@@ -567,3 +569,86 @@ def test_a_live_process_registered_without_the_lock_is_not_taken_over_but_a_dead
         sleeper.wait()
     make_control(root).register().close()
     assert paths.read_registration().pid == os.getpid()
+
+
+# --------------------------------------------------------------------------- the job's own commands (issue 12)
+
+
+def test_a_handler_registered_with_the_decorator_is_declared_applied_and_its_result_acknowledged(root: Path) -> None:
+    control = make_control(root)
+    dropout = {"p": 0.1}
+
+    @control.handler("set_dropout", params={"p": {"type": "number", "minimum": 0, "maximum": 0.9}}, required=["p"])
+    def set_dropout(ctx: CommandContext) -> dict[str, Any]:
+        before, dropout["p"] = dropout["p"], ctx.params["p"]
+        ctx.detail = f"dropout {before} -> {dropout['p']}"
+        return {"dropout_before": before, "dropout_after": dropout["p"]}
+
+    control.register()
+    declared = JobPaths(root, JOB).read_registration().commands
+    assert declared is not None
+    assert declared["set_dropout"]["properties"] == {"p": {"type": "number", "minimum": 0, "maximum": 0.9}}
+    assert declared["set_dropout"]["required"] == ["p"] and declared["set_dropout"]["additionalProperties"] is False
+
+    command = deliver(root, JOB, "set_dropout", {"p": 0.3})
+    settle(control, 7)
+    ack = wait_for_ack(root, JOB, command.id)
+    assert (ack.status, ack.detail, ack.step_before) == (APPLIED, "dropout 0.1 -> 0.3", 7)
+    assert ack.result == {"dropout_before": 0.1, "dropout_after": 0.3}
+    assert dropout["p"] == 0.3
+    control.close()
+
+
+def test_a_handler_added_after_registering_is_declared_at_once(root: Path) -> None:
+    control = make_control(root)
+    control.register()
+    assert "warmup" not in (JobPaths(root, JOB).read_registration().commands or {})
+    control.add_handler("warmup", lambda ctx: None, schema=None)
+    declared = JobPaths(root, JOB).read_registration().commands or {}
+    assert declared["warmup"]["additionalProperties"] is True  # no schema: any params
+    control.close()
+
+
+def test_params_outside_the_declared_schema_and_unknown_commands_are_refused_by_the_job(root: Path) -> None:
+    control = make_control(root)
+    calls: list[dict[str, Any]] = []
+    control.handler("set_dropout", params={"p": {"type": "number", "maximum": 0.9}}, required=["p"])(
+        lambda ctx: calls.append(ctx.params)
+    )
+    control.register()
+    too_high = deliver(root, JOB, "set_dropout", {"p": 2})
+    extra = deliver(root, JOB, "set_dropout", {"p": 0.2, "q": 1})
+    unknown = deliver(root, JOB, "reduce_batch_size", {"factor": 0.5})  # no Batching attached
+    settle(control, 3)
+    acks = {c.id: wait_for_ack(root, JOB, c.id) for c in (too_high, extra, unknown)}
+    assert {a.status for a in acks.values()} == {REJECTED}
+    assert "params do not match what this job declares for 'set_dropout'" in acks[too_high.id].detail
+    assert "param 'p': must be <= 0.9, got 2" in acks[too_high.id].detail
+    assert "unknown param 'q'" in acks[extra.id].detail
+    assert "this job has no handler for 'reduce_batch_size'" in acks[unknown.id].detail
+    assert calls == []
+    control.close()
+
+
+def test_skip_batches_is_a_built_in_command(root: Path) -> None:
+    control = make_control(root)
+    control.register()
+    command = deliver(root, JOB, "skip_batches", {"batches": 3})
+    settle(control, 10)
+    ack = wait_for_ack(root, JOB, command.id)
+    assert ack.status == APPLIED and ack.result == {"batches_skipped": 3, "batches_to_skip": 3}
+    assert [control.skip_batch() for _ in range(4)] == [True, True, True, False]
+    assert control.batches_skipped == 3
+    control.close()
+
+
+def test_a_registration_of_an_older_library_declares_no_commands(root: Path) -> None:
+    control = make_control(root)
+    control.register()
+    data = read_json(JobPaths(root, JOB).registration)
+    del data["commands"]
+    assert Registration.from_dict(data).commands is None
+    data["commands"] = ["rollback"]
+    with pytest.raises(ValueError, match="commands must map"):
+        Registration.from_dict(data)
+    control.close()

@@ -119,3 +119,49 @@ def test_the_hugging_face_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Pa
     assert after[20]["lr"] == pytest.approx(0.005 * (24 - epoch - 8) / 24)
     assert trainer.state.global_step == 24
     assert JobPaths(root, JOB).read_registration().closed_at is not None
+
+
+class SkipAgent(transformers.TrainerCallback):  # type: ignore[misc]
+    """Sends skip_batches (issue 12) at step 6, as training.command would."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sent: list[str] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step == 6 and not self.sent:
+            self.sent.append(deliver(self.root, JOB, "skip_batches", {"batches": 2}).id)
+
+
+def test_the_hugging_face_callback_serves_skip_batches(tmp_path: Path) -> None:
+    from remediate.training.hf import RemediateTrainerCallback
+
+    torch.manual_seed(0)
+    root = tmp_path / "control"
+    ours = RemediateTrainerCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=None,
+                                    wake_signal=None)  # fmt: skip
+    agent, observer = SkipAgent(root), Observer()
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=10,
+        per_device_train_batch_size=8,
+        learning_rate=0.01,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        remove_unused_columns=False,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = transformers.Trainer(
+        model=TinyRegressor(), args=args, train_dataset=Rows(256), callbacks=[agent, ours, observer]
+    )
+    trainer.train()
+
+    ack = wait_for_ack(root, JOB, agent.sent[0])
+    assert ack.status == APPLIED and ack.result["batches_skipped"] == 2
+    after = observer.after
+    assert all(torch.equal(after[s]["weight"], after[6]["weight"]) for s in (7, 8))  # two batches dropped
+    assert not torch.equal(after[9]["weight"], after[6]["weight"])
+    assert ours.control.batches_skipped == 2
+    assert "skip_batches" in (JobPaths(root, JOB).read_registration().commands or {})

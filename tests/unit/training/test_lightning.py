@@ -115,3 +115,47 @@ def test_the_lightning_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path)
     registration = JobPaths(root, JOB).read_registration()
     assert registration.framework == "lightning" and registration.closed_at is not None
     assert [c.step for c in registration.checkpoints] == [4, 8, 16, 20, 24]  # 12 belonged to the abandoned run
+
+
+class SkipAgent(pl.Callback):  # type: ignore[misc]
+    """Sends skip_batches (issue 12) at step 6, as training.command would."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sent: list[str] = []
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == 6 and not self.sent:
+            self.sent.append(deliver(self.root, JOB, "skip_batches", {"batches": 2}).id)
+
+
+def test_the_lightning_callback_serves_skip_batches_and_declares_the_commands(tmp_path: Path) -> None:
+    from remediate.training.lightning import RemediateCallback
+
+    torch.manual_seed(0)
+    x = torch.randn(128, 4)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    root = tmp_path / "control"
+    ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=None, wake_signal=None)
+    agent, observer = SkipAgent(root), Observer()
+    trainer = pl.Trainer(
+        max_steps=10,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[agent, ours, observer],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(TinyModule(), data)
+
+    ack = wait_for_ack(root, JOB, agent.sent[0])
+    assert ack.status == APPLIED and ack.result["batches_skipped"] == 2
+    after = observer.after
+    assert all(torch.equal(after[s]["weight"], after[6]["weight"]) for s in (7, 8))  # two batches dropped
+    assert not torch.equal(after[9]["weight"], after[6]["weight"])
+    assert ours.control.batches_skipped == 2
+    declared = JobPaths(root, JOB).read_registration().commands or {}
+    assert declared["skip_batches"]["required"] == ["batches"] and "rollback" in declared
