@@ -1,0 +1,81 @@
+"""training.checkpoint_node: every live job of the node checkpoints before a drain; none is fine; the wait is bounded.
+
+Real protocol, as in test_training.py: the action writes command files into each job's inbox
+and waits for the acknowledgements the real client (TrainingControl) writes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from remediate.actions import default_registry
+from remediate.actions.training_checkpoint_node import TrainingCheckpointNodeAction
+from remediate.config import load_settings
+from remediate.errors import ActionError
+from remediate.training.protocol import JobPaths
+from tests.support.training import LABELS, LiveJob, ctx_for
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[LiveJob]]:
+    started: list[LiveJob] = []
+    yield started
+    for job in started:
+        job.stop()
+
+
+def test_every_live_job_of_the_node_checkpoints_and_a_closed_one_is_skipped(root: Path, jobs: list[LiveJob]) -> None:
+    for name in ("trainer-a", "trainer-b"):
+        jobs.append(LiveJob(root, name).start())
+    closed = LiveJob(root, "finished-job").register()
+    closed.control.close()
+    action = TrainingCheckpointNodeAction(root, LABELS)
+    params = action.validate({"timeout": 5})
+
+    plan = action.plan(params, ctx_for({"Hostname": "node-a"}))
+    result = action.execute(params, ctx_for({"Hostname": "node-a"}))
+
+    assert plan["would_checkpoint"] == ["trainer-a", "trainer-b"] and plan["can_act"] is True
+    assert [s["job"] for s in plan["skipped"]] == ["finished-job"]
+    assert [r["job"] for r in result["checkpointed"]] == ["trainer-a", "trainer-b"]
+    assert all(r["status"] == "applied" and r["kind"] == "checkpoint" for r in result["checkpointed"])
+    assert result["failed"] == [] and [s["job"] for s in result["skipped"]] == ["finished-job"]
+    assert os.listdir(JobPaths(root, "finished-job").inbox) == []  # nothing sent to a job that is gone
+
+
+def test_a_node_without_any_training_job_has_nothing_to_checkpoint(root: Path) -> None:
+    action = TrainingCheckpointNodeAction(root / "absent", LABELS)
+    params = action.validate({})
+
+    plan = action.plan(params, ctx_for({}))
+    result = action.execute(params, ctx_for({}))
+
+    assert plan["would_checkpoint"] == [] and "nothing to checkpoint" in plan["note"]
+    assert result["checkpointed"] == [] and "nothing to checkpoint" in result["note"]
+
+
+def test_a_job_that_does_not_answer_fails_the_step_within_the_timeout_unless_best_effort(root: Path) -> None:
+    LiveJob(root, "stuck").register()  # registered and alive, but not polling: it never answers
+    action = TrainingCheckpointNodeAction(root, LABELS)
+
+    started = time.monotonic()
+    with pytest.raises(ActionError, match=r"1 of 1 training job\(s\) on this node did not checkpoint: stuck: "):
+        action.execute(action.validate({"timeout": 0.5}), ctx_for({}))
+    strict_s = time.monotonic() - started
+    result = action.execute(action.validate({"timeout": 0.5, "best_effort": True}), ctx_for({}, step_index=1))
+
+    assert strict_s < 3
+    assert result["checkpointed"] == [] and [f["job"] for f in result["failed"]] == ["stuck"]
+    assert "no acknowledgement" in result["failed"][0]["error"]
+
+
+def test_the_action_is_registered_with_the_training_control_root_setting(tmp_path: Path) -> None:
+    settings = load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(tmp_path)})
+    action = default_registry(settings).get("training.checkpoint_node")
+    assert isinstance(action, TrainingCheckpointNodeAction) and action.root == tmp_path
+    assert action.where.value == "node"
