@@ -195,7 +195,9 @@ class ResetState:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "mig_mode": "not supported" if self.mig_enabled is None else ("enabled" if self.mig_enabled else "disabled"),
+            "mig_mode": "not supported"
+            if self.mig_enabled is None
+            else ("enabled" if self.mig_enabled else "disabled"),
             "mig_devices": list(self.mig_devices),
             "active_nvlinks": "not supported" if self.active_nvlinks is None else list(self.active_nvlinks),
             "nvlink_peers": list(self.nvlink_peers),
