@@ -40,7 +40,7 @@ File format (YAML; JSON with the same keys when the name ends in .json):
         supported_memory_clocks_mhz: [2619]
         retired_pages: {single_bit: 0, double_bit: 1, pending: true}   # optional: absent = not supported
         remapped_rows: {correctable: 0, uncorrectable: 2, pending: true, failure: false}   # ditto
-        mig_enabled: false        # optional: absent = no MIG on this GPU (unless mig_uuids are listed)
+        mig_enabled: false        # optional: absent = no MIG on this GPU; listed mig_uuids mean true
         nvlinks:                  # optional: the active NVLinks and their far ends; absent = no NVLink
           - {link: 0, peer: "00000000:05:00.0", peer_type: switch}   # peer_type gpu: linked directly
         reset_count: 0            # bumped by every reset_gpu
@@ -663,8 +663,8 @@ def _parse_reset_state(entry: Mapping[str, Any], mig_uuids: tuple[str, ...], bad
     mig = entry.get("mig_enabled", True if mig_uuids else None)
     if mig is not None and not isinstance(mig, bool):
         raise bad(f"mig_enabled must be true or false, got {mig!r}")
-    if mig_uuids and mig is False:
-        raise bad("mig_uuids are listed but mig_enabled is false")
+    if mig_uuids:
+        mig = True  # MIG devices exist only in MIG mode: listing them is enough
     links = entry.get("nvlinks")
     active: tuple[int, ...] | None = None
     peers: list[str] = []
