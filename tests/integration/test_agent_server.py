@@ -19,9 +19,19 @@ from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.agent import AgentService
 from remediate.agent_server import create_agent_app
 from remediate.agentauth import node_token, sign
-from remediate.errors import ActionError, ConfigError
+from remediate.alerts import alert_ref
+from remediate.errors import ActionError, ConfigError, RetryableActionError
 from remediate.gpu import SimulatedBackend
-from tests.support.agent import AGENT_TOKEN, ClusterThing, Echo, agent_settings, registry_with, step_body
+from remediate.runners import AgentRunner, StaticAgents
+from tests.support.agent import (
+    AGENT_TOKEN,
+    ClusterThing,
+    Echo,
+    agent_settings,
+    registry_with,
+    serve_agent,
+    step_body,
+)
 
 W = 1000
 
@@ -349,6 +359,39 @@ def test_a_gpu_reset_on_the_agent_is_refused_while_a_process_runs_then_resets_th
     assert done.status_code == 200, done.json
     assert done.json["result"]["gpus"][0]["outcome"] == "reset"
     assert gpus.reset_count(uuid) == 1
+    service.close()
+
+
+def test_the_servers_agent_runner_sends_the_new_gpu_steps_over_http_like_the_power_steps(
+    tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    """The server side of the path: AgentRunner (what the executor uses for a node step) to a served agent."""
+    uuid = gpus.devices()[0].uuid
+    settings = agent_settings(tmp_path, gpu_backend="simulated", gpu_simulator_file=gpus.path)
+    service = AgentService(settings)
+    registry = default_registry(settings)
+    ctx = StepContext(
+        run_id=11,
+        step_index=0,
+        playbook="gpu-overheat",
+        target="node-b",
+        alert=alert_ref({"alertname": "GPUTemperatureHigh", "labels": {"Hostname": "node-b", "UUID": uuid}}),
+        deadline=time.monotonic() + 10,
+        memory=InMemoryMemory(),  # the server's memory: the agent keeps its own
+    )
+    with serve_agent(service, settings) as url:
+        remote = AgentRunner("node-b", StaticAgents({"node-b": url}), AGENT_TOKEN, retry_wait_max=0.01)
+        lock = registry.get("gpu.lock_clocks")
+        result = remote.execute(lock, lock.validate({"gpu": uuid, "max_mhz": 1500}), ctx)
+        assert result["gpus"][0]["outcome"] == "locked"
+        assert gpus.clocks(uuid).locked_graphics_mhz == (345, 1500)
+        assert ctx.memory.values == {}  # type: ignore[attr-defined]
+
+        reset = registry.get("gpu.reset")
+        with pytest.raises(ActionError, match="GPU reset refused, nothing was reset") as refused:
+            remote.execute(reset, reset.validate({"gpu": uuid}), ctx)
+        assert not isinstance(refused.value, RetryableActionError)
+        assert f"(on agent {url} of node node-b)" in str(refused.value)
     service.close()
 
 
