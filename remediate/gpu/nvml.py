@@ -300,10 +300,9 @@ class NvmlBackend:
                 handle,
                 link,
             )
-            kind_name = {
-                getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_GPU", 0): "gpu",
-                getattr(nvml, "NVML_NVLINK_DEVICE_TYPE_SWITCH", 2): "switch",
-            }.get(kind, "unknown")
+            kind_name = {nvml.NVML_NVLINK_DEVICE_TYPE_GPU: "gpu", nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch"}.get(
+                kind, "unknown"
+            )
             if remote is not None:
                 peer = _pci(remote.busId)
                 peers.append(f"link {link}: {kind_name} {peer}")
