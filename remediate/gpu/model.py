@@ -192,6 +192,8 @@ class ResetState:
     """The far end of each active link as NVML reports it ("link 0: switch 00000000:05:00.0")."""
     nvlink_gpu_peers: tuple[str, ...] = ()
     """PCI bus ids of GPUs linked directly (no NVSwitch between): the driver resets such GPUs only together."""
+    persistence_mode: bool | None = None
+    """nvmlDeviceGetPersistenceMode (None: not supported); the reset turns it off and on again around itself."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -202,4 +204,7 @@ class ResetState:
             "active_nvlinks": "not supported" if self.active_nvlinks is None else list(self.active_nvlinks),
             "nvlink_peers": list(self.nvlink_peers),
             "nvlink_gpu_peers": list(self.nvlink_gpu_peers),
+            "persistence_mode": (
+                "not supported" if self.persistence_mode is None else ("on" if self.persistence_mode else "off")
+            ),
         }

@@ -33,9 +33,11 @@ from remediate.gpu.errors import (
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
+    GpuError,
     GpuInvalidArgument,
     GpuNotFound,
     GpuNotSupported,
+    GpuResetRefused,
     NvmlUnavailable,
     error_for_code,
     from_nvml_error,
@@ -134,6 +136,30 @@ def _pci(raw: str | bytes) -> str:
         # Never fail a whole read over formatting; show what NVML said.
         log.warning("NVML returned an unexpected PCI bus id %r", text)
         return text.upper()
+
+
+def _smi(smi: str, arguments: list[str], *, doing: str) -> None:
+    """Run nvidia-smi with fixed arguments (the bus id read from NVML, never a label), no shell, a timeout."""
+    try:
+        done = subprocess.run(
+            [smi, *arguments], capture_output=True, text=True, timeout=RESET_TIMEOUT_SECONDS, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise error_for_code(
+            NVML_ERROR_GPU_IS_LOST, doing=doing, detail=f"no answer in {RESET_TIMEOUT_SECONDS:g} s"
+        ) from exc
+    if done.returncode == 0:
+        return
+    said = " ".join((done.stdout + " " + done.stderr).split())[:500]
+    if "in use by another" in said.lower() or "currently in use" in said.lower():
+        raise GpuResetRefused(
+            f"{doing} failed: the driver says the GPU is in use by another client ({said}); "
+            "stop what holds it (DCGM's nv-hostengine, dcgm-exporter, Fabric Manager, a monitoring nvidia-smi) "
+            "or reboot the node",
+            code=done.returncode,
+        )
+    code = None if done.returncode == _SMI_OTHER_ERROR else done.returncode
+    raise error_for_code(code, doing=doing, detail=said or f"exit code {done.returncode}")
 
 
 class NvmlBackend:
@@ -308,8 +334,10 @@ class NvmlBackend:
                 peers.append(f"link {link}: {kind_name} {peer}")
                 if kind_name == "gpu" and peer not in gpu_peers:
                     gpu_peers.append(peer)
+        persistence = _optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
         return ResetState(
             mig_enabled=mig_enabled,
+            persistence_mode=None if persistence is None else persistence == nvml.NVML_FEATURE_ENABLED,
             mig_devices=self._mig_uuids(nvml, handle, uuid),
             active_nvlinks=None if active is None else tuple(active),
             nvlink_peers=tuple(peers),
@@ -324,7 +352,14 @@ class NvmlBackend:
         its state. nvidia-smi asks the driver itself: it refuses a GPU in use, needs root, and on
         NVSwitch systems lets the fabric manager retrain the links. Run without a shell, by absolute
         path, with a timeout; its exit code is an NVML return code, mapped like every NVML error.
+
+        Persistence mode counts as a client of the GPU (nvidia-persistenced holds it) and the driver
+        refuses the reset "In use by another client" while it is on: it is turned off for the reset and
+        on again afterwards, whether the reset worked or not. Other clients NVML does not list as compute
+        processes (DCGM's nv-hostengine, dcgm-exporter, Fabric Manager) make the reset fail with
+        GpuResetRefused saying so.
         """
+        nvml = load_nvml()
         gpu = self.device(uuid)
         smi = shutil.which("nvidia-smi")
         if smi is None:
@@ -332,24 +367,21 @@ class NvmlBackend:
                 f"reset GPU {uuid} failed: nvidia-smi is not on this node's PATH; a GPU reset goes through it "
                 "(the NVIDIA driver's utilities must be installed or mounted into the agent's container)"
             )
-        doing = f"reset GPU {uuid} ({gpu.pci_bus_id}) with nvidia-smi --gpu-reset"
+        handle = self._handle(nvml, uuid)
+        persistence = _optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
+        persistent = persistence == nvml.NVML_FEATURE_ENABLED
+        bus = gpu.pci_bus_id
+        if persistent:
+            _smi(smi, ["-pm", "0", "-i", bus], doing=f"turn off persistence mode of {uuid} ({bus}) for its reset")
         try:
-            # Fixed arguments, the bus id read from NVML (never from a label), no shell.
-            done = subprocess.run(
-                [smi, "--gpu-reset", "-i", gpu.pci_bus_id],
-                capture_output=True,
-                text=True,
-                timeout=RESET_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise error_for_code(
-                NVML_ERROR_GPU_IS_LOST, doing=doing, detail=f"no answer in {RESET_TIMEOUT_SECONDS:g} s"
-            ) from exc
-        if done.returncode != 0:
-            said = " ".join((done.stdout + " " + done.stderr).split())[:500]
-            code = None if done.returncode == _SMI_OTHER_ERROR else done.returncode
-            raise error_for_code(code, doing=doing, text=None, detail=said or f"exit code {done.returncode}")
+            _smi(smi, ["--gpu-reset", "-i", bus], doing=f"reset GPU {uuid} ({bus}) with nvidia-smi --gpu-reset")
+        finally:
+            if persistent:
+                try:
+                    _smi(smi, ["-pm", "1", "-i", bus], doing=f"turn persistence mode of {uuid} ({bus}) back on")
+                except GpuError as exc:
+                    # The reset's own outcome matters more; the node works without persistence mode, only slower.
+                    log.warning("after the reset of %s: %s", uuid, exc)
 
     def parent_of_mig(self, mig_uuid: str) -> str:
         nvml = load_nvml()

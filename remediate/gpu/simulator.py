@@ -43,6 +43,9 @@ File format (YAML; JSON with the same keys when the name ends in .json):
         mig_enabled: false        # optional: absent = no MIG on this GPU; listed mig_uuids mean true
         nvlinks:                  # optional: the active NVLinks and their far ends; absent = no NVLink
           - {link: 0, peer: "00000000:05:00.0", peer_type: switch}   # peer_type gpu: linked directly
+        persistence_mode: true    # optional (absent: not supported); a reset turns it off and on around itself
+        other_clients: [nv-hostengine]  # optional: what holds the GPU beyond compute processes (DCGM, Fabric
+                                  #   Manager): NVML does not list them, the reset is refused "in use by another client"
         reset_count: 0            # bumped by every reset_gpu
         lost: false               # true: every call on this GPU raises GpuLost
         fail:                     # optional injected failures, per operation (set_power_limit | read |
@@ -55,9 +58,9 @@ reset_required, driver_not_loaded, and the retryable timeout, in_use, unknown.
 Reported power usage never exceeds the current limit, as on a real GPU.
 Without root every change (power limit, clock lock or unlock, reset) is NO_PERMISSION. A reset
 (`reset_gpu`, what `nvidia-smi --gpu-reset` does) is refused like the driver refuses it while a
-compute process is on the GPU or MIG instances exist on it; otherwise it unlocks the clocks, puts
-the power limit back to the default, applies pending page retirements and row remaps (pending
-becomes false) and bumps `reset_count`.
+compute process is on the GPU, MIG instances exist on it, or another client holds it; otherwise
+it unlocks the clocks, puts the power limit back to the default, applies pending page retirements
+and row remaps (pending becomes false) and bumps `reset_count`.
 `SimulatedBackend.write_example(path)` writes an 8 x H100-like file to start from;
 `update_device` and `set_as_root` change the file for tests and demos.
 """
@@ -137,6 +140,8 @@ _DEVICE_KEYS = frozenset(
         "mig_enabled",
         "nvlinks",
         "reset_count",
+        "persistence_mode",
+        "other_clients",
         "lost",
         "fail",
     }
@@ -320,6 +325,13 @@ class SimulatedBackend:
             if device.info.processes:
                 pids = ", ".join(str(p.pid) for p in device.info.processes)
                 raise GpuResetRefused(f"{doing} refused: the GPU is in use by processes {pids}", code=NVML_ERROR_IN_USE)
+            clients = state.raw["devices"][device.position].get("other_clients") or []
+            if clients:
+                raise GpuResetRefused(
+                    f"{doing} failed: the driver says the GPU is in use by another client ({', '.join(clients)}); "
+                    "stop what holds it (DCGM's nv-hostengine, dcgm-exporter, Fabric Manager) or reboot the node",
+                    code=NVML_ERROR_IN_USE,
+                )
             if device.info.mig_uuids:
                 raise GpuResetRefused(
                     f"{doing} refused: MIG instances exist on it ({', '.join(device.info.mig_uuids)})",
@@ -406,6 +418,7 @@ class SimulatedBackend:
                     "supported_memory_clocks_mhz": [2619],
                     "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
                     "mig_enabled": False,
+                    "persistence_mode": True,
                 }
             )
         raw = {"as_root": as_root, "devices": devices}
@@ -690,8 +703,15 @@ def _parse_reset_state(entry: Mapping[str, Any], mig_uuids: tuple[str, ...], bad
                 if kind == "gpu" and peer not in gpu_peers:
                     gpu_peers.append(peer)
         active = tuple(numbers)
+    persistence = entry.get("persistence_mode")
+    if persistence is not None and not isinstance(persistence, bool):
+        raise bad(f"persistence_mode must be true or false, got {persistence!r}")
+    clients = entry.get("other_clients") or []
+    if not isinstance(clients, list) or not all(isinstance(c, str) for c in clients):
+        raise bad(f"other_clients must be a list of names, got {clients!r}")
     return ResetState(
         mig_enabled=mig,
+        persistence_mode=persistence,
         mig_devices=mig_uuids,
         active_nvlinks=active,
         nvlink_peers=tuple(peers),

@@ -80,6 +80,7 @@ def test_a_gpu_with_compute_processes_is_refused_naming_the_pids_in_plan_and_exe
         "active_nvlinks": "not supported",
         "nvlink_peers": [],
         "nvlink_gpu_peers": [],
+        "persistence_mode": "on",
     }
     assert plan["would_reset"] == 0
     with pytest.raises(GpuResetRefused) as caught:
@@ -260,3 +261,16 @@ def test_a_refused_reset_fails_the_run_permanently_and_is_not_retried(
     assert "GPU reset refused, nothing was reset" in step["error"]
     assert [a["outcome"] for a in step["attempts"]] == ["failed"]  # permanent: the 3 retries are not used
     assert sim.reset_count(gpus[2].uuid) == 0
+
+
+def test_another_client_holding_the_gpu_fails_the_reset_as_the_driver_says(
+    resetter: ResetGpuAction, sim: SimulatedBackend, gpus: list[GpuInfo], ctx: StepContext
+) -> None:
+    """DCGM or Fabric Manager are no compute processes: NVML does not list them, only the reset finds them."""
+    drained(sim, gpus[0])
+    sim.update_device(gpus[0].uuid, other_clients=["nv-hostengine"])
+    params = resetter.validate({"gpu": gpus[0].uuid})
+    assert resetter.plan(params, ctx)["gpus"][0]["would"] == "reset"
+    with pytest.raises(GpuResetRefused, match=r"in use by another client \(nv-hostengine\)"):
+        resetter.execute(params, ctx)
+    assert sim.reset_count(gpus[0].uuid) == 0

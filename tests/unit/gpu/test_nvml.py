@@ -32,6 +32,7 @@ from remediate.gpu import (
     GpuNotFound,
     GpuNotSupported,
     GpuProcess,
+    GpuResetRefused,
     NvmlBackend,
     NvmlUnavailable,
     select,
@@ -137,6 +138,7 @@ class FakeGpu:
     remapped: tuple[int, int, int, int] | None = None  # None: no row remapping
     nvlinks: dict[int, tuple[str, int]] | None = None  # active link -> (remote bus id, remote type)
     nvlink_count: int = 4
+    persistence: int | None = None  # NVML_FEATURE_ENABLED/DISABLED; None: not supported
 
 
 class FakeDriver:
@@ -322,6 +324,12 @@ class FakeDriver:
         if remapped is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return remapped
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Handle) -> int:
+        persistence = self._gpu(handle).persistence
+        if persistence is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return persistence
 
     def nvmlDeviceGetNvLinkState(self, handle: Handle, link: int) -> int:
         gpu = self._gpu(handle)
@@ -542,47 +550,80 @@ def test_reset_state_lists_mig_devices_and_active_nvlinks_with_their_far_ends(dr
         0: (b"0000:5e:00.0", pynvml.NVML_NVLINK_DEVICE_TYPE_GPU),
         2: ("00000000:05:00.0", pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH),
     }
+    driver.gpus[0].persistence = pynvml.NVML_FEATURE_ENABLED
     state = NvmlBackend().reset_state(UUID0)
-    assert (state.mig_enabled, state.mig_devices) == (None, ())
+    assert (state.mig_enabled, state.mig_devices, state.persistence_mode) == (None, (), True)
     assert state.active_nvlinks == (0, 2)
     assert state.nvlink_peers == ("link 0: gpu 00000000:5E:00.0", "link 2: switch 00000000:05:00.0")
     assert state.nvlink_gpu_peers == ("00000000:5E:00.0",)
     other = NvmlBackend().reset_state(UUID1)
     assert (other.mig_enabled, other.mig_devices, other.active_nvlinks) == (True, (MIG,), None)
+    assert other.persistence_mode is None
 
 
 @pytest.fixture
 def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A stand-in nvidia-smi first on PATH: records its argv, exits with the code in its exit-code file."""
+    """A stand-in nvidia-smi first on PATH: appends each call's argv as one line to `calls`; a --gpu-reset
+    exits with the code in `exit-code` and prints the text in `said` (default: success)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "nvidia-smi"
     script.write_text(
         "#!/bin/sh\n"
-        f'printf "%s\\n" "$@" > {tmp_path}/argv\n'
-        f"code=$(cat {tmp_path}/exit-code 2>/dev/null || echo 0)\n"
-        'if [ "$code" != 0 ]; then echo "Unable to reset GPU: Insufficient Permissions" >&2; fi\n'
-        'exit "$code"\n'
+        f'echo "$*" >> {tmp_path}/calls\n'
+        '[ "$1" = --gpu-reset ] || exit 0\n'
+        f"if [ -f {tmp_path}/said ]; then cat {tmp_path}/said >&2; fi\n"
+        f'exit "$(cat {tmp_path}/exit-code 2>/dev/null || echo 0)"\n'
     )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     return tmp_path
 
 
+def calls(smi: Path) -> list[str]:
+    return (smi / "calls").read_text().splitlines()
+
+
 def test_a_gpu_reset_runs_nvidia_smi_on_the_gpus_bus_id_without_a_shell(driver: FakeDriver, smi: Path) -> None:
     NvmlBackend().reset_gpu(UUID0)
-    assert (smi / "argv").read_text().split() == ["--gpu-reset", "-i", "00000000:3B:00.0"]
+    assert calls(smi) == ["--gpu-reset -i 00000000:3B:00.0"]
+
+
+def test_persistence_mode_is_turned_off_for_the_reset_and_on_again_even_when_it_fails(
+    driver: FakeDriver, smi: Path
+) -> None:
+    driver.gpus[0].persistence = pynvml.NVML_FEATURE_ENABLED
+    NvmlBackend().reset_gpu(UUID0)
+    bus = "00000000:3B:00.0"
+    assert calls(smi) == [f"-pm 0 -i {bus}", f"--gpu-reset -i {bus}", f"-pm 1 -i {bus}"]
+    (smi / "calls").unlink()
+    (smi / "exit-code").write_text("15")
+    with pytest.raises(GpuLost):
+        NvmlBackend().reset_gpu(UUID0)
+    assert calls(smi) == [f"-pm 0 -i {bus}", f"--gpu-reset -i {bus}", f"-pm 1 -i {bus}"]
 
 
 def test_nvidia_smis_exit_code_is_an_nvml_code(driver: FakeDriver, smi: Path) -> None:
     (smi / "exit-code").write_text("4")
-    with pytest.raises(GpuNoPermission, match="Insufficient Permissions") as caught:
+    (smi / "said").write_text("Unable to reset GPU: Insufficient Permissions")
+    with pytest.raises(GpuNoPermission, match="Unable to reset GPU: Insufficient Permissions") as caught:
         NvmlBackend().reset_gpu(UUID1)
     assert caught.value.code == 4
     (smi / "exit-code").write_text("255")
-    with pytest.raises(GpuError, match="nvidia-smi --gpu-reset failed") as other:
+    (smi / "said").write_text("Unknown Error")
+    with pytest.raises(GpuError, match="nvidia-smi --gpu-reset failed: NVML failed: Unknown Error") as other:
         NvmlBackend().reset_gpu(UUID1)
     assert other.value.code is None
+    assert not isinstance(other.value, GpuResetRefused)
+
+
+def test_a_gpu_held_by_another_client_is_a_refused_reset_naming_what_to_stop(driver: FakeDriver, smi: Path) -> None:
+    (smi / "exit-code").write_text("255")
+    (smi / "said").write_text(
+        "The following GPUs could not be reset:\n  GPU 00000000:5E:00.0: In use by another client\n"
+    )
+    with pytest.raises(GpuResetRefused, match=r"in use by another client .*nv-hostengine, dcgm-exporter"):
+        NvmlBackend().reset_gpu(UUID1)
 
 
 def test_without_nvidia_smi_a_reset_is_not_supported(

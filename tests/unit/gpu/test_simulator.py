@@ -487,6 +487,7 @@ def test_mig_and_nvlink_state_as_nvml_reports_it(sim: SimulatedBackend) -> None:
         "active_nvlinks": "not supported",
         "nvlink_peers": [],
         "nvlink_gpu_peers": [],
+        "persistence_mode": "on",
     }
     sim.update_device(
         uuid,
@@ -510,6 +511,8 @@ def test_mig_and_nvlink_state_as_nvml_reports_it(sim: SimulatedBackend) -> None:
         ({"nvlinks": [{"peer": "0000:2a:00.0"}]}, "an NVLink is a mapping of link"),
         ({"nvlinks": [{"link": 0, "peer_type": "bridge"}]}, "peer_type must be gpu or switch"),
         ({"reset_count": -1}, "reset_count must be a non-negative integer"),
+        ({"persistence_mode": 1}, "persistence_mode must be true or false"),
+        ({"other_clients": "dcgm"}, "other_clients must be a list of names"),
     ],
 )
 def test_bad_clock_health_and_link_fields_are_refused_naming_the_field(
