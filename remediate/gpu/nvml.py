@@ -53,7 +53,10 @@ _ABSENT_CODES = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOU
 _NO_SUCH_DEVICE_CODES = frozenset({NVML_ERROR_NOT_FOUND, NVML_ERROR_GPU_NOT_FOUND, NVML_ERROR_INVALID_ARGUMENT})
 
 RESET_TIMEOUT_SECONDS = 120.0
-"""How long `nvidia-smi --gpu-reset` may take (a reset with NVLink retraining takes tens of seconds)."""
+"""How long `nvidia-smi --gpu-reset` may take (a reset with NVLink retraining takes tens of seconds).
+With the two persistence-mode calls around it (PERSISTENCE_TIMEOUT_SECONDS each) a reset stays within
+the default step timeout of 300 s."""
+PERSISTENCE_TIMEOUT_SECONDS = 30.0
 # nvidia-smi's exit codes are NVML's return codes (nvidia-smi(1), RETURN VALUE); 255 is "other error".
 _SMI_OTHER_ERROR = 255
 
@@ -138,16 +141,12 @@ def _pci(raw: str | bytes) -> str:
         return text.upper()
 
 
-def _smi(smi: str, arguments: list[str], *, doing: str) -> None:
+def _smi(smi: str, arguments: list[str], *, doing: str, timeout: float) -> None:
     """Run nvidia-smi with fixed arguments (the bus id read from NVML, never a label), no shell, a timeout."""
     try:
-        done = subprocess.run(
-            [smi, *arguments], capture_output=True, text=True, timeout=RESET_TIMEOUT_SECONDS, check=False
-        )
+        done = subprocess.run([smi, *arguments], capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
-        raise error_for_code(
-            NVML_ERROR_GPU_IS_LOST, doing=doing, detail=f"no answer in {RESET_TIMEOUT_SECONDS:g} s"
-        ) from exc
+        raise error_for_code(NVML_ERROR_GPU_IS_LOST, doing=doing, detail=f"no answer in {timeout:g} s") from exc
     if done.returncode == 0:
         return
     said = " ".join((done.stdout + " " + done.stderr).split())[:500]
@@ -372,13 +371,28 @@ class NvmlBackend:
         persistent = persistence == nvml.NVML_FEATURE_ENABLED
         bus = gpu.pci_bus_id
         if persistent:
-            _smi(smi, ["-pm", "0", "-i", bus], doing=f"turn off persistence mode of {uuid} ({bus}) for its reset")
+            _smi(
+                smi,
+                ["-pm", "0", "-i", bus],
+                doing=f"turn off persistence mode of {uuid} ({bus}) for its reset",
+                timeout=PERSISTENCE_TIMEOUT_SECONDS,
+            )
         try:
-            _smi(smi, ["--gpu-reset", "-i", bus], doing=f"reset GPU {uuid} ({bus}) with nvidia-smi --gpu-reset")
+            _smi(
+                smi,
+                ["--gpu-reset", "-i", bus],
+                doing=f"reset GPU {uuid} ({bus}) with nvidia-smi --gpu-reset",
+                timeout=RESET_TIMEOUT_SECONDS,
+            )
         finally:
             if persistent:
                 try:
-                    _smi(smi, ["-pm", "1", "-i", bus], doing=f"turn persistence mode of {uuid} ({bus}) back on")
+                    _smi(
+                        smi,
+                        ["-pm", "1", "-i", bus],
+                        doing=f"turn persistence mode of {uuid} ({bus}) back on",
+                        timeout=PERSISTENCE_TIMEOUT_SECONDS,
+                    )
                 except GpuError as exc:
                     # The reset's own outcome matters more; the node works without persistence mode, only slower.
                     log.warning("after the reset of %s: %s", uuid, exc)
