@@ -22,12 +22,13 @@ from remediate.gpu.errors import (
     GpuNoPermission,
     GpuNotFound,
     GpuNotSupported,
+    GpuResetRefused,
     GpuSelectionError,
     NvmlUnavailable,
     RetryableGpuError,
     from_nvml_error,
 )
-from remediate.gpu.model import GpuInfo, GpuProcess
+from remediate.gpu.model import ClockState, GpuInfo, GpuProcess, MemoryHealth, ResetState
 from remediate.gpu.nvml import NvmlBackend
 from remediate.gpu.pci import normalize_pci_bus_id
 from remediate.gpu.selection import ACCEPTED_FORMS, GpuRef, parse_gpu_ref, resolve, select
@@ -38,6 +39,7 @@ __all__ = [
     "BACKEND_KINDS",
     "SIMULATOR_FILE_SETTING",
     "BackendNotSupported",
+    "ClockState",
     "GpuBackend",
     "GpuError",
     "GpuInfo",
@@ -48,9 +50,12 @@ __all__ = [
     "GpuNotSupported",
     "GpuProcess",
     "GpuRef",
+    "GpuResetRefused",
     "GpuSelectionError",
+    "MemoryHealth",
     "NvmlBackend",
     "NvmlUnavailable",
+    "ResetState",
     "RetryableGpuError",
     "SimulatedBackend",
     "capability",

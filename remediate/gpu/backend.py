@@ -12,6 +12,16 @@ have it, which the action looks up with `capability` and which a backend without
 answers with `BackendNotSupported` (a GpuNotSupported), never AttributeError. Wrappers
 (the power floor) pass every method they do not change through, so a new capability
 is the action's module plus the method on each backend that has it.
+
+The optional capabilities (NVML and the simulator have them all):
+
+    reset_locked_clocks(uuid)             unlock GPU and memory clocks (gpu.reset_clocks)
+    clocks(uuid) -> ClockState            current/max/supported clocks, the lock where readable
+    lock_gpu_clocks(uuid, min, max)       nvmlDeviceSetGpuLockedClocks (gpu.lock_clocks)
+    unlock_gpu_clocks(uuid)               nvmlDeviceResetGpuLockedClocks (gpu.unlock_clocks)
+    memory_health(uuid) -> MemoryHealth   retired pages and remapped rows (every GPU plan)
+    reset_state(uuid) -> ResetState       MIG mode/devices and active NVLinks (gpu.reset)
+    reset_gpu(uuid)                       the driver's GPU reset (gpu.reset)
 """
 
 from __future__ import annotations

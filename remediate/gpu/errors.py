@@ -13,6 +13,7 @@ return code in `.code` (None when the failure did not come from NVML).
         ├── GpuLost              15   the GPU fell off the bus
         ├── GpuNotFound           6   (and 28) no such GPU on this node
         ├── NvmlUnavailable       1, 9, 12, 18   no usable NVML/driver here
+        ├── GpuResetRefused       a GPU reset refused before it was tried (processes, MIG, NVLink)
         └── RetryableGpuError    10, 19, 27, 999 (also a RetryableActionError: the executor retries it)
     ParamsError
     └── GpuSelectionError         a GPU reference (from an alert label) that fits no accepted form
@@ -107,7 +108,7 @@ class GpuInvalidArgument(GpuError):
     """NVML rejected the value (e.g. a power limit outside the device's constraints)."""
 
     default_code = NVML_ERROR_INVALID_ARGUMENT
-    advice = "the value is outside what the device accepts: check its power-limit constraints (remediate gpu status)"
+    advice = "the value is outside what the device accepts: check its power-limit constraints or supported clocks"
 
 
 class GpuLost(GpuError):
@@ -132,6 +133,13 @@ class NvmlUnavailable(GpuError):
         "on a GPU node install or load the driver (in a container the NVIDIA container toolkit must mount it). "
         "For tests and demos select the simulated GPU backend explicitly: remediate never falls back to it"
     )
+
+
+class GpuResetRefused(GpuError):
+    """A GPU reset was refused before anything was tried: compute processes on the GPU, MIG instances,
+    or active NVLinks. Permanent: the step fails with the reason, it is not retried."""
+
+    advice = "drain the node (no process may use the GPU), destroy MIG instances, and reset again"
 
 
 class RetryableGpuError(GpuError, RetryableActionError):

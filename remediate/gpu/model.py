@@ -100,3 +100,111 @@ class GpuInfo:
             processes=tuple(GpuProcess.from_dict(p) for p in data.get("processes", ())),
             mig_uuids=tuple(str(u) for u in data.get("mig_uuids", ())),
         )
+
+
+@dataclass(frozen=True)
+class ClockState:
+    """A GPU's clocks as read at one moment (MHz), for the clock-lock actions and every GPU plan.
+
+    NVML has no read of the clocks locked with nvmlDeviceSetGpuLockedClocks: the NVML backend
+    reports `lock_known=False` and `locked_graphics_mhz=None`; the simulator knows its lock.
+    """
+
+    graphics_mhz: int | None
+    memory_mhz: int | None
+    max_graphics_mhz: int | None
+    max_memory_mhz: int | None
+    supported_graphics_mhz: tuple[int, ...]
+    """Ascending; empty where the GPU cannot lock its clocks (then a lock is NOT_SUPPORTED)."""
+    supported_memory_mhz: tuple[int, ...] = ()
+    locked_graphics_mhz: tuple[int, int] | None = None
+    """(min, max) locked now; None when not locked, or when not known (see `lock_known`)."""
+    lock_known: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        supported = self.supported_graphics_mhz
+        return {
+            "graphics_mhz": self.graphics_mhz,
+            "memory_mhz": self.memory_mhz,
+            "max_graphics_mhz": self.max_graphics_mhz,
+            "max_memory_mhz": self.max_memory_mhz,
+            "supported_graphics_mhz": [supported[0], supported[-1]] if supported else "not supported",
+            "supported_graphics_count": len(supported),
+            "supported_memory_mhz": list(self.supported_memory_mhz),
+            "locked_graphics_mhz": (
+                list(self.locked_graphics_mhz)
+                if self.locked_graphics_mhz is not None
+                else ("unlocked" if self.lock_known else "unknown (NVML cannot read a clock lock)")
+            ),
+        }
+
+
+@dataclass(frozen=True)
+class MemoryHealth:
+    """The XID-relevant memory state of a GPU; None wherever NVML answers NOT_SUPPORTED.
+
+    Retired pages (nvmlDeviceGetRetiredPages / ...PendingStatus) are what GPUs before Ampere do after
+    ECC errors (XID 48, 63, 64); row remapping (nvmlDeviceGetRemappedRows) is what Ampere and later do
+    instead. A pending retirement or remap takes effect only after a GPU reset.
+    """
+
+    retired_pages_single_bit: int | None = None
+    retired_pages_double_bit: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+
+    @property
+    def reset_would_apply_something(self) -> bool:
+        return bool(self.retired_pages_pending) or bool(self.remapped_rows_pending)
+
+    def to_dict(self) -> dict[str, Any]:
+        def shown(value: int | bool | None) -> int | bool | str:
+            return "not supported" if value is None else value
+
+        return {
+            "retired_pages": {
+                "single_bit_ecc": shown(self.retired_pages_single_bit),
+                "double_bit_ecc": shown(self.retired_pages_double_bit),
+                "pending": shown(self.retired_pages_pending),
+            },
+            "remapped_rows": {
+                "correctable": shown(self.remapped_rows_correctable),
+                "uncorrectable": shown(self.remapped_rows_uncorrectable),
+                "pending": shown(self.remapped_rows_pending),
+                "failure": shown(self.remapped_rows_failure),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class ResetState:
+    """What decides whether a GPU may be reset, beyond its processes (which GpuInfo has)."""
+
+    mig_enabled: bool | None
+    """nvmlDeviceGetMigMode's current mode; None where the GPU has no MIG."""
+    mig_devices: tuple[str, ...]
+    active_nvlinks: tuple[int, ...] | None
+    """Links nvmlDeviceGetNvLinkState reports active; None where the GPU has no NVLink."""
+    nvlink_peers: tuple[str, ...] = ()
+    """The far end of each active link as NVML reports it ("link 0: switch 00000000:05:00.0")."""
+    nvlink_gpu_peers: tuple[str, ...] = ()
+    """PCI bus ids of GPUs linked directly (no NVSwitch between): the driver resets such GPUs only together."""
+    persistence_mode: bool | None = None
+    """nvmlDeviceGetPersistenceMode (None: not supported); the reset turns it off and on again around itself."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mig_mode": "not supported"
+            if self.mig_enabled is None
+            else ("enabled" if self.mig_enabled else "disabled"),
+            "mig_devices": list(self.mig_devices),
+            "active_nvlinks": "not supported" if self.active_nvlinks is None else list(self.active_nvlinks),
+            "nvlink_peers": list(self.nvlink_peers),
+            "nvlink_gpu_peers": list(self.nvlink_gpu_peers),
+            "persistence_mode": (
+                "not supported" if self.persistence_mode is None else ("on" if self.persistence_mode else "off")
+            ),
+        }

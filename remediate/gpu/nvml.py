@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,17 +28,21 @@ from typing import Any
 
 from remediate.gpu.errors import (
     NVML_ERROR_FUNCTION_NOT_FOUND,
+    NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_GPU_NOT_FOUND,
     NVML_ERROR_INVALID_ARGUMENT,
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
+    GpuError,
     GpuInvalidArgument,
     GpuNotFound,
     GpuNotSupported,
+    GpuResetRefused,
     NvmlUnavailable,
+    error_for_code,
     from_nvml_error,
 )
-from remediate.gpu.model import GpuInfo, GpuProcess
+from remediate.gpu.model import ClockState, GpuInfo, GpuProcess, MemoryHealth, ResetState
 from remediate.gpu.pci import normalize_pci_bus_id
 
 log = logging.getLogger(__name__)
@@ -45,6 +51,14 @@ log = logging.getLogger(__name__)
 _ABSENT_CODES = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND})
 # Codes nvmlDeviceGetHandleByUUID returns for a UUID that names no device here.
 _NO_SUCH_DEVICE_CODES = frozenset({NVML_ERROR_NOT_FOUND, NVML_ERROR_GPU_NOT_FOUND, NVML_ERROR_INVALID_ARGUMENT})
+
+RESET_TIMEOUT_SECONDS = 120.0
+"""How long `nvidia-smi --gpu-reset` may take (a reset with NVLink retraining takes tens of seconds).
+With the two persistence-mode calls around it (PERSISTENCE_TIMEOUT_SECONDS each) a reset stays within
+the default step timeout of 300 s."""
+PERSISTENCE_TIMEOUT_SECONDS = 30.0
+# nvidia-smi's exit codes are NVML's return codes (nvidia-smi(1), RETURN VALUE); 255 is "other error".
+_SMI_OTHER_ERROR = 255
 
 _init_lock = threading.Lock()
 _initialised_pid: int | None = None
@@ -127,6 +141,26 @@ def _pci(raw: str | bytes) -> str:
         return text.upper()
 
 
+def _smi(smi: str, arguments: list[str], *, doing: str, timeout: float) -> None:
+    """Run nvidia-smi with fixed arguments (the bus id read from NVML, never a label), no shell, a timeout."""
+    try:
+        done = subprocess.run([smi, *arguments], capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise error_for_code(NVML_ERROR_GPU_IS_LOST, doing=doing, detail=f"no answer in {timeout:g} s") from exc
+    if done.returncode == 0:
+        return
+    said = " ".join((done.stdout + " " + done.stderr).split())[:500]
+    if "in use by another" in said.lower() or "currently in use" in said.lower():
+        raise GpuResetRefused(
+            f"{doing} failed: the driver says the GPU is in use by another client ({said}); "
+            "stop what holds it (DCGM's nv-hostengine, dcgm-exporter, Fabric Manager, a monitoring nvidia-smi) "
+            "or reboot the node",
+            code=done.returncode,
+        )
+    code = None if done.returncode == _SMI_OTHER_ERROR else done.returncode
+    raise error_for_code(code, doing=doing, detail=said or f"exit code {done.returncode}")
+
+
 class NvmlBackend:
     """GpuBackend on the real driver. Stateless: every call reads NVML now."""
 
@@ -170,6 +204,198 @@ class NvmlBackend:
         with _mapped(nvml, f"reset the locked GPU clocks of {uuid}"):
             nvml.nvmlDeviceResetGpuLockedClocks(handle)
         _optional(nvml, f"reset the locked memory clocks of {uuid}", nvml.nvmlDeviceResetMemoryLockedClocks, handle)
+
+    def clocks(self, uuid: str) -> ClockState:
+        """The optional capability: current and maximum clocks (nvmlDeviceGetClockInfo / GetMaxClockInfo)
+        and the supported graphics clocks over every supported memory clock. NVML has no read of a
+        clock lock (nvmlDeviceSetGpuLockedClocks has no getter), so the lock is reported as unknown."""
+        nvml = load_nvml()
+        handle = self._handle(nvml, uuid)
+        clock = nvml.nvmlDeviceGetClockInfo
+        top = nvml.nvmlDeviceGetMaxClockInfo
+        graphics = _optional(nvml, f"read the graphics clock of {uuid}", clock, handle, nvml.NVML_CLOCK_GRAPHICS)
+        memory = _optional(nvml, f"read the memory clock of {uuid}", clock, handle, nvml.NVML_CLOCK_MEM)
+        max_graphics = _optional(nvml, f"read the max graphics clock of {uuid}", top, handle, nvml.NVML_CLOCK_GRAPHICS)
+        max_memory = _optional(nvml, f"read the max memory clock of {uuid}", top, handle, nvml.NVML_CLOCK_MEM)
+        memory_clocks = _optional(
+            nvml, f"list the memory clocks of {uuid}", nvml.nvmlDeviceGetSupportedMemoryClocks, handle
+        )
+        graphics_clocks: set[int] = set()
+        for mhz in memory_clocks or ():
+            listed = _optional(
+                nvml, f"list the graphics clocks of {uuid}", nvml.nvmlDeviceGetSupportedGraphicsClocks, handle, mhz
+            )
+            graphics_clocks.update(int(v) for v in listed or ())
+        return ClockState(
+            graphics_mhz=None if graphics is None else int(graphics),
+            memory_mhz=None if memory is None else int(memory),
+            max_graphics_mhz=None if max_graphics is None else int(max_graphics),
+            max_memory_mhz=None if max_memory is None else int(max_memory),
+            supported_graphics_mhz=tuple(sorted(graphics_clocks)),
+            supported_memory_mhz=tuple(sorted(int(v) for v in memory_clocks or ())),
+            locked_graphics_mhz=None,
+            lock_known=False,
+        )
+
+    def lock_gpu_clocks(self, uuid: str, min_mhz: int, max_mhz: int) -> None:
+        """The optional capability: nvmlDeviceSetGpuLockedClocks, what `nvidia-smi -lgc MIN,MAX` does
+        (Volta and later; needs root)."""
+        for value in (min_mhz, max_mhz):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise GpuInvalidArgument(f"clocks must be positive integers of MHz, got {min_mhz!r}, {max_mhz!r}")
+        nvml = load_nvml()
+        handle = self._handle(nvml, uuid)
+        with _mapped(nvml, f"lock the GPU clocks of {uuid} to {min_mhz}..{max_mhz} MHz"):
+            nvml.nvmlDeviceSetGpuLockedClocks(handle, min_mhz, max_mhz)
+
+    def unlock_gpu_clocks(self, uuid: str) -> None:
+        """The optional capability: nvmlDeviceResetGpuLockedClocks (`nvidia-smi -rgc`); memory clocks stay."""
+        nvml = load_nvml()
+        handle = self._handle(nvml, uuid)
+        with _mapped(nvml, f"reset the locked GPU clocks of {uuid}"):
+            nvml.nvmlDeviceResetGpuLockedClocks(handle)
+
+    def memory_health(self, uuid: str) -> MemoryHealth:
+        """The optional capability: retired pages (before Ampere) and remapped rows (Ampere and later);
+        each None where NVML answers NOT_SUPPORTED."""
+        nvml = load_nvml()
+        handle = self._handle(nvml, uuid)
+        pages = nvml.nvmlDeviceGetRetiredPages
+        single = _optional(
+            nvml,
+            f"read the retired pages of {uuid}",
+            pages,
+            handle,
+            nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+        )
+        double = _optional(
+            nvml,
+            f"read the retired pages of {uuid}",
+            pages,
+            handle,
+            nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+        )
+        pending = _optional(
+            nvml, f"read the pending page retirements of {uuid}", nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle
+        )
+        rows = _optional(nvml, f"read the remapped rows of {uuid}", nvml.nvmlDeviceGetRemappedRows, handle)
+        return MemoryHealth(
+            retired_pages_single_bit=None if single is None else len(single),
+            retired_pages_double_bit=None if double is None else len(double),
+            retired_pages_pending=None if pending is None else pending == nvml.NVML_FEATURE_ENABLED,
+            remapped_rows_correctable=None if rows is None else int(rows[0]),
+            remapped_rows_uncorrectable=None if rows is None else int(rows[1]),
+            remapped_rows_pending=None if rows is None else bool(rows[2]),
+            remapped_rows_failure=None if rows is None else bool(rows[3]),
+        )
+
+    def reset_state(self, uuid: str) -> ResetState:
+        """The optional capability: MIG mode and devices (nvmlDeviceGetMigMode) and the active NVLinks
+        (nvmlDeviceGetNvLinkState per link, with nvmlDeviceGetNvLinkRemotePciInfo / RemoteDeviceType)."""
+        nvml = load_nvml()
+        handle = self._handle(nvml, uuid)
+        mode = _optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
+        mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        active: list[int] | None = None
+        peers: list[str] = []
+        gpu_peers: list[str] = []
+        for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                up = nvml.nvmlDeviceGetNvLinkState(handle, link)
+            except nvml.NVMLError as exc:
+                # NOT_SUPPORTED: no NVLink on this GPU; INVALID_ARGUMENT: past this GPU's last link.
+                if exc.value in (*_ABSENT_CODES, NVML_ERROR_INVALID_ARGUMENT):
+                    break
+                raise from_nvml_error(exc, doing=f"read NVLink {link} of {uuid}") from exc
+            active = active if active is not None else []
+            if up != nvml.NVML_FEATURE_ENABLED:
+                continue
+            active.append(link)
+            remote = _optional(
+                nvml,
+                f"read the far end of NVLink {link} of {uuid}",
+                nvml.nvmlDeviceGetNvLinkRemotePciInfo,
+                handle,
+                link,
+            )
+            kind = _optional(
+                nvml,
+                f"read the far end of NVLink {link} of {uuid}",
+                nvml.nvmlDeviceGetNvLinkRemoteDeviceType,
+                handle,
+                link,
+            )
+            kind_name = {nvml.NVML_NVLINK_DEVICE_TYPE_GPU: "gpu", nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch"}.get(
+                kind, "unknown"
+            )
+            if remote is not None:
+                peer = _pci(remote.busId)
+                peers.append(f"link {link}: {kind_name} {peer}")
+                if kind_name == "gpu" and peer not in gpu_peers:
+                    gpu_peers.append(peer)
+        persistence = _optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
+        return ResetState(
+            mig_enabled=mig_enabled,
+            persistence_mode=None if persistence is None else persistence == nvml.NVML_FEATURE_ENABLED,
+            mig_devices=self._mig_uuids(nvml, handle, uuid),
+            active_nvlinks=None if active is None else tuple(active),
+            nvlink_peers=tuple(peers),
+            nvlink_gpu_peers=tuple(gpu_peers),
+        )
+
+    def reset_gpu(self, uuid: str) -> None:
+        """The optional capability: reset one GPU with `nvidia-smi --gpu-reset -i PCI_BUS_ID`.
+
+        NVML's nvmlDeviceResetGpu is not in the public API (pynvml has no binding), and a sysfs PCI
+        function reset would bypass the driver, which then neither checks for processes nor re-initialises
+        its state. nvidia-smi asks the driver itself: it refuses a GPU in use, needs root, and on
+        NVSwitch systems lets the fabric manager retrain the links. Run without a shell, by absolute
+        path, with a timeout; its exit code is an NVML return code, mapped like every NVML error.
+
+        Persistence mode counts as a client of the GPU (nvidia-persistenced holds it) and the driver
+        refuses the reset "In use by another client" while it is on: it is turned off for the reset and
+        on again afterwards, whether the reset worked or not. Other clients NVML does not list as compute
+        processes (DCGM's nv-hostengine, dcgm-exporter, Fabric Manager) make the reset fail with
+        GpuResetRefused saying so.
+        """
+        nvml = load_nvml()
+        gpu = self.device(uuid)
+        smi = shutil.which("nvidia-smi")
+        if smi is None:
+            raise GpuNotSupported(
+                f"reset GPU {uuid} failed: nvidia-smi is not on this node's PATH; a GPU reset goes through it "
+                "(the NVIDIA driver's utilities must be installed or mounted into the agent's container)"
+            )
+        handle = self._handle(nvml, uuid)
+        persistence = _optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
+        persistent = persistence == nvml.NVML_FEATURE_ENABLED
+        bus = gpu.pci_bus_id
+        if persistent:
+            _smi(
+                smi,
+                ["-pm", "0", "-i", bus],
+                doing=f"turn off persistence mode of {uuid} ({bus}) for its reset",
+                timeout=PERSISTENCE_TIMEOUT_SECONDS,
+            )
+        try:
+            _smi(
+                smi,
+                ["--gpu-reset", "-i", bus],
+                doing=f"reset GPU {uuid} ({bus}) with nvidia-smi --gpu-reset",
+                timeout=RESET_TIMEOUT_SECONDS,
+            )
+        finally:
+            if persistent:
+                try:
+                    _smi(
+                        smi,
+                        ["-pm", "1", "-i", bus],
+                        doing=f"turn persistence mode of {uuid} ({bus}) back on",
+                        timeout=PERSISTENCE_TIMEOUT_SECONDS,
+                    )
+                except GpuError as exc:
+                    # The reset's own outcome matters more; the node works without persistence mode, only slower.
+                    log.warning("after the reset of %s: %s", uuid, exc)
 
     def parent_of_mig(self, mig_uuid: str) -> str:
         nvml = load_nvml()

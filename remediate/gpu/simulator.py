@@ -33,15 +33,34 @@ File format (YAML; JSON with the same keys when the name ends in .json):
         mig_uuids: [MIG-...]      # optional: this GPU's MIG devices (parent_of_mig finds it)
         locked_gpu_clocks_mhz: [1980, 1980]     # optional: clocks locked (nvidia-smi -lgc); null: not locked
         locked_memory_clocks_mhz: [2619, 2619]  # optional: (nvidia-smi -lmc); reset_locked_clocks clears both
+        graphics_clock_mhz: 1755  # optional current clocks (a graphics lock caps what is reported)
+        memory_clock_mhz: 2619
+        supported_graphics_clocks_mhz: [345, 360, ..., 1980]  # optional: absent, a clock lock is NOT_SUPPORTED;
+                                                             #   a lock outside this set is INVALID_ARGUMENT
+        supported_memory_clocks_mhz: [2619]
+        retired_pages: {single_bit: 0, double_bit: 1, pending: true}   # optional: absent = not supported
+        remapped_rows: {correctable: 0, uncorrectable: 2, pending: true, failure: false}   # ditto
+        mig_enabled: false        # optional: absent = no MIG on this GPU; listed mig_uuids mean true
+        nvlinks:                  # optional: the active NVLinks and their far ends; absent = no NVLink
+          - {link: 0, peer: "00000000:05:00.0", peer_type: switch}   # peer_type gpu: linked directly
+        persistence_mode: true    # optional (absent: not supported); a reset turns it off and on around itself
+        other_clients: [nv-hostengine]  # optional: what holds the GPU beyond compute processes (DCGM, Fabric
+                                  #   Manager): NVML does not list them, the reset is refused "in use by another client"
+        reset_count: 0            # bumped by every reset_gpu
         lost: false               # true: every call on this GPU raises GpuLost
         fail:                     # optional injected failures, per operation (set_power_limit | read |
-                                  #   reset_locked_clocks)
+                                  #   reset_locked_clocks | lock_gpu_clocks | unlock_gpu_clocks | reset_gpu)
           set_power_limit: timeout                    # every time, or ...
           read: {error: gpu_lost, times: 1}           # ... the next `times` calls only (counted down in the file)
 
 Failure names: gpu_lost, not_supported, no_permission, invalid_argument, not_found,
 reset_required, driver_not_loaded, and the retryable timeout, in_use, unknown.
 Reported power usage never exceeds the current limit, as on a real GPU.
+Without root every change (power limit, clock lock or unlock, reset) is NO_PERMISSION. A reset
+(`reset_gpu`, what `nvidia-smi --gpu-reset` does) is refused like the driver refuses it while a
+compute process is on the GPU, MIG instances exist on it, or another client holds it; otherwise
+it unlocks the clocks, puts the power limit back to the default, applies pending page retirements
+and row remaps (pending becomes false) and bumps `reset_count`.
 `SimulatedBackend.write_example(path)` writes an 8 x H100-like file to start from;
 `update_device` and `set_as_root` change the file for tests and demos.
 """
@@ -75,9 +94,10 @@ from remediate.gpu.errors import (
     NVML_ERROR_UNKNOWN,
     GpuInvalidArgument,
     GpuNotFound,
+    GpuResetRefused,
     error_for_code,
 )
-from remediate.gpu.model import GpuInfo, GpuProcess
+from remediate.gpu.model import ClockState, GpuInfo, GpuProcess, MemoryHealth, ResetState
 from remediate.gpu.pci import normalize_pci_bus_id
 
 FAILURES: dict[str, int] = {
@@ -93,7 +113,7 @@ FAILURES: dict[str, int] = {
     "driver_not_loaded": NVML_ERROR_DRIVER_NOT_LOADED,
 }
 """Injectable failure name -> the NVML code the simulator raises for it."""
-OPERATIONS = ("set_power_limit", "read", "reset_locked_clocks")
+OPERATIONS = ("set_power_limit", "read", "reset_locked_clocks", "lock_gpu_clocks", "unlock_gpu_clocks", "reset_gpu")
 
 _DEVICE_KEYS = frozenset(
     {
@@ -111,6 +131,17 @@ _DEVICE_KEYS = frozenset(
         "mig_uuids",
         "locked_gpu_clocks_mhz",
         "locked_memory_clocks_mhz",
+        "graphics_clock_mhz",
+        "memory_clock_mhz",
+        "supported_graphics_clocks_mhz",
+        "supported_memory_clocks_mhz",
+        "retired_pages",
+        "remapped_rows",
+        "mig_enabled",
+        "nvlinks",
+        "reset_count",
+        "persistence_mode",
+        "other_clients",
         "lost",
         "fail",
     }
@@ -119,6 +150,8 @@ _FILE_KEYS = frozenset({"as_root", "devices"})
 
 # Bus numbers of the eight GPUs of an HGX H100 board, as nvidia-smi shows them.
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+# An H100 SXM's graphics clocks as nvidia-smi -q -d SUPPORTED_CLOCKS lists them: 345..1980 MHz in 15 MHz steps.
+_H100_GRAPHICS_CLOCKS = tuple(range(345, 1981, 15))
 _EXAMPLE_NAMESPACE = uuid_module.UUID("6f1d2c1e-3a52-4a8e-9a57-1d0c3f6b2e10")
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -141,6 +174,10 @@ class _Device:
     """Index into the file's `devices` list, for writing back."""
     locked_gpu_clocks_mhz: tuple[int, int] | None = None
     locked_memory_clocks_mhz: tuple[int, int] | None = None
+    clocks: ClockState | None = None
+    health: MemoryHealth = field(default_factory=MemoryHealth)
+    reset: ResetState = field(default_factory=lambda: ResetState(None, (), None))
+    reset_count: int = 0
 
     def check(self, operation: str) -> _Failure | None:
         """The failure this operation must raise now, if any (a lost GPU fails everything, like NVML)."""
@@ -221,6 +258,100 @@ class SimulatedBackend:
             entry["locked_memory_clocks_mhz"] = None
             state.dirty = True
 
+    def clocks(self, uuid: str) -> ClockState:
+        """The optional capability: current, maximum and supported clocks, and the graphics lock."""
+        with self._transaction() as state:
+            device = state.find(uuid)
+            self._raise_injected(state, device, "read", f"read the clocks of {uuid}")
+            assert device.clocks is not None  # always built by _parse_device
+            return device.clocks
+
+    def lock_gpu_clocks(self, uuid: str, min_mhz: int, max_mhz: int) -> None:
+        """The optional capability: nvmlDeviceSetGpuLockedClocks (nvidia-smi -lgc MIN,MAX)."""
+        doing = f"lock the GPU clocks of {uuid} to {min_mhz}..{max_mhz} MHz"
+        with self._transaction() as state:
+            device = state.find(uuid)
+            self._raise_injected(state, device, "lock_gpu_clocks", doing)
+            supported = device.clocks.supported_graphics_mhz if device.clocks else ()
+            if not supported:
+                raise error_for_code(NVML_ERROR_NOT_SUPPORTED, doing=doing, detail="this GPU cannot lock its clocks")
+            if not state.as_root:
+                raise error_for_code(NVML_ERROR_NO_PERMISSION, doing=doing)
+            if min_mhz > max_mhz or min_mhz not in supported or max_mhz not in supported:
+                raise error_for_code(
+                    NVML_ERROR_INVALID_ARGUMENT,
+                    doing=doing,
+                    detail=f"not a range of supported graphics clocks ({supported[0]}..{supported[-1]} MHz, "
+                    f"{len(supported)} values)",
+                )
+            state.raw["devices"][device.position]["locked_gpu_clocks_mhz"] = [min_mhz, max_mhz]
+            state.dirty = True
+
+    def unlock_gpu_clocks(self, uuid: str) -> None:
+        """The optional capability: nvmlDeviceResetGpuLockedClocks (nvidia-smi -rgc); memory clocks stay."""
+        doing = f"reset the locked GPU clocks of {uuid}"
+        with self._transaction() as state:
+            device = state.find(uuid)
+            self._raise_injected(state, device, "unlock_gpu_clocks", doing)
+            if not (device.clocks and device.clocks.supported_graphics_mhz):
+                raise error_for_code(NVML_ERROR_NOT_SUPPORTED, doing=doing, detail="this GPU cannot lock its clocks")
+            if not state.as_root:
+                raise error_for_code(NVML_ERROR_NO_PERMISSION, doing=doing)
+            state.raw["devices"][device.position]["locked_gpu_clocks_mhz"] = None
+            state.dirty = True
+
+    def memory_health(self, uuid: str) -> MemoryHealth:
+        """The optional capability: retired pages and remapped rows (None where the file leaves them out)."""
+        with self._transaction() as state:
+            device = state.find(uuid)
+            self._raise_injected(state, device, "read", f"read the memory health of {uuid}")
+            return device.health
+
+    def reset_state(self, uuid: str) -> ResetState:
+        """The optional capability: MIG mode and devices, active NVLinks and their far ends."""
+        with self._transaction() as state:
+            device = state.find(uuid)
+            self._raise_injected(state, device, "read", f"read the MIG and NVLink state of {uuid}")
+            return device.reset
+
+    def reset_gpu(self, uuid: str) -> None:
+        """The optional capability: what `nvidia-smi --gpu-reset -i BUS` does, refused like the driver refuses it."""
+        doing = f"reset GPU {uuid}"
+        with self._transaction() as state:
+            device = state.find(uuid)
+            self._raise_injected(state, device, "reset_gpu", doing)
+            if not state.as_root:
+                raise error_for_code(NVML_ERROR_NO_PERMISSION, doing=doing)
+            if device.info.processes:
+                pids = ", ".join(str(p.pid) for p in device.info.processes)
+                raise GpuResetRefused(f"{doing} refused: the GPU is in use by processes {pids}", code=NVML_ERROR_IN_USE)
+            clients = state.raw["devices"][device.position].get("other_clients") or []
+            if clients:
+                raise GpuResetRefused(
+                    f"{doing} failed: the driver says the GPU is in use by another client ({', '.join(clients)}); "
+                    "stop what holds it (DCGM's nv-hostengine, dcgm-exporter, Fabric Manager) or reboot the node",
+                    code=NVML_ERROR_IN_USE,
+                )
+            if device.info.mig_uuids:
+                raise GpuResetRefused(
+                    f"{doing} refused: MIG instances exist on it ({', '.join(device.info.mig_uuids)})",
+                    code=NVML_ERROR_IN_USE,
+                )
+            entry = state.raw["devices"][device.position]
+            entry["locked_gpu_clocks_mhz"] = None
+            entry["locked_memory_clocks_mhz"] = None
+            entry["power_limit_mw"] = device.info.default_limit_mw
+            for key in ("retired_pages", "remapped_rows"):
+                if isinstance(entry.get(key), dict):
+                    entry[key] = {**entry[key], "pending": False}
+            entry["reset_count"] = device.reset_count + 1
+            state.dirty = True
+
+    def reset_count(self, uuid: str) -> int:
+        """How often reset_gpu reset this GPU (the driver keeps no such count: for tests and demos)."""
+        with self._transaction() as state:
+            return state.find(uuid).reset_count
+
     def parent_of_mig(self, mig_uuid: str) -> str:
         wanted = mig_uuid.lower()
         with self._transaction() as state:
@@ -281,6 +412,13 @@ class SimulatedBackend:
                     "temperature_c": 45 + 3 * index,
                     "processes": [{"pid": 4200 + index, "used_memory_bytes": 60 * 1024**3, "name": "python"}],
                     "mig_uuids": [],
+                    "graphics_clock_mhz": 1980,
+                    "memory_clock_mhz": 2619,
+                    "supported_graphics_clocks_mhz": list(_H100_GRAPHICS_CLOCKS),
+                    "supported_memory_clocks_mhz": [2619],
+                    "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+                    "mig_enabled": False,
+                    "persistence_mode": True,
                 }
             )
         raw = {"as_root": as_root, "devices": devices}
@@ -469,6 +607,115 @@ def _parse_device(entry: Any, position: int, bad: _Where) -> _Device:
         position=position,
         locked_gpu_clocks_mhz=_clock_range(entry, "locked_gpu_clocks_mhz", bad),
         locked_memory_clocks_mhz=_clock_range(entry, "locked_memory_clocks_mhz", bad),
+        clocks=_parse_clocks(entry, bad),
+        health=_parse_health(entry, bad),
+        reset=_parse_reset_state(entry, info.mig_uuids, bad),
+        reset_count=_optional_int(entry, "reset_count", bad) or 0,
+    )
+
+
+def _clock_list(entry: Mapping[str, Any], key: str, bad: _Where) -> tuple[int, ...]:
+    value = entry.get(key) or []
+    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value):
+        raise bad(f"{key} must be a list of positive integers (MHz), got {value!r}")
+    return tuple(sorted(set(value)))
+
+
+def _parse_clocks(entry: Mapping[str, Any], bad: _Where) -> ClockState:
+    graphics = _optional_int(entry, "graphics_clock_mhz", bad)
+    memory = _optional_int(entry, "memory_clock_mhz", bad)
+    supported = _clock_list(entry, "supported_graphics_clocks_mhz", bad)
+    supported_memory = _clock_list(entry, "supported_memory_clocks_mhz", bad)
+    locked = _clock_range(entry, "locked_gpu_clocks_mhz", bad)
+    if graphics is not None and locked is not None:
+        graphics = min(graphics, locked[1])  # a lock caps the clock, as on the GPU
+    return ClockState(
+        graphics_mhz=graphics,
+        memory_mhz=memory,
+        max_graphics_mhz=supported[-1] if supported else graphics,
+        max_memory_mhz=supported_memory[-1] if supported_memory else memory,
+        supported_graphics_mhz=supported,
+        supported_memory_mhz=supported_memory,
+        locked_graphics_mhz=locked,
+    )
+
+
+def _flag(section: Mapping[str, Any], key: str, bad: _Where) -> bool:
+    value = section.get(key, False)
+    if not isinstance(value, bool):
+        raise bad(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _parse_health(entry: Mapping[str, Any], bad: _Where) -> MemoryHealth:
+    pages, rows = entry.get("retired_pages"), entry.get("remapped_rows")
+    fields: dict[str, Any] = {}
+    if pages is not None:
+        if not isinstance(pages, dict) or set(pages) - {"single_bit", "double_bit", "pending"}:
+            raise bad(f"retired_pages must be a mapping of single_bit, double_bit, pending; got {pages!r}")
+        where = bad.at("retired_pages")
+        fields.update(
+            retired_pages_single_bit=_optional_int(pages, "single_bit", where) or 0,
+            retired_pages_double_bit=_optional_int(pages, "double_bit", where) or 0,
+            retired_pages_pending=_flag(pages, "pending", where),
+        )
+    if rows is not None:
+        if not isinstance(rows, dict) or set(rows) - {"correctable", "uncorrectable", "pending", "failure"}:
+            raise bad(f"remapped_rows must be a mapping of correctable, uncorrectable, pending, failure; got {rows!r}")
+        where = bad.at("remapped_rows")
+        fields.update(
+            remapped_rows_correctable=_optional_int(rows, "correctable", where) or 0,
+            remapped_rows_uncorrectable=_optional_int(rows, "uncorrectable", where) or 0,
+            remapped_rows_pending=_flag(rows, "pending", where),
+            remapped_rows_failure=_flag(rows, "failure", where),
+        )
+    return MemoryHealth(**fields)
+
+
+def _parse_reset_state(entry: Mapping[str, Any], mig_uuids: tuple[str, ...], bad: _Where) -> ResetState:
+    mig = entry.get("mig_enabled", True if mig_uuids else None)
+    if mig is not None and not isinstance(mig, bool):
+        raise bad(f"mig_enabled must be true or false, got {mig!r}")
+    if mig_uuids:
+        mig = True  # MIG devices exist only in MIG mode: listing them is enough
+    links = entry.get("nvlinks")
+    active: tuple[int, ...] | None = None
+    peers: list[str] = []
+    gpu_peers: list[str] = []
+    if links is not None:
+        if not isinstance(links, list):
+            raise bad(f"nvlinks must be a list of {{link: N, peer: PCI bus id, peer_type: gpu|switch}}, got {links!r}")
+        numbers = []
+        for link in links:
+            if not isinstance(link, dict) or set(link) - {"link", "peer", "peer_type"} or "link" not in link:
+                raise bad(f"an NVLink is a mapping of link (required), peer and peer_type, got {link!r}")
+            number = _required_int(link, "link", bad)
+            numbers.append(number)
+            kind = link.get("peer_type", "switch")
+            if kind not in ("gpu", "switch"):
+                raise bad(f"nvlinks peer_type must be gpu or switch, got {kind!r}")
+            if link.get("peer") is not None:
+                try:
+                    peer = normalize_pci_bus_id(str(link["peer"]))
+                except ValueError as exc:
+                    raise bad(f"nvlinks peer: {exc}") from None
+                peers.append(f"link {number}: {kind} {peer}")
+                if kind == "gpu" and peer not in gpu_peers:
+                    gpu_peers.append(peer)
+        active = tuple(numbers)
+    persistence = entry.get("persistence_mode")
+    if persistence is not None and not isinstance(persistence, bool):
+        raise bad(f"persistence_mode must be true or false, got {persistence!r}")
+    clients = entry.get("other_clients") or []
+    if not isinstance(clients, list) or not all(isinstance(c, str) for c in clients):
+        raise bad(f"other_clients must be a list of names, got {clients!r}")
+    return ResetState(
+        mig_enabled=mig,
+        persistence_mode=persistence,
+        mig_devices=mig_uuids,
+        active_nvlinks=active,
+        nvlink_peers=tuple(peers),
+        nvlink_gpu_peers=tuple(gpu_peers),
     )
 
 

@@ -5,9 +5,11 @@ Deselected by default (marker `nvml`). On a machine with an NVIDIA GPU and drive
     pytest -m nvml tests/e2e/test_nvml_real.py -s
 
 Without a driver every test here is skipped with NVML's error as the reason. The
-backend is wrapped in `ReadOnly`, which fails the test if anything tries to set
-a power limit; no test here calls set_power_limit on a real GPU. The gpu actions are
-only ever asked for their dry-run `plan`, never `execute`.
+backend is wrapped in `ReadOnly`, which fails the test if anything tries to change
+a GPU (power limit, clock lock or unlock, clock reset, GPU reset); no test here changes
+a setting of a real GPU. The gpu actions are only ever asked for their dry-run `plan`,
+never `execute`. Issue 12 added the reads behind gpu.lock_clocks, gpu.unlock_clocks and
+gpu.reset: clocks and the supported set, retired pages / remapped rows, MIG and NVLink.
 """
 
 from __future__ import annotations
@@ -20,13 +22,19 @@ import pytest
 
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.gpu import RestorePowerLimitAction, SetPowerLimitAction
+from remediate.actions.gpu_lock_clocks import LockClocksAction
+from remediate.actions.gpu_reset import ResetGpuAction
+from remediate.actions.gpu_unlock_clocks import UnlockClocksAction
 from remediate.alertref import AlertRef
 from remediate.gpu import (
+    ClockState,
     GpuBackend,
     GpuInfo,
     GpuNotFound,
+    MemoryHealth,
     NvmlBackend,
     NvmlUnavailable,
+    ResetState,
     parse_gpu_ref,
     resolve,
 )
@@ -53,6 +61,31 @@ class ReadOnly:
 
     def set_power_limit(self, uuid: str, milliwatts: int) -> None:
         pytest.fail(f"the real-GPU check must never set a power limit (asked: {uuid} -> {milliwatts} mW)")
+
+    # The optional reads pass through (remediate.gpu.backend lists the capabilities) ...
+
+    def clocks(self, uuid: str) -> ClockState:
+        return self._backend.clocks(uuid)  # type: ignore[attr-defined, no-any-return]
+
+    def memory_health(self, uuid: str) -> MemoryHealth:
+        return self._backend.memory_health(uuid)  # type: ignore[attr-defined, no-any-return]
+
+    def reset_state(self, uuid: str) -> ResetState:
+        return self._backend.reset_state(uuid)  # type: ignore[attr-defined, no-any-return]
+
+    # ... and every change fails the test.
+
+    def lock_gpu_clocks(self, uuid: str, min_mhz: int, max_mhz: int) -> None:
+        pytest.fail(f"the real-GPU check must never lock clocks (asked: {uuid} -> {min_mhz}..{max_mhz} MHz)")
+
+    def unlock_gpu_clocks(self, uuid: str) -> None:
+        pytest.fail(f"the real-GPU check must never unlock clocks (asked: {uuid})")
+
+    def reset_locked_clocks(self, uuid: str) -> None:
+        pytest.fail(f"the real-GPU check must never reset clocks (asked: {uuid})")
+
+    def reset_gpu(self, uuid: str) -> None:
+        pytest.fail(f"the real-GPU check must never reset a GPU (asked: {uuid})")
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +227,63 @@ def test_the_restore_plan_of_every_gpu_reads_real_limits_and_sets_nothing(
         expected = None if gpu.power_limit_mw == gpu.default_limit_mw else gpu.default_limit_mw / 1000
         assert fallback["target_w"] == expected
         assert fallback["default_w"] == gpu.default_limit_mw / 1000
+
+
+def test_clocks_memory_health_and_reset_state_are_read_sanely(backend: ReadOnly, gpus: list[GpuInfo]) -> None:
+    print()
+    for gpu in gpus:
+        clocks = backend.clocks(gpu.uuid)
+        health = backend.memory_health(gpu.uuid)
+        state = backend.reset_state(gpu.uuid)
+        print(f"GPU {gpu.index} clocks {clocks.to_dict()}\n  memory {health.to_dict()}\n  reset {state.to_dict()}")
+        assert not clocks.lock_known  # NVML has no read of a clock lock: never pretend
+        assert clocks.locked_graphics_mhz is None
+        supported = clocks.supported_graphics_mhz
+        assert list(supported) == sorted(set(supported))
+        if supported and clocks.max_graphics_mhz is not None:
+            assert supported[-1] <= clocks.max_graphics_mhz
+        if clocks.graphics_mhz is not None and clocks.max_graphics_mhz is not None:
+            assert 0 < clocks.graphics_mhz <= clocks.max_graphics_mhz
+        for count in (health.retired_pages_single_bit, health.retired_pages_double_bit):
+            assert count is None or count >= 0
+        for count in (health.remapped_rows_correctable, health.remapped_rows_uncorrectable):
+            assert count is None or count >= 0
+        assert state.mig_devices == gpu.mig_uuids
+        if state.active_nvlinks is not None:
+            assert all(0 <= link < 64 for link in state.active_nvlinks)
+        assert set(state.nvlink_gpu_peers) <= {peer.split(" ")[-1] for peer in state.nvlink_peers}
+
+
+def test_the_clock_and_reset_plans_of_every_gpu_read_real_state_and_change_nothing(
+    backend: ReadOnly, gpus: list[GpuInfo]
+) -> None:
+    ctx = _plan_context()
+    lock = LockClocksAction(lambda: backend)  # type: ignore[arg-type, return-value]
+    unlock = UnlockClocksAction(lambda: backend)  # type: ignore[arg-type, return-value]
+    reset = ResetGpuAction(lambda: backend)  # type: ignore[arg-type, return-value]
+    for gpu in gpus:
+        locked = lock.plan(lock.validate({"gpu": gpu.uuid, "percent_of_max": 70}), ctx)
+        print(f"\nGPU {gpu.index} lock plan:\n{json.dumps(locked, indent=2)}")
+        (entry,) = locked["gpus"]
+        clocks = backend.clocks(gpu.uuid)
+        if clocks.supported_graphics_mhz:
+            low, high = entry["target_mhz"]
+            assert low == clocks.supported_graphics_mhz[0]
+            assert high in clocks.supported_graphics_mhz
+            assert high <= 0.7 * (clocks.max_graphics_mhz or clocks.supported_graphics_mhz[-1])
+            assert entry["change"].startswith("unknown -> ")
+        else:
+            assert entry["change"] == "refused"
+        assert entry["power"]["limit_w"] == gpu.power_limit_mw / 1000
+        assert isinstance(entry["memory_health"], dict)
+
+        (undo,) = unlock.plan(unlock.validate({"gpu": gpu.uuid}), ctx)["gpus"]
+        assert (undo["would"], undo["target_mhz"]) == ("nothing", None)
+
+        (planned,) = reset.plan(reset.validate({"gpu": gpu.uuid}), ctx)["gpus"]
+        print(f"GPU {gpu.index} reset plan: would {planned['would']}, blocked by {planned['blocked_by']}")
+        pids = {process.pid for process in backend.device(gpu.uuid).processes}
+        if pids:
+            assert planned["would"] == "refuse"
+            assert any(str(min(pids)) in why for why in planned["blocked_by"])
+    assert ctx.memory.values == {}  # type: ignore[attr-defined]

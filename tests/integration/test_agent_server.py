@@ -19,9 +19,19 @@ from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.agent import AgentService
 from remediate.agent_server import create_agent_app
 from remediate.agentauth import node_token, sign
-from remediate.errors import ActionError, ConfigError
+from remediate.alerts import alert_ref
+from remediate.errors import ActionError, ConfigError, RetryableActionError
 from remediate.gpu import SimulatedBackend
-from tests.support.agent import AGENT_TOKEN, ClusterThing, Echo, agent_settings, registry_with, step_body
+from remediate.runners import AgentRunner, StaticAgents
+from tests.support.agent import (
+    AGENT_TOKEN,
+    ClusterThing,
+    Echo,
+    agent_settings,
+    registry_with,
+    serve_agent,
+    step_body,
+)
 
 W = 1000
 
@@ -244,6 +254,7 @@ def test_only_node_actions_of_the_registry_are_served(tmp_path: Path, gpus: Simu
     node_actions = sorted(a for a in default_registry().names() if default_registry().get(a).where == "node")
     assert client.get("/readyz").json["actions"] == node_actions
     assert {"gpu.set_power_limit", "gpu.restore_power_limit", "disk.cleanup"} <= set(node_actions)
+    assert {"gpu.lock_clocks", "gpu.unlock_clocks", "gpu.reset"} <= set(node_actions)
     assert "log" not in node_actions
     service.close()
 
@@ -298,6 +309,89 @@ def test_what_the_gpu_action_remembers_survives_an_agent_restart_in_its_state_fi
     assert gpu["reason"] == "restoring 700 W replaced by run 7"
     assert gpus.device(uuid).power_limit_mw == 700 * W
     assert (tmp_path / "agent-state" / "agent.db").exists()
+    service.close()
+
+
+def test_the_clock_lock_and_its_undo_run_on_the_agent_and_its_memory_survives_a_restart(
+    tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    """Issue 12: gpu.lock_clocks / gpu.unlock_clocks take the same path as the power actions."""
+    uuid = gpus.devices()[1].uuid
+    gpus.lock_gpu_clocks(uuid, 1200, 1800)  # the person's own lock, to come back afterwards
+    client, service = gpu_app(tmp_path, gpus, gpu_power_floor_watts=300)
+    planned = post(client, "plan", step_body("gpu.lock_clocks", {"gpu": uuid, "percent_of_max": 70}))
+    assert planned.status_code == 200, planned.json
+    assert planned.json["plan"]["gpus"][0]["change"] == "1200..1800 MHz -> 345..1380 MHz"
+    assert gpus.clocks(uuid).locked_graphics_mhz == (1200, 1800)  # a plan changes nothing
+
+    locked = post(client, "execute", step_body("gpu.lock_clocks", {"gpu": uuid, "percent_of_max": 70}))
+    assert locked.status_code == 200, locked.json
+    assert locked.json["result"]["gpus"][0]["outcome"] == "locked"
+    assert gpus.clocks(uuid).locked_graphics_mhz == (345, 1380)
+    service.close()
+
+    client, service = gpu_app(tmp_path, gpus)  # a new agent process on the same state file
+    unlocked = post(client, "execute", step_body("gpu.unlock_clocks", {"gpu": uuid}, run_id=8))
+    assert unlocked.status_code == 200, unlocked.json
+    (gpu,) = unlocked.json["result"]["gpus"]
+    assert (gpu["outcome"], gpu["reason"]) == ("relocked", "restoring the lock 1200..1800 MHz replaced by run 7")
+    assert gpus.clocks(uuid).locked_graphics_mhz == (1200, 1800)
+    service.close()
+
+
+def test_a_gpu_reset_on_the_agent_is_refused_while_a_process_runs_then_resets_the_drained_gpu(
+    tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    uuid = gpus.devices()[0].uuid
+    client, service = gpu_app(tmp_path, gpus)
+    planned = post(client, "plan", step_body("gpu.reset", {"gpu": uuid}))
+    assert planned.status_code == 200, planned.json
+    assert planned.json["plan"]["gpus"][0]["blocked_by"] == ["1 compute process(es) on the GPU: pid 4200 (python)"]
+
+    refused = post(client, "execute", step_body("gpu.reset", {"gpu": uuid}))
+    assert refused.status_code == 500
+    assert (refused.json["error_class"], refused.json["type"]) == ("permanent", "GpuResetRefused")
+    assert "pid 4200 (python)" in refused.json["message"]
+    assert gpus.reset_count(uuid) == 0
+
+    gpus.update_device(uuid, processes=[])  # drained
+    done = post(client, "execute", step_body("gpu.reset", {"gpu": uuid}, run_id=9))
+    assert done.status_code == 200, done.json
+    assert done.json["result"]["gpus"][0]["outcome"] == "reset"
+    assert gpus.reset_count(uuid) == 1
+    service.close()
+
+
+def test_the_servers_agent_runner_sends_the_new_gpu_steps_over_http_like_the_power_steps(
+    tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    """The server side of the path: AgentRunner (what the executor uses for a node step) to a served agent."""
+    uuid = gpus.devices()[0].uuid
+    settings = agent_settings(tmp_path, gpu_backend="simulated", gpu_simulator_file=gpus.path)
+    service = AgentService(settings)
+    registry = default_registry(settings)
+    ctx = StepContext(
+        run_id=11,
+        step_index=0,
+        playbook="gpu-overheat",
+        target="node-b",
+        alert=alert_ref({"alertname": "GPUTemperatureHigh", "labels": {"Hostname": "node-b", "UUID": uuid}}),
+        deadline=time.monotonic() + 10,
+        memory=InMemoryMemory(),  # the server's memory: the agent keeps its own
+    )
+    with serve_agent(service, settings) as url:
+        remote = AgentRunner("node-b", StaticAgents({"node-b": url}), AGENT_TOKEN, retry_wait_max=0.01)
+        lock = registry.get("gpu.lock_clocks")
+        result = remote.execute(lock, lock.validate({"gpu": uuid, "max_mhz": 1500}), ctx)
+        assert result["gpus"][0]["outcome"] == "locked"
+        assert gpus.clocks(uuid).locked_graphics_mhz == (345, 1500)
+        assert ctx.memory.values == {}  # type: ignore[attr-defined]
+
+        reset = registry.get("gpu.reset")
+        with pytest.raises(ActionError, match="GPU reset refused, nothing was reset") as refused:
+            remote.execute(reset, reset.validate({"gpu": uuid}), ctx)
+        assert not isinstance(refused.value, RetryableActionError)
+        assert f"(on agent {url} of node node-b)" in str(refused.value)
     service.close()
 
 

@@ -25,12 +25,14 @@ import pytest
 
 from remediate.gpu import (
     GpuBackend,
+    GpuError,
     GpuInvalidArgument,
     GpuLost,
     GpuNoPermission,
     GpuNotFound,
     GpuNotSupported,
     GpuProcess,
+    GpuResetRefused,
     NvmlBackend,
     NvmlUnavailable,
     select,
@@ -130,6 +132,13 @@ class FakeGpu:
     locked_gpu: tuple[int, int] | None = None
     locked_memory: tuple[int, int] | None = None
     memory_lock_supported: bool = True
+    graphics_clocks: tuple[int, ...] = (210, 1410, 1980)  # empty: the GPU cannot lock clocks
+    retired: dict[int, list[int]] | None = None  # cause -> page addresses; None: no page retirement
+    retired_pending: bool = False
+    remapped: tuple[int, int, int, int] | None = None  # None: no row remapping
+    nvlinks: dict[int, tuple[str, int]] | None = None  # active link -> (remote bus id, remote type)
+    nvlink_count: int = 4
+    persistence: int | None = None  # NVML_FEATURE_ENABLED/DISABLED; None: not supported
 
 
 class FakeDriver:
@@ -272,6 +281,70 @@ class FakeDriver:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
         gpu.locked_memory = None
 
+    def nvmlDeviceGetClockInfo(self, handle: Handle, kind: int) -> int:
+        return {pynvml.NVML_CLOCK_GRAPHICS: 1755, pynvml.NVML_CLOCK_MEM: 2619}[kind] if self._gpu(handle) else 0
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: Handle, kind: int) -> int:
+        return {pynvml.NVML_CLOCK_GRAPHICS: 1980, pynvml.NVML_CLOCK_MEM: 2619}[kind] if self._gpu(handle) else 0
+
+    def nvmlDeviceGetSupportedMemoryClocks(self, handle: Handle) -> list[int]:
+        if not self._gpu(handle).graphics_clocks:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return [2619, 1593]
+
+    def nvmlDeviceGetSupportedGraphicsClocks(self, handle: Handle, memory_mhz: int) -> list[int]:
+        clocks = self._gpu(handle).graphics_clocks
+        # Descending, as NVML lists them; the lower memory clock allows only the lower graphics clocks.
+        return sorted((c for c in clocks if memory_mhz == 2619 or c < 1500), reverse=True)
+
+    def nvmlDeviceSetGpuLockedClocks(self, handle: Handle, low: int, high: int) -> None:
+        gpu = self._gpu(handle)
+        if not gpu.graphics_clocks:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if not self.root:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        if low > high:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        gpu.locked_gpu = (low, high)
+
+    def nvmlDeviceGetRetiredPages(self, handle: Handle, cause: int) -> list[int]:
+        retired = self._gpu(handle).retired
+        if retired is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return retired.get(cause, [])
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Handle) -> int:
+        gpu = self._gpu(handle)
+        if gpu.retired is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return pynvml.NVML_FEATURE_ENABLED if gpu.retired_pending else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetRemappedRows(self, handle: Handle) -> tuple[int, int, int, int]:
+        remapped = self._gpu(handle).remapped
+        if remapped is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return remapped
+
+    def nvmlDeviceGetPersistenceMode(self, handle: Handle) -> int:
+        persistence = self._gpu(handle).persistence
+        if persistence is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return persistence
+
+    def nvmlDeviceGetNvLinkState(self, handle: Handle, link: int) -> int:
+        gpu = self._gpu(handle)
+        if gpu.nvlinks is None:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        if link >= gpu.nvlink_count:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return pynvml.NVML_FEATURE_ENABLED if link in gpu.nvlinks else pynvml.NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Handle, link: int) -> Any:
+        return SimpleNamespace(busId=(self._gpu(handle).nvlinks or {})[link][0])
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Handle, link: int) -> int:
+        return (self._gpu(handle).nvlinks or {})[link][1]
+
     def nvmlDeviceSetPowerManagementLimit_v2(self, *args: Any) -> None:
         raise AssertionError("the _v2 set ignores NVML's return code in nvidia-ml-py 13.615.71: never call it")
 
@@ -402,6 +475,163 @@ def test_a_clock_reset_without_root_is_no_permission_and_changes_nothing(driver:
 def test_a_clock_reset_on_an_unknown_gpu_is_not_found(driver: FakeDriver) -> None:
     with pytest.raises(GpuNotFound):
         NvmlBackend().reset_locked_clocks("GPU-00000000-0000-0000-0000-000000000000")
+
+
+# --- issue 12: clocks, memory health, MIG/NVLink state, GPU reset
+
+
+def test_clocks_are_read_with_the_supported_set_over_every_memory_clock_and_an_unknown_lock(
+    driver: FakeDriver,
+) -> None:
+    driver.gpus[0].locked_gpu = (210, 1410)  # NVML cannot read it back: the backend must not pretend
+    state = NvmlBackend().clocks(UUID0)
+    assert (state.graphics_mhz, state.memory_mhz, state.max_graphics_mhz, state.max_memory_mhz) == (
+        1755,
+        2619,
+        1980,
+        2619,
+    )
+    assert state.supported_graphics_mhz == (210, 1410, 1980)
+    assert state.supported_memory_mhz == (1593, 2619)
+    assert (state.locked_graphics_mhz, state.lock_known) == (None, False)
+
+
+def test_a_gpu_without_clock_control_reports_no_supported_clocks(driver: FakeDriver) -> None:
+    driver.gpus[0].graphics_clocks = ()
+    assert NvmlBackend().clocks(UUID0).supported_graphics_mhz == ()
+    with pytest.raises(GpuNotSupported, match=r"lock the GPU clocks of .* failed: NVML error 3"):
+        NvmlBackend().lock_gpu_clocks(UUID0, 210, 1410)
+
+
+def test_a_clock_lock_and_unlock_go_through_nvml_with_its_errors(driver: FakeDriver) -> None:
+    gpu = driver.gpus[0]
+    gpu.locked_memory = (2619, 2619)
+    NvmlBackend().lock_gpu_clocks(UUID0, 210, 1410)
+    assert gpu.locked_gpu == (210, 1410)
+    NvmlBackend().unlock_gpu_clocks(UUID0)
+    assert (gpu.locked_gpu, gpu.locked_memory) == (None, (2619, 2619))  # memory clocks are not ours to unlock
+    with pytest.raises(GpuInvalidArgument, match="NVML error 2"):
+        NvmlBackend().lock_gpu_clocks(UUID0, 1410, 210)
+    with pytest.raises(GpuInvalidArgument, match="positive integers of MHz"):
+        NvmlBackend().lock_gpu_clocks(UUID0, -1, 1410)  # ctypes would wrap it: refused before NVML
+    driver.root = False
+    with pytest.raises(GpuNoPermission, match="CAP_SYS_ADMIN"):
+        NvmlBackend().lock_gpu_clocks(UUID0, 210, 1410)
+    assert gpu.locked_gpu is None
+
+
+def test_memory_health_counts_retired_pages_and_remapped_rows_and_marks_what_is_not_supported(
+    driver: FakeDriver,
+) -> None:
+    old, new = driver.gpus
+    old.retired = {
+        pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS: [0x1000, 0x2000],
+        pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR: [0x3000],
+    }
+    old.retired_pending = True
+    new.remapped = (3, 1, 1, 0)
+    before_ampere = NvmlBackend().memory_health(UUID0)
+    assert before_ampere.to_dict() == {
+        "retired_pages": {"single_bit_ecc": 2, "double_bit_ecc": 1, "pending": True},
+        "remapped_rows": {
+            "correctable": "not supported",
+            "uncorrectable": "not supported",
+            "pending": "not supported",
+            "failure": "not supported",
+        },
+    }
+    ampere = NvmlBackend().memory_health(UUID1)
+    assert (ampere.retired_pages_single_bit, ampere.remapped_rows_uncorrectable) == (None, 1)
+    assert (ampere.remapped_rows_pending, ampere.remapped_rows_failure) == (True, False)
+
+
+def test_reset_state_lists_mig_devices_and_active_nvlinks_with_their_far_ends(driver: FakeDriver) -> None:
+    driver.gpus[0].nvlinks = {
+        0: (b"0000:5e:00.0", pynvml.NVML_NVLINK_DEVICE_TYPE_GPU),
+        2: ("00000000:05:00.0", pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH),
+    }
+    driver.gpus[0].persistence = pynvml.NVML_FEATURE_ENABLED
+    state = NvmlBackend().reset_state(UUID0)
+    assert (state.mig_enabled, state.mig_devices, state.persistence_mode) == (None, (), True)
+    assert state.active_nvlinks == (0, 2)
+    assert state.nvlink_peers == ("link 0: gpu 00000000:5E:00.0", "link 2: switch 00000000:05:00.0")
+    assert state.nvlink_gpu_peers == ("00000000:5E:00.0",)
+    other = NvmlBackend().reset_state(UUID1)
+    assert (other.mig_enabled, other.mig_devices, other.active_nvlinks) == (True, (MIG,), None)
+    assert other.persistence_mode is None
+
+
+@pytest.fixture
+def smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in nvidia-smi first on PATH: appends each call's argv as one line to `calls`; a --gpu-reset
+    exits with the code in `exit-code` and prints the text in `said` (default: success)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {tmp_path}/calls\n'
+        '[ "$1" = --gpu-reset ] || exit 0\n'
+        f"if [ -f {tmp_path}/said ]; then cat {tmp_path}/said >&2; fi\n"
+        f'exit "$(cat {tmp_path}/exit-code 2>/dev/null || echo 0)"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return tmp_path
+
+
+def calls(smi: Path) -> list[str]:
+    return (smi / "calls").read_text().splitlines()
+
+
+def test_a_gpu_reset_runs_nvidia_smi_on_the_gpus_bus_id_without_a_shell(driver: FakeDriver, smi: Path) -> None:
+    NvmlBackend().reset_gpu(UUID0)
+    assert calls(smi) == ["--gpu-reset -i 00000000:3B:00.0"]
+
+
+def test_persistence_mode_is_turned_off_for_the_reset_and_on_again_even_when_it_fails(
+    driver: FakeDriver, smi: Path
+) -> None:
+    driver.gpus[0].persistence = pynvml.NVML_FEATURE_ENABLED
+    NvmlBackend().reset_gpu(UUID0)
+    bus = "00000000:3B:00.0"
+    assert calls(smi) == [f"-pm 0 -i {bus}", f"--gpu-reset -i {bus}", f"-pm 1 -i {bus}"]
+    (smi / "calls").unlink()
+    (smi / "exit-code").write_text("15")
+    with pytest.raises(GpuLost):
+        NvmlBackend().reset_gpu(UUID0)
+    assert calls(smi) == [f"-pm 0 -i {bus}", f"--gpu-reset -i {bus}", f"-pm 1 -i {bus}"]
+
+
+def test_nvidia_smis_exit_code_is_an_nvml_code(driver: FakeDriver, smi: Path) -> None:
+    (smi / "exit-code").write_text("4")
+    (smi / "said").write_text("Unable to reset GPU: Insufficient Permissions")
+    with pytest.raises(GpuNoPermission, match="Unable to reset GPU: Insufficient Permissions") as caught:
+        NvmlBackend().reset_gpu(UUID1)
+    assert caught.value.code == 4
+    (smi / "exit-code").write_text("255")
+    (smi / "said").write_text("Unknown Error")
+    with pytest.raises(GpuError, match="nvidia-smi --gpu-reset failed: NVML failed: Unknown Error") as other:
+        NvmlBackend().reset_gpu(UUID1)
+    assert other.value.code is None
+    assert not isinstance(other.value, GpuResetRefused)
+
+
+def test_a_gpu_held_by_another_client_is_a_refused_reset_naming_what_to_stop(driver: FakeDriver, smi: Path) -> None:
+    (smi / "exit-code").write_text("255")
+    (smi / "said").write_text(
+        "The following GPUs could not be reset:\n  GPU 00000000:5E:00.0: In use by another client\n"
+    )
+    with pytest.raises(GpuResetRefused, match=r"in use by another client .*nv-hostengine, dcgm-exporter"):
+        NvmlBackend().reset_gpu(UUID1)
+
+
+def test_without_nvidia_smi_a_reset_is_not_supported(
+    driver: FakeDriver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(GpuNotSupported, match="nvidia-smi is not on this node's PATH"):
+        NvmlBackend().reset_gpu(UUID0)
 
 
 def test_nvml_is_initialised_once_per_process_even_from_many_threads(driver: FakeDriver) -> None:

@@ -20,6 +20,7 @@ from remediate.gpu import (
     GpuNoPermission,
     GpuNotFound,
     GpuNotSupported,
+    GpuResetRefused,
     NvmlBackend,
     RetryableGpuError,
     SimulatedBackend,
@@ -364,3 +365,160 @@ def test_open_backend_builds_the_simulator_only_when_asked(sim_file: Path) -> No
         open_backend("simulated")
     with pytest.raises(ConfigError, match="nvml, simulated"):
         open_backend("fake")
+
+
+# --------------------------------------------------------------------------- issue 12: clock locks and GPU reset
+
+
+def test_a_clock_lock_must_be_a_range_of_supported_clocks_like_nvml(sim: SimulatedBackend) -> None:
+    uuid = sim.devices()[0].uuid
+    for low, high in ((345, 1501), (300, 1500), (345, 2100), (1500, 1200)):
+        with pytest.raises(GpuInvalidArgument, match="not a range of supported graphics clocks") as caught:
+            sim.lock_gpu_clocks(uuid, low, high)
+        assert caught.value.code == 2
+    assert sim.clocks(uuid).locked_graphics_mhz is None
+    sim.lock_gpu_clocks(uuid, 345, 1500)
+    state = sim.clocks(uuid)
+    assert (state.locked_graphics_mhz, state.graphics_mhz, state.lock_known) == ((345, 1500), 1500, True)
+    assert SimulatedBackend(sim.path).clocks(uuid).locked_graphics_mhz == (345, 1500)  # in the file, for every reader
+
+
+def test_without_root_clock_changes_and_resets_are_no_permission_while_reads_work(sim: SimulatedBackend) -> None:
+    uuid = sim.devices()[0].uuid
+    sim.update_device(uuid, processes=[])
+    sim.set_as_root(False)
+    for call in (
+        lambda: sim.lock_gpu_clocks(uuid, 345, 1500),
+        lambda: sim.unlock_gpu_clocks(uuid),
+        lambda: sim.reset_gpu(uuid),
+    ):
+        with pytest.raises(GpuNoPermission) as caught:
+            call()
+        assert caught.value.code == 4
+    assert sim.clocks(uuid).max_graphics_mhz == 1980
+    assert sim.memory_health(uuid).remapped_rows_pending is False
+    assert sim.reset_count(uuid) == 0
+
+
+def test_a_gpu_without_supported_clocks_cannot_lock_or_unlock_them_even_as_non_root(sim: SimulatedBackend) -> None:
+    uuid = sim.devices()[0].uuid
+    sim.update_device(uuid, supported_graphics_clocks_mhz=None)
+    sim.set_as_root(False)  # NVML answers NOT_SUPPORTED before it looks at permissions
+    for call in (lambda: sim.lock_gpu_clocks(uuid, 345, 1500), lambda: sim.unlock_gpu_clocks(uuid)):
+        with pytest.raises(GpuNotSupported) as caught:
+            call()
+        assert caught.value.code == 3
+    assert sim.clocks(uuid).supported_graphics_mhz == ()
+
+
+def test_unlocking_the_graphics_clock_leaves_a_memory_clock_lock(sim: SimulatedBackend) -> None:
+    uuid = sim.devices()[0].uuid
+    sim.update_device(uuid, locked_gpu_clocks_mhz=[345, 1500], locked_memory_clocks_mhz=[2619, 2619])
+    sim.unlock_gpu_clocks(uuid)
+    assert sim.locked_clocks(uuid) == {"gpu_mhz": None, "memory_mhz": (2619, 2619)}
+
+
+def test_a_reset_is_refused_in_use_while_processes_or_mig_instances_are_on_the_gpu(sim: SimulatedBackend) -> None:
+    uuid = sim.devices()[0].uuid
+    with pytest.raises(GpuResetRefused, match="in use by processes 4200") as caught:
+        sim.reset_gpu(uuid)
+    assert caught.value.code == 19
+    assert not isinstance(caught.value, RetryableActionError)  # a busy GPU does not free itself: no retry
+    sim.update_device(uuid, processes=[], mig_uuids=["MIG-11111111-2222-3333-4444-555555555555"])
+    with pytest.raises(GpuResetRefused, match="MIG instances exist on it"):
+        sim.reset_gpu(uuid)
+    assert sim.reset_count(uuid) == 0
+
+
+def test_a_reset_puts_defaults_back_applies_pending_memory_repairs_and_counts(sim: SimulatedBackend) -> None:
+    first, second = sim.devices()[:2]
+    sim.update_device(
+        first.uuid,
+        processes=[],
+        power_limit_mw=450_000,
+        locked_gpu_clocks_mhz=[345, 1200],
+        locked_memory_clocks_mhz=[2619, 2619],
+        retired_pages={"single_bit": 4, "double_bit": 2, "pending": True},
+        remapped_rows={"correctable": 1, "uncorrectable": 5, "pending": True, "failure": True},
+    )
+    sim.reset_gpu(first.uuid)
+    sim.reset_gpu(first.uuid)
+    after = SimulatedBackend(sim.path)
+    assert after.device(first.uuid).power_limit_mw == 700_000
+    assert after.locked_clocks(first.uuid) == {"gpu_mhz": None, "memory_mhz": None}
+    health = after.memory_health(first.uuid)
+    assert (health.retired_pages_single_bit, health.retired_pages_double_bit, health.retired_pages_pending) == (
+        4,
+        2,
+        False,
+    )
+    assert (
+        health.remapped_rows_correctable,
+        health.remapped_rows_uncorrectable,
+        health.remapped_rows_pending,
+        health.remapped_rows_failure,
+    ) == (1, 5, False, True)  # a remap failure stays: only a repair of the board clears it
+    assert after.reset_count(first.uuid) == 2
+    assert after.reset_count(second.uuid) == 0
+
+
+def test_a_lost_gpu_fails_the_new_calls_too_and_injected_failures_count_down(sim: SimulatedBackend) -> None:
+    first, second = sim.devices()[:2]
+    sim.update_device(first.uuid, lost=True)
+    for call in (
+        lambda: sim.clocks(first.uuid),
+        lambda: sim.memory_health(first.uuid),
+        lambda: sim.reset_gpu(first.uuid),
+    ):
+        with pytest.raises(GpuLost):
+            call()
+    sim.update_device(second.uuid, processes=[], fail={"reset_gpu": {"error": "timeout", "times": 1}})
+    with pytest.raises(RetryableGpuError):
+        sim.reset_gpu(second.uuid)
+    sim.reset_gpu(second.uuid)
+    assert sim.reset_count(second.uuid) == 1
+
+
+def test_mig_and_nvlink_state_as_nvml_reports_it(sim: SimulatedBackend) -> None:
+    uuid = sim.devices()[0].uuid
+    assert sim.reset_state(uuid).to_dict() == {
+        "mig_mode": "disabled",
+        "mig_devices": [],
+        "active_nvlinks": "not supported",
+        "nvlink_peers": [],
+        "nvlink_gpu_peers": [],
+        "persistence_mode": "on",
+    }
+    sim.update_device(
+        uuid,
+        nvlinks=[
+            {"link": 2, "peer": "0000:2a:00.0", "peer_type": "gpu"},
+            {"link": 3, "peer": "0000:2a:00.0", "peer_type": "gpu"},
+        ],
+    )
+    state = sim.reset_state(uuid)
+    assert state.active_nvlinks == (2, 3)
+    assert state.nvlink_gpu_peers == ("00000000:2A:00.0",)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"supported_graphics_clocks_mhz": [345, -1]}, "supported_graphics_clocks_mhz must be a list of positive"),
+        ({"retired_pages": {"single": 1}}, "retired_pages must be a mapping of single_bit, double_bit, pending"),
+        ({"remapped_rows": {"pending": "yes"}}, "pending must be true or false"),
+        ({"mig_enabled": "on"}, "mig_enabled must be true or false"),
+        ({"nvlinks": [{"peer": "0000:2a:00.0"}]}, "an NVLink is a mapping of link"),
+        ({"nvlinks": [{"link": 0, "peer_type": "bridge"}]}, "peer_type must be gpu or switch"),
+        ({"reset_count": -1}, "reset_count must be a non-negative integer"),
+        ({"persistence_mode": 1}, "persistence_mode must be true or false"),
+        ({"other_clients": "dcgm"}, "other_clients must be a list of names"),
+    ],
+)
+def test_bad_clock_health_and_link_fields_are_refused_naming_the_field(
+    sim: SimulatedBackend, change: dict, message: str
+) -> None:
+    uuid = sim.devices()[0].uuid
+    with pytest.raises(ConfigError, match=message):
+        sim.update_device(uuid, **change)
+    assert sim.clocks(uuid).max_graphics_mhz == 1980  # the file is unchanged
