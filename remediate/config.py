@@ -178,6 +178,8 @@ class Settings:
     """The window of the reliability figures on /metrics (`remediate_report_*`): the last 7 days by default."""
     report_cache: float = 60.0
     """Seconds a process reuses the reliability figures it computed for /metrics before reading the store again."""
+    report_job_labels: tuple[str, ...] = ("training_job", "job")
+    """Alert labels naming an incident's training job in the report and /metrics, in order (the first wins)."""
 
     # --- circuit breaker of cluster actions (k8s.cordon, k8s.taint, k8s.drain)
     breaker_max_fraction: float = 0.10
@@ -571,6 +573,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "prometheus_bearer_token_file": _to_optional_path,
     "report_window": _to_seconds,
     "report_cache": _to_seconds,
+    "report_job_labels": _to_label_names,
 }
 assert set(_CONVERTERS) == {f.name for f in dataclasses.fields(Settings)}
 _ALIASES = {"stale_after": "lease"}

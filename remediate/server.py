@@ -365,14 +365,14 @@ def _register_routes(app: Flask, services: Services) -> None:
         store,
         window=services.settings.report_window,
         max_age=services.settings.report_cache,
-        job_labels=services.settings.training_job_labels,
+        job_labels=services.settings.report_job_labels,
     )
 
     @app.get("/report")
     @_requires(services, READ)
     def report() -> Any:
         try:
-            query = report_query(request.args, services.settings.training_job_labels, now=time.time())
+            query = report_query(request.args, services.settings.report_job_labels, now=time.time())
         except ValueError as exc:
             return _error(400, "invalid_query", str(exc))
         return jsonify(store.report(query).as_json())
