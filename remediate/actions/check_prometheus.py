@@ -277,20 +277,23 @@ class PrometheusCheckAction(Action):
             return Evaluation(
                 at=now, held=holds, holds_now=holds, holds_since=now if holds else None, current=_numbers(current)
             )
-        step = max(poll_s, for_s / MAX_POINTS)
-        start = now - for_s
-        count = int(for_s // step) + 1
-        instants = [round(start + k * step, 3) for k in range(count)]
+        # Whole milliseconds (Prometheus' resolution), the last instant now: the window covers at least
+        # `for`, and no float rounding can drop its last instant.
+        step_ms = max(round(poll_s * 1000), math.ceil(for_s * 1000 / MAX_POINTS))
+        count = math.ceil(for_s * 1000 / step_ms) + 1
+        end_ms = int(now * 1000)
+        start_ms = end_ms - (count - 1) * step_ms
+        instants = [(start_ms + k * step_ms) / 1000 for k in range(count)]
         data = self._get(
             "/api/v1/query_range",
-            {"query": query, "start": f"{start:.3f}", "end": f"{instants[-1]:.3f}", "step": f"{step:.3f}"},
+            {"query": query, "start": _ms(start_ms), "end": _ms(end_ms), "step": _ms(step_ms)},
             timeout,
         )
         # The samples at each instant; an instant no series has a sample at is an empty answer there.
         at_instant: list[list[dict[str, Any]]] = [[] for _ in instants]
         for series in _matrix(data):
             for ts, value in series.get("values", []):
-                index = round((float(ts) - start) / step)
+                index = round((float(ts) * 1000 - start_ms) / step_ms)
                 if 0 <= index < count:
                     at_instant[index].append({"metric": series.get("metric", {}), "value": value})
         holding = [bool(samples) and all(_truthy(s["value"]) for s in samples) for samples in at_instant]
@@ -350,6 +353,10 @@ class PrometheusCheckAction(Action):
 
 def _seconds(params: Mapping[str, Any]) -> tuple[float, float, float]:
     return tuple(parse_duration(params[key]).total_seconds() for key in ("for", "timeout", "poll"))  # type: ignore[return-value]
+
+
+def _ms(milliseconds: int) -> str:
+    return f"{milliseconds // 1000}.{milliseconds % 1000:03d}"
 
 
 def _instant_samples(data: dict[str, Any]) -> list[dict[str, Any]]:

@@ -253,3 +253,21 @@ def test_a_check_that_fails_keeps_the_undo_after_it_from_running(
     ]
     assert 'check_gpu_healthy{Hostname="node-hot"} == 1 did not hold' in detail["steps"][0]["error"]
     assert detail["steps"][0]["plan"]["query"] == 'check_gpu_healthy{Hostname="node-hot"} == 1'
+
+
+def test_a_dip_inside_the_window_breaks_it_and_holds_since_starts_after_it(
+    prom: Prometheus, metrics: MetricsEndpoint, action: PrometheusCheckAction
+) -> None:
+    healthy_from_now(prom, metrics, "node-dip")
+    metrics.set("check_gpu_healthy", 0, {"Hostname": "node-dip"})
+    wait_until(lambda: not prom.query('check_gpu_healthy{Hostname="node-dip"} == 1'), 10, message="no scrape")
+    recovered = time.time()
+    metrics.set("check_gpu_healthy", 1, {"Hostname": "node-dip"})
+    wait_until(lambda: prom.query('check_gpu_healthy{Hostname="node-dip"} == 1'), 10, message="no scrape")
+
+    evaluation = action.evaluate('check_gpu_healthy{Hostname="node-dip"} == 1', 30.0, 1.0, timeout=5)
+
+    assert (evaluation.holds_now, evaluation.held) == (True, False)
+    assert evaluation.holds_since is not None
+    assert recovered - 1.0 <= evaluation.holds_since <= evaluation.at
+    assert evaluation.at <= time.time()
