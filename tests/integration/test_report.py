@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from remediate import schema as t
 from remediate.store.inmemory import ClaimView
-from tests.support.http import LOG_XID, OPERATOR_TOKEN, READ_TOKEN, Server, alert, notification
+from tests.support.http import LOG_XID, ON_EVERY_DATABASE, OPERATOR_TOKEN, READ_TOKEN, Server, alert, notification
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -60,6 +60,7 @@ def week_of_incidents(make_server: Callable[..., Server], **settings: Any) -> tu
     return server, run_ids
 
 
+@ON_EVERY_DATABASE
 def test_get_report_gives_the_figures_per_node_job_and_rung(make_server: Callable[..., Server]) -> None:
     server, _ = week_of_incidents(make_server)
 
