@@ -175,7 +175,8 @@ class Settings:
     prometheus_bearer_token_file: Path | None = None
     """File holding a bearer token for that Prometheus (e.g. a mounted Secret), read at each query."""
     report_window: float = 7 * 86400.0
-    """The window of the reliability figures on /metrics (`remediate_report_*`): the last 7 days by default."""
+    """The window of the reliability figures on /metrics (`remediate_report_*`): the last 7 days by default.
+    0: none on /metrics (which needs no token; the figures name nodes and jobs). GET /report is unaffected."""
     report_cache: float = 60.0
     """Seconds a process reuses the reliability figures it computed for /metrics before reading the store again."""
     report_job_labels: tuple[str, ...] = ("training_job", "job")

@@ -361,11 +361,16 @@ def _register_routes(app: Flask, services: Services) -> None:
             return _error(503, "store_unreachable", f"{exc.__class__.__name__}: {getattr(exc, 'orig', '') or ''}")
         return jsonify({"status": "ready", "playbooks": len(services.engine.playbooks)})
 
-    reliability = ReliabilityCollector(
-        store,
-        window=services.settings.report_window,
-        max_age=services.settings.report_cache,
-        job_labels=services.settings.report_job_labels,
+    # /metrics needs no token: `report_window: 0` keeps node and job names (and the read) off it.
+    reliability = (
+        ReliabilityCollector(
+            store,
+            window=services.settings.report_window,
+            max_age=services.settings.report_cache,
+            job_labels=services.settings.report_job_labels,
+        )
+        if services.settings.report_window > 0
+        else None
     )
 
     @app.get("/report")

@@ -199,3 +199,13 @@ def test_metrics_read_the_store_again_once_the_cache_is_older_than_report_cache(
     fresh = metric_samples(server)
 
     assert fresh[("remediate_report_incidents", (("node", "node-c"),))] == 1
+
+
+def test_report_window_0_keeps_the_reliability_gauges_off_metrics(make_server: Callable[..., Server]) -> None:
+    server, _ = week_of_incidents(make_server, report_window=0)
+
+    samples = metric_samples(server)
+
+    assert not [name for name, _ in samples if name.startswith("remediate_report_") or "held" in name]
+    assert ("remediate_paused", ()) in samples
+    assert server.get("/report", token=READ_TOKEN).get_json()["totals"]["incidents"] == 4
