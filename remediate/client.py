@@ -35,6 +35,9 @@ class Client:
     def history(self, filters: dict[str, Any]) -> dict[str, Any]:
         return self._call("GET", "/history", params=filters)
 
+    def report(self, filters: dict[str, Any]) -> dict[str, Any]:
+        return self._call("GET", "/report", params=filters)
+
     def run(self, run_id: int) -> dict[str, Any]:
         return self._call("GET", f"/runs/{run_id}")
 

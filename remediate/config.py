@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -166,6 +167,20 @@ class Settings:
     """Seconds one Kubernetes API request may take; longer counts as a transient error (retried)."""
     kube_node_labels: tuple[str, ...] = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
     """Alert labels that name the node of a k8s.* step, in order (instance loses its port)."""
+
+    # --- check.prometheus steps, and the reliability report (issue 12)
+    prometheus_url: str | None = None
+    """Base URL of the Prometheus HTTP API that `check.prometheus` steps query (e.g. http://prometheus:9090);
+    never taken from a label. Unset: such a step fails saying so."""
+    prometheus_bearer_token_file: Path | None = None
+    """File holding a bearer token for that Prometheus (e.g. a mounted Secret), read at each query."""
+    report_window: float = 7 * 86400.0
+    """The window of the reliability figures on /metrics (`remediate_report_*`): the last 7 days by default.
+    0: none on /metrics (which needs no token; the figures name nodes and jobs). GET /report is unaffected."""
+    report_cache: float = 60.0
+    """Seconds a process reuses the reliability figures it computed for /metrics before reading the store again."""
+    report_job_labels: tuple[str, ...] = ("training_job", "job")
+    """Alert labels naming an incident's training job in the report and /metrics, in order (the first wins)."""
 
     # --- circuit breaker of cluster actions (k8s.cordon, k8s.taint, k8s.drain)
     breaker_max_fraction: float = 0.10
@@ -419,6 +434,16 @@ def _to_optional_str(value: Any) -> str | None:
     return text or None
 
 
+def _to_optional_url(value: Any, name: str) -> str | None:
+    text = _to_optional_str(value)
+    if text is None:
+        return None
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{name} must be an absolute http:// or https:// URL, got {text!r}")
+    return text.rstrip("/")
+
+
 def _to_names(value: Any) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple):
@@ -545,6 +570,11 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "breaker_window": _to_seconds,
     "breaker_node_selector": _to_optional_str,
     "breaker_stale_horizon": _to_seconds,
+    "prometheus_url": lambda value: _to_optional_url(value, "prometheus_url"),
+    "prometheus_bearer_token_file": _to_optional_path,
+    "report_window": _to_seconds,
+    "report_cache": _to_seconds,
+    "report_job_labels": _to_label_names,
 }
 assert set(_CONVERTERS) == {f.name for f in dataclasses.fields(Settings)}
 _ALIASES = {"stale_after": "lease"}

@@ -9,8 +9,11 @@ at scrape time, so they are right whichever worker answers.
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -18,7 +21,10 @@ from prometheus_client.registry import Collector
 
 from remediate.engine import IngestResult
 from remediate.executor import ExecutorMetrics
-from remediate.store import Store
+from remediate.store import Report, ReportQuery, Store
+from remediate.store.report import NO_RUNG
+
+log = logging.getLogger(__name__)
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -86,7 +92,135 @@ class StoreCollector(Collector):
         yield is_open
 
 
-def exposition(own_registry: CollectorRegistry | None, store: Store) -> bytes:
+class ReliabilityCollector(Collector):
+    """The reliability report's figures (remediate.store.report) as gauges: `remediate_report_*`.
+
+    They are read from the store over the last `window` seconds, at most once per `max_age` seconds per
+    process (a scrape in between gets the same figures; `remediate_report_age_seconds` says how old), so
+    a large history costs one indexed read a minute, not one per scrape. Built once per process.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        window: float,
+        max_age: float,
+        job_labels: Sequence[str],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.window = window
+        self.max_age = max_age
+        self.job_labels = tuple(job_labels)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, Report] | None = None
+
+    def report(self) -> tuple[float, Report]:
+        """(when it was computed, the report): the cached one while younger than max_age."""
+        with self._lock:  # concurrent scrapes of one worker wait for one read, not one each
+            now = self.clock()
+            if self._cached is None or now - self._cached[0] >= self.max_age:
+                query = ReportQuery(since=now - self.window, until=now, job_labels=self.job_labels)
+                self._cached = (now, self.store.report(query))
+            return self._cached
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            computed_at, report = self.report()
+        except Exception:
+            # The other metrics still answer when the store cannot (e.g. the database restarting).
+            log.exception("reliability figures for /metrics could not be read")
+            return
+        window = "Window of the remediate_report_* figures"
+        yield _gauge("remediate_report_window_seconds", window, [], [([], self.window)])
+        age = max(0.0, self.clock() - computed_at)
+        yield _gauge("remediate_report_age_seconds", "Age of the cached remediate_report_* figures", [], [([], age)])
+        nodes, jobs = report.nodes, report.jobs
+        yield _gauge(
+            "remediate_report_incidents",
+            "Alert occurrences that fired in the window, by the node a playbook resolved (- when none)",
+            ["node"],
+            [([n["node"]], n["incidents"]) for n in nodes],
+        )
+        yield _gauge(
+            "remediate_report_job_incidents",
+            "Alert occurrences that fired in the window, by training job label",
+            ["job"],
+            [([j["job"]], j["incidents"]) for j in jobs],
+        )
+        yield _gauge(
+            "remediate_report_remediations",
+            "Firing runs of the window that acted and finished, by rung (- without a ladder) and outcome",
+            ["rung", "outcome"],
+            [
+                ([NO_RUNG if r["rung"] is None else str(r["rung"]), outcome], r[outcome])
+                for r in report.by_rung
+                for outcome in ("succeeded", "failed")
+            ],
+        )
+        yield _gauge(
+            "remediate_report_node_remediations",
+            "Firing runs of the window that acted and finished, by node and outcome",
+            ["node", "outcome"],
+            [([n["node"], outcome], n[outcome]) for n in nodes for outcome in ("succeeded", "failed")],
+        )
+        yield _gauge(
+            "remediate_report_job_remediations",
+            "Firing runs of the window that acted and finished, by training job and outcome",
+            ["job", "outcome"],
+            [([j["job"], outcome], j[outcome]) for j in jobs for outcome in ("succeeded", "failed")],
+        )
+        mttr = report.totals["mttr_seconds"]
+        yield _gauge(
+            "remediate_report_mttr_seconds",
+            "Mean time from an incident's start to the last step of its succeeded run, in the window",
+            [],
+            [([], mttr)] if mttr is not None else [],
+        )
+        yield _gauge(
+            "remediate_report_node_mttr_seconds",
+            "Mean time to remediate, by node",
+            ["node"],
+            [([n["node"]], n["mttr_seconds"]) for n in nodes if n["mttr_seconds"] is not None],
+        )
+        yield _gauge(
+            "remediate_report_job_mttr_seconds",
+            "Mean time to remediate, by training job",
+            ["job"],
+            [([j["job"]], j["mttr_seconds"]) for j in jobs if j["mttr_seconds"] is not None],
+        )
+        yield _gauge(
+            "remediate_report_node_mtbi_seconds",
+            "Mean time between the incidents of a node in the window (nodes with two or more)",
+            ["node"],
+            [([n["node"]], n["mtbi_seconds"]) for n in nodes if n["mtbi_seconds"] is not None],
+        )
+        yield _gauge(
+            "remediate_nodes_held",
+            "Nodes remediate holds now (open circuit-breaker claims: cordoned, tainted or drained, not undone)",
+            [],
+            [([], report.totals["nodes_held"])],
+        )
+        yield _gauge(
+            "remediate_node_held",
+            "1 for each node remediate holds now, by the kind of its first open claim",
+            ["node", "kind"],
+            [([h["node"], h["kind"]], 1) for h in report.held],
+        )
+
+
+def _gauge(name: str, documentation: str, labels: list[str], samples: list[tuple[list[str], float]]) -> Metric:
+    gauge = GaugeMetricFamily(name, documentation, labels=labels)
+    for values, value in samples:
+        gauge.add_metric(values, value)
+    return gauge
+
+
+def exposition(
+    own_registry: CollectorRegistry | None, store: Store, reliability: ReliabilityCollector | None = None
+) -> bytes:
     registry = CollectorRegistry()
     if own_registry is None:
         multiprocess.MultiProcessCollector(registry)
@@ -94,4 +228,6 @@ def exposition(own_registry: CollectorRegistry | None, store: Store) -> bytes:
         registry = own_registry
     extra = CollectorRegistry()
     extra.register(StoreCollector(store))
+    if reliability is not None:
+        extra.register(reliability)
     return generate_latest(registry) + generate_latest(extra)

@@ -13,7 +13,7 @@ import hmac
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,14 +26,15 @@ from remediate.actions import ActionRegistry, default_registry
 from remediate.alerts import parse_timestamp
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings, check_server_credentials
+from remediate.durations import parse_duration
 from remediate.engine import Engine
 from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.executor import Executor
 from remediate.history_api import history_json, run_json
-from remediate.metrics import Metrics, exposition, multiprocess_mode
+from remediate.metrics import Metrics, ReliabilityCollector, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
-from remediate.store import HistoryQuery, PoolLimits, Store
+from remediate.store import HistoryQuery, PoolLimits, ReportQuery, Store
 
 log = logging.getLogger("remediate.server")
 
@@ -360,9 +361,31 @@ def _register_routes(app: Flask, services: Services) -> None:
             return _error(503, "store_unreachable", f"{exc.__class__.__name__}: {getattr(exc, 'orig', '') or ''}")
         return jsonify({"status": "ready", "playbooks": len(services.engine.playbooks)})
 
+    # /metrics needs no token: `report_window: 0` keeps node and job names (and the read) off it.
+    reliability = (
+        ReliabilityCollector(
+            store,
+            window=services.settings.report_window,
+            max_age=services.settings.report_cache,
+            job_labels=services.settings.report_job_labels,
+        )
+        if services.settings.report_window > 0
+        else None
+    )
+
+    @app.get("/report")
+    @_requires(services, READ)
+    def report() -> Any:
+        try:
+            query = report_query(request.args, services.settings.report_job_labels, now=time.time())
+        except ValueError as exc:
+            return _error(400, "invalid_query", str(exc))
+        return jsonify(store.report(query).as_json())
+
     @app.get("/metrics")
     def metrics() -> Any:
-        return Response(exposition(services.metrics_registry, store), mimetype="text/plain; version=0.0.4")
+        body = exposition(services.metrics_registry, store, reliability)
+        return Response(body, mimetype="text/plain; version=0.0.4")
 
     @app.errorhandler(StoreUnavailable)
     def store_unavailable(exc: StoreUnavailable) -> Any:
@@ -414,6 +437,40 @@ def _history_query(args: Any) -> HistoryQuery:
         limit=limit,
         cursor=args.get("cursor") or None,
     )
+
+
+DEFAULT_REPORT_SINCE = "7d"
+
+
+def report_query(args: Any, job_labels: Sequence[str], *, now: float) -> ReportQuery:
+    """GET /report's (and `remediate report`'s) window: `since` a duration back from `until` (7d, the
+    default) or a time (RFC 3339, UNIX seconds); `until` a time, default now."""
+    unknown = sorted(set(args) - {"since", "until"})
+    if unknown:
+        raise ValueError(f"unknown query parameter {unknown[0]!r} (known: since, until)")
+    until = parse_time_arg(args.get("until"), "until") or now
+    since_text = (args.get("since") or DEFAULT_REPORT_SINCE).strip()
+    try:
+        float(since_text)
+    except ValueError:
+        try:
+            since = until - parse_duration(since_text).total_seconds()
+        except ValueError:
+            since = _required_time(since_text)
+    else:
+        since = float(since_text)
+    if since >= until:
+        raise ValueError("since must be before until")
+    return ReportQuery(since=since, until=until, job_labels=tuple(job_labels))
+
+
+def _required_time(text: str) -> float:
+    try:
+        moment = parse_time_arg(text, "since")
+    except ValueError:
+        raise ValueError("since must be a duration (7d, 24h) or a time (RFC 3339, UNIX seconds)") from None
+    assert moment is not None
+    return moment
 
 
 def parse_time_arg(value: str | None, name: str) -> float | None:

@@ -7,16 +7,41 @@ Called by the engine at ingest and by the dry-run command.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError
+from jinja2 import StrictUndefined, TemplateError, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from remediate.errors import ParamsError
 
+_PROMQL_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def promql_string(value: object) -> str:
+    """`value` as one PromQL string literal, double quotes included: the `promql_string` filter.
+
+    A label value templated into a query (`{Hostname={{ labels.Hostname | promql_string }}}`) then stays
+    one string whatever it holds (`"} or vector(1) #` included): quotes and backslashes are escaped, and
+    control or invisible characters are written as `\\uXXXX`, which PromQL's Go-style literals read back.
+    """
+    text = str(value)
+    out = []
+    for char in text:
+        if char in _PROMQL_ESCAPES:
+            out.append(_PROMQL_ESCAPES[char])
+        elif unicodedata.category(char)[0] in "CZ" and char != " ":
+            # Control, format, surrogate, separator characters: never raw inside the query.
+            out.append(f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
 _ENVIRONMENT = ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+_ENVIRONMENT.filters["promql_string"] = promql_string
 
 
 def is_template(value: object) -> bool:
@@ -35,6 +60,39 @@ def check_syntax(source: str) -> str | None:
     except TemplateError as exc:
         return str(exc)
     return None
+
+
+def unescaped_outputs(source: str, safe_filters: frozenset[str]) -> list[str]:
+    """The `{{ ... }}` of template `source` whose value is printed without one of `safe_filters` last.
+
+    For params in another language (PromQL): every value rendered into them must go through that
+    language's escaping filter, so the loader refuses the others. A template that does not compile
+    has no outputs here (check_syntax reports it).
+    """
+    try:
+        tree = _ENVIRONMENT.parse(source)
+    except TemplateError:
+        return []
+    found = []
+    for output in tree.find_all(nodes.Output):
+        for expression in output.nodes:
+            if isinstance(expression, nodes.TemplateData):
+                continue
+            if isinstance(expression, nodes.Filter) and expression.name in safe_filters:
+                continue
+            lineno = getattr(expression, "lineno", 1)
+            found.append(f"line {lineno}: {_describe(expression)}")
+    return found
+
+
+def _describe(expression: nodes.Node) -> str:
+    if isinstance(expression, nodes.Getattr) and isinstance(expression.node, nodes.Name):
+        return f"{expression.node.name}.{expression.attr}"
+    if isinstance(expression, nodes.Name):
+        return expression.name
+    if isinstance(expression, nodes.Filter):
+        return f"a value filtered by {expression.name!r}"
+    return f"a {type(expression).__name__.lower()} expression"
 
 
 def render_params(params: Mapping[str, Any], context: Mapping[str, Any], *, prefix: str = "with") -> dict:

@@ -38,6 +38,9 @@ class Param:
     """True: the value is the absolute path of a file holding a secret (e.g. a mounted Kubernetes Secret).
     Only the path is ever stored, shown or logged; the action reads the file when the step executes.
     Implies `static`. Secrets themselves never go into params (which the history stores and shows)."""
+    template_check: Callable[[str], str | None] | None = None
+    """Check of the template as written, at load time (before any alert): e.g. that a PromQL query prints
+    every value through the `promql_string` filter. Returns an error message or None."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,10 @@ class ParamSchema:
             if _contains_template(value):
                 if spec.static or spec.secret:
                     errors.append(f"parameter {name!r} must be written in the playbook, not templated from the alert")
+                elif spec.template_check is not None and isinstance(value, str):
+                    problem = spec.template_check(value)
+                    if problem:
+                        errors.append(f"parameter {name!r}: {problem}")
                 continue
             try:
                 self._check_one(name, spec, value)

@@ -11,6 +11,7 @@ The package holds one module per command group:
 - `serve`, `agent`: the server and the node agent;
 - `playbooks`, `dryrun`, `actions`: playbooks list/validate, dry-run, the action reference;
 - `history`: history (and history prune), show, approve, pause, resume;
+- `report`: the reliability figures of a window (incidents, remediations by rung, MTTR, held nodes);
 - `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan;
 - `db`: db copy (a history from one database into an empty one).
 
@@ -30,6 +31,7 @@ from remediate.cli import (
     gpu,
     history,
     playbooks,
+    report,
     serve,
 )
 from remediate.cli._common import (
@@ -63,5 +65,6 @@ __all__ = [
     "history",
     "main",
     "playbooks",
+    "report",
     "serve",
 ]

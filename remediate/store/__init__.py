@@ -14,6 +14,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
   pause.py        the pause flag
   history.py      HistoryQuery, cursors, typed history rows (the JSON shapes are remediate.history_api's)
   breaker_rows.py the circuit breaker's rows
+  report.py       ReportQuery / Report: the reliability figures of a window (remediate report, /report, /metrics)
   retention.py    prune: old history deleted in bounded batches (PruneReport); Pruner, the server's periodic prune
   memory.py       StoreMemory (action memory) and the agent's state file (MemoryStore)
   rows.py         what they share: JSON text columns, MAX_ID, the alert a step sees
@@ -47,6 +48,7 @@ from remediate.store.memory import MemoryStore, StoreMemory
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
 from remediate.store.queue import RunQueue, worker_identity
+from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import Pruner, PruneReport
 from remediate.store.rows import MAX_ID, dumps
 from remediate.store.sqlite import SqliteDialect, WriteLock
@@ -75,6 +77,8 @@ __all__ = [
     "PostgresDialect",
     "PruneReport",
     "Pruner",
+    "Report",
+    "ReportQuery",
     "RunDetail",
     "RunQueue",
     "RunSummary",

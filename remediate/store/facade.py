@@ -26,6 +26,7 @@ from remediate.runs import (
     StepStatus,
 )
 from remediate.store import history as _history
+from remediate.store import report as _report
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Database
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, PoolLimits
@@ -34,6 +35,7 @@ from remediate.store.ingest import GuardReader, IngestWriterContext
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
 from remediate.store.queue import RunQueue
+from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import DEFAULT_BATCH_SIZE, DEFAULT_MAX_HOLD, PRUNED_TABLES, PruneReport, prune
 
 
@@ -268,6 +270,12 @@ class Store:
     def counts(self) -> dict[str, int]:
         with self.read() as conn:
             return _history.counts(conn)
+
+    def report(self, query: ReportQuery) -> Report:
+        """The reliability figures of a window (store.report): incidents, remediations by rung, MTTR, held nodes."""
+        with self.read() as conn:
+            rows, held = _report.read_report_rows(conn, query)
+        return _report.build_report(rows, held, query)
 
     # ------------------------------------------------------------------ retention
 

@@ -38,6 +38,7 @@ from remediate.runs import (
     StepStatus,
 )
 from remediate.store.pause import PauseState
+from remediate.store.report import Report, ReportQuery, build_report, report_rows_of_tables
 from remediate.store.rows import MAX_ID, dumps
 
 Row = dict[str, Any]
@@ -170,6 +171,11 @@ class InMemoryStore:
     def breaker_state(self) -> dict[str, Any] | None:
         with self._lock:
             return _BreakerRows(self).state()
+
+    def report(self, query: ReportQuery) -> Report:
+        with self._lock:
+            rows, held = report_rows_of_tables(self.tables, query)
+        return build_report(rows, held, query)
 
     def approve(self, run_id: int, *, by: str, now: float) -> None:
         if not 0 < run_id <= MAX_ID:

@@ -324,3 +324,17 @@ def test_a_lease_too_short_to_renew_is_refused_naming_the_minimum(lease: str) ->
 def test_the_replica_name_is_unset_by_default_and_read_from_the_environment() -> None:
     assert Settings().replica_name is None
     assert load_settings(env={"REMEDIATE_REPLICA_NAME": "remediate-0"}).replica_name == "remediate-0"
+
+
+def test_prometheus_url_must_be_an_http_url_and_loses_its_trailing_slash() -> None:
+    settings = load_settings(
+        env={"REMEDIATE_PROMETHEUS_URL": "http://prometheus:9090/", "REMEDIATE_REPORT_WINDOW": "1d"}
+    )
+    assert (settings.prometheus_url, settings.report_window, settings.report_cache) == (
+        "http://prometheus:9090",
+        86400.0,
+        60.0,
+    )
+    assert load_settings(env={}).prometheus_url is None
+    with pytest.raises(ConfigError, match="prometheus_url must be an absolute http"):
+        load_settings(env={"REMEDIATE_PROMETHEUS_URL": "prometheus:9090"})

@@ -270,7 +270,7 @@ def test_playbook_errors_name_the_file_the_playbook_and_the_field(
             {"action": "shell.run", "with": {}},
             "steps[0].action",
             # The known names start the sorted list; not pinned further, so a new action needs no edit here.
-            "unknown action 'shell.run' (known: disk.cleanup, gpu.",
+            "unknown action 'shell.run' (known: check.prometheus, disk.cleanup, gpu.",
         ),
         ({"with": {"message": "x"}}, "steps[0].action", "unknown action None"),
         ({"action": "log", "with": ["message"]}, "steps[0].with", "must be a mapping"),

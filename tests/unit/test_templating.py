@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from remediate.errors import ParamsError
-from remediate.templating import check_syntax, is_template, render_params
+from remediate.templating import check_syntax, is_template, promql_string, render_params, unescaped_outputs
 
 CONTEXT = {
     "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},
@@ -150,3 +150,32 @@ def test_bad_template_syntax_met_while_rendering_is_a_params_error() -> None:
 def test_a_python_error_while_rendering_is_a_params_error_naming_it(template: str, error: str) -> None:
     with pytest.raises(ParamsError, match=rf"with\.message: cannot render .*{error}"):
         render_params({"message": template}, CONTEXT)
+
+
+@pytest.mark.parametrize(
+    ("value", "literal"),
+    [
+        ("gpu-node-7", '"gpu-node-7"'),
+        ('node-a"} or vector(1) #', '"node-a\\"} or vector(1) #"'),
+        ("back\\slash", '"back\\\\slash"'),
+        ("two\nlines\ttab", '"two\\nlines\\ttab"'),
+        ("zero\u200bwidth\x1b", '"zero\\u200bwidth\\u001b"'),
+        ("μ-node", '"μ-node"'),
+        (7, '"7"'),
+    ],
+)
+def test_promql_string_writes_one_quoted_promql_literal(value: object, literal: str) -> None:
+    assert promql_string(value) == literal
+    assert render_params({"q": "{{ labels.v | promql_string }}"}, {"labels": {"v": value}}) == {"q": literal}
+
+
+def test_unescaped_outputs_names_every_value_printed_without_a_safe_filter() -> None:
+    safe = frozenset({"promql_string", "int"})
+    source = (
+        "up{a={{ labels.a | promql_string }}, b={{ labels.b }}} * {{ labels.gpu | int }}"
+        "{% if labels.c %} + {{ labels.c | upper }}{% endif %} + {{ (labels.d ~ 'x') | promql_string }}"
+    )
+
+    assert unescaped_outputs(source, safe) == ["line 1: labels.b", "line 1: a value filtered by 'upper'"]
+    assert unescaped_outputs("up == 1", safe) == []
+    assert unescaped_outputs("{{ broken", safe) == []

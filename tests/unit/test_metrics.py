@@ -1,0 +1,63 @@
+"""remediate.metrics: the reliability gauges' cache and what a scrape shows when the store cannot be read."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from remediate.metrics import ReliabilityCollector, exposition
+from remediate.store import Report, ReportQuery, Store
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_figures_are_read_once_per_max_age_over_the_window(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    queries: list[ReportQuery] = []
+    real = store.report
+
+    def counting(query: ReportQuery) -> Report:
+        queries.append(query)
+        return real(query)
+
+    monkeypatch.setattr(store, "report", counting)
+    clock = Clock(1_000_000.0)
+    collector = ReliabilityCollector(store, window=3600.0, max_age=60.0, job_labels=("training_job",), clock=clock)
+
+    exposition(CollectorRegistry(), store, collector)
+    clock.now += 59
+    body = exposition(CollectorRegistry(), store, collector).decode()
+    clock.now += 1
+    exposition(CollectorRegistry(), store, collector)
+
+    assert [(q.since, q.until, q.job_labels) for q in queries] == [
+        (1_000_000.0 - 3600, 1_000_000.0, ("training_job",)),
+        (1_000_060.0 - 3600, 1_000_060.0, ("training_job",)),
+    ]
+    assert "remediate_report_age_seconds 59.0" in body
+    assert "remediate_report_window_seconds 3600.0" in body
+    assert "remediate_nodes_held 0.0" in body
+
+
+def test_a_store_that_cannot_report_leaves_the_other_metrics_answering(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(query: ReportQuery) -> Report:
+        raise RuntimeError("database restarting")
+
+    monkeypatch.setattr(store, "report", broken)
+    collector = ReliabilityCollector(store, window=3600.0, max_age=60.0, job_labels=())
+
+    with caplog.at_level(logging.ERROR, logger="remediate.metrics"):
+        body = exposition(CollectorRegistry(), store, collector).decode()
+
+    assert "remediate_paused 0.0" in body
+    assert "remediate_report_" not in body
+    assert "reliability figures for /metrics could not be read" in caplog.text
