@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from remediate.runs import (
     AttemptOutcome,
     ClaimedRun,
+    LadderState,
     PendingOutcome,
     RunEnd,
     RunLease,
@@ -31,6 +32,7 @@ from remediate.store.database import Database
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, PoolLimits
 from remediate.store.history import HistoryEntry, HistoryQuery, RunDetail
 from remediate.store.ingest import GuardReader, IngestWriterContext
+from remediate.store.ladders import list_ladders, reset_ladders
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
 from remediate.store.queue import RunQueue
@@ -252,6 +254,20 @@ class Store:
             with self.read() as own:
                 return BreakerRows(own).state()
         return BreakerRows(conn).state()
+
+    # ------------------------------------------------------------------ escalation ladders
+
+    def ladders(self, *, target: str | None = None, playbook: str | None = None) -> list[LadderState]:
+        """Where the escalation ladders stand (all, or a target's / a playbook's)."""
+        with self.read() as conn:
+            return list_ladders(conn, target=target, playbook=playbook)
+
+    def reset_ladders(
+        self, target: str, *, playbook: str | None = None, by: str, reason: str, now: float
+    ) -> list[LadderState]:
+        """Put a target's ladders back before rung 1 (store.ladders.reset_ladders); the rows reset."""
+        with self.write() as conn:
+            return reset_ladders(conn, target=target, playbook=playbook, by=by, reason=reason, now=now)
 
     # ------------------------------------------------------------------ reading the history
 
