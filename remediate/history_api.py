@@ -8,8 +8,10 @@ here is a change of the API.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
+from remediate.runs import LadderState
 from remediate.store.history import HistoryEntry, RunDetail, StepDetail
 
 _RUNG_REASON = re.compile(r"; rung (\d+) of (\d+) \(([^)]*)\): (.*)$", re.DOTALL)
@@ -136,4 +138,25 @@ def run_json(run: RunDetail) -> dict[str, Any]:
             "generatorURL": alert.generator_url,
         },
         "steps": [_step_json(s) for s in run.steps],
+    }
+
+
+def ladder_state_json(state: LadderState, rungs: Sequence[str] | None = None) -> dict[str, Any]:
+    """One ladder of GET /ladders: where it stands (rung 0: reset by a person) and the rungs it climbed since
+    its last reset. `rungs`: the names of the playbook's rungs as loaded now, when known (`of`, `name`)."""
+    return {
+        "playbook": state.playbook,
+        "guard_key": state.guard_key,
+        "target": state.target,
+        "rung": state.rung,
+        "of": len(rungs) if rungs is not None else None,
+        "name": rungs[state.rung - 1] if rungs is not None and 0 < state.rung <= len(rungs) else None,
+        "reason": state.reason,
+        "run_id": state.run_id,
+        "fingerprint": state.fingerprint,
+        "starts_at": state.starts_at,
+        "climbed_at": state.climbed_at,
+        "resolved_at": state.resolved_at,
+        "updated_at": state.updated_at,
+        "climb": [dict(step) for step in state.climb],
     }

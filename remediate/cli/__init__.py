@@ -12,6 +12,7 @@ The package holds one module per command group:
 - `playbooks`, `dryrun`, `actions`: playbooks list/validate, dry-run, the action reference;
 - `history`: history (and history prune), show, approve, pause, resume;
 - `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan;
+- `ladder`: ladder status/reset (escalation ladders);
 - `db`: db copy (a history from one database into an empty one).
 
 Importing this package imports the group, then every command module, which registers its commands on it.
@@ -29,6 +30,7 @@ from remediate.cli import (
     dryrun,
     gpu,
     history,
+    ladder,
     playbooks,
     serve,
 )
@@ -61,6 +63,7 @@ __all__ = [
     "gpu_options",
     "handle_errors",
     "history",
+    "ladder",
     "main",
     "playbooks",
     "serve",
