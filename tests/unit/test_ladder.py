@@ -172,7 +172,7 @@ def test_an_alert_that_keeps_re_firing_climbs_rung_by_rung(
     assert (
         second.reason
         == "matched playbook hot (firing); rung 2 of 3 (lock-clocks): re-fired 3m after rung 1 resolved (holds_for 30m)"
-    )  # noqa: E501
+    )
     assert third.reason.endswith("rung 3 of 3 (cordon): re-fired 4m after rung 2 resolved (holds_for 30m)")
     runs = {r.id: r for r in rows(store, "runs", phase="firing")}
     assert [runs[d.run_id].rung for d in (first, second, third)] == [1, 2, 3]
