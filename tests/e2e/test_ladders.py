@@ -236,8 +236,7 @@ def test_two_replicas_on_postgresql_agree_on_the_rung(
     with ThreadPoolExecutor(2) as pool:
         answers = list(pool.map(lambda replica: replica.post_webhook(payload), replicas))
     assert [a.status_code for a in answers] == [200, 200]
-    assert sorted(a.json()["decisions"] for a in answers) == sorted([{"accepted": 1}, {"duplicate": 1}],
-                                                                    key=str)  # fmt: skip
+    assert sorted(json.dumps(a.json()["decisions"]) for a in answers) == ['{"accepted": 1}', '{"duplicate": 1}']
 
     runs = wait_for_runs(replicas[0], 5, "E2ELadder")
     assert answered == {r.url for r in replicas}
