@@ -27,6 +27,7 @@ from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus, decision_row, run_row, step_rows
 from remediate.store import EmptyGuardReader
 from remediate.store.interface import EngineStore, GuardReads, IngestWrites
+from remediate.store.ladders import guard_lock_name
 from remediate.templating import render_params
 
 log = logging.getLogger("remediate.engine")
@@ -620,7 +621,7 @@ def _guard_names(evaluations: Sequence[AlertEvaluations]) -> list[str]:
     """The guard keys a notification's verdicts depend on, as lock names: (playbook, guard key) of every
     evaluation. It covers the dedupe keys too: an alert occurrence and a playbook give one guard key (while
     the replicas load the same playbooks; where they differ, the unique dedupe key and StoreConflict hold)."""
-    return [f"{ev.playbook.name}\x1f{ev.guard_key}" for _, _, evs in evaluations for ev in evs]
+    return [guard_lock_name(ev.playbook.name, ev.guard_key) for _, _, evs in evaluations for ev in evs]
 
 
 def _occurrence(alert: Alert) -> tuple[str, str]:

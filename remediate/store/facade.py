@@ -32,7 +32,7 @@ from remediate.store.database import Database
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, PoolLimits
 from remediate.store.history import HistoryEntry, HistoryQuery, RunDetail
 from remediate.store.ingest import GuardReader, IngestWriterContext
-from remediate.store.ladders import list_ladders, reset_ladders
+from remediate.store.ladders import guard_lock_name, list_ladders, reset_ladders
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
 from remediate.store.queue import RunQueue
@@ -265,8 +265,13 @@ class Store:
     def reset_ladders(
         self, target: str, *, playbook: str | None = None, by: str, reason: str, now: float
     ) -> list[LadderState]:
-        """Put a target's ladders back before rung 1 (store.ladders.reset_ladders); the rows reset."""
+        """Put a target's ladders back before rung 1 (store.ladders.reset_ladders); the rows reset.
+
+        Under the guard locks of those ladders: an ingest judging one of them at the same moment either
+        commits first (and is reset) or waits and climbs from the reset, never writes over it."""
         with self.write() as conn:
+            found = list_ladders(conn, target=target, playbook=playbook)
+            self.database.dialect.lock_guards(conn, [guard_lock_name(s.playbook, s.guard_key) for s in found])
             return reset_ladders(conn, target=target, playbook=playbook, by=by, reason=reason, now=now)
 
     # ------------------------------------------------------------------ reading the history

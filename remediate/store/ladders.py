@@ -13,6 +13,13 @@ import sqlalchemy as sa
 from remediate import schema as t
 from remediate.runs import LadderState
 
+
+def guard_lock_name(playbook: str, guard_key: str) -> str:
+    """The name `Dialect.lock_guards` locks for one (playbook, guard key): what one ingest judges, and
+    what a ladder reset rewrites."""
+    return f"{playbook}\x1f{guard_key}"
+
+
 _KEY = (t.ladders.c.playbook == sa.bindparam("p_playbook"), t.ladders.c.guard_key == sa.bindparam("p_guard_key"))
 _READ = sa.select(t.ladders).where(*_KEY)
 
