@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -143,3 +144,21 @@ def test_dry_run_says_which_rung_would_run_now_and_writes_nothing(
     assert "ladder: rung 2 of 3 (lock-clocks) would run: re-fired" in printed.stdout
     (ladder,) = server.store.ladders()
     assert ladder.rung == 1
+
+
+def test_playbooks_validate_refuses_a_ladder_that_can_never_advance_and_warns_of_a_one_rung_ladder(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    directory = tmp_path / "pb"
+    directory.mkdir()
+    (directory / "hot.yaml").write_text(HOT_LADDER.replace("name: hot\n", "name: hot\ncooldown: 1h\n"))
+    one_rung = HOT_LADDER.split("  - name: lock-clocks")[0].replace("name: hot\n", "name: single\n")
+    (directory / "single.yaml").write_text(one_rung)
+
+    result = cli("playbooks", "validate", directory)
+
+    assert result.exit_code == 1
+    assert "ok      " in result.stdout and "(single)" in result.stdout
+    assert "warning " in result.stderr and "a one-rung ladder never climbs" in result.stderr
+    assert "playbook 'hot'" in result.stderr and "field cooldown" in result.stderr
+    assert "cooldown 1h >= holds_for 1h of rung 1 (cap-power)" in result.stderr
