@@ -55,3 +55,10 @@ class Client:
 
     def breaker_reset(self, by: str, reason: str) -> dict[str, Any]:
         return self._call("POST", "/breaker/reset", json={"by": by, "reason": reason})
+
+    def ladders(self, filters: dict[str, Any]) -> dict[str, Any]:
+        return self._call("GET", "/ladders", params=filters)
+
+    def ladders_reset(self, target: str, playbook: str | None, reason: str, by: str) -> dict[str, Any]:
+        body = {"target": target, "reason": reason, "by": by, **({"playbook": playbook} if playbook else {})}
+        return self._call("POST", "/ladders/reset", json=body)

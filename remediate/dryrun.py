@@ -125,6 +125,7 @@ def _report(
                     "reason": j.verdict.reason,
                     "would_run": j.verdict.accepted and cannot is None,
                     **({"cannot_act": cannot} if cannot else {}),
+                    **({"ladder": _ladder(j)} if j.rung is not None else {}),
                     "steps": steps,
                 }
             )
@@ -135,6 +136,13 @@ def _report(
         "would_run": any(pb["would_run"] for entry in alerts for pb in entry["playbooks"]),
         "alerts": alerts,
     }
+
+
+def _ladder(j: Judged) -> dict[str, Any]:
+    """Which rung of a ladder would run now, and why (the ladder as the store has it; nothing is written)."""
+    assert j.evaluation is not None and j.rung is not None
+    rungs = j.evaluation.playbook.rungs
+    return {"rung": j.rung, "of": len(rungs), "name": rungs[j.rung - 1].name, "why": j.rung_reason}
 
 
 def cannot_act(steps: list[dict[str, Any]]) -> str | None:

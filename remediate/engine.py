@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,10 +22,12 @@ from remediate.alerts import Alert, Notification, format_timestamp, parse_notifi
 from remediate.breaker import BreakerState
 from remediate.errors import ParamsError, PayloadError, StoreConflict
 from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict, judge
+from remediate.ladder import RungChoice, choose_rung, climbed, resolved
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
-from remediate.runs import Decision, RunStatus, decision_row, run_row, step_rows
+from remediate.runs import Decision, LadderState, RunStatus, decision_row, run_row, step_rows
 from remediate.store import EmptyGuardReader
-from remediate.store.interface import EngineStore, GuardReads
+from remediate.store.interface import EngineStore, GuardReads, IngestWrites
+from remediate.store.ladders import guard_lock_name
 from remediate.templating import render_params
 
 log = logging.getLogger("remediate.engine")
@@ -45,6 +47,16 @@ class RenderedStep:
 
 
 @dataclass(frozen=True)
+class RungRender:
+    """One rung of a ladder playbook, rendered for an alert: its steps for the alert's phase (`steps` when
+    firing, its `on_resolved` when resolved), or why they did not render; and the mode it runs in."""
+
+    steps: tuple[RenderedStep, ...]
+    error: str | None
+    mode: Mode
+
+
+@dataclass(frozen=True)
 class Evaluation:
     """One (alert, playbook) pair before the guards: rendered steps or the reason they failed."""
 
@@ -58,6 +70,10 @@ class Evaluation:
     dedupe_key: str
     steps: tuple[RenderedStep, ...] = ()
     error: str | None = None
+    rungs: tuple[RungRender, ...] = ()
+    """A ladder playbook's every rung, rendered (judge picks one; a rung not picked may fail to render)."""
+    rung: int | None = None
+    """The rung (1-based) judge picked for a ladder's firing alert; `steps`/`error`/`mode` are then its."""
 
     @property
     def awaits_approval(self) -> bool:
@@ -78,6 +94,22 @@ class Judged:
     supersedes: int | None = None
     """The run of the same occurrence that failed for a transient reason before changing anything: this
     delivery runs again instead of being a duplicate (the old run stays in history, `superseded_by`)."""
+    rung_choice: RungChoice | None = None
+    """A ladder's firing alert: the rung picked and why (remediate.ladder.choose_rung)."""
+    ladder_before: LadderState | None = None
+    """A ladder's firing alert: where the ladder stood when it was judged."""
+    ladder_resolved: LadderState | None = None
+    """A ladder's resolved alert of the occurrence its last rung ran for: the ladder to write (resolved_at)."""
+    ladder_runs: tuple[tuple[int, int, str], ...] = ()
+    """A ladder's resolved alert: (rung, run id, status) of every rung run of its occurrence."""
+
+    @property
+    def rung(self) -> int | None:
+        return self.evaluation.rung if self.evaluation is not None else None
+
+    @property
+    def rung_reason(self) -> str:
+        return self.rung_choice.reason if self.rung_choice is not None else ""
 
     @property
     def creates_run(self) -> bool:
@@ -186,17 +218,37 @@ class Engine:
             "dedupe_key": dedupe_key(alert, playbook.name),
         }
         context = alert.template_context()
+        prefix = "on_resolved" if alert.status == "resolved" else "steps"
+        # A ladder's firing steps are its rungs' (below); its resolved ones end with the playbook's on_resolved.
+        specs = playbook.on_resolved if alert.status == "resolved" else playbook.steps
+        steps, error = self._render(specs, prefix, context)
+        rungs = tuple(
+            RungRender(
+                *self._render(
+                    rung.on_resolved if alert.status == "resolved" else rung.steps,
+                    f"escalate[{index}].{prefix}",
+                    context,
+                ),
+                Mode.DRY_RUN if self.server_mode == "dry-run" else (rung.mode or playbook.mode),
+            )
+            for index, rung in enumerate(playbook.rungs)
+        )
+        return Evaluation(**base, steps=steps, error=error, rungs=rungs)
+
+    def _render(
+        self, specs: Sequence[StepSpec], prefix: str, context: Mapping[str, Any]
+    ) -> tuple[tuple[RenderedStep, ...], str | None]:
+        """Steps rendered and validated for an alert, or () and why the first failing one failed."""
         rendered = []
-        for index, spec in enumerate(playbook.steps_for(alert.status)):
+        for index, spec in enumerate(specs):
             action = self.registry.get(spec.action)
             try:
                 params = action.validate(render_params(spec.params, context))
                 action.schema.check_templated(spec.params, params)
             except ParamsError as exc:
-                prefix = "on_resolved" if alert.status == "resolved" else "steps"
-                return Evaluation(**base, error=f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}")
+                return (), f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}"
             rendered.append(RenderedStep(spec, action.where.value, params, spec.timeout or self.default_step_timeout))
-        return Evaluation(**base, steps=tuple(rendered))
+        return tuple(rendered), None
 
     # ------------------------------------------------------------------ ingest
 
@@ -227,13 +279,8 @@ class Engine:
 
     def judge(self, reader: GuardReaderLike, evaluations: Sequence[AlertEvaluations], now: float) -> list[Judged]:
         """Guard evaluated alerts (from `evaluate_all`) against the store's facts as `reader` sees them."""
-        keys = [e.dedupe_key for _, _, evs in evaluations for e in evs]
-        firing_keys = [
-            dedupe_key(e.alert, e.playbook.name, "firing")
-            for _, _, evs in evaluations
-            for e in evs
-            if e.phase == "resolved"
-        ]
+        keys = [k for _, _, evs in evaluations for e in evs for k in _own_keys(e)]
+        firing_keys = [k for _, _, evs in evaluations for e in evs if e.phase == "resolved" for k in _firing_keys(e)]
         existing = reader.existing_runs(keys + firing_keys)
         rerunnable = reader.rerunnable_runs(
             existing[k][0] for k in keys if k in existing and existing[k][1] == RunStatus.FAILED
@@ -244,7 +291,8 @@ class Engine:
         breaker_row = reader.breaker_state()
         breaker = BreakerState.from_dict(breaker_row) if breaker_row is not None else None
         window_start = now - ATTEMPT_WINDOW.total_seconds()
-        history: dict[tuple[str, str], tuple[float | None, int]] = {}
+        history: dict[tuple[str, str, int | None], tuple[float | None, int]] = {}
+        ladders: dict[tuple[str, str], LadderState | None] = {}
         seen_keys: set[str] = set()
         judged: list[Judged] = []
         # Firing alerts first: a resolved alert of this notification then sees the firing runs accepted in it.
@@ -253,15 +301,34 @@ class Engine:
                 judged.append(Judged(index, alert, None, Verdict(Decision.UNMATCHED, "no playbook matches this alert")))
                 continue
             for ev in evs:
+                key = (ev.playbook.name, ev.guard_key)
+                ladder_before: LadderState | None = None
+                choice: RungChoice | None = None
+                ladder_runs: tuple[tuple[int, int, str], ...] = ()
+                if ev.playbook.is_ladder:
+                    if key not in ladders:
+                        ladders[key] = reader.ladder(*key)
+                    ladder_before = ladders[key]
+                if ev.playbook.is_ladder and ev.phase == "firing":
+                    choice = choose_rung(ev.playbook, ladder_before, _occurrence(alert), now)
+                    ev = _on_rung(ev, choice.rung)
                 duplicate = existing.get(ev.dedupe_key)
                 supersedes = None
                 if duplicate is not None and duplicate[0] in rerunnable and ev.dedupe_key not in seen_keys:
                     supersedes, duplicate = duplicate[0], None
                 firing = existing.get(dedupe_key(alert, ev.playbook.name, "firing")) if ev.phase == "resolved" else None
-                key = (ev.playbook.name, ev.guard_key)
-                if ev.phase == "firing" and key not in history:
-                    history[key] = reader.target_history(ev.playbook.name, ev.guard_key, window_start)
-                last, count = history.get(key, (None, 0))
+                if ev.playbook.is_ladder and ev.phase == "resolved":
+                    ladder_runs = tuple(
+                        (rung, *existing[k]) for rung, k in enumerate(_firing_keys(ev), start=1) if k in existing
+                    )
+                    ev, firing = _undo_of(ev, ladder_runs)
+                all_rungs, this_rung = (*key, None), (*key, ev.rung)
+                if ev.phase == "firing" and all_rungs not in history:
+                    history[all_rungs] = reader.target_history(ev.playbook.name, ev.guard_key, window_start)
+                if ev.phase == "firing" and ev.rung is not None and this_rung not in history:
+                    history[this_rung] = reader.target_history(*key, window_start, ev.rung)
+                last, count = history.get(all_rungs, (None, 0))
+                rung_count = history.get(this_rung, (None, 0))[1] if ev.rung is not None else 0
                 facts = GuardFacts(
                     duplicate_of=duplicate[0] if duplicate else (0 if ev.dedupe_key in seen_keys else None),
                     paused=pause.paused,
@@ -277,34 +344,75 @@ class Engine:
                     stale_horizon=self.breaker_stale_horizon,
                     already_resolved=ev.phase == "firing" and _occurrence(alert) in order.resolved,
                     superseded_by=_newer_active_run(reader, ev, firing, order, acting_here),
+                    rung=ev.rung,
+                    rung_runs_in_window=rung_count,
                 )
                 verdict = judge(ev.playbook, ev.phase, ev.guard_key, facts, now)
                 if verdict.accepted and ev.error is not None:
                     verdict = Verdict(Decision.REJECTED, ev.error)
+                if verdict.accepted and ev.playbook.is_ladder and ev.phase == "resolved" and not ev.steps:
+                    ran = ", ".join(str(rung) for rung, _, _ in ladder_runs)
+                    verdict = Verdict(
+                        Decision.NOTHING_ON_RESOLVED, f"the rungs that ran ({ran}) have no on_resolved steps"
+                    )
                 if supersedes is not None and verdict.accepted:
                     verdict = Verdict(
                         verdict.decision,
                         f"{verdict.reason}; runs again: run {supersedes} failed before changing anything "
                         f"({rerunnable[supersedes]})",
                     )
+                verdict = _with_ladder(verdict, ev, choice, ladder_runs)
                 if verdict.decision not in (Decision.ACCEPTED, Decision.REJECTED):
                     supersedes = None
                 if verdict.decision in (Decision.ACCEPTED, Decision.REJECTED):
                     seen_keys.add(ev.dedupe_key)
                     if ev.phase == "firing" and verdict.accepted:
-                        history[key] = (now, count + 1)
+                        history[all_rungs] = (now, count + 1)
+                        if ev.rung is not None:
+                            history[this_rung] = (now, rung_count + 1)
                         if ev.mode is Mode.ENFORCE:
                             acting_here.setdefault((*key, alert.fingerprint), []).append(_occurrence(alert)[1])
-                judged.append(Judged(index, alert, ev, verdict, firing, supersedes))
+                ladder_resolved = None
+                if ev.playbook.is_ladder and ev.phase == "firing" and verdict.accepted and choice is not None:
+                    # Later alerts of this notification climb from here (the run id is known once stored).
+                    ladders[key] = climbed(
+                        ladder_before,
+                        playbook=key[0],
+                        guard_key=key[1],
+                        target=ev.target,
+                        choice=choice,
+                        run_id=0,
+                        occurrence=_occurrence(alert),
+                        now=now,
+                    )
+                elif _resolves(ladder_before, ev) and verdict.decision is not Decision.DUPLICATE:
+                    assert ladder_before is not None
+                    ladder_resolved = ladders[key] = resolved(ladder_before, now)
+                judged.append(
+                    Judged(
+                        index,
+                        alert,
+                        ev,
+                        verdict,
+                        firing,
+                        supersedes,
+                        rung_choice=choice,
+                        ladder_before=ladder_before,
+                        ladder_resolved=ladder_resolved,
+                        ladder_runs=ladder_runs,
+                    )
+                )
         judged.sort(key=lambda j: j.index)  # back in the notification's order (stable: playbooks keep theirs)
         return judged
 
     def _gated(self, ev: Evaluation) -> bool:
-        """Does this phase of the playbook change the cluster in a way the circuit breaker caps?"""
-        return any(
-            spec.action in self.registry and self.registry.get(spec.action).breaker_gated
-            for spec in ev.playbook.steps_for(ev.phase)
-        )
+        """Does this phase of the playbook change the cluster in a way the circuit breaker caps?
+        For a ladder, the steps of the rung it runs decide."""
+        if ev.rung is not None:
+            specs: Sequence[StepSpec] = ev.playbook.rungs[ev.rung - 1].steps
+        else:
+            specs = ev.playbook.steps_for(ev.phase)
+        return any(spec.action in self.registry and self.registry.get(spec.action).breaker_gated for spec in specs)
 
     def preview(self, notification: Notification, *, now: float) -> list[Judged]:
         """What ingest would decide now, reading the store only (dry-run)."""
@@ -383,8 +491,12 @@ class Engine:
             w.insert_steps([row for j in with_runs for row in step_rows(run_ids[id(j)], j.evaluation)])
             for j in judged:
                 # Whatever the verdict (no_firing_run, nothing_on_resolved, paused, ...): the alert is over.
+                waiting = {run for _, run, status in j.ladder_runs if status == RunStatus.AWAITING_APPROVAL}
                 if j.phase == "resolved" and j.firing_run and j.firing_run[1] == RunStatus.AWAITING_APPROVAL:
-                    w.cancel_awaiting(j.firing_run[0], "the alert resolved before the run was approved", received_at)
+                    waiting.add(j.firing_run[0])
+                for run in sorted(waiting) if j.phase == "resolved" else ():
+                    w.cancel_awaiting(run, "the alert resolved before the run was approved", received_at)
+            _write_ladders(w, judged, run_ids, received_at)
             w.insert_decisions(
                 [
                     decision_row(
@@ -401,11 +513,115 @@ class Engine:
         return notification_id, judged, run_ids
 
 
+def _write_ladders(w: IngestWrites, judged: Sequence[Judged], run_ids: Mapping[int, int], now: float) -> None:
+    """Where the ladders stand after this notification: a rung climbed (with its run), or the occurrence
+    of the last rung resolved. In the order judge saw them (firing first), in the ingest transaction."""
+    written: dict[tuple[str, str], LadderState] = {}
+    for j in sorted(judged, key=lambda item: item.phase != "firing"):
+        ev = j.evaluation
+        if ev is None:
+            continue
+        key = (ev.playbook.name, ev.guard_key)
+        if j.rung_choice is not None and j.verdict.accepted and id(j) in run_ids:
+            state = climbed(
+                written.get(key, j.ladder_before),
+                playbook=key[0],
+                guard_key=key[1],
+                target=ev.target,
+                choice=j.rung_choice,
+                run_id=run_ids[id(j)],
+                occurrence=_occurrence(j.alert),
+                now=now,
+            )
+        elif j.ladder_resolved is not None:
+            state = j.ladder_resolved
+        else:
+            continue
+        w.save_ladder(state)
+        written[key] = state
+
+
+def rung_dedupe_key(alert: Alert, playbook: str, rung: int) -> str:
+    """The dedupe key of a ladder's firing run on `rung`: one run per (occurrence, rung). Rung 1 keeps the
+    key of a playbook without a ladder; a retry or an HA pair delivering the same thing twice is still
+    a duplicate, while the same occurrence still firing after `holds_for` can climb to the next rung."""
+    return dedupe_key(alert, playbook, "firing" if rung == 1 else f"firing/rung-{rung}")
+
+
+def _own_keys(ev: Evaluation) -> list[str]:
+    """The dedupe keys a judged evaluation may take: a ladder's firing alert one per rung."""
+    if ev.playbook.is_ladder and ev.phase == "firing":
+        return _firing_keys(ev)
+    return [ev.dedupe_key]
+
+
+def _firing_keys(ev: Evaluation) -> list[str]:
+    """The dedupe keys of the firing runs of an evaluation's occurrence: one, or one per rung of a ladder."""
+    rungs = len(ev.playbook.rungs) or 1
+    return [rung_dedupe_key(ev.alert, ev.playbook.name, rung) for rung in range(1, rungs + 1)]
+
+
+def _on_rung(ev: Evaluation, rung: int) -> Evaluation:
+    """A ladder's firing evaluation as the run of one rung: that rung's steps, mode and dedupe key."""
+    render = ev.rungs[rung - 1]
+    return replace(
+        ev,
+        steps=render.steps,
+        error=render.error,
+        mode=render.mode,
+        dedupe_key=rung_dedupe_key(ev.alert, ev.playbook.name, rung),
+        rung=rung,
+    )
+
+
+def _undo_of(ev: Evaluation, ladder_runs: Sequence[tuple[int, int, str]]) -> tuple[Evaluation, tuple[int, str] | None]:
+    """A ladder's resolved evaluation as its undo run: the on_resolved of every rung that ran and acted,
+    in reverse rung order, then the playbook's on_resolved. With the firing run it comes after (the
+    highest rung that acted, else the highest that ran), which the guards judge it by."""
+    acted = sorted((run for run in ladder_runs if run[2] not in NOTHING_TO_UNDO), reverse=True)
+    steps: list[RenderedStep] = []
+    error = None
+    for rung, _, _ in acted:
+        render = ev.rungs[rung - 1]
+        error = error or render.error
+        steps.extend(render.steps)
+    steps.extend(ev.steps)
+    error = error or ev.error
+    last = acted[0] if acted else (max(ladder_runs) if ladder_runs else None)
+    firing = (last[1], last[2]) if last is not None else None
+    return replace(ev, steps=tuple(steps) if error is None else (), error=error), firing
+
+
+def _resolves(state: LadderState | None, ev: Evaluation) -> bool:
+    """Is this resolved alert the end of the occurrence its ladder's last rung ran for (first report)?"""
+    return (
+        state is not None
+        and ev.phase == "resolved"
+        and state.rung >= 1
+        and state.resolved_at is None
+        and (state.fingerprint, state.starts_at) == _occurrence(ev.alert)
+    )
+
+
+def _with_ladder(
+    verdict: Verdict, ev: Evaluation, choice: RungChoice | None, ladder_runs: Sequence[tuple[int, int, str]]
+) -> Verdict:
+    """The verdict's reason with the ladder's part: which rung and why, or which rungs are undone."""
+    if choice is not None and ev.rung is not None:
+        name = ev.playbook.rungs[ev.rung - 1].name
+        of = len(ev.playbook.rungs)
+        return Verdict(verdict.decision, f"{verdict.reason}; rung {ev.rung} of {of} ({name}): {choice.reason}")
+    if ev.playbook.is_ladder and ev.phase == "resolved" and ladder_runs and verdict.accepted:
+        undone = [rung for rung, _, status in sorted(ladder_runs, reverse=True) if status not in NOTHING_TO_UNDO]
+        return Verdict(verdict.decision, f"{verdict.reason}; undoes rungs {', '.join(map(str, undone))}")
+    return verdict
+
+
 def _guard_names(evaluations: Sequence[AlertEvaluations]) -> list[str]:
     """The guard keys a notification's verdicts depend on, as lock names: (playbook, guard key) of every
     evaluation. It covers the dedupe keys too: an alert occurrence and a playbook give one guard key (while
     the replicas load the same playbooks; where they differ, the unique dedupe key and StoreConflict hold)."""
-    return [f"{ev.playbook.name}\x1f{ev.guard_key}" for _, _, evs in evaluations for ev in evs]
+    return [guard_lock_name(ev.playbook.name, ev.guard_key) for _, _, evs in evaluations for ev in evs]
 
 
 def _occurrence(alert: Alert) -> tuple[str, str]:
@@ -449,7 +665,7 @@ def _newer_active_run(
     """For a resolved alert whose firing run acted: a firing run of a NEWER occurrence of the same alert
     (same fingerprint, playbook and guard key, later startsAt) that acted and has not resolved; 0 when it
     was accepted earlier in this notification. Its steps still need what this undo would take away."""
-    if ev.phase != "resolved" or firing is None or firing[1] in NOTHING_TO_UNDO or not ev.playbook.on_resolved:
+    if ev.phase != "resolved" or firing is None or firing[1] in NOTHING_TO_UNDO or not ev.playbook.undoes:
         return None
     fingerprint, started = _occurrence(ev.alert)
     later = {

@@ -54,6 +54,10 @@ class GuardFacts:
     superseded_by: int | None = None
     """For a resolved alert: the firing run of a newer occurrence of the same alert (later startsAt, same
     playbook and guard key) that acted and has not resolved yet."""
+    rung: int | None = None
+    """For a ladder's firing alert: the rung (1-based) it would run; its cooldown and max_attempts apply."""
+    rung_runs_in_window: int = 0
+    """Counted runs of that rung (same playbook and guard key) in the attempt window."""
 
 
 # A resolved alert undoes nothing when its firing run never acted.
@@ -81,7 +85,7 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
             "its firing steps are not started",
         )
     if phase == "resolved":
-        if not playbook.on_resolved:
+        if not playbook.undoes:
             return Verdict(Decision.NOTHING_ON_RESOLVED, "the playbook has no on_resolved steps")
         if facts.firing_run is None:
             return Verdict(Decision.NO_FIRING_RUN, "no run was accepted for this alert while it fired")
@@ -109,13 +113,22 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
             assert facts.alert_started_at is not None
             return Verdict(Decision.STALE, stale_reason(facts.alert_started_at, facts.breaker, facts.stale_horizon))
     if phase == "firing":
-        cooldown = playbook.cooldown.total_seconds()
+        # A ladder's rung may have its own cooldown; it counts from the last run of any rung.
+        span = playbook.rung_cooldown(facts.rung) if facts.rung is not None else playbook.cooldown
+        cooldown = span.total_seconds()
         if cooldown and facts.last_run_at is not None and now - facts.last_run_at < cooldown:
             wait = timedelta(seconds=math.ceil(cooldown - (now - facts.last_run_at)))
             return Verdict(
                 Decision.COOLDOWN,
-                f"last run for {target} at {_iso(facts.last_run_at)}; cooldown {format_duration(playbook.cooldown)}, "
+                f"last run for {target} at {_iso(facts.last_run_at)}; cooldown {format_duration(span)}, "
                 f"next allowed in {format_duration(wait)}",
+            )
+        rung_cap = playbook.rungs[facts.rung - 1].max_attempts if facts.rung is not None else None
+        if rung_cap is not None and facts.rung_runs_in_window >= rung_cap:
+            return Verdict(
+                Decision.ATTEMPT_CAP,
+                f"{facts.rung_runs_in_window} runs of rung {facts.rung} for {target} in the last 24h reached its "
+                f"max_attempts {rung_cap}",
             )
         if playbook.max_attempts is not None and facts.runs_in_window >= playbook.max_attempts:
             return Verdict(

@@ -7,9 +7,26 @@ here is a change of the API.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
+from remediate.runs import LadderState
 from remediate.store.history import HistoryEntry, RunDetail, StepDetail
+
+_RUNG_REASON = re.compile(r"; rung (\d+) of (\d+) \(([^)]*)\): (.*)$", re.DOTALL)
+"""The ladder's part of a decision's reason, as remediate.engine writes it: `; rung N of M (name): why`."""
+
+
+def ladder_json(rung: int | None, reason: str | None) -> dict[str, Any] | None:
+    """Which rung of how many, its name and why it was chosen (from the decision's reason: the ladder as it
+    was when the run was made, not as the playbook is now); None for a run of a playbook without a ladder."""
+    if rung is None:
+        return None
+    found = _RUNG_REASON.search(reason or "")
+    if found is None:
+        return {"rung": rung, "of": None, "name": None, "why": None}
+    return {"rung": rung, "of": int(found.group(2)), "name": found.group(3), "why": found.group(4)}
 
 
 def entry_json(entry: HistoryEntry) -> dict[str, Any]:
@@ -26,6 +43,7 @@ def entry_json(entry: HistoryEntry) -> dict[str, Any]:
         "reason": entry.reason,
         "status": entry.status,
         "run_id": entry.run_id,
+        "rung": None if run is None else run.rung,
         "run": None
         if run is None
         else {
@@ -36,6 +54,7 @@ def entry_json(entry: HistoryEntry) -> dict[str, Any]:
             "started_at": run.started_at,
             "finished_at": run.finished_at,
             "error": run.error,
+            "rung": run.rung,
         },
     }
 
@@ -102,6 +121,8 @@ def run_json(run: RunDetail) -> dict[str, Any]:
         "rerunnable": run.rerunnable,
         "superseded_by": run.superseded_by,
         "ran_on": ran_on(run),
+        "rung": run.rung,
+        "ladder": ladder_json(run.rung, run.decision.reason if run.decision else None),
         "decision": None
         if run.decision is None
         else {"decision": run.decision.decision, "reason": run.decision.reason},
@@ -117,4 +138,25 @@ def run_json(run: RunDetail) -> dict[str, Any]:
             "generatorURL": alert.generator_url,
         },
         "steps": [_step_json(s) for s in run.steps],
+    }
+
+
+def ladder_state_json(state: LadderState, rungs: Sequence[str] | None = None) -> dict[str, Any]:
+    """One ladder of GET /ladders: where it stands (rung 0: reset by a person) and the rungs it climbed since
+    its last reset. `rungs`: the names of the playbook's rungs as loaded now, when known (`of`, `name`)."""
+    return {
+        "playbook": state.playbook,
+        "guard_key": state.guard_key,
+        "target": state.target,
+        "rung": state.rung,
+        "of": len(rungs) if rungs is not None else None,
+        "name": rungs[state.rung - 1] if rungs is not None and 0 < state.rung <= len(rungs) else None,
+        "reason": state.reason,
+        "run_id": state.run_id,
+        "fingerprint": state.fingerprint,
+        "starts_at": state.starts_at,
+        "climbed_at": state.climbed_at,
+        "resolved_at": state.resolved_at,
+        "updated_at": state.updated_at,
+        "climb": [dict(step) for step in state.climb],
     }

@@ -21,7 +21,7 @@ import yaml
 
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert
-from remediate.durations import parse_duration
+from remediate.durations import format_duration, parse_duration
 from remediate.errors import PlaybookError
 from remediate.gpu.errors import GpuSelectionError
 from remediate.gpu.selection import parse_gpu_ref
@@ -45,7 +45,13 @@ _PLAYBOOK_KEYS = {
     "max_attempts",
     "steps",
     "on_resolved",
+    "escalate",
+    "reset_after",
 }
+_RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", "on_resolved"}
+DEFAULT_RESET_AFTER = timedelta(hours=24)
+_PLAYBOOK_COOLDOWN = "cooldown"
+"""The playbook's cooldown field (a name, not the `cooldown` decision)."""
 _STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always"}
 _MAX_RETRIES = 10
 
@@ -68,6 +74,23 @@ class StepSpec:
     """How often a retryable error is retried (0 = one attempt only)."""
     always: bool = False
     """Run this step even when an earlier step failed (e.g. a notification); the run stays failed."""
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of an escalation ladder (`escalate:`): its steps, and how long they must hold."""
+
+    name: str
+    holds_for: timedelta
+    """How long the alert must stay resolved (or not re-fire) for this rung to count as having worked."""
+    steps: tuple[StepSpec, ...]
+    on_resolved: tuple[StepSpec, ...] = ()
+    mode: Mode | None = None
+    """None: the playbook's mode."""
+    cooldown: timedelta | None = None
+    """None: the playbook's cooldown."""
+    max_attempts: int | None = None
+    """Runs of this rung per guard key in 24 h (the playbook's max_attempts caps all rungs together)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,30 @@ class Playbook:
     source: str
     guard_by: tuple[str, ...] = ()
     """Labels that narrow cooldown and max_attempts below the target (e.g. UUID: per GPU of a node)."""
+    rungs: tuple[Rung, ...] = ()
+    """The escalation ladder (`escalate:`), gentlest first; empty for a playbook with `steps`."""
+    reset_after: timedelta = DEFAULT_RESET_AFTER
+    """After a rung held, this much quiet puts the ladder back on rung 1."""
+
+    @property
+    def is_ladder(self) -> bool:
+        return bool(self.rungs)
+
+    @property
+    def undoes(self) -> bool:
+        """Does a resolved alert have anything to run: the playbook's on_resolved or a rung's."""
+        return bool(self.on_resolved) or any(r.on_resolved for r in self.rungs)
+
+    def rung_cooldown(self, rung: int) -> timedelta:
+        """The cooldown of rung `rung` (1-based): its own, else the playbook's."""
+        own = self.rungs[rung - 1].cooldown
+        return self.cooldown if own is None else own
+
+    def warnings(self) -> list[str]:
+        """What loads but is likely a mistake (`remediate playbooks validate` prints them)."""
+        if len(self.rungs) == 1:
+            return ["escalate: a one-rung ladder never climbs (write `steps` unless more rungs are coming)"]
+        return []
 
     def matches(self, alert: Alert) -> bool:
         return alert.name in self.alertnames and matches_all(self.matchers, alert.labels)
@@ -113,8 +160,17 @@ class Playbook:
         values = (canonical_label_value(label, alert.labels.get(label, "")) for label in self.guard_by)
         return bounded_target("/".join([target, *values]))
 
+    def all_steps(self) -> tuple[StepSpec, ...]:
+        """Every step the playbook may run: its steps and on_resolved, and each rung's (checks that must
+        see them all, e.g. that a command or an action is known, iterate this rather than `steps`)."""
+        rungs = tuple(step for rung in self.rungs for step in (*rung.steps, *rung.on_resolved))
+        return (*self.steps, *rungs, *self.on_resolved)
+
     def steps_for(self, status: str) -> tuple[StepSpec, ...]:
-        return self.steps if status == "firing" else self.on_resolved
+        """The steps of a phase; for a ladder's firing phase every rung's (what the breaker looks at)."""
+        if status == "firing":
+            return self.steps + tuple(step for rung in self.rungs for step in rung.steps)
+        return self.on_resolved
 
 
 class PlaybookSet:
@@ -252,9 +308,21 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     ):
         raise fail("max_attempts", "must be a whole number >= 1 (or left out for no cap)")
 
-    if "steps" not in data:
-        raise fail("steps", "required: a list of at least one step")
-    steps = _parse_steps(data["steps"], "steps", registry, fail, allow_empty=False)
+    if "steps" in data and "escalate" in data:
+        raise fail("escalate", "a playbook has either `steps` or `escalate` (a ladder of rungs), not both")
+    if "reset_after" in data and "escalate" not in data:
+        raise fail("reset_after", "only a ladder (`escalate`) has a reset_after")
+    rungs: tuple[Rung, ...] = ()
+    reset_after = DEFAULT_RESET_AFTER
+    if "escalate" in data:
+        rungs = _parse_rungs(data["escalate"], registry, fail)
+        reset_after = _parse_timedelta(data.get("reset_after", "24h"), "reset_after", fail)
+        _check_ladder(rungs, cooldown, max_attempts, reset_after, "reset_after" in data, fail)
+        steps: tuple[StepSpec, ...] = ()
+    elif "steps" not in data:
+        raise fail("steps", "required: a list of at least one step (or `escalate`: a ladder of rungs)")
+    else:
+        steps = _parse_steps(data["steps"], "steps", registry, fail, allow_empty=False)
     on_resolved = _parse_steps(data.get("on_resolved") or [], "on_resolved", registry, fail, allow_empty=True)
     return Playbook(
         name=name,
@@ -269,7 +337,82 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
         on_resolved=on_resolved,
         source=source,
         guard_by=guard_by,
+        rungs=rungs,
+        reset_after=reset_after,
     )
+
+
+def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any) -> tuple[Rung, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise fail("escalate", "must be a list of at least one rung (name, holds_for, steps)")
+    rungs: list[Rung] = []
+    for index, item in enumerate(raw):
+        where = f"escalate[{index}]"
+        if not isinstance(item, dict):
+            raise fail(where, "a rung must be a mapping with 'name', 'holds_for' and 'steps'")
+        unknown = sorted(set(item) - _RUNG_KEYS)
+        if unknown:
+            raise fail(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_RUNG_KEYS))})")
+        name = item.get("name")
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            raise fail(f"{where}.name", "required; lower-case letters, digits, '.', '_' and '-'")
+        if any(r.name == name for r in rungs):
+            raise fail(f"{where}.name", f"rung name {name!r} is used twice in this ladder")
+        if "holds_for" not in item:
+            raise fail(f"{where}.holds_for", "required: how long the alert must stay quiet for this rung to count")
+        holds_for = _parse_timedelta(item["holds_for"], f"{where}.holds_for", fail)
+        if holds_for <= timedelta(0):
+            raise fail(f"{where}.holds_for", "must be longer than 0s: a rung that holds at once never lets it climb")
+        mode = _parse_mode(item["mode"], fail, f"{where}.mode") if "mode" in item else None
+        raw_cooldown = item.get("cooldown")
+        cooldown = None if raw_cooldown is None else _parse_timedelta(raw_cooldown, f"{where}.cooldown", fail)
+        max_attempts = item.get("max_attempts")
+        if max_attempts is not None and (
+            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
+        ):
+            raise fail(f"{where}.max_attempts", "must be a whole number >= 1 (or left out for no cap)")
+        if "steps" not in item:
+            raise fail(f"{where}.steps", "required: a list of at least one step")
+        steps = _parse_steps(item["steps"], f"{where}.steps", registry, fail, allow_empty=False)
+        undo = _parse_steps(item.get("on_resolved") or [], f"{where}.on_resolved", registry, fail, allow_empty=True)
+        rungs.append(Rung(name, holds_for, steps, undo, mode, cooldown, max_attempts))
+    return tuple(rungs)
+
+
+def _check_ladder(
+    rungs: Sequence[Rung],
+    cooldown: timedelta,
+    max_attempts: int | None,
+    reset_after: timedelta,
+    reset_given: bool,
+    fail: Any,
+) -> None:
+    """Refuse a ladder that can never advance (docs/playbooks.md, "Escalation ladders", names each rule)."""
+    for index in range(1, len(rungs)):
+        rung, below = rungs[index], rungs[index - 1]
+        own = rung.cooldown is not None
+        effective = rung.cooldown if rung.cooldown is not None else cooldown
+        if effective >= below.holds_for:
+            field = f"escalate[{index}].cooldown" if own else _PLAYBOOK_COOLDOWN
+            raise fail(
+                field,
+                f"cooldown {format_duration(effective)} >= holds_for {format_duration(below.holds_for)} of rung "
+                f"{index} ({below.name}): a re-fire within that window would always be refused, so rung "
+                f"{index + 1} ({rung.name}) could never run",
+            )
+    longest = max(r.holds_for for r in rungs)
+    if reset_after <= longest:
+        raise fail(
+            "reset_after" if reset_given else "escalate",
+            f"reset_after {format_duration(reset_after)} must be longer than the longest holds_for "
+            f"({format_duration(longest)}): the ladder would reset before a rung could count as held",
+        )
+    if max_attempts is not None and max_attempts < len(rungs):
+        raise fail(
+            "max_attempts",
+            f"max_attempts {max_attempts} is below the {len(rungs)} rungs of the ladder: it caps every rung "
+            "together, so the top rungs could never run",
+        )
 
 
 def _parse_match(match: Any, fail: Any) -> tuple[tuple[str, ...], tuple[Matcher, ...]]:
@@ -298,11 +441,11 @@ def _parse_match(match: Any, fail: Any) -> tuple[tuple[str, ...], tuple[Matcher,
     return tuple(names), tuple(matchers)
 
 
-def _parse_mode(value: Any, fail: Any) -> Mode:
+def _parse_mode(value: Any, fail: Any, field: str = "mode") -> Mode:
     try:
         return Mode(value)
     except ValueError:
-        raise fail("mode", f"must be one of {', '.join(m.value for m in Mode)}, got {value!r}") from None
+        raise fail(field, f"must be one of {', '.join(m.value for m in Mode)}, got {value!r}") from None
 
 
 def _parse_target(value: Any, fail: Any) -> TargetSpec:

@@ -171,6 +171,62 @@ class RunEnd:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class LadderState:
+    """Where one escalation ladder stands (a `ladders` row): per (playbook, guard key).
+
+    `rung` 0 means reset by a person (`POST /ladders/reset`): the next firing starts on rung 1 again.
+    """
+
+    playbook: str
+    guard_key: str
+    target: str
+    rung: int
+    run_id: int
+    fingerprint: str
+    starts_at: str
+    climbed_at: float
+    resolved_at: float | None
+    reason: str
+    climb: tuple[Mapping[str, Any], ...]
+    """The rungs run since the ladder last reset: {"rung", "run", "at", "reason"}, oldest first."""
+    updated_at: float
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LadderState:
+        return cls(
+            playbook=row["playbook"],
+            guard_key=row["guard_key"],
+            target=row["target"],
+            rung=int(row["rung"]),
+            run_id=int(row["run_id"]),
+            fingerprint=row["fingerprint"],
+            starts_at=row["starts_at"],
+            climbed_at=float(row["climbed_at"]),
+            resolved_at=None if row["resolved_at"] is None else float(row["resolved_at"]),
+            reason=row["reason"],
+            climb=tuple(json.loads(row["climb"] or "[]")),
+            updated_at=float(row["updated_at"]),
+        )
+
+    def row(self) -> dict[str, Any]:
+        """The `ladders` row of this state."""
+        return {
+            "playbook": self.playbook,
+            "guard_key": self.guard_key,
+            "target": self.target,
+            "rung": self.rung,
+            "run_id": self.run_id,
+            "fingerprint": self.fingerprint,
+            "starts_at": self.starts_at,
+            "climbed_at": self.climbed_at,
+            "resolved_at": self.resolved_at,
+            "reason": self.reason,
+            "climb": json.dumps(list(self.climb), sort_keys=True),
+            "updated_at": self.updated_at,
+        }
+
+
 # ------------------------------------------------------------------ building a run from a verdict
 # The engine's values, as far as a run needs them (Protocols: this module imports no engine).
 
@@ -258,6 +314,8 @@ class Judged(Protocol):
     def playbook_name(self) -> str | None: ...
     @property
     def target(self) -> str | None: ...
+    @property
+    def rung(self) -> int | None: ...
 
 
 def initial_status(accepted: bool, awaits_approval: bool) -> RunStatus:
@@ -289,6 +347,7 @@ def run_row(judged: Judged, alert_id: int, now: float) -> dict[str, Any]:
         "updated_at": now,
         "finished_at": now if status is RunStatus.REJECTED else None,
         "error": None if accepted else judged.verdict.reason,
+        "rung": judged.rung,
     }
 
 

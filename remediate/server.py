@@ -2,7 +2,7 @@
 
 Endpoints: POST /webhook (AlertManager v4), GET /history, GET /runs/<id>,
 POST /runs/<id>/approve, GET|POST /pause, POST /resume, GET /breaker,
-POST /breaker/reset, /healthz, /readyz, /metrics. The webhook answers 200 only
+POST /breaker/reset, GET /ladders, POST /ladders/reset, /healthz, /readyz, /metrics. The webhook answers 200 only
 once the notification and its runs are committed; executing happens in the
 executor, never inside the request.
 """
@@ -30,7 +30,7 @@ from remediate.durations import parse_duration
 from remediate.engine import Engine
 from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.executor import Executor
-from remediate.history_api import history_json, run_json
+from remediate.history_api import history_json, ladder_state_json, run_json
 from remediate.metrics import Metrics, ReliabilityCollector, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
@@ -344,6 +344,39 @@ def _register_routes(app: Flask, services: Services) -> None:
         status = services.executor.breaker.reset(by=_actor(), reason=reason)
         log.warning("circuit breaker reset by %s%s", status["reset_by"], f": {reason}" if reason else "")
         return jsonify(status)
+
+    def _ladders_json(states: list[Any]) -> list[dict[str, Any]]:
+        def names(playbook: str) -> list[str] | None:
+            loaded = services.engine.playbooks.get(playbook)
+            return [r.name for r in loaded.rungs] if loaded is not None and loaded.is_ladder else None
+
+        return [ladder_state_json(state, names(state.playbook)) for state in states]
+
+    @app.get("/ladders")
+    @_requires(services, READ)
+    def ladders() -> Any:
+        unknown = sorted(set(request.args) - {"target", "node", "playbook"})
+        if unknown:
+            return _error(400, "invalid_query", f"unknown query parameter {unknown[0]!r} (known: playbook, target)")
+        target = request.args.get("target") or request.args.get("node") or None
+        states = store.ladders(target=target, playbook=request.args.get("playbook") or None)
+        return jsonify({"ladders": _ladders_json(states)})
+
+    @app.post("/ladders/reset")
+    @_requires(services, OPERATOR)
+    def ladders_reset() -> Any:
+        body = _body()
+        target = _text(body, "target", 255)
+        if not target:
+            raise _BadBody("target", "required: the target (node) whose ladders to reset")
+        playbook = _text(body, "playbook", 128) or None
+        reason = _text(body, "reason", 1000)
+        states = store.reset_ladders(target, playbook=playbook, by=_actor(), reason=reason, now=time.time())
+        if not states:
+            which = f" of playbook {playbook}" if playbook else ""
+            return _error(404, "not_found", f"no ladder{which} for target {target}")
+        log.warning("ladders of %s%s reset by %s", target, f" ({playbook})" if playbook else "", g.principal)
+        return jsonify({"ladders": _ladders_json(states)})
 
     @app.get("/healthz")
     def healthz() -> Any:

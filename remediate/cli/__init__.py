@@ -13,6 +13,7 @@ The package holds one module per command group:
 - `history`: history (and history prune), show, approve, pause, resume;
 - `report`: the reliability figures of a window (incidents, remediations by rung, MTTR, held nodes);
 - `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan;
+- `ladder`: ladder status/reset (escalation ladders);
 - `db`: db copy (a history from one database into an empty one).
 
 Importing this package imports the group, then every command module, which registers its commands on it.
@@ -30,6 +31,7 @@ from remediate.cli import (
     dryrun,
     gpu,
     history,
+    ladder,
     playbooks,
     report,
     serve,
@@ -63,6 +65,7 @@ __all__ = [
     "gpu_options",
     "handle_errors",
     "history",
+    "ladder",
     "main",
     "playbooks",
     "report",

@@ -74,7 +74,7 @@ def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Path(path_type=Path, dir_okay=False),
             help="File holding the bearer token (default: the operator token, $REMEDIATE_OPERATOR_TOKEN or "
             "$REMEDIATE_OPERATOR_TOKEN_FILE, else $REMEDIATE_TOKEN / $REMEDIATE_TOKEN_FILE, else the config file); "
-            "approve, pause, resume and breaker reset need an operator token.",
+            "approve, pause, resume, breaker reset and ladder reset need an operator token.",
         ),
     ]
     for option in reversed(options):
@@ -130,7 +130,7 @@ def _read(path: Path) -> str:
 
 def client_token(params: dict[str, Any]) -> str | None:
     """The bearer token a client command sends: --token-file when given; else the operator token
-    (approve, pause, resume and breaker reset need it; it also reads), else the token — each resolved
+    (approve, pause, resume, breaker reset and ladder reset need it; it also reads), else the token — each resolved
     exactly as `serve` resolves its own (value, else file, from the environment or the config file)."""
     settings = _settings(params)
     if params.get("token_file"):

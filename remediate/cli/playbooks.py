@@ -43,6 +43,10 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
             "max_attempts": p.max_attempts,
             "steps": [s.action for s in p.steps],
             "on_resolved": [s.action for s in p.on_resolved],
+            "escalate": [
+                {"name": r.name, "holds_for_seconds": r.holds_for.total_seconds(), "steps": [s.action for s in r.steps]}
+                for r in p.rungs
+            ],
             "file": p.source,
         }
         for p in loaded.playbooks
@@ -56,7 +60,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
                 r["name"],
                 ",".join(r["alertnames"]),
                 r["mode"],
-                " -> ".join(r["steps"]),
+                " -> ".join(r["steps"]) or _ladder_cell(r["escalate"]),
                 " -> ".join(r["on_resolved"]) or "-",
             ]
             for r in rows
@@ -79,6 +83,8 @@ def playbooks_validate(directory: Path | None, config: Path | None) -> None:
     loaded, errors = load_directory(directory, default_registry())
     for playbook in loaded:
         click.echo(f"ok      {playbook.source} ({playbook.name})")
+        for warning in playbook.warnings():
+            click.echo(f"warning {playbook.source} ({playbook.name}): {warning}", err=True)
     for error in errors:
         click.echo(f"error   {error}", err=True)
     if errors:
@@ -87,3 +93,8 @@ def playbooks_validate(directory: Path | None, config: Path | None) -> None:
         click.echo(f"error   no playbooks (*.yaml, *.yml) in {directory}", err=True)
         raise SystemExit(1)
     click.echo(f"{len(loaded)} playbooks valid")
+
+
+def _ladder_cell(rungs: list[dict[str, Any]]) -> str:
+    """A ladder's rungs in the STEPS column: `1. cap-power | 2. lock-clocks`."""
+    return " | ".join(f"{number}. {rung['name']}" for number, rung in enumerate(rungs, start=1))

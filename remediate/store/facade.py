@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from remediate.runs import (
     AttemptOutcome,
     ClaimedRun,
+    LadderState,
     PendingOutcome,
     RunEnd,
     RunLease,
@@ -32,6 +33,7 @@ from remediate.store.database import Database
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, PoolLimits
 from remediate.store.history import HistoryEntry, HistoryQuery, RunDetail
 from remediate.store.ingest import GuardReader, IngestWriterContext
+from remediate.store.ladders import guard_lock_name, list_ladders, reset_ladders
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
 from remediate.store.queue import RunQueue
@@ -254,6 +256,25 @@ class Store:
             with self.read() as own:
                 return BreakerRows(own).state()
         return BreakerRows(conn).state()
+
+    # ------------------------------------------------------------------ escalation ladders
+
+    def ladders(self, *, target: str | None = None, playbook: str | None = None) -> list[LadderState]:
+        """Where the escalation ladders stand (all, or a target's / a playbook's)."""
+        with self.read() as conn:
+            return list_ladders(conn, target=target, playbook=playbook)
+
+    def reset_ladders(
+        self, target: str, *, playbook: str | None = None, by: str, reason: str, now: float
+    ) -> list[LadderState]:
+        """Put a target's ladders back before rung 1 (store.ladders.reset_ladders); the rows reset.
+
+        Under the guard locks of those ladders: an ingest judging one of them at the same moment either
+        commits first (and is reset) or waits and climbs from the reset, never writes over it."""
+        with self.write() as conn:
+            found = list_ladders(conn, target=target, playbook=playbook)
+            self.database.dialect.lock_guards(conn, [guard_lock_name(s.playbook, s.guard_key) for s in found])
+            return reset_ladders(conn, target=target, playbook=playbook, by=by, reason=reason, now=now)
 
     # ------------------------------------------------------------------ reading the history
 

@@ -59,6 +59,8 @@ class RunSummary(NamedTuple):
     started_at: float | None
     finished_at: float | None
     error: str | None
+    rung: int | None = None
+    """The escalation ladder's rung (1-based) the run ran; None for a playbook without a ladder."""
 
 
 class HistoryEntry(NamedTuple):
@@ -142,6 +144,8 @@ class RunDetail(NamedTuple):
     decision: DecisionSummary | None
     alert: AlertDetail
     steps: list[StepDetail]
+    rung: int | None = None
+    """The escalation ladder's rung (1-based) the run ran; None for a playbook without a ladder."""
 
 
 def history_page(conn: sa.Connection, query: HistoryQuery) -> tuple[list[HistoryEntry], str | None]:
@@ -174,6 +178,7 @@ def history_page(conn: sa.Connection, query: HistoryQuery) -> tuple[list[History
             t.runs.c.started_at,
             t.runs.c.finished_at,
             t.runs.c.error.label("run_error"),
+            t.runs.c.rung,
         )
         .outerjoin(t.runs, t.runs.c.id == d.c.run_id)
         .where(d.c.id.in_(page.scalar_subquery()))
@@ -197,7 +202,7 @@ def history_page(conn: sa.Connection, query: HistoryQuery) -> tuple[list[History
             r.run_id,
             None
             if r.run_id is None
-            else RunSummary(r.run_id, r.phase, r.mode, r.status, r.started_at, r.finished_at, r.run_error),
+            else RunSummary(r.run_id, r.phase, r.mode, r.status, r.started_at, r.finished_at, r.run_error, r.rung),
         )
         for r in rows
     ]
@@ -271,6 +276,7 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
             )
             for s in step_rows
         ],
+        rung=run.rung,
     )
 
 

@@ -15,10 +15,11 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.errors import StoreConflict
-from remediate.runs import RunStatus
+from remediate.runs import LadderState, RunStatus
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Transactions
 from remediate.store.dialect import Dialect
+from remediate.store.ladders import read_ladder, save_ladder
 from remediate.store.pause import PauseState, read_pause
 from remediate.store.queue import sync_decision_status
 
@@ -37,6 +38,15 @@ _TARGET_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).wh
     *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
 )
 _TARGET_LAST = sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
+_RUNG_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
+    *_COUNTED_RUNS, t.runs.c.rung == sa.bindparam("p_rung"), t.runs.c.created_at >= sa.bindparam("p_since")
+)
+_RUNG_LAST = (
+    sa.select(t.runs.c.created_at)
+    .where(*_COUNTED_RUNS, t.runs.c.rung == sa.bindparam("p_rung"))
+    .order_by(t.runs.c.created_at.desc())
+    .limit(1)
+)
 _REPORTED_OCCURRENCES = (
     sa.select(t.alerts.c.fingerprint, t.alerts.c.starts_at)
     .distinct()
@@ -149,18 +159,29 @@ class GuardReader:
         ).all()
         return {r.id: r.error or "" for r in rows}
 
-    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
+    def target_history(
+        self, playbook: str, guard_key: str, since: float, rung: int | None = None
+    ) -> tuple[float | None, int]:
         """(time of the last counted firing run ever, number of counted firing runs since `since`),
-        for one playbook and guard key (the target, or the target plus the playbook's `guard_by` labels).
+        for one playbook and guard key (the target, or the target plus the playbook's `guard_by` labels),
+        and only the runs of one rung of its ladder when `rung` is given.
 
         The last run is looked up beyond `since` too: a cooldown may be longer than the attempt window.
         """
-        params = {"p_playbook": playbook, "p_guard_key": guard_key}
-        row = self.conn.execute(_TARGET_WINDOW, {**params, "p_since": since}).one()
+        params: dict[str, Any] = {"p_playbook": playbook, "p_guard_key": guard_key}
+        window, last_query = _TARGET_WINDOW, _TARGET_LAST
+        if rung is not None:
+            params["p_rung"] = rung
+            window, last_query = _RUNG_WINDOW, _RUNG_LAST
+        row = self.conn.execute(window, {**params, "p_since": since}).one()
         last = row[0]
         if last is None:
-            last = self.conn.execute(_TARGET_LAST, params).scalar_one_or_none()
+            last = self.conn.execute(last_query, params).scalar_one_or_none()
         return last, int(row[1])
+
+    def ladder(self, playbook: str, guard_key: str) -> LadderState | None:
+        """Where the escalation ladder of (playbook, guard key) stands; None if it never climbed."""
+        return read_ladder(self.conn, playbook, guard_key)
 
     def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
         """(fingerprint, startsAt) of every occurrence of these alerts ever received with `status`
@@ -194,8 +215,13 @@ class EmptyGuardReader:
     def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]:
         return {}
 
-    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
+    def target_history(
+        self, playbook: str, guard_key: str, since: float, rung: int | None = None
+    ) -> tuple[float | None, int]:
         return None, 0
+
+    def ladder(self, playbook: str, guard_key: str) -> LadderState | None:
+        return None
 
     def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
         return set()
@@ -260,6 +286,10 @@ class IngestWriter(GuardReader):
 
     def mark_superseded(self, run_id: int, by_run: int, now: float) -> None:
         self.conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(superseded_by=by_run, updated_at=now))
+
+    def save_ladder(self, state: LadderState) -> None:
+        """Write where a ladder stands (the rung accepted in this transaction, or its resolve)."""
+        save_ladder(self.conn, state)
 
     def cancel_awaiting(self, run_id: int, reason: str, now: float) -> bool:
         """Cancel a run still awaiting approval; False when it has moved on."""

@@ -29,6 +29,7 @@ from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,
     ClaimedRun,
+    LadderState,
     PendingOutcome,
     RunEnd,
     RunLease,
@@ -64,6 +65,8 @@ class InMemoryStore:
         self.tables: dict[str, list[Row]] = {table.name: [] for table in _TABLES}
         self.meta: dict[str, str] = {}
         self.action_memory: dict[str, Row] = {}
+        self.ladder_rows: dict[tuple[str, str], Row] = {}
+        """`ladders` rows by (playbook, guard key)."""
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ transactions and rows
@@ -81,6 +84,7 @@ class InMemoryStore:
                 {name: [dict(row) for row in rows] for name, rows in self.tables.items()},
                 dict(self.meta),
                 {key: dict(row) for key, row in self.action_memory.items()},
+                {key: dict(row) for key, row in self.ladder_rows.items()},
             )
             try:
                 yield
@@ -92,6 +96,8 @@ class InMemoryStore:
                 self.meta.update(saved[1])
                 self.action_memory.clear()
                 self.action_memory.update(saved[2])
+                self.ladder_rows.clear()
+                self.ladder_rows.update(saved[3])
                 raise
 
     def _insert(self, table: str, row: Mapping[str, Any]) -> int:
@@ -188,6 +194,27 @@ class InMemoryStore:
                 raise RunStateError(f"run {run_id} is {run['status']}, not awaiting approval")
             run.update(status=RunStatus.QUEUED, approved_by=by, approved_at=now, updated_at=now)
             self._sync_decision_status(run_id, RunStatus.QUEUED)
+
+    # ------------------------------------------------------------------ escalation ladders
+
+    def ladders(self, *, target: str | None = None, playbook: str | None = None) -> list[LadderState]:
+        with self._lock:
+            rows = [
+                r
+                for _, r in sorted(self.ladder_rows.items())
+                if (target is None or r["target"] == target) and (playbook is None or r["playbook"] == playbook)
+            ]
+            return [LadderState.from_row(r) for r in rows]
+
+    def reset_ladders(
+        self, target: str, *, playbook: str | None = None, by: str, reason: str, now: float
+    ) -> list[LadderState]:
+        why = f"reset by {by}" + (f": {reason}" if reason else "")
+        with self._transaction():
+            for row in self.ladder_rows.values():
+                if row["target"] == target and (playbook is None or row["playbook"] == playbook):
+                    row.update(rung=0, reason=why, climb="[]", updated_at=now)
+        return self.ladders(target=target, playbook=playbook)
 
     # ------------------------------------------------------------------ the run queue (executor)
 
@@ -497,8 +524,10 @@ class _Reader:
             if r["id"] in wanted and r["status"] == RunStatus.FAILED and r["rerunnable"] and r["superseded_by"] is None
         }
 
-    def target_history(self, playbook: str, guard_key: str, since: float) -> tuple[float | None, int]:
-        """Counted firing runs: not rejected, not rerunnable (they changed nothing)."""
+    def target_history(
+        self, playbook: str, guard_key: str, since: float, rung: int | None = None
+    ) -> tuple[float | None, int]:
+        """Counted firing runs: not rejected, not rerunnable (they changed nothing); of one rung if given."""
         counted = [
             r["created_at"]
             for r in self._tables["runs"]
@@ -507,9 +536,14 @@ class _Reader:
             and r["phase"] == "firing"
             and r["status"] != RunStatus.REJECTED
             and not r["rerunnable"]
+            and (rung is None or r["rung"] == rung)
         ]
         window = [created for created in counted if created >= since]
         return max(window or counted, default=None), len(window)
+
+    def ladder(self, playbook: str, guard_key: str) -> LadderState | None:
+        row = self._store.ladder_rows.get((playbook, guard_key))
+        return None if row is None else LadderState.from_row(row)
 
     def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
         wanted = set(fingerprints)
@@ -567,6 +601,9 @@ class _Writer(_Reader):
 
     def mark_superseded(self, run_id: int, by_run: int, now: float) -> None:
         self._store._update("runs", run_id, superseded_by=by_run, updated_at=now)
+
+    def save_ladder(self, state: LadderState) -> None:
+        self._store.ladder_rows[(state.playbook, state.guard_key)] = state.row()
 
     def cancel_awaiting(self, run_id: int, reason: str, now: float) -> bool:
         run = self._store._row("runs", run_id)

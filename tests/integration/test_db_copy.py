@@ -88,24 +88,32 @@ def fill(store: Store, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) 
             ledger.add_claim(Claim(node=node, kind="cordon", run_id=1, claimed_at=at + 120))
         ledger.release(hosts[0], now=at + 130, reason="uncordoned")
     store.memory().remember("gpu:node-a:3:power", {"watts": 300}, run_id=1)
-    with store.write() as conn:  # where two escalation ladders stand (composite primary key)
-        for host in hosts[:2]:
-            conn.execute(
-                sa.insert(t.ladders).values(
-                    playbook="log-every-alert",
-                    guard_key=host,
-                    target=host,
-                    rung=1,
-                    run_id=1,
-                    fingerprint="f",
-                    starts_at="2026-01-01T00:00:00Z",
-                    climbed_at=at,
-                    resolved_at=None,
-                    reason="first rung",
-                    climb='[{"rung": 1, "run": 1}]',
-                    updated_at=at,
-                )
-            )
+    # Where two escalation ladders stand (composite primary key), as a ladder playbook leaves them: on
+    # the first two hosts a later occurrence climbs rung 1, and the first stays hot past holds_for: rung 2.
+    ladder = Engine(store=store, playbooks=PlaybookSet([parse_playbook(LADDER, default_registry())]),
+                    registry=default_registry())  # fmt: skip
+    for host in hosts[:2]:
+        ladder.ingest_body(later_occurrence(host), received_at=at + 140)
+    ladder.ingest_body(later_occurrence(hosts[0]), received_at=at + 240)
+    executor.drain()
+
+
+LADDER = {
+    "name": "xid-ladder",
+    "match": {"alertname": "GpuXidError"},
+    "escalate": [
+        {"name": "note", "holds_for": "1m", "steps": [{"action": "log", "with": {"message": "rung 1"}}]},
+        {"name": "again", "holds_for": "1m", "steps": [{"action": "log", "with": {"message": "rung 2"}}]},
+    ],
+}
+
+
+def later_occurrence(host: str) -> bytes:
+    """The firing payload on `host`, as a new occurrence (a later startsAt than the one resolved above)."""
+    data = json.loads(payload("am-0.25-firing.json", host))
+    for alert in data["alerts"]:
+        alert["startsAt"] = "2026-11-21T06:00:00Z"
+    return json.dumps(data).encode()
 
 
 def sqlite_store(path: Path, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) -> str:
@@ -304,9 +312,9 @@ def test_rows_are_read_in_batches_of_primary_key_order(tmp_path: Path) -> None:
         engine.dispose()
         target.close()
 
-    assert copied == 9
-    # 9 rows, 2 at a time: 5 reads that return rows and 1 that finds none, each after the last key read.
-    assert len(reads) == 6
+    assert copied == 12
+    # 12 rows, 2 at a time: 6 reads that return rows and 1 that finds none, each after the last key read.
+    assert len(reads) == 7
     assert all("ORDER BY notifications.id" in sql and "LIMIT" in sql for sql in reads)
     assert all("notifications.id >" in sql for sql in reads[1:])
     assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["notifications"] == every_row(source)["notifications"]
@@ -326,6 +334,7 @@ def test_a_table_with_a_composite_key_is_read_in_batches_of_that_key(tmp_path: P
 
     assert copied == 2
     assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["ladders"] == every_row(source)["ladders"]
+    assert [(row["guard_key"], row["rung"]) for row in every_row(source)["ladders"]] == [("node-a", 2), ("node-b", 1)]
 
 
 def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(cli: Cli, tmp_path: Path) -> None:
@@ -406,7 +415,7 @@ def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: 
     result = cli("db", "copy", "--from", source, "--to", pg_url, "--batch-size", "1")
 
     assert_one_line_error(result, "target database", "value too long", "the target is as it was")
-    assert "notifications: 9 rows copied" in result.stderr  # copied before runs failed, then rolled back
+    assert "notifications: 12 rows copied" in result.stderr  # copied before runs failed, then rolled back
     assert tables_of(pg_url) == []
     assert cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / 'ok.db'}").exit_code == 0
 

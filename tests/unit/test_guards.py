@@ -190,3 +190,64 @@ def test_superseded_only_matters_when_there_is_something_to_undo(registry: Actio
 
     assert judge(no_undo, "resolved", "n", facts, NOW).decision is Decision.NOTHING_ON_RESOLVED
     assert judge(pb, "resolved", "n", GuardFacts(superseded_by=9), NOW).decision is Decision.NO_FIRING_RUN
+
+
+# --------------------------------------------------------------------------- escalation ladders: guards per rung
+
+
+def ladder(registry: ActionRegistry) -> Playbook:
+    def rung(name: str, **extra: Any) -> dict[str, Any]:
+        return {"name": name, "holds_for": "30m", "steps": [{"action": "log", "with": {"message": name}}], **extra}
+
+    return playbook(
+        registry,
+        steps=None,
+        cooldown="1m",
+        escalate=[rung("one", max_attempts=2), rung("two", cooldown="5m"), rung("three")],
+    )
+
+
+def test_a_rung_uses_its_own_cooldown_else_the_playbooks(registry: ActionRegistry) -> None:
+    pb = ladder(registry)
+    two_minutes_ago = GuardFacts(last_run_at=NOW - 120)
+
+    first = judge(pb, "firing", "node-a", GuardFacts(last_run_at=NOW - 120, rung=1), NOW)
+    second = judge(pb, "firing", "node-a", GuardFacts(last_run_at=NOW - 120, rung=2), NOW)
+    without_rung = judge(pb, "firing", "node-a", two_minutes_ago, NOW)
+
+    assert first.accepted and without_rung.accepted
+    assert second.decision is Decision.COOLDOWN
+    assert "cooldown 5m, next allowed in 3m" in second.reason
+
+
+def test_a_rungs_max_attempts_counts_that_rungs_runs_and_the_playbooks_every_rung(registry: ActionRegistry) -> None:
+    pb = ladder(registry)
+
+    capped = judge(pb, "firing", "node-a", GuardFacts(rung=1, rung_runs_in_window=2, runs_in_window=2), NOW)
+    other_rung = judge(pb, "firing", "node-a", GuardFacts(rung=3, rung_runs_in_window=2, runs_in_window=2), NOW)
+    all_rungs = judge(pb, "firing", "node-a", GuardFacts(rung=3, rung_runs_in_window=0, runs_in_window=3), NOW)
+
+    assert capped.decision is Decision.ATTEMPT_CAP
+    assert capped.reason == "2 runs of rung 1 for node-a in the last 24h reached its max_attempts 2"
+    assert other_rung.accepted
+    assert all_rungs.decision is Decision.ATTEMPT_CAP
+    assert all_rungs.reason == "3 runs for node-a in the last 24h reached max_attempts 3"
+
+
+def test_a_ladder_with_undo_only_in_a_rung_still_undoes(registry: ActionRegistry) -> None:
+    pb = ladder(registry)
+    undo_in_rung = playbook(
+        registry,
+        steps=None,
+        on_resolved=None,
+        cooldown="1m",
+        escalate=[
+            {"name": "one", "holds_for": "30m", "steps": [{"action": "log", "with": {"message": "x"}}],
+             "on_resolved": [{"action": "log", "with": {"message": "undo"}}]},
+            {"name": "two", "holds_for": "30m", "steps": [{"action": "log", "with": {"message": "y"}}]},
+        ],
+    )  # fmt: skip
+    facts = GuardFacts(firing_run=4, firing_run_status="succeeded")
+
+    assert judge(undo_in_rung, "resolved", "node-a", facts, NOW).accepted
+    assert judge(pb, "resolved", "node-a", facts, NOW).accepted  # the playbook's own on_resolved

@@ -70,9 +70,10 @@ def test_a_run_is_the_api_v1_shape_with_its_keys_in_order() -> None:
 
     assert list(body) == [
         "id", "playbook", "alertname", "target", "phase", "mode", "status", "created_at", "started_at",
-        "finished_at", "approved_by", "approved_at", "error", "rerunnable", "superseded_by", "ran_on",
-        "decision", "alert", "steps",
+        "finished_at", "approved_by", "approved_at", "error", "rerunnable", "superseded_by", "ran_on", "rung",
+        "ladder", "decision", "alert", "steps",
     ]  # fmt: skip
+    assert (body["rung"], body["ladder"]) == (None, None)  # a playbook without a ladder
     assert body["decision"] == {"decision": "accepted", "reason": "ok"}
     assert body["alert"] == {
         "id": 3,
@@ -120,6 +121,30 @@ def test_ran_on_names_each_executor_once_in_the_order_it_first_ran_an_attempt() 
     assert run_json(RUN._replace(steps=[earlier]))["ran_on"] == []
 
 
+def test_a_ladders_run_says_which_rung_of_how_many_and_why() -> None:
+    reason = "matched playbook hot (firing); rung 2 of 3 (lock-clocks): re-fired 4m after rung 1 ran (holds_for 30m)"
+
+    body = run_json(RUN._replace(rung=2, decision=DecisionSummary("accepted", reason)))
+    unexplained = run_json(RUN._replace(rung=1, decision=None))
+
+    assert body["rung"] == 2
+    assert body["ladder"] == {
+        "rung": 2, "of": 3, "name": "lock-clocks", "why": "re-fired 4m after rung 1 ran (holds_for 30m)",
+    }  # fmt: skip
+    assert unexplained["ladder"] == {"rung": 1, "of": None, "name": None, "why": None}
+
+
+def test_a_history_entry_of_a_ladder_shows_its_rung() -> None:
+    entry = HistoryEntry(
+        5, 10.0, "GPUTemperatureHigh", "abc", "firing", "hot", "node-7", "accepted", "ok", "queued", 7,
+        RunSummary(7, "firing", "enforce", "queued", None, None, None, 3),
+    )  # fmt: skip
+
+    body = entry_json(entry)
+
+    assert (body["rung"], body["run"]["rung"]) == (3, 3)
+
+
 def test_a_run_without_a_decision_shows_null() -> None:
 
     assert run_json(RUN._replace(decision=None))["decision"] is None
@@ -151,6 +176,7 @@ def test_a_history_page_is_its_entries_and_the_next_cursor() -> None:
         "reason": None,
         "status": "running",
         "run_id": 7,
+        "rung": None,
         "run": {
             "id": 7,
             "phase": "firing",
@@ -159,6 +185,7 @@ def test_a_history_page_is_its_entries_and_the_next_cursor() -> None:
             "started_at": 11.0,
             "finished_at": None,
             "error": None,
+            "rung": None,
         },
     }
     assert list(first) == list(entry_json(without))

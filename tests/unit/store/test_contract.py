@@ -483,6 +483,55 @@ def test_pause_memory_and_breaker_rows(
     assert [(c.node, c.released_at is not None) for c in rows(store, "breaker_claims")] == [("n1", True)]
 
 
+# --------------------------------------------------------------------------- escalation ladders
+
+
+@EVERY_STORE
+def test_ladder_rows_are_read_written_listed_and_reset(store: AnyStore, make_engine: MakeEngine, ingest: Ingest,
+                                                        make_alert: MakeAlert) -> None:  # fmt: skip
+    def rung(name: str, holds_for: str = "30m") -> dict[str, Any]:
+        return {"name": name, "holds_for": holds_for, "steps": [{"action": "log", "with": {"message": name}}]}
+
+    ladder = {**playbook(), "steps": None, "escalate": [rung("one"), rung("two")]}
+    engine = make_engine({k: v for k, v in ladder.items() if v is not None})
+    first = queue(engine, ingest, make_alert)
+    (second,) = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:01:00Z"), at=T0 + 60).decisions
+    queue(engine, ingest, make_alert, host="node-b")
+
+    with store.guard_reader() as reader:
+        state = reader.ladder("xid", "node-a")
+        assert reader.ladder("xid", "node-c") is None
+        assert reader.target_history("xid", "node-a", T0, 1) == (T0, 1)
+        assert reader.target_history("xid", "node-a", T0, 2) == (T0 + 60, 1)
+        assert reader.target_history("xid", "node-a", T0) == (T0 + 60, 2)
+    assert state is not None
+    assert (state.rung, state.run_id, state.starts_at, state.climbed_at) == (
+        2,
+        second.run_id,
+        "2026-01-01T00:01:00Z",
+        T0 + 60,
+    )
+    assert [(c["rung"], c["run"]) for c in state.climb] == [(1, first), (2, second.run_id)]
+    assert [(s.guard_key, s.rung) for s in store.ladders()] == [("node-a", 2), ("node-b", 1)]
+    assert [s.guard_key for s in store.ladders(target="node-b", playbook="xid")] == ["node-b"]
+    assert store.ladders(playbook="other") == []
+
+    (reset,) = store.reset_ladders("node-a", by="alice", reason="swapped the fan", now=T0 + 120)
+
+    assert (reset.rung, reset.reason, reset.climb, reset.updated_at) == (
+        0,
+        "reset by alice: swapped the fan",
+        (),
+        T0 + 120,
+    )
+    assert [s.rung for s in store.ladders()] == [0, 1]
+    (after,) = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:03:00Z"), at=T0 + 180).decisions
+    assert after.reason.endswith(
+        "rung 1 of 2 (one): first rung (the ladder was reset: reset by alice: swapped the fan)"
+    )
+    assert [r.rung for r in rows(store, "runs")] == [1, 2, 1, 1]
+
+
 # --------------------------------------------------------------------------- the fake and SQLite agree
 
 

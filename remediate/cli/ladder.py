@@ -1,0 +1,116 @@
+"""`remediate ladder status` and `remediate ladder reset`: where the escalation ladders stand, per target."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import click
+
+from remediate.cli._common import (
+    CliError,
+    _client,
+    _open_store,
+    _settings,
+    _short,
+    _table,
+    _when,
+    client_options,
+    common_options,
+    handle_errors,
+)
+from remediate.cli._group import main
+
+
+@main.group()
+def ladder() -> None:
+    """Escalation ladders (playbooks with `escalate:`): which rung each target is on, and reset."""
+
+
+def _rung_names(params: dict[str, Any]) -> dict[str, list[str]]:
+    """The rung names of the configured ladder playbooks (for `of` and `name` when reading the database)."""
+    from remediate.actions import default_registry
+    from remediate.playbooks import load_directory
+
+    settings = _settings(params)
+    loaded, _ = load_directory(settings.playbooks, default_registry(settings))
+    return {p.name: [r.name for r in p.rungs] for p in loaded if p.is_ladder}
+
+
+def _local_json(states: list[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+    from remediate.history_api import ladder_state_json
+
+    names = _rung_names(params)
+    return [ladder_state_json(state, names.get(state.playbook)) for state in states]
+
+
+@ladder.command("status")
+@common_options
+@client_options
+@click.option("--target", "--node", "target", help="Only this target (node).")
+@click.option("--playbook", help="Only this playbook.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def ladder_status(target: str | None, playbook: str | None, as_json: bool, **params: Any) -> None:
+    """Show where each ladder stands: its rung (0 = reset by a person), why, and the rungs climbed since
+    its last reset (from the database, or a server with --server)."""
+    if params.get("server"):
+        filters = {k: v for k, v in (("target", target), ("playbook", playbook)) if v}
+        ladders = _client(params).ladders(filters)["ladders"]
+    else:
+        store = _open_store(params)
+        try:
+            ladders = _local_json(store.ladders(target=target, playbook=playbook), params)
+        finally:
+            store.close()
+    if as_json:
+        click.echo(json.dumps({"ladders": ladders}, indent=2))
+        return
+    _print(ladders)
+
+
+@ladder.command("reset")
+@click.argument("target")
+@common_options
+@client_options
+@click.option("--playbook", help="Only this playbook's ladder (default: every ladder of TARGET).")
+@click.option("--reason", default="", help="Why (recorded).")
+@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resets (recorded).")
+@handle_errors
+def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **params: Any) -> None:
+    """Put TARGET's ladders back before rung 1: its next alert starts on the gentlest rung again."""
+    if params.get("server"):
+        ladders = _client(params).ladders_reset(target, playbook, reason, by)["ladders"]
+    else:
+        store = _open_store(params)
+        try:
+            states = store.reset_ladders(target, playbook=playbook, by=by, reason=reason, now=time.time())
+            ladders = _local_json(states, params)
+        finally:
+            store.close()
+        if not ladders:
+            raise CliError(f"no ladder{f' of playbook {playbook}' if playbook else ''} for target {target}")
+    click.echo(f"{len(ladders)} ladder(s) of {target} reset")
+    _print(ladders)
+
+
+def _print(ladders: list[dict[str, Any]]) -> None:
+    rows = []
+    for item in ladders:
+        of = f"/{item['of']}" if item.get("of") else ""
+        name = f" ({item['name']})" if item.get("name") else ""
+        climbed = " -> ".join(str(step["rung"]) for step in item["climb"]) or "-"
+        rows.append(
+            [
+                item["target"],
+                item["playbook"],
+                item["guard_key"],
+                f"{item['rung']}{of}{name}",
+                climbed,
+                _when(item["updated_at"]),
+                _short(item["reason"], 70),
+            ]
+        )
+    _table(rows, ["TARGET", "PLAYBOOK", "GUARD KEY", "RUNG", "CLIMB", "UPDATED", "WHY"])
