@@ -621,7 +621,7 @@ class Executor:
         rest: Sequence[StepRecord],
         earlier: Sequence[StepRecord],
         after_failure: bool,
-    ) -> Callable[..., StepFailure]:
+    ) -> Callable[..., StepFailure | None]:
         """A function recording the step's failure (see `_fail_step`) with this step's circumstances."""
 
         def fail(
@@ -631,7 +631,7 @@ class Executor:
             plan: Any = None,
             transient: bool = False,
             result: Any = None,
-        ) -> StepFailure:
+        ) -> StepFailure | None:
             return self._fail_step(
                 run, step, error, started, status=status, plan=plan, rest=rest, earlier=earlier,
                 after_failure=after_failure, transient=transient, result=result,
@@ -653,15 +653,29 @@ class Executor:
         after_failure: bool = False,
         transient: bool = False,
         result: Any = None,
-    ) -> StepFailure:
+    ) -> StepFailure | None:
         """Record the step's failure, the later steps that are skipped, and (unless `always` steps follow)
         the run's failure, in one transaction.
 
         `transient`: the step failed for a reason that may pass (a retryable error in its plan); when no
         step of the run executed anything before, the run is marked rerunnable (the next delivery of the
         alert runs again instead of being a duplicate).
+
+        A `continue_on_error` step's failure is recorded and the run goes on: None, as for a success (the
+        run ends succeeded when it was the last step).
         """
         run_error = _run_error(step, error)
+        if step.continue_on_error and not after_failure:
+            dry_run = run.mode == "dry-run"
+            run_end = None if rest else RunEnd(run.id, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED)
+            self.store.finish_step(
+                step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
+                lease=run.lease,
+            )  # fmt: skip
+            self.metrics.step_finished(step.action, status, time.monotonic() - started)
+            self._run_finished(run_end)
+            log.info("run %s: %s; continue_on_error: the run goes on", run.id, run_error)
+            return None
         if after_failure:  # an `always` step: recorded, the run keeps its first failure
             self.store.finish_step(
                 step.id, status, now=self.clock(), error=error, plan=plan, result=result, lease=run.lease
@@ -687,8 +701,9 @@ def _run_error(step: StepRecord, error: str) -> str:
 
 
 def _failed(step: StepRecord) -> bool:
-    """The step ended in failure (not an `interrupted` step recovery left to be judged again)."""
-    return step.finished and step.status not in DONE_STEP_STATUSES
+    """The step ended in a failure that fails its run (not an `interrupted` step recovery left to be judged
+    again, nor a `continue_on_error` step's)."""
+    return step.finished and step.status not in DONE_STEP_STATUSES and not step.continue_on_error
 
 
 def _may_retry(exc: BaseException, action: Action) -> bool:

@@ -89,6 +89,7 @@ def _step_json(step: StepDetail) -> dict[str, Any]:
         "timeout": step.timeout,
         "retries": step.retries,
         "always": step.always,
+        "continue_on_error": step.continue_on_error,
         "started_at": step.started_at,
         "finished_at": step.finished_at,
     }

@@ -52,7 +52,7 @@ _RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", 
 DEFAULT_RESET_AFTER = timedelta(hours=24)
 _PLAYBOOK_COOLDOWN = "cooldown"
 """The playbook's cooldown field (a name, not the `cooldown` decision)."""
-_STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always"}
+_STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error"}
 _MAX_RETRIES = 10
 
 
@@ -74,6 +74,8 @@ class StepSpec:
     """How often a retryable error is retried (0 = one attempt only)."""
     always: bool = False
     """Run this step even when an earlier step failed (e.g. a notification); the run stays failed."""
+    continue_on_error: bool = False
+    """A failure of this step is recorded, but the run goes on as if it had succeeded (best effort)."""
 
 
 @dataclass(frozen=True)
@@ -520,8 +522,19 @@ def _parse_steps(
         always = item.get("always", False)
         if not isinstance(always, bool):
             raise fail(f"{where}.always", "must be true or false")
+        continue_on_error = item.get("continue_on_error", False)
+        if not isinstance(continue_on_error, bool):
+            raise fail(f"{where}.continue_on_error", "must be true or false")
         steps.append(
-            StepSpec(action=action_name, params=params, name=name, timeout=timeout, retries=retries, always=always)
+            StepSpec(
+                action=action_name,
+                params=params,
+                name=name,
+                timeout=timeout,
+                retries=retries,
+                always=always,
+                continue_on_error=continue_on_error,
+            )
         )
     return tuple(steps)
 

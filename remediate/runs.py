@@ -149,6 +149,8 @@ class StepRecord:
     error: str | None = None
     finished: bool = False
     """The step has its final outcome (finished_at is set); an `interrupted` step left by recovery has not."""
+    continue_on_error: bool = False
+    """Its failure is recorded but does not fail the run nor skip the steps after it."""
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,8 @@ class _StepSpec(Protocol):
     def retries(self) -> int: ...
     @property
     def always(self) -> bool: ...
+    @property
+    def continue_on_error(self) -> bool: ...
 
 
 class _RenderedStep(Protocol):
@@ -366,6 +370,7 @@ def step_rows(run_id: int, ev: _Evaluation | None) -> list[dict[str, Any]]:
             "timeout": step.timeout,
             "retries": step.spec.retries,
             "always": step.spec.always,
+            "continue_on_error": step.spec.continue_on_error,
             "status": StepStatus.PENDING,
         }
         for index, step in enumerate(ev.steps)

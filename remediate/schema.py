@@ -115,6 +115,8 @@ steps = sa.Table(
     sa.Column("finished_at", sa.Float, nullable=True),
     # The step runs even when an earlier step failed (e.g. a notification); the run stays failed.
     sa.Column("always", sa.Boolean, nullable=False, server_default=sa.false()),
+    # The step's failure is recorded but neither fails the run nor skips the steps after it (best effort).
+    sa.Column("continue_on_error", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.UniqueConstraint("run_id", "idx", name="uq_steps_run_idx"),
     # Reconciliation looks for recently failed steps whose outcome may still come (Store.pending_outcomes).
     sa.Index("ix_steps_status_finished", "status", "finished_at"),
@@ -253,6 +255,7 @@ def _v7_reference_indexes(conn: sa.Connection) -> None:
 
 def _v8_ladders(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE runs ADD COLUMN rung INTEGER"))
+    conn.execute(sa.text("ALTER TABLE steps ADD COLUMN continue_on_error BOOLEAN NOT NULL DEFAULT false"))
     ladders.create(conn)
 
 

@@ -123,6 +123,7 @@ class StepDetail(NamedTuple):
     always: bool
     started_at: float | None
     finished_at: float | None
+    continue_on_error: bool = False
 
 
 class RunDetail(NamedTuple):
@@ -273,6 +274,7 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
                 always=bool(s.always),
                 started_at=s.started_at,
                 finished_at=s.finished_at,
+                continue_on_error=bool(s.continue_on_error),
             )
             for s in step_rows
         ],

@@ -44,7 +44,13 @@ from remediate.store.rows import MAX_ID, dumps
 
 Row = dict[str, Any]
 _TABLES = (t.notifications, t.alerts, t.runs, t.steps, t.attempts, t.decisions, t.breaker_claims)
-_SERVER_DEFAULTS = {"claim_generation": 0, "rerunnable": False, "attempts": 0, "always": False}
+_SERVER_DEFAULTS = {
+    "claim_generation": 0,
+    "rerunnable": False,
+    "attempts": 0,
+    "always": False,
+    "continue_on_error": False,
+}
 _NOT_ACTING = (RunStatus.AWAITING_APPROVAL, RunStatus.CANCELLED, RunStatus.REJECTED, RunStatus.PLANNED)
 
 
@@ -496,6 +502,7 @@ def _step_record(s: Row, *, full: bool = False) -> StepRecord:
     return StepRecord(
         s["id"], s["run_id"], s["idx"], s["name"], s["action"], s["where"], json.loads(s["params"]), s["timeout"],
         s["retries"], StepStatus(s["status"]), s["attempts"], *extra,
+        continue_on_error=bool(s["continue_on_error"]) if full else False,
     )  # fmt: skip
 
 

@@ -175,6 +175,7 @@ class RunQueue:
                 bool(r.always),
                 r.error,
                 r.finished_at is not None,
+                continue_on_error=bool(r.continue_on_error),
             )
             for r in rows
         ]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from remediate.gpu.simulator import SimulatedBackend
 from tests.support.realsystems import AlertManager
@@ -180,3 +181,43 @@ def test_a_uuid_label_all_from_alertmanager_is_rejected_and_changes_no_gpu(
     # The executor is live: a real hot GPU, sent after, is lowered; and it is the only GPU that changed.
     _fire_and_wait_until_lowered(server, am, gpus, _hot_gpu_labels(gpus, 6))
     assert sum(g.power_limit_mw != DEFAULT_MW for g in gpus.devices()) == 1
+
+
+def test_a_gpu_still_hot_after_its_power_cap_gets_its_clocks_locked_and_the_resolve_undoes_both_top_down(
+    start_server: StartServer, playbooks_dir: Path, start_alertmanager: StartAlertManager, gpus: SimulatedBackend
+) -> None:
+    """Issue 12: the shipped gpu-overheat ladder, with its first holds_for cut to seconds. AlertManager re-sends
+    the alert that never resolves (repeat_interval); the re-send after holds_for climbs to the clock lock."""
+    playbook = yaml.safe_load((ROOT / "playbooks" / f"{PLAYBOOK}.yaml").read_text())
+    playbook["cooldown"] = "0s"
+    playbook["escalate"][0]["holds_for"] = "3s"
+    (playbooks_dir / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    server = start_server(env={"REMEDIATE_GPU_BACKEND": "simulated", "REMEDIATE_GPU_SIMULATOR_FILE": str(gpus.path)})
+    am = start_alertmanager(server.webhook_url, group_wait="1s", group_interval="1s", repeat_interval="1s")
+    labels = _hot_gpu_labels(gpus, 4)
+    max_mhz = gpus.clocks(labels["UUID"]).max_graphics_mhz
+    assert max_mhz is not None and gpus.clocks(labels["UUID"]).locked_graphics_mhz is None
+
+    capped = _fire_and_wait_until_lowered(server, am, gpus, labels)
+    locked_entry = server.wait_for_run(lambda e: e.get("rung") == 2, status="succeeded", playbook=PLAYBOOK)
+
+    locked = server.run(locked_entry["run_id"])
+    assert capped["rung"] == 1 and locked["rung"] == 2
+    assert locked["ladder"]["name"] == "lock-clocks" and "still firing" in locked["ladder"]["why"]
+    assert [(s["name"], s["status"]) for s in locked["steps"]] == [
+        ("lock-clocks", "succeeded"),
+        ("log-locked", "succeeded"),
+    ]
+    low, high = gpus.clocks(labels["UUID"]).locked_graphics_mhz or (0, 0)
+    assert high <= 0.7 * max_mhz and low <= high
+    assert gpus.device(labels["UUID"]).power_limit_mw == LOWERED_MW  # the cap stays while the ladder climbs
+
+    am.resolve(labels)
+    entry = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="succeeded", playbook=PLAYBOOK)
+    undo = server.run(entry["run_id"])
+    assert [s["name"] for s in undo["steps"]] == ["unlock-clocks", "restore-power-limit", "log-restored"]
+    assert "undoes rungs 2, 1" in entry["reason"]
+    assert gpus.clocks(labels["UUID"]).locked_graphics_mhz is None
+    assert gpus.device(labels["UUID"]).power_limit_mw == DEFAULT_MW
+    ladder = server.get("/ladders", target="node-a")
+    assert [(entry["playbook"], entry["rung"]) for entry in ladder["ladders"]] == [(PLAYBOOK, 2)]

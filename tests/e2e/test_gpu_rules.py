@@ -100,7 +100,9 @@ def test_every_alert_the_rules_fire_is_handled_by_the_shipped_playbooks(status: 
             assert evaluation.error is None, f"{evaluation.playbook.name}: {evaluation.error}"
             assert evaluation.target == node
         if acting:
-            steps = evaluations[acting].steps
+            evaluation = evaluations[acting]
+            # gpu-overheat is a ladder: its first rung (and that rung's undo) caps the power limit.
+            steps = evaluation.rungs[0].steps if evaluation.rungs else evaluation.steps
             gpu_steps = [s for s in steps if s.spec.action.startswith("gpu.")]
             assert [s.spec.action for s in gpu_steps] == [
                 "gpu.set_power_limit" if status == "firing" else "gpu.restore_power_limit"

@@ -62,19 +62,27 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
         quarantine = evaluations[QUARANTINE]
         assert quarantine.error is None, quarantine.error
         assert quarantine.target == (labels.get("Hostname") or labels["hostname"])
-        actions = [s.spec.action for s in quarantine.steps]
+        # A ladder: drain (after every training job of the node checkpointed), then reset the GPUs, then keep out.
+        rungs = [[s.spec.action for s in rung.steps] for rung in quarantine.rungs]
+        assert all(rung.error is None for rung in quarantine.rungs)
         if status == "firing":
-            assert actions == ["k8s.cordon", "k8s.taint", "k8s.drain", "notify.webhook"]
-            taint = quarantine.steps[1].params
+            assert rungs == [
+                ["training.checkpoint_node", "k8s.cordon", "k8s.taint", "k8s.drain", "notify.webhook"],
+                ["gpu.reset", "notify.webhook"],
+                ["k8s.cordon", "notify.webhook"],
+            ]
+            taint = quarantine.rungs[0].steps[2].params
             assert taint == {
                 "key": "remediate.io/gpu-unhealthy",
                 "value": alertname.lower(),
                 "effect": "NoSchedule",
                 "note": expected_annotations["summary"],
             }
+            assert quarantine.rungs[1].steps[0].params["gpu"] == "all"
         else:
-            assert actions == ["k8s.untaint", "k8s.uncordon", "notify.webhook"]
-            assert quarantine.steps[1].params["scope"] == "alert"
+            assert rungs == [["k8s.untaint", "k8s.uncordon"], [], []]
+            assert quarantine.rungs[0].steps[1].params["scope"] == "alert"
+            assert [s.spec.action for s in quarantine.steps] == ["notify.webhook"]
         checked += 1
     assert checked >= 9
 

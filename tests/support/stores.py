@@ -77,6 +77,7 @@ def step_details(store: AnyStore, run_id: int) -> list[dict[str, Any]]:
                 **{k: getattr(s, k) for k in ("name", "action", "where", "status", "error", "timeout", "retries")},
                 **{k: getattr(s, k) for k in ("started_at", "finished_at")},
                 "always": bool(s.always),
+                "continue_on_error": bool(s.continue_on_error),
                 "params": json.loads(s.params),
                 "plan": _loads(s.plan),
                 "result": _loads(s.result),

@@ -436,6 +436,70 @@ def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
 
 
 @BOTH_STORES
+def test_a_continue_on_error_step_that_fails_is_recorded_and_the_run_goes_on_to_succeed(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    metrics: Metrics,
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    """Issue 12: a best-effort step (checkpoint the node's jobs before a drain) must not stop the drain."""
+    run_id = queue(
+        make_engine,
+        ingest,
+        make_alert,
+        playbook(
+            {**step("test.broken"), "continue_on_error": True},
+            step("test.once", note="runs"),
+            {**step("test.broken"), "continue_on_error": True},
+        ),
+    )
+
+    assert executor.drain() == 1
+
+    first, once, last = steps_detail(store, run_id)
+    assert [(s["status"], s["error"], s["continue_on_error"]) for s in (first, last)] == [
+        ("failed", "permission denied", True)
+    ] * 2
+    assert (once["status"], once["continue_on_error"]) == ("succeeded", False)
+    assert len(actions["test.once"].executions) == 1
+    run = run_row(store, run_id)
+    assert (run.status, run.error, run.claimed_by) == ("succeeded", None, None)
+    assert metrics.runs == ["succeeded"]
+
+
+@BOTH_STORES
+def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_step(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    """A restart between a best-effort step's failure and the next step: the failure is not the run's."""
+    run_id = queue(
+        make_engine,
+        ingest,
+        make_alert,
+        playbook({**step("test.broken"), "continue_on_error": True}, step("test.once", note="runs")),
+    )
+    claimed = store.claim_run("other:1", T0)
+    assert claimed is not None and claimed.id == run_id
+    (broken, _) = store.steps_of(run_id)
+    store.start_attempt(broken.id, T0, lease=claimed.lease)
+    store.finish_step(broken.id, "failed", now=T0, error="permission denied", lease=claimed.lease)
+    store.requeue_claims(store.running_claims(), now=T0, own=True)
+
+    executor.drain()
+
+    assert len(actions["test.once"].executions) == 1
+    assert run_row(store, run_id).status == "succeeded"
+
+
+@BOTH_STORES
 def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:

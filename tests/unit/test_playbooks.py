@@ -139,6 +139,17 @@ def test_a_step_may_say_it_runs_always(registry: ActionRegistry) -> None:
     assert [s.always for s in playbook.steps] == [False, True]
 
 
+def test_a_step_may_say_its_failure_does_not_stop_the_run(registry: ActionRegistry) -> None:
+    steps = [
+        {"action": "log", "with": {"message": "a"}, "continue_on_error": True},
+        {"action": "log", "with": {"message": "b"}},
+    ]
+
+    playbook = parse_playbook(minimal(steps=steps), registry)
+
+    assert [s.continue_on_error for s in playbook.steps] == [True, False]
+
+
 def test_a_directory_loads_yaml_and_yml_files_in_name_order(tmp_path: Path, registry: ActionRegistry) -> None:
     write(tmp_path, "b.yml", yaml.safe_dump(minimal(name="second")))
     write(tmp_path, "a.yaml", yaml.safe_dump(minimal(name="first")))
@@ -301,6 +312,11 @@ def test_playbook_errors_name_the_file_the_playbook_and_the_field(
         ({"action": "log", "with": {"message": "x"}, "timeout": "later"}, "steps[0].timeout", "not a duration"),
         ({"action": "log", "with": {"message": "x"}, "name": ""}, "steps[0].name", "non-empty string"),
         ({"action": "log", "with": {"message": "x"}, "always": "yes"}, "steps[0].always", "true or false"),
+        (
+            {"action": "log", "with": {"message": "x"}, "continue_on_error": 1},
+            "steps[0].continue_on_error",
+            "true or false",
+        ),
     ],
 )
 def test_step_errors_name_the_step_and_its_field(registry: ActionRegistry, step: Any, field: str, message: str) -> None:

@@ -17,7 +17,7 @@ INTERFACE = {
     "settle_pending", "check_lease", "approve", "queue_depth", "pause_state", "set_paused", "writer",
     "guard_reader", "breaker_ledger", "breaker_view", "breaker_state", "memory", "history", "run_detail",
     "counts", "open", "upgrade", "schema_version", "write", "read", "ping", "probe_write", "check_file", "close",
-    "prune", "ladders", "reset_ladders",
+    "prune", "ladders", "reset_ladders", "report",
 }  # fmt: skip
 
 

@@ -92,6 +92,7 @@ def _make_version(url: str, version: int) -> None:
         if version < 8:
             # before version 8: no escalation ladders (no rung on runs, no ladders table)
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN rung"))
+            conn.execute(sa.text("ALTER TABLE steps DROP COLUMN continue_on_error"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
