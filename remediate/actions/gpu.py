@@ -246,12 +246,12 @@ class SetPowerLimitAction(_GpuAction):
                 # the new limit: keep the record, or a retry (finding it already there) and the restore
                 # would never know the original.
                 if not applied:
-                    self._undo_memory(ctx, key, before)
+                    put_memory_back(ctx, key, before)
                 if isinstance(exc, GpuError) and results:
                     raise _with_done(exc, results) from exc
                 raise
             if read_back != plan.target_mw:
-                self._undo_memory(ctx, key, before)
+                put_memory_back(ctx, key, before)
                 raise _with_done(
                     GpuError(
                         f"GPU {gpu.uuid}: set {_watts(plan.target_mw):g} W but read back {_watts(read_back):g} W "
@@ -273,12 +273,13 @@ class SetPowerLimitAction(_GpuAction):
             "notes": self._mig_note(params),
         }
 
-    @staticmethod
-    def _undo_memory(ctx: StepContext, key: str, before: dict[str, Any] | None) -> None:
-        if before is None:
-            ctx.memory.forget(key)
-        else:
-            ctx.memory.remember(key, before, run_id=int(before.get("run_id", ctx.run_id)))
+
+def put_memory_back(ctx: StepContext, key: str, before: dict[str, Any] | None) -> None:
+    """Put an action's memory of a GPU back as it was before this step (its change did not happen)."""
+    if before is None:
+        ctx.memory.forget(key)
+    else:
+        ctx.memory.remember(key, before, run_id=int(before.get("run_id", ctx.run_id)))
 
 
 class RestorePowerLimitAction(_GpuAction):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
-from remediate.actions.gpu import GPU_PARAM, _GpuAction, _percent, _with_done
+from remediate.actions.gpu import GPU_PARAM, _GpuAction, _percent, _with_done, put_memory_back
 from remediate.actions.gpu_state import describe_gpu
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ParamsError
@@ -151,14 +151,6 @@ def compute_lock(gpu: GpuInfo, clocks: ClockState, params: Mapping[str, Any]) ->
     return LockPlan(gpu, clocks, target, tuple(reasons))
 
 
-def forget_if_unchanged(ctx: StepContext, key: str, before: dict[str, Any] | None) -> None:
-    """Put the memory back as it was before this step (the lock did not change)."""
-    if before is None:
-        ctx.memory.forget(key)
-    else:
-        ctx.memory.remember(key, before, run_id=int(before.get("run_id", ctx.run_id)))
-
-
 class LockClocksAction(_GpuAction):
     name: ClassVar[str] = "gpu.lock_clocks"
     description: ClassVar[str] = (
@@ -251,12 +243,12 @@ class LockClocksAction(_GpuAction):
         try:
             lock(gpu.uuid, *plan.target)
         except Exception:
-            forget_if_unchanged(ctx, key, before)
+            put_memory_back(ctx, key, before)
             raise
         after = read_clocks(self.backend, gpu.uuid)
         if after.lock_known and after.locked_graphics_mhz != plan.target:
             # NVML said yes but the lock reads back otherwise: someone else holds the GPU's clocks, not us.
-            forget_if_unchanged(ctx, key, before)
+            put_memory_back(ctx, key, before)
             raise GpuError(
                 f"GPU {gpu.uuid}: locked {plan.target[0]}..{plan.target[1]} MHz but read back "
                 f"{after.locked_graphics_mhz} (another agent or the driver changed it)"

@@ -503,6 +503,7 @@ def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_
     with conn:
         conn.execute("DROP TABLE ladders")
         conn.execute("ALTER TABLE runs DROP COLUMN rung")
+        conn.execute("ALTER TABLE steps DROP COLUMN continue_on_error")
         conn.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
     conn.close()
     assert t.SCHEMA_VERSION == 8, "make this file a version SCHEMA_VERSION-1 one"
