@@ -557,3 +557,60 @@ def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refuse
         (posted,) = recorder.requests
         assert posted.json["run_id"] == run["id"]
         assert kube_api.pod("ml", "scratch-job-0") is not None  # refused: nothing evicted
+
+
+# --------------------------------------------------------------------------- the shipped quarantine ladder (issue 12)
+
+
+def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_the_node_out(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig], tmp_path: Path
+) -> None:
+    """An XID that stays reported: AlertManager re-sends the same occurrence; an hour after each rung the
+    next one runs (drain -> reset every GPU of the drained node -> keep out + ticket); the resolve undoes
+    the drain's cordon and taint."""
+    from remediate.gpu.simulator import SimulatedBackend
+    from tests.support.realsystems import WebhookRecorder
+
+    (node,) = cluster(kube_api, 1)
+    gpus = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
+    shipped = (Path(__file__).resolve().parents[2] / "playbooks" / "gpu-xid-quarantine.yaml").read_text()
+    alert = xid_alert(node)
+    now = time.time()
+    with WebhookRecorder(path="/remediate-events") as recorder:
+        rig = make_rig(
+            shipped.replace("http://127.0.0.1:9099/remediate-events", recorder.url),
+            gpu_backend="simulated",
+            gpu_simulator_file=gpus.path,
+        )
+        rig.start()
+
+        rig.ingest(alert, at=now)
+        rig.wait_idle()
+        early = rig.ingest(alert, at=now + 600)  # re-sent within holds_for: a duplicate of rung 1
+        for device in gpus.devices():  # the drain moved the training pods away: no process is left
+            gpus.update_device(device.uuid, processes=[])
+        rig.ingest(alert, at=now + 3600 + 1)
+        rig.wait_idle()
+        rig.ingest(alert, at=now + 7200 + 2)
+        rig.wait_idle()
+        rig.ingest({**alert, "status": "resolved", "endsAt": _iso(datetime.now(UTC))}, at=now + 7300)
+        rig.wait_idle()
+
+        firing = sorted((r for r in rig.runs() if r["phase"] == "firing"), key=lambda r: r["id"])
+        (undo,) = [r for r in rig.runs() if r["phase"] == "resolved"]
+        assert [d.decision.value for d in early.decisions if d.playbook == "gpu-xid-quarantine"] == ["duplicate"]
+        assert [(r["rung"], r["ladder"]["name"], r["status"]) for r in firing] == [
+            (1, "drain", "succeeded"),
+            (2, "reset-gpus", "succeeded"),
+            (3, "keep-out", "succeeded"),
+        ]
+        assert all("still firing" in r["ladder"]["why"] for r in firing[1:])
+        reset = {s["name"]: s for s in firing[1]["steps"]}["reset-gpus"]
+        assert reset["status"] == "succeeded"
+        assert [gpus.reset_count(g.uuid) for g in gpus.devices()] == [1, 1]
+        assert [s["name"] for s in undo["steps"]] == ["untaint", "uncordon", "notify-resolved"]
+        assert undo["status"] == "succeeded"
+        assert kube_api.node(node)["spec"].get("unschedulable") is None
+        messages = [r.json["message"] for r in recorder.requests]
+        assert [m.split(":")[0] for m in messages[:1]] == [f"Quarantined {node}"]
+        assert any(m.startswith("TICKET:") for m in messages)
