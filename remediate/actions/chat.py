@@ -122,7 +122,7 @@ class ChatMessage:
             state = "running"
         if self.mode == "approve":
             state += " (approved)"
-        return f"alert {self.alert_status}; {self.phase} steps {state}"
+        return f"alert {self.alert_status}; {'undo' if self.phase == 'resolved' else 'remediation'} {state}"
 
     @property
     def doing(self) -> str:
@@ -216,12 +216,13 @@ def _slack_button(text: str, url: str, action_id: str, *, style: str | None = No
 
 # --------------------------------------------------------------------------- Microsoft Teams
 
-_TEAMS_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-!~|])")
+_TEAMS_MARKDOWN = re.compile(r"([\\`*_~\[\]])")
 
 
 def escape_teams(text: str) -> str:
-    """Adaptive Card TextBlocks render a Markdown subset (`[text](url)` links, emphasis, lists): each control
-    character gets a backslash, so a label shows as typed and cannot add a link."""
+    """Adaptive Card TextBlocks render a Markdown subset: `[text](url)` links and emphasis. Their control
+    characters get a backslash, so a label shows as typed and cannot dress a link as other text (a bare URL
+    stays a visible URL; cards render no HTML and Teams mentions need the card's own `msteams` entities)."""
     return _TEAMS_MARKDOWN.sub(r"\\\1", text)
 
 
@@ -315,7 +316,9 @@ class ChatWebhookAction(Action):
     idempotent: ClassVar[bool] = False
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
-            "url": Param(str, static=True, check=check_url, doc="the webhook URL, written in the playbook"),
+            "url": Param(
+                str, static=True, check=check_url, doc="the webhook URL, written in the playbook (or url_file)"
+            ),
             "url_file": Param(
                 str,
                 static=True,
@@ -323,7 +326,7 @@ class ChatWebhookAction(Action):
                 doc="file holding the webhook URL (a mounted Kubernetes Secret), read when the step runs",
             ),
             "message": Param(str, default="", doc="a line of your own under the alert's summary; may use templates"),
-            "timeout": Param(float, default=10.0, check=_check_timeout),
+            "timeout": Param(float, default=10.0, check=_check_timeout, doc="seconds to wait for the answer"),
         }
     )
 
