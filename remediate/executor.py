@@ -586,6 +586,7 @@ class Executor:
             stopping=self._stopping,
             mode=run.mode,
             phase=run.phase,
+            rung=run.rung,
             steps=tuple(StepView(s.idx, s.name, s.action, str(s.status), s.error) for s in steps),
         )
 

@@ -126,6 +126,8 @@ class StepContext:
     """The run's mode: enforce, dry-run or approve (an approve-mode run executes once a person approved it)."""
     phase: str = "firing"
     """firing (the playbook's steps) or resolved (its on_resolved steps)."""
+    rung: int | None = None
+    """The escalation ladder's rung (1 = the gentlest) the run is for; None for a playbook without `escalate`."""
     steps: tuple[StepView, ...] = ()
     """Every step of the run, this one included, as the store had them when this step began (the executor
     fills it; empty elsewhere). Lets a notification say what the earlier steps did."""

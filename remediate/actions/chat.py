@@ -80,6 +80,8 @@ class ChatMessage:
     steps: tuple[StepLine, ...]
     run_url: str | None
     """`{public_url}/ui/runs/<id>`; None without public_url (the message then says `run <id>`, no link)."""
+    rung: int | None = None
+    """The escalation ladder's rung (1 = the gentlest); None without a ladder."""
     awaiting_approval: bool = False
     """The run waits for a person: an Approve button, to the run page (which carries the approve form)."""
     sent_at: datetime | None = None
@@ -101,6 +103,7 @@ class ChatMessage:
                 StepLine(s.index, s.name, s.action, s.status, s.error, s.index == ctx.step_index) for s in ctx.steps
             ),
             run_url=run_page_url(public_url, ctx.run_id),
+            rung=ctx.rung,
             sent_at=datetime.now(UTC),
         )
 
@@ -133,7 +136,8 @@ class ChatMessage:
     @property
     def context(self) -> str:
         when = (self.sent_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
-        return f"{self.run_text} · playbook {self.playbook} · mode {self.mode} · {when}"
+        rung = f" · rung {self.rung}" if self.rung is not None else ""
+        return f"{self.run_text} · playbook {self.playbook}{rung} · mode {self.mode} · {when}"
 
 
 def run_page_url(public_url: str | None, run_id: int) -> str | None:

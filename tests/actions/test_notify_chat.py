@@ -31,6 +31,7 @@ from remediate.store import Store
 from tests.actions.test_notify import _Redirector
 from tests.support.realsystems import WebhookRecorder
 from tests.support.store_json import run_json_of
+from tests.support.stores import EVERY_STORE
 
 PUBLIC_URL = "https://remediate.example.com"
 ALERT = {
@@ -429,3 +430,36 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
         assert "4. after (log): pending" in text
     assert f"{PUBLIC_URL}/ui/runs/{decision.run_id}" in json.dumps(request.json)
     assert "GPU 5" in text
+
+
+@EVERY_STORE
+def test_through_the_executor_a_ladder_run_names_its_rung(
+    recorder: WebhookRecorder,
+    store: Store,
+    ingest: Callable[..., IngestResult],
+    make_alert: Callable[..., dict[str, Any]],
+) -> None:
+    registry = default_registry(Settings(public_url=PUBLIC_URL))
+    playbook = {
+        "name": "xid-ladder",
+        "match": {"alertname": "GpuXidError"},
+        "escalate": [
+            {
+                "name": "tell",
+                "holds_for": "30m",
+                "steps": [{"action": "notify.slack", "with": {"url": recorder.url}}],
+            }
+        ],
+    }
+    engine = Engine(
+        store=store,
+        playbooks=PlaybookSet([parse_playbook(playbook, registry, source="xid-ladder.yaml")]),
+        registry=registry,
+        server_mode="enforce",
+    )
+    (decision,) = ingest(engine, make_alert("GpuXidError"), at=1_767_225_600.0).decisions
+    Executor(store=store, registry=registry, retry_wait_max=0.01).drain()
+
+    (request,) = recorder.requests
+    context_text = request.json["blocks"][-2]["elements"][0]["text"]
+    assert context_text.startswith(f"run {decision.run_id} · playbook xid-ladder · rung 1 · mode enforce · ")
