@@ -26,6 +26,7 @@ from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.notify import check_url, idempotency_key, post_json
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError, ParamsError
+from remediate.runs import StepStatus
 
 # Slack's documented limits (api.slack.com/reference/block-kit/blocks).
 SLACK_HEADER_MAX = 150
@@ -39,13 +40,13 @@ MAX_URL_FILE_BYTES = 4096
 ELLIPSIS = "…"
 
 _STEP_MARK = {
-    "succeeded": "✅",
-    "planned": "📝",
-    "failed": "❌",
-    "skipped": "⏭",
-    "interrupted": "⚠️",
-    "running": "⏳",
-    "pending": "•",
+    StepStatus.SUCCEEDED: "✅",
+    StepStatus.PLANNED: "📝",
+    StepStatus.FAILED: "❌",
+    StepStatus.SKIPPED: "⏭",
+    StepStatus.INTERRUPTED: "⚠️",
+    StepStatus.RUNNING: "⏳",
+    StepStatus.PENDING: "•",
 }
 
 
@@ -116,7 +117,7 @@ class ChatMessage:
         """The run's state as this message sees it, in a few words."""
         if self.awaiting_approval:
             return "waiting for approval"
-        failed = [s for s in self.steps if s.status == "failed" and not s.current]
+        failed = [s for s in self.steps if s.status == StepStatus.FAILED and not s.current]
         if self.mode == "dry-run":
             state = "dry run: planning only, nothing is changed"
         elif failed:
