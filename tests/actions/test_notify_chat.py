@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,22 +27,12 @@ from remediate.errors import ActionError, AmbiguousActionError, ParamsError, Pla
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
-from tests.actions.test_notify import _Redirector
+from tests.actions.test_notify import ALERT, _Redirector, closed_port
 from tests.support.realsystems import WebhookRecorder
 from tests.support.store_json import run_json_of
 from tests.support.stores import EVERY_STORE
 
 PUBLIC_URL = "https://remediate.example.com"
-ALERT = {
-    "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},
-    "annotations": {"summary": "GPU 3 fell off the bus (Xid 79)"},
-    "status": "firing",
-    "alertname": "GpuXidError",
-    "fingerprint": "c5801e9cde93e74f",
-    "startsAt": "2026-01-01T00:00:00Z",
-    "endsAt": "",
-    "generatorURL": "http://prometheus/graph",
-}
 STEPS = (
     StepView(0, "cordon", "k8s.cordon", "succeeded"),
     StepView(1, "drain", "k8s.drain", "failed", "pods did not leave within 5m"),
@@ -167,7 +156,7 @@ def test_slack_posts_a_block_kit_message_with_what_fired_what_was_done_and_a_run
     check_slack_shape(body)
     header, about, steps, fields, context_block, actions = body["blocks"]
     assert header["text"]["text"] == "🔥 GpuXidError on node-a"
-    assert about["text"]["text"] == "GPU 3 fell off the bus (Xid 79)\nPaging ml-infra"
+    assert about["text"]["text"] == "GPU 3 Xid error\nPaging ml-infra"
     assert steps["text"]["text"].splitlines() == [
         "remediate runs playbook gpu-xid (4 steps):",
         "✅ 1. *cordon* `k8s.cordon`: succeeded",
@@ -251,7 +240,7 @@ def test_teams_posts_an_adaptive_card_with_the_same_content_and_an_open_url_acti
     texts = teams_texts(card)
     assert texts[:4] == [
         "GpuXidError on node-a",
-        "GPU 3 fell off the bus (Xid 79)",
+        "GPU 3 Xid error",
         "Paging ml-infra",
         "remediate runs playbook gpu-xid (4 steps):",
     ]
@@ -343,12 +332,6 @@ def test_plan_shows_the_message_and_sends_nothing(recorder: WebhookRecorder, kin
     assert recorder.requests == []
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_errors_are_classified_as_notify_webhook_does(recorder: WebhookRecorder, kind: type[ChatWebhookAction]) -> None:
     action = make(kind)
@@ -361,7 +344,7 @@ def test_errors_are_classified_as_notify_webhook_does(recorder: WebhookRecorder,
         action.execute(action.validate({"url": recorder.url}), context())
     assert not isinstance(info.value, RetryableActionError | AmbiguousActionError)
     with pytest.raises(RetryableActionError, match="failed"):
-        action.execute(action.validate({"url": f"http://127.0.0.1:{_closed_port()}/hook"}), context())
+        action.execute(action.validate({"url": f"http://127.0.0.1:{closed_port()}/hook"}), context())
     redirector = _Redirector(302, recorder.url)
     recorder.clear()
     try:
@@ -375,6 +358,22 @@ def test_errors_are_classified_as_notify_webhook_does(recorder: WebhookRecorder,
 # --------------------------------------------------------------------------- through the engine and executor
 
 
+def run_through_the_executor(
+    store: Store, ingest: Callable[..., IngestResult], alert: dict[str, Any], playbook: dict[str, Any]
+) -> int:
+    """Ingest `alert` for `playbook` (actions built with public_url) and drain the executor; the run's id."""
+    registry = default_registry(Settings(public_url=PUBLIC_URL))
+    engine = Engine(
+        store=store,
+        playbooks=PlaybookSet([parse_playbook(playbook, registry, source=f"{playbook['name']}.yaml")]),
+        registry=registry,
+        server_mode="enforce",
+    )
+    (decision,) = ingest(engine, alert, at=1_767_225_600.0).decisions
+    Executor(store=store, registry=registry, retry_wait_max=0.01).drain()
+    return decision.run_id
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
     recorder: WebhookRecorder,
@@ -383,7 +382,6 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
     make_alert: Callable[..., dict[str, Any]],
     kind: type[ChatWebhookAction],
 ) -> None:
-    registry = default_registry(Settings(public_url=PUBLIC_URL))
     playbook = {
         "name": "gpu-xid",
         "match": {"alertname": "GpuXidError"},
@@ -392,7 +390,7 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
             {
                 "name": "tell the old hook",
                 "action": "notify.webhook",
-                "with": {"url": f"http://127.0.0.1:{_closed_port()}/gone"},
+                "with": {"url": f"http://127.0.0.1:{closed_port()}/gone"},
                 "continue_on_error": True,
             },
             {
@@ -403,16 +401,9 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
             {"name": "after", "action": "log", "with": {"message": "done"}},
         ],
     }
-    engine = Engine(
-        store=store,
-        playbooks=PlaybookSet([parse_playbook(playbook, registry, source="gpu-xid.yaml")]),
-        registry=registry,
-        server_mode="enforce",
-    )
-    (decision,) = ingest(engine, make_alert("GpuXidError", labels={"gpu": "5"}), at=1_767_225_600.0).decisions
-    Executor(store=store, registry=registry, retry_wait_max=0.01).drain()
+    run_id = run_through_the_executor(store, ingest, make_alert("GpuXidError", labels={"gpu": "5"}), playbook)
 
-    detail = run_json_of(store, decision.run_id)
+    detail = run_json_of(store, run_id)
     assert [s["status"] for s in detail["steps"]] == ["succeeded", "failed", "succeeded", "succeeded"]
     (request,) = recorder.requests
     if kind is NotifySlackAction:
@@ -428,7 +419,7 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
         assert "2. tell the old hook (notify.webhook): failed: POST http://127.0.0.1:" in text
         assert "3. tell on-call (notify.teams): this message" in text
         assert "4. after (log): pending" in text
-    assert f"{PUBLIC_URL}/ui/runs/{decision.run_id}" in json.dumps(request.json)
+    assert f"{PUBLIC_URL}/ui/runs/{run_id}" in json.dumps(request.json)
     assert "GPU 5" in text
 
 
@@ -439,7 +430,6 @@ def test_through_the_executor_a_ladder_run_names_its_rung(
     ingest: Callable[..., IngestResult],
     make_alert: Callable[..., dict[str, Any]],
 ) -> None:
-    registry = default_registry(Settings(public_url=PUBLIC_URL))
     playbook = {
         "name": "xid-ladder",
         "match": {"alertname": "GpuXidError"},
@@ -451,15 +441,8 @@ def test_through_the_executor_a_ladder_run_names_its_rung(
             }
         ],
     }
-    engine = Engine(
-        store=store,
-        playbooks=PlaybookSet([parse_playbook(playbook, registry, source="xid-ladder.yaml")]),
-        registry=registry,
-        server_mode="enforce",
-    )
-    (decision,) = ingest(engine, make_alert("GpuXidError"), at=1_767_225_600.0).decisions
-    Executor(store=store, registry=registry, retry_wait_max=0.01).drain()
+    run_id = run_through_the_executor(store, ingest, make_alert("GpuXidError"), playbook)
 
     (request,) = recorder.requests
     context_text = request.json["blocks"][-2]["elements"][0]["text"]
-    assert context_text.startswith(f"run {decision.run_id} · playbook xid-ladder · rung 1 · mode enforce · ")
+    assert context_text.startswith(f"run {run_id} · playbook xid-ladder · rung 1 · mode enforce · ")
