@@ -239,7 +239,6 @@ def teams_card(msg: ChatMessage) -> dict[str, Any]:
             "text": clip(escape_teams(f"{'Resolved: ' if msg.alert_status == 'resolved' else ''}{msg.title}"), 300),
             "size": "Large",
             "weight": "Bolder",
-            "style": "heading",
             "wrap": True,
         }
     ]

@@ -22,6 +22,7 @@ from remediate.actions.notify_slack import NotifySlackAction
 from remediate.actions.notify_teams import NotifyTeamsAction
 from remediate.alerts import alert_ref
 from remediate.config import Settings
+from remediate.dryrun import dry_run
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, PlaybookError, RetryableActionError
 from remediate.executor import Executor
@@ -446,3 +447,31 @@ def test_through_the_executor_a_ladder_run_names_its_rung(
     (request,) = recorder.requests
     context_text = request.json["blocks"][-2]["elements"][0]["text"]
     assert context_text.startswith(f"run {run_id} · playbook xid-ladder · rung 1 · mode enforce · ")
+
+
+def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(
+    tmp_path: Path, make_alert: Callable[..., dict[str, Any]], make_notification: Callable[..., dict[str, Any]]
+) -> None:
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "xid.yaml").write_text(
+        "name: xid\nmatch: {alertname: GpuXidError}\nsteps:\n"
+        "  - {name: note it, action: log, with: {message: hi}}\n"
+        "  - {name: tell, action: notify.slack, with: {url: 'https://hooks.slack.test/services/T/B/X'}}\n"
+    )
+    settings = Settings(
+        playbooks=tmp_path / "playbooks",
+        database_url=f"sqlite:///{tmp_path / 'absent.db'}",
+        public_url=PUBLIC_URL,
+    )
+
+    report = dry_run(settings, make_notification(make_alert("GpuXidError")), now=1_767_225_600.0)
+
+    (playbook,) = report["alerts"][0]["playbooks"]
+    plan = playbook["steps"][1]["plan"]
+    assert plan["would_post_to"] == "https://hooks.slack.test/services/T/B/X"
+    check_slack_shape(plan["body"])
+    assert "✅" not in plan["body"]["blocks"][1]["text"]["text"]  # nothing has run
+    assert plan["body"]["blocks"][1]["text"]["text"].splitlines()[1:] == [
+        "• 1. *note it* `log`: pending",
+        "• 2. *tell* `notify.slack`: this message",
+    ]
