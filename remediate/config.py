@@ -182,6 +182,11 @@ class Settings:
     report_job_labels: tuple[str, ...] = ("training_job", "job")
     """Alert labels naming an incident's training job in the report and /metrics, in order (the first wins)."""
 
+    # --- links in chat messages (issue 13)
+    public_url: str | None = None
+    """remediate's base URL as people reach it (e.g. https://remediate.example.com): notify.slack and notify.teams
+    link to `{public_url}/ui/runs/<id>`. Unset: their messages carry no links."""
+
     # --- circuit breaker of cluster actions (k8s.cordon, k8s.taint, k8s.drain)
     breaker_max_fraction: float = 0.10
     """At most this share of the (selected) nodes held by remediate now or changed within the window."""
@@ -571,6 +576,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "breaker_node_selector": _to_optional_str,
     "breaker_stale_horizon": _to_seconds,
     "prometheus_url": lambda value: _to_optional_url(value, "prometheus_url"),
+    "public_url": lambda value: _to_optional_url(value, "public_url"),
     "prometheus_bearer_token_file": _to_optional_path,
     "report_window": _to_seconds,
     "report_cache": _to_seconds,

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from remediate.actions import default_registry
-from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext
+from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext, StepView
 from remediate.alerts import Notification, parse_notification
 from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
 from remediate.config import Settings
 from remediate.engine import Engine, Judged
 from remediate.playbooks import load_playbooks
 from remediate.runners import Dispatch
+from remediate.runs import StepStatus
 from remediate.schema import SCHEMA_VERSION
 from remediate.store import Store
 
@@ -91,6 +92,8 @@ def _report(
                 continue
             ev = j.evaluation
             steps = []
+            # What a notification step's plan shows of the run: every step, none run yet.
+            views = tuple(StepView(i, s.spec.name, s.spec.action, StepStatus.PENDING) for i, s in enumerate(ev.steps))
             for step_index, step in enumerate(ev.steps):
                 action = registry.get(step.spec.action)
                 ctx = StepContext(
@@ -101,6 +104,7 @@ def _report(
                     alert=alert.ref(),
                     memory=memory,
                     breaker=breaker,
+                    steps=views,
                 )
                 item: dict[str, Any] = {
                     "index": step_index,

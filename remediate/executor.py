@@ -51,7 +51,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from remediate.actions.base import Action, ActionRegistry, StepContext
+from remediate.actions.base import Action, ActionRegistry, StepContext, StepView
 from remediate.alerts import alert_ref
 from remediate.breaker import CircuitBreaker
 from remediate.deadline import StepTimeout, call_with_deadline
@@ -448,7 +448,7 @@ class Executor:
             )
             return fail(message, status=StepStatus.INTERRUPTED)
         deadline = started + step.timeout
-        ctx = self._step_context(run, step, deadline)
+        ctx = self._step_context(run, step, deadline, steps=self.store.steps_of(run.id))
         runner = self.dispatch.runner_for(action, run.target)
         try:
             plan = runner.stamp(self._plan(runner, action, params, ctx, step))
@@ -569,8 +569,11 @@ class Executor:
             raise ActionError(str(exc)) from exc
         raise ActionError("no attempt was made (step deadline already passed)")
 
-    def _step_context(self, run: ClaimedRun, step: StepRecord, deadline: float) -> StepContext:
-        """What an action sees of the run for `step`; `deadline` on the time.monotonic() clock."""
+    def _step_context(
+        self, run: ClaimedRun, step: StepRecord, deadline: float, *, steps: Sequence[StepRecord] = ()
+    ) -> StepContext:
+        """What an action sees of the run for `step`; `deadline` on the time.monotonic() clock; `steps`: the
+        run's steps as the store has them now (what a notification reports)."""
         return StepContext(
             run_id=run.id,
             step_index=step.idx,
@@ -581,6 +584,10 @@ class Executor:
             memory=self.memory,
             breaker=self.breaker,
             stopping=self._stopping,
+            mode=run.mode,
+            phase=run.phase,
+            rung=run.rung,
+            steps=tuple(StepView(s.idx, s.name, s.action, str(s.status), s.error) for s in steps),
         )
 
     def reconcile_pending(self) -> int:

@@ -103,6 +103,8 @@ class ClaimedRun:
     generation: int = 0
     """The run's claim_generation after this claim (see RunLease)."""
     worker: str = ""
+    rung: int | None = None
+    """The escalation ladder's rung (1 = the gentlest) this run is for; None for a playbook without `escalate`."""
 
     @property
     def lease(self) -> RunLease:

@@ -21,6 +21,7 @@ from remediate.actions.base import (
     ActionRegistry,
     InMemoryMemory,
     StepContext,
+    StepView,
     Where,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "ActionRegistry",
     "InMemoryMemory",
     "StepContext",
+    "StepView",
     "Where",
     "action_classes",
     "default_registry",

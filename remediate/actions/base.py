@@ -92,6 +92,18 @@ class NodeBreaker(Protocol):
 
 
 @dataclass(frozen=True)
+class StepView:
+    """One step of the run as an action sees it (`StepContext.steps`): read-only, for messages reporting progress."""
+
+    index: int
+    name: str
+    action: str
+    status: str
+    """pending, running, succeeded, failed, planned, skipped, ... (remediate.runs.StepStatus) when the step began."""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class StepContext:
     """What an action may know about the step it runs for."""
 
@@ -110,6 +122,15 @@ class StepContext:
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set by Executor.stop (SIGTERM): an action that waits should stop waiting, undo what has not taken
     effect yet (e.g. withdraw an unclaimed command) and fail with that reason."""
+    mode: str = "enforce"
+    """The run's mode: enforce, dry-run or approve (an approve-mode run executes once a person approved it)."""
+    phase: str = "firing"
+    """firing (the playbook's steps) or resolved (its on_resolved steps)."""
+    rung: int | None = None
+    """The escalation ladder's rung (1 = the gentlest) the run is for; None for a playbook without `escalate`."""
+    steps: tuple[StepView, ...] = ()
+    """Every step of the run, this one included, as the store had them when this step began (the executor
+    fills it; empty elsewhere). Lets a notification say what the earlier steps did."""
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

@@ -35,7 +35,8 @@ from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 
 
-def _check_url(url: str) -> str | None:
+def check_url(url: str) -> str | None:
+    """None when `url` is an absolute http(s) URL, else what is wrong (a Param check)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an absolute http:// or https:// URL"
@@ -113,7 +114,7 @@ class NotifyWebhookAction(Action):
     )
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
-            "url": Param(str, required=True, static=True, check=_check_url, doc="where to POST"),
+            "url": Param(str, required=True, static=True, check=check_url, doc="where to POST"),
             "message": Param(str, default="", doc="free text added to the summary; may use templates"),
             "headers": Param(
                 dict, static=True, check=_check_headers, doc="extra HTTP headers, stored and shown: no credentials"
@@ -169,31 +170,44 @@ class NotifyWebhookAction(Action):
         url = params["url"]
         timeout = min(params["timeout"], max(ctx.remaining(), 0.1))
         headers = {"Idempotency-Key": idempotency_key(ctx), **self._headers(params)}
-        try:
-            # Never follow a redirect: it would send the body (and the secret headers) to another URL.
-            response = self._session.post(
-                url, json=self.summary(params, ctx), headers=headers, timeout=timeout, allow_redirects=False
-            )
-        except requests.RequestException as exc:
-            if request_not_sent(exc):
-                raise RetryableActionError(f"POST {url} failed: {exc.__class__.__name__}: {exc}") from exc
-            if isinstance(exc, requests.ConnectionError | requests.Timeout):
-                raise AmbiguousActionError(
-                    f"POST {url} failed after sending: {exc.__class__.__name__}: {exc}; the receiver may have "
-                    "got it, so it is not sent again"
-                ) from exc
-            raise ActionError(f"POST {url} failed: {exc}") from exc
-        if response.status_code == 429 or response.status_code >= 500:
+        status = post_json(self._session, url, self.summary(params, ctx), headers=headers, timeout=timeout)
+        return {"posted_to": url, "status_code": status}
+
+
+def post_json(
+    session: requests.Session, url: str, body: Any, *, headers: Mapping[str, str], timeout: float, shown_url: str = ""
+) -> int:
+    """POST `body` as JSON to `url` once, never following a redirect; the answer's status code (2xx).
+
+    Raises RetryableActionError when nothing was sent, AmbiguousActionError when the receiver may have got it
+    (no answer in time, connection dropped after sending, 5xx, 429), ActionError otherwise (4xx, 3xx).
+    `shown_url` replaces the URL in errors where the URL itself is a secret (a chat webhook's).
+    """
+    shown = shown_url or url
+    try:
+        # Never follow a redirect: it would send the body (and the secret headers) to another URL.
+        response = session.post(url, json=body, headers=dict(headers), timeout=timeout, allow_redirects=False)
+    except requests.RequestException as exc:
+        # requests names the URL in its messages: leave it out where it is a secret.
+        detail = exc.__class__.__name__ if shown_url else f"{exc.__class__.__name__}: {exc}"
+        if request_not_sent(exc):
+            raise RetryableActionError(f"POST {shown} failed: {detail}") from exc
+        if isinstance(exc, requests.ConnectionError | requests.Timeout):
             raise AmbiguousActionError(
-                f"POST {url} answered {response.status_code}: {response.text[:200]}; the receiver got it "
-                "and may have acted on it, so it is not sent again"
-            )
-        if response.status_code >= 400:
-            raise ActionError(f"POST {url} answered {response.status_code}: {response.text[:200]}")
-        if 300 <= response.status_code < 400:
-            location = response.headers.get("Location", "(no Location)")[:300]
-            raise ActionError(
-                f"POST {url} answered {response.status_code} redirecting to {location}: not followed; "
-                "put the final URL in the playbook"
-            )
-        return {"posted_to": url, "status_code": response.status_code}
+                f"POST {shown} failed after sending: {detail}; the receiver may have got it, so it is not sent again"
+            ) from exc
+        raise ActionError(f"POST {shown} failed: {detail if shown_url else exc}") from exc
+    if response.status_code == 429 or response.status_code >= 500:
+        raise AmbiguousActionError(
+            f"POST {shown} answered {response.status_code}: {response.text[:200]}; the receiver got it "
+            "and may have acted on it, so it is not sent again"
+        )
+    if response.status_code >= 400:
+        raise ActionError(f"POST {shown} answered {response.status_code}: {response.text[:200]}")
+    if 300 <= response.status_code < 400:
+        location = response.headers.get("Location", "(no Location)")[:300]
+        raise ActionError(
+            f"POST {shown} answered {response.status_code} redirecting to {location}: not followed; "
+            "put the final URL in the playbook"
+        )
+    return response.status_code

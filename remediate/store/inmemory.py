@@ -242,7 +242,15 @@ class InMemoryStore:
             context = self._alert_context(run)
             generation = int(run["claim_generation"])
         return ClaimedRun(
-            run["id"], run["playbook"], run["target"], run["phase"], run["mode"], context, generation, worker
+            run["id"],
+            run["playbook"],
+            run["target"],
+            run["phase"],
+            run["mode"],
+            context,
+            generation,
+            worker,
+            rung=run.get("rung"),
         )
 
     def _free(self, run: Row) -> bool:

@@ -154,7 +154,9 @@ class RunQueue:
             sync_decision_status(conn, run_id, RunStatus.RUNNING)
             row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
         context = alert_context(row)
-        return ClaimedRun(row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker)
+        return ClaimedRun(
+            row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker, rung=row.rung
+        )
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self._tx.read() as conn:

@@ -338,3 +338,15 @@ def test_prometheus_url_must_be_an_http_url_and_loses_its_trailing_slash() -> No
     assert load_settings(env={}).prometheus_url is None
     with pytest.raises(ConfigError, match="prometheus_url must be an absolute http"):
         load_settings(env={"REMEDIATE_PROMETHEUS_URL": "prometheus:9090"})
+
+
+def test_public_url_builds_links_and_loses_its_trailing_slash(tmp_path: Path) -> None:
+    assert load_settings(env={"REMEDIATE_PUBLIC_URL": "https://remediate.example.com/"}).public_url == (
+        "https://remediate.example.com"
+    )
+    config = tmp_path / "remediate.yaml"
+    config.write_text("public_url: http://10.0.0.5:9095/remediate/\n")
+    assert load_settings(config_file=config, env={}).public_url == "http://10.0.0.5:9095/remediate"
+    assert load_settings(env={}).public_url is None
+    with pytest.raises(ConfigError, match="public_url must be an absolute http"):
+        load_settings(env={"REMEDIATE_PUBLIC_URL": "remediate.example.com"})

@@ -1,0 +1,95 @@
+"""remediate.actions.chat: the chat message's content, its escaping and its limits, with no HTTP."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from remediate.actions.base import StepContext, StepView
+from remediate.actions.chat import (
+    ChatMessage,
+    clip,
+    escape_mrkdwn,
+    escape_teams,
+    run_page_url,
+    slack_blocks,
+    teams_card,
+)
+from remediate.alertref import AlertRef
+
+ALERT = AlertRef(alertname="GpuXidError", status="firing", annotations={"summary": "GPU 3 fell off the bus"})
+
+
+def message(**ctx_fields: object) -> ChatMessage:
+    fields: dict[str, object] = {
+        "run_id": 9,
+        "step_index": 1,
+        "playbook": "gpu-xid",
+        "target": "node-a",
+        "alert": ALERT,
+        "steps": (StepView(0, "drain", "k8s.drain", "succeeded"), StepView(1, "tell", "notify.slack", "pending")),
+    }
+    fields.update(ctx_fields)
+    return ChatMessage.of_step(StepContext(**fields), public_url="https://remediate.example.com")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("public_url", "expected"),
+    [
+        ("https://remediate.example.com", "https://remediate.example.com/ui/runs/9"),
+        ("https://example.com/remediate/", "https://example.com/remediate/ui/runs/9"),
+        (None, None),
+    ],
+)
+def test_run_page_url(public_url: str | None, expected: str | None) -> None:
+    assert run_page_url(public_url, 9) == expected
+
+
+def test_clip_keeps_short_text_and_cuts_long_text_with_an_ellipsis_never_inside_an_escape() -> None:
+    assert clip("abc", 3) == "abc"
+    assert clip("abcdef", 4) == "abc…"
+    assert clip("ab&amp;cd", 5) == "ab…"  # "ab&a…" would show a broken entity
+    assert clip("ab&amp;cd", 8) == "ab&amp;…"
+
+
+def test_escape_mrkdwn_neutralises_links_and_mentions() -> None:
+    assert escape_mrkdwn("<!channel> <https://evil|x> a&b") == "&lt;!channel&gt; &lt;https://evil|x&gt; a&amp;b"
+
+
+def test_escape_teams_neutralises_markdown_links_and_emphasis_only() -> None:
+    assert escape_teams("[x](https://evil) **b** _i_ node-a (ok)") == r"\[x\](https://evil) \*\*b\*\* \_i\_ node-a (ok)"
+
+
+def test_an_approve_button_to_the_run_page_while_the_run_waits_for_approval() -> None:
+    waiting = dataclasses.replace(message(mode="approve"), awaiting_approval=True)
+
+    slack_buttons = next(b for b in slack_blocks(waiting)["blocks"] if b["type"] == "actions")["elements"]
+    teams_actions = teams_card(waiting)["attachments"][0]["content"]["actions"]
+
+    page = "https://remediate.example.com/ui/runs/9"
+    assert [(b["text"]["text"], b["url"], b.get("style")) for b in slack_buttons] == [
+        ("Open run 9", page, None),
+        ("Approve", page, "primary"),
+    ]
+    assert [(a["title"], a["url"]) for a in teams_actions] == [("Open run 9", page), ("Approve", page)]
+    assert waiting.status == "waiting for approval"
+    # A running approve-mode run was approved already: no Approve button.
+    assert [b["text"]["text"] for b in slack_blocks(message(mode="approve"))["blocks"][-1]["elements"]] == [
+        "Open run 9"
+    ]
+    assert message(mode="approve").status == "alert firing; remediation running (approved)"
+
+
+def test_status_says_dry_run_and_undo() -> None:
+    assert message(mode="dry-run").status == "alert firing; remediation dry run: planning only, nothing is changed"
+    resolved = message(phase="resolved", alert=dataclasses.replace(ALERT, status="resolved"))
+    assert resolved.status == "alert resolved; undo running"
+    assert resolved.doing == "remediate undoes playbook gpu-xid (2 steps):"
+    assert slack_blocks(resolved)["blocks"][0]["text"]["text"] == "✅ resolved: GpuXidError on node-a"
+
+
+def test_the_description_annotation_stands_in_for_a_missing_summary() -> None:
+    described = message(alert=AlertRef(alertname="DiskFull", annotations={"description": "/data is 99% full"}))
+    assert described.summary == "/data is 99% full"
+    assert message(alert=AlertRef(alertname="DiskFull")).summary == ""
