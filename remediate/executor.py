@@ -448,7 +448,7 @@ class Executor:
             )
             return fail(message, status=StepStatus.INTERRUPTED)
         deadline = started + step.timeout
-        ctx = self._step_context(run, step, deadline, steps=self.store.steps_of(run.id))
+        ctx = self._step_context(run, step, deadline, steps=self.store.steps_of(run.id) if action.reports_run else ())
         runner = self.dispatch.runner_for(action, run.target)
         try:
             plan = runner.stamp(self._plan(runner, action, params, ctx, step))

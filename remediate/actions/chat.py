@@ -318,6 +318,7 @@ class ChatWebhookAction(Action):
 
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = False
+    reports_run: ClassVar[bool] = True
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
             "url": Param(
