@@ -182,6 +182,13 @@ class Settings:
     report_job_labels: tuple[str, ...] = ("training_job", "job")
     """Alert labels naming an incident's training job in the report and /metrics, in order (the first wins)."""
 
+    # --- Grafana annotations of executed runs (issue 13, docs/grafana.md)
+    grafana_url: str | None = None
+    """Base URL of a Grafana (http/https): each executed run (succeeded or failed) is posted to its
+    /api/annotations. Unset: no annotations."""
+    grafana_token_file: Path | None = None
+    """File holding a Grafana service-account token (read once at start, never logged)."""
+
     # --- circuit breaker of cluster actions (k8s.cordon, k8s.taint, k8s.drain)
     breaker_max_fraction: float = 0.10
     """At most this share of the (selected) nodes held by remediate now or changed within the window."""
@@ -233,6 +240,9 @@ class Settings:
 
     def resolved_agent_node_token(self) -> str | None:
         return _secret(self.agent_node_token, self.agent_node_token_file, "agent_node_token")
+
+    def resolved_grafana_token(self) -> str | None:
+        return _secret(None, self.grafana_token_file, "grafana_token")
 
     def agent_map(self) -> dict[str, str]:
         """The static `agents` map: node name -> agent base URL."""
@@ -572,6 +582,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "breaker_stale_horizon": _to_seconds,
     "prometheus_url": lambda value: _to_optional_url(value, "prometheus_url"),
     "prometheus_bearer_token_file": _to_optional_path,
+    "grafana_url": lambda value: _to_optional_url(value, "grafana_url"),
+    "grafana_token_file": _to_optional_path,
     "report_window": _to_seconds,
     "report_cache": _to_seconds,
     "report_job_labels": _to_label_names,

@@ -28,8 +28,9 @@ from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings, check_server_credentials
 from remediate.durations import parse_duration
 from remediate.engine import Engine
-from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
+from remediate.errors import ConfigError, PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.executor import Executor
+from remediate.grafana import Annotator, GrafanaTarget
 from remediate.history_api import history_json, ladder_state_json, run_json
 from remediate.metrics import Metrics, ReliabilityCollector, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
@@ -91,6 +92,7 @@ def build_services(
         store = Store.open(settings.database_url, busy_timeout=busy, pool=pool_limits(settings))
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
+    listeners = [] if (annotator := grafana_annotator(settings, metrics)) is None else [annotator]
     executor = Executor(
         store=store,
         registry=registry,
@@ -99,8 +101,9 @@ def build_services(
         stale_after=settings.lease,
         replica_name=settings.replica_name,
         metrics=metrics,
-        dispatch=Dispatch.from_settings(settings),
+        dispatch=Dispatch.from_settings(settings, on_agent_error=metrics.agent_call_failed),
         breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(settings)),
+        on_run_finished=listeners,
     )
     engine = Engine(
         store=store,
@@ -123,6 +126,18 @@ def build_services(
         wake or executor.wake,
         credentials,
     )
+
+
+def grafana_annotator(
+    settings: Settings, metrics: Metrics, *, run_link: Callable[[int], str] | None = None
+) -> Annotator | None:
+    """The executor's Grafana annotator (settings `grafana_url`, `grafana_token_file`); None when unset."""
+    if settings.grafana_url is None:
+        return None
+    token = settings.resolved_grafana_token()
+    if token is None:
+        raise ConfigError("grafana_url is set but grafana_token_file is not: Grafana needs a service-account token")
+    return Annotator(GrafanaTarget(settings.grafana_url, token), run_link=run_link, on_outcome=metrics.annotation)
 
 
 def create_app(settings: Settings, *, services: Services | None = None) -> Flask:

@@ -242,8 +242,9 @@ class InMemoryStore:
             context = self._alert_context(run)
             generation = int(run["claim_generation"])
         return ClaimedRun(
-            run["id"], run["playbook"], run["target"], run["phase"], run["mode"], context, generation, worker
-        )
+            run["id"], run["playbook"], run["target"], run["phase"], run["mode"], context, generation, worker,
+            run["started_at"],
+        )  # fmt: skip
 
     def _free(self, run: Row) -> bool:
         prior = self._row("runs", run["after_run_id"]) if run["after_run_id"] is not None else None

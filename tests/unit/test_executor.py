@@ -175,7 +175,7 @@ class Metrics(ExecutorMetrics):
     def step_finished(self, action: str, outcome: str, seconds: float) -> None:
         self.steps.append((action, outcome))
 
-    def run_finished(self, status: str) -> None:
+    def run_finished(self, status: str, playbook: str) -> None:
         self.runs.append(status)
         self.run_done.set()
 
