@@ -78,7 +78,7 @@ class Annotator:
         self.target = target
         self.run_link = run_link
         """Builds the link to a run's page (from the `public_url` setting); None: no link."""
-        self.on_outcome = on_outcome or (lambda outcome: None)
+        self.on_outcome = on_outcome if on_outcome is not None else (lambda outcome: None)
         self.timeout = timeout
         self.tries = tries
         self.retry_wait = retry_wait
