@@ -20,6 +20,8 @@ from typing import Any
 
 import requests
 
+from remediate.config import Settings
+from remediate.errors import ConfigError
 from remediate.runs import FinishedRun, RunStatus
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,17 @@ class GrafanaTarget:
 
     url: str
     token: str = field(repr=False)
+
+
+def target_from_settings(settings: Settings) -> GrafanaTarget | None:
+    """The Grafana of settings `grafana_url` and `grafana_token_file`; None when unset, ConfigError when
+    the URL has no token (checked before the server forks: a worker would fail at every start)."""
+    if settings.grafana_url is None:
+        return None
+    token = settings.resolved_grafana_token()
+    if token is None:
+        raise ConfigError("grafana_url is set but grafana_token_file is not: Grafana needs a service-account token")
+    return GrafanaTarget(settings.grafana_url, token)
 
 
 def annotation(run: FinishedRun, run_link: Callable[[int], str] | None = None) -> dict[str, Any]:

@@ -28,9 +28,9 @@ from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings, check_server_credentials
 from remediate.durations import parse_duration
 from remediate.engine import Engine
-from remediate.errors import ConfigError, PayloadError, RunStateError, StoreUnavailable, UnknownRunError
+from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.executor import Executor
-from remediate.grafana import Annotator, GrafanaTarget
+from remediate.grafana import Annotator, target_from_settings
 from remediate.history_api import history_json, ladder_state_json, run_json
 from remediate.metrics import Metrics, ReliabilityCollector, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
@@ -131,13 +131,12 @@ def build_services(
 def grafana_annotator(
     settings: Settings, metrics: Metrics, *, run_link: Callable[[int], str] | None = None
 ) -> Annotator | None:
-    """The executor's Grafana annotator (settings `grafana_url`, `grafana_token_file`); None when unset."""
-    if settings.grafana_url is None:
+    """The executor's Grafana annotator (settings `grafana_url`, `grafana_token_file`); None when unset.
+    `run_link` builds the link to a run's page in the annotation's text (None: no link)."""
+    target = target_from_settings(settings)
+    if target is None:
         return None
-    token = settings.resolved_grafana_token()
-    if token is None:
-        raise ConfigError("grafana_url is set but grafana_token_file is not: Grafana needs a service-account token")
-    return Annotator(GrafanaTarget(settings.grafana_url, token), run_link=run_link, on_outcome=metrics.annotation)
+    return Annotator(target, run_link=run_link, on_outcome=metrics.annotation)
 
 
 def create_app(settings: Settings, *, services: Services | None = None) -> Flask:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from remediate.grafana import Annotator, GrafanaTarget, annotation
+from remediate.config import load_settings
+from remediate.errors import ConfigError
+from remediate.grafana import Annotator, GrafanaTarget, annotation, target_from_settings
 from remediate.runs import FinishedRun, RunStatus
 from tests.support.realsystems import WebhookRecorder, wait_until
 
@@ -128,3 +131,30 @@ def test_a_slow_grafana_never_holds_the_caller_and_a_full_queue_drops(sink: Webh
 
 def test_the_token_is_not_in_the_targets_repr() -> None:
     assert TOKEN not in repr(GrafanaTarget("https://grafana.example", TOKEN))
+
+
+def test_the_settings_give_the_target_with_the_token_of_its_file(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(f"{TOKEN}\n")
+
+    settings = load_settings(
+        env={"REMEDIATE_GRAFANA_URL": "https://grafana.example/", "REMEDIATE_GRAFANA_TOKEN_FILE": str(token_file)}
+    )
+
+    assert target_from_settings(settings) == GrafanaTarget("https://grafana.example", TOKEN)
+    assert target_from_settings(load_settings(env={})) is None
+
+
+def test_a_grafana_url_without_a_token_or_not_http_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="grafana_url is set but grafana_token_file is not"):
+        target_from_settings(load_settings(env={"REMEDIATE_GRAFANA_URL": "https://grafana.example"}))
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with pytest.raises(ConfigError, match=r"grafana_token_file .* is empty"):
+        target_from_settings(
+            load_settings(
+                env={"REMEDIATE_GRAFANA_URL": "https://grafana.example", "REMEDIATE_GRAFANA_TOKEN_FILE": str(empty)}
+            )
+        )
+    with pytest.raises(ConfigError, match="grafana_url must be an absolute http"):
+        load_settings(env={"REMEDIATE_GRAFANA_URL": "grafana.example"})
