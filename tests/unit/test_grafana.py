@@ -75,7 +75,12 @@ def test_an_executed_run_is_posted_with_the_token(sink: WebhookRecorder) -> None
 
 @pytest.mark.parametrize(
     ("status", "mode"),
-    [(RunStatus.PLANNED, "dry-run"), (RunStatus.SUCCEEDED, "dry-run"), (RunStatus.CANCELLED, "enforce")],
+    [
+        (RunStatus.PLANNED, "dry-run"),
+        (RunStatus.SUCCEEDED, "dry-run"),
+        (RunStatus.REJECTED, "enforce"),
+        (RunStatus.CANCELLED, "enforce"),
+    ],
 )
 def test_a_run_that_did_not_execute_is_not_annotated(sink: WebhookRecorder, status: RunStatus, mode: str) -> None:
     outcomes = Outcomes()
