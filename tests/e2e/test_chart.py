@@ -52,6 +52,7 @@ FULL = {
     "prometheusRule": {"enabled": True, "additionalLabels": {"release": "kps"}},
     "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanagerConfig": "remediate"}},
     "networkPolicy": {"enabled": True},
+    "grafana": {"dashboards": {"enabled": True, "folder": "GPU fleet"}},
     "auth": {"createReadToken": True},
     "persistence": {"storageClass": "fast-ssd", "size": "5Gi"},
     "server": {
