@@ -243,7 +243,7 @@ class InMemoryStore:
             generation = int(run["claim_generation"])
         return ClaimedRun(
             run["id"], run["playbook"], run["target"], run["phase"], run["mode"], context, generation, worker,
-            run["started_at"],
+            started_at=run["started_at"],
         )  # fmt: skip
 
     def _free(self, run: Row) -> bool:

@@ -155,8 +155,9 @@ class RunQueue:
             row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
         context = alert_context(row)
         return ClaimedRun(
-            row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker, row.started_at
-        )
+            row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker,
+            started_at=row.started_at,
+        )  # fmt: skip
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self._tx.read() as conn:
