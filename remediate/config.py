@@ -186,6 +186,12 @@ class Settings:
     public_url: str | None = None
     """remediate's base URL as people reach it (e.g. https://remediate.example.com): notify.slack and notify.teams
     link to `{public_url}/ui/runs/<id>`. Unset: their messages carry no links."""
+    # --- Grafana annotations of executed runs (issue 13, docs/grafana.md)
+    grafana_url: str | None = None
+    """Base URL of a Grafana (http/https): each executed run (succeeded or failed) is posted to its
+    /api/annotations. Unset: no annotations."""
+    grafana_token_file: Path | None = None
+    """File holding a Grafana service-account token (read once at start, never logged)."""
 
     # --- circuit breaker of cluster actions (k8s.cordon, k8s.taint, k8s.drain)
     breaker_max_fraction: float = 0.10
@@ -238,6 +244,9 @@ class Settings:
 
     def resolved_agent_node_token(self) -> str | None:
         return _secret(self.agent_node_token, self.agent_node_token_file, "agent_node_token")
+
+    def resolved_grafana_token(self) -> str | None:
+        return _secret(None, self.grafana_token_file, "grafana_token")
 
     def agent_map(self) -> dict[str, str]:
         """The static `agents` map: node name -> agent base URL."""
@@ -578,6 +587,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "prometheus_url": lambda value: _to_optional_url(value, "prometheus_url"),
     "public_url": lambda value: _to_optional_url(value, "public_url"),
     "prometheus_bearer_token_file": _to_optional_path,
+    "grafana_url": lambda value: _to_optional_url(value, "grafana_url"),
+    "grafana_token_file": _to_optional_path,
     "report_window": _to_seconds,
     "report_cache": _to_seconds,
     "report_job_labels": _to_label_names,

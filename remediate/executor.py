@@ -69,6 +69,7 @@ from remediate.runs import (
     DONE_STEP_STATUSES,
     AttemptOutcome,
     ClaimedRun,
+    FinishedRun,
     RunEnd,
     RunningClaim,
     RunStatus,
@@ -93,7 +94,7 @@ class ExecutorMetrics:
     def step_finished(self, action: str, outcome: str, seconds: float) -> None:  # pragma: no cover - interface
         pass
 
-    def run_finished(self, status: str) -> None:  # pragma: no cover - interface
+    def run_finished(self, status: str, playbook: str) -> None:  # pragma: no cover - interface
         pass
 
 
@@ -185,6 +186,7 @@ class Executor:
         breaker: CircuitBreaker | None = None,
         reconcile_interval: float = 15.0,
         replica_name: str | None = None,
+        on_run_finished: Sequence[Callable[[FinishedRun], None]] = (),
     ) -> None:
         self.store = store
         self.registry = registry
@@ -217,6 +219,9 @@ class Executor:
         self._abandoned: dict[int, RunningClaim] = {}
         """Runs this executor stopped executing because the store failed under them (see run_once)."""
         self._outage = _StoreOutage()
+        self.on_run_finished = tuple(on_run_finished)
+        """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each
+        must return at once: it is called on the executor thread, between two runs."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -408,14 +413,25 @@ class Executor:
 
     def _finish_run(self, run: ClaimedRun, status: RunStatus, error: str | None, *, rerunnable: bool = False) -> None:
         self.store.finish_run(run.id, status, now=self.clock(), error=error, lease=run.lease, rerunnable=rerunnable)
-        self._run_finished(RunEnd(run.id, status, error))
+        self._run_finished(run, RunEnd(run.id, status, error))
 
-    def _run_finished(self, end: RunEnd | None) -> None:
-        """Metrics and log of a run end the store has recorded."""
+    def _run_finished(self, run: ClaimedRun, end: RunEnd | None) -> None:
+        """Metrics, log and listeners of a run end the store has recorded."""
         if end is None:
             return
-        self.metrics.run_finished(end.status)
+        self.metrics.run_finished(end.status, run.playbook)
         log.info("run %s finished: %s%s", end.run_id, end.status, f" ({end.error})" if end.error else "")
+        if not self.on_run_finished:
+            return
+        finished = FinishedRun(
+            run.id, run.playbook, run.target, str(run.alert_context.get("alertname", "")), run.phase, run.mode,
+            end.status, end.error, run.started_at, self.clock(),
+        )  # fmt: skip
+        for listener in self.on_run_finished:
+            try:
+                listener(finished)
+            except Exception:  # a listener's bug never fails the executor, whose run is already recorded
+                log.exception("run %s: a run-finished listener failed", run.id)
 
     def _execute_step(
         self,
@@ -463,7 +479,7 @@ class Executor:
                 step.id, StepStatus.PLANNED, now=self.clock(), plan=plan, run_end=run_end, lease=run.lease
             )
             self.metrics.step_finished(step.action, StepStatus.PLANNED, time.monotonic() - started)
-            self._run_finished(run_end)
+            self._run_finished(run, run_end)
             return None
         try:
             # The plan is recorded with the start of the first attempt (one transaction).
@@ -485,7 +501,7 @@ class Executor:
             lease=run.lease,
         )
         self.metrics.step_finished(step.action, StepStatus.SUCCEEDED, time.monotonic() - started)
-        self._run_finished(run_end)
+        self._run_finished(run, run_end)
         return None
 
     def _plan(
@@ -680,7 +696,7 @@ class Executor:
                 lease=run.lease,
             )  # fmt: skip
             self.metrics.step_finished(step.action, status, time.monotonic() - started)
-            self._run_finished(run_end)
+            self._run_finished(run, run_end)
             log.info("run %s: %s; continue_on_error: the run goes on", run.id, run_error)
             return None
         if after_failure:  # an `always` step: recorded, the run keeps its first failure
@@ -699,7 +715,7 @@ class Executor:
             skip=skipped, skip_reason=reason, rerunnable=rerunnable and ends,
         )  # fmt: skip
         self.metrics.step_finished(step.action, status, time.monotonic() - started)
-        self._run_finished(run_end)
+        self._run_finished(run, run_end)
         return StepFailure(run_error, ended_run=ends, rerunnable=rerunnable)
 
 

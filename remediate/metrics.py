@@ -45,7 +45,9 @@ class Metrics(ExecutorMetrics):
             "remediate_webhook_rejected_total", "Webhook requests refused, by HTTP status", ["code"], **kw
         )
         self.decisions = Counter("remediate_decisions_total", "Guard decisions, by decision", ["decision"], **kw)
-        self.runs = Counter("remediate_runs_finished_total", "Runs finished, by final status", ["status"], **kw)
+        self.runs = Counter(
+            "remediate_runs_finished_total", "Runs finished, by final status and playbook", ["status", "playbook"], **kw
+        )
         self.steps = Counter(
             "remediate_steps_total", "Steps finished, by action and outcome", ["action", "outcome"], **kw
         )
@@ -54,6 +56,18 @@ class Metrics(ExecutorMetrics):
             "Time from a step's start to its end",
             ["action"],
             buckets=STEP_BUCKETS,
+            **kw,
+        )
+        self.agent_call_errors = Counter(
+            "remediate_agent_call_errors_total",
+            "Calls to a node agent that got no answer of the protocol, by reason (remediate.runners.AGENT_CALL_ERRORS)",
+            ["reason"],
+            **kw,
+        )
+        self.annotations = Counter(
+            "remediate_grafana_annotations_total",
+            "Grafana annotations of finished runs, by outcome (posted, failed, dropped)",
+            ["outcome"],
             **kw,
         )
 
@@ -68,21 +82,34 @@ class Metrics(ExecutorMetrics):
         self.steps.labels(action, outcome).inc()
         self.step_duration.labels(action).observe(seconds)
 
-    def run_finished(self, status: str) -> None:
-        self.runs.labels(status).inc()
+    def run_finished(self, status: str, playbook: str) -> None:
+        self.runs.labels(status, playbook).inc()
+
+    def agent_call_failed(self, reason: str) -> None:
+        self.agent_call_errors.labels(reason).inc()
+
+    def annotation(self, outcome: str) -> None:
+        self.annotations.labels(outcome).inc()
 
 
 class StoreCollector(Collector):
     """Gauges read from the store at scrape time."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
         self.store = store
+        self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily("remediate_queue_depth", "Runs not finished, by status", labels=["status"])
         for status, count in self.store.queue_depth().items():
             depth.add_metric([status], count)
         yield depth
+        oldest = self.store.oldest_queued_at()
+        age = GaugeMetricFamily(
+            "remediate_queue_oldest_age_seconds", "Seconds the oldest queued run has waited (0 when none is queued)"
+        )
+        age.add_metric([], 0.0 if oldest is None else max(0.0, self.clock() - oldest))
+        yield age
         paused = GaugeMetricFamily("remediate_paused", "1 while remediation is paused")
         paused.add_metric([], 1 if self.store.pause_state().paused else 0)
         yield paused

@@ -43,7 +43,7 @@ import socket
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -183,6 +183,14 @@ class _Unreachable(Exception):
     """The request did not reach an agent; trying again is safe."""
 
 
+class _BadAnswer(ActionError):
+    """The agent (or what stands before it) answered something that is not an answer of the protocol."""
+
+
+AGENT_CALL_ERRORS = ("unreachable", "ambiguous", "bad_answer")
+"""The reasons `on_call_error` is told of a failed agent call (remediate_agent_call_errors_total{reason})."""
+
+
 class AgentRunner(StepRunner):
     """Sends the step to the agent of `node`; see the module docstring for retries and errors."""
 
@@ -197,8 +205,12 @@ class AgentRunner(StepRunner):
         default_timeout: float = 300.0,
         retry_wait_max: float = 2.0,
         session: Any = None,
+        on_call_error: Callable[[str], None] | None = None,
     ) -> None:
         self.node = node
+        self.on_call_error = on_call_error
+        """Told the reason (AGENT_CALL_ERRORS) of each call that failed for want of an answer; an error the
+        agent answered (the action failed there) is the step's failure, not the call's."""
         self.directory = directory
         self.token = token
         self.retries = retries
@@ -290,11 +302,22 @@ class AgentRunner(StepRunner):
                     tries += 1
                     remaining = budget - (time.monotonic() - started)
                     return self._post(kind, action, params, ctx, max(remaining, 0.5))
+        except AmbiguousActionError:
+            self._call_failed("ambiguous")
+            raise
+        except _BadAnswer:
+            self._call_failed("bad_answer")
+            raise
         except _Unreachable as exc:
+            self._call_failed("unreachable")
             raise RetryableActionError(
                 f"agent of node {self.node} unreachable ({tries} {'try' if tries == 1 else 'tries'}): {exc}"
             ) from exc
         raise RetryableActionError(f"agent of node {self.node}: no time left for a call")  # pragma: no cover
+
+    def _call_failed(self, reason: str) -> None:
+        if self.on_call_error is not None:
+            self.on_call_error(reason)
 
     def _post(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext, timeout: float) -> Any:
         try:
@@ -342,7 +365,7 @@ class AgentRunner(StepRunner):
                 "running) there: check the node"
             ) from exc
         except requests.RequestException as exc:
-            raise ActionError(f"{where}: {_short_error(exc)}") from exc
+            raise _BadAnswer(f"{where}: {_short_error(exc)}") from exc
         return self._answer(response, kind, where, once=kind == EXECUTE and not action.idempotent)
 
     def _answer(self, response: requests.Response, kind: str, where: str, *, once: bool = False) -> Any:
@@ -365,7 +388,7 @@ class AgentRunner(StepRunner):
                 )
             raise _Unreachable(f"{where}: HTTP {response.status_code}")
         text = response.text[:200].replace("\n", " ")
-        raise ActionError(f"{where} gave an unexpected answer: HTTP {response.status_code} {text}")
+        raise _BadAnswer(f"{where} gave an unexpected answer: HTTP {response.status_code} {text}")
 
 
 def _short_error(exc: BaseException) -> str:
@@ -390,6 +413,7 @@ class Dispatch:
         connect_timeout: float = 3.0,
         default_timeout: float = 300.0,
         retry_wait_max: float = 2.0,
+        on_agent_error: Callable[[str], None] | None = None,
     ) -> None:
         self.directory = directory
         self.node_name = node_name
@@ -403,6 +427,7 @@ class Dispatch:
             "connect_timeout": connect_timeout,
             "default_timeout": default_timeout,
             "retry_wait_max": retry_wait_max,
+            "on_call_error": on_agent_error,
         }
         self.cluster = LocalRunner()
         self.local_node = LocalRunner(f"{node_name or socket.gethostname()} (server)")
@@ -413,7 +438,8 @@ class Dispatch:
         return cls()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Dispatch:
+    def from_settings(cls, settings: Settings, *, on_agent_error: Callable[[str], None] | None = None) -> Dispatch:
+        """`on_agent_error`: told the reason of each agent call that failed (see AgentRunner.on_call_error)."""
         directories: list[AgentDirectory] = []
         if settings.agents:
             directories.append(StaticAgents(settings.agent_map()))
@@ -445,6 +471,7 @@ class Dispatch:
             retries=settings.agent_retries,
             connect_timeout=settings.agent_connect_timeout,
             default_timeout=settings.step_timeout,
+            on_agent_error=on_agent_error,
         )
 
     @property

@@ -105,6 +105,8 @@ class ClaimedRun:
     worker: str = ""
     rung: int | None = None
     """The escalation ladder's rung (1 = the gentlest) this run is for; None for a playbook without `escalate`."""
+    started_at: float | None = None
+    """When the run was first claimed (UNIX seconds); None where the store did not say."""
 
     @property
     def lease(self) -> RunLease:
@@ -163,6 +165,22 @@ class PendingOutcome:
     run: ClaimedRun
     follow_up: Mapping[str, Any]
     """What the action said to look for (OutcomePending.follow_up)."""
+    finished_at: float
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A run end the store has recorded, as the executor's `on_run_finished` listeners see it."""
+
+    run_id: int
+    playbook: str
+    target: str
+    alertname: str
+    phase: str
+    mode: str
+    status: RunStatus
+    error: str | None
+    started_at: float | None
     finished_at: float
 
 

@@ -9,6 +9,7 @@ executor, never inside the request.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 import threading
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import HTTPException
 
 from remediate.actions import ActionRegistry, default_registry
+from remediate.actions.chat import run_page_url
 from remediate.alerts import parse_timestamp
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings, check_server_credentials
@@ -30,6 +32,7 @@ from remediate.durations import parse_duration
 from remediate.engine import Engine
 from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.executor import Executor
+from remediate.grafana import Annotator, target_from_settings
 from remediate.history_api import history_json, ladder_state_json, run_json
 from remediate.metrics import Metrics, ReliabilityCollector, exposition, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
@@ -91,6 +94,9 @@ def build_services(
         store = Store.open(settings.database_url, busy_timeout=busy, pool=pool_limits(settings))
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
+    run_link = None if settings.public_url is None else functools.partial(run_page_url, settings.public_url)
+    annotator = grafana_annotator(settings, metrics, run_link=run_link)
+    listeners = [] if annotator is None else [annotator]
     executor = Executor(
         store=store,
         registry=registry,
@@ -99,8 +105,9 @@ def build_services(
         stale_after=settings.lease,
         replica_name=settings.replica_name,
         metrics=metrics,
-        dispatch=Dispatch.from_settings(settings),
+        dispatch=Dispatch.from_settings(settings, on_agent_error=metrics.agent_call_failed),
         breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(settings)),
+        on_run_finished=listeners,
     )
     engine = Engine(
         store=store,
@@ -123,6 +130,17 @@ def build_services(
         wake or executor.wake,
         credentials,
     )
+
+
+def grafana_annotator(
+    settings: Settings, metrics: Metrics, *, run_link: Callable[[int], str] | None = None
+) -> Annotator | None:
+    """The executor's Grafana annotator (settings `grafana_url`, `grafana_token_file`); None when unset.
+    `run_link` builds the link to a run's page in the annotation's text (None: no link)."""
+    target = target_from_settings(settings)
+    if target is None:
+        return None
+    return Annotator(target, run_link=run_link, on_outcome=metrics.annotation)
 
 
 def create_app(settings: Settings, *, services: Services | None = None) -> Flask:

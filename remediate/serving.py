@@ -317,6 +317,9 @@ def preflight(settings: Settings) -> None:
     from remediate.runners import Dispatch
 
     dispatch = Dispatch.from_settings(settings)  # agents configured without a token: fail here, not in workers
+    from remediate.grafana import target_from_settings
+
+    target_from_settings(settings)  # grafana_url without its token: the same
     if settings.gpu_backend == "simulated":
         # Chosen explicitly, so a missing or broken device file is a start-up error, not a failure of the
         # first GPU step. (NVML stays lazy: a server without GPUs sends GPU steps to node agents.)

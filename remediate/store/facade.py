@@ -230,6 +230,9 @@ class Store:
     def queue_depth(self) -> dict[str, int]:
         return self.queue.queue_depth()
 
+    def oldest_queued_at(self) -> float | None:
+        return self.queue.oldest_queued_at()
+
     # ------------------------------------------------------------------ action memory
 
     def memory(self) -> StoreMemory:

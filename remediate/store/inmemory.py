@@ -242,16 +242,9 @@ class InMemoryStore:
             context = self._alert_context(run)
             generation = int(run["claim_generation"])
         return ClaimedRun(
-            run["id"],
-            run["playbook"],
-            run["target"],
-            run["phase"],
-            run["mode"],
-            context,
-            generation,
-            worker,
-            rung=run.get("rung"),
-        )
+            run["id"], run["playbook"], run["target"], run["phase"], run["mode"], context, generation, worker,
+            rung=run.get("rung"), started_at=run["started_at"],
+        )  # fmt: skip
 
     def _free(self, run: Row) -> bool:
         prior = self._row("runs", run["after_run_id"]) if run["after_run_id"] is not None else None

@@ -155,8 +155,9 @@ class RunQueue:
             row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
         context = alert_context(row)
         return ClaimedRun(
-            row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker, rung=row.rung
-        )
+            row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker,
+            rung=row.rung, started_at=row.started_at,
+        )  # fmt: skip
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self._tx.read() as conn:
@@ -485,6 +486,14 @@ class RunQueue:
         depth = {RunStatus.QUEUED: 0, RunStatus.RUNNING: 0, RunStatus.AWAITING_APPROVAL: 0}
         depth.update({status: count for status, count in rows})
         return depth
+
+    def oldest_queued_at(self) -> float | None:
+        """When the oldest run still queued was created (UNIX seconds); None when none is queued."""
+        with self._tx.read() as conn:
+            # ix_runs_status (status, id): the first queued id is the oldest, found without a scan.
+            return conn.execute(
+                sa.select(t.runs.c.created_at).where(t.runs.c.status == RunStatus.QUEUED).order_by(t.runs.c.id).limit(1)
+            ).scalar_one_or_none()
 
     def approve(self, run_id: int, *, by: str, now: float) -> None:
         if not 0 < run_id <= MAX_ID:

@@ -52,6 +52,7 @@ FULL = {
     "prometheusRule": {"enabled": True, "additionalLabels": {"release": "kps"}},
     "alertmanagerConfig": {"enabled": True, "additionalLabels": {"alertmanagerConfig": "remediate"}},
     "networkPolicy": {"enabled": True},
+    "grafana": {"dashboards": {"enabled": True, "folder": "GPU fleet"}},
     "auth": {"createReadToken": True},
     "persistence": {"storageClass": "fast-ssd", "size": "5Gi"},
     "server": {
@@ -676,10 +677,11 @@ def test_notes_tell_how_to_register_the_receiver(helm: Helm, tmp_path: Path) -> 
 # --------------------------------------------------------------------------- the chart's copies of shipped files
 
 
-def test_the_charts_copies_of_the_playbooks_and_rules_equal_the_repositorys() -> None:
+def test_the_charts_copies_of_the_playbooks_rules_and_dashboard_equal_the_repositorys() -> None:
     pairs = [
         (ROOT / "playbooks", CHART / "files" / "playbooks", "*.yaml"),
         (ROOT / "alertmanager" / "rules", CHART / "files" / "rules", "*.rules.yml"),
+        (ROOT / "docs" / "dashboards", CHART / "dashboards", "*.json"),
     ]
     for source, copy, pattern in pairs:
         wanted = sorted(p.name for p in source.glob(pattern))

@@ -107,6 +107,7 @@ def test_metrics_show_the_queue_depth_and_step_durations_after_the_executor_drai
 
     queued = metric_samples(server)
     assert queued[("remediate_queue_depth", (("status", "queued"),))] == 2
+    assert 0 < queued[("remediate_queue_oldest_age_seconds", ())] < 60
     assert ("remediate_step_duration_seconds_count", (("action", "log"),)) not in queued
 
     assert server.drain() == 2
@@ -117,7 +118,8 @@ def test_metrics_show_the_queue_depth_and_step_durations_after_the_executor_drai
     assert drained[("remediate_step_duration_seconds_count", (("action", "log"),))] == 2
     assert drained[("remediate_step_duration_seconds_bucket", (("action", "log"), ("le", "+Inf")))] == 2
     assert drained[("remediate_steps_total", (("action", "log"), ("outcome", "succeeded")))] == 2
-    assert drained[("remediate_runs_finished_total", (("status", "succeeded"),))] == 2
+    assert drained[("remediate_runs_finished_total", (("playbook", "log-xid"), ("status", "succeeded")))] == 2
+    assert drained[("remediate_queue_oldest_age_seconds", ())] == 0
     assert drained[("remediate_paused", ())] == 0
 
 

@@ -18,6 +18,7 @@ from remediate.actions.schema import Param, ParamSchema
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
+from remediate.runs import FinishedRun
 from remediate.store import Store
 from tests.support.store_json import run_json_of
 from tests.support.stores import BOTH_STORES, EVERY_DATABASE, AnyStore, rows, step_details
@@ -175,7 +176,7 @@ class Metrics(ExecutorMetrics):
     def step_finished(self, action: str, outcome: str, seconds: float) -> None:
         self.steps.append((action, outcome))
 
-    def run_finished(self, status: str) -> None:
+    def run_finished(self, status: str, playbook: str) -> None:
         self.runs.append(status)
         self.run_done.set()
 
@@ -936,3 +937,36 @@ def test_progress_writes_check_the_claim_and_its_generation(
     store.finish_step(record.id, "succeeded", now=T0 + 4, result={"fresh": True}, lease=second.lease)
 
     assert steps_detail(store, run_id)[0]["result"] == {"fresh": True}
+
+
+# --------------------------------------------------------------------------- run-finished listeners
+
+
+@BOTH_STORES
+def test_listeners_hear_of_each_run_end_once_recorded_and_a_broken_one_changes_nothing(
+    store: Store, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    heard: list[FinishedRun] = []
+
+    def broken(run: FinishedRun) -> None:
+        raise RuntimeError("a listener's bug")
+
+    def listener(run: FinishedRun) -> None:
+        heard.append(run)
+        assert run_row(store, run.run_id).status == run.status  # the store has it already
+
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.01, on_run_finished=[broken, listener])
+    ok = queue(make_engine, ingest, make_alert, playbook(step("log", message="hi"), name="fine"))
+    assert executor.drain() == 1
+    bad = queue(make_engine, ingest, make_alert, playbook(step("test.broken", retries=0), name="bad"))
+    assert executor.drain() == 1
+
+    assert [(r.run_id, r.playbook, r.target, r.alertname, r.status, r.mode) for r in heard] == [
+        (ok, "fine", "node-a", "GpuXidError", "succeeded", "enforce"),
+        (bad, "bad", "node-a", "GpuXidError", "failed", "enforce"),
+    ]
+    assert heard[1].error is not None and "test.broken" in heard[1].error
+    for run in heard:
+        row = run_row(store, run.run_id)
+        assert run.started_at == row.started_at
+        assert run.started_at is not None and run.started_at <= run.finished_at

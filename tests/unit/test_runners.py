@@ -23,6 +23,7 @@ from remediate.config import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.kube.agents import KubernetesAgents
 from remediate.runners import (
+    AGENT_CALL_ERRORS,
     AgentRunner,
     ChainedAgents,
     Dispatch,
@@ -264,6 +265,26 @@ def test_an_agent_that_takes_the_request_but_never_answers_is_not_retried(script
         remote.execute(ECHO, {"word": "x"}, ctx(seconds=0.3))
     assert not isinstance(error.value, RetryableActionError)
     assert scripted.seen == 1
+
+
+def test_each_agent_call_that_got_no_answer_is_reported_with_its_reason(scripted: Any, agent: tuple[str, Echo]) -> None:
+    reasons: list[str] = []
+    scripted_url = f"http://127.0.0.1:{scripted.server_port}"
+    calls = [
+        (f"http://127.0.0.1:{free_port()}", [], ECHO),  # nobody there: unreachable, after its retries
+        (scripted_url, [(502, b"", 0)], ECHO),  # a proxy failed a step that must not run twice: ambiguous
+        (scripted_url, [(200, b'{"something": 1}', 0)], ECHO),  # not the protocol: bad_answer
+    ]
+    for url, script, action in calls:
+        scripted.script = script
+        with pytest.raises(ActionError):
+            runner(url, retries=1, on_call_error=reasons.append).execute(action, {"word": "x"}, ctx())
+    # The agent answered: the action's own failure is the step's, not a failed call.
+    with pytest.raises(ActionError, match="permission denied"):
+        runner(agent[0], on_call_error=reasons.append).execute(ECHO, {"word": "x", "fail": "permanent"}, ctx())
+
+    assert reasons == ["unreachable", "ambiguous", "bad_answer"]
+    assert set(reasons) == set(AGENT_CALL_ERRORS)
 
 
 # --------------------------------------------------------------------------- Kubernetes discovery

@@ -33,6 +33,23 @@ def test_claim_run_takes_the_oldest_queued_run_with_its_alert(
     assert store.queue_depth() == {"queued": 2, "running": 1, "awaiting_approval": 0}
 
 
+def test_oldest_queued_at_is_the_creation_of_the_first_run_still_queued(
+    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    assert store.oldest_queued_at() is None
+    queue_runs(engine, ingest, make_alert, 1, at=T0)
+    later = [make_alert("GpuXidError", labels={"Hostname": "node-late"})]
+    ingest(engine, *later, at=T0 + 30)
+    assert store.oldest_queued_at() == T0
+
+    claimed = store.claim_run("host:1", T0 + 40)
+
+    assert claimed is not None and claimed.started_at == T0 + 40
+    assert store.oldest_queued_at() == T0 + 30
+    assert store.claim_run("host:1", T0 + 41) is not None
+    assert store.oldest_queued_at() is None
+
+
 def test_claim_run_returns_none_when_nothing_is_queued(store: Store) -> None:
     assert store.claim_run("w", T0) is None
 

@@ -1,0 +1,161 @@
+"""Grafana annotations of executed runs: remediations line up with the GPU graphs (docs/grafana.md).
+
+An `Annotator` is one of the executor's `on_run_finished` listeners. A run that executed (succeeded or
+failed; not a dry-run's plan, not a rejected alert or a duplicate, which never become runs that finish)
+is queued and posted to `{grafana_url}/api/annotations` by one thread of its own, with a short timeout
+and a couple of tries: Grafana being slow or down never delays a run nor fails one. What could not be
+posted is logged and counted (`remediate_grafana_annotations_total{outcome}`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from remediate.config import Settings
+from remediate.errors import ConfigError
+from remediate.runs import FinishedRun, RunStatus
+
+log = logging.getLogger(__name__)
+
+ANNOTATED = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED})
+"""The run ends that get an annotation: runs that executed their steps."""
+POSTED, FAILED, DROPPED = "posted", "failed", "dropped"
+
+
+@dataclass(frozen=True)
+class GrafanaTarget:
+    """Where annotations go: a Grafana base URL (settings `grafana_url`) and its service-account token."""
+
+    url: str
+    token: str = field(repr=False)
+
+
+def target_from_settings(settings: Settings) -> GrafanaTarget | None:
+    """The Grafana of settings `grafana_url` and `grafana_token_file`; None when unset, ConfigError when
+    the URL has no token (checked before the server forks: a worker would fail at every start)."""
+    if settings.grafana_url is None:
+        return None
+    token = settings.resolved_grafana_token()
+    if token is None:
+        raise ConfigError("grafana_url is set but grafana_token_file is not: Grafana needs a service-account token")
+    return GrafanaTarget(settings.grafana_url, token)
+
+
+def annotation(run: FinishedRun, run_link: Callable[[int], str] | None = None) -> dict[str, Any]:
+    """The body Grafana's POST /api/annotations takes for `run` (an organisation-wide annotation: no
+    dashboard, so every dashboard that shows annotations by tag shows it)."""
+    started = run.started_at if run.started_at is not None else run.finished_at
+    text = f"remediate: {run.playbook} on {run.target}: {run.status} (alert {run.alertname}, run {run.run_id})"
+    if run.error:
+        text += f"\n{run.error[:500]}"
+    if run_link is not None:
+        link = run_link(run.run_id)
+        text += f'\n<a href="{_html_attribute(link)}">run {run.run_id}</a>'
+    return {
+        "time": int(started * 1000),
+        "timeEnd": int(run.finished_at * 1000),
+        "tags": ["remediate", f"playbook:{run.playbook}", f"node:{run.target}", f"status:{run.status}"],
+        "text": text,
+    }
+
+
+def _html_attribute(value: str) -> str:
+    # Grafana renders the text as HTML: the link is quoted, not markup.
+    return value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+class Annotator:
+    """Posts an annotation per executed run, off the executor's path (see the module docstring)."""
+
+    def __init__(
+        self,
+        target: GrafanaTarget,
+        *,
+        run_link: Callable[[int], str] | None = None,
+        on_outcome: Callable[[str], None] | None = None,
+        timeout: float = 3.0,
+        tries: int = 3,
+        retry_wait: float = 0.5,
+        max_queued: int = 1000,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.target = target
+        self.run_link = run_link
+        """Builds the link to a run's page (from the `public_url` setting); None: no link."""
+        self.on_outcome = on_outcome if on_outcome is not None else (lambda outcome: None)
+        self.timeout = timeout
+        self.tries = tries
+        self.retry_wait = retry_wait
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(max_queued)
+        self._session = session
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, run: FinishedRun) -> None:
+        if run.status not in ANNOTATED or run.mode == "dry-run":
+            return
+        self._ensure_thread()
+        try:
+            self._queue.put_nowait(annotation(run, self.run_link))
+        except queue.Full:  # Grafana has been unreachable for long: the run matters more than its annotation
+            log.warning("grafana annotation of run %s dropped: %d are waiting already", run.run_id, self._queue.qsize())
+            self.on_outcome(DROPPED)
+
+    def _ensure_thread(self) -> None:
+        # Started on first use, in the process that uses it: the server builds its services before
+        # forking the executor process, and a thread does not survive a fork.
+        with self._lock:
+            if self._thread is not None and self._pid == os.getpid() and self._thread.is_alive():
+                return
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._loop, name="remediate-grafana", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            body = self._queue.get()
+            try:
+                self.on_outcome(POSTED if self._post(body) else FAILED)
+            except Exception:  # never let one bad annotation stop the thread
+                log.exception("grafana annotation failed")
+            finally:
+                self._queue.task_done()
+
+    def _post(self, body: dict[str, Any]) -> bool:
+        url = f"{self.target.url}/api/annotations"
+        headers = {"Authorization": f"Bearer {self.target.token}", "Content-Type": "application/json"}
+        problem = ""
+        for attempt in range(1, self.tries + 1):
+            try:
+                response = (self._session or requests).post(url, json=body, headers=headers, timeout=self.timeout)
+            except requests.RequestException as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 300:
+                    return True
+                problem = f"HTTP {response.status_code} {response.text[:200].strip()}"
+                if response.status_code < 500 and response.status_code != 429:
+                    break  # a refused token or a bad body: trying again gets the same answer
+            if attempt < self.tries:
+                time.sleep(self.retry_wait * attempt)
+        log.warning("grafana annotation not posted to %s (%s): %s", url, body["tags"][1], problem)
+        return False
+
+    def join(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued annotation was posted or given up (tests, and a graceful stop)."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        return True

@@ -1,0 +1,75 @@
+"""The shipped Grafana dashboard (docs/dashboards/remediate.json) read without Grafana or Prometheus: its
+variables, that every query selects by them, and that it names only metrics remediate.metrics defines.
+(tests/e2e/test_grafana.py sends every query to a real Prometheus scraping a real server.)"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from remediate.metrics import Metrics, ReliabilityCollector, StoreCollector
+from remediate.store import Store
+from tests.support import dashboard
+
+
+def defined_families(store: Store) -> set[str]:
+    """Every metric family remediate exports: its counters and histograms, and the gauges read from the store."""
+    registry = CollectorRegistry()
+    Metrics(registry)
+    registry.register(StoreCollector(store))
+    registry.register(ReliabilityCollector(store, window=3600.0, max_age=60.0, job_labels=("job",)))
+    names = set()
+    for family in registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.add(f"{family.name}_total")
+    return names
+
+
+def test_the_dashboard_names_only_metrics_remediate_defines(store: Store) -> None:
+    families = defined_families(store)
+    used = {name for q in dashboard.queries(dashboard.load()) for name in dashboard.metric_names(q.expr)}
+
+    assert {name for name in used if not dashboard.exported(name, families)} == set()
+    # The panels the issue asks for, by the metrics behind them.
+    assert used >= {
+        "remediate_notifications_received_total", "remediate_alerts_received_total", "remediate_decisions_total",
+        "remediate_runs_finished_total", "remediate_step_duration_seconds_bucket", "remediate_queue_depth",
+        "remediate_queue_oldest_age_seconds", "remediate_breaker_open", "remediate_nodes_held", "remediate_paused",
+        "remediate_agent_call_errors_total", "remediate_report_remediations", "remediate_report_mttr_seconds",
+    }  # fmt: skip
+
+
+def test_every_query_uses_the_datasource_variable_and_selects_by_job_and_instance() -> None:
+    board = dashboard.load()
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    assert {variables["job"]["type"], variables["instance"]["type"]} == {"query"}
+    for panel in dashboard.panels(board):
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"] == panel["datasource"]
+            assert 'job=~"$job", instance=~"$instance"' in target["expr"], (panel["title"], target["expr"])
+
+
+def test_step_durations_are_quantiles_over_the_histograms_buckets() -> None:
+    (panel,) = [p for p in dashboard.panels(dashboard.load()) if p["title"] == "Step duration by action (p50, p95)"]
+    exprs = [t["expr"] for t in panel["targets"]]
+
+    assert [e.split(",", 1)[0] for e in exprs] == ["histogram_quantile(0.5", "histogram_quantile(0.95"]
+    for expr in exprs:
+        assert "sum by (action, le) (rate(remediate_step_duration_seconds_bucket{" in expr
+        assert "[$__rate_interval]" in expr
+
+
+def test_panel_ids_are_unique_and_the_runs_are_shown_as_annotations() -> None:
+    board = dashboard.load()
+    ids = [p["id"] for p in dashboard.panels(board)]
+
+    assert len(ids) == len(set(ids))
+    (runs,) = [a for a in board["annotations"]["list"] if a["name"] == "remediate runs"]
+    assert runs["target"]["tags"] == ["remediate"]  # the tag remediate.grafana.Annotator puts on every run
