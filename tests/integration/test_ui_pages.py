@@ -259,4 +259,7 @@ def test_without_the_ui_setting_the_pages_are_404(make_server: MakeServer) -> No
 
 def test_the_stylesheet_is_served_from_the_package(server: Server) -> None:
     css = server.client.get("/ui/static/ui.css")
-    assert css.status_code == 200 and ".s-failed" in text(css)
+    try:
+        assert css.status_code == 200 and ".s-failed" in text(css)
+    finally:
+        css.close()  # a file response
