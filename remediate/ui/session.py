@@ -131,4 +131,3 @@ def csrf_token(session: MutableMapping[str, Any]) -> str:
 def csrf_ok(session: Mapping[str, Any], presented: str | None) -> bool:
     expected = session.get("csrf")
     return isinstance(expected, str) and bool(presented) and hmac.compare_digest(expected, presented or "")
-

@@ -104,7 +104,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
 
     @ui.app_context_processor
     def _globals() -> dict[str, Any]:
-        if not request.blueprint == "ui":
+        if request.blueprint != "ui":
             return {}
         return {
             "viewer": g.get("viewer"),
@@ -128,7 +128,10 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
 
     def _operator() -> str:
         if not g.viewer.operator:
-            abort(403, f"{g.viewer.principal} may only read: approving, pausing, resuming and resets need the operator role")
+            abort(
+                403,
+                f"{g.viewer.principal} may only read: approving, pausing, resuming and resets need the operator role",
+            )
         principal: str = g.viewer.principal
         return principal
 
@@ -238,4 +241,3 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         return render_template("error.html", code=code, name=exc.name, message=exc.description), code
 
     return ui
-

@@ -10,7 +10,6 @@ from werkzeug.test import TestResponse
 
 from tests.support.http import (
     APPROVE_XID,
-    LOG_XID,
     OPERATOR_TOKEN,
     READ_TOKEN,
     TOKEN,
@@ -263,3 +262,14 @@ def test_the_stylesheet_is_served_from_the_package(server: Server) -> None:
         assert css.status_code == 200 and ".s-failed" in text(css)
     finally:
         css.close()  # a file response
+
+
+def test_without_authentication_the_pages_need_no_login_but_forms_still_need_csrf(make_server: MakeServer) -> None:
+    server = make_server(insecure_no_auth=True, token=None, operator_token=None, read_token=None)
+    page = server.client.get("/ui/state")
+    assert page.status_code == 200
+    assert "http:127.0.0.1 (operator)" in text(page)
+    assert 'id="logout"' not in text(page)
+    assert server.client.post("/ui/pause", data={}).status_code == 403
+    assert server.client.post("/ui/pause", data={"csrf_token": csrf(page)}).status_code == 302
+    assert server.get("/pause", token=None).get_json()["by"] == "http:127.0.0.1"
