@@ -119,12 +119,30 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             return None
         if request.method == "POST" and not ui_session.csrf_ok(session, request.form.get("csrf_token")):
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
+        if request.endpoint == "ui.logout":
+            return None  # an expired session may still end itself
         g.viewer = ui_session.viewer(session, deps.credentials, request, now=time.time())
         if g.viewer is None:
             if request.method != "GET":
                 abort(401, "log in first")
             return redirect(url_for("ui.login", next=request.full_path.rstrip("?")))
         return None
+
+    @ui.after_request
+    def _headers(response: Response) -> Response:
+        # No script runs on these pages, nothing loads from elsewhere, no other site may frame them (the
+        # Approve button), and no cache keeps a page of the history.
+        response.headers.setdefault(
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+            "base-uri 'none'",
+        )
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        if request.endpoint != "ui.static":
+            response.headers["Cache-Control"] = "no-store"
+        return response
 
     def _operator() -> str:
         if not g.viewer.operator:

@@ -273,3 +273,22 @@ def test_without_authentication_the_pages_need_no_login_but_forms_still_need_csr
     assert server.client.post("/ui/pause", data={}).status_code == 403
     assert server.client.post("/ui/pause", data={"csrf_token": csrf(page)}).status_code == 302
     assert server.get("/pause", token=None).get_json()["by"] == "http:127.0.0.1"
+
+
+def test_pages_forbid_scripts_framing_and_caching(server: Server) -> None:
+    log_in(server, READ_TOKEN)
+    page = server.client.get("/ui/state")
+    assert "default-src 'none'" in page.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert page.headers["Cache-Control"] == "no-store"
+    assert "<script" not in text(page)
+
+
+def test_logout_works_after_the_session_expired(server: Server) -> None:
+    log_in(server, READ_TOKEN)
+    page = server.client.get("/ui/")
+    with server.client.session_transaction("/ui/") as session:
+        session["login_at"] -= 13 * 3600
+    answer = server.client.post("/ui/logout", data={"csrf_token": csrf(page)})
+    assert answer.status_code == 302 and answer.headers["Location"] == "/ui/login"
