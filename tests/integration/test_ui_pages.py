@@ -292,3 +292,19 @@ def test_logout_works_after_the_session_expired(server: Server) -> None:
         session["login_at"] -= 13 * 3600
     answer = server.client.post("/ui/logout", data={"csrf_token": csrf(page)})
     assert answer.status_code == 302 and answer.headers["Location"] == "/ui/login"
+
+
+def test_approving_from_the_state_page_returns_there_and_the_run_leaves_the_list(make_server: MakeServer) -> None:
+    server = approve_server(make_server)
+    server.webhook(notification(alert("ffff000000000004", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+    log_in(server, OPERATOR_TOKEN)
+    state = server.client.get("/ui/state")
+    assert "Awaiting approval (1)" in text(state) and "Approve</button>" in text(state)
+    answer = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(state), "next": "/ui/state"})
+    assert answer.status_code == 302 and answer.headers["Location"] == "/ui/state"
+    after = text(server.client.get("/ui/state"))
+    assert "Awaiting approval (0)" in after and f"Run {run_id} approved by operator" in after
+    again = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(state)})
+    assert again.status_code == 302
+    assert "Not approved" in text(server.client.get(f"/ui/runs/{run_id}"))
