@@ -111,6 +111,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             "csrf_token": lambda: ui_session.csrf_token(session),
             "auth_on": bool(deps.credentials),
             "duration": _duration,
+            "session_hours": ui_session.SESSION_HOURS,
         }
 
     @ui.before_request

@@ -308,3 +308,8 @@ def test_approving_from_the_state_page_returns_there_and_the_run_leaves_the_list
     again = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(state)})
     assert again.status_code == 302
     assert "Not approved" in text(server.client.get(f"/ui/runs/{run_id}"))
+
+
+def test_the_login_page_says_how_long_a_session_lasts(server: Server) -> None:
+    page = text(server.client.get("/ui/login"))
+    assert "for 12 hours" in page and 'type="password"' in page
