@@ -205,6 +205,13 @@ class Settings:
     breaker_stale_horizon: float = 900.0
     """After a breaker reset, alerts that started before it and longer ago than this are recorded as stale."""
 
+    # --- web pages (/ui/, docs/ui.md)
+    ui: bool = True
+    """Serve the web pages under /ui/ (history, run pages, pause/breaker/approvals); false: /ui/* is 404."""
+    ui_secret_file: Path | None = None
+    """File of the key that signs the pages' session cookies (shared by every worker and replica). Unset:
+    derived from the configured tokens, so changing a token ends every session."""
+
     @property
     def stale_after(self) -> float:
         """The lease's old name (issue 11): still read, as a setting and here."""
@@ -542,6 +549,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "read_token": str,
     "read_token_file": _to_optional_path,
     "insecure_no_auth": _to_bool,
+    "ui": _to_bool,
+    "ui_secret_file": _to_optional_path,
     "playbooks": Path,
     "database_url": _to_database_url,
     "mode": _to_mode,

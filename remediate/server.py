@@ -2,7 +2,8 @@
 
 Endpoints: POST /webhook (AlertManager v4), GET /history, GET /runs/<id>,
 POST /runs/<id>/approve, GET|POST /pause, POST /resume, GET /breaker,
-POST /breaker/reset, GET /ladders, POST /ladders/reset, /healthz, /readyz, /metrics. The webhook answers 200 only
+POST /breaker/reset, GET /ladders, POST /ladders/reset, /healthz, /readyz, /metrics, and the web pages
+under /ui/ (remediate.ui) unless the `ui` setting is off. The webhook answers 200 only
 once the notification and its runs are committed; executing happens in the
 executor, never inside the request.
 """
@@ -395,6 +396,22 @@ def _register_routes(app: Flask, services: Services) -> None:
             return _error(404, "not_found", f"no ladder{which} for target {target}")
         log.warning("ladders of %s%s reset by %s", target, f" ({playbook})" if playbook else "", g.principal)
         return jsonify({"ladders": _ladders_json(states)})
+
+    if services.settings.ui:
+        # The web pages (remediate.ui, docs/ui.md): the same store, tokens, breaker and parsers as the API.
+        from remediate.ui import UiDeps, create_blueprint
+        from remediate.ui.session import secret_key
+
+        ui_deps = UiDeps(
+            store=store,
+            credentials=services.credentials,
+            breaker=services.executor.breaker,
+            wake=services.wake,
+            history_query=_history_query,
+            ladders=lambda: _ladders_json(store.ladders()),
+            secret_key=secret_key(services.settings.ui_secret_file, services.credentials),
+        )
+        app.register_blueprint(create_blueprint(ui_deps))
 
     @app.get("/healthz")
     def healthz() -> Any:

@@ -20,6 +20,7 @@ from tests.support.stores import AnyStore, open_store, store_backend
 # The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
 # A plugin is listed before the plugins that import it (cli imports http), so that pytest rewrites its asserts.
 pytest_plugins = [
+    "tests.support.browser",
     "tests.support.http",
     "tests.support.cli",
     "tests.support.disk",

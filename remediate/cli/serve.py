@@ -33,6 +33,7 @@ from remediate.cli._group import main
 @click.option(
     "--insecure-no-auth", is_flag=True, default=None, help="Serve without a token. Only for local experiments."
 )
+@click.option("--ui/--no-ui", default=None, help="Serve the web pages under /ui/ [on].")
 @handle_errors
 def serve(**params: Any) -> None:
     """Run the server under gunicorn: webhook receiver and history API (HTTP workers), executor (its own process)."""
@@ -44,6 +45,7 @@ def serve(**params: Any) -> None:
         executor_threads=params["executor_threads"],
         mode=params["mode"],
         insecure_no_auth=params["insecure_no_auth"],
+        ui=params["ui"],
     )
     from remediate.serving import run_server
 

@@ -291,6 +291,11 @@ class Store:
         with self.read() as conn:
             return _history.run_detail(conn, run_id)
 
+    def run_links(self, run_id: int) -> _history.RunLinks:
+        """A run's firing run (when it is a resolved one) and its resolved runs (when it is a firing one)."""
+        with self.read() as conn:
+            return _history.run_links(conn, run_id)
+
     def counts(self) -> dict[str, int]:
         with self.read() as conn:
             return _history.counts(conn)

@@ -15,8 +15,8 @@ INTERFACE = {
     "claim_run", "steps_of", "start_attempt", "finish_attempt", "record_plan", "finish_step", "finish_run",
     "skip_steps", "heartbeat", "running_claims", "requeue_claims", "recover_stale", "pending_outcomes",
     "settle_pending", "check_lease", "approve", "queue_depth", "oldest_queued_at", "pause_state", "set_paused",
-    "writer",
-    "guard_reader", "breaker_ledger", "breaker_view", "breaker_state", "memory", "history", "run_detail",
+    "writer", "guard_reader", "breaker_ledger", "breaker_view", "breaker_state", "memory", "history", "run_detail",
+    "run_links",
     "counts", "open", "upgrade", "schema_version", "write", "read", "ping", "probe_write", "check_file", "close",
     "prune", "ladders", "reset_ladders", "report",
 }  # fmt: skip

@@ -303,3 +303,25 @@ def test_the_next_cursor_is_none_on_the_last_page_only(
 
     assert cursor is not None and end is None
     assert newest.id > oldest.id
+
+
+# --------------------------------------------------------------------------- the undo linked both ways
+
+
+@EVERY_DATABASE
+def test_run_links_join_a_firing_run_and_its_resolved_run_of_the_same_occurrence(
+    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    (firing_id,) = [
+        d.run_id for d in ingest(engine, make_alert("GpuXidError", labels={"Hostname": "a"}), at=T0).decisions
+    ]
+    other = make_alert("GpuXidError", labels={"Hostname": "b"})  # another alert: no link
+    (other_id,) = [d.run_id for d in ingest(engine, other, at=T0 + 1).decisions]
+    resolved = make_alert("GpuXidError", labels={"Hostname": "a"}, status="resolved")
+    (resolved_id,) = [d.run_id for d in ingest(engine, resolved, at=T0 + 2).decisions]
+
+    assert store.run_links(firing_id) == (None, [resolved_id])
+    assert store.run_links(resolved_id) == (firing_id, [])
+    assert store.run_links(other_id) == (None, [])
+    with pytest.raises(UnknownRunError):
+        store.run_links(resolved_id + 1000)

@@ -1,0 +1,133 @@
+"""Who is looking at a page: the login (a token checked once), the signed session cookie, CSRF tokens.
+
+The cookie (Flask's, signed with itsdangerous) holds the principal's name, when they logged in and a
+CSRF token; never the token. Each request looks the principal up again among the configured tokens,
+so a removed name or a changed role takes effect at once, and its age is checked against SESSION_HOURS
+whatever the browser does with the cookie's own expiry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Request
+from flask.sessions import SecureCookieSessionInterface
+
+from remediate.config import OPERATOR, READ, Credential
+from remediate.errors import ConfigError
+
+SESSION_HOURS = 12
+SESSION_COOKIE = "remediate_ui"
+_KEY_LABEL = b"remediate ui session key v1"
+MIN_SECRET_CHARS = 32
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """The person behind a page request: the principal recorded for what they do, and its roles now."""
+
+    principal: str
+    roles: frozenset[str]
+
+    @property
+    def operator(self) -> bool:
+        return OPERATOR in self.roles
+
+
+def secret_key(secret_file: Path | None, credentials: Iterable[Credential]) -> bytes:
+    """The session cookies' signing key: the file's contents, or an HMAC of the configured tokens.
+
+    Derived from the tokens, every worker and replica with the same tokens agrees without a shared
+    secret to distribute, and changing (or revoking) any token ends every session. Without tokens
+    (insecure_no_auth) the key is public, but then there is nothing a session guards."""
+    if secret_file is not None:
+        try:
+            text = secret_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read ui_secret_file {secret_file}: {exc.strerror}") from exc
+        if len(text) < MIN_SECRET_CHARS:
+            raise ConfigError(f"ui_secret_file {secret_file}: at least {MIN_SECRET_CHARS} characters")
+        return text.encode()
+    material = "\n".join(sorted(f"{c.name}\0{c.token}\0{','.join(sorted(c.roles))}" for c in credentials))
+    return hmac.new(material.encode(), _KEY_LABEL, hashlib.sha256).digest()
+
+
+class UiSessionInterface(SecureCookieSessionInterface):
+    """Flask's signed cookie session, `Secure` whenever the page was asked for over https."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        from flask import request
+
+        return bool(app.config["SESSION_COOKIE_SECURE"]) or request.is_secure
+
+
+def configure(app: Flask, key: bytes) -> None:
+    app.secret_key = key
+    app.session_interface = UiSessionInterface()
+    app.config.update(
+        SESSION_COOKIE_NAME=SESSION_COOKIE,
+        SESSION_COOKIE_PATH="/ui",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        PERMANENT_SESSION_LIFETIME=SESSION_HOURS * 3600,
+        # The expiry counts from the login, not from the last page: the cookie is not re-issued per request.
+        SESSION_REFRESH_EACH_REQUEST=False,
+    )
+
+
+def find_credential(credentials: Iterable[Credential], presented: str) -> Credential | None:
+    """The credential of a pasted token; compared with every token (constant time each), like the API."""
+    presented_bytes = presented.strip().encode()
+    found = None
+    for credential in credentials:
+        if hmac.compare_digest(presented_bytes, credential.token.encode()):
+            found = credential
+    return found
+
+
+def log_in(session: MutableMapping[str, Any], credential: Credential, *, now: float) -> None:
+    """A fresh session (nothing of the anonymous one survives: no session fixation of the CSRF token)."""
+    session.clear()
+    session.permanent = True  # type: ignore[attr-defined]
+    session["principal"] = credential.name
+    session["login_at"] = now
+    session["csrf"] = secrets.token_urlsafe(32)
+
+
+def viewer(
+    session: Mapping[str, Any], credentials: tuple[Credential, ...], request: Request, *, now: float
+) -> Viewer | None:
+    """The logged-in viewer, or None (not logged in, expired, or a principal that may not read any more)."""
+    if not credentials:
+        # insecure_no_auth: the API lets anyone do anything; the pages do the same, recorded by address.
+        return Viewer(f"http:{request.remote_addr}", frozenset({READ, OPERATOR}))
+    name, login_at = session.get("principal"), session.get("login_at")
+    if not isinstance(name, str) or not isinstance(login_at, int | float):
+        return None
+    if not 0 <= now - login_at <= SESSION_HOURS * 3600:
+        return None
+    for credential in credentials:
+        if credential.name == name and credential.allows(READ):
+            roles = {READ} | ({OPERATOR} if credential.allows(OPERATOR) else set())
+            return Viewer(name, frozenset(roles))
+    return None
+
+
+def csrf_token(session: MutableMapping[str, Any]) -> str:
+    """The session's CSRF token, made on first use (the login form's is the anonymous session's)."""
+    token = session.get("csrf")
+    if not isinstance(token, str):
+        token = secrets.token_urlsafe(32)
+        session["csrf"] = token
+    return token
+
+
+def csrf_ok(session: Mapping[str, Any], presented: str | None) -> bool:
+    expected = session.get("csrf")
+    return isinstance(expected, str) and bool(presented) and hmac.compare_digest(expected, presented or "")

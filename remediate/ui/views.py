@@ -1,0 +1,262 @@
+"""The pages' routes (a Flask blueprint under /ui): they read what the JSON API reads and act as it acts.
+
+The history and the run page render `remediate.history_api`'s shapes of the store's rows (the JSON of
+/history and /runs/<id>), so a page never shows something the API would not. Approve, pause, resume
+and the breaker reset are forms (POST, a CSRF token, the operator role); each redirects back to the
+page it came from, which then shows the new state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import Blueprint, Flask, abort, flash, g, redirect, render_template, request, session, url_for
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
+
+from remediate.breaker import CircuitBreaker
+from remediate.config import READ, Credential
+from remediate.errors import RunStateError, UnknownRunError
+from remediate.history_api import entry_json, run_json
+from remediate.runs import RunStatus
+from remediate.store import HistoryQuery, Store
+from remediate.ui import session as ui_session
+from remediate.ui.folding import fold_duplicates
+
+log = logging.getLogger("remediate.ui")
+
+FILTERS = ("playbook", "alertname", "target", "status", "since", "until")
+"""The history form's fields: /history's filters, parsed by the same function."""
+PAGE_SIZE = 50
+APPROVALS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class UiDeps:
+    """What the pages use, handed over by `remediate.server` (which owns them)."""
+
+    store: Store
+    credentials: tuple[Credential, ...]
+    breaker: CircuitBreaker
+    wake: Callable[[], None]
+    """Tells the executor an approved run is queued."""
+    history_query: Callable[[Mapping[str, str]], HistoryQuery]
+    """GET /history's parser of the filters (ValueError on a bad one)."""
+    ladders: Callable[[], list[dict[str, Any]]]
+    """GET /ladders' answer (every ladder)."""
+    secret_key: bytes
+
+
+def _time(value: float | str | None) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        return value
+    return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _duration(start: float | None, end: float | None) -> str:
+    if start is None or end is None:
+        return ""
+    seconds = end - start
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _web_link(url: str | None) -> str | None:
+    """The URL when a browser may follow it (http, https); never a javascript: or data: link from an alert."""
+    if not url:
+        return None
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:
+        return None
+    return url if scheme in ("http", "https") else None
+
+
+def _local(target: str | None, default: str) -> str:
+    """A redirect target only within the pages (no open redirect through ?next=)."""
+    if target and target.startswith("/ui/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return default
+
+
+def create_blueprint(deps: UiDeps) -> Blueprint:
+    ui = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
+    store = deps.store
+
+    @ui.record_once
+    def _setup(state: Any) -> None:
+        app: Flask = state.app
+        ui_session.configure(app, deps.secret_key)
+        app.jinja_env.filters["time"] = _time
+        app.jinja_env.filters["pretty"] = _pretty
+
+    @ui.app_context_processor
+    def _globals() -> dict[str, Any]:
+        if request.blueprint != "ui":
+            return {}
+        return {
+            "viewer": g.get("viewer"),
+            "csrf_token": lambda: ui_session.csrf_token(session),
+            "auth_on": bool(deps.credentials),
+            "duration": _duration,
+            "session_hours": ui_session.SESSION_HOURS,
+        }
+
+    @ui.before_request
+    def _gate() -> Response | None:
+        if request.endpoint in ("ui.static", "ui.login"):
+            return None
+        if request.method == "POST" and not ui_session.csrf_ok(session, request.form.get("csrf_token")):
+            abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
+        if request.endpoint == "ui.logout":
+            return None  # an expired session may still end itself
+        g.viewer = ui_session.viewer(session, deps.credentials, request, now=time.time())
+        if g.viewer is None:
+            if request.method != "GET":
+                abort(401, "log in first")
+            return redirect(url_for("ui.login", next=request.full_path.rstrip("?")))
+        return None
+
+    @ui.after_request
+    def _headers(response: Response) -> Response:
+        # No script runs on these pages, nothing loads from elsewhere, no other site may frame them (the
+        # Approve button), and no cache keeps a page of the history.
+        response.headers.setdefault(
+            "Content-Security-Policy",
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+            "base-uri 'none'",
+        )
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        if request.endpoint != "ui.static":
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    def _operator() -> str:
+        if not g.viewer.operator:
+            abort(
+                403,
+                f"{g.viewer.principal} may only read: approving, pausing, resuming and resets need the operator role",
+            )
+        principal: str = g.viewer.principal
+        return principal
+
+    @ui.route("/login", methods=["GET", "POST"])
+    def login() -> Any:
+        target = _local(request.values.get("next"), url_for("ui.history"))
+        if not deps.credentials:
+            return redirect(target)
+        if request.method == "GET":
+            return render_template("login.html", next=target, error=None)
+        if not ui_session.csrf_ok(session, request.form.get("csrf_token")):
+            abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
+        credential = ui_session.find_credential(deps.credentials, request.form.get("token", ""))
+        if credential is None or not credential.allows(READ):
+            # One answer for both: which tokens exist is not the page's to say.
+            error = "Unknown token, or one that may not read (the webhook token cannot log in)."
+            return render_template("login.html", next=target, error=error), 401
+        ui_session.log_in(session, credential, now=time.time())
+        log.info("%s logged in to the web pages", credential.name)
+        return redirect(target)
+
+    @ui.post("/logout")
+    def logout() -> Any:
+        session.clear()
+        return redirect(url_for("ui.login"))
+
+    @ui.get("/")
+    def history() -> Any:
+        form = {name: request.args.get(name, "").strip() for name in FILTERS}
+        args = {name: value for name, value in form.items() if value}
+        cursor = request.args.get("cursor", "")
+        try:
+            query = deps.history_query({**args, "cursor": cursor, "limit": str(PAGE_SIZE)})
+            entries, next_cursor = store.history(query)
+        except ValueError as exc:
+            return render_template("history.html", form=form, rows=[], error=str(exc), older=None, newest=None), 400
+        rows = [
+            {"entry": entry_json(row.entry), "duplicates": [entry_json(d) for d in row.duplicates]}
+            for row in fold_duplicates(entries)
+        ]
+        older = url_for("ui.history", **args, cursor=next_cursor) if next_cursor else None
+        newest = url_for("ui.history", **args) if cursor else None
+        return render_template("history.html", form=form, rows=rows, error=None, older=older, newest=newest)
+
+    @ui.get("/runs/<int:run_id>")
+    def run(run_id: int) -> Any:
+        try:
+            detail = run_json(store.run_detail(run_id))
+            links = store.run_links(run_id)
+        except UnknownRunError:
+            abort(404, f"no run {run_id}")
+        alert_link = _web_link(detail["alert"]["generatorURL"])
+        return render_template("run.html", run=detail, links=links, alert_link=alert_link)
+
+    @ui.post("/runs/<int:run_id>/approve")
+    def approve(run_id: int) -> Any:
+        by = _operator()
+        try:
+            store.approve(run_id, by=by, now=time.time())
+        except UnknownRunError:
+            abort(404, f"no run {run_id}")
+        except RunStateError as exc:
+            flash(f"Not approved: {exc}", "error")
+        else:
+            deps.wake()
+            flash(f"Run {run_id} approved by {by}: queued.", "ok")
+        return redirect(_local(request.form.get("next"), url_for("ui.run", run_id=run_id)))
+
+    @ui.get("/state")
+    def state() -> Any:
+        pause = store.pause_state()
+        waiting, _ = store.history(HistoryQuery(status=RunStatus.AWAITING_APPROVAL, limit=APPROVALS_SHOWN))
+        return render_template(
+            "state.html",
+            pause=pause,
+            breaker=deps.breaker.status(),
+            waiting=[entry_json(entry) for entry in waiting],
+            ladders=deps.ladders(),
+        )
+
+    @ui.post("/pause")
+    def pause() -> Any:
+        by = _operator()
+        store.set_paused(True, by=by, reason=request.form.get("reason", "")[:1000], now=time.time())
+        flash(f"Paused by {by}: new alerts are recorded, nothing new runs.", "ok")
+        return redirect(url_for("ui.state"))
+
+    @ui.post("/resume")
+    def resume() -> Any:
+        by = _operator()
+        store.set_paused(False, by=by, reason="", now=time.time())
+        flash(f"Resumed by {by}.", "ok")
+        return redirect(url_for("ui.state"))
+
+    @ui.post("/breaker/reset")
+    def breaker_reset() -> Any:
+        by = _operator()
+        reason = request.form.get("reason", "")[:1000]
+        deps.breaker.reset(by=by, reason=reason)
+        log.warning("circuit breaker reset by %s (web page)%s", by, f": {reason}" if reason else "")
+        flash(f"Breaker reset by {by}.", "ok")
+        return redirect(url_for("ui.state"))
+
+    @ui.errorhandler(HTTPException)
+    def _error(exc: HTTPException) -> Any:
+        code = exc.code or 500
+        return render_template("error.html", code=code, name=exc.name, message=exc.description), code
+
+    return ui

@@ -1,0 +1,315 @@
+"""The web pages (remediate.ui) through Flask's test client on a real SQLite store: login, the session
+cookie, CSRF, roles, and what each page shows. The same pages in a real Chromium: tests/e2e/test_ui_browser.py."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from werkzeug.test import TestResponse
+
+from tests.support.http import (
+    APPROVE_XID,
+    OPERATOR_TOKEN,
+    READ_TOKEN,
+    TOKEN,
+    MakeServer,
+    Server,
+    alert,
+    notification,
+)
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def csrf(page: TestResponse) -> str:
+    found = CSRF.search(page.get_data(as_text=True))
+    assert found is not None, page.get_data(as_text=True)[:500]
+    return found.group(1)
+
+
+def log_in(server: Server, token: str) -> TestResponse:
+    form = server.client.get("/ui/login")
+    return server.client.post("/ui/login", data={"token": token, "csrf_token": csrf(form)})
+
+
+def text(response: TestResponse) -> str:
+    return response.get_data(as_text=True)
+
+
+def approve_server(make_server: MakeServer, **settings: Any) -> Server:
+    return make_server(playbooks={"approve-xid.yaml": APPROVE_XID}, **settings)
+
+
+def test_pages_need_a_login_and_the_login_sets_a_signed_session_cookie_without_the_token(server: Server) -> None:
+    first = server.client.get("/ui/?playbook=log-xid")
+    assert first.status_code == 302
+    assert first.headers["Location"].startswith("/ui/login?next=")
+
+    answer = log_in(server, OPERATOR_TOKEN)
+    assert answer.status_code == 302 and answer.headers["Location"] == "/ui/"
+    cookie = answer.headers["Set-Cookie"]
+    assert cookie.startswith("remediate_ui=")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie and "Expires=" in cookie
+    assert "Secure" not in cookie  # plain http here; https: tests below
+    assert OPERATOR_TOKEN not in cookie
+    page = server.client.get("/ui/")
+    assert page.status_code == 200
+    assert "operator (operator)" in text(page)
+    assert OPERATOR_TOKEN not in text(page) and TOKEN not in text(page)
+
+
+def test_the_cookie_is_secure_over_https(server: Server) -> None:
+    form = server.client.get("/ui/login", base_url="https://remediate.example")
+    answer = server.client.post(
+        "/ui/login",
+        data={"token": READ_TOKEN, "csrf_token": csrf(form)},
+        base_url="https://remediate.example",
+    )
+    assert answer.status_code == 302
+    assert "Secure" in answer.headers["Set-Cookie"]
+
+
+def test_the_webhook_token_and_unknown_tokens_cannot_log_in(server: Server) -> None:
+    for token in (TOKEN, "not-a-token-at-all-000"):
+        answer = log_in(server, token)
+        assert answer.status_code == 401
+        assert "may not read" in text(answer)
+        assert token not in text(answer)
+        assert server.client.get("/ui/").status_code == 302
+
+
+def test_a_login_without_its_csrf_token_is_refused(server: Server) -> None:
+    server.client.get("/ui/login")
+    answer = server.client.post("/ui/login", data={"token": OPERATOR_TOKEN})
+    assert answer.status_code == 403
+    assert server.client.get("/ui/").status_code == 302
+
+
+def test_history_filters_folds_duplicates_and_links_runs(server: Server) -> None:
+    first = notification(alert("aaaa000000000001", instance="node-1:9400", gpu="0"))
+    for _ in range(4):  # the first accepted, three re-sends of the same occurrence: duplicates
+        assert server.webhook(first).status_code == 200
+    assert server.webhook(notification(alert("bbbb000000000002", instance="node-2:9400", gpu="1"))).status_code == 200
+    log_in(server, READ_TOKEN)
+
+    page = text(server.client.get("/ui/"))
+    rows = re.findall(r'<tr class="entry" data-id="(\d+)">', page)
+    assert len(rows) == 2, page  # 5 decisions: 3 duplicates folded into the first alert's row
+    assert "+3 duplicates" in page
+    assert 's-queued">queued' in page
+
+    filtered = server.client.get("/ui/", query_string={"target": "node-2"})
+    assert filtered.status_code == 200
+    assert len(re.findall(r'<tr class="entry"', text(filtered))) == 1
+    assert 'value="node-2"' in text(filtered)
+
+    bad = server.client.get("/ui/", query_string={"since": "yesterday"})
+    assert bad.status_code == 400
+    assert "since must be" in text(bad)
+
+
+def test_history_pages_with_an_older_link(server: Server) -> None:
+    for i in range(55):
+        server.webhook(notification(alert(f"cccc{i:012d}", instance=f"node-{i}:9400", gpu="0")))
+    log_in(server, READ_TOKEN)
+    first = text(server.client.get("/ui/"))
+    assert len(re.findall(r'<tr class="entry"', first)) == 50
+    older = re.search(r'<a href="([^"]+)" id="older">', first)
+    assert older is not None
+    second = text(server.client.get(older.group(1).replace("&amp;", "&")))
+    assert len(re.findall(r'<tr class="entry"', second)) == 5
+    assert 'id="newest"' in second and 'id="older"' not in second
+
+
+def test_run_page_shows_alert_decision_steps_attempts_and_links_the_undo_both_ways(server: Server) -> None:
+    firing = alert("dddd000000000001", instance="node-a:9400", gpu="3")
+    firing["generatorURL"] = "http://prometheus.example/graph?g0.expr=up"
+    server.webhook(notification(firing))
+    server.drain()
+    server.webhook(notification(alert("dddd000000000001", status="resolved", instance="node-a:9400", gpu="3")))
+    server.drain()
+    entries = server.history()["entries"]
+    resolved_id, firing_id = entries[0]["run_id"], entries[1]["run_id"]
+    log_in(server, READ_TOKEN)
+
+    page = text(server.client.get(f"/ui/runs/{firing_id}"))
+    assert 'id="run-status">succeeded' in page
+    assert 'href="http://prometheus.example/graph?g0.expr=up"' in page
+    assert "XID on GPU 3" in page  # the rendered params
+    assert "accepted" in page
+    assert f'href="/ui/runs/{resolved_id}"' in page
+    assert re.search(r"<td>1</td><td>\d{4}-\d\d-\d\d [\d:]+Z</td><td>\d+ ms</td>", page)
+    undo = text(server.client.get(f"/ui/runs/{resolved_id}"))
+    assert f'id="firing-run" href="/ui/runs/{firing_id}"' in undo
+    assert server.client.get("/ui/runs/999999").status_code == 404
+
+
+def test_only_http_generator_urls_become_links(server: Server) -> None:
+    hostile = alert("eeee000000000001", instance="node-a:9400", gpu="0")
+    hostile["generatorURL"] = "javascript:alert(document.cookie)"
+    server.webhook(notification(hostile))
+    run_id = server.history()["entries"][0]["run_id"]
+    log_in(server, READ_TOKEN)
+    page = text(server.client.get(f"/ui/runs/{run_id}"))
+    assert 'href="javascript:' not in page
+    assert "<code>javascript:alert(document.cookie)</code>" in page
+
+
+def test_an_operator_approves_from_the_run_page_and_the_run_is_queued(make_server: MakeServer) -> None:
+    server = approve_server(make_server)
+    server.webhook(notification(alert("ffff000000000001", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+    log_in(server, OPERATOR_TOKEN)
+    page = server.client.get(f"/ui/runs/{run_id}")
+    assert 'id="approve"' in text(page)
+    answer = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(page)})
+    assert answer.status_code == 302 and answer.headers["Location"] == f"/ui/runs/{run_id}"
+    after = text(server.client.get(f"/ui/runs/{run_id}"))
+    assert 'id="run-status">queued' in after
+    assert "approved by operator" in after
+    assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "operator"
+
+
+def test_the_read_role_sees_no_button_and_a_forged_approve_is_403(make_server: MakeServer) -> None:
+    server = approve_server(make_server)
+    server.webhook(notification(alert("ffff000000000002", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+    log_in(server, READ_TOKEN)
+    page = server.client.get(f"/ui/runs/{run_id}")
+    assert 'id="approve"' not in text(page) and 'id="needs-operator"' in text(page)
+    state = server.client.get("/ui/state")
+    assert f'href="/ui/runs/{run_id}"' in text(state) and "Approve</button>" not in text(state)
+    forged = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(page)})
+    assert forged.status_code == 403
+    for path in ("/ui/pause", "/ui/resume", "/ui/breaker/reset"):
+        assert server.client.post(path, data={"csrf_token": csrf(page)}).status_code == 403
+    assert server.get(f"/runs/{run_id}").get_json()["status"] == "awaiting_approval"
+    assert server.get("/pause").get_json()["paused"] is False
+
+
+def test_a_post_without_the_sessions_csrf_token_is_refused(make_server: MakeServer) -> None:
+    server = approve_server(make_server)
+    server.webhook(notification(alert("ffff000000000003", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+    log_in(server, OPERATOR_TOKEN)
+    for data in ({}, {"csrf_token": "forged"}):
+        answer = server.client.post(f"/ui/runs/{run_id}/approve", data=data)
+        assert answer.status_code == 403
+        assert "CSRF" in text(answer)
+    assert server.get(f"/runs/{run_id}").get_json()["status"] == "awaiting_approval"
+
+
+def test_state_page_pauses_resumes_and_resets_the_breaker_as_the_principal(server: Server) -> None:
+    log_in(server, OPERATOR_TOKEN)
+    page = server.client.get("/ui/state")
+    assert "not paused" in text(page) and "closed" in text(page)
+    token = csrf(page)
+    assert server.client.post("/ui/pause", data={"csrf_token": token, "reason": "maintenance"}).status_code == 302
+    assert server.get("/pause").get_json() | {"since": None} == {
+        "paused": True,
+        "by": "operator",
+        "reason": "maintenance",
+        "since": None,
+    }
+    paused = text(server.client.get("/ui/state"))
+    assert "Paused by <b>operator</b>" in paused and "maintenance" in paused and 'id="resume"' in paused
+    assert server.client.post("/ui/resume", data={"csrf_token": token}).status_code == 302
+    assert server.get("/pause").get_json()["paused"] is False
+    assert server.client.post("/ui/breaker/reset", data={"csrf_token": token, "reason": "checked"}).status_code == 302
+    assert server.get("/breaker").get_json()["reset_by"] == "operator"
+
+
+def test_logout_ends_the_session(server: Server) -> None:
+    log_in(server, READ_TOKEN)
+    page = server.client.get("/ui/")
+    assert page.status_code == 200
+    assert server.client.post("/ui/logout", data={"csrf_token": csrf(page)}).status_code == 302
+    assert server.client.get("/ui/").status_code == 302
+
+
+def test_a_login_older_than_12_hours_is_over(server: Server) -> None:
+    log_in(server, READ_TOKEN)
+    assert server.client.get("/ui/").status_code == 200
+    with server.client.session_transaction("/ui/") as session:
+        session["login_at"] -= 12 * 3600 + 1
+    assert server.client.get("/ui/").status_code == 302
+
+
+def test_a_session_signed_under_other_tokens_is_not_accepted(make_server: MakeServer) -> None:
+    first = make_server()
+    log_in(first, OPERATOR_TOKEN)
+    cookie = first.client.get_cookie("remediate_ui", path="/ui")
+    assert cookie is not None
+    changed = make_server(operator_token="another-operator-token-000")
+    changed.client.set_cookie("remediate_ui", cookie.value, path="/ui")
+    assert changed.client.get("/ui/").status_code == 302
+    same = make_server()  # same tokens: another worker or replica accepts the session
+    same.client.set_cookie("remediate_ui", cookie.value, path="/ui")
+    assert same.client.get("/ui/").status_code == 200
+
+
+def test_without_the_ui_setting_the_pages_are_404(make_server: MakeServer) -> None:
+    server = make_server(ui=False)
+    assert server.client.get("/ui/").status_code == 404
+    assert server.client.get("/ui/login").status_code == 404
+    assert server.get("/history").status_code == 200
+
+
+def test_the_stylesheet_is_served_from_the_package(server: Server) -> None:
+    css = server.client.get("/ui/static/ui.css")
+    try:
+        assert css.status_code == 200 and ".s-failed" in text(css)
+    finally:
+        css.close()  # a file response
+
+
+def test_without_authentication_the_pages_need_no_login_but_forms_still_need_csrf(make_server: MakeServer) -> None:
+    server = make_server(insecure_no_auth=True, token=None, operator_token=None, read_token=None)
+    page = server.client.get("/ui/state")
+    assert page.status_code == 200
+    assert "http:127.0.0.1 (operator)" in text(page)
+    assert 'id="logout"' not in text(page)
+    assert server.client.post("/ui/pause", data={}).status_code == 403
+    assert server.client.post("/ui/pause", data={"csrf_token": csrf(page)}).status_code == 302
+    assert server.get("/pause", token=None).get_json()["by"] == "http:127.0.0.1"
+
+
+def test_pages_forbid_scripts_framing_and_caching(server: Server) -> None:
+    log_in(server, READ_TOKEN)
+    page = server.client.get("/ui/state")
+    assert "default-src 'none'" in page.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert page.headers["Cache-Control"] == "no-store"
+    assert "<script" not in text(page)
+
+
+def test_logout_works_after_the_session_expired(server: Server) -> None:
+    log_in(server, READ_TOKEN)
+    page = server.client.get("/ui/")
+    with server.client.session_transaction("/ui/") as session:
+        session["login_at"] -= 13 * 3600
+    answer = server.client.post("/ui/logout", data={"csrf_token": csrf(page)})
+    assert answer.status_code == 302 and answer.headers["Location"] == "/ui/login"
+
+
+def test_approving_from_the_state_page_returns_there_and_the_run_leaves_the_list(make_server: MakeServer) -> None:
+    server = approve_server(make_server)
+    server.webhook(notification(alert("ffff000000000004", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+    log_in(server, OPERATOR_TOKEN)
+    state = server.client.get("/ui/state")
+    assert "Awaiting approval (1)" in text(state) and "Approve</button>" in text(state)
+    answer = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(state), "next": "/ui/state"})
+    assert answer.status_code == 302 and answer.headers["Location"] == "/ui/state"
+    after = text(server.client.get("/ui/state"))
+    assert "Awaiting approval (0)" in after and f"Run {run_id} approved by operator" in after
+    again = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(state)})
+    assert again.status_code == 302
+    assert "Not approved" in text(server.client.get(f"/ui/runs/{run_id}"))
+
+
+def test_the_login_page_says_how_long_a_session_lasts(server: Server) -> None:
+    page = text(server.client.get("/ui/login"))
+    assert "for 12 hours" in page and 'type="password"' in page

@@ -1,0 +1,51 @@
+"""The pages' session key, credential check and CSRF comparison (remediate.ui.session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remediate.config import OPERATOR, READ, WEBHOOK, Credential
+from remediate.errors import ConfigError
+from remediate.ui.session import csrf_ok, find_credential, secret_key
+
+OPERATOR_C = Credential("alice", "alice-token-0123456789", frozenset({OPERATOR}))
+READ_C = Credential("auditor", "auditor-token-0123456789", frozenset({READ}))
+HOOK_C = Credential("webhook", "webhook-token-0123456789", frozenset({WEBHOOK}))
+
+
+def test_the_derived_key_is_the_same_for_the_same_tokens_in_any_order_and_changes_with_any_token() -> None:
+    key = secret_key(None, [OPERATOR_C, READ_C, HOOK_C])
+    assert key == secret_key(None, [HOOK_C, READ_C, OPERATOR_C])
+    assert len(key) == 32
+    changed = Credential("auditor", "auditor-token-9999999999", frozenset({READ}))
+    assert secret_key(None, [OPERATOR_C, changed, HOOK_C]) != key
+    assert secret_key(None, [OPERATOR_C, HOOK_C]) != key
+    assert OPERATOR_C.token.encode() not in key
+
+
+def test_a_secret_file_wins_and_must_be_long_enough(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("s" * 40 + "\n")
+    assert secret_key(secret, [OPERATOR_C]) == b"s" * 40
+    secret.write_text("short")
+    with pytest.raises(ConfigError, match="at least 32"):
+        secret_key(secret, [OPERATOR_C])
+    with pytest.raises(ConfigError, match="cannot read ui_secret_file"):
+        secret_key(tmp_path / "absent", [OPERATOR_C])
+
+
+def test_a_pasted_token_finds_its_credential_with_surrounding_whitespace() -> None:
+    credentials = [OPERATOR_C, READ_C, HOOK_C]
+    assert find_credential(credentials, " auditor-token-0123456789\n") == READ_C
+    assert find_credential(credentials, "auditor-token-012345678") is None
+    assert find_credential(credentials, "") is None
+
+
+def test_csrf_needs_the_sessions_own_token() -> None:
+    assert csrf_ok({"csrf": "abc"}, "abc")
+    assert not csrf_ok({"csrf": "abc"}, "abd")
+    assert not csrf_ok({"csrf": "abc"}, None)
+    assert not csrf_ok({}, "")
+    assert not csrf_ok({}, "abc")
