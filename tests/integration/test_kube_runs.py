@@ -309,14 +309,18 @@ def test_with_30_percent_of_requests_failing_every_run_ends_recorded_and_nothing
         left = [p for (ns, name), p in kube_api.pods.items() if p["spec"].get("nodeName") == node]
         assert [p["metadata"]["name"] for p in left] == [f"dcgm-{node}"]
         # Recording an event is best effort: one whose every attempt met a fault is named in the step's result.
+        # An attempt whose answer was lost (the injected delay outlasts the client's timeout) may still have
+        # been recorded by the API server while its retry met a fault: then it is both recorded and named as
+        # not recorded (remediate cannot know). Never missing without being named, never recorded twice.
         recorded = [e["reason"] for e in kube_api.events_about(node)]
         reported_missing = [
             step["result"]["event"]["reason"]
             for step in run["steps"]
             if "error" in ((step.get("result") or {}).get("event") or {})
         ]
-        assert not set(recorded) & set(reported_missing), (recorded, reported_missing)
-        assert sorted(recorded + reported_missing) == ["RemediateCordoned", "RemediateDrained", "RemediateTainted"]
+        expected = {"RemediateCordoned", "RemediateDrained", "RemediateTainted"}
+        assert set(recorded) | set(reported_missing) == expected, (recorded, reported_missing)
+        assert len(recorded) == len(set(recorded)) and set(recorded) <= expected, recorded
     for node in nodes:  # a node is never cordoned without remediate's mark
         state = kube_api.node(node)
         if state["spec"].get("unschedulable"):
