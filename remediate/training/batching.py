@@ -37,6 +37,18 @@ REDUCE_BATCH_SIZE = "reduce_batch_size"
 SET_DATALOADER_WORKERS = "set_dataloader_workers"
 
 
+def _fraction(description: str) -> dict[str, Any]:
+    """The schema of a `factor` param: a number strictly between 0 and 1 (it only ever shrinks something)."""
+    return {
+        "type": "number",
+        "minimum": 0,
+        "maximum": 1,
+        "exclusiveMinimum": True,
+        "exclusiveMaximum": True,
+        "description": description,
+    }
+
+
 @dataclass
 class Batching:
     """What the job's loop reads at every optimizer step; the two commands change it in place."""
@@ -79,14 +91,7 @@ class Batching:
                 self._reduce_batch_size,
                 schema=command_schema(
                     {
-                        "factor": {
-                            "type": "number",
-                            "minimum": 0,
-                            "maximum": 1,
-                            "exclusiveMinimum": True,
-                            "exclusiveMaximum": True,
-                            "description": "multiply the micro-batch by this",
-                        },
+                        "factor": _fraction("multiply the micro-batch by this"),
                         "to": {
                             "type": "integer",
                             "minimum": self.min_micro_batch_size,
@@ -104,14 +109,7 @@ class Batching:
                 schema=command_schema(
                     {
                         "workers": {"type": "integer", "minimum": 0, "maximum": self.max_dataloader_workers},
-                        "factor": {
-                            "type": "number",
-                            "minimum": 0,
-                            "maximum": 1,
-                            "exclusiveMinimum": True,
-                            "exclusiveMaximum": True,
-                            "description": "multiply the current workers by this (rounded down)",
-                        },
+                        "factor": _fraction("multiply the current workers by this (rounded down)"),
                     },
                     one_of=[["workers"], ["factor"]],
                     description="the data loader's worker processes, from its next iterator on",
