@@ -36,7 +36,7 @@ from typing import Any, ClassVar, Self
 import requests
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.schema import Param, ParamSchema
+from remediate.actions.schema import Param, ParamSchema, duration_within
 from remediate.durations import format_duration, parse_duration
 from remediate.errors import ActionError
 from remediate.templating import unescaped_outputs
@@ -61,19 +61,6 @@ class PrometheusQueryError(ActionError):
 
 class PrometheusUnavailable(ActionError):
     """Prometheus could not be asked (connection, 5xx, time-out): the check asks again until its timeout."""
-
-
-def _duration(low: float, high: float) -> Any:
-    def check(value: str) -> str | None:
-        try:
-            seconds = parse_duration(value).total_seconds()
-        except ValueError as exc:
-            return str(exc)
-        if not low <= seconds <= high:
-            return f"must be between {format_duration_s(low)} and {format_duration_s(high)}"
-        return None
-
-    return check
 
 
 def format_duration_s(seconds: float) -> str:
@@ -155,21 +142,21 @@ class PrometheusCheckAction(Action):
                 str,
                 default="0s",
                 static=True,
-                check=_duration(0, MAX_FOR_S),
+                check=duration_within(0, MAX_FOR_S),
                 doc="how long the query must have held without a break (0s: now); at most 7d",
             ),
             "timeout": Param(
                 str,
                 default="5m",
                 static=True,
-                check=_duration(0, MAX_TIMEOUT_S),
+                check=duration_within(0, MAX_TIMEOUT_S),
                 doc="how long to wait for that before failing (also bounded by the step's own timeout)",
             ),
             "poll": Param(
                 str,
                 default="15s",
                 static=True,
-                check=_duration(1, 300),
+                check=duration_within(1, 300),
                 doc="how often to ask again, and the resolution of the window (1s to 5m; the scrape interval is best)",
             ),
         }

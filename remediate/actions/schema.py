@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
+from remediate.durations import format_duration, parse_duration
 from remediate.errors import ParamsError
 from remediate.templating import is_template
 
@@ -154,3 +156,17 @@ def _coerce(value: Any, wanted: type) -> Any:
     if wanted is str:
         return value if isinstance(value, str) else (str(value) if isinstance(value, int | float) else _MISSING)
     return value if isinstance(value, wanted) else _MISSING
+
+
+def duration_within(low_s: float, high_s: float) -> Callable[[str], str | None]:
+    """A `Param.check` for a duration param (`90s`, `15m`): it must parse and lie within [low_s, high_s] seconds."""
+    bounds = f"{format_duration(timedelta(seconds=low_s))} and {format_duration(timedelta(seconds=high_s))}"
+
+    def check(value: str) -> str | None:
+        try:
+            seconds = parse_duration(value).total_seconds()
+        except ValueError as exc:
+            return str(exc)
+        return None if low_s <= seconds <= high_s else f"must be between {bounds}"
+
+    return check

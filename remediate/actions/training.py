@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.schema import Param, ParamSchema
+from remediate.actions.schema import Param, ParamSchema, duration_within
 from remediate.durations import parse_duration
 from remediate.errors import ActionError, OutcomePending
 from remediate.training.protocol import (
@@ -100,14 +100,6 @@ def _timeout(value: float) -> str | None:
     return None if 0 < value <= 3600 else "must be between 0 and 3600 seconds"
 
 
-def _duration_check(value: str) -> str | None:
-    try:
-        seconds = parse_duration(value).total_seconds()
-    except ValueError as exc:
-        return str(exc)
-    return None if seconds <= 3600 else "must be at most 1h"
-
-
 COMMON_PARAMS: dict[str, Param] = {
     "job": Param(
         str,
@@ -125,7 +117,7 @@ COMMON_PARAMS: dict[str, Param] = {
     "wait_for_job": Param(
         str,
         static=True,
-        check=_duration_check,
+        check=duration_within(0, 3600),
         doc="when the job's process is not running: wait this long (e.g. 2m) for it to register again "
         "before sending (the step's timeout must cover it and the acknowledgement); default: fail at once",
     ),
