@@ -618,3 +618,36 @@ def median(values: Sequence[float]) -> float:
 
 def verdict(ok: bool) -> str:
     return "meets" if ok else "MISSES"
+
+
+def timed_post(url: str, body: bytes, timeout: float = 300) -> tuple[int, float, dict[str, Any]]:
+    """POST one notification; (HTTP status, seconds until the answer, the answer's JSON or {})."""
+    started = time.perf_counter()
+    response = requests.post(url + "/webhook", data=body, headers=HEADERS, timeout=timeout)
+    elapsed = time.perf_counter() - started
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    return response.status_code, elapsed, answer if isinstance(answer, dict) else {}
+
+
+def big_body(count: int, prefix: str) -> bytes:
+    """One notification of `count` alerts, fingerprints `prefix` + a counter, spread over TARGETS nodes and 8 GPUs."""
+    alerts = [alert(f"{prefix}{i:010x}", f"node-{i % TARGETS:03d}", gpu=i % 8) for i in range(count)]
+    return json.dumps(notification(alerts)).encode()
+
+
+def notification_runs(db: Path | str, notification_id: Any) -> dict[str, Any]:
+    """Rows stored for one notification: alerts, decisions, runs; runs not finished; the last run's finished_at."""
+    with contextlib.closing(Database(db)) as conn:
+        alerts, decisions = (
+            conn.scalar(f"SELECT count(*) FROM {table} WHERE notification_id = ?", (notification_id,))  # noqa: S608
+            for table in ("alerts", "decisions")
+        )
+        runs, pending, last = conn.rows(
+            "SELECT count(*), count(*) FILTER (WHERE runs.status IN ('queued', 'running')), max(runs.finished_at)"
+            " FROM runs JOIN alerts ON alerts.id = runs.alert_id WHERE alerts.notification_id = ?",
+            (notification_id,),
+        )[0]
+    return {"alerts": alerts, "decisions": decisions, "runs": runs, "pending": pending, "last_finished": last}
