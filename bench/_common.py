@@ -644,6 +644,16 @@ def timed_post(url: str, body: bytes, timeout: float = 300) -> tuple[int, float,
     return response.status_code, elapsed, answer if isinstance(answer, dict) else {}
 
 
+def warm_up(server: Server, posts: int = 8) -> None:
+    """A few one-alert notifications (fingerprints `warm...`), so that no figure pays a worker's first request
+    (its database connection, lazy imports, the first compile of a statement)."""
+    # A new connection each time (no Session): keep-alive would send them all to one worker.
+    for index in range(posts):
+        fingerprint = f"warm{os.getpid():x}{index:04x}{time.time_ns() % 10**12:012x}"
+        body = json.dumps(notification([alert(fingerprint, "node-000")]))
+        requests.post(server.url + "/webhook", data=body, headers=HEADERS, timeout=30)
+
+
 def big_body(count: int, prefix: str) -> bytes:
     """One notification of `count` alerts, fingerprints `prefix` + a counter, spread over TARGETS nodes and 8 GPUs."""
     alerts = [alert(f"{prefix}{i:010x}", f"node-{i % TARGETS:03d}", gpu=i % 8) for i in range(count)]

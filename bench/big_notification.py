@@ -147,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
             servers["remediate"] = c.remediate_server(
                 work, db=work / "unused.db", database_url=url, workers=args.workers
             )
+            for server in servers.values():
+                c.warm_up(server)
+            c.wait_for_runs_done(url, timeout=30)
             for rep in range(args.repeat):
                 rows.append(one_round(args, servers, url, rep))
                 r = rows[-1]

@@ -71,6 +71,7 @@ def one_round(args: argparse.Namespace, work: Path, dbs: c.Databases, rep: int) 
     }  # fmt: skip
     for name, start in starts.items():
         with start() as server:
+            c.warm_up(server)
             for size in args.sizes:
                 result[name][size] = measure(server, size, posts_for(size, args.most), f"s{rep}{name[0]}{size}-")
     return result
