@@ -533,16 +533,19 @@ def tree_cpu_seconds(root: int) -> float:
     return total
 
 
-def tree_run_seconds(root: int) -> float:
-    """CPU time of `root`, its descendants and all their live threads, from /proc/<pid>/task/<tid>/schedstat
-    (nanoseconds: fine enough for a few requests, where utime/stime count 10 ms ticks). A thread that exits
-    takes its time with it: use it where threads live on (gunicorn's workers), not across an executor's steps."""
-    total = 0
+def tree_schedstat(root: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for a CPU) so far of `root`, its descendants and all their
+    live threads, from /proc/<pid>/task/<tid>/schedstat (nanoseconds: fine enough for a few requests, where
+    utime/stime count 10 ms ticks). The wait is what a loaded machine adds to a server's answer time. A thread
+    that exits takes its figures with it: use it where threads live on (gunicorn's workers), not across an
+    executor's steps."""
+    run = wait = 0
     for pid in process_tree(root):
         for task in Path(f"/proc/{pid}/task").glob("*/schedstat"):
             with contextlib.suppress(OSError, ValueError, IndexError):
-                total += int(task.read_text().split()[0])
-    return total / 1e9
+                fields = task.read_text().split()
+                run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run / 1e9, wait / 1e9
 
 
 # ---------------------------------------------------------------------------------------------- paced client

@@ -93,20 +93,30 @@ def backlog(args: argparse.Namespace, server: c.Server, url: str, notification_i
     }
 
 
+def _sched_since(server: c.Server, before: tuple[float, float]) -> dict[str, float]:
+    """The server's CPU seconds, and seconds runnable but waiting for a CPU, since `before` (tree_schedstat)."""
+    run, wait = c.tree_schedstat(server.process.pid)
+    return {"cpu_s": run - before[0], "cpu_wait_s": wait - before[1]}
+
+
 def one_round(args: argparse.Namespace, servers: dict[str, c.Server], url: str, rep: int) -> dict[str, Any]:
     body = c.big_body(args.alerts, f"big{rep:02d}")
     row: dict[str, Any] = {"body_bytes": len(body)}
     for name in ("ceiling", "durable"):
         before = c.ceiling_rows(servers[name]) if name == "durable" else 0
+        sched = c.tree_schedstat(servers[name].process.pid)
         status, seconds, _ = c.timed_post(servers[name].url, body)
-        row[name] = {"status": status, "seconds": seconds}
+        row[name] = {"status": status, "seconds": seconds, **_sched_since(servers[name], sched)}
         if name == "durable":
             row[name]["stored"] = c.ceiling_rows(servers[name]) - before
+    sched = c.tree_schedstat(servers["remediate"].process.pid)
     status, seconds, answer = c.timed_post(servers["remediate"].url, body)
     answered = time.time()
+    spent = _sched_since(servers["remediate"], sched)
     notification_id = answer.get("notification_id")
     stored = c.notification_runs(url, notification_id)
     row["remediate"] = {"status": status, "seconds": seconds, "answer": answer if status != 200 else {}, **stored}
+    row["remediate"].update(spent)
     row["remediate"].update(backlog(args, servers["remediate"], url, notification_id, answered, rep))
     if not row["remediate"]["drained"]:
         # The next round must not start on a backlog: wait (not counted) or stop here.
@@ -184,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     med = {name: c.median([r[name]["seconds"] for r in rows]) for name in ("ceiling", "durable", "remediate")}
     print(f"  median {med['ceiling']:8.3f} s  {med['durable']:12.3f} s  {med['remediate']:8.3f} s")
+    cpu = {name: c.median([r[name]["cpu_s"] for r in rows]) for name in ("ceiling", "durable", "remediate")}
+    wait = {name: c.median([r[name]["cpu_wait_s"] for r in rows]) for name in ("ceiling", "durable", "remediate")}
+    print(f"  server CPU during the POST {cpu['ceiling']:6.3f} s  {cpu['durable']:12.3f} s  {cpu['remediate']:8.3f} s")
+    print(
+        f"  waited for a CPU (load)    {wait['ceiling']:6.3f} s  {wait['durable']:12.3f} s  {wait['remediate']:8.3f} s"
+        "   (summed over the server's runnable threads: other work on the machine)"
+    )
     to_bare, to_durable = med["remediate"] / med["ceiling"], med["remediate"] / med["durable"]
     print(f"  ratio remediate / bare ceiling {to_bare:.1f}x, remediate / durable ceiling {to_durable:.1f}x")
     runs_per_s = c.median([r["remediate"]["runs_per_s"] for r in rows])
@@ -224,7 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     if args.json:
-        summary = {"rounds": rows, "medians_s": med, "runs_per_s": runs_per_s, "fresh_p99_ms": fresh_p99}
+        summary = {
+            "rounds": rows,
+            "medians_s": med,
+            "cpu_s": cpu,
+            "cpu_wait_s": wait,
+            "runs_per_s": runs_per_s,
+            "fresh_p99_ms": fresh_p99,
+        }
         args.json.write_text(json.dumps(summary, indent=2, default=str))
     return 0
 
