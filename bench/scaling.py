@@ -181,7 +181,10 @@ def main(argv: list[str] | None = None) -> int:
 
     medians = {
         name: {
-            str(n): {key: c.median([r[name][n][key] for r in rounds]) for key in ("time_to_200_s", "cpu_ms_per_alert")}
+            str(n): {
+                key: c.median([r[name][n][key] for r in rounds])
+                for key in ("time_to_200_s", "cpu_ms_per_alert", "cpu_wait_ms_per_post")
+            }
             for n in args.sizes
         }
         for name in SERVERS
