@@ -118,11 +118,10 @@ def one_round(args: argparse.Namespace, servers: dict[str, c.Server], url: str, 
     row["remediate"] = {"status": status, "seconds": seconds, "answer": answer if status != 200 else {}, **stored}
     row["remediate"].update(spent)
     row["remediate"].update(backlog(args, servers["remediate"], url, notification_id, answered, rep))
-    if not row["remediate"]["drained"]:
-        # The next round must not start on a backlog: wait (not counted) or stop here.
-        row["remediate"]["drained_later"], _ = c.wait_for_runs_done(
-            url, timeout=0 if args.quick else args.drain_timeout
-        )
+    # The next round must not start on a backlog (the rest of this one, or fresh alerts' runs queued behind it):
+    # wait, not counted.
+    if not args.quick:
+        row["remediate"]["all_drained_later"], _ = c.wait_for_runs_done(url, timeout=args.drain_timeout)
     return row
 
 
