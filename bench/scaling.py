@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (Path("/tmp") if args.quick else c.REPO / "docs" / "img")
 
     machine = c.machine_line()
-    print(f"machine: {machine}; load average before: {os.getloadavg()[0]:.2f}")
+    load_before = os.getloadavg()[0]
+    print(f"machine: {machine}; load average before: {load_before:.2f}")
     rounds = []
     with c.Databases(args.database_url) as dbs, c.workspace(keep=args.keep) as work:
         store = dbs.describe()
@@ -222,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         "store": store,
         "commit": commit(),
         "taken": stamp,
+        "load_average": {"before": load_before, "after": os.getloadavg()[0]},
         "workers": args.workers,
         "rounds": len(rounds),
         "sizes": args.sizes,
@@ -235,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         plot(
             figures,
             out / f"{OUT_NAME}.png",
-            f"{machine.split(',')[0]}, {store.split(',')[0]}, {figures['commit']}, {stamp}",
+            f"{machine.split(',')[0]}, {store.split(',')[0]}, {figures['commit']}, {stamp}, "
+            f"load average {load_before:.1f}",
         )
     except ImportError:
         print("matplotlib is not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
