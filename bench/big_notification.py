@@ -1,7 +1,7 @@
 """One notification of 10,000 alerts: time until POST /webhook answers 200, against two ceilings; its backlog of
 10,000 runs (runs/s); a fresh alert's receipt-to-first-step while that backlog drains.
 
-    .venv/bin/python bench/big_notification.py                          # 3 notifications, ~1-2 min
+    .venv/bin/python bench/big_notification.py                          # 3 rounds: ~40 s + 3 backlog drains
     .venv/bin/python bench/big_notification.py --quick                   # 1 notification, < 30 s
     .venv/bin/python bench/big_notification.py --database-url postgresql # every server on a throwaway PostgreSQL 15
 

@@ -1,6 +1,6 @@
 """Webhook ingest: throughput and CPU of POST /webhook against two ceilings; receipt-to-first-step at a steady rate.
 
-    .venv/bin/python bench/ingest.py                     # medians of 3, ~3 min
+    .venv/bin/python bench/ingest.py                     # medians of 3, ~2-2.5 min
     .venv/bin/python bench/ingest.py --quick             # smoke run, < 30 s
     .venv/bin/python bench/ingest.py --database-url postgresql   # every server on a throwaway PostgreSQL 15
 

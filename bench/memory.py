@@ -1,6 +1,6 @@
 """Idle memory of `remediate agent` and of `remediate serve` (master + HTTP workers + executor process).
 
-    .venv/bin/python bench/memory.py            # ~30 s
+    .venv/bin/python bench/memory.py            # ~45 s
     .venv/bin/python bench/memory.py --quick    # < 20 s
 
 For each process of each program's process tree: VmRSS (/proc/<pid>/status) and PSS (/proc/<pid>/smaps_rollup:
