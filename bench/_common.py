@@ -494,8 +494,10 @@ class Databases:
         with psycopg.connect(self._server_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{db}"')
         self._made.append(db)
-        base = self._server_url.rsplit("/", 1)[0]
-        return f"postgresql+psycopg://{base.removeprefix('postgresql://')}/{db}"
+        import sqlalchemy as sa
+
+        url = sa.make_url(self._server_url).set(drivername="postgresql+psycopg", database=db)
+        return url.render_as_string(hide_password=False)
 
     def cpu_seconds(self) -> float:
         """CPU (user + system) of the throwaway PostgreSQL's processes so far; 0 for SQLite or a server elsewhere."""
