@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -122,6 +123,7 @@ class Server:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log
+        self.database_url: str | None = None  # where the server stores (the durable ceiling)
         self._log = log.open("wb")
         self.process = subprocess.Popen(
             argv, env=dict(env), stdout=self._log, stderr=subprocess.STDOUT, cwd=log.parent, start_new_session=True
@@ -179,8 +181,11 @@ def remediate_server(
     poll_interval: str | None = None,
     playbook: str = PLAYBOOK,
     extra_env: Mapping[str, str] | None = None,
+    database_url: str | None = None,
 ) -> Server:
-    """`remediate serve` (gunicorn, sync workers) on a free port, with a fresh playbook directory."""
+    """`remediate serve` (gunicorn, sync workers) on a free port, with a fresh playbook directory.
+
+    The store: `database_url` when given (e.g. a PostgreSQL database), else the SQLite file `db`."""
     playbooks = workdir / "playbooks"
     playbooks.mkdir(exist_ok=True)
     (playbooks / "bench.yaml").write_text(playbook)
@@ -196,7 +201,7 @@ def remediate_server(
             # One token posts and reads (bench/history.py): the old token's roles, set explicitly.
             "REMEDIATE_TOKEN_ROLES": "webhook,operator",
             "REMEDIATE_PLAYBOOKS": str(playbooks),
-            "REMEDIATE_DATABASE_URL": f"sqlite:///{db}",
+            "REMEDIATE_DATABASE_URL": database_url or f"sqlite:///{db}",
         }
     )
     if poll_interval is not None:
@@ -206,8 +211,11 @@ def remediate_server(
     return Server("remediate", argv, env, port, "/readyz", workdir / f"remediate-{port}.log")
 
 
-def ceiling_server(workdir: Path, *, workers: int = 2) -> Server:
-    """bench/ceiling_app.py under gunicorn with the same worker settings as `remediate serve`."""
+def ceiling_server(
+    workdir: Path, *, workers: int = 2, app: str = "ceiling_app:app", env: Mapping[str, str] | None = None
+) -> Server:
+    """bench/ceiling_app.py (or another app of bench/) under gunicorn with the same worker settings as
+    `remediate serve`."""
     port = free_port()
     argv = [
         sys.executable,
@@ -223,9 +231,101 @@ def ceiling_server(workdir: Path, *, workers: int = 2) -> Server:
         str(BENCH_DIR),
         "--log-level",
         "warning",
-        "ceiling_app:app",
+        app,
     ]
-    return Server("ceiling", argv, os.environ, port, "/healthz", workdir / f"ceiling-{port}.log")
+    name = app.split(":")[0]
+    return Server(name, argv, {**os.environ, **(env or {})}, port, "/healthz", workdir / f"{name}-{port}.log")
+
+
+CEILING_TABLE = "ceiling_alerts"
+
+
+def durable_ceiling_server(workdir: Path, database_url: str, *, workers: int = 2) -> Server:
+    """bench/durable_ceiling_app.py under the same gunicorn settings, storing into a new table of
+    `database_url` (sqlite:///PATH or a PostgreSQL URL: `Databases.new`)."""
+    if database_url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(database_url.removeprefix("sqlite:///"))) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"CREATE TABLE {CEILING_TABLE} (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+            conn.commit()
+    else:
+        import psycopg
+
+        with psycopg.connect(libpq_url(database_url), autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE {CEILING_TABLE} (id bigserial PRIMARY KEY, body text NOT NULL)")
+    env = {"BENCH_CEILING_DATABASE_URL": database_url}
+    server = ceiling_server(workdir, workers=workers, app="durable_ceiling_app:app", env=env)
+    server.database_url = database_url
+    return server
+
+
+def ceiling_rows(server: Server) -> int:
+    """Rows the durable ceiling has stored so far."""
+    with contextlib.closing(Database(server.database_url)) as db:
+        return db.scalar(f"SELECT count(*) FROM {CEILING_TABLE}")  # noqa: S608 - fixed name
+
+
+def libpq_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+class Database:
+    """Read-only queries on a benchmark's database, SQLite (a path or sqlite:/// URL) or PostgreSQL (a URL)."""
+
+    def __init__(self, target: Path | str) -> None:
+        url = target if isinstance(target, str) else f"sqlite:///{target}"
+        self.sqlite = url.startswith("sqlite:///")
+        if self.sqlite:
+            self._conn: Any = db_connect(Path(url.removeprefix("sqlite:///")))
+        else:
+            import psycopg
+
+            self._conn = psycopg.connect(libpq_url(url), autocommit=True)
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """`sql` with `?` placeholders (turned into `%s` on PostgreSQL)."""
+        if not self.sqlite:
+            sql = sql.replace("?", "%s")
+        return [tuple(row) for row in self._conn.execute(sql, tuple(params)).fetchall()]
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.rows(sql, params)[0][0]
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+# ---------------------------------------------------------------------------------------------- memory
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every process descended from it."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return sorted(found)
+
+
+def process_memory(pid: int) -> dict[str, Any]:
+    """A process's name (its title), VmRSS and PSS in MiB (PSS: each page shared by n processes counts 1/n)."""
+    proc = Path(f"/proc/{pid}")
+    rss_kb = pss_kb = 0
+    for line in (proc / "status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss_kb = int(line.split()[1])
+    with contextlib.suppress(OSError):
+        for line in (proc / "smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                pss_kb = int(line.split()[1])
+    title = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    return {"pid": pid, "title": title, "rss_mib": rss_kb / 1024, "pss_mib": pss_kb / 1024}
 
 
 @contextlib.contextmanager
@@ -246,18 +346,19 @@ def db_connect(db: Path) -> sqlite3.Connection:
     return conn
 
 
-def wait_for_runs_done(db: Path, timeout: float) -> tuple[bool, float]:
+def wait_for_runs_done(db: Path | str, timeout: float) -> tuple[bool, float]:
     """Wait until no run is queued or running and no run is being added; (drained?, seconds waited).
 
-    "No run being added": requests still in flight when a load generator stops commit a little later.
+    `db`: the SQLite file, or a database URL. "No run being added": requests still in flight when a load
+    generator stops commit a little later.
     """
     started = time.monotonic()
     last_total = -1
-    with contextlib.closing(db_connect(db)) as conn:
+    with contextlib.closing(Database(db)) as conn:
         while time.monotonic() - started < timeout:
-            pending, total = conn.execute(
+            pending, total = conn.rows(
                 "SELECT count(*) FILTER (WHERE status IN ('queued', 'running')), count(*) FROM runs"
-            ).fetchone()
+            )[0]
             if pending == 0 and total == last_total:
                 return True, time.monotonic() - started
             last_total = total
@@ -347,3 +448,233 @@ def run_wrk(
 
 def have_wrk() -> bool:
     return shutil.which("wrk") is not None
+
+
+# ---------------------------------------------------------------------------------------------- databases
+
+
+class Databases:
+    """Where a benchmark's servers store: fresh SQLite files, or fresh databases on one PostgreSQL server.
+
+    `spec`: None or "sqlite" (files in the scratch directory); "postgresql" (a throwaway PostgreSQL 15 started
+    here and removed afterwards); or a postgresql:// URL of a server whose role may CREATE DATABASE (each
+    server gets its own database `bench_<pid>_<n>`, dropped afterwards)."""
+
+    def __init__(self, spec: str | None) -> None:
+        self.kind = "sqlite" if spec in (None, "", "sqlite") else "postgresql"
+        self._cluster: Any = None
+        self._server_url = ""
+        self._made: list[str] = []
+        self._count = 0
+        if spec == "postgresql":
+            if str(REPO) not in sys.path:
+                sys.path.insert(0, str(REPO))
+            from tests.support.postgres import PostgresCluster  # the repository root is on sys.path only now
+
+            self._cluster = PostgresCluster.start()
+            self._server_url = self._cluster.url(driver="postgresql")
+        elif self.kind == "postgresql":
+            self._server_url = libpq_url(str(spec))
+
+    def describe(self) -> str:
+        if self.kind == "sqlite":
+            return "SQLite (WAL, synchronous=NORMAL), a fresh file per server"
+        if self._cluster is not None:
+            return "PostgreSQL 15, throwaway cluster on this machine (fsync, synchronous_commit off as in the tests)"
+        return f"PostgreSQL at {self._server_url.split('@')[-1]}"
+
+    def new(self, work: Path, name: str) -> str:
+        """A fresh, empty database's URL: remediate's form (postgresql+psycopg://) for PostgreSQL."""
+        self._count += 1
+        if self.kind == "sqlite":
+            return f"sqlite:///{work / f'{name}-{self._count}.db'}"
+        import psycopg
+
+        db = f"bench_{os.getpid()}_{self._count}"
+        with psycopg.connect(self._server_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{db}"')
+        self._made.append(db)
+        import sqlalchemy as sa
+
+        url = sa.make_url(self._server_url).set(drivername="postgresql+psycopg", database=db)
+        return url.render_as_string(hide_password=False)
+
+    def cpu_seconds(self) -> float:
+        """CPU (user + system) of the throwaway PostgreSQL's processes so far; 0 for SQLite or a server elsewhere."""
+        if self._cluster is None:
+            return 0.0
+        postmaster = int((self._cluster.datadir / "postmaster.pid").read_text().split()[0])
+        return tree_cpu_seconds(postmaster)
+
+    def close(self) -> None:
+        if self._cluster is not None:
+            self._cluster.stop()
+            return
+        if self._made:
+            import psycopg
+
+            with psycopg.connect(self._server_url, autocommit=True) as conn:
+                for db in self._made:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+    def __enter__(self) -> Databases:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU (user + system) used so far by `root` and its descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in process_tree(root):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def tree_schedstat(root: int) -> tuple[float, float]:
+    """(seconds on a CPU, seconds runnable but waiting for a CPU) so far of `root`, its descendants and all their
+    live threads, from /proc/<pid>/task/<tid>/schedstat (nanoseconds: fine enough for a few requests, where
+    utime/stime count 10 ms ticks). The wait is what a loaded machine adds to a server's answer time. A thread
+    that exits takes its figures with it: use it where threads live on (gunicorn's workers), not across an
+    executor's steps."""
+    run = wait = 0
+    for pid in process_tree(root):
+        for task in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = task.read_text().split()
+                run, wait = run + int(fields[0]), wait + int(fields[1])
+    return run / 1e9, wait / 1e9
+
+
+# ---------------------------------------------------------------------------------------------- paced client
+
+
+HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def paced_posts(
+    url: str, bodies: Iterator[bytes] | Sequence[bytes], rate: float, *, until: Any = None, threads: int = 4
+) -> dict[str, Any]:
+    """POST each body to `url` at `rate` per second (the i-th at start + i/rate), from `threads` client threads so
+    that a slow answer does not delay the next send. `until`: a callable; sending stops once it returns True.
+    Returns the client-side latencies (ms), the non-200 count, what was sent and the achieved rate."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = threading.local()
+    latencies: list[float] = []
+    failures = 0
+    sent = 0
+    lock = threading.Lock()
+
+    def post(body: bytes) -> None:
+        nonlocal failures
+        session = getattr(local, "session", None)
+        if session is None:
+            session = local.session = requests.Session()
+        started = time.monotonic()
+        try:
+            ok = session.post(url, data=body, headers=HEADERS, timeout=30).status_code == 200
+        except requests.RequestException:
+            ok = False
+        with lock:
+            latencies.append((time.monotonic() - started) * 1000)
+            failures += not ok
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        for index, body in enumerate(bodies):
+            if until is not None and until():
+                break
+            delay = start + index / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(post, body)
+            sent += 1
+        sending = time.monotonic() - start
+    return {"sent": sent, "failures": failures, "achieved_rate": sent / max(sending, 1e-9), "client_ms": latencies}
+
+
+def first_step_latencies(db: Path | str, fingerprint_prefix: str) -> dict[str, Any]:
+    """For the runs of the alerts whose fingerprint starts with `fingerprint_prefix`: (run claimed) - (notification
+    received_at) and (first attempt of step 0 started) - (received_at), in ms; `not_started`: runs whose first step
+    has not started yet, as (now - received_at) ms (a lower bound of their latency)."""
+    with contextlib.closing(Database(db)) as conn:
+        rows = conn.rows(
+            """
+            SELECT min(n.received_at), min(r.started_at), coalesce(min(a.started_at), min(s.started_at))
+            FROM runs r
+            JOIN alerts al ON al.id = r.alert_id
+            JOIN notifications n ON n.id = al.notification_id
+            JOIN steps s ON s.run_id = r.id AND s.idx = 0
+            LEFT JOIN attempts a ON a.step_id = s.id
+            WHERE al.fingerprint LIKE ?
+            GROUP BY r.id
+            """,
+            (fingerprint_prefix + "%",),
+        )
+    now = time.time()
+    return {
+        "runs": len(rows),
+        "to_claim_ms": [(claimed - received) * 1000 for received, claimed, _ in rows if claimed is not None],
+        "to_first_step_ms": [(first - received) * 1000 for received, _, first in rows if first is not None],
+        "not_started_ms": [(now - received) * 1000 for received, _, first in rows if first is None],
+    }
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (the mean of the two middle values for an even count); nan for none."""
+    if not values:
+        return float("nan")
+    ordered, middle = sorted(values), len(values) // 2
+    return ordered[middle] if len(values) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def verdict(ok: bool) -> str:
+    return "meets" if ok else "MISSES"
+
+
+def timed_post(url: str, body: bytes, timeout: float = 300) -> tuple[int, float, dict[str, Any]]:
+    """POST one notification; (HTTP status, seconds until the answer, the answer's JSON or {})."""
+    started = time.perf_counter()
+    response = requests.post(url + "/webhook", data=body, headers=HEADERS, timeout=timeout)
+    elapsed = time.perf_counter() - started
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = {}
+    return response.status_code, elapsed, answer if isinstance(answer, dict) else {}
+
+
+def warm_up(server: Server, posts: int = 8) -> None:
+    """A few one-alert notifications (fingerprints `warm...`), so that no figure pays a worker's first request
+    (its database connection, lazy imports, the first compile of a statement)."""
+    # A new connection each time (no Session): keep-alive would send them all to one worker.
+    for index in range(posts):
+        fingerprint = f"warm{os.getpid():x}{index:04x}{time.time_ns() % 10**12:012x}"
+        body = json.dumps(notification([alert(fingerprint, "node-000")]))
+        requests.post(server.url + "/webhook", data=body, headers=HEADERS, timeout=30)
+
+
+def big_body(count: int, prefix: str) -> bytes:
+    """One notification of `count` alerts, fingerprints `prefix` + a counter, spread over TARGETS nodes and 8 GPUs."""
+    alerts = [alert(f"{prefix}{i:010x}", f"node-{i % TARGETS:03d}", gpu=i % 8) for i in range(count)]
+    return json.dumps(notification(alerts)).encode()
+
+
+def notification_runs(db: Path | str, notification_id: Any) -> dict[str, Any]:
+    """Rows stored for one notification: alerts, decisions, runs; runs not finished; the last run's finished_at."""
+    with contextlib.closing(Database(db)) as conn:
+        alerts, decisions = (
+            conn.scalar(f"SELECT count(*) FROM {table} WHERE notification_id = ?", (notification_id,))  # noqa: S608
+            for table in ("alerts", "decisions")
+        )
+        runs, pending, last = conn.rows(
+            "SELECT count(*), count(*) FILTER (WHERE runs.status IN ('queued', 'running')), max(runs.finished_at)"
+            " FROM runs JOIN alerts ON alerts.id = runs.alert_id WHERE alerts.notification_id = ?",
+            (notification_id,),
+        )[0]
+    return {"alerts": alerts, "decisions": decisions, "runs": runs, "pending": pending, "last_finished": last}
