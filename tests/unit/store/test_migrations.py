@@ -338,7 +338,7 @@ def test_a_version_8_database_gets_announcements_its_waiting_runs_still_to_annou
         )
         conn.execute(
             sa.text(
-                "INSERT INTO steps (id, run_id, idx, name, action, \"where\", params, timeout, retries, status) "
+                'INSERT INTO steps (id, run_id, idx, name, action, "where", params, timeout, retries, status) '
                 "VALUES (1, 1, 0, 'tell', 'notify.slack', 'cluster', '{\"url\": \"http://chat/x\"}', 10, 0, "
                 "'pending')"
             )
