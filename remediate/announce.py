@@ -10,7 +10,8 @@ will do once approved, a link to `{public_url}/ui/runs/<id>` where the Approve b
 Who: the executor process, one thread of its own, woken with the executor (the ingest's `on_queued`
 datagram also fires for the awaiting runs it stored) and polling every `poll_interval` besides; never
 an HTTP worker, so no chat call sits in the webhook's request. Each look for work is a read; a write
-only takes a run found (store.announcements).
+only takes a run found (store.announcements); looks that find nothing are `MIN_LOOK_GAP_S` apart at least,
+however many ingests wake it.
 
 Delivery: at most once per run, and in practice exactly once. The run is taken (`runs.announced_at`)
 by one atomic update that matches only while it awaits approval and was never taken, before anything
@@ -43,6 +44,10 @@ log = logging.getLogger("remediate.announce")
 SENT, FAILED = "sent", "failed"
 """Outcomes of one run's announcement (the metric's `outcome` label): sent to every webhook, or not."""
 STORE_RETRY_MAX_S = 10.0
+MIN_LOOK_GAP_S = 0.25
+"""The shortest time between two looks that found nothing: every ingest that queued runs wakes the announcer,
+and an empty look (a read, ~0.4 ms on SQLite) per wake-up would add to each alert's cost under a storm; at
+most four a second cost ~1.5 ms/s, and delay an announcement by a quarter of a second at most."""
 
 
 @runtime_checkable
@@ -76,6 +81,7 @@ class Announcer:
         on_outcome: Callable[[str], None] | None = None,
         tries: int = 3,
         retry_wait: float = 1.0,
+        min_look_gap: float = MIN_LOOK_GAP_S,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -86,6 +92,7 @@ class Announcer:
         self.tries = tries
         """POSTs of one message at most, the later ones only after a try that provably sent nothing."""
         self.retry_wait = retry_wait
+        self.min_look_gap = min_look_gap
         self._woken = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -126,7 +133,9 @@ class Announcer:
                 worked = False
             backoff = 0.0
             if not worked:
+                looked = time.monotonic()
                 self._woken.wait(self.poll_interval)
+                self._stopping.wait(max(0.0, self.min_look_gap - (time.monotonic() - looked)))
 
     # ------------------------------------------------------------------ announcing
 

@@ -4,6 +4,7 @@ only a POST that provably sent nothing is tried again. On SQLite and the in-memo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -227,6 +228,37 @@ def test_the_thread_announces_when_woken_without_waiting_for_its_poll(
         wait_until(lambda: len(fake.announced) == 4, 5, message="not announced after the wake-up")
         assert [ctx.run_id for _, ctx in fake.announced] == [before, before, after, after]
         wait_until(lambda: rows(store, "runs")[1].announce_error is None, 5)
+    finally:
+        announcer.stop()
+
+
+class CountingStore:
+    """The store, counting the announcer's looks."""
+
+    def __init__(self, store: AnyStore) -> None:
+        self.store, self.looks = store, 0
+
+    def take_announcement(self, now: float, actions: Any) -> Any:
+        self.looks += 1
+        return self.store.take_announcement(now, actions)
+
+    def record_announcement(self, run_id: int, *, error: str | None) -> None:
+        self.store.record_announcement(run_id, error=error)
+
+
+def test_a_storm_of_wake_ups_costs_a_few_looks_not_one_each(store: AnyStore, chat_registry: ActionRegistry) -> None:
+    counting = CountingStore(store)
+    announcer = Announcer(store=counting, registry=chat_registry, poll_interval=60.0, min_look_gap=0.2)
+    announcer.start()
+    try:
+        wait_until(lambda: counting.looks == 1, 5)  # its first look, at start
+        started = time.monotonic()
+        for _ in range(100):  # an ingest storm: every notification that queued runs wakes it
+            announcer.wake()
+            time.sleep(0.005)
+        wait_until(lambda: counting.looks >= 2, 5, message="a wake-up made no look")
+        elapsed = time.monotonic() - started
+        assert counting.looks <= 2 + elapsed / 0.2, (counting.looks, elapsed)
     finally:
         announcer.stop()
 
