@@ -126,3 +126,30 @@ def test_a_slack_that_refuses_the_message_fails_no_run_and_the_failure_is_shown(
     approve(server, run_id)
     assert server.wait_for_run_status(run_id, "succeeded")["announce_error"] == detail["announce_error"]
     assert len(slack.requests) == 2  # the step's own message
+
+
+def test_a_run_stored_while_no_executor_process_ran_is_announced_once_one_runs(
+    playbooks_dir: Path, slack: WebhookRecorder, start_server: Callable[..., RemediateServer]
+) -> None:
+    """Durable: the announcement is owed by the database, not by a wake-up. A server that only ingests
+    (executor_threads 0: no executor process, no announcer) stores the waiting run; the next start's
+    announcer finds it at its first look, sends it once, and a restart after that sends nothing more."""
+    write_playbook(playbooks_dir, "ask-before-reset", playbook(slack.url))
+    server = start_server(env={"REMEDIATE_PUBLIC_URL": PUBLIC_URL}, executor_threads=0)
+    assert server.post_webhook(xid("node-c", "cccc000000000003")).status_code == 200
+    run_id = server.wait_for_run(status="awaiting_approval", playbook="ask-before-reset")["run_id"]
+    assert server.run(run_id)["announced_at"] is None and slack.requests == []
+
+    server.restart(executor_threads=2)
+    message = slack.wait_for(timeout=10)
+    assert message.header("Idempotency-Key") == f"remediate-run-{run_id}-awaiting-approval-1"
+    assert f"{PUBLIC_URL}/ui/runs/{run_id}" in [b["url"] for b in message.json["blocks"][-1]["elements"]]
+    wait_until(lambda: server.run(run_id)["announce_error"] is None and server.run(run_id)["announced_at"], 10)
+
+    server.restart(executor_threads=2)
+    approve(server, run_id)
+    server.wait_for_run_status(run_id, "succeeded")
+    assert [r.header("Idempotency-Key") for r in slack.requests] == [
+        f"remediate-run-{run_id}-awaiting-approval-1",
+        f"remediate-run-{run_id}-step-1",
+    ]
