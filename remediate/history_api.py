@@ -118,6 +118,8 @@ def run_json(run: RunDetail) -> dict[str, Any]:
         "finished_at": run.finished_at,
         "approved_by": run.approved_by,
         "approved_at": run.approved_at,
+        "announced_at": run.announced_at,
+        "announce_error": run.announce_error,
         "error": run.error,
         "rerunnable": run.rerunnable,
         "superseded_by": run.superseded_by,

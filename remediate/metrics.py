@@ -70,6 +70,12 @@ class Metrics(ExecutorMetrics):
             ["outcome"],
             **kw,
         )
+        self.approval_announcements = Counter(
+            "remediate_approval_announcements_total",
+            "Chat messages that a run awaits approval (remediate.announce), by outcome (sent, failed)",
+            ["outcome"],
+            **kw,
+        )
 
     def record_ingest(self, result: IngestResult) -> None:
         self.notifications.labels(result.status).inc()
@@ -90,6 +96,9 @@ class Metrics(ExecutorMetrics):
 
     def annotation(self, outcome: str) -> None:
         self.annotations.labels(outcome).inc()
+
+    def approval_announcement(self, outcome: str) -> None:
+        self.approval_announcements.labels(outcome).inc()
 
 
 class StoreCollector(Collector):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = sa.MetaData()
 
@@ -89,6 +89,10 @@ runs = sa.Table(
     sa.Column("superseded_by", sa.Integer, nullable=True),
     # The escalation ladder's rung (1 = the gentlest) this run ran; NULL for a playbook without `escalate`.
     sa.Column("rung", sa.Integer, nullable=True),
+    # The chat message saying that a run awaits approval (remediate.announce): when the announcer took the
+    # run (NULL: not announced, or nothing to announce), and what went wrong (NULL once sent).
+    sa.Column("announced_at", sa.Float, nullable=True),
+    sa.Column("announce_error", sa.Text, nullable=True),
     sa.Index("ix_runs_status", "status", "id"),
     sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
     sa.Index("ix_runs_alert", "alert_id"),
@@ -259,6 +263,12 @@ def _v8_ladders(conn: sa.Connection) -> None:
     ladders.create(conn)
 
 
+def _v9_announce(conn: sa.Connection) -> None:
+    # Runs awaiting approval before the upgrade are announced once after it: the on-call hears of them.
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN announced_at FLOAT"))
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN announce_error TEXT"))
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
@@ -268,4 +278,5 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     6: _v6_attempt_worker,
     7: _v7_reference_indexes,
     8: _v8_ladders,
+    9: _v9_announce,
 }

@@ -27,6 +27,7 @@ from werkzeug.exceptions import HTTPException
 from remediate.actions import ActionRegistry, default_registry
 from remediate.actions.chat import run_page_url
 from remediate.alerts import parse_timestamp
+from remediate.announce import Announcer
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings, check_server_credentials
 from remediate.durations import parse_duration
@@ -65,6 +66,8 @@ class Services:
     """Tells the executor that runs were queued or approved (in `remediate serve`: the executor process)."""
     credentials: tuple[Credential, ...] = ()
     """Every accepted token (see Settings.credentials); empty only with insecure_no_auth."""
+    announcer: Announcer | None = None
+    """Sends the chat message of each run that starts awaiting approval; started in the executor process."""
 
 
 def pool_limits(settings: Settings) -> PoolLimits:
@@ -110,13 +113,20 @@ def build_services(
         breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(settings)),
         on_run_finished=listeners,
     )
+    announcer = Announcer(
+        store=store,
+        registry=registry,
+        poll_interval=max(settings.poll_interval, ANNOUNCE_POLL_MIN),
+        on_outcome=metrics.approval_announcement,
+    )
+    wake = wake or _waking(executor.wake, announcer.wake)
     engine = Engine(
         store=store,
         playbooks=playbooks,
         registry=registry,
         server_mode=settings.mode,
         default_step_timeout=settings.step_timeout,
-        on_queued=wake or executor.wake,
+        on_queued=wake,
         breaker_stale_horizon=settings.breaker_stale_horizon,
     )
     return Services(
@@ -128,9 +138,24 @@ def build_services(
         metrics_registry,
         token,
         read_token,
-        wake or executor.wake,
+        wake,
         credentials,
+        announcer,
     )
+
+
+ANNOUNCE_POLL_MIN = 1.0
+"""The announcer's slowest look for runs awaiting approval between wake-ups (a lost one costs this)."""
+
+
+def _waking(*wakes: Callable[[], None]) -> Callable[[], None]:
+    """One wake-up for the executor and the announcer of this process: a run stored may await approval."""
+
+    def wake() -> None:
+        for each in wakes:
+            each()
+
+    return wake
 
 
 def grafana_annotator(

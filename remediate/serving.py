@@ -118,9 +118,12 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     # Nobody waits on an answer here: the executor's writes wait as long as before (a request's 503 bound
     # would only turn a moment of contention into a failed step).
     services = build_services(settings, store_busy_timeout=DEFAULT_BUSY_TIMEOUT)
-    executor = services.executor
-    sock = _listen_for_wakeups(wake_path, executor.wake, stopping)
+    executor, announcer = services.executor, services.announcer
+    # The workers' datagram: runs were queued or approved (the executor), some may await approval (the announcer).
+    sock = _listen_for_wakeups(wake_path, services.wake, stopping)
     executor.start()
+    if announcer is not None:
+        announcer.start()
     pruner = history_pruner(settings, services.store, services.engine.playbooks)
     if pruner is not None:
         pruner.start()
@@ -132,7 +135,9 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     finally:
         if pruner is not None:
             pruner.stop(timeout=1.0)  # it stops between two batches; a batch is short
-        executor.stop(timeout=GRACEFUL_TIMEOUT - 2.0)  # within the master's wait for it
+        if announcer is not None:
+            announcer.stop(timeout=1.0)  # a message being sent is recorded as unconfirmed (store.announcements)
+        executor.stop(timeout=GRACEFUL_TIMEOUT - 3.0)  # within the master's wait for it
         sock.close()
         services.store.close()
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from abc import abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -132,7 +132,14 @@ class ChatMessage:
     def doing(self) -> str:
         """One line: what remediate did or will do."""
         verb = "undoes" if self.phase == "resolved" else "runs"
+        if self.awaiting_approval:
+            return f"once approved, remediate {verb} playbook {self.playbook} ({len(self.steps)} steps):"
         return f"remediate {verb} playbook {self.playbook} ({len(self.steps)} steps):"
+
+    def awaiting(self) -> ChatMessage:
+        """This message as the announcement that the run waits for approval: no step is sending it (each is
+        shown as it stands, pending), and the Approve button."""
+        return replace(self, awaiting_approval=True, steps=tuple(replace(s, current=False) for s in self.steps))
 
     @property
     def context(self) -> str:
@@ -365,13 +372,23 @@ class ChatWebhookAction(Action):
         return {"would_post_to": self._where(params), "body": self.render(self.message(params, ctx))}
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        return self._post(params, ctx, self.message(params, ctx), idempotency_key(ctx))
+
+    def announce(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        """Post, to this step's webhook, that `ctx`'s run waits for approval (remediate.announce calls it once
+        per run, before any step ran): what fired, what remediate will do once approved, the Approve button.
+        The same POST as `execute`, under an Idempotency-Key of its own."""
+        key = f"remediate-run-{ctx.run_id}-awaiting-approval-{ctx.step_index}"
+        return self._post(params, ctx, self.message(params, ctx).awaiting(), key)
+
+    def _post(self, params: Mapping[str, Any], ctx: StepContext, message: ChatMessage, key: str) -> dict[str, Any]:
         url = params.get("url") or read_url_file(params["url_file"])
         shown = self._where(params)
         status = post_json(
             self._session,
             url,
-            self.render(self.message(params, ctx)),
-            headers={"Idempotency-Key": idempotency_key(ctx)},
+            self.render(message),
+            headers={"Idempotency-Key": key},
             timeout=min(params["timeout"], max(ctx.remaining(), 0.1)),
             shown_url="" if params.get("url") else shown,
         )

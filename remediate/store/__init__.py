@@ -11,6 +11,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
   postgres.py     PostgreSQL: bounded pool, connect timeout, advisory locks (schema; guard keys across replicas)
   ingest.py       GuardReader / IngestWriter: the engine's reads and typed inserts in one transaction
   queue.py        RunQueue: claim, steps, attempts, lease, run end, recovery, approval, queue depth
+  announcements.py Announcements: take a run awaiting approval to announce in chat (once), its outcome
   pause.py        the pause flag
   history.py      HistoryQuery, cursors, typed history rows (the JSON shapes are remediate.history_api's)
   breaker_rows.py the circuit breaker's rows
@@ -25,6 +26,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
 
 from __future__ import annotations
 
+from remediate.store.announcements import Announcements, AwaitingRun
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Database, dialect_for
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect, PoolLimits
@@ -43,7 +45,7 @@ from remediate.store.history import (
 )
 from remediate.store.ingest import EmptyGuardReader, GuardReader, IngestWriter, IngestWriterContext
 from remediate.store.inmemory import InMemoryStore
-from remediate.store.interface import EngineStore, ExecutorStore
+from remediate.store.interface import AnnouncerStore, EngineStore, ExecutorStore
 from remediate.store.memory import MemoryStore, StoreMemory
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
@@ -57,7 +59,10 @@ __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "MAX_ID",
     "AlertDetail",
+    "Announcements",
+    "AnnouncerStore",
     "AttemptDetail",
+    "AwaitingRun",
     "BreakerRows",
     "Database",
     "DecisionSummary",

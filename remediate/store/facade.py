@@ -28,6 +28,7 @@ from remediate.runs import (
 )
 from remediate.store import history as _history
 from remediate.store import report as _report
+from remediate.store.announcements import Announcements, AwaitingRun
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Database
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, PoolLimits
@@ -51,6 +52,7 @@ class Store:
         # The concept modules open their transactions through this object's write()/read(): every
         # transaction of the store passes one door, whichever module opens it.
         self.queue = RunQueue(self, skip_locked=self.database.dialect.skip_locked_claim)
+        self.announcements = Announcements(self, self.queue)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,6 +234,16 @@ class Store:
 
     def oldest_queued_at(self) -> float | None:
         return self.queue.oldest_queued_at()
+
+    # ------------------------------------------------------------------ announcements of runs awaiting approval
+
+    def take_announcement(self, now: float, actions: Sequence[str]) -> AwaitingRun | None:
+        """The oldest run awaiting approval with a step of `actions` and not announced yet, marked taken."""
+        return self.announcements.take(now, actions)
+
+    def record_announcement(self, run_id: int, *, error: str | None) -> None:
+        """How the announcement of a taken run went: None when sent."""
+        self.announcements.record(run_id, error=error)
 
     # ------------------------------------------------------------------ action memory
 

@@ -147,6 +147,10 @@ class RunDetail(NamedTuple):
     steps: list[StepDetail]
     rung: int | None = None
     """The escalation ladder's rung (1-based) the run ran; None for a playbook without a ladder."""
+    announced_at: float | None = None
+    """When the chat message that the run awaits approval was sent (remediate.announce); None: not announced."""
+    announce_error: str | None = None
+    """Why that message was not (or not surely) sent; None when it was, or when none was due."""
 
 
 def history_page(conn: sa.Connection, query: HistoryQuery) -> tuple[list[HistoryEntry], str | None]:
@@ -279,6 +283,8 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
             for s in step_rows
         ],
         rung=run.rung,
+        announced_at=run.announced_at,
+        announce_error=run.announce_error,
     )
 
 

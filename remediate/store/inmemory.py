@@ -38,6 +38,7 @@ from remediate.runs import (
     StepRecord,
     StepStatus,
 )
+from remediate.store.announcements import SENDING, AwaitingRun
 from remediate.store.pause import PauseState
 from remediate.store.report import Report, ReportQuery, build_report, report_rows_of_tables
 from remediate.store.rows import MAX_ID, dumps
@@ -200,6 +201,36 @@ class InMemoryStore:
                 raise RunStateError(f"run {run_id} is {run['status']}, not awaiting approval")
             run.update(status=RunStatus.QUEUED, approved_by=by, approved_at=now, updated_at=now)
             self._sync_decision_status(run_id, RunStatus.QUEUED)
+
+    # ------------------------------------------------------------------ announcements of runs awaiting approval
+
+    def take_announcement(self, now: float, actions: Sequence[str]) -> AwaitingRun | None:
+        """The oldest awaiting, never taken run with a step of `actions` (store.announcements), marked taken."""
+        wanted = set(actions)
+        with self._transaction():
+            with_chat = {s["run_id"] for s in self.tables["steps"] if s["action"] in wanted}
+            run = next(
+                (
+                    r
+                    for r in self.tables["runs"]
+                    if r["status"] == RunStatus.AWAITING_APPROVAL and r["announced_at"] is None and r["id"] in with_chat
+                ),
+                None,
+            )
+            if run is None:
+                return None
+            run.update(announced_at=now, announce_error=SENDING)
+            context = self._alert_context(run)
+        return AwaitingRun(
+            run["id"], run["playbook"], run["target"], run["phase"], run["mode"], context,
+            tuple(self.steps_of(run["id"])), rung=run.get("rung"),
+        )  # fmt: skip
+
+    def record_announcement(self, run_id: int, *, error: str | None) -> None:
+        with self._transaction():
+            run = self._row("runs", run_id)
+            if run is not None and run["announced_at"] is not None:
+                run["announce_error"] = error
 
     # ------------------------------------------------------------------ escalation ladders
 

@@ -28,6 +28,7 @@ from remediate.runs import (
     StepRecord,
     StepStatus,
 )
+from remediate.store.announcements import AwaitingRun
 from remediate.store.pause import PauseState
 
 
@@ -167,3 +168,10 @@ class ExecutorStore(Protocol):
     def memory(self) -> MemoryLike: ...
     def breaker_ledger(self) -> AbstractContextManager[BreakerRowsLike]: ...
     def breaker_view(self) -> AbstractContextManager[BreakerRowsLike]: ...
+
+
+class AnnouncerStore(Protocol):
+    """What the announcer of runs awaiting approval needs (remediate.announce)."""
+
+    def take_announcement(self, now: float, actions: Sequence[str]) -> AwaitingRun | None: ...
+    def record_announcement(self, run_id: int, *, error: str | None) -> None: ...

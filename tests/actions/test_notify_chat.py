@@ -21,6 +21,7 @@ from remediate.actions.chat import ChatWebhookAction
 from remediate.actions.notify_slack import NotifySlackAction
 from remediate.actions.notify_teams import NotifyTeamsAction
 from remediate.alerts import alert_ref
+from remediate.announce import Announcer
 from remediate.config import Settings
 from remediate.dryrun import dry_run
 from remediate.engine import Engine, IngestResult
@@ -31,7 +32,7 @@ from remediate.store import Store
 from tests.actions.test_notify import ALERT, _Redirector, closed_port
 from tests.support.realsystems import WebhookRecorder
 from tests.support.store_json import run_json_of
-from tests.support.stores import EVERY_STORE
+from tests.support.stores import EVERY_STORE, rows
 
 PUBLIC_URL = "https://remediate.example.com"
 STEPS = (
@@ -475,3 +476,82 @@ def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(
         "• 1. *note it* `log`: pending",
         "• 2. *tell* `notify.slack`: this message",
     ]
+
+
+# --------------------------------------------------------------------------- a run awaiting approval, announced
+
+
+@EVERY_STORE
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_run_awaiting_approval_is_announced_with_an_approve_button_then_its_own_step_speaks_once_approved(
+    recorder: WebhookRecorder,
+    store: Store,
+    ingest: Callable[..., IngestResult],
+    make_alert: Callable[..., dict[str, Any]],
+    kind: type[ChatWebhookAction],
+) -> None:
+    registry = default_registry(Settings(public_url=PUBLIC_URL))
+    playbook = {
+        "name": "gpu-xid",
+        "match": {"alertname": "GpuXidError"},
+        "mode": "approve",
+        "target": "node",
+        "steps": [
+            {"name": "note it", "action": "log", "with": {"message": "GPU {{ labels.gpu }}"}},
+            {
+                "name": "tell on-call",
+                "action": kind.name,
+                "with": {"url": recorder.url, "message": "GPU {{ labels.gpu }}"},
+            },
+        ],
+    }
+    engine = Engine(
+        store=store,
+        playbooks=PlaybookSet([parse_playbook(playbook, registry, source="gpu-xid.yaml")]),
+        registry=registry,
+    )
+    (decision,) = ingest(
+        engine, make_alert("GpuXidError", labels={"gpu": "5", "Hostname": "node-a"}), at=1_767_225_600.0
+    ).decisions
+    run_id = decision.run_id
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
+    assert executor.drain() == 0  # nothing runs before the approval
+
+    assert Announcer(store=store, registry=registry).drain() == 1
+
+    (request,) = recorder.requests
+    assert request.header("Idempotency-Key") == f"remediate-run-{run_id}-awaiting-approval-1"
+    link = f"{PUBLIC_URL}/ui/runs/{run_id}"
+    if kind is NotifySlackAction:
+        check_slack_shape(request.json)
+        blocks = request.json["blocks"]
+        assert blocks[0]["text"]["text"] == "🔥 GpuXidError on node-a"
+        assert blocks[2]["text"]["text"].splitlines() == [
+            "once approved, remediate runs playbook gpu-xid (2 steps):",
+            "• 1. *note it* `log`: pending",
+            "• 2. *tell on-call* `notify.slack`: pending",
+        ]
+        assert blocks[3]["fields"][0]["text"] == "*Status*\nwaiting for approval"
+        assert [(b["text"]["text"], b["url"], b.get("style")) for b in blocks[-1]["elements"]] == [
+            (f"Open run {run_id}", link, None),
+            ("Approve", link, "primary"),
+        ]
+        assert request.json["text"].startswith("GpuXidError on node-a: waiting for approval. once approved,")
+    else:
+        card = teams_card(request.json)
+        texts = teams_texts(card)
+        assert "once approved, remediate runs playbook gpu-xid (2 steps):" in texts
+        assert "2. tell on-call (notify.teams): pending" in texts
+        assert "Status: waiting for approval" in texts
+        assert [(a["title"], a["url"]) for a in card["actions"]] == [(f"Open run {run_id}", link), ("Approve", link)]
+    assert "GPU 5" in json.dumps(request.json)
+
+    store.approve(run_id, by="alice", now=1_767_225_660.0)
+    assert executor.drain() == 1
+
+    _announcement, second = recorder.requests  # the step's own message, once the run runs
+    assert second.header("Idempotency-Key") == f"remediate-run-{run_id}-step-1"
+    assert "remediation running (approved)" in json.dumps(second.json)
+    assert "Approve" not in json.dumps(second.json)
+    assert [r.status for r in rows(store, "runs")] == ["succeeded"]
+    assert [(r.announced_at is not None, r.announce_error) for r in rows(store, "runs")] == [(True, None)]

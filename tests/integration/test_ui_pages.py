@@ -18,6 +18,7 @@ from tests.support.http import (
     alert,
     notification,
 )
+from tests.support.realsystems import WebhookRecorder
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -313,3 +314,33 @@ def test_approving_from_the_state_page_returns_there_and_the_run_leaves_the_list
 def test_the_login_page_says_how_long_a_session_lasts(server: Server) -> None:
     page = text(server.client.get("/ui/login"))
     assert "for 12 hours" in page and 'type="password"' in page
+
+
+def test_the_run_page_says_when_the_run_was_announced_in_chat_or_why_not(make_server: MakeServer) -> None:
+    with WebhookRecorder(path="/services/T000/B000/XXXX") as slack:
+        playbook = APPROVE_XID + f'  - action: notify.slack\n    with: {{url: "{slack.url}"}}\n'
+        server = make_server(playbooks={"approve-xid.yaml": playbook}, public_url="https://remediate.example")
+        for fingerprint, host in (("ffff000000000001", "node-a"), ("ffff000000000002", "node-b")):
+            server.webhook(notification(alert(fingerprint, instance=f"{host}:9400", gpu="0")))
+        sent, refused = sorted(e["run_id"] for e in server.history()["entries"])
+        log_in(server, OPERATOR_TOKEN)
+        assert 'id="announced"' not in text(server.client.get(f"/ui/runs/{sent}"))  # not yet
+
+        announcer = server.services.announcer
+        assert announcer is not None and announcer.run_once()  # the executor process's announcer, here
+        slack.status = 404
+        assert announcer.run_once() and not announcer.run_once()
+
+        page = text(server.client.get(f"/ui/runs/{sent}"))
+        assert re.search(r'<dd id="announced">approval request sent to chat at [0-9-]+ [0-9:]+Z</dd>', page), page
+        assert 'id="approve"' in page  # the button the message links to
+        failed = text(server.client.get(f"/ui/runs/{refused}"))
+        assert re.search(
+            r'<dd id="announced"><span class="error">approval request to chat not sent \(.*Z\): '
+            r"step 1 .*POST .* answered 404",
+            failed,
+        ), failed
+        assert [r.json["blocks"][-1]["elements"][-1]["url"] for r in slack.requests] == [
+            f"https://remediate.example/ui/runs/{sent}",
+            f"https://remediate.example/ui/runs/{refused}",
+        ]

@@ -538,6 +538,7 @@ def test_ladder_rows_are_read_written_listed_and_reset(store: AnyStore, make_eng
 IMPLEMENTATIONS = [
     (interface.EngineStore, Store, InMemoryStore),
     (interface.ExecutorStore, Store, InMemoryStore),
+    (interface.AnnouncerStore, Store, InMemoryStore),
     (interface.IngestWrites, store_module.IngestWriter, inmemory._Writer),
     (interface.BreakerRowsLike, store_module.BreakerRows, inmemory._BreakerRows),
     (interface.MemoryLike, store_module.StoreMemory, inmemory._Memory),

@@ -19,6 +19,7 @@ INTERFACE = {
     "run_links",
     "counts", "open", "upgrade", "schema_version", "write", "read", "ping", "probe_write", "check_file", "close",
     "prune", "ladders", "reset_ladders", "report",
+    "take_announcement", "record_announcement",
 }  # fmt: skip
 
 

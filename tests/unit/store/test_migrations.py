@@ -93,6 +93,10 @@ def _make_version(url: str, version: int) -> None:
             # before version 8: no escalation ladders (no rung on runs, no ladders table)
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN rung"))
             conn.execute(sa.text("ALTER TABLE steps DROP COLUMN continue_on_error"))
+        if version < 9:
+            # before version 9: runs awaiting approval were not announced in chat
+            conn.execute(sa.text("ALTER TABLE runs DROP COLUMN announced_at"))
+            conn.execute(sa.text("ALTER TABLE runs DROP COLUMN announce_error"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -303,4 +307,50 @@ def test_a_version_7_database_gets_ladders_its_old_runs_ran_no_rung(new_database
         assert conn.execute(sa.text("SELECT id, rung FROM runs")).all() == [(1, None)]
         assert conn.execute(sa.text("SELECT count(*) FROM ladders")).scalar_one() == 0
     engine.dispose()
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_8_database_gets_announcements_its_waiting_runs_still_to_announce(new_database: NewDatabase) -> None:
+    """Issue 13: `runs.announced_at` and `announce_error` are added empty: a run that awaited approval before
+    the upgrade, with a chat step, is announced once after it (the on-call hears of it); none is marked sent."""
+    old, fresh = new_database(), new_database()
+    _make_version(old, 8)
+    engine = sa.create_engine(old)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
+                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
+                "created_at, updated_at, guard_key) "
+                "VALUES (1, 'k', 'p', 'A', 'node-a', 'firing', 'approve', 'awaiting_approval', 1, 1, 1, 'node-a')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                'INSERT INTO steps (id, run_id, idx, name, action, "where", params, timeout, retries, status) '
+                "VALUES (1, 1, 0, 'tell', 'notify.slack', 'cluster', '{\"url\": \"http://chat/x\"}', 10, 0, "
+                "'pending')"
+            )
+        )
+    engine.dispose()
+    store = Store.open(old)
+    Store.open(fresh).close()
+    try:
+        with store.read() as conn:
+            assert conn.execute(sa.text("SELECT id, announced_at, announce_error FROM runs")).all() == [(1, None, None)]
+        taken = store.take_announcement(5.0, ["notify.slack"])
+        assert taken is not None and (taken.id, [s.action for s in taken.steps]) == (1, ["notify.slack"])
+    finally:
+        store.close()
     assert _schema_of(old) == _schema_of(fresh)

@@ -1,0 +1,172 @@
+"""The announcements' rows (remediate.store.announcements): a run awaiting approval with a chat step is taken
+once, oldest first; nothing else is ever taken; the outcome is recorded and shown by /runs/<id>.
+On every backend (SQLite, the in-memory fake, PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import sqlalchemy as sa
+
+from remediate.store import Store
+from remediate.store.announcements import SENDING
+from tests.support.store_json import run_json_of
+from tests.support.stores import EVERY_DATABASE, EVERY_STORE, AnyStore, rows
+from tests.unit.store.support import T0, Ingest, MakeAlert, MakeEngine
+
+CHAT = ("notify.slack", "notify.teams")
+SLACK = {"action": "notify.slack", "name": "tell on-call", "with": {"url": "http://chat.invalid/hook"}}
+LOG = {"action": "log", "with": {"message": "cordon would go here"}}
+
+
+def playbook(name: str, alertname: str, *, mode: str = "approve", steps: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"name": name, "match": {"alertname": alertname}, "mode": mode, "steps": steps}
+
+
+ASK_AND_TELL = playbook("ask-and-tell", "GpuXidError", steps=[LOG, SLACK])
+ASK_QUIETLY = playbook("ask-quietly", "DiskFull", steps=[LOG])
+TELL_AT_ONCE = playbook("tell-at-once", "NodeDown", mode="enforce", steps=[SLACK])
+
+
+def waiting_runs(engine: Any, ingest: Ingest, make_alert: MakeAlert, *hosts: str, at: float = T0) -> list[int]:
+    alerts = [make_alert("GpuXidError", labels={"Hostname": host}) for host in hosts]
+    return [d.run_id for d in ingest(engine, *alerts, at=at).decisions if d.run_id is not None]
+
+
+@EVERY_STORE
+def test_a_waiting_run_with_a_chat_step_is_taken_once_with_what_its_message_says(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    first, second = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b")
+
+    taken = store.take_announcement(T0 + 5, CHAT)
+
+    assert taken is not None
+    assert (taken.id, taken.playbook, taken.target, taken.phase, taken.mode) == (
+        first, "ask-and-tell", "node-a", "firing", "approve",
+    )  # fmt: skip
+    assert taken.alert_context["labels"]["Hostname"] == "node-a"
+    assert taken.alert_context["alertname"] == "GpuXidError"
+    assert [(s.idx, s.action, s.status, s.params) for s in taken.steps] == [
+        (0, "log", "pending", {"level": "info", "message": "cordon would go here"}),
+        (1, "notify.slack", "pending", {"url": "http://chat.invalid/hook", "message": "", "timeout": 10.0}),
+    ]
+    assert [(r.id, r.status, r.announced_at, r.announce_error) for r in rows(store, "runs")] == [
+        (first, "awaiting_approval", T0 + 5, SENDING),
+        (second, "awaiting_approval", None, None),
+    ]
+    # Taken once: the next take is the next run, then nothing.
+    again = store.take_announcement(T0 + 6, CHAT)
+    assert again is not None and again.id == second
+    assert store.take_announcement(T0 + 7, CHAT) is None
+    assert [r.announced_at for r in rows(store, "runs")] == [T0 + 5, T0 + 6]
+
+
+@EVERY_STORE
+def test_runs_without_a_chat_step_not_waiting_approved_or_cancelled_are_never_taken(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    engine = make_engine(ASK_AND_TELL, ASK_QUIETLY, TELL_AT_ONCE)
+    approved, cancelled = waiting_runs(engine, ingest, make_alert, "node-a", "node-b")
+    quiet = ingest(engine, make_alert("DiskFull", labels={"Hostname": "node-c"}), at=T0).decisions[0].run_id
+    queued = ingest(engine, make_alert("NodeDown", labels={"Hostname": "node-d"}), at=T0).decisions[0].run_id
+    store.approve(approved, by="bob", now=T0 + 1)
+    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-b"}, status="resolved"), at=T0 + 2)
+
+    assert store.take_announcement(T0 + 3, CHAT) is None
+    assert store.take_announcement(T0 + 3, ()) is None
+    by_id = {r.id: r for r in rows(store, "runs")}
+    assert [by_id[i].status for i in (approved, cancelled, quiet, queued)] == [
+        "queued", "cancelled", "awaiting_approval", "queued",
+    ]  # fmt: skip
+    assert {(r.announced_at, r.announce_error) for r in by_id.values()} == {(None, None)}
+    # The run without a chat step awaits approval all the same: a chat action named for it would take it.
+    log_run = store.take_announcement(T0 + 4, ("log",))
+    assert log_run is not None and log_run.id == quiet
+
+
+@EVERY_STORE
+def test_the_outcome_of_a_taken_run_is_recorded_and_never_on_a_run_not_taken(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    sent, failed, untouched = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b", "node-c")
+    for _ in range(2):
+        store.take_announcement(T0 + 5, CHAT)
+
+    store.record_announcement(sent, error=None)
+    store.record_announcement(failed, error="step 1 tell-on-call (notify.slack): POST answered 404")
+    store.record_announcement(untouched, error="not taken: not recorded")
+
+    assert [(r.id, r.announced_at, r.announce_error) for r in rows(store, "runs")] == [
+        (sent, T0 + 5, None),
+        (failed, T0 + 5, "step 1 tell-on-call (notify.slack): POST answered 404"),
+        (untouched, None, None),
+    ]
+    if isinstance(store, Store):  # /runs/<id> (the fake has no run details)
+        assert [
+            (b["announced_at"], b["announce_error"]) for b in map(lambda i: run_json_of(store, i), (sent, untouched))
+        ] == [
+            (T0 + 5, None),
+            (None, None),
+        ]
+        assert run_json_of(store, failed)["announce_error"].endswith("POST answered 404")
+
+
+class _ApprovedInBetween:
+    """The store's transactions, with an approval of `run_id` committed just before the first write: as when
+    a person approves while the announcer is between its read and its take."""
+
+    def __init__(self, store: Store, run_id: int) -> None:
+        self.store, self.run_id, self.approved = store, run_id, False
+
+    def read(self) -> AbstractContextManager[sa.Connection]:
+        return self.store.read()
+
+    def write(self) -> AbstractContextManager[sa.Connection]:
+        if not self.approved:
+            self.approved = True
+            self.store.approve(self.run_id, by="bob", now=T0 + 4)
+        return self.store.write()
+
+
+@EVERY_DATABASE
+def test_a_run_approved_between_the_look_and_the_take_is_not_taken_the_next_one_is(
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    first, second = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b")
+    store.announcements._tx = _ApprovedInBetween(store, first)
+
+    taken = store.take_announcement(T0 + 5, CHAT)
+
+    assert taken is not None and taken.id == second
+    assert [(r.status, r.announced_at) for r in rows(store, "runs")] == [
+        ("queued", None),
+        ("awaiting_approval", T0 + 5),
+    ]
+
+
+@EVERY_DATABASE
+def test_two_stores_on_one_database_take_each_run_once(
+    store: Store, db_url: str, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    """Two replicas' announcers, one database: every run is taken by exactly one of them."""
+    runs = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, *(f"node-{i}" for i in range(6)))
+    other = Store.open(db_url)
+    try:
+        taken: list[int] = []
+        for turn in _alternating(store, other):
+            found = turn.take_announcement(T0 + 5, CHAT)
+            if found is None:
+                break
+            taken.append(found.id)
+        assert sorted(taken) == runs
+        assert other.take_announcement(T0 + 6, CHAT) is None
+    finally:
+        other.close()
+
+
+def _alternating(*stores: Store) -> Iterator[Store]:
+    while True:
+        yield from stores
