@@ -176,7 +176,7 @@ class IngestResult:
 
 def dedupe_key(alert: Alert, playbook: str, status: str | None = None) -> str:
     """Identity of one alert occurrence for one playbook (AlertManager re-sends groups; HA pairs send twice)."""
-    parts = (alert.fingerprint, format_timestamp(alert.starts_at), status or alert.status, playbook)
+    parts = (alert.fingerprint, alert.starts_at_text, status or alert.status, playbook)
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 
@@ -626,7 +626,7 @@ def _guard_names(evaluations: Sequence[AlertEvaluations]) -> list[str]:
 
 def _occurrence(alert: Alert) -> tuple[str, str]:
     """One alert occurrence: its fingerprint and startsAt (as stored in the alerts table)."""
-    return alert.fingerprint, format_timestamp(alert.starts_at)
+    return alert.fingerprint, alert.starts_at_text
 
 
 @dataclass(frozen=True)
@@ -692,7 +692,7 @@ def _alert_row(notification_id: int, alert: Alert) -> dict[str, Any]:
         "fingerprint": alert.fingerprint,
         "alertname": alert.name,
         "status": alert.status,
-        "starts_at": format_timestamp(alert.starts_at),
+        "starts_at": alert.starts_at_text,
         "ends_at": format_timestamp(alert.ends_at) if alert.ends_at else None,
         "labels": json.dumps(dict(alert.labels), sort_keys=True),
         "annotations": json.dumps(dict(alert.annotations), sort_keys=True),
