@@ -109,7 +109,7 @@ class Alert:
     starts_at_raw: str
     ends_at_raw: str = ""
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         return self.labels.get("alertname", "")
 
