@@ -108,6 +108,11 @@ class SqliteDialect(Dialect):
         cursor = conn.connection.driver_connection.cursor()
         name = table.name
         try:
+            if len(rows) == 1:  # the usual notification: SQLite says which id it gave
+                columns = ", ".join(f'"{column}"' for column in rows[0])
+                marks = ", ".join("?" * len(rows[0]))
+                cursor.execute(f'INSERT INTO "{name}" ({columns}) VALUES ({marks})', tuple(rows[0].values()))  # noqa: S608
+                return [int(cursor.lastrowid or 0)]
             first = cursor.execute(f'SELECT coalesce(max(id), 0) + 1 FROM "{name}"').fetchone()[0]  # noqa: S608
             numbered = zip(itertools.count(first), rows)
             for columns, group in itertools.groupby(numbered, key=lambda pair: tuple(pair[1])):
