@@ -20,6 +20,7 @@ Validation is strict about what remediate relies on and lenient about the rest:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -108,9 +109,14 @@ class Alert:
     starts_at_raw: str
     ends_at_raw: str = ""
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         return self.labels.get("alertname", "")
+
+    @functools.cached_property
+    def starts_at_text(self) -> str:
+        """startsAt as the store keeps it (format_timestamp): with the fingerprint, one occurrence's identity."""
+        return format_timestamp(self.starts_at)
 
     def template_context(self) -> dict[str, object]:
         """What playbook templates see; fresh copies, so a template cannot change the alert."""
@@ -216,6 +222,10 @@ def parse_timestamp(value: str, field: str) -> datetime:
     """
     if not isinstance(value, str):
         raise PayloadError(field, f"must be an RFC 3339 timestamp string, got {_json_type(value)}")
+    try:
+        return _parse_valid_timestamp(value)
+    except _InvalidTimestamp:
+        pass
     match = _TIMESTAMP.fullmatch(value)
     if match is None:
         raise PayloadError(field, f"is not an RFC 3339 timestamp: {_show(value)}")
@@ -243,6 +253,31 @@ def parse_timestamp(value: str, field: str) -> datetime:
         return moment.astimezone(UTC)
     except (ValueError, OverflowError) as exc:
         raise PayloadError(field, f"is not a valid timestamp: {_show(value)} ({exc})") from None
+
+
+class _InvalidTimestamp(ValueError):
+    """parse_timestamp then says what is wrong, naming the field."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_valid_timestamp(value: str) -> datetime:
+    """A timestamp that parses; cached: the alerts of one storm share a few startsAt/endsAt values."""
+    match = _TIMESTAMP.fullmatch(value)
+    if match is None or match["offset"] not in ("Z", "z"):
+        raise _InvalidTimestamp(value)  # an offset or an error: the full path below
+    try:
+        return datetime(
+            int(match["year"]),
+            int(match["month"]),
+            int(match["day"]),
+            int(match["hour"]),
+            int(match["minute"]),
+            int(match["second"]),
+            int((match["fraction"] or "")[:6].ljust(6, "0")),
+            tzinfo=UTC,
+        )
+    except (ValueError, OverflowError):
+        raise _InvalidTimestamp(value) from None
 
 
 def format_timestamp(dt: datetime) -> str:
@@ -322,9 +357,11 @@ def _status(obj: Mapping[str, object], parent: str) -> str:
 
 
 def _string(obj: Mapping[str, object], key: str, parent: str, *, required: bool) -> str:
-    field = _join(parent, key)
     # null counts as absent: other senders of this format write null where Go writes nothing.
     value = obj.get(key)
+    if isinstance(value, str) and value.isascii():
+        return value  # the common case; the field's path is built only to name a problem
+    field = _join(parent, key)
     if value is None:
         if required:
             raise PayloadError(field, "is required")
@@ -349,6 +386,16 @@ def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: b
         raise PayloadError(field, f"has {len(value)} labels; at most {MAX_LABELS} are accepted")
     result: dict[str, str] = {}
     for name, item in value.items():
+        # The common case checks cheaply; the field's path is built only to name a problem.
+        if (
+            isinstance(item, str)
+            and name.isascii()
+            and item.isascii()
+            and (not labels or (len(name) <= MAX_LABEL_LENGTH and len(item) <= MAX_LABEL_LENGTH))
+            and (not labels or _LABEL_NAME.fullmatch(name))
+        ):
+            result[name] = item
+            continue
         item_field = _join(field, name)
         _check_unicode(name, item_field)
         if labels:
@@ -370,7 +417,8 @@ def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: b
 
 
 def _check_unicode(value: str, field: str) -> None:
-    if _SURROGATE.search(value):
+    # isascii() is O(1) in CPython (the string's kind is known): most strings need no search.
+    if not value.isascii() and _SURROGATE.search(value):
         raise PayloadError(field, "contains a lone UTF-16 surrogate, which is not valid Unicode text")
 
 

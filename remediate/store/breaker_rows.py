@@ -11,7 +11,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate import schema as t
+from remediate.store.prepared import Prepared
 from remediate.store.rows import dumps
+
+_STATE = Prepared(sa.select(t.meta.c.value).where(t.meta.c.key == "breaker"))
 
 
 class BreakerRows:
@@ -21,8 +24,8 @@ class BreakerRows:
         self.conn = conn
 
     def state(self) -> dict[str, Any] | None:
-        text = self.conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "breaker")).scalar_one_or_none()
-        return None if text is None else json.loads(text)
+        row = _STATE.first(self.conn)
+        return None if row is None else json.loads(row[0])
 
     def save_state(self, state: Mapping[str, Any]) -> None:
         value = dumps(dict(state))

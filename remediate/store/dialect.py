@@ -8,9 +8,10 @@ overrides it for SQLite files, `postgres.py` for PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -35,6 +36,9 @@ class PoolLimits:
 
 
 DEFAULT_POOL = PoolLimits()
+
+_INSERT_RETURNING_IDS: dict[str, sa.Insert] = {}
+"""INSERT ... RETURNING id per table, built once: building a Core statement costs more than running it."""
 
 
 class Dialect:
@@ -91,6 +95,21 @@ class Dialect:
         engine judges again on StoreConflict); cooldown and attempt caps are exact only where a
         dialect locks (PostgreSQL) or writers are serialised anyway (SQLite).
         """
+
+    def insert_rows(self, conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Insert `rows` into `table` inside the caller's write transaction; their new ids, in order.
+
+        Here: one INSERT ... RETURNING, batched by SQLAlchemy ("insertmanyvalues"), ids sorted back into
+        the rows' order. SQLite overrides it with a plain executemany.
+        """
+        if not rows:
+            return []
+        statement = _INSERT_RETURNING_IDS.get(table.name)
+        if statement is None:
+            statement = _INSERT_RETURNING_IDS[table.name] = sa.insert(table).returning(
+                table.c.id, sort_by_parameter_order=True
+            )
+        return [row[0] for row in conn.execute(statement, list(rows))]
 
     keeps_statistics = False
     """Whether the planner needs `refresh_statistics` before a long job (SQLite's plans do not)."""

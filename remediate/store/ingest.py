@@ -21,10 +21,21 @@ from remediate.store.database import Transactions
 from remediate.store.dialect import Dialect
 from remediate.store.ladders import read_ladder, save_ladder
 from remediate.store.pause import PauseState, read_pause
+from remediate.store.prepared import Prepared
 from remediate.store.queue import sync_decision_status
 
-_EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
-    t.runs.c.dedupe_key.in_(sa.bindparam("p_keys", expanding=True))
+_EXISTING_RUNS = Prepared(
+    sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
+        t.runs.c.dedupe_key.in_(sa.bindparam("p_keys", expanding=True))
+    )
+)
+_RERUNNABLE_RUNS = Prepared(
+    sa.select(t.runs.c.id, t.runs.c.error).where(
+        t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)),
+        t.runs.c.status == RunStatus.FAILED,
+        t.runs.c.rerunnable == sa.true(),
+        t.runs.c.superseded_by.is_(None),
+    )
 )
 _COUNTED_RUNS = (
     t.runs.c.playbook == sa.bindparam("p_playbook"),
@@ -34,20 +45,26 @@ _COUNTED_RUNS = (
     # A run that failed for a transient reason before changing anything did nothing to count.
     t.runs.c.rerunnable == sa.false(),
 )
-_TARGET_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
-    *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
+_TARGET_WINDOW = Prepared(
+    sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
+        *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
+    )
 )
-_TARGET_LAST = sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
-_RUNG_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
-    *_COUNTED_RUNS, t.runs.c.rung == sa.bindparam("p_rung"), t.runs.c.created_at >= sa.bindparam("p_since")
+_TARGET_LAST = Prepared(
+    sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
 )
-_RUNG_LAST = (
+_RUNG_WINDOW = Prepared(
+    sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
+        *_COUNTED_RUNS, t.runs.c.rung == sa.bindparam("p_rung"), t.runs.c.created_at >= sa.bindparam("p_since")
+    )
+)
+_RUNG_LAST = Prepared(
     sa.select(t.runs.c.created_at)
     .where(*_COUNTED_RUNS, t.runs.c.rung == sa.bindparam("p_rung"))
     .order_by(t.runs.c.created_at.desc())
     .limit(1)
 )
-_REPORTED_OCCURRENCES = (
+_REPORTED_OCCURRENCES = Prepared(
     sa.select(t.alerts.c.fingerprint, t.alerts.c.starts_at)
     .distinct()
     .where(
@@ -56,7 +73,7 @@ _REPORTED_OCCURRENCES = (
     )
 )
 # Firing runs that changed (or will change) something: not refused, cancelled, waiting or only planned.
-_ACTIVE_FIRING_RUNS = (
+_ACTIVE_FIRING_RUNS = Prepared(
     sa.select(t.runs.c.id, t.alerts.c.starts_at)
     .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
     .where(
@@ -70,17 +87,6 @@ _ACTIVE_FIRING_RUNS = (
         t.alerts.c.fingerprint == sa.bindparam("p_fingerprint"),
     )
 )
-_INSERT_NOTIFICATION = sa.insert(t.notifications).returning(t.notifications.c.id)
-
-
-def _insert_returning_ids(table: sa.Table) -> sa.Insert:
-    return sa.insert(table).returning(table.c.id, sort_by_parameter_order=True)
-
-
-_INSERT_ALERTS = _insert_returning_ids(t.alerts)
-_INSERT_RUNS = _insert_returning_ids(t.runs)
-_INSERT_STEPS = _insert_returning_ids(t.steps)
-_INSERT_DECISIONS = _insert_returning_ids(t.decisions)
 
 
 class IngestWriterContext:
@@ -139,8 +145,8 @@ class GuardReader:
         key_list = list(dict.fromkeys(keys))
         for start in range(0, len(key_list), 500):
             chunk = key_list[start : start + 500]
-            rows = self.conn.execute(_EXISTING_RUNS, {"p_keys": chunk}).all()
-            found.update({r.dedupe_key: (r.id, r.status) for r in rows})
+            rows = _EXISTING_RUNS.rows(self.conn, {"p_keys": chunk})
+            found.update({key: (run_id, status) for key, run_id, status in rows})
         return found
 
     def rerunnable_runs(self, run_ids: Iterable[int]) -> dict[int, str]:
@@ -149,15 +155,7 @@ class GuardReader:
         ids = list(dict.fromkeys(run_ids))
         if not ids:
             return {}
-        rows = self.conn.execute(
-            sa.select(t.runs.c.id, t.runs.c.error).where(
-                t.runs.c.id.in_(ids),
-                t.runs.c.status == RunStatus.FAILED,
-                t.runs.c.rerunnable == sa.true(),
-                t.runs.c.superseded_by.is_(None),
-            )
-        ).all()
-        return {r.id: r.error or "" for r in rows}
+        return {run_id: error or "" for run_id, error in _RERUNNABLE_RUNS.rows(self.conn, {"p_ids": ids})}
 
     def target_history(
         self, playbook: str, guard_key: str, since: float, rung: int | None = None
@@ -173,11 +171,11 @@ class GuardReader:
         if rung is not None:
             params["p_rung"] = rung
             window, last_query = _RUNG_WINDOW, _RUNG_LAST
-        row = self.conn.execute(window, {**params, "p_since": since}).one()
-        last = row[0]
+        last, count = window.rows(self.conn, {**params, "p_since": since})[0]
         if last is None:
-            last = self.conn.execute(last_query, params).scalar_one_or_none()
-        return last, int(row[1])
+            found = last_query.first(self.conn, params)
+            last = None if found is None else found[0]
+        return last, int(count)
 
     def ladder(self, playbook: str, guard_key: str) -> LadderState | None:
         """Where the escalation ladder of (playbook, guard key) stands; None if it never climbed."""
@@ -190,14 +188,14 @@ class GuardReader:
         found: set[tuple[str, str]] = set()
         for start in range(0, len(wanted), 500):
             params = {"p_fingerprints": wanted[start : start + 500], "p_status": status}
-            found.update((r.fingerprint, r.starts_at) for r in self.conn.execute(_REPORTED_OCCURRENCES, params))
+            found.update(_REPORTED_OCCURRENCES.rows(self.conn, params))
         return found
 
     def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
         """(run id, alert startsAt) of the firing runs of one alert (fingerprint) for one playbook and guard
         key that acted or will act (queued, running, finished; not dry-run, refused or only waiting)."""
         params = {"p_playbook": playbook, "p_guard_key": guard_key, "p_fingerprint": fingerprint}
-        return [(r.id, r.starts_at) for r in self.conn.execute(_ACTIVE_FIRING_RUNS, params)]
+        return [(run_id, starts_at) for run_id, starts_at in _ACTIVE_FIRING_RUNS.rows(self.conn, params)]
 
 
 class EmptyGuardReader:
@@ -245,40 +243,31 @@ class IngestWriter(GuardReader):
     def insert_notification(
         self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str
     ) -> int:
-        return int(
-            self.conn.execute(
-                _INSERT_NOTIFICATION,
-                {
-                    "received_at": received_at,
-                    "receiver": receiver,
-                    "status": status,
-                    "group_key": group_key,
-                    "alert_count": alert_count,
-                    "raw": raw,
-                },
-            ).scalar_one()
-        )
+        row = {
+            "received_at": received_at,
+            "receiver": receiver,
+            "status": status,
+            "group_key": group_key,
+            "alert_count": alert_count,
+            "raw": raw,
+        }
+        return self.dialect.insert_rows(self.conn, t.notifications, [row])[0]
 
     def insert_alerts(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
         """The notification's alerts (`engine._alert_row`); their ids, in order."""
-        return self._insert(_INSERT_ALERTS, rows)
+        return self.dialect.insert_rows(self.conn, t.alerts, rows)
 
     def insert_runs(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
         """Accepted runs (`runs.run_row`); their ids, in order."""
-        return self._insert(_INSERT_RUNS, rows)
+        return self.dialect.insert_rows(self.conn, t.runs, rows)
 
     def insert_steps(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
         """The steps of those runs (`runs.step_rows`); their ids, in order."""
-        return self._insert(_INSERT_STEPS, rows)
+        return self.dialect.insert_rows(self.conn, t.steps, rows)
 
     def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
         """One decision per (alert, playbook) judged (`runs.decision_row`); their ids, in order."""
-        return self._insert(_INSERT_DECISIONS, rows)
-
-    def _insert(self, statement: sa.Insert, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        if not rows:
-            return []
-        return [row[0] for row in self.conn.execute(statement, list(rows))]
+        return self.dialect.insert_rows(self.conn, t.decisions, rows)
 
     def release_dedupe_key(self, run_id: int) -> None:
         """Free the dedupe key of a rerunnable run for the run that supersedes it; the old run stays in history."""

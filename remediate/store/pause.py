@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from remediate import schema as t
+from remediate.store.prepared import Prepared
 from remediate.store.rows import dumps
 
 
@@ -19,14 +20,14 @@ class PauseState:
     since: float | None = None
 
 
-_PAUSE_STATE = sa.select(t.meta.c.value).where(t.meta.c.key == "pause")
+_PAUSE_STATE = Prepared(sa.select(t.meta.c.value).where(t.meta.c.key == "pause"))
 
 
 def read_pause(conn: sa.Connection) -> PauseState:
-    row = conn.execute(_PAUSE_STATE).scalar_one_or_none()
-    if not row:
+    row = _PAUSE_STATE.first(conn)
+    if row is None or not row[0]:
         return PauseState(False)
-    data = json.loads(row)
+    data = json.loads(row[0])
     return PauseState(bool(data.get("paused")), data.get("by", ""), data.get("reason", ""), data.get("since"))
 
 

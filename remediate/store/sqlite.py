@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
+import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -70,7 +72,12 @@ class SqliteDialect(Dialect):
         @event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
             mode = conn.get_execution_options().get("remediate_begin", "DEFERRED")
-            conn.exec_driver_sql(f"BEGIN {mode}")
+            # On the driver's connection: every transaction begins here, and SQLAlchemy's execution
+            # path costs more than the statement (store.prepared).
+            try:
+                conn.connection.driver_connection.execute(f"BEGIN {mode}")
+            except sqlite3.Error as exc:  # "database is locked" becomes StoreBusy in Database.write
+                raise sa.exc.DBAPIError.instance(f"BEGIN {mode}", None, exc, sqlite3.Error) from exc
 
         return engine
 
@@ -87,6 +94,38 @@ class SqliteDialect(Dialect):
 
     def lock_breaker(self, conn: sa.Connection) -> None:
         """Nothing to do: BEGIN IMMEDIATE already makes the breaker's transaction the only writer."""
+
+    def insert_rows(self, conn: sa.Connection, table: sa.Table, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Insert `rows` with one executemany on the driver's cursor, numbered from the table's largest id.
+
+        BEGIN IMMEDIATE makes this transaction the file's only writer, so the next ids are known before
+        the insert: SQLite would pick the same ones (the tables have no AUTOINCREMENT: a new rowid is
+        max(rowid) + 1). SQLAlchemy's INSERT ... RETURNING runs one statement per row on SQLite; for the
+        10,000 rows of a large notification this takes a tenth of the time (bench/big_notification.py).
+        """
+        if not rows:
+            return []
+        cursor = conn.connection.driver_connection.cursor()
+        name = table.name
+        try:
+            if len(rows) == 1:  # the usual notification: SQLite says which id it gave
+                columns = ", ".join(f'"{column}"' for column in rows[0])
+                marks = ", ".join("?" * len(rows[0]))
+                cursor.execute(f'INSERT INTO "{name}" ({columns}) VALUES ({marks})', tuple(rows[0].values()))  # noqa: S608
+                return [int(cursor.lastrowid or 0)]
+            first = cursor.execute(f'SELECT coalesce(max(id), 0) + 1 FROM "{name}"').fetchone()[0]  # noqa: S608
+            numbered = zip(itertools.count(first), rows)
+            for columns, group in itertools.groupby(numbered, key=lambda pair: tuple(pair[1])):
+                names = ", ".join(f'"{column}"' for column in ("id", *columns))
+                marks = ", ".join("?" * (len(columns) + 1))
+                statement = f'INSERT INTO "{name}" ({names}) VALUES ({marks})'  # noqa: S608 - schema names only
+                cursor.executemany(statement, [(number, *row.values()) for number, row in group])
+        except sqlite3.Error as exc:
+            # The store's callers handle SQLAlchemy's exceptions (a unique violation is a StoreConflict).
+            raise sa.exc.DBAPIError.instance(f"INSERT INTO {name}", None, exc, sqlite3.Error) from exc
+        finally:
+            cursor.close()
+        return list(range(first, first + len(rows)))
 
     def protect_files(self) -> None:
         """Create the SQLite file 0600 and take group/other access from it and its companions.

@@ -371,6 +371,13 @@ BAD_BODIES = [
         json.dumps(real_firing())[:-1].encode() + b', "x": "\xed\xa0\x80"}', "", "UTF-8", id="encoded-lone-surrogate"
     ),
     pytest.param(b'{"version": "4", "x": ' + b"7" * 5000 + b"}", "", "JSON", id="integer-with-5000-digits"),
+    # A JSON escape of a lone surrogate: orjson refuses the body, json reads it, and the field is named.
+    pytest.param(
+        json.dumps(real_firing()).replace('"alertname"', '"container": "trainer-\\ud800", "alertname"', 1).encode(),
+        "alerts[0].labels.container",
+        "surrogate",
+        id="escaped-lone-surrogate-in-a-label",
+    ),
     pytest.param(b"[" * 100_000 + b"]" * 100_000, "", "JSON", id="nested-100000-deep"),
 ]
 

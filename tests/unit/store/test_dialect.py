@@ -80,7 +80,10 @@ def test_the_claim_skips_locked_rows_where_the_dialect_says_so(store: Store) -> 
 
 def test_sqlite_writes_begin_immediate(store: Store) -> None:
     begun: list[str] = []
-    sa.event.listen(store.engine, "before_cursor_execute", lambda *args: begun.append(args[2]))
+    # The dialect begins on the driver's connection (not through SQLAlchemy's execute): SQLite's own
+    # trace of every statement a connection runs sees it.
+    store.engine.dispose()
+    sa.event.listen(store.engine, "connect", lambda dbapi, _record: dbapi.set_trace_callback(begun.append))
 
     with store.write():
         pass
