@@ -261,7 +261,7 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
         self,
         options: dict[str, Any],
         load_app: Callable[[], Any],
-        arbiter: Callable[[_GunicornApp], Arbiter] = Arbiter,
+        arbiter: Callable[[_GunicornApp], Any] = Arbiter,
     ) -> None:
         self.options = options
         self.load_app = load_app
@@ -405,4 +405,53 @@ def run_agent(settings: Settings) -> None:
         "loglevel": "info",
         "proc_name": "remediate-agent",
     }
-    _GunicornApp(options, lambda: create_agent_app(settings)).run()
+    _GunicornApp(options, lambda: create_agent_app(settings), arbiter=_InProcessWorker).run()
+
+
+class _InProcessWorker:
+    """The agent's one HTTP worker run in this very process, in place of gunicorn's master.
+
+    A master that forks one worker only restarts that worker if it dies, and costs a whole interpreter of
+    memory (the forked worker also keeps every page of the master's resident: issue 14's idle-memory
+    target). Kubelet restarts the agent's container as a master would restart the worker; everything else
+    the agent relies on is the worker's own: the listening socket, the slow-client protections
+    (remediate.httpworker), SIGTERM's stop hook and the wait of `graceful_timeout` for requests in flight.
+    """
+
+    def __init__(self, app: _GunicornApp) -> None:
+        self.app = app
+
+    def run(self) -> None:
+        from gunicorn import sock, util
+
+        cfg = self.app.cfg
+        logger = cfg.logger_class(cfg)
+        listeners = sock.create_sockets(cfg, logger)
+        logger.info("Listening at: %s (%s)", ",".join(str(lnr) for lnr in listeners), os.getpid())
+        util._setproctitle(f"worker [{cfg.proc_name}]")  # a no-op without setproctitle installed
+        worker_class = type(cfg.worker_class.__name__, (cfg.worker_class,), {"is_parent_alive": _always_alive})
+        worker = worker_class(0, os.getppid(), listeners, self.app, cfg.timeout, cfg, logger)
+        worker.pid = os.getpid()
+        status = 0
+        try:
+            worker.init_process()  # returns once stopped: SIGTERM, after graceful_timeout at most
+        except SystemExit as exc:  # SIGINT/SIGQUIT (a quick stop), or a worker that failed to boot
+            status = exc.code if isinstance(exc.code, int) else 1
+        except Exception:
+            logger.exception("Exception in worker process")
+            status = 1
+        finally:
+            worker.tmp.close()
+            logger.info("Worker exiting (pid: %s)", worker.pid)
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # Steps still running after graceful_timeout are cut, as the master's SIGKILL did: exiting
+            # normally would join the worker's thread pool and wait for them.
+            os._exit(status)
+
+
+def _always_alive(_worker: Any) -> bool:
+    # gunicorn's worker stops when its parent changes (the master died); with no master, our parent is
+    # whoever started the agent (a shell, kubelet's runtime), whose exit must not stop it.
+    return True
