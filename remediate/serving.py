@@ -429,8 +429,7 @@ class _InProcessWorker:
         listeners = sock.create_sockets(cfg, logger)
         logger.info("Listening at: %s (%s)", ",".join(str(lnr) for lnr in listeners), os.getpid())
         util._setproctitle(f"worker [{cfg.proc_name}]")  # a no-op without setproctitle installed
-        worker_class = type(cfg.worker_class.__name__, (cfg.worker_class,), {"is_parent_alive": _always_alive})
-        worker = worker_class(0, os.getppid(), listeners, self.app, cfg.timeout, cfg, logger)
+        worker = _without_master(cfg.worker_class)(0, os.getppid(), listeners, self.app, cfg.timeout, cfg, logger)
         worker.pid = os.getpid()
         status = 0
         try:
@@ -451,7 +450,20 @@ class _InProcessWorker:
             os._exit(status)
 
 
-def _always_alive(_worker: Any) -> bool:
-    # gunicorn's worker stops when its parent changes (the master died); with no master, our parent is
-    # whoever started the agent (a shell, kubelet's runtime), whose exit must not stop it.
-    return True
+def _without_master(worker_class: type[Any]) -> type[Any]:
+    """The worker class, changed where it assumes a gunicorn master above it."""
+
+    class MasterlessWorker(worker_class):  # type: ignore[misc,valid-type]
+        def is_parent_alive(self) -> bool:
+            # gunicorn's worker stops when its parent changes (the master died); with no master, the parent
+            # is whoever started the agent (a shell, the container runtime), whose exit must not stop it.
+            return True
+
+        def init_signals(self) -> None:
+            super().init_signals()
+            # SIGHUP made the master start a fresh worker; the worker leaves it at its default, which
+            # would end the agent at once (a closed terminal): ignored, as there is nothing to reload.
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    MasterlessWorker.__name__ = MasterlessWorker.__qualname__ = worker_class.__name__
+    return MasterlessWorker

@@ -80,6 +80,10 @@ def test_the_agent_is_one_process_that_never_loads_sqlalchemy_the_store_or_kuber
         assert not {m for m in imported if m.split(".")[0] in ("sqlalchemy", "kubernetes")}
         assert not {m for m in imported if m.startswith(("remediate.store", "remediate.server", "remediate.schema"))}
 
+        os.kill(agent.pid, signal.SIGHUP)  # a closed terminal: nothing to reload, it serves on
+        time.sleep(0.5)  # a SIGHUP at its default would have ended it at once; nothing to wait for otherwise
+        assert agent.running and requests.get(f"{agent.url}/readyz", timeout=5).status_code == 200
+
         started = time.monotonic()
         os.kill(agent.pid, signal.SIGTERM)  # a graceful stop, as kubelet's
         wait_until(lambda: not agent.running, 10, message="the agent exited")
