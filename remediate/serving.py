@@ -2,7 +2,8 @@
 in a process of its own.
 
 Both run through the one launcher here (`_GunicornApp`: gunicorn options and an app factory);
-only `remediate serve` has the executor process (`_RemediateArbiter`).
+only `remediate serve` has the executor process (`_RemediateArbiter`). `remediate agent` has no master:
+its one worker runs in the process itself (`_InProcessWorker`), half the memory of a master and a worker.
 
 The master checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,
@@ -378,7 +379,8 @@ def run_server(settings: Settings) -> None:
 
 
 def run_agent(settings: Settings) -> None:
-    """Serve the node agent: one worker (one state file writer), `agent_threads` threads, no executor."""
+    """Serve the node agent: one worker in this process (one state file writer, no master), `agent_threads`
+    threads, no executor."""
     from remediate.agent import preflight as agent_preflight
     from remediate.agent_server import create_agent_app, stop_running_steps
     from remediate.logsafe import configure_logging
