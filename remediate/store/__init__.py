@@ -25,6 +25,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
 
 from __future__ import annotations
 
+from remediate.agent_state import MemoryStore  # the agent's state file, without SQLAlchemy: kept importable here
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Database, dialect_for
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect, PoolLimits
@@ -71,6 +72,7 @@ __all__ = [
     "InMemoryStore",
     "IngestWriter",
     "IngestWriterContext",
+    "MemoryStore",
     "PauseState",
     "PoolLimits",
     "PostgresDialect",
