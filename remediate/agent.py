@@ -51,12 +51,12 @@ from remediate.agent_protocol import (
     WrongNodeError,
     step_answer,
 )
+from remediate.agent_state import MemoryStore
 from remediate.agentauth import Verifier
 from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.deadline import call_with_deadline
 from remediate.errors import ConfigError
-from remediate.store.memory import MemoryStore
 
 log = logging.getLogger("remediate.agent")
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
@@ -190,7 +190,7 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
     def readyz() -> Any:
         try:
             return jsonify(service.ready())
-        except sa.exc.SQLAlchemyError as exc:
+        except sqlite3.Error as exc:
             return error(503, "state_unreadable", RETRYABLE, f"agent state file: {exc.__class__.__name__}")
 
     @app.errorhandler(HTTPException)

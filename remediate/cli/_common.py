@@ -8,6 +8,7 @@ Heavy imports (sqlalchemy, requests, the store, the client) happen inside the fu
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -103,22 +104,35 @@ def gpu_options(function: Callable[..., Any]) -> Callable[..., Any]:
 def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        import requests
-        import sqlalchemy
-
         try:
             return function(*args, **kwargs)
         except RemediateError as exc:
             raise CliError(str(exc)) from exc
-        except requests.ConnectionError as exc:
-            raise CliError(f"cannot reach the server: {exc}") from exc
-        except requests.RequestException as exc:
-            # A --server without http://, a timeout, ...: still one line, never a traceback.
-            raise CliError(f"request to the server failed: {exc}") from exc
-        except sqlalchemy.exc.SQLAlchemyError as exc:
-            raise CliError(f"database error: {getattr(exc, 'orig', exc)}") from exc
+        except Exception as exc:
+            message = _library_error(exc)
+            if message is None:
+                raise
+            raise CliError(message) from exc
 
     return wrapper
+
+
+def _library_error(exc: Exception) -> str | None:
+    """The one line for an error of requests or SQLAlchemy; None for any other exception.
+
+    Looked up in sys.modules, not imported: a command that never loaded the library cannot have raised its
+    errors, and `remediate serve`/`agent` keep their masters (or the agent's one process) without the
+    megabytes of either (issue 14's idle memory)."""
+    requests = sys.modules.get("requests")
+    if requests is not None and isinstance(exc, requests.ConnectionError):
+        return f"cannot reach the server: {exc}"
+    if requests is not None and isinstance(exc, requests.RequestException):
+        # A --server without http://, a timeout, ...: still one line, never a traceback.
+        return f"request to the server failed: {exc}"
+    sqlalchemy = sys.modules.get("sqlalchemy")
+    if sqlalchemy is not None and isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
+        return f"database error: {getattr(exc, 'orig', exc)}"
+    return None
 
 
 def _read(path: Path) -> str:

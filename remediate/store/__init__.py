@@ -17,7 +17,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
   breaker_rows.py the circuit breaker's rows
   report.py       ReportQuery / Report: the reliability figures of a window (remediate report, /report, /metrics)
   retention.py    prune: old history deleted in bounded batches (PruneReport); Pruner, the server's periodic prune
-  memory.py       StoreMemory (action memory) and the agent's state file (MemoryStore)
+  memory.py       StoreMemory (action memory; the agent's state file is remediate.agent_state)
   rows.py         what they share: JSON text columns, MAX_ID, the alert a step sees
   interface.py    the store as the engine and the executor need it (Protocols): Store and the fake satisfy it
   inmemory.py     InMemoryStore: that interface on plain lists and dicts, for fast unit tests
@@ -26,6 +26,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
 
 from __future__ import annotations
 
+from remediate.agent_state import MemoryStore  # the agent's state file, without SQLAlchemy: kept importable here
 from remediate.store.announcements import Announcements, AwaitingRun
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Database, dialect_for
@@ -46,7 +47,7 @@ from remediate.store.history import (
 from remediate.store.ingest import EmptyGuardReader, GuardReader, IngestWriter, IngestWriterContext
 from remediate.store.inmemory import InMemoryStore
 from remediate.store.interface import AnnouncerStore, EngineStore, ExecutorStore
-from remediate.store.memory import MemoryStore, StoreMemory
+from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
 from remediate.store.queue import RunQueue, worker_identity

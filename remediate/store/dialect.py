@@ -16,9 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate.errors import StoreBusy, StoreUnreachable
-
-DEFAULT_BUSY_TIMEOUT = 30.0
-"""Seconds a writer waits for the write lock where no one is waiting on an answer (executor, CLI)."""
+from remediate.sqlitefile import DEFAULT_BUSY_TIMEOUT
 
 
 @dataclass(frozen=True)

@@ -5,26 +5,24 @@ SQLite is used with WAL, a busy timeout and `BEGIN IMMEDIATE` for every write tr
 gunicorn workers serialise their writes instead of failing; reads never block writers. Before
 `BEGIN IMMEDIATE`, writers of one database file also queue on a lock file beside it
 (`<database>-writelock`, flock): a waiting writer then starts as soon as the previous one commits,
-instead of sleeping in SQLite's busy handler (1, 2, 5, 10, ... 100 ms steps).
+instead of sleeping in SQLite's busy handler (1, 2, 5, 10, ... 100 ms steps). The file handling that
+needs no SQLAlchemy (that lock, the file modes and identity) is remediate.sqlitefile's, shared with the
+agent's state file.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import itertools
-import os
 import sqlite3
-import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from remediate.errors import StoreBusy, StoreFileReplaced
+from remediate.errors import StoreBusy
+from remediate.sqlitefile import FileIdentity, WriteLock, protect_files
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 
 
@@ -51,7 +49,7 @@ class SqliteDialect(Dialect):
         super().__init__(url, busy_timeout)
         self.lock = WriteLock(lock_path(url), busy_timeout)
         self.file = database_path(url)
-        self._file_id: tuple[int, int] | None = None
+        self._identity = FileIdentity(self.file or "")
 
     @staticmethod
     def create_engine(url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL) -> sa.Engine:
@@ -128,117 +126,18 @@ class SqliteDialect(Dialect):
         return list(range(first, first + len(rows)))
 
     def protect_files(self) -> None:
-        """Create the SQLite file 0600 and take group/other access from it and its companions.
-
-        SQLite gives the -wal and -shm files the mode of the database file, so creating that one
-        0600 covers them; files from before (created 0644 under the usual umask) are tightened here.
-        """
-        if self.file is None:
-            return
-        # A read-only file or directory fails here: SQLite says what is wrong when it opens the file.
-        with contextlib.suppress(OSError):
-            os.close(os.open(self.file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        for path in (self.file, f"{self.file}-wal", f"{self.file}-shm", f"{self.file}-writelock"):
-            try:
-                mode = os.stat(path).st_mode & 0o7777
-                if mode & 0o077:
-                    os.chmod(path, mode & ~0o077)
-            except OSError:
-                pass  # absent, or not ours to change
+        """Create the SQLite file 0600 and take group/other access from it and its companions."""
+        if self.file is not None:
+            protect_files(self.file)
 
     def remember_file(self) -> None:
         if self.file is not None:
-            try:
-                stat = os.stat(self.file)
-            except OSError:
-                return
-            self._file_id = (stat.st_dev, stat.st_ino)
+            self._identity.remember()
 
     def check_file(self) -> None:
-        """StoreFileReplaced if the database path no longer names the file this process has open.
-
-        Deleting (or replacing) the file under a running server leaves every connection writing to
-        the unlinked inode: commits succeed and are lost at the next restart. One stat() call.
-        """
-        if self._file_id is None or self.file is None:
-            return
-        try:
-            stat = os.stat(self.file)
-        except FileNotFoundError:
-            raise StoreFileReplaced(f"the database file {self.file} was deleted while open") from None
-        except OSError:
-            return
-        if (stat.st_dev, stat.st_ino) != self._file_id:
-            raise StoreFileReplaced(f"the database file {self.file} was replaced by another file while open")
+        """StoreFileReplaced if the database path no longer names the file this process has open."""
+        if self.file is not None:
+            self._identity.check()
 
     def close(self) -> None:
         self.lock.close()
-
-
-class WriteLock:
-    """Queues the writers of one SQLite file, across threads (a lock) and processes (flock on a lock file).
-
-    SQLite still decides (BEGIN IMMEDIATE and its busy timeout, which also covers writers that are not
-    remediate); this only makes our own writers wait in a queue the kernel wakes, not in sleep steps.
-    The kernel drops a flock when its process dies, so a crashed worker cannot leave it held. When the
-    lock file cannot be opened (a read-only directory), writers fall back to SQLite's busy timeout alone.
-    Both waits end after `timeout` seconds with StoreBusy: a request then gets 503, not a hang.
-    """
-
-    def __init__(self, path: str | None, timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
-        self.path = path
-        self.timeout = timeout
-        self._thread_lock = threading.Lock()
-        self._fd: int | None = None
-        self._pid: int | None = None
-
-    @contextmanager
-    def held(self) -> Iterator[None]:
-        if self.path is None:
-            yield
-            return
-        deadline = time.monotonic() + self.timeout
-        if not self._thread_lock.acquire(timeout=self.timeout):
-            raise StoreBusy(f"the database write lock stayed taken for {self.timeout:g}s")
-        try:
-            fd = self._open()
-            if fd is None:
-                yield
-                return
-            self._flock(fd, deadline)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            self._thread_lock.release()
-
-    def _flock(self, fd: int, deadline: float) -> None:
-        # flock has no timeout: try without blocking, sleeping 1 ms growing to 20 ms. Our own writers
-        # of this process already queue on the thread lock; this wait is for other processes.
-        pause = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise StoreBusy(f"the database write lock {self.path} stayed taken for {self.timeout:g}s") from None
-                time.sleep(min(pause, remaining))
-                pause = min(pause * 2, 0.02)
-
-    def _open(self) -> int | None:
-        if self._pid != os.getpid():  # a forked child opens its own: a flock belongs to an open file
-            self._pid = os.getpid()
-            try:
-                self._fd = os.open(self.path or "", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError:
-                self._fd = None
-        return self._fd
-
-    def close(self) -> None:
-        with self._thread_lock:
-            if self._fd is not None and self._pid == os.getpid():
-                os.close(self._fd)
-            self._fd = self._pid = None

@@ -302,7 +302,7 @@ def test_sigterm_to_the_node_agent_withdraws_the_outstanding_command(
     try:
         wait_until(lambda: os.listdir(inbox), 20, "the agent sent the command")
         started = time.monotonic()
-        os.kill(node_agent.pid, signal.SIGTERM)  # to the master only, as kubelet does: it stops its worker
+        os.kill(node_agent.pid, signal.SIGTERM)  # to the agent's main process, as kubelet does
         wait_until(lambda: not node_agent.running, 10, "the agent exited")
         stopped_after = time.monotonic() - started
         wait_until(lambda: run_json_of(store, decision.run_id)["status"] == "failed", 10, "the run ended")

@@ -446,7 +446,7 @@ class NodeAgent:
 
     @property
     def pid(self) -> int:
-        """The gunicorn master's pid (what kubelet signals: the container's main process)."""
+        """The agent's pid: its one process (what kubelet signals: the container's main process)."""
         assert self._proc is not None
         return self._proc.pid
 
