@@ -349,8 +349,18 @@ def initial_status(accepted: bool, awaits_approval: bool) -> RunStatus:
     return RunStatus.AWAITING_APPROVAL if awaits_approval else RunStatus.QUEUED
 
 
-def run_row(judged: Judged, alert_id: int, now: float) -> dict[str, Any]:
-    """The runs row of a judged pair that creates a run (accepted or rejected)."""
+def queue_priority(alert_count: int) -> int:
+    """The queue priority of the runs of a notification of `alert_count` alerts: lower is claimed first.
+
+    One per order of magnitude (1-9 alerts: 0, 10-99: 1, 100-999: 2, 1,000 and more: 3), so a fresh
+    alert's run is claimed before the backlog of a storm, and runs of similar notifications keep their
+    arrival order (ties go by run id).
+    """
+    return min(3, len(str(max(1, alert_count))) - 1)
+
+
+def run_row(judged: Judged, alert_id: int, now: float, *, priority: int = 0) -> dict[str, Any]:
+    """The runs row of a judged pair that creates a run (accepted or rejected); `priority`: queue_priority."""
     ev = judged.evaluation
     if ev is None:
         raise ValueError("an alert no playbook matched creates no run")
@@ -372,6 +382,7 @@ def run_row(judged: Judged, alert_id: int, now: float) -> dict[str, Any]:
         "finished_at": now if status is RunStatus.REJECTED else None,
         "error": None if accepted else judged.verdict.reason,
         "rung": judged.rung,
+        "priority": priority,
     }
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = sa.MetaData()
 
@@ -89,7 +89,11 @@ runs = sa.Table(
     sa.Column("superseded_by", sa.Integer, nullable=True),
     # The escalation ladder's rung (1 = the gentlest) this run ran; NULL for a playbook without `escalate`.
     sa.Column("rung", sa.Integer, nullable=True),
+    # The queue's order: lower first, then by id (remediate.runs.queue_priority: a small notification's
+    # runs before a storm's backlog). Set at ingest, never changed.
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_runs_status", "status", "id"),
+    sa.Index("ix_runs_queue", "status", "priority", "id"),
     sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
     sa.Index("ix_runs_alert", "alert_id"),
 )
@@ -259,6 +263,12 @@ def _v8_ladders(conn: sa.Connection) -> None:
     ladders.create(conn)
 
 
+def _v9_queue_priority(conn: sa.Connection) -> None:
+    # Runs queued before the upgrade get priority 0: they are claimed first, as they would have been.
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"))
+    conn.execute(sa.text("CREATE INDEX ix_runs_queue ON runs (status, priority, id)"))
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
@@ -268,4 +278,5 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     6: _v6_attempt_worker,
     7: _v7_reference_indexes,
     8: _v8_ladders,
+    9: _v9_queue_priority,
 }
