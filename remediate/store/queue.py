@@ -12,6 +12,7 @@ import json
 import os
 import socket
 from collections.abc import Collection, Mapping, Sequence
+from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
@@ -150,6 +151,49 @@ _SYNC_DECISION_STATUS = (
     .values(status=sa.bindparam("p_status", type_=sa.String))
 )
 
+
+class _Raw:
+    """A Core statement run on the DB-API cursor (`exec_driver_sql`): compiled once per dialect, its rows
+    passed as plain tuples (or dicts, for a driver with named parameters). Per row and per statement,
+    SQLAlchemy's bind processing and its rendering of an IN list cost more than SQLite's work: in a batch of
+    a hundred runs they were most of the bookkeeping's CPU. The caller's parameters are named `p_*` and are
+    what the driver takes as they are (str, int, float, None: no enums); an IN list of ids (`p_ids`,
+    expanding) is written into the text as integers."""
+
+    _IDS = "__[POSTCOMPILE_p_ids]"
+
+    def __init__(self, statement: sa.Executable) -> None:
+        self._statement = statement
+        self._compiled: dict[str, tuple[str, tuple[str, ...] | None, dict[str, Any]]] = {}
+
+    def _compile(self, dialect: sa.Dialect) -> tuple[str, tuple[str, ...] | None, dict[str, Any]]:
+        compiled = self._compiled.get(dialect.name)
+        if compiled is None:
+            sql = self._statement.compile(dialect=dialect)
+            # The statement's own values (a status it sets, a NULL), the same in every row.
+            fixed = {k: v.value if isinstance(v, Enum) else v for k, v in sql.params.items() if not k.startswith("p_")}
+            order = tuple(n for n in sql.positiontup or () if n != "p_ids") if sql.positional else None
+            compiled = self._compiled[dialect.name] = (str(sql), order, fixed)
+        return compiled
+
+    def many(self, conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        if not rows:
+            return
+        text, order, fixed = self._compile(conn.dialect)
+        if order is not None:
+            conn.exec_driver_sql(text, [tuple(row[n] if n in row else fixed[n] for n in order) for row in rows])
+        else:
+            conn.exec_driver_sql(text, [{**fixed, **row} for row in rows])
+
+    def ids(self, conn: sa.Connection, ids: Sequence[int], **params: Any) -> sa.CursorResult[Any]:
+        """Run it once, for the runs (or steps) `ids`."""
+        text, order, fixed = self._compile(conn.dialect)
+        text = text.replace(self._IDS, ", ".join(str(int(i)) for i in ids))
+        if order is not None:
+            return conn.exec_driver_sql(text, tuple(params[n] if n in params else fixed[n] for n in order))
+        return conn.exec_driver_sql(text, {**fixed, **params})
+
+
 # A batch's statements (RunQueue.record_batch), each run once with one row of parameters per step or run.
 _LEASES = sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.claim_generation).where(
     t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)), t.runs.c.status == RunStatus.RUNNING
@@ -186,9 +230,28 @@ _BATCH_SKIP_STEP = (
     .where(t.steps.c.id == sa.bindparam("p_step_id"), t.steps.c.status == StepStatus.PENDING)
     .values(status=StepStatus.SKIPPED, error=sa.bindparam("p_error", type_=sa.Text), finished_at=_now)
 )
+_BATCH_INSERT_ATTEMPT = sa.insert(t.attempts).values(
+    step_id=sa.bindparam("p_step_id", type_=sa.Integer),
+    number=sa.bindparam("p_number", type_=sa.Integer),
+    started_at=_now,
+    worker=sa.bindparam("p_worker", type_=sa.String),
+)
 _MARK_RERUNNABLE = (
     sa.update(t.runs).where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True))).values(rerunnable=True)
 )
+
+_many_finish_attempts = _Raw(_FINISH_ATTEMPT).many
+_many_end_steps = _Raw(_BATCH_END_STEP).many
+_many_skip_steps = _Raw(_BATCH_SKIP_STEP).many
+_many_start_steps = _Raw(_BATCH_START_STEP).many
+_many_insert_attempts = _Raw(_BATCH_INSERT_ATTEMPT).many
+_many_finish_runs = _Raw(_FINISH_RUN).many
+_many_sync_decisions = _Raw(_SYNC_DECISION_STATUS).many
+_claim_ids = _Raw(_CLAIM).ids
+_sync_decisions_of = _Raw(_SYNC_DECISIONS_OF).ids
+_claimed_runs = _Raw(_CLAIMED_RUNS).ids
+_steps_of_runs = _Raw(_STEPS_OF_RUNS).ids
+_heartbeats = _Raw(_HEARTBEATS).ids
 
 
 def sync_decision_status(conn: sa.Connection, run_id: int, status: RunStatus) -> None:
@@ -211,7 +274,7 @@ class RunQueue:
         self._tx = transactions
         self._candidates = _CANDIDATES[skip_locked]
         # Where FOR UPDATE exists, a batch's lease check locks its runs until its writes commit.
-        self._leases = _LEASES.with_for_update() if skip_locked else _LEASES
+        self._leases = _Raw(_LEASES.with_for_update() if skip_locked else _LEASES).ids
 
     def claim(self, worker: str, now: float) -> ClaimedRun | None:
         """Take the run at the head of the queue for this worker, atomically across processes."""
@@ -232,18 +295,18 @@ class RunQueue:
             steps: dict[int, list[StepRecord]] = {}
             batch = False
             if batchable and limit > 1:
-                for row in conn.execute(_STEPS_OF_RUNS, {"p_ids": ids}):
+                for row in _steps_of_runs(conn, ids):
                     steps.setdefault(row.run_id, []).append(_step_record(row))
                 eligible = [i for i in ids if batchable_steps(steps.get(i, ()), batchable)]
                 # The head decides: a batch when it is a batch's run (the others of the window join it).
                 batch = bool(eligible) and eligible[0] == ids[0]
                 ids = eligible if batch else ids[:1]
-            generations = dict(conn.execute(_CLAIM, {"p_ids": ids, "p_worker": worker, "p_now": now}).all())
+            generations = dict(_claim_ids(conn, ids, p_worker=worker, p_now=now).all())
             if not generations:  # pragma: no cover - the candidates were read under the write lock
                 return []
             claimed = [i for i in ids if i in generations]
-            conn.execute(_SYNC_DECISIONS_OF, {"p_ids": claimed, "p_status": RunStatus.RUNNING})
-            rows = {row.id: row for row in conn.execute(_CLAIMED_RUNS, {"p_ids": claimed})}
+            _sync_decisions_of(conn, claimed, p_status=str(RunStatus.RUNNING))
+            rows = {row.id: row for row in _claimed_runs(conn, claimed)}
         return [
             ClaimedRun(
                 i,
@@ -271,54 +334,53 @@ class RunQueue:
             mine = [w for w in writes if w.lease.run_id in held]
             if not mine:
                 return {w.lease.run_id for w in writes}
-            conn.execute(_HEARTBEATS, {"p_ids": sorted(held), "p_now": now})
-            ends = [(w, e) for w in mine for e in w.ends]
-            closed = [
-                {"p_step_id": e.step_id, "p_number": e.attempt, "p_now": now, "p_outcome": e.outcome,
-                 "p_error": None if e.outcome == AttemptOutcome.SUCCEEDED else e.error}
-                for _, e in ends
-                if e.attempt is not None
-            ]  # fmt: skip
-            if closed:
-                conn.execute(_FINISH_ATTEMPT, closed)
-            if ends:
-                conn.execute(
-                    _BATCH_END_STEP,
-                    [
-                        {"p_step_id": e.step_id, "p_status": e.status, "p_now": now, "p_error": e.error,
-                         "p_result": None if e.result is None else dumps(e.result),
-                         "p_plan": None if e.plan is None else dumps(e.plan)}
-                        for _, e in ends
-                    ],
-                )  # fmt: skip
-            skips = [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in mine for i in w.skip]
-            if skips:
-                conn.execute(_BATCH_SKIP_STEP, skips)
-            starts = [(w, s) for w in mine for s in w.starts]
-            if starts:
-                conn.execute(
-                    _BATCH_START_STEP,
-                    [
-                        {"p_step_id": s.step_id, "p_number": s.number, "p_now": now,
-                         "p_plan": None if s.plan is None else dumps(s.plan)}
-                        for _, s in starts
-                    ],
-                )  # fmt: skip
-                conn.execute(
-                    _INSERT_ATTEMPT,
-                    [{"step_id": s.step_id, "number": s.number, "started_at": now, "worker": w.lease.worker}
-                     for w, s in starts],
-                )  # fmt: skip
+            _heartbeats(conn, sorted(held), p_now=now)
+            ends = [e for w in mine for e in w.ends]
+            _many_finish_attempts(
+                conn,
+                [
+                    {"p_step_id": e.step_id, "p_number": e.attempt, "p_now": now, "p_outcome": str(e.outcome),
+                     "p_error": None if e.outcome == AttemptOutcome.SUCCEEDED else e.error}
+                    for e in ends
+                    if e.attempt is not None
+                ],
+            )  # fmt: skip
+            _many_end_steps(
+                conn,
+                [
+                    {"p_step_id": e.step_id, "p_status": str(e.status), "p_now": now, "p_error": e.error,
+                     "p_result": None if e.result is None else dumps(e.result),
+                     "p_plan": None if e.plan is None else dumps(e.plan)}
+                    for e in ends
+                ],
+            )  # fmt: skip
+            _many_skip_steps(
+                conn, [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in mine for i in w.skip]
+            )
+            starts = [(w.lease.worker, s) for w in mine for s in w.starts]
+            _many_start_steps(
+                conn,
+                [
+                    {"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_plan": dumps(s.plan)}
+                    for _, s in starts
+                ],
+            )
+            _many_insert_attempts(
+                conn,
+                [
+                    {"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_worker": worker}
+                    for worker, s in starts
+                ],
+            )
             run_ends = [w.run_end for w in mine if w.run_end is not None]
-            if run_ends:
-                conn.execute(
-                    _FINISH_RUN,
-                    [{"p_run_id": e.run_id, "p_status": e.status, "p_now": now, "p_error": e.error} for e in run_ends],
-                )
-                rerunnable = [w.lease.run_id for w in mine if w.rerunnable and w.run_end is not None]
-                if rerunnable:
-                    conn.execute(_MARK_RERUNNABLE, {"p_ids": rerunnable})
-                conn.execute(_SYNC_DECISION_STATUS, [{"p_run_id": e.run_id, "p_status": e.status} for e in run_ends])
+            _many_finish_runs(
+                conn,
+                [{"p_run_id": e.run_id, "p_status": str(e.status), "p_now": now, "p_error": e.error} for e in run_ends],
+            )
+            rerunnable = [w.lease.run_id for w in mine if w.rerunnable and w.run_end is not None]
+            if rerunnable:
+                conn.execute(_MARK_RERUNNABLE, {"p_ids": rerunnable})
+            _many_sync_decisions(conn, [{"p_run_id": e.run_id, "p_status": str(e.status)} for e in run_ends])
         return {w.lease.run_id for w in writes} - held
 
     def _held(self, conn: sa.Connection, writes: Sequence[BatchWrite]) -> set[int]:
@@ -326,7 +388,7 @@ class RunQueue:
         leases = {w.lease.run_id: (w.lease.worker, w.lease.generation) for w in writes}
         return {
             row.id
-            for row in conn.execute(self._leases, {"p_ids": list(leases)})
+            for row in self._leases(conn, list(leases))
             if (row.claimed_by, row.claim_generation) == leases[row.id]
         }
 
