@@ -246,7 +246,11 @@ class InMemoryStore:
             if batchable and limit > 1:
                 for step in sorted(self._steps([r["id"] for r in window]), key=lambda s: (s["run_id"], s["idx"])):
                     steps.setdefault(step["run_id"], []).append(_step_record(step, full=True))
-                eligible = [r for r in window if batchable_steps(steps.get(r["id"], []), batchable)]
+                eligible = [
+                    r
+                    for r in window
+                    if r["priority"] == window[0]["priority"] and batchable_steps(steps.get(r["id"], []), batchable)
+                ]
                 batch = bool(eligible) and eligible[0] is window[0]
                 window = eligible if batch else window[:1]
             claimed = []

@@ -44,12 +44,12 @@ def worker_identity(replica_name: str | None = None) -> str:
 
 # The statements of the hot paths (claim, step bookkeeping), built once with bind
 # parameters: building a Core statement and its cache key costs more than running it on SQLite.
-def _candidates_statement(skip_locked: bool) -> sa.Select[tuple[int]]:
+def _candidates_statement(skip_locked: bool) -> sa.Select[tuple[int, int]]:
     """The queue's head: queued runs whose prior run (after_run_id) is final, by priority then id."""
     prior = t.runs.alias("prior")
     prior_unfinished = sa.exists().where(prior.c.id == t.runs.c.after_run_id, prior.c.status.not_in(FINAL_RUN_STATUSES))
     head = (
-        sa.select(t.runs.c.id)
+        sa.select(t.runs.c.id, t.runs.c.priority)
         .where(t.runs.c.status == RunStatus.QUEUED, sa.not_(prior_unfinished))
         .order_by(t.runs.c.priority, t.runs.c.id)  # ix_runs_queue (status, priority, id)
         .limit(sa.bindparam("p_limit", type_=sa.Integer))
@@ -284,12 +284,14 @@ class RunQueue:
     def claim_runs(
         self, worker: str, now: float, *, limit: int = 1, batchable: Collection[str] = ()
     ) -> list[ClaimedRun]:
-        """Take the run at the head of the queue (priority, then id) or, when it is a batch's, a batch: up to
-        `limit` runs of the queue's first `limit` whose steps are all `batchable` (action names), `where:
-        cluster`, and not started yet. A batch's runs come with their steps (ClaimedRun.steps); a single run
-        without. One transaction, atomically across processes."""
+        """Take the run at the head of the queue (priority, then id) or, when it is a batch's, a batch: those of
+        the queue's first `limit` runs that have the head's priority and whose steps are all `batchable` (action
+        names), `where: cluster`, and not started yet. A batch's runs come with their steps (ClaimedRun.steps);
+        a single run without. One transaction, atomically across processes."""
         with self._tx.write() as conn:
-            ids = list(conn.execute(self._candidates, {"p_limit": max(1, limit)}).scalars())
+            head = conn.execute(self._candidates, {"p_limit": max(1, limit)}).all()
+            # A batch keeps to the head's priority: a fresh alert's run is not held up by a storm's in its batch.
+            ids = [i for i, priority in head if priority == head[0][1]] if head else []
             if not ids:
                 return []
             steps: dict[int, list[StepRecord]] = {}

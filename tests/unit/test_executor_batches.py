@@ -476,6 +476,21 @@ def third_is_waiting(store: AnyStore) -> bool:
 
 
 @EVERY_STORE
+def test_a_batch_keeps_to_the_priority_of_the_queues_head(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    """A fresh alert's run is claimed in a batch of its own kind, not with a storm's runs it would wait for."""
+    engine = make_engine(playbook(cheap()))
+    storm = ingest(engine, *[make_alert("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(12)], at=T0)
+    fresh = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "fresh"}), at=T0 + 1)
+
+    claims = [[r.id for r in store.claim_runs("w:1", T0 + 2, limit=10, batchable={"test.cheap"})] for _ in range(3)]
+
+    storm_runs = [d.run_id for d in storm.decisions]
+    assert claims == [[fresh.decisions[0].run_id], storm_runs[:10], storm_runs[10:]]
+
+
+@EVERY_STORE
 def test_a_resolved_run_still_waits_for_its_firing_run_in_a_storms_backlog(
     store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
