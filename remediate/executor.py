@@ -7,7 +7,10 @@ Dry-run runs only plan. Bookkeeping of a one-step run takes three write
 transactions: claim; plan + start of the first attempt (recorded before the
 action runs, so a crash leaves it `interrupted`); and the end of the attempt,
 the step and (last step, or a failed one) the run, durable before the next
-step starts. A failed step ends the run: the later steps are recorded `skipped` with the
+step starts. Runs made only of batchable steps (Action.batchable: `log`) are executed in
+batches instead (`_execute_batch`): one claim, one transaction of plans and attempt starts and one
+of ends for up to `batch_size` runs, each write under its run's lease. A failed step ends the
+run: the later steps are recorded `skipped` with the
 reason, except those marked `always: true` (a notification), which still run; the run stays
 failed. Plans only read, so their retryable errors are retried too, with the same budget. An
 error after a request may have reached its target (AmbiguousActionError) is never retried for
