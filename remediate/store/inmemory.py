@@ -236,6 +236,9 @@ class InMemoryStore:
         self, worker: str, now: float, *, limit: int = 1, batchable: Collection[str] = ()
     ) -> list[ClaimedRun]:
         """The head of the queue, or a batch of up to `limit` runs of `batchable` steps (as RunQueue.claim_runs)."""
+        with self._lock:  # nothing queued: answered by a read, as the SQL store does
+            if not any(r["status"] == RunStatus.QUEUED for r in self.tables["runs"]):
+                return []
         with self._transaction():
             queued = [r for r in self.tables["runs"] if r["status"] == RunStatus.QUEUED and self._free(r)]
             window = sorted(queued, key=lambda r: (r["priority"], r["id"]))[: max(1, limit)]

@@ -59,6 +59,8 @@ def _candidates_statement(skip_locked: bool) -> sa.Select[tuple[int, int]]:
 
 
 _CANDIDATES = {False: _candidates_statement(False), True: _candidates_statement(True)}
+# Whether anything is queued at all (ix_runs_queue): read before the claim's write transaction.
+_ANY_QUEUED = sa.select(t.runs.c.id).where(t.runs.c.status == RunStatus.QUEUED).limit(1)
 _now = sa.bindparam("p_now", type_=sa.Float)
 _CLAIM = (
     sa.update(t.runs)
@@ -288,6 +290,11 @@ class RunQueue:
         the queue's first `limit` runs that have the head's priority and whose steps are all `batchable` (action
         names), `where: cluster`, and not started yet. A batch's runs come with their steps (ClaimedRun.steps);
         a single run without. One transaction, atomically across processes."""
+        # An idle executor polls and a busy one asks once more after its last run: when nothing is queued, a
+        # read answers, without the write lock (most of an empty claim's cost).
+        with self._tx.read() as conn:
+            if conn.execute(_ANY_QUEUED).first() is None:
+                return []
         with self._tx.write() as conn:
             head = conn.execute(self._candidates, {"p_limit": max(1, limit)}).all()
             # A batch keeps to the head's priority: a fresh alert's run is not held up by a storm's in its batch.
