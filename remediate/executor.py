@@ -8,8 +8,8 @@ transactions: claim; plan + start of the first attempt (recorded before the
 action runs, so a crash leaves it `interrupted`); and the end of the attempt,
 the step and (last step, or a failed one) the run, durable before the next
 step starts. Runs made only of batchable steps (Action.batchable: `log`) are executed in
-batches instead (`_execute_batch`): one claim, one transaction of plans and attempt starts and one
-of ends for up to `batch_size` runs, each write under its run's lease. A failed step ends the
+batches instead (`_execute_batch`): one claim that records their plans and attempt starts, and one
+transaction of ends, for up to `batch_size` runs, each write under its run's lease. A failed step ends the
 run: the later steps are recorded `skipped` with the
 reason, except those marked `always: true` (a notification), which still run; the run stays
 failed. Plans only read, so their retryable errors are retried too, with the same budget. An
@@ -92,7 +92,7 @@ RECONCILE_WINDOW_S = 24 * 3600.0
 RECONCILE_PLAN_TIMEOUT_S = 15.0
 DEFAULT_BATCH_SIZE = 50
 """The most runs of batchable steps one claim takes (Executor.batch_size): big enough that a storm's backlog
-costs three transactions per fifty runs (as many runs/s as batches of 100 or 200, measured), small enough
+costs two transactions per fifty runs (as many runs/s as batches of 100 or 200, measured), small enough
 that a fresh alert waits for short batches only (~15 ms each on a 2-core machine; 100 doubled its wait)."""
 STORE_RETRY_MAX_S = 10.0
 """The longest wait between the executor's tries while the store is unavailable (a database restart, a fail-over)."""
@@ -365,7 +365,16 @@ class Executor:
     def _run_claimed(self) -> int:
         """run_once; returns how many runs it claimed (0: none was queued)."""
         self._release_abandoned()
-        claimed = self.store.claim_runs(self.worker, self.clock(), limit=self.batch_size, batchable=self._batchable)
+        first_round: list[_Planned] = []
+
+        def start(runs: list[ClaimedRun]) -> list[BatchWrite]:
+            # A batch's first round is planned inside its claim's transaction: its starts commit with the claim.
+            first_round.extend(self._plan_batched(_Batched(run, run.steps or ())) for run in runs)
+            return [p.write for p in first_round]
+
+        claimed = self.store.claim_runs(
+            self.worker, self.clock(), limit=self.batch_size, batchable=self._batchable, start=start
+        )
         if not claimed:
             return 0
         with self._active_lock:
@@ -374,7 +383,7 @@ class Executor:
             if claimed[0].steps is None:
                 self.execute_run(claimed[0])
             else:
-                self._execute_batch(claimed)
+                self._execute_batch(first_round)
         except ClaimLostError as exc:
             log.warning("run %s: stopping: %s", claimed[0].id, exc)
         except StoreUnavailable:
@@ -465,29 +474,34 @@ class Executor:
 
     # ------------------------------------------------------------------ batches
 
-    def _execute_batch(self, runs: Sequence[ClaimedRun]) -> None:
+    def _execute_batch(self, first_round: Sequence[_Planned]) -> None:
         """Execute runs made only of batchable steps (Action.batchable) together, one step of each per round.
 
         A round: every run's next step is planned; the plans and attempt starts (and the ends of steps that
-        end without executing: a dry run's plan, a failed plan) are recorded in one transaction, durable
-        before any of the actions runs; then the actions run; then every attempt's, step's and (last step
-        or a failure) run's end is recorded in one transaction. A one-step run thus costs the batch's three
-        transactions (claim, starts, ends) shared with up to `batch_size` others. Each run's writes name its
-        lease: a run whose claim was lost is written no more and leaves the batch, the others go on. The
-        outcome of every step follows `execute_run`'s rules (a failure skips the later steps except `always`
-        ones, `continue_on_error`, dry runs only plan), except that a batchable action is called in this
-        thread without a deadline thread and never retried (it has nothing to wait for)."""
-        live = [_Batched(run, run.steps or ()) for run in runs]
-        for batched in live:
-            log.info("run %s (%s, %s, %s) started in a batch of %d", batched.run.id, batched.run.playbook,
-                     batched.run.phase, batched.run.target, len(runs))  # fmt: skip
-        while live:
-            planned: list[_Planned] = [self._plan_batched(batched) for batched in live]
-            lost = self._record(planned)
+        end without executing: a dry run's plan, a failed plan) are recorded in one transaction (the first
+        round's in the claim's own: `first_round` is planned and recorded already), durable before any of
+        the actions runs; then the actions run; then every attempt's, step's and (last step or a failure)
+        run's end is recorded in one transaction. A one-step run thus costs the batch's two transactions
+        (claim with starts, ends) shared with up to `batch_size` others. Each run's writes name its lease: a
+        run whose claim was lost is written no more and leaves the batch, the others go on. The outcome of
+        every step follows `execute_run`'s rules (a failure skips the later steps except `always` ones,
+        `continue_on_error`, dry runs only plan), except that a batchable action is called in this thread
+        without a deadline thread and never retried (it has nothing to wait for)."""
+        for p in first_round:
+            run = p.batched.run
+            log.info("run %s (%s, %s, %s) started in a batch of %d", run.id, run.playbook, run.phase, run.target,
+                     len(first_round))  # fmt: skip
+        planned = list(first_round)
+        lost = self._recorded(planned, set())
+        while True:
             started = [p for p in planned if p.start is not None and p.batched.run.id not in lost]
             if started:
                 lost |= self._record([self._execute_batched(p) for p in started])
             live = [p.batched for p in planned if not p.batched.done and p.batched.run.id not in lost]
+            if not live:
+                return
+            planned = [self._plan_batched(batched) for batched in live]
+            lost = self._record(planned)
 
     def _plan_batched(self, batched: _Batched) -> _Planned:
         """The run's next step, planned: the start of its attempt, or its end where it ends without one."""
@@ -583,7 +597,11 @@ class Executor:
     def _record(self, planned: Sequence[_Planned]) -> set[int]:
         """Record the writes of `planned` in one transaction; then tell metrics and listeners of the steps and
         runs that ended. Returns the runs whose claim was lost (nothing was written for them)."""
-        lost = self.store.record_batch([p.write for p in planned], self.clock())
+        return self._recorded(planned, self.store.record_batch([p.write for p in planned], self.clock()))
+
+    def _recorded(self, planned: Sequence[_Planned], lost: set[int]) -> set[int]:
+        """Tell metrics and listeners of the steps and runs of `planned` whose ends are recorded; `lost`: the
+        runs whose claim was lost (returned)."""
         for p in planned:
             if p.batched.run.id in lost:
                 log.warning("run %s: stopping: its claim was lost (recovered or claimed by another executor); "

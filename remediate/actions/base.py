@@ -153,9 +153,9 @@ class Action(ABC):
     batchable: ClassVar[bool] = False
     """True for a cheap, local action: pure Python in this process, done at once (no network, no agent, no
     GPU, no Kubernetes, nothing to wait for), never raising RetryableActionError. The executor runs
-    runs made only of such steps (`where: cluster`) in batches: claimed together, their plans and attempt
-    starts recorded in one transaction, their ends in another, the action called in the executor's thread
-    without a deadline thread and never retried (remediate.executor, "Batches")."""
+    runs made only of such steps (`where: cluster`) in batches: claimed together with their plans and attempt
+    starts (the plan runs inside the claim's transaction), their ends recorded in another, the action called
+    in the executor's thread without a deadline thread and never retried (Executor._execute_batch)."""
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:

@@ -8,7 +8,7 @@ statements to the module of its concept (`queue`, `ingest`, `history`, `pause`, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -128,10 +128,16 @@ class Store:
         return self.queue.claim(worker, now)
 
     def claim_runs(
-        self, worker: str, now: float, *, limit: int = 1, batchable: Collection[str] = ()
+        self,
+        worker: str,
+        now: float,
+        *,
+        limit: int = 1,
+        batchable: Collection[str] = (),
+        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
     ) -> list[ClaimedRun]:
         """The head of the queue, or a batch of up to `limit` runs of `batchable` steps (RunQueue.claim_runs)."""
-        return self.queue.claim_runs(worker, now, limit=limit, batchable=batchable)
+        return self.queue.claim_runs(worker, now, limit=limit, batchable=batchable, start=start)
 
     def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
         """A batch's bookkeeping in one transaction; returns the runs whose lease was lost (RunQueue.record_batch)."""

@@ -233,7 +233,13 @@ class InMemoryStore:
         return claimed[0] if claimed else None
 
     def claim_runs(
-        self, worker: str, now: float, *, limit: int = 1, batchable: Collection[str] = ()
+        self,
+        worker: str,
+        now: float,
+        *,
+        limit: int = 1,
+        batchable: Collection[str] = (),
+        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
     ) -> list[ClaimedRun]:
         """The head of the queue, or a batch of up to `limit` runs of `batchable` steps (as RunQueue.claim_runs)."""
         with self._lock:  # nothing queued: answered by a read, as the SQL store does
@@ -274,6 +280,8 @@ class InMemoryStore:
                         steps=tuple(steps[run["id"]]) if batch else None,
                     )
                 )  # fmt: skip
+            if batch and start is not None:
+                self._write_batch(start(claimed), now)
         return claimed
 
     def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
@@ -285,28 +293,32 @@ class InMemoryStore:
                     self._check_lease(write.lease, now)
                 except ClaimLostError:
                     lost.add(write.lease.run_id)
-                    continue
-                for end in write.ends:
-                    if end.attempt is not None:
-                        error = None if end.outcome == AttemptOutcome.SUCCEEDED else end.error
-                        self._finish_attempt(end.step_id, end.attempt, end.outcome, error, now)
-                    values: dict[str, Any] = {"status": end.status, "finished_at": now, "error": end.error}
-                    if end.result is not None:
-                        values["result"] = dumps(end.result)
-                    if end.plan is not None:
-                        values["plan"] = dumps(end.plan)
-                    self._update("steps", end.step_id, **values)
-                self._skip_steps(write.skip, write.skip_reason, now)
-                for start in write.starts:
-                    step = self._one("steps", start.step_id)
-                    step.update(status=StepStatus.RUNNING, attempts=start.number, plan=dumps(start.plan))
-                    step["started_at"] = now if step["started_at"] is None else step["started_at"]
-                    attempt = {"step_id": start.step_id, "number": start.number, "started_at": now}
-                    self._insert("attempts", {**attempt, "worker": write.lease.worker})
-                if write.run_end is not None:
-                    end_ = write.run_end
-                    self._finish_run(end_.run_id, end_.status, now, end_.error, rerunnable=write.rerunnable)
+            self._write_batch([w for w in writes if w.lease.run_id not in lost], now)
         return lost
+
+    def _write_batch(self, writes: Sequence[BatchWrite], now: float) -> None:
+        """The writes of a batch's runs whose leases hold, in the caller's transaction."""
+        for write in writes:
+            for end in write.ends:
+                if end.attempt is not None:
+                    error = None if end.outcome == AttemptOutcome.SUCCEEDED else end.error
+                    self._finish_attempt(end.step_id, end.attempt, end.outcome, error, now)
+                values: dict[str, Any] = {"status": end.status, "finished_at": now, "error": end.error}
+                if end.result is not None:
+                    values["result"] = dumps(end.result)
+                if end.plan is not None:
+                    values["plan"] = dumps(end.plan)
+                self._update("steps", end.step_id, **values)
+            self._skip_steps(write.skip, write.skip_reason, now)
+            for start in write.starts:
+                step = self._one("steps", start.step_id)
+                step.update(status=StepStatus.RUNNING, attempts=start.number, plan=dumps(start.plan))
+                step["started_at"] = now if step["started_at"] is None else step["started_at"]
+                attempt = {"step_id": start.step_id, "number": start.number, "started_at": now}
+                self._insert("attempts", {**attempt, "worker": write.lease.worker})
+            if write.run_end is not None:
+                end_ = write.run_end
+                self._finish_run(end_.run_id, end_.status, now, end_.error, rerunnable=write.rerunnable)
 
     def _free(self, run: Row) -> bool:
         prior = self._row("runs", run["after_run_id"]) if run["after_run_id"] is not None else None

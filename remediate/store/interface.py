@@ -115,7 +115,13 @@ class ExecutorStore(Protocol):
 
     def claim_run(self, worker: str, now: float) -> ClaimedRun | None: ...
     def claim_runs(
-        self, worker: str, now: float, *, limit: int = 1, batchable: Collection[str] = ()
+        self,
+        worker: str,
+        now: float,
+        *,
+        limit: int = 1,
+        batchable: Collection[str] = (),
+        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
     ) -> list[ClaimedRun]: ...
     def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]: ...
     def steps_of(self, run_id: int) -> list[StepRecord]: ...

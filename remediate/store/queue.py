@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -284,12 +284,21 @@ class RunQueue:
         return claimed[0] if claimed else None
 
     def claim_runs(
-        self, worker: str, now: float, *, limit: int = 1, batchable: Collection[str] = ()
+        self,
+        worker: str,
+        now: float,
+        *,
+        limit: int = 1,
+        batchable: Collection[str] = (),
+        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
     ) -> list[ClaimedRun]:
         """Take the run at the head of the queue (priority, then id) or, when it is a batch's, a batch: those of
         the queue's first `limit` runs that have the head's priority and whose steps are all `batchable` (action
         names), `where: cluster`, and not started yet. A batch's runs come with their steps (ClaimedRun.steps);
-        a single run without. One transaction, atomically across processes."""
+        a single run without. One transaction, atomically across processes.
+
+        `start`: called with a batch's runs inside the claim's transaction (it must return at once: it holds
+        the write lock), its writes (their first steps' plans and attempt starts) commit with the claim."""
         # An idle executor polls and a busy one asks once more after its last run: when nothing is queued, a
         # read answers, without the write lock (most of an empty claim's cost).
         with self._tx.read() as conn:
@@ -316,22 +325,25 @@ class RunQueue:
             claimed = [i for i in ids if i in generations]
             _sync_decisions_of(conn, claimed, p_status=str(RunStatus.RUNNING))
             rows = {row.id: row for row in _claimed_runs(conn, claimed)}
-        return [
-            ClaimedRun(
-                i,
-                rows[i].playbook,
-                rows[i].target,
-                rows[i].phase,
-                rows[i].mode,
-                alert_context(rows[i]),
-                int(generations[i]),
-                worker,
-                rung=rows[i].rung,
-                started_at=rows[i].started_at,
-                steps=tuple(steps[i]) if batch else None,
-            )
-            for i in claimed
-        ]
+            runs = [
+                ClaimedRun(
+                    i,
+                    rows[i].playbook,
+                    rows[i].target,
+                    rows[i].phase,
+                    rows[i].mode,
+                    alert_context(rows[i]),
+                    int(generations[i]),
+                    worker,
+                    rung=rows[i].rung,
+                    started_at=rows[i].started_at,
+                    steps=tuple(steps[i]) if batch else None,
+                )
+                for i in claimed
+            ]
+            if batch and start is not None:
+                self._write_batch(conn, start(runs), now)  # claimed just now, in this transaction: all held
+        return runs
 
     def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
         """Record every run's `BatchWrite` of a batch in one transaction; returns the ids of the runs whose
@@ -344,53 +356,50 @@ class RunQueue:
             if not mine:
                 return {w.lease.run_id for w in writes}
             _heartbeats(conn, sorted(held), p_now=now)
-            ends = [e for w in mine for e in w.ends]
-            _many_finish_attempts(
-                conn,
-                [
-                    {"p_step_id": e.step_id, "p_number": e.attempt, "p_now": now, "p_outcome": str(e.outcome),
-                     "p_error": None if e.outcome == AttemptOutcome.SUCCEEDED else e.error}
-                    for e in ends
-                    if e.attempt is not None
-                ],
-            )  # fmt: skip
-            _many_end_steps(
-                conn,
-                [
-                    {"p_step_id": e.step_id, "p_status": str(e.status), "p_now": now, "p_error": e.error,
-                     "p_result": None if e.result is None else dumps(e.result),
-                     "p_plan": None if e.plan is None else dumps(e.plan)}
-                    for e in ends
-                ],
-            )  # fmt: skip
-            _many_skip_steps(
-                conn, [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in mine for i in w.skip]
-            )
-            starts = [(w.lease.worker, s) for w in mine for s in w.starts]
-            _many_start_steps(
-                conn,
-                [
-                    {"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_plan": dumps(s.plan)}
-                    for _, s in starts
-                ],
-            )
-            _many_insert_attempts(
-                conn,
-                [
-                    {"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_worker": worker}
-                    for worker, s in starts
-                ],
-            )
-            run_ends = [w.run_end for w in mine if w.run_end is not None]
-            _many_finish_runs(
-                conn,
-                [{"p_run_id": e.run_id, "p_status": str(e.status), "p_now": now, "p_error": e.error} for e in run_ends],
-            )
-            rerunnable = [w.lease.run_id for w in mine if w.rerunnable and w.run_end is not None]
-            if rerunnable:
-                conn.execute(_MARK_RERUNNABLE, {"p_ids": rerunnable})
-            _many_sync_decisions(conn, [{"p_run_id": e.run_id, "p_status": str(e.status)} for e in run_ends])
+            self._write_batch(conn, mine, now)
         return {w.lease.run_id for w in writes} - held
+
+    @staticmethod
+    def _write_batch(conn: sa.Connection, mine: Sequence[BatchWrite], now: float) -> None:
+        """The writes of a batch's runs whose leases hold, in the caller's transaction."""
+        ends = [e for w in mine for e in w.ends]
+        _many_finish_attempts(
+            conn,
+            [
+                {"p_step_id": e.step_id, "p_number": e.attempt, "p_now": now, "p_outcome": str(e.outcome),
+                 "p_error": None if e.outcome == AttemptOutcome.SUCCEEDED else e.error}
+                for e in ends
+                if e.attempt is not None
+            ],
+        )  # fmt: skip
+        _many_end_steps(
+            conn,
+            [
+                {"p_step_id": e.step_id, "p_status": str(e.status), "p_now": now, "p_error": e.error,
+                 "p_result": None if e.result is None else dumps(e.result),
+                 "p_plan": None if e.plan is None else dumps(e.plan)}
+                for e in ends
+            ],
+        )  # fmt: skip
+        _many_skip_steps(conn, [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in mine for i in w.skip])
+        starts = [(w.lease.worker, s) for w in mine for s in w.starts]
+        _many_start_steps(
+            conn,
+            [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_plan": dumps(s.plan)} for _, s in starts],
+        )
+        _many_insert_attempts(
+            conn,
+            [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_worker": worker} for worker, s in starts],
+        )
+        run_ends = [w.run_end for w in mine if w.run_end is not None]
+        _many_finish_runs(
+            conn,
+            [{"p_run_id": e.run_id, "p_status": str(e.status), "p_now": now, "p_error": e.error} for e in run_ends],
+        )
+        rerunnable = [w.lease.run_id for w in mine if w.rerunnable and w.run_end is not None]
+        if rerunnable:
+            conn.execute(_MARK_RERUNNABLE, {"p_ids": rerunnable})
+        _many_sync_decisions(conn, [{"p_run_id": e.run_id, "p_status": str(e.status)} for e in run_ends])
 
     def _held(self, conn: sa.Connection, writes: Sequence[BatchWrite]) -> set[int]:
         """The runs of `writes` whose lease still holds (locked until the transaction ends where FOR UPDATE is)."""

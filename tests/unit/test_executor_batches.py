@@ -1,10 +1,10 @@
 """remediate.executor's batches (runs made only of batchable steps) on SQLite, PostgreSQL and the fake.
 
-Each durability guarantee of the one-run path holds for a batch: every attempt's start is committed before
-any action of the batch runs, a crash after that leaves them `interrupted` (re-run only for an idempotent
-action), a run whose claim was lost is written no more while the others of its batch are, and a step's
-outcome follows the same rules (always, continue_on_error, dry runs) as on the one-run path, which the last
-tests compare row for row.
+Each durability guarantee of the one-run path holds for a batch: every attempt's start is committed (the
+first round's with the claim) before any action of the batch runs, a crash after that leaves them
+`interrupted` (re-run only for an idempotent action), a run whose claim was lost is written no more while
+the others of its batch are, and a step's outcome follows the same rules (always, continue_on_error, dry
+runs) as on the one-run path, which the last tests compare row for row.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def statuses(store: AnyStore, run_ids: list[int]) -> list[str]:
 
 
 @EVERY_STORE
-def test_runs_of_batchable_steps_are_claimed_started_and_ended_together_in_three_transactions(
+def test_runs_of_batchable_steps_are_claimed_and_started_together_then_ended_together_two_transactions(
     store: AnyStore,
     executor: Executor,
     actions: dict[str, Cheap],
@@ -174,9 +174,9 @@ def test_runs_of_batchable_steps_are_claimed_started_and_ended_together_in_three
 
     assert executor.drain() == 5
 
-    # One claim, one transaction of plans and attempt starts, one of their ends: for all five runs.
+    # One claim with the plans and attempt starts, one transaction of their ends: for all five runs.
     # (The claim that then finds the queue empty only reads: no write lock for an idle poll.)
-    assert len(transactions) == 3
+    assert len(transactions) == 2
     assert statuses(store, run_ids) == ["succeeded"] * 5
     for run_id, host in zip(run_ids, hosts, strict=True):
         (detail,) = step_details(store, run_id)
@@ -344,8 +344,8 @@ def test_a_dry_run_batch_only_plans(
             ("planned", {"would": "boom"}, []),
         ]
     assert actions["test.cheap"].executions == []
-    # The claim, then one transaction per step (plans only: nothing runs, nothing ends later).
-    assert len(transactions) == 1 + 2
+    # The claim with the first steps' plans, then one transaction for the second's (nothing runs, nothing ends).
+    assert len(transactions) == 2
 
 
 @EVERY_STORE
