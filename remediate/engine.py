@@ -26,7 +26,7 @@ from remediate.errors import ParamsError, PayloadError, StoreConflict
 from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict, judge
 from remediate.ladder import RungChoice, choose_rung, climbed, resolved
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
-from remediate.runs import Decision, LadderState, RunStatus, decision_row, run_row, step_rows
+from remediate.runs import Decision, LadderState, RunStatus, decision_row, queue_priority, run_row, step_rows
 from remediate.store import EmptyGuardReader
 from remediate.store.interface import EngineStore, GuardReads, IngestWrites
 from remediate.store.ladders import guard_lock_name
@@ -489,7 +489,8 @@ class Engine:
             alert_ids = w.insert_alerts([_alert_row(notification_id, a) for a in notification.alerts])
             judged = self.judge(w, evaluations, received_at)
             with_runs = [j for j in judged if j.creates_run]
-            run_rows = [run_row(j, alert_ids[j.index], received_at) for j in with_runs]
+            priority = queue_priority(len(notification.alerts))  # a storm's runs after a single alert's
+            run_rows = [run_row(j, alert_ids[j.index], received_at, priority=priority) for j in with_runs]
             for j in with_runs:
                 if j.supersedes is not None:
                     w.release_dedupe_key(j.supersedes)

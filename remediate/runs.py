@@ -13,7 +13,7 @@ Pure: this module imports nothing of remediate, so the store, the guards and the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -107,6 +107,8 @@ class ClaimedRun:
     """The escalation ladder's rung (1 = the gentlest) this run is for; None for a playbook without `escalate`."""
     started_at: float | None = None
     """When the run was first claimed (UNIX seconds); None where the store did not say."""
+    steps: tuple[StepRecord, ...] | None = None
+    """The run's steps, read with the claim of a batch (RunQueue.claim_runs); None: ask `steps_of`."""
 
     @property
     def lease(self) -> RunLease:
@@ -155,6 +157,52 @@ class StepRecord:
     """The step has its final outcome (finished_at is set); an `interrupted` step left by recovery has not."""
     continue_on_error: bool = False
     """Its failure is recorded but does not fail the run nor skip the steps after it."""
+
+
+def batchable_steps(steps: Sequence[StepRecord], actions: Collection[str]) -> bool:
+    """Whether a batch may take a run of these steps: it has steps, none started yet, each of one of the
+    batchable `actions` (Action.batchable) and run in the cluster (not on a node's agent)."""
+    return bool(steps) and all(
+        s.status == StepStatus.PENDING and s.attempts == 0 and s.where == "cluster" and s.action in actions
+        for s in steps
+    )
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """A step of a batch about to run (RunQueue.record_batch): its plan and the start of its attempt `number`."""
+
+    step_id: int
+    number: int
+    plan: Any
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """A step of a batch that ended (RunQueue.record_batch), with the attempt it closes, if one started."""
+
+    step_id: int
+    status: StepStatus
+    result: Any = None
+    error: str | None = None
+    plan: Any = None
+    attempt: int | None = None
+    outcome: AttemptOutcome = AttemptOutcome.SUCCEEDED
+    """How `attempt` ended; its error is the step's."""
+
+
+@dataclass(frozen=True)
+class BatchWrite:
+    """What one run of a batch records, under its lease; RunQueue.record_batch writes every run's in one
+    transaction (`ends` before `starts`: a step's end is durable before the next step's attempt starts)."""
+
+    lease: RunLease
+    ends: tuple[StepEnd, ...] = ()
+    starts: tuple[StepStart, ...] = ()
+    skip: tuple[int, ...] = ()
+    skip_reason: str = ""
+    run_end: RunEnd | None = None
+    rerunnable: bool = False
 
 
 @dataclass(frozen=True)
@@ -349,8 +397,18 @@ def initial_status(accepted: bool, awaits_approval: bool) -> RunStatus:
     return RunStatus.AWAITING_APPROVAL if awaits_approval else RunStatus.QUEUED
 
 
-def run_row(judged: Judged, alert_id: int, now: float) -> dict[str, Any]:
-    """The runs row of a judged pair that creates a run (accepted or rejected)."""
+def queue_priority(alert_count: int) -> int:
+    """The queue priority of the runs of a notification of `alert_count` alerts: lower is claimed first.
+
+    One per order of magnitude (1-9 alerts: 0, 10-99: 1, 100-999: 2, 1,000 and more: 3), so a fresh
+    alert's run is claimed before the backlog of a storm, and runs of similar notifications keep their
+    arrival order (ties go by run id).
+    """
+    return min(3, len(str(max(1, alert_count))) - 1)
+
+
+def run_row(judged: Judged, alert_id: int, now: float, *, priority: int = 0) -> dict[str, Any]:
+    """The runs row of a judged pair that creates a run (accepted or rejected); `priority`: queue_priority."""
     ev = judged.evaluation
     if ev is None:
         raise ValueError("an alert no playbook matched creates no run")
@@ -372,6 +430,7 @@ def run_row(judged: Judged, alert_id: int, now: float) -> dict[str, Any]:
         "finished_at": now if status is RunStatus.REJECTED else None,
         "error": None if accepted else judged.verdict.reason,
         "rung": judged.rung,
+        "priority": priority,
     }
 
 

@@ -93,7 +93,11 @@ runs = sa.Table(
     # run (NULL: not announced, or nothing to announce), and what went wrong (NULL once sent).
     sa.Column("announced_at", sa.Float, nullable=True),
     sa.Column("announce_error", sa.Text, nullable=True),
+    # The queue's order: lower first, then by id (remediate.runs.queue_priority: a small notification's
+    # runs before a storm's backlog). Set at ingest, never changed.
+    sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_runs_status", "status", "id"),
+    sa.Index("ix_runs_queue", "status", "priority", "id"),
     sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
     sa.Index("ix_runs_alert", "alert_id"),
 )
@@ -269,6 +273,18 @@ def _v9_announce(conn: sa.Connection) -> None:
     conn.execute(sa.text("ALTER TABLE runs ADD COLUMN announce_error TEXT"))
 
 
+def _v9_queue_priority(conn: sa.Connection) -> None:
+    # Runs queued before the upgrade get priority 0: they are claimed first, as they would have been.
+    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"))
+    conn.execute(sa.text("CREATE INDEX ix_runs_queue ON runs (status, priority, id)"))
+
+
+def _v9(conn: sa.Connection) -> None:
+    # Version 9 gathers issue 13's and issue 14's changes, each in a function of its own.
+    for step in (_v9_announce, _v9_queue_priority):
+        step(conn)
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
@@ -278,5 +294,5 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     6: _v6_attempt_worker,
     7: _v7_reference_indexes,
     8: _v8_ladders,
-    9: _v9_announce,
+    9: _v9,
 }

@@ -8,7 +8,7 @@ statements to the module of its concept (`queue`, `ingest`, `history`, `pause`, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from remediate.runs import (
     AttemptOutcome,
+    BatchWrite,
     ClaimedRun,
     LadderState,
     PendingOutcome,
@@ -125,8 +126,24 @@ class Store:
     # ------------------------------------------------------------------ the run queue (executor, approval)
 
     def claim_run(self, worker: str, now: float) -> ClaimedRun | None:
-        """Take the oldest queued run for this worker, atomically across processes."""
+        """Take the run at the head of the queue (priority, then id) for this worker, atomically across processes."""
         return self.queue.claim(worker, now)
+
+    def claim_runs(
+        self,
+        worker: str,
+        now: float,
+        *,
+        limit: int = 1,
+        batchable: Collection[str] = (),
+        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
+    ) -> list[ClaimedRun]:
+        """The head of the queue, or a batch of up to `limit` runs of `batchable` steps (RunQueue.claim_runs)."""
+        return self.queue.claim_runs(worker, now, limit=limit, batchable=batchable, start=start)
+
+    def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
+        """A batch's bookkeeping in one transaction; returns the runs whose lease was lost (RunQueue.record_batch)."""
+        return self.queue.record_batch(writes, now)
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         return self.queue.steps_of(run_id)

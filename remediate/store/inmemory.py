@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -28,6 +28,7 @@ from remediate.errors import ClaimLostError, RunStateError, StoreConflict, Unkno
 from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,
+    BatchWrite,
     ClaimedRun,
     LadderState,
     PendingOutcome,
@@ -37,6 +38,7 @@ from remediate.runs import (
     RunStatus,
     StepRecord,
     StepStatus,
+    batchable_steps,
 )
 from remediate.store.announcements import SENDING, AwaitingRun
 from remediate.store.pause import PauseState
@@ -51,6 +53,7 @@ _SERVER_DEFAULTS = {
     "attempts": 0,
     "always": False,
     "continue_on_error": False,
+    "priority": 0,
 }
 _NOT_ACTING = (RunStatus.AWAITING_APPROVAL, RunStatus.CANCELLED, RunStatus.REJECTED, RunStatus.PLANNED)
 
@@ -256,26 +259,97 @@ class InMemoryStore:
     # ------------------------------------------------------------------ the run queue (executor)
 
     def claim_run(self, worker: str, now: float) -> ClaimedRun | None:
-        """The oldest queued run whose prior run (after_run_id), if any, is final."""
+        """The queued run at the head of the queue (priority, then id) whose prior run (after_run_id) is final."""
+        claimed = self.claim_runs(worker, now)
+        return claimed[0] if claimed else None
+
+    def claim_runs(
+        self,
+        worker: str,
+        now: float,
+        *,
+        limit: int = 1,
+        batchable: Collection[str] = (),
+        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
+    ) -> list[ClaimedRun]:
+        """The head of the queue, or a batch of up to `limit` runs of `batchable` steps (as RunQueue.claim_runs)."""
+        with self._lock:  # nothing queued: answered by a read, as the SQL store does
+            if not any(r["status"] == RunStatus.QUEUED for r in self.tables["runs"]):
+                return []
         with self._transaction():
-            run = next((r for r in self.tables["runs"] if r["status"] == RunStatus.QUEUED and self._free(r)), None)
-            if run is None:
-                return None
-            run.update(
-                status=RunStatus.RUNNING,
-                claimed_by=worker,
-                claim_generation=run["claim_generation"] + 1,
-                heartbeat_at=now,
-                updated_at=now,
-                started_at=now if run["started_at"] is None else run["started_at"],
-            )
-            self._sync_decision_status(run["id"], RunStatus.RUNNING)
-            context = self._alert_context(run)
-            generation = int(run["claim_generation"])
-        return ClaimedRun(
-            run["id"], run["playbook"], run["target"], run["phase"], run["mode"], context, generation, worker,
-            rung=run.get("rung"), started_at=run["started_at"],
-        )  # fmt: skip
+            queued = [r for r in self.tables["runs"] if r["status"] == RunStatus.QUEUED and self._free(r)]
+            window = sorted(queued, key=lambda r: (r["priority"], r["id"]))[: max(1, limit)]
+            if not window:
+                return []
+            steps: dict[int, list[StepRecord]] = {}
+            batch = False
+            if batchable and limit > 1:
+                for step in sorted(self._steps([r["id"] for r in window]), key=lambda s: (s["run_id"], s["idx"])):
+                    steps.setdefault(step["run_id"], []).append(_step_record(step, full=True))
+                eligible = [
+                    r
+                    for r in window
+                    if r["priority"] == window[0]["priority"] and batchable_steps(steps.get(r["id"], []), batchable)
+                ]
+                batch = bool(eligible) and eligible[0] is window[0]
+                window = eligible if batch else window[:1]
+            claimed = []
+            for run in window:
+                run.update(
+                    status=RunStatus.RUNNING,
+                    claimed_by=worker,
+                    claim_generation=run["claim_generation"] + 1,
+                    heartbeat_at=now,
+                    updated_at=now,
+                    started_at=now if run["started_at"] is None else run["started_at"],
+                )
+                self._sync_decision_status(run["id"], RunStatus.RUNNING)
+                claimed.append(
+                    ClaimedRun(
+                        run["id"], run["playbook"], run["target"], run["phase"], run["mode"], self._alert_context(run),
+                        int(run["claim_generation"]), worker, rung=run.get("rung"), started_at=run["started_at"],
+                        steps=tuple(steps[run["id"]]) if batch else None,
+                    )
+                )  # fmt: skip
+            if batch and start is not None:
+                self._write_batch(start(claimed), now)
+        return claimed
+
+    def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
+        """Every run's BatchWrite in one transaction, except those whose lease was lost (returned)."""
+        lost: set[int] = set()
+        with self._transaction():
+            for write in writes:
+                try:
+                    self._check_lease(write.lease, now)
+                except ClaimLostError:
+                    lost.add(write.lease.run_id)
+            self._write_batch([w for w in writes if w.lease.run_id not in lost], now)
+        return lost
+
+    def _write_batch(self, writes: Sequence[BatchWrite], now: float) -> None:
+        """The writes of a batch's runs whose leases hold, in the caller's transaction."""
+        for write in writes:
+            for end in write.ends:
+                if end.attempt is not None:
+                    error = None if end.outcome == AttemptOutcome.SUCCEEDED else end.error
+                    self._finish_attempt(end.step_id, end.attempt, end.outcome, error, now)
+                values: dict[str, Any] = {"status": end.status, "finished_at": now, "error": end.error}
+                if end.result is not None:
+                    values["result"] = dumps(end.result)
+                if end.plan is not None:
+                    values["plan"] = dumps(end.plan)
+                self._update("steps", end.step_id, **values)
+            self._skip_steps(write.skip, write.skip_reason, now)
+            for start in write.starts:
+                step = self._one("steps", start.step_id)
+                step.update(status=StepStatus.RUNNING, attempts=start.number, plan=dumps(start.plan))
+                step["started_at"] = now if step["started_at"] is None else step["started_at"]
+                attempt = {"step_id": start.step_id, "number": start.number, "started_at": now}
+                self._insert("attempts", {**attempt, "worker": write.lease.worker})
+            if write.run_end is not None:
+                end_ = write.run_end
+                self._finish_run(end_.run_id, end_.status, now, end_.error, rerunnable=write.rerunnable)
 
     def _free(self, run: Row) -> bool:
         prior = self._row("runs", run["after_run_id"]) if run["after_run_id"] is not None else None

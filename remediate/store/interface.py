@@ -12,12 +12,13 @@ store knows no breaker logic and no actions (import-linter's "store" contract).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from remediate.runs import (
     AttemptOutcome,
+    BatchWrite,
     ClaimedRun,
     LadderState,
     PendingOutcome,
@@ -114,6 +115,16 @@ class ExecutorStore(Protocol):
     """What remediate.executor.Executor (and its recovery) needs of a store: the durable run queue."""
 
     def claim_run(self, worker: str, now: float) -> ClaimedRun | None: ...
+    def claim_runs(
+        self,
+        worker: str,
+        now: float,
+        *,
+        limit: int = 1,
+        batchable: Collection[str] = (),
+        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
+    ) -> list[ClaimedRun]: ...
+    def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]: ...
     def steps_of(self, run_id: int) -> list[StepRecord]: ...
     def check_lease(self, lease: RunLease, now: float) -> None: ...
     def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int: ...

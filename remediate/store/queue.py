@@ -1,5 +1,6 @@
-"""The run queue: claim the oldest queued run, its steps and their attempts, the lease every progress write
-checks, the run's end, recovery of runs whose executor died, approval, and the queue's depth.
+"""The run queue: claim the run at the head of the queue (or a batch of cheap runs), its steps and their
+attempts, the lease every progress write checks, a batch's bookkeeping in one transaction, the run's end,
+recovery of runs whose executor died, approval, and the queue's depth.
 
 Who calls it: the executor (through `facade.Store`), the HTTP server and the CLI (approve, queue depth).
 Every write after the claim starts with the lease check (`RunQueue._check_lease`) in its own transaction.
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,6 +22,7 @@ from remediate.errors import ClaimLostError, RunStateError, UnknownRunError
 from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,
+    BatchWrite,
     ClaimedRun,
     PendingOutcome,
     RunEnd,
@@ -28,6 +31,7 @@ from remediate.runs import (
     RunStatus,
     StepRecord,
     StepStatus,
+    batchable_steps,
 )
 from remediate.store.database import Transactions
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
@@ -40,34 +44,52 @@ def worker_identity(replica_name: str | None = None) -> str:
 
 # The statements of the hot paths (claim, step bookkeeping), built once with bind
 # parameters: building a Core statement and its cache key costs more than running it on SQLite.
-def _claim_statement(skip_locked: bool) -> sa.Update:
+def _candidates_statement(skip_locked: bool) -> sa.Select[tuple[int, int]]:
+    """The queue's head: queued runs whose prior run (after_run_id) is final, by priority then id."""
     prior = t.runs.alias("prior")
     prior_unfinished = sa.exists().where(prior.c.id == t.runs.c.after_run_id, prior.c.status.not_in(FINAL_RUN_STATUSES))
-    oldest = (
-        sa.select(t.runs.c.id)
+    head = (
+        sa.select(t.runs.c.id, t.runs.c.priority)
         .where(t.runs.c.status == RunStatus.QUEUED, sa.not_(prior_unfinished))
-        .order_by(t.runs.c.id)
-        .limit(1)
+        .order_by(t.runs.c.priority, t.runs.c.id)  # ix_runs_queue (status, priority, id)
+        .limit(sa.bindparam("p_limit", type_=sa.Integer))
     )
-    if skip_locked:
-        oldest = oldest.with_for_update(skip_locked=True)
-    now = sa.bindparam("p_now", type_=sa.Float)
-    return (
-        sa.update(t.runs)
-        .where(t.runs.c.id == oldest.scalar_subquery(), t.runs.c.status == RunStatus.QUEUED)
-        .values(
-            status=RunStatus.RUNNING,
-            claimed_by=sa.bindparam("p_worker", type_=sa.String),
-            claim_generation=t.runs.c.claim_generation + 1,
-            heartbeat_at=now,
-            updated_at=now,
-            started_at=sa.func.coalesce(t.runs.c.started_at, now),
-        )
-        .returning(t.runs.c.id, t.runs.c.claim_generation)
-    )
+    # FOR UPDATE SKIP LOCKED where the dialect has it: concurrent claimers take different runs.
+    return head.with_for_update(skip_locked=True) if skip_locked else head
 
 
-_CLAIM = {False: _claim_statement(False), True: _claim_statement(True)}
+_CANDIDATES = {False: _candidates_statement(False), True: _candidates_statement(True)}
+# Whether anything is queued at all (ix_runs_queue): read before the claim's write transaction.
+_ANY_QUEUED = sa.select(t.runs.c.id).where(t.runs.c.status == RunStatus.QUEUED).limit(1)
+_now = sa.bindparam("p_now", type_=sa.Float)
+_CLAIM = (
+    sa.update(t.runs)
+    .where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)), t.runs.c.status == RunStatus.QUEUED)
+    .values(
+        status=RunStatus.RUNNING,
+        claimed_by=sa.bindparam("p_worker", type_=sa.String),
+        claim_generation=t.runs.c.claim_generation + 1,
+        heartbeat_at=_now,
+        updated_at=_now,
+        started_at=sa.func.coalesce(t.runs.c.started_at, _now),
+    )
+    .returning(t.runs.c.id, t.runs.c.claim_generation)
+)
+_SYNC_DECISIONS_OF = (
+    sa.update(t.decisions)
+    .where(t.decisions.c.run_id.in_(sa.bindparam("p_ids", expanding=True)))
+    .values(status=sa.bindparam("p_status", type_=sa.String))
+)
+_CLAIMED_RUNS = (
+    sa.select(t.runs, *ALERT_CONTEXT_COLUMNS)
+    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+    .where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+)
+_STEPS_OF_RUNS = (
+    sa.select(t.steps)
+    .where(t.steps.c.run_id.in_(sa.bindparam("p_ids", expanding=True)))
+    .order_by(t.steps.c.run_id, t.steps.c.idx)
+)
 _CLAIMED_RUN = (
     sa.select(t.runs, *ALERT_CONTEXT_COLUMNS)
     .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
@@ -132,9 +154,119 @@ _SYNC_DECISION_STATUS = (
 )
 
 
+class _Raw:
+    """A Core statement run on the DB-API cursor (`exec_driver_sql`): compiled once per dialect, its rows
+    passed as plain tuples (or dicts, for a driver with named parameters). Per row and per statement,
+    SQLAlchemy's bind processing and its rendering of an IN list cost more than SQLite's work: in a batch of
+    a hundred runs they were most of the bookkeeping's CPU. The caller's parameters are named `p_*` and are
+    what the driver takes as they are (str, int, float, None: no enums); an IN list of ids (`p_ids`,
+    expanding) is written into the text as integers."""
+
+    _IDS = "__[POSTCOMPILE_p_ids]"
+
+    def __init__(self, statement: sa.Executable) -> None:
+        self._statement = statement
+        self._compiled: dict[str, tuple[str, tuple[str, ...] | None, dict[str, Any]]] = {}
+
+    def _compile(self, dialect: sa.Dialect) -> tuple[str, tuple[str, ...] | None, dict[str, Any]]:
+        compiled = self._compiled.get(dialect.name)
+        if compiled is None:
+            sql = self._statement.compile(dialect=dialect)
+            # The statement's own values (a status it sets, a NULL), the same in every row.
+            fixed = {k: v.value if isinstance(v, Enum) else v for k, v in sql.params.items() if not k.startswith("p_")}
+            order = tuple(n for n in sql.positiontup or () if n != "p_ids") if sql.positional else None
+            compiled = self._compiled[dialect.name] = (str(sql), order, fixed)
+        return compiled
+
+    def many(self, conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        if not rows:
+            return
+        text, order, fixed = self._compile(conn.dialect)
+        if order is not None:
+            conn.exec_driver_sql(text, [tuple(row[n] if n in row else fixed[n] for n in order) for row in rows])
+        else:
+            conn.exec_driver_sql(text, [{**fixed, **row} for row in rows])
+
+    def ids(self, conn: sa.Connection, ids: Sequence[int], **params: Any) -> sa.CursorResult[Any]:
+        """Run it once, for the runs (or steps) `ids`."""
+        text, order, fixed = self._compile(conn.dialect)
+        text = text.replace(self._IDS, ", ".join(str(int(i)) for i in ids))
+        if order is not None:
+            return conn.exec_driver_sql(text, tuple(params[n] if n in params else fixed[n] for n in order))
+        return conn.exec_driver_sql(text, {**fixed, **params})
+
+
+# A batch's statements (RunQueue.record_batch), each run once with one row of parameters per step or run.
+_LEASES = sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.claim_generation).where(
+    t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)), t.runs.c.status == RunStatus.RUNNING
+)
+_HEARTBEATS = (
+    sa.update(t.runs)
+    .where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+    .values(heartbeat_at=sa.case((t.runs.c.heartbeat_at >= _now, t.runs.c.heartbeat_at + 0.001), else_=_now))
+)
+_BATCH_START_STEP = (
+    sa.update(t.steps)
+    .where(t.steps.c.id == sa.bindparam("p_step_id"))
+    .values(
+        status=StepStatus.RUNNING,
+        attempts=sa.bindparam("p_number", type_=sa.Integer),
+        started_at=sa.func.coalesce(t.steps.c.started_at, _now),
+        plan=sa.bindparam("p_plan", type_=sa.Text),
+    )
+)
+_BATCH_END_STEP = (
+    sa.update(t.steps)
+    .where(t.steps.c.id == sa.bindparam("p_step_id"))
+    .values(
+        status=sa.bindparam("p_status", type_=sa.String),
+        finished_at=_now,
+        error=sa.bindparam("p_error", type_=sa.Text),
+        # A plan recorded with the attempt's start, and a result, stay unless this end brings its own.
+        result=sa.func.coalesce(sa.bindparam("p_result", type_=sa.Text), t.steps.c.result),
+        plan=sa.func.coalesce(sa.bindparam("p_plan", type_=sa.Text), t.steps.c.plan),
+    )
+)
+_BATCH_SKIP_STEP = (
+    sa.update(t.steps)
+    .where(t.steps.c.id == sa.bindparam("p_step_id"), t.steps.c.status == StepStatus.PENDING)
+    .values(status=StepStatus.SKIPPED, error=sa.bindparam("p_error", type_=sa.Text), finished_at=_now)
+)
+_BATCH_INSERT_ATTEMPT = sa.insert(t.attempts).values(
+    step_id=sa.bindparam("p_step_id", type_=sa.Integer),
+    number=sa.bindparam("p_number", type_=sa.Integer),
+    started_at=_now,
+    worker=sa.bindparam("p_worker", type_=sa.String),
+)
+_MARK_RERUNNABLE = (
+    sa.update(t.runs).where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True))).values(rerunnable=True)
+)
+
+_many_finish_attempts = _Raw(_FINISH_ATTEMPT).many
+_many_end_steps = _Raw(_BATCH_END_STEP).many
+_many_skip_steps = _Raw(_BATCH_SKIP_STEP).many
+_many_start_steps = _Raw(_BATCH_START_STEP).many
+_many_insert_attempts = _Raw(_BATCH_INSERT_ATTEMPT).many
+_many_finish_runs = _Raw(_FINISH_RUN).many
+_many_sync_decisions = _Raw(_SYNC_DECISION_STATUS).many
+_claim_ids = _Raw(_CLAIM).ids
+_sync_decisions_of = _Raw(_SYNC_DECISIONS_OF).ids
+_claimed_runs = _Raw(_CLAIMED_RUNS).ids
+_steps_of_runs = _Raw(_STEPS_OF_RUNS).ids
+_heartbeats = _Raw(_HEARTBEATS).ids
+
+
 def sync_decision_status(conn: sa.Connection, run_id: int, status: RunStatus) -> None:
     """The run's decision row follows its status (so /history?status=failed is one indexed lookup)."""
     conn.execute(_SYNC_DECISION_STATUS, {"p_run_id": run_id, "p_status": status})
+
+
+def _step_record(r: sa.Row[Any]) -> StepRecord:
+    return StepRecord(
+        r.id, r.run_id, r.idx, r.name, r.action, r.where, json.loads(r.params), r.timeout, r.retries,
+        StepStatus(r.status), r.attempts, bool(r.always), r.error, r.finished_at is not None,
+        continue_on_error=bool(r.continue_on_error),
+    )  # fmt: skip
 
 
 class RunQueue:
@@ -142,46 +274,145 @@ class RunQueue:
 
     def __init__(self, transactions: Transactions, *, skip_locked: bool) -> None:
         self._tx = transactions
-        self._claim = _CLAIM[skip_locked]  # SELECT ... FOR UPDATE SKIP LOCKED where the dialect has it
+        self._candidates = _CANDIDATES[skip_locked]
+        # Where FOR UPDATE exists, a batch's lease check locks its runs until its writes commit.
+        self._leases = _Raw(_LEASES.with_for_update() if skip_locked else _LEASES).ids
 
     def claim(self, worker: str, now: float) -> ClaimedRun | None:
-        """Take the oldest queued run for this worker, atomically across processes."""
+        """Take the run at the head of the queue for this worker, atomically across processes."""
+        claimed = self.claim_runs(worker, now)
+        return claimed[0] if claimed else None
+
+    def claim_runs(
+        self,
+        worker: str,
+        now: float,
+        *,
+        limit: int = 1,
+        batchable: Collection[str] = (),
+        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
+    ) -> list[ClaimedRun]:
+        """Take the run at the head of the queue (priority, then id) or, when it is a batch's, a batch: those of
+        the queue's first `limit` runs that have the head's priority and whose steps are all `batchable` (action
+        names), `where: cluster`, and not started yet. A batch's runs come with their steps (ClaimedRun.steps);
+        a single run without. One transaction, atomically across processes.
+
+        `start`: called with a batch's runs inside the claim's transaction (it must return at once: it holds
+        the write lock), its writes (their first steps' plans and attempt starts) commit with the claim."""
+        # An idle executor polls and a busy one asks once more after its last run: when nothing is queued, a
+        # read answers, without the write lock (most of an empty claim's cost).
+        with self._tx.read() as conn:
+            if conn.execute(_ANY_QUEUED).first() is None:
+                return []
         with self._tx.write() as conn:
-            claimed = conn.execute(self._claim, {"p_worker": worker, "p_now": now}).one_or_none()
-            if claimed is None:
-                return None
-            run_id, generation = claimed
-            sync_decision_status(conn, run_id, RunStatus.RUNNING)
-            row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).one()
-        context = alert_context(row)
-        return ClaimedRun(
-            row.id, row.playbook, row.target, row.phase, row.mode, context, int(generation), worker,
-            rung=row.rung, started_at=row.started_at,
+            head = conn.execute(self._candidates, {"p_limit": max(1, limit)}).all()
+            # A batch keeps to the head's priority: a fresh alert's run is not held up by a storm's in its batch.
+            ids = [i for i, priority in head if priority == head[0][1]] if head else []
+            if not ids:
+                return []
+            steps: dict[int, list[StepRecord]] = {}
+            batch = False
+            if batchable and limit > 1:
+                for row in _steps_of_runs(conn, ids):
+                    steps.setdefault(row.run_id, []).append(_step_record(row))
+                eligible = [i for i in ids if batchable_steps(steps.get(i, ()), batchable)]
+                # The head decides: a batch when it is a batch's run (the others of the window join it).
+                batch = bool(eligible) and eligible[0] == ids[0]
+                ids = eligible if batch else ids[:1]
+            generations = dict(_claim_ids(conn, ids, p_worker=worker, p_now=now).all())
+            if not generations:  # pragma: no cover - the candidates were read under the write lock
+                return []
+            claimed = [i for i in ids if i in generations]
+            _sync_decisions_of(conn, claimed, p_status=str(RunStatus.RUNNING))
+            rows = {row.id: row for row in _claimed_runs(conn, claimed)}
+            runs = [
+                ClaimedRun(
+                    i,
+                    rows[i].playbook,
+                    rows[i].target,
+                    rows[i].phase,
+                    rows[i].mode,
+                    alert_context(rows[i]),
+                    int(generations[i]),
+                    worker,
+                    rung=rows[i].rung,
+                    started_at=rows[i].started_at,
+                    steps=tuple(steps[i]) if batch else None,
+                )
+                for i in claimed
+            ]
+            if batch and start is not None:
+                self._write_batch(conn, start(runs), now)  # claimed just now, in this transaction: all held
+        return runs
+
+    def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
+        """Record every run's `BatchWrite` of a batch in one transaction; returns the ids of the runs whose
+        lease was lost (another executor took them over): nothing is written for those, all else is."""
+        if not writes:
+            return set()
+        with self._tx.write() as conn:
+            held = self._held(conn, writes)
+            mine = [w for w in writes if w.lease.run_id in held]
+            if not mine:
+                return {w.lease.run_id for w in writes}
+            _heartbeats(conn, sorted(held), p_now=now)
+            self._write_batch(conn, mine, now)
+        return {w.lease.run_id for w in writes} - held
+
+    @staticmethod
+    def _write_batch(conn: sa.Connection, mine: Sequence[BatchWrite], now: float) -> None:
+        """The writes of a batch's runs whose leases hold, in the caller's transaction."""
+        ends = [e for w in mine for e in w.ends]
+        _many_finish_attempts(
+            conn,
+            [
+                {"p_step_id": e.step_id, "p_number": e.attempt, "p_now": now, "p_outcome": str(e.outcome),
+                 "p_error": None if e.outcome == AttemptOutcome.SUCCEEDED else e.error}
+                for e in ends
+                if e.attempt is not None
+            ],
         )  # fmt: skip
+        _many_end_steps(
+            conn,
+            [
+                {"p_step_id": e.step_id, "p_status": str(e.status), "p_now": now, "p_error": e.error,
+                 "p_result": None if e.result is None else dumps(e.result),
+                 "p_plan": None if e.plan is None else dumps(e.plan)}
+                for e in ends
+            ],
+        )  # fmt: skip
+        _many_skip_steps(conn, [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in mine for i in w.skip])
+        starts = [(w.lease.worker, s) for w in mine for s in w.starts]
+        _many_start_steps(
+            conn,
+            [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_plan": dumps(s.plan)} for _, s in starts],
+        )
+        _many_insert_attempts(
+            conn,
+            [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_worker": worker} for worker, s in starts],
+        )
+        run_ends = [w.run_end for w in mine if w.run_end is not None]
+        _many_finish_runs(
+            conn,
+            [{"p_run_id": e.run_id, "p_status": str(e.status), "p_now": now, "p_error": e.error} for e in run_ends],
+        )
+        rerunnable = [w.lease.run_id for w in mine if w.rerunnable and w.run_end is not None]
+        if rerunnable:
+            conn.execute(_MARK_RERUNNABLE, {"p_ids": rerunnable})
+        _many_sync_decisions(conn, [{"p_run_id": e.run_id, "p_status": str(e.status)} for e in run_ends])
+
+    def _held(self, conn: sa.Connection, writes: Sequence[BatchWrite]) -> set[int]:
+        """The runs of `writes` whose lease still holds (locked until the transaction ends where FOR UPDATE is)."""
+        leases = {w.lease.run_id: (w.lease.worker, w.lease.generation) for w in writes}
+        return {
+            row.id
+            for row in self._leases(conn, list(leases))
+            if (row.claimed_by, row.claim_generation) == leases[row.id]
+        }
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self._tx.read() as conn:
-            rows = conn.execute(_STEPS_OF, {"p_run_id": run_id}).all()
-        return [
-            StepRecord(
-                r.id,
-                r.run_id,
-                r.idx,
-                r.name,
-                r.action,
-                r.where,
-                json.loads(r.params),
-                r.timeout,
-                r.retries,
-                StepStatus(r.status),
-                r.attempts,
-                bool(r.always),
-                r.error,
-                r.finished_at is not None,
-                continue_on_error=bool(r.continue_on_error),
-            )
-            for r in rows
-        ]
+            return [_step_record(r) for r in conn.execute(_STEPS_OF, {"p_run_id": run_id})]
 
     @staticmethod
     def _check_lease(conn: sa.Connection, lease: RunLease | None, now: float) -> None:

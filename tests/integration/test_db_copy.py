@@ -498,15 +498,14 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 7 file: without what migration 8 adds (escalation ladders).
+    # Back to a real version 8 file: without what migration 9 adds (the queue's priority).
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("DROP TABLE ladders")
-        conn.execute("ALTER TABLE runs DROP COLUMN rung")
-        conn.execute("ALTER TABLE steps DROP COLUMN continue_on_error")
-        conn.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+        conn.execute("DROP INDEX ix_runs_queue")
+        conn.execute("ALTER TABLE runs DROP COLUMN priority")
+        conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 8, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 9, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

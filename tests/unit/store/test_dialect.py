@@ -68,14 +68,14 @@ def test_a_server_database_locks_the_breaker_table_and_sqlite_needs_nothing() ->
 
 
 def test_the_claim_skips_locked_rows_where_the_dialect_says_so(store: Store) -> None:
-    skipping = str(store_queue._CLAIM[True].compile(dialect=postgresql.dialect()))
-    plain = str(store_queue._CLAIM[False].compile(dialect=sqlite.dialect()))
+    skipping = str(store_queue._CANDIDATES[True].compile(dialect=postgresql.dialect()))
+    plain = str(store_queue._CANDIDATES[False].compile(dialect=sqlite.dialect()))
 
     assert "FOR UPDATE SKIP LOCKED" in skipping
     assert "FOR UPDATE" not in plain
     assert (Dialect.skip_locked_claim, SqliteDialect.skip_locked_claim) == (True, False)
     assert isinstance(store.database.dialect, SqliteDialect)
-    assert store.queue._claim is store_queue._CLAIM[False]
+    assert store.queue._candidates is store_queue._CANDIDATES[False]
 
 
 def test_sqlite_writes_begin_immediate(store: Store) -> None:

@@ -12,7 +12,8 @@ from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0, Ingest, MakeAlert
 
 INTERFACE = {
-    "claim_run", "steps_of", "start_attempt", "finish_attempt", "record_plan", "finish_step", "finish_run",
+    "claim_run", "claim_runs", "record_batch", "steps_of", "start_attempt", "finish_attempt", "record_plan",
+    "finish_step", "finish_run",
     "skip_steps", "heartbeat", "running_claims", "requeue_claims", "recover_stale", "pending_outcomes",
     "settle_pending", "check_lease", "approve", "queue_depth", "oldest_queued_at", "pause_state", "set_paused",
     "writer", "guard_reader", "breaker_ledger", "breaker_view", "breaker_state", "memory", "history", "run_detail",

@@ -97,6 +97,9 @@ def _make_version(url: str, version: int) -> None:
             # before version 9: runs awaiting approval were not announced in chat
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN announced_at"))
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN announce_error"))
+            # before version 9: the queue was claimed in id order (no runs.priority, no ix_runs_queue)
+            conn.execute(sa.text("DROP INDEX ix_runs_queue"))
+            conn.execute(sa.text("ALTER TABLE runs DROP COLUMN priority"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -353,4 +356,42 @@ def test_a_version_8_database_gets_announcements_its_waiting_runs_still_to_annou
         assert taken is not None and (taken.id, [s.action for s in taken.steps]) == (1, ["notify.slack"])
     finally:
         store.close()
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_8_database_gets_queue_priorities_its_queued_runs_keep_their_order(new_database: NewDatabase) -> None:
+    """Issue 14: `runs.priority` is added as 0 (the highest) for every run there was, so the runs queued before
+    the upgrade are claimed first and in their old (id) order; `ix_runs_queue` orders the claim."""
+    old, fresh = new_database(), new_database()
+    _make_version(old, 8)
+    engine = sa.create_engine(old)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
+                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
+            )
+        )
+        for run_id in (1, 2):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
+                    "created_at, updated_at, guard_key) "
+                    "VALUES (:id, :key, 'p', 'A', 'node-a', 'firing', 'enforce', 'queued', 1, 1, 1, 'n')"
+                ),
+                {"id": run_id, "key": f"k{run_id}"},
+            )
+    engine.dispose()
+    store = Store.open(old)
+    Store.open(fresh).close()
+    with store.read() as conn:
+        assert conn.execute(sa.text("SELECT id, priority FROM runs ORDER BY id")).all() == [(1, 0), (2, 0)]
+    assert [store.claim_run("w:1", 2.0).id, store.claim_run("w:1", 2.0).id] == [1, 2]  # type: ignore[union-attr]
+    store.close()
     assert _schema_of(old) == _schema_of(fresh)
