@@ -498,11 +498,13 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 8 file: without what migration 9 adds (the queue's priority).
+    # Back to a real version 8 file: without what migration 9 adds (the queue's priority, announcements).
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("DROP INDEX ix_runs_queue")
         conn.execute("ALTER TABLE runs DROP COLUMN priority")
+        conn.execute("ALTER TABLE runs DROP COLUMN announced_at")
+        conn.execute("ALTER TABLE runs DROP COLUMN announce_error")
         conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
     conn.close()
     assert t.SCHEMA_VERSION == 9, "make this file a version SCHEMA_VERSION-1 one"
