@@ -7,14 +7,15 @@ on SQLite, hands the SQL text and the parameters straight to the sqlite3 cursor 
 transaction is on (same connection, same transaction). On any other database it goes through
 `Connection.execute`, so the pool's disconnect handling stays what it is (bench/ingest.py).
 
-The answer is a list of plain tuples, in the statement's column order, with the driver's values
-(SQLite gives booleans as 0/1).
+The answer is a list of named tuples (by column name, like SQLAlchemy's rows), with the driver's values
+(SQLite gives booleans as 0/1). `store.queue`'s batch statements use `sqlite_rows` / `sqlite_many` too.
 """
 
 from __future__ import annotations
 
+import collections
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,10 +40,10 @@ class Prepared:
         self.statement = statement
         self._sqlite: _Compiled | None = None
 
-    def rows(self, conn: sa.Connection, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    def rows(self, conn: sa.Connection, params: Mapping[str, Any] | None = None) -> list[Any]:
         """Run the statement with `params` (bind parameter name -> value; a list for an expanding one)."""
         if conn.dialect.name != "sqlite":
-            return [tuple(row) for row in conn.execute(self.statement, dict(params or {}))]
+            return list(conn.execute(self.statement, dict(params or {})))
         compiled = self._sqlite or self._compile(conn.dialect)
         given = {**compiled.defaults, **(params or {})}
         sql = compiled.sql
@@ -54,16 +55,9 @@ class Prepared:
                 values.extend(items)
             else:
                 values.append(given[name])
-        cursor = conn.connection.driver_connection.cursor()
-        try:
-            return cursor.execute(sql, values).fetchall()
-        except sqlite3.Error as exc:
-            # The store's callers handle SQLAlchemy's exceptions ("database is locked" is StoreBusy).
-            raise sa.exc.DBAPIError.instance(sql, values, exc, sqlite3.Error) from exc
-        finally:
-            cursor.close()
+        return sqlite_rows(conn, sql, values)
 
-    def first(self, conn: sa.Connection, params: Mapping[str, Any] | None = None) -> tuple[Any, ...] | None:
+    def first(self, conn: sa.Connection, params: Mapping[str, Any] | None = None) -> Any:
         found = self.rows(conn, params)
         return found[0] if found else None
 
@@ -78,3 +72,42 @@ class Prepared:
             frozenset(name for name, bind in binds.items() if bind.expanding),
         )
         return self._sqlite
+
+
+_ROW_TYPES: dict[tuple[str, ...], type] = {}
+
+
+def _row_type(names: tuple[str, ...]) -> type:
+    """A named tuple of these column names (cached: a hot statement makes the same one every time)."""
+    row_type = _ROW_TYPES.get(names)
+    if row_type is None:
+        row_type = _ROW_TYPES[names] = collections.namedtuple("Row", names, rename=True)  # type: ignore[misc]
+    return row_type
+
+
+def sqlite_rows(conn: sa.Connection, sql: str, values: Sequence[Any]) -> list[Any]:
+    """Run `sql` on the SQLite driver's cursor of `conn` (its transaction); rows as named tuples (by column
+    name, like SQLAlchemy's rows), [] for a statement without rows. Driver errors as SQLAlchemy's."""
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        cursor.execute(sql, values)
+        if cursor.description is None:
+            return []
+        row_type = _row_type(tuple(column[0] for column in cursor.description))
+        return [row_type._make(row) for row in cursor.fetchall()]
+    except sqlite3.Error as exc:
+        # The store's callers handle SQLAlchemy's exceptions ("database is locked" is StoreBusy).
+        raise sa.exc.DBAPIError.instance(sql, values, exc, sqlite3.Error) from exc
+    finally:
+        cursor.close()
+
+
+def sqlite_many(conn: sa.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """`executemany` of `sql` on the SQLite driver's cursor of `conn` (its transaction)."""
+    cursor = conn.connection.driver_connection.cursor()
+    try:
+        cursor.executemany(sql, rows)
+    except sqlite3.Error as exc:
+        raise sa.exc.DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
+    finally:
+        cursor.close()

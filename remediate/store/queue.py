@@ -34,6 +34,7 @@ from remediate.runs import (
     batchable_steps,
 )
 from remediate.store.database import Transactions
+from remediate.store.prepared import Prepared, sqlite_many, sqlite_rows
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
 
 
@@ -58,9 +59,9 @@ def _candidates_statement(skip_locked: bool) -> sa.Select[tuple[int, int]]:
     return head.with_for_update(skip_locked=True) if skip_locked else head
 
 
-_CANDIDATES = {False: _candidates_statement(False), True: _candidates_statement(True)}
+_CANDIDATES = {False: Prepared(_candidates_statement(False)), True: Prepared(_candidates_statement(True))}
 # Whether anything is queued at all (ix_runs_queue): read before the claim's write transaction.
-_ANY_QUEUED = sa.select(t.runs.c.id).where(t.runs.c.status == RunStatus.QUEUED).limit(1)
+_ANY_QUEUED = Prepared(sa.select(t.runs.c.id).where(t.runs.c.status == RunStatus.QUEUED).limit(1))
 _now = sa.bindparam("p_now", type_=sa.Float)
 _CLAIM = (
     sa.update(t.runs)
@@ -182,18 +183,27 @@ class _Raw:
         if not rows:
             return
         text, order, fixed = self._compile(conn.dialect)
-        if order is not None:
-            conn.exec_driver_sql(text, [tuple(row[n] if n in row else fixed[n] for n in order) for row in rows])
-        else:
+        if order is None:
             conn.exec_driver_sql(text, [{**fixed, **row} for row in rows])
+            return
+        values = [tuple(row[n] if n in row else fixed[n] for n in order) for row in rows]
+        if conn.dialect.name == "sqlite":  # the driver's own cursor: see store.prepared
+            sqlite_many(conn, text, values)
+        else:
+            conn.exec_driver_sql(text, values)
 
-    def ids(self, conn: sa.Connection, ids: Sequence[int], **params: Any) -> sa.CursorResult[Any]:
-        """Run it once, for the runs (or steps) `ids`."""
+    def ids(self, conn: sa.Connection, ids: Sequence[int] = (), **params: Any) -> list[Any]:
+        """Run it once, for the runs (or steps) `ids` (if it has `p_ids`); its rows, by column name."""
         text, order, fixed = self._compile(conn.dialect)
         text = text.replace(self._IDS, ", ".join(str(int(i)) for i in ids))
-        if order is not None:
-            return conn.exec_driver_sql(text, tuple(params[n] if n in params else fixed[n] for n in order))
-        return conn.exec_driver_sql(text, {**fixed, **params})
+        if order is None:
+            result = conn.exec_driver_sql(text, {**fixed, **params})
+        else:
+            values = tuple(params[n] if n in params else fixed[n] for n in order)
+            if conn.dialect.name == "sqlite":
+                return sqlite_rows(conn, text, values)
+            result = conn.exec_driver_sql(text, values)
+        return list(result) if result.returns_rows else []
 
 
 # A batch's statements (RunQueue.record_batch), each run once with one row of parameters per step or run.
@@ -302,10 +312,10 @@ class RunQueue:
         # An idle executor polls and a busy one asks once more after its last run: when nothing is queued, a
         # read answers, without the write lock (most of an empty claim's cost).
         with self._tx.read() as conn:
-            if conn.execute(_ANY_QUEUED).first() is None:
+            if not _ANY_QUEUED.rows(conn):
                 return []
         with self._tx.write() as conn:
-            head = conn.execute(self._candidates, {"p_limit": max(1, limit)}).all()
+            head = self._candidates.rows(conn, {"p_limit": max(1, limit)})
             # A batch keeps to the head's priority: a fresh alert's run is not held up by a storm's in its batch.
             ids = [i for i, priority in head if priority == head[0][1]] if head else []
             if not ids:
@@ -319,7 +329,7 @@ class RunQueue:
                 # The head decides: a batch when it is a batch's run (the others of the window join it).
                 batch = bool(eligible) and eligible[0] == ids[0]
                 ids = eligible if batch else ids[:1]
-            generations = dict(_claim_ids(conn, ids, p_worker=worker, p_now=now).all())
+            generations = dict(_claim_ids(conn, ids, p_worker=worker, p_now=now))
             if not generations:  # pragma: no cover - the candidates were read under the write lock
                 return []
             claimed = [i for i in ids if i in generations]

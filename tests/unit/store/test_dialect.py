@@ -68,8 +68,8 @@ def test_a_server_database_locks_the_breaker_table_and_sqlite_needs_nothing() ->
 
 
 def test_the_claim_skips_locked_rows_where_the_dialect_says_so(store: Store) -> None:
-    skipping = str(store_queue._CANDIDATES[True].compile(dialect=postgresql.dialect()))
-    plain = str(store_queue._CANDIDATES[False].compile(dialect=sqlite.dialect()))
+    skipping = str(store_queue._CANDIDATES[True].statement.compile(dialect=postgresql.dialect()))
+    plain = str(store_queue._CANDIDATES[False].statement.compile(dialect=sqlite.dialect()))
 
     assert "FOR UPDATE SKIP LOCKED" in skipping
     assert "FOR UPDATE" not in plain
