@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 metadata = sa.MetaData()
 
@@ -160,6 +160,9 @@ decisions = sa.Table(
     sa.Index("ix_decisions_playbook", "playbook", "id"),
     sa.Index("ix_decisions_alertname", "alertname", "id"),
     sa.Index("ix_decisions_target", "target", "id"),
+    # A target's failed (refused, ...) decisions: SQLite, without statistics, walked every failed decision
+    # of every target through ix_decisions_status instead (~40 ms on 1M runs; version 9).
+    sa.Index("ix_decisions_target_status", "target", "status", "id"),
     sa.Index("ix_decisions_status", "status", "id"),
     sa.Index("ix_decisions_created", "created_at"),
     sa.Index("ix_decisions_run", "run_id"),
@@ -259,6 +262,34 @@ def _v8_ladders(conn: sa.Connection) -> None:
     ladders.create(conn)
 
 
+def _v9_monotonic_decision_time(conn: sa.Connection) -> None:
+    """SQLite: make `decisions.created_at` never decrease with the id, as every ingest now stamps it
+    (store.decision_time): a row earlier than a row before it takes that row's time (the running max by
+    id). Rows were out of order by at most the receive-time skew between workers (milliseconds), so no
+    time moves by more. PostgreSQL keeps its times: its history does not rely on the order."""
+    if conn.dialect.name != "sqlite":
+        return
+    newest: float | None = None
+    moved: list[dict[str, float | int]] = []
+    rows = conn.execute(sa.text("SELECT id, created_at FROM decisions ORDER BY id")).yield_per(10_000)
+    for row_id, at in rows:
+        if newest is not None and at < newest:
+            moved.append({"p_id": row_id, "p_at": newest})
+        else:
+            newest = at
+    if moved:
+        conn.execute(sa.text("UPDATE decisions SET created_at = :p_at WHERE id = :p_id"), moved)
+
+
+def _v9_decisions_by_target_status(conn: sa.Connection) -> None:
+    conn.execute(sa.text("CREATE INDEX ix_decisions_target_status ON decisions (target, status, id)"))
+
+
+def _v9_history(conn: sa.Connection) -> None:
+    _v9_monotonic_decision_time(conn)
+    _v9_decisions_by_target_status(conn)
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
@@ -268,4 +299,5 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     6: _v6_attempt_worker,
     7: _v7_reference_indexes,
     8: _v8_ladders,
+    9: _v9_history,
 }

@@ -93,6 +93,9 @@ def _make_version(url: str, version: int) -> None:
             # before version 8: no escalation ladders (no rung on runs, no ladders table)
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN rung"))
             conn.execute(sa.text("ALTER TABLE steps DROP COLUMN continue_on_error"))
+        if version < 9:
+            # before version 9: no index of decisions by target and status
+            conn.execute(sa.text("DROP INDEX ix_decisions_target_status"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
