@@ -307,3 +307,49 @@ def test_a_version_7_database_gets_ladders_its_old_runs_ran_no_rung(new_database
         assert conn.execute(sa.text("SELECT count(*) FROM ladders")).scalar_one() == 0
     engine.dispose()
     assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_8_database_gets_decision_times_that_never_decrease_with_the_id(
+    new_database: NewDatabase, request: pytest.FixtureRequest
+) -> None:
+    """Issue 14: before version 9 two workers could store decisions out of receive-time order (the time
+    was taken before the write lock). On SQLite the upgrade gives each row the running max of the times
+    by id (the history's time filters become id ranges); PostgreSQL, which does not rely on the order,
+    keeps every time. Either way the index of decisions by (target, status) is added."""
+    old, fresh = new_database(), new_database()
+    _make_version(old, 8)
+    times = [10.0, 10.004, 10.002, 10.003, 10.01, 9.5, 10.01, 11.0]  # two rows late, by 2 ms and 510 ms
+    engine = sa.create_engine(old)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
+                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO decisions (id, created_at, notification_id, alert_id, alertname, fingerprint, "
+                "alert_status, decision, reason, status) VALUES (:id, :at, 1, 1, 'A', 'f', 'firing', "
+                "'unmatched', 'no playbook', 'unmatched')"
+            ),
+            [{"id": i + 1, "at": at} for i, at in enumerate(times)],
+        )
+    engine.dispose()
+    Store.open(old).close()
+    Store.open(fresh).close()
+    engine = sa.create_engine(old)
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT created_at FROM decisions ORDER BY id")).scalars().all()
+    engine.dispose()
+    if request.node.callspec.params["new_database"] == "sqlite":
+        assert stored == [10.0, 10.004, 10.004, 10.004, 10.01, 10.01, 10.01, 11.0]
+    else:
+        assert stored == times
+    assert _schema_of(old) == _schema_of(fresh)
