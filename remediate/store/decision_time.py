@@ -29,13 +29,7 @@ _NEWEST = sa.select(sa.func.max(_d.c.created_at))
 def _first_id_at_or_after(at: float) -> sa.ScalarSelect[Any]:
     """The smallest id of a decision at `at` or later (NULL if none): the first row of ix_decisions_created
     from `at`, whose entries are ordered by (created_at, id)."""
-    return (
-        sa.select(_d.c.id)
-        .where(_d.c.created_at >= at)
-        .order_by(_d.c.created_at, _d.c.id)
-        .limit(1)
-        .scalar_subquery()
-    )
+    return sa.select(_d.c.id).where(_d.c.created_at >= at).order_by(_d.c.created_at, _d.c.id).limit(1).scalar_subquery()
 
 
 def monotonic(rows: Sequence[Mapping[str, Any]], newest: float | None) -> list[Mapping[str, Any]]:
