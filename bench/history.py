@@ -2,15 +2,21 @@
 
     .venv/bin/python bench/history.py            # builds (once, ~1 min) and reuses a 1M-run store in /tmp
     .venv/bin/python bench/history.py --quick    # 50,000 runs, 20 queries per kind, < 30 s
+    .venv/bin/python bench/history.py --runs 100000             # another store size, also kept in /tmp
+    .venv/bin/python bench/history.py --curve --queries 100     # 10k, 100k, 1M, 10M runs: docs/img/history-scaling.*
 
 The store is built directly with sqlite3 `executemany` in the schema `Store.open` creates: ~280,000
 notifications, ~1.1 million alerts and decisions, 1,000,000 runs over 90 days; 20 playbooks (skewed:
 a few busy ones), 500 targets (skewed), 8 alertnames; runs mostly succeeded, some failed, rejected,
 planned and cancelled; decisions without a run: duplicate, cooldown, attempt_cap, unmatched. No
-ANALYZE (remediate never runs it). Steps are not generated: /history does not read them.
+ANALYZE (remediate never runs it). Steps are not generated: /history does not read them. The
+decisions' times never decrease with the id, as remediate's SQLite store stamps them
+(remediate/store/decision_time.py). The 10M-run store takes ~10 GB and many minutes to build.
 
 Then `remediate serve` (2 sync workers) answers --queries GET /history requests per kind, one at a
-time over HTTP on 127.0.0.1, with random parameter values. Prints p50/p99 per kind; asserts nothing.
+time over HTTP on 127.0.0.1, with random parameter values. Prints p50/p99 per kind against the
+target (p99 <= 20 ms for every kind); asserts nothing. `--curve` does so on each store size and writes
+the figures (JSON) and a plot of p99 against the store size (PNG) to docs/img/.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import requests
 
 from remediate.store import Store
 
-TARGET_P99_MS = 50.0
+TARGET_P99_MS = 20.0
 DAYS = 90
 ALERTNAMES = [
     "GpuXidError",
@@ -50,6 +56,7 @@ TARGETS = [f"node-{i:03d}" for i in range(500)]
 RUN_STATUSES = [("succeeded", 0.935), ("failed", 0.04), ("rejected", 0.01), ("planned", 0.01), ("cancelled", 0.005)]
 NO_RUN = [("duplicate", 0.05), ("cooldown", 0.035), ("attempt_cap", 0.01), ("unmatched", 0.005)]
 BUILD_VERSION = 1
+CURVE_RUNS = (10_000, 100_000, 1_000_000, 10_000_000)
 
 
 def _weights(n: int, skew: float) -> list[float]:
@@ -215,14 +222,26 @@ def _build_key(runs: int) -> str:
 
 
 def ensure_store(path: Path, runs: int, rebuild: bool) -> tuple[bool, float]:
-    """(built now?, seconds spent)."""
+    """(built now?, seconds spent). A store built by an older remediate is upgraded here, as `remediate
+    serve` would, so that the server's first request does not wait for the migration."""
+    found = None
     if not rebuild and path.exists():
         with contextlib.suppress(sqlite3.Error), contextlib.closing(sqlite3.connect(path)) as conn:
             found = conn.execute("SELECT value FROM meta WHERE key = 'bench_history'").fetchone()
-            if found and found[0] == _build_key(runs):
-                return False, 0.0
+        if found and found[0] == _build_key(runs):
+            Store.open(f"sqlite:///{path}").close()
+            return False, 0.0
     started = time.perf_counter()
-    build(path, runs)
+    # Built beside it and renamed when complete: an interrupted build leaves no store that looks whole.
+    building = path.with_name(path.name + ".building")
+    try:
+        build(building, runs)
+        for suffix in ("", "-wal", "-shm", "-writelock"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        building.replace(path)
+    finally:
+        for suffix in ("", "-wal", "-shm", "-writelock"):
+            Path(f"{building}{suffix}").unlink(missing_ok=True)
     return True, time.perf_counter() - started
 
 
@@ -257,66 +276,49 @@ def query_kinds(db: Path, rng: random.Random) -> dict[str, Callable[[], dict[str
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="50,000 runs and 20 queries per kind (< 30 s)")
-    parser.add_argument("--runs", type=int, default=1_000_000, help="runs in the store [1000000]")
-    parser.add_argument("--queries", type=int, default=200, help="queries per kind [200]")
-    parser.add_argument("--limit", type=int, default=50, help="page size (limit=) [50, the API default]")
-    parser.add_argument(
-        "--db",
-        type=Path,
-        help="store file [/tmp/remediate-bench-history-<runs>.db, kept for reuse; --quick: a temporary one]",
+def measure(db: Path, work: Path, *, queries: int, limit: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    """`queries` sequential GET /history per kind against `remediate serve` on `db`: (timings ms, entries/page)."""
+    rng = random.Random(11)
+    kinds = query_kinds(db, rng)
+    headers = {"Authorization": f"Bearer {c.TOKEN}"}
+    results: dict[str, list[float]] = {}
+    sizes: dict[str, list[int]] = {}
+    with c.remediate_server(work, db=db) as server:
+        session = requests.Session()
+        for _ in range(5):  # warm both workers' connections and the page cache a little
+            session.get(server.url + "/history", headers=headers, timeout=30)
+        for name, params in kinds.items():
+            timings, entries = [], []
+            for _ in range(queries):
+                query = {**params(), "limit": str(limit)}
+                started = time.perf_counter()
+                response = session.get(server.url + "/history", params=query, headers=headers, timeout=60)
+                timings.append((time.perf_counter() - started) * 1000)
+                if response.status_code != 200:
+                    print(f"  {name}: HTTP {response.status_code} {response.text[:200]}")
+                    break
+                entries.append(len(response.json()["entries"]))
+            results[name], sizes[name] = timings, entries
+    return results, sizes
+
+
+def describe(db: Path, built: bool, seconds: float) -> dict[str, Any]:
+    """Print and return what the store holds."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        counts = {
+            table: conn.execute(f"SELECT max(id) FROM {table}").fetchone()[0]  # noqa: S608 - fixed names
+            for table in ("runs", "decisions", "alerts")
+        }
+    size = db.stat().st_size / 2**20
+    how = f"built in {seconds:.0f} s" if built else "reused"
+    print(
+        f"store: {db} ({size:.0f} MiB; {counts['runs']:,} runs, {counts['decisions']:,} decisions, "
+        f"{counts['alerts']:,} alerts; {how})"
     )
-    parser.add_argument("--rebuild", action="store_true", help="build the store even if --db already holds one")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.runs = min(args.runs, 50_000)
-        args.queries = min(args.queries, 20)
-    with c.workspace() as work:
-        # --quick builds a small store in the scratch directory; the full one is kept in /tmp for reuse.
-        default = work / "history.db" if args.quick else Path(f"/tmp/remediate-bench-history-{args.runs}.db")
-        db = args.db or default
-        print(f"machine: {c.machine_line()}; load average before: {os.getloadavg()[0]:.2f}")
-        built, seconds = ensure_store(db, args.runs, args.rebuild)
-        with contextlib.closing(sqlite3.connect(db)) as conn:
-            counts = {
-                table: conn.execute(f"SELECT max(id) FROM {table}").fetchone()[0]  # noqa: S608 - fixed names
-                for table in ("runs", "decisions", "alerts")
-            }
-        size = db.stat().st_size / 2**20
-        how = f"built in {seconds:.0f} s" if built else "reused"
-        print(
-            f"store: {db} ({size:.0f} MiB; {counts['runs']:,} runs, {counts['decisions']:,} decisions, "
-            f"{counts['alerts']:,} alerts; {how})"
-        )
-        print(
-            f"settings: remediate serve, 2 sync workers; {args.queries} sequential GET /history per kind, "
-            f"limit {args.limit}"
-        )
+    return {**counts, "mib": round(size)}
 
-        rng = random.Random(11)
-        kinds = query_kinds(db, rng)
-        headers = {"Authorization": f"Bearer {c.TOKEN}"}
-        results: dict[str, list[float]] = {}
-        sizes: dict[str, list[int]] = {}
-        with c.remediate_server(work, db=db) as server:
-            session = requests.Session()
-            for _ in range(5):  # warm both workers' connections and the page cache a little
-                session.get(server.url + "/history", headers=headers, timeout=30)
-            for name, params in kinds.items():
-                timings, entries = [], []
-                for _ in range(args.queries):
-                    query = {**params(), "limit": str(args.limit)}
-                    started = time.perf_counter()
-                    response = session.get(server.url + "/history", params=query, headers=headers, timeout=60)
-                    timings.append((time.perf_counter() - started) * 1000)
-                    if response.status_code != 200:
-                        print(f"  {name}: HTTP {response.status_code} {response.text[:200]}")
-                        break
-                    entries.append(len(response.json()["entries"]))
-                results[name], sizes[name] = timings, entries
 
+def print_table(results: dict[str, list[float]], sizes: dict[str, list[int]]) -> None:
     print()
     print("  query                        p50 ms   p99 ms   max ms   entries/page (mean)")
     misses = []
@@ -331,6 +333,111 @@ def main(argv: list[str] | None = None) -> int:
         )
     verdict = "met by every kind" if not misses else "missed by " + ", ".join(misses)
     print(f"  target p99 <= {TARGET_P99_MS:.0f} ms: {verdict}")
+
+
+def store_path(runs: int) -> Path:
+    """The store kept in /tmp for reuse (bench/ui.py and bench/report.py read it too)."""
+    return Path(f"/tmp/remediate-bench-history-{runs}.db")
+
+
+def curve(args: argparse.Namespace, work: Path) -> None:
+    """p50/p99 per kind on each store size: the JSON of the figures and a PNG plot in --out."""
+    import matplotlib  # the `bench` extra
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures: dict[str, Any] = {
+        "machine": c.machine_line(),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "queries_per_kind": args.queries,
+        "limit": args.limit,
+        "target_p99_ms": TARGET_P99_MS,
+        "stores": [],
+    }
+    for runs in args.curve_runs:
+        db = store_path(runs)
+        built, seconds = ensure_store(db, runs, args.rebuild)
+        store = describe(db, built, seconds)
+        results, sizes = measure(db, work, queries=args.queries, limit=args.limit)
+        print_table(results, sizes)
+        figures["stores"].append(
+            {
+                "runs": runs,
+                "store": store,
+                "kinds": {
+                    name: {
+                        "p50_ms": round(c.percentile(timings, 50), 2),
+                        "p99_ms": round(c.percentile(timings, 99), 2),
+                        "max_ms": round(max(timings), 2),
+                    }
+                    for name, timings in results.items()
+                },
+            }
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "history-scaling.json").write_text(json.dumps(figures, indent=2) + "\n")
+    runs_axis = [entry["runs"] for entry in figures["stores"]]
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for name in figures["stores"][0]["kinds"]:
+        ax.plot(runs_axis, [entry["kinds"][name]["p99_ms"] for entry in figures["stores"]], marker="o", label=name)
+    ax.axhline(TARGET_P99_MS, color="black", linestyle="--", linewidth=1, label=f"target p99 {TARGET_P99_MS:.0f} ms")
+    ax.set_xscale("log")
+    ax.set_xlabel("runs in the store")
+    ax.set_ylabel("GET /history p99 (ms)")
+    ax.set_title(f"GET /history p99 per query kind, limit {args.limit} ({args.queries} queries per kind)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(args.out / "history-scaling.png", dpi=110)
+    print(f"wrote {args.out / 'history-scaling.json'} and {args.out / 'history-scaling.png'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="50,000 runs and 20 queries per kind (< 30 s)")
+    parser.add_argument("--runs", type=int, default=1_000_000, help="runs in the store [1000000]")
+    parser.add_argument("--queries", type=int, default=200, help="queries per kind [200]")
+    parser.add_argument("--limit", type=int, default=50, help="page size (limit=) [50, the API default]")
+    parser.add_argument(
+        "--db",
+        type=Path,
+        help="store file [/tmp/remediate-bench-history-<runs>.db, kept for reuse; --quick: a temporary one]",
+    )
+    parser.add_argument("--rebuild", action="store_true", help="build the store even if --db already holds one")
+    parser.add_argument(
+        "--curve",
+        action="store_true",
+        help="measure every store size of --curve-runs (each built once in /tmp) and write the figures "
+        "and a plot to --out (needs matplotlib: the `bench` extra)",
+    )
+    parser.add_argument(
+        "--curve-runs",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=list(CURVE_RUNS),
+        help=f"store sizes of --curve [{','.join(map(str, CURVE_RUNS))}]",
+    )
+    parser.add_argument("--out", type=Path, default=c.REPO / "docs" / "img", help="where --curve writes [docs/img]")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs = min(args.runs, 50_000)
+        args.queries = min(args.queries, 20)
+    with c.workspace() as work:
+        print(f"machine: {c.machine_line()}; load average before: {os.getloadavg()[0]:.2f}")
+        if args.curve:
+            curve(args, work)
+            print(f"load average after: {os.getloadavg()[0]:.2f}")
+            return 0
+        # --quick builds a small store in the scratch directory; the full one is kept in /tmp for reuse.
+        db = args.db or (work / "history.db" if args.quick else store_path(args.runs))
+        built, seconds = ensure_store(db, args.runs, args.rebuild)
+        describe(db, built, seconds)
+        print(
+            f"settings: remediate serve, 2 sync workers; {args.queries} sequential GET /history per kind, "
+            f"limit {args.limit}"
+        )
+        results, sizes = measure(db, work, queries=args.queries, limit=args.limit)
+    print_table(results, sizes)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
