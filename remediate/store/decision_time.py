@@ -23,7 +23,7 @@ from remediate import schema as t
 from remediate.store.rows import MAX_ID
 
 _d = t.decisions
-_NEWEST = sa.select(sa.func.max(_d.c.created_at))
+_NEWEST = "SELECT max(created_at) FROM decisions"
 
 
 def _first_id_at_or_after(at: float) -> sa.ScalarSelect[Any]:
@@ -54,7 +54,15 @@ def stamp(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> list[Mappin
     or by a step back of the wall clock."""
     if not rows:
         return []
-    return monotonic(rows, conn.execute(_NEWEST).scalar())
+    # On the DB-API cursor, in the same transaction: ~8 us, where a SQLAlchemy statement costs ~30 us
+    # (once per notification, on the ingest path). The max is the last entry of ix_decisions_created.
+    cursor = conn.connection.cursor()
+    try:
+        cursor.execute(_NEWEST)
+        (newest,) = cursor.fetchone()
+    finally:
+        cursor.close()
+    return monotonic(rows, newest)
 
 
 def time_conditions(since: float | None, until: float | None, *, follows_id: bool) -> list[sa.ColumnElement[bool]]:
