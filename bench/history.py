@@ -335,9 +335,9 @@ def print_table(results: dict[str, list[float]], sizes: dict[str, list[int]]) ->
     print(f"  target p99 <= {TARGET_P99_MS:.0f} ms: {verdict}")
 
 
-def store_path(runs: int) -> Path:
-    """The store kept in /tmp for reuse (bench/ui.py and bench/report.py read it too)."""
-    return Path(f"/tmp/remediate-bench-history-{runs}.db")
+def store_path(runs: int, directory: Path = Path("/tmp")) -> Path:
+    """The store kept for reuse (the 1M-run one in /tmp: bench/ui.py and bench/report.py read it too)."""
+    return directory / f"remediate-bench-history-{runs}.db"
 
 
 def curve(args: argparse.Namespace, work: Path) -> None:
@@ -356,15 +356,17 @@ def curve(args: argparse.Namespace, work: Path) -> None:
         "stores": [],
     }
     for runs in args.curve_runs:
-        db = store_path(runs)
+        db = store_path(runs, args.store_dir)
         built, seconds = ensure_store(db, runs, args.rebuild)
         store = describe(db, built, seconds)
+        load_before = os.getloadavg()[0]
         results, sizes = measure(db, work, queries=args.queries, limit=args.limit)
         print_table(results, sizes)
         figures["stores"].append(
             {
                 "runs": runs,
                 "store": store,
+                "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
                 "kinds": {
                     name: {
                         "p50_ms": round(c.percentile(timings, 50), 2),
@@ -417,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         default=list(CURVE_RUNS),
         help=f"store sizes of --curve [{','.join(map(str, CURVE_RUNS))}]",
     )
+    parser.add_argument(
+        "--store-dir", type=Path, default=Path("/tmp"), help="where the stores are kept for reuse [/tmp]"
+    )
     parser.add_argument("--out", type=Path, default=c.REPO / "docs" / "img", help="where --curve writes [docs/img]")
     args = parser.parse_args(argv)
     if args.quick:
@@ -429,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"load average after: {os.getloadavg()[0]:.2f}")
             return 0
         # --quick builds a small store in the scratch directory; the full one is kept in /tmp for reuse.
-        db = args.db or (work / "history.db" if args.quick else store_path(args.runs))
+        db = args.db or (work / "history.db" if args.quick else store_path(args.runs, args.store_dir))
         built, seconds = ensure_store(db, args.runs, args.rebuild)
         describe(db, built, seconds)
         print(
