@@ -381,8 +381,16 @@ def curve(args: argparse.Namespace, work: Path) -> None:
     (args.out / "history-scaling.json").write_text(json.dumps(figures, indent=2) + "\n")
     runs_axis = [entry["runs"] for entry in figures["stores"]]
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    for name in figures["stores"][0]["kinds"]:
-        ax.plot(runs_axis, [entry["kinds"][name]["p99_ms"] for entry in figures["stores"]], marker="o", label=name)
+    colours = plt.get_cmap("tab20").colors
+    for number, name in enumerate(figures["stores"][0]["kinds"]):
+        ax.plot(
+            runs_axis,
+            [entry["kinds"][name]["p99_ms"] for entry in figures["stores"]],
+            marker="os^D"[number % 4],
+            linestyle="--" if ("since" in name or "until" in name) else "-",  # the time filters of issue 14
+            color=colours[number % len(colours)],
+            label=name,
+        )
     ax.axhline(TARGET_P99_MS, color="black", linestyle="--", linewidth=1, label=f"target p99 {TARGET_P99_MS:.0f} ms")
     ax.set_xscale("log")
     ax.set_xlabel("runs in the store")
