@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -85,11 +86,14 @@ def build(path: Path, runs: int, seed: int = 7) -> dict[str, int]:
     end = time.time() - 60
     start = end - DAYS * 86400
     step = (end - start) / decisions_total
-    pb_weights = _weights(len(PLAYBOOKS), 1.0)
-    target_weights = _weights(len(TARGETS), 0.6)
-    run_status_names, run_status_weights = zip(*RUN_STATUSES, strict=True)
+    # Cumulative weights, computed once: random.choices would sum 500 target weights per row (the same
+    # draws either way: choices() accumulates `weights` into these).
+    pb_weights = list(itertools.accumulate(_weights(len(PLAYBOOKS), 1.0)))
+    target_weights = list(itertools.accumulate(_weights(len(TARGETS), 0.6)))
+    run_status_names, status_weights = zip(*RUN_STATUSES, strict=True)
+    run_status_weights = list(itertools.accumulate(status_weights))
     kinds = ["run"] + [name for name, _ in NO_RUN]
-    kind_weights = [1 - no_run_share] + [w for _, w in NO_RUN]
+    kind_weights = list(itertools.accumulate([1 - no_run_share] + [w for _, w in NO_RUN]))
 
     notifications: list[tuple[Any, ...]] = []
     alerts: list[tuple[Any, ...]] = []
@@ -110,12 +114,13 @@ def build(path: Path, runs: int, seed: int = 7) -> dict[str, int]:
             index += 1
             alert_id = index
             created = received
-            kind = rng.choices(kinds, kind_weights)[0] if made_runs < runs else "duplicate"
-            playbook = rng.choices(PLAYBOOKS, pb_weights)[0]
+            kind = rng.choices(kinds, cum_weights=kind_weights)[0] if made_runs < runs else "duplicate"
+            playbook = rng.choices(PLAYBOOKS, cum_weights=pb_weights)[0]
             alertname = ALERTNAMES[PLAYBOOKS.index(playbook) % len(ALERTNAMES)]
-            target = rng.choices(TARGETS, target_weights)[0]
+            target = rng.choices(TARGETS, cum_weights=target_weights)[0]
             fingerprint = f"{rng.getrandbits(64):016x}"
-            labels = json.dumps({"alertname": alertname, "Hostname": target, "severity": "critical"}, sort_keys=True)
+            # json.dumps({...}, sort_keys=True) written out: the same text, a third of the build's time less.
+            labels = f'{{"Hostname": "{target}", "alertname": "{alertname}", "severity": "critical"}}'
             alerts.append(
                 (
                     alert_id,
@@ -135,7 +140,7 @@ def build(path: Path, runs: int, seed: int = 7) -> dict[str, int]:
                 made_runs += 1
                 run_id += 1
                 this_run = run_id
-                run_status = rng.choices(run_status_names, run_status_weights)[0]
+                run_status = rng.choices(run_status_names, cum_weights=run_status_weights)[0]
                 decision = "rejected" if run_status == "rejected" else "accepted"
                 reason = f"matched playbook {playbook} ({status})"
                 error = "steps[0] log: bad params" if run_status == "rejected" else None
