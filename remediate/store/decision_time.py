@@ -14,6 +14,7 @@ carry an earlier time there, so its time filters stay plain comparisons (its pla
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,16 +74,17 @@ def time_conditions(since: float | None, until: float | None, *, follows_id: boo
     the first id at `until` or later: two seeks on ix_decisions_created, and the conditions are on the id.
     """
     conditions: list[sa.ColumnElement[bool]] = []
-    if not follows_id:
-        if since is not None:
-            conditions.append(_d.c.created_at >= since)
-        if until is not None:
-            conditions.append(_d.c.created_at < until)
-        return conditions
+    # A NaN bound (`?until=nan` parses) compares as NULL: no row. Kept as the plain comparison.
     if since is not None:
-        # NULL when no decision is that recent: `id >= NULL` is no row, as it must be.
-        conditions.append(_d.c.id >= _first_id_at_or_after(since))
+        if follows_id and not math.isnan(since):
+            # NULL when no decision is that recent: `id >= NULL` is no row, as it must be.
+            conditions.append(_d.c.id >= _first_id_at_or_after(since))
+        else:
+            conditions.append(_d.c.created_at >= since)
     if until is not None:
-        # Every id when no decision is that recent (MAX_ID: a bound of 2**63 would not fit the column).
-        conditions.append(_d.c.id <= sa.func.coalesce(_first_id_at_or_after(until) - 1, MAX_ID))
+        if follows_id and not math.isnan(until):
+            # Every id when no decision is that recent (MAX_ID: a bound of 2**63 would not fit the column).
+            conditions.append(_d.c.id <= sa.func.coalesce(_first_id_at_or_after(until) - 1, MAX_ID))
+        else:
+            conditions.append(_d.c.created_at < until)
     return conditions
