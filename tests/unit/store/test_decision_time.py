@@ -84,7 +84,7 @@ def _all_pages(conn: sa.Connection, query: HistoryQuery, follows_id: bool) -> li
             return pages
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), steps=st.lists(row_strategy, max_size=40), first_id=st.integers(1, 5))
 def test_time_filters_as_id_ranges_give_the_rows_of_the_plain_comparison(
     history_db: sa.Engine, data: st.DataObject, steps: list[tuple[Any, ...]], first_id: int
@@ -140,6 +140,34 @@ def test_time_filters_as_id_ranges_give_the_rows_of_the_plain_comparison(
         )
     ]
     assert [entry_id for page in plain for entry_id, _ in page] == sorted(expected, reverse=True)
+
+
+@pytest.mark.parametrize("since", [None, math.nan, math.inf, -math.inf, 101.0])
+@pytest.mark.parametrize("until", [None, math.nan, math.inf, -math.inf, 102.0])
+def test_bounds_that_are_not_finite_numbers_give_the_rows_of_the_plain_comparison(
+    history_db: sa.Engine, since: float | None, until: float | None
+) -> None:
+    """`?until=nan` parses as UNIX seconds: NaN compares as SQL NULL (no row), inf and -inf as numbers."""
+    with history_db.begin() as conn:
+        conn.execute(sa.delete(t.decisions))
+        conn.execute(
+            sa.insert(t.decisions),
+            [
+                {"id": i, "created_at": at, "notification_id": 1, "alert_id": 1, "alertname": "A",
+                 "fingerprint": "f", "alert_status": "firing", "decision": "x", "reason": "r", "status": "x"}
+                for i, at in ((1, 100.0), (2, 101.0), (3, 101.0), (4, 103.0))
+            ],
+        )  # fmt: skip
+    query = HistoryQuery(since=since, until=until, limit=2)
+
+    with history_db.connect() as conn:
+        by_id = _all_pages(conn, query, follows_id=True)
+        plain = _all_pages(conn, query, follows_id=False)
+
+    assert by_id == plain
+    expected = [i for i, at in ((4, 103.0), (3, 101.0), (2, 101.0), (1, 100.0))
+                if (since is None or at >= since) and (until is None or at < until)]  # fmt: skip
+    assert [entry_id for page in plain for entry_id, _ in page] == expected
 
 
 def test_monotonic_raises_a_time_to_the_newest_before_it() -> None:
