@@ -8,6 +8,7 @@ ranges, bounds outside the data) with every filter and cursor, page by page.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,11 +19,12 @@ from hypothesis import strategies as st
 
 from remediate import schema as t
 from remediate.engine import Engine
+from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from remediate.store.decision_time import monotonic, time_conditions
 from remediate.store.history import history_page
 from tests.support.stores import EVERY_STORE, AnyStore, rows, store_backend
-from tests.unit.store.support import T0, Ingest, MakeAlert
+from tests.unit.store.support import PLAYBOOK, T0, Ingest, MakeAlert
 
 PLAYBOOKS = ("xid", "disk", None)
 TARGETS = ("node-a", "node-b", None)
@@ -243,3 +245,41 @@ def test_the_time_bounds_of_a_page_are_index_seeks(store: Store) -> None:
         assert [step for step in plan if "ix_decisions_created" in step] == [
             "SEARCH decisions USING COVERING INDEX ix_decisions_created (created_at>?)"
         ] * 2, plan
+
+
+def test_two_workers_storing_at_once_keep_decision_times_in_id_order(
+    db_url: str, registry: Any, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    """Two stores on one SQLite file (two gunicorn workers: each its own write lock handle, queued on the
+    file's flock), each ingesting notifications whose receive times run behind the other's: whichever
+    commits first, the decisions' times never decrease with the id, and each is the newest receive
+    time stored up to it."""
+    stores = [Store.open(db_url), Store.open(db_url)]
+    playbooks = PlaybookSet([parse_playbook(PLAYBOOK, registry)])
+    engines = [Engine(store=s, playbooks=playbooks, registry=registry) for s in stores]
+    start = threading.Barrier(2)
+
+    def worker(number: int) -> None:
+        start.wait()
+        for i in range(40):  # worker 1's receive times run 3 s behind worker 0's
+            alert = make_alert("GpuXidError", labels={"Hostname": f"node-{number}-{i}"})
+            ingest(engines[number], alert, at=T0 + i - 3 * number)
+
+    try:
+        threads = [threading.Thread(target=worker, args=(n,)) for n in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        decisions = rows(stores[0], "decisions")
+        received = {n.id: n.received_at for n in rows(stores[0], "notifications")}
+    finally:
+        for store in stores:
+            store.close()
+
+    assert len(decisions) == 80
+    times = [d.created_at for d in decisions]
+    assert times == sorted(times)
+    newest = [max(received[n] for n in received if n <= d.notification_id) for d in decisions]
+    assert times == newest
+    assert any(d.created_at != received[d.notification_id] for d in decisions)  # some were raised
