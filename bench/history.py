@@ -3,7 +3,7 @@
     .venv/bin/python bench/history.py            # builds (once, ~1 min) and reuses a 1M-run store in /tmp
     .venv/bin/python bench/history.py --quick    # 50,000 runs, 20 queries per kind, < 30 s
     .venv/bin/python bench/history.py --runs 100000             # another store size, also kept in /tmp
-    .venv/bin/python bench/history.py --curve --queries 100     # 10k, 100k, 1M, 10M runs: docs/img/history-scaling.*
+    .venv/bin/python bench/history.py --curve --queries 100     # 10k, 100k, 1M, 10M runs: docs/img/scaling-history-size.*
 
 The store is built directly with sqlite3 `executemany` in the schema `Store.open` creates: ~280,000
 notifications, ~1.1 million alerts and decisions, 1,000,000 runs over 90 days; 20 playbooks (skewed:
@@ -383,7 +383,7 @@ def curve(args: argparse.Namespace, work: Path) -> None:
             }
         )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "history-scaling.json").write_text(json.dumps(figures, indent=2) + "\n")
+    (args.out / "scaling-history-size.json").write_text(json.dumps(figures, indent=2) + "\n")
     runs_axis = [entry["runs"] for entry in figures["stores"]]
     fig, ax = plt.subplots(figsize=(9, 5.5))
     colours = plt.get_cmap("tab20").colors
@@ -404,8 +404,8 @@ def curve(args: argparse.Namespace, work: Path) -> None:
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(args.out / "history-scaling.png", dpi=110)
-    print(f"wrote {args.out / 'history-scaling.json'} and {args.out / 'history-scaling.png'}")
+    fig.savefig(args.out / "scaling-history-size.png", dpi=110)
+    print(f"wrote {args.out / 'scaling-history-size.json'} and {args.out / 'scaling-history-size.png'}")
 
 
 def main(argv: list[str] | None = None) -> int:
