@@ -3,7 +3,7 @@
     .venv/bin/python bench/history.py            # builds (once, ~1 min) and reuses a 1M-run store in /tmp
     .venv/bin/python bench/history.py --quick    # 50,000 runs, 20 queries per kind, < 30 s
     .venv/bin/python bench/history.py --runs 100000             # another store size, also kept in /tmp
-    .venv/bin/python bench/history.py --curve --queries 100     # 10k, 100k, 1M, 10M runs: docs/img/scaling-history-size.*
+    .venv/bin/python bench/history.py --curve --queries 100     # 10k..10M runs: docs/img/scaling-history-size.*
 
 The store is built directly with sqlite3 `executemany` in the schema `Store.open` creates: ~280,000
 notifications, ~1.1 million alerts and decisions, 1,000,000 runs over 90 days; 20 playbooks (skewed:
@@ -400,7 +400,12 @@ def curve(args: argparse.Namespace, work: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("runs in the store")
     ax.set_ylabel("GET /history p99 (ms)")
-    ax.set_title(f"GET /history p99 per query kind, limit {args.limit} ({args.queries} queries per kind)")
+    loads = [load for entry in figures["stores"] for load in entry["load_average"]]
+    ax.set_title(
+        f"GET /history p99 per query kind, limit {args.limit}, {args.queries} queries per kind\n"
+        f"{figures['machine']}; load average {min(loads):.1f}-{max(loads):.1f}",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, ncol=2)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
