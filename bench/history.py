@@ -30,6 +30,7 @@ import os
 import random
 import sqlite3
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Any
 
 import _common as c
 import requests
+import sqlalchemy as sa
 
 from remediate.store import Store
 
@@ -226,6 +228,29 @@ def _build_key(runs: int) -> str:
     return f"v{BUILD_VERSION}:{runs}"
 
 
+def _schema_of(path: Path) -> dict[str, Any]:
+    """Columns and indexes of each table, as the database reports them."""
+    engine = sa.create_engine(f"sqlite:///{path}", poolclass=sa.pool.NullPool)
+    try:
+        inspector = sa.inspect(engine)
+        return {
+            table: (
+                [column["name"] for column in inspector.get_columns(table)],
+                sorted((index["name"], tuple(index["column_names"])) for index in inspector.get_indexes(table)),
+            )
+            for table in inspector.get_table_names()
+        }
+    finally:
+        engine.dispose()
+
+
+def _fresh_schema() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as scratch:
+        fresh = Path(scratch) / "fresh.db"
+        Store.open(f"sqlite:///{fresh}").close()
+        return _schema_of(fresh)
+
+
 def ensure_store(path: Path, runs: int, rebuild: bool) -> tuple[bool, float]:
     """(built now?, seconds spent). A store built by an older remediate is upgraded here, as `remediate
     serve` would, so that the server's first request does not wait for the migration."""
@@ -235,7 +260,11 @@ def ensure_store(path: Path, runs: int, rebuild: bool) -> tuple[bool, float]:
             found = conn.execute("SELECT value FROM meta WHERE key = 'bench_history'").fetchone()
         if found and found[0] == _build_key(runs):
             Store.open(f"sqlite:///{path}").close()
-            return False, 0.0
+            if _schema_of(path) == _fresh_schema():
+                return False, 0.0
+            # The same schema version but another schema (a store built by a branch's code before its
+            # migration was merged with others'): no upgrade would reach it, so it is built again.
+            print(f"store: {path} has another schema than this remediate's: building it again")
     started = time.perf_counter()
     # Built beside it and renamed when complete: an interrupted build leaves no store that looks whole.
     building = path.with_name(path.name + ".building")

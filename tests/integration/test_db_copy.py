@@ -536,10 +536,13 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 8 file: without what migration 9 adds (decisions by target and status).
+    # Back to a real version 8 file: without what migration 9 adds (decisions by target and status, the
+    # status index with the playbook and alertname).
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("DROP INDEX ix_decisions_target_status")
+        conn.execute("DROP INDEX ix_decisions_status")
+        conn.execute("CREATE INDEX ix_decisions_status ON decisions (status, id)")
         conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
     conn.close()
     assert t.SCHEMA_VERSION == 9, "make this file a version SCHEMA_VERSION-1 one"

@@ -94,8 +94,11 @@ def _make_version(url: str, version: int) -> None:
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN rung"))
             conn.execute(sa.text("ALTER TABLE steps DROP COLUMN continue_on_error"))
         if version < 9:
-            # before version 9: no index of decisions by target and status
+            # before version 9: no index of decisions by target and status, the status index without
+            # the playbook and alertname
             conn.execute(sa.text("DROP INDEX ix_decisions_target_status"))
+            conn.execute(sa.text("DROP INDEX ix_decisions_status"))
+            conn.execute(sa.text("CREATE INDEX ix_decisions_status ON decisions (status, id)"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -315,7 +318,8 @@ def test_a_version_8_database_gets_decision_times_that_never_decrease_with_the_i
     """Issue 14: before version 9 two workers could store decisions out of receive-time order (the time
     was taken before the write lock). On SQLite the upgrade gives each row the running max of the times
     by id (the history's time filters become id ranges); PostgreSQL, which does not rely on the order,
-    keeps every time. Either way the index of decisions by (target, status) is added."""
+    keeps every time. Either way the index of decisions by (target, status) is added, and the status
+    index gets the playbook and alertname (compared through sa.inspect with a fresh schema)."""
     old, fresh = new_database(), new_database()
     _make_version(old, 8)
     times = [10.0, 10.004, 10.002, 10.003, 10.01, 9.5, 10.01, 11.0]  # two rows late, by 2 ms and 510 ms
