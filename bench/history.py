@@ -317,7 +317,9 @@ def measure(db: Path, work: Path, *, queries: int, limit: int) -> tuple[dict[str
     headers = {"Authorization": f"Bearer {c.TOKEN}"}
     results: dict[str, list[float]] = {}
     sizes: dict[str, list[int]] = {}
-    with c.remediate_server(work, db=db) as server:
+    # Retention off: the store's 90 days end when it was built, and a server on a store built days ago
+    # would otherwise prune the days past its 90-day retention while the queries are measured.
+    with c.remediate_server(work, db=db, extra_env={"REMEDIATE_RETENTION": "off"}) as server:
         session = requests.Session()
         for _ in range(5):  # warm both workers' connections and the page cache a little
             session.get(server.url + "/history", headers=headers, timeout=30)
