@@ -245,6 +245,7 @@ def test_the_time_bounds_of_a_page_are_index_seeks(store: Store) -> None:
         with store.read() as conn:
             plan = [row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
         assert any(seek in step for step in plan), plan
+        assert not [step for step in plan if "TEMP B-TREE" in step or step.startswith("SCAN")], plan
         assert [step for step in plan if "ix_decisions_created" in step] == [
             "SEARCH decisions USING COVERING INDEX ix_decisions_created (created_at>?)"
         ] * 2, plan
