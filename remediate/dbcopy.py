@@ -11,7 +11,8 @@ one is refused because this code does not know its columns.
 
 The target is written in ONE transaction: the tables are created from `schema.metadata`, every table
 is copied in foreign-key order, in batches of primary-key order (memory stays bounded by one batch),
-ids kept, and on PostgreSQL every serial sequence is set past the largest copied id (else the next
+ids kept (into SQLite, a decision's time is raised to the newest one before it: `store.decision_time`),
+and on PostgreSQL every serial sequence is set past the largest copied id (else the next
 insert would collide with a copied row). A copy that fails, or is interrupted, leaves the target as it
 was: running it again is the way to resume. The target must hold no remediate rows (a schema that a
 server created and never used counts as empty).
@@ -31,7 +32,7 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.errors import ConfigError, DatabaseCopyError, StoreUnavailable
-from remediate.store import Store
+from remediate.store import Store, decision_time
 from remediate.store.database import shown_url as shown
 
 DEFAULT_BATCH_SIZE = 1000
@@ -204,8 +205,12 @@ def _copy(
                 _clear_unused_schema(target)
                 t.metadata.create_all(target, checkfirst=True)
                 done = []
+                # Into SQLite the history's time filters are id ranges: decisions from PostgreSQL (where a
+                # later id can carry an earlier time) are stamped as an ingest stamps them.
+                stamp_times = store.database.dialect.decision_time_follows_id
                 for table in t.metadata.sorted_tables:
-                    done.append(TableCopy(table.name, _copy_table(table, source, target, batch_size)))
+                    stamp = stamp_times and table is t.decisions
+                    done.append(TableCopy(table.name, _copy_table(table, source, target, batch_size, stamp=stamp)))
                     progress(done[-1])
                 if target.dialect.name == "postgresql":
                     _reset_sequences(target)
@@ -270,9 +275,14 @@ def _clear_unused_schema(conn: sa.Connection) -> None:
         conn.execute(sa.delete(t.meta))
 
 
-def _copy_table(table: sa.Table, source: sa.Connection, target: sa.Connection, batch_size: int) -> int:
+def _copy_table(
+    table: sa.Table, source: sa.Connection, target: sa.Connection, batch_size: int, *, stamp: bool = False
+) -> int:
     """Copy `table` in batches of primary-key order (keyset pagination: each read starts after the last key;
-    a composite key, e.g. the ladders' (playbook, guard key), compares as a row value)."""
+    a composite key, e.g. the ladders' (playbook, guard key), compares as a row value).
+
+    `stamp` (decisions into SQLite): each row's created_at raised to the newest one before it in id
+    order (decision_time.stamp), by at most the longest ingest transaction of the source's replicas."""
     keys = list(table.primary_key.columns)
     copied = 0
     last: tuple[Any, ...] | None = None
@@ -283,7 +293,7 @@ def _copy_table(table: sa.Table, source: sa.Connection, target: sa.Connection, b
         rows = [dict(row) for row in source.execute(query).mappings()]
         if not rows:
             return copied
-        target.execute(sa.insert(table), rows)
+        target.execute(sa.insert(table), decision_time.stamp(target, rows) if stamp else rows)
         copied += len(rows)
         last = tuple(rows[-1][key.name] for key in keys)
 

@@ -168,7 +168,13 @@ decisions = sa.Table(
     sa.Index("ix_decisions_playbook", "playbook", "id"),
     sa.Index("ix_decisions_alertname", "alertname", "id"),
     sa.Index("ix_decisions_target", "target", "id"),
-    sa.Index("ix_decisions_status", "status", "id"),
+    # A target's failed (refused, ...) decisions: SQLite, without statistics, walked every failed decision
+    # of every target through ix_decisions_status instead (~40 ms on 1M runs; version 9).
+    sa.Index("ix_decisions_target_status", "target", "status", "id"),
+    # With the playbook and alertname (version 9): `status` + `playbook` (or `alertname`) walks this index
+    # alone, without reading each failed decision's row for its playbook (a rare playbook: thousands).
+    # No more writes than before: a run's status change rewrites this index's entry either way.
+    sa.Index("ix_decisions_status", "status", "id", "playbook", "alertname"),
     sa.Index("ix_decisions_created", "created_at"),
     sa.Index("ix_decisions_run", "run_id"),
     # Pruning deletes alerts and notifications: their references are found by index, not by a table scan.
@@ -279,9 +285,43 @@ def _v9_queue_priority(conn: sa.Connection) -> None:
     conn.execute(sa.text("CREATE INDEX ix_runs_queue ON runs (status, priority, id)"))
 
 
+def _v9_monotonic_decision_time(conn: sa.Connection) -> None:
+    """SQLite: make `decisions.created_at` never decrease with the id, as every ingest now stamps it
+    (store.decision_time): a row earlier than a row before it takes that row's time (the running max by
+    id). Rows were out of order by at most the receive-time skew between workers (milliseconds), so no
+    time moves by more. PostgreSQL keeps its times: its history does not rely on the order."""
+    if conn.dialect.name != "sqlite":
+        return
+    newest: float | None = None
+    moved: list[dict[str, float | int]] = []
+    rows = conn.execute(sa.text("SELECT id, created_at FROM decisions ORDER BY id")).yield_per(10_000)
+    for row_id, at in rows:
+        if newest is not None and at < newest:
+            moved.append({"p_id": row_id, "p_at": newest})
+        else:
+            newest = at
+    if moved:
+        conn.execute(sa.text("UPDATE decisions SET created_at = :p_at WHERE id = :p_id"), moved)
+
+
+def _v9_decisions_by_target_status(conn: sa.Connection) -> None:
+    conn.execute(sa.text("CREATE INDEX ix_decisions_target_status ON decisions (target, status, id)"))
+
+
+def _v9_status_index_covers_playbook_alertname(conn: sa.Connection) -> None:
+    conn.execute(sa.text("DROP INDEX ix_decisions_status"))
+    conn.execute(sa.text("CREATE INDEX ix_decisions_status ON decisions (status, id, playbook, alertname)"))
+
+
 def _v9(conn: sa.Connection) -> None:
     # Version 9 gathers issue 13's and issue 14's changes, each in a function of its own.
-    for step in (_v9_announce, _v9_queue_priority):
+    for step in (
+        _v9_announce,
+        _v9_queue_priority,
+        _v9_monotonic_decision_time,
+        _v9_decisions_by_target_status,
+        _v9_status_index_covers_playbook_alertname,
+    ):
         step(conn)
 
 

@@ -45,6 +45,11 @@ class Dialect:
     skip_locked_claim = True
     """Whether the claim's `SELECT ... FOR UPDATE SKIP LOCKED` lets concurrent executors pass each other."""
 
+    decision_time_follows_id = False
+    """Whether `decisions.created_at` never decreases with the id (`store.decision_time`), so that a time
+    filter of the history is an id range. Not here: concurrent transactions take ids from a sequence
+    and commit in any order, so a later id can carry an earlier time."""
+
     def __init__(self, url: sa.URL, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.url = url
         self.busy_timeout = busy_timeout

@@ -313,7 +313,7 @@ class Store:
     def history(self, query: HistoryQuery) -> tuple[list[HistoryEntry], str | None]:
         """A page of the audit history, newest first, and the next page's cursor (None at the end)."""
         with self.read() as conn:
-            return _history.history_page(conn, query)
+            return _history.history_page(conn, query, time_follows_id=self.database.dialect.decision_time_follows_id)
 
     def run_detail(self, run_id: int) -> RunDetail:
         """One run with its alert, decision, steps and attempts; UnknownRunError if there is none."""

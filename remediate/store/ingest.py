@@ -18,6 +18,7 @@ from remediate.errors import StoreConflict
 from remediate.runs import LadderState, RunStatus
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Transactions
+from remediate.store.decision_time import stamp
 from remediate.store.dialect import Dialect
 from remediate.store.ladders import read_ladder, save_ladder
 from remediate.store.pause import PauseState, read_pause
@@ -266,7 +267,12 @@ class IngestWriter(GuardReader):
         return self.dialect.insert_rows(self.conn, t.steps, rows)
 
     def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        """One decision per (alert, playbook) judged (`runs.decision_row`); their ids, in order."""
+        """One decision per (alert, playbook) judged (`runs.decision_row`); their ids, in order.
+
+        Where the dialect has one writer at a time, no decision is stamped earlier than the newest one
+        stored (`decision_time.stamp`): the history's time filters are then id ranges."""
+        if self.dialect.decision_time_follows_id:
+            rows = stamp(self.conn, rows)
         return self.dialect.insert_rows(self.conn, t.decisions, rows)
 
     def release_dedupe_key(self, run_id: int) -> None:

@@ -41,6 +41,7 @@ from remediate.runs import (
     batchable_steps,
 )
 from remediate.store.announcements import SENDING, AwaitingRun
+from remediate.store.decision_time import monotonic
 from remediate.store.pause import PauseState
 from remediate.store.report import Report, ReportQuery, build_report, report_rows_of_tables
 from remediate.store.rows import MAX_ID, dumps
@@ -707,7 +708,9 @@ class _Writer(_Reader):
         return [self._store._insert("steps", row) for row in rows]
 
     def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        return [self._store._insert("decisions", row) for row in rows]
+        # Stamped as SQLite stamps them (decision_time.stamp): never earlier than the newest one stored.
+        newest = max((r["created_at"] for r in self._tables["decisions"]), default=None)
+        return [self._store._insert("decisions", row) for row in monotonic(rows, newest)]
 
     def release_dedupe_key(self, run_id: int) -> None:
         self._store._update("runs", run_id, dedupe_key=f"superseded:{run_id}")

@@ -44,6 +44,8 @@ class SqliteDialect(Dialect):
     """A SQLite file (or in-memory database): writers queue on WriteLock, then BEGIN IMMEDIATE."""
 
     skip_locked_claim = False  # BEGIN IMMEDIATE already makes the claim's transaction the only writer
+    # One writer at a time: each ingest stamps its decisions no earlier than the newest one stored.
+    decision_time_follows_id = True
 
     def __init__(self, url: sa.URL, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         super().__init__(url, busy_timeout)

@@ -275,6 +275,44 @@ def test_postgresql_copied_back_to_sqlite_is_the_same_history(cli: Cli, tmp_path
     assert oct((tmp_path / "back.db").stat().st_mode & 0o777) == "0o600"
 
 
+def test_decisions_out_of_time_order_on_postgresql_are_stamped_in_order_into_sqlite(
+    cli: Cli, tmp_path: Path, pg_url: str
+) -> None:
+    """On PostgreSQL a later decision id can carry an earlier time (replicas commit out of sequence
+    order). SQLite's history reads since/until as id ranges, so the copy raises each time to the newest
+    one before it, across batches; every other column and row is copied as it was."""
+    source = sqlite_store(tmp_path / "first.db")
+    assert cli("db", "copy", "--from", source, "--to", pg_url).exit_code == 0
+    engine = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:  # the 2nd decision took its id after a notification received 2 s later
+        second = conn.execute(sa.text("SELECT id, created_at FROM decisions ORDER BY id OFFSET 1 LIMIT 1")).one()
+        conn.execute(
+            sa.text("UPDATE decisions SET created_at = :at WHERE id = :id"),
+            {"at": second.created_at - 2, "id": second.id},
+        )
+    engine.dispose()
+    original = every_row(pg_url)["decisions"]
+    back = f"sqlite:///{tmp_path / 'back.db'}"
+
+    result = cli("db", "copy", "--batch-size", "2", "--from", pg_url, "--to", back)
+
+    assert result.exit_code == 0, result.output
+    copied = every_row(back)["decisions"]
+    newest = [max(d["created_at"] for d in original[: i + 1]) for i in range(len(original))]
+    assert [d["created_at"] for d in copied] == newest
+    assert copied[1]["created_at"] == original[0]["created_at"] != original[1]["created_at"]
+    assert [{**d, "created_at": None} for d in copied] == [{**d, "created_at": None} for d in original]
+    store = Store.open(back)
+    try:
+        for since in (None, *newest):
+            entries, _ = store.history(HistoryQuery(since=since, until=None if since is None else since + 5, limit=100))
+            assert [e.id for e in entries] == [
+                d["id"] for d in reversed(copied) if since is None or since <= d["created_at"] < since + 5
+            ]
+    finally:
+        store.close()
+
+
 def test_postgresql_to_postgresql_moves_the_sequences_too(
     cli: Cli, tmp_path: Path, postgres: PostgresCluster, pg_url: str
 ) -> None:
@@ -498,13 +536,17 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 8 file: without what migration 9 adds (the queue's priority, announcements).
+    # Back to a real version 8 file: without what migration 9 adds (the queue's priority, announcements,
+    # decisions by target and status, the status index with the playbook and alertname).
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("DROP INDEX ix_runs_queue")
         conn.execute("ALTER TABLE runs DROP COLUMN priority")
         conn.execute("ALTER TABLE runs DROP COLUMN announced_at")
         conn.execute("ALTER TABLE runs DROP COLUMN announce_error")
+        conn.execute("DROP INDEX ix_decisions_target_status")
+        conn.execute("DROP INDEX ix_decisions_status")
+        conn.execute("CREATE INDEX ix_decisions_status ON decisions (status, id)")
         conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
     conn.close()
     assert t.SCHEMA_VERSION == 9, "make this file a version SCHEMA_VERSION-1 one"

@@ -100,6 +100,11 @@ def _make_version(url: str, version: int) -> None:
             # before version 9: the queue was claimed in id order (no runs.priority, no ix_runs_queue)
             conn.execute(sa.text("DROP INDEX ix_runs_queue"))
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN priority"))
+            # before version 9: no index of decisions by target and status, the status index without
+            # the playbook and alertname
+            conn.execute(sa.text("DROP INDEX ix_decisions_target_status"))
+            conn.execute(sa.text("DROP INDEX ix_decisions_status"))
+            conn.execute(sa.text("CREATE INDEX ix_decisions_status ON decisions (status, id)"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -394,4 +399,51 @@ def test_a_version_8_database_gets_queue_priorities_its_queued_runs_keep_their_o
         assert conn.execute(sa.text("SELECT id, priority FROM runs ORDER BY id")).all() == [(1, 0), (2, 0)]
     assert [store.claim_run("w:1", 2.0).id, store.claim_run("w:1", 2.0).id] == [1, 2]  # type: ignore[union-attr]
     store.close()
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_8_database_gets_decision_times_that_never_decrease_with_the_id(
+    new_database: NewDatabase, request: pytest.FixtureRequest
+) -> None:
+    """Issue 14: before version 9 two workers could store decisions out of receive-time order (the time
+    was taken before the write lock). On SQLite the upgrade gives each row the running max of the times
+    by id (the history's time filters become id ranges); PostgreSQL, which does not rely on the order,
+    keeps every time. Either way the index of decisions by (target, status) is added, and the status
+    index gets the playbook and alertname (compared through sa.inspect with a fresh schema)."""
+    old, fresh = new_database(), new_database()
+    _make_version(old, 8)
+    times = [10.0, 10.004, 10.002, 10.003, 10.01, 9.5, 10.01, 11.0]  # two rows late, by 2 ms and 510 ms
+    engine = sa.create_engine(old)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
+                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO decisions (id, created_at, notification_id, alert_id, alertname, fingerprint, "
+                "alert_status, decision, reason, status) VALUES (:id, :at, 1, 1, 'A', 'f', 'firing', "
+                "'unmatched', 'no playbook', 'unmatched')"
+            ),
+            [{"id": i + 1, "at": at} for i, at in enumerate(times)],
+        )
+    engine.dispose()
+    Store.open(old).close()
+    Store.open(fresh).close()
+    engine = sa.create_engine(old)
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT created_at FROM decisions ORDER BY id")).scalars().all()
+    engine.dispose()
+    if request.node.callspec.params["new_database"] == "sqlite":
+        assert stored == [10.0, 10.004, 10.004, 10.004, 10.01, 10.01, 10.01, 11.0]
+    else:
+        assert stored == times
     assert _schema_of(old) == _schema_of(fresh)
