@@ -223,12 +223,21 @@ def parse_timestamp(value: str, field: str) -> datetime:
     if not isinstance(value, str):
         raise PayloadError(field, f"must be an RFC 3339 timestamp string, got {_json_type(value)}")
     try:
-        return _parse_valid_timestamp(value)
-    except _InvalidTimestamp:
-        pass
+        return _parse_timestamp(value)
+    except _InvalidTimestamp as exc:
+        raise PayloadError(field, str(exc)) from None
+
+
+class _InvalidTimestamp(ValueError):
+    """What is wrong with a timestamp; parse_timestamp names the field."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_timestamp(value: str) -> datetime:
+    # Cached (a pure function of the string): the alerts of one storm share a few startsAt/endsAt values.
     match = _TIMESTAMP.fullmatch(value)
     if match is None:
-        raise PayloadError(field, f"is not an RFC 3339 timestamp: {_show(value)}")
+        raise _InvalidTimestamp(f"is not an RFC 3339 timestamp: {_show(value)}")
     try:
         offset = match["offset"]
         if offset in ("Z", "z"):
@@ -252,32 +261,7 @@ def parse_timestamp(value: str, field: str) -> datetime:
         # OverflowError when the offset pushes the instant out of years 1..9999.
         return moment.astimezone(UTC)
     except (ValueError, OverflowError) as exc:
-        raise PayloadError(field, f"is not a valid timestamp: {_show(value)} ({exc})") from None
-
-
-class _InvalidTimestamp(ValueError):
-    """parse_timestamp then says what is wrong, naming the field."""
-
-
-@functools.lru_cache(maxsize=4096)
-def _parse_valid_timestamp(value: str) -> datetime:
-    """A timestamp that parses; cached: the alerts of one storm share a few startsAt/endsAt values."""
-    match = _TIMESTAMP.fullmatch(value)
-    if match is None or match["offset"] not in ("Z", "z"):
-        raise _InvalidTimestamp(value)  # an offset or an error: the full path below
-    try:
-        return datetime(
-            int(match["year"]),
-            int(match["month"]),
-            int(match["day"]),
-            int(match["hour"]),
-            int(match["minute"]),
-            int(match["second"]),
-            int((match["fraction"] or "")[:6].ljust(6, "0")),
-            tzinfo=UTC,
-        )
-    except (ValueError, OverflowError):
-        raise _InvalidTimestamp(value) from None
+        raise _InvalidTimestamp(f"is not a valid timestamp: {_show(value)} ({exc})") from None
 
 
 def format_timestamp(dt: datetime) -> str:
