@@ -394,9 +394,8 @@ class Executor:
                 for run in claimed:
                     lease = run.lease
                     self._abandoned[run.id] = RunningClaim(run.id, lease.worker, lease.generation, None)
-            log.warning(
-                "run(s) %s: the store failed under them; requeued once the store answers", [r.id for r in claimed]
-            )
+            for run in claimed:
+                log.warning("run %s: the store failed under it; it is requeued once the store answers", run.id)
             raise
         finally:
             with self._active_lock:
