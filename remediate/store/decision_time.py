@@ -21,10 +21,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate import schema as t
+from remediate.store.prepared import Prepared
 from remediate.store.rows import MAX_ID
 
 _d = t.decisions
-_NEWEST = "SELECT max(created_at) FROM decisions"
+_NEWEST = Prepared(sa.select(sa.func.max(t.decisions.c.created_at)))
 
 
 def _first_id_at_or_after(at: float) -> sa.ScalarSelect[Any]:
@@ -55,14 +56,9 @@ def stamp(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> list[Mappin
     or by a step back of the wall clock."""
     if not rows:
         return []
-    # On the DB-API cursor, in the same transaction: ~8 us, where a SQLAlchemy statement costs ~30 us
-    # (once per notification, on the ingest path). The max is the last entry of ix_decisions_created.
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(_NEWEST)
-        (newest,) = cursor.fetchone()
-    finally:
-        cursor.close()
+    # Prepared: on SQLite's own cursor, in the same transaction (once per notification, on the ingest path).
+    # The max is the last entry of ix_decisions_created.
+    (newest,) = _NEWEST.rows(conn)[0]
     return monotonic(rows, newest)
 
 

@@ -8,7 +8,8 @@ transaction is on (same connection, same transaction). On any other database it 
 `Connection.execute`, so the pool's disconnect handling stays what it is (bench/ingest.py).
 
 The answer is a list of named tuples (by column name, like SQLAlchemy's rows), with the driver's values
-(SQLite gives booleans as 0/1). `store.queue`'s batch statements use `sqlite_rows` / `sqlite_many` too.
+(SQLite gives booleans as 0/1). `many` runs a statement once per row of parameters (a batch's writes,
+`store.queue`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import collections
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
@@ -43,7 +45,8 @@ class Prepared:
     def rows(self, conn: sa.Connection, params: Mapping[str, Any] | None = None) -> list[Any]:
         """Run the statement with `params` (bind parameter name -> value; a list for an expanding one)."""
         if conn.dialect.name != "sqlite":
-            return list(conn.execute(self.statement, dict(params or {})))
+            result = conn.execute(self.statement, dict(params or {}))
+            return list(result) if result.returns_rows else []
         compiled = self._sqlite or self._compile(conn.dialect)
         given = {**compiled.defaults, **(params or {})}
         sql = compiled.sql
@@ -57,6 +60,18 @@ class Prepared:
                 values.append(given[name])
         return sqlite_rows(conn, sql, values)
 
+    def many(self, conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run the statement once per row of parameters (executemany), e.g. a batch's updates or inserts."""
+        if not rows:
+            return
+        if conn.dialect.name != "sqlite":
+            conn.execute(self.statement, [dict(row) for row in rows])
+            return
+        compiled = self._sqlite or self._compile(conn.dialect)
+        defaults, names = compiled.defaults, compiled.names
+        values = [tuple(row[n] if n in row else defaults[n] for n in names) for row in rows]
+        sqlite_many(conn, compiled.sql, values)
+
     def first(self, conn: sa.Connection, params: Mapping[str, Any] | None = None) -> Any:
         found = self.rows(conn, params)
         return found[0] if found else None
@@ -68,7 +83,11 @@ class Prepared:
         self._sqlite = _Compiled(
             compiled.string,
             tuple(compiled.positiontup or ()),
-            {name: bind.value for name, bind in binds.items() if bind.value is not None or not bind.required},
+            {
+                name: bind.value.value if isinstance(bind.value, Enum) else bind.value
+                for name, bind in binds.items()
+                if bind.value is not None or not bind.required
+            },
             frozenset(name for name, bind in binds.items() if bind.expanding),
         )
         return self._sqlite

@@ -12,7 +12,6 @@ import json
 import os
 import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
-from enum import Enum
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,7 +33,7 @@ from remediate.runs import (
     batchable_steps,
 )
 from remediate.store.database import Transactions
-from remediate.store.prepared import Prepared, sqlite_many, sqlite_rows
+from remediate.store.prepared import Prepared
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
 
 
@@ -155,57 +154,6 @@ _SYNC_DECISION_STATUS = (
 )
 
 
-class _Raw:
-    """A Core statement run on the DB-API cursor (`exec_driver_sql`): compiled once per dialect, its rows
-    passed as plain tuples (or dicts, for a driver with named parameters). Per row and per statement,
-    SQLAlchemy's bind processing and its rendering of an IN list cost more than SQLite's work: in a batch of
-    a hundred runs they were most of the bookkeeping's CPU. The caller's parameters are named `p_*` and are
-    what the driver takes as they are (str, int, float, None: no enums); an IN list of ids (`p_ids`,
-    expanding) is written into the text as integers."""
-
-    _IDS = "__[POSTCOMPILE_p_ids]"
-
-    def __init__(self, statement: sa.Executable) -> None:
-        self._statement = statement
-        self._compiled: dict[str, tuple[str, tuple[str, ...] | None, dict[str, Any]]] = {}
-
-    def _compile(self, dialect: sa.Dialect) -> tuple[str, tuple[str, ...] | None, dict[str, Any]]:
-        compiled = self._compiled.get(dialect.name)
-        if compiled is None:
-            sql = self._statement.compile(dialect=dialect)
-            # The statement's own values (a status it sets, a NULL), the same in every row.
-            fixed = {k: v.value if isinstance(v, Enum) else v for k, v in sql.params.items() if not k.startswith("p_")}
-            order = tuple(n for n in sql.positiontup or () if n != "p_ids") if sql.positional else None
-            compiled = self._compiled[dialect.name] = (str(sql), order, fixed)
-        return compiled
-
-    def many(self, conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        if not rows:
-            return
-        text, order, fixed = self._compile(conn.dialect)
-        if order is None:
-            conn.exec_driver_sql(text, [{**fixed, **row} for row in rows])
-            return
-        values = [tuple(row[n] if n in row else fixed[n] for n in order) for row in rows]
-        if conn.dialect.name == "sqlite":  # the driver's own cursor: see store.prepared
-            sqlite_many(conn, text, values)
-        else:
-            conn.exec_driver_sql(text, values)
-
-    def ids(self, conn: sa.Connection, ids: Sequence[int] = (), **params: Any) -> list[Any]:
-        """Run it once, for the runs (or steps) `ids` (if it has `p_ids`); its rows, by column name."""
-        text, order, fixed = self._compile(conn.dialect)
-        text = text.replace(self._IDS, ", ".join(str(int(i)) for i in ids))
-        if order is None:
-            result = conn.exec_driver_sql(text, {**fixed, **params})
-        else:
-            values = tuple(params[n] if n in params else fixed[n] for n in order)
-            if conn.dialect.name == "sqlite":
-                return sqlite_rows(conn, text, values)
-            result = conn.exec_driver_sql(text, values)
-        return list(result) if result.returns_rows else []
-
-
 # A batch's statements (RunQueue.record_batch), each run once with one row of parameters per step or run.
 _LEASES = sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.claim_generation).where(
     t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)), t.runs.c.status == RunStatus.RUNNING
@@ -252,18 +200,20 @@ _MARK_RERUNNABLE = (
     sa.update(t.runs).where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True))).values(rerunnable=True)
 )
 
-_many_finish_attempts = _Raw(_FINISH_ATTEMPT).many
-_many_end_steps = _Raw(_BATCH_END_STEP).many
-_many_skip_steps = _Raw(_BATCH_SKIP_STEP).many
-_many_start_steps = _Raw(_BATCH_START_STEP).many
-_many_insert_attempts = _Raw(_BATCH_INSERT_ATTEMPT).many
-_many_finish_runs = _Raw(_FINISH_RUN).many
-_many_sync_decisions = _Raw(_SYNC_DECISION_STATUS).many
-_claim_ids = _Raw(_CLAIM).ids
-_sync_decisions_of = _Raw(_SYNC_DECISIONS_OF).ids
-_claimed_runs = _Raw(_CLAIMED_RUNS).ids
-_steps_of_runs = _Raw(_STEPS_OF_RUNS).ids
-_heartbeats = _Raw(_HEARTBEATS).ids
+# Compiled once, run on SQLite's own cursor (store.prepared): per row and per statement, SQLAlchemy's bind
+# processing and its rendering of an IN list cost more than SQLite's work in a batch's bookkeeping.
+_FINISH_ATTEMPTS = Prepared(_FINISH_ATTEMPT)
+_END_STEPS = Prepared(_BATCH_END_STEP)
+_SKIP_STEPS = Prepared(_BATCH_SKIP_STEP)
+_START_STEPS = Prepared(_BATCH_START_STEP)
+_INSERT_ATTEMPTS = Prepared(_BATCH_INSERT_ATTEMPT)
+_FINISH_RUNS = Prepared(_FINISH_RUN)
+_SYNC_DECISIONS = Prepared(_SYNC_DECISION_STATUS)
+_CLAIM_IDS = Prepared(_CLAIM)
+_SYNC_DECISIONS_OF_IDS = Prepared(_SYNC_DECISIONS_OF)
+_CLAIMED_RUNS_OF_IDS = Prepared(_CLAIMED_RUNS)
+_STEPS_OF_RUN_IDS = Prepared(_STEPS_OF_RUNS)
+_HEARTBEATS_OF_IDS = Prepared(_HEARTBEATS)
 
 
 def sync_decision_status(conn: sa.Connection, run_id: int, status: RunStatus) -> None:
@@ -286,7 +236,7 @@ class RunQueue:
         self._tx = transactions
         self._candidates = _CANDIDATES[skip_locked]
         # Where FOR UPDATE exists, a batch's lease check locks its runs until its writes commit.
-        self._leases = _Raw(_LEASES.with_for_update() if skip_locked else _LEASES).ids
+        self._leases = Prepared(_LEASES.with_for_update() if skip_locked else _LEASES)
 
     def claim(self, worker: str, now: float) -> ClaimedRun | None:
         """Take the run at the head of the queue for this worker, atomically across processes."""
@@ -323,18 +273,18 @@ class RunQueue:
             steps: dict[int, list[StepRecord]] = {}
             batch = False
             if batchable and limit > 1:
-                for row in _steps_of_runs(conn, ids):
+                for row in _STEPS_OF_RUN_IDS.rows(conn, {"p_ids": ids}):
                     steps.setdefault(row.run_id, []).append(_step_record(row))
                 eligible = [i for i in ids if batchable_steps(steps.get(i, ()), batchable)]
                 # The head decides: a batch when it is a batch's run (the others of the window join it).
                 batch = bool(eligible) and eligible[0] == ids[0]
                 ids = eligible if batch else ids[:1]
-            generations = dict(_claim_ids(conn, ids, p_worker=worker, p_now=now))
+            generations = dict(_CLAIM_IDS.rows(conn, {"p_ids": ids, "p_worker": worker, "p_now": now}))
             if not generations:  # pragma: no cover - the candidates were read under the write lock
                 return []
             claimed = [i for i in ids if i in generations]
-            _sync_decisions_of(conn, claimed, p_status=str(RunStatus.RUNNING))
-            rows = {row.id: row for row in _claimed_runs(conn, claimed)}
+            _SYNC_DECISIONS_OF_IDS.rows(conn, {"p_ids": claimed, "p_status": str(RunStatus.RUNNING)})
+            rows = {row.id: row for row in _CLAIMED_RUNS_OF_IDS.rows(conn, {"p_ids": claimed})}
             runs = [
                 ClaimedRun(
                     i,
@@ -365,7 +315,7 @@ class RunQueue:
             mine = [w for w in writes if w.lease.run_id in held]
             if not mine:
                 return {w.lease.run_id for w in writes}
-            _heartbeats(conn, sorted(held), p_now=now)
+            _HEARTBEATS_OF_IDS.rows(conn, {"p_ids": sorted(held), "p_now": now})
             self._write_batch(conn, mine, now)
         return {w.lease.run_id for w in writes} - held
 
@@ -373,7 +323,7 @@ class RunQueue:
     def _write_batch(conn: sa.Connection, mine: Sequence[BatchWrite], now: float) -> None:
         """The writes of a batch's runs whose leases hold, in the caller's transaction."""
         ends = [e for w in mine for e in w.ends]
-        _many_finish_attempts(
+        _FINISH_ATTEMPTS.many(
             conn,
             [
                 {"p_step_id": e.step_id, "p_number": e.attempt, "p_now": now, "p_outcome": str(e.outcome),
@@ -382,7 +332,7 @@ class RunQueue:
                 if e.attempt is not None
             ],
         )  # fmt: skip
-        _many_end_steps(
+        _END_STEPS.many(
             conn,
             [
                 {"p_step_id": e.step_id, "p_status": str(e.status), "p_now": now, "p_error": e.error,
@@ -391,32 +341,32 @@ class RunQueue:
                 for e in ends
             ],
         )  # fmt: skip
-        _many_skip_steps(conn, [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in mine for i in w.skip])
+        _SKIP_STEPS.many(conn, [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in mine for i in w.skip])
         starts = [(w.lease.worker, s) for w in mine for s in w.starts]
-        _many_start_steps(
+        _START_STEPS.many(
             conn,
             [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_plan": dumps(s.plan)} for _, s in starts],
         )
-        _many_insert_attempts(
+        _INSERT_ATTEMPTS.many(
             conn,
             [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_worker": worker} for worker, s in starts],
         )
         run_ends = [w.run_end for w in mine if w.run_end is not None]
-        _many_finish_runs(
+        _FINISH_RUNS.many(
             conn,
             [{"p_run_id": e.run_id, "p_status": str(e.status), "p_now": now, "p_error": e.error} for e in run_ends],
         )
         rerunnable = [w.lease.run_id for w in mine if w.rerunnable and w.run_end is not None]
         if rerunnable:
             conn.execute(_MARK_RERUNNABLE, {"p_ids": rerunnable})
-        _many_sync_decisions(conn, [{"p_run_id": e.run_id, "p_status": str(e.status)} for e in run_ends])
+        _SYNC_DECISIONS.many(conn, [{"p_run_id": e.run_id, "p_status": str(e.status)} for e in run_ends])
 
     def _held(self, conn: sa.Connection, writes: Sequence[BatchWrite]) -> set[int]:
         """The runs of `writes` whose lease still holds (locked until the transaction ends where FOR UPDATE is)."""
         leases = {w.lease.run_id: (w.lease.worker, w.lease.generation) for w in writes}
         return {
             row.id
-            for row in self._leases(conn, list(leases))
+            for row in self._leases.rows(conn, {"p_ids": list(leases)})
             if (row.claimed_by, row.claim_generation) == leases[row.id]
         }
 

@@ -140,3 +140,22 @@ def test_a_database_locked_by_another_program_is_store_busy_at_begin(store: Stor
         holder.close()
         busy.close()
     assert time.monotonic() - started < 4.0
+
+
+@EVERY_DATABASE
+def test_prepared_many_runs_the_statement_once_per_row_with_the_statements_constants(store: Store) -> None:
+    rename = Prepared(
+        sa.update(t.alerts)
+        .where(t.alerts.c.id == sa.bindparam("p_id"), t.alerts.c.status == "firing")  # a constant of its own
+        .values(alertname=sa.bindparam("p_name"))
+    )
+    with store.write() as conn:
+        (notification,) = store.database.dialect.insert_rows(conn, t.notifications, [_notification()])
+        alerts = [_alert(notification, "a"), _alert(notification, "b"), _alert(notification, "c", "resolved")]
+        ids = store.database.dialect.insert_rows(conn, t.alerts, alerts)
+        rename.many(conn, [{"p_id": i, "p_name": f"N{i}"} for i in ids])
+        rename.many(conn, [])
+
+    with store.read() as conn:
+        names = dict(conn.execute(sa.select(t.alerts.c.id, t.alerts.c.alertname)).all())
+    assert [names[i] for i in ids] == [f"N{ids[0]}", f"N{ids[1]}", "A"]  # the resolved one is not "firing"
