@@ -535,19 +535,10 @@ class Executor:
         try:
             result = runner.stamp(runner.execute(action, planned.params, planned.ctx))
         except Exception as exc:
-            if isinstance(exc, RetryableActionError) and not _may_retry(exc, action):
-                outcome = AttemptOutcome.MAYBE_APPLIED
-            elif isinstance(exc, RetryableActionError):
-                outcome = AttemptOutcome.RETRYABLE_ERROR
-            elif isinstance(exc, AmbiguousActionError):
-                outcome = AttemptOutcome.MAYBE_APPLIED
-            elif isinstance(exc, StepTimeout):
-                outcome = AttemptOutcome.TIMEOUT
-            else:
-                outcome = AttemptOutcome.FAILED
             pending = {"pending": exc.follow_up} if isinstance(exc, OutcomePending) else None
             return self._settle(batched, step, planned.rest, planned.after_failure, planned.started,
-                                error=_describe(exc), result=pending, attempt=number, outcome=outcome)  # fmt: skip
+                                error=_describe(exc), result=pending, attempt=number,
+                                outcome=_attempt_outcome(exc, action))  # fmt: skip
         return self._settle(batched, step, planned.rest, planned.after_failure, planned.started,
                             status=StepStatus.SUCCEEDED, result=result, attempt=number)  # fmt: skip
 
@@ -737,26 +728,10 @@ class Executor:
                     pending_plan = None
                     try:
                         result = call_with_deadline(lambda: runner.execute(action, params, ctx), ctx.remaining())
-                    except RetryableActionError as exc:
-                        outcome = (
-                            AttemptOutcome.RETRYABLE_ERROR if _may_retry(exc, action) else AttemptOutcome.MAYBE_APPLIED
-                        )
-                        self.store.finish_attempt(step.id, number, outcome, str(exc), self.clock(), lease=lease)
-                        raise
-                    except AmbiguousActionError as exc:
-                        self.store.finish_attempt(
-                            step.id, number, AttemptOutcome.MAYBE_APPLIED, str(exc), self.clock(), lease=lease
-                        )
-                        raise
-                    except StepTimeout as exc:
-                        self.store.finish_attempt(
-                            step.id, number, AttemptOutcome.TIMEOUT, str(exc), self.clock(), lease=lease
-                        )
-                        raise
                     except Exception as exc:
-                        self.store.finish_attempt(
-                            step.id, number, AttemptOutcome.FAILED, _describe(exc), self.clock(), lease=lease
-                        )
+                        outcome = _attempt_outcome(exc, action)
+                        error = _describe(exc) if outcome is AttemptOutcome.FAILED else str(exc)
+                        self.store.finish_attempt(step.id, number, outcome, error, self.clock(), lease=lease)
                         raise
                     return number, result
         except RetryError as exc:  # pragma: no cover - reraise=True makes tenacity re-raise the last error
@@ -912,6 +887,17 @@ def _may_retry(exc: BaseException, action: Action) -> bool:
     if not isinstance(exc, RetryableActionError):
         return False
     return action.idempotent or not getattr(exc, "maybe_applied", False)
+
+
+def _attempt_outcome(exc: BaseException, action: Action) -> AttemptOutcome:
+    """How an attempt that raised `exc` ended (the one-run path and batches record it alike)."""
+    if isinstance(exc, RetryableActionError):
+        return AttemptOutcome.RETRYABLE_ERROR if _may_retry(exc, action) else AttemptOutcome.MAYBE_APPLIED
+    if isinstance(exc, AmbiguousActionError):
+        return AttemptOutcome.MAYBE_APPLIED
+    if isinstance(exc, StepTimeout):
+        return AttemptOutcome.TIMEOUT
+    return AttemptOutcome.FAILED
 
 
 def _late_outcome(
