@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from remediate.actions.base import Action, ActionRegistry, StepContext, StepView
+from remediate.actions.base import Action, ActionRegistry, StepContext, step_views
 from remediate.alerts import alert_ref
 from remediate.errors import RetryableActionError, StoreUnavailable
 from remediate.runs import StepRecord
@@ -196,7 +196,7 @@ class Announcer:
             mode=run.mode,
             phase=run.phase,
             rung=run.rung,
-            steps=tuple(StepView(s.idx, s.name, s.action, str(s.status), s.error) for s in run.steps),
+            steps=step_views(run.steps),
         )
 
 

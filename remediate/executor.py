@@ -54,7 +54,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from remediate.actions.base import Action, ActionRegistry, StepContext, StepView, Where
+from remediate.actions.base import Action, ActionRegistry, StepContext, Where, step_views
 from remediate.alerts import alert_ref
 from remediate.breaker import CircuitBreaker
 from remediate.deadline import StepTimeout, call_with_deadline
@@ -756,7 +756,7 @@ class Executor:
             mode=run.mode,
             phase=run.phase,
             rung=run.rung,
-            steps=tuple(StepView(s.idx, s.name, s.action, str(s.status), s.error) for s in steps),
+            steps=step_views(steps),
         )
 
     def reconcile_pending(self) -> int:

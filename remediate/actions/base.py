@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from remediate.config import Settings
     from remediate.gpu import GpuBackend
     from remediate.kube import KubeClient
+    from remediate.runs import StepRecord
 
 
 class Where(StrEnum):
@@ -101,6 +102,11 @@ class StepView:
     status: str
     """pending, running, succeeded, failed, planned, skipped, ... (remediate.runs.StepStatus) when the step began."""
     error: str | None = None
+
+
+def step_views(steps: Iterable[StepRecord]) -> tuple[StepView, ...]:
+    """The run's steps as the store has them, as actions see them (StepContext.steps)."""
+    return tuple(StepView(s.idx, s.name, s.action, str(s.status), s.error) for s in steps)
 
 
 @dataclass(frozen=True)
