@@ -9,8 +9,10 @@ SQLAlchemy (issue 14's idle memory), and both keep their files the same way.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +22,15 @@ from remediate.errors import StoreBusy, StoreFileReplaced
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 """Seconds a writer waits for the write lock where no one is waiting on an answer (executor, CLI, agent)."""
+
+BACKGROUND_YIELD_MAX_S = 0.05
+"""The longest a background writer lets waiting writers go first before it queues with them (so a steady
+stream of webhooks slows the executor's claims, never stops them)."""
+
+_POLL_MAX_S = 0.005
+"""The longest sleep between two tries of a waiting writer: flock has no time-out, so waiters poll."""
+
+_OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)  # Linux: locks of an open file, independent of flock
 
 
 def protect_files(path: str) -> None:
@@ -76,21 +87,32 @@ class WriteLock:
     """Queues the writers of one SQLite file, across threads (a lock) and processes (flock on a lock file).
 
     SQLite still decides (BEGIN IMMEDIATE and its busy timeout, which also covers writers that are not
-    remediate); this only makes our own writers wait in a queue the kernel wakes, not in sleep steps.
-    The kernel drops a flock when its process dies, so a crashed worker cannot leave it held. When the
-    lock file cannot be opened (a read-only directory), writers fall back to SQLite's busy timeout alone.
-    Both waits end after `timeout` seconds with StoreBusy: a request then gets 503, not a hang.
+    remediate); this only makes our own writers wait here, trying every few ms, not in SQLite's sleep steps
+    (1, 2, 5, ... 100 ms). The kernel drops a flock when its process dies, so a crashed worker cannot leave
+    it held. When the lock file cannot be opened (a read-only directory), writers fall back to SQLite's busy
+    timeout alone. Both waits end after `timeout` seconds with StoreBusy: a request then gets 503, not a hang.
+
+    A waiting writer says so with a shared lock on the lock file's first byte (an open-file-description
+    record lock: independent of the flock, dropped by the kernel with its file) for as long as it waits. A
+    `background` writer (the executor, draining a backlog in one write transaction after another) first
+    waits, at most `yield_max` seconds, until no one does: a webhook that arrives during a drain is then
+    stored after the executor's current transaction, not after whichever of its next ones the polling
+    webhook happens to miss the gap before.
     """
 
-    def __init__(self, path: str | None, timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+    def __init__(
+        self, path: str | None, timeout: float = DEFAULT_BUSY_TIMEOUT, *, yield_max: float = BACKGROUND_YIELD_MAX_S
+    ) -> None:
         self.path = path
         self.timeout = timeout
+        self.yield_max = yield_max
+        """The longest a background writer lets waiting writers go first."""
         self._thread_lock = threading.Lock()
         self._fd: int | None = None
         self._pid: int | None = None
 
     @contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self, *, background: bool = False) -> Iterator[None]:
         if self.path is None:
             yield
             return
@@ -102,7 +124,11 @@ class WriteLock:
             if fd is None:
                 yield
                 return
-            self._flock(fd, deadline)
+            if background:
+                give_up = time.monotonic() + self.yield_max
+                while _writers_waiting(fd) and time.monotonic() < give_up:
+                    time.sleep(0.0005)
+            self._flock(fd, deadline, announce=not background)
             try:
                 yield
             finally:
@@ -110,20 +136,34 @@ class WriteLock:
         finally:
             self._thread_lock.release()
 
-    def _flock(self, fd: int, deadline: float) -> None:
-        # flock has no timeout: try without blocking, sleeping 1 ms growing to 20 ms. Our own writers
-        # of this process already queue on the thread lock; this wait is for other processes.
-        pause = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise StoreBusy(f"the database write lock {self.path} stayed taken for {self.timeout:g}s") from None
-                time.sleep(min(pause, remaining))
-                pause = min(pause * 2, 0.02)
+    def _flock(self, fd: int, deadline: float, *, announce: bool) -> None:
+        # Our own writers of this process already queue on the thread lock; this wait is for other processes.
+        pause = 0.0005
+        waiting = False
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise StoreBusy(
+                            f"the database write lock {self.path} stayed taken for {self.timeout:g}s"
+                        ) from None
+                    if announce and not waiting:
+                        waiting = _record_lock(fd, fcntl.F_RDLCK)
+                    time.sleep(min(pause, remaining))
+                    pause = min(pause * 2, _POLL_MAX_S)
+        finally:
+            if waiting:
+                _record_lock(fd, fcntl.F_UNLCK)
+
+    def writers_waiting(self) -> bool:
+        """Whether a writer of another process (or another open file of the lock) waits for it now."""
+        with self._thread_lock:
+            fd = self._open()
+        return fd is not None and _writers_waiting(fd)
 
     def _open(self) -> int | None:
         if self._pid != os.getpid():  # a forked child opens its own: a flock belongs to an open file
@@ -139,3 +179,27 @@ class WriteLock:
             if self._fd is not None and self._pid == os.getpid():
                 os.close(self._fd)
             self._fd = self._pid = None
+
+
+def _record_lock(fd: int, kind: int) -> bool:
+    """Set (F_RDLCK, F_WRLCK) or drop (F_UNLCK) an open-file-description lock on the first byte of `fd`
+    without waiting; False when another open file holds a conflicting one, or where the system has none."""
+    if _OFD_SETLK is None:
+        return False
+    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0: required for OFD locks)
+    record = struct.pack("hhqqi4x", kind, os.SEEK_SET, 0, 1, 0)
+    try:
+        fcntl.fcntl(fd, _OFD_SETLK, record)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def _writers_waiting(fd: int) -> bool:
+    """Whether another open file holds the shared lock a waiting writer sets (see WriteLock)."""
+    if _OFD_SETLK is None or _record_lock(fd, fcntl.F_WRLCK):
+        _record_lock(fd, fcntl.F_UNLCK)
+        return False
+    return True

@@ -32,7 +32,7 @@ class Transactions(Protocol):
     """What the concept modules open their transactions on: a Database, or the Store in front of it
     (whose write()/read() are then the one door every transaction of the store passes)."""
 
-    def write(self) -> AbstractContextManager[sa.Connection]: ...
+    def write(self, *, background: bool = False) -> AbstractContextManager[sa.Connection]: ...
 
     def read(self) -> AbstractContextManager[sa.Connection]: ...
 
@@ -81,14 +81,17 @@ class Database:
         return database
 
     @contextmanager
-    def write(self) -> Iterator[sa.Connection]:
+    def write(self, *, background: bool = False) -> Iterator[sa.Connection]:
         """One write transaction (SQLite: BEGIN IMMEDIATE, so concurrent writers queue up).
+
+        `background`: a writer no one waits on (the executor's claims and batches, back to back while a
+        backlog drains) lets the writers already waiting for the lock go first (Dialect.write_lock).
 
         StoreBusy if the lock is not free within the store's busy timeout (also when another program
         holds SQLite's own lock that long), StoreFileReplaced if the file is no longer ours.
         """
         self.dialect.check_file()
-        with self.dialect.write_lock():
+        with self.dialect.write_lock(background=background):
             try:
                 with self._writer.begin() as conn:
                     yield conn

@@ -63,8 +63,10 @@ class Dialect:
         """The engine write transactions begin on (SQLite: with BEGIN IMMEDIATE)."""
         return engine
 
-    def write_lock(self) -> AbstractContextManager[None]:
-        """Held around every write transaction: none here, the database queues its writers itself."""
+    def write_lock(self, *, background: bool = False) -> AbstractContextManager[None]:
+        """Held around every write transaction: none here, the database queues its writers itself.
+
+        `background`: the writer lets writers already waiting go first (see Database.write)."""
         return nullcontext()
 
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:

@@ -77,9 +77,9 @@ class Store:
     def schema_version(self) -> int:
         return self.database.schema_version()
 
-    def write(self) -> AbstractContextManager[sa.Connection]:
+    def write(self, *, background: bool = False) -> AbstractContextManager[sa.Connection]:
         """One write transaction; see Database.write."""
-        return self.database.write()
+        return self.database.write(background=background)
 
     def read(self) -> AbstractContextManager[sa.Connection]:
         """One connection to read on."""

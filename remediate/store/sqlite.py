@@ -84,8 +84,8 @@ class SqliteDialect(Dialect):
     def writer(self, engine: sa.Engine) -> sa.Engine:
         return engine.execution_options(remediate_begin="IMMEDIATE")
 
-    def write_lock(self) -> AbstractContextManager[None]:
-        return self.lock.held()
+    def write_lock(self, *, background: bool = False) -> AbstractContextManager[None]:
+        return self.lock.held(background=background)
 
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         if "locked" in str(exc.orig):

@@ -279,9 +279,9 @@ def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durabl
     name = "write" if isinstance(store, Store) else "_transaction"
     write = getattr(store, name)
 
-    def counting_write() -> Any:
+    def counting_write(**options: Any) -> Any:
         transactions.append(1)
-        return write()
+        return write(**options)
 
     setattr(store, name, counting_write)
 

@@ -9,6 +9,7 @@ runs) as on the one-run path, which the last tests compare row for row.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -143,9 +144,9 @@ def counting_transactions(store: AnyStore) -> list[int]:
     name = "write" if isinstance(store, Store) else "_transaction"
     write = getattr(store, name)
 
-    def counting() -> Any:
+    def counting(**options: Any) -> Any:
         counted.append(1)
-        return write()
+        return write(**options)
 
     setattr(store, name, counting)
     return counted
@@ -543,3 +544,73 @@ def test_a_fresh_alert_reaches_its_first_step_while_a_storm_drains(
     # Only the batches in flight when it was stored (one per thread) ran before it, not the storm's backlog.
     assert before < 300 - 2 * 20
     assert position <= before + 2 * 20
+
+
+@EVERY_STORE
+def test_the_executors_threads_take_turns_through_a_batch(
+    store: AnyStore, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    """Two threads draining a backlog never claim beside a batch in flight (they would only wait for the GIL
+    and the one writer): each claim and each batch's record happens while no other thread is in either."""
+    run_ids = queue_runs(make_engine, ingest, make_alert, playbook(cheap()), [f"h{i}" for i in range(120)])
+    inside = {"now": 0, "most": 0}
+    guard = threading.Lock()
+
+    def exclusive(method: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            with guard:
+                inside["now"] += 1
+                inside["most"] = max(inside["most"], inside["now"])
+            try:
+                time.sleep(0.002)  # widen the window another thread would claim in
+                return method(*args, **kwargs)
+            finally:
+                with guard:
+                    inside["now"] -= 1
+
+        return wrapped
+
+    store.claim_runs = exclusive(store.claim_runs)  # type: ignore[method-assign]
+    store.record_batch = exclusive(store.record_batch)  # type: ignore[method-assign]
+    executor = Executor(store=store, registry=registry, threads=2, batch_size=10, poll_interval=0.05)
+    executor.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(s != "succeeded" for s in statuses(store, run_ids)):
+            time.sleep(0.01)
+    finally:
+        executor.stop()
+    assert statuses(store, run_ids) == ["succeeded"] * len(run_ids)
+    assert inside["most"] == 1
+
+
+@EVERY_STORE
+def test_a_single_run_gives_the_turn_back_while_its_step_runs(
+    store: AnyStore,
+    registry: ActionRegistry,
+    actions: dict[str, Cheap],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    """A run of the one-run path (its step may wait on I/O for minutes) does not keep the other thread from
+    draining batches meanwhile."""
+    slow = queue_runs(make_engine, ingest, make_alert, playbook(cheap(action="test.costly"), name="slow"), ["s"])
+    cheap_runs = queue_runs(
+        make_engine, ingest, make_alert, playbook(cheap(), name="quick"), [f"h{i}" for i in range(30)]
+    )
+    release = threading.Event()
+    actions["test.costly"].during = lambda _ctx: release.wait(30)
+    executor = Executor(store=store, registry=registry, threads=2, batch_size=10, poll_interval=0.05)
+    executor.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(s != "succeeded" for s in statuses(store, cheap_runs)):
+            time.sleep(0.01)
+        drained_while_slow_ran = statuses(store, slow) == ["running"]
+    finally:
+        release.set()
+        executor.stop()
+    assert statuses(store, cheap_runs) == ["succeeded"] * len(cheap_runs)
+    assert drained_while_slow_ran
+    assert statuses(store, slow) == ["succeeded"]

@@ -47,9 +47,9 @@ def test_every_write_transaction_passes_the_stores_write(
     opened: list[str] = []
     write = store.write
 
-    def counting_write() -> Any:
+    def counting_write(*, background: bool = False) -> Any:
         opened.append("write")
-        return write()
+        return write(background=background)
 
     store.write = counting_write  # type: ignore[method-assign]
 
