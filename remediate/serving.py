@@ -26,6 +26,7 @@ import contextlib
 import errno
 import logging
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from remediate.config import Settings
+from remediate.errors import RemediateError
 from remediate.httpworker import worker_class
 
 log = logging.getLogger("remediate.serve")
@@ -344,11 +347,74 @@ def preflight(settings: Settings) -> None:
     )
 
 
+class PreflightDied(RemediateError):
+    """The process running the start-up checks died without saying why."""
+
+
+def preflight_apart(settings: Settings, check: Callable[[Settings], None] = preflight) -> None:
+    """`check(settings)` in a short-lived forked process; what it raised is raised here.
+
+    The checks load what every worker loads (the playbooks' actions, SQLAlchemy and the store, ...): run in
+    the master, they would stay resident there for the server's life, and every forked worker and the
+    executor process would carry those pages in its RSS once more (issue 14's idle memory). Run apart, the
+    master keeps only gunicorn and the settings, and a bad config is still one clear line before any fork
+    (the exception crosses back pickled: the same type and message for the CLI's error handling)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the checking process: whatever happens, it ends here
+        os.close(read_end)
+        status = 0
+        try:
+            with os.fdopen(write_end, "wb") as pipe:
+                try:
+                    check(settings)
+                except BaseException as exc:
+                    status = 1
+                    pipe.write(_portable(exc))
+        except BaseException:
+            status = 1  # the master, gone, reads nothing (it got the same signal): only the status matters
+        finally:
+            logging.shutdown()  # flushes the handlers (its log line); the master's streams stay open
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        raised = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if raised:
+        raise pickle.loads(raised)
+    if status:
+        raise PreflightDied(f"the start-up checks died ({_wait_status(status)})")
+
+
+def _portable(exc: BaseException) -> bytes:
+    """`exc` pickled, or an exception of the same message that pickles (one whose arguments its class cannot be
+    rebuilt from); an unexpected error carries the checking process's traceback as a note."""
+    if not isinstance(exc, RemediateError):
+        with contextlib.suppress(Exception):
+            exc.add_note("in the start-up checks:\n" + "".join(traceback.format_exception(exc)).rstrip())
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+        return data
+    except Exception:
+        if isinstance(exc, RemediateError):
+            return pickle.dumps(RemediateError(str(exc)))
+        return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}\n" + "\n".join(getattr(exc, "__notes__", []))))
+
+
+def _wait_status(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
 def run_server(settings: Settings) -> None:
     from remediate.logsafe import configure_logging
 
     configure_logging()  # alert data in a message can never start a forged log line
-    preflight(settings)
+    preflight_apart(settings)
     if settings.insecure_no_auth and not settings.credentials():
         log.warning("!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN")
     metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
