@@ -383,7 +383,7 @@ def preflight_apart(settings: Settings, check: Callable[[Settings], None] = pref
         raised = pipe.read()
     _, status = os.waitpid(pid, 0)
     if raised:
-        raise pickle.loads(raised)
+        raise pickle.loads(raised)  # noqa: S301 - written by our own child, through a pipe only we hold
     if status:
         raise PreflightDied(f"the start-up checks died ({_wait_status(status)})")
 
@@ -396,7 +396,7 @@ def _portable(exc: BaseException) -> bytes:
             exc.add_note("in the start-up checks:\n" + "".join(traceback.format_exception(exc)).rstrip())
     try:
         data = pickle.dumps(exc)
-        pickle.loads(data)
+        pickle.loads(data)  # noqa: S301 - our own bytes: can the master rebuild the exception?
         return data
     except Exception:
         if isinstance(exc, RemediateError):
