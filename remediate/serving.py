@@ -34,16 +34,14 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from remediate.config import Settings
-from remediate.errors import RemediateError
 from remediate.httpworker import worker_class
 
 log = logging.getLogger("remediate.serve")
@@ -347,76 +345,57 @@ def preflight(settings: Settings) -> None:
     )
 
 
-class PreflightDied(RemediateError):
-    """The process running the start-up checks died without saying why."""
-
-
-def preflight_apart(settings: Settings, check: Callable[[Settings], None] = preflight) -> None:
-    """`check(settings)` in a short-lived forked process; what it raised is raised here.
-
-    The checks load what every worker loads (the playbooks' actions, SQLAlchemy and the store, ...): run in
-    the master, they would stay resident there for the server's life, and every forked worker and the
-    executor process would carry those pages in its RSS once more (issue 14's idle memory). Run apart, the
-    master keeps only gunicorn and the settings, and a bad config is still one clear line before any fork
-    (the exception crosses back pickled: the same type and message for the CLI's error handling)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the checking process: whatever happens, it ends here
-        os.close(read_end)
-        status = 0
-        try:
-            with os.fdopen(write_end, "wb") as pipe:
-                try:
-                    check(settings)
-                except BaseException as exc:
-                    status = 1
-                    pipe.write(_portable(exc))
-        except BaseException:
-            status = 1  # the master, gone, reads nothing (it got the same signal): only the status matters
-        finally:
-            logging.shutdown()  # flushes the handlers (its log line); the master's streams stay open
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        raised = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if raised:
-        raise pickle.loads(raised)  # noqa: S301 - written by our own child, through a pipe only we hold
-    if status:
-        raise PreflightDied(f"the start-up checks died ({_wait_status(status)})")
-
-
-def _portable(exc: BaseException) -> bytes:
-    """`exc` pickled, or an exception of the same message that pickles (one whose arguments its class cannot be
-    rebuilt from); an unexpected error carries the checking process's traceback as a note."""
-    if not isinstance(exc, RemediateError):
-        with contextlib.suppress(Exception):
-            exc.add_note("in the start-up checks:\n" + "".join(traceback.format_exception(exc)).rstrip())
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)  # noqa: S301 - our own bytes: can the master rebuild the exception?
-        return data
-    except Exception:
-        if isinstance(exc, RemediateError):
-            return pickle.dumps(RemediateError(str(exc)))
-        return pickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}\n" + "\n".join(getattr(exc, "__notes__", []))))
-
-
-def _wait_status(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"signal {os.WTERMSIG(status)}"
-    return f"exit status {os.waitstatus_to_exitcode(status)}"
-
-
 def run_server(settings: Settings) -> None:
+    """`remediate serve`: every start-up check here, then this process becomes the master (`_become_master`)."""
     from remediate.logsafe import configure_logging
 
     configure_logging()  # alert data in a message can never start a forged log line
-    preflight_apart(settings)
+    preflight(settings)
     if settings.insecure_no_auth and not settings.credentials():
         log.warning("!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN")
+    _become_master(settings)
+
+
+_MASTER_ENTRY = "import sys; from remediate.serving import master_main; sys.exit(master_main(sys.argv[1:]))"
+
+
+def _become_master(settings: Settings) -> NoReturn:
+    """Replace this process's image by a fresh interpreter that runs only the master (`master_main`).
+
+    The CLI and `preflight` loaded click, every action, the playbooks, SQLAlchemy and the store. Kept in the
+    master, all of it stays resident for the server's life, and each process the master forks (HTTP workers,
+    executor) starts with those pages in its RSS, whether it needs them or not: issue 14's idle memory. After
+    exec the master holds gunicorn and the settings only; each child loads what it uses. exec keeps the pid
+    (whoever started the server still holds its master: kubelet, a test's Popen), stdio, the environment and
+    the interpreter's flags. The settings cross in a memfd, never a file: they may hold tokens.
+    """
+    import subprocess
+
+    handoff = os.memfd_create("remediate-settings", 0)
+    with open(handoff, "wb", closefd=False) as out:
+        out.write(pickle.dumps(settings))
+    os.lseek(handoff, 0, os.SEEK_SET)
+    os.set_inheritable(handoff, True)
+    logging.shutdown()  # flushes the log lines written so far (the master configures logging again)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    flags = subprocess._args_from_interpreter_flags()  # -X importtime, -W ...: what `remediate serve` ran with
+    os.execv(sys.executable, [sys.executable, *flags, "-c", _MASTER_ENTRY, str(handoff)])
+
+
+def master_main(argv: list[str]) -> int:
+    """The master of `remediate serve` after `_become_master`: argv is the memfd holding the settings."""
+    from remediate.logsafe import configure_logging
+
+    with open(int(argv[0]), "rb") as handoff:
+        settings = pickle.loads(handoff.read())  # noqa: S301 - written by this very process before its exec
+    configure_logging()
+    _serve(settings)
+    return 0
+
+
+def _serve(settings: Settings) -> None:
+    """gunicorn's master, its HTTP workers and the executor process, until stopped; then its temporary dirs go."""
     metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     own_metrics_dir = metrics_dir is None
     if own_metrics_dir:
