@@ -114,7 +114,7 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     from gunicorn import util
 
     util._setproctitle("executor [remediate]")  # a no-op without setproctitle installed
-    from remediate.server import build_services
+    from remediate.services import build_services  # not server.py: the executor process serves no HTTP
     from remediate.store import DEFAULT_BUSY_TIMEOUT
 
     # Nobody waits on an answer here: the executor's writes wait as long as before (a request's 503 bound
@@ -315,7 +315,7 @@ def preflight(settings: Settings) -> None:
     from remediate.actions import default_registry
     from remediate.config import check_server_credentials
     from remediate.playbooks import load_playbooks
-    from remediate.server import pool_limits
+    from remediate.services import pool_limits
     from remediate.store import Store
     from remediate.store.database import shown_url
 
@@ -380,7 +380,7 @@ def _become_master(settings: Settings) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     flags = subprocess._args_from_interpreter_flags()  # -X importtime, -W ...: what `remediate serve` ran with
-    os.execv(sys.executable, [sys.executable, *flags, "-c", _MASTER_ENTRY, str(handoff)])
+    os.execv(sys.executable, [sys.executable, *flags, "-c", _MASTER_ENTRY, str(handoff)])  # noqa: S606 - no shell
 
 
 def master_main(argv: list[str]) -> int:
