@@ -129,6 +129,7 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     pruner = history_pruner(settings, services.store, services.engine.playbooks)
     if pruner is not None:
         pruner.start()
+    release_freed_heap()
     try:
         while not stopping.wait(1.0):
             if os.getppid() != arbiter_pid:
@@ -301,7 +302,27 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
     # HTTP workers never run steps: runs they queue wake the executor process.
     waker = ExecutorWaker(wake_path) if wake_path is not None else None
     services = build_services(settings, wake=waker.wake if waker is not None else None)
-    return create_app(settings, services=services)
+    app = create_app(settings, services=services)
+    release_freed_heap()
+    return app
+
+
+def release_freed_heap() -> None:
+    """Hand the memory that start-up allocated and freed back to the kernel, once a process is built.
+
+    Importing the modules and building the services (playbooks loaded, templates compiled, the schema read)
+    frees megabytes of temporary objects; CPython returns them to the C heap, where glibc keeps the pages
+    resident until `malloc_trim` gives back the free ones: ~1 MiB of each idle HTTP worker and executor process
+    (issue 14's idle memory). A no-op on a C library without malloc_trim (musl)."""
+    import ctypes
+    import gc
+
+    gc.collect()  # start-up's reference cycles (class and dataclass creation) first
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # the C library the interpreter runs on
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
