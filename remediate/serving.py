@@ -5,10 +5,12 @@ Both run through the one launcher here (`_GunicornApp`: gunicorn options and an 
 only `remediate serve` has the executor process (`_RemediateArbiter`). `remediate agent` has no master:
 its one worker runs in the process itself (`_InProcessWorker`), half the memory of a master and a worker.
 
-The master checks everything that can fail before forking (token, playbooks,
+The CLI's process checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,
-not a crash loop of workers. Each worker builds its own app (no preload: no
-database connection crosses a fork).
+not a crash loop of workers; then it execs a fresh interpreter that is only the
+master (`_become_master`: the checks loaded the store, the actions and click, which
+every forked process would otherwise carry in its memory). Each worker builds its
+own app (no preload: no database connection crosses a fork).
 
 Process layout: the gunicorn master (arbiter) forks `workers` HTTP workers
 (remediate.httpworker: slow clients hold no thread) and one executor process
