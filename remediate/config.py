@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from remediate.durations import parse_duration
 from remediate.errors import ConfigError
 
@@ -290,6 +288,8 @@ def check_server_credentials(settings: Settings) -> list[Credential]:
 
 
 def _read_tokens_file(path: Path) -> list[Credential]:
+    import yaml  # here: the master of `remediate serve` holds the settings and never parses YAML (issue 14)
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -631,6 +631,8 @@ def _canonical(key: str) -> str:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
+    import yaml  # here: the master of `remediate serve` holds the settings and never parses YAML (issue 14)
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:

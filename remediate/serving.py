@@ -5,10 +5,12 @@ Both run through the one launcher here (`_GunicornApp`: gunicorn options and an 
 only `remediate serve` has the executor process (`_RemediateArbiter`). `remediate agent` has no master:
 its one worker runs in the process itself (`_InProcessWorker`), half the memory of a master and a worker.
 
-The master checks everything that can fail before forking (token, playbooks,
+The CLI's process checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,
-not a crash loop of workers. Each worker builds its own app (no preload: no
-database connection crosses a fork).
+not a crash loop of workers; then it execs a fresh interpreter that is only the
+master (`_become_master`: the checks loaded the store, the actions and click, which
+every forked process would otherwise carry in its memory). Each worker builds its
+own app (no preload: no database connection crosses a fork).
 
 Process layout: the gunicorn master (arbiter) forks `workers` HTTP workers
 (remediate.httpworker: slow clients hold no thread) and one executor process
@@ -26,6 +28,7 @@ import contextlib
 import errno
 import logging
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -35,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
@@ -113,7 +116,7 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     from gunicorn import util
 
     util._setproctitle("executor [remediate]")  # a no-op without setproctitle installed
-    from remediate.server import build_services
+    from remediate.services import build_services  # not server.py: the executor process serves no HTTP
     from remediate.store import DEFAULT_BUSY_TIMEOUT
 
     # Nobody waits on an answer here: the executor's writes wait as long as before (a request's 503 bound
@@ -128,6 +131,7 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     pruner = history_pruner(settings, services.store, services.engine.playbooks)
     if pruner is not None:
         pruner.start()
+    release_freed_heap()
     try:
         while not stopping.wait(1.0):
             if os.getppid() != arbiter_pid:
@@ -300,7 +304,27 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
     # HTTP workers never run steps: runs they queue wake the executor process.
     waker = ExecutorWaker(wake_path) if wake_path is not None else None
     services = build_services(settings, wake=waker.wake if waker is not None else None)
-    return create_app(settings, services=services)
+    app = create_app(settings, services=services)
+    release_freed_heap()
+    return app
+
+
+def release_freed_heap() -> None:
+    """Hand the memory that start-up allocated and freed back to the kernel, once a process is built.
+
+    Importing the modules and building the services (playbooks loaded, templates compiled, the schema read)
+    frees megabytes of temporary objects; CPython returns them to the C heap, where glibc keeps the pages
+    resident until `malloc_trim` gives back the free ones: ~1 MiB of each idle HTTP worker and executor process
+    (issue 14's idle memory). A no-op on a C library without malloc_trim (musl)."""
+    import ctypes
+    import gc
+
+    gc.collect()  # start-up's reference cycles (class and dataclass creation) first
+    try:
+        trim = ctypes.CDLL(None).malloc_trim  # the C library the interpreter runs on
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
@@ -314,7 +338,7 @@ def preflight(settings: Settings) -> None:
     from remediate.actions import default_registry
     from remediate.config import check_server_credentials
     from remediate.playbooks import load_playbooks
-    from remediate.server import pool_limits
+    from remediate.services import pool_limits
     from remediate.store import Store
     from remediate.store.database import shown_url
 
@@ -345,12 +369,56 @@ def preflight(settings: Settings) -> None:
 
 
 def run_server(settings: Settings) -> None:
+    """`remediate serve`: every start-up check here, then this process becomes the master (`_become_master`)."""
     from remediate.logsafe import configure_logging
 
     configure_logging()  # alert data in a message can never start a forged log line
     preflight(settings)
     if settings.insecure_no_auth and not settings.credentials():
         log.warning("!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN")
+    _become_master(settings)
+
+
+_MASTER_ENTRY = "import sys; from remediate.serving import master_main; sys.exit(master_main(sys.argv[1:]))"
+
+
+def _become_master(settings: Settings) -> NoReturn:
+    """Replace this process's image by a fresh interpreter that runs only the master (`master_main`).
+
+    The CLI and `preflight` loaded click, every action, the playbooks, SQLAlchemy and the store. Kept in the
+    master, all of it stays resident for the server's life, and each process the master forks (HTTP workers,
+    executor) starts with those pages in its RSS, whether it needs them or not: issue 14's idle memory. After
+    exec the master holds gunicorn and the settings only; each child loads what it uses. exec keeps the pid
+    (whoever started the server still holds its master: kubelet, a test's Popen), stdio, the environment and
+    the interpreter's flags. The settings cross in a memfd, never a file: they may hold tokens.
+    """
+    import subprocess
+
+    handoff = os.memfd_create("remediate-settings", 0)
+    with open(handoff, "wb", closefd=False) as out:
+        out.write(pickle.dumps(settings))
+    os.lseek(handoff, 0, os.SEEK_SET)
+    os.set_inheritable(handoff, True)
+    logging.shutdown()  # flushes the log lines written so far (the master configures logging again)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    flags = subprocess._args_from_interpreter_flags()  # -X importtime, -W ...: what `remediate serve` ran with
+    os.execv(sys.executable, [sys.executable, *flags, "-c", _MASTER_ENTRY, str(handoff)])  # noqa: S606 - no shell
+
+
+def master_main(argv: list[str]) -> int:
+    """The master of `remediate serve` after `_become_master`: argv is the memfd holding the settings."""
+    from remediate.logsafe import configure_logging
+
+    with open(int(argv[0]), "rb") as handoff:
+        settings = pickle.loads(handoff.read())  # noqa: S301 - written by this very process before its exec
+    configure_logging()
+    _serve(settings)
+    return 0
+
+
+def _serve(settings: Settings) -> None:
+    """gunicorn's master, its HTTP workers and the executor process, until stopped; then its temporary dirs go."""
     metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     own_metrics_dir = metrics_dir is None
     if own_metrics_dir:

@@ -18,15 +18,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Self
-
-import requests
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.notify import check_url, idempotency_key, post_json
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError, ParamsError
+from remediate.lazyhttp import SessionSlot
 from remediate.runs import StepStatus
+
+if TYPE_CHECKING:
+    import requests
 
 # Slack's documented limits (api.slack.com/reference/block-kit/blocks).
 SLACK_HEADER_MAX = 150
@@ -342,9 +344,11 @@ class ChatWebhookAction(Action):
         }
     )
 
+    session = SessionSlot()
+
     def __init__(self, *, public_url: str | None = None, session: requests.Session | None = None) -> None:
         self.public_url = public_url
-        self._session = session or requests.Session()
+        self.session = session
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
@@ -385,7 +389,7 @@ class ChatWebhookAction(Action):
         url = params.get("url") or read_url_file(params["url_file"])
         shown = self._where(params)
         status = post_json(
-            self._session,
+            self.session,
             url,
             self.render(message),
             headers={"Idempotency-Key": key},

@@ -31,15 +31,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar, Self
-
-import requests
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema, duration_within
 from remediate.durations import format_duration, parse_duration
 from remediate.errors import ActionError
+from remediate.lazyhttp import SessionSlot
 from remediate.templating import unescaped_outputs
+
+if TYPE_CHECKING:
+    import requests
 
 SAFE_FILTERS = frozenset({"promql_string", "int", "float"})
 MAX_FOR_S = 7 * 86400.0
@@ -162,6 +164,8 @@ class PrometheusCheckAction(Action):
         }
     )
 
+    session = SessionSlot()
+
     def __init__(
         self,
         url: str | None,
@@ -172,7 +176,7 @@ class PrometheusCheckAction(Action):
     ) -> None:
         self.url = url
         self.token_file = token_file
-        self._session = session or requests.Session()
+        self.session = session
         self._clock = clock
 
     @classmethod
@@ -317,9 +321,11 @@ class PrometheusCheckAction(Action):
         return {"Authorization": f"Bearer {token}"}
 
     def _get(self, path: str, query: dict[str, str], timeout: float) -> dict[str, Any]:
+        import requests  # here, not at the top: see remediate.lazyhttp
+
         url = f"{self._base()}{path}"
         try:
-            response = self._session.get(
+            response = self.session.get(
                 url, params=query, headers=self._headers(), timeout=timeout, allow_redirects=False
             )
         except requests.RequestException as exc:

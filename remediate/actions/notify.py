@@ -23,16 +23,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-import requests
-import urllib3.exceptions
 import yaml
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
+from remediate.lazyhttp import SessionSlot
+
+if TYPE_CHECKING:
+    import requests
 
 
 def check_url(url: str) -> str | None:
@@ -49,6 +51,9 @@ def request_not_sent(exc: requests.RequestException) -> bool:
     Anything else (read time-out, connection reset or closed after sending) may come after the receiver
     got the request.
     """
+    import requests  # loaded already: `exc` is one of its errors
+    import urllib3.exceptions
+
     if isinstance(exc, requests.ConnectTimeout):
         return True
     if not isinstance(exc, requests.ConnectionError):
@@ -129,8 +134,10 @@ class NotifyWebhookAction(Action):
         }
     )
 
+    session = SessionSlot()
+
     def __init__(self, session: requests.Session | None = None) -> None:
-        self._session = session or requests.Session()
+        self.session = session
 
     def summary(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         alert = ctx.alert
@@ -170,7 +177,7 @@ class NotifyWebhookAction(Action):
         url = params["url"]
         timeout = min(params["timeout"], max(ctx.remaining(), 0.1))
         headers = {"Idempotency-Key": idempotency_key(ctx), **self._headers(params)}
-        status = post_json(self._session, url, self.summary(params, ctx), headers=headers, timeout=timeout)
+        status = post_json(self.session, url, self.summary(params, ctx), headers=headers, timeout=timeout)
         return {"posted_to": url, "status_code": status}
 
 
@@ -183,6 +190,8 @@ def post_json(
     (no answer in time, connection dropped after sending, 5xx, 429), ActionError otherwise (4xx, 3xx).
     `shown_url` replaces the URL in errors where the URL itself is a secret (a chat webhook's).
     """
+    import requests  # here, not at the top: see remediate.lazyhttp
+
     shown = shown_url or url
     try:
         # Never follow a redirect: it would send the body (and the secret headers) to another URL.

@@ -10,9 +10,9 @@ torch nor any of remediate's server code.
 
 from __future__ import annotations
 
-from remediate.training.checkpoints import CallableCheckpoints, CheckpointIndex, TorchCheckpoints
-from remediate.training.client import JobNameInUse, TrainingControl
-from remediate.training.handlers import CheckpointStore, CommandContext, CommandRejected, Handler
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from remediate.training.protocol import (
     PROTOCOL_VERSION,
     Ack,
@@ -43,3 +43,36 @@ __all__ = [
     "TrainingControl",
     "select_checkpoint",
 ]
+
+# The job-side classes load when first named (PEP 562): the server's training actions import only
+# `remediate.training.protocol` and `.commands`, and each package import runs this file, which would
+# otherwise load the client, its handlers and checkpoints into every server process (issue 14's idle memory).
+_LAZY = {
+    "CallableCheckpoints": "remediate.training.checkpoints",
+    "CheckpointIndex": "remediate.training.checkpoints",
+    "TorchCheckpoints": "remediate.training.checkpoints",
+    "JobNameInUse": "remediate.training.client",
+    "TrainingControl": "remediate.training.client",
+    "CheckpointStore": "remediate.training.handlers",
+    "CommandContext": "remediate.training.handlers",
+    "CommandRejected": "remediate.training.handlers",
+    "Handler": "remediate.training.handlers",
+}
+
+if TYPE_CHECKING:
+    from remediate.training.checkpoints import CallableCheckpoints, CheckpointIndex, TorchCheckpoints
+    from remediate.training.client import JobNameInUse, TrainingControl
+    from remediate.training.handlers import CheckpointStore, CommandContext, CommandRejected, Handler
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,147 @@
+"""Everything one process of `remediate serve` runs on, wired from the settings: store, registry, playbooks,
+engine, executor, announcer, metrics (`build_services`).
+
+Apart from server.py (the HTTP app) because the executor process builds the same services and serves no
+HTTP: importing them from server.py loaded Flask, werkzeug and click (flask.cli) into it, ~5 MiB of its
+idle memory (issue 14).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry
+
+from remediate.actions import ActionRegistry, default_registry
+from remediate.actions.chat import run_page_url
+from remediate.announce import Announcer
+from remediate.breaker import CircuitBreaker, limits_from_settings
+from remediate.config import Credential, Settings, check_server_credentials
+from remediate.engine import Engine
+from remediate.executor import Executor
+from remediate.grafana import Annotator, target_from_settings
+from remediate.metrics import Metrics, multiprocess_mode
+from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.runners import Dispatch
+from remediate.store import PoolLimits, Store
+
+
+@dataclass
+class Services:
+    """Everything a request handler may use, built once per process by `create_app`."""
+
+    settings: Settings
+    store: Store
+    engine: Engine
+    executor: Executor
+    metrics: Metrics
+    metrics_registry: CollectorRegistry | None
+    token: str | None
+    read_token: str | None
+    wake: Callable[[], None]
+    """Tells the executor that runs were queued or approved (in `remediate serve`: the executor process)."""
+    credentials: tuple[Credential, ...] = ()
+    """Every accepted token (see Settings.credentials); empty only with insecure_no_auth."""
+    announcer: Announcer | None = None
+    """Sends the chat message of each run that starts awaiting approval; started in the executor process."""
+
+
+def pool_limits(settings: Settings) -> PoolLimits:
+    """The connection pool of each process on a server database, from the settings."""
+    return PoolLimits(settings.database_pool_size, settings.database_max_overflow)
+
+
+def build_services(
+    settings: Settings,
+    *,
+    store: Store | None = None,
+    registry: ActionRegistry | None = None,
+    playbooks: PlaybookSet | None = None,
+    wake: Callable[[], None] | None = None,
+    store_busy_timeout: float | None = None,
+) -> Services:
+    """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
+
+    The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
+    """
+    token = settings.resolved_token()
+    read_token = settings.resolved_read_token()
+    credentials = tuple(check_server_credentials(settings))
+    registry = registry or default_registry(settings)
+    playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
+    if store is None:
+        busy = settings.store_busy_timeout if store_busy_timeout is None else store_busy_timeout
+        store = Store.open(settings.database_url, busy_timeout=busy, pool=pool_limits(settings))
+    metrics_registry = None if multiprocess_mode() else CollectorRegistry()
+    metrics = Metrics(metrics_registry)
+    run_link = None if settings.public_url is None else functools.partial(run_page_url, settings.public_url)
+    annotator = grafana_annotator(settings, metrics, run_link=run_link)
+    listeners = [] if annotator is None else [annotator]
+    executor = Executor(
+        store=store,
+        registry=registry,
+        threads=settings.executor_threads,
+        poll_interval=settings.poll_interval,
+        stale_after=settings.lease,
+        replica_name=settings.replica_name,
+        metrics=metrics,
+        dispatch=Dispatch.from_settings(settings, on_agent_error=metrics.agent_call_failed),
+        breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(settings)),
+        on_run_finished=listeners,
+    )
+    announcer = Announcer(
+        store=store,
+        registry=registry,
+        poll_interval=max(settings.poll_interval, ANNOUNCE_POLL_MIN),
+        on_outcome=metrics.approval_announcement,
+    )
+    wake = wake or _waking(executor.wake, announcer.wake)
+    engine = Engine(
+        store=store,
+        playbooks=playbooks,
+        registry=registry,
+        server_mode=settings.mode,
+        default_step_timeout=settings.step_timeout,
+        on_queued=wake,
+        breaker_stale_horizon=settings.breaker_stale_horizon,
+    )
+    return Services(
+        settings,
+        store,
+        engine,
+        executor,
+        metrics,
+        metrics_registry,
+        token,
+        read_token,
+        wake,
+        credentials,
+        announcer,
+    )
+
+
+ANNOUNCE_POLL_MIN = 1.0
+"""The announcer's slowest look for runs awaiting approval between wake-ups (a lost one costs this)."""
+
+
+def _waking(*wakes: Callable[[], None]) -> Callable[[], None]:
+    """One wake-up for the executor and the announcer of this process: a run stored may await approval."""
+
+    def wake() -> None:
+        for each in wakes:
+            each()
+
+    return wake
+
+
+def grafana_annotator(
+    settings: Settings, metrics: Metrics, *, run_link: Callable[[int], str] | None = None
+) -> Annotator | None:
+    """The executor's Grafana annotator (settings `grafana_url`, `grafana_token_file`); None when unset.
+    `run_link` builds the link to a run's page in the annotation's text (None: no link)."""
+    target = target_from_settings(settings)
+    if target is None:
+        return None
+    return Annotator(target, run_link=run_link, on_outcome=metrics.annotation)

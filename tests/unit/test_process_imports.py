@@ -1,0 +1,118 @@
+"""What each process of ``remediate serve`` imports (issue 14: the server idles in <= 200 MB).
+
+Each module a process imports stays resident for its life, in every process that has it: the master holds
+only gunicorn and the settings (the CLI execs it once its checks passed, remediate.serving._become_master),
+the executor process serves no HTTP (no Flask, werkzeug or click), and no process loads requests before it
+sends something. Each case runs in a fresh interpreter, as the process does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from remediate.lazyhttp import SessionSlot
+from tests.support.server import write_playbook
+
+PLAYBOOK = """\
+name: noted
+match: {alertname: [Noted]}
+steps:
+  - action: notify.webhook
+    with: {url: "http://127.0.0.1:9/hook"}
+"""
+
+WATCHED = ("click", "flask", "werkzeug", "requests", "sqlalchemy", "yaml", "kubernetes", "remediate.training.client")
+
+
+def _imported_after(code: str, tmp_path: Path) -> set[str]:
+    """The WATCHED modules loaded once `code` ran in a fresh interpreter with a server's settings in its env."""
+    write_playbook(tmp_path / "playbooks", "noted", PLAYBOOK)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    env.update(
+        {
+            "REMEDIATE_TOKEN": "t" * 32,
+            "REMEDIATE_PLAYBOOKS": str(tmp_path / "playbooks"),
+            "REMEDIATE_DATABASE_URL": f"sqlite:///{tmp_path / 'r.db'}",
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+        }
+    )
+    script = (
+        "import json, sys\n"
+        "from remediate.config import load_settings\n"
+        "settings = load_settings(config_file=None, overrides={})\n"
+        f"{code}\n"
+        f"print(json.dumps(sorted(m for m in {list(WATCHED)!r} if m in sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_the_master_holds_gunicorn_and_the_settings_only(tmp_path: Path) -> None:
+    code = "from remediate.serving import master_main, _RemediateArbiter, _GunicornApp\nimport remediate.logsafe"
+    assert _imported_after(code, tmp_path) == set()
+
+
+def test_the_executor_process_loads_the_store_but_no_flask_and_no_requests(tmp_path: Path) -> None:
+    code = (
+        "from remediate.services import build_services\n"
+        "services = build_services(settings)\n"
+        "assert services.engine.playbooks.playbooks[0].name == 'noted'"
+    )
+    # yaml: the playbooks were read; sqlalchemy: the store opened. The notify action exists, its session does not.
+    assert _imported_after(code, tmp_path) == {"sqlalchemy", "yaml"}
+
+
+def test_an_http_worker_loads_flask_but_no_requests(tmp_path: Path) -> None:
+    code = (
+        "from remediate.serving import _server_app\n"
+        "app = _server_app(settings, None)\n"
+        "assert app.test_client().get('/healthz').status_code == 200"
+    )
+    assert _imported_after(code, tmp_path) == {"click", "flask", "werkzeug", "sqlalchemy", "yaml"}
+
+
+def test_the_server_side_of_the_training_protocol_loads_no_job_side_class(tmp_path: Path) -> None:
+    code = "import remediate.actions.training, remediate.actions.training_command, remediate.training.protocol"
+    assert "remediate.training.client" not in _imported_after(code, tmp_path)
+    code = "from remediate.training import TrainingControl, TorchCheckpoints\nassert TrainingControl.__name__"
+    assert "remediate.training.client" in _imported_after(code, tmp_path)  # named: loaded
+
+
+def test_the_training_package_names_each_lazy_class_and_refuses_others() -> None:
+    import remediate.training
+    from remediate.training.client import TrainingControl
+
+    assert remediate.training.TrainingControl is TrainingControl
+    assert {"TrainingControl", "TorchCheckpoints", "Handler"} <= set(dir(remediate.training))
+    assert set(remediate.training.__all__) <= set(dir(remediate.training))
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = remediate.training.Nope
+
+
+class Sender:
+    session = SessionSlot()
+
+    def __init__(self, session: requests.Session | None = None) -> None:
+        self.session = session
+
+
+def test_a_session_slot_keeps_the_session_given() -> None:
+    given = requests.Session()
+    assert Sender(given).session is given
+
+
+def test_a_session_slot_makes_one_session_per_sender_on_first_read() -> None:
+    first, second = Sender(), Sender()
+    assert "_session_slot" in vars(first) and vars(first)["_session_slot"] is None  # nothing made yet
+    made = first.session
+    assert isinstance(made, requests.Session)
+    assert first.session is made  # kept
+    assert second.session is not made  # each sender its own, as each made one in its constructor before
