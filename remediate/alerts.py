@@ -264,8 +264,11 @@ def _parse_timestamp(value: str) -> datetime:
         raise _InvalidTimestamp(f"is not a valid timestamp: {_show(value)} ({exc})") from None
 
 
+@functools.lru_cache(maxsize=4096)
 def format_timestamp(dt: datetime) -> str:
     """Format an aware datetime as RFC 3339 in UTC with a Z, trailing fractional zeros dropped."""
+    # Cached: the text depends on the instant alone, and equal aware datetimes are the same instant
+    # (whatever their offsets); the alerts of one storm share a few startsAt values.
     if dt.tzinfo is None or dt.utcoffset() is None:
         raise ValueError("format_timestamp needs a timezone-aware datetime")
     utc = dt.astimezone(UTC)
@@ -357,8 +360,18 @@ def _string(obj: Mapping[str, object], key: str, parent: str, *, required: bool)
 
 
 def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: bool, labels: bool) -> dict[str, str]:
-    field = _join(parent, key)
     value = obj.get(key)
+    if type(value) is dict and (not labels or len(value) <= MAX_LABELS):
+        # The common case, checked cheaply: ASCII strings (and, for labels, valid names of a bounded
+        # length). Anything else takes the checks below, which name the field.
+        for name, item in value.items():
+            if not (type(name) is str and type(item) is str and name.isascii() and item.isascii()):
+                break
+            if labels and (len(name) > MAX_LABEL_LENGTH or len(item) > MAX_LABEL_LENGTH or not _valid_label_name(name)):
+                break
+        else:
+            return dict(value)
+    field = _join(parent, key)
     if value is None:
         if required:
             raise PayloadError(field, "is required")
@@ -370,16 +383,6 @@ def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: b
         raise PayloadError(field, f"has {len(value)} labels; at most {MAX_LABELS} are accepted")
     result: dict[str, str] = {}
     for name, item in value.items():
-        # The common case checks cheaply; the field's path is built only to name a problem.
-        if (
-            isinstance(item, str)
-            and name.isascii()
-            and item.isascii()
-            and (not labels or (len(name) <= MAX_LABEL_LENGTH and len(item) <= MAX_LABEL_LENGTH))
-            and (not labels or _LABEL_NAME.fullmatch(name))
-        ):
-            result[name] = item
-            continue
         item_field = _join(field, name)
         _check_unicode(name, item_field)
         if labels:
@@ -400,6 +403,21 @@ def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: b
     return result
 
 
+_VALID_LABEL_NAMES: set[str] = set()
+"""Label names seen valid: the alerts of a notification (and of a cluster) share a few dozen."""
+_VALID_LABEL_NAMES_MAX: Final = 4096
+
+
+def _valid_label_name(name: str) -> bool:
+    if name in _VALID_LABEL_NAMES:
+        return True
+    if not _LABEL_NAME.fullmatch(name):
+        return False
+    if len(_VALID_LABEL_NAMES) < _VALID_LABEL_NAMES_MAX:  # bounded: label names come from senders
+        _VALID_LABEL_NAMES.add(name)
+    return True
+
+
 def _check_unicode(value: str, field: str) -> None:
     # isascii() is O(1) in CPython (the string's kind is known): most strings need no search.
     if not value.isascii() and _SURROGATE.search(value):
@@ -407,7 +425,8 @@ def _check_unicode(value: str, field: str) -> None:
 
 
 def _freeze(mapping: dict[str, str]) -> Mapping[str, str]:
-    return MappingProxyType(dict(mapping))
+    # `mapping` is always a dict made here for this alert (_string_map's): nobody else holds it to change it.
+    return MappingProxyType(mapping)
 
 
 def _join(parent: str, key: str) -> str:
