@@ -13,6 +13,7 @@ import pytest
 from flask import Flask, jsonify
 
 from remediate import engine as engine_module
+from remediate.alerts import parse_notification
 from remediate.engine import GC_PAUSE_ALERTS, DecisionRecord, Engine, IngestResult
 from remediate.runs import Decision
 
@@ -117,3 +118,88 @@ def test_a_collector_switched_off_before_stays_off(gc_on: None) -> None:
     with engine_module._gc_paused():
         pass
     assert not gc.isenabled()
+
+
+# --------------------------------------------------------------------------- one render per distinct values read
+
+
+def _evaluate(engine: Engine, make_notification: Callable[..., dict], *alerts: dict[str, Any]) -> list[Any]:
+    return engine.evaluate_all(parse_notification(make_notification(*alerts)).alerts)
+
+
+def _counting_renders(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    rendered: list[str] = []
+    real = engine._render_steps
+
+    def counting(specs: Any, prefix: str, context: Any) -> Any:
+        rendered.append(context["fingerprint"])
+        return real(specs, prefix, context)
+
+    monkeypatch.setattr(engine, "_render_steps", counting)
+    return rendered
+
+
+def _messages(evaluations: list[Any]) -> list[Any]:
+    return [
+        [(s.params["message"], s.params.get("level")) for s in evs[0].steps] or evs[0].error
+        for _, _, evs in evaluations
+    ]
+
+
+def test_alerts_whose_templates_read_the_same_values_share_one_render(
+    make_engine: MakeEngine,
+    make_alert: MakeAlert,
+    make_notification: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = make_engine(PLAYBOOK)
+    rendered = _counting_renders(engine, monkeypatch)
+    a = make_alert("GpuXidError", fingerprint="fa", labels={"Hostname": "node-a", "gpu": "1", "pod": "p1"})
+    b = make_alert("GpuXidError", fingerprint="fb", labels={"Hostname": "node-a", "gpu": "1", "pod": "p1"})
+    c = make_alert("GpuXidError", fingerprint="fc", labels={"Hostname": "node-b", "gpu": "1", "pod": "p1"})
+    evaluations = _evaluate(engine, make_notification, a, b, c)
+    assert rendered == ["fa", "fc"]
+    assert _messages(evaluations) == [
+        [("GPU 1 on node-a", "info")],
+        [("GPU 1 on node-a", "info")],
+        [("GPU 1 on node-b", "info")],
+    ]
+    # Each alert keeps its own evaluation: its alert, dedupe key and target.
+    assert [evs[0].alert.fingerprint for _, _, evs in evaluations] == ["fa", "fb", "fc"]
+    assert len({evs[0].dedupe_key for _, _, evs in evaluations}) == 3
+    # Another notification renders again (the renders are the notification's own).
+    _evaluate(engine, make_notification, a)
+    assert rendered == ["fa", "fc", "fa"]
+
+
+def test_a_render_error_is_shared_only_by_alerts_that_read_the_same_values(
+    make_engine: MakeEngine,
+    make_alert: MakeAlert,
+    make_notification: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = make_engine(PLAYBOOK)
+    without_gpu = make_alert("GpuXidError", fingerprint="f1", labels={"Hostname": "node-a"})
+    with_gpu = make_alert("GpuXidError", fingerprint="f2", labels={"Hostname": "node-a", "gpu": "2"})
+    again_without = make_alert("GpuXidError", fingerprint="f3", labels={"Hostname": "node-a"})
+    messages = _messages(_evaluate(engine, make_notification, without_gpu, with_gpu, again_without))
+    assert "gpu" in messages[0] and messages[2] == messages[0]
+    assert messages[1] == [("GPU 2 on node-a", "info")]
+
+
+@pytest.mark.parametrize(
+    "template",
+    ["{{ [1, 2, 3, 4, 5, 6, 7, 8, 9] | random }} on {{ labels.Hostname }}", "{{ lipsum(1) }}", "{{ fingerprint }}"],
+)
+def test_templates_that_may_differ_for_the_same_labels_render_per_alert(
+    template: str,
+    make_engine: MakeEngine,
+    make_alert: MakeAlert,
+    make_notification: Callable[..., dict],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    engine = make_engine({**PLAYBOOK, "steps": [{"action": "log", "with": {"message": template}}]})
+    rendered = _counting_renders(engine, monkeypatch)
+    alerts = [make_alert("GpuXidError", fingerprint=f"f{i}", labels={"Hostname": "node-a"}) for i in range(4)]
+    _evaluate(engine, make_notification, *alerts)
+    assert rendered == ["f0", "f1", "f2", "f3"]
