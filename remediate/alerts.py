@@ -109,13 +109,14 @@ class Alert:
     starts_at_raw: str
     ends_at_raw: str = ""
 
-    @functools.cached_property
+    # Plain properties: a first access of a cached_property takes a lock (Python 3.11), costlier than these.
+    @property
     def name(self) -> str:
         return self.labels.get("alertname", "")
 
-    @functools.cached_property
+    @property
     def starts_at_text(self) -> str:
-        """startsAt as the store keeps it (format_timestamp): with the fingerprint, one occurrence's identity."""
+        """startsAt as the store keeps it (format_timestamp, cached); with the fingerprint, an occurrence."""
         return format_timestamp(self.starts_at)
 
     def template_context(self) -> dict[str, object]:

@@ -183,10 +183,10 @@ class IngestResult:
         return sum(1 for d in self.decisions if d.decision is Decision.ACCEPTED)
 
     def decision_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
+        counts: dict[Decision, int] = {}
         for record in self.decisions:
-            counts[record.decision.value] = counts.get(record.decision.value, 0) + 1
-        return counts
+            counts[record.decision] = counts.get(record.decision, 0) + 1
+        return {decision.value: count for decision, count in counts.items()}
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -568,7 +568,8 @@ class Engine:
                 if j.supersedes is not None:
                     w.mark_superseded(j.supersedes, run_ids[id(j)], received_at)
             statuses = {id(j): row["status"] for j, row in zip(with_runs, run_rows, strict=True)}
-            w.insert_steps([row for j in with_runs for row in step_rows(run_ids[id(j)], j.evaluation)])
+            params_json: dict[int, str] = {}
+            w.insert_steps([row for j in with_runs for row in step_rows(run_ids[id(j)], j.evaluation, params_json)])
             for j in judged:
                 # Whatever the verdict (no_firing_run, nothing_on_resolved, paused, ...): the alert is over.
                 waiting = {run for _, run, status in j.ladder_runs if status == RunStatus.AWAITING_APPROVAL}
