@@ -362,16 +362,8 @@ def _string(obj: Mapping[str, object], key: str, parent: str, *, required: bool)
 
 def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: bool, labels: bool) -> dict[str, str]:
     value = obj.get(key)
-    if type(value) is dict and (not labels or len(value) <= MAX_LABELS):
-        # The common case, checked cheaply: ASCII strings (and, for labels, valid names of a bounded
-        # length). Anything else takes the checks below, which name the field.
-        for name, item in value.items():
-            if not (type(name) is str and type(item) is str and name.isascii() and item.isascii()):
-                break
-            if labels and (len(name) > MAX_LABEL_LENGTH or len(item) > MAX_LABEL_LENGTH or not _valid_label_name(name)):
-                break
-        else:
-            return dict(value)
+    if type(value) is dict and _plain_strings(value, labels=labels):
+        return dict(value)  # the common case; anything else takes the checks below, which name the field
     field = _join(parent, key)
     if value is None:
         if required:
@@ -404,18 +396,31 @@ def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: b
     return result
 
 
-_VALID_LABEL_NAMES: set[str] = set()
-"""Label names seen valid: the alerts of a notification (and of a cluster) share a few dozen."""
-_VALID_LABEL_NAMES_MAX: Final = 4096
+_VALID_NAME_SETS: set[tuple[str, ...]] = set()
+"""Label names (in order) of maps seen valid: the alerts of a notification, and of a cluster, share a few."""
+_VALID_NAME_SETS_MAX: Final = 4096
 
 
-def _valid_label_name(name: str) -> bool:
-    if name in _VALID_LABEL_NAMES:
-        return True
-    if not _LABEL_NAME.fullmatch(name):
+def _plain_strings(value: dict[str, object], *, labels: bool) -> bool:
+    """Whether a map is all ASCII strings (labels: at most MAX_LABELS, valid names, names and values within
+    MAX_LABEL_LENGTH), checked in C where it can be: true for nearly every alert, whose map then needs
+    none of _string_map's checks one by one."""
+    try:
+        if not ("".join(value).isascii() and "".join(value.values()).isascii()):  # type: ignore[arg-type]
+            return False
+    except TypeError:  # a name or value that is not a string
         return False
-    if len(_VALID_LABEL_NAMES) < _VALID_LABEL_NAMES_MAX:  # bounded: label names come from senders
-        _VALID_LABEL_NAMES.add(name)
+    if not labels:
+        return True
+    if len(value) > MAX_LABELS or (value and max(map(len, value.values())) > MAX_LABEL_LENGTH):  # type: ignore[arg-type]
+        return False
+    names = tuple(value)
+    if names in _VALID_NAME_SETS:
+        return True
+    if not all(len(name) <= MAX_LABEL_LENGTH and _LABEL_NAME.fullmatch(name) for name in names):
+        return False
+    if len(_VALID_NAME_SETS) < _VALID_NAME_SETS_MAX:  # bounded: label names come from senders
+        _VALID_NAME_SETS.add(names)
     return True
 
 
