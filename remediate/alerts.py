@@ -327,6 +327,11 @@ def _parse_alert(raw: object, index: int) -> Alert:
 
 def _check_keys(obj: Mapping[object, object], path: str) -> None:
     # json.loads only makes str keys, but a caller may hand us a dict built in Python.
+    try:
+        "".join(obj)  # type: ignore[arg-type]  # all strings: checked in C, the usual answer
+        return
+    except TypeError:
+        pass
     for key in obj:
         if not isinstance(key, str):
             raise PayloadError(path, f"object keys must be strings, got {_json_type(key)}")
