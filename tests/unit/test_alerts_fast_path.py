@@ -41,3 +41,12 @@ def test_non_ascii_text_passes_the_slow_way_unchanged() -> None:
     payload = notification_payload(alert_payload(labels={"Hostname": "nœud-é"}, annotations={"summary": "GPU ☃"}))
     alert = parse_notification(payload).alerts[0]
     assert alert.labels["Hostname"] == "nœud-é" and alert.annotations["summary"] == "GPU ☃"
+
+
+def test_an_object_with_a_key_that_is_not_a_string_is_refused_where_it_is() -> None:
+    payload = notification_payload(alert_payload(fingerprint="f1"))
+    payload["alerts"][0][7] = "seven"
+    with pytest.raises(PayloadError, match="object keys must be strings, got number") as raised:
+        parse_notification(payload)
+    assert raised.value.field == "alerts[0]"
+    assert _error({**NAMES, 3: "three"}).field == "alerts[0].labels"  # type: ignore[dict-item]
