@@ -109,13 +109,14 @@ class Alert:
     starts_at_raw: str
     ends_at_raw: str = ""
 
-    @functools.cached_property
+    # Plain properties: a first access of a cached_property takes a lock (Python 3.11), costlier than these.
+    @property
     def name(self) -> str:
         return self.labels.get("alertname", "")
 
-    @functools.cached_property
+    @property
     def starts_at_text(self) -> str:
-        """startsAt as the store keeps it (format_timestamp): with the fingerprint, one occurrence's identity."""
+        """startsAt as the store keeps it (format_timestamp, cached); with the fingerprint, an occurrence."""
         return format_timestamp(self.starts_at)
 
     def template_context(self) -> dict[str, object]:
@@ -264,8 +265,11 @@ def _parse_timestamp(value: str) -> datetime:
         raise _InvalidTimestamp(f"is not a valid timestamp: {_show(value)} ({exc})") from None
 
 
+@functools.lru_cache(maxsize=4096)
 def format_timestamp(dt: datetime) -> str:
     """Format an aware datetime as RFC 3339 in UTC with a Z, trailing fractional zeros dropped."""
+    # Cached: the text depends on the instant alone, and equal aware datetimes are the same instant
+    # (whatever their offsets); the alerts of one storm share a few startsAt values.
     if dt.tzinfo is None or dt.utcoffset() is None:
         raise ValueError("format_timestamp needs a timezone-aware datetime")
     utc = dt.astimezone(UTC)
@@ -323,6 +327,11 @@ def _parse_alert(raw: object, index: int) -> Alert:
 
 def _check_keys(obj: Mapping[object, object], path: str) -> None:
     # json.loads only makes str keys, but a caller may hand us a dict built in Python.
+    try:
+        "".join(obj)  # type: ignore[arg-type]  # all strings: checked in C, the usual answer
+        return
+    except TypeError:
+        pass
     for key in obj:
         if not isinstance(key, str):
             raise PayloadError(path, f"object keys must be strings, got {_json_type(key)}")
@@ -357,8 +366,10 @@ def _string(obj: Mapping[str, object], key: str, parent: str, *, required: bool)
 
 
 def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: bool, labels: bool) -> dict[str, str]:
-    field = _join(parent, key)
     value = obj.get(key)
+    if type(value) is dict and _plain_strings(value, labels=labels):
+        return dict(value)  # the common case; anything else takes the checks below, which name the field
+    field = _join(parent, key)
     if value is None:
         if required:
             raise PayloadError(field, "is required")
@@ -370,16 +381,6 @@ def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: b
         raise PayloadError(field, f"has {len(value)} labels; at most {MAX_LABELS} are accepted")
     result: dict[str, str] = {}
     for name, item in value.items():
-        # The common case checks cheaply; the field's path is built only to name a problem.
-        if (
-            isinstance(item, str)
-            and name.isascii()
-            and item.isascii()
-            and (not labels or (len(name) <= MAX_LABEL_LENGTH and len(item) <= MAX_LABEL_LENGTH))
-            and (not labels or _LABEL_NAME.fullmatch(name))
-        ):
-            result[name] = item
-            continue
         item_field = _join(field, name)
         _check_unicode(name, item_field)
         if labels:
@@ -400,6 +401,34 @@ def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: b
     return result
 
 
+_VALID_NAME_SETS: set[tuple[str, ...]] = set()
+"""Label names (in order) of maps seen valid: the alerts of a notification, and of a cluster, share a few."""
+_VALID_NAME_SETS_MAX: Final = 4096
+
+
+def _plain_strings(value: dict[str, object], *, labels: bool) -> bool:
+    """Whether a map is all ASCII strings (labels: at most MAX_LABELS, valid names, names and values within
+    MAX_LABEL_LENGTH), checked in C where it can be: true for nearly every alert, whose map then needs
+    none of _string_map's checks one by one."""
+    try:
+        if not ("".join(value).isascii() and "".join(value.values()).isascii()):  # type: ignore[arg-type]
+            return False
+    except TypeError:  # a name or value that is not a string
+        return False
+    if not labels:
+        return True
+    if len(value) > MAX_LABELS or (value and max(map(len, value.values())) > MAX_LABEL_LENGTH):  # type: ignore[arg-type]
+        return False
+    names = tuple(value)
+    if names in _VALID_NAME_SETS:
+        return True
+    if not all(len(name) <= MAX_LABEL_LENGTH and _LABEL_NAME.fullmatch(name) for name in names):
+        return False
+    if len(_VALID_NAME_SETS) < _VALID_NAME_SETS_MAX:  # bounded: label names come from senders
+        _VALID_NAME_SETS.add(names)
+    return True
+
+
 def _check_unicode(value: str, field: str) -> None:
     # isascii() is O(1) in CPython (the string's kind is known): most strings need no search.
     if not value.isascii() and _SURROGATE.search(value):
@@ -407,7 +436,8 @@ def _check_unicode(value: str, field: str) -> None:
 
 
 def _freeze(mapping: dict[str, str]) -> Mapping[str, str]:
-    return MappingProxyType(dict(mapping))
+    # `mapping` is always a dict made here for this alert (_string_map's): nobody else holds it to change it.
+    return MappingProxyType(mapping)
 
 
 def _join(parent: str, key: str) -> str:

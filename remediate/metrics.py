@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -37,6 +38,7 @@ class Metrics(ExecutorMetrics):
     def __init__(self, registry: CollectorRegistry | None) -> None:
         """`registry=None` in multiprocess mode: values live in files, not in a registry."""
         kw = {"registry": registry}
+        self._children: dict[tuple[int, str], Any] = {}
         self.notifications = Counter(
             "remediate_notifications_received_total", "Webhook notifications stored", ["status"], **kw
         )
@@ -78,11 +80,20 @@ class Metrics(ExecutorMetrics):
         )
 
     def record_ingest(self, result: IngestResult) -> None:
-        self.notifications.labels(result.status).inc()
+        self._child(self.notifications, result.status).inc()
         for status, count in result.alert_statuses.items():
-            self.alerts.labels(status).inc(count)
+            self._child(self.alerts, status).inc(count)
         for decision, count in result.decision_counts().items():
-            self.decisions.labels(decision).inc(count)
+            self._child(self.decisions, decision).inc(count)
+
+    def _child(self, counter: Counter, value: str) -> Any:
+        """`counter.labels(value)`, kept: ingest's label values are a few statuses and decisions, and
+        `labels()` (a lock, a key, a lookup) costs more than the increment."""
+        key = (id(counter), value)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(value)
+        return child
 
     def step_finished(self, action: str, outcome: str, seconds: float) -> None:
         self.steps.labels(action, outcome).inc()

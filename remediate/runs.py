@@ -434,8 +434,11 @@ def run_row(judged: Judged, alert_id: int, now: float, *, priority: int = 0) -> 
     }
 
 
-def step_rows(run_id: int, ev: _Evaluation | None) -> list[dict[str, Any]]:
-    """The steps rows of a new run, all pending; none when its params did not render."""
+def step_rows(run_id: int, ev: _Evaluation | None, params_json: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """The steps rows of a new run, all pending; none when its params did not render.
+
+    `params_json`: the JSON of the steps already written in this transaction, by id() of their rendered
+    step (the alerts of a notification whose templates read the same values share one, Engine._render)."""
     if ev is None or ev.error is not None:
         return []
     return [
@@ -445,7 +448,7 @@ def step_rows(run_id: int, ev: _Evaluation | None) -> list[dict[str, Any]]:
             "name": step.spec.name,
             "action": step.spec.action,
             "where": step.where,
-            "params": json.dumps(step.params, sort_keys=True, default=str),
+            "params": _params_json(step, params_json),
             "timeout": step.timeout,
             "retries": step.spec.retries,
             "always": step.spec.always,
@@ -454,6 +457,16 @@ def step_rows(run_id: int, ev: _Evaluation | None) -> list[dict[str, Any]]:
         }
         for index, step in enumerate(ev.steps)
     ]
+
+
+def _params_json(step: _RenderedStep, known: dict[int, str] | None) -> str:
+    if known is None:
+        return json.dumps(step.params, sort_keys=True, default=str)
+    # Keyed by id(): the rendered steps stay alive (held by their evaluations) while `known` is used.
+    text = known.get(id(step))
+    if text is None:
+        text = known[id(step)] = json.dumps(step.params, sort_keys=True, default=str)
+    return text
 
 
 def decision_row(

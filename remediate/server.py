@@ -198,7 +198,7 @@ def _register_routes(app: Flask, services: Services) -> None:
             services.metrics.rejected.labels("503").inc()
             return _error(503, "store_unavailable", "the notification could not be stored; AlertManager will retry")
         services.metrics.record_ingest(result)
-        return jsonify(result.summary())
+        return app.response_class(result.summary_json(), mimetype="application/json")
 
     @app.get("/history")
     @_requires(services, READ)

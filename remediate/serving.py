@@ -301,9 +301,9 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
     """The server's Flask app in an HTTP worker."""
     from remediate.server import build_services, create_app
 
-    # HTTP workers never run steps: runs they queue wake the executor process.
-    waker = ExecutorWaker(wake_path) if wake_path is not None else None
-    services = build_services(settings, wake=waker.wake if waker is not None else None)
+    # HTTP workers never run steps: runs they queue wake the executor process, when there is one.
+    wake = ExecutorWaker(wake_path).wake if wake_path is not None else _no_executor_to_wake
+    services = build_services(settings, wake=wake)
     app = create_app(settings, services=services)
     release_freed_heap()
     return app
@@ -325,6 +325,10 @@ def release_freed_heap() -> None:
     except (OSError, AttributeError):
         return
     trim(0)
+
+
+def _no_executor_to_wake() -> None:
+    """The wake-up of HTTP workers with the executors off: nobody listens (the runs wait for an executor)."""
 
 
 def _child_exit(_server: Any, worker: Any) -> None:
@@ -439,7 +443,8 @@ def _serve(settings: Settings) -> None:
         "proc_name": "remediate",
     }
     try:
-        wake_path = private_dir / WAKE_SOCKET
+        # With the executors off no process listens: the workers send no datagram per notification.
+        wake_path = private_dir / WAKE_SOCKET if settings.executor_threads else None
         _GunicornApp(
             options,
             lambda: _server_app(settings, wake_path),

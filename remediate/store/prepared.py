@@ -104,15 +104,26 @@ def _row_type(names: tuple[str, ...]) -> type:
     return row_type
 
 
+_ROW_TYPE_BY_SQL: dict[str, type | None] = {}
+"""The row type of a statement's text (None: no rows), so a hot statement skips `cursor.description`."""
+_ROW_TYPE_BY_SQL_MAX = 2048  # texts: the hot statements, and their IN (...) lists of each length
+
+
 def sqlite_rows(conn: sa.Connection, sql: str, values: Sequence[Any]) -> list[Any]:
     """Run `sql` on the SQLite driver's cursor of `conn` (its transaction); rows as named tuples (by column
     name, like SQLAlchemy's rows), [] for a statement without rows. Driver errors as SQLAlchemy's."""
     cursor = conn.connection.driver_connection.cursor()
     try:
         cursor.execute(sql, values)
-        if cursor.description is None:
+        if sql in _ROW_TYPE_BY_SQL:
+            row_type = _ROW_TYPE_BY_SQL[sql]
+        else:
+            description = cursor.description
+            row_type = None if description is None else _row_type(tuple(column[0] for column in description))
+            if len(_ROW_TYPE_BY_SQL) < _ROW_TYPE_BY_SQL_MAX:
+                _ROW_TYPE_BY_SQL[sql] = row_type
+        if row_type is None:
             return []
-        row_type = _row_type(tuple(column[0] for column in cursor.description))
         return [row_type._make(row) for row in cursor.fetchall()]
     except sqlite3.Error as exc:
         # The store's callers handle SQLAlchemy's exceptions ("database is locked" is StoreBusy).

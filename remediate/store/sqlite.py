@@ -12,6 +12,7 @@ agent's state file.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sqlite3
 from collections.abc import Mapping, Sequence
@@ -109,16 +110,12 @@ class SqliteDialect(Dialect):
         name = table.name
         try:
             if len(rows) == 1:  # the usual notification: SQLite says which id it gave
-                columns = ", ".join(f'"{column}"' for column in rows[0])
-                marks = ", ".join("?" * len(rows[0]))
-                cursor.execute(f'INSERT INTO "{name}" ({columns}) VALUES ({marks})', tuple(rows[0].values()))  # noqa: S608
+                cursor.execute(_insert_sql(name, tuple(rows[0])), tuple(rows[0].values()))
                 return [int(cursor.lastrowid or 0)]
             first = cursor.execute(f'SELECT coalesce(max(id), 0) + 1 FROM "{name}"').fetchone()[0]  # noqa: S608
             numbered = zip(itertools.count(first), rows)
             for columns, group in itertools.groupby(numbered, key=lambda pair: tuple(pair[1])):
-                names = ", ".join(f'"{column}"' for column in ("id", *columns))
-                marks = ", ".join("?" * (len(columns) + 1))
-                statement = f'INSERT INTO "{name}" ({names}) VALUES ({marks})'  # noqa: S608 - schema names only
+                statement = _insert_sql(name, ("id", *columns))
                 cursor.executemany(statement, [(number, *row.values()) for number, row in group])
         except sqlite3.Error as exc:
             # The store's callers handle SQLAlchemy's exceptions (a unique violation is a StoreConflict).
@@ -143,3 +140,11 @@ class SqliteDialect(Dialect):
 
     def close(self) -> None:
         self.lock.close()
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_sql(table: str, columns: tuple[str, ...]) -> str:
+    """INSERT of these columns of a table (schema names only, never data): the same few every notification."""
+    names = ", ".join(f'"{column}"' for column in columns)
+    marks = ", ".join("?" * len(columns))
+    return f'INSERT INTO "{table}" ({names}) VALUES ({marks})'  # noqa: S608 - schema names only

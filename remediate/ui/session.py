@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Request
-from flask.sessions import SecureCookieSessionInterface
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
 from remediate.config import OPERATOR, READ, Credential
 from remediate.errors import ConfigError
@@ -59,12 +59,27 @@ def secret_key(secret_file: Path | None, credentials: Iterable[Credential]) -> b
 
 
 class UiSessionInterface(SecureCookieSessionInterface):
-    """Flask's signed cookie session, `Secure` whenever the page was asked for over https."""
+    """Flask's signed cookie session, `Secure` whenever the page was asked for over https; only for the pages.
+
+    A request outside the cookie's path (the API: a webhook per alert) gets Flask's null session: its
+    browser sends no cookie there, and building the signer and reading and saving an empty session was
+    a tenth of Flask's own work per webhook."""
+
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
+        if not in_cookie_path(request.path, self.get_cookie_path(app)):
+            return None  # Flask then uses make_null_session(): empty, and never saved
+        return super().open_session(app, request)
 
     def get_cookie_secure(self, app: Flask) -> bool:
         from flask import request
 
         return bool(app.config["SESSION_COOKIE_SECURE"]) or request.is_secure
+
+
+def in_cookie_path(path: str, cookie_path: str) -> bool:
+    """Whether a browser sends a cookie of `cookie_path` with a request for `path` (RFC 6265 5.1.4)."""
+    prefix = cookie_path.rstrip("/")
+    return not prefix or path == prefix or path.startswith(prefix + "/")
 
 
 def configure(app: Flask, key: bytes) -> None:

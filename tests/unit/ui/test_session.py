@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from flask import Flask, request, session
 
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential
 from remediate.errors import ConfigError
-from remediate.ui.session import csrf_ok, find_credential, secret_key
+from remediate.ui.session import UiSessionInterface, configure, csrf_ok, find_credential, in_cookie_path, secret_key
 
 OPERATOR_C = Credential("alice", "alice-token-0123456789", frozenset({OPERATOR}))
 READ_C = Credential("auditor", "auditor-token-0123456789", frozenset({READ}))
@@ -49,3 +50,45 @@ def test_csrf_needs_the_sessions_own_token() -> None:
     assert not csrf_ok({"csrf": "abc"}, None)
     assert not csrf_ok({}, "")
     assert not csrf_ok({}, "abc")
+
+
+def test_the_cookie_path_covers_the_pages_only() -> None:
+    assert in_cookie_path("/ui", "/ui")
+    assert in_cookie_path("/ui/runs/4", "/ui")
+    assert in_cookie_path("/ui/", "/ui/")
+    assert not in_cookie_path("/uix", "/ui")
+    assert not in_cookie_path("/webhook", "/ui")
+    assert in_cookie_path("/webhook", "/")
+
+
+def test_only_the_pages_open_a_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's requests (a webhook per alert) skip the signed cookie; the pages keep theirs."""
+    app = Flask("t")
+    configure(app, b"k" * 32)
+    opened: list[str] = []
+    real = UiSessionInterface.get_signing_serializer
+
+    def counting(self: UiSessionInterface, flask_app: Flask) -> object:
+        opened.append(request.path)
+        return real(self, flask_app)
+
+    monkeypatch.setattr(UiSessionInterface, "get_signing_serializer", counting)
+
+    @app.post("/webhook")
+    def webhook() -> str:
+        assert not session and session.get("principal") is None  # readable, empty
+        return "ok"
+
+    @app.get("/ui/login")
+    def login() -> str:
+        session["csrf"] = "abc"
+        return "page"
+
+    client = app.test_client()
+    client.set_cookie("remediate_ui", "forged", path="/")
+    response = client.post("/webhook")
+    assert response.status_code == 200 and "Set-Cookie" not in response.headers
+    assert opened == []
+    response = client.get("/ui/login")
+    assert response.status_code == 200 and "remediate_ui=" in response.headers["Set-Cookie"]
+    assert "/ui/login" in opened
