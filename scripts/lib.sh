@@ -14,8 +14,10 @@ find_python() {
 }
 
 ensure_venv() {
-    # $1: pip extras to install, e.g. "test"
+    # $1: pip extras to install, e.g. "test"; more args: requirements installed in the same pip run
+    # (a pin such as torch==2.13.0)
     local extras="${1:-}" python stamp wanted
+    shift || true
     python=$(find_python)
     if [ ! -x .venv/bin/python ]; then
         if ! "$python" -m venv .venv 2>/dev/null; then
@@ -29,13 +31,13 @@ ensure_venv() {
         fi
     fi
     stamp=.venv/.remediate-installed
-    wanted="$(sha256sum pyproject.toml | cut -d' ' -f1) extras=$extras"
+    wanted="$(sha256sum pyproject.toml | cut -d' ' -f1) extras=$extras $*"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
         .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
         if [ -n "$extras" ]; then
-            .venv/bin/python -m pip install --quiet -e ".[$extras]"
+            .venv/bin/python -m pip install --quiet -e ".[$extras]" "$@"
         else
-            .venv/bin/python -m pip install --quiet -e .
+            .venv/bin/python -m pip install --quiet -e . "$@"
         fi
         echo "$wanted" >"$stamp"
     fi
