@@ -20,25 +20,13 @@ import pytest
 import requests
 
 from remediate.agentauth import sign
+from tests.support.processes import child_pids
 from tests.support.realsystems import wait_until
 from tests.support.server import NodeAgent, agent_credential
 
 pytestmark = [pytest.mark.integration]
 
 _IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", re.MULTILINE)
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue  # exited meanwhile
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def test_the_agent_is_one_process_that_never_loads_sqlalchemy_the_store_or_kubernetes(tmp_path: Path) -> None:
@@ -74,7 +62,7 @@ def test_the_agent_is_one_process_that_never_loads_sqlalchemy_the_store_or_kuber
         with sqlite3.connect(tmp_path / "node-a" / "state" / "agent.db") as conn:
             assert [run for (run,) in conn.execute("SELECT run_id FROM action_memory")] == [7]
 
-        assert _children(agent.pid) == []  # the process kubelet starts serves the requests itself
+        assert child_pids(agent.pid) == set()  # the process kubelet starts serves the requests itself
         imported = set(_IMPORTED.findall(agent.log_path.read_text()))
         assert {"flask", "remediate.agent", "remediate.agent_state"} <= imported  # the list is read
         assert not {m for m in imported if m.split(".")[0] in ("sqlalchemy", "kubernetes")}

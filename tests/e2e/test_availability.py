@@ -28,6 +28,7 @@ from typing import Self
 import pytest
 import requests
 
+from tests.support.processes import child_pids
 from tests.support.realsystems import WebhookRecorder, wait_until
 from tests.support.server import HasLogTail, NodeAgent, RemediateServer, notification, write_playbook
 
@@ -111,11 +112,6 @@ def _executor_pid(server: RemediateServer, timeout: float = 10.0) -> int:
     return int(pids[-1])
 
 
-def _children(pid: int) -> set[int]:
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return {int(child) for child in children}
-
-
 def _playbook(recorder: WebhookRecorder) -> str:
     return f"""\
 name: slow-notify
@@ -160,7 +156,7 @@ def test_fifty_slow_connections_neither_stall_the_server_nor_interrupt_a_step(
 
         # Every HTTP worker dies while the step is in flight: the executor is not one of them.
         executor = _executor_pid(server)
-        workers = _children(server.pid) - {executor}
+        workers = child_pids(server.pid) - {executor}
         assert len(workers) == 2, (workers, executor)
         for pid in workers:
             os.kill(pid, signal.SIGKILL)
@@ -175,7 +171,7 @@ def test_fifty_slow_connections_neither_stall_the_server_nor_interrupt_a_step(
     assert detail["status"] == "succeeded", detail
     assert [attempt["outcome"] for attempt in step["attempts"]] == ["succeeded"], step
     assert len(recorder.requests) == 1
-    assert executor in _children(server.pid)  # the same executor process ran it to the end
+    assert executor in child_pids(server.pid)  # the same executor process ran it to the end
 
 
 def _healthy(server: RemediateServer) -> bool:

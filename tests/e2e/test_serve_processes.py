@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import child_pids
 from tests.support.realsystems import wait_until
 from tests.support.server import RemediateServer, notification, write_playbook
 
@@ -29,19 +30,6 @@ steps:
 
 # Extension modules only a process that imported the store (SQLAlchemy, sqlite3) or the engine (orjson) maps.
 STORE_EXTENSIONS = ("/sqlalchemy/", "/_sqlite3.", "/orjson/")
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue  # exited meanwhile
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
 
 
 def _mapped_files(pid: int) -> set[str]:
@@ -61,8 +49,8 @@ def test_the_master_is_a_fresh_interpreter_without_the_store_and_its_children_wo
         command = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
         assert b"-c" in command and any(b"master_main" in part for part in command), command
         assert _store_extensions(server.pid) == set()
-        wait_until(lambda: len(_children(server.pid)) == 2, 10, message="the worker and the executor process")
-        for child in _children(server.pid):  # the list is read: each child loaded the store itself
+        wait_until(lambda: len(child_pids(server.pid)) == 2, 10, message="the worker and the executor process")
+        for child in child_pids(server.pid):  # the list is read: each child loaded the store itself
             assert {"/sqlalchemy/", "/_sqlite3."} <= {
                 part for part in STORE_EXTENSIONS for path in _store_extensions(child) if part in path
             }
