@@ -50,6 +50,10 @@ def server_bindir() -> Path:
     raise PostgresUnavailable(f"no PostgreSQL server binaries (initdb, postgres): {INSTALL_HINT}")
 
 
+PORT_ATTEMPTS = 5
+"""Ports tried when starting a cluster whose port another process took first."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,7 +116,17 @@ class PostgresCluster:
                          "--no-instructions", "--locale=C")  # fmt: skip
         if done.returncode:
             raise PostgresUnavailable(f"initdb failed: {done.stderr.strip() or done.stdout.strip()}")
-        self.resume()
+        # The free port was free when asked for; another process (a test's server in another xdist worker)
+        # may bind it before PostgreSQL does: then another port, a few times.
+        for attempt in range(PORT_ATTEMPTS):
+            (self.root / "server.log").unlink(missing_ok=True)  # this attempt's log only
+            try:
+                self.resume()
+                return
+            except PostgresUnavailable as exc:
+                if "Address already in use" not in str(exc) or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                self.port = _free_port()
 
     def resume(self) -> None:
         """Start the server (again) on its data directory, same port: what a restarted or failed-over
