@@ -407,6 +407,8 @@ def _become_master(settings: Settings) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     flags = subprocess._args_from_interpreter_flags()  # -X importtime, -W ...: what `remediate serve` ran with
+    if "-P" not in flags:
+        flags.append("-P")  # `-c` would otherwise put the working directory first on sys.path: import nothing from it
     os.execv(sys.executable, [sys.executable, *flags, "-c", _MASTER_ENTRY, str(handoff)])  # noqa: S606 - no shell
 
 

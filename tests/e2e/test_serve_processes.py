@@ -10,6 +10,7 @@ process, never in the master.
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,22 @@ def test_the_master_is_a_fresh_interpreter_without_the_store_and_its_children_wo
         assert server._proc.wait(timeout=20) == 0
     finally:
         server.stop()
+
+
+def test_the_master_imports_nothing_from_the_working_directory(tmp_path: Path) -> None:
+    """`python -c` would put the working directory first on sys.path; the exec'd master runs with -P."""
+    write_playbook(tmp_path / "playbooks", "logged", PLAYBOOK)
+    server = RemediateServer(tmp_path / "server", tmp_path / "playbooks", workers=1, executor_threads=0)
+    planted = server.workdir / "remediate"  # the server's working directory: a package named like ours
+    planted.mkdir(parents=True)
+    (planted / "__init__.py").write_text("raise SystemExit('imported remediate from the working directory')\n")
+    console_script = Path(sys.executable).parent / "remediate"  # as installed: no working directory on sys.path
+    server.command = lambda threads: [str(console_script), *RemediateServer.command(server, threads)[3:]]  # type: ignore[method-assign]
+    server.start()
+    try:
+        command = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"-P" in command, command
+        assert server.post_webhook(notification("Logged", {"node": "node-a"})).status_code == 200
+    finally:
+        server.stop()
+    assert "imported remediate from the working directory" not in server.log_path.read_text()
