@@ -61,8 +61,10 @@ def build_services(
     playbooks: PlaybookSet | None = None,
     wake: Callable[[], None] | None = None,
     store_busy_timeout: float | None = None,
+    commit_checkpoints: bool = True,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
+    `commit_checkpoints=False`: the executor process checkpoints SQLite's log apart (store.checkpoints).
 
     The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
     """
@@ -73,7 +75,12 @@ def build_services(
     playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
     if store is None:
         busy = settings.store_busy_timeout if store_busy_timeout is None else store_busy_timeout
-        store = Store.open(settings.database_url, busy_timeout=busy, pool=pool_limits(settings))
+        store = Store.open(
+            settings.database_url,
+            busy_timeout=busy,
+            pool=pool_limits(settings),
+            commit_checkpoints=commit_checkpoints,
+        )
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
     run_link = None if settings.public_url is None else functools.partial(run_page_url, settings.public_url)

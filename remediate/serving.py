@@ -117,12 +117,14 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
 
     util._setproctitle("executor [remediate]")  # a no-op without setproctitle installed
     from remediate.services import build_services  # not server.py: the executor process serves no HTTP
-    from remediate.store import DEFAULT_BUSY_TIMEOUT
+    from remediate.store import DEFAULT_BUSY_TIMEOUT, WalCheckpointer
 
     # Nobody waits on an answer here: the executor's writes wait as long as before (a request's 503 bound
     # would only turn a moment of contention into a failed step).
-    services = build_services(settings, store_busy_timeout=DEFAULT_BUSY_TIMEOUT)
+    # This process checkpoints SQLite's write-ahead log for every process of the server (store.checkpoints).
+    services = build_services(settings, store_busy_timeout=DEFAULT_BUSY_TIMEOUT, commit_checkpoints=False)
     executor, announcer = services.executor, services.announcer
+    checkpointer = WalCheckpointer(services.store.checkpoint)
     # The workers' datagram: runs were queued or approved (the executor), some may await approval (the announcer).
     sock = _listen_for_wakeups(wake_path, services.wake, stopping)
     executor.start()
@@ -131,6 +133,7 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     pruner = history_pruner(settings, services.store, services.engine.playbooks)
     if pruner is not None:
         pruner.start()
+    checkpointer.start()
     release_freed_heap()
     try:
         while not stopping.wait(1.0):
@@ -138,6 +141,7 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
                 log.warning("the master process is gone: executor stopping")
                 break
     finally:
+        checkpointer.stop(timeout=1.0)
         if pruner is not None:
             pruner.stop(timeout=1.0)  # it stops between two batches; a batch is short
         if announcer is not None:
@@ -303,7 +307,8 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
 
     # HTTP workers never run steps: runs they queue wake the executor process, when there is one.
     wake = ExecutorWaker(wake_path).wake if wake_path is not None else _no_executor_to_wake
-    services = build_services(settings, wake=wake)
+    # With an executor process, it checkpoints SQLite's log: a webhook's commit does not (store.checkpoints).
+    services = build_services(settings, wake=wake, commit_checkpoints=wake_path is None)
     app = create_app(settings, services=services)
     release_freed_heap()
     return app

@@ -29,6 +29,7 @@ from __future__ import annotations
 from remediate.agent_state import MemoryStore  # the agent's state file, without SQLAlchemy: kept importable here
 from remediate.store.announcements import Announcements, AwaitingRun
 from remediate.store.breaker_rows import BreakerRows
+from remediate.store.checkpoints import WalCheckpointer
 from remediate.store.database import Database, dialect_for
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect, PoolLimits
 from remediate.store.facade import Store
@@ -92,6 +93,7 @@ __all__ = [
     "StepDetail",
     "Store",
     "StoreMemory",
+    "WalCheckpointer",
     "WriteLock",
     "decode_cursor",
     "dialect_for",

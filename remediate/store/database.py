@@ -57,11 +57,14 @@ class Database:
         upgrade: bool = True,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         pool: PoolLimits = DEFAULT_POOL,
+        commit_checkpoints: bool = True,
     ) -> Database:
         """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock
-        (and, on a server database, for one of the `pool`'s connections)."""
+        (and, on a server database, for one of the `pool`'s connections). `commit_checkpoints=False`: SQLite's
+        write-ahead log is checkpointed apart (`checkpoint`, store.checkpoints.WalCheckpointer), not by commits."""
         try:
-            engine = dialect_for(sa.make_url(url)).create_engine(url, busy_timeout, pool)
+            dialect = dialect_for(sa.make_url(url))
+            engine = dialect.create_engine(url, busy_timeout, pool, commit_checkpoints=commit_checkpoints)
         except (sa.exc.ArgumentError, ImportError) as exc:
             raise ConfigError(f"cannot use database URL {shown_url(url)!r}: {exc}") from exc
         database = cls(engine, busy_timeout=busy_timeout)
@@ -133,6 +136,15 @@ class Database:
     def check_file(self) -> None:
         """StoreFileReplaced if the database's file is no longer the one this process has open."""
         self.dialect.check_file()
+
+    def checkpoint(self) -> bool:
+        """Copy SQLite's write-ahead log into the database file without blocking readers or writers; whether the
+        database has such a log (False: a server database, nothing done)."""
+        try:
+            return self.dialect.checkpoint(self.engine)
+        except sa.exc.DBAPIError as exc:
+            self._raise_if_unreachable(exc)
+            raise
 
     def ping(self) -> None:
         with self.read() as conn:

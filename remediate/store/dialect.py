@@ -55,13 +55,21 @@ class Dialect:
         self.busy_timeout = busy_timeout
 
     @staticmethod
-    def create_engine(url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL) -> sa.Engine:
+    def create_engine(
+        url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL, *, commit_checkpoints: bool = True
+    ) -> sa.Engine:
+        """The engine of `url`. `commit_checkpoints`: SQLite's (see SqliteDialect); a server database has none."""
         return sa.create_engine(url, pool_pre_ping=True, pool_size=pool.size, max_overflow=pool.max_overflow,
                                 pool_timeout=busy_timeout)  # fmt: skip
 
     def writer(self, engine: sa.Engine) -> sa.Engine:
         """The engine write transactions begin on (SQLite: with BEGIN IMMEDIATE)."""
         return engine
+
+    def checkpoint(self, engine: sa.Engine) -> bool:
+        """Copy what SQLite's write-ahead log holds into the database file, without blocking anyone; whether
+        there was such a log (a server database has none: nothing to do)."""
+        return False
 
     def write_lock(self, *, background: bool = False) -> AbstractContextManager[None]:
         """Held around every write transaction: none here, the database queues its writers itself.

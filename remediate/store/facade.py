@@ -65,10 +65,16 @@ class Store:
         upgrade: bool = True,
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         pool: PoolLimits = DEFAULT_POOL,
+        commit_checkpoints: bool = True,
     ) -> Store:
         """Open (and by default create or upgrade) the database; writers wait `busy_timeout` s for the lock
-        (and, on a server database, for one of the `pool`'s connections)."""
-        return cls(Database.open(url, upgrade=upgrade, busy_timeout=busy_timeout, pool=pool))
+        (and, on a server database, for one of the `pool`'s connections). `commit_checkpoints=False`: SQLite's
+        write-ahead log is checkpointed apart (`checkpoint`), not inside the commits (Database.open)."""
+        return cls(
+            Database.open(
+                url, upgrade=upgrade, busy_timeout=busy_timeout, pool=pool, commit_checkpoints=commit_checkpoints
+            )
+        )
 
     def upgrade(self) -> int:
         """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""
@@ -84,6 +90,10 @@ class Store:
     def read(self) -> AbstractContextManager[sa.Connection]:
         """One connection to read on."""
         return self.database.read()
+
+    def checkpoint(self) -> bool:
+        """See Database.checkpoint."""
+        return self.database.checkpoint()
 
     def ping(self) -> None:
         self.database.ping()

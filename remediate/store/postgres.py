@@ -50,7 +50,10 @@ _INGEST_KEY = advisory_key("remediate.ingest")
 
 class PostgresDialect(Dialect):
     @staticmethod
-    def create_engine(url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL) -> sa.Engine:
+    def create_engine(
+        url: str, busy_timeout: float, pool: PoolLimits = DEFAULT_POOL, *, commit_checkpoints: bool = True
+    ) -> sa.Engine:
+        # `commit_checkpoints` is SQLite's: PostgreSQL's checkpoints are its own server's business.
         return sa.create_engine(
             url,
             pool_pre_ping=True,

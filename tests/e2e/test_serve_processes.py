@@ -9,7 +9,10 @@ process, never in the master.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -85,3 +88,25 @@ def test_the_master_imports_nothing_from_the_working_directory(tmp_path: Path) -
     finally:
         server.stop()
     assert "imported remediate from the working directory" not in server.log_path.read_text()
+
+
+def test_the_executor_process_checkpoints_the_log_for_every_process(tmp_path: Path) -> None:
+    """A webhook's commit does not checkpoint SQLite's log; the executor process does, within a second."""
+    write_playbook(tmp_path / "playbooks", "logged", PLAYBOOK)
+    server = RemediateServer(tmp_path / "server", tmp_path / "playbooks", workers=1, executor_threads=1).start()
+    try:
+        answer = server.post_webhook(notification("Logged", {"node": "node-a"}))
+        assert answer.status_code == 200, answer.text
+        run_id = server.wait_for_run(status="succeeded")["run_id"]
+
+        def checkpointed_runs() -> list[tuple[int, str]]:
+            # The database file alone, without its log: what has been checkpointed into it. A few dozen pages
+            # are far under SQLite's own autocheckpoint (1,000), so only the checkpointer puts them there.
+            copy = tmp_path / "file-alone.db"
+            shutil.copyfile(server.db_path, copy)
+            with contextlib.closing(sqlite3.connect(copy)) as conn:
+                return conn.execute("SELECT id, status FROM runs").fetchall()
+
+        wait_until(lambda: checkpointed_runs() == [(run_id, "succeeded")], 5, message="the run in the file itself")
+    finally:
+        server.stop()

@@ -19,6 +19,7 @@ INTERFACE = {
     "writer", "guard_reader", "breaker_ledger", "breaker_view", "breaker_state", "memory", "history", "run_detail",
     "run_links",
     "counts", "open", "upgrade", "schema_version", "write", "read", "ping", "probe_write", "check_file", "close",
+    "checkpoint",
     "prune", "ladders", "reset_ladders", "report",
     "take_announcement", "record_announcement",
 }  # fmt: skip
