@@ -336,7 +336,11 @@ def test_alert_fired_while_the_server_is_down_is_delivered_once_after_restart(
     assert [e["decision"] for e in entries if e["decision"] != "duplicate"] == ["accepted"]
     [only] = server.runs(alertname=alertname)
     assert only["run_id"] == run["run_id"]
-    assert _am_deliveries(am) == len(entries)
+    # Every POST AlertManager saw answered 2xx is recorded; a record beyond those is a POST its own deadline cut
+    # short after the server had stored it (seen on a loaded host when the restart took > 10 s): AlertManager
+    # counts it failed and sends again, and the server records the repeat as a duplicate.
+    cut_short = am.log_tail(400).count("context deadline exceeded")
+    assert _am_deliveries(am) <= len(entries) <= _am_deliveries(am) + cut_short
     assert len(recorder.requests) == 1
     detail: dict[str, Any] = server.run(run["run_id"])
     assert detail["alert"]["labels"]["alertname"] == alertname
