@@ -116,7 +116,12 @@ def test_the_checkpointer_checkpoints_every_interval_until_stopped() -> None:
 
 def test_the_checkpointer_ends_on_a_database_without_a_log() -> None:
     calls: list[int] = []
-    checkpointer = WalCheckpointer(lambda: calls.append(1) is not None, every=0.01)  # False: no log
+
+    def checkpoint_without_a_log() -> bool:
+        calls.append(1)
+        return False
+
+    checkpointer = WalCheckpointer(checkpoint_without_a_log, every=0.01)
     checkpointer.start()
     wait_until(lambda: not checkpointer._thread.is_alive(), 5.0, message="the thread ends")  # type: ignore[union-attr]
     assert calls == [1]
