@@ -32,6 +32,8 @@ TAINTS = ANNOTATION_PREFIX + "taints"
 CORDON_ANNOTATIONS = (CORDONED_BY_RUN, CORDONED_FOR_ALERT, CORDONED_AT)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+"""Labels kubeadm (and most distributions) put on control-plane nodes; `master` is the pre-1.24 name."""
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -255,6 +257,45 @@ class LabelSelector:
             if req.operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
                 return False
         return True
+
+
+class SelectorError(ValueError):
+    """A label selector string that does not parse."""
+
+
+_SET_REQUIREMENT = re.compile(r"^(?P<key>[^\s!=(),]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
+_EQUALITY_REQUIREMENT = re.compile(r"^(?P<key>[^\s!=(),]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^\s!=(),]*)$")
+_EXISTENCE_REQUIREMENT = re.compile(r"^(?P<not>!?)\s*(?P<key>[^\s!=(),]+)$")
+
+
+def parse_label_selector(text: str) -> LabelSelector:
+    """A label selector as kubectl and `?labelSelector=` write it: `a=b,c!=d,e in (f,g),h notin (i),j,!k`.
+
+    Raises SelectorError naming the requirement that does not parse (settings check it at load time).
+    """
+    requirements: list[SelectorRequirement] = []
+    # Commas separate requirements, except inside the parentheses of `in (...)` / `notin (...)`.
+    for part in (p.strip() for p in re.findall(r"[^,(]+(?:\([^)]*\))?", text)):
+        if not part:
+            continue
+        if m := _SET_REQUIREMENT.fullmatch(part):
+            values = tuple(v.strip() for v in m["values"].split(",") if v.strip())
+            requirements.append(SelectorRequirement(m["key"], "In" if m["op"] == "in" else "NotIn", values))
+        elif m := _EQUALITY_REQUIREMENT.fullmatch(part):
+            operator = "NotIn" if m["op"] == "!=" else "In"
+            requirements.append(SelectorRequirement(m["key"], operator, (m["value"],)))
+        elif m := _EXISTENCE_REQUIREMENT.fullmatch(part):
+            requirements.append(SelectorRequirement(m["key"], "DoesNotExist" if m["not"] else "Exists"))
+        else:
+            raise SelectorError(
+                f"{part!r} is not a label selector requirement (key=value, key!=value, "
+                "key in (a,b), key notin (a,b), key, !key)"
+            )
+    for req in requirements:
+        problem = check_taint_key(req.key)  # label keys and taint keys share the syntax
+        if problem:
+            raise SelectorError(f"label key {problem}")
+    return LabelSelector(match_expressions=tuple(requirements))
 
 
 @dataclass(frozen=True)

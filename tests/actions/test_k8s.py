@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from remediate.actions.base import StepContext
-from remediate.actions.k8s import CordonAction, KubeOptions
+from remediate.actions.k8s import (
+    CordonAction,
+    DrainAction,
+    KubeOptions,
+    TaintAction,
+    UncordonAction,
+    UntaintAction,
+)
+from remediate.actions.k8s.common import NodeOutOfScope
 from remediate.breaker import BreakerLimits, BreakerOpen, memory_breaker
 from remediate.errors import ActionError, ParamsError
 from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient
@@ -240,6 +249,111 @@ def test_without_a_breaker_a_gated_action_refuses(kube_api: FakeKubeAPI, actions
     with pytest.raises(ActionError, match="no circuit breaker available"):
         run(actions["k8s.cordon"], {}, context(labels={"Hostname": "gpu-1"}, breaker=None))
     assert kube_api.changes == []
+
+
+# --------------------------------------------------------------------------- scope (issue 24, finding 4)
+
+CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
+GPU = {"nvidia.com/gpu.present": "true"}
+GATED = (("k8s.cordon", {}), ("k8s.taint", {"key": "remediate.io/gpu-unhealthy"}), ("k8s.drain", {"timeout": 5.0}))
+
+
+def _scoped(kube_client: KubeClient, **options: Any) -> dict[str, Any]:
+    return {
+        cls.name: cls(lambda: kube_client, replace(FAST, **options))
+        for cls in (CordonAction, UncordonAction, TaintAction, UntaintAction, DrainAction)
+    }
+
+
+@pytest.mark.parametrize(("name", "params"), GATED)
+def test_a_control_plane_node_an_alert_names_is_refused_by_plan_and_execute(
+    kube_api: FakeKubeAPI, actions: dict[str, Any], ctx_for: Ctx, name: str, params: dict[str, Any]
+) -> None:
+    """Finding 4: `Hostname=cp-1` cordoned a control-plane node."""
+    kube_api.add_node("cp-1", labels=CONTROL_PLANE)
+    kube_api.add_pod("ml", "web-1", "cp-1")
+    action = actions[name]
+    checked = action.validate(params)
+    why = (
+        r"node cp-1 \(from label Hostname\) is a control-plane node \(label node-role.kubernetes.io/control-plane\): "
+        rf"{name} refuses it; set kube_allow_control_plane: true"
+    )
+    with pytest.raises(NodeOutOfScope, match=why):
+        action.plan(checked, ctx_for("cp-1"))
+    with pytest.raises(NodeOutOfScope, match=why):
+        action.execute(checked, ctx_for("cp-1"))
+    assert kube_api.changes == []
+    assert kube_api.count("PATCH", "/nodes/") == kube_api.count("POST", "/eviction") == 0
+
+
+def test_kube_allow_control_plane_lets_a_control_plane_node_be_cordoned(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx
+) -> None:
+    kube_api.add_node("cp-1", labels={"node-role.kubernetes.io/master": ""})
+    with pytest.raises(NodeOutOfScope, match="control-plane node"):
+        run(_scoped(kube_client)["k8s.cordon"], {}, ctx_for("cp-1"))
+
+    result = run(_scoped(kube_client, allow_control_plane=True)["k8s.cordon"], {}, ctx_for("cp-1"))
+
+    assert result["outcome"] == "cordoned"
+
+
+@pytest.mark.parametrize(("name", "params"), GATED)
+def test_a_node_outside_the_node_selector_is_refused_with_the_reason_in_the_plan(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx, name: str, params: dict[str, Any]
+) -> None:
+    kube_api.add_node("gpu-1", labels=GPU)
+    kube_api.add_node("cpu-1", labels={"node.kubernetes.io/instance-type": "m5.large"})
+    action = _scoped(kube_client, scope_selector="nvidia.com/gpu.present=true")[name]
+    checked = action.validate(params)
+    why = (
+        r"node cpu-1 \(from label Hostname\) is out of scope: it does not match the node selector "
+        rf"'nvidia.com/gpu.present=true' \(kube_node_selector, by default breaker_node_selector\): {name} acts only"
+    )
+    with pytest.raises(NodeOutOfScope, match=why):
+        action.plan(checked, ctx_for("cpu-1"))
+    with pytest.raises(NodeOutOfScope, match=why):
+        action.execute(checked, ctx_for("cpu-1"))
+    assert kube_api.changes == []
+
+    assert "would" in action.plan(checked, ctx_for("gpu-1")) or name == "k8s.drain"
+    action.execute(checked, ctx_for("gpu-1"))
+    assert kube_api.changes_of("cordon" if name != "k8s.taint" else "taint+", "gpu-1")
+
+
+def test_undo_is_not_scope_checked_so_a_node_whose_labels_changed_still_comes_back(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx
+) -> None:
+    """Uncordon/untaint only undo remediate's own marks: a node that left the scope since is not stranded."""
+    kube_api.add_node("gpu-1", labels=GPU)
+    actions = _scoped(kube_client, scope_selector="nvidia.com/gpu.present=true")
+    run(actions["k8s.cordon"], {}, ctx_for("gpu-1", run_id=3))
+    run(actions["k8s.taint"], {"key": "remediate.io/gpu-unhealthy"}, ctx_for("gpu-1", run_id=3))
+    kube_api.update_node("gpu-1", lambda n: n["metadata"]["labels"].pop("nvidia.com/gpu.present"))
+    kube_api.update_node("gpu-1", lambda n: n["metadata"]["labels"].update(CONTROL_PLANE))
+
+    untainted = run(actions["k8s.untaint"], {"key": "remediate.io/gpu-unhealthy"}, ctx_for("gpu-1", run_id=4))
+    uncordoned = run(actions["k8s.uncordon"], {}, ctx_for("gpu-1", run_id=4))
+
+    assert (untainted["outcome"], uncordoned["outcome"]) == ("untainted", "uncordoned")
+    assert kube_api.node("gpu-1")["spec"].get("unschedulable") is None
+
+
+def test_the_scope_defaults_to_the_breakers_selector_and_a_bad_selector_fails_at_load() -> None:
+    from remediate.actions.base import ActionDeps
+    from remediate.config import ConfigError, Settings, load_settings
+
+    def options(**settings: Any) -> KubeOptions:
+        deps = ActionDeps(settings=Settings(**settings), gpu_backend=lambda: None, kube_client=lambda: None)  # type: ignore[arg-type]
+        return CordonAction.from_deps(deps).options
+
+    assert options().scope_selector is None
+    assert options().allow_control_plane is False
+    assert options(breaker_node_selector="nvidia.com/gpu.present=true").scope_selector == "nvidia.com/gpu.present=true"
+    chosen = options(breaker_node_selector="nvidia.com/gpu.present=true", kube_node_selector="pool in (a100,h100)")
+    assert chosen.scope_selector == "pool in (a100,h100)"
+    with pytest.raises(ConfigError, match="setting 'kube_node_selector': 'gpu pool' is not a label selector"):
+        load_settings(env={"REMEDIATE_KUBE_NODE_SELECTOR": "gpu pool"})
 
 
 def test_the_cordon_plan_reads_the_node_and_the_breaker_and_changes_nothing(

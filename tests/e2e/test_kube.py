@@ -44,6 +44,8 @@ def kube_api() -> Iterator[FakeKubeAPI]:
         api.add_pod("kube-system", f"dcgm-exporter-{NODE}", NODE, owner="DaemonSet", owner_name="dcgm-exporter")
         api.add_pdb("ml", "trainer", {"app": "trainer"}, disruptions_allowed=1, heal_after=0.5)
         api.add_node("cordoned-by-ops", unschedulable=True)
+        api.add_node("cp-1", labels={"node-role.kubernetes.io/control-plane": ""})
+        api.add_pod("kube-system", "coredns-7db6d-ccccc", "cp-1", labels={"k8s-app": "kube-dns"})
         yield api
 
 
@@ -94,7 +96,7 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     ]
     assert "node_aliases" in steps["checkpoint-jobs"]["error"] and steps["checkpoint-jobs"]["continue_on_error"]
     assert run["status"] == "succeeded" and run["error"] is None
-    assert steps["cordon"]["plan"]["breaker"]["cap"] == 2  # min(10% of 21 nodes, 3)
+    assert steps["cordon"]["plan"]["breaker"]["cap"] == 2  # min(10% of 22 nodes, 3)
     assert steps["cordon"]["result"]["outcome"] == "cordoned"
     assert steps["taint"]["result"]["taint"] == "remediate.io/gpu-unhealthy=gpuxidcritical:NoSchedule"
     drain = steps["drain"]["result"]
@@ -151,6 +153,25 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     assert json.loads(shown.stdout)["state"] == "closed"
 
 
+def test_an_alert_naming_a_control_plane_node_changes_nothing_and_the_run_says_why(
+    server: RemediateServer, start_alertmanager: StartAlertManager, kube_api: FakeKubeAPI
+) -> None:
+    """Issue 24, finding 4: `Hostname=cp-1` cordoned a control-plane node."""
+    am = start_alertmanager(server.webhook_url)
+    am.fire(_labels("cp-1"), {"summary": "XID on a control-plane node"})
+
+    entry = server.wait_for_run(lambda e: e["target"] == "cp-1", status="failed", playbook=PLAYBOOK)
+    run = server.run(entry["run_id"])
+    cordon = _steps(run)["cordon"]
+    assert cordon["status"] == "failed"
+    assert "node cp-1 (from label Hostname) is a control-plane node" in cordon["error"]
+    assert "kube_allow_control_plane" in run["error"]
+    assert not [s for s in run["steps"] if s["action"] in ("k8s.taint", "k8s.drain") and s["status"] == "succeeded"]
+    assert kube_api.node("cp-1")["spec"].get("unschedulable") is None
+    assert kube_api.changes == []
+    assert server.get("/breaker")["held_nodes"] == []
+
+
 def test_a_storm_trips_the_breaker_which_stays_open_until_reset(
     server: RemediateServer, start_alertmanager: StartAlertManager, kube_api: FakeKubeAPI
 ) -> None:
@@ -166,7 +187,7 @@ def test_a_storm_trips_the_breaker_which_stays_open_until_reset(
 
     entries = wait_until(settled, 40, interval=0.2, message="the storm's runs did not all finish")
     cordoned = [n for n in nodes if kube_api.node(n)["spec"].get("unschedulable")]
-    assert len(cordoned) == 2  # min(10% of 21 nodes, 3) = 2
+    assert len(cordoned) == 2  # min(10% of 22 nodes, 3) = 2
     refused = [e for e in entries if e["status"] in ("failed", "breaker_open")]
     assert len(refused) == len(nodes) - 2
     for entry in refused:
