@@ -585,12 +585,14 @@ def test_network_policies_are_on_by_default_and_let_only_the_expected_peers_in(
     (rule,) = server_policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": 9095, "protocol": "TCP"}]
     alertmanager, prometheus, helm_test = rule["from"]
+    # Issue 24, finding 6: `namespaceSelector: {}` let in any pod of any namespace that labels itself so.
+    monitoring = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
     assert alertmanager == {
-        "namespaceSelector": {},
+        "namespaceSelector": monitoring,
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}},
     }
     assert prometheus == {
-        "namespaceSelector": {},
+        "namespaceSelector": monitoring,
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
     }
     assert helm_test["podSelector"]["matchLabels"].items() <= test_pod.items()
