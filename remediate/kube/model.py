@@ -357,19 +357,38 @@ def classify_pod(pod: PodInfo, options: DrainOptions) -> PodVerdict:
     return PodVerdict(pod, "evict")
 
 
+def pdb_check_skipped(pod: PodInfo) -> str | None:
+    """Why the eviction API deletes `pod` without looking at its PodDisruptionBudgets, or None.
+
+    The apiserver's rule (`canIgnorePDB`, pkg/registry/core/pod/storage/eviction.go): a pod that is
+    Pending, Succeeded or Failed, or already terminating, is deleted at once; such a pod is either
+    not running yet or no longer running, so evicting it disrupts nothing a budget protects.
+    """
+    if pod.terminating:
+        return "already terminating: the eviction API deletes it without a PodDisruptionBudget check"
+    if pod.phase in ("Pending", "Succeeded", "Failed"):
+        return f"phase {pod.phase}: the eviction API deletes it without a PodDisruptionBudget check"
+    return None
+
+
 def pdb_forecast(pods: Iterable[PodInfo], pdbs: Sequence[PdbInfo]) -> dict[str, dict[str, Any]]:
     """pod ref -> the PDB verdict for evicting `pods` in order: which budgets select it and which would block.
 
     A budget allows `disruptions_allowed` evictions now; later pods it selects wait until replacements
     are healthy (the API answers 429 meanwhile). A pod selected by more than one budget cannot be
-    evicted at all (the API answers 500).
+    evicted at all (the API answers 500). Pending, finished and terminating pods are not checked
+    against any budget (`pdb_check_skipped`).
     """
     left = {p.ref: p.disruptions_allowed for p in pdbs}
     forecast: dict[str, dict[str, Any]] = {}
     for pod in pods:
         selecting = [p for p in pdbs if p.selects(pod)]
         entry: dict[str, Any] = {"pdbs": [p.ref for p in selecting], "blocked_by": None}
-        if len(selecting) > 1:
+        unchecked = pdb_check_skipped(pod)
+        if unchecked:
+            # Deleted at once, whatever its budgets say, and without using up any of them.
+            entry["no_pdb_check"] = unchecked
+        elif len(selecting) > 1:
             entry["blocked_by"] = f"more than one PodDisruptionBudget selects it ({', '.join(entry['pdbs'])})"
         elif selecting:
             pdb = selecting[0]

@@ -26,7 +26,7 @@ from remediate.actions.k8s import (
 from remediate.actions.k8s.common import NodeOutOfScope
 from remediate.breaker import BreakerLimits, BreakerOpen, memory_breaker
 from remediate.errors import ActionError, ParamsError
-from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient
+from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient, KubeTooManyRequests
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.kube import FAST, context, run
 
@@ -648,6 +648,40 @@ def test_a_pdb_that_blocks_then_allows_is_retried_with_backoff(
     assert len(kube_api.changes_of("evict")) == 2
 
 
+def test_a_pdb_still_being_processed_answers_429_and_the_drain_retries_until_it_is(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, actions: dict[str, Any], ctx_for: Ctx
+) -> None:
+    """Issue 24, finding 11: the API answers 429 while a PDB's status is older than its spec."""
+    kube_api.add_node("gpu-1")
+    kube_api.add_pod("ml", "web-0", "gpu-1", labels={"app": "web"})
+    kube_client.get_node("gpu-1")  # the official client is loaded (~1 s): the PDB is unprocessed for the drain's 2 s
+    kube_api.add_pdb("ml", "web-pdb", {"app": "web"}, disruptions_allowed=1, unprocessed_for=2.0)
+
+    result = run(actions["k8s.drain"], {"pdb_retry_interval": 0.1, "timeout": 10}, ctx_for("gpu-1"))
+
+    assert [e["pod"] for e in result["evicted"]] == ["ml/web-0"] and result["complete"] is True
+    answers = [code for m, p, code in kube_api.requests if m == "POST" and p.endswith("/web-0/eviction")]
+    assert answers[0] == 429 and answers[-1] == 201
+    assert len(kube_api.changes_of("evict")) == 1
+
+
+def test_an_unprocessed_pdb_answers_the_apiservers_429_with_retry_after(
+    kube_api: FakeKubeAPI, kube_client: KubeClient
+) -> None:
+    kube_api.add_node("gpu-1")
+    kube_api.add_pod("ml", "web-0", "gpu-1", labels={"app": "web"})
+    kube_api.add_pdb("ml", "web-pdb", {"app": "web"}, disruptions_allowed=3, unprocessed_for=60)
+
+    with pytest.raises(KubeTooManyRequests) as refused:
+        kube_client.evict_pod("ml", "web-0", None)
+
+    status = refused.value.status
+    assert status is not None and refused.value.disruption_budget
+    assert status.message == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert status.causes[0]["message"] == "The disruption budget web-pdb is still being processed by the server."
+    assert status.retry_after == 10
+
+
 def test_a_pdb_that_never_allows_times_out_listing_the_blocked_pods(
     kube_api: FakeKubeAPI, actions: dict[str, Any], ctx_for: Ctx
 ) -> None:
@@ -751,6 +785,37 @@ def test_the_drain_plan_names_pods_to_evict_and_skip_and_the_pdbs_that_would_blo
     assert plan["refused"] == []
     assert plan["breaker"]["would_be"].startswith("allowed")
     assert kube_api.changes == []
+
+
+def test_the_drain_plan_forecasts_pending_finished_and_terminating_pods_as_evictable_despite_their_pdb(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, actions: dict[str, Any], ctx_for: Ctx
+) -> None:
+    """Issue 24, finding 11: the forecast said a Pending pod would be blocked by its PDB; the API evicts it."""
+    kube_api.add_node("gpu-1")
+    kube_api.add_pod("ml", "web-pending", "gpu-1", labels={"app": "web"}, phase="Pending")
+    kube_api.add_pod("ml", "web-failed", "gpu-1", labels={"app": "web"}, phase="Failed")
+    kube_api.add_pod("ml", "web-running", "gpu-1", labels={"app": "web"})
+    kube_api.add_pod("ml", "web-terminating", "gpu-1", labels={"app": "web"})
+    kube_client.get_node("gpu-1")  # the official client is loaded (~1 s): the pod terminates for the plan's 3 s
+    kube_api.start_deletion("ml", "web-terminating", seconds=3.0)
+    kube_api.add_pdb("ml", "web-pdb", {"app": "web"}, disruptions_allowed=1)
+
+    plan = actions["k8s.drain"].plan(actions["k8s.drain"].validate({}), ctx_for("gpu-1"))
+
+    evict = {p["pod"]: p for p in plan["would_evict"]}
+    for name, why in (("web-pending", "phase Pending"), ("web-failed", "phase Failed"), ("web-terminating", "already")):
+        assert evict[f"ml/{name}"]["blocked_by"] is None, name
+        assert evict[f"ml/{name}"]["no_pdb_check"].startswith(why)
+        assert evict[f"ml/{name}"]["pdbs"] == ["ml/web-pdb"]
+    # They use up none of the budget: the one disruption it allows is the running pod's.
+    assert evict["ml/web-running"]["blocked_by"] is None and "no_pdb_check" not in evict["ml/web-running"]
+    assert plan["pdbs_that_would_block"] == []
+
+    result = run(actions["k8s.drain"], {"timeout": 20}, ctx_for("gpu-1"))
+
+    assert result["complete"] is True and result["blocked"] == []
+    evictions = [code for m, p, code in kube_api.requests if m == "POST" and p.endswith("/eviction")]
+    assert evictions == [201, 201, 201, 201]
 
 
 def test_drain_without_cordon_leaves_the_node_schedulable(

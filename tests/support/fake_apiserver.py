@@ -20,7 +20,9 @@ reproduces the behaviours remediate depends on (each checked in tests/integratio
   404 for a pod that is gone; a pod selected by one PodDisruptionBudget with disruptionsAllowed 0
   -> 429 with the exact Status body (reason TooManyRequests, details.causes[0].reason
   DisruptionBudget, "The disruption budget X needs N healthy pods and has M currently"); more
-  than one PDB -> 500 InternalError; terminal, pending or already terminating pods are deleted
+  than one PDB -> 500 InternalError; a PDB the disruption controller has not observed yet
+  (status.observedGeneration < metadata.generation) -> 429 with Retry-After: 10 and "The disruption
+  budget X is still being processed by the server."; terminal, pending or already terminating pods are deleted
   without a PDB check (an eviction of a terminating pod succeeds again and changes nothing);
   201 Status Success otherwise. An evicted pod terminates for `deletion_seconds`, then is gone,
   or replaced under the same name with a new UID (StatefulSet-like pods); a PDB may regain its
@@ -352,6 +354,7 @@ class FakeKubeAPI:
         self.requests: list[tuple[str, str, int]] = []
         self._pending_deletions: dict[tuple[str, str], float] = {}
         self._heals: list[tuple[float, tuple[str, str]]] = []
+        self._observations: list[tuple[float, tuple[str, str]]] = []
         self._server = _Server(self)
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -507,9 +510,12 @@ class FakeKubeAPI:
         current_healthy: int = 2,
         desired_healthy: int = 2,
         heal_after: float | None = None,
+        unprocessed_for: float = 0.0,
     ) -> dict[str, Any]:
         """A policy/v1 PDB. `match_labels=None`: a null selector (selects nothing); {}: every pod of the namespace.
-        `heal_after`: seconds after an eviction until the budget allows one more disruption again."""
+        `heal_after`: seconds after an eviction until the budget allows one more disruption again.
+        `unprocessed_for`: seconds until the disruption controller has observed its latest generation
+        (status.observedGeneration < metadata.generation meanwhile: evictions it selects get 429)."""
         with self.lock:
             spec: dict[str, Any] = {"minAvailable": desired_healthy}
             if match_labels is not None:
@@ -534,8 +540,17 @@ class FakeKubeAPI:
                 },
                 "_heal_after": heal_after,
             }
+            if unprocessed_for > 0:
+                pdb["metadata"]["generation"] = 2  # its spec changed; the controller has not caught up
+                self._observations.append((time.monotonic() + unprocessed_for, (namespace, name)))
             self.pdbs[(namespace, name)] = pdb
             return _public(pdb)
+
+    def start_deletion(self, namespace: str, name: str, seconds: float) -> None:
+        """Someone else deleted the pod (kubectl delete): it is terminating for `seconds`, then gone."""
+        with self.lock:
+            self._terminate(self.pods[(namespace, name)], 30, "delete")
+            self._pending_deletions[(namespace, name)] = time.monotonic() + seconds
 
     def set_pdb_allowed(self, namespace: str, name: str, allowed: int) -> None:
         with self.lock:
@@ -642,6 +657,11 @@ class FakeKubeAPI:
                     replacement["spec"].pop("nodeName", None)
                     replacement["status"] = {"phase": "Pending"}
                     self.pods[key] = replacement
+        for due, key in list(self._observations):
+            if due <= now:
+                self._observations.remove((due, key))
+                if (pdb := self.pdbs.get(key)) is not None:
+                    pdb["status"]["observedGeneration"] = pdb["metadata"]["generation"]
         for due, key in list(self._heals):
             if due <= now:
                 self._heals.remove((due, key))
@@ -973,6 +993,23 @@ class FakeKubeAPI:
         if budgets:
             pdb = budgets[0]
             status = pdb["status"]
+            if status["observedGeneration"] < pdb["metadata"]["generation"]:
+                # checkAndDecrement: the budget's status is not about its current spec yet.
+                raise ApiError(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {
+                        "causes": [
+                            {
+                                "reason": "DisruptionBudget",
+                                "message": f"The disruption budget {pdb['metadata']['name']} is still being "
+                                "processed by the server.",
+                            }
+                        ],
+                        "retryAfterSeconds": 10,
+                    },
+                )
             if status["disruptionsAllowed"] <= 0:
                 raise ApiError(
                     429,
@@ -1218,6 +1255,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, code: int, body: Mapping[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
+        retry_after = (body.get("details") or {}).get("retryAfterSeconds") if code >= 400 else None
+        if retry_after:
+            # As the apiserver's error writer does for a Status whose details suggest a wait.
+            self.send_header("Retry-After", str(retry_after))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Audit-Id", str(uuid.uuid4()))
