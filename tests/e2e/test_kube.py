@@ -4,7 +4,9 @@ client reads a kubeconfig named by REMEDIATE_KUBECONFIG, as it would for a real 
 
 What happened is read back the way an operator would: ``GET /history`` and ``GET /runs/<id>``, ``GET
 /breaker``, ``remediate breaker status --server``, and from the cluster's side (the node, its pods,
-its Events) through the test API server.
+its Events) through the test API server, which authorizes every request of the server against the
+RBAC that the Helm chart renders for its ServiceAccount: a call the chart does not grant is a 403 here
+as on a cluster.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 import yaml
 
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.helm import ChartRbac
 from tests.support.realsystems import AlertManager, WebhookRecorder, wait_until
 from tests.support.server import TOKEN, RemediateServer
 
@@ -35,8 +38,10 @@ StartAlertManager = Callable[..., AlertManager]
 
 
 @pytest.fixture
-def kube_api() -> Iterator[FakeKubeAPI]:
+def kube_api(default_chart_rbac: ChartRbac) -> Iterator[FakeKubeAPI]:
     with FakeKubeAPI() as api:
+        # The server may do exactly what the Helm chart's RBAC grants its ServiceAccount (else 403).
+        api.authorize_as(default_chart_rbac.objects, default_chart_rbac.service_account)
         cluster(api, 20)
         api.add_pod("ml", "trainer-5c7d-aaaaa", NODE, labels={"app": "trainer"})
         api.add_pod("ml", "trainer-5c7d-bbbbb", NODE, labels={"app": "trainer"})
