@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from remediate.durations import parse_duration
 from remediate.errors import ConfigError
+from remediate.kube.model import parse_label_selector
 
 ENV_PREFIX = "REMEDIATE_"
 SERVER_MODES = ("enforce", "dry-run")
@@ -165,6 +166,11 @@ class Settings:
     """Seconds one Kubernetes API request may take; longer counts as a transient error (retried)."""
     kube_node_labels: tuple[str, ...] = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
     """Alert labels that name the node of a k8s.* step, in order (instance loses its port)."""
+    kube_node_selector: str | None = None
+    """Label selector of the nodes k8s.cordon/taint/drain may act on (e.g. nvidia.com/gpu.present=true);
+    unset: breaker_node_selector; both unset: any node. Uncordon and untaint are never refused by it."""
+    kube_allow_control_plane: bool = False
+    """Let k8s.cordon/taint/drain act on control-plane nodes (label node-role.kubernetes.io/control-plane)."""
 
     # --- check.prometheus steps, and the reliability report (issue 12)
     prometheus_url: str | None = None
@@ -455,6 +461,14 @@ def _to_optional_str(value: Any) -> str | None:
     return text or None
 
 
+def _to_optional_selector(value: Any) -> str | None:
+    """A label selector string (checked here, so a typo fails at start, not at the first cordon)."""
+    text = _to_optional_str(value)
+    if text is not None:
+        parse_label_selector(text)  # SelectorError is a ValueError: reported with the setting's name
+    return text
+
+
 def _to_optional_url(value: Any, name: str) -> str | None:
     text = _to_optional_str(value)
     if text is None:
@@ -588,10 +602,12 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "kube_context": _to_optional_str,
     "kube_request_timeout": _to_seconds,
     "kube_node_labels": _to_label_names,
+    "kube_node_selector": _to_optional_selector,
+    "kube_allow_control_plane": _to_bool,
     "breaker_max_fraction": _to_fraction,
     "breaker_max_nodes": _to_positive_int,
     "breaker_window": _to_seconds,
-    "breaker_node_selector": _to_optional_str,
+    "breaker_node_selector": _to_optional_selector,
     "breaker_stale_horizon": _to_seconds,
     "prometheus_url": lambda value: _to_optional_url(value, "prometheus_url"),
     "public_url": lambda value: _to_optional_url(value, "public_url"),

@@ -16,6 +16,7 @@ from remediate.kube.errors import (
     translate,
 )
 from remediate.kube.model import (
+    CONTROL_PLANE_LABELS,
     CORDONED_AT,
     CORDONED_BY_RUN,
     CORDONED_FOR_ALERT,
@@ -28,16 +29,19 @@ from remediate.kube.model import (
     NodeRef,
     PdbInfo,
     PodInfo,
+    SelectorError,
     Taint,
     check_node_name,
     check_taint_key,
     check_taint_value,
     classify_pod,
+    parse_label_selector,
     pdb_forecast,
     resolve_node_name,
 )
 
 __all__ = [
+    "CONTROL_PLANE_LABELS",
     "CORDONED_AT",
     "CORDONED_BY_RUN",
     "CORDONED_FOR_ALERT",
@@ -60,11 +64,13 @@ __all__ = [
     "NodeRef",
     "PdbInfo",
     "PodInfo",
+    "SelectorError",
     "Taint",
     "check_node_name",
     "check_taint_key",
     "check_taint_value",
     "classify_pod",
+    "parse_label_selector",
     "pdb_forecast",
     "resolve_node_name",
     "translate",

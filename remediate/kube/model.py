@@ -32,6 +32,8 @@ TAINTS = ANNOTATION_PREFIX + "taints"
 CORDON_ANNOTATIONS = (CORDONED_BY_RUN, CORDONED_FOR_ALERT, CORDONED_AT)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
+"""Labels kubeadm (and most distributions) put on control-plane nodes; `master` is the pre-1.24 name."""
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
@@ -257,6 +259,45 @@ class LabelSelector:
         return True
 
 
+class SelectorError(ValueError):
+    """A label selector string that does not parse."""
+
+
+_SET_REQUIREMENT = re.compile(r"^(?P<key>[^\s!=(),]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
+_EQUALITY_REQUIREMENT = re.compile(r"^(?P<key>[^\s!=(),]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^\s!=(),]*)$")
+_EXISTENCE_REQUIREMENT = re.compile(r"^(?P<not>!?)\s*(?P<key>[^\s!=(),]+)$")
+
+
+def parse_label_selector(text: str) -> LabelSelector:
+    """A label selector as kubectl and `?labelSelector=` write it: `a=b,c!=d,e in (f,g),h notin (i),j,!k`.
+
+    Raises SelectorError naming the requirement that does not parse (settings check it at load time).
+    """
+    requirements: list[SelectorRequirement] = []
+    # Commas separate requirements, except inside the parentheses of `in (...)` / `notin (...)`.
+    for part in (p.strip() for p in re.findall(r"[^,(]+(?:\([^)]*\))?", text)):
+        if not part:
+            continue
+        if m := _SET_REQUIREMENT.fullmatch(part):
+            values = tuple(v.strip() for v in m["values"].split(",") if v.strip())
+            requirements.append(SelectorRequirement(m["key"], "In" if m["op"] == "in" else "NotIn", values))
+        elif m := _EQUALITY_REQUIREMENT.fullmatch(part):
+            operator = "NotIn" if m["op"] == "!=" else "In"
+            requirements.append(SelectorRequirement(m["key"], operator, (m["value"],)))
+        elif m := _EXISTENCE_REQUIREMENT.fullmatch(part):
+            requirements.append(SelectorRequirement(m["key"], "DoesNotExist" if m["not"] else "Exists"))
+        else:
+            raise SelectorError(
+                f"{part!r} is not a label selector requirement (key=value, key!=value, "
+                "key in (a,b), key notin (a,b), key, !key)"
+            )
+    for req in requirements:
+        problem = check_taint_key(req.key)  # label keys and taint keys share the syntax
+        if problem:
+            raise SelectorError(f"label key {problem}")
+    return LabelSelector(match_expressions=tuple(requirements))
+
+
 @dataclass(frozen=True)
 class PdbInfo:
     namespace: str
@@ -316,19 +357,38 @@ def classify_pod(pod: PodInfo, options: DrainOptions) -> PodVerdict:
     return PodVerdict(pod, "evict")
 
 
+def pdb_check_skipped(pod: PodInfo) -> str | None:
+    """Why the eviction API deletes `pod` without looking at its PodDisruptionBudgets, or None.
+
+    The apiserver's rule (`canIgnorePDB`, pkg/registry/core/pod/storage/eviction.go): a pod that is
+    Pending, Succeeded or Failed, or already terminating, is deleted at once; such a pod is either
+    not running yet or no longer running, so evicting it disrupts nothing a budget protects.
+    """
+    if pod.terminating:
+        return "already terminating: the eviction API deletes it without a PodDisruptionBudget check"
+    if pod.phase in ("Pending", "Succeeded", "Failed"):
+        return f"phase {pod.phase}: the eviction API deletes it without a PodDisruptionBudget check"
+    return None
+
+
 def pdb_forecast(pods: Iterable[PodInfo], pdbs: Sequence[PdbInfo]) -> dict[str, dict[str, Any]]:
     """pod ref -> the PDB verdict for evicting `pods` in order: which budgets select it and which would block.
 
     A budget allows `disruptions_allowed` evictions now; later pods it selects wait until replacements
     are healthy (the API answers 429 meanwhile). A pod selected by more than one budget cannot be
-    evicted at all (the API answers 500).
+    evicted at all (the API answers 500). Pending, finished and terminating pods are not checked
+    against any budget (`pdb_check_skipped`).
     """
     left = {p.ref: p.disruptions_allowed for p in pdbs}
     forecast: dict[str, dict[str, Any]] = {}
     for pod in pods:
         selecting = [p for p in pdbs if p.selects(pod)]
         entry: dict[str, Any] = {"pdbs": [p.ref for p in selecting], "blocked_by": None}
-        if len(selecting) > 1:
+        unchecked = pdb_check_skipped(pod)
+        if unchecked:
+            # Deleted at once, whatever its budgets say, and without using up any of them.
+            entry["no_pdb_check"] = unchecked
+        elif len(selecting) > 1:
             entry["blocked_by"] = f"more than one PodDisruptionBudget selects it ({', '.join(entry['pdbs'])})"
         elif selecting:
             pdb = selecting[0]

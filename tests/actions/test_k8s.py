@@ -9,15 +9,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from remediate.actions.base import StepContext
-from remediate.actions.k8s import CordonAction, KubeOptions
+from remediate.actions.k8s import (
+    CordonAction,
+    DrainAction,
+    KubeOptions,
+    TaintAction,
+    UncordonAction,
+    UntaintAction,
+)
+from remediate.actions.k8s.common import NodeOutOfScope
 from remediate.breaker import BreakerLimits, BreakerOpen, memory_breaker
 from remediate.errors import ActionError, ParamsError
-from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient
+from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient, KubeTooManyRequests
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.kube import FAST, context, run
 
@@ -240,6 +249,111 @@ def test_without_a_breaker_a_gated_action_refuses(kube_api: FakeKubeAPI, actions
     with pytest.raises(ActionError, match="no circuit breaker available"):
         run(actions["k8s.cordon"], {}, context(labels={"Hostname": "gpu-1"}, breaker=None))
     assert kube_api.changes == []
+
+
+# --------------------------------------------------------------------------- scope (issue 24, finding 4)
+
+CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
+GPU = {"nvidia.com/gpu.present": "true"}
+GATED = (("k8s.cordon", {}), ("k8s.taint", {"key": "remediate.io/gpu-unhealthy"}), ("k8s.drain", {"timeout": 5.0}))
+
+
+def _scoped(kube_client: KubeClient, **options: Any) -> dict[str, Any]:
+    return {
+        cls.name: cls(lambda: kube_client, replace(FAST, **options))
+        for cls in (CordonAction, UncordonAction, TaintAction, UntaintAction, DrainAction)
+    }
+
+
+@pytest.mark.parametrize(("name", "params"), GATED)
+def test_a_control_plane_node_an_alert_names_is_refused_by_plan_and_execute(
+    kube_api: FakeKubeAPI, actions: dict[str, Any], ctx_for: Ctx, name: str, params: dict[str, Any]
+) -> None:
+    """Finding 4: `Hostname=cp-1` cordoned a control-plane node."""
+    kube_api.add_node("cp-1", labels=CONTROL_PLANE)
+    kube_api.add_pod("ml", "web-1", "cp-1")
+    action = actions[name]
+    checked = action.validate(params)
+    why = (
+        r"node cp-1 \(from label Hostname\) is a control-plane node \(label node-role.kubernetes.io/control-plane\): "
+        rf"{name} refuses it; set kube_allow_control_plane: true"
+    )
+    with pytest.raises(NodeOutOfScope, match=why):
+        action.plan(checked, ctx_for("cp-1"))
+    with pytest.raises(NodeOutOfScope, match=why):
+        action.execute(checked, ctx_for("cp-1"))
+    assert kube_api.changes == []
+    assert kube_api.count("PATCH", "/nodes/") == kube_api.count("POST", "/eviction") == 0
+
+
+def test_kube_allow_control_plane_lets_a_control_plane_node_be_cordoned(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx
+) -> None:
+    kube_api.add_node("cp-1", labels={"node-role.kubernetes.io/master": ""})
+    with pytest.raises(NodeOutOfScope, match="control-plane node"):
+        run(_scoped(kube_client)["k8s.cordon"], {}, ctx_for("cp-1"))
+
+    result = run(_scoped(kube_client, allow_control_plane=True)["k8s.cordon"], {}, ctx_for("cp-1"))
+
+    assert result["outcome"] == "cordoned"
+
+
+@pytest.mark.parametrize(("name", "params"), GATED)
+def test_a_node_outside_the_node_selector_is_refused_with_the_reason_in_the_plan(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx, name: str, params: dict[str, Any]
+) -> None:
+    kube_api.add_node("gpu-1", labels=GPU)
+    kube_api.add_node("cpu-1", labels={"node.kubernetes.io/instance-type": "m5.large"})
+    action = _scoped(kube_client, scope_selector="nvidia.com/gpu.present=true")[name]
+    checked = action.validate(params)
+    why = (
+        r"node cpu-1 \(from label Hostname\) is out of scope: it does not match the node selector "
+        rf"'nvidia.com/gpu.present=true' \(kube_node_selector, by default breaker_node_selector\): {name} acts only"
+    )
+    with pytest.raises(NodeOutOfScope, match=why):
+        action.plan(checked, ctx_for("cpu-1"))
+    with pytest.raises(NodeOutOfScope, match=why):
+        action.execute(checked, ctx_for("cpu-1"))
+    assert kube_api.changes == []
+
+    assert "would" in action.plan(checked, ctx_for("gpu-1")) or name == "k8s.drain"
+    action.execute(checked, ctx_for("gpu-1"))
+    assert kube_api.changes_of("cordon" if name != "k8s.taint" else "taint+", "gpu-1")
+
+
+def test_undo_is_not_scope_checked_so_a_node_whose_labels_changed_still_comes_back(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx
+) -> None:
+    """Uncordon/untaint only undo remediate's own marks: a node that left the scope since is not stranded."""
+    kube_api.add_node("gpu-1", labels=GPU)
+    actions = _scoped(kube_client, scope_selector="nvidia.com/gpu.present=true")
+    run(actions["k8s.cordon"], {}, ctx_for("gpu-1", run_id=3))
+    run(actions["k8s.taint"], {"key": "remediate.io/gpu-unhealthy"}, ctx_for("gpu-1", run_id=3))
+    kube_api.update_node("gpu-1", lambda n: n["metadata"]["labels"].pop("nvidia.com/gpu.present"))
+    kube_api.update_node("gpu-1", lambda n: n["metadata"]["labels"].update(CONTROL_PLANE))
+
+    untainted = run(actions["k8s.untaint"], {"key": "remediate.io/gpu-unhealthy"}, ctx_for("gpu-1", run_id=4))
+    uncordoned = run(actions["k8s.uncordon"], {}, ctx_for("gpu-1", run_id=4))
+
+    assert (untainted["outcome"], uncordoned["outcome"]) == ("untainted", "uncordoned")
+    assert kube_api.node("gpu-1")["spec"].get("unschedulable") is None
+
+
+def test_the_scope_defaults_to_the_breakers_selector_and_a_bad_selector_fails_at_load() -> None:
+    from remediate.actions.base import ActionDeps
+    from remediate.config import ConfigError, Settings, load_settings
+
+    def options(**settings: Any) -> KubeOptions:
+        deps = ActionDeps(settings=Settings(**settings), gpu_backend=lambda: None, kube_client=lambda: None)  # type: ignore[arg-type]
+        return CordonAction.from_deps(deps).options
+
+    assert options().scope_selector is None
+    assert options().allow_control_plane is False
+    assert options(breaker_node_selector="nvidia.com/gpu.present=true").scope_selector == "nvidia.com/gpu.present=true"
+    chosen = options(breaker_node_selector="nvidia.com/gpu.present=true", kube_node_selector="pool in (a100,h100)")
+    assert chosen.scope_selector == "pool in (a100,h100)"
+    with pytest.raises(ConfigError, match="setting 'kube_node_selector': 'gpu pool' is not a label selector"):
+        load_settings(env={"REMEDIATE_KUBE_NODE_SELECTOR": "gpu pool"})
 
 
 def test_the_cordon_plan_reads_the_node_and_the_breaker_and_changes_nothing(
@@ -534,6 +648,40 @@ def test_a_pdb_that_blocks_then_allows_is_retried_with_backoff(
     assert len(kube_api.changes_of("evict")) == 2
 
 
+def test_a_pdb_still_being_processed_answers_429_and_the_drain_retries_until_it_is(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, actions: dict[str, Any], ctx_for: Ctx
+) -> None:
+    """Issue 24, finding 11: the API answers 429 while a PDB's status is older than its spec."""
+    kube_api.add_node("gpu-1")
+    kube_api.add_pod("ml", "web-0", "gpu-1", labels={"app": "web"})
+    kube_client.get_node("gpu-1")  # the official client is loaded (~1 s): the PDB is unprocessed for the drain's 2 s
+    kube_api.add_pdb("ml", "web-pdb", {"app": "web"}, disruptions_allowed=1, unprocessed_for=2.0)
+
+    result = run(actions["k8s.drain"], {"pdb_retry_interval": 0.1, "timeout": 10}, ctx_for("gpu-1"))
+
+    assert [e["pod"] for e in result["evicted"]] == ["ml/web-0"] and result["complete"] is True
+    answers = [code for m, p, code in kube_api.requests if m == "POST" and p.endswith("/web-0/eviction")]
+    assert answers[0] == 429 and answers[-1] == 201
+    assert len(kube_api.changes_of("evict")) == 1
+
+
+def test_an_unprocessed_pdb_answers_the_apiservers_429_with_retry_after(
+    kube_api: FakeKubeAPI, kube_client: KubeClient
+) -> None:
+    kube_api.add_node("gpu-1")
+    kube_api.add_pod("ml", "web-0", "gpu-1", labels={"app": "web"})
+    kube_api.add_pdb("ml", "web-pdb", {"app": "web"}, disruptions_allowed=3, unprocessed_for=60)
+
+    with pytest.raises(KubeTooManyRequests) as refused:
+        kube_client.evict_pod("ml", "web-0", None)
+
+    status = refused.value.status
+    assert status is not None and refused.value.disruption_budget
+    assert status.message == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert status.causes[0]["message"] == "The disruption budget web-pdb is still being processed by the server."
+    assert status.retry_after == 10
+
+
 def test_a_pdb_that_never_allows_times_out_listing_the_blocked_pods(
     kube_api: FakeKubeAPI, actions: dict[str, Any], ctx_for: Ctx
 ) -> None:
@@ -637,6 +785,37 @@ def test_the_drain_plan_names_pods_to_evict_and_skip_and_the_pdbs_that_would_blo
     assert plan["refused"] == []
     assert plan["breaker"]["would_be"].startswith("allowed")
     assert kube_api.changes == []
+
+
+def test_the_drain_plan_forecasts_pending_finished_and_terminating_pods_as_evictable_despite_their_pdb(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, actions: dict[str, Any], ctx_for: Ctx
+) -> None:
+    """Issue 24, finding 11: the forecast said a Pending pod would be blocked by its PDB; the API evicts it."""
+    kube_api.add_node("gpu-1")
+    kube_api.add_pod("ml", "web-pending", "gpu-1", labels={"app": "web"}, phase="Pending")
+    kube_api.add_pod("ml", "web-failed", "gpu-1", labels={"app": "web"}, phase="Failed")
+    kube_api.add_pod("ml", "web-running", "gpu-1", labels={"app": "web"})
+    kube_api.add_pod("ml", "web-terminating", "gpu-1", labels={"app": "web"})
+    kube_client.get_node("gpu-1")  # the official client is loaded (~1 s): the pod terminates for the plan's 3 s
+    kube_api.start_deletion("ml", "web-terminating", seconds=3.0)
+    kube_api.add_pdb("ml", "web-pdb", {"app": "web"}, disruptions_allowed=1)
+
+    plan = actions["k8s.drain"].plan(actions["k8s.drain"].validate({}), ctx_for("gpu-1"))
+
+    evict = {p["pod"]: p for p in plan["would_evict"]}
+    for name, why in (("web-pending", "phase Pending"), ("web-failed", "phase Failed"), ("web-terminating", "already")):
+        assert evict[f"ml/{name}"]["blocked_by"] is None, name
+        assert evict[f"ml/{name}"]["no_pdb_check"].startswith(why)
+        assert evict[f"ml/{name}"]["pdbs"] == ["ml/web-pdb"]
+    # They use up none of the budget: the one disruption it allows is the running pod's.
+    assert evict["ml/web-running"]["blocked_by"] is None and "no_pdb_check" not in evict["ml/web-running"]
+    assert plan["pdbs_that_would_block"] == []
+
+    result = run(actions["k8s.drain"], {"timeout": 20}, ctx_for("gpu-1"))
+
+    assert result["complete"] is True and result["blocked"] == []
+    evictions = [code for m, p, code in kube_api.requests if m == "POST" and p.endswith("/eviction")]
+    assert evictions == [201, 201, 201, 201]
 
 
 def test_drain_without_cordon_leaves_the_node_schedulable(

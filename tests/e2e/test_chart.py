@@ -24,6 +24,7 @@ from kubernetes.client import ApiClient
 from remediate.actions import default_registry
 from remediate.config import Settings, read_config_file
 from remediate.disk.policy import load_policies
+from remediate.kube import EVENT_NAMESPACE
 from remediate.playbooks import load_directory
 from tests.support.helm import CHART, NAMESPACE, RELEASE, Helm, by_kind
 
@@ -133,14 +134,22 @@ def test_the_default_install_renders_the_expected_objects(rendered: dict[str, li
         "PersistentVolumeClaim": 1,
         "ClusterRole": 1,
         "ClusterRoleBinding": 1,
-        "Role": 1,
-        "RoleBinding": 1,
+        "Role": 2,  # agent discovery in the release namespace, Events in default
+        "RoleBinding": 2,
         "Service": 1,
         "Deployment": 1,
         "DaemonSet": 1,
         "NetworkPolicy": 2,  # server and agent, on by default
         "Pod": 1,  # helm test
     }
+
+
+def test_skip_tests_leaves_the_helm_test_pod_out_of_a_template_for_kubectl_apply(helm: Helm) -> None:
+    """Issue 24, finding 11: `helm template | kubectl apply` created the helm test pod (docs: --skip-tests)."""
+    (test_pod,) = [o for o in helm.objects() if o["kind"] == "Pod"]
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert not [o for o in helm.objects(extra=("--skip-tests",)) if o["kind"] == "Pod"]
+    assert "--skip-tests | kubectl apply" in (ROOT / "docs" / "install.md").read_text()
 
 
 def test_invalid_values_are_refused(helm: Helm) -> None:
@@ -180,6 +189,8 @@ CLUSTER_CALLS = {
     "read_namespaced_pod": ("", "pods", "get"),  # drain: waiting for an evicted pod to go
     "create_namespaced_pod_eviction": ("", "pods/eviction", "create"),  # drain
     "list_pod_disruption_budget_for_all_namespaces": ("policy", "poddisruptionbudgets", "list"),  # drain plan
+}
+EVENT_CALLS = {
     "create_namespaced_event": ("events.k8s.io", "events", "create"),  # an Event on the node per change
 }
 NAMESPACE_CALLS = {
@@ -214,23 +225,40 @@ def test_every_api_call_in_the_code_is_in_this_table() -> None:
     for name in API_CLIENT_FILES:
         text = (package.parent / name).read_text()
         called |= set(re.findall(r"(?:\bcore|\bpolicy|\bevents|\.api\(\))\.([a-z_]+)\(", text))
-    assert called == set(CLUSTER_CALLS) | set(NAMESPACE_CALLS)
+    assert called == set(CLUSTER_CALLS) | set(EVENT_CALLS) | set(NAMESPACE_CALLS)
+    # Events are written in one namespace only, which the chart's Role for them names.
+    assert re.findall(r"create_namespaced_event\(\s*(\w+)", (package / "kube" / "client.py").read_text()) == [
+        "EVENT_NAMESPACE"
+    ]
 
 
 def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dict[str, list[dict[str, Any]]]) -> None:
     """Finding 15: core events create/patch, events.k8s.io patch, daemonsets get and leases were granted unused."""
     objects = rendered["defaults"]
     assert rules(by_kind(objects, "ClusterRole")) == derived_rules(CLUSTER_CALLS)
-    role = by_kind(objects, "Role")
+    role = by_kind(objects, "Role", FULLNAME)
     assert role["metadata"]["namespace"] == NAMESPACE
     assert rules(role) == derived_rules(NAMESPACE_CALLS)
-    for binding_kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
-        binding = by_kind(objects, binding_kind)
-        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": FULLNAME}
+    # Issue 24, finding 11: events create was granted in every namespace; the code writes them in `default`.
+    events = by_kind(objects, "Role", f"{FULLNAME}-events")
+    assert events["metadata"]["namespace"] == EVENT_NAMESPACE
+    assert rules(events) == derived_rules(EVENT_CALLS)
+    for binding_kind, role_kind, name in (
+        ("ClusterRoleBinding", "ClusterRole", FULLNAME),
+        ("RoleBinding", "Role", FULLNAME),
+        ("RoleBinding", "Role", f"{FULLNAME}-events"),
+    ):
+        binding = by_kind(objects, binding_kind, name)
+        assert binding["metadata"].get("namespace") == role_namespace(objects, role_kind, name)
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name}
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
     # Nothing is bound to the agent's service account.
     bound = {s["name"] for o in objects if o["kind"].endswith("Binding") for s in o["subjects"]}
     assert bound == {FULLNAME}
+
+
+def role_namespace(objects: list[dict[str, Any]], kind: str, name: str) -> str | None:
+    return by_kind(objects, kind, name)["metadata"].get("namespace")
 
 
 def test_without_kubernetes_actions_and_agents_there_is_no_rbac(rendered: dict[str, list[dict[str, Any]]]) -> None:
@@ -253,6 +281,8 @@ def test_every_namespaced_object_names_the_release_namespace(
         where = obj["metadata"].get("namespace")
         if obj["kind"] in CLUSTER_SCOPED:
             assert where is None, obj["metadata"]["name"]
+        elif obj["metadata"]["name"] == f"{FULLNAME}-events":
+            assert (obj["kind"], where) in (("Role", EVENT_NAMESPACE), ("RoleBinding", EVENT_NAMESPACE))
         else:
             assert where == NAMESPACE, (obj["kind"], obj["metadata"]["name"])
 
@@ -585,12 +615,14 @@ def test_network_policies_are_on_by_default_and_let_only_the_expected_peers_in(
     (rule,) = server_policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": 9095, "protocol": "TCP"}]
     alertmanager, prometheus, helm_test = rule["from"]
+    # Issue 24, finding 6: `namespaceSelector: {}` let in any pod of any namespace that labels itself so.
+    monitoring = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
     assert alertmanager == {
-        "namespaceSelector": {},
+        "namespaceSelector": monitoring,
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}},
     }
     assert prometheus == {
-        "namespaceSelector": {},
+        "namespaceSelector": monitoring,
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
     }
     assert helm_test["podSelector"]["matchLabels"].items() <= test_pod.items()

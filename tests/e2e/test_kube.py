@@ -4,7 +4,9 @@ client reads a kubeconfig named by REMEDIATE_KUBECONFIG, as it would for a real 
 
 What happened is read back the way an operator would: ``GET /history`` and ``GET /runs/<id>``, ``GET
 /breaker``, ``remediate breaker status --server``, and from the cluster's side (the node, its pods,
-its Events) through the test API server.
+its Events) through the test API server, which authorizes every request of the server against the
+RBAC that the Helm chart renders for its ServiceAccount: a call the chart does not grant is a 403 here
+as on a cluster.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 import yaml
 
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.helm import ChartRbac
 from tests.support.realsystems import AlertManager, WebhookRecorder, wait_until
 from tests.support.server import TOKEN, RemediateServer
 
@@ -35,8 +38,10 @@ StartAlertManager = Callable[..., AlertManager]
 
 
 @pytest.fixture
-def kube_api() -> Iterator[FakeKubeAPI]:
+def kube_api(default_chart_rbac: ChartRbac) -> Iterator[FakeKubeAPI]:
     with FakeKubeAPI() as api:
+        # The server may do exactly what the Helm chart's RBAC grants its ServiceAccount (else 403).
+        api.authorize_as(default_chart_rbac.objects, default_chart_rbac.service_account)
         cluster(api, 20)
         api.add_pod("ml", "trainer-5c7d-aaaaa", NODE, labels={"app": "trainer"})
         api.add_pod("ml", "trainer-5c7d-bbbbb", NODE, labels={"app": "trainer"})
@@ -44,6 +49,8 @@ def kube_api() -> Iterator[FakeKubeAPI]:
         api.add_pod("kube-system", f"dcgm-exporter-{NODE}", NODE, owner="DaemonSet", owner_name="dcgm-exporter")
         api.add_pdb("ml", "trainer", {"app": "trainer"}, disruptions_allowed=1, heal_after=0.5)
         api.add_node("cordoned-by-ops", unschedulable=True)
+        api.add_node("cp-1", labels={"node-role.kubernetes.io/control-plane": ""})
+        api.add_pod("kube-system", "coredns-7db6d-ccccc", "cp-1", labels={"k8s-app": "kube-dns"})
         yield api
 
 
@@ -94,7 +101,7 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     ]
     assert "node_aliases" in steps["checkpoint-jobs"]["error"] and steps["checkpoint-jobs"]["continue_on_error"]
     assert run["status"] == "succeeded" and run["error"] is None
-    assert steps["cordon"]["plan"]["breaker"]["cap"] == 2  # min(10% of 21 nodes, 3)
+    assert steps["cordon"]["plan"]["breaker"]["cap"] == 2  # min(10% of 22 nodes, 3)
     assert steps["cordon"]["result"]["outcome"] == "cordoned"
     assert steps["taint"]["result"]["taint"] == "remediate.io/gpu-unhealthy=gpuxidcritical:NoSchedule"
     drain = steps["drain"]["result"]
@@ -151,6 +158,25 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     assert json.loads(shown.stdout)["state"] == "closed"
 
 
+def test_an_alert_naming_a_control_plane_node_changes_nothing_and_the_run_says_why(
+    server: RemediateServer, start_alertmanager: StartAlertManager, kube_api: FakeKubeAPI
+) -> None:
+    """Issue 24, finding 4: `Hostname=cp-1` cordoned a control-plane node."""
+    am = start_alertmanager(server.webhook_url)
+    am.fire(_labels("cp-1"), {"summary": "XID on a control-plane node"})
+
+    entry = server.wait_for_run(lambda e: e["target"] == "cp-1", status="failed", playbook=PLAYBOOK)
+    run = server.run(entry["run_id"])
+    cordon = _steps(run)["cordon"]
+    assert cordon["status"] == "failed"
+    assert "node cp-1 (from label Hostname) is a control-plane node" in cordon["error"]
+    assert "kube_allow_control_plane" in run["error"]
+    assert not [s for s in run["steps"] if s["action"] in ("k8s.taint", "k8s.drain") and s["status"] == "succeeded"]
+    assert kube_api.node("cp-1")["spec"].get("unschedulable") is None
+    assert kube_api.changes == []
+    assert server.get("/breaker")["held_nodes"] == []
+
+
 def test_a_storm_trips_the_breaker_which_stays_open_until_reset(
     server: RemediateServer, start_alertmanager: StartAlertManager, kube_api: FakeKubeAPI
 ) -> None:
@@ -166,7 +192,7 @@ def test_a_storm_trips_the_breaker_which_stays_open_until_reset(
 
     entries = wait_until(settled, 40, interval=0.2, message="the storm's runs did not all finish")
     cordoned = [n for n in nodes if kube_api.node(n)["spec"].get("unschedulable")]
-    assert len(cordoned) == 2  # min(10% of 21 nodes, 3) = 2
+    assert len(cordoned) == 2  # min(10% of 22 nodes, 3) = 2
     refused = [e for e in entries if e["status"] in ("failed", "breaker_open")]
     assert len(refused) == len(nodes) - 2
     for entry in refused:

@@ -27,6 +27,7 @@ import requests
 
 from remediate.executor import heartbeat_interval
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
+from tests.support.helm import ChartRbac
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port, wait_until
 from tests.support.server import WAIT, RemediateServer, write_playbook
 from tests.support.service import ServiceProxy
@@ -140,9 +141,11 @@ def deployment(
     playbooks_dir: Path,
     recorder: WebhookRecorder,
     tmp_path: Path,
+    default_chart_rbac: ChartRbac,
 ) -> Iterator[Deployment]:
     _playbooks(playbooks_dir, recorder)
     with FakeKubeAPI(deletion_seconds=DELETION_SECONDS) as kube:
+        kube.authorize_as(default_chart_rbac.objects, default_chart_rbac.service_account)  # the chart's RBAC, or 403
         cluster(kube, 20)  # the breaker's cap: 2 of 20 nodes
         kube.add_pod("ml", "trainer-0", NODE, labels={"app": "trainer"})
         kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")

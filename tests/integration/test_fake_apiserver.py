@@ -19,7 +19,12 @@ import requests
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.support.fake_apiserver import FakeKubeAPI
+from remediate.actions.k8s import CordonAction
+from remediate.breaker import memory_breaker
+from remediate.kube import KubeClient, KubeError
+from tests.support.fake_apiserver import FakeKubeAPI, Rbac
+from tests.support.helm import ChartRbac, Helm, chart_rbac
+from tests.support.kube import FAST, context
 
 
 @pytest.fixture
@@ -378,3 +383,163 @@ def test_a_failure_rate_is_seeded_and_applies_to_that_share_of_requests(kube_api
     codes = [_raw(kube_api, "GET", "/api/v1/nodes/n1").status_code for _ in range(200)]
     assert 40 <= codes.count(500) <= 80 and codes.count(500) == fault.fired
     assert set(codes) == {200, 500}
+
+
+def test_a_pdb_still_being_processed_is_429_with_retry_after_and_the_apiservers_body(
+    kube_api: FakeKubeAPI, core: client.CoreV1Api
+) -> None:
+    """checkAndDecrement in eviction.go: status.observedGeneration < metadata.generation -> 429, Retry-After 10."""
+    kube_api.add_pod("ml", "web-0", "n1", labels={"app": "web"})
+    kube_api.add_pdb("ml", "web-pdb", {"app": "web"}, disruptions_allowed=5, unprocessed_for=0.5)
+    with pytest.raises(ApiException) as blocked:
+        _evict(core, "ml", "web-0")
+    assert blocked.value.status == 429
+    assert blocked.value.headers.get("Retry-After") == "10"
+    assert _status(blocked.value)["details"] == {
+        "causes": [
+            {
+                "reason": "DisruptionBudget",
+                "message": "The disruption budget web-pdb is still being processed by the server.",
+            }
+        ],
+        "retryAfterSeconds": 10,
+    }
+    time.sleep(0.6)  # the disruption controller catches up
+    _evict(core, "ml", "web-0")
+    assert kube_api.pdbs[("ml", "web-pdb")]["status"]["disruptionsAllowed"] == 4
+
+
+# --------------------------------------------------------------------------- RBAC (issue 24, finding 11)
+
+SA_USER = "system:serviceaccount:gpu-ops:rel-remediate"
+
+
+def test_with_the_charts_rbac_what_it_grants_works_and_anything_else_is_the_apiservers_403(
+    kube_api: FakeKubeAPI, core: client.CoreV1Api, default_chart_rbac: ChartRbac
+) -> None:
+    kube_api.add_node("n1")
+    kube_api.add_pod("ml", "web-0", "n1", labels={"app": "web"})
+    kube_api.authorize_as(default_chart_rbac.objects, default_chart_rbac.service_account)
+    assert default_chart_rbac.service_account == ("gpu-ops", "rel-remediate")
+
+    # Granted: what remediate's code calls (the ClusterRole, the Role in its namespace, the events Role).
+    assert [n.metadata.name for n in core.list_node().items] == ["n1"]
+    core.patch_node("n1", {"spec": {"unschedulable": True}})
+    assert [p.metadata.name for p in core.list_pod_for_all_namespaces().items] == ["web-0"]
+    core.list_namespaced_pod("gpu-ops")
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "n1.test", "namespace": "default"},
+        "eventTime": "2026-01-01T00:00:00.000001Z",
+        "action": "Cordon",
+        "reason": "RemediateCordoned",
+        "type": "Warning",
+        "reportingController": "remediate.io/remediate",
+        "reportingInstance": "test",
+        "regarding": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
+    }
+    assert _raw(kube_api, "POST", "/apis/events.k8s.io/v1/namespaces/default/events", event).status_code == 201
+    assert requests.get(kube_api.url + "/version", headers={"Authorization": f"Bearer {kube_api.token}"}, timeout=5).ok
+
+    # Not granted: the same Event anywhere but `default`, deleting a pod, reading a DaemonSet.
+    elsewhere = {**event, "metadata": {"name": "n1.test", "namespace": "ml"}}
+    denied = _raw(kube_api, "POST", "/apis/events.k8s.io/v1/namespaces/ml/events", elsewhere)
+    assert denied.status_code == 403
+    assert denied.json() == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'events.events.k8s.io is forbidden: User "{SA_USER}" cannot create resource "events" in API '
+        'group "events.k8s.io" in the namespace "ml"',
+        "reason": "Forbidden",
+        "details": {"group": "events.k8s.io", "kind": "events"},
+        "code": 403,
+    }
+    with pytest.raises(ApiException) as deleting:
+        core.delete_namespaced_pod("web-0", "ml")
+    assert deleting.value.status == 403
+    assert _status(deleting.value)["message"] == (
+        f'pods "web-0" is forbidden: User "{SA_USER}" cannot delete resource "pods" in API group "" '
+        'in the namespace "ml"'
+    )
+    assert _status(deleting.value)["details"] == {"name": "web-0", "kind": "pods"}
+    daemonset = _raw(kube_api, "GET", "/apis/apps/v1/namespaces/kube-system/daemonsets/dcgm-exporter")
+    assert daemonset.status_code == 403
+    assert (
+        'cannot get resource "daemonsets" in API group "apps" in the namespace "kube-system"'
+        in (daemonset.json()["message"])
+    )
+    assert kube_api.pod("ml", "web-0") is not None and kube_api.changes_of("delete") == []
+
+
+def test_without_the_charts_kubernetes_actions_rbac_a_cordon_fails_with_403(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, helm: Helm
+) -> None:
+    """A gap between chart and code fails: here the chart grants nothing the k8s.* actions need."""
+    rbac = chart_rbac(helm, {"rbac": {"kubernetesActions": False}})
+    kube_api.add_node("gpu-1")
+    kube_api.authorize_as(rbac.objects, rbac.service_account)
+    cordon = CordonAction(lambda: kube_client, FAST)
+
+    with pytest.raises(KubeError) as refused:
+        cordon.plan({}, context(labels={"Hostname": "gpu-1"}, breaker=memory_breaker()))
+
+    assert refused.value.code == 403
+    assert str(refused.value) == (
+        f'GET nodes/gpu-1: 403 Forbidden: nodes "gpu-1" is forbidden: User "{SA_USER}" cannot get resource '
+        '"nodes" in API group "" at the cluster scope'
+    )
+    assert kube_api.changes == []
+
+
+def test_rbac_rules_apply_where_their_binding_says() -> None:
+    cluster_role = {
+        "kind": "ClusterRole",
+        "metadata": {"name": "reader"},
+        "rules": [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get"]}],
+    }
+    role = {
+        "kind": "Role",
+        "metadata": {"name": "one-node", "namespace": "ml"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"], "resourceNames": ["only-this"]}],
+    }
+    sa = {"kind": "ServiceAccount", "name": "sa", "namespace": "ops"}
+    objects = [
+        cluster_role,
+        role,
+        # A RoleBinding to a ClusterRole grants its rules in the binding's namespace only.
+        {
+            "kind": "RoleBinding",
+            "metadata": {"name": "b1", "namespace": "ml"},
+            "subjects": [sa],
+            "roleRef": {"kind": "ClusterRole", "name": "reader"},
+        },
+        {
+            "kind": "RoleBinding",
+            "metadata": {"name": "b2", "namespace": "ml"},
+            "subjects": [sa],
+            "roleRef": {"kind": "Role", "name": "one-node"},
+        },
+        # Bound to someone else: grants this ServiceAccount nothing.
+        {
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "b3"},
+            "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": "ops"}],
+            "roleRef": {"kind": "ClusterRole", "name": "reader"},
+        },
+    ]
+    rbac = Rbac.of(objects, ("ops", "sa"))
+
+    def allowed(method: str, path: str) -> bool:
+        return rbac.check(method, path) is None
+
+    assert allowed("GET", "/api/v1/namespaces/ml/pods/web-0")
+    assert allowed("GET", "/api/v1/namespaces/ml/pods/web-0/log")
+    assert not allowed("GET", "/api/v1/namespaces/other/pods/web-0")
+    assert not allowed("GET", "/api/v1/pods")  # list, and cluster-wide
+    assert not allowed("POST", "/api/v1/namespaces/ml/pods/web-0/eviction")  # a subresource is its own resource
+    assert allowed("DELETE", "/apis/apps/v1/namespaces/ml/deployments/only-this")
+    assert not allowed("DELETE", "/apis/apps/v1/namespaces/ml/deployments/another")
+    assert allowed("GET", "/version")

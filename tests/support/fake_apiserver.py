@@ -6,6 +6,13 @@ Not a mock of the client: `kubernetes.client` is configured exactly as for a rea
 reproduces the behaviours remediate depends on (each checked in tests/integration/test_fake_apiserver.py):
 
 - bearer-token auth (401 Status otherwise); unknown paths -> 404 Status; wrong methods -> 405
+- RBAC authorization, once `authorize_as` loaded Roles, ClusterRoles and their bindings (e.g. the ones
+  the Helm chart renders) and made the token a ServiceAccount's: each resource request is allowed
+  only if a rule bound to that ServiceAccount (or its groups) grants its verb, API group, resource
+  (`pods/eviction` for a subresource), namespace and name; otherwise 403 Forbidden with the
+  apiserver's Status body (`nodes "gpu-1" is forbidden: User "system:serviceaccount:ns:sa" cannot
+  patch resource "nodes" in API group "" at the cluster scope`). Non-resource paths (/version) are
+  allowed to everyone authenticated. Without `authorize_as` authorization is off (as for cluster-admin)
 - nodes: GET, LIST (labelSelector, fieldSelector metadata.name / spec.unschedulable), PATCH with
   strategic-merge-patch (maps merge, `null` deletes, lists such as spec.taints are REPLACED whole),
   JSON merge patch (RFC 7386) and JSON patch (RFC 6902: add/remove/replace/test, `-` appends);
@@ -20,7 +27,9 @@ reproduces the behaviours remediate depends on (each checked in tests/integratio
   404 for a pod that is gone; a pod selected by one PodDisruptionBudget with disruptionsAllowed 0
   -> 429 with the exact Status body (reason TooManyRequests, details.causes[0].reason
   DisruptionBudget, "The disruption budget X needs N healthy pods and has M currently"); more
-  than one PDB -> 500 InternalError; terminal, pending or already terminating pods are deleted
+  than one PDB -> 500 InternalError; a PDB the disruption controller has not observed yet
+  (status.observedGeneration < metadata.generation) -> 429 with Retry-After: 10 and "The disruption
+  budget X is still being processed by the server."; terminal, pending or already terminating pods are deleted
   without a PDB check (an eviction of a terminating pod succeeds again and changes nothing);
   201 Status Success otherwise. An evicted pod terminates for `deletion_seconds`, then is gone,
   or replaced under the same name with a new UID (StatefulSet-like pods); a PDB may regain its
@@ -330,6 +339,125 @@ class Change:
     at: float = field(default_factory=time.monotonic)
 
 
+# --------------------------------------------------------------------------- RBAC
+
+RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+_RESOURCE_PATH = re.compile(
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?(?:/(?P<resource>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?)?$"
+)
+
+
+@dataclass(frozen=True)
+class RequestAttributes:
+    """What the apiserver's authorizer sees of a resource request."""
+
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, method: str, path: str) -> RequestAttributes | None:
+        """None for a non-resource request (/version, discovery), which every authenticated user may make."""
+        m = _RESOURCE_PATH.match(path)
+        if m is None or not (m["resource"] or m["ns"]):
+            return None
+        if not m["resource"]:  # /api/v1/namespaces/X is the namespace X itself
+            resource, namespace, name, sub = "namespaces", "", m["ns"], ""
+        else:
+            resource, namespace, name, sub = m["resource"], m["ns"] or "", m["name"] or "", m["sub"] or ""
+        verb = {
+            "GET": "get" if name else "list",
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection",
+        }.get(method, method.lower())
+        return cls(verb, m["group"] or "", resource, sub, namespace, name)
+
+    def forbidden(self, user: str) -> ApiError:
+        """The apiserver's 403 (responsewriters.Forbidden: errors.NewForbidden with forbiddenMessage)."""
+        resource = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        where = f'in the namespace "{self.namespace}"' if self.namespace else "at the cluster scope"
+        why = f'User "{user}" cannot {self.verb} resource "{resource}" in API group "{self.group}" {where}'
+        qualified = f"{self.resource}.{self.group}" if self.group else self.resource
+        head = f'{qualified} "{self.name}"' if self.name else qualified
+        details = {k: v for k, v in (("name", self.name), ("group", self.group)) if v}
+        return ApiError(403, "Forbidden", f"{head} is forbidden: {why}", {**details, "kind": self.resource})
+
+
+@dataclass(frozen=True)
+class Rbac:
+    """The RBAC authorizer for one ServiceAccount: the rules bound to it, each with where it applies."""
+
+    user: str
+    rules: tuple[tuple[str | None, Mapping[str, Any]], ...]
+    """(namespace the rule applies in, or None for every namespace and the cluster scope; the rule)."""
+
+    @classmethod
+    def of(cls, objects: list[Mapping[str, Any]], service_account: tuple[str, str]) -> Rbac:
+        namespace, name = service_account
+        user = f"system:serviceaccount:{namespace}:{name}"
+        groups = {"system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"}
+        roles = {
+            (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+            for o in objects
+            if o.get("kind") in ("Role", "ClusterRole")
+        }
+
+        def bound(subject: Mapping[str, Any]) -> bool:
+            kind = subject.get("kind")
+            if kind == "ServiceAccount":
+                return (subject.get("namespace"), subject.get("name")) == (namespace, name)
+            return (kind == "User" and subject.get("name") == user) or (
+                kind == "Group" and subject.get("name") in groups
+            )
+
+        rules: list[tuple[str | None, Mapping[str, Any]]] = []
+        for binding in objects:
+            if binding.get("kind") not in ("RoleBinding", "ClusterRoleBinding"):
+                continue
+            if not any(bound(s) for s in binding.get("subjects") or []):
+                continue
+            ref = binding["roleRef"]
+            # A RoleBinding grants in its own namespace only, whether it names a Role or a ClusterRole.
+            scope = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+            role_ns = scope if ref["kind"] == "Role" else None
+            role = roles.get((ref["kind"], role_ns, ref["name"]))
+            if role is not None:  # a binding to a missing role grants nothing, as in a cluster
+                rules.extend((scope, rule) for rule in role.get("rules") or [])
+        return cls(user, tuple(rules))
+
+    def allows(self, request: RequestAttributes) -> bool:
+        resource = f"{request.resource}/{request.subresource}" if request.subresource else request.resource
+        for scope, rule in self.rules:
+            if scope is not None and scope != request.namespace:
+                continue
+            if not _any_of(rule.get("verbs"), request.verb) or not _any_of(rule.get("apiGroups"), request.group):
+                continue
+            if not _any_of(rule.get("resources"), resource):
+                continue
+            names = rule.get("resourceNames") or []
+            if names and request.name not in names:
+                continue
+            return True
+        return False
+
+    def check(self, method: str, path: str) -> ApiError | None:
+        """The 403 for a request this ServiceAccount may not make, or None."""
+        request = RequestAttributes.of(method, path)
+        if request is None or self.allows(request):
+            return None
+        return request.forbidden(self.user)
+
+
+def _any_of(granted: Any, wanted: str) -> bool:
+    return bool(granted) and ("*" in granted or wanted in granted)
+
+
 # --------------------------------------------------------------------------- the server
 
 
@@ -350,8 +478,11 @@ class FakeKubeAPI:
         self.hooks: list[Hook] = []
         self.changes: list[Change] = []
         self.requests: list[tuple[str, str, int]] = []
+        self.rbac: Rbac | None = None
+        """None: authorization off (the token may do everything). See `authorize_as`."""
         self._pending_deletions: dict[tuple[str, str], float] = {}
         self._heals: list[tuple[float, tuple[str, str]]] = []
+        self._observations: list[tuple[float, tuple[str, str]]] = []
         self._server = _Server(self)
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -389,6 +520,14 @@ class FakeKubeAPI:
         }
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return path
+
+    def authorize_as(self, objects: list[Mapping[str, Any]], service_account: tuple[str, str]) -> Rbac:
+        """From now on the token is ServiceAccount `service_account` (namespace, name), and every request
+        it makes is authorized by the Roles, ClusterRoles and bindings among `objects` (others ignored)."""
+        rbac = Rbac.of(objects, service_account)
+        with self.lock:
+            self.rbac = rbac
+        return rbac
 
     # ------------------------------------------------------------------ state (the test's side)
 
@@ -507,9 +646,12 @@ class FakeKubeAPI:
         current_healthy: int = 2,
         desired_healthy: int = 2,
         heal_after: float | None = None,
+        unprocessed_for: float = 0.0,
     ) -> dict[str, Any]:
         """A policy/v1 PDB. `match_labels=None`: a null selector (selects nothing); {}: every pod of the namespace.
-        `heal_after`: seconds after an eviction until the budget allows one more disruption again."""
+        `heal_after`: seconds after an eviction until the budget allows one more disruption again.
+        `unprocessed_for`: seconds until the disruption controller has observed its latest generation
+        (status.observedGeneration < metadata.generation meanwhile: evictions it selects get 429)."""
         with self.lock:
             spec: dict[str, Any] = {"minAvailable": desired_healthy}
             if match_labels is not None:
@@ -534,8 +676,17 @@ class FakeKubeAPI:
                 },
                 "_heal_after": heal_after,
             }
+            if unprocessed_for > 0:
+                pdb["metadata"]["generation"] = 2  # its spec changed; the controller has not caught up
+                self._observations.append((time.monotonic() + unprocessed_for, (namespace, name)))
             self.pdbs[(namespace, name)] = pdb
             return _public(pdb)
+
+    def start_deletion(self, namespace: str, name: str, seconds: float) -> None:
+        """Someone else deleted the pod (kubectl delete): it is terminating for `seconds`, then gone."""
+        with self.lock:
+            self._terminate(self.pods[(namespace, name)], 30, "delete")
+            self._pending_deletions[(namespace, name)] = time.monotonic() + seconds
 
     def set_pdb_allowed(self, namespace: str, name: str, allowed: int) -> None:
         with self.lock:
@@ -642,6 +793,11 @@ class FakeKubeAPI:
                     replacement["spec"].pop("nodeName", None)
                     replacement["status"] = {"phase": "Pending"}
                     self.pods[key] = replacement
+        for due, key in list(self._observations):
+            if due <= now:
+                self._observations.remove((due, key))
+                if (pdb := self.pdbs.get(key)) is not None:
+                    pdb["status"]["observedGeneration"] = pdb["metadata"]["generation"]
         for due, key in list(self._heals):
             if due <= now:
                 self._heals.remove((due, key))
@@ -656,6 +812,10 @@ class FakeKubeAPI:
             return 401, status_body(401, "Unauthorized", "Unauthorized")
         url = urlsplit(raw_path)
         path, query = unquote(url.path), {k: v[-1] for k, v in parse_qs(url.query).items()}
+        if self.rbac is not None:
+            denied = self.rbac.check(method, path)
+            if denied is not None:
+                return denied.code, denied.body
         self._run_hooks(method, path)
         try:
             with self.lock:
@@ -973,6 +1133,23 @@ class FakeKubeAPI:
         if budgets:
             pdb = budgets[0]
             status = pdb["status"]
+            if status["observedGeneration"] < pdb["metadata"]["generation"]:
+                # checkAndDecrement: the budget's status is not about its current spec yet.
+                raise ApiError(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    {
+                        "causes": [
+                            {
+                                "reason": "DisruptionBudget",
+                                "message": f"The disruption budget {pdb['metadata']['name']} is still being "
+                                "processed by the server.",
+                            }
+                        ],
+                        "retryAfterSeconds": 10,
+                    },
+                )
             if status["disruptionsAllowed"] <= 0:
                 raise ApiError(
                     429,
@@ -1218,6 +1395,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, code: int, body: Mapping[str, Any]) -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
+        retry_after = (body.get("details") or {}).get("retryAfterSeconds") if code >= 400 else None
+        if retry_after:
+            # As the apiserver's error writer does for a Status whose details suggest a wait.
+            self.send_header("Retry-After", str(retry_after))
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Audit-Id", str(uuid.uuid4()))

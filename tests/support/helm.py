@@ -91,3 +91,28 @@ def by_kind(objects: list[dict[str, Any]], kind: str, name: str | None = None) -
         f"{len(found)} {kind} {name or ''} in {[(o['kind'], o['metadata']['name']) for o in objects]}"
     )
     return found[0]
+
+
+@dataclass(frozen=True)
+class ChartRbac:
+    """The RBAC objects `helm template` renders, and the server's ServiceAccount they bind (namespace, name)."""
+
+    objects: list[dict[str, Any]]
+    service_account: tuple[str, str]
+
+
+def chart_rbac(helm: Helm, values: dict[str, Any] | None = None) -> ChartRbac:
+    objects = helm.objects(values)
+    (account,) = [
+        o
+        for o in objects
+        if o["kind"] == "ServiceAccount" and o["metadata"]["labels"]["app.kubernetes.io/component"] == "server"
+    ]
+    rbac = [o for o in objects if o["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")]
+    return ChartRbac(rbac, (account["metadata"]["namespace"], account["metadata"]["name"]))
+
+
+@pytest.fixture(scope="session")
+def default_chart_rbac(helm: Helm) -> ChartRbac:
+    """What the chart's default install lets the server's ServiceAccount do (FakeKubeAPI.authorize_as)."""
+    return chart_rbac(helm)

@@ -16,6 +16,7 @@ from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param
 from remediate.errors import ActionError
 from remediate.kube import (
+    CONTROL_PLANE_LABELS,
     EventSpec,
     KubeClient,
     KubeConflict,
@@ -27,6 +28,7 @@ from remediate.kube import (
     NodeNameError,
     NodeRef,
     check_node_name,
+    parse_label_selector,
     resolve_node_name,
 )
 
@@ -46,6 +48,10 @@ class KubeOptions:
     node_labels: tuple[str, ...] = NODE_LABELS
     node_selector: str | None = None
     """Label selector of the nodes the breaker's fraction counts (None: all nodes)."""
+    scope_selector: str | None = None
+    """Label selector a node must match to be cordoned, tainted or drained (None: any node)."""
+    allow_control_plane: bool = False
+    """Whether cordon, taint and drain may act on a control-plane node (CONTROL_PLANE_LABELS)."""
     reporting_instance: str = socket.gethostname()
     api_attempts: int = 4
     """Attempts per API call on transient errors (5xx, timeouts, resets, throttling)."""
@@ -53,6 +59,10 @@ class KubeOptions:
     """First wait between those attempts (doubling, at most 2 s)."""
     conflict_attempts: int = 8
     """Read-modify-write rounds when the node keeps changing (409) before the step gives up (retryable)."""
+
+
+class NodeOutOfScope(ActionError):
+    """The node an alert names is not one remediate may take out of service (kube_node_selector, control plane)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +112,12 @@ class KubeAction(Action):
         settings = deps.settings
         return cls(
             deps.kube_client,
-            KubeOptions(node_labels=settings.kube_node_labels, node_selector=settings.breaker_node_selector),
+            KubeOptions(
+                node_labels=settings.kube_node_labels,
+                node_selector=settings.breaker_node_selector,
+                scope_selector=settings.kube_node_selector or settings.breaker_node_selector,
+                allow_control_plane=settings.kube_allow_control_plane,
+            ),
         )
 
     @property
@@ -132,10 +147,34 @@ class KubeAction(Action):
             raise ActionError(str(exc)) from exc
 
     def read_node(self, ref: NodeRef, ctx: StepContext) -> NodeInfo:
+        """The node as it is now; for cordon, taint and drain (plan and execute) only a node in scope."""
         try:
-            return self.api(ctx, lambda c: c.get_node(ref.name))
+            node = self.api(ctx, lambda c: c.get_node(ref.name))
         except KubeNotFound as exc:
             raise ActionError(f"node {ref.name!r} (from {ref.source}) does not exist in the cluster") from exc
+        if self.breaker_gated:
+            # Uncordon and untaint are not checked: they only undo what remediate's marks on the node
+            # say it did, so a node whose labels (or the scope setting) changed since still comes back.
+            self.check_scope(ref, node)
+        return node
+
+    def check_scope(self, ref: NodeRef, node: NodeInfo) -> None:
+        """Refuse a node remediate may not take out of service: a control-plane node, or one outside the scope."""
+        where = f"node {node.name} (from {ref.source})"
+        if not self.options.allow_control_plane:
+            role = next((label for label in CONTROL_PLANE_LABELS if label in node.labels), None)
+            if role is not None:
+                raise NodeOutOfScope(
+                    f"{where} is a control-plane node (label {role}): {self.name} refuses it; "
+                    "set kube_allow_control_plane: true to act on control-plane nodes"
+                )
+        selector = self.options.scope_selector
+        if selector and not parse_label_selector(selector).matches(node.labels):
+            raise NodeOutOfScope(
+                f"{where} is out of scope: it does not match the node selector {selector!r} "
+                "(kube_node_selector, by default breaker_node_selector): "
+                f"{self.name} acts only on the nodes it selects"
+            )
 
     def observe(self, params: Mapping[str, Any], ctx: StepContext) -> tuple[NodeRef, NodeInfo, dict[str, Any]]:
         """The node a plan is about, as read now, and the fields every plan starts with."""

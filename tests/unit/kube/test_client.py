@@ -22,9 +22,11 @@ from remediate.kube import (
     NodeNameError,
     PdbInfo,
     PodInfo,
+    SelectorError,
     check_node_name,
     check_taint_key,
     classify_pod,
+    parse_label_selector,
     pdb_forecast,
     resolve_node_name,
     translate,
@@ -218,3 +220,47 @@ def test_label_selectors_and_pdb_forecasts() -> None:
     forecast = pdb_forecast(pods, [everything, nothing])
     assert forecast["ml/a"] == {"pdbs": ["ml/all"], "blocked_by": None}
     assert forecast["ml/b"]["blocked_by"].startswith("PodDisruptionBudget ml/all allows no more disruptions")
+
+
+@pytest.mark.parametrize(
+    ("text", "labels", "matches"),
+    [
+        ("nvidia.com/gpu.present=true", {"nvidia.com/gpu.present": "true"}, True),
+        ("nvidia.com/gpu.present==true", {"nvidia.com/gpu.present": "false"}, False),
+        ("pool in (a100, h100),!cordon-exempt", {"pool": "h100"}, True),
+        ("pool in (a100, h100),!cordon-exempt", {"pool": "h100", "cordon-exempt": ""}, False),
+        ("pool notin (cpu)", {}, True),
+        ("zone!=eu-1", {"zone": "eu-1"}, False),
+        ("zone!=eu-1", {}, True),
+        ("nvidia.com/gpu.present", {"nvidia.com/gpu.present": "anything"}, True),
+        ("", {}, True),
+    ],
+)
+def test_label_selector_strings_match_as_the_apiservers_do(text: str, labels: dict[str, str], matches: bool) -> None:
+    assert parse_label_selector(text).matches(labels) is matches
+
+
+@pytest.mark.parametrize("text", ["gpu pool", "a=b=c", "in (x)", "Bad Key=1", "a in b"])
+def test_a_label_selector_that_does_not_parse_says_which_part(text: str) -> None:
+    with pytest.raises(SelectorError):
+        parse_label_selector(text)
+
+
+def test_pending_finished_and_terminating_pods_are_forecast_without_a_pdb_check() -> None:
+    none_allowed = PdbInfo("ml", "web", LabelSelector({"app": "web"}), 0, 2, 2, 2)
+    pods = [
+        _pod("pending", labels={"app": "web"}, phase="Pending"),
+        _pod("done", labels={"app": "web"}, phase="Succeeded"),
+        _pod("going", labels={"app": "web"}, terminating=True),
+        _pod("running", labels={"app": "web"}, phase="Running"),
+    ]
+    forecast = pdb_forecast(pods, [none_allowed])
+    assert [forecast[f"ml/{p}"]["blocked_by"] is None for p in ("pending", "done", "going", "running")] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+    assert forecast["ml/pending"]["no_pdb_check"] == (
+        "phase Pending: the eviction API deletes it without a PodDisruptionBudget check"
+    )
