@@ -7,9 +7,12 @@ project them into a pod.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from werkzeug.serving import make_server as make_wsgi_server
 
 from remediate.agent_protocol import CREDENTIAL_PATH
 from remediate.agentauth import node_token
@@ -129,3 +132,47 @@ def test_without_kubernetes_discovery_no_credential_is_handed_out(make_server: M
     status, body = ask(server, "anything")
 
     assert status == 404 and "hands out no agent credentials" in body["message"]
+
+
+@pytest.fixture
+def server_url(server: Server) -> Iterator[str]:
+    """The server's app on a loopback port, for the CLI's real HTTP calls."""
+    http = make_wsgi_server("127.0.0.1", 0, server.app, threaded=True)
+    thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{http.server_port}"
+    http.shutdown()
+    thread.join(5)
+
+
+def fetch(node: str, server_url: str, token: str, tmp_path: Path) -> tuple[int, str, Path]:
+    """`remediate agent-credential NODE --server ...` as the chart's init container runs it."""
+    from click.testing import CliRunner
+
+    from remediate.cli import main
+
+    token_file, output = tmp_path / "token", tmp_path / f"credential-{node}"
+    token_file.write_text(token)
+    args = ["agent-credential", node, "--server", server_url, "--service-account-token-file", str(token_file)]
+    result = CliRunner().invoke(main, [*args, "--output", str(output), "--wait", "0"])
+    return result.exit_code, result.output, output
+
+
+def test_the_init_containers_command_writes_the_credential_of_its_own_node(
+    server_url: str, cluster: FakeKubeAPI, tmp_path: Path
+) -> None:
+    token_a = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+
+    code, said, output = fetch("node-a", server_url, token_a, tmp_path)
+    assert code == 0, said
+    assert output.read_text().strip() == node_token(AGENT_TOKEN, "node-a")
+    assert output.stat().st_mode & 0o777 == 0o600
+
+    # node-a's token cannot be passed off as node-b's: the server names the token's node, the command refuses.
+    code, said, output = fetch("node-b", server_url, token_a, tmp_path)
+    assert code != 0 and "gives the credential of node 'node-a', not 'node-b'" in said
+    assert not output.exists()
+
+    wrong_audience = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(API_AUDIENCE,))
+    code, said, _ = fetch("node-a", server_url, wrong_audience, tmp_path)
+    assert code != 0 and "refused this pod an agent credential" in said and "HTTP 401" in said
