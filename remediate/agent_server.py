@@ -50,7 +50,7 @@ from remediate.agent_protocol import (
 )
 from remediate.agentauth import ANSWER_HEADER, SCHEME, AgentAuthError, NotThisNode
 from remediate.config import Settings
-from remediate.errors import RemediateError, StoreBusy
+from remediate.errors import RemediateError, StoreUnavailable
 
 log = logging.getLogger("remediate.agent")
 
@@ -92,9 +92,11 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
             return None, None
         try:
             signed = verifier.verify_request(request.headers.get("Authorization", ""), "POST", request.path, body)
-        except StoreBusy as exc:
-            # The state file that keeps the signatures seen could not take this one: try again later.
-            return None, error(503, "state_busy", RETRYABLE, f"agent state file: {exc}")
+        except (StoreUnavailable, sqlite3.Error) as exc:
+            # The state file that keeps the signatures seen could not take this one (busy, replaced): nothing
+            # runs unrecorded; the server may try again later.
+            log.warning("refused %s from %s: the state file cannot record its signature: %s", kind, caller, exc)
+            return None, error(503, "state_unavailable", RETRYABLE, f"agent state file: {exc}")
         except NotThisNode as exc:
             log.warning("refused %s from %s: %s", kind, caller, exc)
             return None, answer(error_answer(WrongNodeError(f"wrong agent: {exc}"), service.node_name))

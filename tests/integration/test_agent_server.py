@@ -617,3 +617,27 @@ def test_the_agent_signs_its_answers_to_the_servers_requests_only(client: FlaskC
     # A caller without this node's credential gets no signature (for a nonce of its choosing) to reuse.
     assert (guess.status_code, wrong_node.status_code) == (401, 421)
     assert ANSWER_HEADER not in guess.headers and ANSWER_HEADER not in wrong_node.headers
+
+
+def test_node_a_agent_standing_in_node_b_place_is_refused_by_the_server(tmp_path: Path, echo: Echo) -> None:
+    """Whatever answers at node-b's address with node-a's credential (node-a's own agent, or a thief's copy of
+    it) is not node-b's agent: the server refuses its answers, signed or not."""
+    settings = agent_settings(
+        tmp_path, node_name="node-a", agent_token=None, agent_node_token=node_token(AGENT_TOKEN, "node-a")
+    )
+    service = AgentService(settings, registry=registry_with(echo), memory=InMemoryMemory())
+    ctx = StepContext(
+        run_id=3,
+        step_index=0,
+        playbook="pb",
+        target="node-b",
+        alert=alert_ref({"alertname": "Hot", "labels": {"Hostname": "node-b"}}),
+        deadline=time.monotonic() + 10,
+        memory=InMemoryMemory(),
+    )
+    with serve_agent(service, settings) as url:
+        remote = AgentRunner("node-b", StaticAgents({"node-b": url}), AGENT_TOKEN, retry_wait_max=0.01)
+        with pytest.raises(ActionError, match="refused an answer that is not the agent's") as refused:
+            remote.plan(echo, {"word": "x"}, ctx)
+    assert not isinstance(refused.value, RetryableActionError)
+    assert echo.calls == []
