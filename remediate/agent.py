@@ -9,8 +9,9 @@ and answer shapes are in remediate.agent_protocol, shared with the server.
 The agent trusts the server's signature, not its judgement. Every request is signed with this
 node's own credential (remediate.agentauth: HMAC of the master secret and the node name, so the
 agent of one node cannot command another) and names its run and step; the agent logs every call
-(run, step, action, params, caller) and refuses a request signed for another node. Whatever a
-request says:
+(run, step, action, params, caller), refuses a request signed for another node or seen before (also
+before a restart: the signatures are kept in the state file), and signs its answers with the same
+credential. Whatever a request says:
 
 - only `where: node` actions run, and only for this node (`node_name`, default the
   host name, or one of `node_aliases`): a step for another node is refused;
@@ -52,7 +53,7 @@ from remediate.agent_protocol import (
     step_answer,
 )
 from remediate.agent_state import MemoryStore
-from remediate.agentauth import Verifier
+from remediate.agentauth import SeenSignatures, Verifier
 from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.deadline import call_with_deadline
@@ -217,13 +218,17 @@ def check_agent_settings(settings: Settings) -> str | None:
     return token
 
 
-def agent_verifier(settings: Settings, node_name: str, names: set[str]) -> Verifier | None:
-    """How the agent checks signed requests; None only with insecure_no_auth and no credential."""
+def agent_verifier(
+    settings: Settings, node_name: str, names: set[str], *, seen: SeenSignatures | None = None
+) -> Verifier | None:
+    """How the agent checks signed requests (and signs its answers); None only with insecure_no_auth and no
+    credential. `seen`: where accepted signatures are kept (the state file's, so replays stay refused across
+    restarts; in memory when None)."""
     master = check_agent_settings(settings)
     own = settings.resolved_agent_node_token()
     if not master and not own:
         return None
-    return Verifier.for_names(names, master=master, own=(node_name, own) if own else None)
+    return Verifier.for_names(names, master=master, own=(node_name, own) if own else None, seen=seen)
 
 
 # --------------------------------------------------------------------------- start-up

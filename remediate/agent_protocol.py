@@ -22,6 +22,9 @@ PLAN = "plan"
 EXECUTE = "execute"
 STEP_PATHS = {PLAN: "/v1/steps/plan", EXECUTE: "/v1/steps/execute"}
 CANCEL_PATH = "/v1/steps/cancel"
+CREDENTIAL_PATH = "/v1/agent-credential"
+"""On the SERVER: an agent pod trades its projected ServiceAccount token for its node's credential
+(POST, Authorization: Bearer <token>; 200 {node, credential}). remediate.kube.enroll says who may."""
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
 MAX_STEP_TIMEOUT = 24 * 3600.0

@@ -1,6 +1,7 @@
 """The HTTP face of the node agent: a Flask app factory. Only this module (and server.py) knows HTTP.
 
-Endpoints (on the /v1 routes: requests signed with this node's credential, remediate.agentauth):
+Endpoints (on the /v1 routes: requests signed with this node's credential, remediate.agentauth; the
+answer to a request whose signature was accepted carries the agent's signature, X-Remediate-Answer):
 
 - POST /v1/steps/plan, POST /v1/steps/execute: body {action, params, context: {run_id,
   step_index, playbook, target, alert, timeout}}. 200 {node, plan|result, seconds}; an error is
@@ -8,7 +9,7 @@ Endpoints (on the /v1 routes: requests signed with this node's credential, remed
   stale or replayed signature, 403 signed for another node than the step's target,
   415 not JSON, 421 a step for another node, 422 unknown/not-a-node action or invalid
   params, 500 the action failed (permanent), 503 the action failed and may succeed later
-  (also: the agent is stopping and starts no new step).
+  (also: the agent is stopping and starts no new step, or its state file is busy).
 - POST /v1/steps/cancel: body {run_id, step_index, target}, signed like a step. The server's
   executor is stopping while it waits for that step: the agent sets the step's `stopping` event
   (a training step withdraws a command the job has not taken) and the step's own request answers
@@ -27,7 +28,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from remediate.agent import AgentService, agent_verifier
@@ -47,9 +48,9 @@ from remediate.agent_protocol import (
     WrongNodeError,
     error_answer,
 )
-from remediate.agentauth import SCHEME, AgentAuthError, NotThisNode
+from remediate.agentauth import ANSWER_HEADER, SCHEME, AgentAuthError, NotThisNode
 from remediate.config import Settings
-from remediate.errors import RemediateError
+from remediate.errors import RemediateError, StoreUnavailable
 
 log = logging.getLogger("remediate.agent")
 
@@ -70,7 +71,8 @@ def stop_running_steps(app: Flask) -> None:
 
 def create_agent_app(settings: Settings, *, service: AgentService | None = None) -> Flask:
     service = service or AgentService(settings)
-    verifier = agent_verifier(settings, service.node_name, service.names)
+    seen = service.store.seen() if service.store is not None else None
+    verifier = agent_verifier(settings, service.node_name, service.names, seen=seen)
     if verifier is None:
         log.warning("AGENT AUTHENTICATION IS OFF (--insecure-no-auth)")
     app = Flask("remediate-agent")
@@ -89,7 +91,12 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
         if verifier is None:
             return None, None
         try:
-            return verifier.verify(request.headers.get("Authorization", ""), "POST", request.path, body), None
+            signed = verifier.verify_request(request.headers.get("Authorization", ""), "POST", request.path, body)
+        except (StoreUnavailable, sqlite3.Error) as exc:
+            # The state file that keeps the signatures seen could not take this one (busy, replaced): nothing
+            # runs unrecorded; the server may try again later.
+            log.warning("refused %s from %s: the state file cannot record its signature: %s", kind, caller, exc)
+            return None, error(503, "state_unavailable", RETRYABLE, f"agent state file: {exc}")
         except NotThisNode as exc:
             log.warning("refused %s from %s: %s", kind, caller, exc)
             return None, answer(error_answer(WrongNodeError(f"wrong agent: {exc}"), service.node_name))
@@ -98,6 +105,8 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
             response, status = error(401, "unauthorized", PERMANENT, f"agent credential: {exc}")
             response.headers["WWW-Authenticate"] = f'{SCHEME} realm="remediate-agent"'
             return None, (response, status)
+        g.signed_request = signed  # the answer to it is signed (sign_answer below)
+        return signed.node, None
 
     def signed_request(kind: str, parse: Callable[[Any], Any]) -> tuple[str | None, Any, tuple[Response, int] | None]:
         """(the node it is signed for, the parsed request, None), or (None, None, the refusal to answer):
@@ -181,6 +190,17 @@ def create_agent_app(settings: Settings, *, service: AgentService | None = None)
         except WrongNodeError as exc:
             return answer(error_answer(exc, service.node_name))
         return jsonify({"node": service.node_name, "running": running})
+
+    @app.after_request
+    def sign_answer(response: Response) -> Response:
+        # Only the answer to a request that carried this node's valid signature is signed: the server refuses
+        # any other, and a caller without the credential gets no signature made for a nonce it chose.
+        signed = g.get("signed_request")
+        if verifier is not None and signed is not None:
+            response.headers[ANSWER_HEADER] = verifier.sign_answer(
+                signed, request.path, response.status_code, response.get_data()
+            )
+        return response
 
     @app.get(HEALTH_PATH)
     def healthz() -> Any:

@@ -1,5 +1,5 @@
 """The agent's state file: what its node actions remember between runs (ActionMemory), in a SQLite file
-that holds only the `action_memory` table.
+that holds only the `action_memory` table (and `seen_requests`, the signatures of the requests it accepted).
 
 Who uses it: `remediate agent` (`agent.open_memory`), e.g. for the power limit a restore puts back. The
 server's tables, migrations and meta rows are no business of a node agent, so this creates the one table
@@ -32,6 +32,11 @@ CREATE_TABLE = (
     "key VARCHAR(255) NOT NULL, value TEXT NOT NULL, run_id INTEGER, updated_at FLOAT NOT NULL, PRIMARY KEY (key))"
 )
 """`schema.action_memory` as SQLite DDL (tests/unit/test_agent_state.py checks that they stay the same)."""
+CREATE_SEEN = (
+    "CREATE TABLE IF NOT EXISTS seen_requests (signature VARCHAR(64) NOT NULL, seen_at FLOAT NOT NULL, "
+    "PRIMARY KEY (signature))"
+)
+"""The signatures of the requests the agent accepted (remediate.agentauth: replays are refused across restarts)."""
 
 
 class MemoryStore:
@@ -67,6 +72,7 @@ class MemoryStore:
             conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
             with store.write() as cursor:
                 cursor.execute(CREATE_TABLE)
+                cursor.execute(CREATE_SEEN)
         except sqlite3.Error as exc:
             store.close()
             raise ConfigError(f"cannot open the agent state file {path}: {exc}") from exc
@@ -104,6 +110,9 @@ class MemoryStore:
     def memory(self) -> StateFileMemory:
         return StateFileMemory(self)
 
+    def seen(self) -> StateFileSeen:
+        return StateFileSeen(self)
+
     def ping(self) -> None:
         """Raises (sqlite3.Error) if the state file cannot be read (the agent's readiness)."""
         self.read("SELECT key FROM action_memory LIMIT 1")
@@ -136,3 +145,17 @@ class StateFileMemory:
     def forget(self, key: str) -> None:
         with self._store.write() as cursor:
             cursor.execute("DELETE FROM action_memory WHERE key = ?", (key,))
+
+
+class StateFileSeen:
+    """The signatures the agent accepted, in the state file (agentauth.SeenSignatures): a signed request
+    taken off the wire stays refused after the agent restarts, for as long as its timestamp is valid."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def first_use(self, signature: str, now: float, keep: float) -> bool:
+        with self._store.write() as cursor:
+            cursor.execute("DELETE FROM seen_requests WHERE seen_at < ?", (now - keep,))
+            cursor.execute("INSERT OR IGNORE INTO seen_requests (signature, seen_at) VALUES (?, ?)", (signature, now))
+            return cursor.rowcount == 1

@@ -134,6 +134,12 @@ class Settings:
     agent_port: int = 9096
     agent_daemonset: str | None = None
     """Server: name of the agent DaemonSet; a discovered pod must be controlled by it (unset: by any DaemonSet)."""
+    agent_audience: str = "remediate-agent"
+    """Server, with agent_selector: the audience of the projected ServiceAccount token an agent pod presents to
+    POST /v1/agent-credential (checked by TokenReview) to get its own node's credential."""
+    agent_service_account: str | None = None
+    """Server, with agent_selector: the agent pods' ServiceAccount; a token of another account gets no
+    credential (unset: any account of agent_namespace)."""
     """Server: port of agents found through the Kubernetes API."""
     agent_token: str | None = field(default=None, repr=False)
     """Bearer token between the server and its agents (both sides; or `agent_token_file`)."""
@@ -469,6 +475,13 @@ def _to_optional_selector(value: Any) -> str | None:
     return text
 
 
+def _to_audience(value: Any) -> str:
+    text = _to_optional_str(value)
+    if text is None:
+        raise ValueError("must be a non-empty string (the audience of the agents' projected token)")
+    return text
+
+
 def _to_optional_url(value: Any, name: str) -> str | None:
     text = _to_optional_str(value)
     if text is None:
@@ -587,6 +600,8 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "agent_namespace": _to_optional_str,
     "agent_port": _to_positive_int,
     "agent_daemonset": _to_optional_str,
+    "agent_audience": _to_audience,
+    "agent_service_account": _to_optional_str,
     "agent_token": str,
     "agent_token_file": _to_optional_path,
     "agent_node_token": str,

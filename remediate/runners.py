@@ -22,10 +22,13 @@ the signature covers the body, so the run and step ids it names); connection fai
 deadline (tenacity), then raised as RetryableActionError, so the executor's own step
 retries apply to execute. The agent answers with the plan/result, or with
 {error_class: retryable|permanent, message}, raised here as RetryableActionError /
-ActionError. A call sent but not answered in time is not retried: the step may have
-run on the node, and the error says so (AmbiguousActionError). For the execute of an
-action that is not idempotent, so is a connection dropped after the request was sent
-and a 502/504 from a proxy: only errors that prove nothing reached the agent are retried.
+ActionError. Only an answer signed by the node's agent for this very request is believed
+(agentauth.verify_answer): any other is refused (a permanent error, or, for the execute of an
+action that is not idempotent, AmbiguousActionError), except a bare 502/503/504 of a proxy. A
+call sent but not answered in time is not retried: the step may have run on the node, and the
+error says so (AmbiguousActionError). For the execute of an action that is not idempotent, so
+is a connection dropped after the request was sent and a 502/504 from a proxy: only errors
+that prove nothing reached the agent are retried.
 
 When the executor stops (`StepContext.stopping`, SIGTERM) during a call, the runner asks the
 agent to stop that step (signed POST /v1/steps/cancel naming the run and step): the agent sets
@@ -62,7 +65,7 @@ from remediate.agent_protocol import (
     answer_key,
     error_from_answer,
 )
-from remediate.agentauth import node_token, sign
+from remediate.agentauth import ANSWER_HEADER, AgentAuthError, new_nonce, node_token, sign, verify_answer
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.kube.agents import KubernetesAgents, own_namespace
 
@@ -265,8 +268,11 @@ class AgentRunner(StepRunner):
             return  # no agent found yet: nothing was sent
         data = CancelRequest(run_id=ctx.run_id, step_index=ctx.step_index, target=self.node).encode()
         headers = {"Content-Type": "application/json"}
+        nonce = new_nonce()
         if self.token:
-            headers["Authorization"] = sign(node_token(self.token, self.node), self.node, "POST", CANCEL_PATH, data)
+            headers["Authorization"] = sign(
+                node_token(self.token, self.node), self.node, "POST", CANCEL_PATH, data, nonce=nonce
+            )
         try:
             response = (self.session or requests).post(
                 self.url + CANCEL_PATH, data=data, headers=headers, timeout=(self.connect_timeout, 10.0)
@@ -280,13 +286,15 @@ class AgentRunner(StepRunner):
                 _short_error(exc),
             )
             return
+        problem = self._unauthenticated(response, CANCEL_PATH, nonce)
         log.info(
-            "run %s step %s: stopping: asked the agent of node %s to stop the step (HTTP %s: %s)",
+            "run %s step %s: stopping: asked the agent of node %s to stop the step (HTTP %s: %s)%s",
             ctx.run_id,
             ctx.step_index,
             self.node,
             response.status_code,
             response.text[:200].strip(),
+            f"; that answer is not the agent's: {problem}" if problem else "",
         )
 
     def _call_agent(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
@@ -342,10 +350,11 @@ class AgentRunner(StepRunner):
             timeout=round(timeout, 3),
         ).encode()
         headers = {"Content-Type": "application/json"}
+        nonce = new_nonce()
         if self.token:
             # The node's own credential, never the master: the agent of one node cannot command another.
             headers["Authorization"] = sign(
-                node_token(self.token, self.node), self.node, "POST", STEP_PATHS[kind], data
+                node_token(self.token, self.node), self.node, "POST", STEP_PATHS[kind], data, nonce=nonce
             )
         where = f"agent {self.url} of node {self.node}"
         try:
@@ -371,13 +380,47 @@ class AgentRunner(StepRunner):
             ) from exc
         except requests.RequestException as exc:
             raise _BadAnswer(f"{where}: {_short_error(exc)}") from exc
-        return self._answer(response, kind, where, once=kind == EXECUTE and not action.idempotent)
+        return self._answer(response, kind, where, nonce, once=kind == EXECUTE and not action.idempotent)
 
-    def _answer(self, response: requests.Response, kind: str, where: str, *, once: bool = False) -> Any:
+    def _unauthenticated(self, response: requests.Response, path: str, nonce: str) -> str | None:
+        """Why the answer is not the agent of this node's answer to this request; None when it is (or when
+        authentication is off)."""
+        if not self.token:
+            return None
         try:
-            data = response.json()
-        except ValueError:
+            verify_answer(
+                response.headers.get(ANSWER_HEADER),
+                node_token(self.token, self.node),
+                self.node,
+                path,
+                nonce,
+                response.status_code,
+                response.content,
+            )
+        except AgentAuthError as exc:
+            return str(exc)
+        return None
+
+    def _answer(self, response: requests.Response, kind: str, where: str, nonce: str, *, once: bool = False) -> Any:
+        problem = self._unauthenticated(response, STEP_PATHS[kind], nonce)
+        if problem is not None and ANSWER_HEADER not in response.headers and response.status_code in (502, 503, 504):
+            problem = None  # what a proxy says when no agent answered: handled below, its body never trusted
             data = None
+        else:
+            try:
+                data = response.json()
+            except ValueError:
+                data = None
+        if problem is not None:
+            # Not the answer of this node's agent to this request (anyone on the path, or another node's agent):
+            # nothing it says is believed. What it claims is quoted, for whoever reads the error.
+            claimed = f"HTTP {response.status_code} {response.text[:200]}".replace("\n", " ")
+            if once:
+                raise AmbiguousActionError(
+                    f"{where}: refused an answer that is not the agent's ({problem}; it said: {claimed}); the "
+                    "step may have run there: not sent again, check the node"
+                )
+            raise _BadAnswer(f"{where}: refused an answer that is not the agent's ({problem}; it said: {claimed})")
         key = answer_key(kind)
         if response.status_code == 200 and isinstance(data, dict) and key in data:
             return data[key]

@@ -2,7 +2,8 @@
 
 Endpoints: POST /webhook (AlertManager v4), GET /history, GET /runs/<id>,
 POST /runs/<id>/approve, GET|POST /pause, POST /resume, GET /breaker,
-POST /breaker/reset, GET /ladders, POST /ladders/reset, /healthz, /readyz, /metrics, and the web pages
+POST /breaker/reset, GET /ladders, POST /ladders/reset, POST /v1/agent-credential (agent pods, with their own
+ServiceAccount token), /healthz, /readyz, /metrics, and the web pages
 under /ui/ (remediate.ui) unless the `ui` setting is off. The webhook answers 200 only
 once the notification and its runs are committed; executing happens in the
 executor, never inside the request.
@@ -21,11 +22,14 @@ import sqlalchemy as sa
 from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from remediate.agent_protocol import CREDENTIAL_PATH
 from remediate.alerts import parse_timestamp
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings
 from remediate.durations import parse_duration
 from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.history_api import history_json, ladder_state_json, run_json
+from remediate.kube.enroll import EnrollmentRefused
+from remediate.kube.errors import KubeError, KubeUnavailable
 from remediate.metrics import ReliabilityCollector, exposition
 from remediate.services import Services, build_services, pool_limits
 from remediate.store import HistoryQuery, ReportQuery, Store
@@ -35,6 +39,8 @@ __all__ = ["Services", "build_services", "create_app", "pool_limits"]
 log = logging.getLogger("remediate.server")
 
 MAX_HISTORY_LIMIT = 1000
+MAX_AGENT_TOKEN_BYTES = 16 * 1024
+"""A projected ServiceAccount token (a JWT) is 1-2 KiB; anything far larger is not sent to the API server."""
 LARGE_BODY_BYTES = 1024 * 1024
 """A webhook body over this (or of unknown length) is parsed one at a time per worker process:
 parsing costs about 11-13 bytes of memory per body byte (docs/benchmarks.md), so with several
@@ -309,6 +315,45 @@ def _register_routes(app: Flask, services: Services) -> None:
             secret_key=secret_key(services.settings.ui_secret_file, services.credentials),
         )
         app.register_blueprint(create_blueprint(ui_deps))
+
+    @app.post(CREDENTIAL_PATH)
+    def agent_credential() -> Any:
+        """An agent pod's own node credential, for the pod's projected ServiceAccount token (remediate.kube.enroll):
+        authenticated by that token alone, so none of the server's bearer tokens is needed (nor accepted)."""
+        enrollment = services.agent_enrollment
+        if enrollment is None:
+            return _error(
+                404,
+                "not_found",
+                "this server hands out no agent credentials: it finds no agents through Kubernetes "
+                "(agent_selector) or has no agent_token",
+            )
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or len(token) > MAX_AGENT_TOKEN_BYTES:
+            response, status = _error(
+                401,
+                "unauthorized",
+                "send the agent pod's projected ServiceAccount token: Authorization: Bearer <token>",
+            )
+            response.headers["WWW-Authenticate"] = 'Bearer realm="remediate-agent-credential"'
+            return response, status
+        try:
+            pod, credential = enrollment.issue(token)
+        except EnrollmentRefused as exc:
+            log.warning("refused an agent credential to %s: %s", request.remote_addr, exc)
+            return _error(exc.status, "unauthorized" if exc.status == 401 else "forbidden", str(exc))
+        except (KubeError, KubeUnavailable) as exc:
+            log.warning("cannot check the agent token of %s: %s", request.remote_addr, exc)
+            return _error(503, "kube_unavailable", f"cannot ask the Kubernetes API whose token this is: {exc}")
+        log.info(
+            "gave the agent credential of node %s to pod %s/%s (%s)",
+            pod.node,
+            pod.namespace,
+            pod.pod,
+            request.remote_addr,
+        )
+        return jsonify({"node": pod.node, "credential": credential})
 
     @app.get("/healthz")
     def healthz() -> Any:

@@ -22,6 +22,9 @@ from remediate.config import Credential, Settings, check_server_credentials
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.grafana import Annotator, target_from_settings
+from remediate.kube.agents import own_namespace
+from remediate.kube.client import KubeClient
+from remediate.kube.enroll import AgentEnrollment
 from remediate.metrics import Metrics, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
@@ -46,6 +49,9 @@ class Services:
     """Every accepted token (see Settings.credentials); empty only with insecure_no_auth."""
     announcer: Announcer | None = None
     """Sends the chat message of each run that starts awaiting approval; started in the executor process."""
+    agent_enrollment: AgentEnrollment | None = None
+    """Hands agent pods their node's credential (POST /v1/agent-credential); None unless agents are found
+    through Kubernetes (agent_selector) and the master agent token is set."""
 
 
 def pool_limits(settings: Settings) -> PoolLimits:
@@ -126,6 +132,25 @@ def build_services(
         wake,
         credentials,
         announcer,
+        agent_enrollment(settings),
+    )
+
+
+def agent_enrollment(settings: Settings) -> AgentEnrollment | None:
+    """The server's side of POST /v1/agent-credential (remediate.kube.enroll), when agents are found through
+    Kubernetes: the same API client settings as agent discovery and the k8s.* actions."""
+    master = settings.resolved_agent_token()
+    if not settings.agent_selector or not master:
+        return None
+    return AgentEnrollment(
+        KubeClient(
+            kubeconfig=settings.kubeconfig, context=settings.kube_context, request_timeout=settings.kube_request_timeout
+        ),
+        master=master,
+        namespace=settings.agent_namespace or own_namespace(),
+        audience=settings.agent_audience,
+        daemonset=settings.agent_daemonset,
+        service_account=settings.agent_service_account,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -86,28 +87,112 @@ def agent(**params: Any) -> None:
     help="File holding the master agent token the server has (or set $REMEDIATE_AGENT_TOKEN).",
 )
 @click.option(
+    "--server",
+    "server_url",
+    help="Ask this remediate server instead (Kubernetes: POST /v1/agent-credential with this pod's own "
+    "projected ServiceAccount token); no master token needed.",
+)
+@click.option(
+    "--service-account-token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("/var/run/secrets/remediate/token"),
+    show_default=True,
+    help="With --server: the pod's projected ServiceAccount token (audience: the server's agent_audience).",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 3600),
+    default=300.0,
+    show_default=True,
+    help="With --server: seconds to keep trying while the server cannot be reached or is not ready.",
+)
+@click.option(
     "--output",
     type=click.Path(path_type=Path, dir_okay=False),
     help="Write the credential to this file (mode 0600) instead of printing it.",
 )
 @handle_errors
-def agent_credential(node: str, output: Path | None, **params: Any) -> None:
-    """Print NODE's own agent credential, derived from the master agent token: give it to that node's
+def agent_credential(
+    node: str,
+    output: Path | None,
+    server_url: str | None,
+    service_account_token_file: Path,
+    wait: float,
+    **params: Any,
+) -> None:
+    """Print NODE's own agent credential: derived from the master agent token, or, with --server, asked of the
+    server, which gives an agent pod the credential of the node it runs on and no other. Give it to that node's
     agent only (agent_node_token_file); it signs nothing for any other node."""
     from remediate.agentauth import node_token
     from remediate.errors import ConfigError
 
-    settings = _settings(params, agent_token_file=params["agent_token_file"])
-    master = settings.resolved_agent_token()
-    if not master:
-        raise ConfigError("no master agent token: set REMEDIATE_AGENT_TOKEN or --token-file")
+    if server_url:
+        credential = credential_from_server(server_url, service_account_token_file, node, wait)
+    else:
+        settings = _settings(params, agent_token_file=params["agent_token_file"])
+        master = settings.resolved_agent_token()
+        if not master:
+            raise ConfigError("no master agent token: set REMEDIATE_AGENT_TOKEN or --token-file (or ask --server)")
+        credential = node_token(master, node)
     if output is None:
-        click.echo(node_token(master, node))
+        click.echo(credential)
         return
     try:
         fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(node_token(master, node) + "\n")
+            handle.write(credential + "\n")
     except OSError as exc:
         raise ConfigError(f"cannot write {output}: {exc.strerror}") from exc
     click.echo(f"wrote the agent credential of node {node} to {output}")
+
+
+RETRY_STATUSES = (502, 503, 504)
+"""Answers of a server that is starting, restarting or cannot reach the Kubernetes API: asked again."""
+
+
+def credential_from_server(server_url: str, token_file: Path, node: str, wait: float) -> str:
+    """The credential the server gives this pod (POST CREDENTIAL_PATH with its projected ServiceAccount token),
+    which must be NODE's; ConfigError when refused, or when the server stays unreachable for `wait` seconds."""
+    import requests
+
+    from remediate.agent_protocol import CREDENTIAL_PATH
+    from remediate.errors import ConfigError
+
+    url = server_url.rstrip("/") + CREDENTIAL_PATH
+    deadline, pause = time.monotonic() + wait, 1.0
+    while True:
+        try:
+            # Read each time: the kubelet rotates the token.
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the service account token {token_file}: {exc.strerror}") from exc
+        try:
+            response = requests.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=(5, 30))
+        except requests.RequestException as exc:
+            problem = f"{url}: {exc.__class__.__name__}"
+        else:
+            if response.status_code == 200:
+                return _credential_of(response, node, url)
+            problem = f"{url}: HTTP {response.status_code} {response.text[:300].strip()}"
+            if response.status_code not in RETRY_STATUSES:
+                raise ConfigError(f"the server refused this pod an agent credential: {problem}")
+        if time.monotonic() + pause > deadline:
+            raise ConfigError(f"no agent credential within {wait:g}s: {problem}")
+        click.echo(f"waiting for the server ({problem})", err=True)
+        time.sleep(pause)
+        pause = min(pause * 2, 10.0)
+
+
+def _credential_of(response: Any, node: str, url: str) -> str:
+    from remediate.errors import ConfigError
+
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("credential"), str) or not body["credential"]:
+        raise ConfigError(f"{url}: the answer holds no credential")
+    if body.get("node") != node:
+        # The server says which node this pod is on; an agent serving another name would refuse every step.
+        raise ConfigError(f"{url}: the server gives the credential of node {body.get('node')!r}, not {node!r}")
+    return str(body["credential"])

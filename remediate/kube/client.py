@@ -34,6 +34,7 @@ from remediate.kube.model import (
     PodInfo,
     SelectorRequirement,
     Taint,
+    TokenReviewResult,
 )
 
 T = TypeVar("T")
@@ -184,6 +185,28 @@ class KubeClient:
         return self._call(
             f"GET pods/{namespace}/{name}",
             lambda core, _p, _e: _pod(core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout)),
+        )
+
+    def review_token(self, token: str, audience: str) -> TokenReviewResult:
+        """POST an authentication.k8s.io/v1 TokenReview: who the API server says `token` is, for `audience`."""
+        from kubernetes import client
+
+        api = self._load()[0]
+        body = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=[audience]))
+        try:
+            review = client.AuthenticationV1Api(api).create_token_review(body, _request_timeout=self._timeout)
+        except Exception as exc:
+            raise translate(exc, "POST tokenreviews") from exc
+        status = review.status
+        if status is None:
+            return TokenReviewResult(authenticated=False, error="the API server answered no status")
+        user = status.user
+        return TokenReviewResult(
+            authenticated=bool(status.authenticated),
+            username=(user.username if user else None) or "",
+            audiences=tuple(status.audiences or ()),
+            extra={key: tuple(values or ()) for key, values in ((user.extra if user else None) or {}).items()},
+            error=status.error or "",
         )
 
     def evict_pod(self, namespace: str, name: str, grace_period_seconds: int | None) -> None:

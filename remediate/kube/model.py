@@ -207,6 +207,18 @@ class OwnerRef:
 
 
 @dataclass(frozen=True)
+class TokenReviewResult:
+    """What the API server says of a bearer token (authentication.k8s.io/v1 TokenReview status)."""
+
+    authenticated: bool
+    username: str = ""
+    audiences: tuple[str, ...] = ()
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """e.g. authentication.kubernetes.io/pod-name and pod-uid of a pod-bound (projected) token."""
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class PodInfo:
     namespace: str
     name: str

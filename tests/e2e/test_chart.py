@@ -132,8 +132,8 @@ def test_the_default_install_renders_the_expected_objects(rendered: dict[str, li
         "Secret": 1,
         "ConfigMap": 3,
         "PersistentVolumeClaim": 1,
-        "ClusterRole": 1,
-        "ClusterRoleBinding": 1,
+        "ClusterRole": 2,  # the Kubernetes actions'; tokenreviews for the agents' credentials (issue 24)
+        "ClusterRoleBinding": 2,
         "Role": 2,  # agent discovery in the release namespace, Events in default
         "RoleBinding": 2,
         "Service": 1,
@@ -195,6 +195,10 @@ EVENT_CALLS = {
 }
 NAMESPACE_CALLS = {
     "list_namespaced_pod": ("", "pods", "list"),  # agent discovery, in the release namespace
+    "read_namespaced_pod": ("", "pods", "get"),  # an agent's credential: the pod its token is bound to
+}
+AGENT_CREDENTIAL_CALLS = {
+    "create_token_review": ("authentication.k8s.io", "tokenreviews", "create"),  # who an agent's token is
 }
 API_CLIENT_FILES = ("remediate/kube/client.py", "remediate/kube/agents.py")
 
@@ -217,15 +221,16 @@ def test_every_api_call_in_the_code_is_in_this_table() -> None:
         str(path.relative_to(package.parent))
         for path in package.rglob("*.py")
         if re.search(
-            r"\b(CoreV1Api|PolicyV1Api|EventsV1Api|AppsV1Api|CoordinationV1Api)\b|core_api\(", path.read_text()
+            r"\b(CoreV1Api|PolicyV1Api|EventsV1Api|AppsV1Api|CoordinationV1Api|AuthenticationV1Api)\b|core_api\(",
+            path.read_text(),
         )
     }
     assert users == set(API_CLIENT_FILES)
     called = set()
     for name in API_CLIENT_FILES:
         text = (package.parent / name).read_text()
-        called |= set(re.findall(r"(?:\bcore|\bpolicy|\bevents|\.api\(\))\.([a-z_]+)\(", text))
-    assert called == set(CLUSTER_CALLS) | set(EVENT_CALLS) | set(NAMESPACE_CALLS)
+        called |= set(re.findall(r"(?:\bcore|\bpolicy|\bevents|\.api\(\)|V1Api\(api\))\.([a-z_]+)\(", text))
+    assert called == set(CLUSTER_CALLS) | set(EVENT_CALLS) | set(NAMESPACE_CALLS) | set(AGENT_CREDENTIAL_CALLS)
     # Events are written in one namespace only, which the chart's Role for them names.
     assert re.findall(r"create_namespaced_event\(\s*(\w+)", (package / "kube" / "client.py").read_text()) == [
         "EVENT_NAMESPACE"
@@ -235,7 +240,9 @@ def test_every_api_call_in_the_code_is_in_this_table() -> None:
 def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dict[str, list[dict[str, Any]]]) -> None:
     """Finding 15: core events create/patch, events.k8s.io patch, daemonsets get and leases were granted unused."""
     objects = rendered["defaults"]
-    assert rules(by_kind(objects, "ClusterRole")) == derived_rules(CLUSTER_CALLS)
+    assert rules(by_kind(objects, "ClusterRole", FULLNAME)) == derived_rules(CLUSTER_CALLS)
+    credentials = by_kind(objects, "ClusterRole", f"{FULLNAME}-agent-credentials")
+    assert rules(credentials) == derived_rules(AGENT_CREDENTIAL_CALLS)
     role = by_kind(objects, "Role", FULLNAME)
     assert role["metadata"]["namespace"] == NAMESPACE
     assert rules(role) == derived_rules(NAMESPACE_CALLS)
@@ -245,6 +252,7 @@ def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dic
     assert rules(events) == derived_rules(EVENT_CALLS)
     for binding_kind, role_kind, name in (
         ("ClusterRoleBinding", "ClusterRole", FULLNAME),
+        ("ClusterRoleBinding", "ClusterRole", f"{FULLNAME}-agent-credentials"),
         ("RoleBinding", "Role", FULLNAME),
         ("RoleBinding", "Role", f"{FULLNAME}-events"),
     ):
@@ -355,12 +363,21 @@ def test_the_agent_runs_on_gpu_nodes_with_only_the_capabilities_its_actions_need
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["state"]["hostPath"] == {"path": "/var/lib/remediate-agent", "type": "DirectoryOrCreate"}
     assert volumes["training-control"]["hostPath"] == {"path": "/run/remediate/training", "type": "DirectoryOrCreate"}
-    assert volumes["secrets"]["secret"]["items"] == [{"key": "agent-token", "path": "agent-token"}]
-    # Issue 15: the master agent token reaches only the init container that derives this node's credential.
+    # Issue 24: the init container asks the server for this node's credential with the pod's own projected
+    # token (test_no_agent_side_object_references_a_secret); only it mounts that token.
     (init,) = pod["initContainers"]
-    assert init["args"][:2] == ["agent-credential", "$(REMEDIATE_NODE_NAME)"]
-    assert {m["name"] for m in init["volumeMounts"]} == {"secrets", "credential"}
-    assert "secrets" not in {m["name"] for m in agent["volumeMounts"]}
+    assert init["args"] == [
+        "agent-credential",
+        "$(REMEDIATE_NODE_NAME)",
+        "--server",
+        f"http://{FULLNAME}.{NAMESPACE}.svc:9095",
+        "--service-account-token-file",
+        "/var/run/secrets/remediate/token",
+        "--output",
+        "/etc/remediate/secrets/node-credential",
+    ]
+    assert {m["name"] for m in init["volumeMounts"]} == {"service-account-token", "credential"}
+    assert "service-account-token" not in {m["name"] for m in agent["volumeMounts"]}
     assert volumes["credential"]["emptyDir"]["medium"] == "Memory"
     # The agent's service account has no token and no permissions.
     agent_sa = by_kind(objects, "ServiceAccount", f"{FULLNAME}-agent")
@@ -519,6 +536,64 @@ def test_tokens_are_generated_unless_given_and_the_agent_sees_only_its_own(
     assert by_kind(existing, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == "remediate-sa"
 
 
+def _secret_references(spec: Any, where: str = "") -> list[str]:
+    """Every place under `spec` that names a Secret: secret volumes, projected secret sources, secretKeyRef,
+    envFrom secretRef, imagePullSecrets excepted (the registry's, not remediate's)."""
+    found: list[str] = []
+    if isinstance(spec, dict):
+        for key, value in spec.items():
+            if key in ("secret", "secretKeyRef", "secretRef") and value:
+                found.append(f"{where}.{key}: {value}")
+            elif key != "imagePullSecrets":
+                found += _secret_references(value, f"{where}.{key}")
+    elif isinstance(spec, list):
+        for index, value in enumerate(spec):
+            found += _secret_references(value, f"{where}[{index}]")
+    return found
+
+
+@pytest.mark.parametrize("values", sorted(VALUE_SETS))
+def test_no_agent_side_object_references_a_secret(
+    rendered: dict[str, list[dict[str, Any]]], values: str, tmp_path: Path
+) -> None:
+    """Issue 24 finding 1: the DaemonSet mounted the tokens Secret (for its init container), so every GPU node's
+    kubelet could read the operator token, the database URL and the master agent secret. Now no agent-side
+    object names a Secret at all: the pod's only credential is its own projected token, good at the server for
+    this node's credential only (tests/integration/test_agent_enrollment.py)."""
+    objects = rendered[values]
+    if values == "external-db":  # agent.enabled false: no agent side
+        assert not [o for o in objects if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "agent"]
+        return
+    daemonset = by_kind(objects, "DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    assert _secret_references(daemonset) == []  # volumes, init containers, env, envFrom, projected sources
+    assert pod["automountServiceAccountToken"] is False  # no token the API server accepts
+    (token_volume,) = [v for v in pod["volumes"] if "projected" in v]
+    (source,) = token_volume["projected"]["sources"]
+    assert source == {"serviceAccountToken": {"audience": "remediate-agent", "expirationSeconds": 600, "path": "token"}}
+    server_file = tmp_path / "server.yaml"
+    server_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"])
+    server = Settings(**read_config_file(server_file))
+    assert server.agent_audience == "remediate-agent"  # the server checks the audience the pods are given
+    agent_account = pod["serviceAccountName"]
+    assert server.agent_service_account == agent_account
+    # Every agent-side object: the DaemonSet, its ConfigMap, ServiceAccount, NetworkPolicy.
+    agent_side = [o for o in objects if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "agent"]
+    assert {o["kind"] for o in agent_side} >= {"DaemonSet", "ConfigMap", "ServiceAccount"}
+    for obj in agent_side:
+        assert _secret_references(obj) == [], obj["kind"]
+        assert "agent_token" not in str(obj.get("data", {}))
+    # No RBAC reaches the agent's account: it may read no Secret (nor anything else) through the API.
+    bound = [
+        s
+        for o in objects
+        if o["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        for s in o["subjects"]
+        if s["name"] == agent_account
+    ]
+    assert bound == []
+
+
 def test_an_external_database_takes_several_replicas_and_no_volume(rendered: dict[str, list[dict[str, Any]]]) -> None:
     objects = rendered["external-db"]
     deployment = by_kind(objects, "Deployment")
@@ -614,9 +689,11 @@ def test_network_policies_are_on_by_default_and_let_only_the_expected_peers_in(
     assert server_policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = server_policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": 9095, "protocol": "TCP"}]
-    alertmanager, prometheus, helm_test = rule["from"]
+    alertmanager, prometheus, helm_test, agents = rule["from"]
     # Issue 24, finding 6: `namespaceSelector: {}` let in any pod of any namespace that labels itself so.
     monitoring = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+    # Issue 24: the agents ask the server for their node's credential.
+    assert agents == {"podSelector": {"matchLabels": by_kind(objects, "DaemonSet")["spec"]["selector"]["matchLabels"]}}
     assert alertmanager == {
         "namespaceSelector": monitoring,
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "alertmanager"}},

@@ -18,7 +18,7 @@ from remediate.actions import default_registry
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.agent import AgentService
 from remediate.agent_server import create_agent_app
-from remediate.agentauth import node_token, sign
+from remediate.agentauth import ANSWER_HEADER, AgentAuthError, node_token, sign, verify_answer
 from remediate.alerts import alert_ref
 from remediate.errors import ActionError, ConfigError, RetryableActionError
 from remediate.gpu import SimulatedBackend
@@ -557,3 +557,87 @@ def test_a_stopping_agent_stops_its_running_steps_and_starts_no_new_one(tmp_path
     again = post(client, "execute", step_body("test.wait", {"word": "hi"}, run_id=8))
     assert again.status_code == 503 and again.json["error_class"] == "retryable"  # the server may try again later
     assert "is stopping" in again.json["message"]
+
+
+# --------------------------------------------------------------------------- issue 24: replays, signed answers
+
+
+def test_a_signed_request_replayed_after_the_agent_restarts_is_refused(tmp_path: Path, echo: Echo) -> None:
+    """The signatures an agent accepted are kept in its state file: a restart (new process, same node) does not
+    make a request taken off the wire good again while its timestamp is."""
+    settings = agent_settings(tmp_path)
+    path, data = "/v1/steps/execute", json.dumps(step_body()).encode()
+    headers = signed(data, path)
+
+    before = AgentService(settings, registry=registry_with(echo))
+    first = (
+        create_agent_app(settings, service=before)
+        .test_client()
+        .post(path, data=data, content_type="application/json", headers=headers)
+    )
+    before.close()
+    after = AgentService(settings, registry=registry_with(echo))  # the agent restarted: same state file
+    replay = (
+        create_agent_app(settings, service=after)
+        .test_client()
+        .post(path, data=data, content_type="application/json", headers=headers)
+    )
+    fresh = post(create_agent_app(settings, service=after).test_client(), "execute", step_body())
+    after.close()
+
+    assert first.status_code == 200
+    assert replay.status_code == 401 and "replay" in replay.json["message"]
+    assert fresh.status_code == 200
+    assert len(echo.calls) == 2
+
+
+def test_the_agent_signs_its_answers_to_the_servers_requests_only(client: FlaskClient) -> None:
+    path, data = "/v1/steps/execute", json.dumps(step_body(params={"word": "x", "fail": "permanent"})).encode()
+    nonce = "ab" * 16
+    headers = {"Authorization": sign(node_token(AGENT_TOKEN, "node-b"), "node-b", "POST", path, data, nonce=nonce)}
+
+    answer = client.post(path, data=data, content_type="application/json", headers=headers)
+    guess = post(client, "execute", step_body(), headers={"Authorization": "Bearer guess"})
+    wrong_node = post(client, "execute", step_body(), node="node-a")
+
+    assert answer.status_code == 500  # an error answer is signed like a result
+    verify_answer(
+        answer.headers.get(ANSWER_HEADER),
+        node_token(AGENT_TOKEN, "node-b"),
+        "node-b",
+        path,
+        nonce,
+        500,
+        answer.get_data(),
+    )
+    with pytest.raises(AgentAuthError, match="wrong answer signature"):  # not for another status or body
+        verify_answer(
+            answer.headers.get(ANSWER_HEADER), node_token(AGENT_TOKEN, "node-b"), "node-b", path, nonce, 200, b"{}"
+        )
+    # A caller without this node's credential gets no signature (for a nonce of its choosing) to reuse.
+    assert (guess.status_code, wrong_node.status_code) == (401, 421)
+    assert ANSWER_HEADER not in guess.headers and ANSWER_HEADER not in wrong_node.headers
+
+
+def test_node_a_agent_standing_in_node_b_place_is_refused_by_the_server(tmp_path: Path, echo: Echo) -> None:
+    """Whatever answers at node-b's address with node-a's credential (node-a's own agent, or a thief's copy of
+    it) is not node-b's agent: the server refuses its answers, signed or not."""
+    settings = agent_settings(
+        tmp_path, node_name="node-a", agent_token=None, agent_node_token=node_token(AGENT_TOKEN, "node-a")
+    )
+    service = AgentService(settings, registry=registry_with(echo), memory=InMemoryMemory())
+    ctx = StepContext(
+        run_id=3,
+        step_index=0,
+        playbook="pb",
+        target="node-b",
+        alert=alert_ref({"alertname": "Hot", "labels": {"Hostname": "node-b"}}),
+        deadline=time.monotonic() + 10,
+        memory=InMemoryMemory(),
+    )
+    with serve_agent(service, settings) as url:
+        remote = AgentRunner("node-b", StaticAgents({"node-b": url}), AGENT_TOKEN, retry_wait_max=0.01)
+        with pytest.raises(ActionError, match="refused an answer that is not the agent's") as refused:
+            remote.plan(echo, {"word": "x"}, ctx)
+    assert not isinstance(refused.value, RetryableActionError)
+    assert echo.calls == []

@@ -543,3 +543,46 @@ def test_rbac_rules_apply_where_their_binding_says() -> None:
     assert allowed("DELETE", "/apis/apps/v1/namespaces/ml/deployments/only-this")
     assert not allowed("DELETE", "/apis/apps/v1/namespaces/ml/deployments/another")
     assert allowed("GET", "/version")
+
+
+# --------------------------------------------------------------------------- TokenReview (issue 24)
+
+
+def test_a_token_review_names_the_pod_bound_service_account_for_a_shared_audience(
+    kube_api: FakeKubeAPI, api_client: client.ApiClient
+) -> None:
+    kube_api.add_node("node-a")
+    pod = kube_api.add_pod("ns", "agent-x", "node-a", owner="DaemonSet", service_account="agent")
+    token = kube_api.issue_token("ns", "agent-x", audiences=("remediate-agent", "other"))
+    auth = client.AuthenticationV1Api(api_client)
+
+    def review(token: str, audiences: list[str] | None) -> client.V1TokenReviewStatus:
+        spec = client.V1TokenReviewSpec(token=token, audiences=audiences)
+        return auth.create_token_review(client.V1TokenReview(spec=spec)).status
+
+    good = review(token, ["remediate-agent"])
+    assert good.authenticated is True
+    assert good.audiences == ["remediate-agent"]
+    assert good.user.username == "system:serviceaccount:ns:agent"
+    assert "system:serviceaccounts:ns" in good.user.groups
+    assert good.user.extra["authentication.kubernetes.io/pod-name"] == ["agent-x"]
+    assert good.user.extra["authentication.kubernetes.io/pod-uid"] == [pod["metadata"]["uid"]]
+    assert good.user.extra["authentication.kubernetes.io/node-name"] == ["node-a"]
+
+    # No audience named: the API server's own, which this token is not for.
+    for status in (review(token, None), review(token, ["someone-else"]), review("made-up", ["remediate-agent"])):
+        assert not status.authenticated
+        assert status.error.startswith("[invalid bearer token, ")
+    assert 'token audiences ["remediate-agent", "other"] is invalid for the target audiences' in (
+        review(token, None).error
+    )
+    with pytest.raises(ApiException) as empty:
+        review("", ["remediate-agent"])
+    assert empty.value.status == 400
+
+    # Bound to the pod: once it is gone (or replaced under its name), the token is invalid.
+    kube_api.pods.pop(("ns", "agent-x"))
+    kube_api.add_pod("ns", "agent-x", "node-a", owner="DaemonSet", service_account="agent")
+    assert (
+        review(token, ["remediate-agent"]).error == "[invalid bearer token, service account token has been invalidated]"
+    )

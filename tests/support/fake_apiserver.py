@@ -41,6 +41,14 @@ reproduces the behaviours remediate depends on (each checked in tests/integratio
   metadata.name, eventTime, reportingController, reportingInstance, action, reason, type
   Normal|Warning, note length, namespace `default` for cluster-scoped `regarding`), namespace
   mismatch with the URL -> 400, an existing name -> 409 AlreadyExists; LIST with fieldSelector
+- authentication.k8s.io/v1 TokenReview (POST .../tokenreviews) of the projected ServiceAccount tokens
+  `issue_token` hands out (what the kubelet mounts into a pod): 400 for an empty spec.token; else
+  201 with status.authenticated and, for a valid token, user.username
+  `system:serviceaccount:NS:SA`, its groups and extra pod-name, pod-uid, node-name, node-uid and
+  credential-id, and status.audiences = the token's audiences among the requested ones (default:
+  the API server's own, `API_AUDIENCE`); otherwise authenticated false and status.error as the
+  apiserver words it: no shared audience, expired, the bound pod gone or replaced ("service
+  account token has been invalidated"), an unknown token
 - fault injection (`inject`): 5xx Status answers, time-outs (before or after the change was
   made: the answer never comes), connection resets, each for a count, forever or at a rate
   (seeded random); and `before` hooks that change an object between a client's read and
@@ -74,6 +82,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 TOKEN = "fake-apiserver-token"
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
+"""The audience the API server itself accepts (and reviews against when a TokenReview names none)."""
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _QUALIFIED = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -474,6 +484,7 @@ class FakeKubeAPI:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
+        self.service_account_tokens: dict[str, dict[str, Any]] = {}
         self.faults: list[Fault] = []
         self.hooks: list[Hook] = []
         self.changes: list[Change] = []
@@ -594,6 +605,7 @@ class FakeKubeAPI:
         emptydir: bool = False,
         phase: str = "Running",
         replace_on_delete: bool = False,
+        service_account: str = "default",
     ) -> dict[str, Any]:
         """A pod bound to `node`. `replace_on_delete`: once deleted, its controller recreates it under the
         same name (new UID, on no node yet), as a StatefulSet does."""
@@ -619,6 +631,7 @@ class FakeKubeAPI:
                     }
                 ]
             spec: dict[str, Any] = {
+                "serviceAccountName": service_account,
                 "nodeName": node,
                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}],
                 "terminationGracePeriodSeconds": 30,
@@ -635,6 +648,26 @@ class FakeKubeAPI:
             }
             self.pods[(namespace, name)] = pod
             return _public(pod)
+
+    def issue_token(self, namespace: str, pod: str, *, audiences: tuple[str, ...], expires_in: float = 3600) -> str:
+        """A projected ServiceAccount token of pod `namespace/pod` (its service account, bound to the pod and its
+        node), as the kubelet writes into a serviceAccountToken volume. Opaque here: only this server reads it."""
+        with self.lock:
+            obj = self.pods[(namespace, pod)]
+            node = obj["spec"].get("nodeName", "")
+            token = f"fake-sa-token.{uuid.uuid4().hex}"
+            self.service_account_tokens[token] = {
+                "namespace": namespace,
+                "service_account": obj["spec"].get("serviceAccountName", "default"),
+                "pod": pod,
+                "pod_uid": obj["metadata"]["uid"],
+                "node": node,
+                "node_uid": self.nodes.get(node, {}).get("metadata", {}).get("uid", ""),
+                "audiences": tuple(audiences),
+                "expires": time.time() + expires_in,
+                "jti": str(uuid.uuid4()),
+            }
+            return token
 
     def add_pdb(
         self,
@@ -844,6 +877,7 @@ class FakeKubeAPI:
                 r"/apis/events.k8s.io/v1/namespaces/(?P<ns>[^/]+)/events",
                 {"GET": self._list_events, "POST": self._create_event},
             ),
+            (r"/apis/authentication.k8s.io/v1/tokenreviews", {"POST": self._token_review}),
             (r"/version", {"GET": lambda **_: (200, {"major": "1", "minor": "30", "gitVersion": "v1.30.4-fake"})}),
         ]
         for pattern, methods in routes:
@@ -1171,6 +1205,61 @@ class FakeKubeAPI:
                 self._heals.append((time.monotonic() + pdb["_heal_after"], key))
         self._terminate(pod, grace, "evict")
         return 201, status_body(201, "", "")
+
+    # ----- authentication.k8s.io
+
+    def _token_review(self, *, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
+        try:
+            review = json.loads(body)
+        except ValueError:
+            raise bad_request("the body of the request was in an unknown format") from None
+        spec = review.get("spec") or {}
+        token, wanted = spec.get("token") or "", list(spec.get("audiences") or [API_AUDIENCE])
+        if not token:
+            raise bad_request("token is required for TokenReview in authentication")
+        answer = {
+            "kind": "TokenReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": self._review(token, wanted),
+        }
+        return 201, answer
+
+    def _review(self, token: str, wanted: list[str]) -> dict[str, Any]:
+        issued = self.service_account_tokens.get(token)
+        if issued is None:
+            return {"user": {}, "error": "[invalid bearer token, Token has been invalidated]"}
+        shared = [audience for audience in wanted if audience in issued["audiences"]]
+        if not shared:
+            return {
+                "user": {},
+                "error": f"[invalid bearer token, token audiences {json.dumps(list(issued['audiences']))} is "
+                f"invalid for the target audiences {json.dumps(wanted)}]",
+            }
+        if time.time() >= issued["expires"]:
+            return {"user": {}, "error": "[invalid bearer token, service account token has expired]"}
+        # A terminating pod's token stays valid through its grace period, as on a real API server.
+        pod = self.pods.get((issued["namespace"], issued["pod"]))
+        if pod is None or pod["metadata"]["uid"] != issued["pod_uid"]:
+            return {"user": {}, "error": "[invalid bearer token, service account token has been invalidated]"}
+        namespace, account = issued["namespace"], issued["service_account"]
+        return {
+            "authenticated": True,
+            "user": {
+                "username": f"system:serviceaccount:{namespace}:{account}",
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{account}")),
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+                "extra": {
+                    "authentication.kubernetes.io/credential-id": [f"JTI={issued['jti']}"],
+                    "authentication.kubernetes.io/node-name": [issued["node"]],
+                    "authentication.kubernetes.io/node-uid": [issued["node_uid"]],
+                    "authentication.kubernetes.io/pod-name": [issued["pod"]],
+                    "authentication.kubernetes.io/pod-uid": [issued["pod_uid"]],
+                },
+            },
+            "audiences": shared,
+        }
 
     def _list_pdbs(self, *, ns: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
         items = [_public(p) for (pdb_ns, _n), p in sorted(self.pdbs.items()) if ns is None or pdb_ns == ns]

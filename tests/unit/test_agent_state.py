@@ -26,13 +26,14 @@ def _memory_rows(path: Path) -> list[tuple[str, int | None]]:
         return list(conn.execute("SELECT key, run_id FROM action_memory ORDER BY key"))
 
 
-def test_the_agent_state_file_holds_only_the_action_memory_table(tmp_path: Path) -> None:
+def test_the_agent_state_file_holds_only_the_action_memory_and_seen_requests_tables(tmp_path: Path) -> None:
     store, memory = open_memory(tmp_path / "agent.db")
     memory.remember("gpu.power_limit/GPU-1", {"previous_mw": 300000}, run_id=4)
     store.ping()
     store.close()
 
-    assert _tables(tmp_path / "agent.db") == {"action_memory"}
+    # ... and the signatures of the requests it accepted (issue 24: replays stay refused across restarts).
+    assert _tables(tmp_path / "agent.db") == {"action_memory", "seen_requests"}
 
 
 def test_a_state_file_written_by_the_full_store_keeps_what_it_remembered(tmp_path: Path) -> None:
@@ -52,8 +53,9 @@ def test_a_state_file_written_by_the_full_store_keeps_what_it_remembered(tmp_pat
     store.ping()
     store.close()
 
-    # The server's tables of the old file stay as they were (nothing dropped, nothing created).
-    assert _tables(path) == tables_before
+    # The server's tables of the old file stay as they were (nothing dropped; only the agent's own
+    # seen_requests created).
+    assert _tables(path) == tables_before | {"seen_requests"}
     reopened = MemoryStore.open(path)
     assert reopened.memory().recall("gpu.power_limit/GPU-1") == {"previous_mw": 280000}
     assert reopened.memory().recall("gpu.power_limit/GPU-2") is None
@@ -143,3 +145,17 @@ def test_a_write_that_fails_leaves_nothing_behind(tmp_path: Path) -> None:
         raise RuntimeError("a failure inside the transaction")
     assert memory.recall("kept") == {"v": 1}
     store.close()
+
+
+def test_a_signature_seen_is_refused_after_a_reopen_until_it_expires(tmp_path: Path) -> None:
+    store = MemoryStore.open(tmp_path / "agent.db")
+    assert store.seen().first_use("sig-1", 1000.0, 240.0)
+    assert not store.seen().first_use("sig-1", 1001.0, 240.0)
+    store.close()
+
+    reopened = MemoryStore.open(tmp_path / "agent.db")  # the agent restarted
+    assert not reopened.seen().first_use("sig-1", 1100.0, 240.0)
+    assert reopened.seen().first_use("sig-2", 1100.0, 240.0)
+    # Kept `keep` seconds; by then the request's timestamp is refused as stale anyway.
+    assert reopened.seen().first_use("sig-1", 1241.0, 240.0)
+    reopened.close()

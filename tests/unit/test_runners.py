@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.log import LogAction
 from remediate.agent import AgentService
 from remediate.agent_protocol import AgentNotFound
+from remediate.agentauth import ANSWER_HEADER, node_token, sign_answer
 from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
@@ -197,13 +199,21 @@ def test_a_node_missing_from_the_static_map_fails_permanently_at_once() -> None:
     assert not isinstance(e.value, RetryableActionError)
 
 
+PROXY = "proxy"
+"""A script entry's signer: nobody signs the answer (what a proxy in front of the agent sends)."""
+
+
 class _Scripted(BaseHTTPRequestHandler):
-    """Answers each POST with the next (status, body) of the server's script."""
+    """Answers each POST with the next (status, body, delay[, signer]) of the server's script. The answer is
+    signed as node-b's agent signs it, except 502/503/504 (a proxy's) or as `signer` says: PROXY (unsigned),
+    or (node named, credential, nonce) where None keeps the request's own."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         server: Any = self.server
-        status, body, delay = server.script.pop(0) if server.script else (200, b'{"result": {"ok": true}}', 0)
+        entry = server.script.pop(0) if server.script else (200, b'{"result": {"ok": true}}', 0)
+        status, body, delay = entry[:3]
+        signer = entry[3] if len(entry) > 3 else (PROXY if status in (502, 503, 504) else ("node-b", None, None))
         server.seen += 1
         if delay:
             import time
@@ -212,6 +222,20 @@ class _Scripted(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if signer != PROXY:
+            node, credential, nonce = signer
+            request_nonce = re.search(r'nonce="([^"]*)"', self.headers.get("Authorization", ""))
+            self.send_header(
+                ANSWER_HEADER,
+                sign_answer(
+                    credential or node_token(AGENT_TOKEN, "node-b"),
+                    node,
+                    self.path,
+                    nonce or (request_nonce.group(1) if request_nonce else ""),
+                    status,
+                    body,
+                ),
+            )
         self.end_headers()
         self.wfile.write(body)
 
@@ -254,6 +278,53 @@ def test_an_unexpected_answer_is_a_permanent_error(scripted: Any) -> None:
     with pytest.raises(ActionError, match="unexpected answer: HTTP 200"):
         runner(url).execute(ECHO, {"word": "x"}, ctx())
     assert scripted.seen == 1
+
+
+NODE_A = node_token(AGENT_TOKEN, "node-a")
+"""What node-a's agent holds: taken from node-a, it must not answer for node-b."""
+
+
+@pytest.mark.parametrize(
+    "signer, why",
+    [
+        (PROXY, "the answer is not signed"),
+        (("node-b", NODE_A, None), "wrong answer signature for node 'node-b'"),
+        (("node-a", NODE_A, None), "the answer is signed for node 'node-a', not 'node-b'"),
+        (
+            ("node-b", None, "0" * 32),
+            "the answer is signed for another request",
+        ),  # an old answer of node-b's agent, replayed
+    ],
+    ids=["unsigned", "node-a-credential", "node-a-as-itself", "replayed-answer"],
+)
+def test_an_answer_not_signed_by_the_nodes_agent_for_this_request_is_refused(
+    scripted: Any, signer: Any, why: str
+) -> None:
+    """Issue 24: whoever answers in place of node-b's agent (on the path, or holding node-a's credential) is not
+    believed: not a result, not an error class; an execute that must not run twice is left for a person."""
+    url = f"http://127.0.0.1:{scripted.server_port}"
+    forged_success = (200, b'{"result": {"ok": true}}', 0, signer)
+    forged_retryable = (503, b'{"error": "x", "error_class": "retryable", "message": "try again"}', 0, signer)
+
+    scripted.script = [forged_success]
+    with pytest.raises(ActionError, match=re.escape(f"refused an answer that is not the agent's ({why}")) as plan:
+        runner(url).plan(ECHO, {"word": "x"}, ctx())
+    assert not isinstance(plan.value, RetryableActionError)
+    scripted.script = [forged_success]
+    with pytest.raises(AmbiguousActionError, match=r"not the agent's.*the step may have run there"):
+        runner(url).execute(ECHO, {"word": "x"}, ctx())
+    if signer != PROXY:  # a proxy's bare 503 is retried (above), a signed-but-wrong one is not
+        scripted.script = [forged_retryable]
+        with pytest.raises(ActionError, match="not the agent's") as retry:
+            runner(url).execute(IDEMPOTENT_ECHO, {"word": "x"}, ctx())
+        assert not isinstance(retry.value, RetryableActionError)
+    assert scripted.seen == 2 + (signer != PROXY)
+
+
+def test_the_answer_of_the_nodes_agent_is_signed_and_believed(scripted: Any) -> None:
+    scripted.script = [(200, b'{"result": {"ok": 1}}', 0)]
+
+    assert runner(f"http://127.0.0.1:{scripted.server_port}").execute(ECHO, {"word": "x"}, ctx()) == {"ok": 1}
 
 
 def test_an_agent_that_takes_the_request_but_never_answers_is_not_retried(scripted: Any) -> None:

@@ -1,0 +1,178 @@
+"""Issue 24: an agent pod gets its own node's credential, and nothing else, for its projected ServiceAccount token.
+
+The server (a real app on a SQLite file) asks the test Kubernetes API server (real HTTP, the official client)
+who a token is (TokenReview), then reads the pod: tokens are issued by that API server as the kubelet would
+project them into a pod.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from werkzeug.serving import make_server as make_wsgi_server
+
+from remediate.agent_protocol import CREDENTIAL_PATH
+from remediate.agentauth import node_token
+from tests.support.agent import AGENT_TOKEN
+from tests.support.fake_apiserver import API_AUDIENCE, FakeKubeAPI
+from tests.support.http import OPERATOR_TOKEN, MakeServer, Server
+
+NS, DAEMONSET, ACCOUNT, AUDIENCE = "remediate", "rel-remediate-agent", "rel-remediate-agent", "remediate-agent"
+
+
+@pytest.fixture
+def cluster(kube_api: FakeKubeAPI) -> FakeKubeAPI:
+    for node in ("node-a", "node-b"):
+        kube_api.add_node(node)
+        kube_api.add_pod(
+            NS, f"{DAEMONSET}-{node[-1]}", node, owner="DaemonSet", owner_name=DAEMONSET, service_account=ACCOUNT
+        )
+    return kube_api
+
+
+@pytest.fixture
+def server(make_server: MakeServer, cluster: FakeKubeAPI, kubeconfig: Path) -> Server:
+    return make_server(
+        agent_selector="app.kubernetes.io/component=agent",
+        agent_namespace=NS,
+        agent_daemonset=DAEMONSET,
+        agent_service_account=ACCOUNT,
+        agent_token=AGENT_TOKEN,
+        kubeconfig=kubeconfig,
+    )
+
+
+def ask(server: Server, token: str | None) -> tuple[int, dict[str, str]]:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    response = server.client.post(CREDENTIAL_PATH, headers=headers)
+    return response.status_code, response.json
+
+
+def test_an_agent_pod_gets_the_credential_of_its_own_node_only(server: Server, cluster: FakeKubeAPI) -> None:
+    token_a = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+    token_b = cluster.issue_token(NS, f"{DAEMONSET}-b", audiences=(AUDIENCE,))
+
+    assert ask(server, token_a) == (200, {"node": "node-a", "credential": node_token(AGENT_TOKEN, "node-a")})
+    assert ask(server, token_b) == (200, {"node": "node-b", "credential": node_token(AGENT_TOKEN, "node-b")})
+    # Whoever presents node-a's token (root on node-a reads it from the pod's volume) gets node-a's, never node-b's.
+    assert node_token(AGENT_TOKEN, "node-a") != node_token(AGENT_TOKEN, "node-b")
+
+
+def test_tokens_that_are_not_a_live_agent_pods_get_nothing(server: Server, cluster: FakeKubeAPI) -> None:
+    # The API server's own audience (an automounted token): not for us.
+    api_token = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(API_AUDIENCE,))
+    # A pod of the namespace that is not the DaemonSet's, with the agents' labels and account copied.
+    cluster.add_pod(NS, "impostor", "node-b", owner="ReplicaSet", owner_name="x", service_account=ACCOUNT)
+    impostor = cluster.issue_token(NS, "impostor", audiences=(AUDIENCE,))
+    # Another account's pod, even one a DaemonSet controls.
+    cluster.add_pod(NS, "other-ds-pod", "node-b", owner="DaemonSet", owner_name=DAEMONSET, service_account="other")
+    other_account = cluster.issue_token(NS, "other-ds-pod", audiences=(AUDIENCE,))
+    # Another namespace.
+    cluster.add_pod("elsewhere", "agent", "node-b", owner="DaemonSet", owner_name=DAEMONSET, service_account=ACCOUNT)
+    elsewhere = cluster.issue_token("elsewhere", "agent", audiences=(AUDIENCE,))
+    # The token of an agent pod that is gone (taken before the pod was deleted), and an expired one.
+    cluster.add_pod(NS, f"{DAEMONSET}-old", "node-b", owner="DaemonSet", owner_name=DAEMONSET, service_account=ACCOUNT)
+    gone = cluster.issue_token(NS, f"{DAEMONSET}-old", audiences=(AUDIENCE,))
+    del cluster.pods[(NS, f"{DAEMONSET}-old")]
+    expired = cluster.issue_token(NS, f"{DAEMONSET}-b", audiences=(AUDIENCE,), expires_in=-1)
+
+    answers = {
+        name: ask(server, token)
+        for name, token in {
+            "none": None,
+            "made up": "fake-sa-token.0123",
+            "api audience": api_token,
+            "impostor": impostor,
+            "other account": other_account,
+            "elsewhere": elsewhere,
+            "gone": gone,
+            "expired": expired,
+        }.items()
+    }
+
+    assert {name: status for name, (status, _) in answers.items()} == {
+        "none": 401,
+        "made up": 401,
+        "api audience": 401,
+        "impostor": 403,
+        "other account": 403,
+        "elsewhere": 403,
+        "gone": 401,
+        "expired": 401,
+    }
+    assert all("credential" not in body for _, body in answers.values())
+    assert "is invalid for the target audiences" in answers["api audience"][1]["message"]
+    assert "controlled by ReplicaSet x, not DaemonSet rel-remediate-agent" in answers["impostor"][1]["message"]
+    assert "service account 'other' is not the agents'" in answers["other account"][1]["message"]
+    assert "not a service account of namespace 'remediate'" in answers["elsewhere"][1]["message"]
+    assert "has been invalidated" in answers["gone"][1]["message"]
+    assert "expired" in answers["expired"][1]["message"]
+
+
+def test_the_servers_own_bearer_tokens_are_no_agent_credential_request(server: Server) -> None:
+    status, body = ask(server, OPERATOR_TOKEN)
+
+    assert status == 401 and "credential" not in body
+
+
+def test_an_unreachable_api_is_a_503_the_agent_retries(server: Server, cluster: FakeKubeAPI) -> None:
+    token = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+    cluster.inject("status", method="POST", path=r"/apis/authentication\.k8s\.io/v1/tokenreviews", status=503, times=1)
+
+    assert ask(server, token)[0] == 503
+    assert ask(server, token)[0] == 200
+
+
+def test_without_kubernetes_discovery_no_credential_is_handed_out(make_server: MakeServer) -> None:
+    server = make_server(agents=(("node-a", "http://10.0.0.5:9096"),), agent_token=AGENT_TOKEN)
+
+    status, body = ask(server, "anything")
+
+    assert status == 404 and "hands out no agent credentials" in body["message"]
+
+
+@pytest.fixture
+def server_url(server: Server) -> Iterator[str]:
+    """The server's app on a loopback port, for the CLI's real HTTP calls."""
+    http = make_wsgi_server("127.0.0.1", 0, server.app, threaded=True)
+    thread = threading.Thread(target=http.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{http.server_port}"
+    http.shutdown()
+    thread.join(5)
+
+
+def fetch(node: str, server_url: str, token: str, tmp_path: Path) -> tuple[int, str, Path]:
+    """`remediate agent-credential NODE --server ...` as the chart's init container runs it."""
+    from click.testing import CliRunner
+
+    from remediate.cli import main
+
+    token_file, output = tmp_path / "token", tmp_path / f"credential-{node}"
+    token_file.write_text(token)
+    args = ["agent-credential", node, "--server", server_url, "--service-account-token-file", str(token_file)]
+    result = CliRunner().invoke(main, [*args, "--output", str(output), "--wait", "0"])
+    return result.exit_code, result.output, output
+
+
+def test_the_init_containers_command_writes_the_credential_of_its_own_node(
+    server_url: str, cluster: FakeKubeAPI, tmp_path: Path
+) -> None:
+    token_a = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+
+    code, said, output = fetch("node-a", server_url, token_a, tmp_path)
+    assert code == 0, said
+    assert output.read_text().strip() == node_token(AGENT_TOKEN, "node-a")
+    assert output.stat().st_mode & 0o777 == 0o600
+
+    # node-a's token cannot be passed off as node-b's: the server names the token's node, the command refuses.
+    code, said, output = fetch("node-b", server_url, token_a, tmp_path)
+    assert code != 0 and "gives the credential of node 'node-a', not 'node-b'" in said
+    assert not output.exists()
+
+    wrong_audience = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(API_AUDIENCE,))
+    code, said, _ = fetch("node-a", server_url, wrong_audience, tmp_path)
+    assert code != 0 and "refused this pod an agent credential" in said and "HTTP 401" in said
