@@ -159,7 +159,7 @@ class Annotator:
                 problem = f"HTTP {response.status_code} {response.text[:200].strip()}"
                 if 300 <= response.status_code < 400:
                     where = response.headers.get("Location", "(no Location)")[:300]
-                    problem = f"HTTP {response.status_code} redirecting to {where}: not followed; set grafana_url to the final URL"
+                    problem = f"HTTP {response.status_code} redirecting to {where}: not followed; set grafana_url to it"
                 if response.status_code < 500 and response.status_code != 429:
                     break  # a refused token or a bad body: trying again gets the same answer
             if attempt < self.tries:

@@ -471,7 +471,8 @@ def test_through_the_executor_label_values_add_no_line_link_or_formatting_and_th
         # plain_text (the header, the buttons) shows as typed: the forms below are markup only in mrkdwn.
         marked = [o["text"] for o in _text_objects(request.json["blocks"]) if o["type"] == "mrkdwn"]
         note = request.json["blocks"][1]["text"]["text"].splitlines()[-1]
-        assert note.startswith("*Heads up* <https://runbook.example/xid|runbook>: node-a⏎✅ 3. ∗drain∗: succeeded ")
+        own_markup = "*Heads up* <https://runbook.example/xid|runbook>: "
+        assert note.startswith(own_markup + "node-a⏎✅ 3. \u2217drain\u2217: succeeded ")
         forged_parts = ["*drain*", "<!channel>", "<https://evil", "<@", "*bold*", "_it_", "`x`"]
     else:
         texts = teams_texts(teams_card(request.json))

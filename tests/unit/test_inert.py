@@ -32,7 +32,8 @@ def test_slack_values_add_no_link_mention_formatting_or_line() -> None:
     assert "\n" not in text and "<" not in text and ">" not in text
     assert not set(text) & set("*~`")
     assert text == (
-        "x⏎✅ 3. ∗drain∗: succeeded &lt;!here&gt; &lt;https:\u200b//evil|x&gt; a&amp;b ˍitˍ ∼s∼ ˋcˋ job_name_7"
+        "x⏎✅ 3. \u2217drain\u2217: succeeded &lt;!here&gt; &lt;https:\u200b//evil|x&gt; a&amp;b "
+        "\u02cdit\u02cd \u223cs\u223c \u02cbc\u02cb job_name_7"
     )
 
 
