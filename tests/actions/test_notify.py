@@ -420,3 +420,15 @@ def test_url_file_is_read_when_the_step_runs_and_the_secret_url_is_never_shown(
         action.validate({"url": recorder.url, "url_file": str(secret)})
     with pytest.raises(ParamsError, match="exactly one of url"):
         action.validate({})
+
+
+def test_a_message_that_cannot_be_rendered_still_notifies_saying_so(
+    recorder: WebhookRecorder, action: NotifyWebhookAction
+) -> None:
+    """The message is rendered when the step runs: a missing label must not cost on-call the notification."""
+    result = action.execute(params(action, recorder.url, message="GPU {{ labels.nope }}"), context())
+
+    (request,) = recorder.requests
+    assert request.json["message"].startswith("(the playbook's message could not be rendered: ")
+    assert "nope" in result["message_error"] and request.json["message_error"] == result["message_error"]
+    assert request.json["alert"]["labels"]["gpu"] == "3"
