@@ -52,8 +52,13 @@ def check_url(url: str) -> str | None:
     return None
 
 
-# Query parameter names that carry credentials (api_key, access_token, X-Amz-Signature, sig, password, ...).
-_CREDENTIAL_PARAM = re.compile(r"key|token|secret|passw|pwd|sig|auth|credential|session|code", re.I)
+# Query parameter names that carry credentials (api_key, access_token, X-Amz-Signature, sig, password, ...),
+# as whole words of the name (`signal`, `zipcode` are not).
+_CREDENTIAL_PARAM = re.compile(
+    r"(?:^|[^a-z])(?:api_?key|keys?|token|secret|passw\w*|pwd|sig|signature|auth\w*|credentials?|session\w*|code)"
+    r"(?:$|[^a-z])",
+    re.I,
+)
 # A value that looks like a key: 20 or more letters and digits (base64 and _ included) without a separator
 # a word or a host name would have ('-', '.', ' '), holding both letters and digits. UUIDs and
 # dash-separated names pass; `sk_live_51H...`, hex keys, base64 tokens and JWT parts do not.

@@ -378,7 +378,14 @@ def test_a_url_carrying_credentials_is_refused_at_load_pointing_to_url_file(url:
     assert "steps[0]" in str(info.value)
 
 
-@pytest.mark.parametrize("url", ["https://hooks.example.test/events?team=ml-infra&v=2", "http://127.0.0.1:9099/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.example.test/events?team=ml-infra&v=2",
+        "http://127.0.0.1:9099/x",
+        "http://h.test/x?signal=1&zipcode=2",
+    ],
+)
 def test_a_url_without_credentials_is_kept(action: NotifyWebhookAction, url: str) -> None:
     assert action.schema.check_static({"url": url}) == []
 
