@@ -59,10 +59,10 @@ _CREDENTIAL_PARAM = re.compile(
     r"(?:$|[^a-z])",
     re.I,
 )
-# A value that looks like a key: 20 or more letters and digits (base64 and _ included) without a separator
-# a word or a host name would have ('-', '.', ' '), holding both letters and digits. UUIDs and
+# A value that looks like a key: 20 or more letters and digits (`+ = _` included) without a separator
+# a word, a path or a host name would have ('-', '.', '/', ' '), holding both letters and digits. UUIDs and
 # dash-separated names pass; `sk_live_51H...`, hex keys, base64 tokens and JWT parts do not.
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9+/=_]{20,}")
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+=_]{20,}")
 
 
 def looks_like_token(value: str) -> bool:
@@ -142,6 +142,8 @@ def idempotency_key(ctx: StepContext) -> str:
 
 # Header names that carry credentials: refused in `headers` (stored and shown), allowed in `headers_file`.
 _CREDENTIAL_HEADER = re.compile(r"authorization|cookie|token|secret|password|passwd|api[-_]?key|signature|auth", re.I)
+# A header value that starts with an HTTP auth scheme is a credential whatever the header's name.
+_AUTH_SCHEME = re.compile(r"\s*(bearer|basic|token|digest|apikey|negotiate)\s", re.I)
 MAX_HEADERS_FILE_BYTES = 64 * 1024
 
 
@@ -158,9 +160,6 @@ def _check_headers(headers: dict) -> str | None:
             "(a file such as a mounted Secret, read only when the step runs)"
         )
     return None
-
-
-_AUTH_SCHEME = re.compile(r"\s*(bearer|basic|token|digest|apikey|negotiate)\s", re.I)
 
 
 class HeadersFileError(ActionError):
