@@ -195,7 +195,8 @@ class Settings:
     # --- links in chat messages (issue 13)
     public_url: str | None = None
     """remediate's base URL as people reach it (e.g. https://remediate.example.com): notify.slack and notify.teams
-    link to `{public_url}/ui/runs/<id>`. Unset: their messages carry no links."""
+    link to `{public_url}/ui/runs/<id>`, notify.webhook sends it as `run_url`, message templates read it as
+    `run.link`. Unset: their messages carry no links."""
     # --- Grafana annotations of executed runs (issue 13, docs/grafana.md)
     grafana_url: str | None = None
     """Base URL of a Grafana (http/https): each executed run (succeeded or failed) is posted to its

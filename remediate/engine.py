@@ -309,7 +309,7 @@ class Engine:
         for index, spec in enumerate(specs):
             action = self.registry.get(spec.action)
             try:
-                params = action.validate(render_params(spec.params, context))
+                params = action.validate(render_params(spec.params, context, keep=action.schema.late))
                 action.schema.check_templated(spec.params, params)
             except ParamsError as exc:
                 return (), f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}"

@@ -5,6 +5,10 @@ failed; not a dry-run's plan, not a rejected alert or a duplicate, which never b
 is queued and posted to `{grafana_url}/api/annotations` by one thread of its own, with a short timeout
 and a couple of tries: Grafana being slow or down never delays a run nor fails one. What could not be
 posted is logged and counted (`remediate_grafana_annotations_total{outcome}`).
+
+Grafana renders an annotation's text as HTML: every value in it that an alert can set (alertname,
+target, playbook, the run's error) is inert text (remediate.inert.html_text). A redirect is never
+followed: the token would go to a URL the settings did not name.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from remediate import inert
 from remediate.config import Settings
 from remediate.errors import ConfigError
 from remediate.runs import FinishedRun, RunStatus
@@ -55,9 +60,12 @@ def annotation(run: FinishedRun, run_link: Callable[[int], str] | None = None) -
     """The body Grafana's POST /api/annotations takes for `run` (an organisation-wide annotation: no
     dashboard, so every dashboard that shows annotations by tag shows it)."""
     started = run.started_at if run.started_at is not None else run.finished_at
-    text = f"remediate: {run.playbook} on {run.target}: {run.status} (alert {run.alertname}, run {run.run_id})"
+    text = (
+        f"remediate: {inert.html_text(run.playbook)} on {inert.html_text(run.target)}: "
+        f"{inert.html_text(run.status)} (alert {inert.html_text(run.alertname)}, run {run.run_id})"
+    )
     if run.error:
-        text += f"\n{run.error[:500]}"
+        text += f"\n{inert.html_text(run.error[:500])}"
     if run_link is not None:
         link = run_link(run.run_id)
         text += f'\n<a href="{_html_attribute(link)}">run {run.run_id}</a>'
@@ -140,13 +148,18 @@ class Annotator:
         problem = ""
         for attempt in range(1, self.tries + 1):
             try:
-                response = (self._session or requests).post(url, json=body, headers=headers, timeout=self.timeout)
+                response = (self._session or requests).post(
+                    url, json=body, headers=headers, timeout=self.timeout, allow_redirects=False
+                )
             except requests.RequestException as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
                 if response.status_code < 300:
                     return True
                 problem = f"HTTP {response.status_code} {response.text[:200].strip()}"
+                if 300 <= response.status_code < 400:
+                    where = response.headers.get("Location", "(no Location)")[:300]
+                    problem = f"HTTP {response.status_code} redirecting to {where}: not followed; set grafana_url to it"
                 if response.status_code < 500 and response.status_code != 429:
                     break  # a refused token or a bad body: trying again gets the same answer
             if attempt < self.tries:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from remediate.actions import ActionRegistry, default_registry
-from remediate.actions.chat import run_page_url
+from remediate.actions.messages import run_page_url
 from remediate.announce import Announcer
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import Credential, Settings, check_server_credentials

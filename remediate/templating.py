@@ -8,7 +8,7 @@ Called by the engine at ingest and by the dry-run command.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -140,9 +140,48 @@ def _source_reads(source: str) -> frozenset[str] | None:
     return frozenset(meta.find_undeclared_variables(tree))
 
 
-def render_params(params: Mapping[str, Any], context: Mapping[str, Any], *, prefix: str = "with") -> dict:
-    """Render every string template inside params (nested dicts/lists too)."""
-    return {key: _render(value, context, f"{prefix}.{key}") for key, value in params.items()}
+def render_params(
+    params: Mapping[str, Any], context: Mapping[str, Any], *, prefix: str = "with", keep: Collection[str] = ()
+) -> dict:
+    """Render every string template inside params (nested dicts/lists too), except the params named in
+    `keep`: those are rendered when their step runs (actions.schema.Param.late) and stay as written."""
+    return {key: value if key in keep else _render(value, context, f"{prefix}.{key}") for key, value in params.items()}
+
+
+class Trusted(str):
+    """Text `render_text` prints as it is whatever the format's escaping: remediate's own (a run's link),
+    never a value that came from an alert."""
+
+
+Escape = Callable[[str], str]
+
+
+def render_text(source: str, context: Mapping[str, Any], *, escape: Escape | None = None) -> str:
+    """Render one template when its step runs (a notification's message), each printed value passed
+    through `escape` unless it is `Trusted`: the template's own text keeps its markup, the values from
+    the alert become inert text of the format (remediate.inert). Raises ParamsError as render_params."""
+    if not is_template(source):
+        return source
+    try:
+        return _compile_escaping(source, escape).render(context)
+    except TemplateError as exc:
+        raise ParamsError(f"cannot render {source!r}: {_explain(exc)}") from exc
+    except Exception as exc:  # see _render: a template's Python errors are its render errors
+        raise ParamsError(f"cannot render {source!r}: {type(exc).__name__}: {exc}") from exc
+
+
+_ESCAPING: dict[Escape | None, ImmutableSandboxedEnvironment] = {None: _ENVIRONMENT}
+
+
+@lru_cache(maxsize=1024)
+def _compile_escaping(source: str, escape: Escape | None) -> Any:
+    environment = _ESCAPING.get(escape)
+    if environment is None:
+        # Jinja's `finalize` sees each printed value, never the template's own text: the hook escaping needs.
+        environment = _ESCAPING[escape] = _ENVIRONMENT.overlay(
+            finalize=lambda value: value if isinstance(value, Trusted) else escape(str(value))
+        )
+    return environment.from_string(source)
 
 
 def _render(value: Any, context: Mapping[str, Any], path: str) -> Any:

@@ -6,24 +6,31 @@ Workflows webhook). `ChatWebhookAction` is what notify.slack and notify.teams sh
 URL written in the playbook or read from a Secret-backed file, never from a label) and the POST itself,
 which is notify.webhook's (`post_json`: no redirect followed, retried only when nothing was sent).
 
-Label and annotation values are data: each format's control characters are escaped in them, so a label
-cannot add a link, a mention or formatting to the message.
+Label and annotation values are data: each format makes them inert text (remediate.inert), so a label
+cannot add a link, a mention, formatting or a line break to the message. The playbook's own `message`
+is rendered when the step runs (remediate.actions.messages: the earlier steps' outcomes, the run's
+link) with that escaping of every value it prints, and keeps its own markup.
 """
 
 from __future__ import annotations
 
-import re
 from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
+from remediate import inert
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.notify import check_url, idempotency_key, post_json
+from remediate.actions.messages import render_message, run_page_url
+from remediate.actions.notify import (
+    check_one_url,
+    check_stored_url,
+    idempotency_key,
+    post_json,
+    read_url_file,
+)
 from remediate.actions.schema import Param, ParamSchema
-from remediate.errors import ActionError, ParamsError
 from remediate.lazyhttp import SessionSlot
 from remediate.runs import StepStatus
 
@@ -38,7 +45,6 @@ SLACK_BUTTON_TEXT_MAX = 75
 SLACK_MAX_BLOCKS = 50
 # Teams drops messages over about 28 KB: keep each text well under it.
 TEAMS_TEXT_MAX = 3000
-MAX_URL_FILE_BYTES = 4096
 ELLIPSIS = "…"
 
 _STEP_MARK = {
@@ -75,7 +81,8 @@ class ChatMessage:
     summary: str
     """The alert's summary annotation (or description), empty when it has none."""
     note: str
-    """The playbook's own words (the step's `message` param)."""
+    """The playbook's own words (the step's `message` param), rendered already in the format's markup, its
+    values escaped (remediate.actions.messages): the renderers place it as it is."""
     playbook: str
     mode: str
     phase: str
@@ -88,9 +95,13 @@ class ChatMessage:
     awaiting_approval: bool = False
     """The run waits for a person: an Approve button, to the run page (which carries the approve form)."""
     sent_at: datetime | None = None
+    note_error: str | None = None
+    """Why the playbook's message could not be rendered (the note then says so); None when it was."""
 
     @classmethod
-    def of_step(cls, ctx: StepContext, *, public_url: str | None, note: str = "") -> Self:
+    def of_step(
+        cls, ctx: StepContext, *, public_url: str | None, note: str = "", note_error: str | None = None
+    ) -> Self:
         alert = ctx.alert
         alertname = alert.alertname or alert.labels.get("alertname", "") or "alert"
         return cls(
@@ -108,6 +119,7 @@ class ChatMessage:
             run_url=run_page_url(public_url, ctx.run_id),
             rung=ctx.rung,
             sent_at=datetime.now(UTC),
+            note_error=note_error,
         )
 
     @property
@@ -150,11 +162,6 @@ class ChatMessage:
         return f"{self.run_text} · playbook {self.playbook}{rung} · mode {self.mode} · {when}"
 
 
-def run_page_url(public_url: str | None, run_id: int) -> str | None:
-    """The run page people open (`/ui/runs/<id>`, with the Approve button while the run waits)."""
-    return f"{public_url.rstrip('/')}/ui/runs/{run_id}" if public_url else None
-
-
 def clip(text: str, limit: int) -> str:
     """`text` cut to at most `limit` characters, ending in an ellipsis when cut (never inside an `&...;` escape)."""
     if len(text) <= limit:
@@ -169,51 +176,52 @@ def clip(text: str, limit: int) -> str:
 # --------------------------------------------------------------------------- Slack
 
 
-def escape_mrkdwn(text: str) -> str:
-    """Slack's own escaping: `&`, `<`, `>` are the only control characters of links and mentions
-    (`<https://x|click>`, `<!channel>`, `<@U123>`); escaped, they show as typed."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _mrkdwn(text: str) -> dict[str, Any]:
+    # verbatim: Slack links no bare URL, #channel or @name in it; our own `<url|text>` would still work.
+    return {"type": "mrkdwn", "text": text, "verbatim": True}
 
 
 def _slack_step(step: StepLine) -> str:
     mark = _STEP_MARK.get(step.status, "•")
     status = "this message" if step.current else step.status
-    line = f"{mark} {step.index + 1}. *{escape_mrkdwn(step.name)}* `{escape_mrkdwn(step.action)}`: {status}"
+    line = f"{mark} {step.index + 1}. *{inert.slack(step.name)}* `{inert.slack(step.action)}`: {status}"
     if step.error and not step.current:
-        line += f"\n      {escape_mrkdwn(clip(step.error, 300))}"
+        line += f"\n      {inert.slack(clip(step.error, 300))}"
     return line
 
 
 def slack_blocks(msg: ChatMessage) -> dict[str, Any]:
     """The incoming webhook's body: Block Kit `blocks` and the `text` fallback (notifications, old clients)."""
-    header = clip(f"{'✅ resolved: ' if msg.alert_status == 'resolved' else '🔥 '}{msg.title}", SLACK_HEADER_MAX)
-    lines = [escape_mrkdwn(msg.doing)] + [_slack_step(step) for step in msg.steps]
+    # plain_text is not parsed for markup (nor, with emoji false, for :shortcodes:): one line, no URL.
+    title = inert.unlinked(inert.one_line(msg.title))
+    header = clip(f"{'✅ resolved: ' if msg.alert_status == 'resolved' else '🔥 '}{title}", SLACK_HEADER_MAX)
+    lines = [inert.slack(msg.doing)] + [_slack_step(step) for step in msg.steps]
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": True}},
+        {"type": "header", "text": {"type": "plain_text", "text": header, "emoji": False}},
     ]
     if msg.summary or msg.note:
-        about = "\n".join(f"{escape_mrkdwn(text)}" for text in (msg.summary, msg.note) if text)
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": clip(about, SLACK_SECTION_MAX)}})
+        about = "\n".join(text for text in (inert.slack(msg.summary) if msg.summary else "", msg.note) if text)
+        blocks.append({"type": "section", "text": _mrkdwn(clip(about, SLACK_SECTION_MAX))})
     blocks += [
-        {"type": "section", "text": {"type": "mrkdwn", "text": clip("\n".join(lines), SLACK_SECTION_MAX)}},
+        {"type": "section", "text": _mrkdwn(clip("\n".join(lines), SLACK_SECTION_MAX))},
         {
             "type": "section",
             "fields": [
-                {"type": "mrkdwn", "text": clip(f"*Status*\n{escape_mrkdwn(msg.status)}", SLACK_FIELD_MAX)},
-                {"type": "mrkdwn", "text": clip(f"*Playbook*\n{escape_mrkdwn(msg.playbook)}", SLACK_FIELD_MAX)},
+                _mrkdwn(clip(f"*Status*\n{inert.slack(msg.status)}", SLACK_FIELD_MAX)),
+                _mrkdwn(clip(f"*Playbook*\n{inert.slack(msg.playbook)}", SLACK_FIELD_MAX)),
             ],
         },
-        {"type": "context", "elements": [{"type": "mrkdwn", "text": clip(escape_mrkdwn(msg.context), 2000)}]},
+        {"type": "context", "elements": [_mrkdwn(clip(inert.slack(msg.context), 2000))]},
     ]
     if msg.run_url:
         buttons = [_slack_button(f"Open {msg.run_text}", msg.run_url, "open-run")]
         if msg.awaiting_approval:
             buttons.append(_slack_button("Approve", msg.run_url, "approve-run", style="primary"))
         blocks.append({"type": "actions", "elements": buttons})
-    fallback = f"{msg.title}: {msg.status}. {msg.doing.rstrip(':')} ({msg.run_text})"
+    fallback = inert.slack(f"{msg.title}: {msg.status}. {msg.doing.rstrip(':')} ({msg.run_text})")
     if msg.run_url:
-        fallback += f" {msg.run_url}"
-    return {"text": clip(escape_mrkdwn(fallback), SLACK_SECTION_MAX), "blocks": blocks[:SLACK_MAX_BLOCKS]}
+        fallback += " " + msg.run_url.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return {"text": clip(fallback, SLACK_SECTION_MAX), "blocks": blocks[:SLACK_MAX_BLOCKS]}
 
 
 def _slack_button(text: str, url: str, action_id: str, *, style: str | None = None) -> dict[str, Any]:
@@ -230,39 +238,30 @@ def _slack_button(text: str, url: str, action_id: str, *, style: str | None = No
 
 # --------------------------------------------------------------------------- Microsoft Teams
 
-_TEAMS_MARKDOWN = re.compile(r"([\\`*_~\[\]])")
-
-
-def escape_teams(text: str) -> str:
-    """Adaptive Card TextBlocks render a Markdown subset: `[text](url)` links and emphasis. Their control
-    characters get a backslash, so a label shows as typed and cannot dress a link as other text (a bare URL
-    stays a visible URL; cards render no HTML and Teams mentions need the card's own `msteams` entities)."""
-    return _TEAMS_MARKDOWN.sub(r"\\\1", text)
-
 
 def teams_card(msg: ChatMessage) -> dict[str, Any]:
     """The webhook's body: a `message` with one Adaptive Card (1.4) attachment."""
     body: list[dict[str, Any]] = [
         {
             "type": "TextBlock",
-            "text": clip(escape_teams(f"{'Resolved: ' if msg.alert_status == 'resolved' else ''}{msg.title}"), 300),
+            "text": clip(f"{'Resolved: ' if msg.alert_status == 'resolved' else ''}{inert.teams(msg.title)}", 300),
             "size": "Large",
             "weight": "Bolder",
             "wrap": True,
         }
     ]
-    for text in (msg.summary, msg.note):
+    for text in (inert.teams(msg.summary) if msg.summary else "", msg.note):
         if text:
-            body.append({"type": "TextBlock", "text": clip(escape_teams(text), TEAMS_TEXT_MAX), "wrap": True})
-    body.append({"type": "TextBlock", "text": escape_teams(msg.doing), "wrap": True})
+            body.append({"type": "TextBlock", "text": clip(text, TEAMS_TEXT_MAX), "wrap": True})
+    body.append({"type": "TextBlock", "text": inert.teams(msg.doing), "wrap": True})
     body.append(
         {
             "type": "FactSet",
             "facts": [
                 {
-                    "title": clip(escape_teams(f"{s.index + 1}. {s.name} ({s.action})"), 200),
+                    "title": clip(f"{s.index + 1}. {inert.teams(f'{s.name} ({s.action})')}", 200),
                     "value": clip(
-                        escape_teams("this message" if s.current else s.status + (f": {s.error}" if s.error else "")),
+                        inert.teams("this message" if s.current else s.status + (f": {s.error}" if s.error else "")),
                         500,
                     ),
                 }
@@ -270,9 +269,9 @@ def teams_card(msg: ChatMessage) -> dict[str, Any]:
             ],
         }
     )
-    body.append({"type": "FactSet", "facts": [{"title": "Status", "value": escape_teams(msg.status)}]})
+    body.append({"type": "FactSet", "facts": [{"title": "Status", "value": inert.teams(msg.status)}]})
     body.append(
-        {"type": "TextBlock", "text": escape_teams(msg.context), "isSubtle": True, "size": "Small", "wrap": True}
+        {"type": "TextBlock", "text": inert.teams(msg.context), "isSubtle": True, "size": "Small", "wrap": True}
     )
     card: dict[str, Any] = {
         "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
@@ -298,26 +297,6 @@ def teams_card(msg: ChatMessage) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the actions' shared part
 
 
-class UrlFileError(ActionError):
-    """The url_file cannot be read or holds no http(s) URL (its contents are never shown: the URL is the secret)."""
-
-
-def read_url_file(path: str) -> str:
-    """The webhook URL in `path` (e.g. a mounted Kubernetes Secret): one http(s) URL, surrounding blanks ignored."""
-    try:
-        with Path(path).open("rb") as handle:
-            raw = handle.read(MAX_URL_FILE_BYTES + 1)
-    except OSError as exc:
-        raise UrlFileError(f"cannot read url_file {path}: {exc.strerror}") from None
-    try:
-        url = raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise UrlFileError(f"url_file {path} is not UTF-8 text") from None
-    if len(raw) > MAX_URL_FILE_BYTES or any(c.isspace() for c in url) or check_url(url):
-        raise UrlFileError(f"url_file {path} must hold one absolute http:// or https:// URL")
-    return url
-
-
 def _check_timeout(value: float) -> str | None:
     return None if 0 < value <= 300 else "must be in (0, 300]"
 
@@ -331,7 +310,7 @@ class ChatWebhookAction(Action):
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
             "url": Param(
-                str, static=True, check=check_url, doc="the webhook URL, written in the playbook (or url_file)"
+                str, static=True, check=check_stored_url, doc="the webhook URL, written in the playbook (or url_file)"
             ),
             "url_file": Param(
                 str,
@@ -339,7 +318,13 @@ class ChatWebhookAction(Action):
                 secret=True,
                 doc="file holding the webhook URL (a mounted Kubernetes Secret), read when the step runs",
             ),
-            "message": Param(str, default="", doc="a line of your own under the alert's summary; may use templates"),
+            "message": Param(
+                str,
+                default="",
+                late=True,
+                doc="a line of your own under the alert's summary; a template rendered when the step runs, which "
+                "may read the earlier steps' outcomes (`steps`, `step.<name>`, `run.outcome`) and `run.link`",
+            ),
             "timeout": Param(float, default=10.0, check=_check_timeout, doc="seconds to wait for the answer"),
         }
     )
@@ -358,14 +343,18 @@ class ChatWebhookAction(Action):
     def render(self, message: ChatMessage) -> dict[str, Any]:
         """The webhook's JSON body for `message`."""
 
+    @abstractmethod
+    def escape(self, text: str) -> str:
+        """A value from the alert as inert text of this chat's markup (remediate.inert)."""
+
     def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
         checked = super().validate(params)
-        if bool(checked.get("url")) == bool(checked.get("url_file")):
-            raise ParamsError(f"{self.name} needs exactly one of url (in the playbook) and url_file (a Secret's file)")
+        check_one_url(self.name, checked)
         return checked
 
     def message(self, params: Mapping[str, Any], ctx: StepContext) -> ChatMessage:
-        return ChatMessage.of_step(ctx, public_url=self.public_url, note=params.get("message", ""))
+        note, error = render_message(params.get("message", ""), ctx, public_url=self.public_url, escape=self.escape)
+        return ChatMessage.of_step(ctx, public_url=self.public_url, note=note, note_error=error)
 
     @staticmethod
     def _where(params: Mapping[str, Any]) -> str:
@@ -396,4 +385,7 @@ class ChatWebhookAction(Action):
             timeout=min(params["timeout"], max(ctx.remaining(), 0.1)),
             shown_url="" if params.get("url") else shown,
         )
-        return {"posted_to": shown, "status_code": status}
+        result: dict[str, Any] = {"posted_to": shown, "status_code": status}
+        if message.note_error:
+            result["message_error"] = message.note_error
+        return result

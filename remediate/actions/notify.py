@@ -13,9 +13,15 @@ carries an `Idempotency-Key` header, the same for every attempt of one step of o
 (`remediate-run-<run id>-step-<index>`), so a receiver can drop a repeat; other 4xx
 answers fail at once.
 
-Credentials (Authorization, API keys) never go into `headers`, which the history
-stores and shows: they live in `headers_file`, a file (e.g. a mounted Kubernetes
-Secret) read only when the step executes; only its path is stored.
+Credentials never go into what the history stores and shows (`url`, `headers`): a URL
+with a user:password@ or a credential-like query parameter (`?api_key=`, `?token=`, a
+long token-like value) is refused at load, as are credential-like header names and
+token-like header values (`check_stored_url`, `_check_headers`). They live in files read
+only when the step executes (e.g. a mounted Kubernetes Secret): `url_file` for the URL,
+`headers_file` for headers; only the paths are stored.
+
+The `message` is rendered when the step runs (remediate.actions.messages): it can say what
+the earlier steps did, and the body carries each step's outcome and the run's link.
 """
 
 from __future__ import annotations
@@ -23,14 +29,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
-from remediate.actions.base import Action, StepContext, Where
+from remediate.actions.base import Action, ActionDeps, StepContext, Where
+from remediate.actions.messages import render_message, run_page_url
 from remediate.actions.schema import Param, ParamSchema
-from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
+from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
 from remediate.lazyhttp import SessionSlot
 
 if TYPE_CHECKING:
@@ -43,6 +50,71 @@ def check_url(url: str) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an absolute http:// or https:// URL"
     return None
+
+
+# Query parameter names that carry credentials (api_key, access_token, X-Amz-Signature, sig, password, ...),
+# as whole words of the name (`signal`, `zipcode` are not).
+_CREDENTIAL_PARAM = re.compile(
+    r"(?:^|[^a-z])(?:api_?key|keys?|token|secret|passw\w*|pwd|sig|signature|auth\w*|credentials?|session\w*|code)"
+    r"(?:$|[^a-z])",
+    re.I,
+)
+# A value that looks like a key: 20 or more letters and digits (`+ = _` included) without a separator
+# a word, a path or a host name would have ('-', '.', '/', ' '), holding both letters and digits. UUIDs and
+# dash-separated names pass; `sk_live_51H...`, hex keys, base64 tokens and JWT parts do not.
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9+=_]{20,}")
+
+
+def looks_like_token(value: str) -> bool:
+    """True when `value` holds a run that looks like a key or token (see _TOKEN_RUN)."""
+    return any(any(c.isdigit() for c in run) and any(c.isalpha() for c in run) for run in _TOKEN_RUN.findall(value))
+
+
+def check_stored_url(url: str) -> str | None:
+    """check_url, and no credentials in a URL the history stores and shows: no `user:password@`, no
+    query parameter named like a credential or holding a token-like value (a Param check)."""
+    problem = check_url(url)
+    if problem:
+        return problem
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        return "holds credentials (user:password@), which the history would store and show: use url_file"
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if _CREDENTIAL_PARAM.search(name) or looks_like_token(value):
+            return (
+                f"query parameter {name!r} looks like a credential, which the history would store and show: "
+                "put the URL in url_file (a file such as a mounted Secret, read only when the step runs)"
+            )
+    return None
+
+
+class UrlFileError(ActionError):
+    """The url_file cannot be read or holds no http(s) URL (its contents are never shown: the URL is the secret)."""
+
+
+MAX_URL_FILE_BYTES = 4096
+
+
+def read_url_file(path: str) -> str:
+    """The webhook URL in `path` (e.g. a mounted Kubernetes Secret): one http(s) URL, surrounding blanks ignored."""
+    try:
+        with Path(path).open("rb") as handle:
+            raw = handle.read(MAX_URL_FILE_BYTES + 1)
+    except OSError as exc:
+        raise UrlFileError(f"cannot read url_file {path}: {exc.strerror}") from None
+    try:
+        url = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise UrlFileError(f"url_file {path} is not UTF-8 text") from None
+    if len(raw) > MAX_URL_FILE_BYTES or any(c.isspace() for c in url) or check_url(url):
+        raise UrlFileError(f"url_file {path} must hold one absolute http:// or https:// URL")
+    return url
+
+
+def check_one_url(name: str, params: Mapping[str, Any]) -> None:
+    """An action posting to `url` or `url_file`: exactly one of them (ParamsError)."""
+    if bool(params.get("url")) == bool(params.get("url_file")):
+        raise ParamsError(f"{name} needs exactly one of url (in the playbook) and url_file (a Secret's file)")
 
 
 def request_not_sent(exc: requests.RequestException) -> bool:
@@ -70,6 +142,8 @@ def idempotency_key(ctx: StepContext) -> str:
 
 # Header names that carry credentials: refused in `headers` (stored and shown), allowed in `headers_file`.
 _CREDENTIAL_HEADER = re.compile(r"authorization|cookie|token|secret|password|passwd|api[-_]?key|signature|auth", re.I)
+# A header value that starts with an HTTP auth scheme is a credential whatever the header's name.
+_AUTH_SCHEME = re.compile(r"\s*(bearer|basic|token|digest|apikey|negotiate)\s", re.I)
 MAX_HEADERS_FILE_BYTES = 64 * 1024
 
 
@@ -77,6 +151,9 @@ def _check_headers(headers: dict) -> str | None:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         return "must map header names to string values"
     secret = sorted(name for name in headers if _CREDENTIAL_HEADER.search(name))
+    if not secret:
+        # An innocent name does not make a key harmless (`X-Team: sk_live_51H...`, `X-Id: Bearer ...`).
+        secret = sorted(name for name, value in headers.items() if _AUTH_SCHEME.match(value) or looks_like_token(value))
     if secret:
         return (
             f"{', '.join(secret)} would be stored and shown in the history: put credentials in headers_file "
@@ -113,14 +190,30 @@ class NotifyWebhookAction(Action):
     name: ClassVar[str] = "notify.webhook"
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = False
+    reports_run: ClassVar[bool] = True
     description: ClassVar[str] = (
-        "POST a JSON summary of the alert and run to a webhook (with an Idempotency-Key header; retried only "
-        "when nothing was sent)."
+        "POST a JSON summary of the alert and run (each step's outcome, the run's link) to a webhook (with an "
+        "Idempotency-Key header; retried only when nothing was sent)."
     )
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
-            "url": Param(str, required=True, static=True, check=check_url, doc="where to POST"),
-            "message": Param(str, default="", doc="free text added to the summary; may use templates"),
+            "url": Param(
+                str, static=True, check=check_stored_url, doc="where to POST (or url_file); no credentials in it"
+            ),
+            "url_file": Param(
+                str,
+                static=True,
+                secret=True,
+                doc="file holding the URL (a mounted Kubernetes Secret), read when the step runs: for a URL that "
+                "carries a credential",
+            ),
+            "message": Param(
+                str,
+                default="",
+                late=True,
+                doc="free text added to the summary; a template rendered when the step runs, which may read the "
+                "earlier steps' outcomes (`steps`, `step.<name>`, `run.outcome`) and `run.link`",
+            ),
             "headers": Param(
                 dict, static=True, check=_check_headers, doc="extra HTTP headers, stored and shown: no credentials"
             ),
@@ -136,17 +229,36 @@ class NotifyWebhookAction(Action):
 
     session = SessionSlot()
 
-    def __init__(self, session: requests.Session | None = None) -> None:
+    def __init__(self, session: requests.Session | None = None, *, public_url: str | None = None) -> None:
         self.session = session
+        self.public_url = public_url
+
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        return cls(public_url=deps.settings.public_url)
+
+    def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        checked = super().validate(params)
+        check_one_url(self.name, checked)
+        return checked
 
     def summary(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        """The JSON body: the message (rendered now, values as they are: JSON is data to the receiver),
+        each step's outcome as the store has it when this step starts, the run's link, the alert."""
         alert = ctx.alert
-        return {
+        message, error = render_message(params.get("message", ""), ctx, public_url=self.public_url)
+        body: dict[str, Any] = {
             "source": "remediate",
             "run_id": ctx.run_id,
+            "run_url": run_page_url(self.public_url, ctx.run_id),
             "playbook": ctx.playbook,
             "target": ctx.target,
-            "message": params.get("message", ""),
+            "message": message,
+            "steps": [
+                {"number": s.index + 1, "name": s.name, "action": s.action, "status": s.status, "error": s.error}
+                for s in ctx.steps
+                if s.index != ctx.step_index
+            ],
             "alert": {
                 "alertname": alert.alertname,
                 "status": alert.status,
@@ -156,9 +268,17 @@ class NotifyWebhookAction(Action):
                 "annotations": dict(alert.annotations),
             },
         }
+        if error:
+            body["message_error"] = error
+        return body
+
+    @staticmethod
+    def _where(params: Mapping[str, Any]) -> str:
+        """The URL as the history may show it: from url_file, only the file's name (the URL is a secret)."""
+        return params["url"] if params.get("url") else f"the URL in {params['url_file']}"
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        plan: dict[str, Any] = {"would_post_to": params["url"], "body": self.summary(params, ctx)}
+        plan: dict[str, Any] = {"would_post_to": self._where(params), "body": self.summary(params, ctx)}
         if params.get("headers_file"):
             plan["headers_from"] = params["headers_file"]
         return plan
@@ -174,11 +294,18 @@ class NotifyWebhookAction(Action):
         return headers
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        url = params["url"]
+        url = params.get("url") or read_url_file(params["url_file"])
+        shown = self._where(params)
         timeout = min(params["timeout"], max(ctx.remaining(), 0.1))
         headers = {"Idempotency-Key": idempotency_key(ctx), **self._headers(params)}
-        status = post_json(self.session, url, self.summary(params, ctx), headers=headers, timeout=timeout)
-        return {"posted_to": url, "status_code": status}
+        body = self.summary(params, ctx)
+        status = post_json(
+            self.session, url, body, headers=headers, timeout=timeout, shown_url="" if params.get("url") else shown
+        )
+        result: dict[str, Any] = {"posted_to": shown, "status_code": status}
+        if "message_error" in body:
+            result["message_error"] = body["message_error"]
+        return result
 
 
 def post_json(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from remediate import inert
 from remediate.actions.chat import ChatMessage, ChatWebhookAction, slack_blocks
 
 
@@ -20,3 +21,6 @@ class NotifySlackAction(ChatWebhookAction):
 
     def render(self, message: ChatMessage) -> dict[str, Any]:
         return slack_blocks(message)
+
+    def escape(self, text: str) -> str:
+        return inert.slack(text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from remediate import inert
 from remediate.actions.chat import ChatMessage, ChatWebhookAction, teams_card
 
 
@@ -21,3 +22,6 @@ class NotifyTeamsAction(ChatWebhookAction):
 
     def render(self, message: ChatMessage) -> dict[str, Any]:
         return teams_card(message)
+
+    def escape(self, text: str) -> str:
+        return inert.teams(text)

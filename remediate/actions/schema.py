@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from remediate.durations import format_duration, parse_duration
@@ -40,6 +41,10 @@ class Param:
     """True: the value is the absolute path of a file holding a secret (e.g. a mounted Kubernetes Secret).
     Only the path is ever stored, shown or logged; the action reads the file when the step executes.
     Implies `static`. Secrets themselves never go into params (which the history stores and shows)."""
+    late: bool = False
+    """True: a template here is rendered when the step runs, not when the alert arrives: by the action,
+    which adds what only then exists (the earlier steps' outcomes, remediate.actions.messages). The
+    engine stores it as written."""
     template_check: Callable[[str], str | None] | None = None
     """Check of the template as written, at load time (before any alert): e.g. that a PromQL query prints
     every value through the `promql_string` filter. Returns an error message or None."""
@@ -48,6 +53,11 @@ class Param:
 @dataclass(frozen=True)
 class ParamSchema:
     fields: Mapping[str, Param] = field(default_factory=dict)
+
+    @cached_property
+    def late(self) -> frozenset[str]:
+        """The params whose templates the action renders when its step runs (Param.late)."""
+        return frozenset(name for name, spec in self.fields.items() if spec.late)
 
     def check_static(self, params: Mapping[str, Any]) -> list[str]:
         """Errors visible before any alert arrives (used by the playbook loader)."""

@@ -14,7 +14,7 @@ from remediate.actions.base import StepContext
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.alerts import alert_ref
 from remediate.engine import Engine, IngestResult
-from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
+from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
 from remediate.executor import Executor
 from remediate.store import Store
 from tests.support.realsystems import WebhookRecorder
@@ -82,9 +82,11 @@ def test_execute_posts_the_summary_as_json(recorder: WebhookRecorder, action: No
     assert request.json == {
         "source": "remediate",
         "run_id": 7,
+        "run_url": None,
         "playbook": "notify-oncall",
         "target": "node-a",
         "message": "GPU 3 on node-a",
+        "steps": [],
         "alert": {
             "alertname": "GpuXidError",
             "status": "firing",
@@ -343,3 +345,97 @@ def test_a_bad_headers_file_fails_naming_the_file_never_its_contents(
 
     assert "Bearer x" not in str(info.value)
     assert recorder.requests == []
+
+
+# --------------------------------------------------------------------------- issue 24: credentials in stored URLs
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user:pw@hooks.example.test/events",
+        "https://hooks.example.test/events?api_key=abc",
+        "https://hooks.example.test/events?token=abc",
+        "https://hooks.example.test/events?team=ml&X-Amz-Signature=abc",
+        "https://hooks.example.test/events?v=sk_live_51H8aBcDeFgHiJkLmNoPq",  # an innocent name, a key's value
+    ],
+)
+def test_a_url_carrying_credentials_is_refused_at_load_pointing_to_url_file(url: str) -> None:
+    """Finding 6 of issue 24: the history stored and showed `https://user:pw@...` and `?api_key=` URLs."""
+    from remediate.actions import default_registry
+    from remediate.config import Settings
+    from remediate.errors import PlaybookError
+    from remediate.playbooks import parse_playbook
+
+    playbook = {
+        "name": "tell",
+        "match": {"alertname": "X"},
+        "steps": [{"action": "notify.webhook", "with": {"url": url}}],
+    }
+    with pytest.raises(PlaybookError, match=r"'url'.*(credential|user:password).*url_file") as info:
+        parse_playbook(playbook, default_registry(Settings()), source="tell.yaml")
+
+    assert "steps[0]" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://hooks.example.test/events?team=ml-infra&v=2",
+        "http://127.0.0.1:9099/x",
+        "http://h.test/x?signal=1&zipcode=2",
+    ],
+)
+def test_a_url_without_credentials_is_kept(action: NotifyWebhookAction, url: str) -> None:
+    assert action.schema.check_static({"url": url}) == []
+
+
+@pytest.mark.parametrize(
+    "value", ["Bearer abc", "basic dXNlcjpwYXNz", "sk_live_51H8aBcDeFgHiJkLmNoPq", "0123456789abcdef0123456789abcdef"]
+)
+def test_a_secret_looking_value_under_an_innocent_header_name_is_refused(
+    action: NotifyWebhookAction, value: str
+) -> None:
+    errors = action.schema.check_static({"url": "http://example.test/h", "headers": {"X-Team": value}})
+
+    assert len(errors) == 1 and "X-Team" in errors[0] and "headers_file" in errors[0]
+
+
+@pytest.mark.parametrize("value", ["ml-infra", "remediate-prod-cluster-01", "2f1c9a7e-0b7d-4c1e-9a51-0c8d2f6b7e11"])
+def test_ordinary_header_values_are_kept(action: NotifyWebhookAction, value: str) -> None:
+    assert action.schema.check_static({"url": "http://example.test/h", "headers": {"X-Team": value}}) == []
+
+
+def test_url_file_is_read_when_the_step_runs_and_the_secret_url_is_never_shown(
+    recorder: WebhookRecorder, action: NotifyWebhookAction, tmp_path: Any
+) -> None:
+    secret = tmp_path / "webhook-url"
+    secret.write_text(f"{recorder.url}?api_key=s3cr3t\n")
+    step_params = action.validate({"url_file": str(secret)})
+
+    plan = action.plan(step_params, context())
+    result = action.execute(step_params, context())
+
+    assert plan["would_post_to"] == result["posted_to"] == f"the URL in {secret}"
+    (request,) = recorder.requests
+    assert request.path == "/hooks/oncall?api_key=s3cr3t"
+    recorder.status = 500
+    with pytest.raises(AmbiguousActionError) as info:
+        action.execute(step_params, context())
+    assert "s3cr3t" not in str(info.value) and str(secret) in str(info.value)
+    with pytest.raises(ParamsError, match="exactly one of url"):
+        action.validate({"url": recorder.url, "url_file": str(secret)})
+    with pytest.raises(ParamsError, match="exactly one of url"):
+        action.validate({})
+
+
+def test_a_message_that_cannot_be_rendered_still_notifies_saying_so(
+    recorder: WebhookRecorder, action: NotifyWebhookAction
+) -> None:
+    """The message is rendered when the step runs: a missing label must not cost on-call the notification."""
+    result = action.execute(params(action, recorder.url, message="GPU {{ labels.nope }}"), context())
+
+    (request,) = recorder.requests
+    assert request.json["message"].startswith("(the playbook's message could not be rendered: ")
+    assert "nope" in result["message_error"] and request.json["message_error"] == result["message_error"]
+    assert request.json["alert"]["labels"]["gpu"] == "3"

@@ -112,8 +112,20 @@ def check_slack_shape(body: dict[str, Any]) -> None:
                 assert button["type"] == "button" and button["text"]["type"] == "plain_text"
                 assert len(button["text"]["text"]) <= 75 and len(button["url"]) <= 3000
                 assert 1 <= len(button["action_id"]) <= 255
+    # verbatim: Slack auto-links no bare URL, #channel or @name (finding 5 of issue 24).
+    assert all(obj.get("verbatim") is True for obj in _text_objects(blocks) if obj["type"] == "mrkdwn")
     ids = [e["action_id"] for b in blocks if b["type"] == "actions" for e in b["elements"]]
     assert len(ids) == len(set(ids))  # unique within the message
+
+
+def _text_objects(node: Any) -> list[dict[str, Any]]:
+    """Every Block Kit text object (`{"type": "mrkdwn" | "plain_text", "text": ...}`) under `node`."""
+    if isinstance(node, list):
+        return [obj for item in node for obj in _text_objects(item)]
+    if not isinstance(node, dict):
+        return []
+    own = [node] if node.get("type") in ("mrkdwn", "plain_text") and isinstance(node.get("text"), str) else []
+    return own + [obj for value in node.values() for obj in _text_objects(value)]
 
 
 def teams_card(body: dict[str, Any]) -> dict[str, Any]:
@@ -195,21 +207,19 @@ def test_slack_escapes_label_and_annotation_values_so_they_add_no_link_or_mentio
         "alertname": "Xid<!channel>",
         "annotations": {"summary": "see <https://evil.example|click here> & <@U0123> <!here>"},
     }
-    body = post(make(NotifySlackAction), recorder, ctx=context(alert), message="{{ nothing }} <!everyone>")
+    body = post(make(NotifySlackAction), recorder, ctx=context(alert), message="{{ alertname }} <!everyone>")
 
     check_slack_shape(body)
-    mrkdwn = [t for t in slack_texts(body)[1:] if t != body["blocks"][0]["text"]["text"]] + [body["text"]]
-    for text in mrkdwn:
-        # Only Slack's own escapes remain: no `<` or `>` reaches Slack unescaped.
-        assert "<" not in text and ">" not in text
     about = body["blocks"][1]["text"]["text"]
+    # The summary and the value in the message are inert; the playbook's own `<!everyone>` is its to write.
     assert about == (
-        "see &lt;https://evil.example|click here&gt; &amp; &lt;@U0123&gt; &lt;!here&gt;\n"
-        "{{ nothing }} &lt;!everyone&gt;"
+        "see &lt;https:\u200b//evil.example|click here&gt; &amp; &lt;@U0123&gt; &lt;!here&gt;\n"
+        "Xid&lt;!channel&gt; <!everyone>"
     )
     assert "Xid&lt;!channel&gt; on node-a" in body["text"]
-    # The header is plain_text, which Slack never parses for links or mentions: shown as typed.
-    assert body["blocks"][0]["text"] == {"type": "plain_text", "text": "🔥 Xid<!channel> on node-a", "emoji": True}
+    assert "<" not in body["text"] and ">" not in body["text"]
+    # The header is plain_text, which Slack never parses for links, mentions or emoji: shown as typed.
+    assert body["blocks"][0]["text"] == {"type": "plain_text", "text": "🔥 Xid<!channel> on node-a", "emoji": False}
 
 
 def test_slack_limits_are_kept_with_an_ellipsis(recorder: WebhookRecorder) -> None:
@@ -269,7 +279,7 @@ def test_teams_escapes_markdown_links_and_emphasis_in_label_values(recorder: Web
     alert = {**ALERT, "annotations": {"summary": "[click here](https://evil.example) **now** _x_"}}
     card = teams_card(post(make(NotifyTeamsAction), recorder, ctx=context(alert)))
 
-    assert teams_texts(card)[1] == r"\[click here\](https://evil.example) \*\*now\*\* \_x\_"
+    assert teams_texts(card)[1] == "\\[click here\\](https:\u200b//evil.example) \\*\\*now\\*\\* \\_x\\_"
 
 
 # --------------------------------------------------------------------------- where to post, and how
@@ -398,7 +408,7 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
             {
                 "name": "tell on-call",
                 "action": kind.name,
-                "with": {"url": recorder.url, "message": "GPU {{ labels.gpu }}"},
+                "with": {"url": recorder.url, "message": "GPU {{ labels.gpu }}: {{ run.outcome }}"},
             },
             {"name": "after", "action": "log", "with": {"message": "done"}},
         ],
@@ -418,11 +428,66 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
     else:
         text = "\n".join(teams_texts(teams_card(request.json)))
         assert "1. note it (log): succeeded" in text
-        assert "2. tell the old hook (notify.webhook): failed: POST http://127.0.0.1:" in text
+        assert "2. tell the old hook (notify.webhook): failed: POST http:\u200b//127.0.0.1:" in text
         assert "3. tell on-call (notify.teams): this message" in text
         assert "4. after (log): pending" in text
     assert f"{PUBLIC_URL}/ui/runs/{run_id}" in json.dumps(request.json)
-    assert "GPU 5" in text
+    # The playbook's own words are rendered when the step runs: they can say what the steps did.
+    assert "GPU 5: note it succeeded; tell the old hook failed (POST http:\u200b//127.0.0.1:" in text
+
+
+FORGED = "node-a\n✅ 3. *drain*: succeeded https://evil.example/login @here <!channel> [click](https://evil.example)"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_through_the_executor_label_values_add_no_line_link_or_formatting_and_the_playbooks_markup_stays(
+    recorder: WebhookRecorder,
+    store: Store,
+    ingest: Callable[..., IngestResult],
+    make_alert: Callable[..., dict[str, Any]],
+    kind: type[ChatWebhookAction],
+) -> None:
+    """Finding 5 of issue 24: a label forged a `✅ 3. *drain*: succeeded` line, a mention and a link next to
+    the real buttons; only the playbook may format the message."""
+    if kind is NotifySlackAction:
+        own = "*Heads up* <https://runbook.example/xid|runbook>: {{ labels.Hostname }} ({{ annotations.summary }})"
+    else:
+        own = "**Heads up** [runbook](https://runbook.example/xid): {{ labels.Hostname }} ({{ annotations.summary }})"
+    playbook = {
+        "name": "gpu-xid",
+        "match": {"alertname": "GpuXidError"},
+        "steps": [
+            {"name": "note it", "action": "log", "with": {"message": "note {{ labels.Hostname }}"}},
+            {"name": "tell on-call", "action": kind.name, "with": {"url": recorder.url, "message": own}},
+        ],
+    }
+    alert = make_alert("GpuXidError", labels={"Hostname": FORGED}, annotations={"summary": "*bold*\n_it_ `x`"})
+    run_through_the_executor(store, ingest, alert, playbook)
+
+    (request,) = recorder.requests
+    if kind is NotifySlackAction:
+        check_slack_shape(request.json)
+        texts = [o["text"] for o in _text_objects(request.json["blocks"])] + [request.json["text"]]
+        # plain_text (the header, the buttons) shows as typed: the forms below are markup only in mrkdwn.
+        marked = [o["text"] for o in _text_objects(request.json["blocks"]) if o["type"] == "mrkdwn"]
+        note = request.json["blocks"][1]["text"]["text"].splitlines()[-1]
+        own_markup = "*Heads up* <https://runbook.example/xid|runbook>: "
+        assert note.startswith(own_markup + "node-a⏎✅ 3. \u2217drain\u2217: succeeded ")
+        forged_parts = ["*drain*", "<!channel>", "<https://evil", "<@", "*bold*", "_it_", "`x`"]
+    else:
+        texts = teams_texts(teams_card(request.json))
+        (note,) = [t for t in texts if "Heads up" in t]
+        assert note.startswith(r"**Heads up** [runbook](https://runbook.example/xid): node-a⏎✅ 3. \*drain\*: ")
+        forged_parts = ["*drain*", "[click](", "*bold*", "_it_", "`x`"]
+        marked = texts
+    for text in texts:
+        assert not any(line.startswith("✅ 3.") for line in text.splitlines())  # no forged step line
+        assert "https://evil" not in text  # no bare URL a client would link
+    for text in marked + ([request.json["text"]] if kind is NotifySlackAction else []):
+        for part in forged_parts:
+            assert part not in text, (part, text)
+    # The only links are remediate's own and the playbook's.
+    assert "https:\u200b//evil.example/login" in json.dumps(request.json, ensure_ascii=False)
 
 
 @EVERY_STORE

@@ -563,6 +563,52 @@ def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refuse
         assert kube_api.pod("ml", "scratch-job-0") is not None  # refused: nothing evicted
 
 
+def test_the_shipped_quarantine_message_says_the_cordon_failed_and_links_the_run(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Finding 18 of issue 24: the cordon failed (RBAC), and the `always: true` notify still posted
+    "Quarantined ... Cordoned, tainted ... and drained", with no step status and no link to the run."""
+    from tests.support.realsystems import WebhookRecorder
+
+    (node,) = cluster(kube_api, 1)
+    kube_api.inject("status", method="PATCH", path=f"/api/v1/nodes/{node}$", status=403)
+    shipped = (Path(__file__).resolve().parents[2] / "playbooks" / "gpu-xid-quarantine.yaml").read_text()
+    with WebhookRecorder(path="/remediate-events") as recorder:
+        rig = make_rig(
+            shipped.replace("http://127.0.0.1:9099/remediate-events", recorder.url),
+            public_url="https://remediate.example.com",
+        )
+        rig.ingest(xid_alert(node))
+        rig.start()
+        rig.wait_idle()
+
+        (run,) = _cordon_runs(rig)
+        steps = {step["name"]: step for step in run["steps"]}
+        assert (run["status"], steps["cordon"]["status"], steps["notify"]["status"]) == (
+            "failed",
+            "failed",
+            "succeeded",
+        )
+        assert kube_api.node(node)["spec"].get("unschedulable") is None  # the node was never cordoned
+        (posted,) = recorder.requests
+        body = posted.json
+        link = f"https://remediate.example.com/ui/runs/{run['id']}"
+        message = body["message"]
+        assert message.startswith(f"NOT quarantined {node}: ")
+        assert "Cordoned" not in message and "drained" not in message
+        assert "cordon failed (" in message and "403" in message
+        assert message.endswith(link)
+        assert body["run_url"] == link
+        by_name = {step["name"]: step for step in body["steps"]}
+        assert [by_name[n]["status"] for n in ("checkpoint-jobs", "cordon", "taint", "drain")] == [
+            "succeeded",
+            "failed",
+            steps["taint"]["status"],
+            steps["drain"]["status"],
+        ]
+        assert "403" in by_name["cordon"]["error"]
+
+
 # --------------------------------------------------------------------------- the shipped quarantine ladder (issue 12)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,6 +114,46 @@ def test_a_refused_token_is_not_tried_again(sink: WebhookRecorder) -> None:
 
     assert grafana.join() and outcomes == ["failed"]
     assert len(sink.requests) == 1
+
+
+def test_label_derived_text_is_inert_html_in_the_annotation() -> None:
+    """Finding 5 of issue 24: a label's `<img onerror>` reached Grafana's HTML as markup."""
+    run = dataclasses.replace(
+        finished(RunStatus.FAILED, error='step 0 (k8s.cordon): node "<script>x()</script>" not found\nforged line'),
+        alertname='<img src=x onerror="alert(1)">',
+        target="node-a\n<b>all clear</b> https://evil.example",
+        playbook="gpu<i>",
+    )
+    body = annotation(run, run_link=lambda run_id: f"https://remediate.example/ui/runs/{run_id}")
+
+    text = body["text"]
+    assert "<img" not in text and "<script" not in text and "<b>" not in text and "<i>" not in text
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in text
+    assert "node-a⏎&lt;b&gt;all clear&lt;/b&gt; https:\u200b//evil.example" in text
+    assert "not found⏎forged line" in text
+    # remediate's own markup stays: the link to the run page, and the lines it separates.
+    assert text.endswith('\n<a href="https://remediate.example/ui/runs/7">run 7</a>')
+    assert text.count("\n") == 2
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_not_followed_so_the_token_never_leaves_for_another_url(
+    sink: WebhookRecorder, status: int
+) -> None:
+    """Finding 6 of issue 24: the annotator followed redirects (the token went along)."""
+    from tests.actions.test_notify import _Redirector
+
+    redirector = _Redirector(status, f"{sink.url}/elsewhere")
+    outcomes = Outcomes()
+    try:
+        grafana = Annotator(GrafanaTarget(redirector.url.removesuffix("/hook"), TOKEN), on_outcome=outcomes, tries=1)
+        grafana(finished())
+        assert grafana.join()
+    finally:
+        redirector.close()
+
+    assert outcomes == ["failed"] and redirector.posts == 1
+    assert sink.requests == []
 
 
 def test_a_slow_grafana_never_holds_the_caller_and_a_full_queue_drops(sink: WebhookRecorder) -> None:

@@ -179,3 +179,25 @@ def test_unescaped_outputs_names_every_value_printed_without_a_safe_filter() -> 
     assert unescaped_outputs(source, safe) == ["line 1: labels.b", "line 1: a value filtered by 'upper'"]
     assert unescaped_outputs("up == 1", safe) == []
     assert unescaped_outputs("{{ broken", safe) == []
+
+
+def test_render_text_escapes_every_printed_value_and_keeps_the_templates_own_text() -> None:
+    from remediate.templating import Trusted, render_text
+
+    def shout(text: str) -> str:
+        return f"[{text}]"
+
+    source = "*own* {{ labels.x }} {% for s in steps %}{{ s }};{% endfor %} {{ link }} {{ link | upper }}"
+    context = {"labels": {"x": "*v*"}, "steps": ["a", "b"], "link": Trusted("https://r/1")}
+
+    assert render_text(source, context, escape=shout) == "*own* [*v*] [a];[b]; https://r/1 [HTTPS://R/1]"
+    assert render_text(source, context) == "*own* *v* a;b; https://r/1 HTTPS://R/1"
+    assert render_text("no template", {}, escape=shout) == "no template"
+    with pytest.raises(ParamsError, match="cannot render"):
+        render_text("{{ labels.missing }}", {"labels": {}}, escape=shout)
+
+
+def test_late_params_are_kept_as_written_for_their_step_to_render() -> None:
+    params = {"url": "http://x/{{ 1 }}", "message": "{{ steps[0].status }}"}
+
+    assert render_params(params, {}, keep={"message"}) == {"url": "http://x/1", "message": "{{ steps[0].status }}"}

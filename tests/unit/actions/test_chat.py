@@ -10,8 +10,6 @@ from remediate.actions.base import StepContext, StepView
 from remediate.actions.chat import (
     ChatMessage,
     clip,
-    escape_mrkdwn,
-    escape_teams,
     run_page_url,
     slack_blocks,
     teams_card,
@@ -51,14 +49,6 @@ def test_clip_keeps_short_text_and_cuts_long_text_with_an_ellipsis_never_inside_
     assert clip("abcdef", 4) == "abc…"
     assert clip("ab&amp;cd", 5) == "ab…"  # "ab&a…" would show a broken entity
     assert clip("ab&amp;cd", 8) == "ab&amp;…"
-
-
-def test_escape_mrkdwn_neutralises_links_and_mentions() -> None:
-    assert escape_mrkdwn("<!channel> <https://evil|x> a&b") == "&lt;!channel&gt; &lt;https://evil|x&gt; a&amp;b"
-
-
-def test_escape_teams_neutralises_markdown_links_and_emphasis_only() -> None:
-    assert escape_teams("[x](https://evil) **b** _i_ node-a (ok)") == r"\[x\](https://evil) \*\*b\*\* \_i\_ node-a (ok)"
 
 
 def test_an_approve_button_to_the_run_page_while_the_run_waits_for_approval() -> None:
