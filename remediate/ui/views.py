@@ -249,7 +249,9 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def breaker_reset() -> Any:
         by = _operator()
         reason = request.form.get("reason", "")[:1000]
-        deps.breaker.reset(by=by, reason=reason)
+        if not deps.breaker.reset(by=by, reason=reason)["reset"]:
+            flash("The breaker is closed; nothing to reset.", "ok")
+            return redirect(url_for("ui.state"))
         log.warning("circuit breaker reset by %s (web page)%s", by, f": {reason}" if reason else "")
         flash(f"Breaker reset by {by}.", "ok")
         return redirect(url_for("ui.state"))

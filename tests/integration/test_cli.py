@@ -743,6 +743,46 @@ def test_pause_and_resume_through_a_running_server(
     assert (state["paused"], state["by"]) == (False, "operator (note: carol)")
 
 
+def test_a_pause_over_a_pause_names_who_paused_and_replaces_only_with_force(
+    cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24, finding 20: a second `pause` silently replaced who paused and why."""
+    assert cli("pause", "--reason", "driver upgrade", "--by", "bob", *db_args(xid_server)).exit_code == 0
+
+    again = cli("pause", "--reason", "other", "--by", "eve", *db_args(xid_server))
+
+    assert_one_line_error(again, "already paused by bob: driver upgrade", "force")
+    state = xid_server.get("/pause").get_json()
+    assert (state["by"], state["reason"]) == ("bob", "driver upgrade")
+
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    url = serve(xid_server)
+    over_http = cli("pause", "--reason", "other", "--server", url)
+    assert_one_line_error(over_http, "HTTP 409", "already paused by bob: driver upgrade")
+    assert xid_server.get("/pause").get_json()["by"] == "bob"
+
+    forced = cli("pause", "--reason", "incident 43", "--force", "--server", url)
+
+    assert forced.exit_code == 0, forced.output
+    state = xid_server.get("/pause").get_json()
+    assert (state["paused"], state["by"], state["reason"]) == (True, "operator (note: tester)", "incident 43")
+
+
+def test_breaker_reset_of_a_closed_breaker_is_a_no_op_that_says_so(
+    cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24, finding 20: resetting a closed breaker moved the stale horizon, silently."""
+    through_db = cli("breaker", "reset", "--reason", "just in case", *db_args(xid_server))
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    through_server = cli("breaker", "reset", "--server", serve(xid_server))
+
+    for result in (through_db, through_server):
+        assert result.exit_code == 0, result.output
+        assert result.stdout.startswith("breaker is closed; nothing to reset"), result.stdout
+    status = xid_server.get("/breaker").get_json()
+    assert (status["open"], status["reset_at"], status["reset_by"]) == (False, None, None)
+
+
 def test_pause_through_a_server_without_the_write_token_is_refused(
     cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
