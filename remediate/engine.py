@@ -705,9 +705,7 @@ def _with_ladder(
         name = ev.playbook.rungs[ev.rung - 1].name
         of = len(ev.playbook.rungs)
         shadow = "; shadow (dry-run): the ladder does not move" if ev.mode is Mode.DRY_RUN and verdict.accepted else ""
-        return Verdict(
-            verdict.decision, f"{verdict.reason}; rung {ev.rung} of {of} ({name}): {choice.reason}{shadow}"
-        )
+        return Verdict(verdict.decision, f"{verdict.reason}; rung {ev.rung} of {of} ({name}): {choice.reason}{shadow}")
     if ev.playbook.is_ladder and ev.phase == "resolved" and ladder_runs and verdict.accepted:
         undone = [rung for rung, _, status in sorted(ladder_runs, reverse=True) if status not in NOTHING_TO_UNDO]
         return Verdict(verdict.decision, f"{verdict.reason}; undoes rungs {', '.join(map(str, undone))}")
