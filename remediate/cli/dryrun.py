@@ -45,10 +45,16 @@ def dry_run(
     **params: Any,
 ) -> None:
     """Show what an alert would do: matched playbooks, each guard's decision against the real store,
-    and each step's plan. Writes nothing.
+    and each step's plan. Writes nothing. Reads the database and playbooks given here (or in --config):
+    point them at the server's to judge as it would.
 
-    Exit code: 0 if at least one run would start, 1 if nothing would run (no playbook accepts the alert,
-    or every step's plan says it cannot act, e.g. a training job whose process is gone), 2 on errors.
+    \b
+    Exit code:
+      0  at least one run would start and every step's plan can act
+      1  nothing would run: no playbook accepts the alert, or a step of each accepted run cannot
+         succeed (its plan fails, e.g. no registered training job by that name or an unknown node,
+         or says can_act: false, e.g. the job's process is gone or no checkpoint fits)
+      2  errors (bad arguments, an unreadable payload, playbooks or database)
     """
     from remediate.dryrun import dry_run as run_dry
 
@@ -128,8 +134,10 @@ def _print_dry_run(report: dict[str, Any]) -> None:
             if pb.get("ladder"):
                 rung = pb["ladder"]
                 click.echo(f"    ladder: rung {rung['rung']} of {rung['of']} ({rung['name']}) would run: {rung['why']}")
-            if pb.get("cannot_act"):
+            if pb.get("cannot_act") and pb.get("every_step_cannot_act"):
                 click.echo(f"    nothing would change: every step's plan says it cannot act ({pb['cannot_act']})")
+            elif pb.get("cannot_act"):
+                click.echo(f"    the run cannot succeed: a step's plan says it cannot act ({pb['cannot_act']})")
             for step in pb["steps"]:
                 click.echo(f"    step {step['index']} {step['name']} [{step['action']} @ {step['where']}]")
                 click.echo(f"      params: {json.dumps(step['params'], default=str)}")
@@ -137,4 +145,17 @@ def _print_dry_run(report: dict[str, Any]) -> None:
                     click.echo(f"      plan failed: {step['plan_error']}")
                 else:
                     click.echo(f"      plan: {json.dumps(step['plan'], default=str)}")
-    click.echo("\nwould run: " + ("yes" if report["would_run"] else "no"))
+    click.echo("\nwould run: " + ("yes" if report["would_run"] else f"no ({_why_not(report)})"))
+
+
+def _why_not(report: dict[str, Any]) -> str:
+    """The one-line reason nothing would run, for the last line."""
+    if report["paused"]:
+        return "remediation is paused"
+    entries = [pb for entry in report["alerts"] for pb in entry["playbooks"]]
+    if not entries:
+        return "no playbook matches"
+    blocked = [pb for pb in entries if pb.get("cannot_act")]
+    if blocked:
+        return f"playbook {blocked[0]['playbook']}: {blocked[0]['cannot_act']}"
+    return f"playbook {entries[0]['playbook']}: {entries[0]['decision']}"

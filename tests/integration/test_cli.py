@@ -186,6 +186,22 @@ def test_playbooks_validate_accepts_the_shipped_playbooks(cli: Callable[..., Res
         assert str(path) in result.stdout
 
 
+def test_playbooks_validate_takes_the_directory_as_serve_and_dry_run_do(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    """Issue 24, finding 15: `validate` took only a positional directory while serve/dry-run take --playbooks."""
+    (tmp_path / "empty").mkdir()
+
+    flag = cli("playbooks", "validate", "--playbooks", SHIPPED_PLAYBOOKS)
+    both_same = cli("playbooks", "validate", SHIPPED_PLAYBOOKS, "--playbooks", SHIPPED_PLAYBOOKS)
+    both_differ = cli("playbooks", "validate", SHIPPED_PLAYBOOKS, "--playbooks", tmp_path / "empty")
+
+    assert flag.exit_code == 0, flag.output
+    assert flag.stdout.strip().endswith("playbooks valid")
+    assert both_same.exit_code == 0, both_same.output
+    assert_one_line_error(both_differ, "two playbook directories", "give one")
+
+
 def test_playbooks_validate_fails_naming_the_file_and_field_of_each_bad_playbook(
     cli: Callable[..., Result], tmp_path: Path
 ) -> None:
@@ -304,7 +320,7 @@ def test_dry_run_of_an_unmatched_alert_exits_1(cli: Callable[..., Result], xid_s
 
     assert result.exit_code == 1
     assert "no playbook matches" in result.stdout
-    assert result.stdout.strip().endswith("would run: no")
+    assert result.stdout.strip().endswith("would run: no (no playbook matches)")
 
 
 def test_dry_run_exits_1_when_a_run_in_the_database_puts_the_target_in_cooldown(
@@ -355,7 +371,7 @@ def test_dry_run_of_an_alert_missing_a_label_the_playbook_needs_is_rejected_and_
     assert result.exit_code == 1
     assert "decision: rejected (steps[0]" in result.stdout
     assert "gpu" in result.stdout
-    assert result.stdout.strip().endswith("would run: no")
+    assert result.stdout.strip().endswith("would run: no (playbook log-xid: rejected)")
 
 
 def test_dry_run_reads_the_payload_from_stdin(cli: Callable[..., Result], xid_server: Server) -> None:
