@@ -33,7 +33,7 @@ from remediate.runs import Decision, LadderState, RunStatus, decision_row, queue
 from remediate.store import EmptyGuardReader
 from remediate.store.interface import EngineStore, GuardReads, IngestWrites
 from remediate.store.ladders import guard_lock_name
-from remediate.templating import render_params, template_reads
+from remediate.templating import render_params, render_session, template_reads
 
 log = logging.getLogger("remediate.engine")
 
@@ -342,7 +342,9 @@ class Engine:
     def evaluate_all(self, alerts: Sequence[Alert]) -> list[AlertEvaluations]:
         """Match and render every alert (pure: ingest does it before its write transaction)."""
         renders: _Renders = {}  # this notification's renders only: bounded by its size, never stale
-        return [(index, alert, self.evaluate(alert, renders)) for index, alert in enumerate(alerts)]
+        # A template refused for going over a render limit is refused at once for the other alerts.
+        with render_session():
+            return [(index, alert, self.evaluate(alert, renders)) for index, alert in enumerate(alerts)]
 
     def judge_all(self, reader: GuardReaderLike, alerts: Sequence[Alert], now: float) -> list[Judged]:
         """Match, render and guard every alert, against the store's facts as `reader` sees them."""
