@@ -129,6 +129,7 @@ def _report(
                     "decision": j.verdict.decision.value,
                     "reason": j.verdict.reason,
                     "would_run": j.verdict.accepted and cannot is None,
+                    "cannot_succeed": j.verdict.accepted and cannot is not None,
                     **({"cannot_act": cannot, "every_step_cannot_act": _every_step_cannot(steps)} if cannot else {}),
                     **({"ladder": _ladder(j)} if j.rung is not None else {}),
                     "steps": steps,
@@ -139,6 +140,13 @@ def _report(
         "store": store_note,
         "paused": paused,
         "would_run": any(pb["would_run"] for entry in alerts for pb in entry["playbooks"]),
+        # Accepted runs with a step that cannot act: they would start and fail (the CLI exits 1 for them too).
+        "cannot_succeed": [
+            f"playbook {pb['playbook']}: {pb['cannot_act']}"
+            for entry in alerts
+            for pb in entry["playbooks"]
+            if pb["cannot_succeed"]
+        ],
         "alerts": alerts,
     }
 

@@ -50,10 +50,11 @@ def dry_run(
 
     \b
     Exit code:
-      0  at least one run would start and every step's plan can act
-      1  nothing would run: no playbook accepts the alert, or a step of each accepted run cannot
-         succeed (its plan fails, e.g. no registered training job by that name or an unknown node,
-         or says can_act: false, e.g. the job's process is gone or no checkpoint fits)
+      0  a run would start, and every run that would start can succeed
+      1  nothing would run (no playbook accepts the alert), or a run that would start cannot
+         succeed: a step's plan fails (e.g. no registered training job by that name, a node
+         that is not this host) or says can_act: false (e.g. the job's process is gone, no
+         checkpoint fits the rollback); the last line says which and why
       2  errors (bad arguments, an unreadable payload, playbooks or database)
     """
     from remediate.dryrun import dry_run as run_dry
@@ -74,7 +75,8 @@ def dry_run(
         click.echo(json.dumps(report, indent=2, default=str))
     else:
         _print_dry_run(report)
-    raise SystemExit(EXIT_WOULD_RUN if report["would_run"] else EXIT_NOTHING_WOULD_RUN)
+    succeeds = report["would_run"] and not report["cannot_succeed"]
+    raise SystemExit(EXIT_WOULD_RUN if succeeds else EXIT_NOTHING_WOULD_RUN)
 
 
 def _pairs(items: tuple[str, ...], what: str) -> dict[str, str]:
@@ -145,7 +147,12 @@ def _print_dry_run(report: dict[str, Any]) -> None:
                     click.echo(f"      plan failed: {step['plan_error']}")
                 else:
                     click.echo(f"      plan: {json.dumps(step['plan'], default=str)}")
-    click.echo("\nwould run: " + ("yes" if report["would_run"] else f"no ({_why_not(report)})"))
+    if not report["would_run"]:
+        click.echo(f"\nwould run: no ({_why_not(report)})")
+    elif report["cannot_succeed"]:
+        click.echo(f"\nwould run: yes, but cannot succeed ({'; '.join(report['cannot_succeed'])})")
+    else:
+        click.echo("\nwould run: yes")
 
 
 def _why_not(report: dict[str, Any]) -> str:

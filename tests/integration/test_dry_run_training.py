@@ -99,3 +99,27 @@ def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_chec
     rollback, lower_lr = playbook["steps"]
     assert rollback["plan"]["can_act"] is False and rollback["plan"]["why_not"].startswith("no checkpoint fits")
     assert lower_lr["plan"]["can_act"] is True
+
+
+def test_dry_run_exits_1_when_a_run_cannot_succeed_even_if_another_playbook_would_run(
+    cli: Cli, training: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 24, finding 15, with the shipped playbooks: log-critical-alerts also matches, so `would run: yes`
+    and exit 0 hid a loss-spike run that would fail on every step (the alert names another host)."""
+    root, playbooks = training
+    shutil.copy(REPO / "playbooks" / "log-every-alert.yaml", playbooks)
+    LiveJob(root, "j1").register()
+
+    elsewhere = cli(
+        "dry-run", "--alertname", "TrainingLossSpike", "--label", "training_job=j1", "--label", "node=gpu-node-9",
+        "--label", "severity=warning", "--playbooks", playbooks, "--database-url",
+        f"sqlite:///{tmp_path / 'absent.db'}",
+    )  # fmt: skip
+    here = spike(cli, playbooks, tmp_path)
+
+    assert elsewhere.exit_code == 1, elsewhere.output
+    last = elsewhere.stdout.strip().splitlines()[-1]
+    assert last.startswith("would run: yes, but cannot succeed (playbook loss-spike: step 0 rollback: plan failed: ")
+    assert "WrongHostError: node 'gpu-node-9' is not this host" in last
+    assert here.exit_code == 0, here.output
+    assert here.stdout.strip().endswith("would run: yes")
