@@ -295,12 +295,17 @@ class CircuitBreaker:
         return self._status(state, held, recent, self.limits.cap(nodes) if nodes is not None else None)
 
     def reset(self, *, by: str, reason: str = "") -> dict[str, Any]:
+        """Close an open breaker; the status with `reset` true. A closed breaker is left as it is (`reset`
+        false): a reset moves the stale horizon and the cap's window start, so resetting a closed breaker
+        would silently turn older alerts stale."""
         now = self.clock()
         with self._write() as ledger:
             state = BreakerState.from_dict(ledger.state())
-            state = replace(state, open=False, reset_at=now, reset_by=by, reset_reason=reason, refused=0)
-            ledger.save_state(state.to_dict())
-        return self.status()
+            was_open = state.open
+            if was_open:
+                state = replace(state, open=False, reset_at=now, reset_by=by, reset_reason=reason, refused=0)
+                ledger.save_state(state.to_dict())
+        return {**self.status(), "reset": was_open}
 
     # ------------------------------------------------------------------ words
 

@@ -44,8 +44,8 @@ class Client:
     def approve(self, run_id: int, by: str) -> dict[str, Any]:
         return self._call("POST", f"/runs/{run_id}/approve", json={"by": by})
 
-    def pause(self, reason: str, by: str) -> dict[str, Any]:
-        return self._call("POST", "/pause", json={"reason": reason, "by": by})
+    def pause(self, reason: str, by: str, *, force: bool = False) -> dict[str, Any]:
+        return self._call("POST", "/pause", json={"reason": reason, "by": by, "force": force})
 
     def resume(self, by: str) -> dict[str, Any]:
         return self._call("POST", "/resume", json={"by": by})

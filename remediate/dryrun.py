@@ -6,6 +6,7 @@ answer is the one the server would give) and each action's `plan`.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ def _report(
                 except Exception as exc:
                     item["plan_error"] = f"{exc.__class__.__name__}: {exc}"
                 steps.append(item)
-            cannot = cannot_act(steps)
+            cannot = cannot_act(steps, optional={i for i, s in enumerate(ev.steps) if s.spec.continue_on_error})
             entry["playbooks"].append(
                 {
                     "playbook": ev.playbook.name,
@@ -128,7 +129,8 @@ def _report(
                     "decision": j.verdict.decision.value,
                     "reason": j.verdict.reason,
                     "would_run": j.verdict.accepted and cannot is None,
-                    **({"cannot_act": cannot} if cannot else {}),
+                    "cannot_succeed": j.verdict.accepted and cannot is not None,
+                    **({"cannot_act": cannot, "every_step_cannot_act": _every_step_cannot(steps)} if cannot else {}),
                     **({"ladder": _ladder(j)} if j.rung is not None else {}),
                     "steps": steps,
                 }
@@ -138,6 +140,13 @@ def _report(
         "store": store_note,
         "paused": paused,
         "would_run": any(pb["would_run"] for entry in alerts for pb in entry["playbooks"]),
+        # Accepted runs with a step that cannot act: they would start and fail (the CLI exits 1 for them too).
+        "cannot_succeed": [
+            f"playbook {pb['playbook']}: {pb['cannot_act']}"
+            for entry in alerts
+            for pb in entry["playbooks"]
+            if pb["cannot_succeed"]
+        ],
         "alerts": alerts,
     }
 
@@ -149,10 +158,27 @@ def _ladder(j: Judged) -> dict[str, Any]:
     return {"rung": j.rung, "of": len(rungs), "name": rungs[j.rung - 1].name, "why": j.rung_reason}
 
 
-def cannot_act(steps: list[dict[str, Any]]) -> str | None:
-    """Why a run of these steps would change nothing: every step's plan says `can_act: false`
-    (the plan contract in docs/playbooks.md), with each step's `why_not`; None when one can act."""
-    plans = [step.get("plan") for step in steps]
-    if not plans or not all(isinstance(plan, dict) and plan.get("can_act") is False for plan in plans):
+def cannot_act(steps: list[dict[str, Any]], optional: Collection[int] = ()) -> str | None:
+    """Why a run of these steps cannot succeed: a step's plan failed (a job name that matches no registered
+    job, a node that does not exist) or says `can_act: false` (the plan contract in docs/playbooks.md), with
+    each such step's error or `why_not`; None when every step can act. A step that fails stops its run, so
+    one such step is enough; `optional` (the indexes of continue_on_error steps) do not stop it."""
+    blocked = [step for step in steps if step["index"] not in optional and _blocked(step)]
+    if not blocked:
         return None
-    return "; ".join(f"step {step['index']} {step['name']}: {step['plan'].get('why_not') or '?'}" for step in steps)
+    return "; ".join(f"step {step['index']} {step['name']}: {_blocked(step)}" for step in blocked)
+
+
+def _blocked(step: dict[str, Any]) -> str | None:
+    """Why this planned step cannot act: its plan's error, or its `why_not`; None when it can."""
+    if step.get("plan_error"):
+        return f"plan failed: {step['plan_error']}"
+    plan = step.get("plan")
+    if isinstance(plan, dict) and plan.get("can_act") is False:
+        return str(plan.get("why_not") or "the plan says it cannot act")
+    return None
+
+
+def _every_step_cannot(steps: list[dict[str, Any]]) -> bool:
+    """Would the run change nothing at all (every step blocked), rather than stop part way?"""
+    return all(_blocked(step) is not None for step in steps)

@@ -33,7 +33,7 @@ from remediate.runs import Decision, LadderState, RunStatus, decision_row, queue
 from remediate.store import EmptyGuardReader
 from remediate.store.interface import EngineStore, GuardReads, IngestWrites
 from remediate.store.ladders import guard_lock_name
-from remediate.templating import render_params, template_reads
+from remediate.templating import render_params, render_session, template_reads
 
 log = logging.getLogger("remediate.engine")
 
@@ -342,7 +342,9 @@ class Engine:
     def evaluate_all(self, alerts: Sequence[Alert]) -> list[AlertEvaluations]:
         """Match and render every alert (pure: ingest does it before its write transaction)."""
         renders: _Renders = {}  # this notification's renders only: bounded by its size, never stale
-        return [(index, alert, self.evaluate(alert, renders)) for index, alert in enumerate(alerts)]
+        # A template refused for going over a render limit is refused at once for the other alerts.
+        with render_session():
+            return [(index, alert, self.evaluate(alert, renders)) for index, alert in enumerate(alerts)]
 
     def judge_all(self, reader: GuardReaderLike, alerts: Sequence[Alert], now: float) -> list[Judged]:
         """Match, render and guard every alert, against the store's facts as `reader` sees them."""
@@ -444,7 +446,7 @@ class Engine:
                         if ev.mode is Mode.ENFORCE:
                             acting_here.setdefault((*key, alert.fingerprint), []).append(_occurrence(alert)[1])
                 ladder_resolved = None
-                if ev.playbook.is_ladder and ev.phase == "firing" and verdict.accepted and choice is not None:
+                if _climbs(ev, verdict, choice):
                     # Later alerts of this notification climb from here (the run id is known once stored).
                     ladders[key] = climbed(
                         ladder_before,
@@ -603,7 +605,7 @@ def _write_ladders(w: IngestWrites, judged: Sequence[Judged], run_ids: Mapping[i
         if ev is None:
             continue
         key = (ev.playbook.name, ev.guard_key)
-        if j.rung_choice is not None and j.verdict.accepted and id(j) in run_ids:
+        if _climbs(ev, j.verdict, j.rung_choice) and id(j) in run_ids:
             state = climbed(
                 written.get(key, j.ladder_before),
                 playbook=key[0],
@@ -673,6 +675,19 @@ def _undo_of(ev: Evaluation, ladder_runs: Sequence[tuple[int, int, str]]) -> tup
     return replace(ev, steps=tuple(steps) if error is None else (), error=error), firing
 
 
+def _climbs(ev: Evaluation, verdict: Verdict, choice: RungChoice | None) -> bool:
+    """Does this accepted firing run move its ladder? Not a shadow (dry-run) run: a week of shadow mode
+    must leave the real ladder where it was, so the first enforced incident starts on the gentle rungs.
+    The shadow run records the rung an enforced run would have taken now (docs/playbooks.md)."""
+    return (
+        ev.playbook.is_ladder
+        and ev.phase == "firing"
+        and verdict.accepted
+        and choice is not None
+        and ev.mode is not Mode.DRY_RUN
+    )
+
+
 def _resolves(state: LadderState | None, ev: Evaluation) -> bool:
     """Is this resolved alert the end of the occurrence its ladder's last rung ran for (first report)?"""
     return (
@@ -691,7 +706,8 @@ def _with_ladder(
     if choice is not None and ev.rung is not None:
         name = ev.playbook.rungs[ev.rung - 1].name
         of = len(ev.playbook.rungs)
-        return Verdict(verdict.decision, f"{verdict.reason}; rung {ev.rung} of {of} ({name}): {choice.reason}")
+        shadow = "; shadow (dry-run): the ladder does not move" if ev.mode is Mode.DRY_RUN and verdict.accepted else ""
+        return Verdict(verdict.decision, f"{verdict.reason}; rung {ev.rung} of {of} ({name}): {choice.reason}{shadow}")
     if ev.playbook.is_ladder and ev.phase == "resolved" and ladder_runs and verdict.accepted:
         undone = [rung for rung, _, status in sorted(ladder_runs, reverse=True) if status not in NOTHING_TO_UNDO]
         return Verdict(verdict.decision, f"{verdict.reason}; undoes rungs {', '.join(map(str, undone))}")

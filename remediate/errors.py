@@ -94,6 +94,17 @@ class RunStateError(RemediateError):
     """The run is not in a state that allows this."""
 
 
+class AlreadyPaused(RemediateError):
+    """Remediation is paused already: a new pause would replace who paused it and why (give force to replace)."""
+
+    def __init__(self, by: str, reason: str, since: float | None) -> None:
+        why = f": {reason}" if reason else ""
+        super().__init__(f"remediation is already paused by {by}{why}; pause again with force to replace who and why")
+        self.by = by
+        self.reason = reason
+        self.since = since
+
+
 class OutcomePending(ActionError):
     """The action handed its change over and gave up waiting: it may still happen.
 

@@ -26,7 +26,7 @@ from remediate.agent_protocol import CREDENTIAL_PATH
 from remediate.alerts import parse_timestamp
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential, Settings
 from remediate.durations import parse_duration
-from remediate.errors import PayloadError, RunStateError, StoreUnavailable, UnknownRunError
+from remediate.errors import AlreadyPaused, PayloadError, RunStateError, StoreUnavailable, UnknownRunError
 from remediate.history_api import history_json, ladder_state_json, run_json
 from remediate.kube.enroll import EnrollmentRefused
 from remediate.kube.errors import KubeError, KubeUnavailable
@@ -244,8 +244,16 @@ def _register_routes(app: Flask, services: Services) -> None:
     @app.post("/pause")
     @_requires(services, OPERATOR)
     def pause() -> Any:
-        reason = _text(_body(), "reason", 1000)
-        store.set_paused(True, by=_actor(), reason=reason, now=time.time())
+        body = _body()
+        reason = _text(body, "reason", 1000)
+        force = body.get("force", False) if body is not None else False
+        if not isinstance(force, bool):
+            raise _BadBody("force", "must be true or false")
+        try:
+            store.set_paused(True, by=_actor(), reason=reason, now=time.time(), replace=force)
+        except AlreadyPaused as exc:
+            # Who paused and why are the operator's record of an incident: replaced only on purpose.
+            return _error(409, "already_paused", str(exc), paused_by=exc.by, reason=exc.reason, since=exc.since)
         return jsonify(_pause_json(store))
 
     @app.post("/resume")
@@ -264,7 +272,8 @@ def _register_routes(app: Flask, services: Services) -> None:
     def breaker_reset() -> Any:
         reason = _text(_body(), "reason", 1000)
         status = services.executor.breaker.reset(by=_actor(), reason=reason)
-        log.warning("circuit breaker reset by %s%s", status["reset_by"], f": {reason}" if reason else "")
+        if status["reset"]:
+            log.warning("circuit breaker reset by %s%s", status["reset_by"], f": {reason}" if reason else "")
         return jsonify(status)
 
     def _ladders_json(states: list[Any]) -> list[dict[str, Any]]:

@@ -661,7 +661,14 @@ class TrainingRollbackAction(_TrainingAction):
     # A checkpoint saved during the spike must never be restored (issue 15, finding 2): the command carries
     # saved_before = the alert's startsAt (minus before_alert_s), which the job applies on top of its good mark.
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        return super().plan(_with_saved_before(params, ctx), ctx)
+        plan = super().plan(_with_saved_before(params, ctx), ctx)
+        if plan.get("checkpoint") is None and plan.get("checkpoint_reason"):
+            # The plan contract (docs/playbooks.md): no checkpoint fits now, and the candidates are those
+            # saved before the alert, so the job would refuse the rollback: the step cannot act.
+            why = plan["checkpoint_reason"]
+            plan["why_not"] = f"{plan['why_not']}; {why}" if plan.get("can_act") is False else why
+            plan["can_act"] = False
+        return plan
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         return super().execute(_with_saved_before(params, ctx), ctx)

@@ -53,12 +53,17 @@ def breaker_status(as_json: bool, **params: Any) -> None:
 @click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resets (recorded).")
 @handle_errors
 def breaker_reset(reason: str, by: str, **params: Any) -> None:
-    """Close the breaker after checking the nodes it names; older alerts are then recorded as stale."""
+    """Close the breaker after checking the nodes it names; older alerts are then recorded as stale.
+
+    A closed breaker is left as it is (nothing recorded, the stale horizon not moved); exit 0 either way."""
     if params.get("server"):
         status = _client(params).breaker_reset(by, reason)
     else:
         status = _breaker(params).reset(by=by, reason=reason)
-    click.echo(f"circuit breaker reset by {by}" + (f": {reason}" if reason else ""))
+    if status.get("reset", True):
+        click.echo(f"circuit breaker reset by {by}" + (f": {reason}" if reason else ""))
+    else:
+        click.echo("breaker is closed; nothing to reset (the stale horizon did not move)")
     _print_breaker(status)
 
 

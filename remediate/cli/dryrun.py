@@ -45,10 +45,17 @@ def dry_run(
     **params: Any,
 ) -> None:
     """Show what an alert would do: matched playbooks, each guard's decision against the real store,
-    and each step's plan. Writes nothing.
+    and each step's plan. Writes nothing. Reads the database and playbooks given here (or in --config):
+    point them at the server's to judge as it would.
 
-    Exit code: 0 if at least one run would start, 1 if nothing would run (no playbook accepts the alert,
-    or every step's plan says it cannot act, e.g. a training job whose process is gone), 2 on errors.
+    \b
+    Exit code:
+      0  a run would start, and every run that would start can succeed
+      1  nothing would run (no playbook accepts the alert), or a run that would start cannot
+         succeed: a step's plan fails (e.g. no registered training job by that name, a node
+         that is not this host) or says can_act: false (e.g. the job's process is gone, no
+         checkpoint fits the rollback); the last line says which and why
+      2  errors (bad arguments, an unreadable payload, playbooks or database)
     """
     from remediate.dryrun import dry_run as run_dry
 
@@ -68,7 +75,8 @@ def dry_run(
         click.echo(json.dumps(report, indent=2, default=str))
     else:
         _print_dry_run(report)
-    raise SystemExit(EXIT_WOULD_RUN if report["would_run"] else EXIT_NOTHING_WOULD_RUN)
+    succeeds = report["would_run"] and not report["cannot_succeed"]
+    raise SystemExit(EXIT_WOULD_RUN if succeeds else EXIT_NOTHING_WOULD_RUN)
 
 
 def _pairs(items: tuple[str, ...], what: str) -> dict[str, str]:
@@ -128,8 +136,10 @@ def _print_dry_run(report: dict[str, Any]) -> None:
             if pb.get("ladder"):
                 rung = pb["ladder"]
                 click.echo(f"    ladder: rung {rung['rung']} of {rung['of']} ({rung['name']}) would run: {rung['why']}")
-            if pb.get("cannot_act"):
+            if pb.get("cannot_act") and pb.get("every_step_cannot_act"):
                 click.echo(f"    nothing would change: every step's plan says it cannot act ({pb['cannot_act']})")
+            elif pb.get("cannot_act"):
+                click.echo(f"    the run cannot succeed: a step's plan says it cannot act ({pb['cannot_act']})")
             for step in pb["steps"]:
                 click.echo(f"    step {step['index']} {step['name']} [{step['action']} @ {step['where']}]")
                 click.echo(f"      params: {json.dumps(step['params'], default=str)}")
@@ -137,4 +147,22 @@ def _print_dry_run(report: dict[str, Any]) -> None:
                     click.echo(f"      plan failed: {step['plan_error']}")
                 else:
                     click.echo(f"      plan: {json.dumps(step['plan'], default=str)}")
-    click.echo("\nwould run: " + ("yes" if report["would_run"] else "no"))
+    if not report["would_run"]:
+        click.echo(f"\nwould run: no ({_why_not(report)})")
+    elif report["cannot_succeed"]:
+        click.echo(f"\nwould run: yes, but cannot succeed ({'; '.join(report['cannot_succeed'])})")
+    else:
+        click.echo("\nwould run: yes")
+
+
+def _why_not(report: dict[str, Any]) -> str:
+    """The one-line reason nothing would run, for the last line."""
+    if report["paused"]:
+        return "remediation is paused"
+    entries = [pb for entry in report["alerts"] for pb in entry["playbooks"]]
+    if not entries:
+        return "no playbook matches"
+    blocked = [pb for pb in entries if pb.get("cannot_act")]
+    if blocked:
+        return f"playbook {blocked[0]['playbook']}: {blocked[0]['cannot_act']}"
+    return f"playbook {entries[0]['playbook']}: {entries[0]['decision']}"

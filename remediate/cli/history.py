@@ -231,13 +231,16 @@ def approve(run_id: int, by: str, **params: Any) -> None:
 @client_options
 @click.option("--reason", default="", help="Why (recorded with every refused alert).")
 @click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who pauses (recorded).")
+@click.option("--force", is_flag=True, help="Replace who paused and why when remediation is paused already.")
 @handle_errors
-def pause(reason: str, by: str, **params: Any) -> None:
-    """Pause remediation: new alerts are recorded but no run starts."""
+def pause(reason: str, by: str, force: bool, **params: Any) -> None:
+    """Pause remediation: new alerts are recorded but no run starts.
+
+    Over an existing pause it fails (exit 2) saying who paused and why, unless --force replaces them."""
     if params.get("server"):
-        _client(params).pause(reason, by)
+        _client(params).pause(reason, by, force=force)
     else:
-        _open_store(params).set_paused(True, by=by, reason=reason, now=time.time())
+        _open_store(params).set_paused(True, by=by, reason=reason, now=time.time(), replace=force)
     click.echo("remediation paused" + (f": {reason}" if reason else ""))
 
 

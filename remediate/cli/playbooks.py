@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from remediate.cli._common import (
+    _fail,
     _settings,
     _table,
     common_options,
@@ -72,12 +73,18 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
 @playbooks.command("validate")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
 @click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option(
+    "--playbooks", "playbooks_option", type=click.Path(path_type=Path), help="Playbook directory (as serve takes it)."
+)
 @handle_errors
-def playbooks_validate(directory: Path | None, config: Path | None) -> None:
-    """Validate every playbook in DIRECTORY (default: the configured playbook directory)."""
+def playbooks_validate(directory: Path | None, config: Path | None, playbooks_option: Path | None) -> None:
+    """Validate every playbook in DIRECTORY or --playbooks (default: the configured playbook directory)."""
     from remediate.actions import default_registry
     from remediate.playbooks import load_directory
 
+    if directory is not None and playbooks_option is not None and directory != playbooks_option:
+        _fail(f"two playbook directories: {directory} and --playbooks {playbooks_option}; give one")
+    directory = directory or playbooks_option
     if directory is None:
         directory = _settings({"config": config}).playbooks
     loaded, errors = load_directory(directory, default_registry())

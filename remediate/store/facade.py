@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from remediate.errors import AlreadyPaused
 from remediate.runs import (
     AttemptOutcome,
     BatchWrite,
@@ -127,9 +128,15 @@ class Store:
                 return read_pause(own)
         return read_pause(conn)
 
-    def set_paused(self, paused: bool, *, by: str, reason: str, now: float) -> PauseState:
+    def set_paused(self, paused: bool, *, by: str, reason: str, now: float, replace: bool = True) -> PauseState:
+        """Set (or clear) the pause. With `replace` False a pause over a pause is AlreadyPaused: who paused
+        and why are read in the same transaction, so two operators cannot overwrite each other unawares."""
         state = PauseState(paused, by, reason, now)
         with self.write() as conn:
+            if paused and not replace:
+                existing = read_pause(conn)
+                if existing.paused:
+                    raise AlreadyPaused(existing.by, existing.reason, existing.since)
             write_pause(conn, state)
         return state
 

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
+from remediate.errors import AlreadyPaused, ClaimLostError, RunStateError, StoreConflict, UnknownRunError
 from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,
@@ -180,8 +180,12 @@ class InMemoryStore:
             data = json.loads(self.meta["pause"])
         return PauseState(bool(data.get("paused")), data.get("by", ""), data.get("reason", ""), data.get("since"))
 
-    def set_paused(self, paused: bool, *, by: str, reason: str, now: float) -> PauseState:
+    def set_paused(self, paused: bool, *, by: str, reason: str, now: float, replace: bool = True) -> PauseState:
         with self._transaction():
+            if paused and not replace and self.meta.get("pause"):
+                existing = json.loads(self.meta["pause"])
+                if existing.get("paused"):
+                    raise AlreadyPaused(existing.get("by", ""), existing.get("reason", ""), existing.get("since"))
             self.meta["pause"] = dumps({"paused": paused, "by": by, "reason": reason, "since": now})
         return PauseState(paused, by, reason, now)
 

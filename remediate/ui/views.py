@@ -23,7 +23,7 @@ from werkzeug.wrappers import Response
 
 from remediate.breaker import CircuitBreaker
 from remediate.config import READ, Credential
-from remediate.errors import RunStateError, UnknownRunError
+from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history_api import entry_json, run_json
 from remediate.runs import RunStatus
 from remediate.store import HistoryQuery, Store
@@ -234,7 +234,12 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     @ui.post("/pause")
     def pause() -> Any:
         by = _operator()
-        store.set_paused(True, by=by, reason=request.form.get("reason", "")[:1000], now=time.time())
+        try:
+            # The form shows only while not paused: a pause made since (another operator) is kept, not replaced.
+            store.set_paused(True, by=by, reason=request.form.get("reason", "")[:1000], now=time.time(), replace=False)
+        except AlreadyPaused as exc:
+            flash(f"Not paused again: {exc}", "error")
+            return redirect(url_for("ui.state"))
         flash(f"Paused by {by}: new alerts are recorded, nothing new runs.", "ok")
         return redirect(url_for("ui.state"))
 
@@ -249,7 +254,9 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def breaker_reset() -> Any:
         by = _operator()
         reason = request.form.get("reason", "")[:1000]
-        deps.breaker.reset(by=by, reason=reason)
+        if not deps.breaker.reset(by=by, reason=reason)["reset"]:
+            flash("The breaker is closed; nothing to reset.", "ok")
+            return redirect(url_for("ui.state"))
         log.warning("circuit breaker reset by %s (web page)%s", by, f": {reason}" if reason else "")
         flash(f"Breaker reset by {by}.", "ok")
         return redirect(url_for("ui.state"))

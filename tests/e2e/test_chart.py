@@ -10,8 +10,10 @@ copies of the shipped playbooks and rules must equal the repository's (scripts/s
 from __future__ import annotations
 
 import filecmp
+import re
 import shutil
 import subprocess
+import textwrap
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from kubernetes.client import ApiClient
 from remediate.actions import default_registry
 from remediate.config import Settings, read_config_file
 from remediate.disk.policy import load_policies
+from remediate.durations import parse_duration
 from remediate.kube import EVENT_NAMESPACE
 from remediate.playbooks import load_directory
 from tests.support.helm import CHART, NAMESPACE, RELEASE, Helm, by_kind
@@ -651,7 +654,7 @@ def test_the_alertmanagerconfig_routes_every_playbooks_alert_to_the_webhook_with
     assert config["metadata"]["labels"]["alertmanagerConfig"] == "remediate"
     route = config["spec"]["route"]
     assert route["receiver"] == "remediate"
-    assert (route["groupWait"], route["groupInterval"], route["repeatInterval"]) == ("10s", "1m", "4h")
+    assert (route["groupWait"], route["groupInterval"], route["repeatInterval"]) == ("10s", "1m", "30m")
     (matcher,) = route["matchers"]
     playbooks = by_kind(objects, "ConfigMap", f"{FULLNAME}-playbooks")["data"]
     assert matcher["name"] == "alertname" and matcher["matchType"] == "=~"
@@ -762,8 +765,9 @@ def test_the_server_memory_limit_holds_every_worker_parsing_the_largest_body(
     assert limit >= peak, f"{limit / MIB:.0f} MiB < {peak / MIB:.0f} MiB"
 
 
-def test_notes_tell_how_to_register_the_receiver(helm: Helm, tmp_path: Path) -> None:
-    # `helm template` does not render NOTES.txt: render a copy of it inside a ConfigMap.
+def render_notes(helm: Helm, tmp_path: Path, values: dict[str, Any]) -> str:
+    """NOTES.txt as `helm install` prints it: `helm template` does not render it, so a copy of the chart
+    renders it inside a ConfigMap."""
     chart = tmp_path / "remediate"
     shutil.copytree(CHART, chart)
     notes_text = (chart / "templates" / "NOTES.txt").read_text()
@@ -772,15 +776,64 @@ def test_notes_tell_how_to_register_the_receiver(helm: Helm, tmp_path: Path) -> 
     (chart / "templates" / "notes.yaml").write_text(
         'apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: {{ include "notes" . | quote }}\n'
     )
-    rendered = helm.template(
-        {"alertmanagerConfig": {"enabled": True}}, chart=chart, extra=("--show-only", "templates/notes.yaml")
-    ).stdout
-    notes = yaml.safe_load(rendered)["data"]["notes"]
+    rendered = helm.template(values, chart=chart, extra=("--show-only", "templates/notes.yaml")).stdout
+    return str(yaml.safe_load(rendered)["data"]["notes"])
+
+
+def test_notes_tell_how_to_register_the_receiver(helm: Helm, tmp_path: Path) -> None:
+    notes = render_notes(helm, tmp_path, {"alertmanagerConfig": {"enabled": True}})
     assert f"get secret {FULLNAME}-tokens -o jsonpath='{{.data.token}}'" in notes
     assert f"url: http://{FULLNAME}.{NAMESPACE}.svc:9095/webhook" in notes
     assert "send_resolved: true" in notes
     assert "alertmanagerConfigMatcherStrategy" in notes
     assert "shadow mode" in notes and "--set mode=enforce" in notes
+
+
+def _remediate_routes(data: Any) -> list[dict[str, Any]]:
+    """Every route (at any depth) of a loaded YAML document that sends to the `remediate` receiver."""
+    if isinstance(data, list):
+        return [route for item in data for route in _remediate_routes(item)]
+    if not isinstance(data, dict):
+        return []
+    own = [data] if data.get("receiver") == "remediate" and ("group_by" in data or "groupBy" in data) else []
+    return own + [route for value in data.values() for route in _remediate_routes(value)]
+
+
+def test_every_shipped_route_re_sends_within_the_shortest_holds_for_and_groups_by_every_ladder_label(
+    helm: Helm, tmp_path: Path, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Issue 24, finding 19: the chart's AlertmanagerConfig and the route NOTES printed re-sent every 4h and
+    did not group per GPU, while the ladders climb on a re-send `holds_for` (30m) after a rung. Every shipped
+    route (the file, the chart's AlertmanagerConfig, NOTES, the docs' block) re-sends at or below the
+    shortest shipped holds_for and groups by every label a shipped ladder's target and guard_by read."""
+    loaded, errors = load_directory(ROOT / "playbooks", default_registry())
+    assert not errors
+    ladders = [playbook for playbook in loaded if playbook.is_ladder]
+    assert ladders, "the shipped playbooks have ladders"
+    shortest = min(rung.holds_for.total_seconds() for ladder in ladders for rung in ladder.rungs)
+    needed = {label for ladder in ladders for label in (*ladder.target.labels, *ladder.guard_by)}
+
+    routes: dict[str, tuple[list[str], str]] = {}
+    (file_route,) = _remediate_routes(yaml.safe_load((ROOT / "alertmanager" / "alertmanager.yml").read_text()))
+    routes["alertmanager/alertmanager.yml"] = (file_route["group_by"], file_route["repeat_interval"])
+    chart_route = by_kind(rendered["full"], "AlertmanagerConfig")["spec"]["route"]
+    routes["the chart's AlertmanagerConfig"] = (chart_route["groupBy"], chart_route["repeatInterval"])
+    notes = render_notes(helm, tmp_path, {"alertmanagerConfig": {"enabled": True}})
+    group_by, repeat = re.search(r"group_by: \[(.*)\]", notes), re.search(r"repeat_interval: (\S+)", notes)
+    assert group_by is not None and repeat is not None, notes
+    routes["NOTES.txt"] = (group_by.group(1).split(", "), repeat.group(1))
+    install = (ROOT / "docs" / "install.md").read_text()
+    blocks = re.findall(r"^[ ]*```yaml\n(.*?)^[ ]*```", install, re.S | re.M)
+    documented = [route for block in blocks for route in _remediate_routes(yaml.safe_load(textwrap.dedent(block)))]
+    assert documented, "docs/install.md shows the route"
+    for index, route in enumerate(documented):
+        routes[f"docs/install.md route {index + 1}"] = (route["group_by"], route["repeat_interval"])
+
+    for where, (labels, repeat_interval) in routes.items():
+        assert parse_duration(repeat_interval).total_seconds() <= shortest, f"{where}: repeat {repeat_interval}"
+        assert not needed - set(labels), f"{where} does not group by {sorted(needed - set(labels))}"
+    # One source: the chart's route is the file's, not a second copy of it.
+    assert routes["the chart's AlertmanagerConfig"] == routes["NOTES.txt"] == routes["alertmanager/alertmanager.yml"]
 
 
 # --------------------------------------------------------------------------- the chart's copies of shipped files
@@ -791,6 +844,7 @@ def test_the_charts_copies_of_the_playbooks_rules_and_dashboard_equal_the_reposi
         (ROOT / "playbooks", CHART / "files" / "playbooks", "*.yaml"),
         (ROOT / "alertmanager" / "rules", CHART / "files" / "rules", "*.rules.yml"),
         (ROOT / "docs" / "dashboards", CHART / "dashboards", "*.json"),
+        (ROOT / "alertmanager", CHART / "files" / "alertmanager", "alertmanager.yml"),
     ]
     for source, copy, pattern in pairs:
         wanted = sorted(p.name for p in source.glob(pattern))

@@ -558,6 +558,38 @@ def test_get_pause_shows_who_paused_why_and_since_when(server: Server) -> None:
 
 
 @ON_EVERY_DATABASE
+def test_a_pause_over_a_pause_is_a_409_naming_the_pause_until_force_replaces_it(server: Server) -> None:
+    """Issue 24, finding 20: POST /pause over a pause silently replaced who paused and why."""
+    server.post("/pause", json={"reason": "maintenance", "by": "alice"})
+    first = server.get("/pause").get_json()
+
+    again = server.post("/pause", json={"reason": "other", "by": "eve"})
+
+    assert again.status_code == 409
+    body = again.get_json()
+    assert body["error"] == "already_paused"
+    assert (body["paused_by"], body["reason"]) == ("operator (note: alice)", "maintenance")
+    assert body["since"] == first["since"]
+    assert server.get("/pause").get_json() == first
+    assert server.post("/pause", json={"force": "yes"}).get_json()["field"] == "force"
+
+    forced = server.post("/pause", json={"reason": "other", "by": "eve", "force": True})
+
+    assert forced.status_code == 200
+    assert (forced.get_json()["by"], forced.get_json()["reason"]) == ("operator (note: eve)", "other")
+
+
+@ON_EVERY_DATABASE
+def test_resetting_a_closed_breaker_answers_reset_false_and_moves_nothing(server: Server) -> None:
+    """Issue 24, finding 20: a reset of a closed breaker moved the stale horizon (older alerts became stale)."""
+    response = server.post("/breaker/reset", json={"reason": "just in case"})
+
+    assert response.status_code == 200
+    assert (response.get_json()["reset"], response.get_json()["reset_at"]) == (False, None)
+    assert server.get("/breaker").get_json()["reset_at"] is None
+
+
+@ON_EVERY_DATABASE
 def test_after_resume_new_alerts_run_again_and_a_resent_paused_alert_is_accepted(server: Server) -> None:
     server.post("/pause", json={"reason": "maintenance"})
     server.webhook(notification(alert("during-pause")))

@@ -186,6 +186,22 @@ def test_playbooks_validate_accepts_the_shipped_playbooks(cli: Callable[..., Res
         assert str(path) in result.stdout
 
 
+def test_playbooks_validate_takes_the_directory_as_serve_and_dry_run_do(
+    cli: Callable[..., Result], tmp_path: Path
+) -> None:
+    """Issue 24, finding 15: `validate` took only a positional directory while serve/dry-run take --playbooks."""
+    (tmp_path / "empty").mkdir()
+
+    flag = cli("playbooks", "validate", "--playbooks", SHIPPED_PLAYBOOKS)
+    both_same = cli("playbooks", "validate", SHIPPED_PLAYBOOKS, "--playbooks", SHIPPED_PLAYBOOKS)
+    both_differ = cli("playbooks", "validate", SHIPPED_PLAYBOOKS, "--playbooks", tmp_path / "empty")
+
+    assert flag.exit_code == 0, flag.output
+    assert flag.stdout.strip().endswith("playbooks valid")
+    assert both_same.exit_code == 0, both_same.output
+    assert_one_line_error(both_differ, "two playbook directories", "give one")
+
+
 def test_playbooks_validate_fails_naming_the_file_and_field_of_each_bad_playbook(
     cli: Callable[..., Result], tmp_path: Path
 ) -> None:
@@ -304,7 +320,7 @@ def test_dry_run_of_an_unmatched_alert_exits_1(cli: Callable[..., Result], xid_s
 
     assert result.exit_code == 1
     assert "no playbook matches" in result.stdout
-    assert result.stdout.strip().endswith("would run: no")
+    assert result.stdout.strip().endswith("would run: no (no playbook matches)")
 
 
 def test_dry_run_exits_1_when_a_run_in_the_database_puts_the_target_in_cooldown(
@@ -355,7 +371,7 @@ def test_dry_run_of_an_alert_missing_a_label_the_playbook_needs_is_rejected_and_
     assert result.exit_code == 1
     assert "decision: rejected (steps[0]" in result.stdout
     assert "gpu" in result.stdout
-    assert result.stdout.strip().endswith("would run: no")
+    assert result.stdout.strip().endswith("would run: no (playbook log-xid: rejected)")
 
 
 def test_dry_run_reads_the_payload_from_stdin(cli: Callable[..., Result], xid_server: Server) -> None:
@@ -741,6 +757,46 @@ def test_pause_and_resume_through_a_running_server(
     assert resumed.exit_code == 0
     state = xid_server.get("/pause").get_json()
     assert (state["paused"], state["by"]) == (False, "operator (note: carol)")
+
+
+def test_a_pause_over_a_pause_names_who_paused_and_replaces_only_with_force(
+    cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24, finding 20: a second `pause` silently replaced who paused and why."""
+    assert cli("pause", "--reason", "driver upgrade", "--by", "bob", *db_args(xid_server)).exit_code == 0
+
+    again = cli("pause", "--reason", "other", "--by", "eve", *db_args(xid_server))
+
+    assert_one_line_error(again, "already paused by bob: driver upgrade", "force")
+    state = xid_server.get("/pause").get_json()
+    assert (state["by"], state["reason"]) == ("bob", "driver upgrade")
+
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    url = serve(xid_server)
+    over_http = cli("pause", "--reason", "other", "--server", url)
+    assert_one_line_error(over_http, "HTTP 409", "already paused by bob: driver upgrade")
+    assert xid_server.get("/pause").get_json()["by"] == "bob"
+
+    forced = cli("pause", "--reason", "incident 43", "--force", "--server", url)
+
+    assert forced.exit_code == 0, forced.output
+    state = xid_server.get("/pause").get_json()
+    assert (state["paused"], state["by"], state["reason"]) == (True, "operator (note: tester)", "incident 43")
+
+
+def test_breaker_reset_of_a_closed_breaker_is_a_no_op_that_says_so(
+    cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 24, finding 20: resetting a closed breaker moved the stale horizon, silently."""
+    through_db = cli("breaker", "reset", "--reason", "just in case", *db_args(xid_server))
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    through_server = cli("breaker", "reset", "--server", serve(xid_server))
+
+    for result in (through_db, through_server):
+        assert result.exit_code == 0, result.output
+        assert result.stdout.startswith("breaker is closed; nothing to reset"), result.stdout
+    status = xid_server.get("/breaker").get_json()
+    assert (status["open"], status["reset_at"], status["reset_by"]) == (False, None, None)
 
 
 def test_pause_through_a_server_without_the_write_token_is_refused(

@@ -60,8 +60,66 @@ def test_dry_run_exits_1_when_the_job_is_gone_and_0_when_it_runs(
     assert dead.exit_code == 1, dead.output
     assert "nothing would change: every step's plan says it cannot act" in dead.stdout
     assert f"process {gone['pid']} is not running" in dead.stdout
-    assert dead.stdout.strip().endswith("would run: no")
+    assert dead.stdout.strip().splitlines()[-1].startswith("would run: no (playbook loss-spike: step 0 rollback: ")
     report = json.loads(spike(cli, playbooks, tmp_path, "--json").stdout)
     playbook = report["alerts"][0]["playbooks"][0]
     assert report["would_run"] is False and playbook["decision"] == "accepted" and playbook["would_run"] is False
     assert [step["plan"]["can_act"] for step in playbook["steps"]] == [False, False]
+
+
+def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_checkpoint_fits(
+    cli: Cli, training: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 24, finding 15: a plan that errors (a typo in the job's name) or a rollback with no checkpoint
+    that fits said `would run: yes` and exited 0; a run that cannot succeed is `would run: no`, exit 1."""
+    root, playbooks = training
+    # A job 150 steps in: rollback wants a good checkpoint at least 100 steps back (step <= 50); it has 100 and up.
+    LiveJob(root, "j1", start_step=150).register()
+
+    typo = cli(
+        "dry-run", "--alertname", "TrainingLossSpike", "--label", "training_job=j1-typo", "--label",
+        "node=gpu-node-1", "--label", "severity=warning", "--playbooks", playbooks, "--database-url",
+        f"sqlite:///{tmp_path / 'absent.db'}",
+    )  # fmt: skip
+
+    assert typo.exit_code == 1, typo.output
+    assert "plan failed: ActionError: no registered training job found" in typo.stdout
+    last = typo.stdout.strip().splitlines()[-1]
+    assert last.startswith("would run: no (playbook loss-spike: step 0 rollback: plan failed: ") and "j1-typo" in last
+
+    early = spike(cli, playbooks, tmp_path)
+    report = json.loads(spike(cli, playbooks, tmp_path, "--json").stdout)
+
+    assert early.exit_code == 1, early.output
+    assert (
+        "the run cannot succeed: a step's plan says it cannot act (step 0 rollback: no checkpoint fits" in early.stdout
+    )
+    playbook = report["alerts"][0]["playbooks"][0]
+    assert (report["would_run"], playbook["decision"], playbook["would_run"]) == (False, "accepted", False)
+    rollback, lower_lr = playbook["steps"]
+    assert rollback["plan"]["can_act"] is False and rollback["plan"]["why_not"].startswith("no checkpoint fits")
+    assert lower_lr["plan"]["can_act"] is True
+
+
+def test_dry_run_exits_1_when_a_run_cannot_succeed_even_if_another_playbook_would_run(
+    cli: Cli, training: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 24, finding 15, with the shipped playbooks: log-critical-alerts also matches, so `would run: yes`
+    and exit 0 hid a loss-spike run that would fail on every step (the alert names another host)."""
+    root, playbooks = training
+    shutil.copy(REPO / "playbooks" / "log-every-alert.yaml", playbooks)
+    LiveJob(root, "j1").register()
+
+    elsewhere = cli(
+        "dry-run", "--alertname", "TrainingLossSpike", "--label", "training_job=j1", "--label", "node=gpu-node-9",
+        "--label", "severity=warning", "--playbooks", playbooks, "--database-url",
+        f"sqlite:///{tmp_path / 'absent.db'}",
+    )  # fmt: skip
+    here = spike(cli, playbooks, tmp_path)
+
+    assert elsewhere.exit_code == 1, elsewhere.output
+    last = elsewhere.stdout.strip().splitlines()[-1]
+    assert last.startswith("would run: yes, but cannot succeed (playbook loss-spike: step 0 rollback: plan failed: ")
+    assert "WrongHostError: node 'gpu-node-9' is not this host" in last
+    assert here.exit_code == 0, here.output
+    assert here.stdout.strip().endswith("would run: yes")

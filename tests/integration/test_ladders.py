@@ -96,6 +96,43 @@ def test_a_ladder_climbs_shows_its_rung_everywhere_and_an_operator_resets_it(
     assert fourth["ladder"]["why"] == "first rung (the ladder was reset: reset by operator: replaced the fan)"
 
 
+@ON_EVERY_DATABASE
+@pytest.mark.parametrize("shadow", ["server", "playbook"])
+def test_shadow_runs_do_not_climb_so_the_first_enforced_incident_starts_on_rung_1(
+    make_server: Callable[..., Server], shadow: str
+) -> None:
+    """Issue 24, finding 17: a `mode: dry-run` run moved the real ladder to rung 1, so after a week of
+    shadow mode the first real incident started on rung 2. Shadow runs (the server's mode: dry-run, or
+    the playbook's) record the rung an enforced run would take now and leave the ladder where it is."""
+    ladder = HOT_LADDER.replace("    mode: approve\n", "")  # no rung of its own mode: the playbook's decides
+    shadow_ladder = ladder.replace("reset_after: 2h\n", "reset_after: 2h\nmode: dry-run\n")
+    if shadow == "server":
+        watching = make_server(playbooks={"hot.yaml": ladder}, mode="dry-run")
+    else:
+        watching = make_server(playbooks={"hot.yaml": shadow_ladder})
+
+    (first,) = send(watching, hot(1))["runs"]
+    send(watching, hot(1, "resolved"))
+    (second,) = send(watching, hot(2))["runs"]  # re-fired within holds_for: enforce would climb
+
+    for run_id in (first, second):
+        run = watching.get(f"/runs/{run_id}").get_json()
+        assert (run["mode"], run["rung"], run["ladder"]["name"]) == ("dry-run", 1, "cap-power")
+    entry = next(e for e in watching.history(playbook="hot")["entries"] if e["run_id"] == second)
+    assert entry["reason"].endswith("rung 1 of 3 (cap-power): first rung; shadow (dry-run): the ladder does not move")
+    assert watching.store.ladders() == []
+    send(watching, hot(2, "resolved"))
+
+    # Switched to enforce on the same database: the first real incident gets the gentle rung.
+    enforcing = make_server(playbooks={"hot.yaml": ladder}, database_url=watching.database_url)
+    (real,) = send(enforcing, hot(3))["runs"]
+
+    run = enforcing.get(f"/runs/{real}").get_json()
+    assert (run["mode"], run["rung"], run["ladder"]["why"]) == ("enforce", 1, "first rung")
+    (state,) = enforcing.store.ladders()
+    assert (state.rung, state.run_id) == (1, real)
+
+
 def test_the_cli_shows_and_resets_ladders_from_the_database_and_a_server(
     make_server: Callable[..., Server], cli: Callable[..., Result], serve: Callable[[Server], str]
 ) -> None:

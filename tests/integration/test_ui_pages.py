@@ -215,10 +215,18 @@ def test_state_page_pauses_resumes_and_resets_the_breaker_as_the_principal(serve
     }
     paused = text(server.client.get("/ui/state"))
     assert "Paused by <b>operator</b>" in paused and "maintenance" in paused and 'id="resume"' in paused
+    # A form left open from before the pause does not replace it (issue 24, finding 20).
+    assert server.client.post("/ui/pause", data={"csrf_token": token, "reason": "stale form"}).status_code == 302
+    assert server.get("/pause").get_json()["reason"] == "maintenance"
+    assert "Not paused again: remediation is already paused by operator: maintenance" in text(
+        server.client.get("/ui/state")
+    )
     assert server.client.post("/ui/resume", data={"csrf_token": token}).status_code == 302
     assert server.get("/pause").get_json()["paused"] is False
+    # A closed breaker is not reset (issue 24, finding 20): the page says so and nothing is recorded.
     assert server.client.post("/ui/breaker/reset", data={"csrf_token": token, "reason": "checked"}).status_code == 302
-    assert server.get("/breaker").get_json()["reset_by"] == "operator"
+    assert server.get("/breaker").get_json()["reset_by"] is None
+    assert "nothing to reset" in text(server.client.get("/ui/state"))
 
 
 def test_logout_ends_the_session(server: Server) -> None:

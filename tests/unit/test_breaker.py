@@ -167,17 +167,48 @@ def test_reset_closes_the_breaker_and_records_who_and_why() -> None:
     assert breaker.status()["recent_nodes"] == ["n1"]
 
 
+def _tripped(breaker: CircuitBreaker) -> None:
+    """Open the breaker: two nodes changed where the cap allows one (cluster of 50, max_nodes 1)."""
+    breaker.acquire("t0", kind="cordon", run_id=91, cluster_nodes=50)
+    with pytest.raises(BreakerOpen):
+        breaker.acquire("t1", kind="cordon", run_id=92, cluster_nodes=50)
+    breaker.release("t0", run_id=93)
+
+
 def test_after_a_reset_old_alerts_are_stale_and_new_ones_are_not() -> None:
     clock = Clock()
-    breaker = memory_breaker(BreakerLimits(max_nodes=5, stale_horizon=900), clock)
-    breaker.reset(by="bob")
+    breaker = memory_breaker(BreakerLimits(max_nodes=1, stale_horizon=900), clock)
+    _tripped(breaker)
+    clock.now += 1  # the reset after the trip: the window restarts with it
+    assert breaker.reset(by="bob")["reset"] is True
     clock.now += 10
     with pytest.raises(StaleAlert, match=r"before the circuit breaker was reset .* older than the stale horizon 15m"):
         breaker.acquire("n0", kind="cordon", run_id=1, cluster_nodes=50, alert_started_at=T0 - 3600)
     # Started before the reset but recently: acted on. Started after the reset: acted on.
     breaker.acquire("n1", kind="cordon", run_id=2, cluster_nodes=50, alert_started_at=T0 - 60)
-    breaker.acquire("n2", kind="cordon", run_id=3, cluster_nodes=50, alert_started_at=T0 + 5)
-    assert breaker.status()["held_nodes"] == ["n1", "n2"]
+    assert breaker.status()["held_nodes"] == ["n1"]
+    breaker.release("n1", run_id=3)
+    clock.now += 700  # out of the cap's window
+    breaker.acquire("n2", kind="cordon", run_id=4, cluster_nodes=50, alert_started_at=T0 + 5)
+    assert breaker.status()["held_nodes"] == ["n2"]
+
+
+def test_resetting_a_closed_breaker_changes_nothing_and_says_so() -> None:
+    """Issue 24, finding 20: a reset of a closed breaker moved the stale horizon, silently turning older
+    alerts stale. Only an open breaker is reset; a closed one answers reset: false and keeps its state."""
+    clock = Clock()
+    breaker = memory_breaker(BreakerLimits(max_nodes=5, stale_horizon=900), clock)
+    before = breaker.status()
+
+    status = breaker.reset(by="bob", reason="just in case")
+
+    assert status["reset"] is False and status["open"] is False
+    assert status["reset_at"] is None and status["reset_by"] is None
+    assert {k: v for k, v in status.items() if k != "reset"} == before
+    clock.now += 10
+    # An alert from an hour ago is still acted on: nothing was reset, so nothing is stale.
+    breaker.acquire("n0", kind="cordon", run_id=1, cluster_nodes=50, alert_started_at=T0 - 3600)
+    assert breaker.status()["held_nodes"] == ["n0"]
 
 
 def test_without_a_reset_nothing_is_stale() -> None:

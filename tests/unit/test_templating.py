@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from remediate.errors import ParamsError
-from remediate.templating import check_syntax, is_template, promql_string, render_params, unescaped_outputs
+from remediate.templating import (
+    check_syntax,
+    is_template,
+    promql_string,
+    render_params,
+    render_session,
+    unescaped_outputs,
+)
 
 CONTEXT = {
     "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},
@@ -201,3 +208,73 @@ def test_late_params_are_kept_as_written_for_their_step_to_render() -> None:
     params = {"url": "http://x/{{ 1 }}", "message": "{{ steps[0].status }}"}
 
     assert render_params(params, {}, keep={"message"}) == {"url": "http://x/1", "message": "{{ steps[0].status }}"}
+
+
+# Issue 24, finding 6: a render inside POST /webhook is bounded in size and time.
+COSTLY = {
+    "string times a billion": ("{{ 'x' * 10**9 }}", "over 1,000,000 characters"),
+    "list times a million": ("{{ (['x' * 1000] * 1000000) | length }}", "over 1,000,000 characters"),
+    "a huge power": ("{{ 2 ** (10 ** 9) }}", "over 4096 bits"),
+    "squaring in a loop": (
+        "{% set ns = namespace(x=3) %}{% for i in range(64) %}{% set ns.x = ns.x * ns.x %}{% endfor %}{{ ns.x }}",
+        "over 4096 bits",
+    ),
+    "doubling a namespace string": (
+        "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        "over 1,000,000 characters",
+    ),
+    "doubling through a macro": (
+        "{% macro f(s, n) %}{{ f(s ~ s, n - 1) if n else s }}{% endmacro %}{{ f('x', 64) }}",
+        "over 1,000,000 characters",
+    ),
+    "padding filter": ("{{ 'x' | center(10**9) }}", "over 1,000,000 characters"),
+    "padding method": ("{{ 'x'.ljust(10**9) }}", "over 1,000,000 characters"),
+    "format width": ("{{ '{:>1000000000}'.format(1) }}", "format width"),
+    "percent width": ("{{ '%1000000000s' % 'x' }}", "format width"),
+    "format filter star width": ("{{ '%*s' | format(1000000000, 'x') }}", "format width"),
+    "joining big strings": ("{{ ('x' * 100000) | join('y' * 100000) }}", "over 1,000,000 characters"),
+    "printing in a loop": (
+        "{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}",
+        "output would be over 1,000,000 characters",
+    ),
+    "silent nested loops": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+        "took longer than 0.5s",
+    ),
+}
+
+
+@pytest.mark.parametrize("template", [t for t, _ in COSTLY.values()], ids=list(COSTLY))
+def test_a_template_over_a_render_limit_is_refused_as_a_params_error(template: str) -> None:
+    expected = {t: why for t, why in COSTLY.values()}[template]
+    assert check_syntax(template) is None  # loads: constants are not folded when the playbook compiles
+
+    with pytest.raises(ParamsError, match="refused to render") as refused:
+        render_params({"message": template}, CONTEXT)
+
+    assert expected in str(refused.value)
+
+
+def test_the_limits_leave_ordinary_templates_alone() -> None:
+    template = (
+        "{{ labels.gpu * 3 }} {{ 'a,b'.split(',') | join('-') }} {% for k in labels | sort %}{{ k }} {% endfor %}"
+        "{{ '%05d' % 42 }} {{ '{:>5}'.format('x') }} {{ 2 ** 10 }} {{ 'x' | center(9) }} {{ range(3) | list }}"
+        "{% set ns = namespace(n=0) %}{% for i in range(1000) %}{% set ns.n = ns.n + i %}{% endfor %} {{ ns.n }}"
+    )
+
+    rendered = render_params({"message": template}, CONTEXT)["message"]
+
+    assert rendered == "333 a-b alertname gpu Hostname 00042     x 1024     x     [0, 1, 2] 499500"
+    assert render_params({"message": "{{ 'x' * 1000000 }}"}, CONTEXT)["message"] == "x" * 1_000_000
+
+
+def test_within_one_notification_a_refused_template_is_refused_again_without_rendering() -> None:
+    slow = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ labels.gpu }}"
+    with render_session():
+        with pytest.raises(ParamsError, match="took longer than"):
+            render_params({"message": slow}, CONTEXT)
+        with pytest.raises(ParamsError, match="for an earlier alert of this notification"):
+            render_params({"message": slow}, CONTEXT | {"labels": {"gpu": "4"}})
+    # A new notification renders it again (and refuses it again, on its own time).
+    with pytest.raises(ParamsError, match=r"took longer than 0\.5s$"):
+        render_params({"message": slow}, CONTEXT)

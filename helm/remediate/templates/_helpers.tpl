@@ -154,3 +154,21 @@ Create the name of the service account to use
 {{- end }}
 {{- $names | uniq | sortAlpha | join "|" }}
 {{- end }}
+
+{{/* The route that sends alerts to remediate: the shipped alertmanager/alertmanager.yml's remediate route
+(its chart copy files/alertmanager/alertmanager.yml, written by scripts/sync-generated), each field
+overridable through alertmanagerConfig.*. One source for that file, the AlertmanagerConfig and
+NOTES.txt (tests/e2e/test_chart.py checks all three against the shipped ladders). */}}
+{{- define "remediate.route" -}}
+{{- $shipped := dict }}
+{{- range ((.Files.Get "files/alertmanager/alertmanager.yml" | fromYaml).route.routes | default list) }}
+{{- if eq .receiver "remediate" }}{{ $shipped = . }}{{ end }}
+{{- end }}
+{{- if not $shipped }}{{ fail "files/alertmanager/alertmanager.yml has no route to the remediate receiver: run scripts/sync-generated" }}{{ end }}
+{{- $v := .Values.alertmanagerConfig }}
+{{- toYaml (dict
+  "group_by" ($v.groupBy | default $shipped.group_by)
+  "group_wait" ($v.groupWait | default $shipped.group_wait)
+  "group_interval" ($v.groupInterval | default $shipped.group_interval)
+  "repeat_interval" ($v.repeatInterval | default $shipped.repeat_interval)) }}
+{{- end }}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from remediate.errors import AlreadyPaused
 from remediate.store import Store
 from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0
@@ -19,3 +22,20 @@ def test_pause_state_is_off_until_set_and_remembers_who_and_why(store: Store) ->
     store.set_paused(False, by="bob", reason="", now=T0 + 5)
     state = store.pause_state()
     assert (state.paused, state.by, state.since) == (False, "bob", T0 + 5)
+
+
+def test_a_pause_over_a_pause_is_refused_unless_it_replaces_on_purpose(store: Store) -> None:
+    """Issue 24, finding 20: a second pause silently replaced who paused and why."""
+    store.set_paused(True, by="alice", reason="maintenance", now=T0)
+
+    with pytest.raises(AlreadyPaused, match="already paused by alice: maintenance") as refused:
+        store.set_paused(True, by="bob", reason="driver upgrade", now=T0 + 5, replace=False)
+    assert (refused.value.by, refused.value.reason, refused.value.since) == ("alice", "maintenance", T0)
+    state = store.pause_state()
+    assert (state.by, state.reason, state.since) == ("alice", "maintenance", T0)
+
+    store.set_paused(True, by="bob", reason="driver upgrade", now=T0 + 5, replace=True)
+    assert (store.pause_state().by, store.pause_state().reason) == ("bob", "driver upgrade")
+    # Not paused: a pause needs no replacing.
+    store.set_paused(False, by="bob", reason="", now=T0 + 6)
+    assert store.set_paused(True, by="carol", reason="", now=T0 + 7, replace=False).by == "carol"
