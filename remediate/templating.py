@@ -402,7 +402,9 @@ def render_text(source: str, context: Mapping[str, Any], *, escape: Escape | Non
     if not is_template(source):
         return source
     try:
-        return _compile_escaping(source, escape).render(context)
+        return _bounded_render(source, context, _compile_escaping(source, escape))
+    except RenderLimitError as exc:
+        raise ParamsError(f"refused to render {_short(source)}: {exc}") from exc
     except TemplateError as exc:
         raise ParamsError(f"cannot render {source!r}: {_explain(exc)}") from exc
     except Exception as exc:  # see _render: a template's Python errors are its render errors
@@ -445,8 +447,9 @@ def _render(value: Any, context: Mapping[str, Any], path: str) -> Any:
     return value
 
 
-def _bounded_render(source: str, context: Mapping[str, Any]) -> str:
-    """The template's output, within the render limits (module docstring)."""
+def _bounded_render(source: str, context: Mapping[str, Any], template: Any = None) -> str:
+    """The template's output, within the render limits (module docstring); `template`: `source` compiled
+    for another escaping (render_text), else the plain one."""
     session = _SESSION.get()
     if session is not None and source in session.refused:
         raise RenderLimitError(f"{session.refused[source]} (for an earlier alert of this notification)")
@@ -455,7 +458,7 @@ def _bounded_render(source: str, context: Mapping[str, Any]) -> str:
         parts: list[str] = []
         size = 0
         # generate(), not render(): the output is counted as it is produced, and refused once over the limit.
-        for chunk in _compile(source).generate(context):
+        for chunk in (template or _compile(source)).generate(context):
             size += len(chunk)
             if size > MAX_RENDER_CHARS:
                 raise RenderLimitError(f"its output would be over {MAX_RENDER_CHARS:,} characters")

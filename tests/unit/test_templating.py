@@ -204,6 +204,20 @@ def test_render_text_escapes_every_printed_value_and_keeps_the_templates_own_tex
         render_text("{{ labels.missing }}", {"labels": {}}, escape=shout)
 
 
+def test_a_message_rendered_when_its_step_runs_is_held_to_the_same_render_limits() -> None:
+    from remediate.templating import render_text
+
+    def shout(text: str) -> str:
+        return f"[{text}]"
+
+    with pytest.raises(ParamsError, match=r"refused to render .*over 1,000,000 characters"):
+        render_text("{{ 'x' * 10**9 }}", {}, escape=shout)
+    with pytest.raises(ParamsError, match=r"refused to render .*took longer than 0\.5s"):
+        render_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", {})
+    with pytest.raises(ParamsError, match="output would be over 1,000,000 characters"):
+        render_text("{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}", {}, escape=shout)
+
+
 def test_late_params_are_kept_as_written_for_their_step_to_render() -> None:
     params = {"url": "http://x/{{ 1 }}", "message": "{{ steps[0].status }}"}
 
