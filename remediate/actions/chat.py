@@ -385,7 +385,8 @@ class ChatWebhookAction(Action):
             timeout=min(params["timeout"], max(ctx.remaining(), 0.1)),
             shown_url="" if params.get("url") else shown,
         )
-        result: dict[str, Any] = {"posted_to": shown, "status_code": status}
+        # The message as sent: the step's params keep its template, rendered only now (actions.messages).
+        result: dict[str, Any] = {"posted_to": shown, "status_code": status, "message": message.note}
         if message.note_error:
             result["message_error"] = message.note_error
         return result

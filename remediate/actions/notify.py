@@ -302,7 +302,8 @@ class NotifyWebhookAction(Action):
         status = post_json(
             self.session, url, body, headers=headers, timeout=timeout, shown_url="" if params.get("url") else shown
         )
-        result: dict[str, Any] = {"posted_to": shown, "status_code": status}
+        # The message as sent: the step's params keep its template, rendered only now (actions.messages).
+        result: dict[str, Any] = {"posted_to": shown, "status_code": status, "message": body["message"]}
         if "message_error" in body:
             result["message_error"] = body["message_error"]
         return result

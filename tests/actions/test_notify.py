@@ -74,7 +74,7 @@ def test_execute_posts_the_summary_as_json(recorder: WebhookRecorder, action: No
         params(action, recorder.url, message="GPU 3 on node-a", headers={"X-Team": "ml-infra"}), context()
     )
 
-    assert result == {"posted_to": recorder.url, "status_code": 200}
+    assert result == {"posted_to": recorder.url, "status_code": 200, "message": "GPU 3 on node-a"}
     (request,) = recorder.requests
     assert (request.method, request.path) == ("POST", "/hooks/oncall")
     assert request.header("Content-Type") == "application/json"

@@ -63,7 +63,8 @@ def make(kind: type[ChatWebhookAction], public_url: str | None = PUBLIC_URL) -> 
 
 def post(action: ChatWebhookAction, recorder: WebhookRecorder, ctx: StepContext | None = None, **params: Any) -> Any:
     result = action.execute(action.validate({"url": recorder.url, **params}), ctx or context())
-    assert result == {"posted_to": recorder.url, "status_code": 200}
+    assert (result["posted_to"], result["status_code"]) == (recorder.url, 200)
+    assert set(result) == {"posted_to", "status_code", "message"}, "the message as sent is in the result"
     (request,) = recorder.requests
     assert (request.method, request.header("Content-Type")) == ("POST", "application/json")
     assert request.header("Idempotency-Key") == "remediate-run-42-step-2"

@@ -366,9 +366,15 @@ def test_run_detail_after_the_executor_drains_shows_alert_decision_steps_plan_re
     assert log_step["result"] == {"logged": "GPU 3 reported", "level": "info"}
     assert notify_step["action"] == "notify.webhook"
     assert notify_step["params"]["url"] == receiver.url
-    assert notify_step["params"]["message"] == "GPU 3 reported XID errors"
+    # The message is rendered when its step runs (issue 24, finding 18): its params keep the template, its
+    # result says what was sent.
+    assert notify_step["params"]["message"] == "GPU {{ labels.gpu }} reported XID errors"
     assert notify_step["plan"]["would_post_to"] == receiver.url
-    assert notify_step["result"] == {"posted_to": receiver.url, "status_code": 200}
+    assert notify_step["result"] == {
+        "posted_to": receiver.url,
+        "status_code": 200,
+        "message": "GPU 3 reported XID errors",
+    }
     assert notify_step["retries"] == 0
     assert notify_step["timeout"] == 10
     for step in (log_step, notify_step):
