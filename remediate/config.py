@@ -287,11 +287,26 @@ def check_server_credentials(settings: Settings) -> list[Credential]:
     return credentials
 
 
+FIXED_PRINCIPALS = {"token": "token", WEBHOOK: "webhook_token", OPERATOR: "operator_token", READ: "read_token"}
+"""The principal names of the single-token settings: no `tokens_file` entry may take one (in any case),
+configured or not, so that a name in the history always means one credential."""
+
+
 def _read_tokens_file(path: Path) -> list[Credential]:
     import yaml  # here: the master of `remediate serve` holds the settings and never parses YAML (issue 14)
 
+    class UniqueKeys(yaml.SafeLoader):
+        """safe_load, but a name given twice is an error: YAML's own rule keeps the last one silently."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            names = [self.construct_object(key, deep=True) for key, _ in node.value]
+            twice = sorted({str(name) for name in names if names.count(name) > 1})
+            if twice:
+                raise ConfigError(f"tokens_file {path}: {twice[0][:40]!r} is given twice: one entry per name")
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeys)  # noqa: S506 - a safe loader
     except OSError as exc:
         raise ConfigError(f"cannot read tokens_file {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
@@ -308,6 +323,11 @@ def _read_tokens_file(path: Path) -> list[Credential]:
             raise ConfigError(f"{where}: the token must be a string of at least 16 characters")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}", str(name)):
             raise ConfigError(f"{where}: names are letters, digits, _.@- (at most 63)")
+        if str(name).lower() in FIXED_PRINCIPALS:
+            raise ConfigError(
+                f"{where}: the name is the principal of the {FIXED_PRINCIPALS[str(name).lower()]} setting "
+                f"({', '.join(FIXED_PRINCIPALS)} are reserved): give the entry a name of its own"
+            )
         try:
             role_set = frozenset(_to_roles(roles))
         except ValueError as exc:

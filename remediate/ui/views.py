@@ -122,7 +122,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
         if request.endpoint == "ui.logout":
             return None  # an expired session may still end itself
-        g.viewer = ui_session.viewer(session, deps.credentials, request, now=time.time())
+        g.viewer = ui_session.viewer(session, deps.credentials, request, key=deps.secret_key, now=time.time())
         if g.viewer is None:
             if request.method != "GET":
                 abort(401, "log in first")
@@ -168,7 +168,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             # One answer for both: which tokens exist is not the page's to say.
             error = "Unknown token, or one that may not read (the webhook token cannot log in)."
             return render_template("login.html", next=target, error=error), 401
-        ui_session.log_in(session, credential, now=time.time())
+        ui_session.log_in(session, credential, key=deps.secret_key, now=time.time())
         log.info("%s logged in to the web pages", credential.name)
         return redirect(target)
 

@@ -3,11 +3,14 @@ cookie, CSRF, roles, and what each page shows. The same pages in a real Chromium
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 from werkzeug.test import TestResponse
 
+from remediate.config import READ, Credential
+from remediate.server import create_app
 from tests.support.http import (
     APPROVE_XID,
     OPERATOR_TOKEN,
@@ -187,6 +190,25 @@ def test_the_read_role_sees_no_button_and_a_forged_approve_is_403(make_server: M
         assert server.client.post(path, data={"csrf_token": csrf(page)}).status_code == 403
     assert server.get(f"/runs/{run_id}").get_json()["status"] == "awaiting_approval"
     assert server.get("/pause").get_json()["paused"] is False
+
+
+def test_a_read_only_credential_named_like_the_operator_gets_no_operator_controls(make_server: MakeServer) -> None:
+    """Issue 24, finding 2: a session's roles are its credential's, never those of another token of the same
+    name. The load refuses such a pair (tests/integration/test_auth.py); this one is built past that check."""
+    built = approve_server(make_server)
+    twin = Credential("operator", "read-only-twin-token-0123", frozenset({READ}))
+    services = dataclasses.replace(built.services, credentials=(*built.services.credentials, twin))
+    app = create_app(services.settings, services=services)
+    server = Server(app, app.test_client(), services, built.db_path, built.database_url)
+    server.webhook(notification(alert("ffff000000000005", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+
+    assert log_in(server, twin.token).status_code == 302
+    page = server.client.get(f"/ui/runs/{run_id}")
+    assert 'id="approve"' not in text(page) and 'id="needs-operator"' in text(page)
+    assert 'id="pause-button"' not in text(server.client.get("/ui/state"))
+    assert server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(page)}).status_code == 403
+    assert server.get(f"/runs/{run_id}").get_json()["status"] == "awaiting_approval"
 
 
 def test_a_post_without_the_sessions_csrf_token_is_refused(make_server: MakeServer) -> None:
