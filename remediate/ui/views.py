@@ -122,7 +122,12 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
         if request.endpoint == "ui.logout":
             return None  # an expired session may still end itself
-        g.viewer = ui_session.viewer(session, deps.credentials, request, key=deps.secret_key, now=time.time())
+        now = time.time()
+        g.viewer = ui_session.viewer(session, deps.credentials, request, key=deps.secret_key, now=now)
+        if g.viewer is not None and deps.credentials:
+            current = ui_session.session_id(session, now=now)
+            if current is None or store.ui_session_ended(current.sid):  # logged out (in any worker or replica)
+                g.viewer = None
         if g.viewer is None:
             if request.method != "GET":
                 abort(401, "log in first")
@@ -174,6 +179,10 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
 
     @ui.post("/logout")
     def logout() -> Any:
+        now = time.time()
+        current = ui_session.session_id(session, now=now)
+        if current is not None:  # the cookie is signed and may be kept: the store says it is over
+            store.end_ui_session(current.sid, expires_at=current.expires_at, now=now)
         session.clear()
         return redirect(url_for("ui.login"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
 from werkzeug.test import TestResponse
@@ -13,6 +14,7 @@ from remediate.config import READ, Credential
 from remediate.server import create_app
 from tests.support.http import (
     APPROVE_XID,
+    ON_EVERY_DATABASE,
     OPERATOR_TOKEN,
     READ_TOKEN,
     TOKEN,
@@ -23,6 +25,8 @@ from tests.support.http import (
 )
 from tests.support.realsystems import WebhookRecorder
 
+ALICE_TOKEN = "alice-operator-token-abcdef"
+BOB_TOKEN = "bob-operator-token-0123456"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -249,6 +253,56 @@ def test_logout_ends_the_session(server: Server) -> None:
     assert page.status_code == 200
     assert server.client.post("/ui/logout", data={"csrf_token": csrf(page)}).status_code == 302
     assert server.client.get("/ui/").status_code == 302
+
+
+@ON_EVERY_DATABASE
+def test_after_logout_the_old_cookie_is_refused_by_every_worker_and_replica(make_server: MakeServer) -> None:
+    """Issue 24, finding 3: the cookie is signed, not stored, so a copy kept from before the logout worked for
+    12 hours. The logout is recorded in the store, which every process of every replica reads."""
+    first = make_server()
+    other = make_server(database_url=first.database_url)  # another worker or replica: its own process state
+    log_in(first, READ_TOKEN)
+    page = first.client.get("/ui/")
+    kept = first.client.get_cookie("remediate_ui", path="/ui")
+    assert kept is not None and page.status_code == 200
+    other.client.set_cookie("remediate_ui", kept.value, path="/ui")
+    assert other.client.get("/ui/").status_code == 200
+
+    assert first.client.post("/ui/logout", data={"csrf_token": csrf(page)}).status_code == 302
+
+    first.client.set_cookie("remediate_ui", kept.value, path="/ui")  # the copy kept from before the logout
+    for server in (first, other):
+        replay = server.client.get("/ui/")
+        assert replay.status_code == 302 and replay.headers["Location"].startswith("/ui/login")
+        assert server.client.post("/ui/pause", data={"csrf_token": csrf(page)}).status_code == 401
+    log_in(other, READ_TOKEN)  # a new login of the same token is a new session
+    assert other.client.get("/ui/").status_code == 200
+
+
+def test_a_rotated_or_removed_token_ends_its_sessions_even_with_a_secret_file(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    """Issue 24, finding 3: with `ui_secret_file` the signing key outlives any token, and a session of a leaked
+    token went on for 12 hours after the token was rotated. A server started with the new tokens (same key,
+    same database) refuses it at once; one with the same tokens still accepts it."""
+    secret = tmp_path / "ui-secret"
+    secret.write_text("k" * 40, encoding="utf-8")
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(f"alice: {ALICE_TOKEN}\nbob: {BOB_TOKEN}\n", encoding="utf-8")
+    before = make_server(tokens_file=tokens, ui_secret_file=secret)
+    log_in(before, ALICE_TOKEN)
+    cookie = before.client.get_cookie("remediate_ui", path="/ui")
+    assert cookie is not None and before.client.get("/ui/").status_code == 200
+
+    def replay(tokens_text: str) -> int:
+        tokens.write_text(tokens_text, encoding="utf-8")
+        after = make_server(tokens_file=tokens, ui_secret_file=secret, database_url=before.database_url)
+        after.client.set_cookie("remediate_ui", cookie.value, path="/ui")
+        return after.client.get("/ui/").status_code
+
+    assert replay(f"alice: {ALICE_TOKEN}\nbob: {BOB_TOKEN}\n") == 200  # same tokens: another worker
+    assert replay(f"alice: {ALICE_TOKEN[::-1]}\nbob: {BOB_TOKEN}\n") == 302  # alice's token rotated
+    assert replay(f"bob: {BOB_TOKEN}\n") == 302  # alice removed
 
 
 def test_a_login_older_than_12_hours_is_over(server: Server) -> None:
