@@ -85,10 +85,14 @@ def _web_link(url: str | None) -> str | None:
 
 
 def _local(target: str | None, default: str) -> str:
-    """A redirect target only within the pages (no open redirect through ?next=)."""
-    if target and target.startswith("/ui/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return default
+    """A redirect target only within the pages (no open redirect through ?next=), and one that fits in a
+    Location header: a line break or another control character would split the header (a 500, or a
+    header of the sender's making), whitespace has no place in a path. Anything else: `default`."""
+    if not target or not target.startswith("/ui/") or target.startswith("//") or "\\" in target:
+        return default
+    if any(char.isspace() or not char.isprintable() for char in target):
+        return default
+    return target
 
 
 def create_blueprint(deps: UiDeps) -> Blueprint:

@@ -87,6 +87,26 @@ def test_the_webhook_token_and_unknown_tokens_cannot_log_in(server: Server) -> N
         assert server.client.get("/ui/").status_code == 302
 
 
+def test_a_next_with_a_line_break_or_control_character_is_refused_not_a_500(make_server: MakeServer) -> None:
+    """Issue 24, finding 6: `next=/ui/%0d%0aSet-Cookie:...` passed the /ui/ check and broke the redirect's
+    header after a successful login (500). Such a target is ignored: the login goes to the history."""
+    server = approve_server(make_server)
+    server.webhook(notification(alert("ffff000000000006", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+    for target in ("/ui/state\r\nSet-Cookie: evil=1", "/ui/\nx", "/ui/\x00", "/ui/\tx", "/ui/\x7f"):
+        server.client.delete_cookie("remediate_ui", path="/ui")
+        form = server.client.get("/ui/login", query_string={"next": target})
+        assert form.status_code == 200
+        answer = server.client.post(
+            "/ui/login", data={"token": OPERATOR_TOKEN, "csrf_token": csrf(form), "next": target}
+        )
+        assert answer.status_code == 302 and answer.headers["Location"] == "/ui/", repr(target)
+        assert "evil" not in answer.headers.get("Set-Cookie", "")
+        page = server.client.get(f"/ui/runs/{run_id}")
+        kept = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(page), "next": target})
+        assert kept.status_code == 302 and kept.headers["Location"] == f"/ui/runs/{run_id}", repr(target)
+
+
 def test_a_login_without_its_csrf_token_is_refused(server: Server) -> None:
     server.client.get("/ui/login")
     answer = server.client.post("/ui/login", data={"token": OPERATOR_TOKEN})
