@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Flask, abort, flash, g, redirect, render_template, request, session, url_for
+from flask import Blueprint, Flask, abort, flash, g, make_response, redirect, render_template, request, session, url_for
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
@@ -26,7 +27,7 @@ from remediate.config import READ, Credential
 from remediate.errors import RunStateError, UnknownRunError
 from remediate.history_api import entry_json, run_json
 from remediate.runs import RunStatus
-from remediate.store import HistoryQuery, Store
+from remediate.store import HistoryQuery, LoginThrottle, Store
 from remediate.ui import session as ui_session
 from remediate.ui.folding import fold_duplicates
 
@@ -52,6 +53,8 @@ class UiDeps:
     ladders: Callable[[], list[dict[str, Any]]]
     """GET /ladders' answer (every ladder)."""
     secret_key: bytes
+    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    """How many failed logins a client address may make per window before every login from it is 429."""
 
 
 def _time(value: float | str | None) -> str:
@@ -172,12 +175,24 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             return render_template("login.html", next=target, error=None)
         if not ui_session.csrf_ok(session, request.form.get("csrf_token")):
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
+        # Per client address, counted in the store: a guesser's tries land on every worker of every replica.
+        # Behind a proxy the address is the proxy's, and its clients share one count.
+        client, now = request.remote_addr or "unknown", time.time()
+        wait = store.login_retry_after(client, throttle=deps.login_throttle, now=now)
+        if wait is not None:
+            # The token is not even checked (a right guess must look like the others); no failure counted.
+            seconds = max(1, math.ceil(wait))
+            error = f"Too many failed logins from your address: try again in {seconds} s."
+            refused = make_response(render_template("login.html", next=target, error=error), 429)
+            refused.headers["Retry-After"] = str(seconds)
+            return refused
         credential = ui_session.find_credential(deps.credentials, request.form.get("token", ""))
         if credential is None or not credential.allows(READ):
+            store.record_login_failure(client, throttle=deps.login_throttle, now=now)
             # One answer for both: which tokens exist is not the page's to say.
             error = "Unknown token, or one that may not read (the webhook token cannot log in)."
             return render_template("login.html", next=target, error=error), 401
-        ui_session.log_in(session, credential, key=deps.secret_key, now=time.time())
+        ui_session.log_in(session, credential, key=deps.secret_key, now=now)
         log.info("%s logged in to the web pages", credential.name)
         return redirect(target)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from remediate.store import LoginThrottle
 from tests.support.realsystems import AlertManager
 from tests.support.server import TOKEN as TOKEN_OF_HARNESS
 from tests.support.server import RemediateServer, write_playbook
@@ -134,3 +135,33 @@ def test_a_cookie_kept_from_before_the_logout_is_refused_by_every_worker(
 
     assert logout.status_code == 302
     assert [replay() for _ in range(8)] == [302] * 8
+
+
+def test_two_hundred_rapid_failed_logins_are_throttled_across_the_workers(
+    start_server: Callable[..., RemediateServer],
+) -> None:
+    """Issue 24, finding 6: 200 guesses in 4 s were all checked. The failures are counted in the store, so
+    the HTTP workers throttle together: 10 are checked, the rest answer 429 with Retry-After, the right
+    token included."""
+    server = start_server(workers=2)
+    form = requests.get(server.url + "/ui/login", timeout=10)
+    found = CSRF.search(form.text)
+    assert found is not None
+
+    def attempt(token: str) -> requests.Response:
+        # A new connection each time (no session, the anonymous cookie sent by hand): both workers answer.
+        return requests.post(
+            server.url + "/ui/login",
+            data={"token": token, "csrf_token": found.group(1)},
+            cookies=form.cookies,
+            allow_redirects=False,
+            timeout=10,
+        )
+
+    answers = [attempt(f"guess-{n:04d}-of-a-token-0000") for n in range(200)]
+    right = attempt(TOKEN_OF_HARNESS)
+
+    throttle = LoginThrottle()
+    assert [a.status_code for a in answers] == [401] * throttle.allowed + [429] * (200 - throttle.allowed)
+    assert 1 <= int(answers[-1].headers["Retry-After"]) <= throttle.window
+    assert right.status_code == 429 and "remediate_ui" not in right.cookies

@@ -8,10 +8,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from werkzeug.test import TestResponse
 
+from remediate import schema as t
 from remediate.config import READ, Credential
 from remediate.server import create_app
+from remediate.store import LoginThrottle
 from tests.support.http import (
     APPROVE_XID,
     ON_EVERY_DATABASE,
@@ -105,6 +108,41 @@ def test_a_next_with_a_line_break_or_control_character_is_refused_not_a_500(make
         page = server.client.get(f"/ui/runs/{run_id}")
         kept = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(page), "next": target})
         assert kept.status_code == 302 and kept.headers["Location"] == f"/ui/runs/{run_id}", repr(target)
+
+
+def test_rapid_failed_logins_are_throttled_per_address_and_the_right_token_works_after_the_window(
+    server: Server,
+) -> None:
+    """Issue 24, finding 6: 200 guesses in 4 s went unchecked. After 10 failures in a minute from one address,
+    every login from it answers 429 with Retry-After, the right token too (it is not even checked)."""
+    throttle = LoginThrottle()
+    for _ in range(2 * throttle.allowed):  # successful logins count for nothing
+        assert log_in(server, READ_TOKEN).status_code == 302
+    token = csrf(server.client.get("/ui/login"))
+
+    answers = [
+        server.client.post("/ui/login", data={"token": f"guess-{n:04d}-of-a-token-0000", "csrf_token": token})
+        for n in range(200)
+    ]
+
+    codes = [answer.status_code for answer in answers]
+    assert codes == [401] * throttle.allowed + [429] * (200 - throttle.allowed)
+    assert 1 <= int(answers[-1].headers["Retry-After"]) <= throttle.window
+    assert "Too many failed logins" in text(answers[-1])
+    right = log_in(server, OPERATOR_TOKEN)
+    assert right.status_code == 429 and "Set-Cookie" not in right.headers
+    form = server.client.get("/ui/login", environ_base={"REMOTE_ADDR": "192.0.2.44"})
+    other = server.client.post(
+        "/ui/login",
+        data={"token": OPERATOR_TOKEN, "csrf_token": csrf(form)},
+        environ_base={"REMOTE_ADDR": "192.0.2.44"},
+    )
+    assert other.status_code == 302  # another address is not throttled
+
+    with server.store.write() as conn:  # the window passes (as the 12-hour test moves the login time)
+        conn.execute(sa.update(t.ui_login_failures).values(since=t.ui_login_failures.c.since - throttle.window))
+    assert log_in(server, OPERATOR_TOKEN).status_code == 302
+    assert server.client.get("/ui/").status_code == 200
 
 
 def test_a_login_without_its_csrf_token_is_refused(server: Server) -> None:
