@@ -216,20 +216,20 @@ class Settings:
         return self.lease
 
     def resolved_token(self) -> str | None:
-        return _secret(self.token, self.token_file, "token")
+        return _token(self.token, self.token_file, "token")
 
     def resolved_read_token(self) -> str | None:
-        return _secret(self.read_token, self.read_token_file, "read_token")
+        return _token(self.read_token, self.read_token_file, "read_token")
 
     def resolved_operator_token(self) -> str | None:
-        return _secret(self.operator_token, self.operator_token_file, "operator_token")
+        return _token(self.operator_token, self.operator_token_file, "operator_token")
 
     def credentials(self) -> list[Credential]:
         """Every token the server accepts, with its principal name and roles; ConfigError on a bad one."""
         found: list[Credential] = []
         fixed = (
             ("token", self.resolved_token(), frozenset(self.token_roles)),
-            ("webhook", _secret(self.webhook_token, self.webhook_token_file, "webhook_token"), frozenset([WEBHOOK])),
+            ("webhook", _token(self.webhook_token, self.webhook_token_file, "webhook_token"), frozenset([WEBHOOK])),
             ("operator", self.resolved_operator_token(), frozenset({OPERATOR})),
             ("read", self.resolved_read_token(), frozenset({READ})),
         )
@@ -245,10 +245,10 @@ class Settings:
         return found
 
     def resolved_agent_token(self) -> str | None:
-        return _secret(self.agent_token, self.agent_token_file, "agent_token")
+        return _token(self.agent_token, self.agent_token_file, "agent_token")
 
     def resolved_agent_node_token(self) -> str | None:
-        return _secret(self.agent_node_token, self.agent_node_token_file, "agent_node_token")
+        return _token(self.agent_node_token, self.agent_node_token_file, "agent_node_token")
 
     def resolved_grafana_token(self) -> str | None:
         return _secret(None, self.grafana_token_file, "grafana_token")
@@ -319,8 +319,8 @@ def _read_tokens_file(path: Path) -> list[Credential]:
         token, roles = (entry, [OPERATOR]) if isinstance(entry, str) else (None, None)
         if isinstance(entry, dict):
             token, roles = entry.get("token"), entry.get("roles", [OPERATOR])
-        if not isinstance(token, str) or len(token.strip()) < 16:
-            raise ConfigError(f"{where}: the token must be a string of at least 16 characters")
+        if not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_CHARS:
+            raise ConfigError(f"{where}: the token must be a string of at least {MIN_TOKEN_CHARS} characters")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}", str(name)):
             raise ConfigError(f"{where}: names are letters, digits, _.@- (at most 63)")
         if str(name).lower() in FIXED_PRINCIPALS:
@@ -345,6 +345,23 @@ def _to_roles(value: Any) -> tuple[str, ...]:
     if bad or not roles:
         raise ValueError(f"must name roles among {', '.join(ROLES)}, got {value!r}")
     return roles
+
+
+MIN_TOKEN_CHARS = 16
+"""The shortest token accepted, wherever it is set (environment, file, tokens_file, agent tokens): a short
+one is guessed through the API or the login page long before anything notices."""
+_MAKE_ONE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one"
+
+
+def _token(value: str | None, path: Path | None, name: str) -> str | None:
+    """A bearer token of setting `name` (or its file); ConfigError, naming where it came from, when short."""
+    token = _secret(value, path, name)
+    if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
+        where = f"{name} ({ENV_PREFIX}{name.upper()})" if value else f"{name}_file {path}"
+        raise ConfigError(
+            f"{where}: a token needs at least {MIN_TOKEN_CHARS} characters, not {len(token.strip())}; {_MAKE_ONE}"
+        )
+    return token
 
 
 def _secret(value: str | None, path: Path | None, name: str) -> str | None:
