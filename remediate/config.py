@@ -21,6 +21,7 @@ from remediate.errors import ConfigError
 
 ENV_PREFIX = "REMEDIATE_"
 SERVER_MODES = ("enforce", "dry-run")
+UI_COOKIE_SECURE = ("auto", "always")
 GPU_BACKENDS = ("nvml", "simulated")
 
 
@@ -209,6 +210,9 @@ class Settings:
     ui_secret_file: Path | None = None
     """File of the key that signs the pages' session cookies (shared by every worker and replica). Unset:
     derived from the configured tokens, so changing a token ends every session."""
+    ui_cookie_secure: str = "auto"
+    """The session cookie's `Secure` flag. auto: when the page was asked for over https as the server sees
+    it; always: on every cookie, for a server behind a proxy that terminates TLS and forwards plain http."""
 
     @property
     def stale_after(self) -> float:
@@ -457,6 +461,13 @@ def _to_database_url(value: Any) -> str:
     return _LIBPQ_SCHEME.sub("postgresql+psycopg://", str(value), count=1)
 
 
+def _to_cookie_secure(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in UI_COOKIE_SECURE:
+        raise ValueError(f"must be one of {', '.join(UI_COOKIE_SECURE)}, got {value!r}")
+    return text
+
+
 def _to_gpu_backend(value: Any) -> str:
     text = str(value)
     if text not in GPU_BACKENDS:
@@ -588,6 +599,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "insecure_no_auth": _to_bool,
     "ui": _to_bool,
     "ui_secret_file": _to_optional_path,
+    "ui_cookie_secure": _to_cookie_secure,
     "playbooks": Path,
     "database_url": _to_database_url,
     "mode": _to_mode,

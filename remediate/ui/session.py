@@ -62,7 +62,8 @@ def secret_key(secret_file: Path | None, credentials: Iterable[Credential]) -> b
 
 
 class UiSessionInterface(SecureCookieSessionInterface):
-    """Flask's signed cookie session, `Secure` whenever the page was asked for over https; only for the pages.
+    """Flask's signed cookie session, `Secure` whenever the page was asked for over https (or always, as set);
+    only for the pages.
 
     A request outside the cookie's path (the API: a webhook per alert) gets Flask's null session: its
     browser sends no cookie there, and building the signer and reading and saving an empty session was
@@ -85,10 +86,12 @@ def in_cookie_path(path: str, cookie_path: str) -> bool:
     return not prefix or path == prefix or path.startswith(prefix + "/")
 
 
-def configure(app: Flask, key: bytes) -> None:
+def configure(app: Flask, key: bytes, *, always_secure: bool = False) -> None:
+    """The pages' cookie session; `always_secure` (ui_cookie_secure: always) sets `Secure` on every cookie."""
     app.secret_key = key
     app.session_interface = UiSessionInterface()
     app.config.update(
+        SESSION_COOKIE_SECURE=always_secure,
         SESSION_COOKIE_NAME=SESSION_COOKIE,
         SESSION_COOKIE_PATH="/ui",
         SESSION_COOKIE_HTTPONLY=True,

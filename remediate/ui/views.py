@@ -53,6 +53,8 @@ class UiDeps:
     ladders: Callable[[], list[dict[str, Any]]]
     """GET /ladders' answer (every ladder)."""
     secret_key: bytes
+    cookie_always_secure: bool = False
+    """`ui_cookie_secure: always`: the session cookie is `Secure` even when the request came over plain http."""
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     """How many failed logins a client address may make per window before every login from it is 429."""
 
@@ -105,7 +107,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     @ui.record_once
     def _setup(state: Any) -> None:
         app: Flask = state.app
-        ui_session.configure(app, deps.secret_key)
+        ui_session.configure(app, deps.secret_key, always_secure=deps.cookie_always_secure)
         app.jinja_env.filters["time"] = _time
         app.jinja_env.filters["pretty"] = _pretty
 

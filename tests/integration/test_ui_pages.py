@@ -8,11 +8,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from werkzeug.test import TestResponse
 
 from remediate import schema as t
-from remediate.config import READ, Credential
+from remediate.config import READ, Credential, load_settings
+from remediate.errors import ConfigError
 from remediate.server import create_app
 from remediate.store import LoginThrottle
 from tests.support.http import (
@@ -79,6 +81,18 @@ def test_the_cookie_is_secure_over_https(server: Server) -> None:
     )
     assert answer.status_code == 302
     assert "Secure" in answer.headers["Set-Cookie"]
+
+
+def test_ui_cookie_secure_always_marks_the_cookie_secure_behind_a_tls_terminating_proxy(
+    make_server: MakeServer,
+) -> None:
+    """Issue 24, finding 6: behind a proxy that terminates TLS the server sees plain http and left `Secure` off."""
+    server = make_server(ui_cookie_secure=load_settings(env={"REMEDIATE_UI_COOKIE_SECURE": "always"}).ui_cookie_secure)
+    answer = log_in(server, READ_TOKEN)  # plain http, as the proxy forwards it
+    assert answer.status_code == 302
+    assert "Secure" in answer.headers["Set-Cookie"]
+    with pytest.raises(ConfigError, match="setting 'ui_cookie_secure': must be one of auto, always"):
+        load_settings(env={"REMEDIATE_UI_COOKIE_SECURE": "yes"})
 
 
 def test_the_webhook_token_and_unknown_tokens_cannot_log_in(server: Server) -> None:
