@@ -8,7 +8,9 @@ Issue 24, finding 3: the web pages' sessions of a rotated token, and of a logout
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,9 +18,9 @@ import pytest
 import requests
 
 from remediate.store import LoginThrottle
-from tests.support.realsystems import AlertManager
+from tests.support.realsystems import AlertManager, wait_until
 from tests.support.server import TOKEN as TOKEN_OF_HARNESS
-from tests.support.server import RemediateServer, write_playbook
+from tests.support.server import WAIT, RemediateServer, write_playbook
 
 pytestmark = [pytest.mark.integration]
 
@@ -72,6 +74,7 @@ def test_alertmanagers_webhook_token_delivers_but_cannot_approve_pause_or_reset(
 
 ALICE_TOKEN = "alice-e2e-operator-token-01"
 ALICE_ROTATED = "alice-e2e-operator-token-02"
+BOB_TOKEN = "bob-e2e-operator-token-0123"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -89,28 +92,45 @@ def ui_login(server: RemediateServer, token: str) -> requests.Session:
 
 
 def page_status(browser: requests.Session, server: RemediateServer) -> int:
-    return browser.get(server.url + "/ui/state", allow_redirects=False, timeout=10).status_code
+    """A page with the browser's cookie, on a new connection (an old worker may still finish a kept-alive one)."""
+    return requests.get(
+        server.url + "/ui/state", cookies=browser.cookies, allow_redirects=False, timeout=10
+    ).status_code
 
 
-def test_a_rotated_token_ends_its_web_sessions_when_the_server_restarts_with_it(
+def test_a_rotated_or_removed_token_ends_its_web_sessions_as_soon_as_the_server_reads_the_tokens_file(
     start_server: Callable[..., RemediateServer], tmp_path: Path
 ) -> None:
     """With `ui_secret_file` the signing key stays across the rotation; the session held a leaked token's
-    name and lived on for 12 hours. Now it holds the token's fingerprint: the first page after the
-    restart with the new tokens file asks for a login."""
+    name and lived on for 12 hours. Now it holds the token's fingerprint: the first page after the server
+    reads the new tokens file (SIGHUP: fresh HTTP workers; or a restart) asks for a login."""
     secret = tmp_path / "ui-secret"
     secret.write_text("s" * 48, encoding="utf-8")
     tokens = tmp_path / "tokens.yaml"
-    tokens.write_text(f"alice: {ALICE_TOKEN}\n", encoding="utf-8")
+    tokens.write_text(f"alice: {ALICE_TOKEN}\nbob: {BOB_TOKEN}\n", encoding="utf-8")
     server = start_server(env={"REMEDIATE_TOKENS_FILE": str(tokens), "REMEDIATE_UI_SECRET_FILE": str(secret)})
-    leaked = ui_login(server, ALICE_TOKEN)
-    assert page_status(leaked, server) == 200
+    leaked, bobs = ui_login(server, ALICE_TOKEN), ui_login(server, BOB_TOKEN)
+    assert page_status(leaked, server) == 200 and page_status(bobs, server) == 200
+
+    tokens.write_text(f"alice: {ALICE_ROTATED}\nbob: {BOB_TOKEN}\n", encoding="utf-8")
+    os.kill(server.pid, signal.SIGHUP)  # gunicorn starts fresh HTTP workers, which read the tokens again
+
+    def api_takes_the_new_token() -> bool:
+        # Fresh connections, a few in a row: every worker answering now is a new one.
+        return all(
+            requests.get(server.url + "/history", headers={"Authorization": f"Bearer {ALICE_ROTATED}"}, timeout=10).ok
+            for _ in range(4)
+        )
+
+    wait_until(api_takes_the_new_token, WAIT, message="the workers did not read the rotated tokens file")
+    assert page_status(leaked, server) == 302
+    assert page_status(bobs, server) == 200  # another token's session goes on
+    assert page_status(ui_login(server, ALICE_ROTATED), server) == 200
 
     tokens.write_text(f"alice: {ALICE_ROTATED}\n", encoding="utf-8")
     server.restart()
 
-    assert page_status(leaked, server) == 302
-    assert page_status(ui_login(server, ALICE_ROTATED), server) == 200
+    assert page_status(bobs, server) == 302  # bob's token removed
 
 
 def test_a_cookie_kept_from_before_the_logout_is_refused_by_every_worker(
