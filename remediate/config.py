@@ -22,6 +22,7 @@ from remediate.kube.model import parse_label_selector
 
 ENV_PREFIX = "REMEDIATE_"
 SERVER_MODES = ("enforce", "dry-run")
+UI_COOKIE_SECURE = ("auto", "always")
 GPU_BACKENDS = ("nvml", "simulated")
 
 
@@ -222,6 +223,9 @@ class Settings:
     ui_secret_file: Path | None = None
     """File of the key that signs the pages' session cookies (shared by every worker and replica). Unset:
     derived from the configured tokens, so changing a token ends every session."""
+    ui_cookie_secure: str = "auto"
+    """The session cookie's `Secure` flag. auto: when the page was asked for over https as the server sees
+    it; always: on every cookie, for a server behind a proxy that terminates TLS and forwards plain http."""
 
     @property
     def stale_after(self) -> float:
@@ -229,20 +233,20 @@ class Settings:
         return self.lease
 
     def resolved_token(self) -> str | None:
-        return _secret(self.token, self.token_file, "token")
+        return _token(self.token, self.token_file, "token")
 
     def resolved_read_token(self) -> str | None:
-        return _secret(self.read_token, self.read_token_file, "read_token")
+        return _token(self.read_token, self.read_token_file, "read_token")
 
     def resolved_operator_token(self) -> str | None:
-        return _secret(self.operator_token, self.operator_token_file, "operator_token")
+        return _token(self.operator_token, self.operator_token_file, "operator_token")
 
     def credentials(self) -> list[Credential]:
         """Every token the server accepts, with its principal name and roles; ConfigError on a bad one."""
         found: list[Credential] = []
         fixed = (
             ("token", self.resolved_token(), frozenset(self.token_roles)),
-            ("webhook", _secret(self.webhook_token, self.webhook_token_file, "webhook_token"), frozenset([WEBHOOK])),
+            ("webhook", _token(self.webhook_token, self.webhook_token_file, "webhook_token"), frozenset([WEBHOOK])),
             ("operator", self.resolved_operator_token(), frozenset({OPERATOR})),
             ("read", self.resolved_read_token(), frozenset({READ})),
         )
@@ -258,10 +262,10 @@ class Settings:
         return found
 
     def resolved_agent_token(self) -> str | None:
-        return _secret(self.agent_token, self.agent_token_file, "agent_token")
+        return _token(self.agent_token, self.agent_token_file, "agent_token")
 
     def resolved_agent_node_token(self) -> str | None:
-        return _secret(self.agent_node_token, self.agent_node_token_file, "agent_node_token")
+        return _token(self.agent_node_token, self.agent_node_token_file, "agent_node_token")
 
     def resolved_grafana_token(self) -> str | None:
         return _secret(None, self.grafana_token_file, "grafana_token")
@@ -300,11 +304,26 @@ def check_server_credentials(settings: Settings) -> list[Credential]:
     return credentials
 
 
+FIXED_PRINCIPALS = {"token": "token", WEBHOOK: "webhook_token", OPERATOR: "operator_token", READ: "read_token"}
+"""The principal names of the single-token settings: no `tokens_file` entry may take one (in any case),
+configured or not, so that a name in the history always means one credential."""
+
+
 def _read_tokens_file(path: Path) -> list[Credential]:
     import yaml  # here: the master of `remediate serve` holds the settings and never parses YAML (issue 14)
 
+    class UniqueKeys(yaml.SafeLoader):
+        """safe_load, but a name given twice is an error: YAML's own rule keeps the last one silently."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            names = [self.construct_object(key, deep=True) for key, _ in node.value]
+            twice = sorted({str(name) for name in names if names.count(name) > 1})
+            if twice:
+                raise ConfigError(f"tokens_file {path}: {twice[0][:40]!r} is given twice: one entry per name")
+            return super().construct_mapping(node, deep=deep)
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeys)  # noqa: S506 - a safe loader
     except OSError as exc:
         raise ConfigError(f"cannot read tokens_file {path}: {exc.strerror}") from exc
     except yaml.YAMLError as exc:
@@ -317,10 +336,15 @@ def _read_tokens_file(path: Path) -> list[Credential]:
         token, roles = (entry, [OPERATOR]) if isinstance(entry, str) else (None, None)
         if isinstance(entry, dict):
             token, roles = entry.get("token"), entry.get("roles", [OPERATOR])
-        if not isinstance(token, str) or len(token.strip()) < 16:
-            raise ConfigError(f"{where}: the token must be a string of at least 16 characters")
+        if not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_CHARS:
+            raise ConfigError(f"{where}: the token must be a string of at least {MIN_TOKEN_CHARS} characters")
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}", str(name)):
             raise ConfigError(f"{where}: names are letters, digits, _.@- (at most 63)")
+        if str(name).lower() in FIXED_PRINCIPALS:
+            raise ConfigError(
+                f"{where}: the name is the principal of the {FIXED_PRINCIPALS[str(name).lower()]} setting "
+                f"({', '.join(FIXED_PRINCIPALS)} are reserved): give the entry a name of its own"
+            )
         try:
             role_set = frozenset(_to_roles(roles))
         except ValueError as exc:
@@ -338,6 +362,23 @@ def _to_roles(value: Any) -> tuple[str, ...]:
     if bad or not roles:
         raise ValueError(f"must name roles among {', '.join(ROLES)}, got {value!r}")
     return roles
+
+
+MIN_TOKEN_CHARS = 16
+"""The shortest token accepted, wherever it is set (environment, file, tokens_file, agent tokens): a short
+one is guessed through the API or the login page long before anything notices."""
+_MAKE_ONE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one"
+
+
+def _token(value: str | None, path: Path | None, name: str) -> str | None:
+    """A bearer token of setting `name` (or its file); ConfigError, naming where it came from, when short."""
+    token = _secret(value, path, name)
+    if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
+        where = f"{name} ({ENV_PREFIX}{name.upper()})" if value else f"{name}_file {path}"
+        raise ConfigError(
+            f"{where}: a token needs at least {MIN_TOKEN_CHARS} characters, not {len(token.strip())}; {_MAKE_ONE}"
+        )
+    return token
 
 
 def _secret(value: str | None, path: Path | None, name: str) -> str | None:
@@ -431,6 +472,13 @@ _LIBPQ_SCHEME = re.compile(r"^(postgresql|postgres)://")
 
 def _to_database_url(value: Any) -> str:
     return _LIBPQ_SCHEME.sub("postgresql+psycopg://", str(value), count=1)
+
+
+def _to_cookie_secure(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in UI_COOKIE_SECURE:
+        raise ValueError(f"must be one of {', '.join(UI_COOKIE_SECURE)}, got {value!r}")
+    return text
 
 
 def _to_gpu_backend(value: Any) -> str:
@@ -579,6 +627,7 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "insecure_no_auth": _to_bool,
     "ui": _to_bool,
     "ui_secret_file": _to_optional_path,
+    "ui_cookie_secure": _to_cookie_secure,
     "playbooks": Path,
     "database_url": _to_database_url,
     "mode": _to_mode,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 metadata = sa.MetaData()
 
@@ -234,6 +234,29 @@ ladders = sa.Table(
 )
 
 
+# The web pages' sessions ended by their logout (remediate.store.ui_sessions): a signed cookie stays valid
+# until it expires, so every worker and replica must be able to tell that its session was ended. A row
+# is kept until the session would have expired by itself (`expires_at`), then deleted.
+ui_sessions_ended = sa.Table(
+    "ui_sessions_ended",
+    metadata,
+    sa.Column("sid", sa.String(64), primary_key=True),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Index("ix_ui_sessions_ended_expires", "expires_at"),
+)
+
+# Failed logins of the web pages per client address within the current window (the login throttle):
+# one row per address that failed lately, deleted once its window is over.
+ui_login_failures = sa.Table(
+    "ui_login_failures",
+    metadata,
+    sa.Column("client", sa.String(64), primary_key=True),
+    sa.Column("since", sa.Float, nullable=False),
+    sa.Column("failures", sa.Integer, nullable=False),
+    sa.Index("ix_ui_login_failures_since", "since"),
+)
+
+
 def _v2_action_memory(conn: sa.Connection) -> None:
     action_memory.create(conn)
 
@@ -325,6 +348,17 @@ def _v9(conn: sa.Connection) -> None:
         step(conn)
 
 
+def _v10_ui_sessions(conn: sa.Connection) -> None:
+    ui_sessions_ended.create(conn)
+    ui_login_failures.create(conn)
+
+
+def _v10(conn: sa.Connection) -> None:
+    # Version 10 gathers issue 24's changes, each in a function of its own.
+    for step in (_v10_ui_sessions,):
+        step(conn)
+
+
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     2: _v2_action_memory,
@@ -335,4 +369,5 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     7: _v7_reference_indexes,
     8: _v8_ladders,
     9: _v9,
+    10: _v10,
 }

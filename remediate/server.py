@@ -322,6 +322,7 @@ def _register_routes(app: Flask, services: Services) -> None:
             history_query=_history_query,
             ladders=lambda: _ladders_json(store.ladders()),
             secret_key=secret_key(services.settings.ui_secret_file, services.credentials),
+            cookie_always_secure=services.settings.ui_cookie_secure == "always",
         )
         app.register_blueprint(create_blueprint(ui_deps))
 

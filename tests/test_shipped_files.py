@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_http_route_is_documented_in_the_openapi_file_and_nothing_more(tmp_path: Path) -> None:
     spec = yaml.safe_load((ROOT / "docs/openapi.yaml").read_text())
     documented = {(path, method.upper()) for path, item in spec["paths"].items() for method in item}
-    settings = Settings(token="t", playbooks=ROOT / "playbooks", database_url=f"sqlite:///{tmp_path}/r.db")
+    settings = Settings(token="t" * 32, playbooks=ROOT / "playbooks", database_url=f"sqlite:///{tmp_path}/r.db")
     app = create_app(settings, services=build_services(settings))
     served = {
         (re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule), method)

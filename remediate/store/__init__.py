@@ -18,6 +18,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
   report.py       ReportQuery / Report: the reliability figures of a window (remediate report, /report, /metrics)
   retention.py    prune: old history deleted in bounded batches (PruneReport); Pruner, the server's periodic prune
   memory.py       StoreMemory (action memory; the agent's state file is remediate.agent_state)
+  ui_sessions.py  the web pages' sessions ended by logout and the login throttle's counts (LoginThrottle)
   rows.py         what they share: JSON text columns, MAX_ID, the alert a step sees
   interface.py    the store as the engine and the executor need it (Protocols): Store and the fake satisfy it
   inmemory.py     InMemoryStore: that interface on plain lists and dicts, for fast unit tests
@@ -56,6 +57,7 @@ from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import Pruner, PruneReport
 from remediate.store.rows import MAX_ID, dumps
 from remediate.store.sqlite import SqliteDialect, WriteLock
+from remediate.store.ui_sessions import LoginThrottle
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -78,6 +80,7 @@ __all__ = [
     "InMemoryStore",
     "IngestWriter",
     "IngestWriterContext",
+    "LoginThrottle",
     "MemoryStore",
     "PauseState",
     "PoolLimits",

@@ -30,6 +30,7 @@ from remediate.runs import (
 )
 from remediate.store import history as _history
 from remediate.store import report as _report
+from remediate.store import ui_sessions as _ui_sessions
 from remediate.store.announcements import Announcements, AwaitingRun
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Database
@@ -139,6 +140,26 @@ class Store:
                     raise AlreadyPaused(existing.by, existing.reason, existing.since)
             write_pause(conn, state)
         return state
+
+    # ------------------------------------------------------------------ the web pages' sessions and logins
+
+    def end_ui_session(self, sid: str, *, expires_at: float, now: float) -> None:
+        """A page session's logout: refused by every worker and replica from now on (ui_sessions)."""
+        with self.write() as conn:
+            _ui_sessions.end_session(conn, sid, expires_at=expires_at, now=now)
+
+    def ui_session_ended(self, sid: str) -> bool:
+        with self.read() as conn:
+            return _ui_sessions.session_ended(conn, sid)
+
+    def record_login_failure(self, client: str, *, throttle: _ui_sessions.LoginThrottle, now: float) -> None:
+        with self.write() as conn:
+            _ui_sessions.record_login_failure(conn, client, throttle=throttle, now=now)
+
+    def login_retry_after(self, client: str, *, throttle: _ui_sessions.LoginThrottle, now: float) -> float | None:
+        """Seconds until `client` may try to log in again (the throttle's window), or None."""
+        with self.read() as conn:
+            return _ui_sessions.login_retry_after(conn, client, throttle=throttle, now=now)
 
     # ------------------------------------------------------------------ the run queue (executor, approval)
 

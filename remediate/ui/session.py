@@ -1,9 +1,12 @@
 """Who is looking at a page: the login (a token checked once), the signed session cookie, CSRF tokens.
 
-The cookie (Flask's, signed with itsdangerous) holds the principal's name, when they logged in and a
-CSRF token; never the token. Each request looks the principal up again among the configured tokens,
-so a removed name or a changed role takes effect at once, and its age is checked against SESSION_HOURS
-whatever the browser does with the cookie's own expiry.
+The cookie (Flask's, signed with itsdangerous) holds a random session id, a fingerprint of the credential
+that logged in (an HMAC of its token under the signing key: never the token), the login time and a CSRF
+token. Each request finds the credential again by that fingerprint among the configured tokens, so a
+rotated or removed token ends its sessions at once and the roles are the credential's own now, whatever
+its name; the age is checked against SESSION_HOURS whatever the browser does with the cookie's expiry, and
+a session ended by its logout is refused through the store (`Store.ui_session_ended`), which every worker and
+replica reads.
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ def secret_key(secret_file: Path | None, credentials: Iterable[Credential]) -> b
 
 
 class UiSessionInterface(SecureCookieSessionInterface):
-    """Flask's signed cookie session, `Secure` whenever the page was asked for over https; only for the pages.
+    """Flask's signed cookie session, `Secure` whenever the page was asked for over https (or always, as set);
+    only for the pages.
 
     A request outside the cookie's path (the API: a webhook per alert) gets Flask's null session: its
     browser sends no cookie there, and building the signer and reading and saving an empty session was
@@ -82,10 +86,12 @@ def in_cookie_path(path: str, cookie_path: str) -> bool:
     return not prefix or path == prefix or path.startswith(prefix + "/")
 
 
-def configure(app: Flask, key: bytes) -> None:
+def configure(app: Flask, key: bytes, *, always_secure: bool = False) -> None:
+    """The pages' cookie session; `always_secure` (ui_cookie_secure: always) sets `Secure` on every cookie."""
     app.secret_key = key
     app.session_interface = UiSessionInterface()
     app.config.update(
+        SESSION_COOKIE_SECURE=always_secure,
         SESSION_COOKIE_NAME=SESSION_COOKIE,
         SESSION_COOKIE_PATH="/ui",
         SESSION_COOKIE_HTTPONLY=True,
@@ -106,32 +112,60 @@ def find_credential(credentials: Iterable[Credential], presented: str) -> Creden
     return found
 
 
-def log_in(session: MutableMapping[str, Any], credential: Credential, *, now: float) -> None:
+def fingerprint(key: bytes, credential: Credential) -> str:
+    """What the cookie keeps of the credential: an HMAC of its token under the signing key.
+
+    Rotating the token changes it, so the sessions of a leaked token end with the rotation even where the
+    key stays (`ui_secret_file`); without the key, the cookie's value says nothing about the token."""
+    return hmac.new(key, b"credential\0" + credential.token.encode(), hashlib.sha256).hexdigest()
+
+
+def log_in(session: MutableMapping[str, Any], credential: Credential, *, key: bytes, now: float) -> None:
     """A fresh session (nothing of the anonymous one survives: no session fixation of the CSRF token)."""
     session.clear()
     session.permanent = True  # type: ignore[attr-defined]
-    session["principal"] = credential.name
+    session["sid"] = secrets.token_urlsafe(18)
+    session["credential"] = fingerprint(key, credential)
     session["login_at"] = now
     session["csrf"] = secrets.token_urlsafe(32)
 
 
-def viewer(
-    session: Mapping[str, Any], credentials: tuple[Credential, ...], request: Request, *, now: float
-) -> Viewer | None:
-    """The logged-in viewer, or None (not logged in, expired, or a principal that may not read any more)."""
-    if not credentials:
-        # insecure_no_auth: the API lets anyone do anything; the pages do the same, recorded by address.
-        return Viewer(f"http:{request.remote_addr}", frozenset({READ, OPERATOR}))
-    name, login_at = session.get("principal"), session.get("login_at")
-    if not isinstance(name, str) or not isinstance(login_at, int | float):
+@dataclass(frozen=True)
+class SessionId:
+    """A logged-in session's own id and when it ends by itself (what a logout records as ended until then)."""
+
+    sid: str
+    expires_at: float
+
+
+def session_id(session: Mapping[str, Any], *, now: float) -> SessionId | None:
+    """The session's id while it is young enough to be accepted, else None (nothing left to end)."""
+    sid, login_at = session.get("sid"), session.get("login_at")
+    if not isinstance(sid, str) or not sid or not isinstance(login_at, int | float):
         return None
     if not 0 <= now - login_at <= SESSION_HOURS * 3600:
         return None
-    for credential in credentials:
-        if credential.name == name and credential.allows(READ):
-            roles = {READ} | ({OPERATOR} if credential.allows(OPERATOR) else set())
-            return Viewer(name, frozenset(roles))
-    return None
+    return SessionId(sid, login_at + SESSION_HOURS * 3600)
+
+
+def viewer(
+    session: Mapping[str, Any], credentials: tuple[Credential, ...], request: Request, *, key: bytes, now: float
+) -> Viewer | None:
+    """The logged-in viewer, or None (not logged in, expired, or a credential rotated, removed or not allowed
+    to read any more). Whether the session was logged out is the store's to say (the caller asks it)."""
+    if not credentials:
+        # insecure_no_auth: the API lets anyone do anything; the pages do the same, recorded by address.
+        return Viewer(f"http:{request.remote_addr}", frozenset({READ, OPERATOR}))
+    presented = session.get("credential")
+    if session_id(session, now=now) is None or not isinstance(presented, str):
+        return None
+    found = None
+    for credential in credentials:  # every one, in constant time each, as the API compares tokens
+        if hmac.compare_digest(presented.encode(), fingerprint(key, credential).encode()):
+            found = credential
+    if found is None or not found.allows(READ):
+        return None
+    return Viewer(found.name, frozenset({READ} | ({OPERATOR} if found.allows(OPERATOR) else set())))
 
 
 def csrf_token(session: MutableMapping[str, Any]) -> str:

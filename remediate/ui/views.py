@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Flask, abort, flash, g, redirect, render_template, request, session, url_for
+from flask import Blueprint, Flask, abort, flash, g, make_response, redirect, render_template, request, session, url_for
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
@@ -26,7 +27,7 @@ from remediate.config import READ, Credential
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history_api import entry_json, run_json
 from remediate.runs import RunStatus
-from remediate.store import HistoryQuery, Store
+from remediate.store import HistoryQuery, LoginThrottle, Store
 from remediate.ui import session as ui_session
 from remediate.ui.folding import fold_duplicates
 
@@ -52,6 +53,10 @@ class UiDeps:
     ladders: Callable[[], list[dict[str, Any]]]
     """GET /ladders' answer (every ladder)."""
     secret_key: bytes
+    cookie_always_secure: bool = False
+    """`ui_cookie_secure: always`: the session cookie is `Secure` even when the request came over plain http."""
+    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    """How many failed logins a client address may make per window before every login from it is 429."""
 
 
 def _time(value: float | str | None) -> str:
@@ -85,10 +90,14 @@ def _web_link(url: str | None) -> str | None:
 
 
 def _local(target: str | None, default: str) -> str:
-    """A redirect target only within the pages (no open redirect through ?next=)."""
-    if target and target.startswith("/ui/") and not target.startswith("//") and "\\" not in target:
-        return target
-    return default
+    """A redirect target only within the pages (no open redirect through ?next=), and one that fits in a
+    Location header: a line break or another control character would split the header (a 500, or a
+    header of the sender's making), whitespace has no place in a path. Anything else: `default`."""
+    if not target or not target.startswith("/ui/") or target.startswith("//") or "\\" in target:
+        return default
+    if any(char.isspace() or not char.isprintable() for char in target):
+        return default
+    return target
 
 
 def create_blueprint(deps: UiDeps) -> Blueprint:
@@ -98,7 +107,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     @ui.record_once
     def _setup(state: Any) -> None:
         app: Flask = state.app
-        ui_session.configure(app, deps.secret_key)
+        ui_session.configure(app, deps.secret_key, always_secure=deps.cookie_always_secure)
         app.jinja_env.filters["time"] = _time
         app.jinja_env.filters["pretty"] = _pretty
 
@@ -122,7 +131,12 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
         if request.endpoint == "ui.logout":
             return None  # an expired session may still end itself
-        g.viewer = ui_session.viewer(session, deps.credentials, request, now=time.time())
+        now = time.time()
+        g.viewer = ui_session.viewer(session, deps.credentials, request, key=deps.secret_key, now=now)
+        if g.viewer is not None and deps.credentials:
+            current = ui_session.session_id(session, now=now)
+            if current is None or store.ui_session_ended(current.sid):  # logged out (in any worker or replica)
+                g.viewer = None
         if g.viewer is None:
             if request.method != "GET":
                 abort(401, "log in first")
@@ -163,17 +177,33 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             return render_template("login.html", next=target, error=None)
         if not ui_session.csrf_ok(session, request.form.get("csrf_token")):
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
+        # Per client address, counted in the store: a guesser's tries land on every worker of every replica.
+        # Behind a proxy the address is the proxy's, and its clients share one count.
+        client, now = request.remote_addr or "unknown", time.time()
+        wait = store.login_retry_after(client, throttle=deps.login_throttle, now=now)
+        if wait is not None:
+            # The token is not even checked (a right guess must look like the others); no failure counted.
+            seconds = max(1, math.ceil(wait))
+            error = f"Too many failed logins from your address: try again in {seconds} s."
+            refused = make_response(render_template("login.html", next=target, error=error), 429)
+            refused.headers["Retry-After"] = str(seconds)
+            return refused
         credential = ui_session.find_credential(deps.credentials, request.form.get("token", ""))
         if credential is None or not credential.allows(READ):
+            store.record_login_failure(client, throttle=deps.login_throttle, now=now)
             # One answer for both: which tokens exist is not the page's to say.
             error = "Unknown token, or one that may not read (the webhook token cannot log in)."
             return render_template("login.html", next=target, error=error), 401
-        ui_session.log_in(session, credential, now=time.time())
+        ui_session.log_in(session, credential, key=deps.secret_key, now=now)
         log.info("%s logged in to the web pages", credential.name)
         return redirect(target)
 
     @ui.post("/logout")
     def logout() -> Any:
+        now = time.time()
+        current = ui_session.session_id(session, now=now)
+        if current is not None:  # the cookie is signed and may be kept: the store says it is over
+            store.end_ui_session(current.sid, expires_at=current.expires_at, now=now)
         session.clear()
         return redirect(url_for("ui.login"))
 

@@ -164,6 +164,9 @@ def test_invalid_values_are_refused(helm: Helm) -> None:
     typo = helm.lint({"agnet": {"enabled": False}})
     assert typo.returncode != 0
     assert "agnet" in typo.stdout + typo.stderr
+    short_token = helm.lint({"auth": {"operatorToken": "fifteen-chars-x"}})  # the server would refuse it
+    assert short_token.returncode != 0
+    assert "operatorToken" in short_token.stdout + short_token.stderr
     sqlite_replicas = helm.template({"replicaCount": 2}, check=False)
     assert sqlite_replicas.returncode != 0
     assert "replicaCount > 1 needs an external database" in sqlite_replicas.stderr
@@ -526,11 +529,19 @@ def test_tokens_are_generated_unless_given_and_the_agent_sees_only_its_own(
     assert len(set(tokens.values())) == 3
     assert set(by_kind(rendered["full"], "Secret")["data"]) == {"token", "operator-token", "agent-token", "read-token"}
 
-    given = helm.objects({"auth": {"token": "webhook-t", "operatorToken": "operator-t", "agentToken": "agent-t"}})
+    given = helm.objects(
+        {
+            "auth": {
+                "token": "webhook-t-0123456789",
+                "operatorToken": "operator-t-0123456789",
+                "agentToken": "agent-t-0123456789",
+            }
+        }
+    )
     data = by_kind(given, "Secret")["data"]
-    assert base64.b64decode(data["token"]) == b"webhook-t"
-    assert base64.b64decode(data["operator-token"]) == b"operator-t"
-    assert base64.b64decode(data["agent-token"]) == b"agent-t"
+    assert base64.b64decode(data["token"]) == b"webhook-t-0123456789"
+    assert base64.b64decode(data["operator-token"]) == b"operator-t-0123456789"
+    assert base64.b64decode(data["agent-token"]) == b"agent-t-0123456789"
 
     existing = rendered["existing-secrets"]
     assert not [o for o in existing if o["kind"] == "Secret"]

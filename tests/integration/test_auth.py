@@ -99,6 +99,27 @@ def test_a_bad_tokens_file_is_a_config_error_naming_the_problem(tmp_path: Path, 
         Settings(tokens_file=tokens).credentials()
 
 
+@pytest.mark.parametrize("name", ["token", "webhook", "operator", "read", "Operator"])
+def test_a_tokens_file_entry_may_not_take_a_fixed_principals_name(tmp_path: Path, name: str) -> None:
+    """Issue 24, finding 2: `operator: {token, roles: [read]}` beside operator_token made two principals of one
+    name; the pages looked roles up by name and showed the read-only one operator buttons."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(f"{name}: {{token: {AUDITOR_TOKEN}, roles: [read]}}\n", encoding="utf-8")
+
+    with pytest.raises(ConfigError, match=rf"tokens_file .*'{name}'.* reserved"):
+        Settings(operator_token=OPERATOR_TOKEN, tokens_file=tokens).credentials()
+    with pytest.raises(ConfigError, match="reserved"):  # configured or not: the name means that setting
+        Settings(tokens_file=tokens).credentials()
+
+
+def test_a_name_given_twice_in_the_tokens_file_is_a_config_error(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(f"alice: {ALICE_TOKEN}\nalice: {{token: {AUDITOR_TOKEN}, roles: [read]}}\n", encoding="utf-8")
+
+    with pytest.raises(ConfigError, match="'alice' is given twice"):
+        Settings(tokens_file=tokens).credentials()
+
+
 def test_a_long_note_is_cut_to_the_column_but_the_principal_stays(make_server: Callable[..., Server]) -> None:
     server = make_server(playbooks={"approve.yaml": APPROVE_XID})
     run_id = server.webhook(real_firing()).get_json()["runs"][0]

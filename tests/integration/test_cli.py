@@ -896,7 +896,7 @@ def test_a_token_file_on_the_command_line_wins_over_the_environment(
     url = serve(history_server)
     token_file = tmp_path / "token"
     token_file.write_text(OPERATOR_TOKEN, encoding="utf-8")
-    monkeypatch.setenv("REMEDIATE_TOKEN", "not-the-token")
+    monkeypatch.setenv("REMEDIATE_TOKEN", "not-the-token-0123456789")
 
     refused = cli("history", "--json", "--server", url)
     accepted = cli("history", "--json", "--server", url, "--token-file", token_file)

@@ -30,7 +30,7 @@ from remediate.breaker import Claim
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
-from remediate.store import HistoryQuery, Store
+from remediate.store import HistoryQuery, LoginThrottle, Store
 from tests.support.postgres import PostgresCluster
 from tests.support.store_json import history_json_of, run_json_of
 
@@ -96,6 +96,9 @@ def fill(store: Store, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) 
         ladder.ingest_body(later_occurrence(host), received_at=at + 140)
     ladder.ingest_body(later_occurrence(hosts[0]), received_at=at + 240)
     executor.drain()
+    # The web pages' state: a session ended by its logout, and a client's failed logins.
+    store.end_ui_session("Zq3-logged-out-session", expires_at=at + 12 * 3600, now=at + 250)
+    store.record_login_failure("192.0.2.7", throttle=LoginThrottle(), now=at + 260)
 
 
 LADDER = {
@@ -536,20 +539,15 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 8 file: without what migration 9 adds (the queue's priority, announcements,
-    # decisions by target and status, the status index with the playbook and alertname).
+    # Back to a real version 9 file: without what migration 10 adds (the web pages' ended sessions and
+    # failed logins).
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("DROP INDEX ix_runs_queue")
-        conn.execute("ALTER TABLE runs DROP COLUMN priority")
-        conn.execute("ALTER TABLE runs DROP COLUMN announced_at")
-        conn.execute("ALTER TABLE runs DROP COLUMN announce_error")
-        conn.execute("DROP INDEX ix_decisions_target_status")
-        conn.execute("DROP INDEX ix_decisions_status")
-        conn.execute("CREATE INDEX ix_decisions_status ON decisions (status, id)")
-        conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
+        conn.execute("DROP TABLE ui_sessions_ended")
+        conn.execute("DROP TABLE ui_login_failures")
+        conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 9, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 10, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

@@ -388,9 +388,9 @@ def test_the_breaker_over_http_status_reset_auth_and_gauge(
     playbooks.mkdir()
     (playbooks / "pb.yaml").write_text(CORDON_ONLY)
     settings = Settings(
-        token="w-token",
-        operator_token="o-token",
-        read_token="r-token",
+        token="w-token-0123456789ab",
+        operator_token="o-token-0123456789ab",
+        read_token="r-token-0123456789ab",
         playbooks=playbooks,
         database_url=f"sqlite:///{tmp_path / 'r.db'}",
         kubeconfig=kubeconfig,
@@ -400,8 +400,8 @@ def test_the_breaker_over_http_status_reset_auth_and_gauge(
     )
     services = build_services(settings)
     client = create_app(settings, services=services).test_client()
-    write, read = {"Authorization": "Bearer w-token"}, {"Authorization": "Bearer r-token"}
-    operator = {"Authorization": "Bearer o-token"}
+    write, read = {"Authorization": "Bearer w-token-0123456789ab"}, {"Authorization": "Bearer r-token-0123456789ab"}
+    operator = {"Authorization": "Bearer o-token-0123456789ab"}
     try:
         assert client.get("/breaker").status_code == 401
         closed = client.get("/breaker", headers=read).get_json()

@@ -3,13 +3,23 @@ cookie, CSRF, roles, and what each page shows. The same pages in a real Chromium
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from pathlib import Path
 from typing import Any
 
+import pytest
+import sqlalchemy as sa
 from werkzeug.test import TestResponse
 
+from remediate import schema as t
+from remediate.config import READ, Credential, load_settings
+from remediate.errors import ConfigError
+from remediate.server import create_app
+from remediate.store import LoginThrottle
 from tests.support.http import (
     APPROVE_XID,
+    ON_EVERY_DATABASE,
     OPERATOR_TOKEN,
     READ_TOKEN,
     TOKEN,
@@ -20,6 +30,8 @@ from tests.support.http import (
 )
 from tests.support.realsystems import WebhookRecorder
 
+ALICE_TOKEN = "alice-operator-token-abcdef"
+BOB_TOKEN = "bob-operator-token-0123456"
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
@@ -71,6 +83,18 @@ def test_the_cookie_is_secure_over_https(server: Server) -> None:
     assert "Secure" in answer.headers["Set-Cookie"]
 
 
+def test_ui_cookie_secure_always_marks_the_cookie_secure_behind_a_tls_terminating_proxy(
+    make_server: MakeServer,
+) -> None:
+    """Issue 24, finding 6: behind a proxy that terminates TLS the server sees plain http and left `Secure` off."""
+    server = make_server(ui_cookie_secure=load_settings(env={"REMEDIATE_UI_COOKIE_SECURE": "always"}).ui_cookie_secure)
+    answer = log_in(server, READ_TOKEN)  # plain http, as the proxy forwards it
+    assert answer.status_code == 302
+    assert "Secure" in answer.headers["Set-Cookie"]
+    with pytest.raises(ConfigError, match="setting 'ui_cookie_secure': must be one of auto, always"):
+        load_settings(env={"REMEDIATE_UI_COOKIE_SECURE": "yes"})
+
+
 def test_the_webhook_token_and_unknown_tokens_cannot_log_in(server: Server) -> None:
     for token in (TOKEN, "not-a-token-at-all-000"):
         answer = log_in(server, token)
@@ -78,6 +102,61 @@ def test_the_webhook_token_and_unknown_tokens_cannot_log_in(server: Server) -> N
         assert "may not read" in text(answer)
         assert token not in text(answer)
         assert server.client.get("/ui/").status_code == 302
+
+
+def test_a_next_with_a_line_break_or_control_character_is_refused_not_a_500(make_server: MakeServer) -> None:
+    """Issue 24, finding 6: `next=/ui/%0d%0aSet-Cookie:...` passed the /ui/ check and broke the redirect's
+    header after a successful login (500). Such a target is ignored: the login goes to the history."""
+    server = approve_server(make_server)
+    server.webhook(notification(alert("ffff000000000006", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+    for target in ("/ui/state\r\nSet-Cookie: evil=1", "/ui/\nx", "/ui/\x00", "/ui/\tx", "/ui/\x7f"):
+        server.client.delete_cookie("remediate_ui", path="/ui")
+        form = server.client.get("/ui/login", query_string={"next": target})
+        assert form.status_code == 200
+        answer = server.client.post(
+            "/ui/login", data={"token": OPERATOR_TOKEN, "csrf_token": csrf(form), "next": target}
+        )
+        assert answer.status_code == 302 and answer.headers["Location"] == "/ui/", repr(target)
+        assert "evil" not in answer.headers.get("Set-Cookie", "")
+        page = server.client.get(f"/ui/runs/{run_id}")
+        kept = server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(page), "next": target})
+        assert kept.status_code == 302 and kept.headers["Location"] == f"/ui/runs/{run_id}", repr(target)
+
+
+def test_rapid_failed_logins_are_throttled_per_address_and_the_right_token_works_after_the_window(
+    server: Server,
+) -> None:
+    """Issue 24, finding 6: 200 guesses in 4 s went unchecked. After 10 failures in a minute from one address,
+    every login from it answers 429 with Retry-After, the right token too (it is not even checked)."""
+    throttle = LoginThrottle()
+    for _ in range(2 * throttle.allowed):  # successful logins count for nothing
+        assert log_in(server, READ_TOKEN).status_code == 302
+    token = csrf(server.client.get("/ui/login"))
+
+    answers = [
+        server.client.post("/ui/login", data={"token": f"guess-{n:04d}-of-a-token-0000", "csrf_token": token})
+        for n in range(200)
+    ]
+
+    codes = [answer.status_code for answer in answers]
+    assert codes == [401] * throttle.allowed + [429] * (200 - throttle.allowed)
+    assert 1 <= int(answers[-1].headers["Retry-After"]) <= throttle.window
+    assert "Too many failed logins" in text(answers[-1])
+    right = log_in(server, OPERATOR_TOKEN)
+    assert right.status_code == 429 and "Set-Cookie" not in right.headers
+    form = server.client.get("/ui/login", environ_base={"REMOTE_ADDR": "192.0.2.44"})
+    other = server.client.post(
+        "/ui/login",
+        data={"token": OPERATOR_TOKEN, "csrf_token": csrf(form)},
+        environ_base={"REMOTE_ADDR": "192.0.2.44"},
+    )
+    assert other.status_code == 302  # another address is not throttled
+
+    with server.store.write() as conn:  # the window passes (as the 12-hour test moves the login time)
+        conn.execute(sa.update(t.ui_login_failures).values(since=t.ui_login_failures.c.since - throttle.window))
+    assert log_in(server, OPERATOR_TOKEN).status_code == 302
+    assert server.client.get("/ui/").status_code == 200
 
 
 def test_a_login_without_its_csrf_token_is_refused(server: Server) -> None:
@@ -189,6 +268,25 @@ def test_the_read_role_sees_no_button_and_a_forged_approve_is_403(make_server: M
     assert server.get("/pause").get_json()["paused"] is False
 
 
+def test_a_read_only_credential_named_like_the_operator_gets_no_operator_controls(make_server: MakeServer) -> None:
+    """Issue 24, finding 2: a session's roles are its credential's, never those of another token of the same
+    name. The load refuses such a pair (tests/integration/test_auth.py); this one is built past that check."""
+    built = approve_server(make_server)
+    twin = Credential("operator", "read-only-twin-token-0123", frozenset({READ}))
+    services = dataclasses.replace(built.services, credentials=(*built.services.credentials, twin))
+    app = create_app(services.settings, services=services)
+    server = Server(app, app.test_client(), services, built.db_path, built.database_url)
+    server.webhook(notification(alert("ffff000000000005", instance="node-a:9400", gpu="0")))
+    run_id = server.history()["entries"][0]["run_id"]
+
+    assert log_in(server, twin.token).status_code == 302
+    page = server.client.get(f"/ui/runs/{run_id}")
+    assert 'id="approve"' not in text(page) and 'id="needs-operator"' in text(page)
+    assert 'id="pause-button"' not in text(server.client.get("/ui/state"))
+    assert server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(page)}).status_code == 403
+    assert server.get(f"/runs/{run_id}").get_json()["status"] == "awaiting_approval"
+
+
 def test_a_post_without_the_sessions_csrf_token_is_refused(make_server: MakeServer) -> None:
     server = approve_server(make_server)
     server.webhook(notification(alert("ffff000000000003", instance="node-a:9400", gpu="0")))
@@ -235,6 +333,56 @@ def test_logout_ends_the_session(server: Server) -> None:
     assert page.status_code == 200
     assert server.client.post("/ui/logout", data={"csrf_token": csrf(page)}).status_code == 302
     assert server.client.get("/ui/").status_code == 302
+
+
+@ON_EVERY_DATABASE
+def test_after_logout_the_old_cookie_is_refused_by_every_worker_and_replica(make_server: MakeServer) -> None:
+    """Issue 24, finding 3: the cookie is signed, not stored, so a copy kept from before the logout worked for
+    12 hours. The logout is recorded in the store, which every process of every replica reads."""
+    first = make_server()
+    other = make_server(database_url=first.database_url)  # another worker or replica: its own process state
+    log_in(first, READ_TOKEN)
+    page = first.client.get("/ui/")
+    kept = first.client.get_cookie("remediate_ui", path="/ui")
+    assert kept is not None and page.status_code == 200
+    other.client.set_cookie("remediate_ui", kept.value, path="/ui")
+    assert other.client.get("/ui/").status_code == 200
+
+    assert first.client.post("/ui/logout", data={"csrf_token": csrf(page)}).status_code == 302
+
+    first.client.set_cookie("remediate_ui", kept.value, path="/ui")  # the copy kept from before the logout
+    for server in (first, other):
+        replay = server.client.get("/ui/")
+        assert replay.status_code == 302 and replay.headers["Location"].startswith("/ui/login")
+        assert server.client.post("/ui/pause", data={"csrf_token": csrf(page)}).status_code == 401
+    log_in(other, READ_TOKEN)  # a new login of the same token is a new session
+    assert other.client.get("/ui/").status_code == 200
+
+
+def test_a_rotated_or_removed_token_ends_its_sessions_even_with_a_secret_file(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    """Issue 24, finding 3: with `ui_secret_file` the signing key outlives any token, and a session of a leaked
+    token went on for 12 hours after the token was rotated. A server started with the new tokens (same key,
+    same database) refuses it at once; one with the same tokens still accepts it."""
+    secret = tmp_path / "ui-secret"
+    secret.write_text("k" * 40, encoding="utf-8")
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(f"alice: {ALICE_TOKEN}\nbob: {BOB_TOKEN}\n", encoding="utf-8")
+    before = make_server(tokens_file=tokens, ui_secret_file=secret)
+    log_in(before, ALICE_TOKEN)
+    cookie = before.client.get_cookie("remediate_ui", path="/ui")
+    assert cookie is not None and before.client.get("/ui/").status_code == 200
+
+    def replay(tokens_text: str) -> int:
+        tokens.write_text(tokens_text, encoding="utf-8")
+        after = make_server(tokens_file=tokens, ui_secret_file=secret, database_url=before.database_url)
+        after.client.set_cookie("remediate_ui", cookie.value, path="/ui")
+        return after.client.get("/ui/").status_code
+
+    assert replay(f"alice: {ALICE_TOKEN}\nbob: {BOB_TOKEN}\n") == 200  # same tokens: another worker
+    assert replay(f"alice: {ALICE_TOKEN[::-1]}\nbob: {BOB_TOKEN}\n") == 302  # alice's token rotated
+    assert replay(f"bob: {BOB_TOKEN}\n") == 302  # alice removed
 
 
 def test_a_login_older_than_12_hours_is_over(server: Server) -> None:

@@ -467,7 +467,7 @@ def test_without_a_token_and_without_insecure_no_auth_build_services_refuses(tmp
 def test_the_token_can_come_from_a_token_file(tmp_path: Any) -> None:
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "log-xid.yaml").write_text(LOG_XID, encoding="utf-8")
-    (tmp_path / "token").write_text("from-a-file\n", encoding="utf-8")
+    (tmp_path / "token").write_text("from-a-token-file-0123\n", encoding="utf-8")
     settings = Settings(
         token_file=tmp_path / "token",
         playbooks=tmp_path / "playbooks",
@@ -483,7 +483,10 @@ def test_the_token_can_come_from_a_token_file(tmp_path: Any) -> None:
             "/webhook", data=body, content_type="application/json", headers={"Authorization": "Bearer x"}
         )
         right = client.post(
-            "/webhook", data=body, content_type="application/json", headers={"Authorization": "Bearer from-a-file"}
+            "/webhook",
+            data=body,
+            content_type="application/json",
+            headers={"Authorization": "Bearer from-a-token-file-0123"},
         )
 
         assert wrong.status_code == 401

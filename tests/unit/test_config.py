@@ -164,20 +164,22 @@ def test_a_retention_shorter_than_a_day_or_not_a_duration_is_refused(written: st
 
 
 def test_the_token_file_is_read_and_stripped(tmp_path: Path) -> None:
-    token_file = write(tmp_path / "token", "  s3cret-token\n")
+    token_file = write(tmp_path / "token", "  s3cret-token-0123456789\n")
 
     settings = load_settings(env={"REMEDIATE_TOKEN_FILE": str(token_file)})
 
     assert settings.token_file == token_file
-    assert settings.resolved_token() == "s3cret-token"
+    assert settings.resolved_token() == "s3cret-token-0123456789"
 
 
 def test_a_token_given_directly_wins_over_the_token_file(tmp_path: Path) -> None:
-    token_file = write(tmp_path / "token", "from-file\n")
+    token_file = write(tmp_path / "token", "from-the-token-file-0123\n")
 
-    settings = load_settings(env={"REMEDIATE_TOKEN": "from-env", "REMEDIATE_TOKEN_FILE": str(token_file)})
+    settings = load_settings(
+        env={"REMEDIATE_TOKEN": "from-the-environment-0123", "REMEDIATE_TOKEN_FILE": str(token_file)}
+    )
 
-    assert settings.resolved_token() == "from-env"
+    assert settings.resolved_token() == "from-the-environment-0123"
 
 
 def test_an_empty_token_file_is_a_config_error(tmp_path: Path) -> None:
@@ -193,12 +195,14 @@ def test_a_missing_token_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_the_read_token_file_is_read_separately(tmp_path: Path) -> None:
-    read_file = write(tmp_path / "read", "reader\n")
+    read_file = write(tmp_path / "read", "reader-token-0123456789\n")
 
-    settings = load_settings(env={"REMEDIATE_TOKEN": "writer", "REMEDIATE_READ_TOKEN_FILE": str(read_file)})
+    settings = load_settings(
+        env={"REMEDIATE_TOKEN": "writer-token-0123456789", "REMEDIATE_READ_TOKEN_FILE": str(read_file)}
+    )
 
-    assert settings.resolved_token() == "writer"
-    assert settings.resolved_read_token() == "reader"
+    assert settings.resolved_token() == "writer-token-0123456789"
+    assert settings.resolved_read_token() == "reader-token-0123456789"
 
 
 def test_tokens_are_kept_out_of_the_repr() -> None:
@@ -286,8 +290,11 @@ def test_defaults_keep_everything_on_this_host() -> None:
 
 def test_the_agent_token_may_come_from_a_file(tmp_path: Path) -> None:
     token = tmp_path / "agent-token"
-    token.write_text("s3cret\n")
-    assert load_settings(env={"REMEDIATE_AGENT_TOKEN_FILE": str(token)}).resolved_agent_token() == "s3cret"
+    token.write_text("s3cret-agent-token-0123\n")
+    assert (
+        load_settings(env={"REMEDIATE_AGENT_TOKEN_FILE": str(token)}).resolved_agent_token()
+        == "s3cret-agent-token-0123"
+    )
     assert "s3cret" not in repr(load_settings(env={"REMEDIATE_AGENT_TOKEN": "s3cret"}))
 
 
@@ -350,3 +357,37 @@ def test_public_url_builds_links_and_loses_its_trailing_slash(tmp_path: Path) ->
     assert load_settings(env={}).public_url is None
     with pytest.raises(ConfigError, match="public_url must be an absolute http"):
         load_settings(env={"REMEDIATE_PUBLIC_URL": "remediate.example.com"})
+
+
+SHORT = "fifteen-chars-x"  # one short of the minimum
+
+
+@pytest.mark.parametrize(
+    ("setting", "resolve"),
+    [
+        ("token", Settings.credentials),
+        ("webhook_token", Settings.credentials),
+        ("operator_token", Settings.credentials),
+        ("read_token", Settings.credentials),
+        ("agent_token", Settings.resolved_agent_token),
+        ("agent_node_token", Settings.resolved_agent_node_token),
+    ],
+)
+def test_a_token_shorter_than_16_characters_is_refused_naming_its_setting(
+    tmp_path: Path, setting: str, resolve: object
+) -> None:
+    """Issue 24, finding 6: a 1-character token was accepted from the environment or a file."""
+    assert callable(resolve)
+    env = f"REMEDIATE_{setting.upper()}"
+    with pytest.raises(ConfigError, match=rf"^{setting} \({env}\): a token needs at least 16 characters, not 15"):
+        resolve(load_settings(env={env: SHORT}))
+    short_file = write(tmp_path / setting, f"  {SHORT}\n")
+    with pytest.raises(ConfigError, match=rf"^{setting}_file {short_file}: a token needs at least 16 characters"):
+        resolve(load_settings(env={f"{env}_FILE": str(short_file)}))
+    assert resolve(load_settings(env={env: SHORT + "y"}))  # 16 characters will do
+
+
+def test_a_short_tokens_file_entry_is_refused_too(tmp_path: Path) -> None:
+    tokens = write(tmp_path / "tokens.yaml", f"alice: {SHORT}\n")
+    with pytest.raises(ConfigError, match=rf"tokens_file {tokens}, 'alice': the token must be .* at least 16"):
+        Settings(tokens_file=tokens).credentials()

@@ -121,7 +121,9 @@ def test_without_agents_or_node_name_only_this_machines_own_name_runs_here() -> 
 
 
 def test_with_agents_node_steps_for_other_nodes_go_to_their_agent_and_this_nodes_stay_here() -> None:
-    settings = Settings(node_name="node-a", agents=(("node-b", "http://10.0.0.7:9096"),), agent_token="t")
+    settings = Settings(
+        node_name="node-a", agents=(("node-b", "http://10.0.0.7:9096"),), agent_token="agent-token-0123456789"
+    )
     dispatch = Dispatch.from_settings(settings)
 
     assert dispatch.uses_agents
@@ -141,7 +143,9 @@ def test_agents_without_an_agent_token_is_a_config_error() -> None:
 
 
 def test_static_map_and_discovery_are_chained_in_that_order() -> None:
-    settings = Settings(agents=(("node-b", "http://x:1"),), agent_selector="app=agent", agent_token="t")
+    settings = Settings(
+        agents=(("node-b", "http://x:1"),), agent_selector="app=agent", agent_token="agent-token-0123456789"
+    )
     directory = Dispatch.from_settings(settings).directory
     assert isinstance(directory, ChainedAgents)
     assert [type(d) for d in directory.directories] == [StaticAgents, KubernetesAgents]
@@ -504,7 +508,7 @@ def test_discovery_uses_the_configured_kubeconfig_and_context_not_the_default_on
         settings = Settings(
             agent_selector="app.kubernetes.io/component=agent",
             agent_namespace="remediate",
-            agent_token="t",
+            agent_token="agent-token-0123456789",
             kubeconfig=tmp_path / "lab.kubeconfig",
             kube_context="lab",
         )

@@ -22,6 +22,7 @@ INTERFACE = {
     "checkpoint",
     "prune", "ladders", "reset_ladders", "report",
     "take_announcement", "record_announcement",
+    "end_ui_session", "ui_session_ended", "record_login_failure", "login_retry_after",
 }  # fmt: skip
 
 

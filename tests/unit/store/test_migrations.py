@@ -58,7 +58,7 @@ def new_database(request: pytest.FixtureRequest, tmp_path: Path) -> NewDatabase:
 
 
 # Tables added after version 1, by the version that added them.
-LATER_TABLES = {"action_memory": 2, "breaker_claims": 3, "ladders": 8}
+LATER_TABLES = {"action_memory": 2, "breaker_claims": 3, "ladders": 8, "ui_sessions_ended": 10, "ui_login_failures": 10}
 
 
 def _make_version(url: str, version: int) -> None:

@@ -6,10 +6,22 @@ from pathlib import Path
 
 import pytest
 from flask import Flask, request, session
+from flask.sessions import SecureCookieSession
 
 from remediate.config import OPERATOR, READ, WEBHOOK, Credential
 from remediate.errors import ConfigError
-from remediate.ui.session import UiSessionInterface, configure, csrf_ok, find_credential, in_cookie_path, secret_key
+from remediate.ui.session import (
+    SESSION_HOURS,
+    UiSessionInterface,
+    configure,
+    csrf_ok,
+    find_credential,
+    in_cookie_path,
+    log_in,
+    secret_key,
+    session_id,
+    viewer,
+)
 
 OPERATOR_C = Credential("alice", "alice-token-0123456789", frozenset({OPERATOR}))
 READ_C = Credential("auditor", "auditor-token-0123456789", frozenset({READ}))
@@ -92,3 +104,29 @@ def test_only_the_pages_open_a_session(monkeypatch: pytest.MonkeyPatch) -> None:
     response = client.get("/ui/login")
     assert response.status_code == 200 and "remediate_ui=" in response.headers["Set-Cookie"]
     assert "/ui/login" in opened
+
+
+def test_a_session_is_its_credential_by_fingerprint_never_by_name() -> None:
+    """Issue 24, findings 2 and 3: the cookie names no principal; the roles are those of the token that logged in."""
+    key = b"k" * 32
+    twin = Credential("alice", "a-read-only-twin-0123456789", frozenset({READ}))
+    session = SecureCookieSession()
+    log_in(session, twin, key=key, now=1000.0)
+    assert twin.token not in str(session) and "alice" not in str(session)
+    request = Flask("t").test_request_context("/ui/").request
+
+    seen = viewer(session, (OPERATOR_C, twin), request, key=key, now=1001.0)
+
+    assert seen is not None and seen.principal == "alice" and not seen.operator
+    rotated = Credential("alice", "a-read-only-twin-9876543210", frozenset({READ}))
+    assert viewer(session, (OPERATOR_C, rotated), request, key=key, now=1001.0) is None
+    assert viewer(session, (OPERATOR_C, twin), request, key=b"x" * 32, now=1001.0) is None
+
+
+def test_a_session_id_is_there_until_the_session_expires() -> None:
+    session = SecureCookieSession()
+    log_in(session, READ_C, key=b"k" * 32, now=1000.0)
+    current = session_id(session, now=1000.0 + SESSION_HOURS * 3600)
+    assert current is not None and current.expires_at == 1000.0 + SESSION_HOURS * 3600
+    assert session_id(session, now=1001.0 + SESSION_HOURS * 3600) is None
+    assert session_id({}, now=1000.0) is None

@@ -1,0 +1,60 @@
+"""The web pages' server-side state: sessions ended by their logout, and the login throttle's counts.
+
+Both live in the database because a page request may reach any gunicorn worker of any replica: a
+logout in one must end the session in all, and failed logins must be counted wherever they land.
+Called by remediate.ui.views through the Store; each function takes the transaction it runs in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from remediate import schema as t
+
+
+@dataclass(frozen=True)
+class LoginThrottle:
+    """At most `allowed` failed logins per client address in a window of `window` seconds; then every login
+    from it answers 429 until the window is over (a correct token too: the token is not even checked)."""
+
+    allowed: int = 10
+    window: float = 60.0
+
+
+_ENDED = sa.select(t.ui_sessions_ended.c.sid).where(t.ui_sessions_ended.c.sid == sa.bindparam("p_sid"))
+# Portable upserts (SQLite >= 3.24 and PostgreSQL): two workers ending the same session, or counting the
+# same client's failures at once, must neither fail nor lose a count.
+_END = sa.text("INSERT INTO ui_sessions_ended (sid, expires_at) VALUES (:p_sid, :p_until) ON CONFLICT (sid) DO NOTHING")
+_FAIL = sa.text(
+    "INSERT INTO ui_login_failures (client, since, failures) VALUES (:p_client, :p_now, 1) "
+    "ON CONFLICT (client) DO UPDATE SET failures = ui_login_failures.failures + 1"
+)
+_FAILURES = sa.select(t.ui_login_failures.c.since, t.ui_login_failures.c.failures).where(
+    t.ui_login_failures.c.client == sa.bindparam("p_client")
+)
+
+
+def end_session(conn: sa.Connection, sid: str, *, expires_at: float, now: float) -> None:
+    """Record the session as ended until it would have expired; forget the ones that have expired since."""
+    conn.execute(sa.delete(t.ui_sessions_ended).where(t.ui_sessions_ended.c.expires_at < now))
+    conn.execute(_END, {"p_sid": sid[:64], "p_until": expires_at})
+
+
+def session_ended(conn: sa.Connection, sid: str) -> bool:
+    return conn.execute(_ENDED, {"p_sid": sid[:64]}).first() is not None
+
+
+def record_login_failure(conn: sa.Connection, client: str, *, throttle: LoginThrottle, now: float) -> None:
+    """Count one failed login of `client` in its current window (a new window once the last one is over)."""
+    conn.execute(sa.delete(t.ui_login_failures).where(t.ui_login_failures.c.since <= now - throttle.window))
+    conn.execute(_FAIL, {"p_client": client[:64], "p_now": now})
+
+
+def login_retry_after(conn: sa.Connection, client: str, *, throttle: LoginThrottle, now: float) -> float | None:
+    """Seconds until `client` may try to log in again, or None when it may now."""
+    row = conn.execute(_FAILURES, {"p_client": client[:64]}).first()
+    if row is None or row.failures < throttle.allowed or row.since + throttle.window <= now:
+        return None
+    return float(row.since + throttle.window - now)
