@@ -23,6 +23,7 @@ from typing import Any
 
 from remediate.actions.base import StepContext
 from remediate.errors import ParamsError
+from remediate.runs import StepStatus
 from remediate.templating import Escape, Trusted, render_text
 
 OUTCOME_ERROR_MAX = 200
@@ -42,7 +43,7 @@ def outcome_line(steps: list[dict[str, Any]]) -> str:
     """What the steps did, in one line: `cordon succeeded; drain failed (PDB blocked 2 pods)`."""
     parts = []
     for step in steps:
-        error = f" ({_clip(step['error'], OUTCOME_ERROR_MAX)})" if step["error"] and step["status"] == "failed" else ""
+        error = f" ({_clip(step['error'], OUTCOME_ERROR_MAX)})" if step["error"] and step["status"] == StepStatus.FAILED else ""
         parts.append(f"{step['name']} {step['status']}{error}")
     return "; ".join(parts) if parts else "no earlier step"
 
@@ -61,7 +62,7 @@ def message_context(ctx: StepContext, *, public_url: str | None) -> dict[str, An
         for s in ctx.steps
     ]
     earlier = [s for s in steps if s["number"] - 1 < ctx.step_index]
-    failed = [s["name"] for s in earlier if s["status"] == "failed"]
+    failed = [s["name"] for s in earlier if s["status"] == StepStatus.FAILED]
     url = run_page_url(public_url, ctx.run_id)
     run = {
         "id": ctx.run_id,

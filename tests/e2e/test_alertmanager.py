@@ -123,7 +123,7 @@ def test_firing_then_resolved_runs_steps_then_on_resolved_steps(
         ("log-resolved", "log", "succeeded"),
         ("notify-resolved", "notify.webhook", "succeeded"),
     ]
-    assert after["steps"][1]["params"]["message"] == f"RESOLVED {alertname} gpu 3 on node-a"
+    assert after["steps"][1]["result"]["message"] == f"RESOLVED {alertname} gpu 3 on node-a"  # as sent
     # Same occurrence of the same alert, and it ran only after the firing run had finished.
     assert after["alert"]["fingerprint"] == fired["alert"]["fingerprint"]
     assert after["alert"]["startsAt"] == fired["alert"]["startsAt"]

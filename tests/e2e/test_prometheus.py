@@ -111,7 +111,7 @@ steps:
     assert detail["alert"]["generatorURL"].startswith(prom.url)
     [step] = detail["steps"]
     assert step["status"] == "succeeded"
-    assert step["params"]["message"] == "GPU 0 (GPU-abc) on node-a: GPU 0 on node-a is at 90 C"
+    assert step["result"]["message"] == "GPU 0 (GPU-abc) on node-a: GPU 0 on node-a is at 90 C"  # as sent
     [posted] = recorder.requests
     assert posted.json["run_id"] == detail["id"]
     assert posted.json["alert"]["labels"]["UUID"] == "GPU-abc"

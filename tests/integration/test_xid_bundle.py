@@ -161,7 +161,7 @@ def test_dry_run_of_a_node_that_does_not_exist_says_so(
         ],
         catch_exceptions=False,
     )
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # a plan that fails: the run cannot succeed (issue 24, finding 15)
     assert (
         "plan failed: ActionError: node 'ghost-1' (from label hostname) does not exist in the cluster" in result.output
     )
