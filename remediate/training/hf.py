@@ -26,7 +26,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, TorchCheckpoints
+from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, CheckpointIndex, TorchCheckpoints
 from remediate.training.client import TrainingControl
 from remediate.training.handlers import CheckpointStore, drop_gradients
 
@@ -90,6 +90,9 @@ class RemediateTrainerCallback(TrainerCallback):
                 self.checkpoints.directory.mkdir(parents=True, exist_ok=True)
         if isinstance(self.checkpoints, TorchCheckpoints):
             self.checkpoints.attach(model=model, optimizer=optimizer, scheduler=scheduler)
+        if state.global_step > 0 and isinstance(self.checkpoints, CheckpointIndex):
+            # resume_from_checkpoint: this run continues the previous one's lineage at that step.
+            self.checkpoints.continue_from(state.global_step)
         self.control.attach(optimizer=optimizer, scheduler=scheduler)
         self.control.register()
 

@@ -28,7 +28,7 @@ try:
 except ImportError:  # pragma: no cover - the standalone package
     from pytorch_lightning import Callback, LightningModule, Trainer  # type: ignore[no-redef]
 
-from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, TorchCheckpoints
+from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, CheckpointIndex, TorchCheckpoints
 from remediate.training.client import TrainingControl
 from remediate.training.handlers import CheckpointStore, drop_gradients
 
@@ -107,6 +107,9 @@ class RemediateCallback(Callback):
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         if isinstance(self.checkpoints, TorchCheckpoints):
             self.checkpoints.attach(model=pl_module, optimizer=optimizers, scheduler=schedulers)
+        if trainer.global_step > 0 and isinstance(self.checkpoints, CheckpointIndex):
+            # fit(ckpt_path=...): this run continues the previous one's lineage at that step.
+            self.checkpoints.continue_from(trainer.global_step)
         self.control.attach(optimizer=optimizers, scheduler=schedulers)
         self.control.register()
 

@@ -313,15 +313,20 @@ class CheckpointInfo:
     good: bool = False
     path: str | None = None
     saved_at: float = 0.0
+    run: str | None = None
+    """The run of the job that saved it (`CheckpointIndex.run_id`); None in indexes of older libraries."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "step": self.step,
             "loss": finite_or_text(self.loss),
             "good": self.good,
             "path": self.path,
             "saved_at": self.saved_at,
         }
+        if self.run is not None:
+            data["run"] = self.run
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> CheckpointInfo:
@@ -335,6 +340,7 @@ class CheckpointInfo:
             good=data.get("good") is True,
             path=path if isinstance(path, str) else None,
             saved_at=float(number_from_json(data.get("saved_at")) or 0.0),
+            run=_optional_str(data, "run"),
         )
 
     def describe(self) -> str:

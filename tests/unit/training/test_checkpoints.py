@@ -94,9 +94,10 @@ def test_checkpoints_keep_the_last_k_and_always_the_newest_good_one(tmp_path: Pa
     store.save(50, 3.0)
     assert [c.step for c in store.list()] == [40, 50]
 
-    # A restarted job (or another rank) finds the same index on disk.
+    # A restarted job finds the same index on disk: the previous run's, to resume from (its own run has none yet).
     again = TorchCheckpoints(tmp_path, model=model, optimizer=optimizer, writer=True)
-    assert [(c.step, c.good, c.loss) for c in again.list()] == [(40, False, 50.0), (50, True, 3.0)]
+    assert [(c.step, c.good, c.loss) for c in again.previous()] == [(40, False, 50.0), (50, True, 3.0)]
+    assert again.list() == []
     reader = TorchCheckpoints(tmp_path, model=model, optimizer=optimizer, writer=False)
     assert [c.step for c in reader.list()] == [40, 50]
     store.save(60, 1.0)

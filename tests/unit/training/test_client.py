@@ -451,6 +451,7 @@ def test_checkpoint_command_saves_with_the_last_reported_loss(root: Path) -> Non
         "good": True,
         "path": "/ckpt/11",
         "saved_at": ack.result["checkpoint"]["saved_at"],
+        "run": store.run_id,
     }
     assert JobPaths(root, JOB).read_registration().checkpoints[-1].step == 11
 
