@@ -316,7 +316,8 @@ class CheckpointIndex:
                 entries = data.get("checkpoints", [])
                 self._entries = sorted((CheckpointInfo.from_dict(c) for c in entries), key=lambda c: c.step)
                 runs = data.get("runs")
-                self._runs = {str(k): v for k, v in runs.items() if isinstance(v, dict)} if isinstance(runs, dict) else {}
+                runs = runs if isinstance(runs, dict) else {}
+                self._runs = {str(k): v for k, v in runs.items() if isinstance(v, dict)}
                 current = data.get("current")
                 self._file_current = current if isinstance(current, str) else None
                 if not self._seen_file:

@@ -118,6 +118,7 @@ class TrainingControl:
         handlers: dict[str, HandlerFunction | Handler] | None = None,
         on_ack: Callable[[Ack], None] | None = None,
         batching: Batching | None = None,
+        unsupported: dict[str, str] | None = None,
     ) -> None:
         """
         job: the name remediate finds the job by (an alert label's value, e.g. the pod name); default
@@ -138,6 +139,9 @@ class TrainingControl:
         on_ack: called with every acknowledgement this job writes (e.g. to log it).
         batching: the micro-batch size, accumulation and loader workers the loop reads; declares the
             reduce_batch_size (and set_dataloader_workers) commands (`remediate.training.batching`).
+        unsupported: command kind -> why this integration cannot apply it (the framework callbacks set it):
+            such a kind is never declared, even by an attached `Batching`, and a command of that kind is
+            rejected with the reason. A handler you add yourself for that kind lifts it (you wired it).
         """
         name = job or os.environ.get(ENV_JOB)
         if not name:
@@ -158,6 +162,9 @@ class TrainingControl:
         self.rewinds_step = rewinds_step
         self.on_ack = on_ack
         self._handlers: dict[str, Handler] = dict(BUILTIN_HANDLERS)
+        self._unsupported: dict[str, str] = dict(unsupported or {})
+        for kind in self._unsupported:
+            self._handlers.pop(kind, None)
         self.acks: list[Ack] = []
         """The acknowledgements this job wrote, oldest first (the last 100)."""
 
@@ -218,6 +225,8 @@ class TrainingControl:
         if batching is not None:
             self.batching = batching
             for kind, handler in batching.handlers().items():
+                if kind in self._unsupported:
+                    continue  # the loop this integration runs never reads it: declaring it would be a lie
                 self.add_handler(kind, handler)
         if optimizer is not None:
             self._optimizers = _as_list(optimizer)
@@ -245,6 +254,7 @@ class TrainingControl:
         without one the command takes any params.
         """
         check_kind(kind)
+        self._unsupported.pop(kind, None)
         if not isinstance(handler, Handler):
             handler = Handler(handler, prepare, None if schema is None else check_schema(schema))
         self._handlers[kind] = handler
@@ -636,6 +646,17 @@ class TrainingControl:
                 )
                 continue
             handler = self._handlers.get(command.kind)
+            if handler is None and command.kind in self._unsupported:
+                self._ack_simple(
+                    command_id,
+                    command.kind,
+                    REJECTED,
+                    f"{command.kind!r} is not supported by this integration ({self.framework}): "
+                    f"{self._unsupported[command.kind]}; nothing was changed",
+                    received,
+                    step,
+                )
+                continue
             if handler is None:
                 self._ack_simple(
                     command_id,
