@@ -84,6 +84,10 @@ ALIVE_MIN_S = 30.0
 """A job that polled within max(this, 5 heartbeats) counts as alive in a plan."""
 
 
+class NoAcknowledgement(ActionError):
+    """The job did not acknowledge the command in time; it was withdrawn unapplied."""
+
+
 def _job_name_check(value: str) -> str | None:
     return job_name_problem(value)
 
@@ -469,7 +473,7 @@ class _TrainingAction(Action):
                 f"from the inbox before the job took it ({seen}): it will never be applied"
             )
         if withdrawn:
-            raise ActionError(
+            raise NoAcknowledgement(
                 f"no acknowledgement from training job {registration.job!r} within {waited:.1f} s ({seen}; "
                 f"wake-up: {woken}); command {command.id} expired at {_iso(command.expires_at)} and was withdrawn "
                 "from the inbox: it will never be applied"
