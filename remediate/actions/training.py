@@ -52,7 +52,7 @@ from typing import Any, ClassVar, Self
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema, duration_within
 from remediate.durations import parse_duration
-from remediate.errors import ActionError, OutcomePending
+from remediate.errors import ActionError, OutcomePending, ParamsError
 from remediate.training.protocol import (
     APPLIED,
     CHECKPOINT,
@@ -82,6 +82,11 @@ JOB_POLL_S = 0.1
 """How often a step waiting for a job to come back (wait_for_job) reads its job.json."""
 ALIVE_MIN_S = 30.0
 """A job that polled within max(this, 5 heartbeats) counts as alive in a plan."""
+
+
+class CommandRefused(ParamsError, ActionError):
+    """The step's command or params do not fit what the job declares; nothing was sent (a 400-class refusal:
+    the agent answers 422 invalid_params)."""
 
 
 class NoAcknowledgement(ActionError):
@@ -364,15 +369,11 @@ class _TrainingAction(Action):
         previous = _read_ack(job_dir, command_id)
         if previous is not None:  # this step ran before (crash, retry): the job already answered
             return self._outcome(previous, registration, how, None, started, replayed=True)
-        problem = self.identity_problem(params, registration) or self.refusal(params, registration)
-        if problem:
-            raise ActionError(f"{problem}; nothing was sent")
+        self._check_sendable(params, registration)
         fresh = self._running_job(params, ctx, job_dir, registration)
         if fresh is not registration:  # it came back (wait_for_job): it must still be the job the alert names
             registration = fresh
-            problem = self.identity_problem(params, registration) or self.refusal(params, registration)
-            if problem:
-                raise ActionError(f"{problem}; nothing was sent")
+            self._check_sendable(params, registration)
         budget = min(float(params["timeout"]), ctx.remaining() - DEADLINE_MARGIN_S)
         if budget <= 0:
             raise ActionError("no time left in the step to deliver the command")
@@ -410,6 +411,14 @@ class _TrainingAction(Action):
             self._fail_without_ack(job_dir, paths, registration, command, withdrawn, woken, ctx)
         assert ack is not None
         return self._outcome(ack, registration, how, command, started, woken=woken)
+
+    def _check_sendable(self, params: Mapping[str, Any], registration: Registration) -> None:
+        problem = self.identity_problem(params, registration)
+        if problem:
+            raise ActionError(f"{problem}; nothing was sent")
+        refused = self.refusal(params, registration)
+        if refused:  # the step's params do not fit what the job declares: bad input, not a failure of the job
+            raise CommandRefused(f"{refused}; nothing was sent")
 
     def _running_job(
         self, params: Mapping[str, Any], ctx: StepContext, job_dir: JobDir, registration: Registration
