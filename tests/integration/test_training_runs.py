@@ -25,7 +25,7 @@ from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store
-from remediate.training.protocol import JobPaths, atomic_write_json
+from remediate.training.protocol import CheckpointInfo, JobPaths, atomic_write_json
 from tests.conftest import alert_payload, notification_payload
 from tests.support.store_json import run_json_of
 from tests.support.training import Jobs, LiveJob
@@ -415,3 +415,48 @@ def test_a_strict_checkpoint_node_step_that_fails_keeps_every_jobs_outcome_in_th
     assert result["outcomes"] == {**{name: "checkpointed" for name in pids}, "job-hung": "timed_out"}
     assert {r["job"]: r["applied_by_pid"] for r in result["checkpointed"]} == pids
     assert [f["job"] for f in result["failed"]] == ["job-hung"] and result["skipped"] == []
+
+
+# --------------------------------------------------------------------------- issue 24, finding 16
+
+
+SHIPPED_ROLLBACKS = [("loss-spike", "TrainingLossSpike"), ("loss-nan", "TrainingLossNaN")]
+
+
+@pytest.mark.parametrize(("playbook", "rule"), SHIPPED_ROLLBACKS)
+def test_each_shipped_rollback_excludes_checkpoints_saved_while_its_rule_was_pending(
+    playbook: str, rule: str, registry: ActionRegistry
+) -> None:
+    import yaml
+
+    from remediate.durations import parse_duration
+
+    rules = yaml.safe_load((REPO / "alertmanager" / "rules" / "training.rules.yml").read_text())
+    pending = {r["alert"]: r["for"] for group in rules["groups"] for r in group["rules"]}[rule]
+    shipped = {p.name: p for p in load_playbooks(REPO / "playbooks", registry).playbooks}[playbook]
+    rollback = next(s for s in shipped.steps if s.action == "training.rollback")
+    assert rollback.params["before_alert_s"] == parse_duration(pending).total_seconds()
+
+
+def test_the_shipped_loss_spike_playbook_restores_no_checkpoint_saved_during_the_spike_even_without_a_ratio(
+    root: Path, registry: ActionRegistry, store: Store
+) -> None:
+    """The field case: max_loss_ratio=None (the docs' curriculum advice) marked the checkpoint saved during the
+    spike good (step 580, loss 2119 vs ~2), and without before_alert_s the rollback restored it."""
+    job = LiveJob(root, "job-a", start_step=700)
+    job.checkpoints.record(CheckpointInfo(580, 2119.0, True, "/ckpt/580", time.time() - 30))  # the pending minute
+    job.start()
+    try:
+        shipped = load_playbooks(REPO / "playbooks", registry)
+        engine = Engine(
+            store=store,
+            playbooks=PlaybookSet(p for p in shipped.playbooks if p.name == "loss-spike"),
+            registry=registry,
+        )
+        decision = fire(engine, "job-a", starts_at(0))
+        assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1
+    finally:
+        job.stop()
+    run = run_json_of(store, decision.run_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert run["steps"][0]["result"]["checkpoint"]["step"] == 400 and job.loaded == [400]
