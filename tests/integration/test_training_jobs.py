@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from remediate.training.protocol import APPLIED, JobPaths, this_host
+from remediate.training import TrainingControl
+from remediate.training.protocol import APPLIED, JobPaths, atomic_write_json, this_host
 from tests.support.training import deliver, wait_for_ack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,3 +220,46 @@ def test_a_restarted_job_keeps_its_new_checkpoints_and_never_rolls_back_into_the
     ack = wait_for_ack(root, "restarted", command.id)
     assert ack.status == APPLIED, ack.detail
     assert ack.result["checkpoint"]["run"] == new_run
+
+
+# --------------------------------------------------------------------------- issue 24, finding 16 (control dirs)
+
+
+def _age(root: Path, job: str, **fields: float) -> None:
+    paths = JobPaths(root, job)
+    data = json.loads(paths.registration.read_text())
+    data.update(fields)
+    atomic_write_json(paths.registration, data, tmp_dir=paths.tmp)
+
+
+def test_closed_and_dead_jobs_control_directories_do_not_stay_forever(spawn: Any) -> None:
+    """Closed jobs' directories stayed forever and checkpoint_node listed every one of them."""
+    root: Path = spawn.root
+    now = time.time()
+    # A job killed -9 a week ago: never closed, its lock gone with it.
+    dead = spawn("dead-job")
+    dead.wait_for("registered")
+    os.kill(dead.proc.pid, signal.SIGKILL)
+    dead.proc.wait(10)
+    _age(root, "dead-job", last_poll_at=now - 8 * 24 * 3600)
+    # A live job that has not polled for a week (hung): it holds its lock, so it stays.
+    hung = TrainingControl("hung-job", root=root, wake_signal=None).register()
+    _age(root, "hung-job", last_poll_at=now - 8 * 24 * 3600)
+    # A job that closed with nothing outstanding: nothing left behind at once.
+    TrainingControl("done-job", root=root, wake_signal=None).register().close()
+    assert not (root / "done-job").exists()
+    # Jobs that closed while remediate may still read an acknowledgement: kept a day, then aged out.
+    for name in ("closed-yesterday", "closed-now"):
+        control = TrainingControl(name, root=root, wake_signal=None).register()
+        command = deliver(root, name, "skip_batches", {"batches": 1})
+        control.poll(1)
+        assert wait_for_ack(root, name, command.id).status == APPLIED
+        control.close()
+        assert JobPaths(root, name).read_registration().closed_at is not None
+    _age(root, "closed-yesterday", closed_at=now - 25 * 3600)
+
+    newcomer = TrainingControl("newcomer", root=root, wake_signal=None).register()  # any job's registration
+
+    assert sorted(p.name for p in root.iterdir()) == ["closed-now", "hung-job", "newcomer"]
+    hung.close()
+    newcomer.close()
