@@ -69,6 +69,8 @@ from remediate.training.protocol import (
     job_name_problem,
     pid_start_time,
     pid_uid,
+    pod_uid_of,
+    process_cgroup,
     select_checkpoint,
     this_host,
 )
@@ -249,6 +251,7 @@ class _TrainingAction(Action):
             "last_poll_at": _iso(registration.last_poll_at),
             "last_poll_age_s": age,
             "process_running": process,
+            "process": _process_identity(registration.pid) if process else None,
         }
 
     @staticmethod
@@ -550,6 +553,10 @@ class _TrainingAction(Action):
             "acknowledged_by": ack.job,
             "applied_by_pid": acked_pid,
         }
+        if command is not None and registration.host == this_host() and acked_pid == registration.pid:
+            # The kernel's account of the process that answered (uid, cgroup, pod UID), not job.json's.
+            same = pid_start_time(registration.pid) == registration.pid_start is not None
+            result["process"] = _process_identity(registration.pid) if same else None
         if acked_pid is None:
             result["pid_check"] = (
                 f"not checked: the acknowledgement names no pid (an older remediate.training); "
@@ -638,6 +645,13 @@ def _same_process(registration: Registration, owner: int | None) -> bool:
     if started is None or registration.pid_start is None or started != registration.pid_start:
         return False
     return owner is not None and pid_uid(registration.pid) == owner
+
+
+def _process_identity(pid: int) -> dict[str, Any]:
+    """Who the registered process is, as the kernel says (read from /proc here, never from job.json): its uid,
+    its cgroup and the pod UID in it. Only meaningful once `_same_process` said the pid is the job."""
+    cgroup = process_cgroup(pid)
+    return {"pid": pid, "uid": pid_uid(pid), "cgroup": cgroup, "pod_uid": pod_uid_of(cgroup)}
 
 
 def _read_ack(job_dir: JobDir, command_id: str) -> Ack | None:

@@ -767,6 +767,27 @@ def pid_start_time(pid: int) -> int | None:
         return None
 
 
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+
+
+def process_cgroup(pid: int) -> str | None:
+    """The cgroup lines of a process (/proc/<pid>/cgroup, as the reader's cgroup namespace shows them), or None."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    return text.strip()[:4096] or None
+
+
+def pod_uid_of(cgroup: str | None) -> str | None:
+    """The Kubernetes pod UID in a cgroup path (kubelet's ``kubepods...pod<uid>...``), or None outside a pod.
+
+    Read by the agent from /proc (host cgroup namespace), it is the kernel's word, not the job's.
+    """
+    found = _POD_UID.search(cgroup or "")
+    return found.group(1).replace("_", "-") if found else None
+
+
 def pid_uid(pid: int) -> int | None:
     """The real uid of a process (from /proc/<pid>/status), or None."""
     try:
