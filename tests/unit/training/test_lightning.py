@@ -213,3 +213,27 @@ def test_the_lightning_callback_neither_declares_nor_acknowledges_a_batch_size_i
     assert (batching.micro_batch_size, batching.accumulation_steps) == (32, 1)
     assert set(agent.batch_sizes) == {32}  # what the Trainer ran, before and after
     assert trainer.accumulate_grad_batches == 1
+
+
+def test_a_lightning_job_restarted_from_scratch_keeps_its_own_checkpoints(tmp_path: Path) -> None:
+    """Issue 24, finding 12 with the callback's own TorchCheckpoints: the second fit's checkpoints (steps 4, 8)
+    were deleted as they were written, because the first fit had left 8 and 12 (keep=2)."""
+    from remediate.training.lightning import RemediateCallback
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 4)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    root = tmp_path / "control"
+    runs = []
+    for max_steps in (12, 8):  # the same job, the same checkpoint directory, started again from scratch
+        ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=4, keep=2,
+                                 wake_signal=None)  # fmt: skip
+        trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                             callbacks=[ours], default_root_dir=tmp_path)  # fmt: skip
+        trainer.fit(TinyModule(), data)
+        runs.append(ours.checkpoints.run_id)  # type: ignore[attr-defined]
+        kept = [(c.step, c.run) for c in ours.checkpoints.list()]
+        assert kept == [(max_steps - 4, runs[-1]), (max_steps, runs[-1])]
+    assert runs[0] != runs[1]
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("ckpt-*.pt")) == ["ckpt-000000004.pt", "ckpt-000000008.pt"]
