@@ -35,7 +35,6 @@ import fcntl
 import logging
 import os
 import select
-import shutil
 import signal
 import sys
 import threading
@@ -48,6 +47,7 @@ from typing import Any
 from remediate.training.batching import Batching
 from remediate.training.checkpoints import CheckpointIndex
 from remediate.training.commands import check_schema, command_schema, open_schema, problems
+from remediate.training.controldirs import age_out, remove_if_idle
 from remediate.training.distributed import LocalChannel
 from remediate.training.handlers import (
     BUILTIN_HANDLERS,
@@ -78,7 +78,6 @@ from remediate.training.protocol import (
     check_command_id,
     check_kind,
     identity_from_env,
-    job_name_problem,
     pid_start_time,
     read_json,
     this_host,
@@ -91,11 +90,6 @@ RACY_NS = 50_000_000
 clock tick as the scan would leave the mtime as it was (file times advance in coarse ticks)."""
 OUTBOX_MAX_AGE_S = 7 * 24 * 3600
 """Acknowledgements older than this are removed when a job registers."""
-ACK_KEEP_S = 24 * 3600
-"""How long remediate may still look for an acknowledgement (its late-outcome reconciliation): `close` keeps a
-control directory whose outbox holds a younger one, and a closed job's directory is aged out after it."""
-DEAD_AFTER_S = OUTBOX_MAX_AGE_S
-"""A registration that has not polled for this long, and whose job.lock no process holds, is aged out."""
 
 
 class JobNameInUse(RuntimeError):
@@ -330,13 +324,14 @@ class TrainingControl:
             self._write_registration(fsync=True)
             self._recover_taken()
             self._prune_outbox()
-            self._age_out_siblings()
+            age_out(self.paths.root, self.job)
         self._registered = True
         self._closed = False
         return self
 
     def close(self) -> None:
-        """Stop: restore the signal disposition and mark job.json closed (nobody should wait for this job)."""
+        """Stop: restore the signal disposition and mark job.json closed (nobody should wait for this job);
+        remove the control directory when nothing is outstanding (`controldirs.remove_if_idle`)."""
         if not self._registered or self._closed:
             return
         self._closed = True
@@ -344,44 +339,8 @@ class TrainingControl:
         if self.rank == 0:
             with contextlib.suppress(OSError):
                 self._write_registration(fsync=True, closed=True)
-            with contextlib.suppress(OSError):
-                if self._nothing_outstanding():
-                    self._remove_control_dir()
+            remove_if_idle(self.paths)  # while it still holds the lock
         self._release_name()
-
-    def _nothing_outstanding(self) -> bool:
-        """No command waiting or being applied, and no acknowledgement remediate may still come to read."""
-        if any(not n.startswith(".") for n in os.listdir(self.paths.inbox) + os.listdir(self.paths.taken)):
-            return False
-        cutoff = time.time() - ACK_KEEP_S
-        with os.scandir(self.paths.outbox) as entries:
-            return not any(e.stat(follow_symlinks=False).st_mtime >= cutoff for e in entries)
-
-    def _remove_control_dir(self) -> None:
-        """Remove this job's control directory (while holding its lock): a closed job leaves nothing behind."""
-        _unlink(self.paths.registration)  # first: from now on remediate finds no job by this name
-        shutil.rmtree(self.paths.dir, ignore_errors=True)  # does not follow symlinks (fd-based on Linux)
-
-    def _age_out_siblings(self) -> None:
-        """Remove other jobs' control directories that nobody will use again (registration closed for a day,
-        or silent for a week) when no process holds their lock and this process may remove them."""
-        now = time.time()
-        try:
-            names = os.listdir(self.paths.root)
-        except OSError:
-            return
-        for name in names:
-            if name == self.job or job_name_problem(name) is not None:
-                continue
-            with contextlib.suppress(OSError, ProtocolError):
-                other = JobPaths(self.paths.root, name)
-                registration = other.read_registration()
-                if registration.closed_at is not None:
-                    stale = now - registration.closed_at > ACK_KEEP_S
-                else:
-                    stale = now - (registration.last_poll_at or registration.started_at) > DEAD_AFTER_S
-                if stale:
-                    _remove_if_unlocked(other)
 
     def _take_name(self) -> None:
         """Hold the job name for this process's life: an flock on job.lock, kept open until `close`.
@@ -1013,18 +972,6 @@ def _as_list(value: Any) -> list[Any]:
     if isinstance(value, list | tuple):
         return list(value)
     return [value]
-
-
-def _remove_if_unlocked(paths: JobPaths) -> None:
-    """Remove a job's control directory if no live process holds its job.lock (taken while removing)."""
-    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(paths.lock, flags)  # no lock file: an older library's job, left alone
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while its job runs
-        _unlink(paths.registration)
-        shutil.rmtree(paths.dir, ignore_errors=True)
-    finally:
-        os.close(fd)
 
 
 def _unlink(path: Path) -> None:
