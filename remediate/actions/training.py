@@ -95,6 +95,14 @@ class NoAcknowledgement(ActionError):
     """The job did not acknowledge the command in time; it was withdrawn unapplied."""
 
 
+class NotApplied(ActionError):
+    """The job answered, with a status other than applied (`status`: rejected, expired or failed)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _job_name_check(value: str) -> str | None:
     return job_name_problem(value)
 
@@ -535,9 +543,10 @@ class _TrainingAction(Action):
                 if ack.step_before is not None
                 else f"(step unknown; the job last reported step {registration.last_step})"
             )
-            raise ActionError(
+            raise NotApplied(
                 f"training job {registration.job!r} answered {ack.status} to {ack.kind or 'the'} "
-                f"command {ack.id} {at}: {ack.detail}"
+                f"command {ack.id} {at}: {ack.detail}",
+                ack.status,
             )
         result: dict[str, Any] = {
             "job": registration.job,

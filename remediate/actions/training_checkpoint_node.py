@@ -35,6 +35,7 @@ from remediate.actions.training import (
     COMMON_PARAMS,
     DEADLINE_MARGIN_S,
     NoAcknowledgement,
+    NotApplied,
     TrainingCheckpointAction,
     _open_job_dir,
     _read_registration,
@@ -163,6 +164,6 @@ def _abandoned(registration: Registration, alive: Mapping[str, Any]) -> str | No
 def _outcome_of(exc: ActionError) -> str:
     if isinstance(exc, NoAcknowledgement | OutcomePending):
         return "timed_out"
-    if " answered rejected " in str(exc):
+    if isinstance(exc, NotApplied) and exc.status == "rejected":
         return "rejected"
     return "failed"

@@ -124,3 +124,17 @@ def test_the_action_is_registered_with_the_training_control_root_setting(tmp_pat
     action = default_registry(settings).get("training.checkpoint_node")
     assert isinstance(action, TrainingCheckpointNodeAction) and action.root == tmp_path
     assert action.where.value == "node"
+
+
+def test_the_result_names_each_jobs_outcome(root: Path, jobs: list[LiveJob]) -> None:
+    jobs.append(LiveJob(root, "saves").start())
+    refuses = LiveJob(root, "refuses")
+    refuses.control.checkpoints = None  # it cannot checkpoint: it answers rejected
+    jobs.append(refuses.start())
+    LiveJob(root, "silent").register()  # alive, never polls
+    action = TrainingCheckpointNodeAction(root, LABELS)
+
+    result = action.execute(action.validate({"timeout": 1, "best_effort": True}), ctx_for({}))
+
+    assert result["outcomes"] == {"refuses": "rejected", "saves": "checkpointed", "silent": "timed_out"}
+    assert [(f["job"], f["outcome"]) for f in result["failed"]] == [("refuses", "rejected"), ("silent", "timed_out")]
