@@ -195,12 +195,12 @@ def _value_problem(spec: Mapping[str, Any], value: Any) -> str | None:
         return f"must be {'an' if kind == 'integer' else 'a'} {kind}, got {_shown(value)}"
     enum = spec.get("enum")
     if enum is not None and value not in enum:
-        return f"must be one of {', '.join(map(repr, enum))}, got {value!r}"
+        return f"must be one of {', '.join(map(repr, enum))}, got {_shown(value)}"
     low, high = spec.get("minimum"), spec.get("maximum")
     if low is not None and (value <= low if spec.get("exclusiveMinimum") else value < low):
-        return f"must be {'>' if spec.get('exclusiveMinimum') else '>='} {low}, got {value!r}"
+        return f"must be {'>' if spec.get('exclusiveMinimum') else '>='} {low}, got {_shown(value)}"
     if high is not None and (value >= high if spec.get("exclusiveMaximum") else value > high):
-        return f"must be {'<' if spec.get('exclusiveMaximum') else '<='} {high}, got {value!r}"
+        return f"must be {'<' if spec.get('exclusiveMaximum') else '<='} {high}, got {_shown(value)}"
     return None
 
 
