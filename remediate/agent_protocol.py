@@ -16,7 +16,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediate.errors import ActionError, OutcomePending, ParamsError, RemediateError, RetryableActionError
+from remediate.errors import (
+    ActionError,
+    OutcomePending,
+    ParamsError,
+    PartialFailure,
+    RemediateError,
+    RetryableActionError,
+)
 
 PLAN = "plan"
 EXECUTE = "execute"
@@ -222,6 +229,8 @@ def error_answer(exc: BaseException, node: str) -> ErrorAnswer:
     if isinstance(exc, OutcomePending):
         # What to look for when the change may still happen: the server reconciles it later.
         extra["follow_up"] = exc.follow_up
+    if isinstance(exc, PartialFailure):
+        extra["result"] = exc.result  # what the action did before it failed: the server records it on the step
     return ErrorAnswer(503 if error_class == RETRYABLE else 500, "action_failed", error_class, message, extra)
 
 
@@ -229,7 +238,8 @@ def error_from_answer(data: Any, where: str) -> ActionError | None:
     """The exception an error answer of the agent stands for (None: `data` is no error answer).
 
     retryable -> RetryableActionError (the executor may retry); permanent with a `follow_up` ->
-    OutcomePending (the change may still happen: reconciled later); other permanent -> ActionError.
+    OutcomePending (the change may still happen: reconciled later); permanent with a `result` ->
+    PartialFailure (what the action did before failing); other permanent -> ActionError.
     """
     if not isinstance(data, dict) or data.get("error_class") not in ERROR_CLASSES:
         return None
@@ -238,4 +248,6 @@ def error_from_answer(data: Any, where: str) -> ActionError | None:
         return RetryableActionError(message)
     if isinstance(data.get("follow_up"), dict):
         return OutcomePending(message, data["follow_up"])
+    if isinstance(data.get("result"), dict):
+        return PartialFailure(message, data["result"])
     return ActionError(message)

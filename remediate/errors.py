@@ -7,6 +7,7 @@
     ├── ParamsError            step params that do not render or do not fit the action's schema
     ├── ActionError            an action failed while planning or executing
     │   ├── RetryableActionError   ... and trying again later may succeed
+    │   ├── PartialFailure         ... after doing part of its work: `result` says what, kept with the step
     │   ├── OutcomePending         ... after handing its change over: it may still happen (reconciled later)
     │   └── AmbiguousActionError   ... after the request may have reached its target: never retried
     ├── UnknownRunError        no run with that id
@@ -76,6 +77,18 @@ class ActionError(RemediateError):
 
 class RetryableActionError(ActionError):
     """The action failed, and trying again may succeed."""
+
+
+class PartialFailure(ActionError):
+    """The action failed after doing part of its work (e.g. some of a node's jobs checkpointed).
+
+    `result` (JSON-able) says what was done and what was not; the executor records it as the failed
+    step's result, so the history keeps it.
+    """
+
+    def __init__(self, message: str, result: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.result = dict(result)
 
 
 class AmbiguousActionError(ActionError):

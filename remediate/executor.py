@@ -64,6 +64,7 @@ from remediate.errors import (
     ClaimLostError,
     OutcomePending,
     ParamsError,
+    PartialFailure,
     RetryableActionError,
     StoreUnavailable,
 )
@@ -548,9 +549,8 @@ class Executor:
         try:
             result = runner.stamp(runner.execute(action, planned.params, planned.ctx))
         except Exception as exc:
-            pending = {"pending": exc.follow_up} if isinstance(exc, OutcomePending) else None
             return self._settle(batched, step, planned.rest, planned.after_failure, planned.started,
-                                error=_describe(exc), result=pending, attempt=number,
+                                error=_describe(exc), result=_failure_result(exc), attempt=number,
                                 outcome=_attempt_outcome(exc, action))  # fmt: skip
         return self._settle(batched, step, planned.rest, planned.after_failure, planned.started,
                             status=StepStatus.SUCCEEDED, result=result, attempt=number)  # fmt: skip
@@ -670,9 +670,7 @@ class Executor:
         except (ClaimLostError, StoreUnavailable):  # the store failed, not the step: see run_once
             raise
         except Exception as exc:
-            # A change handed over but not confirmed: keep what to look for, for reconcile_pending.
-            pending = {"pending": exc.follow_up} if isinstance(exc, OutcomePending) else None
-            return fail(_describe(exc), plan=plan, result=pending)
+            return fail(_describe(exc), plan=plan, result=_failure_result(exc))
         self.store.finish_step(
             step.id,
             StepStatus.SUCCEEDED,
@@ -911,6 +909,16 @@ def _attempt_outcome(exc: BaseException, action: Action) -> AttemptOutcome:
     if isinstance(exc, StepTimeout):
         return AttemptOutcome.TIMEOUT
     return AttemptOutcome.FAILED
+
+
+def _failure_result(exc: BaseException) -> dict[str, Any] | None:
+    """What a failed step's result keeps: what to look for when a change was handed over but not confirmed
+    (OutcomePending, for reconcile_pending), or what a partly done action did (PartialFailure)."""
+    if isinstance(exc, OutcomePending):
+        return {"pending": exc.follow_up}
+    if isinstance(exc, PartialFailure):
+        return exc.result
+    return None
 
 
 def _late_outcome(

@@ -52,7 +52,7 @@ from typing import Any, ClassVar, Self
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema, duration_within
 from remediate.durations import parse_duration
-from remediate.errors import ActionError, OutcomePending
+from remediate.errors import ActionError, OutcomePending, ParamsError
 from remediate.training.protocol import (
     APPLIED,
     CHECKPOINT,
@@ -69,6 +69,8 @@ from remediate.training.protocol import (
     job_name_problem,
     pid_start_time,
     pid_uid,
+    pod_uid_of,
+    process_cgroup,
     select_checkpoint,
     this_host,
 )
@@ -82,6 +84,23 @@ JOB_POLL_S = 0.1
 """How often a step waiting for a job to come back (wait_for_job) reads its job.json."""
 ALIVE_MIN_S = 30.0
 """A job that polled within max(this, 5 heartbeats) counts as alive in a plan."""
+
+
+class CommandRefused(ParamsError, ActionError):
+    """The step's command or params do not fit what the job declares; nothing was sent (a 400-class refusal:
+    the agent answers 422 invalid_params)."""
+
+
+class NoAcknowledgement(ActionError):
+    """The job did not acknowledge the command in time; it was withdrawn unapplied."""
+
+
+class NotApplied(ActionError):
+    """The job answered, with a status other than applied (`status`: rejected, expired or failed)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _job_name_check(value: str) -> str | None:
@@ -240,6 +259,7 @@ class _TrainingAction(Action):
             "last_poll_at": _iso(registration.last_poll_at),
             "last_poll_age_s": age,
             "process_running": process,
+            "process": _process_identity(registration.pid) if process else None,
         }
 
     @staticmethod
@@ -360,15 +380,11 @@ class _TrainingAction(Action):
         previous = _read_ack(job_dir, command_id)
         if previous is not None:  # this step ran before (crash, retry): the job already answered
             return self._outcome(previous, registration, how, None, started, replayed=True)
-        problem = self.identity_problem(params, registration) or self.refusal(params, registration)
-        if problem:
-            raise ActionError(f"{problem}; nothing was sent")
+        self._check_sendable(params, registration)
         fresh = self._running_job(params, ctx, job_dir, registration)
         if fresh is not registration:  # it came back (wait_for_job): it must still be the job the alert names
             registration = fresh
-            problem = self.identity_problem(params, registration) or self.refusal(params, registration)
-            if problem:
-                raise ActionError(f"{problem}; nothing was sent")
+            self._check_sendable(params, registration)
         budget = min(float(params["timeout"]), ctx.remaining() - DEADLINE_MARGIN_S)
         if budget <= 0:
             raise ActionError("no time left in the step to deliver the command")
@@ -406,6 +422,14 @@ class _TrainingAction(Action):
             self._fail_without_ack(job_dir, paths, registration, command, withdrawn, woken, ctx)
         assert ack is not None
         return self._outcome(ack, registration, how, command, started, woken=woken)
+
+    def _check_sendable(self, params: Mapping[str, Any], registration: Registration) -> None:
+        problem = self.identity_problem(params, registration)
+        if problem:
+            raise ActionError(f"{problem}; nothing was sent")
+        refused = self.refusal(params, registration)
+        if refused:  # the step's params do not fit what the job declares: bad input, not a failure of the job
+            raise CommandRefused(f"{refused}; nothing was sent")
 
     def _running_job(
         self, params: Mapping[str, Any], ctx: StepContext, job_dir: JobDir, registration: Registration
@@ -469,7 +493,7 @@ class _TrainingAction(Action):
                 f"from the inbox before the job took it ({seen}): it will never be applied"
             )
         if withdrawn:
-            raise ActionError(
+            raise NoAcknowledgement(
                 f"no acknowledgement from training job {registration.job!r} within {waited:.1f} s ({seen}; "
                 f"wake-up: {woken}); command {command.id} expired at {_iso(command.expires_at)} and was withdrawn "
                 "from the inbox: it will never be applied"
@@ -519,9 +543,10 @@ class _TrainingAction(Action):
                 if ack.step_before is not None
                 else f"(step unknown; the job last reported step {registration.last_step})"
             )
-            raise ActionError(
+            raise NotApplied(
                 f"training job {registration.job!r} answered {ack.status} to {ack.kind or 'the'} "
-                f"command {ack.id} {at}: {ack.detail}"
+                f"command {ack.id} {at}: {ack.detail}",
+                ack.status,
             )
         result: dict[str, Any] = {
             "job": registration.job,
@@ -537,6 +562,10 @@ class _TrainingAction(Action):
             "acknowledged_by": ack.job,
             "applied_by_pid": acked_pid,
         }
+        if command is not None and registration.host == this_host() and acked_pid == registration.pid:
+            # The kernel's account of the process that answered (uid, cgroup, pod UID), not job.json's.
+            same = pid_start_time(registration.pid) == registration.pid_start is not None
+            result["process"] = _process_identity(registration.pid) if same else None
         if acked_pid is None:
             result["pid_check"] = (
                 f"not checked: the acknowledgement names no pid (an older remediate.training); "
@@ -625,6 +654,13 @@ def _same_process(registration: Registration, owner: int | None) -> bool:
     if started is None or registration.pid_start is None or started != registration.pid_start:
         return False
     return owner is not None and pid_uid(registration.pid) == owner
+
+
+def _process_identity(pid: int) -> dict[str, Any]:
+    """Who the registered process is, as the kernel says (read from /proc here, never from job.json): its uid,
+    its cgroup and the pod UID in it. Only meaningful once `_same_process` said the pid is the job."""
+    cgroup = process_cgroup(pid)
+    return {"pid": pid, "uid": pid_uid(pid), "cgroup": cgroup, "pod_uid": pod_uid_of(cgroup)}
 
 
 def _read_ack(job_dir: JobDir, command_id: str) -> Ack | None:

@@ -16,6 +16,15 @@ a JSON file next to the checkpoints (``index.json``), written atomically, so a r
 job finds its checkpoints again. `TrainingControl` publishes it in ``job.json`` so that
 remediate's dry-run can say which checkpoint a rollback would use.
 
+Checkpoints belong to a *run*: every process that opens the index starts a new run (``run_id``)
+unless it continues an earlier one's lineage — ``resume()`` (load the newest checkpoint the last run
+left), ``load(info)`` of an earlier run's checkpoint, or ``continue_from(step)`` for a job restored by
+other means. The run's *lineage* is its own checkpoints plus, for each run it continues from, that
+run's checkpoints up to the step it continued from. Listing, rollback, the good mark and retention
+consider the current lineage only: a job restarted from scratch in the same directory keeps its new
+checkpoints (the abandoned run's age out as they are replaced) and never rolls back into the
+abandoned run. Entries of older indexes (no run) are a lineage of their own.
+
 torch is imported only inside `TorchCheckpoints.save`/`load`.
 """
 
@@ -28,6 +37,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +49,8 @@ DEFAULT_MAX_LOSS_RATIO = 3.0
 (the same factor as the shipped TrainingLossSpike rule)."""
 DEFAULT_RATIO_WINDOW = 5
 Listener = Callable[[list[CheckpointInfo]], None]
+_Chain = list[tuple[str | None, float]]
+"""A lineage: (run, highest step of that run in it), the current run first (its steps unbounded)."""
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -57,6 +69,17 @@ def _default_writer() -> bool:
     if dist is not None and dist.is_available() and dist.is_initialized():
         return bool(dist.get_rank() == 0)
     return os.environ.get("RANK", "0") == "0"
+
+
+def _parent_of(run: dict[str, Any] | None) -> tuple[str | None, int] | None:
+    parent = (run or {}).get("parent")
+    if isinstance(parent, list) and len(parent) == 2 and isinstance(parent[1], int):
+        return (parent[0] if isinstance(parent[0], str) else None, parent[1])
+    return None
+
+
+def _in_chain(info: CheckpointInfo, chain: _Chain) -> bool:
+    return any(info.run == run and info.step <= limit for run, limit in chain)
 
 
 class CheckpointIndex:
@@ -92,6 +115,16 @@ class CheckpointIndex:
         self._listeners: list[Listener] = []
         self._entries: list[CheckpointInfo] | None = None
         self._index_key: tuple[int, int] | None = None
+        self.run_id = f"{int(time.time())}-{secrets.token_hex(4)}"
+        """This process's run of the job (a writer's; other ranks follow the run the index file names)."""
+        self._parent: tuple[str | None, int] | None = None
+        """(run, step) this run continues from; None: it started from scratch."""
+        self._runs: dict[str, dict[str, Any]] = {}
+        """Every run the index file knows -> {"parent": [run, step] | None, "started_at": t}."""
+        self._file_current: str | None = None
+        """The run the index file names as current (for readers; for a writer, the run before it until it wrote)."""
+        self._previous_run: str | None = None
+        self._seen_file = False
         if self.writer:
             self.directory.mkdir(parents=True, exist_ok=True)
 
@@ -118,7 +151,8 @@ class CheckpointIndex:
         Only good ones count: the checkpoints saved during a spike must not raise the bar for the next.
         """
         with self._lock:
-            losses = [c.loss for c in self._load() if c.good and c.step < step and c.loss is not None]
+            lineage = self._lineage(self._load())
+            losses = [c.loss for c in lineage if c.good and c.step < step and c.loss is not None]
         recent = sorted(v for v in losses[-self.ratio_window :] if math.isfinite(v))
         if not recent:
             return None
@@ -128,12 +162,59 @@ class CheckpointIndex:
     # ---------------------------------------------------------------- the index
 
     def list(self) -> list[CheckpointInfo]:
-        """Every checkpoint in the index, oldest first (re-read when another rank rewrote the file)."""
+        """The checkpoints of the current run's lineage, oldest first (re-read when another rank rewrote the file)."""
+        with self._lock:
+            return self._lineage(self._load())
+
+    def all(self) -> list[CheckpointInfo]:
+        """Every checkpoint in the index, of every run, oldest first."""
         with self._lock:
             return list(self._load())
 
     def get(self, step: int) -> CheckpointInfo | None:
         return next((c for c in self.list() if c.step == step), None)
+
+    def previous(self) -> list[CheckpointInfo]:
+        """The lineage of the run that last wrote the index before this process: what `resume` picks from."""
+        with self._lock:
+            entries = self._load()
+            return [c for c in entries if _in_chain(c, self._chain_of(self._previous_run, None))]
+
+    def resume(self, *, good: bool = False) -> CheckpointInfo | None:
+        """Load the newest checkpoint (marked good, with `good`) of the previous run's lineage and continue it.
+
+        Returns the checkpoint (carry on from its step), or None when there is none (start from scratch).
+        """
+        candidates = [c for c in self.previous() if c.good or not good]
+        if not candidates:
+            return None
+        info = candidates[-1]
+        self.load(info)
+        return info
+
+    def load(self, info: CheckpointInfo) -> Any:  # pragma: no cover - the subclasses restore
+        raise NotImplementedError
+
+    def continue_from(self, checkpoint: CheckpointInfo | int) -> None:
+        """This run continues the lineage of `checkpoint` (a step: of the previous run's lineage) after it.
+
+        `load` and `resume` call it; call it yourself when the job restored its state by other means
+        (a framework's own resume). Only the writer records it; other ranks follow the index file.
+        """
+        with self._lock:
+            entries = self._load()
+            if isinstance(checkpoint, CheckpointInfo):
+                run, step = checkpoint.run, checkpoint.step
+            else:
+                step = int(checkpoint)
+                found = next((c for c in self.previous() if c.step == step), None)
+                run = found.run if found is not None else self._previous_run
+            if not self.writer or run == self.run_id:
+                return  # a rollback inside this run: discard_after drops what follows
+            self._parent = (run, step)
+            self._store(entries)
+            kept = self._lineage(entries)
+        self._notify(kept)
 
     def subscribe(self, listener: Listener) -> None:
         """Call `listener(checkpoints)` whenever the index changes (TrainingControl publishes it in job.json)."""
@@ -141,15 +222,18 @@ class CheckpointIndex:
 
     def record(self, info: CheckpointInfo) -> CheckpointInfo:
         """Add (or replace, same step) a checkpoint; apply retention; persist; tell the listeners."""
+        if info.run is None and self.writer:
+            info = replace(info, run=self.run_id)
         with self._lock:
             entries = [c for c in self._load() if c.step != info.step] + [info]
             entries.sort(key=lambda c: c.step)
             kept = self._retain(entries)
             self._store(kept)
             removed = [c for c in entries if c not in kept]
+            lineage = self._lineage(kept)
         for old in removed:
             self._remove(old)
-        self._notify(kept)
+        self._notify(lineage)
         return info
 
     def discard_after(self, step: int) -> list[CheckpointInfo]:
@@ -158,24 +242,63 @@ class CheckpointIndex:
             return [c for c in self.list() if c.step > step]
         with self._lock:
             entries = self._load()
-            gone = [c for c in entries if c.step > step]
+            gone = [c for c in self._lineage(entries) if c.step > step]
             if not gone:
                 return []
-            kept = [c for c in entries if c.step <= step]
+            kept = [c for c in entries if c not in gone]
             self._store(kept)
+            lineage = self._lineage(kept)
         for old in gone:
             self._remove(old)
-        self._notify(kept)
+        self._notify(lineage)
         return gone
 
     def _retain(self, entries: list[CheckpointInfo]) -> list[CheckpointInfo]:
+        """The newest `keep` of the current lineage (and its newest good one); other runs' fill what is left.
+
+        A restarted job's new checkpoint is never the one dropped for an abandoned run's higher step numbers;
+        the abandoned run's checkpoints go, newest last, as the new run's take their places.
+        """
         if self.keep is None or len(entries) <= self.keep:
             return entries
-        kept = entries[-self.keep :]
-        good = [c for c in entries if c.good]
+        lineage = self._lineage(entries)
+        kept = lineage[-self.keep :]
+        good = [c for c in lineage if c.good]
         if good and good[-1] not in kept:
             kept = [good[-1], *kept]  # never lose the last good checkpoint to a run of bad ones
-        return kept
+        others = sorted((c for c in entries if c not in lineage), key=lambda c: (c.saved_at, c.step))
+        room = self.keep - len(kept)
+        if room > 0:
+            kept += others[-room:]
+        return sorted(kept, key=lambda c: c.step)
+
+    # ---------------------------------------------------------------- runs
+
+    def _chain_of(self, run: str | None, parent: tuple[str | None, int] | None) -> _Chain:
+        """The lineage of `run` (continuing `parent`, else what the index file says it continues)."""
+        chain: _Chain = [(run, math.inf)]
+        if parent is None and run is not None:
+            parent = _parent_of(self._runs.get(run))
+        limit = math.inf
+        seen = {run}
+        while parent is not None:
+            run, step = parent
+            limit = min(limit, step)
+            chain.append((run, limit))
+            if run in seen or run is None:
+                break
+            seen.add(run)
+            parent = _parent_of(self._runs.get(run))
+        return chain
+
+    def _chain(self) -> _Chain:
+        if self.writer:
+            return self._chain_of(self.run_id, self._parent)
+        return self._chain_of(self._file_current, None)
+
+    def _lineage(self, entries: Iterable[CheckpointInfo]) -> list[CheckpointInfo]:
+        chain = self._chain()
+        return [c for c in entries if _in_chain(c, chain)]
 
     def _load(self) -> list[CheckpointInfo]:
         try:
@@ -188,8 +311,18 @@ class CheckpointIndex:
         if self._entries is None or (key != self._index_key and not self.writer):
             try:
                 data = read_json(self.index_file)
-                entries = data.get("checkpoints", []) if isinstance(data, dict) else []
+                if not isinstance(data, dict):
+                    data = {}
+                entries = data.get("checkpoints", [])
                 self._entries = sorted((CheckpointInfo.from_dict(c) for c in entries), key=lambda c: c.step)
+                runs = data.get("runs")
+                runs = runs if isinstance(runs, dict) else {}
+                self._runs = {str(k): v for k, v in runs.items() if isinstance(v, dict)}
+                current = data.get("current")
+                self._file_current = current if isinstance(current, str) else None
+                if not self._seen_file:
+                    self._seen_file = True
+                    self._previous_run = self._file_current
             except (ProtocolError, FileNotFoundError):
                 self._entries = self._entries or []
             self._index_key = key
@@ -199,8 +332,24 @@ class CheckpointIndex:
         self._entries = list(entries)
         if not self.writer:
             return
+        self._seen_file = True  # from now on the file's current run is this one
+        parent = None if self._parent is None else list(self._parent)
+        started = self._runs.get(self.run_id, {}).get("started_at", time.time())
+        self._runs[self.run_id] = {"parent": parent, "started_at": started}
+        self._file_current = self.run_id
+        # Only runs still referenced: an entry's run, or an ancestor of the current one.
+        wanted = {c.run for c in entries} | {run for run, _ in self._chain()}
+        self._runs = {k: v for k, v in self._runs.items() if k in wanted}
         self.directory.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(self.index_file, {"version": 1, "checkpoints": [c.to_dict() for c in entries]})
+        atomic_write_json(
+            self.index_file,
+            {
+                "version": 1,
+                "checkpoints": [c.to_dict() for c in entries],
+                "runs": self._runs,
+                "current": self.run_id,
+            },
+        )
         with contextlib.suppress(OSError):
             info = os.stat(self.index_file)
             self._index_key = (info.st_mtime_ns, info.st_size)
@@ -288,6 +437,7 @@ class TorchCheckpoints(CheckpointIndex):
             good=self.judge(step, loss) if good is None else good,
             path=str(path),
             saved_at=time.time(),
+            run=self.run_id,
         )
         if not self.writer:
             return info
@@ -336,6 +486,7 @@ class TorchCheckpoints(CheckpointIndex):
             scheduler.load_state_dict(saved)
         if self.load_extra_state is not None:
             self.load_extra_state(state.get("extra"))
+        self.continue_from(info)
         return state.get("extra")
 
 
@@ -397,4 +548,6 @@ class CallableCheckpoints(CheckpointIndex):
         return self.record(info)
 
     def load(self, info: CheckpointInfo) -> Any:
-        return self._load_fn(info)
+        loaded = self._load_fn(info)
+        self.continue_from(info)
+        return loaded

@@ -47,6 +47,7 @@ from typing import Any
 from remediate.training.batching import Batching
 from remediate.training.checkpoints import CheckpointIndex
 from remediate.training.commands import check_schema, command_schema, open_schema, problems
+from remediate.training.controldirs import age_out, remove_if_idle
 from remediate.training.distributed import LocalChannel
 from remediate.training.handlers import (
     BUILTIN_HANDLERS,
@@ -118,6 +119,7 @@ class TrainingControl:
         handlers: dict[str, HandlerFunction | Handler] | None = None,
         on_ack: Callable[[Ack], None] | None = None,
         batching: Batching | None = None,
+        unsupported: dict[str, str] | None = None,
     ) -> None:
         """
         job: the name remediate finds the job by (an alert label's value, e.g. the pod name); default
@@ -138,6 +140,9 @@ class TrainingControl:
         on_ack: called with every acknowledgement this job writes (e.g. to log it).
         batching: the micro-batch size, accumulation and loader workers the loop reads; declares the
             reduce_batch_size (and set_dataloader_workers) commands (`remediate.training.batching`).
+        unsupported: command kind -> why this integration cannot apply it (the framework callbacks set it):
+            such a kind is never declared, even by an attached `Batching`, and a command of that kind is
+            rejected with the reason. A handler you add yourself for that kind lifts it (you wired it).
         """
         name = job or os.environ.get(ENV_JOB)
         if not name:
@@ -158,6 +163,9 @@ class TrainingControl:
         self.rewinds_step = rewinds_step
         self.on_ack = on_ack
         self._handlers: dict[str, Handler] = dict(BUILTIN_HANDLERS)
+        self._unsupported: dict[str, str] = dict(unsupported or {})
+        for kind in self._unsupported:
+            self._handlers.pop(kind, None)
         self.acks: list[Ack] = []
         """The acknowledgements this job wrote, oldest first (the last 100)."""
 
@@ -218,6 +226,8 @@ class TrainingControl:
         if batching is not None:
             self.batching = batching
             for kind, handler in batching.handlers().items():
+                if kind in self._unsupported:
+                    continue  # the loop this integration runs never reads it: declaring it would be a lie
                 self.add_handler(kind, handler)
         if optimizer is not None:
             self._optimizers = _as_list(optimizer)
@@ -245,6 +255,7 @@ class TrainingControl:
         without one the command takes any params.
         """
         check_kind(kind)
+        self._unsupported.pop(kind, None)
         if not isinstance(handler, Handler):
             handler = Handler(handler, prepare, None if schema is None else check_schema(schema))
         self._handlers[kind] = handler
@@ -313,12 +324,14 @@ class TrainingControl:
             self._write_registration(fsync=True)
             self._recover_taken()
             self._prune_outbox()
+            age_out(self.paths.root, self.job)
         self._registered = True
         self._closed = False
         return self
 
     def close(self) -> None:
-        """Stop: restore the signal disposition and mark job.json closed (nobody should wait for this job)."""
+        """Stop: restore the signal disposition and mark job.json closed (nobody should wait for this job);
+        remove the control directory when nothing is outstanding (`controldirs.remove_if_idle`)."""
         if not self._registered or self._closed:
             return
         self._closed = True
@@ -326,6 +339,7 @@ class TrainingControl:
         if self.rank == 0:
             with contextlib.suppress(OSError):
                 self._write_registration(fsync=True, closed=True)
+            remove_if_idle(self.paths)  # while it still holds the lock
         self._release_name()
 
     def _take_name(self) -> None:
@@ -636,6 +650,17 @@ class TrainingControl:
                 )
                 continue
             handler = self._handlers.get(command.kind)
+            if handler is None and command.kind in self._unsupported:
+                self._ack_simple(
+                    command_id,
+                    command.kind,
+                    REJECTED,
+                    f"{command.kind!r} is not supported by this integration ({self.framework}): "
+                    f"{self._unsupported[command.kind]}; nothing was changed",
+                    received,
+                    step,
+                )
+                continue
             if handler is None:
                 self._ack_simple(
                     command_id,

@@ -120,7 +120,12 @@ def _check_property(name: str, spec: Any) -> None:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond any float: no number a job can use
+        return False
 
 
 def coerce(schema: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,7 +147,9 @@ def coerce(schema: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, An
                 number = float(text)
             except ValueError:
                 continue
-            result[name] = int(number) if _INTEGER.fullmatch(text) else number
+            if not math.isfinite(number):
+                continue  # "inf", "nan" or beyond any float (a 309-digit label): `problems` refuses the string
+            result[name] = int(text) if _INTEGER.fullmatch(text) else number
         elif kind == "boolean" and text.lower() in ("true", "false"):
             result[name] = text.lower() == "true"
     return result
@@ -185,16 +192,22 @@ def _value_problem(spec: Mapping[str, Any], value: Any) -> str | None:
         "boolean": isinstance(value, bool),
     }.get(kind, True)
     if not fits:
-        return f"must be {'an' if kind == 'integer' else 'a'} {kind}, got {value!r}"
+        return f"must be {'an' if kind == 'integer' else 'a'} {kind}, got {_shown(value)}"
     enum = spec.get("enum")
     if enum is not None and value not in enum:
-        return f"must be one of {', '.join(map(repr, enum))}, got {value!r}"
+        return f"must be one of {', '.join(map(repr, enum))}, got {_shown(value)}"
     low, high = spec.get("minimum"), spec.get("maximum")
     if low is not None and (value <= low if spec.get("exclusiveMinimum") else value < low):
-        return f"must be {'>' if spec.get('exclusiveMinimum') else '>='} {low}, got {value!r}"
+        return f"must be {'>' if spec.get('exclusiveMinimum') else '>='} {low}, got {_shown(value)}"
     if high is not None and (value >= high if spec.get("exclusiveMaximum") else value > high):
-        return f"must be {'<' if spec.get('exclusiveMaximum') else '<='} {high}, got {value!r}"
+        return f"must be {'<' if spec.get('exclusiveMaximum') else '<='} {high}, got {_shown(value)}"
     return None
+
+
+def _shown(value: Any) -> str:
+    """`value` for a message: its repr, at most 80 characters (a label may be 1024)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def describe(schema: Mapping[str, Any]) -> str:

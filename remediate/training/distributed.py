@@ -5,12 +5,30 @@ default torch.distributed process group: one broadcast of a single int64 per pol
 there is no command (the payload length, 0), then the JSON payload as bytes when there is
 one; the outcomes come back to rank 0 with ``all_gather_object``. With NCCL the tensors live
 on the current CUDA device. Only this module imports torch.
+
+Every rank must call `poll` (and `skip_batch`) at the same steps until every rank is done: each poll
+is a collective. A rank that never polls (only rank 0 does), or that stops early, leaves the others in
+a broadcast that the backend ends with an error of its own (gloo: "Connection reset by peer") or not
+at all; an error is re-raised as `RanksOutOfStep`, which says so.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+
+class RanksOutOfStep(RuntimeError):
+    """A collective that `poll` runs on every rank failed: the ranks do not poll together."""
+
+
+def _out_of_step(what: str, rank: int, world_size: int, exc: BaseException) -> RanksOutOfStep:
+    return RanksOutOfStep(
+        f"remediate.training: the {what} that poll() runs on every rank failed on rank {rank} of {world_size}: "
+        "every rank must call poll() (and skip_batch()) at the same steps until every rank is done; a rank "
+        f"that does not poll, or that stopped early, leaves the others in this collective ({type(exc).__name__}: "
+        f"{exc})"
+    )
 
 
 class LocalChannel:
@@ -43,6 +61,12 @@ class TorchChannel:
 
     def broadcast(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
         """Rank 0's `payload` on every rank (None: nothing to do)."""
+        try:
+            return self._broadcast(payload)
+        except RuntimeError as exc:  # torch's DistBackendError and gloo's errors are RuntimeErrors
+            raise _out_of_step("broadcast", self.rank, self.world_size, exc) from exc
+
+    def _broadcast(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
         torch, dist = self._torch, self._dist
         data = b""
         if self.rank == 0 and payload is not None:
@@ -63,5 +87,8 @@ class TorchChannel:
     def gather(self, outcome: dict[str, Any]) -> list[dict[str, Any]]:
         """Every rank's outcome, in rank order (on every rank)."""
         outcomes: list[Any] = [None] * self.world_size
-        self._dist.all_gather_object(outcomes, outcome)
+        try:
+            self._dist.all_gather_object(outcomes, outcome)
+        except RuntimeError as exc:
+            raise _out_of_step("gather of the outcomes", self.rank, self.world_size, exc) from exc
         return outcomes

@@ -26,9 +26,17 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, TorchCheckpoints
+from remediate.training.batching import REDUCE_BATCH_SIZE
+from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, CheckpointIndex, TorchCheckpoints
 from remediate.training.client import TrainingControl
 from remediate.training.handlers import CheckpointStore, drop_gradients
+
+UNSUPPORTED_BATCH_SIZE = (
+    "the Trainer builds its data loader and fixes gradient_accumulation_steps once per train():"
+    " the callback cannot change the micro-batch or the accumulation, so the effective batch would not be"
+    " what an acknowledgement says"
+)
+"""Why the callback refuses reduce_batch_size (until it is wired into the trainer): never declared, always rejected."""
 
 
 class RemediateTrainerCallback(TrainerCallback):
@@ -75,6 +83,7 @@ class RemediateTrainerCallback(TrainerCallback):
             framework="transformers",
             wake_signal=wake_signal,
             rewinds_step=False,
+            unsupported={REDUCE_BATCH_SIZE: UNSUPPORTED_BATCH_SIZE, **control_options.pop("unsupported", {})},
             **control_options,
         )
         self._last_loss: float | None = None
@@ -90,6 +99,9 @@ class RemediateTrainerCallback(TrainerCallback):
                 self.checkpoints.directory.mkdir(parents=True, exist_ok=True)
         if isinstance(self.checkpoints, TorchCheckpoints):
             self.checkpoints.attach(model=model, optimizer=optimizer, scheduler=scheduler)
+        if state.global_step > 0 and isinstance(self.checkpoints, CheckpointIndex):
+            # resume_from_checkpoint: this run continues the previous one's lineage at that step.
+            self.checkpoints.continue_from(state.global_step)
         self.control.attach(optimizer=optimizer, scheduler=scheduler)
         self.control.register()
 

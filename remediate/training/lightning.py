@@ -28,9 +28,17 @@ try:
 except ImportError:  # pragma: no cover - the standalone package
     from pytorch_lightning import Callback, LightningModule, Trainer  # type: ignore[no-redef]
 
-from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, TorchCheckpoints
+from remediate.training.batching import REDUCE_BATCH_SIZE
+from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, CheckpointIndex, TorchCheckpoints
 from remediate.training.client import TrainingControl
 from remediate.training.handlers import CheckpointStore, drop_gradients
+
+UNSUPPORTED_BATCH_SIZE = (
+    "Lightning's Trainer builds its data loader and fixes accumulate_grad_batches once per fit:"
+    " the callback cannot change the micro-batch or the accumulation, so the effective batch would not be"
+    " what an acknowledgement says"
+)
+"""Why the callback refuses reduce_batch_size (until it is wired into the trainer): never declared, always rejected."""
 
 
 def _loss_of(outputs: Any) -> Any:
@@ -92,6 +100,7 @@ class RemediateCallback(Callback):
             framework="lightning",
             wake_signal=wake_signal,
             rewinds_step=False,
+            unsupported={REDUCE_BATCH_SIZE: UNSUPPORTED_BATCH_SIZE, **control_options.pop("unsupported", {})},
             **control_options,
         )
         self._last_saved: int | None = None
@@ -107,6 +116,9 @@ class RemediateCallback(Callback):
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
         if isinstance(self.checkpoints, TorchCheckpoints):
             self.checkpoints.attach(model=pl_module, optimizer=optimizers, scheduler=schedulers)
+        if trainer.global_step > 0 and isinstance(self.checkpoints, CheckpointIndex):
+            # fit(ckpt_path=...): this run continues the previous one's lineage at that step.
+            self.checkpoints.continue_from(trainer.global_step)
         self.control.attach(optimizer=optimizers, scheduler=schedulers)
         self.control.register()
 

@@ -313,15 +313,20 @@ class CheckpointInfo:
     good: bool = False
     path: str | None = None
     saved_at: float = 0.0
+    run: str | None = None
+    """The run of the job that saved it (`CheckpointIndex.run_id`); None in indexes of older libraries."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "step": self.step,
             "loss": finite_or_text(self.loss),
             "good": self.good,
             "path": self.path,
             "saved_at": self.saved_at,
         }
+        if self.run is not None:
+            data["run"] = self.run
+        return data
 
     @classmethod
     def from_dict(cls, data: Any) -> CheckpointInfo:
@@ -335,6 +340,7 @@ class CheckpointInfo:
             good=data.get("good") is True,
             path=path if isinstance(path, str) else None,
             saved_at=float(number_from_json(data.get("saved_at")) or 0.0),
+            run=_optional_str(data, "run"),
         )
 
     def describe(self) -> str:
@@ -759,6 +765,27 @@ def pid_start_time(pid: int) -> int | None:
         return int(fields[19])
     except (IndexError, ValueError):
         return None
+
+
+_POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+
+
+def process_cgroup(pid: int) -> str | None:
+    """The cgroup lines of a process (/proc/<pid>/cgroup, as the reader's cgroup namespace shows them), or None."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    return text.strip()[:4096] or None
+
+
+def pod_uid_of(cgroup: str | None) -> str | None:
+    """The Kubernetes pod UID in a cgroup path (kubelet's ``kubepods...pod<uid>...``), or None outside a pod.
+
+    Read by the agent from /proc (host cgroup namespace), it is the kernel's word, not the job's.
+    """
+    found = _POD_UID.search(cgroup or "")
+    return found.group(1).replace("_", "-") if found else None
 
 
 def pid_uid(pid: int) -> int | None:

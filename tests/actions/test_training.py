@@ -256,6 +256,7 @@ def test_a_command_interrupted_by_a_job_crash_fails_the_step_naming_a_real_step(
     ctx = ctx_for({"pod": "trainer-0"})
     crashed = LiveJob(root, "trainer-0", start_step=530).register()
     crashed.control.close()
+    JobPaths(root, "trainer-0").create()  # the layout a crashed run leaves (close() removed it)
     # The job took the command, recorded it as applied, and died before it could acknowledge it.
     paths = JobPaths(root, "trainer-0")
     now = time.time()
@@ -294,10 +295,25 @@ def test_without_an_acknowledgement_the_step_fails_and_the_command_can_never_be_
 
 def test_a_job_that_closed_its_control_gets_nothing(root: Path) -> None:
     job = LiveJob(root, "trainer-0").register()
-    job.control.close()
+    job.control.close()  # nothing outstanding: its control directory is gone
     action = TrainingCheckpointAction(root, LABELS)
-    with pytest.raises(ActionError, match=r"closed its control at .* \(at step 500\): it is not running"):
+    with pytest.raises(
+        ActionError, match=r"no registered training job found under .*pod='trainer-0' \(not registered\)"
+    ):
         action.execute(action.validate({}), ctx_for({"pod": "trainer-0"}))
+    assert not JobPaths(root, "trainer-0").dir.exists()
+
+
+def test_a_job_that_closed_with_a_recent_acknowledgement_keeps_its_directory_and_gets_nothing(root: Path) -> None:
+    """remediate may still come for that acknowledgement (a late outcome): the directory stays, marked closed."""
+    job = LiveJob(root, "trainer-0").register()
+    action = TrainingCheckpointAction(root, LABELS)
+    job.start()
+    action.execute(action.validate({}), ctx_for({"pod": "trainer-0"}))
+    job.stop()
+    job.control.close()
+    with pytest.raises(ActionError, match=r"closed its control at .* it is not running"):
+        action.execute(action.validate({}), ctx_for({"pod": "trainer-0"}, step_index=1))
     assert os.listdir(JobPaths(root, "trainer-0").inbox) == []
 
 

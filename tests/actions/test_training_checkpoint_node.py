@@ -6,7 +6,7 @@ and waits for the acknowledgements the real client (TrainingControl) writes.
 
 from __future__ import annotations
 
-import os
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +16,8 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.training_checkpoint_node import TrainingCheckpointNodeAction
 from remediate.config import load_settings
-from remediate.errors import ActionError
-from remediate.training.protocol import JobPaths
+from remediate.errors import ActionError, PartialFailure
+from remediate.training.protocol import JobPaths, atomic_write_json
 from tests.support.training import LABELS, LiveJob, ctx_for
 
 
@@ -41,11 +41,12 @@ def test_every_live_job_of_the_node_checkpoints_and_a_closed_one_is_skipped(root
     result = action.execute(params, ctx_for({"Hostname": "node-a"}))
 
     assert plan["would_checkpoint"] == ["trainer-a", "trainer-b"] and plan["can_act"] is True
-    assert [s["job"] for s in plan["skipped"]] == ["finished-job"]
+    assert plan["skipped"] == []  # a closed job left no directory behind: nothing to list
     assert [r["job"] for r in result["checkpointed"]] == ["trainer-a", "trainer-b"]
     assert all(r["status"] == "applied" and r["kind"] == "checkpoint" for r in result["checkpointed"])
-    assert result["failed"] == [] and [s["job"] for s in result["skipped"]] == ["finished-job"]
-    assert os.listdir(JobPaths(root, "finished-job").inbox) == []  # nothing sent to a job that is gone
+    assert result["failed"] == [] and result["skipped"] == []
+    assert result["outcomes"] == {"trainer-a": "checkpointed", "trainer-b": "checkpointed"}
+    assert not JobPaths(root, "finished-job").dir.exists()  # nothing sent to a job that is gone
 
 
 def test_a_node_without_any_training_job_has_nothing_to_checkpoint(root: Path) -> None:
@@ -64,7 +65,9 @@ def test_a_job_that_does_not_answer_fails_the_step_within_the_timeout_unless_bes
     action = TrainingCheckpointNodeAction(root, LABELS)
 
     started = time.monotonic()
-    with pytest.raises(ActionError, match=r"1 of 1 training job\(s\) on this node did not checkpoint: stuck: "):
+    with pytest.raises(
+        ActionError, match=r"1 of 1 training job\(s\) on this node did not checkpoint \(0 did\): stuck timed_out: "
+    ):
         action.execute(action.validate({"timeout": 0.5}), ctx_for({}))
     strict_s = time.monotonic() - started
     result = action.execute(action.validate({"timeout": 0.5, "best_effort": True}), ctx_for({}, step_index=1))
@@ -72,6 +75,48 @@ def test_a_job_that_does_not_answer_fails_the_step_within_the_timeout_unless_bes
     assert strict_s < 3
     assert result["checkpointed"] == [] and [f["job"] for f in result["failed"]] == ["stuck"]
     assert "no acknowledgement" in result["failed"][0]["error"]
+    assert result["failed"][0]["outcome"] == "timed_out" and result["outcomes"] == {"stuck": "timed_out"}
+
+
+def _silent_for(root: Path, job: str, seconds: float) -> None:
+    """Make job.json say the job last polled `seconds` ago (a job that stopped polling rewrites nothing)."""
+    paths = JobPaths(root, job)
+    data = json.loads(paths.registration.read_text())
+    data["last_poll_at"] = time.time() - seconds
+    atomic_write_json(paths.registration, data, tmp_dir=paths.tmp)
+
+
+@pytest.mark.parametrize("silent_s", [25.0, 35.0, 4000.0])
+def test_a_hung_job_whose_process_runs_is_asked_and_timed_out_however_long_it_has_been_silent(
+    root: Path, silent_s: float
+) -> None:
+    """Issue 24, finding 14: at 25 s of silence the hung job was waited on, past 30 s merely listed skipped
+    (and the strict step succeeded). Its process runs (this test's): one rule, whatever the silence."""
+    LiveJob(root, "hung").register()
+    _silent_for(root, "hung", silent_s)
+    action = TrainingCheckpointNodeAction(root, LABELS)
+    params = action.validate({"timeout": 0.5})
+
+    assert action.plan(params, ctx_for({}))["would_checkpoint"] == ["hung"]
+    with pytest.raises(PartialFailure, match=r"hung timed_out: no acknowledgement") as failure:
+        action.execute(params, ctx_for({}))
+    assert failure.value.result["outcomes"] == {"hung": "timed_out"}
+    result = action.execute(action.validate({"timeout": 0.5, "best_effort": True}), ctx_for({}, step_index=1))
+    assert result["outcomes"] == {"hung": "timed_out"} and result["skipped"] == []
+
+
+def test_an_abandoned_registration_of_a_process_not_seen_here_is_skipped(root: Path) -> None:
+    LiveJob(root, "crashed-pod").register()
+    paths = JobPaths(root, "crashed-pod")
+    data = json.loads(paths.registration.read_text())
+    data.update(host="another-pod", last_poll_at=time.time() - 7200)  # its pid cannot be checked from here
+    atomic_write_json(paths.registration, data, tmp_dir=paths.tmp)
+    action = TrainingCheckpointNodeAction(root, LABELS)
+
+    result = action.execute(action.validate({"timeout": 0.5}), ctx_for({}))
+
+    assert result["outcomes"] == {"crashed-pod": "skipped"}
+    assert result["skipped"][0]["why"].startswith("abandoned: last poll 7200 s ago")
 
 
 def test_the_action_is_registered_with_the_training_control_root_setting(tmp_path: Path) -> None:
@@ -79,3 +124,17 @@ def test_the_action_is_registered_with_the_training_control_root_setting(tmp_pat
     action = default_registry(settings).get("training.checkpoint_node")
     assert isinstance(action, TrainingCheckpointNodeAction) and action.root == tmp_path
     assert action.where.value == "node"
+
+
+def test_the_result_names_each_jobs_outcome(root: Path, jobs: list[LiveJob]) -> None:
+    jobs.append(LiveJob(root, "saves").start())
+    refuses = LiveJob(root, "refuses")
+    refuses.control.checkpoints = None  # it cannot checkpoint: it answers rejected
+    jobs.append(refuses.start())
+    LiveJob(root, "silent").register()  # alive, never polls
+    action = TrainingCheckpointNodeAction(root, LABELS)
+
+    result = action.execute(action.validate({"timeout": 1, "best_effort": True}), ctx_for({}))
+
+    assert result["outcomes"] == {"refuses": "rejected", "saves": "checkpointed", "silent": "timed_out"}
+    assert [(f["job"], f["outcome"]) for f in result["failed"]] == [("refuses", "rejected"), ("silent", "timed_out")]

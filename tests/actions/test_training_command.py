@@ -6,6 +6,7 @@ The job is a real `TrainingControl` polling in a thread (tests/support/training.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +15,16 @@ from typing import Any
 import pytest
 
 from remediate.actions import default_registry
+from remediate.actions.base import InMemoryMemory
 from remediate.actions.training_command import TrainingCommandAction
+from remediate.agent import AgentService
+from remediate.agent_server import create_agent_app
+from remediate.agentauth import node_token, sign
 from remediate.config import load_settings
 from remediate.errors import ActionError, ParamsError
 from remediate.training.batching import Batching
 from remediate.training.protocol import JobPaths, atomic_write_json, read_json
+from tests.support.agent import AGENT_TOKEN, agent_settings, step_body
 from tests.support.training import LABELS, LiveJob, ctx_for
 
 POD = {"pod": "trainer-0"}
@@ -157,3 +163,37 @@ def test_a_job_that_refuses_the_command_anyway_fails_the_step_with_its_reason(ro
     assert action.plan(params, ctx_for(POD))["can_act"] is True  # within the schema: only the job knows
     with pytest.raises(ActionError, match=r"answered rejected to reduce_batch_size command .*effective batch"):
         action.execute(params, ctx_for(POD))
+
+
+# --------------------------------------------------------------------------- issue 24, finding 6 (overflow)
+
+
+@pytest.mark.parametrize("label", ["9" * 309, "1" * 309, "9" * 1000, "-" + "1" * 400, "1e999", "inf"])
+def test_a_number_param_beyond_any_float_is_refused_as_bad_input_naming_the_param(
+    root: Path, jobs: list[LiveJob], tmp_path: Path, label: str
+) -> None:
+    """A 309-digit label in a `number` param raised OverflowError (the agent answered 500)."""
+    batching = Batching(32)
+    batching_job(jobs, root, batching, start=False)
+    action = TrainingCommandAction(root, LABELS)
+    validated = action.validate({"command": "reduce_batch_size", "params": {"factor": label}})
+    plan = action.plan(validated, ctx_for(POD))
+    assert plan["can_act"] is False and "param 'factor': must be " in plan["why_not"]
+    with pytest.raises(ParamsError, match=r"param 'factor': must be .*; nothing was sent"):
+        action.execute(validated, ctx_for(POD))
+    assert inbox(root) == [] and batching.micro_batch_size == 32
+
+    # The node agent answers it as bad params (422), not as its own crash (500).
+    settings = agent_settings(tmp_path / "agent", training_control_root=root)
+    service = AgentService(settings, registry=default_registry(settings), memory=InMemoryMemory())
+    client = create_agent_app(settings, service=service).test_client()
+    body = step_body("training.command", {"command": "reduce_batch_size", "params": {"factor": label}})
+    body["context"]["alert"]["labels"].update(POD)
+    data = json.dumps(body).encode()
+    path = "/v1/steps/execute"
+    header = sign(node_token(AGENT_TOKEN, "node-b"), "node-b", "POST", path, data)
+    response = client.post(path, data=data, content_type="application/json", headers={"Authorization": header})
+    assert response.status_code == 422, response.get_json()
+    assert response.get_json()["error"] == "invalid_params"
+    assert "param 'factor': must be " in response.get_json()["message"]
+    assert inbox(root) == []

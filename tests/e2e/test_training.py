@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,12 @@ def _spike_and_remediation(
         "training_job": JOB,
         "instance": f"127.0.0.1:{trainer.port}",
     }
-    am.fire(labels, {"summary": f"Training loss of {JOB} spiked to {spike:.3g}"})
+    # Prometheus sends the alert once the rule has been true for its `for` (1m), with startsAt then: the
+    # shipped playbook's before_alert_s (the same 1m) moves the bar back to the spike. This test does not wait
+    # the minute: it sends at once what Prometheus would send a minute later.
+    pending_s = 60.0
+    starts = datetime.fromtimestamp(spike_seen + pending_s, UTC)
+    am.fire(labels, {"summary": f"Training loss of {JOB} spiked to {spike:.3g}"}, starts_at=starts)
     fired = time.time()
     entry = server.wait_for_run(lambda e: e["status"] in ("succeeded", "failed"), playbook="loss-spike", timeout=30)
     run = server.run(entry["run_id"])

@@ -100,3 +100,25 @@ def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: P
     assert scaled["acknowledged_after_s"] < 2
     assert ranks[0]["batches_skipped"] == ranks[1]["batches_skipped"] > 0
     assert ranks[0]["final_weight"] == ranks[1]["final_weight"]
+
+
+def test_a_job_where_only_rank_0_polls_fails_loudly_saying_every_rank_must_poll(tmp_path: Path) -> None:
+    """Issue 24, finding 16: only rank 0 polled; the job crashed with a bare gloo "connection reset"."""
+    from tests.support.jobs import ddp_worker
+
+    root, out = tmp_path / "control", tmp_path / "out"
+    for path in (root, out):
+        path.mkdir()
+    context = torch.multiprocessing.start_processes(
+        ddp_worker.run_only_rank0_polls, args=(str(root), free_port(), str(out)), nprocs=2, join=False,
+        start_method="spawn",
+    )  # fmt: skip
+    try:
+        wait_until(lambda: (out / "rank0.txt").exists(), 60, interval=0.1, message="rank 0 never stopped polling")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    outcome = (out / "rank0.txt").read_text()
+    assert outcome.startswith("RanksOutOfStep: remediate.training: the broadcast that poll() runs on every rank "
+                              "failed on rank 0 of 2: every rank must call poll()"), outcome  # fmt: skip

@@ -284,3 +284,49 @@ def test_the_job_registers_its_pod_and_namespace_and_expect_pod_must_match(root:
     wrong_namespace = action.validate({"factor": 0.5, "expect_namespace": "prod"})
     with pytest.raises(ActionError, match="expect_namespace is 'prod' but the job registered namespace 'ml'"):
         action.execute(wrong_namespace, ctx_for(labels, run_id=2))
+
+
+# --------------------------------------------------------------------------- issue 24, finding 6: identity
+
+
+def test_the_plan_and_the_result_name_the_process_as_the_kernel_sees_it_not_as_job_json_says(
+    root: Path, processes: Jobs
+) -> None:
+    """job.json is self-asserted in a world-writable root: what the agent can check itself (the pid's uid,
+    cgroup and pod UID from /proc) is recorded with the step, so the history says which container answered."""
+    job = processes.start("job-a")
+    paths = JobPaths(root, "job-a")
+    forged = read_json(paths.registration) | {"pod": "someone-else", "namespace": "prod"}  # what the job claims
+    atomic_write_json(paths.registration, forged, tmp_dir=paths.tmp)
+    action = TrainingCheckpointAction(root, LABELS)
+    ctx = ctx_for({"pod": "job-a"}, seconds=30)
+
+    plan = action.plan(action.validate({}), ctx)
+    result = action.execute(action.validate({"timeout": 10}), ctx)
+
+    actual = Path(f"/proc/{job.pid}/cgroup").read_text().strip()
+    expected = {"pid": job.pid, "uid": os.stat(f"/proc/{job.pid}").st_uid, "cgroup": actual, "pod_uid": None}
+    assert plan["process"] == expected and result["process"] == expected
+    assert plan["pod"] == "someone-else"  # the claim is shown as a claim; the kernel's account beside it
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "uid"),
+    [
+        (
+            "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod6f1c2a3b_4d5e_6f70_8192_a3b4c5d6e7f8"
+            ".slice/cri-containerd-0123abcd.scope",
+            "6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8",
+        ),
+        (
+            "12:memory:/kubepods/besteffort/pod6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8/0123abcd",
+            "6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8",
+        ),
+        ("0::/user.slice/user-1000.slice/session-3.scope", None),
+        ("0::/", None),
+    ],
+)
+def test_the_pod_uid_is_read_from_kubelets_cgroup_paths(cgroup: str, uid: str | None) -> None:
+    from remediate.training.protocol import pod_uid_of
+
+    assert pod_uid_of(cgroup) == uid

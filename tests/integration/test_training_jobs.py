@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from remediate.training.protocol import APPLIED, JobPaths, this_host
+from remediate.training import TrainingControl
+from remediate.training.protocol import APPLIED, JobPaths, atomic_write_json, this_host
 from tests.support.training import deliver, wait_for_ack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,3 +161,105 @@ def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied
     while JobPaths(root, "slow").read_registration().lr != (0.005,) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert JobPaths(root, "slow").read_registration().lr == (0.005,)
+
+
+# --------------------------------------------------------------------------- issue 24, finding 12
+
+
+def _index_steps(job: str, root: Path) -> list[tuple[int, str | None]]:
+    return [(c.step, c.run) for c in JobPaths(root, job).read_registration().checkpoints]
+
+
+def test_a_restarted_job_keeps_its_new_checkpoints_and_never_rolls_back_into_the_abandoned_run(
+    spawn: Any, tmp_path: Path
+) -> None:
+    """The field case: the old run left 30-40 in the directory (keep 3); the restarted run's checkpoints were
+    deleted as they were written, the index kept the old run's, and a rollback found nothing (or the old weights)."""
+    root: Path = spawn.root
+    directory = tmp_path / "ckpt-restarted"
+    old = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--max-seconds", "60")
+    old_run = old.wait_for("registered")[0]["run"]
+    old.wait_for("checkpoint", count=8, timeout=30)
+    old.stop()  # killed: the control and the index stay as they were
+    assert sorted(p.name for p in directory.glob("w-*.json"))[-1] >= "w-000040.json"
+
+    new = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--batch-seconds", "0.1", "--max-seconds", "60")
+    new_run = new.wait_for("registered")[0]["run"]
+    assert new_run != old_run
+    new.wait_for("checkpoint", count=2, timeout=30)
+    index = _index_steps("restarted", root)
+    assert index and all(run == new_run and step < 30 for step, run in index), index  # only the new run's
+    for step, _ in index:
+        assert (directory / f"w-{step:06d}.json").exists()  # not deleted right after it was written
+
+    command = deliver(root, "restarted", "rollback", {"checkpoint": "latest", "skip_batches": 0})
+    ack = wait_for_ack(root, "restarted", command.id)
+    assert ack.status == APPLIED, ack.detail
+    assert ack.result["checkpoint"]["run"] == new_run and ack.result["checkpoint"]["step"] < 30
+    loaded = new.wait_for("loaded")[0]
+    assert (loaded["run"], loaded["pid"]) == (new_run, new.proc.pid)  # the new run's weights, not the old run's
+
+    # Once it passes the old step numbers the old run's checkpoints are gone, and a rollback stays in its run.
+    marks = new.wait_for("checkpoint", count=9, timeout=40)
+    assert marks[-1]["step"] > 40
+    assert all(run == new_run for _, run in _index_steps("restarted", root))
+    command = deliver(root, "restarted", "rollback", {"checkpoint": "latest", "skip_batches": 0})
+    assert wait_for_ack(root, "restarted", command.id).result["checkpoint"]["run"] == new_run
+    assert new.wait_for("loaded", count=2)[-1]["pid"] == new.proc.pid
+    new.stop()
+
+    # A resume from the newest checkpoint continues that lineage: its checkpoints stay rollback candidates.
+    resumed = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--resume", "--max-seconds", "60")
+    third_run = resumed.wait_for("registered")[0]["run"]
+    start = resumed.wait_for("resumed")[0]["step"]
+    assert start > 40 and resumed.wait_for("loaded")[0]["run"] == new_run
+    resumed.wait_for("checkpoint", count=1, timeout=30)
+    index = _index_steps("restarted", root)
+    assert (start, new_run) in index and any(run == third_run for _, run in index), index
+    command = deliver(root, "restarted", "rollback", {"checkpoint": "latest", "checkpoint_step": start})
+    ack = wait_for_ack(root, "restarted", command.id)
+    assert ack.status == APPLIED, ack.detail
+    assert ack.result["checkpoint"]["run"] == new_run
+
+
+# --------------------------------------------------------------------------- issue 24, finding 16 (control dirs)
+
+
+def _age(root: Path, job: str, **fields: float) -> None:
+    paths = JobPaths(root, job)
+    data = json.loads(paths.registration.read_text())
+    data.update(fields)
+    atomic_write_json(paths.registration, data, tmp_dir=paths.tmp)
+
+
+def test_closed_and_dead_jobs_control_directories_do_not_stay_forever(spawn: Any) -> None:
+    """Closed jobs' directories stayed forever and checkpoint_node listed every one of them."""
+    root: Path = spawn.root
+    now = time.time()
+    # A job killed -9 a week ago: never closed, its lock gone with it.
+    dead = spawn("dead-job")
+    dead.wait_for("registered")
+    os.kill(dead.proc.pid, signal.SIGKILL)
+    dead.proc.wait(10)
+    _age(root, "dead-job", last_poll_at=now - 8 * 24 * 3600)
+    # A live job that has not polled for a week (hung): it holds its lock, so it stays.
+    hung = TrainingControl("hung-job", root=root, wake_signal=None).register()
+    _age(root, "hung-job", last_poll_at=now - 8 * 24 * 3600)
+    # A job that closed with nothing outstanding: nothing left behind at once.
+    TrainingControl("done-job", root=root, wake_signal=None).register().close()
+    assert not (root / "done-job").exists()
+    # Jobs that closed while remediate may still read an acknowledgement: kept a day, then aged out.
+    for name in ("closed-yesterday", "closed-now"):
+        control = TrainingControl(name, root=root, wake_signal=None).register()
+        command = deliver(root, name, "skip_batches", {"batches": 1})
+        control.poll(1)
+        assert wait_for_ack(root, name, command.id).status == APPLIED
+        control.close()
+        assert JobPaths(root, name).read_registration().closed_at is not None
+    _age(root, "closed-yesterday", closed_at=now - 25 * 3600)
+
+    newcomer = TrainingControl("newcomer", root=root, wake_signal=None).register()  # any job's registration
+
+    assert sorted(p.name for p in root.iterdir()) == ["closed-now", "hung-job", "newcomer"]
+    hung.close()
+    newcomer.close()

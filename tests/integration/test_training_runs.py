@@ -25,7 +25,7 @@ from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store
-from remediate.training.protocol import JobPaths
+from remediate.training.protocol import CheckpointInfo, JobPaths, atomic_write_json
 from tests.conftest import alert_payload, notification_payload
 from tests.support.store_json import run_json_of
 from tests.support.training import Jobs, LiveJob
@@ -345,3 +345,118 @@ def test_stopping_the_executor_stops_the_step_waiting_on_the_agent(
     job.control.poll(501)
     assert job.optimizer.param_groups[0]["lr"] == 3e-4
     job.control.close()
+
+
+# --------------------------------------------------------------------------- issue 24, finding 14
+
+
+CHECKPOINT_NODE_PLAYBOOK = {
+    "name": "checkpoint-node",
+    "match": {"alertname": "TrainingLossSpike"},
+    "target": "node",
+    "steps": [
+        {
+            "name": "checkpoint-all",
+            "action": "training.checkpoint_node",
+            "with": {"timeout": 2},
+            "retries": 0,
+            "timeout": "60s",
+        }
+    ],
+}
+
+
+def _hung_job(root: Path, name: str, silent_s: float) -> LiveJob:
+    """A job whose process runs (this test's) but that stopped polling `silent_s` seconds ago."""
+    hung = LiveJob(root, name).register()
+    paths = JobPaths(root, name)
+    data = json.loads(paths.registration.read_text())
+    data["last_poll_at"] = time.time() - silent_s
+    atomic_write_json(paths.registration, data, tmp_dir=paths.tmp)
+    return hung
+
+
+@pytest.mark.parametrize("through_agent", [False, True], ids=["local", "node-agent"])
+def test_a_strict_checkpoint_node_step_that_fails_keeps_every_jobs_outcome_in_the_history(
+    root: Path, tmp_path: Path, processes: Jobs, store: Store, through_agent: bool
+) -> None:
+    """The field case: five jobs checkpointed, one hung job (alive, silent 35 s) did not. Before: the hung job
+    was listed skipped and the step succeeded (past 30 s of silence), or the step failed with result null
+    and the five checkpoints vanished from the history (at 25 s)."""
+    from remediate.actions.base import InMemoryMemory
+    from remediate.agent import AgentService
+    from remediate.runners import Dispatch, StaticAgents
+    from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
+
+    pids = {f"job-{i}": processes.start(f"job-{i}").pid for i in range(5)}
+    _hung_job(root, "job-hung", 35.0)
+    node_settings = agent_settings(tmp_path / "agent", node_name="gpu-node-1", training_control_root=root)
+    server_root = tmp_path / "server-root" if through_agent else root
+    server_root.mkdir(exist_ok=True)
+    registry = default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(server_root)}))
+    engine = Engine(
+        store=store, playbooks=PlaybookSet([parse_playbook(CHECKPOINT_NODE_PLAYBOOK, registry)]), registry=registry
+    )
+    service = AgentService(node_settings, registry=default_registry(node_settings), memory=InMemoryMemory())
+    with serve_agent(service, node_settings) as url:
+        dispatch = None
+        if through_agent:
+            dispatch = Dispatch(directory=StaticAgents({"gpu-node-1": url}), node_name="server", token=AGENT_TOKEN)
+        executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
+        decision = fire(engine, "job-0", starts_at(0))
+        assert executor.drain() == 1
+
+    run = run_json_of(store, decision.run_id)
+    assert run["status"] == "failed"
+    step = run["steps"][0]
+    assert "1 of 6 training job(s) on this node did not checkpoint (5 did): job-hung timed_out" in step["error"]
+    result = step["result"]
+    assert result is not None, "the failed step's result is missing from the history"
+    assert result["outcomes"] == {**{name: "checkpointed" for name in pids}, "job-hung": "timed_out"}
+    assert {r["job"]: r["applied_by_pid"] for r in result["checkpointed"]} == pids
+    assert [f["job"] for f in result["failed"]] == ["job-hung"] and result["skipped"] == []
+
+
+# --------------------------------------------------------------------------- issue 24, finding 16
+
+
+SHIPPED_ROLLBACKS = [("loss-spike", "TrainingLossSpike"), ("loss-nan", "TrainingLossNaN")]
+
+
+@pytest.mark.parametrize(("playbook", "rule"), SHIPPED_ROLLBACKS)
+def test_each_shipped_rollback_excludes_checkpoints_saved_while_its_rule_was_pending(
+    playbook: str, rule: str, registry: ActionRegistry
+) -> None:
+    import yaml
+
+    from remediate.durations import parse_duration
+
+    rules = yaml.safe_load((REPO / "alertmanager" / "rules" / "training.rules.yml").read_text())
+    pending = {r["alert"]: r["for"] for group in rules["groups"] for r in group["rules"]}[rule]
+    shipped = {p.name: p for p in load_playbooks(REPO / "playbooks", registry).playbooks}[playbook]
+    rollback = next(s for s in shipped.steps if s.action == "training.rollback")
+    assert rollback.params["before_alert_s"] == parse_duration(pending).total_seconds()
+
+
+def test_the_shipped_loss_spike_playbook_restores_no_checkpoint_saved_during_the_spike_even_without_a_ratio(
+    root: Path, registry: ActionRegistry, store: Store
+) -> None:
+    """The field case: max_loss_ratio=None (the docs' curriculum advice) marked the checkpoint saved during the
+    spike good (step 580, loss 2119 vs ~2), and without before_alert_s the rollback restored it."""
+    job = LiveJob(root, "job-a", start_step=700)
+    job.checkpoints.record(CheckpointInfo(580, 2119.0, True, "/ckpt/580", time.time() - 30))  # the pending minute
+    job.start()
+    try:
+        shipped = load_playbooks(REPO / "playbooks", registry)
+        engine = Engine(
+            store=store,
+            playbooks=PlaybookSet(p for p in shipped.playbooks if p.name == "loss-spike"),
+            registry=registry,
+        )
+        decision = fire(engine, "job-a", starts_at(0))
+        assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1
+    finally:
+        job.stop()
+    run = run_json_of(store, decision.run_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert run["steps"][0]["result"]["checkpoint"]["step"] == 400 and job.loaded == [400]

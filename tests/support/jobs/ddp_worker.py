@@ -114,3 +114,21 @@ def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
         "final_weight": model.module.weight.detach().flatten().tolist(),
     }
     (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def run_only_rank0_polls(rank: int, root: str, port: int, out_dir: str) -> None:
+    """Issue 24, finding 16: rank 1 trains without ever polling and leaves; rank 0 polls. Rank 0 records
+    what its poll raised (the field case: a bare gloo "Connection reset by peer")."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    control = TrainingControl("lonely-job", root=Path(root), wake_signal=None)
+    control.register()
+    if rank == 1:
+        return  # never polls; its process ends and its connections with it
+    outcome = "no error"
+    try:
+        for step in range(1, 3000):
+            control.poll(step)
+            time.sleep(0.01)
+    except Exception as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    (Path(out_dir) / "rank0.txt").write_text(outcome)

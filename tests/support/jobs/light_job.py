@@ -1,7 +1,7 @@
 """A torch-free training job run as a real process by the action tests (not a test module).
 
 It registers under --root as --job, polls every 10 ms (one step per poll), has four good
-checkpoint stand-ins (steps 100-400) and one optimizer param group (lr 3e-4); a rollback
+checkpoint stand-ins (steps 100-400, saved an hour before it starts) and one optimizer param group (lr 3e-4); a rollback
 sleeps --load-delay seconds in the checkpoint load, as loading a big checkpoint does. It
 prints ``READY <pid>`` once registered and stops after --max-seconds.
 """
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from remediate.training import CallableCheckpoints, TrainingControl
+from remediate.training import CallableCheckpoints, CheckpointInfo, TrainingControl
 
 
 class Optimizer:
@@ -40,8 +40,10 @@ def main() -> None:
     checkpoints = CallableCheckpoints(
         root.parent / f"ckpt-{args.job}-{os.getpid()}", save=lambda step: f"/ckpt/{step}", load=load, writer=True
     )
+    saved = time.time() - 3600  # saved an hour ago: well before any alert (rollbacks exclude the rule's pending time)
     for step, loss in ((100, 2.0), (200, 1.9), (300, 1.8), (400, 1.7)):
-        checkpoints.record_checkpoint(step, loss, f"/ckpt/{step}")
+        good = checkpoints.judge(step, loss)
+        checkpoints.record(CheckpointInfo(step, loss, good, f"/ckpt/{step}", saved + step))
     control = TrainingControl(
         args.job, root=root, checkpoints=checkpoints, optimizer=Optimizer(), wake_signal=None,
         heartbeat_interval=args.heartbeat,

@@ -5,7 +5,10 @@ continue`` ... ``step = control.poll(step, loss)``); the data loader takes ``--b
 batch, skipped or not, as a slow loader does. The "model" is one number and the optimizer a
 stand-in with ``param_groups``, so the job starts in a fraction of a second. It checkpoints
 every ``--checkpoint-every`` steps through `CallableCheckpoints` with the library's default good
-mark; from step ``--spike-at`` on, its loss is ``--spike-loss`` (the field case: ~2, then 133).
+mark (each checkpoint a small JSON file in ``--checkpoints``, keeping the last ``--keep``); from
+step ``--spike-at`` on, its loss is ``--spike-loss`` (the field case: ~2, then 133). With
+``--resume`` it starts from the newest checkpoint of the previous run (`CheckpointIndex.resume`),
+else from scratch.
 
 Events are printed as ``EVENT {json}`` lines; a name already held by a live process makes it
 print ``REFUSED <message>`` and exit 2.
@@ -14,7 +17,9 @@ print ``REFUSED <message>`` and exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -51,21 +56,32 @@ def main() -> int:
     parser.add_argument("--spike-at", type=int, default=10**9)
     parser.add_argument("--spike-loss", type=float, default=133.2)
     parser.add_argument("--max-seconds", type=float, default=60.0)
+    parser.add_argument("--keep", type=int, default=None)
+    parser.add_argument("--resume", action="store_true")
     args = parser.parse_args()
 
     optimizer = Optimizer(0.01)
     weights = {"w": 0.0}
-    saved: dict[int, float] = {}
 
     def save(step: int) -> str:
-        saved[step] = weights["w"]
-        return f"memory:{step}"
+        path = os.path.join(args.checkpoints, f"w-{step:06d}.json")
+        with open(path, "w") as file:
+            json.dump({"w": weights["w"], "run": checkpoints.run_id, "pid": os.getpid()}, file)
+        return path
 
     def load(info: CheckpointInfo) -> None:
-        weights["w"] = saved[info.step]
-        emit("loaded", step=info.step, loss=info.loss)
+        with open(str(info.path)) as file:
+            saved = json.load(file)
+        weights["w"] = saved["w"]
+        emit("loaded", step=info.step, loss=info.loss, run=saved["run"], pid=saved["pid"])
 
-    checkpoints = CallableCheckpoints(args.checkpoints, save=save, load=load, writer=True)
+    def delete(info: CheckpointInfo) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(str(info.path))
+
+    checkpoints = CallableCheckpoints(
+        args.checkpoints, save=save, load=load, delete=delete, keep=args.keep, writer=True
+    )
     control = TrainingControl(
         args.job,
         root=args.root,
@@ -80,9 +96,13 @@ def main() -> int:
     except JobNameInUse as exc:
         print(f"REFUSED {exc}", flush=True)
         return 2
-    emit("registered", pid=control.paths.read_registration().pid)
+    emit("registered", pid=control.paths.read_registration().pid, run=checkpoints.run_id)
 
     step = 0
+    if args.resume:
+        resumed = checkpoints.resume()
+        step = resumed.step if resumed is not None else 0
+        emit("resumed", step=step)
     deadline = time.monotonic() + args.max_seconds
     for _batch in loader(args.batch_seconds):
         if time.monotonic() >= deadline:
@@ -94,7 +114,7 @@ def main() -> int:
         step += 1
         if step % args.checkpoint_every == 0:
             info = checkpoints.save(step, loss)
-            emit("checkpoint", step=step, loss=loss, good=info.good)
+            emit("checkpoint", step=step, loss=loss, good=info.good, run=info.run)
         new_step = control.poll(step, loss)
         if new_step != step:
             emit("rolled_back", from_step=step, to_step=new_step)

@@ -94,9 +94,10 @@ def test_checkpoints_keep_the_last_k_and_always_the_newest_good_one(tmp_path: Pa
     store.save(50, 3.0)
     assert [c.step for c in store.list()] == [40, 50]
 
-    # A restarted job (or another rank) finds the same index on disk.
+    # A restarted job finds the same index on disk: the previous run's, to resume from (its own run has none yet).
     again = TorchCheckpoints(tmp_path, model=model, optimizer=optimizer, writer=True)
-    assert [(c.step, c.good, c.loss) for c in again.list()] == [(40, False, 50.0), (50, True, 3.0)]
+    assert [(c.step, c.good, c.loss) for c in again.previous()] == [(40, False, 50.0), (50, True, 3.0)]
+    assert again.list() == []
     reader = TorchCheckpoints(tmp_path, model=model, optimizer=optimizer, writer=False)
     assert [c.step for c in reader.list()] == [40, 50]
     store.save(60, 1.0)
@@ -188,3 +189,34 @@ def test_a_plain_loop_rolls_back_resumes_from_the_checkpoint_step_and_skips_batc
     assert control.batches_skipped == 4
     assert [c.step for c in store.list()] == [5, 10, 15, 20, 25, 30, 35, 40]
     assert JobPaths(tmp_path, JOB).read_registration().checkpoints[-1].step == 40
+
+
+def test_an_index_of_an_older_library_is_a_lineage_a_job_can_resume(tmp_path: Path) -> None:
+    """Issue 24, finding 12: entries without a run are one lineage of their own; resuming one continues it."""
+    from remediate.training import CallableCheckpoints
+    from remediate.training.protocol import atomic_write_json
+
+    older = [{"step": s, "loss": 2.0, "good": True, "path": f"/ckpt/{s}", "saved_at": 1.0} for s in (100, 200, 300)]
+    atomic_write_json(tmp_path / "index.json", {"version": 1, "checkpoints": older})
+    loaded: list[int] = []
+    store = CallableCheckpoints(tmp_path, save=lambda s: f"/ckpt/{s}", load=lambda i: loaded.append(i.step),
+                                keep=3, writer=True)  # fmt: skip
+    assert store.list() == [] and [c.step for c in store.previous()] == [100, 200, 300]
+
+    info = store.resume()  # continues the older lineage at its newest checkpoint
+    assert info is not None and info.step == 300 and loaded == [300]
+    store.save(400, 2.0)
+    assert [(c.step, c.run) for c in store.list()] == [(200, None), (300, None), (400, store.run_id)]
+
+    # A reader (another rank) follows the run the index names as current.
+    reader = CallableCheckpoints(tmp_path, save=lambda s: None, load=lambda i: None, writer=False)
+    assert [c.step for c in reader.list()] == [200, 300, 400]
+
+    # A rollback to step 200 and a restart from scratch afterwards: the new run owns nothing of the old ones.
+    store.load(store.get(200))  # type: ignore[arg-type]
+    assert [c.step for c in store.list()] == [200, 400]  # the older run's 300 is past the step it continues from
+    assert [c.step for c in store.discard_after(200)] == [400]
+    fresh = CallableCheckpoints(tmp_path, save=lambda s: f"/ckpt/{s}", load=lambda i: None, keep=3, writer=True)
+    fresh.save(50, 2.0)
+    assert [c.step for c in fresh.list()] == [50] and fresh.get(200) is None
+    assert [c.step for c in fresh.all()] == [50, 200, 300]  # the others fill the slots it does not use yet

@@ -90,7 +90,7 @@ def test_register_creates_the_layout_and_a_registration_a_dry_run_can_read(root:
     assert registration.last_step == 41
     assert registration.last_poll_at is not None and abs(registration.last_poll_at - time.time()) < 5
     control.close()
-    assert paths.read_registration().closed_at is not None
+    assert not paths.dir.exists()  # nothing outstanding: a closed job leaves no control directory behind
 
 
 def test_a_job_name_that_is_not_one_path_component_is_refused(root: Path) -> None:
@@ -301,6 +301,7 @@ def test_a_command_interrupted_by_a_crash_is_reported_and_not_applied_again(root
     recorder = Recorder()
     paths = JobPaths(root, JOB)
     make_control(root).register().close()
+    paths.create()  # the layout a crashed run leaves (close() removed it)
     now = time.time()
     # Crash after recording the id, before the acknowledgement: the command sits in taken/.
     crashed = Command("crashed-1", "note", {}, now, now + 60)
@@ -451,6 +452,7 @@ def test_checkpoint_command_saves_with_the_last_reported_loss(root: Path) -> Non
         "good": True,
         "path": "/ckpt/11",
         "saved_at": ack.result["checkpoint"]["saved_at"],
+        "run": store.run_id,
     }
     assert JobPaths(root, JOB).read_registration().checkpoints[-1].step == 11
 
@@ -567,8 +569,9 @@ def test_a_live_process_registered_without_the_lock_is_not_taken_over_but_a_dead
     finally:
         sleeper.kill()
         sleeper.wait()
-    make_control(root).register().close()
+    control = make_control(root).register()
     assert paths.read_registration().pid == os.getpid()
+    control.close()
 
 
 # --------------------------------------------------------------------------- the job's own commands (issue 12)

@@ -165,3 +165,23 @@ def test_the_hugging_face_callback_serves_skip_batches(tmp_path: Path) -> None:
     assert not torch.equal(after[9]["weight"], after[6]["weight"])
     assert ours.control.batches_skipped == 2
     assert "skip_batches" in (JobPaths(root, JOB).read_registration().commands or {})
+
+
+def test_the_hugging_face_callback_neither_declares_nor_applies_a_batch_size_it_cannot_change(tmp_path: Path) -> None:
+    """Issue 24, finding 13, as for Lightning: the Trainer fixes its loader and accumulation once per train()."""
+    from remediate.training.batching import Batching
+    from remediate.training.hf import RemediateTrainerCallback
+
+    root = tmp_path / "control"
+    batching = Batching(micro_batch_size=32)
+    ours = RemediateTrainerCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", wake_signal=None,
+                                    batching=batching)  # fmt: skip
+    ours.control.register()
+    assert "reduce_batch_size" not in (JobPaths(root, JOB).read_registration().commands or {})
+    command = deliver(root, JOB, "reduce_batch_size", {"factor": 0.5})
+    ours.control.poll(1)
+    ack = wait_for_ack(root, JOB, command.id)
+    ours.control.close()
+    assert ack.status == "rejected"
+    assert ack.detail.startswith("'reduce_batch_size' is not supported by this integration (transformers): ")
+    assert (batching.micro_batch_size, batching.accumulation_steps) == (32, 1)

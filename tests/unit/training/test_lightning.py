@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from remediate.training.protocol import APPLIED, JobPaths
+from remediate.training.protocol import APPLIED, REJECTED, JobPaths
 from tests.support.training import deliver, require, wait_for_ack
 
 torch = require("torch")
@@ -159,3 +159,81 @@ def test_the_lightning_callback_serves_skip_batches_and_declares_the_commands(tm
     assert ours.control.batches_skipped == 2
     declared = JobPaths(root, JOB).read_registration().commands or {}
     assert declared["skip_batches"]["required"] == ["batches"] and "rollback" in declared
+
+
+class BatchAgent(pl.Callback):  # type: ignore[misc]
+    """Sends reduce_batch_size at step 3, as training.command (or someone by hand) would."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.sent: list[str] = []
+        self.batch_sizes: list[int] = []
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.batch_sizes.append(len(batch[0]))
+        if trainer.global_step == 3 and not self.sent:
+            self.sent.append(deliver(self.root, JOB, "reduce_batch_size", {"factor": 0.5}).id)
+
+
+def test_the_lightning_callback_neither_declares_nor_acknowledges_a_batch_size_it_cannot_change(
+    tmp_path: Path,
+) -> None:
+    """Issue 24, finding 13: with batching= passed through, reduce_batch_size was declared and acknowledged
+    "applied ... effective batch stays 32" while the Trainer kept running 32 x 1."""
+    from remediate.training.batching import Batching
+    from remediate.training.lightning import RemediateCallback
+
+    torch.manual_seed(0)
+    x = torch.randn(320, 4)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=32)
+    root = tmp_path / "control"
+    batching = Batching(micro_batch_size=32)
+    ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=None, wake_signal=None,
+                             batching=batching)  # fmt: skip
+    agent = BatchAgent(root)
+    trainer = pl.Trainer(
+        max_steps=8,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[agent, ours],
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(TinyModule(), data)
+
+    declared = JobPaths(root, JOB).read_registration().commands or {}
+    assert "reduce_batch_size" not in declared and "skip_batches" in declared  # remediate refuses it at plan time
+    ack = wait_for_ack(root, JOB, agent.sent[0])
+    assert ack.status == REJECTED
+    assert ack.detail.startswith("'reduce_batch_size' is not supported by this integration (lightning): ")
+    assert "nothing was changed" in ack.detail
+    assert (batching.micro_batch_size, batching.accumulation_steps) == (32, 1)
+    assert set(agent.batch_sizes) == {32}  # what the Trainer ran, before and after
+    assert trainer.accumulate_grad_batches == 1
+
+
+def test_a_lightning_job_restarted_from_scratch_keeps_its_own_checkpoints(tmp_path: Path) -> None:
+    """Issue 24, finding 12 with the callback's own TorchCheckpoints: the second fit's checkpoints (steps 4, 8)
+    were deleted as they were written, because the first fit had left 8 and 12 (keep=2)."""
+    from remediate.training.lightning import RemediateCallback
+
+    torch.manual_seed(0)
+    x = torch.randn(256, 4)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
+    root = tmp_path / "control"
+    runs = []
+    for max_steps in (12, 8):  # the same job, the same checkpoint directory, started again from scratch
+        ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=4, keep=2,
+                                 wake_signal=None)  # fmt: skip
+        trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                             callbacks=[ours], default_root_dir=tmp_path)  # fmt: skip
+        trainer.fit(TinyModule(), data)
+        runs.append(ours.checkpoints.run_id)  # type: ignore[attr-defined]
+        kept = [(c.step, c.run) for c in ours.checkpoints.list()]
+        assert kept == [(max_steps - 4, runs[-1]), (max_steps, runs[-1])]
+    assert runs[0] != runs[1]
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("ckpt-*.pt")) == ["ckpt-000000004.pt", "ckpt-000000008.pt"]
