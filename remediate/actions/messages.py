@@ -43,7 +43,11 @@ def outcome_line(steps: list[dict[str, Any]]) -> str:
     """What the steps did, in one line: `cordon succeeded; drain failed (PDB blocked 2 pods)`."""
     parts = []
     for step in steps:
-        error = f" ({_clip(step['error'], OUTCOME_ERROR_MAX)})" if step["error"] and step["status"] == StepStatus.FAILED else ""
+        error = (
+            f" ({_clip(step['error'], OUTCOME_ERROR_MAX)})"
+            if step["error"] and step["status"] == StepStatus.FAILED
+            else ""
+        )
         parts.append(f"{step['name']} {step['status']}{error}")
     return "; ".join(parts) if parts else "no earlier step"
 
