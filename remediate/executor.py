@@ -444,19 +444,21 @@ class Executor:
         # A step failed before a restart, and only `always` steps were left to run.
         failure = next((_run_error(s, s.error or s.status) for s in steps if _failed(s)), None)
         rerunnable = False
+        # Whether a step of the run started an attempt, before this pass or in it (`steps` is read once, here).
+        progress = _RunProgress(changed=any(s.attempts > 0 for s in steps))
         pending = [s for s in steps if s.status not in DONE_STEP_STATUSES and not s.finished]
         for position, step in enumerate(pending):
             rest = pending[position + 1 :]
             if failure is None:
                 # The last step's (or a failing step's) result and the run's end are recorded together.
-                failed = self._execute_step(run, step, dry_run, last=not rest, rest=rest, earlier=steps)
+                failed = self._execute_step(run, step, dry_run, last=not rest, rest=rest, progress=progress)
                 if failed is None:
                     continue
                 if failed.ended_run:
                     return
                 failure, rerunnable = failed.run_error, failed.rerunnable
             elif step.always:
-                self._execute_step(run, step, dry_run, last=False, rest=(), earlier=steps, after_failure=True)
+                self._execute_step(run, step, dry_run, last=False, rest=(), progress=progress, after_failure=True)
         if failure is not None:
             self._finish_run(run, RunStatus.FAILED, failure, rerunnable=rerunnable)
         elif not pending:
@@ -623,7 +625,7 @@ class Executor:
         *,
         last: bool,
         rest: Sequence[StepRecord],
-        earlier: Sequence[StepRecord],
+        progress: _RunProgress,
         after_failure: bool = False,
     ) -> StepFailure | None:
         """Plan and (unless dry-run) execute one step; returns its failure, or None on success.
@@ -633,7 +635,7 @@ class Executor:
         `after_failure`: an `always` step after a failed one; its outcome never changes the run's.
         """
         started = time.monotonic()
-        fail = self._step_failer(run, step, started, rest, earlier, after_failure)
+        fail = self._step_failer(run, step, started, rest, progress, after_failure)
         try:
             action = self.registry.get(step.action)
             params = action.validate(step.params)
@@ -665,7 +667,7 @@ class Executor:
             return None
         try:
             # The plan is recorded with the start of the first attempt (one transaction).
-            number, outcome = self._attempts(runner, action, params, ctx, step, plan, run)
+            number, outcome = self._attempts(runner, action, params, ctx, step, plan, run, progress)
             result = runner.stamp(outcome)
         except (ClaimLostError, StoreUnavailable):  # the store failed, not the step: see run_once
             raise
@@ -718,6 +720,7 @@ class Executor:
         step: StepRecord,
         plan: Any,
         run: ClaimedRun,
+        progress: _RunProgress,
     ) -> tuple[int, Any]:
         """Execute the step, retrying retryable errors; returns (number of the attempt that succeeded, its result).
 
@@ -737,6 +740,7 @@ class Executor:
         try:
             for attempt in retrying:
                 with attempt:
+                    progress.changed = True  # from here on the action may have changed something
                     number = self.store.start_attempt(step.id, self.clock(), plan=pending_plan, lease=lease)
                     pending_plan = None
                     try:
@@ -808,7 +812,7 @@ class Executor:
         step: StepRecord,
         started: float,
         rest: Sequence[StepRecord],
-        earlier: Sequence[StepRecord],
+        progress: _RunProgress,
         after_failure: bool,
     ) -> Callable[..., StepFailure | None]:
         """A function recording the step's failure (see `_fail_step`) with this step's circumstances."""
@@ -822,7 +826,7 @@ class Executor:
             result: Any = None,
         ) -> StepFailure | None:
             return self._fail_step(
-                run, step, error, started, status=status, plan=plan, rest=rest, earlier=earlier,
+                run, step, error, started, status=status, plan=plan, rest=rest, progress=progress,
                 after_failure=after_failure, transient=transient, result=result,
             )  # fmt: skip
 
@@ -838,7 +842,7 @@ class Executor:
         status: StepStatus = StepStatus.FAILED,
         plan: Any = None,
         rest: Sequence[StepRecord] = (),
-        earlier: Sequence[StepRecord] = (),
+        progress: _RunProgress,
         after_failure: bool = False,
         transient: bool = False,
         result: Any = None,
@@ -847,8 +851,8 @@ class Executor:
         the run's failure, in one transaction.
 
         `transient`: the step failed for a reason that may pass (a retryable error in its plan); when no
-        step of the run executed anything before, the run is marked rerunnable (the next delivery of the
-        alert runs again instead of being a duplicate).
+        step of the run started an attempt before (`progress`: in an earlier pass or in this one), the run is
+        marked rerunnable (the next delivery of the alert runs again instead of being a duplicate).
 
         A `continue_on_error` step's failure is recorded and the run goes on: None, as for a success (the
         run ends succeeded when it was the last step).
@@ -875,7 +879,7 @@ class Executor:
         reason = f"skipped: step {step.idx} {step.name} ({step.action}) failed"
         ends = not any(s.always for s in rest)
         run_end = RunEnd(run.id, RunStatus.FAILED, run_error) if ends else None
-        rerunnable = transient and run.mode != "dry-run" and all(s.attempts == 0 for s in earlier if s.idx <= step.idx)
+        rerunnable = transient and run.mode != "dry-run" and not progress.changed
         self.store.finish_step(
             step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end, lease=run.lease,
             skip=skipped, skip_reason=reason, rerunnable=rerunnable and ends,
@@ -935,6 +939,15 @@ def _describe(exc: BaseException) -> str:
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" at {frame.filename}:{frame.lineno}" if frame else ""
     return f"unexpected {exc.__class__.__name__}: {exc}{where}"
+
+
+@dataclass
+class _RunProgress:
+    """What one pass of `execute_run` did to its run so far."""
+
+    changed: bool
+    """An attempt of one of the run's steps started (before this pass or in it): a later failure of the run
+    is then not one "before changing anything" (never rerunnable)."""
 
 
 class _Batched:

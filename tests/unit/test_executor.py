@@ -92,6 +92,16 @@ class BadPlan(Recording):
         raise ActionError("cannot read the current state")
 
 
+class PlanUnavailable(Recording):
+    """Its plan cannot read the current state for now (an API outage): a retryable error."""
+
+    name: ClassVar[str] = "test.planunavailable"
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        self.plans.append(params)
+        raise RetryableActionError("the API answered 503")
+
+
 class Once(Recording):
     name: ClassVar[str] = "test.once"
     idempotent: ClassVar[bool] = False
@@ -156,7 +166,7 @@ class Observing(Recording):
 
 @pytest.fixture
 def actions() -> dict[str, Recording]:
-    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again(), Observing()]
+    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), PlanUnavailable(), Once(), Again(), Observing()]
     made += [SentOnce(), SentAgain(), Gate()]
     return {a.name: a for a in made}
 
@@ -638,6 +648,51 @@ def test_an_action_missing_at_execution_fails_the_step(
     (detail,) = steps_detail(store, run_id)
     assert detail["status"] == "failed"
     assert "unknown action 'test.once'" in detail["error"]
+
+
+# --------------------------------------------------------------------------- rerunnable runs (issue 24, finding 10)
+
+
+@BOTH_STORES
+def test_a_run_whose_plan_fails_transiently_before_any_change_is_rerunnable(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.planunavailable", retries=0)))
+
+    executor.drain()
+
+    run = run_row(store, run_id)
+    assert (run.status, bool(run.rerunnable)) == ("failed", True)
+
+
+@BOTH_STORES
+def test_a_run_whose_second_step_fails_transiently_after_the_first_changed_something_is_not_rerunnable(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    """Live: cordon succeeded, then the taint's plan failed in an API outage; the run was marked "failed before
+    changing anything" (the steps read at the start still said no attempt), so the next delivery ran again."""
+    pb = playbook(step("test.once"), step("test.planunavailable", retries=0), cooldown="30m")
+    engine = make_engine(pb)
+    alert = make_alert("GpuXidError", labels={"Hostname": "node-a"})
+    (decision,) = ingest(engine, alert, at=T0).decisions
+    assert decision.run_id is not None
+
+    executor.drain()
+
+    run = run_row(store, decision.run_id)
+    assert run.status == "failed" and "plan failed" in run.error
+    assert bool(run.rerunnable) is False
+    assert len(actions["test.once"].executions) == 1
+    # The next delivery of the same occurrence is a duplicate, as for any run that changed something.
+    (again,) = ingest(engine, alert, at=T0 + 60).decisions
+    assert again.decision.value == "duplicate", again.reason
+    assert executor.drain() == 0
+    assert len(actions["test.once"].executions) == 1
 
 
 # --------------------------------------------------------------------------- dry-run
