@@ -23,12 +23,18 @@ action declares itself idempotent, otherwise the run fails with that reason.
 Ownership: each claim increments the run's claim generation and every progress write checks
 it (RunLease); an executor that finds its claim gone (it stalled and another took the run
 over) raises ClaimLostError, logs it and writes nothing more, runs no further step. Recovery
-never takes a run whose owner process is alive on this host, takes at once a run whose owner
-died here, and one of another host (or another replica: `replica_name`) only when its heartbeat
-has not changed for `stale_after` seconds (the `lease` setting) of this process's monotonic clock
-(no wall clock is compared across processes), and then only if the heartbeat is still the one it
-watched (RunQueue.requeue_claims). The owner renews its leases from a thread of its own
-(`_heartbeat`, every `heartbeat_interval(lease)`), so a step longer than the lease keeps its run.
+takes at once a run whose owner died on this host, and any other (an owner alive here but stalled,
+SIGSTOPped or unable to write, or one of another host or replica: `replica_name`) only when its
+heartbeat has not changed for `stale_after` seconds (the `lease` setting) of this process's monotonic
+clock (no wall clock is compared across processes), and then only if the heartbeat is still the one it
+watched (RunQueue.requeue_claims): no run stays `running` without a live heartbeat. The owner renews
+its leases from a thread of its own (`_heartbeat`, every `heartbeat_interval(lease)`), so a step longer
+than the lease keeps its run.
+
+When the store fails under a run (any StoreUnavailable: locked, unreachable, disk full, read-only, ...),
+its executor stops executing it and hands it back once the store takes writes again (`_release_abandoned`):
+a step whose action ran to its end is recorded with that end (a POST that was sent stays sent, and the
+run goes on from the next step); a step whose outcome is unknown is `interrupted` and says why.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -82,7 +89,7 @@ from remediate.runs import (
     StepStart,
     StepStatus,
 )
-from remediate.store import worker_identity
+from remediate.store import EXECUTOR_STOPPED, worker_identity
 from remediate.store.interface import ExecutorStore
 
 log = logging.getLogger("remediate.executor")
@@ -94,6 +101,8 @@ DEFAULT_BATCH_SIZE = 50
 """The most runs of batchable steps one claim takes (Executor.batch_size): big enough that a storm's backlog
 costs two transactions per fifty runs (as many runs/s as batches of 100 or 200, measured), small enough
 that a fresh alert waits for short batches only (~15 ms each on a 2-core machine; 100 doubled its wait)."""
+STORE_FAILED = "the store failed under its executor (its outcome is unknown)"
+"""Why a step in flight is `interrupted` when its run is handed back after a store outage."""
 STORE_RETRY_MAX_S = 10.0
 """The longest wait between the executor's tries while the store is unavailable (a database restart, a fail-over)."""
 
@@ -231,6 +240,12 @@ class Executor:
         """run id -> (its owner, claim and heartbeat as last seen, time.monotonic() when first seen so)."""
         self._abandoned: dict[int, RunningClaim] = {}
         """Runs this executor stopped executing because the store failed under them (see run_once)."""
+        self._unrecorded: dict[int, StepEnd] = {}
+        """run id -> the end of its step whose action ran but whose end the store failed to record: written
+        when the run is handed back (`_release_abandoned`)."""
+        self.on_beat: Callable[[], None] | None = None
+        """Called by the heartbeat thread every heartbeat interval, whatever the store does: the executor
+        process shows its master that it is alive (serving.ExecutorBeat)."""
         self._outage = _StoreOutage()
         self.on_run_finished = tuple(on_run_finished)
         """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each
@@ -292,17 +307,17 @@ class Executor:
         for claim in claims:
             if claim.claimed_by == self.worker and claim.id in active:
                 continue
-            state = _owner_state(claim.claimed_by, claim.heartbeat_at)
-            if state == "dead":
+            if _owner_state(claim.claimed_by, claim.heartbeat_at) == "dead":
                 stale.append(claim)
-            elif state == "elsewhere":
-                seen = (claim.claimed_by, claim.generation, claim.heartbeat_at)
-                previous = self._observed.get(claim.id)
-                since = previous[1] if previous is not None and previous[0] == seen else now
-                observed[claim.id] = (seen, since)
-                if now - since >= self.stale_after:
-                    stale.append(claim)
-            # "alive": a stalled process on this host still owns its run, whatever its heartbeat's age.
+                continue
+            # Alive here or elsewhere: an owner that renewed nothing for the lease (stalled, SIGSTOPped, its
+            # writes failing) loses its run; its lease checks then stop it writing (ClaimLostError).
+            seen = (claim.claimed_by, claim.generation, claim.heartbeat_at)
+            previous = self._observed.get(claim.id)
+            since = previous[1] if previous is not None and previous[0] == seen else now
+            observed[claim.id] = (seen, since)
+            if now - since >= self.stale_after:
+                stale.append(claim)
         self._observed = observed
         return stale
 
@@ -333,10 +348,14 @@ class Executor:
     def _heartbeat(self) -> None:
         """Renew the lease of every run this executor is executing, whatever its steps are doing."""
         while not self._stopping.wait(heartbeat_interval(self.stale_after)):
+            if self.on_beat is not None:
+                self.on_beat()
             try:
                 with self._active_lock:
                     active = sorted(self._active)
                 self.store.heartbeat(active, self.worker, self.clock())
+            except StoreUnavailable as exc:
+                self._outage.failed(exc)  # once per outage; the runs' leases lapse and are taken over if it lasts
             except Exception:
                 log.exception("executor heartbeat failed; retrying")
 
@@ -414,17 +433,26 @@ class Executor:
         finally:
             with self._active_lock:
                 self._active.difference_update(run.id for run in claimed)
+                for run in claimed:
+                    if run.id not in self._abandoned:
+                        self._unrecorded.pop(run.id, None)
 
     def _release_abandoned(self) -> None:
         """Requeue the runs abandoned when the store failed, each only if still in the claim it was left in."""
         with self._active_lock:
             claims = list(self._abandoned.values())
+            ends = {c.id: self._unrecorded[c.id] for c in claims if c.id in self._unrecorded}
         if not claims:
             return
-        requeued = self.store.requeue_claims(claims, now=self.clock(), own=True)
+        requeued = self.store.requeue_claims(claims, now=self.clock(), own=True, ends=ends, why=STORE_FAILED)
         with self._active_lock:
             for claim in claims:
                 self._abandoned.pop(claim.id, None)
+                self._unrecorded.pop(claim.id, None)
+        for run_id in requeued:
+            if run_id in ends:
+                log.warning("run %s: the end of its step %s, which the store failed to record, is recorded now: %s",
+                            run_id, ends[run_id].step_id, ends[run_id].status)  # fmt: skip
         if requeued:
             log.warning("requeued %d run(s) interrupted by the store's outage: %s", len(requeued), requeued)
 
@@ -460,12 +488,30 @@ class Executor:
             elif step.always:
                 self._execute_step(run, step, dry_run, last=False, rest=(), progress=progress, after_failure=True)
         if failure is not None:
-            self._finish_run(run, RunStatus.FAILED, failure, rerunnable=rerunnable)
+            # A failure recorded before this pass (handed back after a store outage) skips the steps after it here.
+            failed_before = next((s for s in steps if _failed(s)), None)
+            skip = [s.id for s in pending if not s.always] if failed_before is not None else []
+            reason = (
+                ""
+                if failed_before is None
+                else f"skipped: step {failed_before.idx} {failed_before.name} ({failed_before.action}) failed"
+            )
+            self._finish_run(run, RunStatus.FAILED, failure, rerunnable=rerunnable, skip=skip, skip_reason=reason)
         elif not pending:
             self._finish_run(run, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED, None)
 
-    def _finish_run(self, run: ClaimedRun, status: RunStatus, error: str | None, *, rerunnable: bool = False) -> None:
-        self.store.finish_run(run.id, status, now=self.clock(), error=error, lease=run.lease, rerunnable=rerunnable)
+    def _finish_run(
+        self,
+        run: ClaimedRun,
+        status: RunStatus,
+        error: str | None,
+        *,
+        rerunnable: bool = False,
+        skip: Sequence[int] = (),
+        skip_reason: str = "",
+    ) -> None:
+        self.store.finish_run(run.id, status, now=self.clock(), error=error, lease=run.lease, rerunnable=rerunnable,
+                              skip=skip, skip_reason=skip_reason)  # fmt: skip
         self._run_finished(run, RunEnd(run.id, status, error))
 
     def _run_finished(self, run: ClaimedRun, end: RunEnd | None) -> None:
@@ -642,8 +688,9 @@ class Executor:
         except ParamsError as exc:
             return fail(f"{exc}")
         if step.status == StepStatus.INTERRUPTED and not action.idempotent:
+            why = step.error or f"{EXECUTOR_STOPPED} while this step was running"
             message = (
-                f"interrupted by an executor stop during attempt {step.attempts}; {action.name} is not "
+                f"interrupted during attempt {step.attempts} ({why}); {action.name} is not "
                 "idempotent, so it is not run again: check the target by hand"
             )
             return fail(message, status=StepStatus.INTERRUPTED)
@@ -675,18 +722,31 @@ class Executor:
             # A change handed over but not confirmed: keep what to look for, for reconcile_pending.
             pending = {"pending": exc.follow_up} if isinstance(exc, OutcomePending) else None
             return fail(_describe(exc), plan=plan, result=pending)
-        self.store.finish_step(
-            step.id,
-            StepStatus.SUCCEEDED,
-            now=self.clock(),
-            result=result,
-            succeeded_attempt=number,
-            run_end=run_end,
-            lease=run.lease,
-        )
+        end = StepEnd(step.id, StepStatus.SUCCEEDED, result, attempt=number)
+        with self._kept_if_unrecorded(run, end):
+            self.store.finish_step(
+                step.id,
+                StepStatus.SUCCEEDED,
+                now=self.clock(),
+                result=result,
+                succeeded_attempt=number,
+                run_end=run_end,
+                lease=run.lease,
+            )
         self.metrics.step_finished(step.action, StepStatus.SUCCEEDED, time.monotonic() - started)
         self._run_finished(run, run_end)
         return None
+
+    @contextmanager
+    def _kept_if_unrecorded(self, run: ClaimedRun, end: StepEnd) -> Iterator[None]:
+        """Around the write of a step's end after its action ran: if the store fails under it, the end is kept
+        and written when the run is handed back (`_release_abandoned`), not lost with the run's claim."""
+        try:
+            yield
+        except StoreUnavailable:
+            with self._active_lock:
+                self._unrecorded[run.id] = end
+            raise
 
     def _plan(
         self, runner: StepRunner, action: Action, params: Mapping[str, Any], ctx: StepContext, step: StepRecord
@@ -858,21 +918,24 @@ class Executor:
         run ends succeeded when it was the last step).
         """
         run_error = _run_error(step, error)
+        end = StepEnd(step.id, status, result, error, plan)
         if step.continue_on_error and not after_failure:
             dry_run = run.mode == "dry-run"
             run_end = None if rest else RunEnd(run.id, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED)
-            self.store.finish_step(
-                step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
-                lease=run.lease,
-            )  # fmt: skip
+            with self._kept_if_unrecorded(run, end):
+                self.store.finish_step(
+                    step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
+                    lease=run.lease,
+                )  # fmt: skip
             self.metrics.step_finished(step.action, status, time.monotonic() - started)
             self._run_finished(run, run_end)
             log.info("run %s: %s; continue_on_error: the run goes on", run.id, run_error)
             return None
         if after_failure:  # an `always` step: recorded, the run keeps its first failure
-            self.store.finish_step(
-                step.id, status, now=self.clock(), error=error, plan=plan, result=result, lease=run.lease
-            )
+            with self._kept_if_unrecorded(run, end):
+                self.store.finish_step(
+                    step.id, status, now=self.clock(), error=error, plan=plan, result=result, lease=run.lease
+                )
             self.metrics.step_finished(step.action, status, time.monotonic() - started)
             return StepFailure(run_error, ended_run=False)
         skipped = [s.id for s in rest if not s.always]
@@ -880,10 +943,11 @@ class Executor:
         ends = not any(s.always for s in rest)
         run_end = RunEnd(run.id, RunStatus.FAILED, run_error) if ends else None
         rerunnable = transient and run.mode != "dry-run" and not progress.changed
-        self.store.finish_step(
-            step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end, lease=run.lease,
-            skip=skipped, skip_reason=reason, rerunnable=rerunnable and ends,
-        )  # fmt: skip
+        with self._kept_if_unrecorded(run, end):
+            self.store.finish_step(
+                step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
+                lease=run.lease, skip=skipped, skip_reason=reason, rerunnable=rerunnable and ends,
+            )  # fmt: skip
         self.metrics.step_finished(step.action, status, time.monotonic() - started)
         self._run_finished(run, run_end)
         return StepFailure(run_error, ended_run=ends, rerunnable=rerunnable)

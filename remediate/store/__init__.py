@@ -51,7 +51,7 @@ from remediate.store.interface import AnnouncerStore, EngineStore, ExecutorStore
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
-from remediate.store.queue import RunQueue, worker_identity
+from remediate.store.queue import EXECUTOR_STOPPED, RunQueue, worker_identity
 from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import Pruner, PruneReport
 from remediate.store.rows import MAX_ID, dumps
@@ -59,6 +59,7 @@ from remediate.store.sqlite import SqliteDialect, WriteLock
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
+    "EXECUTOR_STOPPED",
     "MAX_ID",
     "AlertDetail",
     "Announcements",

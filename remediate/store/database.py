@@ -12,7 +12,7 @@ from typing import Protocol
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.errors import ConfigError, StoreBusy, StoreUnreachable
+from remediate.errors import ConfigError, StoreBusy, StoreRefused, StoreUnreachable
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 from remediate.store.postgres import PostgresDialect
 from remediate.store.sqlite import SqliteDialect
@@ -75,7 +75,7 @@ class Database:
                     database.upgrade()
                 except sa.exc.OperationalError as exc:  # one line: `remediate serve` prints it and exits
                     raise ConfigError(f"cannot open database {shown_url(url)!r}: {_one_line(exc.orig)}") from exc
-                except StoreUnreachable as exc:
+                except (StoreUnreachable, StoreRefused) as exc:
                     raise ConfigError(f"cannot open database: {exc}") from exc
             database.dialect.remember_file()
         except BaseException:
@@ -91,21 +91,16 @@ class Database:
         backlog drains) lets the writers already waiting for the lock go first (Dialect.write_lock).
 
         StoreBusy if the lock is not free within the store's busy timeout (also when another program
-        holds SQLite's own lock that long), StoreFileReplaced if the file is no longer ours.
+        holds SQLite's own lock that long), StoreFileReplaced if the file is no longer ours, StoreUnreachable
+        if the server is gone, StoreRefused if the database refused it (disk full, read-only, I/O error, ...).
         """
         self.dialect.check_file()
         with self.dialect.write_lock(background=background):
             try:
                 with self._writer.begin() as conn:
                     yield conn
-            except sa.exc.OperationalError as exc:
-                busy = self.dialect.busy(exc)
-                if busy is not None:
-                    raise busy from exc
-                self._raise_if_unreachable(exc)
-                raise
             except sa.exc.DBAPIError as exc:
-                self._raise_if_unreachable(exc)
+                self._raise_if_unavailable(exc)
                 raise
             except sa.exc.TimeoutError as exc:
                 raise self._pool_busy() from exc
@@ -117,17 +112,18 @@ class Database:
             with self.engine.connect() as conn:
                 yield conn
         except sa.exc.DBAPIError as exc:
-            self._raise_if_unreachable(exc)
+            self._raise_if_unavailable(exc)
             raise
         except sa.exc.TimeoutError as exc:
             raise self._pool_busy() from exc
 
-    def _raise_if_unreachable(self, exc: sa.exc.DBAPIError) -> None:
-        # A request then answers 503 and the executor waits and retries, instead of a traceback;
-        # the pool has dropped the dead connections, so the first transaction after the outage works.
-        unreachable = self.dialect.unreachable(exc)
-        if unreachable is not None:
-            raise unreachable from exc
+    def _raise_if_unavailable(self, exc: sa.exc.DBAPIError) -> None:
+        # A request then answers 503 and the executor waits, hands its runs back and retries, instead of a
+        # traceback: the database is locked, unreachable (the pool has dropped the dead connections, so the
+        # first transaction after the outage works) or refused the transaction (disk full, read-only, ...).
+        unavailable = self.dialect.unavailable(exc)
+        if unavailable is not None:
+            raise unavailable from exc
 
     def _pool_busy(self) -> StoreBusy:
         # Every connection of the bounded pool stayed in use for the busy timeout (a server database).
@@ -143,7 +139,7 @@ class Database:
         try:
             return self.dialect.checkpoint(self.engine)
         except sa.exc.DBAPIError as exc:
-            self._raise_if_unreachable(exc)
+            self._raise_if_unavailable(exc)
             raise
 
     def ping(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate.errors import StoreBusy, StoreUnreachable
+from remediate.errors import StoreBusy, StoreRefused, StoreUnavailable, StoreUnreachable
 from remediate.sqlitefile import DEFAULT_BUSY_TIMEOUT
 
 
@@ -89,6 +89,25 @@ class Dialect:
         if exc.connection_invalidated:
             return StoreUnreachable(self.unreachable_message(exc))
         return None
+
+    def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
+        """The StoreRefused an error stands for, if the database refused the transaction for a reason that may
+        pass (disk full, read-only, I/O error, ...), not for the statement itself; none known here."""
+        return None
+
+    def unavailable(self, exc: sa.exc.DBAPIError) -> StoreUnavailable | None:
+        """Whatever StoreUnavailable an error of a transaction stands for (busy, unreachable, refused), or None:
+        a request then answers 503 and the executor hands its runs back, instead of a traceback."""
+        if isinstance(exc, sa.exc.OperationalError):
+            busy = self.busy(exc)
+            if busy is not None:
+                return busy
+        return self.unreachable(exc) or self.refused(exc)
+
+    def refused_message(self, exc: sa.exc.DBAPIError) -> str:
+        """One line: the database (its password hidden) and the driver's reason."""
+        reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+        return f"the database {self.url.render_as_string(hide_password=True)} refused the transaction: {reason}"
 
     def unreachable_message(self, exc: sa.exc.DBAPIError) -> str:
         """One line: the database (its password hidden) and the driver's reason."""

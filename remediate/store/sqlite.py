@@ -22,13 +22,21 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from remediate.errors import StoreBusy
+from remediate.errors import StoreBusy, StoreRefused
 from remediate.sqlitefile import FileIdentity, WriteLock, protect_files
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 
 WAL_SAFETY_NET_PAGES = 10_000
 """Where checkpoints are done apart, a commit still checkpoints once the log holds this many pages (~40 MB):
 only if the checkpointer falls behind or is gone."""
+
+
+REFUSED_CODES = frozenset({
+    sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOTADB,
+})  # fmt: skip
+"""SQLite's primary result codes (the low byte of an extended one) that mean the file, not the statement,
+failed: read-only, I/O error, corrupt, disk full, cannot open, WAL lock protocol, not a database."""
 
 
 def database_path(url: sa.URL) -> str | None:
@@ -111,6 +119,12 @@ class SqliteDialect(Dialect):
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         if "locked" in str(exc.orig):
             return StoreBusy(f"the database stayed locked for {self.lock.timeout:g}s")
+        return None
+
+    def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
+        code = getattr(exc.orig, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in REFUSED_CODES:
+            return StoreRefused(self.refused_message(exc))
         return None
 
     def lock_breaker(self, conn: sa.Connection) -> None:

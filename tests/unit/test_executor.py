@@ -791,7 +791,10 @@ def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
     assert actions["test.once"].executions == []
     run = run_row(store, run_id)
     assert run.status == "failed"
-    assert run.error.startswith("step 0 1-test.once (test.once): interrupted by an executor stop during attempt 1")
+    assert run.error.startswith(
+        "step 0 1-test.once (test.once): interrupted during attempt 1 "
+        "(the executor stopped while this step was running)"
+    )
 
 
 @BOTH_STORES
@@ -934,17 +937,25 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
 
 
 @BOTH_STORES
-def test_a_run_whose_owner_process_lives_on_this_host_is_never_taken_over_however_old_its_heartbeat(
+def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken_over(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
+    """Issue 24, finding 7: an owner alive on this host whose heartbeat stopped (SIGSTOPped, hung, its writes
+    failing on a full disk) kept its run `running` forever. Now the lease decides, as for any other owner."""
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    assert store.claim_run(f"{socket.gethostname()}:1", time.time() - 2) is not None  # pid 1 lives
-    executor.stale_after = 0.0  # its heartbeat is older than this, and stays so
+    owner = f"{socket.gethostname()}:1"  # pid 1 lives
+    assert store.claim_run(owner, time.time()) is not None
+    executor.stale_after = 0.3
 
+    assert executor.recover() == []  # first seen now: watched for a lease from here
+    time.sleep(0.2)
+    store.heartbeat([run_id], owner, time.time())  # renewed: alive and well
     assert executor.recover() == []
-    time.sleep(0.05)
-    assert executor.recover() == []
-    assert run_row(store, run_id).status == "running"
+    time.sleep(0.2)
+    assert executor.recover() == []  # renewed less than a lease ago
+    time.sleep(0.2)
+    assert executor.recover() == [run_id]  # silent for more than a lease
+    assert run_row(store, run_id).status == "queued"
 
 
 @BOTH_STORES
