@@ -264,17 +264,20 @@ class Executor:
     def start(self) -> None:
         if self._pid != os.getpid():  # built in one process, started in a fork: claim as the fork
             self.worker, self._pid = worker_identity(self.replica_name), os.getpid()
+        # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
+        # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds. It
+        # starts first: its beat (on_beat) tells the master the process is alive while recovery waits on the store.
+        heartbeat = threading.Thread(target=self._heartbeat, name="remediate-heartbeat", daemon=True)
+        heartbeat.start()
+        self._threads.append(heartbeat)
         self.recover()
         for index in range(self.threads):
             thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
-        # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds.
-        for target, name in ((self._heartbeat, "remediate-heartbeat"), (self._housekeeping, "remediate-recovery")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        thread = threading.Thread(target=self._housekeeping, name="remediate-recovery", daemon=True)
+        thread.start()
+        self._threads.append(thread)
         log.info("executor %s started with %d threads", self.worker, self.threads)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -347,9 +350,11 @@ class Executor:
 
     def _heartbeat(self) -> None:
         """Renew the lease of every run this executor is executing, whatever its steps are doing."""
-        while not self._stopping.wait(heartbeat_interval(self.stale_after)):
+        while True:
             if self.on_beat is not None:
                 self.on_beat()
+            if self._stopping.wait(heartbeat_interval(self.stale_after)):
+                return
             try:
                 with self._active_lock:
                     active = sorted(self._active)

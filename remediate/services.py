@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from remediate.actions import ActionRegistry, default_registry
 from remediate.actions.chat import run_page_url
 from remediate.announce import Announcer
+from remediate.beat import ExecutorBeat
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import Credential, Settings, check_server_credentials
 from remediate.engine import Engine
@@ -46,6 +47,8 @@ class Services:
     """Every accepted token (see Settings.credentials); empty only with insecure_no_auth."""
     announcer: Announcer | None = None
     """Sends the chat message of each run that starts awaiting approval; started in the executor process."""
+    executor_beat: ExecutorBeat | None = None
+    """The executor process's heartbeat (in `remediate serve`): its age is in /readyz and /metrics."""
 
 
 def pool_limits(settings: Settings) -> PoolLimits:
@@ -62,6 +65,7 @@ def build_services(
     wake: Callable[[], None] | None = None,
     store_busy_timeout: float | None = None,
     commit_checkpoints: bool = True,
+    executor_beat: ExecutorBeat | None = None,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
     `commit_checkpoints=False`: the executor process checkpoints SQLite's log apart (store.checkpoints).
@@ -126,6 +130,7 @@ def build_services(
         wake,
         credentials,
         announcer,
+        executor_beat,
     )
 
 

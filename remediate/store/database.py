@@ -147,8 +147,10 @@ class Database:
             conn.execute(sa.select(t.meta.c.key).limit(1)).all()
 
     def probe_write(self) -> None:
-        """Do what a webhook needs: the file is ours, the write lock is free in time, a write commits."""
+        """Do what a webhook needs: the file is ours, it has room for a webhook's write (SQLite: fresh space on
+        its filesystem, Dialect.check_room), the write lock is free in time, a write commits."""
         self.check_file()
+        self.dialect.check_room()
         with self.write() as conn:
             conn.execute(_PROBE_WRITE)
 

@@ -161,5 +161,8 @@ class Dialect:
     def check_file(self) -> None:
         """StoreFileReplaced if the database's file is no longer the one open; no file here."""
 
+    def check_room(self) -> None:
+        """StoreRefused if the database has no room for a webhook's write; a server's disk is its own."""
+
     def close(self) -> None:
         """Release what the dialect holds (a lock file's descriptor)."""

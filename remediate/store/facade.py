@@ -100,7 +100,7 @@ class Store:
         self.database.ping()
 
     def probe_write(self) -> None:
-        """Do what a webhook needs: the file is ours, the write lock is free in time, a write commits."""
+        """Do what a webhook needs; see Database.probe_write."""
         self.database.probe_write()
 
     def check_file(self) -> None:

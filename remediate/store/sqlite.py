@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from remediate.errors import StoreBusy, StoreRefused
-from remediate.sqlitefile import FileIdentity, WriteLock, protect_files
+from remediate.sqlitefile import FileIdentity, WriteLock, check_room, protect_files
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 
 WAL_SAFETY_NET_PAGES = 10_000
@@ -171,6 +171,11 @@ class SqliteDialect(Dialect):
         """StoreFileReplaced if the database path no longer names the file this process has open."""
         if self.file is not None:
             self._identity.check()
+
+    def check_room(self) -> None:
+        """StoreRefused unless the file's filesystem can give a webhook's log frames fresh space (sqlitefile)."""
+        if self.file is not None:
+            check_room(self.file)
 
     def close(self) -> None:
         self.lock.close()
