@@ -129,7 +129,9 @@ class WriteLock:
     remediate); this only makes our own writers wait here, trying every few ms, not in SQLite's sleep steps
     (1, 2, 5, ... 100 ms). The kernel drops a flock when its process dies, so a crashed worker cannot leave
     it held. When the lock file cannot be opened (a read-only directory), writers fall back to SQLite's busy
-    timeout alone. Both waits end after `timeout` seconds with StoreBusy: a request then gets 503, not a hang.
+    timeout alone. Every wait shares one deadline, `timeout` seconds after the writer came (`held` yields it,
+    and the store bounds SQLite's busy timeout by what is left of it): StoreBusy then, so a request gets 503, not
+    a hang, and not after the lock file's wait plus a whole busy timeout more.
 
     A waiting writer says so with a shared lock on the lock file's first byte (an open-file-description
     record lock: independent of the flock, dropped by the kernel with its file) for as long as it waits. A
@@ -151,17 +153,18 @@ class WriteLock:
         self._pid: int | None = None
 
     @contextmanager
-    def held(self, *, background: bool = False) -> Iterator[None]:
-        if self.path is None:
-            yield
-            return
+    def held(self, *, background: bool = False) -> Iterator[float]:
+        """Hold the write lock; yields the deadline (time.monotonic()) by which the writer's waits must end."""
         deadline = time.monotonic() + self.timeout
+        if self.path is None:
+            yield deadline
+            return
         if not self._thread_lock.acquire(timeout=self.timeout):
             raise StoreBusy(f"the database write lock stayed taken for {self.timeout:g}s")
         try:
             fd = self._open()
             if fd is None:
-                yield
+                yield deadline
                 return
             if background:
                 give_up = time.monotonic() + self.yield_max
@@ -169,7 +172,7 @@ class WriteLock:
                     time.sleep(0.0005)
             self._flock(fd, deadline, announce=not background)
             try:
-                yield
+                yield deadline
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:

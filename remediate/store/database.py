@@ -95,10 +95,13 @@ class Database:
         if the server is gone, StoreRefused if the database refused it (disk full, read-only, I/O error, ...).
         """
         self.dialect.check_file()
-        with self.dialect.write_lock(background=background):
+        with self.dialect.write_lock(background=background) as deadline:
             try:
-                with self._writer.begin() as conn:
-                    yield conn
+                with self._writer.connect() as conn:
+                    # One bound for every wait: SQLite's own lock gets what the write lock's waits left.
+                    self.dialect.bound_wait(conn, deadline)
+                    with conn.begin():
+                        yield conn
             except sa.exc.DBAPIError as exc:
                 self._raise_if_unavailable(exc)
                 raise

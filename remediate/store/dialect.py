@@ -71,11 +71,15 @@ class Dialect:
         there was such a log (a server database has none: nothing to do)."""
         return False
 
-    def write_lock(self, *, background: bool = False) -> AbstractContextManager[None]:
-        """Held around every write transaction: none here, the database queues its writers itself.
+    def write_lock(self, *, background: bool = False) -> AbstractContextManager[float | None]:
+        """Held around every write transaction: none here, the database queues its writers itself. Gives the
+        deadline (time.monotonic()) by which the writer's waits must end, where the lock keeps one.
 
         `background`: the writer lets writers already waiting go first (see Database.write)."""
         return nullcontext()
+
+    def bound_wait(self, conn: sa.Connection, deadline: float | None) -> None:
+        """Before BEGIN on `conn`: let the database's own wait for its lock end by `deadline` (SQLite)."""
 
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         """The StoreBusy an error of a write transaction stands for, if it means the database stayed locked."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -25,6 +26,11 @@ from sqlalchemy import event
 from remediate.errors import StoreBusy, StoreRefused
 from remediate.sqlitefile import FileIdentity, WriteLock, check_room, protect_files
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
+
+_BUSY_MS = "remediate_busy_timeout_ms"
+"""Where a connection's record keeps the busy timeout its connection has now (SqliteDialect.bound_wait)."""
+_BUSY_SLACK_MS = 10
+"""A write lock taken within this many ms keeps the full busy timeout (no PRAGMA for the usual writer)."""
 
 WAL_SAFETY_NET_PAGES = 10_000
 """Where checkpoints are done apart, a commit still checkpoints once the log holds this many pages (~40 MB):
@@ -86,6 +92,7 @@ class SqliteDialect(Dialect):
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            _record.info[_BUSY_MS] = int(busy_timeout * 1000)
             if not commit_checkpoints:
                 cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_SAFETY_NET_PAGES}")
             cursor.close()
@@ -113,8 +120,21 @@ class SqliteDialect(Dialect):
             ).fetchone()
         return log_frames >= 0  # -1: not in WAL mode (an in-memory database)
 
-    def write_lock(self, *, background: bool = False) -> AbstractContextManager[None]:
+    def write_lock(self, *, background: bool = False) -> AbstractContextManager[float | None]:
         return self.lock.held(background=background)
+
+    def bound_wait(self, conn: sa.Connection, deadline: float | None) -> None:
+        """SQLite's busy timeout for this transaction: what is left of the writer's deadline after the write
+        lock's waits (one bound for all of them), set only when it differs from the connection's."""
+        if deadline is None:
+            return
+        full = int(self.busy_timeout * 1000)
+        left = int((deadline - time.monotonic()) * 1000)
+        wanted = full if left >= full - _BUSY_SLACK_MS else max(1, left)
+        record = conn.connection
+        if record.info.get(_BUSY_MS) != wanted:
+            record.driver_connection.execute(f"PRAGMA busy_timeout={wanted}")
+            record.info[_BUSY_MS] = wanted
 
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         if "locked" in str(exc.orig):
