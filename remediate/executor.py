@@ -245,7 +245,7 @@ class Executor:
         when the run is handed back (`_release_abandoned`)."""
         self.on_beat: Callable[[], None] | None = None
         """Called by the heartbeat thread every heartbeat interval, whatever the store does: the executor
-        process shows its master that it is alive (serving.ExecutorBeat)."""
+        process shows its master that it is alive (remediate.beat.ExecutorBeat)."""
         self._outage = _StoreOutage()
         self.on_run_finished = tuple(on_run_finished)
         """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each
