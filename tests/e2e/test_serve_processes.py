@@ -135,9 +135,11 @@ def test_a_sigstopped_executor_process_is_killed_and_replaced_and_runs_go_on(tmp
     stopped = 0
     try:
         ready = wait_until(
-            lambda: (body := requests.get(f"{server.url}/readyz", timeout=5).json())["executor"]["heartbeat_age_s"]
-            is not None
-            and body,
+            lambda: (
+                (body := requests.get(f"{server.url}/readyz", timeout=5).json())["executor"]["heartbeat_age_s"]
+                is not None
+                and body
+            ),
             WAIT,
             message="the executor's first beat",
         )
