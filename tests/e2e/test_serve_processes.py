@@ -127,10 +127,10 @@ def _executor_pids(server: RemediateServer) -> list[int]:
 def test_a_sigstopped_executor_process_is_killed_and_replaced_and_runs_go_on(tmp_path: Path) -> None:
     """Finding 8: a SIGSTOPped executor stayed alive to waitpid; /readyz said 200 and nothing restarted it. Its
     heartbeat's age is in /readyz and /metrics, and the master replaces it once that is older than the lease."""
-    lease = 2.0
+    lease = 5.0  # heartbeats every 1.25 s: a loaded host never makes a live executor look silent
     write_playbook(tmp_path / "playbooks", "logged", PLAYBOOK)
     server = RemediateServer(
-        tmp_path / "server", tmp_path / "playbooks", workers=1, executor_threads=1, env={"REMEDIATE_LEASE": "2"}
+        tmp_path / "server", tmp_path / "playbooks", workers=1, executor_threads=1, env={"REMEDIATE_LEASE": "5"}
     ).start()
     stopped = 0
     try:
