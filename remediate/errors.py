@@ -15,7 +15,9 @@
     │   ├── StoreBusy              its write lock (or a pooled connection) was not free within store_busy_timeout
     │   ├── StoreFileReplaced      its file was deleted or replaced under the running process
     │   ├── StoreConflict          another writer (a replica) stored the same alert occurrence first
-    │   └── StoreUnreachable       its server is down, restarting, failing over or not reachable
+    │   ├── StoreUnreachable       its server is down, restarting, failing over or not reachable
+    │   └── StoreRefused           it refused the transaction for a reason that may pass: disk full, read-only,
+    │                              an I/O error, out of resources, a serialization failure or deadlock
     ├── RunStateError          the run is not in a state that allows the operation
     ├── ClaimLostError         an executor's claim on a run is gone (another executor took it over)
     └── DatabaseCopyError      `remediate db copy` refused (source not this schema, target not empty) or failed
@@ -144,6 +146,12 @@ class StoreBusy(StoreUnavailable):
 
 class StoreUnreachable(StoreUnavailable):
     """The database server cannot be reached: down, restarting, failing over, or the network is."""
+
+
+class StoreRefused(StoreUnavailable):
+    """The database refused the transaction for a reason of its own that may pass (its disk is full, its file
+    read-only or failing, the server out of resources, a serialization failure or a deadlock): nothing of it
+    was committed, and the same transaction may succeed later."""
 
 
 class StoreFileReplaced(StoreUnavailable):

@@ -23,12 +23,18 @@ action declares itself idempotent, otherwise the run fails with that reason.
 Ownership: each claim increments the run's claim generation and every progress write checks
 it (RunLease); an executor that finds its claim gone (it stalled and another took the run
 over) raises ClaimLostError, logs it and writes nothing more, runs no further step. Recovery
-never takes a run whose owner process is alive on this host, takes at once a run whose owner
-died here, and one of another host (or another replica: `replica_name`) only when its heartbeat
-has not changed for `stale_after` seconds (the `lease` setting) of this process's monotonic clock
-(no wall clock is compared across processes), and then only if the heartbeat is still the one it
-watched (RunQueue.requeue_claims). The owner renews its leases from a thread of its own
-(`_heartbeat`, every `heartbeat_interval(lease)`), so a step longer than the lease keeps its run.
+takes at once a run whose owner died on this host, and any other (an owner alive here but stalled,
+SIGSTOPped or unable to write, or one of another host or replica: `replica_name`) only when its
+heartbeat has not changed for `stale_after` seconds (the `lease` setting) of this process's monotonic
+clock (no wall clock is compared across processes), and then only if the heartbeat is still the one it
+watched (RunQueue.requeue_claims): no run stays `running` without a live heartbeat. The owner renews
+its leases from a thread of its own (`_heartbeat`, every `heartbeat_interval(lease)`), so a step longer
+than the lease keeps its run.
+
+When the store fails under a run (any StoreUnavailable: locked, unreachable, disk full, read-only, ...),
+its executor stops executing it and hands it back once the store takes writes again (`_release_abandoned`):
+a step whose action ran to its end is recorded with that end (a POST that was sent stays sent, and the
+run goes on from the next step); a step whose outcome is unknown is `interrupted` and says why.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -83,7 +90,7 @@ from remediate.runs import (
     StepStart,
     StepStatus,
 )
-from remediate.store import worker_identity
+from remediate.store import EXECUTOR_STOPPED, worker_identity
 from remediate.store.interface import ExecutorStore
 
 log = logging.getLogger("remediate.executor")
@@ -95,6 +102,8 @@ DEFAULT_BATCH_SIZE = 50
 """The most runs of batchable steps one claim takes (Executor.batch_size): big enough that a storm's backlog
 costs two transactions per fifty runs (as many runs/s as batches of 100 or 200, measured), small enough
 that a fresh alert waits for short batches only (~15 ms each on a 2-core machine; 100 doubled its wait)."""
+STORE_FAILED = "the store failed under its executor (its outcome is unknown)"
+"""Why a step in flight is `interrupted` when its run is handed back after a store outage."""
 STORE_RETRY_MAX_S = 10.0
 """The longest wait between the executor's tries while the store is unavailable (a database restart, a fail-over)."""
 
@@ -232,6 +241,12 @@ class Executor:
         """run id -> (its owner, claim and heartbeat as last seen, time.monotonic() when first seen so)."""
         self._abandoned: dict[int, RunningClaim] = {}
         """Runs this executor stopped executing because the store failed under them (see run_once)."""
+        self._unrecorded: dict[int, StepEnd] = {}
+        """run id -> the end of its step whose action ran but whose end the store failed to record: written
+        when the run is handed back (`_release_abandoned`)."""
+        self.on_beat: Callable[[], None] | None = None
+        """Called by the heartbeat thread every heartbeat interval, whatever the store does: the executor
+        process shows its master that it is alive (remediate.beat.ExecutorBeat)."""
         self._outage = _StoreOutage()
         self.on_run_finished = tuple(on_run_finished)
         """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each
@@ -250,17 +265,20 @@ class Executor:
     def start(self) -> None:
         if self._pid != os.getpid():  # built in one process, started in a fork: claim as the fork
             self.worker, self._pid = worker_identity(self.replica_name), os.getpid()
+        # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
+        # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds. It
+        # starts first: its beat (on_beat) tells the master the process is alive while recovery waits on the store.
+        heartbeat = threading.Thread(target=self._heartbeat, name="remediate-heartbeat", daemon=True)
+        heartbeat.start()
+        self._threads.append(heartbeat)
         self.recover()
         for index in range(self.threads):
             thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
-        # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
-        # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds.
-        for target, name in ((self._heartbeat, "remediate-heartbeat"), (self._housekeeping, "remediate-recovery")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        thread = threading.Thread(target=self._housekeeping, name="remediate-recovery", daemon=True)
+        thread.start()
+        self._threads.append(thread)
         log.info("executor %s started with %d threads", self.worker, self.threads)
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -293,17 +311,17 @@ class Executor:
         for claim in claims:
             if claim.claimed_by == self.worker and claim.id in active:
                 continue
-            state = _owner_state(claim.claimed_by, claim.heartbeat_at)
-            if state == "dead":
+            if _owner_state(claim.claimed_by, claim.heartbeat_at) == "dead":
                 stale.append(claim)
-            elif state == "elsewhere":
-                seen = (claim.claimed_by, claim.generation, claim.heartbeat_at)
-                previous = self._observed.get(claim.id)
-                since = previous[1] if previous is not None and previous[0] == seen else now
-                observed[claim.id] = (seen, since)
-                if now - since >= self.stale_after:
-                    stale.append(claim)
-            # "alive": a stalled process on this host still owns its run, whatever its heartbeat's age.
+                continue
+            # Alive here or elsewhere: an owner that renewed nothing for the lease (stalled, SIGSTOPped, its
+            # writes failing) loses its run; its lease checks then stop it writing (ClaimLostError).
+            seen = (claim.claimed_by, claim.generation, claim.heartbeat_at)
+            previous = self._observed.get(claim.id)
+            since = previous[1] if previous is not None and previous[0] == seen else now
+            observed[claim.id] = (seen, since)
+            if now - since >= self.stale_after:
+                stale.append(claim)
         self._observed = observed
         return stale
 
@@ -333,11 +351,17 @@ class Executor:
 
     def _heartbeat(self) -> None:
         """Renew the lease of every run this executor is executing, whatever its steps are doing."""
-        while not self._stopping.wait(heartbeat_interval(self.stale_after)):
+        while True:
+            if self.on_beat is not None:
+                self.on_beat()
+            if self._stopping.wait(heartbeat_interval(self.stale_after)):
+                return
             try:
                 with self._active_lock:
                     active = sorted(self._active)
                 self.store.heartbeat(active, self.worker, self.clock())
+            except StoreUnavailable as exc:
+                self._outage.failed(exc)  # once per outage; the runs' leases lapse and are taken over if it lasts
             except Exception:
                 log.exception("executor heartbeat failed; retrying")
 
@@ -415,17 +439,26 @@ class Executor:
         finally:
             with self._active_lock:
                 self._active.difference_update(run.id for run in claimed)
+                for run in claimed:
+                    if run.id not in self._abandoned:
+                        self._unrecorded.pop(run.id, None)
 
     def _release_abandoned(self) -> None:
         """Requeue the runs abandoned when the store failed, each only if still in the claim it was left in."""
         with self._active_lock:
             claims = list(self._abandoned.values())
+            ends = {c.id: self._unrecorded[c.id] for c in claims if c.id in self._unrecorded}
         if not claims:
             return
-        requeued = self.store.requeue_claims(claims, now=self.clock(), own=True)
+        requeued = self.store.requeue_claims(claims, now=self.clock(), own=True, ends=ends, why=STORE_FAILED)
         with self._active_lock:
             for claim in claims:
                 self._abandoned.pop(claim.id, None)
+                self._unrecorded.pop(claim.id, None)
+        for run_id in requeued:
+            if run_id in ends:
+                log.warning("run %s: the end of its step %s, which the store failed to record, is recorded now: %s",
+                            run_id, ends[run_id].step_id, ends[run_id].status)  # fmt: skip
         if requeued:
             log.warning("requeued %d run(s) interrupted by the store's outage: %s", len(requeued), requeued)
 
@@ -445,26 +478,46 @@ class Executor:
         # A step failed before a restart, and only `always` steps were left to run.
         failure = next((_run_error(s, s.error or s.status) for s in steps if _failed(s)), None)
         rerunnable = False
+        # Whether a step of the run started an attempt, before this pass or in it (`steps` is read once, here).
+        progress = _RunProgress(changed=any(s.attempts > 0 for s in steps))
         pending = [s for s in steps if s.status not in DONE_STEP_STATUSES and not s.finished]
         for position, step in enumerate(pending):
             rest = pending[position + 1 :]
             if failure is None:
                 # The last step's (or a failing step's) result and the run's end are recorded together.
-                failed = self._execute_step(run, step, dry_run, last=not rest, rest=rest, earlier=steps)
+                failed = self._execute_step(run, step, dry_run, last=not rest, rest=rest, progress=progress)
                 if failed is None:
                     continue
                 if failed.ended_run:
                     return
                 failure, rerunnable = failed.run_error, failed.rerunnable
             elif step.always:
-                self._execute_step(run, step, dry_run, last=False, rest=(), earlier=steps, after_failure=True)
+                self._execute_step(run, step, dry_run, last=False, rest=(), progress=progress, after_failure=True)
         if failure is not None:
-            self._finish_run(run, RunStatus.FAILED, failure, rerunnable=rerunnable)
+            # A failure recorded before this pass (handed back after a store outage) skips the steps after it here.
+            failed_before = next((s for s in steps if _failed(s)), None)
+            skip = [s.id for s in pending if not s.always] if failed_before is not None else []
+            reason = (
+                ""
+                if failed_before is None
+                else f"skipped: step {failed_before.idx} {failed_before.name} ({failed_before.action}) failed"
+            )
+            self._finish_run(run, RunStatus.FAILED, failure, rerunnable=rerunnable, skip=skip, skip_reason=reason)
         elif not pending:
             self._finish_run(run, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED, None)
 
-    def _finish_run(self, run: ClaimedRun, status: RunStatus, error: str | None, *, rerunnable: bool = False) -> None:
-        self.store.finish_run(run.id, status, now=self.clock(), error=error, lease=run.lease, rerunnable=rerunnable)
+    def _finish_run(
+        self,
+        run: ClaimedRun,
+        status: RunStatus,
+        error: str | None,
+        *,
+        rerunnable: bool = False,
+        skip: Sequence[int] = (),
+        skip_reason: str = "",
+    ) -> None:
+        self.store.finish_run(run.id, status, now=self.clock(), error=error, lease=run.lease, rerunnable=rerunnable,
+                              skip=skip, skip_reason=skip_reason)  # fmt: skip
         self._run_finished(run, RunEnd(run.id, status, error))
 
     def _run_finished(self, run: ClaimedRun, end: RunEnd | None) -> None:
@@ -623,7 +676,7 @@ class Executor:
         *,
         last: bool,
         rest: Sequence[StepRecord],
-        earlier: Sequence[StepRecord],
+        progress: _RunProgress,
         after_failure: bool = False,
     ) -> StepFailure | None:
         """Plan and (unless dry-run) execute one step; returns its failure, or None on success.
@@ -633,15 +686,16 @@ class Executor:
         `after_failure`: an `always` step after a failed one; its outcome never changes the run's.
         """
         started = time.monotonic()
-        fail = self._step_failer(run, step, started, rest, earlier, after_failure)
+        fail = self._step_failer(run, step, started, rest, progress, after_failure)
         try:
             action = self.registry.get(step.action)
             params = action.validate(step.params)
         except ParamsError as exc:
             return fail(f"{exc}")
         if step.status == StepStatus.INTERRUPTED and not action.idempotent:
+            why = step.error or f"{EXECUTOR_STOPPED} while this step was running"
             message = (
-                f"interrupted by an executor stop during attempt {step.attempts}; {action.name} is not "
+                f"interrupted during attempt {step.attempts} ({why}); {action.name} is not "
                 "idempotent, so it is not run again: check the target by hand"
             )
             return fail(message, status=StepStatus.INTERRUPTED)
@@ -665,24 +719,37 @@ class Executor:
             return None
         try:
             # The plan is recorded with the start of the first attempt (one transaction).
-            number, outcome = self._attempts(runner, action, params, ctx, step, plan, run)
+            number, outcome = self._attempts(runner, action, params, ctx, step, plan, run, progress)
             result = runner.stamp(outcome)
         except (ClaimLostError, StoreUnavailable):  # the store failed, not the step: see run_once
             raise
         except Exception as exc:
             return fail(_describe(exc), plan=plan, result=_failure_result(exc))
-        self.store.finish_step(
-            step.id,
-            StepStatus.SUCCEEDED,
-            now=self.clock(),
-            result=result,
-            succeeded_attempt=number,
-            run_end=run_end,
-            lease=run.lease,
-        )
+        end = StepEnd(step.id, StepStatus.SUCCEEDED, result, attempt=number)
+        with self._kept_if_unrecorded(run, end):
+            self.store.finish_step(
+                step.id,
+                StepStatus.SUCCEEDED,
+                now=self.clock(),
+                result=result,
+                succeeded_attempt=number,
+                run_end=run_end,
+                lease=run.lease,
+            )
         self.metrics.step_finished(step.action, StepStatus.SUCCEEDED, time.monotonic() - started)
         self._run_finished(run, run_end)
         return None
+
+    @contextmanager
+    def _kept_if_unrecorded(self, run: ClaimedRun, end: StepEnd) -> Iterator[None]:
+        """Around the write of a step's end after its action ran: if the store fails under it, the end is kept
+        and written when the run is handed back (`_release_abandoned`), not lost with the run's claim."""
+        try:
+            yield
+        except StoreUnavailable:
+            with self._active_lock:
+                self._unrecorded[run.id] = end
+            raise
 
     def _plan(
         self, runner: StepRunner, action: Action, params: Mapping[str, Any], ctx: StepContext, step: StepRecord
@@ -716,6 +783,7 @@ class Executor:
         step: StepRecord,
         plan: Any,
         run: ClaimedRun,
+        progress: _RunProgress,
     ) -> tuple[int, Any]:
         """Execute the step, retrying retryable errors; returns (number of the attempt that succeeded, its result).
 
@@ -735,6 +803,7 @@ class Executor:
         try:
             for attempt in retrying:
                 with attempt:
+                    progress.changed = True  # from here on the action may have changed something
                     number = self.store.start_attempt(step.id, self.clock(), plan=pending_plan, lease=lease)
                     pending_plan = None
                     try:
@@ -806,7 +875,7 @@ class Executor:
         step: StepRecord,
         started: float,
         rest: Sequence[StepRecord],
-        earlier: Sequence[StepRecord],
+        progress: _RunProgress,
         after_failure: bool,
     ) -> Callable[..., StepFailure | None]:
         """A function recording the step's failure (see `_fail_step`) with this step's circumstances."""
@@ -820,7 +889,7 @@ class Executor:
             result: Any = None,
         ) -> StepFailure | None:
             return self._fail_step(
-                run, step, error, started, status=status, plan=plan, rest=rest, earlier=earlier,
+                run, step, error, started, status=status, plan=plan, rest=rest, progress=progress,
                 after_failure=after_failure, transient=transient, result=result,
             )  # fmt: skip
 
@@ -836,7 +905,7 @@ class Executor:
         status: StepStatus = StepStatus.FAILED,
         plan: Any = None,
         rest: Sequence[StepRecord] = (),
-        earlier: Sequence[StepRecord] = (),
+        progress: _RunProgress,
         after_failure: bool = False,
         transient: bool = False,
         result: Any = None,
@@ -845,39 +914,43 @@ class Executor:
         the run's failure, in one transaction.
 
         `transient`: the step failed for a reason that may pass (a retryable error in its plan); when no
-        step of the run executed anything before, the run is marked rerunnable (the next delivery of the
-        alert runs again instead of being a duplicate).
+        step of the run started an attempt before (`progress`: in an earlier pass or in this one), the run is
+        marked rerunnable (the next delivery of the alert runs again instead of being a duplicate).
 
         A `continue_on_error` step's failure is recorded and the run goes on: None, as for a success (the
         run ends succeeded when it was the last step).
         """
         run_error = _run_error(step, error)
+        end = StepEnd(step.id, status, result, error, plan)
         if step.continue_on_error and not after_failure:
             dry_run = run.mode == "dry-run"
             run_end = None if rest else RunEnd(run.id, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED)
-            self.store.finish_step(
-                step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
-                lease=run.lease,
-            )  # fmt: skip
+            with self._kept_if_unrecorded(run, end):
+                self.store.finish_step(
+                    step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
+                    lease=run.lease,
+                )  # fmt: skip
             self.metrics.step_finished(step.action, status, time.monotonic() - started)
             self._run_finished(run, run_end)
             log.info("run %s: %s; continue_on_error: the run goes on", run.id, run_error)
             return None
         if after_failure:  # an `always` step: recorded, the run keeps its first failure
-            self.store.finish_step(
-                step.id, status, now=self.clock(), error=error, plan=plan, result=result, lease=run.lease
-            )
+            with self._kept_if_unrecorded(run, end):
+                self.store.finish_step(
+                    step.id, status, now=self.clock(), error=error, plan=plan, result=result, lease=run.lease
+                )
             self.metrics.step_finished(step.action, status, time.monotonic() - started)
             return StepFailure(run_error, ended_run=False)
         skipped = [s.id for s in rest if not s.always]
         reason = f"skipped: step {step.idx} {step.name} ({step.action}) failed"
         ends = not any(s.always for s in rest)
         run_end = RunEnd(run.id, RunStatus.FAILED, run_error) if ends else None
-        rerunnable = transient and run.mode != "dry-run" and all(s.attempts == 0 for s in earlier if s.idx <= step.idx)
-        self.store.finish_step(
-            step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end, lease=run.lease,
-            skip=skipped, skip_reason=reason, rerunnable=rerunnable and ends,
-        )  # fmt: skip
+        rerunnable = transient and run.mode != "dry-run" and not progress.changed
+        with self._kept_if_unrecorded(run, end):
+            self.store.finish_step(
+                step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
+                lease=run.lease, skip=skipped, skip_reason=reason, rerunnable=rerunnable and ends,
+            )  # fmt: skip
         self.metrics.step_finished(step.action, status, time.monotonic() - started)
         self._run_finished(run, run_end)
         return StepFailure(run_error, ended_run=ends, rerunnable=rerunnable)
@@ -943,6 +1016,15 @@ def _describe(exc: BaseException) -> str:
     frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
     where = f" at {frame.filename}:{frame.lineno}" if frame else ""
     return f"unexpected {exc.__class__.__name__}: {exc}{where}"
+
+
+@dataclass
+class _RunProgress:
+    """What one pass of `execute_run` did to its run so far."""
+
+    changed: bool
+    """An attempt of one of the run's steps started (before this pass or in it): a later failure of the run
+    is then not one "before changing anything" (never rerunnable)."""
 
 
 class _Batched:

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from remediate.beat import ExecutorBeat
 from remediate.engine import IngestResult
 from remediate.executor import ExecutorMetrics
 from remediate.store import Report, ReportQuery, Store
@@ -266,7 +267,10 @@ def _gauge(name: str, documentation: str, labels: list[str], samples: list[tuple
 
 
 def exposition(
-    own_registry: CollectorRegistry | None, store: Store, reliability: ReliabilityCollector | None = None
+    own_registry: CollectorRegistry | None,
+    store: Store,
+    reliability: ReliabilityCollector | None = None,
+    executor_beat: ExecutorBeat | None = None,
 ) -> bytes:
     registry = CollectorRegistry()
     if own_registry is None:
@@ -277,4 +281,23 @@ def exposition(
     extra.register(StoreCollector(store))
     if reliability is not None:
         extra.register(reliability)
+    if executor_beat is not None:
+        extra.register(ExecutorBeatCollector(executor_beat))
     return generate_latest(registry) + generate_latest(extra)
+
+
+class ExecutorBeatCollector(Collector):
+    """The age of the executor process's last heartbeat (remediate.beat), read at scrape time."""
+
+    def __init__(self, beat: ExecutorBeat) -> None:
+        self.beat = beat
+
+    def collect(self) -> Iterator[Metric]:
+        age = self.beat.age()
+        if age is None:  # starting: no beat yet
+            return
+        yield GaugeMetricFamily(
+            "remediate_executor_heartbeat_age_seconds",
+            "Seconds since the executor process last beat (its master replaces it past the lease)",
+            value=age,
+        )

@@ -379,7 +379,15 @@ def _register_routes(app: Flask, services: Services) -> None:
             return _error(503, "store_unavailable", str(exc))
         except sa.exc.SQLAlchemyError as exc:
             return _error(503, "store_unreachable", f"{exc.__class__.__name__}: {getattr(exc, 'orig', '') or ''}")
-        return jsonify({"status": "ready", "playbooks": len(services.engine.playbooks)})
+        ready: dict[str, Any] = {"status": "ready", "playbooks": len(services.engine.playbooks)}
+        if services.executor_beat is not None:
+            # Shown, not judged: the master replaces an executor process whose beat is older than the lease.
+            age = services.executor_beat.age()
+            ready["executor"] = {
+                "heartbeat_age_s": None if age is None else round(age, 3),
+                "lease_s": services.settings.lease,
+            }
+        return jsonify(ready)
 
     # /metrics needs no token: `report_window: 0` keeps node and job names (and the read) off it.
     reliability = (
@@ -404,7 +412,7 @@ def _register_routes(app: Flask, services: Services) -> None:
 
     @app.get("/metrics")
     def metrics() -> Any:
-        body = exposition(services.metrics_registry, store, reliability)
+        body = exposition(services.metrics_registry, store, reliability, services.executor_beat)
         return Response(body, mimetype="text/plain; version=0.0.4")
 
     @app.errorhandler(StoreUnavailable)

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from remediate.actions import ActionRegistry, default_registry
 from remediate.actions.messages import run_page_url
 from remediate.announce import Announcer
+from remediate.beat import ExecutorBeat
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import Credential, Settings, check_server_credentials
 from remediate.engine import Engine
@@ -52,6 +53,8 @@ class Services:
     agent_enrollment: AgentEnrollment | None = None
     """Hands agent pods their node's credential (POST /v1/agent-credential); None unless agents are found
     through Kubernetes (agent_selector) and the master agent token is set."""
+    executor_beat: ExecutorBeat | None = None
+    """The executor process's heartbeat (in `remediate serve`): its age is in /readyz and /metrics."""
 
 
 def pool_limits(settings: Settings) -> PoolLimits:
@@ -68,6 +71,7 @@ def build_services(
     wake: Callable[[], None] | None = None,
     store_busy_timeout: float | None = None,
     commit_checkpoints: bool = True,
+    executor_beat: ExecutorBeat | None = None,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
     `commit_checkpoints=False`: the executor process checkpoints SQLite's log apart (store.checkpoints).
@@ -132,7 +136,8 @@ def build_services(
         wake,
         credentials,
         announcer,
-        agent_enrollment(settings),
+        agent_enrollment=agent_enrollment(settings),
+        executor_beat=executor_beat,
     )
 
 

@@ -43,6 +43,7 @@ from typing import Any, NoReturn
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
+from remediate.beat import ExecutorBeat
 from remediate.config import Settings
 from remediate.httpworker import worker_class
 
@@ -50,6 +51,11 @@ log = logging.getLogger("remediate.serve")
 
 
 WAKE_SOCKET = "executor-wake.sock"
+EXECUTOR_BEAT = "executor-heartbeat"
+"""The executor process's heartbeat file (remediate.beat), beside the wake socket."""
+EXECUTOR_START_GRACE = 60.0
+"""Seconds a new executor process has to beat for the first time (imports, the store opened, recovery started)
+before its master replaces it; after that, it must beat at least once per lease."""
 GRACEFUL_TIMEOUT = 15
 AGENT_GRACEFUL_TIMEOUT = 30
 EXECUTOR_RESTART_DELAY = 1.0
@@ -124,6 +130,9 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     # This process checkpoints SQLite's write-ahead log for every process of the server (store.checkpoints).
     services = build_services(settings, store_busy_timeout=DEFAULT_BUSY_TIMEOUT, commit_checkpoints=False)
     executor, announcer = services.executor, services.announcer
+    beat = executor_beat(wake_path)
+    beat.beat()
+    executor.on_beat = beat.beat  # from the heartbeat thread, every heartbeat interval (remediate.beat)
     checkpointer = WalCheckpointer(services.store.checkpoint)
     # The workers' datagram: runs were queued or approved (the executor), some may await approval (the announcer).
     sock = _listen_for_wakeups(wake_path, services.wake, stopping)
@@ -150,6 +159,26 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
         sock.close()
         services.store.close()
     return 0
+
+
+def executor_beat(wake_path: Path) -> ExecutorBeat:
+    """The executor process's heartbeat file, in the server's private directory beside the wake socket."""
+    return ExecutorBeat(wake_path.parent / EXECUTOR_BEAT)
+
+
+def describe_exit(status: int | None) -> str:
+    """How a child process ended, from its waitpid status (None: collected by another wait, unknown)."""
+    if status is None:
+        return "exited (its exit status was collected elsewhere)"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"was killed by {name}"
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else status
+    return f"exited with status {code}"
 
 
 PRUNE_EVERY = 3600.0
@@ -180,6 +209,9 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
         self.wake_path = wake_path
         self.executor_pid = 0
         self._executor_started_at = 0.0
+        self._executor_status: int | None = None
+        """The executor process's waitpid status, once collected (see reap_workers)."""
+        self.beat = executor_beat(wake_path) if wake_path is not None else None
         super().__init__(app)
 
     def manage_workers(self) -> None:
@@ -190,10 +222,13 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
         if not self.remediate_settings.executor_threads or self.wake_path is None:
             return
         if self.executor_pid and self._executor_alive():
+            self._kill_executor_if_silent()
             return
         if time.monotonic() - self._executor_started_at < EXECUTOR_RESTART_DELAY:
             return
         self._executor_started_at = time.monotonic()
+        if self.beat is not None:
+            self.beat.reset()
         pid = os.fork()
         if pid:
             self.executor_pid = pid
@@ -210,22 +245,58 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
             logging.shutdown()
             os._exit(status)
 
-    def _executor_alive(self) -> bool:
-        """False once the executor process exited (reaped here, or already by reap_workers' waitpid(-1))."""
+    def _kill_executor_if_silent(self) -> None:
+        """SIGKILL an executor process whose heartbeat is older than the lease (SIGSTOPped, hung): alive to
+        waitpid, it would hold its runs and run nothing. Its runs are recovered as after any crash."""
+        if self.beat is None:
+            return
+        age = self.beat.age()
+        lease = self.remediate_settings.lease
+        if age is None:  # no beat yet: starting up
+            age, lease = time.monotonic() - self._executor_started_at, max(lease, EXECUTOR_START_GRACE)
+        if age <= lease:
+            return
+        self.log.error(
+            "The executor process (pid: %s) has not beaten for %.1fs (lease %gs): killing it", self.executor_pid,
+            age, lease,
+        )  # fmt: skip
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.executor_pid, signal.SIGKILL)
+
+    def reap_workers(self) -> None:
+        # gunicorn's waitpid(-1) would reap the executor process too and drop its status (a SIGKILLed executor
+        # was logged "exited"): a waitpid of its own first keeps it, as gunicorn does for its dirty arbiter.
+        self._collect_executor()
+        super().reap_workers()
+
+    def _collect_executor(self) -> None:
+        if not self.executor_pid or self._executor_status is not None:
+            return
         try:
             pid, status = os.waitpid(self.executor_pid, os.WNOHANG)
         except ChildProcessError:
-            pid, status = self.executor_pid, 0
-        if pid == 0:
-            return True
-        if status:
-            self.log.error(
-                "The executor process (pid: %s) died (status %s); starting another", self.executor_pid, status
-            )
+            return
+        if pid:
+            self._executor_status = status
+
+    def _executor_alive(self) -> bool:
+        """False once the executor process ended (collected here or in reap_workers); says how it ended."""
+        self._collect_executor()
+        status = self._executor_status
+        if status is None:
+            try:
+                os.kill(self.executor_pid, 0)
+                return True
+            except ProcessLookupError:
+                pass  # collected by another wait: how it ended is unknown
+        how = describe_exit(status)
+        if status is None or status != 0:
+            self.log.error("The executor process (pid: %s) %s; starting another", self.executor_pid, how)
         else:
-            self.log.warning("The executor process (pid: %s) exited; starting another", self.executor_pid)
+            self.log.warning("The executor process (pid: %s) %s; starting another", self.executor_pid, how)
         _mark_metrics_dead(self.executor_pid)
         self.executor_pid = 0
+        self._executor_status = None
         return False
 
     def stop(self, graceful: bool = True) -> None:
@@ -308,7 +379,8 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
     # HTTP workers never run steps: runs they queue wake the executor process, when there is one.
     wake = ExecutorWaker(wake_path).wake if wake_path is not None else _no_executor_to_wake
     # With an executor process, it checkpoints SQLite's log: a webhook's commit does not (store.checkpoints).
-    services = build_services(settings, wake=wake, commit_checkpoints=wake_path is None)
+    beat = executor_beat(wake_path) if wake_path is not None else None
+    services = build_services(settings, wake=wake, commit_checkpoints=wake_path is None, executor_beat=beat)
     app = create_app(settings, services=services)
     release_freed_heap()
     return app

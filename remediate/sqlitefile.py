@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from remediate.errors import StoreBusy, StoreFileReplaced
+from remediate.errors import StoreBusy, StoreFileReplaced, StoreRefused
 
 DEFAULT_BUSY_TIMEOUT = 30.0
 """Seconds a writer waits for the write lock where no one is waiting on an answer (executor, CLI, agent)."""
@@ -29,6 +29,10 @@ stream of webhooks slows the executor's claims, never stops them)."""
 
 _POLL_MAX_S = 0.005
 """The longest sleep between two tries of a waiting writer: flock has no time-out, so waiters poll."""
+
+READY_ROOM_BYTES = 1 << 20
+"""Free space a ready SQLite store must have beside its file: room for the log frames of a few dozen webhook
+commits (a usual notification's takes tens of KiB), so a ready server can store what AlertManager sends next."""
 
 _OFD_SETLK = getattr(fcntl, "F_OFD_SETLK", None)  # Linux: locks of an open file, independent of flock
 
@@ -42,13 +46,48 @@ def protect_files(path: str) -> None:
     # A read-only file or directory fails here: SQLite says what is wrong when it opens the file.
     with contextlib.suppress(OSError):
         os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-    for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-writelock"):
+    for name in (path, f"{path}-wal", f"{path}-shm", f"{path}-writelock", f"{path}-room"):
         try:
             mode = os.stat(name).st_mode & 0o7777
             if mode & 0o077:
                 os.chmod(name, mode & ~0o077)
         except OSError:
             pass  # absent, or not ours to change
+
+
+def check_room(path: str, nbytes: int = READY_ROOM_BYTES) -> None:
+    """StoreRefused unless the filesystem of the database `path` can give `nbytes` of fresh space now.
+
+    A write probe of one row proves nothing here: it rewrites a page the write-ahead log already holds (the
+    checkpointer rewinds the log), while a webhook's commit appends frames past its end. So the space is
+    taken for real (posix_fallocate of a companion file, `<database>-room`, then truncated to nothing): what
+    the filesystem grants this process, reserved blocks and quotas included. Where that file cannot be
+    written (a read-only directory), the free space statvfs counts for unprivileged users decides.
+    """
+    room = f"{path}-room"
+    try:
+        fd = os.open(room, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        fd = None
+    if fd is not None:
+        try:
+            os.posix_fallocate(fd, 0, nbytes)
+            os.ftruncate(fd, 0)
+            return
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StoreRefused(
+                    f"the filesystem of {path} cannot give {nbytes} bytes for the database's log: its disk is full"
+                ) from None
+            # EOPNOTSUPP and the like: statvfs decides
+        finally:
+            os.close(fd)
+    try:
+        stat = os.statvfs(os.path.dirname(path) or ".")
+    except OSError:
+        return  # nothing known: the write probe decides
+    if stat.f_bavail * stat.f_frsize < nbytes:
+        raise StoreRefused(f"the filesystem of {path} has less than {nbytes} bytes free: its disk is full")
 
 
 class FileIdentity:
@@ -90,7 +129,9 @@ class WriteLock:
     remediate); this only makes our own writers wait here, trying every few ms, not in SQLite's sleep steps
     (1, 2, 5, ... 100 ms). The kernel drops a flock when its process dies, so a crashed worker cannot leave
     it held. When the lock file cannot be opened (a read-only directory), writers fall back to SQLite's busy
-    timeout alone. Both waits end after `timeout` seconds with StoreBusy: a request then gets 503, not a hang.
+    timeout alone. Every wait shares one deadline, `timeout` seconds after the writer came (`held` yields it,
+    and the store bounds SQLite's busy timeout by what is left of it): StoreBusy then, so a request gets 503, not
+    a hang, and not after the lock file's wait plus a whole busy timeout more.
 
     A waiting writer says so with a shared lock on the lock file's first byte (an open-file-description
     record lock: independent of the flock, dropped by the kernel with its file) for as long as it waits. A
@@ -112,17 +153,18 @@ class WriteLock:
         self._pid: int | None = None
 
     @contextmanager
-    def held(self, *, background: bool = False) -> Iterator[None]:
-        if self.path is None:
-            yield
-            return
+    def held(self, *, background: bool = False) -> Iterator[float]:
+        """Hold the write lock; yields the deadline (time.monotonic()) by which the writer's waits must end."""
         deadline = time.monotonic() + self.timeout
+        if self.path is None:
+            yield deadline
+            return
         if not self._thread_lock.acquire(timeout=self.timeout):
             raise StoreBusy(f"the database write lock stayed taken for {self.timeout:g}s")
         try:
             fd = self._open()
             if fd is None:
-                yield
+                yield deadline
                 return
             if background:
                 give_up = time.monotonic() + self.yield_max
@@ -130,7 +172,7 @@ class WriteLock:
                     time.sleep(0.0005)
             self._flock(fd, deadline, announce=not background)
             try:
-                yield
+                yield deadline
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:

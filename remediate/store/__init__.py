@@ -52,7 +52,7 @@ from remediate.store.interface import AnnouncerStore, EngineStore, ExecutorStore
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
-from remediate.store.queue import RunQueue, worker_identity
+from remediate.store.queue import EXECUTOR_STOPPED, RunQueue, worker_identity
 from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import Pruner, PruneReport
 from remediate.store.rows import MAX_ID, dumps
@@ -61,6 +61,7 @@ from remediate.store.ui_sessions import LoginThrottle
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
+    "EXECUTOR_STOPPED",
     "MAX_ID",
     "AlertDetail",
     "Announcements",

@@ -12,7 +12,7 @@ from typing import Protocol
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.errors import ConfigError, StoreBusy, StoreUnreachable
+from remediate.errors import ConfigError, StoreBusy, StoreRefused, StoreUnreachable
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 from remediate.store.postgres import PostgresDialect
 from remediate.store.sqlite import SqliteDialect
@@ -75,7 +75,7 @@ class Database:
                     database.upgrade()
                 except sa.exc.OperationalError as exc:  # one line: `remediate serve` prints it and exits
                     raise ConfigError(f"cannot open database {shown_url(url)!r}: {_one_line(exc.orig)}") from exc
-                except StoreUnreachable as exc:
+                except (StoreUnreachable, StoreRefused) as exc:
                     raise ConfigError(f"cannot open database: {exc}") from exc
             database.dialect.remember_file()
         except BaseException:
@@ -91,21 +91,19 @@ class Database:
         backlog drains) lets the writers already waiting for the lock go first (Dialect.write_lock).
 
         StoreBusy if the lock is not free within the store's busy timeout (also when another program
-        holds SQLite's own lock that long), StoreFileReplaced if the file is no longer ours.
+        holds SQLite's own lock that long), StoreFileReplaced if the file is no longer ours, StoreUnreachable
+        if the server is gone, StoreRefused if the database refused it (disk full, read-only, I/O error, ...).
         """
         self.dialect.check_file()
-        with self.dialect.write_lock(background=background):
+        with self.dialect.write_lock(background=background) as deadline:
             try:
-                with self._writer.begin() as conn:
-                    yield conn
-            except sa.exc.OperationalError as exc:
-                busy = self.dialect.busy(exc)
-                if busy is not None:
-                    raise busy from exc
-                self._raise_if_unreachable(exc)
-                raise
+                with self._writer.connect() as conn:
+                    # One bound for every wait: SQLite's own lock gets what the write lock's waits left.
+                    self.dialect.bound_wait(conn, deadline)
+                    with conn.begin():
+                        yield conn
             except sa.exc.DBAPIError as exc:
-                self._raise_if_unreachable(exc)
+                self._raise_if_unavailable(exc)
                 raise
             except sa.exc.TimeoutError as exc:
                 raise self._pool_busy() from exc
@@ -117,17 +115,18 @@ class Database:
             with self.engine.connect() as conn:
                 yield conn
         except sa.exc.DBAPIError as exc:
-            self._raise_if_unreachable(exc)
+            self._raise_if_unavailable(exc)
             raise
         except sa.exc.TimeoutError as exc:
             raise self._pool_busy() from exc
 
-    def _raise_if_unreachable(self, exc: sa.exc.DBAPIError) -> None:
-        # A request then answers 503 and the executor waits and retries, instead of a traceback;
-        # the pool has dropped the dead connections, so the first transaction after the outage works.
-        unreachable = self.dialect.unreachable(exc)
-        if unreachable is not None:
-            raise unreachable from exc
+    def _raise_if_unavailable(self, exc: sa.exc.DBAPIError) -> None:
+        # A request then answers 503 and the executor waits, hands its runs back and retries, instead of a
+        # traceback: the database is locked, unreachable (the pool has dropped the dead connections, so the
+        # first transaction after the outage works) or refused the transaction (disk full, read-only, ...).
+        unavailable = self.dialect.unavailable(exc)
+        if unavailable is not None:
+            raise unavailable from exc
 
     def _pool_busy(self) -> StoreBusy:
         # Every connection of the bounded pool stayed in use for the busy timeout (a server database).
@@ -143,7 +142,7 @@ class Database:
         try:
             return self.dialect.checkpoint(self.engine)
         except sa.exc.DBAPIError as exc:
-            self._raise_if_unreachable(exc)
+            self._raise_if_unavailable(exc)
             raise
 
     def ping(self) -> None:
@@ -151,8 +150,10 @@ class Database:
             conn.execute(sa.select(t.meta.c.key).limit(1)).all()
 
     def probe_write(self) -> None:
-        """Do what a webhook needs: the file is ours, the write lock is free in time, a write commits."""
+        """Do what a webhook needs: the file is ours, it has room for a webhook's write (SQLite: fresh space on
+        its filesystem, Dialect.check_room), the write lock is free in time, a write commits."""
         self.check_file()
+        self.dialect.check_room()
         with self.write() as conn:
             conn.execute(_PROBE_WRITE)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate.errors import StoreBusy, StoreUnreachable
+from remediate.errors import StoreBusy, StoreRefused, StoreUnavailable, StoreUnreachable
 from remediate.sqlitefile import DEFAULT_BUSY_TIMEOUT
 
 
@@ -71,11 +71,15 @@ class Dialect:
         there was such a log (a server database has none: nothing to do)."""
         return False
 
-    def write_lock(self, *, background: bool = False) -> AbstractContextManager[None]:
-        """Held around every write transaction: none here, the database queues its writers itself.
+    def write_lock(self, *, background: bool = False) -> AbstractContextManager[float | None]:
+        """Held around every write transaction: none here, the database queues its writers itself. Gives the
+        deadline (time.monotonic()) by which the writer's waits must end, where the lock keeps one.
 
         `background`: the writer lets writers already waiting go first (see Database.write)."""
         return nullcontext()
+
+    def bound_wait(self, conn: sa.Connection, deadline: float | None) -> None:
+        """Before BEGIN on `conn`: let the database's own wait for its lock end by `deadline` (SQLite)."""
 
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         """The StoreBusy an error of a write transaction stands for, if it means the database stayed locked."""
@@ -89,6 +93,25 @@ class Dialect:
         if exc.connection_invalidated:
             return StoreUnreachable(self.unreachable_message(exc))
         return None
+
+    def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
+        """The StoreRefused an error stands for, if the database refused the transaction for a reason that may
+        pass (disk full, read-only, I/O error, ...), not for the statement itself; none known here."""
+        return None
+
+    def unavailable(self, exc: sa.exc.DBAPIError) -> StoreUnavailable | None:
+        """Whatever StoreUnavailable an error of a transaction stands for (busy, unreachable, refused), or None:
+        a request then answers 503 and the executor hands its runs back, instead of a traceback."""
+        if isinstance(exc, sa.exc.OperationalError):
+            busy = self.busy(exc)
+            if busy is not None:
+                return busy
+        return self.unreachable(exc) or self.refused(exc)
+
+    def refused_message(self, exc: sa.exc.DBAPIError) -> str:
+        """One line: the database (its password hidden) and the driver's reason."""
+        reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
+        return f"the database {self.url.render_as_string(hide_password=True)} refused the transaction: {reason}"
 
     def unreachable_message(self, exc: sa.exc.DBAPIError) -> str:
         """One line: the database (its password hidden) and the driver's reason."""
@@ -141,6 +164,9 @@ class Dialect:
 
     def check_file(self) -> None:
         """StoreFileReplaced if the database's file is no longer the one open; no file here."""
+
+    def check_room(self) -> None:
+        """StoreRefused if the database has no room for a webhook's write; a server's disk is its own."""
 
     def close(self) -> None:
         """Release what the dialect holds (a lock file's descriptor)."""

@@ -25,6 +25,7 @@ from remediate.runs import (
     RunLease,
     RunningClaim,
     RunStatus,
+    StepEnd,
     StepRecord,
     StepStatus,
 )
@@ -40,7 +41,7 @@ from remediate.store.ingest import GuardReader, IngestWriterContext
 from remediate.store.ladders import guard_lock_name, list_ladders, reset_ladders
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState, read_pause, write_pause
-from remediate.store.queue import RunQueue
+from remediate.store.queue import EXECUTOR_STOPPED, RunQueue
 from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import DEFAULT_BATCH_SIZE, DEFAULT_MAX_HOLD, PRUNED_TABLES, PruneReport, prune
 
@@ -101,7 +102,7 @@ class Store:
         self.database.ping()
 
     def probe_write(self) -> None:
-        """Do what a webhook needs: the file is ours, the write lock is free in time, a write commits."""
+        """Do what a webhook needs; see Database.probe_write."""
         self.database.probe_write()
 
     def check_file(self) -> None:
@@ -274,8 +275,17 @@ class Store:
         """The running runs and who holds them (recovery decides which owners are gone)."""
         return self.queue.running_claims()
 
-    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float, own: bool = False) -> list[int]:
-        return self.queue.requeue_claims(claims, now=now, own=own)
+    def requeue_claims(
+        self,
+        claims: Sequence[RunningClaim],
+        *,
+        now: float,
+        own: bool = False,
+        ends: Mapping[int, StepEnd] | None = None,
+        why: str = EXECUTOR_STOPPED,
+    ) -> list[int]:
+        """See RunQueue.requeue_claims."""
+        return self.queue.requeue_claims(claims, now=now, own=own, ends=ends, why=why)
 
     def recover_stale(self, *, now: float, stale_after: float, is_dead: Any) -> list[int]:
         """Requeue runs whose executor died; their in-flight steps become `interrupted`."""

@@ -36,6 +36,7 @@ from remediate.runs import (
     RunLease,
     RunningClaim,
     RunStatus,
+    StepEnd,
     StepRecord,
     StepStatus,
     batchable_steps,
@@ -43,6 +44,7 @@ from remediate.runs import (
 from remediate.store.announcements import SENDING, AwaitingRun
 from remediate.store.decision_time import monotonic
 from remediate.store.pause import PauseState
+from remediate.store.queue import EXECUTOR_STOPPED
 from remediate.store.report import Report, ReportQuery, build_report, report_rows_of_tables
 from remediate.store.rows import MAX_ID, dumps
 
@@ -541,8 +543,17 @@ class InMemoryStore:
                 if r["status"] == RunStatus.RUNNING
             ]
 
-    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float, own: bool = False) -> list[int]:
-        """Requeue the runs still held by the same claim; their in-flight steps become `interrupted`."""
+    def requeue_claims(
+        self,
+        claims: Sequence[RunningClaim],
+        *,
+        now: float,
+        own: bool = False,
+        ends: Mapping[int, StepEnd] | None = None,
+        why: str = EXECUTOR_STOPPED,
+    ) -> list[int]:
+        """Requeue the runs still held by the same claim; their in-flight steps become `interrupted`, the
+        ends in `ends` recorded first (see RunQueue.requeue_claims)."""
         if not claims:
             return []
         with self._transaction():
@@ -554,7 +565,13 @@ class InMemoryStore:
                 and run["claim_generation"] == c.generation
                 and (own or run["heartbeat_at"] == c.heartbeat_at)
             ]
-            self._requeue(still, now)
+            by_id = {c.id: c for c in claims}
+            self._write_batch(
+                [BatchWrite(RunLease(i, by_id[i].claimed_by, by_id[i].generation), ends=(ends[i],))
+                 for i in still if ends and i in ends],
+                now,
+            )  # fmt: skip
+            self._requeue(still, now, why)
         return still
 
     def recover_stale(self, *, now: float, stale_after: float, is_dead: Callable[[str], bool]) -> list[int]:
@@ -568,18 +585,18 @@ class InMemoryStore:
             self._requeue(stale, now)
         return stale
 
-    def _requeue(self, run_ids: list[int], now: float) -> None:
+    def _requeue(self, run_ids: list[int], now: float, why: str = EXECUTOR_STOPPED) -> None:
         steps = self._steps(run_ids)
         for step in steps:
             if step["status"] == StepStatus.RUNNING:
-                step.update(status=StepStatus.INTERRUPTED, error="the executor stopped while this step was running")
+                step.update(status=StepStatus.INTERRUPTED, error=f"{why} while this step was running")
         step_ids = {s["id"] for s in steps}
         for attempt in self.tables["attempts"]:
             if attempt["finished_at"] is None and attempt["step_id"] in step_ids:
                 attempt.update(
                     finished_at=now,
                     outcome=AttemptOutcome.INTERRUPTED,
-                    error="the executor stopped during this attempt",
+                    error=f"{why} during this attempt",
                 )
         for run_id in run_ids:
             self._update("runs", run_id, status=RunStatus.QUEUED, claimed_by=None, updated_at=now)

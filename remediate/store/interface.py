@@ -26,11 +26,13 @@ from remediate.runs import (
     RunLease,
     RunningClaim,
     RunStatus,
+    StepEnd,
     StepRecord,
     StepStatus,
 )
 from remediate.store.announcements import AwaitingRun
 from remediate.store.pause import PauseState
+from remediate.store.queue import EXECUTOR_STOPPED
 
 
 class GuardReads(Protocol):
@@ -172,7 +174,15 @@ class ExecutorStore(Protocol):
     ) -> None: ...
     def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None: ...
     def running_claims(self) -> list[RunningClaim]: ...
-    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float, own: bool = False) -> list[int]: ...
+    def requeue_claims(
+        self,
+        claims: Sequence[RunningClaim],
+        *,
+        now: float,
+        own: bool = False,
+        ends: Mapping[int, StepEnd] | None = None,
+        why: str = EXECUTOR_STOPPED,
+    ) -> list[int]: ...
     def recover_stale(self, *, now: float, stale_after: float, is_dead: Callable[[str], bool]) -> list[int]: ...
     def pending_outcomes(self, since: float, limit: int = 100) -> list[PendingOutcome]: ...
     def settle_pending(self, step_id: int, late_outcome: Mapping[str, Any], note: str, now: float) -> bool: ...

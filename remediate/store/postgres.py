@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
 
-from remediate.errors import StoreBusy, StoreUnreachable
+from remediate.errors import StoreBusy, StoreRefused, StoreUnreachable
 from remediate.store.dialect import DEFAULT_POOL, Dialect, PoolLimits
 
 CONNECT_TIMEOUT = 5
@@ -26,6 +26,11 @@ CONNECT_TIMEOUT = 5
 UNREACHABLE_STATES = ("08", "57P01", "57P02", "57P03")
 """SQLSTATEs that mean the server, not the statement, failed: connection exceptions (class 08),
 admin shutdown (a restart, a fail-over), crash shutdown, cannot connect now (starting up)."""
+REFUSED_STATES = ("53", "58", "40001", "40P01", "25006", "57014")
+"""SQLSTATEs that mean the server refused the transaction for a reason that may pass, not for its statements:
+insufficient resources (class 53: disk full, out of memory, too many connections), system errors (class 58:
+I/O), serialization failure, deadlock detected, a read-only transaction (a standby after a fail-over), and a
+statement cancelled (statement_timeout, or an administrator)."""
 
 
 MAX_GUARD_LOCKS = 64
@@ -100,6 +105,12 @@ class PostgresDialect(Dialect):
         ):
             return StoreUnreachable(self.unreachable_message(exc))
         return super().unreachable(exc)
+
+    def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
+        sqlstate = getattr(exc.orig, "sqlstate", None)
+        if sqlstate is not None and sqlstate.startswith(REFUSED_STATES):
+            return StoreRefused(self.refused_message(exc))
+        return None
 
     keeps_statistics = True
 

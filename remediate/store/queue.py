@@ -28,6 +28,7 @@ from remediate.runs import (
     RunLease,
     RunningClaim,
     RunStatus,
+    StepEnd,
     StepRecord,
     StepStatus,
     batchable_steps,
@@ -35,6 +36,9 @@ from remediate.runs import (
 from remediate.store.database import Transactions
 from remediate.store.prepared import Prepared
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
+
+EXECUTOR_STOPPED = "the executor stopped"
+"""What stopped a step in flight when recovery requeues its run (its `interrupted` error says it)."""
 
 
 def worker_identity(replica_name: str | None = None) -> str:
@@ -593,10 +597,20 @@ class RunQueue:
             ).all()
         return [RunningClaim(r.id, r.claimed_by or "", int(r.claim_generation), r.heartbeat_at) for r in rows]
 
-    def requeue_claims(self, claims: Sequence[RunningClaim], *, now: float, own: bool = False) -> list[int]:
+    def requeue_claims(
+        self,
+        claims: Sequence[RunningClaim],
+        *,
+        now: float,
+        own: bool = False,
+        ends: Mapping[int, StepEnd] | None = None,
+        why: str = EXECUTOR_STOPPED,
+    ) -> list[int]:
         """Requeue these runs, each only if it is still held by the same claim with the same heartbeat (an
-        owner that renewed its lease meanwhile keeps it); their in-flight steps become `interrupted`.
-        `own`: the owner hands back its own claims (after a store outage): its heartbeats do not count.
+        owner that renewed its lease meanwhile keeps it); their in-flight steps become `interrupted` (`why`:
+        what stopped them, in their error). `own`: the owner hands back its own claims (after a store outage):
+        its heartbeats do not count; `ends` (run id -> step end): the ends of steps whose action ran but whose
+        end the store failed to record, written first (the run goes on from the next step).
         Returns the ids requeued."""
         if not claims:
             return []
@@ -618,7 +632,15 @@ class RunQueue:
                     )
                 ).first()
             ]
-            self._requeue(conn, still, now)
+            by_id = {c.id: c for c in claims}
+            kept = [
+                BatchWrite(RunLease(i, by_id[i].claimed_by, by_id[i].generation), ends=(ends[i],))
+                for i in still
+                if ends and i in ends
+            ]
+            if kept:
+                self._write_batch(conn, kept, now)
+            self._requeue(conn, still, now, why)
         return still
 
     def recover_stale(self, *, now: float, stale_after: float, is_dead: Any) -> list[int]:
@@ -640,12 +662,12 @@ class RunQueue:
             self._requeue(conn, stale, now)
         return stale
 
-    def _requeue(self, conn: sa.Connection, stale: list[int], now: float) -> None:
+    def _requeue(self, conn: sa.Connection, stale: list[int], now: float, why: str = EXECUTOR_STOPPED) -> None:
         if stale:
             conn.execute(
                 sa.update(t.steps)
                 .where(t.steps.c.run_id.in_(stale), t.steps.c.status == StepStatus.RUNNING)
-                .values(status=StepStatus.INTERRUPTED, error="the executor stopped while this step was running")
+                .values(status=StepStatus.INTERRUPTED, error=f"{why} while this step was running")
             )
             conn.execute(
                 sa.update(t.attempts)
@@ -656,7 +678,7 @@ class RunQueue:
                 .values(
                     finished_at=now,
                     outcome=AttemptOutcome.INTERRUPTED,
-                    error="the executor stopped during this attempt",
+                    error=f"{why} during this attempt",
                 )
             )
             conn.execute(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -22,13 +23,26 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from remediate.errors import StoreBusy
-from remediate.sqlitefile import FileIdentity, WriteLock, protect_files
+from remediate.errors import StoreBusy, StoreRefused
+from remediate.sqlitefile import FileIdentity, WriteLock, check_room, protect_files
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
+
+_BUSY_MS = "remediate_busy_timeout_ms"
+"""Where a connection's record keeps the busy timeout its connection has now (SqliteDialect.bound_wait)."""
+_BUSY_SLACK_MS = 10
+"""A write lock taken within this many ms keeps the full busy timeout (no PRAGMA for the usual writer)."""
 
 WAL_SAFETY_NET_PAGES = 10_000
 """Where checkpoints are done apart, a commit still checkpoints once the log holds this many pages (~40 MB):
 only if the checkpointer falls behind or is gone."""
+
+
+REFUSED_CODES = frozenset({
+    sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOTADB,
+})  # fmt: skip
+"""SQLite's primary result codes (the low byte of an extended one) that mean the file, not the statement,
+failed: read-only, I/O error, corrupt, disk full, cannot open, WAL lock protocol, not a database."""
 
 
 def database_path(url: sa.URL) -> str | None:
@@ -78,6 +92,7 @@ class SqliteDialect(Dialect):
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            _record.info[_BUSY_MS] = int(busy_timeout * 1000)
             if not commit_checkpoints:
                 cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_SAFETY_NET_PAGES}")
             cursor.close()
@@ -105,12 +120,31 @@ class SqliteDialect(Dialect):
             ).fetchone()
         return log_frames >= 0  # -1: not in WAL mode (an in-memory database)
 
-    def write_lock(self, *, background: bool = False) -> AbstractContextManager[None]:
+    def write_lock(self, *, background: bool = False) -> AbstractContextManager[float | None]:
         return self.lock.held(background=background)
+
+    def bound_wait(self, conn: sa.Connection, deadline: float | None) -> None:
+        """SQLite's busy timeout for this transaction: what is left of the writer's deadline after the write
+        lock's waits (one bound for all of them), set only when it differs from the connection's."""
+        if deadline is None:
+            return
+        full = int(self.busy_timeout * 1000)
+        left = int((deadline - time.monotonic()) * 1000)
+        wanted = full if left >= full - _BUSY_SLACK_MS else max(1, left)
+        record = conn.connection
+        if record.info.get(_BUSY_MS) != wanted:
+            record.driver_connection.execute(f"PRAGMA busy_timeout={wanted}")
+            record.info[_BUSY_MS] = wanted
 
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         if "locked" in str(exc.orig):
             return StoreBusy(f"the database stayed locked for {self.lock.timeout:g}s")
+        return None
+
+    def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
+        code = getattr(exc.orig, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF in REFUSED_CODES:
+            return StoreRefused(self.refused_message(exc))
         return None
 
     def lock_breaker(self, conn: sa.Connection) -> None:
@@ -157,6 +191,11 @@ class SqliteDialect(Dialect):
         """StoreFileReplaced if the database path no longer names the file this process has open."""
         if self.file is not None:
             self._identity.check()
+
+    def check_room(self) -> None:
+        """StoreRefused unless the file's filesystem can give a webhook's log frames fresh space (sqlitefile)."""
+        if self.file is not None:
+            check_room(self.file)
 
     def close(self) -> None:
         self.lock.close()

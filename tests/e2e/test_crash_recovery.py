@@ -26,7 +26,6 @@ from remediate.actions.notify import NotifyWebhookAction
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
-from remediate.runs import FINAL_RUN_STATUSES
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.realsystems import WebhookRecorder, wait_until
@@ -156,12 +155,14 @@ time.sleep(120)
 """
 
 
-def test_a_sigstopped_executor_keeps_its_run_and_nothing_is_done_twice_or_overwritten(
+def test_a_sigstopped_executor_loses_its_run_after_the_lease_and_nothing_is_done_twice_or_overwritten(
     tmp_path: Path, recorder: WebhookRecorder
 ) -> None:
     """Two executors on one SQLite file, one a real process SIGSTOPped mid-POST for 3x `stale_after`:
     the other used to take its run over (notify POSTed twice, `failed` then overwritten `succeeded`).
-    An owner process alive on this host keeps its run, whatever its heartbeat's age."""
+    Issue 24, finding 7: no run stays `running` without a live heartbeat, whoever holds it. The other takes
+    it over once its heartbeat is a lease old; notify.webhook is not idempotent, so it is not POSTed again
+    (the run fails: a person checks), and the stalled executor, continued, writes nothing more to it."""
     stale_after = 1.0
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     store = Store.open(url)
@@ -205,11 +206,12 @@ def test_a_sigstopped_executor_keeps_its_run_and_nothing_is_done_twice_or_overwr
         # 3x stale_after: the other executor's recovery looks every stale_after/4 and runs what is queued.
         wait_until(lambda: all(run_json_of(store, r)["status"] == "succeeded" for r in others), timeout=10)
         time.sleep(max(0.0, stopped + 3 * stale_after - time.monotonic()))
-        held = run_json_of(store, stalled_run)
-        assert held["status"] == "running", held
-        assert [a["outcome"] for a in held["steps"][0]["attempts"]] == [None]  # still in flight, not interrupted
+        taken = run_json_of(store, stalled_run)
+        assert taken["status"] == "failed", taken
+        assert [a["outcome"] for a in taken["steps"][0]["attempts"]] == ["interrupted"]
+        assert "notify.webhook is not idempotent, so it is not run again" in taken["error"]
         os.kill(child.pid, signal.SIGCONT)
-        wait_until(lambda: run_json_of(store, stalled_run)["status"] in FINAL_RUN_STATUSES, timeout=10)
+        time.sleep(2 * stale_after)  # the continued executor finds its claim gone (its next write checks it)
     finally:
         os.kill(child.pid, signal.SIGCONT)
         child.terminate()
@@ -218,8 +220,9 @@ def test_a_sigstopped_executor_keeps_its_run_and_nothing_is_done_twice_or_overwr
             child.stdout.close()
         other.stop(timeout=5)
 
-    runs = [run_json_of(store, r) for r in (stalled_run, *others)]
-    assert [r["status"] for r in runs] == ["succeeded"] * 3
+    assert run_json_of(store, stalled_run) == taken  # not overwritten by the stalled executor
+    runs = [run_json_of(store, r) for r in others]
+    assert [r["status"] for r in runs] == ["succeeded"] * 2
     for run in runs:
         assert [(s["status"], [a["outcome"] for a in s["attempts"]]) for s in run["steps"]] == [
             ("succeeded", ["succeeded"]),

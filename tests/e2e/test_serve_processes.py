@@ -10,6 +10,8 @@ process, never in the master.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -17,10 +19,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.support.processes import child_pids
 from tests.support.realsystems import wait_until
-from tests.support.server import RemediateServer, notification, write_playbook
+from tests.support.server import WAIT, RemediateServer, notification, write_playbook
 
 pytestmark = [pytest.mark.integration]
 
@@ -108,5 +111,73 @@ def test_the_executor_process_checkpoints_the_log_for_every_process(tmp_path: Pa
                 return conn.execute("SELECT id, status FROM runs").fetchall()
 
         wait_until(lambda: checkpointed_runs() == [(run_id, "succeeded")], 5, message="the run in the file itself")
+    finally:
+        server.stop()
+
+
+# --------------------------------------------------------------------------- executor supervision (issue 24)
+
+
+def _executor_pids(server: RemediateServer) -> list[int]:
+    """The executor processes the master started, in order, from its log."""
+    found = re.findall(r"Started the executor process \(pid: (\d+)", server.log_path.read_text())
+    return [int(pid) for pid in found]
+
+
+def test_a_sigstopped_executor_process_is_killed_and_replaced_and_runs_go_on(tmp_path: Path) -> None:
+    """Finding 8: a SIGSTOPped executor stayed alive to waitpid; /readyz said 200 and nothing restarted it. Its
+    heartbeat's age is in /readyz and /metrics, and the master replaces it once that is older than the lease."""
+    lease = 5.0  # heartbeats every 1.25 s: a loaded host never makes a live executor look silent
+    write_playbook(tmp_path / "playbooks", "logged", PLAYBOOK)
+    server = RemediateServer(
+        tmp_path / "server", tmp_path / "playbooks", workers=1, executor_threads=1, env={"REMEDIATE_LEASE": "5"}
+    ).start()
+    stopped = 0
+    try:
+        ready = wait_until(
+            lambda: (
+                (body := requests.get(f"{server.url}/readyz", timeout=5).json())["executor"]["heartbeat_age_s"]
+                is not None
+                and body
+            ),
+            WAIT,
+            message="the executor's first beat",
+        )
+        assert ready["executor"]["lease_s"] == lease
+        assert 0 <= ready["executor"]["heartbeat_age_s"] <= lease
+        assert 0 <= server.metric("remediate_executor_heartbeat_age_seconds") <= lease
+        [stopped] = _executor_pids(server)
+
+        os.kill(stopped, signal.SIGSTOP)
+        wait_until(lambda: len(_executor_pids(server)) == 2, WAIT, message="a new executor process")
+        log = server.log_tail(200)
+        assert f"The executor process (pid: {stopped}) has not beaten for" in log
+        assert f"The executor process (pid: {stopped}) was killed by SIGKILL; starting another" in log
+        with pytest.raises(ProcessLookupError):
+            os.kill(stopped, 0)
+
+        answer = server.post_webhook(notification("Logged", {"node": "node-a"}))
+        assert answer.status_code == 200, answer.text
+        assert server.wait_for_run(status="succeeded")["playbook"] == "logged"
+        assert server.starts == 1
+    finally:
+        if stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGCONT)
+        server.stop()
+
+
+def test_a_sigkilled_executor_process_is_logged_as_killed_and_replaced(tmp_path: Path) -> None:
+    """Finding 9: gunicorn's waitpid(-1) reaped the executor first, and a SIGKILL was logged "exited" (status 0)."""
+    write_playbook(tmp_path / "playbooks", "logged", PLAYBOOK)
+    server = RemediateServer(tmp_path / "server", tmp_path / "playbooks", workers=1, executor_threads=1).start()
+    try:
+        [killed] = _executor_pids(server)
+        os.kill(killed, signal.SIGKILL)
+        wait_until(lambda: len(_executor_pids(server)) == 2, WAIT, message="a new executor process")
+        assert f"The executor process (pid: {killed}) was killed by SIGKILL; starting another" in server.log_tail(200)
+        answer = server.post_webhook(notification("Logged", {"node": "node-a"}))
+        assert answer.status_code == 200, answer.text
+        assert server.wait_for_run(status="succeeded")["playbook"] == "logged"
     finally:
         server.stop()

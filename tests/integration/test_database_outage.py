@@ -17,13 +17,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
+import psycopg
 import pytest
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import ParamSchema
 from remediate.engine import Engine
-from remediate.errors import StoreUnreachable
+from remediate.errors import ActionError, StoreRefused, StoreUnreachable
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
@@ -151,6 +152,16 @@ class PullsThePlugOnce(PullsThePlug):
     idempotent: ClassVar[bool] = False
 
 
+class PullsThePlugAndFails(PullsThePlugOnce):
+    """Fails after the database went down: not even the end of its attempt can be recorded."""
+
+    name: ClassVar[str] = "test.pulls_the_plug_and_fails"
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        super().execute(params, ctx)
+        raise ActionError("the target said no")
+
+
 def _queue(store: Store, registry: ActionRegistry, action: str) -> int:
     spec = {"name": "pb", "match": {"alertname": "GpuXidError"}, "steps": [{"action": action, "with": {}}]}
     engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(spec, registry)]), registry=registry)
@@ -161,10 +172,14 @@ def _queue(store: Store, registry: ActionRegistry, action: str) -> int:
 
 
 @pytest.mark.parametrize(
-    ("kind", "executions", "status", "step_status"),
+    ("kind", "status", "step_status", "attempt"),
     [
-        (PullsThePlug, 2, "succeeded", "succeeded"),  # idempotent: run again after the outage
-        (PullsThePlugOnce, 1, "failed", "interrupted"),  # not idempotent: never twice, a person checks
+        # The action ran to its end: that end is recorded once the database is back (issue 24, finding 9: it
+        # used to be `interrupted`, run again if idempotent, or failed "interrupted by an executor stop").
+        (PullsThePlug, "succeeded", "succeeded", "succeeded"),
+        (PullsThePlugOnce, "succeeded", "succeeded", "succeeded"),
+        # Not even its attempt's end was recorded: interrupted, never run twice, and the error says why.
+        (PullsThePlugAndFails, "failed", "interrupted", "interrupted"),
     ],
 )
 def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
@@ -172,9 +187,9 @@ def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
     outage_url: str,
     caplog: pytest.LogCaptureFixture,
     kind: type[PullsThePlug],
-    executions: int,
     status: str,
     step_status: str,
+    attempt: str,
 ) -> None:
     action = kind()
     action.cluster, action.executions = own_postgres, []
@@ -190,10 +205,13 @@ def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
             own_postgres.resume()
             wait_until(lambda: _status(store, run_id) in ("succeeded", "failed"), 30, message="the run finished")
         assert _status(store, run_id) == status, (store.run_detail(run_id).error, step_details(store, run_id))
-        assert len(action.executions) == executions
+        assert len(action.executions) == 1
         (step,) = step_details(store, run_id)
         assert step["status"] == step_status
-        assert step["attempts"][0]["outcome"] == "interrupted"
+        assert [a["outcome"] for a in step["attempts"]] == [attempt]
+        if status == "failed":
+            assert "the store failed under its executor" in store.run_detail(run_id).error
+            assert "not idempotent, so it is not run again" in store.run_detail(run_id).error
         # One line per outage (and one when it is over), not a traceback per poll.
         assert caplog.text.count("the store is unavailable") == 1
         assert "Traceback" not in caplog.text
@@ -205,6 +223,94 @@ def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
 
 def _status(store: Store, run_id: int) -> str:
     return store.run_detail(run_id).status
+
+
+# --------------------------------------------------------------------------- the database refuses writes (issue 24)
+
+DISK_FULL_TABLES = ("runs", "steps", "attempts", "decisions", "alerts")
+"""Every table a webhook or a run's progress writes: while the fault is on, none takes a row."""
+
+
+def _inject_disk_full(url: str) -> None:
+    """Every write to the store's tables fails as a full disk does (SQLSTATE 53100), until `_clear_disk_full`."""
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION disk_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = '53100'; END $$"
+        )
+        for table in DISK_FULL_TABLES:
+            conn.execute(
+                f"CREATE TRIGGER disk_full BEFORE INSERT OR UPDATE ON {table} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION disk_full()"
+            )
+
+
+def _clear_disk_full(url: str) -> None:
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as conn:
+        conn.execute("DROP FUNCTION disk_full() CASCADE")
+
+
+class FillsTheDisk(Action):
+    """Sends its change (a POST, say), then the database's disk fills before the executor records it."""
+
+    name: ClassVar[str] = "test.fills_the_disk"
+    idempotent: ClassVar[bool] = False
+    schema: ClassVar[ParamSchema] = ParamSchema({})
+    url: str
+    executions: list[int]
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        return {"would": "send"}
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        self.executions.append(ctx.run_id)
+        if len(self.executions) == 1:
+            _inject_disk_full(self.url)
+        return {"sent": ctx.run_id}
+
+
+def test_runs_whose_writes_a_full_disk_refused_finish_once_the_fault_clears(
+    outage_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Live: 3 runs still `running` 45 s after an injected disk-full (53100) cleared, claimed by the live
+    executor, with a traceback per poll. Every store error class now hands the runs back; the step that ran is
+    recorded as it ended once the database takes writes again, and is never sent twice."""
+    action = FillsTheDisk()
+    action.url, action.executions = outage_url, []
+    registry = ActionRegistry([LogAction(), action])
+    store = Store.open(outage_url, busy_timeout=2.0)
+    runs = [_queue_for(store, registry, action.name, f"node-{i}") for i in range(3)]
+    executor = Executor(store=store, registry=registry, threads=1, poll_interval=0.05, stale_after=600)
+    try:
+        with caplog.at_level(logging.WARNING, logger="remediate.executor"):
+            executor.start()
+            wait_until(lambda: "the store is unavailable" in caplog.text, 15, message="the executor saw the fault")
+            assert "refused the transaction: could not extend file: No space left on device" in caplog.text
+            with pytest.raises(StoreRefused, match="No space left on device"):  # a webhook would answer 503
+                _queue_for(store, registry, action.name, "node-late")
+            assert [_status(store, r) for r in runs] == ["running", "queued", "queued"]
+            _clear_disk_full(outage_url)
+            wait_until(lambda: all(_status(store, r) in ("succeeded", "failed") for r in runs), 30,
+                       message="the runs finished")  # fmt: skip
+        assert [_status(store, r) for r in runs] == ["succeeded"] * 3, [store.run_detail(r).error for r in runs]
+        assert sorted(action.executions) == sorted(runs)  # each sent once
+        first = step_details(store, runs[0])[0]
+        assert (first["status"], first["result"]) == ("succeeded", {"sent": runs[0]})
+        assert [a["outcome"] for a in first["attempts"]] == ["succeeded"]
+        assert "Traceback" not in caplog.text and "executor loop error" not in caplog.text
+        assert "the store answers again" in caplog.text
+    finally:
+        executor.stop(timeout=5)
+        store.close()
+
+
+def _queue_for(store: Store, registry: ActionRegistry, action: str, node: str) -> int:
+    spec = {"name": "pb", "match": {"alertname": "GpuXidError"}, "steps": [{"action": action, "with": {}}]}
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(spec, registry)]), registry=registry)
+    payload = notification(alert(f"f-{node}", Hostname=node))
+    (decision,) = engine.ingest_body(json.dumps(payload).encode(), received_at=T0).decisions
+    assert decision.run_id is not None, decision.reason
+    return decision.run_id
 
 
 # --------------------------------------------------------------------------- start-up

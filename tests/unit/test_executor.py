@@ -92,6 +92,16 @@ class BadPlan(Recording):
         raise ActionError("cannot read the current state")
 
 
+class PlanUnavailable(Recording):
+    """Its plan cannot read the current state for now (an API outage): a retryable error."""
+
+    name: ClassVar[str] = "test.planunavailable"
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        self.plans.append(params)
+        raise RetryableActionError("the API answered 503")
+
+
 class Once(Recording):
     name: ClassVar[str] = "test.once"
     idempotent: ClassVar[bool] = False
@@ -156,7 +166,7 @@ class Observing(Recording):
 
 @pytest.fixture
 def actions() -> dict[str, Recording]:
-    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), Once(), Again(), Observing()]
+    made = [Flaky(), Broken(), Slow(), Buggy(), BadPlan(), PlanUnavailable(), Once(), Again(), Observing()]
     made += [SentOnce(), SentAgain(), Gate()]
     return {a.name: a for a in made}
 
@@ -640,6 +650,51 @@ def test_an_action_missing_at_execution_fails_the_step(
     assert "unknown action 'test.once'" in detail["error"]
 
 
+# --------------------------------------------------------------------------- rerunnable runs (issue 24, finding 10)
+
+
+@BOTH_STORES
+def test_a_run_whose_plan_fails_transiently_before_any_change_is_rerunnable(
+    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.planunavailable", retries=0)))
+
+    executor.drain()
+
+    run = run_row(store, run_id)
+    assert (run.status, bool(run.rerunnable)) == ("failed", True)
+
+
+@BOTH_STORES
+def test_a_run_whose_second_step_fails_transiently_after_the_first_changed_something_is_not_rerunnable(
+    store: Store,
+    executor: Executor,
+    actions: dict[str, Recording],
+    make_engine: MakeEngine,
+    ingest: Ingest,
+    make_alert: MakeAlert,
+) -> None:
+    """Live: cordon succeeded, then the taint's plan failed in an API outage; the run was marked "failed before
+    changing anything" (the steps read at the start still said no attempt), so the next delivery ran again."""
+    pb = playbook(step("test.once"), step("test.planunavailable", retries=0), cooldown="30m")
+    engine = make_engine(pb)
+    alert = make_alert("GpuXidError", labels={"Hostname": "node-a"})
+    (decision,) = ingest(engine, alert, at=T0).decisions
+    assert decision.run_id is not None
+
+    executor.drain()
+
+    run = run_row(store, decision.run_id)
+    assert run.status == "failed" and "plan failed" in run.error
+    assert bool(run.rerunnable) is False
+    assert len(actions["test.once"].executions) == 1
+    # The next delivery of the same occurrence is a duplicate, as for any run that changed something.
+    (again,) = ingest(engine, alert, at=T0 + 60).decisions
+    assert again.decision.value == "duplicate", again.reason
+    assert executor.drain() == 0
+    assert len(actions["test.once"].executions) == 1
+
+
 # --------------------------------------------------------------------------- dry-run
 
 
@@ -736,7 +791,10 @@ def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
     assert actions["test.once"].executions == []
     run = run_row(store, run_id)
     assert run.status == "failed"
-    assert run.error.startswith("step 0 1-test.once (test.once): interrupted by an executor stop during attempt 1")
+    assert run.error.startswith(
+        "step 0 1-test.once (test.once): interrupted during attempt 1 "
+        "(the executor stopped while this step was running)"
+    )
 
 
 @BOTH_STORES
@@ -879,17 +937,25 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
 
 
 @BOTH_STORES
-def test_a_run_whose_owner_process_lives_on_this_host_is_never_taken_over_however_old_its_heartbeat(
+def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken_over(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
+    """Issue 24, finding 7: an owner alive on this host whose heartbeat stopped (SIGSTOPped, hung, its writes
+    failing on a full disk) kept its run `running` forever. Now the lease decides, as for any other owner."""
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    assert store.claim_run(f"{socket.gethostname()}:1", time.time() - 2) is not None  # pid 1 lives
-    executor.stale_after = 0.0  # its heartbeat is older than this, and stays so
+    owner = f"{socket.gethostname()}:1"  # pid 1 lives
+    assert store.claim_run(owner, time.time()) is not None
+    executor.stale_after = 0.3
 
+    assert executor.recover() == []  # first seen now: watched for a lease from here
+    time.sleep(0.2)
+    store.heartbeat([run_id], owner, time.time())  # renewed: alive and well
     assert executor.recover() == []
-    time.sleep(0.05)
-    assert executor.recover() == []
-    assert run_row(store, run_id).status == "running"
+    time.sleep(0.2)
+    assert executor.recover() == []  # renewed less than a lease ago
+    time.sleep(0.2)
+    assert executor.recover() == [run_id]  # silent for more than a lease
+    assert run_row(store, run_id).status == "queued"
 
 
 @BOTH_STORES

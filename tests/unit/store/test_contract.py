@@ -21,7 +21,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
-from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepStatus
+from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepEnd, StepStatus
 from remediate.store import Store, inmemory, interface
 from remediate.store.inmemory import InMemoryStore
 from tests.support.stores import EVERY_STORE, STORES, AnyStore, open_store, rows
@@ -266,6 +266,38 @@ def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_
         (2, None, "replica-b:9"),
         (1, None, None),
     ]
+
+
+@EVERY_STORE
+def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_ran(
+    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+) -> None:
+    """Issue 24, findings 7 and 9: the owner hands its run back with the end of the step whose action ran (the
+    store failed as it was recorded): written with the requeue, the run goes on from the next step."""
+    ran, flying = (queue(make_engine(playbook()), ingest, make_alert, host) for host in ("node-a", "node-b"))
+    claims = []
+    for run_id in (ran, flying):
+        claimed = store.claim_run("replica-a:7", T0)
+        assert claimed is not None and claimed.id == run_id
+        step, _ = store.steps_of(run_id)
+        store.start_attempt(step.id, T0 + 1, plan={"would": "send"}, lease=claimed.lease)
+        claims.append(RunningClaim(run_id, "replica-a:7", claimed.generation, None))
+    sent = StepEnd(store.steps_of(ran)[0].id, StepStatus.SUCCEEDED, {"sent": True}, attempt=1)
+
+    requeued = store.requeue_claims(claims, now=T0 + 2, own=True, ends={ran: sent}, why="the store failed")
+
+    assert sorted(requeued) == [ran, flying]
+    done, later = store.steps_of(ran)
+    assert (done.status, done.finished, later.status) == ("succeeded", True, "pending")
+    interrupted, _ = store.steps_of(flying)
+    assert (interrupted.status, interrupted.error) == ("interrupted", "the store failed while this step was running")
+    attempts = {a.step_id: (a.outcome, a.error) for a in rows(store, "attempts")}
+    assert attempts == {
+        done.id: ("succeeded", None),
+        interrupted.id: ("interrupted", "the store failed during this attempt"),
+    }
+    assert [r.status for r in rows(store, "runs")] == ["queued", "queued"]
+    assert rows(store, "steps", id=done.id)[0].result is not None
 
 
 @EVERY_STORE

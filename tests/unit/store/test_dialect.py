@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from remediate.errors import StoreBusy
+from remediate.errors import StoreBusy, StoreRefused, StoreUnreachable
 from remediate.store import Database, Dialect, PostgresDialect, SqliteDialect, Store, dialect_for
 from remediate.store import queue as store_queue
 from remediate.store.retention import PRUNED_TABLES
@@ -122,3 +122,61 @@ def test_a_prune_on_postgresql_plans_its_queries_on_fresh_statistics(pg_url: str
     finally:
         store.close()
     assert set(PRUNED_TABLES) <= analysed
+
+
+# --------------------------------------------------------------------------- what the database refuses (issue 24)
+
+
+def _sqlite_error(code: int, message: str) -> sa.exc.OperationalError:
+    error = sqlite3.OperationalError(message)
+    error.sqlite_errorcode = code  # type: ignore[attr-defined]
+    return sa.exc.OperationalError("COMMIT", {}, error)
+
+
+class _PgError(Exception):
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(f"SQLSTATE {sqlstate}")
+        self.sqlstate = sqlstate
+
+
+@pytest.mark.parametrize(
+    ("code", "refused"),
+    [
+        (sqlite3.SQLITE_FULL, True),
+        (sqlite3.SQLITE_READONLY, True),
+        (sqlite3.SQLITE_IOERR_WRITE, True),  # an extended code: its low byte is IOERR
+        (sqlite3.SQLITE_CORRUPT, True),
+        (sqlite3.SQLITE_CANTOPEN, True),
+        (sqlite3.SQLITE_CONSTRAINT, False),  # the statement's own fault: a bug or a conflict, not the store's
+        (sqlite3.SQLITE_ERROR, False),
+    ],
+)
+def test_sqlite_errors_of_the_file_are_store_refused(code: int, refused: bool) -> None:
+    dialect = SqliteDialect(sa.make_url("sqlite:///r.db"))
+    found = dialect.unavailable(_sqlite_error(code, "database or disk is full"))
+    assert isinstance(found, StoreRefused) is refused
+    if refused:
+        assert "refused the transaction: database or disk is full" in str(found)
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "kind"),
+    [
+        ("53100", StoreRefused),  # disk full
+        ("53200", StoreRefused),  # out of memory
+        ("58030", StoreRefused),  # I/O error
+        ("40001", StoreRefused),  # serialization failure
+        ("40P01", StoreRefused),  # deadlock detected
+        ("25006", StoreRefused),  # read-only transaction (a standby after a fail-over)
+        ("57P01", StoreUnreachable),  # admin shutdown
+        ("08006", StoreUnreachable),  # connection failure
+        ("55P03", StoreBusy),  # lock_timeout
+        ("23505", type(None)),  # unique violation: the ingest's StoreConflict decides, not this
+        ("42P01", type(None)),  # undefined table: a bug
+    ],
+)
+def test_postgresql_errors_map_to_what_the_executor_and_requests_do_with_them(sqlstate: str, kind: type) -> None:
+    dialect = PostgresDialect(sa.make_url("postgresql+psycopg://u:secret@db/remediate"))
+    found = dialect.unavailable(sa.exc.OperationalError("COMMIT", {}, _PgError(sqlstate)))
+    assert type(found) is kind
+    assert "secret" not in str(found)

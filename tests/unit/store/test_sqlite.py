@@ -12,6 +12,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,6 +71,41 @@ def test_sqlites_own_lock_held_elsewhere_is_store_busy_too(tmp_path: Path) -> No
         other.execute("ROLLBACK")
         other.close()
     store.close()
+
+
+def test_the_lock_file_and_sqlites_own_lock_share_one_bound(tmp_path: Path) -> None:
+    """Issue 24, finding 9: a writer that got the lock file late then waited SQLite's whole busy timeout again:
+    503 after up to twice `store_busy_timeout` (9.86 s for 5 s). One deadline covers both waits now."""
+    bound = 2.0
+    db = tmp_path / "r.db"
+    first, second = (Store.open(f"sqlite:///{db}", busy_timeout=bound) for _ in range(2))  # two workers
+    other = sqlite3.connect(db, isolation_level=None)  # not remediate: it holds SQLite's lock, not the lock file
+    other.execute("BEGIN IMMEDIATE")
+    outcome: list[BaseException] = []
+
+    def write_first() -> None:
+        try:
+            first.probe_write()
+        except StoreBusy as exc:
+            outcome.append(exc)
+
+    ahead = threading.Thread(target=write_first)
+    try:
+        ahead.start()  # takes the lock file, then waits `bound` for SQLite's lock
+        time.sleep(bound / 4)
+        started = time.monotonic()
+        with pytest.raises(StoreBusy):
+            second.probe_write()  # waits for the lock file until `ahead` gives up, then for SQLite's lock
+        waited = time.monotonic() - started
+        # Two bounds: 1.75 x bound; one: bound (plus what a loaded host adds, far under 0.5 x bound).
+        assert waited < 1.5 * bound, waited
+    finally:
+        ahead.join()
+        other.execute("ROLLBACK")
+        other.close()
+    assert len(outcome) == 1  # the first writer got StoreBusy too
+    first.close()
+    second.close()
 
 
 def test_opening_a_locked_database_whose_schema_is_current_does_not_wait(tmp_path: Path) -> None:

@@ -1,0 +1,61 @@
+"""The executor process's heartbeat, as its master and the HTTP workers see it (issue 24, finding 8).
+
+A SIGSTOPped (or hung) executor process stays alive to `waitpid`: its master did not notice, nothing restarted
+it, and its runs waited. The executor's heartbeat thread writes the time (CLOCK_MONOTONIC, one clock for every
+process of the host) into a small file of the server's private directory every heartbeat interval, whatever the
+store does; the master kills and replaces an executor whose beat is older than the lease, and `/readyz` and
+`/metrics` show its age. No remediate import: the master loads this and gunicorn only (issue 14).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import time
+from pathlib import Path
+
+_FORMAT = "d"
+_NO_BEAT = 0.0
+"""Written by the master when it starts an executor process: no beat from it yet."""
+
+
+class ExecutorBeat:
+    """One 8-byte file holding the time.monotonic() of the executor process's last beat (0: none yet)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def reset(self) -> None:
+        """A fresh executor process is starting: no beat yet (written by the master before it forks)."""
+        self._write(_NO_BEAT)
+
+    def beat(self) -> None:
+        """The executor process is alive and its heartbeat thread runs (never raises: a beat is best effort)."""
+        with contextlib.suppress(OSError):
+            self._write(time.monotonic())
+
+    def last(self) -> float | None:
+        """time.monotonic() of the last beat; None before the first one (or with no file)."""
+        try:
+            with self.path.open("rb") as source:
+                raw = source.read(struct.calcsize(_FORMAT))
+        except OSError:
+            return None
+        if len(raw) != struct.calcsize(_FORMAT):
+            return None
+        (value,) = struct.unpack(_FORMAT, raw)
+        return None if value == _NO_BEAT else float(value)
+
+    def age(self) -> float | None:
+        """Seconds since the last beat; None before the first one."""
+        last = self.last()
+        return None if last is None else max(0.0, time.monotonic() - last)
+
+    def _write(self, value: float) -> None:
+        # One pwrite of 8 bytes at offset 0: a reader sees the old value or the new one, never half of each.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.pwrite(fd, struct.pack(_FORMAT, value), 0)
+        finally:
+            os.close(fd)
