@@ -41,7 +41,7 @@ from remediate.actions.training import (
     _read_registration,
 )
 from remediate.errors import ActionError, OutcomePending, PartialFailure
-from remediate.training.protocol import JobPaths, ProtocolError, Registration, job_name_problem
+from remediate.training.protocol import REJECTED, JobPaths, ProtocolError, Registration, job_name_problem
 
 ABANDONED_AFTER_S = 3600.0
 """A registration whose process cannot be seen from here (another PID namespace or host) and that has not
@@ -164,6 +164,6 @@ def _abandoned(registration: Registration, alive: Mapping[str, Any]) -> str | No
 def _outcome_of(exc: ActionError) -> str:
     if isinstance(exc, NoAcknowledgement | OutcomePending):
         return "timed_out"
-    if isinstance(exc, NotApplied) and exc.status == "rejected":
-        return "rejected"
+    if isinstance(exc, NotApplied) and exc.status == REJECTED:
+        return REJECTED  # the job's own acknowledgement (training.protocol), not a run status
     return "failed"
