@@ -16,9 +16,9 @@ from flask import Blueprint, Flask
 from remediate.config import Settings
 from remediate.server import agents, answers, control, health, runs, webhook
 from remediate.server.queries import history_query
-from remediate.services import Services, build_services, pool_limits
+from remediate.services import Services, build_services
 
-__all__ = ["Services", "build_services", "create_app", "pool_limits"]
+__all__ = ["Services", "build_services", "create_app"]
 
 log = logging.getLogger("remediate.server")
 
