@@ -104,7 +104,7 @@ def test_the_architecture_walk_names_only_functions_that_exist() -> None:
         except LookupError as exc:
             missing.append(str(exc))
     assert not missing, missing
-    for hop in ("server._register_routes", "store.Store.claim_run", "gpu.nvml.NvmlBackend.set_power_limit"):
+    for hop in ("server.webhook.create_blueprint", "store.Store.claim_run", "gpu.nvml.NvmlBackend.set_power_limit"):
         assert hop in names, hop
     # The check can fail: a name that moved or never existed is found out.
     for wrong in ("engine.Engine.no_such_step", "store.Store.insert_runs_typed", "nosuchmodule.function"):

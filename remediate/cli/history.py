@@ -57,7 +57,7 @@ def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
         page = _client(params).history(filters)
     else:
         from remediate.history_api import history_json
-        from remediate.server import parse_time_arg
+        from remediate.server.queries import parse_time_arg
         from remediate.store import HistoryQuery
 
         store = _open_store(params)

@@ -27,7 +27,7 @@ def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:
     if params.get("server"):
         figures = _client(params).report(filters)
     else:
-        from remediate.server import report_query
+        from remediate.server.queries import report_query
 
         settings = _settings(params)
         try:

@@ -101,6 +101,33 @@ def test_metrics_count_refused_webhooks_by_status_code(server: Server) -> None:
     assert samples[("remediate_webhook_rejected_total", (("code", "415"),))] == 1
 
 
+def test_only_refused_webhooks_count_as_webhook_rejections(server: Server) -> None:
+    server.webhook(real_firing(), token=READ_TOKEN)  # 403: a read token may not send alerts
+    server.get("/history", token=None)  # 401, not a webhook
+    server.post("/pause", token=READ_TOKEN)  # 403, not a webhook
+
+    samples = metric_samples(server)
+
+    assert samples[("remediate_webhook_rejected_total", (("code", "403"),))] == 1
+    assert ("remediate_webhook_rejected_total", (("code", "401"),)) not in samples
+
+
+# --------------------------------------------------------------------------- routes by resource
+
+
+def test_every_route_comes_from_the_blueprint_of_its_resource(server: Server) -> None:
+    """Issue 25 (7): no route is registered on the app itself; each resource (webhook, runs, control,
+    agents, health, the pages) is a blueprint of its own module, built from the services the app holds."""
+    app = server.app
+    routes = [rule for rule in app.url_map.iter_rules() if rule.endpoint != "static"]
+    assert routes
+    for rule in routes:
+        blueprint, _, _ = rule.endpoint.rpartition(".")
+        assert blueprint in app.blueprints, f"{rule.rule} is registered on the app, not by a resource's blueprint"
+        assert app.blueprints[blueprint].import_name.startswith(("remediate.server.", "remediate.ui.")), rule.rule
+    assert len({bp.import_name for bp in app.blueprints.values()}) == len(app.blueprints)
+
+
 @ON_EVERY_DATABASE
 def test_metrics_show_the_queue_depth_and_step_durations_after_the_executor_drains(server: Server) -> None:
     server.webhook(notification(alert("f1"), alert("f2")))

@@ -1,0 +1,63 @@
+"""The HTTP face of remediate: `create_app`, the Flask app factory. Only this package and the pages
+(remediate.ui) know HTTP.
+
+Each resource is a module with a `create_blueprint(services)` (webhook, runs, control, agents, health; the
+pages' is remediate.ui's), handed the process's services (remediate.services) explicitly: no module holds
+state. auth.py checks bearer tokens per route, answers.py holds the error shape and the app-wide error
+handlers, queries.py parses the query strings. docs/openapi.yaml describes the routes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, Flask
+
+from remediate.config import Settings
+from remediate.server import agents, answers, control, health, runs, webhook
+from remediate.server.queries import history_query
+from remediate.services import Services, build_services
+
+__all__ = ["Services", "build_services", "create_app"]
+
+log = logging.getLogger("remediate.server")
+
+
+def create_app(settings: Settings, *, services: Services | None = None) -> Flask:
+    services = services or build_services(settings)
+    if not services.credentials:
+        log.warning(
+            "AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach %s can trigger remediation",
+            settings.bind,
+        )
+    app = Flask("remediate")
+    # One byte more than allowed: werkzeug silently cuts a body without Content-Length (chunked)
+    # at this limit, so /webhook reads up to it and refuses a body that reached it.
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
+    app.extensions["remediate"] = services
+    answers.init_app(app, services)
+    for resource in (webhook, runs, control, agents, health):
+        app.register_blueprint(resource.create_blueprint(services))
+    if settings.ui:
+        app.register_blueprint(_pages(services))
+    return app
+
+
+def _pages(services: Services) -> Blueprint:
+    """The web pages (remediate.ui, docs/ui.md): the same store, tokens, breaker and parsers as the API."""
+    from remediate.ui import UiDeps, create_blueprint
+    from remediate.ui.session import secret_key
+
+    store = services.store
+    return create_blueprint(
+        UiDeps(
+            store=store,
+            credentials=services.credentials,
+            breaker=services.executor.breaker,
+            wake=services.wake,
+            history_query=history_query,
+            ladders=lambda: control.ladders_json(services, store.ladders()),
+            secret_key=secret_key(services.settings.ui_secret_file, services.credentials),
+            cookie_always_secure=services.settings.ui_cookie_secure == "always",
+        )
+    )

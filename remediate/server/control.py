@@ -1,0 +1,125 @@
+"""The operator's levers: approve a run, pause and resume, the circuit breaker, the ladders.
+
+Reading the state needs the read role, changing it the operator role; who changed it is the token's
+principal (a body `by` is only a note beside it, answers.actor). Every change answers with the new state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from flask import Blueprint, g, jsonify, request
+
+from remediate.config import OPERATOR, READ
+from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
+from remediate.history_api import ladder_state_json, run_json
+from remediate.runs import LadderState
+from remediate.server.answers import BadBody, actor, error, json_body, text
+from remediate.server.auth import requires
+from remediate.services import Services
+from remediate.store import Store
+
+log = logging.getLogger("remediate.server")
+
+
+def ladders_json(services: Services, states: Iterable[LadderState]) -> list[dict[str, Any]]:
+    """GET /ladders' entries: each state with the names of its playbook's rungs as loaded now."""
+
+    def names(playbook: str) -> list[str] | None:
+        loaded = services.engine.playbooks.get(playbook)
+        return [r.name for r in loaded.rungs] if loaded is not None and loaded.is_ladder else None
+
+    return [ladder_state_json(state, names(state.playbook)) for state in states]
+
+
+def _pause_json(store: Store) -> dict[str, Any]:
+    state = store.pause_state()
+    return {"paused": state.paused, "by": state.by, "reason": state.reason, "since": state.since}
+
+
+def create_blueprint(services: Services) -> Blueprint:
+    bp = Blueprint("control", __name__)
+    store = services.store
+
+    @bp.post("/runs/<int:run_id>/approve")
+    @requires(services, OPERATOR)
+    def approve(run_id: int) -> Any:
+        try:
+            store.approve(run_id, by=actor(), now=time.time())
+        except UnknownRunError as exc:
+            return error(404, "not_found", str(exc))
+        except RunStateError as exc:
+            return error(409, "conflict", str(exc))
+        services.wake()
+        return jsonify(run_json(store.run_detail(run_id)))
+
+    @bp.get("/pause")
+    @requires(services, READ)
+    def pause_state() -> Any:
+        return jsonify(_pause_json(store))
+
+    @bp.post("/pause")
+    @requires(services, OPERATOR)
+    def pause() -> Any:
+        body = json_body()
+        reason = text(body, "reason", 1000)
+        force = body.get("force", False) if body is not None else False
+        if not isinstance(force, bool):
+            raise BadBody("force", "must be true or false")
+        try:
+            store.set_paused(True, by=actor(), reason=reason, now=time.time(), replace=force)
+        except AlreadyPaused as exc:
+            # Who paused and why are the operator's record of an incident: replaced only on purpose.
+            return error(409, "already_paused", str(exc), paused_by=exc.by, reason=exc.reason, since=exc.since)
+        return jsonify(_pause_json(store))
+
+    @bp.post("/resume")
+    @requires(services, OPERATOR)
+    def resume() -> Any:
+        store.set_paused(False, by=actor(), reason="", now=time.time())
+        return jsonify(_pause_json(store))
+
+    @bp.get("/breaker")
+    @requires(services, READ)
+    def breaker_status() -> Any:
+        return jsonify(services.executor.breaker.status())
+
+    @bp.post("/breaker/reset")
+    @requires(services, OPERATOR)
+    def breaker_reset() -> Any:
+        reason = text(json_body(), "reason", 1000)
+        status = services.executor.breaker.reset(by=actor(), reason=reason)
+        if status["reset"]:
+            log.warning("circuit breaker reset by %s%s", status["reset_by"], f": {reason}" if reason else "")
+        return jsonify(status)
+
+    @bp.get("/ladders")
+    @requires(services, READ)
+    def ladders() -> Any:
+        unknown = sorted(set(request.args) - {"target", "node", "playbook"})
+        if unknown:
+            return error(400, "invalid_query", f"unknown query parameter {unknown[0]!r} (known: playbook, target)")
+        target = request.args.get("target") or request.args.get("node") or None
+        states = store.ladders(target=target, playbook=request.args.get("playbook") or None)
+        return jsonify({"ladders": ladders_json(services, states)})
+
+    @bp.post("/ladders/reset")
+    @requires(services, OPERATOR)
+    def ladders_reset() -> Any:
+        body = json_body()
+        target = text(body, "target", 255)
+        if not target:
+            raise BadBody("target", "required: the target (node) whose ladders to reset")
+        playbook = text(body, "playbook", 128) or None
+        reason = text(body, "reason", 1000)
+        states = store.reset_ladders(target, playbook=playbook, by=actor(), reason=reason, now=time.time())
+        if not states:
+            which = f" of playbook {playbook}" if playbook else ""
+            return error(404, "not_found", f"no ladder{which} for target {target}")
+        log.warning("ladders of %s%s reset by %s", target, f" ({playbook})" if playbook else "", g.principal)
+        return jsonify({"ladders": ladders_json(services, states)})
+
+    return bp

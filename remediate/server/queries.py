@@ -1,0 +1,84 @@
+"""The query strings of GET /history and GET /report, parsed into the store's queries (ValueError, naming
+the parameter, on a bad one). The pages' history form and `remediate history` / `remediate report` parse
+with the same functions, so every way in accepts the same filters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from remediate.alerts import parse_timestamp
+from remediate.durations import parse_duration
+from remediate.errors import PayloadError
+from remediate.store import HistoryQuery, ReportQuery
+
+MAX_HISTORY_LIMIT = 1000
+DEFAULT_REPORT_SINCE = "7d"
+
+
+def history_query(args: Mapping[str, str]) -> HistoryQuery:
+    known = {"playbook", "alertname", "target", "node", "status", "since", "until", "limit", "cursor"}
+    unknown = sorted(set(args) - known)
+    if unknown:
+        raise ValueError(f"unknown query parameter {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    limit_text = args.get("limit", "50")
+    try:
+        limit = int(limit_text)
+    except ValueError:
+        raise ValueError(f"limit must be a whole number, got {limit_text!r}") from None
+    if not 1 <= limit <= MAX_HISTORY_LIMIT:
+        raise ValueError(f"limit must be between 1 and {MAX_HISTORY_LIMIT}")
+    return HistoryQuery(
+        playbook=args.get("playbook") or None,
+        alertname=args.get("alertname") or None,
+        target=args.get("target") or args.get("node") or None,
+        status=args.get("status") or None,
+        since=parse_time_arg(args.get("since"), "since"),
+        until=parse_time_arg(args.get("until"), "until"),
+        limit=limit,
+        cursor=args.get("cursor") or None,
+    )
+
+
+def report_query(args: Mapping[str, str], job_labels: Sequence[str], *, now: float) -> ReportQuery:
+    """GET /report's (and `remediate report`'s) window: `since` a duration back from `until` (7d, the
+    default) or a time (RFC 3339, UNIX seconds); `until` a time, default now."""
+    unknown = sorted(set(args) - {"since", "until"})
+    if unknown:
+        raise ValueError(f"unknown query parameter {unknown[0]!r} (known: since, until)")
+    until = parse_time_arg(args.get("until"), "until") or now
+    since_text = (args.get("since") or DEFAULT_REPORT_SINCE).strip()
+    try:
+        float(since_text)
+    except ValueError:
+        try:
+            since = until - parse_duration(since_text).total_seconds()
+        except ValueError:
+            since = _required_time(since_text)
+    else:
+        since = float(since_text)
+    if since >= until:
+        raise ValueError("since must be before until")
+    return ReportQuery(since=since, until=until, job_labels=tuple(job_labels))
+
+
+def _required_time(text: str) -> float:
+    try:
+        moment = parse_time_arg(text, "since")
+    except ValueError:
+        raise ValueError("since must be a duration (7d, 24h) or a time (RFC 3339, UNIX seconds)") from None
+    assert moment is not None
+    return moment
+
+
+def parse_time_arg(value: str | None, name: str) -> float | None:
+    """RFC 3339 timestamps or UNIX seconds."""
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return parse_timestamp(value, name).timestamp()
+    except PayloadError:
+        raise ValueError(f"{name} must be an RFC 3339 time (2026-11-21T05:40:14Z) or UNIX seconds") from None
