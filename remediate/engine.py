@@ -30,8 +30,7 @@ from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdic
 from remediate.ladder import RungChoice, choose_rung, climbed, resolved
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus, decision_row, queue_priority, run_row, step_rows
-from remediate.store import EmptyGuardReader
-from remediate.store.interface import EngineStore, GuardReads, IngestWrites
+from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
 from remediate.store.ladders import guard_lock_name
 from remediate.templating import render_params, render_session, template_reads
 
@@ -212,7 +211,7 @@ class Engine:
     def __init__(
         self,
         *,
-        store: EngineStore | None,
+        store: Store | None,
         playbooks: PlaybookSet,
         registry: ActionRegistry,
         server_mode: str = "enforce",
@@ -596,7 +595,7 @@ class Engine:
         return notification_id, judged, run_ids
 
 
-def _write_ladders(w: IngestWrites, judged: Sequence[Judged], run_ids: Mapping[int, int], now: float) -> None:
+def _write_ladders(w: IngestWriter, judged: Sequence[Judged], run_ids: Mapping[int, int], now: float) -> None:
     """Where the ladders stand after this notification: a rung climbed (with its run), or the occurrence
     of the last rung resolved. In the order judge saw them (firing first), in the ingest transaction."""
     written: dict[tuple[str, str], LadderState] = {}
