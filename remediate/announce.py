@@ -36,8 +36,8 @@ from remediate.actions.base import Action, ActionRegistry, StepContext, step_vie
 from remediate.alerts import alert_ref
 from remediate.errors import RetryableActionError, StoreUnavailable
 from remediate.runs import StepRecord
+from remediate.store import Store
 from remediate.store.announcements import AwaitingRun
-from remediate.store.interface import AnnouncerStore
 
 log = logging.getLogger("remediate.announce")
 
@@ -74,7 +74,7 @@ class Announcer:
     def __init__(
         self,
         *,
-        store: AnnouncerStore,
+        store: Store,
         registry: ActionRegistry,
         poll_interval: float = 1.0,
         clock: Callable[[], float] = time.time,

@@ -30,8 +30,7 @@ from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdic
 from remediate.ladder import RungChoice, choose_rung, climbed, resolved
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus, decision_row, queue_priority, run_row, step_rows
-from remediate.store import EmptyGuardReader
-from remediate.store.interface import EngineStore, GuardReads, IngestWrites
+from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
 from remediate.store.ladders import guard_lock_name
 from remediate.templating import render_params, render_session, template_reads
 
@@ -155,10 +154,6 @@ AlertEvaluations = tuple[int, Alert, list[Evaluation]]
 """(index of the alert in its notification, the alert, its evaluations: one per matching playbook)."""
 
 
-GuardReaderLike = GuardReads
-"""The store's facts the guards judge from (a writer inside ingest, a reader for preview)."""
-
-
 @dataclass(frozen=True)
 class DecisionRecord:
     alertname: str
@@ -212,7 +207,7 @@ class Engine:
     def __init__(
         self,
         *,
-        store: EngineStore | None,
+        store: Store | None,
         playbooks: PlaybookSet,
         registry: ActionRegistry,
         server_mode: str = "enforce",
@@ -346,11 +341,11 @@ class Engine:
         with render_session():
             return [(index, alert, self.evaluate(alert, renders)) for index, alert in enumerate(alerts)]
 
-    def judge_all(self, reader: GuardReaderLike, alerts: Sequence[Alert], now: float) -> list[Judged]:
+    def judge_all(self, reader: GuardReads, alerts: Sequence[Alert], now: float) -> list[Judged]:
         """Match, render and guard every alert, against the store's facts as `reader` sees them."""
         return self.judge(reader, self.evaluate_all(alerts), now)
 
-    def judge(self, reader: GuardReaderLike, evaluations: Sequence[AlertEvaluations], now: float) -> list[Judged]:
+    def judge(self, reader: GuardReads, evaluations: Sequence[AlertEvaluations], now: float) -> list[Judged]:
         """Guard evaluated alerts (from `evaluate_all`) against the store's facts as `reader` sees them."""
         keys = [k for _, _, evs in evaluations for e in evs for k in _own_keys(e)]
         firing_keys = [k for _, _, evs in evaluations for e in evs if e.phase == "resolved" for k in _firing_keys(e)]
@@ -596,7 +591,7 @@ class Engine:
         return notification_id, judged, run_ids
 
 
-def _write_ladders(w: IngestWrites, judged: Sequence[Judged], run_ids: Mapping[int, int], now: float) -> None:
+def _write_ladders(w: IngestWriter, judged: Sequence[Judged], run_ids: Mapping[int, int], now: float) -> None:
     """Where the ladders stand after this notification: a rung climbed (with its run), or the occurrence
     of the last rung resolved. In the order judge saw them (firing first), in the ingest transaction."""
     written: dict[tuple[str, str], LadderState] = {}
@@ -737,7 +732,7 @@ class _OrderFacts:
     """fingerprint -> startsAt of its occurrences reported firing, for the resolved alerts' fingerprints."""
 
     @classmethod
-    def gather(cls, reader: GuardReaderLike, evaluations: Sequence[AlertEvaluations]) -> _OrderFacts:
+    def gather(cls, reader: GuardReads, evaluations: Sequence[AlertEvaluations]) -> _OrderFacts:
         matched = [alert for _, alert, evs in evaluations if evs]
         resolved = {_occurrence(a) for _, a, _ in evaluations if a.status == "resolved"}
         fired_pairs = {_occurrence(a) for _, a, _ in evaluations if a.status == "firing"}
@@ -753,7 +748,7 @@ class _OrderFacts:
 
 
 def _newer_active_run(
-    reader: GuardReaderLike,
+    reader: GuardReads,
     ev: Evaluation,
     firing: tuple[int, str] | None,
     order: _OrderFacts,

@@ -90,8 +90,7 @@ from remediate.runs import (
     StepStart,
     StepStatus,
 )
-from remediate.store import EXECUTOR_STOPPED, worker_identity
-from remediate.store.interface import ExecutorStore
+from remediate.store import EXECUTOR_STOPPED, Store, worker_identity
 
 log = logging.getLogger("remediate.executor")
 
@@ -194,7 +193,7 @@ class Executor:
     def __init__(
         self,
         *,
-        store: ExecutorStore,
+        store: Store,
         registry: ActionRegistry,
         threads: int = 2,
         poll_interval: float = 0.2,

@@ -16,7 +16,7 @@ from remediate.actions.base import ActionRegistry
 from remediate.engine import Engine, IngestResult
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
-from tests.support.stores import AnyStore, open_store, store_backend
+from tests.support.stores import store_backend
 
 # The fixtures of each domain live in tests/support/; pytest only honours pytest_plugins in the root conftest.
 # A plugin is listed before the plugins that import it (cli imports http), so that pytest rewrites its asserts.
@@ -107,13 +107,12 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(request: pytest.FixtureRequest, db_url: str) -> Iterator[AnyStore]:
-    """A fresh store on a real SQLite file; the in-memory fake or a real PostgreSQL database where a test is
-    parametrized over the backends (tests.support.stores: `@EVERY_STORE`, `@EVERY_DATABASE`)."""
-    opened = open_store(store_backend(request), db_url)
+def store(db_url: str) -> Iterator[Store]:
+    """A fresh store on a real SQLite file, or on a real PostgreSQL database where a test is parametrized
+    over both (tests.support.stores: `@EVERY_DATABASE`)."""
+    opened = Store.open(db_url)
     yield opened
-    if isinstance(opened, Store):
-        opened.close()
+    opened.close()
 
 
 @pytest.fixture(scope="session")

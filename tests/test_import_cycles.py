@@ -27,7 +27,7 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imported_names(tree: ast.AST) -> list[str]:
+def imported_names(tree: ast.AST) -> list[str]:
     names: list[str] = []
 
     def visit(node: ast.AST) -> None:
@@ -57,7 +57,7 @@ def _module_of(name: str) -> str | None:
 def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():
-        targets = {_module_of(n) for n in _imported_names(ast.parse(path.read_text(encoding="utf-8")))}
+        targets = {_module_of(n) for n in imported_names(ast.parse(path.read_text(encoding="utf-8")))}
         # Importing a submodule runs its package's __init__ first; that is Python's order, not a cycle.
         graph[name] = {t for t in targets if t is not None and t != name and not name.startswith(f"{t}.")}
     return graph
@@ -106,8 +106,8 @@ def test_the_cycle_finder_finds_a_cycle_through_a_lazy_import() -> None:
     # The check itself must be able to fail: a module graph with a function-level back edge.
     lazy = ast.parse("import remediate.b\ndef f():\n    from remediate.a import x\n")
     typing_only = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from remediate.c import y\n")
-    assert "remediate.a.x" in _imported_names(lazy)
-    assert _imported_names(typing_only) == ["typing", "typing.TYPE_CHECKING"]
+    assert "remediate.a.x" in imported_names(lazy)
+    assert imported_names(typing_only) == ["typing", "typing.TYPE_CHECKING"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -123,7 +123,7 @@ def test_the_two_sides_of_the_agent_call_meet_only_in_the_protocol() -> None:
     assert "remediate.agent_protocol" in graph["remediate.agent_server"]
     # The protocol itself is plain data and errors: no HTTP library, neither side.
     protocol = MODULES["remediate.agent_protocol"].read_text(encoding="utf-8")
-    imported = set(_imported_names(ast.parse(protocol)))
+    imported = set(imported_names(ast.parse(protocol)))
     assert {n.split(".")[0] for n in imported} <= {"__future__", "json", "abc", "dataclasses", "typing", "remediate"}
     assert graph["remediate.agent_protocol"] == {"remediate.errors"}
 

@@ -20,9 +20,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
   memory.py       StoreMemory (action memory; the agent's state file is remediate.agent_state)
   ui_sessions.py  the web pages' sessions ended by logout and the login throttle's counts (LoginThrottle)
   rows.py         what they share: JSON text columns, MAX_ID, the alert a step sees
-  interface.py    the store as the engine and the executor need it (Protocols): Store and the fake satisfy it
-  inmemory.py     InMemoryStore: that interface on plain lists and dicts, for fast unit tests
-                  (tests/unit/store/test_contract.py runs the same behaviours on both)
+  interface.py    GuardReads: the guards' facts, read from the database (GuardReader) or from none (EmptyGuardReader)
 """
 
 from __future__ import annotations
@@ -47,8 +45,7 @@ from remediate.store.history import (
     encode_cursor,
 )
 from remediate.store.ingest import EmptyGuardReader, GuardReader, IngestWriter, IngestWriterContext
-from remediate.store.inmemory import InMemoryStore
-from remediate.store.interface import AnnouncerStore, EngineStore, ExecutorStore
+from remediate.store.interface import GuardReads
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
@@ -65,7 +62,6 @@ __all__ = [
     "MAX_ID",
     "AlertDetail",
     "Announcements",
-    "AnnouncerStore",
     "AttemptDetail",
     "AwaitingRun",
     "BreakerRows",
@@ -73,12 +69,10 @@ __all__ = [
     "DecisionSummary",
     "Dialect",
     "EmptyGuardReader",
-    "EngineStore",
-    "ExecutorStore",
     "GuardReader",
+    "GuardReads",
     "HistoryEntry",
     "HistoryQuery",
-    "InMemoryStore",
     "IngestWriter",
     "IngestWriterContext",
     "LoginThrottle",

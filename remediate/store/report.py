@@ -4,7 +4,7 @@ What a platform team shows its users each week (`remediate report`, GET /report)
 exports as `remediate_report_*`. Two reads, the same on every backend: the firing decisions of the
 window with their alert and run (`read_report_rows`: one indexed range scan of
 `decisions.created_at`), and the open breaker claims; the figures are computed from those rows in
-Python by `build_report`, so SQLite, PostgreSQL and the in-memory fake cannot disagree.
+Python by `build_report`, so SQLite and PostgreSQL cannot disagree.
 
 Definitions (docs/report.md):
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -217,42 +217,6 @@ def build_report(rows: Iterable[FiringRow], held: Sequence[HeldNode], query: Rep
     ]
     totals = {**total.figures(), "nodes_held": len(held_first)}
     return Report(query.since, query.until, totals, by_rung, nodes, jobs, held_json)
-
-
-def report_rows_of_tables(
-    tables: Mapping[str, Sequence[Mapping[str, Any]]], query: ReportQuery
-) -> tuple[list[FiringRow], list[HeldNode]]:
-    """`read_report_rows` over plain rows (InMemoryStore's tables): the same rows in the same order."""
-    alerts = {row["id"]: row for row in tables["alerts"]}
-    runs = {row["id"]: row for row in tables["runs"]}
-    last_step: dict[int, float] = {}
-    for step in tables["steps"]:
-        if step.get("finished_at") is not None:
-            last_step[step["run_id"]] = max(step["finished_at"], last_step.get(step["run_id"], step["finished_at"]))
-    rows = []
-    for decision in sorted(tables["decisions"], key=lambda row: row["id"]):
-        if not (query.since <= decision["created_at"] < query.until) or decision["alert_status"] != "firing":
-            continue
-        alert = alerts[decision["alert_id"]]
-        run = runs.get(decision.get("run_id") or 0)
-        rows.append(
-            FiringRow(
-                decision["fingerprint"],
-                alert["starts_at"],
-                alert["labels"],
-                decision.get("target"),
-                run["id"] if run else None,
-                run["status"] if run else None,
-                run.get("rung") if run else None,
-                run.get("finished_at") if run else None,
-                last_step.get(run["id"]) if run else None,
-            )
-        )
-    claims = sorted(
-        (c for c in tables["breaker_claims"] if c.get("released_at") is None),
-        key=lambda c: (c["claimed_at"], c["id"]),
-    )
-    return rows, [HeldNode(c["node"], c["kind"], c["run_id"], c["claimed_at"]) for c in claims]
 
 
 def _job(labels_text: str, names: Sequence[str]) -> str | None:

@@ -32,7 +32,7 @@ from remediate.store import Store
 from tests.actions.test_notify import ALERT, _Redirector, closed_port
 from tests.support.realsystems import WebhookRecorder
 from tests.support.store_json import run_json_of
-from tests.support.stores import EVERY_STORE, rows
+from tests.support.stores import EVERY_DATABASE, rows
 
 PUBLIC_URL = "https://remediate.example.com"
 STEPS = (
@@ -491,7 +491,7 @@ def test_through_the_executor_label_values_add_no_line_link_or_formatting_and_th
     assert "https:\u200b//evil.example/login" in json.dumps(request.json, ensure_ascii=False)
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_through_the_executor_a_ladder_run_names_its_rung(
     recorder: WebhookRecorder,
     store: Store,
@@ -547,7 +547,7 @@ def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(
 # --------------------------------------------------------------------------- a run awaiting approval, announced
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_run_awaiting_approval_is_announced_with_an_approve_button_then_its_own_step_speaks_once_approved(
     recorder: WebhookRecorder,

@@ -14,7 +14,7 @@ from click.testing import Result
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediate import schema as t
-from remediate.store.inmemory import ClaimView
+from remediate.breaker import Claim
 from tests.support.http import LOG_XID, ON_EVERY_DATABASE, OPERATOR_TOKEN, READ_TOKEN, Server, alert, notification
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
@@ -56,7 +56,7 @@ def week_of_incidents(make_server: Callable[..., Server], **settings: Any) -> tu
         conn.execute(sa.update(t.runs).where(t.runs.c.id == first).values(rung=1))
         conn.execute(sa.update(t.runs).where(t.runs.c.id == second).values(rung=2))
     with server.store.breaker_ledger() as ledger:
-        ledger.add_claim(ClaimView("node-b", "cordon", on_b, now - 300, None))
+        ledger.add_claim(Claim("node-b", "cordon", on_b, now - 300, None))
     return server, run_ids
 
 

@@ -1,6 +1,6 @@
 """remediate.announce: the Announcer sends each run awaiting approval's message once, to each distinct webhook
 of its chat steps; never for a run approved or cancelled first; a failure is recorded and not sent again;
-only a POST that provably sent nothing is tried again. On SQLite and the in-memory fake."""
+only a POST that provably sent nothing is tried again. On a SQLite file."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from remediate.announce import FAILED, SENT, Announcer, announcing_actions
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.store import Store
 from tests.support.realsystems import wait_until
-from tests.support.stores import STORES, AnyStore, rows
+from tests.support.stores import rows
 
 T0 = 1_800_000_000.0
-pytestmark = pytest.mark.parametrize("store", STORES, indirect=True)
 
 
 class FakeChat(Action):
@@ -83,7 +83,7 @@ def chat_registry(fake: FakeChat) -> ActionRegistry:
 
 
 @pytest.fixture
-def engine(store: AnyStore, chat_registry: ActionRegistry) -> Engine:
+def engine(store: Store, chat_registry: ActionRegistry) -> Engine:
     playbooks = PlaybookSet([parse_playbook(PLAYBOOK, chat_registry, source="ask.yaml")])
     return Engine(store=store, playbooks=playbooks, registry=chat_registry)
 
@@ -94,7 +94,7 @@ def outcomes() -> Outcomes:
 
 
 @pytest.fixture
-def announcer(store: AnyStore, chat_registry: ActionRegistry, outcomes: Outcomes) -> Announcer:
+def announcer(store: Store, chat_registry: ActionRegistry, outcomes: Outcomes) -> Announcer:
     return Announcer(
         store=store, registry=chat_registry, clock=lambda: T0 + 5, on_outcome=outcomes, retry_wait=0.01, tries=3
     )
@@ -106,7 +106,7 @@ def waiting(engine: Engine, ingest: Any, make_alert: Any, *hosts: str) -> list[i
 
 
 def test_each_waiting_run_is_announced_once_to_each_distinct_webhook(
-    store: AnyStore,
+    store: Store,
     engine: Engine,
     ingest: Any,
     make_alert: Any,
@@ -135,7 +135,7 @@ def test_each_waiting_run_is_announced_once_to_each_distinct_webhook(
 
 
 def test_a_run_approved_or_cancelled_before_its_announcement_is_not_announced(
-    store: AnyStore,
+    store: Store,
     engine: Engine,
     ingest: Any,
     make_alert: Any,
@@ -165,7 +165,7 @@ def test_a_run_approved_or_cancelled_before_its_announcement_is_not_announced(
     ids=["maybe-sent", "refused"],
 )
 def test_a_failure_is_recorded_counted_and_not_sent_again(
-    store: AnyStore,
+    store: Store,
     engine: Engine,
     ingest: Any,
     make_alert: Any,
@@ -188,7 +188,7 @@ def test_a_failure_is_recorded_counted_and_not_sent_again(
 
 
 def test_a_post_that_sent_nothing_is_tried_again_up_to_tries(
-    store: AnyStore,
+    store: Store,
     engine: Engine,
     ingest: Any,
     make_alert: Any,
@@ -215,7 +215,7 @@ def test_a_post_that_sent_nothing_is_tried_again_up_to_tries(
 
 
 def test_the_thread_announces_when_woken_without_waiting_for_its_poll(
-    store: AnyStore, chat_registry: ActionRegistry, engine: Engine, ingest: Any, make_alert: Any, fake: FakeChat
+    store: Store, chat_registry: ActionRegistry, engine: Engine, ingest: Any, make_alert: Any, fake: FakeChat
 ) -> None:
     announcer = Announcer(store=store, registry=chat_registry, poll_interval=60.0)
     (before,) = waiting(engine, ingest, make_alert, "node-a")
@@ -235,7 +235,7 @@ def test_the_thread_announces_when_woken_without_waiting_for_its_poll(
 class CountingStore:
     """The store, counting the announcer's looks."""
 
-    def __init__(self, store: AnyStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store, self.looks = store, 0
 
     def take_announcement(self, now: float, actions: Any) -> Any:
@@ -246,7 +246,7 @@ class CountingStore:
         self.store.record_announcement(run_id, error=error)
 
 
-def test_a_storm_of_wake_ups_costs_a_few_looks_not_one_each(store: AnyStore, chat_registry: ActionRegistry) -> None:
+def test_a_storm_of_wake_ups_costs_a_few_looks_not_one_each(store: Store, chat_registry: ActionRegistry) -> None:
     counting = CountingStore(store)
     announcer = Announcer(store=counting, registry=chat_registry, poll_interval=60.0, min_look_gap=0.2)
     announcer.start()
@@ -263,5 +263,5 @@ def test_a_storm_of_wake_ups_costs_a_few_looks_not_one_each(store: AnyStore, cha
         announcer.stop()
 
 
-def test_the_chat_actions_announce_and_no_other_shipped_action_does(store: AnyStore) -> None:
+def test_the_chat_actions_announce_and_no_other_shipped_action_does(store: Store) -> None:
     assert announcing_actions(default_registry()) == ("notify.slack", "notify.teams")

@@ -1,4 +1,4 @@
-"""remediate.engine on the SQLite store and (@BOTH_STORES) the in-memory fake: ingest in one transaction, guards,
+"""remediate.engine on the SQLite store and (@EVERY_DATABASE) the in-memory fake: ingest in one transaction, guards,
 runs, steps, preview."""
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from remediate.engine import INGEST_ATTEMPTS, Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, StoreConflict, UnknownRunError
 from remediate.runs import Decision
 from remediate.store import Store
-from remediate.store.inmemory import InMemoryStore
-from tests.support.stores import BOTH_STORES, EVERY_DATABASE, AnyStore
+from tests.support.stores import EVERY_DATABASE
 from tests.support.stores import rows as table_rows
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -44,15 +43,12 @@ def playbook(name: str = "xid", **changes: Any) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
-def rows(store: AnyStore, table: sa.Table, **equal: Any) -> list[Any]:
+def rows(store: Store, table: sa.Table, **equal: Any) -> list[Any]:
     return table_rows(store, table.name, **equal)
 
 
-def table_counts(store: AnyStore) -> dict[str, int]:
-    """Rows in every table of the schema (the fake keeps meta and action_memory as dicts)."""
-    if isinstance(store, InMemoryStore):
-        counts = {name: len(found) for name, found in store.tables.items()}
-        return counts | {"meta": len(store.meta), "action_memory": len(store.action_memory)}
+def table_counts(store: Store) -> dict[str, int]:
+    """Rows in every table of the schema."""
     with store.read() as conn:
         return {
             name: conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
@@ -71,7 +67,7 @@ def xid(make_alert: MakeAlert, host: str = "node-a", gpu: str = "3", **kwargs: A
 # --------------------------------------------------------------------------- what ingest stores
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_ingest_stores_the_raw_notification_alerts_decisions_runs_and_steps(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict]
 ) -> None:
@@ -132,7 +128,7 @@ def test_ingest_stores_the_raw_notification_alerts_decisions_runs_and_steps(
     assert result.summary()["runs"] == [run.id]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_step_timeout_comes_from_the_step_or_the_engine_default(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -173,37 +169,10 @@ REFUSE_DECISIONS = {
 """A trigger that makes the database refuse the insert of a decision, in each database's dialect."""
 
 
-@pytest.mark.parametrize("store", ["memory"], indirect=True)
-def test_in_the_fake_too_a_notification_is_stored_whole_or_not_at_all(
-    store: InMemoryStore, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, monkeypatch: Any
-) -> None:
-    engine = make_engine(playbook())
-
-    def refuse(*_: Any) -> list[int]:  # the last write of ingest (decisions) fails
-        raise OSError("disk on fire")
-
-    real_writer = store.writer
-
-    @contextmanager
-    def failing_writer() -> Iterator[Any]:
-        with real_writer() as writer:
-            monkeypatch.setattr(writer, "insert_decisions", refuse)
-            yield writer
-
-    monkeypatch.setattr(store, "writer", failing_writer)
-    before = table_counts(store)
-
-    with pytest.raises(OSError, match="disk on fire"):
-        ingest(engine, xid(make_alert), make_alert("DiskFull"), at=T0)
-
-    assert table_counts(store) == before
-    assert before["notifications"] == before["runs"] == 0
-
-
-@BOTH_STORES
+@EVERY_DATABASE
 @pytest.mark.parametrize("conflicts", [1, INGEST_ATTEMPTS])
 def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
-    store: AnyStore, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, monkeypatch: Any, conflicts: int
+    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, monkeypatch: Any, conflicts: int
 ) -> None:
     """StoreConflict (a replica committed the same dedupe key first) rolls the transaction back; the engine
     tries the whole notification again, INGEST_ATTEMPTS times at most, then lets the conflict through (503)."""
@@ -235,7 +204,7 @@ def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
     assert (table_counts(store)["notifications"], table_counts(store)["runs"]) == (1, 1)
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_an_invalid_body_is_refused_before_anything_is_stored(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
     before = table_counts(store)
@@ -248,7 +217,7 @@ def test_an_invalid_body_is_refused_before_anything_is_stored(store: Store, make
     assert table_counts(store) == before
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_on_queued_is_called_only_when_a_run_was_queued(
     make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -261,7 +230,7 @@ def test_on_queued_is_called_only_when_a_run_was_queued(
     assert calls == [1]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_every_matching_playbook_gets_its_own_decision_and_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -276,7 +245,7 @@ def test_every_matching_playbook_gets_its_own_decision_and_run(
 # --------------------------------------------------------------------------- dedupe
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_the_same_payload_twice_makes_one_run_and_a_duplicate_decision(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -295,7 +264,7 @@ def test_the_same_payload_twice_makes_one_run_and_a_duplicate_decision(
     assert [d.decision for d in rows(store, t.decisions)] == ["accepted", "duplicate"]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_the_same_alert_twice_in_one_notification_makes_one_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -309,7 +278,7 @@ def test_the_same_alert_twice_in_one_notification_makes_one_run(
     assert len(rows(store, t.alerts)) == 2
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_new_occurrence_of_the_same_alert_is_not_a_duplicate(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -325,7 +294,7 @@ def test_a_new_occurrence_of_the_same_alert_is_not_a_duplicate(
 # --------------------------------------------------------------------------- cooldown and attempt cap
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_cooldown_applies_per_playbook_and_target(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -343,7 +312,7 @@ def test_cooldown_applies_per_playbook_and_target(
     assert len(rows(store, t.runs)) == 6
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_cooldown_is_separate_for_each_playbook(make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest) -> None:
     engine = make_engine(playbook("xid", cooldown="10m"), playbook("fast", cooldown="0s"))
     ingest(engine, xid(make_alert, gpu="0"), at=T0)
@@ -353,7 +322,7 @@ def test_cooldown_is_separate_for_each_playbook(make_engine: MakeEngine, make_al
     assert decisions_of(result) == [("xid", "cooldown"), ("fast", "accepted")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_two_alerts_of_one_target_in_one_notification_respect_the_cooldown(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -365,7 +334,7 @@ def test_two_alerts_of_one_target_in_one_notification_respect_the_cooldown(
     assert [r.target for r in rows(store, t.runs)] == ["node-a", "node-b"]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_cooldown_longer_than_a_day_is_enforced(
     make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -380,7 +349,7 @@ def test_a_cooldown_longer_than_a_day_is_enforced(
     assert decisions_of(after) == [("xid", "accepted")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_max_attempts_caps_firing_runs_per_target_over_24h(
     make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -399,7 +368,7 @@ def test_max_attempts_caps_firing_runs_per_target_over_24h(
     assert decisions_of(after_24h) == [("xid", "accepted")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_max_attempts_applies_inside_one_notification(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -411,7 +380,7 @@ def test_max_attempts_applies_inside_one_notification(
     assert len(rows(store, t.runs)) == 2
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_rejected_runs_do_not_count_for_cooldown_or_attempts(
     make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -428,7 +397,7 @@ def test_rejected_runs_do_not_count_for_cooldown_or_attempts(
 # --------------------------------------------------------------------------- pause, modes, approval
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -447,7 +416,7 @@ def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(
     assert decisions_of(ingest(engine, xid(make_alert), at=T0 + 10)) == [("xid", "accepted")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_approve_mode_waits_for_approval_then_queues(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -474,7 +443,7 @@ def test_approve_mode_waits_for_approval_then_queues(
     assert claimed.id == run_id
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_server_dry_run_mode_makes_every_run_dry_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -486,7 +455,7 @@ def test_server_dry_run_mode_makes_every_run_dry_run(
     assert [(r.mode, r.status) for r in rows(store, t.runs)] == [("dry-run", "queued"), ("dry-run", "queued")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_dry_run_playbook_queues_a_dry_run_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -500,7 +469,7 @@ def test_a_dry_run_playbook_queues_a_dry_run_run(
 # --------------------------------------------------------------------------- resolved alerts
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_resolved_alert_runs_only_the_on_resolved_steps_after_the_firing_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -521,7 +490,7 @@ def test_a_resolved_alert_runs_only_the_on_resolved_steps_after_the_firing_run(
     assert alert_row.ends_at == "2026-01-01T01:00:00Z"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_resolved_alert_without_a_firing_run_runs_nothing(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -533,7 +502,7 @@ def test_a_resolved_alert_without_a_firing_run_runs_nothing(
     assert rows(store, t.runs) == []
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_resolved_alert_of_another_occurrence_does_not_count_as_fired(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -545,7 +514,7 @@ def test_a_resolved_alert_of_another_occurrence_does_not_count_as_fired(
     assert decisions_of(result) == [("xid", "no_firing_run")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_resolved_alert_of_a_playbook_without_on_resolved_runs_nothing(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -558,7 +527,7 @@ def test_a_resolved_alert_of_a_playbook_without_on_resolved_runs_nothing(
     assert len(rows(store, t.runs)) == 1
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_resolved_alert_whose_firing_run_was_rejected_runs_nothing(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -570,7 +539,7 @@ def test_a_resolved_alert_whose_firing_run_was_rejected_runs_nothing(
     assert decisions_of(result) == [("xid", "no_firing_run")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_resolved_alert_resent_is_a_duplicate(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -584,7 +553,7 @@ def test_a_resolved_alert_resent_is_a_duplicate(
     assert len(rows(store, t.runs)) == 2
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_resolved_alert_is_not_held_back_by_cooldown(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -596,7 +565,7 @@ def test_a_resolved_alert_is_not_held_back_by_cooldown(
     assert decisions_of(result) == [("xid", "accepted")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -619,7 +588,7 @@ def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
     assert f"firing run {firing_id} was cancelled" in again.decisions[0].reason
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_resolving_cancels_an_awaiting_firing_run_even_without_on_resolved_steps(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -633,7 +602,7 @@ def test_resolving_cancels_an_awaiting_firing_run_even_without_on_resolved_steps
     assert (firing_run.id, firing_run.status) == (firing_id, "cancelled")
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_resolving_after_approval_does_not_cancel_the_firing_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -651,7 +620,7 @@ def test_resolving_after_approval_does_not_cancel_the_firing_run(
 # --------------------------------------------------------------------------- rejected params
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -675,7 +644,7 @@ def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
     assert store.claim_run("w", T0) is None
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_rendered_value_that_does_not_fit_the_schema_rejects_the_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -687,7 +656,7 @@ def test_a_rendered_value_that_does_not_fit_the_schema_rejects_the_run(
     assert "parameter 'level' must be one of" in result.decisions[0].reason
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_paused_decision_wins_over_a_render_error(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -703,7 +672,7 @@ def test_a_paused_decision_wins_over_a_render_error(
 # --------------------------------------------------------------------------- preview (dry-run)
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict], ingest: Ingest
 ) -> None:
@@ -737,7 +706,7 @@ def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(
     }
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_preview_without_a_store_judges_against_an_empty_history(
     registry: Any, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict]
 ) -> None:
@@ -752,7 +721,7 @@ def test_preview_without_a_store_judges_against_an_empty_history(
         engine.ingest(notification, raw="{}", received_at=T0)
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_preview_reads_the_pause(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Any
 ) -> None:
@@ -768,7 +737,7 @@ def test_preview_reads_the_pause(
 # --------------------------------------------------------------------------- size
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_notification_of_2000_alerts_stores_every_alert(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -842,7 +811,7 @@ def test_guard_by_must_name_labels(registry) -> None:
 S2 = "2026-01-01T02:00:00Z"  # a newer occurrence of the same alert (same fingerprint, later startsAt)
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_firing_alert_arriving_after_its_own_resolved_starts_nothing(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -860,7 +829,7 @@ def test_a_firing_alert_arriving_after_its_own_resolved_starts_nothing(
 
 
 @pytest.mark.parametrize("resolved_first", [True, False])
-@BOTH_STORES
+@EVERY_DATABASE
 def test_firing_and_resolved_of_one_occurrence_in_one_notification_start_nothing_in_either_order(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, resolved_first: bool
 ) -> None:
@@ -878,7 +847,7 @@ def test_firing_and_resolved_of_one_occurrence_in_one_notification_start_nothing
     assert rows(store, t.runs) == []
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_late_resolved_of_an_older_occurrence_does_not_undo_while_a_newer_one_is_active(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -897,7 +866,7 @@ def test_a_late_resolved_of_an_older_occurrence_does_not_undo_while_a_newer_one_
     assert rows(store, t.runs)[-1].after_run_id == s2
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -913,7 +882,7 @@ def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted
     assert decisions_of(late) == [("xid", "accepted"), ("held", "accepted")]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_newer_occurrence_accepted_in_the_same_notification_also_supersedes(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
@@ -926,7 +895,7 @@ def test_a_newer_occurrence_accepted_in_the_same_notification_also_supersedes(
     assert "(accepted in this notification) is active" in result.decisions[0].reason
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_preview_sees_the_order_cases_as_ingest_does(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict], ingest: Ingest
 ) -> None:

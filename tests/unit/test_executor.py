@@ -1,4 +1,4 @@
-"""remediate.executor on the SQLite store and (@BOTH_STORES) the in-memory fake, with small fake actions."""
+"""remediate.executor on a SQLite file and (@EVERY_DATABASE) PostgreSQL too, with small fake actions."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from remediate.executor import Executor, ExecutorMetrics
 from remediate.runs import FinishedRun
 from remediate.store import Store
 from tests.support.store_json import run_json_of
-from tests.support.stores import BOTH_STORES, EVERY_DATABASE, AnyStore, rows, step_details
+from tests.support.stores import EVERY_DATABASE, rows, step_details
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -154,7 +154,7 @@ class Observing(Recording):
     """Reads, while it executes, what the store already holds of its step (as recovery after a crash would)."""
 
     name: ClassVar[str] = "test.observing"
-    store: AnyStore
+    store: Store
     run_id: int
     seen: tuple[str, Any, list[tuple[Any, Any]]]
 
@@ -220,12 +220,12 @@ def queue(make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert, pb: di
     return decision.run_id
 
 
-def run_row(store: AnyStore, run_id: int) -> Any:
+def run_row(store: Store, run_id: int) -> Any:
     (run,) = rows(store, "runs", id=run_id)
     return run
 
 
-def steps_detail(store: AnyStore, run_id: int) -> list[dict[str, Any]]:
+def steps_detail(store: Store, run_id: int) -> list[dict[str, Any]]:
     return step_details(store, run_id)
 
 
@@ -236,7 +236,7 @@ def outcomes(step_detail: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- success and retries
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
     store: Store, executor: Executor, metrics: Metrics, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -269,7 +269,7 @@ def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
     assert executor.drain() == 0
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durable_before_the_action_runs(
     store: Store,
     executor: Executor,
@@ -285,15 +285,13 @@ def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durabl
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.observing", note="n")))
     observing.run_id = run_id
     transactions = []
-    # Every write transaction of the SQLite store goes through write(), every one of the fake through _transaction().
-    name = "write" if isinstance(store, Store) else "_transaction"
-    write = getattr(store, name)
+    write = store.write  # every write transaction of the store goes through it
 
     def counting_write(**options: Any) -> Any:
         transactions.append(1)
         return write(**options)
 
-    setattr(store, name, counting_write)
+    store.write = counting_write  # type: ignore[method-assign]
 
     assert executor.run_once()
 
@@ -310,7 +308,7 @@ def test_a_one_step_run_takes_three_write_transactions_and_its_attempt_is_durabl
     assert metrics.runs == ["succeeded"]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_the_action_gets_the_runs_context(
     store: Store,
     executor: Executor,
@@ -329,7 +327,7 @@ def test_the_action_gets_the_runs_context(
     assert 0 < ctx.remaining() <= 300
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_retryable_errors_are_retried_with_one_attempt_row_each(
     store: Store,
     executor: Executor,
@@ -356,7 +354,7 @@ def test_retryable_errors_are_retried_with_one_attempt_row_each(
     assert elapsed < 0.3  # retry_wait_max=0.01 really shortens the backoff (tenacity's min would be 0.2 s)
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_retries_stop_after_the_steps_retries_and_fail_the_run(
     store: Store,
     executor: Executor,
@@ -383,7 +381,7 @@ def test_retries_stop_after_the_steps_retries_and_fail_the_run(
 
 
 @pytest.mark.parametrize(("action", "tries"), [("test.sentonce", 1), ("test.sentagain", 3)])
-@BOTH_STORES
+@EVERY_DATABASE
 def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempotent_actions(
     store: Store,
     executor: Executor,
@@ -406,7 +404,7 @@ def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempot
     assert run_row(store, run_id).status == "failed"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
     store: Store,
     executor: Executor,
@@ -446,7 +444,7 @@ def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
     assert metrics.runs == ["failed"]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_continue_on_error_step_that_fails_is_recorded_and_the_run_goes_on_to_succeed(
     store: Store,
     executor: Executor,
@@ -481,7 +479,7 @@ def test_a_continue_on_error_step_that_fails_is_recorded_and_the_run_goes_on_to_
     assert metrics.runs == ["succeeded"]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_step(
     store: Store,
     executor: Executor,
@@ -510,7 +508,7 @@ def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_s
     assert run_row(store, run_id).status == "succeeded"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -528,7 +526,7 @@ def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
     assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_zero_retries_means_one_attempt(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -541,7 +539,7 @@ def test_zero_retries_means_one_attempt(
     assert detail["status"] == "failed"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_non_retryable_error_fails_the_step_at_once(
     store: Store,
     executor: Executor,
@@ -561,7 +559,7 @@ def test_a_non_retryable_error_fails_the_step_at_once(
     assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_step_that_overruns_its_timeout_fails_as_timed_out(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -578,7 +576,7 @@ def test_a_step_that_overruns_its_timeout_fails_as_timed_out(
     assert run_row(store, run_id).status == "failed"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_retries_end_at_the_step_deadline(
     store: Store, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -598,7 +596,7 @@ def test_retries_end_at_the_step_deadline(
     assert 1 <= len(detail["attempts"]) < 11
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_failing_plan_fails_the_step_without_executing(
     store: Store,
     executor: Executor,
@@ -617,7 +615,7 @@ def test_a_failing_plan_fails_the_step_without_executing(
     assert actions["test.badplan"].executions == []
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_an_unexpected_exception_fails_the_step_and_the_executor_keeps_going(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -636,7 +634,7 @@ def test_an_unexpected_exception_fails_the_step_and_the_executor_keeps_going(
     assert run_row(store, after_id).status == "succeeded"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_an_action_missing_at_execution_fails_the_step(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -653,7 +651,7 @@ def test_an_action_missing_at_execution_fails_the_step(
 # --------------------------------------------------------------------------- rerunnable runs (issue 24, finding 10)
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_run_whose_plan_fails_transiently_before_any_change_is_rerunnable(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -665,7 +663,7 @@ def test_a_run_whose_plan_fails_transiently_before_any_change_is_rerunnable(
     assert (run.status, bool(run.rerunnable)) == ("failed", True)
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_run_whose_second_step_fails_transiently_after_the_first_changed_something_is_not_rerunnable(
     store: Store,
     executor: Executor,
@@ -698,7 +696,7 @@ def test_a_run_whose_second_step_fails_transiently_after_the_first_changed_somet
 # --------------------------------------------------------------------------- dry-run
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_dry_run_run_only_plans(
     store: Store,
     executor: Executor,
@@ -734,7 +732,7 @@ def test_a_dry_run_run_only_plans(
 # --------------------------------------------------------------------------- resolved runs
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_on_resolved_steps_run_after_the_firing_run(
     store: Store,
     executor: Executor,
@@ -769,7 +767,7 @@ def crash_during_first_step(store: Store, run_id: int) -> None:
     assert store.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
     store: Store,
     executor: Executor,
@@ -797,7 +795,7 @@ def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
     )
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_an_interrupted_step_of_an_idempotent_action_runs_again(
     store: Store,
     executor: Executor,
@@ -819,7 +817,7 @@ def test_an_interrupted_step_of_an_idempotent_action_runs_again(
     assert run_row(store, run_id).status == "succeeded"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_steps_finished_before_a_crash_are_not_run_again(
     store: Store,
     executor: Executor,
@@ -845,7 +843,7 @@ def test_steps_finished_before_a_crash_are_not_run_again(
     assert run_row(store, run_id).status == "succeeded"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -863,7 +861,7 @@ def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
 # --------------------------------------------------------------------------- background threads
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_started_executor_runs_what_ingest_queues_and_stops(
     store: Store,
     registry: ActionRegistry,
@@ -936,7 +934,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
     assert any("is no longer claimed by other-host:4242" in r.getMessage() for r in caplog.records)
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken_over(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -958,7 +956,7 @@ def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken
     assert run_row(store, run_id).status == "queued"
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
     store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -974,7 +972,7 @@ def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
         newcomer.wait()
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -986,7 +984,7 @@ def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
     assert run_row(store, run_id).heartbeat_at > T0
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_progress_writes_check_the_claim_and_its_generation(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -1010,7 +1008,7 @@ def test_progress_writes_check_the_claim_and_its_generation(
 # --------------------------------------------------------------------------- run-finished listeners
 
 
-@BOTH_STORES
+@EVERY_DATABASE
 def test_listeners_hear_of_each_run_end_once_recorded_and_a_broken_one_changes_nothing(
     store: Store, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:

@@ -24,7 +24,7 @@ from remediate.errors import ActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.runs import RunningClaim, RunStatus
 from remediate.store import Store
-from tests.support.stores import EVERY_STORE, AnyStore, rows, step_details
+from tests.support.stores import EVERY_DATABASE, rows, step_details
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -114,7 +114,7 @@ def metrics() -> Metrics:
 
 
 @pytest.fixture
-def executor(store: AnyStore, registry: ActionRegistry, metrics: Metrics) -> Executor:
+def executor(store: Store, registry: ActionRegistry, metrics: Metrics) -> Executor:
     return Executor(store=store, registry=registry, retry_wait_max=0.01, metrics=metrics, poll_interval=0.05)
 
 
@@ -138,30 +138,29 @@ def queue_runs(
     return [r for r in run_ids if r is not None]
 
 
-def counting_transactions(store: AnyStore) -> list[int]:
-    """Count the store's write transactions from now on (the SQL store's write(), the fake's _transaction())."""
+def counting_transactions(store: Store) -> list[int]:
+    """Count the store's write transactions from now on (every one goes through Store.write)."""
     counted: list[int] = []
-    name = "write" if isinstance(store, Store) else "_transaction"
-    write = getattr(store, name)
+    write = store.write
 
     def counting(**options: Any) -> Any:
         counted.append(1)
         return write(**options)
 
-    setattr(store, name, counting)
+    store.write = counting  # type: ignore[method-assign]
     return counted
 
 
-def statuses(store: AnyStore, run_ids: list[int]) -> list[str]:
+def statuses(store: Store, run_ids: list[int]) -> list[str]:
     return [rows(store, "runs", id=run_id)[0].status for run_id in run_ids]
 
 
 # --------------------------------------------------------------------------- batches
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_runs_of_batchable_steps_are_claimed_and_started_together_then_ended_together_two_transactions(
-    store: AnyStore,
+    store: Store,
     executor: Executor,
     actions: dict[str, Cheap],
     metrics: Metrics,
@@ -191,9 +190,9 @@ def test_runs_of_batchable_steps_are_claimed_and_started_together_then_ended_tog
     assert metrics.steps == [("test.cheap", "succeeded")] * 5
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_every_attempt_of_a_batch_is_durable_before_any_of_its_actions_runs(
-    store: AnyStore, executor: Executor, actions: dict[str, Cheap], make_engine: MakeEngine, ingest: Ingest,
+    store: Store, executor: Executor, actions: dict[str, Cheap], make_engine: MakeEngine, ingest: Ingest,
     make_alert: MakeAlert,
 ) -> None:  # fmt: skip
     run_ids = queue_runs(make_engine, ingest, make_alert, playbook(cheap()), ["node-a", "node-b", "node-c"])
@@ -220,9 +219,9 @@ def test_every_attempt_of_a_batch_is_durable_before_any_of_its_actions_runs(
         ("test.cheaponce", ("failed", "interrupted", ["interrupted"])),
     ],
 )
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_crash_after_a_batch_started_its_attempts_leaves_them_interrupted_and_reruns_only_idempotent_actions(
-    store: AnyStore,
+    store: Store,
     registry: ActionRegistry,
     actions: dict[str, Cheap],
     make_engine: MakeEngine,
@@ -265,9 +264,9 @@ def test_a_crash_after_a_batch_started_its_attempts_leaves_them_interrupted_and_
         assert len(actions[action].executions) == 3
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_run_of_a_batch_whose_claim_was_lost_is_written_no_more_and_the_others_finish(
-    store: AnyStore,
+    store: Store,
     executor: Executor,
     actions: dict[str, Cheap],
     metrics: Metrics,
@@ -300,9 +299,9 @@ def test_a_run_of_a_batch_whose_claim_was_lost_is_written_no_more_and_the_others
     assert statuses(store, [taken]) == ["succeeded"]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_failing_action_in_a_batch_fails_only_its_own_run(
-    store: AnyStore,
+    store: Store,
     executor: Executor,
     metrics: Metrics,
     make_engine: MakeEngine,
@@ -323,9 +322,9 @@ def test_a_failing_action_in_a_batch_fails_only_its_own_run(
     assert sorted(metrics.runs) == ["failed", "succeeded", "succeeded"]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_dry_run_batch_only_plans(
-    store: AnyStore,
+    store: Store,
     executor: Executor,
     actions: dict[str, Cheap],
     make_engine: MakeEngine,
@@ -349,9 +348,9 @@ def test_a_dry_run_batch_only_plans(
     assert len(transactions) == 2
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_batch_takes_only_runs_of_batchable_cluster_steps_and_leaves_the_others_in_order(
-    store: AnyStore,
+    store: Store,
     executor: Executor,
     actions: dict[str, Cheap],
     make_engine: MakeEngine,
@@ -399,7 +398,7 @@ def test_only_local_instant_actions_are_batchable() -> None:
 # --------------------------------------------------------------------------- the same outcome as one run at a time
 
 
-def outcome(store: AnyStore, run_ids: list[int]) -> list[Any]:
+def outcome(store: Store, run_ids: list[int]) -> list[Any]:
     """Each run's status, error and steps as recorded, without times and ids."""
     found = []
     for run_id in run_ids:
@@ -430,9 +429,9 @@ PLAYBOOKS = {
 
 @pytest.mark.parametrize("mode", ["enforce", "dry-run"])
 @pytest.mark.parametrize("steps", list(PLAYBOOKS.values()), ids=list(PLAYBOOKS))
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_batch_records_what_the_one_run_path_records(
-    store: AnyStore,
+    store: Store,
     registry: ActionRegistry,
     make_engine: MakeEngine,
     ingest: Ingest,
@@ -455,9 +454,9 @@ def test_a_batch_records_what_the_one_run_path_records(
 # --------------------------------------------------------------------------- the queue's order
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_fresh_alerts_run_is_claimed_before_a_storms_backlog(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(playbook(cheap(action="test.costly")))
     storm = ingest(engine, *[make_alert("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(12)], at=T0)
@@ -470,16 +469,16 @@ def test_a_fresh_alerts_run_is_claimed_before_a_storms_backlog(
     assert [c.id for c in claimed if c is not None] == [fresh_run, *storm_runs]
 
 
-def third_is_waiting(store: AnyStore) -> bool:
+def third_is_waiting(store: Store) -> bool:
     """The next claim finds the third storm run, not the resolved run whose firing run is running."""
     third = store.claim_run("w:2", T0 + 2)
     assert third is not None
     return rows(store, "runs", id=third.id)[0].phase == "firing"
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_batch_keeps_to_the_priority_of_the_queues_head(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """A fresh alert's run is claimed in a batch of its own kind, not with a storm's runs it would wait for."""
     engine = make_engine(playbook(cheap()))
@@ -492,9 +491,9 @@ def test_a_batch_keeps_to_the_priority_of_the_queues_head(
     assert claims == [[fresh.decisions[0].run_id], storm_runs[:10], storm_runs[10:]]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_resolved_run_still_waits_for_its_firing_run_in_a_storms_backlog(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """Priority never overtakes `after_run_id`: the fresh resolved run waits until its firing run is final."""
     pb = playbook(cheap(action="test.costly"), on_resolved=[cheap(action="test.costly")])
@@ -514,9 +513,9 @@ def test_a_resolved_run_still_waits_for_its_firing_run_in_a_storms_backlog(
     assert third is not None and third.id == resolved_run
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_fresh_alert_reaches_its_first_step_while_a_storm_drains(
-    store: AnyStore,
+    store: Store,
     registry: ActionRegistry,
     actions: dict[str, Cheap],
     make_engine: MakeEngine,
@@ -546,9 +545,9 @@ def test_a_fresh_alert_reaches_its_first_step_while_a_storm_drains(
     assert position <= before + 2 * 20
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_the_executors_threads_take_turns_through_a_batch(
-    store: AnyStore, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """Two threads draining a backlog never claim beside a batch in flight (they would only wait for the GIL
     and the one writer): each claim and each batch's record happens while no other thread is in either."""
@@ -584,9 +583,9 @@ def test_the_executors_threads_take_turns_through_a_batch(
     assert inside["most"] == 1
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_single_run_gives_the_turn_back_while_its_step_runs(
-    store: AnyStore,
+    store: Store,
     registry: ActionRegistry,
     actions: dict[str, Cheap],
     make_engine: MakeEngine,

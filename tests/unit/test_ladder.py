@@ -1,5 +1,5 @@
 """Escalation ladders: remediate.ladder.choose_rung (pure), and the engine climbing, holding, resetting and
-undoing a ladder on every store (@EVERY_STORE: SQLite, the in-memory fake, PostgreSQL)."""
+undoing a ladder on both databases (@EVERY_DATABASE: SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from remediate.errors import PlaybookError
 from remediate.ladder import choose_rung, climbed, resolved
 from remediate.playbooks import Playbook, parse_playbook
 from remediate.runs import Decision, LadderState
+from remediate.store import Store
 from tests.conftest import notification_payload
-from tests.support.stores import EVERY_STORE, AnyStore, rows
+from tests.support.stores import EVERY_DATABASE, rows
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 MIN = 60.0
@@ -155,9 +156,9 @@ def decision(result: IngestResult) -> Any:
     return only
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_an_alert_that_keeps_re_firing_climbs_rung_by_rung(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(ladder())
 
@@ -189,9 +190,9 @@ def json_message(step: Any) -> str:
     return str(json.loads(step.params)["message"])
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_ladder_that_stays_quiet_resets_to_rung_one(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(ladder())
     ingest(engine, hot(make_alert, 0), at=T0)
@@ -209,9 +210,9 @@ def test_a_ladder_that_stays_quiet_resets_to_rung_one(
     assert [c["rung"] for c in state_now.climb] == [1]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_re_send_of_the_same_occurrence_is_a_duplicate_until_holds_for_then_climbs(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(ladder())
     first = decision(ingest(engine, hot(make_alert, 0), at=T0))
@@ -235,9 +236,9 @@ def parse_alert(engine: Engine, payload: dict[str, Any]) -> Any:
     return parse_notification(notification_payload(payload)).alerts[0]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_resolve_undoes_the_rungs_that_ran_in_reverse_then_the_playbooks_on_resolved(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(ladder())
     ingest(engine, hot(make_alert, 0), at=T0)
@@ -255,9 +256,9 @@ def test_resolve_undoes_the_rungs_that_ran_in_reverse_then_the_playbooks_on_reso
     assert (state_now.rung, state_now.resolved_at) == (2, T0 + 40 * MIN)
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_resolve_cancels_a_rung_awaiting_approval_and_undoes_the_rungs_that_acted(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(ladder())
     ingest(engine, hot(make_alert, 0), at=T0)
@@ -271,9 +272,9 @@ def test_resolve_cancels_a_rung_awaiting_approval_and_undoes_the_rungs_that_acte
     assert [json_message(s) for s in rows(store, "steps", run_id=undo.run_id)] == ["unlock", "uncap", "notify"]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_rung_has_its_own_cooldown_and_attempt_cap(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     rungs = ladder()["escalate"]
     rungs[0] = {**rungs[0], "max_attempts": 1}
@@ -294,9 +295,9 @@ def test_a_rung_has_its_own_cooldown_and_attempt_cap(
     assert "1 runs of rung 1 for node-a in the last 24h reached its max_attempts 1" in capped.reason
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_render_error_in_a_rung_not_chosen_does_not_reject_the_run(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     rungs = ladder()["escalate"]
     rungs[1] = {**rungs[1], "steps": [{"action": "log", "with": {"message": "{{ labels.missing }}"}}]}
@@ -310,9 +311,9 @@ def test_a_render_error_in_a_rung_not_chosen_does_not_reject_the_run(
     assert "escalate[1].steps[0]" in second.reason
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_preview_says_which_rung_would_run_and_writes_nothing(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(ladder())
     ingest(engine, hot(make_alert, 0), at=T0)

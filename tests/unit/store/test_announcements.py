@@ -1,6 +1,6 @@
 """The announcements' rows (remediate.store.announcements): a run awaiting approval with a chat step is taken
 once, oldest first; nothing else is ever taken; the outcome is recorded and shown by /runs/<id>.
-On every backend (SQLite, the in-memory fake, PostgreSQL)."""
+On both databases (SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from remediate.store import Store
 from remediate.store.announcements import SENDING
 from tests.support.store_json import run_json_of
-from tests.support.stores import EVERY_DATABASE, EVERY_STORE, AnyStore, rows
+from tests.support.stores import EVERY_DATABASE, rows
 from tests.unit.store.support import T0, Ingest, MakeAlert, MakeEngine
 
 CHAT = ("notify.slack", "notify.teams")
@@ -35,9 +35,9 @@ def waiting_runs(engine: Any, ingest: Ingest, make_alert: MakeAlert, *hosts: str
     return [d.run_id for d in ingest(engine, *alerts, at=at).decisions if d.run_id is not None]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_waiting_run_with_a_chat_step_is_taken_once_with_what_its_message_says(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     first, second = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b")
 
@@ -64,9 +64,9 @@ def test_a_waiting_run_with_a_chat_step_is_taken_once_with_what_its_message_says
     assert [r.announced_at for r in rows(store, "runs")] == [T0 + 5, T0 + 6]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_runs_without_a_chat_step_not_waiting_approved_or_cancelled_are_never_taken(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(ASK_AND_TELL, ASK_QUIETLY, TELL_AT_ONCE)
     approved, cancelled = waiting_runs(engine, ingest, make_alert, "node-a", "node-b")
@@ -87,9 +87,9 @@ def test_runs_without_a_chat_step_not_waiting_approved_or_cancelled_are_never_ta
     assert log_run is not None and log_run.id == quiet
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_the_outcome_of_a_taken_run_is_recorded_and_never_on_a_run_not_taken(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     sent, failed, untouched = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b", "node-c")
     for _ in range(2):
@@ -104,14 +104,13 @@ def test_the_outcome_of_a_taken_run_is_recorded_and_never_on_a_run_not_taken(
         (failed, T0 + 5, "step 1 tell-on-call (notify.slack): POST answered 404"),
         (untouched, None, None),
     ]
-    if isinstance(store, Store):  # /runs/<id> (the fake has no run details)
-        assert [
-            (b["announced_at"], b["announce_error"]) for b in map(lambda i: run_json_of(store, i), (sent, untouched))
-        ] == [
-            (T0 + 5, None),
-            (None, None),
-        ]
-        assert run_json_of(store, failed)["announce_error"].endswith("POST answered 404")
+    assert [
+        (b["announced_at"], b["announce_error"]) for b in map(lambda i: run_json_of(store, i), (sent, untouched))
+    ] == [
+        (T0 + 5, None),
+        (None, None),
+    ]
+    assert run_json_of(store, failed)["announce_error"].endswith("POST answered 404")
 
 
 class _ApprovedInBetween:

@@ -1,30 +1,23 @@
-"""The store's contract: one set of behaviours, run against every backend (tests.support.stores.BACKENDS).
+"""The store's contract: one set of behaviours, run on both databases (tests.support.stores.DATABASES).
 
-The SQLite store is the reference; InMemoryStore (the fake the engine's and executor's unit tests
-use) must behave the same through remediate.store.interface, so the fake cannot drift. The last
-test goes further: one scenario on both, and their tables must end up equal row for row.
+What the engine, the executor and the announcer rely on of `Store` (ingest, claims, steps, leases,
+recovery, approval, ladders), pinned on SQLite and PostgreSQL alike.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from remediate import store as store_module
-from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
-from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepEnd, StepStatus
-from remediate.store import Store, inmemory, interface
-from remediate.store.inmemory import InMemoryStore
-from tests.support.stores import EVERY_STORE, STORES, AnyStore, open_store, rows
+from remediate.store import Store
+from tests.support.stores import EVERY_DATABASE, rows
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -57,9 +50,9 @@ def queue(engine: Engine, ingest: Ingest, make_alert: MakeAlert, host: str = "no
 # --------------------------------------------------------------------------- ingest
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_ingest_records_the_notification_its_alerts_runs_steps_and_decisions(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     result = ingest(make_engine(playbook()), xid(make_alert), make_alert("DiskFull"), at=T0)
 
@@ -83,8 +76,8 @@ def test_ingest_records_the_notification_its_alerts_runs_steps_and_decisions(
     ]
 
 
-@EVERY_STORE
-def test_a_run_with_a_dedupe_key_taken_is_refused_and_the_writer_block_leaves_nothing(store: AnyStore) -> None:
+@EVERY_DATABASE
+def test_a_run_with_a_dedupe_key_taken_is_refused_and_the_writer_block_leaves_nothing(store: Store) -> None:
     with store.writer() as w:
         notification = w.insert_notification(
             received_at=T0, receiver="r", status="firing", group_key="g", alert_count=1, raw="{}"
@@ -119,9 +112,9 @@ def run_row(alert_id: int, key: str, **changes: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(playbook(cooldown="10m", max_attempts=2))
     ingest(engine, xid(make_alert), at=T0)
@@ -152,9 +145,9 @@ def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(
         }
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_delivery(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(playbook(cooldown="1h", max_attempts=1))
     run_id = queue(engine, ingest, make_alert)
@@ -177,9 +170,9 @@ def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_deliv
 # --------------------------------------------------------------------------- the queue
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(playbook())
     first = queue(engine, ingest, make_alert, "node-a")
@@ -204,9 +197,9 @@ def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
     assert (c.phase, c.alert_context["status"]) == ("resolved", "resolved")
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
     first = store.claim_run("host:7", T0)
@@ -238,9 +231,9 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
     assert rows(store, "runs")[0].heartbeat_at == T0 + 3.001
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_its_executor(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """Issue 11: an owner that renewed its lease after recovery looked keeps its run; the attempts of a run
     taken over name both executors (`attempts.worker`), and one recorded without a lease names none."""
@@ -268,9 +261,9 @@ def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_
     ]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_ran(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """Issue 24, findings 7 and 9: the owner hands its run back with the end of the step whose action ran (the
     store failed as it was recorded): written with the requeue, the run goes on from the next step."""
@@ -300,9 +293,9 @@ def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_r
     assert rows(store, "steps", id=done.id)[0].result is not None
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_attempts_steps_and_the_run_end_are_recorded(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
     claimed = store.claim_run("w", T0)
@@ -338,9 +331,9 @@ def test_attempts_steps_and_the_run_end_are_recorded(
     assert rows(store, "decisions")[0].status == "succeeded"
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
     claimed = store.claim_run("w", T0)
@@ -361,9 +354,9 @@ def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
     assert rows(store, "decisions")[0].status == "failed"
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_attempts(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(playbook())
     dead, silent, alive = (queue(engine, ingest, make_alert, host) for host in ("a", "b", "c"))
@@ -393,9 +386,9 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
     assert store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == []
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_heartbeat_never_goes_backwards(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
     assert store.claim_run("host:7", T0) is not None
@@ -407,9 +400,9 @@ def test_a_heartbeat_never_goes_backwards(
     assert rows(store, "runs")[0].heartbeat_at == T0 + 0.001
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_pending_outcome_is_listed_until_it_is_settled(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
     claimed = store.claim_run("w", T0)
@@ -444,8 +437,8 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
     assert (run.error, run.updated_at) == ("step 0: gave up; late outcome", T0 + 5)
 
 
-@EVERY_STORE
-def test_writes_to_rows_that_do_not_exist(store: AnyStore) -> None:
+@EVERY_DATABASE
+def test_writes_to_rows_that_do_not_exist(store: Store) -> None:
     # An UPDATE of no row changes nothing; a read of the one row a write needs fails.
     store.record_plan(99, {"p": 1})
     store.finish_step(99, StepStatus.SUCCEEDED, now=T0)
@@ -461,9 +454,9 @@ def test_writes_to_rows_that_do_not_exist(store: AnyStore) -> None:
     assert store.steps_of(99) == [] and rows(store, "runs") == [] and rows(store, "attempts") == []
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(playbook(mode="approve"))
     approved = queue(engine, ingest, make_alert, "node-a")
@@ -488,9 +481,9 @@ def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
     assert [d.status for d in rows(store, "decisions")] == ["queued", "cancelled", "no_firing_run"]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_pause_memory_and_breaker_rows(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     assert store.pause_state().paused is False
     store.set_paused(True, by="alice", reason="upgrade", now=T0)
@@ -518,8 +511,8 @@ def test_pause_memory_and_breaker_rows(
 # --------------------------------------------------------------------------- escalation ladders
 
 
-@EVERY_STORE
-def test_ladder_rows_are_read_written_listed_and_reset(store: AnyStore, make_engine: MakeEngine, ingest: Ingest,
+@EVERY_DATABASE
+def test_ladder_rows_are_read_written_listed_and_reset(store: Store, make_engine: MakeEngine, ingest: Ingest,
                                                         make_alert: MakeAlert) -> None:  # fmt: skip
     def rung(name: str, holds_for: str = "30m") -> dict[str, Any]:
         return {"name": name, "holds_for": holds_for, "steps": [{"action": "log", "with": {"message": name}}]}
@@ -562,66 +555,3 @@ def test_ladder_rows_are_read_written_listed_and_reset(store: AnyStore, make_eng
         "rung 1 of 2 (one): first rung (the ladder was reset: reset by alice: swapped the fan)"
     )
     assert [r.rung for r in rows(store, "runs")] == [1, 2, 1, 1]
-
-
-# --------------------------------------------------------------------------- the fake and SQLite agree
-
-
-IMPLEMENTATIONS = [
-    (interface.EngineStore, Store, InMemoryStore),
-    (interface.ExecutorStore, Store, InMemoryStore),
-    (interface.AnnouncerStore, Store, InMemoryStore),
-    (interface.IngestWrites, store_module.IngestWriter, inmemory._Writer),
-    (interface.BreakerRowsLike, store_module.BreakerRows, inmemory._BreakerRows),
-    (interface.MemoryLike, store_module.StoreMemory, inmemory._Memory),
-]
-
-
-@pytest.mark.parametrize(("protocol", "real", "fake"), IMPLEMENTATIONS, ids=[p.__name__ for p, _, _ in IMPLEMENTATIONS])
-def test_both_stores_have_every_method_of_the_interface_with_its_parameters(
-    protocol: type, real: type, fake: type
-) -> None:
-    # Not parametrized over `store`: it reads the classes. A parameter the interface has not is optional.
-    methods = [name for cls in protocol.__mro__ if cls.__module__ == protocol.__module__ for name in vars(cls)]
-    methods = [m for m in dict.fromkeys(methods) if not m.startswith("_")]
-    assert methods
-    for name in methods:
-        wanted = list(inspect.signature(getattr(protocol, name)).parameters.values())
-        for implementation in (real, fake):
-            found = list(inspect.signature(getattr(implementation, name)).parameters.values())
-            shape = [(p.name, p.kind, p.default) for p in found[: len(wanted)]]
-            assert shape == [(p.name, p.kind, p.default) for p in wanted], (implementation, name)
-            assert all(p.default is not p.empty for p in found[len(wanted) :]), (implementation, name)
-
-
-def test_one_scenario_leaves_the_same_tables_in_the_fake_as_in_sqlite(
-    db_url: str, make_alert: MakeAlert, ingest: Ingest, registry: ActionRegistry
-) -> None:
-    # Not parametrized (pytestmark's `store` is not used here): it runs both stores side by side.
-    playbooks = PlaybookSet(
-        parse_playbook(p, registry, source="p.yaml") for p in (playbook(cooldown="0s"), playbook("ask", mode="approve"))
-    )
-    stores = {kind: open_store(kind, db_url) for kind in STORES}
-    for backend in stores.values():
-        engine = Engine(store=backend, playbooks=playbooks, registry=registry)
-        ingest(engine, xid(make_alert, "node-a"), xid(make_alert, "node-b"), make_alert("Other"), at=T0)
-        ingest(engine, xid(make_alert, "node-a"), at=T0 + 1)
-        backend.approve(2, by="bob", now=T0 + 2)
-        Executor(store=backend, registry=registry, clock=lambda: T0 + 3).drain()
-        ingest(engine, xid(make_alert, "node-b", status="resolved"), at=T0 + 4)
-        claimed = backend.claim_run("w", T0 + 5)
-        assert claimed is not None
-        backend.start_attempt(backend.steps_of(claimed.id)[0].id, T0 + 6, plan={"p": 1}, lease=claimed.lease)
-        backend.recover_stale(now=T0 + 7, stale_after=1, is_dead=lambda owner: False)
-
-    sqlite, fake = stores["sqlite"], stores["memory"]
-    assert isinstance(fake, InMemoryStore) and isinstance(sqlite, Store)
-    for table in fake.tables:
-        assert [_plain(r) for r in rows(fake, table)] == [_plain(r) for r in rows(sqlite, table)], table
-    assert len(rows(fake, "steps")) == 9
-    sqlite.close()
-
-
-def _plain(row: Any) -> dict[str, Any]:
-    mapping = row._mapping if hasattr(row, "_mapping") else vars(row)
-    return {k: (str(v) if isinstance(v, str) else v) for k, v in mapping.items()}

@@ -23,7 +23,7 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from remediate.store.decision_time import monotonic, time_conditions
 from remediate.store.history import history_page
-from tests.support.stores import EVERY_STORE, AnyStore, rows, store_backend
+from tests.support.stores import EVERY_DATABASE, rows, store_backend
 from tests.unit.store.support import PLAYBOOK, T0, Ingest, MakeAlert
 
 PLAYBOOKS = ("xid", "disk", None)
@@ -181,12 +181,12 @@ def test_monotonic_raises_a_time_to_the_newest_before_it() -> None:
     assert monotonic([], 1.0) == []
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_notification_received_earlier_but_stored_later_gets_the_newest_decision_time(
-    request: pytest.FixtureRequest, store: AnyStore, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+    request: pytest.FixtureRequest, store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """The receive time is taken before the write lock: a worker can store a notification received 2 ms
-    before the one another worker stored first. SQLite (and the fake) then stamp its decisions with the
+    before the one another worker stored first. SQLite then stamps its decisions with the
     newest time stored; PostgreSQL keeps the receive time (its history does not rely on the order).
     The run keeps its receive time everywhere: cooldowns count from it."""
     ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0 + 0.002)

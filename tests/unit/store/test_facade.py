@@ -1,4 +1,4 @@
-"""remediate.store.facade.Store: one interface whatever the database, which the in-memory fake copies."""
+"""remediate.store.facade.Store: one interface whatever the database."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ INTERFACE = {
 }  # fmt: skip
 
 
-def test_the_store_has_exactly_the_interface_its_callers_and_the_fake_rely_on() -> None:
+def test_the_store_has_exactly_the_interface_its_callers_rely_on() -> None:
     public = {name for name, _ in inspect.getmembers(Store, callable) if not name.startswith("_")}
 
     assert public == INTERFACE

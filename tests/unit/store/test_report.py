@@ -1,7 +1,7 @@
-"""The reliability report (remediate.store.report) on every backend: SQLite, the in-memory fake, PostgreSQL.
+"""The reliability report (remediate.store.report) on both databases: SQLite and PostgreSQL.
 
 One scenario goes through the engine and the executor (real runs, steps and decisions), `runs.rung`
-is set by SQL as a ladder would set it, and the figures must be exactly the same on all three.
+is set by SQL as a ladder would set it, and the figures must be exactly the same on both.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate import schema as t
+from remediate.breaker import Claim
 from remediate.engine import Engine, IngestResult
 from remediate.executor import Executor
-from remediate.store import ReportQuery
-from remediate.store.inmemory import ClaimView, InMemoryStore
+from remediate.store import ReportQuery, Store
 from remediate.store.report import FiringRow, build_report
-from tests.support.stores import EVERY_STORE, AnyStore
+from tests.support.stores import EVERY_DATABASE
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 DAY = 86400.0
@@ -40,11 +40,8 @@ DISK = {
 }
 
 
-def set_rung(store: AnyStore, run_id: int, rung: int) -> None:
+def set_rung(store: Store, run_id: int, rung: int) -> None:
     """What the ladder does when it runs a rung (nothing on this branch writes runs.rung yet)."""
-    if isinstance(store, InMemoryStore):
-        store.tables["runs"][run_id - 1]["rung"] = rung
-        return
     with store.write() as conn:
         conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(rung=rung))
 
@@ -54,13 +51,13 @@ def fire(engine: Engine, ingest: Ingest, alert: dict[str, Any], at: float) -> in
     return decision.run_id
 
 
-def drain(store: AnyStore, engine: Engine, at: float) -> None:
+def drain(store: Store, engine: Engine, at: float) -> None:
     Executor(store=store, registry=engine.registry, retry_wait_max=0.01, clock=lambda: at).drain()
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_the_report_counts_incidents_remediations_by_rung_mttr_mtbi_and_held_nodes(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(XID, DISK)
     llama = {"Hostname": "node-a", "training_job": "llama-70b"}
@@ -84,8 +81,8 @@ def test_the_report_counts_incidents_remediations_by_rung_mttr_mtbi_and_held_nod
     set_rung(store, first, 1)
     set_rung(store, second, 2)
     with store.breaker_ledger() as ledger:
-        ledger.add_claim(ClaimView("node-b", "cordon", failed, T0 + 150, None))
-        ledger.add_claim(ClaimView("node-a", "cordon", first, T0 + 100, None))
+        ledger.add_claim(Claim("node-b", "cordon", failed, T0 + 150, None))
+        ledger.add_claim(Claim("node-a", "cordon", first, T0 + 100, None))
         ledger.release("node-a", now=T0 + 250, reason="uncordoned")
 
     report = store.report(ReportQuery(since=T0, until=T0 + 7 * DAY, job_labels=("training_job", "job")))
@@ -150,10 +147,10 @@ def test_the_report_counts_incidents_remediations_by_rung_mttr_mtbi_and_held_nod
     }
 
 
-@EVERY_STORE
-def test_an_empty_window_reports_zeros_and_the_nodes_held_now(store: AnyStore) -> None:
+@EVERY_DATABASE
+def test_an_empty_window_reports_zeros_and_the_nodes_held_now(store: Store) -> None:
     with store.breaker_ledger() as ledger:
-        ledger.add_claim(ClaimView("node-z", "drain", 9, T0 - DAY, None))
+        ledger.add_claim(Claim("node-z", "drain", 9, T0 - DAY, None))
 
     report = store.report(ReportQuery(since=T0, until=T0 + DAY)).as_json()
 
