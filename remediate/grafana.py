@@ -20,15 +20,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import requests
 
 from remediate import inert
 from remediate.config import Settings
 from remediate.errors import ConfigError
 from remediate.runs import FinishedRun, RunStatus
-
-if TYPE_CHECKING:
-    import requests
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +140,6 @@ class Annotator:
                 self._queue.task_done()
 
     def _post(self, body: dict[str, Any]) -> bool:
-        import requests  # here, not at the top: see remediate.lazyhttp
-
         url = f"{self.target.url}/api/annotations"
         headers = {"Authorization": f"Bearer {self.target.token}", "Content-Type": "application/json"}
         problem = ""

@@ -1,9 +1,9 @@
 """`requests` loaded by the first request a process sends, not by importing the modules that may send one.
 
-requests with urllib3, charset_normalizer and idna is ~5 MiB of every process that imports it. Every action
-is built when the registry is (each HTTP worker and the executor process builds one), so a chat or notify
-action that made its `requests.Session` in its constructor loaded requests in processes that never send
-anything: the HTTP workers never do (issue 14's idle memory). Senders import requests in the functions that
+requests with urllib3, charset_normalizer and idna is ~4.7 MiB of the RSS of a process that imports it.
+`remediate agent` builds the same actions as the server and sends nothing: a chat or notify action that made
+its `requests.Session` in its constructor (or imported requests at its top) loaded it into every agent on
+every node (the agent's idle RSS target, docs/benchmarks.md). Senders import requests in the functions that
 send, and hold their session in a `SessionSlot`.
 """
 
