@@ -20,14 +20,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import requests
+from typing import TYPE_CHECKING, Any
 
 from remediate import inert
 from remediate.config import Settings
 from remediate.errors import ConfigError
 from remediate.runs import FinishedRun, RunStatus
+
+if TYPE_CHECKING:
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,8 @@ class Annotator:
                 self._queue.task_done()
 
     def _post(self, body: dict[str, Any]) -> bool:
+        import requests  # here, not at the top: see remediate.lazyhttp
+
         url = f"{self.target.url}/api/annotations"
         headers = {"Authorization": f"Bearer {self.target.token}", "Content-Type": "application/json"}
         problem = ""

@@ -49,7 +49,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from remediate.actions.base import Action, StepContext, Where
@@ -71,6 +70,8 @@ from remediate.errors import ActionError, AmbiguousActionError, ConfigError, Ret
 from remediate.kube.agents import KubernetesAgents, own_namespace
 
 if TYPE_CHECKING:
+    import requests
+
     from remediate.config import Settings
 
 log = logging.getLogger("remediate.runners")
@@ -261,6 +262,8 @@ class AgentRunner(StepRunner):
                 return
 
     def _cancel(self, ctx: StepContext) -> None:
+        import requests  # here, not at the top: see remediate.lazyhttp
+
         if self.url is None:
             return  # no agent found yet: nothing was sent
         data = CancelRequest(run_id=ctx.run_id, step_index=ctx.step_index, target=self.node).encode()
@@ -328,6 +331,8 @@ class AgentRunner(StepRunner):
             self.on_call_error(reason)
 
     def _post(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext, timeout: float) -> Any:
+        import requests  # here, not at the top: see remediate.lazyhttp
+
         try:
             self.url = self.directory.url_for(self.node)
         except AgentNotFound as exc:

@@ -1,9 +1,9 @@
-"""What the node agent's process imports (its idle RSS target, docs/benchmarks.md).
+"""What remediate's processes import until they send something (the agent's idle RSS, the server's idle PSS).
 
-`remediate agent` builds the same actions as the server, so a module the actions import at their top is
-resident in every agent on every node: senders import requests when they first send (remediate.lazyhttp:
-~4.7 MiB of the agent's RSS), and the training package names its job-side classes lazily. Each case runs in a
-fresh interpreter, as the process does.
+`remediate agent` builds the same actions as the server, and the master of `remediate serve` imports them all:
+a module the actions import at their top is resident in every agent and in every server. Senders import
+requests when they first send (remediate.lazyhttp: ~4.7 MiB), and the training package names its job-side
+classes lazily. Each case runs in a fresh interpreter, as the process does.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ steps:
     with: {url: "http://127.0.0.1:9/hook"}
 """
 
-WATCHED = ("remediate.training.client",)
+WATCHED = ("requests", "remediate.training.client")
 
 
 def _imported_after(code: str, tmp_path: Path) -> set[str]:
@@ -53,6 +53,16 @@ def _imported_after(code: str, tmp_path: Path) -> set[str]:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_the_server_and_its_http_workers_load_no_requests_until_a_step_sends(tmp_path: Path) -> None:
+    code = (
+        "import remediate.server\n"  # what the master imports before forking
+        "from remediate.serving import _server_app\n"
+        "app = _server_app(settings, None)\n"
+        "assert app.test_client().get('/healthz').status_code == 200"
+    )
+    assert "requests" not in _imported_after(code, tmp_path)
 
 
 def test_the_server_side_of_the_training_protocol_loads_no_job_side_class(tmp_path: Path) -> None:
