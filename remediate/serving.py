@@ -447,7 +447,7 @@ def run_server(settings: Settings) -> None:
             )
         # The master imports what its children run (Flask, the store, the engine, the actions) once: the HTTP
         # workers and the executor process are forked with those pages and share them while they live (a memory
-        # cgroup charges a shared page once; each child importing its own copy cost ~35 MiB, docs/benchmarks.md).
+        # cgroup charges a shared page once; each child importing its own copy cost ~40 MiB more, docs/benchmarks.md).
         import remediate.server  # noqa: F401
 
         _serve(settings, private_dir)
