@@ -59,6 +59,10 @@ def test_the_process_started_imports_the_app_and_forks_children_that_serve(tmp_p
             part for part in STORE_EXTENSIONS for path in _store_extensions(server.pid) if part in path
         }
         wait_until(lambda: len(child_pids(server.pid)) == 2, 10, message="the worker and the executor process")
+        # Its start-up checks opened the store and closed it: no database file is open in the master, so no
+        # connection crosses a fork (each child opens its own).
+        open_files = {os.readlink(fd) for fd in Path(f"/proc/{server.pid}/fd").iterdir() if fd.is_symlink()}
+        assert not {path for path in open_files if path.startswith(str(server.db_path))}, open_files
 
         # The children serve: an alert posted to a worker runs in the executor process.
         answer = server.post_webhook(notification("Logged", {"node": "node-a"}))
