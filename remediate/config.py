@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from remediate.durations import parse_duration
 from remediate.errors import ConfigError
 from remediate.kube.model import parse_label_selector
@@ -310,8 +312,6 @@ configured or not, so that a name in the history always means one credential."""
 
 
 def _read_tokens_file(path: Path) -> list[Credential]:
-    import yaml  # here: the master of `remediate serve` holds the settings and never parses YAML (issue 14)
-
     class UniqueKeys(yaml.SafeLoader):
         """safe_load, but a name given twice is an error: YAML's own rule keeps the last one silently."""
 
@@ -712,8 +712,6 @@ def _canonical(key: str) -> str:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    import yaml  # here: the master of `remediate serve` holds the settings and never parses YAML (issue 14)
-
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:

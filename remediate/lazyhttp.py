@@ -1,10 +1,11 @@
 """`requests` loaded by the first request a process sends, not by importing the modules that may send one.
 
-requests with urllib3, charset_normalizer and idna is ~5 MiB of every process that imports it. Every action
-is built when the registry is (each HTTP worker and the executor process builds one), so a chat or notify
-action that made its `requests.Session` in its constructor loaded requests in processes that never send
-anything: the HTTP workers never do (issue 14's idle memory). Senders import requests in the functions that
-send, and hold their session in a `SessionSlot`.
+requests with urllib3, charset_normalizer and idna is ~4.7 MiB of every process that imports it. Every action
+is built when the registry is (the node agent, and the master of `remediate serve` imports them all), and
+neither the agent nor the HTTP workers ever send: a chat or notify action that made its `requests.Session` in
+its constructor, or a module that imported requests at its top, loaded it into every agent on every node and
+into the server's shared pages (the agent's idle RSS and the server's idle PSS, docs/benchmarks.md). Senders
+import requests in the functions that send, and hold their session in a `SessionSlot`.
 """
 
 from __future__ import annotations

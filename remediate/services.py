@@ -2,8 +2,7 @@
 engine, executor, announcer, metrics (`build_services`).
 
 Apart from server.py (the HTTP app) because the executor process builds the same services and serves no
-HTTP: importing them from server.py loaded Flask, werkzeug and click (flask.cli) into it, ~5 MiB of its
-idle memory (issue 14).
+HTTP, as do the CLI's commands that open the store.
 """
 
 from __future__ import annotations

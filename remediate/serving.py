@@ -7,16 +7,16 @@ its one worker runs in the process itself (`_InProcessWorker`), half the memory 
 
 The CLI's process checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,
-not a crash loop of workers; then it execs a fresh interpreter that is only the
-master (`_become_master`: the checks loaded the store, the actions and click, which
-every forked process would otherwise carry in its memory). Each worker builds its
-own app (no preload: no database connection crosses a fork).
+not a crash loop of workers; then it imports the app and becomes gunicorn's master. Its children
+(HTTP workers, the executor process) are forked from it and share the pages of the modules it imported:
+a memory cgroup charges a shared page once (PSS, docs/benchmarks.md). Each child builds its own app or
+executor from those modules (no database connection crosses a fork).
 
 Process layout: the gunicorn master (arbiter) forks `workers` HTTP workers
 (remediate.httpworker: slow clients hold no thread) and one executor process
 running `executor_threads` threads. HTTP workers never execute steps, so a stalled
 or killed HTTP worker cannot interrupt one. The master restarts the executor
-process if it dies (its runs are recovered like after any crash) and, on SIGTERM,
+process if it dies or stops beating (its runs are recovered like after any crash) and, on SIGTERM,
 stops it with `Executor.stop()` within `graceful_timeout`. A worker that queued
 runs wakes the executor with a datagram on a UNIX socket in a private directory;
 a lost datagram costs one `poll_interval` at most.
@@ -28,7 +28,6 @@ import contextlib
 import errno
 import logging
 import os
-import pickle
 import shutil
 import signal
 import socket
@@ -38,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
@@ -143,7 +142,6 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     if pruner is not None:
         pruner.start()
     checkpointer.start()
-    release_freed_heap()
     try:
         while not stopping.wait(1.0):
             if os.getppid() != arbiter_pid:
@@ -338,9 +336,9 @@ def _mark_metrics_dead(pid: int) -> None:
 
 
 class _GunicornApp(BaseApplication):  # type: ignore[misc]
-    """gunicorn with these `options`, serving the Flask app `load_app()` builds in each worker (no preload:
-    no database connection crosses a fork). `arbiter` builds the master: gunicorn's own, or one that also
-    keeps the executor process running."""
+    """gunicorn with these `options`, serving the Flask app `load_app()` builds in each worker (the master
+    imported its modules; no database connection crosses a fork). `arbiter` builds the master: gunicorn's
+    own, or one that also keeps the executor process running."""
 
     def __init__(
         self,
@@ -381,27 +379,7 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
     # With an executor process, it checkpoints SQLite's log: a webhook's commit does not (store.checkpoints).
     beat = executor_beat(wake_path) if wake_path is not None else None
     services = build_services(settings, wake=wake, commit_checkpoints=wake_path is None, executor_beat=beat)
-    app = create_app(settings, services=services)
-    release_freed_heap()
-    return app
-
-
-def release_freed_heap() -> None:
-    """Hand the memory that start-up allocated and freed back to the kernel, once a process is built.
-
-    Importing the modules and building the services (playbooks loaded, templates compiled, the schema read)
-    frees megabytes of temporary objects; CPython returns them to the C heap, where glibc keeps the pages
-    resident until `malloc_trim` gives back the free ones: ~1 MiB of each idle HTTP worker and executor process
-    (issue 14's idle memory). A no-op on a C library without malloc_trim (musl)."""
-    import ctypes
-    import gc
-
-    gc.collect()  # start-up's reference cycles (class and dataclass creation) first
-    try:
-        trim = ctypes.CDLL(None).malloc_trim  # the C library the interpreter runs on
-    except (OSError, AttributeError):
-        return
-    trim(0)
+    return create_app(settings, services=services)
 
 
 def _no_executor_to_wake() -> None:
@@ -450,64 +428,37 @@ def preflight(settings: Settings) -> None:
 
 
 def run_server(settings: Settings) -> None:
-    """`remediate serve`: every start-up check here, then this process becomes the master (`_become_master`)."""
+    """`remediate serve`: every start-up check here, then this process imports the app and becomes gunicorn's
+    master of its HTTP workers and the executor process, until stopped; then its temporary dirs go."""
     from remediate.logsafe import configure_logging
 
     configure_logging()  # alert data in a message can never start a forged log line
-    preflight(settings)
-    if settings.insecure_no_auth and not settings.credentials():
-        log.warning("!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN")
-    _become_master(settings)
-
-
-_MASTER_ENTRY = "import sys; from remediate.serving import master_main; sys.exit(master_main(sys.argv[1:]))"
-
-
-def _become_master(settings: Settings) -> NoReturn:
-    """Replace this process's image by a fresh interpreter that runs only the master (`master_main`).
-
-    The CLI and `preflight` loaded click, every action, the playbooks, SQLAlchemy and the store. Kept in the
-    master, all of it stays resident for the server's life, and each process the master forks (HTTP workers,
-    executor) starts with those pages in its RSS, whether it needs them or not: issue 14's idle memory. After
-    exec the master holds gunicorn and the settings only; each child loads what it uses. exec keeps the pid
-    (whoever started the server still holds its master: kubelet, a test's Popen), stdio, the environment and
-    the interpreter's flags. The settings cross in a memfd, never a file: they may hold tokens.
-    """
-    import subprocess
-
-    handoff = os.memfd_create("remediate-settings", 0)
-    with open(handoff, "wb", closefd=False) as out:
-        out.write(pickle.dumps(settings))
-    os.lseek(handoff, 0, os.SEEK_SET)
-    os.set_inheritable(handoff, True)
-    logging.shutdown()  # flushes the log lines written so far (the master configures logging again)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    flags = subprocess._args_from_interpreter_flags()  # -X importtime, -W ...: what `remediate serve` ran with
-    if "-P" not in flags:
-        flags.append("-P")  # `-c` would otherwise put the working directory first on sys.path: import nothing from it
-    os.execv(sys.executable, [sys.executable, *flags, "-c", _MASTER_ENTRY, str(handoff)])  # noqa: S606 - no shell
-
-
-def master_main(argv: list[str]) -> int:
-    """The master of `remediate serve` after `_become_master`: argv is the memfd holding the settings."""
-    from remediate.logsafe import configure_logging
-
-    with open(int(argv[0]), "rb") as handoff:
-        settings = pickle.loads(handoff.read())  # noqa: S301 - written by this very process before its exec
-    configure_logging()
-    _serve(settings)
-    return 0
-
-
-def _serve(settings: Settings) -> None:
-    """gunicorn's master, its HTTP workers and the executor process, until stopped; then its temporary dirs go."""
     metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     own_metrics_dir = metrics_dir is None
-    if own_metrics_dir:
+    if own_metrics_dir:  # before any import of prometheus_client, which reads it once (the checks import it)
         metrics_dir = tempfile.mkdtemp(prefix="remediate-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     private_dir = Path(tempfile.mkdtemp(prefix="remediate-serve-"))  # 0700: only this user may wake the executor
+    try:
+        preflight(settings)
+        if settings.insecure_no_auth and not settings.credentials():
+            log.warning(
+                "!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN"
+            )
+        # The master imports what its children run (Flask, the store, the engine, the actions) once: the HTTP
+        # workers and the executor process are forked with those pages and share them while they live (a memory
+        # cgroup charges a shared page once; each child importing its own copy cost ~40 MiB more, docs/benchmarks.md).
+        import remediate.server  # noqa: F401
+
+        _serve(settings, private_dir)
+    finally:
+        shutil.rmtree(private_dir, ignore_errors=True)
+        if own_metrics_dir and metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _serve(settings: Settings, private_dir: Path) -> None:
+    """gunicorn's master, its HTTP workers and the executor process, until stopped."""
     options = {
         "bind": settings.bind,
         "workers": settings.workers,
@@ -521,18 +472,13 @@ def _serve(settings: Settings) -> None:
         "loglevel": "info",
         "proc_name": "remediate",
     }
-    try:
-        # With the executors off no process listens: the workers send no datagram per notification.
-        wake_path = private_dir / WAKE_SOCKET if settings.executor_threads else None
-        _GunicornApp(
-            options,
-            lambda: _server_app(settings, wake_path),
-            lambda app: _RemediateArbiter(app, settings, wake_path),
-        ).run()
-    finally:
-        shutil.rmtree(private_dir, ignore_errors=True)
-        if own_metrics_dir and metrics_dir:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
+    # With the executors off no process listens: the workers send no datagram per notification.
+    wake_path = private_dir / WAKE_SOCKET if settings.executor_threads else None
+    _GunicornApp(
+        options,
+        lambda: _server_app(settings, wake_path),
+        lambda app: _RemediateArbiter(app, settings, wake_path),
+    ).run()
 
 
 def run_agent(settings: Settings) -> None:
@@ -571,10 +517,10 @@ class _InProcessWorker:
     """The agent's one HTTP worker run in this very process, in place of gunicorn's master.
 
     A master that forks one worker only restarts that worker if it dies, and costs a whole interpreter of
-    memory (the forked worker also keeps every page of the master's resident: issue 14's idle-memory
-    target). Kubelet restarts the agent's container as a master would restart the worker; everything else
-    the agent relies on is the worker's own: the listening socket, the slow-client protections
-    (remediate.httpworker), SIGTERM's stop hook and the wait of `graceful_timeout` for requests in flight.
+    memory (the agent's idle RSS target, docs/benchmarks.md). Kubelet restarts the agent's container as a
+    master would restart the worker; everything else the agent relies on is the worker's own: the listening
+    socket, the slow-client protections (remediate.httpworker), SIGTERM's stop hook and the wait of
+    `graceful_timeout` for requests in flight.
     """
 
     def __init__(self, app: _GunicornApp) -> None:

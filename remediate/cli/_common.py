@@ -121,8 +121,8 @@ def _library_error(exc: Exception) -> str | None:
     """The one line for an error of requests or SQLAlchemy; None for any other exception.
 
     Looked up in sys.modules, not imported: a command that never loaded the library cannot have raised its
-    errors, and `remediate serve`/`agent` keep their masters (or the agent's one process) without the
-    megabytes of either (issue 14's idle memory)."""
+    errors, and `remediate agent` keeps its one process without the megabytes of either (its idle RSS
+    target, docs/benchmarks.md)."""
     requests = sys.modules.get("requests")
     if requests is not None and isinstance(exc, requests.ConnectionError):
         return f"cannot reach the server: {exc}"

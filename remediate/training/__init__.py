@@ -46,7 +46,8 @@ __all__ = [
 
 # The job-side classes load when first named (PEP 562): the server's training actions import only
 # `remediate.training.protocol` and `.commands`, and each package import runs this file, which would
-# otherwise load the client, its handlers and checkpoints into every server process (issue 14's idle memory).
+# otherwise load the client, its handlers and checkpoints into every server process and node agent (the
+# agent's idle RSS target, docs/benchmarks.md).
 _LAZY = {
     "CallableCheckpoints": "remediate.training.checkpoints",
     "CheckpointIndex": "remediate.training.checkpoints",
