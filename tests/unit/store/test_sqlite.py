@@ -208,7 +208,9 @@ def test_the_agent_state_file_is_private(tmp_path: Path) -> None:
         for name in ("agent.db", "agent.db-wal", "agent.db-shm"):
             assert _mode(tmp_path / "state" / name) == 0o600, name
         assert sorted(path.name for path in (tmp_path / "state").iterdir()) == [
-            "agent.db", "agent.db-shm", "agent.db-wal"
+            "agent.db",
+            "agent.db-shm",
+            "agent.db-wal",
         ]
         store.close()
     finally:
