@@ -90,13 +90,9 @@ class SqliteDialect(Dialect):
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
-            mode = conn.get_execution_options().get("remediate_begin", "DEFERRED")
-            # On the driver's connection: every transaction begins here, and SQLAlchemy's execution
-            # path costs more than the statement (store.prepared).
-            try:
-                conn.connection.driver_connection.execute(f"BEGIN {mode}")
-            except sqlite3.Error as exc:  # "database is locked" becomes StoreBusy in Database.write
-                raise sa.exc.DBAPIError.instance(f"BEGIN {mode}", None, exc, sqlite3.Error) from exc
+            # SQLAlchemy's recipe for pysqlite: the transaction begins here, as the dialect says ("database is
+            # locked" from BEGIN IMMEDIATE becomes StoreBusy in Database.write).
+            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('remediate_begin', 'DEFERRED')}")
 
         return engine
 
