@@ -5,9 +5,8 @@ Run under gunicorn with the same settings as `remediate serve` (sync workers), w
 $BENCH_CEILING_DATABASE_URL (bench/_common.py `durable_ceiling_server` creates the table first):
 
 - `sqlite:///PATH`: the sqlite3 module with remediate's pragmas (remediate/store/sqlite.py: journal_mode=WAL,
-  synchronous=NORMAL, foreign_keys=ON, busy_timeout) and its writer queue (an flock on `PATH-writelock`, so a
-  waiting writer starts when the previous one commits instead of sleeping in SQLite's busy handler), then
-  `BEGIN IMMEDIATE`, one `executemany`, `COMMIT`;
+  synchronous=NORMAL, foreign_keys=ON, busy_timeout), then `BEGIN IMMEDIATE` (writers queue on SQLite's own
+  lock, as remediate's do), one `executemany`, `COMMIT`;
 - `postgresql://...` (or `postgresql+psycopg://`): psycopg 3, the driver remediate uses, one connection per
   worker process, one transaction, one `executemany` (psycopg pipelines it).
 
@@ -16,7 +15,6 @@ No auth, no validation, no matching, no SQLAlchemy: whatever remediate does on t
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sqlite3
@@ -43,20 +41,15 @@ class _Sqlite:
             f"busy_timeout={int(BUSY_TIMEOUT_S * 1000)}",
         ):
             self.conn.execute(f"PRAGMA {pragma}")
-        self.lock = os.open(f"{path}-writelock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def store(self, rows: list[tuple[str]]) -> None:
-        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                self.conn.executemany(f"INSERT INTO {TABLE} (body) VALUES (?)", rows)  # noqa: S608 - fixed name
-            except BaseException:
-                self.conn.execute("ROLLBACK")
-                raise
-            self.conn.execute("COMMIT")
-        finally:
-            fcntl.flock(self.lock, fcntl.LOCK_UN)
+            self.conn.executemany(f"INSERT INTO {TABLE} (body) VALUES (?)", rows)  # noqa: S608 - fixed name
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
 
 
 class _Postgres:

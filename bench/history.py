@@ -68,7 +68,7 @@ def _weights(n: int, skew: float) -> list[float]:
 
 def build(path: Path, runs: int, seed: int = 7) -> dict[str, int]:
     """Write a store with `runs` runs (and the notifications, alerts and decisions around them) to `path`."""
-    for suffix in ("", "-wal", "-shm", "-writelock"):
+    for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     Store.open(f"sqlite:///{path}").close()
     rng = random.Random(seed)
@@ -270,11 +270,11 @@ def ensure_store(path: Path, runs: int, rebuild: bool) -> tuple[bool, float]:
     building = path.with_name(path.name + ".building")
     try:
         build(building, runs)
-        for suffix in ("", "-wal", "-shm", "-writelock"):
+        for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
         building.replace(path)
     finally:
-        for suffix in ("", "-wal", "-shm", "-writelock"):
+        for suffix in ("", "-wal", "-shm"):
             Path(f"{building}{suffix}").unlink(missing_ok=True)
     return True, time.perf_counter() - started
 

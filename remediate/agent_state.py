@@ -5,8 +5,8 @@ Who uses it: `remediate agent` (`agent.open_memory`), e.g. for the power limit a
 server's tables, migrations and meta rows are no business of a node agent, so this creates the one table
 it needs and nothing else. It speaks to SQLite with the sqlite3 module alone: SQLAlchemy would be most of
 the agent's memory for a table of a few rows (issue 14: the agent idles in <= 60 MB). The file is kept as
-the server store keeps its SQLite files (remediate.sqlitefile): created 0600, its -wal/-shm and lock
-files tightened, writers queued on the same write lock file, StoreBusy / StoreFileReplaced as there.
+the server store keeps its SQLite files (remediate.sqlitefile): created 0600, its -wal/-shm files tightened,
+writers queued by SQLite itself (`BEGIN IMMEDIATE` and its busy timeout), StoreBusy / StoreFileReplaced as there.
 
 A state file written by an older agent (which opened the full server store on it) keeps its rows: the
 table is created only when absent (the same columns as `schema.action_memory`, which the server's
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from remediate.errors import ConfigError, StoreBusy
-from remediate.sqlitefile import DEFAULT_BUSY_TIMEOUT, FileIdentity, WriteLock, protect_files
+from remediate.sqlitefile import DEFAULT_BUSY_TIMEOUT, FileIdentity, protect_files
 
 CREATE_TABLE = (
     "CREATE TABLE IF NOT EXISTS action_memory ("
@@ -43,15 +43,15 @@ class MemoryStore:
     """ActionMemory's SQLite file for one agent; `memory()` is the ActionMemory its actions get.
 
     One connection, used by one thread at a time: the agent remembers a few rows per step, so its threads
-    never wait long on each other; writers of other processes queue on the write lock file, then on
-    `BEGIN IMMEDIATE` and SQLite's busy timeout.
+    never wait long on each other; writers of other processes queue on `BEGIN IMMEDIATE` and SQLite's busy
+    timeout.
     """
 
     def __init__(self, path: Path, connection: sqlite3.Connection, busy_timeout: float) -> None:
         self.path = path
         self._conn = connection
         self._lock = threading.Lock()
-        self._writers = WriteLock(f"{path}-writelock", busy_timeout)
+        self.busy_timeout = busy_timeout
         self._identity = FileIdentity(str(path))
         self._identity.remember()
 
@@ -86,7 +86,9 @@ class MemoryStore:
         """One write transaction: StoreBusy if the file stays locked for the busy timeout, StoreFileReplaced
         if the file was deleted or replaced while open."""
         self._identity.check()
-        with self._writers.held(), self._lock:
+        if not self._lock.acquire(timeout=self.busy_timeout):
+            raise StoreBusy(f"the agent state file's connection stayed in use for {self.busy_timeout:g}s")
+        try:
             cursor = self._conn.cursor()
             try:
                 cursor.execute("BEGIN IMMEDIATE")
@@ -98,10 +100,12 @@ class MemoryStore:
                 self._conn.commit()
             except sqlite3.OperationalError as exc:
                 if "locked" in str(exc):
-                    raise StoreBusy(f"the agent state file stayed locked for {self._writers.timeout:g}s") from exc
+                    raise StoreBusy(f"the agent state file stayed locked for {self.busy_timeout:g}s") from exc
                 raise
             finally:
                 cursor.close()
+        finally:
+            self._lock.release()
 
     def read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -120,7 +124,6 @@ class MemoryStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-        self._writers.close()
 
 
 class StateFileMemory:

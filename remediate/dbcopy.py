@@ -200,7 +200,7 @@ def _copy(
     with _failures("target", target_url):
         store = Store.open(target_url, upgrade=False)
         try:
-            # One transaction (SQLite: BEGIN IMMEDIATE under the store's write lock): all or nothing.
+            # One transaction (SQLite: BEGIN IMMEDIATE): all or nothing.
             with store.write() as target:
                 _clear_unused_schema(target)
                 t.metadata.create_all(target, checkfirst=True)

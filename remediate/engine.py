@@ -9,13 +9,10 @@ executor picks the committed runs up (`on_queued` wakes it).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import logging
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -32,7 +29,7 @@ from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus, decision_row, queue_priority, run_row, step_rows
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
 from remediate.store.ladders import guard_lock_name
-from remediate.templating import render_params, render_session, template_reads
+from remediate.templating import render_params, render_session
 
 log = logging.getLogger("remediate.engine")
 
@@ -41,10 +38,6 @@ INGEST_ATTEMPTS = 3
 (StoreConflict). The guard locks make that rare (replicas running different playbook versions);
 each try judges again and sees more of what the others committed."""
 
-GC_PAUSE_ALERTS = 100
-"""Notifications of at least this many alerts are parsed and stored with the cyclic garbage collector
-paused (`_gc_paused`)."""
-
 
 @dataclass(frozen=True)
 class RenderedStep:
@@ -52,20 +45,6 @@ class RenderedStep:
     where: str
     params: Mapping[str, Any]
     timeout: float
-
-
-_Renders = dict[tuple[Any, ...], tuple[tuple["RenderedStep", ...], str | None]]
-"""Steps rendered for one notification, by (step list, its prefix, the values its templates read)."""
-
-_ABSENT = object()
-"""A context name the alert does not have (its templates then fail the same way for every such alert)."""
-
-
-def _frozen(value: Any) -> Any:
-    """A template context value as part of a key: labels and annotations (str -> str) as their items."""
-    if isinstance(value, Mapping):
-        return tuple(value.items())
-    return value
 
 
 @dataclass(frozen=True)
@@ -223,16 +202,14 @@ class Engine:
         self.on_queued = on_queued
         self.breaker_stale_horizon = breaker_stale_horizon
         self._gated_by_phase: dict[tuple[int, str, int | None], tuple[Playbook, bool]] = {}
-        self._reads_by_specs: dict[int, tuple[Sequence[StepSpec], tuple[str, ...] | None]] = {}
 
     # ------------------------------------------------------------------ pure part
 
-    def evaluate(self, alert: Alert, renders: _Renders | None = None) -> list[Evaluation]:
-        """The alert's evaluation by every playbook it matches. `renders`: the renders of the other alerts of
-        its notification, shared where the templates read the same values (evaluate_all)."""
-        return [self._evaluate_one(alert, playbook, renders) for playbook in self.playbooks.matching(alert)]
+    def evaluate(self, alert: Alert) -> list[Evaluation]:
+        """The alert's evaluation by every playbook it matches, its steps rendered from its own values."""
+        return [self._evaluate_one(alert, playbook) for playbook in self.playbooks.matching(alert)]
 
-    def _evaluate_one(self, alert: Alert, playbook: Playbook, renders: _Renders | None = None) -> Evaluation:
+    def _evaluate_one(self, alert: Alert, playbook: Playbook) -> Evaluation:
         mode = Mode.DRY_RUN if self.server_mode == "dry-run" else playbook.mode
         target = playbook.target.resolve(alert)
         base = {
@@ -248,14 +225,13 @@ class Engine:
         prefix = "on_resolved" if alert.status == "resolved" else "steps"
         # A ladder's firing steps are its rungs' (below); its resolved ones end with the playbook's on_resolved.
         specs = playbook.on_resolved if alert.status == "resolved" else playbook.steps
-        steps, error = self._render(specs, prefix, context, renders)
+        steps, error = self._render(specs, prefix, context)
         rungs = tuple(
             RungRender(
                 *self._render(
                     rung.on_resolved if alert.status == "resolved" else rung.steps,
                     f"escalate[{index}].{prefix}",
                     context,
-                    renders,
                 ),
                 Mode.DRY_RUN if self.server_mode == "dry-run" else (rung.mode or playbook.mode),
             )
@@ -264,42 +240,9 @@ class Engine:
         return Evaluation(**base, steps=steps, error=error, rungs=rungs)
 
     def _render(
-        self, specs: Sequence[StepSpec], prefix: str, context: Mapping[str, Any], renders: _Renders | None = None
-    ) -> tuple[tuple[RenderedStep, ...], str | None]:
-        """Steps rendered and validated for an alert, or () and why the first failing one failed.
-
-        With `renders`, once per distinct set of the values their templates read: rendering and validating
-        are functions of those values (templating.template_reads; an action's `validate` of its params), so
-        an alert whose values were rendered already gets the same steps (frozen, shared)."""
-        if renders is None:
-            return self._render_steps(specs, prefix, context)
-        reads = self._reads(specs)
-        if reads is None:
-            return self._render_steps(specs, prefix, context)
-        key = (id(specs), prefix, tuple(_frozen(context.get(name, _ABSENT)) for name in reads))
-        found = renders.get(key)
-        if found is None:
-            found = renders[key] = self._render_steps(specs, prefix, context)
-        return found
-
-    def _reads(self, specs: Sequence[StepSpec]) -> tuple[str, ...] | None:
-        """The context names the steps' templates read (sorted), or None when a render may differ for the same
-        values. Kept per step list (held with it: its id() is not reused while it is held here)."""
-        known = self._reads_by_specs.get(id(specs))
-        if known is None or known[0] is not specs:
-            found: set[str] | None = set()
-            for spec in specs:
-                reads = template_reads(spec.params)
-                if reads is None or found is None:
-                    found = None
-                    break
-                found |= reads
-            known = self._reads_by_specs[id(specs)] = (specs, None if found is None else tuple(sorted(found)))
-        return known[1]
-
-    def _render_steps(
         self, specs: Sequence[StepSpec], prefix: str, context: Mapping[str, Any]
     ) -> tuple[tuple[RenderedStep, ...], str | None]:
+        """Steps rendered and validated for an alert, or () and why the first failing one failed."""
         rendered = []
         for index, spec in enumerate(specs):
             action = self.registry.get(spec.action)
@@ -327,19 +270,14 @@ class Engine:
             # ValueError: JSONDecodeError, and integers over Python's 4300-digit limit;
             # RecursionError: arrays/objects nested thousands deep.
             raise PayloadError("", f"body is not valid JSON: {str(exc)[:200]}") from exc
-        alerts = data.get("alerts") if isinstance(data, dict) else None
-        if isinstance(alerts, list) and len(alerts) >= GC_PAUSE_ALERTS:
-            with _gc_paused():
-                return self.ingest(parse_notification(data), raw=text, received_at=received_at)
         notification = parse_notification(data)
         return self.ingest(notification, raw=text, received_at=received_at)
 
     def evaluate_all(self, alerts: Sequence[Alert]) -> list[AlertEvaluations]:
         """Match and render every alert (pure: ingest does it before its write transaction)."""
-        renders: _Renders = {}  # this notification's renders only: bounded by its size, never stale
         # A template refused for going over a render limit is refused at once for the other alerts.
         with render_session():
-            return [(index, alert, self.evaluate(alert, renders)) for index, alert in enumerate(alerts)]
+            return [(index, alert, self.evaluate(alert)) for index, alert in enumerate(alerts)]
 
     def judge_all(self, reader: GuardReads, alerts: Sequence[Alert], now: float) -> list[Judged]:
         """Match, render and guard every alert, against the store's facts as `reader` sees them."""
@@ -805,32 +743,3 @@ def _decode_json(text: str) -> Any:
 def _json_object(strings: Mapping[str, str]) -> str:
     """Labels or annotations (str -> str) as stored: JSON with sorted keys."""
     return orjson.dumps(dict(strings), option=orjson.OPT_SORT_KEYS).decode()
-
-
-_gc_lock = threading.Lock()
-_gc_pausers = 0
-_gc_was_enabled = True
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a large notification is parsed, judged and stored.
-
-    Its ~15 objects per alert all stay alive until the response (nothing to collect), yet they trigger a
-    collection every 700 allocations and a full one (every object of the process) a few times per 10,000
-    alerts: 15-20% of such an ingest. Nothing here makes reference cycles that need the collector sooner.
-    Counted across threads: it runs again when the last large ingest of the process ends, and stays off
-    if it was off before the first began."""
-    global _gc_pausers, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pausers == 0:
-            _gc_was_enabled = gc.isenabled()
-        _gc_pausers += 1
-        gc.disable()
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pausers -= 1
-            if _gc_pausers == 0 and _gc_was_enabled:
-                gc.enable()

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, meta, nodes
+from jinja2 import StrictUndefined, TemplateError, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
@@ -337,46 +337,6 @@ def _describe(expression: nodes.Node) -> str:
     if isinstance(expression, nodes.Filter):
         return f"a value filtered by {expression.name!r}"
     return f"a {type(expression).__name__.lower()} expression"
-
-
-_IMPURE_FILTERS = frozenset({"random"})
-"""Filters whose result is not a function of their input (Jinja's `random`)."""
-
-
-def template_reads(value: Any) -> frozenset[str] | None:
-    """The context names that the templates in a param value (nested dicts/lists too) read, when their
-    render is a function of those names' values alone; None when it may not be (a call: `lipsum()`,
-    `range(...)`, a method; an impure filter: `random`) or a template does not compile.
-
-    The engine renders a step once per distinct set of these values in a notification (Engine.evaluate_all)."""
-    if isinstance(value, str):
-        return _source_reads(value) if is_template(value) else frozenset()
-    if isinstance(value, Mapping):
-        items: list[Any] = list(value.values())
-    elif isinstance(value, list):
-        items = value
-    else:
-        return frozenset()
-    reads: set[str] = set()
-    for item in items:
-        found = template_reads(item)
-        if found is None:
-            return None
-        reads |= found
-    return frozenset(reads)
-
-
-@lru_cache(maxsize=4096)
-def _source_reads(source: str) -> frozenset[str] | None:
-    try:
-        tree = _ENVIRONMENT.parse(source)
-    except TemplateError:
-        return None
-    if any(True for _ in tree.find_all(nodes.Call)):
-        return None
-    if any(node.name in _IMPURE_FILTERS for node in tree.find_all((nodes.Filter, nodes.Test))):
-        return None
-    return frozenset(meta.find_undeclared_variables(tree))
 
 
 def render_params(

@@ -7,7 +7,7 @@ details, approve, pause), the agent (its action memory). One concept per module:
   facade.py       Store: the backend-neutral object everyone holds; thin methods over the modules below
   database.py     Database: engine, write()/read() transactions, schema upgrades, health checks
   dialect.py      Dialect: what differs between databases (a server database's behaviour by default)
-  sqlite.py       SQLite: engine and pragmas, BEGIN IMMEDIATE, the write lock file, file modes and identity
+  sqlite.py       SQLite: engine and pragmas, BEGIN IMMEDIATE and its busy timeout, file modes and identity
   postgres.py     PostgreSQL: bounded pool, connect timeout, advisory locks (schema; guard keys across replicas)
   ingest.py       GuardReader / IngestWriter: the engine's reads and typed inserts in one transaction
   queue.py        RunQueue: claim, steps, attempts, lease, run end, recovery, approval, queue depth
@@ -53,7 +53,7 @@ from remediate.store.queue import EXECUTOR_STOPPED, RunQueue, worker_identity
 from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import Pruner, PruneReport
 from remediate.store.rows import MAX_ID, dumps
-from remediate.store.sqlite import SqliteDialect, WriteLock
+from remediate.store.sqlite import SqliteDialect
 from remediate.store.ui_sessions import LoginThrottle
 
 __all__ = [
@@ -92,7 +92,6 @@ __all__ = [
     "Store",
     "StoreMemory",
     "WalCheckpointer",
-    "WriteLock",
     "decode_cursor",
     "dialect_for",
     "dumps",

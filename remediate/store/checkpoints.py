@@ -1,7 +1,7 @@
 """SQLite's write-ahead log checkpointed by a thread of its own, not by the commit that happens to fill it.
 
 In WAL mode SQLite copies the log back into the database file (a checkpoint) when a commit leaves it over
-1,000 pages, inside that commit, while remediate's write lock is still held: the webhook whose commit it was,
+1,000 pages, inside that commit, while SQLite's write lock is still held: the webhook whose commit it was,
 and every writer queued behind it, wait while pages are copied and the file synced. At 100 one-alert
 notifications per second that is about one request in a hundred: the p99 of receipt → first step (issue 14).
 `remediate serve` therefore opens its databases with `commit_checkpoints=False` and runs one `WalCheckpointer`

@@ -5,6 +5,7 @@ its `Dialect` (`sqlite.SqliteDialect` for SQLite files), chosen from the URL.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
@@ -32,7 +33,7 @@ class Transactions(Protocol):
     """What the concept modules open their transactions on: a Database, or the Store in front of it
     (whose write()/read() are then the one door every transaction of the store passes)."""
 
-    def write(self, *, background: bool = False) -> AbstractContextManager[sa.Connection]: ...
+    def write(self) -> AbstractContextManager[sa.Connection]: ...
 
     def read(self) -> AbstractContextManager[sa.Connection]: ...
 
@@ -84,29 +85,27 @@ class Database:
         return database
 
     @contextmanager
-    def write(self, *, background: bool = False) -> Iterator[sa.Connection]:
-        """One write transaction (SQLite: BEGIN IMMEDIATE, so concurrent writers queue up).
+    def write(self) -> Iterator[sa.Connection]:
+        """One write transaction (SQLite: BEGIN IMMEDIATE, so concurrent writers queue up on SQLite's lock).
 
-        `background`: a writer no one waits on (the executor's claims and batches, back to back while a
-        backlog drains) lets the writers already waiting for the lock go first (Dialect.write_lock).
-
-        StoreBusy if the lock is not free within the store's busy timeout (also when another program
-        holds SQLite's own lock that long), StoreFileReplaced if the file is no longer ours, StoreUnreachable
-        if the server is gone, StoreRefused if the database refused it (disk full, read-only, I/O error, ...).
+        StoreBusy if no connection and the lock are free within the store's busy timeout, one bound for both
+        waits (a request then answers 503 within `store_busy_timeout`), StoreFileReplaced if the file is no
+        longer ours, StoreUnreachable if the server is gone, StoreRefused if the database refused it (disk
+        full, read-only, I/O error, ...).
         """
         self.dialect.check_file()
-        with self.dialect.write_lock(background=background) as deadline:
-            try:
-                with self._writer.connect() as conn:
-                    # One bound for every wait: SQLite's own lock gets what the write lock's waits left.
-                    self.dialect.bound_wait(conn, deadline)
-                    with conn.begin():
-                        yield conn
-            except sa.exc.DBAPIError as exc:
-                self._raise_if_unavailable(exc)
-                raise
-            except sa.exc.TimeoutError as exc:
-                raise self._pool_busy() from exc
+        deadline = time.monotonic() + self.dialect.busy_timeout
+        try:
+            with self._writer.connect() as conn:
+                # One bound for every wait: the database's own lock gets what the wait for a connection left.
+                self.dialect.bound_wait(conn, deadline)
+                with conn.begin():
+                    yield conn
+        except sa.exc.DBAPIError as exc:
+            self._raise_if_unavailable(exc)
+            raise
+        except sa.exc.TimeoutError as exc:
+            raise self._pool_busy() from exc
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
@@ -166,7 +165,6 @@ class Database:
 
     def close(self) -> None:
         self.engine.dispose()
-        self.dialect.close()
 
     def upgrade(self) -> int:
         """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""

@@ -1,6 +1,6 @@
 """What differs between the databases the store runs on: one `Dialect` object per open database.
 
-`database.Database` asks its dialect how to begin a write transaction, which lock queues its writers,
+`database.Database` asks its dialect how to begin a write transaction, how long its writers wait for the lock,
 whether the claim may skip locked rows, how the breaker's writers are serialised and which error means
 "busy". This base class is the behaviour for a server database (any URL but SQLite's); `sqlite.py`
 overrides it for SQLite files, `postgres.py` for PostgreSQL.
@@ -9,7 +9,6 @@ overrides it for SQLite files, `postgres.py` for PostgreSQL.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,14 +70,7 @@ class Dialect:
         there was such a log (a server database has none: nothing to do)."""
         return False
 
-    def write_lock(self, *, background: bool = False) -> AbstractContextManager[float | None]:
-        """Held around every write transaction: none here, the database queues its writers itself. Gives the
-        deadline (time.monotonic()) by which the writer's waits must end, where the lock keeps one.
-
-        `background`: the writer lets writers already waiting go first (see Database.write)."""
-        return nullcontext()
-
-    def bound_wait(self, conn: sa.Connection, deadline: float | None) -> None:
+    def bound_wait(self, conn: sa.Connection, deadline: float) -> None:
         """Before BEGIN on `conn`: let the database's own wait for its lock end by `deadline` (SQLite)."""
 
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
@@ -167,6 +159,3 @@ class Dialect:
 
     def check_room(self) -> None:
         """StoreRefused if the database has no room for a webhook's write; a server's disk is its own."""
-
-    def close(self) -> None:
-        """Release what the dialect holds (a lock file's descriptor)."""

@@ -86,9 +86,9 @@ class Store:
     def schema_version(self) -> int:
         return self.database.schema_version()
 
-    def write(self, *, background: bool = False) -> AbstractContextManager[sa.Connection]:
+    def write(self) -> AbstractContextManager[sa.Connection]:
         """One write transaction; see Database.write."""
-        return self.database.write(background=background)
+        return self.database.write()
 
     def read(self) -> AbstractContextManager[sa.Connection]:
         """One connection to read on."""

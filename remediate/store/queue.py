@@ -268,7 +268,7 @@ class RunQueue:
         with self._tx.read() as conn:
             if not _ANY_QUEUED.rows(conn):
                 return []
-        with self._tx.write(background=True) as conn:
+        with self._tx.write() as conn:
             head = self._candidates.rows(conn, {"p_limit": max(1, limit)})
             # A batch keeps to the head's priority: a fresh alert's run is not held up by a storm's in its batch.
             ids = [i for i, priority in head if priority == head[0][1]] if head else []
@@ -314,7 +314,7 @@ class RunQueue:
         lease was lost (another executor took them over): nothing is written for those, all else is."""
         if not writes:
             return set()
-        with self._tx.write(background=True) as conn:
+        with self._tx.write() as conn:
             held = self._held(conn, writes)
             mine = [w for w in writes if w.lease.run_id in held]
             if not mine:

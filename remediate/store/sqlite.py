@@ -1,13 +1,11 @@
-"""Everything SQLite-specific of the store: the engine and its pragmas, `BEGIN IMMEDIATE`, the write lock
-file, the database's file modes and identity, and "database is locked" as StoreBusy.
+"""Everything SQLite-specific of the store: the engine and its pragmas, `BEGIN IMMEDIATE`, the database's file
+modes and identity, and "database is locked" as StoreBusy.
 
 SQLite is used with WAL, a busy timeout and `BEGIN IMMEDIATE` for every write transaction, so several
-gunicorn workers serialise their writes instead of failing; reads never block writers. Before
-`BEGIN IMMEDIATE`, writers of one database file also queue on a lock file beside it
-(`<database>-writelock`, flock): a waiting writer then starts as soon as the previous one commits,
-instead of sleeping in SQLite's busy handler (1, 2, 5, 10, ... 100 ms steps). The file handling that
-needs no SQLAlchemy (that lock, the file modes and identity) is remediate.sqlitefile's, shared with the
-agent's state file.
+gunicorn workers (and the executor process) serialise their writes on SQLite's own lock instead of failing;
+reads never block writers. A writer that finds the lock taken waits in SQLite's busy handler, at most the
+store's busy timeout (StoreBusy then: a request answers 503). The file handling that needs no SQLAlchemy
+(the file modes and identity) is remediate.sqlitefile's, shared with the agent's state file.
 """
 
 from __future__ import annotations
@@ -17,20 +15,19 @@ import itertools
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 
 from remediate.errors import StoreBusy, StoreRefused
-from remediate.sqlitefile import FileIdentity, WriteLock, check_room, protect_files
+from remediate.sqlitefile import FileIdentity, check_room, protect_files
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 
 _BUSY_MS = "remediate_busy_timeout_ms"
 """Where a connection's record keeps the busy timeout its connection has now (SqliteDialect.bound_wait)."""
 _BUSY_SLACK_MS = 10
-"""A write lock taken within this many ms keeps the full busy timeout (no PRAGMA for the usual writer)."""
+"""A connection checked out within this many ms keeps the full busy timeout (no PRAGMA for the usual writer)."""
 
 WAL_SAFETY_NET_PAGES = 10_000
 """Where checkpoints are done apart, a commit still checkpoints once the log holds this many pages (~40 MB):
@@ -53,14 +50,8 @@ def database_path(url: sa.URL) -> str | None:
     return database
 
 
-def lock_path(url: sa.URL) -> str | None:
-    """The write lock file of a SQLite database file; None for in-memory and URI databases."""
-    database = database_path(url)
-    return None if database is None else f"{database}-writelock"
-
-
 class SqliteDialect(Dialect):
-    """A SQLite file (or in-memory database): writers queue on WriteLock, then BEGIN IMMEDIATE."""
+    """A SQLite file (or in-memory database): writers queue on SQLite's own lock (BEGIN IMMEDIATE)."""
 
     skip_locked_claim = False  # BEGIN IMMEDIATE already makes the claim's transaction the only writer
     # One writer at a time: each ingest stamps its decisions no earlier than the newest one stored.
@@ -68,7 +59,6 @@ class SqliteDialect(Dialect):
 
     def __init__(self, url: sa.URL, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         super().__init__(url, busy_timeout)
-        self.lock = WriteLock(lock_path(url), busy_timeout)
         self.file = database_path(url)
         self._identity = FileIdentity(self.file or "")
 
@@ -80,8 +70,9 @@ class SqliteDialect(Dialect):
         checkpoints only past WAL_SAFETY_NET_PAGES. SQLite's default (1,000 pages) runs the checkpoint inside
         the commit that crosses it, with the write lock still held: the webhook that pays for it, and every
         writer queued behind it, wait while it copies pages and syncs the file (the 100 alerts/s p99)."""
-        # `pool` is for server databases: SQLite's connections are files opened per thread as needed.
-        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
+        # `pool` is for server databases: SQLite's connections are files opened per thread as needed. A thread
+        # that finds them all in use waits at most the busy timeout (Database.write bounds both waits by one).
+        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout}, pool_timeout=busy_timeout)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -99,13 +90,9 @@ class SqliteDialect(Dialect):
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
-            mode = conn.get_execution_options().get("remediate_begin", "DEFERRED")
-            # On the driver's connection: every transaction begins here, and SQLAlchemy's execution
-            # path costs more than the statement (store.prepared).
-            try:
-                conn.connection.driver_connection.execute(f"BEGIN {mode}")
-            except sqlite3.Error as exc:  # "database is locked" becomes StoreBusy in Database.write
-                raise sa.exc.DBAPIError.instance(f"BEGIN {mode}", None, exc, sqlite3.Error) from exc
+            # SQLAlchemy's recipe for pysqlite: the transaction begins here, as the dialect says ("database is
+            # locked" from BEGIN IMMEDIATE becomes StoreBusy in Database.write).
+            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('remediate_begin', 'DEFERRED')}")
 
         return engine
 
@@ -113,21 +100,16 @@ class SqliteDialect(Dialect):
         return engine.execution_options(remediate_begin="IMMEDIATE")
 
     def checkpoint(self, engine: sa.Engine) -> bool:
-        # PASSIVE: copies what no reader still needs, takes neither the write lock nor ours (writers go on).
+        # PASSIVE: copies what no reader still needs, does not take the write lock (writers go on).
         with engine.connect() as conn:
             _busy, log_frames, _copied = conn.connection.driver_connection.execute(
                 "PRAGMA wal_checkpoint(PASSIVE)"
             ).fetchone()
         return log_frames >= 0  # -1: not in WAL mode (an in-memory database)
 
-    def write_lock(self, *, background: bool = False) -> AbstractContextManager[float | None]:
-        return self.lock.held(background=background)
-
-    def bound_wait(self, conn: sa.Connection, deadline: float | None) -> None:
-        """SQLite's busy timeout for this transaction: what is left of the writer's deadline after the write
-        lock's waits (one bound for all of them), set only when it differs from the connection's."""
-        if deadline is None:
-            return
+    def bound_wait(self, conn: sa.Connection, deadline: float) -> None:
+        """SQLite's busy timeout for this transaction: what is left of the writer's deadline after its wait for
+        a connection (one bound for both), set only when it differs from the connection's."""
         full = int(self.busy_timeout * 1000)
         left = int((deadline - time.monotonic()) * 1000)
         wanted = full if left >= full - _BUSY_SLACK_MS else max(1, left)
@@ -138,7 +120,7 @@ class SqliteDialect(Dialect):
 
     def busy(self, exc: sa.exc.OperationalError) -> StoreBusy | None:
         if "locked" in str(exc.orig):
-            return StoreBusy(f"the database stayed locked for {self.lock.timeout:g}s")
+            return StoreBusy(f"the database stayed locked for {self.busy_timeout:g}s")
         return None
 
     def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
@@ -196,9 +178,6 @@ class SqliteDialect(Dialect):
         """StoreRefused unless the file's filesystem can give a webhook's log frames fresh space (sqlitefile)."""
         if self.file is not None:
             check_room(self.file)
-
-    def close(self) -> None:
-        self.lock.close()
 
 
 @functools.lru_cache(maxsize=256)

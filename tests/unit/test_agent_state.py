@@ -103,21 +103,22 @@ def test_the_state_file_and_its_companions_are_private(tmp_path: Path) -> None:
     path = tmp_path / "agent.db"
     store = MemoryStore.open(path)
     store.memory().remember("k", {"v": 1}, run_id=1)
-    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-writelock")):
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         assert name.stat().st_mode & 0o077 == 0, name
     store.close()
 
 
 def test_a_writer_waits_for_the_write_lock_then_is_busy(tmp_path: Path) -> None:
-    """Another writer of the file (another process: a flock of its own) holds the lock past the busy timeout."""
+    """Another writer of the file (another connection: SQLite's own lock) holds the lock past the busy timeout."""
     from remediate.errors import StoreBusy
-    from remediate.sqlitefile import WriteLock
 
     path = tmp_path / "agent.db"
     store = MemoryStore.open(path, busy_timeout=0.3)
-    other = WriteLock(f"{path}-writelock", 5.0)
-    with other.held(), pytest.raises(StoreBusy):
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreBusy):
         store.memory().remember("k", {"v": 1}, run_id=1)
+    other.execute("ROLLBACK")
     other.close()
     store.memory().remember("k", {"v": 2}, run_id=2)  # free again: the write goes through
     assert store.memory().recall("k") == {"v": 2}

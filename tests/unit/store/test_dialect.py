@@ -1,6 +1,6 @@
 """remediate.store.dialect / database.dialect_for: what differs between databases goes through one object.
 
-The tests on the `store` fixture check SQLite's side of the difference (BEGIN IMMEDIATE, the lock file);
+The tests on the `store` fixture check SQLite's side of the difference (BEGIN IMMEDIATE);
 PostgreSQL's side runs in test_contract, test_queue and test_breaker on a real server.
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from remediate.errors import StoreBusy, StoreRefused, StoreUnreachable
-from remediate.store import Database, Dialect, PostgresDialect, SqliteDialect, Store, dialect_for
+from remediate.store import Dialect, PostgresDialect, SqliteDialect, Store, dialect_for
 from remediate.store import queue as store_queue
 from remediate.store.retention import PRUNED_TABLES
 from tests.support.retention import fill
@@ -92,18 +92,6 @@ def test_sqlite_writes_begin_immediate(store: Store) -> None:
 
     assert "BEGIN IMMEDIATE" in begun
     assert "BEGIN DEFERRED" in begun
-
-
-def test_a_database_closes_its_lock_file(tmp_path: Any) -> None:
-    database = Database.open(f"sqlite:///{tmp_path / 'r.db'}")
-    dialect = database.dialect
-    assert isinstance(dialect, SqliteDialect)
-    with database.write():
-        assert dialect.lock._fd is not None
-
-    database.close()
-
-    assert dialect.lock._fd is None
 
 
 def test_a_prune_on_postgresql_plans_its_queries_on_fresh_statistics(pg_url: str) -> None:

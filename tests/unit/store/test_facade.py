@@ -49,9 +49,9 @@ def test_every_write_transaction_passes_the_stores_write(
     opened: list[str] = []
     write = store.write
 
-    def counting_write(*, background: bool = False) -> Any:
+    def counting_write() -> Any:
         opened.append("write")
-        return write(background=background)
+        return write()
 
     store.write = counting_write  # type: ignore[method-assign]
 

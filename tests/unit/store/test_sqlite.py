@@ -1,12 +1,11 @@
 """The store under a lock it cannot get, a file deleted under it, and the modes of its files (issue 15: 13, 18, 19).
 
-SQLite only: each test is about the database's file (its flock'd write lock, SQLite's own lock, the file's
-identity and modes, WAL mode), which a server database does not have.
+SQLite only: each test is about the database's file (SQLite's own write lock, the file's identity and modes,
+WAL mode), which a server database does not have.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import sqlite3
 import stat
@@ -14,6 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,33 +27,44 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
+# A real other process holds SQLite's write lock until its stdin closes, as another gunicorn worker (or a stuck
+# one) in a long transaction would, or a program that is not remediate (the sqlite3 shell).
+HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+@contextmanager
+def _lock_held_by_another_process(db: Path) -> Iterator[None]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+        for pipe in (holder.stdin, holder.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
 def test_a_write_lock_held_by_another_process_raises_store_busy_within_the_bound(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     store = Store.open(f"sqlite:///{db}", busy_timeout=0.5)
-    # A real other process holds the flock, as another gunicorn worker (or a stuck one) would.
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "print('held', flush=True); time.sleep(30)",
-            f"{db}-writelock",
-        ],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+    with _lock_held_by_another_process(db):
         started = time.monotonic()
         with pytest.raises(StoreBusy), store.write():
             pass
         assert 0.4 < time.monotonic() - started < 2.0
         with pytest.raises(StoreBusy):
             store.probe_write()
-    finally:
-        holder.kill()
-        holder.wait()
-        if holder.stdout is not None:
-            holder.stdout.close()
     store.probe_write()  # free again: writes go through
     store.close()
 
@@ -73,37 +85,64 @@ def test_sqlites_own_lock_held_elsewhere_is_store_busy_too(tmp_path: Path) -> No
     store.close()
 
 
-def test_the_lock_file_and_sqlites_own_lock_share_one_bound(tmp_path: Path) -> None:
-    """Issue 24, finding 9: a writer that got the lock file late then waited SQLite's whole busy timeout again:
-    503 after up to twice `store_busy_timeout` (9.86 s for 5 s). One deadline covers both waits now."""
+def test_a_writer_waiting_for_the_lock_writes_once_it_is_free(tmp_path: Path) -> None:
+    """Writers queue on SQLite's own lock: one that comes while another holds it writes when that one ends."""
+    db = tmp_path / "r.db"
+    store = Store.open(f"sqlite:///{db}", busy_timeout=30)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    written: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            store.probe_write()
+            written.append(None)
+        except BaseException as exc:  # the test reports it
+            written.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.2)
+    assert written == []  # still waiting for the lock
+    other.execute("ROLLBACK")
+    other.close()
+    writer.join(30)
+    assert written == [None]
+    store.close()
+
+
+def test_every_waiting_writer_gets_503_within_one_bound(tmp_path: Path) -> None:
+    """Issue 24, finding 9, with SQLite's lock alone: the busy timeout is the one bound on every wait of a writer,
+    for a connection of its process and for the lock, however many writers of however many workers wait. More
+    threads than one worker's connections (SQLAlchemy's pool: 5 + 10) wait here, in two workers."""
     bound = 2.0
     db = tmp_path / "r.db"
     first, second = (Store.open(f"sqlite:///{db}", busy_timeout=bound) for _ in range(2))  # two workers
-    other = sqlite3.connect(db, isolation_level=None)  # not remediate: it holds SQLite's lock, not the lock file
-    other.execute("BEGIN IMMEDIATE")
-    outcome: list[BaseException] = []
+    waited: list[float] = []
+    outcomes: list[BaseException | None] = []
+    mutex = threading.Lock()
 
-    def write_first() -> None:
-        try:
-            first.probe_write()
-        except StoreBusy as exc:
-            outcome.append(exc)
-
-    ahead = threading.Thread(target=write_first)
-    try:
-        ahead.start()  # takes the lock file, then waits `bound` for SQLite's lock
-        time.sleep(bound / 4)
+    def write(store: Store) -> None:
         started = time.monotonic()
-        with pytest.raises(StoreBusy):
-            second.probe_write()  # waits for the lock file until `ahead` gives up, then for SQLite's lock
-        waited = time.monotonic() - started
-        # Two bounds: 1.75 x bound; one: bound (plus what a loaded host adds, far under 0.5 x bound).
-        assert waited < 1.5 * bound, waited
-    finally:
-        ahead.join()
-        other.execute("ROLLBACK")
-        other.close()
-    assert len(outcome) == 1  # the first writer got StoreBusy too
+        try:
+            store.probe_write()
+            outcome: BaseException | None = None
+        except BaseException as exc:  # the test reports it
+            outcome = exc
+        with mutex:
+            waited.append(time.monotonic() - started)
+            outcomes.append(outcome)
+
+    writers = [threading.Thread(target=write, args=(store,)) for store in [first] * 20 + [second] * 4]
+    with _lock_held_by_another_process(db):
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(10 * bound)
+    assert len(outcomes) == len(writers)
+    assert all(isinstance(outcome, StoreBusy) for outcome in outcomes), outcomes
+    # Two bounds would be 2 x bound; one: bound (plus what a loaded host adds, far under 0.5 x bound).
+    assert max(waited) < 1.5 * bound, waited
     first.close()
     second.close()
 
@@ -111,8 +150,7 @@ def test_the_lock_file_and_sqlites_own_lock_share_one_bound(tmp_path: Path) -> N
 def test_opening_a_locked_database_whose_schema_is_current_does_not_wait(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     Store.open(f"sqlite:///{db}").close()
-    with open(f"{db}-writelock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # this process's own other open file: a separate flock
+    with _lock_held_by_another_process(db):
         started = time.monotonic()
         store = Store.open(f"sqlite:///{db}", busy_timeout=5)
         assert time.monotonic() - started < 1.0
@@ -140,8 +178,10 @@ def test_database_files_are_created_private(tmp_path: Path) -> None:
         db = tmp_path / "r.db"
         store = Store.open(f"sqlite:///{db}")
         store.probe_write()
-        for name in ("r.db", "r.db-wal", "r.db-shm", "r.db-writelock"):
+        for name in ("r.db", "r.db-wal", "r.db-shm"):
             assert _mode(tmp_path / name) == 0o600, name
+        # Writers queue on SQLite's own lock: no lock file of remediate's beside the database.
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["r.db", "r.db-room", "r.db-shm", "r.db-wal"]
         store.close()
     finally:
         os.umask(old)
@@ -150,11 +190,12 @@ def test_database_files_are_created_private(tmp_path: Path) -> None:
 def test_existing_world_readable_database_files_are_made_private_at_open(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     Store.open(f"sqlite:///{db}").close()
-    for name in ("r.db", "r.db-writelock"):
+    for name in ("r.db", "r.db-room"):
+        (tmp_path / name).touch()
         os.chmod(tmp_path / name, 0o644)
     Store.open(f"sqlite:///{db}").close()
     assert _mode(db) == 0o600
-    assert _mode(tmp_path / "r.db-writelock") == 0o600
+    assert _mode(tmp_path / "r.db-room") == 0o600
 
 
 def test_the_agent_state_file_is_private(tmp_path: Path) -> None:
@@ -164,8 +205,13 @@ def test_the_agent_state_file_is_private(tmp_path: Path) -> None:
     try:
         store, memory = open_memory(tmp_path / "state" / "agent.db")
         memory.remember("k", {"v": 1}, run_id=1)
-        for name in ("agent.db", "agent.db-wal", "agent.db-shm", "agent.db-writelock"):
+        for name in ("agent.db", "agent.db-wal", "agent.db-shm"):
             assert _mode(tmp_path / "state" / name) == 0o600, name
+        assert sorted(path.name for path in (tmp_path / "state").iterdir()) == [
+            "agent.db",
+            "agent.db-shm",
+            "agent.db-wal",
+        ]
         store.close()
     finally:
         os.umask(old)
