@@ -72,7 +72,10 @@ class SqliteDialect(Dialect):
         writer queued behind it, wait while it copies pages and syncs the file (the 100 alerts/s p99)."""
         # `pool` is for server databases: SQLite's connections are files opened per thread as needed. A thread
         # that finds them all in use waits at most the busy timeout (Database.write bounds both waits by one).
-        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout}, pool_timeout=busy_timeout)
+        # An in-memory database has one connection (SQLAlchemy's SingletonThreadPool), so no pool to wait for.
+        in_memory = sa.make_url(url).database in (None, "", ":memory:")
+        pool_wait = {} if in_memory else {"pool_timeout": busy_timeout}
+        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout}, **pool_wait)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_connection: Any, _record: Any) -> None:
