@@ -23,6 +23,7 @@ import pytest
 from remediate.training import TrainingControl
 from remediate.training.protocol import APPLIED, JobPaths, atomic_write_json, this_host
 from tests.support.training import deliver, wait_for_ack
+from tests.support.waiting import scaled, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "plain_job.py"
@@ -48,20 +49,15 @@ class Job:
         return [e for e in events if e["event"] == name]
 
     def wait_for(self, name: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = self.events(name)
-            if len(found) >= count:
-                return found
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no {name!r} event (exit code {self.proc.poll()}):\n{self.text()[-3000:]}")
+        wait_until(lambda: len(self.events(name)) >= count or self.proc.poll() is not None, timeout, interval=0.02)
+        found = self.events(name)
+        assert len(found) >= count, f"no {name!r} event (exit code {self.proc.poll()}):\n{self.text()[-3000:]}"
+        return found
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(10)
+        self.proc.wait(scaled(10))
         self._out.close()
 
 
@@ -92,7 +88,7 @@ def test_a_second_live_process_cannot_take_the_job_name_and_the_ack_names_the_pi
     paths = JobPaths(root, "j1")
 
     second = spawn("j1")
-    assert second.proc.wait(15) == 2, second.text()
+    assert second.proc.wait(scaled(15)) == 2, second.text()
     refusal = second.text()
     assert f"REFUSED job name 'j1' is already taken on control root {root}" in refusal
     assert f"process {first.proc.pid} on host {this_host()}" in refusal
@@ -107,7 +103,7 @@ def test_a_second_live_process_cannot_take_the_job_name_and_the_ack_names_the_pi
 
     # A crashed holder leaves its job.json behind; the name is free again and the next process takes it over.
     os.kill(first.proc.pid, signal.SIGKILL)
-    first.proc.wait(10)
+    first.proc.wait(scaled(10))
     assert paths.read_registration().pid == first.proc.pid
     third = spawn("j1")
     third.wait_for("registered")
@@ -157,10 +153,8 @@ def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied
     assert ack.status == APPLIED, ack.detail
     assert ack.result["lr_before"] == [0.01] and ack.result["lr_after"] == [0.005]
     assert ack.acked_at - cut.created_at < 1.5  # one slow batch, not the whole skip
-    deadline = time.monotonic() + 2.0  # job.json shows it at the next heartbeat (0.2 s), skipping or not
-    while JobPaths(root, "slow").read_registration().lr != (0.005,) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert JobPaths(root, "slow").read_registration().lr == (0.005,)
+    # job.json shows it at the next heartbeat (0.2 s), skipping or not
+    wait_until(lambda: JobPaths(root, "slow").read_registration().lr == (0.005,), 2.0, message="lr in job.json")
 
 
 # --------------------------------------------------------------------------- issue 24, finding 12
@@ -240,7 +234,7 @@ def test_closed_and_dead_jobs_control_directories_do_not_stay_forever(spawn: Any
     dead = spawn("dead-job")
     dead.wait_for("registered")
     os.kill(dead.proc.pid, signal.SIGKILL)
-    dead.proc.wait(10)
+    dead.proc.wait(scaled(10))
     _age(root, "dead-job", last_poll_at=now - 8 * 24 * 3600)
     # A live job that has not polled for a week (hung): it holds its lock, so it stays.
     hung = TrainingControl("hung-job", root=root, wake_signal=None).register()

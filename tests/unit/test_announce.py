@@ -18,8 +18,8 @@ from remediate.announce import FAILED, SENT, Announcer, announcing_actions
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.playbooks import PlaybookSet, parse_playbook
-from tests.support.realsystems import wait_until
 from tests.support.stores import STORES, AnyStore, rows
+from tests.support.waiting import wait_until
 
 T0 = 1_800_000_000.0
 pytestmark = pytest.mark.parametrize("store", STORES, indirect=True)

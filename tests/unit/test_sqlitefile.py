@@ -16,6 +16,7 @@ import pytest
 
 from remediate.errors import StoreBusy
 from remediate.sqlitefile import BACKGROUND_YIELD_MAX_S, WriteLock
+from tests.support.waiting import scaled
 
 # A writer in another process: waits for the lock (foreground), then prints when it got it and holds it a while.
 WAITER = """
@@ -66,7 +67,7 @@ def _stop(*processes: subprocess.Popen[str]) -> None:
 
 
 def _wait_until(condition: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.002)
