@@ -124,7 +124,7 @@ def test_other_job_names_on_the_same_root_are_independent(spawn: Any) -> None:
 def test_a_checkpoint_saved_during_the_spike_is_not_restored_without_any_threshold(spawn: Any) -> None:
     """The field case: checkpoints at loss ~2, then one saved during the spike at 133.2; no good_loss_below."""
     root: Path = spawn.root
-    job = spawn("spiky", "--checkpoint-every", "5", "--spike-at", "20", "--max-seconds", "30")
+    job = spawn("spiky", "--checkpoint-every", "5", "--spike-at", "20", "--max-seconds", str(scaled(30)))
     marks = job.wait_for("checkpoint", count=5)
     assert [(c["step"], c["loss"], c["good"]) for c in marks[:5]] == [
         (5, 2.01, True), (10, 2.0, True), (15, 2.02, True), (20, 133.2, False), (25, 133.2, False)
@@ -142,7 +142,7 @@ def test_a_checkpoint_saved_during_the_spike_is_not_restored_without_any_thresho
 def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied_at_once(spawn: Any) -> None:
     """0.3 s per batch and 100 batches to skip: before the fix the cut waited ~30 s and expired."""
     root: Path = spawn.root
-    job = spawn("slow", "--batch-seconds", "0.3", "--checkpoint-every", "2", "--max-seconds", "40")
+    job = spawn("slow", "--batch-seconds", "0.3", "--checkpoint-every", "2", "--max-seconds", str(scaled(40)))
     job.wait_for("checkpoint")
     rollback = deliver(root, "slow", "rollback", {"checkpoint": "latest", "skip_batches": 100})
     assert wait_for_ack(root, "slow", rollback.id).status == APPLIED
@@ -171,13 +171,23 @@ def test_a_restarted_job_keeps_its_new_checkpoints_and_never_rolls_back_into_the
     deleted as they were written, the index kept the old run's, and a rollback found nothing (or the old weights)."""
     root: Path = spawn.root
     directory = tmp_path / "ckpt-restarted"
-    old = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--max-seconds", "60")
+    old = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--max-seconds", str(scaled(60)))
     old_run = old.wait_for("registered")[0]["run"]
     old.wait_for("checkpoint", count=8, timeout=30)
     old.stop()  # killed: the control and the index stay as they were
     assert sorted(p.name for p in directory.glob("w-*.json"))[-1] >= "w-000040.json"
 
-    new = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--batch-seconds", "0.1", "--max-seconds", "60")
+    new = spawn(
+        "restarted",
+        "--checkpoint-every",
+        "5",
+        "--keep",
+        "3",
+        "--batch-seconds",
+        "0.1",
+        "--max-seconds",
+        str(scaled(60)),
+    )
     new_run = new.wait_for("registered")[0]["run"]
     assert new_run != old_run
     new.wait_for("checkpoint", count=2, timeout=30)
@@ -203,7 +213,7 @@ def test_a_restarted_job_keeps_its_new_checkpoints_and_never_rolls_back_into_the
     new.stop()
 
     # A resume from the newest checkpoint continues that lineage: its checkpoints stay rollback candidates.
-    resumed = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--resume", "--max-seconds", "60")
+    resumed = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--resume", "--max-seconds", str(scaled(60)))
     third_run = resumed.wait_for("registered")[0]["run"]
     start = resumed.wait_for("resumed")[0]["step"]
     assert start > 40 and resumed.wait_for("loaded")[0]["run"] == new_run
