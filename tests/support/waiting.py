@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 __all__ = ["SCALE", "SCALE_VARIABLE", "scaled", "wait_until"]
@@ -34,7 +34,7 @@ class TimeScaleError(ValueError):
     """REMEDIATE_TEST_TIME_SCALE is set to something that is not a positive number."""
 
 
-def read_scale(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
+def read_scale(environ: Mapping[str, str] = os.environ) -> float:
     """The scale the environment asks for: 1 when unset, else a finite number > 0."""
     raw = environ.get(SCALE_VARIABLE, "").strip()
     if not raw:
