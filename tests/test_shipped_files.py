@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import subprocess
 from pathlib import Path
@@ -95,7 +96,22 @@ def _webhook_view(tmp_path: Path) -> object:
     settings = Settings(token="t" * 32, playbooks=ROOT / "playbooks", database_url=f"sqlite:///{tmp_path}/r.db")
     app = create_app(settings, services=build_services(settings))
     (endpoint,) = [r.endpoint for r in app.url_map.iter_rules() if r.rule == "/webhook" and "POST" in r.methods]
-    return app.view_functions[endpoint]
+    return _unwrapped(app.view_functions[endpoint])
+
+
+def _unwrapped(view: object) -> object:
+    """The view under its decorators: `__wrapped__` (functools.wraps), or the function of the same name that
+    a decorator's closure holds (`server._requires` copies the name only)."""
+    while True:
+        inner = getattr(view, "__wrapped__", None)
+        if inner is None:
+            cells = getattr(view, "__closure__", None) or ()
+            name = getattr(view, "__name__", None)
+            held = (cell.cell_contents for cell in cells)
+            inner = next((f for f in held if inspect.isfunction(f) and f.__name__ == name), None)
+        if inner is None:
+            return view
+        view = inner
 
 
 def _is_or_defines(found: object, view: object) -> bool:
