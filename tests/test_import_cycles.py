@@ -134,4 +134,4 @@ def test_agent_server_and_serve_share_one_gunicorn_application() -> None:
         for name, path in MODULES.items()
         if "BaseApplication" in path.read_text(encoding="utf-8") or "gunicorn.arbiter" in path.read_text("utf-8")
     ]
-    assert users == ["remediate.serving"]
+    assert len(users) == 1, users  # one module builds the gunicorn applications of both commands

@@ -17,6 +17,8 @@ from pathlib import Path
 import grimp
 import pytest
 
+from tests.support.waiting import scaled
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "remediate"
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
@@ -31,7 +33,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
 

@@ -22,8 +22,9 @@ from remediate.executor import Executor
 from remediate.playbooks import parse_playbook
 from remediate.store import Store
 from remediate.templating import render_params
-from tests.support.realsystems import MetricsEndpoint, Prometheus, free_port, wait_until
+from tests.support.realsystems import MetricsEndpoint, Prometheus, free_port
 from tests.support.store_json import run_json_of
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -265,7 +266,7 @@ def test_a_dip_inside_the_window_breaks_it_and_holds_since_starts_after_it(
     metrics.set("check_gpu_healthy", 1, {"Hostname": "node-dip"})
     wait_until(lambda: prom.query('check_gpu_healthy{Hostname="node-dip"} == 1'), 10, message="no scrape")
 
-    evaluation = action.evaluate('check_gpu_healthy{Hostname="node-dip"} == 1', 30.0, 1.0, timeout=5)
+    evaluation = action.evaluate('check_gpu_healthy{Hostname="node-dip"} == 1', 30.0, 1.0, timeout=scaled(5))
 
     assert (evaluation.holds_now, evaluation.held) == (True, False)
     assert evaluation.holds_since is not None

@@ -22,8 +22,8 @@ import requests
 
 from remediate.agentauth import sign
 from tests.support.processes import child_pids
-from tests.support.realsystems import wait_until
 from tests.support.server import NodeAgent, agent_credential
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -55,7 +55,7 @@ def test_the_agent_is_one_process_that_never_loads_sqlalchemy_the_store_or_kuber
                 "Content-Type": "application/json",
                 "Authorization": sign(agent_credential("node-a"), "node-a", "POST", path, body),
             },
-            timeout=10,
+            timeout=scaled(10),
         )
         assert answer.status_code == 200, answer.text
         assert agent.limits()[0] == 560_000
@@ -71,7 +71,7 @@ def test_the_agent_is_one_process_that_never_loads_sqlalchemy_the_store_or_kuber
 
         os.kill(agent.pid, signal.SIGHUP)  # a closed terminal: nothing to reload, it serves on
         time.sleep(0.5)  # a SIGHUP at its default would have ended it at once; nothing to wait for otherwise
-        assert agent.running and requests.get(f"{agent.url}/readyz", timeout=5).status_code == 200
+        assert agent.running and requests.get(f"{agent.url}/readyz", timeout=scaled(5)).status_code == 200
 
         started = time.monotonic()
         os.kill(agent.pid, signal.SIGTERM)  # a graceful stop, as kubelet's

@@ -24,6 +24,7 @@ import requests
 from remediate.gpu.simulator import SimulatedBackend
 from tests.support.realsystems import AlertManager
 from tests.support.server import AGENT_TOKEN, HasLogTail, NodeAgent, RemediateServer, agent_credential
+from tests.support.waiting import scaled
 
 pytestmark = [pytest.mark.integration]
 
@@ -155,7 +156,7 @@ def test_each_node_step_runs_on_the_agent_of_its_node_and_the_history_says_where
             "Content-Type": "application/json",
             "Authorization": sign(agent_credential("node-a"), "node-b", "POST", "/v1/steps/execute", body),
         },
-        timeout=10,
+        timeout=scaled(10),
     )
     assert forged.status_code == 401
     assert set(node_b.limits().values()) == {DEFAULT_MW}

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.realsystems import AlertManager, WebhookRecorder, free_port, wait_until
+from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
 from tests.support.server import WAIT, RemediateServer, scrape_metric, write_playbook
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -169,7 +170,7 @@ def test_resent_group_makes_exactly_one_run(
     )
     am.stop()
     delivered = len(recorder.requests)  # notify.webhook POSTs (from remediate, not from AlertManager)
-    time.sleep(0.3)  # a request AlertManager had in flight when it stopped
+    time.sleep(scaled(0.3))  # a request AlertManager had in flight when it stopped
 
     entries = server.history(alertname=alertname)
     n = len(entries)
@@ -192,7 +193,7 @@ def test_resent_group_makes_exactly_one_run(
 
 def _cluster_members(am: AlertManager) -> int:
     try:
-        status = requests.get(f"{am.url}/api/v2/status", timeout=2).json()
+        status = requests.get(f"{am.url}/api/v2/status", timeout=scaled(2)).json()
     except requests.RequestException:
         return 0
     return len(status.get("cluster", {}).get("peers") or [])

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from remediate.durations import parse_duration
+from tests.support.waiting import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "alertmanager" / "alertmanager.yml"
@@ -58,7 +59,7 @@ def _amtool_routes(*labels: str) -> str:
         ["amtool", "config", "routes", "test", f"--config.file={CONFIG}", *labels],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=scaled(30),
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr

@@ -13,8 +13,9 @@ import pytest
 import requests
 
 from tests.actions.test_notify_chat import check_slack_shape
-from tests.support.realsystems import WebhookRecorder, wait_until
+from tests.support.realsystems import WebhookRecorder
 from tests.support.server import RemediateServer, notification, write_playbook
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -60,7 +61,7 @@ def xid(host: str, fingerprint: str) -> dict[str, object]:
 
 def approve(server: RemediateServer, run_id: int) -> None:
     response = requests.post(
-        f"{server.url}/runs/{run_id}/approve", json={"by": "alice"}, headers=server.auth, timeout=10
+        f"{server.url}/runs/{run_id}/approve", json={"by": "alice"}, headers=server.auth, timeout=scaled(10)
     )
     assert response.status_code == 200, response.text
 

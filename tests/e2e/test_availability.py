@@ -28,8 +28,9 @@ import pytest
 import requests
 
 from tests.support.processes import child_pids
-from tests.support.realsystems import WebhookRecorder, wait_until
+from tests.support.realsystems import WebhookRecorder
 from tests.support.server import HasLogTail, NodeAgent, RemediateServer, notification, write_playbook
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -61,7 +62,7 @@ class SlowClients:
             thread.start()
             self._threads.append(thread)
         for _ in range(self.count):
-            assert self.connected.acquire(timeout=10), "could not open the slow connections"
+            assert self.connected.acquire(timeout=scaled(10)), "could not open the slow connections"
         return self
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
@@ -94,20 +95,18 @@ class SlowClients:
 
 def _timed_get(url: str, **kwargs: object) -> tuple[int, float]:
     started = time.monotonic()
-    response = requests.get(url, timeout=10, **kwargs)  # type: ignore[arg-type]
+    response = requests.get(url, timeout=scaled(10), **kwargs)  # type: ignore[arg-type]
     return response.status_code, time.monotonic() - started
 
 
 def _executor_pid(server: RemediateServer, timeout: float = 10.0) -> int:
     """The newest executor process's pid, once the master has logged its start (it forks it in its loop,
     just after the HTTP workers: on a loaded machine that can come after the server answers)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pids = re.findall(r"Started the executor process \(pid: (\d+)", server.log_path.read_text())
-        if pids or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert pids, server.log_tail()
+    pids = wait_until(
+        lambda: re.findall(r"Started the executor process \(pid: (\d+)", server.log_path.read_text()),
+        timeout,
+        message=f"no executor process started; log:\n{server.log_tail()}",
+    )
     return int(pids[-1])
 
 
@@ -226,7 +225,7 @@ def test_deleting_the_database_under_a_running_server_gives_503_not_a_lost_200(
     # "deleted", or "replaced" when another connection (the executor process's) has since created an
     # empty file at the path: either way the store refuses to write to a file nobody will read again.
     assert re.search(r"was (deleted|replaced)", response.json()["message"]), response.text
-    ready = requests.get(f"{server.url}/readyz", timeout=5)
+    ready = requests.get(f"{server.url}/readyz", timeout=scaled(5))
     assert ready.status_code == 503, ready.text
 
 
@@ -235,7 +234,7 @@ def test_a_store_locked_by_another_process_gives_503_within_the_bound(
 ) -> None:
     write_playbook(playbooks_dir, "slow", _playbook(recorder))
     server = start_server(env=env)
-    assert requests.get(f"{server.url}/readyz", timeout=5).status_code == 200
+    assert requests.get(f"{server.url}/readyz", timeout=scaled(5)).status_code == 200
 
     # Another process holds SQLite's write lock (a program that is not remediate, e.g. the sqlite3 shell, or
     # another writer stuck in a long transaction): every writer queues on that lock alone.
@@ -246,7 +245,7 @@ def test_a_store_locked_by_another_process_gives_503_within_the_bound(
     finally:
         other.execute("ROLLBACK")
         other.close()
-    assert requests.get(f"{server.url}/readyz", timeout=5).status_code == 200
+    assert requests.get(f"{server.url}/readyz", timeout=scaled(5)).status_code == 200
     assert server.post_webhook(notification("E2ESlowNotify", {"Hostname": "node-a"})).status_code == 200
 
 
@@ -265,11 +264,9 @@ def test_sigterm_lets_the_executor_process_finish_its_step_and_stops_everything(
     write_playbook(playbooks_dir, "slow", _playbook(recorder))
     recorder.delay = 2.0
     server = start_server(env=env, executor_threads=3)
-    deadline = time.monotonic() + 10  # the master forks the executor in its loop, just after the HTTP workers
     started_line = r"Started the executor process \(pid: \d+, 3 threads\)"
-    while not re.search(started_line, server.log_path.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert re.search(started_line, server.log_path.read_text())
+    # The master forks the executor in its loop, just after the HTTP workers.
+    wait_until(lambda: re.search(started_line, server.log_path.read_text()), 10, message=server.log_tail())
     executor = _executor_pid(server)
     [run_id] = server.post_webhook(notification("E2ESlowNotify", {"Hostname": "node-a"})).json()["runs"]
     recorder.wait_for(timeout=10)

@@ -28,9 +28,10 @@ from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
-from tests.support.realsystems import WebhookRecorder, wait_until
+from tests.support.realsystems import WebhookRecorder
 from tests.support.server import RemediateServer, notification, write_playbook
 from tests.support.store_json import run_json_of
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -215,7 +216,7 @@ def test_a_sigstopped_executor_loses_its_run_after_the_lease_and_nothing_is_done
     finally:
         os.kill(child.pid, signal.SIGCONT)
         child.terminate()
-        child.wait(5)
+        child.wait(scaled(5))
         if child.stdout is not None:
             child.stdout.close()
         other.stop(timeout=5)

@@ -16,8 +16,9 @@ import pytest
 import requests
 
 from tests.support.postgres import PostgresCluster
-from tests.support.realsystems import WebhookRecorder, wait_until
+from tests.support.realsystems import WebhookRecorder
 from tests.support.server import WAIT, HasLogTail, RemediateServer, notification, write_playbook
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -84,7 +85,7 @@ def test_a_database_outage_is_503_and_unready_and_the_server_recovers_by_itself(
     late = notification("E2EOutageLog", {"Hostname": "node-b"}, fingerprint="b" * 16)
     with own_postgres.down():
         refused = server.post_webhook(late)
-        unready = requests.get(f"{server.url}/readyz", timeout=10)
+        unready = requests.get(f"{server.url}/readyz", timeout=scaled(10))
         # The step ends while the database is down: its outcome cannot be recorded.
         wait_until(
             lambda: f"run {in_flight}: the store failed under it" in server.log_tail(400),
@@ -100,7 +101,7 @@ def test_a_database_outage_is_503_and_unready_and_the_server_recovers_by_itself(
     retried = server.post_webhook(late)
     assert retried.status_code == 200, retried.text
     assert retried.json()["decisions"] == {"accepted": 1}
-    assert requests.get(f"{server.url}/readyz", timeout=10).status_code == 200
+    assert requests.get(f"{server.url}/readyz", timeout=scaled(10)).status_code == 200
     done = server.wait_for_run(status="succeeded", alertname="E2EOutageLog")
     assert done["target"] == "node-b"
 

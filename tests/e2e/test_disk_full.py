@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.support.realsystems import WebhookRecorder, wait_until
+from tests.support.realsystems import WebhookRecorder
 from tests.support.server import WAIT, HasLogTail, RemediateServer, notification, write_playbook
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -92,7 +93,7 @@ def fill(directory: Path) -> Path:
 def truncate_log(db: Path) -> None:
     """Checkpoint SQLite's write-ahead log into the file and truncate it to 0 bytes: the next commit needs fresh
     space for its log frames (as once the log has grown to what the disk holds)."""
-    with contextlib.closing(sqlite3.connect(db, timeout=10)) as conn:
+    with contextlib.closing(sqlite3.connect(db, timeout=scaled(10))) as conn:
         busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         assert busy == 0
 
@@ -138,7 +139,7 @@ def test_a_full_disk_is_503_and_unready_and_a_run_whose_end_was_not_recorded_fin
         )
         late = notification("E2EDiskFullLog", {"Hostname": "node-b"}, fingerprint="b" * 16)
         refused = server.post_webhook(late)
-        unready = requests.get(f"{server.url}/readyz", timeout=10)
+        unready = requests.get(f"{server.url}/readyz", timeout=scaled(10))
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"] == "store_unavailable"
         assert "full" in refused.json()["message"]
@@ -155,7 +156,7 @@ def test_a_full_disk_is_503_and_unready_and_a_run_whose_end_was_not_recorded_fin
     assert step["status"] == "succeeded"
     assert [a["outcome"] for a in step["attempts"]] == ["succeeded"]
     assert len(recorder.requests) == 1  # sent once, and recorded as sent
-    wait_until(lambda: requests.get(f"{server.url}/readyz", timeout=10).status_code == 200, WAIT)
+    wait_until(lambda: requests.get(f"{server.url}/readyz", timeout=scaled(10)).status_code == 200, WAIT)
     retried = server.post_webhook(late)
     assert retried.status_code == 200, retried.text
     assert server.wait_for_run(status="succeeded", alertname="E2EDiskFullLog")["target"] == "node-b"

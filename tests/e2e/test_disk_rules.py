@@ -15,6 +15,7 @@ from remediate.engine import Engine
 from remediate.playbooks import load_directory, load_playbooks
 from tests.conftest import alert_payload, notification_payload
 from tests.support.realsystems import PROMTOOL
+from tests.support.waiting import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alertmanager" / "rules" / "disk.rules.yml"
@@ -22,7 +23,7 @@ RULES_TEST = ROOT / "alertmanager" / "rules" / "disk.rules.test.yml"
 
 
 def _promtool(*args: str) -> str:
-    result = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=scaled(60), check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"promtool {' '.join(args)} failed (rc={result.returncode}):\n{output}"
     return output

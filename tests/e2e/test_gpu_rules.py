@@ -22,6 +22,7 @@ from remediate.engine import Engine
 from remediate.playbooks import load_playbooks
 from tests.support.realsystems import PROMTOOL
 from tests.support.server import notification
+from tests.support.waiting import scaled
 
 pytestmark = [pytest.mark.integration]
 
@@ -41,7 +42,7 @@ ACTING_PLAYBOOK = {
 
 def _promtool(*args: str) -> str:
     command = [PROMTOOL, *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=scaled(60), check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"{' '.join(command)} failed (rc={result.returncode}):\n{output}"
     return output

@@ -16,8 +16,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import dashboard
-from tests.support.realsystems import Prometheus, WebhookRecorder, free_port, wait_until
+from tests.support.realsystems import Prometheus, WebhookRecorder, free_port
 from tests.support.server import AGENT_TOKEN, RemediateServer, notification, write_playbook
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -88,7 +89,7 @@ def handle_a_few_alerts(server: RemediateServer) -> tuple[dict[str, Any], dict[s
 
 
 def exported_families(server: RemediateServer) -> set[str]:
-    text = requests.get(f"{server.url}/metrics", timeout=5).text
+    text = requests.get(f"{server.url}/metrics", timeout=scaled(5)).text
     names = set()
     for family in text_string_to_metric_families(text):
         names.add(family.name)
@@ -135,11 +136,11 @@ def test_each_executed_run_is_annotated_in_grafana_and_the_dashboards_queries_pa
 
         refused = []
         for query in dashboard.queries(dashboard.load()):
-            response = requests.get(f"{prom.url}/api/v1/query", params={"query": query.promql}, timeout=5)
+            response = requests.get(f"{prom.url}/api/v1/query", params={"query": query.promql}, timeout=scaled(5))
             if response.status_code != 200 or response.json()["status"] != "success":
                 refused.append((query.panel, query.promql, response.status_code, response.text[:300]))
         for selector in dashboard.variable_selectors(dashboard.load()):
-            response = requests.get(f"{prom.url}/api/v1/series", params={"match[]": selector}, timeout=5)
+            response = requests.get(f"{prom.url}/api/v1/series", params={"match[]": selector}, timeout=scaled(5))
             if response.status_code != 200 or not response.json()["data"]:
                 refused.append(("variable", selector, response.status_code, response.text[:300]))
         assert refused == []

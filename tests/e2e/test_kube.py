@@ -24,8 +24,9 @@ import yaml
 
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
-from tests.support.realsystems import AlertManager, WebhookRecorder, wait_until
+from tests.support.realsystems import AlertManager, WebhookRecorder
 from tests.support.server import TOKEN, RemediateServer
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -150,7 +151,7 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
         [sys.executable, "-m", "remediate", "breaker", "status", "--server", server.url, "--json"],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=scaled(30),
         env=env,
         check=False,
     )
@@ -220,7 +221,7 @@ def test_a_storm_trips_the_breaker_which_stays_open_until_reset(
         ],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=scaled(30),
         env=env,
         check=False,
     )

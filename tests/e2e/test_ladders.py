@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, check_rules, wait_until
+from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, check_rules
 from tests.support.server import WAIT, RemediateServer, notification, write_playbook
 from tests.support.service import ServiceProxy
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -248,4 +249,4 @@ def test_two_replicas_on_postgresql_agree_on_the_rung(
     (ladder,) = views[0]
     assert (ladder["rung"], ladder["name"], [c["rung"] for c in ladder["climb"]]) == (3, "cordon", [1, 2, 3])
     assert ladder_runs(replicas[0], "E2ELadder") == ladder_runs(replicas[1], "E2ELadder")
-    assert requests.get(f"{replicas[1].url}/ladders", timeout=5).status_code == 401
+    assert requests.get(f"{replicas[1].url}/ladders", timeout=scaled(5)).status_code == 401

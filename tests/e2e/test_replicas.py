@@ -28,9 +28,10 @@ import requests
 from remediate.executor import heartbeat_interval
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
-from tests.support.realsystems import AlertManager, WebhookRecorder, free_port, wait_until
+from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
 from tests.support.server import WAIT, RemediateServer, write_playbook
 from tests.support.service import ServiceProxy
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -127,7 +128,7 @@ class Deployment:
 
 def _cluster_members(am: AlertManager) -> int:
     try:
-        status = requests.get(f"{am.url}/api/v2/status", timeout=2).json()
+        status = requests.get(f"{am.url}/api/v2/status", timeout=scaled(2)).json()
     except requests.RequestException:
         return 0
     return len(status.get("cluster", {}).get("peers") or [])

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from remediate.store import Store
-from tests.support.realsystems import wait_until
 from tests.support.server import HasLogTail, RemediateServer, notification, write_playbook
 from tests.support.stores import rows
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 

@@ -10,9 +10,9 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.store import Store
-from tests.support.realsystems import wait_until
 from tests.support.retention import fill
 from tests.support.server import RemediateServer, write_playbook
+from tests.support.waiting import wait_until
 
 DAY = 86400.0
 PLAYBOOK = """\

@@ -18,9 +18,10 @@ import pytest
 import requests
 
 from remediate.store import LoginThrottle
-from tests.support.realsystems import AlertManager, wait_until
+from tests.support.realsystems import AlertManager
 from tests.support.server import TOKEN as TOKEN_OF_HARNESS
 from tests.support.server import WAIT, RemediateServer, write_playbook
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -60,7 +61,7 @@ def test_alertmanagers_webhook_token_delivers_but_cannot_approve_pause_or_reset(
 
     def post(path: str, token: str) -> requests.Response:
         return requests.post(
-            server.url + path, json={"by": "mallory"}, headers={"Authorization": f"Bearer {token}"}, timeout=10
+            server.url + path, json={"by": "mallory"}, headers={"Authorization": f"Bearer {token}"}, timeout=scaled(10)
         )
 
     for path in (f"/runs/{entry['run_id']}/approve", "/pause", "/breaker/reset"):
@@ -81,11 +82,14 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 def ui_login(server: RemediateServer, token: str) -> requests.Session:
     """A browser's login through the form (its CSRF token, then the token); the session keeps the cookie."""
     browser = requests.Session()
-    form = browser.get(server.url + "/ui/login", timeout=10)
+    form = browser.get(server.url + "/ui/login", timeout=scaled(10))
     found = CSRF.search(form.text)
     assert found is not None, form.text[:300]
     answer = browser.post(
-        server.url + "/ui/login", data={"token": token, "csrf_token": found.group(1)}, allow_redirects=False, timeout=10
+        server.url + "/ui/login",
+        data={"token": token, "csrf_token": found.group(1)},
+        allow_redirects=False,
+        timeout=scaled(10),
     )
     assert answer.status_code == 302, answer.text[:300]
     return browser
@@ -94,7 +98,7 @@ def ui_login(server: RemediateServer, token: str) -> requests.Session:
 def page_status(browser: requests.Session, server: RemediateServer) -> int:
     """A page with the browser's cookie, on a new connection (an old worker may still finish a kept-alive one)."""
     return requests.get(
-        server.url + "/ui/state", cookies=browser.cookies, allow_redirects=False, timeout=10
+        server.url + "/ui/state", cookies=browser.cookies, allow_redirects=False, timeout=scaled(10)
     ).status_code
 
 
@@ -121,7 +125,7 @@ def test_a_rotated_or_removed_token_ends_its_web_sessions_as_soon_as_the_server_
         try:
             return all(
                 requests.get(
-                    server.url + "/history", headers={"Authorization": f"Bearer {ALICE_ROTATED}"}, timeout=10
+                    server.url + "/history", headers={"Authorization": f"Bearer {ALICE_ROTATED}"}, timeout=scaled(10)
                 ).ok
                 for _ in range(4)
             )
@@ -148,15 +152,17 @@ def test_a_cookie_kept_from_before_the_logout_is_refused_by_every_worker(
 
     def replay() -> int:
         # A new connection each time (no session): the requests spread over both HTTP workers.
-        return requests.get(server.url + "/ui/state", cookies=kept, allow_redirects=False, timeout=10).status_code
+        return requests.get(
+            server.url + "/ui/state", cookies=kept, allow_redirects=False, timeout=scaled(10)
+        ).status_code
 
     assert replay() == 200
-    page = browser.get(server.url + "/ui/state", timeout=10)
+    page = browser.get(server.url + "/ui/state", timeout=scaled(10))
     found = CSRF.search(page.text)
     assert found is not None
 
     logout = browser.post(
-        server.url + "/ui/logout", data={"csrf_token": found.group(1)}, allow_redirects=False, timeout=10
+        server.url + "/ui/logout", data={"csrf_token": found.group(1)}, allow_redirects=False, timeout=scaled(10)
     )
 
     assert logout.status_code == 302
@@ -170,7 +176,7 @@ def test_two_hundred_rapid_failed_logins_are_throttled_across_the_workers(
     the HTTP workers throttle together: 10 are checked, the rest answer 429 with Retry-After, the right
     token included."""
     server = start_server(workers=2)
-    form = requests.get(server.url + "/ui/login", timeout=10)
+    form = requests.get(server.url + "/ui/login", timeout=scaled(10))
     found = CSRF.search(form.text)
     assert found is not None
 
@@ -181,7 +187,7 @@ def test_two_hundred_rapid_failed_logins_are_throttled_across_the_workers(
             data={"token": token, "csrf_token": found.group(1)},
             cookies=form.cookies,
             allow_redirects=False,
-            timeout=10,
+            timeout=scaled(10),
         )
 
     answers = [attempt(f"guess-{n:04d}-of-a-token-0000") for n in range(200)]

@@ -28,9 +28,10 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.realsystems import AlertManager, free_port, wait_until
+from tests.support.realsystems import AlertManager, free_port
 from tests.support.server import RemediateServer
 from tests.support.training import require
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -75,7 +76,7 @@ class Trainer:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(10)
+        self.proc.wait(scaled(10))
         self._out.close()
 
 
@@ -121,7 +122,7 @@ def _spike_and_remediation(
     entry = server.wait_for_run(lambda e: e["status"] in ("succeeded", "failed"), playbook="loss-spike", timeout=30)
     run = server.run(entry["run_id"])
     assert run["status"] == "succeeded", f"run {run['id']} failed: {run.get('error')}"
-    assert trainer.proc.wait(60) == 0, "the trainer did not finish cleanly"
+    assert trainer.proc.wait(scaled(60)) == 0, "the trainer did not finish cleanly"
     return entry, run, fired, spike_seen
 
 

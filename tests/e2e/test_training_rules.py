@@ -21,6 +21,7 @@ from remediate.engine import Engine
 from remediate.playbooks import load_playbooks
 from tests.support.realsystems import PROMTOOL
 from tests.support.server import notification
+from tests.support.waiting import scaled
 
 pytestmark = [pytest.mark.integration]
 
@@ -31,7 +32,7 @@ ACTING = {"TrainingLossSpike": "loss-spike", "TrainingLossNaN": "loss-nan"}
 
 
 def _promtool(*args: str) -> str:
-    result = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=scaled(60), check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"promtool {' '.join(args)} failed (rc={result.returncode}):\n{output}"
     return output

@@ -14,8 +14,8 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page
 
-from tests.support.realsystems import wait_until
 from tests.support.server import RemediateServer, notification, write_playbook
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -180,6 +180,6 @@ def test_the_read_token_sees_no_approve_button_and_a_forged_post_is_refused(
 
 def test_no_ui_serves_no_pages(start_server: Callable[..., RemediateServer], playbooks_dir: Path) -> None:
     server = _serve(start_server, playbooks_dir, REMEDIATE_UI="false")
-    assert requests.get(server.url + "/ui/", timeout=5).status_code == 404
-    assert requests.get(server.url + "/ui/login", timeout=5).status_code == 404
-    assert requests.get(server.url + "/history", headers=server.auth, timeout=5).status_code == 200
+    assert requests.get(server.url + "/ui/", timeout=scaled(5)).status_code == 404
+    assert requests.get(server.url + "/ui/login", timeout=scaled(5)).status_code == 404
+    assert requests.get(server.url + "/history", headers=server.auth, timeout=scaled(5)).status_code == 200

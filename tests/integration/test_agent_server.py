@@ -32,6 +32,7 @@ from tests.support.agent import (
     serve_agent,
     step_body,
 )
+from tests.support.waiting import scaled
 
 W = 1000
 
@@ -517,7 +518,7 @@ def _waiting_step(tmp_path: Path) -> tuple[AgentService, Waiter, FlaskClient, An
     pool = ThreadPoolExecutor(1)
     answer = pool.submit(post, app.test_client(), "execute", step_body("test.wait", {"word": "hi"}))
     pool.shutdown(wait=False)
-    assert waiter.started.wait(5)
+    assert waiter.started.wait(scaled(5))
     return service, waiter, app.test_client(), answer
 
 

@@ -31,6 +31,7 @@ from tests.support.http import (
     notification,
     real_firing,
 )
+from tests.support.waiting import scaled
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -130,7 +131,7 @@ def test_python_dash_m_remediate_help_works_as_a_real_process(tmp_path: Path) ->
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
 
@@ -941,13 +942,15 @@ def test_a_real_client_process_authenticates_to_a_real_server_with_remediate_tok
                 [sys.executable, "-m", "remediate", *args, "--server", server.url],
                 capture_output=True,
                 text=True,
-                timeout=60,
+                timeout=scaled(60),
                 env=env,
                 check=False,
             )
 
         paused = remediate("pause", "--reason", "token file", "--by", "dana")
-        state = requests.get(f"{server.url}/pause", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).json()
+        state = requests.get(
+            f"{server.url}/pause", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=scaled(10)
+        ).json()
         resumed = remediate("resume")
         history = remediate("history", "--json")
 

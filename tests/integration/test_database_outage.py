@@ -30,8 +30,8 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from tests.support.http import MakeServer, alert, notification
 from tests.support.postgres import PostgresCluster
-from tests.support.realsystems import wait_until
 from tests.support.stores import step_details
+from tests.support.waiting import scaled, wait_until
 
 T0 = 1_767_225_600.0
 
@@ -217,7 +217,7 @@ def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
         assert "Traceback" not in caplog.text
         assert "the store answers again" in caplog.text
     finally:
-        executor.stop(timeout=5)
+        executor.stop(timeout=scaled(5))
         store.close()
 
 
@@ -300,7 +300,7 @@ def test_runs_whose_writes_a_full_disk_refused_finish_once_the_fault_clears(
         assert "Traceback" not in caplog.text and "executor loop error" not in caplog.text
         assert "the store answers again" in caplog.text
     finally:
-        executor.stop(timeout=5)
+        executor.stop(timeout=scaled(5))
         store.close()
 
 
@@ -338,7 +338,7 @@ def test_serve_with_a_database_it_cannot_use_prints_one_line_and_exits(
         env={**os.environ, "REMEDIATE_TOKEN": "a-token-of-twenty-chars-or-more"},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert result.returncode == 2, result.stderr

@@ -33,6 +33,7 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
 from tests.support.postgres import PostgresCluster
 from tests.support.store_json import history_json_of, run_json_of
+from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 PAYLOADS = REPO / "tests" / "fixtures" / "payloads"
@@ -251,7 +252,7 @@ def test_the_libpq_url_form_works_from_a_real_process(tmp_path: Path, postgres: 
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         check=False,
     )
 

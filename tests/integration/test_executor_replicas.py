@@ -18,8 +18,8 @@ from remediate.actions.log import LogAction
 from remediate.engine import Engine, IngestResult
 from remediate.executor import Executor, heartbeat_interval
 from remediate.store import Store
-from tests.support.realsystems import wait_until
 from tests.support.store_json import run_json_of
+from tests.support.waiting import scaled, wait_until
 
 T0 = 1_767_225_600.0
 LEASE = 2.0
@@ -138,10 +138,10 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
     try:
         for replica in replicas:
             replica.start()
-        assert long_step.entered.wait(10)
+        assert long_step.entered.wait(scaled(10))
         owner = store.running_claims()[0].claimed_by
         beats: set[float] = set()
-        deadline = time.monotonic() + 2.5 * LEASE + 5
+        deadline = time.monotonic() + 2.5 * LEASE + scaled(5)
         while time.monotonic() < deadline and run_json_of(store, run_id)["status"] == "running":
             claims = store.running_claims()
             beats.update(c.heartbeat_at for c in claims if c.heartbeat_at is not None)
@@ -149,7 +149,7 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
         finished = run_json_of(store, run_id)
     finally:
         for replica in replicas:
-            replica.stop(timeout=5)
+            replica.stop(timeout=scaled(5))
         other_store.close()
 
     assert finished["status"] == "succeeded", finished["error"]
@@ -191,7 +191,7 @@ def test_two_replicas_with_four_threads_each_execute_every_queued_run_exactly_on
         wait_until(lambda: len(counted.runs) >= len(queued) and store.queue_depth()["running"] == 0, 20)
     finally:
         for replica in replicas:
-            replica.stop(timeout=5)
+            replica.stop(timeout=scaled(5))
         other_store.close()
 
     assert sorted(counted.runs) == sorted(queued)

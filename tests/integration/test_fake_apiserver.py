@@ -25,6 +25,7 @@ from remediate.kube import KubeClient, KubeError
 from tests.support.fake_apiserver import FakeKubeAPI, Rbac
 from tests.support.helm import ChartRbac, Helm, chart_rbac
 from tests.support.kube import FAST, context
+from tests.support.waiting import scaled
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def _raw(
         api.url + path,
         data=None if body is None else json.dumps(body),
         headers={"Authorization": f"Bearer {api.token}", "Content-Type": content_type},
-        timeout=5,
+        timeout=scaled(5),
     )
 
 
@@ -62,7 +63,7 @@ def test_the_client_authenticates_with_the_kubeconfig_token_and_others_get_401(
 ) -> None:
     kube_api.add_node("n1")
     assert [n.metadata.name for n in core.list_node().items] == ["n1"]
-    anonymous = requests.get(kube_api.url + "/api/v1/nodes", timeout=5)
+    anonymous = requests.get(kube_api.url + "/api/v1/nodes", timeout=scaled(5))
     assert anonymous.status_code == 401 and anonymous.json()["reason"] == "Unauthorized"
 
 
@@ -440,7 +441,9 @@ def test_with_the_charts_rbac_what_it_grants_works_and_anything_else_is_the_apis
         "regarding": {"apiVersion": "v1", "kind": "Node", "name": "n1"},
     }
     assert _raw(kube_api, "POST", "/apis/events.k8s.io/v1/namespaces/default/events", event).status_code == 201
-    assert requests.get(kube_api.url + "/version", headers={"Authorization": f"Bearer {kube_api.token}"}, timeout=5).ok
+    assert requests.get(
+        kube_api.url + "/version", headers={"Authorization": f"Bearer {kube_api.token}"}, timeout=scaled(5)
+    ).ok
 
     # Not granted: the same Event anywhere but `default`, deleting a pod, reading a DaemonSet.
     elsewhere = {**event, "metadata": {"name": "n1.test", "namespace": "ml"}}

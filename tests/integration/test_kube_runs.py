@@ -45,6 +45,7 @@ from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.kube import FAST
 from tests.support.store_json import history_json_of, run_json_of
+from tests.support.waiting import wait_until
 
 CORDON_ONLY = """
 name: xid-cordon
@@ -96,13 +97,11 @@ class Rig:
             executor.start()
 
     def wait_idle(self, timeout: float = 40.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def idle() -> bool:
             depth = self.store.queue_depth()
-            if depth["queued"] == 0 and depth["running"] == 0:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"runs still queued/running after {timeout}s: {self.store.queue_depth()}")
+            return depth["queued"] == 0 and depth["running"] == 0
+
+        wait_until(idle, timeout, message=f"runs still queued/running: {self.store.queue_depth()}")
 
     def entries(self) -> list[dict[str, Any]]:
         entries, cursor = history_json_of(self.store, HistoryQuery(limit=1000))

@@ -43,8 +43,8 @@ from remediate.store import Store
 from remediate.store.postgres import MAX_GUARD_LOCKS, PostgresDialect
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
-from tests.support.realsystems import wait_until
 from tests.support.stores import rows
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -229,7 +229,7 @@ def test_a_duplicate_storm_over_replica_processes_is_one_run_per_alert(pg_databa
     ]
     for worker in workers:
         worker.start()
-    outcomes = [answers.get(timeout=120) for _ in workers]
+    outcomes = [answers.get(timeout=scaled(120)) for _ in workers]
     for worker in workers:
         worker.join(30)
 
@@ -252,7 +252,7 @@ def _replica_process(url: str, barrier: Any, answers: Any) -> None:
     decisions: Counter[str] = Counter()
     errors: list[str] = []
     for index in range(ALERTS):
-        barrier.wait(timeout=60)
+        barrier.wait(timeout=scaled(60))
         try:
             decisions.update(d.decision.value for d in deliver(engine, [storm_alert(index)]).decisions)
         except Exception as exc:  # reported to the test

@@ -28,8 +28,8 @@ from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
 from remediate.alerts import alert_ref
 from remediate.training.protocol import JobPaths, this_host
-from tests.support.realsystems import wait_until
 from tests.support.training import require
+from tests.support.waiting import scaled, wait_until
 
 require("torch")
 
@@ -84,19 +84,21 @@ class Torchrun:
 
     def finish(self, timeout: float = 30.0) -> None:
         try:
-            code = self.proc.wait(timeout)
+            code = self.proc.wait(scaled(timeout))
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"torchrun did not finish within {timeout} s:\n{self.text()[-3000:]}") from None
+            raise AssertionError(
+                f"torchrun did not finish within {scaled(timeout):g} s:\n{self.text()[-3000:]}"
+            ) from None
         assert code == 0, f"torchrun exited {code}:\n{self.text()[-3000:]}"
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)  # torchrun passes it on to its workers
             try:
-                self.proc.wait(10)
+                self.proc.wait(scaled(10))
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+                self.proc.wait(scaled(10))
         self._log.close()
 
 
@@ -141,7 +143,7 @@ def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_r
     wait_until(lambda: second.proc.poll() is not None or second.events(0, "registered"), 40, interval=0.05,
                message="the second torchrun job neither registered nor stopped")  # fmt: skip
     assert not second.events(0, "registered"), "a second live job registered the name another job holds"
-    assert second.proc.wait(30) != 0
+    assert second.proc.wait(scaled(30)) != 0
     output = second.text()
     assert "JobNameInUse" in output and f"process {pid} on host {this_host()}" in output, output[-3000:]
     assert JobPaths(torchrun.root, JOB).read_registration().pid == pid  # job.json left alone
@@ -150,15 +152,15 @@ def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_r
     params = scale.validate({"factor": 0.5, "min_lr": 0.001, "timeout": 10})
     plan = scale.plan(params, _ctx(1, 0))
     assert plan["pid"] == pid and plan["world_size"] == 2 and plan["alive"] is True
-    scaled = scale.execute(params, _ctx(1, 0))
+    scaled_lr = scale.execute(params, _ctx(1, 0))
     first.finish()
 
     # The acknowledgement names the process that applied it: rank 0, the pid the plan saw.
-    ack = json.loads(JobPaths(torchrun.root, JOB).ack(scaled["command_id"]).read_text())
+    ack = json.loads(JobPaths(torchrun.root, JOB).ack(scaled_lr["command_id"]).read_text())
     assert (ack.get("pid"), ack.get("host")) == (plan["pid"], this_host())
     assert ack["job"]["rank"] == 0 and ack["job"]["world_size"] == 2
-    assert scaled["status"] == "applied" and scaled["applied_by_pid"] == pid
-    assert scaled["lr_before"] == [0.05] and scaled["lr_after"] == [0.025]
+    assert scaled_lr["status"] == "applied" and scaled_lr["applied_by_pid"] == pid
+    assert scaled_lr["lr_before"] == [0.05] and scaled_lr["lr_after"] == [0.025]
     zero, one = _both_ranks(first, "applied")
     assert [e["lr"] for e in zero] == [e["lr"] for e in one] == [0.025]
     assert zero[0]["iteration"] == one[0]["iteration"]

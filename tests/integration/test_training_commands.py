@@ -30,8 +30,8 @@ from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.store import Store
 from remediate.training.protocol import JobPaths
 from tests.conftest import alert_payload, notification_payload
-from tests.support.realsystems import wait_until
 from tests.support.store_json import run_json_of
+from tests.support.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "support" / "jobs" / "batch_job.py"
@@ -69,7 +69,7 @@ class BatchJob:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(10)
+        self.proc.wait(scaled(10))
         self._out.close()
 
 

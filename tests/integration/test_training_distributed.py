@@ -20,8 +20,9 @@ from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAc
 from remediate.alerts import alert_ref
 from remediate.training import JobNameInUse, TrainingControl
 from remediate.training.protocol import JobPaths, ProtocolError
-from tests.support.realsystems import free_port, wait_until
+from tests.support.realsystems import free_port
 from tests.support.training import require
+from tests.support.waiting import wait_until
 
 torch = require("torch")
 LABELS = ("training_job", "pod")

@@ -22,6 +22,7 @@ from remediate.actions.training import TrainingCheckpointAction, TrainingRollbac
 from remediate.errors import ActionError, OutcomePending
 from remediate.training.protocol import Ack, JobPaths, atomic_write_json, pid_start_time, read_json
 from tests.support.training import LABELS, Jobs, LiveJob, ctx_for
+from tests.support.waiting import scaled
 
 
 @pytest.fixture
@@ -122,7 +123,7 @@ def test_wait_for_job_sends_the_command_to_the_job_once_it_is_back(root: Path, p
     time.sleep(0.5)
     assert os.listdir(JobPaths(root, "j1").inbox) == []  # nothing sent while the job is away
     restarted = processes.start("j1")
-    sender.join(20)
+    sender.join(scaled(20))
     assert box["result"]["applied_by_pid"] == restarted.pid and box["result"]["lr_after"] == [1.5e-4]
 
 
@@ -143,7 +144,7 @@ def test_a_job_that_comes_back_as_another_pod_gets_nothing(root: Path, processes
     sender.start()
     time.sleep(0.3)
     processes.start("j1", env={"POD_NAME": "someone-else-0"})
-    sender.join(20)
+    sender.join(scaled(20))
     assert f"expect_pod is {before!r} but the job registered pod 'someone-else-0'" in box["error"]
     assert os.listdir(JobPaths(root, "j1").inbox) == [] and os.listdir(JobPaths(root, "j1").outbox) == []
 
@@ -248,7 +249,7 @@ def test_a_swapped_inbox_never_makes_the_withdrawal_unlink_outside_the_root(root
     decoy.write_text("{}")
 
     def swap_once_sent() -> None:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + scaled(5)
         while not os.listdir(paths.inbox) and time.monotonic() < deadline:
             time.sleep(0.005)
         os.rename(paths.inbox, paths.dir / "inbox.real")

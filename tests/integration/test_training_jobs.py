@@ -23,6 +23,7 @@ import pytest
 from remediate.training import TrainingControl
 from remediate.training.protocol import APPLIED, JobPaths, atomic_write_json, this_host
 from tests.support.training import deliver, wait_for_ack
+from tests.support.waiting import scaled, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "plain_job.py"
@@ -48,20 +49,15 @@ class Job:
         return [e for e in events if e["event"] == name]
 
     def wait_for(self, name: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = self.events(name)
-            if len(found) >= count:
-                return found
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.02)
-        raise AssertionError(f"no {name!r} event (exit code {self.proc.poll()}):\n{self.text()[-3000:]}")
+        wait_until(lambda: len(self.events(name)) >= count or self.proc.poll() is not None, timeout, interval=0.02)
+        found = self.events(name)
+        assert len(found) >= count, f"no {name!r} event (exit code {self.proc.poll()}):\n{self.text()[-3000:]}"
+        return found
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(10)
+        self.proc.wait(scaled(10))
         self._out.close()
 
 
@@ -92,7 +88,7 @@ def test_a_second_live_process_cannot_take_the_job_name_and_the_ack_names_the_pi
     paths = JobPaths(root, "j1")
 
     second = spawn("j1")
-    assert second.proc.wait(15) == 2, second.text()
+    assert second.proc.wait(scaled(15)) == 2, second.text()
     refusal = second.text()
     assert f"REFUSED job name 'j1' is already taken on control root {root}" in refusal
     assert f"process {first.proc.pid} on host {this_host()}" in refusal
@@ -107,7 +103,7 @@ def test_a_second_live_process_cannot_take_the_job_name_and_the_ack_names_the_pi
 
     # A crashed holder leaves its job.json behind; the name is free again and the next process takes it over.
     os.kill(first.proc.pid, signal.SIGKILL)
-    first.proc.wait(10)
+    first.proc.wait(scaled(10))
     assert paths.read_registration().pid == first.proc.pid
     third = spawn("j1")
     third.wait_for("registered")
@@ -128,7 +124,7 @@ def test_other_job_names_on_the_same_root_are_independent(spawn: Any) -> None:
 def test_a_checkpoint_saved_during_the_spike_is_not_restored_without_any_threshold(spawn: Any) -> None:
     """The field case: checkpoints at loss ~2, then one saved during the spike at 133.2; no good_loss_below."""
     root: Path = spawn.root
-    job = spawn("spiky", "--checkpoint-every", "5", "--spike-at", "20", "--max-seconds", "30")
+    job = spawn("spiky", "--checkpoint-every", "5", "--spike-at", "20", "--max-seconds", str(scaled(30)))
     marks = job.wait_for("checkpoint", count=5)
     assert [(c["step"], c["loss"], c["good"]) for c in marks[:5]] == [
         (5, 2.01, True), (10, 2.0, True), (15, 2.02, True), (20, 133.2, False), (25, 133.2, False)
@@ -146,7 +142,7 @@ def test_a_checkpoint_saved_during_the_spike_is_not_restored_without_any_thresho
 def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied_at_once(spawn: Any) -> None:
     """0.3 s per batch and 100 batches to skip: before the fix the cut waited ~30 s and expired."""
     root: Path = spawn.root
-    job = spawn("slow", "--batch-seconds", "0.3", "--checkpoint-every", "2", "--max-seconds", "40")
+    job = spawn("slow", "--batch-seconds", "0.3", "--checkpoint-every", "2", "--max-seconds", str(scaled(40)))
     job.wait_for("checkpoint")
     rollback = deliver(root, "slow", "rollback", {"checkpoint": "latest", "skip_batches": 100})
     assert wait_for_ack(root, "slow", rollback.id).status == APPLIED
@@ -157,10 +153,8 @@ def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied
     assert ack.status == APPLIED, ack.detail
     assert ack.result["lr_before"] == [0.01] and ack.result["lr_after"] == [0.005]
     assert ack.acked_at - cut.created_at < 1.5  # one slow batch, not the whole skip
-    deadline = time.monotonic() + 2.0  # job.json shows it at the next heartbeat (0.2 s), skipping or not
-    while JobPaths(root, "slow").read_registration().lr != (0.005,) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert JobPaths(root, "slow").read_registration().lr == (0.005,)
+    # job.json shows it at the next heartbeat (0.2 s), skipping or not
+    wait_until(lambda: JobPaths(root, "slow").read_registration().lr == (0.005,), 2.0, message="lr in job.json")
 
 
 # --------------------------------------------------------------------------- issue 24, finding 12
@@ -177,13 +171,23 @@ def test_a_restarted_job_keeps_its_new_checkpoints_and_never_rolls_back_into_the
     deleted as they were written, the index kept the old run's, and a rollback found nothing (or the old weights)."""
     root: Path = spawn.root
     directory = tmp_path / "ckpt-restarted"
-    old = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--max-seconds", "60")
+    old = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--max-seconds", str(scaled(60)))
     old_run = old.wait_for("registered")[0]["run"]
     old.wait_for("checkpoint", count=8, timeout=30)
     old.stop()  # killed: the control and the index stay as they were
     assert sorted(p.name for p in directory.glob("w-*.json"))[-1] >= "w-000040.json"
 
-    new = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--batch-seconds", "0.1", "--max-seconds", "60")
+    new = spawn(
+        "restarted",
+        "--checkpoint-every",
+        "5",
+        "--keep",
+        "3",
+        "--batch-seconds",
+        "0.1",
+        "--max-seconds",
+        str(scaled(60)),
+    )
     new_run = new.wait_for("registered")[0]["run"]
     assert new_run != old_run
     new.wait_for("checkpoint", count=2, timeout=30)
@@ -209,7 +213,7 @@ def test_a_restarted_job_keeps_its_new_checkpoints_and_never_rolls_back_into_the
     new.stop()
 
     # A resume from the newest checkpoint continues that lineage: its checkpoints stay rollback candidates.
-    resumed = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--resume", "--max-seconds", "60")
+    resumed = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--resume", "--max-seconds", str(scaled(60)))
     third_run = resumed.wait_for("registered")[0]["run"]
     start = resumed.wait_for("resumed")[0]["step"]
     assert start > 40 and resumed.wait_for("loaded")[0]["run"] == new_run
@@ -240,7 +244,7 @@ def test_closed_and_dead_jobs_control_directories_do_not_stay_forever(spawn: Any
     dead = spawn("dead-job")
     dead.wait_for("registered")
     os.kill(dead.proc.pid, signal.SIGKILL)
-    dead.proc.wait(10)
+    dead.proc.wait(scaled(10))
     _age(root, "dead-job", last_poll_at=now - 8 * 24 * 3600)
     # A live job that has not polled for a week (hung): it holds its lock, so it stays.
     hung = TrainingControl("hung-job", root=root, wake_signal=None).register()

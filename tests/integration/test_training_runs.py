@@ -29,6 +29,7 @@ from remediate.training.protocol import CheckpointInfo, JobPaths, atomic_write_j
 from tests.conftest import alert_payload, notification_payload
 from tests.support.store_json import run_json_of
 from tests.support.training import Jobs, LiveJob
+from tests.support.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,15 +66,6 @@ def fire(engine: Engine, job: str, starts_at: str, **labels: str) -> Any:
     )
     result = engine.ingest_body(json.dumps(notification_payload(alert)).encode(), received_at=time.time())
     return result.decisions[0]
-
-
-def wait_until(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 # --------------------------------------------------------------------------- finding 6
@@ -132,14 +124,16 @@ def test_a_late_acknowledgement_is_recorded_on_the_step_that_gave_up(
     decision = fire(engine, "job-a", starts_at(0))
     executor.start()
     try:
-        wait_until(lambda: run_json_of(store, decision.run_id)["status"] == "failed", 10, "the run failed")
+        wait_until(lambda: run_json_of(store, decision.run_id)["status"] == "failed", 10, message="the run failed")
         step = run_json_of(store, decision.run_id)["steps"][0]
         assert "may still be applying it" in step["error"]
         pending = step["result"]["pending"]
         assert pending["job"] == "job-a" and pending["taken"] is True and pending["pid"] == job.pid
         assert pending["command_id"].startswith(f"r{decision.run_id}-s0-")
 
-        wait_until(lambda: "late_outcome" in run_json_of(store, decision.run_id)["steps"][0]["result"], 15, "settled")
+        wait_until(
+            lambda: "late_outcome" in run_json_of(store, decision.run_id)["steps"][0]["result"], 15, message="settled"
+        )
     finally:
         executor.stop()
     run = run_json_of(store, decision.run_id)
@@ -165,9 +159,9 @@ def test_a_graceful_stop_withdraws_the_outstanding_command_and_ends_the_run(
     decision = fire(engine, "job-a", starts_at(0))
     executor.start()
     inbox = JobPaths(root, "job-a").inbox
-    wait_until(lambda: os.listdir(inbox), 10, "the command was sent")
+    wait_until(lambda: os.listdir(inbox), 10, message="the command was sent")
     started = time.monotonic()
-    executor.stop(timeout=10)
+    executor.stop(timeout=scaled(10))
     assert time.monotonic() - started < 3
     run = run_json_of(store, decision.run_id)
     assert run["status"] == "failed" and "remediate is stopping" in run["error"]
@@ -200,7 +194,7 @@ def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
         assert executor.drain() == 1
         step = run_json_of(store, decision.run_id)["steps"][0]
         assert step["result"]["pending"]["taken"] is True and "of node gpu-node-1)" in step["error"]
-        wait_until(lambda: executor.reconcile_pending() == 1, 15, "the agent's plan reports the late outcome")
+        wait_until(lambda: executor.reconcile_pending() == 1, 15, message="the agent's plan reports the late outcome")
     late = run_json_of(store, decision.run_id)["steps"][0]["result"]["late_outcome"]
     assert late["status"] == "applied_late" and late["applied_by_pid"] == job.pid
     assert late["ran_on"].startswith("gpu-node-1 (agent http://127.0.0.1:")
@@ -231,10 +225,10 @@ def test_sigterm_to_remediate_serve_withdraws_the_outstanding_command(root: Path
             server.webhook_url,
             json=notification_payload(alert),
             headers={"Authorization": f"Bearer {TOKEN}"},
-            timeout=10,
+            timeout=scaled(10),
         )
         assert answer.status_code == 200, answer.text
-        wait_until(lambda: os.listdir(inbox), 20, "the command was sent")
+        wait_until(lambda: os.listdir(inbox), 20, message="the command was sent")
         started = time.monotonic()
         server.stop()
         stopped_after = time.monotonic() - started
@@ -300,12 +294,12 @@ def test_sigterm_to_the_node_agent_withdraws_the_outstanding_command(
     inbox = JobPaths(root, "job-a").inbox
     executor.start()
     try:
-        wait_until(lambda: os.listdir(inbox), 20, "the agent sent the command")
+        wait_until(lambda: os.listdir(inbox), 20, message="the agent sent the command")
         started = time.monotonic()
         os.kill(node_agent.pid, signal.SIGTERM)  # to the agent's main process, as kubelet does
-        wait_until(lambda: not node_agent.running, 10, "the agent exited")
+        wait_until(lambda: not node_agent.running, 10, message="the agent exited")
         stopped_after = time.monotonic() - started
-        wait_until(lambda: run_json_of(store, decision.run_id)["status"] == "failed", 10, "the run ended")
+        wait_until(lambda: run_json_of(store, decision.run_id)["status"] == "failed", 10, message="the run ended")
     finally:
         executor.stop()
     assert stopped_after < 10, f"the agent took {stopped_after:.1f}s to stop"
@@ -329,9 +323,9 @@ def test_stopping_the_executor_stops_the_step_waiting_on_the_agent(
     inbox = JobPaths(root, "job-a").inbox
     executor.start()
     try:
-        wait_until(lambda: os.listdir(inbox), 20, "the agent sent the command")
+        wait_until(lambda: os.listdir(inbox), 20, message="the agent sent the command")
         started = time.monotonic()
-        executor.stop(timeout=10)
+        executor.stop(timeout=scaled(10))
         stopped_after = time.monotonic() - started
     finally:
         executor.stop()

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.support.waiting import scaled
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -24,7 +26,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-PAGE_TIMEOUT_MS = 15_000
+PAGE_TIMEOUT_MS = round(scaled(15_000))  # how long Playwright waits for the page: a bound, so scaled
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.support.helmtool import HELM_PACKAGE, HELM_VERSION, ROOT, helm_binary, helm_env
+from tests.support.waiting import scaled
 
 CHART = ROOT / "helm" / "remediate"
 RELEASE = "rel"
@@ -32,7 +33,7 @@ class Helm:
             [str(self.binary), *args],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=scaled(120),
             env=helm_env(self.home),
             check=False,
         )

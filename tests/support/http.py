@@ -26,6 +26,7 @@ from werkzeug.test import TestResponse
 
 from remediate.config import Settings
 from remediate.server import Services, build_services, create_app
+from tests.support.waiting import scaled
 
 TOKEN = "write-token-0123456789"
 """The `token` setting: since issue 15 a webhook-only token (its default token_roles)."""
@@ -176,7 +177,7 @@ class Server:
             engine.dispose()
 
     def drain(self) -> int:
-        return self.services.executor.drain(timeout=30)
+        return self.services.executor.drain(timeout=scaled(30))
 
     def history(self, **params: Any) -> dict[str, Any]:
         response = self.get("/history", query_string=params)
@@ -184,7 +185,7 @@ class Server:
         return response.get_json()
 
     def close(self) -> None:
-        self.services.executor.stop(timeout=5)
+        self.services.executor.stop(timeout=scaled(5))
         self.store.close()
 
 

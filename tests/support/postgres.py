@@ -28,6 +28,7 @@ import psycopg
 import pytest
 
 from remediate.store import Store
+from tests.support.waiting import scaled
 
 INSTALL_HINT = "install Debian's postgresql package (scripts/test does, as root)"
 
@@ -86,7 +87,7 @@ class PostgresCluster:
             user=self.user,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=scaled(120),
             check=False,
         )
 

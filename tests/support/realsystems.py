@@ -14,8 +14,11 @@ What it offers:
 - ``MetricsEndpoint``: a scrape target whose gauges the test sets.
 - ``WebhookRecorder``: a receiver that records what AlertManager POSTs and
   answers with a status the test can change while it runs.
-- ``free_port``, ``wait_until``, ``parse_timestamp``: the small pieces the
-  above are built from.
+- ``free_port``, ``parse_timestamp``: the small pieces the above are built
+  from; ``wait_until`` (from tests/support/waiting.py, re-exported here).
+
+Every bound on how long these programs may take is scaled by
+``REMEDIATE_TEST_TIME_SCALE`` (tests/support/waiting.py).
 
 Every process and server is a context manager and is stopped on exit even
 when the test fails; an ``atexit`` hook kills anything still running should
@@ -42,11 +45,13 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar, cast
+from typing import Any, Self, cast
 from urllib.parse import urlsplit
 
 import requests
 import yaml
+
+from tests.support.waiting import scaled, wait_until
 
 __all__ = [
     "AlertManager",
@@ -60,8 +65,6 @@ __all__ = [
     "wait_until",
 ]
 
-T = TypeVar("T")
-
 AMTOOL = "/usr/bin/amtool"
 PROMTOOL = "/usr/bin/promtool"
 
@@ -69,9 +72,10 @@ PROMTOOL = "/usr/bin/promtool"
 # one AlertManager 0.25 resolves it by itself after ``resolve_timeout``.
 FAR_FUTURE = datetime(2099, 1, 1, tzinfo=UTC)
 
-_READY_TIMEOUT = 20.0
-_STOP_GRACE = 5.0
-_HTTP_TIMEOUT = 5.0
+# Bounds on an idle machine, scaled by REMEDIATE_TEST_TIME_SCALE (tests/support/waiting.py).
+_READY_TIMEOUT = scaled(20.0)
+_STOP_GRACE = scaled(5.0)
+_HTTP_TIMEOUT = scaled(5.0)
 
 
 # --------------------------------------------------------------------------
@@ -90,31 +94,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def wait_until(
-    predicate: Callable[[], T],
-    timeout: float,
-    interval: float = 0.05,
-    message: str = "",
-) -> T:
-    """Poll ``predicate`` until it returns something truthy, and return that.
-
-    Real systems answer eventually, not immediately; polling with a deadline
-    keeps tests fast when things are quick and bounded when they are not.
-    Raises ``AssertionError`` with ``message`` and the last value seen, so a
-    failing test says what it was waiting for and how far it got.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"{message or 'condition not met'} (timed out after {timeout:g} s; last value: {value!r})"
-            )
-        time.sleep(interval)
 
 
 _TIMESTAMP = re.compile(
@@ -158,7 +137,7 @@ def _now() -> datetime:
 
 def _check_with_tool(args: Sequence[str], what: str) -> None:
     """Run a checker (amtool/promtool) and fail with its output if it refuses."""
-    result = subprocess.run(list(args), capture_output=True, text=True, timeout=30, check=False)
+    result = subprocess.run(list(args), capture_output=True, text=True, timeout=scaled(30), check=False)
     if result.returncode != 0:
         raise AssertionError(
             f"{what} rejected (rc={result.returncode}): {' '.join(args)}\n{result.stdout}{result.stderr}"
@@ -810,7 +789,8 @@ class WebhookRecorder(_BackgroundServer):
         Waits on a condition variable rather than sleeping, so latency
         measured around it is not inflated by a polling interval.
         """
-        deadline = time.monotonic() + timeout
+        limit = scaled(timeout)
+        deadline = time.monotonic() + limit
         with self._arrived:
             while True:
                 for request in self._requests[after:]:
@@ -819,7 +799,7 @@ class WebhookRecorder(_BackgroundServer):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     seen = [r.json for r in self._requests[after:]]
-                    raise AssertionError(f"no matching request within {timeout:g} s; saw {len(seen)}: {seen!r}")
+                    raise AssertionError(f"no matching request within {limit:g} s; saw {len(seen)}: {seen!r}")
                 self._arrived.wait(remaining)
 
     def _record(self, request: RecordedRequest) -> None:

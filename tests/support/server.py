@@ -36,14 +36,17 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediate.gpu.simulator import SimulatedBackend
-from tests.support.realsystems import AlertManager, WebhookRecorder, free_port, wait_until
+from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
+from tests.support.waiting import scaled, wait_until
 
 TOKEN = "e2e-bearer-token"
-READY_TIMEOUT = 30.0
-STOP_GRACE = 20.0
+# Bounds on an idle machine. READY_TIMEOUT, STOP_GRACE and _HTTP_TIMEOUT are scaled here; WAIT is a
+# `timeout` for the waiting helpers (wait_until, wait_for_run, ...), which scale it themselves.
+READY_TIMEOUT = scaled(30.0)
+STOP_GRACE = scaled(20.0)
 WAIT = 20.0  # generous deadline for anything a test waits for; things normally take ~1 s
 POLL = 0.1
-_HTTP_TIMEOUT = 5.0
+_HTTP_TIMEOUT = scaled(5.0)
 
 # Process groups of servers still running, killed should the interpreter exit without unwinding.
 _LIVE_GROUPS: set[int] = set()
@@ -214,7 +217,7 @@ class RemediateServer:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 self._killpg()
-                proc.wait(timeout=5)
+                proc.wait(timeout=scaled(5))
         self._killpg()  # a worker the master left behind
         self._forget()
 
@@ -224,7 +227,7 @@ class RemediateServer:
         if proc is None:
             return
         self._killpg()
-        proc.wait(timeout=5)
+        proc.wait(timeout=scaled(5))
         self._forget()
 
     def restart(self, *, executor_threads: int | None = None) -> Self:
@@ -287,12 +290,15 @@ class RemediateServer:
         detail: dict[str, Any] = self.get(f"/runs/{run_id}")
         return detail
 
-    def post_webhook(self, payload: dict[str, Any], token: str | None = None) -> requests.Response:
+    def post_webhook(
+        self, payload: dict[str, Any], token: str | None = None, *, timeout: float = _HTTP_TIMEOUT
+    ) -> requests.Response:
+        """POST to /webhook; ``timeout`` is a scaled bound unless the test passes the one it asserts."""
         return requests.post(
             self.webhook_url,
             json=payload,
             headers={"Authorization": f"Bearer {token or self.token}"},
-            timeout=_HTTP_TIMEOUT,
+            timeout=timeout,
         )
 
     def wait_for_run(
@@ -340,7 +346,7 @@ class RemediateServer:
         for key, value in filters.items():
             args += [f"--{key}", value]
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-        result = subprocess.run(args, capture_output=True, text=True, timeout=30, env=env, check=False)
+        result = subprocess.run(args, capture_output=True, text=True, timeout=scaled(30), env=env, check=False)
         assert result.returncode == 0, f"remediate history failed: {result.stdout}{result.stderr}"
         entries: list[dict[str, Any]] = json.loads(result.stdout)["entries"]
         return entries
@@ -438,10 +444,10 @@ class NodeAgent:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self._proc.pid, signal.SIGTERM)
         try:
-            self._proc.wait(timeout=15)
+            self._proc.wait(timeout=scaled(15))
         except subprocess.TimeoutExpired:
             os.killpg(self._proc.pid, signal.SIGKILL)
-            self._proc.wait(timeout=5)
+            self._proc.wait(timeout=scaled(5))
         self._proc = None
 
     @property
@@ -476,7 +482,7 @@ def agent_credential(node: str) -> str:
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert done.returncode == 0, done.stderr

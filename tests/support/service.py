@@ -19,13 +19,15 @@ from typing import Any, Self
 
 import requests
 
+from tests.support.waiting import scaled
+
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
 
 
 class ServiceProxy:
     """Round-robin HTTP forwarding to `backends` (base URLs); `served` lists (path, backend, status)."""
 
-    def __init__(self, backends: Sequence[str], *, timeout: float = 15.0) -> None:
+    def __init__(self, backends: Sequence[str], *, timeout: float = scaled(15.0)) -> None:
         self.backends = list(backends)
         self.timeout = timeout
         self.served: list[tuple[str, str, int]] = []

@@ -31,6 +31,7 @@ from remediate.actions.base import StepContext
 from remediate.alerts import alert_ref
 from remediate.training import CallableCheckpoints, TrainingControl
 from remediate.training.protocol import Ack, CheckpointInfo, Command, JobPaths, atomic_write_json, new_command_id
+from tests.support.waiting import wait_until
 
 JOB = "job-a"
 
@@ -68,13 +69,9 @@ def deliver(
 
 def wait_for_ack(root: Path, job: str, command_id: str, timeout: float = 10.0) -> Ack:
     paths = JobPaths(root, job)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ack = paths.read_ack(command_id)
-        if ack is not None:
-            return ack
-        time.sleep(0.01)
-    raise AssertionError(f"no acknowledgement of {command_id} within {timeout} s")
+    return wait_until(
+        lambda: paths.read_ack(command_id), timeout, interval=0.01, message=f"no acknowledgement of {command_id}"
+    )
 
 
 class FakeOptimizer:

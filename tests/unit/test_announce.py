@@ -19,8 +19,8 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
-from tests.support.realsystems import wait_until
 from tests.support.stores import rows
+from tests.support.waiting import wait_until
 
 T0 = 1_800_000_000.0
 

@@ -22,6 +22,7 @@ from remediate.runs import FinishedRun
 from remediate.store import Store
 from tests.support.store_json import run_json_of
 from tests.support.stores import EVERY_DATABASE, rows, step_details
+from tests.support.waiting import scaled
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -884,9 +885,9 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
     try:
         engine = make_engine(playbook(step("log", message="x")), on_queued=executor.wake)
         (decision,) = ingest(engine, make_alert("GpuXidError"), at=T0).decisions
-        assert metrics.run_done.wait(10)
+        assert metrics.run_done.wait(scaled(10))
     finally:
-        executor.stop(timeout=5)
+        executor.stop(timeout=scaled(5))
 
     assert metrics.runs == ["succeeded"]
     assert run_row(store, decision.run_id).status == "succeeded"
@@ -917,7 +918,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
     stalled.worker = "other-host:4242"  # not this host: no pid to look at, only its lease
     first = threading.Thread(target=stalled.run_once)
     first.start()
-    assert gate.entered.wait(5)
+    assert gate.entered.wait(scaled(5))
     other_store = Store.open(db_url)
     taker = Executor(store=other_store, registry=registry, retry_wait_max=0.01, stale_after=0.3)
     try:

@@ -13,7 +13,8 @@ from remediate.config import load_settings
 from remediate.errors import ConfigError
 from remediate.grafana import Annotator, GrafanaTarget, annotation, target_from_settings
 from remediate.runs import FinishedRun, RunStatus
-from tests.support.realsystems import WebhookRecorder, wait_until
+from tests.support.realsystems import WebhookRecorder
+from tests.support.waiting import scaled, wait_until
 
 T0 = 1_800_000_000.0
 TOKEN = "glsa_unit-token"
@@ -170,7 +171,7 @@ def test_a_slow_grafana_never_holds_the_caller_and_a_full_queue_drops(sink: Webh
 
     assert elapsed < 0.9  # the three calls returned while the sink was still answering the first
     assert outcomes == ["dropped"]
-    assert grafana.join(timeout=10)
+    assert grafana.join(timeout=scaled(10))
     assert sorted(outcomes) == ["dropped", "posted", "posted"]
     assert [r.json["text"].rsplit(" ", 1)[1] for r in sink.requests] == ["1)", "2)"]
 

@@ -38,6 +38,7 @@ from remediate.gpu import (
     select,
 )
 from remediate.gpu import nvml as nvml_module
+from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[3]
 UUID0 = "GPU-11111111-2222-3333-4444-555555555555"
@@ -107,7 +108,7 @@ def test_a_bad_limit_is_refused_before_nvml_is_touched(milliwatts: object) -> No
 
 def test_importing_the_package_does_not_import_pynvml() -> None:
     script = "import sys, remediate.gpu, remediate.gpu.nvml; sys.exit('pynvml' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60).returncode == 0
+    assert subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=scaled(60)).returncode == 0
 
 
 # --- a stand-in driver
@@ -640,7 +641,7 @@ def test_nvml_is_initialised_once_per_process_even_from_many_threads(driver: Fak
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=30)
+        thread.join(timeout=scaled(30))
     NvmlBackend().device(UUID0)
     assert driver.init_calls == 1
 

@@ -26,6 +26,7 @@ from remediate.gpu import (
     SimulatedBackend,
     open_backend,
 )
+from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -195,7 +196,9 @@ def test_state_survives_a_restart_and_is_shared_with_another_process(sim_file: P
         "from remediate.gpu import SimulatedBackend\n"
         "SimulatedBackend(sys.argv[1]).set_power_limit(sys.argv[2], int(sys.argv[3]))\n"
     )
-    subprocess.run([sys.executable, "-c", script, str(sim_file), gpu3.uuid, "432000"], check=True, timeout=60, cwd=REPO)
+    subprocess.run(
+        [sys.executable, "-c", script, str(sim_file), gpu3.uuid, "432000"], check=True, timeout=scaled(60), cwd=REPO
+    )
     assert SimulatedBackend(sim_file).device(gpu3.uuid).power_limit_mw == 432_000
 
 
@@ -217,7 +220,7 @@ def test_concurrent_sets_from_threads_lose_no_update_and_leave_a_valid_file(sim:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=60)
+        thread.join(timeout=scaled(60))
     assert errors == []
     # Each thread wrote only its own GPU: a read-modify-write without the lock would have lost some of them.
     assert [g.power_limit_mw for g in sim.devices()] == [300_000 + g.index * 10_000 + rounds - 1 for g in gpus]
@@ -239,7 +242,7 @@ def test_concurrent_sets_from_processes_lose_no_update(sim: SimulatedBackend) ->
         )
         for gpu in gpus
     ]
-    assert [child.wait(timeout=60) for child in children] == [0, 0, 0, 0]
+    assert [child.wait(timeout=scaled(60)) for child in children] == [0, 0, 0, 0]
     assert [g.power_limit_mw for g in sim.devices()[:4]] == [300_000 + g.index * 1000 + 19 for g in gpus]
 
 

@@ -34,6 +34,7 @@ from remediate.kube import (
 from remediate.kube.errors import error_for_status, parse_status
 from remediate.kube.model import DrainOptions, OwnerRef, SelectorRequirement, check_taint_value
 from tests.support.fake_apiserver import FakeKubeAPI
+from tests.support.waiting import scaled
 
 ORDER = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
 
@@ -44,7 +45,7 @@ def test_importing_remediate_does_not_import_the_kubernetes_client() -> None:
         "from remediate.actions import default_registry; default_registry();"
         "print('kubernetes' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=scaled(60))
     assert out.stdout.strip() == "False"
 
 

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from remediate.store import Store, WalCheckpointer
 from remediate.store.sqlite import WAL_SAFETY_NET_PAGES
-from tests.support.realsystems import wait_until
+from tests.support.waiting import wait_until
 
 PAGE = 4096
 FILLER_PAGES = 1_500  # over SQLite's default autocheckpoint (1,000 pages), under the safety net

@@ -24,6 +24,7 @@ from remediate.store import HistoryQuery, Store
 from remediate.store.decision_time import monotonic, time_conditions
 from remediate.store.history import history_page
 from tests.support.stores import EVERY_DATABASE, rows, store_backend
+from tests.support.waiting import scaled
 from tests.unit.store.support import PLAYBOOK, T0, Ingest, MakeAlert
 
 PLAYBOOKS = ("xid", "disk", None)
@@ -274,7 +275,7 @@ def test_two_workers_storing_at_once_keep_decision_times_in_id_order(
         for thread in threads:
             thread.start()
         for thread in threads:
-            thread.join(timeout=60)
+            thread.join(timeout=scaled(60))
         decisions = rows(stores[0], "decisions")
         received = {n.id: n.received_at for n in rows(stores[0], "notifications")}
     finally:

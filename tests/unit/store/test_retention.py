@@ -20,6 +20,7 @@ from remediate.store import Store
 from remediate.store.retention import Pruner, PruneReport
 from tests.support.retention import fill
 from tests.support.stores import EVERY_DATABASE
+from tests.support.waiting import scaled
 
 T0 = 1_767_225_600.0
 DAY = 86400.0
@@ -363,7 +364,7 @@ def test_the_pruner_prunes_periodically_and_logs_one_line(store: Store, caplog: 
     caplog.set_level("INFO", logger="remediate.retention")
     pruner.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while len(pruner.reports) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert [r.runs for r in pruner.reports[:2]] == [30, 0]
@@ -399,7 +400,7 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
     caplog.set_level("INFO", logger="remediate.retention")
     pruner.start()
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while not pruner.reports and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:

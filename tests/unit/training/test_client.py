@@ -33,8 +33,8 @@ from remediate.training.protocol import (
     read_json,
     this_host,
 )
-from tests.support.realsystems import wait_until
 from tests.support.training import JOB, FakeOptimizer, FakeScheduler, deliver, wait_for_ack
+from tests.support.waiting import scaled, wait_until
 
 
 def make_control(root: Path, **kwargs: Any) -> TrainingControl:
@@ -155,7 +155,7 @@ def test_commands_written_right_after_a_scan_are_not_missed(root: Path) -> None:
     for step in range(1, 41):
         sent.append(deliver(root, JOB, "note").id)
         control.poll(step)
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + scaled(2)
     while len(seen) < len(sent) and time.monotonic() < deadline:
         control.poll(41)
     assert seen == sent
