@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
@@ -28,7 +29,6 @@ from remediate.errors import AlreadyPaused, ClaimLostError, RunStateError, Store
 from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,
-    BatchWrite,
     ClaimedRun,
     LadderState,
     PendingOutcome,
@@ -36,10 +36,10 @@ from remediate.runs import (
     RunLease,
     RunningClaim,
     RunStatus,
+    RunWrite,
     StepEnd,
     StepRecord,
     StepStatus,
-    batchable_steps,
 )
 from remediate.store.announcements import SENDING, AwaitingRun
 from remediate.store.decision_time import monotonic
@@ -267,74 +267,51 @@ class InMemoryStore:
 
     def claim_run(self, worker: str, now: float) -> ClaimedRun | None:
         """The queued run at the head of the queue (priority, then id) whose prior run (after_run_id) is final."""
-        claimed = self.claim_runs(worker, now)
-        return claimed[0] if claimed else None
+        while (run := self.next_run(worker)) is not None:
+            if self.claim_next(run, now):
+                return run if run.started_at is not None else replace(run, started_at=now)
+        return None
 
-    def claim_runs(
-        self,
-        worker: str,
-        now: float,
-        *,
-        limit: int = 1,
-        batchable: Collection[str] = (),
-        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
-    ) -> list[ClaimedRun]:
-        """The head of the queue, or a batch of up to `limit` runs of `batchable` steps (as RunQueue.claim_runs)."""
-        with self._lock:  # nothing queued: answered by a read, as the SQL store does
-            if not any(r["status"] == RunStatus.QUEUED for r in self.tables["runs"]):
-                return []
+    def next_run(self, worker: str, *, skip: Collection[int] = ()) -> ClaimedRun | None:
+        """The head of the queue as `worker` will claim it, with its steps (as RunQueue.next_run)."""
+        with self._lock:
+            queued = [
+                r
+                for r in self.tables["runs"]
+                if r["status"] == RunStatus.QUEUED and self._free(r) and r["id"] not in skip
+            ]
+            if not queued:
+                return None
+            run = min(queued, key=lambda r: (r["priority"], r["id"]))
+            steps = sorted(self._steps([run["id"]]), key=lambda s: s["idx"])
+            return ClaimedRun(
+                run["id"], run["playbook"], run["target"], run["phase"], run["mode"], self._alert_context(run),
+                int(run["claim_generation"]) + 1, worker, rung=run.get("rung"), started_at=run["started_at"],
+                steps=tuple(_step_record(s, full=True) for s in steps),
+            )  # fmt: skip
+
+    def claim_next(self, run: ClaimedRun, now: float, write: RunWrite | None = None) -> bool:
+        """Claim `run` and record `write` in one transaction, unless taken since (as RunQueue.claim_next)."""
         with self._transaction():
-            queued = [r for r in self.tables["runs"] if r["status"] == RunStatus.QUEUED and self._free(r)]
-            window = sorted(queued, key=lambda r: (r["priority"], r["id"]))[: max(1, limit)]
-            if not window:
-                return []
-            steps: dict[int, list[StepRecord]] = {}
-            batch = False
-            if batchable and limit > 1:
-                for step in sorted(self._steps([r["id"] for r in window]), key=lambda s: (s["run_id"], s["idx"])):
-                    steps.setdefault(step["run_id"], []).append(_step_record(step, full=True))
-                eligible = [
-                    r
-                    for r in window
-                    if r["priority"] == window[0]["priority"] and batchable_steps(steps.get(r["id"], []), batchable)
-                ]
-                batch = bool(eligible) and eligible[0] is window[0]
-                window = eligible if batch else window[:1]
-            claimed = []
-            for run in window:
-                run.update(
-                    status=RunStatus.RUNNING,
-                    claimed_by=worker,
-                    claim_generation=run["claim_generation"] + 1,
-                    heartbeat_at=now,
-                    updated_at=now,
-                    started_at=now if run["started_at"] is None else run["started_at"],
-                )
-                self._sync_decision_status(run["id"], RunStatus.RUNNING)
-                claimed.append(
-                    ClaimedRun(
-                        run["id"], run["playbook"], run["target"], run["phase"], run["mode"], self._alert_context(run),
-                        int(run["claim_generation"]), worker, rung=run.get("rung"), started_at=run["started_at"],
-                        steps=tuple(steps[run["id"]]) if batch else None,
-                    )
-                )  # fmt: skip
-            if batch and start is not None:
-                self._write_batch(start(claimed), now)
-        return claimed
+            row = self._one("runs", run.id)
+            if row["status"] != RunStatus.QUEUED or row["claim_generation"] != run.generation - 1:
+                return False
+            row.update(
+                status=RunStatus.RUNNING, claimed_by=run.worker, claim_generation=run.generation, heartbeat_at=now,
+                updated_at=now, started_at=row["started_at"] or run.started_at or now,
+            )  # fmt: skip
+            self._sync_decision_status(run.id, RunStatus.RUNNING)
+            if write is not None:
+                self._write_batch([write], now)
+        return True
 
-    def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
-        """Every run's BatchWrite in one transaction, except those whose lease was lost (returned)."""
-        lost: set[int] = set()
+    def record(self, write: RunWrite, now: float) -> None:
+        """`write` in one transaction under its lease (ClaimLostError: taken over)."""
         with self._transaction():
-            for write in writes:
-                try:
-                    self._check_lease(write.lease, now)
-                except ClaimLostError:
-                    lost.add(write.lease.run_id)
-            self._write_batch([w for w in writes if w.lease.run_id not in lost], now)
-        return lost
+            self._check_lease(write.lease, now)
+            self._write_batch([write], now)
 
-    def _write_batch(self, writes: Sequence[BatchWrite], now: float) -> None:
+    def _write_batch(self, writes: Sequence[RunWrite], now: float) -> None:
         """The writes of a batch's runs whose leases hold, in the caller's transaction."""
         for write in writes:
             for end in write.ends:
@@ -350,7 +327,9 @@ class InMemoryStore:
             self._skip_steps(write.skip, write.skip_reason, now)
             for start in write.starts:
                 step = self._one("steps", start.step_id)
-                step.update(status=StepStatus.RUNNING, attempts=start.number, plan=dumps(start.plan))
+                step.update(status=StepStatus.RUNNING, attempts=start.number)
+                if start.plan is not None:  # a retry keeps the plan of the first attempt
+                    step["plan"] = dumps(start.plan)
                 step["started_at"] = now if step["started_at"] is None else step["started_at"]
                 attempt = {"step_id": start.step_id, "number": start.number, "started_at": now}
                 self._insert("attempts", {**attempt, "worker": write.lease.worker})
@@ -567,7 +546,7 @@ class InMemoryStore:
             ]
             by_id = {c.id: c for c in claims}
             self._write_batch(
-                [BatchWrite(RunLease(i, by_id[i].claimed_by, by_id[i].generation), ends=(ends[i],))
+                [RunWrite(RunLease(i, by_id[i].claimed_by, by_id[i].generation), ends=(ends[i],))
                  for i in still if ends and i in ends],
                 now,
             )  # fmt: skip

@@ -18,7 +18,6 @@ from typing import Any, Protocol
 
 from remediate.runs import (
     AttemptOutcome,
-    BatchWrite,
     ClaimedRun,
     LadderState,
     PendingOutcome,
@@ -26,6 +25,7 @@ from remediate.runs import (
     RunLease,
     RunningClaim,
     RunStatus,
+    RunWrite,
     StepEnd,
     StepRecord,
     StepStatus,
@@ -117,16 +117,9 @@ class ExecutorStore(Protocol):
     """What remediate.executor.Executor (and its recovery) needs of a store: the durable run queue."""
 
     def claim_run(self, worker: str, now: float) -> ClaimedRun | None: ...
-    def claim_runs(
-        self,
-        worker: str,
-        now: float,
-        *,
-        limit: int = 1,
-        batchable: Collection[str] = (),
-        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
-    ) -> list[ClaimedRun]: ...
-    def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]: ...
+    def next_run(self, worker: str, *, skip: Collection[int] = ()) -> ClaimedRun | None: ...
+    def claim_next(self, run: ClaimedRun, now: float, write: RunWrite | None = None) -> bool: ...
+    def record(self, write: RunWrite, now: float) -> None: ...
     def steps_of(self, run_id: int) -> list[StepRecord]: ...
     def check_lease(self, lease: RunLease, now: float) -> None: ...
     def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int: ...

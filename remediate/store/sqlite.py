@@ -62,7 +62,6 @@ def lock_path(url: sa.URL) -> str | None:
 class SqliteDialect(Dialect):
     """A SQLite file (or in-memory database): writers queue on WriteLock, then BEGIN IMMEDIATE."""
 
-    skip_locked_claim = False  # BEGIN IMMEDIATE already makes the claim's transaction the only writer
     # One writer at a time: each ingest stamps its decisions no earlier than the newest one stored.
     decision_time_follows_id = True
 
@@ -100,8 +99,7 @@ class SqliteDialect(Dialect):
         @event.listens_for(engine, "begin")
         def _on_begin(conn: sa.Connection) -> None:
             mode = conn.get_execution_options().get("remediate_begin", "DEFERRED")
-            # On the driver's connection: every transaction begins here, and SQLAlchemy's execution
-            # path costs more than the statement (store.prepared).
+            # On the driver's connection: every transaction begins here, in the mode the engine asks for.
             try:
                 conn.connection.driver_connection.execute(f"BEGIN {mode}")
             except sqlite3.Error as exc:  # "database is locked" becomes StoreBusy in Database.write
