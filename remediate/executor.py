@@ -662,8 +662,8 @@ class Executor:
             for attempt in retrying:
                 with attempt:
                     failed = progress.failed_attempt
-                    if failed is not None:  # a retry: the attempt before it is closed first
-                        self.store.finish_attempt(step.id, *failed, self.clock(), lease=lease)
+                    if failed is not None:  # a retry: the attempt before it is closed first, as it ended
+                        self.store.finish_attempt(step.id, *failed, lease=lease)
                         progress.failed_attempt = None
                     progress.changed = True  # from here on the action may have changed something
                     number += 1
@@ -674,7 +674,7 @@ class Executor:
                     except Exception as exc:
                         outcome = _attempt_outcome(exc, action)
                         error = _describe(exc) if outcome is AttemptOutcome.FAILED else str(exc)
-                        progress.failed_attempt = (number, outcome, error)
+                        progress.failed_attempt = (number, outcome, error, self.clock())
                         raise
                     return number, result
         except RetryError as exc:  # pragma: no cover - reraise=True makes tenacity re-raise the last error
@@ -886,8 +886,8 @@ class _RunProgress:
     is then not one "before changing anything" (never rerunnable)."""
     claimed: bool = True
     """The run's claim is recorded; False until its first write, which claims it (Executor._write)."""
-    failed_attempt: tuple[int, AttemptOutcome, str | None] | None = None
-    """The current step's last attempt, failed and not closed yet: (number, outcome, error)."""
+    failed_attempt: tuple[int, AttemptOutcome, str | None, float] | None = None
+    """The current step's last attempt, failed and not closed yet: (number, outcome, error, when it ended)."""
 
 
 class _ClaimedElsewhere(ClaimLostError):
