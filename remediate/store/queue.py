@@ -48,9 +48,10 @@ def worker_identity(replica_name: str | None = None) -> str:
 # The statements of the hot paths (claim, step bookkeeping), built once with bind parameters: SQLAlchemy
 # compiles each once per database (its compiled cache) and runs it with new values every time.
 _prior = t.runs.alias("prior")
-# The queue's head: queued runs by priority then id ...
+# The queue's head, with each run's alert: queued runs by priority then id ...
 _QUEUE_HEAD = (
-    sa.select(t.runs.c.id)
+    sa.select(t.runs, *ALERT_CONTEXT_COLUMNS)
+    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
     .where(
         t.runs.c.status == RunStatus.QUEUED,
         # ... whose prior run (after_run_id: a resolved run waits for its firing run) is final.
@@ -77,11 +78,6 @@ _CLAIM = (
         updated_at=_now,
         started_at=sa.func.coalesce(t.runs.c.started_at, sa.bindparam("p_started", type_=sa.Float)),
     )
-)
-_CLAIMED_RUN = (
-    sa.select(t.runs, *ALERT_CONTEXT_COLUMNS)
-    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
-    .where(t.runs.c.id == sa.bindparam("p_run_id"))
 )
 _STEPS_OF = sa.select(t.steps).where(t.steps.c.run_id == sa.bindparam("p_run_id")).order_by(t.steps.c.idx)
 _START_ATTEMPT = (
@@ -219,16 +215,13 @@ class RunQueue:
         will be once `worker` claims it (`claim_next`), with its steps; None when none is queued. A read: the
         executor plans the run's first step before the claim, outside any write transaction."""
         with self._tx.read() as conn:
-            head = conn.execute(_QUEUE_HEAD, {"p_limit": len(skip) + 1}).scalars().all()
-            run_id = next((i for i in head if i not in skip), None)
-            if run_id is None:
+            head = conn.execute(_QUEUE_HEAD, {"p_limit": len(skip) + 1}).all()
+            row = next((r for r in head if r.id not in skip), None)
+            if row is None:
                 return None
-            row = conn.execute(_CLAIMED_RUN, {"p_run_id": run_id}).first()
-            steps = tuple(_step_record(r) for r in conn.execute(_STEPS_OF, {"p_run_id": run_id}))
-        if row is None or row.status != RunStatus.QUEUED:  # pragma: no cover - read in the same transaction
-            return None
+            steps = tuple(_step_record(r) for r in conn.execute(_STEPS_OF, {"p_run_id": row.id}))
         return ClaimedRun(
-            run_id, row.playbook, row.target, row.phase, row.mode, alert_context(row), int(row.claim_generation) + 1,
+            row.id, row.playbook, row.target, row.phase, row.mode, alert_context(row), int(row.claim_generation) + 1,
             worker, rung=row.rung, started_at=row.started_at, steps=steps,
         )  # fmt: skip
 
