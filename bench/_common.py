@@ -172,6 +172,12 @@ class Server:
         self.stop()
 
 
+def notify_playbook(url: str) -> str:
+    """PLAYBOOK with one `notify.webhook` step to `url` (a local sink) in place of its `log` step."""
+    head = PLAYBOOK.split("steps:")[0].replace("name: bench-log", "name: bench-notify")
+    return head + f"steps:\n  - action: notify.webhook\n    with:\n      url: {url}\n"
+
+
 def remediate_server(
     workdir: Path,
     *,

@@ -9,7 +9,8 @@
    a) the bare ceiling, bench/ceiling_app.py: parse the JSON, answer 200;
    b) the durable ceiling, bench/durable_ceiling_app.py: parse the JSON, store one row per alert (its JSON) in one
       transaction (SQLite WAL with remediate's pragmas and BEGIN IMMEDIATE, or PostgreSQL with psycopg), answer 200;
-   c) `remediate serve` with a playbook of one `log` step matching every alert: every request stores a
+   c) `remediate serve` with a playbook of one `log` step (`--action notify.webhook`: one POST to a local sink, a
+      bare Flask app whose CPU is not counted) matching every alert: every request stores a
       notification, an alert, a decision, a run and a step, and the executor runs it; the run's figures count
       until the backlog is drained, so its CPU per request is per fully handled alert;
    d) `remediate serve` with the executors off (runs stay queued): ingest alone.
@@ -89,13 +90,14 @@ def throughput_once(args: argparse.Namespace, work: Path, dbs: c.Databases, rep:
         results["durable"]["stored"] = c.ceiling_rows(server)
     url = dbs.new(work, "remediate")
     with c.remediate_server(
-        work, db=work / "unused.db", database_url=url, workers=args.workers, poll_interval=args.poll_interval
-    ) as server:
+        work, db=work / "unused.db", database_url=url, workers=args.workers, poll_interval=args.poll_interval,
+        playbook=args.playbook,
+    ) as server:  # fmt: skip
         results["remediate"] = _load(args, server, dbs, script, f"r{rep}{uuid.uuid4().hex[:5]}", drain=url)
         results["remediate"].update(_remediate_rows(url))
     url = dbs.new(work, "noexec")
     with c.remediate_server(
-        work, db=work / "unused.db", database_url=url, workers=args.workers, executor_threads=0
+        work, db=work / "unused.db", database_url=url, workers=args.workers, executor_threads=0, playbook=args.playbook
     ) as server:
         results["remediate_off"] = _load(args, server, dbs, script, "n")
     return results
@@ -110,8 +112,9 @@ def first_step_once(args: argparse.Namespace, work: Path, dbs: c.Databases, rep:
         for i in range(total)
     )
     with c.remediate_server(
-        work, db=work / "unused.db", database_url=url, workers=args.workers, poll_interval=args.poll_interval
-    ) as server:
+        work, db=work / "unused.db", database_url=url, workers=args.workers, poll_interval=args.poll_interval,
+        playbook=args.playbook,
+    ) as server:  # fmt: skip
         sent = c.paced_posts(server.url + "/webhook", bodies, args.rate)
         drained, _ = c.wait_for_runs_done(url, timeout=args.drain_timeout)
     return {**sent, **c.first_step_latencies(url, prefix), "drained": drained}
@@ -237,6 +240,13 @@ def main(argv: list[str] | None = None) -> int:
         "--poll-interval", default=None, help="REMEDIATE_POLL_INTERVAL for the server (default: remediate's own)"
     )
     parser.add_argument("--drain-timeout", type=float, default=120.0, help="max seconds to wait for queued runs")
+    parser.add_argument(
+        "--action",
+        choices=("log", "notify.webhook"),
+        default="log",
+        help="the playbook's one step: log, or notify.webhook to a local sink (a bare Flask app, its CPU not "
+        "counted) [log]",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (databases, server logs)")
     args = parser.parse_args(argv)
@@ -257,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.connections} connections, {args.duration} s; body {c.body_size()} bytes, one alert; "
             f"store: {dbs.describe()}"
         )
-        with c.workspace(keep=args.keep) as work:
+        with c.workspace(keep=args.keep) as work, contextlib.ExitStack() as sinks:
+            args.playbook = c.PLAYBOOK
+            if args.action == "notify.webhook":
+                sink = sinks.enter_context(c.ceiling_server(work, workers=args.workers))
+                args.playbook = c.notify_playbook(sink.url + "/webhook")
             tp, lat = [], []
             for rep in range(args.repeat):
                 tp.append(throughput_once(args, work, dbs, rep))

@@ -3,13 +3,14 @@
 Each step: plan (recorded), then execute with a per-step deadline; errors the
 action marks retryable (RetryableActionError) are retried with tenacity's
 exponential backoff, up to the step's `retries`; every attempt is recorded.
-Dry-run runs only plan. Bookkeeping of a one-step run takes three write
-transactions: claim; plan + start of the first attempt (recorded before the
-action runs, so a crash leaves it `interrupted`); and the end of the attempt,
-the step and (last step, or a failed one) the run, durable before the next
-step starts. Runs made only of batchable steps (Action.batchable: `log`) are executed in
-batches instead (`_execute_batch`): one claim that records their plans and attempt starts, and one
-transaction of ends, for up to `batch_size` runs, each write under its run's lease. A failed step ends the
+Dry-run runs only plan. Every step takes two write transactions: the plan with the start of its first
+attempt (recorded before the action runs, so a crash leaves it `interrupted`), and the end of the
+attempt, the step and (last step, or a failed one) the run, durable before the next step starts. The
+first step's start rides on the claim itself: the executor reads the head of the queue, plans its first
+step outside any transaction, then claims the run and records that start (or the step's end, where it
+ends before an attempt) in one transaction, taken only if no other executor claimed the run meanwhile
+(RunQueue.claim_next). A one-step run thus costs two write transactions, its alert three with the
+ingest; a retry adds one per attempt. A failed step ends the
 run: the later steps are recorded `skipped` with the
 reason, except those marked `always: true` (a notification), which still run; the run stays
 failed. Plans only read, so their retryable errors are retried too, with the same budget. An
@@ -47,7 +48,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from remediate.actions.base import Action, ActionRegistry, StepContext, Where, step_views
+from remediate.actions.base import Action, ActionRegistry, StepContext, step_views
 from remediate.alerts import alert_ref
 from remediate.breaker import CircuitBreaker
 from remediate.deadline import StepTimeout, call_with_deadline
@@ -79,12 +80,12 @@ from remediate.runners import Dispatch, StepRunner
 from remediate.runs import (
     DONE_STEP_STATUSES,
     AttemptOutcome,
-    BatchWrite,
     ClaimedRun,
     FinishedRun,
     RunEnd,
     RunningClaim,
     RunStatus,
+    RunWrite,
     StepEnd,
     StepRecord,
     StepStart,
@@ -97,10 +98,6 @@ log = logging.getLogger("remediate.executor")
 RECONCILE_WINDOW_S = 24 * 3600.0
 """How long after a step gave up its pending outcome is still looked for (jobs keep acknowledgements 7 days)."""
 RECONCILE_PLAN_TIMEOUT_S = 15.0
-DEFAULT_BATCH_SIZE = 50
-"""The most runs of batchable steps one claim takes (Executor.batch_size): big enough that a storm's backlog
-costs two transactions per fifty runs (as many runs/s as batches of 100 or 200, measured), small enough
-that a fresh alert waits for short batches only (~15 ms each on a 2-core machine; 100 doubled its wait)."""
 STORE_FAILED = "the store failed under its executor (its outcome is unknown)"
 """Why a step in flight is `interrupted` when its run is handed back after a store outage."""
 STORE_RETRY_MAX_S = 10.0
@@ -206,7 +203,6 @@ class Executor:
         reconcile_interval: float = 15.0,
         replica_name: str | None = None,
         on_run_finished: Sequence[Callable[[FinishedRun], None]] = (),
-        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -233,7 +229,7 @@ class Executor:
         self._active: set[int] = set()
         self._active_lock = threading.Lock()
         self._claiming = threading.Lock()
-        """Held by the thread claiming, and through the batch it claimed (see _run_claimed)."""
+        """Held by the thread reading the queue's head (see _run_claimed)."""
         self.reconcile_interval = reconcile_interval
         """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
         self._observed: dict[int, tuple[tuple[str, int, float | None], float]] = {}
@@ -250,14 +246,6 @@ class Executor:
         self.on_run_finished = tuple(on_run_finished)
         """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each
         must return at once: it is called on the executor thread, between two runs."""
-        self.batch_size = batch_size
-        """The most runs of batchable steps claimed and recorded together (1: no batches)."""
-        self._batchable = frozenset(
-            name
-            for name in registry.names()
-            if (action := registry.get(name)).batchable and action.where == Where.CLUSTER and not action.reports_run
-        )
-        """The actions whose runs a batch may take (Action.batchable)."""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -384,63 +372,51 @@ class Executor:
     # ------------------------------------------------------------------ running
 
     def run_once(self) -> bool:
-        """Claim and execute the run at the head of the queue, or a batch of cheap runs (see `_execute_batch`);
-        False when nothing was queued. StoreUnavailable: try again later."""
+        """Claim and execute the run at the head of the queue; False when nothing was queued.
+        StoreUnavailable: try again later."""
         return self._run_claimed() > 0
 
     def _run_claimed(self) -> int:
-        """run_once; returns how many runs it claimed (0: none was queued)."""
+        """run_once; returns how many runs it took in hand (0: none was queued)."""
         self._release_abandoned()
-        first_round: list[_Planned] = []
-
-        def start(runs: list[ClaimedRun]) -> list[BatchWrite]:
-            # A batch's first round is planned inside its claim's transaction: its starts commit with the claim.
-            first_round.extend(self._plan_batched(_Batched(run, run.steps or ())) for run in runs)
-            return [p.write for p in first_round]
-
-        # One thread of this process claims at a time, and keeps the turn through a batch: a batch is CPU work
-        # under the GIL between two write transactions, so a second thread claiming beside it would only wait
-        # for the GIL and SQLite's one writer, and slow both (measured: 2 threads drained a backlog at 0.6x
-        # the rate of 1). A single run (its steps may wait on I/O for minutes) gives the turn back at once.
+        # One thread of this process reads the head at a time and marks the run as in hand (`_active`) before
+        # the next looks: two threads never plan the same run. The plan and the steps run outside the lock.
         with self._claiming:
-            claimed = self.store.claim_runs(
-                self.worker, self.clock(), limit=self.batch_size, batchable=self._batchable, start=start
-            )
-            if claimed and claimed[0].steps is not None:
-                self._execute_claimed(claimed, first_round)
-                return len(claimed)
-        if claimed:
-            self._execute_claimed(claimed, first_round)
-        return len(claimed)
-
-    def _execute_claimed(self, claimed: list[ClaimedRun], first_round: list[_Planned]) -> None:
-        """Execute what `claim_runs` gave: one run, or a batch whose first round `first_round` is planned."""
-        with self._active_lock:
-            self._active.update(run.id for run in claimed)
-        try:
-            if claimed[0].steps is None:
-                self.execute_run(claimed[0])
-            else:
-                self._execute_batch(first_round)
-        except ClaimLostError as exc:
-            log.warning("run %s: stopping: %s", claimed[0].id, exc)
-        except StoreUnavailable:
-            # Whether the failed write committed is unknown: the runs are handed back as crash recovery
-            # would (their in-flight step `interrupted`, re-run only if idempotent) once the store answers,
-            # never continued from a guess and never left running in this live process's name.
             with self._active_lock:
-                for run in claimed:
-                    lease = run.lease
-                    self._abandoned[run.id] = RunningClaim(run.id, lease.worker, lease.generation, None)
-            for run in claimed:
-                log.warning("run %s: the store failed under it; it is requeued once the store answers", run.id)
+                in_hand = set(self._active)
+            run = self.store.next_run(self.worker, skip=in_hand)
+            if run is None:
+                return 0
+            if run.started_at is None:  # its first claim: the run starts now, with its first step's plan
+                run = replace(run, started_at=self.clock())
+            with self._active_lock:
+                self._active.add(run.id)
+        self._execute_claimed(run)
+        return 1
+
+    def _execute_claimed(self, run: ClaimedRun) -> None:
+        """Execute `run`, read from the head of the queue (`next_run`): its first write claims it."""
+        try:
+            self.execute_run(run, claimed=False)
+        except _ClaimedElsewhere as exc:
+            log.debug("%s", exc)
+        except ClaimLostError as exc:
+            log.warning("run %s: stopping: %s", run.id, exc)
+        except StoreUnavailable:
+            # Whether the failed write committed (the claim among them) is unknown: the run is handed back as
+            # crash recovery would (its in-flight step `interrupted`, re-run only if idempotent) once the
+            # store answers, only if still in this claim; never continued from a guess, never left running
+            # in this live process's name.
+            with self._active_lock:
+                lease = run.lease
+                self._abandoned[run.id] = RunningClaim(run.id, lease.worker, lease.generation, None)
+            log.warning("run %s: the store failed under it; it is requeued once the store answers", run.id)
             raise
         finally:
             with self._active_lock:
-                self._active.difference_update(run.id for run in claimed)
-                for run in claimed:
-                    if run.id not in self._abandoned:
-                        self._unrecorded.pop(run.id, None)
+                self._active.discard(run.id)
+                if run.id not in self._abandoned:
+                    self._unrecorded.pop(run.id, None)
 
     def _release_abandoned(self) -> None:
         """Requeue the runs abandoned when the store failed, each only if still in the claim it was left in."""
@@ -465,20 +441,23 @@ class Executor:
         """Execute queued runs in this thread until none is left (tests, CLI)."""
         done = 0
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and (claimed := self._run_claimed()):
-            done += claimed
+        while time.monotonic() < deadline and self._run_claimed():
+            done += 1
         return done
 
-    def execute_run(self, run: ClaimedRun) -> None:
-        """Execute the run's remaining steps. ClaimLostError: another executor owns the run now."""
+    def execute_run(self, run: ClaimedRun, *, claimed: bool = True) -> None:
+        """Execute the run's remaining steps. ClaimLostError: another executor owns the run now.
+
+        `claimed=False`: `run` is the head of the queue as `next_run` read it (with its steps); the first
+        write claims it (`_write`)."""
         dry_run = run.mode == "dry-run"
         log.info("run %s (%s, %s, %s) started", run.id, run.playbook, run.phase, run.target)
-        steps = self.store.steps_of(run.id)
+        steps = list(run.steps) if run.steps is not None else self.store.steps_of(run.id)
         # A step failed before a restart, and only `always` steps were left to run.
         failure = next((_run_error(s, s.error or s.status) for s in steps if _failed(s)), None)
         rerunnable = False
         # Whether a step of the run started an attempt, before this pass or in it (`steps` is read once, here).
-        progress = _RunProgress(changed=any(s.attempts > 0 for s in steps))
+        progress = _RunProgress(changed=any(s.attempts > 0 for s in steps), claimed=claimed)
         pending = [s for s in steps if s.status not in DONE_STEP_STATUSES and not s.finished]
         for position, step in enumerate(pending):
             rest = pending[position + 1 :]
@@ -501,13 +480,16 @@ class Executor:
                 if failed_before is None
                 else f"skipped: step {failed_before.idx} {failed_before.name} ({failed_before.action}) failed"
             )
-            self._finish_run(run, RunStatus.FAILED, failure, rerunnable=rerunnable, skip=skip, skip_reason=reason)
+            self._finish_run(
+                run, progress, RunStatus.FAILED, failure, rerunnable=rerunnable, skip=skip, skip_reason=reason
+            )
         elif not pending:
-            self._finish_run(run, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED, None)
+            self._finish_run(run, progress, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED, None)
 
     def _finish_run(
         self,
         run: ClaimedRun,
+        progress: _RunProgress,
         status: RunStatus,
         error: str | None,
         *,
@@ -515,9 +497,21 @@ class Executor:
         skip: Sequence[int] = (),
         skip_reason: str = "",
     ) -> None:
-        self.store.finish_run(run.id, status, now=self.clock(), error=error, lease=run.lease, rerunnable=rerunnable,
-                              skip=skip, skip_reason=skip_reason)  # fmt: skip
-        self._run_finished(run, RunEnd(run.id, status, error))
+        end = RunEnd(run.id, status, error)
+        self._write(run, progress, RunWrite(run.lease, skip=tuple(skip), skip_reason=skip_reason, run_end=end,
+                                            rerunnable=rerunnable))  # fmt: skip
+        self._run_finished(run, end)
+
+    def _write(self, run: ClaimedRun, progress: _RunProgress, write: RunWrite) -> None:
+        """Record `write` in one transaction under the run's lease; the run's first write claims it too
+        (`progress.claimed` False: RunQueue.claim_next). _ClaimedElsewhere: another executor claimed it first,
+        nothing was written."""
+        if progress.claimed:
+            self.store.record(write, self.clock())
+        elif self.store.claim_next(run, self.clock(), write):
+            progress.claimed = True
+        else:
+            raise _ClaimedElsewhere(f"run {run.id}: claimed by another executor first; this one leaves it")
 
     def _run_finished(self, run: ClaimedRun, end: RunEnd | None) -> None:
         """Metrics, log and listeners of a run end the store has recorded."""
@@ -537,136 +531,6 @@ class Executor:
             except Exception:  # a listener's bug never fails the executor, whose run is already recorded
                 log.exception("run %s: a run-finished listener failed", run.id)
 
-    # ------------------------------------------------------------------ batches
-
-    def _execute_batch(self, first_round: Sequence[_Planned]) -> None:
-        """Execute runs made only of batchable steps (Action.batchable) together, one step of each per round.
-
-        A round: every run's next step is planned; the plans and attempt starts (and the ends of steps that
-        end without executing: a dry run's plan, a failed plan) are recorded in one transaction (the first
-        round's in the claim's own: `first_round` is planned and recorded already), durable before any of
-        the actions runs; then the actions run; then every attempt's, step's and (last step or a failure)
-        run's end is recorded in one transaction. A one-step run thus costs the batch's two transactions
-        (claim with starts, ends) shared with up to `batch_size` others. Each run's writes name its lease: a
-        run whose claim was lost is written no more and leaves the batch, the others go on. The outcome of
-        every step follows `execute_run`'s rules (a failure skips the later steps except `always` ones,
-        `continue_on_error`, dry runs only plan), except that a batchable action is called in this thread
-        without a deadline thread and never retried (it has nothing to wait for)."""
-        for p in first_round:
-            run = p.batched.run
-            log.info("run %s (%s, %s, %s) started in a batch of %d", run.id, run.playbook, run.phase, run.target,
-                     len(first_round))  # fmt: skip
-        planned = list(first_round)
-        lost = self._recorded(planned, set())
-        while True:
-            started = [p for p in planned if p.start is not None and p.batched.run.id not in lost]
-            if started:
-                lost |= self._record([self._execute_batched(p) for p in started])
-            live = [p.batched for p in planned if not p.batched.done and p.batched.run.id not in lost]
-            if not live:
-                return
-            planned = [self._plan_batched(batched) for batched in live]
-            lost = self._record(planned)
-
-    def _plan_batched(self, batched: _Batched) -> _Planned:
-        """The run's next step, planned: the start of its attempt, or its end where it ends without one."""
-        step, rest, after_failure = batched.next_step()
-        started = time.monotonic()
-        run = batched.run
-        try:
-            action = self.registry.get(step.action)
-            params = action.validate(step.params)
-        except ParamsError as exc:
-            return self._settle(batched, step, rest, after_failure, started, error=f"{exc}")
-        ctx = self._step_context(run, step, started + step.timeout)
-        runner = self.dispatch.runner_for(action, run.target)
-        try:
-            plan = runner.stamp(runner.plan(action, params, ctx))
-        except Exception as exc:
-            transient = isinstance(exc, RetryableActionError)
-            return self._settle(batched, step, rest, after_failure, started, error=f"plan failed: {_describe(exc)}",
-                                transient=transient)  # fmt: skip
-        if run.mode == "dry-run":
-            return self._settle(batched, step, rest, after_failure, started, status=StepStatus.PLANNED, plan=plan)
-        batched.executed = True
-        start = StepStart(step.id, step.attempts + 1, plan)
-        return _Planned(batched, step, rest, after_failure, started, BatchWrite(run.lease, starts=(start,)),
-                        start=start, action=action, params=params, ctx=ctx, runner=runner, plan=plan)  # fmt: skip
-
-    def _execute_batched(self, planned: _Planned) -> _Planned:
-        """Run the planned step's action (its start is recorded); its end, as a write of the next transaction."""
-        assert planned.start is not None and planned.action is not None and planned.runner is not None
-        batched, step, number = planned.batched, planned.step, planned.start.number
-        action, runner = planned.action, planned.runner
-        try:
-            result = runner.stamp(runner.execute(action, planned.params, planned.ctx))
-        except Exception as exc:
-            return self._settle(batched, step, planned.rest, planned.after_failure, planned.started,
-                                error=_describe(exc), result=_failure_result(exc), attempt=number,
-                                outcome=_attempt_outcome(exc, action))  # fmt: skip
-        return self._settle(batched, step, planned.rest, planned.after_failure, planned.started,
-                            status=StepStatus.SUCCEEDED, result=result, attempt=number)  # fmt: skip
-
-    def _settle(
-        self,
-        batched: _Batched,
-        step: StepRecord,
-        rest: Sequence[StepRecord],
-        after_failure: bool,
-        started: float,
-        *,
-        status: StepStatus = StepStatus.FAILED,
-        error: str | None = None,
-        plan: Any = None,
-        result: Any = None,
-        attempt: int | None = None,
-        outcome: AttemptOutcome = AttemptOutcome.SUCCEEDED,
-        transient: bool = False,
-    ) -> _Planned:
-        """The step's end and what it does to the run, as `_execute_step` and `_fail_step` decide them."""
-        run = batched.run
-        end = StepEnd(step.id, status, result, error, plan, attempt, outcome)
-        done_status = RunStatus.PLANNED if run.mode == "dry-run" else RunStatus.SUCCEEDED
-        failed = status not in (StepStatus.SUCCEEDED, StepStatus.PLANNED)
-        skip: tuple[int, ...] = ()
-        skip_reason = ""
-        if after_failure:  # an `always` step: recorded, the run keeps its first failure
-            run_end = None if any(s.always for s in rest) else RunEnd(run.id, RunStatus.FAILED, batched.failure)
-        elif not failed or step.continue_on_error:
-            run_end = None if rest else RunEnd(run.id, done_status)
-            if failed:
-                log.info("run %s: %s; continue_on_error: the run goes on", run.id, _run_error(step, error or ""))
-        else:
-            batched.failure = _run_error(step, error or "")
-            skip = tuple(s.id for s in rest if not s.always)
-            skip_reason = f"skipped: step {step.idx} {step.name} ({step.action}) failed"
-            # No step of the run executed anything before (attempts started in this batch count).
-            batched.rerunnable = transient and run.mode != "dry-run" and not batched.executed
-            run_end = None if any(s.always for s in rest) else RunEnd(run.id, RunStatus.FAILED, batched.failure)
-        if run_end is not None:
-            batched.done = True
-        write = BatchWrite(run.lease, ends=(end,), skip=skip, skip_reason=skip_reason, run_end=run_end,
-                           rerunnable=batched.rerunnable and run_end is not None)  # fmt: skip
-        return _Planned(batched, step, rest, after_failure, started, write)
-
-    def _record(self, planned: Sequence[_Planned]) -> set[int]:
-        """Record the writes of `planned` in one transaction; then tell metrics and listeners of the steps and
-        runs that ended. Returns the runs whose claim was lost (nothing was written for them)."""
-        return self._recorded(planned, self.store.record_batch([p.write for p in planned], self.clock()))
-
-    def _recorded(self, planned: Sequence[_Planned], lost: set[int]) -> set[int]:
-        """Tell metrics and listeners of the steps and runs of `planned` whose ends are recorded; `lost`: the
-        runs whose claim was lost (returned)."""
-        for p in planned:
-            if p.batched.run.id in lost:
-                log.warning("run %s: stopping: its claim was lost (recovered or claimed by another executor); "
-                            "this executor writes nothing more to it", p.batched.run.id)  # fmt: skip
-                continue
-            for end in p.write.ends:
-                self.metrics.step_finished(p.step.action, end.status, time.monotonic() - p.started)
-            self._run_finished(p.batched.run, p.write.run_end)
-        return lost
-
     def _execute_step(
         self,
         run: ClaimedRun,
@@ -685,6 +549,7 @@ class Executor:
         `after_failure`: an `always` step after a failed one; its outcome never changes the run's.
         """
         started = time.monotonic()
+        progress.failed_attempt = None
         fail = self._step_failer(run, step, started, rest, progress, after_failure)
         try:
             action = self.registry.get(step.action)
@@ -710,9 +575,8 @@ class Executor:
             return fail(f"plan failed: {_describe(exc)}", transient=transient)
         run_end = RunEnd(run.id, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED) if last else None
         if dry_run:
-            self.store.finish_step(
-                step.id, StepStatus.PLANNED, now=self.clock(), plan=plan, run_end=run_end, lease=run.lease
-            )
+            self._write(run, progress, RunWrite(run.lease, ends=(StepEnd(step.id, StepStatus.PLANNED, plan=plan),),
+                                                run_end=run_end))  # fmt: skip
             self.metrics.step_finished(step.action, StepStatus.PLANNED, time.monotonic() - started)
             self._run_finished(run, run_end)
             return None
@@ -726,15 +590,7 @@ class Executor:
             return fail(_describe(exc), plan=plan, result=_failure_result(exc))
         end = StepEnd(step.id, StepStatus.SUCCEEDED, result, attempt=number)
         with self._kept_if_unrecorded(run, end):
-            self.store.finish_step(
-                step.id,
-                StepStatus.SUCCEEDED,
-                now=self.clock(),
-                result=result,
-                succeeded_attempt=number,
-                run_end=run_end,
-                lease=run.lease,
-            )
+            self._write(run, progress, RunWrite(run.lease, ends=(end,), run_end=run_end))
         self.metrics.step_finished(step.action, StepStatus.SUCCEEDED, time.monotonic() - started)
         self._run_finished(run, run_end)
         return None
@@ -786,10 +642,12 @@ class Executor:
     ) -> tuple[int, Any]:
         """Execute the step, retrying retryable errors; returns (number of the attempt that succeeded, its result).
 
-        A failed attempt is closed here; the one that succeeded is left for `finish_step`, which
-        closes it together with the step.
+        Each attempt's start is one write (the first with the plan; the run's claim when it is the run's first
+        write). A failed attempt is closed with the next one's start, or (the last) with the step's failure
+        (`progress.failed_attempt`, `_fail_step`); the one that succeeded is closed with the step's end.
         """
         pending_plan = plan  # recorded with the first attempt
+        number = step.attempts
         budget = max(0.0, ctx.deadline - time.monotonic())
         retrying = Retrying(
             stop=stop_after_attempt(step.retries + 1) | stop_after_delay(budget),
@@ -802,15 +660,20 @@ class Executor:
         try:
             for attempt in retrying:
                 with attempt:
+                    failed = progress.failed_attempt
+                    if failed is not None:  # a retry: the attempt before it is closed first, as it ended
+                        self.store.finish_attempt(step.id, *failed, lease=lease)
+                        progress.failed_attempt = None
                     progress.changed = True  # from here on the action may have changed something
-                    number = self.store.start_attempt(step.id, self.clock(), plan=pending_plan, lease=lease)
+                    number += 1
+                    self._write(run, progress, RunWrite(lease, starts=(StepStart(step.id, number, pending_plan),)))
                     pending_plan = None
                     try:
                         result = call_with_deadline(lambda: runner.execute(action, params, ctx), ctx.remaining())
                     except Exception as exc:
                         outcome = _attempt_outcome(exc, action)
                         error = _describe(exc) if outcome is AttemptOutcome.FAILED else str(exc)
-                        self.store.finish_attempt(step.id, number, outcome, error, self.clock(), lease=lease)
+                        progress.failed_attempt = (number, outcome, error, self.clock())
                         raise
                     return number, result
         except RetryError as exc:  # pragma: no cover - reraise=True makes tenacity re-raise the last error
@@ -920,24 +783,22 @@ class Executor:
         run ends succeeded when it was the last step).
         """
         run_error = _run_error(step, error)
+        # The step's last attempt, if it failed, is closed with the step, in the same write.
+        failed, progress.failed_attempt = progress.failed_attempt, None
         end = StepEnd(step.id, status, result, error, plan)
+        attempt_end = end if failed is None else replace(end, attempt=failed[0], outcome=failed[1])
         if step.continue_on_error and not after_failure:
             dry_run = run.mode == "dry-run"
             run_end = None if rest else RunEnd(run.id, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED)
-            with self._kept_if_unrecorded(run, end):
-                self.store.finish_step(
-                    step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
-                    lease=run.lease,
-                )  # fmt: skip
+            with self._kept_if_unrecorded(run, attempt_end):
+                self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,), run_end=run_end))
             self.metrics.step_finished(step.action, status, time.monotonic() - started)
             self._run_finished(run, run_end)
             log.info("run %s: %s; continue_on_error: the run goes on", run.id, run_error)
             return None
         if after_failure:  # an `always` step: recorded, the run keeps its first failure
-            with self._kept_if_unrecorded(run, end):
-                self.store.finish_step(
-                    step.id, status, now=self.clock(), error=error, plan=plan, result=result, lease=run.lease
-                )
+            with self._kept_if_unrecorded(run, attempt_end):
+                self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,)))
             self.metrics.step_finished(step.action, status, time.monotonic() - started)
             return StepFailure(run_error, ended_run=False)
         skipped = [s.id for s in rest if not s.always]
@@ -945,11 +806,9 @@ class Executor:
         ends = not any(s.always for s in rest)
         run_end = RunEnd(run.id, RunStatus.FAILED, run_error) if ends else None
         rerunnable = transient and run.mode != "dry-run" and not progress.changed
-        with self._kept_if_unrecorded(run, end):
-            self.store.finish_step(
-                step.id, status, now=self.clock(), error=error, plan=plan, result=result, run_end=run_end,
-                lease=run.lease, skip=skipped, skip_reason=reason, rerunnable=rerunnable and ends,
-            )  # fmt: skip
+        with self._kept_if_unrecorded(run, attempt_end):
+            self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,), skip=tuple(skipped), skip_reason=reason,
+                                                run_end=run_end, rerunnable=rerunnable and ends))  # fmt: skip
         self.metrics.step_finished(step.action, status, time.monotonic() - started)
         self._run_finished(run, run_end)
         return StepFailure(run_error, ended_run=ends, rerunnable=rerunnable)
@@ -973,7 +832,7 @@ def _may_retry(exc: BaseException, action: Action) -> bool:
 
 
 def _attempt_outcome(exc: BaseException, action: Action) -> AttemptOutcome:
-    """How an attempt that raised `exc` ended (the one-run path and batches record it alike)."""
+    """How an attempt that raised `exc` ended."""
     if isinstance(exc, RetryableActionError):
         return AttemptOutcome.RETRYABLE_ERROR if _may_retry(exc, action) else AttemptOutcome.MAYBE_APPLIED
     if isinstance(exc, AmbiguousActionError):
@@ -1024,48 +883,14 @@ class _RunProgress:
     changed: bool
     """An attempt of one of the run's steps started (before this pass or in it): a later failure of the run
     is then not one "before changing anything" (never rerunnable)."""
+    claimed: bool = True
+    """The run's claim is recorded; False until its first write, which claims it (Executor._write)."""
+    failed_attempt: tuple[int, AttemptOutcome, str | None, float] | None = None
+    """The current step's last attempt, failed and not closed yet: (number, outcome, error, when it ended)."""
 
 
-class _Batched:
-    """One run of a batch: its steps and how far it got."""
-
-    def __init__(self, run: ClaimedRun, steps: Sequence[StepRecord]) -> None:
-        self.run = run
-        self.steps = list(steps)
-        self.position = 0
-        self.failure: str | None = None
-        """The error of the step that failed the run; then only its `always` steps run."""
-        self.rerunnable = False
-        self.executed = False
-        """An attempt of one of its steps started (then a later failure does not make the run rerunnable)."""
-        self.done = False
-
-    def next_step(self) -> tuple[StepRecord, list[StepRecord], bool]:
-        """(the next step to run, the steps after it, whether it runs after a failure: an `always` step)."""
-        while self.position < len(self.steps):
-            step = self.steps[self.position]
-            self.position += 1
-            if self.failure is None or step.always:
-                return step, self.steps[self.position :], self.failure is not None
-        raise AssertionError(f"run {self.run.id}: a batch asked for a step after the last")  # pragma: no cover
-
-
-@dataclass
-class _Planned:
-    """A step of a batch's round: what to record for it, and (when its attempt starts) what to run after."""
-
-    batched: _Batched
-    step: StepRecord
-    rest: Sequence[StepRecord]
-    after_failure: bool
-    started: float
-    write: BatchWrite
-    start: StepStart | None = None
-    action: Action | None = None
-    params: Mapping[str, Any] = field(default_factory=dict)
-    ctx: StepContext | None = None
-    runner: StepRunner | None = None
-    plan: Any = None
+class _ClaimedElsewhere(ClaimLostError):
+    """The run read at the head of the queue was claimed by another executor before this one's claim."""
 
 
 class _StoreOutage:

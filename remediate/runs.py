@@ -13,7 +13,7 @@ Pure: this module imports nothing of remediate, so the store, the guards and the
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -108,7 +108,7 @@ class ClaimedRun:
     started_at: float | None = None
     """When the run was first claimed (UNIX seconds); None where the store did not say."""
     steps: tuple[StepRecord, ...] | None = None
-    """The run's steps, read with the claim of a batch (RunQueue.claim_runs); None: ask `steps_of`."""
+    """The run's steps as read before its claim (RunQueue.next_run); None: ask `steps_of`."""
 
     @property
     def lease(self) -> RunLease:
@@ -159,18 +159,9 @@ class StepRecord:
     """Its failure is recorded but does not fail the run nor skip the steps after it."""
 
 
-def batchable_steps(steps: Sequence[StepRecord], actions: Collection[str]) -> bool:
-    """Whether a batch may take a run of these steps: it has steps, none started yet, each of one of the
-    batchable `actions` (Action.batchable) and run in the cluster (not on a node's agent)."""
-    return bool(steps) and all(
-        s.status == StepStatus.PENDING and s.attempts == 0 and s.where == "cluster" and s.action in actions
-        for s in steps
-    )
-
-
 @dataclass(frozen=True)
 class StepStart:
-    """A step of a batch about to run (RunQueue.record_batch): its plan and the start of its attempt `number`."""
+    """A step about to run (RunWrite): its plan (None: keep the one recorded) and the start of its attempt `number`."""
 
     step_id: int
     number: int
@@ -179,7 +170,7 @@ class StepStart:
 
 @dataclass(frozen=True)
 class StepEnd:
-    """A step of a batch that ended (RunQueue.record_batch), with the attempt it closes, if one started."""
+    """A step that ended (RunWrite), with the attempt it closes, if one started."""
 
     step_id: int
     status: StepStatus
@@ -192,9 +183,9 @@ class StepEnd:
 
 
 @dataclass(frozen=True)
-class BatchWrite:
-    """What one run of a batch records, under its lease; RunQueue.record_batch writes every run's in one
-    transaction (`ends` before `starts`: a step's end is durable before the next step's attempt starts)."""
+class RunWrite:
+    """What one write transaction records of a run, under its lease (RunQueue.record, or RunQueue.claim_next
+    with the claim itself): `ends` before `starts`, a step's end is durable before the next step's attempt."""
 
     lease: RunLease
     ends: tuple[StepEnd, ...] = ()

@@ -156,12 +156,6 @@ class Action(ABC):
     reports_run: ClassVar[bool] = False
     """True for an action that tells people about its run (a chat message): its StepContext gets the run's
     steps as they stand (`steps`), one more store read that other steps are spared."""
-    batchable: ClassVar[bool] = False
-    """True for a cheap, local action: pure Python in this process, done at once (no network, no agent, no
-    GPU, no Kubernetes, nothing to wait for), never raising RetryableActionError. The executor runs
-    runs made only of such steps (`where: cluster`) in batches: claimed together with their plans and attempt
-    starts (the plan runs inside the claim's transaction), their ends recorded in another, the action called
-    in the executor's thread without a deadline thread and never retried (Executor._execute_batch)."""
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:

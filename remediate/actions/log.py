@@ -16,7 +16,6 @@ class LogAction(Action):
     name: ClassVar[str] = "log"
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = True
-    batchable: ClassVar[bool] = True  # a log line: in-process and instant
     description: ClassVar[str] = "Record a message (useful to try playbooks and as an audit marker)."
     schema: ClassVar[ParamSchema] = ParamSchema(
         {

@@ -11,10 +11,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.store.prepared import Prepared
 from remediate.store.rows import dumps
 
-_STATE = Prepared(sa.select(t.meta.c.value).where(t.meta.c.key == "breaker"))
+_STATE = sa.select(t.meta.c.value).where(t.meta.c.key == "breaker")
 
 
 class BreakerRows:
@@ -24,7 +23,7 @@ class BreakerRows:
         self.conn = conn
 
     def state(self) -> dict[str, Any] | None:
-        row = _STATE.first(self.conn)
+        row = self.conn.execute(_STATE).first()
         return None if row is None else json.loads(row[0])
 
     def save_state(self, state: Mapping[str, Any]) -> None:

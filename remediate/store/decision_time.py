@@ -21,11 +21,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.store.prepared import Prepared
 from remediate.store.rows import MAX_ID
 
 _d = t.decisions
-_NEWEST = Prepared(sa.select(sa.func.max(t.decisions.c.created_at)))
+_NEWEST = sa.select(sa.func.max(t.decisions.c.created_at))
 
 
 def _first_id_at_or_after(at: float) -> sa.ScalarSelect[Any]:
@@ -56,9 +55,8 @@ def stamp(conn: sa.Connection, rows: Sequence[Mapping[str, Any]]) -> list[Mappin
     or by a step back of the wall clock."""
     if not rows:
         return []
-    # Prepared: on SQLite's own cursor, in the same transaction (once per notification, on the ingest path).
     # The max is the last entry of ix_decisions_created.
-    (newest,) = _NEWEST.rows(conn)[0]
+    newest = conn.execute(_NEWEST).scalar()
     return monotonic(rows, newest)
 
 

@@ -41,9 +41,6 @@ _INSERT_RETURNING_IDS: dict[str, sa.Insert] = {}
 class Dialect:
     """A server database: row locks and its own isolation do the queueing; no file of ours to watch."""
 
-    skip_locked_claim = True
-    """Whether the claim's `SELECT ... FOR UPDATE SKIP LOCKED` lets concurrent executors pass each other."""
-
     decision_time_follows_id = False
     """Whether `decisions.created_at` never decreases with the id (`store.decision_time`), so that a time
     filter of the history is an id range. Not here: concurrent transactions take ids from a sequence

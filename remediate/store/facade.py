@@ -8,7 +8,7 @@ statements to the module of its concept (`queue`, `ingest`, `history`, `pause`, 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -17,7 +17,6 @@ import sqlalchemy as sa
 from remediate.errors import AlreadyPaused
 from remediate.runs import (
     AttemptOutcome,
-    BatchWrite,
     ClaimedRun,
     LadderState,
     PendingOutcome,
@@ -25,6 +24,7 @@ from remediate.runs import (
     RunLease,
     RunningClaim,
     RunStatus,
+    RunWrite,
     StepEnd,
     StepRecord,
     StepStatus,
@@ -55,7 +55,7 @@ class Store:
         self.engine = self.database.engine
         # The concept modules open their transactions through this object's write()/read(): every
         # transaction of the store passes one door, whichever module opens it.
-        self.queue = RunQueue(self, skip_locked=self.database.dialect.skip_locked_claim)
+        self.queue = RunQueue(self)
         self.announcements = Announcements(self, self.queue)
 
     # ------------------------------------------------------------------ lifecycle
@@ -168,21 +168,17 @@ class Store:
         """Take the run at the head of the queue (priority, then id) for this worker, atomically across processes."""
         return self.queue.claim(worker, now)
 
-    def claim_runs(
-        self,
-        worker: str,
-        now: float,
-        *,
-        limit: int = 1,
-        batchable: Collection[str] = (),
-        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
-    ) -> list[ClaimedRun]:
-        """The head of the queue, or a batch of up to `limit` runs of `batchable` steps (RunQueue.claim_runs)."""
-        return self.queue.claim_runs(worker, now, limit=limit, batchable=batchable, start=start)
+    def next_run(self, worker: str, *, skip: Collection[int] = ()) -> ClaimedRun | None:
+        """The head of the queue as `worker` will claim it, with its steps (RunQueue.next_run): a read."""
+        return self.queue.next_run(worker, skip=skip)
 
-    def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
-        """A batch's bookkeeping in one transaction; returns the runs whose lease was lost (RunQueue.record_batch)."""
-        return self.queue.record_batch(writes, now)
+    def claim_next(self, run: ClaimedRun, now: float, write: RunWrite | None = None) -> bool:
+        """Claim `run` and record `write` in one transaction; False if taken since (RunQueue.claim_next)."""
+        return self.queue.claim_next(run, now, write)
+
+    def record(self, write: RunWrite, now: float) -> None:
+        """One write transaction of a run's progress under its lease (RunQueue.record)."""
+        self.queue.record(write, now)
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         return self.queue.steps_of(run_id)

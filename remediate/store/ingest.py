@@ -22,21 +22,16 @@ from remediate.store.decision_time import stamp
 from remediate.store.dialect import Dialect
 from remediate.store.ladders import read_ladder, save_ladder
 from remediate.store.pause import PauseState, read_pause
-from remediate.store.prepared import Prepared
 from remediate.store.queue import sync_decision_status
 
-_EXISTING_RUNS = Prepared(
-    sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
-        t.runs.c.dedupe_key.in_(sa.bindparam("p_keys", expanding=True))
-    )
+_EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
+    t.runs.c.dedupe_key.in_(sa.bindparam("p_keys", expanding=True))
 )
-_RERUNNABLE_RUNS = Prepared(
-    sa.select(t.runs.c.id, t.runs.c.error).where(
-        t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)),
-        t.runs.c.status == RunStatus.FAILED,
-        t.runs.c.rerunnable == sa.true(),
-        t.runs.c.superseded_by.is_(None),
-    )
+_RERUNNABLE_RUNS = sa.select(t.runs.c.id, t.runs.c.error).where(
+    t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)),
+    t.runs.c.status == RunStatus.FAILED,
+    t.runs.c.rerunnable == sa.true(),
+    t.runs.c.superseded_by.is_(None),
 )
 _COUNTED_RUNS = (
     t.runs.c.playbook == sa.bindparam("p_playbook"),
@@ -46,26 +41,20 @@ _COUNTED_RUNS = (
     # A run that failed for a transient reason before changing anything did nothing to count.
     t.runs.c.rerunnable == sa.false(),
 )
-_TARGET_WINDOW = Prepared(
-    sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
-        *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
-    )
+_TARGET_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
+    *_COUNTED_RUNS, t.runs.c.created_at >= sa.bindparam("p_since")
 )
-_TARGET_LAST = Prepared(
-    sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
+_TARGET_LAST = sa.select(t.runs.c.created_at).where(*_COUNTED_RUNS).order_by(t.runs.c.created_at.desc()).limit(1)
+_RUNG_WINDOW = sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
+    *_COUNTED_RUNS, t.runs.c.rung == sa.bindparam("p_rung"), t.runs.c.created_at >= sa.bindparam("p_since")
 )
-_RUNG_WINDOW = Prepared(
-    sa.select(sa.func.max(t.runs.c.created_at), sa.func.count()).where(
-        *_COUNTED_RUNS, t.runs.c.rung == sa.bindparam("p_rung"), t.runs.c.created_at >= sa.bindparam("p_since")
-    )
-)
-_RUNG_LAST = Prepared(
+_RUNG_LAST = (
     sa.select(t.runs.c.created_at)
     .where(*_COUNTED_RUNS, t.runs.c.rung == sa.bindparam("p_rung"))
     .order_by(t.runs.c.created_at.desc())
     .limit(1)
 )
-_REPORTED_OCCURRENCES = Prepared(
+_REPORTED_OCCURRENCES = (
     sa.select(t.alerts.c.fingerprint, t.alerts.c.starts_at)
     .distinct()
     .where(
@@ -74,7 +63,7 @@ _REPORTED_OCCURRENCES = Prepared(
     )
 )
 # Firing runs that changed (or will change) something: not refused, cancelled, waiting or only planned.
-_ACTIVE_FIRING_RUNS = Prepared(
+_ACTIVE_FIRING_RUNS = (
     sa.select(t.runs.c.id, t.alerts.c.starts_at)
     .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
     .where(
@@ -146,7 +135,7 @@ class GuardReader:
         key_list = list(dict.fromkeys(keys))
         for start in range(0, len(key_list), 500):
             chunk = key_list[start : start + 500]
-            rows = _EXISTING_RUNS.rows(self.conn, {"p_keys": chunk})
+            rows = self.conn.execute(_EXISTING_RUNS, {"p_keys": chunk}).all()
             found.update({key: (run_id, status) for key, run_id, status in rows})
         return found
 
@@ -156,7 +145,7 @@ class GuardReader:
         ids = list(dict.fromkeys(run_ids))
         if not ids:
             return {}
-        return {run_id: error or "" for run_id, error in _RERUNNABLE_RUNS.rows(self.conn, {"p_ids": ids})}
+        return {run_id: error or "" for run_id, error in self.conn.execute(_RERUNNABLE_RUNS, {"p_ids": ids})}
 
     def target_history(
         self, playbook: str, guard_key: str, since: float, rung: int | None = None
@@ -172,9 +161,9 @@ class GuardReader:
         if rung is not None:
             params["p_rung"] = rung
             window, last_query = _RUNG_WINDOW, _RUNG_LAST
-        last, count = window.rows(self.conn, {**params, "p_since": since})[0]
+        last, count = self.conn.execute(window, {**params, "p_since": since}).one()
         if last is None:
-            found = last_query.first(self.conn, params)
+            found = self.conn.execute(last_query, params).first()
             last = None if found is None else found[0]
         return last, int(count)
 
@@ -189,14 +178,16 @@ class GuardReader:
         found: set[tuple[str, str]] = set()
         for start in range(0, len(wanted), 500):
             params = {"p_fingerprints": wanted[start : start + 500], "p_status": status}
-            found.update(_REPORTED_OCCURRENCES.rows(self.conn, params))
+            found.update(
+                (fingerprint, starts_at) for fingerprint, starts_at in self.conn.execute(_REPORTED_OCCURRENCES, params)
+            )
         return found
 
     def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
         """(run id, alert startsAt) of the firing runs of one alert (fingerprint) for one playbook and guard
         key that acted or will act (queued, running, finished; not dry-run, refused or only waiting)."""
         params = {"p_playbook": playbook, "p_guard_key": guard_key, "p_fingerprint": fingerprint}
-        return [(run_id, starts_at) for run_id, starts_at in _ACTIVE_FIRING_RUNS.rows(self.conn, params)]
+        return [(run_id, starts_at) for run_id, starts_at in self.conn.execute(_ACTIVE_FIRING_RUNS, params)]
 
 
 class EmptyGuardReader:

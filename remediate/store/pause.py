@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.store.prepared import Prepared
 from remediate.store.rows import dumps
 
 
@@ -20,11 +19,11 @@ class PauseState:
     since: float | None = None
 
 
-_PAUSE_STATE = Prepared(sa.select(t.meta.c.value).where(t.meta.c.key == "pause"))
+_PAUSE_STATE = sa.select(t.meta.c.value).where(t.meta.c.key == "pause")
 
 
 def read_pause(conn: sa.Connection) -> PauseState:
-    row = _PAUSE_STATE.first(conn)
+    row = conn.execute(_PAUSE_STATE).first()
     if row is None or not row[0]:
         return PauseState(False)
     data = json.loads(row[0])

@@ -1,6 +1,6 @@
-"""The run queue: claim the run at the head of the queue (or a batch of cheap runs), its steps and their
-attempts, the lease every progress write checks, a batch's bookkeeping in one transaction, the run's end,
-recovery of runs whose executor died, approval, and the queue's depth.
+"""The run queue: the run at the head of the queue and its claim (which carries the first step's attempt
+start), its steps and their attempts, the lease every progress write checks, the run's end, recovery of runs
+whose executor died, approval, and the queue's depth.
 
 Who calls it: the executor (through `facade.Store`), the HTTP server and the CLI (approve, queue depth).
 Every write after the claim starts with the lease check (`RunQueue._check_lease`) in its own transaction.
@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -21,20 +22,18 @@ from remediate.errors import ClaimLostError, RunStateError, UnknownRunError
 from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,
-    BatchWrite,
     ClaimedRun,
     PendingOutcome,
     RunEnd,
     RunLease,
     RunningClaim,
     RunStatus,
+    RunWrite,
     StepEnd,
     StepRecord,
     StepStatus,
-    batchable_steps,
 )
 from remediate.store.database import Transactions
-from remediate.store.prepared import Prepared
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
 
 EXECUTOR_STOPPED = "the executor stopped"
@@ -46,58 +45,39 @@ def worker_identity(replica_name: str | None = None) -> str:
     return f"{replica_name or socket.gethostname()}:{os.getpid()}"
 
 
-# The statements of the hot paths (claim, step bookkeeping), built once with bind
-# parameters: building a Core statement and its cache key costs more than running it on SQLite.
-def _candidates_statement(skip_locked: bool) -> sa.Select[tuple[int, int]]:
-    """The queue's head: queued runs whose prior run (after_run_id) is final, by priority then id."""
-    prior = t.runs.alias("prior")
-    prior_unfinished = sa.exists().where(prior.c.id == t.runs.c.after_run_id, prior.c.status.not_in(FINAL_RUN_STATUSES))
-    head = (
-        sa.select(t.runs.c.id, t.runs.c.priority)
-        .where(t.runs.c.status == RunStatus.QUEUED, sa.not_(prior_unfinished))
-        .order_by(t.runs.c.priority, t.runs.c.id)  # ix_runs_queue (status, priority, id)
-        .limit(sa.bindparam("p_limit", type_=sa.Integer))
+# The statements of the hot paths (claim, step bookkeeping), built once with bind parameters: SQLAlchemy
+# compiles each once per database (its compiled cache) and runs it with new values every time.
+_prior = t.runs.alias("prior")
+# The queue's head, with each run's alert: queued runs by priority then id ...
+_QUEUE_HEAD = (
+    sa.select(t.runs, *ALERT_CONTEXT_COLUMNS)
+    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
+    .where(
+        t.runs.c.status == RunStatus.QUEUED,
+        # ... whose prior run (after_run_id: a resolved run waits for its firing run) is final.
+        sa.not_(sa.exists().where(_prior.c.id == t.runs.c.after_run_id, _prior.c.status.not_in(FINAL_RUN_STATUSES))),
     )
-    # FOR UPDATE SKIP LOCKED where the dialect has it: concurrent claimers take different runs.
-    return head.with_for_update(skip_locked=True) if skip_locked else head
-
-
-_CANDIDATES = {False: Prepared(_candidates_statement(False)), True: Prepared(_candidates_statement(True))}
-# Whether anything is queued at all (ix_runs_queue): read before the claim's write transaction.
-_ANY_QUEUED = Prepared(sa.select(t.runs.c.id).where(t.runs.c.status == RunStatus.QUEUED).limit(1))
+    .order_by(t.runs.c.priority, t.runs.c.id)  # ix_runs_queue (status, priority, id)
+    .limit(sa.bindparam("p_limit", type_=sa.Integer))
+)
 _now = sa.bindparam("p_now", type_=sa.Float)
+# A claim takes the run only in the state its steps were read in (queued, that claim generation): a run
+# another executor claimed (and perhaps requeued) since is not taken on a stale reading.
 _CLAIM = (
     sa.update(t.runs)
-    .where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)), t.runs.c.status == RunStatus.QUEUED)
+    .where(
+        t.runs.c.id == sa.bindparam("p_run_id", type_=sa.Integer),
+        t.runs.c.status == RunStatus.QUEUED,
+        t.runs.c.claim_generation == sa.bindparam("p_generation", type_=sa.Integer) - 1,
+    )
     .values(
         status=RunStatus.RUNNING,
         claimed_by=sa.bindparam("p_worker", type_=sa.String),
         claim_generation=t.runs.c.claim_generation + 1,
         heartbeat_at=_now,
         updated_at=_now,
-        started_at=sa.func.coalesce(t.runs.c.started_at, _now),
+        started_at=sa.func.coalesce(t.runs.c.started_at, sa.bindparam("p_started", type_=sa.Float)),
     )
-    .returning(t.runs.c.id, t.runs.c.claim_generation)
-)
-_SYNC_DECISIONS_OF = (
-    sa.update(t.decisions)
-    .where(t.decisions.c.run_id.in_(sa.bindparam("p_ids", expanding=True)))
-    .values(status=sa.bindparam("p_status", type_=sa.String))
-)
-_CLAIMED_RUNS = (
-    sa.select(t.runs, *ALERT_CONTEXT_COLUMNS)
-    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
-    .where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)))
-)
-_STEPS_OF_RUNS = (
-    sa.select(t.steps)
-    .where(t.steps.c.run_id.in_(sa.bindparam("p_ids", expanding=True)))
-    .order_by(t.steps.c.run_id, t.steps.c.idx)
-)
-_CLAIMED_RUN = (
-    sa.select(t.runs, *ALERT_CONTEXT_COLUMNS)
-    .join(t.alerts, t.alerts.c.id == t.runs.c.alert_id)
-    .where(t.runs.c.id == sa.bindparam("p_run_id"))
 )
 _STEPS_OF = sa.select(t.steps).where(t.steps.c.run_id == sa.bindparam("p_run_id")).order_by(t.steps.c.idx)
 _START_ATTEMPT = (
@@ -157,27 +137,20 @@ _SYNC_DECISION_STATUS = (
     .values(status=sa.bindparam("p_status", type_=sa.String))
 )
 
-
-# A batch's statements (RunQueue.record_batch), each run once with one row of parameters per step or run.
-_LEASES = sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.claim_generation).where(
-    t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)), t.runs.c.status == RunStatus.RUNNING
-)
-_HEARTBEATS = (
-    sa.update(t.runs)
-    .where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)))
-    .values(heartbeat_at=sa.case((t.runs.c.heartbeat_at >= _now, t.runs.c.heartbeat_at + 0.001), else_=_now))
-)
-_BATCH_START_STEP = (
+# A RunWrite's statements (RunQueue.record, RunQueue.claim_next), each run once with one row of parameters
+# per step or run.
+_WRITE_START_STEP = (
     sa.update(t.steps)
     .where(t.steps.c.id == sa.bindparam("p_step_id"))
     .values(
         status=StepStatus.RUNNING,
         attempts=sa.bindparam("p_number", type_=sa.Integer),
         started_at=sa.func.coalesce(t.steps.c.started_at, _now),
-        plan=sa.bindparam("p_plan", type_=sa.Text),
+        # The first attempt brings the plan; a retry keeps it.
+        plan=sa.func.coalesce(sa.bindparam("p_plan", type_=sa.Text), t.steps.c.plan),
     )
 )
-_BATCH_END_STEP = (
+_WRITE_END_STEP = (
     sa.update(t.steps)
     .where(t.steps.c.id == sa.bindparam("p_step_id"))
     .values(
@@ -189,12 +162,12 @@ _BATCH_END_STEP = (
         plan=sa.func.coalesce(sa.bindparam("p_plan", type_=sa.Text), t.steps.c.plan),
     )
 )
-_BATCH_SKIP_STEP = (
+_WRITE_SKIP_STEP = (
     sa.update(t.steps)
     .where(t.steps.c.id == sa.bindparam("p_step_id"), t.steps.c.status == StepStatus.PENDING)
     .values(status=StepStatus.SKIPPED, error=sa.bindparam("p_error", type_=sa.Text), finished_at=_now)
 )
-_BATCH_INSERT_ATTEMPT = sa.insert(t.attempts).values(
+_WRITE_INSERT_ATTEMPT = sa.insert(t.attempts).values(
     step_id=sa.bindparam("p_step_id", type_=sa.Integer),
     number=sa.bindparam("p_number", type_=sa.Integer),
     started_at=_now,
@@ -204,20 +177,11 @@ _MARK_RERUNNABLE = (
     sa.update(t.runs).where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True))).values(rerunnable=True)
 )
 
-# Compiled once, run on SQLite's own cursor (store.prepared): per row and per statement, SQLAlchemy's bind
-# processing and its rendering of an IN list cost more than SQLite's work in a batch's bookkeeping.
-_FINISH_ATTEMPTS = Prepared(_FINISH_ATTEMPT)
-_END_STEPS = Prepared(_BATCH_END_STEP)
-_SKIP_STEPS = Prepared(_BATCH_SKIP_STEP)
-_START_STEPS = Prepared(_BATCH_START_STEP)
-_INSERT_ATTEMPTS = Prepared(_BATCH_INSERT_ATTEMPT)
-_FINISH_RUNS = Prepared(_FINISH_RUN)
-_SYNC_DECISIONS = Prepared(_SYNC_DECISION_STATUS)
-_CLAIM_IDS = Prepared(_CLAIM)
-_SYNC_DECISIONS_OF_IDS = Prepared(_SYNC_DECISIONS_OF)
-_CLAIMED_RUNS_OF_IDS = Prepared(_CLAIMED_RUNS)
-_STEPS_OF_RUN_IDS = Prepared(_STEPS_OF_RUNS)
-_HEARTBEATS_OF_IDS = Prepared(_HEARTBEATS)
+
+def _execute(conn: sa.Connection, statement: sa.Executable, rows: list[dict[str, Any]]) -> None:
+    """Run `statement` once per row of parameters (executemany); nothing when there is none."""
+    if rows:
+        conn.execute(statement, rows)
 
 
 def sync_decision_status(conn: sa.Connection, run_id: int, status: RunStatus) -> None:
@@ -236,99 +200,59 @@ def _step_record(r: sa.Row[Any]) -> StepRecord:
 class RunQueue:
     """The runs' lifecycle in the database, from queued to finished (or requeued after a crash)."""
 
-    def __init__(self, transactions: Transactions, *, skip_locked: bool) -> None:
+    def __init__(self, transactions: Transactions) -> None:
         self._tx = transactions
-        self._candidates = _CANDIDATES[skip_locked]
-        # Where FOR UPDATE exists, a batch's lease check locks its runs until its writes commit.
-        self._leases = Prepared(_LEASES.with_for_update() if skip_locked else _LEASES)
 
     def claim(self, worker: str, now: float) -> ClaimedRun | None:
         """Take the run at the head of the queue for this worker, atomically across processes."""
-        claimed = self.claim_runs(worker, now)
-        return claimed[0] if claimed else None
+        while (run := self.next_run(worker)) is not None:
+            if self.claim_next(run, now):
+                return run if run.started_at is not None else replace(run, started_at=now)
+        return None
 
-    def claim_runs(
-        self,
-        worker: str,
-        now: float,
-        *,
-        limit: int = 1,
-        batchable: Collection[str] = (),
-        start: Callable[[list[ClaimedRun]], Sequence[BatchWrite]] | None = None,
-    ) -> list[ClaimedRun]:
-        """Take the run at the head of the queue (priority, then id) or, when it is a batch's, a batch: those of
-        the queue's first `limit` runs that have the head's priority and whose steps are all `batchable` (action
-        names), `where: cluster`, and not started yet. A batch's runs come with their steps (ClaimedRun.steps);
-        a single run without. One transaction, atomically across processes.
-
-        `start`: called with a batch's runs inside the claim's transaction (it must return at once: it holds
-        the write lock), its writes (their first steps' plans and attempt starts) commit with the claim."""
-        # An idle executor polls and a busy one asks once more after its last run: when nothing is queued, a
-        # read answers, without the write lock (most of an empty claim's cost).
+    def next_run(self, worker: str, *, skip: Collection[int] = ()) -> ClaimedRun | None:
+        """The run at the head of the queue (priority, then id; `skip`: runs this process has in hand), as it
+        will be once `worker` claims it (`claim_next`), with its steps; None when none is queued. A read: the
+        executor plans the run's first step before the claim, outside any write transaction."""
         with self._tx.read() as conn:
-            if not _ANY_QUEUED.rows(conn):
-                return []
-        with self._tx.write() as conn:
-            head = self._candidates.rows(conn, {"p_limit": max(1, limit)})
-            # A batch keeps to the head's priority: a fresh alert's run is not held up by a storm's in its batch.
-            ids = [i for i, priority in head if priority == head[0][1]] if head else []
-            if not ids:
-                return []
-            steps: dict[int, list[StepRecord]] = {}
-            batch = False
-            if batchable and limit > 1:
-                for row in _STEPS_OF_RUN_IDS.rows(conn, {"p_ids": ids}):
-                    steps.setdefault(row.run_id, []).append(_step_record(row))
-                eligible = [i for i in ids if batchable_steps(steps.get(i, ()), batchable)]
-                # The head decides: a batch when it is a batch's run (the others of the window join it).
-                batch = bool(eligible) and eligible[0] == ids[0]
-                ids = eligible if batch else ids[:1]
-            generations = dict(_CLAIM_IDS.rows(conn, {"p_ids": ids, "p_worker": worker, "p_now": now}))
-            if not generations:  # pragma: no cover - the candidates were read under the write lock
-                return []
-            claimed = [i for i in ids if i in generations]
-            _SYNC_DECISIONS_OF_IDS.rows(conn, {"p_ids": claimed, "p_status": str(RunStatus.RUNNING)})
-            rows = {row.id: row for row in _CLAIMED_RUNS_OF_IDS.rows(conn, {"p_ids": claimed})}
-            runs = [
-                ClaimedRun(
-                    i,
-                    rows[i].playbook,
-                    rows[i].target,
-                    rows[i].phase,
-                    rows[i].mode,
-                    alert_context(rows[i]),
-                    int(generations[i]),
-                    worker,
-                    rung=rows[i].rung,
-                    started_at=rows[i].started_at,
-                    steps=tuple(steps[i]) if batch else None,
-                )
-                for i in claimed
-            ]
-            if batch and start is not None:
-                self._write_batch(conn, start(runs), now)  # claimed just now, in this transaction: all held
-        return runs
+            head = conn.execute(_QUEUE_HEAD, {"p_limit": len(skip) + 1}).all()
+            row = next((r for r in head if r.id not in skip), None)
+            if row is None:
+                return None
+            steps = tuple(_step_record(r) for r in conn.execute(_STEPS_OF, {"p_run_id": row.id}))
+        return ClaimedRun(
+            row.id, row.playbook, row.target, row.phase, row.mode, alert_context(row), int(row.claim_generation) + 1,
+            worker, rung=row.rung, started_at=row.started_at, steps=steps,
+        )  # fmt: skip
 
-    def record_batch(self, writes: Sequence[BatchWrite], now: float) -> set[int]:
-        """Record every run's `BatchWrite` of a batch in one transaction; returns the ids of the runs whose
-        lease was lost (another executor took them over): nothing is written for those, all else is."""
-        if not writes:
-            return set()
+    def claim_next(self, run: ClaimedRun, now: float, write: RunWrite | None = None) -> bool:
+        """Claim `run` (from `next_run`) and record `write` (its first step's attempt start, or its end) in
+        one transaction; False, writing nothing, when another executor claimed it since it was read. A run
+        claimed the first time starts at `run.started_at` (when its executor took it in hand), else `now`."""
         with self._tx.write() as conn:
-            held = self._held(conn, writes)
-            mine = [w for w in writes if w.lease.run_id in held]
-            if not mine:
-                return {w.lease.run_id for w in writes}
-            _HEARTBEATS_OF_IDS.rows(conn, {"p_ids": sorted(held), "p_now": now})
-            self._write_batch(conn, mine, now)
-        return {w.lease.run_id for w in writes} - held
+            started = now if run.started_at is None else run.started_at
+            params = {"p_run_id": run.id, "p_generation": run.generation, "p_worker": run.worker, "p_now": now,
+                      "p_started": started}  # fmt: skip
+            if conn.execute(_CLAIM, params).rowcount != 1:
+                return False
+            sync_decision_status(conn, run.id, RunStatus.RUNNING)
+            if write is not None:
+                self._write(conn, [write], now)
+        return True
+
+    def record(self, write: RunWrite, now: float) -> None:
+        """Record `write` in one transaction under its lease (ClaimLostError: the run was taken over)."""
+        with self._tx.write() as conn:
+            self._check_lease(conn, write.lease, now)
+            self._write(conn, [write], now)
 
     @staticmethod
-    def _write_batch(conn: sa.Connection, mine: Sequence[BatchWrite], now: float) -> None:
-        """The writes of a batch's runs whose leases hold, in the caller's transaction."""
-        ends = [e for w in mine for e in w.ends]
-        _FINISH_ATTEMPTS.many(
+    def _write(conn: sa.Connection, writes: Sequence[RunWrite], now: float) -> None:
+        """The `writes` of runs whose leases hold, in the caller's transaction."""
+        ends = [e for w in writes for e in w.ends]
+        _execute(
             conn,
+            _FINISH_ATTEMPT,
             [
                 {"p_step_id": e.step_id, "p_number": e.attempt, "p_now": now, "p_outcome": str(e.outcome),
                  "p_error": None if e.outcome == AttemptOutcome.SUCCEEDED else e.error}
@@ -336,8 +260,9 @@ class RunQueue:
                 if e.attempt is not None
             ],
         )  # fmt: skip
-        _END_STEPS.many(
+        _execute(
             conn,
+            _WRITE_END_STEP,
             [
                 {"p_step_id": e.step_id, "p_status": str(e.status), "p_now": now, "p_error": e.error,
                  "p_result": None if e.result is None else dumps(e.result),
@@ -345,34 +270,30 @@ class RunQueue:
                 for e in ends
             ],
         )  # fmt: skip
-        _SKIP_STEPS.many(conn, [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in mine for i in w.skip])
-        starts = [(w.lease.worker, s) for w in mine for s in w.starts]
-        _START_STEPS.many(
+        skips = [{"p_step_id": i, "p_error": w.skip_reason, "p_now": now} for w in writes for i in w.skip]
+        _execute(conn, _WRITE_SKIP_STEP, skips)
+        starts = [(w.lease.worker, s) for w in writes for s in w.starts]
+        _execute(
             conn,
-            [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_plan": dumps(s.plan)} for _, s in starts],
-        )
-        _INSERT_ATTEMPTS.many(
+            _WRITE_START_STEP,
+            [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now,
+              "p_plan": None if s.plan is None else dumps(s.plan)} for _, s in starts],
+        )  # fmt: skip
+        _execute(
             conn,
+            _WRITE_INSERT_ATTEMPT,
             [{"p_step_id": s.step_id, "p_number": s.number, "p_now": now, "p_worker": worker} for worker, s in starts],
         )
-        run_ends = [w.run_end for w in mine if w.run_end is not None]
-        _FINISH_RUNS.many(
+        run_ends = [w.run_end for w in writes if w.run_end is not None]
+        _execute(
             conn,
+            _FINISH_RUN,
             [{"p_run_id": e.run_id, "p_status": str(e.status), "p_now": now, "p_error": e.error} for e in run_ends],
         )
-        rerunnable = [w.lease.run_id for w in mine if w.rerunnable and w.run_end is not None]
+        rerunnable = [w.lease.run_id for w in writes if w.rerunnable and w.run_end is not None]
         if rerunnable:
             conn.execute(_MARK_RERUNNABLE, {"p_ids": rerunnable})
-        _SYNC_DECISIONS.many(conn, [{"p_run_id": e.run_id, "p_status": str(e.status)} for e in run_ends])
-
-    def _held(self, conn: sa.Connection, writes: Sequence[BatchWrite]) -> set[int]:
-        """The runs of `writes` whose lease still holds (locked until the transaction ends where FOR UPDATE is)."""
-        leases = {w.lease.run_id: (w.lease.worker, w.lease.generation) for w in writes}
-        return {
-            row.id
-            for row in self._leases.rows(conn, {"p_ids": list(leases)})
-            if (row.claimed_by, row.claim_generation) == leases[row.id]
-        }
+        _execute(conn, _SYNC_DECISION_STATUS, [{"p_run_id": e.run_id, "p_status": str(e.status)} for e in run_ends])
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
         with self._tx.read() as conn:
@@ -634,12 +555,12 @@ class RunQueue:
             ]
             by_id = {c.id: c for c in claims}
             kept = [
-                BatchWrite(RunLease(i, by_id[i].claimed_by, by_id[i].generation), ends=(ends[i],))
+                RunWrite(RunLease(i, by_id[i].claimed_by, by_id[i].generation), ends=(ends[i],))
                 for i in still
                 if ends and i in ends
             ]
             if kept:
-                self._write_batch(conn, kept, now)
+                self._write(conn, kept, now)
             self._requeue(conn, still, now, why)
         return still
 

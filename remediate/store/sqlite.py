@@ -53,7 +53,6 @@ def database_path(url: sa.URL) -> str | None:
 class SqliteDialect(Dialect):
     """A SQLite file (or in-memory database): writers queue on SQLite's own lock (BEGIN IMMEDIATE)."""
 
-    skip_locked_claim = False  # BEGIN IMMEDIATE already makes the claim's transaction the only writer
     # One writer at a time: each ingest stamps its decisions no earlier than the newest one stored.
     decision_time_follows_id = True
 

@@ -12,11 +12,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from remediate.errors import StoreBusy, StoreRefused, StoreUnreachable
 from remediate.store import Dialect, PostgresDialect, SqliteDialect, Store, dialect_for
-from remediate.store import queue as store_queue
 from remediate.store.retention import PRUNED_TABLES
 from tests.support.retention import fill
 
@@ -65,17 +63,6 @@ def test_a_server_database_locks_the_breaker_table_and_sqlite_needs_nothing() ->
 
     assert server.statements == ["LOCK TABLE breaker_claims IN SHARE ROW EXCLUSIVE MODE"]
     assert sqlite_conn.statements == []
-
-
-def test_the_claim_skips_locked_rows_where_the_dialect_says_so(store: Store) -> None:
-    skipping = str(store_queue._CANDIDATES[True].statement.compile(dialect=postgresql.dialect()))
-    plain = str(store_queue._CANDIDATES[False].statement.compile(dialect=sqlite.dialect()))
-
-    assert "FOR UPDATE SKIP LOCKED" in skipping
-    assert "FOR UPDATE" not in plain
-    assert (Dialect.skip_locked_claim, SqliteDialect.skip_locked_claim) == (True, False)
-    assert isinstance(store.database.dialect, SqliteDialect)
-    assert store.queue._candidates is store_queue._CANDIDATES[False]
 
 
 def test_sqlite_writes_begin_immediate(store: Store) -> None:

@@ -12,7 +12,7 @@ from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0, Ingest, MakeAlert
 
 INTERFACE = {
-    "claim_run", "claim_runs", "record_batch", "steps_of", "start_attempt", "finish_attempt", "record_plan",
+    "claim_run", "next_run", "claim_next", "record", "steps_of", "start_attempt", "finish_attempt", "record_plan",
     "finish_step", "finish_run",
     "skip_steps", "heartbeat", "running_claims", "requeue_claims", "recover_stale", "pending_outcomes",
     "settle_pending", "check_lease", "approve", "queue_depth", "oldest_queued_at", "pause_state", "set_paused",

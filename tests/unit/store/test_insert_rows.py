@@ -1,6 +1,7 @@
-"""remediate.store.prepared and Dialect.insert_rows: the ingest's hot path answers what SQLAlchemy would.
+"""Dialect.insert_rows: the ingest's inserts answer what SQLAlchemy would, and a locked file is StoreBusy.
 
-Each runs on both real databases: SQLite takes the driver's cursor, PostgreSQL goes through SQLAlchemy.
+Each runs on both real databases: SQLite numbers the rows on the driver's cursor, PostgreSQL goes through
+SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from remediate import schema as t
 from remediate.errors import StoreBusy
 from remediate.runs import RunStatus
 from remediate.store import Store
-from remediate.store.prepared import Prepared
 from tests.support.stores import EVERY_DATABASE
 
 
@@ -38,16 +38,6 @@ def _alert(notification_id: int, fingerprint: str, status: str = "firing") -> di
         "annotations": "{}",
         "generator_url": "",
     }
-
-
-_BY_FINGERPRINTS = Prepared(
-    sa.select(t.alerts.c.id, t.alerts.c.fingerprint)
-    .where(
-        t.alerts.c.fingerprint.in_(sa.bindparam("p_fingerprints", expanding=True)),
-        t.alerts.c.status == "firing",  # a constant bound in the statement itself
-    )
-    .order_by(t.alerts.c.id)
-)
 
 
 @EVERY_DATABASE
@@ -97,32 +87,6 @@ def test_a_unique_violation_in_insert_rows_is_sqlalchemys_integrity_error(store:
         assert conn.execute(sa.select(sa.func.count()).select_from(t.runs)).scalar_one() == 0
 
 
-@EVERY_DATABASE
-def test_prepared_expands_lists_and_binds_the_statements_constants(store: Store) -> None:
-    with store.write() as conn:
-        (notification,) = store.database.dialect.insert_rows(conn, t.notifications, [_notification()])
-        alerts = [_alert(notification, "a"), _alert(notification, "b"), _alert(notification, "c", "resolved")]
-        ids = store.database.dialect.insert_rows(conn, t.alerts, alerts)
-
-    with store.read() as conn:
-        assert _BY_FINGERPRINTS.rows(conn, {"p_fingerprints": ["a", "c", "zz"]}) == [(ids[0], "a")]
-        assert _BY_FINGERPRINTS.rows(conn, {"p_fingerprints": ["b", "a"]}) == [(ids[0], "a"), (ids[1], "b")]
-        assert _BY_FINGERPRINTS.rows(conn, {"p_fingerprints": []}) == []
-        assert _BY_FINGERPRINTS.first(conn, {"p_fingerprints": ["nothing"]}) is None
-
-
-def test_prepared_runs_inside_the_callers_transaction(store: Store) -> None:
-    count = Prepared(sa.select(sa.func.count()).select_from(t.notifications))
-
-    with pytest.raises(RuntimeError), store.write() as conn:
-        store.database.dialect.insert_rows(conn, t.notifications, [_notification()])
-        assert count.rows(conn) == [(1,)]  # sees its own transaction's insert
-        raise RuntimeError("roll back")
-
-    with store.read() as conn:
-        assert count.rows(conn) == [(0,)]
-
-
 def test_a_database_locked_by_another_program_is_store_busy_at_begin(store: Store, tmp_path: Any) -> None:
     """Another program holding SQLite's lock past the busy timeout: StoreBusy (the dialect begins on the driver)."""
     busy = Store.open(str(store.engine.url), busy_timeout=0.2)
@@ -133,29 +97,10 @@ def test_a_database_locked_by_another_program_is_store_busy_at_begin(store: Stor
     started = time.monotonic()
     try:
         with pytest.raises(StoreBusy), busy.write() as conn:
-            Prepared(sa.select(t.meta.c.value)).rows(conn)
+            conn.execute(sa.select(t.meta.c.value)).all()
     finally:
         released.cancel()
         holder.rollback()
         holder.close()
         busy.close()
     assert time.monotonic() - started < 4.0
-
-
-@EVERY_DATABASE
-def test_prepared_many_runs_the_statement_once_per_row_with_the_statements_constants(store: Store) -> None:
-    rename = Prepared(
-        sa.update(t.alerts)
-        .where(t.alerts.c.id == sa.bindparam("p_id"), t.alerts.c.status == "firing")  # a constant of its own
-        .values(alertname=sa.bindparam("p_name"))
-    )
-    with store.write() as conn:
-        (notification,) = store.database.dialect.insert_rows(conn, t.notifications, [_notification()])
-        alerts = [_alert(notification, "a"), _alert(notification, "b"), _alert(notification, "c", "resolved")]
-        ids = store.database.dialect.insert_rows(conn, t.alerts, alerts)
-        rename.many(conn, [{"p_id": i, "p_name": f"N{i}"} for i in ids])
-        rename.many(conn, [])
-
-    with store.read() as conn:
-        names = dict(conn.execute(sa.select(t.alerts.c.id, t.alerts.c.alertname)).all())
-    assert [names[i] for i in ids] == [f"N{ids[0]}", f"N{ids[1]}", "A"]  # the resolved one is not "firing"
