@@ -27,9 +27,10 @@ from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import RunStatus
 from remediate.store import Store
-from tests.support.realsystems import WebhookRecorder, wait_until
+from tests.support.realsystems import WebhookRecorder
 from tests.support.server import WAIT
-from tests.support.stores import EVERY_STORE, AnyStore, rows, step_details
+from tests.support.stores import EVERY_DATABASE, rows, step_details
+from tests.support.waiting import wait_until
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -110,7 +111,7 @@ def queue_runs(
     return [r for r in run_ids if r is not None]
 
 
-def statuses(store: AnyStore, run_ids: list[int]) -> list[str]:
+def statuses(store: Store, run_ids: list[int]) -> list[str]:
     return [rows(store, "runs", id=run_id)[0].status for run_id in run_ids]
 
 
@@ -174,9 +175,9 @@ def test_a_one_step_alert_costs_at_most_three_write_transactions_end_to_end(
     assert 0 < writes.count <= 3
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_failing_one_step_run_closes_its_attempt_with_its_end_two_write_transactions(
-    store: AnyStore, executor_factory: Callable[..., Executor], make_engine: MakeEngine, ingest: Ingest,
+    store: Store, executor_factory: Callable[..., Executor], make_engine: MakeEngine, ingest: Ingest,
     make_alert: MakeAlert,
 ) -> None:  # fmt: skip
     (run_id,) = queue_runs(make_engine, ingest, make_alert, playbook(quick(note="boom", retries=0)), ["node-a"])
@@ -193,7 +194,7 @@ def test_a_failing_one_step_run_closes_its_attempt_with_its_end_two_write_transa
     assert rows(store, "runs", id=run_id)[0].status == "failed"
 
 
-def counting_transactions(store: AnyStore) -> list[int]:
+def counting_transactions(store: Store) -> list[int]:
     """Count the store's write transactions from now on (the SQL store's write(), the fake's _transaction())."""
     counted: list[int] = []
     name = "write" if isinstance(store, Store) else "_transaction"
@@ -208,7 +209,7 @@ def counting_transactions(store: AnyStore) -> list[int]:
 
 
 @pytest.fixture
-def executor_factory(store: AnyStore, registry: ActionRegistry) -> Callable[..., Executor]:
+def executor_factory(store: Store, registry: ActionRegistry) -> Callable[..., Executor]:
     def build(**kwargs: Any) -> Executor:
         return Executor(store=store, registry=registry, retry_wait_max=0.01, poll_interval=0.05, **kwargs)
 
@@ -218,9 +219,9 @@ def executor_factory(store: AnyStore, registry: ActionRegistry) -> Callable[...,
 # --------------------------------------------------------------------------- the claim
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_run_another_executor_claims_while_this_one_plans_it_is_left_to_that_one(
-    store: AnyStore, actions: dict[str, Quick], executor_factory: Callable[..., Executor], make_engine: MakeEngine,
+    store: Store, actions: dict[str, Quick], executor_factory: Callable[..., Executor], make_engine: MakeEngine,
     ingest: Ingest, make_alert: MakeAlert,
 ) -> None:  # fmt: skip
     (run_id,) = queue_runs(make_engine, ingest, make_alert, playbook(quick()), ["node-a"])
@@ -244,9 +245,9 @@ def test_a_run_another_executor_claims_while_this_one_plans_it_is_left_to_that_o
         ("test.quickonce", ("failed", "interrupted", ["interrupted"])),
     ],
 )
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_crash_during_the_first_step_leaves_the_attempt_its_claim_started_interrupted(
-    store: AnyStore,
+    store: Store,
     registry: ActionRegistry,
     actions: dict[str, Quick],
     make_engine: MakeEngine,
@@ -288,9 +289,9 @@ def test_a_crash_during_the_first_step_leaves_the_attempt_its_claim_started_inte
 # --------------------------------------------------------------------------- the queue's order
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_fresh_alerts_run_is_claimed_before_a_storms_backlog(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(playbook(quick()))
     storm = ingest(engine, *[make_alert("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(12)], at=T0)
@@ -303,9 +304,9 @@ def test_a_fresh_alerts_run_is_claimed_before_a_storms_backlog(
     assert [c.id for c in claimed if c is not None] == [fresh_run, *storm_runs]
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_resolved_run_still_waits_for_its_firing_run_in_a_storms_backlog(
-    store: AnyStore, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """Priority never overtakes `after_run_id`: the fresh resolved run waits until its firing run is final."""
     engine = make_engine(playbook(quick(), on_resolved=[quick()]))
@@ -326,9 +327,9 @@ def test_a_resolved_run_still_waits_for_its_firing_run_in_a_storms_backlog(
     assert fourth is not None and fourth.id == resolved_run
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_fresh_alert_reaches_its_first_step_while_a_storm_drains(
-    store: AnyStore,
+    store: Store,
     actions: dict[str, Quick],
     executor_factory: Callable[..., Executor],
     make_engine: MakeEngine,
@@ -356,9 +357,9 @@ def test_a_fresh_alert_reaches_its_first_step_while_a_storm_drains(
     assert position <= before + 2
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_two_threads_plan_and_execute_each_run_once(
-    store: AnyStore, actions: dict[str, Quick], executor_factory: Callable[..., Executor], make_engine: MakeEngine,
+    store: Store, actions: dict[str, Quick], executor_factory: Callable[..., Executor], make_engine: MakeEngine,
     ingest: Ingest, make_alert: MakeAlert,
 ) -> None:  # fmt: skip
     """Each thread reads the head of the queue in turn and skips the run the other has in hand."""
@@ -375,9 +376,9 @@ def test_two_threads_plan_and_execute_each_run_once(
     assert planned == executed == sorted(run_ids)
 
 
-@EVERY_STORE
+@EVERY_DATABASE
 def test_a_slow_step_does_not_keep_the_other_thread_from_draining_the_queue(
-    store: AnyStore,
+    store: Store,
     actions: dict[str, Quick],
     executor_factory: Callable[..., Executor],
     make_engine: MakeEngine,
