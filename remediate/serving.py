@@ -454,6 +454,8 @@ def run_server(settings: Settings) -> None:
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
         if own_metrics_dir and metrics_dir:
+            # Its variable goes with it: a caller that goes on (the CLI's tests) must not read a deleted dir.
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
