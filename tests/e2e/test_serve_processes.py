@@ -171,7 +171,8 @@ def test_a_sigkilled_executor_process_is_logged_as_killed_and_replaced(tmp_path:
     write_playbook(tmp_path / "playbooks", "logged", PLAYBOOK)
     server = RemediateServer(tmp_path / "server", tmp_path / "playbooks", workers=1, executor_threads=1).start()
     try:
-        [killed] = _executor_pids(server)
+        # The master logs the executor's start once it forked it, which a loaded host may do after /healthz answers.
+        [killed] = wait_until(lambda: _executor_pids(server), WAIT, message="the executor process started")
         os.kill(killed, signal.SIGKILL)
         wait_until(lambda: len(_executor_pids(server)) == 2, WAIT, message="a new executor process")
         assert f"The executor process (pid: {killed}) was killed by SIGKILL; starting another" in server.log_tail(200)
