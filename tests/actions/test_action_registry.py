@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping
@@ -15,6 +17,7 @@ import remediate.actions
 from remediate.actions import Action, StepContext, action_classes, default_registry
 from remediate.config import Settings
 from remediate.gpu import SimulatedBackend
+from tests.support.waiting import scaled
 
 ACTIONS = Path(remediate.actions.__file__).resolve().parent
 
@@ -121,3 +124,30 @@ def test_a_new_module_in_the_package_is_registered_built_from_the_settings(
 def test_after_the_extra_module_is_gone_it_is_not_registered_again() -> None:
     # The discovery looks at the modules on the package path now, not at every subclass ever imported.
     assert "probe.gpu_count" not in default_registry()
+
+
+HEAVY = ("kubernetes", "pynvml", "torch")
+
+
+def _heavy_modules_after_discovery(*extra_dirs: Path) -> list[str]:
+    """The HEAVY modules a fresh interpreter holds once it built the registry (`extra_dirs`: more module dirs)."""
+    script = (
+        "import json, sys\n"
+        "import remediate.actions\n"
+        "remediate.actions.__path__.extend(sys.argv[1:])\n"
+        "remediate.actions.default_registry()\n"
+        f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))\n"
+    )
+    command = [sys.executable, "-c", script, *map(str, extra_dirs)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=scaled(60))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_discovery_imports_every_action_module_but_no_client_library(tmp_path: Path) -> None:
+    # The registry imports each module of the package when a server or agent starts: an action imports
+    # kubernetes, pynvml or torch when a step uses it, never at its module's top.
+    assert _heavy_modules_after_discovery() == []
+    # The check can fail: a module whose top imports pynvml is found out.
+    (tmp_path / "eager_action.py").write_text("import pynvml  # noqa: F401\n", encoding="utf-8")
+    assert _heavy_modules_after_discovery(tmp_path) == ["pynvml"]
