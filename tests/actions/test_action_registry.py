@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping
@@ -15,22 +17,35 @@ import remediate.actions
 from remediate.actions import Action, StepContext, action_classes, default_registry
 from remediate.config import Settings
 from remediate.gpu import SimulatedBackend
+from tests.support.waiting import scaled
 
 ACTIONS = Path(remediate.actions.__file__).resolve().parent
 
 
-def _names_declared_in_the_sources() -> set[str]:
-    """The `name = "..."` of every class in remediate/actions, read from the files, not imported."""
+def _declared_names(source: str) -> set[str]:
+    """The `name` every class in `source` sets, annotated (`name: ClassVar[str] = "x"`) or not (`name = "x"`)."""
     names = set()
-    for path in ACTIONS.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not isinstance(node, ast.ClassDef):
-                continue
-            for item in node.body:
-                target = item.target if isinstance(item, ast.AnnAssign) else None
-                if isinstance(target, ast.Name) and target.id == "name" and isinstance(item.value, ast.Constant):
-                    names.add(item.value.value)
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        for item in node.body:
+            targets = [item.target] if isinstance(item, ast.AnnAssign) else getattr(item, "targets", [])
+            named = any(isinstance(target, ast.Name) and target.id == "name" for target in targets)
+            if named and isinstance(item.value, ast.Constant):
+                names.add(item.value.value)
     return names
+
+
+def _names_declared_in_the_sources() -> set[str]:
+    """The `name` of every class in remediate/actions, read from the files, not imported."""
+    return set().union(*(_declared_names(p.read_text(encoding="utf-8")) for p in ACTIONS.rglob("*.py")))
+
+
+def test_the_source_reader_finds_a_name_however_the_class_assigns_it() -> None:
+    # A new action may write `name = "log.annotate"` without the ClassVar annotation: the registry
+    # registers it all the same, so the reader the test above compares with must find it too.
+    source = 'class A:\n    name = "a.plain"\n\nclass B:\n    name: ClassVar[str] = "b.annotated"\n    other = "x"\n'
+    assert _declared_names(source) == {"a.plain", "b.annotated"}
 
 
 def test_every_action_class_in_the_package_is_registered_without_a_list() -> None:
@@ -109,3 +124,30 @@ def test_a_new_module_in_the_package_is_registered_built_from_the_settings(
 def test_after_the_extra_module_is_gone_it_is_not_registered_again() -> None:
     # The discovery looks at the modules on the package path now, not at every subclass ever imported.
     assert "probe.gpu_count" not in default_registry()
+
+
+HEAVY = ("kubernetes", "pynvml", "torch")
+
+
+def _heavy_modules_after_discovery(*extra_dirs: Path) -> list[str]:
+    """The HEAVY modules a fresh interpreter holds once it built the registry (`extra_dirs`: more module dirs)."""
+    script = (
+        "import json, sys\n"
+        "import remediate.actions\n"
+        "remediate.actions.__path__.extend(sys.argv[1:])\n"
+        "remediate.actions.default_registry()\n"
+        f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))\n"
+    )
+    command = [sys.executable, "-c", script, *map(str, extra_dirs)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=scaled(60))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_discovery_imports_every_action_module_but_no_client_library(tmp_path: Path) -> None:
+    # The registry imports each module of the package when a server or agent starts: an action imports
+    # kubernetes, pynvml or torch when a step uses it, never at its module's top.
+    assert _heavy_modules_after_discovery() == []
+    # The check can fail: a module whose top imports pynvml is found out.
+    (tmp_path / "eager_action.py").write_text("import pynvml  # noqa: F401\n", encoding="utf-8")
+    assert _heavy_modules_after_discovery(tmp_path) == ["pynvml"]
