@@ -71,7 +71,7 @@ NOTHING_TO_UNDO = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GuardCase:
     """One (alert, playbook) pair as the guard stages see it."""
 

@@ -250,7 +250,7 @@ class NotificationFacts:
 # ------------------------------------------------------------------ one pair's stages
 
 
-@dataclass
+@dataclass(slots=True)
 class Pair:
     """One (alert, playbook) pair being judged: what its stages found so far."""
 
@@ -282,7 +282,8 @@ def judge(
     for index, alert, evs in sorted(evaluations, key=lambda item: item[1].status != "firing"):
         if not evs:
             judged.append(Judged(index, alert, None, Verdict(Decision.UNMATCHED, "no playbook matches this alert")))
-        judged.extend(judge_pair(facts, Pair(index, alert, ev)) for ev in evs)
+        for ev in evs:
+            judged.append(judge_pair(facts, Pair(index, alert, ev)))
     judged.sort(key=lambda j: j.index)  # back in the notification's order (stable: playbooks keep theirs)
     return judged
 
