@@ -69,4 +69,3 @@ def test_the_store_facts_are_read_once_per_notification_and_once_per_target(
     # cooldown 10m: each node's first alert runs, the other 24 wait (this notification's run counts)
     assert decisions == {Decision.ACCEPTED: 4, Decision.COOLDOWN: 96, Decision.UNMATCHED: 1}
     assert [j.index for j in judged] == list(range(101))
-
