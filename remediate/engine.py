@@ -1,10 +1,12 @@
 """The engine: a notification -> matched playbooks -> rendered steps -> guards -> committed runs.
 
-`Engine.evaluate` is pure (match, render, validate) and serves the dry-run CLI
-too. `Engine.ingest` records the raw notification, every alert and every
-decision, and the accepted runs with their steps, in ONE write transaction: a
-notification is stored whole or not at all. Nothing is executed here; the
-executor picks the committed runs up (`on_queued` wakes it).
+`Engine.ingest` is evaluate -> judge -> record. `Engine.evaluate` is pure (match,
+render, validate) and serves the dry-run CLI too; `Engine.judge` hands the
+evaluated pairs to the named stages of remediate.judging; the record is the raw
+notification, every alert and every decision, and the accepted runs with their
+steps, in ONE write transaction: a notification is stored whole or not at all.
+Nothing is executed here; the executor picks the committed runs up (`on_queued`
+wakes it).
 """
 
 from __future__ import annotations
