@@ -1,13 +1,16 @@
 """Guards: decide whether one (alert, playbook) pair may become a run. Pure logic.
 
 The engine gathers the facts from the store inside its write transaction and asks
-`judge`; the verdict is recorded whatever it is, so every refusal has a reason in
-the audit history. Order matters: a duplicate is a duplicate even while paused.
+`judge`, which asks the guard stages (`STAGES`: dedupe, already resolved, something to undo,
+superseded, pause, breaker, cooldown, attempt cap) in order; the first refusal is the verdict. The
+verdict is recorded whatever it is, so every refusal has a reason in the audit history. Order
+matters: a duplicate is a duplicate even while paused.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -68,74 +71,155 @@ NOTHING_TO_UNDO = {
 }
 
 
-def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: float) -> Verdict:
-    if facts.duplicate_of == 0:  # the engine's mark for "earlier in the same notification"
+@dataclass(frozen=True, slots=True)
+class GuardCase:
+    """One (alert, playbook) pair as the guard stages see it."""
+
+    playbook: Playbook
+    phase: str
+    target: str
+    facts: GuardFacts
+    now: float
+
+
+Stage = Callable[[GuardCase], "Verdict | None"]
+"""One guard: a refusal with its reason, or None to go on to the next stage."""
+
+
+def dedupe(case: GuardCase) -> Verdict | None:
+    """A duplicate is a duplicate whatever else holds (even while paused): AlertManager re-sends groups."""
+    duplicate_of = case.facts.duplicate_of
+    if duplicate_of == 0:  # the engine's mark for "earlier in the same notification"
         return Verdict(Decision.DUPLICATE, "the same alert occurrence appears earlier in this notification")
-    if facts.duplicate_of is not None:
+    if duplicate_of is not None:
         return Verdict(
             Decision.DUPLICATE,
-            f"already recorded as run {facts.duplicate_of} (same fingerprint, startsAt, status and playbook)",
+            f"already recorded as run {duplicate_of} (same fingerprint, startsAt, status and playbook)",
         )
-    if phase == "firing" and facts.already_resolved:
-        # Starting a fix for an alert that is over would leave it applied with no resolved to undo it
-        # (the resolved was handled first: nothing to undo then). Not starting is the safe order.
+    return None
+
+
+def already_resolved(case: GuardCase) -> Verdict | None:
+    # Starting a fix for an alert that is over would leave it applied with no resolved to undo it
+    # (the resolved was handled first: nothing to undo then). Not starting is the safe order.
+    if case.phase == "firing" and case.facts.already_resolved:
         return Verdict(
             Decision.ALREADY_RESOLVED,
             "this alert occurrence (same fingerprint and startsAt) was already reported resolved; "
             "its firing steps are not started",
         )
-    if phase == "resolved":
-        if not playbook.undoes:
-            return Verdict(Decision.NOTHING_ON_RESOLVED, "the playbook has no on_resolved steps")
-        if facts.firing_run is None:
-            return Verdict(Decision.NO_FIRING_RUN, "no run was accepted for this alert while it fired")
-        if facts.firing_run_status in NOTHING_TO_UNDO:
-            return Verdict(
-                Decision.NO_FIRING_RUN,
-                f"the firing run {facts.firing_run} {NOTHING_TO_UNDO[facts.firing_run_status]}",
-            )
-        if facts.superseded_by is not None:
-            newer = f"firing run {facts.superseded_by}" if facts.superseded_by else "accepted in this notification"
-            return Verdict(
-                Decision.SUPERSEDED,
-                f"a newer occurrence of this alert on {target} ({newer}) is active and has not resolved: "
-                "undoing now would undo what it needs; its own resolved runs on_resolved",
-            )
-    if facts.paused:
-        who = f" by {facts.paused_by}" if facts.paused_by else ""
-        why = f": {facts.paused_reason}" if facts.paused_reason else ""
-        return Verdict(Decision.PAUSED, f"remediation is paused{who}{why}")
-    if phase == "firing" and facts.gated and facts.breaker is not None:
-        # Only new cluster changes: undo (on_resolved) is never refused by the breaker.
-        if facts.breaker.open:
-            return Verdict(Decision.BREAKER_OPEN, open_reason(facts.breaker))
-        if is_stale(facts.alert_started_at, facts.breaker, now, facts.stale_horizon):
-            assert facts.alert_started_at is not None
-            return Verdict(Decision.STALE, stale_reason(facts.alert_started_at, facts.breaker, facts.stale_horizon))
-    if phase == "firing":
-        # A ladder's rung may have its own cooldown; it counts from the last run of any rung.
-        span = playbook.rung_cooldown(facts.rung) if facts.rung is not None else playbook.cooldown
-        cooldown = span.total_seconds()
-        if cooldown and facts.last_run_at is not None and now - facts.last_run_at < cooldown:
-            wait = timedelta(seconds=math.ceil(cooldown - (now - facts.last_run_at)))
-            return Verdict(
-                Decision.COOLDOWN,
-                f"last run for {target} at {_iso(facts.last_run_at)}; cooldown {format_duration(span)}, "
-                f"next allowed in {format_duration(wait)}",
-            )
-        rung_cap = playbook.rungs[facts.rung - 1].max_attempts if facts.rung is not None else None
-        if rung_cap is not None and facts.rung_runs_in_window >= rung_cap:
-            return Verdict(
-                Decision.ATTEMPT_CAP,
-                f"{facts.rung_runs_in_window} runs of rung {facts.rung} for {target} in the last 24h reached its "
-                f"max_attempts {rung_cap}",
-            )
-        if playbook.max_attempts is not None and facts.runs_in_window >= playbook.max_attempts:
-            return Verdict(
-                Decision.ATTEMPT_CAP,
-                f"{facts.runs_in_window} runs for {target} in the last 24h reached max_attempts "
-                f"{playbook.max_attempts}",
-            )
+    return None
+
+
+def something_to_undo(case: GuardCase) -> Verdict | None:
+    """A resolved alert runs on_resolved only when the playbook has some and its firing run acted."""
+    if case.phase != "resolved":
+        return None
+    facts = case.facts
+    if not case.playbook.undoes:
+        return Verdict(Decision.NOTHING_ON_RESOLVED, "the playbook has no on_resolved steps")
+    if facts.firing_run is None:
+        return Verdict(Decision.NO_FIRING_RUN, "no run was accepted for this alert while it fired")
+    if facts.firing_run_status in NOTHING_TO_UNDO:
+        return Verdict(
+            Decision.NO_FIRING_RUN,
+            f"the firing run {facts.firing_run} {NOTHING_TO_UNDO[facts.firing_run_status]}",
+        )
+    return None
+
+
+def superseded(case: GuardCase) -> Verdict | None:
+    """A resolved alert does not undo what a newer, still firing occurrence of it needs."""
+    newer_run = case.facts.superseded_by
+    if case.phase != "resolved" or newer_run is None:
+        return None
+    newer = f"firing run {newer_run}" if newer_run else "accepted in this notification"
+    return Verdict(
+        Decision.SUPERSEDED,
+        f"a newer occurrence of this alert on {case.target} ({newer}) is active and has not resolved: "
+        "undoing now would undo what it needs; its own resolved runs on_resolved",
+    )
+
+
+def pause(case: GuardCase) -> Verdict | None:
+    facts = case.facts
+    if not facts.paused:
+        return None
+    who = f" by {facts.paused_by}" if facts.paused_by else ""
+    why = f": {facts.paused_reason}" if facts.paused_reason else ""
+    return Verdict(Decision.PAUSED, f"remediation is paused{who}{why}")
+
+
+def breaker(case: GuardCase) -> Verdict | None:
+    """Only new cluster changes: undo (on_resolved) is never refused by the breaker."""
+    facts = case.facts
+    if case.phase != "firing" or not facts.gated or facts.breaker is None:
+        return None
+    if facts.breaker.open:
+        return Verdict(Decision.BREAKER_OPEN, open_reason(facts.breaker))
+    if is_stale(facts.alert_started_at, facts.breaker, case.now, facts.stale_horizon):
+        assert facts.alert_started_at is not None
+        return Verdict(Decision.STALE, stale_reason(facts.alert_started_at, facts.breaker, facts.stale_horizon))
+    return None
+
+
+def cooldown(case: GuardCase) -> Verdict | None:
+    """A ladder's rung may have its own cooldown; it counts from the last run of any rung."""
+    facts, playbook, now = case.facts, case.playbook, case.now
+    if case.phase != "firing" or facts.last_run_at is None:
+        return None
+    span = playbook.rung_cooldown(facts.rung) if facts.rung is not None else playbook.cooldown
+    seconds = span.total_seconds()
+    if not seconds or now - facts.last_run_at >= seconds:
+        return None
+    wait = timedelta(seconds=math.ceil(seconds - (now - facts.last_run_at)))
+    return Verdict(
+        Decision.COOLDOWN,
+        f"last run for {case.target} at {_iso(facts.last_run_at)}; cooldown {format_duration(span)}, "
+        f"next allowed in {format_duration(wait)}",
+    )
+
+
+def attempt_cap(case: GuardCase) -> Verdict | None:
+    """max_attempts in the attempt window: the rung's own cap first, then the playbook's."""
+    facts, playbook = case.facts, case.playbook
+    if case.phase != "firing":
+        return None
+    rung_cap = playbook.rungs[facts.rung - 1].max_attempts if facts.rung is not None else None
+    if rung_cap is not None and facts.rung_runs_in_window >= rung_cap:
+        return Verdict(
+            Decision.ATTEMPT_CAP,
+            f"{facts.rung_runs_in_window} runs of rung {facts.rung} for {case.target} in the last 24h reached its "
+            f"max_attempts {rung_cap}",
+        )
+    if playbook.max_attempts is not None and facts.runs_in_window >= playbook.max_attempts:
+        return Verdict(
+            Decision.ATTEMPT_CAP,
+            f"{facts.runs_in_window} runs for {case.target} in the last 24h reached max_attempts "
+            f"{playbook.max_attempts}",
+        )
+    return None
+
+
+STAGES: tuple[Stage, ...] = (
+    dedupe,
+    already_resolved,
+    something_to_undo,
+    superseded,
+    pause,
+    breaker,
+    cooldown,
+    attempt_cap,
+)
+"""The guards in the order they are asked: the first refusal is the verdict (tests/unit/test_guards.py pins it)."""
+
+
+def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: float) -> Verdict:
+    case = GuardCase(playbook, phase, target, facts, now)
+    for stage in STAGES:
+        verdict = stage(case)
+        if verdict is not None:
+            return verdict
     return Verdict(Decision.ACCEPTED, f"matched playbook {playbook.name} ({phase})")
 
 

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import ActionRegistry
-from remediate.guards import GuardFacts, judge
+from remediate.breaker import BreakerState
+from remediate.guards import STAGES, GuardCase, GuardFacts, judge
 from remediate.playbooks import Playbook, parse_playbook
 from remediate.runs import Decision
 
@@ -251,3 +252,38 @@ def test_a_ladder_with_undo_only_in_a_rung_still_undoes(registry: ActionRegistry
 
     assert judge(undo_in_rung, "resolved", "node-a", facts, NOW).accepted
     assert judge(pb, "resolved", "node-a", facts, NOW).accepted  # the playbook's own on_resolved
+
+
+# --------------------------------------------------------------------------- the guards as named stages (issue 25)
+
+
+def test_each_guard_stage_goes_on_for_an_alert_nothing_holds_back(pb: Playbook) -> None:
+    """A stage says nothing (None: go on) unless its own reason to refuse holds; then `judge` accepts."""
+    for phase, facts in (("firing", GuardFacts()), ("resolved", GuardFacts(firing_run=4, firing_run_status="done"))):
+        case = GuardCase(pb, phase, "node-a", facts, NOW)
+        assert [stage(case) for stage in STAGES] == [None] * len(STAGES)
+        assert judge(pb, phase, "node-a", facts, NOW).accepted
+
+
+def test_every_stage_answers_for_its_own_reason_and_the_first_refusal_is_the_verdict(pb: Playbook) -> None:
+    """Every refusal at once: each stage, asked alone, refuses with its own decision; judge gives the first."""
+    facts = GuardFacts(
+        duplicate_of=17,
+        already_resolved=True,
+        paused=True,
+        gated=True,
+        breaker=BreakerState(open=True, tripped_at=NOW - 5, reason="manual"),
+        last_run_at=NOW - 1,
+        runs_in_window=99,
+    )
+    case = GuardCase(pb, "firing", "node-a", facts, NOW)
+    decisions = {stage.__name__: verdict.decision for stage in STAGES if (verdict := stage(case)) is not None}
+    assert decisions == {
+        "dedupe": Decision.DUPLICATE,
+        "already_resolved": Decision.ALREADY_RESOLVED,
+        "pause": Decision.PAUSED,
+        "breaker": Decision.BREAKER_OPEN,
+        "cooldown": Decision.COOLDOWN,
+        "attempt_cap": Decision.ATTEMPT_CAP,
+    }
+    assert judge(pb, "firing", "node-a", facts, NOW).decision is Decision.DUPLICATE
