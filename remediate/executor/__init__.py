@@ -6,6 +6,7 @@ Its story, one module per part:
 - leases.py: the runs in hand, their heartbeat, recovery (takeover of runs whose owner is gone) and the
   hand-back of runs the store failed under;
 - steps.py: one run's steps (StepExecutor): plan, attempts, retries with tenacity, deadline, the ends;
+- context.py: what an action sees of its run (StepContexts: memory, breaker, the executor's stop);
 - reconcile.py: late outcomes of steps that gave up waiting;
 - metrics.py: what the executor reports (ExecutorMetrics).
 """

@@ -19,6 +19,7 @@ from dataclasses import replace
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import CircuitBreaker
 from remediate.errors import ClaimLostError, StoreUnavailable
+from remediate.executor.context import StepContexts
 from remediate.executor.leases import STORE_RETRY_MAX_S, Leases, StoreOutage, heartbeat_interval
 from remediate.executor.metrics import ExecutorMetrics
 from remediate.executor.reconcile import reconcile_pending
@@ -31,6 +32,9 @@ log = logging.getLogger("remediate.executor")
 
 
 class Executor:
+    """One process's executor: `threads` loops claim the head of the queue and execute it (`steps`), beside a
+    heartbeat thread (`leases`) and a housekeeping thread (recovery, late outcomes)."""
+
     def __init__(
         self,
         *,
@@ -79,8 +83,8 @@ class Executor:
         process shows its master that it is alive (remediate.beat.ExecutorBeat)."""
         self._outage = StoreOutage()
         self.steps = StepExecutor(
-            store=store, registry=registry, dispatch=self.dispatch, leases=self.leases, memory=store.memory(),
-            breaker=self.breaker, stopping=self._stopping, metrics=self.metrics, clock=clock,
+            store=store, registry=registry, dispatch=self.dispatch, leases=self.leases,
+            contexts=StepContexts(store.memory(), self.breaker, self._stopping), metrics=self.metrics, clock=clock,
             retry_wait_max=retry_wait_max, on_run_finished=on_run_finished,
         )  # fmt: skip
         """Executes a claimed run's steps. Its `on_run_finished` listeners are told of every run end once the

@@ -29,7 +29,7 @@ def reconcile_pending(steps: StepExecutor) -> int:
         try:
             action = steps.registry.get(step.action)
             params = action.validate(step.params)
-            ctx = steps.context(run, step, time.monotonic() + RECONCILE_PLAN_TIMEOUT_S)
+            ctx = steps.contexts.context(run, step, time.monotonic() + RECONCILE_PLAN_TIMEOUT_S)
             runner = steps.dispatch.runner_for(action, run.target)
             plan = call_with_deadline(partial(runner.plan, action, params, ctx), RECONCILE_PLAN_TIMEOUT_S)
         except Exception as exc:

@@ -25,7 +25,6 @@ action declares itself idempotent, otherwise the run fails with that reason.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -42,9 +41,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from remediate.actions.base import Action, ActionMemory, ActionRegistry, StepContext, step_views
-from remediate.alerts import alert_ref
-from remediate.breaker import CircuitBreaker
+from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.deadline import StepTimeout, call_with_deadline
 from remediate.errors import (
     ActionError,
@@ -56,6 +53,7 @@ from remediate.errors import (
     RetryableActionError,
     StoreUnavailable,
 )
+from remediate.executor.context import StepContexts
 from remediate.executor.leases import Leases
 from remediate.executor.metrics import ExecutorMetrics
 from remediate.runners import Dispatch, StepRunner
@@ -90,8 +88,8 @@ class StepExecutor:
     """Executes a claimed run's steps and records each one's plan, attempts and end under the run's lease.
 
     Holds what a step needs and nothing of the executor's threads: the store it writes to, the actions
-    and where they run, the action memory, breaker and stop signal a step sees (StepContext), the
-    executor's `leases` (a step end the store failed to record is kept there for the hand-back)."""
+    and where they run, what a step's context shares (`contexts`), the executor's `leases` (a step end
+    the store failed to record is kept there for the hand-back)."""
 
     def __init__(
         self,
@@ -100,9 +98,7 @@ class StepExecutor:
         registry: ActionRegistry,
         dispatch: Dispatch,
         leases: Leases,
-        memory: ActionMemory,
-        breaker: CircuitBreaker,
-        stopping: threading.Event,
+        contexts: StepContexts,
         metrics: ExecutorMetrics,
         clock: Callable[[], float],
         retry_wait_max: float,
@@ -112,9 +108,7 @@ class StepExecutor:
         self.registry = registry
         self.dispatch = dispatch
         self.leases = leases
-        self.memory = memory
-        self.breaker = breaker
-        self.stopping = stopping
+        self.contexts = contexts
         self.metrics = metrics
         self.clock = clock
         self.retry_wait_max = retry_wait_max
@@ -242,7 +236,8 @@ class StepExecutor:
             )
             return fail(message, status=StepStatus.INTERRUPTED)
         deadline = started + step.timeout
-        ctx = self.context(run, step, deadline, steps=self.store.steps_of(run.id) if action.reports_run else ())
+        reported = self.store.steps_of(run.id) if action.reports_run else ()
+        ctx = self.contexts.context(run, step, deadline, steps=reported)
         runner = self.dispatch.runner_for(action, run.target)
         try:
             plan = runner.stamp(plan_step(runner, action, params, ctx, step, self.retry_wait_max))
@@ -322,27 +317,6 @@ class StepExecutor:
         except RetryError as exc:  # pragma: no cover - reraise=True makes tenacity re-raise the last error
             raise ActionError(str(exc)) from exc
         raise ActionError("no attempt was made (step deadline already passed)")
-
-    def context(
-        self, run: ClaimedRun, step: StepRecord, deadline: float, *, steps: Sequence[StepRecord] = ()
-    ) -> StepContext:
-        """What an action sees of the run for `step`; `deadline` on the time.monotonic() clock; `steps`: the
-        run's steps as the store has them now (what a notification reports)."""
-        return StepContext(
-            run_id=run.id,
-            step_index=step.idx,
-            playbook=run.playbook,
-            target=run.target,
-            alert=alert_ref(run.alert_context),
-            deadline=deadline,
-            memory=self.memory,
-            breaker=self.breaker,
-            stopping=self.stopping,
-            mode=run.mode,
-            phase=run.phase,
-            rung=run.rung,
-            steps=step_views(steps),
-        )
 
     def _fail_step(
         self,
