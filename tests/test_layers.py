@@ -82,7 +82,7 @@ VIOLATIONS = [
     ("config", "werkzeug", "flask"),
     ("guards", "remediate.store", "guards"),
     ("engine", "remediate.executor", "engine-executor"),
-    ("executor", "gunicorn", "engine-executor-http"),
+    ("executor.loop", "gunicorn", "engine-executor-http"),
     ("runners", "remediate.store", "runners"),
     ("agent", "remediate.engine", "agent"),
     ("kube.model", "remediate.breaker", "backends"),

@@ -1,0 +1,43 @@
+"""What an action sees of its run: the StepContext of one step, built from what every step shares."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from remediate.actions.base import ActionMemory, StepContext, step_views
+from remediate.alerts import alert_ref
+from remediate.breaker import CircuitBreaker
+from remediate.runs import ClaimedRun, StepRecord
+
+
+@dataclass(frozen=True)
+class StepContexts:
+    """What every step of one executor shares: the action memory, the circuit breaker, the executor's stop."""
+
+    memory: ActionMemory
+    breaker: CircuitBreaker
+    stopping: threading.Event
+    """Set when the executor stops: a step waiting on a node (or anything long) gives up early."""
+
+    def context(
+        self, run: ClaimedRun, step: StepRecord, deadline: float, *, steps: Sequence[StepRecord] = ()
+    ) -> StepContext:
+        """What an action sees of the run for `step`; `deadline` on the time.monotonic() clock; `steps`: the
+        run's steps as the store has them now (what a notification reports)."""
+        return StepContext(
+            run_id=run.id,
+            step_index=step.idx,
+            playbook=run.playbook,
+            target=run.target,
+            alert=alert_ref(run.alert_context),
+            deadline=deadline,
+            memory=self.memory,
+            breaker=self.breaker,
+            stopping=self.stopping,
+            mode=run.mode,
+            phase=run.phase,
+            rung=run.rung,
+            steps=step_views(steps),
+        )

@@ -1,0 +1,242 @@
+"""The executor: its threads (claiming loops, the heartbeat, housekeeping) and the claim of the queue's head.
+
+Each loop thread reads the head of the queue and hands the run to its StepExecutor (remediate.executor.steps),
+whose first write claims it; the heartbeat thread renews the leases of the runs in hand and housekeeping
+recovers the runs of owners that are gone and settles late outcomes (remediate.executor.leases,
+remediate.executor.reconcile). A store that fails under a run stops its execution: the run is handed back
+once the store answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from remediate.actions.base import ActionRegistry
+from remediate.breaker import CircuitBreaker
+from remediate.errors import ClaimLostError, StoreUnavailable
+from remediate.executor.context import StepContexts
+from remediate.executor.leases import STORE_RETRY_MAX_S, Leases, StoreOutage, heartbeat_interval
+from remediate.executor.metrics import ExecutorMetrics
+from remediate.executor.reconcile import reconcile_pending
+from remediate.executor.steps import ClaimedElsewhere, StepExecutor
+from remediate.runners import Dispatch
+from remediate.runs import ClaimedRun, FinishedRun
+from remediate.store import Store, worker_identity
+
+log = logging.getLogger("remediate.executor")
+
+
+class Executor:
+    """One process's executor: `threads` loops claim the head of the queue and execute it (`steps`), beside a
+    heartbeat thread (`leases`) and a housekeeping thread (recovery, late outcomes)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: ActionRegistry,
+        threads: int = 2,
+        poll_interval: float = 0.2,
+        stale_after: float = 60.0,
+        metrics: ExecutorMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+        retry_wait_max: float = 10.0,
+        dispatch: Dispatch | None = None,
+        breaker: CircuitBreaker | None = None,
+        reconcile_interval: float = 15.0,
+        replica_name: str | None = None,
+        on_run_finished: Sequence[Callable[[FinishedRun], None]] = (),
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.threads = threads
+        self.poll_interval = poll_interval
+        self.stale_after = stale_after
+        """The lease (setting `lease`): a run whose heartbeat has not changed this long is taken over."""
+        self.metrics = metrics or ExecutorMetrics()
+        self.clock = clock
+        self.dispatch = dispatch or Dispatch.local()
+        """Where each step runs: here, or on its node's agent (remediate.runners)."""
+        self.replica_name = replica_name
+        """Who this executor is in claims and the history (`<replica_name or host>:<pid>`)."""
+        self.worker = worker_identity(replica_name)
+        self._pid = os.getpid()
+        self.breaker = breaker or CircuitBreaker(store.breaker_ledger, store.breaker_view)
+        """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
+        self._wake = threading.Condition()
+        self._pending_wakeups = 0
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._claiming = threading.Lock()
+        """Held by the thread reading the queue's head (see _run_claimed)."""
+        self.reconcile_interval = reconcile_interval
+        """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
+        self.leases = Leases(store, clock)
+        """The runs in hand, recovery's observations, the runs to hand back after a store outage."""
+        self.on_beat: Callable[[], None] | None = None
+        """Called by the heartbeat thread every heartbeat interval, whatever the store does: the executor
+        process shows its master that it is alive (remediate.beat.ExecutorBeat)."""
+        self._outage = StoreOutage()
+        self.steps = StepExecutor(
+            store=store, registry=registry, dispatch=self.dispatch, leases=self.leases,
+            contexts=StepContexts(store.memory(), self.breaker, self._stopping), metrics=self.metrics, clock=clock,
+            retry_wait_max=retry_wait_max, on_run_finished=on_run_finished,
+        )  # fmt: skip
+        """Executes a claimed run's steps. Its `on_run_finished` listeners are told of every run end once the
+        store has recorded it (e.g. remediate.grafana's annotator); each must return at once: it is called on
+        the executor thread, between two runs."""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self._pid != os.getpid():  # built in one process, started in a fork: claim as the fork
+            self.worker, self._pid = worker_identity(self.replica_name), os.getpid()
+        # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
+        # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds. It
+        # starts first: its beat (on_beat) tells the master the process is alive while recovery waits on the store.
+        heartbeat = threading.Thread(target=self._heartbeat, name="remediate-heartbeat", daemon=True)
+        heartbeat.start()
+        self._threads.append(heartbeat)
+        self.recover()
+        for index in range(self.threads):
+            thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        thread = threading.Thread(target=self._housekeeping, name="remediate-recovery", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        log.info("executor %s started with %d threads", self.worker, self.threads)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        with self._wake:
+            self._wake.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._threads.clear()
+
+    def wake(self) -> None:
+        with self._wake:
+            self._pending_wakeups += 1
+            self._wake.notify()
+
+    def recover(self) -> list[int]:
+        """Requeue the runs whose owner is gone: dead on this host, or silent for `stale_after` (leases)."""
+        return self.leases.recover(self.worker, self.stale_after)
+
+    def reconcile_pending(self) -> int:
+        """Record the late outcomes of steps that gave up waiting (remediate.executor.reconcile); how many."""
+        return reconcile_pending(self.steps)
+
+    # ------------------------------------------------------------------ threads
+
+    def _loop(self) -> None:
+        backoff = 0.0
+        while not self._stopping.is_set():
+            try:
+                worked = self.run_once()
+            except StoreUnavailable as exc:
+                # A database restart or fail-over: wait (longer each time) instead of a traceback per poll.
+                backoff = min(STORE_RETRY_MAX_S, max(self.poll_interval, 2 * backoff))
+                self._outage.failed(exc)
+                self._stopping.wait(backoff)
+                continue
+            except Exception:
+                log.exception("executor loop error; retrying")
+                worked = False
+            else:
+                backoff = 0.0
+                self._outage.over()
+            if worked:
+                continue
+            with self._wake:
+                if self._pending_wakeups == 0 and not self._stopping.is_set():
+                    self._wake.wait(self.poll_interval)
+                self._pending_wakeups = 0
+
+    def _heartbeat(self) -> None:
+        """Renew the lease of every run this executor is executing, whatever its steps are doing."""
+        while True:
+            if self.on_beat is not None:
+                self.on_beat()
+            if self._stopping.wait(heartbeat_interval(self.stale_after)):
+                return
+            try:
+                self.leases.renew(self.worker)
+            except StoreUnavailable as exc:
+                self._outage.failed(exc)  # once per outage; the runs' leases lapse and are taken over if it lasts
+            except Exception:
+                log.exception("executor heartbeat failed; retrying")
+
+    def _housekeeping(self) -> None:
+        # Recovery looks as often as owners renew (one small read of the running runs): a run is taken over
+        # between `lease` and lease + 2 heartbeat intervals (1.5 x lease) after its owner's last renewal.
+        interval = heartbeat_interval(self.stale_after)
+        last_reconcile = time.monotonic()
+        while not self._stopping.wait(min(interval, self.reconcile_interval)):
+            try:
+                if self.recover():
+                    self.wake()
+                if time.monotonic() - last_reconcile >= self.reconcile_interval:
+                    last_reconcile = time.monotonic()
+                    self.reconcile_pending()
+            except StoreUnavailable as exc:
+                self._outage.failed(exc)
+            except Exception:
+                log.exception("executor housekeeping failed; retrying")
+
+    # ------------------------------------------------------------------ claiming
+
+    def run_once(self) -> bool:
+        """Claim and execute the run at the head of the queue; False when nothing was queued.
+        StoreUnavailable: try again later."""
+        return self._run_claimed() > 0
+
+    def drain(self, timeout: float = 30.0) -> int:
+        """Execute queued runs in this thread until none is left (tests, CLI)."""
+        done = 0
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._run_claimed():
+            done += 1
+        return done
+
+    def execute_run(self, run: ClaimedRun, *, claimed: bool = True) -> None:
+        """Execute the run's remaining steps (StepExecutor.execute_run). ClaimLostError: another executor
+        owns the run now."""
+        self.steps.execute_run(run, claimed=claimed)
+
+    def _run_claimed(self) -> int:
+        """run_once; returns how many runs it took in hand (0: none was queued)."""
+        self.leases.hand_back()
+        # One thread of this process reads the head at a time and marks the run as in hand before the next
+        # looks: two threads never plan the same run. The plan and the steps run outside the lock.
+        with self._claiming:
+            run = self.store.next_run(self.worker, skip=self.leases.in_hand())
+            if run is None:
+                return 0
+            if run.started_at is None:  # its first claim: the run starts now, with its first step's plan
+                run = replace(run, started_at=self.clock())
+            self.leases.take(run.id)
+        self._execute_claimed(run)
+        return 1
+
+    def _execute_claimed(self, run: ClaimedRun) -> None:
+        """Execute `run`, read from the head of the queue (`next_run`): its first write claims it."""
+        try:
+            self.steps.execute_run(run, claimed=False)
+        except ClaimedElsewhere as exc:
+            log.debug("%s", exc)
+        except ClaimLostError as exc:
+            log.warning("run %s: stopping: %s", run.id, exc)
+        except StoreUnavailable:
+            self.leases.abandon(run)  # handed back once the store answers (Leases.hand_back)
+            log.warning("run %s: the store failed under it; it is requeued once the store answers", run.id)
+            raise
+        finally:
+            self.leases.release(run.id)
