@@ -174,22 +174,20 @@ class NvmlBackend:
         for index in range(count):
             with _mapped(nvml, f"open GPU {index}"):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            infos.append(self._read(nvml, handle, index))
+            infos.append(_read_info(nvml, handle, index))
         return infos
 
     def device(self, uuid: str) -> GpuInfo:
-        nvml = load_nvml()
-        handle = self._handle(nvml, uuid)
+        nvml, handle = _open(uuid)
         with _mapped(nvml, f"read the index of {uuid}"):
             index = nvml.nvmlDeviceGetIndex(handle)
-        return self._read(nvml, handle, index)
+        return _read_info(nvml, handle, index)
 
     def set_power_limit(self, uuid: str, milliwatts: int) -> None:
         # ctypes' c_uint would silently wrap a negative number and reject a float with a TypeError.
         if isinstance(milliwatts, bool) or not isinstance(milliwatts, int) or milliwatts < 0:
             raise GpuInvalidArgument(f"power limit must be a non-negative integer of milliwatts, got {milliwatts!r}")
-        nvml = load_nvml()
-        handle = self._handle(nvml, uuid)
+        nvml, handle = _open(uuid)
         # The unversioned call: nvmlDeviceSetPowerManagementLimit_v2 in nvidia-ml-py 13.615.71 ignores NVML's
         # return code, so a refused set would look like success.
         with _mapped(nvml, f"set the power limit of {uuid} to {milliwatts} mW"):
@@ -199,8 +197,7 @@ class NvmlBackend:
         """The optional capability (see remediate.gpu.backend): undo locked GPU and memory clocks, what
         `nvidia-smi -rgc` and `-rmc` do; the driver picks clocks by itself again. A GPU that cannot lock its
         memory clocks (before Ampere) answers NOT_SUPPORTED for that half: nothing is locked there."""
-        nvml = load_nvml()
-        handle = self._handle(nvml, uuid)
+        nvml, handle = _open(uuid)
         with _mapped(nvml, f"reset the locked GPU clocks of {uuid}"):
             nvml.nvmlDeviceResetGpuLockedClocks(handle)
         _optional(nvml, f"reset the locked memory clocks of {uuid}", nvml.nvmlDeviceResetMemoryLockedClocks, handle)
@@ -209,8 +206,7 @@ class NvmlBackend:
         """The optional capability: current and maximum clocks (nvmlDeviceGetClockInfo / GetMaxClockInfo)
         and the supported graphics clocks over every supported memory clock. NVML has no read of a
         clock lock (nvmlDeviceSetGpuLockedClocks has no getter), so the lock is reported as unknown."""
-        nvml = load_nvml()
-        handle = self._handle(nvml, uuid)
+        nvml, handle = _open(uuid)
         clock = nvml.nvmlDeviceGetClockInfo
         top = nvml.nvmlDeviceGetMaxClockInfo
         graphics = _optional(nvml, f"read the graphics clock of {uuid}", clock, handle, nvml.NVML_CLOCK_GRAPHICS)
@@ -243,38 +239,23 @@ class NvmlBackend:
         for value in (min_mhz, max_mhz):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise GpuInvalidArgument(f"clocks must be positive integers of MHz, got {min_mhz!r}, {max_mhz!r}")
-        nvml = load_nvml()
-        handle = self._handle(nvml, uuid)
+        nvml, handle = _open(uuid)
         with _mapped(nvml, f"lock the GPU clocks of {uuid} to {min_mhz}..{max_mhz} MHz"):
             nvml.nvmlDeviceSetGpuLockedClocks(handle, min_mhz, max_mhz)
 
     def unlock_gpu_clocks(self, uuid: str) -> None:
         """The optional capability: nvmlDeviceResetGpuLockedClocks (`nvidia-smi -rgc`); memory clocks stay."""
-        nvml = load_nvml()
-        handle = self._handle(nvml, uuid)
+        nvml, handle = _open(uuid)
         with _mapped(nvml, f"reset the locked GPU clocks of {uuid}"):
             nvml.nvmlDeviceResetGpuLockedClocks(handle)
 
     def memory_health(self, uuid: str) -> MemoryHealth:
         """The optional capability: retired pages (before Ampere) and remapped rows (Ampere and later);
         each None where NVML answers NOT_SUPPORTED."""
-        nvml = load_nvml()
-        handle = self._handle(nvml, uuid)
-        pages = nvml.nvmlDeviceGetRetiredPages
-        single = _optional(
-            nvml,
-            f"read the retired pages of {uuid}",
-            pages,
-            handle,
-            nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
-        )
-        double = _optional(
-            nvml,
-            f"read the retired pages of {uuid}",
-            pages,
-            handle,
-            nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
-        )
+        nvml, handle = _open(uuid)
+        pages, doing = nvml.nvmlDeviceGetRetiredPages, f"read the retired pages of {uuid}"
+        single = _optional(nvml, doing, pages, handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        double = _optional(nvml, doing, pages, handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
         pending = _optional(
             nvml, f"read the pending page retirements of {uuid}", nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle
         )
@@ -292,55 +273,18 @@ class NvmlBackend:
     def reset_state(self, uuid: str) -> ResetState:
         """The optional capability: MIG mode and devices (nvmlDeviceGetMigMode) and the active NVLinks
         (nvmlDeviceGetNvLinkState per link, with nvmlDeviceGetNvLinkRemotePciInfo / RemoteDeviceType)."""
-        nvml = load_nvml()
-        handle = self._handle(nvml, uuid)
+        nvml, handle = _open(uuid)
         mode = _optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
         mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
-        active: list[int] | None = None
-        peers: list[str] = []
-        gpu_peers: list[str] = []
-        for link in range(nvml.NVML_NVLINK_MAX_LINKS):
-            try:
-                up = nvml.nvmlDeviceGetNvLinkState(handle, link)
-            except nvml.NVMLError as exc:
-                # NOT_SUPPORTED: no NVLink on this GPU; INVALID_ARGUMENT: past this GPU's last link.
-                if exc.value in (*_ABSENT_CODES, NVML_ERROR_INVALID_ARGUMENT):
-                    break
-                raise from_nvml_error(exc, doing=f"read NVLink {link} of {uuid}") from exc
-            active = active if active is not None else []
-            if up != nvml.NVML_FEATURE_ENABLED:
-                continue
-            active.append(link)
-            remote = _optional(
-                nvml,
-                f"read the far end of NVLink {link} of {uuid}",
-                nvml.nvmlDeviceGetNvLinkRemotePciInfo,
-                handle,
-                link,
-            )
-            kind = _optional(
-                nvml,
-                f"read the far end of NVLink {link} of {uuid}",
-                nvml.nvmlDeviceGetNvLinkRemoteDeviceType,
-                handle,
-                link,
-            )
-            kind_name = {nvml.NVML_NVLINK_DEVICE_TYPE_GPU: "gpu", nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch"}.get(
-                kind, "unknown"
-            )
-            if remote is not None:
-                peer = _pci(remote.busId)
-                peers.append(f"link {link}: {kind_name} {peer}")
-                if kind_name == "gpu" and peer not in gpu_peers:
-                    gpu_peers.append(peer)
+        active, peers, gpu_peers = _nvlinks(nvml, handle, uuid)
         persistence = _optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
         return ResetState(
             mig_enabled=mig_enabled,
             persistence_mode=None if persistence is None else persistence == nvml.NVML_FEATURE_ENABLED,
-            mig_devices=self._mig_uuids(nvml, handle, uuid),
-            active_nvlinks=None if active is None else tuple(active),
-            nvlink_peers=tuple(peers),
-            nvlink_gpu_peers=tuple(gpu_peers),
+            mig_devices=_mig_uuids(nvml, handle, uuid),
+            active_nvlinks=active,
+            nvlink_peers=peers,
+            nvlink_gpu_peers=gpu_peers,
         )
 
     def reset_gpu(self, uuid: str) -> None:
@@ -358,48 +302,33 @@ class NvmlBackend:
         processes (DCGM's nv-hostengine, dcgm-exporter, Fabric Manager) make the reset fail with
         GpuResetRefused saying so.
         """
-        nvml = load_nvml()
-        gpu = self.device(uuid)
+        bus = self.device(uuid).pci_bus_id
         smi = shutil.which("nvidia-smi")
         if smi is None:
             raise GpuNotSupported(
                 f"reset GPU {uuid} failed: nvidia-smi is not on this node's PATH; a GPU reset goes through it "
                 "(the NVIDIA driver's utilities must be installed or mounted into the agent's container)"
             )
-        handle = self._handle(nvml, uuid)
+        nvml, handle = _open(uuid)
         persistence = _optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
         persistent = persistence == nvml.NVML_FEATURE_ENABLED
-        bus = gpu.pci_bus_id
         if persistent:
-            _smi(
-                smi,
-                ["-pm", "0", "-i", bus],
-                doing=f"turn off persistence mode of {uuid} ({bus}) for its reset",
-                timeout=PERSISTENCE_TIMEOUT_SECONDS,
-            )
+            doing = f"turn off persistence mode of {uuid} ({bus}) for its reset"
+            _smi(smi, ["-pm", "0", "-i", bus], doing=doing, timeout=PERSISTENCE_TIMEOUT_SECONDS)
         try:
-            _smi(
-                smi,
-                ["--gpu-reset", "-i", bus],
-                doing=f"reset GPU {uuid} ({bus}) with nvidia-smi --gpu-reset",
-                timeout=RESET_TIMEOUT_SECONDS,
-            )
+            doing = f"reset GPU {uuid} ({bus}) with nvidia-smi --gpu-reset"
+            _smi(smi, ["--gpu-reset", "-i", bus], doing=doing, timeout=RESET_TIMEOUT_SECONDS)
         finally:
             if persistent:
                 try:
-                    _smi(
-                        smi,
-                        ["-pm", "1", "-i", bus],
-                        doing=f"turn persistence mode of {uuid} ({bus}) back on",
-                        timeout=PERSISTENCE_TIMEOUT_SECONDS,
-                    )
+                    doing = f"turn persistence mode of {uuid} ({bus}) back on"
+                    _smi(smi, ["-pm", "1", "-i", bus], doing=doing, timeout=PERSISTENCE_TIMEOUT_SECONDS)
                 except GpuError as exc:
                     # The reset's own outcome matters more; the node works without persistence mode, only slower.
                     log.warning("after the reset of %s: %s", uuid, exc)
 
     def parent_of_mig(self, mig_uuid: str) -> str:
-        nvml = load_nvml()
-        mig = self._handle(nvml, mig_uuid)
+        nvml, mig = _open(mig_uuid)
         try:
             parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
         except nvml.NVMLError as exc:
@@ -410,83 +339,122 @@ class NvmlBackend:
         with _mapped(nvml, f"read the UUID of the GPU of MIG device {mig_uuid}"):
             return _text(nvml.nvmlDeviceGetUUID(parent))
 
-    # --- helpers
 
-    def _handle(self, nvml: ModuleType, uuid: str) -> Any:
+def _open(uuid: str) -> tuple[ModuleType, Any]:
+    """NVML, loaded, and the handle of the device with this UUID (a GPU or a MIG device)."""
+    nvml = load_nvml()
+    try:
+        return nvml, nvml.nvmlDeviceGetHandleByUUID(uuid)
+    except nvml.NVMLError as exc:
+        if exc.value in _NO_SUCH_DEVICE_CODES:
+            # NVML: INVALID_ARGUMENT for a malformed UUID, NOT_FOUND for an unknown one; both mean "no such GPU".
+            raise GpuNotFound(
+                f"look up {uuid} failed: NVML error {exc.value} ({exc}); {GpuNotFound.advice}", code=exc.value
+            ) from exc
+        raise from_nvml_error(exc, doing=f"look up {uuid}") from exc
+
+
+# --- the reads of one device handle
+
+
+def _read_info(nvml: ModuleType, handle: Any, index: int) -> GpuInfo:
+    with _mapped(nvml, f"read GPU {index}"):
+        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        pci_bus_id = _pci(nvml.nvmlDeviceGetPciInfo(handle).busId)
+        name = _text(nvml.nvmlDeviceGetName(handle))
+    with _mapped(nvml, f"read the power limits of GPU {index} ({uuid})"):
+        limit = nvml.nvmlDeviceGetPowerManagementLimit(handle)
+        min_limit, max_limit = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
+        default_limit = nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)
+        enforced = nvml.nvmlDeviceGetEnforcedPowerLimit(handle)
+    usage = _optional(nvml, f"read the power usage of {uuid}", nvml.nvmlDeviceGetPowerUsage, handle)
+    temperature = _optional(
+        nvml, f"read the temperature of {uuid}", nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
+    )
+    return GpuInfo(
+        index=int(index),
+        uuid=uuid,
+        pci_bus_id=pci_bus_id,
+        name=name,
+        power_limit_mw=int(limit),
+        default_limit_mw=int(default_limit),
+        min_limit_mw=int(min_limit),
+        max_limit_mw=int(max_limit),
+        enforced_limit_mw=int(enforced),
+        power_usage_mw=None if usage is None else int(usage),
+        temperature_c=None if temperature is None else int(temperature),
+        processes=_processes(nvml, handle, uuid),
+        mig_uuids=_mig_uuids(nvml, handle, uuid),
+    )
+
+
+def _processes(nvml: ModuleType, handle: Any, uuid: str) -> tuple[GpuProcess, ...]:
+    raw = _optional(nvml, f"list the processes on {uuid}", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    processes = []
+    for entry in raw or ():
+        memory = getattr(entry, "usedGpuMemory", None)
+        # pynvml maps NVML_VALUE_NOT_AVAILABLE to None already; older releases passed the raw sentinel through.
+        if memory is not None and memory >= nvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
+            memory = None
+        processes.append(GpuProcess(pid=int(entry.pid), used_memory_bytes=memory, name=_process_name(nvml, entry.pid)))
+    return tuple(processes)
+
+
+def _process_name(nvml: ModuleType, pid: int) -> str:
+    try:
+        return _text(nvml.nvmlSystemGetProcessName(pid))
+    except nvml.NVMLError:
+        # The process may have exited, or live in a PID namespace we cannot see: a name is nice-to-have.
+        return ""
+
+
+def _mig_uuids(nvml: ModuleType, handle: Any, uuid: str) -> tuple[str, ...]:
+    mode = _optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
+    if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+        return ()
+    uuids = []
+    with _mapped(nvml, f"count the MIG devices of {uuid}"):
+        slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+    for slot in range(slots):
         try:
-            return nvml.nvmlDeviceGetHandleByUUID(uuid)
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
         except nvml.NVMLError as exc:
-            if exc.value in _NO_SUCH_DEVICE_CODES:
-                # NVML: INVALID_ARGUMENT for a malformed UUID, NOT_FOUND for an unknown one; both mean "no such GPU".
-                raise GpuNotFound(
-                    f"look up {uuid} failed: NVML error {exc.value} ({exc}); {GpuNotFound.advice}", code=exc.value
-                ) from exc
-            raise from_nvml_error(exc, doing=f"look up {uuid}") from exc
+            if exc.value == NVML_ERROR_NOT_FOUND:
+                continue  # an empty slot: fewer MIG devices than the maximum
+            raise from_nvml_error(exc, doing=f"open MIG device {slot} of {uuid}") from exc
+        with _mapped(nvml, f"read the UUID of MIG device {slot} of {uuid}"):
+            uuids.append(_text(nvml.nvmlDeviceGetUUID(mig)))
+    return tuple(uuids)
 
-    def _read(self, nvml: ModuleType, handle: Any, index: int) -> GpuInfo:
-        with _mapped(nvml, f"read GPU {index}"):
-            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-            pci_bus_id = _pci(nvml.nvmlDeviceGetPciInfo(handle).busId)
-            name = _text(nvml.nvmlDeviceGetName(handle))
-        with _mapped(nvml, f"read the power limits of GPU {index} ({uuid})"):
-            limit = nvml.nvmlDeviceGetPowerManagementLimit(handle)
-            min_limit, max_limit = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
-            default_limit = nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)
-            enforced = nvml.nvmlDeviceGetEnforcedPowerLimit(handle)
-        usage = _optional(nvml, f"read the power usage of {uuid}", nvml.nvmlDeviceGetPowerUsage, handle)
-        temperature = _optional(
-            nvml, f"read the temperature of {uuid}", nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
-        )
-        return GpuInfo(
-            index=int(index),
-            uuid=uuid,
-            pci_bus_id=pci_bus_id,
-            name=name,
-            power_limit_mw=int(limit),
-            default_limit_mw=int(default_limit),
-            min_limit_mw=int(min_limit),
-            max_limit_mw=int(max_limit),
-            enforced_limit_mw=int(enforced),
-            power_usage_mw=None if usage is None else int(usage),
-            temperature_c=None if temperature is None else int(temperature),
-            processes=self._processes(nvml, handle, uuid),
-            mig_uuids=self._mig_uuids(nvml, handle, uuid),
-        )
 
-    def _processes(self, nvml: ModuleType, handle: Any, uuid: str) -> tuple[GpuProcess, ...]:
-        raw = _optional(nvml, f"list the processes on {uuid}", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
-        processes = []
-        for entry in raw or ():
-            memory = getattr(entry, "usedGpuMemory", None)
-            # pynvml maps NVML_VALUE_NOT_AVAILABLE to None already; older releases passed the raw sentinel through.
-            if memory is not None and memory >= nvml.NVML_VALUE_NOT_AVAILABLE_ulonglong.value:
-                memory = None
-            processes.append(
-                GpuProcess(pid=int(entry.pid), used_memory_bytes=memory, name=self._process_name(nvml, entry.pid))
-            )
-        return tuple(processes)
-
-    def _process_name(self, nvml: ModuleType, pid: int) -> str:
+def _nvlinks(
+    nvml: ModuleType, handle: Any, uuid: str
+) -> tuple[tuple[int, ...] | None, tuple[str, ...], tuple[str, ...]]:
+    """(the active links or None without NVLink, each active link's far end, the GPUs linked directly)."""
+    active: list[int] | None = None
+    peers: list[str] = []
+    gpu_peers: list[str] = []
+    for link in range(nvml.NVML_NVLINK_MAX_LINKS):
         try:
-            return _text(nvml.nvmlSystemGetProcessName(pid))
-        except nvml.NVMLError:
-            # The process may have exited, or live in a PID namespace we cannot see: a name is nice-to-have.
-            return ""
-
-    def _mig_uuids(self, nvml: ModuleType, handle: Any, uuid: str) -> tuple[str, ...]:
-        mode = _optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
-        if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
-            return ()
-        uuids = []
-        with _mapped(nvml, f"count the MIG devices of {uuid}"):
-            slots = nvml.nvmlDeviceGetMaxMigDeviceCount(handle)
-        for slot in range(slots):
-            try:
-                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-            except nvml.NVMLError as exc:
-                if exc.value == NVML_ERROR_NOT_FOUND:
-                    continue  # an empty slot: fewer MIG devices than the maximum
-                raise from_nvml_error(exc, doing=f"open MIG device {slot} of {uuid}") from exc
-            with _mapped(nvml, f"read the UUID of MIG device {slot} of {uuid}"):
-                uuids.append(_text(nvml.nvmlDeviceGetUUID(mig)))
-        return tuple(uuids)
+            up = nvml.nvmlDeviceGetNvLinkState(handle, link)
+        except nvml.NVMLError as exc:
+            # NOT_SUPPORTED: no NVLink on this GPU; INVALID_ARGUMENT: past this GPU's last link.
+            if exc.value in (*_ABSENT_CODES, NVML_ERROR_INVALID_ARGUMENT):
+                break
+            raise from_nvml_error(exc, doing=f"read NVLink {link} of {uuid}") from exc
+        active = active if active is not None else []
+        if up != nvml.NVML_FEATURE_ENABLED:
+            continue
+        active.append(link)
+        doing = f"read the far end of NVLink {link} of {uuid}"
+        remote = _optional(nvml, doing, nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+        kind = _optional(nvml, doing, nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
+        kind_name = {nvml.NVML_NVLINK_DEVICE_TYPE_GPU: "gpu", nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch"}.get(
+            kind, "unknown"
+        )
+        if remote is not None:
+            peer = _pci(remote.busId)
+            peers.append(f"link {link}: {kind_name} {peer}")
+            if kind_name == "gpu" and peer not in gpu_peers:
+                gpu_peers.append(peer)
+    return None if active is None else tuple(active), tuple(peers), tuple(gpu_peers)
