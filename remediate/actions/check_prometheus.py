@@ -79,6 +79,11 @@ def _query_template(source: str) -> str | None:
     return None
 
 
+def _duration(default: str, high_s: float, doc: str, *, low_s: float = 0) -> Param:
+    """A duration param, written in the playbook (a label must not stretch or shorten the wait)."""
+    return Param(str, default=default, static=True, check=duration_within(low_s, high_s), doc=doc)
+
+
 def _non_empty(value: str) -> str | None:
     return None if value.strip() else "must not be empty"
 
@@ -140,26 +145,17 @@ class PrometheusCheckAction(Action):
                 template_check=_query_template,
                 doc="PromQL; label values only as `{{ labels.NAME | promql_string }}` (escaped string literals)",
             ),
-            "for": Param(
-                str,
-                default="0s",
-                static=True,
-                check=duration_within(0, MAX_FOR_S),
-                doc="how long the query must have held without a break (0s: now); at most 7d",
+            "for": _duration(
+                "0s", MAX_FOR_S, "how long the query must have held without a break (0s: now); at most 7d"
             ),
-            "timeout": Param(
-                str,
-                default="5m",
-                static=True,
-                check=duration_within(0, MAX_TIMEOUT_S),
-                doc="how long to wait for that before failing (also bounded by the step's own timeout)",
+            "timeout": _duration(
+                "5m", MAX_TIMEOUT_S, "how long to wait for that before failing (also bounded by the step's own timeout)"
             ),
-            "poll": Param(
-                str,
-                default="15s",
-                static=True,
-                check=duration_within(1, 300),
-                doc="how often to ask again, and the resolution of the window (1s to 5m; the scrape interval is best)",
+            "poll": _duration(
+                "15s",
+                300,
+                "how often to ask again, and the resolution of the window (1s to 5m; the scrape interval is best)",
+                low_s=1,
             ),
         }
     )

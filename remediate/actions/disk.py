@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.schema import Param, ParamSchema
+from remediate.actions.schema import Param, ParamSchema, parsed_by
 from remediate.disk import (
     Cleaner,
     CleanupPolicy,
@@ -46,12 +47,7 @@ def _check_mountpoint(value: str) -> str | None:
     return None
 
 
-def _check_size(value: str) -> str | None:
-    try:
-        parse_size(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
+_check_size = parsed_by(parse_size, ValueError)
 
 
 def _check_percent(value: float) -> str | None:
@@ -62,6 +58,7 @@ def _check_positive(value: int) -> str | None:
     return None if value >= 1 else "must be at least 1"
 
 
+@dataclass(eq=False)
 class DiskCleanupAction(Action):
     name: ClassVar[str] = "disk.cleanup"
     where: ClassVar[Where] = Where.NODE
@@ -90,18 +87,11 @@ class DiskCleanupAction(Action):
         }
     )
 
-    def __init__(
-        self,
-        policies: PolicyProvider,
-        *,
-        free_space: FreeSpace = statvfs_space,
-        hooks: FsHooks | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._policies = policies
-        self._free_space = free_space
-        self._hooks = hooks
-        self._clock = clock
+    policies: PolicyProvider
+    _: KW_ONLY
+    free_space: FreeSpace = statvfs_space
+    hooks: FsHooks | None = None
+    clock: Callable[[], float] = time.time
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
@@ -126,7 +116,7 @@ class DiskCleanupAction(Action):
         """The policy the step names, or (None, why) when a mountpoint has none and missing_policy is skip."""
         skip = params.get("missing_policy") == "skip"
         try:
-            policies = self._policies()
+            policies = self.policies()
         except NoPoliciesConfigured as exc:
             if skip and "mountpoint" in params:
                 return None, str(exc)
@@ -153,7 +143,7 @@ class DiskCleanupAction(Action):
         return policy, ""
 
     def _cleaner(self, policy: CleanupPolicy) -> Cleaner:
-        return Cleaner(policy, free_space=self._free_space, hooks=self._hooks, clock=self._clock)
+        return Cleaner(policy, free_space=self.free_space, hooks=self.hooks, clock=self.clock)
 
     @staticmethod
     def _target(params: Mapping[str, Any]) -> Target:

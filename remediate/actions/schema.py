@@ -145,24 +145,13 @@ def _coerce(value: Any, wanted: type) -> Any:
         return _MISSING
     if isinstance(value, bool):
         return _MISSING
-    if wanted is int:
-        if isinstance(value, int):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                return _MISSING
-        return _MISSING
-    if wanted is float:
-        if isinstance(value, int | float):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                return _MISSING
-        return _MISSING
+    if wanted in (int, float):
+        if isinstance(value, int) or (wanted is float and isinstance(value, float)):
+            return wanted(value)
+        try:
+            return wanted(value.strip()) if isinstance(value, str) else _MISSING
+        except ValueError:
+            return _MISSING
     if wanted is str:
         return value if isinstance(value, str) else (str(value) if isinstance(value, int | float) else _MISSING)
     return value if isinstance(value, wanted) else _MISSING
@@ -180,3 +169,26 @@ def duration_within(low_s: float, high_s: float) -> Callable[[str], str | None]:
         return None if low_s <= seconds <= high_s else f"must be between {bounds}"
 
     return check
+
+
+def parsed_by(parse: Callable[[Any], object], *errors: type[Exception]) -> Callable[[Any], str | None]:
+    """A `Param.check` that the value is one `parse` accepts: the message of its error (one of `errors`), or None."""
+
+    def check(value: Any) -> str | None:
+        try:
+            parse(value)
+        except errors as exc:
+            return str(exc)
+        return None
+
+    return check
+
+
+def positive(value: float) -> str | None:
+    """A `Param.check`: the number must be greater than 0."""
+    return None if value > 0 else "must be greater than 0"
+
+
+def between(low: float, high: float) -> Callable[[float], str | None]:
+    """A `Param.check`: the number must lie within [low, high]."""
+    return lambda value: None if low <= value <= high else f"must be between {low:g} and {high:g}"

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from remediate.actions.base import StepContext
 from remediate.actions.k8s.common import NODE_PARAM, NOTE_PARAM, KubeAction, NodeEvent
 from remediate.actions.k8s.cordon import cordon
-from remediate.actions.schema import Param, ParamSchema
+from remediate.actions.schema import Param, ParamSchema, positive
 from remediate.errors import ActionError
 from remediate.kube import (
     DrainOptions,
@@ -21,10 +21,6 @@ from remediate.kube import (
     classify_pod,
     pdb_forecast,
 )
-
-
-def _positive(value: float) -> str | None:
-    return None if value > 0 else "must be greater than 0"
 
 
 def _not_negative(value: int) -> str | None:
@@ -39,9 +35,9 @@ class DrainAction(KubeAction):
         {
             "node": NODE_PARAM,
             "grace_period_seconds": Param(int, check=_not_negative, doc="eviction grace period; default: the pod's"),
-            "timeout": Param(float, default=300.0, check=_positive, doc="seconds to evict and wait for the pods"),
+            "timeout": Param(float, default=300.0, check=positive, doc="seconds to evict and wait for the pods"),
             "pdb_retry_interval": Param(
-                float, default=5.0, check=_positive, doc="first wait before evicting a pod a PDB blocked (doubles)"
+                float, default=5.0, check=positive, doc="first wait before evicting a pod a PDB blocked (doubles)"
             ),
             "force": Param(bool, default=False, doc="also evict pods no controller manages"),
             "delete_emptydir_data": Param(bool, default=False, doc="also evict pods with emptyDir volumes"),
