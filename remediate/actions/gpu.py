@@ -15,30 +15,19 @@ their value stays and the result says why. Both actions are idempotent.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.schema import Param, ParamSchema
+from remediate.actions.gpu_state import watts as _watts
+from remediate.actions.schema import Param, ParamSchema, between, parsed_by, positive
 from remediate.errors import ParamsError
 from remediate.gpu import GpuBackend, GpuError, GpuInfo, parse_gpu_ref, resolve
 from remediate.gpu.errors import GpuSelectionError
 
 BackendProvider = Callable[[], GpuBackend]
 MEMORY_PREFIX = "gpu.power_limit/"
-
-
-def _watts(milliwatts: int | None) -> float | None:
-    return None if milliwatts is None else round(milliwatts / 1000, 3)
-
-
-def _check_gpu_ref(text: str) -> str | None:
-    try:
-        parse_gpu_ref(text)
-    except GpuSelectionError as exc:
-        return str(exc)
-    return None
 
 
 def _check_one_gpu(text: str) -> str | None:
@@ -53,21 +42,23 @@ def _check_one_gpu(text: str) -> str | None:
     return None
 
 
-def _percent(low: float, high: float) -> Callable[[float], str | None]:
-    return lambda value: None if low <= value <= high else f"must be between {low:g} and {high:g}"
-
-
-def _positive(value: float) -> str | None:
-    return None if value > 0 else "must be greater than 0"
-
-
 GPU_PARAM = Param(
     str,
     required=True,
-    check=_check_gpu_ref,
+    check=parsed_by(parse_gpu_ref, GpuSelectionError),
     templated_check=_check_one_gpu,
     doc="GPU index, UUID, PCI bus id, MIG UUID, or 'all' (written literally: a template must name one GPU)",
 )
+
+
+def gpu_schema(**params: Param) -> ParamSchema:
+    """The params of a gpu action: `gpu`, then the action's own."""
+    return ParamSchema({"gpu": GPU_PARAM, **params})
+
+
+def fallback_param(other: str, doc: str) -> Param:
+    """What a restoring action does to a GPU it has no record of changing: nothing, or `other`."""
+    return Param(str, default="none", choices=("none", other), doc=doc)
 
 
 def _with_done(exc: GpuError, done: list[dict[str, Any]]) -> GpuError:
@@ -76,8 +67,6 @@ def _with_done(exc: GpuError, done: list[dict[str, Any]]) -> GpuError:
     The audit history keeps only a failed step's error, so without this a GPU lowered
     before another one failed would not show there. Same class and NVML code as `exc`.
     """
-    if not done:
-        return exc
     parts = []
     for r in done:
         what = r["outcome"]
@@ -177,6 +166,22 @@ class _GpuAction(Action):
     def _gpus(self, params: Mapping[str, Any]) -> list[GpuInfo]:
         return resolve(parse_gpu_ref(params["gpu"]), self.backend)
 
+    def _report(self, gpus: list[dict[str, Any]], **more: Any) -> dict[str, Any]:
+        """A plan's or a result's JSON: the backend, one entry per GPU, then counts and notes."""
+        return {"backend": self.backend.name, "gpus": gpus, **more}
+
+    def _each(self, gpus: Iterable[GpuInfo], one: Callable[[GpuInfo], dict[str, Any]]) -> list[dict[str, Any]]:
+        """`one` on every GPU in turn; a GpuError after the first also names what this step already did."""
+        results: list[dict[str, Any]] = []
+        for gpu in gpus:
+            try:
+                results.append(one(gpu))
+            except GpuError as exc:
+                if not results:
+                    raise
+                raise _with_done(exc, results) from exc
+        return results
+
     def _mig_note(self, params: Mapping[str, Any]) -> list[str]:
         if parse_gpu_ref(params["gpu"]).kind == "mig":
             return ["the alert names a MIG device: the limit applies to its parent GPU and every MIG instance on it"]
@@ -186,16 +191,13 @@ class _GpuAction(Action):
 class SetPowerLimitAction(_GpuAction):
     name: ClassVar[str] = "gpu.set_power_limit"
     description: ClassVar[str] = "Lower a GPU's power limit through NVML (clamped, floored, read back)."
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "gpu": GPU_PARAM,
-            "watts": Param(float, check=_positive, doc="new limit in watts"),
-            "percent_of_default": Param(float, check=_percent(1, 100), doc="new limit as % of the default limit"),
-            "reduce_by_percent": Param(float, check=_percent(1, 90), doc="cut the current limit by this %"),
-            "min_watts": Param(float, check=_positive, doc="never set below this"),
-            "min_percent_of_default": Param(float, check=_percent(1, 100), doc="never set below this % of default"),
-            "allow_increase": Param(bool, default=False, doc="may the new limit be above the current one"),
-        }
+    schema: ClassVar[ParamSchema] = gpu_schema(
+        watts=Param(float, check=positive, doc="new limit in watts"),
+        percent_of_default=Param(float, check=between(1, 100), doc="new limit as % of the default limit"),
+        reduce_by_percent=Param(float, check=between(1, 90), doc="cut the current limit by this %"),
+        min_watts=Param(float, check=positive, doc="never set below this"),
+        min_percent_of_default=Param(float, check=between(1, 100), doc="never set below this % of default"),
+        allow_increase=Param(bool, default=False, doc="may the new limit be above the current one"),
     )
 
     def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -207,71 +209,50 @@ class SetPowerLimitAction(_GpuAction):
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         plans = [compute_limit(gpu, params) for gpu in self._gpus(params)]
-        return {
-            "backend": self.backend.name,
-            "gpus": [p.to_dict() for p in plans],
-            "would_change": sum(p.changes for p in plans),
-            "notes": self._mig_note(params),
-        }
+        gpus = [p.to_dict() for p in plans]
+        return self._report(gpus, would_change=sum(p.changes for p in plans), notes=self._mig_note(params))
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        results = []
-        for gpu in self._gpus(params):
-            plan = compute_limit(gpu, params)
-            entry = plan.to_dict()
-            if not plan.changes:
-                entry["outcome"] = "unchanged"
-                results.append(entry)
-                continue
-            key = MEMORY_PREFIX + gpu.uuid
-            before = ctx.memory.recall(key)
-            original = before["original_mw"] if before and before.get("set_mw") == gpu.power_limit_mw else None
-            ctx.memory.remember(
-                key,
-                {
-                    "original_mw": original if original is not None else gpu.power_limit_mw,
-                    "set_mw": plan.target_mw,
-                    "run_id": ctx.run_id,
-                    "at": time.time(),
-                },
-                run_id=ctx.run_id,
-            )
-            applied = False
-            try:
-                self.backend.set_power_limit(gpu.uuid, plan.target_mw)
-                applied = True
-                read_back = self.backend.device(gpu.uuid).power_limit_mw
-            except Exception as exc:
-                # Only a failed set leaves the GPU as it was. If just the read-back failed, the GPU has
-                # the new limit: keep the record, or a retry (finding it already there) and the restore
-                # would never know the original.
-                if not applied:
-                    put_memory_back(ctx, key, before)
-                if isinstance(exc, GpuError) and results:
-                    raise _with_done(exc, results) from exc
-                raise
-            if read_back != plan.target_mw:
+        results = self._each(self._gpus(params), lambda gpu: self._set_one(gpu, params, ctx))
+        changed = sum(1 for r in results if r["outcome"] == "set")
+        return self._report(results, changed=changed, notes=self._mig_note(params))
+
+    def _set_one(self, gpu: GpuInfo, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        plan = compute_limit(gpu, params)
+        entry = plan.to_dict()
+        if not plan.changes:
+            return {**entry, "outcome": "unchanged"}
+        key = MEMORY_PREFIX + gpu.uuid
+        before = ctx.memory.recall(key)
+        original = before["original_mw"] if before and before.get("set_mw") == gpu.power_limit_mw else None
+        original = original if original is not None else gpu.power_limit_mw
+        record = {"original_mw": original, "set_mw": plan.target_mw, "run_id": ctx.run_id, "at": time.time()}
+        ctx.memory.remember(key, record, run_id=ctx.run_id)
+        applied = False
+        try:
+            self.backend.set_power_limit(gpu.uuid, plan.target_mw)
+            applied = True
+            read_back = self.backend.device(gpu.uuid).power_limit_mw
+        except Exception:
+            # Only a failed set leaves the GPU as it was. If just the read-back failed, the GPU has
+            # the new limit: keep the record, or a retry (finding it already there) and the restore
+            # would never know the original.
+            if not applied:
                 put_memory_back(ctx, key, before)
-                raise _with_done(
-                    GpuError(
-                        f"GPU {gpu.uuid}: set {_watts(plan.target_mw):g} W but read back {_watts(read_back):g} W "
-                        "(another agent or the driver changed it)"
-                    ),
-                    results,
-                )
-            entry.update(
-                outcome="set",
-                previous_w=_watts(gpu.power_limit_mw),
-                new_w=_watts(read_back),
-                remembered_original_w=_watts(original if original is not None else gpu.power_limit_mw),
+            raise
+        if read_back != plan.target_mw:
+            put_memory_back(ctx, key, before)
+            raise GpuError(
+                f"GPU {gpu.uuid}: set {_watts(plan.target_mw):g} W but read back {_watts(read_back):g} W "
+                "(another agent or the driver changed it)"
             )
-            results.append(entry)
-        return {
-            "backend": self.backend.name,
-            "gpus": results,
-            "changed": sum(1 for r in results if r["outcome"] == "set"),
-            "notes": self._mig_note(params),
-        }
+        entry.update(
+            outcome="set",
+            previous_w=_watts(gpu.power_limit_mw),
+            new_w=_watts(read_back),
+            remembered_original_w=_watts(original),
+        )
+        return entry
 
 
 def put_memory_back(ctx: StepContext, key: str, before: dict[str, Any] | None) -> None:
@@ -285,16 +266,10 @@ def put_memory_back(ctx: StepContext, key: str, before: dict[str, Any] | None) -
 class RestorePowerLimitAction(_GpuAction):
     name: ClassVar[str] = "gpu.restore_power_limit"
     description: ClassVar[str] = "Put back the power limit remediate replaced, if nobody changed it since."
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "gpu": GPU_PARAM,
-            "fallback": Param(
-                str,
-                default="none",
-                choices=("none", "default"),
-                doc="with no record of a change by remediate: 'default' sets the default limit, 'none' does nothing",
-            ),
-        }
+    schema: ClassVar[ParamSchema] = gpu_schema(
+        fallback=fallback_param(
+            "default", "with no record of a change by remediate: 'default' sets the default limit, 'none' does nothing"
+        )
     )
 
     def _decide(self, gpu: GpuInfo, params: Mapping[str, Any], ctx: StepContext) -> tuple[int | None, str]:
@@ -329,38 +304,24 @@ class RestorePowerLimitAction(_GpuAction):
                     "reason": why,
                 }
             )
-        return {"backend": self.backend.name, "gpus": gpus, "notes": self._mig_note(params)}
+        return self._report(gpus, notes=self._mig_note(params))
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        results = []
-        for gpu in self._gpus(params):
-            key = MEMORY_PREFIX + gpu.uuid
-            target, why = self._decide(gpu, params, ctx)
-            entry: dict[str, Any] = {"gpu": gpu.uuid, "index": gpu.index, "previous_w": _watts(gpu.power_limit_mw)}
-            if target is None:
-                if ctx.memory.recall(key) is not None:
-                    ctx.memory.forget(key)  # someone else owns the limit now
-                entry.update(outcome="left_alone", reason=why)
-                results.append(entry)
-                continue
-            target = min(max(target, gpu.min_limit_mw), gpu.max_limit_mw)
-            try:
-                self.backend.set_power_limit(gpu.uuid, target)
-                read_back = self.backend.device(gpu.uuid).power_limit_mw
-            except GpuError as exc:
-                if not results:
-                    raise
-                raise _with_done(exc, results) from exc
-            if read_back != target:
-                raise _with_done(
-                    GpuError(f"GPU {gpu.uuid}: restored {_watts(target):g} W but read back {_watts(read_back):g} W"),
-                    results,
-                )
-            ctx.memory.forget(key)
-            entry.update(outcome="restored", new_w=_watts(read_back), reason=why)
-            results.append(entry)
-        return {
-            "backend": self.backend.name,
-            "gpus": results,
-            "restored": sum(1 for r in results if r["outcome"] == "restored"),
-        }
+        results = self._each(self._gpus(params), lambda gpu: self._restore_one(gpu, params, ctx))
+        return self._report(results, restored=sum(1 for r in results if r["outcome"] == "restored"))
+
+    def _restore_one(self, gpu: GpuInfo, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        key = MEMORY_PREFIX + gpu.uuid
+        target, why = self._decide(gpu, params, ctx)
+        entry: dict[str, Any] = {"gpu": gpu.uuid, "index": gpu.index, "previous_w": _watts(gpu.power_limit_mw)}
+        if target is None:
+            if ctx.memory.recall(key) is not None:
+                ctx.memory.forget(key)  # someone else owns the limit now
+            return {**entry, "outcome": "left_alone", "reason": why}
+        target = min(max(target, gpu.min_limit_mw), gpu.max_limit_mw)
+        self.backend.set_power_limit(gpu.uuid, target)
+        read_back = self.backend.device(gpu.uuid).power_limit_mw
+        if read_back != target:
+            raise GpuError(f"GPU {gpu.uuid}: restored {_watts(target):g} W but read back {_watts(read_back):g} W")
+        ctx.memory.forget(key)
+        return {**entry, "outcome": "restored", "new_w": _watts(read_back), "reason": why}

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
-from remediate.actions.gpu import GPU_PARAM, _GpuAction, _with_done
+from remediate.actions.gpu import _GpuAction, gpu_schema
 from remediate.actions.schema import ParamSchema
-from remediate.gpu import GpuError, capability, parse_gpu_ref, supports
+from remediate.gpu import GpuInfo, capability, parse_gpu_ref, supports
 
 CAPABILITY = "reset_locked_clocks"
 
@@ -29,7 +29,7 @@ CAPABILITY = "reset_locked_clocks"
 class ResetClocksAction(_GpuAction):
     name: ClassVar[str] = "gpu.reset_clocks"
     description: ClassVar[str] = "Unlock a GPU's locked GPU and memory clocks (nvidia-smi -rgc -rmc) through NVML."
-    schema: ClassVar[ParamSchema] = ParamSchema({"gpu": GPU_PARAM})
+    schema: ClassVar[ParamSchema] = gpu_schema()
 
     def _notes(self, params: Mapping[str, Any]) -> list[str]:
         notes = []
@@ -40,23 +40,16 @@ class ResetClocksAction(_GpuAction):
         return notes
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        return {
-            "backend": self.backend.name,
-            "gpus": [
-                {"gpu": g.uuid, "index": g.index, "name": g.name, "change": "unlock GPU and memory clocks"}
-                for g in self._gpus(params)
-            ],
-            "notes": self._notes(params),
-        }
+        change = "unlock GPU and memory clocks"
+        gpus = [{"gpu": g.uuid, "index": g.index, "name": g.name, "change": change} for g in self._gpus(params)]
+        return self._report(gpus, notes=self._notes(params))
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         reset = capability(self.backend, CAPABILITY, doing="reset locked clocks")
-        results: list[dict[str, Any]] = []
-        for gpu in self._gpus(params):
-            try:
-                reset(gpu.uuid)
-            except GpuError as exc:
-                # With `gpu: all`, the error also names the GPUs this step already reset.
-                raise _with_done(exc, results) from exc
-            results.append({"gpu": gpu.uuid, "index": gpu.index, "outcome": "reset"})
-        return {"backend": self.backend.name, "gpus": results, "reset": len(results), "notes": self._notes(params)}
+
+        def reset_one(gpu: GpuInfo) -> dict[str, Any]:
+            reset(gpu.uuid)
+            return {"gpu": gpu.uuid, "index": gpu.index, "outcome": "reset"}
+
+        results = self._each(self._gpus(params), reset_one)
+        return self._report(results, reset=len(results), notes=self._notes(params))

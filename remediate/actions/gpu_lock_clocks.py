@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
-from remediate.actions.gpu import GPU_PARAM, _GpuAction, _percent, _with_done, put_memory_back
+from remediate.actions.gpu import _GpuAction, gpu_schema, put_memory_back
 from remediate.actions.gpu_state import describe_gpu
-from remediate.actions.schema import Param, ParamSchema
+from remediate.actions.schema import Param, ParamSchema, between, positive
 from remediate.errors import ParamsError
 from remediate.gpu import (
     ClockState,
@@ -42,10 +42,6 @@ from remediate.gpu import (
 MEMORY_PREFIX = "gpu.locked_clocks/"
 CLOCKS = "clocks"
 LOCK = "lock_gpu_clocks"
-
-
-def _positive_int(value: int) -> str | None:
-    return None if value > 0 else "must be greater than 0"
 
 
 def lock_state(clocks: ClockState) -> dict[str, Any]:
@@ -157,18 +153,13 @@ class LockClocksAction(_GpuAction):
         "Lock a GPU's graphics clock to a lower range (nvidia-smi -lgc) through NVML; the lock it replaces is "
         "remembered for gpu.unlock_clocks."
     )
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "gpu": GPU_PARAM,
-            "max_mhz": Param(int, check=_positive_int, doc="highest graphics clock, MHz (within the supported clocks)"),
-            "percent_of_max": Param(
-                float, check=_percent(10, 100), doc="highest graphics clock as % of the GPU's maximum (snapped down)"
-            ),
-            "min_mhz": Param(
-                int, check=_positive_int, doc="lowest graphics clock, MHz (default: the lowest supported clock)"
-            ),
-            "allow_increase": Param(bool, default=False, doc="may the new lock be above a lower lock already set"),
-        }
+    schema: ClassVar[ParamSchema] = gpu_schema(
+        max_mhz=Param(int, check=positive, doc="highest graphics clock, MHz (within the supported clocks)"),
+        percent_of_max=Param(
+            float, check=between(10, 100), doc="highest graphics clock as % of the GPU's maximum (snapped down)"
+        ),
+        min_mhz=Param(int, check=positive, doc="lowest graphics clock, MHz (default: the lowest supported clock)"),
+        allow_increase=Param(bool, default=False, doc="may the new lock be above a lower lock already set"),
     )
 
     def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,36 +182,23 @@ class LockClocksAction(_GpuAction):
         return notes
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        gpus = []
-        for gpu in self._gpus(params):
-            entry = describe_gpu(self.backend, gpu)
-            if supports(self.backend, CLOCKS):
-                try:
-                    entry.update(compute_lock(gpu, read_clocks(self.backend, gpu.uuid), params).to_dict())
-                except GpuError as exc:
-                    entry.update(change="refused", reasons=[str(exc)])
-            gpus.append(entry)
-        return {
-            "backend": self.backend.name,
-            "gpus": gpus,
-            "would_change": sum(1 for g in gpus if g.get("change") not in (None, "unchanged", "refused")),
-            "notes": self._notes(params),
-        }
+        gpus = [describe_gpu(self.backend, gpu) | self._plan_one(gpu, params) for gpu in self._gpus(params)]
+        would_change = sum(1 for g in gpus if g.get("change") not in (None, "unchanged", "refused"))
+        return self._report(gpus, would_change=would_change, notes=self._notes(params))
+
+    def _plan_one(self, gpu: GpuInfo, params: Mapping[str, Any]) -> dict[str, Any]:
+        if not supports(self.backend, CLOCKS):
+            return {}
+        try:
+            return compute_lock(gpu, read_clocks(self.backend, gpu.uuid), params).to_dict()
+        except GpuError as exc:
+            return {"change": "refused", "reasons": [str(exc)]}
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         lock = capability(self.backend, LOCK, doing="lock GPU clocks")
-        results: list[dict[str, Any]] = []
-        for gpu in self._gpus(params):
-            try:
-                results.append(self._lock_one(lock, gpu, params, ctx))
-            except GpuError as exc:
-                raise _with_done(exc, results) from exc
-        return {
-            "backend": self.backend.name,
-            "gpus": results,
-            "changed": sum(1 for r in results if r["outcome"] == "locked"),
-            "notes": self._notes(params),
-        }
+        results = self._each(self._gpus(params), lambda gpu: self._lock_one(lock, gpu, params, ctx))
+        changed = sum(1 for r in results if r["outcome"] == "locked")
+        return self._report(results, changed=changed, notes=self._notes(params))
 
     def _lock_one(self, lock: Any, gpu: GpuInfo, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         clocks = read_clocks(self.backend, gpu.uuid)

@@ -26,12 +26,12 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
-from remediate.actions.gpu import GPU_PARAM, _GpuAction, _with_done
 from remediate.actions.gpu import MEMORY_PREFIX as POWER_PREFIX
+from remediate.actions.gpu import _GpuAction, gpu_schema
 from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX as CLOCK_PREFIX
 from remediate.actions.gpu_state import describe_gpu
 from remediate.actions.schema import Param, ParamSchema
-from remediate.gpu import GpuBackend, GpuError, GpuInfo, GpuResetRefused, capability, supports
+from remediate.gpu import GpuBackend, GpuInfo, GpuResetRefused, capability, supports
 
 RESET = "reset_gpu"
 STATE = "reset_state"
@@ -67,15 +67,12 @@ class ResetGpuAction(_GpuAction):
         "or directly linked NVLink GPU peers are on it."
     )
     idempotent: ClassVar[bool] = False
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "gpu": GPU_PARAM,
-            "allow_nvlink_peers": Param(
-                bool,
-                default=False,
-                doc="reset even when active NVLinks connect the GPU directly to other GPUs (they must be idle too)",
-            ),
-        }
+    schema: ClassVar[ParamSchema] = gpu_schema(
+        allow_nvlink_peers=Param(
+            bool,
+            default=False,
+            doc="reset even when active NVLinks connect the GPU directly to other GPUs (they must be idle too)",
+        )
     )
 
     def _notes(self, params: Mapping[str, Any]) -> list[str]:
@@ -89,16 +86,11 @@ class ResetGpuAction(_GpuAction):
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         gpus = []
         for gpu in self._gpus(params):
-            entry = describe_gpu(self.backend, gpu)
             found, state = blockers(gpu, self.backend, allow_nvlink_peers=params["allow_nvlink_peers"])
-            entry.update(reset_state=state, blocked_by=found, would="refuse" if found else "reset")
-            gpus.append(entry)
-        return {
-            "backend": self.backend.name,
-            "gpus": gpus,
-            "would_reset": sum(1 for g in gpus if g["would"] == "reset"),
-            "notes": self._notes(params),
-        }
+            would = "refuse" if found else "reset"
+            gpus.append(describe_gpu(self.backend, gpu) | {"reset_state": state, "blocked_by": found, "would": would})
+        would_reset = sum(1 for g in gpus if g["would"] == "reset")
+        return self._report(gpus, would_reset=would_reset, notes=self._notes(params))
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         reset = capability(self.backend, RESET, doing="reset a GPU")
@@ -112,21 +104,14 @@ class ResetGpuAction(_GpuAction):
             raise GpuResetRefused(
                 f"GPU reset refused, nothing was reset: {'; '.join(refusals)}; {GpuResetRefused.advice}"
             )
-        results: list[dict[str, Any]] = []
-        for gpu in gpus:
-            try:
-                reset(gpu.uuid)
-            except GpuError as exc:
-                # With `gpu: all`, the error also names the GPUs this step already reset.
-                raise _with_done(exc, results) from exc
+
+        def reset_one(gpu: GpuInfo) -> dict[str, Any]:
+            reset(gpu.uuid)
             dropped = [prefix for prefix in (POWER_PREFIX, CLOCK_PREFIX) if ctx.memory.recall(prefix + gpu.uuid)]
             for prefix in dropped:
                 ctx.memory.forget(prefix + gpu.uuid)
-            after = self.backend.device(gpu.uuid)
-            entry = describe_gpu(self.backend, after)
-            entry.update(
-                outcome="reset",
-                dropped_records=[prefix.rstrip("/") for prefix in dropped],
-            )
-            results.append(entry)
-        return {"backend": self.backend.name, "gpus": results, "reset": len(results), "notes": self._notes(params)}
+            entry = describe_gpu(self.backend, self.backend.device(gpu.uuid))
+            return entry | {"outcome": "reset", "dropped_records": [prefix.rstrip("/") for prefix in dropped]}
+
+        results = self._each(gpus, reset_one)
+        return self._report(results, reset=len(results), notes=self._notes(params))

@@ -12,7 +12,7 @@ from typing import Any
 from remediate.gpu import GpuBackend, GpuInfo, GpuNotSupported, supports
 
 
-def _watts(milliwatts: int | None) -> float | None:
+def watts(milliwatts: int | None) -> float | None:
     return None if milliwatts is None else round(milliwatts / 1000, 3)
 
 
@@ -36,12 +36,12 @@ def describe_gpu(backend: GpuBackend, gpu: GpuInfo) -> dict[str, Any]:
         "temperature_c": gpu.temperature_c,
         "clocks": _optional_read(backend, "clocks", gpu.uuid),
         "power": {
-            "limit_w": _watts(gpu.power_limit_mw),
-            "default_w": _watts(gpu.default_limit_mw),
-            "min_w": _watts(gpu.min_limit_mw),
-            "max_w": _watts(gpu.max_limit_mw),
-            "enforced_w": _watts(gpu.enforced_limit_mw),
-            "usage_w": _watts(gpu.power_usage_mw),
+            "limit_w": watts(gpu.power_limit_mw),
+            "default_w": watts(gpu.default_limit_mw),
+            "min_w": watts(gpu.min_limit_mw),
+            "max_w": watts(gpu.max_limit_mw),
+            "enforced_w": watts(gpu.enforced_limit_mw),
+            "usage_w": watts(gpu.power_usage_mw),
         },
         "processes": [process.to_dict() for process in gpu.processes],
         "memory_health": _optional_read(backend, "memory_health", gpu.uuid),

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
-from remediate.actions.gpu import GPU_PARAM, _GpuAction, _with_done
+from remediate.actions.gpu import _GpuAction, fallback_param, gpu_schema
 from remediate.actions.gpu_lock_clocks import CLOCKS, LOCK, MEMORY_PREFIX, read_clocks
 from remediate.actions.gpu_state import describe_gpu
-from remediate.actions.schema import Param, ParamSchema
+from remediate.actions.schema import ParamSchema
 from remediate.gpu import ClockState, GpuError, GpuInfo, capability, supports
 
 UNLOCK = "unlock_gpu_clocks"
@@ -67,16 +67,10 @@ class UnlockClocksAction(_GpuAction):
         "Give back the graphics-clock lock gpu.lock_clocks replaced (unlocked, or the person's own lock), "
         "if nobody changed it since."
     )
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "gpu": GPU_PARAM,
-            "fallback": Param(
-                str,
-                default="none",
-                choices=("none", "unlock"),
-                doc="with no record of a lock by remediate: 'unlock' unlocks the clocks, 'none' does nothing",
-            ),
-        }
+    schema: ClassVar[ParamSchema] = gpu_schema(
+        fallback=fallback_param(
+            "unlock", "with no record of a lock by remediate: 'unlock' unlocks the clocks, 'none' does nothing"
+        )
     )
 
     def _notes(self) -> list[str]:
@@ -85,28 +79,19 @@ class UnlockClocksAction(_GpuAction):
         return []
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        gpus = []
-        for gpu in self._gpus(params):
-            entry = describe_gpu(self.backend, gpu)
-            if supports(self.backend, CLOCKS):
-                clocks = read_clocks(self.backend, gpu.uuid)
-                what, target, why = decide(clocks, ctx.memory.recall(MEMORY_PREFIX + gpu.uuid), params["fallback"])
-                entry.update(would=what, target_mhz=list(target) if target else None, reason=why)
-            gpus.append(entry)
-        return {"backend": self.backend.name, "gpus": gpus, "notes": self._notes()}
+        gpus = [describe_gpu(self.backend, gpu) | self._plan_one(gpu, params, ctx) for gpu in self._gpus(params)]
+        return self._report(gpus, notes=self._notes())
+
+    def _plan_one(self, gpu: GpuInfo, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if not supports(self.backend, CLOCKS):
+            return {}
+        clocks = read_clocks(self.backend, gpu.uuid)
+        what, target, why = decide(clocks, ctx.memory.recall(MEMORY_PREFIX + gpu.uuid), params["fallback"])
+        return {"would": what, "target_mhz": list(target) if target else None, "reason": why}
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        results: list[dict[str, Any]] = []
-        for gpu in self._gpus(params):
-            try:
-                results.append(self._unlock_one(gpu, params, ctx))
-            except GpuError as exc:
-                raise _with_done(exc, results) from exc
-        return {
-            "backend": self.backend.name,
-            "gpus": results,
-            "restored": sum(1 for r in results if r["outcome"] in ("unlocked", "relocked")),
-        }
+        results = self._each(self._gpus(params), lambda gpu: self._unlock_one(gpu, params, ctx))
+        return self._report(results, restored=sum(1 for r in results if r["outcome"] in ("unlocked", "relocked")))
 
     def _unlock_one(self, gpu: GpuInfo, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         key = MEMORY_PREFIX + gpu.uuid
