@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
+from remediate.actions.gpu_state import identify
 from remediate.actions.gpu_state import watts as _watts
 from remediate.actions.schema import Param, ParamSchema, between, parsed_by, positive
 from remediate.errors import ParamsError
@@ -93,10 +94,7 @@ class LimitPlan:
     def to_dict(self) -> dict[str, Any]:
         g = self.gpu
         return {
-            "gpu": g.uuid,
-            "index": g.index,
-            "name": g.name,
-            "pci_bus_id": g.pci_bus_id,
+            **identify(g),
             "current_w": _watts(g.power_limit_mw),
             "default_w": _watts(g.default_limit_mw),
             "min_w": _watts(g.min_limit_mw),

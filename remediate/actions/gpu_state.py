@@ -26,13 +26,15 @@ def _optional_read(backend: GpuBackend, method: str, uuid: str) -> Any:
         return f"not supported: {exc}"
 
 
+def identify(gpu: GpuInfo) -> dict[str, Any]:
+    """Which GPU a plan's or a result's entry is about."""
+    return {"gpu": gpu.uuid, "index": gpu.index, "name": gpu.name, "pci_bus_id": gpu.pci_bus_id}
+
+
 def describe_gpu(backend: GpuBackend, gpu: GpuInfo) -> dict[str, Any]:
     """The state of one GPU for a plan or a result (JSON-able)."""
     return {
-        "gpu": gpu.uuid,
-        "index": gpu.index,
-        "name": gpu.name,
-        "pci_bus_id": gpu.pci_bus_id,
+        **identify(gpu),
         "temperature_c": gpu.temperature_c,
         "clocks": _optional_read(backend, "clocks", gpu.uuid),
         "power": {

@@ -9,7 +9,7 @@ watts as floats for people reading the audit history.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -60,27 +60,12 @@ class GpuInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able; every milliwatt field also appears in watts (`power_limit_mw` -> `power_limit_w`)."""
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "pci_bus_id": self.pci_bus_id,
-            "name": self.name,
-            "power_limit_mw": self.power_limit_mw,
-            "power_limit_w": _watts(self.power_limit_mw),
-            "default_limit_mw": self.default_limit_mw,
-            "default_limit_w": _watts(self.default_limit_mw),
-            "min_limit_mw": self.min_limit_mw,
-            "min_limit_w": _watts(self.min_limit_mw),
-            "max_limit_mw": self.max_limit_mw,
-            "max_limit_w": _watts(self.max_limit_mw),
-            "enforced_limit_mw": self.enforced_limit_mw,
-            "enforced_limit_w": _watts(self.enforced_limit_mw),
-            "power_usage_mw": self.power_usage_mw,
-            "power_usage_w": _watts(self.power_usage_mw),
-            "temperature_c": self.temperature_c,
-            "processes": [process.to_dict() for process in self.processes],
-            "mig_uuids": list(self.mig_uuids),
-        }
+        data: dict[str, Any] = {}
+        for name in (f.name for f in fields(self)):
+            data[name] = getattr(self, name)
+            if name.endswith("_mw"):
+                data[name.removesuffix("_mw") + "_w"] = _watts(data[name])
+        return data | {"processes": [p.to_dict() for p in self.processes], "mig_uuids": list(self.mig_uuids)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GpuInfo:
@@ -123,11 +108,8 @@ class ClockState:
 
     def to_dict(self) -> dict[str, Any]:
         supported = self.supported_graphics_mhz
-        return {
-            "graphics_mhz": self.graphics_mhz,
-            "memory_mhz": self.memory_mhz,
-            "max_graphics_mhz": self.max_graphics_mhz,
-            "max_memory_mhz": self.max_memory_mhz,
+        now = ("graphics_mhz", "memory_mhz", "max_graphics_mhz", "max_memory_mhz")
+        return {name: getattr(self, name) for name in now} | {
             "supported_graphics_mhz": [supported[0], supported[-1]] if supported else "not supported",
             "supported_graphics_count": len(supported),
             "supported_memory_mhz": list(self.supported_memory_mhz),
