@@ -18,24 +18,22 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from remediate import inert
-from remediate.actions.base import Action, ActionDeps, StepContext, Where
+from remediate.actions.base import StepContext
 from remediate.actions.messages import render_message, run_page_url
 from remediate.actions.notify import (
-    check_one_url,
+    TIMEOUT,
+    PostingAction,
     check_stored_url,
     idempotency_key,
     post_json,
     read_url_file,
+    stored_or_file,
 )
 from remediate.actions.schema import Param, ParamSchema
-from remediate.lazyhttp import SessionSlot
 from remediate.runs import StepStatus
-
-if TYPE_CHECKING:
-    import requests
 
 # Slack's documented limits (api.slack.com/reference/block-kit/blocks).
 SLACK_HEADER_MAX = 150
@@ -297,26 +295,17 @@ def teams_card(msg: ChatMessage) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the actions' shared part
 
 
-def _check_timeout(value: float) -> str | None:
-    return None if 0 < value <= 300 else "must be in (0, 300]"
-
-
-class ChatWebhookAction(Action):
+class ChatWebhookAction(PostingAction):
     """notify.slack and notify.teams: build the message (`render`), POST it once to the chat's webhook."""
 
-    where: ClassVar[Where] = Where.CLUSTER
-    idempotent: ClassVar[bool] = False
-    reports_run: ClassVar[bool] = True
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
-            "url": Param(
-                str, static=True, check=check_stored_url, doc="the webhook URL, written in the playbook (or url_file)"
-            ),
-            "url_file": Param(
+            **stored_or_file(
+                "url",
                 str,
-                static=True,
-                secret=True,
-                doc="file holding the webhook URL (a mounted Kubernetes Secret), read when the step runs",
+                check=check_stored_url,
+                doc="the webhook URL, written in the playbook (or url_file)",
+                file_doc="file holding the webhook URL (a mounted Kubernetes Secret), read when the step runs",
             ),
             "message": Param(
                 str,
@@ -325,19 +314,9 @@ class ChatWebhookAction(Action):
                 doc="a line of your own under the alert's summary; a template rendered when the step runs, which "
                 "may read the earlier steps' outcomes (`steps`, `step.<name>`, `run.outcome`) and `run.link`",
             ),
-            "timeout": Param(float, default=10.0, check=_check_timeout, doc="seconds to wait for the answer"),
+            "timeout": TIMEOUT,
         }
     )
-
-    session = SessionSlot()
-
-    def __init__(self, *, public_url: str | None = None, session: requests.Session | None = None) -> None:
-        self.public_url = public_url
-        self.session = session
-
-    @classmethod
-    def from_deps(cls, deps: ActionDeps) -> Self:
-        return cls(public_url=deps.settings.public_url)
 
     @abstractmethod
     def render(self, message: ChatMessage) -> dict[str, Any]:
@@ -346,11 +325,6 @@ class ChatWebhookAction(Action):
     @abstractmethod
     def escape(self, text: str) -> str:
         """A value from the alert as inert text of this chat's markup (remediate.inert)."""
-
-    def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        checked = super().validate(params)
-        check_one_url(self.name, checked)
-        return checked
 
     def message(self, params: Mapping[str, Any], ctx: StepContext) -> ChatMessage:
         note, error = render_message(params.get("message", ""), ctx, public_url=self.public_url, escape=self.escape)
@@ -390,3 +364,24 @@ class ChatWebhookAction(Action):
         if message.note_error:
             result["message_error"] = message.note_error
         return result
+
+
+class NotifySlackAction(ChatWebhookAction):
+    name: ClassVar[str] = "notify.slack"
+    description: ClassVar[str] = (
+        "Post a Block Kit message to a Slack incoming webhook: what fired, the playbook's steps and their "
+        "status so far, and a button to the run page (public_url); sent once, retried only when nothing was sent."
+    )
+    render = staticmethod(slack_blocks)
+    escape = staticmethod(inert.slack)
+
+
+class NotifyTeamsAction(ChatWebhookAction):
+    name: ClassVar[str] = "notify.teams"
+    description: ClassVar[str] = (
+        "Post an Adaptive Card to a Microsoft Teams (incoming or Workflows) webhook: what fired, the playbook's "
+        "steps and their status so far, and a link to the run page (public_url); sent once, retried only when "
+        "nothing was sent."
+    )
+    render = staticmethod(teams_card)
+    escape = staticmethod(inert.teams)

@@ -27,7 +27,7 @@ the earlier steps did, and the body carries each step's outcome and the run's li
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import parse_qsl, urlsplit
@@ -186,46 +186,32 @@ def read_headers_file(path: str) -> dict[str, str]:
     return data
 
 
-class NotifyWebhookAction(Action):
-    name: ClassVar[str] = "notify.webhook"
+def stored_or_file(
+    name: str, kind: type, *, check: Callable[[Any], str | None], doc: str, file_doc: str
+) -> dict[str, Param]:
+    """A param written in the playbook (stored and shown: no credentials) and its `<name>_file` twin, the
+    path of a file (a mounted Kubernetes Secret) read only when the step runs."""
+    return {
+        name: Param(kind, static=True, check=check, doc=doc),
+        f"{name}_file": Param(str, static=True, secret=True, doc=file_doc),
+    }
+
+
+TIMEOUT = Param(
+    float,
+    default=10.0,
+    check=lambda v: None if 0 < v <= 300 else "must be in (0, 300]",
+    doc="seconds to wait for the answer",
+)
+
+
+class PostingAction(Action):
+    """What notify.webhook, notify.slack and notify.teams share: a POST to a URL (`url` or `url_file`,
+    exactly one) over one HTTP session, about a run whose page is under `public_url`."""
+
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = False
     reports_run: ClassVar[bool] = True
-    description: ClassVar[str] = (
-        "POST a JSON summary of the alert and run (each step's outcome, the run's link) to a webhook (with an "
-        "Idempotency-Key header; retried only when nothing was sent)."
-    )
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "url": Param(
-                str, static=True, check=check_stored_url, doc="where to POST (or url_file); no credentials in it"
-            ),
-            "url_file": Param(
-                str,
-                static=True,
-                secret=True,
-                doc="file holding the URL (a mounted Kubernetes Secret), read when the step runs: for a URL that "
-                "carries a credential",
-            ),
-            "message": Param(
-                str,
-                default="",
-                late=True,
-                doc="free text added to the summary; a template rendered when the step runs, which may read the "
-                "earlier steps' outcomes (`steps`, `step.<name>`, `run.outcome`) and `run.link`",
-            ),
-            "headers": Param(
-                dict, static=True, check=_check_headers, doc="extra HTTP headers, stored and shown: no credentials"
-            ),
-            "headers_file": Param(
-                str,
-                static=True,
-                secret=True,
-                doc="file of secret headers (YAML `Authorization: Bearer ...`), e.g. a mounted Kubernetes Secret",
-            ),
-            "timeout": Param(float, default=10.0, check=lambda v: None if 0 < v <= 300 else "must be in (0, 300]"),
-        }
-    )
 
     session = SessionSlot()
 
@@ -241,6 +227,41 @@ class NotifyWebhookAction(Action):
         checked = super().validate(params)
         check_one_url(self.name, checked)
         return checked
+
+
+class NotifyWebhookAction(PostingAction):
+    name: ClassVar[str] = "notify.webhook"
+    description: ClassVar[str] = (
+        "POST a JSON summary of the alert and run (each step's outcome, the run's link) to a webhook (with an "
+        "Idempotency-Key header; retried only when nothing was sent)."
+    )
+    schema: ClassVar[ParamSchema] = ParamSchema(
+        {
+            **stored_or_file(
+                "url",
+                str,
+                check=check_stored_url,
+                doc="where to POST (or url_file); no credentials in it",
+                file_doc="file holding the URL (a mounted Kubernetes Secret), read when the step runs: for a URL "
+                "that carries a credential",
+            ),
+            "message": Param(
+                str,
+                default="",
+                late=True,
+                doc="free text added to the summary; a template rendered when the step runs, which may read the "
+                "earlier steps' outcomes (`steps`, `step.<name>`, `run.outcome`) and `run.link`",
+            ),
+            **stored_or_file(
+                "headers",
+                dict,
+                check=_check_headers,
+                doc="extra HTTP headers, stored and shown: no credentials",
+                file_doc="file of secret headers (YAML `Authorization: Bearer ...`), e.g. a mounted Kubernetes Secret",
+            ),
+            "timeout": TIMEOUT,
+        }
+    )
 
     def summary(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         """The JSON body: the message (rendered now, values as they are: JSON is data to the receiver),

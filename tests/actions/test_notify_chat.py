@@ -17,9 +17,7 @@ import requests
 
 from remediate.actions import default_registry
 from remediate.actions.base import StepContext, StepView
-from remediate.actions.chat import ChatWebhookAction
-from remediate.actions.notify_slack import NotifySlackAction
-from remediate.actions.notify_teams import NotifyTeamsAction
+from remediate.actions.chat import ChatWebhookAction, NotifySlackAction, NotifyTeamsAction
 from remediate.alerts import alert_ref
 from remediate.announce import Announcer
 from remediate.config import Settings
