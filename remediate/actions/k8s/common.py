@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Self, TypeVar
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.schema import Param
+from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError
 from remediate.kube import (
     CONTROL_PLANE_LABELS,
@@ -80,13 +80,9 @@ def iso_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _check_node(value: str) -> str | None:
-    return check_node_name(value)
-
-
 NODE_PARAM = Param(
     str,
-    check=_check_node,
+    check=check_node_name,
     doc="node name; default: the first of the alert's labels node, kubernetes_node, Hostname, hostname, instance",
 )
 NOTE_PARAM = Param(str, default="", doc="free text added to the Kubernetes Event's note")
@@ -96,6 +92,11 @@ SCOPE_PARAM = Param(
     choices=("alert", "any"),
     doc="alert: undo only what was done for this same alert; any: undo any change remediate made",
 )
+
+
+def node_schema(**params: Param) -> ParamSchema:
+    """The params of a k8s action: `node`, then the action's own."""
+    return ParamSchema({"node": NODE_PARAM, **params})
 
 
 class KubeAction(Action):

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
-from remediate.actions.k8s.common import NODE_PARAM, NOTE_PARAM, SCOPE_PARAM, KubeAction, NodeEvent, iso_now
+from remediate.actions.k8s.common import NOTE_PARAM, SCOPE_PARAM, KubeAction, NodeEvent, iso_now, node_schema
 from remediate.actions.k8s.patching import Decision, patch_until_stable
 from remediate.actions.schema import ParamSchema
 from remediate.kube import CORDONED_AT, CORDONED_BY_RUN, CORDONED_FOR_ALERT, NodeInfo, NodeRef
@@ -63,7 +63,7 @@ class CordonAction(KubeAction):
     name: ClassVar[str] = "k8s.cordon"
     description: ClassVar[str] = "Mark a node unschedulable, recording that remediate did it (circuit breaker)."
     breaker_gated: ClassVar[bool] = True
-    schema: ClassVar[ParamSchema] = ParamSchema({"node": NODE_PARAM, "note": NOTE_PARAM})
+    schema: ClassVar[ParamSchema] = node_schema(note=NOTE_PARAM)
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref, node, seen = self.observe(params, ctx)
@@ -82,7 +82,7 @@ class CordonAction(KubeAction):
 class UncordonAction(KubeAction):
     name: ClassVar[str] = "k8s.uncordon"
     description: ClassVar[str] = "Make a node schedulable again, only if remediate cordoned it. Never refused."
-    schema: ClassVar[ParamSchema] = ParamSchema({"node": NODE_PARAM, "note": NOTE_PARAM, "scope": SCOPE_PARAM})
+    schema: ClassVar[ParamSchema] = node_schema(note=NOTE_PARAM, scope=SCOPE_PARAM)
 
     def _decide(self, node: NodeInfo, params: Mapping[str, Any], ctx: StepContext) -> tuple[bool, str]:
         if not node.unschedulable:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
-from remediate.actions.k8s.common import NODE_PARAM, NOTE_PARAM, KubeAction, NodeEvent
+from remediate.actions.k8s.common import NOTE_PARAM, KubeAction, NodeEvent, node_schema
 from remediate.actions.k8s.cordon import cordon
 from remediate.actions.schema import Param, ParamSchema, positive
 from remediate.errors import ActionError
@@ -31,23 +31,20 @@ class DrainAction(KubeAction):
     name: ClassVar[str] = "k8s.drain"
     description: ClassVar[str] = "Cordon a node and evict its pods like kubectl drain, honouring PodDisruptionBudgets."
     breaker_gated: ClassVar[bool] = True
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "node": NODE_PARAM,
-            "grace_period_seconds": Param(int, check=_not_negative, doc="eviction grace period; default: the pod's"),
-            "timeout": Param(float, default=300.0, check=positive, doc="seconds to evict and wait for the pods"),
-            "pdb_retry_interval": Param(
-                float, default=5.0, check=positive, doc="first wait before evicting a pod a PDB blocked (doubles)"
-            ),
-            "force": Param(bool, default=False, doc="also evict pods no controller manages"),
-            "delete_emptydir_data": Param(bool, default=False, doc="also evict pods with emptyDir volumes"),
-            "cordon": Param(bool, default=True, doc="cordon the node first (kubectl drain does)"),
-            "wait_for_delete": Param(bool, default=True, doc="wait until evicted pods are gone or replaced"),
-            "allow_incomplete": Param(
-                bool, default=False, doc="succeed even if pods are still blocked or terminating at the timeout"
-            ),
-            "note": NOTE_PARAM,
-        }
+    schema: ClassVar[ParamSchema] = node_schema(
+        grace_period_seconds=Param(int, check=_not_negative, doc="eviction grace period; default: the pod's"),
+        timeout=Param(float, default=300.0, check=positive, doc="seconds to evict and wait for the pods"),
+        pdb_retry_interval=Param(
+            float, default=5.0, check=positive, doc="first wait before evicting a pod a PDB blocked (doubles)"
+        ),
+        force=Param(bool, default=False, doc="also evict pods no controller manages"),
+        delete_emptydir_data=Param(bool, default=False, doc="also evict pods with emptyDir volumes"),
+        cordon=Param(bool, default=True, doc="cordon the node first (kubectl drain does)"),
+        wait_for_delete=Param(bool, default=True, doc="wait until evicted pods are gone or replaced"),
+        allow_incomplete=Param(
+            bool, default=False, doc="succeed even if pods are still blocked or terminating at the timeout"
+        ),
+        note=NOTE_PARAM,
     )
 
     def _pods(self, node: str, params: Mapping[str, Any], ctx: StepContext) -> list[Any]:

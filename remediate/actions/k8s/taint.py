@@ -11,39 +11,28 @@ from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
 from remediate.actions.k8s.common import (
-    NODE_PARAM,
     NOTE_PARAM,
     SCOPE_PARAM,
     KubeAction,
     NodeEvent,
     digest,
     iso_now,
+    node_schema,
 )
 from remediate.actions.k8s.patching import Decision, patch_until_stable
 from remediate.actions.schema import Param, ParamSchema
 from remediate.kube import TAINT_EFFECTS, TAINTS, NodeInfo, Taint, check_taint_key, check_taint_value
 
 
-def _check_key(value: str) -> str | None:
-    return check_taint_key(value)
-
-
-def _check_value(value: str) -> str | None:
-    return check_taint_value(value)
-
-
 class TaintAction(KubeAction):
     name: ClassVar[str] = "k8s.taint"
     description: ClassVar[str] = "Add a taint to a node without losing others (read-modify-write, circuit breaker)."
     breaker_gated: ClassVar[bool] = True
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "node": NODE_PARAM,
-            "key": Param(str, required=True, static=True, check=_check_key, doc="taint key, e.g. remediate.io/gpu-xid"),
-            "value": Param(str, default="", check=_check_value, doc="taint value (may come from the alert)"),
-            "effect": Param(str, default="NoSchedule", static=True, choices=TAINT_EFFECTS),
-            "note": NOTE_PARAM,
-        }
+    schema: ClassVar[ParamSchema] = node_schema(
+        key=Param(str, required=True, static=True, check=check_taint_key, doc="taint key, e.g. remediate.io/gpu-xid"),
+        value=Param(str, default="", check=check_taint_value, doc="taint value (may come from the alert)"),
+        effect=Param(str, default="NoSchedule", static=True, choices=TAINT_EFFECTS),
+        note=NOTE_PARAM,
     )
 
     def _decide(self, node: NodeInfo, params: Mapping[str, Any], ctx: StepContext) -> tuple[str, str]:
@@ -122,14 +111,11 @@ class TaintAction(KubeAction):
 class UntaintAction(KubeAction):
     name: ClassVar[str] = "k8s.untaint"
     description: ClassVar[str] = "Remove taints remediate added (never others'). Never refused by the breaker."
-    schema: ClassVar[ParamSchema] = ParamSchema(
-        {
-            "node": NODE_PARAM,
-            "key": Param(str, required=True, static=True, check=_check_key),
-            "effect": Param(str, static=True, choices=TAINT_EFFECTS, doc="default: every effect of `key`"),
-            "note": NOTE_PARAM,
-            "scope": SCOPE_PARAM,
-        }
+    schema: ClassVar[ParamSchema] = node_schema(
+        key=Param(str, required=True, static=True, check=check_taint_key),
+        effect=Param(str, static=True, choices=TAINT_EFFECTS, doc="default: every effect of `key`"),
+        note=NOTE_PARAM,
+        scope=SCOPE_PARAM,
     )
 
     def _split(self, node: NodeInfo, params: Mapping[str, Any], ctx: StepContext) -> tuple[list[Taint], list[str]]:
