@@ -212,6 +212,11 @@ class KubeAction(Action):
             return False
         return ctx.breaker.release(node.name, run_id=ctx.run_id, reason=f"{self.name} by run {ctx.run_id}") > 0
 
+    def released(self, ctx: StepContext, outcome: str, **fields: Any) -> Callable[[NodeInfo, Any], dict[str, Any]]:
+        """The result of an undo that leaves the node as it is: `outcome`, `fields`, and whether remediate's
+        hold on the node ended there (`breaker_released`)."""
+        return lambda now, _event: {"outcome": outcome, **fields, "breaker_released": self.release(now, ctx)}
+
     def breaker_preview(self, node: str, ctx: StepContext) -> dict[str, Any]:
         """The breaker's state for a plan, and whether a change of `node` would be refused now. Reads only."""
         if ctx.breaker is None:

@@ -111,11 +111,7 @@ class UncordonAction(KubeAction):
         def decide(node: NodeInfo) -> Decision:
             undo, why = self._decide(node, params, ctx)
             if not undo:
-
-                def left_alone(now: NodeInfo, _event: dict[str, Any] | None) -> dict[str, Any]:
-                    released = self.release(now, ctx)
-                    return {"outcome": "left_alone", "node": ref.name, "reason": why, "breaker_released": released}
-
+                left_alone = self.released(ctx, "left_alone", node=ref.name, reason=why)
                 # Someone uncordoned it by hand: drop remediate's leftover marks (no event: nothing changes).
                 stale_marks = not node.unschedulable and CORDONED_BY_RUN in node.annotations
                 return Decision(left_alone, _drop_marks() if stale_marks else None)

@@ -146,13 +146,7 @@ class UntaintAction(KubeAction):
         def decide(node: NodeInfo) -> Decision:
             ours, kept = self._split(node, params, ctx)
             if not ours:
-
-                def untouched(now: NodeInfo, _event: dict[str, Any] | None) -> dict[str, Any]:
-                    released = self.release(now, ctx)
-                    outcome = "left_alone" if kept else "not_tainted"
-                    return {"outcome": outcome, "node": ref.name, "kept": kept, "breaker_released": released}
-
-                return Decision(untouched)
+                return Decision(self.released(ctx, "left_alone" if kept else "not_tainted", node=ref.name, kept=kept))
             gone = {t.id for t in ours}
             records = {k: v for k, v in node.owned_taints().items() if k not in gone}
             patch = {
