@@ -10,6 +10,7 @@ would have set; the refusal is in the step's error.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from remediate.gpu.backend import GpuBackend
@@ -21,21 +22,22 @@ class BelowPowerFloor(GpuError):
     """The limit asked for is below this node's power floor."""
 
 
+@dataclass(eq=False)
 class FlooredBackend:
     """Delegates to `inner`; `set_power_limit` refuses values under the floor of that GPU."""
 
-    def __init__(self, inner: GpuBackend, *, floor_watts: float | None, floor_percent: float | None) -> None:
-        self.inner = inner
-        self.floor_watts = floor_watts
-        self.floor_percent = floor_percent
+    inner: GpuBackend
+    _: KW_ONLY
+    floor_watts: float | None
+    floor_percent: float | None
 
     @property
     def name(self) -> str:
         return self.inner.name
 
     def __getattr__(self, attribute: str) -> Any:
-        # Only what the floor does not change gets here: every other capability of the inner backend
-        # (resetting clocks, ...) passes through, and one it lacks stays an AttributeError for `capability`.
+        # Only what the floor does not change gets here: every read and every other capability of the inner
+        # backend (resetting clocks, ...) passes through, and one it lacks stays an AttributeError for `capability`.
         if attribute == "inner":  # not set yet (copy, unpickling): no recursion
             raise AttributeError(attribute)
         return getattr(self.inner, attribute)
@@ -47,15 +49,6 @@ class FlooredBackend:
         if self.floor_percent is not None:
             floor = max(floor, gpu.default_limit_mw * self.floor_percent / 100)
         return round(floor)
-
-    def devices(self) -> list[GpuInfo]:
-        return self.inner.devices()
-
-    def device(self, uuid: str) -> GpuInfo:
-        return self.inner.device(uuid)
-
-    def parent_of_mig(self, mig_uuid: str) -> str:
-        return self.inner.parent_of_mig(mig_uuid)
 
     def set_power_limit(self, uuid: str, milliwatts: int) -> None:
         gpu = self.inner.device(uuid)
