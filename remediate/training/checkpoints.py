@@ -53,7 +53,7 @@ _Chain = list[tuple[str | None, float]]
 """A lineage: (run, highest step of that run in it), the current run first (its steps unbounded)."""
 
 
-def _as_list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     if isinstance(value, list | tuple):
@@ -408,8 +408,8 @@ class TorchCheckpoints(CheckpointIndex):
             ratio_window=ratio_window,
         )
         self.model = model
-        self.optimizers = _as_list(optimizer)
-        self.schedulers = _as_list(scheduler)
+        self.optimizers = as_list(optimizer)
+        self.schedulers = as_list(scheduler)
         self.extra_state = extra_state
         self.load_extra_state = load_extra_state
         self.map_location = map_location
@@ -421,9 +421,9 @@ class TorchCheckpoints(CheckpointIndex):
         if model is not None:
             self.model = model
         if optimizer is not None:
-            self.optimizers = _as_list(optimizer)
+            self.optimizers = as_list(optimizer)
         if scheduler is not None:
-            self.schedulers = _as_list(scheduler)
+            self.schedulers = as_list(scheduler)
 
     def path_for(self, step: int) -> Path:
         return self.directory / f"{self.prefix}-{step:09d}.pt"
