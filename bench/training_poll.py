@@ -32,7 +32,8 @@ from pathlib import Path
 import _common as c
 
 from remediate.training import TrainingControl
-from remediate.training.protocol import Command, JobPaths, atomic_write_json
+from remediate.training.files import JobPaths, atomic_write_json
+from remediate.training.protocol import Command
 
 TARGET_US = 20.0
 ROUNDS = 20

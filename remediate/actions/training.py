@@ -29,7 +29,7 @@ Each step delivers one command to the job through the control directory shared w
    is withdrawn.
 
 Every file below the root is reached through directory descriptors opened with O_NOFOLLOW
-(`protocol.JobDir`): the agent may be root while the job owns its directory.
+(`files.JobDir`): the agent may be root while the job owns its directory.
 
 The dry-run plan reads job.json: the job found (and by which label), whether it is alive
 (last poll, process), whether the step can act at all (`can_act`, `why_not`), and for a
@@ -53,6 +53,8 @@ from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema, duration_within
 from remediate.durations import parse_duration
 from remediate.errors import ActionError, OutcomePending, ParamsError
+from remediate.training.files import JobDir, JobPaths
+from remediate.training.procfs import pid_start_time, pid_uid, pod_uid_of, process_cgroup, this_host
 from remediate.training.protocol import (
     APPLIED,
     CHECKPOINT,
@@ -62,17 +64,10 @@ from remediate.training.protocol import (
     SCALE_LR,
     Ack,
     Command,
-    JobDir,
-    JobPaths,
     ProtocolError,
     Registration,
     job_name_problem,
-    pid_start_time,
-    pid_uid,
-    pod_uid_of,
-    process_cgroup,
     select_checkpoint,
-    this_host,
 )
 
 RootProvider = Callable[[], Path]

@@ -41,7 +41,8 @@ from remediate.actions.training import (
     _read_registration,
 )
 from remediate.errors import ActionError, OutcomePending, PartialFailure
-from remediate.training.protocol import REJECTED, JobPaths, ProtocolError, Registration, job_name_problem
+from remediate.training.files import JobPaths
+from remediate.training.protocol import REJECTED, ProtocolError, Registration, job_name_problem
 
 ABANDONED_AFTER_S = 3600.0
 """A registration whose process cannot be seen from here (another PID namespace or host) and that has not

@@ -13,12 +13,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from remediate.training.files import JobPaths
 from remediate.training.protocol import (
     PROTOCOL_VERSION,
     Ack,
     CheckpointInfo,
     Command,
-    JobPaths,
     ProtocolError,
     Registration,
     select_checkpoint,

@@ -41,7 +41,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from remediate.training.protocol import CheckpointInfo, ProtocolError, atomic_write_json, read_json
+from remediate.training.files import atomic_write_json, read_json
+from remediate.training.protocol import CheckpointInfo, ProtocolError
 
 INDEX_FILE = "index.json"
 DEFAULT_MAX_LOSS_RATIO = 3.0

@@ -34,18 +34,12 @@ from remediate.training.checkpoints import CheckpointIndex, as_list
 from remediate.training.commands import check_schema, command_schema
 from remediate.training.dispatch import Commands
 from remediate.training.distributed import LocalChannel, TorchChannel, detect_channel
+from remediate.training.files import JobPaths
 from remediate.training.handlers import CheckpointStore, Handler, HandlerFunction
 from remediate.training.inbox import Claimed, Inbox
 from remediate.training.jobfile import JobFile, JobNameInUse
 from remediate.training.outbox import Outbox
-from remediate.training.protocol import (
-    DEFAULT_CONTROL_ROOT,
-    ENV_CONTROL_ROOT,
-    ENV_JOB,
-    Ack,
-    JobPaths,
-    check_kind,
-)
+from remediate.training.protocol import DEFAULT_CONTROL_ROOT, ENV_CONTROL_ROOT, ENV_JOB, Ack, check_kind
 from remediate.training.skipping import Skips, loss_value
 from remediate.training.wakeup import WakeUp
 

@@ -16,8 +16,9 @@ import logging
 import os
 import time
 
+from remediate.training.files import JobPaths, read_json
 from remediate.training.outbox import Outbox, unlink
-from remediate.training.protocol import FAILED, Command, JobPaths, ProtocolError, check_command_id, read_json
+from remediate.training.protocol import FAILED, Command, ProtocolError, check_command_id
 
 log = logging.getLogger("remediate.training")
 

@@ -17,18 +17,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from remediate.training.controldirs import age_out, remove_if_idle
+from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.handlers import current_lrs
-from remediate.training.protocol import (
-    PROTOCOL_VERSION,
-    CheckpointInfo,
-    JobPaths,
-    ProtocolError,
-    Registration,
-    atomic_write_json,
-    identity_from_env,
-    pid_start_time,
-    this_host,
-)
+from remediate.training.procfs import identity_from_env, pid_start_time, this_host
+from remediate.training.protocol import PROTOCOL_VERSION, CheckpointInfo, ProtocolError, Registration
 from remediate.training.wakeup import WakeUp
 
 if TYPE_CHECKING:

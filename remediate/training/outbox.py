@@ -10,7 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from remediate.training.protocol import APPLIED, FAILED, Ack, Command, JobPaths, atomic_write_json, this_host
+from remediate.training.files import JobPaths, atomic_write_json
+from remediate.training.procfs import this_host
+from remediate.training.protocol import APPLIED, FAILED, Ack, Command
 
 log = logging.getLogger("remediate.training")
 

@@ -32,7 +32,8 @@ from remediate.actions.training import (
 from remediate.config import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
 from remediate.training import TrainingControl
-from remediate.training.protocol import CheckpointInfo, Command, JobPaths, atomic_write_json, read_json
+from remediate.training.files import JobPaths, atomic_write_json, read_json
+from remediate.training.protocol import CheckpointInfo, Command
 from tests.support.training import LABELS, STARTS_AT_EPOCH, FakeOptimizer, LiveJob, ctx_for
 
 

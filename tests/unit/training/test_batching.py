@@ -15,7 +15,8 @@ import remediate.training.inbox as inbox_module
 from remediate.training import TrainingControl
 from remediate.training.batching import Batching
 from remediate.training.commands import problems
-from remediate.training.protocol import APPLIED, REJECTED, JobPaths
+from remediate.training.files import JobPaths
+from remediate.training.protocol import APPLIED, REJECTED
 from tests.support.training import JOB, deliver, wait_for_ack
 
 

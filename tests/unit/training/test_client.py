@@ -20,19 +20,9 @@ import pytest
 
 import remediate.training.inbox as inbox_module
 from remediate.training import CallableCheckpoints, CommandContext, CommandRejected, JobNameInUse, TrainingControl
-from remediate.training.protocol import (
-    APPLIED,
-    EXPIRED,
-    FAILED,
-    REJECTED,
-    Command,
-    JobPaths,
-    Registration,
-    atomic_write_json,
-    pid_start_time,
-    read_json,
-    this_host,
-)
+from remediate.training.files import JobPaths, atomic_write_json, read_json
+from remediate.training.procfs import pid_start_time, this_host
+from remediate.training.protocol import APPLIED, EXPIRED, FAILED, REJECTED, Command, Registration
 from tests.support.training import JOB, FakeOptimizer, FakeScheduler, deliver, wait_for_ack
 from tests.support.waiting import scaled, wait_until
 
