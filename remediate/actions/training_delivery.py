@@ -196,16 +196,8 @@ def ack_summary(ack: Ack, registration: Registration) -> dict[str, Any]:
 
 def _ack_facts(ack: Ack) -> dict[str, Any]:
     """The acknowledgement's own facts, as a step's result and a late outcome both show them."""
-    return {
-        "command_id": ack.id,
-        "kind": ack.kind,
-        "status": ack.status,
-        "detail": ack.detail,
-        "step_before": ack.step_before,
-        "step_after": ack.step_after,
-        **ack.result,
-        "applied_by_pid": ack_pid(ack),
-    }
+    said = {name: getattr(ack, name) for name in ("kind", "status", "detail", "step_before", "step_after")}
+    return {"command_id": ack.id, **said, **ack.result, "applied_by_pid": ack_pid(ack)}
 
 
 def read_ack(job_dir: JobDir, command_id: str) -> Ack | None:

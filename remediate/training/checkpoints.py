@@ -389,25 +389,14 @@ class TorchCheckpoints(CheckpointIndex):
         scheduler: Any = None,
         extra_state: Callable[[], Any] | None = None,
         load_extra_state: Callable[[Any], None] | None = None,
-        keep: int | None = 5,
-        good_loss_below: float | None = None,
-        is_good: Callable[[int, float | None], bool] | None = None,
-        writer: bool | None = None,
         map_location: Any = "cpu",
         weights_only: bool = True,
         prefix: str = "ckpt",
-        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
-        ratio_window: int = DEFAULT_RATIO_WINDOW,
+        **index: Any,
     ) -> None:
-        super().__init__(
-            directory,
-            keep=keep,
-            good_loss_below=good_loss_below,
-            is_good=is_good,
-            writer=writer,
-            max_loss_ratio=max_loss_ratio,
-            ratio_window=ratio_window,
-        )
+        """`index`: how the index keeps and judges checkpoints (`CheckpointIndex`: keep, default 5,
+        good_loss_below, is_good, writer, max_loss_ratio, ratio_window)."""
+        super().__init__(directory, **index)
         self.model = model
         self.optimizers = as_list(optimizer)
         self.schedulers = as_list(scheduler)
@@ -507,22 +496,11 @@ class CallableCheckpoints(CheckpointIndex):
         load: Callable[[CheckpointInfo], Any],
         delete: Callable[[CheckpointInfo], None] | None = None,
         keep: int | None = None,
-        good_loss_below: float | None = None,
-        is_good: Callable[[int, float | None], bool] | None = None,
-        writer: bool | None = None,
-        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
-        ratio_window: int = DEFAULT_RATIO_WINDOW,
+        **index: Any,
     ) -> None:
-        super().__init__(
-            directory,
-            keep=keep,
-            good_loss_below=good_loss_below,
-            is_good=is_good,
-            writer=writer,
-            delete=delete or (lambda info: None),
-            max_loss_ratio=max_loss_ratio,
-            ratio_window=ratio_window,
-        )
+        """`index`: how the index judges checkpoints (`CheckpointIndex`: good_loss_below, is_good, writer,
+        max_loss_ratio, ratio_window); `keep` defaults to every checkpoint."""
+        super().__init__(directory, keep=keep, delete=delete or (lambda info: None), **index)
         self._save = save
         self._load_fn = load
 
