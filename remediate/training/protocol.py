@@ -135,12 +135,24 @@ def _optional_str(data: Mapping[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _check_version(data: Mapping[str, Any], what: str) -> None:
+def _message(data: Any, what: str, *, versioned: bool = True) -> dict[str, Any]:
+    """`data` as a message of this protocol version: a JSON object (ProtocolError naming `what` otherwise)."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{what}: not a JSON object")
     version = data.get("version")
-    if version != PROTOCOL_VERSION:
+    if versioned and version != PROTOCOL_VERSION:
         raise ProtocolError(
             f"{what}: protocol version {version!r} is not supported (this side speaks {PROTOCOL_VERSION})"
         )
+    return data
+
+
+def _object(data: Mapping[str, Any], key: str, what: str) -> dict[str, Any]:
+    """The JSON object in field `key` ({} when missing or null)."""
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what}: field {key!r} must be an object")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------- messages
@@ -167,15 +179,8 @@ class Command:
 
     @classmethod
     def from_dict(cls, data: Any) -> Command:
-        if not isinstance(data, dict):
-            raise ProtocolError("command: not a JSON object")
-        _check_version(data, "command")
-        params = data.get("params", {})
-        if not isinstance(params, dict):
-            raise ProtocolError("command: field 'params' must be an object")
-        issued_by = data.get("issued_by") or {}
-        if not isinstance(issued_by, dict):
-            raise ProtocolError("command: field 'issued_by' must be an object")
+        data = _message(data, "command")
+        params, issued_by = _object(data, "params", "command"), _object(data, "issued_by", "command")
         created = _require(data, "created_at", (int, float), "command")
         expires = _require(data, "expires_at", (int, float), "command")
         if not (math.isfinite(created) and math.isfinite(expires)):
@@ -218,16 +223,11 @@ class Ack:
 
     @classmethod
     def from_dict(cls, data: Any) -> Ack:
-        if not isinstance(data, dict):
-            raise ProtocolError("acknowledgement: not a JSON object")
-        _check_version(data, "acknowledgement")
+        data = _message(data, "acknowledgement")
         status = data.get("status")
         if status not in ACK_STATUSES:
             raise ProtocolError(f"acknowledgement: status {status!r} is not one of {', '.join(ACK_STATUSES)}")
-        result = data.get("result") or {}
-        job = data.get("job") or {}
-        if not isinstance(result, dict) or not isinstance(job, dict):
-            raise ProtocolError("acknowledgement: fields 'result' and 'job' must be objects")
+        result, job = _object(data, "result", "acknowledgement"), _object(data, "job", "acknowledgement")
         detail = data.get("detail", "")
         host = data.get("host")
         return cls(
@@ -266,8 +266,7 @@ class CheckpointInfo:
 
     @classmethod
     def from_dict(cls, data: Any) -> CheckpointInfo:
-        if not isinstance(data, dict):
-            raise ProtocolError("checkpoint: not a JSON object")
+        data = _message(data, "checkpoint", versioned=False)
         step = _require(data, "step", int, "checkpoint")
         path = data.get("path")
         return cls(
@@ -329,9 +328,7 @@ class Registration:
 
     @classmethod
     def from_dict(cls, data: Any) -> Registration:
-        if not isinstance(data, dict):
-            raise ProtocolError("registration: not a JSON object")
-        _check_version(data, "registration")
+        data = _message(data, "registration")
         kinds = data.get("kinds") or []
         checkpoints = data.get("checkpoints") or []
         lr = data.get("lr") or []
