@@ -172,22 +172,6 @@ class JobPaths:
         for path in (self.dir, self.inbox, self.outbox, self.taken, self.tmp):
             path.mkdir(mode=0o755, parents=True, exist_ok=True)
 
-    def check_safe(self) -> None:
-        """Refuse a job directory that is not a plain directory tree under the root (no symlinks anywhere).
-
-        remediate's agent may run as root while jobs own their directories: a symlinked inbox
-        must never make it write somewhere else.
-        """
-        for path in (self.dir, self.inbox, self.outbox, self.tmp):
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
-                raise ProtocolError(
-                    f"{path} does not exist: the job has not registered (or not with this version)"
-                ) from None
-            if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-                raise ProtocolError(f"{path} is not a plain directory (symlinks are refused)")
-
     def read_registration(self) -> Registration:
         return Registration.from_dict(read_json(self.registration))
 
