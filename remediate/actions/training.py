@@ -90,10 +90,6 @@ class CommandRefused(ParamsError, ActionError):
     the agent answers 422 invalid_params)."""
 
 
-def _job_name_check(value: str) -> str | None:
-    return job_name_problem(value)
-
-
 def _non_negative(value: float) -> str | None:
     return None if value >= 0 and math.isfinite(value) else "must be a finite number >= 0"
 
@@ -109,7 +105,7 @@ def _timeout(value: float) -> str | None:
 COMMON_PARAMS: dict[str, Param] = {
     "job": Param(
         str,
-        check=_job_name_check,
+        check=job_name_problem,
         doc="the job's name; default: the first training_job_labels label naming a registered job",
     ),
     "timeout": Param(
