@@ -32,7 +32,8 @@ from pathlib import Path
 import _common as c
 
 from remediate.training import TrainingControl
-from remediate.training.protocol import Command, JobPaths, atomic_write_json
+from remediate.training.files import JobPaths, atomic_write_json
+from remediate.training.protocol import Command
 
 TARGET_US = 20.0
 ROUNDS = 20
@@ -79,7 +80,7 @@ def bench_heartbeat(root: Path) -> float:
     _settle(control)
     samples = []
     for step in range(200):
-        control._next_heartbeat = 0.0  # due now
+        control.job_file.next_heartbeat = 0.0  # due now
         started = time.perf_counter()
         control.poll(step)
         samples.append((time.perf_counter() - started) * 1e6)

@@ -31,17 +31,12 @@ from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
 from remediate.actions.schema import Param, ParamSchema
-from remediate.actions.training import (
-    COMMON_PARAMS,
-    DEADLINE_MARGIN_S,
-    NoAcknowledgement,
-    NotApplied,
-    TrainingCheckpointAction,
-    _open_job_dir,
-    _read_registration,
-)
+from remediate.actions.training import COMMON_PARAMS, TrainingCheckpointAction
+from remediate.actions.training_delivery import DEADLINE_MARGIN_S, NoAcknowledgement, NotApplied
+from remediate.actions.training_job import liveness, not_running, open_job_dir, read_registration
 from remediate.errors import ActionError, OutcomePending, PartialFailure
-from remediate.training.protocol import REJECTED, JobPaths, ProtocolError, Registration, job_name_problem
+from remediate.training.files import JobPaths
+from remediate.training.protocol import REJECTED, ProtocolError, Registration, job_name_problem
 
 ABANDONED_AFTER_S = 3600.0
 """A registration whose process cannot be seen from here (another PID namespace or host) and that has not
@@ -87,13 +82,13 @@ class TrainingCheckpointNodeAction(TrainingCheckpointAction):
                 continue
             how = f"registered under {root}"
             try:
-                with _open_job_dir(paths, how) as job_dir:
-                    registration = _read_registration(job_dir, paths, how)
-                    alive = self.liveness(registration, job_dir.registration_owner(), time.time())
+                with open_job_dir(paths, how) as job_dir:
+                    registration = read_registration(job_dir, paths, how)
+                    alive = liveness(registration, job_dir.registration_owner(), time.time())
             except (ActionError, ProtocolError) as exc:
                 skipped.append({"job": name, "why": str(exc)})
                 continue
-            why = self.not_running(registration, alive) or _abandoned(registration, alive)
+            why = not_running(registration, alive) or _abandoned(registration, alive)
             if why is not None:
                 skipped.append({"job": name, "why": why})
                 continue
@@ -126,7 +121,7 @@ class TrainingCheckpointNodeAction(TrainingCheckpointAction):
                 outcomes[paths.job] = "not_asked"
                 continue
             try:
-                with _open_job_dir(paths, how) as job_dir:
+                with open_job_dir(paths, how) as job_dir:
                     done.append(self._execute(params, ctx, paths, job_dir, how))
                 outcomes[paths.job] = "checkpointed"
             except ActionError as exc:  # OutcomePending included: the job may still save it, but later

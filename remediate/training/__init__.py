@@ -13,12 +13,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from remediate.training.files import JobPaths
 from remediate.training.protocol import (
     PROTOCOL_VERSION,
     Ack,
     CheckpointInfo,
     Command,
-    JobPaths,
     ProtocolError,
     Registration,
     select_checkpoint,
@@ -52,7 +52,7 @@ _LAZY = {
     "CallableCheckpoints": "remediate.training.checkpoints",
     "CheckpointIndex": "remediate.training.checkpoints",
     "TorchCheckpoints": "remediate.training.checkpoints",
-    "JobNameInUse": "remediate.training.client",
+    "JobNameInUse": "remediate.training.jobfile",
     "TrainingControl": "remediate.training.client",
     "CheckpointStore": "remediate.training.handlers",
     "CommandContext": "remediate.training.handlers",
@@ -62,8 +62,9 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from remediate.training.checkpoints import CallableCheckpoints, CheckpointIndex, TorchCheckpoints
-    from remediate.training.client import JobNameInUse, TrainingControl
+    from remediate.training.client import TrainingControl
     from remediate.training.handlers import CheckpointStore, CommandContext, CommandRejected, Handler
+    from remediate.training.jobfile import JobNameInUse
 
 
 def __getattr__(name: str) -> Any:

@@ -41,7 +41,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from remediate.training.protocol import CheckpointInfo, ProtocolError, atomic_write_json, read_json
+from remediate.training.files import atomic_write_json, read_json
+from remediate.training.protocol import CheckpointInfo, ProtocolError
 
 INDEX_FILE = "index.json"
 DEFAULT_MAX_LOSS_RATIO = 3.0
@@ -53,7 +54,7 @@ _Chain = list[tuple[str | None, float]]
 """A lineage: (run, highest step of that run in it), the current run first (its steps unbounded)."""
 
 
-def _as_list(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     if isinstance(value, list | tuple):
@@ -388,28 +389,17 @@ class TorchCheckpoints(CheckpointIndex):
         scheduler: Any = None,
         extra_state: Callable[[], Any] | None = None,
         load_extra_state: Callable[[Any], None] | None = None,
-        keep: int | None = 5,
-        good_loss_below: float | None = None,
-        is_good: Callable[[int, float | None], bool] | None = None,
-        writer: bool | None = None,
         map_location: Any = "cpu",
         weights_only: bool = True,
         prefix: str = "ckpt",
-        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
-        ratio_window: int = DEFAULT_RATIO_WINDOW,
+        **index: Any,
     ) -> None:
-        super().__init__(
-            directory,
-            keep=keep,
-            good_loss_below=good_loss_below,
-            is_good=is_good,
-            writer=writer,
-            max_loss_ratio=max_loss_ratio,
-            ratio_window=ratio_window,
-        )
+        """`index`: how the index keeps and judges checkpoints (`CheckpointIndex`: keep, default 5,
+        good_loss_below, is_good, writer, max_loss_ratio, ratio_window)."""
+        super().__init__(directory, **index)
         self.model = model
-        self.optimizers = _as_list(optimizer)
-        self.schedulers = _as_list(scheduler)
+        self.optimizers = as_list(optimizer)
+        self.schedulers = as_list(scheduler)
         self.extra_state = extra_state
         self.load_extra_state = load_extra_state
         self.map_location = map_location
@@ -421,9 +411,9 @@ class TorchCheckpoints(CheckpointIndex):
         if model is not None:
             self.model = model
         if optimizer is not None:
-            self.optimizers = _as_list(optimizer)
+            self.optimizers = as_list(optimizer)
         if scheduler is not None:
-            self.schedulers = _as_list(scheduler)
+            self.schedulers = as_list(scheduler)
 
     def path_for(self, step: int) -> Path:
         return self.directory / f"{self.prefix}-{step:09d}.pt"
@@ -506,22 +496,11 @@ class CallableCheckpoints(CheckpointIndex):
         load: Callable[[CheckpointInfo], Any],
         delete: Callable[[CheckpointInfo], None] | None = None,
         keep: int | None = None,
-        good_loss_below: float | None = None,
-        is_good: Callable[[int, float | None], bool] | None = None,
-        writer: bool | None = None,
-        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
-        ratio_window: int = DEFAULT_RATIO_WINDOW,
+        **index: Any,
     ) -> None:
-        super().__init__(
-            directory,
-            keep=keep,
-            good_loss_below=good_loss_below,
-            is_good=is_good,
-            writer=writer,
-            delete=delete or (lambda info: None),
-            max_loss_ratio=max_loss_ratio,
-            ratio_window=ratio_window,
-        )
+        """`index`: how the index judges checkpoints (`CheckpointIndex`: good_loss_below, is_good, writer,
+        max_loss_ratio, ratio_window); `keep` defaults to every checkpoint."""
+        super().__init__(directory, keep=keep, delete=delete or (lambda info: None), **index)
         self._save = save
         self._load_fn = load
 

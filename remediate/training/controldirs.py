@@ -20,16 +20,8 @@ import shutil
 import time
 from pathlib import Path
 
-from remediate.training.protocol import (
-    DIR_FLAGS,
-    LOCK_FILE,
-    REGISTRATION_FILE,
-    JobPaths,
-    ProtocolError,
-    Registration,
-    job_name_problem,
-    read_json,
-)
+from remediate.training.files import DIR_FLAGS, LOCK_FILE, REGISTRATION_FILE, JobPaths, read_json
+from remediate.training.protocol import ProtocolError, Registration, job_name_problem
 
 ACK_KEEP_S = 24 * 3600
 """How long remediate may still look for an acknowledgement (its late-outcome reconciliation)."""

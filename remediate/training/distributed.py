@@ -15,7 +15,12 @@ at all; an error is re-raised as `RanksOutOfStep`, which says so.
 from __future__ import annotations
 
 import json
+import logging
+import os
+import sys
 from typing import Any
+
+log = logging.getLogger("remediate.training")
 
 
 class RanksOutOfStep(RuntimeError):
@@ -92,3 +97,20 @@ class TorchChannel:
         except RuntimeError as exc:
             raise _out_of_step("gather of the outcomes", self.rank, self.world_size, exc) from exc
         return outcomes
+
+
+def detect_channel() -> tuple[LocalChannel | TorchChannel, int, int]:
+    """(channel, rank, world size) of this process: torch.distributed's group when it is initialized with more
+    than one rank, else a local channel (the rank from $RANK: a rank other than 0 then applies no command)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        channel = TorchChannel()
+        return channel, channel.rank, channel.world_size
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world > 1:
+        log.warning(
+            "remediate: WORLD_SIZE=%s but torch.distributed is not initialized: only rank 0 applies commands "
+            "(register after init_process_group)",
+            world,
+        )
+    return LocalChannel(), int(os.environ.get("RANK", "0") or 0), 1

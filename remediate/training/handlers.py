@@ -15,7 +15,7 @@ No torch here: optimizers and schedulers are used through their attributes
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,7 +25,6 @@ from remediate.training.protocol import (
     LATEST_GOOD,
     CheckpointInfo,
     Command,
-    describe_lrs,
     finite_or_text,
     select_checkpoint,
 )
@@ -108,6 +107,13 @@ def _store(ctx: CommandContext) -> CheckpointStore:
 
 def current_lrs(optimizers: list[Any]) -> list[float]:
     return [float(group["lr"]) for optimizer in optimizers for group in optimizer.param_groups]
+
+
+def describe_lrs(values: Sequence[float]) -> str:
+    unique = sorted(set(values))
+    if not unique:
+        return "?"
+    return f"{unique[0]:.3g}" if len(unique) == 1 else ", ".join(f"{v:.3g}" for v in values)
 
 
 def drop_gradients(parameters: Any) -> None:

@@ -20,16 +20,12 @@ Needs ``transformers`` (and ``accelerate``, which its Trainer needs for PyTorch)
 
 from __future__ import annotations
 
-import os
-import signal
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from remediate.training.batching import REDUCE_BATCH_SIZE
-from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, CheckpointIndex, TorchCheckpoints
-from remediate.training.client import TrainingControl
-from remediate.training.handlers import CheckpointStore, drop_gradients
+from remediate.training.callbacks import FrameworkCallback
+from remediate.training.handlers import drop_gradients
 
 UNSUPPORTED_BATCH_SIZE = (
     "the Trainer builds its data loader and fixes gradient_accumulation_steps once per train():"
@@ -39,71 +35,17 @@ UNSUPPORTED_BATCH_SIZE = (
 """Why the callback refuses reduce_batch_size (until it is wired into the trainer): never declared, always rejected."""
 
 
-class RemediateTrainerCallback(TrainerCallback):
-    def __init__(
-        self,
-        job: str | None = None,
-        *,
-        root: str | os.PathLike[str] | None = None,
-        checkpoint_dir: str | os.PathLike[str] | None = None,
-        every_n_steps: int | None = 100,
-        keep: int | None = 5,
-        good_loss_below: float | None = None,
-        checkpoints: CheckpointStore | None = None,
-        wake_signal: int | None = signal.SIGUSR2,
-        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
-        **control_options: Any,
-    ) -> None:
-        """
-        job, root: the job name and control root, as for `TrainingControl`.
-        checkpoint_dir / keep / good_loss_below / max_loss_ratio: where and how the built-in
-            `TorchCheckpoints` keeps checkpoints (saved every `every_n_steps` optimizer steps, default 100;
-            None: only on command). A checkpoint is good when its loss is finite, below `good_loss_below`
-            (if set) and not above `max_loss_ratio` (default 3) x the median of the recent good ones.
-        checkpoints: your own `CheckpointStore` instead (then `checkpoint_dir`, `keep`, `good_loss_below`
-            and `max_loss_ratio` are not used).
-        wake_signal: the wake-up signal (SIGUSR2; None: no handler — SIGUSR1 is Lightning's/SLURM's).
-        Other keyword arguments go to `TrainingControl`.
-        """
-        if checkpoints is None and checkpoint_dir is None:
-            raise ValueError("RemediateTrainerCallback needs checkpoint_dir= (or your own checkpoints=)")
-        self.every_n_steps = every_n_steps
-        self._own_checkpoints = checkpoints is None
-        self.checkpoints: CheckpointStore = checkpoints or TorchCheckpoints(
-            checkpoint_dir,  # type: ignore[arg-type]
-            keep=keep,
-            good_loss_below=good_loss_below,
-            max_loss_ratio=max_loss_ratio,
-            writer=False,  # decided in on_train_begin (state.is_world_process_zero)
-        )
-        self.control = TrainingControl(
-            job,
-            root=root,
-            checkpoints=self.checkpoints,
-            framework="transformers",
-            wake_signal=wake_signal,
-            rewinds_step=False,
-            unsupported={REDUCE_BATCH_SIZE: UNSUPPORTED_BATCH_SIZE, **control_options.pop("unsupported", {})},
-            **control_options,
-        )
-        self._last_loss: float | None = None
-        self._last_saved: int | None = None
+class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
+    framework = "transformers"
+    unsupported_batch_size = UNSUPPORTED_BATCH_SIZE
+    _last_loss: float | None = None
+    """The loss the Trainer logged last (its checkpoints' good mark: set logging_steps <= every_n_steps)."""
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        model, optimizer, scheduler = kwargs.get("model"), kwargs.get("optimizer"), kwargs.get("lr_scheduler")
-        if self._own_checkpoints and isinstance(self.checkpoints, TorchCheckpoints):
-            self.checkpoints.writer = state.is_world_process_zero
-            if state.is_world_process_zero:
-                self.checkpoints.directory.mkdir(parents=True, exist_ok=True)
-        if isinstance(self.checkpoints, TorchCheckpoints):
-            self.checkpoints.attach(model=model, optimizer=optimizer, scheduler=scheduler)
-        if state.global_step > 0 and isinstance(self.checkpoints, CheckpointIndex):
-            # resume_from_checkpoint: this run continues the previous one's lineage at that step.
-            self.checkpoints.continue_from(state.global_step)
-        self.control.attach(optimizer=optimizer, scheduler=scheduler)
-        self.control.register()
+        self.choose_writer(state.is_world_process_zero)
+        self.start(kwargs.get("model"), kwargs.get("optimizer"), kwargs.get("lr_scheduler"), state.global_step)
 
     def on_log(
         self,
@@ -125,11 +67,7 @@ class RemediateTrainerCallback(TrainerCallback):
                 drop_gradients(model.parameters())
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        step = state.global_step
-        if self.every_n_steps and step > 0 and step % self.every_n_steps == 0 and step != self._last_saved:
-            self._last_saved = step
-            self.checkpoints.save(step, self._last_loss)
-        self.control.poll(step, self._last_loss)
+        self.step_end(state.global_step, self._last_loss, self._last_loss)
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any

@@ -29,10 +29,12 @@ from remediate.actions.training import (
     TrainingScaleLrAction,
     _TrainingAction,
 )
+from remediate.actions.training_job import wake
 from remediate.config import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
 from remediate.training import TrainingControl
-from remediate.training.protocol import CheckpointInfo, Command, JobPaths, atomic_write_json, read_json
+from remediate.training.files import JobPaths, atomic_write_json, read_json
+from remediate.training.protocol import CheckpointInfo, Command
 from tests.support.training import LABELS, STARTS_AT_EPOCH, FakeOptimizer, LiveJob, ctx_for
 
 
@@ -381,12 +383,12 @@ def test_no_signal_goes_to_a_process_that_is_not_the_registered_job(root: Path) 
     paths = JobPaths(root, "trainer-0")
     registration = paths.read_registration()
     owner = os.stat(paths.registration).st_uid
-    assert _TrainingAction._wake(registration, owner) == "the job registered no wake-up signal"
+    assert wake(registration, owner) == "the job registered no wake-up signal"
     # job.json claims a wake-up signal for a pid whose start time differs (a reused pid): refused.
     impostor = replace(registration, wake_signal="SIGUSR2", pid_start=(registration.pid_start or 0) + 1)
-    assert "is not the registered job" in _TrainingAction._wake(impostor, owner)
-    assert "runs on elsewhere" in _TrainingAction._wake(replace(impostor, host="elsewhere"), owner)
+    assert "is not the registered job" in wake(impostor, owner)
+    assert "runs on elsewhere" in wake(replace(impostor, host="elsewhere"), owner)
     # The right process, but job.json is owned by someone else (or its owner is unknown): refused too.
     signalled = replace(registration, wake_signal="SIGUSR2")
-    assert "is not the registered job" in _TrainingAction._wake(signalled, owner + 1)
-    assert "is not the registered job" in _TrainingAction._wake(signalled, None)
+    assert "is not the registered job" in wake(signalled, owner + 1)
+    assert "is not the registered job" in wake(signalled, None)

@@ -23,7 +23,7 @@ from remediate.agentauth import node_token, sign
 from remediate.config import load_settings
 from remediate.errors import ActionError, ParamsError
 from remediate.training.batching import Batching
-from remediate.training.protocol import JobPaths, atomic_write_json, read_json
+from remediate.training.files import JobPaths, atomic_write_json, read_json
 from tests.support.agent import AGENT_TOKEN, agent_settings, step_body
 from tests.support.training import LABELS, LiveJob, ctx_for
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from remediate.training.protocol import JobPaths, atomic_write_json, read_json
+from remediate.training.files import JobPaths, atomic_write_json, read_json
 from tests.support.cli import Cli
 from tests.support.training import LiveJob
 

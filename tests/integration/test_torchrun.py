@@ -27,7 +27,8 @@ import pytest
 from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
 from remediate.alerts import alert_ref
-from remediate.training.protocol import JobPaths, this_host
+from remediate.training.files import JobPaths
+from remediate.training.procfs import this_host
 from tests.support.training import require
 from tests.support.waiting import scaled, wait_until
 

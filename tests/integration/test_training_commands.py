@@ -28,7 +28,7 @@ from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.store import Store
-from remediate.training.protocol import JobPaths
+from remediate.training.files import JobPaths
 from tests.conftest import alert_payload, notification_payload
 from tests.support.store_json import run_json_of
 from tests.support.waiting import scaled, wait_until

@@ -19,7 +19,8 @@ from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
 from remediate.alerts import alert_ref
 from remediate.training import JobNameInUse, TrainingControl
-from remediate.training.protocol import JobPaths, ProtocolError
+from remediate.training.files import JobPaths
+from remediate.training.protocol import ProtocolError
 from tests.support.realsystems import free_port
 from tests.support.training import require
 from tests.support.waiting import wait_until

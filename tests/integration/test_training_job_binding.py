@@ -20,7 +20,9 @@ import pytest
 
 from remediate.actions.training import TrainingCheckpointAction, TrainingRollbackAction, TrainingScaleLrAction
 from remediate.errors import ActionError, OutcomePending
-from remediate.training.protocol import Ack, JobPaths, atomic_write_json, pid_start_time, read_json
+from remediate.training.files import JobPaths, atomic_write_json, read_json
+from remediate.training.procfs import pid_start_time
+from remediate.training.protocol import Ack
 from tests.support.training import LABELS, Jobs, LiveJob, ctx_for
 from tests.support.waiting import scaled
 
@@ -34,7 +36,7 @@ def processes(root: Path) -> Iterator[Jobs]:
 
 def died(job: LiveJob) -> None:
     """The job's process is gone: the kernel dropped its name lock, and job.json names a dead pid."""
-    job.control._release_name()
+    job.control.job_file.release_name()
     name_pid(job.control.paths.root, job.control.job, dead_pid())
 
 
@@ -328,6 +330,6 @@ def test_the_plan_and_the_result_name_the_process_as_the_kernel_sees_it_not_as_j
     ],
 )
 def test_the_pod_uid_is_read_from_kubelets_cgroup_paths(cgroup: str, uid: str | None) -> None:
-    from remediate.training.protocol import pod_uid_of
+    from remediate.training.procfs import pod_uid_of
 
     assert pod_uid_of(cgroup) == uid

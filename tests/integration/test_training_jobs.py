@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 
 from remediate.training import TrainingControl
-from remediate.training.protocol import APPLIED, JobPaths, atomic_write_json, this_host
+from remediate.training.files import JobPaths, atomic_write_json
+from remediate.training.procfs import this_host
+from remediate.training.protocol import APPLIED
 from tests.support.training import deliver, wait_for_ack
 from tests.support.waiting import scaled, wait_until
 

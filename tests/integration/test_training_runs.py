@@ -25,7 +25,8 @@ from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store
-from remediate.training.protocol import CheckpointInfo, JobPaths, atomic_write_json
+from remediate.training.files import JobPaths, atomic_write_json
+from remediate.training.protocol import CheckpointInfo
 from tests.conftest import alert_payload, notification_payload
 from tests.support.store_json import run_json_of
 from tests.support.training import Jobs, LiveJob

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -30,7 +31,8 @@ import pytest
 from remediate.actions.base import StepContext
 from remediate.alerts import alert_ref
 from remediate.training import CallableCheckpoints, TrainingControl
-from remediate.training.protocol import Ack, CheckpointInfo, Command, JobPaths, atomic_write_json, new_command_id
+from remediate.training.files import JobPaths, atomic_write_json
+from remediate.training.protocol import Ack, CheckpointInfo, Command
 from tests.support.waiting import wait_until
 
 JOB = "job-a"
@@ -56,7 +58,7 @@ def deliver(
     paths = JobPaths(root, job)
     now = time.time() if created_at is None else created_at
     command = Command(
-        id=command_id or new_command_id(),
+        id=command_id or secrets.token_hex(12),
         kind=kind,
         params=dict(params or {}),
         created_at=now,

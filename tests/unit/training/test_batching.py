@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-import remediate.training.client as client_module
+import remediate.training.inbox as inbox_module
 from remediate.training import TrainingControl
 from remediate.training.batching import Batching
 from remediate.training.commands import problems
-from remediate.training.protocol import APPLIED, REJECTED, JobPaths
+from remediate.training.files import JobPaths
+from remediate.training.protocol import APPLIED, REJECTED
 from tests.support.training import JOB, deliver, wait_for_ack
 
 
@@ -27,8 +28,8 @@ class Loader:
 
 
 def settle(control: TrainingControl, step: int) -> None:
-    """Poll past the racy window after the inbox changed (client.RACY_NS), so the command is seen."""
-    time.sleep(client_module.RACY_NS / 1e9 + 0.01)
+    """Poll past the racy window after the inbox changed (inbox.RACY_NS), so the command is seen."""
+    time.sleep(inbox_module.RACY_NS / 1e9 + 0.01)
     control.poll(step)
     control.poll(step)
 

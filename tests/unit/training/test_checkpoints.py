@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from remediate.training import TorchCheckpoints, TrainingControl
-from remediate.training.protocol import APPLIED, JobPaths
+from remediate.training.files import JobPaths
+from remediate.training.protocol import APPLIED
 from tests.support.training import JOB, deliver, require, wait_for_ack
 
 torch = require("torch")
@@ -194,7 +195,7 @@ def test_a_plain_loop_rolls_back_resumes_from_the_checkpoint_step_and_skips_batc
 def test_an_index_of_an_older_library_is_a_lineage_a_job_can_resume(tmp_path: Path) -> None:
     """Issue 24, finding 12: entries without a run are one lineage of their own; resuming one continues it."""
     from remediate.training import CallableCheckpoints
-    from remediate.training.protocol import atomic_write_json
+    from remediate.training.files import atomic_write_json
 
     older = [{"step": s, "loss": 2.0, "good": True, "path": f"/ckpt/{s}", "saved_at": 1.0} for s in (100, 200, 300)]
     atomic_write_json(tmp_path / "index.json", {"version": 1, "checkpoints": older})

@@ -18,21 +18,11 @@ from typing import Any
 
 import pytest
 
-import remediate.training.client as client_module
+import remediate.training.inbox as inbox_module
 from remediate.training import CallableCheckpoints, CommandContext, CommandRejected, JobNameInUse, TrainingControl
-from remediate.training.protocol import (
-    APPLIED,
-    EXPIRED,
-    FAILED,
-    REJECTED,
-    Command,
-    JobPaths,
-    Registration,
-    atomic_write_json,
-    pid_start_time,
-    read_json,
-    this_host,
-)
+from remediate.training.files import JobPaths, atomic_write_json, read_json
+from remediate.training.procfs import pid_start_time, this_host
+from remediate.training.protocol import APPLIED, EXPIRED, FAILED, REJECTED, Command, Registration
 from tests.support.training import JOB, FakeOptimizer, FakeScheduler, deliver, wait_for_ack
 from tests.support.waiting import scaled, wait_until
 
@@ -43,8 +33,8 @@ def make_control(root: Path, **kwargs: Any) -> TrainingControl:
 
 
 def settle(control: TrainingControl, step: int = 1) -> None:
-    """Poll until the racy window after the last change has passed (see client.RACY_NS)."""
-    time.sleep(client_module.RACY_NS / 1e9 + 0.01)
+    """Poll until the racy window after the last change has passed (see inbox.RACY_NS)."""
+    time.sleep(inbox_module.RACY_NS / 1e9 + 0.01)
     control.poll(step)
     control.poll(step)
 
@@ -117,7 +107,7 @@ def test_a_poll_without_a_command_is_one_stat_no_listing_and_no_read(
     control.register()
     settle(control)
     calls = {"listdir": 0, "read": 0, "stat": 0}
-    real_listdir, real_read, real_stat = os.listdir, client_module.read_json, os.stat
+    real_listdir, real_read, real_stat = os.listdir, inbox_module.read_json, os.stat
 
     def listdir(path: Any) -> list[str]:
         calls["listdir"] += 1
@@ -131,9 +121,9 @@ def test_a_poll_without_a_command_is_one_stat_no_listing_and_no_read(
         calls["stat"] += 1
         return real_stat(*args, **kwargs)
 
-    monkeypatch.setattr(client_module.os, "listdir", listdir)
-    monkeypatch.setattr(client_module.os, "stat", stat)
-    monkeypatch.setattr(client_module, "read_json", read)
+    monkeypatch.setattr(inbox_module.os, "listdir", listdir)
+    monkeypatch.setattr(inbox_module.os, "stat", stat)
+    monkeypatch.setattr(inbox_module, "read_json", read)
     for step in range(2, 1002):
         assert control.poll(step) == step
     assert calls == {"listdir": 0, "read": 0, "stat": 1000}
@@ -170,8 +160,8 @@ def test_the_heartbeat_lists_the_inbox_even_if_its_stat_looks_unchanged(root: Pa
     command = deliver(root, JOB, "note")
     before = os.stat(paths.inbox)
     # Pretend the inbox did not change (e.g. a network filesystem's attribute cache).
-    control._seen = (before.st_mtime_ns, before.st_size, before.st_ino)
-    control._dirty = False
+    control.inbox.seen = (before.st_mtime_ns, before.st_size, before.st_ino)
+    control.inbox.dirty = False
     control.poll(2)
     assert recorder.calls == []
     time.sleep(0.06)
@@ -214,7 +204,7 @@ def test_a_command_is_applied_between_steps_by_poll_not_by_the_signal_handler(ro
     try:
         paths = JobPaths(root, JOB)
         assert paths.read_registration().wake_signal == "SIGUSR2"
-        assert signal.getsignal(signal.SIGUSR2) == control._on_signal
+        assert signal.getsignal(signal.SIGUSR2) == control._wake.on_signal
         settle(control)
         deliver(root, JOB, "note")
         started = time.monotonic()

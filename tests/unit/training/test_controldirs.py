@@ -7,7 +7,7 @@ from pathlib import Path
 
 from remediate.training import TrainingControl
 from remediate.training.controldirs import age_out
-from remediate.training.protocol import JobPaths, atomic_write_json, read_json
+from remediate.training.files import JobPaths, atomic_write_json, read_json
 
 
 def _closed_long_ago(root: Path, name: str) -> JobPaths:

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from remediate.training.protocol import APPLIED, JobPaths
+from remediate.training.files import JobPaths
+from remediate.training.protocol import APPLIED
 from tests.support.training import deliver, require, wait_for_ack
 
 torch = require("torch")

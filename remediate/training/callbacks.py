@@ -1,0 +1,95 @@
+"""What the framework callbacks share (`lightning.RemediateCallback`, `hf.RemediateTrainerCallback`):
+their checkpoints, their `TrainingControl`, and the steps of a training run they hook. No framework import."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any, ClassVar
+
+from remediate.training.batching import REDUCE_BATCH_SIZE
+from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, CheckpointIndex, TorchCheckpoints
+from remediate.training.client import TrainingControl
+from remediate.training.handlers import CheckpointStore
+
+
+class FrameworkCallback:
+    """The framework-independent half of a callback; the framework's own hooks call the methods below."""
+
+    framework: ClassVar[str]
+    unsupported_batch_size: ClassVar[str]
+    """Why the callback refuses reduce_batch_size (until it is wired into the trainer): never declared, always
+    rejected."""
+
+    def __init__(
+        self,
+        job: str | None = None,
+        *,
+        root: str | os.PathLike[str] | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        every_n_steps: int | None = 100,
+        keep: int | None = 5,
+        good_loss_below: float | None = None,
+        checkpoints: CheckpointStore | None = None,
+        wake_signal: int | None = signal.SIGUSR2,
+        max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
+        **control_options: Any,
+    ) -> None:
+        """
+        job, root: the job name and control root, as for `TrainingControl`.
+        checkpoint_dir / keep / good_loss_below / max_loss_ratio: where and how the built-in
+            `TorchCheckpoints` keeps checkpoints (saved every `every_n_steps` optimizer steps, default 100;
+            None: only on command). A checkpoint is good when its loss is finite, below `good_loss_below`
+            (if set) and not above `max_loss_ratio` (default 3) x the median of the recent good ones.
+        checkpoints: your own `CheckpointStore` instead (then `checkpoint_dir`, `keep`, `good_loss_below`
+            and `max_loss_ratio` are not used).
+        wake_signal: the wake-up signal (SIGUSR2; None: no handler — SIGUSR1 is Lightning's/SLURM's).
+        Other keyword arguments go to `TrainingControl`.
+        """
+        super().__init__()
+        if checkpoints is None and checkpoint_dir is None:
+            raise ValueError(f"{type(self).__name__} needs checkpoint_dir= (or your own checkpoints=)")
+        self.every_n_steps = every_n_steps
+        self._own_checkpoints = checkpoints is None
+        self.checkpoints: CheckpointStore = checkpoints or TorchCheckpoints(
+            checkpoint_dir,  # type: ignore[arg-type]
+            keep=keep,
+            good_loss_below=good_loss_below,
+            max_loss_ratio=max_loss_ratio,
+            writer=False,  # decided by `choose_writer`, once the trainer knows the ranks
+        )
+        self.control = TrainingControl(
+            job,
+            root=root,
+            checkpoints=self.checkpoints,
+            framework=self.framework,
+            wake_signal=wake_signal,
+            rewinds_step=False,
+            unsupported={REDUCE_BATCH_SIZE: self.unsupported_batch_size, **control_options.pop("unsupported", {})},
+            **control_options,
+        )
+        self._last_saved: int | None = None
+
+    def choose_writer(self, is_rank_zero: bool) -> None:
+        """Only rank 0 writes the built-in checkpoints."""
+        if self._own_checkpoints and isinstance(self.checkpoints, TorchCheckpoints):
+            self.checkpoints.writer = is_rank_zero
+            if is_rank_zero:
+                self.checkpoints.directory.mkdir(parents=True, exist_ok=True)
+
+    def start(self, model: Any, optimizers: Any, schedulers: Any, global_step: int) -> None:
+        """Training starts: attach what the trainer built, and register the job."""
+        if isinstance(self.checkpoints, TorchCheckpoints):
+            self.checkpoints.attach(model=model, optimizer=optimizers, scheduler=schedulers)
+        if global_step > 0 and isinstance(self.checkpoints, CheckpointIndex):
+            # Resumed from a checkpoint: this run continues the previous one's lineage at that step.
+            self.checkpoints.continue_from(global_step)
+        self.control.attach(optimizer=optimizers, scheduler=schedulers)
+        self.control.register()
+
+    def step_end(self, step: int, loss: Any, checkpoint_loss: float | None) -> None:
+        """An optimizer step ended: save a checkpoint every `every_n_steps` steps, then poll."""
+        if self.every_n_steps and step > 0 and step % self.every_n_steps == 0 and step != self._last_saved:
+            self._last_saved = step
+            self.checkpoints.save(step, checkpoint_loss)
+        self.control.poll(step, loss)
