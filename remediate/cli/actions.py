@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from remediate.cli._common import (
+    FILE,
     _settings,
     _table,
     handle_errors,
@@ -16,7 +17,7 @@ from remediate.cli._group import main
 
 
 @main.command("actions")
-@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--config", type=FILE, help="YAML config file.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the reference of docs/playbooks.md.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors

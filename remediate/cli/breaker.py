@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import click
@@ -13,8 +12,8 @@ from remediate.cli._common import (
     _open_store,
     _settings,
     _when,
+    by_option,
     client_options,
-    common_options,
     handle_errors,
 )
 from remediate.cli._group import main
@@ -33,7 +32,6 @@ def _breaker(params: dict[str, Any]) -> Any:
 
 
 @breaker.command("status")
-@common_options
 @client_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
@@ -47,10 +45,9 @@ def breaker_status(as_json: bool, **params: Any) -> None:
 
 
 @breaker.command("reset")
-@common_options
 @client_options
 @click.option("--reason", default="", help="Why (recorded).")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resets (recorded).")
+@by_option("resets")
 @handle_errors
 def breaker_reset(reason: str, by: str, **params: Any) -> None:
     """Close the breaker after checking the nodes it names; older alerts are then recorded as stale.

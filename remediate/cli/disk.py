@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
 from remediate.cli._common import (
+    FILE,
     _settings,
     _table,
     handle_errors,
@@ -20,11 +20,11 @@ from remediate.cli._group import main
 
 def _disk_options(function: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file."),
+        click.option("--config", type=FILE, help="YAML config file."),
         click.option(
             "--policies-file",
             "cleanup_policies_file",
-            type=click.Path(path_type=Path, dir_okay=False),
+            type=FILE,
             help="Cleanup policies file [$REMEDIATE_CLEANUP_POLICIES_FILE / cleanup_policies_file].",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import click
 
 from remediate.cli._common import (
+    FILE,
     _settings,
     _table,
     gpu_options,
@@ -23,7 +23,7 @@ def gpu() -> None:
 
 
 @gpu.command("status")
-@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--config", type=FILE, help="YAML config file.")
 @gpu_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per GPU).")
 @handle_errors

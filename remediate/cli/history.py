@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
@@ -18,6 +17,7 @@ from remediate.cli._common import (
     _short,
     _table,
     _when,
+    by_option,
     client_options,
     common_options,
     handle_errors,
@@ -28,7 +28,6 @@ from remediate.runs import RunStatus
 
 
 @main.group(invoke_without_command=True)
-@common_options
 @client_options
 @click.option("--playbook", help="Only this playbook.")
 @click.option("--alertname", help="Only this alert name.")
@@ -181,7 +180,6 @@ def _reason(entry: dict[str, Any]) -> str:
 
 
 @main.command()
-@common_options
 @client_options
 @click.argument("run_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -212,10 +210,9 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
 
 
 @main.command()
-@common_options
 @client_options
 @click.argument("run_id", type=int)
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who approves (recorded).")
+@by_option("approves")
 @handle_errors
 def approve(run_id: int, by: str, **params: Any) -> None:
     """Approve a run that waits in awaiting_approval."""
@@ -227,10 +224,9 @@ def approve(run_id: int, by: str, **params: Any) -> None:
 
 
 @main.command()
-@common_options
 @client_options
 @click.option("--reason", default="", help="Why (recorded with every refused alert).")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who pauses (recorded).")
+@by_option("pauses")
 @click.option("--force", is_flag=True, help="Replace who paused and why when remediation is paused already.")
 @handle_errors
 def pause(reason: str, by: str, force: bool, **params: Any) -> None:
@@ -245,9 +241,8 @@ def pause(reason: str, by: str, force: bool, **params: Any) -> None:
 
 
 @main.command()
-@common_options
 @client_options
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resumes (recorded).")
+@by_option("resumes")
 @handle_errors
 def resume(by: str, **params: Any) -> None:
     """Resume remediation after `remediate pause`."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
@@ -17,8 +16,8 @@ from remediate.cli._common import (
     _short,
     _table,
     _when,
+    by_option,
     client_options,
-    common_options,
     handle_errors,
 )
 from remediate.cli._group import main
@@ -47,7 +46,6 @@ def _local_json(states: list[Any], params: dict[str, Any]) -> list[dict[str, Any
 
 
 @ladder.command("status")
-@common_options
 @client_options
 @click.option("--target", "--node", "target", help="Only this target (node).")
 @click.option("--playbook", help="Only this playbook.")
@@ -73,11 +71,10 @@ def ladder_status(target: str | None, playbook: str | None, as_json: bool, **par
 
 @ladder.command("reset")
 @click.argument("target")
-@common_options
 @client_options
 @click.option("--playbook", help="Only this playbook's ladder (default: every ladder of TARGET).")
 @click.option("--reason", default="", help="Why (recorded).")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resets (recorded).")
+@by_option("resets")
 @handle_errors
 def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **params: Any) -> None:
     """Put TARGET's ladders back before rung 1: its next alert starts on the gentlest rung again."""

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from remediate.cli._common import (
+    FILE,
     _fail,
     _settings,
     _table,
@@ -72,7 +73,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
 
 @playbooks.command("validate")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
-@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--config", type=FILE, help="YAML config file.")
 @click.option(
     "--playbooks", "playbooks_option", type=click.Path(path_type=Path), help="Playbook directory (as serve takes it)."
 )

@@ -8,13 +8,12 @@ from typing import Any
 
 import click
 
-from remediate.cli._common import _client, _open_store, _settings, _table, client_options, common_options, handle_errors
+from remediate.cli._common import _client, _open_store, _settings, _table, client_options, handle_errors
 from remediate.cli._group import main
 from remediate.errors import ConfigError
 
 
 @main.command()
-@common_options
 @client_options
 @click.option("--since", default="7d", show_default=True, help="A duration back from --until (7d, 24h) or a time.")
 @click.option("--until", help="RFC 3339 time or UNIX seconds (default: now).")
