@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
@@ -27,6 +27,7 @@ from remediate.alertref import AlertRef
 from remediate.errors import ParamsError
 
 if TYPE_CHECKING:
+    from remediate.breaker import CircuitBreaker
     from remediate.config import Settings
     from remediate.gpu import GpuBackend
     from remediate.kube import KubeClient
@@ -69,29 +70,6 @@ class InMemoryMemory:
         self.values.pop(key, None)
 
 
-class NodeBreaker(Protocol):
-    """The circuit breaker of cluster actions (remediate.breaker.CircuitBreaker), as actions see it.
-
-    `acquire` claims a node before a change and raises (BreakerOpen, StaleAlert) when it must not
-    happen; `release` says remediate's changes are gone from a node; `status` only reads.
-    """
-
-    def acquire(
-        self,
-        node: str,
-        *,
-        kind: str,
-        run_id: int,
-        cluster_nodes: int,
-        held_in_cluster: Collection[str] = (),
-        alert_started_at: float | None = None,
-    ) -> dict[str, Any]: ...
-
-    def release(self, node: str, *, run_id: int, reason: str = "") -> int: ...
-
-    def status(self, cluster_nodes: int | None = None) -> dict[str, Any]: ...
-
-
 @dataclass(frozen=True)
 class StepView:
     """One step of the run as an action sees it (`StepContext.steps`): read-only, for messages reporting progress."""
@@ -123,8 +101,9 @@ class StepContext:
     """time.monotonic() value after which the executor gives up on this step."""
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("remediate.actions"))
     memory: ActionMemory = field(default_factory=InMemoryMemory)
-    breaker: NodeBreaker | None = None
-    """The cluster breaker; None where there is no store (a gated action then refuses to change anything)."""
+    breaker: CircuitBreaker | None = None
+    """The cluster breaker (a node is claimed before a change, or the change refused: BreakerOpen, StaleAlert);
+    None where there is no store (a gated action then refuses to change anything)."""
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set by Executor.stop (SIGTERM): an action that waits should stop waiting, undo what has not taken
     effect yet (e.g. withdraw an unclaimed command) and fail with that reason."""
