@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
-from typing import Final, TypedDict
+from typing import Final
 
 from remediate.alertref import AlertRef
 from remediate.errors import PayloadError
@@ -64,33 +64,6 @@ _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 # Long keys and values are cut short in error messages: they go back in the HTTP response.
 _SHOW_LIMIT: Final = 64
-
-
-class RawAlert(TypedDict, total=False):
-    """One alert as AlertManager sends it (before validation)."""
-
-    status: str
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    startsAt: str
-    endsAt: str
-    generatorURL: str
-    fingerprint: str
-
-
-class RawNotification(TypedDict, total=False):
-    """A webhook body as AlertManager sends it (before validation)."""
-
-    version: str
-    groupKey: str
-    truncatedAlerts: int
-    status: str
-    receiver: str
-    groupLabels: dict[str, str]
-    commonLabels: dict[str, str]
-    commonAnnotations: dict[str, str]
-    externalURL: str
-    alerts: list[RawAlert]
 
 
 @dataclass(frozen=True)
