@@ -13,7 +13,7 @@ Pure: this module imports nothing of remediate, so actions, runners and intake c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -53,3 +53,21 @@ class AlertRef:
             "endsAt": self.ends_at_text,
             "generatorURL": self.generator_url,
         }
+
+
+def node_label(labels: Mapping[str, str], order: Iterable[str]) -> tuple[str, str] | None:
+    """The first label of `order` that `labels` has, as (label, value); `instance` loses its port. None: none."""
+    for label in order:
+        value = labels.get(label, "")
+        if value:
+            return label, strip_port(value) if label == "instance" else value
+    return None
+
+
+def strip_port(instance: str) -> str:
+    """`node-1:9100` -> `node-1`; `[::1]:9100` -> `::1`; anything else unchanged."""
+    if instance.startswith("["):
+        end = instance.find("]")
+        return instance[1:end] if end > 0 else instance
+    host, sep, port = instance.rpartition(":")
+    return host if sep and port.isdigit() and ":" not in host else instance

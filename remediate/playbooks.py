@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from remediate.actions.base import ActionRegistry
+from remediate.alertref import node_label
 from remediate.alerts import Alert
 from remediate.durations import format_duration, parse_duration
 from remediate.errors import PlaybookError
@@ -105,11 +106,8 @@ class TargetSpec:
     def resolve(self, alert: Alert) -> str:
         if self.constant is not None:
             return self.constant
-        for label in self.labels:
-            value = alert.labels.get(label, "")
-            if value:
-                return bounded_target(strip_port(value) if label == "instance" else value)
-        return f"alert/{alert.fingerprint}"
+        found = node_label(alert.labels, self.labels)
+        return bounded_target(found[1]) if found else f"alert/{alert.fingerprint}"
 
 
 @dataclass(frozen=True)
@@ -214,15 +212,6 @@ def canonical_label_value(label: str, value: str) -> str:
         return parse_gpu_ref(value).value
     except GpuSelectionError:
         return value
-
-
-def strip_port(instance: str) -> str:
-    """`node-1:9100` -> `node-1`; `[::1]:9100` -> `::1`; anything else unchanged."""
-    if instance.startswith("["):
-        end = instance.find("]")
-        return instance[1:end] if end > 0 else instance
-    host, sep, port = instance.rpartition(":")
-    return host if sep and port.isdigit() and ":" not in host else instance
 
 
 # --------------------------------------------------------------------------- loading
