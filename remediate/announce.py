@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from remediate.actions.base import Action, ActionRegistry, StepContext, step_views
-from remediate.alerts import alert_ref
+from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.errors import RetryableActionError, StoreUnavailable
+from remediate.executor.context import StepContexts
 from remediate.runs import StepRecord
 from remediate.store import Store
 from remediate.store.announcements import AwaitingRun
@@ -158,11 +158,14 @@ class Announcer:
         """Post the run's message to each of its chat steps' webhooks (once each), and record the outcome."""
         errors = []
         sent = 0
+        contexts = StepContexts(stopping=self._stopping)
         for step in _distinct_webhooks(run.steps, self.actions):
             try:
                 action = self.registry.get(step.action)
                 params = action.validate(step.params)
-                self._post(action, params, self._context(run, step))
+                self._post(
+                    action, params, contexts.context(run, step, time.monotonic() + step.timeout, steps=run.steps)
+                )
                 sent += 1
             except Exception as exc:
                 errors.append(f"step {step.idx} {step.name} ({step.action}): {exc}")
@@ -183,21 +186,6 @@ class Announcer:
             except RetryableActionError:  # nothing was sent: trying again cannot send it twice
                 if attempt == self.tries or self._stopping.wait(self.retry_wait * attempt):
                     raise
-
-    @staticmethod
-    def _context(run: AwaitingRun, step: StepRecord) -> StepContext:
-        return StepContext(
-            run_id=run.id,
-            step_index=step.idx,
-            playbook=run.playbook,
-            target=run.target,
-            alert=alert_ref(run.alert_context),
-            deadline=time.monotonic() + step.timeout,
-            mode=run.mode,
-            phase=run.phase,
-            rung=run.rung,
-            steps=step_views(run.steps),
-        )
 
 
 def _distinct_webhooks(steps: tuple[StepRecord, ...], actions: tuple[str, ...]) -> Iterator[StepRecord]:
