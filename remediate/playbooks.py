@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -281,9 +281,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     def fail(field: str, message: str) -> PlaybookError:
         return PlaybookError(message, file=source, playbook=name, field=field)
 
-    unknown = sorted(set(data) - _PLAYBOOK_KEYS)
-    if unknown:
-        raise fail(unknown[0], f"unknown key (known: {', '.join(sorted(_PLAYBOOK_KEYS))})")
+    _refuse_unknown_keys(data, _PLAYBOOK_KEYS, "", fail)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail("description", "must be a string")
@@ -333,6 +331,13 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     )
 
 
+def _refuse_unknown_keys(item: Mapping[str, Any], known: Set[str], where: str, fail: Any) -> None:
+    """A PlaybookError naming the first key of `item` (at `where`) that is not one of `known`."""
+    unknown = sorted(set(item) - known)
+    if unknown:
+        raise fail(f"{where}.{unknown[0]}" if where else unknown[0], f"unknown key (known: {', '.join(sorted(known))})")
+
+
 def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any) -> tuple[Rung, ...]:
     if not isinstance(raw, list) or not raw:
         raise fail("escalate", "must be a list of at least one rung (name, holds_for, steps)")
@@ -341,9 +346,7 @@ def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any) -> tuple[Rung, .
         where = f"escalate[{index}]"
         if not isinstance(item, dict):
             raise fail(where, "a rung must be a mapping with 'name', 'holds_for' and 'steps'")
-        unknown = sorted(set(item) - _RUNG_KEYS)
-        if unknown:
-            raise fail(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_RUNG_KEYS))})")
+        _refuse_unknown_keys(item, _RUNG_KEYS, where, fail)
         name = item.get("name")
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise fail(f"{where}.name", "required; lower-case letters, digits, '.', '_' and '-'")
@@ -409,9 +412,7 @@ def _check_ladder(
 def _parse_match(match: Any, fail: Any) -> tuple[tuple[str, ...], tuple[Matcher, ...]]:
     if not isinstance(match, dict):
         raise fail("match", "required: a mapping with 'alertname' and optional 'labels'")
-    unknown = sorted(set(match) - {"alertname", "labels"})
-    if unknown:
-        raise fail(f"match.{unknown[0]}", "unknown key (known: alertname, labels)")
+    _refuse_unknown_keys(match, {"alertname", "labels"}, "match", fail)
     raw_names = match.get("alertname")
     names = [raw_names] if isinstance(raw_names, str) else raw_names
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
@@ -483,9 +484,7 @@ def _parse_steps(
         where = f"{field}[{index}]"
         if not isinstance(item, dict):
             raise fail(where, "a step must be a mapping with 'action' and 'with'")
-        unknown = sorted(set(item) - _STEP_KEYS)
-        if unknown:
-            raise fail(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_STEP_KEYS))})")
+        _refuse_unknown_keys(item, _STEP_KEYS, where, fail)
         action_name = item.get("action")
         if not isinstance(action_name, str) or action_name not in registry:
             raise fail(f"{where}.action", f"unknown action {action_name!r} (known: {', '.join(registry.names())})")
