@@ -208,18 +208,13 @@ class ReliabilityCollector(Collector):
                 for outcome in ("succeeded", "failed")
             ],
         )
-        yield _gauge(
-            "remediate_report_node_remediations",
-            "Firing runs of the window that acted and finished, by node and outcome",
-            ["node", "outcome"],
-            [([n["node"], outcome], n[outcome]) for n in nodes for outcome in ("succeeded", "failed")],
-        )
-        yield _gauge(
-            "remediate_report_job_remediations",
-            "Firing runs of the window that acted and finished, by training job and outcome",
-            ["job", "outcome"],
-            [([j["job"], outcome], j[outcome]) for j in jobs for outcome in ("succeeded", "failed")],
-        )
+        for scope, rows, what in (("node", nodes, "node"), ("job", jobs, "training job")):
+            yield _gauge(
+                f"remediate_report_{scope}_remediations",
+                f"Firing runs of the window that acted and finished, by {what} and outcome",
+                [scope, "outcome"],
+                [([r[scope], outcome], r[outcome]) for r in rows for outcome in ("succeeded", "failed")],
+            )
         mttr = report.totals["mttr_seconds"]
         yield _gauge(
             "remediate_report_mttr_seconds",
@@ -227,18 +222,13 @@ class ReliabilityCollector(Collector):
             [],
             [([], mttr)] if mttr is not None else [],
         )
-        yield _gauge(
-            "remediate_report_node_mttr_seconds",
-            "Mean time to remediate, by node",
-            ["node"],
-            [([n["node"]], n["mttr_seconds"]) for n in nodes if n["mttr_seconds"] is not None],
-        )
-        yield _gauge(
-            "remediate_report_job_mttr_seconds",
-            "Mean time to remediate, by training job",
-            ["job"],
-            [([j["job"]], j["mttr_seconds"]) for j in jobs if j["mttr_seconds"] is not None],
-        )
+        for scope, rows, what in (("node", nodes, "node"), ("job", jobs, "training job")):
+            yield _gauge(
+                f"remediate_report_{scope}_mttr_seconds",
+                f"Mean time to remediate, by {what}",
+                [scope],
+                [([r[scope]], r["mttr_seconds"]) for r in rows if r["mttr_seconds"] is not None],
+            )
         yield _gauge(
             "remediate_report_node_mtbi_seconds",
             "Mean time between the incidents of a node in the window (nodes with two or more)",
