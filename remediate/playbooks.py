@@ -331,8 +331,11 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     )
 
 
-def _refuse_unknown_keys(item: Mapping[str, Any], known: Set[str], where: str, fail: Any) -> None:
-    """A PlaybookError naming the first key of `item` (at `where`) that is not one of `known`."""
+def _refuse_unknown_keys(item: Any, known: Set[str], where: str, fail: Any, not_mapping: str = "") -> None:
+    """A PlaybookError at `where` when `item` is not a mapping (`not_mapping` says what it must be), or naming
+    its first key that is not one of `known`."""
+    if not isinstance(item, dict):
+        raise fail(where, not_mapping)
     unknown = sorted(set(item) - known)
     if unknown:
         raise fail(f"{where}.{unknown[0]}" if where else unknown[0], f"unknown key (known: {', '.join(sorted(known))})")
@@ -344,9 +347,9 @@ def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any) -> tuple[Rung, .
     rungs: list[Rung] = []
     for index, item in enumerate(raw):
         where = f"escalate[{index}]"
-        if not isinstance(item, dict):
-            raise fail(where, "a rung must be a mapping with 'name', 'holds_for' and 'steps'")
-        _refuse_unknown_keys(item, _RUNG_KEYS, where, fail)
+        _refuse_unknown_keys(
+            item, _RUNG_KEYS, where, fail, "a rung must be a mapping with 'name', 'holds_for' and 'steps'"
+        )
         name = item.get("name")
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise fail(f"{where}.name", "required; lower-case letters, digits, '.', '_' and '-'")
@@ -410,9 +413,9 @@ def _check_ladder(
 
 
 def _parse_match(match: Any, fail: Any) -> tuple[tuple[str, ...], tuple[Matcher, ...]]:
-    if not isinstance(match, dict):
-        raise fail("match", "required: a mapping with 'alertname' and optional 'labels'")
-    _refuse_unknown_keys(match, {"alertname", "labels"}, "match", fail)
+    _refuse_unknown_keys(
+        match, {"alertname", "labels"}, "match", fail, "required: a mapping with 'alertname' and optional 'labels'"
+    )
     raw_names = match.get("alertname")
     names = [raw_names] if isinstance(raw_names, str) else raw_names
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
@@ -482,9 +485,7 @@ def _parse_steps(
     steps = []
     for index, item in enumerate(raw):
         where = f"{field}[{index}]"
-        if not isinstance(item, dict):
-            raise fail(where, "a step must be a mapping with 'action' and 'with'")
-        _refuse_unknown_keys(item, _STEP_KEYS, where, fail)
+        _refuse_unknown_keys(item, _STEP_KEYS, where, fail, "a step must be a mapping with 'action' and 'with'")
         action_name = item.get("action")
         if not isinstance(action_name, str) or action_name not in registry:
             raise fail(f"{where}.action", f"unknown action {action_name!r} (known: {', '.join(registry.names())})")
