@@ -160,12 +160,6 @@ class Playbook:
         values = (canonical_label_value(label, alert.labels.get(label, "")) for label in self.guard_by)
         return bounded_target("/".join([target, *values]))
 
-    def all_steps(self) -> tuple[StepSpec, ...]:
-        """Every step the playbook may run: its steps and on_resolved, and each rung's (checks that must
-        see them all, e.g. that a command or an action is known, iterate this rather than `steps`)."""
-        rungs = tuple(step for rung in self.rungs for step in (*rung.steps, *rung.on_resolved))
-        return (*self.steps, *rungs, *self.on_resolved)
-
     def steps_for(self, status: str) -> tuple[StepSpec, ...]:
         """The steps of a phase; for a ladder's firing phase every rung's (what the breaker looks at)."""
         if status == "firing":

@@ -65,11 +65,8 @@ class KubeConflict(KubeError):
 
 
 class KubeTooManyRequests(KubeError):
-    """The API asks to try later (429): a PodDisruptionBudget blocks an eviction, or throttling."""
-
-    @property
-    def disruption_budget(self) -> bool:
-        return bool(self.status) and "DisruptionBudget" in self.status.cause_reasons()
+    """The API asks to try later (429): a PodDisruptionBudget blocks an eviction (a `DisruptionBudget` cause),
+    or throttling."""
 
 
 class KubeUnavailable(RetryableActionError):
