@@ -36,9 +36,6 @@ class ApiStatus:
     causes: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     retry_after: float | None = None
 
-    def cause_reasons(self) -> list[str]:
-        return [str(c.get("reason", "")) for c in self.causes]
-
 
 class KubeError(ActionError):
     """The Kubernetes API refused the request."""

@@ -31,7 +31,6 @@ CORDONED_BY_RUN = ANNOTATION_PREFIX + "cordoned-by-run"
 CORDONED_FOR_ALERT = ANNOTATION_PREFIX + "cordoned-for-alert"
 CORDONED_AT = ANNOTATION_PREFIX + "cordoned-at"
 TAINTS = ANNOTATION_PREFIX + "taints"
-CORDON_ANNOTATIONS = (CORDONED_BY_RUN, CORDONED_FOR_ALERT, CORDONED_AT)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
