@@ -108,20 +108,6 @@ class Alert:
             "alertname": self.name,
         }
 
-    def ref(self) -> AlertRef:
-        """The alert as a step sees it (StepContext.alert), from the already parsed times."""
-        return AlertRef(
-            alertname=self.name,
-            status=self.status,
-            fingerprint=self.fingerprint,
-            labels=self.labels,
-            annotations=self.annotations,
-            starts_at=self.starts_at.timestamp(),
-            starts_at_text=self.starts_at_raw,
-            ends_at_text=self.ends_at_raw or (format_timestamp(self.ends_at) if self.ends_at is not None else ""),
-            generator_url=self.generator_url,
-        )
-
 
 @dataclass(frozen=True)
 class Notification:
