@@ -8,6 +8,7 @@ Heavy imports (sqlalchemy, requests, the store, the client) happen inside the fu
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -172,6 +173,13 @@ def _open_store(params: dict[str, Any]) -> Any:
     if path is not None and not path.exists():
         _fail(f"no database at {path}: start the server first, or pass --database-url / --server")
     return Store.open(url)
+
+
+def print_json(value: Any, as_json: bool) -> bool:
+    """Print `value` as JSON when --json was given; whether it was (the command then prints nothing else)."""
+    if as_json:
+        click.echo(json.dumps(value, indent=2, default=str))
+    return as_json
 
 
 def _when(timestamp: float) -> str:

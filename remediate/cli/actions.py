@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -12,6 +11,7 @@ from remediate.cli._common import (
     _settings,
     _table,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -31,8 +31,7 @@ def actions(config: Path | None, as_markdown: bool, as_json: bool) -> None:
         click.echo(markdown(registry), nl=False)
         return
     entries = reference(registry)
-    if as_json:
-        click.echo(json.dumps(entries, indent=2, default=str))
+    if print_json(entries, as_json):
         return
     _table(
         [[e["name"], e["where"], ", ".join(p["name"] for p in e["params"]) or "-"] for e in entries],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -15,6 +14,7 @@ from remediate.cli._common import (
     by_option,
     client_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -38,8 +38,7 @@ def _breaker(params: dict[str, Any]) -> Any:
 def breaker_status(as_json: bool, **params: Any) -> None:
     """Show whether the breaker is open, why, and which nodes remediate holds."""
     status = _client(params).breaker_status() if params.get("server") else _breaker(params).status()
-    if as_json:
-        click.echo(json.dumps(status, indent=2))
+    if print_json(status, as_json):
         return
     _print_breaker(status)
 

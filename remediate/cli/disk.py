@@ -3,7 +3,6 @@ would delete."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +13,7 @@ from remediate.cli._common import (
     _settings,
     _table,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -49,8 +49,7 @@ def disk_policies(as_json: bool, **params: Any) -> None:
     settings = _settings(params, cleanup_policies_file=params["cleanup_policies_file"])
     policies = PolicySource(settings.cleanup_policies_file)()
     rows = [p.to_dict() for p in policies]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
+    if print_json(rows, as_json):
         return
     _table(
         [
@@ -90,8 +89,7 @@ def disk_plan(as_json: bool, **params: Any) -> None:
     checked = action.validate({k: v for k, v in step.items() if v is not None})
     ctx = StepContext(run_id=0, step_index=0, playbook="(cli)", target="(local)", alert=AlertRef())
     plan = action.plan(checked, ctx)
-    if as_json:
-        click.echo(json.dumps(plan, indent=2))
+    if print_json(plan, as_json):
         return
     for entry in plan["would_delete"]:
         click.echo(f"delete    {entry['modified']}  {entry['size']:>14}  {entry['path']}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -13,6 +12,7 @@ from remediate.cli._common import (
     _table,
     gpu_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -33,8 +33,7 @@ def gpu_status(as_json: bool, **params: Any) -> None:
 
     settings = _settings(params)
     gpus = open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file).devices()
-    if as_json:
-        click.echo(json.dumps([g.to_dict() for g in gpus], indent=2))
+    if print_json([g.to_dict() for g in gpus], as_json):
         return
     _table(
         [

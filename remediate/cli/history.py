@@ -21,6 +21,7 @@ from remediate.cli._common import (
     client_options,
     common_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 from remediate.errors import ConfigError
@@ -72,8 +73,7 @@ def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         page = history_json(entries, cursor)
-    if as_json:
-        click.echo(json.dumps(page, indent=2))
+    if print_json(page, as_json):
         return
     _table(
         [
@@ -138,8 +138,7 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, batch_size: int, a
         report = store.prune(seconds, now=time.time(), batch_size=batch_size, dry_run=dry_run)
     finally:
         store.close()
-    if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, "older_than_seconds": seconds, **report.counts()}, indent=2))
+    if print_json({"dry_run": dry_run, "older_than_seconds": seconds, **report.counts()}, as_json):
         return
     click.echo(f"{'would delete' if dry_run else 'deleted'} history older than {older_than}:")
     _table([[name, count] for name, count in report.counts().items()], ["TABLE", "ROWS"])
@@ -192,8 +191,7 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
         from remediate.history_api import run_json
 
         detail = run_json(_open_store(params).run_detail(run_id))
-    if as_json:
-        click.echo(json.dumps(detail, indent=2))
+    if print_json(detail, as_json):
         return
     click.echo(
         f"run {detail['id']}: {detail['playbook']} on {detail['target']} ({detail['phase']}, "

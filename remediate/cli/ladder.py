@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -19,6 +18,7 @@ from remediate.cli._common import (
     by_option,
     client_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -63,8 +63,7 @@ def ladder_status(target: str | None, playbook: str | None, as_json: bool, **par
             ladders = _local_json(store.ladders(target=target, playbook=playbook), params)
         finally:
             store.close()
-    if as_json:
-        click.echo(json.dumps({"ladders": ladders}, indent=2))
+    if print_json({"ladders": ladders}, as_json):
         return
     _print(ladders)
 

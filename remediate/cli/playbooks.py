@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from remediate.cli._common import (
     _table,
     common_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -53,8 +53,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
         }
         for p in loaded.playbooks
     ]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
+    if print_json(rows, as_json):
         return
     _table(
         [

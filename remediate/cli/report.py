@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import click
 
-from remediate.cli._common import _client, _open_store, _settings, _table, client_options, handle_errors
+from remediate.cli._common import _client, _open_store, _settings, _table, client_options, handle_errors, print_json
 from remediate.cli._group import main
 from remediate.errors import ConfigError
 
@@ -38,8 +37,7 @@ def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:
             figures = store.report(query).as_json()
         finally:
             store.close()
-    if as_json:
-        click.echo(json.dumps(figures, indent=2))
+    if print_json(figures, as_json):
         return
     print_report(figures)
 
