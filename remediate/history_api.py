@@ -29,17 +29,33 @@ def ladder_json(rung: int | None, reason: str | None) -> dict[str, Any] | None:
     return {"rung": rung, "of": int(found.group(2)), "name": found.group(3), "why": found.group(4)}
 
 
-def _fields(value: Any, names: str) -> dict[str, Any]:
-    """`{name: value.name}` for each of the space-separated `names`, in their order (the API's key order)."""
-    return {name: getattr(value, name) for name in names.split()}
-
-
 def entry_json(entry: HistoryEntry) -> dict[str, Any]:
     run = entry.run
     return {
-        **_fields(entry, "id time alertname fingerprint alert_status playbook target decision reason status run_id"),
+        "id": entry.id,
+        "time": entry.time,
+        "alertname": entry.alertname,
+        "fingerprint": entry.fingerprint,
+        "alert_status": entry.alert_status,
+        "playbook": entry.playbook,
+        "target": entry.target,
+        "decision": entry.decision,
+        "reason": entry.reason,
+        "status": entry.status,
+        "run_id": entry.run_id,
         "rung": None if run is None else run.rung,
-        "run": None if run is None else _fields(run, "id phase mode status started_at finished_at error rung"),
+        "run": None
+        if run is None
+        else {
+            "id": run.id,
+            "phase": run.phase,
+            "mode": run.mode,
+            "status": run.status,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "error": run.error,
+            "rung": run.rung,
+        },
     }
 
 
@@ -50,11 +66,32 @@ def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[s
 
 def _step_json(step: StepDetail) -> dict[str, Any]:
     return {
-        **_fields(step, "index name action where params status plan result error"),
+        "index": step.index,
+        "name": step.name,
+        "action": step.action,
+        "where": step.where,
+        "params": step.params,
+        "status": step.status,
+        "plan": step.plan,
+        "result": step.result,
+        "error": step.error,
         "attempts": [
-            {**_fields(a, "number started_at finished_at outcome error"), "ran_on": a.worker} for a in step.attempts
+            {
+                "number": a.number,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "outcome": a.outcome,
+                "error": a.error,
+                "ran_on": a.worker,
+            }
+            for a in step.attempts
         ],
-        **_fields(step, "timeout retries always continue_on_error started_at finished_at"),
+        "timeout": step.timeout,
+        "retries": step.retries,
+        "always": step.always,
+        "continue_on_error": step.continue_on_error,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
     }
 
 
@@ -69,17 +106,34 @@ def run_json(run: RunDetail) -> dict[str, Any]:
     """The body of GET /runs/<id> (and of an approval's answer)."""
     alert = run.alert
     return {
-        **_fields(
-            run,
-            "id playbook alertname target phase mode status created_at started_at finished_at approved_by approved_at "
-            "announced_at announce_error error rerunnable superseded_by",
-        ),
+        "id": run.id,
+        "playbook": run.playbook,
+        "alertname": run.alertname,
+        "target": run.target,
+        "phase": run.phase,
+        "mode": run.mode,
+        "status": run.status,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "approved_by": run.approved_by,
+        "approved_at": run.approved_at,
+        "announced_at": run.announced_at,
+        "announce_error": run.announce_error,
+        "error": run.error,
+        "rerunnable": run.rerunnable,
+        "superseded_by": run.superseded_by,
         "ran_on": ran_on(run),
         "rung": run.rung,
         "ladder": ladder_json(run.rung, run.decision.reason if run.decision else None),
-        "decision": None if run.decision is None else _fields(run.decision, "decision reason"),
+        "decision": None
+        if run.decision is None
+        else {"decision": run.decision.decision, "reason": run.decision.reason},
         "alert": {
-            **_fields(alert, "id notification_id fingerprint status"),
+            "id": alert.id,
+            "notification_id": alert.notification_id,
+            "fingerprint": alert.fingerprint,
+            "status": alert.status,
             "startsAt": alert.starts_at,
             "endsAt": alert.ends_at,
             "labels": alert.labels,
@@ -94,9 +148,18 @@ def ladder_state_json(state: LadderState, rungs: Sequence[str] | None = None) ->
     """One ladder of GET /ladders: where it stands (rung 0: reset by a person) and the rungs it climbed since
     its last reset. `rungs`: the names of the playbook's rungs as loaded now, when known (`of`, `name`)."""
     return {
-        **_fields(state, "playbook guard_key target rung"),
+        "playbook": state.playbook,
+        "guard_key": state.guard_key,
+        "target": state.target,
+        "rung": state.rung,
         "of": len(rungs) if rungs is not None else None,
         "name": rungs[state.rung - 1] if rungs is not None and 0 < state.rung <= len(rungs) else None,
-        **_fields(state, "reason run_id fingerprint starts_at climbed_at resolved_at updated_at"),
+        "reason": state.reason,
+        "run_id": state.run_id,
+        "fingerprint": state.fingerprint,
+        "starts_at": state.starts_at,
+        "climbed_at": state.climbed_at,
+        "resolved_at": state.resolved_at,
+        "updated_at": state.updated_at,
         "climb": [dict(step) for step in state.climb],
     }
