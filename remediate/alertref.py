@@ -8,7 +8,10 @@ run build the value with `remediate.alerts.alert_ref`, which parses startsAt onc
 On the wire (the agent's step request) and in templates the alert is the mapping `as_mapping` returns:
 the AlertManager spelling (startsAt, endsAt, generatorURL), unchanged from before the value existed.
 
-Pure: this module imports nothing of remediate, so actions, runners and intake can all use it.
+`node_label` reads the node an alert names (its first label of an order; `instance` without its port): the
+playbook's target and the node of a k8s.* step are both found this way.
+
+Pure: this module imports nothing of remediate, so actions, runners, kube and intake can all use it.
 """
 
 from __future__ import annotations
