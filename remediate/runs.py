@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
@@ -271,18 +271,6 @@ class LadderState:
         )
 
     def row(self) -> dict[str, Any]:
-        """The `ladders` row of this state."""
-        return {
-            "playbook": self.playbook,
-            "guard_key": self.guard_key,
-            "target": self.target,
-            "rung": self.rung,
-            "run_id": self.run_id,
-            "fingerprint": self.fingerprint,
-            "starts_at": self.starts_at,
-            "climbed_at": self.climbed_at,
-            "resolved_at": self.resolved_at,
-            "reason": self.reason,
-            "climb": json.dumps(list(self.climb), sort_keys=True),
-            "updated_at": self.updated_at,
-        }
+        """The `ladders` row of this state: a column per field, `climb` as JSON."""
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**row, "climb": json.dumps(list(self.climb), sort_keys=True)}
