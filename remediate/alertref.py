@@ -8,12 +8,15 @@ run build the value with `remediate.alerts.alert_ref`, which parses startsAt onc
 On the wire (the agent's step request) and in templates the alert is the mapping `as_mapping` returns:
 the AlertManager spelling (startsAt, endsAt, generatorURL), unchanged from before the value existed.
 
-Pure: this module imports nothing of remediate, so actions, runners and intake can all use it.
+`node_label` reads the node an alert names (its first label of an order; `instance` without its port): the
+playbook's target and the node of a k8s.* step are both found this way.
+
+Pure: this module imports nothing of remediate, so actions, runners, kube and intake can all use it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -53,3 +56,21 @@ class AlertRef:
             "endsAt": self.ends_at_text,
             "generatorURL": self.generator_url,
         }
+
+
+def node_label(labels: Mapping[str, str], order: Iterable[str]) -> tuple[str, str] | None:
+    """The first label of `order` that `labels` has, as (label, value); `instance` loses its port. None: none."""
+    for label in order:
+        value = labels.get(label, "")
+        if value:
+            return label, strip_port(value) if label == "instance" else value
+    return None
+
+
+def strip_port(instance: str) -> str:
+    """`node-1:9100` -> `node-1`; `[::1]:9100` -> `::1`; anything else unchanged."""
+    if instance.startswith("["):
+        end = instance.find("]")
+        return instance[1:end] if end > 0 else instance
+    host, sep, port = instance.rpartition(":")
+    return host if sep and port.isdigit() and ":" not in host else instance

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
-from typing import Final, TypedDict
+from typing import Final
 
 from remediate.alertref import AlertRef
 from remediate.errors import PayloadError
@@ -64,33 +64,6 @@ _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 # Long keys and values are cut short in error messages: they go back in the HTTP response.
 _SHOW_LIMIT: Final = 64
-
-
-class RawAlert(TypedDict, total=False):
-    """One alert as AlertManager sends it (before validation)."""
-
-    status: str
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    startsAt: str
-    endsAt: str
-    generatorURL: str
-    fingerprint: str
-
-
-class RawNotification(TypedDict, total=False):
-    """A webhook body as AlertManager sends it (before validation)."""
-
-    version: str
-    groupKey: str
-    truncatedAlerts: int
-    status: str
-    receiver: str
-    groupLabels: dict[str, str]
-    commonLabels: dict[str, str]
-    commonAnnotations: dict[str, str]
-    externalURL: str
-    alerts: list[RawAlert]
 
 
 @dataclass(frozen=True)
@@ -134,20 +107,6 @@ class Alert:
             "generatorURL": self.generator_url,
             "alertname": self.name,
         }
-
-    def ref(self) -> AlertRef:
-        """The alert as a step sees it (StepContext.alert), from the already parsed times."""
-        return AlertRef(
-            alertname=self.name,
-            status=self.status,
-            fingerprint=self.fingerprint,
-            labels=self.labels,
-            annotations=self.annotations,
-            starts_at=self.starts_at.timestamp(),
-            starts_at_text=self.starts_at_raw,
-            ends_at_text=self.ends_at_raw or (format_timestamp(self.ends_at) if self.ends_at is not None else ""),
-            generator_url=self.generator_url,
-        )
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from remediate.actions.base import Action, ActionRegistry, StepContext, step_views
-from remediate.alerts import alert_ref
+from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.errors import RetryableActionError, StoreUnavailable
+from remediate.executor.context import StepContexts
 from remediate.runs import StepRecord
 from remediate.store import Store
 from remediate.store.announcements import AwaitingRun
@@ -68,34 +69,27 @@ def announcing_actions(registry: ActionRegistry) -> tuple[str, ...]:
     )
 
 
+@dataclass(eq=False)
 class Announcer:
     """Sends the message of each run that starts awaiting approval (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        registry: ActionRegistry,
-        poll_interval: float = 1.0,
-        clock: Callable[[], float] = time.time,
-        on_outcome: Callable[[str], None] | None = None,
-        tries: int = 3,
-        retry_wait: float = 1.0,
-        min_look_gap: float = MIN_LOOK_GAP_S,
-    ) -> None:
-        self.store = store
-        self.registry = registry
-        self.actions = announcing_actions(registry)
-        self.poll_interval = poll_interval
-        self.clock = clock
-        self.on_outcome = on_outcome if on_outcome is not None else (lambda outcome: None)
-        self.tries = tries
-        """POSTs of one message at most, the later ones only after a try that provably sent nothing."""
-        self.retry_wait = retry_wait
-        self.min_look_gap = min_look_gap
-        self._woken = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+    _: KW_ONLY
+    store: Store
+    registry: ActionRegistry
+    poll_interval: float = 1.0
+    clock: Callable[[], float] = time.time
+    on_outcome: Callable[[str], None] = lambda outcome: None
+    tries: int = 3
+    """POSTs of one message at most, the later ones only after a try that provably sent nothing."""
+    retry_wait: float = 1.0
+    min_look_gap: float = MIN_LOOK_GAP_S
+    actions: tuple[str, ...] = field(init=False)
+    _woken: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.actions = announcing_actions(self.registry)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -158,11 +152,14 @@ class Announcer:
         """Post the run's message to each of its chat steps' webhooks (once each), and record the outcome."""
         errors = []
         sent = 0
+        contexts = StepContexts(stopping=self._stopping)
         for step in _distinct_webhooks(run.steps, self.actions):
             try:
                 action = self.registry.get(step.action)
                 params = action.validate(step.params)
-                self._post(action, params, self._context(run, step))
+                self._post(
+                    action, params, contexts.context(run, step, time.monotonic() + step.timeout, steps=run.steps)
+                )
                 sent += 1
             except Exception as exc:
                 errors.append(f"step {step.idx} {step.name} ({step.action}): {exc}")
@@ -183,21 +180,6 @@ class Announcer:
             except RetryableActionError:  # nothing was sent: trying again cannot send it twice
                 if attempt == self.tries or self._stopping.wait(self.retry_wait * attempt):
                     raise
-
-    @staticmethod
-    def _context(run: AwaitingRun, step: StepRecord) -> StepContext:
-        return StepContext(
-            run_id=run.id,
-            step_index=step.idx,
-            playbook=run.playbook,
-            target=run.target,
-            alert=alert_ref(run.alert_context),
-            deadline=time.monotonic() + step.timeout,
-            mode=run.mode,
-            phase=run.phase,
-            rung=run.rung,
-            steps=step_views(run.steps),
-        )
 
 
 def _distinct_webhooks(steps: tuple[StepRecord, ...], actions: tuple[str, ...]) -> Iterator[StepRecord]:

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -181,19 +181,15 @@ def open_reason(state: BreakerState) -> str:
     return f"breaker open{since}: {state.reason or 'tripped'}; reset it with `remediate breaker reset`"
 
 
+@dataclass(eq=False)
 class CircuitBreaker:
-    def __init__(
-        self,
-        write: LedgerFactory,
-        read: LedgerFactory | None = None,
-        *,
-        limits: BreakerLimits | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._write = write
-        self._read = read or write
-        self.limits = limits or BreakerLimits()
-        self.clock = clock
+    write: LedgerFactory
+    """A write transaction on the ledger (claims, releases, trips and resets)."""
+    read: LedgerFactory | None = None
+    """A read of the ledger (status); None: `write`'s."""
+    _: KW_ONLY
+    limits: BreakerLimits = field(default_factory=BreakerLimits)
+    clock: Callable[[], float] = time.time
 
     # ------------------------------------------------------------------ claims
 
@@ -214,7 +210,7 @@ class CircuitBreaker:
         now = self.clock()
         limits = self.limits
         refusal: ActionError | None = None
-        with self._write() as ledger:
+        with self.write() as ledger:
             state = replace(BreakerState.from_dict(ledger.state()), cluster_nodes=cluster_nodes)
             if is_stale(alert_started_at, state, now, limits.stale_horizon):
                 assert alert_started_at is not None
@@ -275,19 +271,19 @@ class CircuitBreaker:
 
     def release(self, node: str, *, run_id: int, reason: str = "") -> int:
         """The node no longer carries any change of remediate: it stops counting as held. Never refused."""
-        with self._write() as ledger:
+        with self.write() as ledger:
             return ledger.release(node, now=self.clock(), reason=reason or f"undone by run {run_id}")
 
     # ------------------------------------------------------------------ operator
 
     def state(self) -> BreakerState:
-        with self._read() as ledger:
+        with (self.read or self.write)() as ledger:
             return BreakerState.from_dict(ledger.state())
 
     def status(self, cluster_nodes: int | None = None) -> dict[str, Any]:
         """Everything an operator needs to decide on a reset. Reads only."""
         now = self.clock()
-        with self._read() as ledger:
+        with (self.read or self.write)() as ledger:
             state = BreakerState.from_dict(ledger.state())
             held = {c.node for c in ledger.open_claims()}
             recent = {c.node for c in ledger.claims_since(_window_start(state, now, self.limits.window))}
@@ -299,7 +295,7 @@ class CircuitBreaker:
         false): a reset moves the stale horizon and the cap's window start, so resetting a closed breaker
         would silently turn older alerts stale."""
         now = self.clock()
-        with self._write() as ledger:
+        with self.write() as ledger:
             state = BreakerState.from_dict(ledger.state())
             was_open = state.open
             if was_open:
@@ -395,8 +391,7 @@ class MemoryLedger:
 
 
 def memory_breaker(limits: BreakerLimits | None = None, clock: Callable[[], float] = time.time) -> CircuitBreaker:
-    ledger = MemoryLedger()
-    return CircuitBreaker(ledger.transaction, limits=limits, clock=clock)
+    return CircuitBreaker(MemoryLedger().transaction, limits=limits or BreakerLimits(), clock=clock)
 
 
 def _window_start(state: BreakerState, now: float, window: float) -> float:

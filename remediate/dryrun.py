@@ -12,7 +12,7 @@ from typing import Any
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext, StepView
-from remediate.alerts import Notification, parse_notification
+from remediate.alerts import Notification, alert_ref, parse_notification
 from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
 from remediate.config import Settings
 from remediate.engine import Engine, Judged
@@ -102,7 +102,7 @@ def _report(
                     step_index=step_index,
                     playbook=ev.playbook.name,
                     target=ev.target,
-                    alert=alert.ref(),
+                    alert=alert_ref(alert.template_context()),
                     memory=memory,
                     breaker=breaker,
                     steps=views,

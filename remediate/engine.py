@@ -35,7 +35,7 @@ from remediate.judging import (
 )
 from remediate.ladder import climbed
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
-from remediate.runs import Decision, LadderState, RunStatus, decision_row, queue_priority, run_row, step_rows
+from remediate.runs import Decision, LadderState, RunStatus, StepStatus
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
 from remediate.store.ladders import guard_lock_name
 from remediate.templating import render_params, render_session
@@ -348,6 +348,108 @@ def _write_ladders(w: IngestWriter, judged: Sequence[Judged], run_ids: Mapping[i
             continue
         w.save_ladder(state)
         written[key] = state
+
+
+# ------------------------------------------------------------------ the rows of a judged notification
+
+
+def initial_status(accepted: bool, awaits_approval: bool) -> RunStatus:
+    """A new run's status: rejected runs end at once, approve-mode firing runs wait for a person."""
+    if not accepted:
+        return RunStatus.REJECTED
+    return RunStatus.AWAITING_APPROVAL if awaits_approval else RunStatus.QUEUED
+
+
+def queue_priority(alert_count: int) -> int:
+    """The queue priority of the runs of a notification of `alert_count` alerts: lower is claimed first.
+
+    One per order of magnitude (1-9 alerts: 0, 10-99: 1, 100-999: 2, 1,000 and more: 3), so a fresh
+    alert's run is claimed before the backlog of a storm, and runs of similar notifications keep their
+    arrival order (ties go by run id).
+    """
+    return min(3, len(str(max(1, alert_count))) - 1)
+
+
+def run_row(judged: Judged, alert_id: int, now: float, *, priority: int = 0) -> dict[str, Any]:
+    """The runs row of a judged pair that creates a run (accepted or rejected); `priority`: queue_priority."""
+    ev = judged.evaluation
+    if ev is None:
+        raise ValueError("an alert no playbook matched creates no run")
+    accepted = judged.verdict.accepted
+    status = initial_status(accepted, ev.awaits_approval)
+    return {
+        "dedupe_key": ev.dedupe_key,
+        "playbook": ev.playbook.name,
+        "alertname": ev.alert.name,
+        "target": ev.target,
+        "guard_key": ev.guard_key,
+        "phase": ev.phase,
+        "mode": ev.mode.value,
+        "status": status,
+        "alert_id": alert_id,
+        "after_run_id": judged.firing_run[0] if judged.firing_run else None,
+        "created_at": now,
+        "updated_at": now,
+        "finished_at": now if status is RunStatus.REJECTED else None,
+        "error": None if accepted else judged.verdict.reason,
+        "rung": judged.rung,
+        "priority": priority,
+    }
+
+
+def step_rows(run_id: int, ev: Evaluation | None, params_json: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """The steps rows of a new run, all pending; none when its params did not render.
+
+    `params_json`: the JSON of the steps already written in this transaction, by id() of their rendered
+    step (the alerts of a notification whose templates read the same values share one, Engine._render)."""
+    if ev is None or ev.error is not None:
+        return []
+    return [
+        {
+            "run_id": run_id,
+            "idx": index,
+            "name": step.spec.name,
+            "action": step.spec.action,
+            "where": step.where,
+            "params": _params_json(step, params_json),
+            "timeout": step.timeout,
+            "retries": step.spec.retries,
+            "always": step.spec.always,
+            "continue_on_error": step.spec.continue_on_error,
+            "status": StepStatus.PENDING,
+        }
+        for index, step in enumerate(ev.steps)
+    ]
+
+
+def _params_json(step: RenderedStep, known: dict[int, str] | None) -> str:
+    if known is None:
+        return json.dumps(step.params, sort_keys=True, default=str)
+    # Keyed by id(): the rendered steps stay alive (held by their evaluations) while `known` is used.
+    text = known.get(id(step))
+    if text is None:
+        text = known[id(step)] = json.dumps(step.params, sort_keys=True, default=str)
+    return text
+
+
+def decision_row(
+    notification_id: int, alert_id: int, judged: Judged, run_id: int | None, run_status: str | None, now: float
+) -> dict[str, Any]:
+    """The decisions row of every judged pair: its status is its run's, or the decision when no run was made."""
+    return {
+        "created_at": now,
+        "notification_id": notification_id,
+        "alert_id": alert_id,
+        "alertname": judged.alert.name,
+        "fingerprint": judged.alert.fingerprint,
+        "alert_status": judged.alert.status,
+        "playbook": judged.playbook_name,
+        "target": judged.target,
+        "decision": judged.verdict.decision.value,
+        "reason": judged.verdict.reason,
+        "status": run_status or judged.verdict.decision.value,
+        "run_id": run_id,
+    }
 
 
 def _guard_names(evaluations: Sequence[AlertEvaluations]) -> list[str]:

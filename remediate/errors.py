@@ -60,13 +60,10 @@ class PlaybookError(RemediateError):
     """A playbook is not valid."""
 
     def __init__(self, message: str, *, file: str = "", playbook: str = "", field: str = "") -> None:
-        self.file = file
-        self.playbook = playbook
-        self.field = field
+        self.file, self.playbook, self.field = file, playbook, field
         super().__init__(
-            located(message, f"file {file}" if file else "", f"playbook {playbook!r}" if playbook else "",
-                    f"field {field}" if field else "")
-        )  # fmt: skip
+            located(message, file and f"file {file}", playbook and f"playbook {playbook!r}", field and f"field {field}")
+        )
 
 
 class ParamsError(RemediateError):

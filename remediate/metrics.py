@@ -13,7 +13,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
@@ -113,12 +114,12 @@ class Metrics(ExecutorMetrics):
         self.approval_announcements.labels(outcome).inc()
 
 
+@dataclass(eq=False)
 class StoreCollector(Collector):
     """Gauges read from the store at scrape time."""
 
-    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
-        self.store = store
-        self.clock = clock
+    store: Store
+    clock: Callable[[], float] = time.time
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily("remediate_queue_depth", "Runs not finished, by status", labels=["status"])
@@ -140,6 +141,7 @@ class StoreCollector(Collector):
         yield is_open
 
 
+@dataclass(eq=False)
 class ReliabilityCollector(Collector):
     """The reliability report's figures (remediate.store.report) as gauges: `remediate_report_*`.
 
@@ -148,22 +150,14 @@ class ReliabilityCollector(Collector):
     a large history costs one indexed read a minute, not one per scrape. Built once per process.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        window: float,
-        max_age: float,
-        job_labels: Sequence[str],
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.store = store
-        self.window = window
-        self.max_age = max_age
-        self.job_labels = tuple(job_labels)
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._cached: tuple[float, Report] | None = None
+    store: Store
+    _: KW_ONLY
+    window: float
+    max_age: float
+    job_labels: tuple[str, ...]
+    clock: Callable[[], float] = time.time
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _cached: tuple[float, Report] | None = field(default=None, init=False, repr=False)
 
     def report(self) -> tuple[float, Report]:
         """(when it was computed, the report): the cached one while younger than max_age."""
@@ -208,18 +202,13 @@ class ReliabilityCollector(Collector):
                 for outcome in ("succeeded", "failed")
             ],
         )
-        yield _gauge(
-            "remediate_report_node_remediations",
-            "Firing runs of the window that acted and finished, by node and outcome",
-            ["node", "outcome"],
-            [([n["node"], outcome], n[outcome]) for n in nodes for outcome in ("succeeded", "failed")],
-        )
-        yield _gauge(
-            "remediate_report_job_remediations",
-            "Firing runs of the window that acted and finished, by training job and outcome",
-            ["job", "outcome"],
-            [([j["job"], outcome], j[outcome]) for j in jobs for outcome in ("succeeded", "failed")],
-        )
+        for scope, rows, what in (("node", nodes, "node"), ("job", jobs, "training job")):
+            yield _gauge(
+                f"remediate_report_{scope}_remediations",
+                f"Firing runs of the window that acted and finished, by {what} and outcome",
+                [scope, "outcome"],
+                [([r[scope], outcome], r[outcome]) for r in rows for outcome in ("succeeded", "failed")],
+            )
         mttr = report.totals["mttr_seconds"]
         yield _gauge(
             "remediate_report_mttr_seconds",
@@ -227,18 +216,13 @@ class ReliabilityCollector(Collector):
             [],
             [([], mttr)] if mttr is not None else [],
         )
-        yield _gauge(
-            "remediate_report_node_mttr_seconds",
-            "Mean time to remediate, by node",
-            ["node"],
-            [([n["node"]], n["mttr_seconds"]) for n in nodes if n["mttr_seconds"] is not None],
-        )
-        yield _gauge(
-            "remediate_report_job_mttr_seconds",
-            "Mean time to remediate, by training job",
-            ["job"],
-            [([j["job"]], j["mttr_seconds"]) for j in jobs if j["mttr_seconds"] is not None],
-        )
+        for scope, rows, what in (("node", nodes, "node"), ("job", jobs, "training job")):
+            yield _gauge(
+                f"remediate_report_{scope}_mttr_seconds",
+                f"Mean time to remediate, by {what}",
+                [scope],
+                [([r[scope]], r["mttr_seconds"]) for r in rows if r["mttr_seconds"] is not None],
+            )
         yield _gauge(
             "remediate_report_node_mtbi_seconds",
             "Mean time between the incidents of a node in the window (nodes with two or more)",
@@ -286,11 +270,11 @@ def exposition(
     return generate_latest(registry) + generate_latest(extra)
 
 
+@dataclass(eq=False)
 class ExecutorBeatCollector(Collector):
     """The age of the executor process's last heartbeat (remediate.beat), read at scrape time."""
 
-    def __init__(self, beat: ExecutorBeat) -> None:
-        self.beat = beat
+    beat: ExecutorBeat
 
     def collect(self) -> Iterator[Metric]:
         age = self.beat.age()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from remediate.actions.base import ActionRegistry
+from remediate.alertref import node_label
 from remediate.alerts import Alert
 from remediate.durations import format_duration, parse_duration
 from remediate.errors import PlaybookError
@@ -105,11 +106,8 @@ class TargetSpec:
     def resolve(self, alert: Alert) -> str:
         if self.constant is not None:
             return self.constant
-        for label in self.labels:
-            value = alert.labels.get(label, "")
-            if value:
-                return bounded_target(strip_port(value) if label == "instance" else value)
-        return f"alert/{alert.fingerprint}"
+        found = node_label(alert.labels, self.labels)
+        return bounded_target(found[1]) if found else f"alert/{alert.fingerprint}"
 
 
 @dataclass(frozen=True)
@@ -162,12 +160,6 @@ class Playbook:
         values = (canonical_label_value(label, alert.labels.get(label, "")) for label in self.guard_by)
         return bounded_target("/".join([target, *values]))
 
-    def all_steps(self) -> tuple[StepSpec, ...]:
-        """Every step the playbook may run: its steps and on_resolved, and each rung's (checks that must
-        see them all, e.g. that a command or an action is known, iterate this rather than `steps`)."""
-        rungs = tuple(step for rung in self.rungs for step in (*rung.steps, *rung.on_resolved))
-        return (*self.steps, *rungs, *self.on_resolved)
-
     def steps_for(self, status: str) -> tuple[StepSpec, ...]:
         """The steps of a phase; for a ladder's firing phase every rung's (what the breaker looks at)."""
         if status == "firing":
@@ -214,15 +206,6 @@ def canonical_label_value(label: str, value: str) -> str:
         return parse_gpu_ref(value).value
     except GpuSelectionError:
         return value
-
-
-def strip_port(instance: str) -> str:
-    """`node-1:9100` -> `node-1`; `[::1]:9100` -> `::1`; anything else unchanged."""
-    if instance.startswith("["):
-        end = instance.find("]")
-        return instance[1:end] if end > 0 else instance
-    host, sep, port = instance.rpartition(":")
-    return host if sep and port.isdigit() and ":" not in host else instance
 
 
 # --------------------------------------------------------------------------- loading
@@ -292,9 +275,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     def fail(field: str, message: str) -> PlaybookError:
         return PlaybookError(message, file=source, playbook=name, field=field)
 
-    unknown = sorted(set(data) - _PLAYBOOK_KEYS)
-    if unknown:
-        raise fail(unknown[0], f"unknown key (known: {', '.join(sorted(_PLAYBOOK_KEYS))})")
+    _refuse_unknown_keys(data, _PLAYBOOK_KEYS, "", fail)
     description = data.get("description", "")
     if not isinstance(description, str):
         raise fail("description", "must be a string")
@@ -344,17 +325,25 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     )
 
 
+def _refuse_unknown_keys(item: Any, known: Set[str], where: str, fail: Any, not_mapping: str = "") -> None:
+    """A PlaybookError at `where` when `item` is not a mapping (`not_mapping` says what it must be), or naming
+    its first key that is not one of `known`."""
+    if not isinstance(item, dict):
+        raise fail(where, not_mapping)
+    unknown = sorted(set(item) - known)
+    if unknown:
+        raise fail(f"{where}.{unknown[0]}" if where else unknown[0], f"unknown key (known: {', '.join(sorted(known))})")
+
+
 def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any) -> tuple[Rung, ...]:
     if not isinstance(raw, list) or not raw:
         raise fail("escalate", "must be a list of at least one rung (name, holds_for, steps)")
     rungs: list[Rung] = []
     for index, item in enumerate(raw):
         where = f"escalate[{index}]"
-        if not isinstance(item, dict):
-            raise fail(where, "a rung must be a mapping with 'name', 'holds_for' and 'steps'")
-        unknown = sorted(set(item) - _RUNG_KEYS)
-        if unknown:
-            raise fail(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_RUNG_KEYS))})")
+        _refuse_unknown_keys(
+            item, _RUNG_KEYS, where, fail, "a rung must be a mapping with 'name', 'holds_for' and 'steps'"
+        )
         name = item.get("name")
         if not isinstance(name, str) or not NAME_PATTERN.match(name):
             raise fail(f"{where}.name", "required; lower-case letters, digits, '.', '_' and '-'")
@@ -418,11 +407,9 @@ def _check_ladder(
 
 
 def _parse_match(match: Any, fail: Any) -> tuple[tuple[str, ...], tuple[Matcher, ...]]:
-    if not isinstance(match, dict):
-        raise fail("match", "required: a mapping with 'alertname' and optional 'labels'")
-    unknown = sorted(set(match) - {"alertname", "labels"})
-    if unknown:
-        raise fail(f"match.{unknown[0]}", "unknown key (known: alertname, labels)")
+    _refuse_unknown_keys(
+        match, {"alertname", "labels"}, "match", fail, "required: a mapping with 'alertname' and optional 'labels'"
+    )
     raw_names = match.get("alertname")
     names = [raw_names] if isinstance(raw_names, str) else raw_names
     if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
@@ -492,11 +479,7 @@ def _parse_steps(
     steps = []
     for index, item in enumerate(raw):
         where = f"{field}[{index}]"
-        if not isinstance(item, dict):
-            raise fail(where, "a step must be a mapping with 'action' and 'with'")
-        unknown = sorted(set(item) - _STEP_KEYS)
-        if unknown:
-            raise fail(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_STEP_KEYS))})")
+        _refuse_unknown_keys(item, _STEP_KEYS, where, fail, "a step must be a mapping with 'action' and 'with'")
         action_name = item.get("action")
         if not isinstance(action_name, str) or action_name not in registry:
             raise fail(f"{where}.action", f"unknown action {action_name!r} (known: {', '.join(registry.names())})")

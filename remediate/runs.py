@@ -2,10 +2,10 @@
 
 A run is one accepted (or rejected) (alert, playbook) pair; its steps are the playbook's rendered
 steps for the alert's phase; each step is tried in attempts. The store keeps them, the engine builds
-them (`run_row`, `step_rows`, `decision_row`: pure, from the guards' verdict), the executor moves
-them along. Every status is one of the enums below: no other module spells a status as a bare
-string (tests/unit/test_runs.py checks). They are StrEnums, so they equal the strings stored in the
-database and written in the HTTP API.
+their rows (remediate.engine.run_row, step_rows, decision_row), the executor moves them along. Every
+status is one of the enums below: no other module spells a status as a bare string
+(tests/unit/test_runs.py checks). They are StrEnums, so they equal the strings stored in the database
+and written in the HTTP API.
 
 Pure: this module imports nothing of remediate, so the store, the guards and the engine can all use it.
 """
@@ -13,10 +13,10 @@ Pure: this module imports nothing of remediate, so the store, the guards and the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any
 
 
 class RunStatus(StrEnum):
@@ -271,210 +271,6 @@ class LadderState:
         )
 
     def row(self) -> dict[str, Any]:
-        """The `ladders` row of this state."""
-        return {
-            "playbook": self.playbook,
-            "guard_key": self.guard_key,
-            "target": self.target,
-            "rung": self.rung,
-            "run_id": self.run_id,
-            "fingerprint": self.fingerprint,
-            "starts_at": self.starts_at,
-            "climbed_at": self.climbed_at,
-            "resolved_at": self.resolved_at,
-            "reason": self.reason,
-            "climb": json.dumps(list(self.climb), sort_keys=True),
-            "updated_at": self.updated_at,
-        }
-
-
-# ------------------------------------------------------------------ building a run from a verdict
-# The engine's values, as far as a run needs them (Protocols: this module imports no engine).
-
-
-class _Alert(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def fingerprint(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-
-
-class _Named(Protocol):
-    @property
-    def name(self) -> str: ...
-
-
-class _StepSpec(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def action(self) -> str: ...
-    @property
-    def retries(self) -> int: ...
-    @property
-    def always(self) -> bool: ...
-    @property
-    def continue_on_error(self) -> bool: ...
-
-
-class _RenderedStep(Protocol):
-    @property
-    def spec(self) -> _StepSpec: ...
-    @property
-    def where(self) -> str: ...
-    @property
-    def params(self) -> Mapping[str, Any]: ...
-    @property
-    def timeout(self) -> float: ...
-
-
-class _Evaluation(Protocol):
-    @property
-    def alert(self) -> _Alert: ...
-    @property
-    def playbook(self) -> _Named: ...
-    @property
-    def phase(self) -> str: ...
-    @property
-    def target(self) -> str: ...
-    @property
-    def guard_key(self) -> str: ...
-    @property
-    def mode(self) -> StrEnum: ...
-    @property
-    def dedupe_key(self) -> str: ...
-    @property
-    def steps(self) -> Sequence[_RenderedStep]: ...
-    @property
-    def error(self) -> str | None: ...
-    @property
-    def awaits_approval(self) -> bool: ...
-
-
-class _Verdict(Protocol):
-    @property
-    def decision(self) -> Decision: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def accepted(self) -> bool: ...
-
-
-class Judged(Protocol):
-    """One (alert, playbook) pair with the guards' verdict (remediate.engine.Judged)."""
-
-    @property
-    def alert(self) -> _Alert: ...
-    @property
-    def evaluation(self) -> _Evaluation | None: ...
-    @property
-    def verdict(self) -> _Verdict: ...
-    @property
-    def firing_run(self) -> tuple[int, str] | None: ...
-    @property
-    def playbook_name(self) -> str | None: ...
-    @property
-    def target(self) -> str | None: ...
-    @property
-    def rung(self) -> int | None: ...
-
-
-def initial_status(accepted: bool, awaits_approval: bool) -> RunStatus:
-    """A new run's status: rejected runs end at once, approve-mode firing runs wait for a person."""
-    if not accepted:
-        return RunStatus.REJECTED
-    return RunStatus.AWAITING_APPROVAL if awaits_approval else RunStatus.QUEUED
-
-
-def queue_priority(alert_count: int) -> int:
-    """The queue priority of the runs of a notification of `alert_count` alerts: lower is claimed first.
-
-    One per order of magnitude (1-9 alerts: 0, 10-99: 1, 100-999: 2, 1,000 and more: 3), so a fresh
-    alert's run is claimed before the backlog of a storm, and runs of similar notifications keep their
-    arrival order (ties go by run id).
-    """
-    return min(3, len(str(max(1, alert_count))) - 1)
-
-
-def run_row(judged: Judged, alert_id: int, now: float, *, priority: int = 0) -> dict[str, Any]:
-    """The runs row of a judged pair that creates a run (accepted or rejected); `priority`: queue_priority."""
-    ev = judged.evaluation
-    if ev is None:
-        raise ValueError("an alert no playbook matched creates no run")
-    accepted = judged.verdict.accepted
-    status = initial_status(accepted, ev.awaits_approval)
-    return {
-        "dedupe_key": ev.dedupe_key,
-        "playbook": ev.playbook.name,
-        "alertname": ev.alert.name,
-        "target": ev.target,
-        "guard_key": ev.guard_key,
-        "phase": ev.phase,
-        "mode": ev.mode.value,
-        "status": status,
-        "alert_id": alert_id,
-        "after_run_id": judged.firing_run[0] if judged.firing_run else None,
-        "created_at": now,
-        "updated_at": now,
-        "finished_at": now if status is RunStatus.REJECTED else None,
-        "error": None if accepted else judged.verdict.reason,
-        "rung": judged.rung,
-        "priority": priority,
-    }
-
-
-def step_rows(run_id: int, ev: _Evaluation | None, params_json: dict[int, str] | None = None) -> list[dict[str, Any]]:
-    """The steps rows of a new run, all pending; none when its params did not render.
-
-    `params_json`: the JSON of the steps already written in this transaction, by id() of their rendered
-    step (the alerts of a notification whose templates read the same values share one, Engine._render)."""
-    if ev is None or ev.error is not None:
-        return []
-    return [
-        {
-            "run_id": run_id,
-            "idx": index,
-            "name": step.spec.name,
-            "action": step.spec.action,
-            "where": step.where,
-            "params": _params_json(step, params_json),
-            "timeout": step.timeout,
-            "retries": step.spec.retries,
-            "always": step.spec.always,
-            "continue_on_error": step.spec.continue_on_error,
-            "status": StepStatus.PENDING,
-        }
-        for index, step in enumerate(ev.steps)
-    ]
-
-
-def _params_json(step: _RenderedStep, known: dict[int, str] | None) -> str:
-    if known is None:
-        return json.dumps(step.params, sort_keys=True, default=str)
-    # Keyed by id(): the rendered steps stay alive (held by their evaluations) while `known` is used.
-    text = known.get(id(step))
-    if text is None:
-        text = known[id(step)] = json.dumps(step.params, sort_keys=True, default=str)
-    return text
-
-
-def decision_row(
-    notification_id: int, alert_id: int, judged: Judged, run_id: int | None, run_status: str | None, now: float
-) -> dict[str, Any]:
-    """The decisions row of every judged pair: its status is its run's, or the decision when no run was made."""
-    return {
-        "created_at": now,
-        "notification_id": notification_id,
-        "alert_id": alert_id,
-        "alertname": judged.alert.name,
-        "fingerprint": judged.alert.fingerprint,
-        "alert_status": judged.alert.status,
-        "playbook": judged.playbook_name,
-        "target": judged.target,
-        "decision": judged.verdict.decision.value,
-        "reason": judged.verdict.reason,
-        "status": run_status or judged.verdict.decision.value,
-        "run_id": run_id,
-    }
+        """The `ladders` row of this state: a column per field, `climb` as JSON."""
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**row, "climb": json.dumps(list(self.climb), sort_keys=True)}

@@ -93,7 +93,7 @@ runs = sa.Table(
     # run (NULL: not announced, or nothing to announce), and what went wrong (NULL once sent).
     sa.Column("announced_at", sa.Float, nullable=True),
     sa.Column("announce_error", sa.Text, nullable=True),
-    # The queue's order: lower first, then by id (remediate.runs.queue_priority: a small notification's
+    # The queue's order: lower first, then by id (remediate.engine.queue_priority: a small notification's
     # runs before a storm's backlog). Set at ingest, never changed.
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_runs_status", "status", "id"),
@@ -257,57 +257,6 @@ ui_login_failures = sa.Table(
 )
 
 
-def _v2_action_memory(conn: sa.Connection) -> None:
-    action_memory.create(conn)
-
-
-def _v3_breaker_claims(conn: sa.Connection) -> None:
-    breaker_claims.create(conn)
-
-
-def _v4_guard_key(conn: sa.Connection) -> None:
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN guard_key VARCHAR(255)"))
-    conn.execute(sa.text("UPDATE runs SET guard_key = target"))
-    conn.execute(sa.text("DROP INDEX ix_runs_guard"))
-    conn.execute(sa.text("CREATE INDEX ix_runs_guard_key ON runs (playbook, guard_key, phase, created_at)"))
-
-
-def _v5_claims_and_always(conn: sa.Connection) -> None:
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN claim_generation INTEGER NOT NULL DEFAULT 0"))
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN rerunnable BOOLEAN NOT NULL DEFAULT false"))
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN superseded_by INTEGER"))
-    conn.execute(sa.text("ALTER TABLE steps ADD COLUMN always BOOLEAN NOT NULL DEFAULT false"))
-    conn.execute(sa.text("CREATE INDEX ix_steps_status_finished ON steps (status, finished_at)"))
-
-
-def _v6_attempt_worker(conn: sa.Connection) -> None:
-    conn.execute(sa.text("ALTER TABLE attempts ADD COLUMN worker VARCHAR(255)"))
-
-
-def _v7_reference_indexes(conn: sa.Connection) -> None:
-    conn.execute(sa.text("CREATE INDEX ix_decisions_notification ON decisions (notification_id)"))
-    conn.execute(sa.text("CREATE INDEX ix_decisions_alert ON decisions (alert_id)"))
-    conn.execute(sa.text("CREATE INDEX ix_runs_alert ON runs (alert_id)"))
-
-
-def _v8_ladders(conn: sa.Connection) -> None:
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN rung INTEGER"))
-    conn.execute(sa.text("ALTER TABLE steps ADD COLUMN continue_on_error BOOLEAN NOT NULL DEFAULT false"))
-    ladders.create(conn)
-
-
-def _v9_announce(conn: sa.Connection) -> None:
-    # Runs awaiting approval before the upgrade are announced once after it: the on-call hears of them.
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN announced_at FLOAT"))
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN announce_error TEXT"))
-
-
-def _v9_queue_priority(conn: sa.Connection) -> None:
-    # Runs queued before the upgrade get priority 0: they are claimed first, as they would have been.
-    conn.execute(sa.text("ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0"))
-    conn.execute(sa.text("CREATE INDEX ix_runs_queue ON runs (status, priority, id)"))
-
-
 def _v9_monotonic_decision_time(conn: sa.Connection) -> None:
     """SQLite: make `decisions.created_at` never decrease with the id, as every ingest now stamps it
     (store.decision_time): a row earlier than a row before it takes that row's time (the running max by
@@ -327,47 +276,64 @@ def _v9_monotonic_decision_time(conn: sa.Connection) -> None:
         conn.execute(sa.text("UPDATE decisions SET created_at = :p_at WHERE id = :p_id"), moved)
 
 
-def _v9_decisions_by_target_status(conn: sa.Connection) -> None:
-    conn.execute(sa.text("CREATE INDEX ix_decisions_target_status ON decisions (target, status, id)"))
+Step = str | sa.Table | Callable[[sa.Connection], None]
+"""One change of a migration: an SQL statement, a table to create, or a function of the connection."""
 
 
-def _v9_status_index_covers_playbook_alertname(conn: sa.Connection) -> None:
-    conn.execute(sa.text("DROP INDEX ix_decisions_status"))
-    conn.execute(sa.text("CREATE INDEX ix_decisions_status ON decisions (status, id, playbook, alertname)"))
+def _steps(*steps: Step) -> Callable[[sa.Connection], None]:
+    def upgrade(conn: sa.Connection) -> None:
+        for step in steps:
+            if isinstance(step, str):
+                conn.execute(sa.text(step))
+            elif isinstance(step, sa.Table):
+                step.create(conn)
+            else:
+                step(conn)
 
-
-def _v9(conn: sa.Connection) -> None:
-    # Version 9 gathers issue 13's and issue 14's changes, each in a function of its own.
-    for step in (
-        _v9_announce,
-        _v9_queue_priority,
-        _v9_monotonic_decision_time,
-        _v9_decisions_by_target_status,
-        _v9_status_index_covers_playbook_alertname,
-    ):
-        step(conn)
-
-
-def _v10_ui_sessions(conn: sa.Connection) -> None:
-    ui_sessions_ended.create(conn)
-    ui_login_failures.create(conn)
-
-
-def _v10(conn: sa.Connection) -> None:
-    # Version 10 gathers issue 24's changes, each in a function of its own.
-    for step in (_v10_ui_sessions,):
-        step(conn)
+    return upgrade
 
 
 # version -> function(connection) upgrading from version-1. Version 1 is the first schema.
 MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
-    2: _v2_action_memory,
-    3: _v3_breaker_claims,
-    4: _v4_guard_key,
-    5: _v5_claims_and_always,
-    6: _v6_attempt_worker,
-    7: _v7_reference_indexes,
-    8: _v8_ladders,
-    9: _v9,
-    10: _v10,
+    2: _steps(action_memory),
+    3: _steps(breaker_claims),
+    4: _steps(
+        "ALTER TABLE runs ADD COLUMN guard_key VARCHAR(255)",
+        "UPDATE runs SET guard_key = target",
+        "DROP INDEX ix_runs_guard",
+        "CREATE INDEX ix_runs_guard_key ON runs (playbook, guard_key, phase, created_at)",
+    ),
+    5: _steps(
+        "ALTER TABLE runs ADD COLUMN claim_generation INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE runs ADD COLUMN rerunnable BOOLEAN NOT NULL DEFAULT false",
+        "ALTER TABLE runs ADD COLUMN superseded_by INTEGER",
+        "ALTER TABLE steps ADD COLUMN always BOOLEAN NOT NULL DEFAULT false",
+        "CREATE INDEX ix_steps_status_finished ON steps (status, finished_at)",
+    ),
+    6: _steps("ALTER TABLE attempts ADD COLUMN worker VARCHAR(255)"),
+    7: _steps(
+        "CREATE INDEX ix_decisions_notification ON decisions (notification_id)",
+        "CREATE INDEX ix_decisions_alert ON decisions (alert_id)",
+        "CREATE INDEX ix_runs_alert ON runs (alert_id)",
+    ),
+    8: _steps(
+        "ALTER TABLE runs ADD COLUMN rung INTEGER",
+        "ALTER TABLE steps ADD COLUMN continue_on_error BOOLEAN NOT NULL DEFAULT false",
+        ladders,
+    ),
+    # Version 9 gathers issue 13's and issue 14's changes.
+    9: _steps(
+        # Runs awaiting approval before the upgrade are announced once after it: the on-call hears of them.
+        "ALTER TABLE runs ADD COLUMN announced_at FLOAT",
+        "ALTER TABLE runs ADD COLUMN announce_error TEXT",
+        # Runs queued before the upgrade get priority 0: they are claimed first, as they would have been.
+        "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        "CREATE INDEX ix_runs_queue ON runs (status, priority, id)",
+        _v9_monotonic_decision_time,
+        "CREATE INDEX ix_decisions_target_status ON decisions (target, status, id)",
+        "DROP INDEX ix_decisions_status",
+        "CREATE INDEX ix_decisions_status ON decisions (status, id, playbook, alertname)",
+    ),
+    # Version 10 gathers issue 24's changes.
+    10: _steps(ui_sessions_ended, ui_login_failures),
 }

@@ -36,34 +36,16 @@ from remediate.cli import (
     report,
     serve,
 )
-from remediate.cli._common import (
-    EXIT_ERROR,
-    EXIT_NOTHING_WOULD_RUN,
-    EXIT_WOULD_RUN,
-    CliError,
-    client_options,
-    common_options,
-    gpu_options,
-    handle_errors,
-)
 from remediate.cli._group import main
 
 __all__ = [
-    "EXIT_ERROR",
-    "EXIT_NOTHING_WOULD_RUN",
-    "EXIT_WOULD_RUN",
-    "CliError",
     "actions",
     "agent",
     "breaker",
-    "client_options",
-    "common_options",
     "db",
     "disk",
     "dryrun",
     "gpu",
-    "gpu_options",
-    "handle_errors",
     "history",
     "ladder",
     "main",

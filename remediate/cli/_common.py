@@ -8,6 +8,8 @@ Heavy imports (sqlalchemy, requests, the store, the client) happen inside the fu
 from __future__ import annotations
 
 import functools
+import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -51,54 +53,58 @@ def _settings(ctx_params: dict[str, Any], **extra: Any) -> Any:
     return load_settings(config_file=ctx_params.get("config"), overrides=overrides)
 
 
-def common_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file."),
-        click.option("--playbooks", type=click.Path(path_type=Path), help="Playbook directory [./playbooks]."),
-        click.option("--database-url", help="SQLAlchemy URL of the store [sqlite:///remediate.db]."),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
+FILE = click.Path(path_type=Path, dir_okay=False)
+"""The click type of a file option: a path that must not be a directory."""
 
 
-def client_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--server",
-            metavar="URL",
-            envvar="REMEDIATE_SERVER",
-            help="Talk to a running server (e.g. http://127.0.0.1:9095) instead of the database.",
-        ),
-        click.option(
-            "--token-file",
-            type=click.Path(path_type=Path, dir_okay=False),
-            help="File holding the bearer token (default: the operator token, $REMEDIATE_OPERATOR_TOKEN or "
-            "$REMEDIATE_OPERATOR_TOKEN_FILE, else $REMEDIATE_TOKEN / $REMEDIATE_TOKEN_FILE, else the config file); "
-            "approve, pause, resume, breaker reset and ladder reset need an operator token.",
-        ),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
+def _options(*options: Callable[..., Any]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """One decorator applying `options` in the order given (as stacked decorators would, top first)."""
+
+    def apply(function: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            function = option(function)
+        return function
+
+    return apply
 
 
-def gpu_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option(
-            "--gpu-backend",
-            type=click.Choice(["nvml", "simulated"]),
-            help="GPU backend: nvml (the driver) or simulated (a device file; only ever chosen explicitly) [nvml].",
-        ),
-        click.option(
-            "--gpu-simulator-file",
-            type=click.Path(path_type=Path, dir_okay=False),
-            help="Device file of the simulated GPU backend (YAML/JSON).",
-        ),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
+common_options = _options(
+    click.option("--config", type=FILE, help="YAML config file."),
+    click.option("--playbooks", type=click.Path(path_type=Path), help="Playbook directory [./playbooks]."),
+    click.option("--database-url", help="SQLAlchemy URL of the store [sqlite:///remediate.db]."),
+)
+
+client_options = _options(
+    common_options,
+    click.option(
+        "--server",
+        metavar="URL",
+        envvar="REMEDIATE_SERVER",
+        help="Talk to a running server (e.g. http://127.0.0.1:9095) instead of the database.",
+    ),
+    click.option(
+        "--token-file",
+        type=FILE,
+        help="File holding the bearer token (default: the operator token, $REMEDIATE_OPERATOR_TOKEN or "
+        "$REMEDIATE_OPERATOR_TOKEN_FILE, else $REMEDIATE_TOKEN / $REMEDIATE_TOKEN_FILE, else the config file); "
+        "approve, pause, resume, breaker reset and ladder reset need an operator token.",
+    ),
+)
+"""--config/--playbooks/--database-url and --server/--token-file: a command that reads the database or a server."""
+
+gpu_options = _options(
+    click.option(
+        "--gpu-backend",
+        type=click.Choice(["nvml", "simulated"]),
+        help="GPU backend: nvml (the driver) or simulated (a device file; only ever chosen explicitly) [nvml].",
+    ),
+    click.option("--gpu-simulator-file", type=FILE, help="Device file of the simulated GPU backend (YAML/JSON)."),
+)
+
+
+def by_option(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--by of a command a person does (recorded with it): `verb` says what they do (resets, approves, ...)."""
+    return click.option("--by", default=lambda: os.environ.get("USER", "cli"), help=f"Who {verb} (recorded).")
 
 
 def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -167,6 +173,13 @@ def _open_store(params: dict[str, Any]) -> Any:
     if path is not None and not path.exists():
         _fail(f"no database at {path}: start the server first, or pass --database-url / --server")
     return Store.open(url)
+
+
+def print_json(value: Any, as_json: bool) -> bool:
+    """Print `value` as JSON when --json was given; whether it was (the command then prints nothing else)."""
+    if as_json:
+        click.echo(json.dumps(value, indent=2, default=str))
+    return as_json
 
 
 def _when(timestamp: float) -> str:

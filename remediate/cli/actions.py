@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from remediate.cli._common import (
+    FILE,
     _settings,
     _table,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
 
 @main.command("actions")
-@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--config", type=FILE, help="YAML config file.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print the reference of docs/playbooks.md.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
@@ -30,8 +31,7 @@ def actions(config: Path | None, as_markdown: bool, as_json: bool) -> None:
         click.echo(markdown(registry), nl=False)
         return
     entries = reference(registry)
-    if as_json:
-        click.echo(json.dumps(entries, indent=2, default=str))
+    if print_json(entries, as_json):
         return
     _table(
         [[e["name"], e["where"], ", ".join(p["name"] for p in e["params"]) or "-"] for e in entries],

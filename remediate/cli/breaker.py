@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import click
@@ -13,9 +11,10 @@ from remediate.cli._common import (
     _open_store,
     _settings,
     _when,
+    by_option,
     client_options,
-    common_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -33,24 +32,21 @@ def _breaker(params: dict[str, Any]) -> Any:
 
 
 @breaker.command("status")
-@common_options
 @client_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def breaker_status(as_json: bool, **params: Any) -> None:
     """Show whether the breaker is open, why, and which nodes remediate holds."""
     status = _client(params).breaker_status() if params.get("server") else _breaker(params).status()
-    if as_json:
-        click.echo(json.dumps(status, indent=2))
+    if print_json(status, as_json):
         return
     _print_breaker(status)
 
 
 @breaker.command("reset")
-@common_options
 @client_options
 @click.option("--reason", default="", help="Why (recorded).")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resets (recorded).")
+@by_option("resets")
 @handle_errors
 def breaker_reset(reason: str, by: str, **params: Any) -> None:
     """Close the breaker after checking the nodes it names; older alerts are then recorded as stale.

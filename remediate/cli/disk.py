@@ -3,28 +3,28 @@ would delete."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
 from remediate.cli._common import (
+    FILE,
     _settings,
     _table,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
 
 def _disk_options(function: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file."),
+        click.option("--config", type=FILE, help="YAML config file."),
         click.option(
             "--policies-file",
             "cleanup_policies_file",
-            type=click.Path(path_type=Path, dir_okay=False),
+            type=FILE,
             help="Cleanup policies file [$REMEDIATE_CLEANUP_POLICIES_FILE / cleanup_policies_file].",
         ),
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),
@@ -49,8 +49,7 @@ def disk_policies(as_json: bool, **params: Any) -> None:
     settings = _settings(params, cleanup_policies_file=params["cleanup_policies_file"])
     policies = PolicySource(settings.cleanup_policies_file)()
     rows = [p.to_dict() for p in policies]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
+    if print_json(rows, as_json):
         return
     _table(
         [
@@ -90,8 +89,7 @@ def disk_plan(as_json: bool, **params: Any) -> None:
     checked = action.validate({k: v for k, v in step.items() if v is not None})
     ctx = StepContext(run_id=0, step_index=0, playbook="(cli)", target="(local)", alert=AlertRef())
     plan = action.plan(checked, ctx)
-    if as_json:
-        click.echo(json.dumps(plan, indent=2))
+    if print_json(plan, as_json):
         return
     for entry in plan["would_delete"]:
         click.echo(f"delete    {entry['modified']}  {entry['size']:>14}  {entry['path']}")

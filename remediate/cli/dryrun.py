@@ -21,6 +21,7 @@ from remediate.cli._common import (
     common_options,
     gpu_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -71,9 +72,7 @@ def dry_run(
         data = _built_notification(alertname or "", labels, annotations, status)
     settings = _settings(params)
     report = run_dry(settings, data, now=time.time())
-    if as_json:
-        click.echo(json.dumps(report, indent=2, default=str))
-    else:
+    if not print_json(report, as_json):
         _print_dry_run(report)
     succeeds = report["would_run"] and not report["cannot_succeed"]
     raise SystemExit(EXIT_WOULD_RUN if succeeds else EXIT_NOTHING_WOULD_RUN)

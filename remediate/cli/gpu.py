@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import click
 
 from remediate.cli._common import (
+    FILE,
     _settings,
     _table,
     gpu_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -23,7 +23,7 @@ def gpu() -> None:
 
 
 @gpu.command("status")
-@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--config", type=FILE, help="YAML config file.")
 @gpu_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per GPU).")
 @handle_errors
@@ -33,8 +33,7 @@ def gpu_status(as_json: bool, **params: Any) -> None:
 
     settings = _settings(params)
     gpus = open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file).devices()
-    if as_json:
-        click.echo(json.dumps([g.to_dict() for g in gpus], indent=2))
+    if print_json([g.to_dict() for g in gpus], as_json):
         return
     _table(
         [

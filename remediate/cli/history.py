@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any
 
@@ -18,9 +17,11 @@ from remediate.cli._common import (
     _short,
     _table,
     _when,
+    by_option,
     client_options,
     common_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 from remediate.errors import ConfigError
@@ -28,7 +29,6 @@ from remediate.runs import RunStatus
 
 
 @main.group(invoke_without_command=True)
-@common_options
 @client_options
 @click.option("--playbook", help="Only this playbook.")
 @click.option("--alertname", help="Only this alert name.")
@@ -73,8 +73,7 @@ def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         page = history_json(entries, cursor)
-    if as_json:
-        click.echo(json.dumps(page, indent=2))
+    if print_json(page, as_json):
         return
     _table(
         [
@@ -139,8 +138,7 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, batch_size: int, a
         report = store.prune(seconds, now=time.time(), batch_size=batch_size, dry_run=dry_run)
     finally:
         store.close()
-    if as_json:
-        click.echo(json.dumps({"dry_run": dry_run, "older_than_seconds": seconds, **report.counts()}, indent=2))
+    if print_json({"dry_run": dry_run, "older_than_seconds": seconds, **report.counts()}, as_json):
         return
     click.echo(f"{'would delete' if dry_run else 'deleted'} history older than {older_than}:")
     _table([[name, count] for name, count in report.counts().items()], ["TABLE", "ROWS"])
@@ -181,7 +179,6 @@ def _reason(entry: dict[str, Any]) -> str:
 
 
 @main.command()
-@common_options
 @client_options
 @click.argument("run_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -194,8 +191,7 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
         from remediate.history_api import run_json
 
         detail = run_json(_open_store(params).run_detail(run_id))
-    if as_json:
-        click.echo(json.dumps(detail, indent=2))
+    if print_json(detail, as_json):
         return
     click.echo(
         f"run {detail['id']}: {detail['playbook']} on {detail['target']} ({detail['phase']}, "
@@ -212,10 +208,9 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
 
 
 @main.command()
-@common_options
 @client_options
 @click.argument("run_id", type=int)
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who approves (recorded).")
+@by_option("approves")
 @handle_errors
 def approve(run_id: int, by: str, **params: Any) -> None:
     """Approve a run that waits in awaiting_approval."""
@@ -227,10 +222,9 @@ def approve(run_id: int, by: str, **params: Any) -> None:
 
 
 @main.command()
-@common_options
 @client_options
 @click.option("--reason", default="", help="Why (recorded with every refused alert).")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who pauses (recorded).")
+@by_option("pauses")
 @click.option("--force", is_flag=True, help="Replace who paused and why when remediation is paused already.")
 @handle_errors
 def pause(reason: str, by: str, force: bool, **params: Any) -> None:
@@ -245,9 +239,8 @@ def pause(reason: str, by: str, force: bool, **params: Any) -> None:
 
 
 @main.command()
-@common_options
 @client_options
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resumes (recorded).")
+@by_option("resumes")
 @handle_errors
 def resume(by: str, **params: Any) -> None:
     """Resume remediation after `remediate pause`."""

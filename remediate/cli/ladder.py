@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from typing import Any
 
@@ -17,9 +15,10 @@ from remediate.cli._common import (
     _short,
     _table,
     _when,
+    by_option,
     client_options,
-    common_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -47,7 +46,6 @@ def _local_json(states: list[Any], params: dict[str, Any]) -> list[dict[str, Any
 
 
 @ladder.command("status")
-@common_options
 @client_options
 @click.option("--target", "--node", "target", help="Only this target (node).")
 @click.option("--playbook", help="Only this playbook.")
@@ -65,19 +63,17 @@ def ladder_status(target: str | None, playbook: str | None, as_json: bool, **par
             ladders = _local_json(store.ladders(target=target, playbook=playbook), params)
         finally:
             store.close()
-    if as_json:
-        click.echo(json.dumps({"ladders": ladders}, indent=2))
+    if print_json({"ladders": ladders}, as_json):
         return
     _print(ladders)
 
 
 @ladder.command("reset")
 @click.argument("target")
-@common_options
 @client_options
 @click.option("--playbook", help="Only this playbook's ladder (default: every ladder of TARGET).")
 @click.option("--reason", default="", help="Why (recorded).")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who resets (recorded).")
+@by_option("resets")
 @handle_errors
 def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **params: Any) -> None:
     """Put TARGET's ladders back before rung 1: its next alert starts on the gentlest rung again."""

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from remediate.cli._common import (
+    FILE,
     _fail,
     _settings,
     _table,
     common_options,
     handle_errors,
+    print_json,
 )
 from remediate.cli._group import main
 
@@ -52,8 +53,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
         }
         for p in loaded.playbooks
     ]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
+    if print_json(rows, as_json):
         return
     _table(
         [
@@ -72,7 +72,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
 
 @playbooks.command("validate")
 @click.argument("directory", required=False, type=click.Path(path_type=Path))
-@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--config", type=FILE, help="YAML config file.")
 @click.option(
     "--playbooks", "playbooks_option", type=click.Path(path_type=Path), help="Playbook directory (as serve takes it)."
 )

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 import click
 
-from remediate.cli._common import _client, _open_store, _settings, _table, client_options, common_options, handle_errors
+from remediate.cli._common import _client, _open_store, _settings, _table, client_options, handle_errors, print_json
 from remediate.cli._group import main
 from remediate.errors import ConfigError
 
 
 @main.command()
-@common_options
 @client_options
 @click.option("--since", default="7d", show_default=True, help="A duration back from --until (7d, 24h) or a time.")
 @click.option("--until", help="RFC 3339 time or UNIX seconds (default: now).")
@@ -39,8 +37,7 @@ def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:
             figures = store.report(query).as_json()
         finally:
             store.close()
-    if as_json:
-        click.echo(json.dumps(figures, indent=2))
+    if print_json(figures, as_json):
         return
     print_report(figures)
 

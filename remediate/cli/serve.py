@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from remediate.cli._common import (
+    FILE,
     _settings,
     common_options,
     gpu_options,
@@ -26,7 +26,7 @@ from remediate.cli._group import main
 @click.option("--mode", type=click.Choice(["enforce", "dry-run"]), help="dry-run = shadow mode: only plan.")
 @click.option(
     "--token-file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     help="File holding the token (or $REMEDIATE_TOKEN): webhook-only unless token_roles says more; "
     "operators use REMEDIATE_OPERATOR_TOKEN(_FILE).",
 )

@@ -14,7 +14,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -117,21 +117,17 @@ class _Opened:
             os.close(fd)
 
 
+@dataclass(eq=False)
 class Cleaner:
-    def __init__(
-        self,
-        policy: CleanupPolicy,
-        *,
-        free_space: FreeSpace = statvfs_space,
-        hooks: FsHooks | None = None,
-        clock: Callable[[], float] = time.time,
-        lock_wait: float = 10.0,
-    ) -> None:
-        self.policy = policy
-        self.free_space = free_space
-        self.hooks = hooks or FsHooks()
-        self.clock = clock
-        self.lock_wait = lock_wait
+    policy: CleanupPolicy
+    _: KW_ONLY
+    free_space: FreeSpace = statvfs_space
+    hooks: FsHooks | None = None
+    clock: Callable[[], float] = time.time
+    lock_wait: float = 10.0
+
+    def __post_init__(self) -> None:
+        self.hooks = self.hooks or FsHooks()
 
     # ------------------------------------------------------------------ shared
 

@@ -70,13 +70,9 @@ class PolicyError(ConfigError):
     """A cleanup policy file is not valid."""
 
     def __init__(self, message: str, *, file: str = "", policy: str = "", field: str = "") -> None:
-        self.file = file
-        self.policy = policy
-        self.field = field
-        super().__init__(
-            located(message, f"cleanup policies file {file}" if file else "", f"policy {policy!r}" if policy else "",
-                    f"field {field}" if field else "")
-        )  # fmt: skip
+        self.file, self.policy, self.field = file, policy, field
+        where = (file and f"cleanup policies file {file}", policy and f"policy {policy!r}", field and f"field {field}")
+        super().__init__(located(message, *where))
 
 
 def parse_size(value: Any) -> int:

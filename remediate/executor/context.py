@@ -4,25 +4,27 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from remediate.actions.base import ActionMemory, StepContext, step_views
+from remediate.actions.base import ActionMemory, InMemoryMemory, StepContext, step_views
 from remediate.alerts import alert_ref
 from remediate.breaker import CircuitBreaker
 from remediate.runs import ClaimedRun, StepRecord
+from remediate.store.announcements import AwaitingRun
 
 
 @dataclass(frozen=True)
 class StepContexts:
-    """What every step of one executor shares: the action memory, the circuit breaker, the executor's stop."""
+    """What every step of one executor shares: the action memory, the circuit breaker, the executor's stop.
+    The announcer (remediate.announce) shares only its stop: it changes nothing, so it has no breaker."""
 
-    memory: ActionMemory
-    breaker: CircuitBreaker
-    stopping: threading.Event
+    memory: ActionMemory = field(default_factory=InMemoryMemory)
+    breaker: CircuitBreaker | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
     """Set when the executor stops: a step waiting on a node (or anything long) gives up early."""
 
     def context(
-        self, run: ClaimedRun, step: StepRecord, deadline: float, *, steps: Sequence[StepRecord] = ()
+        self, run: ClaimedRun | AwaitingRun, step: StepRecord, deadline: float, *, steps: Sequence[StepRecord] = ()
     ) -> StepContext:
         """What an action sees of the run for `step`; `deadline` on the time.monotonic() clock; `steps`: the
         run's steps as the store has them now (what a notification reports)."""

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ DISCOVERY_TTL = 30.0
 """Seconds a discovered agent URL is reused before the Kubernetes API is asked again."""
 
 
+@dataclass(eq=False)
 class KubernetesAgents(AgentDirectory):
     """The Running and Ready agent pod on a node, by label selector and spec.nodeName, through the API.
 
@@ -40,38 +42,26 @@ class KubernetesAgents(AgentDirectory):
     failed call.
     """
 
-    def __init__(
-        self,
-        selector: str,
-        namespace: str,
-        port: int,
-        *,
-        daemonset: str | None = None,
-        api: Any = None,
-        kubeconfig: Path | None = None,
-        context: str | None = None,
-        ttl: float = DISCOVERY_TTL,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.selector = selector
-        self.kubeconfig = kubeconfig
-        self.context = context
-        self.namespace = namespace
-        self.port = port
-        self.daemonset = daemonset
-        self.ttl = ttl
-        self.clock = clock
-        self._api = api
-        self._cache: dict[str, tuple[float, str]] = {}
-        self._lock = threading.Lock()
+    selector: str
+    namespace: str
+    port: int
+    _: KW_ONLY
+    daemonset: str | None = None
+    api: Any = None
+    kubeconfig: Path | None = None
+    context: str | None = None
+    ttl: float = DISCOVERY_TTL
+    clock: Callable[[], float] = time.monotonic
+    _cache: dict[str, tuple[float, str]] = field(default_factory=dict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
-    def api(self) -> Any:
-        if self._api is None:
+    def _core(self) -> Any:
+        if self.api is None:
             try:
-                self._api = KubeClient(kubeconfig=self.kubeconfig, context=self.context).core_api()
+                self.api = KubeClient(kubeconfig=self.kubeconfig, context=self.context).core_api()
             except KubeConfigError as exc:
                 raise AgentNotFound(f"cannot reach the Kubernetes API to find agents: {exc}", retryable=False) from exc
-        return self._api
+        return self.api
 
     def url_for(self, node: str) -> str:
         with self._lock:
@@ -95,7 +85,7 @@ class KubernetesAgents(AgentDirectory):
             raise AgentNotFound(f"cannot look up the agent of node {node[:80]!r}: the name {problem}", retryable=False)
         where = f"namespace {self.namespace}, selector {self.selector!r}"
         try:
-            pods = self.api().list_namespaced_pod(
+            pods = self._core().list_namespaced_pod(
                 self.namespace,
                 label_selector=self.selector,
                 field_selector=f"spec.nodeName={node}",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -59,24 +59,18 @@ class EventSpec:
     reporting_instance: str
 
 
+@dataclass(eq=False)
 class KubeClient:
     """Thread-safe: executor threads share one instance (one urllib3 pool)."""
 
-    def __init__(
-        self,
-        *,
-        kubeconfig: Path | None = None,
-        context: str | None = None,
-        request_timeout: float = 10.0,
-        in_cluster: bool | None = None,
-    ) -> None:
-        self.kubeconfig = kubeconfig
-        self.context = context
-        self.request_timeout = request_timeout
-        self.in_cluster = in_cluster
-        self._lock = threading.Lock()
-        self._apis: tuple[Any, Any, Any, Any] | None = None
-        self.source = ""
+    _: KW_ONLY
+    kubeconfig: Path | None = None
+    context: str | None = None
+    request_timeout: float = 10.0
+    in_cluster: bool | None = None
+    source: str = field(default="", init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _apis: tuple[Any, Any, Any, Any] | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------ construction
 

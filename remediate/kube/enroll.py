@@ -15,7 +15,7 @@ node A's agent pod yields node A's credential and nothing else, whoever presents
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from remediate.agentauth import node_token
 from remediate.kube.client import KubeClient
@@ -47,30 +47,22 @@ class AgentPod:
     pod: str
 
 
+@dataclass(frozen=True)
 class AgentEnrollment:
     """Tells which node the agent pod presenting a token runs on (see the module docstring)."""
 
-    def __init__(
-        self,
-        kube: KubeClient,
-        *,
-        master: str,
-        namespace: str,
-        audience: str = DEFAULT_AUDIENCE,
-        daemonset: str | None = None,
-        service_account: str | None = None,
-    ) -> None:
-        self.kube = kube
-        self._master = master
-        self.namespace = namespace
-        self.audience = audience
-        self.daemonset = daemonset
-        self.service_account = service_account
+    kube: KubeClient
+    _: KW_ONLY
+    master: str = field(repr=False)
+    namespace: str
+    audience: str = DEFAULT_AUDIENCE
+    daemonset: str | None = None
+    service_account: str | None = None
 
     def issue(self, token: str) -> tuple[AgentPod, str]:
         """The agent pod of `token` and the credential of its node (node_token of the master secret)."""
         pod = self.identify(token)
-        return pod, node_token(self._master, pod.node)
+        return pod, node_token(self.master, pod.node)
 
     def identify(self, token: str) -> AgentPod:
         """The agent pod of `token`; EnrollmentRefused, or a KubeError when the API cannot answer."""

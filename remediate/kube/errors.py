@@ -36,9 +36,6 @@ class ApiStatus:
     causes: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     retry_after: float | None = None
 
-    def cause_reasons(self) -> list[str]:
-        return [str(c.get("reason", "")) for c in self.causes]
-
 
 class KubeError(ActionError):
     """The Kubernetes API refused the request."""
@@ -65,11 +62,8 @@ class KubeConflict(KubeError):
 
 
 class KubeTooManyRequests(KubeError):
-    """The API asks to try later (429): a PodDisruptionBudget blocks an eviction, or throttling."""
-
-    @property
-    def disruption_budget(self) -> bool:
-        return bool(self.status) and "DisruptionBudget" in self.status.cause_reasons()
+    """The API asks to try later (429): a PodDisruptionBudget blocks an eviction (a `DisruptionBudget` cause),
+    or throttling."""
 
 
 class KubeUnavailable(RetryableActionError):

@@ -24,12 +24,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediate.alertref import node_label
+
 ANNOTATION_PREFIX = "remediate.io/"
 CORDONED_BY_RUN = ANNOTATION_PREFIX + "cordoned-by-run"
 CORDONED_FOR_ALERT = ANNOTATION_PREFIX + "cordoned-for-alert"
 CORDONED_AT = ANNOTATION_PREFIX + "cordoned-at"
 TAINTS = ANNOTATION_PREFIX + "taints"
-CORDON_ANNOTATIONS = (CORDONED_BY_RUN, CORDONED_FOR_ALERT, CORDONED_AT)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 CONTROL_PLANE_LABELS = ("node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master")
@@ -75,15 +76,6 @@ def check_taint_value(value: str) -> str | None:
     return None
 
 
-def strip_port(instance: str) -> str:
-    """`node-1:9100` -> `node-1`; `[::1]:9100` -> `::1`; anything else unchanged."""
-    if instance.startswith("["):
-        end = instance.find("]")
-        return instance[1:end] if end > 0 else instance
-    host, sep, port = instance.rpartition(":")
-    return host if sep and port.isdigit() and ":" not in host else instance
-
-
 @dataclass(frozen=True)
 class NodeRef:
     name: str
@@ -104,17 +96,13 @@ def resolve_node_name(labels: Mapping[str, str], order: Sequence[str], explicit:
     if explicit:
         ref = NodeRef(explicit, "param node")
     else:
-        ref = None
-        for label in order:
-            value = labels.get(label, "")
-            if value:
-                ref = NodeRef(strip_port(value) if label == "instance" else value, f"label {label}")
-                break
-        if ref is None:
+        found = node_label(labels, order)
+        if found is None:
             raise NodeNameError(
                 f"the alert has none of the labels {', '.join(order)} to name a node (labels: "
                 f"{', '.join(sorted(labels)) or 'none'}); set the step's `node` param or kube_node_labels"
             )
+        ref = NodeRef(found[1], f"label {found[0]}")
     problem = check_node_name(ref.name)
     if problem:
         raise NodeNameError(f"node name from {ref.source} {problem}")

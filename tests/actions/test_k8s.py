@@ -676,7 +676,7 @@ def test_an_unprocessed_pdb_answers_the_apiservers_429_with_retry_after(
         kube_client.evict_pod("ml", "web-0", None)
 
     status = refused.value.status
-    assert status is not None and refused.value.disruption_budget
+    assert status is not None and status.causes[0]["reason"] == "DisruptionBudget"
     assert status.message == "Cannot evict pod as it would violate the pod's disruption budget."
     assert status.causes[0]["message"] == "The disruption budget web-pdb is still being processed by the server."
     assert status.retry_after == 10

@@ -368,15 +368,6 @@ def test_a_bad_rung_is_refused_with_its_field_path(
     assert message in str(caught.value)
 
 
-def test_all_steps_names_every_rungs_steps_and_undo(registry: ActionRegistry) -> None:
-    playbook = parsed(registry)
-
-    assert playbook.steps == ()
-    assert [s.params["message"] for s in playbook.all_steps()] == [
-        "cap {{ labels.Hostname }}", "uncap", "lock", "unlock", "cordon", "notify",
-    ]  # fmt: skip
-
-
 def test_a_one_rung_ladder_loads_with_a_warning(registry: ActionRegistry) -> None:
     playbook = parse_playbook(ladder(escalate=ladder()["escalate"][:1]), registry)
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from remediate.actions.base import ActionRegistry
+from remediate.alertref import strip_port
 from remediate.alerts import Alert, parse_notification
 from remediate.errors import PlaybookError
 from remediate.playbooks import (
@@ -23,7 +24,6 @@ from remediate.playbooks import (
     load_file,
     load_playbooks,
     parse_playbook,
-    strip_port,
 )
 from tests.conftest import alert_payload, notification_payload
 

@@ -1,4 +1,4 @@
-"""remediate.runs: the statuses, the building of a run from a verdict, and no bare status string elsewhere."""
+"""The statuses (remediate.runs), a run built from a verdict (remediate.engine), no bare status string elsewhere."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import parse_notification
-from remediate.engine import Engine, Judged
+from remediate.engine import Engine, Judged, decision_row, initial_status, run_row, step_rows
 from remediate.guards import Verdict
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import (
@@ -19,10 +19,6 @@ from remediate.runs import (
     Decision,
     RunStatus,
     StepStatus,
-    decision_row,
-    initial_status,
-    run_row,
-    step_rows,
 )
 from tests.conftest import alert_payload, notification_payload
 

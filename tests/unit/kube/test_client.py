@@ -131,7 +131,7 @@ def test_the_official_clients_exceptions_are_translated_and_chained() -> None:
         '[{"reason":"DisruptionBudget","message":"needs 2"}]}}'
     )
     blocked = translate(api, "POST pods/a/b/eviction")
-    assert isinstance(blocked, KubeTooManyRequests) and blocked.disruption_budget
+    assert isinstance(blocked, KubeTooManyRequests) and blocked.status.causes[0]["reason"] == "DisruptionBudget"
     assert isinstance(translate(ReadTimeoutError(None, "/", "read timed out"), "GET"), KubeUnavailable)
     assert isinstance(translate(ProtocolError("Connection aborted."), "GET"), KubeUnavailable)
     assert isinstance(translate(ConnectionResetError(), "GET"), KubeUnavailable)
