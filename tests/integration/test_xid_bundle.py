@@ -10,50 +10,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
-from remediate.actions import default_registry
-from remediate.alerts import parse_notification
 from remediate.cli import main
-from remediate.engine import Engine
-from remediate.playbooks import load_playbooks
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
-from tests.support.server import notification
+from tests.support.rules import ROOT, as_alert, expected_alerts, rules_of, shipped_engine
 
-ROOT = Path(__file__).resolve().parents[2]
-RULES = ROOT / "alertmanager" / "rules" / "xid.rules.yml"
-TESTS = ROOT / "alertmanager" / "rules" / "xid.rules.test.yml"
 QUARANTINE = "gpu-xid-quarantine"
 
 
-def _expected_alerts() -> list[tuple[str, dict[str, str], dict[str, str]]]:
-    found = []
-    for case in yaml.safe_load(TESTS.read_text())["tests"]:
-        for check in case.get("alert_rule_test", []):
-            for alert in check.get("exp_alerts") or []:
-                found.append((check["alertname"], alert["exp_labels"], alert.get("exp_annotations", {})))
-    return found
-
-
 def test_the_rule_tests_see_every_rule_fire() -> None:
-    rules = {rule["alert"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]}
+    rules = {rule["alert"] for rule in rules_of("xid")}
     assert rules == {"GPUXidCritical", "GPURowRemapFailure", "RemediateCircuitBreakerOpen"}
-    assert {name for name, _, _ in _expected_alerts()} == rules
+    assert {name for name, _, _ in expected_alerts("xid")} == rules
 
 
 @pytest.mark.parametrize("status", ["firing", "resolved"])
 def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(status: str) -> None:
-    registry = default_registry()  # the Kubernetes client is built lazily: judging touches no cluster
-    engine = Engine(store=None, playbooks=load_playbooks(ROOT / "playbooks", registry), registry=registry)
+    engine = shipped_engine()
     checked = 0
-    for alertname, labels, expected_annotations in _expected_alerts():
-        payload: dict[str, Any] = notification(alertname, labels, status=status)
-        payload["alerts"][0]["annotations"] = expected_annotations
-        (alert,) = parse_notification(payload).alerts
+    for alertname, labels, expected_annotations in expected_alerts("xid"):
+        alert = as_alert(alertname, labels, expected_annotations, status)
         evaluations = {e.playbook.name: e for e in engine.evaluate(alert)}
         if alertname == "RemediateCircuitBreakerOpen":
             assert evaluations == {}, "remediate must not act on its own breaker alert"
