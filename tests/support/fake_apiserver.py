@@ -70,12 +70,11 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -351,7 +350,6 @@ class Change:
 
 # --------------------------------------------------------------------------- RBAC
 
-RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 _RESOURCE_PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?(?:/(?P<resource>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?)?$"
@@ -513,9 +511,7 @@ class FakeKubeAPI:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def write_kubeconfig(self, path: Path, *, context: str = "fake") -> Path:
@@ -720,10 +716,6 @@ class FakeKubeAPI:
         with self.lock:
             self._terminate(self.pods[(namespace, name)], 30, "delete")
             self._pending_deletions[(namespace, name)] = time.monotonic() + seconds
-
-    def set_pdb_allowed(self, namespace: str, name: str, allowed: int) -> None:
-        with self.lock:
-            self.pdbs[(namespace, name)]["status"]["disruptionsAllowed"] = allowed
 
     def node(self, name: str) -> dict[str, Any]:
         with self.lock:
@@ -1512,8 +1504,3 @@ def cluster(api: FakeKubeAPI, count: int, *, prefix: str = "gpu-node", gpu: bool
     for name in names:
         api.add_node(name, labels={"nvidia.com/gpu.present": "true"} if gpu else {})
     return names
-
-
-def iter_events(api: FakeKubeAPI) -> Iterator[dict[str, Any]]:
-    with api.lock:
-        yield from (copy.deepcopy(e) for e in api.events.values())
