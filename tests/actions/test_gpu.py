@@ -210,95 +210,66 @@ def test_watts_sets_that_limit_reads_it_back_and_remembers_the_original(
     assert [g.power_limit_mw for g in sim.devices()[1:]] == [700 * W] * 3
 
 
-def test_percent_of_default(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
+@pytest.mark.parametrize(
+    ("current_w", "params", "reasons", "final_mw"),
+    [
+        (700, {"percent_of_default": 80}, ["80% of the default 700 W"], 560 * W),
+        # Taken of the default, not of the current limit.
+        (650, {"percent_of_default": 50}, ["50% of the default 700 W"], 350 * W),
+        (600, {"reduce_by_percent": 10}, ["current 600 W reduced by 10%"], 540 * W),
+        (700, {"percent_of_default": 33.3333}, None, 233_333),  # rounded to a whole milliwatt
+        (
+            700,
+            {"percent_of_default": 30, "min_watts": 300},
+            ["30% of the default 700 W", "raised to the floor 300 W"],
+            300 * W,
+        ),
+        (700, {"watts": 250, "min_percent_of_default": 50}, ["asked for 250 W", "raised to the floor 350 W"], 350 * W),
+        # The higher of two floors wins.
+        (
+            700,
+            {"watts": 250, "min_watts": 400, "min_percent_of_default": 50},
+            ["asked for 250 W", "raised to the floor 400 W"],
+            400 * W,
+        ),
+        # A floor below the target changes nothing.
+        (700, {"percent_of_default": 80, "min_watts": 200}, ["80% of the default 700 W"], 560 * W),
+        (700, {"watts": 120, "min_watts": 100}, ["asked for 120 W", "clamped to the device minimum 200 W"], 200 * W),
+        (
+            400,
+            {"watts": 1000, "allow_increase": True},
+            ["asked for 1000 W", "clamped to the device maximum 700 W"],
+            700 * W,
+        ),
+        # A floor above the device maximum is clamped to the maximum.
+        (
+            500,
+            {"watts": 300, "min_watts": 900, "allow_increase": True},
+            ["asked for 300 W", "raised to the floor 900 W", "clamped to the device maximum 700 W"],
+            700 * W,
+        ),
+        # allow_increase raises the limit (and remembers the lower one as the original).
+        (400, {"percent_of_default": 80, "allow_increase": True}, ["80% of the default 700 W"], 560 * W),
+    ],
+)
+def test_how_the_limit_is_chosen(
+    setter: SetPowerLimitAction,
+    sim: SimulatedBackend,
+    gpu0: GpuInfo,
+    ctx: StepContext,
+    memory: InMemoryMemory,
+    current_w: int,
+    params: dict[str, Any],
+    reasons: list[str] | None,
+    final_mw: int,
 ) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)["gpus"]
-    assert entry["reasons"] == ["80% of the default 700 W"]
-    assert limit(sim, gpu0.uuid) == 560 * W
-
-
-def test_percent_of_default_is_taken_of_the_default_not_the_current_limit(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=650 * W)
-    do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=50)
-    assert limit(sim, gpu0.uuid) == 350 * W
-
-
-def test_reduce_by_percent_cuts_the_current_limit(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=600 * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, reduce_by_percent=10)["gpus"]
-    assert entry["reasons"] == ["current 600 W reduced by 10%"]
-    assert limit(sim, gpu0.uuid) == 540 * W
-
-
-def test_a_fractional_result_is_rounded_to_a_whole_milliwatt(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=33.3333)
-    assert limit(sim, gpu0.uuid) == 233_333
-
-
-def test_min_watts_floor_raises_the_target_and_says_so(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=30, min_watts=300)["gpus"]
-    assert entry["reasons"] == ["30% of the default 700 W", "raised to the floor 300 W"]
-    assert limit(sim, gpu0.uuid) == 300 * W
-
-
-def test_min_percent_of_default_floor(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=250, min_percent_of_default=50)["gpus"]
-    assert entry["reasons"] == ["asked for 250 W", "raised to the floor 350 W"]
-    assert limit(sim, gpu0.uuid) == 350 * W
-
-
-def test_the_higher_of_two_floors_wins(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=250, min_watts=400, min_percent_of_default=50)["gpus"]
-    assert entry["reasons"][-1] == "raised to the floor 400 W"
-    assert limit(sim, gpu0.uuid) == 400 * W
-
-
-def test_a_floor_below_the_target_changes_nothing(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80, min_watts=200)["gpus"]
-    assert entry["reasons"] == ["80% of the default 700 W"]
-    assert limit(sim, gpu0.uuid) == 560 * W
-
-
-def test_clamped_to_the_device_minimum(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=120, min_watts=100)["gpus"]
-    assert entry["reasons"] == ["asked for 120 W", "clamped to the device minimum 200 W"]
-    assert limit(sim, gpu0.uuid) == 200 * W
-
-
-def test_a_floor_above_the_device_maximum_is_clamped_to_the_maximum(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=500 * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=300, min_watts=900, allow_increase=True)["gpus"]
-    assert entry["reasons"] == ["asked for 300 W", "raised to the floor 900 W", "clamped to the device maximum 700 W"]
-    assert limit(sim, gpu0.uuid) == 700 * W
-
-
-def test_clamped_to_the_device_maximum(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=400 * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=1000, allow_increase=True)["gpus"]
-    assert entry["reasons"] == ["asked for 1000 W", "clamped to the device maximum 700 W"]
-    assert entry["outcome"] == "set"
-    assert limit(sim, gpu0.uuid) == 700 * W
+    sim.update_device(gpu0.uuid, power_limit_mw=current_w * W)
+    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, **params)["gpus"]
+    assert (entry["outcome"], entry["previous_w"]) == ("set", current_w)
+    if reasons is not None:
+        assert entry["reasons"] == reasons
+    assert limit(sim, gpu0.uuid) == final_mw
+    assert memory_of(memory, gpu0.uuid)["original_mw"] == current_w * W  # type: ignore[index]
 
 
 def test_never_raised_above_the_current_limit_without_allow_increase(
@@ -322,16 +293,6 @@ def test_never_raised_above_the_current_limit_without_allow_increase(
     ]
     assert limit(sim, gpu0.uuid) == 400 * W
     assert memory.values == {}
-
-
-def test_allow_increase_raises_the_limit(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext, memory: InMemoryMemory
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=400 * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80, allow_increase=True)["gpus"]
-    assert (entry["outcome"], entry["previous_w"], entry["new_w"]) == ("set", 400, 560)
-    assert limit(sim, gpu0.uuid) == 560 * W
-    assert memory_of(memory, gpu0.uuid)["original_mw"] == 400 * W  # type: ignore[index]
 
 
 # --------------------------------------------------------------------------- idempotence

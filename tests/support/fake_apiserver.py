@@ -893,12 +893,7 @@ class FakeKubeAPI:
             if label_selector_matches(query.get("labelSelector", ""), n["metadata"].get("labels", {}))
             and field_selector_matches(query.get("fieldSelector", ""), n, ("metadata.name", "spec.unschedulable"))
         ]
-        return 200, {
-            "kind": "NodeList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        return self._listing("NodeList", "v1", items)
 
     def _get_node(self, *, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
         if name not in self.nodes:
@@ -1052,6 +1047,14 @@ class FakeKubeAPI:
         for taint in sorted(old - new):
             self.changes.append(Change("taint-", name, taint))
 
+    def _listing(self, kind: str, api_version: str, items: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+        return 200, {
+            "kind": kind,
+            "apiVersion": api_version,
+            "metadata": {"resourceVersion": str(self._rv)},
+            "items": items,
+        }
+
     # ----- pods
 
     def _list_pods(self, *, query: dict[str, str], ns: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
@@ -1063,12 +1066,7 @@ class FakeKubeAPI:
             and field_selector_matches(query.get("fieldSelector", ""), p, supported)
             and label_selector_matches(query.get("labelSelector", ""), p["metadata"].get("labels", {}))
         ]
-        return 200, {
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        return self._listing("PodList", "v1", items)
 
     def _get_pod(self, *, ns: str, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
         pod = self.pods.get((ns, name))
@@ -1255,12 +1253,7 @@ class FakeKubeAPI:
 
     def _list_pdbs(self, *, ns: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
         items = [_public(p) for (pdb_ns, _n), p in sorted(self.pdbs.items()) if ns is None or pdb_ns == ns]
-        return 200, {
-            "kind": "PodDisruptionBudgetList",
-            "apiVersion": "policy/v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        return self._listing("PodDisruptionBudgetList", "policy/v1", items)
 
     # ----- events
 
@@ -1279,12 +1272,7 @@ class FakeKubeAPI:
             for (event_ns, _n), e in sorted(self.events.items())
             if (ns is None or event_ns == ns) and field_selector_matches(query.get("fieldSelector", ""), e, supported)
         ]
-        return 200, {
-            "kind": "EventList",
-            "apiVersion": "events.k8s.io/v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        return self._listing("EventList", "events.k8s.io/v1", items)
 
     def _create_event(self, *, ns: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         try:
