@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -21,6 +19,7 @@ import requests
 from click.testing import Result
 
 from remediate.cli import main
+from tests.support.cli import assert_one_line_error, sqlite_dump
 from tests.support.http import (
     APPROVE_XID,
     LOG_DISK,
@@ -31,6 +30,7 @@ from tests.support.http import (
     notification,
     real_firing,
 )
+from tests.support.realsystems import free_port
 from tests.support.waiting import scaled
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
@@ -67,32 +67,6 @@ COMMANDS = command_paths(main)
 
 def db_args(server: Server) -> list[str]:
     return ["--database-url", f"sqlite:///{server.db_path}", "--playbooks", str(server.services.settings.playbooks)]
-
-
-def dump(db_path: Path) -> list[str]:
-    """Every row of every table, as SQL: equal dumps mean nothing was written."""
-    conn = sqlite3.connect(db_path)
-    try:
-        return list(conn.iterdump())
-    finally:
-        conn.close()
-
-
-def assert_one_line_error(result: Result, *words: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    message = result.stderr.strip()
-    assert "\n" not in message, message
-    assert "Traceback" not in message
-    assert message.startswith("Error: ")
-    for word in words:
-        assert word in message, message
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -329,7 +303,7 @@ def test_dry_run_exits_1_when_a_run_in_the_database_puts_the_target_in_cooldown(
 ) -> None:
     server = make_server(playbooks={"xid.yaml": XID_COOLDOWN})
     assert server.webhook(notification(alert("f-1", Hostname="node-a"))).get_json()["decisions"] == {"accepted": 1}
-    before = dump(server.db_path)
+    before = sqlite_dump(server.db_path)
 
     same_node = cli("dry-run", "--alertname", "GpuXidError", "--label", "Hostname=node-a", *db_args(server))
     other_node = cli("dry-run", "--alertname", "GpuXidError", "--label", "Hostname=node-b", *db_args(server))
@@ -337,7 +311,7 @@ def test_dry_run_exits_1_when_a_run_in_the_database_puts_the_target_in_cooldown(
     assert same_node.exit_code == 1
     assert "decision: cooldown (last run for node-a at" in same_node.stdout
     assert other_node.exit_code == 0
-    assert dump(server.db_path) == before
+    assert sqlite_dump(server.db_path) == before
 
 
 def test_dry_run_of_a_payload_already_in_the_database_is_a_duplicate_and_exits_1(
@@ -345,13 +319,13 @@ def test_dry_run_of_a_payload_already_in_the_database_is_a_duplicate_and_exits_1
 ) -> None:
     server = make_server(playbooks={"xid.yaml": LOG_XID})
     run_id = server.webhook(real_firing()).get_json()["runs"][0]
-    before = dump(server.db_path)
+    before = sqlite_dump(server.db_path)
 
     result = cli("dry-run", FIRING_JSON, *db_args(server))
 
     assert result.exit_code == 1
     assert f"decision: duplicate (already recorded as run {run_id}" in result.stdout
-    assert dump(server.db_path) == before
+    assert sqlite_dump(server.db_path) == before
 
 
 def test_dry_run_while_paused_says_so_and_exits_1(cli: Callable[..., Result], xid_server: Server) -> None:
@@ -385,7 +359,7 @@ def test_dry_run_reads_the_payload_from_stdin(cli: Callable[..., Result], xid_se
 
 
 def test_dry_run_writes_nothing_to_an_existing_database(cli: Callable[..., Result], xid_server: Server) -> None:
-    before = dump(xid_server.db_path)
+    before = sqlite_dump(xid_server.db_path)
 
     result = cli(
         "dry-run",
@@ -399,7 +373,7 @@ def test_dry_run_writes_nothing_to_an_existing_database(cli: Callable[..., Resul
     )
 
     assert result.exit_code == 0
-    assert dump(xid_server.db_path) == before
+    assert sqlite_dump(xid_server.db_path) == before
 
 
 def test_dry_run_of_an_invalid_json_file_is_a_one_line_error_exit_2(cli: Callable[..., Result], tmp_path: Path) -> None:
@@ -477,9 +451,7 @@ def test_history_shows_the_error_of_a_failed_run_as_its_reason(
     cli: Callable[..., Result], make_server: Callable[..., Server]
 ) -> None:
     """Finding 7: the REASON of a failed run said "matched playbook ..."; it is the run's error now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = free_port()  # nothing listens there
     failing = LOG_XID.replace(
         '  - action: log\n    with:\n      message: "XID on GPU {{ labels.gpu }} since {{ startsAt }}"',
         f"  - action: notify.webhook\n    retries: 0\n    with:\n      url: http://127.0.0.1:{closed}/hook",

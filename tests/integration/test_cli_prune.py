@@ -13,6 +13,7 @@ from click.testing import Result
 
 from remediate import schema as t
 from remediate.store import Store
+from tests.support.cli import assert_one_line_error
 from tests.support.retention import fill
 
 DAY = 86400.0
@@ -82,15 +83,6 @@ def test_the_database_options_may_also_come_before_prune(cli: Cli, old_history: 
 
     assert result.exit_code == 0, result.output
     assert runs(old_history) == 3
-
-
-def assert_one_line_error(result: Result, *words: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    message = result.stderr.strip()
-    assert "\n" not in message and "Traceback" not in message and message.startswith("Error: "), message
-    for word in words:
-        assert word in message, message
 
 
 COOLDOWN_30D = """\

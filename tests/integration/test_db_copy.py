@@ -9,8 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -31,7 +29,9 @@ from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
+from tests.support.cli import assert_one_line_error, sqlite_dump
 from tests.support.postgres import PostgresCluster
+from tests.support.realsystems import free_port
 from tests.support.store_json import history_json_of, run_json_of
 from tests.support.waiting import scaled
 
@@ -163,14 +163,6 @@ def views(url: str) -> dict[str, Any]:
         store.close()
 
 
-def sqlite_dump(path: Path) -> list[str]:
-    conn = sqlite3.connect(path)
-    try:
-        return list(conn.iterdump())
-    finally:
-        conn.close()
-
-
 def tables_of(url: str) -> list[str]:
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
@@ -179,17 +171,9 @@ def tables_of(url: str) -> list[str]:
         engine.dispose()
 
 
-def assert_one_line_error(result: Result, *words: str) -> None:
-    """Exit 2, nothing on stdout, and on stderr the progress of the tables done so far (if any), then
-    the error as one line: never a traceback."""
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    *progress, message = result.stderr.strip().split("\n")
-    assert all(re.fullmatch(r"\w+: \d+ rows (copied|to copy)", line) for line in progress), result.stderr
-    assert "Traceback" not in message
-    assert message.startswith("Error: ")
-    for word in words:
-        assert word in message, message
+def assert_copy_error(result: Result, *words: str) -> None:
+    """The error as one line, after the progress of the tables done so far (if any)."""
+    assert_one_line_error(result, *words, progress=r"\w+: \d+ rows (copied|to copy)")
 
 
 # --------------------------------------------------------------------------- SQLite -> PostgreSQL
@@ -441,8 +425,8 @@ def test_a_target_with_rows_is_refused_and_left_as_it_was(cli: Cli, tmp_path: Pa
     result = cli("db", "copy", "--from", second, "--to", pg_url)
     dry = cli("db", "copy", "--dry-run", "--from", second, "--to", pg_url)
 
-    assert_one_line_error(result, "already holds remediate rows", f"runs: {len(before['runs'])},", "empty")
-    assert_one_line_error(dry, "already holds remediate rows")
+    assert_copy_error(result, "already holds remediate rows", f"runs: {len(before['runs'])},", "empty")
+    assert_copy_error(dry, "already holds remediate rows")
     assert every_row(pg_url) == before
 
 
@@ -456,7 +440,7 @@ def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: 
 
     result = cli("db", "copy", "--from", source, "--to", pg_url, "--batch-size", "1")
 
-    assert_one_line_error(result, "target database", "value too long", "the target is as it was")
+    assert_copy_error(result, "target database", "value too long", "the target is as it was")
     assert "notifications: 12 rows copied" in result.stderr  # copied before runs failed, then rolled back
     assert tables_of(pg_url) == []
     assert cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / 'ok.db'}").exit_code == 0
@@ -464,9 +448,7 @@ def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: 
 
 def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
 
     nowhere = f"postgresql://remediate:secret@127.0.0.1:{port}/app"
 
@@ -474,9 +456,9 @@ def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
     as_target_dry = cli("db", "copy", "--dry-run", "--from", source, "--to", nowhere)
     as_source = cli("db", "copy", "--from", nowhere, "--to", f"sqlite:///{tmp_path / 'b.db'}")
 
-    assert_one_line_error(as_target, "the target database", f"127.0.0.1:{port}/app", "failed", "Connection refused")
-    assert_one_line_error(as_target_dry, "the target database", "Connection refused")
-    assert_one_line_error(as_source, "the source database", "Connection refused")
+    assert_copy_error(as_target, "the target database", f"127.0.0.1:{port}/app", "failed", "Connection refused")
+    assert_copy_error(as_target_dry, "the target database", "Connection refused")
+    assert_copy_error(as_source, "the source database", "Connection refused")
     assert all("secret" not in result.stderr for result in (as_target, as_target_dry, as_source))
     assert not (tmp_path / "b.db").exists()
 
@@ -495,8 +477,8 @@ def test_an_unusable_url_is_one_line(cli: Cli, tmp_path: Path, url: str, words: 
     as_target = cli("db", "copy", "--from", source, "--to", url)
     as_source = cli("db", "copy", "--from", url, "--to", f"sqlite:///{tmp_path / 'b.db'}")
 
-    assert_one_line_error(as_target, *words)
-    assert_one_line_error(as_source, *words)
+    assert_copy_error(as_target, *words)
+    assert_copy_error(as_source, *words)
     assert not (tmp_path / "b.db").exists()
 
 
@@ -506,8 +488,8 @@ def test_a_missing_source_file_or_the_same_database_is_refused(cli: Cli, tmp_pat
     missing = cli("db", "copy", "--from", f"sqlite:///{tmp_path / 'nope.db'}", "--to", f"sqlite:///{tmp_path / 'b.db'}")
     same = cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / '.' / 'a.db'}")
 
-    assert_one_line_error(missing, "no database at", "nope.db")
-    assert_one_line_error(same, "the same database")
+    assert_copy_error(missing, "no database at", "nope.db")
+    assert_copy_error(same, "the same database")
     assert not (tmp_path / "nope.db").exists()
     assert not (tmp_path / "b.db").exists()
 
@@ -532,7 +514,7 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 
     result = cli("db", "copy", "--from", source, "--to", pg_url)
 
-    assert_one_line_error(result, f"schema version {version}", *words)
+    assert_copy_error(result, f"schema version {version}", *words)
     assert sqlite_dump(path) == before
     assert tables_of(pg_url) == []
 
@@ -554,7 +536,7 @@ def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_
     upgraded = cli("history", "--database-url", source)
     copied = cli("db", "copy", "--from", source, "--to", pg_url)
 
-    assert_one_line_error(refused, "older than this remediate", "remediate history --database-url")
+    assert_copy_error(refused, "older than this remediate", "remediate history --database-url")
     assert upgraded.exit_code == 0, upgraded.output
     assert copied.exit_code == 0, copied.output
     assert every_row(pg_url) == every_row(source)
@@ -570,4 +552,4 @@ def test_a_file_that_is_not_a_remediate_database_is_refused(cli: Cli, tmp_path: 
 
     result = cli("db", "copy", "--from", f"sqlite:///{other}", "--to", f"sqlite:///{tmp_path / 'b.db'}")
 
-    assert_one_line_error(result, "not a remediate database")
+    assert_copy_error(result, "not a remediate database")

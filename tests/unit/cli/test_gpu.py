@@ -12,6 +12,7 @@ import pytest
 from click.testing import Result
 
 from remediate.gpu import GpuInfo, NvmlBackend, NvmlUnavailable, SimulatedBackend
+from tests.support.cli import assert_one_line_error
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -46,17 +47,6 @@ def gpus(sim_file: Path) -> list[GpuInfo]:
 
 def sim_args(sim_file: Path) -> list[Any]:
     return ["--gpu-backend", "simulated", "--gpu-simulator-file", sim_file]
-
-
-def assert_one_line_error(result: Result, *words: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    message = result.stderr.strip()
-    assert "\n" not in message, message
-    assert "Traceback" not in message
-    assert message.startswith("Error: ")
-    for word in words:
-        assert word in message, message
 
 
 def nvml_error() -> str | None:
