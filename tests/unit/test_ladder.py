@@ -77,41 +77,33 @@ def state(rung: int, at: float, *, resolved_at: float | None = None, occurrence:
 # --------------------------------------------------------------------------- choose_rung (pure)
 
 
-def test_the_first_firing_gets_rung_one(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), None, ("f", "s"), T0)
+@pytest.mark.parametrize(
+    ("last", "now", "rung", "reason"),
+    [
+        (None, T0, 1, "first rung"),
+        (state(1, T0), T0 + 4 * MIN, 2, "re-fired 4m after rung 1 ran (holds_for 30m)"),
+        # holds_for counts from the resolve when there was one.
+        (
+            state(2, T0, resolved_at=T0 + 50 * MIN),
+            T0 + 60 * MIN,
+            3,
+            "re-fired 10m after rung 2 resolved (holds_for 30m)",
+        ),
+        (state(2, T0, resolved_at=T0), T0 + 45 * MIN, 2, "rung 2 held (quiet 45m >= holds_for 30m); trying it again"),
+        (
+            state(3, T0, resolved_at=T0),
+            T0 + 7 * 60 * MIN,
+            1,
+            "ladder reset: quiet 7h after rung 3 resolved (reset_after 6h)",
+        ),
+        (state(3, T0), T0 + MIN, 3, "re-fired 1m after rung 3 ran (holds_for 1h); already on the last rung"),
+    ],
+    ids=["first", "climbs", "counts-from-resolve", "held-tried-again", "reset-after-quiet", "last-rung-again"],
+)
+def test_choose_rung(registry: ActionRegistry, last: Any, now: float, rung: int, reason: str) -> None:
+    choice = choose_rung(parsed(registry), last, ("f", "later"), now)
 
-    assert (choice.rung, choice.reason, choice.restart) == (1, "first rung", True)
-
-
-def test_a_new_occurrence_within_holds_for_climbs_one_rung(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(1, T0), ("f", "later"), T0 + 4 * MIN)
-
-    assert (choice.rung, choice.reason) == (2, "re-fired 4m after rung 1 ran (holds_for 30m)")
-
-
-def test_holds_for_counts_from_the_resolve_when_there_was_one(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(2, T0, resolved_at=T0 + 50 * MIN), ("f", "later"), T0 + 60 * MIN)
-
-    assert (choice.rung, choice.reason) == (3, "re-fired 10m after rung 2 resolved (holds_for 30m)")
-
-
-def test_a_rung_that_held_is_tried_again(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(2, T0, resolved_at=T0), ("f", "later"), T0 + 45 * MIN)
-
-    assert (choice.rung, choice.reason) == (2, "rung 2 held (quiet 45m >= holds_for 30m); trying it again")
-
-
-def test_quiet_for_reset_after_starts_over(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(3, T0, resolved_at=T0), ("f", "later"), T0 + 7 * 60 * MIN)
-
-    assert (choice.rung, choice.restart) == (1, True)
-    assert choice.reason == "ladder reset: quiet 7h after rung 3 resolved (reset_after 6h)"
-
-
-def test_the_last_rung_is_run_again(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(3, T0), ("f", "later"), T0 + MIN)
-
-    assert (choice.rung, choice.reason) == (3, "re-fired 1m after rung 3 ran (holds_for 1h); already on the last rung")
+    assert (choice.rung, choice.reason, choice.restart) == (rung, reason, rung == 1)
 
 
 def test_the_same_occurrence_still_firing_after_holds_for_climbs(registry: ActionRegistry) -> None:
