@@ -18,7 +18,6 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu import MEMORY_PREFIX, RestorePowerLimitAction, SetPowerLimitAction
-from remediate.alertref import AlertRef
 from remediate.config import Settings
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ConfigError, ParamsError, RetryableActionError
@@ -34,6 +33,7 @@ from remediate.gpu import (
 )
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
+from tests.support.gpu import step_context
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -59,16 +59,6 @@ def gpu0(sim: SimulatedBackend) -> GpuInfo:
 
 
 @pytest.fixture
-def memory() -> InMemoryMemory:
-    return InMemoryMemory()
-
-
-@pytest.fixture
-def ctx(memory: InMemoryMemory) -> StepContext:
-    return context(memory, run_id=7)
-
-
-@pytest.fixture
 def setter(sim: SimulatedBackend) -> SetPowerLimitAction:
     return SetPowerLimitAction(lambda: sim)
 
@@ -76,12 +66,6 @@ def setter(sim: SimulatedBackend) -> SetPowerLimitAction:
 @pytest.fixture
 def restorer(sim: SimulatedBackend) -> RestorePowerLimitAction:
     return RestorePowerLimitAction(lambda: sim)
-
-
-def context(memory: Any, run_id: int = 7) -> StepContext:
-    return StepContext(
-        run_id=run_id, step_index=0, playbook="gpu-overheat", target="node-a", alert=AlertRef(), memory=memory
-    )
 
 
 def do_set(action: SetPowerLimitAction, ctx: StepContext, **params: Any) -> dict[str, Any]:
@@ -311,7 +295,7 @@ def test_the_same_value_again_is_unchanged_and_calls_no_set(
     arm_set_failure(sim, gpu0.uuid)  # a set now would raise GpuLost
     before = sim_file.read_bytes()
 
-    result = do_set(setter, context(memory, run_id=8), gpu=gpu0.uuid, percent_of_default=80, min_watts=200)
+    result = do_set(setter, step_context(memory, run_id=8), gpu=gpu0.uuid, percent_of_default=80, min_watts=200)
 
     (entry,) = result["gpus"]
     assert entry["outcome"] == "unchanged"
@@ -340,15 +324,15 @@ def test_repeated_lowering_keeps_the_first_original(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
-    (entry,) = do_set(setter, context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)["gpus"]  # -> 504
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
+    (entry,) = do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)["gpus"]  # -> 504
 
     assert (entry["previous_w"], entry["new_w"], entry["remembered_original_w"]) == (560, 504, 700)
     record = memory_of(memory, gpu0.uuid)
     assert record is not None
     assert (record["original_mw"], record["set_mw"], record["run_id"]) == (700 * W, 504 * W, 2)
 
-    (restored,) = do_restore(restorer, context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
+    (restored,) = do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
     assert (restored["outcome"], restored["previous_w"], restored["new_w"]) == ("restored", 504, 700)
     assert limit(sim, gpu0.uuid) == 700 * W
 
@@ -360,12 +344,12 @@ def test_lowering_after_someone_else_changed_the_limit_remembers_their_value(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
     sim.set_power_limit(gpu0.uuid, 600 * W)  # an operator, by hand
-    (entry,) = do_set(setter, context(memory, run_id=2), gpu=gpu0.uuid, watts=450)["gpus"]
+    (entry,) = do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, watts=450)["gpus"]
 
     assert entry["remembered_original_w"] == 600
-    do_restore(restorer, context(memory, run_id=3), gpu=gpu0.uuid)
+    do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)
     assert limit(sim, gpu0.uuid) == 600 * W
 
 
@@ -388,12 +372,12 @@ def test_a_read_back_mismatch_fails_and_leaves_no_memory(
 def test_a_read_back_mismatch_keeps_the_earlier_record(
     setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, memory: InMemoryMemory
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     drifting = SetPowerLimitAction(lambda: DriftingBackend(sim, drift_mw=+2 * W))
 
     with pytest.raises(GpuError, match=r"set 504 W but read back 506 W"):
-        do_set(drifting, context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
+        do_set(drifting, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
 
     assert memory.values == earlier
 
@@ -419,19 +403,19 @@ def test_without_root_an_earlier_record_survives_a_failed_lowering_and_a_failed_
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     sim.set_as_root(False)
 
     with pytest.raises(GpuNoPermission):
-        do_set(setter, context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
+        do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
     assert memory.values == earlier
     with pytest.raises(GpuNoPermission):
-        do_restore(restorer, context(memory, run_id=3), gpu=gpu0.uuid)
+        do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)
     assert memory.values == earlier  # the restore can be tried again once the agent has root
 
     sim.set_as_root(True)
-    do_restore(restorer, context(memory, run_id=4), gpu=gpu0.uuid)
+    do_restore(restorer, step_context(memory, run_id=4), gpu=gpu0.uuid)
     assert limit(sim, gpu0.uuid) == 700 * W
     assert memory.values == {}
 
@@ -463,7 +447,7 @@ def test_a_gpu_lost_mid_run_fails_the_step_and_says_what_was_already_done(
     sim.update_device(gpus[1].uuid, fail={"set_power_limit": "gpu_lost"})
 
     with pytest.raises(GpuLost) as caught:
-        do_set(setter, context(memory, run_id=1), gpu="all", percent_of_default=80)
+        do_set(setter, step_context(memory, run_id=1), gpu="all", percent_of_default=80)
 
     message = str(caught.value)
     assert caught.value.code == 15
@@ -477,7 +461,7 @@ def test_a_gpu_lost_mid_run_fails_the_step_and_says_what_was_already_done(
     assert set(memory.values) == {MEMORY_PREFIX + gpus[0].uuid}
 
     # The restore puts GPU 0 back and never touches GPU 1, of which it has no record.
-    result = do_restore(restorer, context(memory, run_id=2), gpu="all")
+    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
     assert [g["outcome"] for g in result["gpus"]] == ["restored", "left_alone", "left_alone", "left_alone"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W] * 4
     assert memory.values == {}
@@ -490,11 +474,11 @@ def test_a_restore_of_all_gpus_that_fails_midway_says_what_was_restored(
     memory: InMemoryMemory,
 ) -> None:
     gpus = sim.devices()
-    do_set(setter, context(memory, run_id=1), gpu="all", percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=1), gpu="all", percent_of_default=80)
     sim.update_device(gpus[2].uuid, fail={"set_power_limit": {"error": "in_use", "times": 1}})
 
     with pytest.raises(RetryableGpuError) as caught:
-        do_restore(restorer, context(memory, run_id=2), gpu="all")
+        do_restore(restorer, step_context(memory, run_id=2), gpu="all")
 
     assert caught.value.code == 19
     assert isinstance(caught.value, RetryableActionError)  # still retried by the executor
@@ -503,7 +487,7 @@ def test_a_restore_of_all_gpus_that_fails_midway_says_what_was_restored(
     assert set(memory.values) == {MEMORY_PREFIX + gpus[2].uuid, MEMORY_PREFIX + gpus[3].uuid}
 
     # The retry finishes the job: the GPUs already restored have no record left and are not touched again.
-    result = do_restore(restorer, context(memory, run_id=2), gpu="all")
+    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
     assert [g["outcome"] for g in result["gpus"]] == ["left_alone", "left_alone", "restored", "restored"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W] * 4
 
@@ -614,9 +598,9 @@ def test_restore_puts_back_the_remembered_original_and_forgets_it(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=11), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=11), gpu=gpu0.uuid, percent_of_default=80)
 
-    result = do_restore(restorer, context(memory, run_id=12), gpu=gpu0.uuid)
+    result = do_restore(restorer, step_context(memory, run_id=12), gpu=gpu0.uuid)
 
     (entry,) = result["gpus"]
     assert (entry["outcome"], entry["previous_w"], entry["new_w"]) == ("restored", 560, 700)
@@ -634,12 +618,12 @@ def test_restore_twice_does_nothing_the_second_time(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
-    do_restore(restorer, context(memory, run_id=2), gpu=gpu0.uuid)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do_restore(restorer, step_context(memory, run_id=2), gpu=gpu0.uuid)
     arm_set_failure(sim, gpu0.uuid)
     before = sim_file.read_bytes()
 
-    (entry,) = do_restore(restorer, context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
+    (entry,) = do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
 
     assert entry["outcome"] == "left_alone"
     assert sim_file.read_bytes() == before
@@ -653,13 +637,13 @@ def test_restore_leaves_a_limit_someone_else_changed_alone_and_says_why(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=21), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=21), gpu=gpu0.uuid, percent_of_default=80)
     sim.set_power_limit(gpu0.uuid, 600 * W)  # an operator, by hand
     arm_set_failure(sim, gpu0.uuid)
     before = sim_file.read_bytes()
 
-    plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), context(memory, run_id=22))
-    result = do_restore(restorer, context(memory, run_id=22), gpu=gpu0.uuid)
+    plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), step_context(memory, run_id=22))
+    result = do_restore(restorer, step_context(memory, run_id=22), gpu=gpu0.uuid)
 
     (entry,) = result["gpus"]
     assert entry["outcome"] == "left_alone"
@@ -722,20 +706,20 @@ def test_fallback_default_does_not_override_a_record(
     memory: InMemoryMemory,
 ) -> None:
     sim.update_device(gpu0.uuid, power_limit_mw=650 * W)
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, watts=400)
-    do_restore(restorer, context(memory, run_id=2), gpu=gpu0.uuid, fallback="default")
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, watts=400)
+    do_restore(restorer, step_context(memory, run_id=2), gpu=gpu0.uuid, fallback="default")
     assert limit(sim, gpu0.uuid) == 650 * W  # the original, not the 700 W default
 
 
 def test_restore_read_back_mismatch_fails_and_keeps_the_record(
     setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, memory: InMemoryMemory
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     drifting = RestorePowerLimitAction(lambda: DriftingBackend(sim, drift_mw=-5 * W))
 
     with pytest.raises(GpuError, match="restored 700 W but read back 695 W"):
-        do_restore(drifting, context(memory, run_id=2), gpu=gpu0.uuid)
+        do_restore(drifting, step_context(memory, run_id=2), gpu=gpu0.uuid)
     assert memory.values == earlier
 
 
@@ -746,10 +730,10 @@ def test_restore_of_all_gpus_restores_only_those_remediate_changed(
     memory: InMemoryMemory,
 ) -> None:
     gpus = sim.devices()
-    do_set(setter, context(memory, run_id=1), gpu=gpus[1].uuid, watts=300)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpus[1].uuid, watts=300)
     sim.set_power_limit(gpus[2].uuid, 450 * W)  # not remediate's doing
 
-    result = do_restore(restorer, context(memory, run_id=2), gpu="all")
+    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
 
     assert [g["outcome"] for g in result["gpus"]] == ["left_alone", "restored", "left_alone", "left_alone"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W, 700 * W, 450 * W, 700 * W]
@@ -800,11 +784,11 @@ def test_restore_plan_shows_what_would_be_put_back_and_changes_nothing(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=5), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=5), gpu=gpu0.uuid, percent_of_default=80)
     remembered = dict(memory.values)
     before = sim_file.read_bytes()
 
-    plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), context(memory, run_id=6))
+    plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), step_context(memory, run_id=6))
 
     assert plan["gpus"] == [
         {
@@ -1090,7 +1074,7 @@ def test_a_failed_read_back_after_a_good_set_keeps_the_original_so_a_retry_and_r
 ) -> None:
     backend = ReadBackFailsOnceBackend(sim)
     setter = SetPowerLimitAction(lambda: backend)
-    ctx = context(memory)
+    ctx = step_context(memory)
     with pytest.raises(RetryableGpuError):
         do_set(setter, ctx, gpu=gpu0.uuid, watts=500)
     assert limit(sim, gpu0.uuid) == 500_000
