@@ -61,9 +61,6 @@ class Trainer(JobProcess):
                     return float(sample.value)
         return None
 
-    def log_tail(self, n: int = 40) -> str:
-        return "\n".join(self.text().splitlines()[-n:])
-
 
 def _step(run: dict[str, Any], name: str) -> dict[str, Any]:
     steps = {s["name"]: s for s in run["steps"]}

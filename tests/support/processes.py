@@ -13,6 +13,14 @@ from tests.support.waiting import scaled, wait_until
 REPO = Path(__file__).resolve().parents[2]
 
 
+def log_tail(path: Path, n: int = 40) -> str:
+    """The last `n` lines of a process's log, for a failing test's message."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except FileNotFoundError:
+        return "(no log yet)"
+
+
 class JobProcess:
     """A job script of tests/support/jobs/ run as a real process (remediate importable), its output in `log`.
     The job prints `EVENT {json}` lines for what it did: those are what the tests read."""
@@ -26,6 +34,9 @@ class JobProcess:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def log_tail(self, n: int = 40) -> str:
+        return log_tail(self.log, n)
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         lines = self.text().splitlines()

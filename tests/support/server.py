@@ -35,6 +35,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediate.gpu.simulator import SimulatedBackend
+from tests.support.processes import log_tail
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
 from tests.support.waiting import scaled, wait_until
 
@@ -245,11 +246,7 @@ class RemediateServer:
         self._proc = None
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return "(no log yet)"
-        return "\n".join(lines[-n:])
+        return log_tail(self.log_path, n)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -455,10 +452,7 @@ class NodeAgent:
         return self._proc is not None and self._proc.poll() is None
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except FileNotFoundError:
-            return "(no log yet)"
+        return log_tail(self.log_path, n)
 
     def limits(self) -> dict[int, int]:
         return {g.index: g.power_limit_mw for g in self.gpus.devices()}
