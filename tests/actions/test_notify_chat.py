@@ -29,8 +29,8 @@ from remediate.errors import ActionError, AmbiguousActionError, ParamsError, Pla
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
-from tests.actions.test_notify import ALERT, _Redirector, closed_port
-from tests.support.realsystems import WebhookRecorder
+from tests.actions.test_notify import ALERT, _Redirector
+from tests.support.realsystems import WebhookRecorder, free_port
 from tests.support.store_json import run_json_of
 from tests.support.stores import EVERY_DATABASE, rows
 
@@ -357,7 +357,7 @@ def test_errors_are_classified_as_notify_webhook_does(recorder: WebhookRecorder,
         action.execute(action.validate({"url": recorder.url}), context())
     assert not isinstance(info.value, RetryableActionError | AmbiguousActionError)
     with pytest.raises(RetryableActionError, match="failed"):
-        action.execute(action.validate({"url": f"http://127.0.0.1:{closed_port()}/hook"}), context())
+        action.execute(action.validate({"url": f"http://127.0.0.1:{free_port()}/hook"}), context())
     redirector = _Redirector(302, recorder.url)
     recorder.clear()
     try:
@@ -403,7 +403,7 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
             {
                 "name": "tell the old hook",
                 "action": "notify.webhook",
-                "with": {"url": f"http://127.0.0.1:{closed_port()}/gone"},
+                "with": {"url": f"http://127.0.0.1:{free_port()}/gone"},
                 "continue_on_error": True,
             },
             {
