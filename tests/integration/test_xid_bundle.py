@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from remediate.cli import main
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
@@ -66,6 +66,14 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
     assert checked >= 9
 
 
+def dry_run(tmp_path: Path, alertname: str, node_label: str, *more: str) -> Result:
+    """`remediate dry-run` of a critical alert of that node, with the shipped playbooks."""
+    database = f"sqlite:///{tmp_path / 'none.db'}"
+    args = ["--playbooks", ROOT / "playbooks", "--database-url", database, "--alertname", alertname]
+    args += ["--label", "severity=critical", "--label", node_label, *more]
+    return CliRunner().invoke(main, ["dry-run", *map(str, args)], catch_exceptions=False)
+
+
 def test_dry_run_plans_the_quarantine_against_the_cluster_and_changes_nothing(
     kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -78,24 +86,7 @@ def test_dry_run_plans_the_quarantine_against_the_cluster_and_changes_nothing(
     kube_api.add_pod("kube-system", "dcgm-exporter-7", "node-07", owner="DaemonSet", owner_name="dcgm-exporter")
     kube_api.add_pdb("ml", "trainer", {"app": "trainer"}, disruptions_allowed=1)
 
-    result = CliRunner().invoke(
-        main,
-        [
-            "dry-run",
-            "--playbooks",
-            str(ROOT / "playbooks"),
-            "--database-url",
-            f"sqlite:///{tmp_path / 'none.db'}",
-            "--alertname",
-            "GPUXidCritical",
-            "--label",
-            "severity=critical",
-            "--label",
-            "Hostname=node-07",
-            "--json",
-        ],
-        catch_exceptions=False,
-    )
+    result = dry_run(tmp_path, "GPUXidCritical", "Hostname=node-07", "--json")
 
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
@@ -123,23 +114,7 @@ def test_dry_run_of_a_node_that_does_not_exist_says_so(
 ) -> None:
     monkeypatch.setenv("REMEDIATE_KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("REMEDIATE_CONFIG", raising=False)
-    result = CliRunner().invoke(
-        main,
-        [
-            "dry-run",
-            "--playbooks",
-            str(ROOT / "playbooks"),
-            "--database-url",
-            f"sqlite:///{tmp_path / 'none.db'}",
-            "--alertname",
-            "GPURowRemapFailure",
-            "--label",
-            "severity=critical",
-            "--label",
-            "hostname=ghost-1",
-        ],
-        catch_exceptions=False,
-    )
+    result = dry_run(tmp_path, "GPURowRemapFailure", "hostname=ghost-1")
     assert result.exit_code == 1  # a plan that fails: the run cannot succeed (issue 24, finding 15)
     assert (
         "plan failed: ActionError: node 'ghost-1' (from label hostname) does not exist in the cluster" in result.output
