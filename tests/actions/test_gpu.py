@@ -859,6 +859,7 @@ def executor(store: Store, registry: ActionRegistry) -> Executor:
 
 
 Ingest = Callable[..., IngestResult]
+Fire = Callable[..., dict[str, Any]]
 
 
 def hot(make_alert: Callable[..., dict[str, Any]], gpu: str, status: str = "firing") -> dict[str, Any]:
@@ -870,6 +871,21 @@ def only_run(result: IngestResult) -> int:
     (decision,) = result.decisions
     assert decision.run_id is not None, decision.reason
     return decision.run_id
+
+
+@pytest.fixture
+def fire(
+    store: Store, executor: Executor, make_engine: Callable[..., Engine], make_alert: Callable[..., Any], ingest: Ingest
+) -> Callable[..., dict[str, Any]]:
+    """fire(uuid, **playbook changes): GPUTemperatureHigh for that GPU ingested and its one run executed; the run
+    as the API shows it."""
+
+    def run(gpu: str, **changes: Any) -> dict[str, Any]:
+        run_id = only_run(ingest(make_engine(gpu_playbook(**changes)), hot(make_alert, gpu), at=T0))
+        assert executor.drain() == 1
+        return run_json_of(store, run_id)
+
+    return run
 
 
 def test_restore_after_a_server_restart(
@@ -931,21 +947,11 @@ def test_restore_after_a_server_restart(
         store.close()
 
 
-def test_an_injected_timeout_is_retried_by_the_executor(
-    store: Store,
-    executor: Executor,
-    sim: SimulatedBackend,
-    gpu0: GpuInfo,
-    make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
-) -> None:
+def test_an_injected_timeout_is_retried_by_the_executor(fire: Fire, sim: SimulatedBackend, gpu0: GpuInfo) -> None:
     sim.update_device(gpu0.uuid, fail={"set_power_limit": {"error": "timeout", "times": 1}})
-    run_id = only_run(ingest(make_engine(gpu_playbook()), hot(make_alert, gpu0.uuid), at=T0))
 
-    assert executor.drain() == 1
+    detail = fire(gpu0.uuid)
 
-    detail = run_json_of(store, run_id)
     assert detail["status"] == "succeeded"
     (step,) = detail["steps"]
     assert [a["outcome"] for a in step["attempts"]] == ["retryable_error", "succeeded"]
@@ -955,21 +961,13 @@ def test_an_injected_timeout_is_retried_by_the_executor(
 
 
 def test_a_gpu_lost_mid_run_is_recorded_with_what_was_already_done(
-    store: Store,
-    executor: Executor,
-    sim: SimulatedBackend,
-    make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
+    fire: Fire, store: Store, sim: SimulatedBackend
 ) -> None:
     gpus = sim.devices()
     sim.update_device(gpus[1].uuid, fail={"set_power_limit": "gpu_lost"})
-    engine = make_engine(gpu_playbook(steps=[{"action": "gpu.set_power_limit", "with": {"gpu": "all", "watts": 500}}]))
-    run_id = only_run(ingest(engine, hot(make_alert, gpus[0].uuid), at=T0))
 
-    assert executor.drain() == 1
+    detail = fire(gpus[0].uuid, steps=[{"action": "gpu.set_power_limit", "with": {"gpu": "all", "watts": 500}}])
 
-    detail = run_json_of(store, run_id)
     assert detail["status"] == "failed"
     (step,) = detail["steps"]
     assert step["status"] == "failed"
@@ -983,20 +981,11 @@ def test_a_gpu_lost_mid_run_is_recorded_with_what_was_already_done(
 
 
 def test_without_root_the_run_fails_with_the_permission_error_and_nothing_is_remembered(
-    store: Store,
-    executor: Executor,
-    sim: SimulatedBackend,
-    gpu0: GpuInfo,
-    make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
+    fire: Fire, store: Store, sim: SimulatedBackend, gpu0: GpuInfo
 ) -> None:
     sim.set_as_root(False)
-    run_id = only_run(ingest(make_engine(gpu_playbook()), hot(make_alert, gpu0.uuid), at=T0))
 
-    assert executor.drain() == 1
-
-    (step,) = run_json_of(store, run_id)["steps"]
+    (step,) = fire(gpu0.uuid)["steps"]
     assert step["status"] == "failed"
     assert "NVML error 4 (Insufficient Permissions)" in step["error"]
     assert len(step["attempts"]) == 1
@@ -1005,20 +994,12 @@ def test_without_root_the_run_fails_with_the_permission_error_and_nothing_is_rem
 
 
 def test_a_dry_run_playbook_only_plans_and_the_gpu_file_is_untouched(
-    store: Store,
-    executor: Executor,
-    sim_file: Path,
-    gpu0: GpuInfo,
-    make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
+    fire: Fire, store: Store, sim_file: Path, gpu0: GpuInfo
 ) -> None:
     before = sim_file.read_bytes()
-    run_id = only_run(ingest(make_engine(gpu_playbook(mode="dry-run")), hot(make_alert, gpu0.uuid), at=T0))
 
-    assert executor.drain() == 1
+    detail = fire(gpu0.uuid, mode="dry-run")
 
-    detail = run_json_of(store, run_id)
     assert detail["status"] == "planned"
     (step,) = detail["steps"]
     assert step["plan"]["gpus"][0]["change"] == "700 W -> 560 W"
