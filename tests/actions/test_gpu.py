@@ -33,6 +33,7 @@ from remediate.gpu import (
 )
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.gpu import step_context
 from tests.support.store_json import run_json_of
 
@@ -858,13 +859,12 @@ def executor(store: Store, registry: ActionRegistry) -> Executor:
     return Executor(store=store, registry=registry, retry_wait_max=0.01)
 
 
-Ingest = Callable[..., IngestResult]
 Fire = Callable[..., dict[str, Any]]
 
 
-def hot(make_alert: Callable[..., dict[str, Any]], gpu: str, status: str = "firing") -> dict[str, Any]:
+def hot(gpu: str, status: str = "firing") -> dict[str, Any]:
     labels = {"UUID": gpu, "Hostname": "node-a", "severity": "warning", "gpu": "0"}
-    return make_alert("GPUTemperatureHigh", status=status, labels=labels)
+    return alert_payload("GPUTemperatureHigh", status=status, labels=labels)
 
 
 def only_run(result: IngestResult) -> int:
@@ -874,14 +874,12 @@ def only_run(result: IngestResult) -> int:
 
 
 @pytest.fixture
-def fire(
-    store: Store, executor: Executor, make_engine: Callable[..., Engine], make_alert: Callable[..., Any], ingest: Ingest
-) -> Callable[..., dict[str, Any]]:
+def fire(store: Store, executor: Executor, make_engine: Callable[..., Engine]) -> Callable[..., dict[str, Any]]:
     """fire(uuid, **playbook changes): GPUTemperatureHigh for that GPU ingested and its one run executed; the run
     as the API shows it."""
 
     def run(gpu: str, **changes: Any) -> dict[str, Any]:
-        run_id = only_run(ingest(make_engine(gpu_playbook(**changes)), hot(make_alert, gpu), at=T0))
+        run_id = only_run(ingest_alerts(make_engine(gpu_playbook(**changes)), hot(gpu), at=T0))
         assert executor.drain() == 1
         return run_json_of(store, run_id)
 
@@ -893,8 +891,6 @@ def test_restore_after_a_server_restart(
     sim: SimulatedBackend,
     sim_file: Path,
     gpu0: GpuInfo,
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
 ) -> None:
     """Lower through one Store + Executor, then restore through new ones on the same SQLite file."""
 
@@ -907,7 +903,7 @@ def test_restore_after_a_server_restart(
         return store, engine, Executor(store=store, registry=registry, retry_wait_max=0.01)
 
     store, engine, executor = start_server()
-    firing_run = only_run(ingest(engine, hot(make_alert, gpu0.uuid), at=T0))
+    firing_run = only_run(ingest_alerts(engine, hot(gpu0.uuid), at=T0))
     assert executor.drain() == 1
     assert limit(sim, gpu0.uuid) == 560 * W
     store.close()
@@ -916,7 +912,7 @@ def test_restore_after_a_server_restart(
     store, engine, executor = start_server()
     try:
         assert store.memory().recall(MEMORY_PREFIX + gpu0.uuid)["original_mw"] == 700 * W  # type: ignore[index]
-        resolved_run = only_run(ingest(engine, hot(make_alert, gpu0.uuid, status="resolved"), at=T0 + 600))
+        resolved_run = only_run(ingest_alerts(engine, hot(gpu0.uuid, status="resolved"), at=T0 + 600))
         assert executor.drain() == 1
 
         assert limit(sim, gpu0.uuid) == 700 * W
@@ -1013,11 +1009,9 @@ def test_a_label_that_is_no_gpu_is_rejected_before_anything_runs(
     executor: Executor,
     sim_file: Path,
     make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
 ) -> None:
     before = sim_file.read_bytes()
-    result = ingest(make_engine(gpu_playbook()), hot(make_alert, "GPU-not-a-uuid; reboot"), at=T0)
+    result = ingest_alerts(make_engine(gpu_playbook()), hot("GPU-not-a-uuid; reboot"), at=T0)
     (decision,) = result.decisions
     assert decision.decision == "rejected"
     assert "not a GPU reference: 'GPU-not-a-uuid; reboot'" in decision.reason

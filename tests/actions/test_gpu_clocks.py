@@ -14,10 +14,11 @@ import pytest
 
 from remediate.actions.base import ActionRegistry
 from remediate.actions.gpu_clocks import ResetClocksAction
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNotSupported, SimulatedBackend
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.gpu import PowerOnlyBackend, simulated_registry, step_context
 from tests.support.store_json import run_json_of
 
@@ -108,8 +109,6 @@ def test_a_playbook_step_runs_it_through_the_engine_and_executor(
     sim: SimulatedBackend,
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Callable[..., IngestResult],
 ) -> None:
     engine = make_engine(
         {
@@ -119,8 +118,8 @@ def test_a_playbook_step_runs_it_through_the_engine_and_executor(
             "steps": [{"action": "gpu.reset_clocks", "with": {"gpu": "{{ labels.UUID }}"}}],
         }
     )
-    alert = make_alert("GPUClocksLocked", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"})
-    (decision,) = ingest(engine, alert, at=T0).decisions
+    alert = alert_payload("GPUClocksLocked", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"})
+    (decision,) = ingest_alerts(engine, alert, at=T0).decisions
     assert decision.run_id is not None, decision.reason
     assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1
 

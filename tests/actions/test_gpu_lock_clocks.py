@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX, LockClocksAction
 from remediate.actions.gpu_unlock_clocks import UnlockClocksAction
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ParamsError
 from remediate.executor import Executor
 from remediate.gpu import (
@@ -30,6 +29,7 @@ from remediate.gpu import (
     SimulatedBackend,
 )
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.gpu import PowerOnlyBackend, simulated_registry, step_context
 from tests.support.store_json import run_json_of
 
@@ -399,8 +399,6 @@ def test_a_playbook_locks_on_firing_and_unlocks_on_resolved_through_the_store(
     sim: SimulatedBackend,
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Callable[..., IngestResult],
 ) -> None:
     engine = make_engine(
         {
@@ -413,14 +411,14 @@ def test_a_playbook_locks_on_firing_and_unlocks_on_resolved_through_the_store(
     )
     labels = {"UUID": gpus[1].uuid, "Hostname": "node-a"}
     executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
-    (fired,) = ingest(engine, make_alert("GPUTemperatureHigh", labels=labels), at=T0).decisions
+    (fired,) = ingest_alerts(engine, alert_payload("GPUTemperatureHigh", labels=labels), at=T0).decisions
     assert fired.run_id is not None, fired.reason
     assert executor.drain() == 1
     assert lock_of(sim, gpus[1]) == (345, 1380)
     assert store.memory().recall(MEMORY_PREFIX + gpus[1].uuid)["previous"] == {"state": "unlocked"}  # type: ignore[index]
 
-    (resolved,) = ingest(
-        engine, make_alert("GPUTemperatureHigh", status="resolved", labels=labels), at=T0 + 60
+    (resolved,) = ingest_alerts(
+        engine, alert_payload("GPUTemperatureHigh", status="resolved", labels=labels), at=T0 + 60
     ).decisions
     assert resolved.run_id is not None, resolved.reason
     assert executor.drain() == 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,10 +17,11 @@ from remediate.actions.gpu import SetPowerLimitAction
 from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX as CLOCK_PREFIX
 from remediate.actions.gpu_lock_clocks import LockClocksAction
 from remediate.actions.gpu_reset import ResetGpuAction
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNoPermission, GpuResetRefused, SimulatedBackend
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.gpu import PowerOnlyBackend, simulated_registry
 from tests.support.store_json import run_json_of
 
@@ -217,8 +217,6 @@ def test_a_refused_reset_fails_the_run_permanently_and_is_not_retried(
     sim: SimulatedBackend,
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Callable[..., IngestResult],
 ) -> None:
     engine = make_engine(
         {
@@ -228,8 +226,8 @@ def test_a_refused_reset_fails_the_run_permanently_and_is_not_retried(
             "steps": [{"action": "gpu.reset", "with": {"gpu": "{{ labels.UUID }}"}, "retries": 3}],
         }
     )
-    (decision,) = ingest(
-        engine, make_alert("GPUXidError", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"}), at=T0
+    (decision,) = ingest_alerts(
+        engine, alert_payload("GPUXidError", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"}), at=T0
     ).decisions
     assert decision.run_id is not None, decision.reason
     assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1

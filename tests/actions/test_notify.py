@@ -13,10 +13,11 @@ import requests
 from remediate.actions.base import StepContext
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.alerts import alert_ref
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
 from remediate.executor import Executor
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.realsystems import WebhookRecorder, free_port
 from tests.support.store_json import run_json_of
 
@@ -161,8 +162,6 @@ def _notify_run(
     url: str,
     store: Store,
     make_engine: Callable[..., Engine],
-    ingest: Callable[..., IngestResult],
-    make_alert: Callable[..., dict[str, Any]],
     **extra: Any,
 ) -> dict[str, Any]:
     """Ingest one alert for a one-step notify playbook, drain the executor; the run's detail."""
@@ -174,7 +173,7 @@ def _notify_run(
         ],
     }
     engine = make_engine(playbook)
-    (decision,) = ingest(engine, make_alert("GpuXidError", labels={"gpu": "5"}), at=1_767_225_600.0).decisions
+    (decision,) = ingest_alerts(engine, alert_payload("GpuXidError", labels={"gpu": "5"}), at=1_767_225_600.0).decisions
     Executor(store=store, registry=engine.registry, retry_wait_max=0.01).drain()
     return run_json_of(store, decision.run_id)
 
@@ -191,8 +190,6 @@ def test_through_the_executor_a_post_the_receiver_may_have_got_is_never_sent_twi
     recorder: WebhookRecorder,
     store: Store,
     make_engine: Callable[..., Engine],
-    ingest: Callable[..., IngestResult],
-    make_alert: Callable[..., dict[str, Any]],
     receiver: dict[str, Any],
     error: str,
 ) -> None:
@@ -200,7 +197,7 @@ def test_through_the_executor_a_post_the_receiver_may_have_got_is_never_sent_twi
     for name, value in receiver.items():
         setattr(recorder, name, value)
 
-    detail = _notify_run(recorder.url, store, make_engine, ingest, make_alert, timeout=0.3)
+    detail = _notify_run(recorder.url, store, make_engine, timeout=0.3)
 
     assert detail["status"] == "failed"
     (step,) = detail["steps"]
@@ -215,10 +212,8 @@ def test_through_the_executor_a_post_the_receiver_may_have_got_is_never_sent_twi
 def test_through_the_executor_a_refused_connection_is_retried_as_nothing_was_sent(
     store: Store,
     make_engine: Callable[..., Engine],
-    ingest: Callable[..., IngestResult],
-    make_alert: Callable[..., dict[str, Any]],
 ) -> None:
-    detail = _notify_run(f"http://127.0.0.1:{free_port()}/hook", store, make_engine, ingest, make_alert)
+    detail = _notify_run(f"http://127.0.0.1:{free_port()}/hook", store, make_engine)
 
     assert detail["status"] == "failed"
     (step,) = detail["steps"]
