@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.actions.test_notify import ALERT, _Redirector
-from tests.conftest import alert_payload, ingest_alerts
+from tests.conftest import alert_payload, ingest_alerts, notification_payload
 from tests.support.realsystems import WebhookRecorder, free_port
 from tests.support.store_json import run_json_of
 from tests.support.stores import EVERY_DATABASE, rows
@@ -509,9 +509,7 @@ def test_through_the_executor_a_ladder_run_names_its_rung(
     assert context_text.startswith(f"run {run_id} · playbook xid-ladder · rung 1 · mode enforce · ")
 
 
-def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(
-    tmp_path: Path, make_notification: Callable[..., dict[str, Any]]
-) -> None:
+def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(tmp_path: Path) -> None:
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "xid.yaml").write_text(
         "name: xid\nmatch: {alertname: GpuXidError}\nsteps:\n"
@@ -524,7 +522,7 @@ def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(
         public_url=PUBLIC_URL,
     )
 
-    report = dry_run(settings, make_notification(alert_payload("GpuXidError")), now=1_767_225_600.0)
+    report = dry_run(settings, notification_payload(alert_payload("GpuXidError")), now=1_767_225_600.0)
 
     (playbook,) = report["alerts"][0]["playbooks"]
     plan = playbook["steps"][1]["plan"]

@@ -17,7 +17,7 @@ from remediate.engine import INGEST_ATTEMPTS, Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, StoreConflict, UnknownRunError
 from remediate.runs import Decision
 from remediate.store import Store
-from tests.conftest import alert_payload, ingest_alerts
+from tests.conftest import alert_payload, ingest_alerts, notification_payload
 from tests.support.stores import EVERY_DATABASE
 from tests.support.stores import rows as table_rows
 
@@ -68,10 +68,10 @@ def xid(host: str = "node-a", gpu: str = "3", **kwargs: Any) -> dict[str, Any]:
 
 @EVERY_DATABASE
 def test_ingest_stores_the_raw_notification_alerts_decisions_runs_and_steps(
-    store: Store, make_engine: MakeEngine, make_notification: Callable[..., dict]
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook())
-    payload = make_notification(xid(), alert_payload("DiskFull", labels={"Hostname": "node-b"}))
+    payload = notification_payload(xid(), alert_payload("DiskFull", labels={"Hostname": "node-b"}))
     body = json.dumps(payload).encode()
 
     result = engine.ingest_body(body, received_at=T0)
@@ -622,16 +622,14 @@ def test_a_paused_decision_wins_over_a_render_error(store: Store, make_engine: M
 
 
 @EVERY_DATABASE
-def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(
-    store: Store, make_engine: MakeEngine, make_notification: Callable[..., dict]
-) -> None:
+def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(
         playbook("xid", cooldown="10m", max_attempts=5),
         playbook("strict", match={"alertname": "GpuXidError", "labels": ['gpu="7"']}),
         playbook("broken", steps=[{"action": "log", "with": {"message": "{{ labels.absent }}"}}]),
     )
     ingest_alerts(engine, xid(gpu="0"), at=T0)
-    payload = make_notification(
+    payload = notification_payload(
         xid(gpu="0"),  # duplicate for xid and broken
         xid(gpu="1"),  # cooldown for xid
         xid("node-b", gpu="7"),  # accepted by all three, broken rejected
@@ -656,12 +654,10 @@ def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(
 
 
 @EVERY_DATABASE
-def test_preview_without_a_store_judges_against_an_empty_history(
-    registry: Any, make_engine: MakeEngine, make_notification: Callable[..., dict]
-) -> None:
+def test_preview_without_a_store_judges_against_an_empty_history(registry: Any, make_engine: MakeEngine) -> None:
     with_store = make_engine(playbook(cooldown="10m"))
     engine = Engine(store=None, playbooks=with_store.playbooks, registry=registry)
-    notification = parse_notification(make_notification(xid(gpu="0"), xid(gpu="1")))
+    notification = parse_notification(notification_payload(xid(gpu="0"), xid(gpu="1")))
 
     judged = engine.preview(notification, now=T0)
 
@@ -671,11 +667,11 @@ def test_preview_without_a_store_judges_against_an_empty_history(
 
 
 @EVERY_DATABASE
-def test_preview_reads_the_pause(store: Store, make_engine: MakeEngine, make_notification: Any) -> None:
+def test_preview_reads_the_pause(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
     store.set_paused(True, by="carol", reason="", now=T0)
 
-    (judged,) = engine.preview(parse_notification(make_notification(xid())), now=T0)
+    (judged,) = engine.preview(parse_notification(notification_payload(xid())), now=T0)
 
     assert judged.verdict.decision is Decision.PAUSED
     assert judged.verdict.reason == "remediation is paused by carol"
@@ -839,12 +835,10 @@ def test_a_newer_occurrence_accepted_in_the_same_notification_also_supersedes(
 
 
 @EVERY_DATABASE
-def test_preview_sees_the_order_cases_as_ingest_does(
-    store: Store, make_engine: MakeEngine, make_notification: Callable[..., dict]
-) -> None:
+def test_preview_sees_the_order_cases_as_ingest_does(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
     ingest_alerts(engine, xid(), at=T0)
-    payload = make_notification(
+    payload = notification_payload(
         xid(status="resolved"),
         xid(starts_at=S2),
         xid("node-b", status="resolved"),

@@ -13,6 +13,7 @@ from flask import Flask, jsonify
 from remediate.alerts import parse_notification
 from remediate.engine import DecisionRecord, Engine, IngestResult
 from remediate.runs import Decision
+from tests.conftest import alert_payload, notification_payload
 
 MakeEngine = Callable[..., Engine]
 MakeAlert = Callable[..., dict[str, Any]]
@@ -47,8 +48,8 @@ def test_the_summary_json_is_what_flask_jsonify_answered(records: list[DecisionR
 # --------------------------------------------------------------------------- one render per alert
 
 
-def _evaluate(engine: Engine, make_notification: Callable[..., dict], *alerts: dict[str, Any]) -> list[Any]:
-    return engine.evaluate_all(parse_notification(make_notification(*alerts)).alerts)
+def _evaluate(engine: Engine, *alerts: dict[str, Any]) -> list[Any]:
+    return engine.evaluate_all(parse_notification(notification_payload(*alerts)).alerts)
 
 
 def _messages(evaluations: list[Any]) -> list[Any]:
@@ -60,13 +61,11 @@ def _messages(evaluations: list[Any]) -> list[Any]:
 
 def test_a_render_error_is_the_alerts_own(
     make_engine: MakeEngine,
-    make_alert: MakeAlert,
-    make_notification: Callable[..., dict],
 ) -> None:
     engine = make_engine(PLAYBOOK)
-    without_gpu = make_alert("GpuXidError", fingerprint="f1", labels={"Hostname": "node-a"})
-    with_gpu = make_alert("GpuXidError", fingerprint="f2", labels={"Hostname": "node-a", "gpu": "2"})
-    again_without = make_alert("GpuXidError", fingerprint="f3", labels={"Hostname": "node-a"})
-    messages = _messages(_evaluate(engine, make_notification, without_gpu, with_gpu, again_without))
+    without_gpu = alert_payload("GpuXidError", fingerprint="f1", labels={"Hostname": "node-a"})
+    with_gpu = alert_payload("GpuXidError", fingerprint="f2", labels={"Hostname": "node-a", "gpu": "2"})
+    again_without = alert_payload("GpuXidError", fingerprint="f3", labels={"Hostname": "node-a"})
+    messages = _messages(_evaluate(engine, without_gpu, with_gpu, again_without))
     assert "gpu" in messages[0] and messages[2] == messages[0]
     assert messages[1] == [("GPU 2 on node-a", "info")]
