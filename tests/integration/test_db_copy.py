@@ -12,7 +12,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
 from tests.support.cli import assert_one_line_error, sqlite_dump
+from tests.support.cli import run_cli as cli
 from tests.support.postgres import PostgresCluster
 from tests.support.realsystems import free_port
 from tests.support.store_json import history_json_of, run_json_of
@@ -38,8 +38,6 @@ from tests.support.waiting import scaled
 REPO = Path(__file__).resolve().parents[2]
 PAYLOADS = REPO / "tests" / "fixtures" / "payloads"
 T0 = 1_795_000_000.0
-
-Cli = Callable[..., Result]
 
 
 def payload(name: str, host: str | None = None) -> bytes:
@@ -179,9 +177,7 @@ def assert_copy_error(result: Result, *words: str) -> None:
 # --------------------------------------------------------------------------- SQLite -> PostgreSQL
 
 
-def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_alerts(
-    cli: Cli, tmp_path: Path, pg_url: str
-) -> None:
+def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_alerts(tmp_path: Path, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "remediate.db")
     before = views(source)
     file_before = sqlite_dump(tmp_path / "remediate.db")
@@ -250,7 +246,7 @@ def test_the_libpq_url_form_works_from_a_real_process(tmp_path: Path, postgres: 
 # --------------------------------------------------------------------------- the other directions
 
 
-def test_postgresql_copied_back_to_sqlite_is_the_same_history(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_postgresql_copied_back_to_sqlite_is_the_same_history(tmp_path: Path, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "first.db")
     assert cli("db", "copy", "--from", source, "--to", pg_url).exit_code == 0
     back = f"sqlite:///{tmp_path / 'back.db'}"
@@ -264,7 +260,7 @@ def test_postgresql_copied_back_to_sqlite_is_the_same_history(cli: Cli, tmp_path
 
 
 def test_decisions_out_of_time_order_on_postgresql_are_stamped_in_order_into_sqlite(
-    cli: Cli, tmp_path: Path, pg_url: str
+    tmp_path: Path, pg_url: str
 ) -> None:
     """On PostgreSQL a later decision id can carry an earlier time (replicas commit out of sequence
     order). SQLite's history reads since/until as id ranges, so the copy raises each time to the newest
@@ -302,7 +298,7 @@ def test_decisions_out_of_time_order_on_postgresql_are_stamped_in_order_into_sql
 
 
 def test_postgresql_to_postgresql_moves_the_sequences_too(
-    cli: Cli, tmp_path: Path, postgres: PostgresCluster, pg_url: str
+    tmp_path: Path, postgres: PostgresCluster, pg_url: str
 ) -> None:
     source = sqlite_store(tmp_path / "first.db", hosts=("node-a", "node-b"))
     assert cli("db", "copy", "--from", source, "--to", pg_url).exit_code == 0
@@ -363,7 +359,7 @@ def test_a_table_with_a_composite_key_is_read_in_batches_of_that_key(tmp_path: P
     assert [(row["guard_key"], row["rung"]) for row in every_row(source)["ladders"]] == [("node-a", 2), ("node-b", 1)]
 
 
-def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(cli: Cli, tmp_path: Path) -> None:
+def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db")
     target = f"sqlite:///{tmp_path / 'b.db'}"
 
@@ -383,7 +379,7 @@ def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(cli: Cli, tmp_
     assert runs[-1]["id"] == runs[-2]["id"] + 1
 
 
-def test_a_target_whose_schema_a_server_created_but_never_used_counts_as_empty(cli: Cli, tmp_path: Path) -> None:
+def test_a_target_whose_schema_a_server_created_but_never_used_counts_as_empty(tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
     target = f"sqlite:///{tmp_path / 'b.db'}"
     Store.open(target).close()  # what `remediate serve` on the new database does before the copy
@@ -397,7 +393,7 @@ def test_a_target_whose_schema_a_server_created_but_never_used_counts_as_empty(c
 # --------------------------------------------------------------------------- dry run
 
 
-def test_dry_run_counts_and_writes_nothing(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_dry_run_counts_and_writes_nothing(tmp_path: Path, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
     rows = every_row(source)
     new_sqlite = tmp_path / "never.db"
@@ -416,7 +412,7 @@ def test_dry_run_counts_and_writes_nothing(cli: Cli, tmp_path: Path, pg_url: str
 # --------------------------------------------------------------------------- refused, one line, nothing written
 
 
-def test_a_target_with_rows_is_refused_and_left_as_it_was(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_a_target_with_rows_is_refused_and_left_as_it_was(tmp_path: Path, pg_url: str) -> None:
     first = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
     second = sqlite_store(tmp_path / "b.db", hosts=("node-b", "node-c"))
     assert cli("db", "copy", "--from", first, "--to", pg_url).exit_code == 0
@@ -430,7 +426,7 @@ def test_a_target_with_rows_is_refused_and_left_as_it_was(cli: Cli, tmp_path: Pa
     assert every_row(pg_url) == before
 
 
-def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_a_copy_that_fails_half_way_leaves_the_target_empty(tmp_path: Path, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "a.db")
     # SQLite keeps a value longer than its VARCHAR(64); PostgreSQL refuses it, after several tables went in.
     conn = sqlite3.connect(tmp_path / "a.db")
@@ -446,7 +442,7 @@ def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: 
     assert cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / 'ok.db'}").exit_code == 0
 
 
-def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
+def test_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
     port = free_port()  # closed again: nothing listens there
 
@@ -471,7 +467,7 @@ def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
         ("sqlite://", ("path of a SQLite file",)),
     ],
 )
-def test_an_unusable_url_is_one_line(cli: Cli, tmp_path: Path, url: str, words: tuple[str, ...]) -> None:
+def test_an_unusable_url_is_one_line(tmp_path: Path, url: str, words: tuple[str, ...]) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
 
     as_target = cli("db", "copy", "--from", source, "--to", url)
@@ -482,7 +478,7 @@ def test_an_unusable_url_is_one_line(cli: Cli, tmp_path: Path, url: str, words: 
     assert not (tmp_path / "b.db").exists()
 
 
-def test_a_missing_source_file_or_the_same_database_is_refused(cli: Cli, tmp_path: Path) -> None:
+def test_a_missing_source_file_or_the_same_database_is_refused(tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
 
     missing = cli("db", "copy", "--from", f"sqlite:///{tmp_path / 'nope.db'}", "--to", f"sqlite:///{tmp_path / 'b.db'}")
@@ -502,7 +498,7 @@ def test_a_missing_source_file_or_the_same_database_is_refused(cli: Cli, tmp_pat
     ],
 )
 def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
-    cli: Cli, tmp_path: Path, pg_url: str, version: int, words: tuple[str, ...]
+    tmp_path: Path, pg_url: str, version: int, words: tuple[str, ...]
 ) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a",))
@@ -519,7 +515,7 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
     assert tables_of(pg_url) == []
 
 
-def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_an_older_source_copies_once_upgraded_as_the_refusal_says(tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
     # Back to a real version 9 file: without what migration 10 adds (the web pages' ended sessions and
@@ -543,7 +539,7 @@ def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_
     assert views(pg_url) == views(source)
 
 
-def test_a_file_that_is_not_a_remediate_database_is_refused(cli: Cli, tmp_path: Path) -> None:
+def test_a_file_that_is_not_a_remediate_database_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     conn = sqlite3.connect(other)
     with conn:

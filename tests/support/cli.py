@@ -57,14 +57,15 @@ def sqlite_dump(path: Path) -> list[str]:
         return list(conn.iterdump())
 
 
+def run_cli(*args: Any, **kwargs: Any) -> Result:
+    """run_cli("history", "--json", input=..., env=...) -> click Result (stdout and stderr kept apart)."""
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
+
+
 @pytest.fixture
 def cli() -> Cli:
-    """cli("history", "--json", input=..., env=...) -> click Result (stdout and stderr kept apart)."""
-
-    def invoke(*args: str, **kwargs: Any) -> Result:
-        return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
-
-    return invoke
+    """`run_cli`, for the tests that take it as a fixture."""
+    return run_cli
 
 
 class _QuietHandler(WSGIRequestHandler):
