@@ -531,6 +531,27 @@ def write_playbook(directory: Path, name: str, text: str) -> Path:
     return path
 
 
+def notify_and_log_playbooks(directory: Path, prefix: str, url: str) -> None:
+    """Two one-step playbooks: `<prefix>Notify` alerts post to `url` (notify.webhook, no retry), `<prefix>Log`
+    alerts write a log line."""
+    notify = f"""\
+name: {prefix.lower()}-notify
+match: {{alertname: {prefix}Notify}}
+target: node
+steps:
+  - {{name: notify, action: notify.webhook, with: {{url: "{url}", message: "{{{{ labels.Hostname }}}}"}}, retries: 0}}
+"""
+    log = f"""\
+name: {prefix.lower()}-log
+match: {{alertname: {prefix}Log}}
+target: node
+steps:
+  - {{name: log, action: log, with: {{message: "remediated {{{{ labels.Hostname }}}}"}}}}
+"""
+    write_playbook(directory, "notify", notify)
+    write_playbook(directory, "log", log)
+
+
 # ---------------------------------------------------------------------- log tails of failing tests
 
 _LOG_SOURCES = pytest.StashKey[list[tuple[str, HasLogTail]]]()
