@@ -457,67 +457,40 @@ def test_a_resolved_alert_runs_only_the_on_resolved_steps_after_the_firing_run(
     assert alert_row.ends_at == "2026-01-01T01:00:00Z"
 
 
-@EVERY_DATABASE
-def test_a_resolved_alert_without_a_firing_run_runs_nothing(store: Store, make_engine: MakeEngine) -> None:
-    engine = make_engine(playbook())
-
-    result = ingest_alerts(engine, xid(status="resolved"), at=T0)
-
-    assert decisions_of(result) == [("xid", "no_firing_run")]
-    assert rows(store, t.runs) == []
+ABSENT_LABEL = [{"action": "log", "with": {"message": "{{ labels.absent }}"}}]
 
 
 @EVERY_DATABASE
-def test_a_resolved_alert_of_another_occurrence_does_not_count_as_fired(store: Store, make_engine: MakeEngine) -> None:
-    engine = make_engine(playbook())
-    ingest_alerts(engine, xid(), at=T0)
+@pytest.mark.parametrize(
+    ("changes", "before", "resolved", "decision", "runs"),
+    [
+        ({}, [], {}, "no_firing_run", 0),
+        ({}, [{}], {"starts_at": "2026-01-01T00:30:00Z"}, "no_firing_run", 1),
+        ({"on_resolved": None}, [{}], {}, "nothing_on_resolved", 1),
+        ({"steps": ABSENT_LABEL}, [{}], {}, "no_firing_run", 1),
+        ({}, [{}, {"status": "resolved"}], {}, "duplicate", 2),
+        ({"cooldown": "1h", "max_attempts": 1}, [{}], {}, "accepted", 2),
+    ],
+    ids=[
+        "without-a-firing-run",
+        "of-another-occurrence",
+        "of-a-playbook-without-on-resolved",
+        "whose-firing-run-was-rejected",
+        "resent-is-a-duplicate",
+        "not-held-back-by-cooldown-or-cap",
+    ],
+)
+def test_what_a_resolved_alert_decides(
+    store: Store, make_engine: MakeEngine, changes: dict, before: list[dict], resolved: dict, decision: str, runs: int
+) -> None:
+    engine = make_engine(playbook(**changes))
+    for i, alert in enumerate(before):
+        ingest_alerts(engine, xid(**alert), at=T0 + 60 * i)
 
-    result = ingest_alerts(engine, xid(status="resolved", starts_at="2026-01-01T00:30:00Z"), at=T0 + 60)
+    result = ingest_alerts(engine, xid(status="resolved", **resolved), at=T0 + 60 * len(before))
 
-    assert decisions_of(result) == [("xid", "no_firing_run")]
-
-
-@EVERY_DATABASE
-def test_a_resolved_alert_of_a_playbook_without_on_resolved_runs_nothing(store: Store, make_engine: MakeEngine) -> None:
-    engine = make_engine(playbook(on_resolved=None))
-    ingest_alerts(engine, xid(), at=T0)
-
-    result = ingest_alerts(engine, xid(status="resolved"), at=T0 + 60)
-
-    assert decisions_of(result) == [("xid", "nothing_on_resolved")]
-    assert len(rows(store, t.runs)) == 1
-
-
-@EVERY_DATABASE
-def test_a_resolved_alert_whose_firing_run_was_rejected_runs_nothing(store: Store, make_engine: MakeEngine) -> None:
-    engine = make_engine(playbook(steps=[{"action": "log", "with": {"message": "{{ labels.absent }}"}}]))
-    ingest_alerts(engine, xid(), at=T0)
-
-    result = ingest_alerts(engine, xid(status="resolved"), at=T0 + 60)
-
-    assert decisions_of(result) == [("xid", "no_firing_run")]
-
-
-@EVERY_DATABASE
-def test_a_resolved_alert_resent_is_a_duplicate(store: Store, make_engine: MakeEngine) -> None:
-    engine = make_engine(playbook())
-    ingest_alerts(engine, xid(), at=T0)
-    ingest_alerts(engine, xid(status="resolved"), at=T0 + 60)
-
-    again = ingest_alerts(engine, xid(status="resolved"), at=T0 + 120)
-
-    assert decisions_of(again) == [("xid", "duplicate")]
-    assert len(rows(store, t.runs)) == 2
-
-
-@EVERY_DATABASE
-def test_a_resolved_alert_is_not_held_back_by_cooldown(store: Store, make_engine: MakeEngine) -> None:
-    engine = make_engine(playbook(cooldown="1h", max_attempts=1))
-    ingest_alerts(engine, xid(), at=T0)
-
-    result = ingest_alerts(engine, xid(status="resolved"), at=T0 + 1)
-
-    assert decisions_of(result) == [("xid", "accepted")]
+    assert decisions_of(result) == [("xid", decision)]
+    assert len(rows(store, t.runs)) == runs
 
 
 @EVERY_DATABASE
