@@ -136,11 +136,12 @@ def make_engine(store: Store, registry: ActionRegistry) -> Callable[..., Engine]
     return build
 
 
+def ingest_alerts(engine: Engine, *alerts: dict[str, Any], at: float) -> IngestResult:
+    """One notification of `alerts` through Engine.ingest_body, received at `at`."""
+    return engine.ingest_body(json.dumps(notification_payload(*alerts)).encode(), received_at=at)
+
+
 @pytest.fixture(scope="session")
 def ingest() -> Callable[..., IngestResult]:
-    """ingest(engine, *alert payloads, at=received_at): one notification through Engine.ingest_body."""
-
-    def run(engine: Engine, *alerts: dict[str, Any], at: float) -> IngestResult:
-        return engine.ingest_body(json.dumps(notification_payload(*alerts)).encode(), received_at=at)
-
-    return run
+    """ingest(engine, *alert payloads, at=received_at): `ingest_alerts`."""
+    return ingest_alerts

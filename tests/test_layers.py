@@ -2,7 +2,8 @@
 
 The rules themselves are import-linter contracts in pyproject.toml (`[tool.importlinter]`), which
 scripts/test runs as `lint-imports`; these tests run the same contracts so that `pytest` alone checks
-them, prove that the contracts do catch a violation, and check the module-level import graph for cycles.
+them, prove that the contracts do catch a violation, and check the whole import graph (function-level
+imports too) for cycles.
 """
 
 from __future__ import annotations
@@ -224,3 +225,26 @@ def test_no_module_uses_a_shell() -> None:
         assert "shell=True" not in text, path
         assert "os.system" not in text, path
         assert "os.popen" not in text, path
+
+
+def test_the_two_sides_of_the_agent_call_meet_only_in_the_protocol() -> None:
+    graph = grimp.build_graph("remediate", cache_dir=None, include_external_packages=True)
+    server_side = {"remediate.runners", "remediate.kube.agents"}
+    agent_side = {"remediate.agent", "remediate.agent_server"}
+    for side, other in ((server_side, agent_side), (agent_side, server_side)):
+        for module in side:
+            imported = graph.find_modules_directly_imported_by(module)
+            assert not imported & other, f"{module} imports {sorted(imported & other)}"
+            assert "remediate.agent_protocol" in imported or module == "remediate.agent", module
+    # The protocol itself is plain data and errors: no HTTP library, neither side.
+    protocol = graph.find_modules_directly_imported_by("remediate.agent_protocol")
+    assert protocol <= {"__future__", "json", "abc", "dataclasses", "typing", "remediate.errors"}, protocol
+
+
+def test_agent_server_and_serve_share_one_gunicorn_application() -> None:
+    users = [
+        path
+        for path in PACKAGE.rglob("*.py")
+        if "BaseApplication" in (text := path.read_text("utf-8")) or "gunicorn.arbiter" in text
+    ]
+    assert len(users) == 1, users  # one module builds the gunicorn applications of both commands

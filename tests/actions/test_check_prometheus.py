@@ -16,12 +16,13 @@ from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.check_prometheus import PrometheusCheckAction, PrometheusQueryError, PrometheusUnset
 from remediate.alerts import alert_ref
 from remediate.config import Settings
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ActionError, PlaybookError
 from remediate.executor import Executor
 from remediate.playbooks import parse_playbook
 from remediate.store import Store
 from remediate.templating import render_params
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.realsystems import MetricsEndpoint, Prometheus, free_port
 from tests.support.store_json import run_json_of
 from tests.support.waiting import scaled, wait_until
@@ -223,8 +224,6 @@ def test_a_check_that_fails_keeps_the_undo_after_it_from_running(
     metrics: MetricsEndpoint,
     store: Store,
     make_engine: Callable[..., Engine],
-    ingest: Callable[..., IngestResult],
-    make_alert: Callable[..., dict[str, Any]],
 ) -> None:
     metrics.set("check_gpu_healthy", 0, {"Hostname": "node-hot"})
     wait_until(lambda: prom.query('check_gpu_healthy{Hostname="node-hot"} == 0'), 10, message="no scrape")
@@ -240,8 +239,8 @@ def test_a_check_that_fails_keeps_the_undo_after_it_from_running(
             ],
         }
     )
-    (decision,) = ingest(
-        engine, make_alert("GPUTemperatureHigh", labels={"Hostname": "node-hot"}), at=time.time()
+    (decision,) = ingest_alerts(
+        engine, alert_payload("GPUTemperatureHigh", labels={"Hostname": "node-hot"}), at=time.time()
     ).decisions
     Executor(store=store, registry=engine.registry, retry_wait_max=0.01).drain()
 

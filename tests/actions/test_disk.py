@@ -17,11 +17,12 @@ from remediate.alertref import AlertRef
 from remediate.cli import main
 from remediate.config import Settings
 from remediate.disk import PolicySource
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ActionError, ParamsError, PlaybookError
 from remediate.executor import Executor
 from remediate.playbooks import parse_playbook
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.disk import FakeDisk, allocated, make_file
 from tests.support.store_json import run_json_of
 
@@ -74,9 +75,9 @@ def disk_playbook(**params: Any) -> dict[str, Any]:
     }
 
 
-def disk_alert(make_alert: Callable[..., dict[str, Any]], mountpoint: str = "/test") -> dict[str, Any]:
+def disk_alert(mountpoint: str = "/test") -> dict[str, Any]:
     labels = {"instance": "node-a:9100", "mountpoint": mountpoint, "device": "/dev/vdb", "fstype": "ext4"}
-    return make_alert("NodeFilesystemAlmostOutOfSpace", labels=labels)
+    return alert_payload("NodeFilesystemAlmostOutOfSpace", labels=labels)
 
 
 # ------------------------------------------------------------------ params
@@ -183,7 +184,6 @@ def test_the_action_stops_at_a_reachable_free_bytes_target(root: Path, policies_
 
 def _run(
     make_engine: Callable[..., Engine],
-    ingest: Callable[..., IngestResult],
     store: Store,
     registry: ActionRegistry,
     alert: dict[str, Any],
@@ -191,23 +191,22 @@ def _run(
     **params: Any,
 ) -> dict[str, Any]:
     engine = make_engine(disk_playbook(**params), server_mode=server_mode)
-    (decision,) = ingest(engine, alert, at=T0).decisions
+    (decision,) = ingest_alerts(engine, alert, at=T0).decisions
     assert decision.run_id is not None, decision.reason
     Executor(store=store, registry=registry, retry_wait_max=0.01).drain()
     return run_json_of(store, decision.run_id)
 
 
 def test_an_alert_runs_the_cleanup_and_the_run_records_every_deleted_file(
-    root: Path, make_engine: Any, ingest: Any, store: Store, registry: ActionRegistry, make_alert: Any
+    root: Path, make_engine: Any, store: Store, registry: ActionRegistry
 ) -> None:
     for i in range(4):
         make_file(root / f"f{i}.tmp", 1000 + i, age_days=10 - i)
     run = _run(
         make_engine,
-        ingest,
         store,
         registry,
-        disk_alert(make_alert),
+        disk_alert(),
         mountpoint="{{ labels.mountpoint }}",
         free_bytes=2**62,
     )
@@ -227,16 +226,13 @@ def test_an_alert_runs_the_cleanup_and_the_run_records_every_deleted_file(
     assert [p.name for p in root.iterdir()] == ["f3.tmp"]
 
 
-def test_shadow_mode_only_plans(
-    root: Path, make_engine: Any, ingest: Any, store: Store, registry: ActionRegistry, make_alert: Any
-) -> None:
+def test_shadow_mode_only_plans(root: Path, make_engine: Any, store: Store, registry: ActionRegistry) -> None:
     make_file(root / "old.tmp", age_days=10)
     run = _run(
         make_engine,
-        ingest,
         store,
         registry,
-        disk_alert(make_alert),
+        disk_alert(),
         server_mode="dry-run",
         mountpoint="{{ labels.mountpoint }}",
         free_percent=100,
@@ -247,11 +243,11 @@ def test_shadow_mode_only_plans(
 
 
 def test_an_alert_for_a_mountpoint_without_a_policy_fails_the_run_with_the_reason(
-    root: Path, make_engine: Any, ingest: Any, store: Store, registry: ActionRegistry, make_alert: Any
+    root: Path, make_engine: Any, store: Store, registry: ActionRegistry
 ) -> None:
     make_file(root / "old.tmp", age_days=10)
-    alert = disk_alert(make_alert, mountpoint="/test/../etc")
-    run = _run(make_engine, ingest, store, registry, alert, mountpoint="{{ labels.mountpoint }}", free_percent=50)
+    alert = disk_alert(mountpoint="/test/../etc")
+    run = _run(make_engine, store, registry, alert, mountpoint="{{ labels.mountpoint }}", free_percent=50)
     assert run["status"] == "failed"
     assert "no cleanup policy serves mountpoint '/test/../etc'" in run["error"]
     assert (root / "old.tmp").exists()
@@ -261,10 +257,8 @@ def test_a_playbook_naming_an_unknown_policy_validates_but_its_run_fails_clearly
     tmp_path: Path,
     root: Path,
     make_engine: Any,
-    ingest: Any,
     store: Store,
     registry: ActionRegistry,
-    make_alert: Any,
     policies_file: Path,
 ) -> None:
     directory = tmp_path / "playbooks"
@@ -272,6 +266,6 @@ def test_a_playbook_naming_an_unknown_policy_validates_but_its_run_fails_clearly
     (directory / "disk.yaml").write_text(yaml.safe_dump(disk_playbook(policy="nope", free_percent=15)))
     result = CliRunner().invoke(main, ["playbooks", "validate", str(directory)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    run = _run(make_engine, ingest, store, registry, disk_alert(make_alert), policy="nope", free_percent=15)
+    run = _run(make_engine, store, registry, disk_alert(), policy="nope", free_percent=15)
     assert run["status"] == "failed"
     assert f"no cleanup policy named 'nope' in {policies_file} (known: scratch)" in run["error"]

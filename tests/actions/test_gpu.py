@@ -18,7 +18,6 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu import MEMORY_PREFIX, RestorePowerLimitAction, SetPowerLimitAction
-from remediate.alertref import AlertRef
 from remediate.config import Settings
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ConfigError, ParamsError, RetryableActionError
@@ -34,6 +33,8 @@ from remediate.gpu import (
 )
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
+from tests.support.gpu import step_context
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -59,16 +60,6 @@ def gpu0(sim: SimulatedBackend) -> GpuInfo:
 
 
 @pytest.fixture
-def memory() -> InMemoryMemory:
-    return InMemoryMemory()
-
-
-@pytest.fixture
-def ctx(memory: InMemoryMemory) -> StepContext:
-    return context(memory, run_id=7)
-
-
-@pytest.fixture
 def setter(sim: SimulatedBackend) -> SetPowerLimitAction:
     return SetPowerLimitAction(lambda: sim)
 
@@ -76,12 +67,6 @@ def setter(sim: SimulatedBackend) -> SetPowerLimitAction:
 @pytest.fixture
 def restorer(sim: SimulatedBackend) -> RestorePowerLimitAction:
     return RestorePowerLimitAction(lambda: sim)
-
-
-def context(memory: Any, run_id: int = 7) -> StepContext:
-    return StepContext(
-        run_id=run_id, step_index=0, playbook="gpu-overheat", target="node-a", alert=AlertRef(), memory=memory
-    )
 
 
 def do_set(action: SetPowerLimitAction, ctx: StepContext, **params: Any) -> dict[str, Any]:
@@ -210,95 +195,66 @@ def test_watts_sets_that_limit_reads_it_back_and_remembers_the_original(
     assert [g.power_limit_mw for g in sim.devices()[1:]] == [700 * W] * 3
 
 
-def test_percent_of_default(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
+@pytest.mark.parametrize(
+    ("current_w", "params", "reasons", "final_mw"),
+    [
+        (700, {"percent_of_default": 80}, ["80% of the default 700 W"], 560 * W),
+        # Taken of the default, not of the current limit.
+        (650, {"percent_of_default": 50}, ["50% of the default 700 W"], 350 * W),
+        (600, {"reduce_by_percent": 10}, ["current 600 W reduced by 10%"], 540 * W),
+        (700, {"percent_of_default": 33.3333}, None, 233_333),  # rounded to a whole milliwatt
+        (
+            700,
+            {"percent_of_default": 30, "min_watts": 300},
+            ["30% of the default 700 W", "raised to the floor 300 W"],
+            300 * W,
+        ),
+        (700, {"watts": 250, "min_percent_of_default": 50}, ["asked for 250 W", "raised to the floor 350 W"], 350 * W),
+        # The higher of two floors wins.
+        (
+            700,
+            {"watts": 250, "min_watts": 400, "min_percent_of_default": 50},
+            ["asked for 250 W", "raised to the floor 400 W"],
+            400 * W,
+        ),
+        # A floor below the target changes nothing.
+        (700, {"percent_of_default": 80, "min_watts": 200}, ["80% of the default 700 W"], 560 * W),
+        (700, {"watts": 120, "min_watts": 100}, ["asked for 120 W", "clamped to the device minimum 200 W"], 200 * W),
+        (
+            400,
+            {"watts": 1000, "allow_increase": True},
+            ["asked for 1000 W", "clamped to the device maximum 700 W"],
+            700 * W,
+        ),
+        # A floor above the device maximum is clamped to the maximum.
+        (
+            500,
+            {"watts": 300, "min_watts": 900, "allow_increase": True},
+            ["asked for 300 W", "raised to the floor 900 W", "clamped to the device maximum 700 W"],
+            700 * W,
+        ),
+        # allow_increase raises the limit (and remembers the lower one as the original).
+        (400, {"percent_of_default": 80, "allow_increase": True}, ["80% of the default 700 W"], 560 * W),
+    ],
+)
+def test_how_the_limit_is_chosen(
+    setter: SetPowerLimitAction,
+    sim: SimulatedBackend,
+    gpu0: GpuInfo,
+    ctx: StepContext,
+    memory: InMemoryMemory,
+    current_w: int,
+    params: dict[str, Any],
+    reasons: list[str] | None,
+    final_mw: int,
 ) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)["gpus"]
-    assert entry["reasons"] == ["80% of the default 700 W"]
-    assert limit(sim, gpu0.uuid) == 560 * W
-
-
-def test_percent_of_default_is_taken_of_the_default_not_the_current_limit(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=650 * W)
-    do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=50)
-    assert limit(sim, gpu0.uuid) == 350 * W
-
-
-def test_reduce_by_percent_cuts_the_current_limit(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=600 * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, reduce_by_percent=10)["gpus"]
-    assert entry["reasons"] == ["current 600 W reduced by 10%"]
-    assert limit(sim, gpu0.uuid) == 540 * W
-
-
-def test_a_fractional_result_is_rounded_to_a_whole_milliwatt(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=33.3333)
-    assert limit(sim, gpu0.uuid) == 233_333
-
-
-def test_min_watts_floor_raises_the_target_and_says_so(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=30, min_watts=300)["gpus"]
-    assert entry["reasons"] == ["30% of the default 700 W", "raised to the floor 300 W"]
-    assert limit(sim, gpu0.uuid) == 300 * W
-
-
-def test_min_percent_of_default_floor(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=250, min_percent_of_default=50)["gpus"]
-    assert entry["reasons"] == ["asked for 250 W", "raised to the floor 350 W"]
-    assert limit(sim, gpu0.uuid) == 350 * W
-
-
-def test_the_higher_of_two_floors_wins(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=250, min_watts=400, min_percent_of_default=50)["gpus"]
-    assert entry["reasons"][-1] == "raised to the floor 400 W"
-    assert limit(sim, gpu0.uuid) == 400 * W
-
-
-def test_a_floor_below_the_target_changes_nothing(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80, min_watts=200)["gpus"]
-    assert entry["reasons"] == ["80% of the default 700 W"]
-    assert limit(sim, gpu0.uuid) == 560 * W
-
-
-def test_clamped_to_the_device_minimum(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=120, min_watts=100)["gpus"]
-    assert entry["reasons"] == ["asked for 120 W", "clamped to the device minimum 200 W"]
-    assert limit(sim, gpu0.uuid) == 200 * W
-
-
-def test_a_floor_above_the_device_maximum_is_clamped_to_the_maximum(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=500 * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=300, min_watts=900, allow_increase=True)["gpus"]
-    assert entry["reasons"] == ["asked for 300 W", "raised to the floor 900 W", "clamped to the device maximum 700 W"]
-    assert limit(sim, gpu0.uuid) == 700 * W
-
-
-def test_clamped_to_the_device_maximum(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=400 * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=1000, allow_increase=True)["gpus"]
-    assert entry["reasons"] == ["asked for 1000 W", "clamped to the device maximum 700 W"]
-    assert entry["outcome"] == "set"
-    assert limit(sim, gpu0.uuid) == 700 * W
+    sim.update_device(gpu0.uuid, power_limit_mw=current_w * W)
+    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, **params)["gpus"]
+    assert (entry["outcome"], entry["previous_w"]) == ("set", current_w)
+    if reasons is not None:
+        assert entry["reasons"] == reasons
+    assert limit(sim, gpu0.uuid) == final_mw
+    assert memory_of(memory, gpu0.uuid)["original_mw"] == current_w * W  # type: ignore[index]
 
 
 def test_never_raised_above_the_current_limit_without_allow_increase(
@@ -324,16 +280,6 @@ def test_never_raised_above_the_current_limit_without_allow_increase(
     assert memory.values == {}
 
 
-def test_allow_increase_raises_the_limit(
-    setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext, memory: InMemoryMemory
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=400 * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80, allow_increase=True)["gpus"]
-    assert (entry["outcome"], entry["previous_w"], entry["new_w"]) == ("set", 400, 560)
-    assert limit(sim, gpu0.uuid) == 560 * W
-    assert memory_of(memory, gpu0.uuid)["original_mw"] == 400 * W  # type: ignore[index]
-
-
 # --------------------------------------------------------------------------- idempotence
 
 
@@ -350,7 +296,7 @@ def test_the_same_value_again_is_unchanged_and_calls_no_set(
     arm_set_failure(sim, gpu0.uuid)  # a set now would raise GpuLost
     before = sim_file.read_bytes()
 
-    result = do_set(setter, context(memory, run_id=8), gpu=gpu0.uuid, percent_of_default=80, min_watts=200)
+    result = do_set(setter, step_context(memory, run_id=8), gpu=gpu0.uuid, percent_of_default=80, min_watts=200)
 
     (entry,) = result["gpus"]
     assert entry["outcome"] == "unchanged"
@@ -379,15 +325,15 @@ def test_repeated_lowering_keeps_the_first_original(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
-    (entry,) = do_set(setter, context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)["gpus"]  # -> 504
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
+    (entry,) = do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)["gpus"]  # -> 504
 
     assert (entry["previous_w"], entry["new_w"], entry["remembered_original_w"]) == (560, 504, 700)
     record = memory_of(memory, gpu0.uuid)
     assert record is not None
     assert (record["original_mw"], record["set_mw"], record["run_id"]) == (700 * W, 504 * W, 2)
 
-    (restored,) = do_restore(restorer, context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
+    (restored,) = do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
     assert (restored["outcome"], restored["previous_w"], restored["new_w"]) == ("restored", 504, 700)
     assert limit(sim, gpu0.uuid) == 700 * W
 
@@ -399,12 +345,12 @@ def test_lowering_after_someone_else_changed_the_limit_remembers_their_value(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
     sim.set_power_limit(gpu0.uuid, 600 * W)  # an operator, by hand
-    (entry,) = do_set(setter, context(memory, run_id=2), gpu=gpu0.uuid, watts=450)["gpus"]
+    (entry,) = do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, watts=450)["gpus"]
 
     assert entry["remembered_original_w"] == 600
-    do_restore(restorer, context(memory, run_id=3), gpu=gpu0.uuid)
+    do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)
     assert limit(sim, gpu0.uuid) == 600 * W
 
 
@@ -427,12 +373,12 @@ def test_a_read_back_mismatch_fails_and_leaves_no_memory(
 def test_a_read_back_mismatch_keeps_the_earlier_record(
     setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, memory: InMemoryMemory
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     drifting = SetPowerLimitAction(lambda: DriftingBackend(sim, drift_mw=+2 * W))
 
     with pytest.raises(GpuError, match=r"set 504 W but read back 506 W"):
-        do_set(drifting, context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
+        do_set(drifting, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
 
     assert memory.values == earlier
 
@@ -458,19 +404,19 @@ def test_without_root_an_earlier_record_survives_a_failed_lowering_and_a_failed_
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     sim.set_as_root(False)
 
     with pytest.raises(GpuNoPermission):
-        do_set(setter, context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
+        do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
     assert memory.values == earlier
     with pytest.raises(GpuNoPermission):
-        do_restore(restorer, context(memory, run_id=3), gpu=gpu0.uuid)
+        do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)
     assert memory.values == earlier  # the restore can be tried again once the agent has root
 
     sim.set_as_root(True)
-    do_restore(restorer, context(memory, run_id=4), gpu=gpu0.uuid)
+    do_restore(restorer, step_context(memory, run_id=4), gpu=gpu0.uuid)
     assert limit(sim, gpu0.uuid) == 700 * W
     assert memory.values == {}
 
@@ -502,7 +448,7 @@ def test_a_gpu_lost_mid_run_fails_the_step_and_says_what_was_already_done(
     sim.update_device(gpus[1].uuid, fail={"set_power_limit": "gpu_lost"})
 
     with pytest.raises(GpuLost) as caught:
-        do_set(setter, context(memory, run_id=1), gpu="all", percent_of_default=80)
+        do_set(setter, step_context(memory, run_id=1), gpu="all", percent_of_default=80)
 
     message = str(caught.value)
     assert caught.value.code == 15
@@ -516,7 +462,7 @@ def test_a_gpu_lost_mid_run_fails_the_step_and_says_what_was_already_done(
     assert set(memory.values) == {MEMORY_PREFIX + gpus[0].uuid}
 
     # The restore puts GPU 0 back and never touches GPU 1, of which it has no record.
-    result = do_restore(restorer, context(memory, run_id=2), gpu="all")
+    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
     assert [g["outcome"] for g in result["gpus"]] == ["restored", "left_alone", "left_alone", "left_alone"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W] * 4
     assert memory.values == {}
@@ -529,11 +475,11 @@ def test_a_restore_of_all_gpus_that_fails_midway_says_what_was_restored(
     memory: InMemoryMemory,
 ) -> None:
     gpus = sim.devices()
-    do_set(setter, context(memory, run_id=1), gpu="all", percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=1), gpu="all", percent_of_default=80)
     sim.update_device(gpus[2].uuid, fail={"set_power_limit": {"error": "in_use", "times": 1}})
 
     with pytest.raises(RetryableGpuError) as caught:
-        do_restore(restorer, context(memory, run_id=2), gpu="all")
+        do_restore(restorer, step_context(memory, run_id=2), gpu="all")
 
     assert caught.value.code == 19
     assert isinstance(caught.value, RetryableActionError)  # still retried by the executor
@@ -542,7 +488,7 @@ def test_a_restore_of_all_gpus_that_fails_midway_says_what_was_restored(
     assert set(memory.values) == {MEMORY_PREFIX + gpus[2].uuid, MEMORY_PREFIX + gpus[3].uuid}
 
     # The retry finishes the job: the GPUs already restored have no record left and are not touched again.
-    result = do_restore(restorer, context(memory, run_id=2), gpu="all")
+    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
     assert [g["outcome"] for g in result["gpus"]] == ["left_alone", "left_alone", "restored", "restored"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W] * 4
 
@@ -653,9 +599,9 @@ def test_restore_puts_back_the_remembered_original_and_forgets_it(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=11), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=11), gpu=gpu0.uuid, percent_of_default=80)
 
-    result = do_restore(restorer, context(memory, run_id=12), gpu=gpu0.uuid)
+    result = do_restore(restorer, step_context(memory, run_id=12), gpu=gpu0.uuid)
 
     (entry,) = result["gpus"]
     assert (entry["outcome"], entry["previous_w"], entry["new_w"]) == ("restored", 560, 700)
@@ -673,12 +619,12 @@ def test_restore_twice_does_nothing_the_second_time(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
-    do_restore(restorer, context(memory, run_id=2), gpu=gpu0.uuid)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do_restore(restorer, step_context(memory, run_id=2), gpu=gpu0.uuid)
     arm_set_failure(sim, gpu0.uuid)
     before = sim_file.read_bytes()
 
-    (entry,) = do_restore(restorer, context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
+    (entry,) = do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
 
     assert entry["outcome"] == "left_alone"
     assert sim_file.read_bytes() == before
@@ -692,13 +638,13 @@ def test_restore_leaves_a_limit_someone_else_changed_alone_and_says_why(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=21), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=21), gpu=gpu0.uuid, percent_of_default=80)
     sim.set_power_limit(gpu0.uuid, 600 * W)  # an operator, by hand
     arm_set_failure(sim, gpu0.uuid)
     before = sim_file.read_bytes()
 
-    plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), context(memory, run_id=22))
-    result = do_restore(restorer, context(memory, run_id=22), gpu=gpu0.uuid)
+    plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), step_context(memory, run_id=22))
+    result = do_restore(restorer, step_context(memory, run_id=22), gpu=gpu0.uuid)
 
     (entry,) = result["gpus"]
     assert entry["outcome"] == "left_alone"
@@ -761,20 +707,20 @@ def test_fallback_default_does_not_override_a_record(
     memory: InMemoryMemory,
 ) -> None:
     sim.update_device(gpu0.uuid, power_limit_mw=650 * W)
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, watts=400)
-    do_restore(restorer, context(memory, run_id=2), gpu=gpu0.uuid, fallback="default")
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, watts=400)
+    do_restore(restorer, step_context(memory, run_id=2), gpu=gpu0.uuid, fallback="default")
     assert limit(sim, gpu0.uuid) == 650 * W  # the original, not the 700 W default
 
 
 def test_restore_read_back_mismatch_fails_and_keeps_the_record(
     setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, memory: InMemoryMemory
 ) -> None:
-    do_set(setter, context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     drifting = RestorePowerLimitAction(lambda: DriftingBackend(sim, drift_mw=-5 * W))
 
     with pytest.raises(GpuError, match="restored 700 W but read back 695 W"):
-        do_restore(drifting, context(memory, run_id=2), gpu=gpu0.uuid)
+        do_restore(drifting, step_context(memory, run_id=2), gpu=gpu0.uuid)
     assert memory.values == earlier
 
 
@@ -785,10 +731,10 @@ def test_restore_of_all_gpus_restores_only_those_remediate_changed(
     memory: InMemoryMemory,
 ) -> None:
     gpus = sim.devices()
-    do_set(setter, context(memory, run_id=1), gpu=gpus[1].uuid, watts=300)
+    do_set(setter, step_context(memory, run_id=1), gpu=gpus[1].uuid, watts=300)
     sim.set_power_limit(gpus[2].uuid, 450 * W)  # not remediate's doing
 
-    result = do_restore(restorer, context(memory, run_id=2), gpu="all")
+    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
 
     assert [g["outcome"] for g in result["gpus"]] == ["left_alone", "restored", "left_alone", "left_alone"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W, 700 * W, 450 * W, 700 * W]
@@ -839,11 +785,11 @@ def test_restore_plan_shows_what_would_be_put_back_and_changes_nothing(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, context(memory, run_id=5), gpu=gpu0.uuid, percent_of_default=80)
+    do_set(setter, step_context(memory, run_id=5), gpu=gpu0.uuid, percent_of_default=80)
     remembered = dict(memory.values)
     before = sim_file.read_bytes()
 
-    plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), context(memory, run_id=6))
+    plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), step_context(memory, run_id=6))
 
     assert plan["gpus"] == [
         {
@@ -913,12 +859,12 @@ def executor(store: Store, registry: ActionRegistry) -> Executor:
     return Executor(store=store, registry=registry, retry_wait_max=0.01)
 
 
-Ingest = Callable[..., IngestResult]
+Fire = Callable[..., dict[str, Any]]
 
 
-def hot(make_alert: Callable[..., dict[str, Any]], gpu: str, status: str = "firing") -> dict[str, Any]:
+def hot(gpu: str, status: str = "firing") -> dict[str, Any]:
     labels = {"UUID": gpu, "Hostname": "node-a", "severity": "warning", "gpu": "0"}
-    return make_alert("GPUTemperatureHigh", status=status, labels=labels)
+    return alert_payload("GPUTemperatureHigh", status=status, labels=labels)
 
 
 def only_run(result: IngestResult) -> int:
@@ -927,13 +873,24 @@ def only_run(result: IngestResult) -> int:
     return decision.run_id
 
 
+@pytest.fixture
+def fire(store: Store, executor: Executor, make_engine: Callable[..., Engine]) -> Callable[..., dict[str, Any]]:
+    """fire(uuid, **playbook changes): GPUTemperatureHigh for that GPU ingested and its one run executed; the run
+    as the API shows it."""
+
+    def run(gpu: str, **changes: Any) -> dict[str, Any]:
+        run_id = only_run(ingest_alerts(make_engine(gpu_playbook(**changes)), hot(gpu), at=T0))
+        assert executor.drain() == 1
+        return run_json_of(store, run_id)
+
+    return run
+
+
 def test_restore_after_a_server_restart(
     gpu_settings: Settings,
     sim: SimulatedBackend,
     sim_file: Path,
     gpu0: GpuInfo,
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
 ) -> None:
     """Lower through one Store + Executor, then restore through new ones on the same SQLite file."""
 
@@ -946,7 +903,7 @@ def test_restore_after_a_server_restart(
         return store, engine, Executor(store=store, registry=registry, retry_wait_max=0.01)
 
     store, engine, executor = start_server()
-    firing_run = only_run(ingest(engine, hot(make_alert, gpu0.uuid), at=T0))
+    firing_run = only_run(ingest_alerts(engine, hot(gpu0.uuid), at=T0))
     assert executor.drain() == 1
     assert limit(sim, gpu0.uuid) == 560 * W
     store.close()
@@ -955,7 +912,7 @@ def test_restore_after_a_server_restart(
     store, engine, executor = start_server()
     try:
         assert store.memory().recall(MEMORY_PREFIX + gpu0.uuid)["original_mw"] == 700 * W  # type: ignore[index]
-        resolved_run = only_run(ingest(engine, hot(make_alert, gpu0.uuid, status="resolved"), at=T0 + 600))
+        resolved_run = only_run(ingest_alerts(engine, hot(gpu0.uuid, status="resolved"), at=T0 + 600))
         assert executor.drain() == 1
 
         assert limit(sim, gpu0.uuid) == 700 * W
@@ -986,21 +943,11 @@ def test_restore_after_a_server_restart(
         store.close()
 
 
-def test_an_injected_timeout_is_retried_by_the_executor(
-    store: Store,
-    executor: Executor,
-    sim: SimulatedBackend,
-    gpu0: GpuInfo,
-    make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
-) -> None:
+def test_an_injected_timeout_is_retried_by_the_executor(fire: Fire, sim: SimulatedBackend, gpu0: GpuInfo) -> None:
     sim.update_device(gpu0.uuid, fail={"set_power_limit": {"error": "timeout", "times": 1}})
-    run_id = only_run(ingest(make_engine(gpu_playbook()), hot(make_alert, gpu0.uuid), at=T0))
 
-    assert executor.drain() == 1
+    detail = fire(gpu0.uuid)
 
-    detail = run_json_of(store, run_id)
     assert detail["status"] == "succeeded"
     (step,) = detail["steps"]
     assert [a["outcome"] for a in step["attempts"]] == ["retryable_error", "succeeded"]
@@ -1010,21 +957,13 @@ def test_an_injected_timeout_is_retried_by_the_executor(
 
 
 def test_a_gpu_lost_mid_run_is_recorded_with_what_was_already_done(
-    store: Store,
-    executor: Executor,
-    sim: SimulatedBackend,
-    make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
+    fire: Fire, store: Store, sim: SimulatedBackend
 ) -> None:
     gpus = sim.devices()
     sim.update_device(gpus[1].uuid, fail={"set_power_limit": "gpu_lost"})
-    engine = make_engine(gpu_playbook(steps=[{"action": "gpu.set_power_limit", "with": {"gpu": "all", "watts": 500}}]))
-    run_id = only_run(ingest(engine, hot(make_alert, gpus[0].uuid), at=T0))
 
-    assert executor.drain() == 1
+    detail = fire(gpus[0].uuid, steps=[{"action": "gpu.set_power_limit", "with": {"gpu": "all", "watts": 500}}])
 
-    detail = run_json_of(store, run_id)
     assert detail["status"] == "failed"
     (step,) = detail["steps"]
     assert step["status"] == "failed"
@@ -1038,20 +977,11 @@ def test_a_gpu_lost_mid_run_is_recorded_with_what_was_already_done(
 
 
 def test_without_root_the_run_fails_with_the_permission_error_and_nothing_is_remembered(
-    store: Store,
-    executor: Executor,
-    sim: SimulatedBackend,
-    gpu0: GpuInfo,
-    make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
+    fire: Fire, store: Store, sim: SimulatedBackend, gpu0: GpuInfo
 ) -> None:
     sim.set_as_root(False)
-    run_id = only_run(ingest(make_engine(gpu_playbook()), hot(make_alert, gpu0.uuid), at=T0))
 
-    assert executor.drain() == 1
-
-    (step,) = run_json_of(store, run_id)["steps"]
+    (step,) = fire(gpu0.uuid)["steps"]
     assert step["status"] == "failed"
     assert "NVML error 4 (Insufficient Permissions)" in step["error"]
     assert len(step["attempts"]) == 1
@@ -1060,20 +990,12 @@ def test_without_root_the_run_fails_with_the_permission_error_and_nothing_is_rem
 
 
 def test_a_dry_run_playbook_only_plans_and_the_gpu_file_is_untouched(
-    store: Store,
-    executor: Executor,
-    sim_file: Path,
-    gpu0: GpuInfo,
-    make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
+    fire: Fire, store: Store, sim_file: Path, gpu0: GpuInfo
 ) -> None:
     before = sim_file.read_bytes()
-    run_id = only_run(ingest(make_engine(gpu_playbook(mode="dry-run")), hot(make_alert, gpu0.uuid), at=T0))
 
-    assert executor.drain() == 1
+    detail = fire(gpu0.uuid, mode="dry-run")
 
-    detail = run_json_of(store, run_id)
     assert detail["status"] == "planned"
     (step,) = detail["steps"]
     assert step["plan"]["gpus"][0]["change"] == "700 W -> 560 W"
@@ -1087,11 +1009,9 @@ def test_a_label_that_is_no_gpu_is_rejected_before_anything_runs(
     executor: Executor,
     sim_file: Path,
     make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Ingest,
 ) -> None:
     before = sim_file.read_bytes()
-    result = ingest(make_engine(gpu_playbook()), hot(make_alert, "GPU-not-a-uuid; reboot"), at=T0)
+    result = ingest_alerts(make_engine(gpu_playbook()), hot("GPU-not-a-uuid; reboot"), at=T0)
     (decision,) = result.decisions
     assert decision.decision == "rejected"
     assert "not a GPU reference: 'GPU-not-a-uuid; reboot'" in decision.reason
@@ -1129,7 +1049,7 @@ def test_a_failed_read_back_after_a_good_set_keeps_the_original_so_a_retry_and_r
 ) -> None:
     backend = ReadBackFailsOnceBackend(sim)
     setter = SetPowerLimitAction(lambda: backend)
-    ctx = context(memory)
+    ctx = step_context(memory)
     with pytest.raises(RetryableGpuError):
         do_set(setter, ctx, gpu=gpu0.uuid, watts=500)
     assert limit(sim, gpu0.uuid) == 500_000

@@ -12,15 +12,14 @@ from typing import Any
 
 import pytest
 
-from remediate.actions import default_registry
-from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
+from remediate.actions.base import ActionRegistry
 from remediate.actions.gpu_clocks import ResetClocksAction
-from remediate.alertref import AlertRef
-from remediate.config import Settings
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNotSupported, SimulatedBackend
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
+from tests.support.gpu import PowerOnlyBackend, simulated_registry, step_context
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -37,28 +36,9 @@ def sim(tmp_path: Path) -> SimulatedBackend:
 
 
 @pytest.fixture
-def gpus(sim: SimulatedBackend) -> list[GpuInfo]:
-    return sim.devices()
-
-
-@pytest.fixture
-def gpu_settings(sim: SimulatedBackend, db_url: str) -> Settings:
-    # A power floor wraps the backend: the clock reset must pass through it.
-    return Settings(
-        gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url, gpu_power_floor_watts=300
-    )
-
-
-@pytest.fixture
-def registry(gpu_settings: Settings) -> ActionRegistry:
-    """Overrides the shared fixture: the shipped actions with the simulated GPU backend."""
-    return default_registry(gpu_settings)
-
-
-def context() -> StepContext:
-    return StepContext(
-        run_id=3, step_index=0, playbook="gpu-clocks", target="node-a", alert=AlertRef(), memory=InMemoryMemory()
-    )
+def registry(sim: SimulatedBackend, db_url: str) -> ActionRegistry:
+    """Overrides the shared fixture. A power floor wraps the backend: the clock reset must pass through it."""
+    return simulated_registry(sim, db_url, gpu_power_floor_watts=300)
 
 
 def locked(sim: SimulatedBackend, gpu: GpuInfo) -> dict[str, Any]:
@@ -71,7 +51,7 @@ def test_the_registry_finds_it_with_the_configured_backend_behind_the_power_floo
     action = registry.get("gpu.reset_clocks")
     assert (action.where, action.idempotent) == ("node", True)
     params = action.validate({"gpu": gpus[1].uuid})
-    plan = action.plan(params, context())
+    plan = action.plan(params, step_context())
     assert plan == {
         "backend": "simulated",
         "gpus": [{"gpu": gpus[1].uuid, "index": 1, "name": gpus[1].name, "change": "unlock GPU and memory clocks"}],
@@ -79,17 +59,17 @@ def test_the_registry_finds_it_with_the_configured_backend_behind_the_power_floo
     }
     assert locked(sim, gpus[1])["gpu_mhz"] == (1980, 1980)  # the plan changed nothing
 
-    result = action.execute(params, context())
+    result = action.execute(params, step_context())
     assert result["gpus"] == [{"gpu": gpus[1].uuid, "index": 1, "outcome": "reset"}]
     assert locked(sim, gpus[1]) == UNLOCKED
     assert locked(sim, gpus[0])["gpu_mhz"] == (1980, 1980)  # only the GPU asked for
-    assert action.execute(params, context())["reset"] == 1  # again: idempotent, still unlocked
+    assert action.execute(params, step_context())["reset"] == 1  # again: idempotent, still unlocked
     assert locked(sim, gpus[1]) == UNLOCKED
 
 
 def test_gpu_all_resets_every_gpu_by_index(registry: ActionRegistry, sim: SimulatedBackend) -> None:
     action = registry.get("gpu.reset_clocks")
-    result = action.execute(action.validate({"gpu": "all"}), context())
+    result = action.execute(action.validate({"gpu": "all"}), step_context())
     assert [r["index"] for r in result["gpus"]] == [0, 1, 2]
     assert [locked(sim, g) for g in sim.devices()] == [UNLOCKED] * 3
 
@@ -100,22 +80,10 @@ def test_a_failure_on_one_gpu_names_the_gpus_already_reset(
     sim.update_device(gpus[2].uuid, fail={"reset_locked_clocks": "gpu_lost"})
     action = registry.get("gpu.reset_clocks")
     with pytest.raises(GpuLost) as caught:
-        action.execute(action.validate({"gpu": "all"}), context())
+        action.execute(action.validate({"gpu": "all"}), step_context())
     message = str(caught.value)
     assert f"already done in this step: GPU 0 {gpus[0].uuid} reset; GPU 1 {gpus[1].uuid} reset" in message
     assert [locked(sim, g)["gpu_mhz"] for g in gpus] == [None, None, (1980, 1980)]
-
-
-class PowerOnlyBackend:
-    """A backend with the protocol's methods only: it cannot reset clocks."""
-
-    name = "power-only"
-
-    def __init__(self, inner: SimulatedBackend) -> None:
-        self.devices = inner.devices
-        self.device = inner.device
-        self.set_power_limit = inner.set_power_limit
-        self.parent_of_mig = inner.parent_of_mig
 
 
 def test_a_backend_without_the_capability_plans_a_warning_and_fails_not_supported(
@@ -123,11 +91,11 @@ def test_a_backend_without_the_capability_plans_a_warning_and_fails_not_supporte
 ) -> None:
     action = ResetClocksAction(lambda: PowerOnlyBackend(sim))  # type: ignore[arg-type, return-value]
     params = action.validate({"gpu": gpus[0].uuid})
-    assert action.plan(params, context())["notes"] == [
+    assert action.plan(params, step_context())["notes"] == [
         "the power-only GPU backend cannot reset clocks: the step would fail"
     ]
     with pytest.raises(BackendNotSupported) as caught:
-        action.execute(params, context())
+        action.execute(params, step_context())
     assert isinstance(caught.value, GpuNotSupported)  # permanent: the executor does not retry it
     assert str(caught.value) == (
         "reset locked clocks failed: the power-only GPU backend does not support it (no reset_locked_clocks)"
@@ -141,8 +109,6 @@ def test_a_playbook_step_runs_it_through_the_engine_and_executor(
     sim: SimulatedBackend,
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Callable[..., IngestResult],
 ) -> None:
     engine = make_engine(
         {
@@ -152,8 +118,8 @@ def test_a_playbook_step_runs_it_through_the_engine_and_executor(
             "steps": [{"action": "gpu.reset_clocks", "with": {"gpu": "{{ labels.UUID }}"}}],
         }
     )
-    alert = make_alert("GPUClocksLocked", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"})
-    (decision,) = ingest(engine, alert, at=T0).decisions
+    alert = alert_payload("GPUClocksLocked", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"})
+    (decision,) = ingest_alerts(engine, alert, at=T0).decisions
     assert decision.run_id is not None, decision.reason
     assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1
 

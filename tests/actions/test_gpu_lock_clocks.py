@@ -9,17 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX, LockClocksAction
 from remediate.actions.gpu_unlock_clocks import UnlockClocksAction
-from remediate.alertref import AlertRef
-from remediate.config import Settings
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ParamsError
 from remediate.executor import Executor
 from remediate.gpu import (
@@ -33,6 +29,8 @@ from remediate.gpu import (
     SimulatedBackend,
 )
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
+from tests.support.gpu import PowerOnlyBackend, simulated_registry, step_context
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -41,27 +39,6 @@ T0 = 1_767_225_600.0
 @pytest.fixture
 def sim(tmp_path: Path) -> SimulatedBackend:
     return SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=3))
-
-
-@pytest.fixture
-def gpus(sim: SimulatedBackend) -> list[GpuInfo]:
-    return sim.devices()
-
-
-@pytest.fixture
-def memory() -> InMemoryMemory:
-    return InMemoryMemory()
-
-
-@pytest.fixture
-def ctx(memory: InMemoryMemory) -> StepContext:
-    return context(memory, run_id=7)
-
-
-def context(memory: InMemoryMemory, run_id: int) -> StepContext:
-    return StepContext(
-        run_id=run_id, step_index=0, playbook="gpu-hot", target="node-a", alert=AlertRef(), memory=memory
-    )
 
 
 @pytest.fixture
@@ -96,8 +73,8 @@ def test_bad_params_are_refused(locker: LockClocksAction, gpus: list[GpuInfo], p
         locker.validate({"gpu": gpus[0].uuid, **params})
 
 
-def test_the_registry_serves_all_three_as_node_actions_with_their_idempotence(registry_sim: ActionRegistry) -> None:
-    found = {name: registry_sim.get(name) for name in ("gpu.lock_clocks", "gpu.unlock_clocks", "gpu.reset")}
+def test_the_registry_serves_all_three_as_node_actions_with_their_idempotence(registry: ActionRegistry) -> None:
+    found = {name: registry.get(name) for name in ("gpu.lock_clocks", "gpu.unlock_clocks", "gpu.reset")}
     assert {name: (a.where, a.idempotent, a.breaker_gated) for name, a in found.items()} == {
         "gpu.lock_clocks": ("node", True, False),
         "gpu.unlock_clocks": ("node", True, False),
@@ -199,11 +176,11 @@ def test_lock_then_unlock_gives_back_the_unlocked_clocks(
     params = unlocker.validate({"gpu": uuid})
     (planned,) = unlocker.plan(params, ctx)["gpus"]
     assert (planned["would"], planned["reason"]) == ("unlock", "unlocking: the clocks were not locked before run 7")
-    (done,) = unlocker.execute(params, context(memory, run_id=8))["gpus"]
+    (done,) = unlocker.execute(params, step_context(memory, run_id=8))["gpus"]
     assert (done["outcome"], done["graphics_mhz_after"]) == ("unlocked", 1980)
     assert lock_of(sim, gpus[0]) is None
     assert memory.values == {}
-    (twice,) = unlocker.execute(params, context(memory, run_id=9))["gpus"]
+    (twice,) = unlocker.execute(params, step_context(memory, run_id=9))["gpus"]
     assert twice["outcome"] == "left_alone"
     assert twice["reason"] == "nothing to unlock: remediate has no record of locking this GPU's clocks"
 
@@ -249,11 +226,11 @@ def test_a_second_lower_lock_keeps_the_state_from_before_the_first(
 ) -> None:
     uuid = gpus[0].uuid
     sim.lock_gpu_clocks(uuid, 1200, 1980)
-    locker.execute(locker.validate({"gpu": uuid, "max_mhz": 1500}), context(memory, run_id=1))
-    (second,) = locker.execute(locker.validate({"gpu": uuid, "max_mhz": 1200}), context(memory, run_id=2))["gpus"]
+    locker.execute(locker.validate({"gpu": uuid, "max_mhz": 1500}), step_context(memory, run_id=1))
+    (second,) = locker.execute(locker.validate({"gpu": uuid, "max_mhz": 1200}), step_context(memory, run_id=2))["gpus"]
     assert second["previous"] == {"state": "locked", "mhz": [345, 1500]}
     assert second["remembered_previous"] == {"state": "locked", "mhz": [1200, 1980]}
-    unlocker.execute(unlocker.validate({"gpu": uuid}), context(memory, run_id=3))
+    unlocker.execute(unlocker.validate({"gpu": uuid}), step_context(memory, run_id=3))
     assert lock_of(sim, gpus[0]) == (1200, 1980)
 
 
@@ -398,11 +375,7 @@ def test_where_the_lock_cannot_be_read_unlock_gives_the_clocks_back_to_the_drive
 def test_a_backend_without_the_capability_plans_a_warning_and_fails_not_supported(
     sim: SimulatedBackend, gpus: list[GpuInfo], ctx: StepContext
 ) -> None:
-    class PowerOnly:
-        name = "power-only"
-        devices, device = sim.devices, sim.device
-
-    locker = LockClocksAction(lambda: PowerOnly())  # type: ignore[arg-type, return-value]
+    locker = LockClocksAction(lambda: PowerOnlyBackend(sim))  # type: ignore[arg-type, return-value]
     params = locker.validate({"gpu": gpus[0].uuid, "max_mhz": 1500})
     plan = locker.plan(params, ctx)
     assert plan["notes"] == ["the power-only GPU backend cannot lock clocks: the step would fail"]
@@ -415,18 +388,9 @@ def test_a_backend_without_the_capability_plans_a_warning_and_fails_not_supporte
 
 
 @pytest.fixture
-def registry_sim(sim: SimulatedBackend, db_url: str) -> ActionRegistry:
-    # A power floor wraps the backend: the clock capabilities must pass through it.
-    settings = Settings(
-        gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url, gpu_power_floor_watts=300
-    )
-    return default_registry(settings)
-
-
-@pytest.fixture
-def registry(registry_sim: ActionRegistry) -> ActionRegistry:
-    """Overrides the shared fixture: the shipped actions with the simulated GPU backend."""
-    return registry_sim
+def registry(sim: SimulatedBackend, db_url: str) -> ActionRegistry:
+    """Overrides the shared fixture. A power floor wraps the backend: the clock capabilities must pass through it."""
+    return simulated_registry(sim, db_url, gpu_power_floor_watts=300)
 
 
 def test_a_playbook_locks_on_firing_and_unlocks_on_resolved_through_the_store(
@@ -435,8 +399,6 @@ def test_a_playbook_locks_on_firing_and_unlocks_on_resolved_through_the_store(
     sim: SimulatedBackend,
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Callable[..., IngestResult],
 ) -> None:
     engine = make_engine(
         {
@@ -449,14 +411,14 @@ def test_a_playbook_locks_on_firing_and_unlocks_on_resolved_through_the_store(
     )
     labels = {"UUID": gpus[1].uuid, "Hostname": "node-a"}
     executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
-    (fired,) = ingest(engine, make_alert("GPUTemperatureHigh", labels=labels), at=T0).decisions
+    (fired,) = ingest_alerts(engine, alert_payload("GPUTemperatureHigh", labels=labels), at=T0).decisions
     assert fired.run_id is not None, fired.reason
     assert executor.drain() == 1
     assert lock_of(sim, gpus[1]) == (345, 1380)
     assert store.memory().recall(MEMORY_PREFIX + gpus[1].uuid)["previous"] == {"state": "unlocked"}  # type: ignore[index]
 
-    (resolved,) = ingest(
-        engine, make_alert("GPUTemperatureHigh", status="resolved", labels=labels), at=T0 + 60
+    (resolved,) = ingest_alerts(
+        engine, alert_payload("GPUTemperatureHigh", status="resolved", labels=labels), at=T0 + 60
     ).decisions
     assert resolved.run_id is not None, resolved.reason
     assert executor.drain() == 1

@@ -8,23 +8,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu import MEMORY_PREFIX as POWER_PREFIX
 from remediate.actions.gpu import SetPowerLimitAction
 from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX as CLOCK_PREFIX
 from remediate.actions.gpu_lock_clocks import LockClocksAction
 from remediate.actions.gpu_reset import ResetGpuAction
-from remediate.alertref import AlertRef
-from remediate.config import Settings
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNoPermission, GpuResetRefused, SimulatedBackend
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
+from tests.support.gpu import PowerOnlyBackend, simulated_registry
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -34,21 +32,6 @@ MIG = "MIG-0b8d3a5e-5f0c-5b33-9a43-6f2b8c1d4e7a"
 @pytest.fixture
 def sim(tmp_path: Path) -> SimulatedBackend:
     return SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=3))
-
-
-@pytest.fixture
-def gpus(sim: SimulatedBackend) -> list[GpuInfo]:
-    return sim.devices()
-
-
-@pytest.fixture
-def memory() -> InMemoryMemory:
-    return InMemoryMemory()
-
-
-@pytest.fixture
-def ctx(memory: InMemoryMemory) -> StepContext:
-    return StepContext(run_id=5, step_index=0, playbook="xid", target="node-a", alert=AlertRef(), memory=memory)
 
 
 @pytest.fixture
@@ -213,11 +196,7 @@ def test_a_failure_on_one_gpu_of_all_names_those_already_reset(
 def test_a_backend_without_the_capability_plans_a_warning_and_fails_not_supported(
     sim: SimulatedBackend, gpus: list[GpuInfo], ctx: StepContext
 ) -> None:
-    class PowerOnly:
-        name = "power-only"
-        devices, device = sim.devices, sim.device
-
-    resetter = ResetGpuAction(lambda: PowerOnly())  # type: ignore[arg-type, return-value]
+    resetter = ResetGpuAction(lambda: PowerOnlyBackend(sim))  # type: ignore[arg-type, return-value]
     params = resetter.validate({"gpu": gpus[0].uuid})
     plan = resetter.plan(params, ctx)
     assert plan["notes"] == ["the power-only GPU backend cannot reset GPUs: the step would fail"]
@@ -229,7 +208,7 @@ def test_a_backend_without_the_capability_plans_a_warning_and_fails_not_supporte
 @pytest.fixture
 def registry(sim: SimulatedBackend, db_url: str) -> ActionRegistry:
     """Overrides the shared fixture: the shipped actions with the simulated GPU backend."""
-    return default_registry(Settings(gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url))
+    return simulated_registry(sim, db_url)
 
 
 def test_a_refused_reset_fails_the_run_permanently_and_is_not_retried(
@@ -238,8 +217,6 @@ def test_a_refused_reset_fails_the_run_permanently_and_is_not_retried(
     sim: SimulatedBackend,
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
-    make_alert: Callable[..., dict[str, Any]],
-    ingest: Callable[..., IngestResult],
 ) -> None:
     engine = make_engine(
         {
@@ -249,8 +226,8 @@ def test_a_refused_reset_fails_the_run_permanently_and_is_not_retried(
             "steps": [{"action": "gpu.reset", "with": {"gpu": "{{ labels.UUID }}"}, "retries": 3}],
         }
     )
-    (decision,) = ingest(
-        engine, make_alert("GPUXidError", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"}), at=T0
+    (decision,) = ingest_alerts(
+        engine, alert_payload("GPUXidError", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"}), at=T0
     ).decisions
     assert decision.run_id is not None, decision.reason
     assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1

@@ -17,18 +17,14 @@ import pytest
 from remediate.actions.base import StepContext
 from remediate.actions.k8s import (
     CordonAction,
-    DrainAction,
     KubeOptions,
-    TaintAction,
-    UncordonAction,
-    UntaintAction,
 )
 from remediate.actions.k8s.common import NodeOutOfScope
 from remediate.breaker import BreakerLimits, BreakerOpen, memory_breaker
 from remediate.errors import ActionError, ParamsError
 from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient, KubeTooManyRequests
 from tests.support.fake_apiserver import FakeKubeAPI
-from tests.support.kube import FAST, context, run
+from tests.support.kube import FAST, context, kube_actions_on, run
 
 Ctx = Callable[..., StepContext]
 MICROTIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|\+00:00)$")
@@ -258,13 +254,6 @@ GPU = {"nvidia.com/gpu.present": "true"}
 GATED = (("k8s.cordon", {}), ("k8s.taint", {"key": "remediate.io/gpu-unhealthy"}), ("k8s.drain", {"timeout": 5.0}))
 
 
-def _scoped(kube_client: KubeClient, **options: Any) -> dict[str, Any]:
-    return {
-        cls.name: cls(lambda: kube_client, replace(FAST, **options))
-        for cls in (CordonAction, UncordonAction, TaintAction, UntaintAction, DrainAction)
-    }
-
-
 @pytest.mark.parametrize(("name", "params"), GATED)
 def test_a_control_plane_node_an_alert_names_is_refused_by_plan_and_execute(
     kube_api: FakeKubeAPI, actions: dict[str, Any], ctx_for: Ctx, name: str, params: dict[str, Any]
@@ -291,9 +280,9 @@ def test_kube_allow_control_plane_lets_a_control_plane_node_be_cordoned(
 ) -> None:
     kube_api.add_node("cp-1", labels={"node-role.kubernetes.io/master": ""})
     with pytest.raises(NodeOutOfScope, match="control-plane node"):
-        run(_scoped(kube_client)["k8s.cordon"], {}, ctx_for("cp-1"))
+        run(kube_actions_on(kube_client)["k8s.cordon"], {}, ctx_for("cp-1"))
 
-    result = run(_scoped(kube_client, allow_control_plane=True)["k8s.cordon"], {}, ctx_for("cp-1"))
+    result = run(kube_actions_on(kube_client, allow_control_plane=True)["k8s.cordon"], {}, ctx_for("cp-1"))
 
     assert result["outcome"] == "cordoned"
 
@@ -304,7 +293,7 @@ def test_a_node_outside_the_node_selector_is_refused_with_the_reason_in_the_plan
 ) -> None:
     kube_api.add_node("gpu-1", labels=GPU)
     kube_api.add_node("cpu-1", labels={"node.kubernetes.io/instance-type": "m5.large"})
-    action = _scoped(kube_client, scope_selector="nvidia.com/gpu.present=true")[name]
+    action = kube_actions_on(kube_client, scope_selector="nvidia.com/gpu.present=true")[name]
     checked = action.validate(params)
     why = (
         r"node cpu-1 \(from label Hostname\) is out of scope: it does not match the node selector "
@@ -326,7 +315,7 @@ def test_undo_is_not_scope_checked_so_a_node_whose_labels_changed_still_comes_ba
 ) -> None:
     """Uncordon/untaint only undo remediate's own marks: a node that left the scope since is not stranded."""
     kube_api.add_node("gpu-1", labels=GPU)
-    actions = _scoped(kube_client, scope_selector="nvidia.com/gpu.present=true")
+    actions = kube_actions_on(kube_client, scope_selector="nvidia.com/gpu.present=true")
     run(actions["k8s.cordon"], {}, ctx_for("gpu-1", run_id=3))
     run(actions["k8s.taint"], {"key": "remediate.io/gpu-unhealthy"}, ctx_for("gpu-1", run_id=3))
     kube_api.update_node("gpu-1", lambda n: n["metadata"]["labels"].pop("nvidia.com/gpu.present"))
@@ -835,7 +824,7 @@ def test_a_drain_run_again_after_a_crash_evicts_nothing_twice(
     kube_api.add_node("gpu-1")
     kube_api.add_pod("ml", "slow-1", "gpu-1")
     kube_api.deletion_seconds = 0.5  # still terminating when the step is run again
-    drain = actions_with(kube_client)["k8s.drain"]
+    drain = kube_actions_on(kube_client)["k8s.drain"]
     first = run(drain, {"wait_for_delete": False}, ctx_for("gpu-1", run_id=4))
     second = run(drain, {"timeout": 5}, ctx_for("gpu-1", run_id=4))
 
@@ -843,12 +832,6 @@ def test_a_drain_run_again_after_a_crash_evicts_nothing_twice(
     assert [e["pod"] for e in second["evicted"]] == ["ml/slow-1"]  # evicting a terminating pod changes nothing
     assert len(kube_api.changes_of("evict")) == 1
     assert len(kube_api.changes_of("cordon")) == 1
-
-
-def actions_with(client: KubeClient) -> dict[str, Any]:
-    from remediate.actions.k8s import kube_actions
-
-    return {a.name: a for a in kube_actions(lambda: client, FAST)}
 
 
 def test_every_kube_action_is_idempotent_and_only_cordon_taint_drain_are_gated(actions: dict[str, Any]) -> None:
@@ -881,7 +864,6 @@ NODE_WRITES = {
 def test_a_node_that_changes_before_every_write_fails_the_step_retryable_and_the_retry_reads_afresh(
     kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx, name: str
 ) -> None:
-    from dataclasses import replace
 
     from remediate.actions.k8s import kube_actions
     from remediate.errors import RetryableActionError

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,14 @@ from remediate.alerts import alert_ref
 from remediate.announce import Announcer
 from remediate.config import Settings
 from remediate.dryrun import dry_run
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, PlaybookError, RetryableActionError
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
-from tests.actions.test_notify import ALERT, _Redirector, closed_port
-from tests.support.realsystems import WebhookRecorder
+from tests.actions.test_notify import ALERT, _Redirector
+from tests.conftest import alert_payload, ingest_alerts, notification_payload
+from tests.support.realsystems import WebhookRecorder, free_port
 from tests.support.store_json import run_json_of
 from tests.support.stores import EVERY_DATABASE, rows
 
@@ -355,7 +356,7 @@ def test_errors_are_classified_as_notify_webhook_does(recorder: WebhookRecorder,
         action.execute(action.validate({"url": recorder.url}), context())
     assert not isinstance(info.value, RetryableActionError | AmbiguousActionError)
     with pytest.raises(RetryableActionError, match="failed"):
-        action.execute(action.validate({"url": f"http://127.0.0.1:{closed_port()}/hook"}), context())
+        action.execute(action.validate({"url": f"http://127.0.0.1:{free_port()}/hook"}), context())
     redirector = _Redirector(302, recorder.url)
     recorder.clear()
     try:
@@ -369,9 +370,7 @@ def test_errors_are_classified_as_notify_webhook_does(recorder: WebhookRecorder,
 # --------------------------------------------------------------------------- through the engine and executor
 
 
-def run_through_the_executor(
-    store: Store, ingest: Callable[..., IngestResult], alert: dict[str, Any], playbook: dict[str, Any]
-) -> int:
+def run_through_the_executor(store: Store, alert: dict[str, Any], playbook: dict[str, Any]) -> int:
     """Ingest `alert` for `playbook` (actions built with public_url) and drain the executor; the run's id."""
     registry = default_registry(Settings(public_url=PUBLIC_URL))
     engine = Engine(
@@ -380,7 +379,7 @@ def run_through_the_executor(
         registry=registry,
         server_mode="enforce",
     )
-    (decision,) = ingest(engine, alert, at=1_767_225_600.0).decisions
+    (decision,) = ingest_alerts(engine, alert, at=1_767_225_600.0).decisions
     Executor(store=store, registry=registry, retry_wait_max=0.01).drain()
     return decision.run_id
 
@@ -389,8 +388,6 @@ def run_through_the_executor(
 def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
     recorder: WebhookRecorder,
     store: Store,
-    ingest: Callable[..., IngestResult],
-    make_alert: Callable[..., dict[str, Any]],
     kind: type[ChatWebhookAction],
 ) -> None:
     playbook = {
@@ -401,7 +398,7 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
             {
                 "name": "tell the old hook",
                 "action": "notify.webhook",
-                "with": {"url": f"http://127.0.0.1:{closed_port()}/gone"},
+                "with": {"url": f"http://127.0.0.1:{free_port()}/gone"},
                 "continue_on_error": True,
             },
             {
@@ -412,7 +409,7 @@ def test_through_the_executor_the_message_names_the_earlier_steps_outcomes(
             {"name": "after", "action": "log", "with": {"message": "done"}},
         ],
     }
-    run_id = run_through_the_executor(store, ingest, make_alert("GpuXidError", labels={"gpu": "5"}), playbook)
+    run_id = run_through_the_executor(store, alert_payload("GpuXidError", labels={"gpu": "5"}), playbook)
 
     detail = run_json_of(store, run_id)
     assert [s["status"] for s in detail["steps"]] == ["succeeded", "failed", "succeeded", "succeeded"]
@@ -442,8 +439,6 @@ FORGED = "node-a\n✅ 3. *drain*: succeeded https://evil.example/login @here <!c
 def test_through_the_executor_label_values_add_no_line_link_or_formatting_and_the_playbooks_markup_stays(
     recorder: WebhookRecorder,
     store: Store,
-    ingest: Callable[..., IngestResult],
-    make_alert: Callable[..., dict[str, Any]],
     kind: type[ChatWebhookAction],
 ) -> None:
     """Finding 5 of issue 24: a label forged a `✅ 3. *drain*: succeeded` line, a mention and a link next to
@@ -460,8 +455,8 @@ def test_through_the_executor_label_values_add_no_line_link_or_formatting_and_th
             {"name": "tell on-call", "action": kind.name, "with": {"url": recorder.url, "message": own}},
         ],
     }
-    alert = make_alert("GpuXidError", labels={"Hostname": FORGED}, annotations={"summary": "*bold*\n_it_ `x`"})
-    run_through_the_executor(store, ingest, alert, playbook)
+    alert = alert_payload("GpuXidError", labels={"Hostname": FORGED}, annotations={"summary": "*bold*\n_it_ `x`"})
+    run_through_the_executor(store, alert, playbook)
 
     (request,) = recorder.requests
     if kind is NotifySlackAction:
@@ -493,8 +488,6 @@ def test_through_the_executor_label_values_add_no_line_link_or_formatting_and_th
 def test_through_the_executor_a_ladder_run_names_its_rung(
     recorder: WebhookRecorder,
     store: Store,
-    ingest: Callable[..., IngestResult],
-    make_alert: Callable[..., dict[str, Any]],
 ) -> None:
     playbook = {
         "name": "xid-ladder",
@@ -507,16 +500,14 @@ def test_through_the_executor_a_ladder_run_names_its_rung(
             }
         ],
     }
-    run_id = run_through_the_executor(store, ingest, make_alert("GpuXidError"), playbook)
+    run_id = run_through_the_executor(store, alert_payload("GpuXidError"), playbook)
 
     (request,) = recorder.requests
     context_text = request.json["blocks"][-2]["elements"][0]["text"]
     assert context_text.startswith(f"run {run_id} · playbook xid-ladder · rung 1 · mode enforce · ")
 
 
-def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(
-    tmp_path: Path, make_alert: Callable[..., dict[str, Any]], make_notification: Callable[..., dict[str, Any]]
-) -> None:
+def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(tmp_path: Path) -> None:
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "xid.yaml").write_text(
         "name: xid\nmatch: {alertname: GpuXidError}\nsteps:\n"
@@ -529,7 +520,7 @@ def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(
         public_url=PUBLIC_URL,
     )
 
-    report = dry_run(settings, make_notification(make_alert("GpuXidError")), now=1_767_225_600.0)
+    report = dry_run(settings, notification_payload(alert_payload("GpuXidError")), now=1_767_225_600.0)
 
     (playbook,) = report["alerts"][0]["playbooks"]
     plan = playbook["steps"][1]["plan"]
@@ -550,8 +541,6 @@ def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(
 def test_a_run_awaiting_approval_is_announced_with_an_approve_button_then_its_own_step_speaks_once_approved(
     recorder: WebhookRecorder,
     store: Store,
-    ingest: Callable[..., IngestResult],
-    make_alert: Callable[..., dict[str, Any]],
     kind: type[ChatWebhookAction],
 ) -> None:
     registry = default_registry(Settings(public_url=PUBLIC_URL))
@@ -574,8 +563,8 @@ def test_a_run_awaiting_approval_is_announced_with_an_approve_button_then_its_ow
         playbooks=PlaybookSet([parse_playbook(playbook, registry, source="gpu-xid.yaml")]),
         registry=registry,
     )
-    (decision,) = ingest(
-        engine, make_alert("GpuXidError", labels={"gpu": "5", "Hostname": "node-a"}), at=1_767_225_600.0
+    (decision,) = ingest_alerts(
+        engine, alert_payload("GpuXidError", labels={"gpu": "5", "Hostname": "node-a"}), at=1_767_225_600.0
     ).decisions
     run_id = decision.run_id
     executor = Executor(store=store, registry=registry, retry_wait_max=0.01)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
 from tests.support.server import WAIT, RemediateServer, scrape_metric, write_playbook
@@ -191,14 +190,6 @@ def test_resent_group_makes_exactly_one_run(
     assert server.run(run["run_id"])["steps"][1]["attempts"][0]["outcome"] == "succeeded"
 
 
-def _cluster_members(am: AlertManager) -> int:
-    try:
-        status = requests.get(f"{am.url}/api/v2/status", timeout=scaled(2)).json()
-    except requests.RequestException:
-        return 0
-    return len(status.get("cluster", {}).get("peers") or [])
-
-
 def test_ha_pair_sending_the_same_alert_makes_exactly_one_run(
     start_server: StartServer,
     start_alertmanager: StartAlertManager,
@@ -227,7 +218,7 @@ def test_ha_pair_sending_the_same_alert_makes_exactly_one_run(
         extra_args=gossip,
     )
     wait_until(
-        lambda: _cluster_members(a) == 2 and _cluster_members(b) == 2, WAIT, interval=0.1, message="no HA cluster"
+        lambda: a.cluster_members() == 2 and b.cluster_members() == 2, WAIT, interval=0.1, message="no HA cluster"
     )
 
     # Prometheus sends every alert to each AlertManager of the pair, with the same startsAt.

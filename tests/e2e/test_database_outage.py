@@ -17,36 +17,10 @@ import requests
 
 from tests.support.postgres import PostgresCluster
 from tests.support.realsystems import WebhookRecorder
-from tests.support.server import WAIT, HasLogTail, RemediateServer, notification, write_playbook
+from tests.support.server import WAIT, HasLogTail, RemediateServer, notification, notify_and_log_playbooks
 from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
-
-NOTIFY = """\
-name: outage-notify
-match:
-  alertname: E2EOutageNotify
-target: node
-steps:
-  - name: notify
-    action: notify.webhook
-    with:
-      url: {url}
-      message: "{{{{ labels.Hostname }}}}"
-    retries: 0
-"""
-
-LOG = """\
-name: outage-log
-match:
-  alertname: E2EOutageLog
-target: node
-steps:
-  - name: log
-    action: log
-    with:
-      message: "remediated {{ labels.Hostname }}"
-"""
 
 
 @pytest.fixture
@@ -57,8 +31,7 @@ def server_on_postgres(
     recorder: WebhookRecorder,
     watch_log: Callable[[str, HasLogTail], None],
 ) -> Iterator[RemediateServer]:
-    write_playbook(playbooks_dir, "notify", NOTIFY.format(url=recorder.url))
-    write_playbook(playbooks_dir, "log", LOG)
+    notify_and_log_playbooks(playbooks_dir, "E2EOutage", recorder.url)
     url = own_postgres.database()
     server = RemediateServer(tmp_path / "remediate", playbooks_dir, executor_threads=1)
     server.database_url = url

@@ -22,36 +22,10 @@ import pytest
 import requests
 
 from tests.support.realsystems import WebhookRecorder
-from tests.support.server import WAIT, HasLogTail, RemediateServer, notification, write_playbook
+from tests.support.server import WAIT, HasLogTail, RemediateServer, notification, notify_and_log_playbooks
 from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
-
-NOTIFY = """\
-name: full-notify
-match:
-  alertname: E2EDiskFullNotify
-target: node
-steps:
-  - name: notify
-    action: notify.webhook
-    with:
-      url: {url}
-      message: "{{{{ labels.Hostname }}}}"
-    retries: 0
-"""
-
-LOG = """\
-name: full-log
-match:
-  alertname: E2EDiskFullLog
-target: node
-steps:
-  - name: log
-    action: log
-    with:
-      message: "remediated {{ labels.Hostname }}"
-"""
 
 
 @pytest.fixture
@@ -106,8 +80,7 @@ def server_on_small_disk(
     recorder: WebhookRecorder,
     watch_log: Callable[[str, HasLogTail], None],
 ) -> Iterator[RemediateServer]:
-    write_playbook(playbooks_dir, "notify", NOTIFY.format(url=recorder.url))
-    write_playbook(playbooks_dir, "log", LOG)
+    notify_and_log_playbooks(playbooks_dir, "E2EDiskFull", recorder.url)
     server = RemediateServer(tmp_path / "remediate", playbooks_dir, executor_threads=1)
     server.db_path = small_disk / "r.db"
     server.database_url = f"sqlite:///{server.db_path}"

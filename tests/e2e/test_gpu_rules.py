@@ -10,28 +10,18 @@ from ``Hostname`` or ``hostname`` and render the GPU from ``UUID``, firing and r
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
-from remediate.actions import default_registry
-from remediate.alerts import parse_notification
-from remediate.engine import Engine
-from remediate.playbooks import load_playbooks
 from tests.support.realsystems import PROMTOOL
-from tests.support.server import notification
+from tests.support.rules import RULES_DIR, as_alert, expected_alerts, rules_of, shipped_engine
 from tests.support.waiting import scaled
 
 pytestmark = [pytest.mark.integration]
 
-ROOT = Path(__file__).resolve().parents[2]
-RULES_DIR = ROOT / "alertmanager" / "rules"
 RULE_FILES = sorted(RULES_DIR.glob("*.rules.yml"))
 TEST_FILES = sorted(RULES_DIR.glob("*.test.yml"))
 GPU_RULES = RULES_DIR / "gpu.rules.yml"
-GPU_TESTS = RULES_DIR / "gpu.rules.test.yml"
 
 # Alert name -> the playbook that acts on it (the log playbook matches them all as well).
 ACTING_PLAYBOOK = {
@@ -66,31 +56,18 @@ def test_promtool_test_rules_passes_the_shipped_rule_unit_tests() -> None:
     assert output.count("SUCCESS") == len(TEST_FILES), output
 
 
-def _expected_alerts() -> list[tuple[str, dict[str, str], dict[str, str]]]:
-    """(alertname, labels, annotations) of every alert the GPU rules' unit tests expect to fire."""
-    found = []
-    for case in yaml.safe_load(GPU_TESTS.read_text())["tests"]:
-        for check in case.get("alert_rule_test", []):
-            for alert in check.get("exp_alerts") or []:
-                found.append((check["alertname"], alert["exp_labels"], alert.get("exp_annotations", {})))
-    return found
-
-
 def test_the_gpu_unit_tests_see_every_gpu_alert_fire() -> None:
-    rules = [rule["alert"] for group in yaml.safe_load(GPU_RULES.read_text())["groups"] for rule in group["rules"]]
+    rules = [rule["alert"] for rule in rules_of("gpu")]
     assert sorted(rules) == ["GPUTemperatureCritical", "GPUTemperatureHigh", "GPUThermalThrottling"]
-    assert {name for name, _, _ in _expected_alerts()} == set(rules)
+    assert {name for name, _, _ in expected_alerts("gpu")} == set(rules)
 
 
 @pytest.mark.parametrize("status", ["firing", "resolved"])
 def test_every_alert_the_rules_fire_is_handled_by_the_shipped_playbooks(status: str) -> None:
-    registry = default_registry()  # nvml, opened lazily: judging an alert never touches a GPU
-    engine = Engine(store=None, playbooks=load_playbooks(ROOT / "playbooks", registry), registry=registry)
+    engine = shipped_engine()
     checked: set[str] = set()
-    for alertname, labels, alert_annotations in _expected_alerts():
-        payload: dict[str, Any] = notification(alertname, labels, status=status)
-        payload["alerts"][0]["annotations"] = alert_annotations
-        (alert,) = parse_notification(payload).alerts
+    for alertname, labels, alert_annotations in expected_alerts("gpu"):
+        alert = as_alert(alertname, labels, alert_annotations, status)
         evaluations = {e.playbook.name: e for e in engine.evaluate(alert)}
         node = labels.get("Hostname") or labels["hostname"]
         assert "log-critical-alerts" in evaluations, f"{alertname} {labels} is not logged"

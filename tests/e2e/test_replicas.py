@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from remediate.executor import heartbeat_interval
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
@@ -31,7 +30,7 @@ from tests.support.helm import ChartRbac
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
 from tests.support.server import WAIT, RemediateServer, write_playbook
 from tests.support.service import ServiceProxy
-from tests.support.waiting import scaled, wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -126,14 +125,6 @@ class Deployment:
         return [m for r in self.recorder.requests if text in (m := (r.json or {}).get("message", ""))]
 
 
-def _cluster_members(am: AlertManager) -> int:
-    try:
-        status = requests.get(f"{am.url}/api/v2/status", timeout=scaled(2)).json()
-    except requests.RequestException:
-        return 0
-    return len(status.get("cluster", {}).get("peers") or [])
-
-
 @pytest.fixture
 def deployment(
     pg_url: str,  # first: its database is dropped only after the replicas have stopped
@@ -180,7 +171,7 @@ def deployment(
                 for name, port, peer in (("a", port_a, port_b), ("b", port_b, port_a))
             )
             wait_until(
-                lambda: all(_cluster_members(am) == 2 for am in pair), WAIT, interval=0.1, message="no HA cluster"
+                lambda: all(am.cluster_members() == 2 for am in pair), WAIT, interval=0.1, message="no HA cluster"
             )
             yield Deployment(replicas, service, (pair[0], pair[1]), kube, recorder)
 

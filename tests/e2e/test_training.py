@@ -14,9 +14,7 @@ checkpoints it wrote afterwards, and ``GET /runs/<id>``. Timings are printed (``
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -28,6 +26,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.processes import JobProcess
 from tests.support.realsystems import AlertManager, free_port
 from tests.support.server import RemediateServer
 from tests.support.training import require
@@ -42,22 +41,14 @@ SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "trainer_scr
 JOB = "e2e-job"
 
 
-class Trainer:
+class Trainer(JobProcess):
     """The training subprocess and its output."""
 
     def __init__(self, workdir: Path, root: Path) -> None:
         self.port = free_port()
         self.checkpoints = workdir / "checkpoints"
-        self.log = workdir / "trainer.log"
-        command = [sys.executable, str(SCRIPT), "--root", str(root), "--job", JOB,
-                   "--checkpoints", str(self.checkpoints), "--metrics-port", str(self.port)]  # fmt: skip
-        self._out = self.log.open("wb")
-        self.proc = subprocess.Popen(command, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT)
-
-    def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        lines = self.log.read_text(errors="replace").splitlines()
-        events = [json.loads(line[len("EVENT ") :]) for line in lines if line.startswith("EVENT ")]
-        return [e for e in events if name is None or e["event"] == name]
+        super().__init__(workdir / "trainer.log", sys.executable, str(SCRIPT), "--root", str(root), "--job", JOB,
+                         "--checkpoints", str(self.checkpoints), "--metrics-port", str(self.port))  # fmt: skip
 
     def loss(self) -> float | None:
         try:
@@ -69,15 +60,6 @@ class Trainer:
                 if sample.name == "training_loss":
                     return float(sample.value)
         return None
-
-    def log_tail(self, n: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(scaled(10))
-        self._out.close()
 
 
 def _step(run: dict[str, Any], name: str) -> dict[str, Any]:

@@ -43,11 +43,6 @@ def echo() -> Echo:
 
 
 @pytest.fixture
-def memory() -> InMemoryMemory:
-    return InMemoryMemory()
-
-
-@pytest.fixture
 def client(tmp_path: Path, echo: Echo, memory: InMemoryMemory) -> FlaskClient:
     settings = agent_settings(tmp_path, node_aliases=("node-b.example",))
     service = AgentService(settings, registry=registry_with(echo, ClusterThing()), memory=memory)

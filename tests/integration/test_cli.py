@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,9 +16,10 @@ from pathlib import Path
 import click
 import pytest
 import requests
-from click.testing import Result
 
 from remediate.cli import main
+from tests.support.cli import assert_one_line_error, sqlite_dump
+from tests.support.cli import run_cli as cli
 from tests.support.http import (
     APPROVE_XID,
     LOG_DISK,
@@ -31,6 +30,7 @@ from tests.support.http import (
     notification,
     real_firing,
 )
+from tests.support.realsystems import free_port
 from tests.support.waiting import scaled
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
@@ -69,32 +69,6 @@ def db_args(server: Server) -> list[str]:
     return ["--database-url", f"sqlite:///{server.db_path}", "--playbooks", str(server.services.settings.playbooks)]
 
 
-def dump(db_path: Path) -> list[str]:
-    """Every row of every table, as SQL: equal dumps mean nothing was written."""
-    conn = sqlite3.connect(db_path)
-    try:
-        return list(conn.iterdump())
-    finally:
-        conn.close()
-
-
-def assert_one_line_error(result: Result, *words: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    message = result.stderr.strip()
-    assert "\n" not in message, message
-    assert "Traceback" not in message
-    assert message.startswith("Error: ")
-    for word in words:
-        assert word in message, message
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def xid_server(make_server: Callable[..., Server]) -> Server:
     """A store with one firing GpuXidError from node-a, judged by the log-xid playbook, not yet run."""
@@ -114,7 +88,7 @@ def test_the_documented_commands_all_exist() -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "remediate")
-def test_every_command_has_help(cli: Callable[..., Result], command: tuple[str, ...]) -> None:
+def test_every_command_has_help(command: tuple[str, ...]) -> None:
     result = cli(*command, "--help")
 
     assert result.exit_code == 0
@@ -145,7 +119,7 @@ def test_python_dash_m_remediate_help_works_as_a_real_process(tmp_path: Path) ->
 # --------------------------------------------------------------------------- playbooks
 
 
-def test_playbooks_list_shows_a_table_of_the_shipped_playbooks(cli: Callable[..., Result]) -> None:
+def test_playbooks_list_shows_a_table_of_the_shipped_playbooks() -> None:
     result = cli("playbooks", "list", "--playbooks", SHIPPED_PLAYBOOKS)
 
     assert result.exit_code == 0
@@ -157,7 +131,7 @@ def test_playbooks_list_shows_a_table_of_the_shipped_playbooks(cli: Callable[...
     assert "log-critical-alerts" in rows
 
 
-def test_playbooks_list_json_describes_every_playbook(cli: Callable[..., Result], tmp_path: Path) -> None:
+def test_playbooks_list_json_describes_every_playbook(tmp_path: Path) -> None:
     directory = tmp_path / "pb"
     directory.mkdir()
     (directory / "xid.yaml").write_text(LOG_XID, encoding="utf-8")
@@ -176,7 +150,7 @@ def test_playbooks_list_json_describes_every_playbook(cli: Callable[..., Result]
     assert listed["approve-xid"]["mode"] == "approve"
 
 
-def test_playbooks_validate_accepts_the_shipped_playbooks(cli: Callable[..., Result]) -> None:
+def test_playbooks_validate_accepts_the_shipped_playbooks() -> None:
     shipped = sorted([*SHIPPED_PLAYBOOKS.glob("*.yaml"), *SHIPPED_PLAYBOOKS.glob("*.yml")])
 
     result = cli("playbooks", "validate", SHIPPED_PLAYBOOKS)
@@ -187,9 +161,7 @@ def test_playbooks_validate_accepts_the_shipped_playbooks(cli: Callable[..., Res
         assert str(path) in result.stdout
 
 
-def test_playbooks_validate_takes_the_directory_as_serve_and_dry_run_do(
-    cli: Callable[..., Result], tmp_path: Path
-) -> None:
+def test_playbooks_validate_takes_the_directory_as_serve_and_dry_run_do(tmp_path: Path) -> None:
     """Issue 24, finding 15: `validate` took only a positional directory while serve/dry-run take --playbooks."""
     (tmp_path / "empty").mkdir()
 
@@ -203,9 +175,7 @@ def test_playbooks_validate_takes_the_directory_as_serve_and_dry_run_do(
     assert_one_line_error(both_differ, "two playbook directories", "give one")
 
 
-def test_playbooks_validate_fails_naming_the_file_and_field_of_each_bad_playbook(
-    cli: Callable[..., Result], tmp_path: Path
-) -> None:
+def test_playbooks_validate_fails_naming_the_file_and_field_of_each_bad_playbook(tmp_path: Path) -> None:
     directory = tmp_path / "pb"
     directory.mkdir()
     (directory / "good.yaml").write_text(LOG_XID, encoding="utf-8")
@@ -228,7 +198,7 @@ def test_playbooks_validate_fails_naming_the_file_and_field_of_each_bad_playbook
     assert "field cooldown" in cooldown_error
 
 
-def test_playbooks_validate_fails_on_an_empty_or_missing_directory(cli: Callable[..., Result], tmp_path: Path) -> None:
+def test_playbooks_validate_fails_on_an_empty_or_missing_directory(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
 
     empty = cli("playbooks", "validate", tmp_path / "empty")
@@ -243,9 +213,7 @@ def test_playbooks_validate_fails_on_an_empty_or_missing_directory(cli: Callable
 # --------------------------------------------------------------------------- dry-run
 
 
-def test_dry_run_of_a_real_payload_shows_playbooks_decisions_and_plans_and_exits_0(
-    cli: Callable[..., Result], tmp_path: Path
-) -> None:
+def test_dry_run_of_a_real_payload_shows_playbooks_decisions_and_plans_and_exits_0(tmp_path: Path) -> None:
     directory = tmp_path / "pb"
     directory.mkdir()
     (directory / "xid.yaml").write_text(LOG_XID, encoding="utf-8")
@@ -264,9 +232,7 @@ def test_dry_run_of_a_real_payload_shows_playbooks_decisions_and_plans_and_exits
     assert not absent.exists()
 
 
-def test_dry_run_with_alertname_and_labels_builds_the_alert_and_exits_0(
-    cli: Callable[..., Result], tmp_path: Path
-) -> None:
+def test_dry_run_with_alertname_and_labels_builds_the_alert_and_exits_0(tmp_path: Path) -> None:
     directory = tmp_path / "pb"
     directory.mkdir()
     (directory / "xid.yaml").write_text(XID_COOLDOWN, encoding="utf-8")
@@ -291,7 +257,7 @@ def test_dry_run_with_alertname_and_labels_builds_the_alert_and_exits_0(
     assert not (tmp_path / "absent.db").exists()
 
 
-def test_dry_run_json_output_parses_and_says_what_would_run(cli: Callable[..., Result], xid_server: Server) -> None:
+def test_dry_run_json_output_parses_and_says_what_would_run(xid_server: Server) -> None:
     result = cli(
         "dry-run",
         "--json",
@@ -316,7 +282,7 @@ def test_dry_run_json_output_parses_and_says_what_would_run(cli: Callable[..., R
     assert playbook["steps"][0]["plan"]["would_log"].startswith("XID on GPU 5 since ")
 
 
-def test_dry_run_of_an_unmatched_alert_exits_1(cli: Callable[..., Result], xid_server: Server) -> None:
+def test_dry_run_of_an_unmatched_alert_exits_1(xid_server: Server) -> None:
     result = cli("dry-run", "--alertname", "Watchdog", *db_args(xid_server))
 
     assert result.exit_code == 1
@@ -325,11 +291,11 @@ def test_dry_run_of_an_unmatched_alert_exits_1(cli: Callable[..., Result], xid_s
 
 
 def test_dry_run_exits_1_when_a_run_in_the_database_puts_the_target_in_cooldown(
-    cli: Callable[..., Result], make_server: Callable[..., Server]
+    make_server: Callable[..., Server],
 ) -> None:
     server = make_server(playbooks={"xid.yaml": XID_COOLDOWN})
     assert server.webhook(notification(alert("f-1", Hostname="node-a"))).get_json()["decisions"] == {"accepted": 1}
-    before = dump(server.db_path)
+    before = sqlite_dump(server.db_path)
 
     same_node = cli("dry-run", "--alertname", "GpuXidError", "--label", "Hostname=node-a", *db_args(server))
     other_node = cli("dry-run", "--alertname", "GpuXidError", "--label", "Hostname=node-b", *db_args(server))
@@ -337,24 +303,24 @@ def test_dry_run_exits_1_when_a_run_in_the_database_puts_the_target_in_cooldown(
     assert same_node.exit_code == 1
     assert "decision: cooldown (last run for node-a at" in same_node.stdout
     assert other_node.exit_code == 0
-    assert dump(server.db_path) == before
+    assert sqlite_dump(server.db_path) == before
 
 
 def test_dry_run_of_a_payload_already_in_the_database_is_a_duplicate_and_exits_1(
-    cli: Callable[..., Result], make_server: Callable[..., Server]
+    make_server: Callable[..., Server],
 ) -> None:
     server = make_server(playbooks={"xid.yaml": LOG_XID})
     run_id = server.webhook(real_firing()).get_json()["runs"][0]
-    before = dump(server.db_path)
+    before = sqlite_dump(server.db_path)
 
     result = cli("dry-run", FIRING_JSON, *db_args(server))
 
     assert result.exit_code == 1
     assert f"decision: duplicate (already recorded as run {run_id}" in result.stdout
-    assert dump(server.db_path) == before
+    assert sqlite_dump(server.db_path) == before
 
 
-def test_dry_run_while_paused_says_so_and_exits_1(cli: Callable[..., Result], xid_server: Server) -> None:
+def test_dry_run_while_paused_says_so_and_exits_1(xid_server: Server) -> None:
     xid_server.post("/pause", json={"reason": "maintenance", "by": "alice"})
 
     result = cli("dry-run", "--alertname", "GpuXidError", "--label", "severity=critical", *db_args(xid_server))
@@ -364,9 +330,7 @@ def test_dry_run_while_paused_says_so_and_exits_1(cli: Callable[..., Result], xi
     assert "decision: paused (remediation is paused by operator (note: alice): maintenance)" in result.stdout
 
 
-def test_dry_run_of_an_alert_missing_a_label_the_playbook_needs_is_rejected_and_exits_1(
-    cli: Callable[..., Result], xid_server: Server
-) -> None:
+def test_dry_run_of_an_alert_missing_a_label_the_playbook_needs_is_rejected_and_exits_1(xid_server: Server) -> None:
     result = cli("dry-run", "--alertname", "GpuXidError", "--label", "severity=critical", *db_args(xid_server))
 
     assert result.exit_code == 1
@@ -375,7 +339,7 @@ def test_dry_run_of_an_alert_missing_a_label_the_playbook_needs_is_rejected_and_
     assert result.stdout.strip().endswith("would run: no (playbook log-xid: rejected)")
 
 
-def test_dry_run_reads_the_payload_from_stdin(cli: Callable[..., Result], xid_server: Server) -> None:
+def test_dry_run_reads_the_payload_from_stdin(xid_server: Server) -> None:
     payload = notification(alert("from-stdin", Hostname="node-z"))
 
     result = cli("dry-run", "-", "--json", *db_args(xid_server), input=json.dumps(payload))
@@ -384,8 +348,8 @@ def test_dry_run_reads_the_payload_from_stdin(cli: Callable[..., Result], xid_se
     assert json.loads(result.stdout)["alerts"][0]["playbooks"][0]["target"] == "node-z"
 
 
-def test_dry_run_writes_nothing_to_an_existing_database(cli: Callable[..., Result], xid_server: Server) -> None:
-    before = dump(xid_server.db_path)
+def test_dry_run_writes_nothing_to_an_existing_database(xid_server: Server) -> None:
+    before = sqlite_dump(xid_server.db_path)
 
     result = cli(
         "dry-run",
@@ -399,10 +363,10 @@ def test_dry_run_writes_nothing_to_an_existing_database(cli: Callable[..., Resul
     )
 
     assert result.exit_code == 0
-    assert dump(xid_server.db_path) == before
+    assert sqlite_dump(xid_server.db_path) == before
 
 
-def test_dry_run_of_an_invalid_json_file_is_a_one_line_error_exit_2(cli: Callable[..., Result], tmp_path: Path) -> None:
+def test_dry_run_of_an_invalid_json_file_is_a_one_line_error_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"version": "4", ', encoding="utf-8")
 
@@ -411,9 +375,7 @@ def test_dry_run_of_an_invalid_json_file_is_a_one_line_error_exit_2(cli: Callabl
     assert_one_line_error(result, "bad.json", "not valid JSON")
 
 
-def test_dry_run_of_a_payload_alertmanager_would_not_send_names_the_field(
-    cli: Callable[..., Result], tmp_path: Path
-) -> None:
+def test_dry_run_of_a_payload_alertmanager_would_not_send_names_the_field(tmp_path: Path) -> None:
     payload = real_firing()
     payload["alerts"][0]["startsAt"] = "yesterday"
     path = tmp_path / "bad.json"
@@ -433,9 +395,7 @@ def test_dry_run_of_a_payload_alertmanager_would_not_send_names_the_field(
         pytest.param(["/nonexistent/payload.json"], ["cannot read", "payload.json"], id="missing-file"),
     ],
 )
-def test_dry_run_with_bad_arguments_is_a_one_line_error_exit_2(
-    cli: Callable[..., Result], args: list[str], words: list[str]
-) -> None:
+def test_dry_run_with_bad_arguments_is_a_one_line_error_exit_2(args: list[str], words: list[str]) -> None:
     result = cli("dry-run", *args, "--playbooks", SHIPPED_PLAYBOOKS)
 
     assert_one_line_error(result, *words)
@@ -460,7 +420,7 @@ def history_server(make_server: Callable[..., Server]) -> Server:
     return server
 
 
-def test_history_prints_a_table_newest_first(cli: Callable[..., Result], history_server: Server) -> None:
+def test_history_prints_a_table_newest_first(history_server: Server) -> None:
     result = cli("history", *db_args(history_server))
 
     assert result.exit_code == 0, result.output
@@ -473,13 +433,9 @@ def test_history_prints_a_table_newest_first(cli: Callable[..., Result], history
     ]
 
 
-def test_history_shows_the_error_of_a_failed_run_as_its_reason(
-    cli: Callable[..., Result], make_server: Callable[..., Server]
-) -> None:
+def test_history_shows_the_error_of_a_failed_run_as_its_reason(make_server: Callable[..., Server]) -> None:
     """Finding 7: the REASON of a failed run said "matched playbook ..."; it is the run's error now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = free_port()  # nothing listens there
     failing = LOG_XID.replace(
         '  - action: log\n    with:\n      message: "XID on GPU {{ labels.gpu }} since {{ startsAt }}"',
         f"  - action: notify.webhook\n    retries: 0\n    with:\n      url: http://127.0.0.1:{closed}/hook",
@@ -500,7 +456,7 @@ def test_history_shows_the_error_of_a_failed_run_as_its_reason(
     assert "matched playbook" not in row
 
 
-def test_history_json_is_the_same_page_the_api_returns(cli: Callable[..., Result], history_server: Server) -> None:
+def test_history_json_is_the_same_page_the_api_returns(history_server: Server) -> None:
     result = cli("history", "--json", *db_args(history_server))
 
     assert result.exit_code == 0
@@ -518,18 +474,14 @@ def test_history_json_is_the_same_page_the_api_returns(cli: Callable[..., Result
         (["--status", "failed"], []),
     ],
 )
-def test_history_filters(
-    cli: Callable[..., Result], history_server: Server, args: list[str], expected: list[str]
-) -> None:
+def test_history_filters(history_server: Server, args: list[str], expected: list[str]) -> None:
     result = cli("history", "--json", *args, *db_args(history_server))
 
     assert result.exit_code == 0
     assert [e["alertname"] for e in json.loads(result.stdout)["entries"]] == expected
 
 
-def test_history_filters_by_time_window_and_pages_with_a_cursor(
-    cli: Callable[..., Result], history_server: Server
-) -> None:
+def test_history_filters_by_time_window_and_pages_with_a_cursor(history_server: Server) -> None:
     entries = history_server.history()["entries"]
     middle = (entries[-1]["time"] + entries[-2]["time"]) / 2
 
@@ -547,23 +499,20 @@ def test_history_filters_by_time_window_and_pages_with_a_cursor(
     assert rest["next_cursor"] is None
 
 
-def test_history_of_an_empty_store_says_nothing(cli: Callable[..., Result], make_server: Callable[..., Server]) -> None:
+def test_history_of_an_empty_store_says_nothing(make_server: Callable[..., Server]) -> None:
     result = cli("history", *db_args(make_server()))
 
     assert result.exit_code == 0
     assert result.stdout.strip().endswith("(nothing)")
 
 
-def test_history_with_a_bad_since_is_a_one_line_error_exit_2(
-    cli: Callable[..., Result], history_server: Server
-) -> None:
+def test_history_with_a_bad_since_is_a_one_line_error_exit_2(history_server: Server) -> None:
     result = cli("history", "--since", "last week", *db_args(history_server))
 
     assert_one_line_error(result, "since")
 
 
 def test_history_from_a_running_server_matches_the_database(
-    cli: Callable[..., Result],
     history_server: Server,
     serve: Callable[[Server], str],
     monkeypatch: pytest.MonkeyPatch,
@@ -582,7 +531,7 @@ def test_history_from_a_running_server_matches_the_database(
 
 
 def test_history_from_a_server_reads_the_token_from_a_token_file(
-    cli: Callable[..., Result], history_server: Server, serve: Callable[[Server], str], tmp_path: Path
+    history_server: Server, serve: Callable[[Server], str], tmp_path: Path
 ) -> None:
     url = serve(history_server)
     token_file = tmp_path / "token"
@@ -603,7 +552,6 @@ def test_history_from_a_server_reads_the_token_from_a_token_file(
     ],
 )
 def test_history_from_a_server_that_refuses_is_a_one_line_error_exit_2(
-    cli: Callable[..., Result],
     history_server: Server,
     serve: Callable[[Server], str],
     monkeypatch: pytest.MonkeyPatch,
@@ -622,19 +570,19 @@ def test_history_from_a_server_that_refuses_is_a_one_line_error_exit_2(
 @pytest.mark.parametrize(
     "command", [["history"], ["show", "1"], ["approve", "1"], ["pause"], ["resume"]], ids=lambda c: c[0]
 )
-def test_an_unreachable_server_is_a_one_line_error_exit_2(cli: Callable[..., Result], command: list[str]) -> None:
+def test_an_unreachable_server_is_a_one_line_error_exit_2(command: list[str]) -> None:
     result = cli(*command, "--server", f"http://127.0.0.1:{free_port()}")
 
     assert_one_line_error(result, "cannot reach the server")
 
 
-def test_a_server_url_without_a_scheme_is_a_one_line_error_exit_2(cli: Callable[..., Result]) -> None:
+def test_a_server_url_without_a_scheme_is_a_one_line_error_exit_2() -> None:
     result = cli("history", "--server", f"127.0.0.1:{free_port()}")
 
     assert_one_line_error(result, "request to the server failed")
 
 
-def test_a_missing_database_is_a_one_line_error_and_is_not_created(cli: Callable[..., Result], tmp_path: Path) -> None:
+def test_a_missing_database_is_a_one_line_error_and_is_not_created(tmp_path: Path) -> None:
     missing = tmp_path / "missing.db"
 
     result = cli("history", "--database-url", f"sqlite:///{missing}")
@@ -654,7 +602,7 @@ def approval_server(make_server: Callable[..., Server]) -> Iterator[tuple[Server
     yield server, run_id
 
 
-def test_show_prints_a_run_with_its_steps(cli: Callable[..., Result], xid_server: Server) -> None:
+def test_show_prints_a_run_with_its_steps(xid_server: Server) -> None:
     xid_server.drain()
 
     text = cli("show", "1", *db_args(xid_server))
@@ -666,9 +614,7 @@ def test_show_prints_a_run_with_its_steps(cli: Callable[..., Result], xid_server
     assert json.loads(as_json.stdout) == xid_server.get("/runs/1").get_json()
 
 
-def test_approve_through_the_database_queues_the_run_and_records_who(
-    cli: Callable[..., Result], approval_server: tuple[Server, int]
-) -> None:
+def test_approve_through_the_database_queues_the_run_and_records_who(approval_server: tuple[Server, int]) -> None:
     server, run_id = approval_server
 
     result = cli("approve", str(run_id), "--by", "alice", *db_args(server))
@@ -682,7 +628,6 @@ def test_approve_through_the_database_queues_the_run_and_records_who(
 
 
 def test_approve_through_a_running_server_queues_the_run_and_records_who(
-    cli: Callable[..., Result],
     approval_server: tuple[Server, int],
     serve: Callable[[Server], str],
     monkeypatch: pytest.MonkeyPatch,
@@ -700,7 +645,6 @@ def test_approve_through_a_running_server_queues_the_run_and_records_who(
 
 @pytest.mark.parametrize("via", ["database", "server"])
 def test_approving_twice_or_an_unknown_run_is_a_one_line_error_exit_2(
-    cli: Callable[..., Result],
     approval_server: tuple[Server, int],
     serve: Callable[[Server], str],
     monkeypatch: pytest.MonkeyPatch,
@@ -723,7 +667,7 @@ def test_approving_twice_or_an_unknown_run_is_a_one_line_error_exit_2(
 # --------------------------------------------------------------------------- pause, resume
 
 
-def test_pause_and_resume_through_the_database(cli: Callable[..., Result], xid_server: Server) -> None:
+def test_pause_and_resume_through_the_database(xid_server: Server) -> None:
     paused = cli("pause", "--reason", "driver upgrade", "--by", "bob", *db_args(xid_server))
 
     assert paused.exit_code == 0
@@ -742,7 +686,7 @@ def test_pause_and_resume_through_the_database(cli: Callable[..., Result], xid_s
 
 
 def test_pause_and_resume_through_a_running_server(
-    cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
+    xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = serve(xid_server)
     monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
@@ -761,7 +705,7 @@ def test_pause_and_resume_through_a_running_server(
 
 
 def test_a_pause_over_a_pause_names_who_paused_and_replaces_only_with_force(
-    cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
+    xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 24, finding 20: a second `pause` silently replaced who paused and why."""
     assert cli("pause", "--reason", "driver upgrade", "--by", "bob", *db_args(xid_server)).exit_code == 0
@@ -786,7 +730,7 @@ def test_a_pause_over_a_pause_names_who_paused_and_replaces_only_with_force(
 
 
 def test_breaker_reset_of_a_closed_breaker_is_a_no_op_that_says_so(
-    cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
+    xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 24, finding 20: resetting a closed breaker moved the stale horizon, silently."""
     through_db = cli("breaker", "reset", "--reason", "just in case", *db_args(xid_server))
@@ -801,7 +745,7 @@ def test_breaker_reset_of_a_closed_breaker_is_a_no_op_that_says_so(
 
 
 def test_pause_through_a_server_without_the_write_token_is_refused(
-    cli: Callable[..., Result], xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
+    xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REMEDIATE_TOKEN", "read-token-9876543210")
 
@@ -827,7 +771,7 @@ def keep_root_logging() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("keep_root_logging")
-def test_serve_refuses_to_start_without_a_token(cli: Callable[..., Result], tmp_path: Path) -> None:
+def test_serve_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     database = tmp_path / "serve.db"
 
     result = cli(
@@ -842,7 +786,7 @@ def test_serve_refuses_to_start_without_a_token(cli: Callable[..., Result], tmp_
 
 
 @pytest.mark.usefixtures("keep_root_logging")
-def test_serve_refuses_an_empty_token_file(cli: Callable[..., Result], tmp_path: Path) -> None:
+def test_serve_refuses_an_empty_token_file(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("\n", encoding="utf-8")
 
@@ -868,7 +812,6 @@ def test_serve_refuses_an_empty_token_file(cli: Callable[..., Result], tmp_path:
     ids=lambda c: "-".join(c[:2]) if c[0] == "breaker" else c[0],
 )
 def test_every_client_command_reads_the_token_from_remediate_token_file(
-    cli: Callable[..., Result],
     approval_server: tuple[Server, int],
     serve: Callable[[Server], str],
     monkeypatch: pytest.MonkeyPatch,
@@ -888,7 +831,6 @@ def test_every_client_command_reads_the_token_from_remediate_token_file(
 
 
 def test_a_token_file_on_the_command_line_wins_over_the_environment(
-    cli: Callable[..., Result],
     history_server: Server,
     serve: Callable[[Server], str],
     tmp_path: Path,
@@ -908,7 +850,6 @@ def test_a_token_file_on_the_command_line_wins_over_the_environment(
 
 
 def test_an_empty_token_file_is_a_one_line_error_naming_it(
-    cli: Callable[..., Result],
     history_server: Server,
     serve: Callable[[Server], str],
     tmp_path: Path,

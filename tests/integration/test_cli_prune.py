@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from click.testing import Result
 
 from remediate import schema as t
 from remediate.store import Store
+from tests.support.cli import assert_one_line_error
+from tests.support.cli import run_cli as cli
 from tests.support.retention import fill
 
 DAY = 86400.0
-Cli = Callable[..., Result]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -49,7 +49,7 @@ def args(store: Store, tmp_path: Path) -> list[str]:
 
 
 def test_prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_the_same(
-    cli: Cli, old_history: Store, tmp_path: Path
+    old_history: Store, tmp_path: Path
 ) -> None:
     dry = cli("history", "prune", "--older-than", "90d", "--dry-run", *args(old_history, tmp_path))
 
@@ -77,20 +77,11 @@ def test_prune_dry_run_counts_and_deletes_nothing_then_prune_deletes_the_same(
     assert json.loads(again.stdout)["runs"] == 0
 
 
-def test_the_database_options_may_also_come_before_prune(cli: Cli, old_history: Store, tmp_path: Path) -> None:
+def test_the_database_options_may_also_come_before_prune(old_history: Store, tmp_path: Path) -> None:
     result = cli("history", *args(old_history, tmp_path), "prune", "--older-than", "90d")
 
     assert result.exit_code == 0, result.output
     assert runs(old_history) == 3
-
-
-def assert_one_line_error(result: Result, *words: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    message = result.stderr.strip()
-    assert "\n" not in message and "Traceback" not in message and message.startswith("Error: "), message
-    for word in words:
-        assert word in message, message
 
 
 COOLDOWN_30D = """\
@@ -114,7 +105,7 @@ steps:
     ],
 )
 def test_prune_refusals_are_one_line_errors_and_delete_nothing(
-    cli: Cli, tmp_path: Path, extra: list[str], words: list[str]
+    tmp_path: Path, extra: list[str], words: list[str]
 ) -> None:
     slow = tmp_path / "slow"
     slow.mkdir()
@@ -134,19 +125,19 @@ def test_prune_refusals_are_one_line_errors_and_delete_nothing(
     store.close()
 
 
-def test_prune_refuses_a_server_given_to_history(cli: Cli, tmp_path: Path) -> None:
+def test_prune_refuses_a_server_given_to_history(tmp_path: Path) -> None:
     result = cli("history", "--server", "http://127.0.0.1:9", "prune", "--older-than", "90d")
 
     assert_one_line_error(result, "works on the database")
 
 
-def test_prune_of_a_database_that_does_not_exist_says_so(cli: Cli, tmp_path: Path) -> None:
+def test_prune_of_a_database_that_does_not_exist_says_so(tmp_path: Path) -> None:
     result = cli("history", "prune", "--older-than", "90d", "--database-url", f"sqlite:///{tmp_path / 'none.db'}")
 
     assert_one_line_error(result, "no database at")
 
 
-def test_prune_ignores_a_server_from_the_environment(cli: Cli, tmp_path: Path) -> None:
+def test_prune_ignores_a_server_from_the_environment(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'remediate.db'}"
     store = Store.open(url)
     fill(store, 5, time.time() - 100 * DAY)

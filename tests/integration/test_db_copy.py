@@ -9,12 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import socket
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +28,16 @@ from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
+from tests.support.cli import assert_one_line_error, sqlite_dump
+from tests.support.cli import run_cli as cli
 from tests.support.postgres import PostgresCluster
+from tests.support.realsystems import free_port
 from tests.support.store_json import history_json_of, run_json_of
 from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 PAYLOADS = REPO / "tests" / "fixtures" / "payloads"
 T0 = 1_795_000_000.0
-
-Cli = Callable[..., Result]
 
 
 def payload(name: str, host: str | None = None) -> bytes:
@@ -163,14 +161,6 @@ def views(url: str) -> dict[str, Any]:
         store.close()
 
 
-def sqlite_dump(path: Path) -> list[str]:
-    conn = sqlite3.connect(path)
-    try:
-        return list(conn.iterdump())
-    finally:
-        conn.close()
-
-
 def tables_of(url: str) -> list[str]:
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
@@ -179,25 +169,15 @@ def tables_of(url: str) -> list[str]:
         engine.dispose()
 
 
-def assert_one_line_error(result: Result, *words: str) -> None:
-    """Exit 2, nothing on stdout, and on stderr the progress of the tables done so far (if any), then
-    the error as one line: never a traceback."""
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    *progress, message = result.stderr.strip().split("\n")
-    assert all(re.fullmatch(r"\w+: \d+ rows (copied|to copy)", line) for line in progress), result.stderr
-    assert "Traceback" not in message
-    assert message.startswith("Error: ")
-    for word in words:
-        assert word in message, message
+def assert_copy_error(result: Result, *words: str) -> None:
+    """The error as one line, after the progress of the tables done so far (if any)."""
+    assert_one_line_error(result, *words, progress=r"\w+: \d+ rows (copied|to copy)")
 
 
 # --------------------------------------------------------------------------- SQLite -> PostgreSQL
 
 
-def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_alerts(
-    cli: Cli, tmp_path: Path, pg_url: str
-) -> None:
+def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_alerts(tmp_path: Path, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "remediate.db")
     before = views(source)
     file_before = sqlite_dump(tmp_path / "remediate.db")
@@ -266,7 +246,7 @@ def test_the_libpq_url_form_works_from_a_real_process(tmp_path: Path, postgres: 
 # --------------------------------------------------------------------------- the other directions
 
 
-def test_postgresql_copied_back_to_sqlite_is_the_same_history(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_postgresql_copied_back_to_sqlite_is_the_same_history(tmp_path: Path, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "first.db")
     assert cli("db", "copy", "--from", source, "--to", pg_url).exit_code == 0
     back = f"sqlite:///{tmp_path / 'back.db'}"
@@ -280,7 +260,7 @@ def test_postgresql_copied_back_to_sqlite_is_the_same_history(cli: Cli, tmp_path
 
 
 def test_decisions_out_of_time_order_on_postgresql_are_stamped_in_order_into_sqlite(
-    cli: Cli, tmp_path: Path, pg_url: str
+    tmp_path: Path, pg_url: str
 ) -> None:
     """On PostgreSQL a later decision id can carry an earlier time (replicas commit out of sequence
     order). SQLite's history reads since/until as id ranges, so the copy raises each time to the newest
@@ -318,7 +298,7 @@ def test_decisions_out_of_time_order_on_postgresql_are_stamped_in_order_into_sql
 
 
 def test_postgresql_to_postgresql_moves_the_sequences_too(
-    cli: Cli, tmp_path: Path, postgres: PostgresCluster, pg_url: str
+    tmp_path: Path, postgres: PostgresCluster, pg_url: str
 ) -> None:
     source = sqlite_store(tmp_path / "first.db", hosts=("node-a", "node-b"))
     assert cli("db", "copy", "--from", source, "--to", pg_url).exit_code == 0
@@ -379,7 +359,7 @@ def test_a_table_with_a_composite_key_is_read_in_batches_of_that_key(tmp_path: P
     assert [(row["guard_key"], row["rung"]) for row in every_row(source)["ladders"]] == [("node-a", 2), ("node-b", 1)]
 
 
-def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(cli: Cli, tmp_path: Path) -> None:
+def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db")
     target = f"sqlite:///{tmp_path / 'b.db'}"
 
@@ -399,7 +379,7 @@ def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(cli: Cli, tmp_
     assert runs[-1]["id"] == runs[-2]["id"] + 1
 
 
-def test_a_target_whose_schema_a_server_created_but_never_used_counts_as_empty(cli: Cli, tmp_path: Path) -> None:
+def test_a_target_whose_schema_a_server_created_but_never_used_counts_as_empty(tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
     target = f"sqlite:///{tmp_path / 'b.db'}"
     Store.open(target).close()  # what `remediate serve` on the new database does before the copy
@@ -413,7 +393,7 @@ def test_a_target_whose_schema_a_server_created_but_never_used_counts_as_empty(c
 # --------------------------------------------------------------------------- dry run
 
 
-def test_dry_run_counts_and_writes_nothing(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_dry_run_counts_and_writes_nothing(tmp_path: Path, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
     rows = every_row(source)
     new_sqlite = tmp_path / "never.db"
@@ -432,7 +412,7 @@ def test_dry_run_counts_and_writes_nothing(cli: Cli, tmp_path: Path, pg_url: str
 # --------------------------------------------------------------------------- refused, one line, nothing written
 
 
-def test_a_target_with_rows_is_refused_and_left_as_it_was(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_a_target_with_rows_is_refused_and_left_as_it_was(tmp_path: Path, pg_url: str) -> None:
     first = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
     second = sqlite_store(tmp_path / "b.db", hosts=("node-b", "node-c"))
     assert cli("db", "copy", "--from", first, "--to", pg_url).exit_code == 0
@@ -441,12 +421,12 @@ def test_a_target_with_rows_is_refused_and_left_as_it_was(cli: Cli, tmp_path: Pa
     result = cli("db", "copy", "--from", second, "--to", pg_url)
     dry = cli("db", "copy", "--dry-run", "--from", second, "--to", pg_url)
 
-    assert_one_line_error(result, "already holds remediate rows", f"runs: {len(before['runs'])},", "empty")
-    assert_one_line_error(dry, "already holds remediate rows")
+    assert_copy_error(result, "already holds remediate rows", f"runs: {len(before['runs'])},", "empty")
+    assert_copy_error(dry, "already holds remediate rows")
     assert every_row(pg_url) == before
 
 
-def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_a_copy_that_fails_half_way_leaves_the_target_empty(tmp_path: Path, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "a.db")
     # SQLite keeps a value longer than its VARCHAR(64); PostgreSQL refuses it, after several tables went in.
     conn = sqlite3.connect(tmp_path / "a.db")
@@ -456,17 +436,15 @@ def test_a_copy_that_fails_half_way_leaves_the_target_empty(cli: Cli, tmp_path: 
 
     result = cli("db", "copy", "--from", source, "--to", pg_url, "--batch-size", "1")
 
-    assert_one_line_error(result, "target database", "value too long", "the target is as it was")
+    assert_copy_error(result, "target database", "value too long", "the target is as it was")
     assert "notifications: 12 rows copied" in result.stderr  # copied before runs failed, then rolled back
     assert tables_of(pg_url) == []
     assert cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / 'ok.db'}").exit_code == 0
 
 
-def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
+def test_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # closed again: nothing listens there
 
     nowhere = f"postgresql://remediate:secret@127.0.0.1:{port}/app"
 
@@ -474,9 +452,9 @@ def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
     as_target_dry = cli("db", "copy", "--dry-run", "--from", source, "--to", nowhere)
     as_source = cli("db", "copy", "--from", nowhere, "--to", f"sqlite:///{tmp_path / 'b.db'}")
 
-    assert_one_line_error(as_target, "the target database", f"127.0.0.1:{port}/app", "failed", "Connection refused")
-    assert_one_line_error(as_target_dry, "the target database", "Connection refused")
-    assert_one_line_error(as_source, "the source database", "Connection refused")
+    assert_copy_error(as_target, "the target database", f"127.0.0.1:{port}/app", "failed", "Connection refused")
+    assert_copy_error(as_target_dry, "the target database", "Connection refused")
+    assert_copy_error(as_source, "the source database", "Connection refused")
     assert all("secret" not in result.stderr for result in (as_target, as_target_dry, as_source))
     assert not (tmp_path / "b.db").exists()
 
@@ -489,25 +467,25 @@ def test_an_unreachable_database_is_one_line(cli: Cli, tmp_path: Path) -> None:
         ("sqlite://", ("path of a SQLite file",)),
     ],
 )
-def test_an_unusable_url_is_one_line(cli: Cli, tmp_path: Path, url: str, words: tuple[str, ...]) -> None:
+def test_an_unusable_url_is_one_line(tmp_path: Path, url: str, words: tuple[str, ...]) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
 
     as_target = cli("db", "copy", "--from", source, "--to", url)
     as_source = cli("db", "copy", "--from", url, "--to", f"sqlite:///{tmp_path / 'b.db'}")
 
-    assert_one_line_error(as_target, *words)
-    assert_one_line_error(as_source, *words)
+    assert_copy_error(as_target, *words)
+    assert_copy_error(as_source, *words)
     assert not (tmp_path / "b.db").exists()
 
 
-def test_a_missing_source_file_or_the_same_database_is_refused(cli: Cli, tmp_path: Path) -> None:
+def test_a_missing_source_file_or_the_same_database_is_refused(tmp_path: Path) -> None:
     source = sqlite_store(tmp_path / "a.db", hosts=("node-a",))
 
     missing = cli("db", "copy", "--from", f"sqlite:///{tmp_path / 'nope.db'}", "--to", f"sqlite:///{tmp_path / 'b.db'}")
     same = cli("db", "copy", "--from", source, "--to", f"sqlite:///{tmp_path / '.' / 'a.db'}")
 
-    assert_one_line_error(missing, "no database at", "nope.db")
-    assert_one_line_error(same, "the same database")
+    assert_copy_error(missing, "no database at", "nope.db")
+    assert_copy_error(same, "the same database")
     assert not (tmp_path / "nope.db").exists()
     assert not (tmp_path / "b.db").exists()
 
@@ -520,7 +498,7 @@ def test_a_missing_source_file_or_the_same_database_is_refused(cli: Cli, tmp_pat
     ],
 )
 def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
-    cli: Cli, tmp_path: Path, pg_url: str, version: int, words: tuple[str, ...]
+    tmp_path: Path, pg_url: str, version: int, words: tuple[str, ...]
 ) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a",))
@@ -532,12 +510,12 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 
     result = cli("db", "copy", "--from", source, "--to", pg_url)
 
-    assert_one_line_error(result, f"schema version {version}", *words)
+    assert_copy_error(result, f"schema version {version}", *words)
     assert sqlite_dump(path) == before
     assert tables_of(pg_url) == []
 
 
-def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_path: Path, pg_url: str) -> None:
+def test_an_older_source_copies_once_upgraded_as_the_refusal_says(tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
     # Back to a real version 9 file: without what migration 10 adds (the web pages' ended sessions and
@@ -554,14 +532,14 @@ def test_an_older_source_copies_once_upgraded_as_the_refusal_says(cli: Cli, tmp_
     upgraded = cli("history", "--database-url", source)
     copied = cli("db", "copy", "--from", source, "--to", pg_url)
 
-    assert_one_line_error(refused, "older than this remediate", "remediate history --database-url")
+    assert_copy_error(refused, "older than this remediate", "remediate history --database-url")
     assert upgraded.exit_code == 0, upgraded.output
     assert copied.exit_code == 0, copied.output
     assert every_row(pg_url) == every_row(source)
     assert views(pg_url) == views(source)
 
 
-def test_a_file_that_is_not_a_remediate_database_is_refused(cli: Cli, tmp_path: Path) -> None:
+def test_a_file_that_is_not_a_remediate_database_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "other.db"
     conn = sqlite3.connect(other)
     with conn:
@@ -570,4 +548,4 @@ def test_a_file_that_is_not_a_remediate_database_is_refused(cli: Cli, tmp_path: 
 
     result = cli("db", "copy", "--from", f"sqlite:///{other}", "--to", f"sqlite:///{tmp_path / 'b.db'}")
 
-    assert_one_line_error(result, "not a remediate database")
+    assert_copy_error(result, "not a remediate database")

@@ -14,7 +14,7 @@ import pytest
 from click.testing import Result
 
 from remediate.training.files import JobPaths, atomic_write_json, read_json
-from tests.support.cli import Cli
+from tests.support.cli import run_cli as cli
 from tests.support.training import LiveJob
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
@@ -35,7 +35,7 @@ def training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Pat
     return root, playbooks
 
 
-def spike(cli: Cli, playbooks: Path, tmp_path: Path, *extra: str) -> Result:
+def spike(playbooks: Path, tmp_path: Path, *extra: str) -> Result:
     return cli(
         "dry-run", "--alertname", "TrainingLossSpike", "--label", "training_job=j1", "--label", "node=gpu-node-1",
         "--label", "severity=warning", "--playbooks", playbooks, "--database-url",
@@ -43,12 +43,10 @@ def spike(cli: Cli, playbooks: Path, tmp_path: Path, *extra: str) -> Result:
     )  # fmt: skip
 
 
-def test_dry_run_exits_1_when_the_job_is_gone_and_0_when_it_runs(
-    cli: Cli, training: tuple[Path, Path], tmp_path: Path
-) -> None:
+def test_dry_run_exits_1_when_the_job_is_gone_and_0_when_it_runs(training: tuple[Path, Path], tmp_path: Path) -> None:
     root, playbooks = training
     LiveJob(root, "j1").register()
-    alive = spike(cli, playbooks, tmp_path)
+    alive = spike(playbooks, tmp_path)
     assert alive.exit_code == 0, alive.output
     assert alive.stdout.strip().endswith("would run: yes")
 
@@ -56,19 +54,19 @@ def test_dry_run_exits_1_when_the_job_is_gone_and_0_when_it_runs(
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     gone = read_json(paths.registration) | {"pid": int(finished.stdout), "last_poll_at": time.time() - 600}
     atomic_write_json(paths.registration, gone, tmp_dir=paths.tmp)
-    dead = spike(cli, playbooks, tmp_path)
+    dead = spike(playbooks, tmp_path)
     assert dead.exit_code == 1, dead.output
     assert "nothing would change: every step's plan says it cannot act" in dead.stdout
     assert f"process {gone['pid']} is not running" in dead.stdout
     assert dead.stdout.strip().splitlines()[-1].startswith("would run: no (playbook loss-spike: step 0 rollback: ")
-    report = json.loads(spike(cli, playbooks, tmp_path, "--json").stdout)
+    report = json.loads(spike(playbooks, tmp_path, "--json").stdout)
     playbook = report["alerts"][0]["playbooks"][0]
     assert report["would_run"] is False and playbook["decision"] == "accepted" and playbook["would_run"] is False
     assert [step["plan"]["can_act"] for step in playbook["steps"]] == [False, False]
 
 
 def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_checkpoint_fits(
-    cli: Cli, training: tuple[Path, Path], tmp_path: Path
+    training: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """Issue 24, finding 15: a plan that errors (a typo in the job's name) or a rollback with no checkpoint
     that fits said `would run: yes` and exited 0; a run that cannot succeed is `would run: no`, exit 1."""
@@ -87,8 +85,8 @@ def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_chec
     last = typo.stdout.strip().splitlines()[-1]
     assert last.startswith("would run: no (playbook loss-spike: step 0 rollback: plan failed: ") and "j1-typo" in last
 
-    early = spike(cli, playbooks, tmp_path)
-    report = json.loads(spike(cli, playbooks, tmp_path, "--json").stdout)
+    early = spike(playbooks, tmp_path)
+    report = json.loads(spike(playbooks, tmp_path, "--json").stdout)
 
     assert early.exit_code == 1, early.output
     assert (
@@ -102,7 +100,7 @@ def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_chec
 
 
 def test_dry_run_exits_1_when_a_run_cannot_succeed_even_if_another_playbook_would_run(
-    cli: Cli, training: tuple[Path, Path], tmp_path: Path
+    training: tuple[Path, Path], tmp_path: Path
 ) -> None:
     """Issue 24, finding 15, with the shipped playbooks: log-critical-alerts also matches, so `would run: yes`
     and exit 0 hid a loss-spike run that would fail on every step (the alert names another host)."""
@@ -115,7 +113,7 @@ def test_dry_run_exits_1_when_a_run_cannot_succeed_even_if_another_playbook_woul
         "--label", "severity=warning", "--playbooks", playbooks, "--database-url",
         f"sqlite:///{tmp_path / 'absent.db'}",
     )  # fmt: skip
-    here = spike(cli, playbooks, tmp_path)
+    here = spike(playbooks, tmp_path)
 
     assert elsewhere.exit_code == 1, elsewhere.output
     last = elsewhere.stdout.strip().splitlines()[-1]

@@ -15,9 +15,10 @@ import pytest
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.executor import Executor, heartbeat_interval
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.store_json import run_json_of
 from tests.support.waiting import scaled, wait_until
 
@@ -85,7 +86,7 @@ def registry(long_step: LongStep, counted: Counted) -> ActionRegistry:
     return ActionRegistry([LogAction(), long_step, counted])
 
 
-def _queue_run(make_engine: Callable[..., Engine], ingest: Callable[..., IngestResult], make_alert: Any) -> int:
+def _queue_run(make_engine: Callable[..., Engine]) -> int:
     engine = make_engine(
         {
             "name": "slow",
@@ -93,7 +94,7 @@ def _queue_run(make_engine: Callable[..., Engine], ingest: Callable[..., IngestR
             "steps": [{"action": "test.long", "timeout": "60s"}, {"action": "log", "with": {"message": "after"}}],
         }
     )
-    (decision,) = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0).decisions
+    (decision,) = ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0).decisions
     assert decision.run_id is not None, decision.reason
     return decision.run_id
 
@@ -113,13 +114,11 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
     registry: ActionRegistry,
     long_step: LongStep,
     make_engine: Callable[..., Engine],
-    ingest: Callable[..., IngestResult],
-    make_alert: Any,
 ) -> None:
     """A step 2.5x the lease, two replicas watching each other: the owner's heartbeat thread renews the lease
     while the step runs, so the other replica's recovery (every lease/4) never finds it silent; the step
     runs once and the run succeeds on its owner alone."""
-    run_id = _queue_run(make_engine, ingest, make_alert)
+    run_id = _queue_run(make_engine)
     other_store = Store.open(pg_url)
     replicas = [
         Executor(store=s, registry=registry, threads=1, poll_interval=0.05, stale_after=LEASE, replica_name=name)
@@ -169,16 +168,14 @@ def test_two_replicas_with_four_threads_each_execute_every_queued_run_exactly_on
     registry: ActionRegistry,
     counted: Counted,
     make_engine: Callable[..., Engine],
-    ingest: Callable[..., IngestResult],
-    make_alert: Any,
 ) -> None:
     """Eight executor threads claiming from one queue (FOR UPDATE SKIP LOCKED): no run is claimed twice."""
     engine = make_engine(
         {"name": "counted", "match": {"alertname": "GpuXidError"}, "target": "node",
          "steps": [{"action": "test.counted"}]}
     )  # fmt: skip
-    alerts = [make_alert("GpuXidError", labels={"Hostname": f"node-{i}"}) for i in range(40)]
-    queued = [d.run_id for d in ingest(engine, *alerts, at=T0).decisions]
+    alerts = [alert_payload("GpuXidError", labels={"Hostname": f"node-{i}"}) for i in range(40)]
+    queued = [d.run_id for d in ingest_alerts(engine, *alerts, at=T0).decisions]
     assert len(queued) == 40 and None not in queued
     other_store = Store.open(pg_url)
     replicas = [
@@ -202,11 +199,11 @@ def test_two_replicas_with_four_threads_each_execute_every_queued_run_exactly_on
 
 @ON_POSTGRESQL
 def test_recovery_leaves_a_run_whose_owner_renewed_its_lease_after_recovery_looked(
-    store: Store, make_engine: Callable[..., Engine], ingest: Callable[..., IngestResult], make_alert: Any
+    store: Store, make_engine: Callable[..., Engine]
 ) -> None:
     """The requeue is conditional on the heartbeat recovery watched: an owner that renews between the
     look and the requeue (alive after all, only slow) keeps its run."""
-    run_id = _queue_run(make_engine, ingest, make_alert)
+    run_id = _queue_run(make_engine)
     assert store.claim_run("replica-a:7", T0) is not None
     looked = store.running_claims()
     store.heartbeat([run_id], "replica-a:7", T0 + 1)
@@ -217,13 +214,12 @@ def test_recovery_leaves_a_run_whose_owner_renewed_its_lease_after_recovery_look
 
 
 def test_an_executor_claims_under_its_replica_name_and_records_it_on_every_attempt(
-    store: Store, registry: ActionRegistry, make_engine: Callable[..., Engine], ingest: Callable[..., IngestResult],
-    make_alert: Any,
+    store: Store, registry: ActionRegistry, make_engine: Callable[..., Engine],
 ) -> None:  # fmt: skip
     engine = make_engine(
         {"name": "quick", "match": {"alertname": "GpuXidError"}, "steps": [{"action": "log", "with": {"message": "x"}}]}
     )
-    (decision,) = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0).decisions
+    (decision,) = ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0).decisions
     executor = Executor(store=store, registry=registry, replica_name="remediate-1")
 
     assert executor.drain() == 1

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
 
+from tests.support.cli import run_cli as cli
 from tests.support.http import ON_EVERY_DATABASE, OPERATOR_TOKEN, READ_TOKEN, Server, alert, notification
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
@@ -134,7 +134,7 @@ def test_shadow_runs_do_not_climb_so_the_first_enforced_incident_starts_on_rung_
 
 
 def test_the_cli_shows_and_resets_ladders_from_the_database_and_a_server(
-    make_server: Callable[..., Server], cli: Callable[..., Result], serve: Callable[[Server], str]
+    make_server: Callable[..., Server], serve: Callable[[Server], str]
 ) -> None:
     server = make_server(playbooks={"hot.yaml": HOT_LADDER})
     send(server, hot(1))
@@ -160,9 +160,7 @@ def test_the_cli_shows_and_resets_ladders_from_the_database_and_a_server(
     assert after.rung == 0
 
 
-def test_dry_run_says_which_rung_would_run_now_and_writes_nothing(
-    make_server: Callable[..., Server], cli: Callable[..., Result]
-) -> None:
+def test_dry_run_says_which_rung_would_run_now_and_writes_nothing(make_server: Callable[..., Server]) -> None:
     server = make_server(playbooks={"hot.yaml": HOT_LADDER})
     send(server, hot(1))
     local = ("--database-url", server.database_url, "--playbooks", server.services.settings.playbooks)
@@ -184,7 +182,7 @@ def test_dry_run_says_which_rung_would_run_now_and_writes_nothing(
 
 
 def test_playbooks_validate_refuses_a_ladder_that_can_never_advance_and_warns_of_a_one_rung_ladder(
-    cli: Callable[..., Result], tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     directory = tmp_path / "pb"
     directory.mkdir()

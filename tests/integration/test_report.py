@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from click.testing import Result
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediate import schema as t
 from remediate.breaker import Claim
+from tests.support.cli import run_cli as cli
 from tests.support.http import LOG_XID, ON_EVERY_DATABASE, OPERATOR_TOKEN, READ_TOKEN, Server, alert, notification
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
@@ -112,7 +112,6 @@ def test_get_report_takes_since_as_a_duration_or_a_time_and_refuses_nonsense(
 
 
 def test_remediate_report_json_from_the_database_and_over_http_is_the_api_answer(
-    cli: Callable[..., Result],
     make_server: Callable[..., Server],
     serve: Callable[[Server], str],
     monkeypatch: pytest.MonkeyPatch,
@@ -132,9 +131,7 @@ def test_remediate_report_json_from_the_database_and_over_http_is_the_api_answer
     assert json.loads(over_http.stdout) == api
 
 
-def test_remediate_report_prints_readable_tables(
-    cli: Callable[..., Result], make_server: Callable[..., Server]
-) -> None:
+def test_remediate_report_prints_readable_tables(make_server: Callable[..., Server]) -> None:
     server, _ = week_of_incidents(make_server)
 
     result = cli("report", "--database-url", server.database_url)

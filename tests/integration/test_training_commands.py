@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -30,8 +29,9 @@ from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.store import Store
 from remediate.training.files import JobPaths
 from tests.conftest import alert_payload, notification_payload
+from tests.support.processes import JobProcess
 from tests.support.store_json import run_json_of
-from tests.support.waiting import scaled, wait_until
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "support" / "jobs" / "batch_job.py"
@@ -44,33 +44,14 @@ MEMORY_LABELS = {
 }
 
 
-class BatchJob:
+class BatchJob(JobProcess):
     """One batch_job.py process and its EVENT lines."""
 
     def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
-        self.log = workdir / f"{name}.log"
-        self._out = self.log.open("wb")
-        command = [sys.executable, str(SCRIPT), "--root", str(root), "--job", name, *args]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(command, stdout=self._out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+        super().__init__(
+            workdir / f"{name}.log", sys.executable, str(SCRIPT), "--root", str(root), "--job", name, *args
+        )
         self.pid = self.wait_for("registered")[0]["pid"]
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        lines = self.log.read_text(errors="replace").splitlines()
-        found = [json.loads(line[len("EVENT ") :]) for line in lines if line.startswith("EVENT ")]
-        return [e for e in found if e["event"] == name]
-
-    def wait_for(self, name: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-        wait_until(lambda: self.events(name) or self.proc.poll() is not None, timeout=timeout)
-        found = self.events(name)
-        assert found, f"no {name!r} event (exit code {self.proc.poll()}):\n{self.log.read_text()[-3000:]}"
-        return found
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(scaled(10))
-        self._out.close()
 
 
 @pytest.fixture
@@ -90,13 +71,6 @@ def start(tmp_path: Path, root: Path) -> Iterator[Any]:
 @pytest.fixture
 def registry(root: Path) -> ActionRegistry:
     return default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)}))
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(f"sqlite:///{tmp_path / 'remediate.db'}")
-    yield opened
-    opened.close()
 
 
 def shipped(registry: ActionRegistry, name: str) -> PlaybookSet:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -24,43 +23,19 @@ from remediate.training import TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.procfs import this_host
 from remediate.training.protocol import APPLIED
+from tests.support.processes import JobProcess
 from tests.support.training import deliver, wait_for_ack
 from tests.support.waiting import scaled, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "plain_job.py"
 
 
-class Job:
+class Job(JobProcess):
     """One plain_job.py process and its output."""
 
     def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
-        self.log = workdir / f"{name}-{time.monotonic_ns()}.log"
-        command = [sys.executable, str(SCRIPT), "--root", str(root), "--job", name,
-                   "--checkpoints", str(workdir / f"ckpt-{name}"), *args]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        self._out = self.log.open("wb")
-        self.proc = subprocess.Popen(command, stdout=self._out, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        lines = self.text().splitlines()
-        events = [json.loads(line[len("EVENT ") :]) for line in lines if line.startswith("EVENT ")]
-        return [e for e in events if e["event"] == name]
-
-    def wait_for(self, name: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
-        wait_until(lambda: len(self.events(name)) >= count or self.proc.poll() is not None, timeout, interval=0.02)
-        found = self.events(name)
-        assert len(found) >= count, f"no {name!r} event (exit code {self.proc.poll()}):\n{self.text()[-3000:]}"
-        return found
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(scaled(10))
-        self._out.close()
+        super().__init__(workdir / f"{name}-{time.monotonic_ns()}.log", sys.executable, str(SCRIPT), "--root",
+                         str(root), "--job", name, "--checkpoints", str(workdir / f"ckpt-{name}"), *args)  # fmt: skip
 
 
 @pytest.fixture

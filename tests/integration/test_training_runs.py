@@ -47,13 +47,6 @@ def registry(root: Path) -> ActionRegistry:
     return default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)}))
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    opened = Store.open(f"sqlite:///{tmp_path / 'remediate.db'}")
-    yield opened
-    opened.close()
-
-
 def starts_at(offset: float) -> str:
     """An alert's startsAt `offset` seconds from now: the checkpoints the jobs saved so far came before it."""
     return datetime.fromtimestamp(time.time() + offset, UTC).isoformat().replace("+00:00", "Z")

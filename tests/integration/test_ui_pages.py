@@ -54,6 +54,13 @@ def approve_server(make_server: MakeServer, **settings: Any) -> Server:
     return make_server(playbooks={"approve-xid.yaml": APPROVE_XID}, **settings)
 
 
+def awaiting_run(make_server: MakeServer) -> tuple[Server, int]:
+    """A server with approve-xid's one run awaiting approval, and that run's id."""
+    server = approve_server(make_server)
+    server.webhook(notification(alert("ffff000000000001", instance="node-a:9400", gpu="0")))
+    return server, server.history()["entries"][0]["run_id"]
+
+
 def test_pages_need_a_login_and_the_login_sets_a_signed_session_cookie_without_the_token(server: Server) -> None:
     first = server.client.get("/ui/?playbook=log-xid")
     assert first.status_code == 302
@@ -107,9 +114,7 @@ def test_the_webhook_token_and_unknown_tokens_cannot_log_in(server: Server) -> N
 def test_a_next_with_a_line_break_or_control_character_is_refused_not_a_500(make_server: MakeServer) -> None:
     """Issue 24, finding 6: `next=/ui/%0d%0aSet-Cookie:...` passed the /ui/ check and broke the redirect's
     header after a successful login (500). Such a target is ignored: the login goes to the history."""
-    server = approve_server(make_server)
-    server.webhook(notification(alert("ffff000000000006", instance="node-a:9400", gpu="0")))
-    run_id = server.history()["entries"][0]["run_id"]
+    server, run_id = awaiting_run(make_server)
     for target in ("/ui/state\r\nSet-Cookie: evil=1", "/ui/\nx", "/ui/\x00", "/ui/\tx", "/ui/\x7f"):
         server.client.delete_cookie("remediate_ui", path="/ui")
         form = server.client.get("/ui/login", query_string={"next": target})
@@ -237,9 +242,7 @@ def test_only_http_generator_urls_become_links(server: Server) -> None:
 
 
 def test_an_operator_approves_from_the_run_page_and_the_run_is_queued(make_server: MakeServer) -> None:
-    server = approve_server(make_server)
-    server.webhook(notification(alert("ffff000000000001", instance="node-a:9400", gpu="0")))
-    run_id = server.history()["entries"][0]["run_id"]
+    server, run_id = awaiting_run(make_server)
     log_in(server, OPERATOR_TOKEN)
     page = server.client.get(f"/ui/runs/{run_id}")
     assert 'id="approve"' in text(page)
@@ -252,9 +255,7 @@ def test_an_operator_approves_from_the_run_page_and_the_run_is_queued(make_serve
 
 
 def test_the_read_role_sees_no_button_and_a_forged_approve_is_403(make_server: MakeServer) -> None:
-    server = approve_server(make_server)
-    server.webhook(notification(alert("ffff000000000002", instance="node-a:9400", gpu="0")))
-    run_id = server.history()["entries"][0]["run_id"]
+    server, run_id = awaiting_run(make_server)
     log_in(server, READ_TOKEN)
     page = server.client.get(f"/ui/runs/{run_id}")
     assert 'id="approve"' not in text(page) and 'id="needs-operator"' in text(page)
@@ -288,9 +289,7 @@ def test_a_read_only_credential_named_like_the_operator_gets_no_operator_control
 
 
 def test_a_post_without_the_sessions_csrf_token_is_refused(make_server: MakeServer) -> None:
-    server = approve_server(make_server)
-    server.webhook(notification(alert("ffff000000000003", instance="node-a:9400", gpu="0")))
-    run_id = server.history()["entries"][0]["run_id"]
+    server, run_id = awaiting_run(make_server)
     log_in(server, OPERATOR_TOKEN)
     for data in ({}, {"csrf_token": "forged"}):
         answer = server.client.post(f"/ui/runs/{run_id}/approve", data=data)
@@ -452,9 +451,7 @@ def test_logout_works_after_the_session_expired(server: Server) -> None:
 
 
 def test_approving_from_the_state_page_returns_there_and_the_run_leaves_the_list(make_server: MakeServer) -> None:
-    server = approve_server(make_server)
-    server.webhook(notification(alert("ffff000000000004", instance="node-a:9400", gpu="0")))
-    run_id = server.history()["entries"][0]["run_id"]
+    server, run_id = awaiting_run(make_server)
     log_in(server, OPERATOR_TOKEN)
     state = server.client.get("/ui/state")
     assert "Awaiting approval (1)" in text(state) and "Approve</button>" in text(state)

@@ -10,50 +10,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
-from remediate.actions import default_registry
-from remediate.alerts import parse_notification
 from remediate.cli import main
-from remediate.engine import Engine
-from remediate.playbooks import load_playbooks
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
-from tests.support.server import notification
+from tests.support.rules import ROOT, as_alert, expected_alerts, rules_of, shipped_engine
 
-ROOT = Path(__file__).resolve().parents[2]
-RULES = ROOT / "alertmanager" / "rules" / "xid.rules.yml"
-TESTS = ROOT / "alertmanager" / "rules" / "xid.rules.test.yml"
 QUARANTINE = "gpu-xid-quarantine"
 
 
-def _expected_alerts() -> list[tuple[str, dict[str, str], dict[str, str]]]:
-    found = []
-    for case in yaml.safe_load(TESTS.read_text())["tests"]:
-        for check in case.get("alert_rule_test", []):
-            for alert in check.get("exp_alerts") or []:
-                found.append((check["alertname"], alert["exp_labels"], alert.get("exp_annotations", {})))
-    return found
-
-
 def test_the_rule_tests_see_every_rule_fire() -> None:
-    rules = {rule["alert"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]}
+    rules = {rule["alert"] for rule in rules_of("xid")}
     assert rules == {"GPUXidCritical", "GPURowRemapFailure", "RemediateCircuitBreakerOpen"}
-    assert {name for name, _, _ in _expected_alerts()} == rules
+    assert {name for name, _, _ in expected_alerts("xid")} == rules
 
 
 @pytest.mark.parametrize("status", ["firing", "resolved"])
 def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(status: str) -> None:
-    registry = default_registry()  # the Kubernetes client is built lazily: judging touches no cluster
-    engine = Engine(store=None, playbooks=load_playbooks(ROOT / "playbooks", registry), registry=registry)
+    engine = shipped_engine()
     checked = 0
-    for alertname, labels, expected_annotations in _expected_alerts():
-        payload: dict[str, Any] = notification(alertname, labels, status=status)
-        payload["alerts"][0]["annotations"] = expected_annotations
-        (alert,) = parse_notification(payload).alerts
+    for alertname, labels, expected_annotations in expected_alerts("xid"):
+        alert = as_alert(alertname, labels, expected_annotations, status)
         evaluations = {e.playbook.name: e for e in engine.evaluate(alert)}
         if alertname == "RemediateCircuitBreakerOpen":
             assert evaluations == {}, "remediate must not act on its own breaker alert"
@@ -87,6 +66,14 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
     assert checked >= 9
 
 
+def dry_run(tmp_path: Path, alertname: str, node_label: str, *more: str) -> Result:
+    """`remediate dry-run` of a critical alert of that node, with the shipped playbooks."""
+    database = f"sqlite:///{tmp_path / 'none.db'}"
+    args = ["--playbooks", ROOT / "playbooks", "--database-url", database, "--alertname", alertname]
+    args += ["--label", "severity=critical", "--label", node_label, *more]
+    return CliRunner().invoke(main, ["dry-run", *map(str, args)], catch_exceptions=False)
+
+
 def test_dry_run_plans_the_quarantine_against_the_cluster_and_changes_nothing(
     kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,24 +86,7 @@ def test_dry_run_plans_the_quarantine_against_the_cluster_and_changes_nothing(
     kube_api.add_pod("kube-system", "dcgm-exporter-7", "node-07", owner="DaemonSet", owner_name="dcgm-exporter")
     kube_api.add_pdb("ml", "trainer", {"app": "trainer"}, disruptions_allowed=1)
 
-    result = CliRunner().invoke(
-        main,
-        [
-            "dry-run",
-            "--playbooks",
-            str(ROOT / "playbooks"),
-            "--database-url",
-            f"sqlite:///{tmp_path / 'none.db'}",
-            "--alertname",
-            "GPUXidCritical",
-            "--label",
-            "severity=critical",
-            "--label",
-            "Hostname=node-07",
-            "--json",
-        ],
-        catch_exceptions=False,
-    )
+    result = dry_run(tmp_path, "GPUXidCritical", "Hostname=node-07", "--json")
 
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
@@ -144,23 +114,7 @@ def test_dry_run_of_a_node_that_does_not_exist_says_so(
 ) -> None:
     monkeypatch.setenv("REMEDIATE_KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("REMEDIATE_CONFIG", raising=False)
-    result = CliRunner().invoke(
-        main,
-        [
-            "dry-run",
-            "--playbooks",
-            str(ROOT / "playbooks"),
-            "--database-url",
-            f"sqlite:///{tmp_path / 'none.db'}",
-            "--alertname",
-            "GPURowRemapFailure",
-            "--label",
-            "severity=critical",
-            "--label",
-            "hostname=ghost-1",
-        ],
-        catch_exceptions=False,
-    )
+    result = dry_run(tmp_path, "GPURowRemapFailure", "hostname=ghost-1")
     assert result.exit_code == 1  # a plan that fails: the run cannot succeed (issue 24, finding 15)
     assert (
         "plan failed: ActionError: node 'ghost-1' (from label hostname) does not exist in the cluster" in result.output

@@ -3,7 +3,10 @@ and a real HTTP server in a thread for the --server mode."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,14 +39,33 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 Cli = Callable[..., Result]
 
 
+def assert_one_line_error(result: Result, *words: str, progress: str | None = None) -> None:
+    """Exit 2, nothing on stdout, and on stderr the error as one line naming `words`: never a traceback.
+    `progress`: the pattern of the lines a command may print before it (db copy: the tables done so far)."""
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    *before, message = result.stderr.strip().split("\n")
+    assert all(progress and re.fullmatch(progress, line) for line in before), result.stderr
+    assert "Traceback" not in message and message.startswith("Error: "), message
+    for word in words:
+        assert word in message, message
+
+
+def sqlite_dump(path: Path) -> list[str]:
+    """Every row of every table of a SQLite file, as SQL: equal dumps mean nothing was written."""
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return list(conn.iterdump())
+
+
+def run_cli(*args: Any, **kwargs: Any) -> Result:
+    """run_cli("history", "--json", input=..., env=...) -> click Result (stdout and stderr kept apart)."""
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
+
+
 @pytest.fixture
 def cli() -> Cli:
-    """cli("history", "--json", input=..., env=...) -> click Result (stdout and stderr kept apart)."""
-
-    def invoke(*args: str, **kwargs: Any) -> Result:
-        return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
-
-    return invoke
+    """`run_cli`, for the tests that take it as a fixture."""
+    return run_cli
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -70,12 +70,11 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -351,7 +350,6 @@ class Change:
 
 # --------------------------------------------------------------------------- RBAC
 
-RBAC_KINDS = ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
 _RESOURCE_PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?(?:/(?P<resource>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?)?$"
@@ -513,9 +511,7 @@ class FakeKubeAPI:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def write_kubeconfig(self, path: Path, *, context: str = "fake") -> Path:
@@ -721,10 +717,6 @@ class FakeKubeAPI:
             self._terminate(self.pods[(namespace, name)], 30, "delete")
             self._pending_deletions[(namespace, name)] = time.monotonic() + seconds
 
-    def set_pdb_allowed(self, namespace: str, name: str, allowed: int) -> None:
-        with self.lock:
-            self.pdbs[(namespace, name)]["status"]["disruptionsAllowed"] = allowed
-
     def node(self, name: str) -> dict[str, Any]:
         with self.lock:
             return copy.deepcopy(self.nodes[name])
@@ -901,12 +893,7 @@ class FakeKubeAPI:
             if label_selector_matches(query.get("labelSelector", ""), n["metadata"].get("labels", {}))
             and field_selector_matches(query.get("fieldSelector", ""), n, ("metadata.name", "spec.unschedulable"))
         ]
-        return 200, {
-            "kind": "NodeList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        return self._listing("NodeList", "v1", items)
 
     def _get_node(self, *, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
         if name not in self.nodes:
@@ -1060,6 +1047,14 @@ class FakeKubeAPI:
         for taint in sorted(old - new):
             self.changes.append(Change("taint-", name, taint))
 
+    def _listing(self, kind: str, api_version: str, items: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+        return 200, {
+            "kind": kind,
+            "apiVersion": api_version,
+            "metadata": {"resourceVersion": str(self._rv)},
+            "items": items,
+        }
+
     # ----- pods
 
     def _list_pods(self, *, query: dict[str, str], ns: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
@@ -1071,12 +1066,7 @@ class FakeKubeAPI:
             and field_selector_matches(query.get("fieldSelector", ""), p, supported)
             and label_selector_matches(query.get("labelSelector", ""), p["metadata"].get("labels", {}))
         ]
-        return 200, {
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        return self._listing("PodList", "v1", items)
 
     def _get_pod(self, *, ns: str, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
         pod = self.pods.get((ns, name))
@@ -1263,12 +1253,7 @@ class FakeKubeAPI:
 
     def _list_pdbs(self, *, ns: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
         items = [_public(p) for (pdb_ns, _n), p in sorted(self.pdbs.items()) if ns is None or pdb_ns == ns]
-        return 200, {
-            "kind": "PodDisruptionBudgetList",
-            "apiVersion": "policy/v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        return self._listing("PodDisruptionBudgetList", "policy/v1", items)
 
     # ----- events
 
@@ -1287,12 +1272,7 @@ class FakeKubeAPI:
             for (event_ns, _n), e in sorted(self.events.items())
             if (ns is None or event_ns == ns) and field_selector_matches(query.get("fieldSelector", ""), e, supported)
         ]
-        return 200, {
-            "kind": "EventList",
-            "apiVersion": "events.k8s.io/v1",
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+        return self._listing("EventList", "events.k8s.io/v1", items)
 
     def _create_event(self, *, ns: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         try:
@@ -1512,8 +1492,3 @@ def cluster(api: FakeKubeAPI, count: int, *, prefix: str = "gpu-node", gpu: bool
     for name in names:
         api.add_node(name, labels={"nvidia.com/gpu.present": "true"} if gpu else {})
     return names
-
-
-def iter_events(api: FakeKubeAPI) -> Iterator[dict[str, Any]]:
-    with api.lock:
-        yield from (copy.deepcopy(e) for e in api.events.values())

@@ -1,11 +1,17 @@
-"""Fixtures for the GPU backend tests: a real simulator file in tmp_path (8 H100-like GPUs)."""
+"""Fixtures for the GPU tests: a real simulator file in tmp_path (8 H100-like GPUs unless a test file's own `sim`
+says otherwise), and what a GPU action's step runs with when a test calls the action directly."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from remediate.actions import default_registry
+from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
+from remediate.alertref import AlertRef
+from remediate.config import Settings
 from remediate.gpu import GpuInfo, SimulatedBackend
 
 
@@ -20,5 +26,44 @@ def sim(sim_file: Path) -> SimulatedBackend:
 
 
 @pytest.fixture
+def gpus(sim: SimulatedBackend) -> list[GpuInfo]:
+    return sim.devices()
+
+
+@pytest.fixture
 def gpu3(sim: SimulatedBackend) -> GpuInfo:
     return sim.devices()[3]
+
+
+@pytest.fixture
+def memory() -> InMemoryMemory:
+    """What the steps of a test remember (an original limit or lock), as the store keeps it for a run."""
+    return InMemoryMemory()
+
+
+def step_context(memory: InMemoryMemory | None = None, *, run_id: int = 7) -> StepContext:
+    """The context the executor gives step 0 of run `run_id` on node-a."""
+    memory = InMemoryMemory() if memory is None else memory
+    return StepContext(run_id=run_id, step_index=0, playbook="gpu", target="node-a", alert=AlertRef(), memory=memory)
+
+
+@pytest.fixture
+def ctx(memory: InMemoryMemory) -> StepContext:
+    return step_context(memory)
+
+
+class PowerOnlyBackend:
+    """A GPU backend with the protocol's methods only: no clocks, no reset."""
+
+    name = "power-only"
+
+    def __init__(self, inner: SimulatedBackend) -> None:
+        self.devices, self.device = inner.devices, inner.device
+        self.set_power_limit, self.parent_of_mig = inner.set_power_limit, inner.parent_of_mig
+
+
+def simulated_registry(sim: SimulatedBackend, db_url: str, **settings: Any) -> ActionRegistry:
+    """The shipped actions with this simulated GPU file as the backend (what a GPU action test's `registry` is)."""
+    return default_registry(
+        Settings(gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url, **settings)
+    )

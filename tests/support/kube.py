@@ -7,20 +7,14 @@ http://127.0.0.1:PORT and a bearer token; nothing is patched or mocked.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from remediate.actions.base import StepContext
-from remediate.actions.k8s import (
-    CordonAction,
-    DrainAction,
-    KubeOptions,
-    TaintAction,
-    UncordonAction,
-    UntaintAction,
-)
+from remediate.actions.k8s import KubeOptions, kube_actions
 from remediate.alerts import alert_ref
 from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
 from remediate.kube import KubeClient
@@ -53,13 +47,15 @@ def breaker() -> CircuitBreaker:
     return memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=100))
 
 
+def kube_actions_on(client: KubeClient, **options: Any) -> dict[str, Any]:
+    """One of each k8s.* action on `client`, with fast retries (`options` replace those of FAST)."""
+    return {action.name: action for action in kube_actions(lambda: client, replace(FAST, **options))}
+
+
 @pytest.fixture
 def actions(kube_client: KubeClient) -> dict[str, Any]:
-    """One of each k8s.* action on `kube_client`, with fast retries."""
-    return {
-        cls.name: cls(lambda: kube_client, FAST)
-        for cls in (CordonAction, UncordonAction, TaintAction, UntaintAction, DrainAction)
-    }
+    """`kube_actions_on(kube_client)`."""
+    return kube_actions_on(kube_client)
 
 
 def context(

@@ -1,8 +1,60 @@
-"""What the tests read about a real process from /proc: its children."""
+"""Real processes the tests start and read: a job script's EVENT lines, and from /proc a process's children."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 from pathlib import Path
+from typing import Any
+
+from tests.support.waiting import scaled, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def log_tail(path: Path, n: int = 40) -> str:
+    """The last `n` lines of a process's log, for a failing test's message."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except FileNotFoundError:
+        return "(no log yet)"
+
+
+class JobProcess:
+    """A job script of tests/support/jobs/ run as a real process (remediate importable), its output in `log`.
+    The job prints `EVENT {json}` lines for what it did: those are what the tests read."""
+
+    def __init__(self, log: Path, *command: str, env: dict[str, str] | None = None) -> None:
+        self.log = log
+        self._out = log.open("wb")
+        path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+        environment = {**os.environ, "PYTHONPATH": path, **(env or {})}
+        self.proc = subprocess.Popen(command, stdout=self._out, stderr=subprocess.STDOUT, cwd=REPO, env=environment)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def log_tail(self, n: int = 40) -> str:
+        return log_tail(self.log, n)
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        lines = self.text().splitlines()
+        found = [json.loads(line[len("EVENT ") :]) for line in lines if line.startswith("EVENT ")]
+        return [e for e in found if name is None or e["event"] == name]
+
+    def wait_for(self, name: str, timeout: float = 10.0, count: int = 1) -> list[dict[str, Any]]:
+        """The job's `name` events once it printed `count` of them; fails with its output if it exits first."""
+        wait_until(lambda: len(self.events(name)) >= count or self.proc.poll() is not None, timeout, interval=0.02)
+        found = self.events(name)
+        assert len(found) >= count, f"no {name!r} event (exit code {self.proc.poll()}):\n{self.text()[-3000:]}"
+        return found
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(scaled(10))
+        self._out.close()
 
 
 def child_pids(pid: int) -> set[int]:

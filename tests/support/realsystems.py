@@ -44,13 +44,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Self, cast
 from urllib.parse import urlsplit
 
 import requests
 import yaml
 
+from tests.support.processes import log_tail
 from tests.support.waiting import scaled, wait_until
 
 __all__ = [
@@ -203,12 +203,7 @@ class _ManagedProcess:
         return self._proc is not None and self._proc.poll() is None
 
     def log_tail(self, n: int = 40) -> str:
-        """Last ``n`` lines of the process log, for failure messages."""
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return "(no log yet)"
-        return "\n".join(lines[-n:])
+        return log_tail(self.log_path, n)
 
     def start(self) -> Self:
         """Write the config, launch the process and wait until it is ready.
@@ -291,12 +286,7 @@ class _ManagedProcess:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
@@ -464,6 +454,14 @@ class AlertManager(_ManagedProcess):
         response = requests.post(f"{self.url}/api/v2/alerts", json=alerts, timeout=_HTTP_TIMEOUT)
         if response.status_code != 200:
             raise AssertionError(f"AlertManager refused alerts ({response.status_code}): {response.text}")
+
+    def cluster_members(self) -> int:
+        """The peers of its gossip cluster it sees now, itself included (0 while it does not answer)."""
+        try:
+            status = requests.get(f"{self.url}/api/v2/status", timeout=scaled(2)).json()
+        except requests.RequestException:
+            return 0
+        return len(status.get("cluster", {}).get("peers") or [])
 
     def alerts(self) -> list[dict[str, Any]]:
         """Alerts AlertManager holds (``GET /api/v2/alerts``); resolved ones drop out."""
@@ -646,12 +644,7 @@ class _BackgroundServer:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Protocol, Self
 
 import pytest
@@ -36,6 +35,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediate.gpu.simulator import SimulatedBackend
+from tests.support.processes import log_tail
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
 from tests.support.waiting import scaled, wait_until
 
@@ -246,21 +246,12 @@ class RemediateServer:
         self._proc = None
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except FileNotFoundError:
-            return "(no log yet)"
-        return "\n".join(lines[-n:])
+        return log_tail(self.log_path, n)
 
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ------------------------------------------------------------------ HTTP API
@@ -461,10 +452,7 @@ class NodeAgent:
         return self._proc is not None and self._proc.poll() is None
 
     def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except FileNotFoundError:
-            return "(no log yet)"
+        return log_tail(self.log_path, n)
 
     def limits(self) -> dict[int, int]:
         return {g.index: g.power_limit_mw for g in self.gpus.devices()}
@@ -541,6 +529,27 @@ def write_playbook(directory: Path, name: str, text: str) -> Path:
     path = directory / f"{name}.yaml"
     path.write_text(text)
     return path
+
+
+def notify_and_log_playbooks(directory: Path, prefix: str, url: str) -> None:
+    """Two one-step playbooks: `<prefix>Notify` alerts post to `url` (notify.webhook, no retry), `<prefix>Log`
+    alerts write a log line."""
+    notify = f"""\
+name: {prefix.lower()}-notify
+match: {{alertname: {prefix}Notify}}
+target: node
+steps:
+  - {{name: notify, action: notify.webhook, with: {{url: "{url}", message: "{{{{ labels.Hostname }}}}"}}, retries: 0}}
+"""
+    log = f"""\
+name: {prefix.lower()}-log
+match: {{alertname: {prefix}Log}}
+target: node
+steps:
+  - {{name: log, action: log, with: {{message: "remediated {{{{ labels.Hostname }}}}"}}}}
+"""
+    write_playbook(directory, "notify", notify)
+    write_playbook(directory, "log", log)
 
 
 # ---------------------------------------------------------------------- log tails of failing tests

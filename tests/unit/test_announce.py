@@ -19,6 +19,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import rows
 from tests.support.waiting import wait_until
 
@@ -100,21 +101,21 @@ def announcer(store: Store, chat_registry: ActionRegistry, outcomes: Outcomes) -
     )
 
 
-def waiting(engine: Engine, ingest: Any, make_alert: Any, *hosts: str) -> list[int]:
-    result: IngestResult = ingest(engine, *(make_alert("GpuXidError", labels={"Hostname": h}) for h in hosts), at=T0)
+def waiting(engine: Engine, *hosts: str) -> list[int]:
+    result: IngestResult = ingest_alerts(
+        engine, *(alert_payload("GpuXidError", labels={"Hostname": h}) for h in hosts), at=T0
+    )
     return [d.run_id for d in result.decisions if d.run_id is not None]
 
 
 def test_each_waiting_run_is_announced_once_to_each_distinct_webhook(
     store: Store,
     engine: Engine,
-    ingest: Any,
-    make_alert: Any,
     announcer: Announcer,
     fake: FakeChat,
     outcomes: Outcomes,
 ) -> None:
-    (run_id,) = waiting(engine, ingest, make_alert, "node-a")
+    (run_id,) = waiting(engine, "node-a")
 
     assert announcer.drain() == 1
     assert announcer.drain() == 0  # taken once: never again
@@ -137,15 +138,13 @@ def test_each_waiting_run_is_announced_once_to_each_distinct_webhook(
 def test_a_run_approved_or_cancelled_before_its_announcement_is_not_announced(
     store: Store,
     engine: Engine,
-    ingest: Any,
-    make_alert: Any,
     announcer: Announcer,
     fake: FakeChat,
     outcomes: Outcomes,
 ) -> None:
-    approved, cancelled, announced = waiting(engine, ingest, make_alert, "node-a", "node-b", "node-c")
+    approved, cancelled, announced = waiting(engine, "node-a", "node-b", "node-c")
     store.approve(approved, by="bob", now=T0 + 1)
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-b"}, status="resolved"), at=T0 + 2)
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-b"}, status="resolved"), at=T0 + 2)
 
     assert announcer.drain() == 1
 
@@ -167,14 +166,12 @@ def test_a_run_approved_or_cancelled_before_its_announcement_is_not_announced(
 def test_a_failure_is_recorded_counted_and_not_sent_again(
     store: Store,
     engine: Engine,
-    ingest: Any,
-    make_alert: Any,
     announcer: Announcer,
     fake: FakeChat,
     outcomes: Outcomes,
     error: Exception,
 ) -> None:
-    waiting(engine, ingest, make_alert, "node-a")
+    waiting(engine, "node-a")
     fake.script = [error]  # webhook a fails; b is sent
 
     assert announcer.drain() == 1
@@ -190,13 +187,11 @@ def test_a_failure_is_recorded_counted_and_not_sent_again(
 def test_a_post_that_sent_nothing_is_tried_again_up_to_tries(
     store: Store,
     engine: Engine,
-    ingest: Any,
-    make_alert: Any,
     announcer: Announcer,
     fake: FakeChat,
     outcomes: Outcomes,
 ) -> None:
-    first, second = waiting(engine, ingest, make_alert, "node-a", "node-b")
+    first, second = waiting(engine, "node-a", "node-b")
     refused = RetryableActionError("POST failed: connection refused")
     # Run 1: a refused twice, then sent; b sent. Run 2: a refused three times (given up); b sent.
     fake.script = [refused, refused, None, None, refused, refused, refused, None]
@@ -215,15 +210,15 @@ def test_a_post_that_sent_nothing_is_tried_again_up_to_tries(
 
 
 def test_the_thread_announces_when_woken_without_waiting_for_its_poll(
-    store: Store, chat_registry: ActionRegistry, engine: Engine, ingest: Any, make_alert: Any, fake: FakeChat
+    store: Store, chat_registry: ActionRegistry, engine: Engine, fake: FakeChat
 ) -> None:
     announcer = Announcer(store=store, registry=chat_registry, poll_interval=60.0)
-    (before,) = waiting(engine, ingest, make_alert, "node-a")
+    (before,) = waiting(engine, "node-a")
     announcer.start()
     try:
         # Its first look, at start, finds the run stored before; then it sleeps up to its poll (60 s)...
         wait_until(lambda: rows(store, "runs")[0].announce_error is None and rows(store, "runs")[0].announced_at, 5)
-        (after,) = waiting(engine, ingest, make_alert, "node-b")
+        (after,) = waiting(engine, "node-b")
         announcer.wake()  # ... unless woken, as the ingest's on_queued does
         wait_until(lambda: len(fake.announced) == 4, 5, message="not announced after the wake-up")
         assert [ctx.run_id for _, ctx in fake.announced] == [before, before, after, after]

@@ -1,4 +1,4 @@
-"""remediate.engine on the SQLite store and (@EVERY_DATABASE) the in-memory fake: ingest in one transaction, guards,
+"""remediate.engine on the SQLite store and (@EVERY_DATABASE) PostgreSQL: ingest in one transaction, guards,
 runs, steps, preview."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from remediate.engine import INGEST_ATTEMPTS, Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, StoreConflict, UnknownRunError
 from remediate.runs import Decision
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts, notification_payload
 from tests.support.stores import EVERY_DATABASE
 from tests.support.stores import rows as table_rows
 
@@ -24,8 +25,6 @@ T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 HOUR = 3600.0
 
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 
 def playbook(name: str = "xid", **changes: Any) -> dict[str, Any]:
@@ -60,8 +59,8 @@ def decisions_of(result: IngestResult) -> list[tuple[str | None, str]]:
     return [(d.playbook, d.decision.value) for d in result.decisions]
 
 
-def xid(make_alert: MakeAlert, host: str = "node-a", gpu: str = "3", **kwargs: Any) -> dict[str, Any]:
-    return make_alert("GpuXidError", labels={"Hostname": host, "gpu": gpu, "severity": "critical"}, **kwargs)
+def xid(host: str = "node-a", gpu: str = "3", **kwargs: Any) -> dict[str, Any]:
+    return alert_payload("GpuXidError", labels={"Hostname": host, "gpu": gpu, "severity": "critical"}, **kwargs)
 
 
 # --------------------------------------------------------------------------- what ingest stores
@@ -69,10 +68,10 @@ def xid(make_alert: MakeAlert, host: str = "node-a", gpu: str = "3", **kwargs: A
 
 @EVERY_DATABASE
 def test_ingest_stores_the_raw_notification_alerts_decisions_runs_and_steps(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict]
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook())
-    payload = make_notification(xid(make_alert), make_alert("DiskFull", labels={"Hostname": "node-b"}))
+    payload = notification_payload(xid(), alert_payload("DiskFull", labels={"Hostname": "node-b"}))
     body = json.dumps(payload).encode()
 
     result = engine.ingest_body(body, received_at=T0)
@@ -129,21 +128,17 @@ def test_ingest_stores_the_raw_notification_alerts_decisions_runs_and_steps(
 
 
 @EVERY_DATABASE
-def test_a_step_timeout_comes_from_the_step_or_the_engine_default(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_step_timeout_comes_from_the_step_or_the_engine_default(store: Store, make_engine: MakeEngine) -> None:
     steps = [{"action": "log", "with": {"message": "a"}, "timeout": "5s"}, {"action": "log", "with": {"message": "b"}}]
     engine = make_engine(playbook(steps=steps), default_step_timeout=42.0)
 
-    ingest(engine, xid(make_alert), at=T0)
+    ingest_alerts(engine, xid(), at=T0)
 
     assert [s.timeout for s in rows(store, t.steps)] == [5.0, 42.0]
 
 
 @EVERY_DATABASE
-def test_a_notification_is_stored_whole_or_not_at_all(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_notification_is_stored_whole_or_not_at_all(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
     with store.write() as conn:  # the last insert of ingest (decisions) fails inside the database
         for statement in REFUSE_DECISIONS[conn.dialect.name]:
@@ -151,7 +146,7 @@ def test_a_notification_is_stored_whole_or_not_at_all(
     before = table_counts(store)
 
     with pytest.raises(sa.exc.DBAPIError, match="disk on fire"):
-        ingest(engine, xid(make_alert), make_alert("DiskFull"), at=T0)
+        ingest_alerts(engine, xid(), alert_payload("DiskFull"), at=T0)
 
     assert table_counts(store) == before
     assert before["notifications"] == before["runs"] == 0
@@ -172,7 +167,7 @@ REFUSE_DECISIONS = {
 @EVERY_DATABASE
 @pytest.mark.parametrize("conflicts", [1, INGEST_ATTEMPTS])
 def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, monkeypatch: Any, conflicts: int
+    store: Store, make_engine: MakeEngine, monkeypatch: Any, conflicts: int
 ) -> None:
     """StoreConflict (a replica committed the same dedupe key first) rolls the transaction back; the engine
     tries the whole notification again, INGEST_ATTEMPTS times at most, then lets the conflict through (503)."""
@@ -195,10 +190,10 @@ def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
 
     if conflicts == INGEST_ATTEMPTS:
         with pytest.raises(StoreConflict):
-            ingest(engine, xid(make_alert), at=T0)
+            ingest_alerts(engine, xid(), at=T0)
         assert (len(tries), table_counts(store)["notifications"]) == (INGEST_ATTEMPTS, 0)
         return
-    result = ingest(engine, xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), at=T0)
     assert [d.decision for d in result.decisions] == [Decision.ACCEPTED]
     assert len(tries) == 2
     assert (table_counts(store)["notifications"], table_counts(store)["runs"]) == (1, 1)
@@ -218,25 +213,21 @@ def test_an_invalid_body_is_refused_before_anything_is_stored(store: Store, make
 
 
 @EVERY_DATABASE
-def test_on_queued_is_called_only_when_a_run_was_queued(
-    make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_on_queued_is_called_only_when_a_run_was_queued(make_engine: MakeEngine) -> None:
     calls: list[int] = []
     engine = make_engine(playbook(), on_queued=lambda: calls.append(1))
 
-    ingest(engine, make_alert("DiskFull"), at=T0)
+    ingest_alerts(engine, alert_payload("DiskFull"), at=T0)
     assert calls == []
-    ingest(engine, xid(make_alert), at=T0)
+    ingest_alerts(engine, xid(), at=T0)
     assert calls == [1]
 
 
 @EVERY_DATABASE
-def test_every_matching_playbook_gets_its_own_decision_and_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_every_matching_playbook_gets_its_own_decision_and_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook("first"), playbook("second", match={"alertname": ["Other", "GpuXidError"]}))
 
-    result = ingest(engine, xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), at=T0)
 
     assert decisions_of(result) == [("first", "accepted"), ("second", "accepted")]
     assert [r.playbook for r in rows(store, t.runs)] == ["first", "second"]
@@ -246,13 +237,11 @@ def test_every_matching_playbook_gets_its_own_decision_and_run(
 
 
 @EVERY_DATABASE
-def test_the_same_payload_twice_makes_one_run_and_a_duplicate_decision(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_the_same_payload_twice_makes_one_run_and_a_duplicate_decision(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
-    first = ingest(engine, xid(make_alert), at=T0)
+    first = ingest_alerts(engine, xid(), at=T0)
 
-    second = ingest(engine, xid(make_alert), at=T0 + 30)
+    second = ingest_alerts(engine, xid(), at=T0 + 30)
 
     (run,) = rows(store, t.runs)
     assert decisions_of(first) == [("xid", "accepted")]
@@ -265,12 +254,10 @@ def test_the_same_payload_twice_makes_one_run_and_a_duplicate_decision(
 
 
 @EVERY_DATABASE
-def test_the_same_alert_twice_in_one_notification_makes_one_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_the_same_alert_twice_in_one_notification_makes_one_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
 
-    result = ingest(engine, xid(make_alert), xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), xid(), at=T0)
 
     assert decisions_of(result) == [("xid", "accepted"), ("xid", "duplicate")]
     assert result.decisions[1].reason == "the same alert occurrence appears earlier in this notification"
@@ -279,13 +266,11 @@ def test_the_same_alert_twice_in_one_notification_makes_one_run(
 
 
 @EVERY_DATABASE
-def test_a_new_occurrence_of_the_same_alert_is_not_a_duplicate(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_new_occurrence_of_the_same_alert_is_not_a_duplicate(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
-    ingest(engine, xid(make_alert), at=T0)
+    ingest_alerts(engine, xid(), at=T0)
 
-    result = ingest(engine, xid(make_alert, starts_at="2026-01-01T02:00:00Z"), at=T0 + 2 * HOUR)
+    result = ingest_alerts(engine, xid(starts_at="2026-01-01T02:00:00Z"), at=T0 + 2 * HOUR)
 
     assert decisions_of(result) == [("xid", "accepted")]
     assert len(rows(store, t.runs)) == 2
@@ -295,15 +280,13 @@ def test_a_new_occurrence_of_the_same_alert_is_not_a_duplicate(
 
 
 @EVERY_DATABASE
-def test_cooldown_applies_per_playbook_and_target(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_cooldown_applies_per_playbook_and_target(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook("xid", cooldown="10m"), playbook("other", cooldown="10m"))
-    ingest(engine, xid(make_alert, gpu="0"), at=T0)
+    ingest_alerts(engine, xid(gpu="0"), at=T0)
 
-    same_target = ingest(engine, xid(make_alert, gpu="1"), at=T0 + 60)
-    other_target = ingest(engine, xid(make_alert, host="node-b", gpu="1"), at=T0 + 60)
-    after = ingest(engine, xid(make_alert, gpu="2"), at=T0 + 600)
+    same_target = ingest_alerts(engine, xid(gpu="1"), at=T0 + 60)
+    other_target = ingest_alerts(engine, xid(host="node-b", gpu="1"), at=T0 + 60)
+    after = ingest_alerts(engine, xid(gpu="2"), at=T0 + 600)
 
     assert decisions_of(same_target) == [("xid", "cooldown"), ("other", "cooldown")]
     assert "cooldown 10m, next allowed in 9m" in same_target.decisions[0].reason
@@ -313,36 +296,34 @@ def test_cooldown_applies_per_playbook_and_target(
 
 
 @EVERY_DATABASE
-def test_cooldown_is_separate_for_each_playbook(make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest) -> None:
+def test_cooldown_is_separate_for_each_playbook(make_engine: MakeEngine) -> None:
     engine = make_engine(playbook("xid", cooldown="10m"), playbook("fast", cooldown="0s"))
-    ingest(engine, xid(make_alert, gpu="0"), at=T0)
+    ingest_alerts(engine, xid(gpu="0"), at=T0)
 
-    result = ingest(engine, xid(make_alert, gpu="1"), at=T0 + 60)
+    result = ingest_alerts(engine, xid(gpu="1"), at=T0 + 60)
 
     assert decisions_of(result) == [("xid", "cooldown"), ("fast", "accepted")]
 
 
 @EVERY_DATABASE
 def test_two_alerts_of_one_target_in_one_notification_respect_the_cooldown(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook(cooldown="10m"))
 
-    result = ingest(engine, xid(make_alert, gpu="0"), xid(make_alert, gpu="1"), xid(make_alert, "node-b"), at=T0)
+    result = ingest_alerts(engine, xid(gpu="0"), xid(gpu="1"), xid("node-b"), at=T0)
 
     assert [d.decision for d in result.decisions] == [Decision.ACCEPTED, Decision.COOLDOWN, Decision.ACCEPTED]
     assert [r.target for r in rows(store, t.runs)] == ["node-a", "node-b"]
 
 
 @EVERY_DATABASE
-def test_a_cooldown_longer_than_a_day_is_enforced(
-    make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_cooldown_longer_than_a_day_is_enforced(make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(cooldown="48h"))
-    ingest(engine, xid(make_alert, gpu="0"), at=T0)
+    ingest_alerts(engine, xid(gpu="0"), at=T0)
 
-    during = ingest(engine, xid(make_alert, gpu="1"), at=T0 + 30 * HOUR)
-    after = ingest(engine, xid(make_alert, gpu="2"), at=T0 + 48 * HOUR)
+    during = ingest_alerts(engine, xid(gpu="1"), at=T0 + 30 * HOUR)
+    after = ingest_alerts(engine, xid(gpu="2"), at=T0 + 48 * HOUR)
 
     assert decisions_of(during) == [("xid", "cooldown")]
     assert "next allowed in 18h" in during.decisions[0].reason
@@ -350,16 +331,12 @@ def test_a_cooldown_longer_than_a_day_is_enforced(
 
 
 @EVERY_DATABASE
-def test_max_attempts_caps_firing_runs_per_target_over_24h(
-    make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_max_attempts_caps_firing_runs_per_target_over_24h(make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(max_attempts=3, cooldown="1h"))
-    verdicts = [
-        ingest(engine, xid(make_alert, gpu=str(i)), at=T0 + i * 2 * HOUR).decisions[0].decision for i in range(4)
-    ]
-    other_node = ingest(engine, xid(make_alert, "node-b", gpu="9"), at=T0 + 7 * HOUR)
-    at_24h = ingest(engine, xid(make_alert, gpu="10"), at=T0 + 24 * HOUR)
-    after_24h = ingest(engine, xid(make_alert, gpu="11"), at=T0 + 24 * HOUR + 1)
+    verdicts = [ingest_alerts(engine, xid(gpu=str(i)), at=T0 + i * 2 * HOUR).decisions[0].decision for i in range(4)]
+    other_node = ingest_alerts(engine, xid("node-b", gpu="9"), at=T0 + 7 * HOUR)
+    at_24h = ingest_alerts(engine, xid(gpu="10"), at=T0 + 24 * HOUR)
+    after_24h = ingest_alerts(engine, xid(gpu="11"), at=T0 + 24 * HOUR + 1)
 
     assert verdicts == [Decision.ACCEPTED] * 3 + [Decision.ATTEMPT_CAP]
     assert decisions_of(other_node) == [("xid", "accepted")]
@@ -369,26 +346,24 @@ def test_max_attempts_caps_firing_runs_per_target_over_24h(
 
 
 @EVERY_DATABASE
-def test_max_attempts_applies_inside_one_notification(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_max_attempts_applies_inside_one_notification(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(max_attempts=2))
 
-    result = ingest(engine, *(xid(make_alert, gpu=str(i)) for i in range(4)), at=T0)
+    result = ingest_alerts(engine, *(xid(gpu=str(i)) for i in range(4)), at=T0)
 
     assert [d.decision.value for d in result.decisions] == ["accepted", "accepted", "attempt_cap", "attempt_cap"]
     assert len(rows(store, t.runs)) == 2
 
 
 @EVERY_DATABASE
-def test_rejected_runs_do_not_count_for_cooldown_or_attempts(
-    make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_rejected_runs_do_not_count_for_cooldown_or_attempts(make_engine: MakeEngine) -> None:
     steps = [{"action": "log", "with": {"message": "{{ labels.needed }}"}}]
     engine = make_engine(playbook(steps=steps, cooldown="1h", max_attempts=1))
-    rejected = ingest(engine, xid(make_alert, gpu="0"), at=T0)
+    rejected = ingest_alerts(engine, xid(gpu="0"), at=T0)
 
-    fine = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a", "needed": "yes"}), at=T0 + 1)
+    fine = ingest_alerts(
+        engine, alert_payload("GpuXidError", labels={"Hostname": "node-a", "needed": "yes"}), at=T0 + 1
+    )
 
     assert decisions_of(rejected) == [("xid", "rejected")]
     assert decisions_of(fine) == [("xid", "accepted")]
@@ -398,13 +373,11 @@ def test_rejected_runs_do_not_count_for_cooldown_or_attempts(
 
 
 @EVERY_DATABASE
-def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
     store.set_paused(True, by="alice", reason="rolling upgrade", now=T0 - 10)
 
-    result = ingest(engine, xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), at=T0)
 
     assert decisions_of(result) == [("xid", "paused")]
     assert result.decisions[0].reason == "remediation is paused by alice: rolling upgrade"
@@ -413,15 +386,13 @@ def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(
     assert (decision.decision, decision.status, decision.run_id) == ("paused", "paused", None)
 
     store.set_paused(False, by="alice", reason="done", now=T0 + 5)
-    assert decisions_of(ingest(engine, xid(make_alert), at=T0 + 10)) == [("xid", "accepted")]
+    assert decisions_of(ingest_alerts(engine, xid(), at=T0 + 10)) == [("xid", "accepted")]
 
 
 @EVERY_DATABASE
-def test_approve_mode_waits_for_approval_then_queues(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_approve_mode_waits_for_approval_then_queues(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(mode="approve"))
-    result = ingest(engine, xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), at=T0)
     run_id = result.decisions[0].run_id
     assert run_id is not None
     (run,) = rows(store, t.runs)
@@ -444,24 +415,20 @@ def test_approve_mode_waits_for_approval_then_queues(
 
 
 @EVERY_DATABASE
-def test_server_dry_run_mode_makes_every_run_dry_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_server_dry_run_mode_makes_every_run_dry_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook("enforced"), playbook("approved", mode="approve"), server_mode="dry-run")
 
-    result = ingest(engine, xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), at=T0)
 
     assert decisions_of(result) == [("enforced", "accepted"), ("approved", "accepted")]
     assert [(r.mode, r.status) for r in rows(store, t.runs)] == [("dry-run", "queued"), ("dry-run", "queued")]
 
 
 @EVERY_DATABASE
-def test_a_dry_run_playbook_queues_a_dry_run_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_dry_run_playbook_queues_a_dry_run_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(mode="dry-run"))
 
-    ingest(engine, xid(make_alert), at=T0)
+    ingest_alerts(engine, xid(), at=T0)
 
     assert [(r.mode, r.status) for r in rows(store, t.runs)] == [("dry-run", "queued")]
 
@@ -471,12 +438,12 @@ def test_a_dry_run_playbook_queues_a_dry_run_run(
 
 @EVERY_DATABASE
 def test_a_resolved_alert_runs_only_the_on_resolved_steps_after_the_firing_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook())
-    firing = ingest(engine, xid(make_alert), at=T0)
+    firing = ingest_alerts(engine, xid(), at=T0)
 
-    resolved = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 300)
+    resolved = ingest_alerts(engine, xid(status="resolved"), at=T0 + 300)
 
     assert decisions_of(resolved) == [("xid", "accepted")]
     assert resolved.decisions[0].reason == "matched playbook xid (resolved)"
@@ -490,89 +457,50 @@ def test_a_resolved_alert_runs_only_the_on_resolved_steps_after_the_firing_run(
     assert alert_row.ends_at == "2026-01-01T01:00:00Z"
 
 
-@EVERY_DATABASE
-def test_a_resolved_alert_without_a_firing_run_runs_nothing(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
-    engine = make_engine(playbook())
-
-    result = ingest(engine, xid(make_alert, status="resolved"), at=T0)
-
-    assert decisions_of(result) == [("xid", "no_firing_run")]
-    assert rows(store, t.runs) == []
+ABSENT_LABEL = [{"action": "log", "with": {"message": "{{ labels.absent }}"}}]
 
 
 @EVERY_DATABASE
-def test_a_resolved_alert_of_another_occurrence_does_not_count_as_fired(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+@pytest.mark.parametrize(
+    ("changes", "before", "resolved", "decision", "runs"),
+    [
+        ({}, [], {}, "no_firing_run", 0),
+        ({}, [{}], {"starts_at": "2026-01-01T00:30:00Z"}, "no_firing_run", 1),
+        ({"on_resolved": None}, [{}], {}, "nothing_on_resolved", 1),
+        ({"steps": ABSENT_LABEL}, [{}], {}, "no_firing_run", 1),
+        ({}, [{}, {"status": "resolved"}], {}, "duplicate", 2),
+        ({"cooldown": "1h", "max_attempts": 1}, [{}], {}, "accepted", 2),
+    ],
+    ids=[
+        "without-a-firing-run",
+        "of-another-occurrence",
+        "of-a-playbook-without-on-resolved",
+        "whose-firing-run-was-rejected",
+        "resent-is-a-duplicate",
+        "not-held-back-by-cooldown-or-cap",
+    ],
+)
+def test_what_a_resolved_alert_decides(
+    store: Store, make_engine: MakeEngine, changes: dict, before: list[dict], resolved: dict, decision: str, runs: int
 ) -> None:
-    engine = make_engine(playbook())
-    ingest(engine, xid(make_alert), at=T0)
+    engine = make_engine(playbook(**changes))
+    for i, alert in enumerate(before):
+        ingest_alerts(engine, xid(**alert), at=T0 + 60 * i)
 
-    result = ingest(engine, xid(make_alert, status="resolved", starts_at="2026-01-01T00:30:00Z"), at=T0 + 60)
+    result = ingest_alerts(engine, xid(status="resolved", **resolved), at=T0 + 60 * len(before))
 
-    assert decisions_of(result) == [("xid", "no_firing_run")]
-
-
-@EVERY_DATABASE
-def test_a_resolved_alert_of_a_playbook_without_on_resolved_runs_nothing(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
-    engine = make_engine(playbook(on_resolved=None))
-    ingest(engine, xid(make_alert), at=T0)
-
-    result = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 60)
-
-    assert decisions_of(result) == [("xid", "nothing_on_resolved")]
-    assert len(rows(store, t.runs)) == 1
-
-
-@EVERY_DATABASE
-def test_a_resolved_alert_whose_firing_run_was_rejected_runs_nothing(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
-    engine = make_engine(playbook(steps=[{"action": "log", "with": {"message": "{{ labels.absent }}"}}]))
-    ingest(engine, xid(make_alert), at=T0)
-
-    result = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 60)
-
-    assert decisions_of(result) == [("xid", "no_firing_run")]
-
-
-@EVERY_DATABASE
-def test_a_resolved_alert_resent_is_a_duplicate(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
-    engine = make_engine(playbook())
-    ingest(engine, xid(make_alert), at=T0)
-    ingest(engine, xid(make_alert, status="resolved"), at=T0 + 60)
-
-    again = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 120)
-
-    assert decisions_of(again) == [("xid", "duplicate")]
-    assert len(rows(store, t.runs)) == 2
-
-
-@EVERY_DATABASE
-def test_a_resolved_alert_is_not_held_back_by_cooldown(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
-    engine = make_engine(playbook(cooldown="1h", max_attempts=1))
-    ingest(engine, xid(make_alert), at=T0)
-
-    result = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 1)
-
-    assert decisions_of(result) == [("xid", "accepted")]
+    assert decisions_of(result) == [("xid", decision)]
+    assert len(rows(store, t.runs)) == runs
 
 
 @EVERY_DATABASE
 def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook(mode="approve"))
-    firing_id = ingest(engine, xid(make_alert), at=T0).decisions[0].run_id
+    firing_id = ingest_alerts(engine, xid(), at=T0).decisions[0].run_id
 
-    resolved = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 60)
+    resolved = ingest_alerts(engine, xid(status="resolved"), at=T0 + 60)
 
     (firing_run,) = rows(store, t.runs)  # nothing ran while firing, so on_resolved has nothing to undo
     assert firing_run.id == firing_id
@@ -583,19 +511,19 @@ def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
     assert f"firing run {firing_id} was still awaiting approval" in resolved.decisions[0].reason
     with pytest.raises(RunStateError, match="is cancelled"):
         store.approve(firing_id, by="bob", now=T0 + 120)
-    again = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 120)
+    again = ingest_alerts(engine, xid(status="resolved"), at=T0 + 120)
     assert decisions_of(again) == [("xid", "no_firing_run")]
     assert f"firing run {firing_id} was cancelled" in again.decisions[0].reason
 
 
 @EVERY_DATABASE
 def test_resolving_cancels_an_awaiting_firing_run_even_without_on_resolved_steps(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook(mode="approve", on_resolved=None))
-    firing_id = ingest(engine, xid(make_alert), at=T0).decisions[0].run_id
+    firing_id = ingest_alerts(engine, xid(), at=T0).decisions[0].run_id
 
-    resolved = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 60)
+    resolved = ingest_alerts(engine, xid(status="resolved"), at=T0 + 60)
 
     assert decisions_of(resolved) == [("xid", "nothing_on_resolved")]
     (firing_run,) = rows(store, t.runs)
@@ -603,14 +531,12 @@ def test_resolving_cancels_an_awaiting_firing_run_even_without_on_resolved_steps
 
 
 @EVERY_DATABASE
-def test_resolving_after_approval_does_not_cancel_the_firing_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_resolving_after_approval_does_not_cancel_the_firing_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(mode="approve"))
-    firing_id = ingest(engine, xid(make_alert), at=T0).decisions[0].run_id
+    firing_id = ingest_alerts(engine, xid(), at=T0).decisions[0].run_id
     store.approve(firing_id, by="bob", now=T0 + 10)
 
-    ingest(engine, xid(make_alert, status="resolved"), at=T0 + 60)
+    ingest_alerts(engine, xid(status="resolved"), at=T0 + 60)
 
     firing_run, resolved_run = rows(store, t.runs)
     assert firing_run.status == "queued"
@@ -622,7 +548,7 @@ def test_resolving_after_approval_does_not_cancel_the_firing_run(
 
 @EVERY_DATABASE
 def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+    store: Store, make_engine: MakeEngine
 ) -> None:
     steps = [
         {"action": "log", "with": {"message": "fine"}},
@@ -630,7 +556,7 @@ def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
     ]
     engine = make_engine(playbook(steps=steps))
 
-    result = ingest(engine, xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), at=T0)
 
     (decision,) = result.decisions
     assert decision.decision is Decision.REJECTED
@@ -645,25 +571,21 @@ def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
 
 
 @EVERY_DATABASE
-def test_a_rendered_value_that_does_not_fit_the_schema_rejects_the_run(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_rendered_value_that_does_not_fit_the_schema_rejects_the_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(steps=[{"action": "log", "with": {"message": "x", "level": "{{ labels.gpu }}"}}]))
 
-    result = ingest(engine, xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), at=T0)
 
     assert result.decisions[0].decision is Decision.REJECTED
     assert "parameter 'level' must be one of" in result.decisions[0].reason
 
 
 @EVERY_DATABASE
-def test_a_paused_decision_wins_over_a_render_error(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_paused_decision_wins_over_a_render_error(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(steps=[{"action": "log", "with": {"message": "{{ labels.absent }}"}}]))
     store.set_paused(True, by="", reason="", now=T0)
 
-    result = ingest(engine, xid(make_alert), at=T0)
+    result = ingest_alerts(engine, xid(), at=T0)
 
     assert decisions_of(result) == [("xid", "paused")]
     assert rows(store, t.runs) == []
@@ -673,21 +595,19 @@ def test_a_paused_decision_wins_over_a_render_error(
 
 
 @EVERY_DATABASE
-def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict], ingest: Ingest
-) -> None:
+def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(
         playbook("xid", cooldown="10m", max_attempts=5),
         playbook("strict", match={"alertname": "GpuXidError", "labels": ['gpu="7"']}),
         playbook("broken", steps=[{"action": "log", "with": {"message": "{{ labels.absent }}"}}]),
     )
-    ingest(engine, xid(make_alert, gpu="0"), at=T0)
-    payload = make_notification(
-        xid(make_alert, gpu="0"),  # duplicate for xid and broken
-        xid(make_alert, gpu="1"),  # cooldown for xid
-        xid(make_alert, "node-b", gpu="7"),  # accepted by all three, broken rejected
-        xid(make_alert, gpu="0", status="resolved"),
-        make_alert("Unrelated"),
+    ingest_alerts(engine, xid(gpu="0"), at=T0)
+    payload = notification_payload(
+        xid(gpu="0"),  # duplicate for xid and broken
+        xid(gpu="1"),  # cooldown for xid
+        xid("node-b", gpu="7"),  # accepted by all three, broken rejected
+        xid(gpu="0", status="resolved"),
+        alert_payload("Unrelated"),
     )
     before = table_counts(store)
 
@@ -707,12 +627,10 @@ def test_preview_writes_nothing_and_gives_the_verdicts_ingest_would(
 
 
 @EVERY_DATABASE
-def test_preview_without_a_store_judges_against_an_empty_history(
-    registry: Any, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict]
-) -> None:
+def test_preview_without_a_store_judges_against_an_empty_history(registry: Any, make_engine: MakeEngine) -> None:
     with_store = make_engine(playbook(cooldown="10m"))
     engine = Engine(store=None, playbooks=with_store.playbooks, registry=registry)
-    notification = parse_notification(make_notification(xid(make_alert, gpu="0"), xid(make_alert, gpu="1")))
+    notification = parse_notification(notification_payload(xid(gpu="0"), xid(gpu="1")))
 
     judged = engine.preview(notification, now=T0)
 
@@ -722,13 +640,11 @@ def test_preview_without_a_store_judges_against_an_empty_history(
 
 
 @EVERY_DATABASE
-def test_preview_reads_the_pause(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Any
-) -> None:
+def test_preview_reads_the_pause(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
     store.set_paused(True, by="carol", reason="", now=T0)
 
-    (judged,) = engine.preview(parse_notification(make_notification(xid(make_alert))), now=T0)
+    (judged,) = engine.preview(parse_notification(notification_payload(xid())), now=T0)
 
     assert judged.verdict.decision is Decision.PAUSED
     assert judged.verdict.reason == "remediation is paused by carol"
@@ -738,14 +654,12 @@ def test_preview_reads_the_pause(
 
 
 @EVERY_DATABASE
-def test_a_notification_of_2000_alerts_stores_every_alert(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_notification_of_2000_alerts_stores_every_alert(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(match={"alertname": "GpuXidError", "labels": ['gpu!="unmatched"']}))
-    alerts = [xid(make_alert, host=f"node-{i // 8}", gpu=str(i % 8)) for i in range(1999)]
-    alerts.append(xid(make_alert, gpu="unmatched"))
+    alerts = [xid(host=f"node-{i // 8}", gpu=str(i % 8)) for i in range(1999)]
+    alerts.append(xid(gpu="unmatched"))
 
-    result = ingest(engine, *alerts, at=T0)
+    result = ingest_alerts(engine, *alerts, at=T0)
 
     counts = table_counts(store)
     assert counts["notifications"] == 1
@@ -812,33 +726,31 @@ S2 = "2026-01-01T02:00:00Z"  # a newer occurrence of the same alert (same finger
 
 
 @EVERY_DATABASE
-def test_a_firing_alert_arriving_after_its_own_resolved_starts_nothing(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
-) -> None:
+def test_a_firing_alert_arriving_after_its_own_resolved_starts_nothing(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
-    early = ingest(engine, xid(make_alert, status="resolved"), at=T0)
+    early = ingest_alerts(engine, xid(status="resolved"), at=T0)
 
-    late = ingest(engine, xid(make_alert), at=T0 + 5)
+    late = ingest_alerts(engine, xid(), at=T0 + 5)
 
     assert decisions_of(early) == [("xid", "no_firing_run")]
     assert decisions_of(late) == [("xid", "already_resolved")]
     assert "already reported resolved" in late.decisions[0].reason
     assert rows(store, t.runs) == []
     # A new occurrence of the alert (another startsAt) is handled as usual.
-    assert decisions_of(ingest(engine, xid(make_alert, starts_at=S2), at=T0 + 10)) == [("xid", "accepted")]
+    assert decisions_of(ingest_alerts(engine, xid(starts_at=S2), at=T0 + 10)) == [("xid", "accepted")]
 
 
 @pytest.mark.parametrize("resolved_first", [True, False])
 @EVERY_DATABASE
 def test_firing_and_resolved_of_one_occurrence_in_one_notification_start_nothing_in_either_order(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest, resolved_first: bool
+    store: Store, make_engine: MakeEngine, resolved_first: bool
 ) -> None:
     engine = make_engine(playbook())
-    pair = [xid(make_alert), xid(make_alert, status="resolved")]
+    pair = [xid(), xid(status="resolved")]
     if resolved_first:
         pair.reverse()
 
-    result = ingest(engine, *pair, at=T0)
+    result = ingest_alerts(engine, *pair, at=T0)
 
     decisions = [d.decision.value for d in result.decisions]  # in the notification's order
     assert decisions == (
@@ -849,34 +761,34 @@ def test_firing_and_resolved_of_one_occurrence_in_one_notification_start_nothing
 
 @EVERY_DATABASE
 def test_a_late_resolved_of_an_older_occurrence_does_not_undo_while_a_newer_one_is_active(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook())
-    s1 = ingest(engine, xid(make_alert), at=T0).decisions[0].run_id
-    s2 = ingest(engine, xid(make_alert, starts_at=S2), at=T0 + 2 * HOUR).decisions[0].run_id
+    s1 = ingest_alerts(engine, xid(), at=T0).decisions[0].run_id
+    s2 = ingest_alerts(engine, xid(starts_at=S2), at=T0 + 2 * HOUR).decisions[0].run_id
 
-    late = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 2 * HOUR + 5)
+    late = ingest_alerts(engine, xid(status="resolved"), at=T0 + 2 * HOUR + 5)
 
     assert decisions_of(late) == [("xid", "superseded")]
     assert f"firing run {s2}" in late.decisions[0].reason
     assert [r.id for r in rows(store, t.runs)] == [s1, s2]
     # The newer occurrence's own resolved undoes, once.
-    newest = ingest(engine, xid(make_alert, status="resolved", starts_at=S2), at=T0 + 3 * HOUR)
+    newest = ingest_alerts(engine, xid(status="resolved", starts_at=S2), at=T0 + 3 * HOUR)
     assert decisions_of(newest) == [("xid", "accepted")]
     assert rows(store, t.runs)[-1].after_run_id == s2
 
 
 @EVERY_DATABASE
 def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook(), playbook("held", mode="approve"))
-    ingest(engine, xid(make_alert), at=T0)
+    ingest_alerts(engine, xid(), at=T0)
     store.approve(2, by="alice", now=T0 + 1)  # run 2: "held" for S1, approved, so it acts
-    ingest(engine, xid(make_alert, starts_at=S2), at=T0 + 2 * HOUR)  # xid acts; held waits for approval
-    ingest(engine, xid(make_alert, status="resolved", starts_at=S2), at=T0 + 2 * HOUR + 1)
+    ingest_alerts(engine, xid(starts_at=S2), at=T0 + 2 * HOUR)  # xid acts; held waits for approval
+    ingest_alerts(engine, xid(status="resolved", starts_at=S2), at=T0 + 2 * HOUR + 1)
 
-    late = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 2 * HOUR + 5)
+    late = ingest_alerts(engine, xid(status="resolved"), at=T0 + 2 * HOUR + 5)
 
     # xid: S2 resolved already; held: S2's run never acted (cancelled while awaiting approval).
     assert decisions_of(late) == [("xid", "accepted"), ("held", "accepted")]
@@ -884,28 +796,26 @@ def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted
 
 @EVERY_DATABASE
 def test_a_newer_occurrence_accepted_in_the_same_notification_also_supersedes(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook())
-    ingest(engine, xid(make_alert), at=T0)
+    ingest_alerts(engine, xid(), at=T0)
 
-    result = ingest(engine, xid(make_alert, status="resolved"), xid(make_alert, starts_at=S2), at=T0 + HOUR)
+    result = ingest_alerts(engine, xid(status="resolved"), xid(starts_at=S2), at=T0 + HOUR)
 
     assert decisions_of(result) == [("xid", "superseded"), ("xid", "accepted")]
     assert "(accepted in this notification) is active" in result.decisions[0].reason
 
 
 @EVERY_DATABASE
-def test_preview_sees_the_order_cases_as_ingest_does(
-    store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Callable[..., dict], ingest: Ingest
-) -> None:
+def test_preview_sees_the_order_cases_as_ingest_does(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
-    ingest(engine, xid(make_alert), at=T0)
-    payload = make_notification(
-        xid(make_alert, status="resolved"),
-        xid(make_alert, starts_at=S2),
-        xid(make_alert, "node-b", status="resolved"),
-        xid(make_alert, "node-b"),
+    ingest_alerts(engine, xid(), at=T0)
+    payload = notification_payload(
+        xid(status="resolved"),
+        xid(starts_at=S2),
+        xid("node-b", status="resolved"),
+        xid("node-b"),
     )
 
     preview = engine.preview(parse_notification(payload), now=T0 + HOUR)

@@ -95,26 +95,18 @@ def test_a_run_that_did_not_execute_is_not_annotated(sink: WebhookRecorder, stat
     assert grafana.join() and outcomes == ["posted"] and len(sink.requests) == 1
 
 
-def test_a_failing_grafana_is_tried_a_few_times_then_counted_as_failed(sink: WebhookRecorder) -> None:
-    sink.status = 500
+@pytest.mark.parametrize(("status", "tries"), [(500, 3), (401, 1)], ids=["failing-tried-3-times", "refused-token-once"])
+def test_a_failing_grafana_is_tried_a_few_times_a_refused_token_once_then_counted_as_failed(
+    sink: WebhookRecorder, status: int, tries: int
+) -> None:
+    sink.status = status
     outcomes = Outcomes()
     grafana = annotator(sink, outcomes, tries=3)
 
     grafana(finished())
 
     assert grafana.join() and outcomes == ["failed"]
-    assert len(sink.requests) == 3
-
-
-def test_a_refused_token_is_not_tried_again(sink: WebhookRecorder) -> None:
-    sink.status = 401
-    outcomes = Outcomes()
-    grafana = annotator(sink, outcomes, tries=3)
-
-    grafana(finished())
-
-    assert grafana.join() and outcomes == ["failed"]
-    assert len(sink.requests) == 1
+    assert len(sink.requests) == tries
 
 
 def test_label_derived_text_is_inert_html_in_the_annotation() -> None:

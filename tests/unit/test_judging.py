@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from remediate.actions.base import ActionRegistry
@@ -13,6 +12,7 @@ from remediate.judging import judge
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import Decision
 from remediate.store import EmptyGuardReader
+from tests.conftest import alert_payload, notification_payload
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
@@ -29,9 +29,7 @@ class CountingReader(EmptyGuardReader):
         return object.__getattribute__(self, name)
 
 
-def evaluations(
-    registry: ActionRegistry, make_alert: Callable[..., dict], make_notification: Callable[..., dict], alerts: int
-) -> list:
+def evaluations(registry: ActionRegistry, alerts: int) -> list:
     playbook = {
         "name": "xid",
         "match": {"alertname": "GpuXidError"},
@@ -42,22 +40,21 @@ def evaluations(
     }
     engine = Engine(store=None, playbooks=PlaybookSet([parse_playbook(playbook, registry)]), registry=registry)
     payloads = [
-        make_alert("GpuXidError", fingerprint=f"f{i:04d}", labels={"Hostname": f"node-{i % 4}"}) for i in range(alerts)
+        alert_payload("GpuXidError", fingerprint=f"f{i:04d}", labels={"Hostname": f"node-{i % 4}"})
+        for i in range(alerts)
     ]
-    unmatched = make_alert("SomethingElse", fingerprint="other")
-    return engine.evaluate_all(parse_notification(make_notification(*payloads, unmatched)).alerts)
+    unmatched = alert_payload("SomethingElse", fingerprint="other")
+    return engine.evaluate_all(parse_notification(notification_payload(*payloads, unmatched)).alerts)
 
 
-def test_the_store_facts_are_read_once_per_notification_and_once_per_target(
-    registry: ActionRegistry, make_alert: Callable[..., dict], make_notification: Callable[..., dict]
-) -> None:
+def test_the_store_facts_are_read_once_per_notification_and_once_per_target(registry: ActionRegistry) -> None:
     """The stages share the notification's facts: 100 alerts on 4 nodes read the runs, the pause and the
     breaker once, and each node's history once; a node's later alerts see the runs accepted before them."""
     reader = CountingReader()
 
     judged = judge(
         reader,
-        evaluations(registry, make_alert, make_notification, 100),
+        evaluations(registry, 100),
         NOW,
         stale_horizon=900.0,
         gated=lambda ev: False,

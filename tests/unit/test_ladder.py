@@ -18,14 +18,12 @@ from remediate.ladder import choose_rung, climbed, resolved
 from remediate.playbooks import Playbook, parse_playbook
 from remediate.runs import Decision, LadderState
 from remediate.store import Store
-from tests.conftest import notification_payload
+from tests.conftest import alert_payload, ingest_alerts, notification_payload
 from tests.support.stores import EVERY_DATABASE, rows
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 MIN = 60.0
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 
 def ladder(name: str = "hot", **changes: Any) -> dict[str, Any]:
@@ -60,10 +58,10 @@ def ladder(name: str = "hot", **changes: Any) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
-def hot(make_alert: MakeAlert, minute: int = 0, host: str = "node-a", **kwargs: Any) -> dict[str, Any]:
+def hot(minute: int = 0, host: str = "node-a", **kwargs: Any) -> dict[str, Any]:
     """One occurrence of the alert: occurrences differ by their startsAt (minute after T0)."""
     starts = f"2026-01-01T{minute // 60:02d}:{minute % 60:02d}:00Z"
-    return make_alert("GPUTemperatureHigh", labels={"Hostname": host}, starts_at=starts, **kwargs)
+    return alert_payload("GPUTemperatureHigh", labels={"Hostname": host}, starts_at=starts, **kwargs)
 
 
 def parsed(registry: ActionRegistry, **changes: Any) -> Playbook:
@@ -77,41 +75,33 @@ def state(rung: int, at: float, *, resolved_at: float | None = None, occurrence:
 # --------------------------------------------------------------------------- choose_rung (pure)
 
 
-def test_the_first_firing_gets_rung_one(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), None, ("f", "s"), T0)
+@pytest.mark.parametrize(
+    ("last", "now", "rung", "reason"),
+    [
+        (None, T0, 1, "first rung"),
+        (state(1, T0), T0 + 4 * MIN, 2, "re-fired 4m after rung 1 ran (holds_for 30m)"),
+        # holds_for counts from the resolve when there was one.
+        (
+            state(2, T0, resolved_at=T0 + 50 * MIN),
+            T0 + 60 * MIN,
+            3,
+            "re-fired 10m after rung 2 resolved (holds_for 30m)",
+        ),
+        (state(2, T0, resolved_at=T0), T0 + 45 * MIN, 2, "rung 2 held (quiet 45m >= holds_for 30m); trying it again"),
+        (
+            state(3, T0, resolved_at=T0),
+            T0 + 7 * 60 * MIN,
+            1,
+            "ladder reset: quiet 7h after rung 3 resolved (reset_after 6h)",
+        ),
+        (state(3, T0), T0 + MIN, 3, "re-fired 1m after rung 3 ran (holds_for 1h); already on the last rung"),
+    ],
+    ids=["first", "climbs", "counts-from-resolve", "held-tried-again", "reset-after-quiet", "last-rung-again"],
+)
+def test_choose_rung(registry: ActionRegistry, last: Any, now: float, rung: int, reason: str) -> None:
+    choice = choose_rung(parsed(registry), last, ("f", "later"), now)
 
-    assert (choice.rung, choice.reason, choice.restart) == (1, "first rung", True)
-
-
-def test_a_new_occurrence_within_holds_for_climbs_one_rung(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(1, T0), ("f", "later"), T0 + 4 * MIN)
-
-    assert (choice.rung, choice.reason) == (2, "re-fired 4m after rung 1 ran (holds_for 30m)")
-
-
-def test_holds_for_counts_from_the_resolve_when_there_was_one(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(2, T0, resolved_at=T0 + 50 * MIN), ("f", "later"), T0 + 60 * MIN)
-
-    assert (choice.rung, choice.reason) == (3, "re-fired 10m after rung 2 resolved (holds_for 30m)")
-
-
-def test_a_rung_that_held_is_tried_again(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(2, T0, resolved_at=T0), ("f", "later"), T0 + 45 * MIN)
-
-    assert (choice.rung, choice.reason) == (2, "rung 2 held (quiet 45m >= holds_for 30m); trying it again")
-
-
-def test_quiet_for_reset_after_starts_over(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(3, T0, resolved_at=T0), ("f", "later"), T0 + 7 * 60 * MIN)
-
-    assert (choice.rung, choice.restart) == (1, True)
-    assert choice.reason == "ladder reset: quiet 7h after rung 3 resolved (reset_after 6h)"
-
-
-def test_the_last_rung_is_run_again(registry: ActionRegistry) -> None:
-    choice = choose_rung(parsed(registry), state(3, T0), ("f", "later"), T0 + MIN)
-
-    assert (choice.rung, choice.reason) == (3, "re-fired 1m after rung 3 ran (holds_for 1h); already on the last rung")
+    assert (choice.rung, choice.reason, choice.restart) == (rung, reason, rung == 1)
 
 
 def test_the_same_occurrence_still_firing_after_holds_for_climbs(registry: ActionRegistry) -> None:
@@ -158,16 +148,14 @@ def decision(result: IngestResult) -> Any:
 
 
 @EVERY_DATABASE
-def test_an_alert_that_keeps_re_firing_climbs_rung_by_rung(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_an_alert_that_keeps_re_firing_climbs_rung_by_rung(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(ladder())
 
-    first = decision(ingest(engine, hot(make_alert, 0), at=T0))
-    ingest(engine, hot(make_alert, 0, status="resolved"), at=T0 + 2 * MIN)
-    second = decision(ingest(engine, hot(make_alert, 5), at=T0 + 5 * MIN))
-    ingest(engine, hot(make_alert, 5, status="resolved"), at=T0 + 6 * MIN)
-    third = decision(ingest(engine, hot(make_alert, 10), at=T0 + 10 * MIN))
+    first = decision(ingest_alerts(engine, hot(0), at=T0))
+    ingest_alerts(engine, hot(0, status="resolved"), at=T0 + 2 * MIN)
+    second = decision(ingest_alerts(engine, hot(5), at=T0 + 5 * MIN))
+    ingest_alerts(engine, hot(5, status="resolved"), at=T0 + 6 * MIN)
+    third = decision(ingest_alerts(engine, hot(10), at=T0 + 10 * MIN))
 
     assert [d.decision for d in (first, second, third)] == [Decision.ACCEPTED] * 3
     assert first.reason == "matched playbook hot (firing); rung 1 of 3 (cap-power): first rung"
@@ -192,18 +180,16 @@ def json_message(step: Any) -> str:
 
 
 @EVERY_DATABASE
-def test_a_ladder_that_stays_quiet_resets_to_rung_one(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_a_ladder_that_stays_quiet_resets_to_rung_one(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(ladder())
-    ingest(engine, hot(make_alert, 0), at=T0)
-    ingest(engine, hot(make_alert, 0, status="resolved"), at=T0 + MIN)
-    ingest(engine, hot(make_alert, 2), at=T0 + 2 * MIN)  # rung 2
-    ingest(engine, hot(make_alert, 2, status="resolved"), at=T0 + 3 * MIN)
+    ingest_alerts(engine, hot(0), at=T0)
+    ingest_alerts(engine, hot(0, status="resolved"), at=T0 + MIN)
+    ingest_alerts(engine, hot(2), at=T0 + 2 * MIN)  # rung 2
+    ingest_alerts(engine, hot(2, status="resolved"), at=T0 + 3 * MIN)
 
-    held = decision(ingest(engine, hot(make_alert, 60), at=T0 + 60 * MIN))
-    ingest(engine, hot(make_alert, 60, status="resolved"), at=T0 + 61 * MIN)
-    reset = decision(ingest(engine, hot(make_alert, 8 * 60), at=T0 + 8 * 60 * MIN))
+    held = decision(ingest_alerts(engine, hot(60), at=T0 + 60 * MIN))
+    ingest_alerts(engine, hot(60, status="resolved"), at=T0 + 61 * MIN)
+    reset = decision(ingest_alerts(engine, hot(8 * 60), at=T0 + 8 * 60 * MIN))
 
     assert "rung 2 of 3 (lock-clocks): rung 2 held (quiet 57m >= holds_for 30m); trying it again" in held.reason
     assert "rung 1 of 3 (cap-power): ladder reset: quiet 6h59m after rung 2 resolved (reset_after 6h)" in reset.reason
@@ -213,14 +199,14 @@ def test_a_ladder_that_stays_quiet_resets_to_rung_one(
 
 @EVERY_DATABASE
 def test_a_re_send_of_the_same_occurrence_is_a_duplicate_until_holds_for_then_climbs(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(ladder())
-    first = decision(ingest(engine, hot(make_alert, 0), at=T0))
+    first = decision(ingest_alerts(engine, hot(0), at=T0))
 
-    resent = decision(ingest(engine, hot(make_alert, 0), at=T0 + 10 * MIN))
-    still_hot = decision(ingest(engine, hot(make_alert, 0), at=T0 + 31 * MIN))
-    again = decision(ingest(engine, hot(make_alert, 0), at=T0 + 32 * MIN))
+    resent = decision(ingest_alerts(engine, hot(0), at=T0 + 10 * MIN))
+    still_hot = decision(ingest_alerts(engine, hot(0), at=T0 + 31 * MIN))
+    again = decision(ingest_alerts(engine, hot(0), at=T0 + 32 * MIN))
 
     assert resent.decision is Decision.DUPLICATE
     assert f"already recorded as run {first.run_id}" in resent.reason
@@ -228,7 +214,7 @@ def test_a_re_send_of_the_same_occurrence_is_a_duplicate_until_holds_for_then_cl
     assert "rung 2 of 3 (lock-clocks): still firing 31m after rung 1 ran (holds_for 30m)" in still_hot.reason
     assert again.decision is Decision.DUPLICATE
     keys = {r.id: r.dedupe_key for r in rows(store, "runs")}
-    alert = engine.evaluate_all([parse_alert(engine, hot(make_alert, 0))])[0][1]
+    alert = engine.evaluate_all([parse_alert(engine, hot(0))])[0][1]
     assert keys[first.run_id] == dedupe_key(alert, "hot", "firing")
     assert keys[still_hot.run_id] == rung_dedupe_key(alert, "hot", 2) != keys[first.run_id]
 
@@ -239,13 +225,13 @@ def parse_alert(engine: Engine, payload: dict[str, Any]) -> Any:
 
 @EVERY_DATABASE
 def test_resolve_undoes_the_rungs_that_ran_in_reverse_then_the_playbooks_on_resolved(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(ladder())
-    ingest(engine, hot(make_alert, 0), at=T0)
-    ingest(engine, hot(make_alert, 0), at=T0 + 31 * MIN)  # still hot: rung 2 for the same occurrence
+    ingest_alerts(engine, hot(0), at=T0)
+    ingest_alerts(engine, hot(0), at=T0 + 31 * MIN)  # still hot: rung 2 for the same occurrence
 
-    undo = decision(ingest(engine, hot(make_alert, 0, status="resolved"), at=T0 + 40 * MIN))
+    undo = decision(ingest_alerts(engine, hot(0, status="resolved"), at=T0 + 40 * MIN))
 
     assert undo.decision is Decision.ACCEPTED
     assert undo.reason.endswith("; undoes rungs 2, 1")
@@ -259,14 +245,14 @@ def test_resolve_undoes_the_rungs_that_ran_in_reverse_then_the_playbooks_on_reso
 
 @EVERY_DATABASE
 def test_resolve_cancels_a_rung_awaiting_approval_and_undoes_the_rungs_that_acted(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(ladder())
-    ingest(engine, hot(make_alert, 0), at=T0)
-    ingest(engine, hot(make_alert, 0), at=T0 + 31 * MIN)
-    waiting = decision(ingest(engine, hot(make_alert, 0), at=T0 + 62 * MIN))  # rung 3: approve
+    ingest_alerts(engine, hot(0), at=T0)
+    ingest_alerts(engine, hot(0), at=T0 + 31 * MIN)
+    waiting = decision(ingest_alerts(engine, hot(0), at=T0 + 62 * MIN))  # rung 3: approve
 
-    undo = decision(ingest(engine, hot(make_alert, 0, status="resolved"), at=T0 + 70 * MIN))
+    undo = decision(ingest_alerts(engine, hot(0, status="resolved"), at=T0 + 70 * MIN))
 
     (cancelled,) = rows(store, "runs", id=waiting.run_id)
     assert cancelled.status == "cancelled"
@@ -274,20 +260,18 @@ def test_resolve_cancels_a_rung_awaiting_approval_and_undoes_the_rungs_that_acte
 
 
 @EVERY_DATABASE
-def test_a_rung_has_its_own_cooldown_and_attempt_cap(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_a_rung_has_its_own_cooldown_and_attempt_cap(store: Store, make_engine: MakeEngine) -> None:
     rungs = ladder()["escalate"]
     rungs[0] = {**rungs[0], "max_attempts": 1}
     rungs[1] = {**rungs[1], "cooldown": "10m"}
     engine = make_engine(ladder(escalate=rungs, cooldown="1m"))
-    ingest(engine, hot(make_alert, 0), at=T0)
-    ingest(engine, hot(make_alert, 0, status="resolved"), at=T0 + MIN)
+    ingest_alerts(engine, hot(0), at=T0)
+    ingest_alerts(engine, hot(0, status="resolved"), at=T0 + MIN)
 
-    cooling = decision(ingest(engine, hot(make_alert, 2), at=T0 + 2 * MIN))
-    climbing = decision(ingest(engine, hot(make_alert, 12), at=T0 + 12 * MIN))
-    ingest(engine, hot(make_alert, 12, status="resolved"), at=T0 + 13 * MIN)
-    capped = decision(ingest(engine, hot(make_alert, 60), at=T0 + 10 * 60 * MIN))  # reset: rung 1 again
+    cooling = decision(ingest_alerts(engine, hot(2), at=T0 + 2 * MIN))
+    climbing = decision(ingest_alerts(engine, hot(12), at=T0 + 12 * MIN))
+    ingest_alerts(engine, hot(12, status="resolved"), at=T0 + 13 * MIN)
+    capped = decision(ingest_alerts(engine, hot(60), at=T0 + 10 * 60 * MIN))  # reset: rung 1 again
 
     assert cooling.decision is Decision.COOLDOWN
     assert "cooldown 10m" in cooling.reason and "rung 2 of 3 (lock-clocks)" in cooling.reason
@@ -297,15 +281,13 @@ def test_a_rung_has_its_own_cooldown_and_attempt_cap(
 
 
 @EVERY_DATABASE
-def test_a_render_error_in_a_rung_not_chosen_does_not_reject_the_run(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_a_render_error_in_a_rung_not_chosen_does_not_reject_the_run(store: Store, make_engine: MakeEngine) -> None:
     rungs = ladder()["escalate"]
     rungs[1] = {**rungs[1], "steps": [{"action": "log", "with": {"message": "{{ labels.missing }}"}}]}
     engine = make_engine(ladder(escalate=rungs))
 
-    first = decision(ingest(engine, hot(make_alert, 0), at=T0))
-    second = decision(ingest(engine, hot(make_alert, 1), at=T0 + MIN))
+    first = decision(ingest_alerts(engine, hot(0), at=T0))
+    second = decision(ingest_alerts(engine, hot(1), at=T0 + MIN))
 
     assert first.decision is Decision.ACCEPTED
     assert second.decision is Decision.REJECTED
@@ -313,12 +295,10 @@ def test_a_render_error_in_a_rung_not_chosen_does_not_reject_the_run(
 
 
 @EVERY_DATABASE
-def test_preview_says_which_rung_would_run_and_writes_nothing(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_preview_says_which_rung_would_run_and_writes_nothing(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(ladder())
-    ingest(engine, hot(make_alert, 0), at=T0)
-    (judged,) = engine.preview(parse_notification(notification_payload(hot(make_alert, 3))), now=T0 + 3 * MIN)
+    ingest_alerts(engine, hot(0), at=T0)
+    (judged,) = engine.preview(parse_notification(notification_payload(hot(3))), now=T0 + 3 * MIN)
 
     assert (judged.rung, judged.rung_reason) == (2, "re-fired 3m after rung 1 ran (holds_for 30m)")
     (state_now,) = store.ladders()

@@ -4,18 +4,17 @@ dry-run of a dcgm-style alert against a simulated GPU file: real files, click's 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import Result
 
 from remediate.gpu import GpuInfo, NvmlBackend, NvmlUnavailable, SimulatedBackend
+from tests.support.cli import assert_one_line_error
+from tests.support.cli import run_cli as cli
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
-Cli = Callable[..., Result]
 
 GPU_PLAYBOOK = """\
 name: gpu-overheat-try
@@ -48,17 +47,6 @@ def sim_args(sim_file: Path) -> list[Any]:
     return ["--gpu-backend", "simulated", "--gpu-simulator-file", sim_file]
 
 
-def assert_one_line_error(result: Result, *words: str) -> None:
-    assert result.exit_code == 2, result.output
-    assert result.stdout == ""
-    message = result.stderr.strip()
-    assert "\n" not in message, message
-    assert "Traceback" not in message
-    assert message.startswith("Error: ")
-    for word in words:
-        assert word in message, message
-
-
 def nvml_error() -> str | None:
     """NVML's error on this machine, or None where a real driver answers."""
     try:
@@ -71,7 +59,7 @@ def nvml_error() -> str | None:
 # --------------------------------------------------------------------------- gpu status
 
 
-def test_gpu_status_shows_a_table_of_the_simulated_gpus(cli: Cli, sim_file: Path, gpus: list[GpuInfo]) -> None:
+def test_gpu_status_shows_a_table_of_the_simulated_gpus(sim_file: Path, gpus: list[GpuInfo]) -> None:
     sim = SimulatedBackend(sim_file)
     sim.set_power_limit(gpus[0].uuid, 560_000)
     sim.update_device(gpus[1].uuid, processes=[], temperature_c=None, power_usage_mw=None)
@@ -96,7 +84,7 @@ def test_gpu_status_shows_a_table_of_the_simulated_gpus(cli: Cli, sim_file: Path
     assert sim_file.read_bytes() == before
 
 
-def test_gpu_status_json_is_each_gpus_to_dict(cli: Cli, sim_file: Path, gpus: list[GpuInfo]) -> None:
+def test_gpu_status_json_is_each_gpus_to_dict(sim_file: Path, gpus: list[GpuInfo]) -> None:
     result = cli("gpu", "status", "--json", *sim_args(sim_file))
 
     assert result.exit_code == 0, result.output
@@ -107,7 +95,7 @@ def test_gpu_status_json_is_each_gpus_to_dict(cli: Cli, sim_file: Path, gpus: li
 
 
 def test_gpu_status_takes_the_backend_from_the_environment(
-    cli: Cli, sim_file: Path, gpus: list[GpuInfo], monkeypatch: pytest.MonkeyPatch
+    sim_file: Path, gpus: list[GpuInfo], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REMEDIATE_GPU_BACKEND", "simulated")
     monkeypatch.setenv("REMEDIATE_GPU_SIMULATOR_FILE", str(sim_file))
@@ -118,9 +106,7 @@ def test_gpu_status_takes_the_backend_from_the_environment(
     assert [g["uuid"] for g in json.loads(result.stdout)] == [g.uuid for g in gpus]
 
 
-def test_gpu_status_takes_the_backend_from_a_config_file(
-    cli: Cli, sim_file: Path, gpus: list[GpuInfo], tmp_path: Path
-) -> None:
+def test_gpu_status_takes_the_backend_from_a_config_file(sim_file: Path, gpus: list[GpuInfo], tmp_path: Path) -> None:
     config = tmp_path / "remediate.yaml"
     config.write_text(f"gpu_backend: simulated\ngpu_simulator_file: {sim_file}\n", encoding="utf-8")
 
@@ -130,7 +116,7 @@ def test_gpu_status_takes_the_backend_from_a_config_file(
     assert len(json.loads(result.stdout)) == len(gpus)
 
 
-def test_gpu_status_flags_override_the_environment(cli: Cli, sim_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_status_flags_override_the_environment(sim_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REMEDIATE_GPU_BACKEND", "simulated")
     monkeypatch.setenv("REMEDIATE_GPU_SIMULATOR_FILE", str(sim_file))
     error = nvml_error()
@@ -142,7 +128,7 @@ def test_gpu_status_flags_override_the_environment(cli: Cli, sim_file: Path, mon
     assert_one_line_error(result, error)
 
 
-def test_gpu_status_without_nvml_is_one_clear_line_and_exit_2(cli: Cli) -> None:
+def test_gpu_status_without_nvml_is_one_clear_line_and_exit_2() -> None:
     error = nvml_error()
     result = cli("gpu", "status")
 
@@ -154,13 +140,13 @@ def test_gpu_status_without_nvml_is_one_clear_line_and_exit_2(cli: Cli) -> None:
     assert result.stderr.strip() == f"Error: {error}"
 
 
-def test_gpu_status_simulated_without_a_file_says_which_setting_is_missing(cli: Cli) -> None:
+def test_gpu_status_simulated_without_a_file_says_which_setting_is_missing() -> None:
     assert_one_line_error(
         cli("gpu", "status", "--gpu-backend", "simulated"), "needs a device file", "gpu_simulator_file"
     )
 
 
-def test_gpu_status_with_a_broken_simulator_file_names_the_file(cli: Cli, tmp_path: Path) -> None:
+def test_gpu_status_with_a_broken_simulator_file_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("devices: [{index: 0}]\n", encoding="utf-8")
     missing = tmp_path / "missing.yaml"
@@ -169,13 +155,13 @@ def test_gpu_status_with_a_broken_simulator_file_names_the_file(cli: Cli, tmp_pa
     assert_one_line_error(cli("gpu", "status", *sim_args(missing)), str(missing), "cannot read")
 
 
-def test_gpu_status_refuses_an_unknown_backend(cli: Cli) -> None:
+def test_gpu_status_refuses_an_unknown_backend() -> None:
     result = cli("gpu", "status", "--gpu-backend", "fake")
     assert result.exit_code == 2
     assert "'fake' is not one of 'nvml', 'simulated'" in result.stderr
 
 
-def test_gpu_status_with_a_lost_gpu_is_one_line(cli: Cli, sim_file: Path, gpus: list[GpuInfo]) -> None:
+def test_gpu_status_with_a_lost_gpu_is_one_line(sim_file: Path, gpus: list[GpuInfo]) -> None:
     SimulatedBackend(sim_file).update_device(gpus[1].uuid, lost=True)
     assert_one_line_error(cli("gpu", "status", *sim_args(sim_file)), "NVML error 15 (GPU is lost)")
 
@@ -213,7 +199,7 @@ def dry_run_args(uuid: str, sim_file: Path, playbook_dir: Path, db: Path) -> lis
 
 
 def test_dry_run_of_a_gpu_alert_shows_the_real_current_and_target_limits_and_writes_nothing(
-    cli: Cli, sim_file: Path, gpus: list[GpuInfo], playbook_dir: Path, tmp_path: Path
+    sim_file: Path, gpus: list[GpuInfo], playbook_dir: Path, tmp_path: Path
 ) -> None:
     hot = gpus[2]
     SimulatedBackend(sim_file).set_power_limit(hot.uuid, 650_000)  # the GPU's real current limit is not its default
@@ -243,7 +229,7 @@ def test_dry_run_of_a_gpu_alert_shows_the_real_current_and_target_limits_and_wri
 
 
 def test_dry_run_json_of_a_gpu_alert_carries_the_plan(
-    cli: Cli, sim_file: Path, gpus: list[GpuInfo], playbook_dir: Path, tmp_path: Path
+    sim_file: Path, gpus: list[GpuInfo], playbook_dir: Path, tmp_path: Path
 ) -> None:
     before = sim_file.read_bytes()
 
@@ -268,7 +254,7 @@ def test_dry_run_json_of_a_gpu_alert_carries_the_plan(
 
 
 def test_dry_run_of_a_gpu_not_on_this_node_shows_the_plan_error(
-    cli: Cli, sim_file: Path, playbook_dir: Path, tmp_path: Path
+    sim_file: Path, playbook_dir: Path, tmp_path: Path
 ) -> None:
     result = cli(*dry_run_args("GPU-00000000-0000-0000-0000-000000000000", sim_file, playbook_dir, tmp_path / "x.db"))
 
@@ -279,7 +265,7 @@ def test_dry_run_of_a_gpu_not_on_this_node_shows_the_plan_error(
 
 
 def test_dry_run_without_a_gpu_backend_flag_uses_nvml_never_the_simulator(
-    cli: Cli, sim_file: Path, gpus: list[GpuInfo], playbook_dir: Path, tmp_path: Path
+    sim_file: Path, gpus: list[GpuInfo], playbook_dir: Path, tmp_path: Path
 ) -> None:
     error = nvml_error()
     if error is None:
@@ -297,7 +283,7 @@ def test_dry_run_without_a_gpu_backend_flag_uses_nvml_never_the_simulator(
 # --------------------------------------------------------------------------- serve
 
 
-def test_serve_passes_the_gpu_flags_to_the_settings(cli: Cli, sim_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serve_passes_the_gpu_flags_to_the_settings(sim_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import remediate.serving
 
     seen: list[Any] = []
@@ -311,7 +297,7 @@ def test_serve_passes_the_gpu_flags_to_the_settings(cli: Cli, sim_file: Path, mo
 
 
 def test_serve_refuses_to_start_with_the_simulated_backend_and_no_device_file(
-    cli: Cli, playbook_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    playbook_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import remediate.serving
 

@@ -1,0 +1,48 @@
+"""The shipped Prometheus rules (alertmanager/rules/) and their promtool unit tests, as the rules tests read them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from remediate.actions import default_registry
+from remediate.alerts import Alert, parse_notification
+from remediate.engine import Engine
+from remediate.playbooks import load_playbooks
+from tests.support.server import notification
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES_DIR = ROOT / "alertmanager" / "rules"
+
+
+def rules_of(name: str) -> list[dict[str, Any]]:
+    """The alerting rules of alertmanager/rules/<name>.rules.yml, in file order."""
+    groups = yaml.safe_load((RULES_DIR / f"{name}.rules.yml").read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def expected_alerts(name: str) -> list[tuple[str, dict[str, str], dict[str, str]]]:
+    """(alertname, labels, annotations) of every alert <name>.rules.test.yml expects to fire."""
+    found = []
+    for case in yaml.safe_load((RULES_DIR / f"{name}.rules.test.yml").read_text())["tests"]:
+        for check in case.get("alert_rule_test", []):
+            for alert in check.get("exp_alerts") or []:
+                found.append((check["alertname"], alert["exp_labels"], alert.get("exp_annotations", {})))
+    return found
+
+
+def as_alert(alertname: str, labels: dict[str, str], annotations: dict[str, str], status: str = "firing") -> Alert:
+    """The alert as AlertManager would send it to remediate."""
+    payload = notification(alertname, labels, status=status)
+    payload["alerts"][0]["annotations"] = annotations
+    (alert,) = parse_notification(payload).alerts
+    return alert
+
+
+def shipped_engine() -> Engine:
+    """An engine with every shipped playbook and no store: it judges, it records nothing. The GPU, Kubernetes
+    and training clients are built lazily, so judging touches no device and no cluster."""
+    registry = default_registry()
+    return Engine(store=None, playbooks=load_playbooks(ROOT / "playbooks", registry), registry=registry)
