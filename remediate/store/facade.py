@@ -20,14 +20,11 @@ from remediate.runs import (
     ClaimedRun,
     LadderState,
     PendingOutcome,
-    RunEnd,
     RunLease,
     RunningClaim,
-    RunStatus,
     RunWrite,
     StepEnd,
     StepRecord,
-    StepStatus,
 )
 from remediate.store import history as _history
 from remediate.store import report as _report
@@ -187,10 +184,6 @@ class Store:
         """ClaimLostError unless `lease` still holds its run (and refresh its heartbeat)."""
         self.queue.check_lease(lease, now)
 
-    def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int:
-        """Record that an attempt of the step starts, before the action runs; returns its number."""
-        return self.queue.start_attempt(step_id, now, plan=plan, lease=lease)
-
     def finish_attempt(
         self,
         step_id: int,
@@ -203,66 +196,11 @@ class Store:
     ) -> None:
         self.queue.finish_attempt(step_id, number, outcome, error, now, lease=lease)
 
-    def record_plan(self, step_id: int, plan: Any) -> None:
-        self.queue.record_plan(step_id, plan)
-
-    def finish_step(
-        self,
-        step_id: int,
-        status: StepStatus,
-        *,
-        now: float,
-        result: Any = None,
-        error: str | None = None,
-        plan: Any = None,
-        succeeded_attempt: int | None = None,
-        run_end: RunEnd | None = None,
-        lease: RunLease | None = None,
-        skip: Sequence[int] = (),
-        skip_reason: str = "",
-        rerunnable: bool = False,
-    ) -> None:
-        """Record the step's outcome, durably, before the next step starts (see RunQueue.finish_step)."""
-        self.queue.finish_step(
-            step_id,
-            status,
-            now=now,
-            result=result,
-            error=error,
-            plan=plan,
-            succeeded_attempt=succeeded_attempt,
-            run_end=run_end,
-            lease=lease,
-            skip=skip,
-            skip_reason=skip_reason,
-            rerunnable=rerunnable,
-        )
-
     def pending_outcomes(self, since: float, limit: int = 100) -> list[PendingOutcome]:
         return self.queue.pending_outcomes(since, limit)
 
     def settle_pending(self, step_id: int, late_outcome: Mapping[str, Any], note: str, now: float) -> bool:
         return self.queue.settle_pending(step_id, late_outcome, note, now)
-
-    def finish_run(
-        self,
-        run_id: int,
-        status: RunStatus,
-        *,
-        now: float,
-        error: str | None = None,
-        lease: RunLease | None = None,
-        skip: Sequence[int] = (),
-        skip_reason: str = "",
-        rerunnable: bool = False,
-    ) -> None:
-        self.queue.finish_run(
-            run_id, status, now=now, error=error, lease=lease, skip=skip, skip_reason=skip_reason, rerunnable=rerunnable
-        )
-
-    def skip_steps(self, step_ids: Sequence[int], reason: str, *, now: float, lease: RunLease | None = None) -> None:
-        """Mark steps `skipped` (an earlier step failed), with the reason."""
-        self.queue.skip_steps(step_ids, reason, now=now, lease=lease)
 
     def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
         self.queue.heartbeat(run_ids, worker, now)

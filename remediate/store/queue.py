@@ -24,7 +24,6 @@ from remediate.runs import (
     AttemptOutcome,
     ClaimedRun,
     PendingOutcome,
-    RunEnd,
     RunLease,
     RunningClaim,
     RunStatus,
@@ -80,17 +79,6 @@ _CLAIM = (
     )
 )
 _STEPS_OF = sa.select(t.steps).where(t.steps.c.run_id == sa.bindparam("p_run_id")).order_by(t.steps.c.idx)
-_START_ATTEMPT = (
-    sa.update(t.steps)
-    .where(t.steps.c.id == sa.bindparam("p_step_id"))
-    .values(
-        status=StepStatus.RUNNING,
-        attempts=t.steps.c.attempts + 1,
-        started_at=sa.func.coalesce(t.steps.c.started_at, sa.bindparam("p_now", type_=sa.Float)),
-    )
-    .returning(t.steps.c.attempts)
-)
-_INSERT_ATTEMPT = sa.insert(t.attempts)
 _FINISH_ATTEMPT = (
     sa.update(t.attempts)
     .where(t.attempts.c.step_id == sa.bindparam("p_step_id"), t.attempts.c.number == sa.bindparam("p_number"))
@@ -316,21 +304,6 @@ class RunQueue:
         with self._tx.write() as conn:
             self._check_lease(conn, lease, now)
 
-    def start_attempt(self, step_id: int, now: float, *, plan: Any = None, lease: RunLease | None = None) -> int:
-        """Record that an attempt of the step starts, before the action runs; returns its number.
-
-        With `plan` (the first attempt), the step's plan is recorded in the same transaction.
-        If the executor dies during the attempt, `recover_stale` marks it interrupted.
-        """
-        with self._tx.write() as conn:
-            self._check_lease(conn, lease, now)
-            if plan is not None:
-                conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
-            number = conn.execute(_START_ATTEMPT, {"p_step_id": step_id, "p_now": now}).scalar_one()
-            worker = None if lease is None else lease.worker
-            conn.execute(_INSERT_ATTEMPT, {"step_id": step_id, "number": number, "started_at": now, "worker": worker})
-        return int(number)
-
     def finish_attempt(
         self,
         step_id: int,
@@ -344,45 +317,6 @@ class RunQueue:
         with self._tx.write() as conn:
             self._check_lease(conn, lease, now)
             self._finish_attempt(conn, step_id, number, outcome, error, now)
-
-    def record_plan(self, step_id: int, plan: Any) -> None:
-        with self._tx.write() as conn:
-            conn.execute(_UPDATE_STEP, {"p_step_id": step_id, "plan": dumps(plan)})
-
-    def finish_step(
-        self,
-        step_id: int,
-        status: StepStatus,
-        *,
-        now: float,
-        result: Any = None,
-        error: str | None = None,
-        plan: Any = None,
-        succeeded_attempt: int | None = None,
-        run_end: RunEnd | None = None,
-        lease: RunLease | None = None,
-        skip: Sequence[int] = (),
-        skip_reason: str = "",
-        rerunnable: bool = False,
-    ) -> None:
-        """Record the step's outcome, durably, before the next step starts.
-
-        In the same transaction: with `succeeded_attempt`, that attempt is closed as succeeded;
-        with `run_end` (the run's last step, or the one that failed it), the run is finished.
-        """
-        values: dict[str, Any] = {"status": status, "finished_at": now, "error": error}
-        if result is not None:
-            values["result"] = dumps(result)
-        if plan is not None:
-            values["plan"] = dumps(plan)
-        with self._tx.write() as conn:
-            self._check_lease(conn, lease, now)
-            if succeeded_attempt is not None:
-                self._finish_attempt(conn, step_id, succeeded_attempt, AttemptOutcome.SUCCEEDED, None, now)
-            conn.execute(_UPDATE_STEP, {"p_step_id": step_id, **values})
-            self._skip_steps(conn, skip, skip_reason, now)
-            if run_end is not None:
-                self._finish_run(conn, run_end.run_id, run_end.status, now, run_end.error, rerunnable=rerunnable)
 
     def pending_outcomes(self, since: float, limit: int = 100) -> list[PendingOutcome]:
         """Failed steps that handed a change over and gave up waiting for it (result ``{"pending": ...}``,
@@ -443,38 +377,6 @@ class RunQueue:
             )
         return True
 
-    def finish_run(
-        self,
-        run_id: int,
-        status: RunStatus,
-        *,
-        now: float,
-        error: str | None = None,
-        lease: RunLease | None = None,
-        skip: Sequence[int] = (),
-        skip_reason: str = "",
-        rerunnable: bool = False,
-    ) -> None:
-        with self._tx.write() as conn:
-            self._check_lease(conn, lease, now)
-            self._skip_steps(conn, skip, skip_reason, now)
-            self._finish_run(conn, run_id, status, now, error, rerunnable=rerunnable)
-
-    def skip_steps(self, step_ids: Sequence[int], reason: str, *, now: float, lease: RunLease | None = None) -> None:
-        """Mark steps `skipped` (an earlier step failed), with the reason."""
-        with self._tx.write() as conn:
-            self._check_lease(conn, lease, now)
-            self._skip_steps(conn, step_ids, reason, now)
-
-    @staticmethod
-    def _skip_steps(conn: sa.Connection, step_ids: Sequence[int], reason: str, now: float) -> None:
-        if step_ids:
-            conn.execute(
-                sa.update(t.steps)
-                .where(t.steps.c.id.in_(list(step_ids)), t.steps.c.status == StepStatus.PENDING)
-                .values(status=StepStatus.SKIPPED, error=reason, finished_at=now)
-            )
-
     @staticmethod
     def _finish_attempt(
         conn: sa.Connection, step_id: int, number: int, outcome: AttemptOutcome, error: str | None, now: float
@@ -483,15 +385,6 @@ class RunQueue:
             _FINISH_ATTEMPT,
             {"p_step_id": step_id, "p_number": number, "p_now": now, "p_outcome": outcome, "p_error": error},
         )
-
-    @staticmethod
-    def _finish_run(
-        conn: sa.Connection, run_id: int, status: RunStatus, now: float, error: str | None, *, rerunnable: bool = False
-    ) -> None:
-        conn.execute(_FINISH_RUN, {"p_run_id": run_id, "p_status": status, "p_now": now, "p_error": error})
-        if rerunnable:
-            conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(rerunnable=True))
-        sync_decision_status(conn, run_id, status)
 
     def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
         if not run_ids:

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.history_api import run_json
+from remediate.runs import RunLease, RunWrite, StepStart
 from remediate.store import Store
 
 DATABASES = ("sqlite", "postgresql")
@@ -46,3 +47,8 @@ def rows(store: Store, table: str, **equal: Any) -> list[Any]:
 def step_details(store: Store, run_id: int) -> list[dict[str, Any]]:
     """The run's steps as the HTTP API shows them (Store.run_detail(...)["steps"]), plans and results decoded."""
     return list(run_json(store.run_detail(run_id))["steps"])
+
+
+def start_attempt(store: Store, lease: RunLease, step_id: int, number: int, at: float, plan: Any = None) -> None:
+    """Attempt `number` of a step starts at `at` under `lease`, written as the executor writes it (RunQueue.record)."""
+    store.queue.record(RunWrite(lease, starts=(StepStart(step_id, number, plan),)), at)

@@ -18,10 +18,10 @@ from remediate.actions.schema import Param, ParamSchema
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
-from remediate.runs import FinishedRun
+from remediate.runs import FinishedRun, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from tests.support.store_json import run_json_of
-from tests.support.stores import EVERY_DATABASE, rows, step_details
+from tests.support.stores import EVERY_DATABASE, rows, start_attempt, step_details
 from tests.support.waiting import scaled
 
 T0 = 1_767_225_600.0
@@ -508,8 +508,9 @@ def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_s
     claimed = store.claim_run("other:1", T0)
     assert claimed is not None and claimed.id == run_id
     (broken, _) = store.steps_of(run_id)
-    store.start_attempt(broken.id, T0, lease=claimed.lease)
-    store.finish_step(broken.id, "failed", now=T0, error="permission denied", lease=claimed.lease)
+    start_attempt(store, claimed.lease, broken.id, 1, T0)
+    failed = StepEnd(broken.id, StepStatus.FAILED, error="permission denied")
+    store.queue.record(RunWrite(claimed.lease, ends=(failed,)), T0)
     store.requeue_claims(store.running_claims(), now=T0, own=True)
 
     executor.drain()
@@ -772,8 +773,7 @@ def crash_during_first_step(store: Store, run_id: int) -> None:
     assert claimed is not None
     assert claimed.id == run_id
     (first, *_) = store.steps_of(run_id)
-    store.record_plan(first.id, {"would": "something"})
-    store.start_attempt(first.id, T0 + 1)
+    start_attempt(store, claimed.lease, first.id, 1, T0 + 1, plan={"would": "something"})
     assert store.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
 
 
@@ -840,8 +840,10 @@ def test_steps_finished_before_a_crash_are_not_run_again(
     claimed = store.claim_run("crashed-host:1", T0)
     assert claimed is not None
     done, running = store.steps_of(run_id)
-    store.finish_step(done.id, "succeeded", now=T0 + 1, result={"already": True})
-    store.start_attempt(running.id, T0 + 2)
+    store.queue.record(
+        RunWrite(claimed.lease, ends=(StepEnd(done.id, StepStatus.SUCCEEDED, {"already": True}),)), T0 + 1
+    )
+    start_attempt(store, claimed.lease, running.id, 1, T0 + 2)
     store.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
 
     executor.drain()
@@ -1002,15 +1004,19 @@ def test_progress_writes_check_the_claim_and_its_generation(
     first = store.claim_run("host:7", T0)
     assert first is not None
     (record,) = store.steps_of(run_id)
-    store.start_attempt(record.id, T0 + 1, lease=first.lease)
+    start_attempt(store, first.lease, record.id, 1, T0 + 1)
     store.requeue_claims(store.running_claims(), now=T0 + 2)
     second = store.claim_run("host:7", T0 + 3)  # the same worker name, a new claim
     assert second is not None
     assert second.generation == first.generation + 1
 
     with pytest.raises(ClaimLostError, match=f"run {run_id} is no longer claimed by host:7"):
-        store.finish_step(record.id, "succeeded", now=T0 + 4, result={"stale": True}, lease=first.lease)
-    store.finish_step(record.id, "succeeded", now=T0 + 4, result={"fresh": True}, lease=second.lease)
+        store.queue.record(
+            RunWrite(first.lease, ends=(StepEnd(record.id, StepStatus.SUCCEEDED, {"stale": True}),)), T0 + 4
+        )
+    store.queue.record(
+        RunWrite(second.lease, ends=(StepEnd(record.id, StepStatus.SUCCEEDED, {"fresh": True}),)), T0 + 4
+    )
 
     assert steps_detail(store, run_id)[0]["result"] == {"fresh": True}
 

@@ -25,7 +25,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
-from remediate.runs import RunStatus
+from remediate.runs import RunEnd, RunStatus, RunWrite
 from remediate.store import Store
 from tests.support.realsystems import WebhookRecorder
 from tests.support.server import WAIT
@@ -322,7 +322,7 @@ def test_a_resolved_run_still_waits_for_its_firing_run_in_a_storms_backlog(
     third = store.claim_run("w:2", T0 + 2)  # the third storm run, not the resolved run whose firing run runs
     assert third is not None and rows(store, "runs", id=third.id)[0].phase == "firing"
     assert first is not None
-    store.finish_run(storm[0], RunStatus.SUCCEEDED, now=T0 + 3, lease=first.lease)
+    store.queue.record(RunWrite(first.lease, run_end=RunEnd(storm[0], RunStatus.SUCCEEDED)), T0 + 3)
     fourth = store.claim_run("w:1", T0 + 4)
     assert fourth is not None and fourth.id == resolved_run
 

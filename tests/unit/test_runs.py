@@ -32,7 +32,7 @@ NOW = 1_767_225_600.0
 STATUS_VALUES = frozenset(v.value for enum in (RunStatus, StepStatus, AttemptOutcome, Decision) for v in enum)
 # Calls whose positional arguments are statuses or outcomes.
 STATUS_CALLS = frozenset(
-    {"finish_step", "finish_attempt", "finish_run", "_finish_run", "step_finished", "run_finished", "RunEnd"}
+    {"finish_attempt", "step_finished", "run_finished", "RunEnd", "StepEnd"}
     | {"in_", "not_in"}  # SQLAlchemy's column IN (...)
 )
 STATUS_NAMES = frozenset({"status", "outcome"})
@@ -120,7 +120,7 @@ def test_no_bare_status_string_outside_runs() -> None:
     [
         'if step.status == "interrupted": pass',
         'x = status in ("queued", "running")',
-        'store.finish_step(1, "succeeded", now=0)',
+        'StepEnd(1, "succeeded")',
         'store.finish_attempt(1, 2, "maybe_applied", None, 0)',
         'q.values(status="skipped")',
         'row = {"status": "pending"}',

@@ -15,9 +15,18 @@ import sqlalchemy as sa
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
-from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepEnd, StepStatus
+from remediate.runs import (
+    AttemptOutcome,
+    RunEnd,
+    RunLease,
+    RunningClaim,
+    RunStatus,
+    RunWrite,
+    StepEnd,
+    StepStatus,
+)
 from remediate.store import Store
-from tests.support.stores import EVERY_DATABASE, rows
+from tests.support.stores import EVERY_DATABASE, rows, start_attempt
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -153,7 +162,9 @@ def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_deliv
     run_id = queue(engine, ingest, make_alert)
     claimed = store.claim_run("w", T0 + 1)
     assert claimed is not None
-    store.finish_run(run_id, RunStatus.FAILED, now=T0 + 2, error="api down", lease=claimed.lease, rerunnable=True)
+    store.queue.record(
+        RunWrite(claimed.lease, run_end=RunEnd(run_id, RunStatus.FAILED, "api down"), rerunnable=True), T0 + 2
+    )
     with store.guard_reader() as reader:
         assert reader.rerunnable_runs([run_id, 99]) == {run_id: "api down"}
         assert reader.target_history("xid", "node-a", T0) == (None, 0)  # it does not count
@@ -191,7 +202,7 @@ def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
     assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "w1", T0 + 10, T0 + 10)
     assert rows(store, "decisions", run_id=first)[0].status == "running"
 
-    store.finish_run(first, RunStatus.SUCCEEDED, now=T0 + 20, lease=a.lease)
+    store.queue.record(RunWrite(a.lease, run_end=RunEnd(first, RunStatus.SUCCEEDED)), T0 + 20)
     c = store.claim_run("w3", T0 + 21)
     assert c is not None and c.id == resolved.run_id
     assert (c.phase, c.alert_context["status"]) == ("resolved", "resolved")
@@ -205,7 +216,7 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
     first = store.claim_run("host:7", T0)
     assert first is not None
     step, _ = store.steps_of(run_id)
-    store.start_attempt(step.id, T0 + 1, lease=first.lease)
+    start_attempt(store, first.lease, step.id, 1, T0 + 1)
     assert store.requeue_claims([RunningClaim(run_id, "host:7", 0, T0)], now=T0 + 2) == []  # another generation
     assert store.requeue_claims(store.running_claims(), now=T0 + 2) == [run_id]
     second = store.claim_run("host:7", T0 + 3)
@@ -215,11 +226,18 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
     stale = first.lease
     writes: list[Callable[[], object]] = [
         lambda: store.check_lease(stale, T0 + 4),
-        lambda: store.start_attempt(step.id, T0 + 4, plan={"p": 1}, lease=stale),
+        lambda: start_attempt(store, stale, step.id, 2, T0 + 4, plan={"p": 1}),
         lambda: store.finish_attempt(step.id, 1, AttemptOutcome.FAILED, "x", T0 + 4, lease=stale),
-        lambda: store.finish_step(step.id, StepStatus.SUCCEEDED, now=T0 + 4, result={}, lease=stale),
-        lambda: store.skip_steps([step.id], "x", now=T0 + 4, lease=stale),
-        lambda: store.finish_run(run_id, RunStatus.FAILED, now=T0 + 4, lease=stale),
+        lambda: store.queue.record(
+            RunWrite(
+                stale,
+                ends=(StepEnd(step.id, StepStatus.SUCCEEDED, {}, attempt=1),),
+                skip=(step.id,),
+                skip_reason="x",
+                run_end=RunEnd(run_id, RunStatus.FAILED),
+            ),
+            T0 + 4,
+        ),
         lambda: store.check_lease(RunLease(run_id, "host:8", 2), T0 + 4),
     ]
     for write in writes:
@@ -236,12 +254,12 @@ def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """Issue 11: an owner that renewed its lease after recovery looked keeps its run; the attempts of a run
-    taken over name both executors (`attempts.worker`), and one recorded without a lease names none."""
+    taken over name both executors (`attempts.worker`)."""
     run_id = queue(make_engine(playbook()), ingest, make_alert)
     first = store.claim_run("replica-a:7", T0)
     assert first is not None
-    step, later = store.steps_of(run_id)
-    store.start_attempt(step.id, T0 + 1, lease=first.lease)
+    step, _ = store.steps_of(run_id)
+    start_attempt(store, first.lease, step.id, 1, T0 + 1)
     looked = store.running_claims()
     store.heartbeat([run_id], "replica-a:7", T0 + 2)  # alive after all
 
@@ -251,13 +269,11 @@ def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_
     assert store.requeue_claims(looked, now=T0 + 4, own=True) == [run_id]
     second = store.claim_run("replica-b:9", T0 + 5)
     assert second is not None
-    store.start_attempt(step.id, T0 + 6, lease=second.lease)
-    store.start_attempt(later.id, T0 + 7)
+    start_attempt(store, second.lease, step.id, 2, T0 + 6)
 
     assert [(a.number, a.outcome, a.worker) for a in rows(store, "attempts")] == [
         (1, "interrupted", "replica-a:7"),
         (2, None, "replica-b:9"),
-        (1, None, None),
     ]
 
 
@@ -273,7 +289,7 @@ def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_r
         claimed = store.claim_run("replica-a:7", T0)
         assert claimed is not None and claimed.id == run_id
         step, _ = store.steps_of(run_id)
-        store.start_attempt(step.id, T0 + 1, plan={"would": "send"}, lease=claimed.lease)
+        start_attempt(store, claimed.lease, step.id, 1, T0 + 1, plan={"would": "send"})
         claims.append(RunningClaim(run_id, "replica-a:7", claimed.generation, None))
     sent = StepEnd(store.steps_of(ran)[0].id, StepStatus.SUCCEEDED, {"sent": True}, attempt=1)
 
@@ -302,16 +318,15 @@ def test_attempts_steps_and_the_run_end_are_recorded(
     assert claimed is not None
     first, second = store.steps_of(run_id)
 
-    assert store.start_attempt(first.id, T0 + 1, plan={"would": 1}, lease=claimed.lease) == 1
-    store.finish_attempt(first.id, 1, AttemptOutcome.RETRYABLE_ERROR, "busy", T0 + 2, lease=claimed.lease)
-    assert store.start_attempt(first.id, T0 + 3, lease=claimed.lease) == 2
+    lease = claimed.lease
+    start_attempt(store, lease, first.id, 1, T0 + 1, plan={"would": 1})
+    store.finish_attempt(first.id, 1, AttemptOutcome.RETRYABLE_ERROR, "busy", T0 + 2, lease=lease)
+    start_attempt(store, lease, first.id, 2, T0 + 3)
     running, _ = store.steps_of(run_id)
     assert (running.status, running.attempts, running.finished) == ("running", 2, False)
-    store.finish_step(first.id, StepStatus.SUCCEEDED, now=T0 + 4, result={"ok": 1}, succeeded_attempt=2)
-    store.record_plan(second.id, {"would": 2})
-    store.finish_step(
-        second.id, StepStatus.SUCCEEDED, now=T0 + 5, result={"ok": 2}, run_end=RunEnd(run_id, RunStatus.SUCCEEDED)
-    )
+    store.queue.record(RunWrite(lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, {"ok": 1}, attempt=2),)), T0 + 4)
+    last = StepEnd(second.id, StepStatus.SUCCEEDED, {"ok": 2}, plan={"would": 2})
+    store.queue.record(RunWrite(lease, ends=(last,), run_end=RunEnd(run_id, RunStatus.SUCCEEDED)), T0 + 5)
 
     done_first, _ = store.steps_of(run_id)
     assert (done_first.status, done_first.attempts, done_first.finished, done_first.error) == (
@@ -340,9 +355,11 @@ def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
     assert claimed is not None
     first, second = store.steps_of(run_id)
 
-    store.finish_step(
-        first.id, StepStatus.FAILED, now=T0 + 1, error="boom", run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: boom"),
-        lease=claimed.lease, skip=[first.id, second.id], skip_reason="skipped: step 0 failed", rerunnable=True,
+    store.queue.record(
+        RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.FAILED, error="boom"),), skip=(first.id, second.id),
+                 skip_reason="skipped: step 0 failed", run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: boom"),
+                 rerunnable=True),
+        T0 + 1,
     )  # fmt: skip
 
     assert [(s.status, s.error, s.finished) for s in store.steps_of(run_id)] == [
@@ -364,7 +381,7 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
         claimed = store.claim_run(worker, at)
         assert claimed is not None
         step = store.steps_of(claimed.id)[0]
-        store.start_attempt(step.id, at, lease=claimed.lease)  # its lease check moves the heartbeat on
+        start_attempt(store, claimed.lease, step.id, 1, at)  # its lease check moves the heartbeat on
     store.heartbeat([dead, silent, alive], "alive:1", T0 + 110)  # only alive:1's own run
 
     recovered = store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: owner == "dead:1")
@@ -408,10 +425,16 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
     claimed = store.claim_run("w", T0)
     assert claimed is not None
     first, second = store.steps_of(run_id)
-    store.finish_step(
-        first.id, StepStatus.FAILED, now=T0 + 1, error="gave up", result={"pending": {"job": "j"}}, skip=[second.id],
-        run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: gave up"),
-    )  # fmt: skip
+    gave_up = StepEnd(first.id, StepStatus.FAILED, {"pending": {"job": "j"}}, "gave up")
+    store.queue.record(
+        RunWrite(
+            claimed.lease,
+            ends=(gave_up,),
+            skip=(second.id,),
+            run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: gave up"),
+        ),
+        T0 + 1,
+    )
 
     assert store.pending_outcomes(since=T0 + 2) == []
     assert store.pending_outcomes(since=T0, limit=0) == []
@@ -440,13 +463,7 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
 @EVERY_DATABASE
 def test_writes_to_rows_that_do_not_exist(store: Store) -> None:
     # An UPDATE of no row changes nothing; a read of the one row a write needs fails.
-    store.record_plan(99, {"p": 1})
-    store.finish_step(99, StepStatus.SUCCEEDED, now=T0)
-    store.finish_run(99, RunStatus.SUCCEEDED, now=T0, rerunnable=True)
-    store.skip_steps([99], "x", now=T0)
     assert store.requeue_claims([RunningClaim(99, "w", 1, T0)], now=T0) == []
-    with pytest.raises(sa.exc.NoResultFound):
-        store.start_attempt(99, T0)
     with pytest.raises(sa.exc.NoResultFound):
         store.settle_pending(99, {}, "note", T0)
     with pytest.raises(ClaimLostError):

@@ -11,7 +11,7 @@ from remediate.actions import default_registry
 from remediate.engine import Engine
 from remediate.errors import UnknownRunError
 from remediate.playbooks import PlaybookSet, parse_playbook
-from remediate.runs import AttemptOutcome, RunEnd, RunStatus, StepStatus
+from remediate.runs import AttemptOutcome, RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import (
     AlertDetail,
     AttemptDetail,
@@ -27,7 +27,7 @@ from remediate.store import (
 )
 from tests.support.postgres import PostgresCluster
 from tests.support.store_json import history_json_of, run_json_of
-from tests.support.stores import DATABASES, EVERY_DATABASE
+from tests.support.stores import DATABASES, EVERY_DATABASE, start_attempt
 from tests.unit.store.support import OTHER, PLAYBOOK, T0, Ingest, MakeAlert, queue_runs
 
 
@@ -126,7 +126,7 @@ def test_history_status_follows_the_run(store: Store, engine: Engine, ingest: In
     fill_history(engine, ingest, make_alert)
     claimed = store.claim_run("w", T0)
     assert claimed is not None
-    store.finish_run(claimed.id, "failed", now=T0 + 1, error="boom")
+    store.queue.record(RunWrite(claimed.lease, run_end=RunEnd(claimed.id, RunStatus.FAILED, "boom")), T0 + 1)
 
     (entry,) = history(store, status="failed")
 
@@ -217,18 +217,16 @@ def test_a_run_detail_is_typed_down_to_its_attempts(
     claimed = store.claim_run("host:1", T0 + 1)
     assert claimed is not None and claimed.id == run_id
     first, second = store.steps_of(run_id)
-    number = store.start_attempt(first.id, T0 + 2, plan={"would": "log"})
-    store.finish_attempt(first.id, number, AttemptOutcome.FAILED, "flaky", T0 + 3)
-    again = store.start_attempt(first.id, T0 + 4)
-    store.finish_step(
-        first.id,
-        StepStatus.FAILED,
-        now=T0 + 5,
-        error="gave up",
-        run_end=RunEnd(run_id, RunStatus.FAILED, "step 0 failed"),
-        skip=[second.id],
-        skip_reason="an earlier step failed",
-    )
+    lease = claimed.lease
+    start_attempt(store, lease, first.id, 1, T0 + 2, plan={"would": "log"})
+    store.finish_attempt(first.id, 1, AttemptOutcome.FAILED, "flaky", T0 + 3, lease=lease)
+    start_attempt(store, lease, first.id, 2, T0 + 4)
+    gave_up = StepEnd(first.id, StepStatus.FAILED, error="gave up")
+    store.queue.record(
+        RunWrite(lease, ends=(gave_up,), skip=(second.id,), skip_reason="an earlier step failed",
+                 run_end=RunEnd(run_id, RunStatus.FAILED, "step 0 failed")),
+        T0 + 5,
+    )  # fmt: skip
 
     detail = store.run_detail(run_id)
 
@@ -256,8 +254,8 @@ def test_a_run_detail_is_typed_down_to_its_attempts(
         "one",
     )
     assert step.attempts == [
-        AttemptDetail(number, T0 + 2, T0 + 3, "failed", "flaky"),
-        AttemptDetail(again, T0 + 4, None, None, None),
+        AttemptDetail(1, T0 + 2, T0 + 3, "failed", "flaky", "host:1"),
+        AttemptDetail(2, T0 + 4, None, None, None, "host:1"),
     ]
     assert (skipped.index, skipped.status, skipped.error, skipped.attempts) == (
         1,

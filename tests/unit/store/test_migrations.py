@@ -13,7 +13,7 @@ from remediate import schema
 from remediate.store import Store
 from tests.support.postgres import PostgresCluster
 from tests.support.store_json import run_json_of
-from tests.support.stores import DATABASES
+from tests.support.stores import DATABASES, start_attempt
 
 
 def _schema_of(url: str) -> dict[str, object]:
@@ -273,7 +273,7 @@ def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones
     Store.open(fresh).close()
     claimed = store.claim_run("replica-b:42", 2.0)
     assert claimed is not None
-    store.start_attempt(2, 3.0, lease=claimed.lease)
+    start_attempt(store, claimed.lease, 2, 1, 3.0)
     detail = run_json_of(store, 1)
     assert [a["ran_on"] for s in detail["steps"] for a in s["attempts"]] == [None, "replica-b:42"]
     assert detail["ran_on"] == ["replica-b:42"]

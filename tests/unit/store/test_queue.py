@@ -6,9 +6,9 @@ import threading
 
 from remediate import schema as t
 from remediate.engine import Engine
+from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
-from tests.support.store_json import run_json_of
-from tests.support.stores import EVERY_DATABASE
+from tests.support.stores import EVERY_DATABASE, start_attempt
 from tests.unit.store.support import T0, Ingest, MakeAlert, all_rows, one, queue_runs
 
 pytestmark = EVERY_DATABASE
@@ -103,7 +103,7 @@ def test_a_resolved_run_waits_until_its_firing_run_is_final(
 
     assert store.claim_run("w", T0 + 3) is None  # firing run still running
 
-    store.finish_run(firing_id, "succeeded", now=T0 + 4)
+    store.queue.record(RunWrite(firing.lease, run_end=RunEnd(firing_id, RunStatus.SUCCEEDED)), T0 + 4)
     claimed = store.claim_run("w", T0 + 5)
     assert claimed is not None
     assert (claimed.id, claimed.phase) == (resolved_id, "resolved")
@@ -122,49 +122,6 @@ def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(
     assert store.claim_run("w", T0 + 3) is None
 
 
-def test_finish_run_records_the_outcome_and_releases_the_claim(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 1)
-    claimed = store.claim_run("w", T0)
-    assert claimed is not None
-
-    store.finish_run(claimed.id, "succeeded", now=T0 + 9)
-
-    run = one(store, t.runs, t.runs.c.id == claimed.id)
-    assert (run.status, run.finished_at, run.claimed_by, run.error) == ("succeeded", T0 + 9, None, None)
-    assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "succeeded"
-
-
-# --------------------------------------------------------------------------- steps, attempts, recovery
-
-
-def test_attempts_are_numbered_and_counted_on_the_step(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 1)
-    claimed = store.claim_run("w", T0)
-    assert claimed is not None
-    step = store.steps_of(claimed.id)[0]
-
-    first = store.start_attempt(step.id, T0 + 1)
-    store.finish_attempt(step.id, first, "retryable_error", "busy", T0 + 2)
-    second = store.start_attempt(step.id, T0 + 3)
-    store.finish_attempt(step.id, second, "succeeded", None, T0 + 4)
-    store.finish_step(step.id, "succeeded", now=T0 + 4, result={"ok": True})
-
-    assert (first, second) == (1, 2)
-    (detail_step, _) = run_json_of(store, claimed.id)["steps"]
-    assert detail_step["status"] == "succeeded"
-    assert detail_step["result"] == {"ok": True}
-    assert detail_step["started_at"] == T0 + 1
-    assert [(a["number"], a["outcome"], a["error"]) for a in detail_step["attempts"]] == [
-        (1, "retryable_error", "busy"),
-        (2, "succeeded", None),
-    ]
-    assert store.steps_of(claimed.id)[0].attempts == 2
-
-
 def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -172,8 +129,8 @@ def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(
     claimed = store.claim_run("deadhost:123", T0)
     assert claimed is not None
     first, second = store.steps_of(claimed.id)
-    store.finish_step(first.id, "succeeded", now=T0 + 1, result={})
-    store.start_attempt(second.id, T0 + 2)
+    store.queue.record(RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, {}),)), T0 + 1)
+    start_attempt(store, claimed.lease, second.id, 1, T0 + 2)
 
     recovered = store.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
 

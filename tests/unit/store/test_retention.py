@@ -15,11 +15,11 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.engine import Engine, IngestResult
-from remediate.runs import AttemptOutcome, RunStatus, StepStatus
+from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from remediate.store.retention import Pruner, PruneReport
 from tests.support.retention import fill
-from tests.support.stores import EVERY_DATABASE
+from tests.support.stores import EVERY_DATABASE, start_attempt
 from tests.support.waiting import scaled
 
 T0 = 1_767_225_600.0
@@ -61,10 +61,10 @@ def finish_next(store: Store, at: float, finished: float, status: RunStatus = Ru
     claimed = store.claim_run("w", at)
     assert claimed is not None
     first, *rest = store.steps_of(claimed.id)
-    number = store.start_attempt(first.id, at, lease=claimed.lease)
-    store.finish_attempt(first.id, number, AttemptOutcome.SUCCEEDED, None, at, lease=claimed.lease)
-    store.finish_step(first.id, StepStatus.SUCCEEDED, now=at, succeeded_attempt=number, lease=claimed.lease)
-    store.finish_run(claimed.id, status, now=finished, lease=claimed.lease, skip=[s.id for s in rest], skip_reason="x")
+    start_attempt(store, claimed.lease, first.id, 1, at)
+    store.queue.record(RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, attempt=1),)), at)
+    end = RunWrite(claimed.lease, skip=tuple(s.id for s in rest), skip_reason="x", run_end=RunEnd(claimed.id, status))
+    store.queue.record(end, finished)
     return claimed.id
 
 
