@@ -198,7 +198,7 @@ class RunWrite:
 
 @dataclass(frozen=True)
 class PendingOutcome:
-    """A failed step whose change may still happen (Store.pending_outcomes)."""
+    """A failed step whose change may still happen (Store.queue.pending_outcomes)."""
 
     step: StepRecord
     run: ClaimedRun

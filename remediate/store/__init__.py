@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from remediate.agent_state import MemoryStore  # the agent's state file, without SQLAlchemy: kept importable here
 from remediate.store.announcements import Announcements, AwaitingRun
-from remediate.store.breaker_rows import BreakerRows
+from remediate.store.breaker_rows import BreakerLedger, BreakerRows
 from remediate.store.checkpoints import WalCheckpointer
 from remediate.store.database import Database, dialect_for
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect, PoolLimits
@@ -36,6 +36,7 @@ from remediate.store.history import (
     AlertDetail,
     AttemptDetail,
     DecisionSummary,
+    History,
     HistoryEntry,
     HistoryQuery,
     RunDetail,
@@ -44,17 +45,18 @@ from remediate.store.history import (
     decode_cursor,
     encode_cursor,
 )
-from remediate.store.ingest import EmptyGuardReader, GuardReader, IngestWriter, IngestWriterContext
+from remediate.store.ingest import EmptyGuardReader, GuardReader, Ingest, IngestWriter
 from remediate.store.interface import GuardReads
+from remediate.store.ladders import Ladders
 from remediate.store.memory import StoreMemory
-from remediate.store.pause import PauseState
+from remediate.store.pause import Pause, PauseState
 from remediate.store.postgres import PostgresDialect
 from remediate.store.queue import EXECUTOR_STOPPED, RunQueue, worker_identity
 from remediate.store.report import Report, ReportQuery
-from remediate.store.retention import Pruner, PruneReport
+from remediate.store.retention import Pruner, PruneReport, Retention
 from remediate.store.rows import MAX_ID, dumps
 from remediate.store.sqlite import SqliteDialect
-from remediate.store.ui_sessions import LoginThrottle
+from remediate.store.ui_sessions import LoginThrottle, UiSessions
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -64,6 +66,7 @@ __all__ = [
     "Announcements",
     "AttemptDetail",
     "AwaitingRun",
+    "BreakerLedger",
     "BreakerRows",
     "Database",
     "DecisionSummary",
@@ -71,12 +74,15 @@ __all__ = [
     "EmptyGuardReader",
     "GuardReader",
     "GuardReads",
+    "History",
     "HistoryEntry",
     "HistoryQuery",
+    "Ingest",
     "IngestWriter",
-    "IngestWriterContext",
+    "Ladders",
     "LoginThrottle",
     "MemoryStore",
+    "Pause",
     "PauseState",
     "PoolLimits",
     "PostgresDialect",
@@ -84,6 +90,7 @@ __all__ = [
     "Pruner",
     "Report",
     "ReportQuery",
+    "Retention",
     "RunDetail",
     "RunQueue",
     "RunSummary",
@@ -91,6 +98,7 @@ __all__ = [
     "StepDetail",
     "Store",
     "StoreMemory",
+    "UiSessions",
     "WalCheckpointer",
     "decode_cursor",
     "dialect_for",

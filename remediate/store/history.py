@@ -16,7 +16,10 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.errors import UnknownRunError
+from remediate.store.database import Transactions
 from remediate.store.decision_time import time_conditions
+from remediate.store.dialect import Dialect
+from remediate.store.report import Report, ReportQuery, build_report, read_report_rows
 from remediate.store.rows import MAX_ID, loads
 
 
@@ -348,3 +351,36 @@ def counts(conn: sa.Connection) -> dict[str, int]:
         name: int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
         for name, table in _COUNTED_TABLES
     }
+
+
+@dataclass
+class History:
+    """The audit history of a store (`Store.history`), read: pages, one run, the table counts, the report."""
+
+    tx: Transactions
+    dialect: Dialect
+
+    def page(self, query: HistoryQuery) -> tuple[list[HistoryEntry], str | None]:
+        """A page of the audit history, newest first, and the next page's cursor (None at the end)."""
+        with self.tx.read() as conn:
+            return history_page(conn, query, time_follows_id=self.dialect.decision_time_follows_id)
+
+    def run_detail(self, run_id: int) -> RunDetail:
+        """One run with its alert, decision, steps and attempts; UnknownRunError if there is none."""
+        with self.tx.read() as conn:
+            return run_detail(conn, run_id)
+
+    def run_links(self, run_id: int) -> RunLinks:
+        """A run's firing run (when it is a resolved one) and its resolved runs (when it is a firing one)."""
+        with self.tx.read() as conn:
+            return run_links(conn, run_id)
+
+    def counts(self) -> dict[str, int]:
+        with self.tx.read() as conn:
+            return counts(conn)
+
+    def report(self, query: ReportQuery) -> Report:
+        """The reliability figures of a window (store.report): incidents, remediations by rung, MTTR, held nodes."""
+        with self.tx.read() as conn:
+            rows, held = read_report_rows(conn, query)
+        return build_report(rows, held, query)

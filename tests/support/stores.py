@@ -45,8 +45,8 @@ def rows(store: Store, table: str, **equal: Any) -> list[Any]:
 
 
 def step_details(store: Store, run_id: int) -> list[dict[str, Any]]:
-    """The run's steps as the HTTP API shows them (Store.run_detail(...)["steps"]), plans and results decoded."""
-    return list(run_json(store.run_detail(run_id))["steps"])
+    """The run's steps as the HTTP API shows them (run_detail(...)["steps"]), plans and results decoded."""
+    return list(run_json(store.history.run_detail(run_id))["steps"])
 
 
 def start_attempt(store: Store, lease: RunLease, step_id: int, number: int, at: float, plan: Any = None) -> None:

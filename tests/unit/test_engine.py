@@ -177,7 +177,7 @@ def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
     """StoreConflict (a replica committed the same dedupe key first) rolls the transaction back; the engine
     tries the whole notification again, INGEST_ATTEMPTS times at most, then lets the conflict through (503)."""
     engine = make_engine(playbook())
-    real_writer = store.writer
+    real_writer = store.ingest.writer
     tries: list[int] = []
 
     def conflict(*_: Any) -> list[int]:
@@ -191,7 +191,7 @@ def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
                 monkeypatch.setattr(writer, "insert_runs", conflict)
             yield writer
 
-    monkeypatch.setattr(store, "writer", conflicting_writer)
+    monkeypatch.setattr(store.ingest, "writer", conflicting_writer)
 
     if conflicts == INGEST_ATTEMPTS:
         with pytest.raises(StoreConflict):
@@ -402,7 +402,7 @@ def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
     engine = make_engine(playbook())
-    store.set_paused(True, by="alice", reason="rolling upgrade", now=T0 - 10)
+    store.pause.set(True, by="alice", reason="rolling upgrade", now=T0 - 10)
 
     result = ingest(engine, xid(make_alert), at=T0)
 
@@ -412,7 +412,7 @@ def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(
     (decision,) = rows(store, t.decisions)
     assert (decision.decision, decision.status, decision.run_id) == ("paused", "paused", None)
 
-    store.set_paused(False, by="alice", reason="done", now=T0 + 5)
+    store.pause.set(False, by="alice", reason="done", now=T0 + 5)
     assert decisions_of(ingest(engine, xid(make_alert), at=T0 + 10)) == [("xid", "accepted")]
 
 
@@ -427,18 +427,18 @@ def test_approve_mode_waits_for_approval_then_queues(
     (run,) = rows(store, t.runs)
     assert (run.status, run.mode) == ("awaiting_approval", "approve")
     assert rows(store, t.decisions)[0].status == "awaiting_approval"
-    assert store.claim_run("w", T0) is None
+    assert store.queue.claim("w", T0) is None
 
-    store.approve(run_id, by="bob", now=T0 + 60)
+    store.queue.approve(run_id, by="bob", now=T0 + 60)
 
     (run,) = rows(store, t.runs)
     assert (run.status, run.approved_by, run.approved_at) == ("queued", "bob", T0 + 60)
     assert rows(store, t.decisions)[0].status == "queued"
     with pytest.raises(RunStateError, match=f"run {run_id} is queued, not awaiting approval"):
-        store.approve(run_id, by="bob", now=T0 + 61)
+        store.queue.approve(run_id, by="bob", now=T0 + 61)
     with pytest.raises(UnknownRunError):
-        store.approve(run_id + 100, by="bob", now=T0 + 61)
-    claimed = store.claim_run("w", T0 + 62)
+        store.queue.approve(run_id + 100, by="bob", now=T0 + 61)
+    claimed = store.queue.claim("w", T0 + 62)
     assert claimed is not None
     assert claimed.id == run_id
 
@@ -582,7 +582,7 @@ def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
     assert decisions_of(resolved) == [("xid", "no_firing_run")]
     assert f"firing run {firing_id} was still awaiting approval" in resolved.decisions[0].reason
     with pytest.raises(RunStateError, match="is cancelled"):
-        store.approve(firing_id, by="bob", now=T0 + 120)
+        store.queue.approve(firing_id, by="bob", now=T0 + 120)
     again = ingest(engine, xid(make_alert, status="resolved"), at=T0 + 120)
     assert decisions_of(again) == [("xid", "no_firing_run")]
     assert f"firing run {firing_id} was cancelled" in again.decisions[0].reason
@@ -608,7 +608,7 @@ def test_resolving_after_approval_does_not_cancel_the_firing_run(
 ) -> None:
     engine = make_engine(playbook(mode="approve"))
     firing_id = ingest(engine, xid(make_alert), at=T0).decisions[0].run_id
-    store.approve(firing_id, by="bob", now=T0 + 10)
+    store.queue.approve(firing_id, by="bob", now=T0 + 10)
 
     ingest(engine, xid(make_alert, status="resolved"), at=T0 + 60)
 
@@ -641,7 +641,7 @@ def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
     assert rows(store, t.steps) == []
     assert rows(store, t.decisions)[0].status == "rejected"
     assert result.runs_queued == 0
-    assert store.claim_run("w", T0) is None
+    assert store.queue.claim("w", T0) is None
 
 
 @EVERY_DATABASE
@@ -661,7 +661,7 @@ def test_a_paused_decision_wins_over_a_render_error(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, ingest: Ingest
 ) -> None:
     engine = make_engine(playbook(steps=[{"action": "log", "with": {"message": "{{ labels.absent }}"}}]))
-    store.set_paused(True, by="", reason="", now=T0)
+    store.pause.set(True, by="", reason="", now=T0)
 
     result = ingest(engine, xid(make_alert), at=T0)
 
@@ -726,7 +726,7 @@ def test_preview_reads_the_pause(
     store: Store, make_engine: MakeEngine, make_alert: MakeAlert, make_notification: Any
 ) -> None:
     engine = make_engine(playbook())
-    store.set_paused(True, by="carol", reason="", now=T0)
+    store.pause.set(True, by="carol", reason="", now=T0)
 
     (judged,) = engine.preview(parse_notification(make_notification(xid(make_alert))), now=T0)
 
@@ -872,7 +872,7 @@ def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted
 ) -> None:
     engine = make_engine(playbook(), playbook("held", mode="approve"))
     ingest(engine, xid(make_alert), at=T0)
-    store.approve(2, by="alice", now=T0 + 1)  # run 2: "held" for S1, approved, so it acts
+    store.queue.approve(2, by="alice", now=T0 + 1)  # run 2: "held" for S1, approved, so it acts
     ingest(engine, xid(make_alert, starts_at=S2), at=T0 + 2 * HOUR)  # xid acts; held waits for approval
     ingest(engine, xid(make_alert, status="resolved", starts_at=S2), at=T0 + 2 * HOUR + 1)
 

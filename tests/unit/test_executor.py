@@ -505,13 +505,13 @@ def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_s
         make_alert,
         playbook({**step("test.broken"), "continue_on_error": True}, step("test.once", note="runs")),
     )
-    claimed = store.claim_run("other:1", T0)
+    claimed = store.queue.claim("other:1", T0)
     assert claimed is not None and claimed.id == run_id
-    (broken, _) = store.steps_of(run_id)
+    (broken, _) = store.queue.steps_of(run_id)
     start_attempt(store, claimed.lease, broken.id, 1, T0)
     failed = StepEnd(broken.id, StepStatus.FAILED, error="permission denied")
     store.queue.record(RunWrite(claimed.lease, ends=(failed,)), T0)
-    store.requeue_claims(store.running_claims(), now=T0, own=True)
+    store.queue.requeue_claims(store.queue.running_claims(), now=T0, own=True)
 
     executor.drain()
 
@@ -769,12 +769,12 @@ def test_on_resolved_steps_run_after_the_firing_run(
 
 def crash_during_first_step(store: Store, run_id: int) -> None:
     """What a killed executor leaves behind: a claimed run and a step with an open attempt."""
-    claimed = store.claim_run("crashed-host:1", T0)
+    claimed = store.queue.claim("crashed-host:1", T0)
     assert claimed is not None
     assert claimed.id == run_id
-    (first, *_) = store.steps_of(run_id)
+    (first, *_) = store.queue.steps_of(run_id)
     start_attempt(store, claimed.lease, first.id, 1, T0 + 1, plan={"would": "something"})
-    assert store.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
+    assert store.queue.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
 
 
 @EVERY_DATABASE
@@ -837,14 +837,14 @@ def test_steps_finished_before_a_crash_are_not_run_again(
     make_alert: MakeAlert,
 ) -> None:
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once", note="done"), step("test.again")))
-    claimed = store.claim_run("crashed-host:1", T0)
+    claimed = store.queue.claim("crashed-host:1", T0)
     assert claimed is not None
-    done, running = store.steps_of(run_id)
+    done, running = store.queue.steps_of(run_id)
     store.queue.record(
         RunWrite(claimed.lease, ends=(StepEnd(done.id, StepStatus.SUCCEEDED, {"already": True}),)), T0 + 1
     )
     start_attempt(store, claimed.lease, running.id, 1, T0 + 2)
-    store.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
+    store.queue.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
 
     executor.drain()
 
@@ -862,9 +862,9 @@ def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
     dead_owner = f"{socket.gethostname()}:{int(child.stdout)}"
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    assert store.claim_run(dead_owner, time.time()) is not None
+    assert store.queue.claim(dead_owner, time.time()) is not None
     alive = queue(make_engine, ingest, make_alert, playbook(step("test.again"), name="other"))
-    assert store.claim_run(f"{socket.gethostname()}:1", time.time()) is not None  # pid 1 lives
+    assert store.queue.claim(f"{socket.gethostname()}:1", time.time()) is not None  # pid 1 lives
 
     assert executor.recover() == [run_id]
     assert run_row(store, alive).status == "running"
@@ -954,12 +954,12 @@ def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken
     failing on a full disk) kept its run `running` forever. Now the lease decides, as for any other owner."""
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
     owner = f"{socket.gethostname()}:1"  # pid 1 lives
-    assert store.claim_run(owner, time.time()) is not None
+    assert store.queue.claim(owner, time.time()) is not None
     executor.stale_after = 0.3
 
     assert executor.recover() == []  # first seen now: watched for a lease from here
     time.sleep(0.2)
-    store.heartbeat([run_id], owner, time.time())  # renewed: alive and well
+    store.queue.heartbeat([run_id], owner, time.time())  # renewed: alive and well
     assert executor.recover() == []
     time.sleep(0.2)
     assert executor.recover() == []  # renewed less than a lease ago
@@ -976,7 +976,7 @@ def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
     newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert store.claim_run(f"{socket.gethostname()}:{newcomer.pid}", time.time() - 60) is not None
+        assert store.queue.claim(f"{socket.gethostname()}:{newcomer.pid}", time.time() - 60) is not None
 
         assert executor.recover() == [run_id]
     finally:
@@ -989,9 +989,9 @@ def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    assert store.claim_run("host:7", T0) is not None
+    assert store.queue.claim("host:7", T0) is not None
 
-    store.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
+    store.queue.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
 
     assert run_row(store, run_id).heartbeat_at > T0
 
@@ -1001,12 +1001,12 @@ def test_progress_writes_check_the_claim_and_its_generation(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    first = store.claim_run("host:7", T0)
+    first = store.queue.claim("host:7", T0)
     assert first is not None
-    (record,) = store.steps_of(run_id)
+    (record,) = store.queue.steps_of(run_id)
     start_attempt(store, first.lease, record.id, 1, T0 + 1)
-    store.requeue_claims(store.running_claims(), now=T0 + 2)
-    second = store.claim_run("host:7", T0 + 3)  # the same worker name, a new claim
+    store.queue.requeue_claims(store.queue.running_claims(), now=T0 + 2)
+    second = store.queue.claim("host:7", T0 + 3)  # the same worker name, a new claim
     assert second is not None
     assert second.generation == first.generation + 1
 

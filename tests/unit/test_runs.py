@@ -121,7 +121,7 @@ def test_no_bare_status_string_outside_runs() -> None:
         'if step.status == "interrupted": pass',
         'x = status in ("queued", "running")',
         'StepEnd(1, "succeeded")',
-        'store.finish_attempt(1, 2, "maybe_applied", None, 0)',
+        'store.queue.finish_attempt(1, 2, "maybe_applied", None, 0)',
         'q.values(status="skipped")',
         'row = {"status": "pending"}',
         'def fail(error, *, status="failed"): pass',

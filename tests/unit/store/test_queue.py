@@ -19,7 +19,7 @@ def test_claim_run_takes_the_oldest_queued_run_with_its_alert(
 ) -> None:
     run_ids = queue_runs(engine, ingest, make_alert, 3)
 
-    claimed = store.claim_run("host:1", T0 + 5)
+    claimed = store.queue.claim("host:1", T0 + 5)
 
     assert claimed is not None
     assert claimed.id == run_ids[0]
@@ -30,28 +30,28 @@ def test_claim_run_takes_the_oldest_queued_run_with_its_alert(
     run = one(store, t.runs, t.runs.c.id == claimed.id)
     assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "host:1", T0 + 5, T0 + 5)
     assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "running"
-    assert store.queue_depth() == {"queued": 2, "running": 1, "awaiting_approval": 0}
+    assert store.queue.queue_depth() == {"queued": 2, "running": 1, "awaiting_approval": 0}
 
 
 def test_oldest_queued_at_is_the_creation_of_the_first_run_still_queued(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
-    assert store.oldest_queued_at() is None
+    assert store.queue.oldest_queued_at() is None
     queue_runs(engine, ingest, make_alert, 1, at=T0)
     later = [make_alert("GpuXidError", labels={"Hostname": "node-late"})]
     ingest(engine, *later, at=T0 + 30)
-    assert store.oldest_queued_at() == T0
+    assert store.queue.oldest_queued_at() == T0
 
-    claimed = store.claim_run("host:1", T0 + 40)
+    claimed = store.queue.claim("host:1", T0 + 40)
 
     assert claimed is not None and claimed.started_at == T0 + 40
-    assert store.oldest_queued_at() == T0 + 30
-    assert store.claim_run("host:1", T0 + 41) is not None
-    assert store.oldest_queued_at() is None
+    assert store.queue.oldest_queued_at() == T0 + 30
+    assert store.queue.claim("host:1", T0 + 41) is not None
+    assert store.queue.oldest_queued_at() is None
 
 
 def test_claim_run_returns_none_when_nothing_is_queued(store: Store) -> None:
-    assert store.claim_run("w", T0) is None
+    assert store.queue.claim("w", T0) is None
 
 
 def test_claim_run_is_exclusive_across_stores_and_threads(
@@ -67,7 +67,7 @@ def test_claim_run_is_exclusive_across_stores_and_threads(
         got: list[int] = []
         try:
             start.wait()
-            while (claimed := mine.claim_run(name, T0)) is not None:
+            while (claimed := mine.queue.claim(name, T0)) is not None:
                 got.append(claimed.id)
         except BaseException as exc:  # reported below
             errors.append(exc)
@@ -95,16 +95,16 @@ def test_a_resolved_run_waits_until_its_firing_run_is_final(
 ) -> None:
     alert = make_alert("GpuXidError", labels={"Hostname": "node-a"})
     (firing_id,) = [d.run_id for d in ingest(engine, alert, at=T0).decisions]
-    firing = store.claim_run("w", T0 + 1)
+    firing = store.queue.claim("w", T0 + 1)
     assert firing is not None
     assert firing.id == firing_id
     resolved = make_alert("GpuXidError", labels={"Hostname": "node-a"}, status="resolved")
     (resolved_id,) = [d.run_id for d in ingest(engine, resolved, at=T0 + 2).decisions]
 
-    assert store.claim_run("w", T0 + 3) is None  # firing run still running
+    assert store.queue.claim("w", T0 + 3) is None  # firing run still running
 
     store.queue.record(RunWrite(firing.lease, run_end=RunEnd(firing_id, RunStatus.SUCCEEDED)), T0 + 4)
-    claimed = store.claim_run("w", T0 + 5)
+    claimed = store.queue.claim("w", T0 + 5)
     assert claimed is not None
     assert (claimed.id, claimed.phase) == (resolved_id, "resolved")
     assert claimed.alert_context["status"] == "resolved"
@@ -116,34 +116,34 @@ def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(
     ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
     ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}, status="resolved"), at=T0 + 1)
 
-    first = store.claim_run("w", T0 + 2)
+    first = store.queue.claim("w", T0 + 2)
     assert first is not None
     assert first.phase == "firing"
-    assert store.claim_run("w", T0 + 3) is None
+    assert store.queue.claim("w", T0 + 3) is None
 
 
 def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     queue_runs(engine, ingest, make_alert, 2)
-    claimed = store.claim_run("deadhost:123", T0)
+    claimed = store.queue.claim("deadhost:123", T0)
     assert claimed is not None
-    first, second = store.steps_of(claimed.id)
+    first, second = store.queue.steps_of(claimed.id)
     store.queue.record(RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, {}),)), T0 + 1)
     start_attempt(store, claimed.lease, second.id, 1, T0 + 2)
 
-    recovered = store.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
+    recovered = store.queue.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
 
     assert recovered == [claimed.id]
     run = one(store, t.runs, t.runs.c.id == claimed.id)
     assert (run.status, run.claimed_by) == ("queued", None)
     assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "queued"
-    steps = store.steps_of(claimed.id)
+    steps = store.queue.steps_of(claimed.id)
     assert [s.status for s in steps] == ["succeeded", "interrupted"]
     assert one(store, t.steps, t.steps.c.id == second.id).error == "the executor stopped while this step was running"
     (attempt,) = all_rows(store, t.attempts, t.attempts.c.step_id == second.id)
     assert (attempt.outcome, attempt.finished_at) == ("interrupted", T0 + 3)
-    again = store.claim_run("new:1", T0 + 4)
+    again = store.queue.claim("new:1", T0 + 4)
     assert again is not None
     assert again.id == claimed.id
 
@@ -152,14 +152,14 @@ def test_recover_stale_leaves_live_runs_alone_and_takes_silent_ones(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     queue_runs(engine, ingest, make_alert, 2)
-    quiet = store.claim_run("a:1", T0)
-    lively = store.claim_run("b:2", T0)
+    quiet = store.queue.claim("a:1", T0)
+    lively = store.queue.claim("b:2", T0)
     assert quiet is not None
     assert lively is not None
-    store.heartbeat([lively.id], "b:2", T0 + 100)
+    store.queue.heartbeat([lively.id], "b:2", T0 + 100)
 
-    assert store.recover_stale(now=T0 + 30, stale_after=60, is_dead=lambda owner: False) == []
-    assert store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == [quiet.id]
+    assert store.queue.recover_stale(now=T0 + 30, stale_after=60, is_dead=lambda owner: False) == []
+    assert store.queue.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == [quiet.id]
     assert one(store, t.runs, t.runs.c.id == lively.id).status == "running"
 
 
@@ -167,13 +167,13 @@ def test_heartbeat_only_touches_the_claimers_own_runs(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     queue_runs(engine, ingest, make_alert, 2)
-    mine = store.claim_run("me:1", T0)
-    theirs = store.claim_run("them:2", T0)
+    mine = store.queue.claim("me:1", T0)
+    theirs = store.queue.claim("them:2", T0)
     assert mine is not None
     assert theirs is not None
 
-    store.heartbeat([mine.id, theirs.id], "me:1", T0 + 50)
-    store.heartbeat([], "me:1", T0 + 60)
+    store.queue.heartbeat([mine.id, theirs.id], "me:1", T0 + 50)
+    store.queue.heartbeat([], "me:1", T0 + 60)
 
     assert one(store, t.runs, t.runs.c.id == mine.id).heartbeat_at == T0 + 50
     assert one(store, t.runs, t.runs.c.id == theirs.id).heartbeat_at == T0
