@@ -4,13 +4,16 @@ Who calls it: the engine (ingest, inside one write transaction per notification)
 runs, record steps and attempts, recover after a crash), the HTTP server and the CLI (history, run
 details, approve, pause), the agent (its action memory). One concept per module:
 
-  facade.py       Store: the backend-neutral object everyone holds; thin methods over the modules below
+  facade.py       Store: the object everyone holds: the database's doors, and one object per concept below
+                  (store.queue, store.leases, store.ingest, store.history, ...), which callers use directly
   database.py     Database: engine, write()/read() transactions, schema upgrades, health checks
   dialect.py      Dialect: what differs between databases (a server database's behaviour by default)
   sqlite.py       SQLite: engine and pragmas, BEGIN IMMEDIATE and its busy timeout, file modes and identity
   postgres.py     PostgreSQL: bounded pool, connect timeout, advisory locks (schema; guard keys across replicas)
   ingest.py       GuardReader / IngestWriter: the engine's reads and typed inserts in one transaction
-  queue.py        RunQueue: claim, steps, attempts, lease, run end, recovery, approval, queue depth
+  queue.py        RunQueue: the head and its claim, a run's progress under its lease, approval, queue depth
+  leases.py       Leases: heartbeats, the lease check, recovery (requeue runs whose executor died or handed back)
+  writes.py       a RunWrite's statements and the lease check, in the caller's transaction
   announcements.py Announcements: take a run awaiting approval to announce in chat (once), its outcome
   pause.py        the pause flag
   history.py      HistoryQuery, cursors, typed history rows (the JSON shapes are remediate.history_api's)
@@ -48,10 +51,11 @@ from remediate.store.history import (
 from remediate.store.ingest import EmptyGuardReader, GuardReader, Ingest, IngestWriter
 from remediate.store.interface import GuardReads
 from remediate.store.ladders import Ladders
+from remediate.store.leases import EXECUTOR_STOPPED, Leases
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import Pause, PauseState
 from remediate.store.postgres import PostgresDialect
-from remediate.store.queue import EXECUTOR_STOPPED, RunQueue, worker_identity
+from remediate.store.queue import RunQueue, worker_identity
 from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import Pruner, PruneReport, Retention
 from remediate.store.rows import MAX_ID, dumps
@@ -80,6 +84,7 @@ __all__ = [
     "Ingest",
     "IngestWriter",
     "Ladders",
+    "Leases",
     "LoginThrottle",
     "MemoryStore",
     "Pause",

@@ -20,6 +20,7 @@ from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT
 from remediate.store.history import History
 from remediate.store.ingest import Ingest
 from remediate.store.ladders import Ladders
+from remediate.store.leases import Leases
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import Pause
 from remediate.store.queue import RunQueue
@@ -38,6 +39,7 @@ class Store:
         # The concept objects open their transactions through this object's write()/read(): every
         # transaction of the store passes one door, whichever object opens it.
         self.queue = RunQueue(self)
+        self.leases = Leases(self)
         self.announcements = Announcements(self, self.queue)
         self.ingest = Ingest(self, dialect)
         self.history = History(self, dialect)

@@ -24,7 +24,7 @@ from remediate.store.decision_time import stamp
 from remediate.store.dialect import Dialect
 from remediate.store.ladders import read_ladder, save_ladder
 from remediate.store.pause import PauseState, read_pause
-from remediate.store.queue import sync_decision_status
+from remediate.store.writes import sync_decision_status
 
 _EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
     t.runs.c.dedupe_key.in_(sa.bindparam("p_keys", expanding=True))

@@ -139,11 +139,11 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
         for replica in replicas:
             replica.start()
         assert long_step.entered.wait(scaled(10))
-        owner = store.queue.running_claims()[0].claimed_by
+        owner = store.leases.running_claims()[0].claimed_by
         beats: set[float] = set()
         deadline = time.monotonic() + 2.5 * LEASE + scaled(5)
         while time.monotonic() < deadline and run_json_of(store, run_id)["status"] == "running":
-            claims = store.queue.running_claims()
+            claims = store.leases.running_claims()
             beats.update(c.heartbeat_at for c in claims if c.heartbeat_at is not None)
             time.sleep(0.1)
         finished = run_json_of(store, run_id)
@@ -208,12 +208,12 @@ def test_recovery_leaves_a_run_whose_owner_renewed_its_lease_after_recovery_look
     look and the requeue (alive after all, only slow) keeps its run."""
     run_id = _queue_run(make_engine, ingest, make_alert)
     assert store.queue.claim("replica-a:7", T0) is not None
-    looked = store.queue.running_claims()
-    store.queue.heartbeat([run_id], "replica-a:7", T0 + 1)
+    looked = store.leases.running_claims()
+    store.leases.heartbeat([run_id], "replica-a:7", T0 + 1)
 
-    assert store.queue.requeue_claims(looked, now=T0 + 2) == []
+    assert store.leases.requeue_claims(looked, now=T0 + 2) == []
     assert run_json_of(store, run_id)["status"] == "running"
-    assert store.queue.requeue_claims(store.queue.running_claims(), now=T0 + 3) == [run_id]
+    assert store.leases.requeue_claims(store.leases.running_claims(), now=T0 + 3) == [run_id]
 
 
 def test_an_executor_claims_under_its_replica_name_and_records_it_on_every_attempt(

@@ -511,7 +511,7 @@ def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_s
     start_attempt(store, claimed.lease, broken.id, 1, T0)
     failed = StepEnd(broken.id, StepStatus.FAILED, error="permission denied")
     store.queue.record(RunWrite(claimed.lease, ends=(failed,)), T0)
-    store.queue.requeue_claims(store.queue.running_claims(), now=T0, own=True)
+    store.leases.requeue_claims(store.leases.running_claims(), now=T0, own=True)
 
     executor.drain()
 
@@ -774,7 +774,7 @@ def crash_during_first_step(store: Store, run_id: int) -> None:
     assert claimed.id == run_id
     (first, *_) = store.queue.steps_of(run_id)
     start_attempt(store, claimed.lease, first.id, 1, T0 + 1, plan={"would": "something"})
-    assert store.queue.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
+    assert store.leases.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
 
 
 @EVERY_DATABASE
@@ -844,7 +844,7 @@ def test_steps_finished_before_a_crash_are_not_run_again(
         RunWrite(claimed.lease, ends=(StepEnd(done.id, StepStatus.SUCCEEDED, {"already": True}),)), T0 + 1
     )
     start_attempt(store, claimed.lease, running.id, 1, T0 + 2)
-    store.queue.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
+    store.leases.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
 
     executor.drain()
 
@@ -959,7 +959,7 @@ def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken
 
     assert executor.recover() == []  # first seen now: watched for a lease from here
     time.sleep(0.2)
-    store.queue.heartbeat([run_id], owner, time.time())  # renewed: alive and well
+    store.leases.heartbeat([run_id], owner, time.time())  # renewed: alive and well
     assert executor.recover() == []
     time.sleep(0.2)
     assert executor.recover() == []  # renewed less than a lease ago
@@ -991,7 +991,7 @@ def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
     assert store.queue.claim("host:7", T0) is not None
 
-    store.queue.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
+    store.leases.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
 
     assert run_row(store, run_id).heartbeat_at > T0
 
@@ -1005,7 +1005,7 @@ def test_progress_writes_check_the_claim_and_its_generation(
     assert first is not None
     (record,) = store.queue.steps_of(run_id)
     start_attempt(store, first.lease, record.id, 1, T0 + 1)
-    store.queue.requeue_claims(store.queue.running_claims(), now=T0 + 2)
+    store.leases.requeue_claims(store.leases.running_claims(), now=T0 + 2)
     second = store.queue.claim("host:7", T0 + 3)  # the same worker name, a new claim
     assert second is not None
     assert second.generation == first.generation + 1

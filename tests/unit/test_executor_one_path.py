@@ -267,9 +267,9 @@ def test_a_crash_during_the_first_step_leaves_the_attempt_its_claim_started_inte
     actions[action].during = None
 
     # Recovery after the process died: its claim is taken over, what was in flight is `interrupted`.
-    claims = store.queue.running_claims()
+    claims = store.leases.running_claims()
     assert [c.id for c in claims] == [run_id]
-    assert store.queue.requeue_claims(claims, now=T0 + 1, own=True) == [run_id]
+    assert store.leases.requeue_claims(claims, now=T0 + 1, own=True) == [run_id]
     (detail,) = step_details(store, run_id)
     assert (detail["status"], detail["plan"], [a["outcome"] for a in detail["attempts"]]) == (
         "interrupted",

@@ -135,7 +135,7 @@ def test_a_run_approved_between_the_look_and_the_take_is_not_taken_the_next_one_
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     first, second = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b")
-    store.announcements._tx = _ApprovedInBetween(store, first)
+    store.announcements.tx = _ApprovedInBetween(store, first)
 
     taken = store.announcements.take(T0 + 5, CHAT)
 

@@ -217,15 +217,15 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
     assert first is not None
     step, _ = store.queue.steps_of(run_id)
     start_attempt(store, first.lease, step.id, 1, T0 + 1)
-    assert store.queue.requeue_claims([RunningClaim(run_id, "host:7", 0, T0)], now=T0 + 2) == []  # another generation
-    assert store.queue.requeue_claims(store.queue.running_claims(), now=T0 + 2) == [run_id]
+    assert store.leases.requeue_claims([RunningClaim(run_id, "host:7", 0, T0)], now=T0 + 2) == []  # another generation
+    assert store.leases.requeue_claims(store.leases.running_claims(), now=T0 + 2) == [run_id]
     second = store.queue.claim("host:7", T0 + 3)
     assert second is not None and second.generation == 2
     before = (rows(store, "steps"), rows(store, "attempts"), rows(store, "runs"))
 
     stale = first.lease
     writes: list[Callable[[], object]] = [
-        lambda: store.queue.check_lease(stale, T0 + 4),
+        lambda: store.leases.check(stale, T0 + 4),
         lambda: start_attempt(store, stale, step.id, 2, T0 + 4, plan={"p": 1}),
         lambda: store.queue.finish_attempt(step.id, 1, AttemptOutcome.FAILED, "x", T0 + 4, lease=stale),
         lambda: store.queue.record(
@@ -238,14 +238,14 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
             ),
             T0 + 4,
         ),
-        lambda: store.queue.check_lease(RunLease(run_id, "host:8", 2), T0 + 4),
+        lambda: store.leases.check(RunLease(run_id, "host:8", 2), T0 + 4),
     ]
     for write in writes:
         with pytest.raises(ClaimLostError, match=f"run {run_id} is no longer claimed by"):
             write()
 
     assert (rows(store, "steps"), rows(store, "attempts"), rows(store, "runs")) == before
-    store.queue.check_lease(second.lease, T0 + 2)  # holds; the heartbeat moves on, never back
+    store.leases.check(second.lease, T0 + 2)  # holds; the heartbeat moves on, never back
     assert rows(store, "runs")[0].heartbeat_at == T0 + 3.001
 
 
@@ -260,13 +260,13 @@ def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_
     assert first is not None
     step, _ = store.queue.steps_of(run_id)
     start_attempt(store, first.lease, step.id, 1, T0 + 1)
-    looked = store.queue.running_claims()
-    store.queue.heartbeat([run_id], "replica-a:7", T0 + 2)  # alive after all
+    looked = store.leases.running_claims()
+    store.leases.heartbeat([run_id], "replica-a:7", T0 + 2)  # alive after all
 
-    assert store.queue.requeue_claims(looked, now=T0 + 3) == []
+    assert store.leases.requeue_claims(looked, now=T0 + 3) == []
     assert rows(store, "runs")[0].status == "running"
     # The owner handing back its own claim (after a store outage): its own heartbeats do not count.
-    assert store.queue.requeue_claims(looked, now=T0 + 4, own=True) == [run_id]
+    assert store.leases.requeue_claims(looked, now=T0 + 4, own=True) == [run_id]
     second = store.queue.claim("replica-b:9", T0 + 5)
     assert second is not None
     start_attempt(store, second.lease, step.id, 2, T0 + 6)
@@ -293,7 +293,7 @@ def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_r
         claims.append(RunningClaim(run_id, "replica-a:7", claimed.generation, None))
     sent = StepEnd(store.queue.steps_of(ran)[0].id, StepStatus.SUCCEEDED, {"sent": True}, attempt=1)
 
-    requeued = store.queue.requeue_claims(claims, now=T0 + 2, own=True, ends={ran: sent}, why="the store failed")
+    requeued = store.leases.requeue_claims(claims, now=T0 + 2, own=True, ends={ran: sent}, why="the store failed")
 
     assert sorted(requeued) == [ran, flying]
     done, later = store.queue.steps_of(ran)
@@ -382,9 +382,9 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
         assert claimed is not None
         step = store.queue.steps_of(claimed.id)[0]
         start_attempt(store, claimed.lease, step.id, 1, at)  # its lease check moves the heartbeat on
-    store.queue.heartbeat([dead, silent, alive], "alive:1", T0 + 110)  # only alive:1's own run
+    store.leases.heartbeat([dead, silent, alive], "alive:1", T0 + 110)  # only alive:1's own run
 
-    recovered = store.queue.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: owner == "dead:1")
+    recovered = store.leases.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: owner == "dead:1")
 
     assert recovered == [dead, silent]
     assert [(r.status, r.claimed_by, r.heartbeat_at) for r in rows(store, "runs")] == [
@@ -399,8 +399,8 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
         ("interrupted", T0 + 120), ("interrupted", T0 + 120), (None, None),
     ]  # fmt: skip
     assert [d.status for d in rows(store, "decisions")] == ["queued", "queued", "running"]
-    assert store.queue.running_claims() == [RunningClaim(alive, "alive:1", 1, T0 + 110)]
-    assert store.queue.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == []
+    assert store.leases.running_claims() == [RunningClaim(alive, "alive:1", 1, T0 + 110)]
+    assert store.leases.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == []
 
 
 @EVERY_DATABASE
@@ -410,9 +410,9 @@ def test_a_heartbeat_never_goes_backwards(
     run_id = queue(make_engine(playbook()), ingest, make_alert)
     assert store.queue.claim("host:7", T0) is not None
 
-    store.queue.heartbeat([run_id], "host:7", T0 - 600)
-    store.queue.heartbeat([run_id], "host:8", T0 + 600)  # not its owner
-    store.queue.heartbeat([], "host:7", T0 + 600)
+    store.leases.heartbeat([run_id], "host:7", T0 - 600)
+    store.leases.heartbeat([run_id], "host:8", T0 + 600)  # not its owner
+    store.leases.heartbeat([], "host:7", T0 + 600)
 
     assert rows(store, "runs")[0].heartbeat_at == T0 + 0.001
 
@@ -463,11 +463,11 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
 @EVERY_DATABASE
 def test_writes_to_rows_that_do_not_exist(store: Store) -> None:
     # An UPDATE of no row changes nothing; a read of the one row a write needs fails.
-    assert store.queue.requeue_claims([RunningClaim(99, "w", 1, T0)], now=T0) == []
+    assert store.leases.requeue_claims([RunningClaim(99, "w", 1, T0)], now=T0) == []
     with pytest.raises(sa.exc.NoResultFound):
         store.queue.settle_pending(99, {}, "note", T0)
     with pytest.raises(ClaimLostError):
-        store.queue.check_lease(RunLease(99, "w", 1), T0)
+        store.leases.check(RunLease(99, "w", 1), T0)
     assert store.queue.steps_of(99) == [] and rows(store, "runs") == [] and rows(store, "attempts") == []
 
 

@@ -132,7 +132,7 @@ def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(
     store.queue.record(RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, {}),)), T0 + 1)
     start_attempt(store, claimed.lease, second.id, 1, T0 + 2)
 
-    recovered = store.queue.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
+    recovered = store.leases.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
 
     assert recovered == [claimed.id]
     run = one(store, t.runs, t.runs.c.id == claimed.id)
@@ -156,10 +156,10 @@ def test_recover_stale_leaves_live_runs_alone_and_takes_silent_ones(
     lively = store.queue.claim("b:2", T0)
     assert quiet is not None
     assert lively is not None
-    store.queue.heartbeat([lively.id], "b:2", T0 + 100)
+    store.leases.heartbeat([lively.id], "b:2", T0 + 100)
 
-    assert store.queue.recover_stale(now=T0 + 30, stale_after=60, is_dead=lambda owner: False) == []
-    assert store.queue.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == [quiet.id]
+    assert store.leases.recover_stale(now=T0 + 30, stale_after=60, is_dead=lambda owner: False) == []
+    assert store.leases.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == [quiet.id]
     assert one(store, t.runs, t.runs.c.id == lively.id).status == "running"
 
 
@@ -172,8 +172,8 @@ def test_heartbeat_only_touches_the_claimers_own_runs(
     assert mine is not None
     assert theirs is not None
 
-    store.queue.heartbeat([mine.id, theirs.id], "me:1", T0 + 50)
-    store.queue.heartbeat([], "me:1", T0 + 60)
+    store.leases.heartbeat([mine.id, theirs.id], "me:1", T0 + 50)
+    store.leases.heartbeat([], "me:1", T0 + 60)
 
     assert one(store, t.runs, t.runs.c.id == mine.id).heartbeat_at == T0 + 50
     assert one(store, t.runs, t.runs.c.id == theirs.id).heartbeat_at == T0

@@ -363,7 +363,9 @@ def test_prune_refuses_a_batch_size_below_one_and_a_negative_age(store: Store) -
 def test_the_pruner_prunes_periodically_and_logs_one_line(store: Store, caplog: pytest.LogCaptureFixture) -> None:
     fill(store, 30, T0)
     clock = [NOW]
-    pruner = Pruner(store.retention.prune, KEEP, every=0.05, first_after=0.0, batch_size=10, pause=0.0, clock=lambda: clock[0])
+    pruner = Pruner(
+        store.retention.prune, KEEP, every=0.05, first_after=0.0, batch_size=10, pause=0.0, clock=lambda: clock[0]
+    )
     caplog.set_level("INFO", logger="remediate.retention")
     pruner.start()
     try:
