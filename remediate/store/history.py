@@ -157,6 +157,14 @@ class RunDetail(NamedTuple):
     """Why that message was not (or not surely) sent; None when it was, or when none was due."""
 
 
+# The columns a RunDetail (an AlertDetail) takes as they are stored.
+_RUN_DETAIL_COLUMNS = (
+    "id", "playbook", "alertname", "target", "phase", "mode", "status", "created_at", "started_at", "finished_at",
+    "approved_by", "approved_at", "error", "superseded_by", "rung", "announced_at", "announce_error",
+)  # fmt: skip
+_ALERT_DETAIL_COLUMNS = ("id", "notification_id", "fingerprint", "status", "starts_at", "ends_at", "generator_url")
+
+
 def history_page(
     conn: sa.Connection, query: HistoryQuery, *, time_follows_id: bool = False
 ) -> tuple[list[HistoryEntry], str | None]:
@@ -242,32 +250,13 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
             AttemptDetail(a.number, a.started_at, a.finished_at, a.outcome, a.error, a.worker)
         )
     return RunDetail(
-        id=run.id,
-        playbook=run.playbook,
-        alertname=run.alertname,
-        target=run.target,
-        phase=run.phase,
-        mode=run.mode,
-        status=run.status,
-        created_at=run.created_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        approved_by=run.approved_by,
-        approved_at=run.approved_at,
-        error=run.error,
+        **{c: run._mapping[c] for c in _RUN_DETAIL_COLUMNS},
         rerunnable=bool(run.rerunnable),
-        superseded_by=run.superseded_by,
         decision=None if decision is None else DecisionSummary(decision.decision, decision.reason),
         alert=AlertDetail(
-            id=alert.id,
-            notification_id=alert.notification_id,
-            fingerprint=alert.fingerprint,
-            status=alert.status,
-            starts_at=alert.starts_at,
-            ends_at=alert.ends_at,
+            **{c: alert._mapping[c] for c in _ALERT_DETAIL_COLUMNS},
             labels=json.loads(alert.labels),
             annotations=json.loads(alert.annotations),
-            generator_url=alert.generator_url,
         ),
         steps=[
             StepDetail(
@@ -290,9 +279,6 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
             )
             for s in step_rows
         ],
-        rung=run.rung,
-        announced_at=run.announced_at,
-        announce_error=run.announce_error,
     )
 
 

@@ -43,6 +43,7 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.runs import FINAL_RUN_STATUSES, RunStatus
+from remediate.store.checkpoints import Periodic
 from remediate.store.database import Database, Transactions
 
 DEFAULT_BATCH_SIZE = 500
@@ -299,7 +300,7 @@ def _candidates(
 
 
 @dataclass
-class Pruner:
+class Pruner(Periodic):
     """Prunes a store every `every` seconds in a thread of its own (the server's executor process).
 
     `keep` seconds of history stay; small batches with a pause between them, so ingest never waits
@@ -316,16 +317,7 @@ class Pruner:
     log: Any = field(default_factory=lambda: logging.getLogger("remediate.retention"))
     stopping: threading.Event = field(default_factory=threading.Event)
     reports: list[PruneReport] = field(default_factory=list)
-    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="remediate-prune", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self.stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    thread_name = "remediate-prune"
 
     def prune_once(self) -> PruneReport:
         report = self.prune(
