@@ -16,7 +16,6 @@ import sqlalchemy as sa
 from remediate.store.announcements import Announcements
 from remediate.store.breaker_rows import BreakerLedger
 from remediate.store.database import Database
-from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT
 from remediate.store.history import History
 from remediate.store.ingest import Ingest
 from remediate.store.ladders import Ladders
@@ -31,11 +30,11 @@ from remediate.store.ui_sessions import UiSessions
 class Store:
     """The audit history and the durable run queue of one database."""
 
-    def __init__(self, engine: sa.Engine | Database, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
-        """On an engine or an opened Database (`Store.open`)."""
-        self.database = engine if isinstance(engine, Database) else Database(engine, busy_timeout=busy_timeout)
-        self.engine = self.database.engine
-        dialect = self.database.dialect
+    def __init__(self, database: Database) -> None:
+        """On an opened Database (`Store.open`)."""
+        self.database = database
+        self.engine = database.engine
+        dialect = database.dialect
         # The concept objects open their transactions through this object's write()/read(): every
         # transaction of the store passes one door, whichever object opens it.
         self.queue = RunQueue(self)
@@ -54,10 +53,6 @@ class Store:
     def open(cls, url: str, **options: Any) -> Store:
         """Open (and by default create or upgrade) the database: `Database.open` with its options."""
         return cls(Database.open(url, **options))
-
-    def upgrade(self) -> int:
-        """Create or upgrade the schema to SCHEMA_VERSION; returns the version found before."""
-        return self.database.upgrade()
 
     def schema_version(self) -> int:
         return self.database.schema_version()

@@ -1,4 +1,4 @@
-"""remediate.store.queue: claiming, the order of runs, their end, attempts, recovery and heartbeats."""
+"""remediate.store.queue and leases: claiming, the order of runs, recovery of a run whose executor died."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 from remediate import schema as t
 from remediate.engine import Engine
-from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
+from remediate.runs import RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from tests.support.stores import EVERY_DATABASE, start_attempt
 from tests.unit.store.support import T0, Ingest, MakeAlert, all_rows, one, queue_runs
@@ -90,26 +90,6 @@ def test_claim_run_is_exclusive_across_stores_and_threads(
             assert one(store, t.runs, t.runs.c.id == run_id).claimed_by == name
 
 
-def test_a_resolved_run_waits_until_its_firing_run_is_final(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    alert = make_alert("GpuXidError", labels={"Hostname": "node-a"})
-    (firing_id,) = [d.run_id for d in ingest(engine, alert, at=T0).decisions]
-    firing = store.queue.claim("w", T0 + 1)
-    assert firing is not None
-    assert firing.id == firing_id
-    resolved = make_alert("GpuXidError", labels={"Hostname": "node-a"}, status="resolved")
-    (resolved_id,) = [d.run_id for d in ingest(engine, resolved, at=T0 + 2).decisions]
-
-    assert store.queue.claim("w", T0 + 3) is None  # firing run still running
-
-    store.queue.record(RunWrite(firing.lease, run_end=RunEnd(firing_id, RunStatus.SUCCEEDED)), T0 + 4)
-    claimed = store.queue.claim("w", T0 + 5)
-    assert claimed is not None
-    assert (claimed.id, claimed.phase) == (resolved_id, "resolved")
-    assert claimed.alert_context["status"] == "resolved"
-
-
 def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
@@ -146,34 +126,3 @@ def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(
     again = store.queue.claim("new:1", T0 + 4)
     assert again is not None
     assert again.id == claimed.id
-
-
-def test_recover_stale_leaves_live_runs_alone_and_takes_silent_ones(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 2)
-    quiet = store.queue.claim("a:1", T0)
-    lively = store.queue.claim("b:2", T0)
-    assert quiet is not None
-    assert lively is not None
-    store.leases.heartbeat([lively.id], "b:2", T0 + 100)
-
-    assert store.leases.recover_stale(now=T0 + 30, stale_after=60, is_dead=lambda owner: False) == []
-    assert store.leases.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == [quiet.id]
-    assert one(store, t.runs, t.runs.c.id == lively.id).status == "running"
-
-
-def test_heartbeat_only_touches_the_claimers_own_runs(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 2)
-    mine = store.queue.claim("me:1", T0)
-    theirs = store.queue.claim("them:2", T0)
-    assert mine is not None
-    assert theirs is not None
-
-    store.leases.heartbeat([mine.id, theirs.id], "me:1", T0 + 50)
-    store.leases.heartbeat([], "me:1", T0 + 60)
-
-    assert one(store, t.runs, t.runs.c.id == mine.id).heartbeat_at == T0 + 50
-    assert one(store, t.runs, t.runs.c.id == theirs.id).heartbeat_at == T0
