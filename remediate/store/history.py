@@ -323,25 +323,9 @@ def run_links(conn: sa.Connection, run_id: int) -> RunLinks:
     return RunLinks(None, [r.id for r in others if r.phase == "resolved"])
 
 
-_COUNTED_TABLES = (
-    ("notifications", t.notifications),
-    ("alerts", t.alerts),
-    ("decisions", t.decisions),
-    ("runs", t.runs),
-    ("steps", t.steps),
-)
-
-
-def counts(conn: sa.Connection) -> dict[str, int]:
-    return {
-        name: int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
-        for name, table in _COUNTED_TABLES
-    }
-
-
 @dataclass
 class History:
-    """The audit history of a store (`Store.history`), read: pages, one run, the table counts, the report."""
+    """The audit history of a store (`Store.history`), read: pages, one run and its links, the report."""
 
     tx: Transactions
     dialect: Dialect
@@ -360,10 +344,6 @@ class History:
         """A run's firing run (when it is a resolved one) and its resolved runs (when it is a firing one)."""
         with self.tx.read() as conn:
             return run_links(conn, run_id)
-
-    def counts(self) -> dict[str, int]:
-        with self.tx.read() as conn:
-            return counts(conn)
 
     def report(self, query: ReportQuery) -> Report:
         """The reliability figures of a window (store.report): incidents, remediations by rung, MTTR, held nodes."""

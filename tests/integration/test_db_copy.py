@@ -33,6 +33,7 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
 from tests.support.postgres import PostgresCluster
 from tests.support.store_json import history_json_of, run_json_of
+from tests.support.stores import table_counts
 from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,7 +155,7 @@ def views(url: str) -> dict[str, Any]:
         return {
             "history": entries,
             "runs": [run_json_of(store, run_id) for run_id in run_ids],
-            "counts": store.history.counts(),
+            "counts": table_counts(store),
             "pause": store.pause.state(),
             "breaker": store.breaker.state(),
             "schema_version": store.schema_version(),

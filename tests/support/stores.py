@@ -12,6 +12,7 @@ file, the agent's state file; PostgreSQL: the pool bound, a server stopped and s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -42,6 +43,15 @@ def rows(store: Store, table: str, **equal: Any) -> list[Any]:
     statement = sa.select(t.metadata.tables[table]).where(*(columns[k] == v for k, v in equal.items()))
     with store.read() as conn:
         return list(conn.execute(statement.order_by(columns.id)).all())
+
+
+def table_counts(store: Store, tables: Iterable[str] | None = None) -> dict[str, int]:
+    """The rows of `tables` (every table of the schema by default), by table."""
+    with store.read() as conn:
+        return {
+            name: conn.execute(sa.select(sa.func.count()).select_from(t.metadata.tables[name])).scalar_one()
+            for name in (t.metadata.tables if tables is None else tables)
+        }
 
 
 def step_details(store: Store, run_id: int) -> list[dict[str, Any]]:

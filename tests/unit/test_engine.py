@@ -17,7 +17,7 @@ from remediate.engine import INGEST_ATTEMPTS, Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, StoreConflict, UnknownRunError
 from remediate.runs import Decision
 from remediate.store import Store
-from tests.support.stores import EVERY_DATABASE
+from tests.support.stores import EVERY_DATABASE, table_counts
 from tests.support.stores import rows as table_rows
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -45,15 +45,6 @@ def playbook(name: str = "xid", **changes: Any) -> dict[str, Any]:
 
 def rows(store: Store, table: sa.Table, **equal: Any) -> list[Any]:
     return table_rows(store, table.name, **equal)
-
-
-def table_counts(store: Store) -> dict[str, int]:
-    """Rows in every table of the schema."""
-    with store.read() as conn:
-        return {
-            name: conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
-            for name, table in t.metadata.tables.items()
-        }
 
 
 def decisions_of(result: IngestResult) -> list[tuple[str | None, str]]:

@@ -19,7 +19,7 @@ from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from remediate.store.retention import Pruner, PruneReport
 from tests.support.retention import fill
-from tests.support.stores import EVERY_DATABASE, start_attempt
+from tests.support.stores import EVERY_DATABASE, start_attempt, table_counts
 from tests.support.waiting import scaled
 
 T0 = 1_767_225_600.0
@@ -40,14 +40,6 @@ XID = {
     "on_resolved": [{"action": "log", "with": {"message": "undo"}}],
 }
 GATED = {**XID, "name": "gated", "match": {"alertname": "NeedsApproval"}, "mode": "approve"}
-
-
-def counts(store: Store) -> dict[str, int]:
-    with store.read() as conn:
-        return {
-            name: int(conn.execute(sa.select(sa.func.count()).select_from(t.metadata.tables[name])).scalar_one())
-            for name in PruneReport.TABLES
-        }
 
 
 def ids(store: Store, table: str) -> list[int]:
@@ -135,11 +127,11 @@ def test_prune_deletes_old_finished_history_and_keeps_what_is_unfinished_recent_
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     h = build_history(store, make_engine, ingest, make_alert)
-    before = counts(store)
+    before = table_counts(store, PruneReport.TABLES)
     all_runs = run_ids(store)
 
     dry = store.retention.prune(KEEP, now=NOW, dry_run=True)
-    assert counts(store) == before, "a dry run deletes nothing"
+    assert table_counts(store, PruneReport.TABLES) == before, "a dry run deletes nothing"
     report = store.retention.prune(KEEP, now=NOW)
 
     assert dry.counts() == report.counts() and dry.dry_run and not report.dry_run
@@ -163,12 +155,12 @@ def test_prune_deletes_old_finished_history_and_keeps_what_is_unfinished_recent_
     assert {h.resent_notification, h.mixed_notification, h.recent_unmatched} <= notifications
     assert open_claims == ["node-y"]
     assert report.counts() == {
-        "notifications": before["notifications"] - counts(store)["notifications"],
-        "alerts": before["alerts"] - counts(store)["alerts"],
-        "decisions": before["decisions"] - counts(store)["decisions"],
+        "notifications": before["notifications"] - table_counts(store, PruneReport.TABLES)["notifications"],
+        "alerts": before["alerts"] - table_counts(store, PruneReport.TABLES)["alerts"],
+        "decisions": before["decisions"] - table_counts(store, PruneReport.TABLES)["decisions"],
         "runs": len(pruned_runs),
-        "steps": before["steps"] - counts(store)["steps"],
-        "attempts": before["attempts"] - counts(store)["attempts"],
+        "steps": before["steps"] - table_counts(store, PruneReport.TABLES)["steps"],
+        "attempts": before["attempts"] - table_counts(store, PruneReport.TABLES)["attempts"],
         "breaker_claims": 1,
     }
     # node-a's run and its duplicate's notifications; node-g's run, not its notification (node-h is queued).
@@ -223,7 +215,7 @@ def test_prune_works_in_batches_of_at_most_batch_size_rows_each_its_own_write_tr
     assert report.decisions == 230
     # runs: 5 batches (50 x 4 + 30), notifications: 5; no runless decisions, no claims.
     assert report.batches == len(holds) == 10
-    assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+    assert table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
 
 
 def test_a_batch_that_held_the_write_lock_too_long_halves_the_next(store: Store) -> None:
@@ -233,17 +225,17 @@ def test_a_batch_that_held_the_write_lock_too_long_halves_the_next(store: Store)
 
     @contextmanager
     def counted() -> Iterator[sa.Connection]:
-        before = counts(store)["runs"] + counts(store)["notifications"]
+        before = sum(table_counts(store, ("runs", "notifications")).values())
         with original() as conn:
             yield conn
-        sizes.append(before - counts(store)["runs"] - counts(store)["notifications"])
+        sizes.append(before - sum(table_counts(store, ("runs", "notifications")).values()))
 
     store.write = counted  # type: ignore[method-assign]
     report = store.retention.prune(KEEP, now=NOW, batch_size=64, max_hold=1e-9)  # every batch is "too long"
     store.write = original  # type: ignore[method-assign]
     # Runs 64, 32, then the last 4; the notifications start again from batch_size.
     assert sizes == [64, 32, 4, 64, 32, 4] and report.batches == 6
-    assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+    assert table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
 
 
 def test_ingest_goes_on_while_a_big_prune_runs(
@@ -308,7 +300,7 @@ def test_the_database_stops_growing_pruned_space_is_used_again(store: Store) -> 
     fill(store, 1500, T0)
     full = size(store)
     report = store.retention.prune(KEEP, now=NOW)
-    assert report.runs == 1500 and counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+    assert report.runs == 1500 and table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
     pruned = size(store)
     if store.engine.dialect.name == "sqlite":
         # The pages are free, not given back to the file system; the next 1,500 runs reuse them.
@@ -410,7 +402,7 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
             time.sleep(0.01)
     finally:
         pruner.stop()
-    assert pruner.reports[0].runs == 40 and counts(store)["runs"] == 3
+    assert pruner.reports[0].runs == 40 and table_counts(store, PruneReport.TABLES)["runs"] == 3
     assert any("notifications=40" in r.getMessage() for r in caplog.records)
 
 
@@ -435,4 +427,4 @@ def test_two_replicas_pruning_at_once_delete_each_row_once(store: Store) -> None
     assert errors == []
     total = reports[0] + reports[1]
     assert (total.runs, total.steps, total.attempts, total.decisions, total.alerts, total.notifications) == (600,) * 6
-    assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+    assert table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
