@@ -1,11 +1,11 @@
-"""The reliability report on a large store: `Store.report` over 7 days, and /metrics with and without its cache.
+"""The reliability report on a large store: `Store.history.report` over 7 days, and /metrics with and without its cache.
 
     .venv/bin/python bench/report.py             # 1,000,000 runs over 90 days (the store of bench/history.py)
     .venv/bin/python bench/report.py --quick     # 100,000 runs
 
 Builds the store of bench/history.py (once; reused like there), adds two finished steps to every run of
 the last 7 days (the report reads each run's last step end), sets `runs.rung` on a third of them and
-opens a few breaker claims. Then times, in this process: `Store.report` over the last 7 days (the
+opens a few breaker claims. Then times, in this process: `Store.history.report` over the last 7 days (the
 `remediate report` default) --repeat times, and `metrics.exposition` as a /metrics scrape sees it, the
 first scrape (computes the figures) and the scrapes within `report_cache` (reuse them). Prints the
 timings; asserts nothing.
@@ -82,11 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         timings = []
         for _ in range(args.repeat):
             started = time.perf_counter()
-            report = store.report(ReportQuery(since=now - WEEK, until=now))
+            report = store.history.report(ReportQuery(since=now - WEEK, until=now))
             timings.append(time.perf_counter() - started)
         totals = report.totals
         print(
-            f"Store.report (7 d): median {statistics.median(timings) * 1000:.0f} ms, max {max(timings) * 1000:.0f} ms "
+            f"report (7 d): median {statistics.median(timings) * 1000:.0f} ms, max {max(timings) * 1000:.0f} ms "
             f"over {args.repeat}; {totals['incidents']:,} incidents, {totals['remediations']:,} remediations, "
             f"{len(report.nodes)} nodes"
         )

@@ -135,7 +135,7 @@ class Announcer:
 
     def run_once(self) -> bool:
         """Take one run awaiting approval and announce it; False when none is left to announce."""
-        run = self.store.take_announcement(self.clock(), self.actions)
+        run = self.store.announcements.take(self.clock(), self.actions)
         if run is None:
             return False
         self.announce(run)
@@ -169,7 +169,7 @@ class Announcer:
             log.warning("run %s awaits approval; its announcement failed: %s", run.id, error)
         else:
             log.info("run %s awaits approval: announced to %d chat webhook(s)", run.id, sent)
-        self.store.record_announcement(run.id, error=error)
+        self.store.announcements.record(run.id, error=error)
 
     def _post(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> None:
         assert isinstance(action, Announces)

@@ -3,7 +3,7 @@
 Who calls it: the k8s.cordon / k8s.taint / k8s.drain actions (`acquire`, through
 `StepContext.breaker`), k8s.uncordon / k8s.untaint (`release`, never refused), the
 engine's guards (is it open? is an alert stale?), the CLI and HTTP server (`status`,
-`reset`). The logic is here; the rows live in the store (`Store.breaker_ledger`),
+`reset`). The logic is here; the rows live in the store (`Store.breaker`),
 or in memory for tests (`MemoryLedger`).
 
 What it counts: nodes, not steps. A node is *held* while remediate's cordon or taints

@@ -49,14 +49,14 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
             breaker_stale_horizon=settings.breaker_stale_horizon,
         )
         judged = engine.preview(notification, now=now)
-        paused = store.pause_state().paused if store is not None else False
+        paused = store.pause.state().paused if store is not None else False
         # Plans read what actions remember (e.g. the limit a restore would put back), never write it.
         current = store is not None and store.schema_version() == SCHEMA_VERSION
-        memory = store.memory() if store is not None and current else InMemoryMemory()
+        memory = store.memory if store is not None and current else InMemoryMemory()
         dispatch = Dispatch.from_settings(settings)  # node steps of other nodes are planned by their agents
         limits = limits_from_settings(settings)  # plans only read the breaker (status), never claim
         breaker = (
-            CircuitBreaker(store.breaker_view, limits=limits)
+            CircuitBreaker(store.breaker.view, limits=limits)
             if store is not None and current
             else memory_breaker(limits)
         )

@@ -218,7 +218,7 @@ class Engine:
         """What ingest would decide now, reading the store only (dry-run)."""
         if self.store is None:
             return self.judge_all(EmptyGuardReader(), notification.alerts, now)
-        with self.store.guard_reader() as reader:
+        with self.store.ingest.reader() as reader:
             return self.judge_all(reader, notification.alerts, now)
 
     def ingest(self, notification: Notification, *, raw: str, received_at: float) -> IngestResult:
@@ -230,7 +230,7 @@ class Engine:
         evaluations = self.evaluate_all(notification.alerts)
         for attempt in range(1, INGEST_ATTEMPTS + 1):
             try:
-                with self.store.writer() as w:
+                with self.store.ingest.writer() as w:
                     # First, before any guard read: a replica judging the same keys now waits for this
                     # commit, or this transaction for its (READ COMMITTED then shows its runs to the reads).
                     w.lock_guards(_guard_names(evaluations))

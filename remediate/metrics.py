@@ -123,19 +123,19 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily("remediate_queue_depth", "Runs not finished, by status", labels=["status"])
-        for status, count in self.store.queue_depth().items():
+        for status, count in self.store.queue.queue_depth().items():
             depth.add_metric([status], count)
         yield depth
-        oldest = self.store.oldest_queued_at()
+        oldest = self.store.queue.oldest_queued_at()
         age = GaugeMetricFamily(
             "remediate_queue_oldest_age_seconds", "Seconds the oldest queued run has waited (0 when none is queued)"
         )
         age.add_metric([], 0.0 if oldest is None else max(0.0, self.clock() - oldest))
         yield age
         paused = GaugeMetricFamily("remediate_paused", "1 while remediation is paused")
-        paused.add_metric([], 1 if self.store.pause_state().paused else 0)
+        paused.add_metric([], 1 if self.store.pause.state().paused else 0)
         yield paused
-        breaker = self.store.breaker_state() or {}
+        breaker = self.store.breaker.state() or {}
         is_open = GaugeMetricFamily("remediate_breaker_open", "1 while the circuit breaker of cluster actions is open")
         is_open.add_metric([], 1 if breaker.get("open") else 0)
         yield is_open
@@ -165,7 +165,7 @@ class ReliabilityCollector(Collector):
             now = self.clock()
             if self._cached is None or now - self._cached[0] >= self.max_age:
                 query = ReportQuery(since=now - self.window, until=now, job_labels=self.job_labels)
-                self._cached = (now, self.store.report(query))
+                self._cached = (now, self.store.history.report(query))
             return self._cached
 
     def collect(self) -> Iterator[Metric]:

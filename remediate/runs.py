@@ -198,7 +198,7 @@ class RunWrite:
 
 @dataclass(frozen=True)
 class PendingOutcome:
-    """A failed step whose change may still happen (Store.pending_outcomes)."""
+    """A failed step whose change may still happen (Store.queue.pending_outcomes)."""
 
     step: StepRecord
     run: ClaimedRun
@@ -225,7 +225,7 @@ class FinishedRun:
 
 @dataclass(frozen=True)
 class RunEnd:
-    """How a run ends, given to `Store.finish_step` of its last step so both are recorded in one transaction."""
+    """How a run ends (RunWrite.run_end), recorded in the transaction of its last step's end."""
 
     run_id: int
     status: RunStatus

@@ -126,7 +126,7 @@ steps = sa.Table(
     # The step's failure is recorded but neither fails the run nor skips the steps after it (best effort).
     sa.Column("continue_on_error", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.UniqueConstraint("run_id", "idx", name="uq_steps_run_idx"),
-    # Reconciliation looks for recently failed steps whose outcome may still come (Store.pending_outcomes).
+    # Reconciliation looks for recently failed steps whose outcome may still come (Store.queue.pending_outcomes).
     sa.Index("ix_steps_status_finished", "status", "finished_at"),
 )
 

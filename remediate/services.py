@@ -104,7 +104,7 @@ def build_services(
         replica_name=settings.replica_name,
         metrics=metrics,
         dispatch=Dispatch.from_settings(settings, on_agent_error=metrics.agent_call_failed),
-        breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(settings)),
+        breaker=CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits_from_settings(settings)),
         on_run_finished=listeners,
     )
     announcer = Announcer(

@@ -196,7 +196,7 @@ def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: flo
 
     cooldowns = [p.cooldown.total_seconds() for p in playbooks.playbooks]
     keep = max(settings.retention, ATTEMPT_WINDOW.total_seconds(), settings.breaker_window, *cooldowns)
-    return Pruner(store.prune, keep, every=every, first_after=min(every, PRUNE_FIRST_AFTER))
+    return Pruner(store.retention.prune, keep, every=every, first_after=min(every, PRUNE_FIRST_AFTER))
 
 
 class _RemediateArbiter(Arbiter):  # type: ignore[misc]

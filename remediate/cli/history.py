@@ -69,7 +69,7 @@ def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
                     "until": parse_time_arg(filters.get("until"), "until"),
                 }
             )
-            entries, cursor = store.history(query)
+            entries, cursor = store.history.page(query)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         page = history_json(entries, cursor)
@@ -135,7 +135,7 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, batch_size: int, a
     seconds = _prune_age(older_than, params)
     store = _open_store(params)
     try:
-        report = store.prune(seconds, now=time.time(), batch_size=batch_size, dry_run=dry_run)
+        report = store.retention.prune(seconds, now=time.time(), batch_size=batch_size, dry_run=dry_run)
     finally:
         store.close()
     if print_json({"dry_run": dry_run, "older_than_seconds": seconds, **report.counts()}, as_json):
@@ -190,7 +190,7 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
     else:
         from remediate.history_api import run_json
 
-        detail = run_json(_open_store(params).run_detail(run_id))
+        detail = run_json(_open_store(params).history.run_detail(run_id))
     if print_json(detail, as_json):
         return
     click.echo(
@@ -217,7 +217,7 @@ def approve(run_id: int, by: str, **params: Any) -> None:
     if params.get("server"):
         _client(params).approve(run_id, by)
     else:
-        _open_store(params).approve(run_id, by=by, now=time.time())
+        _open_store(params).queue.approve(run_id, by=by, now=time.time())
     click.echo(f"run {run_id} approved by {by}; it is queued")
 
 
@@ -234,7 +234,7 @@ def pause(reason: str, by: str, force: bool, **params: Any) -> None:
     if params.get("server"):
         _client(params).pause(reason, by, force=force)
     else:
-        _open_store(params).set_paused(True, by=by, reason=reason, now=time.time(), replace=force)
+        _open_store(params).pause.set(True, by=by, reason=reason, now=time.time(), replace=force)
     click.echo("remediation paused" + (f": {reason}" if reason else ""))
 
 
@@ -247,5 +247,5 @@ def resume(by: str, **params: Any) -> None:
     if params.get("server"):
         _client(params).resume(by)
     else:
-        _open_store(params).set_paused(False, by=by, reason="", now=time.time())
+        _open_store(params).pause.set(False, by=by, reason="", now=time.time())
     click.echo("remediation resumed")

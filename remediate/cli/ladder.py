@@ -60,7 +60,7 @@ def ladder_status(target: str | None, playbook: str | None, as_json: bool, **par
     else:
         store = _open_store(params)
         try:
-            ladders = _local_json(store.ladders(target=target, playbook=playbook), params)
+            ladders = _local_json(store.ladders.read(target=target, playbook=playbook), params)
         finally:
             store.close()
     if print_json({"ladders": ladders}, as_json):
@@ -82,7 +82,7 @@ def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **para
     else:
         store = _open_store(params)
         try:
-            states = store.reset_ladders(target, playbook=playbook, by=by, reason=reason, now=time.time())
+            states = store.ladders.reset(target, playbook=playbook, by=by, reason=reason, now=time.time())
             ladders = _local_json(states, params)
         finally:
             store.close()

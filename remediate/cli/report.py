@@ -34,7 +34,7 @@ def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:
             raise ConfigError(str(exc)) from exc
         store = _open_store(params)
         try:
-            figures = store.report(query).as_json()
+            figures = store.history.report(query).as_json()
         finally:
             store.close()
     if print_json(figures, as_json):

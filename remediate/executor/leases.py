@@ -88,14 +88,14 @@ class Leases:
 
     def renew(self, worker: str) -> None:
         """Move the heartbeat of every run in hand (one write). StoreUnavailable: the leases lapse if it lasts."""
-        self.store.heartbeat(sorted(self.in_hand()), worker, self.clock())
+        self.store.leases.heartbeat(sorted(self.in_hand()), worker, self.clock())
 
     # ------------------------------------------------------------------ recovery
 
     def recover(self, worker: str, stale_after: float) -> list[int]:
         """Requeue the runs whose owner is gone (see the module doc); returns their ids."""
-        claims = self.stale_claims(self.store.running_claims(), worker, stale_after)
-        recovered = self.store.requeue_claims(claims, now=self.clock())
+        claims = self.stale_claims(self.store.leases.running_claims(), worker, stale_after)
+        recovered = self.store.leases.requeue_claims(claims, now=self.clock())
         if recovered:
             log.warning("recovered %d runs left running by a stopped executor: %s", len(recovered), recovered)
         return recovered
@@ -152,7 +152,7 @@ class Leases:
             ends = {c.id: self._unrecorded[c.id] for c in claims if c.id in self._unrecorded}
         if not claims:
             return
-        requeued = self.store.requeue_claims(claims, now=self.clock(), own=True, ends=ends, why=STORE_FAILED)
+        requeued = self.store.leases.requeue_claims(claims, now=self.clock(), own=True, ends=ends, why=STORE_FAILED)
         with self._lock:
             for claim in claims:
                 self._abandoned.pop(claim.id, None)

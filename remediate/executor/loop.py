@@ -66,7 +66,7 @@ class Executor:
         """Who this executor is in claims and the history (`<replica_name or host>:<pid>`)."""
         self.worker = worker_identity(replica_name)
         self._pid = os.getpid()
-        self.breaker = breaker or CircuitBreaker(store.breaker_ledger, store.breaker_view)
+        self.breaker = breaker or CircuitBreaker(store.breaker.ledger, store.breaker.view)
         """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
         self._wake = threading.Condition()
         self._pending_wakeups = 0
@@ -84,7 +84,7 @@ class Executor:
         self._outage = StoreOutage()
         self.steps = StepExecutor(
             store=store, registry=registry, dispatch=self.dispatch, leases=self.leases,
-            contexts=StepContexts(store.memory(), self.breaker, self._stopping), metrics=self.metrics, clock=clock,
+            contexts=StepContexts(store.memory, self.breaker, self._stopping), metrics=self.metrics, clock=clock,
             retry_wait_max=retry_wait_max, on_run_finished=on_run_finished,
         )  # fmt: skip
         """Executes a claimed run's steps. Its `on_run_finished` listeners are told of every run end once the
@@ -217,7 +217,7 @@ class Executor:
         # One thread of this process reads the head at a time and marks the run as in hand before the next
         # looks: two threads never plan the same run. The plan and the steps run outside the lock.
         with self._claiming:
-            run = self.store.next_run(self.worker, skip=self.leases.in_hand())
+            run = self.store.queue.next_run(self.worker, skip=self.leases.in_hand())
             if run is None:
                 return 0
             if run.started_at is None:  # its first claim: the run starts now, with its first step's plan

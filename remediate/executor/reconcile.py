@@ -24,7 +24,7 @@ def reconcile_pending(steps: StepExecutor) -> int:
     (OutcomePending), ask its action's plan, through the same runner as the step (the node's agent
     for a node step), what became of it; a plan with an `outcome` settles the step. Returns how many."""
     settled = 0
-    for pending in steps.store.pending_outcomes(since=steps.clock() - RECONCILE_WINDOW_S):
+    for pending in steps.store.queue.pending_outcomes(since=steps.clock() - RECONCILE_WINDOW_S):
         step, run = pending.step, pending.run
         try:
             action = steps.registry.get(step.action)
@@ -44,7 +44,7 @@ def reconcile_pending(steps: StepExecutor) -> int:
             + (f" {late['late_by_s']} s after the step gave up" if late.get("late_by_s") is not None else "")
             + f" (claimed {outcome.get('claimed_at') or '?'}, done {outcome.get('applied_at') or '?'})"
         )
-        if steps.store.settle_pending(step.id, late, note, steps.clock()):
+        if steps.store.queue.settle_pending(step.id, late, note, steps.clock()):
             settled += 1
             log.warning("run %s step %s (%s): %s", run.id, step.idx, step.action, note)
     return settled

@@ -121,7 +121,7 @@ class StepExecutor:
         write claims it (`_write`)."""
         dry_run = run.mode == "dry-run"
         log.info("run %s (%s, %s, %s) started", run.id, run.playbook, run.phase, run.target)
-        steps = list(run.steps) if run.steps is not None else self.store.steps_of(run.id)
+        steps = list(run.steps) if run.steps is not None else self.store.queue.steps_of(run.id)
         # A step failed before a restart, and only `always` steps were left to run.
         failure = next((_run_error(s, s.error or s.status) for s in steps if _failed(s)), None)
         rerunnable = False
@@ -176,8 +176,8 @@ class StepExecutor:
         (`progress.claimed` False: RunQueue.claim_next). ClaimedElsewhere: another executor claimed it first,
         nothing was written."""
         if progress.claimed:
-            self.store.record(write, self.clock())
-        elif self.store.claim_next(run, self.clock(), write):
+            self.store.queue.record(write, self.clock())
+        elif self.store.queue.claim_next(run, self.clock(), write):
             progress.claimed = True
         else:
             raise ClaimedElsewhere(f"run {run.id}: claimed by another executor first; this one leaves it")
@@ -236,7 +236,7 @@ class StepExecutor:
             )
             return fail(message, status=StepStatus.INTERRUPTED)
         deadline = started + step.timeout
-        reported = self.store.steps_of(run.id) if action.reports_run else ()
+        reported = self.store.queue.steps_of(run.id) if action.reports_run else ()
         ctx = self.contexts.context(run, step, deadline, steps=reported)
         runner = self.dispatch.runner_for(action, run.target)
         try:
@@ -300,7 +300,7 @@ class StepExecutor:
                 with attempt:
                     failed = progress.failed_attempt
                     if failed is not None:  # a retry: the attempt before it is closed first, as it ended
-                        self.store.finish_attempt(step.id, *failed, lease=lease)
+                        self.store.queue.finish_attempt(step.id, *failed, lease=lease)
                         progress.failed_attempt = None
                     progress.changed = True  # from here on the action may have changed something
                     number += 1

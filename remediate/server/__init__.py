@@ -56,7 +56,7 @@ def _pages(services: Services) -> Blueprint:
             breaker=services.executor.breaker,
             wake=services.wake,
             history_query=history_query,
-            ladders=lambda: control.ladders_json(services, store.ladders()),
+            ladders=lambda: control.ladders_json(services, store.ladders.read()),
             secret_key=secret_key(services.settings.ui_secret_file, services.credentials),
             cookie_always_secure=services.settings.ui_cookie_secure == "always",
         )

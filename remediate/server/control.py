@@ -36,7 +36,7 @@ def ladders_json(services: Services, states: Iterable[LadderState]) -> list[dict
 
 
 def _pause_json(store: Store) -> dict[str, Any]:
-    state = store.pause_state()
+    state = store.pause.state()
     return {"paused": state.paused, "by": state.by, "reason": state.reason, "since": state.since}
 
 
@@ -48,13 +48,13 @@ def create_blueprint(services: Services) -> Blueprint:
     @requires(services, OPERATOR)
     def approve(run_id: int) -> Any:
         try:
-            store.approve(run_id, by=actor(), now=time.time())
+            store.queue.approve(run_id, by=actor(), now=time.time())
         except UnknownRunError as exc:
             return error(404, "not_found", str(exc))
         except RunStateError as exc:
             return error(409, "conflict", str(exc))
         services.wake()
-        return jsonify(run_json(store.run_detail(run_id)))
+        return jsonify(run_json(store.history.run_detail(run_id)))
 
     @bp.get("/pause")
     @requires(services, READ)
@@ -70,7 +70,7 @@ def create_blueprint(services: Services) -> Blueprint:
         if not isinstance(force, bool):
             raise BadBody("force", "must be true or false")
         try:
-            store.set_paused(True, by=actor(), reason=reason, now=time.time(), replace=force)
+            store.pause.set(True, by=actor(), reason=reason, now=time.time(), replace=force)
         except AlreadyPaused as exc:
             # Who paused and why are the operator's record of an incident: replaced only on purpose.
             return error(409, "already_paused", str(exc), paused_by=exc.by, reason=exc.reason, since=exc.since)
@@ -79,7 +79,7 @@ def create_blueprint(services: Services) -> Blueprint:
     @bp.post("/resume")
     @requires(services, OPERATOR)
     def resume() -> Any:
-        store.set_paused(False, by=actor(), reason="", now=time.time())
+        store.pause.set(False, by=actor(), reason="", now=time.time())
         return jsonify(_pause_json(store))
 
     @bp.get("/breaker")
@@ -103,7 +103,7 @@ def create_blueprint(services: Services) -> Blueprint:
         if unknown:
             return error(400, "invalid_query", f"unknown query parameter {unknown[0]!r} (known: playbook, target)")
         target = request.args.get("target") or request.args.get("node") or None
-        states = store.ladders(target=target, playbook=request.args.get("playbook") or None)
+        states = store.ladders.read(target=target, playbook=request.args.get("playbook") or None)
         return jsonify({"ladders": ladders_json(services, states)})
 
     @bp.post("/ladders/reset")
@@ -115,7 +115,7 @@ def create_blueprint(services: Services) -> Blueprint:
             raise BadBody("target", "required: the target (node) whose ladders to reset")
         playbook = text(body, "playbook", 128) or None
         reason = text(body, "reason", 1000)
-        states = store.reset_ladders(target, playbook=playbook, by=actor(), reason=reason, now=time.time())
+        states = store.ladders.reset(target, playbook=playbook, by=actor(), reason=reason, now=time.time())
         if not states:
             which = f" of playbook {playbook}" if playbook else ""
             return error(404, "not_found", f"no ladder{which} for target {target}")

@@ -26,7 +26,7 @@ def create_blueprint(services: Services) -> Blueprint:
     @requires(services, READ)
     def history() -> Any:
         try:
-            entries, cursor = store.history(history_query(request.args))
+            entries, cursor = store.history.page(history_query(request.args))
         except ValueError as exc:
             return error(400, "invalid_query", str(exc))
         return jsonify(history_json(entries, cursor))
@@ -35,7 +35,7 @@ def create_blueprint(services: Services) -> Blueprint:
     @requires(services, READ)
     def run(run_id: int) -> Any:
         try:
-            return jsonify(run_json(store.run_detail(run_id)))
+            return jsonify(run_json(store.history.run_detail(run_id)))
         except UnknownRunError as exc:
             return error(404, "not_found", str(exc))
 
@@ -46,6 +46,6 @@ def create_blueprint(services: Services) -> Blueprint:
             query = report_query(request.args, services.settings.report_job_labels, now=time.time())
         except ValueError as exc:
             return error(400, "invalid_query", str(exc))
-        return jsonify(store.report(query).as_json())
+        return jsonify(store.history.report(query).as_json())
 
     return bp

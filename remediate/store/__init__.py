@@ -2,32 +2,14 @@
 
 Who calls it: the engine (ingest, inside one write transaction per notification), the executor (claim
 runs, record steps and attempts, recover after a crash), the HTTP server and the CLI (history, run
-details, approve, pause), the agent (its action memory). One concept per module:
-
-  facade.py       Store: the backend-neutral object everyone holds; thin methods over the modules below
-  database.py     Database: engine, write()/read() transactions, schema upgrades, health checks
-  dialect.py      Dialect: what differs between databases (a server database's behaviour by default)
-  sqlite.py       SQLite: engine and pragmas, BEGIN IMMEDIATE and its busy timeout, file modes and identity
-  postgres.py     PostgreSQL: bounded pool, connect timeout, advisory locks (schema; guard keys across replicas)
-  ingest.py       GuardReader / IngestWriter: the engine's reads and typed inserts in one transaction
-  queue.py        RunQueue: claim, steps, attempts, lease, run end, recovery, approval, queue depth
-  announcements.py Announcements: take a run awaiting approval to announce in chat (once), its outcome
-  pause.py        the pause flag
-  history.py      HistoryQuery, cursors, typed history rows (the JSON shapes are remediate.history_api's)
-  breaker_rows.py the circuit breaker's rows
-  report.py       ReportQuery / Report: the reliability figures of a window (remediate report, /report, /metrics)
-  retention.py    prune: old history deleted in bounded batches (PruneReport); Pruner, the server's periodic prune
-  memory.py       StoreMemory (action memory; the agent's state file is remediate.agent_state)
-  ui_sessions.py  the web pages' sessions ended by logout and the login throttle's counts (LoginThrottle)
-  rows.py         what they share: JSON text columns, MAX_ID, the alert a step sees
-  interface.py    GuardReads: the guards' facts, read from the database (GuardReader) or from none (EmptyGuardReader)
+details, approve, pause), the agent (its action memory). One concept per module, each an object that
+`Store` (facade.py) holds and callers use directly (`store.queue`, `store.leases`, `store.ingest`,
+`store.history`, ...); the map of the modules is docs/architecture.md's tree, which a test keeps true.
 """
 
 from __future__ import annotations
 
 from remediate.agent_state import MemoryStore  # the agent's state file, without SQLAlchemy: kept importable here
-from remediate.store.announcements import Announcements, AwaitingRun
-from remediate.store.breaker_rows import BreakerRows
 from remediate.store.checkpoints import WalCheckpointer
 from remediate.store.database import Database, dialect_for
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect, PoolLimits
@@ -44,27 +26,23 @@ from remediate.store.history import (
     decode_cursor,
     encode_cursor,
 )
-from remediate.store.ingest import EmptyGuardReader, GuardReader, IngestWriter, IngestWriterContext
+from remediate.store.ingest import EmptyGuardReader, GuardReader, IngestWriter
 from remediate.store.interface import GuardReads
+from remediate.store.leases import EXECUTOR_STOPPED
 from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
-from remediate.store.queue import EXECUTOR_STOPPED, RunQueue, worker_identity
+from remediate.store.queue import worker_identity
 from remediate.store.report import Report, ReportQuery
-from remediate.store.retention import Pruner, PruneReport
-from remediate.store.rows import MAX_ID, dumps
+from remediate.store.retention import Pruner
 from remediate.store.sqlite import SqliteDialect
 from remediate.store.ui_sessions import LoginThrottle
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "EXECUTOR_STOPPED",
-    "MAX_ID",
     "AlertDetail",
-    "Announcements",
     "AttemptDetail",
-    "AwaitingRun",
-    "BreakerRows",
     "Database",
     "DecisionSummary",
     "Dialect",
@@ -74,18 +52,15 @@ __all__ = [
     "HistoryEntry",
     "HistoryQuery",
     "IngestWriter",
-    "IngestWriterContext",
     "LoginThrottle",
     "MemoryStore",
     "PauseState",
     "PoolLimits",
     "PostgresDialect",
-    "PruneReport",
     "Pruner",
     "Report",
     "ReportQuery",
     "RunDetail",
-    "RunQueue",
     "RunSummary",
     "SqliteDialect",
     "StepDetail",
@@ -94,7 +69,6 @@ __all__ = [
     "WalCheckpointer",
     "decode_cursor",
     "dialect_for",
-    "dumps",
     "encode_cursor",
     "worker_identity",
 ]

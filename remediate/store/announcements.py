@@ -1,6 +1,6 @@
 """The announcements' rows: which run awaiting approval is to be announced in chat, taken once, and the outcome.
 
-Who calls it: the announcer (remediate.announce, in the executor process) through `facade.Store`.
+Who calls it: the announcer (remediate.announce, in the executor process) through `Store.announcements`.
 
 A run with a chat step (`actions`) is found by a read, then taken by ONE atomic UPDATE ... RETURNING
 that matches only while it still awaits approval and was never taken (`announced_at IS NULL`): two
@@ -76,12 +76,12 @@ _RECORD = (
 )
 
 
+@dataclass
 class Announcements:
-    """Take the next run to announce; record how its announcement went."""
+    """Take the next run to announce; record how its announcement went (`Store.announcements`)."""
 
-    def __init__(self, transactions: Transactions, queue: RunQueue) -> None:
-        self._tx = transactions
-        self._queue = queue
+    tx: Transactions
+    queue: RunQueue
 
     def take(self, now: float, actions: Sequence[str]) -> AwaitingRun | None:
         """The oldest run awaiting approval, not taken yet, with a step of one of `actions`, marked taken at
@@ -92,21 +92,21 @@ class Announcements:
         if not actions:
             return None
         while True:
-            with self._tx.read() as conn:
+            with self.tx.read() as conn:
                 candidate = conn.execute(_CANDIDATE, {"p_actions": list(actions)}).scalar_one_or_none()
             if candidate is None:
                 return None
-            with self._tx.write() as conn:
+            with self.tx.write() as conn:
                 taken = conn.execute(_TAKE, {"p_run_id": candidate, "p_now": now}).scalar_one_or_none()
                 if taken is None:
                     continue  # approved, cancelled or taken by another announcer since the read: the next one
                 row = conn.execute(_TAKEN_RUN, {"p_run_id": taken}).one()
-            steps = tuple(self._queue.steps_of(taken))
+            steps = tuple(self.queue.steps_of(taken))
             return AwaitingRun(
                 row.id, row.playbook, row.target, row.phase, row.mode, alert_context(row), steps, rung=row.rung
             )
 
     def record(self, run_id: int, *, error: str | None) -> None:
         """The outcome of a taken run's announcement: None when it was sent, else what went wrong."""
-        with self._tx.write() as conn:
+        with self.tx.write() as conn:
             conn.execute(_RECORD, {"p_run_id": run_id, "p_error": error})

@@ -5,12 +5,16 @@ claims in `breaker_claims`. The breaker's logic stays in remediate.breaker; this
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from remediate import schema as t
+from remediate.store.database import Transactions
+from remediate.store.dialect import Dialect
 from remediate.store.rows import dumps
 
 _STATE = sa.select(t.meta.c.value).where(t.meta.c.key == "breaker")
@@ -63,3 +67,28 @@ class BreakerRows:
                 sa.select(c.node, c.kind, c.run_id, c.claimed_at, c.released_at).where(condition).order_by(c.id)
             ).all()
         )
+
+
+@dataclass
+class BreakerLedger:
+    """The breaker's rows of a store (`Store.breaker`), in the transactions remediate.breaker needs."""
+
+    tx: Transactions
+    dialect: Dialect
+
+    @contextmanager
+    def ledger(self) -> Iterator[BreakerRows]:
+        """The rows in ONE write transaction: the breaker's check and its count update are atomic across workers."""
+        with self.tx.write() as conn:
+            self.dialect.lock_breaker(conn)
+            yield BreakerRows(conn)
+
+    @contextmanager
+    def view(self) -> Iterator[BreakerRows]:
+        """The rows, read only."""
+        with self.tx.read() as conn:
+            yield BreakerRows(conn)
+
+    def state(self) -> dict[str, Any] | None:
+        with self.view() as rows:
+            return rows.state()

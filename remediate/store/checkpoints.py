@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 log = logging.getLogger("remediate.store.checkpoints")
 
@@ -21,21 +22,15 @@ CHECKPOINT_EVERY = 0.5
 """Seconds between two checkpoints: at 100 alerts/s the log holds a few hundred pages by then."""
 
 
-class WalCheckpointer:
-    """Calls `checkpoint` (Store.checkpoint) every `every` seconds in a daemon thread until stopped; a database
-    without a write-ahead log (PostgreSQL) ends the thread at its first answer."""
+class Periodic:
+    """A store's job in a daemon thread of the executor process (`_loop`, until `stopping` is set)."""
 
-    def __init__(self, checkpoint: Callable[[], bool], *, every: float = CHECKPOINT_EVERY) -> None:
-        self._checkpoint = checkpoint
-        self.every = every
-        self.stopping = threading.Event()
-        self.checkpoints = 0
-        """Checkpoints done so far (for tests and the curious)."""
-        self._failing = False
-        self._thread: threading.Thread | None = None
+    thread_name = "remediate-periodic"
+    stopping: threading.Event
+    _thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="remediate-wal-checkpoint", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -44,9 +39,26 @@ class WalCheckpointer:
             self._thread.join(timeout)
 
     def _loop(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class WalCheckpointer(Periodic):
+    """Calls `checkpoint` (Store.checkpoint) every `every` seconds in a daemon thread until stopped; a database
+    without a write-ahead log (PostgreSQL) ends the thread at its first answer."""
+
+    thread_name = "remediate-wal-checkpoint"
+    checkpoint: Callable[[], bool]
+    every: float = CHECKPOINT_EVERY
+    stopping: threading.Event = field(default_factory=threading.Event)
+    checkpoints: int = 0
+    """Checkpoints done so far (for tests and the curious)."""
+    _failing: bool = field(default=False, init=False, repr=False)
+
+    def _loop(self) -> None:
         while not self.stopping.wait(self.every):
             try:
-                has_log = self._checkpoint()
+                has_log = self.checkpoint()
             except Exception:  # the next one tries again; a commit checkpoints past the safety net meanwhile
                 if not self._failing:
                     log.exception("WAL checkpoint failed; trying again every %gs", self.every)

@@ -95,24 +95,23 @@ class Database:
         """
         self.dialect.check_file()
         deadline = time.monotonic() + self.dialect.busy_timeout
-        try:
-            with self._writer.connect() as conn:
-                # One bound for every wait: the database's own lock gets what the wait for a connection left.
-                self.dialect.bound_wait(conn, deadline)
-                with conn.begin():
-                    yield conn
-        except sa.exc.DBAPIError as exc:
-            self._raise_if_unavailable(exc)
-            raise
-        except sa.exc.TimeoutError as exc:
-            raise self._pool_busy() from exc
+        with self._store_errors(), self._writer.connect() as conn:
+            # One bound for every wait: the database's own lock gets what the wait for a connection left.
+            self.dialect.bound_wait(conn, deadline)
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
         """One connection to read on; StoreUnreachable while the database server cannot be reached."""
+        with self._store_errors(), self.engine.connect() as conn:
+            yield conn
+
+    @contextmanager
+    def _store_errors(self) -> Iterator[None]:
+        """The driver's errors that say the database is unavailable or busy, as the store's (StoreUnavailable)."""
         try:
-            with self.engine.connect() as conn:
-                yield conn
+            yield
         except sa.exc.DBAPIError as exc:
             self._raise_if_unavailable(exc)
             raise

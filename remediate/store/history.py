@@ -16,7 +16,10 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.errors import UnknownRunError
+from remediate.store.database import Transactions
 from remediate.store.decision_time import time_conditions
+from remediate.store.dialect import Dialect
+from remediate.store.report import Report, ReportQuery, build_report, read_report_rows
 from remediate.store.rows import MAX_ID, loads
 
 
@@ -154,6 +157,14 @@ class RunDetail(NamedTuple):
     """Why that message was not (or not surely) sent; None when it was, or when none was due."""
 
 
+# The columns a RunDetail (an AlertDetail) takes as they are stored.
+_RUN_DETAIL_COLUMNS = (
+    "id", "playbook", "alertname", "target", "phase", "mode", "status", "created_at", "started_at", "finished_at",
+    "approved_by", "approved_at", "error", "superseded_by", "rung", "announced_at", "announce_error",
+)  # fmt: skip
+_ALERT_DETAIL_COLUMNS = ("id", "notification_id", "fingerprint", "status", "starts_at", "ends_at", "generator_url")
+
+
 def history_page(
     conn: sa.Connection, query: HistoryQuery, *, time_follows_id: bool = False
 ) -> tuple[list[HistoryEntry], str | None]:
@@ -239,32 +250,13 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
             AttemptDetail(a.number, a.started_at, a.finished_at, a.outcome, a.error, a.worker)
         )
     return RunDetail(
-        id=run.id,
-        playbook=run.playbook,
-        alertname=run.alertname,
-        target=run.target,
-        phase=run.phase,
-        mode=run.mode,
-        status=run.status,
-        created_at=run.created_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        approved_by=run.approved_by,
-        approved_at=run.approved_at,
-        error=run.error,
+        **{c: run._mapping[c] for c in _RUN_DETAIL_COLUMNS},
         rerunnable=bool(run.rerunnable),
-        superseded_by=run.superseded_by,
         decision=None if decision is None else DecisionSummary(decision.decision, decision.reason),
         alert=AlertDetail(
-            id=alert.id,
-            notification_id=alert.notification_id,
-            fingerprint=alert.fingerprint,
-            status=alert.status,
-            starts_at=alert.starts_at,
-            ends_at=alert.ends_at,
+            **{c: alert._mapping[c] for c in _ALERT_DETAIL_COLUMNS},
             labels=json.loads(alert.labels),
             annotations=json.loads(alert.annotations),
-            generator_url=alert.generator_url,
         ),
         steps=[
             StepDetail(
@@ -287,9 +279,6 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
             )
             for s in step_rows
         ],
-        rung=run.rung,
-        announced_at=run.announced_at,
-        announce_error=run.announce_error,
     )
 
 
@@ -334,17 +323,30 @@ def run_links(conn: sa.Connection, run_id: int) -> RunLinks:
     return RunLinks(None, [r.id for r in others if r.phase == "resolved"])
 
 
-_COUNTED_TABLES = (
-    ("notifications", t.notifications),
-    ("alerts", t.alerts),
-    ("decisions", t.decisions),
-    ("runs", t.runs),
-    ("steps", t.steps),
-)
+@dataclass
+class History:
+    """The audit history of a store (`Store.history`), read: pages, one run and its links, the report."""
 
+    tx: Transactions
+    dialect: Dialect
 
-def counts(conn: sa.Connection) -> dict[str, int]:
-    return {
-        name: int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
-        for name, table in _COUNTED_TABLES
-    }
+    def page(self, query: HistoryQuery) -> tuple[list[HistoryEntry], str | None]:
+        """A page of the audit history, newest first, and the next page's cursor (None at the end)."""
+        with self.tx.read() as conn:
+            return history_page(conn, query, time_follows_id=self.dialect.decision_time_follows_id)
+
+    def run_detail(self, run_id: int) -> RunDetail:
+        """One run with its alert, decision, steps and attempts; UnknownRunError if there is none."""
+        with self.tx.read() as conn:
+            return run_detail(conn, run_id)
+
+    def run_links(self, run_id: int) -> RunLinks:
+        """A run's firing run (when it is a resolved one) and its resolved runs (when it is a firing one)."""
+        with self.tx.read() as conn:
+            return run_links(conn, run_id)
+
+    def report(self, query: ReportQuery) -> Report:
+        """The reliability figures of a window (store.report): incidents, remediations by rung, MTTR, held nodes."""
+        with self.tx.read() as conn:
+            rows, held = read_report_rows(conn, query)
+        return build_report(rows, held, query)

@@ -8,7 +8,9 @@ and its cache key costs more than running it on SQLite.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -22,7 +24,7 @@ from remediate.store.decision_time import stamp
 from remediate.store.dialect import Dialect
 from remediate.store.ladders import read_ladder, save_ladder
 from remediate.store.pause import PauseState, read_pause
-from remediate.store.queue import sync_decision_status
+from remediate.store.writes import sync_decision_status
 
 _EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
     t.runs.c.dedupe_key.in_(sa.bindparam("p_keys", expanding=True))
@@ -79,34 +81,34 @@ _ACTIVE_FIRING_RUNS = (
 )
 
 
-class IngestWriterContext:
-    """`Store.writer()`: the notification's one write transaction, as an IngestWriter.
+@dataclass
+class Ingest:
+    """The engine's transactions (`Store.ingest`): the guards' read, and the notification's one write."""
 
-    A run whose dedupe key another writer committed first (a replica storing the same delivery at the
-    same moment, where no guard lock kept them apart) rolls the transaction back as StoreConflict:
-    the engine judges the notification again, and then sees that run.
-    """
+    tx: Transactions
+    dialect: Dialect
 
-    def __init__(self, transactions: Transactions, dialect: Dialect) -> None:
-        self._tx = transactions
-        self._dialect = dialect
-        self._cm: Any = None
+    @contextmanager
+    def reader(self) -> Iterator[GuardReader]:
+        with self.tx.read() as conn:
+            yield GuardReader(conn)
 
-    def __enter__(self) -> IngestWriter:
-        self._cm = self._tx.write()
-        return IngestWriter(self._cm.__enter__(), self._dialect)
+    @contextmanager
+    def writer(self) -> Iterator[IngestWriter]:
+        """The notification's one write transaction, as an IngestWriter.
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> Any:
+        A run whose dedupe key another writer committed first (a replica storing the same delivery at the
+        same moment, where no guard lock kept them apart) rolls the transaction back as StoreConflict:
+        the engine judges the notification again, and then sees that run.
+        """
         try:
-            suppressed = self._cm.__exit__(exc_type, exc, tb)
-        except sa.exc.IntegrityError as failed:  # raised by the commit itself (a deferred check)
+            with self.tx.write() as conn:
+                yield IngestWriter(conn, self.dialect)
+        except sa.exc.IntegrityError as failed:  # from a statement, or from the commit itself (a deferred check)
             conflict = _conflict(failed)
             if conflict is None:
                 raise
             raise conflict from failed
-        if isinstance(exc, sa.exc.IntegrityError) and (conflict := _conflict(exc)) is not None:
-            raise conflict from exc  # rolled back by now
-        return suppressed
 
 
 def _conflict(exc: sa.exc.IntegrityError) -> StoreConflict | None:

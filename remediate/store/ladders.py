@@ -7,11 +7,14 @@ records (remediate.ladder decides the rung); the API lists them and lets an oper
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.runs import LadderState
+from remediate.store.database import Transactions
+from remediate.store.dialect import Dialect
 
 
 def guard_lock_name(playbook: str, guard_key: str) -> str:
@@ -52,14 +55,30 @@ def list_ladders(conn: sa.Connection, *, target: str | None = None, playbook: st
     return [LadderState.from_row(row) for row in conn.execute(query).mappings()]
 
 
-def reset_ladders(
-    conn: sa.Connection, *, target: str, playbook: str | None, by: str, reason: str, now: float
-) -> list[LadderState]:
-    """Put a target's ladders (or one playbook's) back before rung 1. The rows stay, with rung 0 and a
-    reason naming who reset them, so `remediate ladder status` shows it."""
-    why = f"reset by {by}" + (f": {reason}" if reason else "")
-    query = sa.update(t.ladders).where(t.ladders.c.target == target)
-    if playbook is not None:
-        query = query.where(t.ladders.c.playbook == playbook)
-    conn.execute(query.values(rung=0, reason=why, climb=json.dumps([]), updated_at=now))
-    return list_ladders(conn, target=target, playbook=playbook)
+@dataclass
+class Ladders:
+    """The escalation ladders of a store (`Store.ladders`): listed, and reset by a person."""
+
+    tx: Transactions
+    dialect: Dialect
+
+    def read(self, *, target: str | None = None, playbook: str | None = None) -> list[LadderState]:
+        """Where the ladders stand (all, or a target's / a playbook's)."""
+        with self.tx.read() as conn:
+            return list_ladders(conn, target=target, playbook=playbook)
+
+    def reset(self, target: str, *, playbook: str | None = None, by: str, reason: str, now: float) -> list[LadderState]:
+        """Put a target's ladders (or one playbook's) back before rung 1. The rows stay, with rung 0 and a
+        reason naming who reset them, so `remediate ladder status` shows it.
+
+        Under the guard locks of those ladders: an ingest judging one of them at the same moment either
+        commits first (and is reset) or waits and climbs from the reset, never writes over it."""
+        why = f"reset by {by}" + (f": {reason}" if reason else "")
+        query = sa.update(t.ladders).where(t.ladders.c.target == target)
+        if playbook is not None:
+            query = query.where(t.ladders.c.playbook == playbook)
+        with self.tx.write() as conn:
+            found = list_ladders(conn, target=target, playbook=playbook)
+            self.dialect.lock_guards(conn, [guard_lock_name(s.playbook, s.guard_key) for s in found])
+            conn.execute(query.values(rung=0, reason=why, climb=json.dumps([]), updated_at=now))
+            return list_ladders(conn, target=target, playbook=playbook)

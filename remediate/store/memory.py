@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,14 +20,14 @@ from remediate.store.database import Transactions
 from remediate.store.rows import dumps
 
 
+@dataclass
 class StoreMemory:
     """ActionMemory kept in the `action_memory` table: survives restarts, shared by every worker."""
 
-    def __init__(self, transactions: Transactions) -> None:
-        self._tx = transactions
+    tx: Transactions
 
     def recall(self, key: str) -> dict[str, Any] | None:
-        with self._tx.read() as conn:
+        with self.tx.read() as conn:
             text = conn.execute(
                 sa.select(t.action_memory.c.value).where(t.action_memory.c.key == key)
             ).scalar_one_or_none()
@@ -34,7 +35,7 @@ class StoreMemory:
 
     def remember(self, key: str, value: Mapping[str, Any], *, run_id: int) -> None:
         row = {"value": dumps(dict(value)), "run_id": run_id or None, "updated_at": time.time()}
-        with self._tx.write() as conn:
+        with self.tx.write() as conn:
             updated = conn.execute(
                 sa.update(t.action_memory).where(t.action_memory.c.key == key).values(**row)
             ).rowcount
@@ -42,5 +43,5 @@ class StoreMemory:
                 conn.execute(sa.insert(t.action_memory).values(key=key, **row))
 
     def forget(self, key: str) -> None:
-        with self._tx.write() as conn:
+        with self.tx.write() as conn:
             conn.execute(sa.delete(t.action_memory).where(t.action_memory.c.key == key))

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from remediate import schema as t
+from remediate.errors import AlreadyPaused
+from remediate.store.database import Transactions
 from remediate.store.rows import dumps
 
 
@@ -35,3 +37,26 @@ def write_pause(conn: sa.Connection, state: PauseState) -> None:
     updated = conn.execute(sa.update(t.meta).where(t.meta.c.key == "pause").values(value=value)).rowcount
     if not updated:
         conn.execute(sa.insert(t.meta).values(key="pause", value=value))
+
+
+@dataclass
+class Pause:
+    """The pause flag of a store (`Store.pause`)."""
+
+    tx: Transactions
+
+    def state(self) -> PauseState:
+        with self.tx.read() as conn:
+            return read_pause(conn)
+
+    def set(self, paused: bool, *, by: str, reason: str, now: float, replace: bool = True) -> PauseState:
+        """Set (or clear) the pause. With `replace` False a pause over a pause is AlreadyPaused: who paused
+        and why are read in the same transaction, so two operators cannot overwrite each other unawares."""
+        state = PauseState(paused, by, reason, now)
+        with self.tx.write() as conn:
+            if paused and not replace:
+                existing = read_pause(conn)
+                if existing.paused:
+                    raise AlreadyPaused(existing.by, existing.reason, existing.since)
+            write_pause(conn, state)
+        return state

@@ -32,17 +32,19 @@ breaker window: serving.history_pruner).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.runs import FINAL_RUN_STATUSES, RunStatus
-from remediate.store.database import Transactions
+from remediate.store.checkpoints import Periodic
+from remediate.store.database import Database, Transactions
 
 DEFAULT_BATCH_SIZE = 500
 UNFINISHED = tuple(status for status in RunStatus if status not in FINAL_RUN_STATUSES)
@@ -211,54 +213,62 @@ DEFAULT_MAX_HOLD = 0.1
 """Seconds one batch's write transaction should take at most: a batch that took longer halves the next."""
 
 
-def prune(
-    transactions: Transactions,
-    older_than: float,
-    *,
-    now: float,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    dry_run: bool = False,
-    pause: float = 0.0,
-    stopping: threading.Event | None = None,
-    max_hold: float | None = DEFAULT_MAX_HOLD,
-) -> PruneReport:
-    """Delete the history older than `older_than` seconds before `now` (see the module's docstring).
+@dataclass
+class Retention:
+    """The history's retention in a store (`Store.retention`)."""
 
-    At most `batch_size` runs, decisions, notifications or claims (with their children) per write
-    transaction, fewer while a batch's transaction takes longer than `max_hold` seconds (the foreign
-    keys' checks grow with the tables: see docs/install.md, "Retention"); `pause` seconds between
-    batches leave the lock to others; `stopping` set ends it between two batches (what was deleted
-    stays deleted: a later prune goes on from there).
-    """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    if older_than < 0:
-        raise ValueError("older_than must not be negative")
-    cut = now - older_than
-    report = PruneReport(dry_run=dry_run)
-    for step in _PASSES:
-        after, size = 0, batch_size
-        while not (stopping is not None and stopping.is_set()):
-            limit = size
-            scanned, ids = _candidates(transactions, step, cut, after, limit)
-            if not scanned:
-                break
-            after = scanned[-1]
-            if ids:
-                started = time.monotonic()
-                opened = transactions.read() if dry_run else transactions.write()
-                with opened as conn:
-                    deleted = step.delete(conn, ids, cut, dry_run)
-                report = report + PruneReport(**deleted, batches=1)
-                size = _next_size(size, time.monotonic() - started, batch_size, max_hold)
-            if len(scanned) < limit:
-                break
-            if pause > 0 and ids:
-                if stopping is not None:
-                    stopping.wait(pause)
-                else:
-                    time.sleep(pause)
-    return report
+    tx: Transactions
+    database: Database
+
+    def prune(
+        self,
+        older_than: float,
+        *,
+        now: float,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        dry_run: bool = False,
+        pause: float = 0.0,
+        stopping: threading.Event | None = None,
+        max_hold: float | None = DEFAULT_MAX_HOLD,
+    ) -> PruneReport:
+        """Delete the history older than `older_than` seconds before `now` (see the module's docstring).
+
+        At most `batch_size` runs, decisions, notifications or claims (with their children) per write
+        transaction, fewer while a batch's transaction takes longer than `max_hold` seconds (the foreign
+        keys' checks grow with the tables: see docs/install.md, "Retention"); `pause` seconds between
+        batches leave the lock to others; `stopping` set ends it between two batches (what was deleted
+        stays deleted: a later prune goes on from there).
+        """
+        self.database.refresh_statistics(PRUNED_TABLES)
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if older_than < 0:
+            raise ValueError("older_than must not be negative")
+        cut = now - older_than
+        report = PruneReport(dry_run=dry_run)
+        for step in _PASSES:
+            after, size = 0, batch_size
+            while not (stopping is not None and stopping.is_set()):
+                limit = size
+                scanned, ids = _candidates(self.tx, step, cut, after, limit)
+                if not scanned:
+                    break
+                after = scanned[-1]
+                if ids:
+                    started = time.monotonic()
+                    opened = self.tx.read() if dry_run else self.tx.write()
+                    with opened as conn:
+                        deleted = step.delete(conn, ids, cut, dry_run)
+                    report = report + PruneReport(**deleted, batches=1)
+                    size = _next_size(size, time.monotonic() - started, batch_size, max_hold)
+                if len(scanned) < limit:
+                    break
+                if pause > 0 and ids:
+                    if stopping is not None:
+                        stopping.wait(pause)
+                    else:
+                        time.sleep(pause)
+        return report
 
 
 def _next_size(size: int, took: float, most: int, max_hold: float | None) -> int:
@@ -289,50 +299,28 @@ def _candidates(
 # --------------------------------------------------------------------------- the server's periodic prune
 
 
-class Pruner:
+@dataclass
+class Pruner(Periodic):
     """Prunes a store every `every` seconds in a thread of its own (the server's executor process).
 
     `keep` seconds of history stay; small batches with a pause between them, so ingest never waits
     for more than one batch. Each prune that deleted something is one line in the log.
     """
 
-    def __init__(
-        self,
-        prune: Callable[..., PruneReport],
-        keep: float,
-        *,
-        every: float = 3600.0,
-        first_after: float = 60.0,
-        batch_size: int = 200,
-        pause: float = 0.05,
-        clock: Callable[[], float] = time.time,
-        log: Any = None,
-    ) -> None:
-        import logging
-
-        self._prune = prune
-        self.keep = keep
-        self.every = every
-        self.first_after = first_after
-        self.batch_size = batch_size
-        self.pause = pause
-        self.clock = clock
-        self.log = log or logging.getLogger("remediate.retention")
-        self.stopping = threading.Event()
-        self.reports: list[PruneReport] = []
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="remediate-prune", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self.stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    prune: Callable[..., PruneReport]
+    keep: float
+    every: float = 3600.0
+    first_after: float = 60.0
+    batch_size: int = 200
+    pause: float = 0.05
+    clock: Callable[[], float] = time.time
+    log: Any = field(default_factory=lambda: logging.getLogger("remediate.retention"))
+    stopping: threading.Event = field(default_factory=threading.Event)
+    reports: list[PruneReport] = field(default_factory=list)
+    thread_name = "remediate-prune"
 
     def prune_once(self) -> PruneReport:
-        report = self._prune(
+        report = self.prune(
             self.keep, now=self.clock(), batch_size=self.batch_size, pause=self.pause, stopping=self.stopping
         )
         self.reports.append(report)

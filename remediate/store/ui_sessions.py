@@ -2,7 +2,7 @@
 
 Both live in the database because a page request may reach any gunicorn worker of any replica: a
 logout in one must end the session in all, and failed logins must be counted wherever they land.
-Called by remediate.ui.views through the Store; each function takes the transaction it runs in.
+Called by remediate.ui.views through `Store.ui_sessions`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from remediate import schema as t
+from remediate.store.database import Transactions
 
 
 @dataclass(frozen=True)
@@ -36,25 +37,33 @@ _FAILURES = sa.select(t.ui_login_failures.c.since, t.ui_login_failures.c.failure
 )
 
 
-def end_session(conn: sa.Connection, sid: str, *, expires_at: float, now: float) -> None:
-    """Record the session as ended until it would have expired; forget the ones that have expired since."""
-    conn.execute(sa.delete(t.ui_sessions_ended).where(t.ui_sessions_ended.c.expires_at < now))
-    conn.execute(_END, {"p_sid": sid[:64], "p_until": expires_at})
+@dataclass
+class UiSessions:
+    """The sessions ended by logout and the failed logins of a store (`Store.ui_sessions`)."""
 
+    tx: Transactions
 
-def session_ended(conn: sa.Connection, sid: str) -> bool:
-    return conn.execute(_ENDED, {"p_sid": sid[:64]}).first() is not None
+    def end(self, sid: str, *, expires_at: float, now: float) -> None:
+        """A page session's logout, refused by every worker and replica from now on until it would have expired;
+        the ones that have expired since are forgotten."""
+        with self.tx.write() as conn:
+            conn.execute(sa.delete(t.ui_sessions_ended).where(t.ui_sessions_ended.c.expires_at < now))
+            conn.execute(_END, {"p_sid": sid[:64], "p_until": expires_at})
 
+    def ended(self, sid: str) -> bool:
+        with self.tx.read() as conn:
+            return conn.execute(_ENDED, {"p_sid": sid[:64]}).first() is not None
 
-def record_login_failure(conn: sa.Connection, client: str, *, throttle: LoginThrottle, now: float) -> None:
-    """Count one failed login of `client` in its current window (a new window once the last one is over)."""
-    conn.execute(sa.delete(t.ui_login_failures).where(t.ui_login_failures.c.since <= now - throttle.window))
-    conn.execute(_FAIL, {"p_client": client[:64], "p_now": now})
+    def record_login_failure(self, client: str, *, throttle: LoginThrottle, now: float) -> None:
+        """Count one failed login of `client` in its current window (a new window once the last one is over)."""
+        with self.tx.write() as conn:
+            conn.execute(sa.delete(t.ui_login_failures).where(t.ui_login_failures.c.since <= now - throttle.window))
+            conn.execute(_FAIL, {"p_client": client[:64], "p_now": now})
 
-
-def login_retry_after(conn: sa.Connection, client: str, *, throttle: LoginThrottle, now: float) -> float | None:
-    """Seconds until `client` may try to log in again, or None when it may now."""
-    row = conn.execute(_FAILURES, {"p_client": client[:64]}).first()
-    if row is None or row.failures < throttle.allowed or row.since + throttle.window <= now:
-        return None
-    return float(row.since + throttle.window - now)
+    def login_retry_after(self, client: str, *, throttle: LoginThrottle, now: float) -> float | None:
+        """Seconds until `client` may try to log in again (the throttle's window), or None when it may now."""
+        with self.tx.read() as conn:
+            row = conn.execute(_FAILURES, {"p_client": client[:64]}).first()
+        if row is None or row.failures < throttle.allowed or row.since + throttle.window <= now:
+            return None
+        return float(row.since + throttle.window - now)

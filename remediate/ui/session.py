@@ -5,7 +5,7 @@ that logged in (an HMAC of its token under the signing key: never the token), th
 token. Each request finds the credential again by that fingerprint among the configured tokens, so a
 rotated or removed token ends its sessions at once and the roles are the credential's own now, whatever
 its name; the age is checked against SESSION_HOURS whatever the browser does with the cookie's expiry, and
-a session ended by its logout is refused through the store (`Store.ui_session_ended`), which every worker and
+a session ended by its logout is refused through the store (`Store.ui_sessions.ended`), which every worker and
 replica reads.
 """
 

@@ -135,7 +135,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         g.viewer = ui_session.viewer(session, deps.credentials, request, key=deps.secret_key, now=now)
         if g.viewer is not None and deps.credentials:
             current = ui_session.session_id(session, now=now)
-            if current is None or store.ui_session_ended(current.sid):  # logged out (in any worker or replica)
+            if current is None or store.ui_sessions.ended(current.sid):  # logged out (in any worker or replica)
                 g.viewer = None
         if g.viewer is None:
             if request.method != "GET":
@@ -180,7 +180,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         # Per client address, counted in the store: a guesser's tries land on every worker of every replica.
         # Behind a proxy the address is the proxy's, and its clients share one count.
         client, now = request.remote_addr or "unknown", time.time()
-        wait = store.login_retry_after(client, throttle=deps.login_throttle, now=now)
+        wait = store.ui_sessions.login_retry_after(client, throttle=deps.login_throttle, now=now)
         if wait is not None:
             # The token is not even checked (a right guess must look like the others); no failure counted.
             seconds = max(1, math.ceil(wait))
@@ -190,7 +190,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             return refused
         credential = ui_session.find_credential(deps.credentials, request.form.get("token", ""))
         if credential is None or not credential.allows(READ):
-            store.record_login_failure(client, throttle=deps.login_throttle, now=now)
+            store.ui_sessions.record_login_failure(client, throttle=deps.login_throttle, now=now)
             # One answer for both: which tokens exist is not the page's to say.
             error = "Unknown token, or one that may not read (the webhook token cannot log in)."
             return render_template("login.html", next=target, error=error), 401
@@ -203,7 +203,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         now = time.time()
         current = ui_session.session_id(session, now=now)
         if current is not None:  # the cookie is signed and may be kept: the store says it is over
-            store.end_ui_session(current.sid, expires_at=current.expires_at, now=now)
+            store.ui_sessions.end(current.sid, expires_at=current.expires_at, now=now)
         session.clear()
         return redirect(url_for("ui.login"))
 
@@ -214,7 +214,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         cursor = request.args.get("cursor", "")
         try:
             query = deps.history_query({**args, "cursor": cursor, "limit": str(PAGE_SIZE)})
-            entries, next_cursor = store.history(query)
+            entries, next_cursor = store.history.page(query)
         except ValueError as exc:
             return render_template("history.html", form=form, rows=[], error=str(exc), older=None, newest=None), 400
         rows = [
@@ -228,8 +228,8 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     @ui.get("/runs/<int:run_id>")
     def run(run_id: int) -> Any:
         try:
-            detail = run_json(store.run_detail(run_id))
-            links = store.run_links(run_id)
+            detail = run_json(store.history.run_detail(run_id))
+            links = store.history.run_links(run_id)
         except UnknownRunError:
             abort(404, f"no run {run_id}")
         alert_link = _web_link(detail["alert"]["generatorURL"])
@@ -239,7 +239,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def approve(run_id: int) -> Any:
         by = _operator()
         try:
-            store.approve(run_id, by=by, now=time.time())
+            store.queue.approve(run_id, by=by, now=time.time())
         except UnknownRunError:
             abort(404, f"no run {run_id}")
         except RunStateError as exc:
@@ -251,8 +251,8 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
 
     @ui.get("/state")
     def state() -> Any:
-        pause = store.pause_state()
-        waiting, _ = store.history(HistoryQuery(status=RunStatus.AWAITING_APPROVAL, limit=APPROVALS_SHOWN))
+        pause = store.pause.state()
+        waiting, _ = store.history.page(HistoryQuery(status=RunStatus.AWAITING_APPROVAL, limit=APPROVALS_SHOWN))
         return render_template(
             "state.html",
             pause=pause,
@@ -266,7 +266,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         by = _operator()
         try:
             # The form shows only while not paused: a pause made since (another operator) is kept, not replaced.
-            store.set_paused(True, by=by, reason=request.form.get("reason", "")[:1000], now=time.time(), replace=False)
+            store.pause.set(True, by=by, reason=request.form.get("reason", "")[:1000], now=time.time(), replace=False)
         except AlreadyPaused as exc:
             flash(f"Not paused again: {exc}", "error")
             return redirect(url_for("ui.state"))
@@ -276,7 +276,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     @ui.post("/resume")
     def resume() -> Any:
         by = _operator()
-        store.set_paused(False, by=by, reason="", now=time.time())
+        store.pause.set(False, by=by, reason="", now=time.time())
         flash(f"Resumed by {by}.", "ok")
         return redirect(url_for("ui.state"))
 

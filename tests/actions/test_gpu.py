@@ -911,12 +911,12 @@ def test_restore_after_a_server_restart(
 
     store, engine, executor = start_server()
     try:
-        assert store.memory().recall(MEMORY_PREFIX + gpu0.uuid)["original_mw"] == 700 * W  # type: ignore[index]
+        assert store.memory.recall(MEMORY_PREFIX + gpu0.uuid)["original_mw"] == 700 * W  # type: ignore[index]
         resolved_run = only_run(ingest_alerts(engine, hot(gpu0.uuid, status="resolved"), at=T0 + 600))
         assert executor.drain() == 1
 
         assert limit(sim, gpu0.uuid) == 700 * W
-        assert store.memory().recall(MEMORY_PREFIX + gpu0.uuid) is None
+        assert store.memory.recall(MEMORY_PREFIX + gpu0.uuid) is None
 
         fired = run_json_of(store, firing_run)
         assert (fired["phase"], fired["status"]) == ("firing", "succeeded")
@@ -972,8 +972,8 @@ def test_a_gpu_lost_mid_run_is_recorded_with_what_was_already_done(
     assert f"GPU 0 {gpus[0].uuid} set 700 W -> 500 W" in step["error"]
     assert step["error"] in detail["error"]
     assert [g.power_limit_mw for g in sim.devices()] == [500 * W, 700 * W, 700 * W, 700 * W]
-    assert store.memory().recall(MEMORY_PREFIX + gpus[0].uuid)["original_mw"] == 700 * W  # type: ignore[index]
-    assert store.memory().recall(MEMORY_PREFIX + gpus[1].uuid) is None
+    assert store.memory.recall(MEMORY_PREFIX + gpus[0].uuid)["original_mw"] == 700 * W  # type: ignore[index]
+    assert store.memory.recall(MEMORY_PREFIX + gpus[1].uuid) is None
 
 
 def test_without_root_the_run_fails_with_the_permission_error_and_nothing_is_remembered(
@@ -986,7 +986,7 @@ def test_without_root_the_run_fails_with_the_permission_error_and_nothing_is_rem
     assert "NVML error 4 (Insufficient Permissions)" in step["error"]
     assert len(step["attempts"]) == 1
     assert step["plan"]["gpus"][0]["target_w"] == 560  # the plan was still recorded
-    assert store.memory().recall(MEMORY_PREFIX + gpu0.uuid) is None
+    assert store.memory.recall(MEMORY_PREFIX + gpu0.uuid) is None
 
 
 def test_a_dry_run_playbook_only_plans_and_the_gpu_file_is_untouched(
@@ -1001,7 +1001,7 @@ def test_a_dry_run_playbook_only_plans_and_the_gpu_file_is_untouched(
     assert step["plan"]["gpus"][0]["change"] == "700 W -> 560 W"
     assert step["result"] is None
     assert sim_file.read_bytes() == before
-    assert store.memory().recall(MEMORY_PREFIX + gpu0.uuid) is None
+    assert store.memory.recall(MEMORY_PREFIX + gpu0.uuid) is None
 
 
 def test_a_label_that_is_no_gpu_is_rejected_before_anything_runs(

@@ -415,7 +415,7 @@ def test_a_playbook_locks_on_firing_and_unlocks_on_resolved_through_the_store(
     assert fired.run_id is not None, fired.reason
     assert executor.drain() == 1
     assert lock_of(sim, gpus[1]) == (345, 1380)
-    assert store.memory().recall(MEMORY_PREFIX + gpus[1].uuid)["previous"] == {"state": "unlocked"}  # type: ignore[index]
+    assert store.memory.recall(MEMORY_PREFIX + gpus[1].uuid)["previous"] == {"state": "unlocked"}  # type: ignore[index]
 
     (resolved,) = ingest_alerts(
         engine, alert_payload("GPUTemperatureHigh", status="resolved", labels=labels), at=T0 + 60
@@ -423,7 +423,7 @@ def test_a_playbook_locks_on_firing_and_unlocks_on_resolved_through_the_store(
     assert resolved.run_id is not None, resolved.reason
     assert executor.drain() == 1
     assert lock_of(sim, gpus[1]) is None
-    assert store.memory().recall(MEMORY_PREFIX + gpus[1].uuid) is None
+    assert store.memory.recall(MEMORY_PREFIX + gpus[1].uuid) is None
 
     run = run_json_of(store, fired.run_id)
     (step,) = run["steps"]

@@ -599,7 +599,7 @@ def test_a_run_awaiting_approval_is_announced_with_an_approve_button_then_its_ow
         assert [(a["title"], a["url"]) for a in card["actions"]] == [(f"Open run {run_id}", link), ("Approve", link)]
     assert "GPU 5" in json.dumps(request.json)
 
-    store.approve(run_id, by="alice", now=1_767_225_660.0)
+    store.queue.approve(run_id, by="alice", now=1_767_225_660.0)
     assert executor.drain() == 1
 
     _announcement, second = recorder.requests  # the step's own message, once the run runs

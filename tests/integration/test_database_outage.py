@@ -53,9 +53,9 @@ def test_the_store_is_unreachable_while_the_server_is_down_and_works_again_after
     """fast: every session is ended (a restart, a fail-over); immediate: the server crashes."""
     store = Store.open(outage_url)
     try:
-        store.set_paused(True, by="alice", reason="before", now=T0)  # connections pooled before the outage
+        store.pause.set(True, by="alice", reason="before", now=T0)  # connections pooled before the outage
         with own_postgres.down(mode=mode):
-            for attempt in (store.ping, store.probe_write, lambda: store.history(HistoryQuery())):
+            for attempt in (store.ping, store.probe_write, lambda: store.history.page(HistoryQuery())):
                 with pytest.raises(StoreUnreachable) as caught:
                     attempt()
                 message = str(caught.value)
@@ -63,12 +63,12 @@ def test_the_store_is_unreachable_while_the_server_is_down_and_works_again_after
                 assert message.startswith("the database postgresql+psycopg://remediate:***@127.0.0.1:")
                 assert "cannot be reached" in message
             with pytest.raises(StoreUnreachable):
-                store.set_paused(False, by="bob", reason="during", now=T0 + 1)
+                store.pause.set(False, by="bob", reason="during", now=T0 + 1)
         # The same Store, no reopening: the pool's dead connections are replaced on checkout.
         store.ping()
-        assert store.pause_state().by == "alice"
-        store.set_paused(False, by="bob", reason="after", now=T0 + 2)
-        assert store.pause_state().by == "bob"
+        assert store.pause.state().by == "alice"
+        store.pause.set(False, by="bob", reason="after", now=T0 + 2)
+        assert store.pause.state().by == "bob"
     finally:
         store.close()
 
@@ -80,12 +80,12 @@ def test_a_transaction_cut_by_a_restart_is_unreachable_and_rolled_back(
     try:
         cut = pytest.raises(StoreUnreachable, match="terminating connection due to administrator command")
         with cut, store.write() as conn:
-            store.set_paused(True, by="alice", reason="", now=T0)  # its own transaction: committed
+            store.pause.set(True, by="alice", reason="", now=T0)  # its own transaction: committed
             conn.exec_driver_sql("UPDATE meta SET value = value")
             own_postgres.restart()
             conn.exec_driver_sql("UPDATE meta SET value = 'lost' WHERE key = 'schema_version'")
         assert store.schema_version() > 0  # the cut transaction wrote nothing
-        assert store.pause_state().paused
+        assert store.pause.state().paused
     finally:
         store.close()
 
@@ -205,13 +205,13 @@ def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
             assert not own_postgres.running
             own_postgres.resume()
             wait_until(lambda: _status(store, run_id) in ("succeeded", "failed"), 30, message="the run finished")
-        assert _status(store, run_id) == status, (store.run_detail(run_id).error, step_details(store, run_id))
+        assert _status(store, run_id) == status, (store.history.run_detail(run_id).error, step_details(store, run_id))
         assert len(action.executions) == 1
         (step,) = step_details(store, run_id)
         assert step["status"] == step_status
         assert [a["outcome"] for a in step["attempts"]] == [attempt]
         if status == "failed":
-            assert "the target said no" in store.run_detail(run_id).error
+            assert "the target said no" in store.history.run_detail(run_id).error
             assert step["error"] == "the target said no"
         # One line per outage (and one when it is over), not a traceback per poll.
         assert caplog.text.count("the store is unavailable") == 1
@@ -223,7 +223,7 @@ def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
 
 
 def _status(store: Store, run_id: int) -> str:
-    return store.run_detail(run_id).status
+    return store.history.run_detail(run_id).status
 
 
 # --------------------------------------------------------------------------- the database refuses writes (issue 24)
@@ -293,7 +293,7 @@ def test_runs_whose_writes_a_full_disk_refused_finish_once_the_fault_clears(
             _clear_disk_full(outage_url)
             wait_until(lambda: all(_status(store, r) in ("succeeded", "failed") for r in runs), 30,
                        message="the runs finished")  # fmt: skip
-        assert [_status(store, r) for r in runs] == ["succeeded"] * 3, [store.run_detail(r).error for r in runs]
+        assert [_status(store, r) for r in runs] == ["succeeded"] * 3, [store.history.run_detail(r).error for r in runs]
         assert sorted(action.executions) == sorted(runs)  # each sent once
         first = step_details(store, runs[0])[0]
         assert (first["status"], first["result"]) == ("succeeded", {"sent": runs[0]})

@@ -33,6 +33,7 @@ from tests.support.cli import run_cli as cli
 from tests.support.postgres import PostgresCluster
 from tests.support.realsystems import free_port
 from tests.support.store_json import history_json_of, run_json_of
+from tests.support.stores import table_counts
 from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,14 +80,14 @@ def fill(store: Store, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) 
     for host in hosts[:2]:
         engine.ingest_body(payload("am-0.25-resolved.json", host), received_at=at + 60)
     executor.drain()
-    store.set_paused(True, by="tester", reason="copy test", now=at + 100)
-    store.set_paused(False, by="tester", reason="", now=at + 101)
-    with store.breaker_ledger() as ledger:
+    store.pause.set(True, by="tester", reason="copy test", now=at + 100)
+    store.pause.set(False, by="tester", reason="", now=at + 101)
+    with store.breaker.ledger() as ledger:
         ledger.save_state({"open": False, "since": at})
         for node in hosts[:2]:
             ledger.add_claim(Claim(node=node, kind="cordon", run_id=1, claimed_at=at + 120))
         ledger.release(hosts[0], now=at + 130, reason="uncordoned")
-    store.memory().remember("gpu:node-a:3:power", {"watts": 300}, run_id=1)
+    store.memory.remember("gpu:node-a:3:power", {"watts": 300}, run_id=1)
     # Where two escalation ladders stand (composite primary key), as a ladder playbook leaves them: on
     # the first two hosts a later occurrence climbs rung 1, and the first stays hot past holds_for: rung 2.
     ladder = Engine(store=store, playbooks=PlaybookSet([parse_playbook(LADDER, default_registry())]),
@@ -96,8 +97,8 @@ def fill(store: Store, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) 
     ladder.ingest_body(later_occurrence(hosts[0]), received_at=at + 240)
     executor.drain()
     # The web pages' state: a session ended by its logout, and a client's failed logins.
-    store.end_ui_session("Zq3-logged-out-session", expires_at=at + 12 * 3600, now=at + 250)
-    store.record_login_failure("192.0.2.7", throttle=LoginThrottle(), now=at + 260)
+    store.ui_sessions.end("Zq3-logged-out-session", expires_at=at + 12 * 3600, now=at + 250)
+    store.ui_sessions.record_login_failure("192.0.2.7", throttle=LoginThrottle(), now=at + 260)
 
 
 LADDER = {
@@ -152,9 +153,9 @@ def views(url: str) -> dict[str, Any]:
         return {
             "history": entries,
             "runs": [run_json_of(store, run_id) for run_id in run_ids],
-            "counts": store.counts(),
-            "pause": store.pause_state(),
-            "breaker": store.breaker_state(),
+            "counts": table_counts(store),
+            "pause": store.pause.state(),
+            "breaker": store.breaker.state(),
             "schema_version": store.schema_version(),
         }
     finally:
@@ -206,7 +207,7 @@ def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_aler
         engine, executor = engine_on(target)
         engine.ingest_body(payload("am-0.25-firing.json", "node-z"), received_at=T0 + 1000)
         assert executor.drain() == 1
-        with target.breaker_ledger() as ledger:
+        with target.breaker.ledger() as ledger:
             ledger.add_claim(Claim(node="node-z", kind="cordon", run_id=1, claimed_at=T0 + 1001))
     finally:
         target.close()
@@ -289,7 +290,9 @@ def test_decisions_out_of_time_order_on_postgresql_are_stamped_in_order_into_sql
     store = Store.open(back)
     try:
         for since in (None, *newest):
-            entries, _ = store.history(HistoryQuery(since=since, until=None if since is None else since + 5, limit=100))
+            entries, _ = store.history.page(
+                HistoryQuery(since=since, until=None if since is None else since + 5, limit=100)
+            )
             assert [e.id for e in entries] == [
                 d["id"] for d in reversed(copied) if since is None or since <= d["created_at"] < since + 5
             ]

@@ -138,11 +138,11 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
         for replica in replicas:
             replica.start()
         assert long_step.entered.wait(scaled(10))
-        owner = store.running_claims()[0].claimed_by
+        owner = store.leases.running_claims()[0].claimed_by
         beats: set[float] = set()
         deadline = time.monotonic() + 2.5 * LEASE + scaled(5)
         while time.monotonic() < deadline and run_json_of(store, run_id)["status"] == "running":
-            claims = store.running_claims()
+            claims = store.leases.running_claims()
             beats.update(c.heartbeat_at for c in claims if c.heartbeat_at is not None)
             time.sleep(0.1)
         finished = run_json_of(store, run_id)
@@ -185,7 +185,7 @@ def test_two_replicas_with_four_threads_each_execute_every_queued_run_exactly_on
     try:
         for replica in replicas:
             replica.start()
-        wait_until(lambda: len(counted.runs) >= len(queued) and store.queue_depth()["running"] == 0, 20)
+        wait_until(lambda: len(counted.runs) >= len(queued) and store.queue.queue_depth()["running"] == 0, 20)
     finally:
         for replica in replicas:
             replica.stop(timeout=scaled(5))
@@ -204,13 +204,13 @@ def test_recovery_leaves_a_run_whose_owner_renewed_its_lease_after_recovery_look
     """The requeue is conditional on the heartbeat recovery watched: an owner that renews between the
     look and the requeue (alive after all, only slow) keeps its run."""
     run_id = _queue_run(make_engine)
-    assert store.claim_run("replica-a:7", T0) is not None
-    looked = store.running_claims()
-    store.heartbeat([run_id], "replica-a:7", T0 + 1)
+    assert store.queue.claim("replica-a:7", T0) is not None
+    looked = store.leases.running_claims()
+    store.leases.heartbeat([run_id], "replica-a:7", T0 + 1)
 
-    assert store.requeue_claims(looked, now=T0 + 2) == []
+    assert store.leases.requeue_claims(looked, now=T0 + 2) == []
     assert run_json_of(store, run_id)["status"] == "running"
-    assert store.requeue_claims(store.running_claims(), now=T0 + 3) == [run_id]
+    assert store.leases.requeue_claims(store.leases.running_claims(), now=T0 + 3) == [run_id]
 
 
 def test_an_executor_claims_under_its_replica_name_and_records_it_on_every_attempt(

@@ -98,10 +98,10 @@ class Rig:
 
     def wait_idle(self, timeout: float = 40.0) -> None:
         def idle() -> bool:
-            depth = self.store.queue_depth()
+            depth = self.store.queue.queue_depth()
             return depth["queued"] == 0 and depth["running"] == 0
 
-        wait_until(idle, timeout, message=f"runs still queued/running: {self.store.queue_depth()}")
+        wait_until(idle, timeout, message=f"runs still queued/running: {self.store.queue.queue_depth()}")
 
     def entries(self) -> list[dict[str, Any]]:
         entries, cursor = history_json_of(self.store, HistoryQuery(limit=1000))
@@ -148,7 +148,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
                 threads=threads,
                 poll_interval=0.02,
                 retry_wait_max=0.05,
-                breaker=CircuitBreaker(s.breaker_ledger, s.breaker_view, limits=limits),
+                breaker=CircuitBreaker(s.breaker.ledger, s.breaker.view, limits=limits),
             )
             for s in stores
         ]
@@ -435,7 +435,7 @@ def test_remediate_breaker_status_and_reset_on_the_database(tmp_path: Path, monk
         monkeypatch.delenv(name, raising=False)
     url = f"sqlite:///{tmp_path / 'r.db'}"
     store = Store.open(url)
-    breaker = CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(Settings()))
+    breaker = CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits_from_settings(Settings()))
     for index in range(3):
         breaker.acquire(f"gpu-{index}", kind="cordon", run_id=index + 1, cluster_nodes=50)
     with pytest.raises(BreakerOpen):

@@ -120,7 +120,7 @@ def test_shadow_runs_do_not_climb_so_the_first_enforced_incident_starts_on_rung_
         assert (run["mode"], run["rung"], run["ladder"]["name"]) == ("dry-run", 1, "cap-power")
     entry = next(e for e in watching.history(playbook="hot")["entries"] if e["run_id"] == second)
     assert entry["reason"].endswith("rung 1 of 3 (cap-power): first rung; shadow (dry-run): the ladder does not move")
-    assert watching.store.ladders() == []
+    assert watching.store.ladders.read() == []
     send(watching, hot(2, "resolved"))
 
     # Switched to enforce on the same database: the first real incident gets the gentle rung.
@@ -129,7 +129,7 @@ def test_shadow_runs_do_not_climb_so_the_first_enforced_incident_starts_on_rung_
 
     run = enforcing.get(f"/runs/{real}").get_json()
     assert (run["mode"], run["rung"], run["ladder"]["why"]) == ("enforce", 1, "first rung")
-    (state,) = enforcing.store.ladders()
+    (state,) = enforcing.store.ladders.read()
     assert (state.rung, state.run_id) == (1, real)
 
 
@@ -156,7 +156,7 @@ def test_the_cli_shows_and_resets_ladders_from_the_database_and_a_server(
     assert reset.exit_code == 0, reset.output
     assert "1 ladder(s) of node-a reset" in reset.stdout and "reset by operator (note: tester): swapped" in reset.stdout
     assert none.exit_code == 2 and "no ladder for target node-z" in none.stderr
-    (after,) = server.store.ladders()
+    (after,) = server.store.ladders.read()
     assert after.rung == 0
 
 
@@ -177,7 +177,7 @@ def test_dry_run_says_which_rung_would_run_now_and_writes_nothing(make_server: C
     )
     assert [step["params"]["message"] for step in playbook["steps"]] == ["lock"]
     assert "ladder: rung 2 of 3 (lock-clocks) would run: re-fired" in printed.stdout
-    (ladder,) = server.store.ladders()
+    (ladder,) = server.store.ladders.read()
     assert ladder.rung == 1
 
 

@@ -364,7 +364,7 @@ def test_a_claim_storm_over_three_replicas_never_holds_more_nodes_than_the_cap(d
     stores = [Store.open(database) for _ in range(3)]
     limits = BreakerLimits(max_nodes=3, max_fraction=1.0)
     try:
-        breakers = [CircuitBreaker(s.breaker_ledger, s.breaker_view, limits=limits) for s in stores]
+        breakers = [CircuitBreaker(s.breaker.ledger, s.breaker.view, limits=limits) for s in stores]
         calls = [
             lambda b=breakers[node % 3], n=node: b.acquire(f"node-{n}", kind="cordon", run_id=n + 1, cluster_nodes=100)
             for node in range(30)
@@ -400,7 +400,7 @@ def test_a_node_storm_over_three_replicas_cordons_no_more_nodes_than_the_cap(
             threads=3,
             poll_interval=0.02,
             retry_wait_max=0.05,
-            breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits),
+            breaker=CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits),
         )
         for store in stores
     ]
@@ -423,7 +423,7 @@ def test_a_node_storm_over_three_replicas_cordons_no_more_nodes_than_the_cap(
         )
         assert errors_of(results) == []
         wait_until(
-            lambda: stores[0].queue_depth()["queued"] == stores[0].queue_depth()["running"] == 0,
+            lambda: stores[0].queue.queue_depth()["queued"] == stores[0].queue.queue_depth()["running"] == 0,
             40,
             message="runs still queued or running",
         )
@@ -456,7 +456,7 @@ def test_two_approvals_at_once_on_two_replicas_one_wins(replicas: Replicas) -> N
         assert run_id is not None
         results = at_once(
             [
-                lambda s=s, r=run_id, who=who: s.approve(r, by=who, now=T0 + 1)
+                lambda s=s, r=run_id, who=who: s.queue.approve(r, by=who, now=T0 + 1)
                 for s, who in zip(stores, "ab", strict=True)
             ]
         )

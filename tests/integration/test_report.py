@@ -55,7 +55,7 @@ def week_of_incidents(make_server: Callable[..., Server], **settings: Any) -> tu
     with server.store.write() as conn:  # what a ladder writes (nothing on this branch does yet)
         conn.execute(sa.update(t.runs).where(t.runs.c.id == first).values(rung=1))
         conn.execute(sa.update(t.runs).where(t.runs.c.id == second).values(rung=2))
-    with server.store.breaker_ledger() as ledger:
+    with server.store.breaker.ledger() as ledger:
         ledger.add_claim(Claim("node-b", "cordon", on_b, now - 300, None))
     return server, run_ids
 

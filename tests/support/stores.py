@@ -12,6 +12,7 @@ file, the agent's state file; PostgreSQL: the pool bound, a server stopped and s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.history_api import run_json
+from remediate.runs import RunLease, RunWrite, StepStart
 from remediate.store import Store
 
 DATABASES = ("sqlite", "postgresql")
@@ -43,6 +45,20 @@ def rows(store: Store, table: str, **equal: Any) -> list[Any]:
         return list(conn.execute(statement.order_by(columns.id)).all())
 
 
+def table_counts(store: Store, tables: Iterable[str] | None = None) -> dict[str, int]:
+    """The rows of `tables` (every table of the schema by default), by table."""
+    with store.read() as conn:
+        return {
+            name: conn.execute(sa.select(sa.func.count()).select_from(t.metadata.tables[name])).scalar_one()
+            for name in (t.metadata.tables if tables is None else tables)
+        }
+
+
 def step_details(store: Store, run_id: int) -> list[dict[str, Any]]:
-    """The run's steps as the HTTP API shows them (Store.run_detail(...)["steps"]), plans and results decoded."""
-    return list(run_json(store.run_detail(run_id))["steps"])
+    """The run's steps as the HTTP API shows them (run_detail(...)["steps"]), plans and results decoded."""
+    return list(run_json(store.history.run_detail(run_id))["steps"])
+
+
+def start_attempt(store: Store, lease: RunLease, step_id: int, number: int, at: float, plan: Any = None) -> None:
+    """Attempt `number` of a step starts at `at` under `lease`, written as the executor writes it (RunQueue.record)."""
+    store.queue.record(RunWrite(lease, starts=(StepStart(step_id, number, plan),)), at)

@@ -39,8 +39,8 @@ def test_the_agent_state_file_holds_only_the_action_memory_and_seen_requests_tab
 def test_a_state_file_written_by_the_full_store_keeps_what_it_remembered(tmp_path: Path) -> None:
     path = tmp_path / "agent.db"
     old = Store.open(f"sqlite:///{path}")
-    old.memory().remember("gpu.power_limit/GPU-1", {"previous_mw": 300000, "uuid": "GPU-1"}, run_id=12)
-    old.memory().remember("gpu.power_limit/GPU-2", {"previous_mw": 250000}, run_id=13)
+    old.memory.remember("gpu.power_limit/GPU-1", {"previous_mw": 300000, "uuid": "GPU-1"}, run_id=12)
+    old.memory.remember("gpu.power_limit/GPU-2", {"previous_mw": 250000}, run_id=13)
     old.close()
     tables_before = _tables(path)
 

@@ -221,18 +221,18 @@ def test_without_a_reset_nothing_is_stale() -> None:
 @EVERY_DATABASE
 def test_the_store_keeps_the_breaker_across_restarts_and_the_guards_see_it(store: Store, db_url: str) -> None:
     url = db_url
-    breaker = CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=BreakerLimits(max_nodes=1))
+    breaker = CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=BreakerLimits(max_nodes=1))
     breaker.acquire("n0", kind="cordon", run_id=1, cluster_nodes=10)
     with pytest.raises(BreakerOpen):
         breaker.acquire("n1", kind="cordon", run_id=2, cluster_nodes=10)
     store.close()
 
     reopened = Store.open(url)
-    again = CircuitBreaker(reopened.breaker_ledger, reopened.breaker_view, limits=BreakerLimits(max_nodes=1))
+    again = CircuitBreaker(reopened.breaker.ledger, reopened.breaker.view, limits=BreakerLimits(max_nodes=1))
     assert again.status()["open"] is True
     assert again.status()["held_nodes"] == ["n0"]
-    assert (reopened.breaker_state() or {})["open"] is True
-    with reopened.guard_reader() as reader:
+    assert (reopened.breaker.state() or {})["open"] is True
+    with reopened.ingest.reader() as reader:
         assert reader.breaker_state()["tripped_node"] == "n1"
     reopened.close()
 
@@ -248,7 +248,7 @@ def test_claims_are_atomic_across_threads_and_stores_of_one_database(store: Stor
     start = threading.Barrier(len(stores))
 
     def worker(index: int, store: Store) -> None:
-        breaker = CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits)
+        breaker = CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits)
         start.wait()
         for node in range(index * 5, index * 5 + 5):
             try:
@@ -265,7 +265,7 @@ def test_claims_are_atomic_across_threads_and_stores_of_one_database(store: Stor
         thread.start()
     for thread in threads:
         thread.join()
-    status = CircuitBreaker(stores[0].breaker_ledger, limits=limits).status()
+    status = CircuitBreaker(stores[0].breaker.ledger, limits=limits).status()
     for store in stores:
         store.close()
 

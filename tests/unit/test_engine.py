@@ -18,7 +18,7 @@ from remediate.errors import PayloadError, RunStateError, StoreConflict, Unknown
 from remediate.runs import Decision
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts, notification_payload
-from tests.support.stores import EVERY_DATABASE
+from tests.support.stores import EVERY_DATABASE, table_counts
 from tests.support.stores import rows as table_rows
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -44,15 +44,6 @@ def playbook(name: str = "xid", **changes: Any) -> dict[str, Any]:
 
 def rows(store: Store, table: sa.Table, **equal: Any) -> list[Any]:
     return table_rows(store, table.name, **equal)
-
-
-def table_counts(store: Store) -> dict[str, int]:
-    """Rows in every table of the schema."""
-    with store.read() as conn:
-        return {
-            name: conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
-            for name, table in t.metadata.tables.items()
-        }
 
 
 def decisions_of(result: IngestResult) -> list[tuple[str | None, str]]:
@@ -172,7 +163,7 @@ def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
     """StoreConflict (a replica committed the same dedupe key first) rolls the transaction back; the engine
     tries the whole notification again, INGEST_ATTEMPTS times at most, then lets the conflict through (503)."""
     engine = make_engine(playbook())
-    real_writer = store.writer
+    real_writer = store.ingest.writer
     tries: list[int] = []
 
     def conflict(*_: Any) -> list[int]:
@@ -186,7 +177,7 @@ def test_a_run_another_writer_stored_first_makes_ingest_judge_again_a_few_times(
                 monkeypatch.setattr(writer, "insert_runs", conflict)
             yield writer
 
-    monkeypatch.setattr(store, "writer", conflicting_writer)
+    monkeypatch.setattr(store.ingest, "writer", conflicting_writer)
 
     if conflicts == INGEST_ATTEMPTS:
         with pytest.raises(StoreConflict):
@@ -375,7 +366,7 @@ def test_rejected_runs_do_not_count_for_cooldown_or_attempts(make_engine: MakeEn
 @EVERY_DATABASE
 def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
-    store.set_paused(True, by="alice", reason="rolling upgrade", now=T0 - 10)
+    store.pause.set(True, by="alice", reason="rolling upgrade", now=T0 - 10)
 
     result = ingest_alerts(engine, xid(), at=T0)
 
@@ -385,7 +376,7 @@ def test_while_paused_decisions_are_paused_with_the_reason_and_no_run(store: Sto
     (decision,) = rows(store, t.decisions)
     assert (decision.decision, decision.status, decision.run_id) == ("paused", "paused", None)
 
-    store.set_paused(False, by="alice", reason="done", now=T0 + 5)
+    store.pause.set(False, by="alice", reason="done", now=T0 + 5)
     assert decisions_of(ingest_alerts(engine, xid(), at=T0 + 10)) == [("xid", "accepted")]
 
 
@@ -398,18 +389,18 @@ def test_approve_mode_waits_for_approval_then_queues(store: Store, make_engine: 
     (run,) = rows(store, t.runs)
     assert (run.status, run.mode) == ("awaiting_approval", "approve")
     assert rows(store, t.decisions)[0].status == "awaiting_approval"
-    assert store.claim_run("w", T0) is None
+    assert store.queue.claim("w", T0) is None
 
-    store.approve(run_id, by="bob", now=T0 + 60)
+    store.queue.approve(run_id, by="bob", now=T0 + 60)
 
     (run,) = rows(store, t.runs)
     assert (run.status, run.approved_by, run.approved_at) == ("queued", "bob", T0 + 60)
     assert rows(store, t.decisions)[0].status == "queued"
     with pytest.raises(RunStateError, match=f"run {run_id} is queued, not awaiting approval"):
-        store.approve(run_id, by="bob", now=T0 + 61)
+        store.queue.approve(run_id, by="bob", now=T0 + 61)
     with pytest.raises(UnknownRunError):
-        store.approve(run_id + 100, by="bob", now=T0 + 61)
-    claimed = store.claim_run("w", T0 + 62)
+        store.queue.approve(run_id + 100, by="bob", now=T0 + 61)
+    claimed = store.queue.claim("w", T0 + 62)
     assert claimed is not None
     assert claimed.id == run_id
 
@@ -510,7 +501,7 @@ def test_resolving_while_the_firing_run_awaits_approval_cancels_the_firing_run(
     assert decisions_of(resolved) == [("xid", "no_firing_run")]
     assert f"firing run {firing_id} was still awaiting approval" in resolved.decisions[0].reason
     with pytest.raises(RunStateError, match="is cancelled"):
-        store.approve(firing_id, by="bob", now=T0 + 120)
+        store.queue.approve(firing_id, by="bob", now=T0 + 120)
     again = ingest_alerts(engine, xid(status="resolved"), at=T0 + 120)
     assert decisions_of(again) == [("xid", "no_firing_run")]
     assert f"firing run {firing_id} was cancelled" in again.decisions[0].reason
@@ -534,7 +525,7 @@ def test_resolving_cancels_an_awaiting_firing_run_even_without_on_resolved_steps
 def test_resolving_after_approval_does_not_cancel_the_firing_run(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(mode="approve"))
     firing_id = ingest_alerts(engine, xid(), at=T0).decisions[0].run_id
-    store.approve(firing_id, by="bob", now=T0 + 10)
+    store.queue.approve(firing_id, by="bob", now=T0 + 10)
 
     ingest_alerts(engine, xid(status="resolved"), at=T0 + 60)
 
@@ -567,7 +558,7 @@ def test_a_template_on_a_missing_label_rejects_the_run_naming_step_and_label(
     assert rows(store, t.steps) == []
     assert rows(store, t.decisions)[0].status == "rejected"
     assert result.runs_queued == 0
-    assert store.claim_run("w", T0) is None
+    assert store.queue.claim("w", T0) is None
 
 
 @EVERY_DATABASE
@@ -583,7 +574,7 @@ def test_a_rendered_value_that_does_not_fit_the_schema_rejects_the_run(store: St
 @EVERY_DATABASE
 def test_a_paused_decision_wins_over_a_render_error(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(steps=[{"action": "log", "with": {"message": "{{ labels.absent }}"}}]))
-    store.set_paused(True, by="", reason="", now=T0)
+    store.pause.set(True, by="", reason="", now=T0)
 
     result = ingest_alerts(engine, xid(), at=T0)
 
@@ -642,7 +633,7 @@ def test_preview_without_a_store_judges_against_an_empty_history(registry: Any, 
 @EVERY_DATABASE
 def test_preview_reads_the_pause(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
-    store.set_paused(True, by="carol", reason="", now=T0)
+    store.pause.set(True, by="carol", reason="", now=T0)
 
     (judged,) = engine.preview(parse_notification(notification_payload(xid())), now=T0)
 
@@ -784,7 +775,7 @@ def test_a_late_resolved_undoes_when_the_newer_occurrence_is_over_or_never_acted
 ) -> None:
     engine = make_engine(playbook(), playbook("held", mode="approve"))
     ingest_alerts(engine, xid(), at=T0)
-    store.approve(2, by="alice", now=T0 + 1)  # run 2: "held" for S1, approved, so it acts
+    store.queue.approve(2, by="alice", now=T0 + 1)  # run 2: "held" for S1, approved, so it acts
     ingest_alerts(engine, xid(starts_at=S2), at=T0 + 2 * HOUR)  # xid acts; held waits for approval
     ingest_alerts(engine, xid(status="resolved", starts_at=S2), at=T0 + 2 * HOUR + 1)
 

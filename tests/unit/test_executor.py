@@ -18,10 +18,10 @@ from remediate.actions.schema import Param, ParamSchema
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
-from remediate.runs import FinishedRun
+from remediate.runs import FinishedRun, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from tests.support.store_json import run_json_of
-from tests.support.stores import EVERY_DATABASE, rows, step_details
+from tests.support.stores import EVERY_DATABASE, rows, start_attempt, step_details
 from tests.support.waiting import scaled
 
 T0 = 1_767_225_600.0
@@ -505,12 +505,13 @@ def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_s
         make_alert,
         playbook({**step("test.broken"), "continue_on_error": True}, step("test.once", note="runs")),
     )
-    claimed = store.claim_run("other:1", T0)
+    claimed = store.queue.claim("other:1", T0)
     assert claimed is not None and claimed.id == run_id
-    (broken, _) = store.steps_of(run_id)
-    store.start_attempt(broken.id, T0, lease=claimed.lease)
-    store.finish_step(broken.id, "failed", now=T0, error="permission denied", lease=claimed.lease)
-    store.requeue_claims(store.running_claims(), now=T0, own=True)
+    (broken, _) = store.queue.steps_of(run_id)
+    start_attempt(store, claimed.lease, broken.id, 1, T0)
+    failed = StepEnd(broken.id, StepStatus.FAILED, error="permission denied")
+    store.queue.record(RunWrite(claimed.lease, ends=(failed,)), T0)
+    store.leases.requeue_claims(store.leases.running_claims(), now=T0, own=True)
 
     executor.drain()
 
@@ -768,13 +769,12 @@ def test_on_resolved_steps_run_after_the_firing_run(
 
 def crash_during_first_step(store: Store, run_id: int) -> None:
     """What a killed executor leaves behind: a claimed run and a step with an open attempt."""
-    claimed = store.claim_run("crashed-host:1", T0)
+    claimed = store.queue.claim("crashed-host:1", T0)
     assert claimed is not None
     assert claimed.id == run_id
-    (first, *_) = store.steps_of(run_id)
-    store.record_plan(first.id, {"would": "something"})
-    store.start_attempt(first.id, T0 + 1)
-    assert store.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
+    (first, *_) = store.queue.steps_of(run_id)
+    start_attempt(store, claimed.lease, first.id, 1, T0 + 1, plan={"would": "something"})
+    assert store.leases.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
 
 
 @EVERY_DATABASE
@@ -837,12 +837,14 @@ def test_steps_finished_before_a_crash_are_not_run_again(
     make_alert: MakeAlert,
 ) -> None:
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once", note="done"), step("test.again")))
-    claimed = store.claim_run("crashed-host:1", T0)
+    claimed = store.queue.claim("crashed-host:1", T0)
     assert claimed is not None
-    done, running = store.steps_of(run_id)
-    store.finish_step(done.id, "succeeded", now=T0 + 1, result={"already": True})
-    store.start_attempt(running.id, T0 + 2)
-    store.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
+    done, running = store.queue.steps_of(run_id)
+    store.queue.record(
+        RunWrite(claimed.lease, ends=(StepEnd(done.id, StepStatus.SUCCEEDED, {"already": True}),)), T0 + 1
+    )
+    start_attempt(store, claimed.lease, running.id, 1, T0 + 2)
+    store.leases.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
 
     executor.drain()
 
@@ -860,9 +862,9 @@ def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
     dead_owner = f"{socket.gethostname()}:{int(child.stdout)}"
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    assert store.claim_run(dead_owner, time.time()) is not None
+    assert store.queue.claim(dead_owner, time.time()) is not None
     alive = queue(make_engine, ingest, make_alert, playbook(step("test.again"), name="other"))
-    assert store.claim_run(f"{socket.gethostname()}:1", time.time()) is not None  # pid 1 lives
+    assert store.queue.claim(f"{socket.gethostname()}:1", time.time()) is not None  # pid 1 lives
 
     assert executor.recover() == [run_id]
     assert run_row(store, alive).status == "running"
@@ -952,12 +954,12 @@ def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken
     failing on a full disk) kept its run `running` forever. Now the lease decides, as for any other owner."""
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
     owner = f"{socket.gethostname()}:1"  # pid 1 lives
-    assert store.claim_run(owner, time.time()) is not None
+    assert store.queue.claim(owner, time.time()) is not None
     executor.stale_after = 0.3
 
     assert executor.recover() == []  # first seen now: watched for a lease from here
     time.sleep(0.2)
-    store.heartbeat([run_id], owner, time.time())  # renewed: alive and well
+    store.leases.heartbeat([run_id], owner, time.time())  # renewed: alive and well
     assert executor.recover() == []
     time.sleep(0.2)
     assert executor.recover() == []  # renewed less than a lease ago
@@ -974,7 +976,7 @@ def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
     newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert store.claim_run(f"{socket.gethostname()}:{newcomer.pid}", time.time() - 60) is not None
+        assert store.queue.claim(f"{socket.gethostname()}:{newcomer.pid}", time.time() - 60) is not None
 
         assert executor.recover() == [run_id]
     finally:
@@ -987,9 +989,9 @@ def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    assert store.claim_run("host:7", T0) is not None
+    assert store.queue.claim("host:7", T0) is not None
 
-    store.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
+    store.leases.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
 
     assert run_row(store, run_id).heartbeat_at > T0
 
@@ -999,18 +1001,22 @@ def test_progress_writes_check_the_claim_and_its_generation(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
-    first = store.claim_run("host:7", T0)
+    first = store.queue.claim("host:7", T0)
     assert first is not None
-    (record,) = store.steps_of(run_id)
-    store.start_attempt(record.id, T0 + 1, lease=first.lease)
-    store.requeue_claims(store.running_claims(), now=T0 + 2)
-    second = store.claim_run("host:7", T0 + 3)  # the same worker name, a new claim
+    (record,) = store.queue.steps_of(run_id)
+    start_attempt(store, first.lease, record.id, 1, T0 + 1)
+    store.leases.requeue_claims(store.leases.running_claims(), now=T0 + 2)
+    second = store.queue.claim("host:7", T0 + 3)  # the same worker name, a new claim
     assert second is not None
     assert second.generation == first.generation + 1
 
     with pytest.raises(ClaimLostError, match=f"run {run_id} is no longer claimed by host:7"):
-        store.finish_step(record.id, "succeeded", now=T0 + 4, result={"stale": True}, lease=first.lease)
-    store.finish_step(record.id, "succeeded", now=T0 + 4, result={"fresh": True}, lease=second.lease)
+        store.queue.record(
+            RunWrite(first.lease, ends=(StepEnd(record.id, StepStatus.SUCCEEDED, {"stale": True}),)), T0 + 4
+        )
+    store.queue.record(
+        RunWrite(second.lease, ends=(StepEnd(record.id, StepStatus.SUCCEEDED, {"fresh": True}),)), T0 + 4
+    )
 
     assert steps_detail(store, run_id)[0]["result"] == {"fresh": True}
 

@@ -25,7 +25,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
-from remediate.runs import RunStatus
+from remediate.runs import RunEnd, RunStatus, RunWrite
 from remediate.store import Store
 from tests.support.realsystems import WebhookRecorder
 from tests.support.server import WAIT
@@ -226,7 +226,7 @@ def test_a_run_another_executor_claims_while_this_one_plans_it_is_left_to_that_o
 ) -> None:  # fmt: skip
     (run_id,) = queue_runs(make_engine, ingest, make_alert, playbook(quick()), ["node-a"])
     taken = []
-    actions["test.quick"].planning = lambda _ctx: taken.append(store.claim_run("other:1", T0))
+    actions["test.quick"].planning = lambda _ctx: taken.append(store.queue.claim("other:1", T0))
 
     assert executor_factory().run_once()
 
@@ -267,9 +267,9 @@ def test_a_crash_during_the_first_step_leaves_the_attempt_its_claim_started_inte
     actions[action].during = None
 
     # Recovery after the process died: its claim is taken over, what was in flight is `interrupted`.
-    claims = store.running_claims()
+    claims = store.leases.running_claims()
     assert [c.id for c in claims] == [run_id]
-    assert store.requeue_claims(claims, now=T0 + 1, own=True) == [run_id]
+    assert store.leases.requeue_claims(claims, now=T0 + 1, own=True) == [run_id]
     (detail,) = step_details(store, run_id)
     assert (detail["status"], detail["plan"], [a["outcome"] for a in detail["attempts"]]) == (
         "interrupted",
@@ -300,7 +300,7 @@ def test_a_fresh_alerts_run_is_claimed_before_a_storms_backlog(
     storm_runs = [d.run_id for d in storm.decisions]
 
     assert [rows(store, "runs", id=r)[0].priority for r in (fresh_run, storm_runs[0])] == [0, 1]
-    claimed = [store.claim_run("w:1", T0 + 2) for _ in range(13)]
+    claimed = [store.queue.claim("w:1", T0 + 2) for _ in range(13)]
     assert [c.id for c in claimed if c is not None] == [fresh_run, *storm_runs]
 
 
@@ -316,14 +316,14 @@ def test_a_resolved_run_still_waits_for_its_firing_run_in_a_storms_backlog(
     (resolved_run,) = [d.run_id for d in ingest(engine, resolved, at=T0 + 1).decisions]
     assert resolved_run is not None
 
-    first = store.claim_run("w:1", T0 + 2)
-    second = store.claim_run("w:1", T0 + 2)
+    first = store.queue.claim("w:1", T0 + 2)
+    second = store.queue.claim("w:1", T0 + 2)
     assert (first and first.id, second and second.id) == (storm[0], storm[1])
-    third = store.claim_run("w:2", T0 + 2)  # the third storm run, not the resolved run whose firing run runs
+    third = store.queue.claim("w:2", T0 + 2)  # the third storm run, not the resolved run whose firing run runs
     assert third is not None and rows(store, "runs", id=third.id)[0].phase == "firing"
     assert first is not None
-    store.finish_run(storm[0], RunStatus.SUCCEEDED, now=T0 + 3, lease=first.lease)
-    fourth = store.claim_run("w:1", T0 + 4)
+    store.queue.record(RunWrite(first.lease, run_end=RunEnd(storm[0], RunStatus.SUCCEEDED)), T0 + 3)
+    fourth = store.queue.claim("w:1", T0 + 4)
     assert fourth is not None and fourth.id == resolved_run
 
 

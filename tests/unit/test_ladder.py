@@ -170,7 +170,7 @@ def test_an_alert_that_keeps_re_firing_climbs_rung_by_rung(store: Store, make_en
     assert [runs[d.run_id].status for d in (first, second, third)] == ["queued", "queued", "awaiting_approval"]
     steps = rows(store, "steps", run_id=second.run_id)
     assert [json_message(s) for s in steps] == ["lock"]
-    (state_now,) = store.ladders(target="node-a")
+    (state_now,) = store.ladders.read(target="node-a")
     assert (state_now.rung, state_now.run_id, state_now.resolved_at) == (3, third.run_id, None)
     assert [c["rung"] for c in state_now.climb] == [1, 2, 3]
 
@@ -193,7 +193,7 @@ def test_a_ladder_that_stays_quiet_resets_to_rung_one(store: Store, make_engine:
 
     assert "rung 2 of 3 (lock-clocks): rung 2 held (quiet 57m >= holds_for 30m); trying it again" in held.reason
     assert "rung 1 of 3 (cap-power): ladder reset: quiet 6h59m after rung 2 resolved (reset_after 6h)" in reset.reason
-    (state_now,) = store.ladders()
+    (state_now,) = store.ladders.read()
     assert [c["rung"] for c in state_now.climb] == [1]
 
 
@@ -239,7 +239,7 @@ def test_resolve_undoes_the_rungs_that_ran_in_reverse_then_the_playbooks_on_reso
     (run,) = rows(store, "runs", id=undo.run_id)
     firing = {r.rung: r.id for r in rows(store, "runs", phase="firing")}
     assert run.after_run_id == firing[2]
-    (state_now,) = store.ladders()
+    (state_now,) = store.ladders.read()
     assert (state_now.rung, state_now.resolved_at) == (2, T0 + 40 * MIN)
 
 
@@ -301,7 +301,7 @@ def test_preview_says_which_rung_would_run_and_writes_nothing(store: Store, make
     (judged,) = engine.preview(parse_notification(notification_payload(hot(3))), now=T0 + 3 * MIN)
 
     assert (judged.rung, judged.rung_reason) == (2, "re-fired 3m after rung 1 ran (holds_for 30m)")
-    (state_now,) = store.ladders()
+    (state_now,) = store.ladders.read()
     assert state_now.rung == 1
 
 

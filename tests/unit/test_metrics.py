@@ -21,13 +21,13 @@ class Clock:
 
 def test_the_figures_are_read_once_per_max_age_over_the_window(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     queries: list[ReportQuery] = []
-    real = store.report
+    real = store.history.report
 
     def counting(query: ReportQuery) -> Report:
         queries.append(query)
         return real(query)
 
-    monkeypatch.setattr(store, "report", counting)
+    monkeypatch.setattr(store.history, "report", counting)
     clock = Clock(1_000_000.0)
     collector = ReliabilityCollector(store, window=3600.0, max_age=60.0, job_labels=("training_job",), clock=clock)
 
@@ -52,7 +52,7 @@ def test_a_store_that_cannot_report_leaves_the_other_metrics_answering(
     def broken(query: ReportQuery) -> Report:
         raise RuntimeError("database restarting")
 
-    monkeypatch.setattr(store, "report", broken)
+    monkeypatch.setattr(store.history, "report", broken)
     collector = ReliabilityCollector(store, window=3600.0, max_age=60.0, job_labels=())
 
     with caplog.at_level(logging.ERROR, logger="remediate.metrics"):

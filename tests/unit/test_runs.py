@@ -28,7 +28,7 @@ NOW = 1_767_225_600.0
 STATUS_VALUES = frozenset(v.value for enum in (RunStatus, StepStatus, AttemptOutcome, Decision) for v in enum)
 # Calls whose positional arguments are statuses or outcomes.
 STATUS_CALLS = frozenset(
-    {"finish_step", "finish_attempt", "finish_run", "_finish_run", "step_finished", "run_finished", "RunEnd"}
+    {"finish_attempt", "step_finished", "run_finished", "RunEnd", "StepEnd"}
     | {"in_", "not_in"}  # SQLAlchemy's column IN (...)
 )
 STATUS_NAMES = frozenset({"status", "outcome"})
@@ -116,8 +116,8 @@ def test_no_bare_status_string_outside_runs() -> None:
     [
         'if step.status == "interrupted": pass',
         'x = status in ("queued", "running")',
-        'store.finish_step(1, "succeeded", now=0)',
-        'store.finish_attempt(1, 2, "maybe_applied", None, 0)',
+        'StepEnd(1, "succeeded")',
+        'store.queue.finish_attempt(1, 2, "maybe_applied", None, 0)',
         'q.values(status="skipped")',
         'row = {"status": "pending"}',
         'def fail(error, *, status="failed"): pass',

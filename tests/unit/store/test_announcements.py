@@ -41,7 +41,7 @@ def test_a_waiting_run_with_a_chat_step_is_taken_once_with_what_its_message_says
 ) -> None:
     first, second = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b")
 
-    taken = store.take_announcement(T0 + 5, CHAT)
+    taken = store.announcements.take(T0 + 5, CHAT)
 
     assert taken is not None
     assert (taken.id, taken.playbook, taken.target, taken.phase, taken.mode) == (
@@ -58,9 +58,9 @@ def test_a_waiting_run_with_a_chat_step_is_taken_once_with_what_its_message_says
         (second, "awaiting_approval", None, None),
     ]
     # Taken once: the next take is the next run, then nothing.
-    again = store.take_announcement(T0 + 6, CHAT)
+    again = store.announcements.take(T0 + 6, CHAT)
     assert again is not None and again.id == second
-    assert store.take_announcement(T0 + 7, CHAT) is None
+    assert store.announcements.take(T0 + 7, CHAT) is None
     assert [r.announced_at for r in rows(store, "runs")] == [T0 + 5, T0 + 6]
 
 
@@ -72,18 +72,18 @@ def test_runs_without_a_chat_step_not_waiting_approved_or_cancelled_are_never_ta
     approved, cancelled = waiting_runs(engine, ingest, make_alert, "node-a", "node-b")
     quiet = ingest(engine, make_alert("DiskFull", labels={"Hostname": "node-c"}), at=T0).decisions[0].run_id
     queued = ingest(engine, make_alert("NodeDown", labels={"Hostname": "node-d"}), at=T0).decisions[0].run_id
-    store.approve(approved, by="bob", now=T0 + 1)
+    store.queue.approve(approved, by="bob", now=T0 + 1)
     ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-b"}, status="resolved"), at=T0 + 2)
 
-    assert store.take_announcement(T0 + 3, CHAT) is None
-    assert store.take_announcement(T0 + 3, ()) is None
+    assert store.announcements.take(T0 + 3, CHAT) is None
+    assert store.announcements.take(T0 + 3, ()) is None
     by_id = {r.id: r for r in rows(store, "runs")}
     assert [by_id[i].status for i in (approved, cancelled, quiet, queued)] == [
         "queued", "cancelled", "awaiting_approval", "queued",
     ]  # fmt: skip
     assert {(r.announced_at, r.announce_error) for r in by_id.values()} == {(None, None)}
     # The run without a chat step awaits approval all the same: a chat action named for it would take it.
-    log_run = store.take_announcement(T0 + 4, ("log",))
+    log_run = store.announcements.take(T0 + 4, ("log",))
     assert log_run is not None and log_run.id == quiet
 
 
@@ -93,11 +93,11 @@ def test_the_outcome_of_a_taken_run_is_recorded_and_never_on_a_run_not_taken(
 ) -> None:
     sent, failed, untouched = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b", "node-c")
     for _ in range(2):
-        store.take_announcement(T0 + 5, CHAT)
+        store.announcements.take(T0 + 5, CHAT)
 
-    store.record_announcement(sent, error=None)
-    store.record_announcement(failed, error="step 1 tell-on-call (notify.slack): POST answered 404")
-    store.record_announcement(untouched, error="not taken: not recorded")
+    store.announcements.record(sent, error=None)
+    store.announcements.record(failed, error="step 1 tell-on-call (notify.slack): POST answered 404")
+    store.announcements.record(untouched, error="not taken: not recorded")
 
     assert [(r.id, r.announced_at, r.announce_error) for r in rows(store, "runs")] == [
         (sent, T0 + 5, None),
@@ -126,7 +126,7 @@ class _ApprovedInBetween:
     def write(self) -> AbstractContextManager[sa.Connection]:
         if not self.approved:
             self.approved = True
-            self.store.approve(self.run_id, by="bob", now=T0 + 4)
+            self.store.queue.approve(self.run_id, by="bob", now=T0 + 4)
         return self.store.write()
 
 
@@ -135,9 +135,9 @@ def test_a_run_approved_between_the_look_and_the_take_is_not_taken_the_next_one_
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     first, second = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b")
-    store.announcements._tx = _ApprovedInBetween(store, first)
+    store.announcements.tx = _ApprovedInBetween(store, first)
 
-    taken = store.take_announcement(T0 + 5, CHAT)
+    taken = store.announcements.take(T0 + 5, CHAT)
 
     assert taken is not None and taken.id == second
     assert [(r.status, r.announced_at) for r in rows(store, "runs")] == [
@@ -156,12 +156,12 @@ def test_two_stores_on_one_database_take_each_run_once(
     try:
         taken: list[int] = []
         for turn in _alternating(store, other):
-            found = turn.take_announcement(T0 + 5, CHAT)
+            found = turn.announcements.take(T0 + 5, CHAT)
             if found is None:
                 break
             taken.append(found.id)
         assert sorted(taken) == runs
-        assert other.take_announcement(T0 + 6, CHAT) is None
+        assert other.announcements.take(T0 + 6, CHAT) is None
     finally:
         other.close()
 

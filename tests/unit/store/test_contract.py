@@ -15,9 +15,18 @@ import sqlalchemy as sa
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
-from remediate.runs import AttemptOutcome, RunEnd, RunLease, RunningClaim, RunStatus, StepEnd, StepStatus
+from remediate.runs import (
+    AttemptOutcome,
+    RunEnd,
+    RunLease,
+    RunningClaim,
+    RunStatus,
+    RunWrite,
+    StepEnd,
+    StepStatus,
+)
 from remediate.store import Store
-from tests.support.stores import EVERY_DATABASE, rows
+from tests.support.stores import EVERY_DATABASE, rows, start_attempt
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
@@ -78,7 +87,7 @@ def test_ingest_records_the_notification_its_alerts_runs_steps_and_decisions(
 
 @EVERY_DATABASE
 def test_a_run_with_a_dedupe_key_taken_is_refused_and_the_writer_block_leaves_nothing(store: Store) -> None:
-    with store.writer() as w:
+    with store.ingest.writer() as w:
         notification = w.insert_notification(
             received_at=T0, receiver="r", status="firing", group_key="g", alert_count=1, raw="{}"
         )
@@ -86,12 +95,12 @@ def test_a_run_with_a_dedupe_key_taken_is_refused_and_the_writer_block_leaves_no
         w.insert_runs([run_row(alert, "key-1")])
     before = {table: len(rows(store, table)) for table in ("notifications", "alerts", "runs")}
 
-    with pytest.raises(StoreConflict), store.writer() as w:
+    with pytest.raises(StoreConflict), store.ingest.writer() as w:
         w.insert_notification(received_at=T0, receiver="r", status="firing", group_key="g", alert_count=1, raw="{}")
         w.insert_runs([run_row(alert, "key-2"), run_row(alert, "key-1")])
 
     assert {table: len(rows(store, table)) for table in before} == before
-    with pytest.raises(ZeroDivisionError), store.writer() as w:  # any error: the block is one transaction
+    with pytest.raises(ZeroDivisionError), store.ingest.writer() as w:  # any error: the block is one transaction
         w.insert_runs([run_row(alert, "key-3")])
         raise ZeroDivisionError
     assert [r.dedupe_key for r in rows(store, "runs")] == ["key-1"]
@@ -127,7 +136,7 @@ def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(
     assert [r.decisions[0].decision for r in (again, cooled, second, capped)] == [
         "duplicate", "cooldown", "accepted", "attempt_cap",
     ]  # fmt: skip
-    with store.guard_reader() as reader:
+    with store.ingest.reader() as reader:
         assert reader.target_history("xid", "node-a", T0 + 1) == (T0 + 660, 1)
         assert reader.target_history("xid", "node-a", T0 + 661) == (T0 + 660, 0)
         assert reader.target_history("xid", "node-b", T0) == (None, 0)
@@ -151,10 +160,12 @@ def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_deliv
 ) -> None:
     engine = make_engine(playbook(cooldown="1h", max_attempts=1))
     run_id = queue(engine, ingest, make_alert)
-    claimed = store.claim_run("w", T0 + 1)
+    claimed = store.queue.claim("w", T0 + 1)
     assert claimed is not None
-    store.finish_run(run_id, RunStatus.FAILED, now=T0 + 2, error="api down", lease=claimed.lease, rerunnable=True)
-    with store.guard_reader() as reader:
+    store.queue.record(
+        RunWrite(claimed.lease, run_end=RunEnd(run_id, RunStatus.FAILED, "api down"), rerunnable=True), T0 + 2
+    )
+    with store.ingest.reader() as reader:
         assert reader.rerunnable_runs([run_id, 99]) == {run_id: "api down"}
         assert reader.target_history("xid", "node-a", T0) == (None, 0)  # it does not count
 
@@ -163,7 +174,7 @@ def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_deliv
     assert again.decision == "accepted" and "runs again" in again.reason
     old, new = rows(store, "runs")
     assert (old.superseded_by, old.dedupe_key, new.id) == (again.run_id, f"superseded:{run_id}", again.run_id)
-    with store.guard_reader() as reader:
+    with store.ingest.reader() as reader:
         assert reader.rerunnable_runs([run_id]) == {}
 
 
@@ -179,9 +190,9 @@ def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
     second = queue(engine, ingest, make_alert, "node-b")
     (resolved,) = ingest(engine, xid(make_alert, "node-a", status="resolved"), at=T0 + 5).decisions
 
-    a = store.claim_run("w1", T0 + 10)
-    b = store.claim_run("w2", T0 + 11)
-    assert store.claim_run("w3", T0 + 12) is None  # the resolved run waits for its firing run
+    a = store.queue.claim("w1", T0 + 10)
+    b = store.queue.claim("w2", T0 + 11)
+    assert store.queue.claim("w3", T0 + 12) is None  # the resolved run waits for its firing run
     assert a is not None and b is not None
     assert (a.id, a.worker, a.generation, b.id) == (first, "w1", 1, second)
     assert (a.playbook, a.target, a.phase, a.mode) == ("xid", "node-a", "firing", "enforce")
@@ -191,8 +202,8 @@ def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
     assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "w1", T0 + 10, T0 + 10)
     assert rows(store, "decisions", run_id=first)[0].status == "running"
 
-    store.finish_run(first, RunStatus.SUCCEEDED, now=T0 + 20, lease=a.lease)
-    c = store.claim_run("w3", T0 + 21)
+    store.queue.record(RunWrite(a.lease, run_end=RunEnd(first, RunStatus.SUCCEEDED)), T0 + 20)
+    c = store.queue.claim("w3", T0 + 21)
     assert c is not None and c.id == resolved.run_id
     assert (c.phase, c.alert_context["status"]) == ("resolved", "resolved")
 
@@ -202,32 +213,39 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
-    first = store.claim_run("host:7", T0)
+    first = store.queue.claim("host:7", T0)
     assert first is not None
-    step, _ = store.steps_of(run_id)
-    store.start_attempt(step.id, T0 + 1, lease=first.lease)
-    assert store.requeue_claims([RunningClaim(run_id, "host:7", 0, T0)], now=T0 + 2) == []  # another generation
-    assert store.requeue_claims(store.running_claims(), now=T0 + 2) == [run_id]
-    second = store.claim_run("host:7", T0 + 3)
+    step, _ = store.queue.steps_of(run_id)
+    start_attempt(store, first.lease, step.id, 1, T0 + 1)
+    assert store.leases.requeue_claims([RunningClaim(run_id, "host:7", 0, T0)], now=T0 + 2) == []  # another generation
+    assert store.leases.requeue_claims(store.leases.running_claims(), now=T0 + 2) == [run_id]
+    second = store.queue.claim("host:7", T0 + 3)
     assert second is not None and second.generation == 2
     before = (rows(store, "steps"), rows(store, "attempts"), rows(store, "runs"))
 
     stale = first.lease
     writes: list[Callable[[], object]] = [
-        lambda: store.check_lease(stale, T0 + 4),
-        lambda: store.start_attempt(step.id, T0 + 4, plan={"p": 1}, lease=stale),
-        lambda: store.finish_attempt(step.id, 1, AttemptOutcome.FAILED, "x", T0 + 4, lease=stale),
-        lambda: store.finish_step(step.id, StepStatus.SUCCEEDED, now=T0 + 4, result={}, lease=stale),
-        lambda: store.skip_steps([step.id], "x", now=T0 + 4, lease=stale),
-        lambda: store.finish_run(run_id, RunStatus.FAILED, now=T0 + 4, lease=stale),
-        lambda: store.check_lease(RunLease(run_id, "host:8", 2), T0 + 4),
+        lambda: store.leases.check(stale, T0 + 4),
+        lambda: start_attempt(store, stale, step.id, 2, T0 + 4, plan={"p": 1}),
+        lambda: store.queue.finish_attempt(step.id, 1, AttemptOutcome.FAILED, "x", T0 + 4, lease=stale),
+        lambda: store.queue.record(
+            RunWrite(
+                stale,
+                ends=(StepEnd(step.id, StepStatus.SUCCEEDED, {}, attempt=1),),
+                skip=(step.id,),
+                skip_reason="x",
+                run_end=RunEnd(run_id, RunStatus.FAILED),
+            ),
+            T0 + 4,
+        ),
+        lambda: store.leases.check(RunLease(run_id, "host:8", 2), T0 + 4),
     ]
     for write in writes:
         with pytest.raises(ClaimLostError, match=f"run {run_id} is no longer claimed by"):
             write()
 
     assert (rows(store, "steps"), rows(store, "attempts"), rows(store, "runs")) == before
-    store.check_lease(second.lease, T0 + 2)  # holds; the heartbeat moves on, never back
+    store.leases.check(second.lease, T0 + 2)  # holds; the heartbeat moves on, never back
     assert rows(store, "runs")[0].heartbeat_at == T0 + 3.001
 
 
@@ -236,28 +254,26 @@ def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     """Issue 11: an owner that renewed its lease after recovery looked keeps its run; the attempts of a run
-    taken over name both executors (`attempts.worker`), and one recorded without a lease names none."""
+    taken over name both executors (`attempts.worker`)."""
     run_id = queue(make_engine(playbook()), ingest, make_alert)
-    first = store.claim_run("replica-a:7", T0)
+    first = store.queue.claim("replica-a:7", T0)
     assert first is not None
-    step, later = store.steps_of(run_id)
-    store.start_attempt(step.id, T0 + 1, lease=first.lease)
-    looked = store.running_claims()
-    store.heartbeat([run_id], "replica-a:7", T0 + 2)  # alive after all
+    step, _ = store.queue.steps_of(run_id)
+    start_attempt(store, first.lease, step.id, 1, T0 + 1)
+    looked = store.leases.running_claims()
+    store.leases.heartbeat([run_id], "replica-a:7", T0 + 2)  # alive after all
 
-    assert store.requeue_claims(looked, now=T0 + 3) == []
+    assert store.leases.requeue_claims(looked, now=T0 + 3) == []
     assert rows(store, "runs")[0].status == "running"
     # The owner handing back its own claim (after a store outage): its own heartbeats do not count.
-    assert store.requeue_claims(looked, now=T0 + 4, own=True) == [run_id]
-    second = store.claim_run("replica-b:9", T0 + 5)
+    assert store.leases.requeue_claims(looked, now=T0 + 4, own=True) == [run_id]
+    second = store.queue.claim("replica-b:9", T0 + 5)
     assert second is not None
-    store.start_attempt(step.id, T0 + 6, lease=second.lease)
-    store.start_attempt(later.id, T0 + 7)
+    start_attempt(store, second.lease, step.id, 2, T0 + 6)
 
     assert [(a.number, a.outcome, a.worker) for a in rows(store, "attempts")] == [
         (1, "interrupted", "replica-a:7"),
         (2, None, "replica-b:9"),
-        (1, None, None),
     ]
 
 
@@ -270,19 +286,19 @@ def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_r
     ran, flying = (queue(make_engine(playbook()), ingest, make_alert, host) for host in ("node-a", "node-b"))
     claims = []
     for run_id in (ran, flying):
-        claimed = store.claim_run("replica-a:7", T0)
+        claimed = store.queue.claim("replica-a:7", T0)
         assert claimed is not None and claimed.id == run_id
-        step, _ = store.steps_of(run_id)
-        store.start_attempt(step.id, T0 + 1, plan={"would": "send"}, lease=claimed.lease)
+        step, _ = store.queue.steps_of(run_id)
+        start_attempt(store, claimed.lease, step.id, 1, T0 + 1, plan={"would": "send"})
         claims.append(RunningClaim(run_id, "replica-a:7", claimed.generation, None))
-    sent = StepEnd(store.steps_of(ran)[0].id, StepStatus.SUCCEEDED, {"sent": True}, attempt=1)
+    sent = StepEnd(store.queue.steps_of(ran)[0].id, StepStatus.SUCCEEDED, {"sent": True}, attempt=1)
 
-    requeued = store.requeue_claims(claims, now=T0 + 2, own=True, ends={ran: sent}, why="the store failed")
+    requeued = store.leases.requeue_claims(claims, now=T0 + 2, own=True, ends={ran: sent}, why="the store failed")
 
     assert sorted(requeued) == [ran, flying]
-    done, later = store.steps_of(ran)
+    done, later = store.queue.steps_of(ran)
     assert (done.status, done.finished, later.status) == ("succeeded", True, "pending")
-    interrupted, _ = store.steps_of(flying)
+    interrupted, _ = store.queue.steps_of(flying)
     assert (interrupted.status, interrupted.error) == ("interrupted", "the store failed while this step was running")
     attempts = {a.step_id: (a.outcome, a.error) for a in rows(store, "attempts")}
     assert attempts == {
@@ -298,22 +314,21 @@ def test_attempts_steps_and_the_run_end_are_recorded(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
-    claimed = store.claim_run("w", T0)
+    claimed = store.queue.claim("w", T0)
     assert claimed is not None
-    first, second = store.steps_of(run_id)
+    first, second = store.queue.steps_of(run_id)
 
-    assert store.start_attempt(first.id, T0 + 1, plan={"would": 1}, lease=claimed.lease) == 1
-    store.finish_attempt(first.id, 1, AttemptOutcome.RETRYABLE_ERROR, "busy", T0 + 2, lease=claimed.lease)
-    assert store.start_attempt(first.id, T0 + 3, lease=claimed.lease) == 2
-    running, _ = store.steps_of(run_id)
+    lease = claimed.lease
+    start_attempt(store, lease, first.id, 1, T0 + 1, plan={"would": 1})
+    store.queue.finish_attempt(first.id, 1, AttemptOutcome.RETRYABLE_ERROR, "busy", T0 + 2, lease=lease)
+    start_attempt(store, lease, first.id, 2, T0 + 3)
+    running, _ = store.queue.steps_of(run_id)
     assert (running.status, running.attempts, running.finished) == ("running", 2, False)
-    store.finish_step(first.id, StepStatus.SUCCEEDED, now=T0 + 4, result={"ok": 1}, succeeded_attempt=2)
-    store.record_plan(second.id, {"would": 2})
-    store.finish_step(
-        second.id, StepStatus.SUCCEEDED, now=T0 + 5, result={"ok": 2}, run_end=RunEnd(run_id, RunStatus.SUCCEEDED)
-    )
+    store.queue.record(RunWrite(lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, {"ok": 1}, attempt=2),)), T0 + 4)
+    last = StepEnd(second.id, StepStatus.SUCCEEDED, {"ok": 2}, plan={"would": 2})
+    store.queue.record(RunWrite(lease, ends=(last,), run_end=RunEnd(run_id, RunStatus.SUCCEEDED)), T0 + 5)
 
-    done_first, _ = store.steps_of(run_id)
+    done_first, _ = store.queue.steps_of(run_id)
     assert (done_first.status, done_first.attempts, done_first.finished, done_first.error) == (
         "succeeded", 2, True, None,
     )  # fmt: skip
@@ -336,16 +351,18 @@ def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
-    claimed = store.claim_run("w", T0)
+    claimed = store.queue.claim("w", T0)
     assert claimed is not None
-    first, second = store.steps_of(run_id)
+    first, second = store.queue.steps_of(run_id)
 
-    store.finish_step(
-        first.id, StepStatus.FAILED, now=T0 + 1, error="boom", run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: boom"),
-        lease=claimed.lease, skip=[first.id, second.id], skip_reason="skipped: step 0 failed", rerunnable=True,
+    store.queue.record(
+        RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.FAILED, error="boom"),), skip=(first.id, second.id),
+                 skip_reason="skipped: step 0 failed", run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: boom"),
+                 rerunnable=True),
+        T0 + 1,
     )  # fmt: skip
 
-    assert [(s.status, s.error, s.finished) for s in store.steps_of(run_id)] == [
+    assert [(s.status, s.error, s.finished) for s in store.queue.steps_of(run_id)] == [
         ("failed", "boom", True),
         ("skipped", "skipped: step 0 failed", True),  # only a pending step is skipped
     ]
@@ -361,13 +378,13 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
     engine = make_engine(playbook())
     dead, silent, alive = (queue(engine, ingest, make_alert, host) for host in ("a", "b", "c"))
     for worker, at in (("dead:1", T0 + 100), ("silent:1", T0), ("alive:1", T0 + 100)):
-        claimed = store.claim_run(worker, at)
+        claimed = store.queue.claim(worker, at)
         assert claimed is not None
-        step = store.steps_of(claimed.id)[0]
-        store.start_attempt(step.id, at, lease=claimed.lease)  # its lease check moves the heartbeat on
-    store.heartbeat([dead, silent, alive], "alive:1", T0 + 110)  # only alive:1's own run
+        step = store.queue.steps_of(claimed.id)[0]
+        start_attempt(store, claimed.lease, step.id, 1, at)  # its lease check moves the heartbeat on
+    store.leases.heartbeat([dead, silent, alive], "alive:1", T0 + 110)  # only alive:1's own run
 
-    recovered = store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: owner == "dead:1")
+    recovered = store.leases.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: owner == "dead:1")
 
     assert recovered == [dead, silent]
     assert [(r.status, r.claimed_by, r.heartbeat_at) for r in rows(store, "runs")] == [
@@ -382,8 +399,8 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
         ("interrupted", T0 + 120), ("interrupted", T0 + 120), (None, None),
     ]  # fmt: skip
     assert [d.status for d in rows(store, "decisions")] == ["queued", "queued", "running"]
-    assert store.running_claims() == [RunningClaim(alive, "alive:1", 1, T0 + 110)]
-    assert store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == []
+    assert store.leases.running_claims() == [RunningClaim(alive, "alive:1", 1, T0 + 110)]
+    assert store.leases.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == []
 
 
 @EVERY_DATABASE
@@ -391,11 +408,11 @@ def test_a_heartbeat_never_goes_backwards(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
-    assert store.claim_run("host:7", T0) is not None
+    assert store.queue.claim("host:7", T0) is not None
 
-    store.heartbeat([run_id], "host:7", T0 - 600)
-    store.heartbeat([run_id], "host:8", T0 + 600)  # not its owner
-    store.heartbeat([], "host:7", T0 + 600)
+    store.leases.heartbeat([run_id], "host:7", T0 - 600)
+    store.leases.heartbeat([run_id], "host:8", T0 + 600)  # not its owner
+    store.leases.heartbeat([], "host:7", T0 + 600)
 
     assert rows(store, "runs")[0].heartbeat_at == T0 + 0.001
 
@@ -405,17 +422,23 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = queue(make_engine(playbook()), ingest, make_alert)
-    claimed = store.claim_run("w", T0)
+    claimed = store.queue.claim("w", T0)
     assert claimed is not None
-    first, second = store.steps_of(run_id)
-    store.finish_step(
-        first.id, StepStatus.FAILED, now=T0 + 1, error="gave up", result={"pending": {"job": "j"}}, skip=[second.id],
-        run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: gave up"),
-    )  # fmt: skip
+    first, second = store.queue.steps_of(run_id)
+    gave_up = StepEnd(first.id, StepStatus.FAILED, {"pending": {"job": "j"}}, "gave up")
+    store.queue.record(
+        RunWrite(
+            claimed.lease,
+            ends=(gave_up,),
+            skip=(second.id,),
+            run_end=RunEnd(run_id, RunStatus.FAILED, "step 0: gave up"),
+        ),
+        T0 + 1,
+    )
 
-    assert store.pending_outcomes(since=T0 + 2) == []
-    assert store.pending_outcomes(since=T0, limit=0) == []
-    (pending,) = store.pending_outcomes(since=T0)
+    assert store.queue.pending_outcomes(since=T0 + 2) == []
+    assert store.queue.pending_outcomes(since=T0, limit=0) == []
+    (pending,) = store.queue.pending_outcomes(since=T0)
     assert (pending.step.id, pending.step.status, pending.follow_up, pending.finished_at) == (
         first.id, "failed", {"job": "j"}, T0 + 1,
     )  # fmt: skip
@@ -423,11 +446,11 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
         run_id, "node-a", "node-a",
     )  # fmt: skip
 
-    assert store.settle_pending(first.id, {"status": "applied_late"}, "late outcome", T0 + 5)
-    assert not store.settle_pending(first.id, {"status": "again"}, "again", T0 + 6)
-    assert not store.settle_pending(second.id, {"status": "none"}, "no result", T0 + 6)
+    assert store.queue.settle_pending(first.id, {"status": "applied_late"}, "late outcome", T0 + 5)
+    assert not store.queue.settle_pending(first.id, {"status": "again"}, "again", T0 + 6)
+    assert not store.queue.settle_pending(second.id, {"status": "none"}, "no result", T0 + 6)
 
-    assert store.pending_outcomes(since=T0) == []
+    assert store.queue.pending_outcomes(since=T0) == []
     step = rows(store, "steps")[0]
     assert (step.result, step.error) == (
         '{"late_outcome":{"status":"applied_late"},"pending":{"job":"j"}}',
@@ -440,18 +463,12 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(
 @EVERY_DATABASE
 def test_writes_to_rows_that_do_not_exist(store: Store) -> None:
     # An UPDATE of no row changes nothing; a read of the one row a write needs fails.
-    store.record_plan(99, {"p": 1})
-    store.finish_step(99, StepStatus.SUCCEEDED, now=T0)
-    store.finish_run(99, RunStatus.SUCCEEDED, now=T0, rerunnable=True)
-    store.skip_steps([99], "x", now=T0)
-    assert store.requeue_claims([RunningClaim(99, "w", 1, T0)], now=T0) == []
+    assert store.leases.requeue_claims([RunningClaim(99, "w", 1, T0)], now=T0) == []
     with pytest.raises(sa.exc.NoResultFound):
-        store.start_attempt(99, T0)
-    with pytest.raises(sa.exc.NoResultFound):
-        store.settle_pending(99, {}, "note", T0)
+        store.queue.settle_pending(99, {}, "note", T0)
     with pytest.raises(ClaimLostError):
-        store.check_lease(RunLease(99, "w", 1), T0)
-    assert store.steps_of(99) == [] and rows(store, "runs") == [] and rows(store, "attempts") == []
+        store.leases.check(RunLease(99, "w", 1), T0)
+    assert store.queue.steps_of(99) == [] and rows(store, "runs") == [] and rows(store, "attempts") == []
 
 
 @EVERY_DATABASE
@@ -461,18 +478,18 @@ def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
     engine = make_engine(playbook(mode="approve"))
     approved = queue(engine, ingest, make_alert, "node-a")
     cancelled = queue(engine, ingest, make_alert, "node-b")
-    assert store.claim_run("w", T0) is None
+    assert store.queue.claim("w", T0) is None
 
-    store.approve(approved, by="bob", now=T0 + 60)
+    store.queue.approve(approved, by="bob", now=T0 + 60)
     ingest(engine, xid(make_alert, "node-b", status="resolved"), at=T0 + 61)
 
     with pytest.raises(RunStateError, match=f"run {approved} is queued, not awaiting approval"):
-        store.approve(approved, by="bob", now=T0 + 62)
+        store.queue.approve(approved, by="bob", now=T0 + 62)
     with pytest.raises(RunStateError, match=f"run {cancelled} is cancelled"):
-        store.approve(cancelled, by="bob", now=T0 + 62)
+        store.queue.approve(cancelled, by="bob", now=T0 + 62)
     for unknown in (0, 99, 2**63):
         with pytest.raises(UnknownRunError, match=f"no run {unknown}"):
-            store.approve(unknown, by="bob", now=T0 + 62)
+            store.queue.approve(unknown, by="bob", now=T0 + 62)
     runs = rows(store, "runs")
     assert [(r.status, r.approved_by, r.approved_at, r.error) for r in runs] == [
         ("queued", "bob", T0 + 60, None),
@@ -485,12 +502,12 @@ def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
 def test_pause_memory_and_breaker_rows(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
-    assert store.pause_state().paused is False
-    store.set_paused(True, by="alice", reason="upgrade", now=T0)
-    assert (store.pause_state().paused, store.pause_state().by, store.pause_state().since) == (True, "alice", T0)
+    assert store.pause.state().paused is False
+    store.pause.set(True, by="alice", reason="upgrade", now=T0)
+    assert (store.pause.state().paused, store.pause.state().by, store.pause.state().since) == (True, "alice", T0)
     assert ingest(make_engine(playbook()), xid(make_alert), at=T0 + 1).decisions[0].decision == "paused"
 
-    memory = store.memory()
+    memory = store.memory
     memory.remember("gpu/0", {"limit": 300}, run_id=1)
     assert memory.recall("gpu/0") == {"limit": 300}
     memory.forget("gpu/0")
@@ -498,7 +515,7 @@ def test_pause_memory_and_breaker_rows(
 
     clock = iter(range(int(T0), int(T0) + 100))
     breaker = CircuitBreaker(
-        store.breaker_ledger, store.breaker_view, limits=BreakerLimits(max_nodes=1), clock=lambda: next(clock)
+        store.breaker.ledger, store.breaker.view, limits=BreakerLimits(max_nodes=1), clock=lambda: next(clock)
     )
     breaker.acquire("n1", kind="cordon", run_id=1, cluster_nodes=10)
     with pytest.raises(BreakerOpen):
@@ -523,7 +540,7 @@ def test_ladder_rows_are_read_written_listed_and_reset(store: Store, make_engine
     (second,) = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:01:00Z"), at=T0 + 60).decisions
     queue(engine, ingest, make_alert, host="node-b")
 
-    with store.guard_reader() as reader:
+    with store.ingest.reader() as reader:
         state = reader.ladder("xid", "node-a")
         assert reader.ladder("xid", "node-c") is None
         assert reader.target_history("xid", "node-a", T0, 1) == (T0, 1)
@@ -537,11 +554,11 @@ def test_ladder_rows_are_read_written_listed_and_reset(store: Store, make_engine
         T0 + 60,
     )
     assert [(c["rung"], c["run"]) for c in state.climb] == [(1, first), (2, second.run_id)]
-    assert [(s.guard_key, s.rung) for s in store.ladders()] == [("node-a", 2), ("node-b", 1)]
-    assert [s.guard_key for s in store.ladders(target="node-b", playbook="xid")] == ["node-b"]
-    assert store.ladders(playbook="other") == []
+    assert [(s.guard_key, s.rung) for s in store.ladders.read()] == [("node-a", 2), ("node-b", 1)]
+    assert [s.guard_key for s in store.ladders.read(target="node-b", playbook="xid")] == ["node-b"]
+    assert store.ladders.read(playbook="other") == []
 
-    (reset,) = store.reset_ladders("node-a", by="alice", reason="swapped the fan", now=T0 + 120)
+    (reset,) = store.ladders.reset("node-a", by="alice", reason="swapped the fan", now=T0 + 120)
 
     assert (reset.rung, reset.reason, reset.climb, reset.updated_at) == (
         0,
@@ -549,7 +566,7 @@ def test_ladder_rows_are_read_written_listed_and_reset(store: Store, make_engine
         (),
         T0 + 120,
     )
-    assert [s.rung for s in store.ladders()] == [0, 1]
+    assert [s.rung for s in store.ladders.read()] == [0, 1]
     (after,) = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:03:00Z"), at=T0 + 180).decisions
     assert after.reason.endswith(
         "rung 1 of 2 (one): first rung (the ladder was reset: reset by alice: swapped the fan)"

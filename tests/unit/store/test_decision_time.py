@@ -213,7 +213,7 @@ def test_a_late_decision_is_in_the_window_of_its_stamped_time(
     ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-c"}), at=T0 + 20)
 
     def targets(**bounds: float) -> list[str | None]:
-        entries, _ = store.history(HistoryQuery(**bounds))
+        entries, _ = store.history.page(HistoryQuery(**bounds))
         return [e.target for e in entries]
 
     assert store.database.dialect.decision_time_follows_id

@@ -87,7 +87,7 @@ def test_a_prune_on_postgresql_plans_its_queries_on_fresh_statistics(pg_url: str
     store = Store.open(pg_url)
     try:
         fill(store, 30, time.time() - 200 * 86400)
-        store.prune(90 * 86400, now=time.time(), dry_run=True)
+        store.retention.prune(90 * 86400, now=time.time(), dry_run=True)
         with store.read() as conn:
             analysed = set(
                 conn.execute(sa.text("SELECT relname FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL"))

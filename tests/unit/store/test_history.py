@@ -11,7 +11,7 @@ from remediate.actions import default_registry
 from remediate.engine import Engine
 from remediate.errors import UnknownRunError
 from remediate.playbooks import PlaybookSet, parse_playbook
-from remediate.runs import AttemptOutcome, RunEnd, RunStatus, StepStatus
+from remediate.runs import AttemptOutcome, RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import (
     AlertDetail,
     AttemptDetail,
@@ -27,7 +27,7 @@ from remediate.store import (
 )
 from tests.support.postgres import PostgresCluster
 from tests.support.store_json import history_json_of, run_json_of
-from tests.support.stores import DATABASES, EVERY_DATABASE
+from tests.support.stores import DATABASES, EVERY_DATABASE, start_attempt
 from tests.unit.store.support import OTHER, PLAYBOOK, T0, Ingest, MakeAlert, queue_runs
 
 
@@ -124,9 +124,9 @@ def test_history_filters_combine(history_store: Store, filters: dict[str, Any], 
 @EVERY_DATABASE
 def test_history_status_follows_the_run(store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> None:
     fill_history(engine, ingest, make_alert)
-    claimed = store.claim_run("w", T0)
+    claimed = store.queue.claim("w", T0)
     assert claimed is not None
-    store.finish_run(claimed.id, "failed", now=T0 + 1, error="boom")
+    store.queue.record(RunWrite(claimed.lease, run_end=RunEnd(claimed.id, RunStatus.FAILED, "boom")), T0 + 1)
 
     (entry,) = history(store, status="failed")
 
@@ -214,23 +214,21 @@ def test_a_run_detail_is_typed_down_to_its_attempts(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     run_id = _one_run(engine, ingest, make_alert)
-    claimed = store.claim_run("host:1", T0 + 1)
+    claimed = store.queue.claim("host:1", T0 + 1)
     assert claimed is not None and claimed.id == run_id
-    first, second = store.steps_of(run_id)
-    number = store.start_attempt(first.id, T0 + 2, plan={"would": "log"})
-    store.finish_attempt(first.id, number, AttemptOutcome.FAILED, "flaky", T0 + 3)
-    again = store.start_attempt(first.id, T0 + 4)
-    store.finish_step(
-        first.id,
-        StepStatus.FAILED,
-        now=T0 + 5,
-        error="gave up",
-        run_end=RunEnd(run_id, RunStatus.FAILED, "step 0 failed"),
-        skip=[second.id],
-        skip_reason="an earlier step failed",
-    )
+    first, second = store.queue.steps_of(run_id)
+    lease = claimed.lease
+    start_attempt(store, lease, first.id, 1, T0 + 2, plan={"would": "log"})
+    store.queue.finish_attempt(first.id, 1, AttemptOutcome.FAILED, "flaky", T0 + 3, lease=lease)
+    start_attempt(store, lease, first.id, 2, T0 + 4)
+    gave_up = StepEnd(first.id, StepStatus.FAILED, error="gave up")
+    store.queue.record(
+        RunWrite(lease, ends=(gave_up,), skip=(second.id,), skip_reason="an earlier step failed",
+                 run_end=RunEnd(run_id, RunStatus.FAILED, "step 0 failed")),
+        T0 + 5,
+    )  # fmt: skip
 
-    detail = store.run_detail(run_id)
+    detail = store.history.run_detail(run_id)
 
     assert isinstance(detail, RunDetail)
     assert (detail.id, detail.playbook, detail.target, detail.status, detail.error) == (
@@ -256,8 +254,8 @@ def test_a_run_detail_is_typed_down_to_its_attempts(
         "one",
     )
     assert step.attempts == [
-        AttemptDetail(number, T0 + 2, T0 + 3, "failed", "flaky"),
-        AttemptDetail(again, T0 + 4, None, None, None),
+        AttemptDetail(1, T0 + 2, T0 + 3, "failed", "flaky", "host:1"),
+        AttemptDetail(2, T0 + 4, None, None, None, "host:1"),
     ]
     assert (skipped.index, skipped.status, skipped.error, skipped.attempts) == (
         1,
@@ -275,7 +273,7 @@ def test_history_entries_are_typed_with_their_run_or_none(
 ) -> None:
     run_id = _one_run(engine, ingest, make_alert)
 
-    entries, cursor = store.history(HistoryQuery())
+    entries, cursor = store.history.page(HistoryQuery())
 
     assert cursor is None
     assert all(isinstance(e, HistoryEntry) for e in entries)
@@ -298,8 +296,8 @@ def test_the_next_cursor_is_none_on_the_last_page_only(
 ) -> None:
     _one_run(engine, ingest, make_alert)
 
-    (newest,), cursor = store.history(HistoryQuery(limit=1))
-    (oldest,), end = store.history(HistoryQuery(limit=1, cursor=cursor))
+    (newest,), cursor = store.history.page(HistoryQuery(limit=1))
+    (oldest,), end = store.history.page(HistoryQuery(limit=1, cursor=cursor))
 
     assert cursor is not None and end is None
     assert newest.id > oldest.id
@@ -320,8 +318,8 @@ def test_run_links_join_a_firing_run_and_its_resolved_run_of_the_same_occurrence
     resolved = make_alert("GpuXidError", labels={"Hostname": "a"}, status="resolved")
     (resolved_id,) = [d.run_id for d in ingest(engine, resolved, at=T0 + 2).decisions]
 
-    assert store.run_links(firing_id) == (None, [resolved_id])
-    assert store.run_links(resolved_id) == (firing_id, [])
-    assert store.run_links(other_id) == (None, [])
+    assert store.history.run_links(firing_id) == (None, [resolved_id])
+    assert store.history.run_links(resolved_id) == (firing_id, [])
+    assert store.history.run_links(other_id) == (None, [])
     with pytest.raises(UnknownRunError):
-        store.run_links(resolved_id + 1000)
+        store.history.run_links(resolved_id + 1000)

@@ -13,7 +13,7 @@ from remediate import schema
 from remediate.store import Store
 from tests.support.postgres import PostgresCluster
 from tests.support.store_json import run_json_of
-from tests.support.stores import DATABASES
+from tests.support.stores import DATABASES, start_attempt
 
 
 def _schema_of(url: str) -> dict[str, object]:
@@ -125,9 +125,9 @@ def test_a_version_2_database_gets_the_breaker_table_and_keeps_its_memory(new_da
     store = Store.open(old)
     Store.open(fresh).close()
     assert store.schema_version() == schema.SCHEMA_VERSION
-    with store.breaker_ledger() as ledger:
+    with store.breaker.ledger() as ledger:
         assert ledger.open_claims() == []
-    assert store.breaker_state() is None
+    assert store.breaker.state() is None
     store.close()
     assert _schema_of(old) == _schema_of(fresh)
 
@@ -146,10 +146,10 @@ def test_an_upgrade_keeps_the_data_that_was_there(new_database: NewDatabase) -> 
     old = new_database()
     _make_version_1(old)
     store = Store.open(old)
-    assert store.pause_state().paused is True
-    assert store.pause_state().by == "old"
-    store.memory().remember("gpu.power_limit/GPU-1", {"original_mw": 700000}, run_id=1)
-    assert store.memory().recall("gpu.power_limit/GPU-1") == {"original_mw": 700000}
+    assert store.pause.state().paused is True
+    assert store.pause.state().by == "old"
+    store.memory.remember("gpu.power_limit/GPU-1", {"original_mw": 700000}, run_id=1)
+    assert store.memory.recall("gpu.power_limit/GPU-1") == {"original_mw": 700000}
     store.close()
 
 
@@ -220,10 +220,10 @@ def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_
     engine.dispose()
     store = Store.open(old)
     Store.open(fresh).close()
-    claimed = store.claim_run("host:1", 2.0)
+    claimed = store.queue.claim("host:1", 2.0)
     assert claimed is not None
     assert claimed.generation == 1  # counted from the column's default
-    (step,) = store.steps_of(1)
+    (step,) = store.queue.steps_of(1)
     assert step.always is False
     detail = run_json_of(store, 1)
     assert (detail["rerunnable"], detail["superseded_by"]) == (False, None)
@@ -271,9 +271,9 @@ def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones
     engine.dispose()
     store = Store.open(old)
     Store.open(fresh).close()
-    claimed = store.claim_run("replica-b:42", 2.0)
+    claimed = store.queue.claim("replica-b:42", 2.0)
     assert claimed is not None
-    store.start_attempt(2, 3.0, lease=claimed.lease)
+    start_attempt(store, claimed.lease, 2, 1, 3.0)
     detail = run_json_of(store, 1)
     assert [a["ran_on"] for s in detail["steps"] for a in s["attempts"]] == [None, "replica-b:42"]
     assert detail["ran_on"] == ["replica-b:42"]
@@ -357,7 +357,7 @@ def test_a_version_8_database_gets_announcements_its_waiting_runs_still_to_annou
     try:
         with store.read() as conn:
             assert conn.execute(sa.text("SELECT id, announced_at, announce_error FROM runs")).all() == [(1, None, None)]
-        taken = store.take_announcement(5.0, ["notify.slack"])
+        taken = store.announcements.take(5.0, ["notify.slack"])
         assert taken is not None and (taken.id, [s.action for s in taken.steps]) == (1, ["notify.slack"])
     finally:
         store.close()
@@ -397,7 +397,7 @@ def test_a_version_8_database_gets_queue_priorities_its_queued_runs_keep_their_o
     Store.open(fresh).close()
     with store.read() as conn:
         assert conn.execute(sa.text("SELECT id, priority FROM runs ORDER BY id")).all() == [(1, 0), (2, 0)]
-    assert [store.claim_run("w:1", 2.0).id, store.claim_run("w:1", 2.0).id] == [1, 2]  # type: ignore[union-attr]
+    assert [store.queue.claim("w:1", 2.0).id, store.queue.claim("w:1", 2.0).id] == [1, 2]  # type: ignore[union-attr]
     store.close()
     assert _schema_of(old) == _schema_of(fresh)
 

@@ -12,7 +12,7 @@ import importlib
 import inspect
 
 import remediate.store
-from tests.test_import_cycles import MODULES, imported_names
+from tests.support.imports import MODULES, imported_names
 
 STORE = "remediate.store"
 

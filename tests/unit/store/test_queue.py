@@ -1,4 +1,4 @@
-"""remediate.store.queue: claiming, the order of runs, their end, attempts, recovery and heartbeats."""
+"""remediate.store.queue and leases: claiming, the order of runs, recovery of a run whose executor died."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import threading
 
 from remediate import schema as t
 from remediate.engine import Engine
+from remediate.runs import RunWrite, StepEnd, StepStatus
 from remediate.store import Store
-from tests.support.store_json import run_json_of
-from tests.support.stores import EVERY_DATABASE
+from tests.support.stores import EVERY_DATABASE, start_attempt
 from tests.unit.store.support import T0, Ingest, MakeAlert, all_rows, one, queue_runs
 
 pytestmark = EVERY_DATABASE
@@ -19,7 +19,7 @@ def test_claim_run_takes_the_oldest_queued_run_with_its_alert(
 ) -> None:
     run_ids = queue_runs(engine, ingest, make_alert, 3)
 
-    claimed = store.claim_run("host:1", T0 + 5)
+    claimed = store.queue.claim("host:1", T0 + 5)
 
     assert claimed is not None
     assert claimed.id == run_ids[0]
@@ -30,28 +30,28 @@ def test_claim_run_takes_the_oldest_queued_run_with_its_alert(
     run = one(store, t.runs, t.runs.c.id == claimed.id)
     assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "host:1", T0 + 5, T0 + 5)
     assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "running"
-    assert store.queue_depth() == {"queued": 2, "running": 1, "awaiting_approval": 0}
+    assert store.queue.queue_depth() == {"queued": 2, "running": 1, "awaiting_approval": 0}
 
 
 def test_oldest_queued_at_is_the_creation_of_the_first_run_still_queued(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
-    assert store.oldest_queued_at() is None
+    assert store.queue.oldest_queued_at() is None
     queue_runs(engine, ingest, make_alert, 1, at=T0)
     later = [make_alert("GpuXidError", labels={"Hostname": "node-late"})]
     ingest(engine, *later, at=T0 + 30)
-    assert store.oldest_queued_at() == T0
+    assert store.queue.oldest_queued_at() == T0
 
-    claimed = store.claim_run("host:1", T0 + 40)
+    claimed = store.queue.claim("host:1", T0 + 40)
 
     assert claimed is not None and claimed.started_at == T0 + 40
-    assert store.oldest_queued_at() == T0 + 30
-    assert store.claim_run("host:1", T0 + 41) is not None
-    assert store.oldest_queued_at() is None
+    assert store.queue.oldest_queued_at() == T0 + 30
+    assert store.queue.claim("host:1", T0 + 41) is not None
+    assert store.queue.oldest_queued_at() is None
 
 
 def test_claim_run_returns_none_when_nothing_is_queued(store: Store) -> None:
-    assert store.claim_run("w", T0) is None
+    assert store.queue.claim("w", T0) is None
 
 
 def test_claim_run_is_exclusive_across_stores_and_threads(
@@ -67,7 +67,7 @@ def test_claim_run_is_exclusive_across_stores_and_threads(
         got: list[int] = []
         try:
             start.wait()
-            while (claimed := mine.claim_run(name, T0)) is not None:
+            while (claimed := mine.queue.claim(name, T0)) is not None:
                 got.append(claimed.id)
         except BaseException as exc:  # reported below
             errors.append(exc)
@@ -90,133 +90,39 @@ def test_claim_run_is_exclusive_across_stores_and_threads(
             assert one(store, t.runs, t.runs.c.id == run_id).claimed_by == name
 
 
-def test_a_resolved_run_waits_until_its_firing_run_is_final(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    alert = make_alert("GpuXidError", labels={"Hostname": "node-a"})
-    (firing_id,) = [d.run_id for d in ingest(engine, alert, at=T0).decisions]
-    firing = store.claim_run("w", T0 + 1)
-    assert firing is not None
-    assert firing.id == firing_id
-    resolved = make_alert("GpuXidError", labels={"Hostname": "node-a"}, status="resolved")
-    (resolved_id,) = [d.run_id for d in ingest(engine, resolved, at=T0 + 2).decisions]
-
-    assert store.claim_run("w", T0 + 3) is None  # firing run still running
-
-    store.finish_run(firing_id, "succeeded", now=T0 + 4)
-    claimed = store.claim_run("w", T0 + 5)
-    assert claimed is not None
-    assert (claimed.id, claimed.phase) == (resolved_id, "resolved")
-    assert claimed.alert_context["status"] == "resolved"
-
-
 def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
     ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}, status="resolved"), at=T0 + 1)
 
-    first = store.claim_run("w", T0 + 2)
+    first = store.queue.claim("w", T0 + 2)
     assert first is not None
     assert first.phase == "firing"
-    assert store.claim_run("w", T0 + 3) is None
-
-
-def test_finish_run_records_the_outcome_and_releases_the_claim(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 1)
-    claimed = store.claim_run("w", T0)
-    assert claimed is not None
-
-    store.finish_run(claimed.id, "succeeded", now=T0 + 9)
-
-    run = one(store, t.runs, t.runs.c.id == claimed.id)
-    assert (run.status, run.finished_at, run.claimed_by, run.error) == ("succeeded", T0 + 9, None, None)
-    assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "succeeded"
-
-
-# --------------------------------------------------------------------------- steps, attempts, recovery
-
-
-def test_attempts_are_numbered_and_counted_on_the_step(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 1)
-    claimed = store.claim_run("w", T0)
-    assert claimed is not None
-    step = store.steps_of(claimed.id)[0]
-
-    first = store.start_attempt(step.id, T0 + 1)
-    store.finish_attempt(step.id, first, "retryable_error", "busy", T0 + 2)
-    second = store.start_attempt(step.id, T0 + 3)
-    store.finish_attempt(step.id, second, "succeeded", None, T0 + 4)
-    store.finish_step(step.id, "succeeded", now=T0 + 4, result={"ok": True})
-
-    assert (first, second) == (1, 2)
-    (detail_step, _) = run_json_of(store, claimed.id)["steps"]
-    assert detail_step["status"] == "succeeded"
-    assert detail_step["result"] == {"ok": True}
-    assert detail_step["started_at"] == T0 + 1
-    assert [(a["number"], a["outcome"], a["error"]) for a in detail_step["attempts"]] == [
-        (1, "retryable_error", "busy"),
-        (2, "succeeded", None),
-    ]
-    assert store.steps_of(claimed.id)[0].attempts == 2
+    assert store.queue.claim("w", T0 + 3) is None
 
 
 def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(
     store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     queue_runs(engine, ingest, make_alert, 2)
-    claimed = store.claim_run("deadhost:123", T0)
+    claimed = store.queue.claim("deadhost:123", T0)
     assert claimed is not None
-    first, second = store.steps_of(claimed.id)
-    store.finish_step(first.id, "succeeded", now=T0 + 1, result={})
-    store.start_attempt(second.id, T0 + 2)
+    first, second = store.queue.steps_of(claimed.id)
+    store.queue.record(RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, {}),)), T0 + 1)
+    start_attempt(store, claimed.lease, second.id, 1, T0 + 2)
 
-    recovered = store.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
+    recovered = store.leases.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
 
     assert recovered == [claimed.id]
     run = one(store, t.runs, t.runs.c.id == claimed.id)
     assert (run.status, run.claimed_by) == ("queued", None)
     assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "queued"
-    steps = store.steps_of(claimed.id)
+    steps = store.queue.steps_of(claimed.id)
     assert [s.status for s in steps] == ["succeeded", "interrupted"]
     assert one(store, t.steps, t.steps.c.id == second.id).error == "the executor stopped while this step was running"
     (attempt,) = all_rows(store, t.attempts, t.attempts.c.step_id == second.id)
     assert (attempt.outcome, attempt.finished_at) == ("interrupted", T0 + 3)
-    again = store.claim_run("new:1", T0 + 4)
+    again = store.queue.claim("new:1", T0 + 4)
     assert again is not None
     assert again.id == claimed.id
-
-
-def test_recover_stale_leaves_live_runs_alone_and_takes_silent_ones(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 2)
-    quiet = store.claim_run("a:1", T0)
-    lively = store.claim_run("b:2", T0)
-    assert quiet is not None
-    assert lively is not None
-    store.heartbeat([lively.id], "b:2", T0 + 100)
-
-    assert store.recover_stale(now=T0 + 30, stale_after=60, is_dead=lambda owner: False) == []
-    assert store.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == [quiet.id]
-    assert one(store, t.runs, t.runs.c.id == lively.id).status == "running"
-
-
-def test_heartbeat_only_touches_the_claimers_own_runs(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 2)
-    mine = store.claim_run("me:1", T0)
-    theirs = store.claim_run("them:2", T0)
-    assert mine is not None
-    assert theirs is not None
-
-    store.heartbeat([mine.id, theirs.id], "me:1", T0 + 50)
-    store.heartbeat([], "me:1", T0 + 60)
-
-    assert one(store, t.runs, t.runs.c.id == mine.id).heartbeat_at == T0 + 50
-    assert one(store, t.runs, t.runs.c.id == theirs.id).heartbeat_at == T0

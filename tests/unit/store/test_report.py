@@ -80,12 +80,12 @@ def test_the_report_counts_incidents_remediations_by_rung_mttr_mtbi_and_held_nod
     assert None not in (old, first, second, failed)
     set_rung(store, first, 1)
     set_rung(store, second, 2)
-    with store.breaker_ledger() as ledger:
+    with store.breaker.ledger() as ledger:
         ledger.add_claim(Claim("node-b", "cordon", failed, T0 + 150, None))
         ledger.add_claim(Claim("node-a", "cordon", first, T0 + 100, None))
         ledger.release("node-a", now=T0 + 250, reason="uncordoned")
 
-    report = store.report(ReportQuery(since=T0, until=T0 + 7 * DAY, job_labels=("training_job", "job")))
+    report = store.history.report(ReportQuery(since=T0, until=T0 + 7 * DAY, job_labels=("training_job", "job")))
 
     assert report.as_json() == {
         "since": "2026-01-01T00:00:00Z",
@@ -149,10 +149,10 @@ def test_the_report_counts_incidents_remediations_by_rung_mttr_mtbi_and_held_nod
 
 @EVERY_DATABASE
 def test_an_empty_window_reports_zeros_and_the_nodes_held_now(store: Store) -> None:
-    with store.breaker_ledger() as ledger:
+    with store.breaker.ledger() as ledger:
         ledger.add_claim(Claim("node-z", "drain", 9, T0 - DAY, None))
 
-    report = store.report(ReportQuery(since=T0, until=T0 + DAY)).as_json()
+    report = store.history.report(ReportQuery(since=T0, until=T0 + DAY)).as_json()
 
     assert report["totals"] == {
         "incidents": 0,

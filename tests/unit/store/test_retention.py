@@ -1,4 +1,4 @@
-"""Retention (remediate.store.retention): what `Store.prune` deletes and keeps, in bounded batches, on
+"""Retention (remediate.store.retention): what `Store.retention.prune` deletes and keeps, in bounded batches, on
 SQLite and a real PostgreSQL; ingest goes on while it runs; the database stops growing."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.engine import Engine, IngestResult
-from remediate.runs import AttemptOutcome, RunStatus, StepStatus
+from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from remediate.store.retention import Pruner, PruneReport
 from tests.support.retention import fill
-from tests.support.stores import EVERY_DATABASE
+from tests.support.stores import EVERY_DATABASE, start_attempt, table_counts
 from tests.support.waiting import scaled
 
 T0 = 1_767_225_600.0
@@ -42,14 +42,6 @@ XID = {
 GATED = {**XID, "name": "gated", "match": {"alertname": "NeedsApproval"}, "mode": "approve"}
 
 
-def counts(store: Store) -> dict[str, int]:
-    with store.read() as conn:
-        return {
-            name: int(conn.execute(sa.select(sa.func.count()).select_from(t.metadata.tables[name])).scalar_one())
-            for name in PruneReport.TABLES
-        }
-
-
 def ids(store: Store, table: str) -> list[int]:
     table_ = t.metadata.tables[table]
     with store.read() as conn:
@@ -58,13 +50,13 @@ def ids(store: Store, table: str) -> list[int]:
 
 def finish_next(store: Store, at: float, finished: float, status: RunStatus = RunStatus.SUCCEEDED) -> int:
     """Claim the oldest queued run and finish it (one attempt of its first step) at `finished`."""
-    claimed = store.claim_run("w", at)
+    claimed = store.queue.claim("w", at)
     assert claimed is not None
-    first, *rest = store.steps_of(claimed.id)
-    number = store.start_attempt(first.id, at, lease=claimed.lease)
-    store.finish_attempt(first.id, number, AttemptOutcome.SUCCEEDED, None, at, lease=claimed.lease)
-    store.finish_step(first.id, StepStatus.SUCCEEDED, now=at, succeeded_attempt=number, lease=claimed.lease)
-    store.finish_run(claimed.id, status, now=finished, lease=claimed.lease, skip=[s.id for s in rest], skip_reason="x")
+    first, *rest = store.queue.steps_of(claimed.id)
+    start_attempt(store, claimed.lease, first.id, 1, at)
+    store.queue.record(RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, attempt=1),)), at)
+    end = RunWrite(claimed.lease, skip=tuple(s.id for s in rest), skip_reason="x", run_end=RunEnd(claimed.id, status))
+    store.queue.record(end, finished)
     return claimed.id
 
 
@@ -120,7 +112,7 @@ def build_history(store: Store, make_engine: MakeEngine, ingest: Ingest, make_al
     # Recent: kept.
     h.recent_unmatched = ingest(engine, make_alert("Unmatched"), at=NOW - DAY).notification_id
     # Breaker claims: one released long ago (goes), one still open (stays).
-    with store.breaker_ledger() as ledger:
+    with store.breaker.ledger() as ledger:
         for node, run in (("node-x", h.old), ("node-y", h.queued)):
             ledger.add_claim(SimpleNamespace(node=node, kind="cordon", run_id=run, claimed_at=T0))
         ledger.release("node-x", now=T0 + 5, reason="uncordoned")
@@ -135,12 +127,12 @@ def test_prune_deletes_old_finished_history_and_keeps_what_is_unfinished_recent_
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     h = build_history(store, make_engine, ingest, make_alert)
-    before = counts(store)
+    before = table_counts(store, PruneReport.TABLES)
     all_runs = run_ids(store)
 
-    dry = store.prune(KEEP, now=NOW, dry_run=True)
-    assert counts(store) == before, "a dry run deletes nothing"
-    report = store.prune(KEEP, now=NOW)
+    dry = store.retention.prune(KEEP, now=NOW, dry_run=True)
+    assert table_counts(store, PruneReport.TABLES) == before, "a dry run deletes nothing"
+    report = store.retention.prune(KEEP, now=NOW)
 
     assert dry.counts() == report.counts() and dry.dry_run and not report.dry_run
     kept = {h.resent, h.awaited, h.resolving, h.late, h.queued, h.awaiting, h.mixed_runs[1]}
@@ -151,7 +143,7 @@ def test_prune_deletes_old_finished_history_and_keeps_what_is_unfinished_recent_
         statuses = dict(conn.execute(sa.select(t.runs.c.id, t.runs.c.status)).all())
         # Every kept run keeps its alert, notification, decision and steps.
         for run in run_ids(store):
-            detail = store.run_detail(run)
+            detail = store.history.run_detail(run)
             assert detail.steps, run
         left_decisions = conn.execute(sa.select(t.decisions.c.run_id, t.decisions.c.decision)).all()
         notifications = set(conn.execute(sa.select(t.notifications.c.id)).scalars())
@@ -163,27 +155,27 @@ def test_prune_deletes_old_finished_history_and_keeps_what_is_unfinished_recent_
     assert {h.resent_notification, h.mixed_notification, h.recent_unmatched} <= notifications
     assert open_claims == ["node-y"]
     assert report.counts() == {
-        "notifications": before["notifications"] - counts(store)["notifications"],
-        "alerts": before["alerts"] - counts(store)["alerts"],
-        "decisions": before["decisions"] - counts(store)["decisions"],
+        "notifications": before["notifications"] - table_counts(store, PruneReport.TABLES)["notifications"],
+        "alerts": before["alerts"] - table_counts(store, PruneReport.TABLES)["alerts"],
+        "decisions": before["decisions"] - table_counts(store, PruneReport.TABLES)["decisions"],
         "runs": len(pruned_runs),
-        "steps": before["steps"] - counts(store)["steps"],
-        "attempts": before["attempts"] - counts(store)["attempts"],
+        "steps": before["steps"] - table_counts(store, PruneReport.TABLES)["steps"],
+        "attempts": before["attempts"] - table_counts(store, PruneReport.TABLES)["attempts"],
         "breaker_claims": 1,
     }
     # node-a's run and its duplicate's notifications; node-g's run, not its notification (node-h is queued).
     assert (report.notifications, report.alerts, report.runs, report.attempts, report.decisions) == (2, 2, 2, 1, 3)
 
     # Nothing more to prune: a second prune deletes nothing; a shorter retention reaches yesterday's.
-    assert store.prune(KEEP, now=NOW).total == 0
-    assert store.prune(0.5 * DAY, now=NOW).runs >= 1
+    assert store.retention.prune(KEEP, now=NOW).total == 0
+    assert store.retention.prune(0.5 * DAY, now=NOW).runs >= 1
 
 
 def test_once_the_queued_resolved_run_finishes_the_firing_run_it_waited_for_goes_too(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     h = build_history(store, make_engine, ingest, make_alert)
-    store.prune(KEEP, now=NOW)
+    store.retention.prune(KEEP, now=NOW)
     assert h.awaited in run_ids(store)
     with store.write() as conn:
         conn.execute(
@@ -191,7 +183,7 @@ def test_once_the_queued_resolved_run_finishes_the_firing_run_it_waited_for_goes
             .where(t.runs.c.id == h.resolving)
             .values(status=RunStatus.SUCCEEDED, finished_at=T0 + 200, updated_at=T0 + 200)
         )
-    store.prune(KEEP, now=NOW)
+    store.retention.prune(KEEP, now=NOW)
     assert not {h.awaited, h.resolving} & run_ids(store)
 
 
@@ -218,12 +210,12 @@ def counting_writes(store: Store) -> Iterator[list[float]]:
 def test_prune_works_in_batches_of_at_most_batch_size_rows_each_its_own_write_transaction(store: Store) -> None:
     fill(store, 230, T0)
     with counting_writes(store) as holds:
-        report = store.prune(KEEP, now=NOW, batch_size=50, max_hold=None)
+        report = store.retention.prune(KEEP, now=NOW, batch_size=50, max_hold=None)
     assert report.runs == report.notifications == report.steps == report.attempts == 230
     assert report.decisions == 230
     # runs: 5 batches (50 x 4 + 30), notifications: 5; no runless decisions, no claims.
     assert report.batches == len(holds) == 10
-    assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+    assert table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
 
 
 def test_a_batch_that_held_the_write_lock_too_long_halves_the_next(store: Store) -> None:
@@ -233,17 +225,17 @@ def test_a_batch_that_held_the_write_lock_too_long_halves_the_next(store: Store)
 
     @contextmanager
     def counted() -> Iterator[sa.Connection]:
-        before = counts(store)["runs"] + counts(store)["notifications"]
+        before = sum(table_counts(store, ("runs", "notifications")).values())
         with original() as conn:
             yield conn
-        sizes.append(before - counts(store)["runs"] - counts(store)["notifications"])
+        sizes.append(before - sum(table_counts(store, ("runs", "notifications")).values()))
 
     store.write = counted  # type: ignore[method-assign]
-    report = store.prune(KEEP, now=NOW, batch_size=64, max_hold=1e-9)  # every batch is "too long"
+    report = store.retention.prune(KEEP, now=NOW, batch_size=64, max_hold=1e-9)  # every batch is "too long"
     store.write = original  # type: ignore[method-assign]
     # Runs 64, 32, then the last 4; the notifications start again from batch_size.
     assert sizes == [64, 32, 4, 64, 32, 4] and report.batches == 6
-    assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+    assert table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
 
 
 def test_ingest_goes_on_while_a_big_prune_runs(
@@ -267,7 +259,7 @@ def test_ingest_goes_on_while_a_big_prune_runs(
     thread.start()
     with counting_writes(store) as holds:
         pruning.set()
-        report = store.prune(KEEP, now=NOW, batch_size=200, pause=0.005)
+        report = store.retention.prune(KEEP, now=NOW, batch_size=200, pause=0.005)
         pruned_at = time.perf_counter()
     thread.join(30)
     assert report.runs == 3000 and len(done) == 20
@@ -307,8 +299,8 @@ def size(store: Store) -> dict[str, int]:
 def test_the_database_stops_growing_pruned_space_is_used_again(store: Store) -> None:
     fill(store, 1500, T0)
     full = size(store)
-    report = store.prune(KEEP, now=NOW)
-    assert report.runs == 1500 and counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+    report = store.retention.prune(KEEP, now=NOW)
+    assert report.runs == 1500 and table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
     pruned = size(store)
     if store.engine.dialect.name == "sqlite":
         # The pages are free, not given back to the file system; the next 1,500 runs reuse them.
@@ -345,23 +337,27 @@ def test_a_prune_stops_between_batches_when_asked(store: Store) -> None:
 
     store.write = stop_after_two  # type: ignore[method-assign]
     # max_hold=None: batches keep their size however slow this host is (a slow one halved the second: 30 runs).
-    report = store.prune(KEEP, now=NOW, batch_size=20, stopping=stopping, max_hold=None)
+    report = store.retention.prune(KEEP, now=NOW, batch_size=20, stopping=stopping, max_hold=None)
     assert report.runs == 40 and report.batches == 2
     store.write = original  # type: ignore[method-assign]
-    assert store.prune(KEEP, now=NOW, batch_size=20, max_hold=None).runs == 80, "a later prune goes on from there"
+    assert store.retention.prune(KEEP, now=NOW, batch_size=20, max_hold=None).runs == 80, (
+        "a later prune goes on from there"
+    )
 
 
 def test_prune_refuses_a_batch_size_below_one_and_a_negative_age(store: Store) -> None:
     with pytest.raises(ValueError, match="batch_size"):
-        store.prune(KEEP, now=NOW, batch_size=0)
+        store.retention.prune(KEEP, now=NOW, batch_size=0)
     with pytest.raises(ValueError, match="older_than"):
-        store.prune(-1, now=NOW)
+        store.retention.prune(-1, now=NOW)
 
 
 def test_the_pruner_prunes_periodically_and_logs_one_line(store: Store, caplog: pytest.LogCaptureFixture) -> None:
     fill(store, 30, T0)
     clock = [NOW]
-    pruner = Pruner(store.prune, KEEP, every=0.05, first_after=0.0, batch_size=10, pause=0.0, clock=lambda: clock[0])
+    pruner = Pruner(
+        store.retention.prune, KEEP, every=0.05, first_after=0.0, batch_size=10, pause=0.0, clock=lambda: clock[0]
+    )
     caplog.set_level("INFO", logger="remediate.retention")
     pruner.start()
     try:
@@ -406,7 +402,7 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
             time.sleep(0.01)
     finally:
         pruner.stop()
-    assert pruner.reports[0].runs == 40 and counts(store)["runs"] == 3
+    assert pruner.reports[0].runs == 40 and table_counts(store, PruneReport.TABLES)["runs"] == 3
     assert any("notifications=40" in r.getMessage() for r in caplog.records)
 
 
@@ -418,7 +414,7 @@ def test_two_replicas_pruning_at_once_delete_each_row_once(store: Store) -> None
 
     def prune(on: Store) -> None:
         try:
-            reports.append(on.prune(KEEP, now=NOW, batch_size=50))
+            reports.append(on.retention.prune(KEEP, now=NOW, batch_size=50))
         except BaseException as exc:  # the assertion below names it
             errors.append(exc)
 
@@ -431,4 +427,4 @@ def test_two_replicas_pruning_at_once_delete_each_row_once(store: Store) -> None
     assert errors == []
     total = reports[0] + reports[1]
     assert (total.runs, total.steps, total.attempts, total.decisions, total.alerts, total.notifications) == (600,) * 6
-    assert counts(store) == dict.fromkeys(PruneReport.TABLES, 0)
+    assert table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)

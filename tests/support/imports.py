@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "remediate"
+PACKAGE = Path(__file__).resolve().parents[2] / "remediate"
 
 
 def module_name(path: Path) -> str:
