@@ -352,9 +352,10 @@ def test_a_fresh_alert_reaches_its_first_step_while_a_storm_drains(
         position = [r for r, _ in executions].index(fresh_run)
     finally:
         executor.stop()
-    # Only the runs in hand when it was stored (one per thread) ran before it, not the storm's backlog.
-    assert before < 300 - 2
-    assert position <= before + 2
+    # Only a few runs ran before it, not the storm's backlog: per thread the run in hand when it was stored and
+    # one whose head it had read just before the commit (a loaded host widens that window; seen at +3).
+    assert before < 300 - 4
+    assert position <= before + 2 * 2
 
 
 @EVERY_DATABASE
