@@ -335,6 +335,8 @@ class ChatWebhookAction(Action):
         self.public_url = public_url
         self.session = session
 
+    settings_section: ClassVar[str] = "notify"
+
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         return cls(public_url=deps.settings.public_url)

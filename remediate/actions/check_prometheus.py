@@ -179,9 +179,11 @@ class PrometheusCheckAction(Action):
         self.session = session
         self._clock = clock
 
+    settings_section: ClassVar[str] = "prometheus"
+
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
-        return cls(deps.settings.prometheus_url, token_file=deps.settings.prometheus_bearer_token_file)
+        return cls(deps.settings.url, token_file=deps.settings.bearer_token_file)
 
     # ------------------------------------------------------------------ the action
 

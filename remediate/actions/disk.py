@@ -103,6 +103,8 @@ class DiskCleanupAction(Action):
         self._hooks = hooks
         self._clock = clock
 
+    settings_section: ClassVar[str] = "disk"
+
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         from remediate.disk import PolicySource

@@ -233,6 +233,8 @@ class NotifyWebhookAction(Action):
         self.session = session
         self.public_url = public_url
 
+    settings_section: ClassVar[str] = "notify"
+
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         return cls(public_url=deps.settings.public_url)

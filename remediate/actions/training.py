@@ -170,9 +170,11 @@ class _TrainingAction(Action):
         self._root = root
         self.job_labels = tuple(job_labels)
 
+    settings_section: ClassVar[str] = "training"
+
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
-        return cls(deps.settings.training_control_root, deps.settings.training_job_labels)
+        return cls(deps.settings.control_root, deps.settings.job_labels)
 
     @property
     def root(self) -> Path:

@@ -33,7 +33,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
     from remediate.playbooks import load_playbooks
 
     settings = _settings(params)
-    loaded = load_playbooks(settings.playbooks, default_registry(settings))
+    loaded = load_playbooks(settings.engine.playbooks, default_registry(settings))
     rows = [
         {
             "name": p.name,

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import CircuitBreaker
@@ -31,65 +31,55 @@ from remediate.store import Store, worker_identity
 log = logging.getLogger("remediate.executor")
 
 
+@dataclass(eq=False, kw_only=True)
 class Executor:
     """One process's executor: `threads` loops claim the head of the queue and execute it (`steps`), beside a
     heartbeat thread (`leases`) and a housekeeping thread (recovery, late outcomes)."""
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        registry: ActionRegistry,
-        threads: int = 2,
-        poll_interval: float = 0.2,
-        stale_after: float = 60.0,
-        metrics: ExecutorMetrics | None = None,
-        clock: Callable[[], float] = time.time,
-        retry_wait_max: float = 10.0,
-        dispatch: Dispatch | None = None,
-        breaker: CircuitBreaker | None = None,
-        reconcile_interval: float = 15.0,
-        replica_name: str | None = None,
-        on_run_finished: Sequence[Callable[[FinishedRun], None]] = (),
-    ) -> None:
-        self.store = store
-        self.registry = registry
-        self.threads = threads
-        self.poll_interval = poll_interval
-        self.stale_after = stale_after
-        """The lease (setting `lease`): a run whose heartbeat has not changed this long is taken over."""
-        self.metrics = metrics or ExecutorMetrics()
-        self.clock = clock
-        self.dispatch = dispatch or Dispatch.local()
-        """Where each step runs: here, or on its node's agent (remediate.runners)."""
-        self.replica_name = replica_name
-        """Who this executor is in claims and the history (`<replica_name or host>:<pid>`)."""
-        self.worker = worker_identity(replica_name)
+    store: Store
+    registry: ActionRegistry
+    threads: int = 2
+    poll_interval: float = 0.2
+    stale_after: float = 60.0
+    """The lease (setting `lease`): a run whose heartbeat has not changed this long is taken over."""
+    metrics: ExecutorMetrics = field(default_factory=ExecutorMetrics)
+    clock: Callable[[], float] = time.time
+    retry_wait_max: float = 10.0
+    dispatch: Dispatch = field(default_factory=Dispatch.local)
+    """Where each step runs: here, or on its node's agent (remediate.runners)."""
+    breaker: CircuitBreaker | None = None
+    """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
+    reconcile_interval: float = 15.0
+    """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
+    replica_name: str | None = None
+    """Who this executor is in claims and the history (`<replica_name or host>:<pid>`)."""
+    on_run_finished: Sequence[Callable[[FinishedRun], None]] = ()
+    """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each must
+    return at once: it is called on the executor thread, between two runs."""
+
+    def __post_init__(self) -> None:
+        self.worker = worker_identity(self.replica_name)
         self._pid = os.getpid()
-        self.breaker = breaker or CircuitBreaker(store.breaker_ledger, store.breaker_view)
-        """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
+        self.breaker = self.breaker or CircuitBreaker(self.store.breaker_ledger, self.store.breaker_view)
         self._wake = threading.Condition()
         self._pending_wakeups = 0
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._claiming = threading.Lock()
         """Held by the thread reading the queue's head (see _run_claimed)."""
-        self.reconcile_interval = reconcile_interval
-        """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
-        self.leases = Leases(store, clock)
+        self.leases = Leases(self.store, self.clock)
         """The runs in hand, recovery's observations, the runs to hand back after a store outage."""
         self.on_beat: Callable[[], None] | None = None
         """Called by the heartbeat thread every heartbeat interval, whatever the store does: the executor
         process shows its master that it is alive (remediate.beat.ExecutorBeat)."""
         self._outage = StoreOutage()
+        contexts = StepContexts(self.store.memory(), self.breaker, self._stopping)
         self.steps = StepExecutor(
-            store=store, registry=registry, dispatch=self.dispatch, leases=self.leases,
-            contexts=StepContexts(store.memory(), self.breaker, self._stopping), metrics=self.metrics, clock=clock,
-            retry_wait_max=retry_wait_max, on_run_finished=on_run_finished,
+            store=self.store, registry=self.registry, dispatch=self.dispatch, leases=self.leases, contexts=contexts,
+            metrics=self.metrics, clock=self.clock, retry_wait_max=self.retry_wait_max,
+            on_run_finished=tuple(self.on_run_finished),
         )  # fmt: skip
-        """Executes a claimed run's steps. Its `on_run_finished` listeners are told of every run end once the
-        store has recorded it (e.g. remediate.grafana's annotator); each must return at once: it is called on
-        the executor thread, between two runs."""
+        """Executes a claimed run's steps."""
 
     # ------------------------------------------------------------------ lifecycle
 

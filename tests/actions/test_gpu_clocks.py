@@ -44,7 +44,7 @@ def gpus(sim: SimulatedBackend) -> list[GpuInfo]:
 @pytest.fixture
 def gpu_settings(sim: SimulatedBackend, db_url: str) -> Settings:
     # A power floor wraps the backend: the clock reset must pass through it.
-    return Settings(
+    return Settings.of(
         gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url, gpu_power_floor_watts=300
     )
 

@@ -417,7 +417,7 @@ def test_a_backend_without_the_capability_plans_a_warning_and_fails_not_supporte
 @pytest.fixture
 def registry_sim(sim: SimulatedBackend, db_url: str) -> ActionRegistry:
     # A power floor wraps the backend: the clock capabilities must pass through it.
-    settings = Settings(
+    settings = Settings.of(
         gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url, gpu_power_floor_watts=300
     )
     return default_registry(settings)

@@ -229,7 +229,7 @@ def test_a_backend_without_the_capability_plans_a_warning_and_fails_not_supporte
 @pytest.fixture
 def registry(sim: SimulatedBackend, db_url: str) -> ActionRegistry:
     """Overrides the shared fixture: the shipped actions with the simulated GPU backend."""
-    return default_registry(Settings(gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url))
+    return default_registry(Settings.of(gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url))
 
 
 def test_a_refused_reset_fails_the_run_permanently_and_is_not_retried(

@@ -445,7 +445,7 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
     objects = rendered[values]
     server_file = tmp_path / "server.yaml"
     server_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"])
-    server = Settings(**read_config_file(server_file))
+    server = Settings.of(**read_config_file(server_file))
     assert server.bind == "0.0.0.0:9095"
     assert server.token_file == Path("/etc/remediate/secrets/token")
     assert server.token_roles == ("webhook",)  # AlertManager's token: it cannot approve, pause or reset
@@ -459,7 +459,7 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
         assert server.notify_timeout == 20.0
         assert server.read_token_file == Path("/etc/remediate/secrets/read-token")
     if values in ("external-db", "existing-secrets"):
-        assert server.database_url == Settings().database_url  # not in the file: from the Secret, by env
+        assert server.database_url == Settings().store.url  # not in the file: from the Secret, by env
         env = {e["name"]: e for e in container(objects, "Deployment")["env"]}
         ref = env["REMEDIATE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
         assert ref == (
@@ -486,7 +486,7 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
 
     agent_file = tmp_path / "agent.yaml"
     agent_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-agent-config")["data"]["config.yaml"])
-    agent = Settings(**read_config_file(agent_file))
+    agent = Settings.of(**read_config_file(agent_file))
     assert agent.agent_bind == "0.0.0.0:9096"
     assert agent.agent_token_file is None  # never the master: only this node's credential (init container)
     assert agent.agent_node_token_file == Path("/etc/remediate/secrets/node-credential")
@@ -587,7 +587,7 @@ def test_no_agent_side_object_references_a_secret(
     assert source == {"serviceAccountToken": {"audience": "remediate-agent", "expirationSeconds": 600, "path": "token"}}
     server_file = tmp_path / "server.yaml"
     server_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"])
-    server = Settings(**read_config_file(server_file))
+    server = Settings.of(**read_config_file(server_file))
     assert server.agent_audience == "remediate-agent"  # the server checks the audience the pods are given
     agent_account = pod["serviceAccountName"]
     assert server.agent_service_account == agent_account

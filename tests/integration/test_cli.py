@@ -66,7 +66,12 @@ COMMANDS = command_paths(main)
 
 
 def db_args(server: Server) -> list[str]:
-    return ["--database-url", f"sqlite:///{server.db_path}", "--playbooks", str(server.services.settings.playbooks)]
+    return [
+        "--database-url",
+        f"sqlite:///{server.db_path}",
+        "--playbooks",
+        str(server.services.settings.engine.playbooks),
+    ]
 
 
 def dump(db_path: Path) -> list[str]:

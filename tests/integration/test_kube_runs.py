@@ -130,7 +130,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
         request_timeout: float = 0.5,
         **settings_fields: Any,
     ) -> Rig:
-        settings = Settings(kubeconfig=kubeconfig, kube_request_timeout=request_timeout, **settings_fields)
+        settings = Settings.of(kubeconfig=kubeconfig, kube_request_timeout=request_timeout, **settings_fields)
         if fast:  # the k8s.* actions with short waits between API retries (fault tests)
             client = KubeClient(kubeconfig=kubeconfig, request_timeout=request_timeout)
             clients.append(client)
@@ -140,7 +140,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
             clients.append(registry.get("k8s.cordon").client)  # type: ignore[attr-defined]
         url = f"sqlite:///{tmp_path / 'r.db'}"
         stores = [Store.open(url) for _ in range(executors)]
-        limits = limits_from_settings(settings)
+        limits = limits_from_settings(settings.kube.breaker)
         runners = [
             Executor(
                 store=s,
@@ -158,7 +158,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
             playbooks=parsed,
             registry=registry,
             on_queued=lambda: [r.wake() for r in runners],
-            breaker_stale_horizon=settings.breaker_stale_horizon,
+            breaker_stale_horizon=settings.kube.breaker.stale_horizon,
         )
         rig = Rig(stores[0], engine, runners, registry, settings)
         built.append((rig, stores))
@@ -386,7 +386,7 @@ def test_the_breaker_over_http_status_reset_auth_and_gauge(
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
     (playbooks / "pb.yaml").write_text(CORDON_ONLY)
-    settings = Settings(
+    settings = Settings.of(
         token="w-token-0123456789ab",
         operator_token="o-token-0123456789ab",
         read_token="r-token-0123456789ab",
@@ -435,7 +435,9 @@ def test_remediate_breaker_status_and_reset_on_the_database(tmp_path: Path, monk
         monkeypatch.delenv(name, raising=False)
     url = f"sqlite:///{tmp_path / 'r.db'}"
     store = Store.open(url)
-    breaker = CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits_from_settings(Settings()))
+    breaker = CircuitBreaker(
+        store.breaker_ledger, store.breaker_view, limits=limits_from_settings(Settings().kube.breaker)
+    )
     for index in range(3):
         breaker.acquire(f"gpu-{index}", kind="cordon", run_id=index + 1, cluster_nodes=50)
     with pytest.raises(BreakerOpen):

@@ -388,9 +388,9 @@ def test_a_node_storm_over_three_replicas_cordons_no_more_nodes_than_the_cap(
     three replicas, each with its engine and its executor (3 threads) and breaker on its own store, the
     k8s.cordon action against the test API server: exactly the cap, min(10% of 50, 3) = 3, cordoned."""
     nodes = cluster(kube_api, 50)
-    settings = Settings(kubeconfig=kubeconfig, kube_request_timeout=0.5)
+    settings = Settings.of(kubeconfig=kubeconfig, kube_request_timeout=0.5)
     registry = default_registry(settings)
-    limits = limits_from_settings(settings)
+    limits = limits_from_settings(settings.kube.breaker)
     playbooks = PlaybookSet([parse_playbook(CORDON, registry, source="cordon.yaml")])
     stores = [Store.open(database) for _ in range(3)]
     executors = [

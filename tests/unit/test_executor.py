@@ -720,7 +720,7 @@ def test_a_dry_run_run_only_plans(
         ingest,
         make_alert,
         playbook(step("test.once", note="a"), step("test.broken")),
-        server_mode="dry-run",
+        mode="dry-run",
     )
 
     executor.drain()

@@ -107,16 +107,18 @@ class KubeAction(Action):
         self._client_provider = client
         self.options = options or KubeOptions()
 
+    settings_section: ClassVar[str] = "kube"
+
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         settings = deps.settings
         return cls(
             deps.kube_client,
             KubeOptions(
-                node_labels=settings.kube_node_labels,
-                node_selector=settings.breaker_node_selector,
-                scope_selector=settings.kube_node_selector or settings.breaker_node_selector,
-                allow_control_plane=settings.kube_allow_control_plane,
+                node_labels=settings.node_labels,
+                node_selector=settings.breaker.node_selector,
+                scope_selector=settings.node_selector or settings.breaker.node_selector,
+                allow_control_plane=settings.allow_control_plane,
             ),
         )
 
