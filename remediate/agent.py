@@ -202,7 +202,8 @@ class AgentService:
 def with_default_floor(settings: Settings) -> Settings:
     """`settings` with the agent's default power floor when no floor is configured."""
     if settings.gpu.power_floor_watts is None and settings.gpu.power_floor_percent is None:
-        return dataclasses.replace(settings, gpu_power_floor_percent=DEFAULT_FLOOR_PERCENT)
+        gpu = dataclasses.replace(settings.gpu, power_floor_percent=DEFAULT_FLOOR_PERCENT)
+        return dataclasses.replace(settings, gpu=gpu)
     return settings
 
 

@@ -41,8 +41,6 @@ class Services:
     executor: Executor
     metrics: Metrics
     metrics_registry: CollectorRegistry | None
-    token: str | None
-    read_token: str | None
     wake: Callable[[], None]
     """Tells the executor that runs were queued or approved (in `remediate serve`: the executor process)."""
     credentials: tuple[Credential, ...] = ()
@@ -77,8 +75,6 @@ def build_services(
 
     The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
     """
-    token = settings.auth.resolved_token()
-    read_token = settings.auth.resolved_read_token()
     credentials = tuple(check_server_credentials(settings.auth))
     registry = registry or default_registry(settings)
     playbooks = playbooks if playbooks is not None else load_playbooks(settings.engine.playbooks, registry)
@@ -99,10 +95,7 @@ def build_services(
     executor = Executor(
         store=store,
         registry=registry,
-        threads=settings.executor.threads,
-        poll_interval=settings.executor.poll_interval,
-        stale_after=settings.executor.lease,
-        replica_name=settings.executor.replica_name,
+        settings=settings.executor,
         metrics=metrics,
         dispatch=Dispatch.from_settings(settings, on_agent_error=metrics.agent_call_failed),
         breaker=CircuitBreaker(
@@ -132,8 +125,6 @@ def build_services(
         executor,
         metrics,
         metrics_registry,
-        token,
-        read_token,
         wake,
         credentials,
         announcer,

@@ -162,7 +162,7 @@ def _open_store(params: dict[str, Any]) -> Any:
     from remediate.dryrun import sqlite_path
     from remediate.store import Store
 
-    url = _settings(params).database_url
+    url = _settings(params).store.url
     path = sqlite_path(url)
     if path is not None and not path.exists():
         _fail(f"no database at {path}: start the server first, or pass --database-url / --server")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import CircuitBreaker
+from remediate.config import ExecutorSettings
 from remediate.errors import ClaimLostError, StoreUnavailable
 from remediate.executor.context import StepContexts
 from remediate.executor.leases import STORE_RETRY_MAX_S, Leases, StoreOutage, heartbeat_interval
@@ -38,27 +39,26 @@ class Executor:
 
     store: Store
     registry: ActionRegistry
-    threads: int = 2
-    poll_interval: float = 0.2
-    stale_after: float = 60.0
-    """The lease (setting `lease`): a run whose heartbeat has not changed this long is taken over."""
-    metrics: ExecutorMetrics = field(default_factory=ExecutorMetrics)
+    settings: ExecutorSettings = field(default_factory=ExecutorSettings)
+    """Its section of the settings: threads, poll_interval, the lease (a run whose heartbeat has not changed
+    this long is taken over) and the replica name."""
+    metrics: ExecutorMetrics | None = None
     clock: Callable[[], float] = time.time
     retry_wait_max: float = 10.0
-    dispatch: Dispatch = field(default_factory=Dispatch.local)
-    """Where each step runs: here, or on its node's agent (remediate.runners)."""
+    dispatch: Dispatch | None = None
+    """Where each step runs: here (None), or on its node's agent (remediate.runners)."""
     breaker: CircuitBreaker | None = None
     """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
     reconcile_interval: float = 15.0
     """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
-    replica_name: str | None = None
-    """Who this executor is in claims and the history (`<replica_name or host>:<pid>`)."""
     on_run_finished: Sequence[Callable[[FinishedRun], None]] = ()
     """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each must
     return at once: it is called on the executor thread, between two runs."""
 
     def __post_init__(self) -> None:
-        self.worker = worker_identity(self.replica_name)
+        self.metrics = self.metrics or ExecutorMetrics()
+        self.dispatch = self.dispatch or Dispatch.local()
+        self.worker = worker_identity(self.settings.replica_name)
         self._pid = os.getpid()
         self.breaker = self.breaker or CircuitBreaker(self.store.breaker_ledger, self.store.breaker_view)
         self._wake = threading.Condition()
@@ -85,7 +85,7 @@ class Executor:
 
     def start(self) -> None:
         if self._pid != os.getpid():  # built in one process, started in a fork: claim as the fork
-            self.worker, self._pid = worker_identity(self.replica_name), os.getpid()
+            self.worker, self._pid = worker_identity(self.settings.replica_name), os.getpid()
         # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
         # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds. It
         # starts first: its beat (on_beat) tells the master the process is alive while recovery waits on the store.
@@ -93,14 +93,14 @@ class Executor:
         heartbeat.start()
         self._threads.append(heartbeat)
         self.recover()
-        for index in range(self.threads):
+        for index in range(self.settings.threads):
             thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
         thread = threading.Thread(target=self._housekeeping, name="remediate-recovery", daemon=True)
         thread.start()
         self._threads.append(thread)
-        log.info("executor %s started with %d threads", self.worker, self.threads)
+        log.info("executor %s started with %d threads", self.worker, self.settings.threads)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -118,7 +118,7 @@ class Executor:
 
     def recover(self) -> list[int]:
         """Requeue the runs whose owner is gone: dead on this host, or silent for `stale_after` (leases)."""
-        return self.leases.recover(self.worker, self.stale_after)
+        return self.leases.recover(self.worker, self.settings.lease)
 
     def reconcile_pending(self) -> int:
         """Record the late outcomes of steps that gave up waiting (remediate.executor.reconcile); how many."""
@@ -133,7 +133,7 @@ class Executor:
                 worked = self.run_once()
             except StoreUnavailable as exc:
                 # A database restart or fail-over: wait (longer each time) instead of a traceback per poll.
-                backoff = min(STORE_RETRY_MAX_S, max(self.poll_interval, 2 * backoff))
+                backoff = min(STORE_RETRY_MAX_S, max(self.settings.poll_interval, 2 * backoff))
                 self._outage.failed(exc)
                 self._stopping.wait(backoff)
                 continue
@@ -147,7 +147,7 @@ class Executor:
                 continue
             with self._wake:
                 if self._pending_wakeups == 0 and not self._stopping.is_set():
-                    self._wake.wait(self.poll_interval)
+                    self._wake.wait(self.settings.poll_interval)
                 self._pending_wakeups = 0
 
     def _heartbeat(self) -> None:
@@ -155,7 +155,7 @@ class Executor:
         while True:
             if self.on_beat is not None:
                 self.on_beat()
-            if self._stopping.wait(heartbeat_interval(self.stale_after)):
+            if self._stopping.wait(heartbeat_interval(self.settings.lease)):
                 return
             try:
                 self.leases.renew(self.worker)
@@ -167,7 +167,7 @@ class Executor:
     def _housekeeping(self) -> None:
         # Recovery looks as often as owners renew (one small read of the running runs): a run is taken over
         # between `lease` and lease + 2 heartbeat intervals (1.5 x lease) after its owner's last renewal.
-        interval = heartbeat_interval(self.stale_after)
+        interval = heartbeat_interval(self.settings.lease)
         last_reconcile = time.monotonic()
         while not self._stopping.wait(min(interval, self.reconcile_interval)):
             try:

@@ -15,6 +15,7 @@ import pytest
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
+from remediate.config import ExecutorSettings
 from remediate.engine import Engine, IngestResult
 from remediate.executor import Executor, heartbeat_interval
 from remediate.store import Store
@@ -122,7 +123,11 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
     run_id = _queue_run(make_engine, ingest, make_alert)
     other_store = Store.open(pg_url)
     replicas = [
-        Executor(store=s, registry=registry, threads=1, poll_interval=0.05, stale_after=LEASE, replica_name=name)
+        Executor(
+            store=s,
+            registry=registry,
+            settings=ExecutorSettings(threads=1, poll_interval=0.05, lease=LEASE, replica_name=name),
+        )
         for s, name in ((store, "replica-a"), (other_store, "replica-b"))
     ]
     recovered: list[int] = []
@@ -182,7 +187,11 @@ def test_two_replicas_with_four_threads_each_execute_every_queued_run_exactly_on
     assert len(queued) == 40 and None not in queued
     other_store = Store.open(pg_url)
     replicas = [
-        Executor(store=s, registry=registry, threads=4, poll_interval=0.02, stale_after=LEASE, replica_name=name)
+        Executor(
+            store=s,
+            registry=registry,
+            settings=ExecutorSettings(threads=4, poll_interval=0.02, lease=LEASE, replica_name=name),
+        )
         for s, name in ((store, "replica-a"), (other_store, "replica-b"))
     ]
     try:
@@ -224,7 +233,7 @@ def test_an_executor_claims_under_its_replica_name_and_records_it_on_every_attem
         {"name": "quick", "match": {"alertname": "GpuXidError"}, "steps": [{"action": "log", "with": {"message": "x"}}]}
     )
     (decision,) = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0).decisions
-    executor = Executor(store=store, registry=registry, replica_name="remediate-1")
+    executor = Executor(store=store, registry=registry, settings=ExecutorSettings(replica_name="remediate-1"))
 
     assert executor.drain() == 1
 

@@ -32,7 +32,7 @@ from remediate.actions.k8s import kube_actions
 from remediate.actions.log import LogAction
 from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.cli import main
-from remediate.config import Settings
+from remediate.config import ExecutorSettings, Settings
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.kube import CORDONED_BY_RUN, KubeClient
@@ -145,10 +145,9 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
             Executor(
                 store=s,
                 registry=registry,
-                threads=threads,
-                poll_interval=0.02,
                 retry_wait_max=0.05,
                 breaker=CircuitBreaker(s.breaker_ledger, s.breaker_view, limits=limits),
+                settings=ExecutorSettings(threads=threads, poll_interval=0.02),
             )
             for s in stores
         ]

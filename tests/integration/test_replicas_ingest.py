@@ -33,7 +33,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker, limits_from_settings
-from remediate.config import Settings
+from remediate.config import ExecutorSettings, Settings
 from remediate.engine import Engine, IngestResult
 from remediate.errors import RunStateError
 from remediate.executor import Executor
@@ -397,10 +397,9 @@ def test_a_node_storm_over_three_replicas_cordons_no_more_nodes_than_the_cap(
         Executor(
             store=store,
             registry=registry,
-            threads=3,
-            poll_interval=0.02,
             retry_wait_max=0.05,
             breaker=CircuitBreaker(store.breaker_ledger, store.breaker_view, limits=limits),
+            settings=ExecutorSettings(threads=3, poll_interval=0.02),
         )
         for store in stores
     ]
