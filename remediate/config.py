@@ -45,7 +45,6 @@ def _url(name: str) -> Callable[[Any], str | None]:
 class ServerSettings:
     """The HTTP server (gunicorn)."""
 
-    PREFIX: ClassVar[str] = ""
     bind: str = setting("127.0.0.1:9095", str)
     """host:port gunicorn listens on."""
     workers: int = setting(2, v.to_positive_int)
@@ -63,7 +62,6 @@ class ServerSettings:
 class AuthSettings:
     """The server's tokens."""
 
-    PREFIX: ClassVar[str] = ""
     token: str | None = setting(None, str, secret=True)
     """The single token of earlier versions (or `token_file`). It now holds only the roles in `token_roles`
     (default: webhook, i.e. POST /webhook only); see docs/api.md#tokens."""
@@ -85,23 +83,18 @@ class AuthSettings:
     insecure_no_auth: bool = setting(False, v.to_bool)
     """Serve without any token. Only for local experiments; logged loudly."""
 
-    def resolved_token(self) -> str | None:
-        return v.token_from(self.token, self.token_file, "token")
-
-    def resolved_read_token(self) -> str | None:
-        return v.token_from(self.read_token, self.read_token_file, "read_token")
-
-    def resolved_operator_token(self) -> str | None:
-        return v.token_from(self.operator_token, self.operator_token_file, "operator_token")
+    def resolved(self, name: str) -> str | None:
+        """The token of setting `name` (token, webhook_token, operator_token, read_token) or of its file."""
+        return v.token_from(getattr(self, name), getattr(self, f"{name}_file"), name)
 
     def credentials(self) -> list[Credential]:
         """Every token the server accepts, with its principal name and roles; ConfigError on a bad one."""
         found: list[Credential] = []
         fixed = (
-            ("token", self.resolved_token(), frozenset(self.token_roles)),
-            ("webhook", v.token_from(self.webhook_token, self.webhook_token_file, "webhook_token"), {WEBHOOK}),
-            ("operator", self.resolved_operator_token(), frozenset({OPERATOR})),
-            ("read", self.resolved_read_token(), frozenset({READ})),
+            ("token", self.resolved("token"), self.token_roles),
+            ("webhook", self.resolved("webhook_token"), {WEBHOOK}),
+            ("operator", self.resolved("operator_token"), {OPERATOR}),
+            ("read", self.resolved("read_token"), {READ}),
         )
         found.extend(Credential(name, token, frozenset(roles)) for name, token, roles in fixed if token)
         if self.tokens_file is not None:
@@ -119,7 +112,6 @@ class AuthSettings:
 class StoreSettings:
     """The database of the history and the run queue."""
 
-    PREFIX: ClassVar[str] = ""
     url: str = setting("sqlite:///remediate.db", v.to_database_url, flat="database_url")
     """SQLAlchemy URL of the history and run queue. A libpq URL (`postgresql://`, `postgres://`, as
     CloudNativePG's `<cluster>-app` Secret holds it) is read as `postgresql+psycopg://`."""
@@ -140,7 +132,6 @@ class StoreSettings:
 class EngineSettings:
     """What the engine judges alerts by: the playbooks, the server's mode, a step's default timeout."""
 
-    PREFIX: ClassVar[str] = ""
     playbooks: Path = setting(Path("playbooks"), Path)
     mode: str = setting("enforce", v.one_of("enforce", "dry-run"))
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
@@ -152,7 +143,6 @@ class EngineSettings:
 class ExecutorSettings:
     """The executor: its threads, how it looks for runs, its lease and its name."""
 
-    PREFIX: ClassVar[str] = ""
     threads: int = setting(4, v.to_positive_int, flat="executor_threads")
     poll_interval: float = setting(0.2, v.to_seconds)
     """Seconds an idle executor waits before looking for runs queued by another process."""
@@ -197,7 +187,6 @@ class GpuSettings:
 class DiskSettings:
     """Disk cleanup (node-local disk.* steps)."""
 
-    PREFIX: ClassVar[str] = ""
     cleanup_policies_file: Path | None = setting(None, v.to_optional_path)
     """YAML file of the node's cleanup policies (docs/cleanup-policies.example.yaml); read when first needed."""
 
@@ -265,10 +254,6 @@ class AgentSettings:
 
     def resolved_node_token(self) -> str | None:
         return v.token_from(self.node_token, self.node_token_file, "agent_node_token")
-
-    def agent_map(self) -> dict[str, str]:
-        """The static `agents` map: node name -> agent base URL."""
-        return dict(self.agents)
 
 
 @dataclass(frozen=True)
@@ -372,7 +357,6 @@ class UiSettings:
 class Settings:
     """Everything the server, the executor and the CLI need to know, one section per concern."""
 
-    PREFIX: ClassVar[str] = ""
     server: ServerSettings = field(default_factory=ServerSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     store: StoreSettings = field(default_factory=StoreSettings)
@@ -396,35 +380,34 @@ class Settings:
         unknown = sorted(set(values) - set(FLAT))
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(unknown)}")
-        nested: dict[str, Any] = {}
-        for name, value in values.items():
-            *sections, leaf = FLAT[name][0]
-            level = nested
-            for section in sections:
-                level = level.setdefault(section, {})
-            level[leaf] = value
-        return _build(cls, nested)
+        return _build(cls, values)
+
+
+def _flat_name(cls: type, each: dataclasses.Field[Any]) -> str:
+    return each.metadata["flat"] or getattr(cls, "PREFIX", "") + each.name
+
+
+def _fields(cls: type) -> Iterator[tuple[type, dataclasses.Field[Any]]]:
+    """(section, field) of every setting of `cls` and of its sections."""
+    for each in dataclasses.fields(cls):
+        yield from [(cls, each)] if "convert" in each.metadata else _fields(each.default_factory)  # type: ignore[arg-type]
 
 
 def _build(cls: type, values: Mapping[str, Any]) -> Any:
-    sections = {f.name: f.default_factory for f in dataclasses.fields(cls) if "convert" not in f.metadata}
-    return cls(**{name: _build(sections[name], v) if name in sections else v for name, v in values.items()})
-
-
-def _flat_fields(cls: type, path: tuple[str, ...] = ()) -> Iterator[tuple[str, tuple[str, ...], Callable[[Any], Any]]]:
-    """(flat name, path in the sections, converter) of every setting of `cls` and its sections."""
+    """`cls` from flat values: each of its settings given in `values`, each of its sections built alike."""
+    kwargs = {}
     for each in dataclasses.fields(cls):
-        if "convert" in each.metadata:
-            flat = each.metadata["flat"] or cls.PREFIX + each.name  # type: ignore[attr-defined]
-            yield flat, (*path, each.name), each.metadata["convert"]
-        else:
-            yield from _flat_fields(each.default_factory, (*path, each.name))  # type: ignore[arg-type]
+        if "convert" not in each.metadata:
+            kwargs[each.name] = _build(each.default_factory, values)  # type: ignore[arg-type]
+        elif _flat_name(cls, each) in values:
+            kwargs[each.name] = values[_flat_name(cls, each)]
+    return cls(**kwargs)
 
 
-FLAT: dict[str, tuple[tuple[str, ...], Callable[[Any], Any]]] = {
-    name: (path, convert) for name, path, convert in _flat_fields(Settings)
+FLAT: dict[str, Callable[[Any], Any]] = {
+    _flat_name(cls, each): each.metadata["convert"] for cls, each in _fields(Settings)
 }
-"""Every setting by the name users write: its path in the sections and its converter."""
+"""The converter of every setting, by the name users write."""
 
 
 @dataclass(frozen=True)
@@ -513,7 +496,7 @@ def _convert(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         if name in converted:  # `lease` and its old name `stale_after` both: which one was meant?
             raise ConfigError(f"{source}: setting {key!r} is given twice (also as {name!r}): keep one")
         try:
-            converted[name] = FLAT[name][1](raw)
+            converted[name] = FLAT[name](raw)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{source}: setting {key!r}: {exc}") from exc
     return converted

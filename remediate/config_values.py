@@ -1,6 +1,5 @@
-"""The values of settings: one converter per kind of value (file, environment and flags all go through
-them), and the reading of tokens and secrets. A converter raises ValueError (or TypeError); the loader
-(remediate.config) reports it with the setting's name."""
+"""The converters of setting values (file, environment and flags alike) and the reading of tokens: a ValueError
+(or TypeError) is reported by the loader (remediate.config) with the setting's name."""
 
 from __future__ import annotations
 
@@ -21,11 +20,16 @@ READ = "read"
 ROLES = (WEBHOOK, OPERATOR, READ)
 
 
-def to_roles(value: Any) -> tuple[str, ...]:
+def to_names(value: Any, what: str = "names (or a comma-separated string)") -> tuple[str, ...]:
+    """A list, or a comma-separated string, of non-empty names."""
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple):
-        raise ValueError(f"must be a list of roles ({', '.join(ROLES)})")
-    roles = tuple(str(item).strip() for item in items if str(item).strip())
+        raise ValueError(f"must be a list of {what}")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def to_roles(value: Any) -> tuple[str, ...]:
+    roles = to_names(value, f"roles ({', '.join(ROLES)})")
     bad = [role for role in roles if role not in ROLES]
     if bad or not roles:
         raise ValueError(f"must name roles among {', '.join(ROLES)}, got {value!r}")
@@ -74,20 +78,17 @@ def to_bool(value: Any) -> bool:
     raise ValueError(f"not a boolean: {value!r}")
 
 
-def to_positive_int(value: Any) -> int:
+def to_positive_int(value: Any, minimum: int = 0) -> int:
     if isinstance(value, bool):
         raise ValueError("not an integer")
     number = int(value)
-    if number < 0:
-        raise ValueError("must not be negative")
+    if number < minimum:
+        raise ValueError(f"must be at least {minimum}" if minimum else "must not be negative")
     return number
 
 
 def to_at_least_one(value: Any) -> int:
-    number = to_positive_int(value)
-    if number < 1:
-        raise ValueError("must be at least 1")
-    return number
+    return to_positive_int(value, 1)
 
 
 def to_seconds(value: Any) -> float:
@@ -158,10 +159,7 @@ def to_directory(value: Any) -> Path:
 
 
 def to_label_names(value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple):
-        raise ValueError("must be a list of label names (or a comma-separated string)")
-    names = tuple(str(item).strip() for item in items if str(item).strip())
+    names = to_names(value, "label names (or a comma-separated string)")
     if not names:
         raise ValueError("must name at least one label")
     bad = [name for name in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
@@ -198,13 +196,6 @@ def to_optional_url(value: Any, name: str) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"{name} must be an absolute http:// or https:// URL, got {text!r}")
     return text.rstrip("/")
-
-
-def to_names(value: Any) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple):
-        raise ValueError("must be a list of names (or a comma-separated string)")
-    return tuple(str(item).strip() for item in items if str(item).strip())
 
 
 def to_agents(value: Any) -> tuple[tuple[str, str], ...]:

@@ -490,7 +490,7 @@ class Dispatch:
         """`on_agent_error`: told the reason of each agent call that failed (see AgentRunner.on_call_error)."""
         directories: list[AgentDirectory] = []
         if settings.agent.agents:
-            directories.append(StaticAgents(settings.agent.agent_map()))
+            directories.append(StaticAgents(dict(settings.agent.agents)))
         if settings.agent.selector:
             directories.append(
                 KubernetesAgents(

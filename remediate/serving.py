@@ -459,6 +459,10 @@ def run_server(settings: Settings) -> None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+_LOGS = {"accesslog": None, "errorlog": "-", "loglevel": "info"}
+"""gunicorn's logging in `serve` and `agent`: no access log (the history is the record), errors to stderr."""
+
+
 def _serve(settings: Settings, private_dir: Path) -> None:
     """gunicorn's master, its HTTP workers and the executor process, until stopped."""
     options = {
@@ -469,9 +473,7 @@ def _serve(settings: Settings, private_dir: Path) -> None:
         "timeout": 60,
         "graceful_timeout": GRACEFUL_TIMEOUT,
         "child_exit": _child_exit,
-        "accesslog": None,
-        "errorlog": "-",
-        "loglevel": "info",
+        **_LOGS,
         "proc_name": "remediate",
     }
     # With the executors off no process listens: the workers send no datagram per notification.
@@ -507,9 +509,7 @@ def run_agent(settings: Settings) -> None:
         # A step may run as long as its timeout: the worker must not be killed for it.
         "timeout": 0,
         "graceful_timeout": AGENT_GRACEFUL_TIMEOUT,
-        "accesslog": None,
-        "errorlog": "-",
-        "loglevel": "info",
+        **_LOGS,
         "proc_name": "remediate-agent",
     }
     _GunicornApp(options, lambda: create_agent_app(settings), arbiter=_InProcessWorker).run()

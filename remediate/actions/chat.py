@@ -330,12 +330,11 @@ class ChatWebhookAction(Action):
     )
 
     session = SessionSlot()
+    settings_section: ClassVar[str] = "notify"
 
     def __init__(self, *, public_url: str | None = None, session: requests.Session | None = None) -> None:
         self.public_url = public_url
         self.session = session
-
-    settings_section: ClassVar[str] = "notify"
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:

@@ -165,6 +165,7 @@ class PrometheusCheckAction(Action):
     )
 
     session = SessionSlot()
+    settings_section: ClassVar[str] = "prometheus"
 
     def __init__(
         self,
@@ -178,8 +179,6 @@ class PrometheusCheckAction(Action):
         self.token_file = token_file
         self.session = session
         self._clock = clock
-
-    settings_section: ClassVar[str] = "prometheus"
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:

@@ -89,6 +89,7 @@ class DiskCleanupAction(Action):
             ),
         }
     )
+    settings_section: ClassVar[str] = "disk"
 
     def __init__(
         self,
@@ -102,8 +103,6 @@ class DiskCleanupAction(Action):
         self._free_space = free_space
         self._hooks = hooks
         self._clock = clock
-
-    settings_section: ClassVar[str] = "disk"
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:

@@ -228,12 +228,11 @@ class NotifyWebhookAction(Action):
     )
 
     session = SessionSlot()
+    settings_section: ClassVar[str] = "notify"
 
     def __init__(self, session: requests.Session | None = None, *, public_url: str | None = None) -> None:
         self.session = session
         self.public_url = public_url
-
-    settings_section: ClassVar[str] = "notify"
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:

@@ -165,12 +165,11 @@ class _TrainingAction(Action):
     GRACE_MAX_S: ClassVar[float] = 10.0
     """The command expires this part of the wait (at most 10 s) before the step gives up: time for a job
     that took it at the last moment to answer."""
+    settings_section: ClassVar[str] = "training"
 
     def __init__(self, root: Path | RootProvider, job_labels: Sequence[str]) -> None:
         self._root = root
         self.job_labels = tuple(job_labels)
-
-    settings_section: ClassVar[str] = "training"
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:

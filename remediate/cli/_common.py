@@ -148,8 +148,8 @@ def client_token(params: dict[str, Any]) -> str | None:
     exactly as `serve` resolves its own (value, else file, from the environment or the config file)."""
     settings = _settings(params)
     if params.get("token_file"):
-        return settings.auth.resolved_token()
-    return settings.auth.resolved_operator_token() or settings.auth.resolved_token()
+        return settings.auth.resolved("token")
+    return settings.auth.resolved("operator_token") or settings.auth.resolved("token")
 
 
 def _client(params: dict[str, Any]) -> Any:

@@ -25,7 +25,7 @@ def test_defaults_apply_when_nothing_is_given() -> None:
     assert settings.store.url == "sqlite:///remediate.db"
     assert settings.engine.mode == "enforce"
     assert settings.engine.step_timeout == 300.0
-    assert settings.auth.resolved_token() is None
+    assert settings.auth.resolved("token") is None
 
 
 def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:
@@ -169,7 +169,7 @@ def test_the_token_file_is_read_and_stripped(tmp_path: Path) -> None:
     settings = load_settings(env={"REMEDIATE_TOKEN_FILE": str(token_file)})
 
     assert settings.auth.token_file == token_file
-    assert settings.auth.resolved_token() == "s3cret-token-0123456789"
+    assert settings.auth.resolved("token") == "s3cret-token-0123456789"
 
 
 def test_a_token_given_directly_wins_over_the_token_file(tmp_path: Path) -> None:
@@ -179,19 +179,19 @@ def test_a_token_given_directly_wins_over_the_token_file(tmp_path: Path) -> None
         env={"REMEDIATE_TOKEN": "from-the-environment-0123", "REMEDIATE_TOKEN_FILE": str(token_file)}
     )
 
-    assert settings.auth.resolved_token() == "from-the-environment-0123"
+    assert settings.auth.resolved("token") == "from-the-environment-0123"
 
 
 def test_an_empty_token_file_is_a_config_error(tmp_path: Path) -> None:
     token_file = write(tmp_path / "token", " \n\n")
 
     with pytest.raises(ConfigError, match=r"token_file .* is empty"):
-        Settings.of(token_file=token_file).auth.resolved_token()
+        Settings.of(token_file=token_file).auth.resolved("token")
 
 
 def test_a_missing_token_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read token_file"):
-        Settings.of(token_file=tmp_path / "nope").auth.resolved_token()
+        Settings.of(token_file=tmp_path / "nope").auth.resolved("token")
 
 
 def test_the_read_token_file_is_read_separately(tmp_path: Path) -> None:
@@ -201,8 +201,8 @@ def test_the_read_token_file_is_read_separately(tmp_path: Path) -> None:
         env={"REMEDIATE_TOKEN": "writer-token-0123456789", "REMEDIATE_READ_TOKEN_FILE": str(read_file)}
     )
 
-    assert settings.auth.resolved_token() == "writer-token-0123456789"
-    assert settings.auth.resolved_read_token() == "reader-token-0123456789"
+    assert settings.auth.resolved("token") == "writer-token-0123456789"
+    assert settings.auth.resolved("read_token") == "reader-token-0123456789"
 
 
 def test_tokens_are_kept_out_of_the_repr() -> None:
@@ -244,7 +244,7 @@ def test_the_agents_map_comes_from_the_config_file_as_a_mapping(tmp_path: Path) 
 
     settings = load_settings(config_file=config, env={})
 
-    assert settings.agent.agent_map() == {"node-a": "http://10.0.0.5:9096", "node-b": "http://10.0.0.7:9096"}
+    assert dict(settings.agent.agents) == {"node-a": "http://10.0.0.5:9096", "node-b": "http://10.0.0.7:9096"}
     assert settings.agent.agents == (("node-a", "http://10.0.0.5:9096"), ("node-b", "http://10.0.0.7:9096"))
 
 
@@ -257,7 +257,10 @@ def test_the_agents_map_and_aliases_come_from_the_environment_as_comma_separated
         }
     )
 
-    assert settings.agent.agent_map() == {"node-a": "http://10.0.0.5:9096", "node-b": "https://agent-b.example:443"}
+    assert dict(settings.agent.agents) == {
+        "node-a": "http://10.0.0.5:9096",
+        "node-b": "https://agent-b.example:443",
+    }
     assert settings.agent.node_aliases == ("node-b.example", "10.0.0.7")
     assert settings.agent.node_name == "node-b"
 

@@ -102,12 +102,11 @@ class KubeAction(Action):
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = True
     verb: ClassVar[str] = ""
+    settings_section: ClassVar[str] = "kube"
 
     def __init__(self, client: ClientProvider, options: KubeOptions | None = None) -> None:
         self._client_provider = client
         self.options = options or KubeOptions()
-
-    settings_section: ClassVar[str] = "kube"
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
