@@ -15,6 +15,7 @@ family the section it names (`Action.settings_section`), ...
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -393,14 +394,25 @@ def _fields(cls: type) -> Iterator[tuple[type, dataclasses.Field[Any]]]:
         yield from [(cls, each)] if "convert" in each.metadata else _fields(each.default_factory)  # type: ignore[arg-type]
 
 
+@functools.cache
+def _layout(cls: type) -> tuple[tuple[str, str | None, Any], ...]:
+    """(field, flat name of a setting, or the class of a section) of each field of `cls`, read once."""
+    return tuple(
+        (each.name, _flat_name(cls, each), None)
+        if "convert" in each.metadata
+        else (each.name, None, each.default_factory)
+        for each in dataclasses.fields(cls)
+    )
+
+
 def _build(cls: type, values: Mapping[str, Any]) -> Any:
     """`cls` from flat values: each of its settings given in `values`, each of its sections built alike."""
     kwargs = {}
-    for each in dataclasses.fields(cls):
-        if "convert" not in each.metadata:
-            kwargs[each.name] = _build(each.default_factory, values)  # type: ignore[arg-type]
-        elif _flat_name(cls, each) in values:
-            kwargs[each.name] = values[_flat_name(cls, each)]
+    for name, flat, section in _layout(cls):
+        if section is not None:
+            kwargs[name] = _build(section, values)
+        elif flat in values:
+            kwargs[name] = values[flat]
     return cls(**kwargs)
 
 
