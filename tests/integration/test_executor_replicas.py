@@ -26,6 +26,12 @@ T0 = 1_767_225_600.0
 LEASE = 2.0
 """The shortest lease the `lease` setting accepts: the worst case for an owner that must keep renewing."""
 
+
+def replica_settings(name: str, *, threads: int, poll_interval: float) -> ExecutorSettings:
+    """The settings of replica `name`'s executor, with the short LEASE."""
+    return ExecutorSettings(threads=threads, poll_interval=poll_interval, lease=LEASE, replica_name=name)
+
+
 ON_POSTGRESQL = pytest.mark.parametrize("store", ["postgresql"], indirect=True)
 
 
@@ -123,11 +129,7 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
     run_id = _queue_run(make_engine, ingest, make_alert)
     other_store = Store.open(pg_url)
     replicas = [
-        Executor(
-            store=s,
-            registry=registry,
-            settings=ExecutorSettings(threads=1, poll_interval=0.05, lease=LEASE, replica_name=name),
-        )
+        Executor(store=s, registry=registry, settings=replica_settings(name, threads=1, poll_interval=0.05))
         for s, name in ((store, "replica-a"), (other_store, "replica-b"))
     ]
     recovered: list[int] = []
@@ -187,11 +189,7 @@ def test_two_replicas_with_four_threads_each_execute_every_queued_run_exactly_on
     assert len(queued) == 40 and None not in queued
     other_store = Store.open(pg_url)
     replicas = [
-        Executor(
-            store=s,
-            registry=registry,
-            settings=ExecutorSettings(threads=4, poll_interval=0.02, lease=LEASE, replica_name=name),
-        )
+        Executor(store=s, registry=registry, settings=replica_settings(name, threads=4, poll_interval=0.02))
         for s, name in ((store, "replica-a"), (other_store, "replica-b"))
     ]
     try:

@@ -31,6 +31,9 @@ MakeEngine = Callable[..., Engine]
 Ingest = Callable[..., IngestResult]
 MakeAlert = Callable[..., dict[str, Any]]
 
+FAST = ExecutorSettings(poll_interval=0.05)
+"""An executor that looks for runs every 50 ms."""
+
 
 class Recording(Action):
     """Counts its plan and execute calls; subclasses decide what execute does."""
@@ -201,13 +204,7 @@ def metrics() -> Metrics:
 
 @pytest.fixture
 def executor(store: Store, registry: ActionRegistry, metrics: Metrics) -> Executor:
-    return Executor(
-        store=store,
-        registry=registry,
-        retry_wait_max=0.01,
-        metrics=metrics,
-        settings=ExecutorSettings(poll_interval=0.05),
-    )
+    return Executor(store=store, registry=registry, retry_wait_max=0.01, metrics=metrics, settings=FAST)
 
 
 def playbook(*steps: dict[str, Any], name: str = "pb", **changes: Any) -> dict[str, Any]:
@@ -888,9 +885,8 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
     ingest: Ingest,
     make_alert: MakeAlert,
 ) -> None:
-    executor = Executor(
-        store=store, registry=registry, metrics=metrics, settings=ExecutorSettings(threads=2, poll_interval=0.05)
-    )
+    two_threads = ExecutorSettings(threads=2, poll_interval=0.05)
+    executor = Executor(store=store, registry=registry, metrics=metrics, settings=two_threads)
     executor.start()
     try:
         engine = make_engine(playbook(step("log", message="x")), on_queued=executor.wake)
