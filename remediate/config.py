@@ -38,10 +38,6 @@ def setting(default: Any, convert: Callable[[Any], Any], *, flat: str | None = N
     return field(default=default, repr=not secret, metadata={"convert": convert, "flat": flat})
 
 
-def _url(name: str) -> Callable[[Any], str | None]:
-    return lambda value: v.to_optional_url(value, name)
-
-
 @dataclass(frozen=True)
 class ServerSettings:
     """The HTTP server (gunicorn)."""
@@ -163,7 +159,7 @@ class NotifySettings:
 
     PREFIX: ClassVar[str] = "notify_"
     timeout: float = setting(10.0, v.to_seconds)
-    public_url: str | None = setting(None, _url("public_url"), flat="public_url")
+    public_url: str | None = setting(None, v.to_optional_url("public_url"), flat="public_url")
     """remediate's base URL as people reach it (e.g. https://remediate.example.com): notify.slack and notify.teams
     link to `{public_url}/ui/runs/<id>`, notify.webhook sends it as `run_url`, message templates read it as
     `run.link`. Unset: their messages carry no links."""
@@ -303,7 +299,7 @@ class PrometheusSettings:
     """The Prometheus that check.prometheus steps query."""
 
     PREFIX: ClassVar[str] = "prometheus_"
-    url: str | None = setting(None, _url("prometheus_url"))
+    url: str | None = setting(None, v.to_optional_url("prometheus_url"))
     """Base URL of the Prometheus HTTP API that `check.prometheus` steps query (e.g. http://prometheus:9090);
     never taken from a label. Unset: such a step fails saying so."""
     bearer_token_file: Path | None = setting(None, v.to_optional_path)
@@ -329,7 +325,7 @@ class GrafanaSettings:
     """Grafana annotations of executed runs (issue 13, docs/grafana.md)."""
 
     PREFIX: ClassVar[str] = "grafana_"
-    url: str | None = setting(None, _url("grafana_url"))
+    url: str | None = setting(None, v.to_optional_url("grafana_url"))
     """Base URL of a Grafana (http/https): each executed run (succeeded or failed) is posted to its
     /api/annotations. Unset: no annotations."""
     token_file: Path | None = setting(None, v.to_optional_path)

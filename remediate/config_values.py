@@ -188,14 +188,19 @@ def to_audience(value: Any) -> str:
     return text
 
 
-def to_optional_url(value: Any, name: str) -> str | None:
-    text = to_optional_str(value)
-    if text is None:
-        return None
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{name} must be an absolute http:// or https:// URL, got {text!r}")
-    return text.rstrip("/")
+def to_optional_url(name: str) -> Callable[[Any], str | None]:
+    """A converter to an absolute http(s) URL without its trailing slash, or None; errors name setting `name`."""
+
+    def convert(value: Any) -> str | None:
+        text = to_optional_str(value)
+        if text is None:
+            return None
+        parts = urlsplit(text)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{name} must be an absolute http:// or https:// URL, got {text!r}")
+        return text.rstrip("/")
+
+    return convert
 
 
 def to_agents(value: Any) -> tuple[tuple[str, str], ...]:
@@ -226,16 +231,7 @@ def to_agents(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(result))
 
 
-def to_optional_percent(value: Any) -> float | None:
-    if value in (None, ""):
-        return None
-    number = to_optional_watts(value)
-    if number is not None and number > 100:
-        raise ValueError("must be at most 100")
-    return number
-
-
-def to_optional_watts(value: Any) -> float | None:
+def to_optional_watts(value: Any, most: float = float("inf")) -> float | None:
     if value in (None, ""):
         return None
     if isinstance(value, bool):
@@ -243,7 +239,13 @@ def to_optional_watts(value: Any) -> float | None:
     number = float(value)
     if not number > 0 or number == float("inf"):
         raise ValueError("must be a positive number")
+    if number > most:
+        raise ValueError(f"must be at most {most:g}")
     return number
+
+
+def to_optional_percent(value: Any) -> float | None:
+    return to_optional_watts(value, 100)
 
 
 def to_fraction(value: Any) -> float:
