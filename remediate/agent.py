@@ -88,15 +88,15 @@ class AgentService:
         memory: ActionMemory | None = None,
     ) -> None:
         self.settings = settings
-        self.node_name = settings.node_name or socket.gethostname()
-        self.names = {self.node_name, *settings.node_aliases}
+        self.node_name = settings.agent.node_name or socket.gethostname()
+        self.names = {self.node_name, *settings.agent.node_aliases}
         registry = registry or default_registry(with_default_floor(settings))
         self.actions: dict[str, Action] = {
             name: registry.get(name) for name in registry.names() if registry.get(name).where == Where.NODE
         }
         self.store: MemoryStore | None = None
         if memory is None:
-            self.store, memory = open_memory(settings.agent_state_file)
+            self.store, memory = open_memory(settings.agent.state_file)
         self.memory = memory
         self.stopping = threading.Event()
         """Set by `stop_all` (the worker got SIGTERM): no new step starts."""
@@ -201,15 +201,16 @@ class AgentService:
 
 def with_default_floor(settings: Settings) -> Settings:
     """`settings` with the agent's default power floor when no floor is configured."""
-    if settings.gpu_power_floor_watts is None and settings.gpu_power_floor_percent is None:
-        return dataclasses.replace(settings, gpu_power_floor_percent=DEFAULT_FLOOR_PERCENT)
+    if settings.gpu.power_floor_watts is None and settings.gpu.power_floor_percent is None:
+        gpu = dataclasses.replace(settings.gpu, power_floor_percent=DEFAULT_FLOOR_PERCENT)
+        return dataclasses.replace(settings, gpu=gpu)
     return settings
 
 
 def check_agent_settings(settings: Settings) -> str | None:
     """The master agent token, if the agent has it; ConfigError when it has no credential at all."""
-    token = settings.resolved_agent_token()
-    if not token and not settings.resolved_agent_node_token() and not settings.insecure_no_auth:
+    token = settings.agent.resolved_token()
+    if not token and not settings.agent.resolved_node_token() and not settings.auth.insecure_no_auth:
         raise ConfigError(
             "no agent token configured: set REMEDIATE_AGENT_NODE_TOKEN (this node's credential, from `remediate "
             "agent-credential NODE`) or REMEDIATE_AGENT_TOKEN (the server's master secret), or, for local "
@@ -225,7 +226,7 @@ def agent_verifier(
     credential. `seen`: where accepted signatures are kept (the state file's, so replays stay refused across
     restarts; in memory when None)."""
     master = check_agent_settings(settings)
-    own = settings.resolved_agent_node_token()
+    own = settings.agent.resolved_node_token()
     if not master and not own:
         return None
     return Verifier.for_names(names, master=master, own=(node_name, own) if own else None, seen=seen)
@@ -237,10 +238,10 @@ def agent_verifier(
 def preflight(settings: Settings) -> None:
     """Fail before forking: token, node actions, state file, an explicitly chosen GPU simulator."""
     check_agent_settings(settings)
-    if settings.gpu_backend == "simulated":
+    if settings.gpu.backend == "simulated":
         from remediate.gpu import open_backend
 
-        open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file)
+        open_backend(settings.gpu.backend, simulator_file=settings.gpu.simulator_file)
     service = AgentService(settings)
     try:
         service.ready()
@@ -249,7 +250,7 @@ def preflight(settings: Settings) -> None:
     log.info(
         "agent for node %s on %s; node actions: %s; state %s",
         service.node_name,
-        settings.agent_bind,
+        settings.agent.bind,
         ", ".join(sorted(service.actions)),
-        settings.agent_state_file,
+        settings.agent.state_file,
     )

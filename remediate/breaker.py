@@ -427,12 +427,12 @@ __all__ = [
 ]
 
 
-def limits_from_settings(settings: Any) -> BreakerLimits:
-    """The breaker limits of a `remediate.config.Settings`."""
+def limits_from_settings(breaker: Any) -> BreakerLimits:
+    """The breaker limits of its settings section (`remediate.config.BreakerSettings`)."""
     return BreakerLimits(
-        max_fraction=settings.breaker_max_fraction,
-        max_nodes=settings.breaker_max_nodes,
-        window=settings.breaker_window,
-        node_selector=settings.breaker_node_selector,
-        stale_horizon=settings.breaker_stale_horizon,
+        max_fraction=breaker.max_fraction,
+        max_nodes=breaker.max_nodes,
+        window=breaker.window,
+        node_selector=breaker.node_selector,
+        stale_horizon=breaker.stale_horizon,
     )

@@ -31,22 +31,21 @@ def sqlite_path(url: str) -> Path | None:
 def dry_run(settings: Settings, data: object, *, now: float, registry: ActionRegistry | None = None) -> dict[str, Any]:
     registry = registry or default_registry(settings)
     notification = parse_notification(data)
-    playbooks = load_playbooks(settings.playbooks, registry)
-    path = sqlite_path(settings.database_url)
+    playbooks = load_playbooks(settings.engine.playbooks, registry)
+    path = sqlite_path(settings.store.url)
     store: Store | None = None
-    store_note = settings.database_url
+    store_note = settings.store.url
     if path is not None and not path.exists():
-        store_note = f"{settings.database_url} (does not exist yet: judged against an empty history)"
+        store_note = f"{settings.store.url} (does not exist yet: judged against an empty history)"
     else:
-        store = Store.open(settings.database_url, upgrade=False)
+        store = Store.open(settings.store.url, upgrade=False)
     try:
         engine = Engine(
             store=store,
             playbooks=playbooks,
             registry=registry,
-            server_mode=settings.mode,
-            default_step_timeout=settings.step_timeout,
-            breaker_stale_horizon=settings.breaker_stale_horizon,
+            settings=settings.engine,
+            breaker_stale_horizon=settings.kube.breaker.stale_horizon,
         )
         judged = engine.preview(notification, now=now)
         paused = store.pause.state().paused if store is not None else False
@@ -54,7 +53,7 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
         current = store is not None and store.schema_version() == SCHEMA_VERSION
         memory = store.memory if store is not None and current else InMemoryMemory()
         dispatch = Dispatch.from_settings(settings)  # node steps of other nodes are planned by their agents
-        limits = limits_from_settings(settings)  # plans only read the breaker (status), never claim
+        limits = limits_from_settings(settings.kube.breaker)  # plans only read the breaker (status), never claim
         breaker = (
             CircuitBreaker(store.breaker.view, limits=limits)
             if store is not None and current

@@ -22,6 +22,7 @@ import orjson
 from remediate import judging
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
+from remediate.config import EngineSettings
 from remediate.errors import ParamsError, PayloadError, StoreConflict
 from remediate.judging import (
     AlertEvaluations,
@@ -91,26 +92,16 @@ class IngestResult:
         return orjson.dumps(self.summary(), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
 
 
+@dataclass(eq=False, kw_only=True)
 class Engine:
-    def __init__(
-        self,
-        *,
-        store: Store | None,
-        playbooks: PlaybookSet,
-        registry: ActionRegistry,
-        server_mode: str = "enforce",
-        default_step_timeout: float = 300.0,
-        on_queued: Callable[[], None] | None = None,
-        breaker_stale_horizon: float = 900.0,
-    ) -> None:
-        self.store = store
-        self.playbooks = playbooks
-        self.registry = registry
-        self.server_mode = server_mode
-        self.default_step_timeout = default_step_timeout
-        self.on_queued = on_queued
-        self.breaker_stale_horizon = breaker_stale_horizon
-        self._gated_by_phase: dict[tuple[int, str, int | None], tuple[Playbook, bool]] = {}
+    store: Store | None
+    playbooks: PlaybookSet
+    registry: ActionRegistry
+    settings: EngineSettings = field(default_factory=EngineSettings)
+    """Its section of the settings: the server's mode (dry-run: every run only plans), a step's default timeout."""
+    on_queued: Callable[[], None] | None = None
+    breaker_stale_horizon: float = 900.0
+    _gated_by_phase: dict[tuple[int, str, int | None], tuple[Playbook, bool]] = field(default_factory=dict, init=False)
 
     # ------------------------------------------------------------------ pure part
 
@@ -119,7 +110,7 @@ class Engine:
         return [self._evaluate_one(alert, playbook) for playbook in self.playbooks.matching(alert)]
 
     def _evaluate_one(self, alert: Alert, playbook: Playbook) -> Evaluation:
-        mode = Mode.DRY_RUN if self.server_mode == "dry-run" else playbook.mode
+        mode = Mode.DRY_RUN if self.settings.mode == "dry-run" else playbook.mode
         target = playbook.target.resolve(alert)
         base = {
             "alert": alert,
@@ -142,7 +133,7 @@ class Engine:
                     f"escalate[{index}].{prefix}",
                     context,
                 ),
-                Mode.DRY_RUN if self.server_mode == "dry-run" else (rung.mode or playbook.mode),
+                Mode.DRY_RUN if self.settings.mode == "dry-run" else (rung.mode or playbook.mode),
             )
             for index, rung in enumerate(playbook.rungs)
         )
@@ -160,7 +151,7 @@ class Engine:
                 action.schema.check_templated(spec.params, params)
             except ParamsError as exc:
                 return (), f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}"
-            rendered.append(RenderedStep(spec, action.where.value, params, spec.timeout or self.default_step_timeout))
+            rendered.append(RenderedStep(spec, action.where.value, params, spec.timeout or self.settings.step_timeout))
         return tuple(rendered), None
 
     # ------------------------------------------------------------------ ingest

@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from remediate import inert
-from remediate.config import Settings
 from remediate.errors import ConfigError
 from remediate.runs import FinishedRun, RunStatus
 
 if TYPE_CHECKING:
     import requests
+
+    from remediate.config import GrafanaSettings
 
 log = logging.getLogger(__name__)
 
@@ -45,15 +46,15 @@ class GrafanaTarget:
     token: str = field(repr=False)
 
 
-def target_from_settings(settings: Settings) -> GrafanaTarget | None:
+def target_from_settings(settings: GrafanaSettings) -> GrafanaTarget | None:
     """The Grafana of settings `grafana_url` and `grafana_token_file`; None when unset, ConfigError when
     the URL has no token (checked before the server forks: a worker would fail at every start)."""
-    if settings.grafana_url is None:
+    if settings.url is None:
         return None
-    token = settings.resolved_grafana_token()
+    token = settings.resolved_token()
     if token is None:
         raise ConfigError("grafana_url is set but grafana_token_file is not: Grafana needs a service-account token")
-    return GrafanaTarget(settings.grafana_url, token)
+    return GrafanaTarget(settings.url, token)
 
 
 def annotation(run: FinishedRun, run_link: Callable[[int], str] | None = None) -> dict[str, Any]:

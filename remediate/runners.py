@@ -489,21 +489,21 @@ class Dispatch:
     def from_settings(cls, settings: Settings, *, on_agent_error: Callable[[str], None] | None = None) -> Dispatch:
         """`on_agent_error`: told the reason of each agent call that failed (see AgentRunner.on_call_error)."""
         directories: list[AgentDirectory] = []
-        if settings.agents:
-            directories.append(StaticAgents(settings.agent_map()))
-        if settings.agent_selector:
+        if settings.agent.agents:
+            directories.append(StaticAgents(dict(settings.agent.agents)))
+        if settings.agent.selector:
             directories.append(
                 KubernetesAgents(
-                    settings.agent_selector,
-                    settings.agent_namespace or own_namespace(),
-                    settings.agent_port,
-                    kubeconfig=settings.kubeconfig,
-                    context=settings.kube_context,
-                    daemonset=settings.agent_daemonset,
+                    settings.agent.selector,
+                    settings.agent.namespace or own_namespace(),
+                    settings.agent.port,
+                    kubeconfig=settings.kube.kubeconfig,
+                    context=settings.kube.context,
+                    daemonset=settings.agent.daemonset,
                 )
             )
-        token = settings.resolved_agent_token()
-        if directories and not token and not settings.insecure_no_auth:
+        token = settings.agent.resolved_token()
+        if directories and not token and not settings.auth.insecure_no_auth:
             raise ConfigError(
                 "agents are configured (agents / agent_selector) but no agent token: set REMEDIATE_AGENT_TOKEN "
                 "or agent_token_file (the same token the agents serve with)"
@@ -513,12 +513,12 @@ class Dispatch:
             directory = directories[0] if len(directories) == 1 else ChainedAgents(*directories)
         return cls(
             directory=directory,
-            node_name=settings.node_name,
+            node_name=settings.agent.node_name,
             host_names=None if directory else this_host_names(settings),
             token=token,
-            retries=settings.agent_retries,
-            connect_timeout=settings.agent_connect_timeout,
-            default_timeout=settings.step_timeout,
+            retries=settings.agent.retries,
+            connect_timeout=settings.agent.connect_timeout,
+            default_timeout=settings.engine.step_timeout,
             on_agent_error=on_agent_error,
         )
 
@@ -542,10 +542,10 @@ def this_host_names(settings: Settings) -> frozenset[str]:
     """The targets a single host (no agents) runs node steps for: `node_name` and `node_aliases` when set;
     otherwise this machine's host name and its short form (no DNS lookup: a slow resolver must not delay
     the start). Any other target is refused: running a step for gpu-node-7 here would change this machine."""
-    if settings.node_name:
-        return frozenset({settings.node_name, *settings.node_aliases})
+    if settings.agent.node_name:
+        return frozenset({settings.agent.node_name, *settings.agent.node_aliases})
     host = socket.gethostname()
-    return frozenset({host, host.split(".", 1)[0], *settings.node_aliases} - {""})
+    return frozenset({host, host.split(".", 1)[0], *settings.agent.node_aliases} - {""})
 
 
 def wrong_host_message(target: str, node_name: str | None, names: frozenset[str]) -> str:

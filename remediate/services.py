@@ -41,8 +41,6 @@ class Services:
     executor: Executor
     metrics: Metrics
     metrics_registry: CollectorRegistry | None
-    token: str | None
-    read_token: str | None
     wake: Callable[[], None]
     """Tells the executor that runs were queued or approved (in `remediate serve`: the executor process)."""
     credentials: tuple[Credential, ...] = ()
@@ -58,7 +56,7 @@ class Services:
 
 def pool_limits(settings: Settings) -> PoolLimits:
     """The connection pool of each process on a server database, from the settings."""
-    return PoolLimits(settings.database_pool_size, settings.database_max_overflow)
+    return PoolLimits(settings.store.pool_size, settings.store.max_overflow)
 
 
 def build_services(
@@ -77,40 +75,38 @@ def build_services(
 
     The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
     """
-    token = settings.resolved_token()
-    read_token = settings.resolved_read_token()
-    credentials = tuple(check_server_credentials(settings))
+    credentials = tuple(check_server_credentials(settings.auth))
     registry = registry or default_registry(settings)
-    playbooks = playbooks if playbooks is not None else load_playbooks(settings.playbooks, registry)
+    playbooks = playbooks if playbooks is not None else load_playbooks(settings.engine.playbooks, registry)
     if store is None:
-        busy = settings.store_busy_timeout if store_busy_timeout is None else store_busy_timeout
+        busy = settings.store.busy_timeout if store_busy_timeout is None else store_busy_timeout
         store = Store.open(
-            settings.database_url,
+            settings.store.url,
             busy_timeout=busy,
             pool=pool_limits(settings),
             commit_checkpoints=commit_checkpoints,
         )
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
-    run_link = None if settings.public_url is None else functools.partial(run_page_url, settings.public_url)
+    public_url = settings.notify.public_url
+    run_link = None if public_url is None else functools.partial(run_page_url, public_url)
     annotator = grafana_annotator(settings, metrics, run_link=run_link)
     listeners = [] if annotator is None else [annotator]
     executor = Executor(
         store=store,
         registry=registry,
-        threads=settings.executor_threads,
-        poll_interval=settings.poll_interval,
-        stale_after=settings.lease,
-        replica_name=settings.replica_name,
+        settings=settings.executor,
         metrics=metrics,
         dispatch=Dispatch.from_settings(settings, on_agent_error=metrics.agent_call_failed),
-        breaker=CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits_from_settings(settings)),
+        breaker=CircuitBreaker(
+            store.breaker.ledger, store.breaker.view, limits=limits_from_settings(settings.kube.breaker)
+        ),
         on_run_finished=listeners,
     )
     announcer = Announcer(
         store=store,
         registry=registry,
-        poll_interval=max(settings.poll_interval, ANNOUNCE_POLL_MIN),
+        poll_interval=max(settings.executor.poll_interval, ANNOUNCE_POLL_MIN),
         on_outcome=metrics.approval_announcement,
     )
     wake = wake or _waking(executor.wake, announcer.wake)
@@ -118,10 +114,9 @@ def build_services(
         store=store,
         playbooks=playbooks,
         registry=registry,
-        server_mode=settings.mode,
-        default_step_timeout=settings.step_timeout,
+        settings=settings.engine,
         on_queued=wake,
-        breaker_stale_horizon=settings.breaker_stale_horizon,
+        breaker_stale_horizon=settings.kube.breaker.stale_horizon,
     )
     return Services(
         settings,
@@ -130,8 +125,6 @@ def build_services(
         executor,
         metrics,
         metrics_registry,
-        token,
-        read_token,
         wake,
         credentials,
         announcer,
@@ -143,18 +136,17 @@ def build_services(
 def agent_enrollment(settings: Settings) -> AgentEnrollment | None:
     """The server's side of POST /v1/agent-credential (remediate.kube.enroll), when agents are found through
     Kubernetes: the same API client settings as agent discovery and the k8s.* actions."""
-    master = settings.resolved_agent_token()
-    if not settings.agent_selector or not master:
+    agent, kube = settings.agent, settings.kube
+    master = agent.resolved_token()
+    if not agent.selector or not master:
         return None
     return AgentEnrollment(
-        KubeClient(
-            kubeconfig=settings.kubeconfig, context=settings.kube_context, request_timeout=settings.kube_request_timeout
-        ),
+        KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout),
         master=master,
-        namespace=settings.agent_namespace or own_namespace(),
-        audience=settings.agent_audience,
-        daemonset=settings.agent_daemonset,
-        service_account=settings.agent_service_account,
+        namespace=agent.namespace or own_namespace(),
+        audience=agent.audience,
+        daemonset=agent.daemonset,
+        service_account=agent.service_account,
     )
 
 
@@ -177,7 +169,7 @@ def grafana_annotator(
 ) -> Annotator | None:
     """The executor's Grafana annotator (settings `grafana_url`, `grafana_token_file`); None when unset.
     `run_link` builds the link to a run's page in the annotation's text (None: no link)."""
-    target = target_from_settings(settings)
+    target = target_from_settings(settings.grafana)
     if target is None:
         return None
     return Annotator(target, run_link=run_link, on_outcome=metrics.annotation)

@@ -189,13 +189,13 @@ def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: flo
     """The executor process's periodic prune of the history (remediate.store.retention.Pruner); None when
     `retention` is off. It keeps at least what the guards read back: the 24 h max_attempts counts, the
     longest playbook cooldown, the breaker's window."""
-    if not settings.retention:
+    if not settings.store.retention:
         return None
     from remediate.guards import ATTEMPT_WINDOW
     from remediate.store import Pruner
 
     cooldowns = [p.cooldown.total_seconds() for p in playbooks.playbooks]
-    keep = max(settings.retention, ATTEMPT_WINDOW.total_seconds(), settings.breaker_window, *cooldowns)
+    keep = max(settings.store.retention, ATTEMPT_WINDOW.total_seconds(), settings.kube.breaker.window, *cooldowns)
     return Pruner(store.retention.prune, keep, every=every, first_after=min(every, PRUNE_FIRST_AFTER))
 
 
@@ -217,7 +217,7 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
         self._manage_executor()
 
     def _manage_executor(self) -> None:
-        if not self.remediate_settings.executor_threads or self.wake_path is None:
+        if not self.remediate_settings.executor.threads or self.wake_path is None:
             return
         if self.executor_pid and self._executor_alive():
             self._kill_executor_if_silent()
@@ -231,7 +231,7 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
         if pid:
             self.executor_pid = pid
             self.log.info(
-                "Started the executor process (pid: %s, %d threads)", pid, self.remediate_settings.executor_threads
+                "Started the executor process (pid: %s, %d threads)", pid, self.remediate_settings.executor.threads
             )
             return
         status = 1
@@ -249,7 +249,7 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
         if self.beat is None:
             return
         age = self.beat.age()
-        lease = self.remediate_settings.lease
+        lease = self.remediate_settings.executor.lease
         if age is None:  # no beat yet: starting up
             age, lease = time.monotonic() - self._executor_started_at, max(lease, EXECUTOR_START_GRACE)
         if age <= lease:
@@ -401,28 +401,28 @@ def preflight(settings: Settings) -> None:
     from remediate.store import Store
     from remediate.store.database import shown_url
 
-    check_server_credentials(settings)
-    playbooks = load_playbooks(settings.playbooks, default_registry(settings))
+    check_server_credentials(settings.auth)
+    playbooks = load_playbooks(settings.engine.playbooks, default_registry(settings))
     from remediate.runners import Dispatch
 
     dispatch = Dispatch.from_settings(settings)  # agents configured without a token: fail here, not in workers
     from remediate.grafana import target_from_settings
 
-    target_from_settings(settings)  # grafana_url without its token: the same
-    if settings.gpu_backend == "simulated":
+    target_from_settings(settings.grafana)  # grafana_url without its token: the same
+    if settings.gpu.backend == "simulated":
         # Chosen explicitly, so a missing or broken device file is a start-up error, not a failure of the
         # first GPU step. (NVML stays lazy: a server without GPUs sends GPU steps to node agents.)
         from remediate.gpu import open_backend
 
-        open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file)
-    store = Store.open(settings.database_url, pool=pool_limits(settings))
+        open_backend(settings.gpu.backend, simulator_file=settings.gpu.simulator_file)
+    store = Store.open(settings.store.url, pool=pool_limits(settings))
     store.close()
     log.info(
         "%d playbooks from %s; store %s; mode %s; node steps: %s",
         len(playbooks),
-        settings.playbooks,
-        shown_url(settings.database_url),  # a URL may carry the database's password
-        settings.mode,
+        settings.engine.playbooks,
+        shown_url(settings.store.url),  # a URL may carry the database's password
+        settings.engine.mode,
         "on the agents of their nodes" if dispatch.uses_agents else "here (no agents configured)",
     )
 
@@ -441,7 +441,7 @@ def run_server(settings: Settings) -> None:
     private_dir = Path(tempfile.mkdtemp(prefix="remediate-serve-"))  # 0700: only this user may wake the executor
     try:
         preflight(settings)
-        if settings.insecure_no_auth and not settings.credentials():
+        if settings.auth.insecure_no_auth and not settings.auth.credentials():
             log.warning(
                 "!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN"
             )
@@ -459,23 +459,25 @@ def run_server(settings: Settings) -> None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
+_LOGS = {"accesslog": None, "errorlog": "-", "loglevel": "info"}
+"""gunicorn's logging in `serve` and `agent`: no access log (the history is the record), errors to stderr."""
+
+
 def _serve(settings: Settings, private_dir: Path) -> None:
     """gunicorn's master, its HTTP workers and the executor process, until stopped."""
     options = {
-        "bind": settings.bind,
-        "workers": settings.workers,
-        "threads": settings.threads,
-        "worker_class": worker_class(settings.request_timeout),
+        "bind": settings.server.bind,
+        "workers": settings.server.workers,
+        "threads": settings.server.threads,
+        "worker_class": worker_class(settings.server.request_timeout),
         "timeout": 60,
         "graceful_timeout": GRACEFUL_TIMEOUT,
         "child_exit": _child_exit,
-        "accesslog": None,
-        "errorlog": "-",
-        "loglevel": "info",
+        **_LOGS,
         "proc_name": "remediate",
     }
     # With the executors off no process listens: the workers send no datagram per notification.
-    wake_path = private_dir / WAKE_SOCKET if settings.executor_threads else None
+    wake_path = private_dir / WAKE_SOCKET if settings.executor.threads else None
     _GunicornApp(
         options,
         lambda: _server_app(settings, wake_path),
@@ -492,24 +494,22 @@ def run_agent(settings: Settings) -> None:
 
     configure_logging()  # alert data in a message can never start a forged log line
     agent_preflight(settings)
-    if settings.insecure_no_auth and not settings.resolved_agent_token():
+    if settings.auth.insecure_no_auth and not settings.agent.resolved_token():
         log.warning(
-            "!!! --insecure-no-auth: the agent runs node steps for ANYONE who can reach %s", settings.agent_bind
+            "!!! --insecure-no-auth: the agent runs node steps for ANYONE who can reach %s", settings.agent.bind
         )
     options = {
-        "bind": settings.agent_bind,
+        "bind": settings.agent.bind,
         "workers": 1,
-        "threads": max(1, settings.agent_threads),
+        "threads": max(1, settings.agent.threads),
         # Steps run in the threads; slow or idle clients hold none (remediate.httpworker). SIGTERM tells the
         # running steps to stop (a training step withdraws its command) and answers the server before
         # graceful_timeout.
-        "worker_class": worker_class(settings.request_timeout, on_stop=stop_running_steps),
+        "worker_class": worker_class(settings.server.request_timeout, on_stop=stop_running_steps),
         # A step may run as long as its timeout: the worker must not be killed for it.
         "timeout": 0,
         "graceful_timeout": AGENT_GRACEFUL_TIMEOUT,
-        "accesslog": None,
-        "errorlog": "-",
-        "loglevel": "info",
+        **_LOGS,
         "proc_name": "remediate-agent",
     }
     _GunicornApp(options, lambda: create_agent_app(settings), arbiter=_InProcessWorker).run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
@@ -13,6 +14,7 @@ from hypothesis import settings
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
+from remediate.config import EngineSettings
 from remediate.engine import Engine, IngestResult
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
@@ -127,11 +129,14 @@ def make_notification() -> Callable[..., dict[str, Any]]:
 
 @pytest.fixture
 def make_engine(store: Store, registry: ActionRegistry) -> Callable[..., Engine]:
-    """Engine(*playbook mappings, server_mode=..., **Engine kwargs) on the `store` fixture."""
+    """Engine(*playbook mappings, **EngineSettings fields (mode, step_timeout), **Engine kwargs) on the `store`
+    fixture."""
+    sections = {f.name for f in dataclasses.fields(EngineSettings)}
 
-    def build(*playbooks: Mapping[str, Any], server_mode: str = "enforce", **kwargs: Any) -> Engine:
+    def build(*playbooks: Mapping[str, Any], **kwargs: Any) -> Engine:
         parsed = PlaybookSet(parse_playbook(dict(p), registry, source=f"{p['name']}.yaml") for p in playbooks)
-        return Engine(store=store, playbooks=parsed, registry=registry, server_mode=server_mode, **kwargs)
+        settings = EngineSettings(**{k: kwargs.pop(k) for k in sections & set(kwargs)})
+        return Engine(store=store, playbooks=parsed, registry=registry, settings=settings, **kwargs)
 
     return build
 

@@ -216,7 +216,7 @@ def test_no_import_cycle() -> None:
 def test_the_cycle_check_finds_a_cycle() -> None:
     graph = grimp.build_graph("remediate", cache_dir=None)
     graph.add_import(importer="remediate.errors", imported="remediate.config")  # config imports errors
-    assert ["remediate.config", "remediate.errors"] in cycles(graph)
+    assert any({"remediate.config", "remediate.errors"} <= set(cycle) for cycle in cycles(graph))
 
 
 def test_no_module_uses_a_shell() -> None:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_http_route_is_documented_in_the_openapi_file_and_nothing_more(tmp_path: Path) -> None:
     spec = yaml.safe_load((ROOT / "docs/openapi.yaml").read_text())
     documented = {(path, method.upper()) for path, item in spec["paths"].items() for method in item}
-    settings = Settings(token="t" * 32, playbooks=ROOT / "playbooks", database_url=f"sqlite:///{tmp_path}/r.db")
+    settings = Settings.of(token="t" * 32, playbooks=ROOT / "playbooks", database_url=f"sqlite:///{tmp_path}/r.db")
     app = create_app(settings, services=build_services(settings))
     served = {
         (re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule), method)
@@ -40,9 +40,9 @@ def test_the_shipped_playbooks_are_valid() -> None:
 
 def test_the_example_config_file_loads_with_every_key_known() -> None:
     values = read_config_file(ROOT / "docs/config.example.yaml")
-    settings = Settings(**values)
-    assert settings.step_timeout == 300.0
-    assert settings.poll_interval == 0.2
+    settings = Settings.of(**values)
+    assert settings.engine.step_timeout == 300.0
+    assert settings.executor.poll_interval == 0.2
 
 
 def test_the_alertmanager_receiver_example_passes_amtool_check_config() -> None:
@@ -93,7 +93,7 @@ def _resolve(dotted: str) -> object:
 
 def _webhook_view(tmp_path: Path) -> object:
     """The function the app calls for POST /webhook, wherever the routes are registered."""
-    settings = Settings(token="t" * 32, playbooks=ROOT / "playbooks", database_url=f"sqlite:///{tmp_path}/r.db")
+    settings = Settings.of(token="t" * 32, playbooks=ROOT / "playbooks", database_url=f"sqlite:///{tmp_path}/r.db")
     app = create_app(settings, services=build_services(settings))
     (endpoint,) = [r.endpoint for r in app.url_map.iter_rules() if r.rule == "/webhook" and "POST" in r.methods]
     return _unwrapped(app.view_functions[endpoint])

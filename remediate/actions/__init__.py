@@ -85,19 +85,24 @@ def default_registry(settings: Settings | None = None) -> ActionRegistry:
 
     @cache
     def gpu_backend() -> GpuBackend:
-        backend = open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file)
+        backend = open_backend(settings.gpu.backend, simulator_file=settings.gpu.simulator_file)
         # The node's own power floor (an agent's limit, whatever the server asks).
         return with_floor(
-            backend, floor_watts=settings.gpu_power_floor_watts, floor_percent=settings.gpu_power_floor_percent
+            backend, floor_watts=settings.gpu.power_floor_watts, floor_percent=settings.gpu.power_floor_percent
         )
 
     # Built now, connected on first use (the official client is imported then): see remediate.kube.client.
     kube = KubeClient(
-        kubeconfig=settings.kubeconfig, context=settings.kube_context, request_timeout=settings.kube_request_timeout
+        kubeconfig=settings.kube.kubeconfig,
+        context=settings.kube.context,
+        request_timeout=settings.kube.request_timeout,
     )
 
     def kube_client() -> KubeClient:
         return kube
 
-    deps = ActionDeps(settings=settings, gpu_backend=gpu_backend, kube_client=kube_client)
-    return ActionRegistry(cls.from_deps(deps) for cls in action_classes())
+    def deps(cls: type[Action]) -> ActionDeps:
+        section = getattr(settings, cls.settings_section) if cls.settings_section else None
+        return ActionDeps(settings=section, gpu_backend=gpu_backend, kube_client=kube_client)
+
+    return ActionRegistry(cls.from_deps(deps(cls)) for cls in action_classes())

@@ -28,7 +28,6 @@ from remediate.errors import ParamsError
 
 if TYPE_CHECKING:
     from remediate.breaker import CircuitBreaker
-    from remediate.config import Settings
     from remediate.gpu import GpuBackend
     from remediate.kube import KubeClient
     from remediate.runs import StepRecord
@@ -135,6 +134,9 @@ class Action(ABC):
     reports_run: ClassVar[bool] = False
     """True for an action that tells people about its run (a chat message): its StepContext gets the run's
     steps as they stand (`steps`), one more store read that other steps are spared."""
+    settings_section: ClassVar[str | None] = None
+    """The section of the settings (remediate.config.Settings) the action's family is built from, e.g. "kube":
+    `from_deps` gets that section as `deps.settings`, never the whole settings. None: it needs none."""
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
@@ -182,12 +184,14 @@ class ActionRegistry:
 
 @dataclass(frozen=True)
 class ActionDeps:
-    """What `Action.from_deps` may build an action from: the settings and the shared, lazily opened backends.
+    """What `Action.from_deps` may build an action from: its family's settings section and the shared, lazily
+    opened backends.
 
     The backends are providers, called on first use: a server on a node without GPUs or without a
     cluster starts fine, and a step that needs one fails with the backend's own clear error.
     """
 
-    settings: Settings
+    settings: Any
+    """The section named by the action's `settings_section` (e.g. remediate.config.KubeSettings); None without."""
     gpu_backend: Callable[[], GpuBackend]
     kube_client: Callable[[], KubeClient]

@@ -161,6 +161,7 @@ class PrometheusCheckAction(Action):
     )
 
     session = SessionSlot()
+    settings_section: ClassVar[str] = "prometheus"
 
     def __init__(
         self,
@@ -177,7 +178,7 @@ class PrometheusCheckAction(Action):
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
-        return cls(deps.settings.prometheus_url, token_file=deps.settings.prometheus_bearer_token_file)
+        return cls(deps.settings.url, token_file=deps.settings.bearer_token_file)
 
     # ------------------------------------------------------------------ the action
 

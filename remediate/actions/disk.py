@@ -86,6 +86,7 @@ class DiskCleanupAction(Action):
             ),
         }
     )
+    settings_section: ClassVar[str] = "disk"
 
     policies: PolicyProvider
     _: KW_ONLY

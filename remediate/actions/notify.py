@@ -214,6 +214,7 @@ class PostingAction(Action):
     reports_run: ClassVar[bool] = True
 
     session = SessionSlot()
+    settings_section: ClassVar[str] = "notify"
 
     def __init__(self, session: requests.Session | None = None, *, public_url: str | None = None) -> None:
         self.session = session

@@ -142,6 +142,7 @@ class _TrainingAction(Action):
     GRACE_MAX_S: ClassVar[float] = 10.0
     """The command expires this part of the wait (at most 10 s) before the step gives up: time for a job
     that took it at the last moment to answer."""
+    settings_section: ClassVar[str] = "training"
 
     def __init__(self, root: Path | RootProvider, job_labels: Sequence[str]) -> None:
         self._root = root
@@ -149,7 +150,7 @@ class _TrainingAction(Action):
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
-        return cls(deps.settings.training_control_root, deps.settings.training_job_labels)
+        return cls(deps.settings.control_root, deps.settings.job_labels)
 
     @property
     def root(self) -> Path:

@@ -154,8 +154,8 @@ def client_token(params: dict[str, Any]) -> str | None:
     exactly as `serve` resolves its own (value, else file, from the environment or the config file)."""
     settings = _settings(params)
     if params.get("token_file"):
-        return settings.resolved_token()
-    return settings.resolved_operator_token() or settings.resolved_token()
+        return settings.auth.resolved("token")
+    return settings.auth.resolved("operator_token") or settings.auth.resolved("token")
 
 
 def _client(params: dict[str, Any]) -> Any:
@@ -168,7 +168,7 @@ def _open_store(params: dict[str, Any]) -> Any:
     from remediate.dryrun import sqlite_path
     from remediate.store import Store
 
-    url = _settings(params).database_url
+    url = _settings(params).store.url
     path = sqlite_path(url)
     if path is not None and not path.exists():
         _fail(f"no database at {path}: start the server first, or pass --database-url / --server")

@@ -109,7 +109,7 @@ def agent_credential(
         credential = credential_from_server(server_url, service_account_token_file, node, wait)
     else:
         settings = _settings(params, agent_token_file=params["agent_token_file"])
-        master = settings.resolved_agent_token()
+        master = settings.agent.resolved_token()
         if not master:
             raise ConfigError("no master agent token: set REMEDIATE_AGENT_TOKEN or --token-file (or ask --server)")
         credential = node_token(master, node)

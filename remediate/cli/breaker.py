@@ -28,7 +28,9 @@ def _breaker(params: dict[str, Any]) -> Any:
     from remediate.breaker import CircuitBreaker, limits_from_settings
 
     store = _open_store(params)
-    return CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits_from_settings(_settings(params)))
+    return CircuitBreaker(
+        store.breaker.ledger, store.breaker.view, limits=limits_from_settings(_settings(params).kube.breaker)
+    )
 
 
 @breaker.command("status")

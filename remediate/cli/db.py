@@ -38,15 +38,15 @@ def copy(source: str, target: str, batch_size: int, dry_run: bool) -> None:
     the target is written in one transaction, so a copy that fails leaves it as it was: run it again.
     Progress goes to stderr, the summary to stdout.
     """
-    from remediate.config import _to_database_url
+    from remediate.config_values import to_database_url
     from remediate.dbcopy import TableCopy, copy_database
 
     def progress(table: TableCopy) -> None:
         click.echo(f"{table.table}: {table.rows} rows{' to copy' if dry_run else ' copied'}", err=True)
 
     report = copy_database(
-        _to_database_url(source),
-        _to_database_url(target),
+        to_database_url(source),
+        to_database_url(target),
         batch_size=batch_size,
         dry_run=dry_run,
         progress=progress,

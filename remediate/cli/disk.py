@@ -47,7 +47,7 @@ def disk_policies(as_json: bool, **params: Any) -> None:
     from remediate.disk import PolicySource
 
     settings = _settings(params, cleanup_policies_file=params["cleanup_policies_file"])
-    policies = PolicySource(settings.cleanup_policies_file)()
+    policies = PolicySource(settings.disk.cleanup_policies_file)()
     rows = [p.to_dict() for p in policies]
     if print_json(rows, as_json):
         return

@@ -32,7 +32,7 @@ def gpu_status(as_json: bool, **params: Any) -> None:
     from remediate.gpu import open_backend
 
     settings = _settings(params)
-    gpus = open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file).devices()
+    gpus = open_backend(settings.gpu.backend, simulator_file=settings.gpu.simulator_file).devices()
     if print_json([g.to_dict() for g in gpus], as_json):
         return
     _table(

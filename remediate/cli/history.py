@@ -156,7 +156,7 @@ def _prune_age(older_than: str, params: dict[str, Any]) -> float:
         raise CliError(f"--older-than: {exc}") from None
     if seconds < MIN_RETENTION:
         raise CliError("--older-than must be at least 1d (max_attempts counts the runs of the last 24 h)")
-    directory = _settings(params).playbooks
+    directory = _settings(params).engine.playbooks
     if directory.is_dir():
         from remediate.actions import default_registry
         from remediate.playbooks import load_playbooks

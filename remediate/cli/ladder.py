@@ -34,7 +34,7 @@ def _rung_names(params: dict[str, Any]) -> dict[str, list[str]]:
     from remediate.playbooks import load_directory
 
     settings = _settings(params)
-    loaded, _ = load_directory(settings.playbooks, default_registry(settings))
+    loaded, _ = load_directory(settings.engine.playbooks, default_registry(settings))
     return {p.name: [r.name for r in p.rungs] for p in loaded if p.is_ladder}
 
 

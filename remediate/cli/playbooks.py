@@ -34,7 +34,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
     from remediate.playbooks import load_playbooks
 
     settings = _settings(params)
-    loaded = load_playbooks(settings.playbooks, default_registry(settings))
+    loaded = load_playbooks(settings.engine.playbooks, default_registry(settings))
     rows = [
         {
             "name": p.name,
@@ -86,7 +86,7 @@ def playbooks_validate(directory: Path | None, config: Path | None, playbooks_op
         _fail(f"two playbook directories: {directory} and --playbooks {playbooks_option}; give one")
     directory = directory or playbooks_option
     if directory is None:
-        directory = _settings({"config": config}).playbooks
+        directory = _settings({"config": config}).engine.playbooks
     loaded, errors = load_directory(directory, default_registry())
     for playbook in loaded:
         click.echo(f"ok      {playbook.source} ({playbook.name})")

@@ -29,7 +29,7 @@ def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:
 
         settings = _settings(params)
         try:
-            query = report_query(filters, settings.report_job_labels, now=time.time())
+            query = report_query(filters, settings.report.job_labels, now=time.time())
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         store = _open_store(params)

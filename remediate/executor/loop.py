@@ -14,10 +14,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import CircuitBreaker
+from remediate.config import ExecutorSettings
 from remediate.errors import ClaimLostError, StoreUnavailable
 from remediate.executor.context import StepContexts
 from remediate.executor.leases import STORE_RETRY_MAX_S, Leases, StoreOutage, heartbeat_interval
@@ -31,71 +32,60 @@ from remediate.store import Store, worker_identity
 log = logging.getLogger("remediate.executor")
 
 
+@dataclass(eq=False, kw_only=True)
 class Executor:
     """One process's executor: `threads` loops claim the head of the queue and execute it (`steps`), beside a
     heartbeat thread (`leases`) and a housekeeping thread (recovery, late outcomes)."""
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        registry: ActionRegistry,
-        threads: int = 2,
-        poll_interval: float = 0.2,
-        stale_after: float = 60.0,
-        metrics: ExecutorMetrics | None = None,
-        clock: Callable[[], float] = time.time,
-        retry_wait_max: float = 10.0,
-        dispatch: Dispatch | None = None,
-        breaker: CircuitBreaker | None = None,
-        reconcile_interval: float = 15.0,
-        replica_name: str | None = None,
-        on_run_finished: Sequence[Callable[[FinishedRun], None]] = (),
-    ) -> None:
-        self.store = store
-        self.registry = registry
-        self.threads = threads
-        self.poll_interval = poll_interval
-        self.stale_after = stale_after
-        """The lease (setting `lease`): a run whose heartbeat has not changed this long is taken over."""
-        self.metrics = metrics or ExecutorMetrics()
-        self.clock = clock
-        self.dispatch = dispatch or Dispatch.local()
-        """Where each step runs: here, or on its node's agent (remediate.runners)."""
-        self.replica_name = replica_name
-        """Who this executor is in claims and the history (`<replica_name or host>:<pid>`)."""
-        self.worker = worker_identity(replica_name)
+    store: Store
+    registry: ActionRegistry
+    settings: ExecutorSettings = field(default_factory=ExecutorSettings)
+    """Its section of the settings: threads, poll_interval, the lease (a run whose heartbeat has not changed
+    this long is taken over) and the replica name."""
+    metrics: ExecutorMetrics | None = None
+    clock: Callable[[], float] = time.time
+    retry_wait_max: float = 10.0
+    dispatch: Dispatch | None = None
+    """Where each step runs: here (None), or on its node's agent (remediate.runners)."""
+    breaker: CircuitBreaker | None = None
+    """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
+    reconcile_interval: float = 15.0
+    """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
+    on_run_finished: Sequence[Callable[[FinishedRun], None]] = ()
+    """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each must
+    return at once: it is called on the executor thread, between two runs."""
+
+    def __post_init__(self) -> None:
+        self.metrics = self.metrics or ExecutorMetrics()
+        self.dispatch = self.dispatch or Dispatch.local()
+        self.worker = worker_identity(self.settings.replica_name)
         self._pid = os.getpid()
-        self.breaker = breaker or CircuitBreaker(store.breaker.ledger, store.breaker.view)
-        """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
+        self.breaker = self.breaker or CircuitBreaker(self.store.breaker.ledger, self.store.breaker.view)
         self._wake = threading.Condition()
         self._pending_wakeups = 0
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._claiming = threading.Lock()
         """Held by the thread reading the queue's head (see _run_claimed)."""
-        self.reconcile_interval = reconcile_interval
-        """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
-        self.leases = Leases(store, clock)
+        self.leases = Leases(self.store, self.clock)
         """The runs in hand, recovery's observations, the runs to hand back after a store outage."""
         self.on_beat: Callable[[], None] | None = None
         """Called by the heartbeat thread every heartbeat interval, whatever the store does: the executor
         process shows its master that it is alive (remediate.beat.ExecutorBeat)."""
         self._outage = StoreOutage()
+        contexts = StepContexts(self.store.memory, self.breaker, self._stopping)
         self.steps = StepExecutor(
-            store=store, registry=registry, dispatch=self.dispatch, leases=self.leases,
-            contexts=StepContexts(store.memory, self.breaker, self._stopping), metrics=self.metrics, clock=clock,
-            retry_wait_max=retry_wait_max, on_run_finished=on_run_finished,
+            store=self.store, registry=self.registry, dispatch=self.dispatch, leases=self.leases, contexts=contexts,
+            metrics=self.metrics, clock=self.clock, retry_wait_max=self.retry_wait_max,
+            on_run_finished=tuple(self.on_run_finished),
         )  # fmt: skip
-        """Executes a claimed run's steps. Its `on_run_finished` listeners are told of every run end once the
-        store has recorded it (e.g. remediate.grafana's annotator); each must return at once: it is called on
-        the executor thread, between two runs."""
+        """Executes a claimed run's steps."""
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         if self._pid != os.getpid():  # built in one process, started in a fork: claim as the fork
-            self.worker, self._pid = worker_identity(self.replica_name), os.getpid()
+            self.worker, self._pid = worker_identity(self.settings.replica_name), os.getpid()
         # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
         # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds. It
         # starts first: its beat (on_beat) tells the master the process is alive while recovery waits on the store.
@@ -103,14 +93,14 @@ class Executor:
         heartbeat.start()
         self._threads.append(heartbeat)
         self.recover()
-        for index in range(self.threads):
+        for index in range(self.settings.threads):
             thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
             thread.start()
             self._threads.append(thread)
         thread = threading.Thread(target=self._housekeeping, name="remediate-recovery", daemon=True)
         thread.start()
         self._threads.append(thread)
-        log.info("executor %s started with %d threads", self.worker, self.threads)
+        log.info("executor %s started with %d threads", self.worker, self.settings.threads)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -128,7 +118,7 @@ class Executor:
 
     def recover(self) -> list[int]:
         """Requeue the runs whose owner is gone: dead on this host, or silent for `stale_after` (leases)."""
-        return self.leases.recover(self.worker, self.stale_after)
+        return self.leases.recover(self.worker, self.settings.lease)
 
     def reconcile_pending(self) -> int:
         """Record the late outcomes of steps that gave up waiting (remediate.executor.reconcile); how many."""
@@ -143,7 +133,7 @@ class Executor:
                 worked = self.run_once()
             except StoreUnavailable as exc:
                 # A database restart or fail-over: wait (longer each time) instead of a traceback per poll.
-                backoff = min(STORE_RETRY_MAX_S, max(self.poll_interval, 2 * backoff))
+                backoff = min(STORE_RETRY_MAX_S, max(self.settings.poll_interval, 2 * backoff))
                 self._outage.failed(exc)
                 self._stopping.wait(backoff)
                 continue
@@ -157,7 +147,7 @@ class Executor:
                 continue
             with self._wake:
                 if self._pending_wakeups == 0 and not self._stopping.is_set():
-                    self._wake.wait(self.poll_interval)
+                    self._wake.wait(self.settings.poll_interval)
                 self._pending_wakeups = 0
 
     def _heartbeat(self) -> None:
@@ -165,7 +155,7 @@ class Executor:
         while True:
             if self.on_beat is not None:
                 self.on_beat()
-            if self._stopping.wait(heartbeat_interval(self.stale_after)):
+            if self._stopping.wait(heartbeat_interval(self.settings.lease)):
                 return
             try:
                 self.leases.renew(self.worker)
@@ -177,7 +167,7 @@ class Executor:
     def _housekeeping(self) -> None:
         # Recovery looks as often as owners renew (one small read of the running runs): a run is taken over
         # between `lease` and lease + 2 heartbeat intervals (1.5 x lease) after its owner's last renewal.
-        interval = heartbeat_interval(self.stale_after)
+        interval = heartbeat_interval(self.settings.lease)
         last_reconcile = time.monotonic()
         while not self._stopping.wait(min(interval, self.reconcile_interval)):
             try:

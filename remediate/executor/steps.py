@@ -84,6 +84,7 @@ class StepFailure:
     rerunnable: bool = False
 
 
+@dataclass(eq=False, kw_only=True)
 class StepExecutor:
     """Executes a claimed run's steps and records each one's plan, attempts and end under the run's lease.
 
@@ -91,28 +92,15 @@ class StepExecutor:
     and where they run, what a step's context shares (`contexts`), the executor's `leases` (a step end
     the store failed to record is kept there for the hand-back)."""
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        registry: ActionRegistry,
-        dispatch: Dispatch,
-        leases: Leases,
-        contexts: StepContexts,
-        metrics: ExecutorMetrics,
-        clock: Callable[[], float],
-        retry_wait_max: float,
-        on_run_finished: Sequence[Callable[[FinishedRun], None]],
-    ) -> None:
-        self.store = store
-        self.registry = registry
-        self.dispatch = dispatch
-        self.leases = leases
-        self.contexts = contexts
-        self.metrics = metrics
-        self.clock = clock
-        self.retry_wait_max = retry_wait_max
-        self.on_run_finished = tuple(on_run_finished)
+    store: Store
+    registry: ActionRegistry
+    dispatch: Dispatch
+    leases: Leases
+    contexts: StepContexts
+    metrics: ExecutorMetrics
+    clock: Callable[[], float]
+    retry_wait_max: float
+    on_run_finished: tuple[Callable[[FinishedRun], None], ...]
 
     def execute_run(self, run: ClaimedRun, *, claimed: bool = True) -> None:
         """Execute the run's remaining steps. ClaimLostError: another executor owns the run now.

@@ -28,17 +28,17 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     if not services.credentials:
         log.warning(
             "AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach %s can trigger remediation",
-            settings.bind,
+            settings.server.bind,
         )
     app = Flask("remediate")
     # One byte more than allowed: werkzeug silently cuts a body without Content-Length (chunked)
     # at this limit, so /webhook reads up to it and refuses a body that reached it.
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes + 1
+    app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes + 1
     app.extensions["remediate"] = services
     answers.init_app(app, services)
     for resource in (webhook, runs, control, agents, health):
         app.register_blueprint(resource.create_blueprint(services))
-    if settings.ui:
+    if settings.ui.enabled:
         app.register_blueprint(_pages(services))
     return app
 
@@ -57,7 +57,7 @@ def _pages(services: Services) -> Blueprint:
             wake=services.wake,
             history_query=history_query,
             ladders=lambda: control.ladders_json(services, store.ladders.read()),
-            secret_key=secret_key(services.settings.ui_secret_file, services.credentials),
-            cookie_always_secure=services.settings.ui_cookie_secure == "always",
+            secret_key=secret_key(services.settings.ui.secret_file, services.credentials),
+            cookie_always_secure=services.settings.ui.cookie_secure == "always",
         )
     )

@@ -21,11 +21,11 @@ def create_blueprint(services: Services) -> Blueprint:
     reliability = (
         ReliabilityCollector(
             store,
-            window=settings.report_window,
-            max_age=settings.report_cache,
-            job_labels=settings.report_job_labels,
+            window=settings.report.window,
+            max_age=settings.report.cache,
+            job_labels=settings.report.job_labels,
         )
-        if settings.report_window > 0
+        if settings.report.window > 0
         else None
     )
 
@@ -47,7 +47,10 @@ def create_blueprint(services: Services) -> Blueprint:
         if services.executor_beat is not None:
             # Shown, not judged: the master replaces an executor process whose beat is older than the lease.
             age = services.executor_beat.age()
-            ready["executor"] = {"heartbeat_age_s": None if age is None else round(age, 3), "lease_s": settings.lease}
+            ready["executor"] = {
+                "heartbeat_age_s": None if age is None else round(age, 3),
+                "lease_s": settings.executor.lease,
+            }
         return jsonify(ready)
 
     @bp.get("/metrics")

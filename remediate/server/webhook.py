@@ -38,15 +38,15 @@ def create_blueprint(services: Services) -> Blueprint:
     @requires(services, WEBHOOK)
     def webhook() -> Any:
         length = request.content_length
-        if length is not None and length > settings.max_body_bytes:
+        if length is not None and length > settings.server.max_body_bytes:
             metrics.rejected.labels("413").inc()
-            return error(413, "payload_too_large", f"body over {settings.max_body_bytes} bytes")
+            return error(413, "payload_too_large", f"body over {settings.server.max_body_bytes} bytes")
         if request.mimetype != "application/json":
             metrics.rejected.labels("415").inc()
             return error(415, "unsupported_media_type", "send Content-Type: application/json")
         if length is not None and length <= LARGE_BODY_BYTES:
             return ingest()
-        if not large_body.acquire(timeout=settings.store_busy_timeout):
+        if not large_body.acquire(timeout=settings.store.busy_timeout):
             metrics.rejected.labels("503").inc()
             return error(503, "busy", "another large notification is being stored; AlertManager will retry")
         try:
@@ -56,9 +56,9 @@ def create_blueprint(services: Services) -> Blueprint:
 
     def ingest() -> Any:
         body = request.get_data(cache=False)
-        if len(body) > settings.max_body_bytes:
+        if len(body) > settings.server.max_body_bytes:
             metrics.rejected.labels("413").inc()
-            return error(413, "payload_too_large", f"body over {settings.max_body_bytes} bytes")
+            return error(413, "payload_too_large", f"body over {settings.server.max_body_bytes} bytes")
         try:
             result = engine.ingest_body(body, received_at=time.time())
             # The commit went to the file this process has open; if the path names another file now

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -65,6 +66,37 @@ class OutsideAction(Action):
         return {}
 
 
+def test_each_action_is_built_from_its_familys_settings_section_never_the_whole_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 25, deliverable 6: `from_deps` gets the section its class names (`settings_section`), one section
+    type per family (the name's first part), and never the whole Settings."""
+    handed: dict[str, Any] = {}
+    for cls in action_classes():
+        built = cls.from_deps.__func__  # type: ignore[attr-defined]
+
+        def spy(klass: type[Action], deps: Any, built: Any = built) -> Action:
+            handed[klass.name] = deps.settings
+            return built(klass, deps)
+
+        monkeypatch.setattr(cls, "from_deps", classmethod(spy))
+    settings = Settings()
+    sections = {type(getattr(settings, f.name)) for f in dataclasses.fields(Settings)}
+    default_registry(settings)
+
+    assert set(handed) == {cls.name for cls in action_classes()}
+    by_family: dict[str, set[type]] = {}
+    for cls in action_classes():
+        section = handed[cls.name]
+        assert not isinstance(section, Settings), cls.name
+        expected = getattr(settings, cls.settings_section) if cls.settings_section else None
+        assert section is expected, cls.name
+        assert section is None or type(section) in sections, cls.name
+        by_family.setdefault(cls.name.split(".")[0], set()).add(type(section))
+    assert {family: len(types) for family, types in by_family.items()} == dict.fromkeys(by_family, 1)
+    assert any(section is not None for section in handed.values())
+
+
 def test_an_action_defined_outside_the_package_is_not_registered() -> None:
     assert "test.outside" not in default_registry()
     assert OutsideAction not in action_classes()
@@ -112,7 +144,7 @@ def test_a_new_module_in_the_package_is_registered_built_from_the_settings(
         encoding="utf-8",
     )
     gpus = SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=3)
-    registry = default_registry(Settings(gpu_backend="simulated", gpu_simulator_file=gpus))
+    registry = default_registry(Settings.of(gpu_backend="simulated", gpu_simulator_file=gpus))
     probe = registry.get("probe.gpu_count")
     assert probe.where == "node"
     # The probe reads no context: plan gets none, which keeps this test off StepContext's fields.

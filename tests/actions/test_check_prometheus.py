@@ -216,7 +216,7 @@ def test_the_bearer_token_file_is_sent(tmp_path: Path) -> None:
 
 @pytest.fixture
 def registry(prom: Prometheus) -> ActionRegistry:
-    return default_registry(Settings(prometheus_url=prom.url))
+    return default_registry(Settings.of(prometheus_url=prom.url))
 
 
 def test_a_check_that_fails_keeps_the_undo_after_it_from_running(

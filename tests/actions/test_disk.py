@@ -55,7 +55,7 @@ def policies_file(tmp_path: Path, root: Path) -> Path:
 @pytest.fixture
 def registry(policies_file: Path) -> ActionRegistry:
     """Overrides the suite's registry: the shipped actions, with this test's policies file."""
-    return default_registry(Settings(cleanup_policies_file=policies_file))
+    return default_registry(Settings.of(cleanup_policies_file=policies_file))
 
 
 @pytest.fixture
@@ -190,7 +190,7 @@ def _run(
     server_mode: str = "enforce",
     **params: Any,
 ) -> dict[str, Any]:
-    engine = make_engine(disk_playbook(**params), server_mode=server_mode)
+    engine = make_engine(disk_playbook(**params), mode=server_mode)
     (decision,) = ingest_alerts(engine, alert, at=T0).decisions
     assert decision.run_id is not None, decision.reason
     Executor(store=store, registry=registry, retry_wait_max=0.01).drain()

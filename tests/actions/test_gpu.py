@@ -845,7 +845,7 @@ def gpu_playbook(**changes: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def gpu_settings(sim_file: Path, db_url: str) -> Settings:
-    return Settings(gpu_backend="simulated", gpu_simulator_file=sim_file, database_url=db_url)
+    return Settings.of(gpu_backend="simulated", gpu_simulator_file=sim_file, database_url=db_url)
 
 
 @pytest.fixture
@@ -896,7 +896,7 @@ def test_restore_after_a_server_restart(
 
     def start_server() -> tuple[Store, Engine, Executor]:
         # Everything a fresh server process builds: store, registry (and so a new GPU backend), engine, executor.
-        store = Store.open(gpu_settings.database_url)
+        store = Store.open(gpu_settings.store.url)
         registry = default_registry(gpu_settings)
         playbooks = PlaybookSet([parse_playbook(gpu_playbook(), registry, source="gpu-overheat-test.yaml")])
         engine = Engine(store=store, playbooks=playbooks, registry=registry)

@@ -333,7 +333,7 @@ def test_the_scope_defaults_to_the_breakers_selector_and_a_bad_selector_fails_at
     from remediate.config import ConfigError, Settings, load_settings
 
     def options(**settings: Any) -> KubeOptions:
-        deps = ActionDeps(settings=Settings(**settings), gpu_backend=lambda: None, kube_client=lambda: None)  # type: ignore[arg-type]
+        deps = ActionDeps(settings=Settings.of(**settings).kube, gpu_backend=lambda: None, kube_client=lambda: None)  # type: ignore[arg-type]
         return CordonAction.from_deps(deps).options
 
     assert options().scope_selector is None

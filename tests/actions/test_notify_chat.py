@@ -372,12 +372,11 @@ def test_errors_are_classified_as_notify_webhook_does(recorder: WebhookRecorder,
 
 def run_through_the_executor(store: Store, alert: dict[str, Any], playbook: dict[str, Any]) -> int:
     """Ingest `alert` for `playbook` (actions built with public_url) and drain the executor; the run's id."""
-    registry = default_registry(Settings(public_url=PUBLIC_URL))
+    registry = default_registry(Settings.of(public_url=PUBLIC_URL))
     engine = Engine(
         store=store,
         playbooks=PlaybookSet([parse_playbook(playbook, registry, source=f"{playbook['name']}.yaml")]),
         registry=registry,
-        server_mode="enforce",
     )
     (decision,) = ingest_alerts(engine, alert, at=1_767_225_600.0).decisions
     Executor(store=store, registry=registry, retry_wait_max=0.01).drain()
@@ -514,7 +513,7 @@ def test_the_dry_run_plan_previews_the_message_with_every_step_to_come(tmp_path:
         "  - {name: note it, action: log, with: {message: hi}}\n"
         "  - {name: tell, action: notify.slack, with: {url: 'https://hooks.slack.test/services/T/B/X'}}\n"
     )
-    settings = Settings(
+    settings = Settings.of(
         playbooks=tmp_path / "playbooks",
         database_url=f"sqlite:///{tmp_path / 'absent.db'}",
         public_url=PUBLIC_URL,
@@ -543,7 +542,7 @@ def test_a_run_awaiting_approval_is_announced_with_an_approve_button_then_its_ow
     store: Store,
     kind: type[ChatWebhookAction],
 ) -> None:
-    registry = default_registry(Settings(public_url=PUBLIC_URL))
+    registry = default_registry(Settings.of(public_url=PUBLIC_URL))
     playbook = {
         "name": "gpu-xid",
         "match": {"alertname": "GpuXidError"},

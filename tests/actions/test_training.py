@@ -59,15 +59,15 @@ def test_the_registry_builds_the_actions_from_the_settings(tmp_path: Path) -> No
     settings = load_settings(
         env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(tmp_path), "REMEDIATE_TRAINING_JOB_LABELS": "pod, job_name"}
     )
-    assert settings.training_control_root == tmp_path
-    assert settings.training_job_labels == ("pod", "job_name")
+    assert settings.training.control_root == tmp_path
+    assert settings.training.job_labels == ("pod", "job_name")
     registry = default_registry(settings)
     for name in ("training.rollback", "training.scale_lr", "training.checkpoint"):
         action = registry.get(name)
         assert isinstance(action, _TrainingAction)
         assert action.root == tmp_path and action.job_labels == ("pod", "job_name")
         assert action.where == "node" and action.idempotent
-    assert load_settings(env={}).training_job_labels == LABELS
+    assert load_settings(env={}).training.job_labels == LABELS
     for bad in ("", "pod,bad-label", ","):
         with pytest.raises(ConfigError):
             load_settings(env={"REMEDIATE_TRAINING_JOB_LABELS": bad})

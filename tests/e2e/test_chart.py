@@ -445,21 +445,21 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
     objects = rendered[values]
     server_file = tmp_path / "server.yaml"
     server_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"])
-    server = Settings(**read_config_file(server_file))
-    assert server.bind == "0.0.0.0:9095"
-    assert server.token_file == Path("/etc/remediate/secrets/token")
-    assert server.token_roles == ("webhook",)  # AlertManager's token: it cannot approve, pause or reset
-    assert server.operator_token_file == Path("/etc/remediate/secrets/operator-token")
-    if server.agent_selector:
+    server = Settings.of(**read_config_file(server_file))
+    assert server.server.bind == "0.0.0.0:9095"
+    assert server.auth.token_file == Path("/etc/remediate/secrets/token")
+    assert server.auth.token_roles == ("webhook",)  # AlertManager's token: it cannot approve, pause or reset
+    assert server.auth.operator_token_file == Path("/etc/remediate/secrets/operator-token")
+    if server.agent.selector:
         daemonset = by_kind(objects, "DaemonSet")["metadata"]["name"]
-        assert server.agent_daemonset == daemonset  # discovery refuses pods this DaemonSet does not control
-    assert server.node_name is None  # in a cluster every node step goes to an agent
+        assert server.agent.daemonset == daemonset  # discovery refuses pods this DaemonSet does not control
+    assert server.agent.node_name is None  # in a cluster every node step goes to an agent
     if values == "full":
-        assert server.mode == "enforce"
-        assert server.notify_timeout == 20.0
-        assert server.read_token_file == Path("/etc/remediate/secrets/read-token")
+        assert server.engine.mode == "enforce"
+        assert server.notify.timeout == 20.0
+        assert server.auth.read_token_file == Path("/etc/remediate/secrets/read-token")
     if values in ("external-db", "existing-secrets"):
-        assert server.database_url == Settings().database_url  # not in the file: from the Secret, by env
+        assert server.store.url == Settings().store.url  # not in the file: from the Secret, by env
         env = {e["name"]: e for e in container(objects, "Deployment")["env"]}
         ref = env["REMEDIATE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
         assert ref == (
@@ -471,34 +471,34 @@ def test_the_config_files_load_with_remediates_own_settings_loader(
             }
         )
     else:
-        assert server.database_url == "sqlite:////var/lib/remediate/remediate.db"
+        assert server.store.url == "sqlite:////var/lib/remediate/remediate.db"
     if values == "external-db":
-        assert server.agent_selector is None
+        assert server.agent.selector is None
         return
-    assert server.agent_namespace == NAMESPACE
+    assert server.agent.namespace == NAMESPACE
     # The server's selector finds exactly the agent DaemonSet's pods.
     daemonset = by_kind(objects, "DaemonSet")
     pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
-    selector = dict(part.split("=") for part in (server.agent_selector or "").split(","))
+    selector = dict(part.split("=") for part in (server.agent.selector or "").split(","))
     assert selector == daemonset["spec"]["selector"]["matchLabels"]
     assert selector.items() <= pod_labels.items()
     assert not selector.items() <= by_kind(objects, "Deployment")["spec"]["template"]["metadata"]["labels"].items()
 
     agent_file = tmp_path / "agent.yaml"
     agent_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-agent-config")["data"]["config.yaml"])
-    agent = Settings(**read_config_file(agent_file))
-    assert agent.agent_bind == "0.0.0.0:9096"
-    assert agent.agent_token_file is None  # never the master: only this node's credential (init container)
-    assert agent.agent_node_token_file == Path("/etc/remediate/secrets/node-credential")
-    assert agent.agent_state_file == Path("/var/lib/remediate-agent/agent.db")
-    assert agent.gpu_backend == "nvml"
-    assert agent.gpu_power_floor_percent == 50
+    agent = Settings.of(**read_config_file(agent_file))
+    assert agent.agent.bind == "0.0.0.0:9096"
+    assert agent.agent.token_file is None  # never the master: only this node's credential (init container)
+    assert agent.agent.node_token_file == Path("/etc/remediate/secrets/node-credential")
+    assert agent.agent.state_file == Path("/var/lib/remediate-agent/agent.db")
+    assert agent.gpu.backend == "nvml"
+    assert agent.gpu.power_floor_percent == 50
     if values == "full":
-        assert agent.gpu_power_floor_watts == 250
-        assert agent.node_aliases == ("gpu-01.example",)
-        assert agent.cleanup_policies_file == Path("/etc/remediate/cleanup-policies.yaml")
+        assert agent.gpu.power_floor_watts == 250
+        assert agent.agent.node_aliases == ("gpu-01.example",)
+        assert agent.disk.cleanup_policies_file == Path("/etc/remediate/cleanup-policies.yaml")
     else:
-        assert agent.cleanup_policies_file is None
+        assert agent.disk.cleanup_policies_file is None
 
 
 def test_the_playbooks_configmap_ships_the_repositorys_playbooks_plus_the_users(
@@ -587,10 +587,10 @@ def test_no_agent_side_object_references_a_secret(
     assert source == {"serviceAccountToken": {"audience": "remediate-agent", "expirationSeconds": 600, "path": "token"}}
     server_file = tmp_path / "server.yaml"
     server_file.write_text(by_kind(objects, "ConfigMap", f"{FULLNAME}-config")["data"]["config.yaml"])
-    server = Settings(**read_config_file(server_file))
-    assert server.agent_audience == "remediate-agent"  # the server checks the audience the pods are given
+    server = Settings.of(**read_config_file(server_file))
+    assert server.agent.audience == "remediate-agent"  # the server checks the audience the pods are given
     agent_account = pod["serviceAccountName"]
-    assert server.agent_service_account == agent_account
+    assert server.agent.service_account == agent_account
     # Every agent-side object: the DaemonSet, its ConfigMap, ServiceAccount, NetworkPolicy.
     agent_side = [o for o in objects if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "agent"]
     assert {o["kind"] for o in agent_side} >= {"DaemonSet", "ConfigMap", "ServiceAccount"}

@@ -285,7 +285,7 @@ def test_the_cloudnativepg_example_reads_the_secret_its_cluster_generates() -> N
     initdb = cluster["spec"]["bootstrap"]["initdb"]
     uri = f"postgresql://{initdb['owner']}:pw@{cluster['metadata']['name']}-rw.remediate:5432/{initdb['database']}"
 
-    url = load_settings(env={"REMEDIATE_DATABASE_URL": uri}).database_url
+    url = load_settings(env={"REMEDIATE_DATABASE_URL": uri}).store.url
 
     assert sa.make_url(url).get_dialect().driver == "psycopg"
     assert sa.make_url(url).database == initdb["database"]
@@ -295,9 +295,7 @@ def test_the_external_postgres_example_names_a_url_remediate_accepts() -> None:
     text = (EXAMPLES / "values-external-postgres.yaml").read_text(encoding="utf-8")
     (url,) = re.findall(r"--from-literal=url='([^']+)'", text)
 
-    assert sa.make_url(load_settings(env={"REMEDIATE_DATABASE_URL": url}).database_url).get_dialect().driver == (
-        "psycopg"
-    )
+    assert sa.make_url(load_settings(env={"REMEDIATE_DATABASE_URL": url}).store.url).get_dialect().driver == ("psycopg")
 
 
 # --------------------------------------------------------------------------- docs/install.md

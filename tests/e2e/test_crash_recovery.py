@@ -23,6 +23,7 @@ import pytest
 from remediate.actions.base import ActionRegistry
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
+from remediate.config import ExecutorSettings
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
@@ -145,12 +146,14 @@ import sys, time
 from remediate.actions.base import ActionRegistry
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
+from remediate.config import ExecutorSettings
 from remediate.executor import Executor
 from remediate.store import Store
 
 store = Store.open(sys.argv[1])
 registry = ActionRegistry([LogAction(), NotifyWebhookAction()])
-Executor(store=store, registry=registry, threads=1, poll_interval=0.05, stale_after=float(sys.argv[2])).start()
+lease = ExecutorSettings(threads=1, poll_interval=0.05, lease=float(sys.argv[2]))
+Executor(store=store, registry=registry, settings=lease).start()
 print("started", flush=True)
 time.sleep(120)
 """
@@ -196,7 +199,9 @@ def test_a_sigstopped_executor_loses_its_run_after_the_lease_and_nothing_is_done
         stdout=subprocess.PIPE,
         text=True,
     )
-    other = Executor(store=store, registry=registry, threads=1, poll_interval=0.05, stale_after=stale_after)
+    other = Executor(
+        store=store, registry=registry, settings=ExecutorSettings(threads=1, poll_interval=0.05, lease=stale_after)
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "started"
         recorder.wait_for(lambda r: r.json["run_id"] == stalled_run, timeout=10)

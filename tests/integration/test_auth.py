@@ -78,12 +78,12 @@ def test_a_server_with_only_a_read_token_refuses_to_start(tmp_path: Path) -> Non
     from remediate.config import check_server_credentials
 
     with pytest.raises(ConfigError, match="no token configured"):
-        check_server_credentials(Settings(read_token=READ_TOKEN))
+        check_server_credentials(Settings.of(read_token=READ_TOKEN).auth)
 
 
 def test_two_roles_sharing_one_token_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="are the same"):
-        Settings(webhook_token=WEBHOOK_TOKEN, operator_token=WEBHOOK_TOKEN).credentials()
+        Settings.of(webhook_token=WEBHOOK_TOKEN, operator_token=WEBHOOK_TOKEN).auth.credentials()
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_a_bad_tokens_file_is_a_config_error_naming_the_problem(tmp_path: Path, 
     tokens.write_text(text, encoding="utf-8")
 
     with pytest.raises(ConfigError, match=message):
-        Settings(tokens_file=tokens).credentials()
+        Settings.of(tokens_file=tokens).auth.credentials()
 
 
 @pytest.mark.parametrize("name", ["token", "webhook", "operator", "read", "Operator"])
@@ -110,9 +110,9 @@ def test_a_tokens_file_entry_may_not_take_a_fixed_principals_name(tmp_path: Path
     tokens.write_text(f"{name}: {{token: {AUDITOR_TOKEN}, roles: [read]}}\n", encoding="utf-8")
 
     with pytest.raises(ConfigError, match=rf"tokens_file .*'{name}'.* reserved"):
-        Settings(operator_token=OPERATOR_TOKEN, tokens_file=tokens).credentials()
+        Settings.of(operator_token=OPERATOR_TOKEN, tokens_file=tokens).auth.credentials()
     with pytest.raises(ConfigError, match="reserved"):  # configured or not: the name means that setting
-        Settings(tokens_file=tokens).credentials()
+        Settings.of(tokens_file=tokens).auth.credentials()
 
 
 def test_a_name_given_twice_in_the_tokens_file_is_a_config_error(tmp_path: Path) -> None:
@@ -120,7 +120,7 @@ def test_a_name_given_twice_in_the_tokens_file_is_a_config_error(tmp_path: Path)
     tokens.write_text(f"alice: {ALICE_TOKEN}\nalice: {{token: {AUDITOR_TOKEN}, roles: [read]}}\n", encoding="utf-8")
 
     with pytest.raises(ConfigError, match="'alice' is given twice"):
-        Settings(tokens_file=tokens).credentials()
+        Settings.of(tokens_file=tokens).auth.credentials()
 
 
 def test_a_long_note_is_cut_to_the_column_but_the_principal_stays(make_server: Callable[..., Server]) -> None:

@@ -66,7 +66,8 @@ COMMANDS = command_paths(main)
 
 
 def db_args(server: Server) -> list[str]:
-    return ["--database-url", f"sqlite:///{server.db_path}", "--playbooks", str(server.services.settings.playbooks)]
+    playbooks = server.services.settings.engine.playbooks
+    return ["--database-url", f"sqlite:///{server.db_path}", "--playbooks", str(playbooks)]
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import pytest
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import ParamSchema
+from remediate.config import ExecutorSettings
 from remediate.engine import Engine
 from remediate.errors import ActionError, StoreRefused, StoreUnreachable
 from remediate.executor import Executor
@@ -196,7 +197,9 @@ def test_a_run_whose_write_failed_in_an_outage_is_neither_lost_nor_doubled(
     action.cluster, action.executions = own_postgres, []
     registry = ActionRegistry([LogAction(), action])
     store = Store.open(outage_url, busy_timeout=2.0)
-    executor = Executor(store=store, registry=registry, threads=1, poll_interval=0.05, stale_after=600)
+    executor = Executor(
+        store=store, registry=registry, settings=ExecutorSettings(threads=1, poll_interval=0.05, lease=600)
+    )
     try:
         run_id = _queue(store, registry, action.name)
         with caplog.at_level(logging.WARNING, logger="remediate.executor"):
@@ -281,7 +284,9 @@ def test_runs_whose_writes_a_full_disk_refused_finish_once_the_fault_clears(
     registry = ActionRegistry([LogAction(), action])
     store = Store.open(outage_url, busy_timeout=2.0)
     runs = [_queue_for(store, registry, action.name, f"node-{i}") for i in range(3)]
-    executor = Executor(store=store, registry=registry, threads=1, poll_interval=0.05, stale_after=600)
+    executor = Executor(
+        store=store, registry=registry, settings=ExecutorSettings(threads=1, poll_interval=0.05, lease=600)
+    )
     try:
         with caplog.at_level(logging.WARNING, logger="remediate.executor"):
             executor.start()

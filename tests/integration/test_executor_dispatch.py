@@ -174,7 +174,7 @@ def test_on_a_single_host_a_run_for_another_node_fails_and_nothing_runs_here(sto
     echo = Echo()
     registry = ActionRegistry([echo, LogAction()])
     playbooks = PlaybookSet([parse_playbook(PLAYBOOK, registry)])
-    dispatch = Dispatch.from_settings(Settings(node_name="node-a"))
+    dispatch = Dispatch.from_settings(Settings.of(node_name="node-a"))
     executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
     engine = Engine(store=store, playbooks=playbooks, registry=registry)
     for index, (node, word) in enumerate((("node-b", "other"), ("node-a", "own"))):

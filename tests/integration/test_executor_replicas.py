@@ -15,6 +15,7 @@ import pytest
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
+from remediate.config import ExecutorSettings
 from remediate.engine import Engine
 from remediate.executor import Executor, heartbeat_interval
 from remediate.store import Store
@@ -25,6 +26,12 @@ from tests.support.waiting import scaled, wait_until
 T0 = 1_767_225_600.0
 LEASE = 2.0
 """The shortest lease the `lease` setting accepts: the worst case for an owner that must keep renewing."""
+
+
+def replica_settings(name: str, *, threads: int, poll_interval: float) -> ExecutorSettings:
+    """The settings of replica `name`'s executor, with the short LEASE."""
+    return ExecutorSettings(threads=threads, poll_interval=poll_interval, lease=LEASE, replica_name=name)
+
 
 ON_POSTGRESQL = pytest.mark.parametrize("store", ["postgresql"], indirect=True)
 
@@ -121,7 +128,7 @@ def test_an_owner_busy_in_a_step_longer_than_the_lease_keeps_its_run_and_the_oth
     run_id = _queue_run(make_engine)
     other_store = Store.open(pg_url)
     replicas = [
-        Executor(store=s, registry=registry, threads=1, poll_interval=0.05, stale_after=LEASE, replica_name=name)
+        Executor(store=s, registry=registry, settings=replica_settings(name, threads=1, poll_interval=0.05))
         for s, name in ((store, "replica-a"), (other_store, "replica-b"))
     ]
     recovered: list[int] = []
@@ -179,7 +186,7 @@ def test_two_replicas_with_four_threads_each_execute_every_queued_run_exactly_on
     assert len(queued) == 40 and None not in queued
     other_store = Store.open(pg_url)
     replicas = [
-        Executor(store=s, registry=registry, threads=4, poll_interval=0.02, stale_after=LEASE, replica_name=name)
+        Executor(store=s, registry=registry, settings=replica_settings(name, threads=4, poll_interval=0.02))
         for s, name in ((store, "replica-a"), (other_store, "replica-b"))
     ]
     try:
@@ -220,7 +227,7 @@ def test_an_executor_claims_under_its_replica_name_and_records_it_on_every_attem
         {"name": "quick", "match": {"alertname": "GpuXidError"}, "steps": [{"action": "log", "with": {"message": "x"}}]}
     )
     (decision,) = ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0).decisions
-    executor = Executor(store=store, registry=registry, replica_name="remediate-1")
+    executor = Executor(store=store, registry=registry, settings=ExecutorSettings(replica_name="remediate-1"))
 
     assert executor.drain() == 1
 

@@ -32,7 +32,7 @@ from remediate.actions.k8s import kube_actions
 from remediate.actions.log import LogAction
 from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.cli import main
-from remediate.config import Settings
+from remediate.config import ExecutorSettings, Settings
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.kube import CORDONED_BY_RUN, KubeClient
@@ -130,7 +130,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
         request_timeout: float = 0.5,
         **settings_fields: Any,
     ) -> Rig:
-        settings = Settings(kubeconfig=kubeconfig, kube_request_timeout=request_timeout, **settings_fields)
+        settings = Settings.of(kubeconfig=kubeconfig, kube_request_timeout=request_timeout, **settings_fields)
         if fast:  # the k8s.* actions with short waits between API retries (fault tests)
             client = KubeClient(kubeconfig=kubeconfig, request_timeout=request_timeout)
             clients.append(client)
@@ -140,15 +140,14 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
             clients.append(registry.get("k8s.cordon").client)  # type: ignore[attr-defined]
         url = f"sqlite:///{tmp_path / 'r.db'}"
         stores = [Store.open(url) for _ in range(executors)]
-        limits = limits_from_settings(settings)
+        limits = limits_from_settings(settings.kube.breaker)
         runners = [
             Executor(
                 store=s,
                 registry=registry,
-                threads=threads,
-                poll_interval=0.02,
                 retry_wait_max=0.05,
                 breaker=CircuitBreaker(s.breaker.ledger, s.breaker.view, limits=limits),
+                settings=ExecutorSettings(threads=threads, poll_interval=0.02),
             )
             for s in stores
         ]
@@ -158,7 +157,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
             playbooks=parsed,
             registry=registry,
             on_queued=lambda: [r.wake() for r in runners],
-            breaker_stale_horizon=settings.breaker_stale_horizon,
+            breaker_stale_horizon=settings.kube.breaker.stale_horizon,
         )
         rig = Rig(stores[0], engine, runners, registry, settings)
         built.append((rig, stores))
@@ -386,7 +385,7 @@ def test_the_breaker_over_http_status_reset_auth_and_gauge(
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
     (playbooks / "pb.yaml").write_text(CORDON_ONLY)
-    settings = Settings(
+    settings = Settings.of(
         token="w-token-0123456789ab",
         operator_token="o-token-0123456789ab",
         read_token="r-token-0123456789ab",
@@ -435,7 +434,9 @@ def test_remediate_breaker_status_and_reset_on_the_database(tmp_path: Path, monk
         monkeypatch.delenv(name, raising=False)
     url = f"sqlite:///{tmp_path / 'r.db'}"
     store = Store.open(url)
-    breaker = CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits_from_settings(Settings()))
+    breaker = CircuitBreaker(
+        store.breaker.ledger, store.breaker.view, limits=limits_from_settings(Settings().kube.breaker)
+    )
     for index in range(3):
         breaker.acquire(f"gpu-{index}", kind="cordon", run_id=index + 1, cluster_nodes=50)
     with pytest.raises(BreakerOpen):

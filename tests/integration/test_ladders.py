@@ -139,7 +139,7 @@ def test_the_cli_shows_and_resets_ladders_from_the_database_and_a_server(
     server = make_server(playbooks={"hot.yaml": HOT_LADDER})
     send(server, hot(1))
     send(server, hot(2))
-    local = ("--database-url", server.database_url, "--playbooks", server.services.settings.playbooks)
+    local = ("--database-url", server.database_url, "--playbooks", server.services.settings.engine.playbooks)
 
     table = cli("ladder", "status", *local)
     as_json = cli("ladder", "status", "--target", "node-a", "--json", *local)
@@ -163,7 +163,7 @@ def test_the_cli_shows_and_resets_ladders_from_the_database_and_a_server(
 def test_dry_run_says_which_rung_would_run_now_and_writes_nothing(make_server: Callable[..., Server]) -> None:
     server = make_server(playbooks={"hot.yaml": HOT_LADDER})
     send(server, hot(1))
-    local = ("--database-url", server.database_url, "--playbooks", server.services.settings.playbooks)
+    local = ("--database-url", server.database_url, "--playbooks", server.services.settings.engine.playbooks)
 
     result = cli("dry-run", "--alertname", "GPUTemperatureHigh", "--label", "node=node-a", "--json", *local)
     printed = cli("dry-run", "--alertname", "GPUTemperatureHigh", "--label", "node=node-a", *local)

@@ -33,7 +33,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker, limits_from_settings
-from remediate.config import Settings
+from remediate.config import ExecutorSettings, Settings
 from remediate.engine import Engine, IngestResult
 from remediate.errors import RunStateError
 from remediate.executor import Executor
@@ -388,19 +388,18 @@ def test_a_node_storm_over_three_replicas_cordons_no_more_nodes_than_the_cap(
     three replicas, each with its engine and its executor (3 threads) and breaker on its own store, the
     k8s.cordon action against the test API server: exactly the cap, min(10% of 50, 3) = 3, cordoned."""
     nodes = cluster(kube_api, 50)
-    settings = Settings(kubeconfig=kubeconfig, kube_request_timeout=0.5)
+    settings = Settings.of(kubeconfig=kubeconfig, kube_request_timeout=0.5)
     registry = default_registry(settings)
-    limits = limits_from_settings(settings)
+    limits = limits_from_settings(settings.kube.breaker)
     playbooks = PlaybookSet([parse_playbook(CORDON, registry, source="cordon.yaml")])
     stores = [Store.open(database) for _ in range(3)]
     executors = [
         Executor(
             store=store,
             registry=registry,
-            threads=3,
-            poll_interval=0.02,
             retry_wait_max=0.05,
             breaker=CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits),
+            settings=ExecutorSettings(threads=3, poll_interval=0.02),
         )
         for store in stores
     ]

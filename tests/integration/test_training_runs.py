@@ -20,7 +20,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
-from remediate.config import load_settings
+from remediate.config import ExecutorSettings, load_settings
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
@@ -33,6 +33,9 @@ from tests.support.training import Jobs, LiveJob
 from tests.support.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+
+FAST = ExecutorSettings(poll_interval=0.05)
+"""An executor that looks for runs every 50 ms."""
 
 
 @pytest.fixture
@@ -114,7 +117,7 @@ def test_a_late_acknowledgement_is_recorded_on_the_step_that_gave_up(
 ) -> None:
     job = processes.start("job-a", load_delay=2.5)  # claims at once, applies 2.5 s later: after the step gave up
     engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(LATE_PLAYBOOK, registry)]), registry=registry)
-    executor = Executor(store=store, registry=registry, retry_wait_max=0.01, poll_interval=0.05, reconcile_interval=0.2)
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.01, reconcile_interval=0.2, settings=FAST)
     decision = fire(engine, "job-a", starts_at(0))
     executor.start()
     try:
@@ -149,7 +152,7 @@ def test_a_graceful_stop_withdraws_the_outstanding_command_and_ends_the_run(
     job = LiveJob(root, "job-a").register()  # registered, busy: it does not poll
     playbook = {**LATE_PLAYBOOK, "steps": [{**LATE_PLAYBOOK["steps"][1], "with": {"factor": 0.5, "timeout": 60}}]}
     engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(playbook, registry)]), registry=registry)
-    executor = Executor(store=store, registry=registry, poll_interval=0.05)
+    executor = Executor(store=store, registry=registry, settings=FAST)
     decision = fire(engine, "job-a", starts_at(0))
     executor.start()
     inbox = JobPaths(root, "job-a").inbox
@@ -267,7 +270,7 @@ def _executor_through(agent: Any, tmp_path: Path, store: Store, playbook: dict[s
     registry = default_registry(load_settings(env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(elsewhere)}))
     engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(playbook, registry)]), registry=registry)
     dispatch = Dispatch(directory=StaticAgents({"gpu-node-1": agent.url}), node_name="server", token=AGENT_TOKEN)
-    executor = Executor(store=store, registry=registry, dispatch=dispatch, poll_interval=0.05)
+    executor = Executor(store=store, registry=registry, dispatch=dispatch, settings=FAST)
     return engine, executor
 
 

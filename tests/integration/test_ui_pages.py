@@ -94,7 +94,7 @@ def test_ui_cookie_secure_always_marks_the_cookie_secure_behind_a_tls_terminatin
     make_server: MakeServer,
 ) -> None:
     """Issue 24, finding 6: behind a proxy that terminates TLS the server sees plain http and left `Secure` off."""
-    server = make_server(ui_cookie_secure=load_settings(env={"REMEDIATE_UI_COOKIE_SECURE": "always"}).ui_cookie_secure)
+    server = make_server(ui_cookie_secure=load_settings(env={"REMEDIATE_UI_COOKIE_SECURE": "always"}).ui.cookie_secure)
     answer = log_in(server, READ_TOKEN)  # plain http, as the proxy forwards it
     assert answer.status_code == 302
     assert "Secure" in answer.headers["Set-Cookie"]

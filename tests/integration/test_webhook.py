@@ -444,7 +444,7 @@ def test_a_configured_token_still_applies_when_insecure_no_auth_is_also_set(
 def test_without_a_token_and_without_insecure_no_auth_build_services_refuses(tmp_path: Any) -> None:
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "log-xid.yaml").write_text(LOG_XID, encoding="utf-8")
-    settings = Settings(playbooks=tmp_path / "playbooks", database_url=f"sqlite:///{tmp_path / 'r.db'}")
+    settings = Settings.of(playbooks=tmp_path / "playbooks", database_url=f"sqlite:///{tmp_path / 'r.db'}")
 
     with pytest.raises(ConfigError, match="no token configured"):
         build_services(settings)
@@ -456,7 +456,7 @@ def test_the_token_can_come_from_a_token_file(tmp_path: Any) -> None:
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "log-xid.yaml").write_text(LOG_XID, encoding="utf-8")
     (tmp_path / "token").write_text("from-a-token-file-0123\n", encoding="utf-8")
-    settings = Settings(
+    settings = Settings.of(
         token_file=tmp_path / "token",
         playbooks=tmp_path / "playbooks",
         database_url=f"sqlite:///{tmp_path / 'r.db'}",

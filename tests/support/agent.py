@@ -94,7 +94,7 @@ def agent_settings(tmp_path: Any, **overrides: Any) -> Settings:
         "agent_state_file": tmp_path / "agent-state" / "agent.db",
     }
     values.update(overrides)
-    return Settings(**values)
+    return Settings.of(**values)
 
 
 @contextmanager

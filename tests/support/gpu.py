@@ -65,5 +65,5 @@ class PowerOnlyBackend:
 def simulated_registry(sim: SimulatedBackend, db_url: str, **settings: Any) -> ActionRegistry:
     """The shipped actions with this simulated GPU file as the backend (what a GPU action test's `registry` is)."""
     return default_registry(
-        Settings(gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url, **settings)
+        Settings.of(gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url, **settings)
     )

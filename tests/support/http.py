@@ -219,7 +219,7 @@ def build_server(
         "executor_threads": 0,
         **settings,
     }
-    config = Settings(**values)
+    config = Settings.of(**values)
     services = build_services(config)
     app = create_app(config, services=services)
     return Server(app, app.test_client(), services, db_path, database_url)

@@ -51,7 +51,7 @@ def test_the_cap_is_the_smaller_of_the_fraction_and_the_absolute_number(
 
 
 def test_default_limits_and_settings_agree() -> None:
-    assert limits_from_settings(Settings()) == BreakerLimits()
+    assert limits_from_settings(Settings().kube.breaker) == BreakerLimits()
     assert BreakerLimits().describe_cap(50) == "3 = min(10% of 50 nodes = 5, max_nodes 3)"
     limits = limits_from_settings(
         load_settings(
@@ -62,7 +62,7 @@ def test_default_limits_and_settings_agree() -> None:
                 "REMEDIATE_BREAKER_NODE_SELECTOR": "nvidia.com/gpu.present=true",
                 "REMEDIATE_BREAKER_STALE_HORIZON": "1h",
             }
-        )
+        ).kube.breaker
     )
     assert limits == BreakerLimits(0.25, 8, 1800.0, "nvidia.com/gpu.present=true", 3600.0)
     assert "nodes matching nvidia.com/gpu.present=true" in limits.describe_cap(40)

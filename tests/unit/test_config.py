@@ -20,12 +20,12 @@ def test_defaults_apply_when_nothing_is_given() -> None:
     settings = load_settings(env={})
 
     assert settings == Settings()
-    assert settings.bind == "127.0.0.1:9095"
-    assert settings.workers == 2
-    assert settings.database_url == "sqlite:///remediate.db"
-    assert settings.mode == "enforce"
-    assert settings.step_timeout == 300.0
-    assert settings.resolved_token() is None
+    assert settings.server.bind == "127.0.0.1:9095"
+    assert settings.server.workers == 2
+    assert settings.store.url == "sqlite:///remediate.db"
+    assert settings.engine.mode == "enforce"
+    assert settings.engine.step_timeout == 300.0
+    assert settings.auth.resolved("token") is None
 
 
 def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:
@@ -35,11 +35,11 @@ def test_each_layer_overrides_the_one_below(tmp_path: Path) -> None:
 
     settings = load_settings(config_file=config, env=env, overrides=overrides)
 
-    assert settings.mode == "dry-run"  # file over default
-    assert settings.bind == "0.0.0.0:1000"  # a None override is ignored
-    assert settings.workers == 5  # env over file
-    assert settings.threads == 7  # override over env
-    assert settings.executor_threads == 4  # default where nobody said anything
+    assert settings.engine.mode == "dry-run"  # file over default
+    assert settings.server.bind == "0.0.0.0:1000"  # a None override is ignored
+    assert settings.server.workers == 5  # env over file
+    assert settings.server.threads == 7  # override over env
+    assert settings.executor.threads == 4  # default where nobody said anything
 
 
 def test_the_config_file_may_come_from_remediate_config(tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_the_config_file_may_come_from_remediate_config(tmp_path: Path) -> None:
 
     settings = load_settings(env={"REMEDIATE_CONFIG": str(config)})
 
-    assert settings.database_url == "sqlite:////data/r.db"
+    assert settings.store.url == "sqlite:////data/r.db"
 
 
 def test_dashes_in_file_keys_read_as_underscores(tmp_path: Path) -> None:
@@ -55,8 +55,8 @@ def test_dashes_in_file_keys_read_as_underscores(tmp_path: Path) -> None:
 
     settings = load_settings(config_file=config, env={})
 
-    assert settings.executor_threads == 8
-    assert settings.stale_after == 120.0
+    assert settings.executor.threads == 8
+    assert settings.executor.lease == 120.0
 
 
 def test_unrelated_remediate_environment_variables_are_ignored() -> None:
@@ -139,13 +139,13 @@ def test_a_bad_environment_value_is_a_config_error_naming_its_source() -> None:
 def test_durations_are_read_as_seconds(tmp_path: Path, written: object, seconds: float) -> None:
     config = write(tmp_path / "c.yaml", f"step_timeout: {written}\n")
 
-    assert load_settings(config_file=config, env={}).step_timeout == seconds
-    assert load_settings(env={"REMEDIATE_POLL_INTERVAL": str(written)}).poll_interval == seconds
+    assert load_settings(config_file=config, env={}).engine.step_timeout == seconds
+    assert load_settings(env={"REMEDIATE_POLL_INTERVAL": str(written)}).executor.poll_interval == seconds
 
 
 def test_booleans_from_the_environment(tmp_path: Path) -> None:
-    assert load_settings(env={"REMEDIATE_INSECURE_NO_AUTH": "yes"}).insecure_no_auth is True
-    assert load_settings(env={"REMEDIATE_INSECURE_NO_AUTH": "0"}).insecure_no_auth is False
+    assert load_settings(env={"REMEDIATE_INSECURE_NO_AUTH": "yes"}).auth.insecure_no_auth is True
+    assert load_settings(env={"REMEDIATE_INSECURE_NO_AUTH": "0"}).auth.insecure_no_auth is False
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_booleans_from_the_environment(tmp_path: Path) -> None:
 )
 def test_retention_is_90_days_unless_set_and_off_keeps_everything(written: str | None, seconds: float) -> None:
     env = {} if written is None else {"REMEDIATE_RETENTION": written}
-    assert load_settings(env=env).retention == seconds
+    assert load_settings(env=env).store.retention == seconds
 
 
 @pytest.mark.parametrize("written", ["12h", "1s", "-3d", "soon"])
@@ -168,8 +168,8 @@ def test_the_token_file_is_read_and_stripped(tmp_path: Path) -> None:
 
     settings = load_settings(env={"REMEDIATE_TOKEN_FILE": str(token_file)})
 
-    assert settings.token_file == token_file
-    assert settings.resolved_token() == "s3cret-token-0123456789"
+    assert settings.auth.token_file == token_file
+    assert settings.auth.resolved("token") == "s3cret-token-0123456789"
 
 
 def test_a_token_given_directly_wins_over_the_token_file(tmp_path: Path) -> None:
@@ -179,19 +179,19 @@ def test_a_token_given_directly_wins_over_the_token_file(tmp_path: Path) -> None
         env={"REMEDIATE_TOKEN": "from-the-environment-0123", "REMEDIATE_TOKEN_FILE": str(token_file)}
     )
 
-    assert settings.resolved_token() == "from-the-environment-0123"
+    assert settings.auth.resolved("token") == "from-the-environment-0123"
 
 
 def test_an_empty_token_file_is_a_config_error(tmp_path: Path) -> None:
     token_file = write(tmp_path / "token", " \n\n")
 
     with pytest.raises(ConfigError, match=r"token_file .* is empty"):
-        Settings(token_file=token_file).resolved_token()
+        Settings.of(token_file=token_file).auth.resolved("token")
 
 
 def test_a_missing_token_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read token_file"):
-        Settings(token_file=tmp_path / "nope").resolved_token()
+        Settings.of(token_file=tmp_path / "nope").auth.resolved("token")
 
 
 def test_the_read_token_file_is_read_separately(tmp_path: Path) -> None:
@@ -201,22 +201,22 @@ def test_the_read_token_file_is_read_separately(tmp_path: Path) -> None:
         env={"REMEDIATE_TOKEN": "writer-token-0123456789", "REMEDIATE_READ_TOKEN_FILE": str(read_file)}
     )
 
-    assert settings.resolved_token() == "writer-token-0123456789"
-    assert settings.resolved_read_token() == "reader-token-0123456789"
+    assert settings.auth.resolved("token") == "writer-token-0123456789"
+    assert settings.auth.resolved("read_token") == "reader-token-0123456789"
 
 
 def test_tokens_are_kept_out_of_the_repr() -> None:
-    settings = Settings(token="do-not-print", read_token="nor-this")
+    settings = Settings.of(token="do-not-print", read_token="nor-this")
 
     assert "do-not-print" not in repr(settings)
     assert "nor-this" not in repr(settings)
 
 
 def test_the_database_pool_is_five_plus_five_unless_set() -> None:
-    assert (Settings().database_pool_size, Settings().database_max_overflow) == (5, 5)
+    assert (Settings().store.pool_size, Settings().store.max_overflow) == (5, 5)
     env = {"REMEDIATE_DATABASE_POOL_SIZE": "2", "REMEDIATE_DATABASE_MAX_OVERFLOW": "0"}
     settings = load_settings(env=env)
-    assert (settings.database_pool_size, settings.database_max_overflow) == (2, 0)
+    assert (settings.store.pool_size, settings.store.max_overflow) == (2, 0)
 
 
 @pytest.mark.parametrize(
@@ -234,8 +234,8 @@ def test_a_libpq_database_url_is_read_with_the_psycopg_driver_the_image_ships(gi
     from_env = load_settings(env={"REMEDIATE_DATABASE_URL": given})
     from_flag = load_settings(env={}, overrides={"database_url": given})
 
-    assert from_env.database_url == from_flag.database_url == read_as
-    assert sa.make_url(from_env.database_url).get_dialect().driver in {"psycopg", "pysqlite"}
+    assert from_env.store.url == from_flag.store.url == read_as
+    assert sa.make_url(from_env.store.url).get_dialect().driver in {"psycopg", "pysqlite"}
 
 
 def test_the_agents_map_comes_from_the_config_file_as_a_mapping(tmp_path: Path) -> None:
@@ -244,8 +244,8 @@ def test_the_agents_map_comes_from_the_config_file_as_a_mapping(tmp_path: Path) 
 
     settings = load_settings(config_file=config, env={})
 
-    assert settings.agent_map() == {"node-a": "http://10.0.0.5:9096", "node-b": "http://10.0.0.7:9096"}
-    assert settings.agents == (("node-a", "http://10.0.0.5:9096"), ("node-b", "http://10.0.0.7:9096"))
+    assert dict(settings.agent.agents) == {"node-a": "http://10.0.0.5:9096", "node-b": "http://10.0.0.7:9096"}
+    assert settings.agent.agents == (("node-a", "http://10.0.0.5:9096"), ("node-b", "http://10.0.0.7:9096"))
 
 
 def test_the_agents_map_and_aliases_come_from_the_environment_as_comma_separated_pairs() -> None:
@@ -257,9 +257,12 @@ def test_the_agents_map_and_aliases_come_from_the_environment_as_comma_separated
         }
     )
 
-    assert settings.agent_map() == {"node-a": "http://10.0.0.5:9096", "node-b": "https://agent-b.example:443"}
-    assert settings.node_aliases == ("node-b.example", "10.0.0.7")
-    assert settings.node_name == "node-b"
+    assert dict(settings.agent.agents) == {
+        "node-a": "http://10.0.0.5:9096",
+        "node-b": "https://agent-b.example:443",
+    }
+    assert settings.agent.node_aliases == ("node-b.example", "10.0.0.7")
+    assert settings.agent.node_name == "node-b"
 
 
 @pytest.mark.parametrize(
@@ -281,18 +284,18 @@ def test_bad_agent_settings_are_one_clear_error(env: dict[str, str], message: st
 
 def test_defaults_keep_everything_on_this_host() -> None:
     settings = Settings()
-    assert settings.agents == ()
-    assert settings.agent_selector is None
-    assert settings.node_name is None
-    assert settings.agent_bind == "127.0.0.1:9096"
-    assert settings.gpu_power_floor_watts is None
+    assert settings.agent.agents == ()
+    assert settings.agent.selector is None
+    assert settings.agent.node_name is None
+    assert settings.agent.bind == "127.0.0.1:9096"
+    assert settings.gpu.power_floor_watts is None
 
 
 def test_the_agent_token_may_come_from_a_file(tmp_path: Path) -> None:
     token = tmp_path / "agent-token"
     token.write_text("s3cret-agent-token-0123\n")
     assert (
-        load_settings(env={"REMEDIATE_AGENT_TOKEN_FILE": str(token)}).resolved_agent_token()
+        load_settings(env={"REMEDIATE_AGENT_TOKEN_FILE": str(token)}).agent.resolved_token()
         == "s3cret-agent-token-0123"
     )
     assert "s3cret" not in repr(load_settings(env={"REMEDIATE_AGENT_TOKEN": "s3cret"}))
@@ -300,17 +303,16 @@ def test_the_agent_token_may_come_from_a_file(tmp_path: Path) -> None:
 
 def test_the_lease_defaults_to_a_minute_and_its_old_name_stale_after_still_sets_it(tmp_path: Path) -> None:
     """Issue 11: the executor's lease is `lease`; `stale_after` (file, environment) is read as it."""
-    assert Settings().lease == 60.0
+    assert Settings().executor.lease == 60.0
     old_file = write(tmp_path / "old.yaml", "stale_after: 90s\n")
     new_file = write(tmp_path / "new.yaml", "lease: 45s\n")
 
-    assert load_settings(config_file=old_file, env={}).lease == 90.0
-    assert load_settings(config_file=new_file, env={}).lease == 45.0
-    assert load_settings(env={"REMEDIATE_STALE_AFTER": "30s"}).lease == 30.0
-    assert load_settings(env={"REMEDIATE_LEASE": "20s"}).lease == 20.0
-    assert load_settings(env={"REMEDIATE_LEASE": "20s"}).stale_after == 20.0
+    assert load_settings(config_file=old_file, env={}).executor.lease == 90.0
+    assert load_settings(config_file=new_file, env={}).executor.lease == 45.0
+    assert load_settings(env={"REMEDIATE_STALE_AFTER": "30s"}).executor.lease == 30.0
+    assert load_settings(env={"REMEDIATE_LEASE": "20s"}).executor.lease == 20.0
     # The environment still overrides the file, whichever name each uses.
-    assert load_settings(config_file=new_file, env={"REMEDIATE_STALE_AFTER": "10s"}).lease == 10.0
+    assert load_settings(config_file=new_file, env={"REMEDIATE_STALE_AFTER": "10s"}).executor.lease == 10.0
 
 
 def test_the_lease_under_both_its_names_in_one_file_is_refused(tmp_path: Path) -> None:
@@ -329,32 +331,32 @@ def test_a_lease_too_short_to_renew_is_refused_naming_the_minimum(lease: str) ->
 
 
 def test_the_replica_name_is_unset_by_default_and_read_from_the_environment() -> None:
-    assert Settings().replica_name is None
-    assert load_settings(env={"REMEDIATE_REPLICA_NAME": "remediate-0"}).replica_name == "remediate-0"
+    assert Settings().executor.replica_name is None
+    assert load_settings(env={"REMEDIATE_REPLICA_NAME": "remediate-0"}).executor.replica_name == "remediate-0"
 
 
 def test_prometheus_url_must_be_an_http_url_and_loses_its_trailing_slash() -> None:
     settings = load_settings(
         env={"REMEDIATE_PROMETHEUS_URL": "http://prometheus:9090/", "REMEDIATE_REPORT_WINDOW": "1d"}
     )
-    assert (settings.prometheus_url, settings.report_window, settings.report_cache) == (
+    assert (settings.prometheus.url, settings.report.window, settings.report.cache) == (
         "http://prometheus:9090",
         86400.0,
         60.0,
     )
-    assert load_settings(env={}).prometheus_url is None
+    assert load_settings(env={}).prometheus.url is None
     with pytest.raises(ConfigError, match="prometheus_url must be an absolute http"):
         load_settings(env={"REMEDIATE_PROMETHEUS_URL": "prometheus:9090"})
 
 
 def test_public_url_builds_links_and_loses_its_trailing_slash(tmp_path: Path) -> None:
-    assert load_settings(env={"REMEDIATE_PUBLIC_URL": "https://remediate.example.com/"}).public_url == (
+    assert load_settings(env={"REMEDIATE_PUBLIC_URL": "https://remediate.example.com/"}).notify.public_url == (
         "https://remediate.example.com"
     )
     config = tmp_path / "remediate.yaml"
     config.write_text("public_url: http://10.0.0.5:9095/remediate/\n")
-    assert load_settings(config_file=config, env={}).public_url == "http://10.0.0.5:9095/remediate"
-    assert load_settings(env={}).public_url is None
+    assert load_settings(config_file=config, env={}).notify.public_url == "http://10.0.0.5:9095/remediate"
+    assert load_settings(env={}).notify.public_url is None
     with pytest.raises(ConfigError, match="public_url must be an absolute http"):
         load_settings(env={"REMEDIATE_PUBLIC_URL": "remediate.example.com"})
 
@@ -365,12 +367,12 @@ SHORT = "fifteen-chars-x"  # one short of the minimum
 @pytest.mark.parametrize(
     ("setting", "resolve"),
     [
-        ("token", Settings.credentials),
-        ("webhook_token", Settings.credentials),
-        ("operator_token", Settings.credentials),
-        ("read_token", Settings.credentials),
-        ("agent_token", Settings.resolved_agent_token),
-        ("agent_node_token", Settings.resolved_agent_node_token),
+        ("token", lambda s: s.auth.credentials()),
+        ("webhook_token", lambda s: s.auth.credentials()),
+        ("operator_token", lambda s: s.auth.credentials()),
+        ("read_token", lambda s: s.auth.credentials()),
+        ("agent_token", lambda s: s.agent.resolved_token()),
+        ("agent_node_token", lambda s: s.agent.resolved_node_token()),
     ],
 )
 def test_a_token_shorter_than_16_characters_is_refused_naming_its_setting(
@@ -390,4 +392,4 @@ def test_a_token_shorter_than_16_characters_is_refused_naming_its_setting(
 def test_a_short_tokens_file_entry_is_refused_too(tmp_path: Path) -> None:
     tokens = write(tmp_path / "tokens.yaml", f"alice: {SHORT}\n")
     with pytest.raises(ConfigError, match=rf"tokens_file {tokens}, 'alice': the token must be .* at least 16"):
-        Settings(tokens_file=tokens).credentials()
+        Settings.of(tokens_file=tokens).auth.credentials()

@@ -121,7 +121,7 @@ def test_ingest_stores_the_raw_notification_alerts_decisions_runs_and_steps(
 @EVERY_DATABASE
 def test_a_step_timeout_comes_from_the_step_or_the_engine_default(store: Store, make_engine: MakeEngine) -> None:
     steps = [{"action": "log", "with": {"message": "a"}, "timeout": "5s"}, {"action": "log", "with": {"message": "b"}}]
-    engine = make_engine(playbook(steps=steps), default_step_timeout=42.0)
+    engine = make_engine(playbook(steps=steps), step_timeout=42.0)
 
     ingest_alerts(engine, xid(), at=T0)
 
@@ -407,7 +407,7 @@ def test_approve_mode_waits_for_approval_then_queues(store: Store, make_engine: 
 
 @EVERY_DATABASE
 def test_server_dry_run_mode_makes_every_run_dry_run(store: Store, make_engine: MakeEngine) -> None:
-    engine = make_engine(playbook("enforced"), playbook("approved", mode="approve"), server_mode="dry-run")
+    engine = make_engine(playbook("enforced"), playbook("approved", mode="approve"), mode="dry-run")
 
     result = ingest_alerts(engine, xid(), at=T0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
+from remediate.config import ExecutorSettings
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
@@ -28,6 +30,9 @@ T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
 Ingest = Callable[..., IngestResult]
 MakeAlert = Callable[..., dict[str, Any]]
+
+FAST = ExecutorSettings(poll_interval=0.05)
+"""An executor that looks for runs every 50 ms."""
 
 
 class Recording(Action):
@@ -199,7 +204,7 @@ def metrics() -> Metrics:
 
 @pytest.fixture
 def executor(store: Store, registry: ActionRegistry, metrics: Metrics) -> Executor:
-    return Executor(store=store, registry=registry, retry_wait_max=0.01, metrics=metrics, poll_interval=0.05)
+    return Executor(store=store, registry=registry, retry_wait_max=0.01, metrics=metrics, settings=FAST)
 
 
 def playbook(*steps: dict[str, Any], name: str = "pb", **changes: Any) -> dict[str, Any]:
@@ -721,7 +726,7 @@ def test_a_dry_run_run_only_plans(
         ingest,
         make_alert,
         playbook(step("test.once", note="a"), step("test.broken")),
-        server_mode="dry-run",
+        mode="dry-run",
     )
 
     executor.drain()
@@ -882,7 +887,8 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
     ingest: Ingest,
     make_alert: MakeAlert,
 ) -> None:
-    executor = Executor(store=store, registry=registry, threads=2, poll_interval=0.05, metrics=metrics)
+    two_threads = ExecutorSettings(threads=2, poll_interval=0.05)
+    executor = Executor(store=store, registry=registry, metrics=metrics, settings=two_threads)
     executor.start()
     try:
         engine = make_engine(playbook(step("log", message="x")), on_queued=executor.wake)
@@ -922,7 +928,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
     first.start()
     assert gate.entered.wait(scaled(5))
     other_store = Store.open(db_url)
-    taker = Executor(store=other_store, registry=registry, retry_wait_max=0.01, stale_after=0.3)
+    taker = Executor(store=other_store, registry=registry, retry_wait_max=0.01, settings=ExecutorSettings(lease=0.3))
     try:
         assert taker.recover() == []  # first sight of the claim: the lease runs from now
         time.sleep(0.4)
@@ -955,7 +961,7 @@ def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken
     run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
     owner = f"{socket.gethostname()}:1"  # pid 1 lives
     assert store.queue.claim(owner, time.time()) is not None
-    executor.stale_after = 0.3
+    executor.settings = dataclasses.replace(executor.settings, lease=0.3)
 
     assert executor.recover() == []  # first seen now: watched for a lease from here
     time.sleep(0.2)

@@ -21,6 +21,7 @@ from remediate.actions import default_registry
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
+from remediate.config import ExecutorSettings
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError
 from remediate.executor import Executor
@@ -210,8 +211,9 @@ def counting_transactions(store: Store) -> list[int]:
 
 @pytest.fixture
 def executor_factory(store: Store, registry: ActionRegistry) -> Callable[..., Executor]:
-    def build(**kwargs: Any) -> Executor:
-        return Executor(store=store, registry=registry, retry_wait_max=0.01, poll_interval=0.05, **kwargs)
+    def build(threads: int = 2, **kwargs: Any) -> Executor:
+        section = ExecutorSettings(threads=threads, poll_interval=0.05)
+        return Executor(store=store, registry=registry, retry_wait_max=0.01, settings=section, **kwargs)
 
     return build
 

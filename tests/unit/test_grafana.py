@@ -180,20 +180,20 @@ def test_the_settings_give_the_target_with_the_token_of_its_file(tmp_path: Path)
         env={"REMEDIATE_GRAFANA_URL": "https://grafana.example/", "REMEDIATE_GRAFANA_TOKEN_FILE": str(token_file)}
     )
 
-    assert target_from_settings(settings) == GrafanaTarget("https://grafana.example", TOKEN)
-    assert target_from_settings(load_settings(env={})) is None
+    assert target_from_settings(settings.grafana) == GrafanaTarget("https://grafana.example", TOKEN)
+    assert target_from_settings(load_settings(env={}).grafana) is None
 
 
 def test_a_grafana_url_without_a_token_or_not_http_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="grafana_url is set but grafana_token_file is not"):
-        target_from_settings(load_settings(env={"REMEDIATE_GRAFANA_URL": "https://grafana.example"}))
+        target_from_settings(load_settings(env={"REMEDIATE_GRAFANA_URL": "https://grafana.example"}).grafana)
     empty = tmp_path / "empty"
     empty.write_text("\n")
     with pytest.raises(ConfigError, match=r"grafana_token_file .* is empty"):
         target_from_settings(
             load_settings(
                 env={"REMEDIATE_GRAFANA_URL": "https://grafana.example", "REMEDIATE_GRAFANA_TOKEN_FILE": str(empty)}
-            )
+            ).grafana
         )
     with pytest.raises(ConfigError, match="grafana_url must be an absolute http"):
         load_settings(env={"REMEDIATE_GRAFANA_URL": "grafana.example"})

@@ -80,7 +80,7 @@ def runner(url_or_directory: Any, token: str | None = AGENT_TOKEN, **kwargs: Any
 
 
 def test_without_agents_this_hosts_node_steps_run_here_and_say_so() -> None:
-    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host", node_aliases=("gpu-host.example",)))
+    dispatch = Dispatch.from_settings(Settings.of(node_name="gpu-host", node_aliases=("gpu-host.example",)))
 
     assert not dispatch.uses_agents
     node = dispatch.runner_for(ECHO, "gpu-host")
@@ -95,7 +95,7 @@ def test_without_agents_this_hosts_node_steps_run_here_and_say_so() -> None:
 
 def test_without_agents_a_node_step_for_another_node_is_refused_naming_node_name() -> None:
     """Finding 13: on a single host a node step for another node ran here, on the wrong machine."""
-    dispatch = Dispatch.from_settings(Settings(node_name="gpu-host"))
+    dispatch = Dispatch.from_settings(Settings.of(node_name="gpu-host"))
     echo = Echo()
 
     refused = dispatch.runner_for(echo, "node-b")
@@ -121,7 +121,7 @@ def test_without_agents_or_node_name_only_this_machines_own_name_runs_here() -> 
 
 
 def test_with_agents_node_steps_for_other_nodes_go_to_their_agent_and_this_nodes_stay_here() -> None:
-    settings = Settings(
+    settings = Settings.of(
         node_name="node-a", agents=(("node-b", "http://10.0.0.7:9096"),), agent_token="agent-token-0123456789"
     )
     dispatch = Dispatch.from_settings(settings)
@@ -136,14 +136,14 @@ def test_with_agents_node_steps_for_other_nodes_go_to_their_agent_and_this_nodes
 
 def test_agents_without_an_agent_token_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="no agent token"):
-        Dispatch.from_settings(Settings(agents=(("node-b", "http://x:1"),)))
+        Dispatch.from_settings(Settings.of(agents=(("node-b", "http://x:1"),)))
     with pytest.raises(ConfigError, match="no agent token"):
-        Dispatch.from_settings(Settings(agent_selector="app=agent"))
-    assert Dispatch.from_settings(Settings(agents=(("node-b", "http://x:1"),), insecure_no_auth=True)).uses_agents
+        Dispatch.from_settings(Settings.of(agent_selector="app=agent"))
+    assert Dispatch.from_settings(Settings.of(agents=(("node-b", "http://x:1"),), insecure_no_auth=True)).uses_agents
 
 
 def test_static_map_and_discovery_are_chained_in_that_order() -> None:
-    settings = Settings(
+    settings = Settings.of(
         agents=(("node-b", "http://x:1"),), agent_selector="app=agent", agent_token="agent-token-0123456789"
     )
     directory = Dispatch.from_settings(settings).directory
@@ -505,7 +505,7 @@ def test_discovery_uses_the_configured_kubeconfig_and_context_not_the_default_on
         )
         monkeypatch.setenv("KUBECONFIG", str(wrong))
         monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-        settings = Settings(
+        settings = Settings.of(
             agent_selector="app.kubernetes.io/component=agent",
             agent_namespace="remediate",
             agent_token="agent-token-0123456789",

@@ -103,6 +103,7 @@ class KubeAction(Action):
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = True
     verb: ClassVar[str] = ""
+    settings_section: ClassVar[str] = "kube"
 
     def __init__(self, client: ClientProvider, options: KubeOptions | None = None) -> None:
         self._client_provider = client
@@ -114,10 +115,10 @@ class KubeAction(Action):
         return cls(
             deps.kube_client,
             KubeOptions(
-                node_labels=settings.kube_node_labels,
-                node_selector=settings.breaker_node_selector,
-                scope_selector=settings.kube_node_selector or settings.breaker_node_selector,
-                allow_control_plane=settings.kube_allow_control_plane,
+                node_labels=settings.node_labels,
+                node_selector=settings.breaker.node_selector,
+                scope_selector=settings.node_selector or settings.breaker.node_selector,
+                allow_control_plane=settings.allow_control_plane,
             ),
         )
 

@@ -47,5 +47,5 @@ def test_agent_credential_writes_only_this_nodes_credential_as_the_chart_init_co
     assert "the-master-secret" not in output.read_text()
     assert output.stat().st_mode & 0o777 == 0o600
     agent = load_settings(env={"REMEDIATE_AGENT_NODE_TOKEN_FILE": str(output)})
-    assert agent.resolved_agent_node_token() == node_token("the-master-secret", "gpu-7")
+    assert agent.agent.resolved_node_token() == node_token("the-master-secret", "gpu-7")
     assert "the-master-secret" not in repr(agent)

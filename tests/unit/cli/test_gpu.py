@@ -293,7 +293,7 @@ def test_serve_passes_the_gpu_flags_to_the_settings(sim_file: Path, monkeypatch:
 
     assert result.exit_code == 0, result.output
     (settings,) = seen
-    assert (settings.gpu_backend, settings.gpu_simulator_file) == ("simulated", sim_file)
+    assert (settings.gpu.backend, settings.gpu.simulator_file) == ("simulated", sim_file)
 
 
 def test_serve_refuses_to_start_with_the_simulated_backend_and_no_device_file(

@@ -22,7 +22,7 @@ def test_serve_passes_the_ui_flag_to_the_settings(
     result = cli("serve", "--insecure-no-auth", *flags)
     assert result.exit_code == 0, result.output
     (settings,) = seen
-    assert settings.ui is expected
+    assert settings.ui.enabled is expected
 
 
 def test_the_environment_turns_the_pages_off(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,4 +33,4 @@ def test_the_environment_turns_the_pages_off(cli: Cli, monkeypatch: pytest.Monke
     monkeypatch.setenv("REMEDIATE_UI", "false")
     result = cli("serve", "--insecure-no-auth")
     assert result.exit_code == 0, result.output
-    assert seen[0].ui is False
+    assert seen[0].ui.enabled is False

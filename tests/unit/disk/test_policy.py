@@ -205,13 +205,15 @@ def test_the_example_policies_file_loads() -> None:
 def test_the_policies_file_setting_comes_from_file_env_and_flags(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("cleanup_policies_file: /etc/remediate/from-file.yaml\n")
-    assert Settings().cleanup_policies_file is None
-    assert load_settings(config_file=config, env={}).cleanup_policies_file == Path("/etc/remediate/from-file.yaml")
+    assert Settings().disk.cleanup_policies_file is None
+    assert load_settings(config_file=config, env={}).disk.cleanup_policies_file == Path("/etc/remediate/from-file.yaml")
     env = {"REMEDIATE_CLEANUP_POLICIES_FILE": "/etc/remediate/from-env.yaml"}
-    assert load_settings(config_file=config, env=env).cleanup_policies_file == Path("/etc/remediate/from-env.yaml")
+    assert load_settings(config_file=config, env=env).disk.cleanup_policies_file == Path("/etc/remediate/from-env.yaml")
     flags = {"cleanup_policies_file": "/from-flag.yaml"}
-    assert load_settings(config_file=config, env=env, overrides=flags).cleanup_policies_file == Path("/from-flag.yaml")
-    assert load_settings(env={"REMEDIATE_CLEANUP_POLICIES_FILE": ""}).cleanup_policies_file is None
+    assert load_settings(config_file=config, env=env, overrides=flags).disk.cleanup_policies_file == Path(
+        "/from-flag.yaml"
+    )
+    assert load_settings(env={"REMEDIATE_CLEANUP_POLICIES_FILE": ""}).disk.cleanup_policies_file is None
 
 
 def test_the_policy_source_loads_lazily_and_reloads_when_the_file_changes(tmp_path: Path) -> None:

@@ -386,13 +386,13 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
     def playbooks(cooldown: str) -> PlaybookSet:
         return PlaybookSet([parse_playbook({**XID, "cooldown": cooldown}, registry, source="xid.yaml")])
 
-    assert history_pruner(Settings(retention=0.0), store, playbooks("1h")) is None
+    assert history_pruner(Settings.of(retention=0.0), store, playbooks("1h")) is None
     # A 120-day cooldown reads back runs of 120 days: they stay, whatever `retention` says.
-    longest = history_pruner(Settings(retention=KEEP), store, playbooks("120d"))
+    longest = history_pruner(Settings.of(retention=KEEP), store, playbooks("120d"))
     assert longest is not None and longest.keep == 120 * DAY
     fill(store, 40, time.time() - 100 * DAY)
     fill(store, 3, time.time() - DAY, first=40)
-    pruner = history_pruner(Settings(retention=KEEP), store, playbooks("1h"), every=0.02)
+    pruner = history_pruner(Settings.of(retention=KEEP), store, playbooks("1h"), every=0.02)
     assert pruner is not None and pruner.keep == KEEP and pruner.first_after == 0.02
     caplog.set_level("INFO", logger="remediate.retention")
     pruner.start()

@@ -1,0 +1,257 @@
+"""The converters of setting values (file, environment and flags alike) and the reading of tokens: a ValueError
+(or TypeError) is reported by the loader (remediate.config) with the setting's name."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from remediate.durations import parse_duration
+from remediate.errors import ConfigError
+from remediate.kube.model import parse_label_selector
+
+ENV_PREFIX = "REMEDIATE_"
+WEBHOOK = "webhook"
+OPERATOR = "operator"
+READ = "read"
+ROLES = (WEBHOOK, OPERATOR, READ)
+
+
+def to_names(value: Any, what: str = "names (or a comma-separated string)") -> tuple[str, ...]:
+    """A list, or a comma-separated string, of non-empty names."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ValueError(f"must be a list of {what}")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def to_roles(value: Any) -> tuple[str, ...]:
+    roles = to_names(value, f"roles ({', '.join(ROLES)})")
+    bad = [role for role in roles if role not in ROLES]
+    if bad or not roles:
+        raise ValueError(f"must name roles among {', '.join(ROLES)}, got {value!r}")
+    return roles
+
+
+MIN_TOKEN_CHARS = 16
+"""The shortest token accepted, wherever it is set (environment, file, tokens_file, agent tokens): a short
+one is guessed through the API or the login page long before anything notices."""
+MAKE_ONE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))' makes one"
+
+
+def token_from(value: str | None, path: Path | None, name: str) -> str | None:
+    """A bearer token of setting `name` (or its file); ConfigError, naming where it came from, when short."""
+    token = secret_from(value, path, name)
+    if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
+        where = f"{name} ({ENV_PREFIX}{name.upper()})" if value else f"{name}_file {path}"
+        raise ConfigError(
+            f"{where}: a token needs at least {MIN_TOKEN_CHARS} characters, not {len(token.strip())}; {MAKE_ONE}"
+        )
+    return token
+
+
+def secret_from(value: str | None, path: Path | None, name: str) -> str | None:
+    if value:
+        return value
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {name}_file {path}: {exc.strerror}") from exc
+    if not text:
+        raise ConfigError(f"{name}_file {path} is empty")
+    return text
+
+
+def to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def to_positive_int(value: Any, minimum: int = 0) -> int:
+    if isinstance(value, bool):
+        raise ValueError("not an integer")
+    number = int(value)
+    if number < minimum:
+        raise ValueError(f"must be at least {minimum}" if minimum else "must not be negative")
+    return number
+
+
+def to_at_least_one(value: Any) -> int:
+    return to_positive_int(value, 1)
+
+
+def to_seconds(value: Any) -> float:
+    # Numbers go through parse_duration too, which refuses negative, infinite and NaN values.
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    return parse_duration(str(value)).total_seconds()
+
+
+MIN_LEASE_S = 2.0
+"""The shortest lease accepted: heartbeats go every lease/4 but never more often than every 0.5 s,
+so a shorter lease would leave an owner less than four heartbeats to renew it."""
+
+
+def to_lease(value: Any) -> float:
+    seconds = to_seconds(value)
+    if seconds < MIN_LEASE_S:
+        raise ValueError(
+            f"a lease of {seconds:g}s is too short: at least {MIN_LEASE_S:g}s, so that an owner renews it "
+            "several times over (a few times its heartbeat plus a slow database write)"
+        )
+    return seconds
+
+
+def one_of(*choices: str, fold: bool = False) -> Callable[[Any], str]:
+    """A converter to one of `choices` (`fold`: compared lower-cased and stripped)."""
+
+    def convert(value: Any) -> str:
+        text = str(value).strip().lower() if fold else str(value)
+        if text not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+        return text
+
+    return convert
+
+
+MIN_RETENTION = 86400.0
+"""max_attempts counts a target's runs of the last 24 h (remediate.guards.ATTEMPT_WINDOW): keep at least those."""
+
+
+def to_retention(value: Any) -> float:
+    """A duration of at least 1d, or 0 / off (keep everything)."""
+    if isinstance(value, str) and value.strip().lower() in ("off", "0", "never"):
+        return 0.0
+    seconds = to_seconds(value)
+    if 0 < seconds < MIN_RETENTION:
+        raise ValueError("must be at least 1d (max_attempts counts the runs of the last 24 h), or off")
+    return seconds
+
+
+# The image ships psycopg 3 only (the `postgres` extra); SQLAlchemy reads a bare `postgresql://` as
+# psycopg2 and `postgres://` not at all, so a libpq URL straight from an operator's Secret would fail.
+_LIBPQ_SCHEME = re.compile(r"^(postgresql|postgres)://")
+
+
+def to_database_url(value: Any) -> str:
+    return _LIBPQ_SCHEME.sub("postgresql+psycopg://", str(value), count=1)
+
+
+def to_optional_path(value: Any) -> Path | None:
+    return Path(value) if value not in (None, "") else None
+
+
+def to_directory(value: Any) -> Path:
+    if value in (None, "") or not str(value).strip():
+        raise ValueError("must be a directory path")
+    return Path(str(value))
+
+
+def to_label_names(value: Any) -> tuple[str, ...]:
+    names = to_names(value, "label names (or a comma-separated string)")
+    if not names:
+        raise ValueError("must name at least one label")
+    bad = [name for name in names if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)]
+    if bad:
+        raise ValueError(f"not label names: {', '.join(bad)}")
+    return names
+
+
+def to_optional_str(value: Any) -> str | None:
+    text = "" if value is None else str(value).strip()
+    return text or None
+
+
+def to_optional_selector(value: Any) -> str | None:
+    """A label selector string (checked here, so a typo fails at start, not at the first cordon)."""
+    text = to_optional_str(value)
+    if text is not None:
+        parse_label_selector(text)  # SelectorError is a ValueError: reported with the setting's name
+    return text
+
+
+def to_audience(value: Any) -> str:
+    text = to_optional_str(value)
+    if text is None:
+        raise ValueError("must be a non-empty string (the audience of the agents' projected token)")
+    return text
+
+
+def to_optional_url(name: str) -> Callable[[Any], str | None]:
+    """A converter to an absolute http(s) URL without its trailing slash, or None; errors name setting `name`."""
+
+    def convert(value: Any) -> str | None:
+        text = to_optional_str(value)
+        if text is None:
+            return None
+        parts = urlsplit(text)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{name} must be an absolute http:// or https:// URL, got {text!r}")
+        return text.rstrip("/")
+
+    return convert
+
+
+def to_agents(value: Any) -> tuple[tuple[str, str], ...]:
+    """`{node: url}` (config file) or `node=url,node=url` (environment)."""
+    if isinstance(value, str):
+        pairs: list[tuple[Any, Any]] = []
+        for item in value.split(","):
+            if not item.strip():
+                continue
+            node, sep, url = item.partition("=")
+            if not sep:
+                raise ValueError(f"expected node=URL, got {item.strip()!r}")
+            pairs.append((node, url))
+    elif isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif value is None:
+        pairs = []
+    else:
+        raise ValueError("must be a mapping of node name to agent URL")
+    result = []
+    for node, url in pairs:
+        node_text, url_text = str(node).strip(), str(url).strip().rstrip("/")
+        if not node_text:
+            raise ValueError("a node name is empty")
+        if not re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?", url_text):
+            raise ValueError(f"agent URL of {node_text!r} must be http(s)://host:port, got {url!r}")
+        result.append((node_text, url_text))
+    return tuple(sorted(result))
+
+
+def to_optional_watts(value: Any, most: float = float("inf")) -> float | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise ValueError("must be a positive number")
+    if number > most:
+        raise ValueError(f"must be at most {most:g}")
+    return number
+
+
+def to_optional_percent(value: Any) -> float | None:
+    return to_optional_watts(value, 100)
+
+
+def to_fraction(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("not a number")
+    number = float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError("must be between 0 and 1 (0.1 = 10% of the nodes)")
+    return number
