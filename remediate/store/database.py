@@ -48,7 +48,6 @@ class Database:
     def __init__(self, engine: sa.Engine, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.engine = engine
         self.dialect = dialect_for(engine.url)(engine.url, busy_timeout)
-        self._writer = self.dialect.writer(engine)
 
     @classmethod
     def open(
@@ -96,10 +95,11 @@ class Database:
         self.dialect.check_file()
         deadline = time.monotonic() + self.dialect.busy_timeout
         try:
-            with self._writer.connect() as conn:
+            with self.engine.connect() as conn:
                 # One bound for every wait: the database's own lock gets what the wait for a connection left.
                 self.dialect.bound_wait(conn, deadline)
                 with conn.begin():
+                    self.dialect.begin(conn, write=True)
                     yield conn
         except sa.exc.DBAPIError as exc:
             self._raise_if_unavailable(exc)
@@ -112,6 +112,7 @@ class Database:
         """One connection to read on; StoreUnreachable while the database server cannot be reached."""
         try:
             with self.engine.connect() as conn:
+                self.dialect.begin(conn, write=False)
                 yield conn
         except sa.exc.DBAPIError as exc:
             self._raise_if_unavailable(exc)
