@@ -99,8 +99,8 @@ class SqliteDialect(Dialect):
         Not SQLAlchemy's "begin" event (its recipe for pysqlite): a listener on an engine makes SQLAlchemy
         dispatch its connection events around every statement, which doubled the CPU of a write transaction
         (docs/benchmarks.md, "Issue 25, the first-step p99 and CPU per alert")."""
-        if not conn.in_transaction():
-            conn.begin()  # SQLAlchemy's transaction (pysqlite begins nothing): its commit or rollback ends ours
+        # pysqlite begins nothing itself: SQLAlchemy's commit, or the rollback of a connection handed back to
+        # the pool, ends the transaction begun here.
         mode = "IMMEDIATE" if write else "DEFERRED"
         try:
             conn.connection.driver_connection.execute(f"BEGIN {mode}")
