@@ -45,23 +45,19 @@ def call_with_deadline(function: Callable[[], Any], seconds: float) -> Any:
 class _Helpers:
     """The helper threads: a call goes to an idle one, else to a new one, which then waits for the next call.
 
-    Starting a thread per call cost more CPU than a `log` step's action and its wait for the new thread to
-    run was on the way to every step's start (docs/benchmarks.md, "Issue 25, the first-step p99 and CPU per
-    alert"). An overrunning call keeps its thread until it ends, as before."""
+    Starting a thread per call cost more CPU than a `log` step's action, and every step's start waited for the new
+    thread to run (docs/benchmarks.md, "Issue 25, the first-step p99 and CPU per alert"). An overrunning call
+    keeps its thread until it ends, as before. (`list.pop` and `append` are atomic: no lock.)"""
 
     def __init__(self) -> None:
         self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
-        self._lock = threading.Lock()
         # A forked child has none of its parent's threads: their inboxes are forgotten there.
-        os.register_at_fork(after_in_child=self._forget)
-
-    def _forget(self) -> None:
-        self._idle, self._lock = [], threading.Lock()
+        os.register_at_fork(after_in_child=self._idle.clear)
 
     def run(self, call: Callable[[], None]) -> None:
-        with self._lock:
-            inbox = self._idle.pop() if self._idle else None
-        if inbox is None:
+        try:
+            inbox = self._idle.pop()
+        except IndexError:
             inbox = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(inbox,), name="remediate-step", daemon=True).start()
         inbox.put(call)
@@ -69,8 +65,7 @@ class _Helpers:
     def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
         while True:
             inbox.get()()
-            with self._lock:
-                self._idle.append(inbox)
+            self._idle.append(inbox)
 
 
 _helpers = _Helpers()
