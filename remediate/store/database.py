@@ -48,7 +48,6 @@ class Database:
     def __init__(self, engine: sa.Engine, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.engine = engine
         self.dialect = dialect_for(engine.url)(engine.url, busy_timeout)
-        self._writer = self.dialect.writer(engine)
 
     @classmethod
     def open(
@@ -95,16 +94,18 @@ class Database:
         """
         self.dialect.check_file()
         deadline = time.monotonic() + self.dialect.busy_timeout
-        with self._store_errors(), self._writer.connect() as conn:
+        with self._store_errors(), self.engine.connect() as conn:
             # One bound for every wait: the database's own lock gets what the wait for a connection left.
             self.dialect.bound_wait(conn, deadline)
             with conn.begin():
+                self.dialect.begin(conn, write=True)
                 yield conn
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
         """One connection to read on; StoreUnreachable while the database server cannot be reached."""
         with self._store_errors(), self.engine.connect() as conn:
+            self.dialect.begin(conn, write=False)
             yield conn
 
     @contextmanager

@@ -58,9 +58,9 @@ class Dialect:
         return sa.create_engine(url, pool_pre_ping=True, pool_size=pool.size, max_overflow=pool.max_overflow,
                                 pool_timeout=busy_timeout)  # fmt: skip
 
-    def writer(self, engine: sa.Engine) -> sa.Engine:
-        """The engine write transactions begin on (SQLite: with BEGIN IMMEDIATE)."""
-        return engine
+    def begin(self, conn: sa.Connection, *, write: bool) -> None:
+        """Begin the transaction of a write (in SQLAlchemy's `conn.begin()`) or a read (SQLite: BEGIN
+        IMMEDIATE or DEFERRED); a server database begins on its first statement."""
 
     def checkpoint(self, engine: sa.Engine) -> bool:
         """Copy what SQLite's write-ahead log holds into the database file, without blocking anyone; whether

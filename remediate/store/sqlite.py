@@ -90,16 +90,22 @@ class SqliteDialect(Dialect):
                 cursor.execute(f"PRAGMA wal_autocheckpoint={WAL_SAFETY_NET_PAGES}")
             cursor.close()
 
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: sa.Connection) -> None:
-            # SQLAlchemy's recipe for pysqlite: the transaction begins here, as the dialect says ("database is
-            # locked" from BEGIN IMMEDIATE becomes StoreBusy in Database.write).
-            conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get('remediate_begin', 'DEFERRED')}")
-
         return engine
 
-    def writer(self, engine: sa.Engine) -> sa.Engine:
-        return engine.execution_options(remediate_begin="IMMEDIATE")
+    def begin(self, conn: sa.Connection, *, write: bool) -> None:
+        """BEGIN IMMEDIATE (a write: it waits for SQLite's lock here, "database is locked" becomes StoreBusy in
+        Database.write) or BEGIN DEFERRED (a read: its statements see one snapshot), on the driver's connection.
+
+        Not SQLAlchemy's "begin" event (its recipe for pysqlite): a listener on an engine makes SQLAlchemy
+        dispatch its connection events around every statement, which doubled the CPU of a write transaction
+        (docs/benchmarks.md, "Issue 25, the first-step p99 and CPU per alert")."""
+        # pysqlite begins nothing itself: SQLAlchemy's commit, or the rollback of a connection handed back to
+        # the pool, ends the transaction begun here.
+        mode = "IMMEDIATE" if write else "DEFERRED"
+        try:
+            conn.connection.driver_connection.execute(f"BEGIN {mode}")
+        except sqlite3.Error as exc:
+            raise sa.exc.DBAPIError.instance(f"BEGIN {mode}", None, exc, sqlite3.Error) from exc
 
     def checkpoint(self, engine: sa.Engine) -> bool:
         # PASSIVE: copies what no reader still needs, does not take the write lock (writers go on).

@@ -81,6 +81,13 @@ def test_sqlite_writes_begin_immediate(store: Store) -> None:
     assert "BEGIN DEFERRED" in begun
 
 
+def test_the_store_engine_has_no_connection_event_listener(store: Store) -> None:
+    """SQLAlchemy dispatches its connection events around every statement of an engine with one listener of
+    them (its "begin" recipe for pysqlite was one): that doubled a write transaction's CPU, so the dialect
+    begins on the driver's connection instead (docs/benchmarks.md, issue 25)."""
+    assert not store.engine._has_events
+
+
 def test_a_prune_on_postgresql_plans_its_queries_on_fresh_statistics(pg_url: str) -> None:
     """A burst of inserts that autovacuum has not analysed yet made PostgreSQL plan the prune's correlated
     checks as nested loops over 'empty' tables (minutes for 3,000 runs): each prune analyses first."""
