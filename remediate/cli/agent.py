@@ -72,9 +72,9 @@ def agent(**params: Any) -> None:
             )
         },
     )
-    from remediate.serving import run_agent
+    from remediate.agent_server import serve_agent
 
-    run_agent(settings)
+    serve_agent(settings)
 
 
 @main.command("agent-credential")
