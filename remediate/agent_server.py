@@ -33,7 +33,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import math
 import os
 import signal
 import socket
@@ -106,7 +105,7 @@ class _DeadlineReader(io.RawIOBase):
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
-        self.deadline = math.inf
+        self.deadline = 0.0  # set by each request (handle_one_request)
 
     def readable(self) -> bool:
         return True
@@ -181,6 +180,7 @@ class _AgentHandler(BaseHTTPRequestHandler):
     server: AgentHTTPServer
     protocol_version = "HTTP/1.1"  # kept-alive connections: the server's AgentRunner reuses its own
     server_version, sys_version = "remediate-agent", ""
+    disable_nagle_algorithm = True  # the head and the body go out in two writes: no wait for the client's ACK
     error_message_format = ""  # send_error's body is replaced by the agent's JSON error (below)
 
     def setup(self) -> None:
@@ -342,7 +342,6 @@ class _AgentHandler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
-        self._reader.deadline = math.inf
         self.connection.settimeout(self.server.request_timeout)  # a client that never reads its answer
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
