@@ -196,54 +196,42 @@ class _AgentHandler(BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def do_GET(self) -> None:
-        self.server.answering(self._answer_get)
+        self.server.answering(self._answer)
 
-    def do_POST(self) -> None:
-        self.server.answering(self._answer_post)
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_GET  # a method a route does not take: 405 (_route)
 
-    def _route(self) -> str:
-        path = self._path = self.path.partition("?")[0]
-        if path not in _ROUTES:
-            raise _refusal(404, "not_found", PERMANENT, f"no such path: {path[:200]}")
-        if _ROUTES[path] != self.command:
-            raise _Refused(
-                ErrorAnswer(405, "method_not_allowed", PERMANENT, f"{path} takes {_ROUTES[path]}"),
-                {"Allow": _ROUTES[path]},
-            )
-        return path
-
-    def _answer_get(self) -> None:
-        service = self.server.service
+    def _answer(self) -> None:
         try:
-            if self._route() == HEALTH_PATH:
-                self._send(200, {"status": "ok", "node": service.node_name})
-                return
-            try:
-                self._send(200, service.ready())
-            except sqlite3.Error as exc:
-                unreadable = f"agent state file: {exc.__class__.__name__}"
-                raise _refusal(503, "state_unreadable", RETRYABLE, unreadable) from None
-        except _Refused as refused:
-            self._send(refused.answer.status, refused.answer.body(), refused.headers)
-
-    def _answer_post(self) -> None:
-        service = self.server.service
-        try:
-            path = self._route()
-            body = self._body()
-            if path == CANCEL_PATH:
-                self._send(200, self._cancel(body))
-                return
-            kind = PLAN if path == STEP_PATHS[PLAN] else EXECUTE
-            self._send(200, self._step(kind, body))
+            self._send(200, self._route())
         except _Refused as refused:
             self._send(refused.answer.status, refused.answer.body(), refused.headers)
         except _ClientGone as exc:
             log.info("closed the connection of %s: %s", self.client_address[0], exc)
             self.close_connection = True
         except Exception as exc:
-            answer = error_answer(exc, service.node_name)
+            answer = error_answer(exc, self.server.service.node_name)
             self._send(answer.status, answer.body())
+
+    def _route(self) -> dict[str, Any]:
+        """The 200 answer of the request's route; _Refused (or the step's exception) otherwise."""
+        path = self._path = self.path.partition("?")[0]
+        if path not in _ROUTES:
+            raise _refusal(404, "not_found", PERMANENT, f"no such path: {path[:200]}")
+        if _ROUTES[path] != self.command:
+            message = f"{path} takes {_ROUTES[path]}"
+            raise _Refused(ErrorAnswer(405, "method_not_allowed", PERMANENT, message), {"Allow": _ROUTES[path]})
+        service = self.server.service
+        if path == HEALTH_PATH:
+            return {"status": "ok", "node": service.node_name}
+        if path == READY_PATH:
+            try:
+                return service.ready()
+            except sqlite3.Error as exc:
+                unreadable = f"agent state file: {exc.__class__.__name__}"
+                raise _refusal(503, "state_unreadable", RETRYABLE, unreadable) from None
+        if path == CANCEL_PATH:
+            return self._cancel(self._body())
+        return self._step(PLAN if path == STEP_PATHS[PLAN] else EXECUTE, self._body())
 
     def _body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():

@@ -157,7 +157,7 @@ class Settings:
     agent_bind: str = "127.0.0.1:9096"
     """Agent: host:port it listens on."""
     agent_threads: int = 8
-    """Agent: steps it can run at once (gunicorn gthread threads of its one worker)."""
+    """Agent: steps it runs at once (a further step waits for one to end; health checks and cancels never wait)."""
     agent_state_file: Path = Path("remediate-agent.db")
     """Agent: SQLite file of what node actions remember (e.g. the power limit a restore puts back)."""
     gpu_power_floor_watts: float | None = None

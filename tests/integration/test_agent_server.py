@@ -203,6 +203,24 @@ def test_not_json_is_a_415(client: AgentClient) -> None:
 
 
 @pytest.mark.parametrize(
+    ("method", "path", "body", "status", "error"),
+    [
+        ("GET", "/v1/nope", b"", 404, "not_found"),
+        ("GET", "/v1/steps/execute", b"", 405, "method_not_allowed"),
+        ("POST", "/healthz", b"", 405, "method_not_allowed"),
+        ("POST", "/v1/steps/execute", b"x" * (4 * 1024 * 1024 + 1), 413, "request_entity_too_large"),
+        ("PUT", "/v1/steps/execute", b"", 405, "method_not_allowed"),
+    ],
+)
+def test_what_the_agent_does_not_serve_is_a_json_error(
+    client: AgentClient, method: str, path: str, body: bytes, status: int, error: str
+) -> None:
+    response = client.session.request(method, client.url + path, data=body, timeout=scaled(30))
+    assert response.status_code == status
+    assert (response.json()["error"], response.json()["error_class"]) == (error, "permanent")
+
+
+@pytest.mark.parametrize(
     ("fail", "status", "error_class", "message"),
     [
         ("retryable", 503, "retryable", "device busy"),
