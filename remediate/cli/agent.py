@@ -16,35 +16,34 @@ from remediate.cli._common import (
 )
 from remediate.cli._group import main
 
+FILE = click.Path(path_type=Path, dir_okay=False)
+
 
 @main.command()
-@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--config", type=FILE, help="YAML config file.")
 @gpu_options
 @click.option("--bind", "agent_bind", help="host:port to listen on [127.0.0.1:9096].")
 @click.option(
     "--token-file",
     "agent_token_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     help="File holding the master agent token (or set $REMEDIATE_AGENT_TOKEN); prefer --node-token-file.",
 )
 @click.option(
     "--node-token-file",
     "agent_node_token_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     help="File holding this node's own credential (`remediate agent-credential NODE`; or $REMEDIATE_AGENT_NODE_TOKEN).",
 )
 @click.option("--node-name", help="This node's name: the only target it runs steps for [the host name].")
 @click.option(
     "--state-file",
     "agent_state_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     help="SQLite file of what node actions remember [./remediate-agent.db].",
 )
 @click.option(
-    "--policies-file",
-    "cleanup_policies_file",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="This node's cleanup policies file (disk.cleanup).",
+    "--policies-file", "cleanup_policies_file", type=FILE, help="This node's cleanup policies file (disk.cleanup)."
 )
 @click.option("--power-floor-watts", "gpu_power_floor_watts", type=float, help="Refuse GPU power limits below this.")
 @click.option("--threads", "agent_threads", type=click.IntRange(1, 256), help="Steps it runs at once [8].")
@@ -55,23 +54,7 @@ from remediate.cli._group import main
 def agent(**params: Any) -> None:
     """Run the node agent: plans and executes node-local steps (gpu.*, disk.*, training.*) sent by the
     server for this node, within this node's own limits."""
-    settings = _settings(
-        params,
-        **{
-            key: params[key]
-            for key in (
-                "agent_bind",
-                "agent_token_file",
-                "agent_node_token_file",
-                "node_name",
-                "agent_state_file",
-                "cleanup_policies_file",
-                "gpu_power_floor_watts",
-                "agent_threads",
-                "insecure_no_auth",
-            )
-        },
-    )
+    settings = _settings(params, **{key: value for key, value in params.items() if key != "config"})
     from remediate.agent_server import serve_agent
 
     serve_agent(settings)
@@ -79,11 +62,11 @@ def agent(**params: Any) -> None:
 
 @main.command("agent-credential")
 @click.argument("node")
-@click.option("--config", type=click.Path(path_type=Path, dir_okay=False), help="YAML config file.")
+@click.option("--config", type=FILE, help="YAML config file.")
 @click.option(
     "--token-file",
     "agent_token_file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     help="File holding the master agent token the server has (or set $REMEDIATE_AGENT_TOKEN).",
 )
 @click.option(
@@ -94,7 +77,7 @@ def agent(**params: Any) -> None:
 )
 @click.option(
     "--service-account-token-file",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     default=Path("/var/run/secrets/remediate/token"),
     show_default=True,
     help="With --server: the pod's projected ServiceAccount token (audience: the server's agent_audience).",
@@ -108,7 +91,7 @@ def agent(**params: Any) -> None:
 )
 @click.option(
     "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=FILE,
     help="Write the credential to this file (mode 0600) instead of printing it.",
 )
 @handle_errors
