@@ -138,10 +138,6 @@ class AgentHTTPServer(ThreadingHTTPServer):
         self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         super().__init__((host, port), _AgentHandler)
 
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._connections.acquire(blocking=False):
             log.warning("closed a connection from %s: %d connections open", client_address[0], MAX_CONNECTIONS)
@@ -185,6 +181,7 @@ class _AgentHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        self.rfile.close()  # replaced: every read goes through the request's deadline
         self._reader = _DeadlineReader(self.connection)
         self.rfile = io.BufferedReader(self._reader)
 

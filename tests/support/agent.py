@@ -105,7 +105,7 @@ def serve_agent(service: AgentService, settings: Settings) -> Iterator[str]:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.port}"
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
