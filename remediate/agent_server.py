@@ -43,7 +43,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from remediate.agent import AgentService, agent_verifier, preflight
+from remediate.agent import AgentService, agent_verifier, check_agent_settings
 from remediate.agent_protocol import (
     CANCEL_PATH,
     EXECUTE,
@@ -62,7 +62,7 @@ from remediate.agent_protocol import (
 )
 from remediate.agentauth import ANSWER_HEADER, SCHEME, AgentAuthError, NotThisNode, SignedRequest
 from remediate.config import Settings
-from remediate.errors import RemediateError, StoreUnavailable
+from remediate.errors import ConfigError, RemediateError, StoreUnavailable
 from remediate.logsafe import configure_logging
 
 log = logging.getLogger("remediate.agent")
@@ -375,15 +375,22 @@ class _Stop(BaseException):
 
 
 def serve_agent(settings: Settings) -> None:
-    """`remediate agent`: check everything that can fail, then serve in this one process until SIGTERM."""
+    """`remediate agent`: check everything that can fail (the CLI's one line, exit 2: token, an explicitly chosen
+    GPU simulator, the state file, the address), then serve in this one process until SIGTERM."""
     configure_logging()  # alert data in a message can never start a forged log line
-    preflight(settings)
-    if settings.insecure_no_auth and not settings.resolved_agent_token():
-        log.warning(
-            "!!! --insecure-no-auth: the agent runs node steps for ANYONE who can reach %s", settings.agent_bind
-        )
+    check_agent_settings(settings)  # before the state file is created
+    if settings.gpu_backend == "simulated":
+        from remediate.gpu import open_backend
+
+        open_backend(settings.gpu_backend, simulator_file=settings.gpu_simulator_file)
     service = AgentService(settings)
-    server = AgentHTTPServer(settings, service)
+    service.ready()
+    try:
+        server = AgentHTTPServer(settings, service)
+    except (OSError, ValueError) as exc:  # a port in use, a host that does not resolve, no port
+        raise ConfigError(f"cannot listen at agent_bind {settings.agent_bind!r}: {exc}") from exc
+    if settings.insecure_no_auth and not settings.resolved_agent_token():
+        log.warning("!!! --insecure-no-auth: the agent runs node steps for ANYONE who reaches %s", settings.agent_bind)
 
     def stop(signum: int, _frame: Any) -> None:
         service.stop_all()  # refuse new steps, tell the running ones to stop
@@ -392,7 +399,14 @@ def serve_agent(settings: Settings) -> None:
     signal.signal(signal.SIGTERM, stop)
     # A closed terminal: there is nothing to reload, and SIGHUP's default would end the agent at once.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    log.info("agent listening at %s:%s (pid %s)", *server.server_address[:2], os.getpid())
+    log.info(
+        "agent for node %s listening at %s:%s (pid %s); node actions: %s; state %s",
+        service.node_name,
+        *server.server_address[:2],
+        os.getpid(),
+        ", ".join(sorted(service.actions)),
+        settings.agent_state_file,
+    )
     status = 0
     try:
         server.serve_forever(poll_interval=None)  # no wake-ups while idle: SIGTERM ends the loop
