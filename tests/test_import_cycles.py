@@ -128,10 +128,10 @@ def test_the_two_sides_of_the_agent_call_meet_only_in_the_protocol() -> None:
     assert graph["remediate.agent_protocol"] == {"remediate.errors"}
 
 
-def test_agent_server_and_serve_share_one_gunicorn_application() -> None:
+def test_one_module_builds_the_gunicorn_application() -> None:
     users = [
         name
         for name, path in MODULES.items()
         if "BaseApplication" in path.read_text(encoding="utf-8") or "gunicorn.arbiter" in path.read_text("utf-8")
     ]
-    assert len(users) == 1, users  # one module builds the gunicorn applications of both commands
+    assert len(users) == 1, users  # serving.py, for `remediate serve` (the agent serves itself: agent_server.py)
