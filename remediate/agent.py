@@ -1,10 +1,10 @@
 """`remediate agent`: runs `where: node` steps on the node that owns the GPUs, training processes and disks.
 
 The server sends a node step for another node here (remediate.runners.AgentRunner);
-the agent (its HTTP face, and its process, are remediate.agent_server's) runs the action's
-`plan` or `execute` and answers with what it
-returned, or with a structured error {error_class: retryable|permanent, message}: the request
-and answer shapes are in remediate.agent_protocol, shared with the server.
+the agent (its HTTP face and its process are remediate.agent_server's) runs the action's `plan`
+or `execute` and answers with what it returned, or with a structured error {error_class:
+retryable|permanent, message}: the request and answer shapes are in remediate.agent_protocol,
+shared with the server.
 
 The agent trusts the server's signature, not its judgement. Every request is signed with this
 node's own credential (remediate.agentauth: HMAC of the master secret and the node name, so the
