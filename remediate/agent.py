@@ -1,10 +1,10 @@
 """`remediate agent`: runs `where: node` steps on the node that owns the GPUs, training processes and disks.
 
 The server sends a node step for another node here (remediate.runners.AgentRunner);
-the agent (its HTTP face is remediate.agent_server; gunicorn runs it through
-remediate.serving.run_agent) runs the action's `plan` or `execute` and answers with what it
-returned, or with a structured error {error_class: retryable|permanent, message}: the request
-and answer shapes are in remediate.agent_protocol, shared with the server.
+the agent (its HTTP face and its process are remediate.agent_server's) runs the action's `plan`
+or `execute` and answers with what it returned, or with a structured error {error_class:
+retryable|permanent, message}: the request and answer shapes are in remediate.agent_protocol,
+shared with the server.
 
 The agent trusts the server's signature, not its judgement. Every request is signed with this
 node's own credential (remediate.agentauth: HMAC of the master secret and the node name, so the
@@ -230,27 +230,3 @@ def agent_verifier(
     if not master and not own:
         return None
     return Verifier.for_names(names, master=master, own=(node_name, own) if own else None, seen=seen)
-
-
-# --------------------------------------------------------------------------- start-up
-
-
-def preflight(settings: Settings) -> None:
-    """Fail before forking: token, node actions, state file, an explicitly chosen GPU simulator."""
-    check_agent_settings(settings)
-    if settings.gpu.backend == "simulated":
-        from remediate.gpu import open_backend
-
-        open_backend(settings.gpu.backend, simulator_file=settings.gpu.simulator_file)
-    service = AgentService(settings)
-    try:
-        service.ready()
-    finally:
-        service.close()
-    log.info(
-        "agent for node %s on %s; node actions: %s; state %s",
-        service.node_name,
-        settings.agent.bind,
-        ", ".join(sorted(service.actions)),
-        settings.agent.state_file,
-    )

@@ -242,7 +242,7 @@ class AgentSettings:
     bind: str = setting("127.0.0.1:9096", str)
     """Agent: host:port it listens on."""
     threads: int = setting(8, v.to_positive_int)
-    """Agent: steps it can run at once (gunicorn gthread threads of its one worker)."""
+    """Agent: steps it runs at once (a further step waits for one to end; health checks and cancels never wait)."""
     state_file: Path = setting(Path("remediate-agent.db"), Path)
     """Agent: SQLite file of what node actions remember (e.g. the power limit a restore puts back)."""
 

@@ -1,4 +1,4 @@
-"""The gunicorn worker of `remediate serve` and `remediate agent`: slow or idle clients hold no thread.
+"""The gunicorn worker of `remediate serve`: slow or idle clients hold no thread.
 
 gunicorn's own workers read a request with a blocking socket and no deadline: the sync worker
 gives each connection the worker's only thread, so two idle TCP connections stop the server; the
@@ -19,11 +19,6 @@ byte at a time holds a thread for ever (8 such clients stop the agent).
 
 This is what a buffering front (nginx's `client_header_timeout`/`client_body_timeout`) gives, in
 the worker itself, so the pod needs no second container.
-
-A graceful stop (SIGTERM) also calls the worker class's `on_stop(app)` hook, if any: gunicorn has
-no hook of its own for SIGTERM in a worker, and the requests in flight may be waiting on something
-they should give up (the agent's training steps withdraw their commands) before the worker ends
-them at `graceful_timeout`.
 """
 
 from __future__ import annotations
@@ -33,7 +28,6 @@ import re
 import selectors
 import socket
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -101,19 +95,6 @@ class BufferingWorker(ThreadWorker):  # type: ignore[misc]
 
     request_timeout: float = 10.0
     """Seconds a client may take to send one request, head and body (set by `worker_class`)."""
-    on_stop: Callable[[Any], None] | None = None
-    """Called with the WSGI app when the worker gets SIGTERM, in the signal handler (set by `worker_class`):
-    it must only set flags/events, never take a lock the event loop holds."""
-
-    def handle_exit(self, sig: int, frame: Any) -> None:
-        stopping = self.alive
-        super().handle_exit(sig, frame)
-        app = getattr(self, "wsgi", None)
-        if stopping and self.on_stop is not None and app is not None:
-            try:
-                self.on_stop(app)
-            except Exception:  # a failed hook must not stop the graceful exit
-                log.exception("the stop hook of the worker failed")
 
     def accept(self, listener: socket.socket) -> None:
         try:
@@ -185,10 +166,6 @@ class BufferingWorker(ThreadWorker):  # type: ignore[misc]
             conn.sock.deadline = None
 
 
-def worker_class(request_timeout: float, *, on_stop: Callable[[Any], None] | None = None) -> type[BufferingWorker]:
-    """The worker class to give gunicorn (`worker_class`), with this request deadline and SIGTERM hook."""
-    return type(
-        "RemediateWorker",
-        (BufferingWorker,),
-        {"request_timeout": float(request_timeout), "on_stop": staticmethod(on_stop) if on_stop else None},
-    )
+def worker_class(request_timeout: float) -> type[BufferingWorker]:
+    """The worker class to give gunicorn (`worker_class`), with this request deadline."""
+    return type("RemediateWorker", (BufferingWorker,), {"request_timeout": float(request_timeout)})

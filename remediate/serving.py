@@ -1,9 +1,5 @@
-"""`remediate serve` and `remediate agent`: gunicorn in front of their Flask apps; the server's executor
-in a process of its own.
-
-Both run through the one launcher here (`_GunicornApp`: gunicorn options and an app factory);
-only `remediate serve` has the executor process (`_RemediateArbiter`). `remediate agent` has no master:
-its one worker runs in the process itself (`_InProcessWorker`), half the memory of a master and a worker.
+"""`remediate serve`: gunicorn in front of its Flask app; the server's executor in a process of its own
+(`_RemediateArbiter`). (`remediate agent` serves itself: remediate.agent_server.)
 
 The CLI's process checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,
@@ -56,7 +52,6 @@ EXECUTOR_START_GRACE = 60.0
 """Seconds a new executor process has to beat for the first time (imports, the store opened, recovery started)
 before its master replaces it; after that, it must beat at least once per lease."""
 GRACEFUL_TIMEOUT = 15
-AGENT_GRACEFUL_TIMEOUT = 30
 EXECUTOR_RESTART_DELAY = 1.0
 """Seconds between restarts of an executor process that keeps dying (e.g. a database it cannot open)."""
 
@@ -483,94 +478,3 @@ def _serve(settings: Settings, private_dir: Path) -> None:
         lambda: _server_app(settings, wake_path),
         lambda app: _RemediateArbiter(app, settings, wake_path),
     ).run()
-
-
-def run_agent(settings: Settings) -> None:
-    """Serve the node agent: one worker in this process (one state file writer, no master), `agent_threads`
-    threads, no executor."""
-    from remediate.agent import preflight as agent_preflight
-    from remediate.agent_server import create_agent_app, stop_running_steps
-    from remediate.logsafe import configure_logging
-
-    configure_logging()  # alert data in a message can never start a forged log line
-    agent_preflight(settings)
-    if settings.auth.insecure_no_auth and not settings.agent.resolved_token():
-        log.warning(
-            "!!! --insecure-no-auth: the agent runs node steps for ANYONE who can reach %s", settings.agent.bind
-        )
-    options = {
-        "bind": settings.agent.bind,
-        "workers": 1,
-        "threads": max(1, settings.agent.threads),
-        # Steps run in the threads; slow or idle clients hold none (remediate.httpworker). SIGTERM tells the
-        # running steps to stop (a training step withdraws its command) and answers the server before
-        # graceful_timeout.
-        "worker_class": worker_class(settings.server.request_timeout, on_stop=stop_running_steps),
-        # A step may run as long as its timeout: the worker must not be killed for it.
-        "timeout": 0,
-        "graceful_timeout": AGENT_GRACEFUL_TIMEOUT,
-        **_LOGS,
-        "proc_name": "remediate-agent",
-    }
-    _GunicornApp(options, lambda: create_agent_app(settings), arbiter=_InProcessWorker).run()
-
-
-class _InProcessWorker:
-    """The agent's one HTTP worker run in this very process, in place of gunicorn's master.
-
-    A master that forks one worker only restarts that worker if it dies, and costs a whole interpreter of
-    memory (the agent's idle RSS target, docs/benchmarks.md). Kubelet restarts the agent's container as a
-    master would restart the worker; everything else the agent relies on is the worker's own: the listening
-    socket, the slow-client protections (remediate.httpworker), SIGTERM's stop hook and the wait of
-    `graceful_timeout` for requests in flight.
-    """
-
-    def __init__(self, app: _GunicornApp) -> None:
-        self.app = app
-
-    def run(self) -> None:
-        from gunicorn import sock, util
-
-        cfg = self.app.cfg
-        logger = cfg.logger_class(cfg)
-        listeners = sock.create_sockets(cfg, logger)
-        logger.info("Listening at: %s (%s)", ",".join(str(lnr) for lnr in listeners), os.getpid())
-        util._setproctitle(f"worker [{cfg.proc_name}]")  # a no-op without setproctitle installed
-        worker = _without_master(cfg.worker_class)(0, os.getppid(), listeners, self.app, cfg.timeout, cfg, logger)
-        worker.pid = os.getpid()
-        status = 0
-        try:
-            worker.init_process()  # returns once stopped: SIGTERM, after graceful_timeout at most
-        except SystemExit as exc:  # SIGINT/SIGQUIT (a quick stop), or a worker that failed to boot
-            status = exc.code if isinstance(exc.code, int) else 1
-        except Exception:
-            logger.exception("Exception in worker process")
-            status = 1
-        finally:
-            worker.tmp.close()
-            logger.info("Worker exiting (pid: %s)", worker.pid)
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            # Steps still running after graceful_timeout are cut, as the master's SIGKILL did: exiting
-            # normally would join the worker's thread pool and wait for them.
-            os._exit(status)
-
-
-def _without_master(worker_class: type[Any]) -> type[Any]:
-    """The worker class, changed where it assumes a gunicorn master above it."""
-
-    class MasterlessWorker(worker_class):  # type: ignore[misc,valid-type]
-        def is_parent_alive(self) -> bool:
-            # gunicorn's worker stops when its parent changes (the master died); with no master, the parent
-            # is whoever started the agent (a shell, the container runtime), whose exit must not stop it.
-            return True
-
-        def init_signals(self) -> None:
-            super().init_signals()
-            # SIGHUP made the master start a fresh worker; the worker leaves it at its default, which
-            # would end the agent at once (a closed terminal): ignored, as there is nothing to reload.
-            signal.signal(signal.SIGHUP, signal.SIG_IGN)
-
-    MasterlessWorker.__name__ = MasterlessWorker.__qualname__ = worker_class.__name__
-    return MasterlessWorker

@@ -241,10 +241,10 @@ def test_the_two_sides_of_the_agent_call_meet_only_in_the_protocol() -> None:
     assert protocol <= {"__future__", "json", "abc", "dataclasses", "typing", "remediate.errors"}, protocol
 
 
-def test_agent_server_and_serve_share_one_gunicorn_application() -> None:
+def test_one_module_builds_the_gunicorn_application() -> None:
     users = [
         path
         for path in PACKAGE.rglob("*.py")
         if "BaseApplication" in (text := path.read_text("utf-8")) or "gunicorn.arbiter" in text
     ]
-    assert len(users) == 1, users  # one module builds the gunicorn applications of both commands
+    assert len(users) == 1, users  # serving.py, for `remediate serve` (the agent serves itself: agent_server.py)

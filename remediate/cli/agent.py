@@ -53,11 +53,10 @@ from remediate.cli._group import main
 def agent(**params: Any) -> None:
     """Run the node agent: plans and executes node-local steps (gpu.*, disk.*, training.*) sent by the
     server for this node, within this node's own limits."""
-    # Every option but --config is a setting of the same name (the GPU ones already are in _settings').
     settings = _settings(params, **{key: value for key, value in params.items() if key != "config"})
-    from remediate.serving import run_agent
+    from remediate.agent_server import serve_agent
 
-    run_agent(settings)
+    serve_agent(settings)
 
 
 @main.command("agent-credential")

@@ -18,13 +18,12 @@ from remediate.actions import default_registry
 from remediate.actions.base import InMemoryMemory
 from remediate.actions.training_command import TrainingCommandAction
 from remediate.agent import AgentService
-from remediate.agent_server import create_agent_app
 from remediate.agentauth import node_token, sign
 from remediate.config import load_settings
 from remediate.errors import ActionError, ParamsError
 from remediate.training.batching import Batching
 from remediate.training.files import JobPaths, atomic_write_json, read_json
-from tests.support.agent import AGENT_TOKEN, agent_settings, step_body
+from tests.support.agent import AGENT_TOKEN, agent_client, agent_settings, step_body
 from tests.support.training import LABELS, LiveJob, ctx_for
 
 POD = {"pod": "trainer-0"}
@@ -186,14 +185,14 @@ def test_a_number_param_beyond_any_float_is_refused_as_bad_input_naming_the_para
     # The node agent answers it as bad params (422), not as its own crash (500).
     settings = agent_settings(tmp_path / "agent", training_control_root=root)
     service = AgentService(settings, registry=default_registry(settings), memory=InMemoryMemory())
-    client = create_agent_app(settings, service=service).test_client()
     body = step_body("training.command", {"command": "reduce_batch_size", "params": {"factor": label}})
     body["context"]["alert"]["labels"].update(POD)
     data = json.dumps(body).encode()
     path = "/v1/steps/execute"
     header = sign(node_token(AGENT_TOKEN, "node-b"), "node-b", "POST", path, data)
-    response = client.post(path, data=data, content_type="application/json", headers={"Authorization": header})
-    assert response.status_code == 422, response.get_json()
-    assert response.get_json()["error"] == "invalid_params"
-    assert "param 'factor': must be " in response.get_json()["message"]
+    with agent_client(service, settings) as client:
+        response = client.post(path, data=data, content_type="application/json", headers={"Authorization": header})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "invalid_params"
+    assert "param 'factor': must be " in response.json()["message"]
     assert inbox(root) == []

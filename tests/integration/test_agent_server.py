@@ -1,4 +1,4 @@
-"""The node agent's HTTP API (Flask test client) and its own limits: node, schema, power floor, memory."""
+"""The node agent's HTTP API (served on loopback) and its own limits: node, schema, power floor, memory."""
 
 from __future__ import annotations
 
@@ -6,27 +6,30 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from flask.testing import FlaskClient
 
 from remediate.actions import default_registry
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.agent import AgentService
-from remediate.agent_server import create_agent_app
+from remediate.agent_server import AgentHTTPServer
 from remediate.agentauth import ANSWER_HEADER, AgentAuthError, node_token, sign, verify_answer
 from remediate.alerts import alert_ref
+from remediate.config import Settings
 from remediate.errors import ActionError, ConfigError, RetryableActionError
 from remediate.gpu import SimulatedBackend
 from remediate.runners import AgentRunner, StaticAgents
 from tests.support.agent import (
     AGENT_TOKEN,
+    AgentClient,
     ClusterThing,
     Echo,
+    agent_client,
     agent_settings,
     registry_with,
     serve_agent,
@@ -43,10 +46,24 @@ def echo() -> Echo:
 
 
 @pytest.fixture
-def client(tmp_path: Path, echo: Echo, memory: InMemoryMemory) -> FlaskClient:
+def memory() -> InMemoryMemory:
+    return InMemoryMemory()
+
+
+Serve = Callable[[AgentService, Settings], AgentClient]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """Serves an agent on loopback until the test ends; a client of it."""
+    with ExitStack() as stack:
+        yield lambda service, settings: stack.enter_context(agent_client(service, settings))
+
+
+@pytest.fixture
+def client(serve: Serve, tmp_path: Path, echo: Echo, memory: InMemoryMemory) -> AgentClient:
     settings = agent_settings(tmp_path, node_aliases=("node-b.example",))
-    service = AgentService(settings, registry=registry_with(echo, ClusterThing()), memory=memory)
-    return create_agent_app(settings, service=service).test_client()
+    return serve(AgentService(settings, registry=registry_with(echo, ClusterThing()), memory=memory), settings)
 
 
 def signed(
@@ -56,7 +73,7 @@ def signed(
     return {"Authorization": sign(credential or node_token(AGENT_TOKEN, node), node, "POST", path, data, now=now)}
 
 
-def post(client: FlaskClient, kind: str, body: Any, headers: dict[str, str] | None = None, **signing: Any) -> Any:
+def post(client: AgentClient, kind: str, body: Any, headers: dict[str, str] | None = None, **signing: Any) -> Any:
     """POST a step as the server does: signed for its target node unless `headers` or `node` say otherwise."""
     path = f"/v1/steps/{kind}"
     data = json.dumps(body).encode()
@@ -68,12 +85,12 @@ def post(client: FlaskClient, kind: str, body: Any, headers: dict[str, str] | No
 
 
 def test_execute_runs_the_node_action_with_the_servers_context_and_answers_its_result(
-    client: FlaskClient, echo: Echo, memory: InMemoryMemory
+    client: AgentClient, echo: Echo, memory: InMemoryMemory
 ) -> None:
     response = post(client, "execute", step_body(params={"word": "hi"}, run_id=42))
 
-    assert response.status_code == 200, response.json
-    body = response.json
+    assert response.status_code == 200, response.json()
+    body = response.json()
     assert body["node"] == "node-b"
     assert body["result"] == {"echoed": "hi", "run_id": 42, "alertname": "Hot"}
     assert body["seconds"] >= 0
@@ -85,17 +102,17 @@ def test_execute_runs_the_node_action_with_the_servers_context_and_answers_its_r
     assert memory.recall("test.echo/last") == {"word": "hi"}  # the agent's own memory
 
 
-def test_plan_answers_the_plan_and_reads_the_agents_memory(client: FlaskClient, memory: InMemoryMemory) -> None:
+def test_plan_answers_the_plan_and_reads_the_agents_memory(client: AgentClient, memory: InMemoryMemory) -> None:
     memory.remember("test.echo/last", {"word": "before"}, run_id=1)
 
     response = post(client, "plan", step_body(params={"word": "hi"}))
 
     assert response.status_code == 200
-    assert response.json["plan"] == {"would_echo": "hi", "remembered": {"word": "before"}}
-    assert "result" not in response.json
+    assert response.json()["plan"] == {"would_echo": "hi", "remembered": {"word": "before"}}
+    assert "result" not in response.json()
 
 
-def test_an_alias_of_the_node_is_accepted(client: FlaskClient) -> None:
+def test_an_alias_of_the_node_is_accepted(client: AgentClient) -> None:
     assert post(client, "plan", step_body(target="node-b.example")).status_code == 200
 
 
@@ -111,24 +128,24 @@ def test_an_alias_of_the_node_is_accepted(client: FlaskClient) -> None:
     ],
 )
 def test_without_a_signature_of_this_nodes_credential_nothing_runs(
-    client: FlaskClient, echo: Echo, headers: dict[str, str]
+    client: AgentClient, echo: Echo, headers: dict[str, str]
 ) -> None:
     response = post(client, "execute", step_body(), headers=headers)
 
     assert response.status_code == 401
-    assert response.json["error_class"] == "permanent"
+    assert response.json()["error_class"] == "permanent"
     assert response.headers["WWW-Authenticate"].startswith("Remediate-HMAC")
     assert echo.calls == []
 
 
-def test_a_step_for_another_node_is_refused(client: FlaskClient, echo: Echo) -> None:
+def test_a_step_for_another_node_is_refused(client: AgentClient, echo: Echo) -> None:
     response = post(client, "execute", step_body(target="node-a"))
 
     assert response.status_code == 421
-    assert response.json["error_class"] == "permanent"
+    assert response.json()["error_class"] == "permanent"
     assert (
         "signed for node 'node-a'; this agent holds the credential of node-b, node-b.example"
-        in (response.json["message"])
+        in (response.json()["message"])
     )
     assert echo.calls == []
 
@@ -144,13 +161,13 @@ def test_a_step_for_another_node_is_refused(client: FlaskClient, echo: Echo) -> 
     ],
 )
 def test_the_agent_validates_action_and_params_itself(
-    client: FlaskClient, echo: Echo, action: str, params: dict[str, Any], message: str
+    client: AgentClient, echo: Echo, action: str, params: dict[str, Any], message: str
 ) -> None:
     response = post(client, "execute", step_body(action, params))
 
     assert response.status_code == 422
-    assert response.json["error_class"] == "permanent"
-    assert message in response.json["message"]
+    assert response.json()["error_class"] == "permanent"
+    assert message in response.json()["message"]
     assert echo.calls == []
 
 
@@ -168,21 +185,39 @@ def test_the_agent_validates_action_and_params_itself(
         (lambda b: b["context"].update(timeout=10**9), "context.timeout"),
     ],
 )
-def test_a_malformed_request_is_a_400_naming_the_field(client: FlaskClient, mutate: Any, field: str) -> None:
+def test_a_malformed_request_is_a_400_naming_the_field(client: AgentClient, mutate: Any, field: str) -> None:
     body = step_body()
     mutate(body)
 
     response = post(client, "execute", body)
 
     assert response.status_code == 400
-    assert response.json["field"] == field
-    assert response.json["error_class"] == "permanent"
+    assert response.json()["field"] == field
+    assert response.json()["error_class"] == "permanent"
 
 
-def test_not_json_is_a_415(client: FlaskClient) -> None:
+def test_not_json_is_a_415(client: AgentClient) -> None:
     response = client.post("/v1/steps/execute", data="action=x", headers=signed(b"action=x", "/v1/steps/execute"))
     assert response.status_code == 415
-    assert response.json["error_class"] == "permanent"
+    assert response.json()["error_class"] == "permanent"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "error"),
+    [
+        ("GET", "/v1/nope", b"", 404, "not_found"),
+        ("GET", "/v1/steps/execute", b"", 405, "method_not_allowed"),
+        ("POST", "/healthz", b"", 405, "method_not_allowed"),
+        ("POST", "/v1/steps/execute", b"x" * (4 * 1024 * 1024 + 1), 413, "request_entity_too_large"),
+        ("PUT", "/v1/steps/execute", b"", 405, "method_not_allowed"),
+    ],
+)
+def test_what_the_agent_does_not_serve_is_a_json_error(
+    client: AgentClient, method: str, path: str, body: bytes, status: int, error: str
+) -> None:
+    response = client.session.request(method, client.url + path, data=body, timeout=scaled(30))
+    assert response.status_code == status
+    assert (response.json()["error"], response.json()["error_class"]) == (error, "permanent")
 
 
 @pytest.mark.parametrize(
@@ -194,34 +229,34 @@ def test_not_json_is_a_415(client: FlaskClient) -> None:
     ],
 )
 def test_action_errors_come_back_structured(
-    client: FlaskClient, fail: str, status: int, error_class: str, message: str
+    client: AgentClient, fail: str, status: int, error_class: str, message: str
 ) -> None:
     response = post(client, "execute", step_body(params={"word": "x", "fail": fail}))
 
     assert response.status_code == status
-    assert response.json["error_class"] == error_class
-    assert message in response.json["message"]
+    assert response.json()["error_class"] == error_class
+    assert message in response.json()["message"]
 
 
-def test_the_agent_enforces_the_steps_timeout(client: FlaskClient) -> None:
+def test_the_agent_enforces_the_steps_timeout(client: AgentClient) -> None:
     response = post(client, "execute", step_body(params={"word": "x", "sleep": 2}, timeout=0.2))
 
     assert response.status_code == 500
-    assert response.json["error_class"] == "permanent"
-    assert "timed out after 0.2s" in response.json["message"]
+    assert response.json()["error_class"] == "permanent"
+    assert "timed out after 0.2s" in response.json()["message"]
 
 
-def test_health_and_readiness_need_no_token(client: FlaskClient) -> None:
-    assert client.get("/healthz").json == {"status": "ok", "node": "node-b"}
+def test_health_and_readiness_need_no_token(client: AgentClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok", "node": "node-b"}
     ready = client.get("/readyz")
     assert ready.status_code == 200
-    assert ready.json == {"status": "ready", "node": "node-b", "actions": ["test.echo"]}
+    assert ready.json() == {"status": "ready", "node": "node-b", "actions": ["test.echo"]}
 
 
 def test_the_agent_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     settings = agent_settings(tmp_path, agent_token=None)
     with pytest.raises(ConfigError, match="no agent token"):
-        create_agent_app(settings, service=AgentService(settings, registry=registry_with(), memory=InMemoryMemory()))
+        AgentHTTPServer(settings, AgentService(settings, registry=registry_with(), memory=InMemoryMemory()))
 
 
 def test_the_node_name_defaults_to_the_host_name(tmp_path: Path) -> None:
@@ -239,16 +274,16 @@ def gpus(tmp_path: Path) -> SimulatedBackend:
     return SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
 
 
-def gpu_app(tmp_path: Path, gpus: SimulatedBackend, **overrides: Any) -> tuple[FlaskClient, AgentService]:
+def gpu_app(serve: Serve, tmp_path: Path, gpus: SimulatedBackend, **overrides: Any) -> tuple[AgentClient, AgentService]:
     settings = agent_settings(tmp_path, gpu_backend="simulated", gpu_simulator_file=gpus.path, **overrides)
     service = AgentService(settings)
-    return create_agent_app(settings, service=service).test_client(), service
+    return serve(service, settings), service
 
 
-def test_only_node_actions_of_the_registry_are_served(tmp_path: Path, gpus: SimulatedBackend) -> None:
-    client, service = gpu_app(tmp_path, gpus)
+def test_only_node_actions_of_the_registry_are_served(serve: Serve, tmp_path: Path, gpus: SimulatedBackend) -> None:
+    client, service = gpu_app(serve, tmp_path, gpus)
     node_actions = sorted(a for a in default_registry().names() if default_registry().get(a).where == "node")
-    assert client.get("/readyz").json["actions"] == node_actions
+    assert client.get("/readyz").json()["actions"] == node_actions
     assert {"gpu.set_power_limit", "gpu.restore_power_limit", "disk.cleanup"} <= set(node_actions)
     assert {"gpu.lock_clocks", "gpu.unlock_clocks", "gpu.reset"} <= set(node_actions)
     assert "log" not in node_actions
@@ -256,51 +291,51 @@ def test_only_node_actions_of_the_registry_are_served(tmp_path: Path, gpus: Simu
 
 
 def test_the_agents_power_floor_refuses_a_lower_limit_whatever_the_server_asks(
-    tmp_path: Path, gpus: SimulatedBackend
+    serve: Serve, tmp_path: Path, gpus: SimulatedBackend
 ) -> None:
-    client, service = gpu_app(tmp_path, gpus, gpu_power_floor_watts=600)
+    client, service = gpu_app(serve, tmp_path, gpus, gpu_power_floor_watts=600)
     uuid = gpus.devices()[0].uuid
 
     response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "percent_of_default": 80}))
 
     assert response.status_code == 500
-    assert response.json["error_class"] == "permanent"
-    assert response.json["type"] == "BelowPowerFloor"
-    assert "below this node's power floor 600 W (gpu_power_floor_watts=600)" in response.json["message"]
+    assert response.json()["error_class"] == "permanent"
+    assert response.json()["type"] == "BelowPowerFloor"
+    assert "below this node's power floor 600 W (gpu_power_floor_watts=600)" in response.json()["message"]
     assert gpus.device(uuid).power_limit_mw == 700 * W
     # Above the floor it works.
     ok = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 650}))
-    assert ok.status_code == 200, ok.json
+    assert ok.status_code == 200, ok.json()
     assert gpus.device(uuid).power_limit_mw == 650 * W
     service.close()
 
 
-def test_the_floor_as_percent_of_default(tmp_path: Path, gpus: SimulatedBackend) -> None:
-    client, service = gpu_app(tmp_path, gpus, gpu_power_floor_percent=90)
+def test_the_floor_as_percent_of_default(serve: Serve, tmp_path: Path, gpus: SimulatedBackend) -> None:
+    client, service = gpu_app(serve, tmp_path, gpus, gpu_power_floor_percent=90)
     uuid = gpus.devices()[1].uuid
 
     response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 500}))
 
     assert response.status_code == 500
-    assert "power floor 630 W (gpu_power_floor_percent=90)" in response.json["message"]
+    assert "power floor 630 W (gpu_power_floor_percent=90)" in response.json()["message"]
     service.close()
 
 
 def test_what_the_gpu_action_remembers_survives_an_agent_restart_in_its_state_file(
-    tmp_path: Path, gpus: SimulatedBackend
+    serve: Serve, tmp_path: Path, gpus: SimulatedBackend
 ) -> None:
     uuid = gpus.devices()[0].uuid
-    client, service = gpu_app(tmp_path, gpus)
+    client, service = gpu_app(serve, tmp_path, gpus)
     lowered = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "percent_of_default": 80}))
-    assert lowered.status_code == 200, lowered.json
+    assert lowered.status_code == 200, lowered.json()
     assert gpus.device(uuid).power_limit_mw == 560 * W
     service.close()
 
-    client, service = gpu_app(tmp_path, gpus)  # a new agent process on the same state file
+    client, service = gpu_app(serve, tmp_path, gpus)  # a new agent process on the same state file
     restored = post(client, "execute", step_body("gpu.restore_power_limit", {"gpu": uuid}, run_id=8))
 
-    assert restored.status_code == 200, restored.json
-    (gpu,) = restored.json["result"]["gpus"]
+    assert restored.status_code == 200, restored.json()
+    (gpu,) = restored.json()["result"]["gpus"]
     assert gpu["outcome"] == "restored"
     assert gpu["reason"] == "restoring 700 W replaced by run 7"
     assert gpus.device(uuid).power_limit_mw == 700 * W
@@ -309,51 +344,51 @@ def test_what_the_gpu_action_remembers_survives_an_agent_restart_in_its_state_fi
 
 
 def test_the_clock_lock_and_its_undo_run_on_the_agent_and_its_memory_survives_a_restart(
-    tmp_path: Path, gpus: SimulatedBackend
+    serve: Serve, tmp_path: Path, gpus: SimulatedBackend
 ) -> None:
     """Issue 12: gpu.lock_clocks / gpu.unlock_clocks take the same path as the power actions."""
     uuid = gpus.devices()[1].uuid
     gpus.lock_gpu_clocks(uuid, 1200, 1800)  # the person's own lock, to come back afterwards
-    client, service = gpu_app(tmp_path, gpus, gpu_power_floor_watts=300)
+    client, service = gpu_app(serve, tmp_path, gpus, gpu_power_floor_watts=300)
     planned = post(client, "plan", step_body("gpu.lock_clocks", {"gpu": uuid, "percent_of_max": 70}))
-    assert planned.status_code == 200, planned.json
-    assert planned.json["plan"]["gpus"][0]["change"] == "1200..1800 MHz -> 345..1380 MHz"
+    assert planned.status_code == 200, planned.json()
+    assert planned.json()["plan"]["gpus"][0]["change"] == "1200..1800 MHz -> 345..1380 MHz"
     assert gpus.clocks(uuid).locked_graphics_mhz == (1200, 1800)  # a plan changes nothing
 
     locked = post(client, "execute", step_body("gpu.lock_clocks", {"gpu": uuid, "percent_of_max": 70}))
-    assert locked.status_code == 200, locked.json
-    assert locked.json["result"]["gpus"][0]["outcome"] == "locked"
+    assert locked.status_code == 200, locked.json()
+    assert locked.json()["result"]["gpus"][0]["outcome"] == "locked"
     assert gpus.clocks(uuid).locked_graphics_mhz == (345, 1380)
     service.close()
 
-    client, service = gpu_app(tmp_path, gpus)  # a new agent process on the same state file
+    client, service = gpu_app(serve, tmp_path, gpus)  # a new agent process on the same state file
     unlocked = post(client, "execute", step_body("gpu.unlock_clocks", {"gpu": uuid}, run_id=8))
-    assert unlocked.status_code == 200, unlocked.json
-    (gpu,) = unlocked.json["result"]["gpus"]
+    assert unlocked.status_code == 200, unlocked.json()
+    (gpu,) = unlocked.json()["result"]["gpus"]
     assert (gpu["outcome"], gpu["reason"]) == ("relocked", "restoring the lock 1200..1800 MHz replaced by run 7")
     assert gpus.clocks(uuid).locked_graphics_mhz == (1200, 1800)
     service.close()
 
 
 def test_a_gpu_reset_on_the_agent_is_refused_while_a_process_runs_then_resets_the_drained_gpu(
-    tmp_path: Path, gpus: SimulatedBackend
+    serve: Serve, tmp_path: Path, gpus: SimulatedBackend
 ) -> None:
     uuid = gpus.devices()[0].uuid
-    client, service = gpu_app(tmp_path, gpus)
+    client, service = gpu_app(serve, tmp_path, gpus)
     planned = post(client, "plan", step_body("gpu.reset", {"gpu": uuid}))
-    assert planned.status_code == 200, planned.json
-    assert planned.json["plan"]["gpus"][0]["blocked_by"] == ["1 compute process(es) on the GPU: pid 4200 (python)"]
+    assert planned.status_code == 200, planned.json()
+    assert planned.json()["plan"]["gpus"][0]["blocked_by"] == ["1 compute process(es) on the GPU: pid 4200 (python)"]
 
     refused = post(client, "execute", step_body("gpu.reset", {"gpu": uuid}))
     assert refused.status_code == 500
-    assert (refused.json["error_class"], refused.json["type"]) == ("permanent", "GpuResetRefused")
-    assert "pid 4200 (python)" in refused.json["message"]
+    assert (refused.json()["error_class"], refused.json()["type"]) == ("permanent", "GpuResetRefused")
+    assert "pid 4200 (python)" in refused.json()["message"]
     assert gpus.reset_count(uuid) == 0
 
     gpus.update_device(uuid, processes=[])  # drained
     done = post(client, "execute", step_body("gpu.reset", {"gpu": uuid}, run_id=9))
-    assert done.status_code == 200, done.json
-    assert done.json["result"]["gpus"][0]["outcome"] == "reset"
+    assert done.status_code == 200, done.json()
+    assert done.json()["result"]["gpus"][0]["outcome"] == "reset"
     assert gpus.reset_count(uuid) == 1
     service.close()
 
@@ -394,44 +429,45 @@ def test_the_servers_agent_runner_sends_the_new_gpu_steps_over_http_like_the_pow
 # --------------------------------------------------------------------------- issue 15: per-node credentials
 
 
-def own_credential_client(tmp_path: Path, echo: Echo) -> FlaskClient:
+def own_credential_client(serve: Serve, tmp_path: Path, echo: Echo) -> AgentClient:
     """An agent of node-b that knows only its own credential, not the master secret."""
     settings = agent_settings(tmp_path, agent_token=None, agent_node_token=node_token(AGENT_TOKEN, "node-b"))
-    service = AgentService(settings, registry=registry_with(echo), memory=InMemoryMemory())
-    return create_agent_app(settings, service=service).test_client()
+    return serve(AgentService(settings, registry=registry_with(echo), memory=InMemoryMemory()), settings)
 
 
-def test_an_agent_with_only_its_own_credential_runs_the_servers_signed_steps(tmp_path: Path, echo: Echo) -> None:
-    client = own_credential_client(tmp_path, echo)
+def test_an_agent_with_only_its_own_credential_runs_the_servers_signed_steps(
+    serve: Serve, tmp_path: Path, echo: Echo
+) -> None:
+    client = own_credential_client(serve, tmp_path, echo)
 
     response = post(client, "execute", step_body())
 
-    assert response.status_code == 200, response.json
+    assert response.status_code == 200, response.json()
     assert [call[0] for call in echo.calls] == ["execute"]
 
 
-def test_another_nodes_credential_cannot_command_this_node(tmp_path: Path, echo: Echo) -> None:
-    client = own_credential_client(tmp_path, echo)
+def test_another_nodes_credential_cannot_command_this_node(serve: Serve, tmp_path: Path, echo: Echo) -> None:
+    client = own_credential_client(serve, tmp_path, echo)
     node_a = node_token(AGENT_TOKEN, "node-a")  # what node-a's agent holds, e.g. after node-a is compromised
 
     claims_b = post(client, "execute", step_body(), node="node-b", credential=node_a)
     as_itself = post(client, "execute", step_body(), node="node-a", credential=node_a)
 
     assert claims_b.status_code == 401
-    assert "wrong signature for node 'node-b'" in claims_b.json["message"]
+    assert "wrong signature for node 'node-b'" in claims_b.json()["message"]
     assert as_itself.status_code == 421
     assert echo.calls == []
 
 
-def test_a_request_signed_for_this_node_but_targeting_another_name_is_403(client: FlaskClient, echo: Echo) -> None:
+def test_a_request_signed_for_this_node_but_targeting_another_name_is_403(client: AgentClient, echo: Echo) -> None:
     response = post(client, "execute", step_body(target="node-b.example"), node="node-b")
 
     assert response.status_code == 403
-    assert response.json["error"] == "wrong_credential"
+    assert response.json()["error"] == "wrong_credential"
     assert echo.calls == []
 
 
-def test_a_replayed_or_stale_signed_request_is_refused(client: FlaskClient, echo: Echo) -> None:
+def test_a_replayed_or_stale_signed_request_is_refused(client: AgentClient, echo: Echo) -> None:
     path, data = "/v1/steps/execute", json.dumps(step_body()).encode()
     headers = signed(data, path)
     first = client.post(path, data=data, content_type="application/json", headers=headers)
@@ -443,14 +479,14 @@ def test_a_replayed_or_stale_signed_request_is_refused(client: FlaskClient, echo
 
     assert first.status_code == 200
     assert (replay.status_code, stale.status_code, tampered.status_code) == (401, 401, 401)
-    assert "replay" in replay.json["message"]
-    assert "signed 600s ago (at most 120s either way)" in stale.json["message"]
-    assert "wrong signature" in tampered.json["message"]
+    assert "replay" in replay.json()["message"]
+    assert "signed 600s ago (at most 120s either way)" in stale.json()["message"]
+    assert "wrong signature" in tampered.json()["message"]
     assert len(echo.calls) == 1
 
 
 def test_every_call_is_logged_with_run_step_action_params_and_caller(
-    client: FlaskClient, caplog: pytest.LogCaptureFixture
+    client: AgentClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="remediate.agent")
 
@@ -465,20 +501,22 @@ def test_every_call_is_logged_with_run_step_action_params_and_caller(
     assert any(m.startswith("refused execute from 127.0.0.1: expected Authorization: Remediate-HMAC") for m in messages)
 
 
-def test_without_a_configured_floor_the_agent_refuses_to_starve_a_gpu(tmp_path: Path, gpus: SimulatedBackend) -> None:
-    client, service = gpu_app(tmp_path, gpus)
+def test_without_a_configured_floor_the_agent_refuses_to_starve_a_gpu(
+    serve: Serve, tmp_path: Path, gpus: SimulatedBackend
+) -> None:
+    client, service = gpu_app(serve, tmp_path, gpus)
     uuid = gpus.devices()[0].uuid
 
     response = post(client, "execute", step_body("gpu.set_power_limit", {"gpu": uuid, "watts": 1}))
 
     assert response.status_code == 500
-    assert response.json["type"] == "BelowPowerFloor"
-    assert "power floor 350 W (gpu_power_floor_percent=50)" in response.json["message"]
+    assert response.json()["type"] == "BelowPowerFloor"
+    assert "power floor 350 W (gpu_power_floor_percent=50)" in response.json()["message"]
     assert gpus.device(uuid).power_limit_mw == 700 * W
     service.close()
 
 
-def test_two_identical_steps_signed_in_the_same_millisecond_are_both_accepted(client: FlaskClient, echo: Echo) -> None:
+def test_two_identical_steps_signed_in_the_same_millisecond_are_both_accepted(client: AgentClient, echo: Echo) -> None:
     now = time.time()
 
     first = post(client, "execute", step_body(), now=now)
@@ -504,20 +542,20 @@ class Waiter(Echo):
         return {"waited": True}
 
 
-def _waiting_step(tmp_path: Path) -> tuple[AgentService, Waiter, FlaskClient, Any]:
+def _waiting_step(serve: Serve, tmp_path: Path) -> tuple[AgentService, Waiter, AgentClient, Any]:
     """An agent whose run 7 step 0 is waiting; the future of its answer."""
     waiter = Waiter()
     settings = agent_settings(tmp_path)
     service = AgentService(settings, registry=registry_with(waiter), memory=InMemoryMemory())
-    app = create_agent_app(settings, service=service)
+    client = serve(service, settings)
     pool = ThreadPoolExecutor(1)
-    answer = pool.submit(post, app.test_client(), "execute", step_body("test.wait", {"word": "hi"}))
+    answer = pool.submit(post, AgentClient(client.url), "execute", step_body("test.wait", {"word": "hi"}))
     pool.shutdown(wait=False)
     assert waiter.started.wait(scaled(5))
-    return service, waiter, app.test_client(), answer
+    return service, waiter, client, answer
 
 
-def cancel(client: FlaskClient, body: Any, **signing: Any) -> Any:
+def cancel(client: AgentClient, body: Any, **signing: Any) -> Any:
     data = json.dumps(body).encode()
     return client.post(
         "/v1/steps/cancel",
@@ -527,32 +565,32 @@ def cancel(client: FlaskClient, body: Any, **signing: Any) -> Any:
     )
 
 
-def test_a_signed_cancel_stops_the_named_running_step_which_answers_as_usual(tmp_path: Path) -> None:
-    _service, _waiter, client, answer = _waiting_step(tmp_path)
+def test_a_signed_cancel_stops_the_named_running_step_which_answers_as_usual(serve: Serve, tmp_path: Path) -> None:
+    _service, _waiter, client, answer = _waiting_step(serve, tmp_path)
     other_step = cancel(client, {"run_id": 7, "step_index": 1, "target": "node-b"})
-    assert other_step.status_code == 200 and other_step.json == {"node": "node-b", "running": 0}
+    assert other_step.status_code == 200 and other_step.json() == {"node": "node-b", "running": 0}
     assert not answer.done()
     refused = client.post("/v1/steps/cancel", json={"run_id": 7, "step_index": 0, "target": "node-b"})
     assert refused.status_code == 401  # unsigned: nobody else may stop a step
     foreign = cancel(client, {"run_id": 7, "step_index": 0, "target": "node-c"})
     assert foreign.status_code == 403
-    assert cancel(client, {"run_id": "7", "step_index": 0, "target": "node-b"}).json["field"] == "run_id"
+    assert cancel(client, {"run_id": "7", "step_index": 0, "target": "node-b"}).json()["field"] == "run_id"
     assert not answer.done()
 
     stopped = cancel(client, {"run_id": 7, "step_index": 0, "target": "node-b"})
-    assert stopped.status_code == 200 and stopped.json["running"] == 1
+    assert stopped.status_code == 200 and stopped.json()["running"] == 1
     response = answer.result(5)
-    assert response.status_code == 500 and response.json["error_class"] == "permanent"
-    assert "remediate is stopping" in response.json["message"]
+    assert response.status_code == 500 and response.json()["error_class"] == "permanent"
+    assert "remediate is stopping" in response.json()["message"]
 
 
-def test_a_stopping_agent_stops_its_running_steps_and_starts_no_new_one(tmp_path: Path) -> None:
-    service, _waiter, client, answer = _waiting_step(tmp_path)
-    assert service.stop_all() == 1  # what the worker's SIGTERM hook calls
-    assert "remediate is stopping" in answer.result(5).json["message"]
+def test_a_stopping_agent_stops_its_running_steps_and_starts_no_new_one(serve: Serve, tmp_path: Path) -> None:
+    service, _waiter, client, answer = _waiting_step(serve, tmp_path)
+    assert service.stop_all() == 1  # what SIGTERM calls (agent_server.serve_agent)
+    assert "remediate is stopping" in answer.result(5).json()["message"]
     again = post(client, "execute", step_body("test.wait", {"word": "hi"}, run_id=8))
-    assert again.status_code == 503 and again.json["error_class"] == "retryable"  # the server may try again later
-    assert "is stopping" in again.json["message"]
+    assert again.status_code == 503 and again.json()["error_class"] == "retryable"  # the server may try again later
+    assert "is stopping" in again.json()["message"]
 
 
 # --------------------------------------------------------------------------- issue 24: replays, signed answers
@@ -566,28 +604,22 @@ def test_a_signed_request_replayed_after_the_agent_restarts_is_refused(tmp_path:
     headers = signed(data, path)
 
     before = AgentService(settings, registry=registry_with(echo))
-    first = (
-        create_agent_app(settings, service=before)
-        .test_client()
-        .post(path, data=data, content_type="application/json", headers=headers)
-    )
+    with agent_client(before, settings) as client:
+        first = client.post(path, data=data, content_type="application/json", headers=headers)
     before.close()
     after = AgentService(settings, registry=registry_with(echo))  # the agent restarted: same state file
-    replay = (
-        create_agent_app(settings, service=after)
-        .test_client()
-        .post(path, data=data, content_type="application/json", headers=headers)
-    )
-    fresh = post(create_agent_app(settings, service=after).test_client(), "execute", step_body())
+    with agent_client(after, settings) as client:
+        replay = client.post(path, data=data, content_type="application/json", headers=headers)
+        fresh = post(client, "execute", step_body())
     after.close()
 
     assert first.status_code == 200
-    assert replay.status_code == 401 and "replay" in replay.json["message"]
+    assert replay.status_code == 401 and "replay" in replay.json()["message"]
     assert fresh.status_code == 200
     assert len(echo.calls) == 2
 
 
-def test_the_agent_signs_its_answers_to_the_servers_requests_only(client: FlaskClient) -> None:
+def test_the_agent_signs_its_answers_to_the_servers_requests_only(client: AgentClient) -> None:
     path, data = "/v1/steps/execute", json.dumps(step_body(params={"word": "x", "fail": "permanent"})).encode()
     nonce = "ab" * 16
     headers = {"Authorization": sign(node_token(AGENT_TOKEN, "node-b"), "node-b", "POST", path, data, nonce=nonce)}
@@ -604,7 +636,7 @@ def test_the_agent_signs_its_answers_to_the_servers_requests_only(client: FlaskC
         path,
         nonce,
         500,
-        answer.get_data(),
+        answer.content,
     )
     with pytest.raises(AgentAuthError, match="wrong answer signature"):  # not for another status or body
         verify_answer(

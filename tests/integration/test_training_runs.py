@@ -284,7 +284,7 @@ WAITING_PLAYBOOK = {
 def test_sigterm_to_the_node_agent_withdraws_the_outstanding_command(
     root: Path, tmp_path: Path, store: Store, node_agent: Any
 ) -> None:
-    """The agent (gunicorn) stopped gracefully while its training step waits for a job that does not poll."""
+    """The agent stopped gracefully (SIGTERM) while its training step waits for a job that does not poll."""
     job = LiveJob(root, "job-a").register()  # registered, busy: it does not poll
     engine, executor = _executor_through(node_agent, tmp_path, store, WAITING_PLAYBOOK)
     decision = fire(engine, "job-a", starts_at(0))

@@ -8,14 +8,15 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from werkzeug.serving import make_server
+import requests
 
 from remediate.actions.base import Action, ActionRegistry, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
 from remediate.agent import AgentService
-from remediate.agent_server import create_agent_app
+from remediate.agent_server import AgentHTTPServer
 from remediate.config import Settings
 from remediate.errors import ActionError, RetryableActionError
+from tests.support.waiting import scaled
 
 AGENT_TOKEN = "agent-token-0123456789"
 
@@ -99,16 +100,41 @@ def agent_settings(tmp_path: Any, **overrides: Any) -> Settings:
 
 @contextmanager
 def serve_agent(service: AgentService, settings: Settings) -> Iterator[str]:
-    """The agent app on a free loopback port, in a thread; yields its base URL."""
-    app = create_agent_app(settings, service=service)
-    server = make_server("127.0.0.1", 0, app, threaded=True)
+    """The agent's HTTP server on a free loopback port, in a thread; yields its base URL."""
+    server = AgentHTTPServer(settings, service, ("127.0.0.1", 0))
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_port}"
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+        server.server_close()
         thread.join(5)
+
+
+class AgentClient:
+    """Requests to an agent that serve_agent serves: `post(path, data, content_type=..., headers=...)`, `get(path)`."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.session = requests.Session()
+
+    def post(
+        self, path: str, data: bytes | str = b"", *, content_type: str | None = None, **kwargs: Any
+    ) -> requests.Response:
+        headers = dict(kwargs.pop("headers", None) or {})
+        if content_type:
+            headers["Content-Type"] = content_type
+        return self.session.post(self.url + path, data=data, headers=headers, timeout=scaled(30), **kwargs)
+
+    def get(self, path: str) -> requests.Response:
+        return self.session.get(self.url + path, timeout=scaled(30))
+
+
+@contextmanager
+def agent_client(service: AgentService, settings: Settings) -> Iterator[AgentClient]:
+    with serve_agent(service, settings) as url:
+        yield AgentClient(url)
 
 
 def registry_with(*actions: Action) -> ActionRegistry:

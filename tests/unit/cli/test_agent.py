@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -9,19 +10,36 @@ import pytest
 from remediate.config import load_settings
 
 
-def test_remediate_agent_without_a_token_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("token", "bind", "message"),
+    [
+        ("", "127.0.0.1:9096", "no agent token configured"),
+        ("t" * 32, "127.0.0.1:{used}", "cannot listen at agent_bind '127.0.0.1:{used}': [Errno 98]"),
+        ("t" * 32, "127.0.0.1", "cannot listen at agent_bind '127.0.0.1'"),
+    ],
+)
+def test_remediate_agent_that_cannot_start_says_why_in_one_line_and_exit_code_2(
+    tmp_path: Path, token: str, bind: str, message: str
+) -> None:
     from click.testing import CliRunner
 
     from remediate.cli import main
 
-    result = CliRunner().invoke(
-        main,
-        ["agent", "--node-name", "node-b", "--state-file", str(tmp_path / "a.db")],
-        env={"REMEDIATE_AGENT_TOKEN": ""},
-    )
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        used = taken.getsockname()[1]
+        args = [
+            "agent",
+            "--node-name",
+            "node-b",
+            "--state-file",
+            str(tmp_path / "a.db"),
+            "--bind",
+            bind.format(used=used),
+        ]
+        result = CliRunner().invoke(main, args, env={"REMEDIATE_AGENT_TOKEN": token})
 
-    assert result.exit_code == 2
-    assert "no agent token configured" in result.output
+    assert result.exit_code == 2, result.output
+    assert message.format(used=used) in result.output
     assert "Traceback" not in result.output
 
 
