@@ -47,7 +47,9 @@ class _Helpers:
 
     Starting a thread per call cost more CPU than a `log` step's action, and every step's start waited for the new
     thread to run (docs/benchmarks.md, "Issue 25, the first-step p99 and CPU per alert"). An overrunning call
-    keeps its thread until it ends, as before. (`list.pop` and `append` are atomic: no lock.)"""
+    keeps its thread until it ends, as before. (`list.pop` and `append` are atomic: no lock.) Not
+    concurrent.futures.ThreadPoolExecutor: its threads are joined at interpreter exit, so one overrunning call
+    would hold up the exit of the executor or the agent, and its bound would queue calls behind overruns."""
 
     def __init__(self) -> None:
         self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
