@@ -30,33 +30,9 @@ def ladder_json(rung: int | None, reason: str | None) -> dict[str, Any] | None:
 
 
 def entry_json(entry: HistoryEntry) -> dict[str, Any]:
-    run = entry.run
-    return {
-        "id": entry.id,
-        "time": entry.time,
-        "alertname": entry.alertname,
-        "fingerprint": entry.fingerprint,
-        "alert_status": entry.alert_status,
-        "playbook": entry.playbook,
-        "target": entry.target,
-        "decision": entry.decision,
-        "reason": entry.reason,
-        "status": entry.status,
-        "run_id": entry.run_id,
-        "rung": None if run is None else run.rung,
-        "run": None
-        if run is None
-        else {
-            "id": run.id,
-            "phase": run.phase,
-            "mode": run.mode,
-            "status": run.status,
-            "started_at": run.started_at,
-            "finished_at": run.finished_at,
-            "error": run.error,
-            "rung": run.rung,
-        },
-    }
+    fields = entry._asdict()
+    run = fields.pop("run")
+    return {**fields, "rung": None if run is None else run.rung, "run": None if run is None else run._asdict()}
 
 
 def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[str, Any]:
@@ -65,41 +41,14 @@ def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[s
 
 
 def _step_json(step: StepDetail) -> dict[str, Any]:
-    return {
-        "index": step.index,
-        "name": step.name,
-        "action": step.action,
-        "where": step.where,
-        "params": step.params,
-        "status": step.status,
-        "plan": step.plan,
-        "result": step.result,
-        "error": step.error,
-        "attempts": [
-            {
-                "number": a.number,
-                "started_at": a.started_at,
-                "finished_at": a.finished_at,
-                "outcome": a.outcome,
-                "error": a.error,
-                "ran_on": a.worker,
-            }
-            for a in step.attempts
-        ],
-        "timeout": step.timeout,
-        "retries": step.retries,
-        "always": step.always,
-        "continue_on_error": step.continue_on_error,
-        "started_at": step.started_at,
-        "finished_at": step.finished_at,
-    }
+    return {**step._asdict(), "attempts": [a._asdict() for a in step.attempts]}
 
 
 def ran_on(run: RunDetail) -> list[str]:
     """The executors that ran the run's attempts, in the order they first started one: two after a
     replica died and another took the run over."""
     attempts = sorted((a for s in run.steps for a in s.attempts), key=lambda a: a.started_at)
-    return list(dict.fromkeys(a.worker for a in attempts if a.worker))
+    return list(dict.fromkeys(a.ran_on for a in attempts if a.ran_on))
 
 
 def run_json(run: RunDetail) -> dict[str, Any]:

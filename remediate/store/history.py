@@ -107,7 +107,7 @@ class AttemptDetail(NamedTuple):
     finished_at: float | None
     outcome: str | None
     error: str | None
-    worker: str | None = None
+    ran_on: str | None = None
     """The executor that ran it (`<replica>:<pid>`); None for attempts recorded before schema version 6."""
 
 
@@ -125,9 +125,9 @@ class StepDetail(NamedTuple):
     timeout: float
     retries: int
     always: bool
-    started_at: float | None
-    finished_at: float | None
     continue_on_error: bool = False
+    started_at: float | None = None
+    finished_at: float | None = None
 
 
 class RunDetail(NamedTuple):
@@ -273,9 +273,9 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
                 timeout=s.timeout,
                 retries=s.retries,
                 always=bool(s.always),
+                continue_on_error=bool(s.continue_on_error),
                 started_at=s.started_at,
                 finished_at=s.finished_at,
-                continue_on_error=bool(s.continue_on_error),
             )
             for s in step_rows
         ],
