@@ -10,10 +10,9 @@ The package holds one module per command group:
 - `_common`: exit codes, CliError, handle_errors, the shared option decorators, settings, store/client, tables;
 - `serve`, `agent`: the server and the node agent;
 - `playbooks`, `dryrun`, `actions`: playbooks list/validate, dry-run, the action reference;
-- `history`: history (and history prune), show, approve, pause, resume;
+- `history`: history (and history prune), show, approve, pause, resume; ladder and breaker status/reset;
 - `report`: the reliability figures of a window (incidents, remediations by rung, MTTR, held nodes);
-- `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan;
-- `ladder`: ladder status/reset (escalation ladders);
+- `gpu`, `disk`: gpu status, disk policies/plan;
 - `db`: db copy (a history from one database into an empty one).
 
 Importing this package imports the group, then every command module, which registers its commands on it.
@@ -25,13 +24,11 @@ from __future__ import annotations
 from remediate.cli import (
     actions,
     agent,
-    breaker,
     db,
     disk,
     dryrun,
     gpu,
     history,
-    ladder,
     playbooks,
     report,
     serve,
@@ -41,13 +38,11 @@ from remediate.cli._group import main
 __all__ = [
     "actions",
     "agent",
-    "breaker",
     "db",
     "disk",
     "dryrun",
     "gpu",
     "history",
-    "ladder",
     "main",
     "playbooks",
     "report",

@@ -1,5 +1,7 @@
 """The audit and control commands, against the database or a server (--server):
-`remediate history` (and `history prune`, the database only), `show`, `approve`, `pause` and `resume`."""
+`remediate history` (and `history prune`, the database only), `show`, `approve`, `pause` and `resume`;
+`ladder status`/`ladder reset` (escalation ladders, per target) and `breaker status`/`breaker reset`
+(the circuit breaker of cluster actions)."""
 
 from __future__ import annotations
 
@@ -249,3 +251,162 @@ def resume(by: str, **params: Any) -> None:
     else:
         _open_store(params).pause.set(False, by=by, reason="", now=time.time())
     click.echo("remediation resumed")
+
+
+# ------------------------------------------------------------------ escalation ladders
+
+
+@main.group()
+def ladder() -> None:
+    """Escalation ladders (playbooks with `escalate:`): which rung each target is on, and reset."""
+
+
+def _rung_names(params: dict[str, Any]) -> dict[str, list[str]]:
+    """The rung names of the configured ladder playbooks (for `of` and `name` when reading the database)."""
+    from remediate.actions import default_registry
+    from remediate.playbooks import load_directory
+
+    settings = _settings(params)
+    loaded, _ = load_directory(settings.playbooks, default_registry(settings))
+    return {p.name: [r.name for r in p.rungs] for p in loaded if p.is_ladder}
+
+
+def _local_json(states: list[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+    from remediate.history_api import ladder_state_json
+
+    names = _rung_names(params)
+    return [ladder_state_json(state, names.get(state.playbook)) for state in states]
+
+
+@ladder.command("status")
+@client_options
+@click.option("--target", "--node", "target", help="Only this target (node).")
+@click.option("--playbook", help="Only this playbook.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def ladder_status(target: str | None, playbook: str | None, as_json: bool, **params: Any) -> None:
+    """Show where each ladder stands: its rung (0 = reset by a person), why, and the rungs climbed since
+    its last reset (from the database, or a server with --server)."""
+    if params.get("server"):
+        filters = {k: v for k, v in (("target", target), ("playbook", playbook)) if v}
+        ladders = _client(params).ladders(filters)["ladders"]
+    else:
+        store = _open_store(params)
+        try:
+            ladders = _local_json(store.ladders.read(target=target, playbook=playbook), params)
+        finally:
+            store.close()
+    if print_json({"ladders": ladders}, as_json):
+        return
+    _print(ladders)
+
+
+@ladder.command("reset")
+@click.argument("target")
+@client_options
+@click.option("--playbook", help="Only this playbook's ladder (default: every ladder of TARGET).")
+@click.option("--reason", default="", help="Why (recorded).")
+@by_option("resets")
+@handle_errors
+def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **params: Any) -> None:
+    """Put TARGET's ladders back before rung 1: its next alert starts on the gentlest rung again."""
+    if params.get("server"):
+        ladders = _client(params).ladders_reset(target, playbook, reason, by)["ladders"]
+    else:
+        store = _open_store(params)
+        try:
+            states = store.ladders.reset(target, playbook=playbook, by=by, reason=reason, now=time.time())
+            ladders = _local_json(states, params)
+        finally:
+            store.close()
+        if not ladders:
+            raise CliError(f"no ladder{f' of playbook {playbook}' if playbook else ''} for target {target}")
+    click.echo(f"{len(ladders)} ladder(s) of {target} reset")
+    _print(ladders)
+
+
+def _print(ladders: list[dict[str, Any]]) -> None:
+    rows = []
+    for item in ladders:
+        of = f"/{item['of']}" if item.get("of") else ""
+        name = f" ({item['name']})" if item.get("name") else ""
+        climbed = " -> ".join(str(step["rung"]) for step in item["climb"]) or "-"
+        rows.append(
+            [
+                item["target"],
+                item["playbook"],
+                item["guard_key"],
+                f"{item['rung']}{of}{name}",
+                climbed,
+                _when(item["updated_at"]),
+                _short(item["reason"], 70),
+            ]
+        )
+    _table(rows, ["TARGET", "PLAYBOOK", "GUARD KEY", "RUNG", "CLIMB", "UPDATED", "WHY"])
+
+
+# ------------------------------------------------------------------ the circuit breaker
+
+
+@main.group()
+def breaker() -> None:
+    """The circuit breaker of cluster actions (cordon, taint, drain): status and reset."""
+
+
+def _breaker(params: dict[str, Any]) -> Any:
+    from remediate.breaker import CircuitBreaker, limits_from_settings
+
+    store = _open_store(params)
+    return CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits_from_settings(_settings(params)))
+
+
+@breaker.command("status")
+@client_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def breaker_status(as_json: bool, **params: Any) -> None:
+    """Show whether the breaker is open, why, and which nodes remediate holds."""
+    status = _client(params).breaker_status() if params.get("server") else _breaker(params).status()
+    if print_json(status, as_json):
+        return
+    _print_breaker(status)
+
+
+@breaker.command("reset")
+@client_options
+@click.option("--reason", default="", help="Why (recorded).")
+@by_option("resets")
+@handle_errors
+def breaker_reset(reason: str, by: str, **params: Any) -> None:
+    """Close the breaker after checking the nodes it names; older alerts are then recorded as stale.
+
+    A closed breaker is left as it is (nothing recorded, the stale horizon not moved); exit 0 either way."""
+    if params.get("server"):
+        status = _client(params).breaker_reset(by, reason)
+    else:
+        status = _breaker(params).reset(by=by, reason=reason)
+    if status.get("reset", True):
+        click.echo(f"circuit breaker reset by {by}" + (f": {reason}" if reason else ""))
+    else:
+        click.echo("breaker is closed; nothing to reset (the stale horizon did not move)")
+    _print_breaker(status)
+
+
+def _print_breaker(status: dict[str, Any]) -> None:
+    if status["open"]:
+        click.echo(
+            f"breaker: OPEN since {_when(status['tripped_at'])} (run {status['tripped_by_run']}, "
+            f"node {status['tripped_node']})"
+        )
+        click.echo(f"reason: {status['reason']}")
+        click.echo(f"refused since: {status['refused']}")
+    else:
+        click.echo("breaker: closed")
+    held, recent = status["held_nodes"], status["recent_nodes"]
+    click.echo(f"held by remediate now ({len(held)}): {', '.join(held) or '-'}")
+    window = status["limits"]["window_seconds"]
+    click.echo(f"changed within {window:g}s ({len(recent)}): {', '.join(recent) or '-'}")
+    click.echo(f"cap: {status['cap_rule']}")
+    if status.get("reset_at"):
+        why = f": {status['reset_reason']}" if status.get("reset_reason") else ""
+        click.echo(f"last reset: {_when(status['reset_at'])} by {status['reset_by']}{why}")
