@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from remediate.runs import LadderState
-from remediate.store.history import HistoryEntry, RunDetail, StepDetail
+from remediate.store.history import HistoryEntry, RunDetail, RunSummary, StepDetail
 
 _RUNG_REASON = re.compile(r"; rung (\d+) of (\d+) \(([^)]*)\): (.*)$", re.DOTALL)
 """The ladder's part of a decision's reason, as remediate.engine writes it: `; rung N of M (name): why`."""
+_ENTRY_KEYS = HistoryEntry._fields[:-1]
 
 
 def ladder_json(rung: int | None, reason: str | None) -> dict[str, Any] | None:
@@ -30,9 +31,11 @@ def ladder_json(rung: int | None, reason: str | None) -> dict[str, Any] | None:
 
 
 def entry_json(entry: HistoryEntry) -> dict[str, Any]:
-    fields = entry._asdict()
-    run = fields.pop("run")
-    return {**fields, "rung": None if run is None else run.rung, "run": None if run is None else run._asdict()}
+    run = entry.run
+    body = dict(zip(_ENTRY_KEYS, entry, strict=False))  # every field but the last, `run`
+    body["rung"] = None if run is None else run.rung
+    body["run"] = None if run is None else dict(zip(RunSummary._fields, run, strict=True))
+    return body
 
 
 def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[str, Any]:
