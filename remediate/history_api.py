@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from remediate.runs import LadderState
-from remediate.store.history import HistoryEntry, RunDetail, RunSummary, StepDetail
+from remediate.store.history import HistoryEntry, RunDetail, StepDetail
 
 _RUNG_REASON = re.compile(r"; rung (\d+) of (\d+) \(([^)]*)\): (.*)$", re.DOTALL)
 """The ladder's part of a decision's reason, as remediate.engine writes it: `; rung N of M (name): why`."""
-_ENTRY_KEYS = HistoryEntry._fields[:-1]
+_RUN_KEYS = RunDetail._fields[: RunDetail._fields.index("superseded_by") + 1]
+"""A run's JSON starts with its fields up to `superseded_by`, in their order."""
 
 
 def ladder_json(rung: int | None, reason: str | None) -> dict[str, Any] | None:
@@ -32,10 +33,32 @@ def ladder_json(rung: int | None, reason: str | None) -> dict[str, Any] | None:
 
 def entry_json(entry: HistoryEntry) -> dict[str, Any]:
     run = entry.run
-    body = dict(zip(_ENTRY_KEYS, entry, strict=False))  # every field but the last, `run`
-    body["rung"] = None if run is None else run.rung
-    body["run"] = None if run is None else dict(zip(RunSummary._fields, run, strict=True))
-    return body
+    return {
+        "id": entry.id,
+        "time": entry.time,
+        "alertname": entry.alertname,
+        "fingerprint": entry.fingerprint,
+        "alert_status": entry.alert_status,
+        "playbook": entry.playbook,
+        "target": entry.target,
+        "decision": entry.decision,
+        "reason": entry.reason,
+        "status": entry.status,
+        "run_id": entry.run_id,
+        "rung": None if run is None else run.rung,
+        "run": None
+        if run is None
+        else {
+            "id": run.id,
+            "phase": run.phase,
+            "mode": run.mode,
+            "status": run.status,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "error": run.error,
+            "rung": run.rung,
+        },
+    }
 
 
 def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[str, Any]:
@@ -58,23 +81,7 @@ def run_json(run: RunDetail) -> dict[str, Any]:
     """The body of GET /runs/<id> (and of an approval's answer)."""
     alert = run.alert
     return {
-        "id": run.id,
-        "playbook": run.playbook,
-        "alertname": run.alertname,
-        "target": run.target,
-        "phase": run.phase,
-        "mode": run.mode,
-        "status": run.status,
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "approved_by": run.approved_by,
-        "approved_at": run.approved_at,
-        "announced_at": run.announced_at,
-        "announce_error": run.announce_error,
-        "error": run.error,
-        "rerunnable": run.rerunnable,
-        "superseded_by": run.superseded_by,
+        **dict(zip(_RUN_KEYS, run, strict=False)),
         "ran_on": ran_on(run),
         "rung": run.rung,
         "ladder": ladder_json(run.rung, run.decision.reason if run.decision else None),
