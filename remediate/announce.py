@@ -36,9 +36,8 @@ from typing import Any, Protocol, runtime_checkable
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.errors import RetryableActionError, StoreUnavailable
 from remediate.executor.context import StepContexts
-from remediate.runs import StepRecord
+from remediate.runs import ClaimedRun, StepRecord
 from remediate.store import Store
-from remediate.store.announcements import AwaitingRun
 
 log = logging.getLogger("remediate.announce")
 
@@ -148,18 +147,17 @@ class Announcer:
             done += 1
         return done
 
-    def announce(self, run: AwaitingRun) -> None:
+    def announce(self, run: ClaimedRun) -> None:
         """Post the run's message to each of its chat steps' webhooks (once each), and record the outcome."""
+        steps = run.steps or ()
         errors = []
         sent = 0
         contexts = StepContexts(stopping=self._stopping)
-        for step in _distinct_webhooks(run.steps, self.actions):
+        for step in _distinct_webhooks(steps, self.actions):
             try:
                 action = self.registry.get(step.action)
                 params = action.validate(step.params)
-                self._post(
-                    action, params, contexts.context(run, step, time.monotonic() + step.timeout, steps=run.steps)
-                )
+                self._post(action, params, contexts.context(run, step, time.monotonic() + step.timeout, steps=steps))
                 sent += 1
             except Exception as exc:
                 errors.append(f"step {step.idx} {step.name} ({step.action}): {exc}")

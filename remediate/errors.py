@@ -27,6 +27,7 @@ The docstring of each class is its default message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -162,3 +163,17 @@ class StoreConflict(StoreUnavailable):
 
 class DatabaseCopyError(RemediateError):
     """The database copy cannot be done: nothing was written to the target."""
+
+
+def parsed_by(parse: Callable[[Any], object], *errors: type[Exception]) -> Callable[[Any], str | None]:
+    """A check that a value is one `parse` accepts: the message of its error (one of `errors`), or None
+    (a `Param.check` of an action's schema, a template's syntax check)."""
+
+    def check(value: Any) -> str | None:
+        try:
+            parse(value)
+        except errors as exc:
+            return str(exc)
+        return None
+
+    return check

@@ -16,6 +16,8 @@ from remediate.store.history import HistoryEntry, RunDetail, StepDetail
 
 _RUNG_REASON = re.compile(r"; rung (\d+) of (\d+) \(([^)]*)\): (.*)$", re.DOTALL)
 """The ladder's part of a decision's reason, as remediate.engine writes it: `; rung N of M (name): why`."""
+_RUN_KEYS = RunDetail._fields[: RunDetail._fields.index("superseded_by") + 1]
+"""A run's JSON starts with its fields up to `superseded_by`, in their order."""
 
 
 def ladder_json(rung: int | None, reason: str | None) -> dict[str, Any] | None:
@@ -65,64 +67,21 @@ def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[s
 
 
 def _step_json(step: StepDetail) -> dict[str, Any]:
-    return {
-        "index": step.index,
-        "name": step.name,
-        "action": step.action,
-        "where": step.where,
-        "params": step.params,
-        "status": step.status,
-        "plan": step.plan,
-        "result": step.result,
-        "error": step.error,
-        "attempts": [
-            {
-                "number": a.number,
-                "started_at": a.started_at,
-                "finished_at": a.finished_at,
-                "outcome": a.outcome,
-                "error": a.error,
-                "ran_on": a.worker,
-            }
-            for a in step.attempts
-        ],
-        "timeout": step.timeout,
-        "retries": step.retries,
-        "always": step.always,
-        "continue_on_error": step.continue_on_error,
-        "started_at": step.started_at,
-        "finished_at": step.finished_at,
-    }
+    return {**step._asdict(), "attempts": [a._asdict() for a in step.attempts]}
 
 
 def ran_on(run: RunDetail) -> list[str]:
     """The executors that ran the run's attempts, in the order they first started one: two after a
     replica died and another took the run over."""
     attempts = sorted((a for s in run.steps for a in s.attempts), key=lambda a: a.started_at)
-    return list(dict.fromkeys(a.worker for a in attempts if a.worker))
+    return list(dict.fromkeys(a.ran_on for a in attempts if a.ran_on))
 
 
 def run_json(run: RunDetail) -> dict[str, Any]:
     """The body of GET /runs/<id> (and of an approval's answer)."""
     alert = run.alert
     return {
-        "id": run.id,
-        "playbook": run.playbook,
-        "alertname": run.alertname,
-        "target": run.target,
-        "phase": run.phase,
-        "mode": run.mode,
-        "status": run.status,
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "approved_by": run.approved_by,
-        "approved_at": run.approved_at,
-        "announced_at": run.announced_at,
-        "announce_error": run.announce_error,
-        "error": run.error,
-        "rerunnable": run.rerunnable,
-        "superseded_by": run.superseded_by,
+        **dict(zip(_RUN_KEYS, run, strict=False)),
         "ran_on": ran_on(run),
         "rung": run.rung,
         "ladder": ladder_json(run.rung, run.decision.reason if run.decision else None),

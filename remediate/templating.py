@@ -28,7 +28,7 @@ from jinja2 import StrictUndefined, TemplateError, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
-from remediate.errors import ParamsError
+from remediate.errors import ParamsError, parsed_by
 
 MAX_RENDER_CHARS = 1_000_000
 """The most characters a template may output, or any string or list it builds on the way."""
@@ -297,13 +297,8 @@ def _compile(source: str) -> Any:
     return template
 
 
-def check_syntax(source: str) -> str | None:
-    """The syntax error of a template, or None when it compiles."""
-    try:
-        _compile(source)
-    except TemplateError as exc:
-        return str(exc)
-    return None
+check_syntax = parsed_by(_compile, TemplateError)
+"""The syntax error of a template, or None when it compiles."""
 
 
 def unescaped_outputs(source: str, safe_filters: frozenset[str]) -> list[str]:

@@ -16,7 +16,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.schema import Param, ParamSchema, parsed_by
+from remediate.actions.schema import Param, ParamSchema
 from remediate.disk import (
     Cleaner,
     CleanupPolicy,
@@ -30,7 +30,7 @@ from remediate.disk import (
 )
 from remediate.disk.fs import FreeSpace
 from remediate.disk.policy import NAME
-from remediate.errors import ActionError, ParamsError
+from remediate.errors import ActionError, ParamsError, parsed_by
 
 PolicyProvider = Callable[[], PolicySet]
 DEADLINE_MARGIN = 2.0

@@ -22,8 +22,8 @@ from typing import Any, ClassVar, Self
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.gpu_state import identify
 from remediate.actions.gpu_state import watts as _watts
-from remediate.actions.schema import Param, ParamSchema, between, parsed_by, positive
-from remediate.errors import ParamsError
+from remediate.actions.schema import Param, ParamSchema, between, positive
+from remediate.errors import ParamsError, parsed_by
 from remediate.gpu import GpuBackend, GpuError, GpuInfo, parse_gpu_ref, resolve
 from remediate.gpu.errors import GpuSelectionError
 

@@ -171,19 +171,6 @@ def duration_within(low_s: float, high_s: float) -> Callable[[str], str | None]:
     return check
 
 
-def parsed_by(parse: Callable[[Any], object], *errors: type[Exception]) -> Callable[[Any], str | None]:
-    """A `Param.check` that the value is one `parse` accepts: the message of its error (one of `errors`), or None."""
-
-    def check(value: Any) -> str | None:
-        try:
-            parse(value)
-        except errors as exc:
-            return str(exc)
-        return None
-
-    return check
-
-
 def positive(value: float) -> str | None:
     """A `Param.check`: the number must be greater than 0."""
     return None if value > 0 else "must be greater than 0"

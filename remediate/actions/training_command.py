@@ -32,19 +32,12 @@ from typing import Any, ClassVar
 
 from remediate.actions.schema import Param, ParamSchema
 from remediate.actions.training import COMMON_PARAMS, _TrainingAction
+from remediate.errors import parsed_by
 from remediate.training.commands import SchemaError, check_schema, coerce, describe, problems
 from remediate.training.protocol import BUILTIN_KINDS, Registration, check_kind
 
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MAX_VALUE_CHARS = 1024
-
-
-def _kind_check(value: str) -> str | None:
-    try:
-        check_kind(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
 
 
 def _params_check(value: dict[str, Any]) -> str | None:
@@ -72,7 +65,7 @@ class TrainingCommandAction(_TrainingAction):
                 str,
                 required=True,
                 static=True,
-                check=_kind_check,
+                check=parsed_by(check_kind, ValueError),
                 doc="the command's name, as the job declared it in job.json (e.g. reduce_batch_size)",
             ),
             "params": Param(

@@ -10,7 +10,6 @@ from remediate.actions.base import ActionMemory, InMemoryMemory, StepContext, st
 from remediate.alerts import alert_ref
 from remediate.breaker import CircuitBreaker
 from remediate.runs import ClaimedRun, StepRecord
-from remediate.store.announcements import AwaitingRun
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,7 @@ class StepContexts:
     """Set when the executor stops: a step waiting on a node (or anything long) gives up early."""
 
     def context(
-        self, run: ClaimedRun | AwaitingRun, step: StepRecord, deadline: float, *, steps: Sequence[StepRecord] = ()
+        self, run: ClaimedRun, step: StepRecord, deadline: float, *, steps: Sequence[StepRecord] = ()
     ) -> StepContext:
         """What an action sees of the run for `step`; `deadline` on the time.monotonic() clock; `steps`: the
         run's steps as the store has them now (what a notification reports)."""

@@ -11,34 +11,19 @@ with the outcome once it knows it (NULL: sent); an announcer that died in betwee
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.runs import RunStatus, StepRecord
+from remediate.runs import ClaimedRun, RunStatus
 from remediate.store.database import Transactions
 from remediate.store.queue import RunQueue
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, alert_context
 
 SENDING = "not confirmed: the announcer stopped while sending (it is not sent again)"
 """`announce_error` from the moment a run is taken until its outcome is recorded."""
-
-
-@dataclass(frozen=True)
-class AwaitingRun:
-    """A run awaiting approval, taken for its announcement: what the message says (and where it goes: its steps)."""
-
-    id: int
-    playbook: str
-    target: str
-    phase: str
-    mode: str
-    alert_context: Mapping[str, Any]
-    steps: tuple[StepRecord, ...]
-    rung: int | None = None
 
 
 _CHAT_STEP = sa.exists().where(
@@ -83,9 +68,9 @@ class Announcements:
     tx: Transactions
     queue: RunQueue
 
-    def take(self, now: float, actions: Sequence[str]) -> AwaitingRun | None:
+    def take(self, now: float, actions: Sequence[str]) -> ClaimedRun | None:
         """The oldest run awaiting approval, not taken yet, with a step of one of `actions`, marked taken at
-        `now`; None when there is none.
+        `now` (with its steps: what the message says, and where it goes); None when there is none.
 
         Looking is a read: the announcer looks whenever runs were queued, and an empty look must not take
         the write lock the ingest waits for. Only a run found is taken, in a short write."""
@@ -102,8 +87,8 @@ class Announcements:
                     continue  # approved, cancelled or taken by another announcer since the read: the next one
                 row = conn.execute(_TAKEN_RUN, {"p_run_id": taken}).one()
             steps = tuple(self.queue.steps_of(taken))
-            return AwaitingRun(
-                row.id, row.playbook, row.target, row.phase, row.mode, alert_context(row), steps, rung=row.rung
+            return ClaimedRun(
+                row.id, row.playbook, row.target, row.phase, row.mode, alert_context(row), rung=row.rung, steps=steps
             )
 
     def record(self, run_id: int, *, error: str | None) -> None:

@@ -102,16 +102,20 @@ class AlertDetail(NamedTuple):
 
 
 class AttemptDetail(NamedTuple):
+    """An attempt as GET /runs/<id> shows it: its fields are the API's keys, in their order."""
+
     number: int
     started_at: float
     finished_at: float | None
     outcome: str | None
     error: str | None
-    worker: str | None = None
+    ran_on: str | None = None
     """The executor that ran it (`<replica>:<pid>`); None for attempts recorded before schema version 6."""
 
 
 class StepDetail(NamedTuple):
+    """A step as GET /runs/<id> shows it: its fields are the API's keys, in their order (`attempts` as dicts)."""
+
     index: int
     name: str
     action: str
@@ -125,12 +129,15 @@ class StepDetail(NamedTuple):
     timeout: float
     retries: int
     always: bool
-    started_at: float | None
-    finished_at: float | None
     continue_on_error: bool = False
+    started_at: float | None = None
+    finished_at: float | None = None
 
 
 class RunDetail(NamedTuple):
+    """A run as GET /runs/<id> shows it: its fields up to `superseded_by` are the API's first keys, in their
+    order (history_api.run_json)."""
+
     id: int
     playbook: str
     alertname: str
@@ -143,18 +150,18 @@ class RunDetail(NamedTuple):
     finished_at: float | None
     approved_by: str | None
     approved_at: float | None
+    announced_at: float | None
+    """When the chat message that the run awaits approval was sent (remediate.announce); None: not announced."""
+    announce_error: str | None
+    """Why that message was not (or not surely) sent; None when it was, or when none was due."""
     error: str | None
     rerunnable: bool
     superseded_by: int | None
+    rung: int | None
+    """The escalation ladder's rung (1-based) the run ran; None for a playbook without a ladder."""
     decision: DecisionSummary | None
     alert: AlertDetail
     steps: list[StepDetail]
-    rung: int | None = None
-    """The escalation ladder's rung (1-based) the run ran; None for a playbook without a ladder."""
-    announced_at: float | None = None
-    """When the chat message that the run awaits approval was sent (remediate.announce); None: not announced."""
-    announce_error: str | None = None
-    """Why that message was not (or not surely) sent; None when it was, or when none was due."""
 
 
 # The columns a RunDetail (an AlertDetail) takes as they are stored.
@@ -273,9 +280,9 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
                 timeout=s.timeout,
                 retries=s.retries,
                 always=bool(s.always),
+                continue_on_error=bool(s.continue_on_error),
                 started_at=s.started_at,
                 finished_at=s.finished_at,
-                continue_on_error=bool(s.continue_on_error),
             )
             for s in step_rows
         ],
