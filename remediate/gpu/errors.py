@@ -180,13 +180,6 @@ _CODE_MAP: dict[int, tuple[type[GpuError], str | None]] = {
 }
 
 
-def error_class_for(code: int | None) -> type[GpuError]:
-    """The GpuError subclass for an NVML return code (plain GpuError for codes without a class of their own)."""
-    if code is None:
-        return GpuError
-    return _CODE_MAP.get(code, (GpuError, None))[0]
-
-
 def error_for_code(code: int | None, *, doing: str = "", text: str | None = None, detail: str = "") -> GpuError:
     """Build the GpuError NVML's `code` means.
 
