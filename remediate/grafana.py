@@ -20,15 +20,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from remediate import inert
 from remediate.config import Settings
 from remediate.errors import ConfigError
 from remediate.runs import FinishedRun, RunStatus
-
-if TYPE_CHECKING:
-    import requests
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +92,6 @@ class Annotator:
         tries: int = 3,
         retry_wait: float = 0.5,
         max_queued: int = 1000,
-        session: requests.Session | None = None,
     ) -> None:
         self.target = target
         self.run_link = run_link
@@ -105,7 +101,6 @@ class Annotator:
         self.tries = tries
         self.retry_wait = retry_wait
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(max_queued)
-        self._session = session
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()
@@ -148,9 +143,7 @@ class Annotator:
         problem = ""
         for attempt in range(1, self.tries + 1):
             try:
-                response = (self._session or requests).post(
-                    url, json=body, headers=headers, timeout=self.timeout, allow_redirects=False
-                )
+                response = requests.post(url, json=body, headers=headers, timeout=self.timeout, allow_redirects=False)
             except requests.RequestException as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
