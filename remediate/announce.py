@@ -140,13 +140,6 @@ class Announcer:
         self.announce(run)
         return True
 
-    def drain(self) -> int:
-        """Announce every run waiting to be, in this thread (tests); how many."""
-        done = 0
-        while self.run_once():
-            done += 1
-        return done
-
     def announce(self, run: ClaimedRun) -> None:
         """Post the run's message to each of its chat steps' webhooks (once each), and record the outcome."""
         steps = run.steps or ()

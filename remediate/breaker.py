@@ -409,24 +409,6 @@ def _iso(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-__all__ = [
-    "BreakerLedger",
-    "BreakerLimits",
-    "BreakerOpen",
-    "BreakerState",
-    "CircuitBreaker",
-    "Claim",
-    "ClaimRow",
-    "MemoryLedger",
-    "StaleAlert",
-    "is_stale",
-    "limits_from_settings",
-    "memory_breaker",
-    "open_reason",
-    "stale_reason",
-]
-
-
 def limits_from_settings(breaker: Any) -> BreakerLimits:
     """The breaker limits of its settings section (`remediate.config.BreakerSettings`)."""
     return BreakerLimits(

@@ -27,8 +27,6 @@ from remediate.errors import ConfigError
 from remediate.runs import FinishedRun, RunStatus
 
 if TYPE_CHECKING:
-    import requests
-
     from remediate.config import GrafanaSettings
 
 log = logging.getLogger(__name__)
@@ -96,7 +94,6 @@ class Annotator:
         tries: int = 3,
         retry_wait: float = 0.5,
         max_queued: int = 1000,
-        session: requests.Session | None = None,
     ) -> None:
         self.target = target
         self.run_link = run_link
@@ -106,7 +103,6 @@ class Annotator:
         self.tries = tries
         self.retry_wait = retry_wait
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(max_queued)
-        self._session = session
         self._thread: threading.Thread | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()
@@ -149,9 +145,7 @@ class Annotator:
         problem = ""
         for attempt in range(1, self.tries + 1):
             try:
-                response = (self._session or requests).post(
-                    url, json=body, headers=headers, timeout=self.timeout, allow_redirects=False
-                )
+                response = requests.post(url, json=body, headers=headers, timeout=self.timeout, allow_redirects=False)
             except requests.RequestException as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:

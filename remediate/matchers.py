@@ -2,7 +2,7 @@
 
 Playbooks (``match.labels``) are written with AlertManager's own matcher syntax so that a
 selector can be copied between an AlertManager route, ``amtool`` and a playbook; the playbook
-loader parses them with ``parse_matchers`` and the engine tests alerts with ``matches_all``.
+loader parses each with ``parse_matcher`` and the engine tests alerts with ``matches_all``.
 Pure logic, no I/O.
 
 Semantics follow AlertManager's classic parser (prometheus/alertmanager pkg/labels, parse.go
@@ -114,14 +114,6 @@ def parse_matcher(text: str) -> Matcher:
         return _parse(text)
     except MatcherSyntaxError as exc:
         raise MatcherSyntaxError(f"matcher {_show(text)}: {exc}") from None
-
-
-def parse_matchers(texts: Iterable[str]) -> tuple[Matcher, ...]:
-    """Parse a list of matchers, one per string (all of them must match)."""
-    if isinstance(texts, str):
-        # A lone string is iterable too, and would be parsed one character at a time.
-        raise TypeError("parse_matchers takes a list of matcher strings, not a single string")
-    return tuple(parse_matcher(text) for text in texts)
 
 
 def matches_all(matchers: Iterable[Matcher], labels: Mapping[str, str]) -> bool:

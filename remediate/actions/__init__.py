@@ -14,16 +14,7 @@ import pkgutil
 from functools import cache
 from typing import TYPE_CHECKING
 
-from remediate.actions.base import (
-    Action,
-    ActionDeps,
-    ActionMemory,
-    ActionRegistry,
-    InMemoryMemory,
-    StepContext,
-    StepView,
-    Where,
-)
+from remediate.actions.base import Action, ActionDeps, ActionRegistry, StepContext
 
 if TYPE_CHECKING:
     from remediate.config import Settings
@@ -32,13 +23,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Action",
-    "ActionDeps",
-    "ActionMemory",
     "ActionRegistry",
-    "InMemoryMemory",
     "StepContext",
-    "StepView",
-    "Where",
     "action_classes",
     "default_registry",
 ]

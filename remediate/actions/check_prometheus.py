@@ -169,12 +169,10 @@ class PrometheusCheckAction(Action):
         *,
         token_file: Path | None = None,
         session: requests.Session | None = None,
-        clock: Any = time.time,
     ) -> None:
         self.url = url
         self.token_file = token_file
         self.session = session
-        self._clock = clock
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
@@ -257,7 +255,7 @@ class PrometheusCheckAction(Action):
 
     def evaluate(self, query: str, for_s: float, poll_s: float, *, timeout: float) -> Evaluation:
         """Ask Prometheus about [now - for_s, now]: one instant query when for_s is 0, else one query_range."""
-        now = self._clock()
+        now = time.time()
         if for_s <= 0:
             data = self._get("/api/v1/query", {"query": query, "time": f"{now:.3f}"}, timeout)
             current = _instant_samples(data)

@@ -12,14 +12,13 @@ See docs/disk-cleanup.md.
 
 from __future__ import annotations
 
-from remediate.disk.cleanup import Cleaner, CleanupBusy, CleanupError, Target, effective_caps
+from remediate.disk.cleanup import Cleaner, CleanupError, Target
 from remediate.disk.fs import DiskSpace, FsHooks, statvfs_space
-from remediate.disk.policy import CleanupPolicy, PolicyError, PolicySet, TruncateLogs, load_policies, parse_size
+from remediate.disk.policy import CleanupPolicy, PolicyError, PolicySet, load_policies, parse_size
 from remediate.disk.source import NoPoliciesConfigured, PolicySource
 
 __all__ = [
     "Cleaner",
-    "CleanupBusy",
     "CleanupError",
     "CleanupPolicy",
     "DiskSpace",
@@ -29,8 +28,6 @@ __all__ = [
     "PolicySet",
     "PolicySource",
     "Target",
-    "TruncateLogs",
-    "effective_caps",
     "load_policies",
     "parse_size",
     "statvfs_space",

@@ -61,10 +61,6 @@ class FileInfo:
         return f"{self.root}/{self.rel_path}"
 
     @property
-    def mtime(self) -> float:
-        return self.mtime_ns / 1e9
-
-    @property
     def frees(self) -> int:
         """Space deleting it gives back: nothing while another hard link keeps the data."""
         return self.allocated if self.nlink == 1 else 0
@@ -180,7 +176,6 @@ class BudgetResult:
     removed: int
     freed: int
     free_before: int
-    measured_free: int | None = None
 
     @property
     def predicted_free(self) -> int:
@@ -205,16 +200,11 @@ def run_budget(
     done: list[Done] = []
     skipped: list[Done] = []
     files = removed = freed = 0
-    measured: int | None = None
 
     def target_met() -> bool:
-        nonlocal measured
         if free_before + freed >= limits.target_free:
             return True
-        if measure is not None:
-            measured = measure()
-            return measured >= limits.target_free
-        return False
+        return measure is not None and measure() >= limits.target_free
 
     stopped_by = NO_CANDIDATES_LEFT
     for item in items:
@@ -241,4 +231,4 @@ def run_budget(
     else:
         if target_met():
             stopped_by = TARGET_MET if done else TARGET_ALREADY_MET
-    return BudgetResult(done, skipped, stopped_by, files, removed, freed, free_before, measured)
+    return BudgetResult(done, skipped, stopped_by, files, removed, freed, free_before)

@@ -6,14 +6,7 @@ from here. Nothing here imports pynvml until an NVML backend is first used.
 
 from __future__ import annotations
 
-from remediate.gpu.backend import (
-    BACKEND_KINDS,
-    SIMULATOR_FILE_SETTING,
-    GpuBackend,
-    capability,
-    open_backend,
-    supports,
-)
+from remediate.gpu.backend import GpuBackend, capability, open_backend, supports
 from remediate.gpu.errors import (
     BackendNotSupported,
     GpuError,
@@ -26,18 +19,14 @@ from remediate.gpu.errors import (
     GpuSelectionError,
     NvmlUnavailable,
     RetryableGpuError,
-    from_nvml_error,
 )
 from remediate.gpu.model import ClockState, GpuInfo, GpuProcess, MemoryHealth, ResetState
 from remediate.gpu.nvml import NvmlBackend
 from remediate.gpu.pci import normalize_pci_bus_id
-from remediate.gpu.selection import ACCEPTED_FORMS, GpuRef, parse_gpu_ref, resolve, select
+from remediate.gpu.selection import GpuRef, parse_gpu_ref, resolve, select
 from remediate.gpu.simulator import SimulatedBackend
 
 __all__ = [
-    "ACCEPTED_FORMS",
-    "BACKEND_KINDS",
-    "SIMULATOR_FILE_SETTING",
     "BackendNotSupported",
     "ClockState",
     "GpuBackend",
@@ -59,7 +48,6 @@ __all__ = [
     "RetryableGpuError",
     "SimulatedBackend",
     "capability",
-    "from_nvml_error",
     "normalize_pci_bus_id",
     "open_backend",
     "parse_gpu_ref",

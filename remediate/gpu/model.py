@@ -138,10 +138,6 @@ class MemoryHealth:
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
 
-    @property
-    def reset_would_apply_something(self) -> bool:
-        return bool(self.retired_pages_pending) or bool(self.remapped_rows_pending)
-
     def to_dict(self) -> dict[str, Any]:
         def shown(value: int | bool | None) -> int | bool | str:
             return "not supported" if value is None else value

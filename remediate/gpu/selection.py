@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from remediate.gpu.backend import GpuBackend
     from remediate.gpu.model import GpuInfo
 
-__all__ = ["ACCEPTED_FORMS", "GpuRef", "normalize_pci_bus_id", "parse_gpu_ref", "resolve", "select"]
-
 GpuRefKind = Literal["index", "uuid", "pci", "mig", "all"]
 
 ACCEPTED_FORMS = (

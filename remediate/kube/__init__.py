@@ -6,7 +6,6 @@ API call does (see `remediate.kube.client`).
 
 from remediate.kube.client import EVENT_NAMESPACE, EventSpec, KubeClient
 from remediate.kube.errors import (
-    ApiStatus,
     KubeConfigError,
     KubeConflict,
     KubeError,
@@ -48,7 +47,6 @@ __all__ = [
     "EVENT_NAMESPACE",
     "TAINTS",
     "TAINT_EFFECTS",
-    "ApiStatus",
     "DrainOptions",
     "EventSpec",
     "KubeClient",

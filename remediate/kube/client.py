@@ -151,14 +151,11 @@ class KubeClient:
             ],
         )
 
-    def patch_node(self, name: str, patch: dict[str, Any] | list[dict[str, Any]], *, merge: bool = False) -> NodeInfo:
-        """A strategic-merge patch (dict), a JSON merge patch (dict, merge=True) or a JSON patch (list)."""
-        content_type = "application/merge-patch+json" if merge else None
+    def patch_node(self, name: str, patch: dict[str, Any] | list[dict[str, Any]]) -> NodeInfo:
+        """A strategic-merge patch (dict) or a JSON patch (list)."""
         return self._call(
             f"PATCH nodes/{name}",
-            lambda core, _p, _e: _node(
-                core.patch_node(name, patch, _content_type=content_type, _request_timeout=self._timeout)
-            ),
+            lambda core, _p, _e: _node(core.patch_node(name, patch, _request_timeout=self._timeout)),
         )
 
     # ------------------------------------------------------------------ pods and budgets

@@ -38,7 +38,7 @@ def create_blueprint(services: Services) -> Blueprint:
         # Ready means a notification can be stored now: the file is still ours and a write commits
         # (not only a read: a read-only, full or deleted database still answers reads).
         try:
-            store.probe_write()
+            store.database.probe_write()
         except StoreUnavailable as exc:
             return error(503, "store_unavailable", str(exc))
         except sa.exc.SQLAlchemyError as exc:

@@ -63,7 +63,7 @@ def create_blueprint(services: Services) -> Blueprint:
             result = engine.ingest_body(body, received_at=time.time())
             # The commit went to the file this process has open; if the path names another file now
             # (deleted, replaced), nobody will ever read it: AlertManager must send it again.
-            store.check_file()
+            store.database.check_file()
         except PayloadError as exc:
             metrics.rejected.labels("400").inc()
             return error(400, "invalid_payload", exc.detail, field=exc.field)

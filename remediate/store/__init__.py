@@ -9,7 +9,6 @@ details, approve, pause), the agent (its action memory). One concept per module,
 
 from __future__ import annotations
 
-from remediate.agent_state import MemoryStore  # the agent's state file, without SQLAlchemy: kept importable here
 from remediate.store.checkpoints import WalCheckpointer
 from remediate.store.database import Database, dialect_for
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect, PoolLimits
@@ -26,10 +25,9 @@ from remediate.store.history import (
     decode_cursor,
     encode_cursor,
 )
-from remediate.store.ingest import EmptyGuardReader, GuardReader, IngestWriter
+from remediate.store.ingest import EmptyGuardReader, IngestWriter
 from remediate.store.interface import GuardReads
 from remediate.store.leases import EXECUTOR_STOPPED
-from remediate.store.memory import StoreMemory
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
 from remediate.store.queue import worker_identity
@@ -47,13 +45,11 @@ __all__ = [
     "DecisionSummary",
     "Dialect",
     "EmptyGuardReader",
-    "GuardReader",
     "GuardReads",
     "HistoryEntry",
     "HistoryQuery",
     "IngestWriter",
     "LoginThrottle",
-    "MemoryStore",
     "PauseState",
     "PoolLimits",
     "PostgresDialect",
@@ -65,7 +61,6 @@ __all__ = [
     "SqliteDialect",
     "StepDetail",
     "Store",
-    "StoreMemory",
     "WalCheckpointer",
     "decode_cursor",
     "dialect_for",

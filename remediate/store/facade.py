@@ -69,16 +69,5 @@ class Store:
         """See Database.checkpoint."""
         return self.database.checkpoint()
 
-    def ping(self) -> None:
-        self.database.ping()
-
-    def probe_write(self) -> None:
-        """Do what a webhook needs; see Database.probe_write."""
-        self.database.probe_write()
-
-    def check_file(self) -> None:
-        """StoreFileReplaced if the database's file is no longer the one this process has open."""
-        self.database.check_file()
-
     def close(self) -> None:
         self.database.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -98,25 +97,6 @@ class Leases:
                 write_runs(conn, kept, now)
             _requeue(conn, still, now, why)
         return still
-
-    def recover_stale(self, *, now: float, stale_after: float, is_dead: Any) -> list[int]:
-        """Requeue runs whose executor died; their in-flight steps become `interrupted`.
-
-        `is_dead(claimed_by) -> bool` says whether an owner is known dead (same host, pid gone),
-        otherwise a heartbeat older than `stale_after` decides. The executor then decides,
-        per action, whether an interrupted step may run again.
-        """
-        with self.tx.write() as conn:
-            rows = conn.execute(
-                sa.select(t.runs.c.id, t.runs.c.claimed_by, t.runs.c.heartbeat_at).where(
-                    t.runs.c.status == RunStatus.RUNNING
-                )
-            ).all()
-            stale = [r.id for r in rows if is_dead(r.claimed_by or "") or (r.heartbeat_at or 0) < now - stale_after]
-            if not stale:
-                return []
-            _requeue(conn, stale, now)
-        return stale
 
 
 def _requeue(conn: sa.Connection, stale: list[int], now: float, why: str = EXECUTOR_STOPPED) -> None:

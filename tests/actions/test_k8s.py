@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ from remediate.breaker import BreakerLimits, BreakerOpen, memory_breaker
 from remediate.errors import ActionError, ParamsError
 from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient, KubeTooManyRequests
 from tests.support.fake_apiserver import FakeKubeAPI
-from tests.support.kube import FAST, context, kube_actions_on, run
+from tests.support.kube import context, kube_actions_on, run
 
 Ctx = Callable[..., StepContext]
 MICROTIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|\+00:00)$")
@@ -865,10 +864,9 @@ def test_a_node_that_changes_before_every_write_fails_the_step_retryable_and_the
     kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx, name: str
 ) -> None:
 
-    from remediate.actions.k8s import kube_actions
     from remediate.errors import RetryableActionError
 
-    actions = {a.name: a for a in kube_actions(lambda: kube_client, replace(FAST, conflict_attempts=3))}
+    actions = kube_actions_on(kube_client, conflict_attempts=3)
     kube_api.add_node("gpu-1", taints=[{"key": "team.example/maintenance", "effect": "NoSchedule"}])
     setup, params = NODE_WRITES[name]
     if setup:

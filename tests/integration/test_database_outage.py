@@ -56,7 +56,8 @@ def test_the_store_is_unreachable_while_the_server_is_down_and_works_again_after
     try:
         store.pause.set(True, by="alice", reason="before", now=T0)  # connections pooled before the outage
         with own_postgres.down(mode=mode):
-            for attempt in (store.ping, store.probe_write, lambda: store.history.page(HistoryQuery())):
+            db = store.database
+            for attempt in (db.ping, db.probe_write, lambda: store.history.page(HistoryQuery())):
                 with pytest.raises(StoreUnreachable) as caught:
                     attempt()
                 message = str(caught.value)
@@ -66,7 +67,7 @@ def test_the_store_is_unreachable_while_the_server_is_down_and_works_again_after
             with pytest.raises(StoreUnreachable):
                 store.pause.set(False, by="bob", reason="during", now=T0 + 1)
         # The same Store, no reopening: the pool's dead connections are replaced on checkout.
-        store.ping()
+        store.database.ping()
         assert store.pause.state().by == "alice"
         store.pause.set(False, by="bob", reason="after", now=T0 + 2)
         assert store.pause.state().by == "bob"

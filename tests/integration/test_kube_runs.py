@@ -28,7 +28,6 @@ from click.testing import CliRunner
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
-from remediate.actions.k8s import kube_actions
 from remediate.actions.log import LogAction
 from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.cli import main
@@ -43,7 +42,7 @@ from remediate.server import build_services, create_app
 from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
-from tests.support.kube import FAST
+from tests.support.kube import kube_actions_on
 from tests.support.store_json import history_json_of, run_json_of
 from tests.support.waiting import wait_until
 
@@ -134,7 +133,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
         if fast:  # the k8s.* actions with short waits between API retries (fault tests)
             client = KubeClient(kubeconfig=kubeconfig, request_timeout=request_timeout)
             clients.append(client)
-            registry = ActionRegistry([LogAction(), *kube_actions(lambda: client, FAST)])
+            registry = ActionRegistry([LogAction(), *kube_actions_on(client).values()])
         else:  # exactly what the server builds
             registry = default_registry(settings)
             clients.append(registry.get("k8s.cordon").client)  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import StepContext
-from remediate.actions.k8s import KubeOptions, kube_actions
+from remediate.actions.k8s import CordonAction, DrainAction, KubeOptions, TaintAction, UncordonAction, UntaintAction
 from remediate.alerts import alert_ref
 from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
 from remediate.kube import KubeClient
@@ -49,7 +49,8 @@ def breaker() -> CircuitBreaker:
 
 def kube_actions_on(client: KubeClient, **options: Any) -> dict[str, Any]:
     """One of each k8s.* action on `client`, with fast retries (`options` replace those of FAST)."""
-    return {action.name: action for action in kube_actions(lambda: client, replace(FAST, **options))}
+    kinds = (CordonAction, UncordonAction, TaintAction, UntaintAction, DrainAction)
+    return {kind.name: kind(lambda: client, replace(FAST, **options)) for kind in kinds}
 
 
 @pytest.fixture

@@ -101,6 +101,11 @@ def announcer(store: Store, chat_registry: ActionRegistry, outcomes: Outcomes) -
     )
 
 
+def drain(announcer: Announcer) -> int:
+    """Announce every run waiting to be, in this thread; how many."""
+    return sum(1 for _ in iter(announcer.run_once, False))
+
+
 def waiting(engine: Engine, *hosts: str) -> list[int]:
     result: IngestResult = ingest_alerts(
         engine, *(alert_payload("GpuXidError", labels={"Hostname": h}) for h in hosts), at=T0
@@ -117,8 +122,8 @@ def test_each_waiting_run_is_announced_once_to_each_distinct_webhook(
 ) -> None:
     (run_id,) = waiting(engine, "node-a")
 
-    assert announcer.drain() == 1
-    assert announcer.drain() == 0  # taken once: never again
+    assert drain(announcer) == 1
+    assert drain(announcer) == 0  # taken once: never again
 
     assert [url for url, _ in fake.announced] == ["http://chat/a", "http://chat/b"]
     ctx = fake.announced[0][1]
@@ -146,7 +151,7 @@ def test_a_run_approved_or_cancelled_before_its_announcement_is_not_announced(
     store.queue.approve(approved, by="bob", now=T0 + 1)
     ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-b"}, status="resolved"), at=T0 + 2)
 
-    assert announcer.drain() == 1
+    assert drain(announcer) == 1
 
     assert {ctx.run_id for _, ctx in fake.announced} == {announced}
     assert [(r.id, r.status, r.announced_at) for r in rows(store, "runs")] == [
@@ -174,8 +179,8 @@ def test_a_failure_is_recorded_counted_and_not_sent_again(
     waiting(engine, "node-a")
     fake.script = [error]  # webhook a fails; b is sent
 
-    assert announcer.drain() == 1
-    assert announcer.drain() == 0
+    assert drain(announcer) == 1
+    assert drain(announcer) == 0
 
     assert [url for url, _ in fake.announced] == ["http://chat/a", "http://chat/b"]  # a: one try only
     assert outcomes == [FAILED]
@@ -196,7 +201,7 @@ def test_a_post_that_sent_nothing_is_tried_again_up_to_tries(
     # Run 1: a refused twice, then sent; b sent. Run 2: a refused three times (given up); b sent.
     fake.script = [refused, refused, None, None, refused, refused, refused, None]
 
-    assert announcer.drain() == 2
+    assert drain(announcer) == 2
 
     assert [(ctx.run_id, url) for url, ctx in fake.announced] == [
         (first, "http://chat/a"), (first, "http://chat/a"), (first, "http://chat/a"), (first, "http://chat/b"),

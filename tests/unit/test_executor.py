@@ -779,7 +779,7 @@ def crash_during_first_step(store: Store, run_id: int) -> None:
     assert claimed.id == run_id
     (first, *_) = store.queue.steps_of(run_id)
     start_attempt(store, claimed.lease, first.id, 1, T0 + 1, plan={"would": "something"})
-    assert store.leases.recover_stale(now=T0 + 2, stale_after=60, is_dead=lambda owner: True) == [run_id]
+    assert store.leases.requeue_claims(store.leases.running_claims(), now=T0 + 2) == [run_id]
 
 
 @EVERY_DATABASE
@@ -849,7 +849,7 @@ def test_steps_finished_before_a_crash_are_not_run_again(
         RunWrite(claimed.lease, ends=(StepEnd(done.id, StepStatus.SUCCEEDED, {"already": True}),)), T0 + 1
     )
     start_attempt(store, claimed.lease, running.id, 1, T0 + 2)
-    store.leases.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: True)
+    store.leases.requeue_claims(store.leases.running_claims(), now=T0 + 3)
 
     executor.drain()
 

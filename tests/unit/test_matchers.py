@@ -14,7 +14,6 @@ from remediate.matchers import (
     MatchType,
     matches_all,
     parse_matcher,
-    parse_matchers,
 )
 
 LABELS = {"alertname": "GpuXidError", "severity": "critical", "gpu": "3", "empty": ""}
@@ -256,7 +255,7 @@ def test_a_missing_label_matches_as_the_empty_string(text: str, expected: bool) 
 
 
 def test_matches_all_needs_every_matcher_to_match() -> None:
-    matchers = parse_matchers(['alertname="GpuXidError"', 'severity=~"critical|warning"', "gpu!=7"])
+    matchers = [parse_matcher(text) for text in ('alertname="GpuXidError"', 'severity=~"critical|warning"', "gpu!=7")]
 
     assert matches_all(matchers, LABELS)
     assert not matches_all((*matchers, parse_matcher("gpu=7")), LABELS)
@@ -265,22 +264,6 @@ def test_matches_all_needs_every_matcher_to_match() -> None:
 def test_no_matchers_match_everything() -> None:
     assert matches_all((), LABELS)
     assert matches_all([], {})
-
-
-def test_parse_matchers_returns_a_tuple_in_order() -> None:
-    matchers = parse_matchers(iter(["a=1", 'b!~"2"']))
-
-    assert matchers == (Matcher("a", MatchType.EQUAL, "1"), Matcher("b", MatchType.NOT_REGEX, "2"))
-
-
-def test_parse_matchers_refuses_a_single_string() -> None:
-    with pytest.raises(TypeError, match="list"):
-        parse_matchers('severity="critical"')
-
-
-def test_parse_matchers_reports_the_bad_entry() -> None:
-    with pytest.raises(MatcherSyntaxError, match="bad-name"):
-        parse_matchers(["a=1", 'bad-name="x"'])
 
 
 # --- canonical form and value semantics ------------------------------------------------------

@@ -35,8 +35,7 @@ read → decide → conditional patch → retry-on-409 → event loop), one modu
 
 from __future__ import annotations
 
-from remediate.actions.base import Action
-from remediate.actions.k8s.common import ClientProvider, KubeAction, KubeOptions
+from remediate.actions.k8s.common import KubeAction, KubeOptions
 from remediate.actions.k8s.cordon import CordonAction, UncordonAction
 from remediate.actions.k8s.drain import DrainAction
 from remediate.actions.k8s.taint import TaintAction, UntaintAction
@@ -49,9 +48,4 @@ __all__ = [
     "TaintAction",
     "UncordonAction",
     "UntaintAction",
-    "kube_actions",
 ]
-
-
-def kube_actions(client: ClientProvider, options: KubeOptions | None = None) -> list[Action]:
-    return [cls(client, options) for cls in (CordonAction, UncordonAction, TaintAction, UntaintAction, DrainAction)]

@@ -33,11 +33,6 @@ def one(store: Store, table: sa.Table, *where: Any) -> Any:
         return conn.execute(sa.select(table).where(*where)).one()
 
 
-def all_rows(store: Store, table: sa.Table, *where: Any) -> list[Any]:
-    with store.read() as conn:
-        return conn.execute(sa.select(table).where(*where).order_by(table.c.id)).all()
-
-
 def queue_runs(engine: Engine, ingest: Ingest, make_alert: MakeAlert, count: int, at: float = T0) -> list[int]:
     alerts = [make_alert("GpuXidError", labels={"Hostname": f"node-{i}"}) for i in range(count)]
     result = ingest(engine, *alerts, at=at)

@@ -372,7 +372,7 @@ def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
 
 
 @EVERY_DATABASE
-def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_attempts(
+def test_a_requeue_interrupts_the_steps_and_attempts_of_the_claims_given_and_leaves_the_others_running(
     store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
 ) -> None:
     engine = make_engine(playbook())
@@ -384,7 +384,8 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
         start_attempt(store, claimed.lease, step.id, 1, at)  # its lease check moves the heartbeat on
     store.leases.heartbeat([dead, silent, alive], "alive:1", T0 + 110)  # only alive:1's own run
 
-    recovered = store.leases.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: owner == "dead:1")
+    stale = [claim for claim in store.leases.running_claims() if claim.claimed_by != "alive:1"]
+    recovered = store.leases.requeue_claims(stale, now=T0 + 120)
 
     assert recovered == [dead, silent]
     assert [(r.status, r.claimed_by, r.heartbeat_at) for r in rows(store, "runs")] == [
@@ -400,7 +401,6 @@ def test_recovery_requeues_dead_or_silent_runs_and_interrupts_their_steps_and_at
     ]  # fmt: skip
     assert [d.status for d in rows(store, "decisions")] == ["queued", "queued", "running"]
     assert store.leases.running_claims() == [RunningClaim(alive, "alive:1", 1, T0 + 110)]
-    assert store.leases.recover_stale(now=T0 + 120, stale_after=60, is_dead=lambda owner: False) == []
 
 
 @EVERY_DATABASE

@@ -64,7 +64,7 @@ def test_a_database_url_that_cannot_work_is_a_config_error(tmp_path: Any) -> Non
 
 @EVERY_DATABASE
 def test_ping_reaches_the_database(store: Store) -> None:
-    store.ping()
+    store.database.ping()
 
 
 # PostgreSQL only: SQLite has no connection pool to bound (a connection is a file opened per thread).

@@ -6,10 +6,9 @@ import threading
 
 from remediate import schema as t
 from remediate.engine import Engine
-from remediate.runs import RunWrite, StepEnd, StepStatus
 from remediate.store import Store
-from tests.support.stores import EVERY_DATABASE, start_attempt
-from tests.unit.store.support import T0, Ingest, MakeAlert, all_rows, one, queue_runs
+from tests.support.stores import EVERY_DATABASE
+from tests.unit.store.support import T0, Ingest, MakeAlert, one, queue_runs
 
 pytestmark = EVERY_DATABASE
 
@@ -100,29 +99,3 @@ def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(
     assert first is not None
     assert first.phase == "firing"
     assert store.queue.claim("w", T0 + 3) is None
-
-
-def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 2)
-    claimed = store.queue.claim("deadhost:123", T0)
-    assert claimed is not None
-    first, second = store.queue.steps_of(claimed.id)
-    store.queue.record(RunWrite(claimed.lease, ends=(StepEnd(first.id, StepStatus.SUCCEEDED, {}),)), T0 + 1)
-    start_attempt(store, claimed.lease, second.id, 1, T0 + 2)
-
-    recovered = store.leases.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
-
-    assert recovered == [claimed.id]
-    run = one(store, t.runs, t.runs.c.id == claimed.id)
-    assert (run.status, run.claimed_by) == ("queued", None)
-    assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "queued"
-    steps = store.queue.steps_of(claimed.id)
-    assert [s.status for s in steps] == ["succeeded", "interrupted"]
-    assert one(store, t.steps, t.steps.c.id == second.id).error == "the executor stopped while this step was running"
-    (attempt,) = all_rows(store, t.attempts, t.attempts.c.step_id == second.id)
-    assert (attempt.outcome, attempt.finished_at) == ("interrupted", T0 + 3)
-    again = store.queue.claim("new:1", T0 + 4)
-    assert again is not None
-    assert again.id == claimed.id

@@ -64,8 +64,8 @@ def test_a_write_lock_held_by_another_process_raises_store_busy_within_the_bound
             pass
         assert 0.4 < time.monotonic() - started < 2.0
         with pytest.raises(StoreBusy):
-            store.probe_write()
-    store.probe_write()  # free again: writes go through
+            store.database.probe_write()
+    store.database.probe_write()  # free again: writes go through
     store.close()
 
 
@@ -77,7 +77,7 @@ def test_sqlites_own_lock_held_elsewhere_is_store_busy_too(tmp_path: Path) -> No
     try:
         started = time.monotonic()
         with pytest.raises(StoreBusy):
-            store.probe_write()
+            store.database.probe_write()
         assert time.monotonic() - started < 2.0
     finally:
         other.execute("ROLLBACK")
@@ -95,7 +95,7 @@ def test_a_writer_waiting_for_the_lock_writes_once_it_is_free(tmp_path: Path) ->
 
     def write() -> None:
         try:
-            store.probe_write()
+            store.database.probe_write()
             written.append(None)
         except BaseException as exc:  # the test reports it
             written.append(exc)
@@ -125,7 +125,7 @@ def test_every_waiting_writer_gets_503_within_one_bound(tmp_path: Path) -> None:
     def write(store: Store) -> None:
         started = time.monotonic()
         try:
-            store.probe_write()
+            store.database.probe_write()
             outcome: BaseException | None = None
         except BaseException as exc:  # the test reports it
             outcome = exc
@@ -160,15 +160,15 @@ def test_opening_a_locked_database_whose_schema_is_current_does_not_wait(tmp_pat
 def test_a_deleted_or_replaced_database_file_is_noticed(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
     store = Store.open(f"sqlite:///{db}")
-    store.check_file()
+    store.database.check_file()
     db.unlink()
     with pytest.raises(StoreFileReplaced, match="deleted"):
-        store.check_file()
+        store.database.check_file()
     with pytest.raises(StoreFileReplaced), store.write():
         pass
     db.write_bytes(b"")
     with pytest.raises(StoreFileReplaced, match="replaced"):
-        store.probe_write()
+        store.database.probe_write()
     store.close()
 
 
@@ -177,7 +177,7 @@ def test_database_files_are_created_private(tmp_path: Path) -> None:
     try:
         db = tmp_path / "r.db"
         store = Store.open(f"sqlite:///{db}")
-        store.probe_write()
+        store.database.probe_write()
         for name in ("r.db", "r.db-wal", "r.db-shm"):
             assert _mode(tmp_path / name) == 0o600, name
         # Writers queue on SQLite's own lock: no lock file of remediate's beside the database.
