@@ -120,11 +120,6 @@ def make_alert() -> Callable[..., dict[str, Any]]:
     return alert_payload
 
 
-@pytest.fixture(scope="session")
-def make_notification() -> Callable[..., dict[str, Any]]:
-    return notification_payload
-
-
 @pytest.fixture
 def make_engine(store: Store, registry: ActionRegistry) -> Callable[..., Engine]:
     """Engine(*playbook mappings, server_mode=..., **Engine kwargs) on the `store` fixture."""

@@ -7,13 +7,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 PLAYBOOK = {
     "name": "xid",
@@ -38,7 +37,7 @@ def all_rows(store: Store, table: sa.Table, *where: Any) -> list[Any]:
         return conn.execute(sa.select(table).where(*where).order_by(table.c.id)).all()
 
 
-def queue_runs(engine: Engine, ingest: Ingest, make_alert: MakeAlert, count: int, at: float = T0) -> list[int]:
-    alerts = [make_alert("GpuXidError", labels={"Hostname": f"node-{i}"}) for i in range(count)]
-    result = ingest(engine, *alerts, at=at)
+def queue_runs(engine: Engine, count: int, at: float = T0) -> list[int]:
+    alerts = [alert_payload("GpuXidError", labels={"Hostname": f"node-{i}"}) for i in range(count)]
+    result = ingest_alerts(engine, *alerts, at=at)
     return [d.run_id for d in result.decisions if d.run_id is not None]

@@ -8,16 +8,15 @@ from remediate import schema as t
 from remediate.engine import Engine
 from remediate.runs import RunWrite, StepEnd, StepStatus
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE, start_attempt
-from tests.unit.store.support import T0, Ingest, MakeAlert, all_rows, one, queue_runs
+from tests.unit.store.support import T0, all_rows, one, queue_runs
 
 pytestmark = EVERY_DATABASE
 
 
-def test_claim_run_takes_the_oldest_queued_run_with_its_alert(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_ids = queue_runs(engine, ingest, make_alert, 3)
+def test_claim_run_takes_the_oldest_queued_run_with_its_alert(store: Store, engine: Engine) -> None:
+    run_ids = queue_runs(engine, 3)
 
     claimed = store.queue.claim("host:1", T0 + 5)
 
@@ -33,13 +32,11 @@ def test_claim_run_takes_the_oldest_queued_run_with_its_alert(
     assert store.queue.queue_depth() == {"queued": 2, "running": 1, "awaiting_approval": 0}
 
 
-def test_oldest_queued_at_is_the_creation_of_the_first_run_still_queued(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_oldest_queued_at_is_the_creation_of_the_first_run_still_queued(store: Store, engine: Engine) -> None:
     assert store.queue.oldest_queued_at() is None
-    queue_runs(engine, ingest, make_alert, 1, at=T0)
-    later = [make_alert("GpuXidError", labels={"Hostname": "node-late"})]
-    ingest(engine, *later, at=T0 + 30)
+    queue_runs(engine, 1, at=T0)
+    later = [alert_payload("GpuXidError", labels={"Hostname": "node-late"})]
+    ingest_alerts(engine, *later, at=T0 + 30)
     assert store.queue.oldest_queued_at() == T0
 
     claimed = store.queue.claim("host:1", T0 + 40)
@@ -54,10 +51,8 @@ def test_claim_run_returns_none_when_nothing_is_queued(store: Store) -> None:
     assert store.queue.claim("w", T0) is None
 
 
-def test_claim_run_is_exclusive_across_stores_and_threads(
-    store: Store, db_url: str, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_ids = queue_runs(engine, ingest, make_alert, 60)
+def test_claim_run_is_exclusive_across_stores_and_threads(store: Store, db_url: str, engine: Engine) -> None:
+    run_ids = queue_runs(engine, 60)
     other = Store.open(db_url)
     claims: dict[str, list[int]] = {}
     errors: list[BaseException] = []
@@ -90,11 +85,9 @@ def test_claim_run_is_exclusive_across_stores_and_threads(
             assert one(store, t.runs, t.runs.c.id == run_id).claimed_by == name
 
 
-def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}, status="resolved"), at=T0 + 1)
+def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(store: Store, engine: Engine) -> None:
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}, status="resolved"), at=T0 + 1)
 
     first = store.queue.claim("w", T0 + 2)
     assert first is not None
@@ -102,10 +95,8 @@ def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(
     assert store.queue.claim("w", T0 + 3) is None
 
 
-def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    queue_runs(engine, ingest, make_alert, 2)
+def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(store: Store, engine: Engine) -> None:
+    queue_runs(engine, 2)
     claimed = store.queue.claim("deadhost:123", T0)
     assert claimed is not None
     first, second = store.queue.steps_of(claimed.id)
