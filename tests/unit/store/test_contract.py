@@ -191,8 +191,11 @@ def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(store: Store
     assert a is not None and b is not None
     assert (a.id, a.worker, a.generation, b.id) == (first, "w1", 1, second)
     assert (a.playbook, a.target, a.phase, a.mode) == ("xid", "node-a", "firing", "enforce")
-    assert a.alert_context["labels"]["Hostname"] == "node-a"
-    assert (a.alert_context["status"], a.alert_context["endsAt"]) == ("firing", "")
+    assert a.alert_context["labels"] == {"alertname": "GpuXidError", "Hostname": "node-a"}
+    assert (a.alert_context["status"], a.alert_context["startsAt"], a.alert_context["endsAt"]) == (
+        "firing", "2026-01-01T00:00:00Z", "",
+    )  # fmt: skip
+    assert store.queue.queue_depth() == {"queued": 1, "running": 2, "awaiting_approval": 0}
     (run,) = rows(store, "runs", id=first)
     assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "w1", T0 + 10, T0 + 10)
     assert rows(store, "decisions", run_id=first)[0].status == "running"

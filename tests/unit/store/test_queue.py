@@ -15,23 +15,6 @@ from tests.unit.store.support import T0, all_rows, one, queue_runs
 pytestmark = EVERY_DATABASE
 
 
-def test_claim_run_takes_the_oldest_queued_run_with_its_alert(store: Store, engine: Engine) -> None:
-    run_ids = queue_runs(engine, 3)
-
-    claimed = store.queue.claim("host:1", T0 + 5)
-
-    assert claimed is not None
-    assert claimed.id == run_ids[0]
-    assert (claimed.playbook, claimed.target, claimed.phase, claimed.mode) == ("xid", "node-0", "firing", "enforce")
-    assert claimed.alert_context["labels"] == {"alertname": "GpuXidError", "Hostname": "node-0"}
-    assert claimed.alert_context["status"] == "firing"
-    assert claimed.alert_context["startsAt"] == "2026-01-01T00:00:00Z"
-    run = one(store, t.runs, t.runs.c.id == claimed.id)
-    assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "host:1", T0 + 5, T0 + 5)
-    assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "running"
-    assert store.queue.queue_depth() == {"queued": 2, "running": 1, "awaiting_approval": 0}
-
-
 def test_oldest_queued_at_is_the_creation_of_the_first_run_still_queued(store: Store, engine: Engine) -> None:
     assert store.queue.oldest_queued_at() is None
     queue_runs(engine, 1, at=T0)
@@ -83,16 +66,6 @@ def test_claim_run_is_exclusive_across_stores_and_threads(store: Store, db_url: 
     for name, got in claims.items():
         for run_id in got:
             assert one(store, t.runs, t.runs.c.id == run_id).claimed_by == name
-
-
-def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(store: Store, engine: Engine) -> None:
-    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
-    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}, status="resolved"), at=T0 + 1)
-
-    first = store.queue.claim("w", T0 + 2)
-    assert first is not None
-    assert first.phase == "firing"
-    assert store.queue.claim("w", T0 + 3) is None
 
 
 def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(store: Store, engine: Engine) -> None:
