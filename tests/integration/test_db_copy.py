@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +28,10 @@ from remediate.store import HistoryQuery, LoginThrottle, Store
 from tests.support.cli import assert_one_line_error, sqlite_dump
 from tests.support.cli import run_cli as cli
 from tests.support.postgres import PostgresCluster
+from tests.support.processes import run_remediate
 from tests.support.realsystems import free_port
 from tests.support.store_json import history_json_of, run_json_of
 from tests.support.stores import table_counts
-from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 PAYLOADS = REPO / "tests" / "fixtures" / "payloads"
@@ -224,18 +221,7 @@ def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_aler
 def test_the_libpq_url_form_works_from_a_real_process(tmp_path: Path, postgres: PostgresCluster, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "remediate.db", hosts=("node-a",))
     libpq_url = pg_url.replace("postgresql+psycopg://", "postgresql://")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-    env["PYTHONPATH"] = str(REPO)
-
-    done = subprocess.run(
-        [sys.executable, "-m", "remediate", "db", "copy", "--from", source, "--to", libpq_url],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=scaled(120),
-        check=False,
-    )
+    done = run_remediate("db", "copy", "--from", source, "--to", libpq_url, cwd=tmp_path, timeout=120)
 
     assert done.returncode == 0, done.stderr
     rows = every_row(source)
