@@ -1,14 +1,10 @@
-"""What the store's tests share: two playbooks, a start time, row readers and a way to queue runs."""
+"""What the store's tests share: two playbooks, a start time and a way to queue runs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import sqlalchemy as sa
 
 from remediate.engine import Engine
-from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 
 T0 = 1_767_225_600.0
@@ -25,16 +21,6 @@ OTHER = {
     "match": {"alertname": "DiskFull"},
     "steps": [{"action": "log", "with": {"message": "disk"}}],
 }
-
-
-def one(store: Store, table: sa.Table, *where: Any) -> Any:
-    with store.read() as conn:
-        return conn.execute(sa.select(table).where(*where)).one()
-
-
-def all_rows(store: Store, table: sa.Table, *where: Any) -> list[Any]:
-    with store.read() as conn:
-        return conn.execute(sa.select(table).where(*where).order_by(table.c.id)).all()
 
 
 def queue_runs(engine: Engine, count: int, at: float = T0) -> list[int]:

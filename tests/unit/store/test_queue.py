@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 
-from remediate import schema as t
 from remediate.engine import Engine
 from remediate.runs import RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
-from tests.support.stores import EVERY_DATABASE, start_attempt
-from tests.unit.store.support import T0, all_rows, one, queue_runs
+from tests.support.stores import EVERY_DATABASE, rows, start_attempt
+from tests.unit.store.support import T0, queue_runs
 
 pytestmark = EVERY_DATABASE
 
@@ -65,7 +64,7 @@ def test_claim_run_is_exclusive_across_stores_and_threads(store: Store, db_url: 
     assert sorted(everything) == sorted(run_ids)  # every run once, none twice
     for name, got in claims.items():
         for run_id in got:
-            assert one(store, t.runs, t.runs.c.id == run_id).claimed_by == name
+            assert rows(store, "runs", id=run_id)[0].claimed_by == name
 
 
 def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(store: Store, engine: Engine) -> None:
@@ -79,13 +78,13 @@ def test_recover_stale_interrupts_the_running_step_and_requeues_the_run(store: S
     recovered = store.leases.recover_stale(now=T0 + 3, stale_after=60, is_dead=lambda owner: owner == "deadhost:123")
 
     assert recovered == [claimed.id]
-    run = one(store, t.runs, t.runs.c.id == claimed.id)
+    (run,) = rows(store, "runs", id=claimed.id)
     assert (run.status, run.claimed_by) == ("queued", None)
-    assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "queued"
+    assert rows(store, "decisions", run_id=claimed.id)[0].status == "queued"
     steps = store.queue.steps_of(claimed.id)
     assert [s.status for s in steps] == ["succeeded", "interrupted"]
-    assert one(store, t.steps, t.steps.c.id == second.id).error == "the executor stopped while this step was running"
-    (attempt,) = all_rows(store, t.attempts, t.attempts.c.step_id == second.id)
+    assert rows(store, "steps", id=second.id)[0].error == "the executor stopped while this step was running"
+    (attempt,) = rows(store, "attempts", step_id=second.id)
     assert (attempt.outcome, attempt.finished_at) == ("interrupted", T0 + 3)
     again = store.queue.claim("new:1", T0 + 4)
     assert again is not None
