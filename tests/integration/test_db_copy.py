@@ -309,7 +309,17 @@ def test_postgresql_to_postgresql_moves_the_sequences_too(
         postgres.drop(second)
 
 
-def test_rows_are_read_in_batches_of_primary_key_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("table", "batch_size", "copied_rows", "order", "after"),
+    [
+        (t.notifications, 2, 12, "notifications.id", "notifications.id >"),
+        (t.ladders, 1, 2, "ladders.playbook, ladders.guard_key", "(ladders.playbook, ladders.guard_key) >"),
+    ],
+    ids=["id", "composite-key"],
+)
+def test_rows_are_read_in_batches_of_primary_key_order(
+    tmp_path: Path, table: sa.Table, batch_size: int, copied_rows: int, order: str, after: str
+) -> None:
     source = sqlite_store(tmp_path / "a.db")
     target = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
     reads: list[str] = []
@@ -318,34 +328,17 @@ def test_rows_are_read_in_batches_of_primary_key_order(tmp_path: Path) -> None:
     try:
         with engine.connect() as conn, target.write() as out:
             t.metadata.create_all(out)
-            copied = dbcopy._copy_table(t.notifications, conn, out, batch_size=2)
+            copied = dbcopy._copy_table(table, conn, out, batch_size=batch_size)
     finally:
         engine.dispose()
         target.close()
 
-    assert copied == 12
-    # 12 rows, 2 at a time: 6 reads that return rows and 1 that finds none, each after the last key read.
-    assert len(reads) == 7
-    assert all("ORDER BY notifications.id" in sql and "LIMIT" in sql for sql in reads)
-    assert all("notifications.id >" in sql for sql in reads[1:])
-    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["notifications"] == every_row(source)["notifications"]
-
-
-def test_a_table_with_a_composite_key_is_read_in_batches_of_that_key(tmp_path: Path) -> None:
-    source = sqlite_store(tmp_path / "a.db")
-    target = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
-    engine = sa.create_engine(source, poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn, target.write() as out:
-            t.metadata.create_all(out)
-            copied = dbcopy._copy_table(t.ladders, conn, out, batch_size=1)
-    finally:
-        engine.dispose()
-        target.close()
-
-    assert copied == 2
-    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["ladders"] == every_row(source)["ladders"]
-    assert [(row["guard_key"], row["rung"]) for row in every_row(source)["ladders"]] == [("node-a", 2), ("node-b", 1)]
+    assert copied == copied_rows
+    # batch_size rows at a time: the reads that return rows and 1 that finds none, each after the last key read.
+    assert len(reads) == copied_rows // batch_size + 1
+    assert all(f"ORDER BY {order}" in sql and "LIMIT" in sql for sql in reads)
+    assert all(after in sql for sql in reads[1:])
+    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")[table.name] == every_row(source)[table.name]
 
 
 def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(tmp_path: Path) -> None:
