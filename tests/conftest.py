@@ -41,6 +41,18 @@ settings.load_profile("remediate")
 
 STARTS_AT = "2026-01-01T00:00:00Z"
 
+# One firing alert as templates and actions see it (Alert.template_context, a step's alert).
+XID_CONTEXT = {
+    "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},
+    "annotations": {"summary": "GPU 3 Xid error"},
+    "status": "firing",
+    "alertname": "GpuXidError",
+    "fingerprint": "c5801e9cde93e74f",
+    "startsAt": "2026-01-01T00:00:00Z",
+    "endsAt": "",
+    "generatorURL": "http://prometheus/graph",
+}
+
 
 def alert_payload(
     alertname: str = "GpuXidError",

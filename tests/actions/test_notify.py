@@ -17,20 +17,10 @@ from remediate.engine import Engine
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
 from remediate.executor import Executor
 from remediate.store import Store
+from tests.conftest import XID_CONTEXT as ALERT
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.realsystems import WebhookRecorder, free_port
 from tests.support.store_json import run_json_of
-
-ALERT = {
-    "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},
-    "annotations": {"summary": "GPU 3 Xid error"},
-    "status": "firing",
-    "alertname": "GpuXidError",
-    "fingerprint": "c5801e9cde93e74f",
-    "startsAt": "2026-01-01T00:00:00Z",
-    "endsAt": "",
-    "generatorURL": "http://prometheus/graph",
-}
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import yaml
 
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
+from tests.support.processes import run_remediate
 from tests.support.realsystems import AlertManager, WebhookRecorder
 from tests.support.server import TOKEN, RemediateServer
 from tests.support.waiting import scaled, wait_until
@@ -145,15 +146,8 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     assert server.get("/breaker")["held_nodes"] == []
 
     # The CLI against the running server.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-    env["REMEDIATE_TOKEN"] = TOKEN
-    shown = subprocess.run(
-        [sys.executable, "-m", "remediate", "breaker", "status", "--server", server.url, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=scaled(30),
-        env=env,
-        check=False,
+    shown = run_remediate(
+        "breaker", "status", "--server", server.url, "--json", env={"REMEDIATE_TOKEN": TOKEN}, timeout=30
     )
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["state"] == "closed"

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +28,10 @@ from remediate.store import HistoryQuery, LoginThrottle, Store
 from tests.support.cli import assert_one_line_error, sqlite_dump
 from tests.support.cli import run_cli as cli
 from tests.support.postgres import PostgresCluster
+from tests.support.processes import run_remediate
 from tests.support.realsystems import free_port
 from tests.support.store_json import history_json_of, run_json_of
 from tests.support.stores import table_counts
-from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 PAYLOADS = REPO / "tests" / "fixtures" / "payloads"
@@ -224,18 +221,7 @@ def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_aler
 def test_the_libpq_url_form_works_from_a_real_process(tmp_path: Path, postgres: PostgresCluster, pg_url: str) -> None:
     source = sqlite_store(tmp_path / "remediate.db", hosts=("node-a",))
     libpq_url = pg_url.replace("postgresql+psycopg://", "postgresql://")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-    env["PYTHONPATH"] = str(REPO)
-
-    done = subprocess.run(
-        [sys.executable, "-m", "remediate", "db", "copy", "--from", source, "--to", libpq_url],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=scaled(120),
-        check=False,
-    )
+    done = run_remediate("db", "copy", "--from", source, "--to", libpq_url, cwd=tmp_path, timeout=120)
 
     assert done.returncode == 0, done.stderr
     rows = every_row(source)
@@ -323,7 +309,17 @@ def test_postgresql_to_postgresql_moves_the_sequences_too(
         postgres.drop(second)
 
 
-def test_rows_are_read_in_batches_of_primary_key_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("table", "batch_size", "copied_rows", "order", "after"),
+    [
+        (t.notifications, 2, 12, "notifications.id", "notifications.id >"),
+        (t.ladders, 1, 2, "ladders.playbook, ladders.guard_key", "(ladders.playbook, ladders.guard_key) >"),
+    ],
+    ids=["id", "composite-key"],
+)
+def test_rows_are_read_in_batches_of_primary_key_order(
+    tmp_path: Path, table: sa.Table, batch_size: int, copied_rows: int, order: str, after: str
+) -> None:
     source = sqlite_store(tmp_path / "a.db")
     target = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
     reads: list[str] = []
@@ -332,34 +328,17 @@ def test_rows_are_read_in_batches_of_primary_key_order(tmp_path: Path) -> None:
     try:
         with engine.connect() as conn, target.write() as out:
             t.metadata.create_all(out)
-            copied = dbcopy._copy_table(t.notifications, conn, out, batch_size=2)
+            copied = dbcopy._copy_table(table, conn, out, batch_size=batch_size)
     finally:
         engine.dispose()
         target.close()
 
-    assert copied == 12
-    # 12 rows, 2 at a time: 6 reads that return rows and 1 that finds none, each after the last key read.
-    assert len(reads) == 7
-    assert all("ORDER BY notifications.id" in sql and "LIMIT" in sql for sql in reads)
-    assert all("notifications.id >" in sql for sql in reads[1:])
-    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["notifications"] == every_row(source)["notifications"]
-
-
-def test_a_table_with_a_composite_key_is_read_in_batches_of_that_key(tmp_path: Path) -> None:
-    source = sqlite_store(tmp_path / "a.db")
-    target = Store.open(f"sqlite:///{tmp_path / 'b.db'}")
-    engine = sa.create_engine(source, poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn, target.write() as out:
-            t.metadata.create_all(out)
-            copied = dbcopy._copy_table(t.ladders, conn, out, batch_size=1)
-    finally:
-        engine.dispose()
-        target.close()
-
-    assert copied == 2
-    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")["ladders"] == every_row(source)["ladders"]
-    assert [(row["guard_key"], row["rung"]) for row in every_row(source)["ladders"]] == [("node-a", 2), ("node-b", 1)]
+    assert copied == copied_rows
+    # batch_size rows at a time: the reads that return rows and 1 that finds none, each after the last key read.
+    assert len(reads) == copied_rows // batch_size + 1
+    assert all(f"ORDER BY {order}" in sql and "LIMIT" in sql for sql in reads)
+    assert all(after in sql for sql in reads[1:])
+    assert every_row(f"sqlite:///{tmp_path / 'b.db'}")[table.name] == every_row(source)[table.name]
 
 
 def test_sqlite_to_sqlite_in_small_batches_keeps_every_row_and_id(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAc
 from remediate.alerts import alert_ref
 from remediate.training.files import JobPaths
 from remediate.training.procfs import this_host
+from tests.support.processes import job_starter
 from tests.support.training import require
 from tests.support.waiting import scaled, wait_until
 
@@ -104,20 +105,8 @@ class Torchrun:
 
 
 @pytest.fixture
-def torchrun(tmp_path: Path) -> Iterator[Any]:
-    started: list[Torchrun] = []
-    root = tmp_path / "control"
-    root.mkdir()
-
-    def start(name: str, *args: str) -> Torchrun:
-        job = Torchrun(tmp_path, root, name, *args)
-        started.append(job)
-        return job
-
-    start.root = root  # type: ignore[attr-defined]
-    yield start
-    for job in started:
-        job.stop()
+def torchrun(tmp_path: Path, root: Path) -> Iterator[Callable[..., Torchrun]]:
+    yield from job_starter(Torchrun, tmp_path, root)
 
 
 def _ctx(run_id: int, step_index: int, starts_at: float | None = None) -> StepContext:
@@ -132,7 +121,9 @@ def _both_ranks(job: Torchrun, name: str) -> tuple[list[dict[str, Any]], list[di
     return job.events(0, name), job.events(1, name)
 
 
-def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_rank0s_pid(torchrun: Any) -> None:
+def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_rank0s_pid(
+    torchrun: Any, root: Path
+) -> None:
     first = torchrun("first", "--stop-after", "1")
     (registered,) = first.wait_for(0, "registered")
     assert registered["world_size"] == 2
@@ -147,9 +138,9 @@ def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_r
     assert second.proc.wait(scaled(30)) != 0
     output = second.text()
     assert "JobNameInUse" in output and f"process {pid} on host {this_host()}" in output, output[-3000:]
-    assert JobPaths(torchrun.root, JOB).read_registration().pid == pid  # job.json left alone
+    assert JobPaths(root, JOB).read_registration().pid == pid  # job.json left alone
 
-    scale = TrainingScaleLrAction(torchrun.root, LABELS)
+    scale = TrainingScaleLrAction(root, LABELS)
     params = scale.validate({"factor": 0.5, "min_lr": 0.001, "timeout": 10})
     plan = scale.plan(params, _ctx(1, 0))
     assert plan["pid"] == pid and plan["world_size"] == 2 and plan["alive"] is True
@@ -157,7 +148,7 @@ def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_r
     first.finish()
 
     # The acknowledgement names the process that applied it: rank 0, the pid the plan saw.
-    ack = json.loads(JobPaths(torchrun.root, JOB).ack(scaled_lr["command_id"]).read_text())
+    ack = json.loads(JobPaths(root, JOB).ack(scaled_lr["command_id"]).read_text())
     assert (ack.get("pid"), ack.get("host")) == (plan["pid"], this_host())
     assert ack["job"]["rank"] == 0 and ack["job"]["world_size"] == 2
     assert scaled_lr["status"] == "applied" and scaled_lr["applied_by_pid"] == pid
@@ -167,7 +158,9 @@ def test_finding1_a_second_torchrun_job_cannot_take_the_name_and_the_ack_names_r
     assert zero[0]["iteration"] == one[0]["iteration"]
 
 
-def test_finding2_rollback_never_restores_the_spike_checkpoint_and_both_ranks_end_equal(torchrun: Any) -> None:
+def test_finding2_rollback_never_restores_the_spike_checkpoint_and_both_ranks_end_equal(
+    torchrun: Any, root: Path
+) -> None:
     # Losses ~2, then bad data from batch 30 (a checkpoint step): loss ~133 there; the model then fits the
     # bad data, so the checkpoints after it look fine again (loss ~2-4) with far-off weights.
     job = torchrun("spike", "--spike-at", "30", "--stop-after", "1")
@@ -177,7 +170,7 @@ def test_finding2_rollback_never_restores_the_spike_checkpoint_and_both_ranks_en
     starts_at = (saved[25]["saved_at"] + saved[30]["saved_at"]) / 2
     after_alert = [s for s in saved if s >= 30]
 
-    rollback = TrainingRollbackAction(torchrun.root, LABELS)
+    rollback = TrainingRollbackAction(root, LABELS)
     params = rollback.validate({"checkpoint": "latest_good", "min_steps_back": 10, "skip_batches": 0})
     rolled = rollback.execute(params, _ctx(2, 0, starts_at))
     job.finish()
@@ -198,11 +191,13 @@ def test_finding2_rollback_never_restores_the_spike_checkpoint_and_both_ranks_en
     assert [s for s in after_alert if saved[s]["good"]], saved
 
 
-def test_finding3_an_lr_cut_during_a_slow_skip_is_acknowledged_and_applied_on_both_ranks(torchrun: Any) -> None:
+def test_finding3_an_lr_cut_during_a_slow_skip_is_acknowledged_and_applied_on_both_ranks(
+    torchrun: Any, root: Path
+) -> None:
     # 0.25 s per batch, skipped or not; the rollback skips 40 batches (10 s).
     job = torchrun("slow", "--batch-seconds", "0.25", "--checkpoint-every", "2", "--stop-after", "2", "--linger", "3")
     job.wait_for(0, "checkpoint", count=3)
-    rollback, scale = TrainingRollbackAction(torchrun.root, LABELS), TrainingScaleLrAction(torchrun.root, LABELS)
+    rollback, scale = TrainingRollbackAction(root, LABELS), TrainingScaleLrAction(root, LABELS)
     rolled = rollback.execute(
         rollback.validate({"checkpoint": "latest_good", "min_steps_back": 2, "skip_batches": 40}), _ctx(3, 0)
     )

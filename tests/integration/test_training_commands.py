@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.store import Store
 from remediate.training.files import JobPaths
 from tests.conftest import alert_payload, notification_payload
-from tests.support.processes import JobProcess
+from tests.support.processes import JobProcess, job_starter
 from tests.support.store_json import run_json_of
 from tests.support.waiting import wait_until
 
@@ -55,17 +55,8 @@ class BatchJob(JobProcess):
 
 
 @pytest.fixture
-def start(tmp_path: Path, root: Path) -> Iterator[Any]:
-    started: list[BatchJob] = []
-
-    def run(name: str, *args: str) -> BatchJob:
-        job = BatchJob(tmp_path, root, name, *args)
-        started.append(job)
-        return job
-
-    yield run
-    for job in started:
-        job.stop()
+def start(tmp_path: Path, root: Path) -> Iterator[Callable[..., BatchJob]]:
+    yield from job_starter(BatchJob, tmp_path, root)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from remediate.training import TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.procfs import this_host
 from remediate.training.protocol import APPLIED
-from tests.support.processes import JobProcess
+from tests.support.processes import JobProcess, job_starter
 from tests.support.training import deliver, wait_for_ack
 from tests.support.waiting import scaled, wait_until
 
@@ -39,27 +39,16 @@ class Job(JobProcess):
 
 
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Any]:
-    started: list[Job] = []
-    root = tmp_path / "control"
-    root.mkdir()
-
-    def start(name: str, *args: str) -> Job:
-        job = Job(tmp_path, root, name, *args)
-        started.append(job)
-        return job
-
-    start.root = root  # type: ignore[attr-defined]
-    yield start
-    for job in started:
-        job.stop()
+def spawn(tmp_path: Path, root: Path) -> Iterator[Callable[..., Job]]:
+    yield from job_starter(Job, tmp_path, root)
 
 
 # --------------------------------------------------------------------------- finding 1
 
 
-def test_a_second_live_process_cannot_take_the_job_name_and_the_ack_names_the_pid_that_applied(spawn: Any) -> None:
-    root: Path = spawn.root
+def test_a_second_live_process_cannot_take_the_job_name_and_the_ack_names_the_pid_that_applied(
+    spawn: Any, root: Path
+) -> None:
     first = spawn("j1")
     first.wait_for("registered")
     paths = JobPaths(root, "j1")
@@ -98,9 +87,8 @@ def test_other_job_names_on_the_same_root_are_independent(spawn: Any) -> None:
 # --------------------------------------------------------------------------- finding 2
 
 
-def test_a_checkpoint_saved_during_the_spike_is_not_restored_without_any_threshold(spawn: Any) -> None:
+def test_a_checkpoint_saved_during_the_spike_is_not_restored_without_any_threshold(spawn: Any, root: Path) -> None:
     """The field case: checkpoints at loss ~2, then one saved during the spike at 133.2; no good_loss_below."""
-    root: Path = spawn.root
     job = spawn("spiky", "--checkpoint-every", "5", "--spike-at", "20", "--max-seconds", str(scaled(30)))
     marks = job.wait_for("checkpoint", count=5)
     assert [(c["step"], c["loss"], c["good"]) for c in marks[:5]] == [
@@ -116,9 +104,10 @@ def test_a_checkpoint_saved_during_the_spike_is_not_restored_without_any_thresho
 # --------------------------------------------------------------------------- finding 3
 
 
-def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied_at_once(spawn: Any) -> None:
+def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied_at_once(
+    spawn: Any, root: Path
+) -> None:
     """0.3 s per batch and 100 batches to skip: before the fix the cut waited ~30 s and expired."""
-    root: Path = spawn.root
     job = spawn("slow", "--batch-seconds", "0.3", "--checkpoint-every", "2", "--max-seconds", str(scaled(40)))
     job.wait_for("checkpoint")
     rollback = deliver(root, "slow", "rollback", {"checkpoint": "latest", "skip_batches": 100})
@@ -142,11 +131,10 @@ def _index_steps(job: str, root: Path) -> list[tuple[int, str | None]]:
 
 
 def test_a_restarted_job_keeps_its_new_checkpoints_and_never_rolls_back_into_the_abandoned_run(
-    spawn: Any, tmp_path: Path
+    spawn: Any, tmp_path: Path, root: Path
 ) -> None:
     """The field case: the old run left 30-40 in the directory (keep 3); the restarted run's checkpoints were
     deleted as they were written, the index kept the old run's, and a rollback found nothing (or the old weights)."""
-    root: Path = spawn.root
     directory = tmp_path / "ckpt-restarted"
     old = spawn("restarted", "--checkpoint-every", "5", "--keep", "3", "--max-seconds", str(scaled(60)))
     old_run = old.wait_for("registered")[0]["run"]
@@ -213,9 +201,8 @@ def _age(root: Path, job: str, **fields: float) -> None:
     atomic_write_json(paths.registration, data, tmp_dir=paths.tmp)
 
 
-def test_closed_and_dead_jobs_control_directories_do_not_stay_forever(spawn: Any) -> None:
+def test_closed_and_dead_jobs_control_directories_do_not_stay_forever(spawn: Any, root: Path) -> None:
     """Closed jobs' directories stayed forever and checkpoint_node listed every one of them."""
-    root: Path = spawn.root
     now = time.time()
     # A job killed -9 a week ago: never closed, its lock gone with it.
     dead = spawn("dead-job")

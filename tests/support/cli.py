@@ -36,9 +36,6 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(work)
 
 
-Cli = Callable[..., Result]
-
-
 def assert_one_line_error(result: Result, *words: str, progress: str | None = None) -> None:
     """Exit 2, nothing on stdout, and on stderr the error as one line naming `words`: never a traceback.
     `progress`: the pattern of the lines a command may print before it (db copy: the tables done so far)."""
@@ -60,12 +57,6 @@ def sqlite_dump(path: Path) -> list[str]:
 def run_cli(*args: Any, **kwargs: Any) -> Result:
     """run_cli("history", "--json", input=..., env=...) -> click Result (stdout and stderr kept apart)."""
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
-
-
-@pytest.fixture
-def cli() -> Cli:
-    """`run_cli`, for the tests that take it as a fixture."""
-    return run_cli
 
 
 class _QuietHandler(WSGIRequestHandler):

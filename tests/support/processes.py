@@ -5,12 +5,27 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from tests.support.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def run_remediate(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`python -m remediate ARGS` as an operator runs it: a real process (remediate importable), none of the
+    caller's REMEDIATE_* variables, `env` added; its output captured as text."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "remediate", *args]
+    environment.update(env or {})
+    return subprocess.run(command, capture_output=True, text=True, env=environment, cwd=cwd, timeout=scaled(timeout),
+                          check=False)  # fmt: skip
 
 
 def log_tail(path: Path, n: int = 40) -> str:
@@ -55,6 +70,27 @@ class JobProcess:
             self.proc.kill()
         self.proc.wait(scaled(10))
         self._out.close()
+
+
+class _Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+J = TypeVar("J", bound=_Stoppable)
+
+
+def job_starter(kind: Callable[..., J], workdir: Path, root: Path) -> Iterator[Callable[..., J]]:
+    """For a fixture to `yield from`: start(name, *args) -> kind(workdir, root, name, *args); every job it
+    started is stopped at the test's end."""
+    started: list[J] = []
+
+    def start(name: str, *args: str) -> J:
+        started.append(kind(workdir, root, name, *args))
+        return started[-1]
+
+    yield start
+    for job in started:
+        job.stop()
 
 
 def child_pids(pid: int) -> set[int]:

@@ -35,7 +35,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediate.gpu.simulator import SimulatedBackend
-from tests.support.processes import log_tail
+from tests.support.processes import log_tail, run_remediate
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
 from tests.support.waiting import scaled, wait_until
 
@@ -332,12 +332,10 @@ class RemediateServer:
 
     def cli_history(self, **filters: str) -> list[dict[str, Any]]:
         """``remediate history --json`` on the database (the CLI, not the server)."""
-        args = [sys.executable, "-m", "remediate", "history", "--json", "--limit", "1000"]
-        args += ["--database-url", self.database_url]
+        args = ["history", "--json", "--limit", "1000", "--database-url", self.database_url]
         for key, value in filters.items():
             args += [f"--{key}", value]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-        result = subprocess.run(args, capture_output=True, text=True, timeout=scaled(30), env=env, check=False)
+        result = run_remediate(*args, timeout=30)
         assert result.returncode == 0, f"remediate history failed: {result.stdout}{result.stderr}"
         entries: list[dict[str, Any]] = json.loads(result.stdout)["entries"]
         return entries
@@ -463,16 +461,7 @@ class NodeAgent:
 
 def agent_credential(node: str) -> str:
     """`remediate agent-credential NODE` as an operator runs it, with the master token in the environment."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-    env.update(REMEDIATE_AGENT_TOKEN=AGENT_TOKEN)
-    done = subprocess.run(
-        [sys.executable, "-m", "remediate", "agent-credential", node],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=scaled(60),
-        check=False,
-    )
+    done = run_remediate("agent-credential", node, env={"REMEDIATE_AGENT_TOKEN": AGENT_TOKEN})
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -16,7 +16,6 @@ from remediate.runs import Decision
 from tests.conftest import alert_payload, notification_payload
 
 MakeEngine = Callable[..., Engine]
-MakeAlert = Callable[..., dict[str, Any]]
 
 PLAYBOOK = {
     "name": "xid",

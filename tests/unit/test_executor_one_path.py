@@ -22,12 +22,13 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ActionError
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import RunEnd, RunStatus, RunWrite
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.realsystems import WebhookRecorder
 from tests.support.server import WAIT
 from tests.support.stores import EVERY_DATABASE, rows, step_details
@@ -35,8 +36,6 @@ from tests.support.waiting import wait_until
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 
 class Crash(BaseException):
@@ -100,13 +99,11 @@ def quick(note: str = "{{ labels.Hostname }}", action: str = "test.quick", **spe
     return {"action": action, "with": {"note": note}, **spec}
 
 
-def queue_runs(
-    make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert, pb: dict[str, Any], hosts: list[str], **kw: Any
-) -> list[int]:
+def queue_runs(make_engine: MakeEngine, pb: dict[str, Any], hosts: list[str], **kw: Any) -> list[int]:
     """One notification with an alert per host; the ids of their runs, in host order."""
     engine = make_engine(pb, **kw)
-    alerts = [make_alert("GpuXidError", labels={"Hostname": host}) for host in hosts]
-    result = ingest(engine, *alerts, at=T0)
+    alerts = [alert_payload("GpuXidError", labels={"Hostname": host}) for host in hosts]
+    result = ingest_alerts(engine, *alerts, at=T0)
     run_ids = [d.run_id for d in result.decisions]
     assert None not in run_ids, [d.reason for d in result.decisions]
     return [r for r in run_ids if r is not None]
@@ -155,7 +152,7 @@ def sink() -> Iterator[WebhookRecorder]:
 
 @pytest.mark.parametrize("action", ["log", "notify.webhook"])
 def test_a_one_step_alert_costs_at_most_three_write_transactions_end_to_end(
-    store: Store, ingest: Ingest, make_alert: MakeAlert, sink: WebhookRecorder, action: str
+    store: Store, sink: WebhookRecorder, action: str
 ) -> None:
     """On a real SQLite file: the ingest; the claim with the step's plan and attempt start; the end of the
     attempt, the step and the run (issue 25: notify.webhook took five)."""
@@ -166,7 +163,7 @@ def test_a_one_step_alert_costs_at_most_three_write_transactions_end_to_end(
     executor = Executor(store=store, registry=shipped)
     writes = CommittedWrites(store)
 
-    (decision,) = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0).decisions
+    (decision,) = ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0).decisions
     assert executor.drain() == 1
 
     assert decision.run_id is not None and statuses(store, [decision.run_id]) == ["succeeded"]
@@ -178,10 +175,9 @@ def test_a_one_step_alert_costs_at_most_three_write_transactions_end_to_end(
 
 @EVERY_DATABASE
 def test_a_failing_one_step_run_closes_its_attempt_with_its_end_two_write_transactions(
-    store: Store, executor_factory: Callable[..., Executor], make_engine: MakeEngine, ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor_factory: Callable[..., Executor], make_engine: MakeEngine,
 ) -> None:  # fmt: skip
-    (run_id,) = queue_runs(make_engine, ingest, make_alert, playbook(quick(note="boom", retries=0)), ["node-a"])
+    (run_id,) = queue_runs(make_engine, playbook(quick(note="boom", retries=0)), ["node-a"])
     counted = counting_transactions(store)
 
     assert executor_factory().drain() == 1
@@ -224,9 +220,8 @@ def executor_factory(store: Store, registry: ActionRegistry) -> Callable[..., Ex
 @EVERY_DATABASE
 def test_a_run_another_executor_claims_while_this_one_plans_it_is_left_to_that_one(
     store: Store, actions: dict[str, Quick], executor_factory: Callable[..., Executor], make_engine: MakeEngine,
-    ingest: Ingest, make_alert: MakeAlert,
 ) -> None:  # fmt: skip
-    (run_id,) = queue_runs(make_engine, ingest, make_alert, playbook(quick()), ["node-a"])
+    (run_id,) = queue_runs(make_engine, playbook(quick()), ["node-a"])
     taken = []
     actions["test.quick"].planning = lambda _ctx: taken.append(store.queue.claim("other:1", T0))
 
@@ -253,12 +248,10 @@ def test_a_crash_during_the_first_step_leaves_the_attempt_its_claim_started_inte
     registry: ActionRegistry,
     actions: dict[str, Quick],
     make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
     action: str,
     after: tuple[str, str, list[str]],
 ) -> None:
-    (run_id,) = queue_runs(make_engine, ingest, make_alert, playbook(quick(action=action)), ["node-a"])
+    (run_id,) = queue_runs(make_engine, playbook(quick(action=action)), ["node-a"])
 
     def die(ctx: StepContext) -> None:
         raise Crash
@@ -292,12 +285,12 @@ def test_a_crash_during_the_first_step_leaves_the_attempt_its_claim_started_inte
 
 
 @EVERY_DATABASE
-def test_a_fresh_alerts_run_is_claimed_before_a_storms_backlog(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_a_fresh_alerts_run_is_claimed_before_a_storms_backlog(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(quick()))
-    storm = ingest(engine, *[make_alert("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(12)], at=T0)
-    fresh = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "fresh"}), at=T0 + 1)
+    storm = ingest_alerts(
+        engine, *[alert_payload("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(12)], at=T0
+    )
+    fresh = ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "fresh"}), at=T0 + 1)
     (fresh_run,) = [d.run_id for d in fresh.decisions]
     storm_runs = [d.run_id for d in storm.decisions]
 
@@ -308,14 +301,14 @@ def test_a_fresh_alerts_run_is_claimed_before_a_storms_backlog(
 
 @EVERY_DATABASE
 def test_a_resolved_run_still_waits_for_its_firing_run_in_a_storms_backlog(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     """Priority never overtakes `after_run_id`: the fresh resolved run waits until its firing run is final."""
     engine = make_engine(playbook(quick(), on_resolved=[quick()]))
-    alerts = [make_alert("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(12)]
-    storm = [d.run_id for d in ingest(engine, *alerts, at=T0).decisions]
-    resolved = make_alert("GpuXidError", labels={"Hostname": "s0"}, status="resolved")
-    (resolved_run,) = [d.run_id for d in ingest(engine, resolved, at=T0 + 1).decisions]
+    alerts = [alert_payload("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(12)]
+    storm = [d.run_id for d in ingest_alerts(engine, *alerts, at=T0).decisions]
+    resolved = alert_payload("GpuXidError", labels={"Hostname": "s0"}, status="resolved")
+    (resolved_run,) = [d.run_id for d in ingest_alerts(engine, resolved, at=T0 + 1).decisions]
     assert resolved_run is not None
 
     first = store.queue.claim("w:1", T0 + 2)
@@ -335,18 +328,16 @@ def test_a_fresh_alert_reaches_its_first_step_while_a_storm_drains(
     actions: dict[str, Quick],
     executor_factory: Callable[..., Executor],
     make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
 ) -> None:
     """A started executor with a storm's backlog queued: a fresh alert's run is among the next claims."""
     engine = make_engine(playbook(quick()))
-    ingest(engine, *[make_alert("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(300)], at=T0)
+    ingest_alerts(engine, *[alert_payload("GpuXidError", labels={"Hostname": f"s{i}"}) for i in range(300)], at=T0)
     executor = executor_factory(threads=2)
     executions = actions["test.quick"].executions
     executor.start()
     try:
         wait_until(lambda: executions, WAIT, 0.005, "the storm drains")
-        fresh = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "fresh"}), at=T0 + 1)
+        fresh = ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "fresh"}), at=T0 + 1)
         before = len(executions)
         (fresh_run,) = [d.run_id for d in fresh.decisions]
         executor.wake()
@@ -363,10 +354,9 @@ def test_a_fresh_alert_reaches_its_first_step_while_a_storm_drains(
 @EVERY_DATABASE
 def test_two_threads_plan_and_execute_each_run_once(
     store: Store, actions: dict[str, Quick], executor_factory: Callable[..., Executor], make_engine: MakeEngine,
-    ingest: Ingest, make_alert: MakeAlert,
 ) -> None:  # fmt: skip
     """Each thread reads the head of the queue in turn and skips the run the other has in hand."""
-    run_ids = queue_runs(make_engine, ingest, make_alert, playbook(quick()), [f"h{i}" for i in range(40)])
+    run_ids = queue_runs(make_engine, playbook(quick()), [f"h{i}" for i in range(40)])
     actions["test.quick"].planning = lambda _ctx: time.sleep(0.002)  # widen the window between read and claim
     executor = executor_factory(threads=2)
     executor.start()
@@ -385,13 +375,9 @@ def test_a_slow_step_does_not_keep_the_other_thread_from_draining_the_queue(
     actions: dict[str, Quick],
     executor_factory: Callable[..., Executor],
     make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
 ) -> None:
-    slow = queue_runs(make_engine, ingest, make_alert, playbook(quick(action="test.quickonce"), name="slow"), ["s"])
-    quick_runs = queue_runs(
-        make_engine, ingest, make_alert, playbook(quick(), name="quick"), [f"h{i}" for i in range(30)]
-    )
+    slow = queue_runs(make_engine, playbook(quick(action="test.quickonce"), name="slow"), ["s"])
+    quick_runs = queue_runs(make_engine, playbook(quick(), name="quick"), [f"h{i}" for i in range(30)])
     release = threading.Event()
     actions["test.quickonce"].during = lambda _ctx: release.wait(WAIT)
     executor = executor_factory(threads=2)

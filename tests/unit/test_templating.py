@@ -13,17 +13,7 @@ from remediate.templating import (
     render_session,
     unescaped_outputs,
 )
-
-CONTEXT = {
-    "labels": {"alertname": "GpuXidError", "Hostname": "node-a", "gpu": "3"},
-    "annotations": {"summary": "GPU 3 Xid error"},
-    "status": "firing",
-    "alertname": "GpuXidError",
-    "fingerprint": "c5801e9cde93e74f",
-    "startsAt": "2026-01-01T00:00:00Z",
-    "endsAt": "",
-    "generatorURL": "http://prometheus/graph",
-}
+from tests.conftest import XID_CONTEXT as CONTEXT
 
 
 def test_templates_read_labels_annotations_and_alert_fields() -> None:

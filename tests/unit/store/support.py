@@ -1,19 +1,14 @@
-"""What the store's tests share: two playbooks, a start time, row readers and a way to queue runs."""
+"""What the store's tests share: two playbooks, a start time and a way to queue runs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-import sqlalchemy as sa
-
-from remediate.engine import Engine, IngestResult
-from remediate.store import Store
+from remediate.engine import Engine
+from tests.conftest import alert_payload, ingest_alerts
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 PLAYBOOK = {
     "name": "xid",
@@ -28,12 +23,7 @@ OTHER = {
 }
 
 
-def one(store: Store, table: sa.Table, *where: Any) -> Any:
-    with store.read() as conn:
-        return conn.execute(sa.select(table).where(*where)).one()
-
-
-def queue_runs(engine: Engine, ingest: Ingest, make_alert: MakeAlert, count: int, at: float = T0) -> list[int]:
-    alerts = [make_alert("GpuXidError", labels={"Hostname": f"node-{i}"}) for i in range(count)]
-    result = ingest(engine, *alerts, at=at)
+def queue_runs(engine: Engine, count: int, at: float = T0) -> list[int]:
+    alerts = [alert_payload("GpuXidError", labels={"Hostname": f"node-{i}"}) for i in range(count)]
+    result = ingest_alerts(engine, *alerts, at=at)
     return [d.run_id for d in result.decisions if d.run_id is not None]

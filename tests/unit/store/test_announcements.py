@@ -12,9 +12,10 @@ import sqlalchemy as sa
 
 from remediate.store import Store
 from remediate.store.announcements import SENDING
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.store_json import run_json_of
 from tests.support.stores import EVERY_DATABASE, rows
-from tests.unit.store.support import T0, Ingest, MakeAlert, MakeEngine
+from tests.unit.store.support import T0, MakeEngine
 
 CHAT = ("notify.slack", "notify.teams")
 SLACK = {"action": "notify.slack", "name": "tell on-call", "with": {"url": "http://chat.invalid/hook"}}
@@ -30,16 +31,16 @@ ASK_QUIETLY = playbook("ask-quietly", "DiskFull", steps=[LOG])
 TELL_AT_ONCE = playbook("tell-at-once", "NodeDown", mode="enforce", steps=[SLACK])
 
 
-def waiting_runs(engine: Any, ingest: Ingest, make_alert: MakeAlert, *hosts: str, at: float = T0) -> list[int]:
-    alerts = [make_alert("GpuXidError", labels={"Hostname": host}) for host in hosts]
-    return [d.run_id for d in ingest(engine, *alerts, at=at).decisions if d.run_id is not None]
+def waiting_runs(engine: Any, *hosts: str, at: float = T0) -> list[int]:
+    alerts = [alert_payload("GpuXidError", labels={"Hostname": host}) for host in hosts]
+    return [d.run_id for d in ingest_alerts(engine, *alerts, at=at).decisions if d.run_id is not None]
 
 
 @EVERY_DATABASE
 def test_a_waiting_run_with_a_chat_step_is_taken_once_with_what_its_message_says(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
-    first, second = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b")
+    first, second = waiting_runs(make_engine(ASK_AND_TELL), "node-a", "node-b")
 
     taken = store.announcements.take(T0 + 5, CHAT)
 
@@ -66,14 +67,14 @@ def test_a_waiting_run_with_a_chat_step_is_taken_once_with_what_its_message_says
 
 @EVERY_DATABASE
 def test_runs_without_a_chat_step_not_waiting_approved_or_cancelled_are_never_taken(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(ASK_AND_TELL, ASK_QUIETLY, TELL_AT_ONCE)
-    approved, cancelled = waiting_runs(engine, ingest, make_alert, "node-a", "node-b")
-    quiet = ingest(engine, make_alert("DiskFull", labels={"Hostname": "node-c"}), at=T0).decisions[0].run_id
-    queued = ingest(engine, make_alert("NodeDown", labels={"Hostname": "node-d"}), at=T0).decisions[0].run_id
+    approved, cancelled = waiting_runs(engine, "node-a", "node-b")
+    quiet = ingest_alerts(engine, alert_payload("DiskFull", labels={"Hostname": "node-c"}), at=T0).decisions[0].run_id
+    queued = ingest_alerts(engine, alert_payload("NodeDown", labels={"Hostname": "node-d"}), at=T0).decisions[0].run_id
     store.queue.approve(approved, by="bob", now=T0 + 1)
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-b"}, status="resolved"), at=T0 + 2)
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-b"}, status="resolved"), at=T0 + 2)
 
     assert store.announcements.take(T0 + 3, CHAT) is None
     assert store.announcements.take(T0 + 3, ()) is None
@@ -89,9 +90,9 @@ def test_runs_without_a_chat_step_not_waiting_approved_or_cancelled_are_never_ta
 
 @EVERY_DATABASE
 def test_the_outcome_of_a_taken_run_is_recorded_and_never_on_a_run_not_taken(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
-    sent, failed, untouched = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b", "node-c")
+    sent, failed, untouched = waiting_runs(make_engine(ASK_AND_TELL), "node-a", "node-b", "node-c")
     for _ in range(2):
         store.announcements.take(T0 + 5, CHAT)
 
@@ -132,9 +133,9 @@ class _ApprovedInBetween:
 
 @EVERY_DATABASE
 def test_a_run_approved_between_the_look_and_the_take_is_not_taken_the_next_one_is(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
-    first, second = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, "node-a", "node-b")
+    first, second = waiting_runs(make_engine(ASK_AND_TELL), "node-a", "node-b")
     store.announcements.tx = _ApprovedInBetween(store, first)
 
     taken = store.announcements.take(T0 + 5, CHAT)
@@ -147,11 +148,9 @@ def test_a_run_approved_between_the_look_and_the_take_is_not_taken_the_next_one_
 
 
 @EVERY_DATABASE
-def test_two_stores_on_one_database_take_each_run_once(
-    store: Store, db_url: str, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_two_stores_on_one_database_take_each_run_once(store: Store, db_url: str, make_engine: MakeEngine) -> None:
     """Two replicas' announcers, one database: every run is taken by exactly one of them."""
-    runs = waiting_runs(make_engine(ASK_AND_TELL), ingest, make_alert, *(f"node-{i}" for i in range(6)))
+    runs = waiting_runs(make_engine(ASK_AND_TELL), *(f"node-{i}" for i in range(6)))
     other = Store.open(db_url)
     try:
         taken: list[int] = []

@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
 from remediate.runs import (
     AttemptOutcome,
@@ -26,12 +26,11 @@ from remediate.runs import (
     StepStatus,
 )
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE, rows, start_attempt
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 
 def playbook(name: str = "xid", **changes: Any) -> dict[str, Any]:
@@ -46,12 +45,12 @@ def playbook(name: str = "xid", **changes: Any) -> dict[str, Any]:
     return data
 
 
-def xid(make_alert: MakeAlert, host: str = "node-a", **kwargs: Any) -> dict[str, Any]:
-    return make_alert("GpuXidError", labels={"Hostname": host}, **kwargs)
+def xid(host: str = "node-a", **kwargs: Any) -> dict[str, Any]:
+    return alert_payload("GpuXidError", labels={"Hostname": host}, **kwargs)
 
 
-def queue(engine: Engine, ingest: Ingest, make_alert: MakeAlert, host: str = "node-a", at: float = T0) -> int:
-    (decision,) = ingest(engine, xid(make_alert, host), at=at).decisions
+def queue(engine: Engine, host: str = "node-a", at: float = T0) -> int:
+    (decision,) = ingest_alerts(engine, xid(host), at=at).decisions
     assert decision.run_id is not None, decision.reason
     return decision.run_id
 
@@ -61,9 +60,9 @@ def queue(engine: Engine, ingest: Ingest, make_alert: MakeAlert, host: str = "no
 
 @EVERY_DATABASE
 def test_ingest_records_the_notification_its_alerts_runs_steps_and_decisions(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
-    result = ingest(make_engine(playbook()), xid(make_alert), make_alert("DiskFull"), at=T0)
+    result = ingest_alerts(make_engine(playbook()), xid(), alert_payload("DiskFull"), at=T0)
 
     (notification,) = rows(store, "notifications")
     assert (notification.id, notification.alert_count, notification.status) == (result.notification_id, 2, "firing")
@@ -122,16 +121,14 @@ def run_row(alert_id: int, key: str, **changes: Any) -> dict[str, Any]:
 
 
 @EVERY_DATABASE
-def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook(cooldown="10m", max_attempts=2))
-    ingest(engine, xid(make_alert), at=T0)
+    ingest_alerts(engine, xid(), at=T0)
 
-    again = ingest(engine, xid(make_alert), at=T0 + 1)
-    cooled = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:01:00Z"), at=T0 + 60)
-    second = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:11:00Z"), at=T0 + 660)
-    capped = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:30:00Z"), at=T0 + 1800)
+    again = ingest_alerts(engine, xid(), at=T0 + 1)
+    cooled = ingest_alerts(engine, xid(starts_at="2026-01-01T00:01:00Z"), at=T0 + 60)
+    second = ingest_alerts(engine, xid(starts_at="2026-01-01T00:11:00Z"), at=T0 + 660)
+    capped = ingest_alerts(engine, xid(starts_at="2026-01-01T00:30:00Z"), at=T0 + 1800)
 
     assert [r.decisions[0].decision for r in (again, cooled, second, capped)] == [
         "duplicate", "cooldown", "accepted", "attempt_cap",
@@ -156,10 +153,10 @@ def test_the_guards_see_duplicates_cooldown_and_the_attempt_cap(
 
 @EVERY_DATABASE
 def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_delivery(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook(cooldown="1h", max_attempts=1))
-    run_id = queue(engine, ingest, make_alert)
+    run_id = queue(engine)
     claimed = store.queue.claim("w", T0 + 1)
     assert claimed is not None
     store.queue.record(
@@ -169,7 +166,7 @@ def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_deliv
         assert reader.rerunnable_runs([run_id, 99]) == {run_id: "api down"}
         assert reader.target_history("xid", "node-a", T0) == (None, 0)  # it does not count
 
-    (again,) = ingest(engine, xid(make_alert), at=T0 + 3).decisions
+    (again,) = ingest_alerts(engine, xid(), at=T0 + 3).decisions
 
     assert again.decision == "accepted" and "runs again" in again.reason
     old, new = rows(store, "runs")
@@ -182,13 +179,11 @@ def test_a_run_that_failed_before_changing_anything_runs_again_at_the_next_deliv
 
 
 @EVERY_DATABASE
-def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(store: Store, make_engine: MakeEngine) -> None:
     engine = make_engine(playbook())
-    first = queue(engine, ingest, make_alert, "node-a")
-    second = queue(engine, ingest, make_alert, "node-b")
-    (resolved,) = ingest(engine, xid(make_alert, "node-a", status="resolved"), at=T0 + 5).decisions
+    first = queue(engine, "node-a")
+    second = queue(engine, "node-b")
+    (resolved,) = ingest_alerts(engine, xid("node-a", status="resolved"), at=T0 + 5).decisions
 
     a = store.queue.claim("w1", T0 + 10)
     b = store.queue.claim("w2", T0 + 11)
@@ -196,8 +191,11 @@ def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
     assert a is not None and b is not None
     assert (a.id, a.worker, a.generation, b.id) == (first, "w1", 1, second)
     assert (a.playbook, a.target, a.phase, a.mode) == ("xid", "node-a", "firing", "enforce")
-    assert a.alert_context["labels"]["Hostname"] == "node-a"
-    assert (a.alert_context["status"], a.alert_context["endsAt"]) == ("firing", "")
+    assert a.alert_context["labels"] == {"alertname": "GpuXidError", "Hostname": "node-a"}
+    assert (a.alert_context["status"], a.alert_context["startsAt"], a.alert_context["endsAt"]) == (
+        "firing", "2026-01-01T00:00:00Z", "",
+    )  # fmt: skip
+    assert store.queue.queue_depth() == {"queued": 1, "running": 2, "awaiting_approval": 0}
     (run,) = rows(store, "runs", id=first)
     assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "w1", T0 + 10, T0 + 10)
     assert rows(store, "decisions", run_id=first)[0].status == "running"
@@ -209,10 +207,8 @@ def test_claims_take_the_oldest_queued_run_whose_prior_run_is_final(
 
 
 @EVERY_DATABASE
-def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = queue(make_engine(playbook()), ingest, make_alert)
+def test_a_stale_lease_writes_nothing_and_raises_claim_lost(store: Store, make_engine: MakeEngine) -> None:
+    run_id = queue(make_engine(playbook()))
     first = store.queue.claim("host:7", T0)
     assert first is not None
     step, _ = store.queue.steps_of(run_id)
@@ -251,11 +247,11 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(
 
 @EVERY_DATABASE
 def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_its_executor(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     """Issue 11: an owner that renewed its lease after recovery looked keeps its run; the attempts of a run
     taken over name both executors (`attempts.worker`)."""
-    run_id = queue(make_engine(playbook()), ingest, make_alert)
+    run_id = queue(make_engine(playbook()))
     first = store.queue.claim("replica-a:7", T0)
     assert first is not None
     step, _ = store.queue.steps_of(run_id)
@@ -279,11 +275,11 @@ def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_
 
 @EVERY_DATABASE
 def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_ran(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     """Issue 24, findings 7 and 9: the owner hands its run back with the end of the step whose action ran (the
     store failed as it was recorded): written with the requeue, the run goes on from the next step."""
-    ran, flying = (queue(make_engine(playbook()), ingest, make_alert, host) for host in ("node-a", "node-b"))
+    ran, flying = (queue(make_engine(playbook()), host) for host in ("node-a", "node-b"))
     claims = []
     for run_id in (ran, flying):
         claimed = store.queue.claim("replica-a:7", T0)
@@ -310,10 +306,8 @@ def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_r
 
 
 @EVERY_DATABASE
-def test_attempts_steps_and_the_run_end_are_recorded(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = queue(make_engine(playbook()), ingest, make_alert)
+def test_attempts_steps_and_the_run_end_are_recorded(store: Store, make_engine: MakeEngine) -> None:
+    run_id = queue(make_engine(playbook()))
     claimed = store.queue.claim("w", T0)
     assert claimed is not None
     first, second = store.queue.steps_of(run_id)
@@ -348,9 +342,9 @@ def test_attempts_steps_and_the_run_end_are_recorded(
 
 @EVERY_DATABASE
 def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine(playbook()), ingest, make_alert)
+    run_id = queue(make_engine(playbook()))
     claimed = store.queue.claim("w", T0)
     assert claimed is not None
     first, second = store.queue.steps_of(run_id)
@@ -373,10 +367,10 @@ def test_a_failed_step_skips_the_pending_ones_and_fails_the_run_in_one_write(
 
 @EVERY_DATABASE
 def test_a_requeue_interrupts_the_steps_and_attempts_of_the_claims_given_and_leaves_the_others_running(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook())
-    dead, silent, alive = (queue(engine, ingest, make_alert, host) for host in ("a", "b", "c"))
+    dead, silent, alive = (queue(engine, host) for host in ("a", "b", "c"))
     for worker, at in (("dead:1", T0 + 100), ("silent:1", T0), ("alive:1", T0 + 100)):
         claimed = store.queue.claim(worker, at)
         assert claimed is not None
@@ -404,10 +398,8 @@ def test_a_requeue_interrupts_the_steps_and_attempts_of_the_claims_given_and_lea
 
 
 @EVERY_DATABASE
-def test_a_heartbeat_never_goes_backwards(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = queue(make_engine(playbook()), ingest, make_alert)
+def test_a_heartbeat_never_goes_backwards(store: Store, make_engine: MakeEngine) -> None:
+    run_id = queue(make_engine(playbook()))
     assert store.queue.claim("host:7", T0) is not None
 
     store.leases.heartbeat([run_id], "host:7", T0 - 600)
@@ -418,10 +410,8 @@ def test_a_heartbeat_never_goes_backwards(
 
 
 @EVERY_DATABASE
-def test_a_pending_outcome_is_listed_until_it_is_settled(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = queue(make_engine(playbook()), ingest, make_alert)
+def test_a_pending_outcome_is_listed_until_it_is_settled(store: Store, make_engine: MakeEngine) -> None:
+    run_id = queue(make_engine(playbook()))
     claimed = store.queue.claim("w", T0)
     assert claimed is not None
     first, second = store.queue.steps_of(run_id)
@@ -473,15 +463,15 @@ def test_writes_to_rows_that_do_not_exist(store: Store) -> None:
 
 @EVERY_DATABASE
 def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook(mode="approve"))
-    approved = queue(engine, ingest, make_alert, "node-a")
-    cancelled = queue(engine, ingest, make_alert, "node-b")
+    approved = queue(engine, "node-a")
+    cancelled = queue(engine, "node-b")
     assert store.queue.claim("w", T0) is None
 
     store.queue.approve(approved, by="bob", now=T0 + 60)
-    ingest(engine, xid(make_alert, "node-b", status="resolved"), at=T0 + 61)
+    ingest_alerts(engine, xid("node-b", status="resolved"), at=T0 + 61)
 
     with pytest.raises(RunStateError, match=f"run {approved} is queued, not awaiting approval"):
         store.queue.approve(approved, by="bob", now=T0 + 62)
@@ -499,13 +489,11 @@ def test_approval_queues_an_awaiting_run_and_a_resolved_alert_cancels_one(
 
 
 @EVERY_DATABASE
-def test_pause_memory_and_breaker_rows(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_pause_memory_and_breaker_rows(store: Store, make_engine: MakeEngine) -> None:
     assert store.pause.state().paused is False
     store.pause.set(True, by="alice", reason="upgrade", now=T0)
     assert (store.pause.state().paused, store.pause.state().by, store.pause.state().since) == (True, "alice", T0)
-    assert ingest(make_engine(playbook()), xid(make_alert), at=T0 + 1).decisions[0].decision == "paused"
+    assert ingest_alerts(make_engine(playbook()), xid(), at=T0 + 1).decisions[0].decision == "paused"
 
     memory = store.memory
     memory.remember("gpu/0", {"limit": 300}, run_id=1)
@@ -529,16 +517,15 @@ def test_pause_memory_and_breaker_rows(
 
 
 @EVERY_DATABASE
-def test_ladder_rows_are_read_written_listed_and_reset(store: Store, make_engine: MakeEngine, ingest: Ingest,
-                                                        make_alert: MakeAlert) -> None:  # fmt: skip
+def test_ladder_rows_are_read_written_listed_and_reset(store: Store, make_engine: MakeEngine) -> None:  # fmt: skip
     def rung(name: str, holds_for: str = "30m") -> dict[str, Any]:
         return {"name": name, "holds_for": holds_for, "steps": [{"action": "log", "with": {"message": name}}]}
 
     ladder = {**playbook(), "steps": None, "escalate": [rung("one"), rung("two")]}
     engine = make_engine({k: v for k, v in ladder.items() if v is not None})
-    first = queue(engine, ingest, make_alert)
-    (second,) = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:01:00Z"), at=T0 + 60).decisions
-    queue(engine, ingest, make_alert, host="node-b")
+    first = queue(engine)
+    (second,) = ingest_alerts(engine, xid(starts_at="2026-01-01T00:01:00Z"), at=T0 + 60).decisions
+    queue(engine, host="node-b")
 
     with store.ingest.reader() as reader:
         state = reader.ladder("xid", "node-a")
@@ -567,7 +554,7 @@ def test_ladder_rows_are_read_written_listed_and_reset(store: Store, make_engine
         T0 + 120,
     )
     assert [s.rung for s in store.ladders.read()] == [0, 1]
-    (after,) = ingest(engine, xid(make_alert, starts_at="2026-01-01T00:03:00Z"), at=T0 + 180).decisions
+    (after,) = ingest_alerts(engine, xid(starts_at="2026-01-01T00:03:00Z"), at=T0 + 180).decisions
     assert after.reason.endswith(
         "rung 1 of 2 (one): first rung (the ladder was reset: reset by alice: swapped the fan)"
     )

@@ -14,9 +14,10 @@ from remediate import schema as t
 from remediate.engine import Engine
 from remediate.errors import ConfigError, StoreBusy
 from remediate.store import PoolLimits, Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.postgres import PostgresCluster
 from tests.support.stores import EVERY_DATABASE, table_counts
-from tests.unit.store.support import T0, Ingest, MakeAlert
+from tests.unit.store.support import T0
 
 
 @EVERY_DATABASE
@@ -31,10 +32,8 @@ def test_a_fresh_database_gets_the_current_schema_version(store: Store, db_url: 
 
 
 @EVERY_DATABASE
-def test_opening_an_existing_database_keeps_its_data(
-    store: Store, db_url: str, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    ingest(engine, make_alert("GpuXidError"), at=T0)
+def test_opening_an_existing_database_keeps_its_data(store: Store, db_url: str, engine: Engine) -> None:
+    ingest_alerts(engine, alert_payload("GpuXidError"), at=T0)
     before = table_counts(store)
 
     again = Store.open(db_url)

@@ -23,9 +23,10 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from remediate.store.decision_time import monotonic, time_conditions
 from remediate.store.history import history_page
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE, rows, store_backend
 from tests.support.waiting import scaled
-from tests.unit.store.support import PLAYBOOK, T0, Ingest, MakeAlert
+from tests.unit.store.support import PLAYBOOK, T0
 
 PLAYBOOKS = ("xid", "disk", None)
 TARGETS = ("node-a", "node-b", None)
@@ -184,15 +185,15 @@ def test_monotonic_raises_a_time_to_the_newest_before_it() -> None:
 
 @EVERY_DATABASE
 def test_a_notification_received_earlier_but_stored_later_gets_the_newest_decision_time(
-    request: pytest.FixtureRequest, store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
+    request: pytest.FixtureRequest, store: Store, engine: Engine
 ) -> None:
     """The receive time is taken before the write lock: a worker can store a notification received 2 ms
     before the one another worker stored first. SQLite then stamps its decisions with the
     newest time stored; PostgreSQL keeps the receive time (its history does not rely on the order).
     The run keeps its receive time everywhere: cooldowns count from it."""
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0 + 0.002)
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-b"}), at=T0)
-    ingest(engine, make_alert("DiskFull", labels={"Hostname": "node-c"}), at=T0 + 1)
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0 + 0.002)
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-b"}), at=T0)
+    ingest_alerts(engine, alert_payload("DiskFull", labels={"Hostname": "node-c"}), at=T0 + 1)
 
     times = [d.created_at for d in rows(store, "decisions")]
 
@@ -203,14 +204,12 @@ def test_a_notification_received_earlier_but_stored_later_gets_the_newest_decisi
     assert [r.created_at for r in rows(store, "runs")][:2] == [T0 + 0.002, T0]
 
 
-def test_a_late_decision_is_in_the_window_of_its_stamped_time(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_a_late_decision_is_in_the_window_of_its_stamped_time(store: Store, engine: Engine) -> None:
     """SQLite: `until` at the receive time of a late notification does not hide the decisions stored
     before it, and shows the late one where its stamped time is (after the first)."""
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0 + 10)
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-b"}), at=T0 + 5)
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-c"}), at=T0 + 20)
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0 + 10)
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-b"}), at=T0 + 5)
+    ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-c"}), at=T0 + 20)
 
     def targets(**bounds: float) -> list[str | None]:
         entries, _ = store.history.page(HistoryQuery(**bounds))
@@ -252,9 +251,7 @@ def test_the_time_bounds_of_a_page_are_index_seeks(store: Store) -> None:
         ] * 2, plan
 
 
-def test_two_workers_storing_at_once_keep_decision_times_in_id_order(
-    db_url: str, registry: Any, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_two_workers_storing_at_once_keep_decision_times_in_id_order(db_url: str, registry: Any) -> None:
     """Two stores on one SQLite file (two gunicorn workers: each its own write lock handle, queued on the
     file's flock), each ingesting notifications whose receive times run behind the other's: whichever
     commits first, the decisions' times never decrease with the id, and each is the newest receive
@@ -267,8 +264,8 @@ def test_two_workers_storing_at_once_keep_decision_times_in_id_order(
     def worker(number: int) -> None:
         start.wait()
         for i in range(40):  # worker 1's receive times run 3 s behind worker 0's
-            alert = make_alert("GpuXidError", labels={"Hostname": f"node-{number}-{i}"})
-            ingest(engines[number], alert, at=T0 + i - 3 * number)
+            alert = alert_payload("GpuXidError", labels={"Hostname": f"node-{number}-{i}"})
+            ingest_alerts(engines[number], alert, at=T0 + i - 3 * number)
 
     try:
         threads = [threading.Thread(target=worker, args=(n,)) for n in (0, 1)]

@@ -6,14 +6,13 @@ from typing import Any
 
 from remediate.engine import Engine
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE
-from tests.unit.store.support import T0, Ingest, MakeAlert
+from tests.unit.store.support import T0
 
 
 @EVERY_DATABASE
-def test_every_write_transaction_passes_the_stores_write(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_every_write_transaction_passes_the_stores_write(store: Store, engine: Engine) -> None:
     opened: list[str] = []
     write = store.write
 
@@ -23,7 +22,7 @@ def test_every_write_transaction_passes_the_stores_write(
 
     store.write = counting_write  # type: ignore[method-assign]
 
-    ingest(engine, make_alert("GpuXidError"), at=T0)  # the ingest writer
+    ingest_alerts(engine, alert_payload("GpuXidError"), at=T0)  # the ingest writer
     claimed = store.queue.claim("w:1", T0 + 1)  # the run queue
     store.memory.remember("k", {"v": 1}, run_id=1)  # action memory
     store.pause.set(True, by="alice", reason="", now=T0 + 2)  # the pause flag

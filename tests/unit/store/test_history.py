@@ -25,29 +25,28 @@ from remediate.store import (
     decode_cursor,
     encode_cursor,
 )
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.postgres import PostgresCluster
-from tests.support.store_json import history_json_of, run_json_of
+from tests.support.store_json import history_json_of
 from tests.support.stores import DATABASES, EVERY_DATABASE, start_attempt
-from tests.unit.store.support import OTHER, PLAYBOOK, T0, Ingest, MakeAlert, queue_runs
+from tests.unit.store.support import OTHER, PLAYBOOK, T0
 
 
-def fill_history(engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> None:
+def fill_history(engine: Engine) -> None:
     """Twelve decisions over three hours: playbooks xid/disk, several alertnames, targets and statuses."""
     for hour in range(3):
-        ingest(
+        ingest_alerts(
             engine,
-            make_alert("GpuXidError", labels={"Hostname": "node-a", "h": str(hour)}),
-            make_alert("GPUTemperatureHigh", labels={"Hostname": "node-b", "h": str(hour)}),
-            make_alert("DiskFull", labels={"Hostname": "node-a", "h": str(hour)}),
-            make_alert("Unmatched", labels={"Hostname": "node-c", "h": str(hour)}),
+            alert_payload("GpuXidError", labels={"Hostname": "node-a", "h": str(hour)}),
+            alert_payload("GPUTemperatureHigh", labels={"Hostname": "node-b", "h": str(hour)}),
+            alert_payload("DiskFull", labels={"Hostname": "node-a", "h": str(hour)}),
+            alert_payload("Unmatched", labels={"Hostname": "node-c", "h": str(hour)}),
             at=T0 + hour * 3600,
         )
 
 
 @pytest.fixture(scope="module", params=DATABASES)
-def history_store(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, ingest: Ingest, make_alert: MakeAlert
-) -> Iterator[Store]:
+def history_store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     """fill_history in one database (of each kind) shared by this module's read-only history tests."""
     if request.param == "postgresql":
         postgres: PostgresCluster = request.getfixturevalue("postgres")
@@ -58,7 +57,7 @@ def history_store(
     store = Store.open(url)
     registry = default_registry()
     playbooks = PlaybookSet([parse_playbook(PLAYBOOK, registry), parse_playbook(OTHER, registry)])
-    fill_history(Engine(store=store, playbooks=playbooks, registry=registry), ingest, make_alert)
+    fill_history(Engine(store=store, playbooks=playbooks, registry=registry))
     yield store
     store.close()
 
@@ -122,8 +121,8 @@ def test_history_filters_combine(history_store: Store, filters: dict[str, Any], 
 
 
 @EVERY_DATABASE
-def test_history_status_follows_the_run(store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> None:
-    fill_history(engine, ingest, make_alert)
+def test_history_status_follows_the_run(store: Store, engine: Engine) -> None:
+    fill_history(engine)
     claimed = store.queue.claim("w", T0)
     assert claimed is not None
     store.queue.record(RunWrite(claimed.lease, run_end=RunEnd(claimed.id, RunStatus.FAILED, "boom")), T0 + 1)
@@ -175,34 +174,14 @@ def test_cursors_round_trip() -> None:
 # --------------------------------------------------------------------------- run detail
 
 
-@EVERY_DATABASE
-def test_run_detail_shows_alert_decision_and_steps(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    (run_id,) = queue_runs(engine, ingest, make_alert, 1)
-
-    detail = run_json_of(store, run_id)
-
-    assert (detail["id"], detail["playbook"], detail["target"], detail["status"]) == (run_id, "xid", "node-0", "queued")
-    assert detail["decision"]["decision"] == "accepted"
-    assert detail["alert"]["labels"]["Hostname"] == "node-0"
-    assert detail["alert"]["startsAt"] == "2026-01-01T00:00:00Z"
-    assert [(s["index"], s["params"]["message"], s["status"], s["attempts"]) for s in detail["steps"]] == [
-        (0, "one", "pending", []),
-        (1, "two", "pending", []),
-    ]
-    with pytest.raises(UnknownRunError):
-        run_json_of(store, run_id + 1000)
-
-
 # --------------------------------------------------------------------------- typed rows
 
 
-def _one_run(engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> int:
-    result = ingest(
+def _one_run(engine: Engine) -> int:
+    result = ingest_alerts(
         engine,
-        make_alert("GpuXidError", labels={"Hostname": "node-a"}),
-        make_alert("Unmatched", labels={"Hostname": "node-b"}),
+        alert_payload("GpuXidError", labels={"Hostname": "node-a"}),
+        alert_payload("Unmatched", labels={"Hostname": "node-b"}),
         at=T0,
     )
     (run_id,) = [d.run_id for d in result.decisions if d.run_id is not None]
@@ -210,10 +189,8 @@ def _one_run(engine: Engine, ingest: Ingest, make_alert: MakeAlert) -> int:
 
 
 @EVERY_DATABASE
-def test_a_run_detail_is_typed_down_to_its_attempts(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = _one_run(engine, ingest, make_alert)
+def test_a_run_detail_is_typed_down_to_its_attempts(store: Store, engine: Engine) -> None:
+    run_id = _one_run(engine)
     claimed = store.queue.claim("host:1", T0 + 1)
     assert claimed is not None and claimed.id == run_id
     first, second = store.queue.steps_of(run_id)
@@ -265,13 +242,13 @@ def test_a_run_detail_is_typed_down_to_its_attempts(
     )
     with pytest.raises(AttributeError):  # rows are immutable NamedTuples
         detail.status = "succeeded"  # type: ignore[misc]
+    with pytest.raises(UnknownRunError):
+        store.history.run_detail(run_id + 1000)
 
 
 @EVERY_DATABASE
-def test_history_entries_are_typed_with_their_run_or_none(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = _one_run(engine, ingest, make_alert)
+def test_history_entries_are_typed_with_their_run_or_none(store: Store, engine: Engine) -> None:
+    run_id = _one_run(engine)
 
     entries, cursor = store.history.page(HistoryQuery())
 
@@ -290,33 +267,18 @@ def test_history_entries_are_typed_with_their_run_or_none(
     assert accepted.time == T0
 
 
-@EVERY_DATABASE
-def test_the_next_cursor_is_none_on_the_last_page_only(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    _one_run(engine, ingest, make_alert)
-
-    (newest,), cursor = store.history.page(HistoryQuery(limit=1))
-    (oldest,), end = store.history.page(HistoryQuery(limit=1, cursor=cursor))
-
-    assert cursor is not None and end is None
-    assert newest.id > oldest.id
-
-
 # --------------------------------------------------------------------------- the undo linked both ways
 
 
 @EVERY_DATABASE
-def test_run_links_join_a_firing_run_and_its_resolved_run_of_the_same_occurrence(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_run_links_join_a_firing_run_and_its_resolved_run_of_the_same_occurrence(store: Store, engine: Engine) -> None:
     (firing_id,) = [
-        d.run_id for d in ingest(engine, make_alert("GpuXidError", labels={"Hostname": "a"}), at=T0).decisions
+        d.run_id for d in ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "a"}), at=T0).decisions
     ]
-    other = make_alert("GpuXidError", labels={"Hostname": "b"})  # another alert: no link
-    (other_id,) = [d.run_id for d in ingest(engine, other, at=T0 + 1).decisions]
-    resolved = make_alert("GpuXidError", labels={"Hostname": "a"}, status="resolved")
-    (resolved_id,) = [d.run_id for d in ingest(engine, resolved, at=T0 + 2).decisions]
+    other = alert_payload("GpuXidError", labels={"Hostname": "b"})  # another alert: no link
+    (other_id,) = [d.run_id for d in ingest_alerts(engine, other, at=T0 + 1).decisions]
+    resolved = alert_payload("GpuXidError", labels={"Hostname": "a"}, status="resolved")
+    (resolved_id,) = [d.run_id for d in ingest_alerts(engine, resolved, at=T0 + 2).decisions]
 
     assert store.history.run_links(firing_id) == (None, [resolved_id])
     assert store.history.run_links(resolved_id) == (firing_id, [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -110,18 +111,17 @@ def _make_version(url: str, version: int) -> None:
     engine.dispose()
 
 
-def _make_version_1(url: str) -> None:
-    _make_version(url, 1)
-
-
 def test_every_table_added_later_has_a_migration() -> None:
     assert set(LATER_TABLES.values()) <= set(schema.MIGRATIONS)
     assert max(schema.MIGRATIONS) == schema.SCHEMA_VERSION
 
 
-def test_a_version_2_database_gets_the_breaker_table_and_keeps_its_memory(new_database: NewDatabase) -> None:
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_version_1_or_2_database_is_upgraded_to_the_schema_of_a_fresh_one_with_an_empty_breaker(
+    new_database: NewDatabase, version: int
+) -> None:
     old, fresh = new_database(), new_database()
-    _make_version(old, 2)
+    _make_version(old, version)
     store = Store.open(old)
     Store.open(fresh).close()
     assert store.schema_version() == schema.SCHEMA_VERSION
@@ -132,19 +132,9 @@ def test_a_version_2_database_gets_the_breaker_table_and_keeps_its_memory(new_da
     assert _schema_of(old) == _schema_of(fresh)
 
 
-def test_a_version_1_database_is_upgraded_to_the_same_schema_as_a_fresh_one(new_database: NewDatabase) -> None:
-    old, fresh = new_database(), new_database()
-    _make_version_1(old)
-    upgraded = Store.open(old)
-    Store.open(fresh).close()
-    assert upgraded.schema_version() == schema.SCHEMA_VERSION
-    upgraded.close()
-    assert _schema_of(old) == _schema_of(fresh)
-
-
 def test_an_upgrade_keeps_the_data_that_was_there(new_database: NewDatabase) -> None:
     old = new_database()
-    _make_version_1(old)
+    _make_version(old, 1)
     store = Store.open(old)
     assert store.pause.state().paused is True
     assert store.pause.state().by == "old"
@@ -153,73 +143,72 @@ def test_an_upgrade_keeps_the_data_that_was_there(new_database: NewDatabase) -> 
     store.close()
 
 
-def test_a_version_3_database_gets_guard_keys_equal_to_the_targets_of_its_runs(new_database: NewDatabase) -> None:
-    old = new_database()
-    _make_version(old, 3)
+# What every old database below holds: notification 1 and its alert 1 (statements then add runs, steps...).
+NOTIFICATION_AND_ALERT = (
+    "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+    "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')",
+    "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
+    "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')",
+)
+RUN = (
+    "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
+    "created_at, updated_at, guard_key) VALUES (:id, :key, 'p', 'A', 'node-a', 'firing', :mode, :status, 1, 1, 1, "
+    "'node-a')"
+)
+
+
+def _run(run_id: int = 1, mode: str = "enforce", status: str = "queued") -> tuple[str, dict[str, Any]]:
+    return RUN, {"id": run_id, "key": f"k{run_id}", "mode": mode, "status": status}
+
+
+def _old_and_fresh(new_database: NewDatabase, version: int, *statements: str | tuple[str, Any]) -> tuple[str, str]:
+    """A database of `version` holding NOTIFICATION_AND_ALERT then `statements` (SQL or (SQL, parameters)), and
+    a fresh database the store created, whose schema the upgraded one must equal."""
+    old, fresh = new_database(), new_database()
+    _make_version(old, version)
     engine = sa.create_engine(old)
     with engine.begin() as conn:
-        notification = conn.execute(
-            sa.text(
-                "INSERT INTO notifications (received_at, receiver, status, group_key, alert_count, raw) "
-                "VALUES (1, 'r', 'firing', 'g', 1, '{}') RETURNING id"
-            )
-        ).scalar_one()
-        alert = conn.execute(
-            sa.text(
-                "INSERT INTO alerts (notification_id, fingerprint, alertname, status, starts_at, labels, "
-                "annotations, generator_url) VALUES (:n, 'f', 'A', 'firing', 's', '{}', '{}', '') RETURNING id"
-            ),
-            {"n": notification},
-        ).scalar_one()
-        conn.execute(
-            sa.text(
-                "INSERT INTO runs (dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
-                "created_at, updated_at) VALUES ('k', 'p', 'A', 'node-a', 'firing', 'enforce', 'succeeded', :a, 1, 1)"
-            ),
-            {"a": alert},
-        )
+        for statement in (*NOTIFICATION_AND_ALERT, *statements):
+            sql, parameters = (statement, None) if isinstance(statement, str) else statement
+            conn.execute(sa.text(sql), parameters)
     engine.dispose()
+    Store.open(fresh).close()
+    return old, fresh
+
+
+def _read(url: str, sql: str) -> list[Any]:
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(sql)).all()
+    engine.dispose()
+    return list(rows)
+
+
+def test_a_version_3_database_gets_guard_keys_equal_to_the_targets_of_its_runs(new_database: NewDatabase) -> None:
+    old, fresh = _old_and_fresh(
+        new_database,
+        3,
+        "INSERT INTO runs (dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, created_at, "
+        "updated_at) VALUES ('k', 'p', 'A', 'node-a', 'firing', 'enforce', 'succeeded', 1, 1, 1)",
+    )
     store = Store.open(old)
     with store.read() as conn:
         assert conn.execute(sa.text("SELECT guard_key FROM runs")).scalar_one() == "node-a"
     store.close()
+    assert _schema_of(old) == _schema_of(fresh)
 
 
 def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_defaults(
     new_database: NewDatabase,
 ) -> None:
-    old, fresh = new_database(), new_database()
-    _make_version(old, 4)
-    engine = sa.create_engine(old)
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
-                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
-                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
-                "created_at, updated_at, guard_key) "
-                "VALUES (1, 'k', 'p', 'A', 'node-a', 'firing', 'enforce', 'queued', 1, 1, 1, 'node-a')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                'INSERT INTO steps (run_id, idx, name, action, "where", params, timeout, retries, status) '
-                "VALUES (1, 0, 's', 'log', 'cluster', '{}', 1, 0, 'pending')"
-            )
-        )
-    engine.dispose()
+    old, fresh = _old_and_fresh(
+        new_database,
+        4,
+        _run(),
+        'INSERT INTO steps (run_id, idx, name, action, "where", params, timeout, retries, status) '
+        "VALUES (1, 0, 's', 'log', 'cluster', '{}', 1, 0, 'pending')",
+    )
     store = Store.open(old)
-    Store.open(fresh).close()
     claimed = store.queue.claim("host:1", 2.0)
     assert claimed is not None
     assert claimed.generation == 1  # counted from the column's default
@@ -236,41 +225,18 @@ def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones
 ) -> None:
     """Issue 11: `attempts.worker` (who ran it, `ran_on` in the API) is added empty; attempts recorded
     before say nothing, those after name their executor."""
-    old, fresh = new_database(), new_database()
-    _make_version(old, 5)
-    engine = sa.create_engine(old)
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
-                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
-                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
-                "created_at, updated_at, guard_key) "
-                "VALUES (1, 'k', 'p', 'A', 'node-a', 'firing', 'enforce', 'queued', 1, 1, 1, 'node-a')"
-            )
-        )
-        for idx, attempts in ((0, 1), (1, 0)):
-            conn.execute(
-                sa.text(
-                    'INSERT INTO steps (id, run_id, idx, name, action, "where", params, timeout, retries, status, '
-                    "attempts) VALUES (:id, 1, :idx, 's', 'log', 'cluster', '{}', 1, 0, 'pending', :attempts)"
-                ),
-                {"id": idx + 1, "idx": idx, "attempts": attempts},
-            )
-        conn.execute(sa.text("INSERT INTO attempts (step_id, number, started_at) VALUES (1, 1, 1.5)"))
-    engine.dispose()
+    old, fresh = _old_and_fresh(
+        new_database,
+        5,
+        _run(),
+        (
+            'INSERT INTO steps (id, run_id, idx, name, action, "where", params, timeout, retries, status, '
+            "attempts) VALUES (:id, 1, :idx, 's', 'log', 'cluster', '{}', 1, 0, 'pending', :attempts)",
+            [{"id": 1, "idx": 0, "attempts": 1}, {"id": 2, "idx": 1, "attempts": 0}],
+        ),
+        "INSERT INTO attempts (step_id, number, started_at) VALUES (1, 1, 1.5)",
+    )
     store = Store.open(old)
-    Store.open(fresh).close()
     claimed = store.queue.claim("replica-b:42", 2.0)
     assert claimed is not None
     start_attempt(store, claimed.lease, 2, 1, 3.0)
@@ -284,76 +250,24 @@ def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones
 def test_a_version_7_database_gets_ladders_its_old_runs_ran_no_rung(new_database: NewDatabase) -> None:
     """Issue 12: `runs.rung` is added empty (no run before escalation ladders ran a rung) and the
     `ladders` table starts empty: every ladder starts at its first rung."""
-    old, fresh = new_database(), new_database()
-    _make_version(old, 7)
-    engine = sa.create_engine(old)
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
-                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
-                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
-                "created_at, updated_at, guard_key) "
-                "VALUES (1, 'k', 'p', 'A', 'node-a', 'firing', 'enforce', 'queued', 1, 1, 1, 'node-a')"
-            )
-        )
-    engine.dispose()
+    old, fresh = _old_and_fresh(new_database, 7, _run())
     Store.open(old).close()
-    Store.open(fresh).close()
-    engine = sa.create_engine(old)
-    with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT id, rung FROM runs")).all() == [(1, None)]
-        assert conn.execute(sa.text("SELECT count(*) FROM ladders")).scalar_one() == 0
-    engine.dispose()
+    assert _read(old, "SELECT id, rung FROM runs") == [(1, None)]
+    assert _read(old, "SELECT count(*) FROM ladders") == [(0,)]
     assert _schema_of(old) == _schema_of(fresh)
 
 
 def test_a_version_8_database_gets_announcements_its_waiting_runs_still_to_announce(new_database: NewDatabase) -> None:
     """Issue 13: `runs.announced_at` and `announce_error` are added empty: a run that awaited approval before
     the upgrade, with a chat step, is announced once after it (the on-call hears of it); none is marked sent."""
-    old, fresh = new_database(), new_database()
-    _make_version(old, 8)
-    engine = sa.create_engine(old)
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
-                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
-                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
-                "created_at, updated_at, guard_key) "
-                "VALUES (1, 'k', 'p', 'A', 'node-a', 'firing', 'approve', 'awaiting_approval', 1, 1, 1, 'node-a')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                'INSERT INTO steps (id, run_id, idx, name, action, "where", params, timeout, retries, status) '
-                "VALUES (1, 1, 0, 'tell', 'notify.slack', 'cluster', '{\"url\": \"http://chat/x\"}', 10, 0, "
-                "'pending')"
-            )
-        )
-    engine.dispose()
+    old, fresh = _old_and_fresh(
+        new_database,
+        8,
+        _run(mode="approve", status="awaiting_approval"),
+        'INSERT INTO steps (id, run_id, idx, name, action, "where", params, timeout, retries, status) '
+        "VALUES (1, 1, 0, 'tell', 'notify.slack', 'cluster', '{\"url\": \"http://chat/x\"}', 10, 0, 'pending')",
+    )
     store = Store.open(old)
-    Store.open(fresh).close()
     try:
         with store.read() as conn:
             assert conn.execute(sa.text("SELECT id, announced_at, announce_error FROM runs")).all() == [(1, None, None)]
@@ -367,34 +281,8 @@ def test_a_version_8_database_gets_announcements_its_waiting_runs_still_to_annou
 def test_a_version_8_database_gets_queue_priorities_its_queued_runs_keep_their_order(new_database: NewDatabase) -> None:
     """Issue 14: `runs.priority` is added as 0 (the highest) for every run there was, so the runs queued before
     the upgrade are claimed first and in their old (id) order; `ix_runs_queue` orders the claim."""
-    old, fresh = new_database(), new_database()
-    _make_version(old, 8)
-    engine = sa.create_engine(old)
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
-                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
-                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
-            )
-        )
-        for run_id in (1, 2):
-            conn.execute(
-                sa.text(
-                    "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, "
-                    "created_at, updated_at, guard_key) "
-                    "VALUES (:id, :key, 'p', 'A', 'node-a', 'firing', 'enforce', 'queued', 1, 1, 1, 'n')"
-                ),
-                {"id": run_id, "key": f"k{run_id}"},
-            )
-    engine.dispose()
+    old, fresh = _old_and_fresh(new_database, 8, _run(1), _run(2))
     store = Store.open(old)
-    Store.open(fresh).close()
     with store.read() as conn:
         assert conn.execute(sa.text("SELECT id, priority FROM runs ORDER BY id")).all() == [(1, 0), (2, 0)]
     assert [store.queue.claim("w:1", 2.0).id, store.queue.claim("w:1", 2.0).id] == [1, 2]  # type: ignore[union-attr]
@@ -410,38 +298,19 @@ def test_a_version_8_database_gets_decision_times_that_never_decrease_with_the_i
     by id (the history's time filters become id ranges); PostgreSQL, which does not rely on the order,
     keeps every time. Either way the index of decisions by (target, status) is added, and the status
     index gets the playbook and alertname (compared through sa.inspect with a fresh schema)."""
-    old, fresh = new_database(), new_database()
-    _make_version(old, 8)
     times = [10.0, 10.004, 10.002, 10.003, 10.01, 9.5, 10.01, 11.0]  # two rows late, by 2 ms and 510 ms
-    engine = sa.create_engine(old)
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
-                "VALUES (1, 1, 'r', 'firing', 'g', 1, '{}')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO alerts (id, notification_id, fingerprint, alertname, status, starts_at, labels, "
-                "annotations, generator_url) VALUES (1, 1, 'f', 'A', 'firing', 's', '{}', '{}', '')"
-            )
-        )
-        conn.execute(
-            sa.text(
-                "INSERT INTO decisions (id, created_at, notification_id, alert_id, alertname, fingerprint, "
-                "alert_status, decision, reason, status) VALUES (:id, :at, 1, 1, 'A', 'f', 'firing', "
-                "'unmatched', 'no playbook', 'unmatched')"
-            ),
+    old, fresh = _old_and_fresh(
+        new_database,
+        8,
+        (
+            "INSERT INTO decisions (id, created_at, notification_id, alert_id, alertname, fingerprint, "
+            "alert_status, decision, reason, status) VALUES (:id, :at, 1, 1, 'A', 'f', 'firing', "
+            "'unmatched', 'no playbook', 'unmatched')",
             [{"id": i + 1, "at": at} for i, at in enumerate(times)],
-        )
-    engine.dispose()
+        ),
+    )
     Store.open(old).close()
-    Store.open(fresh).close()
-    engine = sa.create_engine(old)
-    with engine.connect() as conn:
-        stored = conn.execute(sa.text("SELECT created_at FROM decisions ORDER BY id")).scalars().all()
-    engine.dispose()
+    stored = [at for (at,) in _read(old, "SELECT created_at FROM decisions ORDER BY id")]
     if request.node.callspec.params["new_database"] == "sqlite":
         assert stored == [10.0, 10.004, 10.004, 10.004, 10.01, 10.01, 10.01, 11.0]
     else:

@@ -4,41 +4,20 @@ from __future__ import annotations
 
 import threading
 
-from remediate import schema as t
 from remediate.engine import Engine
 from remediate.store import Store
-from tests.support.stores import EVERY_DATABASE
-from tests.unit.store.support import T0, Ingest, MakeAlert, one, queue_runs
+from tests.conftest import alert_payload, ingest_alerts
+from tests.support.stores import EVERY_DATABASE, rows
+from tests.unit.store.support import T0, queue_runs
 
 pytestmark = EVERY_DATABASE
 
 
-def test_claim_run_takes_the_oldest_queued_run_with_its_alert(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_ids = queue_runs(engine, ingest, make_alert, 3)
-
-    claimed = store.queue.claim("host:1", T0 + 5)
-
-    assert claimed is not None
-    assert claimed.id == run_ids[0]
-    assert (claimed.playbook, claimed.target, claimed.phase, claimed.mode) == ("xid", "node-0", "firing", "enforce")
-    assert claimed.alert_context["labels"] == {"alertname": "GpuXidError", "Hostname": "node-0"}
-    assert claimed.alert_context["status"] == "firing"
-    assert claimed.alert_context["startsAt"] == "2026-01-01T00:00:00Z"
-    run = one(store, t.runs, t.runs.c.id == claimed.id)
-    assert (run.status, run.claimed_by, run.heartbeat_at, run.started_at) == ("running", "host:1", T0 + 5, T0 + 5)
-    assert one(store, t.decisions, t.decisions.c.run_id == claimed.id).status == "running"
-    assert store.queue.queue_depth() == {"queued": 2, "running": 1, "awaiting_approval": 0}
-
-
-def test_oldest_queued_at_is_the_creation_of_the_first_run_still_queued(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_oldest_queued_at_is_the_creation_of_the_first_run_still_queued(store: Store, engine: Engine) -> None:
     assert store.queue.oldest_queued_at() is None
-    queue_runs(engine, ingest, make_alert, 1, at=T0)
-    later = [make_alert("GpuXidError", labels={"Hostname": "node-late"})]
-    ingest(engine, *later, at=T0 + 30)
+    queue_runs(engine, 1, at=T0)
+    later = [alert_payload("GpuXidError", labels={"Hostname": "node-late"})]
+    ingest_alerts(engine, *later, at=T0 + 30)
     assert store.queue.oldest_queued_at() == T0
 
     claimed = store.queue.claim("host:1", T0 + 40)
@@ -53,10 +32,8 @@ def test_claim_run_returns_none_when_nothing_is_queued(store: Store) -> None:
     assert store.queue.claim("w", T0) is None
 
 
-def test_claim_run_is_exclusive_across_stores_and_threads(
-    store: Store, db_url: str, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_ids = queue_runs(engine, ingest, make_alert, 60)
+def test_claim_run_is_exclusive_across_stores_and_threads(store: Store, db_url: str, engine: Engine) -> None:
+    run_ids = queue_runs(engine, 60)
     other = Store.open(db_url)
     claims: dict[str, list[int]] = {}
     errors: list[BaseException] = []
@@ -86,16 +63,4 @@ def test_claim_run_is_exclusive_across_stores_and_threads(
     assert sorted(everything) == sorted(run_ids)  # every run once, none twice
     for name, got in claims.items():
         for run_id in got:
-            assert one(store, t.runs, t.runs.c.id == run_id).claimed_by == name
-
-
-def test_a_resolved_run_waits_for_a_firing_run_that_is_still_queued(
-    store: Store, engine: Engine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
-    ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}, status="resolved"), at=T0 + 1)
-
-    first = store.queue.claim("w", T0 + 2)
-    assert first is not None
-    assert first.phase == "firing"
-    assert store.queue.claim("w", T0 + 3) is None
+            assert rows(store, "runs", id=run_id)[0].claimed_by == name

@@ -13,17 +13,16 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.breaker import Claim
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.store import ReportQuery, Store
 from remediate.store.report import FiringRow, build_report
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 DAY = 86400.0
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 XID = {
     "name": "xid",
@@ -46,8 +45,8 @@ def set_rung(store: Store, run_id: int, rung: int) -> None:
         conn.execute(sa.update(t.runs).where(t.runs.c.id == run_id).values(rung=rung))
 
 
-def fire(engine: Engine, ingest: Ingest, alert: dict[str, Any], at: float) -> int | None:
-    (decision,) = ingest(engine, alert, at=at).decisions
+def fire(engine: Engine, alert: dict[str, Any], at: float) -> int | None:
+    (decision,) = ingest_alerts(engine, alert, at=at).decisions
     return decision.run_id
 
 
@@ -57,26 +56,26 @@ def drain(store: Store, engine: Engine, at: float) -> None:
 
 @EVERY_DATABASE
 def test_the_report_counts_incidents_remediations_by_rung_mttr_mtbi_and_held_nodes(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(XID, DISK)
     llama = {"Hostname": "node-a", "training_job": "llama-70b"}
     # Before the window: not counted.
-    old = fire(engine, ingest, make_alert("GpuXidError", labels=llama, starts_at="2025-12-20T00:00:00Z"), T0 - 12 * DAY)
+    old = fire(engine, alert_payload("GpuXidError", labels=llama, starts_at="2025-12-20T00:00:00Z"), T0 - 12 * DAY)
     drain(store, engine, T0 - 12 * DAY + 10)
     # node-a: two occurrences, fixed 5 min and 2 min after they started, on rungs 1 then 2.
-    first = fire(engine, ingest, make_alert("GpuXidError", labels=llama, starts_at="2026-01-01T00:00:00Z"), T0 + 60)
+    first = fire(engine, alert_payload("GpuXidError", labels=llama, starts_at="2026-01-01T00:00:00Z"), T0 + 60)
     drain(store, engine, T0 + 300)
-    assert fire(engine, ingest, make_alert("GpuXidError", labels=llama), T0 + 90) is None  # a re-send: duplicate
+    assert fire(engine, alert_payload("GpuXidError", labels=llama), T0 + 90) is None  # a re-send: duplicate
     second = fire(
-        engine, ingest, make_alert("GpuXidError", labels=llama, starts_at="2026-01-01T06:00:00Z"), T0 + 6 * 3600 + 30
+        engine, alert_payload("GpuXidError", labels=llama, starts_at="2026-01-01T06:00:00Z"), T0 + 6 * 3600 + 30
     )
     drain(store, engine, T0 + 6 * 3600 + 120)
     # node-b: a disk alert whose fix failed (job from the `job` label).
-    failed = fire(engine, ingest, make_alert("DiskFull", labels={"Hostname": "node-b", "job": "bert"}), T0 + 100)
+    failed = fire(engine, alert_payload("DiskFull", labels={"Hostname": "node-b", "job": "bert"}), T0 + 100)
     drain(store, engine, T0 + 200)
     # No playbook: an incident without a node.
-    assert fire(engine, ingest, make_alert("FanSpeedLow", labels={"Hostname": "node-c"}), T0 + 110) is None
+    assert fire(engine, alert_payload("FanSpeedLow", labels={"Hostname": "node-c"}), T0 + 110) is None
     assert None not in (old, first, second, failed)
     set_rung(store, first, 1)
     set_rung(store, second, 2)

@@ -18,6 +18,7 @@ from remediate.engine import Engine, IngestResult
 from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from remediate.store.retention import Pruner, PruneReport
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.retention import fill
 from tests.support.stores import EVERY_DATABASE, start_attempt, table_counts
 from tests.support.waiting import scaled
@@ -27,8 +28,6 @@ DAY = 86400.0
 NOW = T0 + 100 * DAY
 KEEP = 90 * DAY
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 pytestmark = EVERY_DATABASE
 
@@ -78,39 +77,41 @@ class History(SimpleNamespace):
     pass
 
 
-def build_history(store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert) -> History:
+def build_history(store: Store, make_engine: MakeEngine) -> History:
     """Old history (100 days ago) of every kind, and a little of yesterday's."""
     engine = make_engine(XID, GATED)
 
     def xid(host: str, **kwargs: Any) -> dict[str, Any]:
-        return make_alert("GpuXidError", labels={"Hostname": host}, **kwargs)
+        return alert_payload("GpuXidError", labels={"Hostname": host}, **kwargs)
 
     h = History()
     # A finished run, and a duplicate delivery of it: both go, with the notifications.
-    h.old = run_of(ingest(engine, xid("node-a"), at=T0))
+    h.old = run_of(ingest_alerts(engine, xid("node-a"), at=T0))
     finish_next(store, T0 + 1, T0 + 10)
-    ingest(engine, xid("node-a"), at=T0 + 20)
+    ingest_alerts(engine, xid("node-a"), at=T0 + 20)
     # A finished run whose occurrence AlertManager re-sent yesterday: still firing, its run is its dedupe record.
-    h.resent = run_of(ingest(engine, xid("node-d"), at=T0 + 30))
+    h.resent = run_of(ingest_alerts(engine, xid("node-d"), at=T0 + 30))
     finish_next(store, T0 + 31, T0 + 40)
-    h.resent_notification = ingest(engine, xid("node-d"), at=NOW - DAY).notification_id
+    h.resent_notification = ingest_alerts(engine, xid("node-d"), at=NOW - DAY).notification_id
     # A finished firing run whose resolved run is still queued (after_run_id): kept while that waits.
-    h.awaited = run_of(ingest(engine, xid("node-e"), at=T0 + 50))
+    h.awaited = run_of(ingest_alerts(engine, xid("node-e"), at=T0 + 50))
     finish_next(store, T0 + 51, T0 + 60)
-    h.resolving = run_of(ingest(engine, xid("node-e", status="resolved"), at=T0 + 70))
+    h.resolving = run_of(ingest_alerts(engine, xid("node-e", status="resolved"), at=T0 + 70))
     # A run created long ago that finished (failed) yesterday: "older than" is from its end.
-    h.late = run_of(ingest(engine, xid("node-f"), at=T0 + 80))
+    h.late = run_of(ingest_alerts(engine, xid("node-f"), at=T0 + 80))
     finish_by_hand(store, h.late, NOW - DAY)
     # Never pruned, however old: a queued run and one awaiting approval.
-    h.queued = run_of(ingest(engine, xid("node-b"), at=T0 + 90))
-    h.awaiting = run_of(ingest(engine, make_alert("NeedsApproval", labels={"Hostname": "node-c"}), at=T0 + 100))
+    h.queued = run_of(ingest_alerts(engine, xid("node-b"), at=T0 + 90))
+    h.awaiting = run_of(
+        ingest_alerts(engine, alert_payload("NeedsApproval", labels={"Hostname": "node-c"}), at=T0 + 100)
+    )
     # A notification of two alerts: one run finished, one still queued; the notification stays whole.
-    mixed = ingest(engine, xid("node-g"), xid("node-h"), at=T0 + 110)
+    mixed = ingest_alerts(engine, xid("node-g"), xid("node-h"), at=T0 + 110)
     h.mixed_notification = mixed.notification_id
     h.mixed_runs = [d.run_id for d in mixed.decisions]
     finish_by_hand(store, h.mixed_runs[0], T0 + 120)
     # Recent: kept.
-    h.recent_unmatched = ingest(engine, make_alert("Unmatched"), at=NOW - DAY).notification_id
+    h.recent_unmatched = ingest_alerts(engine, alert_payload("Unmatched"), at=NOW - DAY).notification_id
     # Breaker claims: one released long ago (goes), one still open (stays).
     with store.breaker.ledger() as ledger:
         for node, run in (("node-x", h.old), ("node-y", h.queued)):
@@ -124,9 +125,9 @@ def run_ids(store: Store) -> set[int]:
 
 
 def test_prune_deletes_old_finished_history_and_keeps_what_is_unfinished_recent_or_needed(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
-    h = build_history(store, make_engine, ingest, make_alert)
+    h = build_history(store, make_engine)
     before = table_counts(store, PruneReport.TABLES)
     all_runs = run_ids(store)
 
@@ -172,9 +173,9 @@ def test_prune_deletes_old_finished_history_and_keeps_what_is_unfinished_recent_
 
 
 def test_once_the_queued_resolved_run_finishes_the_firing_run_it_waited_for_goes_too(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, make_engine: MakeEngine
 ) -> None:
-    h = build_history(store, make_engine, ingest, make_alert)
+    h = build_history(store, make_engine)
     store.retention.prune(KEEP, now=NOW)
     assert h.awaited in run_ids(store)
     with store.write() as conn:
@@ -238,9 +239,7 @@ def test_a_batch_that_held_the_write_lock_too_long_halves_the_next(store: Store)
     assert table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
 
 
-def test_ingest_goes_on_while_a_big_prune_runs(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_ingest_goes_on_while_a_big_prune_runs(store: Store, make_engine: MakeEngine) -> None:
     fill(store, 3000, T0)
     engine = make_engine(XID)
     done: list[float] = []
@@ -251,7 +250,7 @@ def test_ingest_goes_on_while_a_big_prune_runs(
         pruning.wait(10)
         for i in range(20):
             started = time.perf_counter()
-            ingest(engine, make_alert("GpuXidError", labels={"Hostname": f"live-{i}"}), at=NOW)
+            ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": f"live-{i}"}), at=NOW)
             done.append(time.perf_counter() - started)
             finished.append(time.perf_counter())
 

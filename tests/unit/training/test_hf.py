@@ -48,15 +48,15 @@ class Rows(torch.utils.data.Dataset):  # type: ignore[misc]
 
 
 class Agent(transformers.TrainerCallback):  # type: ignore[misc]
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    """Delivers `commands` (kind, params) once at step `at`, as remediate would."""
+
+    def __init__(self, root: Path, at: int, *commands: tuple[str, dict[str, Any]]) -> None:
+        self.root, self.at, self.commands = root, at, commands
         self.sent: list[str] = []
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.global_step == 12 and not self.sent:
-            rollback = {"checkpoint": "latest_good", "min_steps_back": 4, "skip_batches": 3}
-            self.sent.append(deliver(self.root, JOB, "rollback", rollback).id)
-            self.sent.append(deliver(self.root, JOB, "scale_lr", {"factor": 0.5}).id)
+        if state.global_step == self.at and not self.sent:
+            self.sent.extend(deliver(self.root, JOB, kind, params).id for kind, params in self.commands)
 
 
 class Observer(transformers.TrainerCallback):  # type: ignore[misc]
@@ -71,32 +71,31 @@ class Observer(transformers.TrainerCallback):  # type: ignore[misc]
         }
 
 
-def test_the_hugging_face_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path) -> None:
+def ours(tmp_path: Path, **kwargs: Any) -> Any:
+    """The callback under test, on tmp_path's control root and checkpoint directory."""
     from remediate.training.hf import RemediateTrainerCallback
 
+    return RemediateTrainerCallback(JOB, root=tmp_path / "control", checkpoint_dir=tmp_path / "ckpt",
+                                    wake_signal=None, **kwargs)  # fmt: skip
+
+
+def train(tmp_path: Path, max_steps: int, rows: int, callbacks: list[Any], **arguments: Any) -> Any:
+    """A CPU Trainer of `max_steps` (batches of 8, lr 0.01) with `callbacks` over `rows` seeded rows; the trainer."""
     torch.manual_seed(0)
-    root = tmp_path / "control"
-    ours = RemediateTrainerCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=4, keep=10,
-                                    wake_signal=None)  # fmt: skip
-    agent, observer = Agent(root), Observer()
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=24,
-        per_device_train_batch_size=8,
-        learning_rate=0.01,
-        lr_scheduler_type="linear",
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        remove_unused_columns=False,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
-    trainer = transformers.Trainer(
-        model=TinyRegressor(), args=args, train_dataset=Rows(512), callbacks=[agent, ours, observer]
-    )
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=max_steps,
+                                          per_device_train_batch_size=8, learning_rate=0.01, save_strategy="no",
+                                          report_to="none", use_cpu=True, remove_unused_columns=False,
+                                          disable_tqdm=True, dataloader_num_workers=0, **arguments)  # fmt: skip
+    trainer = transformers.Trainer(model=TinyRegressor(), args=args, train_dataset=Rows(rows), callbacks=callbacks)
     trainer.train()
+    return trainer
+
+
+def test_the_hugging_face_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path) -> None:
+    root, callback, observer = tmp_path / "control", ours(tmp_path, every_n_steps=4, keep=10), Observer()
+    rollback = {"checkpoint": "latest_good", "min_steps_back": 4, "skip_batches": 3}
+    agent = Agent(root, 12, ("rollback", rollback), ("scale_lr", {"factor": 0.5}))
+    trainer = train(tmp_path, 24, 512, [agent, callback, observer], lr_scheduler_type="linear", logging_steps=1)
 
     rollback = wait_for_ack(root, JOB, agent.sent[0])
     scale = wait_for_ack(root, JOB, agent.sent[1])
@@ -110,7 +109,7 @@ def test_the_hugging_face_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Pa
     assert torch.equal(after[12]["weight"], saved["model"]["layer.weight"])
     assert all(torch.equal(after[s]["weight"], after[12]["weight"]) for s in (13, 14, 15))
     assert not torch.equal(after[16]["weight"], after[12]["weight"])
-    assert ours.control.batches_skipped == 3
+    assert callback.control.batches_skipped == 3
     # The linear decay restarts from step 8's position at half the base lr, and keeps decaying from there.
     epoch = saved["schedulers"][0]["last_epoch"]
     # (the Trainer makes two param groups: with and without weight decay)
@@ -122,67 +121,32 @@ def test_the_hugging_face_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Pa
     assert JobPaths(root, JOB).read_registration().closed_at is not None
 
 
-class SkipAgent(transformers.TrainerCallback):  # type: ignore[misc]
-    """Sends skip_batches (issue 12) at step 6, as training.command would."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.sent: list[str] = []
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.global_step == 6 and not self.sent:
-            self.sent.append(deliver(self.root, JOB, "skip_batches", {"batches": 2}).id)
-
-
 def test_the_hugging_face_callback_serves_skip_batches(tmp_path: Path) -> None:
-    from remediate.training.hf import RemediateTrainerCallback
-
-    torch.manual_seed(0)
-    root = tmp_path / "control"
-    ours = RemediateTrainerCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=None,
-                                    wake_signal=None)  # fmt: skip
-    agent, observer = SkipAgent(root), Observer()
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"),
-        max_steps=10,
-        per_device_train_batch_size=8,
-        learning_rate=0.01,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        remove_unused_columns=False,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
-    trainer = transformers.Trainer(
-        model=TinyRegressor(), args=args, train_dataset=Rows(256), callbacks=[agent, ours, observer]
-    )
-    trainer.train()
+    root, callback, observer = tmp_path / "control", ours(tmp_path, every_n_steps=None), Observer()
+    agent = Agent(root, 6, ("skip_batches", {"batches": 2}))
+    train(tmp_path, 10, 256, [agent, callback, observer])
 
     ack = wait_for_ack(root, JOB, agent.sent[0])
     assert ack.status == APPLIED and ack.result["batches_skipped"] == 2
     after = observer.after
     assert all(torch.equal(after[s]["weight"], after[6]["weight"]) for s in (7, 8))  # two batches dropped
     assert not torch.equal(after[9]["weight"], after[6]["weight"])
-    assert ours.control.batches_skipped == 2
+    assert callback.control.batches_skipped == 2
     assert "skip_batches" in (JobPaths(root, JOB).read_registration().commands or {})
 
 
 def test_the_hugging_face_callback_neither_declares_nor_applies_a_batch_size_it_cannot_change(tmp_path: Path) -> None:
     """Issue 24, finding 13, as for Lightning: the Trainer fixes its loader and accumulation once per train()."""
     from remediate.training.batching import Batching
-    from remediate.training.hf import RemediateTrainerCallback
 
-    root = tmp_path / "control"
-    batching = Batching(micro_batch_size=32)
-    ours = RemediateTrainerCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", wake_signal=None,
-                                    batching=batching)  # fmt: skip
-    ours.control.register()
+    root, batching = tmp_path / "control", Batching(micro_batch_size=32)
+    callback = ours(tmp_path, batching=batching)
+    callback.control.register()
     assert "reduce_batch_size" not in (JobPaths(root, JOB).read_registration().commands or {})
     command = deliver(root, JOB, "reduce_batch_size", {"factor": 0.5})
-    ours.control.poll(1)
+    callback.control.poll(1)
     ack = wait_for_ack(root, JOB, command.id)
-    ours.control.close()
+    callback.control.close()
     assert ack.status == "rejected"
     assert ack.detail.startswith("'reduce_batch_size' is not supported by this integration (transformers): ")
     assert (batching.micro_batch_size, batching.accumulation_steps) == (32, 1)

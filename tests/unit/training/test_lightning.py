@@ -43,15 +43,17 @@ class TinyModule(pl.LightningModule):  # type: ignore[misc]
 
 
 class Agent(pl.Callback):  # type: ignore[misc]
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    """Delivers `commands` (kind, params) once at step `at`, as remediate would; records each batch's size."""
+
+    def __init__(self, root: Path, at: int, *commands: tuple[str, dict[str, Any]]) -> None:
+        self.root, self.at, self.commands = root, at, commands
         self.sent: list[str] = []
+        self.batch_sizes: list[int] = []
 
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if trainer.global_step == 12 and not self.sent:
-            rollback = {"checkpoint": "latest_good", "min_steps_back": 4, "skip_batches": 3}
-            self.sent.append(deliver(self.root, JOB, "rollback", rollback).id)
-            self.sent.append(deliver(self.root, JOB, "scale_lr", {"factor": 0.5, "min_lr": 1e-4}).id)
+        self.batch_sizes.append(len(batch[0]))
+        if trainer.global_step == self.at and not self.sent:
+            self.sent.extend(deliver(self.root, JOB, kind, params).id for kind, params in self.commands)
 
 
 class Observer(pl.Callback):  # type: ignore[misc]
@@ -67,28 +69,31 @@ class Observer(pl.Callback):  # type: ignore[misc]
         }
 
 
-def test_the_lightning_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path) -> None:
+def ours(tmp_path: Path, **kwargs: Any) -> Any:
+    """The callback under test, on tmp_path's control root and checkpoint directory."""
     from remediate.training.lightning import RemediateCallback
 
+    return RemediateCallback(JOB, root=tmp_path / "control", checkpoint_dir=tmp_path / "ckpt", wake_signal=None,
+                             **kwargs)  # fmt: skip
+
+
+def fit(tmp_path: Path, max_steps: int, callbacks: list[Any], samples: int = 256, batch_size: int = 8) -> Any:
+    """A CPU Trainer of `max_steps` with `callbacks` over `samples` rows of tiny seeded data; the trainer."""
     torch.manual_seed(0)
-    x = torch.randn(256, 4)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
-    root = tmp_path / "control"
-    ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=4, keep=10,
-                             wake_signal=None)  # fmt: skip
-    agent, observer = Agent(root), Observer()
-    trainer = pl.Trainer(
-        max_steps=24,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[agent, ours, observer],
-        default_root_dir=tmp_path,
-    )
+    x = torch.randn(samples, 4)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=batch_size)
+    trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
+                         default_root_dir=tmp_path)  # fmt: skip
     trainer.fit(TinyModule(), data)
+    return trainer
+
+
+def test_the_lightning_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path) -> None:
+    root, callback, observer = tmp_path / "control", ours(tmp_path, every_n_steps=4, keep=10), Observer()
+    rollback = {"checkpoint": "latest_good", "min_steps_back": 4, "skip_batches": 3}
+    agent = Agent(root, 12, ("rollback", rollback), ("scale_lr", {"factor": 0.5, "min_lr": 1e-4}))
+    trainer = fit(tmp_path, 24, [agent, callback, observer])
 
     rollback = wait_for_ack(root, JOB, agent.sent[0])
     scale = wait_for_ack(root, JOB, agent.sent[1])
@@ -104,7 +109,7 @@ def test_the_lightning_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path)
     # The next 3 optimizer steps were skipped: the weights did not move; then training went on.
     assert all(torch.equal(after[s]["weight"], after[12]["weight"]) for s in (13, 14, 15))
     assert not torch.equal(after[16]["weight"], after[12]["weight"])
-    assert ours.control.batches_skipped == 3
+    assert callback.control.batches_skipped == 3
     # lr: restored with the scheduler of step 8, then halved, and the scheduler's base lr with it, so that
     # the scheduler's later steps keep the cut.
     epoch = saved["schedulers"][0]["last_epoch"]
@@ -118,62 +123,19 @@ def test_the_lightning_callback_rolls_back_skips_and_cuts_the_lr(tmp_path: Path)
     assert [c.step for c in registration.checkpoints] == [4, 8, 16, 20, 24]  # 12 belonged to the abandoned run
 
 
-class SkipAgent(pl.Callback):  # type: ignore[misc]
-    """Sends skip_batches (issue 12) at step 6, as training.command would."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.sent: list[str] = []
-
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if trainer.global_step == 6 and not self.sent:
-            self.sent.append(deliver(self.root, JOB, "skip_batches", {"batches": 2}).id)
-
-
 def test_the_lightning_callback_serves_skip_batches_and_declares_the_commands(tmp_path: Path) -> None:
-    from remediate.training.lightning import RemediateCallback
-
-    torch.manual_seed(0)
-    x = torch.randn(128, 4)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
-    root = tmp_path / "control"
-    ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=None, wake_signal=None)
-    agent, observer = SkipAgent(root), Observer()
-    trainer = pl.Trainer(
-        max_steps=10,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[agent, ours, observer],
-        default_root_dir=tmp_path,
-    )
-    trainer.fit(TinyModule(), data)
+    root, callback, observer = tmp_path / "control", ours(tmp_path, every_n_steps=None), Observer()
+    agent = Agent(root, 6, ("skip_batches", {"batches": 2}))
+    fit(tmp_path, 10, [agent, callback, observer], samples=128)
 
     ack = wait_for_ack(root, JOB, agent.sent[0])
     assert ack.status == APPLIED and ack.result["batches_skipped"] == 2
     after = observer.after
     assert all(torch.equal(after[s]["weight"], after[6]["weight"]) for s in (7, 8))  # two batches dropped
     assert not torch.equal(after[9]["weight"], after[6]["weight"])
-    assert ours.control.batches_skipped == 2
+    assert callback.control.batches_skipped == 2
     declared = JobPaths(root, JOB).read_registration().commands or {}
     assert declared["skip_batches"]["required"] == ["batches"] and "rollback" in declared
-
-
-class BatchAgent(pl.Callback):  # type: ignore[misc]
-    """Sends reduce_batch_size at step 3, as training.command (or someone by hand) would."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.sent: list[str] = []
-        self.batch_sizes: list[int] = []
-
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.batch_sizes.append(len(batch[0]))
-        if trainer.global_step == 3 and not self.sent:
-            self.sent.append(deliver(self.root, JOB, "reduce_batch_size", {"factor": 0.5}).id)
 
 
 def test_the_lightning_callback_neither_declares_nor_acknowledges_a_batch_size_it_cannot_change(
@@ -182,28 +144,10 @@ def test_the_lightning_callback_neither_declares_nor_acknowledges_a_batch_size_i
     """Issue 24, finding 13: with batching= passed through, reduce_batch_size was declared and acknowledged
     "applied ... effective batch stays 32" while the Trainer kept running 32 x 1."""
     from remediate.training.batching import Batching
-    from remediate.training.lightning import RemediateCallback
 
-    torch.manual_seed(0)
-    x = torch.randn(320, 4)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=32)
-    root = tmp_path / "control"
-    batching = Batching(micro_batch_size=32)
-    ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=None, wake_signal=None,
-                             batching=batching)  # fmt: skip
-    agent = BatchAgent(root)
-    trainer = pl.Trainer(
-        max_steps=8,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[agent, ours],
-        default_root_dir=tmp_path,
-    )
-    trainer.fit(TinyModule(), data)
+    root, batching = tmp_path / "control", Batching(micro_batch_size=32)
+    agent = Agent(root, 3, ("reduce_batch_size", {"factor": 0.5}))
+    trainer = fit(tmp_path, 8, [agent, ours(tmp_path, every_n_steps=None, batching=batching)], 320, batch_size=32)
 
     declared = JobPaths(root, JOB).read_registration().commands or {}
     assert "reduce_batch_size" not in declared and "skip_batches" in declared  # remediate refuses it at plan time
@@ -219,22 +163,12 @@ def test_the_lightning_callback_neither_declares_nor_acknowledges_a_batch_size_i
 def test_a_lightning_job_restarted_from_scratch_keeps_its_own_checkpoints(tmp_path: Path) -> None:
     """Issue 24, finding 12 with the callback's own TorchCheckpoints: the second fit's checkpoints (steps 4, 8)
     were deleted as they were written, because the first fit had left 8 and 12 (keep=2)."""
-    from remediate.training.lightning import RemediateCallback
-
-    torch.manual_seed(0)
-    x = torch.randn(256, 4)
-    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=8)
-    root = tmp_path / "control"
     runs = []
     for max_steps in (12, 8):  # the same job, the same checkpoint directory, started again from scratch
-        ours = RemediateCallback(JOB, root=root, checkpoint_dir=tmp_path / "ckpt", every_n_steps=4, keep=2,
-                                 wake_signal=None)  # fmt: skip
-        trainer = pl.Trainer(max_steps=max_steps, accelerator="cpu", devices=1, logger=False,
-                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                             callbacks=[ours], default_root_dir=tmp_path)  # fmt: skip
-        trainer.fit(TinyModule(), data)
-        runs.append(ours.checkpoints.run_id)  # type: ignore[attr-defined]
-        kept = [(c.step, c.run) for c in ours.checkpoints.list()]
+        callback = ours(tmp_path, every_n_steps=4, keep=2)
+        fit(tmp_path, max_steps, [callback])
+        runs.append(callback.checkpoints.run_id)
+        kept = [(c.step, c.run) for c in callback.checkpoints.list()]
         assert kept == [(max_steps - 4, runs[-1]), (max_steps, runs[-1])]
     assert runs[0] != runs[1]
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("ckpt-*.pt")) == ["ckpt-000000004.pt", "ckpt-000000008.pt"]
