@@ -3,9 +3,9 @@ stores and (for --server) a real HTTP server in a thread; plus one real `python 
 
 from __future__ import annotations
 
-import re
 import json
 import logging
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
