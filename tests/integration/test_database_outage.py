@@ -250,9 +250,17 @@ def _inject_disk_full(url: str) -> None:
             )
 
 
-def _clear_disk_full(url: str) -> None:
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as conn:
-        conn.execute("DROP FUNCTION disk_full() CASCADE")
+def _clear_disk_full(url: str, tries: int = 10) -> None:
+    # The DROP locks the tables one after another while the executor's retries write to them: PostgreSQL may
+    # choose it as a deadlock's victim (seen once under load). The fault is cleared once one DROP goes through.
+    for attempt in range(1, tries + 1):
+        try:
+            with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://", 1), autocommit=True) as conn:
+                conn.execute("DROP FUNCTION disk_full() CASCADE")
+            return
+        except psycopg.errors.DeadlockDetected:
+            if attempt == tries:
+                raise
 
 
 class FillsTheDisk(Action):
