@@ -230,10 +230,6 @@ def run_row(store: Store, run_id: int) -> Any:
     return run
 
 
-def steps_detail(store: Store, run_id: int) -> list[dict[str, Any]]:
-    return step_details(store, run_id)
-
-
 def outcomes(step_detail: dict[str, Any]) -> list[str]:
     return [a["outcome"] for a in step_detail["attempts"]]
 
@@ -251,7 +247,7 @@ def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
 
     run = run_row(store, run_id)
     assert (run.status, run.error, run.claimed_by) == ("succeeded", None, None)
-    first, second = steps_detail(store, run_id)
+    first, second = step_details(store, run_id)
     assert (first["status"], first["plan"], first["result"]) == (
         "succeeded",
         {"would_log": "hi node-a", "level": "info"},
@@ -295,7 +291,7 @@ def test_a_one_step_run_takes_two_write_transactions_and_its_attempt_is_durable_
     assert observing.seen == ("running", {"would": "test.observing", "note": "n"}, [(None, None)])
     run = run_row(store, run_id)
     assert (run.status, run.error, run.claimed_by) == ("succeeded", None, None)
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert (detail["status"], detail["result"], outcomes(detail)) == ("succeeded", {"call": 1}, ["succeeded"])
     (decision,) = rows(store, "decisions", run_id=run_id)
     assert decision.status == "succeeded"
@@ -336,7 +332,7 @@ def test_retryable_errors_are_retried_with_one_attempt_row_each(
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert detail["status"] == "succeeded"
     assert detail["result"] == {"call": 3}
     assert outcomes(detail) == ["retryable_error", "retryable_error", "succeeded"]
@@ -358,7 +354,7 @@ def test_retries_stop_after_the_steps_retries_and_fail_the_run(
 
     executor.drain()
 
-    flaky, after = steps_detail(store, run_id)
+    flaky, after = step_details(store, run_id)
     assert outcomes(flaky) == ["retryable_error", "retryable_error"]
     assert (flaky["status"], flaky["error"]) == ("failed", "busy, call 2")
     # Finding 7: a step after a failed one is skipped, and says why (it stayed `pending` forever).
@@ -379,7 +375,7 @@ def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempot
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert len(actions[action].executions) == tries
     expected = ["maybe_applied"] if tries == 1 else ["retryable_error"] * 3
     assert outcomes(detail) == expected
@@ -403,7 +399,7 @@ def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
 
     assert executor.drain() == 1
 
-    broken, once, told, logged = steps_detail(store, run_id)
+    broken, once, told, logged = step_details(store, run_id)
     assert (broken["status"], broken["error"]) == ("failed", "permission denied")
     reason = "skipped: step 0 1-test.broken (test.broken) failed"
     assert [(s["status"], s["error"]) for s in (once, logged)] == [("skipped", reason)] * 2
@@ -434,7 +430,7 @@ def test_a_continue_on_error_step_that_fails_is_recorded_and_the_run_goes_on_to_
 
     assert executor.drain() == 1
 
-    first, once, last = steps_detail(store, run_id)
+    first, once, last = step_details(store, run_id)
     assert [(s["status"], s["error"], s["continue_on_error"]) for s in (first, last)] == [
         ("failed", "permission denied", True)
     ] * 2
@@ -477,7 +473,7 @@ def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
 
     executor.drain()
 
-    _, flaky = steps_detail(store, run_id)
+    _, flaky = step_details(store, run_id)
     assert (flaky["status"], flaky["error"]) == ("failed", "busy, call 1")
     assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
 
@@ -488,7 +484,7 @@ def test_zero_retries_means_one_attempt(store: Store, executor: Executor, make_e
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert outcomes(detail) == ["retryable_error"]
     assert detail["status"] == "failed"
 
@@ -501,7 +497,7 @@ def test_a_non_retryable_error_fails_the_step_at_once(
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert (detail["status"], detail["error"]) == ("failed", "permission denied")
     assert outcomes(detail) == ["failed"]
     assert len(actions["test.broken"].executions) == 1
@@ -518,7 +514,7 @@ def test_a_step_that_overruns_its_timeout_fails_as_timed_out(
     executor.drain()
 
     assert time.monotonic() - started < 0.55
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert detail["status"] == "failed"
     assert "timed out" in detail["error"]
     assert outcomes(detail) == ["timeout"]
@@ -536,7 +532,7 @@ def test_retries_end_at_the_step_deadline(store: Store, registry: ActionRegistry
     executor.drain()
 
     assert time.monotonic() - started < 5.0
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert detail["status"] == "failed"
     assert 1 <= len(detail["attempts"]) < 11
 
@@ -549,7 +545,7 @@ def test_a_failing_plan_fails_the_step_without_executing(
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert (detail["status"], detail["error"]) == ("failed", "plan failed: cannot read the current state")
     assert detail["attempts"] == []
     assert actions["test.badplan"].executions == []
@@ -565,7 +561,7 @@ def test_an_unexpected_exception_fails_the_step_and_the_executor_keeps_going(
 
     assert executor.drain() == 2
 
-    (detail,) = steps_detail(store, buggy_id)
+    (detail,) = step_details(store, buggy_id)
     assert detail["status"] == "failed"
     assert detail["error"].startswith("unexpected KeyError: 'missing' at ")
     assert "test_executor.py" in detail["error"]
@@ -581,7 +577,7 @@ def test_an_action_missing_at_execution_fails_the_step(store: Store, make_engine
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert detail["status"] == "failed"
     assert "unknown action 'test.once'" in detail["error"]
 
@@ -638,7 +634,7 @@ def test_a_dry_run_run_only_plans(
     executor.drain()
 
     assert run_row(store, run_id).status == "planned"
-    once, broken = steps_detail(store, run_id)
+    once, broken = step_details(store, run_id)
     assert (once["status"], once["plan"], once["result"], once["attempts"]) == (
         "planned",
         {"would": "test.once", "note": "a"},
@@ -692,7 +688,7 @@ def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
 
     executor.drain()
 
-    interrupted, later = steps_detail(store, run_id)
+    interrupted, later = step_details(store, run_id)
     assert interrupted["status"] == "interrupted"
     assert "test.once is not idempotent, so it is not run again" in interrupted["error"]
     assert outcomes(interrupted) == ["interrupted"]
@@ -715,7 +711,7 @@ def test_an_interrupted_step_of_an_idempotent_action_runs_again(
 
     executor.drain()
 
-    again, later = steps_detail(store, run_id)
+    again, later = step_details(store, run_id)
     assert (again["status"], again["error"]) == ("succeeded", None)
     assert outcomes(again) == ["interrupted", "succeeded"]
     assert later["status"] == "succeeded"
@@ -741,7 +737,7 @@ def test_steps_finished_before_a_crash_are_not_run_again(
 
     assert actions["test.once"].executions == []
     assert len(actions["test.again"].executions) == 1
-    first, _ = steps_detail(store, run_id)
+    first, _ = step_details(store, run_id)
     assert first["result"] == {"already": True}
     assert run_row(store, run_id).status == "succeeded"
 
@@ -780,7 +776,7 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
 
     assert metrics.runs == ["succeeded"]
     assert run_row(store, decision.run_id).status == "succeeded"
-    assert steps_detail(store, decision.run_id)[0]["status"] == "succeeded"
+    assert step_details(store, decision.run_id)[0]["status"] == "succeeded"
 
 
 # --------------------------------------------------------------------------- ownership of a run (finding 17)
@@ -899,7 +895,7 @@ def test_progress_writes_check_the_claim_and_its_generation(store: Store, make_e
         RunWrite(second.lease, ends=(StepEnd(record.id, StepStatus.SUCCEEDED, {"fresh": True}),)), T0 + 4
     )
 
-    assert steps_detail(store, run_id)[0]["result"] == {"fresh": True}
+    assert step_details(store, run_id)[0]["result"] == {"fresh": True}
 
 
 # --------------------------------------------------------------------------- run-finished listeners
