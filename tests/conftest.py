@@ -129,11 +129,6 @@ def store(db_url: str) -> Iterator[Store]:
     opened.close()
 
 
-@pytest.fixture(scope="session")
-def make_alert() -> Callable[..., dict[str, Any]]:
-    return alert_payload
-
-
 @pytest.fixture
 def make_engine(store: Store, registry: ActionRegistry) -> Callable[..., Engine]:
     """Engine(*playbook mappings, **EngineSettings fields (mode, step_timeout), **Engine kwargs) on the `store`
@@ -151,9 +146,3 @@ def make_engine(store: Store, registry: ActionRegistry) -> Callable[..., Engine]
 def ingest_alerts(engine: Engine, *alerts: dict[str, Any], at: float) -> IngestResult:
     """One notification of `alerts` through Engine.ingest_body, received at `at`."""
     return engine.ingest_body(json.dumps(notification_payload(*alerts)).encode(), received_at=at)
-
-
-@pytest.fixture(scope="session")
-def ingest() -> Callable[..., IngestResult]:
-    """ingest(engine, *alert payloads, at=received_at): `ingest_alerts`."""
-    return ingest_alerts

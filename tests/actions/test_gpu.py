@@ -69,11 +69,7 @@ def restorer(sim: SimulatedBackend) -> RestorePowerLimitAction:
     return RestorePowerLimitAction(lambda: sim)
 
 
-def do_set(action: SetPowerLimitAction, ctx: StepContext, **params: Any) -> dict[str, Any]:
-    return action.execute(action.validate(params), ctx)
-
-
-def do_restore(action: RestorePowerLimitAction, ctx: StepContext, **params: Any) -> dict[str, Any]:
+def do(action: SetPowerLimitAction | RestorePowerLimitAction, ctx: StepContext, **params: Any) -> dict[str, Any]:
     return action.execute(action.validate(params), ctx)
 
 
@@ -115,26 +111,18 @@ class DriftingBackend:
 # --------------------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize(
-    "params",
-    [
-        {"gpu": "0"},
-        {"gpu": "0", "min_watts": 300},
-        {"gpu": "0", "watts": 300, "percent_of_default": 80},
-        {"gpu": "0", "percent_of_default": 80, "reduce_by_percent": 10},
-        {"gpu": "0", "watts": 300, "percent_of_default": 80, "reduce_by_percent": 10},
-    ],
-)
-def test_exactly_one_of_watts_percent_of_default_reduce_by_percent(
-    setter: SetPowerLimitAction, params: dict[str, Any]
-) -> None:
-    with pytest.raises(ParamsError, match="exactly one of watts, percent_of_default, reduce_by_percent"):
-        setter.validate(params)
+ONE_OF = "exactly one of watts, percent_of_default, reduce_by_percent"
+NO_GPU = r"parameter 'gpu': not a GPU reference: .*expected a GPU index"
 
 
 @pytest.mark.parametrize(
     ("params", "message"),
     [
+        ({"gpu": "0"}, ONE_OF),
+        ({"gpu": "0", "min_watts": 300}, ONE_OF),
+        ({"gpu": "0", "watts": 300, "percent_of_default": 80}, ONE_OF),
+        ({"gpu": "0", "percent_of_default": 80, "reduce_by_percent": 10}, ONE_OF),
+        ({"gpu": "0", "watts": 300, "percent_of_default": 80, "reduce_by_percent": 10}, ONE_OF),
         ({"gpu": "0", "watts": 0}, "'watts': must be greater than 0"),
         ({"gpu": "0", "watts": -5}, "'watts': must be greater than 0"),
         ({"gpu": "0", "percent_of_default": 0}, "between 1 and 100"),
@@ -146,17 +134,16 @@ def test_exactly_one_of_watts_percent_of_default_reduce_by_percent(
         ({"gpu": "0", "watts": 300, "allow_increase": "maybe"}, "must be bool"),
         ({"gpu": "0", "watts": 300, "force": True}, "unknown parameter 'force'"),
         ({"watts": 300}, "missing required parameter 'gpu'"),
+        # A label that is no GPU reference.
+        *(
+            ({"gpu": label, "watts": 300}, NO_GPU)
+            for label in ["gpu3", "-1", "03", "GPU-xyz", "0; rm -rf /", "", "ALL"]
+        ),
     ],
 )
 def test_bad_params_are_refused(setter: SetPowerLimitAction, params: dict[str, Any], message: str) -> None:
     with pytest.raises(ParamsError, match=message):
         setter.validate(params)
-
-
-@pytest.mark.parametrize("label", ["gpu3", "-1", "03", "GPU-xyz", "0; rm -rf /", "", "ALL"])
-def test_a_label_that_is_no_gpu_reference_is_refused(setter: SetPowerLimitAction, label: str) -> None:
-    with pytest.raises(ParamsError, match=r"parameter 'gpu': not a GPU reference: .*expected a GPU index"):
-        setter.validate({"gpu": label, "watts": 300})
 
 
 def test_rendered_strings_are_coerced_and_defaults_filled(setter: SetPowerLimitAction, gpu0: GpuInfo) -> None:
@@ -177,7 +164,7 @@ def test_rendered_strings_are_coerced_and_defaults_filled(setter: SetPowerLimitA
 def test_watts_sets_that_limit_reads_it_back_and_remembers_the_original(
     setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext, memory: InMemoryMemory
 ) -> None:
-    result = do_set(setter, ctx, gpu=gpu0.uuid, watts=450)
+    result = do(setter, ctx, gpu=gpu0.uuid, watts=450)
 
     (entry,) = result["gpus"]
     assert entry["outcome"] == "set"
@@ -249,7 +236,7 @@ def test_how_the_limit_is_chosen(
     final_mw: int,
 ) -> None:
     sim.update_device(gpu0.uuid, power_limit_mw=current_w * W)
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, **params)["gpus"]
+    (entry,) = do(setter, ctx, gpu=gpu0.uuid, **params)["gpus"]
     assert (entry["outcome"], entry["previous_w"]) == ("set", current_w)
     if reasons is not None:
         assert entry["reasons"] == reasons
@@ -267,7 +254,7 @@ def test_never_raised_above_the_current_limit_without_allow_increase(
     sim.update_device(gpu0.uuid, power_limit_mw=400 * W)  # someone set a stricter limit on purpose
     arm_set_failure(sim, gpu0.uuid)
 
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)["gpus"]
+    (entry,) = do(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)["gpus"]
 
     assert entry["outcome"] == "unchanged"
     assert entry["change"] == "unchanged"
@@ -291,12 +278,12 @@ def test_the_same_value_again_is_unchanged_and_calls_no_set(
     ctx: StepContext,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80, min_watts=200)
+    do(setter, ctx, gpu=gpu0.uuid, percent_of_default=80, min_watts=200)
     remembered = dict(memory.values)
     arm_set_failure(sim, gpu0.uuid)  # a set now would raise GpuLost
     before = sim_file.read_bytes()
 
-    result = do_set(setter, step_context(memory, run_id=8), gpu=gpu0.uuid, percent_of_default=80, min_watts=200)
+    result = do(setter, step_context(memory, run_id=8), gpu=gpu0.uuid, percent_of_default=80, min_watts=200)
 
     (entry,) = result["gpus"]
     assert entry["outcome"] == "unchanged"
@@ -311,7 +298,7 @@ def test_a_gpu_already_at_the_target_is_not_touched(
 ) -> None:
     arm_set_failure(sim, gpu0.uuid)
     before = sim_file.read_bytes()
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, watts=700)["gpus"]
+    (entry,) = do(setter, ctx, gpu=gpu0.uuid, watts=700)["gpus"]
     assert entry["outcome"] == "unchanged"
     assert entry["reasons"] == ["asked for 700 W", "already at that limit"]
     assert sim_file.read_bytes() == before
@@ -325,15 +312,15 @@ def test_repeated_lowering_keeps_the_first_original(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
-    (entry,) = do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)["gpus"]  # -> 504
+    do(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
+    (entry,) = do(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)["gpus"]  # -> 504
 
     assert (entry["previous_w"], entry["new_w"], entry["remembered_original_w"]) == (560, 504, 700)
     record = memory_of(memory, gpu0.uuid)
     assert record is not None
     assert (record["original_mw"], record["set_mw"], record["run_id"]) == (700 * W, 504 * W, 2)
 
-    (restored,) = do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
+    (restored,) = do(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
     assert (restored["outcome"], restored["previous_w"], restored["new_w"]) == ("restored", 504, 700)
     assert limit(sim, gpu0.uuid) == 700 * W
 
@@ -345,12 +332,12 @@ def test_lowering_after_someone_else_changed_the_limit_remembers_their_value(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
+    do(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)  # 700 -> 560
     sim.set_power_limit(gpu0.uuid, 600 * W)  # an operator, by hand
-    (entry,) = do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, watts=450)["gpus"]
+    (entry,) = do(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, watts=450)["gpus"]
 
     assert entry["remembered_original_w"] == 600
-    do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)
+    do(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)
     assert limit(sim, gpu0.uuid) == 600 * W
 
 
@@ -363,7 +350,7 @@ def test_a_read_back_mismatch_fails_and_leaves_no_memory(
     drifting = SetPowerLimitAction(lambda: DriftingBackend(sim, drift_mw=-1 * W))
 
     with pytest.raises(GpuError, match=r"set 560 W but read back 559 W") as caught:
-        do_set(drifting, ctx, gpu=gpu0.uuid, percent_of_default=80)
+        do(drifting, ctx, gpu=gpu0.uuid, percent_of_default=80)
 
     assert not isinstance(caught.value, RetryableActionError)
     assert memory.values == {}
@@ -373,12 +360,12 @@ def test_a_read_back_mismatch_fails_and_leaves_no_memory(
 def test_a_read_back_mismatch_keeps_the_earlier_record(
     setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, memory: InMemoryMemory
 ) -> None:
-    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     drifting = SetPowerLimitAction(lambda: DriftingBackend(sim, drift_mw=+2 * W))
 
     with pytest.raises(GpuError, match=r"set 504 W but read back 506 W"):
-        do_set(drifting, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
+        do(drifting, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
 
     assert memory.values == earlier
 
@@ -389,7 +376,7 @@ def test_without_root_the_set_fails_with_no_permission_and_memory_is_unchanged(
     sim.set_as_root(False)
 
     with pytest.raises(GpuNoPermission, match="root or CAP_SYS_ADMIN") as caught:
-        do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)
+        do(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)
 
     assert caught.value.code == 4
     assert not isinstance(caught.value, RetryableActionError)
@@ -404,19 +391,19 @@ def test_without_root_an_earlier_record_survives_a_failed_lowering_and_a_failed_
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     sim.set_as_root(False)
 
     with pytest.raises(GpuNoPermission):
-        do_set(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
+        do(setter, step_context(memory, run_id=2), gpu=gpu0.uuid, reduce_by_percent=10)
     assert memory.values == earlier
     with pytest.raises(GpuNoPermission):
-        do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)
+        do(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)
     assert memory.values == earlier  # the restore can be tried again once the agent has root
 
     sim.set_as_root(True)
-    do_restore(restorer, step_context(memory, run_id=4), gpu=gpu0.uuid)
+    do(restorer, step_context(memory, run_id=4), gpu=gpu0.uuid)
     assert limit(sim, gpu0.uuid) == 700 * W
     assert memory.values == {}
 
@@ -427,12 +414,12 @@ def test_an_injected_timeout_is_retryable_and_leaves_memory_unchanged(
     sim.update_device(gpu0.uuid, fail={"set_power_limit": {"error": "timeout", "times": 1}})
 
     with pytest.raises(RetryableGpuError, match="NVML error 10") as caught:
-        do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)
+        do(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)
     assert isinstance(caught.value, RetryableActionError)
     assert memory.values == {}
     assert limit(sim, gpu0.uuid) == 700 * W
 
-    (entry,) = do_set(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)["gpus"]  # the retry
+    (entry,) = do(setter, ctx, gpu=gpu0.uuid, percent_of_default=80)["gpus"]  # the retry
     assert entry["outcome"] == "set"
     assert memory_of(memory, gpu0.uuid)["original_mw"] == 700 * W  # type: ignore[index]
 
@@ -448,7 +435,7 @@ def test_a_gpu_lost_mid_run_fails_the_step_and_says_what_was_already_done(
     sim.update_device(gpus[1].uuid, fail={"set_power_limit": "gpu_lost"})
 
     with pytest.raises(GpuLost) as caught:
-        do_set(setter, step_context(memory, run_id=1), gpu="all", percent_of_default=80)
+        do(setter, step_context(memory, run_id=1), gpu="all", percent_of_default=80)
 
     message = str(caught.value)
     assert caught.value.code == 15
@@ -462,7 +449,7 @@ def test_a_gpu_lost_mid_run_fails_the_step_and_says_what_was_already_done(
     assert set(memory.values) == {MEMORY_PREFIX + gpus[0].uuid}
 
     # The restore puts GPU 0 back and never touches GPU 1, of which it has no record.
-    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
+    result = do(restorer, step_context(memory, run_id=2), gpu="all")
     assert [g["outcome"] for g in result["gpus"]] == ["restored", "left_alone", "left_alone", "left_alone"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W] * 4
     assert memory.values == {}
@@ -475,11 +462,11 @@ def test_a_restore_of_all_gpus_that_fails_midway_says_what_was_restored(
     memory: InMemoryMemory,
 ) -> None:
     gpus = sim.devices()
-    do_set(setter, step_context(memory, run_id=1), gpu="all", percent_of_default=80)
+    do(setter, step_context(memory, run_id=1), gpu="all", percent_of_default=80)
     sim.update_device(gpus[2].uuid, fail={"set_power_limit": {"error": "in_use", "times": 1}})
 
     with pytest.raises(RetryableGpuError) as caught:
-        do_restore(restorer, step_context(memory, run_id=2), gpu="all")
+        do(restorer, step_context(memory, run_id=2), gpu="all")
 
     assert caught.value.code == 19
     assert isinstance(caught.value, RetryableActionError)  # still retried by the executor
@@ -488,7 +475,7 @@ def test_a_restore_of_all_gpus_that_fails_midway_says_what_was_restored(
     assert set(memory.values) == {MEMORY_PREFIX + gpus[2].uuid, MEMORY_PREFIX + gpus[3].uuid}
 
     # The retry finishes the job: the GPUs already restored have no record left and are not touched again.
-    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
+    result = do(restorer, step_context(memory, run_id=2), gpu="all")
     assert [g["outcome"] for g in result["gpus"]] == ["left_alone", "left_alone", "restored", "restored"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W] * 4
 
@@ -504,7 +491,7 @@ def test_a_backend_failure_that_is_no_gpu_error_leaves_memory_as_before(
     vanishing = SetPowerLimitAction(lambda: FileVanishes(sim, drift_mw=0))
 
     with pytest.raises(ConfigError, match="cannot read it"):
-        do_set(vanishing, ctx, gpu=gpu0.uuid, percent_of_default=80)
+        do(vanishing, ctx, gpu=gpu0.uuid, percent_of_default=80)
     assert memory.values == {}
 
 
@@ -522,7 +509,7 @@ def test_a_lost_gpu_fails_the_plan_before_anything_changes(
     assert sim.device(gpus[0].uuid).power_limit_mw == 700 * W
     assert memory.values == {}
     # The other GPUs can still be named one by one.
-    (entry,) = do_set(setter, ctx, gpu=gpus[0].uuid, percent_of_default=80)["gpus"]
+    (entry,) = do(setter, ctx, gpu=gpus[0].uuid, percent_of_default=80)["gpus"]
     assert entry["outcome"] == "set"
 
 
@@ -530,9 +517,9 @@ def test_an_unknown_gpu_is_not_found_and_the_error_lists_the_gpus_here(
     setter: SetPowerLimitAction, sim: SimulatedBackend, ctx: StepContext
 ) -> None:
     with pytest.raises(GpuNotFound, match="GPUs here: 0 GPU-"):
-        do_set(setter, ctx, gpu="GPU-00000000-0000-0000-0000-000000000000", watts=300)
+        do(setter, ctx, gpu="GPU-00000000-0000-0000-0000-000000000000", watts=300)
     with pytest.raises(GpuNotFound, match="no GPU with index 9"):
-        do_set(setter, ctx, gpu="9", watts=300)
+        do(setter, ctx, gpu="9", watts=300)
 
 
 # --------------------------------------------------------------------------- selection
@@ -564,12 +551,12 @@ def test_a_mig_device_resolves_to_its_parent_gpu_with_a_note(
     assert "MIG device" in note
     assert "parent GPU" in note
 
-    result = do_set(setter, ctx, gpu=mig.upper(), percent_of_default=80)
+    result = do(setter, ctx, gpu=mig.upper(), percent_of_default=80)
     assert result["notes"] == plan["notes"]
     assert limit(sim, parent.uuid) == 560 * W
     assert set(memory.values) == {MEMORY_PREFIX + parent.uuid}  # remembered under the GPU, not the MIG device
 
-    restored = do_restore(restorer, ctx, gpu=mig)
+    restored = do(restorer, ctx, gpu=mig)
     assert restored["gpus"][0]["outcome"] == "restored"
     assert limit(sim, parent.uuid) == 700 * W
 
@@ -586,7 +573,7 @@ def test_the_old_mig_form_names_its_parent_itself(
 def test_an_unknown_mig_device_is_refused_clearly(setter: SetPowerLimitAction, ctx: StepContext) -> None:
     mig = f"MIG-{uuid_module.uuid5(uuid_module.NAMESPACE_DNS, 'nowhere')}"
     with pytest.raises(GpuNotFound, match=f"MIG device {mig} is not on this node"):
-        do_set(setter, ctx, gpu=mig, watts=300)
+        do(setter, ctx, gpu=mig, watts=300)
 
 
 # --------------------------------------------------------------------------- restore
@@ -599,9 +586,9 @@ def test_restore_puts_back_the_remembered_original_and_forgets_it(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, step_context(memory, run_id=11), gpu=gpu0.uuid, percent_of_default=80)
+    do(setter, step_context(memory, run_id=11), gpu=gpu0.uuid, percent_of_default=80)
 
-    result = do_restore(restorer, step_context(memory, run_id=12), gpu=gpu0.uuid)
+    result = do(restorer, step_context(memory, run_id=12), gpu=gpu0.uuid)
 
     (entry,) = result["gpus"]
     assert (entry["outcome"], entry["previous_w"], entry["new_w"]) == ("restored", 560, 700)
@@ -619,12 +606,12 @@ def test_restore_twice_does_nothing_the_second_time(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
-    do_restore(restorer, step_context(memory, run_id=2), gpu=gpu0.uuid)
+    do(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do(restorer, step_context(memory, run_id=2), gpu=gpu0.uuid)
     arm_set_failure(sim, gpu0.uuid)
     before = sim_file.read_bytes()
 
-    (entry,) = do_restore(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
+    (entry,) = do(restorer, step_context(memory, run_id=3), gpu=gpu0.uuid)["gpus"]
 
     assert entry["outcome"] == "left_alone"
     assert sim_file.read_bytes() == before
@@ -638,13 +625,13 @@ def test_restore_leaves_a_limit_someone_else_changed_alone_and_says_why(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, step_context(memory, run_id=21), gpu=gpu0.uuid, percent_of_default=80)
+    do(setter, step_context(memory, run_id=21), gpu=gpu0.uuid, percent_of_default=80)
     sim.set_power_limit(gpu0.uuid, 600 * W)  # an operator, by hand
     arm_set_failure(sim, gpu0.uuid)
     before = sim_file.read_bytes()
 
     plan = restorer.plan(restorer.validate({"gpu": gpu0.uuid}), step_context(memory, run_id=22))
-    result = do_restore(restorer, step_context(memory, run_id=22), gpu=gpu0.uuid)
+    result = do(restorer, step_context(memory, run_id=22), gpu=gpu0.uuid)
 
     (entry,) = result["gpus"]
     assert entry["outcome"] == "left_alone"
@@ -658,44 +645,43 @@ def test_restore_leaves_a_limit_someone_else_changed_alone_and_says_why(
     assert memory.values == {}  # the limit is theirs now: a later restore will not fight them
 
 
-def test_restore_with_no_record_does_nothing_by_default(
-    restorer: RestorePowerLimitAction,
-    sim: SimulatedBackend,
-    sim_file: Path,
-    gpu0: GpuInfo,
-    ctx: StepContext,
-) -> None:
-    sim.update_device(gpu0.uuid, power_limit_mw=500 * W)
-    arm_set_failure(sim, gpu0.uuid)
-    before = sim_file.read_bytes()
-
-    (entry,) = do_restore(restorer, ctx, gpu=gpu0.uuid)["gpus"]
-
-    assert entry["outcome"] == "left_alone"
-    assert entry["reason"] == "nothing to restore: remediate has no record of changing this GPU's limit"
-    assert sim_file.read_bytes() == before
-
-
 def test_restore_with_no_record_and_fallback_default_sets_the_default(
     restorer: RestorePowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, ctx: StepContext
 ) -> None:
     sim.update_device(gpu0.uuid, power_limit_mw=500 * W)
 
-    (entry,) = do_restore(restorer, ctx, gpu=gpu0.uuid, fallback="default")["gpus"]
+    (entry,) = do(restorer, ctx, gpu=gpu0.uuid, fallback="default")["gpus"]
 
     assert (entry["outcome"], entry["previous_w"], entry["new_w"]) == ("restored", 500, 700)
     assert entry["reason"] == "no record of a change by remediate: falling back to the default limit"
     assert limit(sim, gpu0.uuid) == 700 * W
 
 
-def test_fallback_default_on_a_gpu_already_at_its_default_calls_no_set(
-    restorer: RestorePowerLimitAction, sim: SimulatedBackend, sim_file: Path, gpu0: GpuInfo, ctx: StepContext
+@pytest.mark.parametrize(
+    ("current_w", "params", "reason"),
+    [
+        (500, {}, "nothing to restore: remediate has no record of changing this GPU's limit"),
+        (700, {"fallback": "default"}, "no record of a change by remediate; already at the default limit"),
+    ],
+    ids=["no-fallback", "fallback-at-default"],
+)
+def test_restore_with_no_record_calls_no_set_unless_falling_back_to_another_default(
+    restorer: RestorePowerLimitAction,
+    sim: SimulatedBackend,
+    sim_file: Path,
+    gpu0: GpuInfo,
+    ctx: StepContext,
+    current_w: int,
+    params: dict[str, Any],
+    reason: str,
 ) -> None:
+    sim.update_device(gpu0.uuid, power_limit_mw=current_w * W)
     arm_set_failure(sim, gpu0.uuid)
     before = sim_file.read_bytes()
-    (entry,) = do_restore(restorer, ctx, gpu=gpu0.uuid, fallback="default")["gpus"]
-    assert entry["outcome"] == "left_alone"
-    assert entry["reason"] == "no record of a change by remediate; already at the default limit"
+
+    (entry,) = do(restorer, ctx, gpu=gpu0.uuid, **params)["gpus"]
+
+    assert (entry["outcome"], entry["reason"]) == ("left_alone", reason)
     assert sim_file.read_bytes() == before
 
 
@@ -707,20 +693,20 @@ def test_fallback_default_does_not_override_a_record(
     memory: InMemoryMemory,
 ) -> None:
     sim.update_device(gpu0.uuid, power_limit_mw=650 * W)
-    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, watts=400)
-    do_restore(restorer, step_context(memory, run_id=2), gpu=gpu0.uuid, fallback="default")
+    do(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, watts=400)
+    do(restorer, step_context(memory, run_id=2), gpu=gpu0.uuid, fallback="default")
     assert limit(sim, gpu0.uuid) == 650 * W  # the original, not the 700 W default
 
 
 def test_restore_read_back_mismatch_fails_and_keeps_the_record(
     setter: SetPowerLimitAction, sim: SimulatedBackend, gpu0: GpuInfo, memory: InMemoryMemory
 ) -> None:
-    do_set(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
+    do(setter, step_context(memory, run_id=1), gpu=gpu0.uuid, percent_of_default=80)
     earlier = dict(memory.values)
     drifting = RestorePowerLimitAction(lambda: DriftingBackend(sim, drift_mw=-5 * W))
 
     with pytest.raises(GpuError, match="restored 700 W but read back 695 W"):
-        do_restore(drifting, step_context(memory, run_id=2), gpu=gpu0.uuid)
+        do(drifting, step_context(memory, run_id=2), gpu=gpu0.uuid)
     assert memory.values == earlier
 
 
@@ -731,10 +717,10 @@ def test_restore_of_all_gpus_restores_only_those_remediate_changed(
     memory: InMemoryMemory,
 ) -> None:
     gpus = sim.devices()
-    do_set(setter, step_context(memory, run_id=1), gpu=gpus[1].uuid, watts=300)
+    do(setter, step_context(memory, run_id=1), gpu=gpus[1].uuid, watts=300)
     sim.set_power_limit(gpus[2].uuid, 450 * W)  # not remediate's doing
 
-    result = do_restore(restorer, step_context(memory, run_id=2), gpu="all")
+    result = do(restorer, step_context(memory, run_id=2), gpu="all")
 
     assert [g["outcome"] for g in result["gpus"]] == ["left_alone", "restored", "left_alone", "left_alone"]
     assert [g.power_limit_mw for g in sim.devices()] == [700 * W, 700 * W, 450 * W, 700 * W]
@@ -785,7 +771,7 @@ def test_restore_plan_shows_what_would_be_put_back_and_changes_nothing(
     gpu0: GpuInfo,
     memory: InMemoryMemory,
 ) -> None:
-    do_set(setter, step_context(memory, run_id=5), gpu=gpu0.uuid, percent_of_default=80)
+    do(setter, step_context(memory, run_id=5), gpu=gpu0.uuid, percent_of_default=80)
     remembered = dict(memory.values)
     before = sim_file.read_bytes()
 
@@ -1051,10 +1037,10 @@ def test_a_failed_read_back_after_a_good_set_keeps_the_original_so_a_retry_and_r
     setter = SetPowerLimitAction(lambda: backend)
     ctx = step_context(memory)
     with pytest.raises(RetryableGpuError):
-        do_set(setter, ctx, gpu=gpu0.uuid, watts=500)
+        do(setter, ctx, gpu=gpu0.uuid, watts=500)
     assert limit(sim, gpu0.uuid) == 500_000
-    retry = do_set(setter, ctx, gpu=gpu0.uuid, watts=500)
+    retry = do(setter, ctx, gpu=gpu0.uuid, watts=500)
     assert retry["gpus"][0]["outcome"] == "unchanged"
-    restored = do_restore(RestorePowerLimitAction(lambda: backend), ctx, gpu=gpu0.uuid)
+    restored = do(RestorePowerLimitAction(lambda: backend), ctx, gpu=gpu0.uuid)
     assert restored["gpus"][0]["outcome"] == "restored"
     assert limit(sim, gpu0.uuid) == gpu0.power_limit_mw

@@ -15,11 +15,9 @@ import pytest
 from remediate.actions.base import ActionRegistry
 from remediate.actions.gpu_clocks import ResetClocksAction
 from remediate.engine import Engine
-from remediate.executor import Executor
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNotSupported, SimulatedBackend
 from remediate.store import Store
-from tests.conftest import alert_payload, ingest_alerts
-from tests.support.gpu import PowerOnlyBackend, simulated_registry, step_context
+from tests.support.gpu import PowerOnlyBackend, alert_on_gpu, node_playbook, simulated_registry, step_context
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -110,20 +108,11 @@ def test_a_playbook_step_runs_it_through_the_engine_and_executor(
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
 ) -> None:
-    engine = make_engine(
-        {
-            "name": "gpu-clocks-test",
-            "match": {"alertname": "GPUClocksLocked"},
-            "target": "node",
-            "steps": [{"action": "gpu.reset_clocks", "with": {"gpu": "{{ labels.UUID }}"}}],
-        }
-    )
-    alert = alert_payload("GPUClocksLocked", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"})
-    (decision,) = ingest_alerts(engine, alert, at=T0).decisions
-    assert decision.run_id is not None, decision.reason
-    assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1
+    spec = {"action": "gpu.reset_clocks", "with": {"gpu": "{{ labels.UUID }}"}}
+    engine = make_engine(node_playbook("gpu-clocks-test", "GPUClocksLocked", spec))
+    run_id = alert_on_gpu(engine, store, registry, "GPUClocksLocked", gpus[2].uuid, T0)
 
-    run = run_json_of(store, decision.run_id)
+    run = run_json_of(store, run_id)
     assert run["status"] == "succeeded"
     (step,) = run["steps"]
     assert step["action"] == "gpu.reset_clocks"

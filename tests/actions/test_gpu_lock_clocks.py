@@ -17,7 +17,6 @@ from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX, LockClocksAction
 from remediate.actions.gpu_unlock_clocks import UnlockClocksAction
 from remediate.engine import Engine
 from remediate.errors import ParamsError
-from remediate.executor import Executor
 from remediate.gpu import (
     BackendNotSupported,
     ClockState,
@@ -29,8 +28,7 @@ from remediate.gpu import (
     SimulatedBackend,
 )
 from remediate.store import Store
-from tests.conftest import alert_payload, ingest_alerts
-from tests.support.gpu import PowerOnlyBackend, simulated_registry, step_context
+from tests.support.gpu import PowerOnlyBackend, alert_on_gpu, node_playbook, simulated_registry, step_context
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -400,34 +398,20 @@ def test_a_playbook_locks_on_firing_and_unlocks_on_resolved_through_the_store(
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
 ) -> None:
-    engine = make_engine(
-        {
-            "name": "gpu-clock-cap",
-            "match": {"alertname": "GPUTemperatureHigh"},
-            "target": "node",
-            "steps": [{"action": "gpu.lock_clocks", "with": {"gpu": "{{ labels.UUID }}", "percent_of_max": 70}}],
-            "on_resolved": [{"action": "gpu.unlock_clocks", "with": {"gpu": "{{ labels.UUID }}"}}],
-        }
-    )
-    labels = {"UUID": gpus[1].uuid, "Hostname": "node-a"}
-    executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
-    (fired,) = ingest_alerts(engine, alert_payload("GPUTemperatureHigh", labels=labels), at=T0).decisions
-    assert fired.run_id is not None, fired.reason
-    assert executor.drain() == 1
+    unlock = {"action": "gpu.unlock_clocks", "with": {"gpu": "{{ labels.UUID }}"}}
+    lock = {"action": "gpu.lock_clocks", "with": {"gpu": "{{ labels.UUID }}", "percent_of_max": 70}}
+    engine = make_engine(node_playbook("gpu-clock-cap", "GPUTemperatureHigh", lock, on_resolved=[unlock]))
+    fired = alert_on_gpu(engine, store, registry, "GPUTemperatureHigh", gpus[1].uuid, T0)
     assert lock_of(sim, gpus[1]) == (345, 1380)
     assert store.memory.recall(MEMORY_PREFIX + gpus[1].uuid)["previous"] == {"state": "unlocked"}  # type: ignore[index]
 
-    (resolved,) = ingest_alerts(
-        engine, alert_payload("GPUTemperatureHigh", status="resolved", labels=labels), at=T0 + 60
-    ).decisions
-    assert resolved.run_id is not None, resolved.reason
-    assert executor.drain() == 1
+    resolved = alert_on_gpu(engine, store, registry, "GPUTemperatureHigh", gpus[1].uuid, T0 + 60, status="resolved")
     assert lock_of(sim, gpus[1]) is None
     assert store.memory.recall(MEMORY_PREFIX + gpus[1].uuid) is None
 
-    run = run_json_of(store, fired.run_id)
+    run = run_json_of(store, fired)
     (step,) = run["steps"]
     assert step["plan"]["gpus"][0]["change"] == "unlocked -> 345..1380 MHz"
     assert step["result"]["gpus"][0]["outcome"] == "locked"
-    (undo,) = run_json_of(store, resolved.run_id)["steps"]
-    assert undo["result"]["gpus"][0]["reason"] == f"unlocking: the clocks were not locked before run {fired.run_id}"
+    (undo,) = run_json_of(store, resolved)["steps"]
+    assert undo["result"]["gpus"][0]["reason"] == f"unlocking: the clocks were not locked before run {fired}"

@@ -18,11 +18,9 @@ from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX as CLOCK_PREFIX
 from remediate.actions.gpu_lock_clocks import LockClocksAction
 from remediate.actions.gpu_reset import ResetGpuAction
 from remediate.engine import Engine
-from remediate.executor import Executor
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNoPermission, GpuResetRefused, SimulatedBackend
 from remediate.store import Store
-from tests.conftest import alert_payload, ingest_alerts
-from tests.support.gpu import PowerOnlyBackend, simulated_registry
+from tests.support.gpu import PowerOnlyBackend, alert_on_gpu, node_playbook, simulated_registry
 from tests.support.store_json import run_json_of
 
 T0 = 1_767_225_600.0
@@ -218,20 +216,9 @@ def test_a_refused_reset_fails_the_run_permanently_and_is_not_retried(
     gpus: list[GpuInfo],
     make_engine: Callable[..., Engine],
 ) -> None:
-    engine = make_engine(
-        {
-            "name": "gpu-xid-reset",
-            "match": {"alertname": "GPUXidError"},
-            "target": "node",
-            "steps": [{"action": "gpu.reset", "with": {"gpu": "{{ labels.UUID }}"}, "retries": 3}],
-        }
-    )
-    (decision,) = ingest_alerts(
-        engine, alert_payload("GPUXidError", labels={"UUID": gpus[2].uuid, "Hostname": "node-a"}), at=T0
-    ).decisions
-    assert decision.run_id is not None, decision.reason
-    assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1
-    run = run_json_of(store, decision.run_id)
+    spec = {"action": "gpu.reset", "with": {"gpu": "{{ labels.UUID }}"}, "retries": 3}
+    engine = make_engine(node_playbook("gpu-xid-reset", "GPUXidError", spec))
+    run = run_json_of(store, alert_on_gpu(engine, store, registry, "GPUXidError", gpus[2].uuid, T0))
     assert run["status"] == "failed"
     (step,) = run["steps"]
     assert step["plan"]["gpus"][0]["blocked_by"] == ["1 compute process(es) on the GPU: pid 4202 (python)"]

@@ -12,7 +12,11 @@ from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.alertref import AlertRef
 from remediate.config import Settings
+from remediate.engine import Engine
+from remediate.executor import Executor
 from remediate.gpu import GpuInfo, SimulatedBackend
+from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 
 
 @pytest.fixture
@@ -67,3 +71,19 @@ def simulated_registry(sim: SimulatedBackend, db_url: str, **settings: Any) -> A
     return default_registry(
         Settings.of(gpu_backend="simulated", gpu_simulator_file=sim.path, database_url=db_url, **settings)
     )
+
+
+def node_playbook(name: str, alertname: str, *steps: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """A node playbook running `steps` when `alertname` fires."""
+    return {"name": name, "match": {"alertname": alertname}, "target": "node", "steps": list(steps), **changes}
+
+
+def alert_on_gpu(
+    engine: Engine, store: Store, registry: ActionRegistry, alertname: str, uuid: str, at: float, **alert: Any
+) -> int:
+    """Alert `alertname` for GPU `uuid` on node-a through the engine, then one executor drains its run: its id."""
+    labels = {"UUID": uuid, "Hostname": "node-a"}
+    (decision,) = ingest_alerts(engine, alert_payload(alertname, labels=labels, **alert), at=at).decisions
+    assert decision.run_id is not None, decision.reason
+    assert Executor(store=store, registry=registry, retry_wait_max=0.01).drain() == 1
+    return decision.run_id

@@ -17,19 +17,18 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine, IngestResult
+from remediate.engine import Engine
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.runs import FinishedRun, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
+from tests.conftest import alert_payload, ingest_alerts
 from tests.support.store_json import run_json_of
 from tests.support.stores import EVERY_DATABASE, rows, start_attempt, step_details
 from tests.support.waiting import scaled
 
 T0 = 1_767_225_600.0
 MakeEngine = Callable[..., Engine]
-Ingest = Callable[..., IngestResult]
-MakeAlert = Callable[..., dict[str, Any]]
 
 FAST = ExecutorSettings(poll_interval=0.05)
 """An executor that looks for runs every 50 ms."""
@@ -218,9 +217,9 @@ def step(action: str, retries: int = 2, timeout: str | None = None, **params: An
     return spec
 
 
-def queue(make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert, pb: dict[str, Any], **kw: Any) -> int:
+def queue(make_engine: MakeEngine, pb: dict[str, Any], **kw: Any) -> int:
     engine = make_engine(pb, **kw)
-    result = ingest(engine, make_alert("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
+    result = ingest_alerts(engine, alert_payload("GpuXidError", labels={"Hostname": "node-a"}), at=T0)
     (decision,) = result.decisions
     assert decision.run_id is not None, decision.reason
     return decision.run_id
@@ -229,10 +228,6 @@ def queue(make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert, pb: di
 def run_row(store: Store, run_id: int) -> Any:
     (run,) = rows(store, "runs", id=run_id)
     return run
-
-
-def steps_detail(store: Store, run_id: int) -> list[dict[str, Any]]:
-    return step_details(store, run_id)
 
 
 def outcomes(step_detail: dict[str, Any]) -> list[str]:
@@ -244,20 +239,15 @@ def outcomes(step_detail: dict[str, Any]) -> list[str]:
 
 @EVERY_DATABASE
 def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
-    store: Store, executor: Executor, metrics: Metrics, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, executor: Executor, metrics: Metrics, make_engine: MakeEngine
 ) -> None:
-    run_id = queue(
-        make_engine,
-        ingest,
-        make_alert,
-        playbook(step("log", message="hi {{ labels.Hostname }}"), step("test.once", note="x")),
-    )
+    run_id = queue(make_engine, playbook(step("log", message="hi {{ labels.Hostname }}"), step("test.once", note="x")))
 
     assert executor.drain() == 1
 
     run = run_row(store, run_id)
     assert (run.status, run.error, run.claimed_by) == ("succeeded", None, None)
-    first, second = steps_detail(store, run_id)
+    first, second = step_details(store, run_id)
     assert (first["status"], first["plan"], first["result"]) == (
         "succeeded",
         {"would_log": "hi node-a", "level": "info"},
@@ -277,18 +267,12 @@ def test_a_run_executes_its_steps_in_order_and_records_plan_and_result(
 
 @EVERY_DATABASE
 def test_a_one_step_run_takes_two_write_transactions_and_its_attempt_is_durable_before_the_action_runs(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    metrics: Metrics,
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], metrics: Metrics, make_engine: MakeEngine
 ) -> None:
     observing = actions["test.observing"]
     assert isinstance(observing, Observing)
     observing.store = store
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.observing", note="n")))
+    run_id = queue(make_engine, playbook(step("test.observing", note="n")))
     observing.run_id = run_id
     transactions = []
     write = store.write  # every write transaction of the store goes through it
@@ -307,7 +291,7 @@ def test_a_one_step_run_takes_two_write_transactions_and_its_attempt_is_durable_
     assert observing.seen == ("running", {"would": "test.observing", "note": "n"}, [(None, None)])
     run = run_row(store, run_id)
     assert (run.status, run.error, run.claimed_by) == ("succeeded", None, None)
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert (detail["status"], detail["result"], outcomes(detail)) == ("succeeded", {"call": 1}, ["succeeded"])
     (decision,) = rows(store, "decisions", run_id=run_id)
     assert decision.status == "succeeded"
@@ -316,14 +300,9 @@ def test_a_one_step_run_takes_two_write_transactions_and_its_attempt_is_durable_
 
 @EVERY_DATABASE
 def test_the_action_gets_the_runs_context(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once")))
+    run_id = queue(make_engine, playbook(step("test.once")))
 
     executor.drain()
 
@@ -339,11 +318,9 @@ def test_retryable_errors_are_retried_with_one_attempt_row_each(
     executor: Executor,
     actions: dict[str, Recording],
     make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.flaky", retries=2, fail_times=2)))
+    run_id = queue(make_engine, playbook(step("test.flaky", retries=2, fail_times=2)))
     waits: list[float] = []
     sleep = time.sleep
 
@@ -355,7 +332,7 @@ def test_retryable_errors_are_retried_with_one_attempt_row_each(
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert detail["status"] == "succeeded"
     assert detail["result"] == {"call": 3}
     assert outcomes(detail) == ["retryable_error", "retryable_error", "succeeded"]
@@ -371,20 +348,13 @@ def test_retryable_errors_are_retried_with_one_attempt_row_each(
 
 @EVERY_DATABASE
 def test_retries_stop_after_the_steps_retries_and_fail_the_run(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
-    run_id = queue(
-        make_engine, ingest, make_alert, playbook(step("test.flaky", retries=1, fail_times=5), step("test.once"))
-    )
+    run_id = queue(make_engine, playbook(step("test.flaky", retries=1, fail_times=5), step("test.once")))
 
     executor.drain()
 
-    flaky, after = steps_detail(store, run_id)
+    flaky, after = step_details(store, run_id)
     assert outcomes(flaky) == ["retryable_error", "retryable_error"]
     assert (flaky["status"], flaky["error"]) == ("failed", "busy, call 2")
     # Finding 7: a step after a failed one is skipped, and says why (it stayed `pending` forever).
@@ -398,21 +368,14 @@ def test_retries_stop_after_the_steps_retries_and_fail_the_run(
 @pytest.mark.parametrize(("action", "tries"), [("test.sentonce", 1), ("test.sentagain", 3)])
 @EVERY_DATABASE
 def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempotent_actions(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
-    action: str,
-    tries: int,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine, action: str, tries: int
 ) -> None:
     """Finding 16: the executor never retries a non-idempotent step on an ambiguous (maybe applied) error."""
-    run_id = queue(make_engine, ingest, make_alert, playbook(step(action, retries=2)))
+    run_id = queue(make_engine, playbook(step(action, retries=2)))
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert len(actions[action].executions) == tries
     expected = ["maybe_applied"] if tries == 1 else ["retryable_error"] * 3
     assert outcomes(detail) == expected
@@ -421,19 +384,11 @@ def test_an_error_after_the_request_may_have_arrived_is_retried_only_for_idempot
 
 @EVERY_DATABASE
 def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    metrics: Metrics,
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], metrics: Metrics, make_engine: MakeEngine
 ) -> None:
     """Finding 15: `always: true` runs a step (a notification) even when an earlier one failed."""
     run_id = queue(
         make_engine,
-        ingest,
-        make_alert,
         playbook(
             step("test.broken"),
             step("test.once", note="skipped"),
@@ -444,7 +399,7 @@ def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
 
     assert executor.drain() == 1
 
-    broken, once, told, logged = steps_detail(store, run_id)
+    broken, once, told, logged = step_details(store, run_id)
     assert (broken["status"], broken["error"]) == ("failed", "permission denied")
     reason = "skipped: step 0 1-test.broken (test.broken) failed"
     assert [(s["status"], s["error"]) for s in (once, logged)] == [("skipped", reason)] * 2
@@ -461,19 +416,11 @@ def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
 
 @EVERY_DATABASE
 def test_a_continue_on_error_step_that_fails_is_recorded_and_the_run_goes_on_to_succeed(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    metrics: Metrics,
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], metrics: Metrics, make_engine: MakeEngine
 ) -> None:
     """Issue 12: a best-effort step (checkpoint the node's jobs before a drain) must not stop the drain."""
     run_id = queue(
         make_engine,
-        ingest,
-        make_alert,
         playbook(
             {**step("test.broken"), "continue_on_error": True},
             step("test.once", note="runs"),
@@ -483,7 +430,7 @@ def test_a_continue_on_error_step_that_fails_is_recorded_and_the_run_goes_on_to_
 
     assert executor.drain() == 1
 
-    first, once, last = steps_detail(store, run_id)
+    first, once, last = step_details(store, run_id)
     assert [(s["status"], s["error"], s["continue_on_error"]) for s in (first, last)] == [
         ("failed", "permission denied", True)
     ] * 2
@@ -496,19 +443,11 @@ def test_a_continue_on_error_step_that_fails_is_recorded_and_the_run_goes_on_to_
 
 @EVERY_DATABASE
 def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_step(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
     """A restart between a best-effort step's failure and the next step: the failure is not the run's."""
     run_id = queue(
-        make_engine,
-        ingest,
-        make_alert,
-        playbook({**step("test.broken"), "continue_on_error": True}, step("test.once", note="runs")),
+        make_engine, playbook({**step("test.broken"), "continue_on_error": True}, step("test.once", note="runs"))
     )
     claimed = store.queue.claim("other:1", T0)
     assert claimed is not None and claimed.id == run_id
@@ -526,49 +465,39 @@ def test_a_run_resumed_after_a_continue_on_error_failure_goes_on_with_its_next_s
 
 @EVERY_DATABASE
 def test_an_always_step_that_fails_after_a_failure_keeps_the_first_error(
-    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, executor: Executor, make_engine: MakeEngine
 ) -> None:
     run_id = queue(
-        make_engine,
-        ingest,
-        make_alert,
-        playbook(step("test.broken"), {**step("test.flaky", retries=0, fail_times=1), "always": True}),
+        make_engine, playbook(step("test.broken"), {**step("test.flaky", retries=0, fail_times=1), "always": True})
     )
 
     executor.drain()
 
-    _, flaky = steps_detail(store, run_id)
+    _, flaky = step_details(store, run_id)
     assert (flaky["status"], flaky["error"]) == ("failed", "busy, call 1")
     assert run_row(store, run_id).error == "step 0 1-test.broken (test.broken): permission denied"
 
 
 @EVERY_DATABASE
-def test_zero_retries_means_one_attempt(
-    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.flaky", retries=0, fail_times=1)))
+def test_zero_retries_means_one_attempt(store: Store, executor: Executor, make_engine: MakeEngine) -> None:
+    run_id = queue(make_engine, playbook(step("test.flaky", retries=0, fail_times=1)))
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert outcomes(detail) == ["retryable_error"]
     assert detail["status"] == "failed"
 
 
 @EVERY_DATABASE
 def test_a_non_retryable_error_fails_the_step_at_once(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.broken", retries=5)))
+    run_id = queue(make_engine, playbook(step("test.broken", retries=5)))
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert (detail["status"], detail["error"]) == ("failed", "permission denied")
     assert outcomes(detail) == ["failed"]
     assert len(actions["test.broken"].executions) == 1
@@ -577,15 +506,15 @@ def test_a_non_retryable_error_fails_the_step_at_once(
 
 @EVERY_DATABASE
 def test_a_step_that_overruns_its_timeout_fails_as_timed_out(
-    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, executor: Executor, make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.slow", timeout="200ms", seconds=0.6)))
+    run_id = queue(make_engine, playbook(step("test.slow", timeout="200ms", seconds=0.6)))
 
     started = time.monotonic()
     executor.drain()
 
     assert time.monotonic() - started < 0.55
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert detail["status"] == "failed"
     assert "timed out" in detail["error"]
     assert outcomes(detail) == ["timeout"]
@@ -593,39 +522,30 @@ def test_a_step_that_overruns_its_timeout_fails_as_timed_out(
 
 
 @EVERY_DATABASE
-def test_retries_end_at_the_step_deadline(
-    store: Store, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
+def test_retries_end_at_the_step_deadline(store: Store, registry: ActionRegistry, make_engine: MakeEngine) -> None:
     # Ten retries with waits of 0.5 s then 1 s would take ~9.5 s; the 300 ms deadline stops them after the
     # first wait. The bound leaves a loaded host seconds of slack and still tells the two apart.
     executor = Executor(store=store, registry=registry, retry_wait_max=1.0)
-    run_id = queue(
-        make_engine, ingest, make_alert, playbook(step("test.flaky", retries=10, timeout="300ms", fail_times=99))
-    )
+    run_id = queue(make_engine, playbook(step("test.flaky", retries=10, timeout="300ms", fail_times=99)))
 
     started = time.monotonic()
     executor.drain()
 
     assert time.monotonic() - started < 5.0
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert detail["status"] == "failed"
     assert 1 <= len(detail["attempts"]) < 11
 
 
 @EVERY_DATABASE
 def test_a_failing_plan_fails_the_step_without_executing(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.badplan")))
+    run_id = queue(make_engine, playbook(step("test.badplan")))
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert (detail["status"], detail["error"]) == ("failed", "plan failed: cannot read the current state")
     assert detail["attempts"] == []
     assert actions["test.badplan"].executions == []
@@ -633,15 +553,15 @@ def test_a_failing_plan_fails_the_step_without_executing(
 
 @EVERY_DATABASE
 def test_an_unexpected_exception_fails_the_step_and_the_executor_keeps_going(
-    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, executor: Executor, make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook(step("test.buggy", retries=3)), playbook(step("test.once"), name="after"))
-    result = ingest(engine, make_alert("GpuXidError"), at=T0)
+    result = ingest_alerts(engine, alert_payload("GpuXidError"), at=T0)
     buggy_id, after_id = (d.run_id for d in result.decisions)
 
     assert executor.drain() == 2
 
-    (detail,) = steps_detail(store, buggy_id)
+    (detail,) = step_details(store, buggy_id)
     assert detail["status"] == "failed"
     assert detail["error"].startswith("unexpected KeyError: 'missing' at ")
     assert "test_executor.py" in detail["error"]
@@ -651,15 +571,13 @@ def test_an_unexpected_exception_fails_the_step_and_the_executor_keeps_going(
 
 
 @EVERY_DATABASE
-def test_an_action_missing_at_execution_fails_the_step(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once")))
+def test_an_action_missing_at_execution_fails_the_step(store: Store, make_engine: MakeEngine) -> None:
+    run_id = queue(make_engine, playbook(step("test.once")))
     executor = Executor(store=store, registry=ActionRegistry([LogAction()]), retry_wait_max=0.01)
 
     executor.drain()
 
-    (detail,) = steps_detail(store, run_id)
+    (detail,) = step_details(store, run_id)
     assert detail["status"] == "failed"
     assert "unknown action 'test.once'" in detail["error"]
 
@@ -669,9 +587,9 @@ def test_an_action_missing_at_execution_fails_the_step(
 
 @EVERY_DATABASE
 def test_a_run_whose_plan_fails_transiently_before_any_change_is_rerunnable(
-    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, executor: Executor, make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.planunavailable", retries=0)))
+    run_id = queue(make_engine, playbook(step("test.planunavailable", retries=0)))
 
     executor.drain()
 
@@ -681,19 +599,14 @@ def test_a_run_whose_plan_fails_transiently_before_any_change_is_rerunnable(
 
 @EVERY_DATABASE
 def test_a_run_whose_second_step_fails_transiently_after_the_first_changed_something_is_not_rerunnable(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
     """Live: cordon succeeded, then the taint's plan failed in an API outage; the run was marked "failed before
     changing anything" (the steps read at the start still said no attempt), so the next delivery ran again."""
     pb = playbook(step("test.once"), step("test.planunavailable", retries=0), cooldown="30m")
     engine = make_engine(pb)
-    alert = make_alert("GpuXidError", labels={"Hostname": "node-a"})
-    (decision,) = ingest(engine, alert, at=T0).decisions
+    alert = alert_payload("GpuXidError", labels={"Hostname": "node-a"})
+    (decision,) = ingest_alerts(engine, alert, at=T0).decisions
     assert decision.run_id is not None
 
     executor.drain()
@@ -703,7 +616,7 @@ def test_a_run_whose_second_step_fails_transiently_after_the_first_changed_somet
     assert bool(run.rerunnable) is False
     assert len(actions["test.once"].executions) == 1
     # The next delivery of the same occurrence is a duplicate, as for any run that changed something.
-    (again,) = ingest(engine, alert, at=T0 + 60).decisions
+    (again,) = ingest_alerts(engine, alert, at=T0 + 60).decisions
     assert again.decision.value == "duplicate", again.reason
     assert executor.drain() == 0
     assert len(actions["test.once"].executions) == 1
@@ -714,25 +627,14 @@ def test_a_run_whose_second_step_fails_transiently_after_the_first_changed_somet
 
 @EVERY_DATABASE
 def test_a_dry_run_run_only_plans(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
-    run_id = queue(
-        make_engine,
-        ingest,
-        make_alert,
-        playbook(step("test.once", note="a"), step("test.broken")),
-        mode="dry-run",
-    )
+    run_id = queue(make_engine, playbook(step("test.once", note="a"), step("test.broken")), mode="dry-run")
 
     executor.drain()
 
     assert run_row(store, run_id).status == "planned"
-    once, broken = steps_detail(store, run_id)
+    once, broken = step_details(store, run_id)
     assert (once["status"], once["plan"], once["result"], once["attempts"]) == (
         "planned",
         {"would": "test.once", "note": "a"},
@@ -750,16 +652,11 @@ def test_a_dry_run_run_only_plans(
 
 @EVERY_DATABASE
 def test_on_resolved_steps_run_after_the_firing_run(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
     engine = make_engine(playbook(step("test.once", note="fire"), on_resolved=[step("test.again", note="undo")]))
-    ingest(engine, make_alert("GpuXidError"), at=T0)
-    ingest(engine, make_alert("GpuXidError", status="resolved"), at=T0 + 1)
+    ingest_alerts(engine, alert_payload("GpuXidError"), at=T0)
+    ingest_alerts(engine, alert_payload("GpuXidError", status="resolved"), at=T0 + 1)
 
     assert executor.drain() == 2
 
@@ -784,19 +681,14 @@ def crash_during_first_step(store: Store, run_id: int) -> None:
 
 @EVERY_DATABASE
 def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once"), step("log", message="later")))
+    run_id = queue(make_engine, playbook(step("test.once"), step("log", message="later")))
     crash_during_first_step(store, run_id)
 
     executor.drain()
 
-    interrupted, later = steps_detail(store, run_id)
+    interrupted, later = step_details(store, run_id)
     assert interrupted["status"] == "interrupted"
     assert "test.once is not idempotent, so it is not run again" in interrupted["error"]
     assert outcomes(interrupted) == ["interrupted"]
@@ -812,19 +704,14 @@ def test_an_interrupted_step_of_a_non_idempotent_action_fails_the_run(
 
 @EVERY_DATABASE
 def test_an_interrupted_step_of_an_idempotent_action_runs_again(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again"), step("log", message="later")))
+    run_id = queue(make_engine, playbook(step("test.again"), step("log", message="later")))
     crash_during_first_step(store, run_id)
 
     executor.drain()
 
-    again, later = steps_detail(store, run_id)
+    again, later = step_details(store, run_id)
     assert (again["status"], again["error"]) == ("succeeded", None)
     assert outcomes(again) == ["interrupted", "succeeded"]
     assert later["status"] == "succeeded"
@@ -834,14 +721,9 @@ def test_an_interrupted_step_of_an_idempotent_action_runs_again(
 
 @EVERY_DATABASE
 def test_steps_finished_before_a_crash_are_not_run_again(
-    store: Store,
-    executor: Executor,
-    actions: dict[str, Recording],
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, executor: Executor, actions: dict[str, Recording], make_engine: MakeEngine
 ) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.once", note="done"), step("test.again")))
+    run_id = queue(make_engine, playbook(step("test.once", note="done"), step("test.again")))
     claimed = store.queue.claim("crashed-host:1", T0)
     assert claimed is not None
     done, running = store.queue.steps_of(run_id)
@@ -855,20 +737,20 @@ def test_steps_finished_before_a_crash_are_not_run_again(
 
     assert actions["test.once"].executions == []
     assert len(actions["test.again"].executions) == 1
-    first, _ = steps_detail(store, run_id)
+    first, _ = step_details(store, run_id)
     assert first["result"] == {"already": True}
     assert run_row(store, run_id).status == "succeeded"
 
 
 @EVERY_DATABASE
 def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
-    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, executor: Executor, make_engine: MakeEngine
 ) -> None:
     child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
     dead_owner = f"{socket.gethostname()}:{int(child.stdout)}"
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    run_id = queue(make_engine, playbook(step("test.again")))
     assert store.queue.claim(dead_owner, time.time()) is not None
-    alive = queue(make_engine, ingest, make_alert, playbook(step("test.again"), name="other"))
+    alive = queue(make_engine, playbook(step("test.again"), name="other"))
     assert store.queue.claim(f"{socket.gethostname()}:1", time.time()) is not None  # pid 1 lives
 
     assert executor.recover() == [run_id]
@@ -880,26 +762,21 @@ def test_the_executor_recovers_runs_of_a_dead_process_on_this_host(
 
 @EVERY_DATABASE
 def test_a_started_executor_runs_what_ingest_queues_and_stops(
-    store: Store,
-    registry: ActionRegistry,
-    metrics: Metrics,
-    make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
+    store: Store, registry: ActionRegistry, metrics: Metrics, make_engine: MakeEngine
 ) -> None:
     two_threads = ExecutorSettings(threads=2, poll_interval=0.05)
     executor = Executor(store=store, registry=registry, metrics=metrics, settings=two_threads)
     executor.start()
     try:
         engine = make_engine(playbook(step("log", message="x")), on_queued=executor.wake)
-        (decision,) = ingest(engine, make_alert("GpuXidError"), at=T0).decisions
+        (decision,) = ingest_alerts(engine, alert_payload("GpuXidError"), at=T0).decisions
         assert metrics.run_done.wait(scaled(10))
     finally:
         executor.stop(timeout=scaled(5))
 
     assert metrics.runs == ["succeeded"]
     assert run_row(store, decision.run_id).status == "succeeded"
-    assert steps_detail(store, decision.run_id)[0]["status"] == "succeeded"
+    assert step_details(store, decision.run_id)[0]["status"] == "succeeded"
 
 
 # --------------------------------------------------------------------------- ownership of a run (finding 17)
@@ -912,8 +789,6 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
     registry: ActionRegistry,
     actions: dict[str, Recording],
     make_engine: MakeEngine,
-    ingest: Ingest,
-    make_alert: MakeAlert,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Two executors on one database; the first, on "another host", stalls inside step 0 long enough for
@@ -921,7 +796,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
     its claim gone, stops, and overwrites nothing (it used to record its step and run step 1 again)."""
     gate = actions["test.gate"]
     assert isinstance(gate, Gate)
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.gate"), step("test.once", note="once")))
+    run_id = queue(make_engine, playbook(step("test.gate"), step("test.once", note="once")))
     stalled = Executor(store=store, registry=registry, retry_wait_max=0.01)
     stalled.worker = "other-host:4242"  # not this host: no pid to look at, only its lease
     first = threading.Thread(target=stalled.run_once)
@@ -954,11 +829,11 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
 
 @EVERY_DATABASE
 def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken_over(
-    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, executor: Executor, make_engine: MakeEngine
 ) -> None:
     """Issue 24, finding 7: an owner alive on this host whose heartbeat stopped (SIGSTOPped, hung, its writes
     failing on a full disk) kept its run `running` forever. Now the lease decides, as for any other owner."""
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    run_id = queue(make_engine, playbook(step("test.again")))
     owner = f"{socket.gethostname()}:1"  # pid 1 lives
     assert store.queue.claim(owner, time.time()) is not None
     executor.settings = dataclasses.replace(executor.settings, lease=0.3)
@@ -976,10 +851,10 @@ def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken
 
 @EVERY_DATABASE
 def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
-    store: Store, executor: Executor, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, executor: Executor, make_engine: MakeEngine
 ) -> None:
     """A restarted container numbers its processes as before: a live pid may not be the claim's owner."""
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+    run_id = queue(make_engine, playbook(step("test.again")))
     newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         assert store.queue.claim(f"{socket.gethostname()}:{newcomer.pid}", time.time() - 60) is not None
@@ -991,10 +866,8 @@ def test_a_claim_older_than_the_process_now_holding_its_pid_is_recovered(
 
 
 @EVERY_DATABASE
-def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(store: Store, make_engine: MakeEngine) -> None:
+    run_id = queue(make_engine, playbook(step("test.again")))
     assert store.queue.claim("host:7", T0) is not None
 
     store.leases.heartbeat([run_id], "host:7", T0 - 600)  # the clock was stepped back ten minutes
@@ -1003,10 +876,8 @@ def test_a_heartbeat_never_goes_backwards_when_the_wall_clock_does(
 
 
 @EVERY_DATABASE
-def test_progress_writes_check_the_claim_and_its_generation(
-    store: Store, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
-) -> None:
-    run_id = queue(make_engine, ingest, make_alert, playbook(step("test.again")))
+def test_progress_writes_check_the_claim_and_its_generation(store: Store, make_engine: MakeEngine) -> None:
+    run_id = queue(make_engine, playbook(step("test.again")))
     first = store.queue.claim("host:7", T0)
     assert first is not None
     (record,) = store.queue.steps_of(run_id)
@@ -1024,7 +895,7 @@ def test_progress_writes_check_the_claim_and_its_generation(
         RunWrite(second.lease, ends=(StepEnd(record.id, StepStatus.SUCCEEDED, {"fresh": True}),)), T0 + 4
     )
 
-    assert steps_detail(store, run_id)[0]["result"] == {"fresh": True}
+    assert step_details(store, run_id)[0]["result"] == {"fresh": True}
 
 
 # --------------------------------------------------------------------------- run-finished listeners
@@ -1032,7 +903,7 @@ def test_progress_writes_check_the_claim_and_its_generation(
 
 @EVERY_DATABASE
 def test_listeners_hear_of_each_run_end_once_recorded_and_a_broken_one_changes_nothing(
-    store: Store, registry: ActionRegistry, make_engine: MakeEngine, ingest: Ingest, make_alert: MakeAlert
+    store: Store, registry: ActionRegistry, make_engine: MakeEngine
 ) -> None:
     heard: list[FinishedRun] = []
 
@@ -1044,9 +915,9 @@ def test_listeners_hear_of_each_run_end_once_recorded_and_a_broken_one_changes_n
         assert run_row(store, run.run_id).status == run.status  # the store has it already
 
     executor = Executor(store=store, registry=registry, retry_wait_max=0.01, on_run_finished=[broken, listener])
-    ok = queue(make_engine, ingest, make_alert, playbook(step("log", message="hi"), name="fine"))
+    ok = queue(make_engine, playbook(step("log", message="hi"), name="fine"))
     assert executor.drain() == 1
-    bad = queue(make_engine, ingest, make_alert, playbook(step("test.broken", retries=0), name="bad"))
+    bad = queue(make_engine, playbook(step("test.broken", retries=0), name="bad"))
     assert executor.drain() == 1
 
     assert [(r.run_id, r.playbook, r.target, r.alertname, r.status, r.mode) for r in heard] == [
