@@ -101,7 +101,6 @@ class Engine:
     """Its section of the settings: the server's mode (dry-run: every run only plans), a step's default timeout."""
     on_queued: Callable[[], None] | None = None
     breaker_stale_horizon: float = 900.0
-    _gated_by_phase: dict[tuple[int, str, int | None], tuple[Playbook, bool]] = field(default_factory=dict, init=False)
 
     # ------------------------------------------------------------------ pure part
 
@@ -191,18 +190,7 @@ class Engine:
     def _gated(self, ev: Evaluation) -> bool:
         """Does this phase of the playbook change the cluster in a way the circuit breaker caps?
         For a ladder, the steps of the rung it runs decide."""
-        key = (id(ev.playbook), ev.phase, ev.rung)
-        known = self._gated_by_phase.get(key)
-        if known is None or known[0] is not ev.playbook:
-            # The playbook is kept with the answer: its id() is not reused while it is held here.
-            known = self._gated_by_phase[key] = (ev.playbook, self._steps_gated(ev))
-        return known[1]
-
-    def _steps_gated(self, ev: Evaluation) -> bool:
-        if ev.rung is not None:
-            specs: Sequence[StepSpec] = ev.playbook.rungs[ev.rung - 1].steps
-        else:
-            specs = ev.playbook.steps_for(ev.phase)
+        specs = ev.playbook.rungs[ev.rung - 1].steps if ev.rung is not None else ev.playbook.steps_for(ev.phase)
         return any(spec.action in self.registry and self.registry.get(spec.action).breaker_gated for spec in specs)
 
     def preview(self, notification: Notification, *, now: float) -> list[Judged]:
