@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import KW_ONLY, asdict, dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from remediate.durations import format_duration
@@ -170,7 +170,7 @@ def is_stale(alert_started_at: float | None, state: BreakerState, now: float, ho
 def stale_reason(alert_started_at: float, state: BreakerState, horizon: float) -> str:
     return (
         f"stale: the alert started at {iso_utc(alert_started_at)}, before the circuit breaker was reset at "
-        f"{iso_utc(state.reset_at or 0)}, and is older than the stale horizon {_dur(horizon)}: "
+        f"{iso_utc(state.reset_at or 0)}, and is older than the stale horizon {format_duration(horizon)}: "
         "not acting on it (a new occurrence of the alert will be acted on)"
     )
 
@@ -241,7 +241,7 @@ class CircuitBreaker:
                 elif len(held | {node}) > cap or len(recent | {node}) > cap:
                     why = (
                         f"{kind} of node {node} (run {run_id}) would make {len(held | {node})} nodes held by "
-                        f"remediate now and {len(recent | {node})} changed within {_dur(limits.window)}; "
+                        f"remediate now and {len(recent | {node})} changed within {format_duration(limits.window)}; "
                         f"the cap is {limits.describe_cap(cluster_nodes)}"
                     )
                     state = replace(
@@ -342,8 +342,8 @@ class CircuitBreaker:
         return (
             f"breaker open: refused to {kind} node {node} (run {run_id}). Tripped at "
             f"{iso_utc(state.tripped_at or 0)} by run {state.tripped_by_run}: {state.reason}. Now {len(held)} nodes "
-            f"held by remediate [{shown}], {len(recent)} changed within {_dur(self.limits.window)}, cap {cap} "
-            f"of {cluster_nodes} nodes; {state.refused} refused since the trip. Check the nodes, then "
+            f"held by remediate [{shown}], {len(recent)} changed within {format_duration(self.limits.window)}, "
+            f"cap {cap} of {cluster_nodes} nodes; {state.refused} refused since the trip. Check the nodes, then "
             "`remediate breaker reset` (or POST /breaker/reset)"
         )
 
@@ -397,10 +397,6 @@ def memory_breaker(limits: BreakerLimits | None = None, clock: Callable[[], floa
 def _window_start(state: BreakerState, now: float, window: float) -> float:
     """Changes count within the window, and only since the last reset: a person checked those before."""
     return max(now - window, state.reset_at or 0.0)
-
-
-def _dur(seconds: float) -> str:
-    return format_duration(timedelta(seconds=seconds))
 
 
 def iso_utc(timestamp: float | None) -> str:

@@ -29,7 +29,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -63,10 +63,6 @@ class PrometheusQueryError(ActionError):
 
 class PrometheusUnavailable(ActionError):
     """Prometheus could not be asked (connection, 5xx, time-out): the check asks again until its timeout."""
-
-
-def format_duration_s(seconds: float) -> str:
-    return format_duration(timedelta(seconds=seconds))
 
 
 def _query_template(source: str) -> str | None:
@@ -238,7 +234,7 @@ class PrometheusCheckAction(Action):
             if time.monotonic() + poll_s > deadline:
                 break
             ctx.stopping.wait(poll_s)
-        waited = format_duration_s(time.monotonic() - started)
+        waited = format_duration(time.monotonic() - started)
         if unavailable is not None:
             raise ActionError(f"check failed: Prometheus could not be asked for {waited}: {unavailable}")
         assert evaluation is not None
