@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,10 +74,7 @@ class IngestResult:
         return sum(1 for d in self.decisions if d.decision is Decision.ACCEPTED)
 
     def decision_counts(self) -> dict[str, int]:
-        counts: dict[Decision, int] = {}
-        for record in self.decisions:
-            counts[record.decision] = counts.get(record.decision, 0) + 1
-        return {decision.value: count for decision, count in counts.items()}
+        return dict(Counter(d.decision.value for d in self.decisions))
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -283,9 +281,7 @@ def _record_verdicts(
 def _result(
     notification: Notification, notification_id: int, judged: Sequence[Judged], run_ids: Mapping[int, int]
 ) -> IngestResult:
-    statuses_count: dict[str, int] = {}
-    for alert in notification.alerts:
-        statuses_count[alert.status] = statuses_count.get(alert.status, 0) + 1
+    statuses_count = dict(Counter(alert.status for alert in notification.alerts))
     records = [
         DecisionRecord(
             j.alert.name,

@@ -195,12 +195,9 @@ class NotificationFacts:
         """(last run at, runs in the attempt window) of a (playbook, guard key[, rung]), with this
         notification's accepted runs."""
         if key not in self.history:
-            window_start = self.now - ATTEMPT_WINDOW.total_seconds()
             playbook, guard_key, rung = key
-            if rung is None:
-                self.history[key] = self.reader.target_history(playbook, guard_key, window_start)
-            else:
-                self.history[key] = self.reader.target_history(playbook, guard_key, window_start, rung)
+            since = self.now - ATTEMPT_WINDOW.total_seconds()
+            self.history[key] = self.reader.target_history(playbook, guard_key, since, rung)
         return self.history[key]
 
     def record(self, pair: Pair, verdict: Verdict) -> Judged:
