@@ -541,7 +541,7 @@ def _newer_active_run(
     later = {
         ts
         for ts in order.fired.get(fingerprint, ())
-        if _parse_stored(ts) > _parse_stored(started) and (fingerprint, ts) not in order.resolved
+        if datetime.fromisoformat(ts) > datetime.fromisoformat(started) and (fingerprint, ts) not in order.resolved
     }
     if not later:  # the usual case: no query
         return None
@@ -549,8 +549,3 @@ def _newer_active_run(
     stored = [run for run, ts in reader.active_firing_runs(ev.playbook.name, ev.guard_key, fingerprint) if ts in later]
     active = stored + here
     return max(active) if active else None
-
-
-def _parse_stored(timestamp: str) -> datetime:
-    """A startsAt as format_timestamp wrote it (RFC 3339, UTC, at most 6 fraction digits)."""
-    return datetime.fromisoformat(timestamp)
