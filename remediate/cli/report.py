@@ -50,7 +50,7 @@ def print_report(figures: dict[str, Any]) -> None:
     )
     click.echo("\nby rung:")
     _table(
-        [[_rung(r["rung"]), r["remediations"], r["succeeded"], r["failed"]] for r in figures["by_rung"]],
+        [[r["rung"] or "-", r["remediations"], r["succeeded"], r["failed"]] for r in figures["by_rung"]],
         ["RUNG", "REMEDIATIONS", "SUCCEEDED", "FAILED"],
     )
     click.echo("\nby node:")
@@ -77,10 +77,6 @@ def print_report(figures: dict[str, Any]) -> None:
         ],
         ["JOB", "INCIDENTS", "REMEDIATIONS", "FAILED", "MTTR"],
     )
-
-
-def _rung(rung: int | None) -> str:
-    return "-" if rung is None else str(rung)
 
 
 def _duration(seconds: float | None) -> str:
