@@ -348,13 +348,13 @@ class CircuitBreaker:
         )
 
 
+@dataclass(eq=False)
 class MemoryLedger:
     """A BreakerLedger in memory (tests, and plans without a store). `transaction` is the LedgerFactory."""
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._state: dict[str, Any] = {}
-        self.claims: list[Claim] = []
+    claims: list[Claim] = field(default_factory=list)
+    _state: dict[str, Any] = field(default_factory=dict)
+    _lock: Any = field(default_factory=threading.RLock)
 
     @contextmanager
     def transaction(self) -> Iterator[MemoryLedger]:
