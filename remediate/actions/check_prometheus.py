@@ -80,10 +80,6 @@ def _duration(default: str, high_s: float, doc: str, *, low_s: float = 0) -> Par
     return Param(str, default=default, static=True, check=duration_within(low_s, high_s), doc=doc)
 
 
-def _non_empty(value: str) -> str | None:
-    return None if value.strip() else "must not be empty"
-
-
 @dataclass(frozen=True)
 class Evaluation:
     """What Prometheus said about the query over the window [at - for, at]."""
@@ -137,7 +133,7 @@ class PrometheusCheckAction(Action):
             "query": Param(
                 str,
                 required=True,
-                check=_non_empty,
+                check=lambda value: None if value.strip() else "must not be empty",
                 template_check=_query_template,
                 doc="PromQL; label values only as `{{ labels.NAME | promql_string }}` (escaped string literals)",
             ),
