@@ -166,9 +166,9 @@ def parse_notification(data: object) -> Notification:
         truncated_alerts=truncated,
         status=status,
         receiver=_string(data, "receiver", "", required=False),
-        group_labels=_freeze(_string_map(data, "groupLabels", "", required=False, labels=True)),
-        common_labels=_freeze(_string_map(data, "commonLabels", "", required=False, labels=True)),
-        common_annotations=_freeze(_string_map(data, "commonAnnotations", "", required=False, labels=False)),
+        group_labels=MappingProxyType(_string_map(data, "groupLabels", "", required=False, labels=True)),
+        common_labels=MappingProxyType(_string_map(data, "commonLabels", "", required=False, labels=True)),
+        common_annotations=MappingProxyType(_string_map(data, "commonAnnotations", "", required=False, labels=False)),
         external_url=_string(data, "externalURL", "", required=False),
         alerts=tuple(_parse_alert(raw, index) for index, raw in enumerate(raw_alerts)),
     )
@@ -273,8 +273,8 @@ def _parse_alert(raw: object, index: int) -> Alert:
 
     return Alert(
         status=status,
-        labels=_freeze(labels),
-        annotations=_freeze(annotations),
+        labels=MappingProxyType(labels),
+        annotations=MappingProxyType(annotations),
         starts_at=starts_at,
         ends_at=ends_at,
         generator_url=_string(raw, "generatorURL", path, required=False),
@@ -325,6 +325,7 @@ def _string(obj: Mapping[str, object], key: str, parent: str, *, required: bool)
 
 
 def _string_map(obj: Mapping[str, object], key: str, parent: str, *, required: bool, labels: bool) -> dict[str, str]:
+    """A new dict of the map's strings: nobody else holds it, so a MappingProxyType of it is frozen."""
     value = obj.get(key)
     if type(value) is dict and _plain_strings(value, labels=labels):
         return dict(value)  # the common case; anything else takes the checks below, which name the field
@@ -392,11 +393,6 @@ def _check_unicode(value: str, field: str) -> None:
     # isascii() is O(1) in CPython (the string's kind is known): most strings need no search.
     if not value.isascii() and _SURROGATE.search(value):
         raise PayloadError(field, "contains a lone UTF-16 surrogate, which is not valid Unicode text")
-
-
-def _freeze(mapping: dict[str, str]) -> Mapping[str, str]:
-    # `mapping` is always a dict made here for this alert (_string_map's): nobody else holds it to change it.
-    return MappingProxyType(mapping)
 
 
 def _join(parent: str, key: str) -> str:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import KW_ONLY, asdict, dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from remediate.durations import format_duration
@@ -169,15 +169,15 @@ def is_stale(alert_started_at: float | None, state: BreakerState, now: float, ho
 
 def stale_reason(alert_started_at: float, state: BreakerState, horizon: float) -> str:
     return (
-        f"stale: the alert started at {_iso(alert_started_at)}, before the circuit breaker was reset at "
-        f"{_iso(state.reset_at or 0)}, and is older than the stale horizon {_dur(horizon)}: "
+        f"stale: the alert started at {iso_utc(alert_started_at)}, before the circuit breaker was reset at "
+        f"{iso_utc(state.reset_at or 0)}, and is older than the stale horizon {format_duration(horizon)}: "
         "not acting on it (a new occurrence of the alert will be acted on)"
     )
 
 
 def open_reason(state: BreakerState) -> str:
     """One line for decisions refused at ingest while the breaker is open."""
-    since = f" since {_iso(state.tripped_at)}" if state.tripped_at else ""
+    since = f" since {iso_utc(state.tripped_at)}" if state.tripped_at else ""
     return f"breaker open{since}: {state.reason or 'tripped'}; reset it with `remediate breaker reset`"
 
 
@@ -241,7 +241,7 @@ class CircuitBreaker:
                 elif len(held | {node}) > cap or len(recent | {node}) > cap:
                     why = (
                         f"{kind} of node {node} (run {run_id}) would make {len(held | {node})} nodes held by "
-                        f"remediate now and {len(recent | {node})} changed within {_dur(limits.window)}; "
+                        f"remediate now and {len(recent | {node})} changed within {format_duration(limits.window)}; "
                         f"the cap is {limits.describe_cap(cluster_nodes)}"
                     )
                     state = replace(
@@ -341,20 +341,20 @@ class CircuitBreaker:
         shown = ", ".join(sorted(held)[:10]) + (" ..." if len(held) > 10 else "")
         return (
             f"breaker open: refused to {kind} node {node} (run {run_id}). Tripped at "
-            f"{_iso(state.tripped_at or 0)} by run {state.tripped_by_run}: {state.reason}. Now {len(held)} nodes held "
-            f"by remediate [{shown}], {len(recent)} changed within {_dur(self.limits.window)}, cap {cap} "
-            f"of {cluster_nodes} nodes; {state.refused} refused since the trip. Check the nodes, then "
+            f"{iso_utc(state.tripped_at or 0)} by run {state.tripped_by_run}: {state.reason}. Now {len(held)} nodes "
+            f"held by remediate [{shown}], {len(recent)} changed within {format_duration(self.limits.window)}, "
+            f"cap {cap} of {cluster_nodes} nodes; {state.refused} refused since the trip. Check the nodes, then "
             "`remediate breaker reset` (or POST /breaker/reset)"
         )
 
 
+@dataclass(eq=False)
 class MemoryLedger:
     """A BreakerLedger in memory (tests, and plans without a store). `transaction` is the LedgerFactory."""
 
-    def __init__(self) -> None:
-        self._lock = threading.RLock()
-        self._state: dict[str, Any] = {}
-        self.claims: list[Claim] = []
+    claims: list[Claim] = field(default_factory=list)
+    _state: dict[str, Any] = field(default_factory=dict)
+    _lock: Any = field(default_factory=threading.RLock)
 
     @contextmanager
     def transaction(self) -> Iterator[MemoryLedger]:
@@ -399,22 +399,12 @@ def _window_start(state: BreakerState, now: float, window: float) -> float:
     return max(now - window, state.reset_at or 0.0)
 
 
-def _dur(seconds: float) -> str:
-    return format_duration(timedelta(seconds=seconds))
-
-
-def _iso(timestamp: float | None) -> str:
+def iso_utc(timestamp: float | None) -> str:
     if timestamp is None:
         return "-"
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def limits_from_settings(breaker: Any) -> BreakerLimits:
-    """The breaker limits of its settings section (`remediate.config.BreakerSettings`)."""
-    return BreakerLimits(
-        max_fraction=breaker.max_fraction,
-        max_nodes=breaker.max_nodes,
-        window=breaker.window,
-        node_selector=breaker.node_selector,
-        stale_horizon=breaker.stale_horizon,
-    )
+    """The breaker limits of its settings section (`remediate.config.BreakerSettings`: the same fields)."""
+    return BreakerLimits(**asdict(breaker))

@@ -114,7 +114,7 @@ class StoreSettings:
     CloudNativePG's `<cluster>-app` Secret holds it) is read as `postgresql+psycopg://`."""
     busy_timeout: float = setting(5.0, v.to_seconds, flat="store_busy_timeout")
     """Seconds a request waits for the database write lock before answering 503 (AlertManager retries)."""
-    pool_size: int = setting(5, v.to_at_least_one, flat="database_pool_size")
+    pool_size: int = setting(5, functools.partial(v.to_positive_int, minimum=1), flat="database_pool_size")
     """PostgreSQL: connections each process (every HTTP worker, the executor) keeps open."""
     max_overflow: int = setting(5, v.to_positive_int, flat="database_max_overflow")
     """PostgreSQL: connections each process may open beyond the pool under load; never more than
@@ -176,7 +176,7 @@ class GpuSettings:
     """Device file of the simulated backend (YAML/JSON; see remediate.gpu.simulator)."""
     power_floor_watts: float | None = setting(None, v.to_optional_watts)
     """Refuse to set any GPU's power limit below this (wherever node steps run); an agent's own limit."""
-    power_floor_percent: float | None = setting(None, v.to_optional_percent)
+    power_floor_percent: float | None = setting(None, functools.partial(v.to_optional_watts, most=100))
     """Refuse to set a GPU's power limit below this % of its default limit."""
 
 
@@ -390,25 +390,14 @@ def _fields(cls: type) -> Iterator[tuple[type, dataclasses.Field[Any]]]:
         yield from [(cls, each)] if "convert" in each.metadata else _fields(each.default_factory)  # type: ignore[arg-type]
 
 
-@functools.cache
-def _layout(cls: type) -> tuple[tuple[str, str | None, Any], ...]:
-    """(field, flat name of a setting, or the class of a section) of each field of `cls`, read once."""
-    return tuple(
-        (each.name, _flat_name(cls, each), None)
-        if "convert" in each.metadata
-        else (each.name, None, each.default_factory)
-        for each in dataclasses.fields(cls)
-    )
-
-
 def _build(cls: type, values: Mapping[str, Any]) -> Any:
     """`cls` from flat values: each of its settings given in `values`, each of its sections built alike."""
     kwargs = {}
-    for name, flat, section in _layout(cls):
-        if section is not None:
-            kwargs[name] = _build(section, values)
-        elif flat in values:
-            kwargs[name] = values[flat]
+    for each in dataclasses.fields(cls):
+        if "convert" not in each.metadata:
+            kwargs[each.name] = _build(each.default_factory, values)  # type: ignore[arg-type]
+        elif (flat := _flat_name(cls, each)) in values:
+            kwargs[each.name] = values[flat]
     return cls(**kwargs)
 
 

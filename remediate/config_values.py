@@ -87,10 +87,6 @@ def to_positive_int(value: Any, minimum: int = 0) -> int:
     return number
 
 
-def to_at_least_one(value: Any) -> int:
-    return to_positive_int(value, 1)
-
-
 def to_seconds(value: Any) -> float:
     # Numbers go through parse_duration too, which refuses negative, infinite and NaN values.
     if isinstance(value, bool):
@@ -242,10 +238,6 @@ def to_optional_watts(value: Any, most: float = float("inf")) -> float | None:
     if number > most:
         raise ValueError(f"must be at most {most:g}")
     return number
-
-
-def to_optional_percent(value: Any) -> float | None:
-    return to_optional_watts(value, 100)
 
 
 def to_fraction(value: Any) -> float:

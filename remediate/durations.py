@@ -45,8 +45,9 @@ def _timedelta(seconds: float, text: str) -> timedelta:
         raise ValueError(f"duration too long: {text!r}") from None
 
 
-def format_duration(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
+def format_duration(delta: timedelta | float) -> str:
+    """`1h30m`; `delta` a timedelta or seconds."""
+    seconds = int(delta.total_seconds() if isinstance(delta, timedelta) else delta)
     if seconds == 0:
         return "0s"
     parts = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,10 +74,7 @@ class IngestResult:
         return sum(1 for d in self.decisions if d.decision is Decision.ACCEPTED)
 
     def decision_counts(self) -> dict[str, int]:
-        counts: dict[Decision, int] = {}
-        for record in self.decisions:
-            counts[record.decision] = counts.get(record.decision, 0) + 1
-        return {decision.value: count for decision, count in counts.items()}
+        return dict(Counter(d.decision.value for d in self.decisions))
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -101,7 +99,6 @@ class Engine:
     """Its section of the settings: the server's mode (dry-run: every run only plans), a step's default timeout."""
     on_queued: Callable[[], None] | None = None
     breaker_stale_horizon: float = 900.0
-    _gated_by_phase: dict[tuple[int, str, int | None], tuple[Playbook, bool]] = field(default_factory=dict, init=False)
 
     # ------------------------------------------------------------------ pure part
 
@@ -191,18 +188,7 @@ class Engine:
     def _gated(self, ev: Evaluation) -> bool:
         """Does this phase of the playbook change the cluster in a way the circuit breaker caps?
         For a ladder, the steps of the rung it runs decide."""
-        key = (id(ev.playbook), ev.phase, ev.rung)
-        known = self._gated_by_phase.get(key)
-        if known is None or known[0] is not ev.playbook:
-            # The playbook is kept with the answer: its id() is not reused while it is held here.
-            known = self._gated_by_phase[key] = (ev.playbook, self._steps_gated(ev))
-        return known[1]
-
-    def _steps_gated(self, ev: Evaluation) -> bool:
-        if ev.rung is not None:
-            specs: Sequence[StepSpec] = ev.playbook.rungs[ev.rung - 1].steps
-        else:
-            specs = ev.playbook.steps_for(ev.phase)
+        specs = ev.playbook.rungs[ev.rung - 1].steps if ev.rung is not None else ev.playbook.steps_for(ev.phase)
         return any(spec.action in self.registry and self.registry.get(spec.action).breaker_gated for spec in specs)
 
     def preview(self, notification: Notification, *, now: float) -> list[Judged]:
@@ -295,9 +281,7 @@ def _record_verdicts(
 def _result(
     notification: Notification, notification_id: int, judged: Sequence[Judged], run_ids: Mapping[int, int]
 ) -> IngestResult:
-    statuses_count: dict[str, int] = {}
-    for alert in notification.alerts:
-        statuses_count[alert.status] = statuses_count.get(alert.status, 0) + 1
+    statuses_count = dict(Counter(alert.status for alert in notification.alerts))
     records = [
         DecisionRecord(
             j.alert.name,

@@ -13,13 +13,14 @@ followed: the token would go to a URL the settings did not name.
 
 from __future__ import annotations
 
+import html
 import logging
 import os
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from remediate import inert
@@ -67,7 +68,7 @@ def annotation(run: FinishedRun, run_link: Callable[[int], str] | None = None) -
         text += f"\n{inert.html_text(run.error[:500])}"
     if run_link is not None:
         link = run_link(run.run_id)
-        text += f'\n<a href="{_html_attribute(link)}">run {run.run_id}</a>'
+        text += f'\n<a href="{html.escape(link)}">run {run.run_id}</a>'  # Grafana renders HTML: quoted, not markup
     return {
         "time": int(started * 1000),
         "timeEnd": int(run.finished_at * 1000),
@@ -76,36 +77,26 @@ def annotation(run: FinishedRun, run_link: Callable[[int], str] | None = None) -
     }
 
 
-def _html_attribute(value: str) -> str:
-    # Grafana renders the text as HTML: the link is quoted, not markup.
-    return value.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
-
-
+@dataclass(eq=False)
 class Annotator:
     """Posts an annotation per executed run, off the executor's path (see the module docstring)."""
 
-    def __init__(
-        self,
-        target: GrafanaTarget,
-        *,
-        run_link: Callable[[int], str] | None = None,
-        on_outcome: Callable[[str], None] | None = None,
-        timeout: float = 3.0,
-        tries: int = 3,
-        retry_wait: float = 0.5,
-        max_queued: int = 1000,
-    ) -> None:
-        self.target = target
-        self.run_link = run_link
-        """Builds the link to a run's page (from the `public_url` setting); None: no link."""
-        self.on_outcome = on_outcome if on_outcome is not None else (lambda outcome: None)
-        self.timeout = timeout
-        self.tries = tries
-        self.retry_wait = retry_wait
-        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(max_queued)
-        self._thread: threading.Thread | None = None
-        self._pid: int | None = None
-        self._lock = threading.Lock()
+    target: GrafanaTarget
+    _: KW_ONLY
+    run_link: Callable[[int], str] | None = None
+    """Builds the link to a run's page (from the `public_url` setting); None: no link."""
+    on_outcome: Callable[[str], None] = lambda outcome: None
+    timeout: float = 3.0
+    tries: int = 3
+    retry_wait: float = 0.5
+    max_queued: int = 1000
+    _queue: queue.Queue[dict[str, Any]] = field(init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+    _pid: int | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._queue = queue.Queue(self.max_queued)
 
     def __call__(self, run: FinishedRun) -> None:
         if run.status not in ANNOTATED or run.mode == "dry-run":

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-from remediate.breaker import BreakerState, is_stale, open_reason, stale_reason
+from remediate.breaker import BreakerState, is_stale, iso_utc, open_reason, stale_reason
 from remediate.durations import format_duration
 from remediate.playbooks import Playbook
 from remediate.runs import Decision, RunStatus
@@ -175,7 +175,7 @@ def cooldown(case: GuardCase) -> Verdict | None:
     wait = timedelta(seconds=math.ceil(seconds - (now - facts.last_run_at)))
     return Verdict(
         Decision.COOLDOWN,
-        f"last run for {case.target} at {_iso(facts.last_run_at)}; cooldown {format_duration(span)}, "
+        f"last run for {case.target} at {iso_utc(facts.last_run_at)}; cooldown {format_duration(span)}, "
         f"next allowed in {format_duration(wait)}",
     )
 
@@ -221,7 +221,3 @@ def judge(playbook: Playbook, phase: str, target: str, facts: GuardFacts, now: f
         if verdict is not None:
             return verdict
     return Verdict(Decision.ACCEPTED, f"matched playbook {playbook.name} ({phase})")
-
-
-def _iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

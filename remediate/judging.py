@@ -195,12 +195,9 @@ class NotificationFacts:
         """(last run at, runs in the attempt window) of a (playbook, guard key[, rung]), with this
         notification's accepted runs."""
         if key not in self.history:
-            window_start = self.now - ATTEMPT_WINDOW.total_seconds()
             playbook, guard_key, rung = key
-            if rung is None:
-                self.history[key] = self.reader.target_history(playbook, guard_key, window_start)
-            else:
-                self.history[key] = self.reader.target_history(playbook, guard_key, window_start, rung)
+            since = self.now - ATTEMPT_WINDOW.total_seconds()
+            self.history[key] = self.reader.target_history(playbook, guard_key, since, rung)
         return self.history[key]
 
     def record(self, pair: Pair, verdict: Verdict) -> Judged:
@@ -544,7 +541,7 @@ def _newer_active_run(
     later = {
         ts
         for ts in order.fired.get(fingerprint, ())
-        if _parse_stored(ts) > _parse_stored(started) and (fingerprint, ts) not in order.resolved
+        if datetime.fromisoformat(ts) > datetime.fromisoformat(started) and (fingerprint, ts) not in order.resolved
     }
     if not later:  # the usual case: no query
         return None
@@ -552,8 +549,3 @@ def _newer_active_run(
     stored = [run for run, ts in reader.active_firing_runs(ev.playbook.name, ev.guard_key, fingerprint) if ts in later]
     active = stored + here
     return max(active) if active else None
-
-
-def _parse_stored(timestamp: str) -> datetime:
-    """A startsAt as format_timestamp wrote it (RFC 3339, UTC, at most 6 fraction digits)."""
-    return datetime.fromisoformat(timestamp)

@@ -18,7 +18,6 @@ The rules (docs/playbooks.md, "Escalation ladders"):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from typing import Any
 
 from remediate.durations import format_duration
@@ -40,7 +39,7 @@ class RungChoice:
 
 
 def _ago(seconds: float) -> str:
-    return format_duration(timedelta(seconds=max(0, round(seconds))))
+    return format_duration(max(0, round(seconds)))
 
 
 def choose_rung(playbook: Playbook, state: LadderState | None, occurrence: tuple[str, str], now: float) -> RungChoice:

@@ -35,8 +35,7 @@ class EscapingFormatter(logging.Formatter):
         return super().formatMessage(record)
 
     def formatException(self, ei: object) -> str:
-        text = super().formatException(ei)  # type: ignore[arg-type]
-        return "\n".join("    | " + escape_control(line) for line in text.splitlines())
+        return self.formatStack(super().formatException(ei))  # type: ignore[arg-type]
 
     def formatStack(self, stack_info: str) -> str:
         return "\n".join("    | " + escape_control(line) for line in stack_info.splitlines())

@@ -69,7 +69,7 @@ _Refuse = Callable[[str, int], MatcherSyntaxError]
 
 @dataclass(frozen=True)
 class Matcher:
-    """One label matcher; regexes are compiled once, when the matcher is made."""
+    """One label matcher (parse_matcher checks the name); regexes are compiled once, when the matcher is made."""
 
     name: str
     type: MatchType
@@ -77,14 +77,6 @@ class Matcher:
     _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _LABEL_NAME.fullmatch(self.name):
-            raise MatcherSyntaxError(
-                f"{_show(str(self.name))} is not a valid label name (must match {LABEL_NAME_PATTERN})"
-            )
-        if not isinstance(self.type, MatchType):
-            raise TypeError(f"type must be a MatchType, got {self.type!r}")
-        if not isinstance(self.value, str):
-            raise TypeError(f"value must be a string, got {type(self.value).__name__}")
         if self.type in (MatchType.REGEX, MatchType.NOT_REGEX):
             object.__setattr__(self, "_regex", _compile_regex(self.value))
 

@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -40,7 +39,6 @@ class Metrics(ExecutorMetrics):
     def __init__(self, registry: CollectorRegistry | None) -> None:
         """`registry=None` in multiprocess mode: values live in files, not in a registry."""
         kw = {"registry": registry}
-        self._children: dict[tuple[int, str], Any] = {}
         self.notifications = Counter(
             "remediate_notifications_received_total", "Webhook notifications stored", ["status"], **kw
         )
@@ -82,20 +80,11 @@ class Metrics(ExecutorMetrics):
         )
 
     def record_ingest(self, result: IngestResult) -> None:
-        self._child(self.notifications, result.status).inc()
+        self.notifications.labels(result.status).inc()
         for status, count in result.alert_statuses.items():
-            self._child(self.alerts, status).inc(count)
+            self.alerts.labels(status).inc(count)
         for decision, count in result.decision_counts().items():
-            self._child(self.decisions, decision).inc(count)
-
-    def _child(self, counter: Counter, value: str) -> Any:
-        """`counter.labels(value)`, kept: ingest's label values are a few statuses and decisions, and
-        `labels()` (a lock, a key, a lookup) costs more than the increment."""
-        key = (id(counter), value)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = counter.labels(value)
-        return child
+            self.decisions.labels(decision).inc(count)
 
     def step_finished(self, action: str, outcome: str, seconds: float) -> None:
         self.steps.labels(action, outcome).inc()
@@ -122,23 +111,19 @@ class StoreCollector(Collector):
     clock: Callable[[], float] = time.time
 
     def collect(self) -> Iterator[Metric]:
-        depth = GaugeMetricFamily("remediate_queue_depth", "Runs not finished, by status", labels=["status"])
-        for status, count in self.store.queue.queue_depth().items():
-            depth.add_metric([status], count)
-        yield depth
+        depth = self.store.queue.queue_depth().items()
+        yield _gauge("remediate_queue_depth", "Runs not finished, by status", ["status"], [([s], n) for s, n in depth])
         oldest = self.store.queue.oldest_queued_at()
-        age = GaugeMetricFamily(
-            "remediate_queue_oldest_age_seconds", "Seconds the oldest queued run has waited (0 when none is queued)"
+        yield GaugeMetricFamily(
+            "remediate_queue_oldest_age_seconds",
+            "Seconds the oldest queued run has waited (0 when none is queued)",
+            value=0.0 if oldest is None else max(0.0, self.clock() - oldest),
         )
-        age.add_metric([], 0.0 if oldest is None else max(0.0, self.clock() - oldest))
-        yield age
-        paused = GaugeMetricFamily("remediate_paused", "1 while remediation is paused")
-        paused.add_metric([], 1 if self.store.pause.state().paused else 0)
-        yield paused
-        breaker = self.store.breaker.state() or {}
-        is_open = GaugeMetricFamily("remediate_breaker_open", "1 while the circuit breaker of cluster actions is open")
-        is_open.add_metric([], 1 if breaker.get("open") else 0)
-        yield is_open
+        paused = self.store.pause.state().paused
+        yield GaugeMetricFamily("remediate_paused", "1 while remediation is paused", value=1 if paused else 0)
+        is_open = 1 if (self.store.breaker.state() or {}).get("open") else 0
+        what = "1 while the circuit breaker of cluster actions is open"
+        yield GaugeMetricFamily("remediate_breaker_open", what, value=is_open)
 
 
 @dataclass(eq=False)

@@ -51,8 +51,6 @@ _PLAYBOOK_KEYS = {
 }
 _RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", "on_resolved"}
 DEFAULT_RESET_AFTER = timedelta(hours=24)
-_PLAYBOOK_COOLDOWN = "cooldown"
-"""The playbook's cooldown field (a name, not the `cooldown` decision)."""
 _STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error"}
 _MAX_RETRIES = 10
 
@@ -285,11 +283,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     target = _parse_target(data.get("target", "node"), fail)
     cooldown = _parse_timedelta(data.get("cooldown", "0s"), "cooldown", fail)
     guard_by = _parse_guard_by(data.get("guard_by", []), fail)
-    max_attempts = data.get("max_attempts")
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise fail("max_attempts", "must be a whole number >= 1 (or left out for no cap)")
+    max_attempts = _parse_max_attempts(data.get("max_attempts"), "max_attempts", fail)
 
     if "steps" in data and "escalate" in data:
         raise fail("escalate", "a playbook has either `steps` or `escalate` (a ladder of rungs), not both")
@@ -357,11 +351,7 @@ def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any) -> tuple[Rung, .
         mode = _parse_mode(item["mode"], fail, f"{where}.mode") if "mode" in item else None
         raw_cooldown = item.get("cooldown")
         cooldown = None if raw_cooldown is None else _parse_timedelta(raw_cooldown, f"{where}.cooldown", fail)
-        max_attempts = item.get("max_attempts")
-        if max_attempts is not None and (
-            isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-        ):
-            raise fail(f"{where}.max_attempts", "must be a whole number >= 1 (or left out for no cap)")
+        max_attempts = _parse_max_attempts(item.get("max_attempts"), f"{where}.max_attempts", fail)
         if "steps" not in item:
             raise fail(f"{where}.steps", "required: a list of at least one step")
         steps = _parse_steps(item["steps"], f"{where}.steps", registry, fail, allow_empty=False)
@@ -384,7 +374,7 @@ def _check_ladder(
         own = rung.cooldown is not None
         effective = rung.cooldown if rung.cooldown is not None else cooldown
         if effective >= below.holds_for:
-            field = f"escalate[{index}].cooldown" if own else _PLAYBOOK_COOLDOWN
+            field = f"escalate[{index}].cooldown" if own else "cooldown"
             raise fail(
                 field,
                 f"cooldown {format_duration(effective)} >= holds_for {format_duration(below.holds_for)} of rung "
@@ -428,6 +418,12 @@ def _parse_match(match: Any, fail: Any) -> tuple[tuple[str, ...], tuple[Matcher,
         except MatcherSyntaxError as exc:
             raise fail(f"match.labels[{index}]", str(exc)) from exc
     return tuple(names), tuple(matchers)
+
+
+def _parse_max_attempts(value: Any, field: str, fail: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise fail(field, "must be a whole number >= 1 (or left out for no cap)")
+    return value
 
 
 def _parse_mode(value: Any, fail: Any, field: str = "mode") -> Mode:
@@ -502,23 +498,11 @@ def _parse_steps(
         retries = item.get("retries", 2)
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= _MAX_RETRIES:
             raise fail(f"{where}.retries", f"must be a whole number from 0 to {_MAX_RETRIES}")
-        always = item.get("always", False)
-        if not isinstance(always, bool):
-            raise fail(f"{where}.always", "must be true or false")
-        continue_on_error = item.get("continue_on_error", False)
-        if not isinstance(continue_on_error, bool):
-            raise fail(f"{where}.continue_on_error", "must be true or false")
-        steps.append(
-            StepSpec(
-                action=action_name,
-                params=params,
-                name=name,
-                timeout=timeout,
-                retries=retries,
-                always=always,
-                continue_on_error=continue_on_error,
-            )
-        )
+        flags = {flag: item.get(flag, False) for flag in ("always", "continue_on_error")}
+        for flag, value in flags.items():
+            if not isinstance(value, bool):
+                raise fail(f"{where}.{flag}", "must be true or false")
+        steps.append(StepSpec(action_name, params, name, timeout, retries, **flags))
     return tuple(steps)
 
 

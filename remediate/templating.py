@@ -20,7 +20,6 @@ import time
 import unicodedata
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -64,23 +63,17 @@ class RenderLimitError(Exception):
     """A template went over a render limit (size, integer, time): refused before it could take more."""
 
 
-@dataclass
-class _Session:
-    """One notification's renders: the templates refused once are refused again at once."""
-
-    refused: dict[str, str] = field(default_factory=dict)
-
-
 _DEADLINE: ContextVar[float | None] = ContextVar("remediate_render_deadline", default=None)
 """The monotonic deadline of the render in progress (a context variable: each thread renders its own)."""
-_SESSION: ContextVar[_Session | None] = ContextVar("remediate_render_session", default=None)
+_SESSION: ContextVar[dict[str, str] | None] = ContextVar("remediate_render_session", default=None)
+"""One notification's renders: template -> why it was refused (refused again at once)."""
 
 
 @contextlib.contextmanager
 def render_session() -> Iterator[None]:
     """The renders of one notification (Engine.evaluate_all): a template refused for going over a limit is
     refused for the notification's other alerts without rendering, so a storm of alerts costs one refusal."""
-    token = _SESSION.set(_Session())
+    token = _SESSION.set({})
     try:
         yield
     finally:
@@ -405,9 +398,9 @@ def _render(value: Any, context: Mapping[str, Any], path: str) -> Any:
 def _bounded_render(source: str, context: Mapping[str, Any], template: Any = None) -> str:
     """The template's output, within the render limits (module docstring); `template`: `source` compiled
     for another escaping (render_text), else the plain one."""
-    session = _SESSION.get()
-    if session is not None and source in session.refused:
-        raise RenderLimitError(f"{session.refused[source]} (for an earlier alert of this notification)")
+    refused = _SESSION.get()
+    if refused is not None and source in refused:
+        raise RenderLimitError(f"{refused[source]} (for an earlier alert of this notification)")
     token = _DEADLINE.set(time.monotonic() + RENDER_SECONDS)
     try:
         parts: list[str] = []
@@ -420,8 +413,8 @@ def _bounded_render(source: str, context: Mapping[str, Any], template: Any = Non
             parts.append(chunk)
         return "".join(parts)
     except RenderLimitError as exc:
-        if session is not None:
-            session.refused[source] = str(exc)
+        if refused is not None:
+            refused[source] = str(exc)
         raise
     finally:
         _DEADLINE.reset(token)

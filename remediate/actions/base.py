@@ -52,11 +52,11 @@ class ActionMemory(Protocol):
     def forget(self, key: str) -> None: ...
 
 
+@dataclass(eq=False)
 class InMemoryMemory:
     """ActionMemory in a dict: for plans without a store, and for tests."""
 
-    def __init__(self) -> None:
-        self.values: dict[str, dict[str, Any]] = {}
+    values: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def recall(self, key: str) -> dict[str, Any] | None:
         value = self.values.get(key)

@@ -29,7 +29,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -65,10 +65,6 @@ class PrometheusUnavailable(ActionError):
     """Prometheus could not be asked (connection, 5xx, time-out): the check asks again until its timeout."""
 
 
-def format_duration_s(seconds: float) -> str:
-    return format_duration(timedelta(seconds=seconds))
-
-
 def _query_template(source: str) -> str | None:
     unsafe = unescaped_outputs(source, SAFE_FILTERS)
     if unsafe:
@@ -82,10 +78,6 @@ def _query_template(source: str) -> str | None:
 def _duration(default: str, high_s: float, doc: str, *, low_s: float = 0) -> Param:
     """A duration param, written in the playbook (a label must not stretch or shorten the wait)."""
     return Param(str, default=default, static=True, check=duration_within(low_s, high_s), doc=doc)
-
-
-def _non_empty(value: str) -> str | None:
-    return None if value.strip() else "must not be empty"
 
 
 @dataclass(frozen=True)
@@ -141,7 +133,7 @@ class PrometheusCheckAction(Action):
             "query": Param(
                 str,
                 required=True,
-                check=_non_empty,
+                check=lambda value: None if value.strip() else "must not be empty",
                 template_check=_query_template,
                 doc="PromQL; label values only as `{{ labels.NAME | promql_string }}` (escaped string literals)",
             ),
@@ -238,7 +230,7 @@ class PrometheusCheckAction(Action):
             if time.monotonic() + poll_s > deadline:
                 break
             ctx.stopping.wait(poll_s)
-        waited = format_duration_s(time.monotonic() - started)
+        waited = format_duration(time.monotonic() - started)
         if unavailable is not None:
             raise ActionError(f"check failed: Prometheus could not be asked for {waited}: {unavailable}")
         assert evaluation is not None

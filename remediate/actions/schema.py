@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
@@ -159,7 +158,7 @@ def _coerce(value: Any, wanted: type) -> Any:
 
 def duration_within(low_s: float, high_s: float) -> Callable[[str], str | None]:
     """A `Param.check` for a duration param (`90s`, `15m`): it must parse and lie within [low_s, high_s] seconds."""
-    bounds = f"{format_duration(timedelta(seconds=low_s))} and {format_duration(timedelta(seconds=high_s))}"
+    bounds = f"{format_duration(low_s)} and {format_duration(high_s)}"
 
     def check(value: str) -> str | None:
         try:

@@ -31,10 +31,6 @@ class CliError(click.ClickException):
     exit_code = EXIT_ERROR
 
 
-def _fail(message: str) -> None:
-    raise CliError(message)
-
-
 def _settings(ctx_params: dict[str, Any], **extra: Any) -> Any:
     from remediate.config import load_settings
 
@@ -171,7 +167,7 @@ def _open_store(params: dict[str, Any]) -> Any:
     url = _settings(params).store.url
     path = sqlite_path(url)
     if path is not None and not path.exists():
-        _fail(f"no database at {path}: start the server first, or pass --database-url / --server")
+        raise CliError(f"no database at {path}: start the server first, or pass --database-url / --server")
     return Store.open(url)
 
 

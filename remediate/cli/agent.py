@@ -16,6 +16,7 @@ from remediate.cli._common import (
     handle_errors,
 )
 from remediate.cli._group import main
+from remediate.errors import ConfigError
 
 
 @main.command()
@@ -102,7 +103,6 @@ def agent_credential(
     server, which gives an agent pod the credential of the node it runs on and no other. Give it to that node's
     agent only (agent_node_token_file); it signs nothing for any other node."""
     from remediate.agentauth import node_token
-    from remediate.errors import ConfigError
 
     if server_url:
         credential = credential_from_server(server_url, service_account_token_file, node, wait)
@@ -134,7 +134,6 @@ def credential_from_server(server_url: str, token_file: Path, node: str, wait: f
     import requests
 
     from remediate.agent_protocol import CREDENTIAL_PATH
-    from remediate.errors import ConfigError
 
     url = server_url.rstrip("/") + CREDENTIAL_PATH
     deadline, pause = time.monotonic() + wait, 1.0
@@ -162,8 +161,6 @@ def credential_from_server(server_url: str, token_file: Path, node: str, wait: f
 
 
 def _credential_of(response: Any, node: str, url: str) -> str:
-    from remediate.errors import ConfigError
-
     try:
         body = response.json()
     except ValueError:

@@ -3,13 +3,13 @@ would delete."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import click
 
 from remediate.cli._common import (
     FILE,
+    _options,
     _settings,
     _table,
     handle_errors,
@@ -17,21 +17,16 @@ from remediate.cli._common import (
 )
 from remediate.cli._group import main
 
-
-def _disk_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    options = [
-        click.option("--config", type=FILE, help="YAML config file."),
-        click.option(
-            "--policies-file",
-            "cleanup_policies_file",
-            type=FILE,
-            help="Cleanup policies file [$REMEDIATE_CLEANUP_POLICIES_FILE / cleanup_policies_file].",
-        ),
-        click.option("--json", "as_json", is_flag=True, help="Print JSON."),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
+_disk_options = _options(
+    click.option("--config", type=FILE, help="YAML config file."),
+    click.option(
+        "--policies-file",
+        "cleanup_policies_file",
+        type=FILE,
+        help="Cleanup policies file [$REMEDIATE_CLEANUP_POLICIES_FILE / cleanup_policies_file].",
+    ),
+    click.option("--json", "as_json", is_flag=True, help="Print JSON."),
+)
 
 
 @main.group()

@@ -15,7 +15,7 @@ import click
 from remediate.cli._common import (
     EXIT_NOTHING_WOULD_RUN,
     EXIT_WOULD_RUN,
-    _fail,
+    CliError,
     _read,
     _settings,
     common_options,
@@ -61,13 +61,13 @@ def dry_run(
     from remediate.dryrun import dry_run as run_dry
 
     if (payload is None) == (alertname is None):
-        _fail("give either PAYLOAD.json (or - for stdin) or --alertname with --label K=V ...")
+        raise CliError("give either PAYLOAD.json (or - for stdin) or --alertname with --label K=V ...")
     if payload is not None:
         text = sys.stdin.read() if str(payload) == "-" else _read(payload)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            _fail(f"{payload} is not valid JSON: {exc}")
+            raise CliError(f"{payload} is not valid JSON: {exc}") from exc
     else:
         data = _built_notification(alertname or "", labels, annotations, status)
     settings = _settings(params)
@@ -83,7 +83,7 @@ def _pairs(items: tuple[str, ...], what: str) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            _fail(f"--{what} takes KEY=VALUE, got {item!r}")
+            raise CliError(f"--{what} takes KEY=VALUE, got {item!r}")
         result[key] = value
     return result
 

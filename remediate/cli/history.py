@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import closing
 from typing import Any
 
 import click
@@ -133,11 +134,8 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, batch_size: int, a
         if params.get(key) is None and ctx.parent is not None:
             params[key] = ctx.parent.params.get(key)
     seconds = _prune_age(older_than, params)
-    store = _open_store(params)
-    try:
+    with closing(_open_store(params)) as store:
         report = store.retention.prune(seconds, now=time.time(), batch_size=batch_size, dry_run=dry_run)
-    finally:
-        store.close()
     if print_json({"dry_run": dry_run, "older_than_seconds": seconds, **report.counts()}, as_json):
         return
     click.echo(f"{'would delete' if dry_run else 'deleted'} history older than {older_than}:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Any
 
 import click
@@ -58,11 +59,8 @@ def ladder_status(target: str | None, playbook: str | None, as_json: bool, **par
         filters = {k: v for k, v in (("target", target), ("playbook", playbook)) if v}
         ladders = _client(params).ladders(filters)["ladders"]
     else:
-        store = _open_store(params)
-        try:
+        with closing(_open_store(params)) as store:
             ladders = _local_json(store.ladders.read(target=target, playbook=playbook), params)
-        finally:
-            store.close()
     if print_json({"ladders": ladders}, as_json):
         return
     _print(ladders)
@@ -80,12 +78,9 @@ def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **para
     if params.get("server"):
         ladders = _client(params).ladders_reset(target, playbook, reason, by)["ladders"]
     else:
-        store = _open_store(params)
-        try:
+        with closing(_open_store(params)) as store:
             states = store.ladders.reset(target, playbook=playbook, by=by, reason=reason, now=time.time())
             ladders = _local_json(states, params)
-        finally:
-            store.close()
         if not ladders:
             raise CliError(f"no ladder{f' of playbook {playbook}' if playbook else ''} for target {target}")
     click.echo(f"{len(ladders)} ladder(s) of {target} reset")

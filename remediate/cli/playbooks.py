@@ -9,7 +9,7 @@ import click
 
 from remediate.cli._common import (
     FILE,
-    _fail,
+    CliError,
     _settings,
     _table,
     common_options,
@@ -83,7 +83,7 @@ def playbooks_validate(directory: Path | None, config: Path | None, playbooks_op
     from remediate.playbooks import load_directory
 
     if directory is not None and playbooks_option is not None and directory != playbooks_option:
-        _fail(f"two playbook directories: {directory} and --playbooks {playbooks_option}; give one")
+        raise CliError(f"two playbook directories: {directory} and --playbooks {playbooks_option}; give one")
     directory = directory or playbooks_option
     if directory is None:
         directory = _settings({"config": config}).engine.playbooks

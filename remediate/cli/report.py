@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Any
 
 import click
@@ -32,11 +33,8 @@ def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:
             query = report_query(filters, settings.report.job_labels, now=time.time())
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
-        store = _open_store(params)
-        try:
+        with closing(_open_store(params)) as store:
             figures = store.history.report(query).as_json()
-        finally:
-            store.close()
     if print_json(figures, as_json):
         return
     print_report(figures)
@@ -52,7 +50,7 @@ def print_report(figures: dict[str, Any]) -> None:
     )
     click.echo("\nby rung:")
     _table(
-        [[_rung(r["rung"]), r["remediations"], r["succeeded"], r["failed"]] for r in figures["by_rung"]],
+        [[r["rung"] or "-", r["remediations"], r["succeeded"], r["failed"]] for r in figures["by_rung"]],
         ["RUNG", "REMEDIATIONS", "SUCCEEDED", "FAILED"],
     )
     click.echo("\nby node:")
@@ -79,10 +77,6 @@ def print_report(figures: dict[str, Any]) -> None:
         ],
         ["JOB", "INCIDENTS", "REMEDIATIONS", "FAILED", "MTTR"],
     )
-
-
-def _rung(rung: int | None) -> str:
-    return "-" if rung is None else str(rung)
 
 
 def _duration(seconds: float | None) -> str:

@@ -25,7 +25,6 @@ import posixpath
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -174,16 +173,12 @@ class CleanupPolicy:
             "roots": list(self.roots),
             "patterns": list(self.patterns),
             "exclude": list(self.exclude),
-            "min_age": format_duration_seconds(self.min_age),
+            "min_age": format_duration(self.min_age),
             "keep_newest": self.keep_newest,
             "max_bytes": self.max_bytes,
             "max_files": self.max_files,
             "truncate_logs": self.truncate_logs.to_dict() if self.truncate_logs else None,
         }
-
-
-def format_duration_seconds(seconds: float) -> str:
-    return format_duration(timedelta(seconds=seconds))
 
 
 class PolicySet:

@@ -342,7 +342,10 @@ def _parse_device(entry: Any, bad: _Where) -> SimDevice:
         fail=_parse_failures(entry.get("fail") or {}, bad),
         locked_memory_clocks_mhz=_clock_range(entry, "locked_memory_clocks_mhz", bad),
         clocks=_parse_clocks(entry, bad),
-        health=_parse_health(entry, bad),
+        health=MemoryHealth(
+            **_section(entry, "retired_pages", ("single_bit", "double_bit"), ("pending",), bad),
+            **_section(entry, "remapped_rows", ("correctable", "uncorrectable"), ("pending", "failure"), bad),
+        ),
         reset=_parse_reset_state(entry, info.mig_uuids, bad),
         reset_count=_optional_int(entry, "reset_count", bad) or 0,
     )
@@ -406,13 +409,6 @@ def _section(entry: Mapping[str, Any], key: str, counts: tuple[str, ...], flags:
     return {f"{key}_{c}": _optional_int(section, c, where) or 0 for c in counts} | {
         f"{key}_{f}": _flag(section, f, where) for f in flags
     }
-
-
-def _parse_health(entry: Mapping[str, Any], bad: _Where) -> MemoryHealth:
-    return MemoryHealth(
-        **_section(entry, "retired_pages", ("single_bit", "double_bit"), ("pending",), bad),
-        **_section(entry, "remapped_rows", ("correctable", "uncorrectable"), ("pending", "failure"), bad),
-    )
 
 
 def _parse_reset_state(entry: Mapping[str, Any], mig_uuids: tuple[str, ...], bad: _Where) -> ResetState:

@@ -67,7 +67,6 @@ class KubeClient:
     kubeconfig: Path | None = None
     context: str | None = None
     request_timeout: float = 10.0
-    in_cluster: bool | None = None
     source: str = field(default="", init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _apis: tuple[Any, Any, Any, Any] | None = field(default=None, init=False, repr=False)
@@ -82,9 +81,7 @@ class KubeClient:
             from kubernetes.config.config_exception import ConfigException
 
             configuration = client.Configuration()
-            in_cluster = self.in_cluster
-            if in_cluster is None:
-                in_cluster = self.kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+            in_cluster = self.kubeconfig is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
             try:
                 if in_cluster:
                     config.load_incluster_config(client_configuration=configuration)

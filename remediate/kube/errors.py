@@ -34,7 +34,6 @@ class ApiStatus:
     reason: str = ""
     message: str = ""
     causes: tuple[dict[str, Any], ...] = field(default_factory=tuple)
-    retry_after: float | None = None
 
 
 class KubeError(ActionError):
@@ -70,7 +69,7 @@ class KubeUnavailable(RetryableActionError):
     """The Kubernetes API did not answer, or answered with a server error (5xx); trying again may succeed."""
 
 
-def parse_status(code: int, body: str | bytes | None, headers: Any = None) -> ApiStatus:
+def parse_status(code: int, body: str | bytes | None) -> ApiStatus:
     """The `Status` object of an error answer; tolerant of bodies that are not one (proxies, load balancers)."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or "")
     reason, message, causes = "", "", ()
@@ -86,15 +85,7 @@ def parse_status(code: int, body: str | bytes | None, headers: Any = None) -> Ap
             causes = tuple(c for c in details["causes"] if isinstance(c, dict))
     elif text:
         message = text.strip()[:300]
-    retry_after = None
-    if headers is not None:
-        value = headers.get("Retry-After") if hasattr(headers, "get") else None
-        if value:
-            try:
-                retry_after = float(value)
-            except (TypeError, ValueError):
-                retry_after = None
-    return ApiStatus(code, reason, message, causes, retry_after)
+    return ApiStatus(code, reason, message, causes)
 
 
 def error_for_status(what: str, status: ApiStatus) -> ActionError:
@@ -122,7 +113,7 @@ def translate(exc: BaseException, what: str) -> ActionError:
     if isinstance(exc, ApiException):
         if exc.status in (None, 0):
             return KubeUnavailable(f"{what}: {exc.reason or exc}")
-        return error_for_status(what, parse_status(int(exc.status), exc.body, getattr(exc, "headers", None)))
+        return error_for_status(what, parse_status(int(exc.status), exc.body))
     if isinstance(exc, urllib3.exceptions.HTTPError | socket.timeout | TimeoutError | ConnectionError | OSError):
         return KubeUnavailable(f"{what}: the API did not answer: {_short(exc)}")
     if isinstance(exc, ValueError):

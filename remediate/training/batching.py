@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from remediate.training.commands import command_schema
@@ -179,6 +179,7 @@ class Batching:
             self.on_change(self, command)
 
 
+@dataclass(eq=False)
 class DynamicBatchSampler:
     """A batch sampler whose batch size is the `Batching`'s current micro-batch (read at every batch).
 
@@ -186,10 +187,10 @@ class DynamicBatchSampler:
     size without being rebuilt (batches already prefetched by workers keep the old size).
     """
 
-    def __init__(self, sampler: Iterable[int], batching: Batching, *, drop_last: bool = False) -> None:
-        self.sampler = sampler
-        self.batching = batching
-        self.drop_last = drop_last
+    sampler: Iterable[int]
+    batching: Batching
+    _: KW_ONLY
+    drop_last: bool = False
 
     def __iter__(self) -> Iterator[list[int]]:
         batch: list[int] = []

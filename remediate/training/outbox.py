@@ -7,6 +7,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +21,15 @@ OUTBOX_MAX_AGE_S = 7 * 24 * 3600
 """Acknowledgements older than this are removed when a job registers."""
 
 
+@dataclass(eq=False)
 class Outbox:
     """Writes a job's acknowledgements (rank 0); `identity()` says who answers (job, pid, host, rank, ...)."""
 
-    def __init__(
-        self, paths: JobPaths, identity: Callable[[], dict[str, Any]], on_ack: Callable[[Ack], None] | None
-    ) -> None:
-        self.paths = paths
-        self.identity = identity
-        self.on_ack = on_ack
-        self.acks: list[Ack] = []
-        """The acknowledgements this job wrote, oldest first (the last 100)."""
+    paths: JobPaths
+    identity: Callable[[], dict[str, Any]]
+    on_ack: Callable[[Ack], None] | None
+    acks: list[Ack] = field(default_factory=list, init=False)
+    """The acknowledgements this job wrote, oldest first (the last 100)."""
 
     def answer(
         self,

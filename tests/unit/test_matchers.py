@@ -179,11 +179,6 @@ def test_a_regex_is_compiled_when_the_matcher_is_built_not_when_it_matches() -> 
         Matcher("foo", MatchType.REGEX, "(")
 
 
-def test_a_matcher_built_directly_validates_its_label_name() -> None:
-    with pytest.raises(MatcherSyntaxError):
-        Matcher("not-a-name", MatchType.EQUAL, "x")
-
-
 # --- semantics ------------------------------------------------------------------------------
 
 
