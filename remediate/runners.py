@@ -208,7 +208,6 @@ class AgentRunner(StepRunner):
         connect_timeout: float = 3.0,
         default_timeout: float = 300.0,
         retry_wait_max: float = 2.0,
-        session: Any = None,
         on_call_error: Callable[[str], None] | None = None,
     ) -> None:
         self.node = node
@@ -221,7 +220,6 @@ class AgentRunner(StepRunner):
         self.connect_timeout = connect_timeout
         self.default_timeout = default_timeout
         self.retry_wait_max = retry_wait_max
-        self.session = session
         self.answer_slack = 5.0
         """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
         self.url: str | None = None
@@ -274,7 +272,7 @@ class AgentRunner(StepRunner):
                 node_token(self.token, self.node), self.node, "POST", CANCEL_PATH, data, nonce=nonce
             )
         try:
-            response = (self.session or requests).post(
+            response = requests.post(
                 self.url + CANCEL_PATH, data=data, headers=headers, timeout=(self.connect_timeout, 10.0)
             )
         except requests.RequestException as exc:
@@ -358,7 +356,7 @@ class AgentRunner(StepRunner):
             )
         where = f"agent {self.url} of node {self.node}"
         try:
-            response = (self.session or requests).post(
+            response = requests.post(
                 self.url + STEP_PATHS[kind],
                 data=data,
                 headers=headers,
@@ -465,7 +463,7 @@ class Dispatch:
     ) -> None:
         self.directory = directory
         self.node_name = node_name
-        # Without agents, the names a node step's target may have to run here; None: any (Dispatch.local(),
+        # Without agents, the names a node step's target may have to run here; None: any (Dispatch(),
         # for tests and embedded use that build the executor by hand).
         self.host_names = host_names
         self.token = token
@@ -479,11 +477,6 @@ class Dispatch:
         }
         self.cluster = LocalRunner()
         self.local_node = LocalRunner(f"{node_name or socket.gethostname()} (server)")
-
-    @classmethod
-    def local(cls) -> Dispatch:
-        """Everything runs in this process (a single host)."""
-        return cls()
 
     @classmethod
     def from_settings(cls, settings: Settings, *, on_agent_error: Callable[[str], None] | None = None) -> Dispatch:

@@ -57,7 +57,7 @@ class Executor:
 
     def __post_init__(self) -> None:
         self.metrics = self.metrics or ExecutorMetrics()
-        self.dispatch = self.dispatch or Dispatch.local()
+        self.dispatch = self.dispatch or Dispatch()
         self.worker = worker_identity(self.settings.replica_name)
         self._pid = os.getpid()
         self.breaker = self.breaker or CircuitBreaker(self.store.breaker.ledger, self.store.breaker.view)

@@ -124,7 +124,7 @@ def test_a_version_2_database_gets_the_breaker_table_and_keeps_its_memory(new_da
     _make_version(old, 2)
     store = Store.open(old)
     Store.open(fresh).close()
-    assert store.schema_version() == schema.SCHEMA_VERSION
+    assert store.database.schema_version() == schema.SCHEMA_VERSION
     with store.breaker.ledger() as ledger:
         assert ledger.open_claims() == []
     assert store.breaker.state() is None
@@ -137,7 +137,7 @@ def test_a_version_1_database_is_upgraded_to_the_same_schema_as_a_fresh_one(new_
     _make_version_1(old)
     upgraded = Store.open(old)
     Store.open(fresh).close()
-    assert upgraded.schema_version() == schema.SCHEMA_VERSION
+    assert upgraded.database.schema_version() == schema.SCHEMA_VERSION
     upgraded.close()
     assert _schema_of(old) == _schema_of(fresh)
 
