@@ -196,11 +196,6 @@ class Executor:
             done += 1
         return done
 
-    def execute_run(self, run: ClaimedRun, *, claimed: bool = True) -> None:
-        """Execute the run's remaining steps (StepExecutor.execute_run). ClaimLostError: another executor
-        owns the run now."""
-        self.steps.execute_run(run, claimed=claimed)
-
     def _run_claimed(self) -> int:
         """run_once; returns how many runs it took in hand (0: none was queued)."""
         self.leases.hand_back()
@@ -219,7 +214,7 @@ class Executor:
     def _execute_claimed(self, run: ClaimedRun) -> None:
         """Execute `run`, read from the head of the queue (`next_run`): its first write claims it."""
         try:
-            self.steps.execute_run(run, claimed=False)
+            self.steps.execute_run(run)
         except ClaimedElsewhere as exc:
             log.debug("%s", exc)
         except ClaimLostError as exc:

@@ -102,11 +102,11 @@ class StepExecutor:
     retry_wait_max: float
     on_run_finished: tuple[Callable[[FinishedRun], None], ...]
 
-    def execute_run(self, run: ClaimedRun, *, claimed: bool = True) -> None:
+    def execute_run(self, run: ClaimedRun) -> None:
         """Execute the run's remaining steps. ClaimLostError: another executor owns the run now.
 
-        `claimed=False`: `run` is the head of the queue as `next_run` read it (with its steps); the first
-        write claims it (`_write`)."""
+        `run` is the head of the queue as `next_run` read it (with its steps); the first write claims it
+        (`_write`)."""
         dry_run = run.mode == "dry-run"
         log.info("run %s (%s, %s, %s) started", run.id, run.playbook, run.phase, run.target)
         steps = list(run.steps) if run.steps is not None else self.store.queue.steps_of(run.id)
@@ -114,7 +114,7 @@ class StepExecutor:
         failure = next((_run_error(s, s.error or s.status) for s in steps if _failed(s)), None)
         rerunnable = False
         # Whether a step of the run started an attempt, before this pass or in it (`steps` is read once, here).
-        progress = _RunProgress(changed=any(s.attempts > 0 for s in steps), claimed=claimed)
+        progress = _RunProgress(changed=any(s.attempts > 0 for s in steps))
         pending = [s for s in steps if s.status not in DONE_STEP_STATUSES and not s.finished]
         for position, step in enumerate(pending):
             rest = pending[position + 1 :]
@@ -452,7 +452,7 @@ class _RunProgress:
     changed: bool
     """An attempt of one of the run's steps started (before this pass or in it): a later failure of the run
     is then not one "before changing anything" (never rerunnable)."""
-    claimed: bool = True
+    claimed: bool = False
     """The run's claim is recorded; False until its first write, which claims it (StepExecutor._write)."""
     failed_attempt: tuple[int, AttemptOutcome, str | None, float] | None = None
     """The current step's last attempt, failed and not closed yet: (number, outcome, error, when it ended)."""
