@@ -47,6 +47,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
@@ -83,9 +84,7 @@ STOP_POLL_S = 0.1
 class StepRunner(ABC):
     """Runs one step's plan or execute somewhere; `ran_on` says where (None: a cluster step, here)."""
 
-    @property
-    @abstractmethod
-    def ran_on(self) -> str | None: ...
+    ran_on: str | None = None
 
     @abstractmethod
     def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any: ...
@@ -106,15 +105,11 @@ class WrongHostError(ActionError):
     wrong machine's GPUs, disks or jobs."""
 
 
+@dataclass(frozen=True)
 class RefusingRunner(StepRunner):
     """A node step that must not run here, and has nowhere else to go: plan and execute fail with why."""
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    @property
-    def ran_on(self) -> str | None:
-        return None
+    reason: str
 
     def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
         raise WrongHostError(self.reason)
@@ -123,15 +118,11 @@ class RefusingRunner(StepRunner):
         raise WrongHostError(self.reason)
 
 
+@dataclass(frozen=True)
 class LocalRunner(StepRunner):
     """Calls the action in this process."""
 
-    def __init__(self, ran_on: str | None = None) -> None:
-        self._ran_on = ran_on
-
-    @property
-    def ran_on(self) -> str | None:
-        return self._ran_on
+    ran_on: str | None = None
 
     def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
         return action.plan(params, ctx)
@@ -195,34 +186,24 @@ AGENT_CALL_ERRORS = ("unreachable", "ambiguous", "bad_answer")
 """The reasons `on_call_error` is told of a failed agent call (remediate_agent_call_errors_total{reason})."""
 
 
+@dataclass(eq=False)
 class AgentRunner(StepRunner):
     """Sends the step to the agent of `node`; see the module docstring for retries and errors."""
 
-    def __init__(
-        self,
-        node: str,
-        directory: AgentDirectory,
-        token: str | None,
-        *,
-        retries: int = 3,
-        connect_timeout: float = 3.0,
-        default_timeout: float = 300.0,
-        retry_wait_max: float = 2.0,
-        on_call_error: Callable[[str], None] | None = None,
-    ) -> None:
-        self.node = node
-        self.on_call_error = on_call_error
-        """Told the reason (AGENT_CALL_ERRORS) of each call that failed for want of an answer; an error the
-        agent answered (the action failed there) is the step's failure, not the call's."""
-        self.directory = directory
-        self.token = token
-        self.retries = retries
-        self.connect_timeout = connect_timeout
-        self.default_timeout = default_timeout
-        self.retry_wait_max = retry_wait_max
-        self.answer_slack = 5.0
-        """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
-        self.url: str | None = None
+    node: str
+    directory: AgentDirectory
+    token: str | None
+    _: KW_ONLY
+    retries: int = 3
+    connect_timeout: float = 3.0
+    default_timeout: float = 300.0
+    retry_wait_max: float = 2.0
+    on_call_error: Callable[[str], None] | None = None
+    """Told the reason (AGENT_CALL_ERRORS) of each call that failed for want of an answer; an error the
+    agent answered (the action failed there) is the step's failure, not the call's."""
+    answer_slack: float = 5.0
+    """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
+    url: str | None = None
 
     @property
     def ran_on(self) -> str:
@@ -445,38 +426,26 @@ def _short_error(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- dispatch
 
 
+@dataclass(eq=False, kw_only=True)
 class Dispatch:
     """Picks the runner of each step (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        directory: AgentDirectory | None = None,
-        node_name: str | None = None,
-        host_names: frozenset[str] | None = None,
-        token: str | None = None,
-        retries: int = 3,
-        connect_timeout: float = 3.0,
-        default_timeout: float = 300.0,
-        retry_wait_max: float = 2.0,
-        on_agent_error: Callable[[str], None] | None = None,
-    ) -> None:
-        self.directory = directory
-        self.node_name = node_name
-        # Without agents, the names a node step's target may have to run here; None: any (Dispatch(),
-        # for tests and embedded use that build the executor by hand).
-        self.host_names = host_names
-        self.token = token
-        # Handed unchanged to every AgentRunner this dispatch builds.
-        self.agent_options: dict[str, Any] = {
-            "retries": retries,
-            "connect_timeout": connect_timeout,
-            "default_timeout": default_timeout,
-            "retry_wait_max": retry_wait_max,
-            "on_call_error": on_agent_error,
-        }
+    directory: AgentDirectory | None = None
+    node_name: str | None = None
+    host_names: frozenset[str] | None = None
+    """Without agents, the names a node step's target may have to run here; None: any (for tests and embedded
+    use that build the executor by hand)."""
+    token: str | None = None
+    # Handed unchanged to every AgentRunner this dispatch builds.
+    retries: int = 3
+    connect_timeout: float = 3.0
+    default_timeout: float = 300.0
+    retry_wait_max: float = 2.0
+    on_agent_error: Callable[[str], None] | None = None
+
+    def __post_init__(self) -> None:
         self.cluster = LocalRunner()
-        self.local_node = LocalRunner(f"{node_name or socket.gethostname()} (server)")
+        self.local_node = LocalRunner(f"{self.node_name or socket.gethostname()} (server)")
 
     @classmethod
     def from_settings(cls, settings: Settings, *, on_agent_error: Callable[[str], None] | None = None) -> Dispatch:
@@ -528,7 +497,10 @@ class Dispatch:
             return self.local_node
         if self.node_name is not None and target == self.node_name:
             return self.local_node
-        return AgentRunner(target, self.directory, self.token, **self.agent_options)
+        return AgentRunner(
+            target, self.directory, self.token, retries=self.retries, connect_timeout=self.connect_timeout,
+            default_timeout=self.default_timeout, retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error,
+        )  # fmt: skip
 
 
 def this_host_names(settings: Settings) -> frozenset[str]:
