@@ -246,16 +246,8 @@ class AgentRunner(StepRunner):
         if self.url is None:
             return  # no agent found yet: nothing was sent
         data = CancelRequest(run_id=ctx.run_id, step_index=ctx.step_index, target=self.node).encode()
-        headers = {"Content-Type": "application/json"}
-        nonce = new_nonce()
-        if self.token:
-            headers["Authorization"] = sign(
-                node_token(self.token, self.node), self.node, "POST", CANCEL_PATH, data, nonce=nonce
-            )
         try:
-            response = requests.post(
-                self.url + CANCEL_PATH, data=data, headers=headers, timeout=(self.connect_timeout, 10.0)
-            )
+            response, nonce = self._send(CANCEL_PATH, data, 10.0)
         except requests.RequestException as exc:
             log.warning(
                 "run %s step %s: stopping, but the agent of node %s was not told: %s",
@@ -328,22 +320,10 @@ class AgentRunner(StepRunner):
             alert=ctx.alert.as_mapping(),
             timeout=round(timeout, 3),
         ).encode()
-        headers = {"Content-Type": "application/json"}
-        nonce = new_nonce()
-        if self.token:
-            # The node's own credential, never the master: the agent of one node cannot command another.
-            headers["Authorization"] = sign(
-                node_token(self.token, self.node), self.node, "POST", STEP_PATHS[kind], data, nonce=nonce
-            )
         where = f"agent {self.url} of node {self.node}"
         try:
-            response = requests.post(
-                self.url + STEP_PATHS[kind],
-                data=data,
-                headers=headers,
-                # The agent enforces the step's deadline itself and answers; a little slack for the answer.
-                timeout=(self.connect_timeout, timeout + self.answer_slack),
-            )
+            # The agent enforces the step's deadline itself and answers; a little slack for the answer.
+            response, nonce = self._send(STEP_PATHS[kind], data, timeout + self.answer_slack)
         except requests.ConnectionError as exc:  # refused, DNS, connect timeout: nothing was run
             self.directory.forget(self.node)
             if kind == EXECUTE and not action.idempotent and not request_not_sent(exc):
@@ -360,6 +340,19 @@ class AgentRunner(StepRunner):
         except requests.RequestException as exc:
             raise _BadAnswer(f"{where}: {_short_error(exc)}") from exc
         return self._answer(response, kind, where, nonce, once=kind == EXECUTE and not action.idempotent)
+
+    def _send(self, path: str, data: bytes, read_timeout: float) -> tuple[requests.Response, str]:
+        """POST `data` to `path` of the agent found (`url`), signed with the node's own credential, never the
+        master (the agent of one node cannot command another); its answer and the request's nonce."""
+        import requests  # here, not at the top: see remediate.lazyhttp
+
+        headers = {"Content-Type": "application/json"}
+        nonce = new_nonce()
+        if self.token:
+            credential = node_token(self.token, self.node)
+            headers["Authorization"] = sign(credential, self.node, "POST", path, data, nonce=nonce)
+        timeout = (self.connect_timeout, read_timeout)
+        return requests.post(f"{self.url}{path}", data=data, headers=headers, timeout=timeout), nonce
 
     def _unauthenticated(self, response: requests.Response, path: str, nonce: str) -> str | None:
         """Why the answer is not the agent of this node's answer to this request; None when it is (or when
