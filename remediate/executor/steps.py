@@ -250,11 +250,18 @@ class StepExecutor:
         except Exception as exc:
             return fail(_describe(exc), plan=plan, result=_failure_result(exc))
         end = StepEnd(step.id, StepStatus.SUCCEEDED, result, attempt=number)
-        with self.leases.kept_if_unrecorded(run, end):
-            self._write(run, progress, RunWrite(run.lease, ends=(end,), run_end=run_end))
-        self.metrics.step_finished(step.action, StepStatus.SUCCEEDED, time.monotonic() - started)
-        self._run_finished(run, run_end)
+        self._end_step(run, progress, step, started, RunWrite(run.lease, ends=(end,), run_end=run_end))
         return None
+
+    def _end_step(self, run: ClaimedRun, progress: _RunProgress, step: StepRecord, started: float,
+                  write: RunWrite) -> None:  # fmt: skip
+        """Record the end of a step whose action ran (`write`: the run's end too, if any), kept for the
+        hand-back if the store fails under it; then its metrics and the run's end."""
+        (end,) = write.ends
+        with self.leases.kept_if_unrecorded(run, end):
+            self._write(run, progress, write)
+        self.metrics.step_finished(step.action, end.status, time.monotonic() - started)
+        self._run_finished(run, write.run_end)
 
     def _attempts(
         self,
@@ -339,27 +346,21 @@ class StepExecutor:
         if step.continue_on_error and not after_failure:
             dry_run = run.mode == "dry-run"
             run_end = None if rest else RunEnd(run.id, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED)
-            with self.leases.kept_if_unrecorded(run, attempt_end):
-                self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,), run_end=run_end))
-            self.metrics.step_finished(step.action, status, time.monotonic() - started)
-            self._run_finished(run, run_end)
+            self._end_step(run, progress, step, started, RunWrite(run.lease, ends=(attempt_end,), run_end=run_end))
             log.info("run %s: %s; continue_on_error: the run goes on", run.id, run_error)
             return None
         if after_failure:  # an `always` step: recorded, the run keeps its first failure
-            with self.leases.kept_if_unrecorded(run, attempt_end):
-                self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,)))
-            self.metrics.step_finished(step.action, status, time.monotonic() - started)
+            self._end_step(run, progress, step, started, RunWrite(run.lease, ends=(attempt_end,)))
             return StepFailure(run_error, ended_run=False)
         skipped = [s.id for s in rest if not s.always]
         reason = f"skipped: step {step.idx} {step.name} ({step.action}) failed"
         ends = not any(s.always for s in rest)
         run_end = RunEnd(run.id, RunStatus.FAILED, run_error) if ends else None
         rerunnable = transient and run.mode != "dry-run" and not progress.changed
-        with self.leases.kept_if_unrecorded(run, attempt_end):
-            self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,), skip=tuple(skipped), skip_reason=reason,
-                                                run_end=run_end, rerunnable=rerunnable and ends))  # fmt: skip
-        self.metrics.step_finished(step.action, status, time.monotonic() - started)
-        self._run_finished(run, run_end)
+        self._end_step(run, progress, step, started, RunWrite(
+            run.lease, ends=(attempt_end,), skip=tuple(skipped), skip_reason=reason, run_end=run_end,
+            rerunnable=rerunnable and ends,
+        ))  # fmt: skip
         return StepFailure(run_error, ended_run=ends, rerunnable=rerunnable)
 
 
