@@ -55,21 +55,20 @@ EXECUTOR_RESTART_DELAY = 1.0
 """Seconds between restarts of an executor process that keeps dying (e.g. a database it cannot open)."""
 
 
-class ExecutorWaker:
+def executor_waker(path: Path) -> Callable[[], None]:
     """Wakes the executor process from an HTTP worker: one datagram, never blocking, errors ignored.
 
     The executor also polls every `poll_interval`, so a datagram lost (executor restarting, queue
     full) only delays the run by that much.
     """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.setblocking(False)
 
-    def __init__(self, path: Path) -> None:
-        self.path = str(path)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.setblocking(False)
-
-    def wake(self) -> None:
+    def wake() -> None:
         with contextlib.suppress(OSError):
-            self._sock.sendto(b"w", self.path)
+            sock.sendto(b"w", str(path))
+
+    return wake
 
 
 def _listen_for_wakeups(path: Path, wake: Any, stopping: threading.Event) -> socket.socket:
@@ -351,7 +350,7 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
     from remediate.server import build_services, create_app
 
     # HTTP workers never run steps: runs they queue wake the executor process, when there is one.
-    wake = ExecutorWaker(wake_path).wake if wake_path is not None else _no_executor_to_wake
+    wake = executor_waker(wake_path) if wake_path is not None else _no_executor_to_wake
     # With an executor process, it checkpoints SQLite's log: a webhook's commit does not (store.checkpoints).
     beat = executor_beat(wake_path) if wake_path is not None else None
     services = build_services(settings, wake=wake, commit_checkpoints=wake_path is None, executor_beat=beat)
@@ -360,12 +359,6 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
 
 def _no_executor_to_wake() -> None:
     """The wake-up of HTTP workers with the executors off: nobody listens (the runs wait for an executor)."""
-
-
-def _child_exit(_server: Any, worker: Any) -> None:
-    from prometheus_client import multiprocess
-
-    multiprocess.mark_process_dead(worker.pid)
 
 
 def preflight(settings: Settings) -> None:
@@ -444,7 +437,7 @@ def _serve(settings: Settings, private_dir: Path) -> None:
         "worker_class": worker_class(settings.server.request_timeout),
         "timeout": 60,
         "graceful_timeout": GRACEFUL_TIMEOUT,
-        "child_exit": _child_exit,
+        "child_exit": lambda _server, worker: _mark_metrics_dead(worker.pid),
         "accesslog": None,  # the history is the record
         "errorlog": "-",
         "loglevel": "info",
