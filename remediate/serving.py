@@ -269,11 +269,10 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
                 return True
             except ProcessLookupError:
                 pass  # collected by another wait: how it ended is unknown
-        how = describe_exit(status)
-        if status is None or status != 0:
-            self.log.error("The executor process (pid: %s) %s; starting another", self.executor_pid, how)
-        else:
-            self.log.warning("The executor process (pid: %s) %s; starting another", self.executor_pid, how)
+        level = logging.WARNING if status == 0 else logging.ERROR
+        self.log.log(
+            level, "The executor process (pid: %s) %s; starting another", self.executor_pid, describe_exit(status)
+        )
         _mark_metrics_dead(self.executor_pid)
         self.executor_pid = 0
         self._executor_status = None

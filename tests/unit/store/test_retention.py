@@ -264,7 +264,8 @@ def test_ingest_goes_on_while_a_big_prune_runs(
     thread.join(30)
     assert report.runs == 3000 and len(done) == 20
     longest_hold, longest_ingest = max(holds), max(done)
-    print(f"\n{store.database.engine.dialect.name}: 3000 runs pruned in {report.batches} batches; longest write-lock hold "
+    dialect = store.database.engine.dialect.name
+    print(f"\n{dialect}: 3000 runs pruned in {report.batches} batches; longest write-lock hold "
           f"{longest_hold * 1000:.1f} ms; slowest of 20 concurrent ingests {longest_ingest * 1000:.1f} ms "
           f"({sum(1 for f in finished if f < pruned_at)} done before the prune ended)")  # fmt: skip
     # A batch of 200 runs with their children holds the lock for a few tens of ms; an ingest waits
