@@ -134,11 +134,11 @@ class LocalRunner(StepRunner):
 # --------------------------------------------------------------------------- finding agents
 
 
+@dataclass(frozen=True)
 class StaticAgents(AgentDirectory):
     """The `agents` map of the config file."""
 
-    def __init__(self, agents: Mapping[str, str]) -> None:
-        self.agents = dict(agents)
+    agents: Mapping[str, str]
 
     def url_for(self, node: str) -> str:
         try:

@@ -89,18 +89,17 @@ class Executor:
         # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
         # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds. It
         # starts first: its beat (on_beat) tells the master the process is alive while recovery waits on the store.
-        heartbeat = threading.Thread(target=self._heartbeat, name="remediate-heartbeat", daemon=True)
-        heartbeat.start()
-        self._threads.append(heartbeat)
+        self._spawn(self._heartbeat, "remediate-heartbeat")
         self.recover()
         for index in range(self.settings.threads):
-            thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        thread = threading.Thread(target=self._housekeeping, name="remediate-recovery", daemon=True)
+            self._spawn(self._loop, f"remediate-executor-{index}")
+        self._spawn(self._housekeeping, "remediate-recovery")
+        log.info("executor %s started with %d threads", self.worker, self.settings.threads)
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
-        log.info("executor %s started with %d threads", self.worker, self.settings.threads)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
