@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -126,11 +127,11 @@ class MemoryStore:
             self._conn.close()
 
 
+@dataclass(frozen=True)
 class StateFileMemory:
     """ActionMemory in the state file's `action_memory` table: survives the agent's restarts."""
 
-    def __init__(self, store: MemoryStore) -> None:
-        self._store = store
+    _store: MemoryStore
 
     def recall(self, key: str) -> dict[str, Any] | None:
         rows = self._store.read("SELECT value FROM action_memory WHERE key = ?", (key,))
@@ -150,12 +151,12 @@ class StateFileMemory:
             cursor.execute("DELETE FROM action_memory WHERE key = ?", (key,))
 
 
+@dataclass(frozen=True)
 class StateFileSeen:
     """The signatures the agent accepted, in the state file (agentauth.SeenSignatures): a signed request
     taken off the wire stays refused after the agent restarts, for as long as its timestamp is valid."""
 
-    def __init__(self, store: MemoryStore) -> None:
-        self._store = store
+    _store: MemoryStore
 
     def first_use(self, signature: str, now: float, keep: float) -> bool:
         with self._store.write() as cursor:

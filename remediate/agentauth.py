@@ -179,10 +179,6 @@ class Verifier:
             credentials[own[0]] = own[1]
         return cls(credentials, seen=seen)
 
-    def verify(self, header: str, method: str, path: str, body: bytes, *, now: float | None = None) -> str:
-        """The node name the request is signed for; AgentAuthError otherwise."""
-        return self.verify_request(header, method, path, body, now=now).node
-
     def sign_answer(self, request: SignedRequest, path: str, status: int, body: bytes) -> str:
         """The ANSWER_HEADER of this agent's answer to an accepted request."""
         return sign_answer(self.credentials[request.node], request.node, path, request.nonce, status, body)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sqlite3
 import urllib.parse
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,39 +197,37 @@ def _check_source(conn: sa.Connection) -> None:
 def _copy(
     source: sa.Connection, target_url: str, batch_size: int, progress: Callable[[TableCopy], None]
 ) -> tuple[TableCopy, ...]:
-    with _failures("target", target_url):
-        store = Store.open(target_url, upgrade=False)
-        try:
-            # One transaction (SQLite: BEGIN IMMEDIATE): all or nothing.
-            with store.write() as target:
-                _clear_unused_schema(target)
-                t.metadata.create_all(target, checkfirst=True)
-                done = []
-                # Into SQLite the history's time filters are id ranges: decisions from PostgreSQL (where a
-                # later id can carry an earlier time) are stamped as an ingest stamps them.
-                stamp_times = store.database.dialect.decision_time_follows_id
-                for table in t.metadata.sorted_tables:
-                    stamp = stamp_times and table is t.decisions
-                    done.append(TableCopy(table.name, _copy_table(table, source, target, batch_size, stamp=stamp)))
-                    progress(done[-1])
-                if target.dialect.name == "postgresql":
-                    _reset_sequences(target)
-                return tuple(done)
-        finally:
-            store.close()
+    # One transaction (SQLite: BEGIN IMMEDIATE): all or nothing.
+    with (
+        _failures("target", target_url),
+        closing(Store.open(target_url, upgrade=False)) as store,
+        store.write() as target,
+    ):
+        _clear_unused_schema(target)
+        t.metadata.create_all(target, checkfirst=True)
+        done = []
+        # Into SQLite the history's time filters are id ranges: decisions from PostgreSQL (where a
+        # later id can carry an earlier time) are stamped as an ingest stamps them.
+        stamp_times = store.database.dialect.decision_time_follows_id
+        for table in t.metadata.sorted_tables:
+            stamp = stamp_times and table is t.decisions
+            done.append(TableCopy(table.name, _copy_table(table, source, target, batch_size, stamp=stamp)))
+            progress(done[-1])
+        if target.dialect.name == "postgresql":
+            _reset_sequences(target)
+        return tuple(done)
 
 
 def _dry_run(
     source: sa.Connection, target_url: str, backend: str, progress: Callable[[TableCopy], None]
 ) -> tuple[TableCopy, ...]:
-    with _failures("target", target_url):
-        if backend != "sqlite" or _sqlite_file(sa.make_url(target_url)).exists():
-            store = Store.open(target_url, upgrade=False)
-            try:
-                with store.read() as target:
-                    _filled_tables(target)
-            finally:
-                store.close()
+    if backend != "sqlite" or _sqlite_file(sa.make_url(target_url)).exists():
+        with (
+            _failures("target", target_url),
+            closing(Store.open(target_url, upgrade=False)) as store,
+            store.read() as target,
+        ):
+            _filled_tables(target)
     done = []
     for table in t.metadata.sorted_tables:
         done.append(TableCopy(table.name, _count(source, table)))

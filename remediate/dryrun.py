@@ -50,15 +50,11 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
         judged = engine.preview(notification, now=now)
         paused = store.pause.state().paused if store is not None else False
         # Plans read what actions remember (e.g. the limit a restore would put back), never write it.
-        current = store is not None and store.schema_version() == SCHEMA_VERSION
-        memory = store.memory if store is not None and current else InMemoryMemory()
+        current = store if store is not None and store.database.schema_version() == SCHEMA_VERSION else None
+        memory = current.memory if current else InMemoryMemory()
         dispatch = Dispatch.from_settings(settings)  # node steps of other nodes are planned by their agents
         limits = limits_from_settings(settings.kube.breaker)  # plans only read the breaker (status), never claim
-        breaker = (
-            CircuitBreaker(store.breaker.view, limits=limits)
-            if store is not None and current
-            else memory_breaker(limits)
-        )
+        breaker = CircuitBreaker(current.breaker.view, limits=limits) if current else memory_breaker(limits)
         return _report(notification, judged, registry, memory, store_note, paused, dispatch, breaker)
     finally:
         if store is not None:
@@ -72,10 +68,9 @@ def _report(
     memory: ActionMemory,
     store_note: str,
     paused: bool,
-    dispatch: Dispatch | None = None,
-    breaker: CircuitBreaker | None = None,
+    dispatch: Dispatch,
+    breaker: CircuitBreaker,
 ) -> dict[str, Any]:
-    dispatch = dispatch or Dispatch.local()
     alerts: list[dict[str, Any]] = []
     for index, alert in enumerate(notification.alerts):
         entry: dict[str, Any] = {

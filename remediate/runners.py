@@ -47,6 +47,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
@@ -83,9 +84,7 @@ STOP_POLL_S = 0.1
 class StepRunner(ABC):
     """Runs one step's plan or execute somewhere; `ran_on` says where (None: a cluster step, here)."""
 
-    @property
-    @abstractmethod
-    def ran_on(self) -> str | None: ...
+    ran_on: str | None = None
 
     @abstractmethod
     def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any: ...
@@ -106,15 +105,11 @@ class WrongHostError(ActionError):
     wrong machine's GPUs, disks or jobs."""
 
 
+@dataclass(frozen=True)
 class RefusingRunner(StepRunner):
     """A node step that must not run here, and has nowhere else to go: plan and execute fail with why."""
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    @property
-    def ran_on(self) -> str | None:
-        return None
+    reason: str
 
     def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
         raise WrongHostError(self.reason)
@@ -123,15 +118,11 @@ class RefusingRunner(StepRunner):
         raise WrongHostError(self.reason)
 
 
+@dataclass(frozen=True)
 class LocalRunner(StepRunner):
     """Calls the action in this process."""
 
-    def __init__(self, ran_on: str | None = None) -> None:
-        self._ran_on = ran_on
-
-    @property
-    def ran_on(self) -> str | None:
-        return self._ran_on
+    ran_on: str | None = None
 
     def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
         return action.plan(params, ctx)
@@ -143,11 +134,11 @@ class LocalRunner(StepRunner):
 # --------------------------------------------------------------------------- finding agents
 
 
+@dataclass(frozen=True)
 class StaticAgents(AgentDirectory):
     """The `agents` map of the config file."""
 
-    def __init__(self, agents: Mapping[str, str]) -> None:
-        self.agents = dict(agents)
+    agents: Mapping[str, str]
 
     def url_for(self, node: str) -> str:
         try:
@@ -195,36 +186,24 @@ AGENT_CALL_ERRORS = ("unreachable", "ambiguous", "bad_answer")
 """The reasons `on_call_error` is told of a failed agent call (remediate_agent_call_errors_total{reason})."""
 
 
+@dataclass(eq=False)
 class AgentRunner(StepRunner):
     """Sends the step to the agent of `node`; see the module docstring for retries and errors."""
 
-    def __init__(
-        self,
-        node: str,
-        directory: AgentDirectory,
-        token: str | None,
-        *,
-        retries: int = 3,
-        connect_timeout: float = 3.0,
-        default_timeout: float = 300.0,
-        retry_wait_max: float = 2.0,
-        session: Any = None,
-        on_call_error: Callable[[str], None] | None = None,
-    ) -> None:
-        self.node = node
-        self.on_call_error = on_call_error
-        """Told the reason (AGENT_CALL_ERRORS) of each call that failed for want of an answer; an error the
-        agent answered (the action failed there) is the step's failure, not the call's."""
-        self.directory = directory
-        self.token = token
-        self.retries = retries
-        self.connect_timeout = connect_timeout
-        self.default_timeout = default_timeout
-        self.retry_wait_max = retry_wait_max
-        self.session = session
-        self.answer_slack = 5.0
-        """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
-        self.url: str | None = None
+    node: str
+    directory: AgentDirectory
+    token: str | None
+    _: KW_ONLY
+    retries: int = 3
+    connect_timeout: float = 3.0
+    default_timeout: float = 300.0
+    retry_wait_max: float = 2.0
+    on_call_error: Callable[[str], None] | None = None
+    """Told the reason (AGENT_CALL_ERRORS) of each call that failed for want of an answer; an error the
+    agent answered (the action failed there) is the step's failure, not the call's."""
+    answer_slack: float = 5.0
+    """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
+    url: str | None = None
 
     @property
     def ran_on(self) -> str:
@@ -267,16 +246,8 @@ class AgentRunner(StepRunner):
         if self.url is None:
             return  # no agent found yet: nothing was sent
         data = CancelRequest(run_id=ctx.run_id, step_index=ctx.step_index, target=self.node).encode()
-        headers = {"Content-Type": "application/json"}
-        nonce = new_nonce()
-        if self.token:
-            headers["Authorization"] = sign(
-                node_token(self.token, self.node), self.node, "POST", CANCEL_PATH, data, nonce=nonce
-            )
         try:
-            response = (self.session or requests).post(
-                self.url + CANCEL_PATH, data=data, headers=headers, timeout=(self.connect_timeout, 10.0)
-            )
+            response, nonce = self._send(CANCEL_PATH, data, 10.0)
         except requests.RequestException as exc:
             log.warning(
                 "run %s step %s: stopping, but the agent of node %s was not told: %s",
@@ -349,22 +320,10 @@ class AgentRunner(StepRunner):
             alert=ctx.alert.as_mapping(),
             timeout=round(timeout, 3),
         ).encode()
-        headers = {"Content-Type": "application/json"}
-        nonce = new_nonce()
-        if self.token:
-            # The node's own credential, never the master: the agent of one node cannot command another.
-            headers["Authorization"] = sign(
-                node_token(self.token, self.node), self.node, "POST", STEP_PATHS[kind], data, nonce=nonce
-            )
         where = f"agent {self.url} of node {self.node}"
         try:
-            response = (self.session or requests).post(
-                self.url + STEP_PATHS[kind],
-                data=data,
-                headers=headers,
-                # The agent enforces the step's deadline itself and answers; a little slack for the answer.
-                timeout=(self.connect_timeout, timeout + self.answer_slack),
-            )
+            # The agent enforces the step's deadline itself and answers; a little slack for the answer.
+            response, nonce = self._send(STEP_PATHS[kind], data, timeout + self.answer_slack)
         except requests.ConnectionError as exc:  # refused, DNS, connect timeout: nothing was run
             self.directory.forget(self.node)
             if kind == EXECUTE and not action.idempotent and not request_not_sent(exc):
@@ -381,6 +340,19 @@ class AgentRunner(StepRunner):
         except requests.RequestException as exc:
             raise _BadAnswer(f"{where}: {_short_error(exc)}") from exc
         return self._answer(response, kind, where, nonce, once=kind == EXECUTE and not action.idempotent)
+
+    def _send(self, path: str, data: bytes, read_timeout: float) -> tuple[requests.Response, str]:
+        """POST `data` to `path` of the agent found (`url`), signed with the node's own credential, never the
+        master (the agent of one node cannot command another); its answer and the request's nonce."""
+        import requests  # here, not at the top: see remediate.lazyhttp
+
+        headers = {"Content-Type": "application/json"}
+        nonce = new_nonce()
+        if self.token:
+            credential = node_token(self.token, self.node)
+            headers["Authorization"] = sign(credential, self.node, "POST", path, data, nonce=nonce)
+        timeout = (self.connect_timeout, read_timeout)
+        return requests.post(f"{self.url}{path}", data=data, headers=headers, timeout=timeout), nonce
 
     def _unauthenticated(self, response: requests.Response, path: str, nonce: str) -> str | None:
         """Why the answer is not the agent of this node's answer to this request; None when it is (or when
@@ -447,43 +419,26 @@ def _short_error(exc: BaseException) -> str:
 # --------------------------------------------------------------------------- dispatch
 
 
+@dataclass(eq=False, kw_only=True)
 class Dispatch:
     """Picks the runner of each step (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        directory: AgentDirectory | None = None,
-        node_name: str | None = None,
-        host_names: frozenset[str] | None = None,
-        token: str | None = None,
-        retries: int = 3,
-        connect_timeout: float = 3.0,
-        default_timeout: float = 300.0,
-        retry_wait_max: float = 2.0,
-        on_agent_error: Callable[[str], None] | None = None,
-    ) -> None:
-        self.directory = directory
-        self.node_name = node_name
-        # Without agents, the names a node step's target may have to run here; None: any (Dispatch.local(),
-        # for tests and embedded use that build the executor by hand).
-        self.host_names = host_names
-        self.token = token
-        # Handed unchanged to every AgentRunner this dispatch builds.
-        self.agent_options: dict[str, Any] = {
-            "retries": retries,
-            "connect_timeout": connect_timeout,
-            "default_timeout": default_timeout,
-            "retry_wait_max": retry_wait_max,
-            "on_call_error": on_agent_error,
-        }
-        self.cluster = LocalRunner()
-        self.local_node = LocalRunner(f"{node_name or socket.gethostname()} (server)")
+    directory: AgentDirectory | None = None
+    node_name: str | None = None
+    host_names: frozenset[str] | None = None
+    """Without agents, the names a node step's target may have to run here; None: any (for tests and embedded
+    use that build the executor by hand)."""
+    token: str | None = None
+    # Handed unchanged to every AgentRunner this dispatch builds.
+    retries: int = 3
+    connect_timeout: float = 3.0
+    default_timeout: float = 300.0
+    retry_wait_max: float = 2.0
+    on_agent_error: Callable[[str], None] | None = None
 
-    @classmethod
-    def local(cls) -> Dispatch:
-        """Everything runs in this process (a single host)."""
-        return cls()
+    def __post_init__(self) -> None:
+        self.cluster = LocalRunner()
+        self.local_node = LocalRunner(f"{self.node_name or socket.gethostname()} (server)")
 
     @classmethod
     def from_settings(cls, settings: Settings, *, on_agent_error: Callable[[str], None] | None = None) -> Dispatch:
@@ -535,7 +490,10 @@ class Dispatch:
             return self.local_node
         if self.node_name is not None and target == self.node_name:
             return self.local_node
-        return AgentRunner(target, self.directory, self.token, **self.agent_options)
+        return AgentRunner(
+            target, self.directory, self.token, retries=self.retries, connect_timeout=self.connect_timeout,
+            default_timeout=self.default_timeout, retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error,
+        )  # fmt: skip
 
 
 def this_host_names(settings: Settings) -> frozenset[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from remediate.actions import ActionRegistry, default_registry
+from remediate.actions import default_registry
 from remediate.actions.messages import run_page_url
 from remediate.announce import Announcer
 from remediate.beat import ExecutorBeat
@@ -26,7 +26,7 @@ from remediate.kube.agents import own_namespace
 from remediate.kube.client import KubeClient
 from remediate.kube.enroll import AgentEnrollment
 from remediate.metrics import Metrics, multiprocess_mode
-from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.playbooks import load_playbooks
 from remediate.runners import Dispatch
 from remediate.store import PoolLimits, Store
 
@@ -62,9 +62,6 @@ def pool_limits(settings: Settings) -> PoolLimits:
 def build_services(
     settings: Settings,
     *,
-    store: Store | None = None,
-    registry: ActionRegistry | None = None,
-    playbooks: PlaybookSet | None = None,
     wake: Callable[[], None] | None = None,
     store_busy_timeout: float | None = None,
     commit_checkpoints: bool = True,
@@ -76,22 +73,20 @@ def build_services(
     The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
     """
     credentials = tuple(check_server_credentials(settings.auth))
-    registry = registry or default_registry(settings)
-    playbooks = playbooks if playbooks is not None else load_playbooks(settings.engine.playbooks, registry)
-    if store is None:
-        busy = settings.store.busy_timeout if store_busy_timeout is None else store_busy_timeout
-        store = Store.open(
-            settings.store.url,
-            busy_timeout=busy,
-            pool=pool_limits(settings),
-            commit_checkpoints=commit_checkpoints,
-        )
+    registry = default_registry(settings)
+    playbooks = load_playbooks(settings.engine.playbooks, registry)
+    store = Store.open(
+        settings.store.url,
+        busy_timeout=settings.store.busy_timeout if store_busy_timeout is None else store_busy_timeout,
+        pool=pool_limits(settings),
+        commit_checkpoints=commit_checkpoints,
+    )
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
     public_url = settings.notify.public_url
     run_link = None if public_url is None else functools.partial(run_page_url, public_url)
-    annotator = grafana_annotator(settings, metrics, run_link=run_link)
-    listeners = [] if annotator is None else [annotator]
+    target = target_from_settings(settings.grafana)  # grafana_url, grafana_token_file; None: no annotations
+    listeners = [] if target is None else [Annotator(target, run_link=run_link, on_outcome=metrics.annotation)]
     executor = Executor(
         store=store,
         registry=registry,
@@ -128,8 +123,8 @@ def build_services(
         wake,
         credentials,
         announcer,
-        agent_enrollment=agent_enrollment(settings),
-        executor_beat=executor_beat,
+        agent_enrollment(settings),
+        executor_beat,
     )
 
 
@@ -162,14 +157,3 @@ def _waking(*wakes: Callable[[], None]) -> Callable[[], None]:
             each()
 
     return wake
-
-
-def grafana_annotator(
-    settings: Settings, metrics: Metrics, *, run_link: Callable[[int], str] | None = None
-) -> Annotator | None:
-    """The executor's Grafana annotator (settings `grafana_url`, `grafana_token_file`); None when unset.
-    `run_link` builds the link to a run's page in the annotation's text (None: no link)."""
-    target = target_from_settings(settings.grafana)
-    if target is None:
-        return None
-    return Annotator(target, run_link=run_link, on_outcome=metrics.annotation)

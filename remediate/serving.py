@@ -21,7 +21,6 @@ a lost datagram costs one `poll_interval` at most.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
 import shutil
@@ -56,29 +55,30 @@ EXECUTOR_RESTART_DELAY = 1.0
 """Seconds between restarts of an executor process that keeps dying (e.g. a database it cannot open)."""
 
 
-class ExecutorWaker:
+def executor_waker(path: Path) -> Callable[[], None]:
     """Wakes the executor process from an HTTP worker: one datagram, never blocking, errors ignored.
 
     The executor also polls every `poll_interval`, so a datagram lost (executor restarting, queue
     full) only delays the run by that much.
     """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.setblocking(False)
 
-    def __init__(self, path: Path) -> None:
-        self.path = str(path)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self._sock.setblocking(False)
-
-    def wake(self) -> None:
+    def wake() -> None:
         with contextlib.suppress(OSError):
-            self._sock.sendto(b"w", self.path)
+            sock.sendto(b"w", str(path))
+
+    return wake
 
 
 def _listen_for_wakeups(path: Path, wake: Any, stopping: threading.Event) -> socket.socket:
-    with _private_umask():
-        if path.exists():
-            path.unlink()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    umask = os.umask(0o077)  # only this user may wake the executor
+    try:
         sock.bind(str(path))
+    finally:
+        os.umask(umask)
 
     def loop() -> None:
         while not stopping.is_set():
@@ -90,14 +90,6 @@ def _listen_for_wakeups(path: Path, wake: Any, stopping: threading.Event) -> soc
 
     threading.Thread(target=loop, name="remediate-wake", daemon=True).start()
     return sock
-
-
-class _private_umask:
-    def __enter__(self) -> None:
-        self._old = os.umask(0o077)
-
-    def __exit__(self, *exc_info: Any) -> None:
-        os.umask(self._old)
 
 
 def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, listeners: list[Any]) -> int:
@@ -127,7 +119,7 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     beat = executor_beat(wake_path)
     beat.beat()
     executor.on_beat = beat.beat  # from the heartbeat thread, every heartbeat interval (remediate.beat)
-    checkpointer = WalCheckpointer(services.store.checkpoint)
+    checkpointer = WalCheckpointer(services.store.database.checkpoint)
     # The workers' datagram: runs were queued or approved (the executor), some may await approval (the announcer).
     sock = _listen_for_wakeups(wake_path, services.wake, stopping)
     executor.start()
@@ -197,14 +189,14 @@ def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: flo
 class _RemediateArbiter(Arbiter):  # type: ignore[misc]
     """gunicorn's master, which also keeps one executor process running."""
 
-    def __init__(self, app: _GunicornApp, settings: Settings, wake_path: Path | None) -> None:
+    def __init__(self, app: _GunicornApp, settings: Settings, wake_path: Path) -> None:
         self.remediate_settings = settings
         self.wake_path = wake_path
         self.executor_pid = 0
         self._executor_started_at = 0.0
         self._executor_status: int | None = None
         """The executor process's waitpid status, once collected (see reap_workers)."""
-        self.beat = executor_beat(wake_path) if wake_path is not None else None
+        self.beat = executor_beat(wake_path)
         super().__init__(app)
 
     def manage_workers(self) -> None:
@@ -212,16 +204,13 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
         self._manage_executor()
 
     def _manage_executor(self) -> None:
-        if not self.remediate_settings.executor.threads or self.wake_path is None:
-            return
         if self.executor_pid and self._executor_alive():
             self._kill_executor_if_silent()
             return
         if time.monotonic() - self._executor_started_at < EXECUTOR_RESTART_DELAY:
             return
         self._executor_started_at = time.monotonic()
-        if self.beat is not None:
-            self.beat.reset()
+        self.beat.reset()
         pid = os.fork()
         if pid:
             self.executor_pid = pid
@@ -241,8 +230,6 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
     def _kill_executor_if_silent(self) -> None:
         """SIGKILL an executor process whose heartbeat is older than the lease (SIGSTOPped, hung): alive to
         waitpid, it would hold its runs and run nothing. Its runs are recovered as after any crash."""
-        if self.beat is None:
-            return
         age = self.beat.age()
         lease = self.remediate_settings.executor.lease
         if age is None:  # no beat yet: starting up
@@ -282,11 +269,10 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
                 return True
             except ProcessLookupError:
                 pass  # collected by another wait: how it ended is unknown
-        how = describe_exit(status)
-        if status is None or status != 0:
-            self.log.error("The executor process (pid: %s) %s; starting another", self.executor_pid, how)
-        else:
-            self.log.warning("The executor process (pid: %s) %s; starting another", self.executor_pid, how)
+        level = logging.WARNING if status == 0 else logging.ERROR
+        self.log.log(
+            level, "The executor process (pid: %s) %s; starting another", self.executor_pid, describe_exit(status)
+        )
         _mark_metrics_dead(self.executor_pid)
         self.executor_pid = 0
         self._executor_status = None
@@ -314,12 +300,9 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
                 return
             time.sleep(0.05)
         self.log.warning("The executor process (pid: %s) did not stop in time: killing it", self.executor_pid)
-        try:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
             os.kill(self.executor_pid, signal.SIGKILL)
             os.waitpid(self.executor_pid, 0)
-        except OSError as exc:
-            if exc.errno not in (errno.ESRCH, errno.ECHILD):
-                raise
         self.executor_pid = 0
 
 
@@ -332,14 +315,10 @@ def _mark_metrics_dead(pid: int) -> None:
 
 class _GunicornApp(BaseApplication):  # type: ignore[misc]
     """gunicorn with these `options`, serving the Flask app `load_app()` builds in each worker (the master
-    imported its modules; no database connection crosses a fork). `arbiter` builds the master: gunicorn's
-    own, or one that also keeps the executor process running."""
+    imported its modules; no database connection crosses a fork). `arbiter` builds the master."""
 
     def __init__(
-        self,
-        options: dict[str, Any],
-        load_app: Callable[[], Any],
-        arbiter: Callable[[_GunicornApp], Any] = Arbiter,
+        self, options: dict[str, Any], load_app: Callable[[], Any], arbiter: Callable[[_GunicornApp], Any]
     ) -> None:
         self.options = options
         self.load_app = load_app
@@ -370,7 +349,7 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
     from remediate.server import build_services, create_app
 
     # HTTP workers never run steps: runs they queue wake the executor process, when there is one.
-    wake = ExecutorWaker(wake_path).wake if wake_path is not None else _no_executor_to_wake
+    wake = executor_waker(wake_path) if wake_path is not None else _no_executor_to_wake
     # With an executor process, it checkpoints SQLite's log: a webhook's commit does not (store.checkpoints).
     beat = executor_beat(wake_path) if wake_path is not None else None
     services = build_services(settings, wake=wake, commit_checkpoints=wake_path is None, executor_beat=beat)
@@ -379,12 +358,6 @@ def _server_app(settings: Settings, wake_path: Path | None) -> Any:
 
 def _no_executor_to_wake() -> None:
     """The wake-up of HTTP workers with the executors off: nobody listens (the runs wait for an executor)."""
-
-
-def _child_exit(_server: Any, worker: Any) -> None:
-    from prometheus_client import multiprocess
-
-    multiprocess.mark_process_dead(worker.pid)
 
 
 def preflight(settings: Settings) -> None:
@@ -454,10 +427,6 @@ def run_server(settings: Settings) -> None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-_LOGS = {"accesslog": None, "errorlog": "-", "loglevel": "info"}
-"""gunicorn's logging in `serve` and `agent`: no access log (the history is the record), errors to stderr."""
-
-
 def _serve(settings: Settings, private_dir: Path) -> None:
     """gunicorn's master, its HTTP workers and the executor process, until stopped."""
     options = {
@@ -467,14 +436,16 @@ def _serve(settings: Settings, private_dir: Path) -> None:
         "worker_class": worker_class(settings.server.request_timeout),
         "timeout": 60,
         "graceful_timeout": GRACEFUL_TIMEOUT,
-        "child_exit": _child_exit,
-        **_LOGS,
+        "child_exit": lambda _server, worker: _mark_metrics_dead(worker.pid),
+        "accesslog": None,  # the history is the record
+        "errorlog": "-",
+        "loglevel": "info",
         "proc_name": "remediate",
     }
-    # With the executors off no process listens: the workers send no datagram per notification.
-    wake_path = private_dir / WAKE_SOCKET if settings.executor.threads else None
+    if not settings.executor.threads:  # gunicorn's own master; the workers wake nobody (no process listens)
+        _GunicornApp(options, lambda: _server_app(settings, None), Arbiter).run()
+        return
+    wake_path = private_dir / WAKE_SOCKET
     _GunicornApp(
-        options,
-        lambda: _server_app(settings, wake_path),
-        lambda app: _RemediateArbiter(app, settings, wake_path),
+        options, lambda: _server_app(settings, wake_path), lambda app: _RemediateArbiter(app, settings, wake_path)
     ).run()

@@ -13,20 +13,8 @@ Its story, one module per part:
 
 from __future__ import annotations
 
-from remediate.executor.leases import STORE_FAILED, STORE_RETRY_MAX_S, heartbeat_interval
+from remediate.executor.leases import heartbeat_interval
 from remediate.executor.loop import Executor
 from remediate.executor.metrics import ExecutorMetrics
-from remediate.executor.reconcile import RECONCILE_PLAN_TIMEOUT_S, RECONCILE_WINDOW_S
-from remediate.executor.steps import StepExecutor, StepFailure
 
-__all__ = [
-    "RECONCILE_PLAN_TIMEOUT_S",
-    "RECONCILE_WINDOW_S",
-    "STORE_FAILED",
-    "STORE_RETRY_MAX_S",
-    "Executor",
-    "ExecutorMetrics",
-    "StepExecutor",
-    "StepFailure",
-    "heartbeat_interval",
-]
+__all__ = ["Executor", "ExecutorMetrics", "heartbeat_interval"]

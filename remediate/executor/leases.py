@@ -20,6 +20,7 @@ run goes on from the next step); a step whose outcome is unknown is `interrupted
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -109,7 +110,7 @@ class Leases:
         for claim in claims:
             if claim.claimed_by == worker and claim.id in active:
                 continue
-            if _owner_state(claim.claimed_by, claim.heartbeat_at) == "dead":
+            if _owner_dead(claim.claimed_by, claim.heartbeat_at):
                 stale.append(claim)
                 continue
             # Alive here or elsewhere: an owner that renewed nothing for the lease (stalled, SIGSTOPped, its
@@ -187,50 +188,29 @@ class StoreOutage:
             log.warning("the store answers again after %.1fs", time.monotonic() - since)
 
 
-def _owner_state(claimed_by: str, claimed_at: float | None = None) -> str:
-    """Owner: "alive" or "dead" (a zombie is dead) for an owner process on this host, "elsewhere" for any other.
+def _owner_dead(claimed_by: str, claimed_at: float | None) -> bool:
+    """Whether the owner is a process of this host that is gone (a zombie counts as gone: a killed worker stays
+    one until it is reaped, and a server restarted right after a crash would otherwise see its old workers'
+    pids "alive" and leave their runs `running` until the heartbeat goes stale).
 
     `claimed_at` (the claim's heartbeat, never earlier than the claim): a process that started after it
     holds a reused pid (a restarted container numbers its processes the same way) and the owner is dead.
     """
     host, _, pid = claimed_by.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
-        return "elsewhere"
+        return False  # elsewhere: only its silence tells
     if int(pid) != os.getpid():
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            return "dead"
-        except PermissionError:
-            pass
-        if _is_zombie(int(pid)):
-            return "dead"
-    started = _process_started_at(int(pid))
-    if claimed_at is not None and started is not None and started > claimed_at + REUSED_PID_SLACK:
-        return "dead"
-    return "alive"
-
-
-def _process_started_at(pid: int) -> float | None:
-    """When the process started (UNIX seconds, from /proc), or None where that cannot be read."""
+        with contextlib.suppress(PermissionError):
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                return True
     try:
+        # "pid (comm) state ...": comm may contain spaces and parentheses, the state follows the last ")";
+        # after it, index 0 is field 3 (state) and index 19 field 22, the start time in clock ticks since boot.
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
-        # After "(comm)", index 0 is field 3 (state); field 22 is the start time in clock ticks since boot.
-        return int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        started = int(boot.split()[1]) + int(fields[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
-        return None
-
-
-def _is_zombie(pid: int) -> bool:
-    """A killed worker stays a zombie until its parent (or, once orphaned, PID 1) reaps it; it is dead all the same.
-
-    Without this, a server restarted right after a crash (SIGKILL of the gunicorn process group) sees the old
-    workers' pids still "alive" and leaves their runs `running` until the heartbeat goes stale.
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
         return False
-    # "pid (comm) state ...": comm may contain spaces and parentheses, the state follows the last ")".
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+    return fields[0] == "Z" or (claimed_at is not None and started > claimed_at + REUSED_PID_SLACK)

@@ -57,7 +57,7 @@ class Executor:
 
     def __post_init__(self) -> None:
         self.metrics = self.metrics or ExecutorMetrics()
-        self.dispatch = self.dispatch or Dispatch.local()
+        self.dispatch = self.dispatch or Dispatch()
         self.worker = worker_identity(self.settings.replica_name)
         self._pid = os.getpid()
         self.breaker = self.breaker or CircuitBreaker(self.store.breaker.ledger, self.store.breaker.view)
@@ -89,18 +89,17 @@ class Executor:
         # The heartbeat has a thread of its own: recovery and reconciliation (which asks agents, up to
         # RECONCILE_PLAN_TIMEOUT_S a step) must never delay the renewal of the leases this executor holds. It
         # starts first: its beat (on_beat) tells the master the process is alive while recovery waits on the store.
-        heartbeat = threading.Thread(target=self._heartbeat, name="remediate-heartbeat", daemon=True)
-        heartbeat.start()
-        self._threads.append(heartbeat)
+        self._spawn(self._heartbeat, "remediate-heartbeat")
         self.recover()
         for index in range(self.settings.threads):
-            thread = threading.Thread(target=self._loop, name=f"remediate-executor-{index}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        thread = threading.Thread(target=self._housekeeping, name="remediate-recovery", daemon=True)
+            self._spawn(self._loop, f"remediate-executor-{index}")
+        self._spawn(self._housekeeping, "remediate-recovery")
+        log.info("executor %s started with %d threads", self.worker, self.settings.threads)
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
-        log.info("executor %s started with %d threads", self.worker, self.settings.threads)
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
@@ -196,11 +195,6 @@ class Executor:
             done += 1
         return done
 
-    def execute_run(self, run: ClaimedRun, *, claimed: bool = True) -> None:
-        """Execute the run's remaining steps (StepExecutor.execute_run). ClaimLostError: another executor
-        owns the run now."""
-        self.steps.execute_run(run, claimed=claimed)
-
     def _run_claimed(self) -> int:
         """run_once; returns how many runs it took in hand (0: none was queued)."""
         self.leases.hand_back()
@@ -219,7 +213,7 @@ class Executor:
     def _execute_claimed(self, run: ClaimedRun) -> None:
         """Execute `run`, read from the head of the queue (`next_run`): its first write claims it."""
         try:
-            self.steps.execute_run(run, claimed=False)
+            self.steps.execute_run(run)
         except ClaimedElsewhere as exc:
             log.debug("%s", exc)
         except ClaimLostError as exc:

@@ -102,11 +102,11 @@ class StepExecutor:
     retry_wait_max: float
     on_run_finished: tuple[Callable[[FinishedRun], None], ...]
 
-    def execute_run(self, run: ClaimedRun, *, claimed: bool = True) -> None:
+    def execute_run(self, run: ClaimedRun) -> None:
         """Execute the run's remaining steps. ClaimLostError: another executor owns the run now.
 
-        `claimed=False`: `run` is the head of the queue as `next_run` read it (with its steps); the first
-        write claims it (`_write`)."""
+        `run` is the head of the queue as `next_run` read it (with its steps); the first write claims it
+        (`_write`)."""
         dry_run = run.mode == "dry-run"
         log.info("run %s (%s, %s, %s) started", run.id, run.playbook, run.phase, run.target)
         steps = list(run.steps) if run.steps is not None else self.store.queue.steps_of(run.id)
@@ -114,7 +114,7 @@ class StepExecutor:
         failure = next((_run_error(s, s.error or s.status) for s in steps if _failed(s)), None)
         rerunnable = False
         # Whether a step of the run started an attempt, before this pass or in it (`steps` is read once, here).
-        progress = _RunProgress(changed=any(s.attempts > 0 for s in steps), claimed=claimed)
+        progress = _RunProgress(changed=any(s.attempts > 0 for s in steps))
         pending = [s for s in steps if s.status not in DONE_STEP_STATUSES and not s.finished]
         for position, step in enumerate(pending):
             rest = pending[position + 1 :]
@@ -250,11 +250,18 @@ class StepExecutor:
         except Exception as exc:
             return fail(_describe(exc), plan=plan, result=_failure_result(exc))
         end = StepEnd(step.id, StepStatus.SUCCEEDED, result, attempt=number)
-        with self.leases.kept_if_unrecorded(run, end):
-            self._write(run, progress, RunWrite(run.lease, ends=(end,), run_end=run_end))
-        self.metrics.step_finished(step.action, StepStatus.SUCCEEDED, time.monotonic() - started)
-        self._run_finished(run, run_end)
+        self._end_step(run, progress, step, started, RunWrite(run.lease, ends=(end,), run_end=run_end))
         return None
+
+    def _end_step(self, run: ClaimedRun, progress: _RunProgress, step: StepRecord, started: float,
+                  write: RunWrite) -> None:  # fmt: skip
+        """Record the end of a step whose action ran (`write`: the run's end too, if any), kept for the
+        hand-back if the store fails under it; then its metrics and the run's end."""
+        (end,) = write.ends
+        with self.leases.kept_if_unrecorded(run, end):
+            self._write(run, progress, write)
+        self.metrics.step_finished(step.action, end.status, time.monotonic() - started)
+        self._run_finished(run, write.run_end)
 
     def _attempts(
         self,
@@ -339,27 +346,21 @@ class StepExecutor:
         if step.continue_on_error and not after_failure:
             dry_run = run.mode == "dry-run"
             run_end = None if rest else RunEnd(run.id, RunStatus.PLANNED if dry_run else RunStatus.SUCCEEDED)
-            with self.leases.kept_if_unrecorded(run, attempt_end):
-                self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,), run_end=run_end))
-            self.metrics.step_finished(step.action, status, time.monotonic() - started)
-            self._run_finished(run, run_end)
+            self._end_step(run, progress, step, started, RunWrite(run.lease, ends=(attempt_end,), run_end=run_end))
             log.info("run %s: %s; continue_on_error: the run goes on", run.id, run_error)
             return None
         if after_failure:  # an `always` step: recorded, the run keeps its first failure
-            with self.leases.kept_if_unrecorded(run, attempt_end):
-                self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,)))
-            self.metrics.step_finished(step.action, status, time.monotonic() - started)
+            self._end_step(run, progress, step, started, RunWrite(run.lease, ends=(attempt_end,)))
             return StepFailure(run_error, ended_run=False)
         skipped = [s.id for s in rest if not s.always]
         reason = f"skipped: step {step.idx} {step.name} ({step.action}) failed"
         ends = not any(s.always for s in rest)
         run_end = RunEnd(run.id, RunStatus.FAILED, run_error) if ends else None
         rerunnable = transient and run.mode != "dry-run" and not progress.changed
-        with self.leases.kept_if_unrecorded(run, attempt_end):
-            self._write(run, progress, RunWrite(run.lease, ends=(attempt_end,), skip=tuple(skipped), skip_reason=reason,
-                                                run_end=run_end, rerunnable=rerunnable and ends))  # fmt: skip
-        self.metrics.step_finished(step.action, status, time.monotonic() - started)
-        self._run_finished(run, run_end)
+        self._end_step(run, progress, step, started, RunWrite(
+            run.lease, ends=(attempt_end,), skip=tuple(skipped), skip_reason=reason, run_end=run_end,
+            rerunnable=rerunnable and ends,
+        ))  # fmt: skip
         return StepFailure(run_error, ended_run=ends, rerunnable=rerunnable)
 
 
@@ -452,7 +453,7 @@ class _RunProgress:
     changed: bool
     """An attempt of one of the run's steps started (before this pass or in it): a later failure of the run
     is then not one "before changing anything" (never rerunnable)."""
-    claimed: bool = True
+    claimed: bool = False
     """The run's claim is recorded; False until its first write, which claims it (StepExecutor._write)."""
     failed_attempt: tuple[int, AttemptOutcome, str | None, float] | None = None
     """The current step's last attempt, failed and not closed yet: (number, outcome, error, when it ended)."""

@@ -23,8 +23,7 @@ __all__ = ["Services", "build_services", "create_app"]
 log = logging.getLogger("remediate.server")
 
 
-def create_app(settings: Settings, *, services: Services | None = None) -> Flask:
-    services = services or build_services(settings)
+def create_app(settings: Settings, *, services: Services) -> Flask:
     if not services.credentials:
         log.warning(
             "AUTHENTICATION IS OFF (--insecure-no-auth): anyone who can reach %s can trigger remediation",
@@ -34,7 +33,6 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Flask
     # One byte more than allowed: werkzeug silently cuts a body without Content-Length (chunked)
     # at this limit, so /webhook reads up to it and refuses a body that reached it.
     app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes + 1
-    app.extensions["remediate"] = services
     answers.init_app(app, services)
     for resource in (webhook, runs, control, agents, health):
         app.register_blueprint(resource.create_blueprint(services))

@@ -44,7 +44,7 @@ class Periodic:
 
 @dataclass
 class WalCheckpointer(Periodic):
-    """Calls `checkpoint` (Store.checkpoint) every `every` seconds in a daemon thread until stopped; a database
+    """Calls `checkpoint` (Database.checkpoint) every `every` seconds in a daemon thread until stopped; a database
     without a write-ahead log (PostgreSQL) ends the thread at its first answer."""
 
     thread_name = "remediate-wal-checkpoint"

@@ -144,10 +144,6 @@ class Database:
             self._raise_if_unavailable(exc)
             raise
 
-    def ping(self) -> None:
-        with self.read() as conn:
-            conn.execute(sa.select(t.meta.c.key).limit(1)).all()
-
     def probe_write(self) -> None:
         """Do what a webhook needs: the file is ours, it has room for a webhook's write (SQLite: fresh space on
         its filesystem, Dialect.check_room), the write lock is free in time, a write commits."""

@@ -80,7 +80,7 @@ class Dialect:
         SQLAlchemy marks the pooled connections invalid when it recognises a disconnect: the pool's
         pre-ping then replaces them, so the next transaction after the server is back just works."""
         if exc.connection_invalidated:
-            return StoreUnreachable(self.unreachable_message(exc))
+            return StoreUnreachable(self.message(exc, "cannot be reached"))
         return None
 
     def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
@@ -97,15 +97,10 @@ class Dialect:
                 return busy
         return self.unreachable(exc) or self.refused(exc)
 
-    def refused_message(self, exc: sa.exc.DBAPIError) -> str:
-        """One line: the database (its password hidden) and the driver's reason."""
+    def message(self, exc: sa.exc.DBAPIError, what: str) -> str:
+        """One line: the database (its password hidden), `what` happened, and the driver's reason."""
         reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
-        return f"the database {self.url.render_as_string(hide_password=True)} refused the transaction: {reason}"
-
-    def unreachable_message(self, exc: sa.exc.DBAPIError) -> str:
-        """One line: the database (its password hidden) and the driver's reason."""
-        reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
-        return f"the database {self.url.render_as_string(hide_password=True)} cannot be reached: {reason}"
+        return f"the database {self.url.render_as_string(hide_password=True)} {what}: {reason}"
 
     def lock_breaker(self, conn: sa.Connection) -> None:
         """Serialise the circuit breaker's writers inside their transaction."""

@@ -33,7 +33,6 @@ class Store:
     def __init__(self, database: Database) -> None:
         """On an opened Database (`Store.open`)."""
         self.database = database
-        self.engine = database.engine
         dialect = database.dialect
         # The concept objects open their transactions through this object's write()/read(): every
         # transaction of the store passes one door, whichever object opens it.
@@ -54,9 +53,6 @@ class Store:
         """Open (and by default create or upgrade) the database: `Database.open` with its options."""
         return cls(Database.open(url, **options))
 
-    def schema_version(self) -> int:
-        return self.database.schema_version()
-
     def write(self) -> AbstractContextManager[sa.Connection]:
         """One write transaction; see Database.write."""
         return self.database.write()
@@ -64,10 +60,6 @@ class Store:
     def read(self) -> AbstractContextManager[sa.Connection]:
         """One connection to read on."""
         return self.database.read()
-
-    def checkpoint(self) -> bool:
-        """See Database.checkpoint."""
-        return self.database.checkpoint()
 
     def close(self) -> None:
         self.database.close()

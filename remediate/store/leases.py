@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from remediate import schema as t
 from remediate.runs import AttemptOutcome, RunLease, RunningClaim, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store.database import Transactions
-from remediate.store.writes import NEXT_HEARTBEAT, check_lease, sync_decision_status, write_runs
+from remediate.store.writes import NEXT_HEARTBEAT, sync_decision_status, write_runs
 
 EXECUTOR_STOPPED = "the executor stopped"
 """What stopped a step in flight when recovery requeues its run (its `interrupted` error says it)."""
@@ -25,11 +25,6 @@ class Leases:
     """Heartbeats, lease checks and recovery of a store's running runs (`Store.leases`)."""
 
     tx: Transactions
-
-    def check(self, lease: RunLease, now: float) -> None:
-        """ClaimLostError unless `lease` still holds its run (and refresh its heartbeat)."""
-        with self.tx.write() as conn:
-            check_lease(conn, lease, now)
 
     def heartbeat(self, run_ids: Sequence[int], worker: str, now: float) -> None:
         if not run_ids:

@@ -103,13 +103,13 @@ class PostgresDialect(Dialect):
         if (sqlstate is None and isinstance(exc, sa.exc.OperationalError)) or (
             sqlstate is not None and sqlstate.startswith(UNREACHABLE_STATES)
         ):
-            return StoreUnreachable(self.unreachable_message(exc))
+            return StoreUnreachable(self.message(exc, "cannot be reached"))
         return super().unreachable(exc)
 
     def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
         sqlstate = getattr(exc.orig, "sqlstate", None)
         if sqlstate is not None and sqlstate.startswith(REFUSED_STATES):
-            return StoreRefused(self.refused_message(exc))
+            return StoreRefused(self.message(exc, "refused the transaction"))
         return None
 
     keeps_statistics = True

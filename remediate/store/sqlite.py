@@ -134,7 +134,7 @@ class SqliteDialect(Dialect):
     def refused(self, exc: sa.exc.DBAPIError) -> StoreRefused | None:
         code = getattr(exc.orig, "sqlite_errorcode", None)
         if code is not None and code & 0xFF in REFUSED_CODES:
-            return StoreRefused(self.refused_message(exc))
+            return StoreRefused(self.message(exc, "refused the transaction"))
         return None
 
     def lock_breaker(self, conn: sa.Connection) -> None:

@@ -44,7 +44,7 @@ def runs(store: Store) -> int:
 def args(store: Store, tmp_path: Path) -> list[str]:
     # An empty playbook directory: no cooldown to respect.
     (tmp_path / "playbooks").mkdir(exist_ok=True)
-    url = store.engine.url.render_as_string(hide_password=False)
+    url = store.database.engine.url.render_as_string(hide_password=False)
     return ["--database-url", url, "--playbooks", str(tmp_path / "playbooks")]
 
 

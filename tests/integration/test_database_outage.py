@@ -57,7 +57,7 @@ def test_the_store_is_unreachable_while_the_server_is_down_and_works_again_after
         store.pause.set(True, by="alice", reason="before", now=T0)  # connections pooled before the outage
         with own_postgres.down(mode=mode):
             db = store.database
-            for attempt in (db.ping, db.probe_write, lambda: store.history.page(HistoryQuery())):
+            for attempt in (db.schema_version, db.probe_write, lambda: store.history.page(HistoryQuery())):
                 with pytest.raises(StoreUnreachable) as caught:
                     attempt()
                 message = str(caught.value)
@@ -67,7 +67,7 @@ def test_the_store_is_unreachable_while_the_server_is_down_and_works_again_after
             with pytest.raises(StoreUnreachable):
                 store.pause.set(False, by="bob", reason="during", now=T0 + 1)
         # The same Store, no reopening: the pool's dead connections are replaced on checkout.
-        store.database.ping()
+        store.database.schema_version()
         assert store.pause.state().by == "alice"
         store.pause.set(False, by="bob", reason="after", now=T0 + 2)
         assert store.pause.state().by == "bob"
@@ -86,7 +86,7 @@ def test_a_transaction_cut_by_a_restart_is_unreachable_and_rolled_back(
             conn.exec_driver_sql("UPDATE meta SET value = value")
             own_postgres.restart()
             conn.exec_driver_sql("UPDATE meta SET value = 'lost' WHERE key = 'schema_version'")
-        assert store.schema_version() > 0  # the cut transaction wrote nothing
+        assert store.database.schema_version() > 0  # the cut transaction wrote nothing
         assert store.pause.state().paused
     finally:
         store.close()
@@ -366,6 +366,6 @@ def test_each_server_process_opens_at_most_the_pool_the_settings_allow(
     outage_url: str, make_server: MakeServer
 ) -> None:
     server = make_server(database_url=outage_url, database_pool_size=2, database_max_overflow=1)
-    pool = server.store.engine.pool
+    pool = server.store.database.engine.pool
 
     assert (pool.size(), pool._max_overflow) == (2, 1)  # SQLAlchemy's QueuePool keeps no public getter

@@ -153,7 +153,7 @@ def views(url: str) -> dict[str, Any]:
             "counts": table_counts(store),
             "pause": store.pause.state(),
             "breaker": store.breaker.state(),
-            "schema_version": store.schema_version(),
+            "schema_version": store.database.schema_version(),
         }
     finally:
         store.close()

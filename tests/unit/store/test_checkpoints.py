@@ -57,7 +57,7 @@ def test_commits_checkpoint_by_default_and_not_when_checkpoints_are_done_apart(t
         assert os.path.getsize(apart_path) == before[apart_path]
         assert os.path.getsize(f"{apart_path}-wal") > FILLER_PAGES * PAGE
 
-        assert apart.checkpoint() is True
+        assert apart.database.checkpoint() is True
         assert os.path.getsize(apart_path) - before[apart_path] > FILLER_PAGES * PAGE * 0.9
         with apart.read() as conn:
             assert conn.exec_driver_sql("SELECT count(*) FROM filler").scalar_one() == FILLER_PAGES
@@ -74,7 +74,7 @@ def test_a_checkpoint_waits_for_no_writer(tmp_path: Path) -> None:
             conn.exec_driver_sql("INSERT INTO filler (body) VALUES (x'00')")
             started = time.monotonic()
             done = threading.Event()
-            threading.Thread(target=lambda: (store.checkpoint(), done.set()), daemon=True).start()
+            threading.Thread(target=lambda: (store.database.checkpoint(), done.set()), daemon=True).start()
             assert done.wait(5.0), "a PASSIVE checkpoint must not wait for the writer"
             assert time.monotonic() - started < 1.0
     finally:
@@ -84,7 +84,7 @@ def test_a_checkpoint_waits_for_no_writer(tmp_path: Path) -> None:
 def test_an_in_memory_database_has_no_log_to_checkpoint() -> None:
     store = Store.open("sqlite://", commit_checkpoints=False)
     try:
-        assert store.checkpoint() is False
+        assert store.database.checkpoint() is False
     finally:
         store.close()
 
@@ -92,7 +92,7 @@ def test_an_in_memory_database_has_no_log_to_checkpoint() -> None:
 def test_a_server_database_has_nothing_to_checkpoint(pg_store_url: str) -> None:
     store = Store.open(pg_store_url, commit_checkpoints=False)
     try:
-        assert store.checkpoint() is False
+        assert store.database.checkpoint() is False
     finally:
         store.close()
 

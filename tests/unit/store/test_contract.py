@@ -221,7 +221,7 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(store: Store, make_e
 
     stale = first.lease
     writes: list[Callable[[], object]] = [
-        lambda: store.leases.check(stale, T0 + 4),
+        lambda: store.queue.record(RunWrite(stale), T0 + 4),
         lambda: start_attempt(store, stale, step.id, 2, T0 + 4, plan={"p": 1}),
         lambda: store.queue.finish_attempt(step.id, 1, AttemptOutcome.FAILED, "x", T0 + 4, lease=stale),
         lambda: store.queue.record(
@@ -234,14 +234,14 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(store: Store, make_e
             ),
             T0 + 4,
         ),
-        lambda: store.leases.check(RunLease(run_id, "host:8", 2), T0 + 4),
+        lambda: store.queue.record(RunWrite(RunLease(run_id, "host:8", 2)), T0 + 4),
     ]
     for write in writes:
         with pytest.raises(ClaimLostError, match=f"run {run_id} is no longer claimed by"):
             write()
 
     assert (rows(store, "steps"), rows(store, "attempts"), rows(store, "runs")) == before
-    store.leases.check(second.lease, T0 + 2)  # holds; the heartbeat moves on, never back
+    store.queue.record(RunWrite(second.lease), T0 + 2)  # holds; the heartbeat moves on, never back
     assert rows(store, "runs")[0].heartbeat_at == T0 + 3.001
 
 
@@ -457,7 +457,7 @@ def test_writes_to_rows_that_do_not_exist(store: Store) -> None:
     with pytest.raises(sa.exc.NoResultFound):
         store.queue.settle_pending(99, {}, "note", T0)
     with pytest.raises(ClaimLostError):
-        store.leases.check(RunLease(99, "w", 1), T0)
+        store.queue.record(RunWrite(RunLease(99, "w", 1)), T0)
     assert store.queue.steps_of(99) == [] and rows(store, "runs") == [] and rows(store, "attempts") == []
 
 

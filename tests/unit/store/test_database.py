@@ -22,7 +22,7 @@ from tests.unit.store.support import T0
 
 @EVERY_DATABASE
 def test_a_fresh_database_gets_the_current_schema_version(store: Store, db_url: str) -> None:
-    assert store.schema_version() == t.SCHEMA_VERSION
+    assert store.database.schema_version() == t.SCHEMA_VERSION
     with store.read() as conn:
         tables = set(sa.inspect(conn).get_table_names())
     assert tables >= {"meta", "notifications", "alerts", "runs", "steps", "attempts", "decisions"}
@@ -40,7 +40,7 @@ def test_opening_an_existing_database_keeps_its_data(store: Store, db_url: str, 
     try:
         assert again.database.upgrade() == t.SCHEMA_VERSION  # the version it found: nothing to create
         assert table_counts(again) == before
-        assert again.schema_version() == t.SCHEMA_VERSION
+        assert again.database.schema_version() == t.SCHEMA_VERSION
     finally:
         again.close()
 
@@ -59,11 +59,6 @@ def test_a_database_url_that_cannot_work_is_a_config_error(tmp_path: Any) -> Non
         Store.open("nosuchdialect://x")
     with pytest.raises(ConfigError, match="cannot open database"):
         Store.open(f"sqlite:///{tmp_path}/missing-dir/r.db")
-
-
-@EVERY_DATABASE
-def test_ping_reaches_the_database(store: Store) -> None:
-    store.database.ping()
 
 
 # PostgreSQL only: SQLite has no connection pool to bound (a connection is a file opened per thread).
@@ -85,7 +80,7 @@ def test_the_pool_bounds_a_processs_connections_and_a_full_pool_is_store_busy(pg
             assert _connections_to(pg_url, database) == 3  # never more than the bound, counted by the server
         with store.read() as conn:  # given back: the next checkout gets one at once
             assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1
-        assert store.engine.pool.size() == 2  # type: ignore[attr-defined]  # QueuePool
+        assert store.database.engine.pool.size() == 2  # type: ignore[attr-defined]  # QueuePool
     finally:
         store.close()
 
@@ -114,7 +109,7 @@ def test_the_harness_reuses_an_emptied_store_database_and_drops_one_whose_schema
     assert again == url  # emptied and handed out again
     store = Store.open(again)
     assert not store.pause.state().paused
-    assert store.schema_version() == t.SCHEMA_VERSION
+    assert store.database.schema_version() == t.SCHEMA_VERSION
     with store.write() as conn:
         conn.exec_driver_sql("CREATE INDEX ix_test_only ON runs (error)")
     store.close()

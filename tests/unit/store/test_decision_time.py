@@ -241,7 +241,7 @@ def test_the_time_bounds_of_a_page_are_index_seeks(store: Store) -> None:
             .order_by(d.c.id.desc())
             .limit(51)
         )
-        sql = str(page.compile(store.engine, compile_kwargs={"literal_binds": True}))
+        sql = str(page.compile(store.database.engine, compile_kwargs={"literal_binds": True}))
         with store.read() as conn:
             plan = [row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
         assert any(seek in step for step in plan), plan

@@ -69,8 +69,8 @@ def test_sqlite_writes_begin_immediate(store: Store) -> None:
     begun: list[str] = []
     # The dialect begins on the driver's connection (not through SQLAlchemy's execute): SQLite's own
     # trace of every statement a connection runs sees it.
-    store.engine.dispose()
-    sa.event.listen(store.engine, "connect", lambda dbapi, _record: dbapi.set_trace_callback(begun.append))
+    store.database.engine.dispose()
+    sa.event.listen(store.database.engine, "connect", lambda dbapi, _record: dbapi.set_trace_callback(begun.append))
 
     with store.write():
         pass
@@ -85,7 +85,7 @@ def test_the_store_engine_has_no_connection_event_listener(store: Store) -> None
     """SQLAlchemy dispatches its connection events around every statement of an engine with one listener of
     them (its "begin" recipe for pysqlite was one): that doubled a write transaction's CPU, so the dialect
     begins on the driver's connection instead (docs/benchmarks.md, issue 25)."""
-    assert not store.engine._has_events
+    assert not store.database.engine._has_events
 
 
 def test_a_prune_on_postgresql_plans_its_queries_on_fresh_statistics(pg_url: str) -> None:

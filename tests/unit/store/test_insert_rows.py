@@ -89,8 +89,8 @@ def test_a_unique_violation_in_insert_rows_is_sqlalchemys_integrity_error(store:
 
 def test_a_database_locked_by_another_program_is_store_busy_at_begin(store: Store, tmp_path: Any) -> None:
     """Another program holding SQLite's lock past the busy timeout: StoreBusy (the dialect begins on the driver)."""
-    busy = Store.open(str(store.engine.url), busy_timeout=0.2)
-    holder = sqlite3.connect(store.engine.url.database, isolation_level=None)
+    busy = Store.open(str(store.database.engine.url), busy_timeout=0.2)
+    holder = sqlite3.connect(store.database.engine.url.database, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     released = threading.Timer(5.0, holder.rollback)
     released.start()

@@ -124,7 +124,7 @@ def test_a_version_1_or_2_database_is_upgraded_to_the_schema_of_a_fresh_one_with
     _make_version(old, version)
     store = Store.open(old)
     Store.open(fresh).close()
-    assert store.schema_version() == schema.SCHEMA_VERSION
+    assert store.database.schema_version() == schema.SCHEMA_VERSION
     with store.breaker.ledger() as ledger:
         assert ledger.open_claims() == []
     assert store.breaker.state() is None

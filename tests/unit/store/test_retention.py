@@ -263,7 +263,8 @@ def test_ingest_goes_on_while_a_big_prune_runs(store: Store, make_engine: MakeEn
     thread.join(30)
     assert report.runs == 3000 and len(done) == 20
     longest_hold, longest_ingest = max(holds), max(done)
-    print(f"\n{store.engine.dialect.name}: 3000 runs pruned in {report.batches} batches; longest write-lock hold "
+    dialect = store.database.engine.dialect.name
+    print(f"\n{dialect}: 3000 runs pruned in {report.batches} batches; longest write-lock hold "
           f"{longest_hold * 1000:.1f} ms; slowest of 20 concurrent ingests {longest_ingest * 1000:.1f} ms "
           f"({sum(1 for f in finished if f < pruned_at)} done before the prune ended)")  # fmt: skip
     # A batch of 200 runs with their children holds the lock for a few tens of ms; an ingest waits
@@ -280,7 +281,7 @@ TABLES = ("notifications", "alerts", "decisions", "runs", "steps", "attempts")
 def size(store: Store) -> dict[str, int]:
     """SQLite: the file's pages and how many are free. PostgreSQL: bytes of the tables and of their indexes."""
     with store.read() as conn:
-        if store.engine.dialect.name == "sqlite":
+        if store.database.engine.dialect.name == "sqlite":
             return {
                 "pages": int(conn.exec_driver_sql("PRAGMA page_count").scalar_one()),
                 "free": int(conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()),
@@ -301,7 +302,7 @@ def test_the_database_stops_growing_pruned_space_is_used_again(store: Store) -> 
     report = store.retention.prune(KEEP, now=NOW)
     assert report.runs == 1500 and table_counts(store, PruneReport.TABLES) == dict.fromkeys(PruneReport.TABLES, 0)
     pruned = size(store)
-    if store.engine.dialect.name == "sqlite":
+    if store.database.engine.dialect.name == "sqlite":
         # The pages are free, not given back to the file system; the next 1,500 runs reuse them.
         assert pruned["pages"] == full["pages"] and pruned["free"] > 0.8 * full["pages"]
         fill(store, 1500, NOW, first=1500)
@@ -312,7 +313,7 @@ def test_the_database_stops_growing_pruned_space_is_used_again(store: Store) -> 
     else:
         # The rows are gone; once VACUUM has run (autovacuum, in production) the tables' space is used
         # again. Index pages emptied by the prune come back only after a later VACUUM: they may grow once.
-        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with store.database.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM")
         fill(store, 1500, NOW, first=1500)
         refilled = size(store)
@@ -407,7 +408,7 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
 
 def test_two_replicas_pruning_at_once_delete_each_row_once(store: Store) -> None:
     fill(store, 600, T0)
-    other = Store.open(store.engine.url.render_as_string(hide_password=False))
+    other = Store.open(store.database.engine.url.render_as_string(hide_password=False))
     reports: list[PruneReport] = []
     errors: list[BaseException] = []
 
