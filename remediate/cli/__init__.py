@@ -4,52 +4,19 @@ Every command takes --config / --playbooks / --database-url (and the client
 commands --server URL to talk to a running server instead of the database).
 Errors are one line on stderr and exit code 2; never a traceback.
 
-The package holds one module per command group:
-
-- `_group`: the click group `main` (the console script `remediate = "remediate.cli:main"`);
-- `_common`: exit codes, CliError, handle_errors, the shared option decorators, settings, store/client, tables;
-- `serve`, `agent`: the server and the node agent;
-- `playbooks`, `dryrun`, `actions`: playbooks list/validate, dry-run, the action reference;
-- `history`: history (and history prune), show, approve, pause, resume;
-- `report`: the reliability figures of a window (incidents, remediations by rung, MTTR, held nodes);
-- `breaker`, `gpu`, `disk`: breaker status/reset, gpu status, disk policies/plan;
-- `ladder`: ladder status/reset (escalation ladders);
-- `db`: db copy (a history from one database into an empty one).
-
-Importing this package imports the group, then every command module, which registers its commands on it.
+One module per command group (`remediate --help` names them all); `_group` holds the click group `main` (the
+console script `remediate = "remediate.cli:main"`) and `_common` what the commands share. Importing this package
+imports every module of it, and each registers its commands on `main`: no list to keep.
 """
 
 from __future__ import annotations
 
-# The command modules register their commands on `main` when imported (they import it from _group).
-from remediate.cli import (
-    actions,
-    agent,
-    breaker,
-    db,
-    disk,
-    dryrun,
-    gpu,
-    history,
-    ladder,
-    playbooks,
-    report,
-    serve,
-)
+import importlib
+import pkgutil
+
 from remediate.cli._group import main
 
-__all__ = [
-    "actions",
-    "agent",
-    "breaker",
-    "db",
-    "disk",
-    "dryrun",
-    "gpu",
-    "history",
-    "ladder",
-    "main",
-    "playbooks",
-    "report",
-    "serve",
-]
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["main"]

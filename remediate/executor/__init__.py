@@ -1,14 +1,7 @@
 """The executor: background threads that claim committed runs and execute their steps in order.
 
-Its story, one module per part:
-
-- loop.py: the Executor and its threads (claiming loops, heartbeat, housekeeping), the claim of the head;
-- leases.py: the runs in hand, their heartbeat, recovery (takeover of runs whose owner is gone) and the
-  hand-back of runs the store failed under;
-- steps.py: one run's steps (StepExecutor): plan, attempts, retries with tenacity, deadline, the ends;
-- context.py: what an action sees of its run (StepContexts: memory, breaker, the executor's stop);
-- reconcile.py: late outcomes of steps that gave up waiting;
-- metrics.py: what the executor reports (ExecutorMetrics).
+Its story is one module per part (the loop and its threads; leases and recovery; a run's steps; what an
+action sees; late outcomes; metrics): docs/architecture.md's tree names each, and a test keeps it true.
 """
 
 from __future__ import annotations
