@@ -5,7 +5,8 @@ file, and every change is a read-modify-write under an exclusive `fcntl.flock`
 on a sidecar lock file (`<file>.lock`), written atomically (temp file +
 os.replace). So two backends on the same file, in one process or in many (server
 workers, agent, CLI, a test's subprocess), see one set of GPUs. Comments in a
-YAML file are lost on the first write.
+YAML file are lost on the first write. `remediate gpu simulate init FILE [--preset NAME]` writes a
+commented example (example_text, PRESETS); docs/gpu.md, "The simulated GPU file", documents the format.
 
 File format (YAML; JSON with the same keys when the name ends in .json):
 
@@ -193,26 +194,58 @@ def write_atomically(path: Path, raw: Mapping[str, Any]) -> None:
         raise
 
 
-def example(count: int, *, as_root: bool) -> dict[str, Any]:
-    """A file of `count` H100-like GPUs (700 W default and max, 200 W min); UUIDs derived from the index."""
+@dataclass(frozen=True)
+class GpuModel:
+    """What an example file says about one kind of GPU (power in milliwatts, clocks in MHz)."""
+
+    name: str
+    default_limit_mw: int
+    """Also the maximum: a board ships at its maximum limit."""
+    min_limit_mw: int
+    usage_mw: int
+    """GPU 0's power draw; each further GPU draws `usage_step_mw` more."""
+    usage_step_mw: int
+    graphics_clocks_mhz: tuple[int, ...]
+    memory_clock_mhz: int
+
+
+H100 = GpuModel("NVIDIA H100 80GB HBM3", 700_000, 200_000, 310_000, 17_000, _H100_GRAPHICS_CLOCKS, 2619)
+# An A100 SXM4: 400 W default and max, 100 W min; graphics clocks 210..1410 MHz in 15 MHz steps.
+A100 = GpuModel("NVIDIA A100-SXM4-80GB", 400_000, 100_000, 180_000, 12_000, tuple(range(210, 1411, 15)), 1593)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A node `remediate gpu simulate init --preset NAME` writes."""
+
+    model: GpuModel
+    count: int
+
+
+PRESETS: dict[str, Preset] = {"h100x8": Preset(H100, 8), "a100x4": Preset(A100, 4)}
+"""Preset name -> node; the first one is the default."""
+
+
+def example(count: int, *, as_root: bool, model: GpuModel = H100) -> dict[str, Any]:
+    """A file of `count` GPUs of `model` (H100: 700 W default and max, 200 W min); UUIDs derived from the index."""
     devices = [
         {
             "index": index,
-            "uuid": f"GPU-{uuid_module.uuid5(_EXAMPLE_NAMESPACE, f'gpu-{index}')}",
+            "uuid": f"GPU-{uuid_module.uuid5(_EXAMPLE_NAMESPACE, _uuid_seed(model, index))}",
             "pci_bus_id": f"00000000:{_HGX_BUSES[index] if index < len(_HGX_BUSES) else 0x40 + index:02X}:00.0",
-            "name": "NVIDIA H100 80GB HBM3",
-            "power_limit_mw": 700_000,
-            "default_limit_mw": 700_000,
-            "min_limit_mw": 200_000,
-            "max_limit_mw": 700_000,
-            "power_usage_mw": 310_000 + 17_000 * index,
+            "name": model.name,
+            "power_limit_mw": model.default_limit_mw,
+            "default_limit_mw": model.default_limit_mw,
+            "min_limit_mw": model.min_limit_mw,
+            "max_limit_mw": model.default_limit_mw,
+            "power_usage_mw": model.usage_mw + model.usage_step_mw * index,
             "temperature_c": 45 + 3 * index,
             "processes": [{"pid": 4200 + index, "used_memory_bytes": 60 * 1024**3, "name": "python"}],
             "mig_uuids": [],
-            "graphics_clock_mhz": 1980,
-            "memory_clock_mhz": 2619,
-            "supported_graphics_clocks_mhz": list(_H100_GRAPHICS_CLOCKS),
-            "supported_memory_clocks_mhz": [2619],
+            "graphics_clock_mhz": model.graphics_clocks_mhz[-1],
+            "memory_clock_mhz": model.memory_clock_mhz,
+            "supported_graphics_clocks_mhz": list(model.graphics_clocks_mhz),
+            "supported_memory_clocks_mhz": [model.memory_clock_mhz],
             "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
             "mig_enabled": False,
             "persistence_mode": True,
@@ -220,6 +253,79 @@ def example(count: int, *, as_root: bool) -> dict[str, Any]:
         for index in range(count)
     ]
     return {"as_root": as_root, "devices": devices}
+
+
+def _uuid_seed(model: GpuModel, index: int) -> str:
+    # The H100 seed predates the presets: keep its UUIDs, which tests and demos already know.
+    return f"gpu-{index}" if model is H100 else f"{model.name}-{index}"
+
+
+# Why each key of an example file is there: the comment above it in the first device.
+_FIELD_DOCS = {
+    "index": "NVML's index of the GPU; required, unique",
+    "uuid": "required, unique, GPU-...: what a dcgm-exporter alert's UUID label names",
+    "pci_bus_id": "quoted (YAML would read 18:00.0 as a number); any NVML form; default derived from the index",
+    "name": "the product name nvidia-smi shows; default Simulated GPU",
+    "power_limit_mw": "the current power limit, in milliwatts (700000 = 700 W); default: default_limit_mw",
+    "default_limit_mw": "required: the limit gpu.restore_power_limit and a reset come back to",
+    "min_limit_mw": "required: the constraints; a limit outside [min, max] is INVALID_ARGUMENT",
+    "max_limit_mw": "required",
+    "power_usage_mw": "optional (null: the GPU cannot report it); never shown above the current limit",
+    "temperature_c": "optional, degrees Celsius",
+    "processes": "optional compute processes: gpu.reset refuses while one runs",
+    "mig_uuids": "optional: this GPU's MIG devices (MIG-...); listed devices mean MIG is on, and block a reset",
+    "graphics_clock_mhz": "optional current clocks, in MHz (a graphics clock lock caps what is reported)",
+    "memory_clock_mhz": "optional",
+    "supported_graphics_clocks_mhz": "optional: absent, a clock lock is NOT_SUPPORTED; a lock outside it is "
+    "INVALID_ARGUMENT",
+    "supported_memory_clocks_mhz": "optional",
+    "remapped_rows": "optional (absent: not supported): row remapping counts and flags, shown in gpu.reset's plan",
+    "mig_enabled": "optional: absent = no MIG on this GPU",
+    "persistence_mode": "optional (absent: not supported); a reset turns it off and on around itself",
+}
+
+_OPTIONAL_EXAMPLES = """# Optional keys this file does not set (uncomment under a device to try them):
+# locked_gpu_clocks_mhz: [1410, 1410]    # a graphics clock lock (nvidia-smi -lgc); null: not locked
+# locked_memory_clocks_mhz: [2619, 2619] # (nvidia-smi -lmc)
+# retired_pages: {single_bit: 0, double_bit: 1, pending: true}   # page retirement (GPUs before Ampere)
+# nvlinks:                               # active NVLinks; a link to another GPU (peer_type gpu) blocks a reset
+#   - {link: 0, peer: "00000000:05:00.0", peer_type: switch}
+# other_clients: [nv-hostengine]         # holders NVML does not list (DCGM, Fabric Manager): a reset is refused
+# reset_count: 0                         # bumped by every reset
+# lost: true                             # every call on this GPU raises GpuLost
+# fail:                                  # injected failures per operation: set_power_limit, read,
+#                                        #   reset_locked_clocks, lock_gpu_clocks, unlock_gpu_clocks, reset_gpu
+#   set_power_limit: timeout             # every call, or ...
+#   read: {error: gpu_lost, times: 1}    # ... the next `times` calls only (counted down in the file)
+# Failure names: gpu_lost, not_supported, no_permission, invalid_argument, not_found, reset_required,
+# driver_not_loaded, and the retryable timeout, in_use, unknown.
+"""
+
+
+def example_text(preset: str, *, as_root: bool = True) -> str:
+    """The YAML of preset `preset` (a key of PRESETS), with a comment explaining each field (docs/gpu.md)."""
+    node = PRESETS[preset]
+    raw = example(node.count, as_root=as_root, model=node.model)
+    lines = [
+        f"# Simulated GPUs ({preset}: {node.count} x {node.model.name}), written by `remediate gpu simulate init`.",
+        "# Use: remediate gpu status --gpu-backend simulated --gpu-simulator-file THIS_FILE",
+        '# Format: docs/gpu.md, "The simulated GPU file". Power is in milliwatts, clocks in MHz.',
+        "# The backend rewrites this file on every change (a power limit set, a reset): comments are then lost.",
+        "",
+        "# false: every change (power limit, clocks, reset) raises GpuNoPermission (NVML code 4); reads still work",
+        f"as_root: {json.dumps(raw['as_root'])}",
+        "devices:",
+    ]
+    for position, device in enumerate(raw["devices"]):
+        for number, (key, value) in enumerate(device.items()):
+            indent = "  - " if number == 0 else "    "
+            if position == 0:
+                lines.append(f"{'  ' if number == 0 else '    '}# {key}: {_FIELD_DOCS[key]}")
+            # JSON is YAML's flow style: quoted strings, one line per key.
+            lines.append(f"{indent}{key}: {json.dumps(value)}")
+        if position == 0:
+            lines.extend("    " + line for line in _OPTIONAL_EXAMPLES.splitlines())
+    return "\n".join(lines) + "\n"
 
 
 # --- parsing and validation of the file

@@ -11,7 +11,8 @@ A reset (`reset_gpu`, what `nvidia-smi --gpu-reset` does) is refused like the dr
 compute process is on the GPU, MIG instances exist on it, or another client holds it; otherwise
 it unlocks the clocks, puts the power limit back to the default, applies pending page retirements
 and row remaps (pending becomes false) and bumps `reset_count`.
-`SimulatedBackend.write_example(path)` writes an 8 x H100-like file to start from;
+`SimulatedBackend.write_example(path)` writes an 8 x H100-like file to start from (`remediate gpu
+simulate init FILE` writes one with every field explained, simfile.example_text);
 `update_device` and `set_as_root` change the file for tests and demos.
 """
 

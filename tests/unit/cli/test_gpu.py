@@ -318,3 +318,80 @@ def test_serve_refuses_to_start_with_the_simulated_backend_and_no_device_file(
     )
 
     assert_one_line_error(result, "needs a device file", "gpu_simulator_file")
+
+
+# --------------------------------------------------------------------------- gpu simulate init
+
+
+@pytest.mark.parametrize(
+    ("preset", "count", "name", "limit_mw", "min_mw"),
+    [
+        ("h100x8", 8, "NVIDIA H100 80GB HBM3", 700_000, 200_000),
+        ("a100x4", 4, "NVIDIA A100-SXM4-80GB", 400_000, 100_000),
+    ],
+)
+def test_simulate_init_writes_a_file_that_gpu_status_loads(
+    tmp_path: Path, preset: str, count: int, name: str, limit_mw: int, min_mw: int
+) -> None:
+    path = tmp_path / "gpus.yaml"
+
+    written = cli("gpu", "simulate", "init", path, "--preset", preset)
+
+    assert written.exit_code == 0, written.output
+    assert str(path) in written.stdout and "--gpu-simulator-file" in written.stdout
+    status = cli("gpu", "status", "--json", *sim_args(path))
+    assert status.exit_code == 0, status.output
+    gpus = json.loads(status.stdout)
+    assert [g["index"] for g in gpus] == list(range(count))
+    assert {g["name"] for g in gpus} == {name}
+    assert {(g["power_limit_mw"], g["default_limit_mw"], g["min_limit_mw"], g["max_limit_mw"]) for g in gpus} == {
+        (limit_mw, limit_mw, min_mw, limit_mw)
+    }
+    assert len({g["uuid"] for g in gpus}) == count
+
+
+def test_simulate_init_defaults_to_eight_h100s_and_comments_every_field(tmp_path: Path) -> None:
+    from remediate.gpu import simfile
+
+    path = tmp_path / "gpus.yaml"
+    assert cli("gpu", "simulate", "init", path).exit_code == 0
+
+    text = path.read_text()
+    assert len(SimulatedBackend(path).devices()) == 8
+    commented = {line.strip()[2:].split(":")[0] for line in text.splitlines() if line.strip().startswith("# ")}
+    written = {key for device in simfile.read_state(path).raw["devices"] for key in device}
+    # Every key written, the optional ones it leaves out and the failures it can inject are explained.
+    assert written | {"as_root"} <= commented | {"as_root"}
+    assert commented >= simfile.DEVICE_KEYS, simfile.DEVICE_KEYS - commented
+    assert "milliwatts" in text and all(name in text for name in simfile.FAILURES)
+
+
+def test_simulate_init_json_writes_a_file_that_loads(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.json"
+
+    assert cli("gpu", "simulate", "init", path, "--preset", "a100x4").exit_code == 0
+
+    assert len(json.loads(path.read_text())["devices"]) == 4
+    assert len(SimulatedBackend(path).devices()) == 4
+
+
+def test_simulate_init_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.yaml"
+    path.write_text("mine\n")
+
+    assert_one_line_error(cli("gpu", "simulate", "init", path), str(path), "exists", "--force")
+    assert path.read_text() == "mine\n"
+
+    assert cli("gpu", "simulate", "init", path, "--force", "--preset", "a100x4").exit_code == 0
+    assert len(SimulatedBackend(path).devices()) == 4
+
+
+def test_simulate_init_refuses_an_unknown_preset_naming_the_known_ones(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.yaml"
+
+    assert_one_line_error(cli("gpu", "simulate", "init", path, "--preset", "v100x2"), "v100x2", "h100x8", "a100x4")
+    assert not path.exists()
+
+
+def test_simulate_init_says_why_it_cannot_write(tmp_path: Path) -> None:
+    assert_one_line_error(cli("gpu", "simulate", "init", tmp_path / "missing" / "gpus.yaml"), "cannot write")

@@ -25,6 +25,7 @@ from remediate.gpu import (
     RetryableGpuError,
     SimulatedBackend,
     open_backend,
+    simfile,
 )
 from tests.support.waiting import scaled
 
@@ -525,3 +526,16 @@ def test_bad_clock_health_and_link_fields_are_refused_naming_the_field(
     with pytest.raises(ConfigError, match=message):
         sim.update_device(uuid, **change)
     assert sim.clocks(uuid).max_graphics_mhz == 1980  # the file is unchanged
+
+
+@pytest.mark.parametrize("preset", sorted(simfile.PRESETS))
+def test_every_preset_example_loads_as_the_example_it_documents(tmp_path: Path, preset: str) -> None:
+    node = simfile.PRESETS[preset]
+    path = tmp_path / "gpus.yaml"
+    path.write_text(simfile.example_text(preset))
+
+    gpus = SimulatedBackend(path).devices()
+
+    assert simfile.read_state(path).raw == simfile.example(node.count, as_root=True, model=node.model)
+    assert [g.name for g in gpus] == [node.model.name] * node.count
+    assert all(g.min_limit_mw <= g.power_usage_mw <= g.power_limit_mw == g.max_limit_mw for g in gpus)
