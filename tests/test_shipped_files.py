@@ -233,3 +233,15 @@ def test_the_readme_examples_name_alerts_a_shipped_rule_emits() -> None:
     named = set(re.findall(r"--alertname (\w+)", readme)) | set(re.findall(r"^\s*alertname: (\w+)", readme, re.M))
     assert named, "the README names no alert any more: drop this test or the pattern"
     assert named <= _shipped_rule_alertnames(), sorted(named - _shipped_rule_alertnames())
+
+
+def test_no_shipped_playbook_only_logs_and_the_catch_all_logger_is_an_example() -> None:
+    """Issue 26, deliverable 2: log-critical-alerts matched nearly every alert and each of its runs counted as
+    a remediation in `report` and the history. It is off by default: an example to copy, not a shipped
+    playbook (playbooks/ and the chart's copies)."""
+    for folder in (ROOT / "playbooks", ROOT / "helm/remediate/files/playbooks"):
+        playbooks, _ = load_directory(folder, default_registry())
+        only_log = [p.name for p in playbooks if {s.action for s in p.steps_for("firing")} <= {"log"}]
+        assert only_log == [], f"{folder.relative_to(ROOT)}: {only_log} change nothing but count as remediations"
+    examples, errors = load_directory(ROOT / "docs/examples", default_registry())
+    assert errors == [] and [p.name for p in examples] == ["log-critical-alerts"]

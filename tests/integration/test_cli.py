@@ -119,7 +119,6 @@ def test_playbooks_list_shows_a_table_of_the_shipped_playbooks() -> None:
     rows = {line.split()[0]: line for line in lines[1:]}
     assert "notify.webhook" in rows["notify-oncall"]
     assert "GPUXidCritical" in rows["notify-oncall"]
-    assert "log-critical-alerts" in rows
 
 
 def test_playbooks_list_json_describes_every_playbook(tmp_path: Path) -> None:
