@@ -202,3 +202,46 @@ def test_the_tree_describes_actions_as_a_folder_without_a_line_per_action() -> N
     action_modules = {f"{cls.__module__.rsplit('.', 1)[1]}.py" for cls in action_classes()}
     assert len(action_modules) >= 13  # the registry's modules were found: the check below can fail
     assert sorted(action_modules & set(re.findall(r"\b[a-z_0-9]+\.py\b", actions))) == []
+
+
+def _shipped_rule_alertnames() -> set[str]:
+    """Every alert a shipped Prometheus rule file emits (the repository's and the chart's copies)."""
+    names: set[str] = set()
+    for path in [*ROOT.glob("alertmanager/rules/*.rules.yml"), *ROOT.glob("helm/remediate/files/rules/*.rules.yml")]:
+        for group in yaml.safe_load(path.read_text(encoding="utf-8"))["groups"]:
+            names.update(rule["alert"] for rule in group["rules"] if "alert" in rule)
+    return names
+
+
+def test_every_alertname_a_shipped_playbook_matches_is_emitted_by_a_shipped_rule() -> None:
+    """Issue 26, deliverable 2: a shipped playbook waiting for an alert no shipped rule produces never runs
+    (notify-oncall matched GpuXidError; the XID rule emits GPUXidCritical)."""
+    emitted = _shipped_rule_alertnames()
+    assert "GPUXidCritical" in emitted  # the rule files were found and read
+    for folder in (ROOT / "playbooks", ROOT / "helm/remediate/files/playbooks"):
+        playbooks, errors = load_directory(folder, default_registry())
+        assert errors == [] and playbooks, folder
+        for playbook in playbooks:
+            missing = set(playbook.alertnames) - emitted
+            where = f"{folder.relative_to(ROOT)}: {playbook.name}"
+            assert not missing, f"{where} matches {sorted(missing)}: no shipped rule emits it"
+
+
+def test_the_readme_examples_name_alerts_a_shipped_rule_emits() -> None:
+    """Issue 26, deliverable 2: the README's dry-run example and playbook example are copied as written."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"--alertname (\w+)", readme)) | set(re.findall(r"^\s*alertname: (\w+)", readme, re.M))
+    assert named, "the README names no alert any more: drop this test or the pattern"
+    assert named <= _shipped_rule_alertnames(), sorted(named - _shipped_rule_alertnames())
+
+
+def test_no_shipped_playbook_only_logs_and_the_catch_all_logger_is_an_example() -> None:
+    """Issue 26, deliverable 2: log-critical-alerts matched nearly every alert and each of its runs counted as
+    a remediation in `report` and the history. It is off by default: an example to copy, not a shipped
+    playbook (playbooks/ and the chart's copies)."""
+    for folder in (ROOT / "playbooks", ROOT / "helm/remediate/files/playbooks"):
+        playbooks, _ = load_directory(folder, default_registry())
+        only_log = [p.name for p in playbooks if {s.action for s in p.steps_for("firing")} <= {"log"}]
+        assert only_log == [], f"{folder.relative_to(ROOT)}: {only_log} change nothing but count as remediations"
+    examples, errors = load_directory(ROOT / "docs/examples", default_registry())
+    assert errors == [] and [p.name for p in examples] == ["log-critical-alerts"]

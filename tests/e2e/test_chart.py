@@ -335,6 +335,31 @@ def test_the_server_runs_unprivileged_with_probes_and_its_config(rendered: dict[
     assert service["spec"]["ports"][0]["targetPort"] == "http"
 
 
+
+def test_the_install_pages_figures_for_the_server_are_what_the_chart_renders(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Issue 26, deliverable 2: docs/install.md said the memory limit is 1Gi while the chart rendered 768Mi.
+    The figures of the Deployment's row are read from the page and compared with the default render."""
+    page = (ROOT / "docs/install.md").read_text(encoding="utf-8")
+    (row,) = [line for line in page.splitlines() if line.startswith("| Deployment `remediate-")]
+    documented = {
+        "replicas": re.search(r"(\d+) replicas?\b", row),
+        "uid": re.search(r"\buid (\d+)", row),
+        "memory limit": re.search(r"memory limit (\d+[KMG]i)\b", row),
+        "memory request": re.search(r"\brequest (\d+[KMG]i)\b", row),
+    }
+    assert all(documented.values()), f"docs/install.md's Deployment row lost a figure: {documented}"
+    objects = rendered["defaults"]
+    deployment = by_kind(objects, "Deployment")
+    renders = {
+        "replicas": str(deployment["spec"]["replicas"]),
+        "uid": str(deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"]),
+        "memory limit": container(objects, "Deployment")["resources"]["limits"]["memory"],
+        "memory request": container(objects, "Deployment")["resources"]["requests"]["memory"],
+    }
+    assert {name: match.group(1) for name, match in documented.items() if match} == renders
+
 def test_the_agent_runs_on_gpu_nodes_with_only_the_capabilities_its_actions_need(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:

@@ -118,8 +118,7 @@ def test_playbooks_list_shows_a_table_of_the_shipped_playbooks() -> None:
     assert lines[0].split() == ["NAME", "ALERTS", "MODE", "STEPS", "ON", "RESOLVED"]
     rows = {line.split()[0]: line for line in lines[1:]}
     assert "notify.webhook" in rows["notify-oncall"]
-    assert "GpuXidError" in rows["notify-oncall"]
-    assert "log-critical-alerts" in rows
+    assert "GPUTemperatureCritical" in rows["notify-oncall"]
 
 
 def test_playbooks_list_json_describes_every_playbook(tmp_path: Path) -> None:

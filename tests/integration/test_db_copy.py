@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-import yaml
 from click.testing import Result
 
 from remediate import dbcopy
@@ -53,11 +52,10 @@ def payload(name: str, host: str | None = None) -> bytes:
 
 
 def engine_on(store: Store) -> tuple[Engine, Executor]:
-    """The engine and executor of a server on `store`, with the shipped playbook that logs every critical
-    alert (the other shipped playbooks reach out: webhooks, cordons)."""
+    """The engine and executor of a server on `store`, with a playbook that logs the fixtures' alert on firing
+    and on resolve (the shipped playbooks reach out: webhooks, cordons)."""
     registry = default_registry()
-    shipped = REPO / "playbooks" / "log-every-alert.yaml"
-    playbook = parse_playbook(yaml.safe_load(shipped.read_text(encoding="utf-8")), registry, source=str(shipped))
+    playbook = parse_playbook(LOG_XID, registry)
     engine = Engine(store=store, playbooks=PlaybookSet([playbook]), registry=registry)
     return engine, Executor(store=store, registry=registry, retry_wait_max=0.01)
 
@@ -97,6 +95,14 @@ def fill(store: Store, hosts: tuple[str, ...] = ("node-a", "node-b", "node-c")) 
     store.ui_sessions.end("Zq3-logged-out-session", expires_at=at + 12 * 3600, now=at + 250)
     store.ui_sessions.record_login_failure("192.0.2.7", throttle=LoginThrottle(), now=at + 260)
 
+
+LOG_XID = {
+    "name": "log-xid",
+    "match": {"alertname": "GpuXidError", "labels": ['severity=~"critical|warning"']},
+    "cooldown": "0s",
+    "steps": [{"action": "log", "with": {"message": "{{ labels.alertname }} on {{ labels.Hostname | default('') }}"}}],
+    "on_resolved": [{"action": "log", "with": {"message": "{{ labels.alertname }} resolved"}}],
+}
 
 LADDER = {
     "name": "xid-ladder",

@@ -102,10 +102,11 @@ def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_chec
 def test_dry_run_exits_1_when_a_run_cannot_succeed_even_if_another_playbook_would_run(
     training: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """Issue 24, finding 15, with the shipped playbooks: log-critical-alerts also matches, so `would run: yes`
-    and exit 0 hid a loss-spike run that would fail on every step (the alert names another host)."""
+    """Issue 24, finding 15, with the example playbook log-critical-alerts (docs/examples), which also
+    matches, so `would run: yes` and exit 0 hid a loss-spike run
+    that would fail on every step (the alert names another host)."""
     root, playbooks = training
-    shutil.copy(REPO / "playbooks" / "log-every-alert.yaml", playbooks)
+    shutil.copy(REPO / "docs" / "examples" / "log-every-alert.yaml", playbooks)
     LiveJob(root, "j1").register()
 
     elsewhere = cli(
