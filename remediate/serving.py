@@ -400,6 +400,16 @@ def _shown_file(path: Path | None) -> str:
     return str(path.resolve()) if path else "given in the environment or config (no file)"
 
 
+def _cluster(settings: Settings) -> str:
+    """Which cluster k8s.* steps act on, as remediate.kube.KubeClient chooses it."""
+    kube = settings.kube
+    if kube.kubeconfig is not None:
+        return f"kubeconfig {kube.kubeconfig.resolve()}" + (f", context {kube.context}" if kube.context else "")
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "the in-cluster service account"
+    return "none (set kubeconfig / REMEDIATE_KUBECONFIG to act on one; ~/.kube/config is never read on its own)"
+
+
 def start_up_block(settings: Settings, playbook_names: list[str], uses_agents: bool) -> list[str]:
     """The lines every start prints once: where it listens, what it does, where its tokens are (never a token)."""
     from remediate.store.database import shown_url
@@ -416,6 +426,7 @@ def start_up_block(settings: Settings, playbook_names: list[str], uses_agents: b
         f"store: {shown_url(settings.store.url)}; node steps: "
         + ("on the agents of their nodes" if uses_agents else "here (no agents configured)"),
     ]
+    lines.append(f"cluster (k8s.* steps): {_cluster(settings)}")
     auth = settings.auth
     tokens = [
         f"{name}: {_shown_file(getattr(auth, f'{setting}_file'))}"

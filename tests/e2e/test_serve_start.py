@@ -23,7 +23,15 @@ steps:
   - action: log
     with: {message: "seen {{ labels.alertname }}"}
 """
-BLOCK_STARTS = ("remediate listening on ", "mode: ", "GPU backend: ", "playbooks: ", "store: ", "token files: ")
+BLOCK_STARTS = (
+    "remediate listening on ",
+    "mode: ",
+    "GPU backend: ",
+    "playbooks: ",
+    "store: ",
+    "cluster (k8s.* steps): ",
+    "token files: ",
+)
 
 
 def block_lines(log: str) -> list[str]:
@@ -46,7 +54,7 @@ def test_a_start_prints_one_block_with_urls_mode_backend_playbooks_and_token_fil
         tmp_path / "server",
         tmp_path / "playbooks",
         workers=1,
-        env={"REMEDIATE_OPERATOR_TOKEN_FILE": str(operator_file)},
+        env={"REMEDIATE_OPERATOR_TOKEN_FILE": str(operator_file), "KUBERNETES_SERVICE_HOST": ""},
     ).start()
     server.stop()
     log = server.log_path.read_text()
@@ -57,14 +65,16 @@ def test_a_start_prints_one_block_with_urls_mode_backend_playbooks_and_token_fil
         "GPU backend",
         "playbooks",
         "store",
+        "cluster (k8s.* steps)",
         "token files",
     ], log  # each once, in this order
     assert lines[0] == f"remediate listening on {server.url}; UI: {server.url}/ui/"
     assert lines[1].startswith("mode: enforce (playbooks act")
     assert lines[2] == "GPU backend: nvml"
     assert lines[3] == f"playbooks: 1 from {tmp_path / 'playbooks'} (logged)"
-    assert f"operator: {operator_file}" in lines[5]
-    assert "token: given in the environment or config (no file)" in lines[5]
+    assert lines[5].startswith("cluster (k8s.* steps): none (set kubeconfig / REMEDIATE_KUBECONFIG")
+    assert f"operator: {operator_file}" in lines[6]
+    assert "token: given in the environment or config (no file)" in lines[6]
     assert TOKEN not in log and operator_token not in log
 
 
@@ -109,5 +119,5 @@ def test_scripts_serve_starts_in_dry_run_and_says_how_to_switch(tmp_path: Path) 
     assert "shadow mode (dry-run): playbooks only plan; to act: scripts/serve --mode enforce" in log, log
     lines = block_lines(log)
     assert lines[1].startswith("mode: dry-run (shadow mode: every run only plans"), log
-    assert f"token: {tree / 'remediate.token'}" in lines[5]
-    assert f"operator: {tree / 'remediate.operator-token'}" in lines[5]
+    assert f"token: {tree / 'remediate.token'}" in lines[6]
+    assert f"operator: {tree / 'remediate.operator-token'}" in lines[6]
