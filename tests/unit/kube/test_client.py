@@ -1,4 +1,4 @@
-"""remediate.kube: building the client (kubeconfig, $KUBECONFIG, in-cluster, none), lazy import, error
+"""remediate.kube: building the client (kubeconfig, in-cluster, never $KUBECONFIG on its own), lazy import, error
 translation at the boundary, and the pure rules (names, selectors, pod verdicts, PDB forecasts)."""
 
 from __future__ import annotations
