@@ -276,8 +276,8 @@ class KubeSettings:
 
     PREFIX: ClassVar[str] = "kube_"
     kubeconfig: Path | None = setting(None, v.to_optional_path, flat="kubeconfig")
-    """kubeconfig file of the cluster; unset: the in-cluster service account inside a pod, else the
-    client's own discovery ($KUBECONFIG, then ~/.kube/config)."""
+    """kubeconfig file of the cluster; unset: the in-cluster service account inside a pod, else no cluster
+    ($KUBECONFIG and ~/.kube/config are never read on their own: k8s.* steps fail saying to set this)."""
     context: str | None = setting(None, v.to_optional_str)
     """Context of the kubeconfig to use (default: its current context)."""
     request_timeout: float = setting(10.0, v.to_seconds)

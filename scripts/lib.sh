@@ -59,3 +59,22 @@ ensure_apt_packages() {
         return 1
     fi
 }
+
+serve_mode_args() {
+    # Prints "--mode dry-run" unless the user chose a mode: --mode, $REMEDIATE_MODE, or `mode:` in the config
+    # file (--config or $REMEDIATE_CONFIG). scripts/serve starts in shadow mode like the chart: a test alert on
+    # a laptop must not cordon a real node. $1: the Python that reads the config file; the rest: serve's args.
+    local python="$1" config="${REMEDIATE_CONFIG:-}" previous=""
+    shift
+    [ -n "${REMEDIATE_MODE:-}" ] && return 0
+    for arg in "$@"; do
+        case "$arg" in --mode | --mode=*) return 0 ;; --config=*) config="${arg#--config=}" ;; esac
+        [ "$previous" = --config ] && config="$arg"
+        previous="$arg"
+    done
+    if [ -n "$config" ] && [ -r "$config" ] &&
+        "$python" -c 'import sys, yaml; d = yaml.safe_load(open(sys.argv[1])); sys.exit(0 if isinstance(d, dict) and "mode" in d else 1)' "$config" 2>/dev/null; then
+        return 0
+    fi
+    echo "--mode dry-run"
+}

@@ -37,8 +37,8 @@ class KubernetesAgents(AgentDirectory):
     Only pods whose controller ownerReference is a DaemonSet (named `daemonset` when given) count:
     labels alone can be copied by anyone who may create a pod in the namespace.
     `api` is a CoreV1Api, built lazily by `remediate.kube.KubeClient` from the same settings as the
-    k8s.* actions (`kubeconfig` and `context` when given, else the in-cluster service account, else
-    $KUBECONFIG / ~/.kube/config). Answers are cached for `ttl` seconds; `forget` drops one after a
+    k8s.* actions (`kubeconfig` and `context` when given, else the in-cluster service account; never
+    $KUBECONFIG or ~/.kube/config on their own). Answers are cached for `ttl` seconds; `forget` drops one after a
     failed call.
     """
 

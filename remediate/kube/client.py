@@ -6,7 +6,8 @@ a server that never cordons anything never pays for it):
 
 - `kubeconfig` given: that file (and `context`, else its current context);
 - else inside a pod (KUBERNETES_SERVICE_HOST set): the service account's token and CA;
-- else the client's own discovery: $KUBECONFIG, then ~/.kube/config.
+- else nothing: $KUBECONFIG and ~/.kube/config are never read on their own (a laptop's current context
+  may be a production cluster; a test alert must not cordon its nodes). KubeConfigError says what to set.
 
 urllib3's own retries are switched off: a request either answers or raises, and the
 callers decide what to retry (tenacity, only on KubeUnavailable), so a retry is
@@ -86,18 +87,22 @@ class KubeClient:
                 if in_cluster:
                     config.load_incluster_config(client_configuration=configuration)
                     source = "in-cluster service account"
+                elif self.kubeconfig is None:
+                    raise KubeConfigError(
+                        "no Kubernetes cluster configured: set kubeconfig / REMEDIATE_KUBECONFIG to the file of the "
+                        "cluster to act on (remediate never reads $KUBECONFIG or ~/.kube/config on its own), or run "
+                        "remediate in the cluster with a service account"
+                    )
                 else:
-                    # $KUBECONFIG is read now, not when the client was first imported (it caches it then).
-                    path = str(self.kubeconfig) if self.kubeconfig else os.environ.get("KUBECONFIG") or None
                     config.load_kube_config(
-                        config_file=path,
+                        config_file=str(self.kubeconfig),
                         context=self.context,
                         client_configuration=configuration,
                         persist_config=False,
                     )
-                    source = f"kubeconfig {self.kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+                    source = f"kubeconfig {self.kubeconfig}"
             except (ConfigException, OSError, ValueError, TypeError) as exc:
-                where = f"kubeconfig {self.kubeconfig}" if self.kubeconfig else "$KUBECONFIG or ~/.kube/config"
+                where = f"kubeconfig {self.kubeconfig}"
                 raise KubeConfigError(
                     f"no usable Kubernetes configuration: {exc} (tried "
                     f"{'the in-cluster service account' if in_cluster else where}; set kubeconfig / "

@@ -1,4 +1,4 @@
-"""remediate.kube: building the client (kubeconfig, $KUBECONFIG, in-cluster, none), lazy import, error
+"""remediate.kube: building the client (kubeconfig, in-cluster, never $KUBECONFIG on its own), lazy import, error
 translation at the boundary, and the pure rules (names, selectors, pod verdicts, PDB forecasts)."""
 
 from __future__ import annotations
@@ -49,20 +49,30 @@ def test_importing_remediate_does_not_import_the_kubernetes_client() -> None:
     assert out.stdout.strip() == "False"
 
 
-def test_the_client_reads_a_kubeconfig_given_or_named_by_kubeconfig(
-    kube_api: FakeKubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_client_reads_the_kubeconfig_given(kube_api: FakeKubeAPI, kubeconfig: Path) -> None:
     kube_api.add_node("n1")
     given = KubeClient(kubeconfig=kubeconfig)
     assert [n.name for n in given.list_nodes()] == ["n1"]
     assert given.source == f"kubeconfig {kubeconfig} -> {kube_api.url}"
     given.close()
 
+
+def test_kubeconfig_and_the_home_kube_config_are_never_read_on_their_own(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26: a laptop's current context may be production; acting on it needs the setting, said explicitly."""
+    kube_api.add_node("n1")
+    home = tmp_path / "home"
+    (home / ".kube").mkdir(parents=True)
+    (home / ".kube" / "config").write_text(kubeconfig.read_text())  # both reach the cluster: neither is used
+    monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    discovered = KubeClient()
-    assert discovered.get_node("n1").name == "n1"
-    discovered.close()
+    with pytest.raises(
+        KubeConfigError, match=r"no Kubernetes cluster configured: set kubeconfig / REMEDIATE_KUBECONFIG"
+    ):
+        KubeClient().get_node("n1")
+    assert kube_api.count("GET", r"/api/v1/nodes/n1") == 0
 
 
 def test_a_context_of_the_kubeconfig_can_be_chosen(kube_api: FakeKubeAPI, tmp_path: Path) -> None:
@@ -79,7 +89,7 @@ def test_without_any_configuration_the_error_says_what_to_do(tmp_path: Path, mon
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    with pytest.raises(KubeConfigError, match=r"no usable Kubernetes configuration.*REMEDIATE_KUBECONFIG"):
+    with pytest.raises(KubeConfigError, match=r"no Kubernetes cluster configured.*REMEDIATE_KUBECONFIG"):
         KubeClient().get_node("n1")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
