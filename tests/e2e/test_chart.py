@@ -335,7 +335,6 @@ def test_the_server_runs_unprivileged_with_probes_and_its_config(rendered: dict[
     assert service["spec"]["ports"][0]["targetPort"] == "http"
 
 
-
 def test_the_install_pages_figures_for_the_server_are_what_the_chart_renders(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
@@ -359,6 +358,7 @@ def test_the_install_pages_figures_for_the_server_are_what_the_chart_renders(
         "memory request": container(objects, "Deployment")["resources"]["requests"]["memory"],
     }
     assert {name: match.group(1) for name, match in documented.items() if match} == renders
+
 
 def test_the_agent_runs_on_gpu_nodes_with_only_the_capabilities_its_actions_need(
     rendered: dict[str, list[dict[str, Any]]],

@@ -49,4 +49,3 @@ def test_a_config_file_that_sets_the_mode_wins_and_one_that_does_not_keeps_dry_r
     assert mode_args(f"--config={with_mode}") == ""
     assert mode_args(env={"REMEDIATE_CONFIG": str(with_mode)}) == ""
     assert mode_args("--config", str(without)) == "--mode dry-run"
-
