@@ -221,10 +221,13 @@ def test_an_ha_pair_through_two_replicas_makes_one_run_per_alert_occurrence_and_
     # Every run names the one replica that ran it (whichever executor claimed it first).
     assert all(len(r["ran_on"]) == 1 for r in runs)
     assert {r["ran_on"][0].split(":")[0] for r in runs} <= {"replica-a", "replica-b"}
-    # The history is the same whichever replica is asked: one database.
-    assert [e["id"] for e in deployment.replicas["replica-a"].history(alertname="E2EReplicas")] == [
-        e["id"] for e in deployment.replicas["replica-b"].history(alertname="E2EReplicas")
-    ]
+    # The history is the same whichever replica is asked: one database. The pair's re-sends may record more
+    # duplicates between the two reads: compare what both reads cover.
+    seen_a = [e["id"] for e in deployment.replicas["replica-a"].history(alertname="E2EReplicas")]
+    seen_b = [e["id"] for e in deployment.replicas["replica-b"].history(alertname="E2EReplicas")]
+    low, high = max(min(seen_a), min(seen_b)), min(max(seen_a), max(seen_b))
+    assert [i for i in seen_a if low <= i <= high] == [i for i in seen_b if low <= i <= high]
+    assert high - low >= 2 * len(hosts)  # the runs' decisions at least
 
 
 def test_a_replica_killed_during_a_multi_step_run_is_taken_over_after_its_lease_and_nothing_runs_twice(
