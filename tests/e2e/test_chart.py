@@ -29,7 +29,7 @@ from remediate.disk.policy import load_policies
 from remediate.durations import parse_duration
 from remediate.kube import EVENT_NAMESPACE
 from remediate.playbooks import load_directory
-from tests.support.helm import CHART, NAMESPACE, RELEASE, Helm, by_kind
+from tests.support.helm import CHART, IMAGE_REPOSITORY, NAMESPACE, RELEASE, Helm, by_kind
 
 ROOT = CHART.parents[1]
 FULLNAME = f"{RELEASE}-remediate"
@@ -170,6 +170,34 @@ def test_invalid_values_are_refused(helm: Helm) -> None:
     sqlite_replicas = helm.template({"replicaCount": 2}, check=False)
     assert sqlite_replicas.returncode != 0
     assert "replicaCount > 1 needs an external database" in sqlite_replicas.stderr
+
+
+def test_the_image_is_a_value_users_set_and_leaving_it_unset_is_refused_naming_it(helm: Helm) -> None:
+    for unset in (None, {"image": {"repository": ""}}):
+        result = helm.template(unset, base=False, check=False)
+        assert result.returncode != 0, result.stdout[:200]
+        assert "image.repository is not set" in result.stderr, result.stderr
+    images = {
+        c["image"]
+        for o in helm.objects({"image": {"tag": "1.2.3"}})
+        if o["kind"] in ("Deployment", "DaemonSet", "Pod")
+        for c in [
+            *o["spec"].get("template", o)["spec"].get("initContainers", []),
+            *o["spec"].get("template", o)["spec"]["containers"],
+        ]
+    }
+    assert images == {f"{IMAGE_REPOSITORY}:1.2.3"}
+
+
+def test_with_an_existing_secret_two_renders_are_identical_for_gitops(helm: Helm) -> None:
+    """Argo CD and Flux render with `helm template` (no cluster: `lookup` is empty), and every render
+    generating new tokens would be a diff forever; with auth.existingSecret nothing is generated."""
+    values = {"auth": {"existingSecret": "remediate-tokens"}}
+    first, second = helm.template(values).stdout, helm.template(values).stdout
+    assert first == second
+    assert not [o for o in helm.objects(values) if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-tokens")]
+    # without it, the tokens are generated per render: what the paragraph in docs/install.md warns of
+    assert helm.template().stdout != helm.template().stdout
 
 
 # --------------------------------------------------------------------------- RBAC

@@ -322,7 +322,9 @@ def test_install_docs_show_the_example_cluster_and_values_and_a_db_copy_pod_the_
     (copy_pod,) = [b for b in blocks if isinstance(b, dict) and b.get("kind") == "Pod"]
     kubernetes_validate.validate(copy_pod, "1.30.0", strict=True)
     (claim,) = [v["persistentVolumeClaim"]["claimName"] for v in copy_pod["spec"]["volumes"]]
-    installed = helm.run("template", "remediate", str(CHART), "--namespace", "remediate").stdout
+    installed = helm.run(
+        "template", "remediate", str(CHART), "--namespace", "remediate", *helm.values_file(None)
+    ).stdout
     assert claim in [
         o["metadata"]["name"] for o in yaml.safe_load_all(installed) if o and o["kind"] == "PersistentVolumeClaim"
     ]

@@ -18,6 +18,10 @@ from tests.support.waiting import scaled
 CHART = ROOT / "helm" / "remediate"
 RELEASE = "rel"
 NAMESPACE = "gpu-ops"
+# The value every install must set (the chart refuses its empty default): passed to each render first, so a
+# test's own values still override it.
+IMAGE_REPOSITORY = "registry.test/remediate"
+BASE_VALUES: dict[str, Any] = {"image": {"repository": IMAGE_REPOSITORY}}
 
 
 @dataclass
@@ -41,12 +45,15 @@ class Helm:
             raise AssertionError(f"helm {' '.join(args)} failed (rc={result.returncode}):\n{result.stderr}")
         return result
 
-    def values_file(self, values: dict[str, Any] | None) -> list[str]:
-        if not values:
-            return []
-        path = self.home / f"values-{next(self._files)}.yaml"
-        path.write_text(yaml.safe_dump(values))
-        return ["-f", str(path)]
+    def values_file(self, values: dict[str, Any] | None, *, base: bool = True) -> list[str]:
+        files = [BASE_VALUES] if base else []
+        files += [values] if values else []
+        args: list[str] = []
+        for each in files:
+            path = self.home / f"values-{next(self._files)}.yaml"
+            path.write_text(yaml.safe_dump(each))
+            args += ["-f", str(path)]
+        return args
 
     def template(
         self,
@@ -55,9 +62,17 @@ class Helm:
         chart: Path = CHART,
         extra: tuple[str, ...] = (),
         check: bool = True,
+        base: bool = True,
     ) -> subprocess.CompletedProcess[str]:
         return self.run(
-            "template", RELEASE, str(chart), "--namespace", NAMESPACE, *self.values_file(values), *extra, check=check
+            "template",
+            RELEASE,
+            str(chart),
+            "--namespace",
+            NAMESPACE,
+            *self.values_file(values, base=base),
+            *extra,
+            check=check,
         )
 
     def objects(self, values: dict[str, Any] | None = None, **kwargs: Any) -> list[dict[str, Any]]:

@@ -94,8 +94,10 @@ Create the name of the service account to use
 {{- end }}
 {{- end }}
 
+{{- /* No public image is published: refuse to render a placeholder the kubelet could never pull. */}}
 {{- define "remediate.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- $repository := required "image.repository is not set: build the Dockerfile, push it and set image.repository (and image.tag) to it, e.g. --set image.repository=registry.example/remediate (docs/install.md)" .Values.image.repository }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
 {{/* The Secret holding the tokens. */}}
