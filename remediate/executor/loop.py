@@ -188,7 +188,7 @@ class Executor:
         return self._run_claimed() > 0
 
     def drain(self, timeout: float = 30.0) -> int:
-        """Execute queued runs in this thread until none is left (the tests' way to run the queue; the server uses the threads)."""
+        """Execute queued runs in this thread until none is left (how tests run the queue; the server has threads)."""
         done = 0
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self._run_claimed():
