@@ -155,7 +155,7 @@ class ExecutorSettings:
 
 @dataclass(frozen=True)
 class NotifySettings:
-    """notify.* steps (webhook, Slack, Teams) and the links in their messages (issue 13)."""
+    """notify steps (the named sinks; notify.webhook, Slack, Teams) and the links in their messages (issue 13)."""
 
     PREFIX: ClassVar[str] = "notify_"
     timeout: float = setting(10.0, v.to_seconds)
@@ -163,6 +163,15 @@ class NotifySettings:
     """remediate's base URL as people reach it (e.g. https://remediate.example.com): notify.slack and notify.teams
     link to `{public_url}/ui/runs/<id>`, notify.webhook sends it as `run_url`, message templates read it as
     `run.link`. Unset: their messages carry no links."""
+    sinks: tuple[v.Sink, ...] = setting((), v.to_sinks, flat="sinks")
+    """Named notification destinations that `notify` steps name (`sink: oncall`), so that no playbook holds
+    a URL: `{oncall: {type: webhook, url_file: /etc/remediate/sinks/oncall/url}}`; type webhook, slack or teams;
+    `url` (stored and shown: no credentials) or `url_file` (a mounted Secret, read when the step runs), and for
+    a webhook `headers_file`. Environment: REMEDIATE_SINKS as YAML or JSON text."""
+
+    def sink(self, name: str) -> v.Sink | None:
+        """The sink named `name`; None when it is not configured."""
+        return next((sink for sink in self.sinks if sink.name == name), None)
 
 
 @dataclass(frozen=True)

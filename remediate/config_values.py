@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from remediate.durations import parse_duration
 from remediate.errors import ConfigError
 from remediate.kube.model import parse_label_selector
+from remediate.urlcheck import check_stored_url
 
 ENV_PREFIX = "REMEDIATE_"
 WEBHOOK = "webhook"
@@ -247,3 +251,73 @@ def to_fraction(value: Any) -> float:
     if not 0.0 <= number <= 1.0:
         raise ValueError("must be between 0 and 1 (0.1 = 10% of the nodes)")
     return number
+
+
+SINK_TYPES = ("webhook", "slack", "teams")
+"""The formats a named sink posts in: notify.webhook's JSON summary, notify.slack's or notify.teams' message."""
+_SINK_FIELDS = ("type", "url", "url_file", "headers_file")
+_SINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+
+
+@dataclass(frozen=True)
+class Sink:
+    """A named notification destination (`sinks.<name>`), which `notify` steps name instead of a URL.
+
+    The same rules as notify.webhook/slack/teams' own params: `url` is stored and shown (no credentials in
+    it), `url_file` and `headers_file` are paths of files (a mounted Secret) read when the step runs."""
+
+    name: str
+    type: str
+    url: str | None = None
+    url_file: str | None = None
+    headers_file: str | None = None
+    """webhook only: YAML `Name: value` headers (Authorization: Bearer ...)."""
+
+
+def to_sinks(value: Any) -> tuple[Sink, ...]:
+    """`{name: {type, url | url_file, headers_file}}` (config file), or that mapping as YAML/JSON text
+    (environment: REMEDIATE_SINKS). Each error names the field: `sinks.<name>.<field>: ...`."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError("must be a YAML or JSON mapping of sink names to sinks") from None
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a mapping of sink names to sinks ({oncall: {type: webhook, url_file: ...}})")
+    return tuple(_sink(str(name), entry) for name, entry in sorted(value.items(), key=lambda item: str(item[0])))
+
+
+def _sink(name: str, entry: Any) -> Sink:
+    where = f"sinks.{name}"
+    if not _SINK_NAME.fullmatch(name):
+        raise ValueError(f"{where}: a sink's name is letters, digits, _.- (at most 63)")
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where}: must be a mapping (type, and url or url_file)")
+    for key, text in entry.items():
+        if key not in _SINK_FIELDS:
+            raise ValueError(f"{where}.{key}: unknown field (known: {', '.join(_SINK_FIELDS)})")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{where}.{key}: must be a non-empty string")
+    kind = entry.get("type")
+    if kind not in SINK_TYPES:
+        raise ValueError(f"{where}.type: must be one of {', '.join(SINK_TYPES)}, got {kind!r}")
+    if bool(entry.get("url")) == bool(entry.get("url_file")):
+        raise ValueError(
+            f"{where}.url: give exactly one of url and url_file (a file such as a mounted Secret, for a URL "
+            "that carries a credential)"
+        )
+    problem = check_stored_url(entry["url"].strip()) if entry.get("url") else None
+    if problem:
+        raise ValueError(f"{where}.url: {problem}")
+    for key in ("url_file", "headers_file"):
+        if entry.get(key) and not entry[key].strip().startswith("/"):
+            raise ValueError(f"{where}.{key}: must be the absolute path of a file (e.g. a mounted Secret)")
+    if entry.get("headers_file") and kind != "webhook":
+        raise ValueError(f"{where}.headers_file: only a webhook sink sends headers of its own")
+    return Sink(
+        name,
+        kind,
+        **{key: entry[key].strip() for key in ("url", "url_file", "headers_file") if entry.get(key)},
+    )

@@ -386,6 +386,11 @@ def preflight(settings: Settings) -> None:
     store.close()
     for line in start_up_block(settings, [playbook.name for playbook in playbooks.playbooks], dispatch.uses_agents):
         log.info("%s", line)
+    from remediate.actions.notify_sink import unconfigured_sinks
+
+    missing = unconfigured_sinks(playbooks.playbooks, settings.notify.sinks)
+    if missing:  # once, with the block: the notify steps naming them will fail
+        log.warning("%s", missing)
 
 
 MODE_MEANING = {

@@ -26,7 +26,6 @@ from remediate.actions.messages import render_message, run_page_url
 from remediate.actions.notify import (
     TIMEOUT,
     PostingAction,
-    check_stored_url,
     idempotency_key,
     post_json,
     read_url_file,
@@ -34,6 +33,7 @@ from remediate.actions.notify import (
 )
 from remediate.actions.schema import Param, ParamSchema
 from remediate.runs import StepStatus
+from remediate.urlcheck import check_stored_url
 
 # Slack's documented limits (api.slack.com/reference/block-kit/blocks).
 SLACK_HEADER_MAX = 150
