@@ -227,6 +227,25 @@ def test_every_alertname_a_shipped_playbook_matches_is_emitted_by_a_shipped_rule
             assert not missing, f"{where} matches {sorted(missing)}: no shipped rule emits it"
 
 
+URL = re.compile(r"\b[a-z][a-z0-9+.-]*://", re.I)
+
+
+def urls_in(texts: dict[str, str]) -> list[str]:
+    """`file: line` of every line holding a URL (scheme://) in `texts` (name -> text)."""
+    return [f"{name}: {line.strip()}" for name, text in texts.items() for line in text.splitlines() if URL.search(line)]
+
+
+def test_no_shipped_playbook_holds_a_url() -> None:
+    """Issue 26, deliverable 1: four shipped playbooks posted to http://127.0.0.1:9099/remediate-events, which is
+    nothing inside a pod; they name the `oncall` sink of the settings instead (notify, `sink: oncall`)."""
+    folders = (ROOT / "playbooks", ROOT / "helm/remediate/files/playbooks")
+    texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for f in folders for p in sorted(f.glob("*.yaml"))}
+    assert len(texts) >= 18  # both folders were read: the check below can fail
+    assert urls_in({"example.yaml": "      url: http://127.0.0.1:9099/remediate-events\n"}) != []
+    assert urls_in(texts) == []
+    assert sum(text.count("sink: oncall") for text in texts.values()) == 2 * 7
+
+
 def test_the_readme_examples_name_alerts_a_shipped_rule_emits() -> None:
     """Issue 26, deliverable 2: the README's dry-run example and playbook example are copied as written."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

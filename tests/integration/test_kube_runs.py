@@ -32,6 +32,7 @@ from remediate.actions.log import LogAction
 from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.cli import main
 from remediate.config import ExecutorSettings, Settings
+from remediate.config_values import Sink, to_sinks
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.kube import CORDONED_BY_RUN, KubeClient
@@ -529,6 +530,11 @@ def test_a_run_that_failed_transiently_before_changing_anything_runs_again_on_th
 # --------------------------------------------------------------------------- notify anyway (finding 15)
 
 
+def oncall_sink(url: str) -> tuple[Sink, ...]:
+    """The `oncall` sink the shipped playbooks notify (issue 26: no URL in them), posting to `url`."""
+    return to_sinks({"oncall": {"type": "webhook", "url": url}})
+
+
 def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refused(
     kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
 ) -> None:
@@ -540,7 +546,7 @@ def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refuse
     kube_api.add_pod("ml", "scratch-job-0", node, emptydir=True)
     shipped = (Path(__file__).resolve().parents[2] / "playbooks" / "gpu-xid-quarantine.yaml").read_text()
     with WebhookRecorder(path="/remediate-events") as recorder:
-        rig = make_rig(shipped.replace("http://127.0.0.1:9099/remediate-events", recorder.url))
+        rig = make_rig(shipped, sinks=oncall_sink(recorder.url))
         rig.ingest(xid_alert(node))
         rig.start()
         rig.wait_idle()
@@ -562,6 +568,33 @@ def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refuse
         assert kube_api.pod("ml", "scratch-job-0") is not None  # refused: nothing evicted
 
 
+def test_without_the_oncall_sink_the_overheat_rungs_cordon_still_happens_and_only_its_notify_step_fails(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Issue 26: the shipped gpu-overheat's last rung (checkpoint, cordon, notify) with no `sinks` set: the
+    notify step comes last, so the cordon is done; the step fails naming sinks.oncall and posts nothing,
+    which fails the run (its rungs 1 and 2 have no notify step: the power cap never depends on a sink)."""
+    (node,) = cluster(kube_api, 1)
+    shipped = yaml.safe_load((Path(__file__).resolve().parents[2] / "playbooks" / "gpu-overheat.yaml").read_text())
+    assert [len([s for s in rung["steps"] if s["action"] == "notify"]) for rung in shipped["escalate"]] == [0, 0, 1]
+    (rung,) = [rung for rung in shipped["escalate"] if rung["name"] == "cordon-and-notify"]
+    playbook = {"name": "overheat-rung-3", "match": shipped["match"], "target": "node", "steps": rung["steps"]}
+    rig = make_rig(yaml.safe_dump(playbook))
+    alert = alert_payload(
+        "GPUTemperatureHigh", labels={"Hostname": node, "gpu": "3", "UUID": "GPU-3", "severity": "warning"}
+    )
+
+    rig.ingest(alert)
+    rig.start()
+    rig.wait_idle()
+
+    (run,) = rig.runs()
+    steps = {step["name"]: step for step in run["steps"]}
+    assert (steps["cordon"]["status"], steps["notify"]["status"], run["status"]) == ("succeeded", "failed", "failed")
+    assert kube_api.node(node)["spec"]["unschedulable"] is True
+    assert steps["notify"]["error"].startswith("sink 'oncall' is not configured: set sinks.oncall")
+
+
 def test_the_shipped_quarantine_message_says_the_cordon_failed_and_links_the_run(
     kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
 ) -> None:
@@ -574,7 +607,8 @@ def test_the_shipped_quarantine_message_says_the_cordon_failed_and_links_the_run
     shipped = (Path(__file__).resolve().parents[2] / "playbooks" / "gpu-xid-quarantine.yaml").read_text()
     with WebhookRecorder(path="/remediate-events") as recorder:
         rig = make_rig(
-            shipped.replace("http://127.0.0.1:9099/remediate-events", recorder.url),
+            shipped,
+            sinks=oncall_sink(recorder.url),
             public_url="https://remediate.example.com",
         )
         rig.ingest(xid_alert(node))
@@ -627,7 +661,8 @@ def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_th
     now = time.time()
     with WebhookRecorder(path="/remediate-events") as recorder:
         rig = make_rig(
-            shipped.replace("http://127.0.0.1:9099/remediate-events", recorder.url),
+            shipped,
+            sinks=oncall_sink(recorder.url),
             gpu_backend="simulated",
             gpu_simulator_file=gpus.path,
         )
