@@ -26,9 +26,6 @@ from remediate.errors import ActionError
 if TYPE_CHECKING:
     import requests
 
-NAME = "notify"
-
-
 class SinkNotConfiguredError(ActionError):
     """The step names a sink that the settings do not define: nothing is posted."""
 
@@ -42,7 +39,7 @@ def not_configured(name: str) -> str:
 
 
 class NotifyAction(Action):
-    name: ClassVar[str] = NAME
+    name: ClassVar[str] = "notify"
     description: ClassVar[str] = (
         "Post to a named sink of the settings (`sinks`: a webhook, Slack or Teams, its URL from a file such as a "
         "mounted Secret) in that sink's format: notify.webhook's JSON summary, notify.slack's or notify.teams' "
@@ -125,7 +122,7 @@ def sinks_in_use(playbooks: Iterable[PlaybookSteps]) -> dict[str, list[str]]:
     for playbook in playbooks:
         resolved = [step for rung in playbook.rungs for step in rung.on_resolved]
         for step in (*playbook.steps_for("firing"), *playbook.steps_for("resolved"), *resolved):
-            if step.action == NAME:
+            if step.action == NotifyAction.name:
                 used.setdefault(str(step.params["sink"]), set()).add(playbook.name)
     return {sink: sorted(names) for sink, names in sorted(used.items())}
 

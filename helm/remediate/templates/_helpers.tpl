@@ -174,3 +174,28 @@ NOTES.txt (tests/e2e/test_chart.py checks all three against the shipped ladders)
   "group_interval" ($v.groupInterval | default $shipped.group_interval)
   "repeat_interval" ($v.repeatInterval | default $shipped.repeat_interval)) }}
 {{- end }}
+
+{{/*
+The server's `sinks` setting from the `sinks` value: a Secret's key becomes url_file (headers_file) under
+/etc/remediate/sinks/<name>/ (mounted by the Deployment, read when a notify step runs); a plain `url` is
+written as it is (the server refuses one that carries a credential).
+*/}}
+{{- define "remediate.sinks" -}}
+{{- $sinks := dict }}
+{{- range $name, $sink := .Values.sinks }}
+{{- $entry := dict "type" $sink.type }}
+{{- if $sink.existingSecret }}
+{{- $_ := set $entry "url_file" (printf "/etc/remediate/sinks/%s/%s" $name (default "url" $sink.key)) }}
+{{- if $sink.headersKey }}
+{{- if ne $sink.type "webhook" }}
+{{- fail (printf "sinks.%s.headersKey: only a webhook sink sends headers of its own (type is %s)" $name $sink.type) }}
+{{- end }}
+{{- $_ := set $entry "headers_file" (printf "/etc/remediate/sinks/%s/%s" $name $sink.headersKey) }}
+{{- end }}
+{{- else }}
+{{- $_ := set $entry "url" $sink.url }}
+{{- end }}
+{{- $_ := set $sinks $name $entry }}
+{{- end }}
+{{- toYaml $sinks }}
+{{- end }}
