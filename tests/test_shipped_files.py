@@ -43,6 +43,7 @@ def test_the_example_config_file_loads_with_every_key_known() -> None:
     settings = Settings.of(**values)
     assert settings.engine.step_timeout == 300.0
     assert settings.executor.poll_interval == 0.2
+    assert settings.notify.sink("oncall") is not None  # the sink the shipped playbooks notify
 
 
 def test_the_alertmanager_receiver_example_passes_amtool_check_config() -> None:

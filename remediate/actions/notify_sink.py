@@ -56,7 +56,7 @@ class NotifyAction(Action):
                 str,
                 required=True,
                 static=True,
-                doc="the name of a sink of the `sinks` setting (e.g. oncall); written in the playbook, never templated",
+                doc="the name of a sink of the `sinks` setting (e.g. oncall)",
             ),
             "message": Param(
                 str,
