@@ -26,6 +26,7 @@ from remediate.errors import ActionError
 if TYPE_CHECKING:
     import requests
 
+
 class SinkNotConfiguredError(ActionError):
     """The step names a sink that the settings do not define: nothing is posted."""
 
