@@ -63,13 +63,18 @@ def server(
     playbook = yaml.safe_load((ROOT / "playbooks" / f"{PLAYBOOK}.yaml").read_text())
     steps = [s for rung in playbook["escalate"] for s in [*rung["steps"], *rung.get("on_resolved", [])]]
     for step in [*steps, *playbook.get("on_resolved", [])]:
-        if step["action"] == "notify.webhook":
-            step["with"]["url"] = recorder.url
         if step["action"] == "k8s.drain":
             step["with"]["pdb_retry_interval"] = 0.2
     (playbooks_dir / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "kubeconfig")
-    return start_server(env={"REMEDIATE_KUBECONFIG": str(kubeconfig), "REMEDIATE_KUBE_REQUEST_TIMEOUT": "5s"})
+    return start_server(
+        env={
+            "REMEDIATE_KUBECONFIG": str(kubeconfig),
+            "REMEDIATE_KUBE_REQUEST_TIMEOUT": "5s",
+            # The shipped playbook notifies the `oncall` sink: the recorder here.
+            "REMEDIATE_SINKS": json.dumps({"oncall": {"type": "webhook", "url": recorder.url}}),
+        }
+    )
 
 
 def _labels(node: str) -> dict[str, str]:
@@ -99,7 +104,7 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
         ("k8s.cordon", "succeeded"),
         ("k8s.taint", "succeeded"),
         ("k8s.drain", "succeeded"),
-        ("notify.webhook", "succeeded"),
+        ("notify", "succeeded"),
     ]
     assert "node_aliases" in steps["checkpoint-jobs"]["error"] and steps["checkpoint-jobs"]["continue_on_error"]
     assert run["status"] == "succeeded" and run["error"] is None

@@ -46,9 +46,9 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
         assert all(rung.error is None for rung in quarantine.rungs)
         if status == "firing":
             assert rungs == [
-                ["training.checkpoint_node", "k8s.cordon", "k8s.taint", "k8s.drain", "notify.webhook"],
-                ["gpu.reset", "notify.webhook"],
-                ["k8s.cordon", "notify.webhook"],
+                ["training.checkpoint_node", "k8s.cordon", "k8s.taint", "k8s.drain", "notify"],
+                ["gpu.reset", "notify"],
+                ["k8s.cordon", "notify"],
             ]
             taint = quarantine.rungs[0].steps[2].params
             assert taint == {
@@ -61,7 +61,7 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
         else:
             assert rungs == [["k8s.untaint", "k8s.uncordon"], [], []]
             assert quarantine.rungs[0].steps[1].params["scope"] == "alert"
-            assert [s.spec.action for s in quarantine.steps] == ["notify.webhook"]
+            assert [s.spec.action for s in quarantine.steps] == ["notify"]
         checked += 1
     assert checked >= 9
 
@@ -80,6 +80,7 @@ def test_dry_run_plans_the_quarantine_against_the_cluster_and_changes_nothing(
     for name in ("REMEDIATE_CONFIG", "REMEDIATE_DATABASE_URL", "REMEDIATE_PLAYBOOKS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("REMEDIATE_KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("REMEDIATE_SINKS", '{oncall: {type: slack, url_file: /etc/remediate/sinks/oncall/url}}')
     cluster(kube_api, 20, prefix="node")
     kube_api.add_pod("ml", "trainer-0", "node-07", labels={"app": "trainer"})
     kube_api.add_pod("ml", "trainer-1", "node-07", labels={"app": "trainer"})
@@ -105,6 +106,8 @@ def test_dry_run_plans_the_quarantine_against_the_cluster_and_changes_nothing(
     assert drain["pdbs_that_would_block"] == ["ml/trainer"]
     assert [s["pod"] for s in drain["would_skip"]] == ["kube-system/dcgm-exporter-7"]
     assert steps["taint"]["plan"]["would"] == "add remediate.io/gpu-unhealthy=gpuxidcritical:NoSchedule"
+    notify = steps["notify"]["plan"]
+    assert (notify["can_act"], notify["would_post_to"]) == (True, "the URL in /etc/remediate/sinks/oncall/url")
     assert kube_api.changes == []
     assert {m for m, _, _ in kube_api.requests} == {"GET"}
 
