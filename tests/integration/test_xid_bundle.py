@@ -80,7 +80,7 @@ def test_dry_run_plans_the_quarantine_against_the_cluster_and_changes_nothing(
     for name in ("REMEDIATE_CONFIG", "REMEDIATE_DATABASE_URL", "REMEDIATE_PLAYBOOKS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("REMEDIATE_KUBECONFIG", str(kubeconfig))
-    monkeypatch.setenv("REMEDIATE_SINKS", '{oncall: {type: slack, url_file: /etc/remediate/sinks/oncall/url}}')
+    monkeypatch.setenv("REMEDIATE_SINKS", "{oncall: {type: slack, url_file: /etc/remediate/sinks/oncall/url}}")
     cluster(kube_api, 20, prefix="node")
     kube_api.add_pod("ml", "trainer-0", "node-07", labels={"app": "trainer"})
     kube_api.add_pod("ml", "trainer-1", "node-07", labels={"app": "trainer"})
