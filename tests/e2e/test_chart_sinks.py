@@ -8,6 +8,7 @@ from typing import Any
 
 from remediate.config import Settings, read_config_file
 from remediate.config_values import Sink
+from tests.e2e.test_chart import render_notes
 from tests.support.helm import RELEASE, Helm, by_kind
 
 FULLNAME = f"{RELEASE}-remediate"
@@ -100,3 +101,16 @@ def test_bad_sinks_are_refused_naming_the_value(helm: Helm) -> None:
     refused = helm.lint({"sinks": {"On_Call": {"type": "webhook", "url": "http://a:1/x"}}})
     assert refused.returncode != 0
     assert helm.lint({"sinks": SINKS}).returncode == 0
+
+
+def test_the_notes_say_when_the_shipped_playbooks_have_no_oncall_sink(helm: Helm, tmp_path: Path) -> None:
+    without = render_notes(helm, tmp_path / "without", {})
+    with_oncall = render_notes(helm, tmp_path / "with", {"sinks": SINKS})
+
+    (line,) = [line for line in without.splitlines() if line.startswith("  Notify:")]
+    assert line.startswith(
+        "  Notify:  no sinks; the shipped playbooks tell on-call through the sink oncall, which is NOT"
+    )
+    assert "set sinks.oncall" in line
+    (line,) = [line for line in with_oncall.splitlines() if line.startswith("  Notify:")]
+    assert line == "  Notify:  sinks bridge, ml-chat, oncall"
