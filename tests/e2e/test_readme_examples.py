@@ -20,6 +20,8 @@ Two things differ from a user's terminal, both for running beside other tests: t
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
 import re
 import signal
@@ -36,7 +38,7 @@ import requests
 import yaml
 
 from tests.support.processes import log_tail
-from tests.support.realsystems import free_port
+from tests.support.realsystems import AlertManager, free_port
 from tests.support.server import STOP_GRACE, WAIT
 from tests.support.waiting import scaled, wait_until
 
@@ -222,18 +224,23 @@ def user_environment(tree: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def served_tree(tmp_path: Path) -> Iterator[tuple[Path, str, Path]]:
-    """The README's `scripts/serve`, run in a copy of the tree on a free port: (tree, host:port, its log)."""
-    (serve,) = [c for block in blocks_of("sh") for c in commands(block) if c.startswith("scripts/serve")]
-    tree = tmp_path / "tree"
-    copy_of_the_tree(tree)
+@dataclass(frozen=True)
+class Served:
+    """scripts/serve running in a copy of the tree: where, on which address, and its output."""
+
+    tree: Path
+    address: str
+    log_path: Path
+
+
+@contextlib.contextmanager
+def serving(tree: Path, *args: str) -> Iterator[Served]:
+    """`scripts/serve ARGS` started in `tree` on a free port, until /readyz answers; stopped on exit."""
     address = f"127.0.0.1:{free_port()}"
-    log_path = tmp_path / "serve.log"
-    argv = [serve.split("#")[0].strip(), "--bind", address]  # the README's line is `scripts/serve  # comment`
+    log_path = tree.parent / f"{tree.name}-serve.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            argv,
+            ["scripts/serve", *args, "--bind", address],
             cwd=tree,
             env=user_environment(tree),
             stdin=subprocess.DEVNULL,
@@ -251,7 +258,7 @@ def served_tree(tmp_path: Path) -> Iterator[tuple[Path, str, Path]]:
                 return False
 
         wait_until(ready, READY, message=f"scripts/serve ready\n{log_tail(log_path)}")
-        yield tree, address, log_path
+        yield Served(tree, address, log_path)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -259,6 +266,18 @@ def served_tree(tmp_path: Path) -> Iterator[tuple[Path, str, Path]]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    """The README's `scripts/serve` line, run in a copy of the tree: each test its own (the README's answers
+    name notification and run 1)."""
+    (serve,) = [c for block in blocks_of("sh") for c in commands(block) if c.startswith("scripts/serve")]
+    assert serve.split("#")[0].split() == ["scripts/serve"], serve  # no arguments but the port added here
+    tree = tmp_path / "tree"
+    copy_of_the_tree(tree)
+    with serving(tree) as server:
+        yield server
 
 
 def run_line(command: str, tree: Path, address: str) -> subprocess.CompletedProcess[str]:
@@ -289,10 +308,8 @@ def start_up_block(log: str) -> list[str]:
     return lines[starts[0] :]
 
 
-def test_the_readme_sh_blocks_run_as_written_against_the_server_scripts_serve_started(
-    served_tree: tuple[Path, str, Path],
-) -> None:
-    tree, address, log_path = served_tree
+def test_the_readme_sh_blocks_run_as_written_against_the_server_scripts_serve_started(served: Served) -> None:
+    tree, address, log_path = served.tree, served.address, served.log_path
 
     # scripts/serve: shadow mode, how to switch, and the ```text block as its start-up block.
     log = log_path.read_text()
@@ -374,3 +391,52 @@ def test_the_folders_of_the_readme_tests_layout_exist() -> None:
     assert named and all(name.startswith("tests/") for name in named), named
     for name in named:
         assert list(ROOT.glob(name)), f"README names {name}, which is not there"
+
+
+def test_the_readme_alertmanager_receiver_delivers_with_the_token_file_scripts_serve_wrote(
+    served: Served, tmp_path: Path
+) -> None:
+    """A real AlertManager with the README's receiver block: its URL and `/path/to/remediate.token` made the
+    served tree's, and a route that sends at once. The alert matches no playbook and is recorded as unmatched:
+    remediate took AlertManager's token."""
+    receivers = copy.deepcopy(yaml_block("receivers"))
+    (webhook,) = [r["webhook_configs"][0] for r in receivers["receivers"] if r["name"] == "remediate"]
+    authorization = webhook["http_config"]["authorization"]
+    assert Path(authorization["credentials_file"]).name == "remediate.token"  # the file scripts/serve writes
+    authorization["credentials_file"] = str(served.tree / "remediate.token")
+    webhook["url"] = webhook["url"].replace(README_PORT, served.address)
+
+    class ReadmeAlertManager(AlertManager):
+        def config(self) -> dict[str, Any]:
+            route = {"receiver": "remediate", "group_by": ["alertname"], "group_wait": "1s", "group_interval": "1s"}
+            return {"route": route, **receivers}
+
+    operator = (served.tree / "remediate.operator-token").read_text().strip()
+
+    def recorded() -> list[dict[str, Any]]:
+        response = requests.get(
+            f"http://{served.address}/history",
+            params={"alertname": "ReadmeReceiverCheck"},
+            headers={"Authorization": f"Bearer {operator}"},
+            timeout=scaled(5),
+        )
+        response.raise_for_status()
+        entries: list[dict[str, Any]] = response.json()["entries"]
+        return entries
+
+    with ReadmeAlertManager(tmp_path / "alertmanager", webhook["url"], token=None) as alertmanager:
+        alertmanager.fire({"alertname": "ReadmeReceiverCheck", "Hostname": "node-a"})
+        (entry,) = wait_until(recorded, WAIT, message=f"the alert in /history\n{alertmanager.log_tail()}")
+    assert entry["decision"] == "unmatched", entry
+
+
+def test_the_readme_way_to_let_playbooks_act_starts_in_enforce_mode(tmp_path: Path) -> None:
+    """The README's switch out of shadow mode, `scripts/serve --mode enforce`, run as written."""
+    assert "`scripts/serve --mode enforce`" in readme_text()
+    tree = tmp_path / "tree"
+    copy_of_the_tree(tree)
+    with serving(tree, "--mode", "enforce") as server:
+        log = server.log_path.read_text()
+    mode = [line for line in start_up_block(log) if line.startswith("mode: ")]
+    assert mode and mode[0].startswith("mode: enforce"), log
+    assert "shadow mode" not in log, log
