@@ -174,3 +174,23 @@ NOTES.txt (tests/e2e/test_chart.py checks all three against the shipped ladders)
   "group_interval" ($v.groupInterval | default $shipped.group_interval)
   "repeat_interval" ($v.repeatInterval | default $shipped.repeat_interval)) }}
 {{- end }}
+
+{{/* Whether an object kube-prometheus-stack consumes (ServiceMonitor, PrometheusRule, dashboard) is rendered:
+its own `enabled` when true or false, else on when kubePrometheusStack.release is set. Called with
+(list <enabled> $); "true" or "". */}}
+{{- define "remediate.withKubePrometheusStack" -}}
+{{- $enabled := index . 0 }}
+{{- if kindIs "bool" $enabled }}{{ if $enabled }}true{{ end }}
+{{- else if (index . 1).Values.kubePrometheusStack.release }}true{{ end }}
+{{- end }}
+
+{{/* The labels of a ServiceMonitor or PrometheusRule, called with (list <additionalLabels> $): `release:
+<kubePrometheusStack.release>`, which kube-prometheus-stack's Prometheus selects them by, under the object's
+own additionalLabels (they win). YAML, or "" when there are none. */}}
+{{- define "remediate.kubePrometheusStackLabels" -}}
+{{- $labels := deepCopy (index . 0 | default dict) }}
+{{- with (index . 1).Values.kubePrometheusStack.release }}
+{{- if not (hasKey $labels "release") }}{{ $_ := set $labels "release" . }}{{ end }}
+{{- end }}
+{{- with $labels }}{{ toYaml . }}{{ end }}
+{{- end }}
