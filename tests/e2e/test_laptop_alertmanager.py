@@ -50,6 +50,11 @@ def _remediate_webhook() -> dict[str, Any]:
     return dict(webhook)
 
 
+def _remediate_route() -> dict[str, Any]:
+    (route,) = [r for r in yaml.safe_load(SHIPPED.read_text())["route"]["routes"] if r["receiver"] == "remediate"]
+    return dict(route)
+
+
 def test_the_shipped_config_names_the_token_file_scripts_serve_writes() -> None:
     credentials = Path(_remediate_webhook()["http_config"]["authorization"]["credentials_file"])
     assert not credentials.is_absolute(), "a laptop has no /etc/remediate: name the file scripts/serve writes"
@@ -100,7 +105,7 @@ def test_alertmanager_on_the_shipped_config_posts_to_scripts_serve_with_its_toke
             entries: list[dict[str, Any]] = response.json()["entries"]
             return entries
 
-        group_wait = parse_duration(_remediate_webhook_route()["group_wait"]).total_seconds()
+        group_wait = parse_duration(_remediate_route()["group_wait"]).total_seconds()
         entries = wait_until(
             recorded,
             group_wait + WAIT,
@@ -110,8 +115,3 @@ def test_alertmanager_on_the_shipped_config_posts_to_scripts_serve_with_its_toke
     finally:
         am.stop()
         serve.stop()
-
-
-def _remediate_webhook_route() -> dict[str, Any]:
-    (route,) = [r for r in yaml.safe_load(SHIPPED.read_text())["route"]["routes"] if r["receiver"] == "remediate"]
-    return dict(route)
