@@ -199,3 +199,23 @@ written as it is (the server refuses one that carries a credential).
 {{- end }}
 {{- toYaml $sinks }}
 {{- end }}
+
+{{/* Whether an object kube-prometheus-stack consumes (ServiceMonitor, PrometheusRule, dashboard) is rendered:
+its own `enabled` when true or false, else on when kubePrometheusStack.release is set. Called with
+(list <enabled> $); "true" or "". */}}
+{{- define "remediate.withKubePrometheusStack" -}}
+{{- $enabled := index . 0 }}
+{{- if kindIs "bool" $enabled }}{{ if $enabled }}true{{ end }}
+{{- else if (index . 1).Values.kubePrometheusStack.release }}true{{ end }}
+{{- end }}
+
+{{/* The labels of a ServiceMonitor or PrometheusRule, called with (list <additionalLabels> $): `release:
+<kubePrometheusStack.release>`, which kube-prometheus-stack's Prometheus selects them by, under the object's
+own additionalLabels (they win). YAML, or "" when there are none. */}}
+{{- define "remediate.kubePrometheusStackLabels" -}}
+{{- $labels := deepCopy (index . 0 | default dict) }}
+{{- with (index . 1).Values.kubePrometheusStack.release }}
+{{- if not (hasKey $labels "release") }}{{ $_ := set $labels "release" . }}{{ end }}
+{{- end }}
+{{- with $labels }}{{ toYaml . }}{{ end }}
+{{- end }}
