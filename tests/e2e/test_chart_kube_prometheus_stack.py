@@ -71,12 +71,14 @@ def objects(helm: Helm) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- the example
 
 
-def test_the_example_sets_only_the_four_values_a_team_chooses() -> None:
+def test_the_example_sets_only_the_values_a_team_chooses() -> None:
     assert leaves(example()) == [
         "alertmanagerConfig.enabled",
         "image.repository",
         "kubePrometheusStack.release",
         "server.config.public_url",
+        "sinks.oncall.existingSecret",
+        "sinks.oncall.type",
     ]
 
 
@@ -126,6 +128,13 @@ def test_its_settings_name_kube_prometheus_stacks_prometheus_and_the_public_url_
     assert settings.prometheus.url == "http://prometheus-operated.monitoring.svc:9090"
     assert settings.notify.public_url == example()["server"]["config"]["public_url"]
     assert settings.engine.mode == "dry-run"
+    # The shipped playbooks' sink, its URL a file from the team's Secret, mounted where the setting reads it.
+    oncall = settings.notify.sink("oncall")
+    assert oncall is not None and oncall.type == "slack"
+    assert str(oncall.url_file) == "/etc/remediate/sinks/oncall/url"
+    server = by_kind(objects, "Deployment", RELEASE)["spec"]["template"]["spec"]
+    secrets = {vol["secret"]["secretName"] for vol in server["volumes"] if "secret" in vol}
+    assert "oncall-slack" in secrets
 
 
 def test_its_alertmanagerconfig_reads_the_token_from_a_secret_in_its_own_namespace(
