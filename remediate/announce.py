@@ -1,7 +1,8 @@
 """The chat message that a run awaits approval, sent when it starts waiting (docs/playbooks.md, "Chat messages").
 
 An approve-mode run is stored `awaiting_approval` by the ingest and no step of it runs until a person
-approves it, so its own notify.slack / notify.teams steps speak only afterwards. The `Announcer` tells
+approves it, so its own notify.slack / notify.teams steps (and `notify` to a Slack or Teams sink) speak only
+afterwards. The `Announcer` tells
 the on-call at once: for each run awaiting approval whose steps include a chat step, one message to each
 distinct webhook of those steps (their params: a URL written in the playbook or a Secret's file, never a
 label), rendered as that step's action renders it, with `awaiting_approval` (what fired, what remediate
@@ -53,7 +54,7 @@ most four a second cost ~1.5 ms/s, and delay an announcement by a quarter of a s
 @runtime_checkable
 class Announces(Protocol):
     """An action that can announce a run awaiting approval to where its step would post (notify.slack,
-    notify.teams: remediate.actions.chat.ChatWebhookAction.announce)."""
+    notify.teams: remediate.actions.chat.ChatWebhookAction.announce; notify to a Slack or Teams sink)."""
 
     def announce(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]: ...
 
@@ -174,12 +175,13 @@ class Announcer:
 
 
 def _distinct_webhooks(steps: tuple[StepRecord, ...], actions: tuple[str, ...]) -> Iterator[StepRecord]:
-    """The chat steps, the first of each (action, url or url_file): two steps to one channel get one message."""
-    seen: set[tuple[str, str, str]] = set()
+    """The chat steps, the first of each (action, url, url_file or sink): two steps to one channel get one
+    message."""
+    seen: set[tuple[str, ...]] = set()
     for step in steps:
         if step.action not in actions:
             continue
-        where = (step.action, str(step.params.get("url", "")), str(step.params.get("url_file", "")))
+        where = (step.action, *(str(step.params.get(key, "")) for key in ("url", "url_file", "sink")))
         if where not in seen:
             seen.add(where)
             yield step

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.chat import NotifySlackAction, NotifyTeamsAction
+from remediate.actions.chat import ChatWebhookAction, NotifySlackAction, NotifyTeamsAction
 from remediate.actions.notify import TIMEOUT, NotifyWebhookAction, PostingAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config_values import Sink
@@ -104,6 +104,14 @@ class NotifyAction(Action):
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         sink, action, posted = self._target(params)
         return {"sink": sink.name, "type": sink.type, **action.execute(posted, ctx)}
+
+    def announce(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        """That the run waits for approval, to a Slack or Teams sink (remediate.announce): that action's own
+        announcement. A webhook sink is told nothing before approval, as notify.webhook is not."""
+        sink, action, posted = self._target(params)
+        if not isinstance(action, ChatWebhookAction):
+            return {"sink": sink.name, "type": sink.type, "announced": False}
+        return {"sink": sink.name, "type": sink.type, **action.announce(posted, ctx)}
 
 
 class PlaybookSteps(Protocol):

@@ -4,6 +4,7 @@ only a POST that provably sent nothing is tried again. On a SQLite file."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -13,13 +14,16 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
+from remediate.actions.notify_sink import NotifyAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.announce import FAILED, SENT, Announcer, announcing_actions
+from remediate.config_values import to_sinks
 from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
+from tests.support.realsystems import WebhookRecorder
 from tests.support.stores import rows
 from tests.support.waiting import wait_until
 
@@ -259,4 +263,27 @@ def test_a_storm_of_wake_ups_costs_a_few_looks_not_one_each(
 
 
 def test_the_chat_actions_announce_and_no_other_shipped_action_does(store: Store) -> None:
-    assert announcing_actions(default_registry()) == ("notify.slack", "notify.teams")
+    assert announcing_actions(default_registry()) == ("notify", "notify.slack", "notify.teams")
+
+
+def test_a_notify_step_to_a_slack_sink_is_announced_once_and_a_webhook_sink_is_told_nothing(store: Store) -> None:
+    with WebhookRecorder(path="/slack") as slack, WebhookRecorder(path="/bridge") as bridge:
+        sinks = to_sinks(
+            {"oncall": {"type": "slack", "url": slack.url}, "bridge": {"type": "webhook", "url": bridge.url}}
+        )
+        registry = ActionRegistry([LogAction(), NotifyAction(sinks, public_url="https://remediate.example.com")])
+        tell = [{"action": "notify", "name": n, "with": {"sink": sink}} for n, sink in (
+            ("page", "oncall"), ("page again", "oncall"), ("bridge", "bridge"),
+        )]  # fmt: skip
+        playbook = parse_playbook({**PLAYBOOK, "steps": [PLAYBOOK["steps"][0], *tell]}, registry, source="ask.yaml")
+        engine = Engine(store=store, playbooks=PlaybookSet([playbook]), registry=registry)
+        (run_id,) = waiting(engine, "node-a")
+
+        assert drain(Announcer(store=store, registry=registry, clock=lambda: T0 + 5)) == 1
+
+        (request,) = slack.requests  # two steps to one sink: one message
+        assert request.header("Idempotency-Key") == f"remediate-run-{run_id}-awaiting-approval-1"
+        assert f"https://remediate.example.com/ui/runs/{run_id}" in json.dumps(request.json)
+        assert bridge.requests == []
+        (run,) = rows(store, "runs")
+        assert (run.announced_at, run.announce_error) == (T0 + 5, None)
