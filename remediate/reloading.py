@@ -1,8 +1,9 @@
 """The reload of `remediate serve` (remediate.live), in each of its processes.
 
-The master (`ReloadingArbiter`) reads the set on SIGHUP and, when it is valid, holds it, tells the executor
-process and lets gunicorn replace the HTTP workers; an HTTP worker's POST /-/reload asks its master
-(`reload_by_master`); the executor process re-reads the set without stopping (`reload_executor`).
+The master (`ReloadOnHup`, mixed into serving's gunicorn arbiters) reads the set on SIGHUP and, when it is
+valid, holds it, tells the executor process and lets gunicorn replace the HTTP workers; an HTTP worker's
+POST /-/reload asks its master (`reload_by_master`); the executor process re-reads the set without stopping
+(`reload_executor`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from gunicorn.arbiter import Arbiter
-
 from remediate.config import Settings
 from remediate.errors import PlaybookError
 from remediate.httpworker import TOLD_TO_STOP
@@ -23,14 +22,15 @@ from remediate.live import LiveSet, read_live
 log = logging.getLogger("remediate.serve")
 
 
-class ReloadingArbiter(Arbiter):  # type: ignore[misc]
-    """gunicorn's master, whose SIGHUP re-reads the live set first: an invalid file keeps the running set and
-    replaces nothing; a valid set goes to the app (`app.live`, what each child forked from now on starts with),
-    then gunicorn's own SIGHUP forks new HTTP workers and stops the old ones gracefully."""
+class ReloadOnHup:
+    """Mixed into gunicorn's master (before gunicorn's Arbiter), whose SIGHUP then re-reads the live set
+    first: an invalid file keeps the running set and replaces nothing; a valid set goes to the app (`app.live`,
+    what each child forked from now on starts with), then gunicorn's own SIGHUP forks new HTTP workers and
+    stops the old ones gracefully."""
 
-    def __init__(self, app: Any, settings: Settings) -> None:
-        self.remediate_settings = settings
-        super().__init__(app)
+    remediate_settings: Settings
+    app: Any
+    log: Any
 
     def handle_hup(self) -> None:
         try:
@@ -41,7 +41,7 @@ class ReloadingArbiter(Arbiter):  # type: ignore[misc]
         self.app.live = live
         self.log.info("reloaded %s", live.describe())
         self.live_reloaded()
-        super().handle_hup()
+        super().handle_hup()  # type: ignore[misc]  # gunicorn's Arbiter, after this in the MRO
 
     def live_reloaded(self) -> None:
         """Tells the children a reload does not replace (none here) to re-read the live set."""

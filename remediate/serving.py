@@ -41,11 +41,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
 
 from remediate.beat import ExecutorBeat
 from remediate.config import Settings
 from remediate.httpworker import worker_class
-from remediate.reloading import ReloadingArbiter, reload_by_master, reload_executor
+from remediate.reloading import ReloadOnHup, reload_by_master, reload_executor
 
 if TYPE_CHECKING:
     from remediate.live import LiveSet
@@ -219,7 +220,15 @@ def retention_keep(settings: Settings, playbooks: Any) -> float:
     return max(settings.store.retention, ATTEMPT_WINDOW.total_seconds(), settings.kube.breaker.window, *cooldowns)
 
 
-class _RemediateArbiter(ReloadingArbiter):
+class _ReloadingArbiter(ReloadOnHup, Arbiter):  # type: ignore[misc]
+    """gunicorn's master; SIGHUP reloads the live set (remediate.reloading)."""
+
+    def __init__(self, app: _GunicornApp, settings: Settings) -> None:
+        self.remediate_settings = settings
+        super().__init__(app)
+
+
+class _RemediateArbiter(_ReloadingArbiter):
     """gunicorn's master, which also keeps one executor process running (a reload tells it: SIGHUP)."""
 
     def __init__(self, app: _GunicornApp, settings: Settings, wake_path: Path) -> None:
@@ -551,7 +560,7 @@ def _serve(settings: Settings, private_dir: Path, live: LiveSet) -> None:
     }
     if not settings.executor.threads:  # gunicorn's own master; the workers wake nobody (no process listens)
         _GunicornApp(
-            options, lambda now: _server_app(settings, None, now), lambda app: ReloadingArbiter(app, settings), live
+            options, lambda now: _server_app(settings, None, now), lambda app: _ReloadingArbiter(app, settings), live
         ).run()
         return
     wake_path = private_dir / WAKE_SOCKET

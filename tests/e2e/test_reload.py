@@ -62,11 +62,7 @@ def _workers(server: RemediateServer, executor: int) -> set[int]:
 
 def _executor_pid(server: RemediateServer) -> int:
     """The executor process: the master's child that says so in its log line."""
-    line = wait_until(
-        lambda: next((x for x in server.log_path.read_text().splitlines() if "Started the executor process" in x), None),
-        WAIT,
-        message="the executor process's start in the log",
-    )
+    line = _log_after(server, 0, "Started the executor process")
     return int(line.split("pid: ")[1].split(",")[0])
 
 
