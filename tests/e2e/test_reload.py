@@ -181,3 +181,20 @@ def test_a_run_running_during_a_reload_finishes_with_the_steps_it_started_with(
     said = {r.json["run_id"]: r.json["message"] for r in recorder.requests if r.json["message"] != "hold"}
     assert said == {old: "v1", new: "v2"}
     assert executor in child_pids(server.pid)  # never restarted: the run went on in it
+
+
+def test_a_server_without_an_executor_process_reloads_too(
+    playbooks_dir: Path, start_server: Callable[..., RemediateServer]
+) -> None:
+    """--executor-threads 0 (replicas that only take webhooks): gunicorn's master without one, same SIGHUP."""
+    write_playbook(playbooks_dir, "first", _logged("first", "First"))
+    server = start_server(workers=1, executor_threads=0)
+    (worker,) = child_pids(server.pid)
+    write_playbook(playbooks_dir, "second", _logged("second", "Second"))
+    mark = len(server.log_path.read_text())
+
+    assert _reload(server, server.token).json()["count"] == 2
+
+    _log_after(server, mark, "reloaded 2 playbooks (first, second)")
+    wait_until(lambda: worker not in child_pids(server.pid), WAIT, message="the old worker replaced")
+    assert len(_post(server, "Second", "node-a")) == 1  # queued for an executor elsewhere
