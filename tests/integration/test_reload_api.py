@@ -31,3 +31,16 @@ def test_reload_needs_the_operator_role_and_keeps_the_set_when_a_file_is_invalid
 
     assert applied.get_json() == {"reloaded": True, "count": 1, "playbooks": ["log-xid"]}
     assert len(server.webhook(real_firing(), token=TOKEN).get_json()["runs"]) == 1
+
+
+def test_a_reload_the_server_did_not_apply_answers_503_and_changes_nothing(make_server: Callable[..., Server]) -> None:
+    """In `remediate serve` the master applies it (reads the files again); when it did not in time: 503."""
+    server = make_server()
+    server.services.reload = lambda _live: False
+    directory = server.services.settings.engine.playbooks
+    (directory / "more.yaml").write_text(LOG_XID.replace("name: log-xid", "name: more"), encoding="utf-8")
+
+    answer = server.post("/-/reload")
+
+    assert (answer.status_code, answer.get_json()["error"]) == (503, "reload_not_applied")
+    assert len(server.services.engine.playbooks) == 1
