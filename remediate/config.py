@@ -53,6 +53,9 @@ class ServerSettings:
     storing one costs a worker about 12 bytes of memory per body byte (~100 MiB at 8 MiB, docs/benchmarks.md)."""
     request_timeout: float = setting(10.0, v.to_seconds)
     """Seconds a client may take to send one whole request (head and body), server and agent; then it is cut off."""
+    config_file: Path | None = setting(None, v.to_optional_path, flat="config")
+    """The settings file read at start (--config or REMEDIATE_CONFIG): a reload (SIGHUP, POST /-/reload) reads
+    its `sinks` again."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,16 @@ class NotifySettings:
     def sink(self, name: str) -> v.Sink | None:
         """The sink named `name`; None when it is not configured."""
         return next((sink for sink in self.sinks if sink.name == name), None)
+
+
+def current_sinks(settings: Settings, env: Mapping[str, str] | None = None) -> tuple[v.Sink, ...]:
+    """The `sinks` setting as its sources say now (a reload): $REMEDIATE_SINKS, else the settings file's, else
+    none. (No command-line flag sets sinks.) ConfigError names what is wrong."""
+    env = os.environ if env is None else env
+    values = read_config_file(settings.server.config_file) if settings.server.config_file else {}
+    if f"{ENV_PREFIX}SINKS" in env:
+        values.update(_convert({"sinks": env[f"{ENV_PREFIX}SINKS"]}, "environment"))
+    return values.get("sinks", ())
 
 
 @dataclass(frozen=True)
@@ -524,6 +537,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: the top level must be a mapping of settings")
+    if "config" in data:
+        raise ConfigError(f"config file {path}: setting 'config' names the settings file; it cannot be set in one")
     return _convert(data, f"config file {path}")
 
 
@@ -551,4 +566,6 @@ def load_settings(
         merged.update(read_config_file(config_file))
     merged.update(settings_from_env(env))
     merged.update(_convert({k: v for k, v in (overrides or {}).items() if v is not None}, "command line"))
+    # The file read, whichever of --config and REMEDIATE_CONFIG named it.
+    merged["config"] = None if config_file is None else Path(config_file)
     return Settings.of(**merged)

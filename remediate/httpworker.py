@@ -27,6 +27,7 @@ import logging
 import re
 import selectors
 import socket
+import threading
 import time
 from functools import partial
 from typing import Any
@@ -43,6 +44,10 @@ connections at this much each (gunicorn's `worker_connections`, 1000, connection
 
 HEAD_BYTES = 64 * 1024
 """A head not complete within this many bytes goes to a thread, whose parser rejects it (gunicorn's limits)."""
+
+TOLD_TO_STOP = threading.Event()
+"""Set in an HTTP worker once its master told it to stop (SIGTERM): after a reload, the master has the new
+set and has forked the workers that serve with it (POST /-/reload answers then)."""
 
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,20})[ \t]*(?=\r\n|$)")
 _HANDS_OVER = re.compile(rb"\r\n(?:transfer-encoding|expect|upgrade):")
@@ -95,6 +100,10 @@ class BufferingWorker(ThreadWorker):  # type: ignore[misc]
 
     request_timeout: float = 10.0
     """Seconds a client may take to send one request, head and body (set by `worker_class`)."""
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        TOLD_TO_STOP.set()
+        super().handle_exit(sig, frame)
 
     def accept(self, listener: socket.socket) -> None:
         try:

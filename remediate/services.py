@@ -25,8 +25,9 @@ from remediate.grafana import Annotator, target_from_settings
 from remediate.kube.agents import own_namespace
 from remediate.kube.client import KubeClient
 from remediate.kube.enroll import AgentEnrollment
+from remediate.live import LiveSet
 from remediate.metrics import Metrics, multiprocess_mode
-from remediate.playbooks import load_playbooks
+from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
 from remediate.store import PoolLimits, Store
 
@@ -52,6 +53,17 @@ class Services:
     through Kubernetes (agent_selector) and the master agent token is set."""
     executor_beat: ExecutorBeat | None = None
     """The executor process's heartbeat (in `remediate serve`): its age is in /readyz and /metrics."""
+    reload: Callable[[LiveSet], bool] | None = None
+    """How POST /-/reload applies a set it read (in `remediate serve`: the master replaces the HTTP workers);
+    None: this process alone serves, its engine takes the set."""
+
+    def apply(self, live: LiveSet) -> bool:
+        """Applies a live set read by POST /-/reload; False when it was not applied (`reload` says why)."""
+        if self.reload is not None:
+            return self.reload(live)
+        self.engine.playbooks = live.playbooks
+        live.apply_to(self.engine.registry)
+        return True
 
 
 def pool_limits(settings: Settings) -> PoolLimits:
@@ -66,15 +78,19 @@ def build_services(
     store_busy_timeout: float | None = None,
     commit_checkpoints: bool = True,
     executor_beat: ExecutorBeat | None = None,
+    playbooks: PlaybookSet | None = None,
+    reload: Callable[[LiveSet], bool] | None = None,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
+    `playbooks`: the set its master holds (`remediate serve`: read once there, reloaded there); else read now.
     `commit_checkpoints=False`: the executor process checkpoints SQLite's log apart (store.checkpoints).
 
     The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
     """
     credentials = tuple(check_server_credentials(settings.auth))
     registry = default_registry(settings)
-    playbooks = load_playbooks(settings.engine.playbooks, registry)
+    if playbooks is None:
+        playbooks = load_playbooks(settings.engine.playbooks, registry)
     store = Store.open(
         settings.store.url,
         busy_timeout=settings.store.busy_timeout if store_busy_timeout is None else store_busy_timeout,
@@ -125,6 +141,7 @@ def build_services(
         announcer,
         agent_enrollment(settings),
         executor_beat,
+        reload,
     )
 
 

@@ -16,11 +16,17 @@ process if it dies or stops beating (its runs are recovered like after any crash
 stops it with `Executor.stop()` within `graceful_timeout`. A worker that queued
 runs wakes the executor with a datagram on a UNIX socket in a private directory;
 a lost datagram costs one `poll_interval` at most.
+
+Reload (remediate.live): SIGHUP to the master, or POST /-/reload (which SIGHUPs it), re-reads the playbooks.
+The master keeps its set when a file is invalid (and logs which and why); else it holds the new set, forks
+new HTTP workers with it and stops the old ones gracefully (gunicorn's own SIGHUP), and tells the executor
+process, which re-reads them without stopping: its runs go on with the steps they were stored with.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -32,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
@@ -40,6 +46,10 @@ from gunicorn.arbiter import Arbiter
 from remediate.beat import ExecutorBeat
 from remediate.config import Settings
 from remediate.httpworker import worker_class
+from remediate.reloading import ReloadOnHup, reload_by_master, reload_executor
+
+if TYPE_CHECKING:
+    from remediate.live import LiveSet
 
 log = logging.getLogger("remediate.serve")
 
@@ -92,19 +102,24 @@ def _listen_for_wakeups(path: Path, wake: Any, stopping: threading.Event) -> soc
     return sock
 
 
-def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, listeners: list[Any]) -> int:
-    """Body of the executor process (forked by the master): run the executor until SIGTERM or the master dies."""
+def _executor_process(
+    settings: Settings, wake_path: Path, arbiter_pid: int, listeners: list[Any], live: LiveSet
+) -> int:
+    """Body of the executor process (forked by the master, which holds `live`): run the executor until SIGTERM or
+    the master dies; SIGHUP re-reads the live set."""
     # The fork copied the master's state: its listening sockets (not ours to hold open) and its signal
     # handlers, which would queue our signals in the master's pipe.
     for listener in listeners:
         with contextlib.suppress(OSError):
             listener.close()
-    stopping = threading.Event()
-    for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGTTIN, signal.SIGTTOU):
+    stopping, reload_asked = threading.Event(), threading.Event()
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
         signal.signal(sig, lambda *_: stopping.set())
+    signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # blocked by the master across the fork
     from gunicorn import util
 
     util._setproctitle("executor [remediate]")  # a no-op without setproctitle installed
@@ -114,7 +129,9 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
     # Nobody waits on an answer here: the executor's writes wait as long as before (a request's 503 bound
     # would only turn a moment of contention into a failed step).
     # This process checkpoints SQLite's write-ahead log for every process of the server (store.checkpoints).
-    services = build_services(settings, store_busy_timeout=DEFAULT_BUSY_TIMEOUT, commit_checkpoints=False)
+    services = build_services(
+        live.over(settings), store_busy_timeout=DEFAULT_BUSY_TIMEOUT, commit_checkpoints=False, playbooks=live.playbooks
+    )
     executor, announcer = services.executor, services.announcer
     beat = executor_beat(wake_path)
     beat.beat()
@@ -134,6 +151,9 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
             if os.getppid() != arbiter_pid:
                 log.warning("the master process is gone: executor stopping")
                 break
+            if reload_asked.is_set():
+                reload_asked.clear()
+                reload_executor(settings, functools.partial(_apply_live, settings, services, pruner))
     finally:
         checkpointer.stop(timeout=1.0)
         if pruner is not None:
@@ -144,6 +164,15 @@ def _executor_process(settings: Settings, wake_path: Path, arbiter_pid: int, lis
         sock.close()
         services.store.close()
     return 0
+
+
+def _apply_live(settings: Settings, services: Any, pruner: Any, live: LiveSet) -> None:
+    """A reload in the executor process: its engine's set, and the cooldowns the pruner keeps history for.
+    Its runs need nothing: each runs the steps stored with it, never its playbook again."""
+    services.engine.playbooks = live.playbooks
+    live.apply_to(services.engine.registry)
+    if pruner is not None:
+        pruner.keep = retention_keep(settings, live.playbooks)
 
 
 def executor_beat(wake_path: Path) -> ExecutorBeat:
@@ -178,26 +207,45 @@ def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: flo
     longest playbook cooldown, the breaker's window."""
     if not settings.store.retention:
         return None
-    from remediate.guards import ATTEMPT_WINDOW
     from remediate.store import Pruner
 
-    cooldowns = [p.cooldown.total_seconds() for p in playbooks.playbooks]
-    keep = max(settings.store.retention, ATTEMPT_WINDOW.total_seconds(), settings.kube.breaker.window, *cooldowns)
+    keep = retention_keep(settings, playbooks)
     return Pruner(store.retention.prune, keep, every=every, first_after=min(every, PRUNE_FIRST_AFTER))
 
 
-class _RemediateArbiter(Arbiter):  # type: ignore[misc]
-    """gunicorn's master, which also keeps one executor process running."""
+def retention_keep(settings: Settings, playbooks: Any) -> float:
+    """Seconds of history the pruner keeps: `retention`, but never less than the guards read back."""
+    from remediate.guards import ATTEMPT_WINDOW
+
+    cooldowns = [p.cooldown.total_seconds() for p in playbooks.playbooks]
+    return max(settings.store.retention, ATTEMPT_WINDOW.total_seconds(), settings.kube.breaker.window, *cooldowns)
+
+
+class _ReloadingArbiter(ReloadOnHup, Arbiter):  # type: ignore[misc]
+    """gunicorn's master; SIGHUP reloads the live set (remediate.reloading)."""
+
+    def __init__(self, app: _GunicornApp, settings: Settings) -> None:
+        self.remediate_settings = settings
+        super().__init__(app)
+
+
+class _RemediateArbiter(_ReloadingArbiter):
+    """gunicorn's master, which also keeps one executor process running (a reload tells it: SIGHUP)."""
 
     def __init__(self, app: _GunicornApp, settings: Settings, wake_path: Path) -> None:
-        self.remediate_settings = settings
         self.wake_path = wake_path
         self.executor_pid = 0
         self._executor_started_at = 0.0
         self._executor_status: int | None = None
         """The executor process's waitpid status, once collected (see reap_workers)."""
         self.beat = executor_beat(wake_path)
-        super().__init__(app)
+        super().__init__(app, settings)
+
+    def live_reloaded(self) -> None:
+        # Not replaced (that would stop its running steps): it re-reads the playbooks itself.
+        if self.executor_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.executor_pid, signal.SIGHUP)
 
     def manage_workers(self) -> None:
         super().manage_workers()
@@ -211,8 +259,15 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
             return
         self._executor_started_at = time.monotonic()
         self.beat.reset()
-        pid = os.fork()
+        # SIGHUP waits in the child until its handler is set: a reload right after the fork is not lost.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+        try:
+            pid = os.fork()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
+            raise
         if pid:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
             self.executor_pid = pid
             self.log.info(
                 "Started the executor process (pid: %s, %d threads)", pid, self.remediate_settings.executor.threads
@@ -220,7 +275,7 @@ class _RemediateArbiter(Arbiter):  # type: ignore[misc]
             return
         status = 1
         try:
-            status = _executor_process(self.remediate_settings, self.wake_path, self.pid, self.LISTENERS)
+            status = _executor_process(self.remediate_settings, self.wake_path, self.pid, self.LISTENERS, self.app.live)
         except BaseException:
             log.exception("the executor process failed")
         finally:
@@ -314,15 +369,21 @@ def _mark_metrics_dead(pid: int) -> None:
 
 
 class _GunicornApp(BaseApplication):  # type: ignore[misc]
-    """gunicorn with these `options`, serving the Flask app `load_app()` builds in each worker (the master
+    """gunicorn with these `options`, serving the Flask app `load_app(live)` builds in each worker (the master
     imported its modules; no database connection crosses a fork). `arbiter` builds the master."""
 
     def __init__(
-        self, options: dict[str, Any], load_app: Callable[[], Any], arbiter: Callable[[_GunicornApp], Any]
+        self,
+        options: dict[str, Any],
+        load_app: Callable[[LiveSet], Any],
+        arbiter: Callable[[_GunicornApp], Any],
+        live: LiveSet,
     ) -> None:
         self.options = options
         self.load_app = load_app
         self.arbiter = arbiter
+        self.live = live
+        """The live set the master holds: each child forked starts with it (no child reads the files itself)."""
         super().__init__()
 
     def run(self) -> None:
@@ -341,18 +402,25 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
             self.cfg.set("control_socket_disable", True)
 
     def load(self) -> Any:
-        return self.load_app()
+        return self.load_app(self.live)
 
 
-def _server_app(settings: Settings, wake_path: Path | None) -> Any:
-    """The server's Flask app in an HTTP worker."""
+def _server_app(settings: Settings, wake_path: Path | None, live: LiveSet | None = None) -> Any:
+    """The server's Flask app in an HTTP worker, with its master's `live` set (None: read now, no master)."""
     from remediate.server import build_services, create_app
 
     # HTTP workers never run steps: runs they queue wake the executor process, when there is one.
     wake = executor_waker(wake_path) if wake_path is not None else _no_executor_to_wake
     # With an executor process, it checkpoints SQLite's log: a webhook's commit does not (store.checkpoints).
     beat = executor_beat(wake_path) if wake_path is not None else None
-    services = build_services(settings, wake=wake, commit_checkpoints=wake_path is None, executor_beat=beat)
+    services = build_services(
+        settings if live is None else live.over(settings),
+        wake=wake,
+        commit_checkpoints=wake_path is None,
+        executor_beat=beat,
+        playbooks=live.playbooks if live is not None else None,
+        reload=reload_by_master(os.getppid(), GRACEFUL_TIMEOUT) if live is not None else None,
+    )
     return create_app(settings, services=services)
 
 
@@ -360,16 +428,15 @@ def _no_executor_to_wake() -> None:
     """The wake-up of HTTP workers with the executors off: nobody listens (the runs wait for an executor)."""
 
 
-def preflight(settings: Settings) -> None:
-    """Fail before forking: token, playbooks, database reachable and schema current."""
-    from remediate.actions import default_registry
+def preflight(settings: Settings) -> LiveSet:
+    """Fail before forking: token, playbooks, database reachable and schema current; the live set read."""
     from remediate.config import check_server_credentials
-    from remediate.playbooks import load_playbooks
+    from remediate.live import read_live
     from remediate.services import pool_limits
     from remediate.store import Store
 
     check_server_credentials(settings.auth)
-    playbooks = load_playbooks(settings.engine.playbooks, default_registry(settings))
+    live = read_live(settings)
     from remediate.runners import Dispatch
 
     dispatch = Dispatch.from_settings(settings)  # agents configured without a token: fail here, not in workers
@@ -384,13 +451,11 @@ def preflight(settings: Settings) -> None:
         open_backend(settings.gpu.backend, simulator_file=settings.gpu.simulator_file)
     store = Store.open(settings.store.url, pool=pool_limits(settings))
     store.close()
-    for line in start_up_block(settings, [playbook.name for playbook in playbooks.playbooks], dispatch.uses_agents):
+    for line in start_up_block(settings, live.names, dispatch.uses_agents):
         log.info("%s", line)
-    from remediate.actions.notify_sink import unconfigured_sinks
-
-    missing = unconfigured_sinks(playbooks.playbooks, settings.notify.sinks)
-    if missing:  # once, with the block: the notify steps naming them will fail
+    if missing := live.unconfigured():  # once, with the block: the notify steps naming them will fail
         log.warning("%s", missing)
+    return live
 
 
 MODE_MEANING = {
@@ -462,7 +527,7 @@ def run_server(settings: Settings) -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     private_dir = Path(tempfile.mkdtemp(prefix="remediate-serve-"))  # 0700: only this user may wake the executor
     try:
-        preflight(settings)
+        live = preflight(settings)
         if settings.auth.insecure_no_auth and not settings.auth.credentials():
             log.warning(
                 "!!! --insecure-no-auth: the webhook and every mutating endpoint accept requests WITHOUT A TOKEN"
@@ -472,7 +537,7 @@ def run_server(settings: Settings) -> None:
         # cgroup charges a shared page once; each child importing its own copy cost ~40 MiB more, docs/benchmarks.md).
         import remediate.server  # noqa: F401
 
-        _serve(settings, private_dir)
+        _serve(settings, private_dir, live)
     finally:
         shutil.rmtree(private_dir, ignore_errors=True)
         if own_metrics_dir and metrics_dir:
@@ -481,7 +546,7 @@ def run_server(settings: Settings) -> None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _serve(settings: Settings, private_dir: Path) -> None:
+def _serve(settings: Settings, private_dir: Path, live: LiveSet) -> None:
     """gunicorn's master, its HTTP workers and the executor process, until stopped."""
     options = {
         "bind": settings.server.bind,
@@ -497,9 +562,14 @@ def _serve(settings: Settings, private_dir: Path) -> None:
         "proc_name": "remediate",
     }
     if not settings.executor.threads:  # gunicorn's own master; the workers wake nobody (no process listens)
-        _GunicornApp(options, lambda: _server_app(settings, None), Arbiter).run()
+        _GunicornApp(
+            options, lambda now: _server_app(settings, None, now), lambda app: _ReloadingArbiter(app, settings), live
+        ).run()
         return
     wake_path = private_dir / WAKE_SOCKET
     _GunicornApp(
-        options, lambda: _server_app(settings, wake_path), lambda app: _RemediateArbiter(app, settings, wake_path)
+        options,
+        lambda now: _server_app(settings, wake_path, now),
+        lambda app: _RemediateArbiter(app, settings, wake_path),
+        live,
     ).run()

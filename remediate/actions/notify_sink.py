@@ -81,6 +81,10 @@ class NotifyAction(Action):
             "teams": NotifyTeamsAction(session, public_url=public_url),
         }
 
+    def use_sinks(self, sinks: Iterable[Sink]) -> None:
+        """Post to `sinks` from now on (a reload, remediate.live); a step already posting keeps its sink."""
+        self.sinks = {sink.name: sink for sink in sinks}
+
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         return cls(deps.settings.sinks, public_url=deps.settings.public_url)

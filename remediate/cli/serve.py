@@ -36,7 +36,10 @@ from remediate.cli._group import main
 @click.option("--ui/--no-ui", default=None, help="Serve the web pages under /ui/ [on].")
 @handle_errors
 def serve(**params: Any) -> None:
-    """Run the server under gunicorn: webhook receiver and history API (HTTP workers), executor (its own process)."""
+    """Run the server under gunicorn: webhook receiver and history API (HTTP workers), executor (its own process).
+
+    SIGHUP to this process (or POST /-/reload) re-reads the playbooks without a restart; an invalid file
+    keeps the running set."""
     settings = _settings(
         params,
         bind=params["bind"],

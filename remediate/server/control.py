@@ -1,4 +1,4 @@
-"""The operator's levers: approve a run, pause and resume, the circuit breaker, the ladders.
+"""The operator's levers: approve a run, pause and resume, the circuit breaker, the ladders, a reload.
 
 Reading the state needs the read role, changing it the operator role; who changed it is the token's
 principal (a body `by` is only a note beside it, answers.actor). Every change answers with the new state.
@@ -16,6 +16,7 @@ from flask import Blueprint, g, jsonify, request
 from remediate.config import OPERATOR, READ
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history_api import ladder_state_json, run_json
+from remediate.live import RELOAD_ERRORS, read_live
 from remediate.runs import LadderState
 from remediate.server.answers import BadBody, actor, error, json_body, text
 from remediate.server.auth import requires
@@ -121,5 +122,22 @@ def create_blueprint(services: Services) -> Blueprint:
             return error(404, "not_found", f"no ladder{which} for target {target}")
         log.warning("ladders of %s%s reset by %s", target, f" ({playbook})" if playbook else "", g.principal)
         return jsonify({"ladders": ladders_json(services, states)})
+
+    @bp.post("/-/reload")
+    @requires(services, OPERATOR)
+    def reload() -> Any:
+        # Read here first, so the answer says which file is wrong; the master reads again (SIGHUP's path).
+        try:
+            live = read_live(services.settings)
+        except RELOAD_ERRORS as exc:
+            log.error("reload refused (asked by %s), the running set kept: %s", g.principal, exc)
+            file = getattr(exc, "file", None) or services.settings.server.config_file
+            message = f"reload refused, the running set kept: {exc}"
+            return error(422, "invalid_playbooks", message, file=None if file is None else str(file))
+        if not services.apply(live):
+            return error(503, "reload_not_applied", "the server did not apply the reload in time: its log says why")
+        log.info("reload asked by %s: %s", g.principal, live.describe())
+        answer = {"reloaded": True, "count": len(live.playbooks), "playbooks": live.names}
+        return jsonify({**answer, "sinks": [sink.name for sink in live.sinks], "warning": live.unconfigured()})
 
     return bp

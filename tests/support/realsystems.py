@@ -746,6 +746,9 @@ class WebhookRecorder(_BackgroundServer):
         self.delay = 0.0
         self.drop = False
         """Close the connection after reading (and recording) the request, without answering."""
+        self.gate: threading.Event | None = None
+        """While an Event: each request, once recorded, waits for it to be set before its answer (a step that
+        posts here is held in its request until the test sets it)."""
         self.path = path
         # Re-entrant: wait_for() runs the caller's predicate under the lock,
         # and a predicate may well look at .requests.
@@ -827,6 +830,8 @@ class _RecorderHandler(_QuietHandler):
         if recorder.drop:
             self.close_connection = True
             return
+        if recorder.gate is not None:
+            recorder.gate.wait(scaled(60))
         if recorder.delay:
             time.sleep(recorder.delay)
         reply = b'{"status":"recorded"}'

@@ -218,4 +218,17 @@ own additionalLabels (they win). YAML, or "" when there are none. */}}
 {{- if not (hasKey $labels "release") }}{{ $_ := set $labels "release" . }}{{ end }}
 {{- end }}
 {{- with $labels }}{{ toYaml . }}{{ end }}
+
+{{/* The sha256 of ONE ConfigMap of templates/configmap.yaml, by name: (list $ "name"). The pod template of
+each workload carries the checksums of the ConfigMaps it mounts, so a change to them rolls exactly those pods:
+the server's settings and playbooks roll the server (which reads them at start), never the node agents. */}}
+{{- define "remediate.configMapChecksum" -}}
+{{- $root := index . 0 }}
+{{- $marker := printf "\n  name: %s\n" (index . 1) }}
+{{- $found := "" }}
+{{- range (include (print $root.Template.BasePath "/configmap.yaml") $root | splitList "\n---\n") }}
+{{- if contains $marker (printf "\n%s" .) }}{{ $found = . }}{{ end }}
+{{- end }}
+{{- if not $found }}{{ fail (printf "templates/configmap.yaml has no ConfigMap %s" (index . 1)) }}{{ end }}
+{{- $found | sha256sum }}
 {{- end }}

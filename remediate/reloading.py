@@ -1,0 +1,73 @@
+"""The reload of `remediate serve` (remediate.live), in each of its processes.
+
+The master (`ReloadOnHup`, mixed into serving's gunicorn arbiters) reads the set on SIGHUP and, when it is
+valid, holds it, tells the executor process and lets gunicorn replace the HTTP workers; an HTTP worker's
+POST /-/reload asks its master (`reload_by_master`); the executor process re-reads the set without stopping
+(`reload_executor`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from remediate.config import Settings
+from remediate.httpworker import TOLD_TO_STOP
+from remediate.live import RELOAD_ERRORS, LiveSet, read_live
+
+log = logging.getLogger("remediate.serve")
+
+
+class ReloadOnHup:
+    """Mixed into gunicorn's master (before gunicorn's Arbiter), whose SIGHUP then re-reads the live set
+    first: an invalid file keeps the running set and replaces nothing; a valid set goes to the app (`app.live`,
+    what each child forked from now on starts with), then gunicorn's own SIGHUP forks new HTTP workers and
+    stops the old ones gracefully."""
+
+    remediate_settings: Settings
+    app: Any
+    log: Any
+
+    def handle_hup(self) -> None:
+        try:
+            live = read_live(self.remediate_settings)
+        except RELOAD_ERRORS as exc:
+            self.log.error("reload refused, still running %s: %s", self.app.live.describe(), exc)
+            return
+        self.app.live = live
+        self.log.info("reloaded %s", live.describe())
+        if missing := live.unconfigured():
+            self.log.warning("%s", missing)
+        self.live_reloaded()
+        super().handle_hup()  # type: ignore[misc]  # gunicorn's Arbiter, after this in the MRO
+
+    def live_reloaded(self) -> None:
+        """Tells the children a reload does not replace (none here) to re-read the live set."""
+
+
+def reload_by_master(master: int, wait: float) -> Callable[[LiveSet], bool]:
+    """POST /-/reload in an HTTP worker forked by `master`: SIGHUP to the master, which reads the set again
+    and replaces the workers. True once it told this worker to stop (the workers forked since serve with the
+    new set); False if it did not within `wait` seconds (a file changed again: the master's log says why)."""
+
+    def reload(_live: LiveSet) -> bool:
+        if os.getppid() != master:  # the master is gone: this worker is an orphan about to stop
+            return False
+        os.kill(master, signal.SIGHUP)
+        return TOLD_TO_STOP.wait(wait)
+
+    return reload
+
+
+def reload_executor(settings: Settings, apply: Callable[[LiveSet], None]) -> None:
+    """The executor process's part of a reload: the set read again and given to `apply`, or kept (logged)."""
+    try:
+        live = read_live(settings)
+    except RELOAD_ERRORS as exc:
+        log.error("executor process: reload refused, the running playbooks kept: %s", exc)
+        return
+    apply(live)
+    log.info("executor process: reloaded %s", live.describe())
