@@ -138,6 +138,9 @@ def create_blueprint(services: Services) -> Blueprint:
             return error(503, "reload_not_applied", "the server did not apply the reload in time: its log says why")
         log.info("reload asked by %s: %s", g.principal, live.describe())
         answer = {"reloaded": True, "count": len(live.playbooks), "playbooks": live.names}
-        return jsonify({**answer, "sinks": [sink.name for sink in live.sinks], "warning": live.unconfigured()})
+        answer["sinks"] = [sink.name for sink in live.sinks]
+        if missing := live.unconfigured():
+            answer["warning"] = missing
+        return jsonify(answer)
 
     return bp

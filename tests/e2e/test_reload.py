@@ -66,6 +66,14 @@ def _executor_pid(server: RemediateServer) -> int:
     return int(line.split("pid: ")[1].split(",")[0])
 
 
+def _applied_everywhere(server: RemediateServer, mark: int, executor: int, workers: set[int]) -> None:
+    """Waits until a reload asked after `mark` reached every process: the executor process re-read the set
+    (within a second of the master's signal) and the old HTTP `workers` stopped (new ones, forked with the
+    set, serve). The POST answers before that: it says the master holds the new set."""
+    _log_after(server, mark, "executor process: reloaded")
+    wait_until(lambda: not _workers(server, executor) & workers, WAIT, message="the old workers replaced")
+
+
 def _log_after(server: RemediateServer, mark: int, text: str) -> str:
     """Waits for a log line containing `text` written after `mark` (a length of the log)."""
     return wait_until(
@@ -107,7 +115,7 @@ def test_post_reload_refuses_a_bad_file_then_applies_a_good_set_in_every_process
     applied = _reload(server, server.token)
 
     assert applied.status_code == 200, applied.text
-    assert applied.json() == {"reloaded": True, "count": 2, "playbooks": ["first", "second"]}
+    assert applied.json() == {"reloaded": True, "count": 2, "playbooks": ["first", "second"], "sinks": []}
     _log_after(server, mark, "reloaded 2 playbooks (first, second)")
     _log_after(server, mark, "executor process: reloaded 2 playbooks (first, second)")
     # Every HTTP worker was replaced; the executor process was not (its runs go on).
@@ -171,7 +179,9 @@ def test_a_run_running_during_a_reload_finishes_with_the_steps_it_started_with(
     recorder.wait_for(lambda r: r.json["run_id"] == old and r.json["message"] == "hold")
 
     held.write_text(_held(recorder.url, "v2"))  # the playbook edited while its run is in its first step
+    workers, mark = _workers(server, executor), len(server.log_path.read_text())
     assert _reload(server, server.token).status_code == 200
+    _applied_everywhere(server, mark, executor, workers)
     (new,) = _post(server, "Held", "node-b")
     recorder.wait_for(lambda r: r.json["run_id"] == new and r.json["message"] == "hold")
     recorder.gate.set()
@@ -198,3 +208,46 @@ def test_a_server_without_an_executor_process_reloads_too(
     _log_after(server, mark, "reloaded 2 playbooks (first, second)")
     wait_until(lambda: worker not in child_pids(server.pid), WAIT, message="the old worker replaced")
     assert len(_post(server, "Second", "node-a")) == 1  # queued for an executor elsewhere
+
+
+TOLD = """\
+name: told
+match: {alertname: Told}
+steps:
+  - {name: tell, action: notify, with: {sink: oncall, message: "told {{ labels.node }}"}, retries: 0}
+"""
+
+
+def test_a_reload_reads_the_sinks_of_the_settings_file_again(
+    tmp_path: Path, playbooks_dir: Path, start_server: Callable[..., RemediateServer], recorder: WebhookRecorder
+) -> None:
+    """The settings file's `sinks` are part of the live set: a sink added there reaches the executor process
+    with a reload, and a sink written wrong is refused (naming the file) while the running sinks go on."""
+    settings_file = tmp_path / "remediate.yaml"
+    settings_file.write_text("sinks: {}\n")
+    write_playbook(playbooks_dir, "told", TOLD)
+    server = start_server(workers=1, executor_threads=1, env={"REMEDIATE_CONFIG": str(settings_file)})
+    executor = _executor_pid(server)
+    (before,) = _post(server, "Told", "node-a")
+    failed = server.wait_for_run_status(before, "succeeded", "failed")
+    assert failed["status"] == "failed" and "sink 'oncall' is not configured" in str(failed), failed
+
+    settings_file.write_text(f"sinks:\n  oncall: {{type: webhook, url: '{recorder.url}'}}\n")
+    workers, mark = _workers(server, executor), len(server.log_path.read_text())
+    applied = _reload(server, server.token)
+
+    assert applied.status_code == 200, applied.text
+    assert applied.json()["sinks"] == ["oncall"] and "warning" not in applied.json()
+    _applied_everywhere(server, mark, executor, workers)
+    (after,) = _post(server, "Told", "node-b")
+    assert server.wait_for_run_status(after, "succeeded", "failed")["status"] == "succeeded"
+    assert [r.json["message"] for r in recorder.requests] == ["told node-b"]
+
+    settings_file.write_text("sinks:\n  oncall: {type: webhook, url: 'https://hooks.example/x?token=abc'}\n")
+    refused = _reload(server, server.token)
+
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["file"] == str(settings_file) and "sinks.oncall.url" in refused.json()["message"]
+    (again,) = _post(server, "Told", "node-c")
+    assert server.wait_for_run_status(again, "succeeded", "failed")["status"] == "succeeded"  # the running sink
+    assert [r.json["message"] for r in recorder.requests] == ["told node-b", "told node-c"]

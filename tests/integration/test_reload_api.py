@@ -29,7 +29,7 @@ def test_reload_needs_the_operator_role_and_keeps_the_set_when_a_file_is_invalid
     (directory / "bad.yaml").unlink()
     applied = server.post("/-/reload")
 
-    assert applied.get_json() == {"reloaded": True, "count": 1, "playbooks": ["log-xid"]}
+    assert applied.get_json() == {"reloaded": True, "count": 1, "playbooks": ["log-xid"], "sinks": []}
     assert len(server.webhook(real_firing(), token=TOKEN).get_json()["runs"]) == 1
 
 

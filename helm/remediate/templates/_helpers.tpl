@@ -218,6 +218,7 @@ own additionalLabels (they win). YAML, or "" when there are none. */}}
 {{- if not (hasKey $labels "release") }}{{ $_ := set $labels "release" . }}{{ end }}
 {{- end }}
 {{- with $labels }}{{ toYaml . }}{{ end }}
+{{- end }}
 
 {{/* The sha256 of ONE ConfigMap of templates/configmap.yaml, by name: (list $ "name"). The pod template of
 each workload carries the checksums of the ConfigMaps it mounts, so a change to them rolls exactly those pods:
