@@ -39,6 +39,7 @@ import yaml
 
 from tests.support.processes import log_tail
 from tests.support.realsystems import AlertManager, free_port
+from tests.support.serve_script import with_venv
 from tests.support.server import STOP_GRACE, WAIT
 from tests.support.waiting import scaled, wait_until
 
@@ -204,16 +205,7 @@ def copy_of_the_tree(tree: Path) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(source.read_bytes())
             target.chmod(source.stat().st_mode & 0o777)
-    bin_dir = tree / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    (bin_dir / "python").symlink_to(sys.executable)
-    launcher = bin_dir / "remediate"
-    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m remediate "$@"\n')
-    launcher.chmod(0o755)
-    digest = subprocess.run(
-        ["sha256sum", "pyproject.toml"], cwd=tree, capture_output=True, text=True, check=True
-    ).stdout.split()[0]
-    (tree / ".venv" / ".remediate-installed").write_text(f"{digest} extras= \n")  # ensure_venv: nothing to install
+    with_venv(tree)
 
 
 def user_environment(tree: Path) -> dict[str, str]:

@@ -4,15 +4,11 @@ token); and scripts/serve, run for real, starts in shadow mode like the chart.""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.support.realsystems import free_port
-from tests.support.server import STOP_GRACE, TOKEN, WAIT, RemediateServer, write_playbook
+from tests.support.serve_script import serve_tree, start_serve_script
+from tests.support.server import TOKEN, WAIT, RemediateServer, write_playbook
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,42 +76,16 @@ def test_a_start_prints_one_block_with_urls_mode_backend_playbooks_and_token_fil
 
 def test_scripts_serve_starts_in_dry_run_and_says_how_to_switch(tmp_path: Path) -> None:
     """The real script, in a copy of the tree whose .venv runs this checkout's remediate (no install)."""
-    tree = tmp_path / "tree"
-    shutil.copytree(ROOT / "scripts", tree / "scripts")
-    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    tree = serve_tree(tmp_path / "tree")
     write_playbook(tree / "playbooks", "logged", PLAYBOOK)
-    bin_dir = tree / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    (bin_dir / "python").symlink_to(sys.executable)
-    launcher = bin_dir / "remediate"
-    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m remediate "$@"\n')
-    launcher.chmod(0o755)
-    digest = subprocess.run(
-        ["sha256sum", "pyproject.toml"], cwd=tree, capture_output=True, text=True, check=True
-    ).stdout.split()[0]
-    (tree / ".venv" / ".remediate-installed").write_text(f"{digest} extras= \n")  # ensure_venv: nothing to install
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    log_path = tmp_path / "serve.log"
     url = f"127.0.0.1:{free_port()}"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            ["scripts/serve", "--bind", url, "--workers", "1", "--database-url", f"sqlite:///{tmp_path / 'r.db'}"],
-            cwd=tree,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    args = ("--bind", url, "--workers", "1", "--database-url", f"sqlite:///{tmp_path / 'r.db'}")
+    serve = start_serve_script(tree, tmp_path / "serve.log", *args)
     try:
-        wait_until(lambda: "token files: " in log_path.read_text() or proc.poll() is not None, WAIT)
+        wait_until(lambda: "token files: " in serve.log() or serve.process.poll() is not None, WAIT)
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=STOP_GRACE)
-    log = log_path.read_text()
+        serve.stop()
+    log = serve.log()
     assert "shadow mode (dry-run): playbooks only plan; to act: scripts/serve --mode enforce" in log, log
     lines = block_lines(log)
     assert lines[1].startswith("mode: dry-run (shadow mode: every run only plans"), log

@@ -20,6 +20,12 @@ def serve_tree(tree: Path) -> Path:
     """A tree with scripts/ and pyproject.toml whose .venv is this interpreter (ensure_venv: nothing to do)."""
     shutil.copytree(ROOT / "scripts", tree / "scripts")
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    return with_venv(tree)
+
+
+def with_venv(tree: Path) -> Path:
+    """`tree` (holding pyproject.toml) given a .venv whose python is this interpreter and whose install marker
+    matches its pyproject.toml, so scripts/lib.sh's ensure_venv installs nothing."""
     bin_dir = tree / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").symlink_to(sys.executable)
