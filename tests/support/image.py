@@ -20,8 +20,9 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,9 +57,14 @@ class Buildah:
 
     def __call__(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """One buildah command on the private store; raises with its output when it fails."""
+        return checked(self.argv(*args), timeout=timeout, env=self.env())
+
+    def argv(self, *args: str) -> list[str]:
         storage = ["--root", str(self.storage / "root"), "--runroot", str(self.storage / "run")]
-        env = {**os.environ, "CONTAINERS_REGISTRIES_CONF": str(self.storage / "registries.conf")}
-        return checked([self.binary, *storage, "--storage-driver", "vfs", *args], timeout=timeout, env=env)
+        return [self.binary, *storage, "--storage-driver", "vfs", *args]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CONTAINERS_REGISTRIES_CONF": str(self.storage / "registries.conf")}
 
     def build(self, context: Path, tag: str) -> None:
         """Build `context`'s Dockerfile into `tag` (its base must be in the store already: nothing is pulled)."""
@@ -92,6 +98,31 @@ class Container:
     def run(self, argv: Sequence[str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run `argv` (the whole command line, entrypoint included) as the image's user, with its environment."""
         return self.buildah("run", "--isolation", "chroot", self.name, "--", *argv, timeout=timeout)
+
+    @contextlib.contextmanager
+    def started(
+        self, argv: Sequence[str], *, env: Mapping[str, str], volumes: Sequence[str], log: Path
+    ) -> Iterator[subprocess.Popen[bytes]]:
+        """`argv` running in the container (as `run`), with `env` added and `volumes` (SRC:DEST[:ro]) mounted.
+
+        Stopped with SIGTERM, which buildah passes on to the program, as a kubelet stops a container; its
+        process group (buildah and everything under it) is killed should it outlive the grace period.
+        """
+        options = [f"--env={name}={value}" for name, value in env.items()] + [f"--volume={v}" for v in volumes]
+        command = self.buildah.argv("run", "--isolation", "chroot", *options, self.name, "--", *argv)
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, env=self.buildah.env(), start_new_session=True
+            )
+        try:
+            yield process
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=scaled(20))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
 
 
 def checked(
