@@ -5,7 +5,7 @@ tests/support/image.py says why and how), then the image runs `remediate --help`
 ENTRYPOINT, as `docker run IMAGE --help` does. The chart gives the server and agent containers `args`
 only, so what the image says (entrypoint, user, ports) is checked against what `helm template` renders,
 and the image serves with the chart's rendered config, playbooks and Secret mounted where its Deployment
-mounts them, as the chart's non-root user.
+mounts them, as the chart's non-root uid and gid.
 
 What chroot isolation cannot show: a read-only root file system (the chart's readOnlyRootFilesystem) and
 the pod's own network; the server binds 127.0.0.1 on a free port, not the chart's 0.0.0.0:9095.
@@ -60,7 +60,8 @@ def test_the_image_runs_as_the_non_root_user_and_ports_the_chart_expects(image: 
     for container in [server, *agent_pod["containers"], *agent_pod["initContainers"]]:
         assert "command" not in container, container["name"]
     assert image.config.entrypoint == ("remediate",)
-    # runAsNonRoot can only be checked by the kubelet against a numeric USER; the chart's uid is the image's.
+    # The image's USER is the chart's uid, numeric: `docker run` is non-root too, and a pod without runAsUser
+    # passes runAsNonRoot (the kubelet can only check a numeric USER).
     assert image.config.user == str(server_pod["securityContext"]["runAsUser"]) == "10001"
     assert server_pod["securityContext"]["runAsNonRoot"] is True
     assert image.run(["id", "-u"]).stdout.strip() == image.config.user
@@ -107,7 +108,9 @@ def test_the_image_serves_with_the_charts_config_mounts_and_user(image: Containe
     url = f"http://127.0.0.1:{free_port()}"
     log = tmp_path / "serve.log"
     bind = {"REMEDIATE_BIND": url.removeprefix("http://")}
-    with image.started([*image.config.entrypoint, *server["args"]], env=bind, volumes=volumes, log=log) as process:
+    user = f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"
+    argv = [*image.config.entrypoint, *server["args"]]
+    with image.started(argv, user=user, env=bind, volumes=volumes, log=log) as process:
 
         def ready() -> dict[str, Any] | None:
             assert process.poll() is None, f"the server exited (rc={process.returncode}):\n{log_tail(log)}"
@@ -122,6 +125,6 @@ def test_the_image_serves_with_the_charts_config_mounts_and_user(image: Containe
         history = requests.get(
             f"{url}/history", headers={"Authorization": f"Bearer {tokens['operator-token']}"}, timeout=scaled(5)
         )
-        assert history.status_code == 200, history.text  # the Secret's files, readable by the image's user
+        assert history.status_code == 200, history.text  # the Secret's files, readable by the pod's user
     database = tmp_path / "data" / "remediate.db"
-    assert database.stat().st_uid == int(image.config.user), log_tail(log)  # written as the chart's uid
+    assert database.stat().st_uid == pod["securityContext"]["runAsUser"], log_tail(log)  # in the writable volume

@@ -101,14 +101,16 @@ class Container:
 
     @contextlib.contextmanager
     def started(
-        self, argv: Sequence[str], *, env: Mapping[str, str], volumes: Sequence[str], log: Path
+        self, argv: Sequence[str], *, user: str, env: Mapping[str, str], volumes: Sequence[str], log: Path
     ) -> Iterator[subprocess.Popen[bytes]]:
-        """`argv` running in the container (as `run`), with `env` added and `volumes` (SRC:DEST[:ro]) mounted.
+        """`argv` running in the container as `user` (UID:GID, as a pod's runAsUser/runAsGroup override the
+        image's USER), with `env` added and `volumes` (SRC:DEST[:ro]) mounted.
 
         Stopped with SIGTERM, which buildah passes on to the program, as a kubelet stops a container; its
         process group (buildah and everything under it) is killed should it outlive the grace period.
         """
-        options = [f"--env={name}={value}" for name, value in env.items()] + [f"--volume={v}" for v in volumes]
+        options = [f"--user={user}", *(f"--env={name}={value}" for name, value in env.items())]
+        options += [f"--volume={volume}" for volume in volumes]
         command = self.buildah.argv("run", "--isolation", "chroot", *options, self.name, "--", *argv)
         with log.open("wb") as out:
             process = subprocess.Popen(
