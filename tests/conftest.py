@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.support.disk",
     "tests.support.gpu",
     "tests.support.helm",
+    "tests.support.image",
     "tests.support.kube",
     "tests.support.postgres",
     "tests.support.server",
