@@ -15,7 +15,10 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, Response, request
 
+from remediate.audit import audit_event
 from remediate.config import WEBHOOK
+from remediate.engine import IngestResult
+from remediate.runs import Decision
 from remediate.errors import PayloadError, StoreUnavailable
 from remediate.server.answers import error
 from remediate.server.auth import requires
@@ -76,6 +79,22 @@ def create_blueprint(services: Services) -> Blueprint:
             metrics.rejected.labels("503").inc()
             return error(503, "store_unavailable", "the notification could not be stored; AlertManager will retry")
         metrics.record_ingest(result)
+        _audit(result)
         return Response(result.summary_json(), mimetype="application/json")
 
     return bp
+
+
+def _audit(result: IngestResult) -> None:
+    """The notification's audit events: its counts, then each (alert, playbook) pair's decision."""
+    audit_event(
+        "alert_received", notification_id=result.notification_id, status=result.status, alerts=result.alerts,
+        firing=result.alert_statuses.get("firing", 0), resolved=result.alert_statuses.get("resolved", 0),
+        decisions=len(result.decisions), runs_queued=result.runs_queued,
+    )  # fmt: skip
+    for d in result.decisions:
+        audit_event(
+            "decision", level=logging.WARNING if d.decision is Decision.REJECTED else logging.INFO,
+            notification_id=result.notification_id, alertname=d.alertname, fingerprint=d.fingerprint,
+            playbook=d.playbook, target=d.target, decision=d.decision.value, reason=d.reason, run_id=d.run_id,
+        )  # fmt: skip
