@@ -95,7 +95,8 @@ def test_json_logs_carry_each_requests_id_its_access_line_and_its_audit_events(
 
     # The alert: its access line and its audit events share the id AlertManager (or a proxy) sent.
     access = _access(records, "am-delivery-1")
-    assert (access["method"], access["route"], access["status"], access["principal"]) == ("POST", "/webhook", 200, "token")
+    assert (access["method"], access["route"], access["status"]) == ("POST", "/webhook", 200)
+    assert access["principal"] == "token"
     assert isinstance(access["duration_ms"], float)
     [received] = _events(records, "alert_received")
     assert received["request_id"] == "am-delivery-1"
