@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.support.server import RemediateServer, notification, write_playbook
+from tests.support.server import NodeAgent, RemediateServer, notification, write_playbook
 from tests.support.waiting import scaled
 
 pytestmark = [pytest.mark.integration]
@@ -33,8 +33,8 @@ steps:
 """
 
 
-def _json_lines(server: RemediateServer) -> list[dict[str, Any]]:
-    """Every line the server wrote, each parsed as JSON (a line that is not JSON fails the test)."""
+def _json_lines(server: RemediateServer | NodeAgent) -> list[dict[str, Any]]:
+    """Every line the process wrote, each parsed as JSON (a line that is not JSON fails the test)."""
     lines = server.log_path.read_text(encoding="utf-8").splitlines()
     records = []
     for line in lines:
@@ -135,3 +135,22 @@ def test_json_logs_carry_each_requests_id_its_access_line_and_its_audit_events(
     assert _access(records, "anon-1")["status"] == 401
 
     assert "forged" not in server.log_path.read_text(encoding="utf-8")
+
+
+def test_the_node_agent_logs_json_lines_at_the_level_chosen(tmp_path: Path) -> None:
+    agent = NodeAgent(tmp_path / "node-a", "node-a", env={"REMEDIATE_LOG_FORMAT": "json"})
+    try:
+        agent.start()
+    finally:
+        agent.stop()
+    quiet = NodeAgent(
+        tmp_path / "node-b", "node-b", env={"REMEDIATE_LOG_FORMAT": "json", "REMEDIATE_LOG_LEVEL": "warning"}
+    )
+    try:
+        quiet.start()
+    finally:
+        quiet.stop()
+
+    records = _json_lines(agent)
+    assert [r for r in records if r["logger"] == "remediate.agent" and r["level"] == "INFO"], records
+    assert [r for r in _json_lines(quiet) if r["level"] == "INFO"] == []
