@@ -151,3 +151,27 @@ def test_a_ladder_reset_and_a_breaker_reset_that_reset_nothing(
         "node-a", None, "fixed the fan", 1,
     )  # fmt: skip
     assert _audit(records, "breaker_reset") == []  # a closed breaker: nothing was reset
+
+
+def test_the_pages_approve_pause_and_resume_are_audit_events_of_the_signed_in_principal(
+    make_server: Callable[..., Server], json_log: JsonLog
+) -> None:
+    from tests.integration.test_ui_pages import awaiting_run, csrf, log_in
+
+    server, run_id = awaiting_run(make_server)
+    log_in(server, OPERATOR_TOKEN)
+    page = server.client.get(f"/ui/runs/{run_id}")
+    assert server.client.post(f"/ui/runs/{run_id}/approve", data={"csrf_token": csrf(page)}).status_code == 302
+    token = csrf(server.client.get("/ui/state"))
+    assert server.client.post("/ui/pause", data={"csrf_token": token, "reason": "maintenance"}).status_code == 302
+    assert server.client.post("/ui/resume", data={"csrf_token": token}).status_code == 302
+
+    records = json_log()
+    [approval] = _audit(records, "approval")
+    [pause] = _audit(records, "pause")
+    [resume] = _audit(records, "resume")
+    assert (approval["principal"], approval["run_id"], approval["via"]) == ("operator", run_id, "ui")
+    assert (pause["principal"], pause["reason"], pause["via"]) == ("operator", "maintenance", "ui")
+    assert (resume["principal"], resume["via"]) == ("operator", "ui")
+    approved = [a for a in _access(records) if a["route"] == "/ui/runs/<int:run_id>/approve"]
+    assert [(a["principal"], a["request_id"]) for a in approved] == [("operator", approval["request_id"])]
