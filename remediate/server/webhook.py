@@ -85,6 +85,15 @@ def create_blueprint(services: Services) -> Blueprint:
     return bp
 
 
+DECISION_LEVELS = {
+    Decision.REJECTED: logging.WARNING,
+    Decision.DUPLICATE: logging.DEBUG,
+    Decision.UNMATCHED: logging.DEBUG,
+}
+"""A decision event's level when not INFO: a run that could not be made is a warning; AlertManager's re-sends
+(duplicates) and alerts no playbook matches would be most of the lines of a busy server (~70 us each)."""
+
+
 def _audit(result: IngestResult) -> None:
     """The notification's audit events: its counts, then each (alert, playbook) pair's decision."""
     audit_event(
@@ -94,7 +103,6 @@ def _audit(result: IngestResult) -> None:
     )  # fmt: skip
     for d in result.decisions:
         audit_event(
-            "decision", level=logging.WARNING if d.decision is Decision.REJECTED else logging.INFO,
-            notification_id=result.notification_id, alertname=d.alertname, fingerprint=d.fingerprint,
-            playbook=d.playbook, target=d.target, decision=d.decision.value, reason=d.reason, run_id=d.run_id,
+            "decision", level=DECISION_LEVELS.get(d.decision, logging.INFO), notification_id=result.notification_id,
+            alertname=d.alertname, fingerprint=d.fingerprint, playbook=d.playbook, target=d.target, decision=d.decision.value, reason=d.reason, run_id=d.run_id,
         )  # fmt: skip

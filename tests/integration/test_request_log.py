@@ -70,6 +70,15 @@ def test_a_request_without_an_id_gets_one_of_its_own_on_its_access_line_and_its_
     ] * 2
 
 
+def test_a_duplicate_decision_is_logged_at_debug_an_accepted_one_at_info(server: Server, json_log: JsonLog) -> None:
+    server.webhook(real_firing())
+    server.webhook(real_firing())  # AlertManager sends it again (a group change, repeat_interval)
+
+    assert [(d["decision"], d["level"]) for d in _audit(json_log(), "decision")] == [
+        ("accepted", "INFO"), ("duplicate", "DEBUG"),
+    ]  # fmt: skip
+
+
 def test_a_failed_run_ends_with_a_warning_naming_its_outcome_and_error(
     make_server: Callable[..., Server], json_log: JsonLog
 ) -> None:
