@@ -104,5 +104,6 @@ def _audit(result: IngestResult) -> None:
     for d in result.decisions:
         audit_event(
             "decision", level=DECISION_LEVELS.get(d.decision, logging.INFO), notification_id=result.notification_id,
-            alertname=d.alertname, fingerprint=d.fingerprint, playbook=d.playbook, target=d.target, decision=d.decision.value, reason=d.reason, run_id=d.run_id,
+            alertname=d.alertname, fingerprint=d.fingerprint, playbook=d.playbook, target=d.target,
+            decision=d.decision.value, reason=d.reason, run_id=d.run_id,
         )  # fmt: skip
