@@ -63,7 +63,7 @@ from remediate.agent_protocol import (
 from remediate.agentauth import ANSWER_HEADER, SCHEME, AgentAuthError, NotThisNode, SignedRequest
 from remediate.config import Settings
 from remediate.errors import ConfigError, RemediateError, StoreUnavailable
-from remediate.logsafe import configure_logging
+from remediate.logsetup import configure_logging
 
 log = logging.getLogger("remediate.agent")
 
@@ -377,7 +377,7 @@ class _Stop(BaseException):
 def serve_agent(settings: Settings) -> None:
     """`remediate agent`: check everything that can fail (the CLI's one line, exit 2: token, an explicitly chosen
     GPU simulator, the state file, the address), then serve in this one process until SIGTERM."""
-    configure_logging()  # alert data in a message can never start a forged log line
+    configure_logging(settings.log.format, settings.log.level)  # alert data can never start a forged log line
     check_agent_settings(settings)  # before the state file is created
     if settings.gpu.backend == "simulated":
         from remediate.gpu import open_backend

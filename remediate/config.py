@@ -373,6 +373,18 @@ class UiSettings:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    """The log lines of `serve` and `agent` (docs/logging.md)."""
+
+    PREFIX: ClassVar[str] = "log_"
+    format: str = setting("text", v.one_of("text", "json", fold=True))
+    """text: one line per record, `time LEVEL logger: message key=value...`; json: one JSON object per line
+    (the chart's default), for Loki, Elasticsearch, `kubectl logs | jq`."""
+    level: str = setting("info", v.one_of("debug", "info", "warning", "error", fold=True))
+    """The least severe level logged: debug, info, warning or error (e.g. warning: refusals and failures only)."""
+
+
+@dataclass(frozen=True)
 class Settings:
     """Everything the server, the executor and the CLI need to know, one section per concern."""
 
@@ -391,6 +403,7 @@ class Settings:
     report: ReportSettings = field(default_factory=ReportSettings)
     grafana: GrafanaSettings = field(default_factory=GrafanaSettings)
     ui: UiSettings = field(default_factory=UiSettings)
+    log: LogSettings = field(default_factory=LogSettings)
 
     @classmethod
     def of(cls, **values: Any) -> Settings:

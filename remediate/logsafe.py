@@ -39,10 +39,3 @@ class EscapingFormatter(logging.Formatter):
 
     def formatStack(self, stack_info: str) -> str:
         return "\n".join("    | " + escape_control(line) for line in stack_info.splitlines())
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    """Root logging to stderr with the escaping formatter (server and agent processes)."""
-    logging.basicConfig(level=level, format=LOG_FORMAT)
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(EscapingFormatter(LOG_FORMAT))

@@ -14,6 +14,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from remediate.audit import audit_event
 from remediate.config import Settings
 from remediate.httpworker import TOLD_TO_STOP
 from remediate.live import RELOAD_ERRORS, LiveSet, read_live
@@ -35,10 +36,12 @@ class ReloadOnHup:
         try:
             live = read_live(self.remediate_settings)
         except RELOAD_ERRORS as exc:
-            self.log.error("reload refused, still running %s: %s", self.app.live.describe(), exc)
+            audit_event(
+                "reload", level=logging.ERROR, outcome="refused", error=str(exc), running=self.app.live.describe()
+            )
             return
         self.app.live = live
-        self.log.info("reloaded %s", live.describe())
+        audit_event("reload", outcome="applied", playbooks=len(live.playbooks), loaded=live.describe())
         if missing := live.unconfigured():
             self.log.warning("%s", missing)
         self.live_reloaded()

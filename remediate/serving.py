@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
@@ -368,6 +369,18 @@ def _mark_metrics_dead(pid: int) -> None:
         multiprocess.mark_process_dead(pid)
 
 
+class _GunicornLogger(glogging.Logger):  # type: ignore[misc]
+    """gunicorn's messages through the root logger (remediate.logsetup): one format on stderr, not gunicorn's
+    own handler beside ours. Its access log stays off: the app logs each request with its request id."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for logger in (self.error_log, self.access_log):
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            logger.propagate = True
+
+
 class _GunicornApp(BaseApplication):  # type: ignore[misc]
     """gunicorn with these `options`, serving the Flask app `load_app(live)` builds in each worker (the master
     imported its modules; no database connection crosses a fork). `arbiter` builds the master."""
@@ -517,9 +530,11 @@ def start_up_block(settings: Settings, playbook_names: list[str], uses_agents: b
 def run_server(settings: Settings) -> None:
     """`remediate serve`: every start-up check here, then this process imports the app and becomes gunicorn's
     master of its HTTP workers and the executor process, until stopped; then its temporary dirs go."""
-    from remediate.logsafe import configure_logging
+    from remediate.logsetup import configure_logging
 
-    configure_logging()  # alert data in a message can never start a forged log line
+    # One format for every process of the server (gunicorn's messages too: _GunicornLogger); alert data in a
+    # message can never start a forged line.
+    configure_logging(settings.log.format, settings.log.level)
     metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     own_metrics_dir = metrics_dir is None
     if own_metrics_dir:  # before any import of prometheus_client, which reads it once (the checks import it)
@@ -556,9 +571,10 @@ def _serve(settings: Settings, private_dir: Path, live: LiveSet) -> None:
         "timeout": 60,
         "graceful_timeout": GRACEFUL_TIMEOUT,
         "child_exit": lambda _server, worker: _mark_metrics_dead(worker.pid),
-        "accesslog": None,  # the history is the record
+        "accesslog": None,  # the app logs one line per request (remediate.server.requestlog)
         "errorlog": "-",
-        "loglevel": "info",
+        "loglevel": settings.log.level,
+        "logger_class": _GunicornLogger,
         "proc_name": "remediate",
     }
     if not settings.executor.threads:  # gunicorn's own master; the workers wake nobody (no process listens)

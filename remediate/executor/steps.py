@@ -42,6 +42,7 @@ from tenacity import (
 )
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
+from remediate.audit import audit_event
 from remediate.deadline import StepTimeout, call_with_deadline
 from remediate.errors import (
     ActionError,
@@ -108,7 +109,10 @@ class StepExecutor:
         `run` is the head of the queue as `next_run` read it (with its steps); the first write claims it
         (`_write`)."""
         dry_run = run.mode == "dry-run"
-        log.info("run %s (%s, %s, %s) started", run.id, run.playbook, run.phase, run.target)
+        audit_event(
+            "run_started", run_id=run.id, playbook=run.playbook, target=run.target, phase=run.phase, mode=run.mode,
+            rung=run.rung,
+        )  # fmt: skip
         steps = list(run.steps) if run.steps is not None else self.store.queue.steps_of(run.id)
         # A step failed before a restart, and only `always` steps were left to run.
         failure = next((_run_error(s, s.error or s.status) for s in steps if _failed(s)), None)
@@ -175,13 +179,18 @@ class StepExecutor:
         if end is None:
             return
         self.metrics.run_finished(end.status, run.playbook)
-        log.info("run %s finished: %s%s", end.run_id, end.status, f" ({end.error})" if end.error else "")
-        if not self.on_run_finished:
-            return
         finished = FinishedRun(
             run.id, run.playbook, run.target, str(run.alert_context.get("alertname", "")), run.phase, run.mode,
             end.status, end.error, run.started_at, self.clock(),
         )  # fmt: skip
+        duration = None if run.started_at is None else round(finished.finished_at - run.started_at, 3)
+        # A failed run is what an operator must look at: WARNING (a succeeded or planned one is INFO).
+        audit_event(
+            "run_ended", level=logging.WARNING if end.status == RunStatus.FAILED else logging.INFO, run_id=run.id,
+            playbook=run.playbook, target=run.target, outcome=str(end.status), error=end.error, duration_s=duration,
+        )  # fmt: skip
+        if not self.on_run_finished:
+            return
         for listener in self.on_run_finished:
             try:
                 listener(finished)

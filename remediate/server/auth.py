@@ -4,18 +4,24 @@ roles allow the route (`requires`). POST /v1/agent-credential is the one route o
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from flask import g, request
 
+from remediate.audit import audit_event
 from remediate.config import WEBHOOK, Credential
 from remediate.server.answers import error
 from remediate.services import Services
 
 
 class Unauthenticated(Exception):
-    """No token, or one the server does not know (401)."""
+    """No token, or one the server does not know (401); `reason` says which (no_token, unknown_token)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def principal(services: Services) -> Credential | None:
@@ -25,7 +31,7 @@ def principal(services: Services) -> Credential | None:
     header = request.headers.get("Authorization", "")
     scheme, _, presented = header.partition(" ")
     if scheme.lower() != "bearer" or not presented:
-        raise Unauthenticated()
+        raise Unauthenticated("no_token")
     presented_bytes = presented.strip().encode()
     found = None
     # Compare with every token (constant time each) so the answer's timing does not say which matched.
@@ -33,7 +39,7 @@ def principal(services: Services) -> Credential | None:
         if hmac.compare_digest(presented_bytes, credential.token.encode()):
             found = credential
     if found is None:
-        raise Unauthenticated()
+        raise Unauthenticated("unknown_token")
     return found
 
 
@@ -46,13 +52,15 @@ def requires(services: Services, need: str) -> Callable[[Callable[..., Any]], Ca
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
                 credential = principal(services)
-            except Unauthenticated:
+            except Unauthenticated as exc:
+                _refused(exc.reason, need, None)
                 if counted:
                     services.metrics.rejected.labels("401").inc()
                 response, status = error(401, "unauthorized", "missing or unknown bearer token")
                 response.headers["WWW-Authenticate"] = 'Bearer realm="remediate"'
                 return response, status
             if credential is not None and not credential.allows(need):
+                _refused("wrong_role", need, credential.name)
                 if counted:
                     services.metrics.rejected.labels("403").inc()
                 roles = ", ".join(sorted(credential.roles))
@@ -69,3 +77,11 @@ def requires(services: Services, need: str) -> Callable[[Callable[..., Any]], Ca
         return wrapper
 
     return decorate
+
+
+def _refused(reason: str, need: str, principal: str | None) -> None:
+    route = request.url_rule.rule if request.url_rule is not None else request.path
+    audit_event(
+        "auth_refused", level=logging.WARNING, reason=reason, method=request.method, route=route, role_needed=need,
+        principal=principal, remote_addr=request.remote_addr,
+    )  # fmt: skip

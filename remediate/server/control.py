@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Blueprint, g, jsonify, request
 
+from remediate.audit import audit_event
 from remediate.config import OPERATOR, READ
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history_api import ladder_state_json, run_json
@@ -54,6 +55,7 @@ def create_blueprint(services: Services) -> Blueprint:
             return error(404, "not_found", str(exc))
         except RunStateError as exc:
             return error(409, "conflict", str(exc))
+        audit_event("approval", principal=g.principal, run_id=run_id, via="api")
         services.wake()
         return jsonify(run_json(store.history.run_detail(run_id)))
 
@@ -75,12 +77,14 @@ def create_blueprint(services: Services) -> Blueprint:
         except AlreadyPaused as exc:
             # Who paused and why are the operator's record of an incident: replaced only on purpose.
             return error(409, "already_paused", str(exc), paused_by=exc.by, reason=exc.reason, since=exc.since)
+        audit_event("pause", principal=g.principal, reason=reason, replaced=force, via="api")
         return jsonify(_pause_json(store))
 
     @bp.post("/resume")
     @requires(services, OPERATOR)
     def resume() -> Any:
         store.pause.set(False, by=actor(), reason="", now=time.time())
+        audit_event("resume", principal=g.principal, via="api")
         return jsonify(_pause_json(store))
 
     @bp.get("/breaker")
@@ -94,7 +98,7 @@ def create_blueprint(services: Services) -> Blueprint:
         reason = text(json_body(), "reason", 1000)
         status = services.executor.breaker.reset(by=actor(), reason=reason)
         if status["reset"]:
-            log.warning("circuit breaker reset by %s%s", status["reset_by"], f": {reason}" if reason else "")
+            audit_event("breaker_reset", level=logging.WARNING, principal=g.principal, reason=reason, via="api")
         return jsonify(status)
 
     @bp.get("/ladders")
@@ -120,7 +124,10 @@ def create_blueprint(services: Services) -> Blueprint:
         if not states:
             which = f" of playbook {playbook}" if playbook else ""
             return error(404, "not_found", f"no ladder{which} for target {target}")
-        log.warning("ladders of %s%s reset by %s", target, f" ({playbook})" if playbook else "", g.principal)
+        audit_event(
+            "ladder_reset", level=logging.WARNING, principal=g.principal, target=target, playbook=playbook,
+            reason=reason, ladders=len(states),
+        )  # fmt: skip
         return jsonify({"ladders": ladders_json(services, states)})
 
     @bp.post("/-/reload")
@@ -130,13 +137,14 @@ def create_blueprint(services: Services) -> Blueprint:
         try:
             live = read_live(services.settings)
         except RELOAD_ERRORS as exc:
-            log.error("reload refused (asked by %s), the running set kept: %s", g.principal, exc)
+            audit_event("reload_asked", level=logging.ERROR, principal=g.principal, outcome="refused", error=str(exc))
             file = getattr(exc, "file", None) or services.settings.server.config_file
             message = f"reload refused, the running set kept: {exc}"
             return error(422, "invalid_playbooks", message, file=None if file is None else str(file))
         if not services.apply(live):
+            audit_event("reload_asked", level=logging.ERROR, principal=g.principal, outcome="not_applied")
             return error(503, "reload_not_applied", "the server did not apply the reload in time: its log says why")
-        log.info("reload asked by %s: %s", g.principal, live.describe())
+        audit_event("reload_asked", principal=g.principal, outcome="applied", playbooks=len(live.playbooks))
         answer = {"reloaded": True, "count": len(live.playbooks), "playbooks": live.names}
         answer["sinks"] = [sink.name for sink in live.sinks]
         if missing := live.unconfigured():

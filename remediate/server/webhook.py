@@ -15,8 +15,11 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, Response, request
 
+from remediate.audit import audit_event
 from remediate.config import WEBHOOK
+from remediate.engine import IngestResult
 from remediate.errors import PayloadError, StoreUnavailable
+from remediate.runs import Decision
 from remediate.server.answers import error
 from remediate.server.auth import requires
 from remediate.services import Services
@@ -76,6 +79,31 @@ def create_blueprint(services: Services) -> Blueprint:
             metrics.rejected.labels("503").inc()
             return error(503, "store_unavailable", "the notification could not be stored; AlertManager will retry")
         metrics.record_ingest(result)
+        _audit(result)
         return Response(result.summary_json(), mimetype="application/json")
 
     return bp
+
+
+DECISION_LEVELS = {
+    Decision.REJECTED: logging.WARNING,
+    Decision.DUPLICATE: logging.DEBUG,
+    Decision.UNMATCHED: logging.DEBUG,
+}
+"""A decision event's level when not INFO: a run that could not be made is a warning; AlertManager's re-sends
+(duplicates) and alerts no playbook matches would be most of the lines of a busy server (~70 us each)."""
+
+
+def _audit(result: IngestResult) -> None:
+    """The notification's audit events: its counts, then each (alert, playbook) pair's decision."""
+    audit_event(
+        "alert_received", notification_id=result.notification_id, status=result.status, alerts=result.alerts,
+        firing=result.alert_statuses.get("firing", 0), resolved=result.alert_statuses.get("resolved", 0),
+        decisions=len(result.decisions), runs_queued=result.runs_queued,
+    )  # fmt: skip
+    for d in result.decisions:
+        audit_event(
+            "decision", level=DECISION_LEVELS.get(d.decision, logging.INFO), notification_id=result.notification_id,
+            alertname=d.alertname, fingerprint=d.fingerprint, playbook=d.playbook, target=d.target,
+            decision=d.decision.value, reason=d.reason, run_id=d.run_id,
+        )  # fmt: skip

@@ -22,6 +22,7 @@ from flask import Blueprint, Flask, abort, flash, g, make_response, redirect, re
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
+from remediate.audit import audit_event
 from remediate.breaker import CircuitBreaker
 from remediate.config import READ, Credential
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
@@ -246,6 +247,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             flash(f"Not approved: {exc}", "error")
         else:
             deps.wake()
+            audit_event("approval", principal=by, run_id=run_id, via="ui")
             flash(f"Run {run_id} approved by {by}: queued.", "ok")
         return redirect(_local(request.form.get("next"), url_for("ui.run", run_id=run_id)))
 
@@ -266,10 +268,12 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         by = _operator()
         try:
             # The form shows only while not paused: a pause made since (another operator) is kept, not replaced.
-            store.pause.set(True, by=by, reason=request.form.get("reason", "")[:1000], now=time.time(), replace=False)
+            reason = request.form.get("reason", "")[:1000]
+            store.pause.set(True, by=by, reason=reason, now=time.time(), replace=False)
         except AlreadyPaused as exc:
             flash(f"Not paused again: {exc}", "error")
             return redirect(url_for("ui.state"))
+        audit_event("pause", principal=by, reason=reason, via="ui")
         flash(f"Paused by {by}: new alerts are recorded, nothing new runs.", "ok")
         return redirect(url_for("ui.state"))
 
@@ -277,6 +281,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def resume() -> Any:
         by = _operator()
         store.pause.set(False, by=by, reason="", now=time.time())
+        audit_event("resume", principal=by, via="ui")
         flash(f"Resumed by {by}.", "ok")
         return redirect(url_for("ui.state"))
 
@@ -287,7 +292,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         if not deps.breaker.reset(by=by, reason=reason)["reset"]:
             flash("The breaker is closed; nothing to reset.", "ok")
             return redirect(url_for("ui.state"))
-        log.warning("circuit breaker reset by %s (web page)%s", by, f": {reason}" if reason else "")
+        audit_event("breaker_reset", level=logging.WARNING, principal=by, reason=reason, via="ui")
         flash(f"Breaker reset by {by}.", "ok")
         return redirect(url_for("ui.state"))
 

@@ -105,7 +105,7 @@ def test_post_reload_refuses_a_bad_file_then_applies_a_good_set_in_every_process
     assert body["error"] == "invalid_playbooks"
     assert body["file"] == str(broken)
     assert "no.such.action" in body["message"], body
-    assert "reload refused" in _log_after(server, mark, str(broken))
+    assert "reload_asked principal=token outcome=refused" in _log_after(server, mark, str(broken))  # audit events
     # Nothing changed: the same workers serve the running set.
     assert _workers(server, executor) == workers
     assert _post(server, "Second", "node-b") == []
@@ -116,7 +116,7 @@ def test_post_reload_refuses_a_bad_file_then_applies_a_good_set_in_every_process
 
     assert applied.status_code == 200, applied.text
     assert applied.json() == {"reloaded": True, "count": 2, "playbooks": ["first", "second"], "sinks": []}
-    _log_after(server, mark, "reloaded 2 playbooks (first, second)")
+    _log_after(server, mark, 'reload outcome=applied playbooks=2 loaded="2 playbooks (first, second)')
     _log_after(server, mark, "executor process: reloaded 2 playbooks (first, second)")
     # Every HTTP worker was replaced; the executor process was not (its runs go on).
     wait_until(lambda: not _workers(server, executor) & workers, WAIT, message="the old workers replaced")
@@ -139,9 +139,9 @@ def test_sighup_to_the_master_refuses_a_bad_file_then_reloads(
     mark = len(server.log_path.read_text())
     server._proc.send_signal(signal.SIGHUP)
 
-    line = _log_after(server, mark, "reload refused")
+    line = _log_after(server, mark, "reload outcome=refused")  # the audit event (docs/logging.md)
     assert str(broken) in line and "not valid YAML" in line, line
-    assert "still running 1 playbooks (first)" in line, line
+    assert 'running="1 playbooks (first)' in line, line
     assert _workers(server, executor) == workers
     assert _post(server, "Second", "node-a") == []
 
@@ -149,7 +149,7 @@ def test_sighup_to_the_master_refuses_a_bad_file_then_reloads(
     mark = len(server.log_path.read_text())
     server._proc.send_signal(signal.SIGHUP)
 
-    _log_after(server, mark, "reloaded 2 playbooks (first, second)")
+    _log_after(server, mark, 'reload outcome=applied playbooks=2 loaded="2 playbooks (first, second)')
     _log_after(server, mark, "executor process: reloaded 2 playbooks")
     wait_until(lambda: not _workers(server, executor) & workers, WAIT, message="the old workers replaced")
     assert executor in child_pids(server.pid)
@@ -205,7 +205,7 @@ def test_a_server_without_an_executor_process_reloads_too(
 
     assert _reload(server, server.token).json()["count"] == 2
 
-    _log_after(server, mark, "reloaded 2 playbooks (first, second)")
+    _log_after(server, mark, 'reload outcome=applied playbooks=2 loaded="2 playbooks (first, second)')
     wait_until(lambda: worker not in child_pids(server.pid), WAIT, message="the old worker replaced")
     assert len(_post(server, "Second", "node-a")) == 1  # queued for an executor elsewhere
 

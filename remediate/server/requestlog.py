@@ -1,0 +1,85 @@
+"""Every request's id and its one access line (logger `remediate.access`), in the Flask app of `serve`.
+
+The id is the client's `X-Request-Id` when it is sane (a proxy's or AlertManager's tracing id: letters,
+digits, `._:-`, at most 128), else a new one; it is answered in `X-Request-Id` and every record logged
+while the request is answered carries it (remediate.logsetup.REQUEST_ID), the audit events included, so
+one id joins the access line to what the request did. Probes and scrapes (/healthz, /readyz, /metrics)
+are logged at DEBUG: a kubelet's every 10 s would drown the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from flask import Flask, Response, g, request
+
+from remediate.logsetup import REQUEST_ID
+
+log = logging.getLogger("remediate.access")
+
+HEADER = "X-Request-Id"
+_SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+def request_id_from(header: str | None) -> str:
+    """The client's id when it is sane (it goes into every line of the request), else a new one."""
+    if header is not None and _SANE.fullmatch(header):
+        return header
+    return uuid.uuid4().hex
+
+
+def _principal() -> str | None:
+    """Who sent it, once known: the API's token (remediate.server.auth) or the pages' session."""
+    if (principal := g.get("principal")) is not None:
+        return str(principal)
+    viewer = g.get("viewer")
+    return getattr(viewer, "principal", None)
+
+
+def init_app(app: Flask) -> None:
+    @app.before_request
+    def _begin() -> None:
+        g.request_started = time.monotonic()
+        g.request_id = request_id_from(request.headers.get(HEADER))
+        g.request_id_token = REQUEST_ID.set(g.request_id)
+
+    @app.after_request
+    def _access(response: Response) -> Response:
+        # After every answer, an error handler's too (a 500: Flask logged the exception before, with the id).
+        request_id = g.get("request_id")
+        if request_id is None:
+            return response
+        response.headers[HEADER] = request_id
+        route = request.url_rule.rule if request.url_rule is not None else None
+        duration_ms = round((time.monotonic() - g.request_started) * 1000, 1)
+        log.log(
+            logging.DEBUG if route in QUIET_ROUTES else logging.INFO,
+            "%s %s %s %.1fms",
+            request.method,
+            route or request.path,
+            response.status_code,
+            duration_ms,
+            extra={
+                "method": request.method,
+                "route": route,
+                "path": request.path,
+                "status": response.status_code,
+                "duration_ms": duration_ms,
+                "principal": _principal(),
+            },
+        )
+        return response
+
+    @app.teardown_request
+    def _end(_exc: Any) -> None:
+        token = g.pop("request_id_token", None)
+        if token is not None:
+            try:
+                REQUEST_ID.reset(token)
+            except ValueError:  # set in another context (never in Flask today): clear it all the same
+                REQUEST_ID.set(None)

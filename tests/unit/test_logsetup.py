@@ -1,0 +1,128 @@
+"""Issue 27: the one logging set-up (remediate.logsetup) and audit events (remediate.audit): text and JSON
+formats, structured fields, levels, the request id."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from remediate.audit import ReservedFieldError, audit_event
+from remediate.logsafe import LOG_FORMAT
+from remediate.logsetup import REQUEST_ID, RequestIdFilter, TextFormatter, configure_logging, json_formatter
+from remediate.server.requestlog import request_id_from
+
+
+def _record(message: str = "hello", level: int = logging.INFO, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("remediate.test", level, __file__, 1, message, (), None)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_text_lines_end_with_the_structured_fields_as_logfmt_escaped_and_quoted() -> None:
+    line = TextFormatter(LOG_FORMAT).format(
+        _record(run_id=7, reason='a "quoted" reason', target="node-a\nFORGED", error=None, request_id="r-1")
+    )
+
+    assert "\n" not in line
+    assert line.endswith(
+        ' INFO remediate.test: hello run_id=7 reason="a \\"quoted\\" reason" target="node-a\\\\nFORGED" request_id=r-1'
+    )
+    assert "error=" not in line  # a field without a value is left out
+
+
+def test_an_audit_events_name_is_its_message_once_in_text() -> None:
+    line = TextFormatter(LOG_FORMAT).format(_record("pause", event="pause", principal="alice"))
+
+    assert line.endswith("remediate.test: pause principal=alice")
+
+
+def test_json_lines_are_one_object_with_time_level_logger_message_and_the_fields() -> None:
+    try:
+        raise RuntimeError("boom\nsecond line")
+    except RuntimeError:
+        record = _record("run 3\nFORGED", logging.WARNING, run_id=3, outcome="failed")
+        record.exc_info = sys.exc_info()
+    line = json_formatter().format(record)
+
+    assert "\n" not in line
+    data = json.loads(line)
+    assert data["time"].endswith("+00:00")
+    assert (data["level"], data["logger"], data["message"]) == ("WARNING", "remediate.test", "run 3\nFORGED")
+    assert (data["run_id"], data["outcome"]) == (3, "failed")
+    assert "RuntimeError: boom" in data["exc_info"]
+
+
+@pytest.fixture
+def root_logging() -> Iterator[None]:
+    """The root logger's handlers and level put back after a test that configures them."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+@pytest.mark.parametrize(("log_format", "formatter"), [("text", TextFormatter), ("json", None)])
+def test_configure_logging_leaves_one_handler_of_the_format_at_the_level(
+    root_logging: None, log_format: str, formatter: type | None
+) -> None:
+    logging.getLogger().addHandler(logging.StreamHandler(io.StringIO()))  # one set before: replaced, not kept
+
+    configure_logging(log_format, "warning")
+
+    [handler] = logging.getLogger().handlers
+    assert logging.getLogger().level == logging.WARNING
+    if formatter is not None:
+        assert type(handler.formatter) is formatter
+    else:
+        assert type(handler.formatter).__name__ == "JsonFormatter"
+    assert any(isinstance(f, RequestIdFilter) for f in handler.filters)
+    assert not logging.getLogger("remediate.audit").isEnabledFor(logging.INFO)
+    assert logging.getLogger("remediate.audit").isEnabledFor(logging.WARNING)
+
+
+def test_an_audit_event_is_a_record_of_remediate_audit_with_its_fields_and_the_request_id(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="remediate.audit")
+    token = REQUEST_ID.set("req-42")
+    try:
+        audit_event("run_ended", level=logging.WARNING, run_id=5, outcome="failed")
+        [record] = caplog.records
+        RequestIdFilter().filter(record)  # what the handler of configure_logging does with each record
+    finally:
+        REQUEST_ID.reset(token)
+
+    assert (record.name, record.levelno, record.getMessage()) == ("remediate.audit", logging.WARNING, "run_ended")
+    assert (record.event, record.run_id, record.outcome) == ("run_ended", 5, "failed")  # type: ignore[attr-defined]
+    assert record.request_id == "req-42"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("field", ["name", "message", "request_id", "event", "time"])
+def test_a_field_named_like_a_records_own_key_is_refused(field: str) -> None:
+    with pytest.raises(ReservedFieldError, match=field):
+        audit_event("pause", **{field: "x"})
+
+
+def test_outside_a_request_no_request_id_is_added() -> None:
+    record = _record()
+    RequestIdFilter().filter(record)
+    assert not hasattr(record, "request_id")
+
+
+@pytest.mark.parametrize(
+    ("header", "kept"),
+    [("abc-123_x.y:z", True), ("a" * 128, True), ("a" * 129, False), ("a b", False), ("", False), (None, False)],
+)
+def test_a_clients_request_id_is_kept_only_when_sane(header: str | None, kept: bool) -> None:
+    found = request_id_from(header)
+    assert (found == header) is kept
+    assert len(found) <= 128
