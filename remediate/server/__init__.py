@@ -14,7 +14,7 @@ import logging
 from flask import Blueprint, Flask
 
 from remediate.config import Settings
-from remediate.server import agents, answers, control, health, runs, webhook
+from remediate.server import agents, answers, control, health, instrument, runs, webhook
 from remediate.server.queries import history_query
 from remediate.services import Services, build_services
 
@@ -34,6 +34,7 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
     # at this limit, so /webhook reads up to it and refuses a body that reached it.
     app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes + 1
     answers.init_app(app, services)
+    instrument.init_app(app, services.metrics)
     for resource in (webhook, runs, control, agents, health):
         app.register_blueprint(resource.create_blueprint(services))
     if settings.ui.enabled:
