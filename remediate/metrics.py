@@ -31,6 +31,9 @@ from remediate.store.report import NO_RUNG
 log = logging.getLogger(__name__)
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TRAINING_JOB = "training_job"
+"""The label of the training job on the remediate_report_job_* gauges: not `job`, which Prometheus renames
+`exported_job` on scrape (the scrape target's own `job` wins, honor_labels: false)."""
 HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 """A request answers in milliseconds; a webhook waits at most store_busy_timeout (seconds) for the lock."""
 
@@ -214,8 +217,8 @@ class ReliabilityCollector(Collector):
         )
         yield _gauge(
             "remediate_report_job_incidents",
-            "Alert occurrences that fired in the window, by training job label",
-            ["job"],
+            "Alert occurrences that fired in the window, by training job",
+            [TRAINING_JOB],
             [([j["job"]], j["incidents"]) for j in jobs],
         )
         yield _gauge(
@@ -228,11 +231,12 @@ class ReliabilityCollector(Collector):
                 for outcome in ("succeeded", "failed")
             ],
         )
-        for scope, rows, what in (("node", nodes, "node"), ("job", jobs, "training job")):
+        scopes = (("node", "node", nodes, "node"), ("job", TRAINING_JOB, jobs, "training job"))
+        for scope, label, rows, what in scopes:
             yield _gauge(
                 f"remediate_report_{scope}_remediations",
                 f"Firing runs of the window that acted and finished, by {what} and outcome",
-                [scope, "outcome"],
+                [label, "outcome"],
                 [([r[scope], outcome], r[outcome]) for r in rows for outcome in ("succeeded", "failed")],
             )
         mttr = report.totals["mttr_seconds"]
@@ -242,11 +246,11 @@ class ReliabilityCollector(Collector):
             [],
             [([], mttr)] if mttr is not None else [],
         )
-        for scope, rows, what in (("node", nodes, "node"), ("job", jobs, "training job")):
+        for scope, label, rows, what in scopes:
             yield _gauge(
                 f"remediate_report_{scope}_mttr_seconds",
                 f"Mean time to remediate, by {what}",
-                [scope],
+                [label],
                 [([r[scope]], r["mttr_seconds"]) for r in rows if r["mttr_seconds"] is not None],
             )
         yield _gauge(
