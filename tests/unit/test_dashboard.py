@@ -4,6 +4,8 @@ variables, that every query selects by them, and that it names only metrics reme
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry
 
 from remediate.metrics import Metrics, ReliabilityCollector, StoreCollector
@@ -73,3 +75,39 @@ def test_panel_ids_are_unique_and_the_runs_are_shown_as_annotations() -> None:
     assert len(ids) == len(set(ids))
     (runs,) = [a for a in board["annotations"]["list"] if a["name"] == "remediate runs"]
     assert runs["target"]["tags"] == ["remediate"]  # the tag remediate.grafana.Annotator puts on every run
+
+
+# Grafana's unit ids the dashboard may use: durations, counts, rates and 0/1 states.
+UNITS = {"s", "ms", "short", "percent", "percentunit", "reqps", "ops", "bool"}
+
+
+def unit_of(panel: dict[str, Any], target: dict[str, Any]) -> str:
+    """The unit Grafana shows a target's values in: an override that picks its series, else the panel's."""
+    unit: str = panel["fieldConfig"]["defaults"]["unit"]
+    for override in panel["fieldConfig"].get("overrides", []):
+        matcher = override["matcher"]
+        picks = (matcher["id"], matcher["options"]) in {
+            ("byFrameRefID", target["refId"]),
+            ("byName", target.get("legendFormat")),
+        }
+        for prop in override["properties"]:
+            if picks and prop["id"] == "unit":
+                unit = prop["value"]
+    return unit
+
+
+def test_every_panel_has_a_unit_and_every_duration_is_shown_in_seconds() -> None:
+    """Issue 27: "Oldest queued run" showed a bare number; every panel says what its values count."""
+    checked = 0
+    for panel in dashboard.panels(dashboard.load()):
+        if panel["type"] == "row":
+            continue
+        assert panel["fieldConfig"]["defaults"].get("unit") in UNITS, panel["title"]
+        for target in panel["targets"]:
+            names = dashboard.metric_names(target["expr"])
+            if names and all(name.removesuffix("_bucket").endswith("_seconds") for name in names):
+                assert unit_of(panel, target) == "s", (panel["title"], target["refId"])
+                checked += 1
+    assert checked >= 8  # step durations, oldest queued run (twice), MTTRs, MTBI, the report's window and age
+    (oldest,) = [p for p in dashboard.panels(dashboard.load()) if p["title"] == "Oldest queued run"]
+    assert oldest["fieldConfig"]["defaults"]["unit"] == "s"
