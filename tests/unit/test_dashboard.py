@@ -4,20 +4,26 @@ variables, that every query selects by them, and that it names only metrics reme
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from remediate.metrics import Metrics, ReliabilityCollector, StoreCollector
+from remediate.beat import ExecutorBeat
+from remediate.metrics import ExecutorBeatCollector, Metrics, ReliabilityCollector, StoreCollector
 from remediate.store import Store
 from tests.support import dashboard
 
 
-def defined_families(store: Store) -> set[str]:
-    """Every metric family remediate exports: its counters and histograms, and the gauges read from the store."""
+def defined_families(store: Store, beat_file: Path) -> set[str]:
+    """Every metric family remediate exports: its counters and histograms, the gauges read from the store and
+    the executor's heartbeat age (once it beat)."""
     registry = CollectorRegistry()
     Metrics(registry)
     registry.register(StoreCollector(store))
+    beat = ExecutorBeat(beat_file)
+    beat.beat()
+    registry.register(ExecutorBeatCollector(beat))
     registry.register(ReliabilityCollector(store, window=3600.0, max_age=60.0, job_labels=("job",)))
     names = set()
     for family in registry.collect():
@@ -27,8 +33,8 @@ def defined_families(store: Store) -> set[str]:
     return names
 
 
-def test_the_dashboard_names_only_metrics_remediate_defines(store: Store) -> None:
-    families = defined_families(store)
+def test_the_dashboard_names_only_metrics_remediate_defines(store: Store, tmp_path: Path) -> None:
+    families = defined_families(store, tmp_path / "beat")
     used = {name for q in dashboard.queries(dashboard.load()) for name in dashboard.metric_names(q.expr)}
 
     assert {name for name in used if not dashboard.exported(name, families)} == set()
@@ -38,6 +44,8 @@ def test_the_dashboard_names_only_metrics_remediate_defines(store: Store) -> Non
         "remediate_runs_finished_total", "remediate_step_duration_seconds_bucket", "remediate_queue_depth",
         "remediate_queue_oldest_age_seconds", "remediate_breaker_open", "remediate_nodes_held", "remediate_paused",
         "remediate_agent_call_errors_total", "remediate_report_remediations", "remediate_report_mttr_seconds",
+        "remediate_http_requests_total", "remediate_http_request_duration_seconds_bucket",
+        "remediate_executor_heartbeat_age_seconds", "remediate_agent_call_duration_seconds_bucket",
     }  # fmt: skip
 
 
