@@ -120,7 +120,7 @@ class Database:
         longer ours, StoreUnreachable if the server is gone, StoreRefused if the database refused it (disk
         full, read-only, I/O error, ...).
         """
-        try:
+        with self._told_write_errors():
             self.dialect.check_file()
             deadline = time.monotonic() + self.dialect.busy_timeout
             with self._store_errors(), self.engine.connect() as conn:
@@ -129,6 +129,12 @@ class Database:
                 with conn.begin():
                     self.dialect.begin(conn, write=True)
                     yield conn
+
+    @contextmanager
+    def _told_write_errors(self) -> Iterator[None]:
+        """A write the database could not take is told to on_write_error (by kind), then raised."""
+        try:
+            yield
         except StoreUnavailable as exc:
             kind = write_error_kind(exc)
             if kind is not None and self.on_write_error is not None:
@@ -181,8 +187,9 @@ class Database:
     def probe_write(self) -> None:
         """Do what a webhook needs: the file is ours, it has room for a webhook's write (SQLite: fresh space on
         its filesystem, Dialect.check_room), the write lock is free in time, a write commits."""
-        self.check_file()
-        self.dialect.check_room()
+        with self._told_write_errors():
+            self.check_file()
+            self.dialect.check_room()
         with self.write() as conn:
             conn.execute(_PROBE_WRITE)
 
