@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from remediate import __version__
 from remediate.beat import ExecutorBeat
 from remediate.engine import IngestResult
 from remediate.executor import ExecutorMetrics
@@ -29,6 +31,11 @@ from remediate.store.report import NO_RUNG
 log = logging.getLogger(__name__)
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+TRAINING_JOB = "training_job"
+"""The label of the training job on the remediate_report_job_* gauges: not `job`, which Prometheus renames
+`exported_job` on scrape (the scrape target's own `job` wins, honor_labels: false)."""
+HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+"""A request answers in milliseconds; a webhook waits at most store_busy_timeout (seconds) for the lock."""
 
 
 def multiprocess_mode() -> bool:
@@ -72,6 +79,33 @@ class Metrics(ExecutorMetrics):
             ["outcome"],
             **kw,
         )
+        self.agent_call_duration = Histogram(
+            "remediate_agent_call_duration_seconds",
+            "Time of a call to a node agent (retries included), by action and outcome (answered, or the"
+            " reason it got no answer: remediate.runners.AGENT_CALL_ERRORS)",
+            ["action", "outcome"],
+            buckets=STEP_BUCKETS,
+            **kw,
+        )
+        self.http_requests = Counter(
+            "remediate_http_requests_total",
+            "HTTP requests answered, by route (the URL rule, not the path), method and status code",
+            ["route", "method", "code"],
+            **kw,
+        )
+        self.http_duration = Histogram(
+            "remediate_http_request_duration_seconds",
+            "Time from a request's dispatch to its answer, by route and method",
+            ["route", "method"],
+            buckets=HTTP_BUCKETS,
+            **kw,
+        )
+        self.store_write_errors = Counter(
+            "remediate_store_write_errors_total",
+            "Write transactions the database could not take (remediate.store.database.WRITE_ERROR_KINDS), by kind",
+            ["kind"],
+            **kw,
+        )
         self.approval_announcements = Counter(
             "remediate_approval_announcements_total",
             "Chat messages that a run awaits approval (remediate.announce), by outcome (sent, failed)",
@@ -95,6 +129,16 @@ class Metrics(ExecutorMetrics):
 
     def agent_call_failed(self, reason: str) -> None:
         self.agent_call_errors.labels(reason).inc()
+
+    def agent_call_finished(self, action: str, outcome: str, seconds: float) -> None:
+        self.agent_call_duration.labels(action, outcome).observe(seconds)
+
+    def http_request(self, route: str, method: str, code: int, seconds: float) -> None:
+        self.http_requests.labels(route, method, str(code)).inc()
+        self.http_duration.labels(route, method).observe(seconds)
+
+    def store_write_failed(self, kind: str) -> None:
+        self.store_write_errors.labels(kind).inc()
 
     def annotation(self, outcome: str) -> None:
         self.annotations.labels(outcome).inc()
@@ -173,8 +217,8 @@ class ReliabilityCollector(Collector):
         )
         yield _gauge(
             "remediate_report_job_incidents",
-            "Alert occurrences that fired in the window, by training job label",
-            ["job"],
+            "Alert occurrences that fired in the window, by training job",
+            [TRAINING_JOB],
             [([j["job"]], j["incidents"]) for j in jobs],
         )
         yield _gauge(
@@ -187,11 +231,12 @@ class ReliabilityCollector(Collector):
                 for outcome in ("succeeded", "failed")
             ],
         )
-        for scope, rows, what in (("node", nodes, "node"), ("job", jobs, "training job")):
+        scopes = (("node", "node", nodes, "node"), ("job", TRAINING_JOB, jobs, "training job"))
+        for scope, label, rows, what in scopes:
             yield _gauge(
                 f"remediate_report_{scope}_remediations",
                 f"Firing runs of the window that acted and finished, by {what} and outcome",
-                [scope, "outcome"],
+                [label, "outcome"],
                 [([r[scope], outcome], r[outcome]) for r in rows for outcome in ("succeeded", "failed")],
             )
         mttr = report.totals["mttr_seconds"]
@@ -201,11 +246,11 @@ class ReliabilityCollector(Collector):
             [],
             [([], mttr)] if mttr is not None else [],
         )
-        for scope, rows, what in (("node", nodes, "node"), ("job", jobs, "training job")):
+        for scope, label, rows, what in scopes:
             yield _gauge(
                 f"remediate_report_{scope}_mttr_seconds",
                 f"Mean time to remediate, by {what}",
-                [scope],
+                [label],
                 [([r[scope]], r["mttr_seconds"]) for r in rows if r["mttr_seconds"] is not None],
             )
         yield _gauge(
@@ -247,6 +292,7 @@ def exposition(
     else:
         registry = own_registry
     extra = CollectorRegistry()
+    extra.register(BuildInfoCollector(store.database.engine.dialect.name))
     extra.register(StoreCollector(store))
     if reliability is not None:
         extra.register(reliability)
@@ -270,3 +316,19 @@ class ExecutorBeatCollector(Collector):
             "Seconds since the executor process last beat (its master replaces it past the lease)",
             value=age,
         )
+
+
+@dataclass(frozen=True)
+class BuildInfoCollector(Collector):
+    """`remediate_build_info{version, python, database} 1`: which build answers (join it onto other series)."""
+
+    database: str
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "remediate_build_info",
+            "Always 1: the version of remediate, of Python and the kind of database this server runs with",
+            labels=["version", "python", "database"],
+        )
+        info.add_metric([__version__, platform.python_version(), self.database], 1)
+        yield info

@@ -201,6 +201,10 @@ class AgentRunner(StepRunner):
     on_call_error: Callable[[str], None] | None = None
     """Told the reason (AGENT_CALL_ERRORS) of each call that failed for want of an answer; an error the
     agent answered (the action failed there) is the step's failure, not the call's."""
+    on_call_done: Callable[[str, str, float], None] | None = None
+    """Told (action, outcome, seconds) of each call: "answered" (the agent answered: the action succeeded
+    or failed there), "not_found" (no agent serves the node), or the reason of AGENT_CALL_ERRORS it got no
+    answer (remediate_agent_call_duration_seconds)."""
     answer_slack: float = 5.0
     """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
     url: str | None = None
@@ -283,23 +287,35 @@ class AgentRunner(StepRunner):
                 with attempt:
                     tries += 1
                     remaining = budget - (time.monotonic() - started)
-                    return self._post(kind, action, params, ctx, max(remaining, 0.5))
+                    result = self._post(kind, action, params, ctx, max(remaining, 0.5))
+                    self._call_done(action.name, "answered", started)
+                    return result
         except AmbiguousActionError:
-            self._call_failed("ambiguous")
+            self._call_failed("ambiguous", action.name, started)
             raise
         except _BadAnswer:
-            self._call_failed("bad_answer")
+            self._call_failed("bad_answer", action.name, started)
             raise
         except _Unreachable as exc:
-            self._call_failed("unreachable")
+            self._call_failed("unreachable", action.name, started)
             raise RetryableActionError(
                 f"agent of node {self.node} unreachable ({tries} {'try' if tries == 1 else 'tries'}): {exc}"
             ) from exc
+        except ActionError as exc:
+            # The action failed on the node (the agent answered so), or no agent serves the node.
+            not_found = isinstance(exc.__cause__, AgentNotFound)
+            self._call_done(action.name, "not_found" if not_found else "answered", started)
+            raise
         raise RetryableActionError(f"agent of node {self.node}: no time left for a call")  # pragma: no cover
 
-    def _call_failed(self, reason: str) -> None:
+    def _call_failed(self, reason: str, action: str, started: float) -> None:
         if self.on_call_error is not None:
             self.on_call_error(reason)
+        self._call_done(action, reason, started)
+
+    def _call_done(self, action: str, outcome: str, started: float) -> None:
+        if self.on_call_done is not None:
+            self.on_call_done(action, outcome, time.monotonic() - started)
 
     def _post(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext, timeout: float) -> Any:
         import requests  # here, not at the top: see remediate.lazyhttp
@@ -435,14 +451,22 @@ class Dispatch:
     default_timeout: float = 300.0
     retry_wait_max: float = 2.0
     on_agent_error: Callable[[str], None] | None = None
+    on_agent_call: Callable[[str, str, float], None] | None = None
 
     def __post_init__(self) -> None:
         self.cluster = LocalRunner()
         self.local_node = LocalRunner(f"{self.node_name or socket.gethostname()} (server)")
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, on_agent_error: Callable[[str], None] | None = None) -> Dispatch:
-        """`on_agent_error`: told the reason of each agent call that failed (see AgentRunner.on_call_error)."""
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        on_agent_error: Callable[[str], None] | None = None,
+        on_agent_call: Callable[[str, str, float], None] | None = None,
+    ) -> Dispatch:
+        """`on_agent_error`: told the reason of each agent call that failed (see AgentRunner.on_call_error);
+        `on_agent_call`: told each call's action, outcome and seconds (AgentRunner.on_call_done)."""
         directories: list[AgentDirectory] = []
         if settings.agent.agents:
             directories.append(StaticAgents(dict(settings.agent.agents)))
@@ -475,6 +499,7 @@ class Dispatch:
             connect_timeout=settings.agent.connect_timeout,
             default_timeout=settings.engine.step_timeout,
             on_agent_error=on_agent_error,
+            on_agent_call=on_agent_call,
         )
 
     @property
@@ -493,6 +518,7 @@ class Dispatch:
         return AgentRunner(
             target, self.directory, self.token, retries=self.retries, connect_timeout=self.connect_timeout,
             default_timeout=self.default_timeout, retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error,
+            on_call_done=self.on_agent_call,
         )  # fmt: skip
 
 

@@ -99,6 +99,7 @@ def build_services(
     )
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)
+    store.database.on_write_error = metrics.store_write_failed
     public_url = settings.notify.public_url
     run_link = None if public_url is None else functools.partial(run_page_url, public_url)
     target = target_from_settings(settings.grafana)  # grafana_url, grafana_token_file; None: no annotations
@@ -108,7 +109,9 @@ def build_services(
         registry=registry,
         settings=settings.executor,
         metrics=metrics,
-        dispatch=Dispatch.from_settings(settings, on_agent_error=metrics.agent_call_failed),
+        dispatch=Dispatch.from_settings(
+            settings, on_agent_error=metrics.agent_call_failed, on_agent_call=metrics.agent_call_finished
+        ),
         breaker=CircuitBreaker(
             store.breaker.ledger, store.breaker.view, limits=limits_from_settings(settings.kube.breaker)
         ),

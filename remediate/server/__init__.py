@@ -33,7 +33,7 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
     # One byte more than allowed: werkzeug silently cuts a body without Content-Length (chunked)
     # at this limit, so /webhook reads up to it and refuses a body that reached it.
     app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes + 1
-    requestlog.init_app(app)  # first: the id is set before any other hook logs
+    requestlog.init_app(app, services.metrics)  # first: the id is set before any other hook logs
     answers.init_app(app, services)
     for resource in (webhook, runs, control, agents, health):
         app.register_blueprint(resource.create_blueprint(services))

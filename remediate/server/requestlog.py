@@ -1,10 +1,15 @@
-"""Every request's id and its one access line (logger `remediate.access`), in the Flask app of `serve`.
+"""Every request's id, its one access line (logger `remediate.access`) and its HTTP metrics, in the Flask app
+of `serve`.
 
 The id is the client's `X-Request-Id` when it is sane (a proxy's or AlertManager's tracing id: letters,
 digits, `._:-`, at most 128), else a new one; it is answered in `X-Request-Id` and every record logged
 while the request is answered carries it (remediate.logsetup.REQUEST_ID), the audit events included, so
 one id joins the access line to what the request did. Probes and scrapes (/healthz, /readyz, /metrics)
 are logged at DEBUG: a kubelet's every 10 s would drown the rest.
+
+The same answer counts once in remediate_http_requests_total and remediate_http_request_duration_seconds, by the
+Flask URL rule that served it ("/runs/<int:run_id>", never the raw path: one series per route, not per run;
+`unmatched` for a 404/405 no rule matched) and its status code.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from typing import Any
 from flask import Flask, Response, g, request
 
 from remediate.logsetup import REQUEST_ID
+from remediate.metrics import Metrics
 
 log = logging.getLogger("remediate.access")
 
 HEADER = "X-Request-Id"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
+UNMATCHED = "unmatched"
+"""The route label of a request no URL rule matched: its path would make a series per path."""
 
 
 def request_id_from(header: str | None) -> str:
@@ -41,7 +49,7 @@ def _principal() -> str | None:
     return getattr(viewer, "principal", None)
 
 
-def init_app(app: Flask) -> None:
+def init_app(app: Flask, metrics: Metrics) -> None:
     @app.before_request
     def _begin() -> None:
         g.request_started = time.monotonic()
@@ -56,7 +64,9 @@ def init_app(app: Flask) -> None:
             return response
         response.headers[HEADER] = request_id
         route = request.url_rule.rule if request.url_rule is not None else None
-        duration_ms = round((time.monotonic() - g.request_started) * 1000, 1)
+        seconds = time.monotonic() - g.request_started
+        metrics.http_request(route or UNMATCHED, request.method, response.status_code, seconds)
+        duration_ms = round(seconds * 1000, 1)
         log.log(
             logging.DEBUG if route in QUIET_ROUTES else logging.INFO,
             "%s %s %s %.1fms",

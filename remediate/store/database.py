@@ -6,14 +6,21 @@ its `Dialect` (`sqlite.SqliteDialect` for SQLite files), chosen from the URL.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.errors import ConfigError, StoreBusy, StoreRefused, StoreUnreachable
+from remediate.errors import (
+    ConfigError,
+    StoreBusy,
+    StoreFileReplaced,
+    StoreRefused,
+    StoreUnavailable,
+    StoreUnreachable,
+)
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 from remediate.store.postgres import PostgresDialect
 from remediate.store.sqlite import SqliteDialect
@@ -27,6 +34,24 @@ def dialect_for(url: sa.URL) -> type[Dialect]:
     if backend == "postgresql":
         return PostgresDialect
     return Dialect
+
+
+WRITE_ERROR_KINDS: dict[type[StoreUnavailable], str] = {
+    StoreBusy: "busy",
+    StoreUnreachable: "unreachable",
+    StoreRefused: "refused",
+    StoreFileReplaced: "file_replaced",
+}
+"""The kinds of write a database could not take (`Database.on_write_error`). A StoreConflict is none: another
+writer stored the same occurrence first, the store works."""
+
+
+def write_error_kind(exc: StoreUnavailable) -> str | None:
+    """The kind of a write error (WRITE_ERROR_KINDS), None for one that says nothing of the store's health."""
+    for cls, kind in WRITE_ERROR_KINDS.items():
+        if isinstance(exc, cls):
+            return kind
+    return None
 
 
 class Transactions(Protocol):
@@ -47,6 +72,9 @@ class Database:
 
     def __init__(self, engine: sa.Engine, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
         self.engine = engine
+        self.on_write_error: Callable[[str], None] | None = None
+        """Told the kind (WRITE_ERROR_KINDS) of each write transaction the database could not take: the
+        server counts them (remediate_store_write_errors_total), the self-alert RemediateStoreUnavailable reads it."""
         self.dialect = dialect_for(engine.url)(engine.url, busy_timeout)
 
     @classmethod
@@ -92,14 +120,26 @@ class Database:
         longer ours, StoreUnreachable if the server is gone, StoreRefused if the database refused it (disk
         full, read-only, I/O error, ...).
         """
-        self.dialect.check_file()
-        deadline = time.monotonic() + self.dialect.busy_timeout
-        with self._store_errors(), self.engine.connect() as conn:
-            # One bound for every wait: the database's own lock gets what the wait for a connection left.
-            self.dialect.bound_wait(conn, deadline)
-            with conn.begin():
-                self.dialect.begin(conn, write=True)
-                yield conn
+        with self._told_write_errors():
+            self.dialect.check_file()
+            deadline = time.monotonic() + self.dialect.busy_timeout
+            with self._store_errors(), self.engine.connect() as conn:
+                # One bound for every wait: the database's own lock gets what the wait for a connection left.
+                self.dialect.bound_wait(conn, deadline)
+                with conn.begin():
+                    self.dialect.begin(conn, write=True)
+                    yield conn
+
+    @contextmanager
+    def _told_write_errors(self) -> Iterator[None]:
+        """A write the database could not take is told to on_write_error (by kind), then raised."""
+        try:
+            yield
+        except StoreUnavailable as exc:
+            kind = write_error_kind(exc)
+            if kind is not None and self.on_write_error is not None:
+                self.on_write_error(kind)
+            raise
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
@@ -147,8 +187,9 @@ class Database:
     def probe_write(self) -> None:
         """Do what a webhook needs: the file is ours, it has room for a webhook's write (SQLite: fresh space on
         its filesystem, Dialect.check_room), the write lock is free in time, a write commits."""
-        self.check_file()
-        self.dialect.check_room()
+        with self._told_write_errors():
+            self.check_file()
+            self.dialect.check_room()
         with self.write() as conn:
             conn.execute(_PROBE_WRITE)
 

@@ -118,6 +118,8 @@ def test_each_node_step_runs_on_the_agent_of_its_node_and_the_history_says_where
     assert cleanup["result"]["ran_on"] == f"node-a (agent {node_a.url})"
     assert node_a.scratch_files() == ["keep.lock"]
     assert node_b.scratch_files() == ["keep.lock", "old-0.tmp", "old-1.tmp", "old-2.tmp"]
+    # Each call to an agent is timed by action and outcome (plan and execute: two calls of the step).
+    assert server.metric("remediate_agent_call_duration_seconds_count", action="disk.cleanup", outcome="answered") == 2
 
     # 3. The server restarts (its database stays); the alert resolves: node-b's agent remembered the
     #    original limit in its own state file and restores it.

@@ -77,7 +77,7 @@ def server(
 
 def handle_a_few_alerts(server: RemediateServer) -> tuple[dict[str, Any], dict[str, Any]]:
     """A run that succeeds, one that fails on its agent, a duplicate of the first, a wrong token."""
-    xid = notification("GpuXidError", {"Hostname": "node-a"}, fingerprint="aaaa000000000001")
+    xid = notification("GpuXidError", {"Hostname": "node-a", "training_job": "llama"}, fingerprint="aaaa000000000001")
     assert server.post_webhook(xid).status_code == 200
     stuck = notification("GpuClocksStuck", {"Hostname": "node-gone"}, fingerprint="aaaa000000000002")
     assert server.post_webhook(stuck).status_code == 200
@@ -157,6 +157,10 @@ def test_each_executed_run_is_annotated_in_grafana_and_the_dashboards_queries_pa
         assert values("Agent call errors", "reason").keys() == {"unreachable"}
         assert values("Webhook requests refused", "code").keys() == {"401"}
         assert values("Paused", "") == {"": 0.0}
+        # The training job keeps its label through the scrape: a `job` label would arrive as exported_job.
+        (series,) = wait_until(lambda: prom.query("remediate_report_job_incidents"), 10, message="no job figures")
+        assert series["metric"]["training_job"] == "llama", series
+        assert "exported_job" not in series["metric"], series
 
     # Every metric the dashboard names is one the server exported.
     families = exported_families(server)

@@ -170,13 +170,13 @@ def test_metrics_export_the_figures_and_reuse_them_for_report_cache_seconds(
     assert samples[("remediate_report_window_seconds", ())] == 7 * 86400
     assert samples[("remediate_report_incidents", (("node", "node-a"),))] == 2
     assert samples[("remediate_report_incidents", (("node", "node-b"),))] == 1
-    assert samples[("remediate_report_job_incidents", (("job", "llama"),))] == 2
+    assert samples[("remediate_report_job_incidents", (("training_job", "llama"),))] == 2
     assert samples[("remediate_report_remediations", (("outcome", "succeeded"), ("rung", "1")))] == 1
     assert samples[("remediate_report_remediations", (("outcome", "succeeded"), ("rung", "-")))] == 1
     assert samples[("remediate_report_node_remediations", (("node", "node-a"), ("outcome", "succeeded")))] == 2
-    assert samples[("remediate_report_job_remediations", (("job", "llama"), ("outcome", "failed")))] == 0
+    assert samples[("remediate_report_job_remediations", (("outcome", "failed"), ("training_job", "llama")))] == 0
     assert 3600 <= samples[("remediate_report_node_mttr_seconds", (("node", "node-a"),))] <= 3700
-    assert 3600 <= samples[("remediate_report_job_mttr_seconds", (("job", "llama"),))] <= 3700
+    assert 3600 <= samples[("remediate_report_job_mttr_seconds", (("training_job", "llama"),))] <= 3700
     assert samples[("remediate_report_mttr_seconds", ())] > 0
     assert 7135 <= samples[("remediate_report_node_mtbi_seconds", (("node", "node-a"),))] <= 7145
     assert samples[("remediate_nodes_held", ())] == 1

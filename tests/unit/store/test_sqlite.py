@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.errors import StoreBusy, StoreFileReplaced
+from remediate.errors import StoreBusy, StoreConflict, StoreFileReplaced
 from remediate.store import Store
 
 
@@ -169,6 +169,23 @@ def test_a_deleted_or_replaced_database_file_is_noticed(tmp_path: Path) -> None:
     db.write_bytes(b"")
     with pytest.raises(StoreFileReplaced, match="replaced"):
         store.database.probe_write()
+    store.close()
+
+
+def test_each_write_the_database_could_not_take_is_told_by_kind_and_a_conflict_is_not(tmp_path: Path) -> None:
+    """Issue 27: remediate_store_write_errors_total{kind} counts what Database.on_write_error is told."""
+    db = tmp_path / "r.db"
+    store = Store.open(f"sqlite:///{db}")
+    told: list[str] = []
+    store.database.on_write_error = told.append
+    store.database.probe_write()
+    with pytest.raises(StoreConflict), store.write():
+        raise StoreConflict("another writer stored the same occurrence first")  # the store works
+    assert told == []
+    db.unlink()
+    with pytest.raises(StoreFileReplaced):
+        store.database.probe_write()
+    assert told == ["file_replaced"]
     store.close()
 
 
