@@ -30,6 +30,7 @@ from remediate.runs import RunStatus
 from remediate.store import HistoryQuery, LoginThrottle, Store
 from remediate.ui import session as ui_session
 from remediate.ui.folding import fold_duplicates
+from remediate.ui.gates import read_gates
 
 log = logging.getLogger("remediate.ui")
 
@@ -115,8 +116,10 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def _globals() -> dict[str, Any]:
         if request.blueprint != "ui":
             return {}
+        viewer = g.get("viewer")
         return {
-            "viewer": g.get("viewer"),
+            "viewer": viewer,
+            "gates": read_gates(store, deps.breaker) if viewer is not None else None,
             "csrf_token": lambda: ui_session.csrf_token(session),
             "auth_on": bool(deps.credentials),
             "duration": _duration,
