@@ -10,7 +10,8 @@ import re
 from werkzeug.test import TestResponse
 
 from tests.integration.test_ui_pages import awaiting_run, csrf, log_in, text
-from tests.support.http import OPERATOR_TOKEN, MakeServer, Server, alert, notification
+from tests.integration.test_ladders import HOT_LADDER, hot
+from tests.support.http import OPERATOR_TOKEN, MakeServer, Server, notification
 
 BANNER = re.compile(r'<div class="banner" id="banner"')
 
@@ -48,3 +49,23 @@ def test_the_login_page_shows_no_banner(make_server: MakeServer) -> None:
     server = make_server()
     server.store.pause.set(True, by="alice", reason="secret reason", now=1_795_000_000.0)
     assert "secret reason" not in text(server.client.get("/ui/login"))
+
+
+def test_a_ladder_after_its_undo_says_it_resolved_not_first_rung(make_server: MakeServer) -> None:
+    """It read "1 of 3 cap-power ... first rung" after the alert resolved and on_resolved undid the rung."""
+    server = make_server(playbooks={"hot.yaml": HOT_LADDER})
+    server.webhook(notification(hot(1)))
+    log_in(server, OPERATOR_TOKEN)
+    firing = text(server.client.get("/ui/state"))
+    assert re.search(r'data-state="firing">on rung 1 of 3 \(cap-power\), in force since 20[\d: -]+Z<', firing)
+
+    server.webhook(notification(hot(1, "resolved")))
+    server.drain()
+    resolved = text(server.client.get("/ui/state"))
+    assert re.search(r'data-state="resolved">rung 1 of 3 \(cap-power\): resolved at 20[\d: -]+Z, no longer in force<',
+                     resolved)  # fmt: skip
+    assert "in force since" not in resolved
+
+    assert server.post("/ladders/reset", json={"target": "node-a", "reason": "new GPU"}).status_code == 200
+    reset = text(server.client.get("/ui/state"))
+    assert 'data-state="reset">reset (reset by operator: new GPU): the next firing starts at rung 1<' in reset
