@@ -31,6 +31,7 @@ from remediate.store import HistoryQuery, LoginThrottle, Store
 from remediate.ui import session as ui_session
 from remediate.ui.folding import fold_duplicates
 from remediate.ui.gates import read_gates
+from remediate.ui.preview import chat_preview
 
 log = logging.getLogger("remediate.ui")
 
@@ -123,6 +124,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             "csrf_token": lambda: ui_session.csrf_token(session),
             "auth_on": bool(deps.credentials),
             "duration": _duration,
+            "chat_preview": chat_preview,
             "session_hours": ui_session.SESSION_HOURS,
         }
 

@@ -9,9 +9,11 @@ import re
 
 from werkzeug.test import TestResponse
 
-from tests.integration.test_ui_pages import awaiting_run, csrf, log_in, text
+from remediate.ui.preview import chat_preview
 from tests.integration.test_ladders import HOT_LADDER, hot
-from tests.support.http import OPERATOR_TOKEN, MakeServer, Server, notification
+from tests.integration.test_ui_pages import awaiting_run, csrf, log_in, text
+from tests.support.http import OPERATOR_TOKEN, MakeServer, Server, alert, notification
+from tests.support.realsystems import WebhookRecorder
 
 BANNER = re.compile(r'<div class="banner" id="banner"')
 
@@ -31,7 +33,9 @@ def test_every_page_shows_a_banner_while_paused_or_while_the_breaker_is_open(mak
     for path, page in pages(server, run_id).items():
         banner = text(page)
         assert BANNER.search(banner), path
-        assert re.search(r"Remediation is paused</b> by operator\s+since 20[\d: -]+Z: rack 12 maintenance", banner), path
+        assert re.search(r"Remediation is paused</b> by operator\s+since 20[\d: -]+Z: rack 12 maintenance", banner), (
+            path
+        )
         assert 'id="banner-breaker"' not in banner
 
     server.client.post("/ui/resume", data={"csrf_token": token})
@@ -69,3 +73,76 @@ def test_a_ladder_after_its_undo_says_it_resolved_not_first_rung(make_server: Ma
     assert server.post("/ladders/reset", json={"target": "node-a", "reason": "new GPU"}).status_code == 200
     reset = text(server.client.get("/ui/state"))
     assert 'data-state="reset">reset (reset by operator: new GPU): the next firing starts at rung 1<' in reset
+
+
+def chat_playbook(url: str) -> str:
+    return f"""\
+name: chat
+match: {{alertname: GpuXidError}}
+target: node
+steps:
+  - action: notify.slack
+    with: {{url: "{url}", message: "GPU {{{{ labels.gpu }}}} is *hot*: see `nvidia-smi`"}}
+  - action: notify.teams
+    with: {{url: "{url}"}}
+  - action: notify.webhook
+    with: {{url: "{url}", message: "webhook says hi"}}
+"""
+
+
+def test_chat_steps_show_the_message_a_person_would_see_and_the_json_behind_details(make_server: MakeServer) -> None:
+    """It was ~80 lines of raw JSON per chat step (Block Kit blocks, the Adaptive Card)."""
+    with WebhookRecorder(path="/hook") as chat:
+        server = make_server(playbooks={"chat.yaml": chat_playbook(chat.url)}, public_url="https://remediate.example")
+        server.webhook(notification(alert("ffff000000000001", instance="node-a:9400", gpu="<b>0*</b>")))
+        server.drain()
+        run_id = server.history()["entries"][0]["run_id"]
+    log_in(server, OPERATOR_TOKEN)
+    page = text(server.client.get(f"/ui/runs/{run_id}"))
+    slack, teams, webhook = re.findall(r'<section class="step".*?</section>', page, re.S)
+
+    preview = re.search(r'<div class="chat-preview" data-kind="Slack">(.*?)</div>', slack, re.S)
+    assert preview, slack
+    shown = preview.group(1)
+    assert f"Slack message to {chat.url} · sent, HTTP 200" in shown
+    assert '<p class="chat-title">🔥 GpuXidError on node-a</p>' in shown
+    # The playbook's own markup, rendered; the label's value as inert text (escaped, its * a look-alike).
+    assert re.search(r"GPU &lt;b&gt;0.&lt;/b&gt; is <b>hot</b>: see <code>nvidia-smi</code>", shown), shown
+    assert "<b>0" not in shown
+    assert "<dt>Status</dt><dd>alert firing; remediation running</dd>" in shown
+    assert (
+        f'<span class="chat-button" title="https://remediate.example/ui/runs/{run_id}">Open run {run_id}</span>'
+        in shown
+    )
+    assert "&#34;blocks&#34;" not in shown
+    assert re.search(
+        r'<details class="raw"><summary>raw JSON \(params, plan, result\)</summary>.*&#34;blocks&#34;', slack, re.S
+    )
+
+    shown = re.search(r'<div class="chat-preview" data-kind="Teams">(.*?)</div>', teams, re.S).group(1)  # type: ignore[union-attr]
+    assert '<p class="chat-title">GpuXidError on node-a</p>' in shown and "<dd>this message</dd>" in shown
+    assert "&#34;AdaptiveCard&#34;" in teams.split("<details")[1]
+
+    shown = re.search(r'<div class="chat-preview" data-kind="webhook \(JSON\)">(.*?)</div>', webhook, re.S).group(1)  # type: ignore[union-attr]
+    assert '<p class="chat-line">webhook says hi</p>' in shown and "<dd>succeeded</dd>" in shown
+
+
+def test_a_step_that_is_not_a_chat_step_keeps_its_json(make_server: MakeServer) -> None:
+    server, run_id = awaiting_run(make_server)
+    log_in(server, OPERATOR_TOKEN)
+    page = text(server.client.get(f"/ui/runs/{run_id}"))
+    assert "chat-preview" not in page and '<details class="raw">' not in page and "<h4>params</h4>" in page
+
+
+def test_a_sink_step_is_previewed_by_the_shape_of_its_body() -> None:
+    body = {"blocks": [{"type": "header", "text": {"type": "plain_text", "text": "X on n"}}]}
+    preview = chat_preview(
+        "notify", {"sink": "oncall", "type": "slack", "would_post_to": "the URL in /s", "body": body}
+    )
+    assert preview is not None and (preview.kind, preview.to, preview.title) == (
+        "Slack",
+        "sink oncall (the URL in /s)",
+        "X on n",
+    )
+    assert chat_preview("notify", {"sink": "oncall", "can_act": False, "why_not": "not configured"}) is None
+    assert chat_preview("log", {"body": body}) is None
