@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,6 +38,7 @@ log = logging.getLogger("remediate.ui")
 FILTERS = ("playbook", "alertname", "target", "status", "since", "until")
 """The history form's fields: /history's filters, parsed by the same function."""
 PAGE_SIZE = 50
+MAX_SEARCH = 200
 APPROVALS_SHOWN = 50
 
 
@@ -214,12 +215,16 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
 
     @ui.get("/")
     def history() -> Any:
-        form = {name: request.args.get(name, "").strip() for name in FILTERS}
+        form = {name: request.args.get(name, "").strip() for name in (*FILTERS, "q")}
         args = {name: value for name, value in form.items() if value}
         cursor = request.args.get("cursor", "")
+        filters = {name: value for name, value in args.items() if name != "q"}
         try:
-            query = deps.history_query({**args, "cursor": cursor, "limit": str(PAGE_SIZE)})
-            entries, next_cursor = store.history.page(query)
+            query = deps.history_query({**filters, "cursor": cursor, "limit": str(PAGE_SIZE)})
+            if len(form["q"]) > MAX_SEARCH:
+                raise ValueError(f"q (the search) must be at most {MAX_SEARCH} characters")
+            # The search box: text in the alertname, the target or the playbook (store.HistoryQuery.search).
+            entries, next_cursor = store.history.page(replace(query, search=form["q"] or None))
         except ValueError as exc:
             return render_template("history.html", form=form, rows=[], error=str(exc), older=None, newest=None), 400
         rows = [

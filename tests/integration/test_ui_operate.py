@@ -12,7 +12,7 @@ from werkzeug.test import TestResponse
 from remediate.ui.preview import chat_preview
 from tests.integration.test_ladders import HOT_LADDER, hot
 from tests.integration.test_ui_pages import awaiting_run, csrf, log_in, text
-from tests.support.http import OPERATOR_TOKEN, MakeServer, Server, alert, notification
+from tests.support.http import APPROVE_XID, OPERATOR_TOKEN, MakeServer, Server, alert, notification
 from tests.support.realsystems import WebhookRecorder
 
 BANNER = re.compile(r'<div class="banner" id="banner"')
@@ -146,3 +146,29 @@ def test_a_sink_step_is_previewed_by_the_shape_of_its_body() -> None:
     )
     assert chat_preview("notify", {"sink": "oncall", "can_act": False, "why_not": "not configured"}) is None
     assert chat_preview("log", {"body": body}) is None
+
+
+def test_the_history_page_searches_alertname_node_and_playbook_across_pages(make_server: MakeServer) -> None:
+    server = make_server(playbooks={"hot.yaml": HOT_LADDER, "approve-xid.yaml": APPROVE_XID})
+    for i in range(60):  # more than a page (50) of GpuXidError on gpu-node-NN
+        server.webhook(notification(alert(f"ffff0000000{i:05d}", instance=f"gpu-node-{i:02d}:9400", gpu="0")))
+    server.webhook(notification(hot(1)))
+    log_in(server, OPERATOR_TOKEN)
+
+    def ids(page: str) -> list[str]:
+        return re.findall(r'<tr class="entry" data-id="(\d+)"', page)
+
+    assert len(ids(text(server.client.get("/ui/?q=HOT")))) == 1  # the playbook, in any case
+    assert len(ids(text(server.client.get("/ui/?q=GPUTemp")))) == 1  # the alertname
+    node = text(server.client.get("/ui/?q=gpu-node-07"))  # the node (target)
+    assert len(ids(node)) == 1 and 'value="gpu-node-07"' in node
+    first = text(server.client.get("/ui/?q=xid"))
+    assert len(ids(first)) == 50
+    older = re.search(r'<a href="([^"]+)" id="older">', first)
+    assert older and "q=xid" in older.group(1)  # the next page keeps the search
+    second = text(server.client.get(older.group(1).replace("&amp;", "&")))
+    assert len(ids(second)) == 10 and not set(ids(first)) & set(ids(second))
+    assert len(ids(text(server.client.get("/ui/?q=xid&target=gpu-node-03")))) == 1  # with the filters
+
+    too_long = server.client.get("/ui/?q=" + "x" * 201)
+    assert too_long.status_code == 400 and "q (the search) must be at most 200 characters" in text(too_long)
