@@ -31,6 +31,7 @@ from remediate.store import HistoryQuery, LoginThrottle, Store
 from remediate.ui import session as ui_session
 from remediate.ui.folding import fold_duplicates
 from remediate.ui.gates import read_gates
+from remediate.ui.node import timeline as node_timeline
 from remediate.ui.preview import chat_preview
 
 log = logging.getLogger("remediate.ui")
@@ -244,6 +245,27 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             abort(404, f"no run {run_id}")
         alert_link = _web_link(detail["alert"]["generatorURL"])
         return render_template("run.html", run=detail, links=links, alert_link=alert_link)
+
+    @ui.get("/nodes/<name>")
+    def node(name: str) -> Any:
+        cursor = request.args.get("cursor", "")
+        try:
+            query = deps.history_query({"target": name, "cursor": cursor, "limit": str(PAGE_SIZE)})
+            found, next_cursor = store.history.page(query)
+        except ValueError as exc:
+            abort(400, str(exc))
+        entries = [entry_json(entry) for entry in found]
+        ladders = [ladder for ladder in deps.ladders() if ladder["target"] == name]
+        claims = store.breaker.claims_of(name)
+        return render_template(
+            "node.html",
+            name=name,
+            events=node_timeline(entries, ladders, claims, more=next_cursor is not None),
+            ladders=ladders,
+            held=[c for c in claims if c.released_at is None],
+            older=url_for("ui.node", name=name, cursor=next_cursor) if next_cursor else None,
+            newest=url_for("ui.node", name=name) if cursor else None,
+        )
 
     @ui.post("/runs/<int:run_id>/approve")
     def approve(run_id: int) -> Any:

@@ -6,9 +6,11 @@ the screenshots): tests/e2e/test_ui_operate_browser.py."""
 from __future__ import annotations
 
 import re
+import time
 
 from werkzeug.test import TestResponse
 
+from remediate.breaker import Claim
 from remediate.ui.preview import chat_preview
 from tests.integration.test_ladders import HOT_LADDER, hot
 from tests.integration.test_ui_pages import awaiting_run, csrf, log_in, text
@@ -172,3 +174,48 @@ def test_the_history_page_searches_alertname_node_and_playbook_across_pages(make
 
     too_long = server.client.get("/ui/?q=" + "x" * 201)
     assert too_long.status_code == 400 and "q (the search) must be at most 200 characters" in text(too_long)
+
+
+def test_a_node_page_shows_its_runs_ladder_and_breaker_claims_as_a_timeline_newest_first(
+    make_server: MakeServer,
+) -> None:
+    server = make_server(playbooks={"hot.yaml": HOT_LADDER})
+    first = server.webhook(notification(hot(1))).get_json()["runs"][0]
+    server.webhook(notification(hot(1, "resolved")))
+    second = server.webhook(notification(hot(2))).get_json()["runs"][0]
+    server.webhook(notification(alert("b0b0b0b0", alertname="GPUTemperatureHigh", node="node-b")))
+    now = time.time()
+    with server.store.breaker.ledger() as ledger:
+        ledger.add_claim(Claim(node="node-a", kind="cordon", run_id=first, claimed_at=now + 1))
+        ledger.release("node-a", now=now + 2, reason="uncordoned")
+        ledger.add_claim(Claim(node="node-a", kind="cordon", run_id=second, claimed_at=now + 3))
+        ledger.add_claim(Claim(node="node-b", kind="cordon", run_id=99, claimed_at=now + 4))
+    log_in(server, OPERATOR_TOKEN)
+
+    history = text(server.client.get("/ui/"))
+    assert '<a class="node-link" href="/ui/nodes/node-a">node-a</a>' in history
+    assert 'id="node-link" href="/ui/nodes/node-a"' in text(server.client.get(f"/ui/runs/{second}"))
+    assert 'href="/ui/nodes/node-a">node-a</a>' in text(server.client.get("/ui/state"))  # its ladder
+
+    page = text(server.client.get("/ui/nodes/node-a"))
+    assert "#99" not in page  # node-b's claim; its decision is not among the rows below
+    assert re.search(rf'id="node-breaker">held by <a href="/ui/runs/{second}">run #{second}</a> \(cordon, since', page)
+    assert 'data-state="firing">on rung 2 of 3 (lock-clocks), in force since' in page
+    rows = re.findall(r'<tr class="event k-(\w+)"><td class="time">([^<]+)</td><td>([^<]+)</td>', page)
+    assert [when for _, when, _ in rows] == sorted((when for _, when, _ in rows), reverse=True)
+    assert [kind for kind, _, _ in rows[:3]] == ["breaker"] * 3  # claimed after every decision
+    whats = [what for _, _, what in rows]
+    assert whats[:3] == [
+        f"breaker claim: cordon by run #{second}",
+        "breaker claim released (cordon): uncordoned",
+        f"breaker claim: cordon by run #{first}",
+    ]
+    decisions = [what for kind, _, what in rows if kind == "decision"]
+    assert [d.split(":")[0] for d in decisions] == [
+        "GPUTemperatureHigh firing, accepted", "GPUTemperatureHigh resolved, accepted", "GPUTemperatureHigh firing, accepted"
+    ]  # fmt: skip
+    assert "rung 2 of 3 (lock-clocks)" in decisions[0] and "undoes rungs 1" in decisions[1]
+    climbed, started = [what for kind, _, what in rows if kind == "ladder"]
+    assert climbed.startswith("ladder hot: rung 2 (re-fired ") and started == "ladder hot: rung 1 (first rung)"
+
+    assert "Nothing has happened on node-z." in text(server.client.get("/ui/nodes/node-z"))
