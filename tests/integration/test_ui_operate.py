@@ -212,8 +212,8 @@ def test_a_node_page_shows_its_runs_ladder_and_breaker_claims_as_a_timeline_newe
     ]
     decisions = [what for kind, _, what in rows if kind == "decision"]
     assert [d.split(":")[0] for d in decisions] == [
-        "GPUTemperatureHigh firing, accepted", "GPUTemperatureHigh resolved, accepted", "GPUTemperatureHigh firing, accepted"
-    ]  # fmt: skip
+        f"GPUTemperatureHigh {s}, accepted" for s in ("firing", "resolved", "firing")
+    ]
     assert "rung 2 of 3 (lock-clocks)" in decisions[0] and "undoes rungs 1" in decisions[1]
     climbed, started = [what for kind, _, what in rows if kind == "ladder"]
     assert climbed.startswith("ladder hot: rung 2 (re-fired ") and started == "ladder hot: rung 1 (first rung)"
