@@ -39,6 +39,9 @@ log = logging.getLogger("remediate.ui")
 FILTERS = ("playbook", "alertname", "target", "status", "since", "until")
 """The history form's fields: /history's filters, parsed by the same function."""
 PAGE_SIZE = 50
+REFRESH_CHOICE = 10
+"""The seconds of the pages' "refresh every 10 s" link (any `?refresh=` from 5 to 3600 works)."""
+REFRESH_RANGE = (5, 3600)
 MAX_SEARCH = 200
 APPROVALS_SHOWN = 50
 
@@ -104,6 +107,24 @@ def _local(target: str | None, default: str) -> str:
     return target
 
 
+def _refresh_seconds(value: str) -> int | None:
+    low, high = REFRESH_RANGE
+    return int(value) if value.isdigit() and low <= int(value) <= high else None
+
+
+def _refresh_links() -> dict[str, Any]:
+    """The opt-in refresh: with `?refresh=N` the page reloads itself every N seconds by a <meta
+    http-equiv=refresh> (no script: the CSP allows none) and links to itself without it; without it, the
+    link adds `?refresh=10`. The page's other arguments (filters, search, cursor) are kept."""
+    args = request.args.to_dict()
+    seconds = _refresh_seconds(args.pop("refresh", ""))
+    if request.endpoint is None or request.method != "GET":
+        return {"refresh": None, "refresh_link": None}
+    if seconds is None:
+        args["refresh"] = str(REFRESH_CHOICE)
+    return {"refresh": seconds, "refresh_link": url_for(request.endpoint, **(request.view_args or {}), **args)}
+
+
 def create_blueprint(deps: UiDeps) -> Blueprint:
     ui = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
     store = deps.store
@@ -121,6 +142,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             return {}
         viewer = g.get("viewer")
         return {
+            **_refresh_links(),
             "viewer": viewer,
             "gates": read_gates(store, deps.breaker) if viewer is not None else None,
             "csrf_token": lambda: ui_session.csrf_token(session),
@@ -134,6 +156,11 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def _gate() -> Response | None:
         if request.endpoint in ("ui.static", "ui.login"):
             return None
+        if "refresh" in request.args and _refresh_seconds(request.args["refresh"]) is None:
+            low, high = REFRESH_RANGE
+            abort(
+                400, f"refresh must be a whole number of seconds from {low} to {high}, got {request.args['refresh']!r}"
+            )
         if request.method == "POST" and not ui_session.csrf_ok(session, request.form.get("csrf_token")):
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
         if request.endpoint == "ui.logout":

@@ -219,3 +219,30 @@ def test_a_node_page_shows_its_runs_ladder_and_breaker_claims_as_a_timeline_newe
     assert climbed.startswith("ladder hot: rung 2 (re-fired ") and started == "ladder hot: rung 1 (first rung)"
 
     assert "Nothing has happened on node-z." in text(server.client.get("/ui/nodes/node-z"))
+
+
+def test_refresh_is_opt_in_by_a_link_and_a_meta_refresh_without_any_script(make_server: MakeServer) -> None:
+    server, run_id = awaiting_run(make_server)
+    log_in(server, OPERATOR_TOKEN)
+    plain = server.client.get("/ui/?playbook=approve-xid")
+    assert 'http-equiv="refresh"' not in text(plain)
+    assert (
+        '<a class="refresh" id="refresh" href="/ui/?playbook=approve-xid&amp;refresh=10">Refresh every 10 s</a>'
+        in text(plain)
+    )
+
+    on = server.client.get("/ui/?playbook=approve-xid&refresh=10")
+    assert '<meta http-equiv="refresh" content="10">' in text(on)
+    assert 'href="/ui/?playbook=approve-xid">Stop refreshing (every 10 s)</a>' in text(on)
+    assert '<meta http-equiv="refresh" content="30">' in text(server.client.get(f"/ui/runs/{run_id}?refresh=30"))
+    assert 'href="/ui/nodes/node-a?refresh=10"' in text(server.client.get("/ui/nodes/node-a"))
+
+    for bad in ("1", "abc", "99999", "-5"):
+        refused = server.client.get(f"/ui/state?refresh={bad}")
+        assert refused.status_code == 400
+        assert "refresh must be a whole number of seconds from 5 to 3600" in text(refused)
+    # The strict CSP stays: no script at all, inline or not.
+    for page in (plain, on, server.client.get(f"/ui/runs/{run_id}?refresh=30")):
+        assert page.headers["Content-Security-Policy"].startswith("default-src 'none'; style-src 'self';")
+        assert "script-src" not in page.headers["Content-Security-Policy"] and "<script" not in text(page)
+        assert " style=" not in text(page)  # no inline style either (style-src 'self')
