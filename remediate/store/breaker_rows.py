@@ -92,3 +92,18 @@ class BreakerLedger:
     def state(self) -> dict[str, Any] | None:
         with self.view() as rows:
             return rows.state()
+
+    def claims_of(self, node: str, *, limit: int = 100) -> list[Any]:
+        """A node's claims, newest first (up to `limit`), with when and why each was released: the node
+        page's timeline. No index leads with the node: the table holds a row per node change, and
+        retention prunes the released ones."""
+        c = t.breaker_claims.c
+        with self.tx.read() as conn:
+            return list(
+                conn.execute(
+                    sa.select(c.node, c.kind, c.run_id, c.claimed_at, c.released_at, c.released_reason)
+                    .where(c.node == node)
+                    .order_by(c.id.desc())
+                    .limit(limit)
+                ).all()
+            )

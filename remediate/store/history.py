@@ -33,6 +33,10 @@ class HistoryQuery:
     until: float | None = None
     limit: int = 50
     cursor: str | None = None
+    search: str | None = None
+    """Text that the alertname, the target (node) or the playbook contains, in any case: one search box
+    over all three. Unlike the exact filters no index serves it: a rare text reads back through the
+    history until a page is full (the pages' search; the filters stay the fast way)."""
 
 
 def encode_cursor(last_id: int) -> str:
@@ -189,6 +193,13 @@ def history_page(
     ):
         if value is not None:
             conditions.append(column == value)
+    if query.search:
+        needle = query.search.lower()
+        conditions.append(
+            sa.or_(
+                *(sa.func.lower(c).contains(needle, autoescape=True) for c in (d.c.alertname, d.c.target, d.c.playbook))
+            )
+        )
     conditions.extend(time_conditions(query.since, query.until, follows_id=time_follows_id))
     if query.cursor:
         conditions.append(d.c.id < decode_cursor(query.cursor))

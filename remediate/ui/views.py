@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,12 +31,19 @@ from remediate.runs import RunStatus
 from remediate.store import HistoryQuery, LoginThrottle, Store
 from remediate.ui import session as ui_session
 from remediate.ui.folding import fold_duplicates
+from remediate.ui.gates import read_gates
+from remediate.ui.node import timeline as node_timeline
+from remediate.ui.preview import chat_preview
 
 log = logging.getLogger("remediate.ui")
 
 FILTERS = ("playbook", "alertname", "target", "status", "since", "until")
 """The history form's fields: /history's filters, parsed by the same function."""
 PAGE_SIZE = 50
+REFRESH_CHOICE = 10
+"""The seconds of the pages' "refresh every 10 s" link (any `?refresh=` from 5 to 3600 works)."""
+REFRESH_RANGE = (5, 3600)
+MAX_SEARCH = 200
 APPROVALS_SHOWN = 50
 
 
@@ -101,6 +108,24 @@ def _local(target: str | None, default: str) -> str:
     return target
 
 
+def _refresh_seconds(value: str) -> int | None:
+    low, high = REFRESH_RANGE
+    return int(value) if value.isdigit() and low <= int(value) <= high else None
+
+
+def _refresh_links() -> dict[str, Any]:
+    """The opt-in refresh: with `?refresh=N` the page reloads itself every N seconds by a <meta
+    http-equiv=refresh> (no script: the CSP allows none) and links to itself without it; without it, the
+    link adds `?refresh=10`. The page's other arguments (filters, search, cursor) are kept."""
+    args = request.args.to_dict()
+    seconds = _refresh_seconds(args.pop("refresh", ""))
+    if request.endpoint is None or request.method != "GET":
+        return {"refresh": None, "refresh_link": None}
+    if seconds is None:
+        args["refresh"] = str(REFRESH_CHOICE)
+    return {"refresh": seconds, "refresh_link": url_for(request.endpoint, **(request.view_args or {}), **args)}
+
+
 def create_blueprint(deps: UiDeps) -> Blueprint:
     ui = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
     store = deps.store
@@ -116,11 +141,15 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def _globals() -> dict[str, Any]:
         if request.blueprint != "ui":
             return {}
+        viewer = g.get("viewer")
         return {
-            "viewer": g.get("viewer"),
+            **_refresh_links(),
+            "viewer": viewer,
+            "gates": read_gates(store, deps.breaker) if viewer is not None else None,
             "csrf_token": lambda: ui_session.csrf_token(session),
             "auth_on": bool(deps.credentials),
             "duration": _duration,
+            "chat_preview": chat_preview,
             "session_hours": ui_session.SESSION_HOURS,
         }
 
@@ -128,6 +157,11 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def _gate() -> Response | None:
         if request.endpoint in ("ui.static", "ui.login"):
             return None
+        if "refresh" in request.args and _refresh_seconds(request.args["refresh"]) is None:
+            low, high = REFRESH_RANGE
+            abort(
+                400, f"refresh must be a whole number of seconds from {low} to {high}, got {request.args['refresh']!r}"
+            )
         if request.method == "POST" and not ui_session.csrf_ok(session, request.form.get("csrf_token")):
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
         if request.endpoint == "ui.logout":
@@ -210,12 +244,16 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
 
     @ui.get("/")
     def history() -> Any:
-        form = {name: request.args.get(name, "").strip() for name in FILTERS}
+        form = {name: request.args.get(name, "").strip() for name in (*FILTERS, "q")}
         args = {name: value for name, value in form.items() if value}
         cursor = request.args.get("cursor", "")
+        filters = {name: value for name, value in args.items() if name != "q"}
         try:
-            query = deps.history_query({**args, "cursor": cursor, "limit": str(PAGE_SIZE)})
-            entries, next_cursor = store.history.page(query)
+            query = deps.history_query({**filters, "cursor": cursor, "limit": str(PAGE_SIZE)})
+            if len(form["q"]) > MAX_SEARCH:
+                raise ValueError(f"q (the search) must be at most {MAX_SEARCH} characters")
+            # The search box: text in the alertname, the target or the playbook (store.HistoryQuery.search).
+            entries, next_cursor = store.history.page(replace(query, search=form["q"] or None))
         except ValueError as exc:
             return render_template("history.html", form=form, rows=[], error=str(exc), older=None, newest=None), 400
         rows = [
@@ -235,6 +273,27 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             abort(404, f"no run {run_id}")
         alert_link = _web_link(detail["alert"]["generatorURL"])
         return render_template("run.html", run=detail, links=links, alert_link=alert_link)
+
+    @ui.get("/nodes/<name>")
+    def node(name: str) -> Any:
+        cursor = request.args.get("cursor", "")
+        try:
+            query = deps.history_query({"target": name, "cursor": cursor, "limit": str(PAGE_SIZE)})
+            found, next_cursor = store.history.page(query)
+        except ValueError as exc:
+            abort(400, str(exc))
+        entries = [entry_json(entry) for entry in found]
+        ladders = [ladder for ladder in deps.ladders() if ladder["target"] == name]
+        claims = store.breaker.claims_of(name)
+        return render_template(
+            "node.html",
+            name=name,
+            events=node_timeline(entries, ladders, claims, more=next_cursor is not None),
+            ladders=ladders,
+            held=[c for c in claims if c.released_at is None],
+            older=url_for("ui.node", name=name, cursor=next_cursor) if next_cursor else None,
+            newest=url_for("ui.node", name=name) if cursor else None,
+        )
 
     @ui.post("/runs/<int:run_id>/approve")
     def approve(run_id: int) -> Any:

@@ -285,3 +285,26 @@ def test_run_links_join_a_firing_run_and_its_resolved_run_of_the_same_occurrence
     assert store.history.run_links(other_id) == (None, [])
     with pytest.raises(UnknownRunError):
         store.history.run_links(resolved_id + 1000)
+
+
+@pytest.mark.parametrize(
+    ("search", "filters", "expected"),
+    [
+        ("gpu", {}, {("GpuXidError", "node-a", "xid"), ("GPUTemperatureHigh", "node-b", "xid")}),
+        ("XID", {}, {("GpuXidError", "node-a", "xid"), ("GPUTemperatureHigh", "node-b", "xid")}),
+        ("node-a", {}, {("GpuXidError", "node-a", "xid"), ("DiskFull", "node-a", "disk")}),
+        ("isk", {}, {("DiskFull", "node-a", "disk")}),
+        ("node-a", {"playbook": "disk"}, {("DiskFull", "node-a", "disk")}),
+        ("%", {}, set()),  # a LIKE wildcard is a character to find, not a pattern
+        ("_", {}, set()),
+        ("nothing-like-it", {}, set()),
+    ],
+)
+def test_history_search_finds_text_in_the_alertname_target_or_playbook(
+    history_store: Store, search: str, filters: dict[str, Any], expected: set[tuple[str, str, str]]
+) -> None:
+    """Issue 27: the pages' search box; the filters match a whole value only."""
+    entries = history(history_store, search=search, **filters)
+
+    assert {(e["alertname"], e["target"], e["playbook"]) for e in entries} == expected
+    assert len(entries) == 3 * len(expected)  # each hour's decision
