@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Blueprint, g, jsonify, request
 
+from remediate.audit import audit_event
 from remediate.config import OPERATOR, READ
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history_api import ladder_state_json, run_json
@@ -36,6 +37,15 @@ def ladders_json(services: Services, states: Iterable[LadderState]) -> list[dict
     return [ladder_state_json(state, names(state.playbook)) for state in states]
 
 
+def approve_run(services: Services, run_id: int, *, by: str) -> None:
+    """The one approval path (POST /runs/<id>/approve, Slack's Approve button: remediate.server.slack): the run
+    leaves awaiting_approval for the queue, approved by `by`, and the executor is woken. UnknownRunError,
+    RunStateError (it no longer waits) as the store raises them."""
+    services.store.queue.approve(run_id, by=by, now=time.time())
+    audit_event("run.approved", run_id=run_id, principal=by)
+    services.wake()
+
+
 def _pause_json(store: Store) -> dict[str, Any]:
     state = store.pause.state()
     return {"paused": state.paused, "by": state.by, "reason": state.reason, "since": state.since}
@@ -49,12 +59,11 @@ def create_blueprint(services: Services) -> Blueprint:
     @requires(services, OPERATOR)
     def approve(run_id: int) -> Any:
         try:
-            store.queue.approve(run_id, by=actor(), now=time.time())
+            approve_run(services, run_id, by=actor())
         except UnknownRunError as exc:
             return error(404, "not_found", str(exc))
         except RunStateError as exc:
             return error(409, "conflict", str(exc))
-        services.wake()
         return jsonify(run_json(store.history.run_detail(run_id)))
 
     @bp.get("/pause")
