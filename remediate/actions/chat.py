@@ -407,7 +407,9 @@ class NotifySlackAction(ChatWebhookAction):
     name: ClassVar[str] = "notify.slack"
     description: ClassVar[str] = (
         "Post a Block Kit message to a Slack incoming webhook: what fired, the playbook's steps and their "
-        "status so far, and a button to the run page (public_url); sent once, retried only when nothing was sent."
+        "status so far, and a button to the run page (public_url); while the run waits, an Approve button, which "
+        "approves in place with slack_signing_secret_file (docs/slack.md); sent once, retried only when nothing "
+        "was sent."
     )
     render = staticmethod(slack_blocks)
     escape = staticmethod(inert.slack)
