@@ -45,7 +45,10 @@ REPLAY_WINDOW_S = 300
 ANSWER_TIMEOUT_S = 2.0
 """The POST to response_url is made before the click is answered: Slack wants its answer within 3 s."""
 REFUSED = "slack.approval_refused"
+APPROVE = SLACK_APPROVE_ACTION
 _USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
+_DIGITS = re.compile(r"[0-9]{1,15}")
+"""ASCII digits only: str.isdigit() also takes '²', which int() refuses."""
 
 
 class SlackSignatureError(Exception):
@@ -77,7 +80,7 @@ class SlackSigner:
 
     def verify(self, timestamp: str, body: bytes, signature: str) -> None:
         """Nothing when the request is Slack's and recent; SlackSignatureError otherwise."""
-        if not timestamp.isdigit():
+        if not _DIGITS.fullmatch(timestamp):
             raise SlackSignatureError("stale_timestamp", "X-Slack-Request-Timestamp is missing or not UNIX seconds")
         if abs(self.clock() - int(timestamp)) > REPLAY_WINDOW_S:
             raise SlackSignatureError(
@@ -134,13 +137,17 @@ def approved_message(click: Click, run_id: int, principal: str) -> dict[str, Any
         f"✅ Approved by <@{click.user_id}> (recorded as {inert.slack(principal)}): run {run_id} is queued and runs "
         "now; its own messages say how it goes."
     )
+    shown = (click.message or {}).get("blocks")
     blocks = []
-    for block in (click.message or {}).get("blocks") or []:
-        if isinstance(block, dict) and block.get("type") == "actions":
-            elements = [e for e in block.get("elements", []) if e.get("action_id") != SLACK_APPROVE_ACTION]
-            block = {**block, "elements": elements} if elements else None
-        if block:
-            blocks.append(block)
+    for block in shown if isinstance(shown, list) else []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "actions" and isinstance(block.get("elements"), list):
+            elements = [e for e in block["elements"] if not (isinstance(e, dict) and e.get("action_id") == APPROVE)]
+            if not elements:
+                continue
+            block = {**block, "elements": elements}
+        blocks.append(block)
     blocks = [*blocks[: SLACK_MAX_BLOCKS - 1], {"type": "section", "text": {"type": "mrkdwn", "text": said}}]
     return {"replace_original": True, "text": said, "blocks": blocks}
 
@@ -175,14 +182,14 @@ def create_blueprint(services: Services) -> Blueprint:
             click = parse_click(body)
         except BadPayload as exc:
             return error(400, "invalid_request", f"{exc.field}: {exc}", field=exc.field)
-        if click is None or click.action_id != SLACK_APPROVE_ACTION:
+        if click is None or click.action_id != APPROVE:
             return Response(status=200)  # a link button's click (Open run): Slack wants it acknowledged
         answer(click, approve(click))
         return Response(status=200)
 
     def approve(click: Click) -> dict[str, Any]:
         """Approve the run of `click` as its Slack user; what to answer Slack."""
-        if not click.value.isdigit():
+        if not _DIGITS.fullmatch(click.value):
             return ephemeral(f"The button's value {inert.slack(click.value[:40])} is not a run id: nothing was done.")
         run_id = int(click.value)
         principal = settings.slack_approver(click.user_id)

@@ -150,6 +150,23 @@ def test_a_listed_slack_user_approves_the_run_in_place_and_the_message_says_who(
     assert (done["status"], done["approved_by"]) == ("succeeded", "slack:alice")
 
 
+def test_a_message_of_unexpected_shape_in_the_payload_still_approves_and_is_answered(
+    slack_server: tuple[Server, int], answers: WebhookRecorder
+) -> None:
+    """The payload's copy of the message is only echoed back: odd blocks are dropped, never a 500."""
+    server, run_id = slack_server
+    payload = block_actions(run_id, response_url=answers.url)
+    odd = [{"type": "actions", "elements": "junk"}, {"type": "actions", "elements": [7]}]
+    payload["message"]["blocks"] = ["junk", *odd]
+
+    assert click(server, payload).status_code == 200
+
+    blocks = answers.wait_for(timeout=10).json["blocks"]
+    assert blocks[:2] == odd
+    assert blocks[2]["text"]["text"].startswith(f"✅ Approved by <@{ALICE}>")
+    assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "slack:alice"
+
+
 @pytest.mark.parametrize(
     ("how", "reason", "message"),
     [
@@ -159,6 +176,7 @@ def test_a_listed_slack_user_approves_the_run_in_place_and_the_message_says_who(
         ("six minutes old", "stale_timestamp", "more than 300 s from now"),
         ("six minutes ahead", "stale_timestamp", "more than 300 s from now"),
         ("no timestamp", "stale_timestamp", "missing or not UNIX seconds"),
+        ("a timestamp of other digits", "stale_timestamp", "missing or not UNIX seconds"),
     ],
 )
 def test_a_forged_or_stale_request_is_refused_401_audited_and_approves_nothing(
@@ -178,6 +196,14 @@ def test_a_forged_or_stale_request_is_refused_401_audited_and_approves_nothing(
         response = click(server, payload, secret="not-the-signing-secret-at-all-123")
     elif how == "body changed after signing":
         response = click(server, payload, tamper=lambda body: body.replace(b"U123ABC", b"U0MALLRY"))
+    elif how == "a timestamp of other digits":
+        body = urlencode({"payload": json.dumps(payload)}).encode()
+        # Superscript digits: str.isdigit() says yes, int() refuses; a 401, never a 500.
+        stamp = "\u00b9\u00b2\u00b3"
+        headers = {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": slack_signature(SECRET, "123", body)}
+        response = server.client.post(
+            "/slack/interactions", data=body, headers=headers, content_type="application/x-www-form-urlencoded"
+        )
     elif how in ("no signature", "no timestamp"):
         body = urlencode({"payload": json.dumps(payload)}).encode()
         stamp = str(now)
