@@ -182,6 +182,10 @@ class NotifySettings:
         """The sink named `name`; None when it is not configured."""
         return next((sink for sink in self.sinks if sink.name == name), None)
 
+    def slack_signing_secret(self) -> str | None:
+        """The Slack app's signing secret (read now); None when unset. ConfigError: unreadable or empty."""
+        return v.secret_from(None, self.slack_signing_secret_file, "slack_signing_secret")
+
     def slack_approver(self, user_id: str) -> str | None:
         """The principal that Slack user `user_id` approves as (`slack:<name>`); None when not listed."""
         return next((f"slack:{name}" for user, name in self.slack_approvers if user == user_id), None)

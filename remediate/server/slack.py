@@ -32,7 +32,6 @@ from remediate import inert
 from remediate.actions.chat import SLACK_APPROVE_ACTION, SLACK_MAX_BLOCKS
 from remediate.actions.notify import post_json
 from remediate.audit import audit_event
-from remediate.config_values import secret_from
 from remediate.errors import ActionError, RunStateError, UnknownRunError
 from remediate.server.answers import error
 from remediate.server.control import approve_run
@@ -160,9 +159,11 @@ def ephemeral(text: str) -> dict[str, Any]:
 def create_blueprint(services: Services) -> Blueprint:
     bp = Blueprint("slack", __name__)
     settings = services.settings.notify
-    # Read at start: a missing or empty secret file stops the start (ConfigError names it).
-    secret = secret_from(None, settings.slack_signing_secret_file, "slack_signing_secret")
+    # Read at start (serving.preflight reads it first): a missing or empty file stops the start, naming it.
+    secret = settings.slack_signing_secret()
     signer = SlackSigner(secret.encode()) if secret else None
+    if signer is not None and not settings.slack_approvers:
+        log.warning("slack_signing_secret_file is set but slack_approvers lists nobody: every Approve click is refused")
 
     @bp.post("/slack/interactions")
     def interactions() -> Any:

@@ -22,7 +22,10 @@ import pytest
 from werkzeug.test import TestResponse
 
 from remediate.config_values import to_slack_approvers
-from tests.support.http import APPROVE_XID, Server, real_firing
+from tests.integration.test_cli import SHIPPED_PLAYBOOKS, keep_root_logging  # noqa: F401 - a fixture
+from tests.support.cli import assert_one_line_error
+from tests.support.cli import run_cli as cli
+from tests.support.http import APPROVE_XID, TOKEN, Server, real_firing
 from tests.support.realsystems import WebhookRecorder
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"  # Slack's own documentation example's shape: 32 hex-like characters
@@ -296,6 +299,23 @@ def test_without_a_signing_secret_the_endpoint_is_off(make_server: Callable[...,
     server = make_server()
     response = server.client.post("/slack/interactions", data=b"payload=%7B%7D")
     assert (response.status_code, response.get_json()["error"]) == (404, "not_configured")
+
+
+@pytest.mark.usefixtures("keep_root_logging")
+@pytest.mark.parametrize("contents", [None, "\n"])
+def test_serve_refuses_to_start_with_a_missing_or_empty_signing_secret_file(
+    tmp_path: Path, contents: str | None
+) -> None:
+    secret_file = tmp_path / "slack-signing-secret"
+    if contents is not None:
+        secret_file.write_text(contents, encoding="utf-8")
+    database = tmp_path / "serve.db"
+    result = cli(
+        "serve", "--playbooks", SHIPPED_PLAYBOOKS, "--database-url", f"sqlite:///{database}", "--bind", "127.0.0.1:1",
+        env={"REMEDIATE_TOKEN": TOKEN, "REMEDIATE_SLACK_SIGNING_SECRET_FILE": str(secret_file)},
+    )  # fmt: skip
+    assert_one_line_error(result, f"slack_signing_secret_file {secret_file}")
+    assert not database.exists()  # refused in preflight, before the store or gunicorn
 
 
 @pytest.mark.parametrize(
