@@ -301,6 +301,20 @@ def test_without_a_signing_secret_the_endpoint_is_off(make_server: Callable[...,
     assert (response.status_code, response.get_json()["error"]) == (404, "not_configured")
 
 
+def test_a_response_url_that_fails_leaves_the_approval_done_and_the_url_out_of_the_log(
+    slack_server: tuple[Server, int], answers: WebhookRecorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    server, run_id = slack_server
+    answers.status = 500
+
+    assert click(server, block_actions(run_id, response_url=answers.url)).status_code == 200
+
+    assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "slack:alice"
+    assert len(answers.requests) == 1  # posted once, not again: Slack may have shown it
+    [warning] = [m for r in caplog.records if r.name == "remediate.server" and "Slack click" in (m := r.getMessage())]
+    assert "answered 500" in warning and RESPONSE_PATH not in warning
+
+
 @pytest.mark.usefixtures("keep_root_logging")
 @pytest.mark.parametrize("contents", [None, "\n"])
 def test_serve_refuses_to_start_with_a_missing_or_empty_signing_secret_file(
