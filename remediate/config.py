@@ -172,9 +172,23 @@ class NotifySettings:
     `url` (stored and shown: no credentials) or `url_file` (a mounted Secret, read when the step runs), and for
     a webhook `headers_file`. Environment: REMEDIATE_SINKS as YAML or JSON text."""
 
+    slack_signing_secret_file: Path | None = setting(None, v.to_optional_path, flat="slack_signing_secret_file")
+    """File of the Slack app's signing secret (a mounted Secret), read at start. Set: `POST /slack/interactions`
+    is served and notify.slack's Approve button approves in place (docs/slack.md); unset: it opens the run page."""
+    slack_approvers: tuple[tuple[str, str], ...] = setting((), v.to_slack_approvers, flat="slack_approvers")
+    """Who may approve from Slack: `{U123ABC: alice}`, Slack user id -> the name recorded as `slack:alice`."""
+
     def sink(self, name: str) -> v.Sink | None:
         """The sink named `name`; None when it is not configured."""
         return next((sink for sink in self.sinks if sink.name == name), None)
+
+    def slack_signing_secret(self) -> str | None:
+        """The Slack app's signing secret (read now); None when unset. ConfigError: unreadable or empty."""
+        return v.secret_from(None, self.slack_signing_secret_file, "slack_signing_secret")
+
+    def slack_approver(self, user_id: str) -> str | None:
+        """The principal that Slack user `user_id` approves as (`slack:<name>`); None when not listed."""
+        return next((f"slack:{name}" for user, name in self.slack_approvers if user == user_id), None)
 
 
 def current_sinks(settings: Settings, env: Mapping[str, str] | None = None) -> tuple[v.Sink, ...]:

@@ -321,3 +321,30 @@ def _sink(name: str, entry: Any) -> Sink:
         kind,
         **{key: entry[key].strip() for key in ("url", "url_file", "headers_file") if entry.get(key)},
     )
+
+
+_SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
+_PRINCIPAL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}")
+
+
+def to_slack_approvers(value: Any) -> tuple[tuple[str, str], ...]:
+    """`{U123ABC: alice}`: the Slack user ids who may approve from Slack, each with the principal name recorded
+    (as `slack:<name>`); a mapping (config file) or that mapping as YAML/JSON text (environment). Each error
+    names the entry: `slack_approvers.<id>: ...`."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError("must be a YAML or JSON mapping of Slack user ids to names") from None
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a mapping of Slack user ids to principal names ({U123ABC: alice})")
+    approvers = []
+    for user, name in sorted(value.items(), key=lambda item: str(item[0])):
+        if not _SLACK_USER_ID.fullmatch(str(user)):
+            raise ValueError(f"slack_approvers.{str(user)[:40]}: not a Slack user id (U or W, then capitals/digits)")
+        if not isinstance(name, str) or not _PRINCIPAL_NAME.fullmatch(name):
+            raise ValueError(f"slack_approvers.{user}: the name must be letters, digits, _.@- (at most 63)")
+        approvers.append((str(user), name))
+    return tuple(approvers)

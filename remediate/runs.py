@@ -109,6 +109,8 @@ class ClaimedRun:
     """When the run was first claimed (UNIX seconds); None where the store did not say."""
     steps: tuple[StepRecord, ...] | None = None
     """The run's steps as read before its claim (RunQueue.next_run); None: ask `steps_of`."""
+    approved_by: str | None = None
+    """Who approved an approve-mode run (the principal); None for a run that needed no approval."""
 
     @property
     def lease(self) -> RunLease:

@@ -456,6 +456,7 @@ def preflight(settings: Settings) -> LiveSet:
     from remediate.grafana import target_from_settings
 
     target_from_settings(settings.grafana)  # grafana_url without its token: the same
+    settings.notify.slack_signing_secret()  # Slack's signing secret file missing or empty: the same
     if settings.gpu.backend == "simulated":
         # Chosen explicitly, so a missing or broken device file is a start-up error, not a failure of the
         # first GPU step. (NVML stays lazy: a server without GPUs sends GPU steps to node agents.)

@@ -115,6 +115,8 @@ class StepContext:
     steps: tuple[StepView, ...] = ()
     """Every step of the run, this one included, as the store had them when this step began (the executor
     fills it; empty elsewhere). Lets a notification say what the earlier steps did."""
+    approved_by: str | None = None
+    """Who approved the run (an approve-mode run; the principal, e.g. `slack:alice`); None otherwise."""
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())

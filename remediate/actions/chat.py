@@ -18,10 +18,10 @@ from abc import abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from remediate import inert
-from remediate.actions.base import StepContext
+from remediate.actions.base import ActionDeps, StepContext
 from remediate.actions.messages import render_message, run_page_url
 from remediate.actions.notify import (
     TIMEOUT,
@@ -35,12 +35,18 @@ from remediate.actions.schema import Param, ParamSchema
 from remediate.runs import StepStatus
 from remediate.urlcheck import check_stored_url
 
+if TYPE_CHECKING:
+    import requests
+
 # Slack's documented limits (api.slack.com/reference/block-kit/blocks).
 SLACK_HEADER_MAX = 150
 SLACK_SECTION_MAX = 3000
 SLACK_FIELD_MAX = 2000
 SLACK_BUTTON_TEXT_MAX = 75
 SLACK_MAX_BLOCKS = 50
+SLACK_APPROVE_ACTION = "remediate-approve"
+"""The action_id of the interactive Approve button (its `value`: the run id), which POST /slack/interactions
+answers (remediate.server.slack); the link buttons keep action_ids of their own."""
 # Teams drops messages over about 28 KB: keep each text well under it.
 TEAMS_TEXT_MAX = 3000
 ELLIPSIS = "…"
@@ -92,6 +98,11 @@ class ChatMessage:
     """The escalation ladder's rung (1 = the gentlest); None without a ladder."""
     awaiting_approval: bool = False
     """The run waits for a person: an Approve button, to the run page (which carries the approve form)."""
+    approve_in_place: bool = False
+    """Slack's Approve button approves the run itself (an interactive button: Slack calls POST
+    /slack/interactions) instead of opening the run page; set when slack_signing_secret_file is."""
+    approved_by: str | None = None
+    """Who approved the run (the principal, e.g. `slack:alice`); None for a run that needed no approval."""
     sent_at: datetime | None = None
     note_error: str | None = None
     """Why the playbook's message could not be rendered (the note then says so); None when it was."""
@@ -116,6 +127,7 @@ class ChatMessage:
             ),
             run_url=run_page_url(public_url, ctx.run_id),
             rung=ctx.rung,
+            approved_by=ctx.approved_by,
             sent_at=datetime.now(UTC),
             note_error=note_error,
         )
@@ -137,7 +149,7 @@ class ChatMessage:
         else:
             state = "running"
         if self.mode == "approve":
-            state += " (approved)"
+            state += f" (approved by {self.approved_by})" if self.approved_by else " (approved)"
         return f"alert {self.alert_status}; {'undo' if self.phase == 'resolved' else 'remediation'} {state}"
 
     @property
@@ -211,10 +223,12 @@ def slack_blocks(msg: ChatMessage) -> dict[str, Any]:
         },
         {"type": "context", "elements": [_mrkdwn(clip(inert.slack(msg.context), 2000))]},
     ]
-    if msg.run_url:
-        buttons = [_slack_button(f"Open {msg.run_text}", msg.run_url, "open-run")]
-        if msg.awaiting_approval:
-            buttons.append(_slack_button("Approve", msg.run_url, "approve-run", style="primary"))
+    buttons = [_slack_button(f"Open {msg.run_text}", msg.run_url, "open-run")] if msg.run_url else []
+    if msg.awaiting_approval and msg.approve_in_place:
+        buttons.append(_slack_approve_button(msg))
+    elif msg.awaiting_approval and msg.run_url:
+        buttons.append(_slack_button("Approve", msg.run_url, "approve-run", style="primary"))
+    if buttons:
         blocks.append({"type": "actions", "elements": buttons})
     fallback = inert.slack(f"{msg.title}: {msg.status}. {msg.doing.rstrip(':')} ({msg.run_text})")
     if msg.run_url:
@@ -232,6 +246,25 @@ def _slack_button(text: str, url: str, action_id: str, *, style: str | None = No
     if style:
         button["style"] = style
     return button
+
+
+def _slack_approve_button(msg: ChatMessage) -> dict[str, Any]:
+    """The interactive Approve button: Slack POSTs its click (action_id, value = the run id, who clicked) to
+    the app's interactivity URL, POST /slack/interactions; a confirmation dialog first, as one click runs it."""
+    doing = inert.unlinked(inert.one_line(f"{msg.doing.rstrip(':')} for {msg.title}"))
+    return {
+        "type": "button",
+        "text": {"type": "plain_text", "text": "Approve"},
+        "action_id": SLACK_APPROVE_ACTION,
+        "value": str(msg.run_id),
+        "style": "primary",
+        "confirm": {
+            "title": {"type": "plain_text", "text": clip(f"Approve {msg.run_text}?", 100)},
+            "text": {"type": "plain_text", "text": clip(doing, 300), "emoji": False},
+            "confirm": {"type": "plain_text", "text": "Approve"},
+            "deny": {"type": "plain_text", "text": "Cancel"},
+        },
+    }
 
 
 # --------------------------------------------------------------------------- Microsoft Teams
@@ -326,9 +359,13 @@ class ChatWebhookAction(PostingAction):
     def escape(self, text: str) -> str:
         """A value from the alert as inert text of this chat's markup (remediate.inert)."""
 
+    approve_in_place: bool = False
+    """The message's Approve button approves the run itself (NotifySlackAction with a signing secret)."""
+
     def message(self, params: Mapping[str, Any], ctx: StepContext) -> ChatMessage:
         note, error = render_message(params.get("message", ""), ctx, public_url=self.public_url, escape=self.escape)
-        return ChatMessage.of_step(ctx, public_url=self.public_url, note=note, note_error=error)
+        message = ChatMessage.of_step(ctx, public_url=self.public_url, note=note, note_error=error)
+        return replace(message, approve_in_place=self.approve_in_place)
 
     @staticmethod
     def _where(params: Mapping[str, Any]) -> str:
@@ -370,10 +407,23 @@ class NotifySlackAction(ChatWebhookAction):
     name: ClassVar[str] = "notify.slack"
     description: ClassVar[str] = (
         "Post a Block Kit message to a Slack incoming webhook: what fired, the playbook's steps and their "
-        "status so far, and a button to the run page (public_url); sent once, retried only when nothing was sent."
+        "status so far, and a button to the run page (public_url); while the run waits, an Approve button, which "
+        "approves in place with slack_signing_secret_file (docs/slack.md); sent once, retried only when nothing "
+        "was sent."
     )
     render = staticmethod(slack_blocks)
     escape = staticmethod(inert.slack)
+
+    def __init__(
+        self, session: requests.Session | None = None, *, public_url: str | None = None, approve_in_place: bool = False
+    ) -> None:
+        super().__init__(session, public_url=public_url)
+        self.approve_in_place = approve_in_place
+
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        settings = deps.settings
+        return cls(public_url=settings.public_url, approve_in_place=settings.slack_signing_secret_file is not None)
 
 
 class NotifyTeamsAction(ChatWebhookAction):

@@ -71,13 +71,18 @@ class NotifyAction(Action):
     )
 
     def __init__(
-        self, sinks: Iterable[Sink] = (), *, public_url: str | None = None, session: requests.Session | None = None
+        self,
+        sinks: Iterable[Sink] = (),
+        *,
+        public_url: str | None = None,
+        session: requests.Session | None = None,
+        slack_approve_in_place: bool = False,
     ) -> None:
         self.sinks = {sink.name: sink for sink in sinks}
         # One instance per format, called as they are: the POST, its retries and formats stay theirs.
         self.formats: dict[str, PostingAction] = {
             "webhook": NotifyWebhookAction(session, public_url=public_url),
-            "slack": NotifySlackAction(session, public_url=public_url),
+            "slack": NotifySlackAction(session, public_url=public_url, approve_in_place=slack_approve_in_place),
             "teams": NotifyTeamsAction(session, public_url=public_url),
         }
 
@@ -87,7 +92,12 @@ class NotifyAction(Action):
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
-        return cls(deps.settings.sinks, public_url=deps.settings.public_url)
+        settings = deps.settings
+        return cls(
+            settings.sinks,
+            public_url=settings.public_url,
+            slack_approve_in_place=settings.slack_signing_secret_file is not None,
+        )
 
     def _target(self, params: Mapping[str, Any]) -> tuple[Sink, PostingAction, dict[str, Any]]:
         """The sink, the action of its type and that action's params; SinkNotConfiguredError without it."""

@@ -41,4 +41,5 @@ class StepContexts:
             phase=run.phase,
             rung=run.rung,
             steps=step_views(steps),
+            approved_by=run.approved_by,
         )

@@ -1,7 +1,7 @@
 """The HTTP face of remediate: `create_app`, the Flask app factory. Only this package and the pages
 (remediate.ui) know HTTP.
 
-Each resource is a module with a `create_blueprint(services)` (webhook, runs, control, agents, health; the
+Each resource is a module with a `create_blueprint(services)` (webhook, runs, control, agents, health, slack; the
 pages' is remediate.ui's), handed the process's services (remediate.services) explicitly: no module holds
 state. auth.py checks bearer tokens per route, answers.py holds the error shape and the app-wide error
 handlers, queries.py parses the query strings. docs/openapi.yaml describes the routes.
@@ -14,7 +14,7 @@ import logging
 from flask import Blueprint, Flask
 
 from remediate.config import Settings
-from remediate.server import agents, answers, control, health, requestlog, runs, webhook
+from remediate.server import agents, answers, control, health, requestlog, runs, slack, webhook
 from remediate.server.queries import history_query
 from remediate.services import Services, build_services
 
@@ -35,7 +35,7 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes + 1
     requestlog.init_app(app, services.metrics)  # first: the id is set before any other hook logs
     answers.init_app(app, services)
-    for resource in (webhook, runs, control, agents, health):
+    for resource in (webhook, runs, control, agents, health, slack):
         app.register_blueprint(resource.create_blueprint(services))
     if settings.ui.enabled:
         app.register_blueprint(_pages(services))

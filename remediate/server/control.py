@@ -13,6 +13,7 @@ from typing import Any
 
 from flask import Blueprint, g, jsonify, request
 
+from remediate.approvals import approve_run
 from remediate.audit import audit_event
 from remediate.config import OPERATOR, READ
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
@@ -50,13 +51,11 @@ def create_blueprint(services: Services) -> Blueprint:
     @requires(services, OPERATOR)
     def approve(run_id: int) -> Any:
         try:
-            store.queue.approve(run_id, by=actor(), now=time.time())
+            approve_run(store, services.wake, run_id, by=actor(), via="api")
         except UnknownRunError as exc:
             return error(404, "not_found", str(exc))
         except RunStateError as exc:
             return error(409, "conflict", str(exc))
-        audit_event("approval", principal=g.principal, run_id=run_id, via="api")
-        services.wake()
         return jsonify(run_json(store.history.run_detail(run_id)))
 
     @bp.get("/pause")

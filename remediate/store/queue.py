@@ -112,7 +112,7 @@ class RunQueue:
             steps = tuple(_step_record(r) for r in conn.execute(_STEPS_OF, {"p_run_id": row.id}))
         return ClaimedRun(
             row.id, row.playbook, row.target, row.phase, row.mode, alert_context(row), int(row.claim_generation) + 1,
-            worker, rung=row.rung, started_at=row.started_at, steps=steps,
+            worker, rung=row.rung, started_at=row.started_at, steps=steps, approved_by=row.approved_by,
         )  # fmt: skip
 
     def claim_next(self, run: ClaimedRun, now: float, write: RunWrite | None = None) -> bool:

@@ -22,6 +22,7 @@ from flask import Blueprint, Flask, abort, flash, g, make_response, redirect, re
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
+from remediate.approvals import approve_run
 from remediate.audit import audit_event
 from remediate.breaker import CircuitBreaker
 from remediate.config import READ, Credential
@@ -299,14 +300,12 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def approve(run_id: int) -> Any:
         by = _operator()
         try:
-            store.queue.approve(run_id, by=by, now=time.time())
+            approve_run(store, deps.wake, run_id, by=by, via="ui")
         except UnknownRunError:
             abort(404, f"no run {run_id}")
         except RunStateError as exc:
             flash(f"Not approved: {exc}", "error")
         else:
-            deps.wake()
-            audit_event("approval", principal=by, run_id=run_id, via="ui")
             flash(f"Run {run_id} approved by {by}: queued.", "ok")
         return redirect(_local(request.form.get("next"), url_for("ui.run", run_id=run_id)))
 

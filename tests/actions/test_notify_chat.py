@@ -604,7 +604,7 @@ def test_a_run_awaiting_approval_is_announced_with_an_approve_button_then_its_ow
 
     _announcement, second = recorder.requests  # the step's own message, once the run runs
     assert second.header("Idempotency-Key") == f"remediate-run-{run_id}-step-1"
-    assert "remediation running (approved)" in json.dumps(second.json)
+    assert "remediation running (approved by alice)" in json.dumps(second.json)  # who approved (issue 27)
     assert "Approve" not in json.dumps(second.json)
     assert [r.status for r in rows(store, "runs")] == ["succeeded"]
     assert [(r.announced_at is not None, r.announce_error) for r in rows(store, "runs")] == [(True, None)]

@@ -181,6 +181,19 @@ def test_the_registry_builds_it_from_the_notify_section_of_the_settings(recorder
     assert recorder.requests[0].json["message"] == f"{PUBLIC_URL}/ui/runs/7"
 
 
+def test_with_a_slack_signing_secret_the_approve_button_of_slack_messages_approves_in_place() -> None:
+    """Issue 27, deliverable 3: notify.slack and a `slack` sink get the interactive button, Teams never does."""
+    plain = default_registry(Settings.of(public_url=PUBLIC_URL))
+    interactive = default_registry(Settings.of(public_url=PUBLIC_URL, slack_signing_secret_file=Path("/s/secret")))
+
+    for registry, expected in ((plain, False), (interactive, True)):
+        slack, teams, notify = (registry.get(name) for name in ("notify.slack", "notify.teams", "notify"))
+        assert isinstance(slack, NotifySlackAction) and isinstance(notify, NotifyAction)
+        assert slack.approve_in_place is expected
+        assert notify.formats["slack"].approve_in_place is expected  # type: ignore[attr-defined]
+        assert isinstance(teams, NotifyTeamsAction) and teams.approve_in_place is False
+
+
 def test_the_shipped_playbooks_notify_the_oncall_sink_and_the_unconfigured_one_is_named_once() -> None:
     playbooks, errors = load_directory(ROOT / "playbooks", default_registry())
     assert errors == []

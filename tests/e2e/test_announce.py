@@ -100,7 +100,7 @@ def test_the_on_call_gets_one_message_with_the_approve_link_when_the_run_starts_
     assert done["approved_by"] == "token (note: alice)"
     second = slack.wait_for(lambda r: r.header("Idempotency-Key") == f"remediate-run-{run_id}-step-1", 10)
     check_slack_shape(second.json)
-    assert "remediation running (approved)" in second.json["text"]
+    assert "remediation running (approved by token (note: alice))" in second.json["text"]
     assert "Approve" not in [b["text"]["text"] for b in second.json["blocks"][-1]["elements"]]
     # Exactly these two: the run was taken once (announced_at), and it no longer awaits approval.
     assert [r.header("Idempotency-Key") for r in slack.requests] == [

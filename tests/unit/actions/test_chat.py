@@ -8,6 +8,7 @@ import pytest
 
 from remediate.actions.base import StepContext, StepView
 from remediate.actions.chat import (
+    SLACK_APPROVE_ACTION,
     ChatMessage,
     clip,
     run_page_url,
@@ -69,6 +70,33 @@ def test_an_approve_button_to_the_run_page_while_the_run_waits_for_approval() ->
         "Open run 9"
     ]
     assert message(mode="approve").status == "alert firing; remediation running (approved)"
+
+
+def test_with_slack_interactivity_the_approve_button_approves_in_place_and_teams_keeps_the_link() -> None:
+    """Issue 27, deliverable 3: an interactive button (action_id, the run id as value, a confirmation), which
+    Slack posts to /slack/interactions; Teams' card has no such callback without a Bot Framework app."""
+    waiting = dataclasses.replace(message(mode="approve"), awaiting_approval=True, approve_in_place=True)
+
+    slack_buttons = next(b for b in slack_blocks(waiting)["blocks"] if b["type"] == "actions")["elements"]
+    approve = slack_buttons[1]
+    assert [b["action_id"] for b in slack_buttons] == ["open-run", SLACK_APPROVE_ACTION]
+    assert (approve["text"]["text"], approve["value"], approve["style"]) == ("Approve", "9", "primary")
+    assert "url" not in approve
+    assert approve["confirm"]["title"]["text"] == "Approve run 9?"
+    assert approve["confirm"]["text"]["text"] == (
+        "once approved, remediate runs playbook gpu-xid (2 steps) for GpuXidError on node-a"
+    )
+    teams_actions = teams_card(waiting)["attachments"][0]["content"]["actions"]
+    assert [a["type"] for a in teams_actions] == ["Action.OpenUrl", "Action.OpenUrl"]
+    # Without public_url the button still approves (no link to open).
+    bare = dataclasses.replace(waiting, run_url=None)
+    assert [b["action_id"] for b in slack_blocks(bare)["blocks"][-1]["elements"]] == [SLACK_APPROVE_ACTION]
+
+
+def test_the_message_after_approval_says_who_approved() -> None:
+    approved = message(mode="approve", approved_by="slack:alice")
+    assert approved.status == "alert firing; remediation running (approved by slack:alice)"
+    assert "remediation running (approved by slack:alice)" in slack_blocks(approved)["text"]
 
 
 def test_status_says_dry_run_and_undo() -> None:
