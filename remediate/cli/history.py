@@ -35,8 +35,8 @@ from remediate.runs import RunStatus
 @click.option("--alertname", help="Only this alert name.")
 @click.option("--target", "--node", "target", help="Only this target (node).")
 @click.option("--status", help="Only this status (succeeded, failed, queued, cooldown, duplicate, ...).")
-@click.option("--since", help="RFC 3339 time or UNIX seconds.")
-@click.option("--until", help="RFC 3339 time or UNIX seconds.")
+@click.option("--since", help="A duration back from now (1h, 7d), an RFC 3339 time or UNIX seconds.")
+@click.option("--until", help="A duration back from now (1h, 7d), an RFC 3339 time or UNIX seconds.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--cursor", help="next_cursor of a previous page.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -58,20 +58,13 @@ def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
         page = _client(params).history(filters)
     else:
         from remediate.history_api import history_json
-        from remediate.server.queries import parse_time_arg
-        from remediate.store import HistoryQuery
+        from remediate.server.queries import history_query
 
         store = _open_store(params)
         try:
-            query = HistoryQuery(
-                **{
-                    **{k: v for k, v in filters.items() if k not in ("since", "until")},
-                    "since": parse_time_arg(filters.get("since"), "since"),
-                    "until": parse_time_arg(filters.get("until"), "until"),
-                }
-            )
-            entries, cursor = store.history.page(query)
-        except ValueError as exc:
+            # The parser of GET /history: the same filters, durations (--since 1h) included.
+            entries, cursor = store.history.page(history_query({k: str(v) for k, v in filters.items()}))
+        except ValueError as exc:  # a bad filter or cursor, named
             raise ConfigError(str(exc)) from exc
         page = history_json(entries, cursor)
     if print_json(page, as_json):
