@@ -18,17 +18,39 @@ from typing import Any
 
 import click
 
-from remediate.errors import ConfigError, RemediateError
+from remediate.errors import AlreadyPaused, ConfigError, RemediateError, RunStateError, UnknownRunError
 
 EXIT_WOULD_RUN = 0
 EXIT_NOTHING_WOULD_RUN = 1
+"""dry-run's only: nothing would run (or a run that would start cannot succeed)."""
 EXIT_ERROR = 2
+"""A usage error (click's own code) or any error not below: a bad value, an unreadable file, no server or database."""
+EXIT_NOT_FOUND = 3
+"""No such run, or no ladder of that target (`show 999`; HTTP 404)."""
+EXIT_REFUSED = 4
+"""Refused: no or the wrong token (HTTP 401/403), or the run or pause is not in a state that allows it (HTTP 409)."""
+
+_EXIT_OF_STATUS = {401: EXIT_REFUSED, 403: EXIT_REFUSED, 404: EXIT_NOT_FOUND, 409: EXIT_REFUSED}
+
+TOKEN_FILES_OF_SCRIPTS_SERVE = ("remediate.operator-token", "remediate.token")
+"""What `scripts/serve` writes into its working directory (the operator token, the webhook token): a client
+command given no token reads the first of them found in its own working directory."""
+
+NO_TOKEN_HINT = (
+    "give a token: --token-file FILE, or REMEDIATE_OPERATOR_TOKEN / REMEDIATE_OPERATOR_TOKEN_FILE (approve, pause, "
+    "resume and resets need the operator token), or REMEDIATE_TOKEN / REMEDIATE_TOKEN_FILE; in the directory "
+    "`scripts/serve` ran in, ./remediate.operator-token is read by itself"
+)
 
 
 class CliError(click.ClickException):
-    """A one-line error for the user; exit code 2 (1 means 'nothing would run' for dry-run)."""
+    """A one-line error for the user; exit code 2 unless another is given (EXIT_*; 1 is only dry-run's)."""
 
     exit_code = EXIT_ERROR
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _settings(ctx_params: dict[str, Any], **extra: Any) -> Any:
@@ -109,7 +131,7 @@ def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return function(*args, **kwargs)
         except RemediateError as exc:
-            raise CliError(str(exc)) from exc
+            raise CliError(*_message_and_code(exc)) from exc
         except Exception as exc:
             message = _library_error(exc)
             if message is None:
@@ -117,6 +139,20 @@ def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
             raise CliError(message) from exc
 
     return wrapper
+
+
+def _message_and_code(exc: RemediateError) -> tuple[str, int]:
+    """The line and exit code of one of remediate's errors: not found 3, refused 4, else 2."""
+    status = getattr(exc, "status", None)  # remediate.client.ServerError's, not imported: it imports requests
+    if status == 401:
+        return f"{exc}; {NO_TOKEN_HINT}", EXIT_REFUSED
+    if isinstance(status, int):
+        return str(exc), _EXIT_OF_STATUS.get(status, EXIT_ERROR)
+    if isinstance(exc, UnknownRunError):
+        return str(exc), EXIT_NOT_FOUND
+    if isinstance(exc, RunStateError | AlreadyPaused):
+        return str(exc), EXIT_REFUSED
+    return str(exc), EXIT_ERROR
 
 
 def _library_error(exc: Exception) -> str | None:
@@ -147,11 +183,22 @@ def _read(path: Path) -> str:
 def client_token(params: dict[str, Any]) -> str | None:
     """The bearer token a client command sends: --token-file when given; else the operator token
     (approve, pause, resume, breaker reset and ladder reset need it; it also reads), else the token — each resolved
-    exactly as `serve` resolves its own (value, else file, from the environment or the config file)."""
+    exactly as `serve` resolves its own (value, else file, from the environment or the config file) — else the
+    file `scripts/serve` generated in the working directory (./remediate.operator-token, ./remediate.token)."""
     settings = _settings(params)
     if params.get("token_file"):
         return settings.auth.resolved("token")
-    return settings.auth.resolved("operator_token") or settings.auth.resolved("token")
+    return settings.auth.resolved("operator_token") or settings.auth.resolved("token") or _token_of_scripts_serve()
+
+
+def _token_of_scripts_serve() -> str | None:
+    """The token `scripts/serve` generated in this working directory, when nothing else names one."""
+    from remediate.config_values import token_from
+
+    for name in TOKEN_FILES_OF_SCRIPTS_SERVE:
+        if Path(name).is_file():
+            return token_from(None, Path(name).absolute(), "token")
+    return None
 
 
 def _client(params: dict[str, Any]) -> Any:

@@ -221,7 +221,7 @@ def approve(run_id: int, by: str, **params: Any) -> None:
 def pause(reason: str, by: str, force: bool, **params: Any) -> None:
     """Pause remediation: new alerts are recorded but no run starts.
 
-    Over an existing pause it fails (exit 2) saying who paused and why, unless --force replaces them."""
+    Over an existing pause it is refused (exit 4) saying who paused and why, unless --force replaces them."""
     if params.get("server"):
         _client(params).pause(reason, by, force=force)
     else:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from remediate.cli._common import (
+    EXIT_NOT_FOUND,
     CliError,
     _client,
     _open_store,
@@ -82,7 +83,9 @@ def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **para
             states = store.ladders.reset(target, playbook=playbook, by=by, reason=reason, now=time.time())
             ladders = _local_json(states, params)
         if not ladders:
-            raise CliError(f"no ladder{f' of playbook {playbook}' if playbook else ''} for target {target}")
+            raise CliError(
+                f"no ladder{f' of playbook {playbook}' if playbook else ''} for target {target}", EXIT_NOT_FOUND
+            )
     click.echo(f"{len(ladders)} ladder(s) of {target} reset")
     _print(ladders)
 

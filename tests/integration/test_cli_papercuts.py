@@ -9,8 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import assert_one_line_error
 from tests.support.cli import run_cli as cli
-from tests.support.http import LOG_DISK, LOG_XID, OPERATOR_TOKEN, Server, alert, notification
+from tests.support.http import (
+    APPROVE_XID,
+    LOG_DISK,
+    LOG_XID,
+    OPERATOR_TOKEN,
+    READ_TOKEN,
+    Server,
+    alert,
+    notification,
+    real_firing,
+)
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -49,3 +60,70 @@ def test_history_takes_durations_in_since_and_until_as_report_does(
     assert json.loads(before_an_hour_ago.stdout)["entries"] == []
     assert report.exit_code == 0, report.output
     assert json.loads(report.stdout)["totals"]["incidents"] == 2
+
+
+# --------------------------------------------------------------------------- 2. the token scripts/serve wrote
+
+
+@pytest.fixture
+def awaiting(make_server: Callable[..., Server]) -> tuple[Server, int]:
+    server = make_server(playbooks={"approve.yaml": APPROVE_XID})
+    run_id = server.webhook(real_firing()).get_json()["runs"][0]
+    return server, run_id
+
+
+def test_client_commands_read_the_operator_token_scripts_serve_wrote_into_the_working_directory(
+    awaiting: tuple[Server, int], serve: Callable[[Server], str]
+) -> None:
+    """`--server` never found ./remediate.operator-token (scripts/serve writes it; the checkout is the cwd)."""
+    server, run_id = awaiting
+    Path("remediate.operator-token").write_text(OPERATOR_TOKEN + "\n", encoding="utf-8")
+
+    approved = cli("approve", run_id, "--server", serve(server))
+
+    assert approved.exit_code == 0, approved.output
+    assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "operator (note: tester)"
+
+
+def test_without_an_operator_token_file_client_commands_read_remediate_token(
+    awaiting: tuple[Server, int], serve: Callable[[Server], str]
+) -> None:
+    server, _ = awaiting
+    Path("remediate.token").write_text(READ_TOKEN + "\n", encoding="utf-8")
+
+    read = cli("history", "--json", "--server", serve(server))
+
+    assert read.exit_code == 0, read.output
+    assert len(json.loads(read.stdout)["entries"]) == 1
+
+
+def test_a_401_names_the_options_that_give_a_token(awaiting: tuple[Server, int], serve: Callable[[Server], str]) -> None:
+    server, run_id = awaiting
+
+    refused = cli("approve", run_id, "--server", serve(server))
+
+    assert_one_line_error(refused, "HTTP 401", "--token-file", "REMEDIATE_OPERATOR_TOKEN", "REMEDIATE_TOKEN", code=4)
+    assert "remediate.operator-token" in refused.stderr
+
+
+# --------------------------------------------------------------------------- 7. exit codes
+
+
+@pytest.mark.parametrize("via", ["database", "server"])
+def test_exit_codes_tell_usage_not_found_and_refused_apart(
+    awaiting: tuple[Server, int], serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    """`show 999` and a usage error both exited 2."""
+    server, run_id = awaiting
+    monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+    where = db_args(server) if via == "database" else ["--server", serve(server)]
+
+    usage = cli("show", "not-a-number", *where)
+    missing = cli("show", "999", *where)
+    approved = cli("approve", run_id, *where)
+    again = cli("approve", run_id, *where)
+
+    assert usage.exit_code == 2, usage.output
+    assert_one_line_error(missing, "999", code=3)
+    assert approved.exit_code == 0, approved.output
+    assert_one_line_error(again, "not awaiting approval", code=4)
