@@ -36,7 +36,7 @@ TOKEN_FILES_OF_SCRIPTS_SERVE = ("remediate.operator-token", "remediate.token")
 """What `scripts/serve` writes into its working directory (the operator token, the webhook token): a client
 command given no token reads the first of them found in its own working directory."""
 
-NO_TOKEN_HINT = (
+HINT_OF_401 = (
     "give a token: --token-file FILE, or REMEDIATE_OPERATOR_TOKEN / REMEDIATE_OPERATOR_TOKEN_FILE (approve, pause, "
     "resume and resets need the operator token), or REMEDIATE_TOKEN / REMEDIATE_TOKEN_FILE; in the directory "
     "`scripts/serve` ran in, ./remediate.operator-token is read by itself"
@@ -145,7 +145,7 @@ def _message_and_code(exc: RemediateError) -> tuple[str, int]:
     """The line and exit code of one of remediate's errors: not found 3, refused 4, else 2."""
     status = getattr(exc, "status", None)  # remediate.client.ServerError's, not imported: it imports requests
     if status == 401:
-        return f"{exc}; {NO_TOKEN_HINT}", EXIT_REFUSED
+        return f"{exc}; {HINT_OF_401}", EXIT_REFUSED
     if isinstance(status, int):
         return str(exc), _EXIT_OF_STATUS.get(status, EXIT_ERROR)
     if isinstance(exc, UnknownRunError):

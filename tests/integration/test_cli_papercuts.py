@@ -97,7 +97,9 @@ def test_without_an_operator_token_file_client_commands_read_remediate_token(
     assert len(json.loads(read.stdout)["entries"]) == 1
 
 
-def test_a_401_names_the_options_that_give_a_token(awaiting: tuple[Server, int], serve: Callable[[Server], str]) -> None:
+def test_a_401_names_the_options_that_give_a_token(
+    awaiting: tuple[Server, int], serve: Callable[[Server], str]
+) -> None:
     server, run_id = awaiting
 
     refused = cli("approve", run_id, "--server", serve(server))
