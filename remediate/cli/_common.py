@@ -121,8 +121,27 @@ gpu_options = _options(
 
 
 def by_option(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """--by of a command a person does (recorded with it): `verb` says what they do (resets, approves, ...)."""
-    return click.option("--by", default=lambda: os.environ.get("USER", "cli"), help=f"Who {verb} (recorded).")
+    """--by (or --as) of a command a person does (recorded with it): `verb` says what they do (resets, approves,
+    ...). Default: the user running the command."""
+    return click.option(
+        "--by",
+        "--as",
+        "by",
+        metavar="NAME",
+        default=current_user,
+        help=f"Who {verb} (recorded) [the user running this: $USER, else the login name].",
+    )
+
+
+def current_user() -> str:
+    """Who runs the command: $USER, else $LOGNAME, else the password database's name of this uid (a container
+    or cron sets no $USER: "cli" was recorded there, naming nobody), else `uid N`."""
+    import getpass
+
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError):  # a uid with no passwd entry (OpenShift's random uids)
+        return f"uid {os.getuid()}"
 
 
 def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:

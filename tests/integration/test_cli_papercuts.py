@@ -4,6 +4,8 @@ a real HTTP server in a thread for --server, and real `remediate serve` processe
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,3 +131,33 @@ def test_exit_codes_tell_usage_not_found_and_refused_apart(
     assert_one_line_error(missing, "999", code=3)
     assert approved.exit_code == 0, approved.output
     assert_one_line_error(again, "not awaiting approval", code=4)
+
+
+# --------------------------------------------------------------------------- 6. who did it, on the database
+
+
+def test_without_user_in_the_environment_database_actions_record_the_login_not_cli(
+    awaiting: tuple[Server, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container or cron job sets no $USER: approve/pause/reset on the database recorded "cli"."""
+    server, _ = awaiting
+    for name in ("USER", "LOGNAME", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    login = pwd.getpwuid(os.getuid()).pw_name
+
+    paused = cli("pause", "--reason", "maintenance", *db_args(server))
+
+    assert paused.exit_code == 0, paused.output
+    assert server.get("/pause").get_json()["by"] == login
+
+
+def test_as_names_who_approves_pauses_and_resets_on_the_database(awaiting: tuple[Server, int]) -> None:
+    server, run_id = awaiting
+
+    approved = cli("approve", run_id, "--as", "alice", *db_args(server))
+    paused = cli("pause", "--as", "bob", *db_args(server))
+
+    assert approved.exit_code == 0, approved.output
+    assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "alice"
+    assert paused.exit_code == 0, paused.output
+    assert server.get("/pause").get_json()["by"] == "bob"
