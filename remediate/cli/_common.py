@@ -238,10 +238,35 @@ def _open_store(params: dict[str, Any]) -> Any:
 
 
 def print_json(value: Any, as_json: bool) -> bool:
-    """Print `value` as JSON when --json was given; whether it was (the command then prints nothing else)."""
+    """Print `value` as JSON when --json was given; whether it was (the command then prints nothing else).
+    Its times are RFC 3339 UTC (`rfc3339_times`), as startsAt and the report's are, whatever the source."""
     if as_json:
-        click.echo(json.dumps(value, indent=2, default=str))
+        click.echo(json.dumps(rfc3339_times(value), indent=2, default=str))
     return as_json
+
+
+def _is_time_key(key: str) -> bool:
+    return key in ("time", "at") or key.endswith("_at")
+
+
+def rfc3339_times(value: Any) -> Any:
+    """`value` with every UNIX time (a number under a key `time`, `at` or `*_at`) as RFC 3339 UTC text.
+
+    The HTTP API (v1) keeps its UNIX seconds (a change there is a change of the API); the CLI's --json is read
+    by people and scripts that expect one format: before, `ladder status --json` mixed startsAt's RFC 3339 with
+    `climbed_at` as UNIX seconds."""
+    from remediate.alerts import format_timestamp
+
+    if isinstance(value, dict):
+        return {
+            key: format_timestamp(datetime.fromtimestamp(item, UTC))
+            if _is_time_key(str(key)) and isinstance(item, int | float) and not isinstance(item, bool)
+            else rfc3339_times(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [rfc3339_times(item) for item in value]
+    return value
 
 
 def _when(timestamp: float) -> str:

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from remediate.cli import main
+from remediate.cli._common import rfc3339_times
 from tests.support.cli import assert_one_line_error, sqlite_dump
 from tests.support.cli import run_cli as cli
 from tests.support.http import (
@@ -446,11 +447,11 @@ def test_history_shows_the_error_of_a_failed_run_as_its_reason(make_server: Call
     assert "matched playbook" not in row
 
 
-def test_history_json_is_the_same_page_the_api_returns(history_server: Server) -> None:
+def test_history_json_is_the_same_page_the_api_returns_its_times_in_rfc3339(history_server: Server) -> None:
     result = cli("history", "--json", *db_args(history_server))
 
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == history_server.history()
+    assert json.loads(result.stdout) == rfc3339_times(history_server.history())  # its times as RFC 3339 (issue 27)
 
 
 @pytest.mark.parametrize(
@@ -603,7 +604,7 @@ def test_show_prints_a_run_with_its_steps(xid_server: Server) -> None:
     assert text.exit_code == 0
     assert text.stdout.startswith("run 1: log-xid on node-a (firing, enforce) -> succeeded")
     assert "step 0 1-log [log] succeeded" in text.stdout
-    assert json.loads(as_json.stdout) == xid_server.get("/runs/1").get_json()
+    assert json.loads(as_json.stdout) == rfc3339_times(xid_server.get("/runs/1").get_json())
 
 
 def test_approve_through_the_database_queues_the_run_and_records_who(approval_server: tuple[Server, int]) -> None:

@@ -6,13 +6,19 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import click
 import pytest
 
+from remediate.cli import main
+from tests.integration.test_ladders import HOT_LADDER
 from tests.support.cli import assert_one_line_error
 from tests.support.cli import run_cli as cli
+from tests.support.disk import make_file
 from tests.support.http import (
     APPROVE_XID,
     LOG_DISK,
@@ -161,3 +167,90 @@ def test_as_names_who_approves_pauses_and_resets_on_the_database(awaiting: tuple
     assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "alice"
     assert paused.exit_code == 0, paused.output
     assert server.get("/pause").get_json()["by"] == "bob"
+
+
+# --------------------------------------------------------------------------- 4. one time format in every --json
+
+EPOCH_LIKE = (1e9, 1e11)
+"""A number in this range in --json output is a UNIX time (2001..5138): the CLI prints times as RFC 3339 text."""
+UNIT_SUFFIX = re.compile(r"_(bytes|seconds|watts|milliwatts|percent)$")
+RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+
+
+def json_commands(group: click.Group = main, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Every command that takes --json, as the words typed to reach it."""
+    found: set[tuple[str, ...]] = set()
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            found |= json_commands(command, (*prefix, name))
+        if any("--json" in param.opts for param in command.params):
+            found.add((*prefix, name))
+    return found
+
+
+def times_in(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(where, value) of every value that is a time or named as one (`time`, `at`, `*_at`, `*At`, `since`, ...)."""
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}"
+            named = key in ("time", "at", "since", "until") or key.endswith(("_at", "At", "_since"))
+            if named and item is not None and not isinstance(item, dict | list):
+                found.append((where, item))
+            else:
+                found.extend(times_in(item, where))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(times_in(item, f"{path}[{index}]"))
+    elif isinstance(value, int | float) and not isinstance(value, bool) and EPOCH_LIKE[0] <= value < EPOCH_LIKE[1]:
+        if UNIT_SUFFIX.search(path):  # 64 GiB of memory is no time
+            return found
+        found.append((path, value))
+    return found
+
+
+@pytest.fixture
+def busy(make_server: Callable[..., Server]) -> Server:
+    """Runs, steps, attempts, a ladder that climbed twice and a tripped-then-reset pause: every kind of time."""
+    server = make_server(playbooks={"hot.yaml": HOT_LADDER, "approve.yaml": APPROVE_XID})
+    for minute in (1, 2):
+        server.webhook(notification(alert("hot-a", alertname="GPUTemperatureHigh",
+                                          starts_at=f"2026-11-21T05:{minute:02d}:00Z", node="node-a")))  # fmt: skip
+    server.webhook(real_firing())
+    server.drain()
+    assert server.post("/pause", json={"reason": "r", "by": "x"}).status_code == 200
+    return server
+
+
+def test_every_json_output_prints_its_times_as_rfc3339_utc(busy: Server, tmp_path: Path) -> None:
+    """`ladder status --json` mixed RFC 3339 (starts_at) and UNIX seconds (climbed_at, climb[].at)."""
+    root = tmp_path / "scratch"
+    make_file(root / "old.tmp", age_days=10)
+    policies = tmp_path / "policies.yaml"
+    policies.write_text(f"policies: [{{name: s, mountpoint: /x, roots: ['{root}'], patterns: ['*.tmp']}}]\n")
+    gpus = tmp_path / "gpus.yaml"
+    assert cli("gpu", "simulate", "init", gpus).exit_code == 0
+    local = db_args(busy)
+    commands = {
+        ("history",): ["history", *local],
+        ("history", "prune"): ["history", "prune", "--older-than", "1d", "--dry-run", *local],
+        ("show",): ["show", "1", *local],
+        ("ladder", "status"): ["ladder", "status", *local],
+        ("breaker", "status"): ["breaker", "status", *local],
+        ("report",): ["report", *local],
+        ("dry-run",): ["dry-run", "--alertname", "GPUTemperatureHigh", "--label", "node=node-a", *local],
+        ("playbooks", "list"): ["playbooks", "list", "--playbooks", local[3]],
+        ("actions",): ["actions"],
+        ("gpu", "status"): ["gpu", "status", "--gpu-backend", "simulated", "--gpu-simulator-file", gpus],
+        ("disk", "policies"): ["disk", "policies", "--policies-file", policies],
+        ("disk", "plan"): ["disk", "plan", "--policies-file", policies, "--mountpoint", "/x", "--free-percent", "100"],
+    }
+    assert set(commands) == json_commands(), "a command with --json is missing here"
+    seen = 0
+    for words, args in commands.items():
+        result = cli(*args, "--json")
+        assert result.exit_code in (0, 1), (words, result.output)  # dry-run: 1 = nothing would run
+        for where, value in times_in(json.loads(result.stdout)):
+            assert isinstance(value, str) and RFC3339_UTC.match(value), (" ".join(words), where, value)
+            seen += 1
+    assert seen >= 20  # the walk found the times it checks
