@@ -40,9 +40,10 @@ from remediate.runs import RunStatus
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--cursor", help="next_cursor of a previous page.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--wide", is_flag=True, help="Print each REASON whole (else cut at 60 characters).")
 @click.pass_context
 @handle_errors
-def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
+def history(ctx: click.Context, as_json: bool, wide: bool, **params: Any) -> None:
     """Show the audit history, newest first (from the database, or a server with --server).
 
     `remediate history prune` deletes old history from the database.
@@ -79,7 +80,7 @@ def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
                 e.get("target") or "-",
                 e["status"],
                 e.get("run_id") or "-",
-                _short(_reason(e)),
+                _reason(e) if wide else _short(_reason(e)),
             ]
             for e in page["entries"]
         ],
@@ -190,7 +191,7 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
     )
     if detail.get("error"):
         click.echo(f"error: {detail['error']}")
-    click.echo(f"alert: {detail['alert']['labels']}")
+    click.echo(f"alert: {json.dumps(detail['alert']['labels'], sort_keys=True)}")
     for step in detail["steps"]:
         click.echo(f"  step {step['index']} {step['name']} [{step['action']}] {step['status']}")
         for key in ("plan", "result", "error"):

@@ -52,8 +52,9 @@ def _local_json(states: list[Any], params: dict[str, Any]) -> list[dict[str, Any
 @click.option("--target", "--node", "target", help="Only this target (node).")
 @click.option("--playbook", help="Only this playbook.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--wide", is_flag=True, help="Print each WHY whole (else cut at 70 characters).")
 @handle_errors
-def ladder_status(target: str | None, playbook: str | None, as_json: bool, **params: Any) -> None:
+def ladder_status(target: str | None, playbook: str | None, as_json: bool, wide: bool, **params: Any) -> None:
     """Show where each ladder stands: its rung (0 = reset by a person), why, and the rungs climbed since
     its last reset (from the database, or a server with --server)."""
     if params.get("server"):
@@ -64,7 +65,7 @@ def ladder_status(target: str | None, playbook: str | None, as_json: bool, **par
             ladders = _local_json(store.ladders.read(target=target, playbook=playbook), params)
     if print_json({"ladders": ladders}, as_json):
         return
-    _print(ladders)
+    _print(ladders, wide=wide)
 
 
 @ladder.command("reset")
@@ -90,7 +91,7 @@ def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **para
     _print(ladders)
 
 
-def _print(ladders: list[dict[str, Any]]) -> None:
+def _print(ladders: list[dict[str, Any]], *, wide: bool = False) -> None:
     rows = []
     for item in ladders:
         of = f"/{item['of']}" if item.get("of") else ""
@@ -104,7 +105,7 @@ def _print(ladders: list[dict[str, Any]]) -> None:
                 f"{item['rung']}{of}{name}",
                 climbed,
                 _when(item["updated_at"]),
-                _short(item["reason"], 70),
+                item["reason"] if wide else _short(item["reason"], 70),
             ]
         )
     _table(rows, ["TARGET", "PLAYBOOK", "GUARD KEY", "RUNG", "CLIMB", "UPDATED", "WHY"])

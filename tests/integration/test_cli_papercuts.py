@@ -7,6 +7,7 @@ import json
 import os
 import pwd
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from tests.support.http import (
     notification,
     real_firing,
 )
+from tests.support.realsystems import free_port
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -254,3 +256,52 @@ def test_every_json_output_prints_its_times_as_rfc3339_utc(busy: Server, tmp_pat
             assert isinstance(value, str) and RFC3339_UTC.match(value), (" ".join(words), where, value)
             seen += 1
     assert seen >= 20  # the walk found the times it checks
+
+
+# --------------------------------------------------------------------------- 5. show's labels, the whole REASON
+
+
+def test_show_prints_the_labels_as_json(make_server: Callable[..., Server]) -> None:
+    """`show` printed `alert: {'alertname': 'GpuXidError', ...}`, a Python dict."""
+    server = make_server(playbooks={"xid.yaml": LOG_XID})
+    server.webhook(notification(alert("x-a", Hostname="node-a")))
+
+    text = cli("show", "1", *db_args(server))
+
+    assert text.exit_code == 0, text.output
+    (line,) = [line for line in text.stdout.splitlines() if line.startswith("alert: ")]
+    assert json.loads(line.removeprefix("alert: ")) == server.get("/runs/1").get_json()["alert"]["labels"]
+
+
+def test_history_wide_prints_the_whole_reason(make_server: Callable[..., Server]) -> None:
+    """The REASON column was cut at 60 characters, with no way to see the rest."""
+    failing = LOG_XID.replace(
+        '  - action: log\n    with:\n      message: "XID on GPU {{ labels.gpu }} since {{ startsAt }}"',
+        f"  - action: notify.webhook\n    retries: 0\n    with:\n      url: http://127.0.0.1:{free_port()}/hook",
+    )
+    server = make_server(playbooks={"xid.yaml": failing})
+    server.webhook(notification(alert("x-a", Hostname="node-a")))
+    server.drain()
+    error = server.history()["entries"][0]["run"]["error"]
+    assert len(error) > 60
+
+    cut = cli("history", *db_args(server))
+    wide = cli("history", "--wide", *db_args(server))
+
+    assert cut.exit_code == 0 and wide.exit_code == 0, cut.output + wide.output
+    assert cut.stdout.splitlines()[1].endswith("…")
+    assert wide.stdout.splitlines()[1].endswith(error)
+
+
+def test_ladder_status_wide_prints_the_whole_why(make_server: Callable[..., Server]) -> None:
+    server = make_server(playbooks={"hot.yaml": HOT_LADDER})
+    for minute in (1, 2):
+        server.webhook(notification(alert("hot-a", alertname="GPUTemperatureHigh",
+                                          starts_at=f"2026-11-21T05:{minute:02d}:00Z", node="node-a")))  # fmt: skip
+    server.store.ladders.reset("node-a", playbook=None, by="ops", reason="swapped the fan; " * 6, now=time.time())
+
+    cut = cli("ladder", "status", *db_args(server))
+    wide = cli("ladder", "status", "--wide", *db_args(server))
+
+    assert cut.stdout.splitlines()[1].endswith("…")
+    assert wide.stdout.splitlines()[1].endswith(("swapped the fan; " * 6).strip())
