@@ -30,6 +30,11 @@ EXIT_NOT_FOUND = 3
 EXIT_REFUSED = 4
 """Refused: no or the wrong token (HTTP 401/403), or the run or pause is not in a state that allows it (HTTP 409)."""
 
+EXIT_RUN_FAILED = 5
+"""`approve --wait`: the run finished without succeeding (failed, rejected, cancelled)."""
+EXIT_WAIT_TIMED_OUT = 6
+"""`approve --wait`: the run had not finished within --timeout."""
+
 _EXIT_OF_STATUS = {401: EXIT_REFUSED, 403: EXIT_REFUSED, 404: EXIT_NOT_FOUND, 409: EXIT_REFUSED}
 
 TOKEN_FILES_OF_SCRIPTS_SERVE = ("remediate.operator-token", "remediate.token")
@@ -284,3 +289,37 @@ def _table(rows: list[list[Any]], headers: list[str]) -> None:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     if not rows:
         click.echo("(nothing)")
+
+
+WAIT_POLL_SECONDS = 0.5
+
+
+def wait_for_outcome(read: Callable[[], dict[str, Any]], run_id: int, timeout: float) -> dict[str, Any]:
+    """Poll `read` (the run's JSON, from the database or a server) until the run is in a final status; exit 6
+    (EXIT_WAIT_TIMED_OUT) when it is not within `timeout` seconds."""
+    import time
+
+    from remediate.runs import FINAL_RUN_STATUSES
+
+    deadline = time.monotonic() + timeout
+    while (detail := read())["status"] not in FINAL_RUN_STATUSES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CliError(
+                f"run {run_id} is still {detail['status']} after {timeout:g}s: see `remediate show {run_id}`",
+                EXIT_WAIT_TIMED_OUT,
+            )
+        time.sleep(min(WAIT_POLL_SECONDS, left))
+    return detail
+
+
+def print_outcome(detail: dict[str, Any]) -> None:
+    """The outcome of a finished run, one line (and its failed step's error); exit 5 unless it succeeded."""
+    from remediate.runs import RunStatus
+
+    took = ""
+    if detail.get("started_at") is not None and detail.get("finished_at") is not None:
+        took = f" in {detail['finished_at'] - detail['started_at']:.1f}s"
+    click.echo(f"run {detail['id']} {detail['status']}{took}" + (f": {detail['error']}" if detail.get("error") else ""))
+    if detail["status"] not in (RunStatus.SUCCEEDED, RunStatus.PLANNED):
+        raise SystemExit(EXIT_RUN_FAILED)

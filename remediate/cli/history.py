@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from contextlib import closing
@@ -23,6 +24,8 @@ from remediate.cli._common import (
     common_options,
     handle_errors,
     print_json,
+    print_outcome,
+    wait_for_outcome,
 )
 from remediate.cli._group import main
 from remediate.errors import ConfigError
@@ -203,14 +206,36 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
 @client_options
 @click.argument("run_id", type=int)
 @by_option("approves")
+@click.option("--wait", is_flag=True, help="Wait for the run to finish; print its outcome (exit 5 if it failed).")
+@click.option(
+    "--timeout", default="10m", show_default=True, metavar="DURATION", help="How long --wait waits (then exit 6)."
+)
 @handle_errors
-def approve(run_id: int, by: str, **params: Any) -> None:
-    """Approve a run that waits in awaiting_approval."""
+def approve(run_id: int, by: str, wait: bool, timeout: str, **params: Any) -> None:
+    """Approve a run that waits in awaiting_approval; with --wait, wait for its outcome."""
+    from remediate.durations import parse_duration
+
+    try:
+        patience = parse_duration(timeout).total_seconds()
+    except ValueError as exc:
+        raise CliError(f"--timeout: {exc}") from None
     if params.get("server"):
-        _client(params).approve(run_id, by)
+        client = _client(params)
+        client.approve(run_id, by)
+        read = functools.partial(client.run, run_id)
     else:
-        _open_store(params).queue.approve(run_id, by=by, now=time.time())
+        store = _open_store(params)
+        store.queue.approve(run_id, by=by, now=time.time())
+        read = functools.partial(_run_of_store, store, run_id)
     click.echo(f"run {run_id} approved by {by}; it is queued")
+    if wait:
+        print_outcome(wait_for_outcome(read, run_id, patience))
+
+
+def _run_of_store(store: Any, run_id: int) -> dict[str, Any]:
+    from remediate.history_api import run_json
+
+    return run_json(store.history.run_detail(run_id))
 
 
 @main.command()

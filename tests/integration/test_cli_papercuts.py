@@ -305,3 +305,17 @@ def test_ladder_status_wide_prints_the_whole_why(make_server: Callable[..., Serv
 
     assert cut.stdout.splitlines()[1].endswith("…")
     assert wide.stdout.splitlines()[1].endswith(("swapped the fan; " * 6).strip())
+
+
+# --------------------------------------------------------------------------- 3. approve --wait (the outcome: e2e)
+
+
+def test_approve_wait_on_a_run_nothing_executes_gives_up_after_its_timeout_exit_6(awaiting: tuple[Server, int]) -> None:
+    """The database only, no executor: the approved run stays queued; --wait says so after --timeout."""
+    server, run_id = awaiting
+
+    result = cli("approve", run_id, "--wait", "--timeout", "0.3s", *db_args(server))
+
+    assert result.exit_code == 6, result.output
+    assert result.stdout.strip() == f"run {run_id} approved by tester; it is queued"
+    assert f"run {run_id} is still queued after 0.3s" in result.stderr
