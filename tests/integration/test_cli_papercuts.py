@@ -7,6 +7,8 @@ import json
 import os
 import pwd
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +34,7 @@ from tests.support.http import (
     real_firing,
 )
 from tests.support.realsystems import free_port
+from tests.support.waiting import scaled
 
 pytestmark = pytest.mark.usefixtures("clean_environment")
 
@@ -319,3 +322,25 @@ def test_approve_wait_on_a_run_nothing_executes_gives_up_after_its_timeout_exit_
     assert result.exit_code == 6, result.output
     assert result.stdout.strip() == f"run {run_id} approved by tester; it is queued"
     assert f"run {run_id} is still queued after 0.3s" in result.stderr
+
+
+# --------------------------------------------------------------------------- 8. shell completion, documented
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_shell_completion_readme_documents_prints_a_completion_script() -> None:
+    """Completion worked (click's) but nothing said how to turn it on."""
+    documented = re.findall(r"_REMEDIATE_COMPLETE=(\w+) remediate", README.read_text(encoding="utf-8"))
+    console_script = Path(sys.executable).parent / "remediate"  # the installed `remediate`, as a shell runs it
+    environment = {**os.environ, "PYTHONPATH": str(README.parent)}
+
+    assert sorted(documented) == ["bash_source", "fish_source", "zsh_source"]
+    for shell in documented:
+        script = subprocess.run([console_script], env={**environment, "_REMEDIATE_COMPLETE": shell},
+                                capture_output=True, text=True, timeout=scaled(30), check=True).stdout  # fmt: skip
+        assert "_REMEDIATE_COMPLETE" in script and "remediate" in script, (shell, script)
+    answer = subprocess.run([console_script], capture_output=True, text=True, timeout=scaled(30), check=True,
+                            env={**environment, "_REMEDIATE_COMPLETE": "bash_complete",
+                                 "COMP_WORDS": "remediate hist", "COMP_CWORD": "1"}).stdout  # fmt: skip
+    assert answer.split() == ["plain,history"]
