@@ -1,5 +1,6 @@
-"""Issue 27's CLI findings that need a real `remediate serve` (gunicorn, its executor process): `approve --wait`
-prints the outcome of the run it approved."""
+"""Issue 27's CLI findings that need real processes: `approve --wait` prints the outcome of the run it approved
+(a real `remediate serve`: gunicorn, its executor process); each process of `remediate serve` and `remediate agent`
+is titled by its role in ps."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.http import alert, notification
-from tests.support.processes import run_remediate
+from tests.support.processes import child_pids, run_remediate
 from tests.support.realsystems import free_port
-from tests.support.server import TOKEN, WAIT, RemediateServer
-from tests.support.waiting import scaled
+from tests.support.server import TOKEN, WAIT, NodeAgent, RemediateServer
+from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -68,3 +69,34 @@ def test_approve_wait_prints_the_outcome_and_exits_5_when_the_run_failed(tmp_pat
     assert detail["status"] == "failed"
     assert failed.stdout.splitlines()[-1].startswith(f"run {broken} failed in ")
     assert failed.stdout.splitlines()[-1].endswith(detail["error"])
+
+
+def title(pid: int) -> str:
+    """What ps shows as the process's command line (setproctitle rewrites it)."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+
+
+def test_each_process_of_serve_and_agent_is_titled_by_its_role(tmp_path: Path) -> None:
+    """Every process showed as `python -B -P -c import sys; ...` (or `python -m remediate serve ...`) in ps."""
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    (playbooks / "log.yaml").write_text(APPROVED_LOG, encoding="utf-8")
+    with RemediateServer(tmp_path / "server", playbooks, workers=2) as server:
+        master = server.pid
+
+        def children() -> list[str] | None:
+            titles = sorted(title(pid) for pid in child_pids(master))
+            return titles if titles == ["remediate: executor", "remediate: http", "remediate: http"] else None
+
+        found = wait_until(children, scaled(10), interval=0.1,
+                           message=f"children of the master: {[title(p) for p in child_pids(master)]}")  # fmt: skip
+        master_title = title(master)
+    agent = NodeAgent(tmp_path / "agent", "node-a").start()
+    try:
+        agent_title = title(agent.pid)
+    finally:
+        agent.stop()
+
+    assert master_title == "remediate: master"
+    assert found == ["remediate: executor", "remediate: http", "remediate: http"]
+    assert agent_title == "remediate: agent"
