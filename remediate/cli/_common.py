@@ -109,7 +109,8 @@ client_options = _options(
         "--token-file",
         type=FILE,
         help="File holding the bearer token (default: the operator token, $REMEDIATE_OPERATOR_TOKEN or "
-        "$REMEDIATE_OPERATOR_TOKEN_FILE, else $REMEDIATE_TOKEN / $REMEDIATE_TOKEN_FILE, else the config file); "
+        "$REMEDIATE_OPERATOR_TOKEN_FILE, else $REMEDIATE_TOKEN / $REMEDIATE_TOKEN_FILE, else the config file, else "
+        "./remediate.operator-token or ./remediate.token as scripts/serve writes them); "
         "approve, pause, resume, breaker reset and ladder reset need an operator token.",
     ),
 )
