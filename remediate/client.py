@@ -10,7 +10,11 @@ from remediate.errors import RemediateError
 
 
 class ServerError(RemediateError):
-    """The server refused the request."""
+    """The server refused the request; `status` is its HTTP status (the CLI's exit code follows it)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Client:
@@ -29,7 +33,7 @@ class Client:
             body = {"message": response.text[:200]}
         if response.status_code >= 400:
             message = body.get("message") if isinstance(body, dict) else None
-            raise ServerError(f"{method} {path}: HTTP {response.status_code}: {message or body}")
+            raise ServerError(f"{method} {path}: HTTP {response.status_code}: {message or body}", response.status_code)
         return body
 
     def history(self, filters: dict[str, Any]) -> dict[str, Any]:

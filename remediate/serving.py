@@ -121,9 +121,9 @@ def _executor_process(
         signal.signal(sig, lambda *_: stopping.set())
     signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # blocked by the master across the fork
-    from gunicorn import util
+    from remediate.proctitle import set_title
 
-    util._setproctitle("executor [remediate]")  # a no-op without setproctitle installed
+    set_title("executor")
     from remediate.services import build_services  # not server.py: the executor process serves no HTTP
     from remediate.store import DEFAULT_BUSY_TIMEOUT, WalCheckpointer
 
@@ -564,6 +564,11 @@ def run_server(settings: Settings) -> None:
 
 def _serve(settings: Settings, private_dir: Path, live: LiveSet) -> None:
     """gunicorn's master, its HTTP workers and the executor process, until stopped."""
+    from gunicorn import util
+
+    from remediate.proctitle import take_over_gunicorn_titles
+
+    take_over_gunicorn_titles(util)  # `remediate: master` and `remediate: http` in ps
     options = {
         "bind": settings.server.bind,
         "workers": settings.server.workers,

@@ -18,17 +18,44 @@ from typing import Any
 
 import click
 
-from remediate.errors import ConfigError, RemediateError
+from remediate.errors import AlreadyPaused, ConfigError, RemediateError, RunStateError, UnknownRunError
 
 EXIT_WOULD_RUN = 0
 EXIT_NOTHING_WOULD_RUN = 1
+"""dry-run's only: nothing would run (or a run that would start cannot succeed)."""
 EXIT_ERROR = 2
+"""A usage error (click's own code) or any error not below: a bad value, an unreadable file, no server or database."""
+EXIT_NOT_FOUND = 3
+"""No such run, or no ladder of that target (`show 999`; HTTP 404)."""
+EXIT_REFUSED = 4
+"""Refused: no or the wrong token (HTTP 401/403), or the run or pause is not in a state that allows it (HTTP 409)."""
+
+EXIT_RUN_FAILED = 5
+"""`approve --wait`: the run finished without succeeding (failed, rejected, cancelled)."""
+EXIT_WAIT_TIMED_OUT = 6
+"""`approve --wait`: the run had not finished within --timeout."""
+
+_EXIT_OF_STATUS = {401: EXIT_REFUSED, 403: EXIT_REFUSED, 404: EXIT_NOT_FOUND, 409: EXIT_REFUSED}
+
+TOKEN_FILES_OF_SCRIPTS_SERVE = ("remediate.operator-token", "remediate.token")
+"""What `scripts/serve` writes into its working directory (the operator token, the webhook token): a client
+command given no token reads the first of them found in its own working directory."""
+
+HINT_OF_401 = (
+    "give a token: --token-file FILE, or REMEDIATE_OPERATOR_TOKEN / REMEDIATE_OPERATOR_TOKEN_FILE (approve, pause, "
+    "resume and resets need the operator token), or REMEDIATE_TOKEN / REMEDIATE_TOKEN_FILE; in the directory "
+    "`scripts/serve` ran in, ./remediate.operator-token is read by itself"
+)
 
 
 class CliError(click.ClickException):
-    """A one-line error for the user; exit code 2 (1 means 'nothing would run' for dry-run)."""
+    """A one-line error for the user; exit code 2 unless another is given (EXIT_*; 1 is only dry-run's)."""
 
     exit_code = EXIT_ERROR
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _settings(ctx_params: dict[str, Any], **extra: Any) -> Any:
@@ -82,7 +109,8 @@ client_options = _options(
         "--token-file",
         type=FILE,
         help="File holding the bearer token (default: the operator token, $REMEDIATE_OPERATOR_TOKEN or "
-        "$REMEDIATE_OPERATOR_TOKEN_FILE, else $REMEDIATE_TOKEN / $REMEDIATE_TOKEN_FILE, else the config file); "
+        "$REMEDIATE_OPERATOR_TOKEN_FILE, else $REMEDIATE_TOKEN / $REMEDIATE_TOKEN_FILE, else the config file, else "
+        "./remediate.operator-token or ./remediate.token as scripts/serve writes them); "
         "approve, pause, resume, breaker reset and ladder reset need an operator token.",
     ),
 )
@@ -99,8 +127,27 @@ gpu_options = _options(
 
 
 def by_option(verb: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """--by of a command a person does (recorded with it): `verb` says what they do (resets, approves, ...)."""
-    return click.option("--by", default=lambda: os.environ.get("USER", "cli"), help=f"Who {verb} (recorded).")
+    """--by (or --as) of a command a person does (recorded with it): `verb` says what they do (resets, approves,
+    ...). Default: the user running the command."""
+    return click.option(
+        "--by",
+        "--as",
+        "by",
+        metavar="NAME",
+        default=current_user,
+        help=f"Who {verb} (recorded) [the user running this: $USER, else the login name].",
+    )
+
+
+def current_user() -> str:
+    """Who runs the command: $USER, else $LOGNAME, else the password database's name of this uid (a container
+    or cron sets no $USER: "cli" was recorded there, naming nobody), else `uid N`."""
+    import getpass
+
+    try:
+        return os.environ.get("USER") or getpass.getuser()
+    except (OSError, KeyError):  # a uid with no passwd entry (OpenShift's random uids)
+        return f"uid {os.getuid()}"
 
 
 def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -109,7 +156,7 @@ def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return function(*args, **kwargs)
         except RemediateError as exc:
-            raise CliError(str(exc)) from exc
+            raise CliError(*_message_and_code(exc)) from exc
         except Exception as exc:
             message = _library_error(exc)
             if message is None:
@@ -117,6 +164,20 @@ def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
             raise CliError(message) from exc
 
     return wrapper
+
+
+def _message_and_code(exc: RemediateError) -> tuple[str, int]:
+    """The line and exit code of one of remediate's errors: not found 3, refused 4, else 2."""
+    status = getattr(exc, "status", None)  # remediate.client.ServerError's, not imported: it imports requests
+    if status == 401:
+        return f"{exc}; {HINT_OF_401}", EXIT_REFUSED
+    if isinstance(status, int):
+        return str(exc), _EXIT_OF_STATUS.get(status, EXIT_ERROR)
+    if isinstance(exc, UnknownRunError):
+        return str(exc), EXIT_NOT_FOUND
+    if isinstance(exc, RunStateError | AlreadyPaused):
+        return str(exc), EXIT_REFUSED
+    return str(exc), EXIT_ERROR
 
 
 def _library_error(exc: Exception) -> str | None:
@@ -147,11 +208,22 @@ def _read(path: Path) -> str:
 def client_token(params: dict[str, Any]) -> str | None:
     """The bearer token a client command sends: --token-file when given; else the operator token
     (approve, pause, resume, breaker reset and ladder reset need it; it also reads), else the token — each resolved
-    exactly as `serve` resolves its own (value, else file, from the environment or the config file)."""
+    exactly as `serve` resolves its own (value, else file, from the environment or the config file) — else the
+    file `scripts/serve` generated in the working directory (./remediate.operator-token, ./remediate.token)."""
     settings = _settings(params)
     if params.get("token_file"):
         return settings.auth.resolved("token")
-    return settings.auth.resolved("operator_token") or settings.auth.resolved("token")
+    return settings.auth.resolved("operator_token") or settings.auth.resolved("token") or _token_of_scripts_serve()
+
+
+def _token_of_scripts_serve() -> str | None:
+    """The token `scripts/serve` generated in this working directory, when nothing else names one."""
+    from remediate.config_values import token_from
+
+    for name in TOKEN_FILES_OF_SCRIPTS_SERVE:
+        if Path(name).is_file():
+            return token_from(None, Path(name).absolute(), "token")
+    return None
 
 
 def _client(params: dict[str, Any]) -> Any:
@@ -172,10 +244,35 @@ def _open_store(params: dict[str, Any]) -> Any:
 
 
 def print_json(value: Any, as_json: bool) -> bool:
-    """Print `value` as JSON when --json was given; whether it was (the command then prints nothing else)."""
+    """Print `value` as JSON when --json was given; whether it was (the command then prints nothing else).
+    Its times are RFC 3339 UTC (`rfc3339_times`), as startsAt and the report's are, whatever the source."""
     if as_json:
-        click.echo(json.dumps(value, indent=2, default=str))
+        click.echo(json.dumps(rfc3339_times(value), indent=2, default=str))
     return as_json
+
+
+def _is_time_key(key: str) -> bool:
+    return key in ("time", "at") or key.endswith("_at")
+
+
+def rfc3339_times(value: Any) -> Any:
+    """`value` with every UNIX time (a number under a key `time`, `at` or `*_at`) as RFC 3339 UTC text.
+
+    The HTTP API (v1) keeps its UNIX seconds (a change there is a change of the API); the CLI's --json is read
+    by people and scripts that expect one format: before, `ladder status --json` mixed startsAt's RFC 3339 with
+    `climbed_at` as UNIX seconds."""
+    from remediate.alerts import format_timestamp
+
+    if isinstance(value, dict):
+        return {
+            key: format_timestamp(datetime.fromtimestamp(item, UTC))
+            if _is_time_key(str(key)) and isinstance(item, int | float) and not isinstance(item, bool)
+            else rfc3339_times(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [rfc3339_times(item) for item in value]
+    return value
 
 
 def _when(timestamp: float) -> str:
@@ -193,3 +290,37 @@ def _table(rows: list[list[Any]], headers: list[str]) -> None:
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     if not rows:
         click.echo("(nothing)")
+
+
+WAIT_POLL_SECONDS = 0.5
+
+
+def wait_for_outcome(read: Callable[[], dict[str, Any]], run_id: int, timeout: float) -> dict[str, Any]:
+    """Poll `read` (the run's JSON, from the database or a server) until the run is in a final status; exit 6
+    (EXIT_WAIT_TIMED_OUT) when it is not within `timeout` seconds."""
+    import time
+
+    from remediate.runs import FINAL_RUN_STATUSES
+
+    deadline = time.monotonic() + timeout
+    while (detail := read())["status"] not in FINAL_RUN_STATUSES:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CliError(
+                f"run {run_id} is still {detail['status']} after {timeout:g}s: see `remediate show {run_id}`",
+                EXIT_WAIT_TIMED_OUT,
+            )
+        time.sleep(min(WAIT_POLL_SECONDS, left))
+    return detail
+
+
+def print_outcome(detail: dict[str, Any]) -> None:
+    """The outcome of a finished run, one line (and its failed step's error); exit 5 unless it succeeded."""
+    from remediate.runs import RunStatus
+
+    took = ""
+    if detail.get("started_at") is not None and detail.get("finished_at") is not None:
+        took = f" in {detail['finished_at'] - detail['started_at']:.1f}s"
+    click.echo(f"run {detail['id']} {detail['status']}{took}" + (f": {detail['error']}" if detail.get("error") else ""))
+    if detail["status"] not in (RunStatus.SUCCEEDED, RunStatus.PLANNED):
+        raise SystemExit(EXIT_RUN_FAILED)

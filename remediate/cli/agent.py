@@ -56,7 +56,9 @@ def agent(**params: Any) -> None:
     server for this node, within this node's own limits."""
     settings = _settings(params, **{key: value for key, value in params.items() if key != "config"})
     from remediate.agent_server import serve_agent
+    from remediate.proctitle import set_title
 
+    set_title("agent")
     serve_agent(settings)
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from contextlib import closing
@@ -23,6 +24,8 @@ from remediate.cli._common import (
     common_options,
     handle_errors,
     print_json,
+    print_outcome,
+    wait_for_outcome,
 )
 from remediate.cli._group import main
 from remediate.errors import ConfigError
@@ -35,14 +38,15 @@ from remediate.runs import RunStatus
 @click.option("--alertname", help="Only this alert name.")
 @click.option("--target", "--node", "target", help="Only this target (node).")
 @click.option("--status", help="Only this status (succeeded, failed, queued, cooldown, duplicate, ...).")
-@click.option("--since", help="RFC 3339 time or UNIX seconds.")
-@click.option("--until", help="RFC 3339 time or UNIX seconds.")
+@click.option("--since", help="A duration back from now (1h, 7d), an RFC 3339 time or UNIX seconds.")
+@click.option("--until", help="A duration back from now (1h, 7d), an RFC 3339 time or UNIX seconds.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 @click.option("--cursor", help="next_cursor of a previous page.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--wide", is_flag=True, help="Print each REASON whole (else cut at 60 characters).")
 @click.pass_context
 @handle_errors
-def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
+def history(ctx: click.Context, as_json: bool, wide: bool, **params: Any) -> None:
     """Show the audit history, newest first (from the database, or a server with --server).
 
     `remediate history prune` deletes old history from the database.
@@ -58,20 +62,13 @@ def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
         page = _client(params).history(filters)
     else:
         from remediate.history_api import history_json
-        from remediate.server.queries import parse_time_arg
-        from remediate.store import HistoryQuery
+        from remediate.server.queries import history_query
 
         store = _open_store(params)
         try:
-            query = HistoryQuery(
-                **{
-                    **{k: v for k, v in filters.items() if k not in ("since", "until")},
-                    "since": parse_time_arg(filters.get("since"), "since"),
-                    "until": parse_time_arg(filters.get("until"), "until"),
-                }
-            )
-            entries, cursor = store.history.page(query)
-        except ValueError as exc:
+            # The parser of GET /history: the same filters, durations (--since 1h) included.
+            entries, cursor = store.history.page(history_query({k: str(v) for k, v in filters.items()}))
+        except ValueError as exc:  # a bad filter or cursor, named
             raise ConfigError(str(exc)) from exc
         page = history_json(entries, cursor)
     if print_json(page, as_json):
@@ -86,7 +83,7 @@ def history(ctx: click.Context, as_json: bool, **params: Any) -> None:
                 e.get("target") or "-",
                 e["status"],
                 e.get("run_id") or "-",
-                _short(_reason(e)),
+                _reason(e) if wide else _short(_reason(e)),
             ]
             for e in page["entries"]
         ],
@@ -197,7 +194,7 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
     )
     if detail.get("error"):
         click.echo(f"error: {detail['error']}")
-    click.echo(f"alert: {detail['alert']['labels']}")
+    click.echo(f"alert: {json.dumps(detail['alert']['labels'], sort_keys=True)}")
     for step in detail["steps"]:
         click.echo(f"  step {step['index']} {step['name']} [{step['action']}] {step['status']}")
         for key in ("plan", "result", "error"):
@@ -209,14 +206,36 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
 @client_options
 @click.argument("run_id", type=int)
 @by_option("approves")
+@click.option("--wait", is_flag=True, help="Wait for the run to finish; print its outcome (exit 5 if it failed).")
+@click.option(
+    "--timeout", default="10m", show_default=True, metavar="DURATION", help="How long --wait waits (then exit 6)."
+)
 @handle_errors
-def approve(run_id: int, by: str, **params: Any) -> None:
-    """Approve a run that waits in awaiting_approval."""
+def approve(run_id: int, by: str, wait: bool, timeout: str, **params: Any) -> None:
+    """Approve a run that waits in awaiting_approval; with --wait, wait for its outcome."""
+    from remediate.durations import parse_duration
+
+    try:
+        patience = parse_duration(timeout).total_seconds()
+    except ValueError as exc:
+        raise CliError(f"--timeout: {exc}") from None
     if params.get("server"):
-        _client(params).approve(run_id, by)
+        client = _client(params)
+        client.approve(run_id, by)
+        read = functools.partial(client.run, run_id)
     else:
-        _open_store(params).queue.approve(run_id, by=by, now=time.time())
+        store = _open_store(params)
+        store.queue.approve(run_id, by=by, now=time.time())
+        read = functools.partial(_run_of_store, store, run_id)
     click.echo(f"run {run_id} approved by {by}; it is queued")
+    if wait:
+        print_outcome(wait_for_outcome(read, run_id, patience))
+
+
+def _run_of_store(store: Any, run_id: int) -> dict[str, Any]:
+    from remediate.history_api import run_json
+
+    return run_json(store.history.run_detail(run_id))
 
 
 @main.command()
@@ -228,7 +247,7 @@ def approve(run_id: int, by: str, **params: Any) -> None:
 def pause(reason: str, by: str, force: bool, **params: Any) -> None:
     """Pause remediation: new alerts are recorded but no run starts.
 
-    Over an existing pause it fails (exit 2) saying who paused and why, unless --force replaces them."""
+    Over an existing pause it is refused (exit 4) saying who paused and why, unless --force replaces them."""
     if params.get("server"):
         _client(params).pause(reason, by, force=force)
     else:

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from remediate.cli._common import (
+    EXIT_NOT_FOUND,
     CliError,
     _client,
     _open_store,
@@ -51,8 +52,9 @@ def _local_json(states: list[Any], params: dict[str, Any]) -> list[dict[str, Any
 @click.option("--target", "--node", "target", help="Only this target (node).")
 @click.option("--playbook", help="Only this playbook.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--wide", is_flag=True, help="Print each WHY whole (else cut at 70 characters).")
 @handle_errors
-def ladder_status(target: str | None, playbook: str | None, as_json: bool, **params: Any) -> None:
+def ladder_status(target: str | None, playbook: str | None, as_json: bool, wide: bool, **params: Any) -> None:
     """Show where each ladder stands: its rung (0 = reset by a person), why, and the rungs climbed since
     its last reset (from the database, or a server with --server)."""
     if params.get("server"):
@@ -63,7 +65,7 @@ def ladder_status(target: str | None, playbook: str | None, as_json: bool, **par
             ladders = _local_json(store.ladders.read(target=target, playbook=playbook), params)
     if print_json({"ladders": ladders}, as_json):
         return
-    _print(ladders)
+    _print(ladders, wide=wide)
 
 
 @ladder.command("reset")
@@ -82,12 +84,14 @@ def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **para
             states = store.ladders.reset(target, playbook=playbook, by=by, reason=reason, now=time.time())
             ladders = _local_json(states, params)
         if not ladders:
-            raise CliError(f"no ladder{f' of playbook {playbook}' if playbook else ''} for target {target}")
+            raise CliError(
+                f"no ladder{f' of playbook {playbook}' if playbook else ''} for target {target}", EXIT_NOT_FOUND
+            )
     click.echo(f"{len(ladders)} ladder(s) of {target} reset")
     _print(ladders)
 
 
-def _print(ladders: list[dict[str, Any]]) -> None:
+def _print(ladders: list[dict[str, Any]], *, wide: bool = False) -> None:
     rows = []
     for item in ladders:
         of = f"/{item['of']}" if item.get("of") else ""
@@ -101,7 +105,7 @@ def _print(ladders: list[dict[str, Any]]) -> None:
                 f"{item['rung']}{of}{name}",
                 climbed,
                 _when(item["updated_at"]),
-                _short(item["reason"], 70),
+                item["reason"] if wide else _short(item["reason"], 70),
             ]
         )
     _table(rows, ["TARGET", "PLAYBOOK", "GUARD KEY", "RUNG", "CLIMB", "UPDATED", "WHY"])

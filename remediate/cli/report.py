@@ -16,7 +16,7 @@ from remediate.errors import ConfigError
 @main.command()
 @client_options
 @click.option("--since", default="7d", show_default=True, help="A duration back from --until (7d, 24h) or a time.")
-@click.option("--until", help="RFC 3339 time or UNIX seconds (default: now).")
+@click.option("--until", help="A duration back from now (1h), an RFC 3339 time or UNIX seconds (default: now).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the shape of GET /report, docs/report.md).")
 @handle_errors
 def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:

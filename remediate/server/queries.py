@@ -4,6 +4,7 @@ with the same functions, so every way in accepts the same filters."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
 from remediate.alerts import parse_timestamp
@@ -45,40 +46,34 @@ def report_query(args: Mapping[str, str], job_labels: Sequence[str], *, now: flo
     unknown = sorted(set(args) - {"since", "until"})
     if unknown:
         raise ValueError(f"unknown query parameter {unknown[0]!r} (known: since, until)")
-    until = parse_time_arg(args.get("until"), "until") or now
-    since_text = (args.get("since") or DEFAULT_REPORT_SINCE).strip()
-    try:
-        float(since_text)
-    except ValueError:
-        try:
-            since = until - parse_duration(since_text).total_seconds()
-        except ValueError:
-            since = _required_time(since_text)
-    else:
-        since = float(since_text)
+    until = parse_time_arg(args.get("until"), "until", now=now) or now
+    since = parse_time_arg(args.get("since") or DEFAULT_REPORT_SINCE, "since", now=until)
+    assert since is not None
     if since >= until:
         raise ValueError("since must be before until")
     return ReportQuery(since=since, until=until, job_labels=tuple(job_labels))
 
 
-def _required_time(text: str) -> float:
-    try:
-        moment = parse_time_arg(text, "since")
-    except ValueError:
-        raise ValueError("since must be a duration (7d, 24h) or a time (RFC 3339, UNIX seconds)") from None
-    assert moment is not None
-    return moment
-
-
-def parse_time_arg(value: str | None, name: str) -> float | None:
-    """RFC 3339 timestamps or UNIX seconds."""
+def parse_time_arg(value: str | None, name: str, *, now: float | None = None) -> float | None:
+    """A time as every `since`/`until` takes it (GET /history, GET /report, the pages' history form and the
+    CLI): UNIX seconds, an RFC 3339 time, or a duration back from `now` (1h, 7d: `now` defaults to the clock;
+    GET /report's `since` counts back from its `until`)."""
     if not value:
         return None
+    text = value.strip()
     try:
-        return float(value)
+        return float(text)
     except ValueError:
         pass
     try:
-        return parse_timestamp(value, name).timestamp()
+        back = parse_duration(text).total_seconds()
+    except ValueError:
+        pass
+    else:
+        return (time.time() if now is None else now) - back
+    try:
+        return parse_timestamp(text, name).timestamp()
     except PayloadError:
-        raise ValueError(f"{name} must be an RFC 3339 time (2026-11-21T05:40:14Z) or UNIX seconds") from None
+        raise ValueError(
+            f"{name} must be a duration back from now (1h, 7d), an RFC 3339 time (2026-11-21T05:40:14Z) or UNIX seconds"
+        ) from None

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from remediate.cli import main
+from remediate.cli._common import rfc3339_times
 from tests.support.cli import assert_one_line_error, sqlite_dump
 from tests.support.cli import run_cli as cli
 from tests.support.http import (
@@ -446,11 +447,11 @@ def test_history_shows_the_error_of_a_failed_run_as_its_reason(make_server: Call
     assert "matched playbook" not in row
 
 
-def test_history_json_is_the_same_page_the_api_returns(history_server: Server) -> None:
+def test_history_json_is_the_same_page_the_api_returns_its_times_in_rfc3339(history_server: Server) -> None:
     result = cli("history", "--json", *db_args(history_server))
 
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == history_server.history()
+    assert json.loads(result.stdout) == rfc3339_times(history_server.history())  # its times as RFC 3339 (issue 27)
 
 
 @pytest.mark.parametrize(
@@ -534,27 +535,29 @@ def test_history_from_a_server_reads_the_token_from_a_token_file(
 
 
 @pytest.mark.parametrize(
-    ("args", "words"),
+    ("args", "words", "code"),
     [
-        pytest.param([], ["HTTP 401"], id="no-token"),
-        pytest.param(["--since", "last week"], ["HTTP 400", "since"], id="bad-since"),
-        pytest.param(["--cursor", "garbage"], ["HTTP 400", "cursor"], id="bad-cursor"),
+        pytest.param([], ["HTTP 401", "--token-file", "REMEDIATE_OPERATOR_TOKEN"], 4, id="no-token"),
+        pytest.param(["--since", "last week"], ["HTTP 400", "since"], 2, id="bad-since"),
+        pytest.param(["--cursor", "garbage"], ["HTTP 400", "cursor"], 2, id="bad-cursor"),
     ],
 )
-def test_history_from_a_server_that_refuses_is_a_one_line_error_exit_2(
+def test_history_from_a_server_that_refuses_is_a_one_line_error_with_its_exit_code(
     history_server: Server,
     serve: Callable[[Server], str],
     monkeypatch: pytest.MonkeyPatch,
     args: list[str],
     words: list[str],
+    code: int,
 ) -> None:
+    """Issue 27: a 401 names the options that give a token, and exits 4 (refused), not 2 (usage)."""
     url = serve(history_server)
     if args:
         monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
 
     result = cli("history", *args, "--server", url)
 
-    assert_one_line_error(result, *words)
+    assert_one_line_error(result, *words, code=code)
 
 
 @pytest.mark.parametrize(
@@ -601,7 +604,7 @@ def test_show_prints_a_run_with_its_steps(xid_server: Server) -> None:
     assert text.exit_code == 0
     assert text.stdout.startswith("run 1: log-xid on node-a (firing, enforce) -> succeeded")
     assert "step 0 1-log [log] succeeded" in text.stdout
-    assert json.loads(as_json.stdout) == xid_server.get("/runs/1").get_json()
+    assert json.loads(as_json.stdout) == rfc3339_times(xid_server.get("/runs/1").get_json())
 
 
 def test_approve_through_the_database_queues_the_run_and_records_who(approval_server: tuple[Server, int]) -> None:
@@ -634,7 +637,7 @@ def test_approve_through_a_running_server_queues_the_run_and_records_who(
 
 
 @pytest.mark.parametrize("via", ["database", "server"])
-def test_approving_twice_or_an_unknown_run_is_a_one_line_error_exit_2(
+def test_approving_twice_is_refused_exit_4_and_an_unknown_run_not_found_exit_3(
     approval_server: tuple[Server, int],
     serve: Callable[[Server], str],
     monkeypatch: pytest.MonkeyPatch,
@@ -649,9 +652,9 @@ def test_approving_twice_or_an_unknown_run_is_a_one_line_error_exit_2(
     unknown = cli("approve", "4242", *target)
     huge = cli("show", "99999999999999999999999", *target)
 
-    assert_one_line_error(twice, "queued")
-    assert_one_line_error(unknown, "4242")
-    assert_one_line_error(huge, "99999999999999999999999")
+    assert_one_line_error(twice, "queued", code=4)
+    assert_one_line_error(unknown, "4242", code=3)
+    assert_one_line_error(huge, "99999999999999999999999", code=3)
 
 
 # --------------------------------------------------------------------------- pause, resume
@@ -702,14 +705,14 @@ def test_a_pause_over_a_pause_names_who_paused_and_replaces_only_with_force(
 
     again = cli("pause", "--reason", "other", "--by", "eve", *db_args(xid_server))
 
-    assert_one_line_error(again, "already paused by bob: driver upgrade", "force")
+    assert_one_line_error(again, "already paused by bob: driver upgrade", "force", code=4)
     state = xid_server.get("/pause").get_json()
     assert (state["by"], state["reason"]) == ("bob", "driver upgrade")
 
     monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
     url = serve(xid_server)
     over_http = cli("pause", "--reason", "other", "--server", url)
-    assert_one_line_error(over_http, "HTTP 409", "already paused by bob: driver upgrade")
+    assert_one_line_error(over_http, "HTTP 409", "already paused by bob: driver upgrade", code=4)
     assert xid_server.get("/pause").get_json()["by"] == "bob"
 
     forced = cli("pause", "--reason", "incident 43", "--force", "--server", url)
@@ -741,7 +744,7 @@ def test_pause_through_a_server_without_the_write_token_is_refused(
 
     result = cli("pause", "--server", serve(xid_server))
 
-    assert_one_line_error(result, "HTTP 403")
+    assert_one_line_error(result, "HTTP 403", code=4)
     assert xid_server.get("/pause").get_json()["paused"] is False
 
 
@@ -834,7 +837,7 @@ def test_a_token_file_on_the_command_line_wins_over_the_environment(
     refused = cli("history", "--json", "--server", url)
     accepted = cli("history", "--json", "--server", url, "--token-file", token_file)
 
-    assert_one_line_error(refused, "HTTP 401")
+    assert_one_line_error(refused, "HTTP 401", code=4)
     assert accepted.exit_code == 0, accepted.output
     assert len(json.loads(accepted.stdout)["entries"]) == 3
 

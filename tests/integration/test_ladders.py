@@ -155,7 +155,7 @@ def test_the_cli_shows_and_resets_ladders_from_the_database_and_a_server(
     assert json.loads(remote.stdout)["ladders"] == [listed]
     assert reset.exit_code == 0, reset.output
     assert "1 ladder(s) of node-a reset" in reset.stdout and "reset by operator (note: tester): swapped" in reset.stdout
-    assert none.exit_code == 2 and "no ladder for target node-z" in none.stderr
+    assert none.exit_code == 3 and "no ladder for target node-z" in none.stderr  # not found
     (after,) = server.store.ladders.read()
     assert after.rung == 0
 

@@ -105,7 +105,7 @@ def test_get_report_takes_since_as_a_duration_or_a_time_and_refuses_nonsense(
     assert recent["window_seconds"] == 300
     assert recent["totals"]["incidents"] == 4, "every alert was received within the last 5 minutes"
     assert (bad.status_code, bad.get_json()["error"]) == (400, "invalid_query")
-    assert "duration (7d, 24h) or a time" in bad.get_json()["message"]
+    assert "since must be a duration back from now (1h, 7d), an RFC 3339 time" in bad.get_json()["message"]
     assert backwards.status_code == 400
     assert unknown.status_code == 400
     assert server.get("/report", token=None).status_code == 401

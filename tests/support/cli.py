@@ -36,10 +36,11 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(work)
 
 
-def assert_one_line_error(result: Result, *words: str, progress: str | None = None) -> None:
-    """Exit 2, nothing on stdout, and on stderr the error as one line naming `words`: never a traceback.
-    `progress`: the pattern of the lines a command may print before it (db copy: the tables done so far)."""
-    assert result.exit_code == 2, result.output
+def assert_one_line_error(result: Result, *words: str, progress: str | None = None, code: int = 2) -> None:
+    """Exit `code` (2; 3 not found, 4 refused), nothing on stdout, and on stderr the error as one line naming
+    `words`: never a traceback. `progress`: the pattern of the lines a command may print before it (db copy: the
+    tables done so far)."""
+    assert result.exit_code == code, result.output
     assert result.stdout == ""
     *before, message = result.stderr.strip().split("\n")
     assert all(progress and re.fullmatch(progress, line) for line in before), result.stderr
