@@ -51,7 +51,7 @@ def create_blueprint(services: Services) -> Blueprint:
     @requires(services, OPERATOR)
     def approve(run_id: int) -> Any:
         try:
-            approve_run(store, services.wake, run_id, by=actor(), via="api")
+            approve_run(store, services.wake, run_id, principal=g.principal, by=actor(), via="api")
         except UnknownRunError as exc:
             return error(404, "not_found", str(exc))
         except RunStateError as exc:

@@ -9,7 +9,7 @@ are logged at DEBUG: a kubelet's every 10 s would drown the rest.
 
 The same answer counts once in remediate_http_requests_total and remediate_http_request_duration_seconds, by the
 Flask URL rule that served it ("/runs/<int:run_id>", never the raw path: one series per route, not per run;
-`unmatched` for a 404/405 no rule matched) and its status code.
+`no_route` for a 404/405 no rule matched) and its status code.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ log = logging.getLogger("remediate.access")
 HEADER = "X-Request-Id"
 _SANE = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 QUIET_ROUTES = frozenset({"/healthz", "/readyz", "/metrics"})
-UNMATCHED = "unmatched"
+NO_ROUTE = "no_route"
 """The route label of a request no URL rule matched: its path would make a series per path."""
 
 
@@ -65,7 +65,7 @@ def init_app(app: Flask, metrics: Metrics) -> None:
         response.headers[HEADER] = request_id
         route = request.url_rule.rule if request.url_rule is not None else None
         seconds = time.monotonic() - g.request_started
-        metrics.http_request(route or UNMATCHED, request.method, response.status_code, seconds)
+        metrics.http_request(route or NO_ROUTE, request.method, response.status_code, seconds)
         duration_ms = round(seconds * 1000, 1)
         log.log(
             logging.DEBUG if route in QUIET_ROUTES else logging.INFO,

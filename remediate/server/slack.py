@@ -43,7 +43,6 @@ REPLAY_WINDOW_S = 300
 """Slack's advice: refuse a request whose timestamp is more than five minutes from now."""
 ANSWER_TIMEOUT_S = 2.0
 """The POST to response_url is made before the click is answered: Slack wants its answer within 3 s."""
-REFUSED = "approval_refused"
 APPROVE = SLACK_APPROVE_ACTION
 _USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
 _DIGITS = re.compile(r"[0-9]{1,15}")
@@ -177,7 +176,7 @@ def create_blueprint(services: Services) -> Blueprint:
                 request.headers.get("X-Slack-Signature", ""),
             )
         except SlackSignatureError as exc:
-            audit_event(REFUSED, level=logging.WARNING, reason=exc.reason, remote=request.remote_addr)
+            audit_event("approval_refused", level=logging.WARNING, reason=exc.reason, remote=request.remote_addr)
             return Response(f"{exc}\n", status=401, mimetype="text/plain")
         try:
             click = parse_click(body)
@@ -201,7 +200,7 @@ def create_blueprint(services: Services) -> Blueprint:
                 f"was not approved. Ask an operator to add your Slack user id {click.user_id}."
             )
         try:
-            approve_run(services.store, services.wake, run_id, by=principal, via="slack")
+            approve_run(services.store, services.wake, run_id, principal=principal, via="slack")
         except UnknownRunError:
             refuse("unknown_run", click, run_id, principal=principal)
             return ephemeral(f"There is no run {run_id} (any more): nothing was approved.")
@@ -230,5 +229,13 @@ def create_blueprint(services: Services) -> Blueprint:
     return bp
 
 
-def refuse(reason: str, click: Click, run_id: int, **fields: object) -> None:
-    audit_event(REFUSED, level=logging.WARNING, reason=reason, slack_user=click.user_id, run_id=run_id, **fields)
+def refuse(reason: str, click: Click, run_id: int, *, principal: str | None = None, status: str | None = None) -> None:
+    audit_event(
+        "approval_refused",
+        level=logging.WARNING,
+        reason=reason,
+        slack_user=click.user_id,
+        run_id=run_id,
+        principal=principal,
+        status=status,
+    )

@@ -300,7 +300,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
     def approve(run_id: int) -> Any:
         by = _operator()
         try:
-            approve_run(store, deps.wake, run_id, by=by, via="ui")
+            approve_run(store, deps.wake, run_id, principal=by, via="ui")
         except UnknownRunError:
             abort(404, f"no run {run_id}")
         except RunStateError as exc:

@@ -84,7 +84,7 @@ def test_build_info_requests_by_route_and_the_heartbeat_age_are_on_metrics(
     assert requests_total[(("code", "200"), ("method", "POST"), ("route", "/webhook"))] == 3
     assert requests_total[(("code", "200"), ("method", "GET"), ("route", "/runs/<int:run_id>"))] == 1
     assert requests_total[(("code", "404"), ("method", "GET"), ("route", "/runs/<int:run_id>"))] == 1
-    assert requests_total[(("code", "404"), ("method", "GET"), ("route", "unmatched"))] == 1
+    assert requests_total[(("code", "404"), ("method", "GET"), ("route", "no_route"))] == 1
     assert requests_total[(("code", "401"), ("method", "GET"), ("route", "/history"))] == 1
     assert not any("999999" in value or "/no/such" in value for key in requests_total for _, value in key)
     webhook = (("method", "POST"), ("route", "/webhook"))
