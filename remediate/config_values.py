@@ -274,18 +274,24 @@ class Sink:
     """webhook only: YAML `Name: value` headers (Authorization: Bearer ...)."""
 
 
-def to_sinks(value: Any) -> tuple[Sink, ...]:
-    """`{name: {type, url | url_file, headers_file}}` (config file), or that mapping as YAML/JSON text
-    (environment: REMEDIATE_SINKS). Each error names the field: `sinks.<name>.<field>: ...`."""
+def _mapping(value: Any, of_what: str) -> Mapping[Any, Any]:
+    """A mapping as the config file gives it, or as YAML/JSON text (the environment); empty for none."""
     if isinstance(value, str):
         try:
             value = yaml.safe_load(value)
         except yaml.YAMLError:
-            raise ValueError("must be a YAML or JSON mapping of sink names to sinks") from None
+            raise ValueError(f"must be a YAML or JSON mapping {of_what}") from None
     if value is None:
-        return ()
+        return {}
     if not isinstance(value, Mapping):
-        raise ValueError("must be a mapping of sink names to sinks ({oncall: {type: webhook, url_file: ...}})")
+        raise ValueError(f"must be a mapping {of_what}")
+    return value
+
+
+def to_sinks(value: Any) -> tuple[Sink, ...]:
+    """`{name: {type, url | url_file, headers_file}}` (config file), or that mapping as YAML/JSON text
+    (environment: REMEDIATE_SINKS). Each error names the field: `sinks.<name>.<field>: ...`."""
+    value = _mapping(value, "of sink names to sinks ({oncall: {type: webhook, url_file: ...}})")
     return tuple(_sink(str(name), entry) for name, entry in sorted(value.items(), key=lambda item: str(item[0])))
 
 
@@ -331,15 +337,7 @@ def to_slack_approvers(value: Any) -> tuple[tuple[str, str], ...]:
     """`{U123ABC: alice}`: the Slack user ids who may approve from Slack, each with the principal name recorded
     (as `slack:<name>`); a mapping (config file) or that mapping as YAML/JSON text (environment). Each error
     names the entry: `slack_approvers.<id>: ...`."""
-    if isinstance(value, str):
-        try:
-            value = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ValueError("must be a YAML or JSON mapping of Slack user ids to names") from None
-    if value is None:
-        return ()
-    if not isinstance(value, Mapping):
-        raise ValueError("must be a mapping of Slack user ids to principal names ({U123ABC: alice})")
+    value = _mapping(value, "of Slack user ids to principal names ({U123ABC: alice})")
     approvers = []
     for user, name in sorted(value.items(), key=lambda item: str(item[0])):
         if not _SLACK_USER_ID.fullmatch(str(user)):
