@@ -15,6 +15,7 @@ import yaml
 from remediate.durations import parse_duration
 from remediate.errors import ConfigError
 from remediate.kube.model import parse_label_selector
+from remediate.rollout import Rollout, parse_node_waves, parse_rollout
 from remediate.urlcheck import check_stored_url
 
 ENV_PREFIX = "REMEDIATE_"
@@ -346,3 +347,14 @@ def to_slack_approvers(value: Any) -> tuple[tuple[str, str], ...]:
             raise ValueError(f"slack_approvers.{user}: the name must be letters, digits, _.@- (at most 63)")
         approvers.append((str(user), name))
     return tuple(approvers)
+
+
+def to_rollout(value: Any) -> Rollout | None:
+    """`{label: remediate.io/wave, waves: {"1": enforce}, default: dry-run}` (config file), or that mapping as
+    YAML/JSON text (environment); none for empty. Each error names its field (`rollout.waves.1: ...`)."""
+    return parse_rollout(_mapping(value, "(label, waves, default)") or None)
+
+
+def to_rollout_nodes(value: Any) -> tuple[tuple[str, str], ...]:
+    """`{host-a: "1"}`: the wave of each node without Kubernetes; a mapping or that mapping as YAML/JSON text."""
+    return parse_node_waves(_mapping(value, 'of node names to waves ({host-a: "1"})'))

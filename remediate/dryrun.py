@@ -20,6 +20,7 @@ from remediate.playbooks import load_playbooks
 from remediate.runners import Dispatch
 from remediate.runs import StepStatus
 from remediate.schema import SCHEMA_VERSION
+from remediate.services import node_waves
 from remediate.store import Store
 
 
@@ -46,6 +47,7 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
             registry=registry,
             settings=settings.engine,
             breaker_stale_horizon=settings.kube.breaker.stale_horizon,
+            waves=node_waves(settings),
         )
         judged = engine.preview(notification, now=now)
         paused = store.pause.state().paused if store is not None else False
@@ -120,6 +122,7 @@ def _report(
                     "playbook": ev.playbook.name,
                     "target": ev.target,
                     "mode": ev.mode.value,
+                    **({"wave": ev.wave} if ev.wave is not None else {}),
                     "decision": j.verdict.decision.value,
                     "reason": j.verdict.reason,
                     "would_run": j.verdict.accepted and cannot is None,

@@ -22,6 +22,7 @@ import orjson
 
 from remediate import judging
 from remediate.actions.base import ActionRegistry
+from remediate.alertref import node_label
 from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.config import EngineSettings
 from remediate.errors import ParamsError, PayloadError, StoreConflict
@@ -37,6 +38,7 @@ from remediate.judging import (
 )
 from remediate.ladder import climbed
 from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
+from remediate.rollout import StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
 from remediate.runs import Decision, LadderState, RunStatus, StepStatus
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
 from remediate.store.ladders import guard_lock_name
@@ -99,6 +101,8 @@ class Engine:
     """Its section of the settings: the server's mode (dry-run: every run only plans), a step's default timeout."""
     on_queued: Callable[[], None] | None = None
     breaker_stale_horizon: float = 900.0
+    waves: WaveSource | None = None
+    """Where a staged rollout reads nodes' waves (remediate.waves.NodeWaves); None: `rollout_nodes` alone."""
 
     # ------------------------------------------------------------------ pure part
 
@@ -107,7 +111,7 @@ class Engine:
         return [self._evaluate_one(alert, playbook) for playbook in self.playbooks.matching(alert)]
 
     def _evaluate_one(self, alert: Alert, playbook: Playbook) -> Evaluation:
-        mode = Mode.DRY_RUN if self.settings.mode == "dry-run" else playbook.mode
+        wave = self._wave(alert, playbook)
         target = playbook.target.resolve(alert)
         base = {
             "alert": alert,
@@ -115,8 +119,9 @@ class Engine:
             "phase": alert.status,
             "target": target,
             "guard_key": playbook.guard_key(alert, target),
-            "mode": mode,
+            "mode": self._mode(playbook.mode, wave),
             "dedupe_key": dedupe_key(alert, playbook.name),
+            "wave": None if wave is None else wave.note,
         }
         context = alert.template_context()
         prefix = "on_resolved" if alert.status == "resolved" else "steps"
@@ -130,11 +135,27 @@ class Engine:
                     f"escalate[{index}].{prefix}",
                     context,
                 ),
-                Mode.DRY_RUN if self.settings.mode == "dry-run" else (rung.mode or playbook.mode),
+                self._mode(rung.mode or playbook.mode, wave),
             )
             for index, rung in enumerate(playbook.rungs)
         )
         return Evaluation(**base, steps=steps, error=error, rungs=rungs)
+
+    def _wave(self, alert: Alert, playbook: Playbook) -> WaveMode | None:
+        """The mode of the rollout wave of a firing alert's node (the playbook's rollout, else the server's);
+        None: no rollout, or a resolved alert (an undo puts back what its firing run did, whichever wave
+        its node is in now)."""
+        rollout = playbook.rollout or self.settings.rollout
+        if rollout is None or alert.status != "firing":
+            return None
+        found = node_label(alert.labels, playbook.target.labels) if playbook.target.constant is None else None
+        waves = self.waves or StaticWaves(dict(self.settings.rollout_nodes))
+        return wave_mode(rollout, waves.of(rollout, found[1] if found else None))
+
+    def _mode(self, mode: Mode, wave: WaveMode | None) -> Mode:
+        """A run's mode: the most cautious of the playbook's (rung's), the node's wave's and the server's."""
+        server = Mode.DRY_RUN if self.settings.mode == "dry-run" else Mode.ENFORCE
+        return most_cautious(mode, server, *(() if wave is None else (wave.mode,)))
 
     def _render(
         self, specs: Sequence[StepSpec], prefix: str, context: Mapping[str, Any]

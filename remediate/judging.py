@@ -10,7 +10,7 @@ every evaluated pair, firing alerts first, through its stages in order:
 4. the guards (`guards.STAGES`: dedupe, already resolved, something to undo, superseded, pause,
    breaker, cooldown, attempt cap), pure, over the `guards.GuardFacts` the stages above gathered;
 5. `FINISH`: what an accepted verdict still becomes (rejected: its params did not render; a ladder with
-   nothing to undo) and the notes its reason takes (runs again; the rung and why);
+   nothing to undo) and the notes its reason takes (runs again; the rung and why; the rollout wave);
 6. `NotificationFacts.record`: what the next pairs of the same notification see (the keys taken,
    the runs counted, where the ladder stands).
 
@@ -71,6 +71,9 @@ class Evaluation:
     """A ladder playbook's every rung, rendered (judge picks one; a rung not picked may fail to render)."""
     rung: int | None = None
     """The rung (1-based) judge picked for a ladder's firing alert; `steps`/`error`/`mode` are then its."""
+    wave: str | None = None
+    """A staged rollout's note on the node's wave ("node gpu-07 in wave 1 (label remediate.io/wave=1): enforce"),
+    which the decision's reason ends with; None without a rollout (remediate.rollout)."""
 
     @property
     def awaits_approval(self) -> bool:
@@ -407,11 +410,19 @@ def ladder_note(facts: NotificationFacts, pair: Pair, verdict: Verdict) -> Verdi
     return verdict
 
 
+def wave_note(facts: NotificationFacts, pair: Pair, verdict: Verdict) -> Verdict:
+    """The verdict's reason with the rollout's part: the node's wave, where it was read, and its mode."""
+    if pair.ev.wave is None:
+        return verdict
+    return Verdict(verdict.decision, f"{verdict.reason}; {pair.ev.wave}")
+
+
 FINISH: tuple[Callable[[NotificationFacts, Pair, Verdict], Verdict], ...] = (
     rendered,
     ladder_undo,
     runs_again,
     ladder_note,
+    wave_note,
 )
 """What the guards' verdict becomes, in order: a refusal stays, an accepted pair may still be rejected."""
 

@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from remediate.errors import PlaybookError
 from remediate.gpu.errors import GpuSelectionError
 from remediate.gpu.selection import parse_gpu_ref
 from remediate.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
+from remediate.rollout import Mode, Rollout, RolloutError, parse_rollout
 from remediate.templating import check_syntax, is_template
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
@@ -48,17 +48,12 @@ _PLAYBOOK_KEYS = {
     "on_resolved",
     "escalate",
     "reset_after",
+    "rollout",
 }
 _RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", "on_resolved"}
 DEFAULT_RESET_AFTER = timedelta(hours=24)
 _STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error"}
 _MAX_RETRIES = 10
-
-
-class Mode(StrEnum):
-    ENFORCE = "enforce"
-    DRY_RUN = "dry-run"
-    APPROVE = "approve"
 
 
 @dataclass(frozen=True)
@@ -127,6 +122,8 @@ class Playbook:
     """The escalation ladder (`escalate:`), gentlest first; empty for a playbook with `steps`."""
     reset_after: timedelta = DEFAULT_RESET_AFTER
     """After a rung held, this much quiet puts the ladder back on rung 1."""
+    rollout: Rollout | None = None
+    """The playbook's staged rollout (remediate.rollout); None: the server's `rollout` setting, if any."""
 
     @property
     def is_ladder(self) -> bool:
@@ -301,6 +298,10 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     else:
         steps = _parse_steps(data["steps"], "steps", registry, fail, allow_empty=False)
     on_resolved = _parse_steps(data.get("on_resolved") or [], "on_resolved", registry, fail, allow_empty=True)
+    try:
+        rollout = parse_rollout(data.get("rollout"))
+    except RolloutError as exc:
+        raise fail("rollout", str(exc)) from None
     return Playbook(
         name=name,
         description=description,
@@ -316,6 +317,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
         guard_by=guard_by,
         rungs=rungs,
         reset_after=reset_after,
+        rollout=rollout,
     )
 
 

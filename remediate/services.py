@@ -30,6 +30,7 @@ from remediate.metrics import Metrics, multiprocess_mode
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
 from remediate.store import PoolLimits, Store
+from remediate.waves import NodeWaves
 
 
 @dataclass
@@ -131,6 +132,7 @@ def build_services(
         settings=settings.engine,
         on_queued=wake,
         breaker_stale_horizon=settings.kube.breaker.stale_horizon,
+        waves=node_waves(settings),
     )
     return Services(
         settings,
@@ -146,6 +148,14 @@ def build_services(
         executor_beat,
         reload,
     )
+
+
+def node_waves(settings: Settings) -> NodeWaves:
+    """Where a staged rollout reads nodes' waves: `rollout_nodes`, else the label through the Kubernetes API
+    (the k8s.* actions' cluster settings; the client connects on the first read, only with a rollout)."""
+    kube = settings.kube
+    client = KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
+    return NodeWaves(lambda: client, dict(settings.engine.rollout_nodes), ttl=settings.engine.rollout_ttl)
 
 
 def agent_enrollment(settings: Settings) -> AgentEnrollment | None:

@@ -1,0 +1,151 @@
+"""Staged rollout: which wave a node is in, and the mode that wave runs in (pure; docs/playbooks.md#staged-rollout).
+
+A rollout (the `rollout` setting, or a playbook's `rollout:` key, which wins) names a node label, the mode of
+each of its values (a wave) and the mode of every other node: `{label: remediate.io/wave, waves: {"1": enforce,
+"2": approve}, default: dry-run}`. A run's effective mode is the most cautious of its playbook's (or rung's)
+mode, its node's wave's mode and the server's mode: dry-run < approve < enforce. So a rollout only ever holds
+a playbook back; promoting a node is changing its label (or `rollout_nodes`), never editing the playbook.
+
+Where a node's wave comes from (remediate.waves reads it) is told by a `NodeWave`, which the decision's reason
+quotes: "node gpu-07 in wave 1 (label remediate.io/wave=1): enforce".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class Mode(StrEnum):
+    ENFORCE = "enforce"
+    DRY_RUN = "dry-run"
+    APPROVE = "approve"
+
+
+CAUTION = (Mode.DRY_RUN, Mode.APPROVE, Mode.ENFORCE)
+"""Modes from the most cautious to the least: the effective mode is the first of these any source asks for."""
+
+_LABEL = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_KEYS = {"label", "waves", "default"}
+
+
+class RolloutError(ValueError):
+    """A rollout as written is wrong: the message names the field (`rollout.waves.1`, ...)."""
+
+
+def most_cautious(*modes: Mode) -> Mode:
+    return min(modes, key=CAUTION.index)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    label: str
+    """The node label whose value is the node's wave (also the key of `rollout_nodes`' values)."""
+    waves: tuple[tuple[str, Mode], ...]
+    default: Mode = Mode.DRY_RUN
+    """The mode of a node in no wave named here (no label, a value not listed)."""
+
+    def mode_of(self, wave: str | None) -> Mode:
+        return next((mode for name, mode in self.waves if name == wave), self.default)
+
+
+@dataclass(frozen=True)
+class NodeWave:
+    """A node's wave as it was read, and where from (quoted in the decision's reason)."""
+
+    node: str | None
+    wave: str | None
+    source: str
+    """`label remediate.io/wave=1`, `rollout_nodes`, `no label remediate.io/wave`, `no node label on the alert`."""
+    unknown: bool = False
+    """The wave could not be read (the Kubernetes API failed): the node runs dry-run until it can."""
+
+
+@dataclass(frozen=True)
+class WaveMode:
+    """A node's wave's mode, and why (the decision's reason quotes `note`)."""
+
+    mode: Mode
+    note: str
+
+
+def wave_mode(rollout: Rollout, where: NodeWave) -> WaveMode:
+    """The mode of the wave `where` places a node in, and the note a decision's reason takes. A wave that
+    cannot be read counts as dry-run: a rollout never acts on a node it cannot place. The run's mode is
+    then the most cautious of this and its playbook's (rung's) and the server's (`most_cautious`)."""
+    mode = Mode.DRY_RUN if where.unknown else rollout.mode_of(where.wave)
+    node = f"node {where.node}" if where.node else "the alert's target"
+    placed = "in an unknown wave" if where.unknown else "in no wave" if where.wave is None else f"in wave {where.wave}"
+    return WaveMode(mode, f"{node} {placed} ({where.source}): {mode}")
+
+
+def parse_rollout(value: Any, field: str = "rollout") -> Rollout | None:
+    """A rollout as a settings file or a playbook writes it; None for none (null or `{}`). RolloutError names
+    the field that is wrong."""
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, Mapping):
+        raise RolloutError(f"{field}: must be a mapping (label, waves, default)")
+    unknown = sorted(set(map(str, value)) - _KEYS)
+    if unknown:
+        raise RolloutError(f"{field}.{unknown[0]}: unknown key (known: default, label, waves)")
+    label = value.get("label")
+    if not isinstance(label, str) or not _LABEL.fullmatch(label):
+        raise RolloutError(f"{field}.label: must be a Kubernetes label name (e.g. remediate.io/wave)")
+    waves = value.get("waves")
+    if not isinstance(waves, Mapping) or not waves:
+        raise RolloutError(f'{field}.waves: must be a mapping of wave (label value) to mode ({{"1": enforce}})')
+    parsed = []
+    for wave, mode in waves.items():
+        name = str(wave)
+        if isinstance(wave, bool) or not _VALUE.fullmatch(name):
+            raise RolloutError(f"{field}.waves.{name[:40]}: not a label value (letters, digits, -_., at most 63)")
+        parsed.append((name, to_mode(mode, f"{field}.waves.{name}")))
+    default = to_mode(value.get("default", Mode.DRY_RUN.value), f"{field}.default")
+    return Rollout(label, tuple(sorted(parsed)), default)
+
+
+def parse_node_waves(value: Any, field: str = "rollout_nodes") -> tuple[tuple[str, str], ...]:
+    """`{host-a: "1"}`: the wave of hosts without Kubernetes (a node named here is never looked up)."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise RolloutError(f'{field}: must be a mapping of node name to wave ({{host-a: "1"}})')
+    nodes = []
+    for node, wave in value.items():
+        if not isinstance(node, str) or not node:
+            raise RolloutError(f"{field}: a node name must be a non-empty string")
+        if isinstance(wave, bool) or not isinstance(wave, str | int) or not _VALUE.fullmatch(str(wave)):
+            raise RolloutError(f'{field}.{node[:60]}: the wave must be a label value (e.g. "1")')
+        nodes.append((node, str(wave)))
+    return tuple(sorted(nodes))
+
+
+def to_mode(value: Any, field: str) -> Mode:
+    try:
+        return Mode(value)
+    except ValueError:
+        raise RolloutError(f"{field}: must be one of {', '.join(m.value for m in Mode)}, got {value!r}") from None
+
+
+class WaveSource(Protocol):
+    """Where nodes' waves are read (remediate.waves.NodeWaves; a static one in tests)."""
+
+    def of(self, rollout: Rollout, node: str | None) -> NodeWave: ...
+
+
+@dataclass(frozen=True)
+class StaticWaves:
+    """Waves from a map alone (`rollout_nodes`): the dry-run CLI without a cluster, tests."""
+
+    nodes: Mapping[str, str]
+
+    def of(self, rollout: Rollout, node: str | None) -> NodeWave:
+        if node is None:
+            return NodeWave(None, None, "no node label on the alert")
+        wave = self.nodes.get(node)
+        return NodeWave(node, wave, "rollout_nodes" if wave is not None else "not in rollout_nodes")
