@@ -152,6 +152,14 @@ class Engine:
         waves = self.waves or StaticWaves(dict(self.settings.rollout_nodes))
         return wave_mode(rollout, waves.of(rollout, found[1] if found else None))
 
+    def waves_of(self, node: str) -> list[str]:
+        """The node's wave now under each rollout in force (the server's, then each playbook's own), for the
+        node page: `server: node gpu-07 in wave 1 (label remediate.io/wave=1): enforce`."""
+        waves = self.waves or StaticWaves(dict(self.settings.rollout_nodes))
+        rollouts = [("server", self.settings.rollout)]
+        rollouts += [(f"playbook {p.name}", p.rollout) for p in self.playbooks.playbooks if p.rollout is not None]
+        return [f"{who}: {wave_mode(r, waves.of(r, node)).note}" for who, r in rollouts if r is not None]
+
     def _mode(self, mode: Mode, wave: WaveMode | None) -> Mode:
         """A run's mode: the most cautious of the playbook's (rung's), the node's wave's and the server's."""
         server = Mode.DRY_RUN if self.settings.mode == "dry-run" else Mode.ENFORCE

@@ -58,5 +58,6 @@ def _pages(services: Services) -> Blueprint:
             ladders=lambda: control.ladders_json(services, store.ladders.read()),
             secret_key=secret_key(services.settings.ui.secret_file, services.credentials),
             cookie_always_secure=services.settings.ui.cookie_secure == "always",
+            waves=lambda node: services.engine.waves_of(node),
         )
     )

@@ -66,6 +66,8 @@ class UiDeps:
     """`ui_cookie_secure: always`: the session cookie is `Secure` even when the request came over plain http."""
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     """How many failed logins a client address may make per window before every login from it is 429."""
+    waves: Callable[[str], list[str]] = lambda node: []
+    """A node's staged-rollout wave and its mode now, one line per rollout in force (Engine.waves_of)."""
 
 
 def _time(value: float | str | None) -> str:
@@ -292,6 +294,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             events=node_timeline(entries, ladders, claims, more=next_cursor is not None),
             ladders=ladders,
             held=[c for c in claims if c.released_at is None],
+            waves=deps.waves(name),
             older=url_for("ui.node", name=name, cursor=next_cursor) if next_cursor else None,
             newest=url_for("ui.node", name=name) if cursor else None,
         )

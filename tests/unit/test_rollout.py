@@ -27,7 +27,7 @@ def test_the_most_cautious_mode_wins_dry_run_then_approve_then_enforce() -> None
 
 
 def test_a_wave_gets_its_mode_other_nodes_the_default_and_an_unreadable_wave_dry_run() -> None:
-    assert ROLLOUT == Rollout("remediate.io/wave", (("1", Mode.ENFORCE), ("2", Mode.APPROVE)), Mode.DRY_RUN)
+    assert Rollout("remediate.io/wave", (("1", Mode.ENFORCE), ("2", Mode.APPROVE)), Mode.DRY_RUN) == ROLLOUT
     one = wave_mode(ROLLOUT, NodeWave("gpu-07", "1", "label remediate.io/wave=1"))
     assert (one.mode, one.note) == (Mode.ENFORCE, "node gpu-07 in wave 1 (label remediate.io/wave=1): enforce")
     assert wave_mode(ROLLOUT, NodeWave("gpu-08", "2", "rollout_nodes")).mode is Mode.APPROVE
