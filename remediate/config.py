@@ -28,7 +28,6 @@ import yaml
 from remediate import config_values as v
 from remediate.config_values import ENV_PREFIX, MIN_RETENTION, OPERATOR, READ, WEBHOOK
 from remediate.errors import ConfigError
-from remediate.rollout import Rollout
 
 __all__ = ["MIN_RETENTION", "OPERATOR", "READ", "WEBHOOK", "ConfigError", "Credential", "Settings", "load_settings"]
 
@@ -138,13 +137,8 @@ class EngineSettings:
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
     step_timeout: float = setting(300.0, v.to_seconds)
     """Default per-step timeout in seconds (a step may set its own `timeout`)."""
-    rollout: Rollout | None = setting(None, v.to_rollout, flat="rollout")
-    """Staged rollout of every playbook without its own `rollout:` (docs/playbooks.md#staged-rollout):
-    `{label: remediate.io/wave, waves: {"1": enforce, "2": approve}, default: dry-run}`."""
-    rollout_nodes: tuple[tuple[str, str], ...] = setting((), v.to_rollout_nodes, flat="rollout_nodes")
-    """The wave of nodes without Kubernetes, `{host-a: "1"}`; a node named here is never looked up."""
-    rollout_ttl: float = setting(30.0, v.to_seconds, flat="rollout_ttl")
-    """Seconds a read of the nodes' wave labels is used before the API is asked again (promotion takes this long)."""
+    rollout: v.Rollout | None = setting(None, v.to_rollout)  # staged rollout: docs/playbooks.md, remediate.rollout
+    rollout_nodes: tuple[tuple[str, str], ...] = setting((), v.to_rollout_nodes)  # {host-a: "1"}: hosts without k8s
 
 
 @dataclass(frozen=True)

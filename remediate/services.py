@@ -155,7 +155,7 @@ def node_waves(settings: Settings) -> NodeWaves:
     (the k8s.* actions' cluster settings; the client connects on the first read, only with a rollout)."""
     kube = settings.kube
     client = KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
-    return NodeWaves(lambda: client, dict(settings.engine.rollout_nodes), ttl=settings.engine.rollout_ttl)
+    return NodeWaves(lambda: client, dict(settings.engine.rollout_nodes))
 
 
 def agent_enrollment(settings: Settings) -> AgentEnrollment | None:

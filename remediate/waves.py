@@ -1,7 +1,7 @@
 """Where a node stands in a staged rollout: its wave, from `rollout_nodes` or its Kubernetes label (NodeWaves).
 
 The label is read for all nodes at once (one LIST of the nodes that carry it), and that read is used for
-`rollout_ttl` seconds: a promotion (a label changed) is seen within that time, and an alert storm costs one
+TTL seconds: a promotion (a label changed) is seen within that time, and an alert storm costs one
 API call per TTL, not one per alert. Each read is compared with the one before it: a node whose wave changed
 is logged as audit event `rollout_wave` (each process that judges alerts sees it, and logs it, once).
 
@@ -22,6 +22,9 @@ from remediate.errors import ActionError
 from remediate.kube import KubeClient, KubeConfigError
 from remediate.rollout import NodeWave, Rollout
 
+TTL = 30.0
+"""Seconds one read of the nodes' wave label is used: a promotion (a label changed) is seen within this."""
+
 
 @dataclass(frozen=True)
 class _Read:
@@ -40,7 +43,7 @@ class NodeWaves:
     """The Kubernetes API client; None: no cluster (only `static` places nodes)."""
     static: Mapping[str, str] = field(default_factory=dict)
     """`rollout_nodes`: node -> wave."""
-    ttl: float = 30.0
+    ttl: float = TTL
     clock: Callable[[], float] = time.monotonic
     _reads: dict[str, _Read] = field(default_factory=dict, init=False, repr=False)
     _last_known: dict[str, Mapping[str, str]] = field(default_factory=dict, init=False, repr=False)

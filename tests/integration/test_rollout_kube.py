@@ -1,5 +1,5 @@
 """Staged rollout on the test API server: a node's wave is its label (remediate.waves.NodeWaves), read once per
-`rollout_ttl`; a label changed (a promotion) is seen after the TTL, audited as `rollout_wave`."""
+30 s (remediate.waves.TTL); a label changed (a promotion) is seen after the TTL, audited as `rollout_wave`."""
 
 from __future__ import annotations
 
