@@ -132,6 +132,8 @@ def _print_dry_run(report: dict[str, Any]) -> None:
         for pb in entry["playbooks"]:
             click.echo(f"  playbook {pb['playbook']} -> target {pb['target']}, mode {pb['mode']}")
             click.echo(f"    decision: {pb['decision']} ({pb['reason']})")
+            if pb.get("wave"):
+                click.echo(f"    rollout: {pb['wave']}")
             if pb.get("ladder"):
                 rung = pb["ladder"]
                 click.echo(f"    ladder: rung {rung['rung']} of {rung['of']} ({rung['name']}) would run: {rung['why']}")
