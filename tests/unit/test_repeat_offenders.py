@@ -288,3 +288,21 @@ def test_the_report_lists_the_repeat_offenders_of_each_rule(store: Store, make_e
     assert [o.as_json() for o in now] == report["repeat_offenders"]
     assert [r.rung for r in rows(store, "runs", phase="firing", target="node-a")] == [1, 1, 2]
     assert store.history.report(ReportQuery(since=T0, until=T0 + DAY)).repeat_offenders == []
+
+
+def test_the_counts_are_range_seeks_of_the_target_index(store: Store) -> None:
+    """SQLite: the engine's count per (playbook, target) and the report's per playbook read a range of
+    ix_runs_target, never a scan of runs (every ingest of a playbook with repeat_offender does the first)."""
+    from remediate.store import repeat_offenders as counts
+
+    params = {"p_playbook": "hot", "p_target": "node-a", "p_since": T0, "p_until": T0 + DAY, "p_count": 2}
+    for statement, seek in (
+        (counts._ACTED_ON_TARGET, "ix_runs_target (playbook=? AND target=? AND phase=? AND created_at>?)"),
+        (counts._OFFENDERS, "ix_runs_target (playbook=?)"),
+    ):
+        bound = statement.params({k: v for k, v in params.items() if k in str(statement)})
+        sql = str(bound.compile(store.database.engine, compile_kwargs={"literal_binds": True}))
+        with store.read() as conn:
+            plan = [row[3] for row in conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
+        assert any(seek in step for step in plan), plan
+        assert not [step for step in plan if step.startswith("SCAN")], plan
