@@ -4,7 +4,8 @@
 It reads the store's facts for the whole notification once (`NotificationFacts.gather`), then walks
 every evaluated pair, firing alerts first, through its stages in order:
 
-1. `rung`: a ladder's firing alert is put on the rung `ladder.choose_rung` picks (its steps, mode, key);
+1. `rung`: a ladder's firing alert is put on the rung `ladder.choose_rung` picks, or a repeat
+   offender's (`ladder.repeat_offender_choice`) (its steps, mode, key);
 2. `dedupe`: the run already recorded for this occurrence, or the failed one it runs again instead of;
 3. `undo`: a resolved alert's firing run(s), and for a ladder the on_resolved of every rung that acted;
 4. the guards (`guards.STAGES`: dedupe, already resolved, something to undo, superseded, pause,
