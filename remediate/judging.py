@@ -4,7 +4,8 @@
 It reads the store's facts for the whole notification once (`NotificationFacts.gather`), then walks
 every evaluated pair, firing alerts first, through its stages in order:
 
-1. `rung`: a ladder's firing alert is put on the rung `ladder.choose_rung` picks (its steps, mode, key);
+1. `rung`: a ladder's firing alert is put on the rung `ladder.choose_rung` picks, or a repeat
+   offender's (`ladder.repeat_offender_choice`) (its steps, mode, key);
 2. `dedupe`: the run already recorded for this occurrence, or the failed one it runs again instead of;
 3. `undo`: a resolved alert's firing run(s), and for a ladder the on_resolved of every rung that acted;
 4. the guards (`guards.STAGES`: dedupe, already resolved, something to undo, superseded, pause,
@@ -29,7 +30,7 @@ from remediate.alerts import Alert
 from remediate.breaker import BreakerState
 from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict
 from remediate.guards import judge as guard_verdict
-from remediate.ladder import RungChoice, choose_rung, climbed, resolved
+from remediate.ladder import RungChoice, choose_rung, climbed, repeat_offender_choice, resolved
 from remediate.playbooks import Mode, Playbook, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus
 from remediate.store import GuardReads, PauseState
@@ -161,6 +162,8 @@ class NotificationFacts:
     history: dict[tuple[str, str, int | None], tuple[float | None, int]] = field(default_factory=dict)
     """(playbook, guard key, rung or None for all) -> (last run at, runs in the attempt window)."""
     ladders: dict[tuple[str, str], LadderState | None] = field(default_factory=dict)
+    acted: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(playbook, target) -> its runs that acted within the playbook's repeat_offender window."""
     seen_keys: set[str] = field(default_factory=set)
     """Dedupe keys a run of this notification took."""
     acting_here: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
@@ -193,6 +196,15 @@ class NotificationFacts:
         if key not in self.ladders:
             self.ladders[key] = self.reader.ladder(*key)
         return self.ladders[key]
+
+    def acted_runs(self, playbook: Playbook, target: str) -> int:
+        """The runs of `playbook` on `target` that acted within its repeat_offender window (read once)."""
+        assert playbook.repeat_offender is not None
+        key = (playbook.name, target)
+        if key not in self.acted:
+            since = self.now - playbook.repeat_offender.within.total_seconds()
+            self.acted[key] = self.reader.acted_runs(playbook.name, target, since)
+        return self.acted[key]
 
     def target_history(self, key: tuple[str, str, int | None]) -> tuple[float | None, int]:
         """(last run at, runs in the attempt window) of a (playbook, guard key[, rung]), with this
@@ -299,13 +311,20 @@ def judge_pair(facts: NotificationFacts, pair: Pair) -> Judged:
 
 
 def rung(facts: NotificationFacts, pair: Pair) -> None:
-    """A ladder playbook: where it stands; a firing alert goes on the rung picked for it now."""
+    """A ladder playbook: where it stands; a firing alert goes on the rung picked for it now (a repeat
+    offender's straight to the rung its playbook names)."""
     ev = pair.ev
     if not ev.playbook.is_ladder:
         return
     pair.ladder_before = facts.ladder((ev.playbook.name, ev.guard_key))
     if ev.phase == "firing":
-        pair.choice = choose_rung(ev.playbook, pair.ladder_before, occurrence(pair.alert), facts.now)
+        seen = occurrence(pair.alert)
+        pair.choice = choose_rung(ev.playbook, pair.ladder_before, seen, facts.now)
+        if ev.playbook.repeat_offender is not None:
+            acted = facts.acted_runs(ev.playbook, ev.target)
+            pair.choice = repeat_offender_choice(
+                ev.playbook, pair.choice, pair.ladder_before, seen, acted=acted, target=ev.target
+            )
         pair.ev = _on_rung(ev, pair.choice.rung)
 
 

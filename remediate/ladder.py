@@ -13,6 +13,9 @@ The rules (docs/playbooks.md, "Escalation ladders"):
 - a new occurrence: within `holds_for` of the last rung (counted from its resolve, else from its run)
   the next rung (or the last one again); after `reset_after` of quiet rung 1; in between the rung held,
   so it is tried again.
+- a repeat offender (the playbook's `repeat_offender`: its target's runs acted `count` times within
+  `within`, this one included): a new occurrence goes straight to the named rung when the rules above
+  chose a gentler one (`repeat_offender_choice`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from remediate.durations import format_duration
 from remediate.playbooks import Playbook
+from remediate.repeat import ordinal
 from remediate.runs import LadderState
 
 MAX_CLIMB = 50
@@ -72,6 +76,37 @@ def choose_rung(playbook: Playbook, state: LadderState | None, occurrence: tuple
         reset = format_duration(playbook.reset_after)
         return RungChoice(1, f"ladder reset: quiet {_ago(elapsed)} {since} (reset_after {reset})", restart=True)
     return RungChoice(current, f"rung {current} held (quiet {_ago(elapsed)} >= holds_for {holds}); trying it again")
+
+
+def repeat_offender_choice(
+    playbook: Playbook,
+    choice: RungChoice,
+    state: LadderState | None,
+    occurrence: tuple[str, str],
+    *,
+    acted: int,
+    target: str,
+) -> RungChoice:
+    """`choice`, or the playbook's `repeat_offender` rung when this firing is the target's `count`th (or
+    later) within `within`: `acted` is the runs of the playbook on `target` that acted in that window.
+
+    Only for a new occurrence: the same occurrence re-sent (or still firing) is judged by the ladder
+    alone, so a re-send never counts the occurrence's own run as an earlier offence."""
+    rule = playbook.repeat_offender
+    if rule is None or acted + 1 < rule.count:
+        return choice
+    if state is not None and state.rung >= 1 and (state.fingerprint, state.starts_at) == occurrence:
+        return choice
+    rung = next(index for index, r in enumerate(playbook.rungs, start=1) if r.name == rule.then)
+    if choice.rung >= rung:
+        return choice
+    within = format_duration(rule.within)
+    return replace(
+        choice,
+        rung=rung,
+        reason=f"{ordinal(acted + 1)} remediation of {target} in {within}: straight to rung {rule.then} "
+        f"(repeat_offender: {rule.count} in {within}; the ladder alone said rung {choice.rung}: {choice.reason})",
+    )
 
 
 def climbed(

@@ -26,6 +26,7 @@ from remediate.errors import PlaybookError
 from remediate.gpu.errors import GpuSelectionError
 from remediate.gpu.selection import parse_gpu_ref
 from remediate.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
+from remediate.repeat import RepeatOffender, parse_repeat_offender
 from remediate.rollout import Mode, Rollout, RolloutError, parse_rollout
 from remediate.templating import check_syntax, is_template
 
@@ -49,6 +50,7 @@ _PLAYBOOK_KEYS = {
     "escalate",
     "reset_after",
     "rollout",
+    "repeat_offender",
 }
 _RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", "on_resolved"}
 DEFAULT_RESET_AFTER = timedelta(hours=24)
@@ -124,6 +126,9 @@ class Playbook:
     """After a rung held, this much quiet puts the ladder back on rung 1."""
     rollout: Rollout | None = None
     """The playbook's staged rollout (remediate.rollout); None: the server's `rollout` setting, if any."""
+
+    repeat_offender: RepeatOffender | None = None
+    """A target whose runs of this ladder acted `count` times within `within` goes straight to a rung."""
 
     @property
     def is_ladder(self) -> bool:
@@ -284,14 +289,18 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
 
     if "steps" in data and "escalate" in data:
         raise fail("escalate", "a playbook has either `steps` or `escalate` (a ladder of rungs), not both")
-    if "reset_after" in data and "escalate" not in data:
-        raise fail("reset_after", "only a ladder (`escalate`) has a reset_after")
+    for ladder_only in ("reset_after", "repeat_offender"):
+        if ladder_only in data and "escalate" not in data:
+            raise fail(ladder_only, f"only a ladder (`escalate`) has a {ladder_only}")
     rungs: tuple[Rung, ...] = ()
     reset_after = DEFAULT_RESET_AFTER
+    repeat = None
     if "escalate" in data:
         rungs = _parse_rungs(data["escalate"], registry, fail)
         reset_after = _parse_timedelta(data.get("reset_after", "24h"), "reset_after", fail)
         _check_ladder(rungs, cooldown, max_attempts, reset_after, "reset_after" in data, fail)
+        if "repeat_offender" in data:
+            repeat = parse_repeat_offender(data["repeat_offender"], [r.name for r in rungs], fail)
         steps: tuple[StepSpec, ...] = ()
     elif "steps" not in data:
         raise fail("steps", "required: a list of at least one step (or `escalate`: a ladder of rungs)")
@@ -318,6 +327,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
         rungs=rungs,
         reset_after=reset_after,
         rollout=rollout,
+        repeat_offender=repeat,
     )
 
 

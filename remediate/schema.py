@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 metadata = sa.MetaData()
 
@@ -100,6 +100,8 @@ runs = sa.Table(
     sa.Index("ix_runs_queue", "status", "priority", "id"),
     sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
     sa.Index("ix_runs_alert", "alert_id"),
+    # Repeat offenders: a playbook's runs on one target (node or GPU) in a window (store.repeat_offenders).
+    sa.Index("ix_runs_target", "playbook", "target", "phase", "created_at"),
 )
 
 steps = sa.Table(
@@ -336,4 +338,6 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     ),
     # Version 10 gathers issue 24's changes.
     10: _steps(ui_sessions_ended, ui_login_failures),
+    # Version 11 gathers issue 28's changes.
+    11: _steps("CREATE INDEX ix_runs_target ON runs (playbook, target, phase, created_at)"),
 }

@@ -10,6 +10,7 @@ import click
 
 from remediate.cli._common import _client, _open_store, _settings, _table, client_options, handle_errors, print_json
 from remediate.cli._group import main
+from remediate.durations import format_duration
 from remediate.errors import ConfigError
 
 
@@ -26,11 +27,15 @@ def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:
     if params.get("server"):
         figures = _client(params).report(filters)
     else:
+        from remediate.actions import default_registry
+        from remediate.playbooks import load_directory
         from remediate.server.queries import report_query
 
         settings = _settings(params)
+        # The repeat offenders are counted by the playbooks' rules: those that load (as `ladder status`).
+        playbooks, _ = load_directory(settings.engine.playbooks, default_registry(settings))
         try:
-            query = report_query(filters, settings.report.job_labels, now=time.time())
+            query = report_query(filters, settings.report.job_labels, now=time.time(), playbooks=playbooks)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         with closing(_open_store(params)) as store:
@@ -76,6 +81,20 @@ def print_report(figures: dict[str, Any]) -> None:
             for j in figures["jobs"]
         ],
         ["JOB", "INCIDENTS", "REMEDIATIONS", "FAILED", "MTTR"],
+    )
+    click.echo("\nrepeat offenders:")
+    _table(
+        [
+            [
+                o["target"],
+                o["playbook"],
+                f"{o['runs']} in {format_duration(o['window_seconds'])}",
+                o["last_run_at"],
+                o["then"],
+            ]
+            for o in figures.get("repeat_offenders", [])
+        ],
+        ["TARGET", "PLAYBOOK", "RUNS", "LAST RUN", "STRAIGHT TO"],
     )
 
 

@@ -10,12 +10,13 @@ handlers, queries.py parses the query strings. docs/openapi.yaml describes the r
 from __future__ import annotations
 
 import logging
+import time
 
 from flask import Blueprint, Flask
 
 from remediate.config import Settings
 from remediate.server import agents, answers, control, health, requestlog, runs, slack, webhook
-from remediate.server.queries import history_query
+from remediate.server.queries import history_query, repeat_rules
 from remediate.services import Services, build_services
 
 __all__ = ["Services", "build_services", "create_app"]
@@ -56,6 +57,12 @@ def _pages(services: Services) -> Blueprint:
             wake=services.wake,
             history_query=history_query,
             ladders=lambda: control.ladders_json(services, store.ladders.read()),
+            repeat_offenders=lambda: [
+                offender.as_json()
+                for offender in store.history.repeat_offenders(
+                    repeat_rules(services.engine.playbooks.playbooks), until=time.time()
+                )
+            ],
             secret_key=secret_key(services.settings.ui.secret_file, services.credentials),
             cookie_always_secure=services.settings.ui.cookie_secure == "always",
             waves=lambda node: services.engine.waves_of(node),

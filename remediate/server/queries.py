@@ -5,12 +5,13 @@ with the same functions, so every way in accepts the same filters."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from remediate.alerts import parse_timestamp
 from remediate.durations import parse_duration
 from remediate.errors import PayloadError
-from remediate.store import HistoryQuery, ReportQuery
+from remediate.playbooks import Playbook
+from remediate.store import HistoryQuery, RepeatRule, ReportQuery
 
 MAX_HISTORY_LIMIT = 1000
 DEFAULT_REPORT_SINCE = "7d"
@@ -40,9 +41,12 @@ def history_query(args: Mapping[str, str]) -> HistoryQuery:
     )
 
 
-def report_query(args: Mapping[str, str], job_labels: Sequence[str], *, now: float) -> ReportQuery:
+def report_query(
+    args: Mapping[str, str], job_labels: Sequence[str], *, now: float, playbooks: Iterable[Playbook] = ()
+) -> ReportQuery:
     """GET /report's (and `remediate report`'s) window: `since` a duration back from `until` (7d, the
-    default) or a time (RFC 3339, UNIX seconds); `until` a time, default now."""
+    default) or a time (RFC 3339, UNIX seconds); `until` a time, default now. The repeat offenders are
+    those of `playbooks`' rules."""
     unknown = sorted(set(args) - {"since", "until"})
     if unknown:
         raise ValueError(f"unknown query parameter {unknown[0]!r} (known: since, until)")
@@ -51,7 +55,16 @@ def report_query(args: Mapping[str, str], job_labels: Sequence[str], *, now: flo
     assert since is not None
     if since >= until:
         raise ValueError("since must be before until")
-    return ReportQuery(since=since, until=until, job_labels=tuple(job_labels))
+    return ReportQuery(since=since, until=until, job_labels=tuple(job_labels), repeat_rules=repeat_rules(playbooks))
+
+
+def repeat_rules(playbooks: Iterable[Playbook]) -> tuple[RepeatRule, ...]:
+    """The `repeat_offender` rules of the loaded playbooks, as the store counts them."""
+    return tuple(
+        RepeatRule(p.name, p.repeat_offender.count, p.repeat_offender.within.total_seconds(), p.repeat_offender.then)
+        for p in playbooks
+        if p.repeat_offender is not None
+    )
 
 
 def parse_time_arg(value: str | None, name: str, *, now: float | None = None) -> float | None:

@@ -43,7 +43,12 @@ def create_blueprint(services: Services) -> Blueprint:
     @requires(services, READ)
     def report() -> Any:
         try:
-            query = report_query(request.args, services.settings.report.job_labels, now=time.time())
+            query = report_query(
+                request.args,
+                services.settings.report.job_labels,
+                now=time.time(),
+                playbooks=services.engine.playbooks.playbooks,
+            )
         except ValueError as exc:
             return error(400, "invalid_query", str(exc))
         return jsonify(store.history.report(query).as_json())

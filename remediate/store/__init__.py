@@ -31,6 +31,7 @@ from remediate.store.leases import EXECUTOR_STOPPED
 from remediate.store.pause import PauseState
 from remediate.store.postgres import PostgresDialect
 from remediate.store.queue import worker_identity
+from remediate.store.repeat_offenders import RepeatRule
 from remediate.store.report import Report, ReportQuery
 from remediate.store.retention import Pruner
 from remediate.store.sqlite import SqliteDialect
@@ -54,6 +55,7 @@ __all__ = [
     "PoolLimits",
     "PostgresDialect",
     "Pruner",
+    "RepeatRule",
     "Report",
     "ReportQuery",
     "RunDetail",

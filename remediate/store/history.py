@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,6 +20,7 @@ from remediate.errors import UnknownRunError
 from remediate.store.database import Transactions
 from remediate.store.decision_time import time_conditions
 from remediate.store.dialect import Dialect
+from remediate.store.repeat_offenders import RepeatOffender, RepeatRule, read_repeat_offenders
 from remediate.store.report import Report, ReportQuery, build_report, read_report_rows
 from remediate.store.rows import MAX_ID, loads
 
@@ -367,4 +369,10 @@ class History:
         """The reliability figures of a window (store.report): incidents, remediations by rung, MTTR, held nodes."""
         with self.tx.read() as conn:
             rows, held = read_report_rows(conn, query)
-        return build_report(rows, held, query)
+            offenders = read_repeat_offenders(conn, query.repeat_rules, query.until)
+        return build_report(rows, held, query, offenders)
+
+    def repeat_offenders(self, rules: Sequence[RepeatRule], *, until: float) -> list[RepeatOffender]:
+        """The targets at or over a rule's count in its window before `until` (the state page lists them)."""
+        with self.tx.read() as conn:
+            return read_repeat_offenders(conn, rules, until)

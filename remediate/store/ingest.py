@@ -24,6 +24,7 @@ from remediate.store.decision_time import stamp
 from remediate.store.dialect import Dialect
 from remediate.store.ladders import read_ladder, save_ladder
 from remediate.store.pause import PauseState, read_pause
+from remediate.store.repeat_offenders import acted_runs
 from remediate.store.writes import sync_decision_status
 
 _EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
@@ -173,6 +174,10 @@ class GuardReader:
         """Where the escalation ladder of (playbook, guard key) stands; None if it never climbed."""
         return read_ladder(self.conn, playbook, guard_key)
 
+    def acted_runs(self, playbook: str, target: str, since: float) -> int:
+        """The firing runs of `playbook` on `target` since `since` that acted (a repeat offender's count)."""
+        return acted_runs(self.conn, playbook, target, since)
+
     def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
         """(fingerprint, startsAt) of every occurrence of these alerts ever received with `status`
         (firing/resolved): every received alert is stored, so this is the record of what was reported."""
@@ -214,6 +219,9 @@ class EmptyGuardReader:
 
     def ladder(self, playbook: str, guard_key: str) -> LadderState | None:
         return None
+
+    def acted_runs(self, playbook: str, target: str, since: float) -> int:
+        return 0
 
     def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]:
         return set()

@@ -19,7 +19,9 @@ Definitions (docs/report.md):
 - **time between incidents** of a node: (last startsAt - first startsAt) / (incidents - 1), for a node
   with at least two;
 - a node is **held** while the circuit breaker has an unreleased claim on it (cordoned, tainted or
-  drained by remediate, not yet undone).
+  drained by remediate, not yet undone);
+- a **repeat offender** is a target whose firing runs of a playbook with `repeat_offender` acted
+  (succeeded) at least its `count` times within its `within` before `until` (store.repeat_offenders).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from remediate import schema as t
 from remediate.alerts import format_timestamp, parse_timestamp
 from remediate.errors import PayloadError
 from remediate.runs import RunStatus
+from remediate.store.repeat_offenders import RepeatOffender, RepeatRule
 
 REMEDIATED = (RunStatus.SUCCEEDED, RunStatus.FAILED)
 NO_RUNG = "-"
@@ -49,6 +52,8 @@ class ReportQuery:
     until: float
     job_labels: tuple[str, ...] = ("training_job", "job")
     """Alert labels naming an incident's training job, in order; the first the alert carries wins."""
+    repeat_rules: tuple[RepeatRule, ...] = ()
+    """The loaded playbooks' `repeat_offender` rules: the targets at or over one are listed."""
 
 
 class FiringRow(NamedTuple):
@@ -130,6 +135,7 @@ class Report:
     nodes: list[dict[str, Any]]
     jobs: list[dict[str, Any]]
     held: list[dict[str, Any]]
+    repeat_offenders: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -141,11 +147,14 @@ class Report:
             "nodes": self.nodes,
             "jobs": self.jobs,
             "held": self.held,
+            "repeat_offenders": self.repeat_offenders,
         }
 
 
-def build_report(rows: Iterable[FiringRow], held: Sequence[HeldNode], query: ReportQuery) -> Report:
-    """The figures from the window's rows and the open claims (pure)."""
+def build_report(
+    rows: Iterable[FiringRow], held: Sequence[HeldNode], query: ReportQuery, offenders: Sequence[RepeatOffender] = ()
+) -> Report:
+    """The figures from the window's rows, the open claims and the repeat offenders (pure)."""
     total, per_node, per_job = _Tally(), defaultdict(_Tally), defaultdict(_Tally)
     rungs: dict[int | None, dict[int, str]] = defaultdict(dict)
     incident_node: dict[tuple[str, str], str] = {}
@@ -216,7 +225,8 @@ def build_report(rows: Iterable[FiringRow], held: Sequence[HeldNode], query: Rep
         {"node": c.node, "kind": c.kind, "run_id": c.run_id, "since": _rfc3339(c.since)} for c in held_first.values()
     ]
     totals = {**total.figures(), "nodes_held": len(held_first)}
-    return Report(query.since, query.until, totals, by_rung, nodes, jobs, held_json)
+    repeat = [offender.as_json() for offender in offenders]
+    return Report(query.since, query.until, totals, by_rung, nodes, jobs, held_json, repeat)
 
 
 def _job(labels_text: str, names: Sequence[str]) -> str | None:

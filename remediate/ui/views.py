@@ -26,6 +26,7 @@ from remediate.approvals import approve_run
 from remediate.audit import audit_event
 from remediate.breaker import CircuitBreaker
 from remediate.config import READ, Credential
+from remediate.durations import format_duration
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history_api import entry_json, run_json
 from remediate.runs import RunStatus
@@ -62,6 +63,8 @@ class UiDeps:
     ladders: Callable[[], list[dict[str, Any]]]
     """GET /ladders' answer (every ladder)."""
     secret_key: bytes
+    repeat_offenders: Callable[[], list[dict[str, Any]]] = list
+    """GET /report's `repeat_offenders` now: the targets at or over a playbook's `repeat_offender` count."""
     cookie_always_secure: bool = False
     """`ui_cookie_secure: always`: the session cookie is `Secure` even when the request came over plain http."""
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
@@ -322,6 +325,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             breaker=deps.breaker.status(),
             waiting=[entry_json(entry) for entry in waiting],
             ladders=deps.ladders(),
+            offenders=[{**o, "window": format_duration(o["window_seconds"])} for o in deps.repeat_offenders()],
         )
 
     @ui.post("/pause")

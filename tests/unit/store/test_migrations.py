@@ -106,6 +106,9 @@ def _make_version(url: str, version: int) -> None:
             conn.execute(sa.text("DROP INDEX ix_decisions_target_status"))
             conn.execute(sa.text("DROP INDEX ix_decisions_status"))
             conn.execute(sa.text("CREATE INDEX ix_decisions_status ON decisions (status, id)"))
+        if version < 11:
+            # before version 11: no index of a playbook's runs by target (repeat offenders)
+            conn.execute(sa.text("DROP INDEX ix_runs_target"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()

@@ -143,6 +143,7 @@ def test_the_report_counts_incidents_remediations_by_rung_mttr_mtbi_and_held_nod
             {"job": "bert", "incidents": 1, "remediations": 1, "succeeded": 0, "failed": 1, "mttr_seconds": None},
         ],
         "held": [{"node": "node-b", "kind": "cordon", "run_id": failed, "since": "2026-01-01T00:02:30Z"}],
+        "repeat_offenders": [],  # no playbook with repeat_offender (tests/unit/test_repeat_offenders.py)
     }
 
 
