@@ -197,3 +197,7 @@ class ActionDeps:
     """The section named by the action's `settings_section` (e.g. remediate.config.KubeSettings); None without."""
     gpu_backend: Callable[[], GpuBackend]
     kube_client: Callable[[], KubeClient]
+    peer: Callable[[str], Action] | None = None
+    """Another action of the same registry by name, looked up when called (so a reload's changes, e.g. the
+    `notify` action's sinks, apply): for an action that calls another as it is (k8s.handoff posts through
+    `notify`). None outside a registry."""
