@@ -16,6 +16,7 @@ from remediate.actions.k8s.common import NodeOwnedElsewhere
 from remediate.actions.k8s.handoff import NodeOwnedByAnother
 from remediate.actions.notify_sink import NotifyAction, SinkNotConfiguredError
 from remediate.config_values import to_sinks
+from remediate.errors import ParamsError
 from remediate.kube import OWNER, OWNER_SINCE, OWNER_WHY, KubeClient, release_patch
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.kube import FAST, run
@@ -96,14 +97,14 @@ def test_without_the_sink_the_handoff_says_so_posts_nothing_and_leaves_the_node_
 
     plan = action.plan(params, ctx_for("gpu-07"))
     assert plan["can_act"] is False and plan["why_not"].startswith("sink 'breakfix' is not configured")
-    with pytest.raises(SinkNotConfiguredError, match="set sinks.breakfix"):
+    with pytest.raises(SinkNotConfiguredError, match=r"set sinks\.breakfix"):
         action.execute(params, ctx_for("gpu-07"))
     assert OWNER not in (kube_api.node("gpu-07")["metadata"].get("annotations") or {})
 
 
 def test_the_owner_is_checked_when_the_playbook_is_validated(kube_client: KubeClient) -> None:
     action = handoff_on(kube_client, {})
-    with pytest.raises(Exception, match="owner.*remediate itself"):
+    with pytest.raises(ParamsError, match=r"owner.*remediate itself"):
         action.validate({"sink": "breakfix", "owner": "remediate"})
     assert action.validate({"sink": "breakfix", "owner": "tickets"})["owner"] == "tickets"
 
