@@ -32,6 +32,7 @@ from remediate.kube import (
     parse_label_selector,
     resolve_node_name,
 )
+from remediate.kube.owner import NodeOwnedElsewhere, refusal
 
 # The name operators filter logs on; kept from before the actions moved into this package.
 log = logging.getLogger("remediate.actions.kubernetes")
@@ -64,11 +65,6 @@ class KubeOptions:
 
 class NodeOutOfScope(ActionError):
     """The node an alert names is not one remediate may take out of service (kube_node_selector, control plane)."""
-
-
-class NodeOwnedElsewhere(ActionError):
-    """The node is owned by another system (remediate.io/owner, remediate.kube.owner): remediate changes nothing
-    on it until the owner releases it."""
 
 
 @dataclass(frozen=True)
@@ -172,12 +168,7 @@ class KubeAction(Action):
     def owned_elsewhere(self, node: NodeInfo) -> str | None:
         """Why this action refuses a node another system owns (`remediate.io/owner`), naming it; None: not owned."""
         owner = owner_of(node.annotations)
-        if owner is None:
-            return None
-        return (
-            f"{owner.describe(node.name)}: {self.name} refuses to change it until the owner releases it "
-            f"(removes the remediate.io/owner annotation, or `remediate node release {node.name}`)"
-        )
+        return None if owner is None else refusal(owner, node.name, self.name)
 
     def check_scope(self, ref: NodeRef, node: NodeInfo) -> None:
         """Refuse a node remediate may not take out of service: a control-plane node, or one outside the scope."""
