@@ -6,18 +6,23 @@ cordon and taint still runs; a release (the annotation removed) lets remediate a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from remediate.actions import default_registry
 from remediate.actions.base import StepContext
 from remediate.actions.k8s import HandoffAction
 from remediate.actions.k8s.common import NodeOwnedElsewhere
 from remediate.actions.k8s.handoff import NodeOwnedByAnother
 from remediate.actions.notify_sink import NotifyAction, SinkNotConfiguredError
+from remediate.config import Settings
 from remediate.config_values import to_sinks
 from remediate.errors import ParamsError
 from remediate.kube import OWNER, OWNER_SINCE, OWNER_WHY, KubeClient, release_patch
+from remediate.live import LiveSet
+from remediate.playbooks import PlaybookSet
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.kube import FAST, run
 from tests.support.realsystems import WebhookRecorder
@@ -146,6 +151,8 @@ def test_the_undo_of_remediates_own_cordon_and_taint_runs_on_an_owned_node_and_a
     run(actions["k8s.taint"], {"key": "remediate.io/gpu-unhealthy"}, ctx_for("gpu-07", run_id=3))
     handoff = handoff_on(kube_client, {"breakfix": {"type": "webhook", "url": sink.url}})
     run(handoff, {"sink": "breakfix"}, ctx_for("gpu-07", run_id=3))
+    why = "GPUXidCritical: handed off by playbook gpu-xid-quarantine (remediate run 3)"  # the default `why`
+    assert kube_api.node("gpu-07")["metadata"]["annotations"][OWNER_WHY] == why
 
     untainted = run(actions["k8s.untaint"], {"key": "remediate.io/gpu-unhealthy"}, ctx_for("gpu-07", run_id=4))
     uncordoned = run(actions["k8s.uncordon"], {}, ctx_for("gpu-07", run_id=4))
@@ -159,3 +166,19 @@ def test_the_undo_of_remediates_own_cordon_and_taint_runs_on_an_owned_node_and_a
 
     assert run(actions["k8s.cordon"], {}, ctx_for("gpu-07", run_id=6))["outcome"] == "cordoned"
     assert not {OWNER, OWNER_SINCE, OWNER_WHY} & set(kube_api.node("gpu-07")["metadata"]["annotations"])
+
+
+def test_the_servers_handoff_posts_through_its_notify_action_so_a_reload_of_the_sinks_applies(
+    kube_api: FakeKubeAPI, kubeconfig: Path, ctx_for: Ctx, sink: WebhookRecorder
+) -> None:
+    kube_api.add_node("gpu-07")
+    registry = default_registry(Settings.of(kubeconfig=kubeconfig))
+    handoff = registry.get("k8s.handoff")
+    params = handoff.validate({"sink": "breakfix"})
+    assert handoff.plan(params, ctx_for("gpu-07"))["can_act"] is False
+
+    LiveSet(PlaybookSet([]), to_sinks({"breakfix": {"type": "webhook", "url": sink.url}})).apply_to(registry)
+
+    assert handoff.plan(params, ctx_for("gpu-07"))["can_act"] is True
+    assert handoff.execute(params, ctx_for("gpu-07"))["outcome"] == "handed_off"
+    assert len(sink.requests) == 1

@@ -93,7 +93,8 @@ class HandoffAction(KubeAction):
     def _why(self, params: Mapping[str, Any], ctx: StepContext) -> str:
         why = str(params.get("why") or "").strip()
         if not why:
-            why = f"{ctx.alert.labels.get('alertname', 'an alert')}: handed off by playbook {ctx.playbook}"
+            alertname = ctx.alert.alertname or ctx.alert.labels.get("alertname") or "an alert"
+            why = f"{alertname}: handed off by playbook {ctx.playbook}"
         return f"{why} (remediate run {ctx.run_id})"[:MAX_WHY]
 
     def _posted(self, params: Mapping[str, Any]) -> dict[str, Any]:
