@@ -69,6 +69,7 @@ from remediate.agent_protocol import (
 from remediate.agentauth import ANSWER_HEADER, AgentAuthError, new_nonce, node_token, sign, verify_answer
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.kube.agents import KubernetesAgents, own_namespace
+from remediate.kube.owner import NodeOwnedElsewhere, NodeOwner, NodeOwners, refusal
 
 if TYPE_CHECKING:
     import requests
@@ -452,6 +453,9 @@ class Dispatch:
     retry_wait_max: float = 2.0
     on_agent_error: Callable[[str], None] | None = None
     on_agent_call: Callable[[str, str, float], None] | None = None
+    owners: Callable[[str], NodeOwner | None] | None = None
+    """Who owns a node other than remediate (remediate.kube.owner): node steps on such a node are refused,
+    except an undo (`Action.undoes`). None (no Kubernetes configured): not checked."""
 
     def __post_init__(self) -> None:
         self.cluster = LocalRunner()
@@ -481,7 +485,7 @@ class Dispatch:
                     daemonset=settings.agent.daemonset,
                 )
             )
-        token = settings.agent.resolved_token()
+        token, kube = settings.agent.resolved_token(), settings.kube
         if directories and not token and not settings.auth.insecure_no_auth:
             raise ConfigError(
                 "agents are configured (agents / agent_selector) but no agent token: set REMEDIATE_AGENT_TOKEN "
@@ -500,6 +504,7 @@ class Dispatch:
             default_timeout=settings.engine.step_timeout,
             on_agent_error=on_agent_error,
             on_agent_call=on_agent_call,
+            owners=NodeOwners.configured(kube.kubeconfig, kube.context, kube.request_timeout),
         )
 
     @property
@@ -507,6 +512,12 @@ class Dispatch:
         return self.directory is not None
 
     def runner_for(self, action: Action, target: str) -> StepRunner:
+        runner = self._runner_for(action, target)
+        if self.owners is None or action.where != Where.NODE or action.undoes:
+            return runner
+        return OwnerCheckedRunner(runner, target, self.owners)
+
+    def _runner_for(self, action: Action, target: str) -> StepRunner:
         if action.where != Where.NODE:
             return self.cluster
         if self.directory is None:
@@ -520,6 +531,34 @@ class Dispatch:
             default_timeout=self.default_timeout, retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error,
             on_call_done=self.on_agent_call,
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OwnerCheckedRunner(StepRunner):
+    """A node step on a node another system owns (k8s.handoff) is refused, naming the owner: its plan says
+    can_act false, its execute fails; on a node nobody else owns, `inner` runs it."""
+
+    inner: StepRunner
+    node: str
+    owners: Callable[[str], NodeOwner | None]
+
+    @property
+    def ran_on(self) -> str | None:  # type: ignore[override]
+        return self.inner.ran_on
+
+    def _refusal(self, action: Action) -> str | None:
+        owner = self.owners(self.node)
+        return None if owner is None else refusal(owner, self.node, action.name)
+
+    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        why = self._refusal(action)
+        return {"can_act": False, "why_not": why} if why else self.inner.plan(action, params, ctx)
+
+    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
+        why = self._refusal(action)
+        if why:
+            raise NodeOwnedElsewhere(why)
+        return self.inner.execute(action, params, ctx)
 
 
 def this_host_names(settings: Settings) -> frozenset[str]:

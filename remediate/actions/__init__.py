@@ -87,8 +87,12 @@ def default_registry(settings: Settings | None = None) -> ActionRegistry:
     def kube_client() -> KubeClient:
         return kube
 
+    registry = ActionRegistry()
+
     def deps(cls: type[Action]) -> ActionDeps:
         section = getattr(settings, cls.settings_section) if cls.settings_section else None
-        return ActionDeps(settings=section, gpu_backend=gpu_backend, kube_client=kube_client)
+        return ActionDeps(settings=section, gpu_backend=gpu_backend, kube_client=kube_client, peer=registry.get)
 
-    return ActionRegistry(cls.from_deps(deps(cls)) for cls in action_classes())
+    for cls in action_classes():
+        registry.register(cls.from_deps(deps(cls)))
+    return registry

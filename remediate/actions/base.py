@@ -133,6 +133,9 @@ class Action(ABC):
     breaker_gated: ClassVar[bool] = False
     """True for cluster changes the circuit breaker caps (cordon, taint, drain): the guards refuse
     new firing runs of playbooks with such steps while the breaker is open."""
+    undoes: ClassVar[bool] = False
+    """True for a node step that only gives back what remediate changed (gpu.restore_power_limit,
+    gpu.unlock_clocks): never refused on a node another system owns (remediate.kube.owner)."""
     reports_run: ClassVar[bool] = False
     """True for an action that tells people about its run (a chat message): its StepContext gets the run's
     steps as they stand (`steps`), one more store read that other steps are spared."""
@@ -197,3 +200,7 @@ class ActionDeps:
     """The section named by the action's `settings_section` (e.g. remediate.config.KubeSettings); None without."""
     gpu_backend: Callable[[], GpuBackend]
     kube_client: Callable[[], KubeClient]
+    peer: Callable[[str], Action] | None = None
+    """Another action of the same registry by name, looked up when called (so a reload's changes, e.g. the
+    `notify` action's sinks, apply): for an action that calls another as it is (k8s.handoff posts through
+    `notify`). None outside a registry."""

@@ -263,6 +263,7 @@ def put_memory_back(ctx: StepContext, key: str, before: dict[str, Any] | None) -
 
 class RestorePowerLimitAction(_GpuAction):
     name: ClassVar[str] = "gpu.restore_power_limit"
+    undoes: ClassVar[bool] = True
     description: ClassVar[str] = "Put back the power limit remediate replaced, if nobody changed it since."
     schema: ClassVar[ParamSchema] = gpu_schema(
         fallback=fallback_param(

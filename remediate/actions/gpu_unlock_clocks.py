@@ -63,6 +63,7 @@ def decide(clocks: ClockState, record: Mapping[str, Any] | None, fallback: str) 
 
 class UnlockClocksAction(_GpuAction):
     name: ClassVar[str] = "gpu.unlock_clocks"
+    undoes: ClassVar[bool] = True
     description: ClassVar[str] = (
         "Give back the graphics-clock lock gpu.lock_clocks replaced (unlocked, or the person's own lock), "
         "if nobody changed it since."

@@ -128,6 +128,10 @@ class NotifyAction(Action):
         return {"sink": sink.name, "type": sink.type, **action.announce(posted, ctx)}
 
 
+SINK_ACTIONS = (NotifyAction.name, "k8s.handoff")
+"""The actions whose `sink` param names a sink (k8s.handoff posts through `notify`)."""
+
+
 class PlaybookSteps(Protocol):
     """What `sinks_in_use` reads of a playbook (remediate.playbooks.Playbook: actions import no intake)."""
 
@@ -140,12 +144,12 @@ class PlaybookSteps(Protocol):
 
 
 def sinks_in_use(playbooks: Iterable[PlaybookSteps]) -> dict[str, list[str]]:
-    """The sinks the `notify` steps of `playbooks` name, each with the playbooks that name it (sorted)."""
+    """The sinks the `notify` (and `k8s.handoff`) steps of `playbooks` name, each with the playbooks naming it."""
     used: dict[str, set[str]] = {}
     for playbook in playbooks:
         resolved = [step for rung in playbook.rungs for step in rung.on_resolved]
         for step in (*playbook.steps_for("firing"), *playbook.steps_for("resolved"), *resolved):
-            if step.action == NotifyAction.name:
+            if step.action in SINK_ACTIONS:
                 used.setdefault(str(step.params["sink"]), set()).add(playbook.name)
     return {sink: sorted(names) for sink, names in sorted(used.items())}
 

@@ -38,6 +38,7 @@ from remediate.kube.model import (
     pdb_forecast,
     resolve_node_name,
 )
+from remediate.kube.owner import OWNER, OWNER_SINCE, OWNER_WHY, NodeOwner, owner_of, release_patch
 
 __all__ = [
     "CONTROL_PLANE_LABELS",
@@ -45,6 +46,9 @@ __all__ = [
     "CORDONED_BY_RUN",
     "CORDONED_FOR_ALERT",
     "EVENT_NAMESPACE",
+    "OWNER",
+    "OWNER_SINCE",
+    "OWNER_WHY",
     "TAINTS",
     "TAINT_EFFECTS",
     "DrainOptions",
@@ -59,6 +63,7 @@ __all__ = [
     "LabelSelector",
     "NodeInfo",
     "NodeNameError",
+    "NodeOwner",
     "NodeRef",
     "PdbInfo",
     "PodInfo",
@@ -68,8 +73,10 @@ __all__ = [
     "check_taint_key",
     "check_taint_value",
     "classify_pod",
+    "owner_of",
     "parse_label_selector",
     "pdb_forecast",
+    "release_patch",
     "resolve_node_name",
     "translate",
 ]

@@ -201,13 +201,17 @@ def test_the_shipped_playbooks_notify_the_oncall_sink_and_the_unconfigured_one_i
     used = sinks_in_use(playbooks)
     line = unconfigured_sinks(playbooks, ())
 
-    assert used == {"oncall": ["gpu-overheat", "gpu-xid-quarantine", "notify-oncall", "training-throughput-drop"]}
+    assert used == {
+        "breakfix": ["gpu-xid-quarantine"],  # its last rung's k8s.handoff (issue 28)
+        "oncall": ["gpu-overheat", "gpu-xid-quarantine", "notify-oncall", "training-throughput-drop"],
+    }
     assert line == (
-        "sinks NOT configured: oncall (used by gpu-overheat, gpu-xid-quarantine, notify-oncall, "
-        "training-throughput-drop): their notify steps fail and post nothing until you set sinks.oncall "
-        "(settings file or REMEDIATE_SINKS; the chart's `sinks` value)"
+        "sinks NOT configured: breakfix (used by gpu-xid-quarantine); oncall (used by gpu-overheat, "
+        "gpu-xid-quarantine, notify-oncall, training-throughput-drop): their notify steps fail and post nothing "
+        "until you set sinks.breakfix, sinks.oncall (settings file or REMEDIATE_SINKS; the chart's `sinks` value)"
     )
-    assert unconfigured_sinks(playbooks, (Sink("oncall", "webhook", url="http://bridge:8080/x"),)) is None
+    configured = (Sink("oncall", "webhook", url="http://bridge:8080/x"), Sink("breakfix", "webhook", url="http://t/x"))
+    assert unconfigured_sinks(playbooks, configured) is None
 
 
 def test_the_dry_run_of_a_shipped_playbook_without_the_sink_says_its_step_cannot_act(tmp_path: Path) -> None:

@@ -103,6 +103,9 @@ def test_bad_sinks_are_refused_naming_the_value(helm: Helm) -> None:
     assert helm.lint({"sinks": SINKS}).returncode == 0
 
 
+BREAKFIX = {"breakfix": {"type": "webhook", "url": "http://tickets.breakfix:8080/remediate"}}
+
+
 def test_the_notes_say_when_the_shipped_playbooks_have_no_oncall_sink(helm: Helm, tmp_path: Path) -> None:
     without = render_notes(helm, tmp_path / "without", {})
     with_oncall = render_notes(helm, tmp_path / "with", {"sinks": SINKS})
@@ -112,5 +115,12 @@ def test_the_notes_say_when_the_shipped_playbooks_have_no_oncall_sink(helm: Helm
         "  Notify:  no sinks; the shipped playbooks tell on-call through the sink oncall, which is NOT"
     )
     assert "set sinks.oncall" in line
+    assert "; gpu-xid-quarantine hands nodes to the sink breakfix, which is NOT set: that step fails" in line
     (line,) = [line for line in with_oncall.splitlines() if line.startswith("  Notify:")]
-    assert line == "  Notify:  sinks bridge, ml-chat, oncall"
+    assert line == (
+        "  Notify:  sinks bridge, ml-chat, oncall; gpu-xid-quarantine hands nodes to the sink breakfix, which is "
+        'NOT set: that step fails (set sinks.breakfix: docs/kubernetes.md, "Hand-off to breakfix")'
+    )
+    with_breakfix = render_notes(helm, tmp_path / "breakfix", {"sinks": {**SINKS, **BREAKFIX}})
+    (line,) = [line for line in with_breakfix.splitlines() if line.startswith("  Notify:")]
+    assert line == "  Notify:  sinks breakfix, bridge, ml-chat, oncall"

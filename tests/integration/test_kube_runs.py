@@ -35,7 +35,7 @@ from remediate.config import ExecutorSettings, Settings
 from remediate.config_values import Sink, to_sinks
 from remediate.engine import Engine
 from remediate.executor import Executor
-from remediate.kube import CORDONED_BY_RUN, KubeClient
+from remediate.kube import CORDONED_BY_RUN, OWNER, KubeClient
 from remediate.metrics import exposition
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import FINAL_RUN_STATUSES
@@ -530,9 +530,13 @@ def test_a_run_that_failed_transiently_before_changing_anything_runs_again_on_th
 # --------------------------------------------------------------------------- notify anyway (finding 15)
 
 
-def oncall_sink(url: str) -> tuple[Sink, ...]:
-    """The `oncall` sink the shipped playbooks notify (issue 26: no URL in them), posting to `url`."""
-    return to_sinks({"oncall": {"type": "webhook", "url": url}})
+def oncall_sink(url: str, breakfix: str | None = None) -> tuple[Sink, ...]:
+    """The `oncall` sink the shipped playbooks notify (issue 26: no URL in them), posting to `url`; with
+    `breakfix`, the sink the quarantine ladder's last rung hands the node to (issue 28)."""
+    sinks = {"oncall": {"type": "webhook", "url": url}}
+    if breakfix:
+        sinks["breakfix"] = {"type": "webhook", "url": breakfix}
+    return to_sinks(sinks)
 
 
 def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refused(
@@ -662,7 +666,7 @@ def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_th
     with WebhookRecorder(path="/remediate-events") as recorder:
         rig = make_rig(
             shipped,
-            sinks=oncall_sink(recorder.url),
+            sinks=oncall_sink(recorder.url, breakfix=recorder.url),
             gpu_backend="simulated",
             gpu_simulator_file=gpus.path,
         )
@@ -697,4 +701,44 @@ def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_th
         assert kube_api.node(node)["spec"].get("unschedulable") is None
         messages = [r.json["message"] for r in recorder.requests]
         assert [m.split(":")[0] for m in messages[:1]] == [f"Quarantined {node}"]
-        assert any(m.startswith("TICKET:") for m in messages)
+        (ticket,) = [m for m in messages if m.startswith("TICKET:")]
+        assert "It is cordoned and handed to breakfix" in ticket
+        # Issue 28: the last rung handed the node to breakfix, with the evidence; the resolve's undo of
+        # remediate's own cordon and taint still ran on the owned node.
+        keep_out = {s["name"]: s for s in firing[2]["steps"]}
+        assert [s["name"] for s in firing[2]["steps"]] == ["cordon", "handoff", "notify"]
+        assert keep_out["handoff"]["result"]["outcome"] == "handed_off"
+        (handed,) = [r.json for r in recorder.requests if "remove its remediate.io/owner" in r.json["message"]]
+        assert handed["run_id"] == firing[2]["id"] and handed["alert"]["labels"]["Hostname"] == node
+        assert kube_api.node(node)["metadata"]["annotations"][OWNER] == "breakfix"
+
+
+def test_without_the_breakfix_sink_the_last_rung_cordons_then_its_handoff_fails_and_on_call_is_told(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """Issue 28: the shipped quarantine ladder's last rung with no `breakfix` sink: the cordon before the
+    hand-off is done, the hand-off fails naming sinks.breakfix and marks nothing, the ticket still goes out."""
+    from tests.support.realsystems import WebhookRecorder
+
+    (node,) = cluster(kube_api, 1)
+    shipped = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "playbooks" / "gpu-xid-quarantine.yaml").read_text()
+    )
+    (rung,) = [rung for rung in shipped["escalate"] if rung["name"] == "keep-out"]
+    assert rung is shipped["escalate"][-1]
+    playbook = {"name": "xid-rung-3", "match": shipped["match"], "target": "node", "steps": rung["steps"]}
+    with WebhookRecorder(path="/remediate-events") as recorder:
+        rig = make_rig(yaml.safe_dump(playbook), sinks=oncall_sink(recorder.url))
+        rig.ingest(xid_alert(node))
+        rig.start()
+        rig.wait_idle()
+
+        (run,) = rig.runs()
+        steps = {step["name"]: step for step in run["steps"]}
+        assert [steps[n]["status"] for n in ("cordon", "handoff", "notify")] == ["succeeded", "failed", "succeeded"]
+        assert run["status"] == "failed"
+        assert steps["handoff"]["error"].startswith("sink 'breakfix' is not configured: set sinks.breakfix")
+        assert kube_api.node(node)["spec"]["unschedulable"] is True
+        assert OWNER not in kube_api.node(node)["metadata"]["annotations"]
+        (ticket,) = [r.json["message"] for r in recorder.requests]
+        assert "It is cordoned but NOT handed to breakfix" in ticket

@@ -38,14 +38,15 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
         quarantine = evaluations[QUARANTINE]
         assert quarantine.error is None, quarantine.error
         assert quarantine.target == (labels.get("Hostname") or labels["hostname"])
-        # A ladder: drain (after every training job of the node checkpointed), then reset the GPUs, then keep out.
+        # A ladder: drain (after every training job of the node checkpointed), then reset the GPUs, then keep out
+        # and hand off.
         rungs = [[s.spec.action for s in rung.steps] for rung in quarantine.rungs]
         assert all(rung.error is None for rung in quarantine.rungs)
         if status == "firing":
             assert rungs == [
                 ["training.checkpoint_node", "k8s.cordon", "k8s.taint", "k8s.drain", "notify"],
                 ["gpu.reset", "notify"],
-                ["k8s.cordon", "notify"],
+                ["k8s.cordon", "k8s.handoff", "notify"],  # issue 28: the last rung hands off to breakfix
             ]
             taint = quarantine.rungs[0].steps[2].params
             assert taint == {
@@ -55,6 +56,11 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
                 "note": expected_annotations["summary"],
             }
             assert quarantine.rungs[1].steps[0].params["gpu"] == "all"
+            handoff = quarantine.rungs[2].steps[1].params
+            assert (handoff["sink"], handoff["why"]) == (
+                "breakfix",
+                f"{alertname} still reported after a drain and a GPU reset",
+            )
         else:
             assert rungs == [["k8s.untaint", "k8s.uncordon"], [], []]
             assert quarantine.rungs[0].steps[1].params["scope"] == "alert"

@@ -1,4 +1,5 @@
-"""`k8s.cordon`, `k8s.uncordon`, `k8s.taint`, `k8s.untaint`, `k8s.drain`: take a node out of service, and back.
+"""`k8s.cordon`, `k8s.uncordon`, `k8s.taint`, `k8s.untaint`, `k8s.drain`: take a node out of service, and back;
+`k8s.handoff`: hand it to a breakfix system, which owns it from then on.
 
 The node comes from the step's `node` param or, by default, from the alert's labels in
 the configured order (kube_node_labels: node, kubernetes_node, Hostname, hostname,
@@ -14,6 +15,9 @@ Safety, in order of importance:
   remediate.io/ annotations, by the same write that makes the change (see
   remediate.kube.model). A node someone else cordoned or tainted is left alone, and
   the result says so.
+- One owner per node: while the remediate.io/owner annotation names another system (`k8s.handoff`,
+  remediate.kube.owner), cordon, taint and drain refuse naming it (their plans say can_act false); uncordon
+  and untaint, the undo of remediate's own changes, are never refused.
 - Writes are conditional on the resourceVersion just read (a 409 means someone else
   wrote in between: re-read and decide again), so taints of others are never lost
   even though a strategic-merge patch replaces the whole `spec.taints` list.
@@ -30,7 +34,7 @@ shows it): timezone-aware eventTime, regarding the node with its uid.
 
 Modules: `common` (options, params, API calls, breaker, events), `patching` (the one
 read → decide → conditional patch → retry-on-409 → event loop), one module per family:
-`cordon`, `taint`, `drain`.
+`cordon`, `taint`, `drain`, `handoff`.
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ from __future__ import annotations
 from remediate.actions.k8s.common import KubeAction, KubeOptions
 from remediate.actions.k8s.cordon import CordonAction, UncordonAction
 from remediate.actions.k8s.drain import DrainAction
+from remediate.actions.k8s.handoff import HandoffAction
 from remediate.actions.k8s.taint import TaintAction, UntaintAction
 
 __all__ = [
     "CordonAction",
     "DrainAction",
+    "HandoffAction",
     "KubeAction",
     "KubeOptions",
     "TaintAction",

@@ -28,9 +28,11 @@ from remediate.kube import (
     NodeNameError,
     NodeRef,
     check_node_name,
+    owner_of,
     parse_label_selector,
     resolve_node_name,
 )
+from remediate.kube.owner import NodeOwnedElsewhere, refusal
 
 # The name operators filter logs on; kept from before the actions moved into this package.
 log = logging.getLogger("remediate.actions.kubernetes")
@@ -148,17 +150,25 @@ class KubeAction(Action):
         except NodeNameError as exc:
             raise ActionError(str(exc)) from exc
 
-    def read_node(self, ref: NodeRef, ctx: StepContext) -> NodeInfo:
-        """The node as it is now; for cordon, taint and drain (plan and execute) only a node in scope."""
+    def read_node(self, ref: NodeRef, ctx: StepContext, *, owner_check: bool = True) -> NodeInfo:
+        """The node as it is now; for cordon, taint and drain (plan and execute) only a node in scope, and
+        (unless `owner_check` is False: a plan says so instead) one that no other system owns."""
         try:
             node = self.api(ctx, lambda c: c.get_node(ref.name))
         except KubeNotFound as exc:
             raise ActionError(f"node {ref.name!r} (from {ref.source}) does not exist in the cluster") from exc
         if self.breaker_gated:
             # Uncordon and untaint are not checked: they only undo what remediate's marks on the node
-            # say it did, so a node whose labels (or the scope setting) changed since still comes back.
+            # say it did, so a node whose labels (or the scope setting), or owner, changed since still comes back.
             self.check_scope(ref, node)
+            if owner_check and (why := self.owned_elsewhere(node)):
+                raise NodeOwnedElsewhere(why)
         return node
+
+    def owned_elsewhere(self, node: NodeInfo) -> str | None:
+        """Why this action refuses a node another system owns (`remediate.io/owner`), naming it; None: not owned."""
+        owner = owner_of(node.annotations)
+        return None if owner is None else refusal(owner, node.name, self.name)
 
     def check_scope(self, ref: NodeRef, node: NodeInfo) -> None:
         """Refuse a node remediate may not take out of service: a control-plane node, or one outside the scope."""
@@ -179,10 +189,14 @@ class KubeAction(Action):
             )
 
     def observe(self, params: Mapping[str, Any], ctx: StepContext) -> tuple[NodeRef, NodeInfo, dict[str, Any]]:
-        """The node a plan is about, as read now, and the fields every plan starts with."""
+        """The node a plan is about, as read now, and the fields every plan starts with; for a node another
+        system owns (cordon, taint, drain) `can_act` false and `why_not` naming the owner."""
         ref = self.node_ref(params, ctx)
-        node = self.read_node(ref, ctx)
-        return ref, node, {"node": ref.name, "from": ref.source, "found": True, "current": node.summary()}
+        node = self.read_node(ref, ctx, owner_check=False)
+        seen = {"node": ref.name, "from": ref.source, "found": True, "current": node.summary()}
+        if self.breaker_gated and (why := self.owned_elsewhere(node)):
+            seen.update(can_act=False, why_not=why)
+        return ref, node, seen
 
     # ------------------------------------------------------------------ circuit breaker
 

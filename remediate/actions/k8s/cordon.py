@@ -67,6 +67,8 @@ class CordonAction(KubeAction):
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref, node, seen = self.observe(params, ctx)
+        if seen.get("can_act") is False:
+            return seen  # owned by another system: nothing else to say
         if not node.unschedulable:
             would = "cordon the node and annotate it with this run"
         elif node.cordoned_by_run is not None:

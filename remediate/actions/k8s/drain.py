@@ -54,6 +54,8 @@ class DrainAction(KubeAction):
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref, node, seen = self.observe(params, ctx)
+        if seen.get("can_act") is False:
+            return seen  # owned by another system: nothing else to say
         verdicts = self._pods(node.name, params, ctx)
         evict = [v.pod for v in verdicts if v.action == "evict"]
         pdb_error = None

@@ -53,6 +53,8 @@ class TaintAction(KubeAction):
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref, node, seen = self.observe(params, ctx)
+        if seen.get("can_act") is False:
+            return seen  # owned by another system: nothing else to say
         _, why = self._decide(node, params, ctx)
         return {**seen, "would": why, "breaker": self.breaker_preview(ref.name, ctx)}
 
