@@ -214,6 +214,13 @@ class GpuSettings:
     """Refuse to set any GPU's power limit below this (wherever node steps run); an agent's own limit."""
     power_floor_percent: float | None = setting(None, functools.partial(v.to_optional_watts, most=100))
     """Refuse to set a GPU's power limit below this % of its default limit."""
+    events_alertmanager_url: str | None = setting(None, v.to_optional_url("gpu_events_alertmanager_url"))
+    """Agent: watch this node's GPUs for XID / double-bit ECC events and lost GPUs (remediate.gpu_faults) and
+    raise each fault as an alert to this AlertManager (`POST /api/v2/alerts`); unset: no watching."""
+    events_token_file: Path | None = setting(None, v.to_optional_path)
+    """Agent: bearer token for that AlertManager (e.g. behind an authenticating proxy); unset: none sent."""
+    events_resolve_after: float = setting(1800.0, v.to_seconds)
+    """Agent: the endsAt of a fault alert: AlertManager resolves it this long after the fault (on_resolved runs)."""
 
 
 @dataclass(frozen=True)
