@@ -13,35 +13,22 @@ import json
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
-from tests.support.realsystems import AMTOOL, AlertManager, WebhookRecorder
+from tests.support.realsystems import AMTOOL, ShippedAlertManager, WebhookRecorder
 from tests.support.server import NodeAgent, RemediateServer
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED_ROUTES = ROOT / "alertmanager" / "alertmanager.yml"
+SHIPPED_ROUTES = ShippedAlertManager.shipped
 PLAYBOOK = "gpu-xid-quarantine"
 NODE = "gpu-node-03"
-
-
-class ShippedAlertManager(AlertManager):
-    """The real AlertManager with the shipped alertmanager.yml, only its receiver pointed at the test server."""
-
-    def config(self) -> dict[str, Any]:
-        config: dict[str, Any] = yaml.safe_load(SHIPPED_ROUTES.read_text())
-        for receiver in config["receivers"]:
-            for webhook in receiver.get("webhook_configs", []):
-                webhook["url"] = self.webhook_url
-                webhook["http_config"] = {"authorization": {"type": "Bearer", "credentials": self.token}}
-        return config
 
 
 def test_the_shipped_route_sends_node_agent_faults_at_once_in_a_group_of_their_own() -> None:
