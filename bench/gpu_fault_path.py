@@ -19,16 +19,14 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
+import yaml
 from _common import REPO, machine_line, percentile, workspace
 
 sys.path.insert(0, str(REPO))
-import yaml  # noqa: E402
-
-from tests.support.fake_apiserver import FakeKubeAPI, cluster  # noqa: E402
-from tests.support.realsystems import ShippedAlertManager, WebhookRecorder  # noqa: E402
-from tests.support.server import NodeAgent, RemediateServer  # noqa: E402
+from tests.support.fake_apiserver import FakeKubeAPI, cluster  # the repository root is on sys.path only now
+from tests.support.realsystems import ShippedAlertManager, WebhookRecorder
+from tests.support.server import NodeAgent, RemediateServer
 
 PLAYBOOK = "gpu-xid-quarantine"
 
