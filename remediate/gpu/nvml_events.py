@@ -79,7 +79,10 @@ class NvmlEventWatch:
             if exc.value == NVML_ERROR_TIMEOUT:
                 return None
             if exc.value == NVML_ERROR_GPU_IS_LOST:
-                return None  # the watcher's lost() names the GPU
+                # The watcher's lost() names the GPU. NVML answers this at once, again and again: keep the
+                # loop's cadence rather than spin.
+                time.sleep(timeout)
+                return None
             raise from_nvml_error(exc, doing="wait for NVML events") from exc
         at = time.time()
         uuid, index = self._which(data.device)

@@ -138,3 +138,28 @@ def test_stop_ends_both_threads_even_while_a_post_is_being_retried(gpus: Simulat
     watcher.stop(timeout=scaled(5))
     assert not watcher.alive
     assert watcher.posted == 0
+
+
+def test_the_agent_refuses_to_start_watching_where_the_gpus_cannot_be_watched(monkeypatch: pytest.MonkeyPatch) -> None:
+    from remediate.agent_server import start_fault_watcher
+    from remediate.config import Settings
+    from remediate.errors import ConfigError
+    from remediate.gpu import NvmlUnavailable
+
+    def no_driver() -> None:
+        raise NvmlUnavailable("NVML error 12 (NVML Shared Library Not Found)")
+
+    monkeypatch.setattr("remediate.gpu.nvml.load_nvml", no_driver)
+
+    off = Settings.of(gpu_backend="nvml")
+    assert start_fault_watcher(off, NODE) is None  # off by default: NVML is not even opened
+    asked = Settings.of(gpu_backend="nvml", gpu_events_alertmanager_url="http://127.0.0.1:9093")
+    with pytest.raises(ConfigError, match="gpu_events_alertmanager_url is set but this node's GPUs cannot be watched"):
+        start_fault_watcher(asked, NODE)
+
+
+def test_a_malformed_alertmanager_url_is_refused_naming_the_setting() -> None:
+    from remediate.config import FLAT
+
+    with pytest.raises(ValueError, match="gpu_events_alertmanager_url must be an absolute http"):
+        FLAT["gpu_events_alertmanager_url"]("alertmanager:9093")

@@ -104,3 +104,17 @@ def test_other_wait_errors_are_gpu_errors(code: int) -> None:
     module.nvmlEventSetWait_v2 = broken
     with pytest.raises(GpuError):
         NvmlEventWatch(module).wait(0.1)
+
+
+def test_a_wait_answering_gpu_is_lost_is_no_event_and_takes_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    driver = Driver(supported=[XID_BIT])
+    module = driver.module()
+
+    def lost(_set: object, _timeout: int) -> Any:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    module.nvmlEventSetWait_v2 = lost
+    slept: list[float] = []
+    monkeypatch.setattr("remediate.gpu.nvml_events.time.sleep", slept.append)
+    assert NvmlEventWatch(module).wait(0.7) is None
+    assert slept == [0.7]  # the watcher's loop does not spin while NVML answers GPU_IS_LOST at once
