@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remediate.agent import AgentService, agent_verifier, check_agent_settings
 from remediate.agent_protocol import (
@@ -64,8 +64,10 @@ from remediate.agentauth import ANSWER_HEADER, SCHEME, AgentAuthError, NotThisNo
 from remediate.config import Settings
 from remediate.config_values import secret_from
 from remediate.errors import ConfigError, RemediateError, StoreUnavailable
-from remediate.gpu_faults import FaultAlerts, FaultWatcher
 from remediate.logsetup import configure_logging
+
+if TYPE_CHECKING:
+    from remediate.gpu_faults import FaultWatcher
 
 log = logging.getLogger("remediate.agent")
 
@@ -383,6 +385,7 @@ def start_fault_watcher(settings: Settings, node: str) -> FaultWatcher | None:
     if gpu.events_alertmanager_url is None:
         return None
     from remediate.gpu import GpuError, capability, open_backend
+    from remediate.gpu_faults import FaultAlerts, FaultWatcher  # only here: tenacity stays out of an agent without it
 
     backend = open_backend(gpu.backend, simulator_file=gpu.simulator_file)
     try:

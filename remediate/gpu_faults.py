@@ -18,15 +18,17 @@ AlertManager resolves it then, and the playbook's on_resolved steps run. Only se
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, stop_any, wait_exponential
 
 from remediate.gpu.events import FELL_OFF_THE_BUS_XID, GPU_LOST, EventWatch, GpuEvent
@@ -44,7 +46,7 @@ GIVE_UP_AFTER = 300.0
 
 
 class AlertManagerUnreachable(Exception):
-    """AlertManager answered 5xx: retried like a connection error."""
+    """AlertManager did not answer, or answered 5xx: retried."""
 
 
 @dataclass(frozen=True)
@@ -186,20 +188,36 @@ class FaultWatcher:
                 self._posting.clear()
 
     def _post(self, alert: dict[str, Any]) -> None:
-        headers = {"Authorization": f"Bearer {self.config.token}"} if self.config.token else {}
         retrying = Retrying(
-            retry=retry_if_exception_type((requests.ConnectionError, requests.Timeout, AlertManagerUnreachable)),
+            retry=retry_if_exception_type(AlertManagerUnreachable),
             wait=wait_exponential(multiplier=0.1, max=5),
             stop=stop_any(stop_after_delay(GIVE_UP_AFTER), lambda _state: self.stopping.is_set()),
             reraise=True,
         )
         for attempt in retrying:
             with attempt:
-                answer = requests.post(
-                    f"{self.config.url}/api/v2/alerts", json=[alert], headers=headers, timeout=POST_TIMEOUT
-                )
-                if answer.status_code >= 500:
-                    raise AlertManagerUnreachable(f"{answer.status_code}: {answer.text[:200]}")
-                if answer.status_code != 200:
-                    # A 4xx will not change on a retry: the alert is malformed or we are not allowed.
-                    raise RuntimeError(f"AlertManager refused the alert ({answer.status_code}): {answer.text[:500]}")
+                post_alerts(self.config, [alert])
+
+
+def post_alerts(config: FaultAlerts, alerts: list[dict[str, Any]]) -> None:
+    """One `POST /api/v2/alerts`. The standard library's client: the agent stays free of requests (its idle
+    memory, docs/benchmarks.md). AlertManagerUnreachable (retried) for no answer or a 5xx."""
+    headers = {"Content-Type": "application/json"}
+    if config.token:
+        headers["Authorization"] = f"Bearer {config.token}"
+    # The URL is the http(s) setting gpu_events_alertmanager_url (checked when loaded), never from an alert.
+    request = urllib.request.Request(  # noqa: S310
+        f"{config.url}/api/v2/alerts", data=json.dumps(alerts).encode(), headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=POST_TIMEOUT) as answer:  # noqa: S310
+            answer.read()
+            return
+    except urllib.error.HTTPError as exc:
+        said = exc.read()[:500].decode(errors="replace")
+        if exc.code >= 500:
+            raise AlertManagerUnreachable(f"{exc.code}: {said}") from exc
+        # A 4xx will not change on a retry: the alert is malformed or we are not allowed.
+        raise RuntimeError(f"AlertManager refused the alert ({exc.code}): {said}") from exc
+    except (urllib.error.URLError, OSError) as exc:  # refused, unreachable, timed out
+        raise AlertManagerUnreachable(str(exc)) from exc
