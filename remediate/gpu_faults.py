@@ -191,6 +191,7 @@ class FaultWatcher:
         retrying = Retrying(
             retry=retry_if_exception_type(AlertManagerUnreachable),
             wait=wait_exponential(multiplier=0.1, max=5),
+            sleep=self.stopping.wait,  # a stop ends the wait between two tries at once
             stop=stop_any(stop_after_delay(GIVE_UP_AFTER), lambda _state: self.stopping.is_set()),
             reraise=True,
         )
