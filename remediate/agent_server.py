@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remediate.agent import AgentService, agent_verifier, check_agent_settings
 from remediate.agent_protocol import (
@@ -62,8 +62,12 @@ from remediate.agent_protocol import (
 )
 from remediate.agentauth import ANSWER_HEADER, SCHEME, AgentAuthError, NotThisNode, SignedRequest
 from remediate.config import Settings
+from remediate.config_values import secret_from
 from remediate.errors import ConfigError, RemediateError, StoreUnavailable
 from remediate.logsetup import configure_logging
+
+if TYPE_CHECKING:
+    from remediate.gpu_faults import FaultWatcher
 
 log = logging.getLogger("remediate.agent")
 
@@ -374,6 +378,27 @@ class _Stop(BaseException):
     KeyboardInterrupt is: the loop's `except Exception` around accepting a connection must not swallow it."""
 
 
+def start_fault_watcher(settings: Settings, node: str) -> FaultWatcher | None:
+    """The GPU fault watcher (remediate.gpu_faults) when gpu_events_alertmanager_url is set; ConfigError when
+    the backend cannot watch (no NVML): an operator who asked for it must not believe it runs."""
+    gpu = settings.gpu
+    if gpu.events_alertmanager_url is None:
+        return None
+    from remediate.gpu import GpuError, capability, open_backend
+    from remediate.gpu_faults import FaultAlerts, FaultWatcher  # only here: tenacity stays out of an agent without it
+
+    backend = open_backend(gpu.backend, simulator_file=gpu.simulator_file)
+    try:
+        watch = capability(backend, "open_events", doing="watch GPU faults")()
+    except GpuError as exc:
+        raise ConfigError(f"gpu_events_alertmanager_url is set but this node's GPUs cannot be watched: {exc}") from exc
+    token = secret_from(None, gpu.events_token_file, "gpu_events_token")
+    config = FaultAlerts(
+        url=gpu.events_alertmanager_url, node=node, resolve_after=gpu.events_resolve_after, token=token
+    )
+    return FaultWatcher(watch, config).start()
+
+
 def serve_agent(settings: Settings) -> None:
     """`remediate agent`: check everything that can fail (the CLI's one line, exit 2: token, an explicitly chosen
     GPU simulator, the state file, the address), then serve in this one process until SIGTERM."""
@@ -389,11 +414,14 @@ def serve_agent(settings: Settings) -> None:
         server = AgentHTTPServer(settings, service)
     except (OSError, ValueError) as exc:  # a port in use, a host that does not resolve, no port
         raise ConfigError(f"cannot listen at agent_bind {settings.agent.bind!r}: {exc}") from exc
+    watcher = start_fault_watcher(settings, service.node_name)
     if settings.auth.insecure_no_auth and not settings.agent.resolved_token():
         log.warning("!!! --insecure-no-auth: the agent runs node steps for ANYONE who reaches %s", settings.agent.bind)
 
     def stop(signum: int, _frame: Any) -> None:
         service.stop_all()  # refuse new steps, tell the running ones to stop
+        if watcher is not None:
+            watcher.stopping.set()  # the threads end within one wait; stop() below frees the event set
         raise _Stop(signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, stop)
@@ -412,6 +440,8 @@ def serve_agent(settings: Settings) -> None:
         server.serve_forever(poll_interval=None)  # no wake-ups while idle: SIGTERM ends the loop
     except _Stop as exc:
         server.server_close()
+        if watcher is not None:
+            watcher.stop()
         left = server.wait_idle(AGENT_GRACEFUL_TIMEOUT)
         log.info("agent stopped (%s): %s", exc, f"{left} request(s) cut" if left else "no request in flight")
     except KeyboardInterrupt:  # a quick stop

@@ -209,13 +209,15 @@ class GpuSettings:
 
     PREFIX: ClassVar[str] = "gpu_"
     backend: str = setting("nvml", v.one_of("nvml", "simulated"))
-    """nvml (the real driver) or simulated (a device file; only ever chosen explicitly)."""
+    """nvml (the real driver) or simulated (only ever chosen explicitly: its device file, YAML/JSON, below)."""
     simulator_file: Path | None = setting(None, v.to_optional_path)
-    """Device file of the simulated backend (YAML/JSON; see remediate.gpu.simulator)."""
     power_floor_watts: float | None = setting(None, v.to_optional_watts)
-    """Refuse to set any GPU's power limit below this (wherever node steps run); an agent's own limit."""
     power_floor_percent: float | None = setting(None, functools.partial(v.to_optional_watts, most=100))
-    """Refuse to set a GPU's power limit below this % of its default limit."""
+    """Refuse to set a GPU's power limit below these watts / this % of its default limit (an agent's own limit)."""
+    events_alertmanager_url: str | None = setting(None, v.to_optional_url("gpu_events_alertmanager_url"))
+    events_token_file: Path | None = setting(None, v.to_optional_path)
+    events_resolve_after: float = setting(1800.0, v.to_seconds)
+    """Agent: raise GPU faults as alerts in this AlertManager (remediate.gpu_faults; unset: off), resolved after."""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ The optional capabilities (NVML and the simulator have them all):
     memory_health(uuid) -> MemoryHealth   retired pages and remapped rows (every GPU plan)
     reset_state(uuid) -> ResetState       MIG mode/devices and active NVLinks (gpu.reset)
     reset_gpu(uuid)                       the driver's GPU reset (gpu.reset)
+    open_events() -> EventWatch           XID / double-bit ECC events and lost GPUs (remediate.gpu.events;
+                                          the agent's fault watcher, remediate.gpu_faults)
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from remediate.gpu.errors import (
     from_nvml_error,
 )
 from remediate.gpu.model import ClockState, GpuInfo, GpuProcess, MemoryHealth, ResetState
+from remediate.gpu.nvml_events import NvmlEventWatch
 from remediate.gpu.pci import normalize_pci_bus_id
 
 log = logging.getLogger(__name__)
@@ -338,6 +339,11 @@ class NvmlBackend:
             raise from_nvml_error(exc, doing=f"find the GPU of MIG device {mig_uuid}") from exc
         with _mapped(nvml, f"read the UUID of the GPU of MIG device {mig_uuid}"):
             return _text(nvml.nvmlDeviceGetUUID(parent))
+
+    def open_events(self) -> NvmlEventWatch:
+        """The optional capability (remediate.gpu.events): XID critical error and double-bit ECC events of
+        every GPU, from one NVML event set; read-only."""
+        return NvmlEventWatch(load_nvml())
 
 
 def _open(uuid: str) -> tuple[ModuleType, Any]:

@@ -35,7 +35,9 @@ from remediate.gpu.errors import (
     GpuResetRefused,
     error_for_code,
 )
+from remediate.gpu.events import XID
 from remediate.gpu.model import ClockState, GpuInfo, MemoryHealth, ResetState
+from remediate.gpu.sim_events import INJECTABLE, SimEventWatch, append_event
 from remediate.gpu.simfile import SimDevice, SimState
 
 
@@ -147,7 +149,22 @@ class SimulatedBackend:
                     return device.info.uuid
         raise GpuNotFound(f"no MIG device {mig_uuid} on this (simulated) node")
 
+    def open_events(self) -> SimEventWatch:
+        """The optional capability (remediate.gpu.events): the events `inject_event` appends from now on."""
+        return SimEventWatch(self.path)
+
     # --- helpers for tests and demos
+
+    def inject_event(self, uuid: str, kind: str = XID, xid: int | None = None) -> None:
+        """A GPU fault event, as the driver would send it (remediate.gpu.sim_events): kind xid (give `xid`)
+        or double_bit_ecc. A lost GPU is `update_device(uuid, lost=True)` instead: it sends no event."""
+        if kind not in INJECTABLE:
+            raise ValueError(f"kind must be one of {', '.join(INJECTABLE)}, got {kind!r}")
+        if kind == XID and (isinstance(xid, bool) or not isinstance(xid, int) or xid <= 0):
+            raise ValueError(f"an xid event needs a positive XID number, got {xid!r}")
+        with simfile.transaction(self.path) as state:
+            uuid = state.find(uuid).info.uuid
+        append_event(self.path, {"kind": kind, "uuid": uuid, **({"xid": xid} if kind == XID else {})})
 
     def reset_count(self, uuid: str) -> int:
         """How often reset_gpu reset this GPU (the driver keeps no such count: for tests and demos)."""

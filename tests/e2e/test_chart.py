@@ -928,3 +928,19 @@ def test_secrets_steps_read_are_mounted_into_the_server_read_only(rendered: dict
     assert {"name": "secret-oncall-webhook", "mountPath": "/etc/remediate/oncall", "readOnly": True} in (
         server["volumeMounts"]
     )
+
+
+def test_the_chart_routes_node_agent_gpu_faults_as_the_shipped_file_does(
+    helm: Helm, tmp_path: Path, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Issue 28: faults the node agents raise (source="nvml") get a group each and group_wait 1s, in the
+    AlertmanagerConfig and the route NOTES prints as in alertmanager/alertmanager.yml."""
+    shipped = yaml.safe_load((ROOT / "alertmanager" / "alertmanager.yml").read_text())
+    (file_route,) = [r for r in shipped["route"]["routes"] if r["receiver"] == "remediate"]
+    (nvml,) = file_route["routes"]
+    (child,) = by_kind(rendered["full"], "AlertmanagerConfig")["spec"]["route"]["routes"]
+    assert child["matchers"] == [{"name": "source", "matchType": "=", "value": "nvml"}]
+    assert (child["groupBy"], child["groupWait"]) == (nvml["group_by"], nvml["group_wait"]) != (None, None)
+    notes = render_notes(helm, tmp_path, {"alertmanagerConfig": {"enabled": True}})
+    assert "- matchers: ['source=\"nvml\"']" in notes
+    assert f"group_by: [{', '.join(nvml['group_by'])}]" in notes and f"group_wait: {nvml['group_wait']}" in notes

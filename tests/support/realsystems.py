@@ -58,6 +58,7 @@ __all__ = [
     "MetricsEndpoint",
     "Prometheus",
     "RecordedRequest",
+    "ShippedAlertManager",
     "WebhookRecorder",
     "check_rules",
     "free_port",
@@ -469,6 +470,21 @@ class AlertManager(_ManagedProcess):
         response.raise_for_status()
         result: list[dict[str, Any]] = response.json()
         return result
+
+
+class ShippedAlertManager(AlertManager):
+    """The real AlertManager with the repository's alertmanager/alertmanager.yml (its routes as shipped), only
+    its receivers pointed at ``webhook_url`` with ``token``."""
+
+    shipped = Path(__file__).resolve().parents[2] / "alertmanager" / "alertmanager.yml"
+
+    def config(self) -> dict[str, Any]:
+        config: dict[str, Any] = yaml.safe_load(self.shipped.read_text())
+        for receiver in config["receivers"]:
+            for webhook in receiver.get("webhook_configs", []):
+                webhook["url"] = self.webhook_url
+                webhook["http_config"] = {"authorization": {"type": "Bearer", "credentials": self.token}}
+        return config
 
 
 # --------------------------------------------------------------------------

@@ -167,12 +167,19 @@ NOTES.txt (tests/e2e/test_chart.py checks all three against the shipped ladders)
 {{- if eq .receiver "remediate" }}{{ $shipped = . }}{{ end }}
 {{- end }}
 {{- if not $shipped }}{{ fail "files/alertmanager/alertmanager.yml has no route to the remediate receiver: run scripts/sync-generated" }}{{ end }}
+{{- $nvml := dict }}
+{{- range ($shipped.routes | default list) }}
+{{- if has "source=\"nvml\"" (.matchers | default list) }}{{ $nvml = . }}{{ end }}
+{{- end }}
+{{- if not $nvml }}{{ fail "files/alertmanager/alertmanager.yml has no source=\"nvml\" route (node agents' GPU faults): run scripts/sync-generated" }}{{ end }}
 {{- $v := .Values.alertmanagerConfig }}
 {{- toYaml (dict
   "group_by" ($v.groupBy | default $shipped.group_by)
   "group_wait" ($v.groupWait | default $shipped.group_wait)
   "group_interval" ($v.groupInterval | default $shipped.group_interval)
-  "repeat_interval" ($v.repeatInterval | default $shipped.repeat_interval)) }}
+  "repeat_interval" ($v.repeatInterval | default $shipped.repeat_interval)
+  "nvml_group_by" $nvml.group_by
+  "nvml_group_wait" $nvml.group_wait) }}
 {{- end }}
 
 {{/*
