@@ -193,16 +193,6 @@ class NotifySettings:
         return next((f"slack:{name}" for user, name in self.slack_approvers if user == user_id), None)
 
 
-def current_sinks(settings: Settings, env: Mapping[str, str] | None = None) -> tuple[v.Sink, ...]:
-    """The `sinks` setting as its sources say now (a reload): $REMEDIATE_SINKS, else the settings file's, else
-    none. (No command-line flag sets sinks.) ConfigError names what is wrong."""
-    env = os.environ if env is None else env
-    values = read_config_file(settings.server.config_file) if settings.server.config_file else {}
-    if f"{ENV_PREFIX}SINKS" in env:
-        values.update(_convert({"sinks": env[f"{ENV_PREFIX}SINKS"]}, "environment"))
-    return values.get("sinks", ())
-
-
 @dataclass(frozen=True)
 class GpuSettings:
     """GPUs (node-local gpu.* steps), wherever node steps run."""

@@ -10,13 +10,15 @@ stored steps and never reads its playbook again), and their notify steps post to
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.notify_sink import NotifyAction, unconfigured_sinks
-from remediate.config import Settings, current_sinks
-from remediate.config_values import Sink
+from remediate.config import Settings, read_config_file, settings_from_env
+from remediate.config_values import ENV_PREFIX, Sink
 from remediate.errors import ConfigError, PlaybookError
 from remediate.playbooks import PlaybookSet, load_playbooks
 
@@ -54,6 +56,16 @@ class LiveSet:
             notify = registry.get(NotifyAction.name)
             assert isinstance(notify, NotifyAction)
             notify.use_sinks(self.sinks)
+
+
+def current_sinks(settings: Settings, env: Mapping[str, str] | None = None) -> tuple[Sink, ...]:
+    """The `sinks` setting as its sources say now: $REMEDIATE_SINKS, else the settings file's, else none (no
+    command-line flag sets sinks). ConfigError names what is wrong."""
+    env = os.environ if env is None else env
+    values = read_config_file(settings.server.config_file) if settings.server.config_file else {}
+    values.update(settings_from_env({key: env[key] for key in (f"{ENV_PREFIX}SINKS",) if key in env}))
+    sinks: tuple[Sink, ...] = values.get("sinks", ())
+    return sinks
 
 
 def read_live(settings: Settings) -> LiveSet:
