@@ -33,6 +33,7 @@ from remediate.config import Settings
 from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.engine import Engine
 from remediate.playbooks import PlaybookSet
+from remediate.runs import RunStatus
 from remediate.store import Store
 
 BATCH = 1000
@@ -99,7 +100,13 @@ class Replay:
         ]
         rung_keys = sorted(set(self.recorded.rungs) | set(self.replayed.rungs))
         rungs = [
-            {"playbook": p, "target": n, "rung": r, "recorded": self.recorded.rungs[k], "replayed": self.replayed.rungs[k]}
+            {
+                "playbook": p,
+                "target": n,
+                "rung": r,
+                "recorded": self.recorded.rungs[k],
+                "replayed": self.replayed.rungs[k],
+            }
             for k in rung_keys
             for p, n, r in [k]
             if self.recorded.rungs[k] != self.replayed.rungs[k]
@@ -217,7 +224,9 @@ def _batches(conn: sa.Connection, window: Window) -> Iterator[_Batch]:
                 run_ids.append(row.run_id)
         cordons: dict[int, list[str]] = {}
         for start in range(0, len(run_ids), 500):
-            steps = sa.select(s.run_id, s.params).where(s.run_id.in_(run_ids[start : start + 500]), s.action.in_(CORDONS))
+            steps = sa.select(s.run_id, s.params).where(
+                s.run_id.in_(run_ids[start : start + 500]), s.action.in_(CORDONS)
+            )
             for run_id, params in conn.execute(steps):
                 cordons.setdefault(run_id, []).append(json.loads(params).get("node") or "")
         yield _Batch([(row, alerts.get(row.id, [])) for row in rows], decisions, cordons)
@@ -277,8 +286,7 @@ def _replay_one(
     notification = _notification(row, alert_rows)
     result = engine.ingest(notification, raw="", received_at=row.received_at)
     runs = _scratch_runs(scratch, engine.registry, [d.run_id for d in result.decisions if d.run_id is not None])
-    if breaker is not None:
-        breaker.after(runs, row.received_at, {a.fingerprint: a.starts_at.timestamp() for a in notification.alerts})
+    refused = breaker.after(runs, row.received_at) if breaker is not None else set()
     replayed: dict[tuple[str, str, str], str] = {}
     statuses = {alert.fingerprint: alert.status for alert in notification.alerts}
     for d in result.decisions:
@@ -287,7 +295,13 @@ def _replay_one(
         replayed[(d.fingerprint, statuses[d.fingerprint], d.playbook or "")] = decision
         rung, mode, phase = (run.rung, run.mode, run.phase) if run is not None else (None, None, None)
         _count(report.replayed, decision, d.playbook, d.target, rung, mode, phase)
-        if run is not None and decision == "accepted" and mode == "enforce" and phase == "firing":
+        if (
+            run is not None
+            and decision == "accepted"
+            and mode == "enforce"
+            and phase == "firing"
+            and run.id not in refused
+        ):
             report.replayed.cordoned.update(node or d.target or "" for node in run.cordons)
     names = {a.fingerprint: a.labels.get("alertname", "") for a in notification.alerts}
     for key in sorted(set(recorded) | set(replayed)):
@@ -345,6 +359,7 @@ class _Run:
     mode: str
     phase: str
     rung: int | None
+    status: str
     cordons: tuple[str, ...]
     """The nodes (param `node`, "" for the run's target) of its cordon/drain steps."""
     gated: tuple[tuple[str, str], ...]
@@ -359,7 +374,7 @@ def _scratch_runs(scratch: Store, registry: ActionRegistry, run_ids: Sequence[in
         return {}
     r, s = t.runs.c, t.steps.c
     with scratch.read() as conn:
-        runs = conn.execute(sa.select(r.id, r.target, r.mode, r.phase, r.rung).where(r.id.in_(run_ids))).all()
+        runs = conn.execute(sa.select(r.id, r.target, r.mode, r.phase, r.rung, r.status).where(r.id.in_(run_ids))).all()
         steps = conn.execute(
             sa.select(s.run_id, s.action, s.params).where(s.run_id.in_(run_ids)).order_by(s.run_id, s.idx)
         ).all()
@@ -369,16 +384,17 @@ def _scratch_runs(scratch: Store, registry: ActionRegistry, run_ids: Sequence[in
     found = {}
     for run in runs:
         own = by_run.get(run.id, [])
-        node = lambda name: name or run.target  # noqa: E731 - the run's target when the step names no node
         found[run.id] = _Run(
             run.id,
             run.target,
             run.mode,
             run.phase,
             run.rung,
+            run.status,
             tuple(name for action, name in own if action in CORDONS),
-            tuple((action, node(name)) for action, name in own if _gated(registry, action)),
-            tuple(node(name) for action, name in own if action in RELEASES),
+            # A step that names no node acts on the run's target.
+            tuple((action, name or run.target) for action, name in own if _gated(registry, action)),
+            tuple(name or run.target for action, name in own if action in RELEASES),
         )
     return found
 
@@ -395,27 +411,32 @@ class _Breaker:
         )
         report.breaker_note = f"simulated for {cluster_nodes} nodes: {self.breaker.limits.describe_cap(cluster_nodes)}"
 
-    def after(self, runs: Mapping[int, _Run], now: float, started: Mapping[str, float]) -> None:
-        """Claims and releases of the notification's accepted enforced runs, at its time."""
+    def after(self, runs: Mapping[int, _Run], now: float) -> set[int]:
+        """Claims and releases of the notification's accepted enforced runs, at its time; the runs refused."""
         self.now = now
+        refused: set[int] = set()
         for run in sorted(runs.values(), key=lambda item: item.id):
-            if run.mode != "enforce":
-                continue
+            if run.mode != "enforce" or run.status != RunStatus.QUEUED:
+                continue  # a shadow run, one waiting for a person, or one refused: the executor starts none
             for node in run.releases:
                 self.breaker.release(node, run_id=run.id)
             for action, node in run.gated:
                 try:
-                    self.breaker.acquire(node, kind=action.removeprefix("k8s."), run_id=run.id, cluster_nodes=self.nodes)
+                    self.breaker.acquire(
+                        node, kind=action.removeprefix("k8s."), run_id=run.id, cluster_nodes=self.nodes
+                    )
                 except BreakerOpen:
                     state = self.breaker.state()
                     if state.tripped_by_run == run.id and state.tripped_at == now:
                         self.report.trips.append(
                             {"at": now, "node": node, "run": run.id, "action": action, "reason": state.reason}
                         )
+                    refused.add(run.id)
                     break  # the step fails: the run stops there
                 except StaleAlert:
+                    refused.add(run.id)
                     break
-
+        return refused
 
 
 def _gated(registry: ActionRegistry, action: str) -> bool:

@@ -54,10 +54,16 @@ def print_replay(report: dict[str, Any]) -> None:
         f"{_when(report['since'])} to {_when(report['until'])}"
     )
     click.echo("\ndecisions (recorded -> replayed):")
-    _table([[k, v["recorded"], v["replayed"]] for k, v in report["decisions"].items()], ["DECISION", "RECORDED", "REPLAYED"])
+    _table(
+        [[k, v["recorded"], v["replayed"]] for k, v in report["decisions"].items()],
+        ["DECISION", "RECORDED", "REPLAYED"],
+    )
     click.echo("\nruns that differ, per playbook and node:")
     _table(
-        [[r["playbook"], r["target"], r["recorded"], r["replayed"], f"+{r['added']}", f"-{r['removed']}"] for r in report["runs"]],
+        [
+            [r["playbook"], r["target"], r["recorded"], r["replayed"], f"+{r['added']}", f"-{r['removed']}"]
+            for r in report["runs"]
+        ],
         ["PLAYBOOK", "NODE", "RECORDED", "REPLAYED", "ADDED", "REMOVED"],
     )
     if report["rungs"]:
@@ -75,4 +81,6 @@ def print_replay(report: dict[str, Any]) -> None:
         f"\nnodes cordoned or drained: {len(cordoned['recorded'])} recorded, {len(cordoned['replayed'])} replayed; "
         f"added {', '.join(cordoned['added']) or '-'}; removed {', '.join(cordoned['removed']) or '-'}"
     )
-    click.echo(f"\n{report['changed_decisions']} decisions differ" + ("" if report["differs"] else ": nothing would change"))
+    click.echo(
+        f"\n{report['changed_decisions']} decisions differ" + ("" if report["differs"] else ": nothing would change")
+    )
