@@ -368,16 +368,24 @@ class _Run:
     """The nodes its uncordon/untaint steps give back."""
 
 
+# Built once: building a statement costs more than running it on the scratch store (as store/ingest.py's).
+_SCRATCH_RUNS = sa.select(
+    t.runs.c.id, t.runs.c.target, t.runs.c.mode, t.runs.c.phase, t.runs.c.rung, t.runs.c.status
+).where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+_SCRATCH_STEPS = (
+    sa.select(t.steps.c.run_id, t.steps.c.action, t.steps.c.params)
+    .where(t.steps.c.run_id.in_(sa.bindparam("p_ids", expanding=True)))
+    .order_by(t.steps.c.run_id, t.steps.c.idx)
+)
+
+
 def _scratch_runs(scratch: Store, registry: ActionRegistry, run_ids: Sequence[int]) -> dict[int, _Run]:
     """The replayed runs of one notification with the steps the report and the breaker need."""
     if not run_ids:
         return {}
-    r, s = t.runs.c, t.steps.c
     with scratch.read() as conn:
-        runs = conn.execute(sa.select(r.id, r.target, r.mode, r.phase, r.rung, r.status).where(r.id.in_(run_ids))).all()
-        steps = conn.execute(
-            sa.select(s.run_id, s.action, s.params).where(s.run_id.in_(run_ids)).order_by(s.run_id, s.idx)
-        ).all()
+        runs = conn.execute(_SCRATCH_RUNS, {"p_ids": run_ids}).all()
+        steps = conn.execute(_SCRATCH_STEPS, {"p_ids": run_ids}).all()
     by_run: dict[int, list[tuple[str, str]]] = {}
     for run_id, action, params in steps:
         by_run.setdefault(run_id, []).append((action, json.loads(params).get("node") or ""))
