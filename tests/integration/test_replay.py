@@ -189,3 +189,37 @@ def test_the_text_report_and_bad_input(
     assert_one_line_error(bad, "since")
     missing = cli("replay", "--database-url", f"sqlite:///{tmp_path / 'none.db'}", "--playbooks", changed)
     assert_one_line_error(missing, "no database at")
+
+
+LADDER = {
+    "name": "xid-ladder",
+    "match": {"alertname": "GpuXidError"},
+    "target": "node",
+    "cooldown": "0s",
+    "mode": "enforce",
+    "escalate": [
+        {"name": "note", "holds_for": "1h", "steps": [{"name": "log", "action": "log", "with": {"message": "one"}}]},
+        {"name": "cordon", "holds_for": "1h", "steps": [{"name": "cordon", "action": "k8s.cordon"}]},
+    ],
+}
+
+
+@EVERY_DATABASE
+def test_a_shorter_holds_for_reaches_the_next_rung(
+    store: Store, db_url: str, make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """The same occurrence re-sent 10 minutes later: a duplicate under holds_for 1h; with holds_for 5m it
+    climbs to rung 2, whose cordon the report lists."""
+    engine = make_engine(LADDER)
+    ingest_alerts(engine, xid_alert("node-a"), at=T0)
+    ingest_alerts(engine, xid_alert("node-a"), at=T0 + 600)
+    before = checksum(db_url)
+    rungs = [{**rung, "holds_for": "5m"} for rung in LADDER["escalate"]]
+    report = replay(db_url, playbook_dir(tmp_path, {**LADDER, "escalate": rungs}))
+    assert report["rungs"] == [{"playbook": "xid-ladder", "target": "node-a", "rung": 2, "recorded": 0, "replayed": 1}]
+    assert report["runs"] == [
+        {"playbook": "xid-ladder", "target": "node-a", "recorded": 1, "replayed": 2, "added": 1, "removed": 0}
+    ]
+    assert [(c["recorded"], c["replayed"]) for c in report["changes"]] == [("duplicate", "accepted")]
+    assert report["cordoned"]["added"] == ["node-a"]
+    assert checksum(db_url) == before
