@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from remediate import schema as t
 from remediate.actions.base import ActionRegistry
 from remediate.alerts import Notification, parse_notification
-from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, limits_from_settings
+from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, iso_utc, limits_from_settings
 from remediate.config import Settings
 from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.engine import Engine
@@ -116,8 +116,8 @@ class Replay:
             for name in sorted(set(self.recorded.decisions) | set(self.replayed.decisions))
         }
         return {
-            "since": self.window.since,
-            "until": self.window.until,
+            "since": iso_utc(self.window.since),
+            "until": iso_utc(self.window.until),
             "notifications": self.notifications,
             "alerts": self.alerts,
             "differs": bool(self.changed or self.trips or self.recorded.cordoned != self.replayed.cordoned),

@@ -51,7 +51,7 @@ def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bo
 def print_replay(report: dict[str, Any]) -> None:
     click.echo(
         f"replayed {report['notifications']} notifications ({report['alerts']} alerts) from "
-        f"{_when(report['since'])} to {_when(report['until'])}"
+        f"{report['since']} to {report['until']}"
     )
     click.echo("\ndecisions (recorded -> replayed):")
     _table(
