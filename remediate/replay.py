@@ -12,7 +12,8 @@ an enforced run claims its node at the notification's time; an uncordon or untai
 breaker guard of the later notifications reads. A trip stays open for the rest of the replay: no person resets it.
 
 What the replay cannot know: the history before `since` (the scratch store starts empty, so the first cooldown
-of each target may differ), approvals (approve-mode runs wait until their alert resolves) and runs that failed.
+of each target may differ), approvals (approve-mode runs wait until their alert resolves), runs that failed,
+a pause, a person's breaker reset.
 """
 
 from __future__ import annotations
