@@ -8,7 +8,7 @@ The store is bench/history.py's generator (`history.build`: notifications of 1-7
 replayed playbooks match all 8 alertnames on the alert's node (cooldown 30m, at most 3 attempts a day); the
 GpuXidError one cordons the node, so the breaker is simulated (500 nodes: cap 3 per 10 minutes).
 
-`remediate replay --json` runs as a child process; its wall time and its peak resident set size (RSS, the
+`remediate replay --json` runs as a child process; its wall time, CPU time and peak resident set size (RSS, the
 kernel's maxrss of the child: ru_maxrss of RUSAGE_CHILDREN) are printed. Asserts nothing.
 """
 
@@ -67,11 +67,13 @@ def main(argv: list[str] | None = None) -> int:
         print(done.stderr.decode(), file=sys.stderr)
         return 1
     report = json.loads(done.stdout)
-    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak_mib = usage.ru_maxrss / 1024
     print(c.machine_line())
     print(
         f"replayed {report['notifications']:,} notifications, {report['alerts']:,} alerts in {seconds:.1f} s "
-        f"({report['alerts'] / seconds:,.0f} alerts/s); peak RSS {peak_mib:.0f} MiB"
+        f"({report['alerts'] / seconds:,.0f} alerts/s; CPU {usage.ru_utime + usage.ru_stime:.1f} s); "
+        f"peak RSS {peak_mib:.0f} MiB"
     )
     decisions = {name: (v["recorded"], v["replayed"]) for name, v in report["decisions"].items()}
     print(f"decisions recorded -> replayed: {decisions}")
