@@ -243,6 +243,7 @@ def test_every_json_output_prints_its_times_as_rfc3339_utc(busy: Server, tmp_pat
         ("ladder", "status"): ["ladder", "status", *local],
         ("breaker", "status"): ["breaker", "status", *local],
         ("report",): ["report", *local],
+        ("replay",): ["replay", *local],
         ("dry-run",): ["dry-run", "--alertname", "GPUTemperatureHigh", "--label", "node=node-a", *local],
         ("playbooks", "list"): ["playbooks", "list", "--playbooks", local[3]],
         ("actions",): ["actions"],

@@ -1,0 +1,452 @@
+"""`remediate replay`: the stored notifications of a window judged again with other playbooks, compared with
+what was really decided. Nothing is executed and the database is not written.
+
+Who calls it: the CLI (cli/replay.py) and bench/replay.py. The recorded database is opened read-only the way
+`db copy` opens its source (SQLite `mode=ro`, PostgreSQL a read-only transaction) and read in batches of
+notifications, in the order the store took them. Each notification is rebuilt from its stored alerts and
+ingested by the real engine into a scratch store in memory (the same schema): the guards, cooldowns, attempt
+caps, dedupe and ladders then see what the earlier replayed notifications left, exactly as the server's do,
+with the notification's received time as the clock. Nothing runs, so the runs stay queued; what an executor
+would have done to the circuit breaker is done here to the scratch store's breaker (a cordon, taint or drain of
+an enforced run claims its node at the notification's time; an uncordon or untaint releases it), which the
+breaker guard of the later notifications reads. A trip stays open for the rest of the replay: no person resets it.
+
+What the replay cannot know: the history before `since` (the scratch store starts empty, so the first cooldown
+of each target may differ), approvals (approve-mode runs wait until their alert resolves), runs that failed,
+a pause, a person's breaker reset.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from remediate import schema as t
+from remediate.actions.base import ActionRegistry
+from remediate.alerts import Notification, parse_notification
+from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, iso_utc, limits_from_settings
+from remediate.config import Settings
+from remediate.dbcopy import _check_source, _open_source, _snapshot
+from remediate.engine import Engine
+from remediate.playbooks import PlaybookSet
+from remediate.runs import RunStatus
+from remediate.store import Store
+
+BATCH = 1000
+"""Notifications read per query (with their alerts, decisions and cordon steps): memory stays bounded by one batch."""
+
+CORDONS = ("k8s.cordon", "k8s.drain")
+"""The actions that take a node out of service: the nodes the report lists as cordoned."""
+RELEASES = ("k8s.uncordon", "k8s.untaint")
+"""The actions that give a node back to the breaker (remediate.actions.k8s.common.KubeAction.release)."""
+SHOWN_CHANGES = 200
+"""Changed decisions listed one by one in the report (all are counted)."""
+
+_NOT_FIRING_YET = "0001-01-01T00:00:00Z"
+
+
+@dataclass(frozen=True)
+class Window:
+    since: float
+    until: float
+
+
+@dataclass
+class Side:
+    """What one side (recorded or replayed) decided over the window."""
+
+    decisions: Counter[str] = field(default_factory=Counter)
+    runs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(playbook, target) -> accepted runs."""
+    rungs: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+    """(playbook, target, rung) -> accepted firing runs on that rung of a ladder."""
+    cordoned: set[str] = field(default_factory=set)
+    """Nodes an accepted enforced firing run planned to cordon or drain."""
+
+
+@dataclass
+class Replay:
+    """The comparison, built notification by notification."""
+
+    window: Window
+    recorded: Side = field(default_factory=Side)
+    replayed: Side = field(default_factory=Side)
+    added: Counter[tuple[str, str]] = field(default_factory=Counter)
+    removed: Counter[tuple[str, str]] = field(default_factory=Counter)
+    changes: list[dict[str, Any]] = field(default_factory=list)
+    changed: int = 0
+    trips: list[dict[str, Any]] = field(default_factory=list)
+    notifications: int = 0
+    alerts: int = 0
+    breaker_note: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        keys = sorted(set(self.recorded.runs) | set(self.replayed.runs) | set(self.added) | set(self.removed))
+        runs = [
+            {
+                "playbook": playbook,
+                "target": target,
+                "recorded": self.recorded.runs[(playbook, target)],
+                "replayed": self.replayed.runs[(playbook, target)],
+                "added": self.added[(playbook, target)],
+                "removed": self.removed[(playbook, target)],
+            }
+            for playbook, target in keys
+            if self.added[(playbook, target)] or self.removed[(playbook, target)]
+        ]
+        rung_keys = sorted(set(self.recorded.rungs) | set(self.replayed.rungs))
+        rungs = [
+            {
+                "playbook": p,
+                "target": n,
+                "rung": r,
+                "recorded": self.recorded.rungs[k],
+                "replayed": self.replayed.rungs[k],
+            }
+            for k in rung_keys
+            for p, n, r in [k]
+            if self.recorded.rungs[k] != self.replayed.rungs[k]
+        ]
+        decisions = {
+            name: {"recorded": self.recorded.decisions[name], "replayed": self.replayed.decisions[name]}
+            for name in sorted(set(self.recorded.decisions) | set(self.replayed.decisions))
+        }
+        return {
+            "since": iso_utc(self.window.since),
+            "until": iso_utc(self.window.until),
+            "notifications": self.notifications,
+            "alerts": self.alerts,
+            "differs": bool(self.changed or self.trips or self.recorded.cordoned != self.replayed.cordoned),
+            "decisions": decisions,
+            "runs": runs,
+            "rungs": rungs,
+            "breaker": {"trips": self.trips, "note": self.breaker_note},
+            "cordoned": {
+                "recorded": sorted(self.recorded.cordoned),
+                "replayed": sorted(self.replayed.cordoned),
+                "added": sorted(self.replayed.cordoned - self.recorded.cordoned),
+                "removed": sorted(self.recorded.cordoned - self.replayed.cordoned),
+            },
+            "changed_decisions": self.changed,
+            "changes": self.changes,
+        }
+
+
+def replay(
+    settings: Settings,
+    source_url: str,
+    playbooks: PlaybookSet,
+    registry: ActionRegistry,
+    window: Window,
+    *,
+    cluster_nodes: int | None = None,
+) -> dict[str, Any]:
+    """Judge the notifications stored in `source_url` within `window` again with `playbooks`; the report."""
+    report = Replay(window)
+    source = _open_source(source_url)
+    scratch = Store.open("sqlite://")  # in memory, the schema Store.open creates
+    try:
+        engine = Engine(
+            store=scratch,
+            playbooks=playbooks,
+            registry=registry,
+            settings=settings.engine,
+            breaker_stale_horizon=settings.kube.breaker.stale_horizon,
+        )
+        with _snapshot(source) as conn:
+            _check_source(conn)
+            nodes = cluster_nodes if cluster_nodes is not None else _stored_cluster_nodes(conn)
+            simulated = _Breaker(scratch, settings, nodes, report) if nodes else None
+            if simulated is None:
+                report.breaker_note = (
+                    "not simulated: the cluster's size is unknown (no breaker state stored); give --cluster-nodes"
+                )
+            for batch in _batches(conn, window):
+                for notification_row, alert_rows in batch.notifications:
+                    _replay_one(engine, scratch, simulated, report, notification_row, alert_rows, batch)
+    finally:
+        scratch.close()
+        source.dispose()
+    return report.as_json()
+
+
+# ------------------------------------------------------------------ reading the recorded history
+
+
+@dataclass
+class _Batch:
+    notifications: list[tuple[Any, list[Any]]]
+    decisions: dict[int, list[Any]]
+    """notification id -> its recorded decisions (with their run's rung, mode and phase)."""
+    cordons: dict[int, list[str]]
+    """run id -> the nodes its cordon/drain steps name."""
+
+
+def _stored_cluster_nodes(conn: sa.Connection) -> int | None:
+    row = conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "breaker")).scalar_one_or_none()
+    return json.loads(row).get("cluster_nodes") if row else None
+
+
+def _batches(conn: sa.Connection, window: Window) -> Iterator[_Batch]:
+    """The window's notifications in the order the store took them (its ids), BATCH at a time."""
+    n, a, d, r, s = t.notifications.c, t.alerts.c, t.decisions.c, t.runs.c, t.steps.c
+    last = 0
+    while True:
+        rows = conn.execute(
+            sa.select(n.id, n.received_at, n.receiver, n.status, n.group_key)
+            .where(n.id > last, n.received_at >= window.since, n.received_at < window.until)
+            .order_by(n.id)
+            .limit(BATCH)
+        ).all()
+        if not rows:
+            return
+        last = rows[-1].id
+        ids = [row.id for row in rows]
+        alerts: dict[int, list[Any]] = {}
+        for row in conn.execute(sa.select(t.alerts).where(a.notification_id.in_(ids)).order_by(a.id)):
+            alerts.setdefault(row.notification_id, []).append(row)
+        decisions: dict[int, list[Any]] = {}
+        run_ids = []
+        query = (
+            sa.select(d.notification_id, d.fingerprint, d.alert_status, d.alertname, d.playbook, d.target)
+            .add_columns(d.decision, d.run_id, r.rung, r.mode, r.phase)
+            .outerjoin(t.runs, r.id == d.run_id)
+            .where(d.notification_id.in_(ids))
+            .order_by(d.id)
+        )
+        for row in conn.execute(query):
+            decisions.setdefault(row.notification_id, []).append(row)
+            if row.run_id is not None:
+                run_ids.append(row.run_id)
+        cordons: dict[int, list[str]] = {}
+        for start in range(0, len(run_ids), 500):
+            steps = sa.select(s.run_id, s.params).where(
+                s.run_id.in_(run_ids[start : start + 500]), s.action.in_(CORDONS)
+            )
+            for run_id, params in conn.execute(steps):
+                cordons.setdefault(run_id, []).append(json.loads(params).get("node") or "")
+        yield _Batch([(row, alerts.get(row.id, [])) for row in rows], decisions, cordons)
+
+
+def _notification(row: Any, alert_rows: Sequence[Any]) -> Notification:
+    """The stored notification as the webhook delivered it (its alerts as stored), through the webhook's parser."""
+    return parse_notification(
+        {
+            "version": "4",
+            "status": row.status,
+            "receiver": row.receiver,
+            "groupKey": row.group_key,
+            "truncatedAlerts": 0,
+            "groupLabels": {},
+            "commonLabels": {},
+            "commonAnnotations": {},
+            "externalURL": "",
+            "alerts": [
+                {
+                    "status": a.status,
+                    "labels": json.loads(a.labels),
+                    "annotations": json.loads(a.annotations),
+                    "startsAt": a.starts_at,
+                    "endsAt": a.ends_at or _NOT_FIRING_YET,
+                    "generatorURL": a.generator_url or "",
+                    "fingerprint": a.fingerprint,
+                }
+                for a in alert_rows
+            ],
+        }
+    )
+
+
+# ------------------------------------------------------------------ judging again, comparing
+
+
+def _replay_one(
+    engine: Engine,
+    scratch: Store,
+    breaker: _Breaker | None,
+    report: Replay,
+    row: Any,
+    alert_rows: Sequence[Any],
+    batch: _Batch,
+) -> None:
+    report.notifications += 1
+    report.alerts += len(alert_rows)
+    recorded: dict[tuple[str, str, str], str] = {}
+    for d in batch.decisions.get(row.id, []):
+        recorded[(d.fingerprint, d.alert_status, d.playbook or "")] = d.decision
+        _count(report.recorded, d.decision, d.playbook, d.target, d.rung, d.mode, d.phase)
+        if d.decision == "accepted" and d.mode == "enforce" and d.phase == "firing":
+            report.recorded.cordoned.update(node or d.target for node in batch.cordons.get(d.run_id, []))
+    if not alert_rows:
+        return
+    notification = _notification(row, alert_rows)
+    result = engine.ingest(notification, raw="", received_at=row.received_at)
+    runs = _scratch_runs(scratch, engine.registry, [d.run_id for d in result.decisions if d.run_id is not None])
+    refused = breaker.after(runs, row.received_at) if breaker is not None else set()
+    replayed: dict[tuple[str, str, str], str] = {}
+    statuses = {alert.fingerprint: alert.status for alert in notification.alerts}
+    for d in result.decisions:
+        run = runs.get(d.run_id) if d.run_id is not None else None
+        decision = d.decision.value
+        replayed[(d.fingerprint, statuses[d.fingerprint], d.playbook or "")] = decision
+        rung, mode, phase = (run.rung, run.mode, run.phase) if run is not None else (None, None, None)
+        _count(report.replayed, decision, d.playbook, d.target, rung, mode, phase)
+        if (
+            run is not None
+            and decision == "accepted"
+            and mode == "enforce"
+            and phase == "firing"
+            and run.id not in refused
+        ):
+            report.replayed.cordoned.update(node or d.target or "" for node in run.cordons)
+    names = {a.fingerprint: a.labels.get("alertname", "") for a in notification.alerts}
+    for key in sorted(set(recorded) | set(replayed)):
+        before, after = recorded.get(key), replayed.get(key)
+        if before == after:
+            continue
+        fingerprint, status, playbook = key
+        target = _target_of(batch.decisions.get(row.id, []), result.decisions, key)
+        if before == "accepted":
+            report.removed[(playbook, target)] += 1
+        if after == "accepted":
+            report.added[(playbook, target)] += 1
+        report.changed += 1
+        if len(report.changes) < SHOWN_CHANGES:
+            report.changes.append(
+                {
+                    "notification_id": row.id,
+                    "received_at": row.received_at,
+                    "alertname": names.get(fingerprint, ""),
+                    "fingerprint": fingerprint,
+                    "alert_status": status,
+                    "playbook": playbook or None,
+                    "target": target or None,
+                    "recorded": before,
+                    "replayed": after,
+                }
+            )
+
+
+def _count(
+    side: Side, decision: str, playbook: str | None, target: str | None, rung: Any, mode: Any, phase: Any
+) -> None:
+    side.decisions[decision] += 1
+    if decision != "accepted" or playbook is None:
+        return
+    side.runs[(playbook, target or "")] += 1
+    if rung is not None and phase == "firing":
+        side.rungs[(playbook, target or "", int(rung))] += 1
+
+
+def _target_of(recorded: Sequence[Any], replayed: Sequence[Any], key: tuple[str, str, str]) -> str:
+    for d in replayed:
+        if (d.fingerprint, d.playbook or "") == (key[0], key[2]) and d.target:
+            return str(d.target)
+    for d in recorded:
+        if (d.fingerprint, d.alert_status, d.playbook or "") == key and d.target:
+            return str(d.target)
+    return ""
+
+
+@dataclass(frozen=True)
+class _Run:
+    id: int
+    target: str
+    mode: str
+    phase: str
+    rung: int | None
+    status: str
+    cordons: tuple[str, ...]
+    """The nodes (param `node`, "" for the run's target) of its cordon/drain steps."""
+    gated: tuple[tuple[str, str], ...]
+    """(action, node) of its breaker-gated steps, in order."""
+    releases: tuple[str, ...]
+    """The nodes its uncordon/untaint steps give back."""
+
+
+# Built once: building a statement costs more than running it on the scratch store (as store/ingest.py's).
+_SCRATCH_RUNS = sa.select(
+    t.runs.c.id, t.runs.c.target, t.runs.c.mode, t.runs.c.phase, t.runs.c.rung, t.runs.c.status
+).where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+_SCRATCH_STEPS = (
+    sa.select(t.steps.c.run_id, t.steps.c.action, t.steps.c.params)
+    .where(t.steps.c.run_id.in_(sa.bindparam("p_ids", expanding=True)))
+    .order_by(t.steps.c.run_id, t.steps.c.idx)
+)
+
+
+def _scratch_runs(scratch: Store, registry: ActionRegistry, run_ids: Sequence[int]) -> dict[int, _Run]:
+    """The replayed runs of one notification with the steps the report and the breaker need."""
+    if not run_ids:
+        return {}
+    with scratch.read() as conn:
+        runs = conn.execute(_SCRATCH_RUNS, {"p_ids": run_ids}).all()
+        steps = conn.execute(_SCRATCH_STEPS, {"p_ids": run_ids}).all()
+    by_run: dict[int, list[tuple[str, str]]] = {}
+    for run_id, action, params in steps:
+        by_run.setdefault(run_id, []).append((action, json.loads(params).get("node") or ""))
+    found = {}
+    for run in runs:
+        own = by_run.get(run.id, [])
+        found[run.id] = _Run(
+            run.id,
+            run.target,
+            run.mode,
+            run.phase,
+            run.rung,
+            run.status,
+            tuple(name for action, name in own if action in CORDONS),
+            # A step that names no node acts on the run's target.
+            tuple((action, name or run.target) for action, name in own if _gated(registry, action)),
+            tuple(name or run.target for action, name in own if action in RELEASES),
+        )
+    return found
+
+
+class _Breaker:
+    """The circuit breaker as the executor would have driven it, on the scratch store, at replayed times."""
+
+    def __init__(self, scratch: Store, settings: Settings, cluster_nodes: int, report: Replay) -> None:
+        self.now = 0.0
+        self.nodes = cluster_nodes
+        self.report = report
+        self.breaker = CircuitBreaker(
+            scratch.breaker.ledger, limits=limits_from_settings(settings.kube.breaker), clock=lambda: self.now
+        )
+        report.breaker_note = f"simulated for {cluster_nodes} nodes: {self.breaker.limits.describe_cap(cluster_nodes)}"
+
+    def after(self, runs: Mapping[int, _Run], now: float) -> set[int]:
+        """Claims and releases of the notification's accepted enforced runs, at its time; the runs refused."""
+        self.now = now
+        refused: set[int] = set()
+        for run in sorted(runs.values(), key=lambda item: item.id):
+            if run.mode != "enforce" or run.status != RunStatus.QUEUED:
+                continue  # a shadow run, one waiting for a person, or one refused: the executor starts none
+            for node in run.releases:
+                self.breaker.release(node, run_id=run.id)
+            for action, node in run.gated:
+                try:
+                    self.breaker.acquire(
+                        node, kind=action.removeprefix("k8s."), run_id=run.id, cluster_nodes=self.nodes
+                    )
+                except BreakerOpen:
+                    state = self.breaker.state()
+                    if state.tripped_by_run == run.id and state.tripped_at == now:
+                        self.report.trips.append(
+                            {"at": now, "node": node, "run": run.id, "action": action, "reason": state.reason}
+                        )
+                    refused.add(run.id)
+                    break  # the step fails: the run stops there
+                except StaleAlert:
+                    refused.add(run.id)
+                    break
+        return refused
+
+
+def _gated(registry: ActionRegistry, action: str) -> bool:
+    return action in registry and registry.get(action).breaker_gated
