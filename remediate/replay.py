@@ -288,6 +288,7 @@ def _replay_one(
     result = engine.ingest(notification, raw="", received_at=row.received_at)
     runs = _scratch_runs(scratch, engine.registry, [d.run_id for d in result.decisions if d.run_id is not None])
     refused = breaker.after(runs, row.received_at) if breaker is not None else set()
+    _finish(scratch, runs, refused, row.received_at)
     replayed: dict[tuple[str, str, str], str] = {}
     statuses = {alert.fingerprint: alert.status for alert in notification.alerts}
     for d in result.decisions:
@@ -446,6 +447,27 @@ class _Breaker:
                     refused.add(run.id)
                     break
         return refused
+
+
+def _finish(scratch: Store, runs: Mapping[int, _Run], refused: set[int], now: float) -> None:
+    """The notification's queued runs as the executor would have left them (each started at once; none fails but
+    one the breaker refused; a dry-run one planned): what later judgements read of them, such as a repeat
+    offender's count of the runs that acted."""
+    ends: dict[RunStatus, list[int]] = {}
+    for run in runs.values():
+        if run.status != RunStatus.QUEUED:
+            continue  # awaiting approval (never approved here) or already finished
+        if run.id in refused:
+            end = RunStatus.FAILED
+        else:
+            end = RunStatus.SUCCEEDED if run.mode == "enforce" else RunStatus.PLANNED
+        ends.setdefault(end, []).append(run.id)
+    if not ends:
+        return
+    with scratch.write() as conn:
+        for end, ids in ends.items():
+            update = sa.update(t.runs).where(t.runs.c.id.in_(ids))
+            conn.execute(update.values(status=end.value, started_at=now, finished_at=now))
 
 
 def _gated(registry: ActionRegistry, action: str) -> bool:

@@ -506,15 +506,13 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 9 file: without what migration 10 adds (the web pages' ended sessions and
-    # failed logins).
+    # Back to a real version 10 file: without what migration 11 adds (the index a repeat offender's count reads).
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("DROP TABLE ui_sessions_ended")
-        conn.execute("DROP TABLE ui_login_failures")
-        conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+        conn.execute("DROP INDEX ix_runs_target")
+        conn.execute("UPDATE meta SET value = '10' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 10, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 11, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

@@ -205,6 +205,29 @@ LADDER = {
 
 
 @EVERY_DATABASE
+def test_a_repeat_offender_rule_sends_the_second_occurrence_straight_to_its_rung(
+    store: Store, db_url: str, make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """Recorded without `repeat_offender`: node-a's XID, resolved, and a new one 8 hours later, back on rung 1
+    (reset_after 6h). Replayed with `repeat_offender: {count: 2, within: 7d, then: cordon}`: the first run, which
+    the executor would have finished, makes the second occurrence go straight to rung 2 and its cordon."""
+    ladder = {**LADDER, "reset_after": "6h"}
+    engine = make_engine(ladder)
+    ingest_alerts(engine, xid_alert("node-a"), at=T0)
+    ingest_alerts(engine, alert_payload(status="resolved", labels={"Hostname": "node-a"}), at=T0 + 600)
+    ingest_alerts(engine, xid_alert("node-a", "2026-01-01T08:00:00Z"), at=T0 + 8 * 3600)
+    before = checksum(db_url)
+    repeat = {"count": 2, "within": "7d", "then": "cordon"}
+    report = replay(db_url, playbook_dir(tmp_path, {**ladder, "repeat_offender": repeat}))
+    assert report["rungs"] == [
+        {"playbook": "xid-ladder", "target": "node-a", "rung": 1, "recorded": 2, "replayed": 1},
+        {"playbook": "xid-ladder", "target": "node-a", "rung": 2, "recorded": 0, "replayed": 1},
+    ]
+    assert report["cordoned"]["added"] == ["node-a"]
+    assert checksum(db_url) == before
+
+
+@EVERY_DATABASE
 def test_a_shorter_holds_for_reaches_the_next_rung(
     store: Store, db_url: str, make_engine: Callable[..., Engine], tmp_path: Path
 ) -> None:
