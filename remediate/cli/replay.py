@@ -82,5 +82,6 @@ def print_replay(report: dict[str, Any]) -> None:
         f"added {', '.join(cordoned['added']) or '-'}; removed {', '.join(cordoned['removed']) or '-'}"
     )
     click.echo(
-        f"\n{report['changed_decisions']} decisions differ" + ("" if report["differs"] else ": nothing would change")
+        f"\n{report['changed_decisions']} decisions and {len(report['rungs'])} ladder rungs differ"
+        + ("" if report["differs"] else ": nothing would change")
     )

@@ -184,7 +184,7 @@ def test_the_text_report_and_bad_input(
     result = cli("replay", "--database-url", db_url, "--playbooks", changed, *WINDOW)
     assert result.exit_code == 0, result.output
     assert "xid       node-a  1         2         +1     -0" in result.stdout
-    assert "1 decisions differ" in result.stdout
+    assert "1 decisions and 0 ladder rungs differ" in result.stdout
     bad = cli("replay", "--database-url", db_url, "--playbooks", changed, "--since", "soon")
     assert_one_line_error(bad, "since")
     missing = cli("replay", "--database-url", f"sqlite:///{tmp_path / 'none.db'}", "--playbooks", changed)
@@ -219,6 +219,7 @@ def test_a_repeat_offender_rule_sends_the_second_occurrence_straight_to_its_rung
     before = checksum(db_url)
     repeat = {"count": 2, "within": "7d", "then": "cordon"}
     report = replay(db_url, playbook_dir(tmp_path, {**ladder, "repeat_offender": repeat}))
+    assert report["differs"] and report["changed_decisions"] == 0  # the same decisions, another rung
     assert report["rungs"] == [
         {"playbook": "xid-ladder", "target": "node-a", "rung": 1, "recorded": 2, "replayed": 1},
         {"playbook": "xid-ladder", "target": "node-a", "rung": 2, "recorded": 0, "replayed": 1},
