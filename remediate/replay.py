@@ -121,9 +121,7 @@ class Replay:
             "until": iso_utc(self.window.until),
             "notifications": self.notifications,
             "alerts": self.alerts,
-            "differs": bool(
-                self.changed or rungs or self.trips or self.recorded.cordoned != self.replayed.cordoned
-            ),
+            "differs": bool(self.changed or rungs or self.trips or self.recorded.cordoned != self.replayed.cordoned),
             "decisions": decisions,
             "runs": runs,
             "rungs": rungs,
