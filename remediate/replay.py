@@ -34,7 +34,7 @@ from remediate.config import Settings
 from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.engine import Engine
 from remediate.playbooks import PlaybookSet
-from remediate.runs import RunStatus
+from remediate.runs import Decision, RunStatus
 from remediate.store import Store
 
 BATCH = 1000
@@ -280,7 +280,7 @@ def _replay_one(
     for d in batch.decisions.get(row.id, []):
         recorded[(d.fingerprint, d.alert_status, d.playbook or "")] = d.decision
         _count(report.recorded, d.decision, d.playbook, d.target, d.rung, d.mode, d.phase)
-        if d.decision == "accepted" and d.mode == "enforce" and d.phase == "firing":
+        if d.decision == Decision.ACCEPTED and d.mode == "enforce" and d.phase == "firing":
             report.recorded.cordoned.update(node or d.target for node in batch.cordons.get(d.run_id, []))
     if not alert_rows:
         return
@@ -299,7 +299,7 @@ def _replay_one(
         _count(report.replayed, decision, d.playbook, d.target, rung, mode, phase)
         if (
             run is not None
-            and decision == "accepted"
+            and decision == Decision.ACCEPTED
             and mode == "enforce"
             and phase == "firing"
             and run.id not in refused
@@ -312,9 +312,9 @@ def _replay_one(
             continue
         fingerprint, status, playbook = key
         target = _target_of(batch.decisions.get(row.id, []), result.decisions, key)
-        if before == "accepted":
+        if before == Decision.ACCEPTED:
             report.removed[(playbook, target)] += 1
-        if after == "accepted":
+        if after == Decision.ACCEPTED:
             report.added[(playbook, target)] += 1
         report.changed += 1
         if len(report.changes) < SHOWN_CHANGES:
@@ -337,7 +337,7 @@ def _count(
     side: Side, decision: str, playbook: str | None, target: str | None, rung: Any, mode: Any, phase: Any
 ) -> None:
     side.decisions[decision] += 1
-    if decision != "accepted" or playbook is None:
+    if decision != Decision.ACCEPTED or playbook is None:
         return
     side.runs[(playbook, target or "")] += 1
     if rung is not None and phase == "firing":
