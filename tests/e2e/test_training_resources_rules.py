@@ -79,3 +79,19 @@ def test_a_stale_sample_restarts_the_for_of_gpu_memory_pressure_as_the_docs_say(
     assert fresh.returncode != 0 and "time: 9m30s" in fresh.stdout + fresh.stderr, fresh.stdout + fresh.stderr
     doc = (RULES_DIR.parents[1] / "docs" / "training-protocol.md").read_text()
     assert "### Scrape interval and `for:`" in doc and "training-resources.rules.test.yml" in doc
+
+
+def test_the_docs_timing_table_has_every_training_playbook_with_its_alert_and_the_rules_for() -> None:
+    """docs/training-protocol.md, "From fault to applied command": one row per shipped training playbook, whose
+    alert and `for:` are those of the shipped rules (a changed `for:` must change the table)."""
+    doc = (RULES_DIR.parents[1] / "docs" / "training-protocol.md").read_text()
+    section = doc.split("### From fault to applied command", 1)[1].split("\n#", 1)[0]
+    _header, *rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ") and "(" in line]
+    table = {cells[0].strip(): cells[1].strip() for cells in rows}
+    rules = {r["alert"]: r["for"] for r in rules_of("training") + rules_of("training-resources")}
+    playbooks = {
+        "loss-spike": "TrainingLossSpike",
+        "loss-nan": "TrainingLossNaN",
+        **{p: a for a, (p, _, _) in ACTING.items()},
+    }
+    assert table == {f"{playbook} ({alert})": rules[alert] for playbook, alert in playbooks.items()}
