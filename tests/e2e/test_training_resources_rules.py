@@ -2,6 +2,7 @@
 is handled by the shipped playbooks, which plan training.command with the published params. (promtool itself runs
 on every rule file in test_gpu_rules.py.) The scrape-interval caveat of docs/training-protocol.md is pinned by a
 promtool case with a stale sample; without that sample the same case fails, so the case is what holds the claim.
+Its fault -> command table names every shipped training playbook with its rule's `for:`.
 """
 
 from __future__ import annotations
