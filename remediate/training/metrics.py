@@ -80,7 +80,7 @@ class StepMetrics:
         *,
         registry: CollectorRegistry | None = None,
         port: int | None = None,
-        addr: str = "0.0.0.0",
+        addr: str = "0.0.0.0",  # noqa: S104  Prometheus scrapes the job from another host
         labels: RankLabels | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -95,9 +95,9 @@ class StepMetrics:
         self._samples: Any = None
         if self.labels.rank == "0":
             self._loss = Gauge("training_loss", "latest training loss", LABELS, registry=registry).labels(**values)
-            self._samples = Counter(
-                "training_samples", "samples trained, all ranks", LABELS, registry=registry
-            ).labels(**values)
+            self._samples = Counter("training_samples", "samples trained, all ranks", LABELS, registry=registry).labels(
+                **values
+            )
         self._clock = clock
         self._last = clock()
         self._server: Any = None
