@@ -5,10 +5,14 @@
         loss = train_step(batch)
         metrics.step(loss=loss.item(), samples=len(batch))
 
-Every rank calls `step` once per optimizer step. It observes the time since the previous call (the whole step:
-data loading, forward, backward, optimizer, waits in collectives) on `training_step_duration_seconds`, a Summary
-without quantiles (Prometheus computes a rank's mean step time as rate(_sum) / rate(_count), the input of
-TrainingStragglerRank). `training_loss` and `training_samples_total` are exported by rank 0 only: the loss rules
+Every rank calls `step` once per optimizer step. It observes the time since the previous `step` or `start` call on
+`training_step_duration_seconds`, a Summary without quantiles (Prometheus computes a rank's mean step time as
+rate(_sum) / rate(_count), the input of TrainingStragglerRank and TrainingStepTimeRegression).
+
+In synchronous data parallel every rank waits for the slowest one in the gradient all-reduce (and in
+TrainingControl.poll's broadcast), so the whole step lasts as long on every rank and a straggler cannot be told
+apart by it. Time the rank's own work instead: `start()` at the top of the step, `step()` before
+`loss.backward()` (data loading and forward, where a slow GPU or a starved loader shows). `training_loss` and `training_samples_total` are exported by rank 0 only: the loss rules
 and TrainingThroughputDrop alert per series, and one series per job keeps them to one alert per job.
 
 Every series carries `training_job`, `rank`, `world_size`, `node` and `gpu` (RankLabels.detect). `training_job`,
@@ -111,13 +115,13 @@ class StepMetrics:
             self._server.server_close()
             self._server = None
 
-    def restart_clock(self) -> None:
-        """Start the next step's time now (after an evaluation, a checkpoint save or a pause you do not want
-        counted as a slow step)."""
+    def start(self) -> None:
+        """The step begins now: the next `step` observes the time since this call (module docstring: call it at
+        the top of the step in data parallel; after an evaluation or a checkpoint save it leaves the pause out)."""
         self._last = self._clock()
 
     def step(self, *, loss: float | None = None, samples: int = 0) -> float:
-        """Record one finished step; returns its duration in seconds. `samples`: this rank's samples in the step
+        """Record one step, timed since the last `start` or `step` call; returns its duration in seconds. `samples`: this rank's samples in the step
         (rank 0 counts them times world_size: every rank trains as many). NaN/Inf losses are exported as they are
         (TrainingLossNaN reads them)."""
         now = self._clock()

@@ -52,13 +52,14 @@ def test_other_ranks_export_only_their_step_time_so_the_loss_and_throughput_rule
     assert not names & {"training_loss", "training_samples_total"}
 
 
-def test_restart_clock_leaves_a_pause_out_of_the_next_step() -> None:
+def test_start_times_the_rank_s_own_part_of_the_step_and_leaves_a_pause_out() -> None:
     registry, clock = CollectorRegistry(), Clock()
     metrics = StepMetrics("llm-7b", registry=registry, labels=RankLabels(**RANK1), clock=clock)
-    clock.now += 60  # an evaluation
-    metrics.restart_clock()
+    clock.now += 60  # an evaluation, or the wait for the slowest rank in the previous all-reduce
+    metrics.start()
     clock.now += 0.5
     assert metrics.step() == pytest.approx(0.5)
+    assert registry.get_sample_value("training_step_duration_seconds_sum", RANK1) == pytest.approx(0.5)
 
 
 def test_labels_come_from_torchrun_and_the_downward_api_environment() -> None:
