@@ -2,8 +2,11 @@
 
     metrics = StepMetrics("llm-7b", port=9400)   # or registry=<the job's CollectorRegistry>
     for batch in loader:
-        loss = train_step(batch)
-        metrics.step(loss=loss.item(), samples=len(batch))
+        metrics.start()
+        loss = model(batch)
+        metrics.step(loss=loss.item(), samples=len(batch))   # .item() waits for the GPU: its work is counted
+        loss.backward()
+        ...
 
 Every rank calls `step` once per optimizer step. It observes the time since the previous `step` or `start` call on
 `training_step_duration_seconds`, a Summary without quantiles (Prometheus computes a rank's mean step time as
@@ -12,8 +15,11 @@ rate(_sum) / rate(_count), the input of TrainingStragglerRank and TrainingStepTi
 In synchronous data parallel every rank waits for the slowest one in the gradient all-reduce (and in
 TrainingControl.poll's broadcast), so the whole step lasts as long on every rank and a straggler cannot be told
 apart by it. Time the rank's own work instead: `start()` at the top of the step, `step()` before
-`loss.backward()` (data loading and forward, where a slow GPU or a starved loader shows). `training_loss` and `training_samples_total` are exported by rank 0 only: the loss rules
-and TrainingThroughputDrop alert per series, and one series per job keeps them to one alert per job.
+`loss.backward()` (data loading and forward, where a slow GPU or a starved loader shows). Without data parallel,
+`step()` alone times whole steps.
+
+`training_loss` and `training_samples_total` are exported by rank 0 only: the loss rules and TrainingThroughputDrop
+alert per series, and one series per job keeps them to one alert per job.
 
 Every series carries `training_job`, `rank`, `world_size`, `node` and `gpu` (RankLabels.detect). `training_job`,
 not `job`: Prometheus' scrape sets `job` and renames the job's own to `exported_job`.
@@ -121,9 +127,9 @@ class StepMetrics:
         self._last = self._clock()
 
     def step(self, *, loss: float | None = None, samples: int = 0) -> float:
-        """Record one step, timed since the last `start` or `step` call; returns its duration in seconds. `samples`: this rank's samples in the step
-        (rank 0 counts them times world_size: every rank trains as many). NaN/Inf losses are exported as they are
-        (TrainingLossNaN reads them)."""
+        """Record one step, timed since the last `start` or `step` call; returns its duration in seconds.
+        `samples`: this rank's samples in the step (rank 0 counts them times world_size: every rank trains as many).
+        NaN/Inf losses are exported as they are (TrainingLossNaN reads them)."""
         now = self._clock()
         seconds, self._last = now - self._last, now
         self._duration.observe(seconds)
