@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from remediate.training.metrics import MetricsLabelError, RankLabels, StepMetrics
 from tests.support.realsystems import free_port
+from tests.support.training import require
 
 
 class Clock:
@@ -68,6 +69,16 @@ def test_labels_come_from_torchrun_and_the_downward_api_environment() -> None:
     assert labels == RankLabels("llm-7b", "3", "8", "gpu-node-7", "1")
     single = RankLabels.detect("small", {})
     assert single == RankLabels("small", "0", "1", socket.gethostname(), "")
+
+
+def test_an_initialised_process_group_wins_over_the_environment() -> None:
+    dist = require("torch.distributed")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        labels = RankLabels.detect("llm-7b", {"RANK": "5", "WORLD_SIZE": "9", "NODE_NAME": "n"})
+    finally:
+        dist.destroy_process_group()
+    assert (labels.rank, labels.world_size) == ("0", "1")
 
 
 @pytest.mark.parametrize(
