@@ -1,0 +1,141 @@
+"""Per-rank step metrics under the names the shipped rules read (docs/training-protocol.md, "Per-rank step metrics").
+
+    metrics = StepMetrics("llm-7b", port=9400)   # or registry=<the job's CollectorRegistry>
+    for batch in loader:
+        metrics.start()
+        loss = model(batch)
+        metrics.step(loss=loss.item(), samples=len(batch))   # .item() waits for the GPU: its work is counted
+        loss.backward()
+        ...
+
+Every rank calls `step` once per optimizer step. It observes the time since the previous `step` or `start` call on
+`training_step_duration_seconds`, a Summary without quantiles (Prometheus computes a rank's mean step time as
+rate(_sum) / rate(_count), the input of TrainingStragglerRank and TrainingStepTimeRegression).
+
+In synchronous data parallel every rank waits for the slowest one in the gradient all-reduce (and in
+TrainingControl.poll's broadcast), so the whole step lasts as long on every rank and a straggler cannot be told
+apart by it. Time the rank's own work instead: `start()` at the top of the step, `step()` before
+`loss.backward()` (data loading and forward, where a slow GPU or a starved loader shows). Without data parallel,
+`step()` alone times whole steps.
+
+`training_loss` and `training_samples_total` are exported by rank 0 only: the loss rules and TrainingThroughputDrop
+alert per series, and one series per job keeps them to one alert per job.
+
+Every series carries `training_job`, `rank`, `world_size`, `node` and `gpu` (RankLabels.detect). `training_job`,
+not `job`: Prometheus' scrape sets `job` and renames the job's own to `exported_job`.
+
+Only prometheus_client is needed; torch is read only when the job has already imported it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Summary, start_http_server
+
+LABELS = ("training_job", "rank", "world_size", "node", "gpu")
+
+
+class MetricsLabelError(ValueError):
+    """A label StepMetrics needs is missing or malformed (the message names it)."""
+
+
+@dataclass(frozen=True)
+class RankLabels:
+    """The labels of one rank's series; "" where unknown (gpu on a CPU job)."""
+
+    training_job: str
+    rank: str
+    world_size: str
+    node: str
+    gpu: str
+
+    @classmethod
+    def detect(cls, training_job: str, environ: Mapping[str, str] = os.environ) -> RankLabels:
+        """rank/world_size from torch.distributed when initialised, else RANK/WORLD_SIZE (torchrun sets both),
+        else 0/1; node from NODE_NAME (the downward API's spec.nodeName), else the host name; gpu: the current
+        CUDA device when torch has CUDA, else LOCAL_RANK (torchrun's index on the node: the GPU with one process
+        per GPU), else ""."""
+        if not training_job:
+            raise MetricsLabelError("training_job: a job name is required (the name given to TrainingControl)")
+        rank, world_size = environ.get("RANK", "0"), environ.get("WORLD_SIZE", "1")
+        gpu = environ.get("LOCAL_RANK", "")
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            dist = torch.distributed
+            if dist.is_available() and dist.is_initialized():
+                rank, world_size = str(dist.get_rank()), str(dist.get_world_size())
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                gpu = str(torch.cuda.current_device())
+        for name, value in (("RANK", rank), ("WORLD_SIZE", world_size)):
+            if not value.isdigit():
+                raise MetricsLabelError(f"{name}: expected a non-negative integer, got {value!r}")
+        node = environ.get("NODE_NAME") or socket.gethostname()
+        return cls(training_job=training_job, rank=rank, world_size=world_size, node=node, gpu=gpu)
+
+
+class StepMetrics:
+    """The three training series of one rank, in `registry` (default: prometheus_client's global one), served on
+    `port` when given (start_http_server; leave it out when the job already serves its registry)."""
+
+    def __init__(
+        self,
+        training_job: str,
+        *,
+        registry: CollectorRegistry | None = None,
+        port: int | None = None,
+        addr: str = "0.0.0.0",  # noqa: S104  Prometheus scrapes the job from another host
+        labels: RankLabels | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.labels = labels or RankLabels.detect(training_job)
+        registry = registry if registry is not None else REGISTRY
+        values = asdict(self.labels)
+        self._duration = Summary(
+            "training_step_duration_seconds", "wall time of one training step on this rank", LABELS, registry=registry
+        ).labels(**values)
+        # rank 0 only (module docstring); the other ranks register nothing that the rules would see twice.
+        self._loss: Any = None
+        self._samples: Any = None
+        if self.labels.rank == "0":
+            self._loss = Gauge("training_loss", "latest training loss", LABELS, registry=registry).labels(**values)
+            self._samples = Counter("training_samples", "samples trained, all ranks", LABELS, registry=registry).labels(
+                **values
+            )
+        self._clock = clock
+        self._last = clock()
+        self._server: Any = None
+        if port is not None:
+            self._server, _ = start_http_server(port, addr=addr, registry=registry)
+
+    def close(self) -> None:
+        """Stop serving `port` (nothing to do without one)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def start(self) -> None:
+        """The step begins now: the next `step` observes the time since this call (module docstring: call it at
+        the top of the step in data parallel; after an evaluation or a checkpoint save it leaves the pause out)."""
+        self._last = self._clock()
+
+    def step(self, *, loss: float | None = None, samples: int = 0) -> float:
+        """Record one step, timed since the last `start` or `step` call; returns its duration in seconds.
+        `samples`: this rank's samples in the step (rank 0 counts them times world_size: every rank trains as many).
+        NaN/Inf losses are exported as they are (TrainingLossNaN reads them)."""
+        now = self._clock()
+        seconds, self._last = now - self._last, now
+        self._duration.observe(seconds)
+        if self._loss is not None:
+            if loss is not None:
+                self._loss.set(loss)
+            if samples:
+                self._samples.inc(samples * int(self.labels.world_size))
+        return seconds
