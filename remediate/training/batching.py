@@ -62,6 +62,8 @@ class Batching:
     """Default: the CPUs of this machine."""
     on_change: Callable[[Batching, str], None] | None = None
     """Called (in the training thread) with the command's name after each change."""
+    applies_at: str = "the loop's next optimizer step"
+    """When the loop reads a change (acknowledgements say it): a framework callback sets its own."""
     generation: int = 0
     """Moves on every change: a loop that rebuilds its loader compares it with the one it built for."""
     loaders: list[Any] = field(default_factory=list)
@@ -144,6 +146,7 @@ class Batching:
             f"micro-batch {micro} -> {new}, gradient accumulation {accumulation} -> {self.accumulation_steps}; "
             f"effective batch stays {per_step * world}"
             + (f" ({wanted} asked: the largest divisor of {per_step} not above it)" if new != wanted else "")
+            + f"; applies at {self.applies_at}"
         )
         return {
             "requested_micro_batch_size": wanted,
@@ -153,6 +156,7 @@ class Batching:
             "accumulation_steps_after": self.accumulation_steps,
             "effective_batch_size_before": per_step * world,
             "effective_batch_size_after": self.samples_per_step * world,
+            "applies_at": self.applies_at,
         }
 
     def _set_workers(self, ctx: CommandContext) -> dict[str, Any]:
@@ -169,9 +173,14 @@ class Batching:
         self._changed(SET_DATALOADER_WORKERS)
         ctx.detail = (
             f"data loader workers {before} -> {workers} ({len(self.loaders)} loader(s) updated; "
-            "they start that many with their next iterator)"
+            f"they start that many with their next iterator); applies at {self.applies_at}"
         )
-        return {"workers_before": before, "workers_after": workers, "loaders_updated": len(self.loaders)}
+        return {
+            "workers_before": before,
+            "workers_after": workers,
+            "loaders_updated": len(self.loaders),
+            "applies_at": self.applies_at,
+        }
 
     def _changed(self, command: str) -> None:
         self.generation += 1

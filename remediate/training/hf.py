@@ -28,11 +28,16 @@ from remediate.training.callbacks import FrameworkCallback
 from remediate.training.handlers import drop_gradients
 
 UNSUPPORTED_BATCH_SIZE = (
-    "the Trainer builds its data loader and fixes gradient_accumulation_steps once per train():"
-    " the callback cannot change the micro-batch or the accumulation, so the effective batch would not be"
-    " what an acknowledgement says"
+    "the Trainer builds its train loader once per train() and fixes the batches per epoch and per update step"
+    " from it: the callback cannot change the micro-batch inside train(), so the effective batch would not be"
+    " what an acknowledgement says (resume with a smaller per_device_train_batch_size instead)"
 )
-"""Why the callback refuses reduce_batch_size (until it is wired into the trainer): never declared, always rejected."""
+"""Why the callback refuses reduce_batch_size and set_dataloader_workers: never declared, always rejected.
+
+Verified against transformers 5.24 (`Trainer._inner_training_loop`): `get_train_dataloader()` runs
+once per train(), accelerate wraps that loader, and `steps_in_epoch` / `num_update_steps_per_epoch`
+are computed from it before the first epoch; only `args.gradient_accumulation_steps` is read again
+at every update step, and changing it alone would change the effective batch."""
 
 
 class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
@@ -45,7 +50,13 @@ class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self.choose_writer(state.is_world_process_zero)
-        self.start(kwargs.get("model"), kwargs.get("optimizer"), kwargs.get("lr_scheduler"), state.global_step)
+        self.start(
+            kwargs.get("model"),
+            kwargs.get("optimizer"),
+            kwargs.get("lr_scheduler"),
+            state.global_step,
+            UNSUPPORTED_BATCH_SIZE,
+        )
 
     def on_log(
         self,
