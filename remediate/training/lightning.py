@@ -43,7 +43,6 @@ except ImportError:  # pragma: no cover - the standalone package
     from pytorch_lightning.callbacks import GradientAccumulationScheduler  # type: ignore[no-redef]
 
 from remediate.training.batching import Batching
-
 from remediate.training.callbacks import FrameworkCallback
 from remediate.training.handlers import drop_gradients
 

@@ -84,8 +84,13 @@ def main() -> None:
                          default_root_dir=args.out, reload_dataloaders_every_n_epochs=1,
                          callbacks=[record, callback])  # fmt: skip
     trainer.fit(Module(batching, samples=128))
-    result = {"epochs": record.epochs, "per_step": record.per_step, "sent": record.sent,
-              "global_step": trainer.global_step, "batching": [batching.micro_batch_size, batching.accumulation_steps]}  # fmt: skip
+    result = {
+        "epochs": record.epochs,
+        "per_step": record.per_step,
+        "sent": record.sent,
+        "global_step": trainer.global_step,
+        "batching": [batching.micro_batch_size, batching.accumulation_steps],
+    }
     (Path(args.out) / f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
 
 
