@@ -34,10 +34,13 @@ UNSUPPORTED_BATCH_SIZE = (
 )
 """Why the callback refuses reduce_batch_size and set_dataloader_workers: never declared, always rejected.
 
-Verified against transformers 5.24 (`Trainer._inner_training_loop`): `get_train_dataloader()` runs
-once per train(), accelerate wraps that loader, and `steps_in_epoch` / `num_update_steps_per_epoch`
-are computed from it before the first epoch; only `args.gradient_accumulation_steps` is read again
-at every update step, and changing it alone would change the effective batch."""
+Verified against transformers 5.24 (`Trainer._inner_training_loop` / `_run_epoch`): `get_train_dataloader()`
+runs once per train(), accelerate wraps that loader, and `steps_in_epoch` / `num_update_steps_per_epoch`
+are computed from it before the first epoch. Only `args.gradient_accumulation_steps` is read again, at
+every update step, but the optimizer steps where ``(step + 1) % gradient_accumulation_steps == 0 or
+step + 1 == steps_in_epoch``: with a smaller micro-batch the epoch has more batches than the stale
+`steps_in_epoch`, so it would step at the wrong boundaries and the effective batch would change. The
+workers are refused with it: the loader is accelerate's, built from `dataloader_num_workers` once."""
 
 
 class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):

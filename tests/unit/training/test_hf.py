@@ -150,3 +150,21 @@ def test_the_hugging_face_callback_neither_declares_nor_applies_a_batch_size_it_
     assert ack.status == "rejected"
     assert ack.detail.startswith("'reduce_batch_size' is not supported by this integration (transformers): ")
     assert (batching.micro_batch_size, batching.accumulation_steps) == (32, 1)
+
+
+def test_the_hugging_face_callback_refuses_both_batching_commands_inside_a_real_train(tmp_path: Path) -> None:
+    """Issue 29, deliverable 4: with a `Batching` that has workers, set_dataloader_workers was declared and
+    acknowledged "applied" (0 loaders updated) while the Trainer's own loader kept its workers."""
+    from remediate.training.batching import Batching
+
+    root, batching = tmp_path / "control", Batching(micro_batch_size=8, dataloader_workers=0, max_dataloader_workers=2)
+    agent = Agent(root, 2, ("reduce_batch_size", {"factor": 0.5}), ("set_dataloader_workers", {"workers": 1}))
+    train(tmp_path, 6, 64, [agent, ours(tmp_path, every_n_steps=None, batching=batching)])
+
+    declared = JobPaths(root, JOB).read_registration().commands or {}
+    assert not {"reduce_batch_size", "set_dataloader_workers"} & set(declared)  # refused at plan time
+    for sent in agent.sent:
+        ack = wait_for_ack(root, JOB, sent)
+        assert ack.status == "rejected"
+        assert "builds its train loader once per train()" in ack.detail and "nothing was changed" in ack.detail
+    assert (batching.micro_batch_size, batching.accumulation_steps, batching.dataloader_workers) == (8, 1, 0)
