@@ -64,6 +64,8 @@ class Batching:
     """Called (in the training thread) with the command's name after each change."""
     applies_at: str = "the loop's next optimizer step"
     """When the loop reads a change (acknowledgements say it): a framework callback sets its own."""
+    accepts: Callable[[int, int], str | None] | None = None
+    """A framework's last word on a new (micro-batch, accumulation): why it cannot run it (None: it can)."""
     generation: int = 0
     """Moves on every change: a loop that rebuilds its loader compares it with the one it built for."""
     loaders: list[Any] = field(default_factory=list)
@@ -139,6 +141,9 @@ class Batching:
                 f"{per_step} (micro-batch {micro} x accumulation {accumulation}): the effective batch would change"
             )
         new = fitting[0]
+        refusal = self.accepts(new, per_step // new) if self.accepts is not None else None
+        if refusal:
+            raise CommandRejected(f"micro-batch {new} x accumulation {per_step // new}: {refusal}")
         self.micro_batch_size, self.accumulation_steps = new, per_step // new
         self._changed(REDUCE_BATCH_SIZE)
         world = ctx.world_size
