@@ -45,6 +45,13 @@ def _batch_sampler(loader: Any) -> Any:
 
 def batch_size_refusal(args: TrainingArguments, loader: Any, batching: Batching, world_size: int) -> str | None:
     """Why this Trainer cannot apply reduce_batch_size / set_dataloader_workers at an epoch start (None: it can)."""
+    if world_size > 1:
+        # Tried with 2 gloo ranks (transformers 5.24, accelerate): after the change a rank's epoch came up
+        # empty ("not a single sample in your epoch_iterator") and the other rank waited for it forever.
+        return (
+            f"{world_size} ranks: accelerate shards the Trainer's batches across ranks (BatchSamplerShard) and a"
+            " changed batch_size left a rank without batches; single-process jobs only"
+        )
     sampler = _batch_sampler(loader)
     if not isinstance(getattr(sampler, "batch_size", None), int) or not hasattr(sampler, "sampler"):
         return "the Trainer's train loader has no batch sampler whose batch_size can change"
