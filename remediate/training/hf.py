@@ -15,6 +15,15 @@ by clearing the gradients (the optimizer leaves the weights alone; with gradient
 one skipped "batch" is one optimizer step's worth of micro-batches); the Trainer still
 counts them as steps and its scheduler still steps.
 
+With ``batching=`` (`remediate.training.batching.Batching`) in a single-process job the
+callback declares ``reduce_batch_size`` and ``set_dataloader_workers`` and applies them at the
+next epoch: ``on_epoch_begin`` runs before the Trainer iterates its loader again and sets the
+loader's batch sampler ``batch_size``, ``args.gradient_accumulation_steps`` (read at every update
+step) and the loader's ``num_workers``. The Trainer keeps the epoch's micro-batch count it took at
+train() start and also steps the optimizer there, so a new accumulation must divide it (else the
+command is rejected); the effective batch stays exactly the same. `batch_size_refusal` lists what
+else must hold; with several ranks both commands are refused (docs/training-protocol.md).
+
 Needs ``transformers`` (and ``accelerate``, which its Trainer needs for PyTorch).
 """
 
