@@ -64,6 +64,12 @@ class FrameworkCallback:
             max_loss_ratio=max_loss_ratio,
             writer=False,  # decided by `choose_writer`, once the trainer knows the ranks
         )
+        # Refused until `start` sees a trainer that can apply them; TrainingControl keeps this very dict.
+        self._refused: dict[str, str] = {
+            REDUCE_BATCH_SIZE: self.unsupported_batch_size,
+            SET_DATALOADER_WORKERS: self.unsupported_batch_size,
+            **control_options.pop("unsupported", {}),
+        }
         self.control = TrainingControl(
             job,
             root=root,
@@ -71,10 +77,9 @@ class FrameworkCallback:
             framework=self.framework,
             wake_signal=wake_signal,
             rewinds_step=False,
+            unsupported=self._refused,
             **control_options,
         )
-        for kind in (REDUCE_BATCH_SIZE, SET_DATALOADER_WORKERS):
-            self.control.refuse(kind, self.unsupported_batch_size)
         self._last_saved: int | None = None
 
     def choose_writer(self, is_rank_zero: bool) -> None:
@@ -102,7 +107,7 @@ class FrameworkCallback:
                 self.control.add_handler(kind, handler)  # lifts the refusal set in __init__
         elif self.batching is not None:
             for kind in (REDUCE_BATCH_SIZE, SET_DATALOADER_WORKERS):
-                self.control.refuse(kind, batch_size_refusal)
+                self._refused[kind] = batch_size_refusal
         self.control.register()
 
     def step_end(self, step: int, loss: Any, checkpoint_loss: float | None) -> None:

@@ -158,11 +158,6 @@ class TrainingControl:
             if self._registered:
                 self.job_file.on_checkpoints(checkpoints.list())
 
-    def refuse(self, kind: str, why: str) -> None:
-        """Neither declare nor apply `kind` (before `register`): an acknowledgement says `why`, nothing changes."""
-        self._commands.unsupported[kind] = why
-        self._commands.handlers.pop(kind, None)
-
     def add_handler(
         self,
         kind: str,
