@@ -62,6 +62,10 @@ class Batching:
     """Default: the CPUs of this machine."""
     on_change: Callable[[Batching, str], None] | None = None
     """Called (in the training thread) with the command's name after each change."""
+    applies_at: str = "the loop's next optimizer step"
+    """When the loop reads a change (acknowledgements say it): a framework callback sets its own."""
+    accepts: Callable[[int, int], str | None] | None = None
+    """A framework's last word on a new (micro-batch, accumulation): why it cannot run it (None: it can)."""
     generation: int = 0
     """Moves on every change: a loop that rebuilds its loader compares it with the one it built for."""
     loaders: list[Any] = field(default_factory=list)
@@ -137,6 +141,9 @@ class Batching:
                 f"{per_step} (micro-batch {micro} x accumulation {accumulation}): the effective batch would change"
             )
         new = fitting[0]
+        refusal = self.accepts(new, per_step // new) if self.accepts is not None else None
+        if refusal:
+            raise CommandRejected(f"micro-batch {new} x accumulation {per_step // new}: {refusal}")
         self.micro_batch_size, self.accumulation_steps = new, per_step // new
         self._changed(REDUCE_BATCH_SIZE)
         world = ctx.world_size
@@ -144,6 +151,7 @@ class Batching:
             f"micro-batch {micro} -> {new}, gradient accumulation {accumulation} -> {self.accumulation_steps}; "
             f"effective batch stays {per_step * world}"
             + (f" ({wanted} asked: the largest divisor of {per_step} not above it)" if new != wanted else "")
+            + f"; applies at {self.applies_at}"
         )
         return {
             "requested_micro_batch_size": wanted,
@@ -153,6 +161,7 @@ class Batching:
             "accumulation_steps_after": self.accumulation_steps,
             "effective_batch_size_before": per_step * world,
             "effective_batch_size_after": self.samples_per_step * world,
+            "applies_at": self.applies_at,
         }
 
     def _set_workers(self, ctx: CommandContext) -> dict[str, Any]:
@@ -169,9 +178,14 @@ class Batching:
         self._changed(SET_DATALOADER_WORKERS)
         ctx.detail = (
             f"data loader workers {before} -> {workers} ({len(self.loaders)} loader(s) updated; "
-            "they start that many with their next iterator)"
+            f"they start that many with their next iterator); applies at {self.applies_at}"
         )
-        return {"workers_before": before, "workers_after": workers, "loaders_updated": len(self.loaders)}
+        return {
+            "workers_before": before,
+            "workers_after": workers,
+            "loaders_updated": len(self.loaders),
+            "applies_at": self.applies_at,
+        }
 
     def _changed(self, command: str) -> None:
         self.generation += 1

@@ -7,7 +7,7 @@ import os
 import signal
 from typing import Any, ClassVar
 
-from remediate.training.batching import REDUCE_BATCH_SIZE
+from remediate.training.batching import REDUCE_BATCH_SIZE, SET_DATALOADER_WORKERS, Batching
 from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, CheckpointIndex, TorchCheckpoints
 from remediate.training.client import TrainingControl
 from remediate.training.handlers import CheckpointStore
@@ -18,8 +18,8 @@ class FrameworkCallback:
 
     framework: ClassVar[str]
     unsupported_batch_size: ClassVar[str]
-    """Why the callback refuses reduce_batch_size (until it is wired into the trainer): never declared, always
-    rejected."""
+    """Why the callback refuses reduce_batch_size and set_dataloader_workers until `start` finds the trainer can
+    honour them (`batch_size_refusal`): never declared, always rejected."""
 
     def __init__(
         self,
@@ -31,6 +31,7 @@ class FrameworkCallback:
         keep: int | None = 5,
         good_loss_below: float | None = None,
         checkpoints: CheckpointStore | None = None,
+        batching: Batching | None = None,
         wake_signal: int | None = signal.SIGUSR2,
         max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
         **control_options: Any,
@@ -43,6 +44,10 @@ class FrameworkCallback:
             (if set) and not above `max_loss_ratio` (default 3) x the median of the recent good ones.
         checkpoints: your own `CheckpointStore` instead (then `checkpoint_dir`, `keep`, `good_loss_below`
             and `max_loss_ratio` are not used).
+        batching: the micro-batch, gradient accumulation and loader workers the trainer runs
+            (`remediate.training.batching`); declares reduce_batch_size and set_dataloader_workers when
+            training starts, if the trainer can apply them (see the framework's module), else they are
+            refused with the reason.
         wake_signal: the wake-up signal (SIGUSR2; None: no handler — SIGUSR1 is Lightning's/SLURM's).
         Other keyword arguments go to `TrainingControl`.
         """
@@ -50,6 +55,7 @@ class FrameworkCallback:
         if checkpoints is None and checkpoint_dir is None:
             raise ValueError(f"{type(self).__name__} needs checkpoint_dir= (or your own checkpoints=)")
         self.every_n_steps = every_n_steps
+        self.batching = batching
         self._own_checkpoints = checkpoints is None
         self.checkpoints: CheckpointStore = checkpoints or TorchCheckpoints(
             checkpoint_dir,  # type: ignore[arg-type]
@@ -58,6 +64,12 @@ class FrameworkCallback:
             max_loss_ratio=max_loss_ratio,
             writer=False,  # decided by `choose_writer`, once the trainer knows the ranks
         )
+        # Refused until `start` sees a trainer that can apply them; TrainingControl keeps this very dict.
+        self._refused: dict[str, str] = {
+            REDUCE_BATCH_SIZE: self.unsupported_batch_size,
+            SET_DATALOADER_WORKERS: self.unsupported_batch_size,
+            **control_options.pop("unsupported", {}),
+        }
         self.control = TrainingControl(
             job,
             root=root,
@@ -65,7 +77,7 @@ class FrameworkCallback:
             framework=self.framework,
             wake_signal=wake_signal,
             rewinds_step=False,
-            unsupported={REDUCE_BATCH_SIZE: self.unsupported_batch_size, **control_options.pop("unsupported", {})},
+            unsupported=self._refused,
             **control_options,
         )
         self._last_saved: int | None = None
@@ -77,14 +89,25 @@ class FrameworkCallback:
             if is_rank_zero:
                 self.checkpoints.directory.mkdir(parents=True, exist_ok=True)
 
-    def start(self, model: Any, optimizers: Any, schedulers: Any, global_step: int) -> None:
-        """Training starts: attach what the trainer built, and register the job."""
+    def start(
+        self, model: Any, optimizers: Any, schedulers: Any, global_step: int, batch_size_refusal: str | None = None
+    ) -> None:
+        """Training starts: attach what the trainer built, and register the job.
+
+        batch_size_refusal: why this trainer cannot honour the batching commands (None: it can)."""
         if isinstance(self.checkpoints, TorchCheckpoints):
             self.checkpoints.attach(model=model, optimizer=optimizers, scheduler=schedulers)
         if global_step > 0 and isinstance(self.checkpoints, CheckpointIndex):
             # Resumed from a checkpoint: this run continues the previous one's lineage at that step.
             self.checkpoints.continue_from(global_step)
         self.control.attach(optimizer=optimizers, scheduler=schedulers)
+        if self.batching is not None and batch_size_refusal is None:
+            self.control.batching = self.batching
+            for kind, handler in self.batching.handlers().items():
+                self.control.add_handler(kind, handler)  # lifts the refusal set in __init__
+        elif self.batching is not None:
+            for kind in (REDUCE_BATCH_SIZE, SET_DATALOADER_WORKERS):
+                self._refused[kind] = batch_size_refusal
         self.control.register()
 
     def step_end(self, step: int, loss: Any, checkpoint_loss: float | None) -> None:

@@ -31,7 +31,8 @@ class Commands:
         self.framework = framework
         self.inbox = inbox
         self.outbox = outbox
-        self.unsupported = dict(unsupported or {})
+        # The caller's own dict (not a copy): a framework callback refuses more once it has seen the trainer.
+        self.unsupported = unsupported if unsupported is not None else {}
         self.handlers = {kind: h for kind, h in BUILTIN_HANDLERS.items() if kind not in self.unsupported}
 
     def add(self, kind: str, handler: Handler) -> None:

@@ -15,6 +15,15 @@ by clearing the gradients (the optimizer leaves the weights alone; with gradient
 one skipped "batch" is one optimizer step's worth of micro-batches); the Trainer still
 counts them as steps and its scheduler still steps.
 
+With ``batching=`` (`remediate.training.batching.Batching`) in a single-process job the
+callback declares ``reduce_batch_size`` and ``set_dataloader_workers`` and applies them at the
+next epoch: ``on_epoch_begin`` runs before the Trainer iterates its loader again and sets the
+loader's batch sampler ``batch_size``, ``args.gradient_accumulation_steps`` (read at every update
+step) and the loader's ``num_workers``. The Trainer keeps the epoch's micro-batch count it took at
+train() start and also steps the optimizer there, so a new accumulation must divide it (else the
+command is rejected); the effective batch stays exactly the same. `batch_size_refusal` lists what
+else must hold; with several ranks both commands are refused (docs/training-protocol.md).
+
 Needs ``transformers`` (and ``accelerate``, which its Trainer needs for PyTorch).
 """
 
@@ -24,15 +33,61 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from remediate.training.batching import Batching
 from remediate.training.callbacks import FrameworkCallback
 from remediate.training.handlers import drop_gradients
 
 UNSUPPORTED_BATCH_SIZE = (
-    "the Trainer builds its data loader and fixes gradient_accumulation_steps once per train():"
-    " the callback cannot change the micro-batch or the accumulation, so the effective batch would not be"
-    " what an acknowledgement says"
+    "the callback was given no batching= (the per_device_train_batch_size, gradient_accumulation_steps and"
+    " dataloader_num_workers the Trainer runs)"
 )
-"""Why the callback refuses reduce_batch_size (until it is wired into the trainer): never declared, always rejected."""
+"""Why the callback refuses the batching commands without a `Batching`."""
+APPLIES_AT = "the next epoch (the Trainer's on_epoch_begin, before it iterates its loader again)"
+
+
+def _batch_sampler(loader: Any) -> Any:
+    """The torch BatchSampler under the Trainer's loader (accelerate wraps it in a BatchSamplerShard with DDP)."""
+    sampler = getattr(loader, "batch_sampler", None)
+    inner = getattr(sampler, "batch_sampler", None)
+    return inner if inner is not None else sampler
+
+
+def batch_size_refusal(args: TrainingArguments, loader: Any, batching: Batching, world_size: int) -> str | None:
+    """Why this Trainer cannot apply reduce_batch_size / set_dataloader_workers at an epoch start (None: it can)."""
+    if world_size > 1:
+        # Tried with 2 gloo ranks (transformers 5.24, accelerate): after the change a rank's epoch came up
+        # empty ("not a single sample in your epoch_iterator") and the other rank waited for it forever.
+        return (
+            f"{world_size} ranks: accelerate shards the Trainer's batches across ranks (BatchSamplerShard) and a"
+            " changed batch_size left a rank without batches; single-process jobs only"
+        )
+    sampler = _batch_sampler(loader)
+    if not isinstance(getattr(sampler, "batch_size", None), int) or not hasattr(sampler, "sampler"):
+        return "the Trainer's train loader has no batch sampler whose batch_size can change"
+    if (args.per_device_train_batch_size, sampler.batch_size) != (batching.micro_batch_size,) * 2:
+        return (
+            f"per_device_train_batch_size is {args.per_device_train_batch_size}, batching.micro_batch_size is "
+            f"{batching.micro_batch_size}"
+        )
+    if args.gradient_accumulation_steps != batching.accumulation_steps:
+        return (
+            f"gradient_accumulation_steps is {args.gradient_accumulation_steps}, batching.accumulation_steps is "
+            f"{batching.accumulation_steps}"
+        )
+    rows, per_update = len(sampler.sampler), batching.samples_per_step * world_size
+    if rows % per_update:
+        return (
+            f"{rows} rows per epoch are not a multiple of the effective batch {per_update}: the Trainer would "
+            "cut the epoch's last update step at the boundary it counted at train() start"
+        )
+    if batching.dataloader_workers is not None and args.dataloader_num_workers != batching.dataloader_workers:
+        return (
+            f"dataloader_num_workers is {args.dataloader_num_workers}, batching.dataloader_workers is "
+            f"{batching.dataloader_workers}"
+        )
+    if batching.dataloader_workers is not None and args.dataloader_persistent_workers:
+        return "dataloader_persistent_workers: the loader keeps its first workers for the whole train()"
+    return None
 
 
 class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
@@ -45,7 +100,40 @@ class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self.choose_writer(state.is_world_process_zero)
-        self.start(kwargs.get("model"), kwargs.get("optimizer"), kwargs.get("lr_scheduler"), state.global_step)
+        refusal = None
+        if self.batching is not None:
+            loader = kwargs.get("train_dataloader")
+            # The Trainer counts the epoch's micro-batches once (steps_in_epoch) and steps the optimizer at
+            # every multiple of the accumulation and at that count: a new accumulation must divide it.
+            batches = len(loader) if loader is not None else 0
+            self.batching.applies_at = APPLIES_AT
+            self.batching.accepts = lambda micro, accumulation: (
+                None
+                if batches % accumulation == 0
+                else f"the Trainer steps at micro-batch {batches} of each epoch (counted at train() start), "
+                f"not a multiple of {accumulation}"
+            )
+            refusal = batch_size_refusal(args, loader, self.batching, args.world_size)
+        self.start(
+            kwargs.get("model"),
+            kwargs.get("optimizer"),
+            kwargs.get("lr_scheduler"),
+            state.global_step,
+            refusal,
+        )
+
+    def on_epoch_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        # Before the Trainer iterates its loader for this epoch: the batch sampler reads batch_size at every
+        # batch, the loader num_workers at iter(), the epoch loop gradient_accumulation_steps per update step.
+        if self.batching is None or self.control.batching is not self.batching:
+            return
+        loader = kwargs.get("train_dataloader")
+        _batch_sampler(loader).batch_size = self.batching.micro_batch_size
+        args.gradient_accumulation_steps = self.batching.accumulation_steps
+        if self.batching.dataloader_workers is not None:
+            loader.num_workers = self.batching.dataloader_workers
 
     def on_log(
         self,

@@ -13,6 +13,20 @@ step in the acknowledgement is the checkpoint's and the trainer's counter contin
 batches are dropped in ``on_before_optimizer_step`` by clearing the gradients, so the
 optimizer leaves the weights alone; Lightning still counts them as steps.
 
+With ``batching=`` (`remediate.training.batching.Batching`) the callback declares
+``reduce_batch_size`` and ``set_dataloader_workers`` and applies them at the next epoch, the
+earliest point Lightning allows: it counts accumulation from the epoch's first batch
+(``batch_progress.current.ready % accumulate_grad_batches``) and re-creates the train loader
+only at an epoch start. The handler changes the `Batching` at once (acknowledged "applies at
+the next epoch"); the rest of the epoch runs the old micro-batch and accumulation; at the
+next epoch Lightning calls ``train_dataloader()`` again, which must build the loader from
+``batching.micro_batch_size`` and ``batching.dataloader_workers``, and ``on_train_epoch_start``
+sets ``trainer.accumulate_grad_batches``. The effective batch (micro-batch x accumulation x
+ranks) stays exactly the same. Needs ``Trainer(reload_dataloaders_every_n_epochs=1,
+accumulate_grad_batches=batching.accumulation_steps)``, automatic optimization, no
+``GradientAccumulationScheduler`` and a loader that matches the `Batching` at start; otherwise
+both commands are refused, with the reason, at plan time.
+
 Every rank runs the callback; in a DDP job rank 0 reads the inbox and broadcasts
 (remediate.training.client). Needs ``lightning`` (or ``pytorch_lightning``) >= 2.0.
 """
@@ -23,18 +37,51 @@ from typing import Any
 
 try:
     from lightning.pytorch import Callback, LightningModule, Trainer
+    from lightning.pytorch.callbacks import GradientAccumulationScheduler
 except ImportError:  # pragma: no cover - the standalone package
     from pytorch_lightning import Callback, LightningModule, Trainer  # type: ignore[no-redef]
+    from pytorch_lightning.callbacks import GradientAccumulationScheduler  # type: ignore[no-redef]
 
+from remediate.training.batching import Batching
 from remediate.training.callbacks import FrameworkCallback
 from remediate.training.handlers import drop_gradients
 
 UNSUPPORTED_BATCH_SIZE = (
-    "Lightning's Trainer builds its data loader and fixes accumulate_grad_batches once per fit:"
-    " the callback cannot change the micro-batch or the accumulation, so the effective batch would not be"
-    " what an acknowledgement says"
+    "the callback was given no batching= (the micro-batch, accumulation and workers its train_dataloader() reads)"
 )
-"""Why the callback refuses reduce_batch_size (until it is wired into the trainer): never declared, always rejected."""
+"""Why the callback refuses the batching commands without a `Batching`."""
+APPLIES_AT = "the next epoch (Lightning reloads train_dataloader() and the accumulation then)"
+
+
+class BatchingNotFollowed(RuntimeError):
+    """The reloaded train loader does not run the `Batching`'s micro-batch: the effective batch would change."""
+
+
+def batch_size_refusal(trainer: Trainer, pl_module: LightningModule, batching: Batching) -> str | None:
+    """Why this trainer cannot apply reduce_batch_size / set_dataloader_workers at an epoch start (None: it can)."""
+    loader = trainer.train_dataloader
+    if trainer.reload_dataloaders_every_n_epochs != 1:
+        return "the Trainer does not reload train_dataloader() every epoch: set reload_dataloaders_every_n_epochs=1"
+    if not pl_module.automatic_optimization:
+        return "manual optimization: Lightning does not accumulate gradients for it"
+    if any(isinstance(callback, GradientAccumulationScheduler) for callback in trainer.callbacks):
+        return "a GradientAccumulationScheduler sets accumulate_grad_batches itself"
+    if trainer.accumulate_grad_batches != batching.accumulation_steps:
+        return (
+            f"the Trainer accumulates {trainer.accumulate_grad_batches} batches, "
+            f"batching.accumulation_steps is {batching.accumulation_steps}"
+        )
+    if getattr(loader, "batch_size", None) != batching.micro_batch_size:
+        return (
+            f"the train loader's batch_size is {getattr(loader, 'batch_size', None)}, batching.micro_batch_size is "
+            f"{batching.micro_batch_size}: train_dataloader() must build it from the Batching"
+        )
+    if batching.dataloader_workers is not None and getattr(loader, "num_workers", None) != batching.dataloader_workers:
+        return (
+            f"the train loader has {getattr(loader, 'num_workers', None)} workers, batching.dataloader_workers is "
+            f"{batching.dataloader_workers}: train_dataloader() must build it from the Batching"
+        )
+    return None
 
 
 def _loss_of(outputs: Any) -> Any:
@@ -60,7 +107,23 @@ class RemediateCallback(FrameworkCallback, Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
-        self.start(pl_module, list(trainer.optimizers), schedulers, trainer.global_step)
+        refusal = None
+        if self.batching is not None:
+            self.batching.applies_at = APPLIES_AT
+            refusal = batch_size_refusal(trainer, pl_module, self.batching)
+        self.start(pl_module, list(trainer.optimizers), schedulers, trainer.global_step, refusal)
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # The loader of this epoch was just built by train_dataloader(); the accumulation follows it.
+        if self.batching is None or self.control.batching is not self.batching:
+            return
+        size = getattr(trainer.train_dataloader, "batch_size", None)
+        if size != self.batching.micro_batch_size:
+            raise BatchingNotFollowed(
+                f"train_dataloader() built a loader of batch_size {size} while batching.micro_batch_size is "
+                f"{self.batching.micro_batch_size}: build it from the Batching"
+            )
+        trainer.accumulate_grad_batches = self.batching.accumulation_steps
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int

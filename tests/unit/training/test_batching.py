@@ -97,7 +97,12 @@ def test_set_dataloader_workers_changes_the_attached_loaders(root: Path) -> None
     assert declared["set_dataloader_workers"]["properties"]["workers"]["maximum"] == 8
     ack = send(root, control, "set_dataloader_workers", {"workers": 2})
     assert ack.status == APPLIED
-    assert ack.result == {"workers_before": 8, "workers_after": 2, "loaders_updated": 2}
+    assert ack.result == {
+        "workers_before": 8,
+        "workers_after": 2,
+        "loaders_updated": 2,
+        "applies_at": "the loop's next optimizer step",
+    }
     assert [loader.num_workers for loader in loaders] == [2, 2] and batching.dataloader_workers == 2
     too_many = send(root, control, "set_dataloader_workers", {"workers": 9}, step=6)
     assert too_many.status == REJECTED and batching.dataloader_workers == 2

@@ -150,3 +150,108 @@ def test_the_hugging_face_callback_neither_declares_nor_applies_a_batch_size_it_
     assert ack.status == "rejected"
     assert ack.detail.startswith("'reduce_batch_size' is not supported by this integration (transformers): ")
     assert (batching.micro_batch_size, batching.accumulation_steps) == (32, 1)
+
+
+class CountingRegressor(TinyRegressor):
+    """Records the rows of every forward (one per micro-batch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[int] = []
+
+    def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
+        self.rows.append(len(x))
+        return super().forward(x, labels)
+
+
+class StepSamples(transformers.TrainerCallback):  # type: ignore[misc]
+    """(epoch, micro-batches, samples) behind each optimizer step; (batch_size, workers, accumulation) per epoch."""
+
+    def __init__(self, model: CountingRegressor) -> None:
+        self.model = model
+        self.per_step: list[tuple[int, int, int]] = []
+        self.epochs: list[tuple[int, int, int]] = []
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        loader = kwargs["train_dataloader"]
+        self.epochs.append((loader.batch_sampler.batch_size, loader.num_workers, args.gradient_accumulation_steps))
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.per_step.append((len(self.epochs) - 1, len(self.model.rows), sum(self.model.rows)))
+        self.model.rows.clear()
+
+
+def train_counting(tmp_path: Path, callbacks: list[Any], batching: Any, epochs: int, **arguments: Any) -> Any:
+    """Trains CountingRegressor over 64 rows for `epochs` epochs as `batching` says; the StepSamples counter."""
+    torch.manual_seed(0)
+    model = CountingRegressor()
+    counter = StepSamples(model)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=epochs,
+                                          per_device_train_batch_size=batching.micro_batch_size,
+                                          gradient_accumulation_steps=batching.accumulation_steps,
+                                          dataloader_num_workers=batching.dataloader_workers or 0,
+                                          learning_rate=0.01, save_strategy="no", report_to="none", use_cpu=True,
+                                          remove_unused_columns=False, disable_tqdm=True, **arguments)  # fmt: skip
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Rows(64), callbacks=[*callbacks, counter])
+    trainer.train()
+    return counter, trainer
+
+
+def test_the_hugging_face_callback_halves_the_micro_batch_at_the_next_epoch_keeping_the_effective_batch(
+    tmp_path: Path,
+) -> None:
+    """Issue 29, deliverable 4: reduce_batch_size and set_dataloader_workers were refused for HF jobs."""
+    from remediate.training.batching import Batching
+
+    root, batching = tmp_path / "control", Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)
+    agent = Agent(root, 2, ("reduce_batch_size", {"factor": 0.5}), ("set_dataloader_workers", {"workers": 0}))
+    callback = ours(tmp_path, every_n_steps=None, batching=batching)
+    counter, trainer = train_counting(tmp_path, [agent, callback], batching, epochs=3)
+
+    declared = JobPaths(root, JOB).read_registration().commands or {}
+    assert {"reduce_batch_size", "set_dataloader_workers"} <= set(declared)
+    shrink, workers = (wait_for_ack(root, JOB, sent) for sent in agent.sent)
+    assert shrink.status == APPLIED and workers.status == APPLIED, (shrink.detail, workers.detail)
+    assert shrink.step_before == 2 and "applies at the next epoch" in shrink.detail
+    assert (shrink.result["micro_batch_size_before"], shrink.result["micro_batch_size_after"]) == (16, 8)
+    assert (shrink.result["accumulation_steps_before"], shrink.result["accumulation_steps_after"]) == (1, 2)
+    assert shrink.result["effective_batch_size_before"] == shrink.result["effective_batch_size_after"] == 16
+    assert (workers.result["workers_before"], workers.result["workers_after"]) == (1, 0)
+    assert counter.epochs == [(16, 1, 1), (8, 0, 2), (8, 0, 2)]
+    assert [(e, b) for e, b, _ in counter.per_step] == [(0, 1)] * 4 + [(1, 2)] * 4 + [(2, 2)] * 4
+    assert {samples for _, _, samples in counter.per_step} == {16}  # the effective batch, step by step
+    assert trainer.state.global_step == 12
+
+
+def test_the_hugging_face_callback_refuses_an_accumulation_that_does_not_divide_the_epoch(tmp_path: Path) -> None:
+    """The Trainer steps at the epoch's micro-batch count it took at train() start (4 here): 16 x 1 -> 2 x 8
+    would step after 4 of 8 micro-batches; refused, nothing changed."""
+    from remediate.training.batching import Batching
+
+    root, batching = tmp_path / "control", Batching(micro_batch_size=16)
+    agent = Agent(root, 2, ("reduce_batch_size", {"to": 2}))
+    counter, _ = train_counting(tmp_path, [agent, ours(tmp_path, every_n_steps=None, batching=batching)], batching, 2)
+
+    ack = wait_for_ack(root, JOB, agent.sent[0])
+    assert ack.status == "rejected" and "not a multiple of 8" in ack.detail, ack.detail
+    assert counter.epochs == [(16, 0, 1), (16, 0, 1)]
+    assert {samples for _, _, samples in counter.per_step} == {16}
+
+
+def test_the_hugging_face_callback_refuses_both_batching_commands_when_the_epoch_is_not_whole_updates(
+    tmp_path: Path,
+) -> None:
+    from remediate.training.batching import Batching
+
+    root, batching = tmp_path / "control", Batching(micro_batch_size=24, dataloader_workers=0, max_dataloader_workers=2)
+    agent = Agent(root, 1, ("reduce_batch_size", {"factor": 0.5}), ("set_dataloader_workers", {"workers": 1}))
+    train_counting(tmp_path, [agent, ours(tmp_path, every_n_steps=None, batching=batching)], batching, 2)
+
+    declared = JobPaths(root, JOB).read_registration().commands or {}
+    assert not {"reduce_batch_size", "set_dataloader_workers"} & set(declared)  # refused at plan time
+    for sent in agent.sent:
+        ack = wait_for_ack(root, JOB, sent)
+        assert (
+            ack.status == "rejected" and "64 rows per epoch are not a multiple of the effective batch 24" in ack.detail
+        )
+    assert (batching.micro_batch_size, batching.accumulation_steps, batching.dataloader_workers) == (24, 1, 0)

@@ -172,3 +172,93 @@ def test_a_lightning_job_restarted_from_scratch_keeps_its_own_checkpoints(tmp_pa
         assert kept == [(max_steps - 4, runs[-1]), (max_steps, runs[-1])]
     assert runs[0] != runs[1]
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("ckpt-*.pt")) == ["ckpt-000000004.pt", "ckpt-000000008.pt"]
+
+
+class BatchedModule(TinyModule):
+    """A module whose train_dataloader() builds its loader from the `Batching` (as the callback's docs ask)."""
+
+    def __init__(self, batching: Any, samples: int) -> None:
+        super().__init__()
+        self.batching = batching
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(samples, 4, generator=generator)
+        self.data = torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True))
+
+    def train_dataloader(self) -> Any:
+        return torch.utils.data.DataLoader(self.data, batch_size=self.batching.micro_batch_size,
+                                           num_workers=self.batching.dataloader_workers or 0)  # fmt: skip
+
+
+class StepSamples(pl.Callback):  # type: ignore[misc]
+    """Counts the samples behind each optimizer step, and the loader each epoch ran."""
+
+    def __init__(self) -> None:
+        self.per_step: list[tuple[int, int, int]] = []
+        """(epoch, micro-batches, samples) per optimizer step."""
+        self.epochs: list[tuple[int, int, int]] = []
+        """(batch_size, num_workers, accumulate_grad_batches) per epoch."""
+        self._batches: list[int] = []
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        loader = trainer.train_dataloader
+        self.epochs.append((loader.batch_size, loader.num_workers, trainer.accumulate_grad_batches))
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        self._batches.append(len(batch[0]))
+
+    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+        self.per_step.append((trainer.current_epoch, len(self._batches), sum(self._batches)))
+        self._batches = []
+
+
+def test_the_lightning_callback_halves_the_micro_batch_at_the_next_epoch_keeping_the_effective_batch(
+    tmp_path: Path,
+) -> None:
+    """Issue 29, deliverable 4: reduce_batch_size and set_dataloader_workers were refused for Lightning jobs."""
+    from remediate.training.batching import Batching
+
+    root, batching = tmp_path / "control", Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)
+    agent = Agent(root, 2, ("reduce_batch_size", {"factor": 0.5}), ("set_dataloader_workers", {"workers": 0}))
+    counter = StepSamples()
+    callback = ours(tmp_path, every_n_steps=None, batching=batching)
+    trainer = pl.Trainer(max_epochs=3, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                         reload_dataloaders_every_n_epochs=1, callbacks=[agent, callback, counter])  # fmt: skip
+    trainer.fit(BatchedModule(batching, samples=64))
+
+    declared = JobPaths(root, JOB).read_registration().commands or {}
+    assert {"reduce_batch_size", "set_dataloader_workers"} <= set(declared)
+    shrink, workers = (wait_for_ack(root, JOB, sent) for sent in agent.sent)
+    assert shrink.status == APPLIED and workers.status == APPLIED, (shrink.detail, workers.detail)
+    assert shrink.step_before == 2 and "applies at the next epoch" in shrink.detail
+    assert (shrink.result["micro_batch_size_before"], shrink.result["micro_batch_size_after"]) == (16, 8)
+    assert (shrink.result["accumulation_steps_before"], shrink.result["accumulation_steps_after"]) == (1, 2)
+    assert shrink.result["effective_batch_size_before"] == shrink.result["effective_batch_size_after"] == 16
+    assert (workers.result["workers_before"], workers.result["workers_after"]) == (1, 0)
+    # Epoch 0 finishes as it began (the loader and the accumulation are Lightning's until the epoch ends);
+    # from epoch 1 on: half the micro-batch, twice the accumulation, no workers.
+    assert counter.epochs == [(16, 1, 1), (8, 0, 2), (8, 0, 2)]
+    assert [(e, b) for e, b, _ in counter.per_step] == [(0, 1)] * 4 + [(1, 2)] * 4 + [(2, 2)] * 4
+    assert {samples for _, _, samples in counter.per_step} == {16}  # the effective batch, step by step
+    assert trainer.global_step == 12
+
+
+def test_the_lightning_callback_refuses_the_batch_commands_when_the_trainer_never_reloads_its_loader(
+    tmp_path: Path,
+) -> None:
+    from remediate.training.batching import Batching
+
+    root, batching = tmp_path / "control", Batching(micro_batch_size=16, dataloader_workers=0)
+    agent = Agent(root, 2, ("reduce_batch_size", {"to": 8}), ("set_dataloader_workers", {"workers": 0}))
+    counter = StepSamples()
+    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                         callbacks=[agent, ours(tmp_path, every_n_steps=None, batching=batching), counter])  # fmt: skip
+    trainer.fit(BatchedModule(batching, samples=64))
+
+    declared = JobPaths(root, JOB).read_registration().commands or {}
+    assert not {"reduce_batch_size", "set_dataloader_workers"} & set(declared)  # refused at plan time
+    for ack in (wait_for_ack(root, JOB, sent) for sent in agent.sent):
+        assert ack.status == REJECTED and "reload_dataloaders_every_n_epochs=1" in ack.detail
+    assert (batching.micro_batch_size, batching.accumulation_steps) == (16, 1)
+    assert counter.epochs == [(16, 0, 1), (16, 0, 1)]

@@ -1,0 +1,101 @@
+"""A Hugging Face Trainer job (2 gloo ranks on CPU under torchrun) run with a `Batching` (not a test module).
+
+Rank 0 delivers reduce_batch_size (factor 0.5) and set_dataloader_workers (workers 0) into its own
+inbox at optimizer step 2, as remediate would; the callback broadcasts them to both ranks. Each rank
+writes <out>/rank<r>.json: the loader and accumulation of every epoch and, per optimizer step, the
+epoch, micro-batches and samples behind it, and the command ids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from remediate.training.batching import Batching
+from remediate.training.hf import RemediateTrainerCallback
+from tests.support.training import deliver
+
+JOB = "hf-ddp"
+
+
+class Counting(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.rows: list[int] = []
+
+    def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
+        self.rows.append(len(x))
+        prediction = self.layer(x)
+        return {"logits": prediction, "loss": torch.nn.functional.mse_loss(prediction, labels)}
+
+
+class Rows(torch.utils.data.Dataset):
+    def __init__(self, n: int) -> None:
+        self.x = torch.randn(n, 4, generator=torch.Generator().manual_seed(0))
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"x": self.x[i], "labels": self.x[i].sum().unsqueeze(0)}
+
+
+class Record(transformers.TrainerCallback):
+    def __init__(self, root: Path, model: Counting) -> None:
+        self.root, self.model = root, model
+        self.sent: list[str] = []
+        self.epochs: list[list[int]] = []
+        self.per_step: list[list[int]] = []
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        loader = kwargs["train_dataloader"]
+        sampler = getattr(loader.batch_sampler, "batch_sampler", loader.batch_sampler)
+        self.epochs.append([sampler.batch_size, loader.num_workers, args.gradient_accumulation_steps])
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.per_step.append([len(self.epochs) - 1, len(self.model.rows), sum(self.model.rows)])
+        self.model.rows.clear()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero and state.global_step == 2 and not self.sent:
+            self.sent = [deliver(self.root, JOB, "reduce_batch_size", {"factor": 0.5}).id,
+                         deliver(self.root, JOB, "set_dataloader_workers", {"workers": 0}).id]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--out", required=True)
+    options = parser.parse_args()
+    torch.manual_seed(0)
+    batching = Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)
+    model = Counting()
+    record = Record(Path(options.root), model)
+    callback = RemediateTrainerCallback(JOB, root=options.root, checkpoint_dir=Path(options.out) / "ckpt",
+                                        every_n_steps=None, wake_signal=None, batching=batching)  # fmt: skip
+    args = transformers.TrainingArguments(output_dir=str(Path(options.out) / "hf"), num_train_epochs=3,
+                                          per_device_train_batch_size=16, gradient_accumulation_steps=1,
+                                          dataloader_num_workers=1, learning_rate=0.01, save_strategy="no",
+                                          report_to="none", use_cpu=True, ddp_backend="gloo",
+                                          remove_unused_columns=False, disable_tqdm=True)  # fmt: skip
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Rows(128), callbacks=[record, callback])
+    trainer.train()
+    result = {
+        "epochs": record.epochs,
+        "per_step": record.per_step,
+        "sent": record.sent,
+        "global_step": trainer.state.global_step,
+        "world_size": args.world_size,
+        "batching": [batching.micro_batch_size, batching.accumulation_steps],
+    }
+    (Path(options.out) / f"rank{args.process_index}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
