@@ -247,5 +247,5 @@ def test_issue29_restart_checkpoints_every_rank_exits_75_and_torchrun_resumes_bo
     assert len(end0) == len(end1) == 1, "the first run's ranks must exit at the restart, not finish"
     assert end0[0]["step"] == end1[0]["step"] == saved + 15
     assert end0[0]["checksum"] == end1[0]["checksum"]
-    assert [e["pid"] for e in job.events(0, "registered")][0] == first["pid"]
+    assert job.events(0, "registered")[0]["pid"] == first["pid"]
     assert len(job.events(0, "registered")) == len(job.events(1, "registered")) == 2

@@ -21,8 +21,8 @@ import pytest
 import remediate.training.inbox as inbox_module
 from remediate.training import CallableCheckpoints, CommandContext, CommandRejected, JobNameInUse, TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json, read_json
-from remediate.training.procfs import pid_start_time, this_host
 from remediate.training.handlers import RestartRequested
+from remediate.training.procfs import pid_start_time, this_host
 from remediate.training.protocol import (
     APPLIED,
     EXPIRED,
