@@ -6,7 +6,9 @@ Rung 1 only tells on-call, with the evidence from the alert (slow rank, node, GP
 occurrence within holds_for climbs to rung 2: the job checkpoints, the node the alert's `node` label names is
 cordoned and tainted (and no other node), and the job gets `restart`: it acknowledges, exits with status 75,
 and started again with --resume (what torchrun --max-restarts does; tests/integration/test_torchrun.py runs
-that launcher) it continues from the checkpoint the restart saved.
+that launcher) it continues from the checkpoint the restart saved. When the alert resolves, the undo verifies
+first (check.prometheus; without a Prometheus it fails and the node stays out); when the straggler returns on
+the same node, rung 3 cordons, taints and hands the node to breakfix.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from remediate.config import Settings
 from remediate.config_values import Sink
 from remediate.engine import Engine
 from remediate.executor import Executor
+from remediate.kube import OWNER
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.store import Store
 from remediate.training.protocol import RESTART_EXIT_CODE
@@ -131,3 +134,24 @@ def test_the_fail_slow_ladder_notifies_then_checkpoints_cordons_taints_the_alert
     assert resumed["step"] == saved
     (loaded,) = again.events("loaded")
     assert loaded["step"] == saved and loaded["pid"] == registered["pid"]
+
+    # The alert resolves (the job left the node): verify before undo. Without a Prometheus to ask, the check
+    # fails and the node stays cordoned and tainted rather than being let back in unverified.
+    resolved = engine.ingest_body(_resolved(11), received_at=time.time() + 12 * 60).decisions[0]
+    assert executor.drain() == 1
+    undo = run_json_of(store, resolved.run_id)
+    assert undo["phase"] == "resolved" and undo["status"] == "failed"
+    assert undo["steps"][0]["name"] == "job-fast-for-10m" and undo["steps"][0]["status"] == "failed"
+    assert all(s["status"] != "succeeded" for s in undo["steps"][1:])  # untaint, uncordon: not done
+    assert "prometheus_url" in undo["error"]
+    assert kube_api.node(SLOW)["spec"]["unschedulable"] is True
+
+    # Slow on the same node again within an hour: rung 3 keeps it out and hands it to breakfix.
+    third = engine.ingest_body(_occurrence(30), received_at=time.time() + 30 * 60).decisions[0]
+    assert third.decision.value == "accepted", third.reason
+    assert executor.drain() == 1
+    run = run_json_of(store, third.run_id)
+    assert run["rung"] == 3 and run["status"] == "succeeded", run["error"]
+    assert [s["name"] for s in run["steps"]] == ["cordon", "taint", "handoff", "notify"]
+    assert kube_api.node(SLOW)["metadata"]["annotations"][OWNER] == "breakfix"
+    assert OWNER not in (kube_api.node(OTHER)["metadata"].get("annotations") or {})
