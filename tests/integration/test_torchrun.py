@@ -58,6 +58,9 @@ class Torchrun:
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             "OMP_NUM_THREADS": "1",
+            # A restarted group may otherwise read the previous round's addresses from the rendezvous store
+            # torchrun shares with init_process_group (pytorch/pytorch#135712, #167288; docs/training-protocol.md).
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         }
         self._log = self.log.open("wb")
         # Its own session: the teardown can end the launcher and both ranks together, and nothing else.
