@@ -244,7 +244,7 @@ def test_no_shipped_playbook_holds_a_url() -> None:
     assert len(texts) >= 18  # both folders were read: the check below can fail
     assert urls_in({"example.yaml": "      url: http://127.0.0.1:9099/remediate-events\n"}) != []
     assert urls_in(texts) == []
-    assert sum(text.count("sink: oncall") for text in texts.values()) == 2 * 7
+    assert sum(text.count("sink: oncall") for text in texts.values()) == 2 * 10  # training-fail-slow: 3
 
 
 def test_the_readme_examples_name_alerts_a_shipped_rule_emits() -> None:

@@ -2,7 +2,7 @@
 
 A job built on `remediate.training` lists every command it handles in its ``job.json``
 (``commands``: name -> params schema, `remediate.training.commands`): the built-in ones
-(rollback, scale_lr, checkpoint, skip_batches), the shipped batching ones (reduce_batch_size,
+(rollback, scale_lr, checkpoint, skip_batches, restart), the shipped batching ones (reduce_batch_size,
 set_dataloader_workers) when it attached a `Batching`, and its own (``@control.handler``).
 This step names the command and its params::
 
@@ -56,7 +56,7 @@ class TrainingCommandAction(_TrainingAction):
     kind: ClassVar[str] = "command"
     description: ClassVar[str] = (
         "Send a training job a command it declared in its registration (reduce_batch_size, "
-        "set_dataloader_workers, skip_batches, its own), with params checked against its declared schema."
+        "set_dataloader_workers, skip_batches, restart, its own), with params checked against its declared schema."
     )
     schema: ClassVar[ParamSchema] = ParamSchema(
         {

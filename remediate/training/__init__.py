@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from remediate.training.files import JobPaths
 from remediate.training.protocol import (
     PROTOCOL_VERSION,
+    RESTART_EXIT_CODE,
     Ack,
     CheckpointInfo,
     Command,
@@ -26,6 +27,7 @@ from remediate.training.protocol import (
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "RESTART_EXIT_CODE",
     "Ack",
     "CallableCheckpoints",
     "CheckpointIndex",
@@ -39,6 +41,7 @@ __all__ = [
     "JobPaths",
     "ProtocolError",
     "Registration",
+    "RestartRequested",
     "TorchCheckpoints",
     "TrainingControl",
     "select_checkpoint",
@@ -58,12 +61,19 @@ _LAZY = {
     "CommandContext": "remediate.training.handlers",
     "CommandRejected": "remediate.training.handlers",
     "Handler": "remediate.training.handlers",
+    "RestartRequested": "remediate.training.handlers",
 }
 
 if TYPE_CHECKING:
     from remediate.training.checkpoints import CallableCheckpoints, CheckpointIndex, TorchCheckpoints
     from remediate.training.client import TrainingControl
-    from remediate.training.handlers import CheckpointStore, CommandContext, CommandRejected, Handler
+    from remediate.training.handlers import (
+        CheckpointStore,
+        CommandContext,
+        CommandRejected,
+        Handler,
+        RestartRequested,
+    )
     from remediate.training.jobfile import JobNameInUse
 
 

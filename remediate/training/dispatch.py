@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from remediate.training.commands import open_schema, problems
 from remediate.training.distributed import LocalChannel, TorchChannel
-from remediate.training.handlers import BUILTIN_HANDLERS, CommandContext, CommandRejected, Handler
+from remediate.training.handlers import BUILTIN_HANDLERS, CommandContext, CommandRejected, Handler, RestartRequested
 from remediate.training.inbox import Claimed, Inbox
 from remediate.training.outbox import Outbox, unlink
-from remediate.training.protocol import APPLIED, EXPIRED, FAILED, REJECTED, Command
+from remediate.training.protocol import APPLIED, EXPIRED, FAILED, REJECTED, RESTART, Command
 
 if TYPE_CHECKING:
     from remediate.training.client import TrainingControl
@@ -71,6 +71,11 @@ class Commands:
                     self.outbox.answer_ranks(command, float(payload["received_at"]), outcomes)
                 except OSError as exc:
                     self.inbox.io_trouble(f"acknowledging {command.id}", exc)
+            if command.kind == RESTART and all(o["status"] == APPLIED for o in outcomes):
+                # One more collective: no rank exits before rank 0 wrote the acknowledgement (a launcher
+                # stops the other ranks as soon as one exits). Then every rank exits, at the same step.
+                channel.broadcast(None)
+                raise RestartRequested(ctx.step)
             step = ctx.step
 
     def _next_payload(self, control: TrainingControl, pending: list[Claimed], step: int) -> dict[str, Any] | None:

@@ -1,4 +1,5 @@
-"""What a job does with each kind of command: the built-in handlers (rollback, scale_lr, checkpoint, skip_batches).
+"""What a job does with each kind of command: the built-in handlers (rollback, scale_lr, checkpoint, skip_batches,
+restart).
 
 A handler gets a `CommandContext` and changes the training state in place: it may set
 ``ctx.step`` (a rollback does), fills ``ctx.result`` with JSON-able facts for the
@@ -22,6 +23,7 @@ from remediate.training.commands import command_schema
 from remediate.training.protocol import (
     CHECKPOINT_CHOICES,
     LATEST_GOOD,
+    RESTART_EXIT_CODE,
     CheckpointInfo,
     Command,
     finite_or_text,
@@ -255,6 +257,32 @@ def apply_checkpoint(ctx: CommandContext) -> None:
     ctx.detail = f"saved a checkpoint at {info.describe()}"
 
 
+# ------------------------------------------------------------------------------------------ restart
+
+
+class RestartRequested(SystemExit):
+    """Raised by `poll` on every rank after a ``restart`` command was applied and acknowledged.
+
+    A SystemExit with `RESTART_EXIT_CODE`: uncaught, the process exits with it and the launcher
+    (``torchrun --max-restarts``, an elastic agent, a JobSet/PyTorchJob restart policy) starts the job
+    again, which resumes from the checkpoint the command saved (``ckpts.resume()``).
+    """
+
+    def __init__(self, checkpoint_step: int) -> None:
+        super().__init__(RESTART_EXIT_CODE)
+        self.checkpoint_step = checkpoint_step
+
+
+def apply_restart(ctx: CommandContext) -> None:
+    """Save a checkpoint now and ask the loop to exit (every rank, once rank 0 acknowledged: `Commands.run`)."""
+    info = _store(ctx).save(ctx.step, ctx.control.current_loss())
+    ctx.result.update(checkpoint=info.to_dict(), exit_code=RESTART_EXIT_CODE)
+    ctx.detail = (
+        f"saved a checkpoint at {info.describe()}; exiting with status {RESTART_EXIT_CODE} so that the launcher "
+        "restarts the job from it"
+    )
+
+
 # ------------------------------------------------------------------------------------------ skip_batches
 
 
@@ -292,6 +320,10 @@ BUILTIN_HANDLERS: dict[str, Handler] = {
         ),
     ),
     "checkpoint": Handler(apply_checkpoint, schema=command_schema({})),
+    "restart": Handler(
+        apply_restart,
+        schema=command_schema({}, description="checkpoint, then every rank exits with status 75 to be restarted"),
+    ),
     "skip_batches": Handler(
         apply_skip_batches,
         schema=command_schema(

@@ -29,6 +29,11 @@ ROLLBACK = "rollback"
 SCALE_LR = "scale_lr"
 CHECKPOINT = "checkpoint"
 BUILTIN_KINDS = (ROLLBACK, SCALE_LR, CHECKPOINT)
+"""The kinds every library version handles (an older one, without ``commands`` in job.json, too)."""
+RESTART = "restart"
+RESTART_EXIT_CODE = 75
+"""The exit status of every rank after a ``restart`` command (EX_TEMPFAIL: try again). Not 0, so that
+``torchrun --max-restarts N`` / an elastic launcher / a Kubernetes restart policy starts the job again."""
 
 # Acknowledgement statuses.
 APPLIED = "applied"

@@ -202,12 +202,19 @@ def test_the_shipped_playbooks_notify_the_oncall_sink_and_the_unconfigured_one_i
     line = unconfigured_sinks(playbooks, ())
 
     assert used == {
-        "breakfix": ["gpu-xid-quarantine"],  # its last rung's k8s.handoff (issue 28)
-        "oncall": ["gpu-overheat", "gpu-xid-quarantine", "notify-oncall", "training-throughput-drop"],
+        "breakfix": ["gpu-xid-quarantine", "training-fail-slow"],  # their last rungs' k8s.handoff (issues 28, 29)
+        "oncall": [
+            "gpu-overheat",
+            "gpu-xid-quarantine",
+            "notify-oncall",
+            "training-fail-slow",
+            "training-throughput-drop",
+        ],
     }
     assert line == (
-        "sinks NOT configured: breakfix (used by gpu-xid-quarantine); oncall (used by gpu-overheat, "
-        "gpu-xid-quarantine, notify-oncall, training-throughput-drop): their notify steps fail and post nothing "
+        "sinks NOT configured: breakfix (used by gpu-xid-quarantine, training-fail-slow); oncall (used by "
+        "gpu-overheat, gpu-xid-quarantine, notify-oncall, training-fail-slow, training-throughput-drop): their "
+        "notify steps fail and post nothing "
         "until you set sinks.breakfix, sinks.oncall (settings file or REMEDIATE_SINKS; the chart's `sinks` value)"
     )
     configured = (Sink("oncall", "webhook", url="http://bridge:8080/x"), Sink("breakfix", "webhook", url="http://t/x"))

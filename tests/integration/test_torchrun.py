@@ -26,9 +26,11 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
+from remediate.actions.training_command import TrainingCommandAction
 from remediate.alerts import alert_ref
 from remediate.training.files import JobPaths
 from remediate.training.procfs import this_host
+from remediate.training.protocol import RESTART_EXIT_CODE
 from tests.support.processes import job_starter
 from tests.support.training import require
 from tests.support.waiting import scaled, wait_until
@@ -44,17 +46,21 @@ LABELS = ("training_job", "pod")
 class Torchrun:
     """One `python -m torch.distributed.run --nproc_per_node 2 --standalone torchrun_job.py ...` and its output."""
 
-    def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
+    def __init__(self, workdir: Path, root: Path, name: str, *args: str, max_restarts: int = 0) -> None:
         self.out = workdir / name
         self.out.mkdir()
         self.log = self.out / "torchrun.log"
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+                   "--max-restarts", str(max_restarts),
                    str(SCRIPT), "--root", str(root), "--job", JOB, "--checkpoints", str(self.out / "ckpt"),
                    "--out", str(self.out), *args]  # fmt: skip
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
             "OMP_NUM_THREADS": "1",
+            # A restarted group may otherwise read the previous round's addresses from the rendezvous store
+            # torchrun shares with init_process_group (pytorch/pytorch#135712, #167288; docs/training-protocol.md).
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         }
         self._log = self.log.open("wb")
         # Its own session: the teardown can end the launcher and both ranks together, and nothing else.
@@ -215,3 +221,34 @@ def test_finding3_an_lr_cut_during_a_slow_skip_is_acknowledged_and_applied_on_bo
     finals = _both_ranks(job, "final")
     assert finals[0][0]["lr"] == finals[1][0]["lr"] == 0.025
     assert finals[0][0]["skipped"] == finals[1][0]["skipped"] > 0
+
+
+def test_issue29_restart_checkpoints_every_rank_exits_75_and_torchrun_resumes_both_ranks_equal(
+    torchrun: Any, root: Path
+) -> None:
+    # The fail-slow ladder's last library step: `restart` saves a checkpoint, every rank exits with
+    # status 75 after the acknowledgement, and `torchrun --max-restarts 1` starts the job again; each
+    # rank resumes the checkpoint the command saved (ckpts.resume()) and both end with equal weights.
+    job = torchrun("restart", "--checkpoint-every", "5", "--after-restart", "15", max_restarts=1)
+    job.wait_for(0, "checkpoint", count=2)
+    (first,) = job.events(0, "registered")
+    action = TrainingCommandAction(root, LABELS)
+    params = action.validate({"command": "restart", "timeout": 20})
+    assert action.plan(params, _ctx(1, 0))["can_act"] is True
+    done = action.execute(params, _ctx(1, 0))
+    assert done["status"] == "applied" and done["applied_by_pid"] == first["pid"], done
+    saved = done["checkpoint"]["step"]
+    assert done["exit_code"] == RESTART_EXIT_CODE == 75
+
+    zero = job.wait_for(0, "resumed", timeout=60)
+    one = job.wait_for(1, "resumed", timeout=60)
+    assert zero[0]["restarts"] == one[0]["restarts"] == 1
+    assert zero[0]["step"] == one[0]["step"] == saved
+    assert zero[0]["checksum"] == one[0]["checksum"]
+    job.finish(60)
+    end0, end1 = job.events(0, "final"), job.events(1, "final")
+    assert len(end0) == len(end1) == 1, "the first run's ranks must exit at the restart, not finish"
+    assert end0[0]["step"] == end1[0]["step"] == saved + 15
+    assert end0[0]["checksum"] == end1[0]["checksum"]
+    assert job.events(0, "registered")[0]["pid"] == first["pid"]
+    assert len(job.events(0, "registered")) == len(job.events(1, "registered")) == 2

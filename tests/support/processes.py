@@ -80,12 +80,12 @@ J = TypeVar("J", bound=_Stoppable)
 
 
 def job_starter(kind: Callable[..., J], workdir: Path, root: Path) -> Iterator[Callable[..., J]]:
-    """For a fixture to `yield from`: start(name, *args) -> kind(workdir, root, name, *args); every job it
-    started is stopped at the test's end."""
+    """For a fixture to `yield from`: start(name, *args, **options) -> kind(workdir, root, name, *args, **options);
+    every job it started is stopped at the test's end."""
     started: list[J] = []
 
-    def start(name: str, *args: str) -> J:
-        started.append(kind(workdir, root, name, *args))
+    def start(name: str, *args: str, **options: Any) -> J:
+        started.append(kind(workdir, root, name, *args, **options))
         return started[-1]
 
     yield start

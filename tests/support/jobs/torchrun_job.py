@@ -15,6 +15,12 @@ step, loss, good, saved_at, checksum), ``applied`` (what a command changed on th
 weights checksum, whether it came while skipping) and ``final``. The job stops ``--linger``
 iterations after its ``--stop-after`` th applied command (the same iteration on every rank, since
 every rank applies a command at the same batch), or after ``--max-iterations``.
+
+Restarts (issue 29): every start calls ``ckpts.resume()`` (docs/training-protocol.md "Checkpoints")
+and records ``resumed`` (restart count, step, checksum) when it continued a checkpoint; a ``restart``
+command ends the loop with `RestartRequested` (exit status 75) and torchrun, given
+``--max-restarts``, starts the job again. A restarted job (``$TORCHELASTIC_RESTART_COUNT`` > 0)
+stops after ``--after-restart`` iterations.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ def main() -> None:
     parser.add_argument("--stop-after", type=int, default=1)
     parser.add_argument("--linger", type=int, default=5)
     parser.add_argument("--max-iterations", type=int, default=3000)
+    parser.add_argument("--after-restart", type=int, default=10, help="iterations of a restarted job")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")  # torchrun's env:// rendezvous; before register(): the control sees the ranks
@@ -80,10 +87,16 @@ def main() -> None:
     control = TrainingControl(
         args.job, root=args.root, optimizer=opt, scheduler=sched, checkpoints=ckpts, heartbeat_interval=0.2
     ).register()
-    emit("registered", pid=os.getpid(), world_size=dist.get_world_size())
+    restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    emit("registered", pid=os.getpid(), world_size=dist.get_world_size(), restarts=restarts)
 
     step = iteration = applied = 0
-    stop_at = args.max_iterations
+    resumed = ckpts.resume()  # None on a fresh start: this test's checkpoint directory is new
+    if resumed is not None:
+        step = resumed.step
+        emit("resumed", restarts=restarts, step=step, checksum=checksum(model))
+    dist.barrier()  # every rank resumed before rank 0 saves (and so names a new run in the index)
+    stop_at = args.after_restart if restarts else args.max_iterations
     while iteration < stop_at:
         time.sleep(args.batch_seconds)  # the data loader: a skipped batch costs as much as a used one
         iteration += 1

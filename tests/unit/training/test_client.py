@@ -21,8 +21,17 @@ import pytest
 import remediate.training.inbox as inbox_module
 from remediate.training import CallableCheckpoints, CommandContext, CommandRejected, JobNameInUse, TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json, read_json
+from remediate.training.handlers import RestartRequested
 from remediate.training.procfs import pid_start_time, this_host
-from remediate.training.protocol import APPLIED, EXPIRED, FAILED, REJECTED, Command, Registration
+from remediate.training.protocol import (
+    APPLIED,
+    EXPIRED,
+    FAILED,
+    REJECTED,
+    RESTART_EXIT_CODE,
+    Command,
+    Registration,
+)
 from tests.support.training import JOB, FakeOptimizer, FakeScheduler, deliver, wait_for_ack
 from tests.support.waiting import scaled, wait_until
 
@@ -68,7 +77,7 @@ def test_register_creates_the_layout_and_a_registration_a_dry_run_can_read(root:
     assert registration.host == this_host()
     assert (registration.rank, registration.world_size) == (0, 1)
     assert registration.framework == "custom"
-    assert set(registration.kinds) == {"rollback", "scale_lr", "checkpoint", "skip_batches"}
+    assert set(registration.kinds) == {"rollback", "scale_lr", "checkpoint", "skip_batches", "restart"}
     assert registration.commands is not None and set(registration.commands) == set(registration.kinds)
     assert registration.commands["scale_lr"]["required"] == ["factor"]
     assert registration.lr == (3e-4, 1e-3)
@@ -445,6 +454,35 @@ def test_checkpoint_command_saves_with_the_last_reported_loss(root: Path) -> Non
         "run": store.run_id,
     }
     assert JobPaths(root, JOB).read_registration().checkpoints[-1].step == 11
+
+
+def test_restart_saves_a_checkpoint_acknowledges_then_exits_75_and_without_checkpoints_is_rejected(
+    root: Path,
+) -> None:
+    store = _checkpoints(root, [(5, 2.0)], good_loss_below=5.0)
+    control = make_control(root, checkpoints=store)
+    control.register()
+    assert control.commands["restart"]["properties"] == {}
+    control.poll(10, 1.5)
+    command = deliver(root, JOB, "restart")
+    with pytest.raises(RestartRequested) as exited:
+        control.poll(12)
+    assert exited.value.code == RESTART_EXIT_CODE == 75 and exited.value.checkpoint_step == 12
+    ack = JobPaths(root, JOB).read_ack(command.id)  # written before the exit, not after
+    assert ack is not None and ack.status == APPLIED and ack.result["exit_code"] == 75
+    assert ack.result["checkpoint"]["step"] == 12 and ack.result["checkpoint"]["loss"] == 1.5
+    assert "exiting with status 75" in ack.detail
+    assert [c.step for c in store.list()] == [5, 12]
+    control.close()
+
+    # No checkpoint store: nothing to restart from, so the job neither saves nor exits.
+    bare = make_control(root)
+    bare.register()
+    command = deliver(root, JOB, "restart")
+    bare.poll(3)
+    ack = wait_for_ack(root, JOB, command.id)
+    assert ack.status == REJECTED and "no checkpoints attached" in ack.detail
+    assert bare.poll(4) == 4
 
 
 def test_a_control_directory_that_disappears_never_stops_training(root: Path, caplog: pytest.LogCaptureFixture) -> None:

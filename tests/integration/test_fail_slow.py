@@ -1,0 +1,157 @@
+"""Issue 29, deliverable 3: the shipped training-fail-slow ladder through the real engine, executor and SQLite
+store, against the test API server (real HTTP, the official client), with a real plain job
+(tests/support/jobs/plain_job.py, the quick-start loop) and the notify sinks posting to a local recorder.
+
+Rung 1 only tells on-call, with the evidence from the alert (slow rank, node, GPU, ratio, since). The next
+occurrence within holds_for climbs to rung 2: the job checkpoints, the node the alert's `node` label names is
+cordoned and tainted (and no other node), and the job gets `restart`: it acknowledges, exits with status 75,
+and started again with --resume (what torchrun --max-restarts does; tests/integration/test_torchrun.py runs
+that launcher) it continues from the checkpoint the restart saved. When the alert resolves, the undo verifies
+first (check.prometheus; without a Prometheus it fails and the node stays out); when the straggler returns on
+the same node, rung 3 cordons, taints and hands the node to breakfix.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediate.actions import default_registry
+from remediate.config import Settings
+from remediate.config_values import Sink
+from remediate.engine import Engine
+from remediate.executor import Executor
+from remediate.kube import OWNER
+from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.store import Store
+from remediate.training.protocol import RESTART_EXIT_CODE
+from tests.conftest import alert_payload, notification_payload
+from tests.support.fake_apiserver import FakeKubeAPI
+from tests.support.processes import JobProcess, job_starter
+from tests.support.realsystems import WebhookRecorder
+from tests.support.store_json import run_json_of
+from tests.support.waiting import scaled
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tests" / "support" / "jobs" / "plain_job.py"
+JOB = "llm-7b"
+SLOW, OTHER = "gpu-07", "gpu-08"
+LABELS = {"training_job": JOB, "rank": "1", "world_size": "2", "node": SLOW, "gpu": "3", "severity": "warning"}
+ANNOTATIONS = {"ratio": "1.43x", "summary": f"Rank 1 of {JOB} on {SLOW} steps 1.43x its job's median rank"}
+
+
+class Job(JobProcess):
+    """One plain_job.py process (checkpoints under <workdir>/ckpt-<name>, shared by its restarts)."""
+
+    def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
+        super().__init__(workdir / f"{name}-{time.monotonic_ns()}.log", sys.executable, str(SCRIPT), "--root",
+                         str(root), "--job", name, "--checkpoints", str(workdir / f"ckpt-{name}"), *args)  # fmt: skip
+
+
+@pytest.fixture
+def spawn(tmp_path: Path, root: Path) -> Iterator[Callable[..., Job]]:
+    yield from job_starter(Job, tmp_path, root)
+
+
+def _occurrence(minute: int) -> bytes:
+    alert = alert_payload("TrainingStragglerRank", labels=LABELS, annotations=ANNOTATIONS,
+                          starts_at=f"2026-11-27T22:{minute:02d}:00Z", fingerprint="straggler-llm-7b-1")  # fmt: skip
+    return json.dumps(notification_payload(alert)).encode()
+
+
+def _resolved(minute: int) -> bytes:
+    alert = alert_payload("TrainingStragglerRank", status="resolved", labels=LABELS, annotations=ANNOTATIONS,
+                          starts_at=f"2026-11-27T22:{minute:02d}:00Z", ends_at=f"2026-11-27T22:{minute + 2:02d}:00Z",
+                          fingerprint="straggler-llm-7b-1")  # fmt: skip
+    return json.dumps(notification_payload(alert)).encode()
+
+
+def test_the_fail_slow_ladder_notifies_then_checkpoints_cordons_taints_the_alerts_node_and_restarts_the_job(
+    kube_api: FakeKubeAPI, kubeconfig: Path, root: Path, store: Store, spawn: Any, recorder: WebhookRecorder
+) -> None:
+    kube_api.add_node(SLOW)
+    kube_api.add_node(OTHER)
+    settings = Settings.of(
+        kubeconfig=kubeconfig,
+        training_control_root=root,
+        sinks=(Sink("oncall", "webhook", url=recorder.url), Sink("breakfix", "webhook", url=recorder.url)),
+    )
+    registry = default_registry(settings)
+    playbooks = PlaybookSet(p for p in load_playbooks(REPO / "playbooks", registry).playbooks
+                            if p.name == "training-fail-slow")  # fmt: skip
+    engine = Engine(store=store, playbooks=playbooks, registry=registry)
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
+    job = spawn(JOB, "--checkpoint-every", "5", "--max-seconds", "60")
+    (registered,) = job.wait_for("registered")
+    job.wait_for("checkpoint")
+
+    # Rung 1: on-call hears the evidence; nothing else changes.
+    first = engine.ingest_body(_occurrence(0), received_at=time.time()).decisions[0]
+    assert first.decision.value == "accepted", first.reason
+    assert executor.drain() == 1
+    run = run_json_of(store, first.run_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert [s["name"] for s in run["steps"]] == ["notify"]
+    (message,) = [json.dumps(r.json) for r in recorder.requests]
+    for evidence in (JOB, "rank 1", f"node {SLOW}", "GPU 3", "1.43x", "since 2026-11-27T22:00:00Z"):
+        assert evidence in message, message
+    assert not kube_api.node(SLOW)["spec"].get("unschedulable")
+    assert job.proc.poll() is None
+
+    # The same straggler again within holds_for (15m), after the cooldown (10m): rung 2.
+    engine.ingest_body(_resolved(0), received_at=time.time())
+    executor.drain()
+    second = engine.ingest_body(_occurrence(11), received_at=time.time() + 11 * 60).decisions[0]
+    assert second.decision.value == "accepted", second.reason
+    assert executor.drain() == 1
+    run = run_json_of(store, second.run_id)
+    assert run["rung"] == 2 and run["status"] == "succeeded", run["error"]
+    steps = {s["name"]: s for s in run["steps"]}
+    assert list(steps) == ["checkpoint", "cordon", "taint", "restart", "notify"]
+    assert steps["cordon"]["result"]["node"] == steps["taint"]["result"]["node"] == SLOW
+    node = kube_api.node(SLOW)
+    assert node["spec"]["unschedulable"] is True
+    assert {"key": "remediate.io/training-slow", "value": "straggler", "effect": "NoSchedule"} in [
+        {k: t[k] for k in ("key", "value", "effect")} for t in node["spec"]["taints"]
+    ]
+    assert not kube_api.node(OTHER)["spec"].get("unschedulable") and not kube_api.node(OTHER)["spec"].get("taints")
+    restart = steps["restart"]["result"]
+    assert restart["kind"] == "restart" and restart["applied_by_pid"] == registered["pid"]
+    assert restart["exit_code"] == RESTART_EXIT_CODE
+    saved = restart["checkpoint"]["step"]
+    assert job.proc.wait(scaled(10)) == RESTART_EXIT_CODE  # the job exited for its launcher to restart it
+    assert not job.events("final")
+
+    # What the launcher does: the same job again; it resumes from the checkpoint the restart saved.
+    again = spawn(JOB, "--checkpoint-every", "5", "--max-seconds", "60", "--resume")
+    (resumed,) = again.wait_for("resumed")
+    assert resumed["step"] == saved
+    (loaded,) = again.events("loaded")
+    assert loaded["step"] == saved and loaded["pid"] == registered["pid"]
+
+    # The alert resolves (the job left the node): verify before undo. Without a Prometheus to ask, the check
+    # fails and the node stays cordoned and tainted rather than being let back in unverified.
+    resolved = engine.ingest_body(_resolved(11), received_at=time.time() + 12 * 60).decisions[0]
+    assert executor.drain() == 1
+    undo = run_json_of(store, resolved.run_id)
+    assert undo["phase"] == "resolved" and undo["status"] == "failed"
+    assert undo["steps"][0]["name"] == "job-fast-for-10m" and undo["steps"][0]["status"] == "failed"
+    assert all(s["status"] != "succeeded" for s in undo["steps"][1:])  # untaint, uncordon: not done
+    assert "prometheus_url" in undo["error"]
+    assert kube_api.node(SLOW)["spec"]["unschedulable"] is True
+
+    # Slow on the same node again within an hour: rung 3 keeps it out and hands it to breakfix.
+    third = engine.ingest_body(_occurrence(30), received_at=time.time() + 30 * 60).decisions[0]
+    assert third.decision.value == "accepted", third.reason
+    assert executor.drain() == 1
+    run = run_json_of(store, third.run_id)
+    assert run["rung"] == 3 and run["status"] == "succeeded", run["error"]
+    assert [s["name"] for s in run["steps"]] == ["cordon", "taint", "handoff", "notify"]
+    assert kube_api.node(SLOW)["metadata"]["annotations"][OWNER] == "breakfix"
+    assert OWNER not in (kube_api.node(OTHER)["metadata"].get("annotations") or {})
