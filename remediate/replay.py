@@ -35,6 +35,7 @@ from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.engine import Engine
 from remediate.playbooks import PlaybookSet
 from remediate.runs import Decision, RunStatus
+from remediate.services import node_waves
 from remediate.store import Store
 
 BATCH = 1000
@@ -157,6 +158,7 @@ def replay(
             registry=registry,
             settings=settings.engine,
             breaker_stale_horizon=settings.kube.breaker.stale_horizon,
+            waves=node_waves(settings),  # a staged rollout's waves as the server and dry-run read them
         )
         with _snapshot(source) as conn:
             _check_source(conn)

@@ -20,6 +20,7 @@ from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.cli import assert_one_line_error
 from tests.support.cli import run_cli as cli
+from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.stores import EVERY_DATABASE
 
 pytestmark = [pytest.mark.usefixtures("clean_environment")]
@@ -247,3 +248,21 @@ def test_a_shorter_holds_for_reaches_the_next_rung(
     assert [(c["recorded"], c["replayed"]) for c in report["changes"]] == [("duplicate", "accepted")]
     assert report["cordoned"]["added"] == ["node-a"]
     assert checksum(db_url) == before
+
+
+def test_a_staged_rollout_reads_the_nodes_waves_as_the_server_does(
+    store: Store, db_url: str, make_engine: Callable[..., Engine], tmp_path: Path, kube_api: FakeKubeAPI
+) -> None:
+    """Recorded in enforce mode; replayed under a rollout whose wave 2 only plans: node-b's label (read on the test
+    API server, as the server and dry-run read it) makes its run a plan, so its cordon is gone from the report."""
+    kube_api.add_node("node-a", labels={"remediate.io/wave": "1"})
+    kube_api.add_node("node-b", labels={"remediate.io/wave": "2"})
+    record(make_engine(XID))
+    config = tmp_path / "remediate.yaml"
+    rollout = {"label": "remediate.io/wave", "waves": {"1": "enforce", "2": "dry-run"}}
+    config.write_text(
+        yaml.safe_dump({"kubeconfig": str(kube_api.write_kubeconfig(tmp_path / "kubeconfig")), "rollout": rollout}),
+        encoding="utf-8",
+    )
+    report = replay(db_url, playbook_dir(tmp_path, XID), "--config", config)
+    assert report["cordoned"]["removed"] == ["node-b"] and report["cordoned"]["added"] == []
