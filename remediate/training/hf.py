@@ -15,14 +15,16 @@ by clearing the gradients (the optimizer leaves the weights alone; with gradient
 one skipped "batch" is one optimizer step's worth of micro-batches); the Trainer still
 counts them as steps and its scheduler still steps.
 
-With ``batching=`` (`remediate.training.batching.Batching`) in a single-process job the
-callback declares ``reduce_batch_size`` and ``set_dataloader_workers`` and applies them at the
-next epoch: ``on_epoch_begin`` runs before the Trainer iterates its loader again and sets the
-loader's batch sampler ``batch_size``, ``args.gradient_accumulation_steps`` (read at every update
-step) and the loader's ``num_workers``. The Trainer keeps the epoch's micro-batch count it took at
-train() start and also steps the optimizer there, so a new accumulation must divide it (else the
-command is rejected); the effective batch stays exactly the same. `batch_size_refusal` lists what
-else must hold; with several ranks both commands are refused (docs/training-protocol.md).
+With ``batching=`` (`remediate.training.batching.Batching`) the callback declares
+``reduce_batch_size`` and ``set_dataloader_workers`` and applies them at the next epoch, in one
+process and under DDP: rank 0 reads the command and every rank applies it at the same optimizer
+step (`remediate.training.distributed`); ``on_epoch_begin`` then runs on every rank before the
+Trainer iterates its loader again and sets the batch size of every batch sampler under the loader
+(with several ranks accelerate's `BatchSamplerShard` keeps its own copy), ``args.gradient_accumulation_steps``
+(read at every update step) and ``num_workers`` of the torch DataLoader inside accelerate's wrapper.
+The Trainer keeps the epoch's micro-batch count it took at train() start and also steps the optimizer
+there, so a new accumulation must divide it (else the command is rejected); the effective batch stays
+exactly the same. `batch_size_refusal` lists what else must hold (docs/training-protocol.md).
 
 Needs ``transformers`` (and ``accelerate``, which its Trainer needs for PyTorch).
 """
@@ -45,25 +47,32 @@ UNSUPPORTED_BATCH_SIZE = (
 APPLIES_AT = "the next epoch (the Trainer's on_epoch_begin, before it iterates its loader again)"
 
 
-def _batch_sampler(loader: Any) -> Any:
-    """The torch BatchSampler under the Trainer's loader (accelerate wraps it in a BatchSamplerShard with DDP)."""
+def _batch_samplers(loader: Any) -> list[Any]:
+    """The batch samplers under the Trainer's loader, outermost first: the torch BatchSampler, and with several
+    ranks accelerate's BatchSamplerShard around it (which copies batch_size at construction and yields only
+    batches of that size)."""
+    found: list[Any] = []
     sampler = getattr(loader, "batch_sampler", None)
-    inner = getattr(sampler, "batch_sampler", None)
-    return inner if inner is not None else sampler
+    while sampler is not None and all(sampler is not seen for seen in found):
+        found.append(sampler)
+        sampler = getattr(sampler, "batch_sampler", None)
+    return found
+
+
+def _torch_loader(loader: Any) -> Any:
+    """The torch DataLoader that starts the workers: accelerate's DataLoaderShard wraps one (`base_dataloader`)
+    and only forwards reads, so num_workers set on the wrapper would never reach it."""
+    return getattr(loader, "base_dataloader", loader)
 
 
 def batch_size_refusal(args: TrainingArguments, loader: Any, batching: Batching, world_size: int) -> str | None:
     """Why this Trainer cannot apply reduce_batch_size / set_dataloader_workers at an epoch start (None: it can)."""
-    if world_size > 1:
-        # Tried with 2 gloo ranks (transformers 5.24, accelerate): after the change a rank's epoch came up
-        # empty ("not a single sample in your epoch_iterator") and the other rank waited for it forever.
-        return (
-            f"{world_size} ranks: accelerate shards the Trainer's batches across ranks (BatchSamplerShard) and a"
-            " changed batch_size left a rank without batches; single-process jobs only"
-        )
-    sampler = _batch_sampler(loader)
+    samplers = _batch_samplers(loader)
+    sampler = samplers[-1] if samplers else None
     if not isinstance(getattr(sampler, "batch_size", None), int) or not hasattr(sampler, "sampler"):
         return "the Trainer's train loader has no batch sampler whose batch_size can change"
+    if any(getattr(outer, "split_batches", False) for outer in samplers):
+        return "accelerate splits each batch across the ranks (split_batches): the micro-batch is not per rank"
     if (args.per_device_train_batch_size, sampler.batch_size) != (batching.micro_batch_size,) * 2:
         return (
             f"per_device_train_batch_size is {args.per_device_train_batch_size}, batching.micro_batch_size is "
@@ -91,6 +100,13 @@ def batch_size_refusal(args: TrainingArguments, loader: Any, batching: Batching,
 
 
 class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
+    """``RemediateTrainerCallback(job, *, root, checkpoint_dir, every_n_steps=100, keep=5, good_loss_below,
+    checkpoints, batching, wake_signal=SIGUSR2, max_loss_ratio=3, **control_options)``: every parameter is
+    `FrameworkCallback`'s (documented there). For ``batching=`` give the ``Batching`` the Trainer runs:
+    ``micro_batch_size`` = ``per_device_train_batch_size`` (per rank), ``accumulation_steps`` =
+    ``gradient_accumulation_steps``, ``dataloader_workers`` = ``dataloader_num_workers`` (None: the workers
+    command is not declared); every rank gives the same. Otherwise both commands are refused with the reason."""
+
     framework = "transformers"
     unsupported_batch_size = UNSUPPORTED_BATCH_SIZE
     _last_loss: float | None = None
@@ -125,15 +141,19 @@ class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
     def on_epoch_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        # Before the Trainer iterates its loader for this epoch: the batch sampler reads batch_size at every
-        # batch, the loader num_workers at iter(), the epoch loop gradient_accumulation_steps per update step.
+        # Before the Trainer iterates its loader for this epoch, on every rank (the command reached all of them
+        # at the same optimizer step): the batch samplers read batch_size at every batch (the shard must agree
+        # with the sampler it wraps, or it yields no full batch and pads one rank's epoch from its start: that
+        # rank then waits alone in DDP's all-reduce), the torch loader num_workers at iter(), the epoch loop
+        # gradient_accumulation_steps per update step.
         if self.batching is None or self.control.batching is not self.batching:
             return
         loader = kwargs.get("train_dataloader")
-        _batch_sampler(loader).batch_size = self.batching.micro_batch_size
+        for sampler in _batch_samplers(loader):
+            sampler.batch_size = self.batching.micro_batch_size
         args.gradient_accumulation_steps = self.batching.accumulation_steps
         if self.batching.dataloader_workers is not None:
-            loader.num_workers = self.batching.dataloader_workers
+            _torch_loader(loader).num_workers = self.batching.dataloader_workers
 
     def on_log(
         self,

@@ -3,7 +3,8 @@
 Rank 0 delivers reduce_batch_size (factor 0.5) and set_dataloader_workers (workers 0) into its own
 inbox at optimizer step 2, as remediate would; the callback broadcasts them to both ranks. Each rank
 writes <out>/rank<r>.json: the loader and accumulation of every epoch and, per optimizer step, the
-epoch, micro-batches and samples behind it, and the command ids.
+epoch, micro-batches and samples behind it and whether a DataLoader worker process loaded them (the
+loader's real workers, not the attribute), the command ids and the final weights.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ class Counting(torch.nn.Module):
         super().__init__()
         self.layer = torch.nn.Linear(4, 1)
         self.rows: list[int] = []
+        self.from_worker: list[bool] = []
 
-    def forward(self, x: Any, labels: Any = None) -> dict[str, Any]:
+    def forward(self, x: Any, labels: Any = None, worker: Any = None) -> dict[str, Any]:
         self.rows.append(len(x))
+        self.from_worker.append(bool((worker >= 0).all()))
         prediction = self.layer(x)
         return {"logits": prediction, "loss": torch.nn.functional.mse_loss(prediction, labels)}
 
@@ -43,7 +46,8 @@ class Rows(torch.utils.data.Dataset):
         return len(self.x)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {"x": self.x[i], "labels": self.x[i].sum().unsqueeze(0)}
+        info = torch.utils.data.get_worker_info()  # None in the training process itself
+        return {"x": self.x[i], "labels": self.x[i].sum().unsqueeze(0), "worker": -1 if info is None else info.id}
 
 
 class Record(transformers.TrainerCallback):
@@ -52,15 +56,25 @@ class Record(transformers.TrainerCallback):
         self.sent: list[str] = []
         self.epochs: list[list[int]] = []
         self.per_step: list[list[int]] = []
+        self._epoch_started = False
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        loader = kwargs["train_dataloader"]
-        sampler = getattr(loader.batch_sampler, "batch_sampler", loader.batch_sampler)
-        self.epochs.append([sampler.batch_size, loader.num_workers, args.gradient_accumulation_steps])
+        self._epoch_started = True  # recorded at its first step: every callback's on_epoch_begin has run then
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self._epoch_started:
+            self._epoch_started = False
+            loader = kwargs["train_dataloader"]
+            shard = loader.batch_sampler  # accelerate's BatchSamplerShard around the torch BatchSampler
+            assert shard.batch_size == shard.batch_sampler.batch_size, "the shard and its sampler disagree"
+            workers = loader.base_dataloader.num_workers  # the torch loader's, not its wrapper's
+            self.epochs.append([shard.batch_size, workers, args.gradient_accumulation_steps])
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.per_step.append([len(self.epochs) - 1, len(self.model.rows), sum(self.model.rows)])
-        self.model.rows.clear()
+        model = self.model
+        self.per_step.append([len(self.epochs) - 1, len(model.rows), sum(model.rows), all(model.from_worker)])
+        model.rows.clear()
+        model.from_worker.clear()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if state.is_world_process_zero and state.global_step == 2 and not self.sent:
@@ -93,6 +107,7 @@ def main() -> None:
         "global_step": trainer.state.global_step,
         "world_size": args.world_size,
         "batching": [batching.micro_batch_size, batching.accumulation_steps],
+        "weights": [*model.layer.weight.flatten().tolist(), *model.layer.bias.tolist()],
     }
     (Path(options.out) / f"rank{args.process_index}.json").write_text(json.dumps(result))
 

@@ -174,7 +174,8 @@ class StepSamples(transformers.TrainerCallback):  # type: ignore[misc]
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         loader = kwargs["train_dataloader"]
-        self.epochs.append((loader.batch_sampler.batch_size, loader.num_workers, args.gradient_accumulation_steps))
+        workers = loader.base_dataloader.num_workers  # accelerate's wrapper forwards reads only: the torch loader's
+        self.epochs.append((loader.batch_sampler.batch_size, workers, args.gradient_accumulation_steps))
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.per_step.append((len(self.epochs) - 1, len(self.model.rows), sum(self.model.rows)))
