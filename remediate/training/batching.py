@@ -174,7 +174,7 @@ class Batching:
                 raise CommandRejected(f"{before} workers x {ctx.params['factor']} is still {before}: nothing to reduce")
         self.dataloader_workers = workers
         for loader in self.loaders:
-            loader.num_workers = workers  # DataLoader reads it when it creates its next iterator
+            set_loader_workers(loader, workers)
         self._changed(SET_DATALOADER_WORKERS)
         ctx.detail = (
             f"data loader workers {before} -> {workers} ({len(self.loaders)} loader(s) updated; "
@@ -191,6 +191,16 @@ class Batching:
         self.generation += 1
         if self.on_change is not None:
             self.on_change(self, command)
+
+
+def set_loader_workers(loader: Any, workers: int) -> None:
+    """`workers` worker processes for a torch DataLoader from its next iterator on (it reads num_workers there).
+
+    A DataLoader built with no workers keeps prefetch_factor None, and its next iterator with workers fails
+    on it: such a loader gets torch's default (2), as it would have had if built with workers."""
+    loader.num_workers = workers
+    if workers > 0 and getattr(loader, "prefetch_factor", 2) is None:
+        loader.prefetch_factor = 2
 
 
 @dataclass(eq=False)

@@ -35,7 +35,7 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from remediate.training.batching import Batching
+from remediate.training.batching import Batching, set_loader_workers
 from remediate.training.callbacks import FrameworkCallback
 from remediate.training.handlers import drop_gradients
 
@@ -153,7 +153,7 @@ class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
             sampler.batch_size = self.batching.micro_batch_size
         args.gradient_accumulation_steps = self.batching.accumulation_steps
         if self.batching.dataloader_workers is not None:
-            _torch_loader(loader).num_workers = self.batching.dataloader_workers
+            set_loader_workers(_torch_loader(loader), self.batching.dataloader_workers)
 
     def on_log(
         self,

@@ -256,3 +256,20 @@ def test_the_hugging_face_callback_refuses_both_batching_commands_when_the_epoch
             ack.status == "rejected" and "64 rows per epoch are not a multiple of the effective batch 24" in ack.detail
         )
     assert (batching.micro_batch_size, batching.accumulation_steps, batching.dataloader_workers) == (24, 1, 0)
+
+
+def test_the_hugging_face_callback_starts_workers_in_a_loader_built_without_any(tmp_path: Path) -> None:
+    """A loader built with 0 workers has no prefetch_factor (None); given workers it must get torch's default,
+    or its next iterator fails ("'<=' not supported between 'NoneType' and 'int'") and the training with it."""
+    from remediate.training.batching import Batching
+
+    root, batching = tmp_path / "control", Batching(micro_batch_size=16, dataloader_workers=0, max_dataloader_workers=2)
+    agent = Agent(root, 2, ("set_dataloader_workers", {"workers": 1}))
+    counter, trainer = train_counting(
+        tmp_path, [agent, ours(tmp_path, every_n_steps=None, batching=batching)], batching, 2
+    )
+
+    ack = wait_for_ack(root, JOB, agent.sent[0])
+    assert ack.status == APPLIED and (ack.result["workers_before"], ack.result["workers_after"]) == (0, 1)
+    assert counter.epochs == [(16, 0, 1), (16, 1, 1)]
+    assert trainer.state.global_step == 8
