@@ -89,10 +89,12 @@ def test_the_docs_timing_table_has_every_training_playbook_with_its_alert_and_th
     section = doc.split("### From fault to applied command", 1)[1].split("\n#", 1)[0]
     _header, *rows = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ") and "(" in line]
     table = {cells[0].strip(): cells[1].strip() for cells in rows}
-    rules = {r["alert"]: r["for"] for r in rules_of("training") + rules_of("training-resources")}
+    shipped = ("training", "training-resources", "training-failslow")
+    rules = {r["alert"]: r["for"] for name in shipped for r in rules_of(name)}
     playbooks = {
         "loss-spike": "TrainingLossSpike",
         "loss-nan": "TrainingLossNaN",
+        "training-fail-slow": "TrainingStragglerRank",
         **{p: a for a, (p, _, _) in ACTING.items()},
     }
     assert table == {f"{playbook} ({alert})": rules[alert] for playbook, alert in playbooks.items()}

@@ -21,6 +21,13 @@ and records ``resumed`` (restart count, step, checksum) when it continued a chec
 command ends the loop with `RestartRequested` (exit status 75) and torchrun, given
 ``--max-restarts``, starts the job again. A restarted job (``$TORCHELASTIC_RESTART_COUNT`` > 0)
 stops after ``--after-restart`` iterations.
+
+Fail-slow (issue 29, tests/e2e/test_straggler.py): with ``--metrics-ports`` rank r exports StepMetrics on the r-th
+port (start at the top of the iteration, step before backward). ``--nodes "b,a;b,c"`` names each rank's node for
+the first start and for the restarted one (NODE_NAME, the `node` label): the second list is where the scheduler
+put the job once the slow node was cordoned and tainted. A rank on ``--slow-node`` takes ``--slow-seconds`` more
+per step once ``--slow-after`` seconds have passed (``slowed`` event: when and where). With ``--stop-file``,
+every rank stops at the first iteration after that file appears (an all-reduce: the same iteration everywhere).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from remediate.training import TorchCheckpoints, TrainingControl
+from remediate.training.metrics import StepMetrics
 
 
 def checksum(model: torch.nn.Module) -> float:
@@ -65,6 +73,12 @@ def main() -> None:
     parser.add_argument("--linger", type=int, default=5)
     parser.add_argument("--max-iterations", type=int, default=3000)
     parser.add_argument("--after-restart", type=int, default=10, help="iterations of a restarted job")
+    parser.add_argument("--metrics-ports", default="", help="StepMetrics port of each rank, comma-separated")
+    parser.add_argument("--nodes", default="", help="each rank's node, per start: 'node-b,node-a;node-b,node-c'")
+    parser.add_argument("--slow-node", default="", help="a rank on this node takes --slow-seconds more per step")
+    parser.add_argument("--slow-seconds", type=float, default=0.0)
+    parser.add_argument("--slow-after", type=float, default=0.0, help="seconds of normal steps before it slows")
+    parser.add_argument("--stop-file", default="", help="every rank stops once this file exists")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")  # torchrun's env:// rendezvous; before register(): the control sees the ranks
@@ -89,6 +103,13 @@ def main() -> None:
     ).register()
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     emit("registered", pid=os.getpid(), world_size=dist.get_world_size(), restarts=restarts)
+    node = ""
+    if args.nodes:
+        starts = [start.split(",") for start in args.nodes.split(";")]
+        node = os.environ["NODE_NAME"] = starts[min(restarts, len(starts) - 1)][rank]
+    metrics = StepMetrics(args.job, port=int(args.metrics_ports.split(",")[rank])) if args.metrics_ports else None
+    slow_from = time.time() + args.slow_after if node and node == args.slow_node else float("inf")
+    slowed = False
 
     step = iteration = applied = 0
     resumed = ckpts.resume()  # None on a fresh start: this test's checkpoint directory is new
@@ -98,7 +119,14 @@ def main() -> None:
     dist.barrier()  # every rank resumed before rank 0 saves (and so names a new run in the index)
     stop_at = args.after_restart if restarts else args.max_iterations
     while iteration < stop_at:
+        if metrics is not None:
+            metrics.start()
         time.sleep(args.batch_seconds)  # the data loader: a skipped batch costs as much as a used one
+        if time.time() >= slow_from:  # the slow node: a throttled GPU, a starved loader
+            if not slowed:
+                slowed = True
+                emit("slowed", node=node, iteration=iteration, step=step)
+            time.sleep(args.slow_seconds)
         iteration += 1
         x, y = batch(iteration, rank, args.spike_at > 0 and iteration >= args.spike_at, args.spike_shift)
         lr = opt.param_groups[0]["lr"]
@@ -111,6 +139,8 @@ def main() -> None:
                 stop_at = min(stop_at, iteration + args.linger)
             continue
         loss = torch.nn.functional.mse_loss(model(x), y)
+        if metrics is not None:
+            metrics.step(loss=loss.item(), samples=len(x))  # before backward: the all-reduce waits for the slowest
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -129,8 +159,23 @@ def main() -> None:
             step = new_step
         if applied >= args.stop_after:
             stop_at = min(stop_at, iteration + args.linger)
+        if args.stop_file:
+            stop = torch.tensor([float(Path(args.stop_file).exists())])
+            dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+            if stop.item():
+                break
     control.close()
-    emit("final", step=step, lr=opt.param_groups[0]["lr"], checksum=checksum(model), skipped=control.batches_skipped)
+    if metrics is not None:
+        metrics.close()
+    emit(
+        "final",
+        node=node,
+        restarts=restarts,
+        step=step,
+        lr=opt.param_groups[0]["lr"],
+        checksum=checksum(model),
+        skipped=control.batches_skipped,
+    )
     # Every rank must be done with its collectives before either tears gloo down.
     dist.barrier()
     dist.destroy_process_group()
