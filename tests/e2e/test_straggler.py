@@ -13,8 +13,8 @@ routing re-sends it within the rung's holds_for too (alertmanager/alertmanager.y
 On one machine a restarted job cannot move, so the job plays the scheduler: rank 1 runs on node-a (the slow node:
 its steps take 0.1 s more once the job has trained a while) and, once restarted, on node-c (the job's `--nodes`).
 What is checked: rung 1 tells on-call with the evidence; the still-firing alert climbs to rung 2, which
-checkpoints the job, cordons and taints node-a (not node-b or node-c) and restarts the job; both ranks resume the
-checkpoint the restart saved, the alert resolves, the undo waits until Prometheus shows the job even again and
+cordons and taints node-a (not node-b or node-c) and restarts the job; both ranks resume the checkpoint the
+restart saved, the alert resolves, the undo waits until Prometheus shows the job even again and
 lets node-a back in; both ranks end with equal weights. `pytest -s` prints the timeline (the closing note's).
 """
 
@@ -191,14 +191,14 @@ def _climb_restart_and_undo(
     assert not kube_api.node(SLOW)["spec"].get("unschedulable")
     assert job.proc.poll() is None and not job.events(0, "resumed")
 
-    # Rung 2, once the alert still fires holds_for after rung 1: checkpoint, keep node-a out, restart.
+    # Rung 2, once the alert still fires holds_for after rung 1: keep node-a out, restart from a checkpoint.
     runs = _finished(server, 2)
     climbed = runs[1]
     assert (climbed["rung"], climbed["status"]) == (2, "succeeded"), climbed
     assert "after rung 1" in climbed["reason"], climbed["reason"]  # still firing (or, after a lost scrape, again)
     rung2 = server.run(climbed["run_id"])
     steps = {s["name"]: s for s in rung2["steps"]}
-    assert list(steps) == ["checkpoint", "cordon", "taint", "restart", "notify"]
+    assert list(steps) == ["cordon", "taint", "restart", "notify"]
     assert all(s["status"] == "succeeded" for s in steps.values()), rung2["steps"]
     assert _node_changes(kube_api)[:2] == [("cordon", SLOW), ("taint+", SLOW)]
     restart = steps["restart"]["result"]
@@ -234,10 +234,9 @@ def _climb_restart_and_undo(
         "alert received from AlertManager, rung 1 accepted (for 8 s, group_wait 1 s)": notify["time"],
         "rung 1: on-call notified": _attempt_times(rung1)["notify"],
         "rung 2 accepted (still firing)": climbed["time"],
-        "rung 2: checkpoint saved": times["checkpoint"],
         "rung 2: node-a cordoned": times["cordon"],
         "rung 2: node-a tainted": times["taint"],
-        "rung 2: restart acknowledged (every rank exits 75)": times["restart"],
+        "rung 2: restart acknowledged (checkpoint saved; every rank exits 75)": times["restart"],
         "job resumed from the checkpoint (both ranks)": max(zero["t"], one["t"]),
         "alert resolved, undo accepted": undo["time"],
         "undo: Prometheus shows the job even for 10 s": _attempt_times(rung2_undo)["job-fast-for-10m"],

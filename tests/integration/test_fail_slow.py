@@ -3,8 +3,8 @@ store, against the test API server (real HTTP, the official client), with a real
 (tests/support/jobs/plain_job.py, the quick-start loop) and the notify sinks posting to a local recorder.
 
 Rung 1 only tells on-call, with the evidence from the alert (slow rank, node, GPU, ratio, since). The next
-occurrence within holds_for climbs to rung 2: the job checkpoints, the node the alert's `node` label names is
-cordoned and tainted (and no other node), and the job gets `restart`: it acknowledges, exits with status 75,
+occurrence within holds_for climbs to rung 2: the node the alert's `node` label names is cordoned and tainted
+(and no other node), and the job gets `restart`: it saves a checkpoint, acknowledges, exits with status 75,
 and started again with --resume (what torchrun --max-restarts does; tests/integration/test_torchrun.py runs
 that launcher) it continues from the checkpoint the restart saved. When the alert resolves, the undo verifies
 first (check.prometheus; without a Prometheus it fails and the node stays out); when the straggler returns on
@@ -72,7 +72,7 @@ def _resolved(minute: int) -> bytes:
     return json.dumps(notification_payload(alert)).encode()
 
 
-def test_the_fail_slow_ladder_notifies_then_checkpoints_cordons_taints_the_alerts_node_and_restarts_the_job(
+def test_the_fail_slow_ladder_notifies_then_cordons_taints_the_alerts_node_and_restarts_the_job(
     kube_api: FakeKubeAPI, kubeconfig: Path, root: Path, store: Store, spawn: Any, recorder: WebhookRecorder
 ) -> None:
     kube_api.add_node(SLOW)
@@ -113,7 +113,7 @@ def test_the_fail_slow_ladder_notifies_then_checkpoints_cordons_taints_the_alert
     run = run_json_of(store, second.run_id)
     assert run["rung"] == 2 and run["status"] == "succeeded", run["error"]
     steps = {s["name"]: s for s in run["steps"]}
-    assert list(steps) == ["checkpoint", "cordon", "taint", "restart", "notify"]
+    assert list(steps) == ["cordon", "taint", "restart", "notify"]
     assert steps["cordon"]["result"]["node"] == steps["taint"]["result"]["node"] == SLOW
     node = kube_api.node(SLOW)
     assert node["spec"]["unschedulable"] is True
@@ -155,3 +155,38 @@ def test_the_fail_slow_ladder_notifies_then_checkpoints_cordons_taints_the_alert
     assert [s["name"] for s in run["steps"]] == ["cordon", "taint", "handoff", "notify"]
     assert kube_api.node(SLOW)["metadata"]["annotations"][OWNER] == "breakfix"
     assert OWNER not in (kube_api.node(OTHER)["metadata"].get("annotations") or {})
+
+
+def test_a_straggler_away_from_rank_0s_node_is_still_kept_out_and_on_call_is_told_to_restart_the_job_by_hand(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, store: Store, recorder: WebhookRecorder
+) -> None:
+    # A multi-node job with node-local control roots: rank 0 registered on another node, so the slow node's
+    # control root holds no such job (docs/training-protocol.md, "Deployment notes").
+    kube_api.add_node(SLOW)
+    empty_root = tmp_path / "this-nodes-control-root"
+    empty_root.mkdir()
+    settings = Settings.of(
+        kubeconfig=kubeconfig, training_control_root=empty_root, sinks=(Sink("oncall", "webhook", url=recorder.url),)
+    )
+    registry = default_registry(settings)
+    playbooks = PlaybookSet(p for p in load_playbooks(REPO / "playbooks", registry).playbooks
+                            if p.name == "training-fail-slow")  # fmt: skip
+    engine = Engine(store=store, playbooks=playbooks, registry=registry)
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
+    engine.ingest_body(_occurrence(0), received_at=time.time())
+    engine.ingest_body(_resolved(0), received_at=time.time())
+    executor.drain()
+    second = engine.ingest_body(_occurrence(11), received_at=time.time() + 11 * 60).decisions[0]
+    assert second.decision.value == "accepted", second.reason
+    assert executor.drain() == 1
+
+    run = run_json_of(store, second.run_id)
+    assert run["rung"] == 2 and run["status"] == "failed"
+    steps = {s["name"]: s for s in run["steps"]}
+    assert [(name, s["status"]) for name, s in steps.items()] == [
+        ("cordon", "succeeded"), ("taint", "succeeded"), ("restart", "failed"), ("notify", "succeeded")
+    ]  # fmt: skip
+    assert JOB in steps["restart"]["error"], steps["restart"]["error"]
+    assert kube_api.node(SLOW)["spec"]["unschedulable"] is True
+    told = json.dumps(recorder.requests[-1].json)
+    assert "NOT all done" in told and "restart failed" in told, told
