@@ -28,7 +28,7 @@ def test_the_unit_tests_see_both_alerts_fire_and_the_straggler_names_its_rank_no
     fired = expected_alerts("training-failslow")
     assert {name for name, _, _ in fired} == ALERTS
     (straggler,) = [labels for name, labels, _ in fired if name == "TrainingStragglerRank"]
-    assert {"training_job", "rank", "node", "gpu"} <= set(straggler)
+    assert {"training_job", "rank", "node", "gpu", "control_node"} <= set(straggler)
 
 
 class SteppingRank:
@@ -94,5 +94,6 @@ def test_a_real_prometheus_scrape_keeps_training_job_and_the_straggler_expressio
         "node": "node-b",
         "gpu": "0",
     }
+    assert labels["control_node"] == "node-a"  # rank 0's node: where the job registered with remediate
     assert float(series["value"][1]) == pytest.approx(2.0 / 1.5, rel=0.05)  # 2 s over the median of 1 s and 2 s
     assert loss["metric"]["rank"] == "0"  # rank 0 alone exports the loss
