@@ -3,7 +3,10 @@
 The parts are real: `torchrun --nproc_per_node 2 --max-restarts 1` of tests/support/jobs/torchrun_job.py (gloo, CPU;
 each rank exports StepMetrics on its own port), Prometheus scraping both ranks and evaluating the shipped
 TrainingStragglerRank rule, AlertManager, `remediate serve` (gunicorn) running the shipped training-fail-slow
-playbook, and the test Kubernetes API server (real HTTP, the chart's RBAC) holding the job's nodes.
+playbook, a `remediate agent` for each of the job's nodes, and the test Kubernetes API server (real HTTP, the
+chart's RBAC) holding the nodes. The job is multi-node as deployed with node-local control roots: rank 0 on
+node-b registers in node-b's control root, and node-a's (the slow rank's) holds no job, so the restart must run
+on node-b's agent (the rule's `control_node`, the step's `run_on`) while the cordon names node-a.
 
 Only the times shrink, so that a ladder of hours runs in a minute: the rule's rate window, `for` and
 `keep_firing_for`, the playbook's holds_for, cooldown and the undo check's window (`_fast_rule`, `_fast_playbook`
@@ -32,7 +35,7 @@ from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.helm import ChartRbac
 from tests.support.realsystems import AlertManager, Prometheus, WebhookRecorder, check_rules, free_port, parse_timestamp
 from tests.support.rules import rules_of
-from tests.support.server import RemediateServer
+from tests.support.server import AGENT_TOKEN, NodeAgent, RemediateServer
 from tests.support.torchrun import Torchrun
 from tests.support.training import require
 from tests.support.waiting import wait_until
@@ -122,8 +125,13 @@ def test_a_straggling_rank_climbs_the_ladder_and_the_job_restarts_from_its_check
 ) -> None:
     rules = _fast_rule(tmp_path)
     _fast_playbook(playbooks_dir)
-    control_root = tmp_path / "control"
-    control_root.mkdir()
+    roots = {node: tmp_path / f"control-{node}" for node in (SLOW, HEALTHY)}
+    agents = {node: NodeAgent(tmp_path / f"agent-{node}", node, env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)})
+              for node, root in roots.items()}  # fmt: skip
+    for node, agent in agents.items():
+        roots[node].mkdir()
+        watch_log(f"agent {node}", agent)
+        agent.start()
     sink = {"type": "webhook", "url": recorder.url}
     server = RemediateServer(
         tmp_path / "remediate",
@@ -132,11 +140,10 @@ def test_a_straggling_rank_climbs_the_ladder_and_the_job_restarts_from_its_check
             "REMEDIATE_KUBECONFIG": str(kube_api.write_kubeconfig(tmp_path / "kubeconfig")),
             "REMEDIATE_KUBE_REQUEST_TIMEOUT": "5s",
             "REMEDIATE_SINKS": json.dumps({"oncall": sink, "breakfix": sink}),
-            "REMEDIATE_TRAINING_CONTROL_ROOT": str(control_root),
+            "REMEDIATE_AGENTS": ",".join(f"{node}={agent.url}" for node, agent in agents.items()),
+            "REMEDIATE_AGENT_TOKEN": AGENT_TOKEN,
         },
     )
-    # The server runs the steps of node-a, the slow rank's node (tests/support/server.py: REMEDIATE_NODE_NAME),
-    # where the job's control directory is.
     watch_log("remediate", server)
     am = start_alertmanager(server.webhook_url, group_wait="1s", group_interval="1s", repeat_interval="4s")
     ports = [free_port(), free_port()]
@@ -150,7 +157,7 @@ def test_a_straggling_rank_climbs_the_ladder_and_the_job_restarts_from_its_check
         watch_log("prometheus", prom)
         server.extra_env["REMEDIATE_PROMETHEUS_URL"] = prom.url
         server.start()
-        job = Torchrun(tmp_path, control_root, "job", "--metrics-ports", ",".join(map(str, ports)),
+        job = Torchrun(tmp_path, roots[HEALTHY], "job", "--metrics-ports", ",".join(map(str, ports)),
                        "--nodes", f"{HEALTHY},{SLOW};{HEALTHY},{SPARE}", "--slow-node", SLOW, "--slow-seconds", "0.1",
                        "--slow-after", "12", "--batch-seconds", "0.05", "--checkpoint-every", "20",
                        "--stop-after", "99", "--after-restart", "1000000", "--stop-file", str(tmp_path / "stop"),
@@ -163,6 +170,9 @@ def test_a_straggling_rank_climbs_the_ladder_and_the_job_restarts_from_its_check
         finally:
             job.stop()
             server.stop()
+            for agent in agents.values():
+                agent.stop()
+    assert not any(roots[SLOW].iterdir()), "node-a's control root holds no job: rank 0 registered on node-b"
     _print_timeline(timeline)
 
 
@@ -181,6 +191,7 @@ def _climb_restart_and_undo(
     rung1 = server.run(notify["run_id"])
     labels = rung1["alert"]["labels"]
     assert (labels["training_job"], labels["rank"], labels["node"]) == (JOB, "1", SLOW), labels
+    assert labels["control_node"] == HEALTHY, labels  # rank 0's node
     ratio = float(rung1["alert"]["annotations"]["ratio"].rstrip("x"))
     assert ratio > 1.2, rung1["alert"]["annotations"]  # 0.15 s against a median of ~0.1 s: ~1.5x
     (pending,) = [a for a in prom.alerts() if a["labels"]["alertname"] == "TrainingStragglerRank"]
@@ -203,6 +214,8 @@ def _climb_restart_and_undo(
     assert _node_changes(kube_api)[:2] == [("cordon", SLOW), ("taint+", SLOW)]
     restart = steps["restart"]["result"]
     assert restart["applied_by_pid"] == first["pid"] and restart["exit_code"] == 75
+    assert steps["restart"]["node"] == HEALTHY and restart["ran_on"].startswith(f"{HEALTHY} (agent ")
+    assert climbed["target"] == SLOW  # the ladder, its cooldown and repeat offences stay the slow node's
     saved = restart["checkpoint"]["step"]
 
     # torchrun starts the job again: both ranks resume that checkpoint, rank 1 now on node-c.
