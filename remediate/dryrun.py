@@ -93,11 +93,12 @@ def _report(
             views = tuple(StepView(i, s.spec.name, s.spec.action, StepStatus.PENDING) for i, s in enumerate(ev.steps))
             for step_index, step in enumerate(ev.steps):
                 action = registry.get(step.spec.action)
+                node = step.node or ev.target  # a `run_on` step's own node, as the executor would use it
                 ctx = StepContext(
                     run_id=0,
                     step_index=step_index,
                     playbook=ev.playbook.name,
-                    target=ev.target,
+                    target=node,
                     alert=alert_ref(alert.template_context()),
                     memory=memory,
                     breaker=breaker,
@@ -108,9 +109,10 @@ def _report(
                     "name": step.spec.name,
                     "action": step.spec.action,
                     "where": step.where,
+                    **({"node": node} if step.where == "node" else {}),
                     "params": dict(step.params),
                 }
-                runner = dispatch.runner_for(action, ev.target)
+                runner = dispatch.runner_for(action, node)
                 try:
                     item["plan"] = runner.stamp(runner.plan(action, step.params, ctx))
                 except Exception as exc:

@@ -16,6 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -123,18 +124,14 @@ class Engine:
             "dedupe_key": dedupe_key(alert, playbook.name),
             "wave": None if wave is None else wave.note,
         }
-        context = alert.template_context()
+        render = partial(self._render, alert=alert, target=target, context=alert.template_context())
         prefix = "on_resolved" if alert.status == "resolved" else "steps"
         # A ladder's firing steps are its rungs' (below); its resolved ones end with the playbook's on_resolved.
         specs = playbook.on_resolved if alert.status == "resolved" else playbook.steps
-        steps, error = self._render(specs, prefix, context)
+        steps, error = render(specs, prefix)
         rungs = tuple(
             RungRender(
-                *self._render(
-                    rung.on_resolved if alert.status == "resolved" else rung.steps,
-                    f"escalate[{index}].{prefix}",
-                    context,
-                ),
+                *render(rung.on_resolved if alert.status == "resolved" else rung.steps, f"escalate[{index}].{prefix}"),
                 self._mode(rung.mode or playbook.mode, wave),
             )
             for index, rung in enumerate(playbook.rungs)
@@ -166,9 +163,10 @@ class Engine:
         return most_cautious(mode, server, *(() if wave is None else (wave.mode,)))
 
     def _render(
-        self, specs: Sequence[StepSpec], prefix: str, context: Mapping[str, Any]
+        self, specs: Sequence[StepSpec], prefix: str, *, alert: Alert, target: str, context: Mapping[str, Any]
     ) -> tuple[tuple[RenderedStep, ...], str | None]:
-        """Steps rendered and validated for an alert, or () and why the first failing one failed."""
+        """Steps rendered and validated for an alert (`context`: its template context), or () and why the first
+        failing one failed. A `run_on` step's node is resolved here, once: the run's steps keep it."""
         rendered = []
         for index, spec in enumerate(specs):
             action = self.registry.get(spec.action)
@@ -177,7 +175,8 @@ class Engine:
                 action.schema.check_templated(spec.params, params)
             except ParamsError as exc:
                 return (), f"{prefix}[{index}] {spec.name} ({spec.action}): {exc}"
-            rendered.append(RenderedStep(spec, action.where.value, params, spec.timeout or self.settings.step_timeout))
+            timeout = spec.timeout or self.settings.step_timeout
+            rendered.append(RenderedStep(spec, action.where.value, params, timeout, spec.node(alert, target)))
         return tuple(rendered), None
 
     # ------------------------------------------------------------------ ingest
@@ -420,6 +419,7 @@ def step_rows(run_id: int, ev: Evaluation | None, params_json: dict[int, str] | 
             "retries": step.spec.retries,
             "always": step.spec.always,
             "continue_on_error": step.spec.continue_on_error,
+            "node": step.node,
             "status": StepStatus.PENDING,
         }
         for index, step in enumerate(ev.steps)

@@ -42,6 +42,8 @@ class RenderedStep:
     where: str
     params: Mapping[str, Any]
     timeout: float
+    node: str | None = None
+    """Where a `run_on` step runs (StepSpec.node, resolved from the alert); None: on the run's target."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from remediate.actions.base import ActionRegistry
+from remediate.actions.base import ActionRegistry, Where
 from remediate.alertref import node_label
 from remediate.alerts import Alert
 from remediate.durations import format_duration, parse_duration
@@ -54,7 +54,7 @@ _PLAYBOOK_KEYS = {
 }
 _RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", "on_resolved"}
 DEFAULT_RESET_AFTER = timedelta(hours=24)
-_STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error"}
+_STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error", "run_on"}
 _MAX_RETRIES = 10
 
 
@@ -72,6 +72,17 @@ class StepSpec:
     """Run this step even when an earlier step failed (e.g. a notification); the run stays failed."""
     continue_on_error: bool = False
     """A failure of this step is recorded, but the run goes on as if it had succeeded (best effort)."""
+    run_on: tuple[str, ...] = ()
+    """A node step's `run_on: {labels: [...]}`: it runs on the node the first of these labels the alert has
+    names (normalised as the target's), else on the run's target; empty: on the run's target."""
+
+    def node(self, alert: Alert, target: str) -> str | None:
+        """Where a `run_on` step runs for this alert (resolved once, when its run is created); None: no
+        `run_on`, the run's target."""
+        if not self.run_on:
+            return None
+        found = node_label(alert.labels, self.run_on)
+        return bounded_target(found[1]) if found else target
 
 
 @dataclass(frozen=True)
@@ -514,8 +525,27 @@ def _parse_steps(
         for flag, value in flags.items():
             if not isinstance(value, bool):
                 raise fail(f"{where}.{flag}", "must be true or false")
-        steps.append(StepSpec(action_name, params, name, timeout, retries, **flags))
+        run_on = _parse_run_on(item, action_name, registry, f"{where}.run_on", fail)
+        steps.append(StepSpec(action_name, params, name, timeout, retries, **flags, run_on=run_on))
     return tuple(steps)
+
+
+def _parse_run_on(
+    item: Mapping[str, Any], action: str, registry: ActionRegistry, field: str, fail: Any
+) -> tuple[str, ...]:
+    """A step's `run_on: {labels: [label, ...]}` (static label names, the target's shape); only a node action
+    runs somewhere: a cluster action (log, notify, k8s.*) always runs in the server."""
+    if "run_on" not in item:
+        return ()
+    value = item["run_on"]
+    labels = value.get("labels") if isinstance(value, dict) and set(value) == {"labels"} else None
+    if isinstance(labels, str):
+        labels = [labels]
+    if not isinstance(labels, list) or not labels or not all(isinstance(label, str) and label for label in labels):
+        raise fail(field, "must be {labels: [label, ...]} (the first label the alert has names the node)")
+    if registry.get(action).where != Where.NODE:
+        raise fail(field, f"{action} is a cluster action, it runs in the server: only node actions have run_on")
+    return tuple(labels)
 
 
 def _template_syntax_errors(value: Any, path: str) -> Sequence[tuple[str, str]]:

@@ -159,6 +159,12 @@ class StepRecord:
     """The step has its final outcome (finished_at is set); an `interrupted` step left by recovery has not."""
     continue_on_error: bool = False
     """Its failure is recorded but does not fail the run nor skip the steps after it."""
+    node: str | None = None
+    """The node a `run_on` step runs on; None: the run's target (`node_of`)."""
+
+    def node_of(self, run: ClaimedRun) -> str:
+        """The node this step runs on, if it is a node step: its own (`run_on`), else the run's target."""
+        return self.node or run.target
 
 
 @dataclass(frozen=True)

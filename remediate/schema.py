@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 metadata = sa.MetaData()
 
@@ -127,6 +127,9 @@ steps = sa.Table(
     sa.Column("always", sa.Boolean, nullable=False, server_default=sa.false()),
     # The step's failure is recorded but neither fails the run nor skips the steps after it (best effort).
     sa.Column("continue_on_error", sa.Boolean, nullable=False, server_default=sa.false()),
+    # The node a `run_on` step runs on, resolved from the alert when the run was created; NULL: the run's
+    # target (every other step, and every step stored before version 12).
+    sa.Column("node", sa.String(255), nullable=True),
     sa.UniqueConstraint("run_id", "idx", name="uq_steps_run_idx"),
     # Reconciliation looks for recently failed steps whose outcome may still come (Store.queue.pending_outcomes).
     sa.Index("ix_steps_status_finished", "status", "finished_at"),
@@ -340,4 +343,6 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     10: _steps(ui_sessions_ended, ui_login_failures),
     # Version 11 gathers issue 28's changes.
     11: _steps("CREATE INDEX ix_runs_target ON runs (playbook, target, phase, created_at)"),
+    # Version 12 gathers issue 29's changes.
+    12: _steps("ALTER TABLE steps ADD COLUMN node VARCHAR(255)"),
 }

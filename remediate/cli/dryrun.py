@@ -142,7 +142,8 @@ def _print_dry_run(report: dict[str, Any]) -> None:
             elif pb.get("cannot_act"):
                 click.echo(f"    the run cannot succeed: a step's plan says it cannot act ({pb['cannot_act']})")
             for step in pb["steps"]:
-                click.echo(f"    step {step['index']} {step['name']} [{step['action']} @ {step['where']}]")
+                on = f" on {step['node']}" if step.get("node") else ""  # the node a node step would run on
+                click.echo(f"    step {step['index']} {step['name']} [{step['action']} @ {step['where']}]{on}")
                 click.echo(f"      params: {json.dumps(step['params'], default=str)}")
                 if step.get("plan_error"):
                     click.echo(f"      plan failed: {step['plan_error']}")

@@ -196,7 +196,8 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
         click.echo(f"error: {detail['error']}")
     click.echo(f"alert: {json.dumps(detail['alert']['labels'], sort_keys=True)}")
     for step in detail["steps"]:
-        click.echo(f"  step {step['index']} {step['name']} [{step['action']}] {step['status']}")
+        on = f" on {step['node']}" if step.get("node") else ""  # a `run_on` step's own node
+        click.echo(f"  step {step['index']} {step['name']} [{step['action']}]{on} {step['status']}")
         for key in ("plan", "result", "error"):
             if step.get(key) is not None:
                 click.echo(f"    {key}: {json.dumps(step[key], default=str)}")

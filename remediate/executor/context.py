@@ -31,7 +31,8 @@ class StepContexts:
             run_id=run.id,
             step_index=step.idx,
             playbook=run.playbook,
-            target=run.target,
+            # A `run_on` step acts on its own node: the agent there refuses a step whose target is another node.
+            target=step.node_of(run),
             alert=alert_ref(run.alert_context),
             deadline=deadline,
             memory=self.memory,

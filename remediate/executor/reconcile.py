@@ -30,7 +30,7 @@ def reconcile_pending(steps: StepExecutor) -> int:
             action = steps.registry.get(step.action)
             params = action.validate(step.params)
             ctx = steps.contexts.context(run, step, time.monotonic() + RECONCILE_PLAN_TIMEOUT_S)
-            runner = steps.dispatch.runner_for(action, run.target)
+            runner = steps.dispatch.runner_for(action, step.node_of(run))
             plan = call_with_deadline(partial(runner.plan, action, params, ctx), RECONCILE_PLAN_TIMEOUT_S)
         except Exception as exc:
             log.info("run %s step %s: cannot look for its late outcome yet: %s", run.id, step.idx, exc)

@@ -235,7 +235,7 @@ class StepExecutor:
         deadline = started + step.timeout
         reported = self.store.queue.steps_of(run.id) if action.reports_run else ()
         ctx = self.contexts.context(run, step, deadline, steps=reported)
-        runner = self.dispatch.runner_for(action, run.target)
+        runner = self.dispatch.runner_for(action, step.node_of(run))
         try:
             plan = runner.stamp(plan_step(runner, action, params, ctx, step, self.retry_wait_max))
         except (ClaimLostError, StoreUnavailable):

@@ -138,6 +138,8 @@ class StepDetail(NamedTuple):
     continue_on_error: bool = False
     started_at: float | None = None
     finished_at: float | None = None
+    node: str | None = None
+    """The node a `run_on` step runs on (resolved when the run was created); None: the run's target."""
 
 
 class RunDetail(NamedTuple):
@@ -296,6 +298,7 @@ def run_detail(conn: sa.Connection, run_id: int) -> RunDetail:
                 continue_on_error=bool(s.continue_on_error),
                 started_at=s.started_at,
                 finished_at=s.finished_at,
+                node=s.node,
             )
             for s in step_rows
         ],

@@ -82,7 +82,7 @@ def _step_record(r: sa.Row[Any]) -> StepRecord:
     return StepRecord(
         r.id, r.run_id, r.idx, r.name, r.action, r.where, json.loads(r.params), r.timeout, r.retries,
         StepStatus(r.status), r.attempts, bool(r.always), r.error, r.finished_at is not None,
-        continue_on_error=bool(r.continue_on_error),
+        continue_on_error=bool(r.continue_on_error), node=r.node,
     )  # fmt: skip
 
 
@@ -184,7 +184,7 @@ class RunQueue:
             context = alert_context(r)
             step = StepRecord(
                 r.id, r.run_id, r.idx, r.name, r.action, r.where, json.loads(r.params), r.timeout, r.retries,
-                StepStatus(r.status), r.attempts,
+                StepStatus(r.status), r.attempts, node=r.node,
             )  # fmt: skip
             run = ClaimedRun(r.run_id, r.playbook, r.target, r.phase, r.mode, context)
             found.append(PendingOutcome(step, run, result["pending"], r.finished_at))

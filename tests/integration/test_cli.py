@@ -607,6 +607,20 @@ def test_show_prints_a_run_with_its_steps(xid_server: Server) -> None:
     assert json.loads(as_json.stdout) == rfc3339_times(xid_server.get("/runs/1").get_json())
 
 
+def test_show_says_where_a_run_on_step_runs(make_server: Callable[..., Server]) -> None:
+    """Issue 29: a `run_on` step's node (stored when the run was created) is on its line; the others' are not."""
+    playbook = APPROVE_XID + "  - {action: gpu.reset, with: {gpu: '0'}, run_on: {labels: [control_node]}}\n"
+    server = make_server(playbooks={"approve.yaml": playbook})
+    server.webhook(notification(alert("f-node-a", Hostname="node-a", control_node="node-c")))
+
+    text = cli("show", "1", *db_args(server))
+
+    assert text.exit_code == 0, text.output
+    assert text.stdout.startswith("run 1: approve-xid on node-a (firing, approve) -> awaiting_approval")
+    assert "step 0 1-log [log] pending\n" in text.stdout
+    assert "step 1 2-gpu.reset [gpu.reset] on node-c pending\n" in text.stdout
+
+
 def test_approve_through_the_database_queues_the_run_and_records_who(approval_server: tuple[Server, int]) -> None:
     server, run_id = approval_server
 

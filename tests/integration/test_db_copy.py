@@ -24,6 +24,7 @@ from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
+from tests.support.agent import Echo
 from tests.support.cli import assert_one_line_error, sqlite_dump
 from tests.support.cli import run_cli as cli
 from tests.support.postgres import PostgresCluster
@@ -55,6 +56,7 @@ def engine_on(store: Store) -> tuple[Engine, Executor]:
     """The engine and executor of a server on `store`, with a playbook that logs the fixtures' alert on firing
     and on resolve (the shipped playbooks reach out: webhooks, cordons)."""
     registry = default_registry()
+    registry.register(Echo())  # a node action that runs here: its `run_on` step stores a node (steps.node)
     playbook = parse_playbook(LOG_XID, registry)
     engine = Engine(store=store, playbooks=PlaybookSet([playbook]), registry=registry)
     return engine, Executor(store=store, registry=registry, retry_wait_max=0.01)
@@ -100,7 +102,10 @@ LOG_XID = {
     "name": "log-xid",
     "match": {"alertname": "GpuXidError", "labels": ['severity=~"critical|warning"']},
     "cooldown": "0s",
-    "steps": [{"action": "log", "with": {"message": "{{ labels.alertname }} on {{ labels.Hostname | default('') }}"}}],
+    "steps": [
+        {"action": "log", "with": {"message": "{{ labels.alertname }} on {{ labels.Hostname | default('') }}"}},
+        {"action": "test.echo", "with": {"word": "copied"}, "run_on": {"labels": ["pod"]}},
+    ],
     "on_resolved": [{"action": "log", "with": {"message": "{{ labels.alertname }} resolved"}}],
 }
 
@@ -197,6 +202,7 @@ def test_a_sqlite_history_copied_to_postgresql_reads_the_same_and_takes_new_aler
     assert {row["key"] for row in rows["meta"]} == {"schema_version", "pause", "breaker"}
     assert {(r["phase"], r["status"]) for r in rows["runs"]} == {("firing", "succeeded"), ("resolved", "succeeded")}
     assert "duplicate" in {d["decision"] for d in rows["decisions"]}
+    assert {r["node"] for r in rows["steps"]} == {None, "trainer-0"}  # a `run_on` step's node is copied too
     total = sum(len(table_rows) for table_rows in rows.values())
     for table in t.metadata.sorted_tables:
         assert f"{table.name}: {len(rows[table.name])} rows copied" in result.stderr
@@ -506,13 +512,13 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 10 file: without what migration 11 adds (the index a repeat offender's count reads).
+    # Back to a real version 11 file: without what migration 12 adds (the node a `run_on` step runs on).
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("DROP INDEX ix_runs_target")
-        conn.execute("UPDATE meta SET value = '10' WHERE key = 'schema_version'")
+        conn.execute("ALTER TABLE steps DROP COLUMN node")
+        conn.execute("UPDATE meta SET value = '11' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 11, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 12, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

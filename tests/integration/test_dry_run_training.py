@@ -122,3 +122,46 @@ def test_dry_run_exits_1_when_a_run_cannot_succeed_even_if_another_playbook_woul
     assert "WrongHostError: node 'gpu-node-9' is not this host" in last
     assert here.exit_code == 0, here.output
     assert here.stdout.strip().endswith("would run: yes")
+
+
+RUN_ON_PLAYBOOK = """\
+name: fail-slow
+match: {alertname: TrainingStragglerRank}
+target: node
+steps:
+  - {name: tell, action: log, with: {message: "rank {{ labels.rank }} straggles on {{ labels.node }}"}}
+  - name: restart
+    action: training.command
+    with: {command: checkpoint}
+    run_on: {labels: [control_node]}
+"""
+
+
+def test_dry_run_shows_the_node_a_run_on_step_would_run_on_and_plans_it_there(
+    training: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Issue 29: the straggler's node (the target) is gpu-node-2, the job registered on rank 0's node, this
+    host gpu-node-1 (`control_node`): the `run_on` step is planned here, and the dry run says where."""
+    root, _ = training
+    LiveJob(root, "j1").register()
+    playbooks = tmp_path / "run-on"
+    playbooks.mkdir()
+    (playbooks / "fail-slow.yaml").write_text(RUN_ON_PLAYBOOK, encoding="utf-8")
+    args = (
+        "dry-run", "--alertname", "TrainingStragglerRank", "--label", "training_job=j1", "--label", "rank=3",
+        "--label", "node=gpu-node-2", "--label", "control_node=gpu-node-1", "--playbooks", playbooks,
+        "--database-url", f"sqlite:///{tmp_path / 'absent.db'}",
+    )  # fmt: skip
+
+    shown = cli(*args)
+
+    assert shown.exit_code == 0, shown.output
+    assert "playbook fail-slow -> target gpu-node-2" in shown.stdout
+    assert "step 1 restart [training.command @ node] on gpu-node-1\n" in shown.stdout
+    assert "step 0 tell [log @ cluster]\n" in shown.stdout
+    report = json.loads(cli(*args, "--json").stdout)
+    tell, restart = report["alerts"][0]["playbooks"][0]["steps"]
+    assert "node" not in tell
+    assert restart["node"] == "gpu-node-1"
+    assert restart["plan"]["ran_on"] == "gpu-node-1 (server)"
+    assert restart["plan"]["can_act"] is True

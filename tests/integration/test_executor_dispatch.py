@@ -3,6 +3,7 @@ cluster steps and this node's steps run here, and /runs/<id> (run_detail) says w
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -194,3 +195,58 @@ def test_on_a_single_host_a_run_for_another_node_fails_and_nothing_runs_here(sto
     assert own["status"] == "succeeded", own
     assert own["steps"][0]["result"]["ran_on"] == "node-a (server)"
     assert [(kind, params["word"]) for kind, params, _ in echo.calls] == [("plan", "own"), ("execute", "own")]
+
+
+def test_a_run_on_step_runs_on_the_agent_of_the_node_its_label_names_the_others_on_the_target(
+    store: Store, tmp_path: Path
+) -> None:
+    """Issue 29: the fail-slow ladder's target is the slow rank's node, but its restart must reach rank 0's
+    node (`control_node`), where the job registered: a `run_on` step goes to that node's agent (whose check
+    "a step for another node" passes: the step names that node), the run's other node steps to the target's."""
+    echoes = {node: Echo() for node in ("node-a", "node-c")}
+    playbook = {
+        **PLAYBOOK,
+        "steps": [
+            {"name": "before", "action": "test.echo", "with": {"word": "before"}},
+            {
+                "name": "restart",
+                "action": "test.echo",
+                "with": {"word": "restart"},
+                "run_on": {"labels": ["control_node"]},
+            },
+            {"name": "after", "action": "test.echo", "with": {"word": "after"}},
+        ],
+    }
+    registry = ActionRegistry([Echo(), LogAction()])
+    engine = Engine(store=store, playbooks=PlaybookSet([parse_playbook(playbook, registry)]), registry=registry)
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for node, echo in echoes.items():
+            settings = agent_settings(tmp_path / node, node_name=node)
+            service = AgentService(settings, registry=ActionRegistry([echo]), memory=InMemoryMemory())
+            urls[node] = stack.enter_context(serve_agent(service, settings))
+        dispatch = Dispatch(directory=StaticAgents(urls), node_name="server", token=AGENT_TOKEN, retry_wait_max=0.01)
+        executor = Executor(store=store, registry=registry, dispatch=dispatch, retry_wait_max=0.01)
+        labels = {"Hostname": "node-a", "control_node": "node-c"}
+        engine.ingest_body(
+            json.dumps(notification_payload(alert_payload("Hot", labels=labels))).encode(), received_at=T0
+        )
+        assert executor.drain() == 1
+
+    (entry,) = _runs(store)
+    run = run_json_of(store, entry["run_id"])
+    assert (run["status"], run["target"]) == ("succeeded", "node-a"), run
+    assert [(s["name"], s["node"]) for s in run["steps"]] == [("before", None), ("restart", "node-c"), ("after", None)]
+    assert [s["result"]["ran_on"] for s in run["steps"]] == [
+        f"node-a (agent {urls['node-a']})",
+        f"node-c (agent {urls['node-c']})",
+        f"node-a (agent {urls['node-a']})",
+    ]
+    ran = {
+        node: [(kind, params["word"], ctx.target) for kind, params, ctx in echo.calls] for node, echo in echoes.items()
+    }
+    assert ran == {
+        "node-a": [("plan", "before", "node-a"), ("execute", "before", "node-a"),
+                   ("plan", "after", "node-a"), ("execute", "after", "node-a")],
+        "node-c": [("plan", "restart", "node-c"), ("execute", "restart", "node-c")],
+    }  # fmt: skip

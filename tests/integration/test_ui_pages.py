@@ -230,6 +230,36 @@ def test_run_page_shows_alert_decision_steps_attempts_and_links_the_undo_both_wa
     assert server.client.get("/ui/runs/999999").status_code == 404
 
 
+RUN_ON_XID = """\
+name: run-on-xid
+match:
+  alertname: GpuXidError
+mode: approve
+target: node
+steps:
+  - {name: note, action: log, with: {message: "XID on {{ labels.instance }}"}}
+  - name: reset-there
+    action: gpu.reset
+    with: {gpu: "{{ labels.gpu }}"}
+    run_on: {labels: [control_node]}
+"""
+
+
+def test_run_page_shows_the_node_a_run_on_step_runs_on(make_server: MakeServer) -> None:
+    """Issue 29: a `run_on` step's node (resolved at ingest) is on the run page, linked to its node page;
+    the run's target stays the alert's node."""
+    server = make_server(playbooks={"run-on-xid.yaml": RUN_ON_XID})
+    server.webhook(notification(alert("abab000000000001", instance="node-a:9400", gpu="0", control_node="node-c")))
+    run_id = server.history()["entries"][0]["run_id"]
+    log_in(server, READ_TOKEN)
+
+    page = text(server.client.get(f"/ui/runs/{run_id}"))
+
+    assert re.search(r'on <b><a id="node-link" href="/ui/nodes/node-a">node-a</a></b>', page), page
+    assert 'where node on <a href="/ui/nodes/node-c">node-c</a> (run_on)' in page
+    assert page.count("(run_on)") == 1  # the log step runs in the server
+
+
 def test_only_http_generator_urls_become_links(server: Server) -> None:
     hostile = alert("eeee000000000001", instance="node-a:9400", gpu="0")
     hostile["generatorURL"] = "javascript:alert(document.cookie)"

@@ -92,7 +92,7 @@ def test_a_run_is_the_api_v1_shape_with_its_keys_in_order() -> None:
     (step,) = body["steps"]
     assert list(step) == [
         "index", "name", "action", "where", "params", "status", "plan", "result", "error", "attempts",
-        "timeout", "retries", "always", "continue_on_error", "started_at", "finished_at",
+        "timeout", "retries", "always", "continue_on_error", "started_at", "finished_at", "node",
     ]  # fmt: skip
     assert step["attempts"] == [
         {"number": 1, "started_at": 11.0, "finished_at": 12.0, "outcome": "succeeded", "error": None,

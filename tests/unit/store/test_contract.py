@@ -451,6 +451,24 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(store: Store, make_engi
 
 
 @EVERY_DATABASE
+def test_a_pending_outcome_of_a_run_on_step_keeps_its_node(store: Store, make_engine: MakeEngine) -> None:
+    """Issue 29: reconciliation asks the node a `run_on` step ran on (its late outcome is there), not the target."""
+    restart = {"action": "training.command", "with": {"command": "restart"}, "run_on": {"labels": ["control_node"]}}
+    engine = make_engine(playbook(steps=[restart]))
+    labels = {"Hostname": "node-a", "control_node": "node-c"}
+    (decision,) = ingest_alerts(engine, alert_payload("GpuXidError", labels=labels), at=T0).decisions
+    claimed = store.queue.claim("w", T0)
+    assert claimed is not None and decision.run_id == claimed.id
+    (step,) = store.queue.steps_of(claimed.id)
+    gave_up = StepEnd(step.id, StepStatus.FAILED, {"pending": {"job": "j"}}, "gave up")
+    store.queue.record(RunWrite(claimed.lease, ends=(gave_up,), run_end=RunEnd(claimed.id, RunStatus.FAILED)), T0 + 1)
+
+    (pending,) = store.queue.pending_outcomes(since=T0)
+
+    assert (pending.run.target, pending.step.node, pending.step.node_of(pending.run)) == ("node-a", "node-c", "node-c")
+
+
+@EVERY_DATABASE
 def test_writes_to_rows_that_do_not_exist(store: Store) -> None:
     # An UPDATE of no row changes nothing; a read of the one row a write needs fails.
     assert store.leases.requeue_claims([RunningClaim(99, "w", 1, T0)], now=T0) == []

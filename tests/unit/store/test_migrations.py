@@ -109,6 +109,9 @@ def _make_version(url: str, version: int) -> None:
         if version < 11:
             # before version 11: no index of a playbook's runs by target (repeat offenders)
             conn.execute(sa.text("DROP INDEX ix_runs_target"))
+        if version < 12:
+            # before version 12: every node step ran on its run's target (no `run_on`, no steps.node)
+            conn.execute(sa.text("ALTER TABLE steps DROP COLUMN node"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -318,4 +321,25 @@ def test_a_version_8_database_gets_decision_times_that_never_decrease_with_the_i
         assert stored == [10.0, 10.004, 10.004, 10.004, 10.01, 10.01, 10.01, 11.0]
     else:
         assert stored == times
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_11_database_gets_step_nodes_its_old_steps_run_on_their_targets(new_database: NewDatabase) -> None:
+    """Issue 29: `steps.node` (where a `run_on` step runs) is added empty: a step stored before runs, as it
+    always did, on its run's target; the run's detail says so (node null)."""
+    old, fresh = _old_and_fresh(
+        new_database,
+        11,
+        _run(),
+        'INSERT INTO steps (run_id, idx, name, action, "where", params, timeout, retries, status) '
+        "VALUES (1, 0, 's', 'gpu.reset', 'node', '{}', 1, 0, 'pending')",
+    )
+    store = Store.open(old)
+    try:
+        (step,) = store.queue.steps_of(1)
+        assert step.node is None
+        assert step.node_of(store.queue.claim("host:1", 2.0)) == "node-a"  # type: ignore[arg-type]
+        assert run_json_of(store, 1)["steps"][0]["node"] is None
+    finally:
+        store.close()
     assert _schema_of(old) == _schema_of(fresh)
