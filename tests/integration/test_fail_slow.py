@@ -160,8 +160,9 @@ def test_the_fail_slow_ladder_notifies_then_cordons_taints_the_alerts_node_and_r
 def test_a_straggler_away_from_rank_0s_node_is_still_kept_out_and_on_call_is_told_to_restart_the_job_by_hand(
     kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, store: Store, recorder: WebhookRecorder
 ) -> None:
-    # A multi-node job with node-local control roots: rank 0 registered on another node, so the slow node's
-    # control root holds no such job (docs/training-protocol.md, "Deployment notes").
+    # A multi-node job with node-local control roots, alerted by a rule without the shipped rule's control_node
+    # (so the restart's run_on falls back to the slow node): rank 0 registered on another node, and the slow
+    # node's control root holds no such job (docs/training-protocol.md, "Deployment notes").
     kube_api.add_node(SLOW)
     empty_root = tmp_path / "this-nodes-control-root"
     empty_root.mkdir()
