@@ -72,6 +72,28 @@ def _resolved(minute: int) -> bytes:
     return json.dumps(notification_payload(alert)).encode()
 
 
+def _shipped_ladder(settings: Settings, store: Store) -> tuple[Engine, Executor]:
+    """An engine with the shipped training-fail-slow playbook alone, and an executor, on `store`."""
+    registry = default_registry(settings)
+    playbooks = PlaybookSet(p for p in load_playbooks(REPO / "playbooks", registry).playbooks
+                            if p.name == "training-fail-slow")  # fmt: skip
+    return Engine(store=store, playbooks=playbooks, registry=registry), Executor(
+        store=store, registry=registry, retry_wait_max=0.01
+    )
+
+
+def _again_within_holds_for(engine: Engine, executor: Executor) -> int:
+    """Rung 1's occurrence resolves; the same straggler fires again 11 minutes later (after the 10m cooldown,
+    within holds_for): the run of rung 2, executed."""
+    engine.ingest_body(_resolved(0), received_at=time.time())
+    executor.drain()
+    second = engine.ingest_body(_occurrence(11), received_at=time.time() + 11 * 60).decisions[0]
+    assert second.decision.value == "accepted", second.reason
+    assert executor.drain() == 1
+    assert second.run_id is not None
+    return second.run_id
+
+
 def test_the_fail_slow_ladder_notifies_then_cordons_taints_the_alerts_node_and_restarts_the_job(
     kube_api: FakeKubeAPI, kubeconfig: Path, root: Path, store: Store, spawn: Any, recorder: WebhookRecorder
 ) -> None:
@@ -82,11 +104,7 @@ def test_the_fail_slow_ladder_notifies_then_cordons_taints_the_alerts_node_and_r
         training_control_root=root,
         sinks=(Sink("oncall", "webhook", url=recorder.url), Sink("breakfix", "webhook", url=recorder.url)),
     )
-    registry = default_registry(settings)
-    playbooks = PlaybookSet(p for p in load_playbooks(REPO / "playbooks", registry).playbooks
-                            if p.name == "training-fail-slow")  # fmt: skip
-    engine = Engine(store=store, playbooks=playbooks, registry=registry)
-    executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
+    engine, executor = _shipped_ladder(settings, store)
     job = spawn(JOB, "--checkpoint-every", "5", "--max-seconds", "60")
     (registered,) = job.wait_for("registered")
     job.wait_for("checkpoint")
@@ -104,13 +122,8 @@ def test_the_fail_slow_ladder_notifies_then_cordons_taints_the_alerts_node_and_r
     assert not kube_api.node(SLOW)["spec"].get("unschedulable")
     assert job.proc.poll() is None
 
-    # The same straggler again within holds_for (15m), after the cooldown (10m): rung 2.
-    engine.ingest_body(_resolved(0), received_at=time.time())
-    executor.drain()
-    second = engine.ingest_body(_occurrence(11), received_at=time.time() + 11 * 60).decisions[0]
-    assert second.decision.value == "accepted", second.reason
-    assert executor.drain() == 1
-    run = run_json_of(store, second.run_id)
+    # The same straggler again within holds_for (30m), after the cooldown (10m): rung 2.
+    run = run_json_of(store, _again_within_holds_for(engine, executor))
     assert run["rung"] == 2 and run["status"] == "succeeded", run["error"]
     steps = {s["name"]: s for s in run["steps"]}
     assert list(steps) == ["cordon", "taint", "restart", "notify"]
@@ -169,19 +182,9 @@ def test_a_straggler_away_from_rank_0s_node_is_still_kept_out_and_on_call_is_tol
     settings = Settings.of(
         kubeconfig=kubeconfig, training_control_root=empty_root, sinks=(Sink("oncall", "webhook", url=recorder.url),)
     )
-    registry = default_registry(settings)
-    playbooks = PlaybookSet(p for p in load_playbooks(REPO / "playbooks", registry).playbooks
-                            if p.name == "training-fail-slow")  # fmt: skip
-    engine = Engine(store=store, playbooks=playbooks, registry=registry)
-    executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
+    engine, executor = _shipped_ladder(settings, store)
     engine.ingest_body(_occurrence(0), received_at=time.time())
-    engine.ingest_body(_resolved(0), received_at=time.time())
-    executor.drain()
-    second = engine.ingest_body(_occurrence(11), received_at=time.time() + 11 * 60).decisions[0]
-    assert second.decision.value == "accepted", second.reason
-    assert executor.drain() == 1
-
-    run = run_json_of(store, second.run_id)
+    run = run_json_of(store, _again_within_holds_for(engine, executor))
     assert run["rung"] == 2 and run["status"] == "failed"
     steps = {s["name"]: s for s in run["steps"]}
     assert [(name, s["status"]) for name, s in steps.items()] == [
