@@ -23,6 +23,7 @@ lets node-a back in; both ranks end with equal weights. `pytest -s` prints the t
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -123,6 +124,21 @@ def test_a_straggling_rank_climbs_the_ladder_and_the_job_restarts_from_its_check
     start_alertmanager: Callable[..., AlertManager],
     watch_log: Callable[..., None],
 ) -> None:
+    with contextlib.ExitStack() as stack:  # the agents stop whatever happens
+        timeline = _run_the_job_and_the_ladder(tmp_path, playbooks_dir, kube_api, recorder, start_alertmanager,
+                                               watch_log, stack)  # fmt: skip
+    _print_timeline(timeline)
+
+
+def _run_the_job_and_the_ladder(
+    tmp_path: Path,
+    playbooks_dir: Path,
+    kube_api: FakeKubeAPI,
+    recorder: WebhookRecorder,
+    start_alertmanager: Callable[..., AlertManager],
+    watch_log: Callable[..., None],
+    stack: contextlib.ExitStack,
+) -> dict[str, float]:
     rules = _fast_rule(tmp_path)
     _fast_playbook(playbooks_dir)
     roots = {node: tmp_path / f"control-{node}" for node in (SLOW, HEALTHY)}
@@ -131,6 +147,7 @@ def test_a_straggling_rank_climbs_the_ladder_and_the_job_restarts_from_its_check
     for node, agent in agents.items():
         roots[node].mkdir()
         watch_log(f"agent {node}", agent)
+        stack.callback(agent.stop)
         agent.start()
     sink = {"type": "webhook", "url": recorder.url}
     server = RemediateServer(
@@ -170,10 +187,8 @@ def test_a_straggling_rank_climbs_the_ladder_and_the_job_restarts_from_its_check
         finally:
             job.stop()
             server.stop()
-            for agent in agents.values():
-                agent.stop()
     assert not any(roots[SLOW].iterdir()), "node-a's control root holds no job: rank 0 registered on node-b"
-    _print_timeline(timeline)
+    return timeline
 
 
 def _climb_restart_and_undo(
