@@ -15,12 +15,12 @@ from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory,
 from remediate.alerts import Notification, alert_ref, parse_notification
 from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
 from remediate.config import Settings
-from remediate.engine import Engine, Judged
+from remediate.engine import Judged
 from remediate.playbooks import load_playbooks
 from remediate.runners import Dispatch
 from remediate.runs import StepStatus
 from remediate.schema import SCHEMA_VERSION
-from remediate.services import node_waves
+from remediate.services import engine_for
 from remediate.store import Store
 
 
@@ -41,14 +41,7 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
     else:
         store = Store.open(settings.store.url, upgrade=False)
     try:
-        engine = Engine(
-            store=store,
-            playbooks=playbooks,
-            registry=registry,
-            settings=settings.engine,
-            breaker_stale_horizon=settings.kube.breaker.stale_horizon,
-            waves=node_waves(settings),
-        )
+        engine = engine_for(settings, store, playbooks, registry)
         judged = engine.preview(notification, now=now)
         paused = store.pause.state().paused if store is not None else False
         # Plans read what actions remember (e.g. the limit a restore would put back), never write it.

@@ -35,7 +35,7 @@ from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.engine import Engine
 from remediate.playbooks import PlaybookSet
 from remediate.runs import Decision, RunStatus
-from remediate.services import node_waves
+from remediate.services import engine_for
 from remediate.store import Store
 
 BATCH = 1000
@@ -152,14 +152,7 @@ def replay(
     source = _open_source(source_url)
     scratch = Store.open("sqlite://")  # in memory, the schema Store.open creates
     try:
-        engine = Engine(
-            store=scratch,
-            playbooks=playbooks,
-            registry=registry,
-            settings=settings.engine,
-            breaker_stale_horizon=settings.kube.breaker.stale_horizon,
-            waves=node_waves(settings),  # a staged rollout's waves as the server and dry-run read them
-        )
+        engine = engine_for(settings, scratch, playbooks, registry)  # judged as the server judges
         with _snapshot(source) as conn:
             _check_source(conn)
             nodes = cluster_nodes if cluster_nodes is not None else _stored_cluster_nodes(conn)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from remediate.actions import default_registry
+from remediate.actions.base import ActionRegistry
 from remediate.actions.messages import run_page_url
 from remediate.announce import Announcer
 from remediate.beat import ExecutorBeat
@@ -125,15 +126,7 @@ def build_services(
         on_outcome=metrics.approval_announcement,
     )
     wake = wake or _waking(executor.wake, announcer.wake)
-    engine = Engine(
-        store=store,
-        playbooks=playbooks,
-        registry=registry,
-        settings=settings.engine,
-        on_queued=wake,
-        breaker_stale_horizon=settings.kube.breaker.stale_horizon,
-        waves=node_waves(settings),
-    )
+    engine = engine_for(settings, store, playbooks, registry, on_queued=wake)
     return Services(
         settings,
         store,
@@ -147,6 +140,27 @@ def build_services(
         agent_enrollment(settings),
         executor_beat,
         reload,
+    )
+
+
+def engine_for(
+    settings: Settings,
+    store: Store | None,
+    playbooks: PlaybookSet,
+    registry: ActionRegistry,
+    *,
+    on_queued: Callable[[], None] | None = None,
+) -> Engine:
+    """The engine as `settings` make it: the server's, dry-run's (`store` None: an empty history) and replay's
+    (a scratch store) judge alike, staged rollouts' waves included."""
+    return Engine(
+        store=store,
+        playbooks=playbooks,
+        registry=registry,
+        settings=settings.engine,
+        on_queued=on_queued,
+        breaker_stale_horizon=settings.kube.breaker.stale_horizon,
+        waves=node_waves(settings),
     )
 
 
