@@ -14,7 +14,6 @@ the same node, rung 3 cordons, taints and hands the node to breakfix.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,30 +32,21 @@ from remediate.store import Store
 from remediate.training.protocol import RESTART_EXIT_CODE
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI
-from tests.support.processes import JobProcess, job_starter
+from tests.support.processes import PlainJob, job_starter
 from tests.support.realsystems import WebhookRecorder
 from tests.support.store_json import run_json_of
 from tests.support.waiting import scaled
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "tests" / "support" / "jobs" / "plain_job.py"
 JOB = "llm-7b"
 SLOW, OTHER = "gpu-07", "gpu-08"
 LABELS = {"training_job": JOB, "rank": "1", "world_size": "2", "node": SLOW, "gpu": "3", "severity": "warning"}
 ANNOTATIONS = {"ratio": "1.43x", "summary": f"Rank 1 of {JOB} on {SLOW} steps 1.43x its job's median rank"}
 
 
-class Job(JobProcess):
-    """One plain_job.py process (checkpoints under <workdir>/ckpt-<name>, shared by its restarts)."""
-
-    def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
-        super().__init__(workdir / f"{name}-{time.monotonic_ns()}.log", sys.executable, str(SCRIPT), "--root",
-                         str(root), "--job", name, "--checkpoints", str(workdir / f"ckpt-{name}"), *args)  # fmt: skip
-
-
 @pytest.fixture
-def spawn(tmp_path: Path, root: Path) -> Iterator[Callable[..., Job]]:
-    yield from job_starter(Job, tmp_path, root)
+def spawn(tmp_path: Path, root: Path) -> Iterator[Callable[..., PlainJob]]:
+    yield from job_starter(PlainJob, tmp_path, root)
 
 
 def _occurrence(minute: int) -> bytes:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,24 +22,14 @@ from remediate.training import TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.procfs import this_host
 from remediate.training.protocol import APPLIED
-from tests.support.processes import JobProcess, job_starter
+from tests.support.processes import PlainJob, job_starter
 from tests.support.training import deliver, wait_for_ack
 from tests.support.waiting import scaled, wait_until
 
-SCRIPT = Path(__file__).resolve().parents[1] / "support" / "jobs" / "plain_job.py"
-
-
-class Job(JobProcess):
-    """One plain_job.py process and its output."""
-
-    def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
-        super().__init__(workdir / f"{name}-{time.monotonic_ns()}.log", sys.executable, str(SCRIPT), "--root",
-                         str(root), "--job", name, "--checkpoints", str(workdir / f"ckpt-{name}"), *args)  # fmt: skip
-
 
 @pytest.fixture
-def spawn(tmp_path: Path, root: Path) -> Iterator[Callable[..., Job]]:
-    yield from job_starter(Job, tmp_path, root)
+def spawn(tmp_path: Path, root: Path) -> Iterator[Callable[..., PlainJob]]:
+    yield from job_starter(PlainJob, tmp_path, root)
 
 
 # --------------------------------------------------------------------------- finding 1

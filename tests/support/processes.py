@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -13,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 from tests.support.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
+PLAIN_JOB = REPO / "tests" / "support" / "jobs" / "plain_job.py"
 
 
 def run_remediate(
@@ -70,6 +72,15 @@ class JobProcess:
             self.proc.kill()
         self.proc.wait(scaled(10))
         self._out.close()
+
+
+class PlainJob(JobProcess):
+    """One tests/support/jobs/plain_job.py process (the quick-start loop) and its output; its checkpoints under
+    <workdir>/ckpt-<name>, shared by its restarts."""
+
+    def __init__(self, workdir: Path, root: Path, name: str, *args: str) -> None:
+        super().__init__(workdir / f"{name}-{time.monotonic_ns()}.log", sys.executable, str(PLAIN_JOB), "--root",
+                         str(root), "--job", name, "--checkpoints", str(workdir / f"ckpt-{name}"), *args)  # fmt: skip
 
 
 class _Stoppable(Protocol):
