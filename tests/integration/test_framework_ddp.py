@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from remediate.training.files import JobPaths
-from remediate.training.protocol import APPLIED
-from tests.support.training import require, wait_for_ack
+from tests.support.training import halved_at_the_next_epoch, require
 from tests.support.waiting import scaled
 
 require("torch")
@@ -41,13 +40,7 @@ def run_ddp(tmp_path: Path, script: str) -> tuple[Path, list[dict[str, Any]]]:
 
 def check_halved(root: Path, job: str, ranks: list[dict[str, Any]]) -> None:
     """16 x 1 -> 8 x 2 from the second epoch on both ranks, 16 samples per rank behind every optimizer step."""
-    shrink, workers = (wait_for_ack(root, job, sent) for sent in ranks[0]["sent"])
-    assert shrink.status == APPLIED and workers.status == APPLIED, (shrink.detail, workers.detail)
-    assert shrink.step_before == 2 and "applies at the next epoch" in shrink.detail
-    assert (shrink.result["micro_batch_size_before"], shrink.result["micro_batch_size_after"]) == (16, 8)
-    assert (shrink.result["accumulation_steps_before"], shrink.result["accumulation_steps_after"]) == (1, 2)
-    # micro-batch x accumulation x 2 ranks, before and after
-    assert shrink.result["effective_batch_size_before"] == shrink.result["effective_batch_size_after"] == 32
+    halved_at_the_next_epoch(root, job, ranks[0]["sent"], effective=32)  # micro-batch x accumulation x 2 ranks
     for rank in ranks:  # 64 rows per rank and epoch: 4 optimizer steps per epoch
         assert rank["batching"] == [8, 2]
         assert rank["epochs"] == [[16, 1, 1], [8, 0, 2], [8, 0, 2]]

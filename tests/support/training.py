@@ -32,7 +32,7 @@ from remediate.actions.base import StepContext
 from remediate.alerts import alert_ref
 from remediate.training import CallableCheckpoints, TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json
-from remediate.training.protocol import Ack, CheckpointInfo, Command
+from remediate.training.protocol import APPLIED, Ack, CheckpointInfo, Command
 from tests.support.waiting import wait_until
 
 JOB = "job-a"
@@ -93,6 +93,18 @@ STARTS_AT = "2026-11-21T05:40:14.652668659Z"
 STARTS_AT_EPOCH = 1795239614.652668  # what the rollback sends as saved_before (microseconds: datetime's limit)
 SAVED_AT = STARTS_AT_EPOCH - 3600.0
 """When LiveJob's checkpoints were saved: before the alert started, as a job's good checkpoints are."""
+
+
+def halved_at_the_next_epoch(root: Path, job: str, sent: list[str], effective: int) -> tuple[Ack, Ack]:
+    """The acknowledgements of `sent` (reduce_batch_size factor 0.5, then set_dataloader_workers 0, both sent at
+    step 2 of a framework job): applied at the next epoch, 16 x 1 -> 8 x 2 with the `effective` batch kept."""
+    shrink, workers = (wait_for_ack(root, job, command_id) for command_id in sent)
+    assert shrink.status == APPLIED and workers.status == APPLIED, (shrink.detail, workers.detail)
+    assert shrink.step_before == 2 and "applies at the next epoch" in shrink.detail
+    assert (shrink.result["micro_batch_size_before"], shrink.result["micro_batch_size_after"]) == (16, 8)
+    assert (shrink.result["accumulation_steps_before"], shrink.result["accumulation_steps_after"]) == (1, 2)
+    assert shrink.result["effective_batch_size_before"] == shrink.result["effective_batch_size_after"] == effective
+    return shrink, workers
 
 
 def ctx_for(

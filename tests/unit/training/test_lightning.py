@@ -13,7 +13,7 @@ import pytest
 
 from remediate.training.files import JobPaths
 from remediate.training.protocol import APPLIED, REJECTED
-from tests.support.training import deliver, require, wait_for_ack
+from tests.support.training import deliver, halved_at_the_next_epoch, require, wait_for_ack
 
 torch = require("torch")
 pl = require("lightning.pytorch")
@@ -228,12 +228,7 @@ def test_the_lightning_callback_halves_the_micro_batch_at_the_next_epoch_keeping
 
     declared = JobPaths(root, JOB).read_registration().commands or {}
     assert {"reduce_batch_size", "set_dataloader_workers"} <= set(declared)
-    shrink, workers = (wait_for_ack(root, JOB, sent) for sent in agent.sent)
-    assert shrink.status == APPLIED and workers.status == APPLIED, (shrink.detail, workers.detail)
-    assert shrink.step_before == 2 and "applies at the next epoch" in shrink.detail
-    assert (shrink.result["micro_batch_size_before"], shrink.result["micro_batch_size_after"]) == (16, 8)
-    assert (shrink.result["accumulation_steps_before"], shrink.result["accumulation_steps_after"]) == (1, 2)
-    assert shrink.result["effective_batch_size_before"] == shrink.result["effective_batch_size_after"] == 16
+    _, workers = halved_at_the_next_epoch(root, JOB, agent.sent, effective=16)
     assert (workers.result["workers_before"], workers.result["workers_after"]) == (1, 0)
     # Epoch 0 finishes as it began (the loader and the accumulation are Lightning's until the epoch ends);
     # from epoch 1 on: half the micro-batch, twice the accumulation, no workers.
