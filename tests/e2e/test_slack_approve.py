@@ -65,16 +65,7 @@ def test_the_approve_button_of_the_announcement_approves_the_run_in_place(
     payload["message"]["blocks"] = announcement["blocks"]
     body = urlencode({"payload": json.dumps(payload)}).encode()
     stamp = str(int(time.time()))
-    response = requests.post(
-        f"{server.url}/slack/interactions",
-        data=body,
-        headers={
-            "Content-Type": "application/x-www-form-urlencoded",
-            "X-Slack-Request-Timestamp": stamp,
-            "X-Slack-Signature": slack_signature(SECRET, stamp, body),
-        },
-        timeout=scaled(10),
-    )
+    response = _post_signed(server, body, stamp)
     assert response.status_code == 200, response.text
 
     replaced = answers.wait_for(timeout=10).json
@@ -90,7 +81,16 @@ def test_the_approve_button_of_the_announcement_approves_the_run_in_place(
 
     # A replay of the same signed request (still within the window) finds the run no longer waiting.
     answers.clear()
-    again = requests.post(
+    again = _post_signed(server, body, stamp)
+    assert again.status_code == 200
+    assert answers.wait_for(timeout=10).json["text"] == (
+        f"Run {run_id} no longer waits for approval: it is succeeded (approved by slack:alice). Nothing was done."
+    )
+
+
+def _post_signed(server: RemediateServer, body: bytes, stamp: str) -> requests.Response:
+    """POST /slack/interactions as Slack posts a click: form-encoded, signed with the app's signing secret."""
+    return requests.post(
         f"{server.url}/slack/interactions",
         data=body,
         headers={
@@ -99,8 +99,4 @@ def test_the_approve_button_of_the_announcement_approves_the_run_in_place(
             "X-Slack-Signature": slack_signature(SECRET, stamp, body),
         },
         timeout=scaled(10),
-    )
-    assert again.status_code == 200
-    assert answers.wait_for(timeout=10).json["text"] == (
-        f"Run {run_id} no longer waits for approval: it is succeeded (approved by slack:alice). Nothing was done."
     )
