@@ -27,8 +27,15 @@ class ExecutorBeat:
         self.path = path
 
     def reset(self) -> None:
-        """A fresh executor process is starting: no beat yet (written by the master before it forks)."""
-        self._write(_NO_BEAT)
+        """A fresh executor process is starting: no beat yet (written by the master before it forks).
+
+        Never raises: the master calls it in its loop, and a master that stopped on a missing file would take
+        every process of the server with it. A directory gone is made again (0700, the master's own); a file
+        that cannot be written reads as "no beat yet", which the master judges by the start grace."""
+        with contextlib.suppress(OSError):
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            self._write(_NO_BEAT)
 
     def beat(self) -> None:
         """The executor process is alive and its heartbeat thread runs (never raises: a beat is best effort)."""

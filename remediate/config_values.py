@@ -114,6 +114,17 @@ def to_lease(value: Any) -> float:
     return seconds
 
 
+MIN_WORKER_TIMEOUT_S = 2.0
+"""The shortest worker_timeout accepted: an HTTP worker's loop tells its master it is alive about once a second."""
+
+
+def to_worker_timeout(value: Any) -> float:
+    seconds = to_seconds(value)
+    if seconds < MIN_WORKER_TIMEOUT_S:
+        raise ValueError(f"at least {MIN_WORKER_TIMEOUT_S:g}s: a worker's loop checks in about once a second")
+    return seconds
+
+
 def one_of(*choices: str, fold: bool = False) -> Callable[[Any], str]:
     """A converter to one of `choices` (`fold`: compared lower-cased and stripped)."""
 

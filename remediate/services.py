@@ -82,12 +82,15 @@ def build_services(
     executor_beat: ExecutorBeat | None = None,
     playbooks: PlaybookSet | None = None,
     reload: Callable[[LiveSet], bool] | None = None,
+    upgrade: bool = True,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
     `playbooks`: the set its master holds (`remediate serve`: read once there, reloaded there); else read now.
     `commit_checkpoints=False`: the executor process checkpoints SQLite's log apart (store.checkpoints).
 
     The store's writers wait `store_busy_timeout` (default: the setting, for requests) for the lock.
+    `upgrade=False`: the schema is the master's (`remediate serve`'s preflight checked and upgraded it), so
+    nothing here connects: a child forked while the database is away boots, answers 503 and recovers with it.
     """
     credentials = tuple(check_server_credentials(settings.auth))
     registry = default_registry(settings)
@@ -98,6 +101,7 @@ def build_services(
         busy_timeout=settings.store.busy_timeout if store_busy_timeout is None else store_busy_timeout,
         pool=pool_limits(settings),
         commit_checkpoints=commit_checkpoints,
+        upgrade=upgrade,
     )
     metrics_registry = None if multiprocess_mode() else CollectorRegistry()
     metrics = Metrics(metrics_registry)

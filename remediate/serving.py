@@ -28,12 +28,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from gunicorn.arbiter import Arbiter
 from remediate.beat import ExecutorBeat
 from remediate.config import Settings
 from remediate.httpworker import worker_class
+from remediate.lifetime import ChildExitsHere, die_with_parent, end_child, owned_tempdir, worker_dies_with_master
 from remediate.reloading import ReloadOnHup, reload_by_master, reload_executor
 
 if TYPE_CHECKING:
@@ -131,7 +131,11 @@ def _executor_process(
     # would only turn a moment of contention into a failed step).
     # This process checkpoints SQLite's write-ahead log for every process of the server (store.checkpoints).
     services = build_services(
-        live.over(settings), store_busy_timeout=DEFAULT_BUSY_TIMEOUT, commit_checkpoints=False, playbooks=live.playbooks
+        live.over(settings),
+        store_busy_timeout=DEFAULT_BUSY_TIMEOUT,
+        commit_checkpoints=False,
+        playbooks=live.playbooks,
+        upgrade=False,  # the master's preflight did: a database away now is waited out, not a failed start
     )
     executor, announcer = services.executor, services.announcer
     beat = executor_beat(wake_path)
@@ -222,8 +226,9 @@ def retention_keep(settings: Settings, playbooks: Any) -> float:
     return max(settings.store.retention, ATTEMPT_WINDOW.total_seconds(), settings.kube.breaker.window, *cooldowns)
 
 
-class _ReloadingArbiter(ReloadOnHup, Arbiter):  # type: ignore[misc]
-    """gunicorn's master; SIGHUP reloads the live set (remediate.reloading)."""
+class _ReloadingArbiter(ReloadOnHup, ChildExitsHere, Arbiter):  # type: ignore[misc]
+    """gunicorn's master; SIGHUP reloads the live set (remediate.reloading); its HTTP workers end in
+    spawn_worker and die with it (remediate.lifetime)."""
 
     def __init__(self, app: _GunicornApp, settings: Settings) -> None:
         self.remediate_settings = settings
@@ -276,12 +281,12 @@ class _RemediateArbiter(_ReloadingArbiter):
             return
         status = 1
         try:
+            die_with_parent(self.pid)  # it stops as on SIGTERM at once, not at its next look at its parent
             status = _executor_process(self.remediate_settings, self.wake_path, self.pid, self.LISTENERS, self.app.live)
         except BaseException:
             log.exception("the executor process failed")
         finally:
-            logging.shutdown()
-            os._exit(status)
+            end_child(status)
 
     def _kill_executor_if_silent(self) -> None:
         """SIGKILL an executor process whose heartbeat is older than the lease (SIGSTOPped, hung): alive to
@@ -433,6 +438,9 @@ def _server_app(settings: Settings, wake_path: Path | None, live: LiveSet | None
         executor_beat=beat,
         playbooks=live.playbooks if live is not None else None,
         reload=reload_by_master(os.getppid(), GRACEFUL_TIMEOUT) if live is not None else None,
+        # A worker forked by a master checked the schema (preflight): it boots while the database is away
+        # (503 until it is back); gunicorn would stop the whole server for a worker that fails to boot.
+        upgrade=live is None,
     )
     return create_app(settings, services=services)
 
@@ -536,13 +544,13 @@ def run_server(settings: Settings) -> None:
     # One format for every process of the server (gunicorn's messages too: _GunicornLogger); alert data in a
     # message can never start a forged line.
     configure_logging(settings.log.format, settings.log.level)
-    metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    own_metrics_dir = metrics_dir is None
-    if own_metrics_dir:  # before any import of prometheus_client, which reads it once (the checks import it)
-        metrics_dir = tempfile.mkdtemp(prefix="remediate-metrics-")
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    private_dir = Path(tempfile.mkdtemp(prefix="remediate-serve-"))  # 0700: only this user may wake the executor
-    try:
+    with contextlib.ExitStack() as owned:
+        # Removed by this process only (remediate.lifetime): an HTTP worker forked below never takes them along.
+        if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before any import of prometheus_client (it reads it once)
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(owned.enter_context(owned_tempdir("remediate-metrics-")))
+            # Its variable goes with it: a caller that goes on (the CLI's tests) must not read a deleted dir.
+            owned.callback(os.environ.pop, "PROMETHEUS_MULTIPROC_DIR", None)
+        private_dir = owned.enter_context(owned_tempdir("remediate-serve-"))  # 0700: only this user may wake it
         live = preflight(settings)
         if settings.auth.insecure_no_auth and not settings.auth.credentials():
             log.warning(
@@ -554,12 +562,6 @@ def run_server(settings: Settings) -> None:
         import remediate.server  # noqa: F401
 
         _serve(settings, private_dir, live)
-    finally:
-        shutil.rmtree(private_dir, ignore_errors=True)
-        if own_metrics_dir and metrics_dir:
-            # Its variable goes with it: a caller that goes on (the CLI's tests) must not read a deleted dir.
-            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
-            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def _serve(settings: Settings, private_dir: Path, live: LiveSet) -> None:
@@ -574,7 +576,8 @@ def _serve(settings: Settings, private_dir: Path, live: LiveSet) -> None:
         "workers": settings.server.workers,
         "threads": settings.server.threads,
         "worker_class": worker_class(settings.server.request_timeout),
-        "timeout": 60,
+        "timeout": math.ceil(settings.server.worker_timeout),  # gunicorn takes whole seconds
+        "post_fork": worker_dies_with_master,
         "graceful_timeout": GRACEFUL_TIMEOUT,
         "child_exit": lambda _server, worker: _mark_metrics_dead(worker.pid),
         "accesslog": None,  # the app logs one line per request (remediate.server.requestlog)

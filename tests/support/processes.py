@@ -15,6 +15,8 @@ from tests.support.waiting import scaled, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 PLAIN_JOB = REPO / "tests" / "support" / "jobs" / "plain_job.py"
+REMEDIATE = Path(sys.executable).with_name("remediate")
+"""The `remediate` command a user runs: the console script pip installed beside this interpreter (the venv's)."""
 
 
 def run_remediate(

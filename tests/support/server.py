@@ -1,7 +1,8 @@
 """Fixtures for the end-to-end tests: the real ``remediate serve`` (gunicorn, 2 workers) as a subprocess.
 
-``RemediateServer`` starts ``python -m remediate serve`` on a free port with a
-playbook directory and a SQLite file of the test's own, waits for ``/readyz``,
+``RemediateServer`` starts ``remediate serve`` on a free port with a
+playbook directory and a SQLite file of the test's own, exactly as a user does: the installed console script,
+and only settings a user would set (each one documented), waits for ``/readyz``,
 and stops it with SIGTERM (SIGKILL after a grace period) — or kills the whole
 gunicorn process group at once with ``kill()``, as a crash would. It can be
 started again on the same port and database, and it logs to a file whose tail
@@ -22,7 +23,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -35,7 +35,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from remediate.gpu.simulator import SimulatedBackend
-from tests.support.processes import log_tail, run_remediate
+from tests.support.processes import REMEDIATE, log_tail, run_remediate
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port
 from tests.support.waiting import scaled, wait_until
 
@@ -113,9 +113,7 @@ class RemediateServer:
 
     def command(self, executor_threads: int | None) -> list[str]:
         command = [
-            sys.executable,
-            "-m",
-            "remediate",
+            str(REMEDIATE),
             "serve",
             "--bind",
             f"127.0.0.1:{self.port}",
@@ -133,17 +131,19 @@ class RemediateServer:
     def _env(self) -> dict[str, str]:
         # Nothing from the caller's REMEDIATE_* settings (a config file, a token) may leak in.
         env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
+        # The server makes its own temporary dirs (the metrics' multiprocess files, its private dir), as it does
+        # for a user: nothing from outside (a PROMETHEUS_MULTIPROC_DIR hid a reload that deleted them).
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         env.update(
             {
                 "REMEDIATE_TOKEN": self.token,
                 # One token for AlertManager and the tests' operator calls: the documented compatible set-up.
                 "REMEDIATE_TOKEN_ROLES": "webhook,operator",
-                "PYTHONUNBUFFERED": "1",
+                "PYTHONUNBUFFERED": "1",  # as the image sets it (Dockerfile)
                 "REMEDIATE_POLL_INTERVAL": "0.05",
-                # Each start gets fresh metric files: counters begin at zero, and a SIGKILLed
-                # server's files do not leak into /tmp.
-                "PROMETHEUS_MULTIPROC_DIR": str(self._metrics_dir()),
+                # The pod's /tmp is an emptyDir of its own (the chart): here the test's, so the dirs of a
+                # SIGKILLed server go with the test's tmp_path, not into the machine's /tmp.
+                "TMPDIR": str(self._tmp_dir()),
             }
         )
         if not {"REMEDIATE_AGENTS", "REMEDIATE_AGENT_SELECTOR"} & self.extra_env.keys():
@@ -153,8 +153,8 @@ class RemediateServer:
         env.update(self.extra_env)
         return env
 
-    def _metrics_dir(self) -> Path:
-        path = self.workdir / f"metrics-{self.starts}"
+    def _tmp_dir(self) -> Path:
+        path = self.workdir / "tmp"
         path.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -386,9 +386,7 @@ class NodeAgent:
 
     def start(self) -> NodeAgent:
         command = [
-            sys.executable,
-            "-m",
-            "remediate",
+            str(REMEDIATE),
             "agent",
             "--bind",
             f"127.0.0.1:{self.port}",
