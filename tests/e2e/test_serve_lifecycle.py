@@ -15,6 +15,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import requests
@@ -55,7 +56,7 @@ def _serve_through_leases(server: RemediateServer, label: str) -> None:
 
 
 @pytest.fixture
-def lifecycle_server(start_server: Callable[..., RemediateServer], playbooks_dir) -> RemediateServer:  # type: ignore[no-untyped-def]
+def lifecycle_server(start_server: Callable[..., RemediateServer], playbooks_dir: Path) -> RemediateServer:
     soak_playbooks(playbooks_dir)
     return start_server(env={"REMEDIATE_LEASE": f"{LEASE:g}s"})
 
@@ -86,7 +87,7 @@ def test_one_http_worker_stopped_or_killed_leaves_the_server_answering(
 
 
 def test_a_worker_replaced_while_postgresql_is_down_boots_answers_503_then_200(
-    own_postgres: PostgresCluster, start_server: Callable[..., RemediateServer], playbooks_dir  # type: ignore[no-untyped-def]
+    own_postgres: PostgresCluster, start_server: Callable[..., RemediateServer], playbooks_dir: Path
 ) -> None:
     soak_playbooks(playbooks_dir)
     url = own_postgres.database()

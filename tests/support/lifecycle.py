@@ -62,7 +62,7 @@ def http_workers(server: RemediateServer, count: int | None = None, *, not_in: C
 
     def found() -> list[int] | None:
         pids = children_titled(server, HTTP_TITLE)
-        return pids if len(pids) == count and not set(pids) & not_in else None
+        return pids if len(pids) == count and not set(pids).intersection(not_in) else None
 
     pids: list[int] = wait_until(found, 30, interval=0.05, message=f"{count} HTTP workers (none of {not_in})")
     return pids

@@ -141,9 +141,6 @@ class RemediateServer:
                 "REMEDIATE_TOKEN_ROLES": "webhook,operator",
                 "PYTHONUNBUFFERED": "1",  # as the image sets it (Dockerfile)
                 "REMEDIATE_POLL_INTERVAL": "0.05",
-                # The pod's /tmp is an emptyDir of its own (the chart): here the test's, so the dirs of a
-                # SIGKILLed server go with the test's tmp_path, not into the machine's /tmp.
-                "TMPDIR": str(self._tmp_dir()),
             }
         )
         if not {"REMEDIATE_AGENTS", "REMEDIATE_AGENT_SELECTOR"} & self.extra_env.keys():
@@ -152,11 +149,6 @@ class RemediateServer:
             env.update({"REMEDIATE_NODE_NAME": "node-a", "REMEDIATE_NODE_ALIASES": "127.0.0.1"})
         env.update(self.extra_env)
         return env
-
-    def _tmp_dir(self) -> Path:
-        path = self.workdir / "tmp"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
 
     def start(self, *, executor_threads: int | None = None) -> Self:
         """Start on this server's port and database; wait until ``/readyz`` answers 200.
