@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from remediate import __version__
 from remediate.beat import ExecutorBeat
 from remediate.engine import IngestResult
+from remediate.errors import StoreUnavailable
 from remediate.executor import ExecutorMetrics
 from remediate.store import Report, ReportQuery, Store
 from remediate.store.report import NO_RUNG
@@ -149,23 +150,29 @@ class Metrics(ExecutorMetrics):
 
 @dataclass(eq=False)
 class StoreCollector(Collector):
-    """Gauges read from the store at scrape time."""
+    """Gauges read from the store at scrape time; none while the store cannot be read (the database away): the
+    process's own counters, the store's write errors among them, are still scraped (a 503 would lose them all
+    for the whole outage, when they say most)."""
 
     store: Store
     clock: Callable[[], float] = time.time
 
     def collect(self) -> Iterator[Metric]:
-        depth = self.store.queue.queue_depth().items()
+        try:
+            depth = self.store.queue.queue_depth().items()
+            oldest = self.store.queue.oldest_queued_at()
+            paused = self.store.pause.state().paused
+            is_open = 1 if (self.store.breaker.state() or {}).get("open") else 0
+        except StoreUnavailable as exc:
+            log.debug("the store's gauges are left out of /metrics: %s", exc)
+            return
         yield _gauge("remediate_queue_depth", "Runs not finished, by status", ["status"], [([s], n) for s, n in depth])
-        oldest = self.store.queue.oldest_queued_at()
         yield GaugeMetricFamily(
             "remediate_queue_oldest_age_seconds",
             "Seconds the oldest queued run has waited (0 when none is queued)",
             value=0.0 if oldest is None else max(0.0, self.clock() - oldest),
         )
-        paused = self.store.pause.state().paused
         yield GaugeMetricFamily("remediate_paused", "1 while remediation is paused", value=1 if paused else 0)
-        is_open = 1 if (self.store.breaker.state() or {}).get("open") else 0
         what = "1 while the circuit breaker of cluster actions is open"
         yield GaugeMetricFamily("remediate_breaker_open", what, value=is_open)
 

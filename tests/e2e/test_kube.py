@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import yaml
 
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
-from tests.support.processes import run_remediate
+from tests.support.processes import REMEDIATE, run_remediate
 from tests.support.realsystems import AlertManager, WebhookRecorder
 from tests.support.server import TOKEN, RemediateServer
 from tests.support.waiting import scaled, wait_until
@@ -206,9 +205,7 @@ def test_a_storm_trips_the_breaker_which_stays_open_until_reset(
     env["REMEDIATE_TOKEN"] = TOKEN
     reset = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "remediate",
+            str(REMEDIATE),
             "breaker",
             "reset",
             "--server",

@@ -101,6 +101,10 @@ def test_a_worker_replaced_while_postgresql_is_down_boots_answers_503_then_200(
                 refused = _post(server, f"away-{worker}")
                 assert refused.status_code == 503, refused.text
             assert requests.get(f"{server.url}/readyz", timeout=scaled(10)).status_code == 503
+            # Scraped all along: the store's write errors are what say most now.
+            metrics = requests.get(f"{server.url}/metrics", timeout=scaled(10))
+            assert metrics.status_code == 200, metrics.text[:300]
+            assert "remediate_store_write_errors_total" in metrics.text
         wait_until(lambda: _post(server, "back-0").status_code == 200, 30, interval=0.2,
                    message="no 200 once PostgreSQL was back")  # fmt: skip
         _serve_through_leases(server, "back")

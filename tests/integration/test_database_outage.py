@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,6 +30,7 @@ from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from tests.support.http import MakeServer, alert, notification
 from tests.support.postgres import PostgresCluster
+from tests.support.processes import REMEDIATE
 from tests.support.stores import step_details
 from tests.support.waiting import scaled, wait_until
 
@@ -348,7 +348,7 @@ def test_serve_with_a_database_it_cannot_use_prints_one_line_and_exits(
         closed = unused.getsockname()[1]
     database_url = url.format(port=own_postgres.port, closed=closed)
     result = subprocess.run(
-        [sys.executable, "-m", "remediate", "serve", "--playbooks", "playbooks", "--database-url", database_url],
+        [str(REMEDIATE), "serve", "--playbooks", "playbooks", "--database-url", database_url],
         cwd=tmp_path,
         env={**os.environ, "REMEDIATE_TOKEN": "a-token-of-twenty-chars-or-more"},
         capture_output=True,

@@ -121,16 +121,17 @@ def sqlite_locked(path: Path) -> Iterator[None]:
         assert locker.stdout.readline().strip() == "locked", "the locker did not get the lock"
         yield
     finally:
-        with contextlib.suppress(OSError):
-            assert locker.stdin is not None
-            locker.stdin.close()
+        for pipe in (locker.stdin, locker.stdout):
+            with contextlib.suppress(OSError):
+                assert pipe is not None
+                pipe.close()
         locker.wait(timeout=scaled(10))
 
 
 @dataclass
 class Traffic:
     """Webhooks of distinct `SoakLog` alerts POSTed one after the other from a thread until `stop()`; each answer
-    kept by its status (or the exception's name: a refused connection, a timeout) with the alert's host."""
+    counted by its status ("cut": a connection cut under the request, "refused", or the exception's name)."""
 
     server: RemediateServer
     pause: float = 0.05
@@ -139,9 +140,12 @@ class Traffic:
     """The hosts of the alerts answered 200: each must have exactly one run."""
     bad: list[str] = field(default_factory=list)
     """What was answered neither 200 nor 503, with the body: the test's failure message."""
+    cut: list[str] = field(default_factory=list)
+    """Requests whose connection was cut before an answer (then sent again): only a SIGKILLed worker's."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
     _sent: int = 0
+    began: float = field(default_factory=time.monotonic)
 
     def start(self) -> Traffic:
         self._thread = threading.Thread(target=self._loop, name="soak-traffic", daemon=True)
@@ -161,20 +165,36 @@ class Traffic:
         while not self._stop.is_set():
             self._sent += 1
             host = f"soak-{self._sent}"
-            payload = notification("SoakLog", {"Hostname": host}, fingerprint=f"{self._sent:016x}")
+            self._send(session, host, notification("SoakLog", {"Hostname": host}, fingerprint=fingerprint(host)))
+            time.sleep(self.pause)
+
+    def _send(self, session: requests.Session, host: str, payload: dict[str, object]) -> None:
+        """POST once; a connection cut under the request (its worker SIGKILLed) is sent again, as AlertManager
+        does: what the first try stored, the second finds (one run)."""
+        for _attempt in range(5):
+            at = f"{host} at {time.monotonic() - self.began:.1f}s"
             try:
                 answer = session.post(self.server.webhook_url, json=payload, headers=self.server.auth,
                                       timeout=scaled(30))  # fmt: skip
-                status = str(answer.status_code)
-                if answer.status_code == 200:
-                    self.acknowledged.append(host)
-                elif answer.status_code != 503:
-                    self.bad.append(f"{host}: {status} {answer.text[:300]}")
+            except requests.ConnectionError as exc:
+                if "refused" in str(exc).lower():
+                    self.answers["refused"] += 1
+                    self.bad.append(f"{at}: connection refused: {exc}")
+                    return
+                self.answers["cut"] += 1
+                self.cut.append(f"{at}: {exc}")
+                continue
             except requests.RequestException as exc:
-                status = type(exc).__name__
-                self.bad.append(f"{host}: {status} {exc}")
-            self.answers[status] += 1
-            time.sleep(self.pause)
+                self.answers[type(exc).__name__] += 1
+                self.bad.append(f"{at}: {type(exc).__name__} {exc}")
+                return
+            self.answers[str(answer.status_code)] += 1
+            if answer.status_code == 200:
+                self.acknowledged.append(host)
+            elif answer.status_code != 503:
+                self.bad.append(f"{at}: {answer.status_code} {answer.text[:300]}")
+            return
+        self.bad.append(f"{host}: cut 5 times")
 
 
 def runs_by_target(server: RemediateServer, alertname: str) -> Counter[str]:

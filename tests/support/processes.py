@@ -22,11 +22,10 @@ REMEDIATE = Path(sys.executable).with_name("remediate")
 def run_remediate(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """`python -m remediate ARGS` as an operator runs it: a real process (remediate importable), none of the
-    caller's REMEDIATE_* variables, `env` added; its output captured as text."""
+    """`remediate ARGS` as an operator runs it: the installed command, none of the caller's REMEDIATE_* variables,
+    `env` added; its output captured as text."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATE_")}
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "remediate", *args]
+    command = [str(REMEDIATE), *args]
     environment.update(env or {})
     return subprocess.run(command, capture_output=True, text=True, env=environment, cwd=cwd, timeout=scaled(timeout),
                           check=False)  # fmt: skip
