@@ -330,6 +330,13 @@ def test_a_lease_too_short_to_renew_is_refused_naming_the_minimum(lease: str) ->
         load_settings(env={"REMEDIATE_STALE_AFTER": lease})
 
 
+def test_the_worker_timeout_is_gunicorns_60s_by_default_read_from_the_environment_and_at_least_2s() -> None:
+    assert Settings().server.worker_timeout == 60.0
+    assert load_settings(env={"REMEDIATE_WORKER_TIMEOUT": "90s"}).server.worker_timeout == 90.0
+    with pytest.raises(ConfigError, match=r"setting 'worker_timeout'.*at least 2s"):
+        load_settings(env={"REMEDIATE_WORKER_TIMEOUT": "1s"})
+
+
 def test_the_replica_name_is_unset_by_default_and_read_from_the_environment() -> None:
     assert Settings().executor.replica_name is None
     assert load_settings(env={"REMEDIATE_REPLICA_NAME": "remediate-0"}).executor.replica_name == "remediate-0"
