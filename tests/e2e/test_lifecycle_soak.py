@@ -48,7 +48,7 @@ WORKER_TIMEOUT = 3.0
 """`worker_timeout`: the slow client's request takes longer than this."""
 SLOW_REQUEST = WORKER_TIMEOUT + 2.0
 """Seconds the slow client takes to send its body (within `request_timeout`, 10 s)."""
-SETTLE = 2 * LEASE
+SETTLE = 2.5 * LEASE
 """How long traffic goes on between two events: the executor renews and the master judges its beat twice."""
 
 

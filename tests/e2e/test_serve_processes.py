@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import sqlite3
-import sys
 from pathlib import Path
 
 import pytest
@@ -83,9 +82,7 @@ def test_the_master_imports_nothing_from_the_working_directory(tmp_path: Path) -
     planted = server.workdir / "remediate"  # the server's working directory: a package named like ours
     planted.mkdir(parents=True)
     (planted / "__init__.py").write_text("raise SystemExit('imported remediate from the working directory')\n")
-    console_script = Path(sys.executable).parent / "remediate"  # as installed: no working directory on sys.path
-    server.command = lambda threads: [str(console_script), *RemediateServer.command(server, threads)[3:]]  # type: ignore[method-assign]
-    server.start()
+    server.start()  # the installed console script, as a user runs it: no working directory on sys.path
     try:
         assert server.post_webhook(notification("Logged", {"node": "node-a"})).status_code == 200
     finally:
