@@ -27,7 +27,8 @@ ActionError. Only an answer signed by the node's agent for this very request is 
 action that is not idempotent, AmbiguousActionError), except a bare 502/503/504 of a proxy. A
 call sent but not answered in time is not retried: the step may have run on the node, and the
 error says so (AmbiguousActionError). For the execute of an action that is not idempotent, so
-is a connection dropped after the request was sent and a 502/504 from a proxy: only errors
+is a connection dropped after the request was sent and any 5xx that is not the agent's own
+answer (a proxy's 502/503/504 included: a relay may forward the request, then fail): only errors
 that prove nothing reached the agent are retried.
 
 When the executor stops (`StepContext.stopping`, SIGTERM) during a call, the runner asks the
@@ -418,10 +419,12 @@ class AgentRunner(StepRunner):
             raise failure
         if response.status_code in (502, 503, 504):
             self.directory.forget(self.node)
-            if once and response.status_code != 503:  # a proxy may have passed the request on before failing
+            if once:
+                # Whatever stands between here and the agent may have passed the request on before failing:
+                # a relay that forwards and then answers a bare 503 is as likely as one that answers 502.
                 raise AmbiguousActionError(
-                    f"{where}: HTTP {response.status_code} from a proxy; the step may have run there: not sent "
-                    "again, check the node"
+                    f"{where}: HTTP {response.status_code} from a proxy (not the agent's answer); the step may "
+                    "have run there: not sent again, check the node"
                 )
             raise _Unreachable(f"{where}: HTTP {response.status_code}")
         text = response.text[:200].replace("\n", " ")
