@@ -70,7 +70,7 @@ from remediate.agent_protocol import (
 from remediate.agentauth import ANSWER_HEADER, AgentAuthError, new_nonce, node_token, sign, verify_answer
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.kube.agents import KubernetesAgents, own_namespace
-from remediate.kube.owner import NodeOwnedElsewhere, NodeOwner, NodeOwners, refusal
+from remediate.kube.owner import NodeOwnedElsewhere, NodeOwner, NodeOwners, OwnerCheck, check_owner
 
 if TYPE_CHECKING:
     import requests
@@ -539,7 +539,8 @@ class Dispatch:
 @dataclass(frozen=True)
 class OwnerCheckedRunner(StepRunner):
     """A node step on a node another system owns (k8s.handoff) is refused, naming the owner: its plan says
-    can_act false, its execute fails; on a node nobody else owns, `inner` runs it."""
+    can_act false, its execute fails; on a node nobody else owns, `inner` runs it. An owner that cannot be
+    read: remediate.kube.owner.check_owner (its plan and result say so, `owner_check`, where it runs)."""
 
     inner: StepRunner
     node: str
@@ -549,19 +550,23 @@ class OwnerCheckedRunner(StepRunner):
     def ran_on(self) -> str | None:  # type: ignore[override]
         return self.inner.ran_on
 
-    def _refusal(self, action: Action) -> str | None:
-        owner = self.owners(self.node)
-        return None if owner is None else refusal(owner, self.node, action.name)
+    def _check(self, action: Action, ctx: StepContext) -> OwnerCheck:
+        check = check_owner(self.owners, self.node, action.name, runs_if_unknown=action.runs_if_owner_unknown)
+        if check.unchecked:
+            log.warning("run %s step %s: %s", ctx.run_id, ctx.step_index, check.unchecked)
+        return check
 
     def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        why = self._refusal(action)
-        return {"can_act": False, "why_not": why} if why else self.inner.plan(action, params, ctx)
+        check = self._check(action, ctx)
+        if check.refused:
+            return {"can_act": False, "why_not": check.refused}
+        return check.noted(self.inner.plan(action, params, ctx))
 
     def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        why = self._refusal(action)
-        if why:
-            raise NodeOwnedElsewhere(why)
-        return self.inner.execute(action, params, ctx)
+        check = self._check(action, ctx)
+        if check.refused:
+            raise NodeOwnedElsewhere(check.refused)
+        return check.noted(self.inner.execute(action, params, ctx))
 
 
 def this_host_names(settings: Settings) -> frozenset[str]:
