@@ -417,15 +417,17 @@ class AgentRunner(StepRunner):
         failure = error_from_answer(data, where)
         if failure is not None:
             raise failure
-        if response.status_code in (502, 503, 504):
+        proxy = response.status_code in (502, 503, 504)
+        if proxy:
             self.directory.forget(self.node)
-            if once:
-                # Whatever stands between here and the agent may have passed the request on before failing:
-                # a relay that forwards and then answers a bare 503 is as likely as one that answers 502.
-                raise AmbiguousActionError(
-                    f"{where}: HTTP {response.status_code} from a proxy (not the agent's answer); the step may "
-                    "have run there: not sent again, check the node"
-                )
+        if once and response.status_code >= 500:
+            # Whatever stands between here and the agent may have passed the request on before failing: a relay
+            # that forwards and then answers a bare 503 (or 500, with authentication off) as much as a 502.
+            raise AmbiguousActionError(
+                f"{where}: HTTP {response.status_code} {'from a proxy' if proxy else 'outside the protocol'} (not "
+                "the agent's answer); the step may have run there: not sent again, check the node"
+            )
+        if proxy:
             raise _Unreachable(f"{where}: HTTP {response.status_code}")
         text = response.text[:200].replace("\n", " ")
         raise _BadAnswer(f"{where} gave an unexpected answer: HTTP {response.status_code} {text}")

@@ -295,6 +295,22 @@ def test_an_unsigned_retryable_looking_503_on_a_not_idempotent_execute_is_not_se
     assert scripted.seen == 1
 
 
+def test_without_authentication_a_500_outside_the_protocol_on_a_not_idempotent_execute_may_have_run(
+    scripted: Any,
+) -> None:
+    """With authentication off every answer is unsigned: a 500 that is no agent error (a sidecar's HTML page)
+    says nothing about whether the step ran."""
+    scripted.script = [(500, b"<html>Internal Server Error</html>", 0, PROXY)]
+    url = f"http://127.0.0.1:{scripted.server_port}"
+
+    with pytest.raises(AmbiguousActionError, match=r"HTTP 500 outside the protocol .*the step may have run"):
+        runner(url, token=None).execute(ECHO, {"word": "x"}, ctx())
+    with pytest.raises(ActionError, match="unexpected answer: HTTP 500") as plan:  # a plan changes nothing
+        scripted.script = [(500, b"<html>Internal Server Error</html>", 0, PROXY)]
+        runner(url, token=None).plan(ECHO, {"word": "x"}, ctx())
+    assert not isinstance(plan.value, AmbiguousActionError)
+
+
 def test_an_unexpected_answer_is_a_permanent_error(scripted: Any) -> None:
     scripted.script = [(200, b'{"something": 1}', 0)]
     url = f"http://127.0.0.1:{scripted.server_port}"
