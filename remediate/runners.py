@@ -27,7 +27,8 @@ ActionError. Only an answer signed by the node's agent for this very request is 
 action that is not idempotent, AmbiguousActionError), except a bare 502/503/504 of a proxy. A
 call sent but not answered in time is not retried: the step may have run on the node, and the
 error says so (AmbiguousActionError). For the execute of an action that is not idempotent, so
-is a connection dropped after the request was sent and a 502/504 from a proxy: only errors
+is a connection dropped after the request was sent and any 5xx that is not the agent's own
+answer (a proxy's 502/503/504 included: a relay may forward the request, then fail): only errors
 that prove nothing reached the agent are retried.
 
 When the executor stops (`StepContext.stopping`, SIGTERM) during a call, the runner asks the
@@ -69,7 +70,7 @@ from remediate.agent_protocol import (
 from remediate.agentauth import ANSWER_HEADER, AgentAuthError, new_nonce, node_token, sign, verify_answer
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.kube.agents import KubernetesAgents, own_namespace
-from remediate.kube.owner import NodeOwnedElsewhere, NodeOwner, NodeOwners, refusal
+from remediate.kube.owner import NodeOwnedElsewhere, NodeOwner, NodeOwners, OwnerCheck, check_owner
 
 if TYPE_CHECKING:
     import requests
@@ -416,13 +417,17 @@ class AgentRunner(StepRunner):
         failure = error_from_answer(data, where)
         if failure is not None:
             raise failure
-        if response.status_code in (502, 503, 504):
+        proxy = response.status_code in (502, 503, 504)
+        if proxy:
             self.directory.forget(self.node)
-            if once and response.status_code != 503:  # a proxy may have passed the request on before failing
-                raise AmbiguousActionError(
-                    f"{where}: HTTP {response.status_code} from a proxy; the step may have run there: not sent "
-                    "again, check the node"
-                )
+        if once and response.status_code >= 500:
+            # Whatever stands between here and the agent may have passed the request on before failing: a relay
+            # that forwards and then answers a bare 503 (or 500, with authentication off) as much as a 502.
+            raise AmbiguousActionError(
+                f"{where}: HTTP {response.status_code} {'from a proxy' if proxy else 'outside the protocol'} (not "
+                "the agent's answer); the step may have run there: not sent again, check the node"
+            )
+        if proxy:
             raise _Unreachable(f"{where}: HTTP {response.status_code}")
         text = response.text[:200].replace("\n", " ")
         raise _BadAnswer(f"{where} gave an unexpected answer: HTTP {response.status_code} {text}")
@@ -536,7 +541,8 @@ class Dispatch:
 @dataclass(frozen=True)
 class OwnerCheckedRunner(StepRunner):
     """A node step on a node another system owns (k8s.handoff) is refused, naming the owner: its plan says
-    can_act false, its execute fails; on a node nobody else owns, `inner` runs it."""
+    can_act false, its execute fails; on a node nobody else owns, `inner` runs it. An owner that cannot be
+    read: remediate.kube.owner.check_owner (its plan and result say so, `owner_check`, where it runs)."""
 
     inner: StepRunner
     node: str
@@ -546,19 +552,23 @@ class OwnerCheckedRunner(StepRunner):
     def ran_on(self) -> str | None:  # type: ignore[override]
         return self.inner.ran_on
 
-    def _refusal(self, action: Action) -> str | None:
-        owner = self.owners(self.node)
-        return None if owner is None else refusal(owner, self.node, action.name)
+    def _check(self, action: Action, ctx: StepContext) -> OwnerCheck:
+        check = check_owner(self.owners, self.node, action.name, runs_if_unknown=action.runs_if_owner_unknown)
+        if check.unchecked:
+            log.warning("run %s step %s: %s", ctx.run_id, ctx.step_index, check.unchecked)
+        return check
 
     def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        why = self._refusal(action)
-        return {"can_act": False, "why_not": why} if why else self.inner.plan(action, params, ctx)
+        check = self._check(action, ctx)
+        if check.refused:
+            return {"can_act": False, "why_not": check.refused}
+        return check.noted(self.inner.plan(action, params, ctx))
 
     def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        why = self._refusal(action)
-        if why:
-            raise NodeOwnedElsewhere(why)
-        return self.inner.execute(action, params, ctx)
+        check = self._check(action, ctx)
+        if check.refused:
+            raise NodeOwnedElsewhere(check.refused)
+        return check.noted(self.inner.execute(action, params, ctx))
 
 
 def this_host_names(settings: Settings) -> frozenset[str]:

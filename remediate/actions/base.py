@@ -136,6 +136,11 @@ class Action(ABC):
     undoes: ClassVar[bool] = False
     """True for a node step that only gives back what remediate changed (gpu.restore_power_limit,
     gpu.unlock_clocks): never refused on a node another system owns (remediate.kube.owner)."""
+    runs_if_owner_unknown: ClassVar[bool] = False
+    """True for a node step that keeps the node and its GPUs in service and can be undone (a power cap, a clock
+    lock, a command to a training job): when the node's owner cannot be read (the Kubernetes API down, or no
+    permission to get nodes) it runs, its plan and result saying why the check was skipped. False (gpu.reset,
+    disk.cleanup, any action that does not say): it fails as it would on an owned node, until the API answers."""
     reports_run: ClassVar[bool] = False
     """True for an action that tells people about its run (a chat message): its StepContext gets the run's
     steps as they stand (`steps`), one more store read that other steps are spared."""

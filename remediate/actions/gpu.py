@@ -188,6 +188,7 @@ class _GpuAction(Action):
 
 class SetPowerLimitAction(_GpuAction):
     name: ClassVar[str] = "gpu.set_power_limit"
+    runs_if_owner_unknown: ClassVar[bool] = True  # the GPUs keep working, capped; restore_power_limit undoes it
     description: ClassVar[str] = "Lower a GPU's power limit through NVML (clamped, floored, read back)."
     schema: ClassVar[ParamSchema] = gpu_schema(
         watts=Param(float, check=positive, doc="new limit in watts"),

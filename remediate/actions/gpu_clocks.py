@@ -28,6 +28,7 @@ CAPABILITY = "reset_locked_clocks"
 
 class ResetClocksAction(_GpuAction):
     name: ClassVar[str] = "gpu.reset_clocks"
+    runs_if_owner_unknown: ClassVar[bool] = True  # back to the default clocks: the GPUs keep working
     description: ClassVar[str] = "Unlock a GPU's locked GPU and memory clocks (nvidia-smi -rgc -rmc) through NVML."
     schema: ClassVar[ParamSchema] = gpu_schema()
 

@@ -149,6 +149,7 @@ def compute_lock(gpu: GpuInfo, clocks: ClockState, params: Mapping[str, Any]) ->
 
 class LockClocksAction(_GpuAction):
     name: ClassVar[str] = "gpu.lock_clocks"
+    runs_if_owner_unknown: ClassVar[bool] = True  # the GPUs keep working, slower; unlock_clocks undoes it
     description: ClassVar[str] = (
         "Lock a GPU's graphics clock to a lower range (nvidia-smi -lgc) through NVML; the lock it replaces is "
         "remembered for gpu.unlock_clocks."

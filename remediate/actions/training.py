@@ -137,6 +137,8 @@ class _TrainingAction(Action):
 
     where: ClassVar[Where] = Where.NODE
     idempotent: ClassVar[bool] = True  # the command id is fixed per run step: a re-run cannot apply it twice
+    # A command to a job, not to the node: a rollback must not wait for the cluster API.
+    runs_if_owner_unknown: ClassVar[bool] = True
     kind: ClassVar[str]
     GRACE_FRACTION: ClassVar[float] = 0.2
     GRACE_MAX_S: ClassVar[float] = 10.0

@@ -141,6 +141,9 @@ class StepExecutor:
                 if failed_before is None
                 else f"skipped: step {failed_before.idx} {failed_before.name} ({failed_before.action}) failed"
             )
+            # Rerunnable only if nothing ran since the failure either: an `always` step that started an attempt
+            # (a page to on-call) would run again, and page again, on every re-delivery of the alert.
+            rerunnable = rerunnable and not progress.changed
             self._finish_run(
                 run, progress, RunStatus.FAILED, failure, rerunnable=rerunnable, skip=skip, skip_reason=reason
             )
@@ -341,8 +344,9 @@ class StepExecutor:
         the run's failure, in one transaction.
 
         `transient`: the step failed for a reason that may pass (a retryable error in its plan); when no
-        step of the run started an attempt before (`progress`: in an earlier pass or in this one), the run is
-        marked rerunnable (the next delivery of the alert runs again instead of being a duplicate).
+        step of the run started an attempt before (`progress`: in an earlier pass or in this one), nor does an
+        `always` step after it (`execute_run` checks again once they ran), the run is marked rerunnable (the
+        next delivery of the alert runs again instead of being a duplicate).
 
         A `continue_on_error` step's failure is recorded and the run goes on: None, as for a success (the
         run ends succeeded when it was the last step).

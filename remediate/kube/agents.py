@@ -28,6 +28,14 @@ log = logging.getLogger("remediate.runners")
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 DISCOVERY_TTL = 30.0
 """Seconds a discovered agent URL is reused before the Kubernetes API is asked again."""
+DISCOVERY_STALE_MAX = 3600.0
+"""Seconds a discovered agent URL is still used while the Kubernetes API cannot answer (down, 5xx, time-out):
+a rollback on a node must not wait for the cluster API. Safe because only the answer of that node's own agent,
+signed with its credential, is believed; a call that fails there drops the URL (`forget`)."""
+
+
+class DiscoveryUnavailable(AgentNotFound):
+    """The Kubernetes API did not answer the lookup (not: it answered that there is no agent)."""
 
 
 @dataclass(eq=False)
@@ -38,8 +46,8 @@ class KubernetesAgents(AgentDirectory):
     labels alone can be copied by anyone who may create a pod in the namespace.
     `api` is a CoreV1Api, built lazily by `remediate.kube.KubeClient` from the same settings as the
     k8s.* actions (`kubeconfig` and `context` when given, else the in-cluster service account; never
-    $KUBECONFIG or ~/.kube/config on their own). Answers are cached for `ttl` seconds; `forget` drops one after a
-    failed call.
+    $KUBECONFIG or ~/.kube/config on their own). Answers are cached for `ttl` seconds, and used for up to
+    `stale_max` while the API cannot answer; `forget` drops one after a failed call.
     """
 
     selector: str
@@ -51,6 +59,7 @@ class KubernetesAgents(AgentDirectory):
     kubeconfig: Path | None = None
     context: str | None = None
     ttl: float = DISCOVERY_TTL
+    stale_max: float = DISCOVERY_STALE_MAX
     clock: Callable[[], float] = time.monotonic
     _cache: dict[str, tuple[float, str]] = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -68,7 +77,16 @@ class KubernetesAgents(AgentDirectory):
             cached = self._cache.get(node)
             if cached is not None and self.clock() - cached[0] < self.ttl:
                 return cached[1]
-        url = self._lookup(node)
+        try:
+            url = self._lookup(node)
+        except DiscoveryUnavailable as exc:
+            if cached is None or self.clock() - cached[0] >= self.stale_max:
+                raise
+            log.warning(
+                "%s; using the agent address found %.0fs ago for node %s: %s", exc, self.clock() - cached[0], node,
+                cached[1],
+            )  # fmt: skip
+            return cached[1]
         with self._lock:
             self._cache[node] = (self.clock(), url)
         return url
@@ -94,7 +112,7 @@ class KubernetesAgents(AgentDirectory):
         except AgentNotFound:
             raise
         except Exception as exc:  # ApiException, urllib3 errors: the API server may be busy
-            raise AgentNotFound(
+            raise DiscoveryUnavailable(
                 f"cannot list agent pods on node {node!r} ({where}): {_short_error(exc)}", retryable=True
             ) from exc
         owned = [pod for pod in pods.items if _owned_by_daemonset(pod, self.daemonset)]

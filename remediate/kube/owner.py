@@ -6,6 +6,12 @@ and every node step for it (gpu.*, training.*: the server's Dispatch, remediate.
 remediate's own changes (uncordon, untaint, `Action.undoes`) is never refused. The owner releases the node
 by removing the annotation, or an operator runs `remediate node release NODE`.
 
+When the owner cannot be read (the API down or failing after the step's tries, or a 401/403: no permission to
+get nodes), `check_owner` lets a node step run only if it keeps the node in service and can be undone
+(`Action.runs_if_owner_unknown`: a power cap, a clock lock, a command to a training job), and says so on the
+step; any other (gpu.reset, disk.cleanup) fails as before, retryable while the API is down. A power cap on a node
+breakfix took during an API outage is the price of a rollback that does not wait for the cluster API.
+
     remediate.io/owner          who owns the node now (e.g. breakfix); `remediate` or absent: remediate does
     remediate.io/owner-since    since when (RFC 3339)
     remediate.io/owner-why      why it was handed over (free text)
@@ -14,13 +20,14 @@ by removing the annotation, or an operator runs `remediate node release NODE`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from remediate.errors import ActionError
+from remediate.errors import ActionError, RetryableActionError
 from remediate.kube.client import KubeClient
-from remediate.kube.errors import KubeNotFound
+from remediate.kube.errors import KubeError, KubeNotFound, KubeUnavailable
 from remediate.kube.model import ANNOTATION_PREFIX
 
 OWNER = ANNOTATION_PREFIX + "owner"
@@ -91,3 +98,35 @@ class NodeOwners:
             return owner_of(self.client.get_node(node).annotations)
         except KubeNotFound:
             return None
+
+
+@dataclass(frozen=True)
+class OwnerCheck:
+    """What the owner check of one node step found: `refused` (why not: another system owns the node), or
+    `unchecked` (why the step runs without knowing the owner); both None: remediate may act."""
+
+    refused: str | None = None
+    unchecked: str | None = None
+
+    def noted(self, value: Any) -> Any:
+        """A plan or result of the step, with why the owner was not checked (`owner_check`), if it was not."""
+        return {**value, "owner_check": self.unchecked} if self.unchecked and isinstance(value, dict) else value
+
+
+def check_owner(
+    owners: Callable[[str], NodeOwner | None], node: str, action: str, *, runs_if_unknown: bool
+) -> OwnerCheck:
+    """The owner check of node step `action` on `node` (see the module docstring for an owner that cannot be
+    read). Raises RetryableActionError (the API is down) or ActionError (refused) for a step that must not run
+    without it."""
+    try:
+        owner = owners(node)
+    except (KubeError, KubeUnavailable) as exc:
+        why = f"the owner of node {node} (remediate.io/owner) could not be read: {exc}"
+        if runs_if_unknown:
+            return OwnerCheck(unchecked=f"{why}; {action} keeps the node in service, so it ran without that check")
+        message = f"{why}; {action} does not run without that check"
+        if isinstance(exc, RetryableActionError):
+            raise RetryableActionError(message) from exc
+        raise ActionError(message) from exc
+    return OwnerCheck(refused=None if owner is None else refusal(owner, node, action))

@@ -216,7 +216,7 @@ def rules(obj: dict[str, Any]) -> set[tuple[str, str, tuple[str, ...]]]:
 # (group, resource, verb) it needs. `test_every_api_call_in_the_code_is_in_this_table` reads the code;
 # the chart's rules must be exactly what this table derives: nothing missing, nothing unused.
 CLUSTER_CALLS = {
-    "read_node": ("", "nodes", "get"),  # cordon/taint/drain: the node before and after
+    "read_node": ("", "nodes", "get"),  # cordon/taint/drain: the node before and after; every node step: its owner
     "list_node": ("", "nodes", "list"),  # the breaker: how many nodes there are
     "patch_node": ("", "nodes", "patch"),  # cordon, uncordon, taint, untaint
     "list_pod_for_all_namespaces": ("", "pods", "list"),  # drain: the node's pods
@@ -303,10 +303,25 @@ def role_namespace(objects: list[dict[str, Any]], kind: str, name: str) -> str |
     return by_kind(objects, kind, name)["metadata"].get("namespace")
 
 
-def test_without_kubernetes_actions_and_agents_there_is_no_rbac(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_without_kubernetes_actions_and_agents_the_only_rbac_is_nodes_get_for_the_owner_check(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """`kubernetesActions: false` granted nothing on nodes, and every node step failed at its owner check
+    (`GET nodes/X: 403`): nodes `get` alone is granted then, read-only."""
     objects = rendered["external-db"]
-    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+    rbac = [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")]
+    name = f"{FULLNAME}-node-reader"
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in rbac) == [
+        ("ClusterRole", name),
+        ("ClusterRoleBinding", name),
+    ]
+    assert rules(by_kind(objects, "ClusterRole", name)) == derived_rules({"read_node": CLUSTER_CALLS["read_node"]})
+    binding = by_kind(objects, "ClusterRoleBinding", name)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NAMESPACE}]
     assert not [o for o in objects if o["kind"] == "DaemonSet"]
+    # With the Kubernetes actions, their ClusterRole has nodes get already: no second one.
+    assert not [o for o in rendered["defaults"] if o["metadata"]["name"] == name]
 
 
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}

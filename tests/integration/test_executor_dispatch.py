@@ -14,6 +14,7 @@ import pytest
 from remediate.actions.base import ActionRegistry, InMemoryMemory
 from remediate.actions.log import LogAction
 from remediate.agent import AgentService
+from remediate.agent_protocol import EXECUTE, STEP_PATHS
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook
@@ -22,6 +23,7 @@ from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, serve_agent
 from tests.support.realsystems import free_port
+from tests.support.service import ServiceProxy
 from tests.support.store_json import history_json_of, run_json_of
 
 T0 = 1_767_225_600.0
@@ -166,6 +168,40 @@ def test_a_retryable_error_on_the_agent_is_retried_by_the_step(
     attempts = run["steps"][0]["attempts"]
     assert [a["outcome"] for a in attempts] == ["retryable_error", "succeeded"]
     assert f"device busy (on agent {url} of node node-b)" in attempts[0]["error"]
+
+
+class ForwardThen503(ServiceProxy):
+    """A relay in front of one agent that passes every request on and, for an execute, drops the agent's
+    answer for a bare 503 of its own (an ingress or sidecar that lost the upstream connection mid-answer)."""
+
+    def forward(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        answer = super().forward(method, path, headers, body)
+        if path == STEP_PATHS[EXECUTE]:
+            return 503, {"Content-Type": "text/plain"}, b"upstream connect error or disconnect/reset\n"
+        return answer
+
+
+def test_a_relay_that_forwards_an_execute_then_answers_503_does_not_make_the_agent_run_it_again(
+    run_alert: Callable[..., dict[str, Any]], node_b: tuple[str, Echo]
+) -> None:
+    """The agent ran the step; the server only saw an unsigned 503. Sending it again (the call's own retries,
+    then the step's) ran a step that is not idempotent once per try: it is left for a person instead."""
+    url, remote_echo = node_b
+
+    with ForwardThen503([url]) as relay:
+        run = run_alert({"node-b": relay.url}, node="node-b", word="once", retries=3)
+
+    assert [kind for kind, _, _ in remote_echo.calls] == ["plan", "execute"]
+    assert [(path, status) for path, _, status in relay.served] == [
+        (STEP_PATHS["plan"], 200),
+        (STEP_PATHS[EXECUTE], 200),  # what the agent answered; the relay said 503
+    ]
+    assert run["status"] == "failed"
+    step = run["steps"][0]
+    assert [a["outcome"] for a in step["attempts"]] == ["maybe_applied"]
+    assert "HTTP 503 from a proxy (not the agent's answer); the step may have run there" in step["error"]
 
 
 def test_on_a_single_host_a_run_for_another_node_fails_and_nothing_runs_here(store: Store) -> None:

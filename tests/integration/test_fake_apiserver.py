@@ -480,7 +480,8 @@ def test_with_the_charts_rbac_what_it_grants_works_and_anything_else_is_the_apis
 def test_without_the_charts_kubernetes_actions_rbac_a_cordon_fails_with_403(
     kube_api: FakeKubeAPI, kube_client: KubeClient, helm: Helm
 ) -> None:
-    """A gap between chart and code fails: here the chart grants nothing the k8s.* actions need."""
+    """A gap between chart and code fails: here the chart grants only nodes `get` (the owner check of node
+    steps), nothing else the k8s.* actions need: the breaker's node count is refused."""
     rbac = chart_rbac(helm, {"rbac": {"kubernetesActions": False}})
     kube_api.add_node("gpu-1")
     kube_api.authorize_as(rbac.objects, rbac.service_account)
@@ -491,8 +492,8 @@ def test_without_the_charts_kubernetes_actions_rbac_a_cordon_fails_with_403(
 
     assert refused.value.code == 403
     assert str(refused.value) == (
-        f'GET nodes/gpu-1: 403 Forbidden: nodes "gpu-1" is forbidden: User "{SA_USER}" cannot get resource '
-        '"nodes" in API group "" at the cluster scope'
+        f'LIST nodes: 403 Forbidden: nodes is forbidden: User "{SA_USER}" cannot list resource "nodes" in API '
+        'group "" at the cluster scope'
     )
     assert kube_api.changes == []
 

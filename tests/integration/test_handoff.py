@@ -10,19 +10,27 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from remediate.actions import default_registry
-from remediate.actions.base import StepContext
+from remediate.actions.base import StepContext, Where
 from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.dryrun import dry_run
+from remediate.engine import Engine
+from remediate.executor import Executor
 from remediate.gpu import SimulatedBackend
-from remediate.kube import CORDONED_BY_RUN, OWNER, OWNER_SINCE, OWNER_WHY
+from remediate.kube import CORDONED_BY_RUN, OWNER, OWNER_SINCE, OWNER_WHY, KubeClient
+from remediate.kube.errors import KubeError
 from remediate.kube.owner import NodeOwnedElsewhere
+from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runners import Dispatch
+from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI
+from tests.support.helm import Helm, chart_rbac
 from tests.support.processes import run_remediate
+from tests.support.store_json import history_json_of, run_json_of
 
 OWNED = {OWNER: "breakfix", OWNER_SINCE: "2026-11-27T10:00:00Z", OWNER_WHY: "XID 79 after a reset (run 3)"}
 NODE_STEPS = """
@@ -114,3 +122,117 @@ def test_release_of_a_missing_or_invalid_node_is_one_line_and_changes_nothing(
     invalid = run_remediate("node", "release", "GPU_07", env=env)
     assert invalid.returncode == 2 and "Invalid value for NAME" in invalid.stderr and "Traceback" not in invalid.stderr
     assert kube_api.count("PATCH", "/nodes/") == 0
+
+
+# --------------------------------------------------------------------------- an owner that cannot be read
+
+CAP_THEN_RESET = """
+name: gpu-cap-then-reset
+match: {alertname: GPUTemperatureHigh}
+target: node
+cooldown: 0s
+steps:
+  - name: cap
+    action: gpu.set_power_limit
+    with: {gpu: all, percent_of_default: 80}
+    retries: 0
+  - name: reset
+    action: gpu.reset
+    with: {gpu: all}
+    retries: 0
+"""
+
+
+def _run_on(settings: Settings, store: Store, node: str) -> dict:
+    """One alert for `node` through the engine and an executor with the server's own dispatch; the run."""
+    registry = default_registry(settings)
+    playbooks = PlaybookSet([parse_playbook(yaml.safe_load(CAP_THEN_RESET), registry)])
+    executor = Executor(store=store, registry=registry, dispatch=Dispatch.from_settings(settings), retry_wait_max=0.01)
+    engine = Engine(store=store, playbooks=playbooks, registry=registry)
+    alert = alert_payload("GPUTemperatureHigh", labels={"Hostname": node, "severity": "warning"})
+    engine.ingest_body(json.dumps(notification_payload(alert)).encode(), received_at=time.time())
+    assert executor.drain() == 1
+    ((entry, *_), _) = history_json_of(store, HistoryQuery(limit=1))
+    return run_json_of(store, entry["run_id"])
+
+
+@pytest.mark.parametrize("cause", ["forbidden", "api-down"])
+def test_a_power_cap_runs_when_the_nodes_owner_cannot_be_read_and_a_gpu_reset_does_not(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, store: Store, cause: str
+) -> None:
+    """A ServiceAccount that may not get nodes (no `get nodes` granted: every request a 403), or an API that is
+    down, failed every node step at the owner check: a power cap, a training rollback. A step that keeps the
+    node in service runs and says why its owner was not checked; a GPU reset still waits for the API."""
+    kube_api.add_node("gpu-07")
+    if cause == "forbidden":
+        kube_api.authorize_as([], ("gpu-ops", "rel-remediate"))
+        why = 'GET nodes/gpu-07: 403 Forbidden: nodes "gpu-07" is forbidden'
+    else:
+        kube_api.close()
+        why = "GET nodes/gpu-07: "
+    gpus = SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2)
+    default_limits = [g.power_limit_mw for g in SimulatedBackend(gpus).devices()]
+    settings = Settings.of(
+        kubeconfig=kubeconfig, kube_request_timeout=1.0, gpu_backend="simulated", gpu_simulator_file=gpus,
+        node_name="gpu-07",
+    )  # fmt: skip
+
+    run = _run_on(settings, store, "gpu-07")
+
+    cap, reset = run["steps"]
+    assert cap["status"] == "succeeded", cap
+    unchecked = "the owner of node gpu-07 (remediate.io/owner) could not be read: " + why
+    for recorded in (cap["plan"], cap["result"]):
+        assert recorded["owner_check"].startswith(unchecked), recorded
+        assert recorded["owner_check"].endswith(
+            "gpu.set_power_limit keeps the node in service, so it ran without that check"
+        )
+    assert [g.power_limit_mw for g in SimulatedBackend(gpus).devices()] == [m * 8 // 10 for m in default_limits]
+    assert reset["status"] == "failed" and reset["attempts"] == []
+    assert (
+        reset["error"].startswith("plan failed: " + unchecked)
+        and "gpu.reset does not run without that check" in (reset["error"])
+    )
+    assert [SimulatedBackend(gpus).reset_count(g.uuid) for g in SimulatedBackend(gpus).devices()] == [0, 0]
+
+
+def test_with_the_charts_rbac_without_kubernetes_actions_node_steps_still_check_the_owner(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, store: Store, helm: Helm
+) -> None:
+    """`rbac.kubernetesActions: false` granted nothing on nodes, so every node step failed with `GET nodes: 403`.
+    The chart grants `get nodes` alone then: the owner is read, an owned node is still refused, and nothing
+    else on nodes is allowed (a cordon's PATCH is the API's 403)."""
+    rbac = chart_rbac(helm, {"rbac": {"kubernetesActions": False}})
+    kube_api.authorize_as(rbac.objects, rbac.service_account)
+    kube_api.add_node("gpu-07")
+    kube_api.add_node("gpu-08", annotations=OWNED)
+    gpus = SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2)
+    settings = Settings.of(
+        kubeconfig=kubeconfig, gpu_backend="simulated", gpu_simulator_file=gpus, node_name="gpu-07",
+        node_aliases=("gpu-08",),
+    )  # fmt: skip
+
+    free = _run_on(settings, store, "gpu-07")
+    cap, reset = free["steps"]
+    assert cap["status"] == "succeeded" and "owner_check" not in cap["plan"], cap  # checked: nobody else owns it
+    assert "GPU reset refused, nothing was reset" in reset["error"]  # past the check: the GPU's own refusal
+    owned = _run_on(settings, store, "gpu-08")
+    assert owned["steps"][0]["status"] == "failed" and "gpu-08 is owned by breakfix" in owned["steps"][0]["error"]
+
+    with pytest.raises(KubeError, match=r"PATCH nodes/gpu-07: 403 Forbidden"):
+        KubeClient(kubeconfig=kubeconfig).patch_node("gpu-07", {"spec": {"unschedulable": True}})
+
+
+def test_the_node_steps_that_run_without_an_owner_check_are_those_docs_kubernetes_md_names() -> None:
+    """Which node steps run when the owner cannot be read is a safety decision: the code and the page agree."""
+    registry = default_registry(Settings())
+    node_actions = [a for a in map(registry.get, registry.names()) if a.where == Where.NODE and not a.undoes]
+    unchecked = sorted(a.name for a in node_actions if a.runs_if_owner_unknown)
+    waiting = sorted(a.name for a in node_actions if not a.runs_if_owner_unknown)
+    assert waiting == ["disk.cleanup", "gpu.reset"]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    section = page.split("### When the owner cannot be read", 1)[1].split("\n## ", 1)[0]
+    for name in unchecked:
+        family = name.split(".")[0] + ".*"
+        assert f"`{name}`" in section or f"`{family}`" in section, name
+    assert all(f"`{name}`" in section for name in waiting)

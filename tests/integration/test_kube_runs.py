@@ -38,6 +38,7 @@ from remediate.executor import Executor
 from remediate.kube import CORDONED_BY_RUN, OWNER, KubeClient
 from remediate.metrics import exposition
 from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.runners import Dispatch, StaticAgents
 from remediate.runs import FINAL_RUN_STATUSES
 from remediate.server import build_services, create_app
 from remediate.store import HistoryQuery, Store
@@ -128,6 +129,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
         threads: int = 3,
         fast: bool = False,
         request_timeout: float = 0.5,
+        dispatch: Dispatch | None = None,
         **settings_fields: Any,
     ) -> Rig:
         settings = Settings.of(kubeconfig=kubeconfig, kube_request_timeout=request_timeout, **settings_fields)
@@ -148,6 +150,7 @@ def make_rig(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Rig]]:
                 retry_wait_max=0.05,
                 breaker=CircuitBreaker(s.breaker.ledger, s.breaker.view, limits=limits),
                 settings=ExecutorSettings(threads=threads, poll_interval=0.02),
+                dispatch=dispatch,
             )
             for s in stores
         ]
@@ -570,6 +573,41 @@ def test_the_shipped_quarantine_playbook_still_notifies_when_the_drain_is_refuse
         (posted,) = recorder.requests
         assert posted.json["run_id"] == run["id"]
         assert kube_api.pod("ml", "scratch-job-0") is not None  # refused: nothing evicted
+
+
+def test_a_run_that_failed_in_an_api_outage_but_paged_on_call_is_not_run_again_by_the_next_delivery(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """The shipped quarantine in an API outage, its node's agent unreachable too: the checkpoint and the
+    cordon fail at plan before anything changed, but the `always` notify step pages on-call. Such a run was
+    still marked rerunnable, so every re-delivery of the alert ran the ladder again and paged again."""
+    from tests.support.realsystems import WebhookRecorder, free_port
+
+    (node,) = cluster(kube_api, 1)
+    outage = kube_api.inject("status", path=f"/api/v1/nodes/{node}$", status=503)
+    shipped = (Path(__file__).resolve().parents[2] / "playbooks" / "gpu-xid-quarantine.yaml").read_text()
+    agents = StaticAgents({node: f"http://127.0.0.1:{free_port()}"})  # nobody there
+    alert = xid_alert(node)
+    with WebhookRecorder(path="/remediate-events") as recorder:
+        dispatch = Dispatch(directory=agents, node_name="server", token="t" * 32, retries=0, retry_wait_max=0.01)
+        rig = make_rig(shipped, sinks=oncall_sink(recorder.url), dispatch=dispatch)
+        rig.ingest(alert)
+        rig.start()
+        rig.wait_idle()
+        (run,) = _cordon_runs(rig)
+        steps = {step["name"]: step for step in run["steps"]}
+        assert run["status"] == "failed", run
+        assert [steps[name]["attempts"] for name in ("checkpoint-jobs", "cordon")] == [[], []]  # nothing changed...
+        assert "unreachable" in steps["checkpoint-jobs"]["error"] and "503" in steps["cordon"]["error"]
+        assert steps["notify"]["status"] == "succeeded"  # ...but on-call was paged
+        assert outage.fired > 0 and len(recorder.requests) == 1
+        assert run["rerunnable"] is False
+
+        (again,) = rig.ingest(alert).decisions  # AlertManager re-sends the same occurrence
+        rig.wait_idle()
+        assert again.decision.value == "duplicate", again.reason
+        assert [r["id"] for r in _cordon_runs(rig)] == [run["id"]]
+        assert len(recorder.requests) == 1  # not paged a second time
 
 
 def test_without_the_oncall_sink_the_overheat_rungs_cordon_still_happens_and_only_its_notify_step_fails(

@@ -451,3 +451,40 @@ def test_the_shipped_loss_spike_playbook_restores_no_checkpoint_saved_during_the
     run = run_json_of(store, decision.run_id)
     assert run["status"] == "succeeded", run["error"]
     assert run["steps"][0]["result"]["checkpoint"]["step"] == 400 and job.loaded == [400]
+
+
+def test_the_shipped_rollback_runs_while_the_kubernetes_api_is_down(
+    root: Path, processes: Jobs, registry: ActionRegistry, store: Store, tmp_path: Path
+) -> None:
+    """The owner check of node steps read the node from the API first: with the API down the rollback failed
+    at its plan (`retries: 0` in the shipped playbook). A command to a job runs without the check, and says so."""
+    from remediate.kube import KubeClient
+    from remediate.kube.owner import NodeOwners
+    from remediate.runners import Dispatch
+    from tests.support.fake_apiserver import FakeKubeAPI
+
+    job = processes.start("job-a")
+    with FakeKubeAPI() as api:
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    # ... and now the API is gone: connections to it are refused.
+    client = KubeClient(kubeconfig=kubeconfig, request_timeout=1.0)
+    shipped = load_playbooks(REPO / "playbooks", registry)
+    engine = Engine(
+        store=store, playbooks=PlaybookSet(p for p in shipped.playbooks if p.name == "loss-spike"), registry=registry
+    )
+    executor = Executor(
+        store=store, registry=registry, dispatch=Dispatch(owners=NodeOwners(client)), retry_wait_max=0.01
+    )
+    try:
+        decision = fire(engine, "job-a", starts_at(0))
+        assert executor.drain() == 1
+    finally:
+        client.close()
+
+    run = run_json_of(store, decision.run_id)
+    assert run["status"] == "succeeded", run["error"]
+    assert [s["result"]["applied_by_pid"] for s in run["steps"]] == [job.pid, job.pid]
+    for step in run["steps"]:
+        assert step["result"]["owner_check"].startswith(
+            "the owner of node gpu-node-1 (remediate.io/owner) could not be read: GET nodes/gpu-node-1: "
+        )

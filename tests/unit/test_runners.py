@@ -266,14 +266,49 @@ def test_a_proxy_error_without_an_agent_answer_is_retried(scripted: Any) -> None
     assert scripted.seen == 3
 
 
-def test_a_502_on_the_execute_of_an_action_that_is_not_idempotent_is_not_sent_again(scripted: Any) -> None:
-    """Finding 16: a proxy may have passed the request on before failing; the step may have run."""
-    scripted.script = [(502, b"", 0), (200, b'{"result": {"ok": true}}', 0)]
+@pytest.mark.parametrize("status", [502, 503, 504])
+def test_a_proxy_5xx_on_the_execute_of_an_action_that_is_not_idempotent_is_not_sent_again(
+    scripted: Any, status: int
+) -> None:
+    """A proxy may have passed the request on before failing (a bare 503 as much as a 502): the step may have
+    run."""
+    scripted.script = [(status, b"", 0), (200, b'{"result": {"ok": true}}', 0)]
     url = f"http://127.0.0.1:{scripted.server_port}"
 
-    with pytest.raises(AmbiguousActionError, match="HTTP 502 from a proxy; the step may have run"):
+    with pytest.raises(AmbiguousActionError, match=f"HTTP {status} from a proxy .*; the step may have run"):
         runner(url).execute(ECHO, {"word": "x"}, ctx())
     assert scripted.seen == 1
+
+
+@pytest.mark.parametrize("token", [AGENT_TOKEN, None], ids=["signed", "no-auth"])
+def test_an_unsigned_retryable_looking_503_on_a_not_idempotent_execute_is_not_sent_again(
+    scripted: Any, token: str | None
+) -> None:
+    """A 503 whose body looks like the agent's retryable error but that the agent did not sign is no answer of
+    the agent; without authentication, a bare 503 is still no proof that nothing ran."""
+    body = b'{"error": "x", "error_class": "retryable", "message": "try again"}' if token else b"busy"
+    scripted.script = [(503, body, 0, PROXY), (200, b'{"result": {"ok": true}}', 0)]
+    url = f"http://127.0.0.1:{scripted.server_port}"
+
+    with pytest.raises(AmbiguousActionError, match="the step may have run"):
+        runner(url, token=token).execute(ECHO, {"word": "x"}, ctx())
+    assert scripted.seen == 1
+
+
+def test_without_authentication_a_500_outside_the_protocol_on_a_not_idempotent_execute_may_have_run(
+    scripted: Any,
+) -> None:
+    """With authentication off every answer is unsigned: a 500 that is no agent error (a sidecar's HTML page)
+    says nothing about whether the step ran."""
+    scripted.script = [(500, b"<html>Internal Server Error</html>", 0, PROXY)]
+    url = f"http://127.0.0.1:{scripted.server_port}"
+
+    with pytest.raises(AmbiguousActionError, match=r"HTTP 500 outside the protocol .*the step may have run"):
+        runner(url, token=None).execute(ECHO, {"word": "x"}, ctx())
+    with pytest.raises(ActionError, match="unexpected answer: HTTP 500") as plan:  # a plan changes nothing
+        scripted.script = [(500, b"<html>Internal Server Error</html>", 0, PROXY)]
+        runner(url, token=None).plan(ECHO, {"word": "x"}, ctx())
+    assert not isinstance(plan.value, AmbiguousActionError)
 
 
 def test_an_unexpected_answer_is_a_permanent_error(scripted: Any) -> None:
