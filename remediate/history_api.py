@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from remediate.ladder import standing
 from remediate.runs import LadderState
 from remediate.store.history import HistoryEntry, RunDetail, StepDetail
 
@@ -103,9 +104,13 @@ def run_json(run: RunDetail) -> dict[str, Any]:
     }
 
 
-def ladder_state_json(state: LadderState, rungs: Sequence[str] | None = None) -> dict[str, Any]:
+def ladder_state_json(
+    state: LadderState, rungs: Sequence[str] | None = None, run_status: str | None = None
+) -> dict[str, Any]:
     """One ladder of GET /ladders: where it stands (rung 0: reset by a person) and the rungs it climbed since
-    its last reset. `rungs`: the names of the playbook's rungs as loaded now, when known (`of`, `name`)."""
+    its last reset. `rungs`: the names of the playbook's rungs as loaded now, when known (`of`, `name`);
+    `run_status`: the status now of the last rung's run (`standing`, `in_force`: remediate.ladder.standing)."""
+    where = standing(state, run_status)
     return {
         "playbook": state.playbook,
         "guard_key": state.guard_key,
@@ -115,6 +120,9 @@ def ladder_state_json(state: LadderState, rungs: Sequence[str] | None = None) ->
         "name": rungs[state.rung - 1] if rungs is not None and 0 < state.rung <= len(rungs) else None,
         "reason": state.reason,
         "run_id": state.run_id,
+        "run_status": run_status,
+        "standing": where,
+        "in_force": where == "in_force",
         "fingerprint": state.fingerprint,
         "starts_at": state.starts_at,
         "climbed_at": state.climbed_at,

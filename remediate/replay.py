@@ -11,9 +11,14 @@ would have done to the circuit breaker is done here to the scratch store's break
 an enforced run claims its node at the notification's time; an uncordon or untaint releases it), which the
 breaker guard of the later notifications reads. A trip stays open for the rest of the replay: no person resets it.
 
+The recorded side counts only what really happened: a cordon or drain step that succeeded (or belongs to a run
+not ended yet), never one the breaker refused. A decision taken the same way on both sides is compared step by
+step (remediate.replay_steps): the rendered params that differ and, where the action can tell from its recorded
+plan, the change it would make instead (a power cap of 60% instead of 80%: `700 W -> 420 W instead of 560 W`).
+
 What the replay cannot know: the history before `since` (the scratch store starts empty, so the first cooldown
-of each target may differ), approvals (approve-mode runs wait until their alert resolves), runs that failed,
-a pause, a person's breaker reset.
+of each target may differ), approvals (approve-mode runs wait until their alert resolves), runs that failed
+for another reason than the breaker, a pause, a person's breaker reset.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from remediate.config import Settings
 from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.engine import Engine
 from remediate.playbooks import PlaybookSet
+from remediate.replay_steps import StepRecord, step_changes
 from remediate.runs import Decision, RunStatus
 from remediate.services import engine_for
 from remediate.store import Store
@@ -81,6 +87,9 @@ class Replay:
     removed: Counter[tuple[str, str]] = field(default_factory=Counter)
     changes: list[dict[str, Any]] = field(default_factory=list)
     changed: int = 0
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """The runs decided the same way whose steps would do something else (remediate.replay_steps)."""
+    changed_steps: int = 0
     trips: list[dict[str, Any]] = field(default_factory=list)
     notifications: int = 0
     alerts: int = 0
@@ -122,7 +131,13 @@ class Replay:
             "until": iso_utc(self.window.until),
             "notifications": self.notifications,
             "alerts": self.alerts,
-            "differs": bool(self.changed or rungs or self.trips or self.recorded.cordoned != self.replayed.cordoned),
+            "differs": bool(
+                self.changed
+                or self.changed_steps
+                or rungs
+                or self.trips
+                or self.recorded.cordoned != self.replayed.cordoned
+            ),
             "decisions": decisions,
             "runs": runs,
             "rungs": rungs,
@@ -135,6 +150,8 @@ class Replay:
             },
             "changed_decisions": self.changed,
             "changes": self.changes,
+            "changed_steps": self.changed_steps,
+            "steps": self.steps,
         }
 
 
@@ -177,9 +194,9 @@ def replay(
 class _Batch:
     notifications: list[tuple[Any, list[Any]]]
     decisions: dict[int, list[Any]]
-    """notification id -> its recorded decisions (with their run's rung, mode and phase)."""
-    cordons: dict[int, list[str]]
-    """run id -> the nodes its cordon/drain steps name."""
+    """notification id -> its recorded decisions (with their run's rung, mode, phase and status)."""
+    steps: dict[int, list[StepRecord]]
+    """run id -> its recorded steps, in order."""
 
 
 def _stored_cluster_nodes(conn: sa.Connection) -> int | None:
@@ -209,7 +226,7 @@ def _batches(conn: sa.Connection, window: Window) -> Iterator[_Batch]:
         run_ids = []
         query = (
             sa.select(d.notification_id, d.fingerprint, d.alert_status, d.alertname, d.playbook, d.target)
-            .add_columns(d.decision, d.run_id, r.rung, r.mode, r.phase)
+            .add_columns(d.decision, d.run_id, r.rung, r.mode, r.phase, r.status.label("run_status"))
             .outerjoin(t.runs, r.id == d.run_id)
             .where(d.notification_id.in_(ids))
             .order_by(d.id)
@@ -218,14 +235,16 @@ def _batches(conn: sa.Connection, window: Window) -> Iterator[_Batch]:
             decisions.setdefault(row.notification_id, []).append(row)
             if row.run_id is not None:
                 run_ids.append(row.run_id)
-        cordons: dict[int, list[str]] = {}
+        steps: dict[int, list[StepRecord]] = {}
         for start in range(0, len(run_ids), 500):
-            steps = sa.select(s.run_id, s.params).where(
-                s.run_id.in_(run_ids[start : start + 500]), s.action.in_(CORDONS)
+            query = (
+                sa.select(s.run_id, s.name, s.action, s.params, s.plan, s.status)
+                .where(s.run_id.in_(run_ids[start : start + 500]))
+                .order_by(s.run_id, s.idx)
             )
-            for run_id, params in conn.execute(steps):
-                cordons.setdefault(run_id, []).append(json.loads(params).get("node") or "")
-        yield _Batch([(row, alerts.get(row.id, [])) for row in rows], decisions, cordons)
+            for run_id, *step in conn.execute(query):
+                steps.setdefault(run_id, []).append(StepRecord(*step))
+        yield _Batch([(row, alerts.get(row.id, [])) for row in rows], decisions, steps)
 
 
 def _notification(row: Any, alert_rows: Sequence[Any]) -> Notification:
@@ -272,11 +291,19 @@ def _replay_one(
     report.notifications += 1
     report.alerts += len(alert_rows)
     recorded: dict[tuple[str, str, str], str] = {}
+    recorded_runs: dict[tuple[str, str, str], int] = {}
     for d in batch.decisions.get(row.id, []):
-        recorded[(d.fingerprint, d.alert_status, d.playbook or "")] = d.decision
+        key = (d.fingerprint, d.alert_status, d.playbook or "")
+        recorded[key] = d.decision
+        if d.run_id is not None:
+            recorded_runs[key] = d.run_id
         _count(report.recorded, d.decision, d.playbook, d.target, d.rung, d.mode, d.phase)
         if d.decision == Decision.ACCEPTED and d.mode == "enforce" and d.phase == "firing":
-            report.recorded.cordoned.update(node or d.target for node in batch.cordons.get(d.run_id, []))
+            # Only what really happened: a cordon the breaker refused (a failed step) changed nothing.
+            happened = [
+                step for step in batch.steps.get(d.run_id, []) if step.action in CORDONS and step.happened(d.run_status)
+            ]
+            report.recorded.cordoned.update(step.node() or d.target for step in happened)
     if not alert_rows:
         return
     notification = _notification(row, alert_rows)
@@ -285,11 +312,14 @@ def _replay_one(
     refused = breaker.after(runs, row.received_at) if breaker is not None else set()
     _finish(scratch, runs, refused, row.received_at)
     replayed: dict[tuple[str, str, str], str] = {}
+    replayed_runs: dict[tuple[str, str, str], _Run] = {}
     statuses = {alert.fingerprint: alert.status for alert in notification.alerts}
     for d in result.decisions:
         run = runs.get(d.run_id) if d.run_id is not None else None
         decision = d.decision.value
         replayed[(d.fingerprint, statuses[d.fingerprint], d.playbook or "")] = decision
+        if run is not None:
+            replayed_runs[(d.fingerprint, statuses[d.fingerprint], d.playbook or "")] = run
         rung, mode, phase = (run.rung, run.mode, run.phase) if run is not None else (None, None, None)
         _count(report.replayed, decision, d.playbook, d.target, rung, mode, phase)
         if (
@@ -304,6 +334,8 @@ def _replay_one(
     for key in sorted(set(recorded) | set(replayed)):
         before, after = recorded.get(key), replayed.get(key)
         if before == after:
+            if key in recorded_runs and key in replayed_runs:
+                _compare_steps(engine.registry, report, row, names, key, recorded_runs[key], replayed_runs[key], batch)
             continue
         fingerprint, status, playbook = key
         target = _target_of(batch.decisions.get(row.id, []), result.decisions, key)
@@ -326,6 +358,37 @@ def _replay_one(
                     "replayed": after,
                 }
             )
+
+
+def _compare_steps(
+    registry: ActionRegistry,
+    report: Replay,
+    row: Any,
+    names: Mapping[str, str],
+    key: tuple[str, str, str],
+    recorded_run: int,
+    run: _Run,
+    batch: _Batch,
+) -> None:
+    """A decision taken the same way on both sides: what its run's steps would do differently, if anything."""
+    changes = step_changes(registry, batch.steps.get(recorded_run, []), run.steps)
+    if not changes:
+        return
+    report.changed_steps += len(changes)
+    if len(report.steps) < SHOWN_CHANGES:
+        report.steps.append(
+            {
+                "notification_id": row.id,
+                "received_at": row.received_at,
+                "alertname": names.get(key[0], ""),
+                "fingerprint": key[0],
+                "alert_status": key[1],
+                "playbook": key[2] or None,
+                "target": run.target or None,
+                "recorded_run": recorded_run,
+                "steps": changes,
+            }
+        )
 
 
 def _count(
@@ -363,6 +426,8 @@ class _Run:
     """(action, node) of its breaker-gated steps, in order."""
     releases: tuple[str, ...]
     """The nodes its uncordon/untaint steps give back."""
+    steps: tuple[StepRecord, ...] = ()
+    """Its steps as rendered (compared with the recorded run's: remediate.replay_steps)."""
 
 
 # Built once: building a statement costs more than running it on the scratch store (as store/ingest.py's).
@@ -370,7 +435,7 @@ _SCRATCH_RUNS = sa.select(
     t.runs.c.id, t.runs.c.target, t.runs.c.mode, t.runs.c.phase, t.runs.c.rung, t.runs.c.status
 ).where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)))
 _SCRATCH_STEPS = (
-    sa.select(t.steps.c.run_id, t.steps.c.action, t.steps.c.params)
+    sa.select(t.steps.c.run_id, t.steps.c.name, t.steps.c.action, t.steps.c.params)
     .where(t.steps.c.run_id.in_(sa.bindparam("p_ids", expanding=True)))
     .order_by(t.steps.c.run_id, t.steps.c.idx)
 )
@@ -384,8 +449,10 @@ def _scratch_runs(scratch: Store, registry: ActionRegistry, run_ids: Sequence[in
         runs = conn.execute(_SCRATCH_RUNS, {"p_ids": run_ids}).all()
         steps = conn.execute(_SCRATCH_STEPS, {"p_ids": run_ids}).all()
     by_run: dict[int, list[tuple[str, str]]] = {}
-    for run_id, action, params in steps:
+    records: dict[int, list[StepRecord]] = {}
+    for run_id, name, action, params in steps:
         by_run.setdefault(run_id, []).append((action, json.loads(params).get("node") or ""))
+        records.setdefault(run_id, []).append(StepRecord(name, action, params))
     found = {}
     for run in runs:
         own = by_run.get(run.id, [])
@@ -400,6 +467,7 @@ def _scratch_runs(scratch: Store, registry: ActionRegistry, run_ids: Sequence[in
             # A step that names no node acts on the run's target.
             tuple((action, name or run.target) for action, name in own if _gated(registry, action)),
             tuple(name or run.target for action, name in own if action in RELEASES),
+            tuple(records.get(run.id, [])),
         )
     return found
 

@@ -165,6 +165,12 @@ class Action(ABC):
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         """Do it. Return what was done; raise ActionError (give up) or RetryableActionError."""
 
+    def replan(self, recorded_plan: Any, params: Mapping[str, Any]) -> str | None:
+        """What the step would change with `params` instead, on the state its `recorded_plan` read (a plan this
+        action made for the same step, other params), in one line; None when the action cannot tell without
+        reading the state again. `remediate replay` shows it beside the params that differ. Pure: no I/O."""
+        return None
+
 
 class ActionRegistry:
     """Name -> action instance. Built once (see `remediate.actions.default_registry`) and passed down."""

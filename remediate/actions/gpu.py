@@ -146,6 +146,27 @@ def compute_limit(gpu: GpuInfo, params: Mapping[str, Any]) -> LimitPlan:
     return LimitPlan(gpu, target_mw, tuple(reasons))
 
 
+def _read_from_plan(entry: Mapping[str, Any]) -> GpuInfo:
+    """The GPU as a recorded plan entry (LimitPlan.to_dict) read it: what `compute_limit` needs."""
+
+    def mw(key: str) -> int:
+        return round(float(entry[key]) * 1000)
+
+    return GpuInfo(
+        index=int(entry.get("index") or 0),
+        uuid=str(entry["gpu"]),
+        pci_bus_id=str(entry.get("pci_bus_id") or ""),
+        name=str(entry.get("name") or ""),
+        power_limit_mw=mw("current_w"),
+        default_limit_mw=mw("default_w"),
+        min_limit_mw=mw("min_w"),
+        max_limit_mw=mw("max_w"),
+        enforced_limit_mw=mw("current_w"),
+        power_usage_mw=None,
+        temperature_c=None,
+    )
+
+
 class _GpuAction(Action):
     where: ClassVar[Where] = Where.NODE
     idempotent: ClassVar[bool] = True
@@ -210,6 +231,23 @@ class SetPowerLimitAction(_GpuAction):
         plans = [compute_limit(gpu, params) for gpu in self._gpus(params)]
         gpus = [p.to_dict() for p in plans]
         return self._report(gpus, would_change=sum(p.changes for p in plans), notes=self._mig_note(params))
+
+    def replan(self, recorded_plan: Any, params: Mapping[str, Any]) -> str | None:
+        """`700 W -> 420 W instead of 560 W on 8 GPUs`: each GPU the recorded plan read, limited by `params`."""
+        entries = recorded_plan.get("gpus") if isinstance(recorded_plan, Mapping) else None
+        if not entries:
+            return None
+        counts: dict[str, int] = {}
+        for entry in entries:
+            try:
+                gpu = _read_from_plan(entry)
+            except (KeyError, TypeError, ValueError):
+                return None  # a plan of another shape (an older release): the params alone say it
+            again = compute_limit(gpu, params).to_dict()
+            planned = "unchanged" if entry.get("change") == "unchanged" else f"{float(entry['target_w']):g} W"
+            line = f"{again['change']} instead of {planned}"
+            counts[line] = counts.get(line, 0) + 1
+        return "; ".join(f"{line} on {n} GPU{'s' if n != 1 else ''}" for line, n in counts.items())
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         results = self._each(self._gpus(params), lambda gpu: self._set_one(gpu, params, ctx))

@@ -40,11 +40,12 @@ def _rung_names(params: dict[str, Any]) -> dict[str, list[str]]:
     return {p.name: [r.name for r in p.rungs] for p in loaded if p.is_ladder}
 
 
-def _local_json(states: list[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+def _local_json(store: Any, states: list[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
     from remediate.history_api import ladder_state_json
 
     names = _rung_names(params)
-    return [ladder_state_json(state, names.get(state.playbook)) for state in states]
+    statuses = store.ladders.run_statuses(states)
+    return [ladder_state_json(state, names.get(state.playbook), statuses.get(state.run_id)) for state in states]
 
 
 @ladder.command("status")
@@ -62,7 +63,7 @@ def ladder_status(target: str | None, playbook: str | None, as_json: bool, wide:
         ladders = _client(params).ladders(filters)["ladders"]
     else:
         with closing(_open_store(params)) as store:
-            ladders = _local_json(store.ladders.read(target=target, playbook=playbook), params)
+            ladders = _local_json(store, store.ladders.read(target=target, playbook=playbook), params)
     if print_json({"ladders": ladders}, as_json):
         return
     _print(ladders, wide=wide)
@@ -82,13 +83,31 @@ def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **para
     else:
         with closing(_open_store(params)) as store:
             states = store.ladders.reset(target, playbook=playbook, by=by, reason=reason, now=time.time())
-            ladders = _local_json(states, params)
+            ladders = _local_json(store, states, params)
         if not ladders:
             raise CliError(
                 f"no ladder{f' of playbook {playbook}' if playbook else ''} for target {target}", EXIT_NOT_FOUND
             )
     click.echo(f"{len(ladders)} ladder(s) of {target} reset")
     _print(ladders)
+
+
+def _standing(item: dict[str, Any]) -> str:
+    """Where the ladder stands, in words (remediate.ladder.standing): not its rung's WHY ("first rung") as
+    if that rung still held after its undo, nor "in force" for a rung whose run failed."""
+    run = f"run {item['run_id']}"
+    where = item.get("standing")
+    if where == "reset":
+        return "reset: the next firing starts at rung 1"
+    if where == "resolved":
+        return f"resolved {_when(item['resolved_at'])}, no longer in force"
+    if where == "in_force":
+        return f"in force since {_when(item['climbed_at'])}"
+    if where == "pending":
+        return f"not in force yet: {run} {str(item.get('run_status')).replace('_', ' ')}"
+    if where == "not_in_force":
+        return f"NOT in force: {run} {item.get('run_status')}"
+    return f"{run} no longer in the history"
 
 
 def _print(ladders: list[dict[str, Any]], *, wide: bool = False) -> None:
@@ -103,9 +122,10 @@ def _print(ladders: list[dict[str, Any]], *, wide: bool = False) -> None:
                 item["playbook"],
                 item["guard_key"],
                 f"{item['rung']}{of}{name}",
+                _standing(item),
                 climbed,
                 _when(item["updated_at"]),
                 item["reason"] if wide else _short(item["reason"], 70),
             ]
         )
-    _table(rows, ["TARGET", "PLAYBOOK", "GUARD KEY", "RUNG", "CLIMB", "UPDATED", "WHY"])
+    _table(rows, ["TARGET", "PLAYBOOK", "GUARD KEY", "RUNG", "STATE", "CLIMB", "UPDATED", "WHY"])

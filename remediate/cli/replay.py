@@ -22,7 +22,9 @@ from remediate.cli._group import main
 def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bool, **params: Any) -> None:
     """Judge the notifications stored in the database (--database-url) within the window again with the
     playbooks of --playbooks, in the order they came, and show what would differ from what was decided:
-    runs added or removed per playbook and node, ladder rungs, breaker trips, nodes cordoned or drained.
+    runs added or removed per playbook and node, ladder rungs, breaker trips, nodes cordoned or drained, and
+    the steps of the same decisions whose params differ (with the change they would make, where the
+    recorded plan tells it).
     Cooldowns, attempt caps, ladders and the breaker are simulated over time in memory; nothing is
     executed and the database is opened read-only."""
     from remediate.actions import default_registry
@@ -81,7 +83,17 @@ def print_replay(report: dict[str, Any]) -> None:
         f"\nnodes cordoned or drained: {len(cordoned['recorded'])} recorded, {len(cordoned['replayed'])} replayed; "
         f"added {', '.join(cordoned['added']) or '-'}; removed {', '.join(cordoned['removed']) or '-'}"
     )
+    if report["steps"]:
+        from remediate.replay_steps import describe
+
+        click.echo("\nsteps that would do something else (the same decision, other params):")
+        for run in report["steps"]:
+            click.echo(
+                f"  {_when(run['received_at'])} {run['playbook']} {run['target']} (recorded run {run['recorded_run']}):"
+            )
+            for change in run["steps"]:
+                click.echo(f"    {describe(change)}")
     click.echo(
-        f"\n{report['changed_decisions']} decisions and {len(report['rungs'])} ladder rungs differ"
-        + ("" if report["differs"] else ": nothing would change")
+        f"\n{report['changed_decisions']} decisions, {len(report['rungs'])} ladder rungs and "
+        f"{report['changed_steps']} steps differ" + ("" if report["differs"] else ": nothing would change")
     )

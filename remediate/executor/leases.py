@@ -94,7 +94,12 @@ class Leases:
     # ------------------------------------------------------------------ recovery
 
     def recover(self, worker: str, stale_after: float) -> list[int]:
-        """Requeue the runs whose owner is gone (see the module doc); returns their ids."""
+        """Requeue the runs whose owner is gone (see the module doc); returns their ids.
+
+        This executor's own runs the store failed under are handed back first (`hand_back`), with the ends
+        their steps really had: their heartbeat stood still through the outage, but their executor did not
+        stop, and taking them over as if it had would drop those ends (a sent POST would be sent again)."""
+        self.hand_back()
         claims = self.stale_claims(self.store.leases.running_claims(), worker, stale_after)
         recovered = self.store.leases.requeue_claims(claims, now=self.clock())
         if recovered:
@@ -106,9 +111,10 @@ class Leases:
         now = time.monotonic()
         observed: dict[int, tuple[tuple[str, int, float | None], float]] = {}
         stale = []
-        active = self.in_hand()
+        with self._lock:
+            own = self._active | set(self._abandoned)  # abandoned: handed back by `hand_back`, not taken over
         for claim in claims:
-            if claim.claimed_by == worker and claim.id in active:
+            if claim.claimed_by == worker and claim.id in own:
                 continue
             if _owner_dead(claim.claimed_by, claim.heartbeat_at):
                 stale.append(claim)

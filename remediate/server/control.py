@@ -35,7 +35,9 @@ def ladders_json(services: Services, states: Iterable[LadderState]) -> list[dict
         loaded = services.engine.playbooks.get(playbook)
         return [r.name for r in loaded.rungs] if loaded is not None and loaded.is_ladder else None
 
-    return [ladder_state_json(state, names(state.playbook)) for state in states]
+    states = list(states)
+    statuses = services.store.ladders.run_statuses(states)
+    return [ladder_state_json(state, names(state.playbook), statuses.get(state.run_id)) for state in states]
 
 
 def _pause_json(store: Store) -> dict[str, Any]:

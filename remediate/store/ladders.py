@@ -67,6 +67,16 @@ class Ladders:
         with self.tx.read() as conn:
             return list_ladders(conn, target=target, playbook=playbook)
 
+    def run_statuses(self, states: list[LadderState]) -> dict[int, str]:
+        """The status now of the run of each ladder's last rung (run id -> status; a pruned run is absent):
+        a rung is in force only once its run succeeded (remediate.ladder.standing)."""
+        ids = sorted({s.run_id for s in states if s.rung >= 1})
+        if not ids:
+            return {}
+        with self.tx.read() as conn:
+            found = conn.execute(sa.select(t.runs.c.id, t.runs.c.status).where(t.runs.c.id.in_(ids))).all()
+        return {int(row.id): str(row.status) for row in found}
+
     def reset(self, target: str, *, playbook: str | None = None, by: str, reason: str, now: float) -> list[LadderState]:
         """Put a target's ladders (or one playbook's) back before rung 1. The rows stay, with rung 0 and a
         reason naming who reset them, so `remediate ladder status` shows it.

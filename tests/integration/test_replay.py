@@ -185,7 +185,7 @@ def test_the_text_report_and_bad_input(
     result = cli("replay", "--database-url", db_url, "--playbooks", changed, *WINDOW)
     assert result.exit_code == 0, result.output
     assert "xid       node-a  1         2         +1     -0" in result.stdout
-    assert "1 decisions and 0 ladder rungs differ" in result.stdout
+    assert "1 decisions, 0 ladder rungs and 0 steps differ" in result.stdout
     bad = cli("replay", "--database-url", db_url, "--playbooks", changed, "--since", "soon")
     assert_one_line_error(bad, "since")
     missing = cli("replay", "--database-url", f"sqlite:///{tmp_path / 'none.db'}", "--playbooks", changed)

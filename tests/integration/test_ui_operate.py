@@ -61,6 +61,7 @@ def test_a_ladder_after_its_undo_says_it_resolved_not_first_rung(make_server: Ma
     """It read "1 of 3 cap-power ... first rung" after the alert resolved and on_resolved undid the rung."""
     server = make_server(playbooks={"hot.yaml": HOT_LADDER})
     server.webhook(notification(hot(1)))
+    server.drain()  # in force once its run succeeded
     log_in(server, OPERATOR_TOKEN)
     firing = text(server.client.get("/ui/state"))
     assert re.search(r'data-state="firing">on rung 1 of 3 \(cap-power\), in force since 20[\d: -]+Z<', firing)
@@ -184,6 +185,7 @@ def test_a_node_page_shows_its_runs_ladder_and_breaker_claims_as_a_timeline_newe
     server.webhook(notification(hot(1, "resolved")))
     second = server.webhook(notification(hot(2))).get_json()["runs"][0]
     server.webhook(notification(alert("b0b0b0b0", alertname="GPUTemperatureHigh", node="node-b")))
+    server.drain()
     now = time.time()
     with server.store.breaker.ledger() as ledger:
         ledger.add_claim(Claim(node="node-a", kind="cordon", run_id=first, claimed_at=now + 1))
