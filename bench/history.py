@@ -3,6 +3,7 @@
     .venv/bin/python bench/history.py            # builds (once, ~1 min) and reuses a 1M-run store in /tmp
     .venv/bin/python bench/history.py --quick    # 50,000 runs, 20 queries per kind, < 30 s
     .venv/bin/python bench/history.py --runs 100000             # another store size, also kept in /tmp
+    .venv/bin/python bench/history.py --plans    # also each kind's index and SQLite VM instructions per page
     .venv/bin/python bench/history.py --curve --queries 100     # 10k..10M runs: docs/img/scaling-history-size.*
 
 The store is built directly with sqlite3 `executemany` in the schema `Store.open` creates: ~280,000
@@ -40,7 +41,9 @@ import _common as c
 import requests
 import sqlalchemy as sa
 
+from remediate.server.queries import history_query
 from remediate.store import Store
+from remediate.store.history import history_page
 
 TARGET_P99_MS = 20.0
 DAYS = 90
@@ -376,6 +379,54 @@ def measure(db: Path, work: Path, *, queries: int, limit: int) -> tuple[dict[str
     return results, sizes
 
 
+def measure_plans(db: Path, *, queries: int, limit: int) -> None:
+    """In-process, the same kinds and parameter values: the index each page's statement uses (EXPLAIN QUERY
+    PLAN) and the SQLite VM instructions it runs (a progress handler's count): work, not time, so the
+    figures do not move with the machine's load."""
+    rng = random.Random(11)
+    kinds = query_kinds(db, rng)
+    store = Store.open(f"sqlite:///{db}")
+    print()
+    print("  in-process, SQLite VM instructions per page (thousands) and the index of the page's ids")
+    print("  query                         kVM p50  kVM p99  kVM max   index (EXPLAIN QUERY PLAN)")
+    try:
+        with store.read() as conn:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            ticks = [0]
+            sent: list[tuple[str, Any]] = []
+
+            def tick() -> int:
+                ticks[0] += 1
+                return 0  # go on
+
+            def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+                sent.append((statement, parameters))
+
+            for name, params in kinds.items():
+                counts = []
+                for _ in range(queries):
+                    query = history_query({**params(), "limit": str(limit)})
+                    ticks[0] = 0
+                    raw.set_progress_handler(tick, 1000)
+                    history_page(conn, query, time_follows_id=True)
+                    raw.set_progress_handler(None, 0)
+                    counts.append(ticks[0])
+                sa.event.listen(conn.engine, "before_cursor_execute", record)
+                history_page(conn, query, time_follows_id=True)
+                sa.event.remove(conn.engine, "before_cursor_execute", record)
+                statement, parameters = sent.pop()
+                plan = [row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)]
+                pages = [step for step in plan if "(rowid=?)" not in step and "created_at" not in step]
+                index = next((step for step in pages if step.startswith(("SEARCH decisions", "SCAN decisions"))), "")
+                index = index.replace("SEARCH decisions USING ", "").replace("SCAN decisions", "primary key, backwards")
+                print(
+                    f"  {name:28} {c.percentile(counts, 50):8} {c.percentile(counts, 99):8} {max(counts):8}   {index}"
+                )
+    finally:
+        store.close()
+
+
 def describe(db: Path, built: bool, seconds: float) -> dict[str, Any]:
     """Print and return what the store holds."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -495,6 +546,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rebuild", action="store_true", help="build the store even if --db already holds one")
     parser.add_argument(
+        "--plans",
+        action="store_true",
+        help="also, in-process: each kind's index (EXPLAIN QUERY PLAN) and SQLite VM instructions per page, "
+        "figures that do not move with the machine's load",
+    )
+    parser.add_argument(
         "--curve",
         action="store_true",
         help="measure every store size of --curve-runs (each built once in /tmp) and write the figures "
@@ -529,7 +586,9 @@ def main(argv: list[str] | None = None) -> int:
             f"limit {args.limit}"
         )
         results, sizes = measure(db, work, queries=args.queries, limit=args.limit)
-    print_table(results, sizes)
+        print_table(results, sizes)
+        if args.plans:
+            measure_plans(db, queries=args.queries, limit=args.limit)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
