@@ -3,6 +3,7 @@
     .venv/bin/python bench/history.py            # builds (once, ~1 min) and reuses a 1M-run store in /tmp
     .venv/bin/python bench/history.py --quick    # 50,000 runs, 20 queries per kind, < 30 s
     .venv/bin/python bench/history.py --runs 100000             # another store size, also kept in /tmp
+    .venv/bin/python bench/history.py --plans    # also each kind's index and SQLite VM instructions per page
     .venv/bin/python bench/history.py --curve --queries 100     # 10k..10M runs: docs/img/scaling-history-size.*
 
 The store is built directly with sqlite3 `executemany` in the schema `Store.open` creates: ~280,000
@@ -40,7 +41,9 @@ import _common as c
 import requests
 import sqlalchemy as sa
 
+from remediate.server.queries import history_query
 from remediate.store import Store
+from remediate.store.history import history_page
 
 TARGET_P99_MS = 20.0
 DAYS = 90
@@ -58,6 +61,8 @@ PLAYBOOKS = [f"pb-{i:02d}-{ALERTNAMES[i % len(ALERTNAMES)].lower()}" for i in ra
 TARGETS = [f"node-{i:03d}" for i in range(500)]
 RUN_STATUSES = [("succeeded", 0.935), ("failed", 0.04), ("rejected", 0.01), ("planned", 0.01), ("cancelled", 0.005)]
 NO_RUN = [("duplicate", 0.05), ("cooldown", 0.035), ("attempt_cap", 0.01), ("unmatched", 0.005)]
+STATUSES = [name for name, _ in RUN_STATUSES + NO_RUN]
+"""Every status a decision has in the store: a query for any of them (the rare ones walk furthest)."""
 BUILD_VERSION = 1
 CURVE_RUNS = (10_000, 100_000, 1_000_000, 10_000_000)
 
@@ -291,22 +296,58 @@ def query_kinds(db: Path, rng: random.Random) -> dict[str, Callable[[], dict[str
         since = rng.uniform(lo, hi - hours * 3600)
         return {"since": f"{since:.3f}", "until": f"{since + hours * 3600:.3f}"}
 
+    def statuses() -> str:
+        return rng.choice(STATUSES)
+
+    def day() -> dict[str, str]:
+        return {"since": f"{hi - 86400:.3f}"}
+
+    def playbook_alertname() -> dict[str, str]:
+        playbook = rng.choice(PLAYBOOKS)
+        return {"playbook": playbook, "alertname": ALERTNAMES[PLAYBOOKS.index(playbook) % len(ALERTNAMES)]}
+
+    # Each filter alone, then the combinations people use: any status (a rare one, or one that the other
+    # filter never has, walks furthest), the node's failures, a playbook's or an alertname's last day, ...
     return {
         "no filter": lambda: {},
         "playbook": lambda: {"playbook": rng.choice(PLAYBOOKS)},
         "alertname": lambda: {"alertname": rng.choice(ALERTNAMES)},
         "target": lambda: {"target": rng.choice(TARGETS)},
         "status=failed": lambda: {"status": "failed"},
+        "status (any)": lambda: {"status": statuses()},
         "since/until 1 h": lambda: window(1),
         "since/until 7 d": lambda: window(24 * 7),
         "since/until 30 d": lambda: window(24 * 30),
-        "since (last 24 h)": lambda: {"since": f"{hi - 86400:.3f}"},
+        "since (last 24 h)": day,
         "until (any time)": lambda: {"until": f"{rng.uniform(lo, hi):.3f}"},
+        "deep cursor page": lambda: {"cursor": cursor_for(rng.randint(1000, max_id // 2))},
         "playbook+status=failed": lambda: {"playbook": rng.choice(PLAYBOOKS), "status": "failed"},
         "target+status=failed": lambda: {"target": rng.choice(TARGETS), "status": "failed"},
         "alertname+status=failed": lambda: {"alertname": rng.choice(ALERTNAMES), "status": "failed"},
-        "deep cursor page": lambda: {"cursor": cursor_for(rng.randint(1000, max_id // 2))},
+        "playbook+status (any)": lambda: {"playbook": rng.choice(PLAYBOOKS), "status": statuses()},
+        "target+status (any)": lambda: {"target": rng.choice(TARGETS), "status": statuses()},
+        "alertname+status (any)": lambda: {"alertname": rng.choice(ALERTNAMES), "status": statuses()},
+        "playbook+target": lambda: {"playbook": rng.choice(PLAYBOOKS), "target": rng.choice(TARGETS)},
+        "alertname+target": lambda: {"alertname": rng.choice(ALERTNAMES), "target": rng.choice(TARGETS)},
+        "playbook+alertname": playbook_alertname,
+        "playbook+since 24 h": lambda: {"playbook": rng.choice(PLAYBOOKS), **day()},
+        "alertname+since 24 h": lambda: {"alertname": rng.choice(ALERTNAMES), **day()},
+        "target+since 24 h": lambda: {"target": rng.choice(TARGETS), **day()},
+        "status (any)+since 24 h": lambda: {"status": statuses(), **day()},
+        "target+since/until 7 d": lambda: {"target": rng.choice(TARGETS), **window(24 * 7)},
+        "playbook+until": lambda: {"playbook": rng.choice(PLAYBOOKS), "until": f"{rng.uniform(lo, hi):.3f}"},
+        "target+status+since 7 d": lambda: {"target": rng.choice(TARGETS), "status": statuses(), **window(24 * 7)},
+        "playbook+target+status": lambda: {
+            "playbook": rng.choice(PLAYBOOKS),
+            "target": rng.choice(TARGETS),
+            "status": statuses(),
+        },
         "playbook, deep cursor": lambda: {"playbook": rng.choice(PLAYBOOKS), "cursor": cursor_for(max_id // 10)},
+        "target+status, deep cursor": lambda: {
+            "target": rng.choice(TARGETS),
+            "status": statuses(),
+            "cursor": cursor_for(max_id // 2),
+        },
     }
 
 
@@ -338,6 +379,54 @@ def measure(db: Path, work: Path, *, queries: int, limit: int) -> tuple[dict[str
     return results, sizes
 
 
+def measure_plans(db: Path, *, queries: int, limit: int) -> None:
+    """In-process, the same kinds and parameter values: the index each page's statement uses (EXPLAIN QUERY
+    PLAN) and the SQLite VM instructions it runs (a progress handler's count): work, not time, so the
+    figures do not move with the machine's load."""
+    rng = random.Random(11)
+    kinds = query_kinds(db, rng)
+    store = Store.open(f"sqlite:///{db}")
+    print()
+    print("  in-process, SQLite VM instructions per page (thousands) and the index of the page's ids")
+    print("  query                         kVM p50  kVM p99  kVM max   index (EXPLAIN QUERY PLAN)")
+    try:
+        with store.read() as conn:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            ticks = [0]
+            sent: list[tuple[str, Any]] = []
+
+            def tick() -> int:
+                ticks[0] += 1
+                return 0  # go on
+
+            def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+                sent.append((statement, parameters))
+
+            for name, params in kinds.items():
+                counts = []
+                for _ in range(queries):
+                    query = history_query({**params(), "limit": str(limit)})
+                    ticks[0] = 0
+                    raw.set_progress_handler(tick, 1000)
+                    history_page(conn, query, time_follows_id=True)
+                    raw.set_progress_handler(None, 0)
+                    counts.append(ticks[0])
+                sa.event.listen(conn.engine, "before_cursor_execute", record)
+                history_page(conn, query, time_follows_id=True)
+                sa.event.remove(conn.engine, "before_cursor_execute", record)
+                statement, parameters = sent.pop()
+                plan = [row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {statement}", parameters)]
+                pages = [step for step in plan if "(rowid=?)" not in step and "created_at" not in step]
+                index = next((step for step in pages if step.startswith(("SEARCH decisions", "SCAN decisions"))), "")
+                index = index.replace("SEARCH decisions USING ", "").replace("SCAN decisions", "primary key, backwards")
+                print(
+                    f"  {name:28} {c.percentile(counts, 50):8} {c.percentile(counts, 99):8} {max(counts):8}   {index}"
+                )
+    finally:
+        store.close()
+
+
 def describe(db: Path, built: bool, seconds: float) -> dict[str, Any]:
     """Print and return what the store holds."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -356,7 +445,7 @@ def describe(db: Path, built: bool, seconds: float) -> dict[str, Any]:
 
 def print_table(results: dict[str, list[float]], sizes: dict[str, list[int]]) -> None:
     print()
-    print("  query                        p50 ms   p99 ms   max ms   entries/page (mean)")
+    print("  query                          p50 ms   p99 ms   max ms   entries/page (mean)")
     misses = []
     for name, timings in results.items():
         p99 = c.percentile(timings, 99)
@@ -364,7 +453,7 @@ def print_table(results: dict[str, list[float]], sizes: dict[str, list[int]]) ->
             misses.append(name)
         mean_entries = sum(sizes[name]) / max(1, len(sizes[name]))
         print(
-            f"  {name:26} {c.percentile(timings, 50):8.1f} {p99:8.1f} {max(timings):8.1f}   {mean_entries:6.1f}"
+            f"  {name:28} {c.percentile(timings, 50):8.1f} {p99:8.1f} {max(timings):8.1f}   {mean_entries:6.1f}"
             f"{'   MISSES' if p99 > TARGET_P99_MS else ''}"
         )
     verdict = "met by every kind" if not misses else "missed by " + ", ".join(misses)
@@ -457,6 +546,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rebuild", action="store_true", help="build the store even if --db already holds one")
     parser.add_argument(
+        "--plans",
+        action="store_true",
+        help="also, in-process: each kind's index (EXPLAIN QUERY PLAN) and SQLite VM instructions per page, "
+        "figures that do not move with the machine's load",
+    )
+    parser.add_argument(
         "--curve",
         action="store_true",
         help="measure every store size of --curve-runs (each built once in /tmp) and write the figures "
@@ -491,7 +586,9 @@ def main(argv: list[str] | None = None) -> int:
             f"limit {args.limit}"
         )
         results, sizes = measure(db, work, queries=args.queries, limit=args.limit)
-    print_table(results, sizes)
+        print_table(results, sizes)
+        if args.plans:
+            measure_plans(db, queries=args.queries, limit=args.limit)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 

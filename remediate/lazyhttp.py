@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 
 class SessionSlot:
-    """A sender's `requests.Session` attribute: the session assigned to it (a test's), else one made on first read.
+    """A sender's `requests.Session` attribute: the session assigned to it (a test's), else one made on first read
+    (remediate.httpsession: the environment's proxy settings read then, not on every request).
 
     Declared on the class (`session = SessionSlot()`), assigned in the constructor (`self.session = session`,
     None for "make one when needed"); each instance gets its own session, as each made one before.
@@ -37,9 +38,9 @@ class SessionSlot:
             with self._lock:
                 session = instance.__dict__.get(self.attribute)
                 if session is None:
-                    import requests
+                    from remediate.httpsession import EnvironmentOnceSession
 
-                    session = instance.__dict__[self.attribute] = requests.Session()
+                    session = instance.__dict__[self.attribute] = EnvironmentOnceSession()
         return session
 
     def __set__(self, instance: Any, session: requests.Session | None) -> None:

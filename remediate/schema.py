@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 metadata = sa.MetaData()
 
@@ -180,6 +180,14 @@ decisions = sa.Table(
     # alone, without reading each failed decision's row for its playbook (a rare playbook: thousands).
     # No more writes than before: a run's status change rewrites this index's entry either way.
     sa.Index("ix_decisions_status", "status", "id", "playbook", "alertname"),
+    # Two filters of the history at once, neither of them the status (version 13): each pair's page is one
+    # seek. With one (column, id) index per filter, SQLite (no statistics) walked one filter's index and
+    # read every row for the other: a busy playbook's decisions for a quiet node's (120-280k VM steps,
+    # 30-800 ms on 1M runs; bench/history.py). A status with another filter walks ix_decisions_status or
+    # ix_decisions_target_status above, reading the index alone.
+    sa.Index("ix_decisions_target_playbook", "target", "playbook", "id"),
+    sa.Index("ix_decisions_target_alertname", "target", "alertname", "id"),
+    sa.Index("ix_decisions_playbook_alertname", "playbook", "alertname", "id"),
     sa.Index("ix_decisions_created", "created_at"),
     sa.Index("ix_decisions_run", "run_id"),
     # Pruning deletes alerts and notifications: their references are found by index, not by a table scan.
@@ -345,4 +353,10 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     11: _steps("CREATE INDEX ix_runs_target ON runs (playbook, target, phase, created_at)"),
     # Version 12 gathers issue 29's changes.
     12: _steps("ALTER TABLE steps ADD COLUMN node VARCHAR(255)"),
+    # Version 13: the history's pairs of filters, each one index seek.
+    13: _steps(
+        "CREATE INDEX ix_decisions_target_playbook ON decisions (target, playbook, id)",
+        "CREATE INDEX ix_decisions_target_alertname ON decisions (target, alertname, id)",
+        "CREATE INDEX ix_decisions_playbook_alertname ON decisions (playbook, alertname, id)",
+    ),
 }

@@ -512,13 +512,18 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 11 file: without what migration 12 adds (the node a `run_on` step runs on).
+    # Back to a real version 12 file: without what migration 13 adds (the history's two-filter indexes).
     conn = sqlite3.connect(path)
     with conn:
-        conn.execute("ALTER TABLE steps DROP COLUMN node")
-        conn.execute("UPDATE meta SET value = '11' WHERE key = 'schema_version'")
+        for index in (
+            "ix_decisions_target_playbook",
+            "ix_decisions_target_alertname",
+            "ix_decisions_playbook_alertname",
+        ):
+            conn.execute(f"DROP INDEX {index}")
+        conn.execute("UPDATE meta SET value = '12' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 12, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 13, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

@@ -112,6 +112,14 @@ def _make_version(url: str, version: int) -> None:
         if version < 12:
             # before version 12: every node step ran on its run's target (no `run_on`, no steps.node)
             conn.execute(sa.text("ALTER TABLE steps DROP COLUMN node"))
+        if version < 13:
+            # before version 13: no index of decisions by two filters of the history (target and playbook, ...)
+            for index in (
+                "ix_decisions_target_playbook",
+                "ix_decisions_target_alertname",
+                "ix_decisions_playbook_alertname",
+            ):
+                conn.execute(sa.text(f"DROP INDEX {index}"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
