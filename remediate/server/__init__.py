@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 
-from flask import Blueprint, Flask
+from flask import Blueprint, Flask, redirect, url_for
 
 from remediate.config import Settings
 from remediate.server import agents, answers, control, health, requestlog, runs, slack, webhook
@@ -40,6 +40,9 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
         app.register_blueprint(resource.create_blueprint(services))
     if settings.ui.enabled:
         app.register_blueprint(_pages(services))
+        # A person who opens the server's address in a browser means the pages; without the UI, / stays a
+        # JSON 404 like any unknown route.
+        app.add_url_rule("/", "root", lambda: redirect(url_for("ui.history")))
     return app
 
 
