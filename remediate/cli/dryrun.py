@@ -154,6 +154,8 @@ def _print_dry_run(report: dict[str, Any]) -> None:
     else:
         where = f"from {mode['from']}"
     click.echo(f"judged in server mode {mode['server']} ({where})")
+    last = _last_line(report)
+    errors = _Errors(last)
     click.echo(f"store: {report['store']}")
     if report["paused"]:
         click.echo("remediation is PAUSED: nothing would run")
@@ -171,23 +173,46 @@ def _print_dry_run(report: dict[str, Any]) -> None:
                 rung = pb["ladder"]
                 click.echo(f"    ladder: rung {rung['rung']} of {rung['of']} ({rung['name']}) would run: {rung['why']}")
             if pb.get("cannot_act") and pb.get("every_step_cannot_act"):
-                click.echo(f"    nothing would change: every step's plan says it cannot act ({pb['cannot_act']})")
+                click.echo("    nothing would change: every step's plan says it cannot act (each step says why)")
             elif pb.get("cannot_act"):
-                click.echo(f"    the run cannot succeed: a step's plan says it cannot act ({pb['cannot_act']})")
+                click.echo("    the run cannot succeed: a step's plan says it cannot act (each step says why)")
             for step in pb["steps"]:
                 on = f" on {step['node']}" if step.get("node") else ""  # the node a node step would run on
                 click.echo(f"    step {step['index']} {step['name']} [{step['action']} @ {step['where']}]{on}")
                 click.echo(f"      params: {json.dumps(step['params'], default=str)}")
                 if step.get("plan_error"):
-                    click.echo(f"      plan failed: {step['plan_error']}")
+                    where = f"step {step['index']} {step['name']}"
+                    click.echo(f"      plan failed: {errors.shown(step['plan_error'], where)}")
                 else:
                     click.echo(f"      plan: {json.dumps(step['plan'], default=str)}")
+    click.echo(f"\n{last}")
+
+
+class _Errors:
+    """Each plan error in full once: a long one (no cluster configured) repeated by every k8s step was printed
+    once per step, then again in the summaries. The last line keeps the reasons it gives in full (it is what
+    `| tail -1` reads); a step whose error is there, or was printed for an earlier step, refers to it."""
+
+    def __init__(self, last: str) -> None:
+        self.last = last
+        self.first: dict[str, str] = {}
+
+    def shown(self, error: str, where: str) -> str:
+        kind = error.split(":", 1)[0]
+        if error in self.last:
+            return f"{kind} (the last line says why)"
+        if error in self.first:
+            return f"{kind} (as {self.first[error]})"
+        self.first[error] = where
+        return error
+
+
+def _last_line(report: dict[str, Any]) -> str:
     if not report["would_run"]:
-        click.echo(f"\nwould run: no ({_why_not(report)})")
-    elif report["cannot_succeed"]:
-        click.echo(f"\nwould run: yes, but cannot succeed ({'; '.join(report['cannot_succeed'])})")
-    else:
-        click.echo("\nwould run: yes")
+        return f"would run: no ({_why_not(report)})"
+    if report["cannot_succeed"]:
+        return f"would run: yes, but cannot succeed ({'; '.join(report['cannot_succeed'])})"
+    return "would run: yes"
 
 
 def _why_not(report: dict[str, Any]) -> str:
