@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 
-from flask import Blueprint, Flask, redirect, url_for
+from flask import Blueprint, Flask
 
 from remediate.config import Settings
 from remediate.server import agents, answers, control, health, requestlog, runs, slack, webhook
@@ -39,10 +39,10 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
     for resource in (webhook, runs, control, agents, health, slack):
         app.register_blueprint(resource.create_blueprint(services))
     if settings.ui.enabled:
+        from remediate.ui import root
+
         app.register_blueprint(_pages(services))
-        # A person who opens the server's address in a browser means the pages; without the UI, / stays a
-        # JSON 404 like any unknown route.
-        app.add_url_rule("/", "root", lambda: redirect(url_for("ui.history")))
+        app.register_blueprint(root.create_blueprint())  # GET / -> the pages
     return app
 
 
