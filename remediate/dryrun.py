@@ -158,7 +158,15 @@ def cannot_act(steps: list[dict[str, Any]], optional: Collection[int] = ()) -> s
     blocked = [step for step in steps if step["index"] not in optional and _blocked(step)]
     if not blocked:
         return None
-    return "; ".join(f"step {step['index']} {step['name']}: {_blocked(step)}" for step in blocked)
+    # One reason once, however many steps it stops (no cluster configured stops cordon, taint and drain).
+    by_reason: dict[str, list[str]] = {}
+    for step in blocked:
+        by_reason.setdefault(str(_blocked(step)), []).append(f"{step['index']} {step['name']}")
+    return "; ".join(
+        f"step {names[0]}: {reason}"
+        + (f" (also step{'s' if len(names) > 2 else ''} {', '.join(names[1:])})" if names[1:] else "")
+        for reason, names in by_reason.items()
+    )
 
 
 def _blocked(step: dict[str, Any]) -> str | None:

@@ -118,6 +118,14 @@ class AlreadyPaused(RemediateError):
         self.since = since
 
 
+class NotPaused(RemediateError):
+    """A resume while remediation is not paused: nothing changed (a resume records who resumed, so a resume of
+    nothing would record a change that did not happen)."""
+
+    def __init__(self) -> None:
+        super().__init__("remediation is not paused; nothing to resume")
+
+
 class OutcomePending(ActionError):
     """The action handed its change over and gave up waiting: it may still happen.
 

@@ -34,6 +34,11 @@ from typing import Any
 
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+GUNICORN_CHECKED = (27, 0)
+"""The gunicorn minor release whose private gthread classes (ThreadWorker, TConn) this module was checked
+against. pyproject.toml allows only it, and tests/unit/test_dependency_pins.py fails when the installed
+gunicorn is another: read the new minor's gunicorn/workers/gthread.py against the overrides here first."""
+
 log = logging.getLogger("remediate.http")
 
 BUFFER_BODY_BYTES = 256 * 1024

@@ -31,13 +31,14 @@ ensure_venv() {
         fi
     fi
     stamp=.venv/.remediate-installed
-    wanted="$(sha256sum pyproject.toml | cut -d' ' -f1) extras=$extras $*"
+    # constraints.txt: the exact runtime versions the image installs, so the suite runs on what ships.
+    wanted="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1) extras=$extras $*"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wanted" ]; then
         .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
         if [ -n "$extras" ]; then
-            .venv/bin/python -m pip install --quiet -e ".[$extras]" "$@"
+            .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[$extras]" "$@"
         else
-            .venv/bin/python -m pip install --quiet -e . "$@"
+            .venv/bin/python -m pip install --quiet -c constraints.txt -e . "$@"
         fi
         echo "$wanted" >"$stamp"
     fi

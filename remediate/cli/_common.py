@@ -18,7 +18,14 @@ from typing import Any
 
 import click
 
-from remediate.errors import AlreadyPaused, ConfigError, RemediateError, RunStateError, UnknownRunError
+from remediate.errors import (
+    AlreadyPaused,
+    ConfigError,
+    NotPaused,
+    RemediateError,
+    RunStateError,
+    UnknownRunError,
+)
 
 EXIT_WOULD_RUN = 0
 EXIT_NOTHING_WOULD_RUN = 1
@@ -175,7 +182,7 @@ def _message_and_code(exc: RemediateError) -> tuple[str, int]:
         return str(exc), _EXIT_OF_STATUS.get(status, EXIT_ERROR)
     if isinstance(exc, UnknownRunError):
         return str(exc), EXIT_NOT_FOUND
-    if isinstance(exc, RunStateError | AlreadyPaused):
+    if isinstance(exc, RunStateError | AlreadyPaused | NotPaused):
         return str(exc), EXIT_REFUSED
     return str(exc), EXIT_ERROR
 

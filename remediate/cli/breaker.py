@@ -17,6 +17,7 @@ from remediate.cli._common import (
     print_json,
 )
 from remediate.cli._group import main
+from remediate.durations import format_duration
 
 
 @main.group()
@@ -77,8 +78,9 @@ def _print_breaker(status: dict[str, Any]) -> None:
         click.echo("breaker: closed")
     held, recent = status["held_nodes"], status["recent_nodes"]
     click.echo(f"held by remediate now ({len(held)}): {', '.join(held) or '-'}")
-    window = status["limits"]["window_seconds"]
-    click.echo(f"changed within {window:g}s ({len(recent)}): {', '.join(recent) or '-'}")
+    # As the settings write it (breaker_window: 10m), not as seconds.
+    window = format_duration(status["limits"]["window_seconds"])
+    click.echo(f"changed within {window} ({len(recent)}): {', '.join(recent) or '-'}")
     click.echo(f"cap: {status['cap_rule']}")
     if status.get("reset_at"):
         why = f": {status['reset_reason']}" if status.get("reset_reason") else ""

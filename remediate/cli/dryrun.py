@@ -4,6 +4,7 @@ writes nothing."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -34,6 +35,11 @@ from remediate.cli._group import main
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Label of the built alert (repeatable).")
 @click.option("--annotation", "annotations", multiple=True, metavar="K=V", help="Annotation (repeatable).")
 @click.option("--status", type=click.Choice(["firing", "resolved"]), default="firing", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["enforce", "dry-run"]),
+    help="Judge in this server mode (as `serve --mode`); default: the config's, else enforce.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def dry_run(
@@ -47,7 +53,9 @@ def dry_run(
 ) -> None:
     """Show what an alert would do: matched playbooks, each guard's decision against the real store,
     and each step's plan. Writes nothing. Reads the database and playbooks given here (or in --config):
-    point them at the server's to judge as it would.
+    point them at the server's to judge as it would. The first line says which server mode it judged in
+    and where that came from (--mode, $REMEDIATE_MODE, the config file, or the default, enforce): a server
+    started by scripts/serve or the chart runs in dry-run (shadow mode) unless a mode was chosen.
 
     \b
     Exit code:
@@ -70,12 +78,28 @@ def dry_run(
             raise CliError(f"{payload} is not valid JSON: {exc}") from exc
     else:
         data = _built_notification(alertname or "", labels, annotations, status)
-    settings = _settings(params)
-    report = run_dry(settings, data, now=time.time())
+    settings = _settings(params, mode=params.get("mode"))
+    report = {"mode": _mode_of(settings, params.get("mode")), **run_dry(settings, data, now=time.time())}
     if not print_json(report, as_json):
         _print_dry_run(report)
     succeeds = report["would_run"] and not report["cannot_succeed"]
     raise SystemExit(EXIT_WOULD_RUN if succeeds else EXIT_NOTHING_WOULD_RUN)
+
+
+def _mode_of(settings: Any, flag: str | None) -> dict[str, str]:
+    """The server mode judged in and where it came from, by the precedence of the settings (defaults < config
+    file < environment < flags): the mode a dry-run judges in is only the server's when both read the same."""
+    from remediate.config import read_config_file
+
+    if flag:
+        source = "--mode"
+    elif os.environ.get("REMEDIATE_MODE"):
+        source = "$REMEDIATE_MODE"
+    elif settings.server.config_file and "mode" in read_config_file(settings.server.config_file):
+        source = f"config file {settings.server.config_file}"
+    else:
+        source = "default"
+    return {"server": settings.engine.mode, "from": source}
 
 
 def _pairs(items: tuple[str, ...], what: str) -> dict[str, str]:
@@ -121,6 +145,17 @@ def _built_notification(
 
 
 def _print_dry_run(report: dict[str, Any]) -> None:
+    mode = report["mode"]
+    if mode["from"] == "default":
+        where = (
+            "the default; a server started by scripts/serve or the chart runs in dry-run (shadow mode) unless a "
+            "mode was chosen: give its --config, or --mode, to judge as it does"
+        )
+    else:
+        where = f"from {mode['from']}"
+    click.echo(f"judged in server mode {mode['server']} ({where})")
+    last = _last_line(report)
+    errors = _Errors(last)
     click.echo(f"store: {report['store']}")
     if report["paused"]:
         click.echo("remediation is PAUSED: nothing would run")
@@ -138,23 +173,46 @@ def _print_dry_run(report: dict[str, Any]) -> None:
                 rung = pb["ladder"]
                 click.echo(f"    ladder: rung {rung['rung']} of {rung['of']} ({rung['name']}) would run: {rung['why']}")
             if pb.get("cannot_act") and pb.get("every_step_cannot_act"):
-                click.echo(f"    nothing would change: every step's plan says it cannot act ({pb['cannot_act']})")
+                click.echo("    nothing would change: every step's plan says it cannot act (each step says why)")
             elif pb.get("cannot_act"):
-                click.echo(f"    the run cannot succeed: a step's plan says it cannot act ({pb['cannot_act']})")
+                click.echo("    the run cannot succeed: a step's plan says it cannot act (each step says why)")
             for step in pb["steps"]:
                 on = f" on {step['node']}" if step.get("node") else ""  # the node a node step would run on
                 click.echo(f"    step {step['index']} {step['name']} [{step['action']} @ {step['where']}]{on}")
                 click.echo(f"      params: {json.dumps(step['params'], default=str)}")
                 if step.get("plan_error"):
-                    click.echo(f"      plan failed: {step['plan_error']}")
+                    where = f"step {step['index']} {step['name']}"
+                    click.echo(f"      plan failed: {errors.shown(step['plan_error'], where)}")
                 else:
                     click.echo(f"      plan: {json.dumps(step['plan'], default=str)}")
+    click.echo(f"\n{last}")
+
+
+class _Errors:
+    """Each plan error in full once: a long one (no cluster configured) repeated by every k8s step was printed
+    once per step, then again in the summaries. The last line keeps the reasons it gives in full (it is what
+    `| tail -1` reads); a step whose error is there, or was printed for an earlier step, refers to it."""
+
+    def __init__(self, last: str) -> None:
+        self.last = last
+        self.first: dict[str, str] = {}
+
+    def shown(self, error: str, where: str) -> str:
+        kind = error.split(":", 1)[0]
+        if error in self.last:
+            return f"{kind} (the last line says why)"
+        if error in self.first:
+            return f"{kind} (as {self.first[error]})"
+        self.first[error] = where
+        return error
+
+
+def _last_line(report: dict[str, Any]) -> str:
     if not report["would_run"]:
-        click.echo(f"\nwould run: no ({_why_not(report)})")
-    elif report["cannot_succeed"]:
-        click.echo(f"\nwould run: yes, but cannot succeed ({'; '.join(report['cannot_succeed'])})")
-    else:
-        click.echo("\nwould run: yes")
+        return f"would run: no ({_why_not(report)})"
+    if report["cannot_succeed"]:
+        return f"would run: yes, but cannot succeed ({'; '.join(report['cannot_succeed'])})"
+    return "would run: yes"
 
 
 def _why_not(report: dict[str, Any]) -> str:

@@ -261,9 +261,12 @@ def pause(reason: str, by: str, force: bool, **params: Any) -> None:
 @by_option("resumes")
 @handle_errors
 def resume(by: str, **params: Any) -> None:
-    """Resume remediation after `remediate pause`."""
+    """Resume remediation after `remediate pause`.
+
+    When remediation is not paused nothing is recorded: it says so and exits 4 (refused: the pause is not in a
+    state that allows it)."""
     if params.get("server"):
         _client(params).resume(by)
     else:
-        _open_store(params).pause.set(False, by=by, reason="", now=time.time())
+        _open_store(params).pause.set(False, by=by, reason="", now=time.time(), replace=False)
     click.echo("remediation resumed")

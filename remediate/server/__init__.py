@@ -38,8 +38,14 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
     answers.init_app(app, services)
     for resource in (webhook, runs, control, agents, health, slack):
         app.register_blueprint(resource.create_blueprint(services))
+    from remediate.ui import runbooks
+
+    app.register_blueprint(runbooks.create_blueprint())  # GET /runbooks: the self-alerts' runbook_url (the chart's)
     if settings.ui.enabled:
+        from remediate.ui import root
+
         app.register_blueprint(_pages(services))
+        app.register_blueprint(root.create_blueprint())  # GET / -> the pages
     return app
 
 

@@ -16,7 +16,7 @@ from flask import Blueprint, g, jsonify, request
 from remediate.approvals import approve_run
 from remediate.audit import audit_event
 from remediate.config import OPERATOR, READ
-from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
+from remediate.errors import AlreadyPaused, NotPaused, RunStateError, UnknownRunError
 from remediate.history_api import ladder_state_json, run_json
 from remediate.live import RELOAD_ERRORS, read_live
 from remediate.runs import LadderState
@@ -84,7 +84,10 @@ def create_blueprint(services: Services) -> Blueprint:
     @bp.post("/resume")
     @requires(services, OPERATOR)
     def resume() -> Any:
-        store.pause.set(False, by=actor(), reason="", now=time.time())
+        try:
+            store.pause.set(False, by=actor(), reason="", now=time.time(), replace=False)
+        except NotPaused as exc:
+            return error(409, "not_paused", str(exc))
         audit_event("resume", principal=g.principal, via="api")
         return jsonify(_pause_json(store))
 

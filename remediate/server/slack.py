@@ -130,24 +130,52 @@ def parse_click(body: bytes) -> Click | None:
 
 
 def approved_message(click: Click, run_id: int, principal: str) -> dict[str, Any]:
-    """The message in place of the announcement: as it was, without the Approve button, saying who approved."""
+    """The message in place of the announcement: every block as it was, the actions block that held the Approve
+    button swapped for a line saying who approved (its other buttons, Open run, kept after it) and the Status
+    field saying so. Without the message's blocks in the payload nothing is replaced: the line is posted on its
+    own, so the announcement is never replaced by that one line."""
     said = (
         f"✅ Approved by <@{click.user_id}> (recorded as {inert.slack(principal)}): run {run_id} is queued and runs "
         "now; its own messages say how it goes."
     )
+    line = {"type": "section", "text": {"type": "mrkdwn", "text": said}}
     shown = (click.message or {}).get("blocks")
-    blocks = []
-    for block in shown if isinstance(shown, list) else []:
-        if not isinstance(block, dict):
+    kept = [block for block in shown if isinstance(block, dict)] if isinstance(shown, list) else []
+    if not kept:
+        return {"response_type": "in_channel", "replace_original": False, "text": said}
+    blocks: list[dict[str, Any]] = []
+    swapped = False
+    for block in kept:
+        if not swapped and _holds_approve(block):
+            swapped = True
+            blocks.append(line)
+            others = [e for e in block["elements"] if not (isinstance(e, dict) and e.get("action_id") == APPROVE)]
+            if others:
+                blocks.append({**block, "elements": others})
             continue
-        if block.get("type") == "actions" and isinstance(block.get("elements"), list):
-            elements = [e for e in block["elements"] if not (isinstance(e, dict) and e.get("action_id") == APPROVE)]
-            if not elements:
-                continue
-            block = {**block, "elements": elements}
-        blocks.append(block)
-    blocks = [*blocks[: SLACK_MAX_BLOCKS - 1], {"type": "section", "text": {"type": "mrkdwn", "text": said}}]
-    return {"replace_original": True, "text": said, "blocks": blocks}
+        blocks.append(_status_approved(block))
+    if not swapped:
+        blocks.append(line)
+    return {"replace_original": True, "text": said, "blocks": blocks[:SLACK_MAX_BLOCKS]}
+
+
+def _holds_approve(block: dict[str, Any]) -> bool:
+    elements = block.get("elements")
+    return (
+        block.get("type") == "actions"
+        and isinstance(elements, list)
+        and any(isinstance(e, dict) and e.get("action_id") == APPROVE for e in elements)
+    )
+
+
+def _status_approved(block: dict[str, Any]) -> dict[str, Any]:
+    """A fields section's `*Status*` (the announcement says awaiting approval) now says approved."""
+    fields = block.get("fields")
+    if block.get("type") != "section" or not isinstance(fields, list):
+        return block
+    status = {"type": "mrkdwn", "text": "*Status*\napproved, queued"}
+    changed = [status if isinstance(f, dict) and str(f.get("text", "")).startswith("*Status*\n") else f for f in fields]
+    return {**block, "fields": changed}
 
 
 def ephemeral(text: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.errors import AlreadyPaused
+from remediate.errors import AlreadyPaused, NotPaused
 from remediate.store.database import Transactions
 from remediate.store.rows import dumps
 
@@ -51,12 +51,15 @@ class Pause:
 
     def set(self, paused: bool, *, by: str, reason: str, now: float, replace: bool = True) -> PauseState:
         """Set (or clear) the pause. With `replace` False a pause over a pause is AlreadyPaused: who paused
-        and why are read in the same transaction, so two operators cannot overwrite each other unawares."""
+        and why are read in the same transaction, so two operators cannot overwrite each other unawares;
+        and a resume while not paused is NotPaused (nothing is written)."""
         state = PauseState(paused, by, reason, now)
         with self.tx.write() as conn:
-            if paused and not replace:
+            if not replace:
                 existing = read_pause(conn)
-                if existing.paused:
+                if paused and existing.paused:
                     raise AlreadyPaused(existing.by, existing.reason, existing.since)
+                if not paused and not existing.paused:
+                    raise NotPaused()
             write_pause(conn, state)
         return state

@@ -14,6 +14,7 @@ the pod's own network; the server binds 127.0.0.1 on a free port, not the chart'
 from __future__ import annotations
 
 import base64
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +22,10 @@ from typing import Any
 
 import pytest
 import requests
+from packaging.utils import canonicalize_name
 
 from remediate import __version__
+from scripts import constraints
 from tests.support.helm import Helm, by_kind
 from tests.support.helmtool import ROOT
 from tests.support.image import Buildah, Container
@@ -49,6 +52,14 @@ def test_the_image_runs_remediate_help_through_its_entrypoint(image: Container) 
         assert f"\n  {command} " in result.stdout, result.stdout
     version = image.run([*image.config.entrypoint, "--version"]).stdout
     assert __version__ in version
+
+
+def test_the_image_installs_exactly_the_versions_of_the_constraints_file(image: Container) -> None:
+    """The image ships what the suite ran on (constraints.txt), not whatever was newest the day it was built."""
+    listed = image.run(["python", "-m", "pip", "list", "--format=json", "--disable-pip-version-check"]).stdout
+    installed = {canonicalize_name(p["name"]): p["version"] for p in json.loads(listed)}
+    pins = constraints.read()
+    assert {name: installed.get(name) for name in pins} == pins
 
 
 def test_the_image_runs_as_the_non_root_user_and_ports_the_chart_expects(image: Container, helm: Helm) -> None:

@@ -71,8 +71,14 @@ def test_the_approve_button_of_the_announcement_approves_the_run_in_place(
     replaced = answers.wait_for(timeout=10).json
     assert replaced["replace_original"] is True
     assert replaced["text"].startswith(f"✅ Approved by <@{ALICE}> (recorded as slack:alice): run {run_id} is queued")
-    assert [e["action_id"] for e in replaced["blocks"][-2]["elements"]] == ["open-run"]
-    assert replaced["blocks"][0] == announcement["blocks"][0]
+    # Every block of the announcement kept in its place; its buttons' block swapped for who approved (Open run
+    # after it), and its Status field no longer says it awaits approval.
+    *kept, line, buttons = replaced["blocks"]
+    assert line == {"type": "section", "text": {"type": "mrkdwn", "text": replaced["text"]}}
+    assert [e["action_id"] for e in buttons["elements"]] == ["open-run"]
+    assert len(kept) == len(announcement["blocks"]) - 1
+    for shown, was in zip(kept, announcement["blocks"], strict=False):
+        assert shown == was or shown["fields"][0]["text"] == "*Status*\napproved, queued", shown
 
     done = server.wait_for_run_status(run_id, "succeeded")
     assert done["approved_by"] == "slack:alice"

@@ -654,13 +654,24 @@ def test_the_read_token_the_webhook_token_or_no_token_cannot_pause_resume_or_res
 # --------------------------------------------------------------------------- unknown routes and methods
 
 
-@pytest.mark.parametrize("path", ["/", "/nope", "/runs", "/history/1", "/webhook/v2"])
+@pytest.mark.parametrize("path", ["/nope", "/runs", "/history/1", "/webhook/v2"])
 def test_an_unknown_route_is_a_json_404(server: Server, path: str) -> None:
     response = server.get(path)
 
     assert response.status_code == 404
     assert response.is_json
     assert response.get_json()["error"] == "not_found"
+
+
+def test_the_root_redirects_a_browser_to_the_pages_and_is_a_json_404_without_them(
+    make_server: Callable[..., Server],
+) -> None:
+    response = make_server().client.get("/")
+    assert response.status_code == 302
+    assert response.headers["Location"] == "/ui/"
+    without = make_server(ui=False).client.get("/")
+    assert without.status_code == 404
+    assert without.get_json()["error"] == "not_found"
 
 
 @pytest.mark.parametrize(

@@ -830,6 +830,8 @@ def test_every_client_command_reads_the_token_from_remediate_token_file(
     token_file = tmp_path / "operator.token"
     token_file.write_text(OPERATOR_TOKEN + "\n", encoding="utf-8")
     monkeypatch.setenv("REMEDIATE_TOKEN_FILE", str(token_file))
+    if command == ["resume"]:
+        server.post("/pause", json={"reason": "to resume"})  # a resume of nothing is refused (exit 4)
 
     result = cli(*[str(run_id) if word == "RUN" else word for word in command], "--server", serve(server))
 

@@ -89,8 +89,9 @@ def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_chec
     report = json.loads(spike(playbooks, tmp_path, "--json").stdout)
 
     assert early.exit_code == 1, early.output
-    assert (
-        "the run cannot succeed: a step's plan says it cannot act (step 0 rollback: no checkpoint fits" in early.stdout
+    assert "the run cannot succeed: a step's plan says it cannot act (each step says why)" in early.stdout
+    assert early.stdout.strip().splitlines()[-1].startswith(
+        "would run: no (playbook loss-spike: step 0 rollback: no checkpoint fits"
     )
     playbook = report["alerts"][0]["playbooks"][0]
     assert (report["would_run"], playbook["decision"], playbook["would_run"]) == (False, "accepted", False)

@@ -141,16 +141,63 @@ def test_a_listed_slack_user_approves_the_run_in_place_and_the_message_says_who(
     assert answer.json["replace_original"] is True
     said = f"✅ Approved by <@{ALICE}> (recorded as slack:alice): run {run_id} is queued and runs now"
     assert answer.json["text"].startswith(said)
-    assert answer.json["blocks"][-1] == {"type": "section", "text": {"type": "mrkdwn", "text": answer.json["text"]}}
-    # The message as it was, without the Approve button: a second click has nothing to press.
-    buttons = [e["action_id"] for b in answer.json["blocks"] if b["type"] == "actions" for e in b["elements"]]
-    assert buttons == ["open-run"]
+    header, line, actions = answer.json["blocks"]
+    assert header == block_actions(run_id, response_url=answers.url)["message"]["blocks"][0]
+    assert line == {"type": "section", "text": {"type": "mrkdwn", "text": answer.json["text"]}}
+    # The message as it was, the Approve button swapped for that line: a second click has nothing to press.
+    assert [e["action_id"] for e in actions["elements"]] == ["open-run"]
     [record] = audited(caplog, "approval")
     assert (record.run_id, record.principal) == (run_id, "slack:alice")
     # The same approval as POST /runs/<id>/approve: the executor runs it.
     server.drain()
     done = server.get(f"/runs/{run_id}").get_json()
     assert (done["status"], done["approved_by"]) == ("succeeded", "slack:alice")
+
+
+def test_every_block_of_the_announcement_is_kept_and_only_its_actions_block_is_swapped_for_the_approval(
+    slack_server: tuple[Server, int], answers: WebhookRecorder
+) -> None:
+    """The announcement's blocks (header, the alert, the steps, Status and Playbook, context, the buttons) stay as
+    Slack shows them, in their order; the buttons' block becomes the line saying who approved (Open run after it),
+    and the Status field no longer says the run awaits approval."""
+    server, run_id = slack_server
+    payload = block_actions(run_id, response_url=answers.url)
+    header, actions = payload["message"]["blocks"]
+    about = {"type": "section", "text": {"type": "mrkdwn", "text": "GPU 3 on node-a: XID 79, fell off the bus"}}
+    fields = {
+        "type": "section",
+        "fields": [
+            {"type": "mrkdwn", "text": "*Status*\nawaiting approval"},
+            {"type": "mrkdwn", "text": "*Playbook*\ngpu-xid-quarantine"},
+        ],
+    }
+    context = {"type": "context", "elements": [{"type": "mrkdwn", "text": "node-a · GpuXidError · firing"}]}
+    after = {"type": "context", "elements": [{"type": "mrkdwn", "text": "a block after the buttons"}]}
+    payload["message"]["blocks"] = [header, about, fields, context, actions, after]
+
+    assert click(server, payload).status_code == 200
+
+    answer = answers.wait_for(timeout=10).json
+    line = {"type": "section", "text": {"type": "mrkdwn", "text": answer["text"]}}
+    status = {**fields, "fields": [{"type": "mrkdwn", "text": "*Status*\napproved, queued"}, fields["fields"][1]]}
+    others = {**actions, "elements": [e for e in actions["elements"] if e["action_id"] == "open-run"]}
+    assert answer["replace_original"] is True
+    assert answer["blocks"] == [header, about, status, context, line, others, after]
+
+
+def test_without_the_messages_blocks_in_the_payload_the_message_is_not_replaced_by_one_line(
+    slack_server: tuple[Server, int], answers: WebhookRecorder
+) -> None:
+    server, run_id = slack_server
+    payload = block_actions(run_id, response_url=answers.url)
+    del payload["message"]
+
+    assert click(server, payload).status_code == 200
+
+    answer = answers.wait_for(timeout=10).json
+    assert answer["replace_original"] is False and "blocks" not in answer
+    assert answer["text"].startswith(f"✅ Approved by <@{ALICE}>")
+    assert server.get(f"/runs/{run_id}").get_json()["approved_by"] == "slack:alice"
 
 
 def test_a_message_of_unexpected_shape_in_the_payload_still_approves_and_is_answered(

@@ -1,0 +1,81 @@
+"""The dependencies as shipped: pyproject's floors admit no release with a known vulnerability, constraints.txt
+(what the image and the test venv install) pins every runtime package within pyproject's ranges, and the
+gunicorn whose private classes remediate/httpworker.py subclasses is the minor release it was checked against."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from remediate.httpworker import GUNICORN_CHECKED
+from scripts import constraints
+
+FIXED = {
+    # name: the first release without the known vulnerability (CVE / advisory in pyproject.toml's comment).
+    "jinja2": "3.1.6",
+    "requests": "2.32.4",
+    "urllib3": "2.7.0",
+    "flask": "3.1.3",
+    "werkzeug": "3.1.6",
+    "gunicorn": "23.0.0",
+    "orjson": "3.11.6",
+    "python-json-logger": "3.3.0",
+}
+
+
+def _requirements() -> dict[str, Requirement]:
+    return {canonicalize_name(r.name): r for r in constraints.runtime_requirements()}
+
+
+@pytest.mark.parametrize(("name", "fixed"), sorted(FIXED.items()))
+def test_no_release_below_the_fix_of_a_known_vulnerability_is_allowed(name: str, fixed: str) -> None:
+    specifier = _requirements()[name].specifier
+    floors = [Version(s.version) for s in specifier if s.operator == ">="]
+    assert floors, f"{name}{specifier} has no floor"
+    assert max(floors) >= Version(fixed), f"{name}{specifier} admits releases before {fixed}"
+
+
+def test_the_constraints_pin_every_runtime_requirement_within_pyprojects_range() -> None:
+    pins = constraints.read()
+    for name, requirement in _requirements().items():
+        assert name in pins, f"constraints.txt does not pin {name}: run scripts/sync-generated"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside pyproject's {requirement}: run scripts/sync-generated"
+        )
+        for extra in requirement.extras:  # psycopg[binary,pool]: its extras' packages are pinned too
+            assert {"binary": "psycopg-binary", "pool": "psycopg-pool"}[extra] in pins, extra
+
+
+def test_the_constraints_pin_exact_versions_of_every_package_the_requirements_pull_in() -> None:
+    pins = constraints.read()
+    assert constraints.CONSTRAINTS.read_text().count("==") == len(pins)
+    for name, version in pins.items():
+        distribution = metadata.distribution(name)
+        for text in distribution.requires or []:
+            requirement = Requirement(text)
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue
+            dependency = canonicalize_name(requirement.name)
+            assert dependency in pins, f"{name}=={version} needs {requirement}, which constraints.txt does not pin"
+            assert requirement.specifier.contains(pins[dependency], prereleases=True), (name, requirement)
+
+
+def test_the_installed_gunicorn_is_the_minor_release_httpworker_was_checked_against() -> None:
+    installed = Version(metadata.version("gunicorn"))
+    assert installed.release[:2] == GUNICORN_CHECKED, (
+        f"gunicorn {installed} is installed; remediate/httpworker.py subclasses its private gthread classes and "
+        f"was checked against {GUNICORN_CHECKED[0]}.{GUNICORN_CHECKED[1]}: check it against this release's "
+        "gunicorn/workers/gthread.py, then move GUNICORN_CHECKED and pyproject's range together"
+    )
+
+
+def test_pyproject_allows_only_that_gunicorn_minor() -> None:
+    major, minor = GUNICORN_CHECKED
+    specifier = _requirements()["gunicorn"].specifier
+    assert specifier.contains(f"{major}.{minor}.0") and specifier.contains(f"{major}.{minor}.99")
+    assert not specifier.contains(f"{major}.{minor + 1}.0"), f"gunicorn{specifier} admits {major}.{minor + 1}"
+    assert not specifier.contains(f"{major + 1}.0.0"), f"gunicorn{specifier} admits {major + 1}.0"
