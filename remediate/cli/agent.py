@@ -126,8 +126,9 @@ def agent_credential(
     click.echo(f"wrote the agent credential of node {node} to {output}")
 
 
-RETRY_STATUSES = (502, 503, 504)
-"""Answers of a server that is starting, restarting or cannot reach the Kubernetes API: asked again."""
+RETRY_STATUSES = (429, 502, 503, 504)
+"""Answers of a server that is starting, restarting, cannot reach the Kubernetes API or was asked too often:
+asked again. Any other (a refusal, or a 500: the server cannot check tokens until its set-up is fixed) ends it."""
 
 
 def credential_from_server(server_url: str, token_file: Path, node: str, wait: float) -> str:
@@ -153,6 +154,10 @@ def credential_from_server(server_url: str, token_file: Path, node: str, wait: f
             if response.status_code == 200:
                 return _credential_of(response, node, url)
             problem = f"{url}: HTTP {response.status_code} {response.text[:300].strip()}"
+            if response.status_code >= 500 and response.status_code not in RETRY_STATUSES:
+                raise ConfigError(
+                    f"the server cannot hand out agent credentials (fix the server, not this pod): {problem}"
+                )
             if response.status_code not in RETRY_STATUSES:
                 raise ConfigError(f"the server refused this pod an agent credential: {problem}")
         if time.monotonic() + pause > deadline:
