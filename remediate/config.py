@@ -53,6 +53,9 @@ class ServerSettings:
     storing one costs a worker about 12 bytes of memory per body byte (~100 MiB at 8 MiB, docs/benchmarks.md)."""
     request_timeout: float = setting(10.0, v.to_seconds)
     """Seconds a client may take to send one whole request (head and body), server and agent; then it is cut off."""
+    tls_cert_file: Path | None = setting(None, v.to_optional_path)
+    """PEM certificate (chain) to serve HTTPS with, and tls_key_file its key: both or neither (default: HTTP)."""
+    tls_key_file: Path | None = setting(None, v.to_optional_path)
     config_file: Path | None = setting(None, v.to_optional_path, flat="config")
     """The settings file read at start (--config or REMEDIATE_CONFIG): a reload (SIGHUP, POST /-/reload) reads
     its `sinks` again."""
