@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import kubernetes_validate
+import yaml
 
 from tests.support.helm import NAMESPACE, Helm, by_kind
 
@@ -101,3 +102,64 @@ def test_no_namespace_unless_asked_and_then_the_level_its_pods_need(helm: Helm) 
             assert labels[f"pod-security.kubernetes.io/{mode}"] == level
     assert chosen["metadata"]["labels"]["team"] == "gpu"
     kubernetes_validate.validate(with_agents, "1.30.0", strict=True)
+
+
+TLS = {"tls": {"enabled": True, "existingSecret": "remediate-tls", "caConfigMap": "remediate-ca"}}
+
+
+def test_plain_http_is_the_default(helm: Helm) -> None:
+    objects = helm.objects({})
+    init = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]["initContainers"][0]
+    assert init["args"][3] == "http://rel-remediate.gpu-ops.svc:9095" and "--ca-file" not in init["args"]
+
+
+def test_with_tls_every_client_of_the_service_speaks_https_and_verifies_with_the_ca(helm: Helm) -> None:
+    objects = helm.objects({**TLS, "serviceMonitor": {"enabled": True}, "alertmanagerConfig": {"enabled": True}})
+    url = "https://rel-remediate.gpu-ops.svc:9095"
+
+    server = by_kind(objects, "Deployment")["spec"]["template"]["spec"]
+    config = yaml.safe_load(by_kind(objects, "ConfigMap", "rel-remediate-config")["data"]["config.yaml"])
+    assert (config["tls_cert_file"], config["tls_key_file"]) == (
+        "/etc/remediate/tls/tls.crt",
+        "/etc/remediate/tls/tls.key",
+    )
+    (tls_volume,) = [v for v in server["volumes"] if v["name"] == "tls"]
+    assert tls_volume["secret"]["secretName"] == "remediate-tls"
+    assert {"name": "tls", "mountPath": "/etc/remediate/tls", "readOnly": True} in server["containers"][0][
+        "volumeMounts"
+    ]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert server["containers"][0][probe]["httpGet"]["scheme"] == "HTTPS"
+
+    agent = by_kind(objects, "DaemonSet")["spec"]["template"]["spec"]
+    init = agent["initContainers"][0]
+    assert init["args"][3] == url and init["args"][init["args"].index("--ca-file") + 1] == "/etc/remediate/ca/ca.crt"
+    assert {
+        "name": "server-ca",
+        "configMap": {"name": "remediate-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]},
+    } in agent["volumes"]
+    # The agent side references no Secret: its node's kubelet could read it (the server's key).
+    assert "secretName" not in str(agent) and "remediate-tls" not in str(agent)
+
+    ca = {"configMap": {"name": "remediate-ca", "key": "ca.crt"}}
+    endpoint = by_kind(objects, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https" and endpoint["tlsConfig"] == {
+        "ca": ca,
+        "serverName": "rel-remediate.gpu-ops.svc",
+    }
+    webhook = by_kind(objects, "AlertmanagerConfig")["spec"]["receivers"][0]["webhookConfigs"][0]
+    assert webhook["url"] == f"{url}/webhook" and webhook["httpConfig"]["tlsConfig"] == {"ca": ca}
+    test_pod = by_kind(objects, "Pod")
+    assert url in test_pod["spec"]["containers"][0]["command"][-1] and test_pod["spec"]["volumes"][0]["configMap"] == {
+        "name": "remediate-ca"
+    }
+    for obj in objects:
+        if obj["kind"] not in ("ServiceMonitor", "AlertmanagerConfig"):
+            kubernetes_validate.validate(obj, "1.30.0", strict=True)
+
+
+def test_tls_without_its_secret_or_ca_stops_the_render_saying_what_is_missing(helm: Helm) -> None:
+    for missing, words in (("existingSecret", "tls.existingSecret"), ("caConfigMap", "tls.caConfigMap")):
+        values = {"tls": {**TLS["tls"], missing: ""}}
+        result = helm.template(values, check=False)
+        assert result.returncode != 0 and f"tls.enabled needs {words}" in result.stderr
