@@ -56,6 +56,9 @@ class ServerSettings:
     worker_timeout: float = setting(60.0, v.to_worker_timeout)
     """Seconds an HTTP worker's event loop may stay silent before its master kills and replaces it (gunicorn's
     `timeout`). A slow request holds a thread, not the loop: it may outlive this."""
+    tls_cert_file: Path | None = setting(None, v.to_optional_path)
+    """PEM certificate (chain) to serve HTTPS with, and tls_key_file its key: both or neither (default: HTTP)."""
+    tls_key_file: Path | None = setting(None, v.to_optional_path)
     config_file: Path | None = setting(None, v.to_optional_path, flat="config")
     """The settings file read at start (--config or REMEDIATE_CONFIG): a reload (SIGHUP, POST /-/reload) reads
     its `sinks` again."""

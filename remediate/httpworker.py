@@ -27,11 +27,14 @@ import logging
 import re
 import selectors
 import socket
+import ssl
 import threading
 import time
 from functools import partial
 from typing import Any
 
+from gunicorn import http
+from gunicorn import sock as gunicorn_sock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 GUNICORN_CHECKED = (27, 0)
@@ -58,8 +61,8 @@ _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,20})[ \t]*(?=\r\n
 _HANDS_OVER = re.compile(rb"\r\n(?:transfer-encoding|expect|upgrade):")
 
 
-class DeadlineSocket(socket.socket):
-    """A client socket whose reads end at `deadline` (time.monotonic()); a read past it returns b"" (EOF)."""
+class _Deadline:
+    """Reads that end at `deadline` (time.monotonic()); a read past it returns b"" (EOF)."""
 
     deadline: float | None = None
     send_timeout: float = 10.0
@@ -83,6 +86,14 @@ class DeadlineSocket(socket.socket):
         # The read deadline may be nearly spent; a response gets its own bound (a client that never reads).
         super().settimeout(self.send_timeout)
         super().sendall(data, flags)
+
+
+class DeadlineSocket(_Deadline, socket.socket):
+    """A plain client socket whose reads end at its deadline."""
+
+
+class DeadlineTLSSocket(_Deadline, ssl.SSLSocket):
+    """A TLS client socket whose reads end at its deadline (the SSLContext's `sslsocket_class`)."""
 
 
 def request_complete(buffered: bytes | bytearray) -> bool:
@@ -118,11 +129,27 @@ class BufferingWorker(ThreadWorker):  # type: ignore[misc]
                 return
             raise
         self.nr_conns += 1
-        sock = DeadlineSocket(client.family, client.type, client.proto, fileno=client.detach())
+        sock: Any
+        if self.cfg.is_ssl:  # the handshake happens in the event loop too (_on_bytes), not in a thread
+            client.setblocking(False)
+            sock = self._tls_context().wrap_socket(
+                client, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=True
+            )
+            sock.handshaken = False
+        else:
+            sock = DeadlineSocket(client.family, client.type, client.proto, fileno=client.detach())
         sock.send_timeout = self.request_timeout
         conn = TConn(self.cfg, sock, address, listener.getsockname())
         conn.buffered = bytearray()
         self._buffer(conn)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        """gunicorn's SSLContext of certfile/keyfile (made once per worker), making DeadlineTLSSockets."""
+        context = getattr(self, "_tls", None)
+        if context is None:
+            context = self._tls = gunicorn_sock.ssl_context(self.cfg)
+            context.sslsocket_class = DeadlineTLSSocket
+        return context
 
     def on_client_socket_readable(self, conn: TConn, client: socket.socket) -> None:
         # A kept-alive connection sends its next request: buffer it like a new one.
@@ -143,10 +170,11 @@ class BufferingWorker(ThreadWorker):  # type: ignore[misc]
 
     def _on_bytes(self, conn: TConn, client: socket.socket) -> None:
         try:
-            data = socket.socket.recv(client, 65536)
-        except (BlockingIOError, InterruptedError):
+            tls = isinstance(client, ssl.SSLSocket)
+            data = self._tls_bytes(client) if tls else socket.socket.recv(client, 65536)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
-        except OSError:
+        except OSError:  # a reset, or a handshake that failed (plain HTTP on the HTTPS port: nothing to answer)
             data = b""
         if data:
             conn.buffered += data
@@ -161,8 +189,25 @@ class BufferingWorker(ThreadWorker):  # type: ignore[misc]
         conn.data_ready = True
         self.enqueue_req(conn)
 
+    @staticmethod
+    def _tls_bytes(client: ssl.SSLSocket) -> bytes:
+        """What a non-blocking TLS connection has decrypted so far, once its handshake is done (SSLWant*Error
+        until there is something)."""
+        if not getattr(client, "handshaken", True):
+            client.do_handshake()
+            client.handshaken = True  # type: ignore[attr-defined]
+        data = ssl.SSLSocket.recv(client, 65536)
+        while data and client.pending():  # decrypted bytes the selector will not announce again
+            data += ssl.SSLSocket.recv(client, client.pending())
+        return data
+
     def handle(self, conn: TConn) -> Any:
         conn.data_ready = True  # the event loop has waited already; never wait again in a thread
+        if isinstance(conn.sock, ssl.SSLSocket) and conn.parser is None:
+            # Wrapped and handshaken in accept/_on_bytes: TConn.init would wrap it a second time.
+            conn.initialized = True
+            conn.sock.setblocking(True)
+            conn.parser = http.get_parser(self.cfg, conn.sock, conn.client)
         conn.init()
         buffered = getattr(conn, "buffered", None)
         if buffered:

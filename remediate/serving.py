@@ -569,9 +569,11 @@ def _serve(settings: Settings, private_dir: Path, live: LiveSet) -> None:
     from gunicorn import util
 
     from remediate.proctitle import take_over_gunicorn_titles
+    from remediate.tls import gunicorn_tls_options
 
     take_over_gunicorn_titles(util)  # `remediate: master` and `remediate: http` in ps
     options = {
+        **gunicorn_tls_options(settings.server),  # HTTPS when tls_cert_file and tls_key_file are set
         "bind": settings.server.bind,
         "workers": settings.server.workers,
         "threads": settings.server.threads,

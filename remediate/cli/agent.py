@@ -91,6 +91,11 @@ def agent(**params: Any) -> None:
     show_default=True,
     help="With --server: seconds to keep trying while the server cannot be reached or is not ready.",
 )
+@click.option(
+    "--ca-file",
+    type=FILE,
+    help="With an https:// --server: verify its certificate with this CA file (PEM) instead of the system's.",
+)
 @click.option("--output", type=FILE, help="Write the credential to this file (mode 0600) instead of printing it.")
 @handle_errors
 def agent_credential(
@@ -99,6 +104,7 @@ def agent_credential(
     server_url: str | None,
     service_account_token_file: Path,
     wait: float,
+    ca_file: Path | None,
     **params: Any,
 ) -> None:
     """Print NODE's own agent credential: derived from the master agent token, or, with --server, asked of the
@@ -107,7 +113,7 @@ def agent_credential(
     from remediate.agentauth import node_token
 
     if server_url:
-        credential = credential_from_server(server_url, service_account_token_file, node, wait)
+        credential = credential_from_server(server_url, service_account_token_file, node, wait, ca_file=ca_file)
     else:
         settings = _settings(params, agent_token_file=params["agent_token_file"])
         master = settings.agent.resolved_token()
@@ -126,13 +132,17 @@ def agent_credential(
     click.echo(f"wrote the agent credential of node {node} to {output}")
 
 
-RETRY_STATUSES = (502, 503, 504)
-"""Answers of a server that is starting, restarting or cannot reach the Kubernetes API: asked again."""
+RETRY_STATUSES = (429, 502, 503, 504)
+"""Answers of a server that is starting, restarting, cannot reach the Kubernetes API or was asked too often:
+asked again. Any other (a refusal, or a 500: the server cannot check tokens until its set-up is fixed) ends it."""
 
 
-def credential_from_server(server_url: str, token_file: Path, node: str, wait: float) -> str:
+def credential_from_server(
+    server_url: str, token_file: Path, node: str, wait: float, *, ca_file: Path | None = None
+) -> str:
     """The credential the server gives this pod (POST CREDENTIAL_PATH with its projected ServiceAccount token),
-    which must be NODE's; ConfigError when refused, or when the server stays unreachable for `wait` seconds."""
+    which must be NODE's; ConfigError when refused, when an https server's certificate does not verify (with
+    `ca_file`, else the system's CAs), or when the server stays unreachable for `wait` seconds."""
     import requests
 
     from remediate.agent_protocol import CREDENTIAL_PATH
@@ -146,13 +156,26 @@ def credential_from_server(server_url: str, token_file: Path, node: str, wait: f
         except OSError as exc:
             raise ConfigError(f"cannot read the service account token {token_file}: {exc.strerror}") from exc
         try:
-            response = requests.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=(5, 30))
+            response = requests.post(
+                url,
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=(5, 30),
+                verify=str(ca_file) if ca_file else True,
+            )
+        except requests.exceptions.SSLError as exc:
+            # Not the server starting: the token is not sent to a server that cannot prove who it is.
+            where = f"the CA file {ca_file}" if ca_file else "the system's CAs (--ca-file to give yours)"
+            raise ConfigError(f"{url}: the server's certificate does not verify with {where}: {exc}") from exc
         except requests.RequestException as exc:
             problem = f"{url}: {exc.__class__.__name__}"
         else:
             if response.status_code == 200:
                 return _credential_of(response, node, url)
             problem = f"{url}: HTTP {response.status_code} {response.text[:300].strip()}"
+            if response.status_code >= 500 and response.status_code not in RETRY_STATUSES:
+                raise ConfigError(
+                    f"the server cannot hand out agent credentials (fix the server, not this pod): {problem}"
+                )
             if response.status_code not in RETRY_STATUSES:
                 raise ConfigError(f"the server refused this pod an agent credential: {problem}")
         if time.monotonic() + pause > deadline:

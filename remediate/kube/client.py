@@ -30,6 +30,7 @@ from remediate.kube.errors import KubeConfigError, translate
 from remediate.kube.model import (
     LabelSelector,
     NodeInfo,
+    ObjectRef,
     OwnerRef,
     PdbInfo,
     PodInfo,
@@ -180,6 +181,18 @@ class KubeClient:
             lambda core, _p, _e: _pod(core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout)),
         )
 
+    def get_daemonset(self, namespace: str, name: str) -> ObjectRef:
+        """The DaemonSet `namespace/name` (GET apps/v1 daemonsets): its UID, to check a pod's ownerReference."""
+        from kubernetes import client
+
+        api = self._load()[0]
+        try:
+            found = client.AppsV1Api(api).read_namespaced_daemon_set(name, namespace, _request_timeout=self._timeout)
+        except Exception as exc:
+            raise translate(exc, f"GET daemonsets/{namespace}/{name}") from exc
+        meta = found.metadata
+        return ObjectRef(namespace=meta.namespace or namespace, name=meta.name or name, uid=meta.uid or "")
+
     def review_token(self, token: str, audience: str) -> TokenReviewResult:
         """POST an authentication.k8s.io/v1 TokenReview: who the API server says `token` is, for `audience`."""
         from kubernetes import client
@@ -295,7 +308,8 @@ def _node(node: Any) -> NodeInfo:
 def _pod(pod: Any) -> PodInfo:
     meta, spec = pod.metadata, pod.spec
     owners = tuple(
-        OwnerRef(kind=o.kind, name=o.name, controller=bool(o.controller)) for o in (meta.owner_references or [])
+        OwnerRef(kind=o.kind, name=o.name, controller=bool(o.controller), uid=o.uid or "")
+        for o in (meta.owner_references or [])
     )
     volumes = (spec.volumes if spec else None) or []
     return PodInfo(

@@ -192,6 +192,17 @@ class OwnerRef:
     kind: str
     name: str
     controller: bool
+    uid: str = ""
+    """The owner's metadata.uid: a name can be reused by another object, a UID cannot."""
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """A namespaced object as read from the API (e.g. a DaemonSet): its name and UID."""
+
+    namespace: str
+    name: str
+    uid: str
 
 
 @dataclass(frozen=True)

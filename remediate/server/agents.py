@@ -1,17 +1,23 @@
 """POST /v1/agent-credential: an agent pod's own node credential, for the pod's projected ServiceAccount
 token (remediate.kube.enroll). Authenticated by that token alone, so none of the server's bearer tokens
-is needed (nor accepted); 404 when this server finds no agents through Kubernetes."""
+is needed (nor accepted); 404 when this server finds no agents through Kubernetes.
+
+Anyone who reaches the port may ask, and each question costs the API server a TokenReview (and reads of a pod
+and a DaemonSet): a refused token is answered from memory for REFUSAL_TTL seconds, and each client address
+may make TokenReviews at the rate of ADDRESS_BUCKET (429 with Retry-After above it)."""
 
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from flask import Blueprint, jsonify, request
 
 from remediate.agent_protocol import CREDENTIAL_PATH
-from remediate.kube.enroll import EnrollmentRefused
+from remediate.kube.enroll import EnrollmentBroken, EnrollmentRefused
 from remediate.kube.errors import KubeError, KubeUnavailable
+from remediate.ratelimit import RecentRefusals, TokenBuckets
 from remediate.server.answers import error
 from remediate.services import Services
 
@@ -19,10 +25,27 @@ log = logging.getLogger("remediate.server")
 
 MAX_AGENT_TOKEN_BYTES = 16 * 1024
 """A projected ServiceAccount token (a JWT) is 1-2 KiB; anything far larger is not sent to the API server."""
+REFUSAL_TTL = 60.0
+"""Seconds a refused token's answer is remembered. What refuses a token (wrong audience, expired, its pod gone,
+replaced, terminating or no agent) does not change for that token, and an agent does not ask again after a
+401/403: the memory only costs a sender of the same bad token. Transient failures (503) are never remembered."""
+ADDRESS_BUCKET = (10, 1 / 3)
+"""(burst, TokenReviews per second) per client address and HTTP worker. An agent pod asks once per start, and
+while the server cannot answer (503) at most ~10 times in its first minute (its back-off: 1, 2, 4, 8, 10 s...);
+each pod has an address of its own. A flood from one address costs the API one TokenReview per 3 s after 10."""
+MAX_REMEMBERED = 4096
+"""Addresses and refused tokens each remembered at most (the least recently used dropped first; a few hundred
+bytes each)."""
 
 
 def create_blueprint(services: Services) -> Blueprint:
     bp = Blueprint("agents", __name__)
+    refusals: RecentRefusals[EnrollmentRefused] = RecentRefusals(ttl=REFUSAL_TTL, max_entries=MAX_REMEMBERED)
+    burst, rate = ADDRESS_BUCKET
+    buckets = TokenBuckets(capacity=burst, per_second=rate, max_keys=MAX_REMEMBERED)
+
+    def refused(exc: EnrollmentRefused) -> Any:
+        return error(exc.status, "unauthorized" if exc.status == 401 else "forbidden", str(exc))
 
     @bp.post(CREDENTIAL_PATH)
     def agent_credential() -> Any:
@@ -44,11 +67,27 @@ def create_blueprint(services: Services) -> Blueprint:
             )
             response.headers["WWW-Authenticate"] = 'Bearer realm="remediate-agent-credential"'
             return response, status
+        known = refusals.get(token)
+        if known is not None:
+            return refused(known)
+        wait = buckets.take(request.remote_addr or "")
+        if wait:
+            log.warning("too many agent credential requests from %s: %.0fs until the next", request.remote_addr, wait)
+            response, status = error(
+                429, "too_many_requests", f"too many agent credential requests from {request.remote_addr}"
+            )
+            response.headers["Retry-After"] = str(math.ceil(wait))
+            return response, status
         try:
             pod, credential = enrollment.issue(token)
         except EnrollmentRefused as exc:
+            refusals.put(token, exc)
             log.warning("refused an agent credential to %s: %s", request.remote_addr, exc)
-            return error(exc.status, "unauthorized" if exc.status == 401 else "forbidden", str(exc))
+            return refused(exc)
+        except EnrollmentBroken as exc:
+            # The server's set-up, not the pod: say so where the operator looks, and let the agent stop asking.
+            log.error("cannot hand out agent credentials (asked by %s): %s", request.remote_addr, exc)
+            return error(500, "enrollment_broken", str(exc))
         except (KubeError, KubeUnavailable) as exc:
             log.warning("cannot check the agent token of %s: %s", request.remote_addr, exc)
             return error(503, "kube_unavailable", f"cannot ask the Kubernetes API whose token this is: {exc}")

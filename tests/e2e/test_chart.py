@@ -230,6 +230,7 @@ EVENT_CALLS = {
 NAMESPACE_CALLS = {
     "list_namespaced_pod": ("", "pods", "list"),  # agent discovery, in the release namespace
     "read_namespaced_pod": ("", "pods", "get"),  # an agent's credential: the pod its token is bound to
+    "read_namespaced_daemon_set": ("apps", "daemonsets", "get"),  # ... and the UID of the DaemonSet it names
 }
 AGENT_CREDENTIAL_CALLS = {
     "create_token_review": ("authentication.k8s.io", "tokenreviews", "create"),  # who an agent's token is
@@ -280,6 +281,9 @@ def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dic
     role = by_kind(objects, "Role", FULLNAME)
     assert role["metadata"]["namespace"] == NAMESPACE
     assert rules(role) == derived_rules(NAMESPACE_CALLS)
+    # The agent DaemonSet only: its UID is what the enrollment compares with an agent pod's ownerReference.
+    (daemonsets,) = [rule for rule in role["rules"] if rule["resources"] == ["daemonsets"]]
+    assert daemonsets["resourceNames"] == [by_kind(objects, "DaemonSet")["metadata"]["name"]]
     # Issue 24, finding 11: events create was granted in every namespace; the code writes them in `default`.
     events = by_kind(objects, "Role", f"{FULLNAME}-events")
     assert events["metadata"]["namespace"] == EVENT_NAMESPACE

@@ -1,4 +1,4 @@
-"""Issue 24: an agent pod gets its own node's credential, and nothing else, for its projected ServiceAccount token.
+"""An agent pod gets its own node's credential, and nothing else, for its projected ServiceAccount token.
 
 The server (a real app on a SQLite file) asks the test Kubernetes API server (real HTTP, the official client)
 who a token is (TokenReview), then reads the pod: tokens are issued by that API server as the kubelet would
@@ -7,7 +7,10 @@ project them into a pod.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,13 +21,17 @@ from remediate.agent_protocol import CREDENTIAL_PATH
 from remediate.agentauth import node_token
 from tests.support.agent import AGENT_TOKEN
 from tests.support.fake_apiserver import API_AUDIENCE, FakeKubeAPI
+from tests.support.helm import NAMESPACE, Helm, chart_rbac
 from tests.support.http import OPERATOR_TOKEN, MakeServer, Server
+from tests.support.waiting import scaled
 
-NS, DAEMONSET, ACCOUNT, AUDIENCE = "remediate", "rel-remediate-agent", "rel-remediate-agent", "remediate-agent"
+# The chart's names (tests.support.helm renders release `rel` into namespace NAMESPACE), so that its RBAC applies.
+NS, DAEMONSET, ACCOUNT, AUDIENCE = NAMESPACE, "rel-remediate-agent", "rel-remediate-agent", "remediate-agent"
 
 
 @pytest.fixture
 def cluster(kube_api: FakeKubeAPI) -> FakeKubeAPI:
+    kube_api.add_daemonset(NS, DAEMONSET)
     for node in ("node-a", "node-b"):
         kube_api.add_node(node)
         kube_api.add_pod(
@@ -45,9 +52,9 @@ def server(make_server: MakeServer, cluster: FakeKubeAPI, kubeconfig: Path) -> S
     )
 
 
-def ask(server: Server, token: str | None) -> tuple[int, dict[str, str]]:
+def ask(server: Server, token: str | None, *, address: str = "127.0.0.1") -> tuple[int, dict[str, str]]:
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    response = server.client.post(CREDENTIAL_PATH, headers=headers)
+    response = server.client.post(CREDENTIAL_PATH, headers=headers, environ_base={"REMOTE_ADDR": address})
     return response.status_code, response.json
 
 
@@ -107,7 +114,7 @@ def test_tokens_that_are_not_a_live_agent_pods_get_nothing(server: Server, clust
     assert "is invalid for the target audiences" in answers["api audience"][1]["message"]
     assert "controlled by ReplicaSet x, not DaemonSet rel-remediate-agent" in answers["impostor"][1]["message"]
     assert "service account 'other' is not the agents'" in answers["other account"][1]["message"]
-    assert "not a service account of namespace 'remediate'" in answers["elsewhere"][1]["message"]
+    assert f"not a service account of namespace {NS!r}" in answers["elsewhere"][1]["message"]
     assert "has been invalidated" in answers["gone"][1]["message"]
     assert "expired" in answers["expired"][1]["message"]
 
@@ -145,7 +152,7 @@ def server_url(server: Server) -> Iterator[str]:
     thread.join(5)
 
 
-def fetch(node: str, server_url: str, token: str, tmp_path: Path) -> tuple[int, str, Path]:
+def fetch(node: str, server_url: str, token: str, tmp_path: Path, *, wait: float = 0) -> tuple[int, str, Path]:
     """`remediate agent-credential NODE --server ...` as the chart's init container runs it."""
     from click.testing import CliRunner
 
@@ -154,7 +161,7 @@ def fetch(node: str, server_url: str, token: str, tmp_path: Path) -> tuple[int, 
     token_file, output = tmp_path / "token", tmp_path / f"credential-{node}"
     token_file.write_text(token)
     args = ["agent-credential", node, "--server", server_url, "--service-account-token-file", str(token_file)]
-    result = CliRunner().invoke(main, [*args, "--output", str(output), "--wait", "0"])
+    result = CliRunner().invoke(main, [*args, "--output", str(output), "--wait", str(wait)])
     return result.exit_code, result.output, output
 
 
@@ -176,3 +183,125 @@ def test_the_init_containers_command_writes_the_credential_of_its_own_node(
     wrong_audience = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(API_AUDIENCE,))
     code, said, _ = fetch("node-a", server_url, wrong_audience, tmp_path)
     assert code != 0 and "refused this pod an agent credential" in said and "HTTP 401" in said
+
+
+def test_a_token_whose_audience_the_api_server_did_not_confirm_gets_nothing(
+    server: Server, cluster: FakeKubeAPI
+) -> None:
+    """An API server that reviews without audiences (one before 1.13, an audience-unaware authenticator) says
+    `authenticated` for any pod's token, the automounted one meant for the API server included, and lists no
+    audiences: nobody checked that the token was meant for us."""
+    ours = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+    for_the_api = cluster.issue_token(NS, f"{DAEMONSET}-b", audiences=(API_AUDIENCE,))
+    cluster.audience_unaware = True
+
+    answers = [ask(server, ours), ask(server, for_the_api)]
+
+    assert [status for status, _ in answers] == [401, 401]
+    assert all("credential" not in body for _, body in answers)
+    assert (
+        "did not confirm that the token is for audience 'remediate-agent' (status.audiences: none)"
+        in (answers[0][1]["message"])
+    )
+
+
+def test_a_pod_that_names_the_agent_daemonset_with_another_uid_gets_nothing(
+    server: Server, cluster: FakeKubeAPI
+) -> None:
+    """Whoever may create pods in the namespace can write any ownerReference: the name and kind of the agent
+    DaemonSet, and a UID of their choosing. Only the DaemonSet's own UID counts."""
+    cluster.add_node("gpu-9")
+    cluster.add_pod(
+        NS,
+        f"{DAEMONSET}-forged",
+        "gpu-9",
+        owner="DaemonSet",
+        owner_name=DAEMONSET,
+        owner_uid=str(uuid.uuid4()),
+        service_account=ACCOUNT,
+    )
+    forged = cluster.issue_token(NS, f"{DAEMONSET}-forged", audiences=(AUDIENCE,))
+    genuine = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+
+    status, body = ask(server, forged)
+
+    assert status == 403 and "credential" not in body
+    assert f"names DaemonSet {DAEMONSET} with UID" in body["message"] and "not one of its pods" in body["message"]
+    assert ask(server, genuine)[0] == 200
+    # The DaemonSet deleted and made again under its name: the pods of the old one are no agents of it.
+    del cluster.daemonsets[(NS, DAEMONSET)]
+    assert (
+        "which does not exist"
+        in ask(server, cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,)))[1]["message"]
+    )
+    cluster.add_daemonset(NS, DAEMONSET)
+    assert ask(server, cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,)))[0] == 403
+
+
+def test_a_terminating_agent_pod_gets_nothing(server: Server, cluster: FakeKubeAPI) -> None:
+    """A deleted pod's token stays valid through its grace period (the API server accepts it): the server
+    does not hand a pod on its way out a credential."""
+    token = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+    cluster.start_deletion(NS, f"{DAEMONSET}-a", seconds=scaled(60))
+
+    status, body = ask(server, token)
+
+    assert status == 403 and "credential" not in body
+    assert "is terminating" in body["message"]
+
+
+def test_a_server_that_may_not_review_tokens_says_so_and_the_agent_stops_asking(
+    server_url: str, server: Server, cluster: FakeKubeAPI, helm: Helm, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The chart's RBAC, enforced by the API server, without the binding that grants `create tokenreviews`:
+    every agent is refused whatever its token, so it is the server's set-up, not a wait-and-see 503."""
+    rbac = chart_rbac(helm)
+    without = [o for o in rbac.objects if o["metadata"]["name"] != "rel-remediate-agent-credentials"]
+    assert len(without) == len(rbac.objects) - 2  # the ClusterRole and its binding
+    cluster.authorize_as(without, rbac.service_account)
+    token = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+
+    with caplog.at_level(logging.ERROR, logger="remediate.server"):
+        status, body = ask(server, token)
+    assert status == 500 and body["error"] == "enrollment_broken"
+    assert 'cannot create resource "tokenreviews"' in body["message"]
+    assert "its ServiceAccount needs create tokenreviews" in body["message"]
+    assert any("cannot hand out agent credentials" in r.getMessage() for r in caplog.records)
+
+    # The init container's command gives up at once, saying where to look (it would wait out --wait on a 503).
+    started = time.monotonic()
+    code, said, output = fetch("node-a", server_url, token, tmp_path, wait=scaled(10))
+    assert code != 0 and "fix the server, not this pod" in said and "HTTP 500" in said
+    assert "waiting for the server" not in said and not output.exists()
+    assert time.monotonic() - started < scaled(10)
+
+    # With the chart's whole RBAC (tokenreviews, the pod, the agent DaemonSet by name) the same token works.
+    cluster.authorize_as(rbac.objects, rbac.service_account)
+    assert ask(server, token) == (200, {"node": "node-a", "credential": node_token(AGENT_TOKEN, "node-a")})
+
+
+def test_refused_tokens_and_floods_cost_the_api_server_a_bounded_number_of_reviews(
+    server: Server, cluster: FakeKubeAPI
+) -> None:
+    """Anyone reaching the port may ask; each question is a TokenReview. The same refused token is answered from
+    memory, and one address gets a burst of 10 reviews, then one every 3 s (429 with Retry-After)."""
+    reviews = r"/apis/authentication\.k8s\.io/v1/tokenreviews"
+    answers = [ask(server, "fake-sa-token.stolen-or-made-up", address="10.0.0.66") for _ in range(20)]
+    assert {status for status, _ in answers} == {401}
+    assert cluster.count("POST", reviews) == 1
+
+    started = time.monotonic()
+    flood = [ask(server, f"fake-sa-token.guess-{n}", address="10.0.0.99") for n in range(30)]
+    elapsed = time.monotonic() - started
+    statuses = [status for status, _ in flood]
+    reviewed = cluster.count("POST", reviews) - 1
+    assert 10 <= reviewed <= 10 + int(elapsed / 3) + 1, (reviewed, elapsed)
+    assert statuses[:10] == [401] * 10 and statuses.count(429) == 30 - reviewed
+    response = server.client.post(
+        CREDENTIAL_PATH, headers={"Authorization": "Bearer another-guess"}, environ_base={"REMOTE_ADDR": "10.0.0.99"}
+    )
+    assert response.status_code == 429 and 1 <= int(response.headers["Retry-After"]) <= 3
+
+    # Other addresses are not held up: an agent pod gets its credential.
+    token_a = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
+    assert ask(server, token_a, address="10.0.0.7")[0] == 200

@@ -20,6 +20,8 @@ reproduces the behaviours remediate depends on (each checked in tests/integratio
   with the apiserver's message when stale); every write bumps resourceVersion; validation of
   taints (422 Invalid: bad key, unsupported effect, duplicate key+effect) and 400 for values that
   do not decode (a non-boolean unschedulable, a timeAdded without a zone)
+- apps/v1 DaemonSets: GET (404 Status once gone); `add_daemonset` makes one, and a pod `add_pod` gives a
+  DaemonSet owner of that name carries its UID in the ownerReference (a made-up `owner_uid` is kept as given)
 - pods: LIST in all namespaces or one, with fieldSelector spec.nodeName / metadata.namespace /
   metadata.name / status.phase (unsupported fields -> 400 "field label not supported") and
   labelSelector; GET (404 Status with details once gone); DELETE
@@ -481,6 +483,7 @@ class FakeKubeAPI:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.pdbs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.daemonsets: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.service_account_tokens: dict[str, dict[str, Any]] = {}
         self.faults: list[Fault] = []
@@ -488,6 +491,9 @@ class FakeKubeAPI:
         self.changes: list[Change] = []
         self.requests: list[tuple[str, str, int]] = []
         self.rbac: Rbac | None = None
+        self.audience_unaware = False
+        """True: TokenReview ignores spec.audiences and answers no status.audiences, as an API server whose
+        token authenticator knows nothing of audiences does (before 1.13 every one; a webhook authenticator)."""
         """None: authorization off (the token may do everything). See `authorize_as`."""
         self._pending_deletions: dict[tuple[str, str], float] = {}
         self._heals: list[tuple[float, tuple[str, str]]] = []
@@ -602,9 +608,11 @@ class FakeKubeAPI:
         phase: str = "Running",
         replace_on_delete: bool = False,
         service_account: str = "default",
+        owner_uid: str | None = None,
     ) -> dict[str, Any]:
         """A pod bound to `node`. `replace_on_delete`: once deleted, its controller recreates it under the
-        same name (new UID, on no node yet), as a StatefulSet does."""
+        same name (new UID, on no node yet), as a StatefulSet does. The ownerReference's UID: `owner_uid`, else
+        that of the DaemonSet `owner_name` when `add_daemonset` made it, else a new one."""
         with self.lock:
             meta: dict[str, Any] = {
                 "name": name,
@@ -616,12 +624,14 @@ class FakeKubeAPI:
                 "annotations": {"kubernetes.io/config.mirror": "abc123"} if mirror else {},
             }
             if owner:
+                owner_name = owner_name or f"{name.rsplit('-', 1)[0]}"
+                known = self.daemonsets.get((namespace, owner_name)) if owner == "DaemonSet" else None
                 meta["ownerReferences"] = [
                     {
                         "apiVersion": "apps/v1",
                         "kind": owner,
-                        "name": owner_name or f"{name.rsplit('-', 1)[0]}",
-                        "uid": str(uuid.uuid4()),
+                        "name": owner_name,
+                        "uid": owner_uid or (known["metadata"]["uid"] if known else str(uuid.uuid4())),
                         "controller": True,
                         "blockOwnerDeletion": True,
                     }
@@ -644,6 +654,37 @@ class FakeKubeAPI:
             }
             self.pods[(namespace, name)] = pod
             return _public(pod)
+
+    def add_daemonset(self, namespace: str, name: str) -> dict[str, Any]:
+        """A DaemonSet (metadata only: nothing here runs its pods; `add_pod(owner="DaemonSet", ...)` does)."""
+        with self.lock:
+            daemonset = {
+                "kind": "DaemonSet",
+                "apiVersion": "apps/v1",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": str(uuid.uuid4()),
+                    "resourceVersion": self._next_rv(),
+                    "creationTimestamp": _now(),
+                    "generation": 1,
+                },
+                "spec": {
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]},
+                    },
+                },
+                "status": {
+                    "currentNumberScheduled": 0,
+                    "numberMisscheduled": 0,
+                    "desiredNumberScheduled": 0,
+                    "numberReady": 0,
+                },
+            }
+            self.daemonsets[(namespace, name)] = daemonset
+            return _public(daemonset)
 
     def issue_token(self, namespace: str, pod: str, *, audiences: tuple[str, ...], expires_in: float = 3600) -> str:
         """A projected ServiceAccount token of pod `namespace/pod` (its service account, bound to the pod and its
@@ -862,6 +903,7 @@ class FakeKubeAPI:
                 {"GET": self._get_pod, "DELETE": self._delete_pod},
             ),
             (r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/eviction", {"POST": self._evict}),
+            (r"/apis/apps/v1/namespaces/(?P<ns>[^/]+)/daemonsets/(?P<name>[^/]+)", {"GET": self._get_daemonset}),
             (r"/apis/policy/v1/poddisruptionbudgets", {"GET": self._list_pdbs}),
             (r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", {"GET": self._list_pdbs}),
             (r"/apis/events.k8s.io/v1/events", {"GET": self._list_events}),
@@ -1074,6 +1116,12 @@ class FakeKubeAPI:
             raise not_found("pods", name)
         return 200, _public(pod)
 
+    def _get_daemonset(self, *, ns: str, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
+        daemonset = self.daemonsets.get((ns, name))
+        if daemonset is None:
+            raise not_found("daemonsets", name, "apps")
+        return 200, _public(daemonset)
+
     def _delete_pod(self, *, ns: str, name: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         pod = self.pods.get((ns, name))
         if pod is None:
@@ -1221,7 +1269,7 @@ class FakeKubeAPI:
         if issued is None:
             return {"user": {}, "error": "[invalid bearer token, Token has been invalidated]"}
         shared = [audience for audience in wanted if audience in issued["audiences"]]
-        if not shared:
+        if not shared and not self.audience_unaware:
             return {
                 "user": {},
                 "error": f"[invalid bearer token, token audiences {json.dumps(list(issued['audiences']))} is "
@@ -1248,7 +1296,7 @@ class FakeKubeAPI:
                     "authentication.kubernetes.io/pod-uid": [issued["pod_uid"]],
                 },
             },
-            "audiences": shared,
+            **({} if self.audience_unaware else {"audiences": shared}),
         }
 
     def _list_pdbs(self, *, ns: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:

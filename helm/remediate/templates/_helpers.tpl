@@ -240,3 +240,23 @@ the server's settings and playbooks roll the server (which reads them at start),
 {{- if not $found }}{{ fail (printf "templates/configmap.yaml has no ConfigMap %s" (index . 1)) }}{{ end }}
 {{- $found | sha256sum }}
 {{- end }}
+
+{{/*
+The server's URL scheme: https with tls.enabled (the Secret and the CA's ConfigMap are then required).
+*/}}
+{{- define "remediate.scheme" -}}
+{{- if .Values.tls.enabled }}
+{{- if not .Values.tls.existingSecret }}{{ fail "tls.enabled needs tls.existingSecret: a kubernetes.io/tls Secret (tls.crt, tls.key) for the server's Service name" }}{{ end }}
+{{- if not .Values.tls.caConfigMap }}{{ fail "tls.enabled needs tls.caConfigMap: a ConfigMap whose ca.crt is the CA that signed the server's certificate (the agents, the helm test, Prometheus and AlertManager verify with it; never a Secret: the agent DaemonSet references none)" }}{{ end }}
+{{- "https" }}
+{{- else }}
+{{- "http" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The server's Service URL as the cluster reaches it.
+*/}}
+{{- define "remediate.serviceUrl" -}}
+{{- printf "%s://%s.%s.svc:%v" (include "remediate.scheme" .) (include "remediate.fullname" .) .Release.Namespace .Values.service.port }}
+{{- end }}
