@@ -22,10 +22,11 @@ def gunicorn_tls_options(server: ServerSettings) -> dict[str, Any]:
         return {}
     if cert is None or key is None:
         raise ConfigError("HTTPS needs both tls_cert_file and tls_key_file (the certificate and its private key)")
+    for path in (cert, key):
+        if not path.is_file():
+            raise ConfigError(f"cannot serve HTTPS: {path}: no such file")
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile=cert, keyfile=key)
-    except FileNotFoundError as exc:
-        raise ConfigError(f"cannot serve HTTPS: {exc.filename}: no such file") from exc
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(
             f"cannot serve HTTPS with tls_cert_file {cert} and tls_key_file {key}: {exc} (a PEM certificate "
