@@ -59,6 +59,10 @@ def step_changes(
     """The steps of a recorded run and of its replayed run (the same decision) that differ, in order: by name
     (a step only on one side is `added` or `removed`), each with its params that differ and, where the action
     can tell from the recorded plan, the change it would make instead (`plan`)."""
+    if len(recorded) == len(replayed) and all(
+        (a.name, a.action, a.params) == (b.name, b.action, b.params) for a, b in zip(recorded, replayed, strict=True)
+    ):
+        return []  # the common case, checked without building anything
     before = {step.name: step for step in recorded}
     after = {step.name: step for step in replayed}
     names = [s.name for s in replayed] + [s.name for s in recorded if s.name not in after]

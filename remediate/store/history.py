@@ -36,9 +36,10 @@ class HistoryQuery:
     limit: int = 50
     cursor: str | None = None
     search: str | None = None
-    """Text that the alertname, the target (node) or the playbook contains, in any case: one search box
-    over all three. Unlike the exact filters no index serves it: a rare text reads back through the
-    history until a page is full (the pages' search; the filters stay the fast way)."""
+    """Text that the alertname, the target (node), the playbook or a label or annotation of the alert (a GPU's
+    UUID) contains, in any case: one search box over all of them. Unlike the exact filters no index serves
+    it: a rare text reads back through the history until a page is full (the pages' search; the filters
+    stay the fast way)."""
 
 
 def encode_cursor(last_id: int) -> str:
@@ -199,9 +200,20 @@ def history_page(
             conditions.append(column == value)
     if query.search:
         needle = query.search.lower()
+        a = t.alerts.c
+        # Any label or annotation value of the decision's alert too (a GPU's UUID, an XID): searched in their
+        # stored JSON text, so a key matches as well; one alert row per decision (its primary key).
+        in_alert = sa.exists().where(
+            a.id == d.c.alert_id,
+            sa.or_(*(sa.func.lower(c).contains(needle, autoescape=True) for c in (a.labels, a.annotations))),
+        )
         conditions.append(
             sa.or_(
-                *(sa.func.lower(c).contains(needle, autoescape=True) for c in (d.c.alertname, d.c.target, d.c.playbook))
+                *(
+                    sa.func.lower(c).contains(needle, autoescape=True)
+                    for c in (d.c.alertname, d.c.target, d.c.playbook)
+                ),
+                in_alert,
             )
         )
     conditions.extend(time_conditions(query.since, query.until, follows_id=time_follows_id))

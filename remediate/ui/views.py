@@ -258,7 +258,8 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             query = deps.history_query({**filters, "cursor": cursor, "limit": str(PAGE_SIZE)})
             if len(form["q"]) > MAX_SEARCH:
                 raise ValueError(f"q (the search) must be at most {MAX_SEARCH} characters")
-            # The search box: text in the alertname, the target or the playbook (store.HistoryQuery.search).
+            # The search box: text in the alertname, the target, the playbook or the alert's labels and
+            # annotations (store.HistoryQuery.search).
             entries, next_cursor = store.history.page(replace(query, search=form["q"] or None))
         except ValueError as exc:
             return render_template("history.html", form=form, rows=[], error=str(exc), older=None, newest=None), 400
