@@ -3,7 +3,7 @@
 The image (Dockerfile) and the test venv (scripts/lib.sh ensure_venv) install with `-c constraints.txt`, so
 the image ships the versions the suite ran on, not whatever is newest on the day it is built. Written by
 `scripts/sync-generated` (`--check`: scripts/test fails while it is out of step with pyproject.toml and the
-venv). To move the pins: `.venv/bin/pip install -U -e ".[postgres]"` (or `pip install NAME==X`), run the suite,
+venv). To move the pins: `.venv/bin/pip install -U NAME` (or `NAME==X`), run the suite,
 then `scripts/sync-generated`.
 
 Only the runtime closure is pinned (pyproject's `dependencies` and the `postgres` extra, with their own

@@ -90,9 +90,8 @@ def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_chec
 
     assert early.exit_code == 1, early.output
     assert "the run cannot succeed: a step's plan says it cannot act (each step says why)" in early.stdout
-    assert early.stdout.strip().splitlines()[-1].startswith(
-        "would run: no (playbook loss-spike: step 0 rollback: no checkpoint fits"
-    )
+    last = early.stdout.strip().splitlines()[-1]
+    assert last.startswith("would run: no (playbook loss-spike: step 0 rollback: no checkpoint fits"), last
     playbook = report["alerts"][0]["playbooks"][0]
     assert (report["would_run"], playbook["decision"], playbook["would_run"]) == (False, "accepted", False)
     rollback, lower_lr = playbook["steps"]

@@ -17,24 +17,25 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def serve_tree(tree: Path) -> Path:
-    """A tree with scripts/ and pyproject.toml whose .venv is this interpreter (ensure_venv: nothing to do)."""
+    """A tree with scripts/, pyproject.toml and constraints.txt whose .venv is this interpreter (ensure_venv:
+    nothing to do)."""
     shutil.copytree(ROOT / "scripts", tree / "scripts")
     shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    shutil.copy(ROOT / "constraints.txt", tree / "constraints.txt")
     return with_venv(tree)
 
 
 def with_venv(tree: Path) -> Path:
-    """`tree` (holding pyproject.toml) given a .venv whose python is this interpreter and whose install marker
-    matches its pyproject.toml, so scripts/lib.sh's ensure_venv installs nothing."""
+    """`tree` (holding pyproject.toml and constraints.txt) given a .venv whose python is this interpreter and whose
+    install marker matches them, so scripts/lib.sh's ensure_venv installs nothing."""
     bin_dir = tree / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").symlink_to(sys.executable)
     launcher = bin_dir / "remediate"
     launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m remediate "$@"\n')
     launcher.chmod(0o755)
-    digest = subprocess.run(
-        ["sha256sum", "pyproject.toml"], cwd=tree, capture_output=True, text=True, check=True
-    ).stdout.split()[0]
+    both = (tree / "pyproject.toml").read_bytes() + (tree / "constraints.txt").read_bytes()
+    digest = subprocess.run(["sha256sum"], input=both, capture_output=True, check=True).stdout.decode().split()[0]
     (tree / ".venv" / ".remediate-installed").write_text(f"{digest} extras= \n")
     return tree
 

@@ -4,6 +4,7 @@ gunicorn whose private classes remediate/httpworker.py subclasses is the minor r
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 
 import pytest
@@ -79,3 +80,15 @@ def test_pyproject_allows_only_that_gunicorn_minor() -> None:
     assert specifier.contains(f"{major}.{minor}.0") and specifier.contains(f"{major}.{minor}.99")
     assert not specifier.contains(f"{major}.{minor + 1}.0"), f"gunicorn{specifier} admits {major}.{minor + 1}"
     assert not specifier.contains(f"{major + 1}.0.0"), f"gunicorn{specifier} admits {major + 1}.0"
+
+
+def test_every_pip_step_of_the_dockerfile_installs_with_the_constraints() -> None:
+    """What the image test checks by its result (the image's versions are the pins), read from the Dockerfile: a pip
+    step without `-c` would install whatever is newest the day the image is built, which may still match today."""
+    dockerfile = (constraints.ROOT / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    steps = [line for line in dockerfile.splitlines() if line.startswith("RUN ") and " pip " in line]
+    assert len(steps) == 2, steps  # the wheels, then the install
+    for step in steps:
+        given = re.search(r"\s-c\s+(\S+)", step)
+        assert given is not None and given.group(1).endswith("constraints.txt"), step
+    assert "COPY pyproject.toml README.md constraints.txt ./" in dockerfile
