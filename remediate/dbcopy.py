@@ -34,6 +34,7 @@ from remediate import schema as t
 from remediate.errors import ConfigError, DatabaseCopyError, StoreUnavailable
 from remediate.store import Store, decision_time
 from remediate.store.database import shown_url as shown
+from remediate.store.shown_url import hide_in_text
 
 DEFAULT_BATCH_SIZE = 1000
 """Rows read and inserted per statement: memory stays bounded by one batch of the widest table."""
@@ -103,7 +104,7 @@ def _backend(url: str) -> str:
     try:
         backend = sa.make_url(url).get_backend_name()
     except sa.exc.ArgumentError as exc:
-        raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
+        raise ConfigError(f"cannot use database URL {shown(url)!r}: {hide_in_text(str(exc))}") from exc
     if backend not in _BACKENDS:
         raise ConfigError(f"cannot use database URL {shown(url)!r}: db copy copies between SQLite and PostgreSQL")
     return backend
@@ -112,7 +113,7 @@ def _backend(url: str) -> str:
 def _sqlite_file(url: sa.URL) -> Path:
     database = url.database
     if not database or database == ":memory:" or database.startswith("file:") or url.query.get("uri"):
-        raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: give the path of a SQLite file")
+        raise ConfigError(f"cannot use database URL {shown(url)!r}: give the path of a SQLite file")
     return Path(database)
 
 
