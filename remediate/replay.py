@@ -36,6 +36,7 @@ from remediate.engine import Engine
 from remediate.playbooks import PlaybookSet
 from remediate.runs import Decision, RunStatus
 from remediate.services import engine_for
+from remediate.source_guard import QUERY_TIME_LIMIT_S, json_column, time_limited
 from remediate.store import Store
 
 BATCH = 1000
@@ -153,7 +154,7 @@ def replay(
     scratch = Store.open("sqlite://")  # in memory, the schema Store.open creates
     try:
         engine = engine_for(settings, scratch, playbooks, registry)  # judged as the server judges
-        with _snapshot(source) as conn:
+        with _snapshot(source) as conn, time_limited(QUERY_TIME_LIMIT_S):
             _check_source(conn)
             nodes = cluster_nodes if cluster_nodes is not None else _stored_cluster_nodes(conn)
             simulated = _Breaker(scratch, settings, nodes, report) if nodes else None
@@ -184,7 +185,7 @@ class _Batch:
 
 def _stored_cluster_nodes(conn: sa.Connection) -> int | None:
     row = conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "breaker")).scalar_one_or_none()
-    return json.loads(row).get("cluster_nodes") if row else None
+    return json_column(row, "meta", "value", "breaker").get("cluster_nodes") if row else None
 
 
 def _batches(conn: sa.Connection, window: Window) -> Iterator[_Batch]:
@@ -224,7 +225,8 @@ def _batches(conn: sa.Connection, window: Window) -> Iterator[_Batch]:
                 s.run_id.in_(run_ids[start : start + 500]), s.action.in_(CORDONS)
             )
             for run_id, params in conn.execute(steps):
-                cordons.setdefault(run_id, []).append(json.loads(params).get("node") or "")
+                node = json_column(params, "steps", "params", f"of run {run_id}").get("node")
+                cordons.setdefault(run_id, []).append(node or "")
         yield _Batch([(row, alerts.get(row.id, [])) for row in rows], decisions, cordons)
 
 
@@ -244,8 +246,8 @@ def _notification(row: Any, alert_rows: Sequence[Any]) -> Notification:
             "alerts": [
                 {
                     "status": a.status,
-                    "labels": json.loads(a.labels),
-                    "annotations": json.loads(a.annotations),
+                    "labels": json_column(a.labels, "alerts", "labels", a.id),
+                    "annotations": json_column(a.annotations, "alerts", "annotations", a.id),
                     "startsAt": a.starts_at,
                     "endsAt": a.ends_at or _NOT_FIRING_YET,
                     "generatorURL": a.generator_url or "",
