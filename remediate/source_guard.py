@@ -106,8 +106,8 @@ def time_limited(limit: float) -> Iterator[None]:
     try:
         yield
     except sa.exc.OperationalError as exc:
-        reason = str(exc.orig)
-        if reason == "interrupted" or "statement timeout" in reason:
+        interrupted = getattr(exc.orig, "sqlite_errorcode", None) == sqlite3.SQLITE_INTERRUPT
+        if interrupted or "statement timeout" in str(exc.orig):
             raise SourceQueryTooLong(
                 f"a query on the source database ran past its time limit ({limit:g} s) and was stopped: "
                 "a remediate database answers each in milliseconds"
