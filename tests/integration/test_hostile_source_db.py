@@ -138,3 +138,23 @@ def test_the_source_is_read_only_untrusting_and_each_query_has_a_time_limit(tmp_
             assert conn.exec_driver_sql("SELECT count(*) FROM notifications").scalar_one() == 1
     finally:
         engine.dispose()
+
+
+def test_a_postgresql_source_has_the_time_limit_and_its_views_are_refused(pg_store_url: str, tmp_path: Path) -> None:
+    engine = dbcopy._open_source(pg_store_url, time_limit=0.2)
+    try:
+        with pytest.raises(SourceQueryTooLong, match="time limit"), time_limited(0.2), engine.connect() as conn:
+            conn.exec_driver_sql("SELECT pg_sleep(30)")
+    finally:
+        engine.dispose()
+    admin = sa.create_engine(pg_store_url, poolclass=sa.pool.NullPool)
+    try:
+        with admin.begin() as conn:
+            conn.exec_driver_sql("DROP TABLE alerts CASCADE")
+            conn.exec_driver_sql(RECURSIVE_ALERTS)
+    finally:
+        admin.dispose()
+
+    for command in COMMANDS.values():
+        result = run_remediate(*command(pg_store_url, tmp_path), timeout=60)
+        assert_refused(result, "the source's alerts is a view, not a table")
