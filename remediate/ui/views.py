@@ -228,7 +228,10 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             wait = store.ui_sessions.login_retry_after(client, throttle=deps.login_throttle, now=now)
             if wait is not None:
                 seconds = max(1, math.ceil(wait))
-                error = f"Too many failed logins from your address: try again in {seconds} s."
+                error = (
+                    f"Too many failed logins from your address: a wrong token is refused for {seconds} s more "
+                    "(the right one still logs in)."
+                )
                 refused = make_response(render_template("login.html", next=target, error=error), 429)
                 refused.headers["Retry-After"] = str(seconds)
                 return refused
