@@ -20,7 +20,6 @@ server created and never used counts as empty).
 
 from __future__ import annotations
 
-import sqlite3
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -32,13 +31,17 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.errors import ConfigError, DatabaseCopyError, StoreUnavailable
+from remediate.source_guard import QUERY_TIME_LIMIT_S, check_plain_tables, guarded_sqlite, json_column, time_limited
 from remediate.store import Store, decision_time
 from remediate.store.database import shown_url as shown
+from remediate.store.shown_url import hide_in_text
 
 DEFAULT_BATCH_SIZE = 1000
 """Rows read and inserted per statement: memory stays bounded by one batch of the widest table."""
 
 _BACKENDS = ("sqlite", "postgresql")
+JSON_COLUMNS = {t.alerts.name: ("labels", "annotations")}
+"""The source's columns that remediate writes as JSON objects and reads back (replay, the history): checked."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def copy_database(
     try:
         if _same_database(source_engine.url, sa.make_url(target_url)):
             raise DatabaseCopyError(f"the source and the target are the same database: {shown(target_url)}")
-        with _failures("source", source_url), _snapshot(source_engine) as source:
+        with _failures("source", source_url), _snapshot(source_engine) as source, time_limited(QUERY_TIME_LIMIT_S):
             _check_source(source)
             if dry_run:
                 tables = _dry_run(source, target_url, target_backend, progress)
@@ -103,7 +106,7 @@ def _backend(url: str) -> str:
     try:
         backend = sa.make_url(url).get_backend_name()
     except sa.exc.ArgumentError as exc:
-        raise ConfigError(f"cannot use database URL {url!r}: {exc}") from exc
+        raise ConfigError(f"cannot use database URL {shown(url)!r}: {hide_in_text(str(exc))}") from exc
     if backend not in _BACKENDS:
         raise ConfigError(f"cannot use database URL {shown(url)!r}: db copy copies between SQLite and PostgreSQL")
     return backend
@@ -112,31 +115,32 @@ def _backend(url: str) -> str:
 def _sqlite_file(url: sa.URL) -> Path:
     database = url.database
     if not database or database == ":memory:" or database.startswith("file:") or url.query.get("uri"):
-        raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: give the path of a SQLite file")
+        raise ConfigError(f"cannot use database URL {shown(url)!r}: give the path of a SQLite file")
     return Path(database)
 
 
-def _open_source(url: str) -> sa.Engine:
+def _open_source(url: str, time_limit: float = QUERY_TIME_LIMIT_S) -> sa.Engine:
     backend = _backend(url)
     parsed = sa.make_url(url)
     if backend == "sqlite":
         path = _sqlite_file(parsed)
         if not path.is_file():
             raise DatabaseCopyError(f"no database at {path}")
-        # mode=ro: SQLite itself refuses every write to the file, whatever this code does.
+        # mode=ro: SQLite itself refuses every write to the file, whatever this code does; a file from
+        # elsewhere runs nothing of its schema, and no query runs past the limit (remediate.source_guard).
         uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
-
-        def connect() -> sqlite3.Connection:
-            # isolation_level=None: the transaction is the BEGIN that _snapshot issues, not sqlite3's.
-            return sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-
-        return sa.create_engine(f"sqlite:///{path}", creator=connect, poolclass=sa.pool.NullPool)
+        connect, on_execute = guarded_sqlite(uri, time_limit)
+        engine = sa.create_engine(f"sqlite:///{path}", creator=connect, poolclass=sa.pool.NullPool)
+        sa.event.listen(engine, "before_cursor_execute", on_execute)
+        return engine
     try:
         engine = sa.create_engine(
             url,
             poolclass=sa.pool.NullPool,
             # The server refuses every write in this session: the source cannot be changed by mistake.
-            connect_args={"options": "-c default_transaction_read_only=on"},
+            connect_args={
+                "options": f"-c default_transaction_read_only=on -c statement_timeout={int(time_limit * 1000)}"
+            },
         )
     except ImportError as exc:
         raise ConfigError(f"cannot use database URL {shown(url)!r}: {exc}") from exc
@@ -173,6 +177,7 @@ def _schema_version(conn: sa.Connection) -> int | None:
 
 
 def _check_source(conn: sa.Connection) -> None:
+    check_plain_tables(conn, [table.name for table in t.metadata.sorted_tables])
     version = _schema_version(conn)
     if version is None:
         raise DatabaseCopyError("the source is not a remediate database (it has no schema version)")
@@ -291,6 +296,9 @@ def _copy_table(
         rows = [dict(row) for row in source.execute(query).mappings()]
         if not rows:
             return copied
+        for column in JSON_COLUMNS.get(table.name, ()):  # a broken row would fail every reader of the target
+            for row in rows:
+                json_column(row[column], table.name, column, row[keys[0].name])
         target.execute(sa.insert(table), decision_time.stamp(target, rows) if stamp else rows)
         copied += len(rows)
         last = tuple(rows[-1][key.name] for key in keys)

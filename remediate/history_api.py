@@ -13,6 +13,7 @@ from typing import Any
 
 from remediate.ladder import standing
 from remediate.runs import LadderState
+from remediate.shown_secrets import shown_text, shown_value
 from remediate.store.history import HistoryEntry, RunDetail, StepDetail
 
 _RUNG_REASON = re.compile(r"; rung (\d+) of (\d+) \(([^)]*)\): (.*)$", re.DOTALL)
@@ -56,7 +57,7 @@ def entry_json(entry: HistoryEntry) -> dict[str, Any]:
             "status": run.status,
             "started_at": run.started_at,
             "finished_at": run.finished_at,
-            "error": run.error,
+            "error": run.error if run.error is None else shown_text(run.error),
             "rung": run.rung,
         },
     }
@@ -68,7 +69,11 @@ def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[s
 
 
 def _step_json(step: StepDetail) -> dict[str, Any]:
-    return {**step._asdict(), "attempts": [a._asdict() for a in step.attempts]}
+    """A step as every reader may see it: a URL's or a header's secret hidden (remediate.shown_secrets)."""
+    shown = {**step._asdict(), "attempts": [a._asdict() for a in step.attempts]}
+    for key in ("params", "plan", "result", "error", "attempts"):
+        shown[key] = shown_value(shown[key])
+    return shown
 
 
 def ran_on(run: RunDetail) -> list[str]:
@@ -81,8 +86,12 @@ def ran_on(run: RunDetail) -> list[str]:
 def run_json(run: RunDetail) -> dict[str, Any]:
     """The body of GET /runs/<id> (and of an approval's answer)."""
     alert = run.alert
+    head = dict(zip(_RUN_KEYS, run, strict=False))
+    for key in ("error", "announce_error"):  # an error may quote a URL (a POST's)
+        if isinstance(head.get(key), str):
+            head[key] = shown_text(head[key])
     return {
-        **dict(zip(_RUN_KEYS, run, strict=False)),
+        **head,
         "ran_on": ran_on(run),
         "rung": run.rung,
         "ladder": ladder_json(run.rung, run.decision.reason if run.decision else None),

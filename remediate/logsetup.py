@@ -2,11 +2,12 @@
 gunicorn's own messages too) and `remediate agent`: one format on stderr, `log_format` text or json, `log_level`.
 
 Text is one line per record, `time LEVEL logger: message key=value ...` (remediate.logsafe escapes control
-characters, so alert data cannot forge a line). JSON is one object per line (python-json-logger): `time`
-(RFC 3339, UTC), `level`, `logger`, `message`, and the record's structured fields as keys. Structured fields
-are what a caller passes as `extra` (the audit events of remediate.audit, the access line) and the request id
-of the request being answered, which every record logged while answering it carries (`request_id`).
-docs/logging.md lists the fields.
+characters, so alert data cannot forge a line; the message's arguments have `=` and `"` escaped too, so alert
+data in a message cannot forge a `key=value` field for a logfmt parser). JSON is one object per line
+(python-json-logger): `time` (RFC 3339, UTC), `level`, `logger`, `message`, and the record's structured fields
+as keys. Structured fields are what a caller passes as `extra` (the audit events of remediate.audit, the access
+line) and the request id of the request being answered, which every record logged while answering it carries
+(`request_id`). docs/logging.md lists the fields.
 """
 
 from __future__ import annotations
@@ -49,10 +50,37 @@ def _text_value(value: Any) -> str:
     return text if text and _BARE.fullmatch(text) else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+_FIELD_SYNTAX = str.maketrans({"=": "\\x3d", '"': "\\x22"})
+
+
+def _inert(arg: Any) -> Any:
+    """A message argument that a logfmt parser cannot read as a field: `=` and `"` written as escapes."""
+    return arg if isinstance(arg, int | float) else str(arg).translate(_FIELD_SYNTAX)
+
+
+def inert_message(record: logging.LogRecord) -> str:
+    """The record's message with its arguments made inert (`_inert`). The arguments are the data (a label,
+    a rendered template, an error); the format string is the code's own and stays as written."""
+    args = record.args
+    if not args:
+        return record.getMessage()
+    try:
+        if isinstance(args, dict):
+            return str(record.msg) % {key: _inert(value) for key, value in args.items()}
+        return str(record.msg) % tuple(_inert(arg) for arg in args)
+    except (TypeError, ValueError):  # a conversion that needs the original type (%x of an object): escape all
+        return record.getMessage().translate(_FIELD_SYNTAX)
+
+
 class TextFormatter(EscapingFormatter):
-    """The text format: the escaping formatter's line, then each structured field as ` key=value` (logfmt)."""
+    """The text format: the escaping formatter's line, then each structured field as ` key=value` (logfmt).
+
+    Alert data rendered into a message (`... GPU 3 principal=admin event=approval`) must not read as fields
+    to a logfmt parser of the line (Loki's `| logfmt`, which keeps the first of a repeated key), so the
+    message's arguments have `=` and `"` escaped; the structured fields after it are quoted where needed."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = inert_message(record)
         line = super().formatMessage(record)
         fields = structured_fields(record)
         if fields.get("event") == record.message:  # an audit event: its name is the message already

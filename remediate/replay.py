@@ -42,6 +42,7 @@ from remediate.playbooks import PlaybookSet
 from remediate.replay_steps import StepRecord, step_changes
 from remediate.runs import Decision, RunStatus
 from remediate.services import engine_for
+from remediate.source_guard import QUERY_TIME_LIMIT_S, json_column, time_limited
 from remediate.store import Store
 
 BATCH = 1000
@@ -170,7 +171,7 @@ def replay(
     scratch = Store.open("sqlite://")  # in memory, the schema Store.open creates
     try:
         engine = engine_for(settings, scratch, playbooks, registry)  # judged as the server judges
-        with _snapshot(source) as conn:
+        with _snapshot(source) as conn, time_limited(QUERY_TIME_LIMIT_S):
             _check_source(conn)
             nodes = cluster_nodes if cluster_nodes is not None else _stored_cluster_nodes(conn)
             simulated = _Breaker(scratch, settings, nodes, report) if nodes else None
@@ -201,7 +202,7 @@ class _Batch:
 
 def _stored_cluster_nodes(conn: sa.Connection) -> int | None:
     row = conn.execute(sa.select(t.meta.c.value).where(t.meta.c.key == "breaker")).scalar_one_or_none()
-    return json.loads(row).get("cluster_nodes") if row else None
+    return json_column(row, "meta", "value", "breaker").get("cluster_nodes") if row else None
 
 
 def _batches(conn: sa.Connection, window: Window) -> Iterator[_Batch]:
@@ -243,7 +244,9 @@ def _batches(conn: sa.Connection, window: Window) -> Iterator[_Batch]:
                 .order_by(s.run_id, s.idx)
             )
             for run_id, *step in conn.execute(query):
-                steps.setdefault(run_id, []).append(StepRecord(*step))
+                record = StepRecord(*step)
+                json_column(record.params, "steps", "params", f"of run {run_id}")
+                steps.setdefault(run_id, []).append(record)
         yield _Batch([(row, alerts.get(row.id, [])) for row in rows], decisions, steps)
 
 
@@ -263,8 +266,8 @@ def _notification(row: Any, alert_rows: Sequence[Any]) -> Notification:
             "alerts": [
                 {
                     "status": a.status,
-                    "labels": json.loads(a.labels),
-                    "annotations": json.loads(a.annotations),
+                    "labels": json_column(a.labels, "alerts", "labels", a.id),
+                    "annotations": json_column(a.annotations, "alerts", "annotations", a.id),
                     "startsAt": a.starts_at,
                     "endsAt": a.ends_at or _NOT_FIRING_YET,
                     "generatorURL": a.generator_url or "",

@@ -474,7 +474,7 @@ def preflight(settings: Settings) -> LiveSet:
     store = Store.open(settings.store.url, pool=pool_limits(settings))
     store.close()
     for line in start_up_block(settings, live.names, dispatch.uses_agents):
-        log.info("%s", line)
+        log.info(line)  # the server's own text, as written (an argument's `=` would be escaped: logsetup)
     if missing := live.unconfigured():  # once, with the block: the notify steps naming them will fail
         log.warning("%s", missing)
     return live

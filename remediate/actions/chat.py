@@ -337,7 +337,8 @@ class ChatWebhookAction(PostingAction):
                 "url",
                 str,
                 check=check_stored_url,
-                doc="the webhook URL, written in the playbook (or url_file)",
+                doc="a webhook URL without a secret, e.g. an in-cluster relay (or url_file); a Slack or Teams "
+                "incoming-webhook URL is its own secret and is refused here: give it in url_file or a sink",
                 file_doc="file holding the webhook URL (a mounted Kubernetes Secret), read when the step runs",
             ),
             "message": Param(

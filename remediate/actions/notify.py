@@ -38,7 +38,7 @@ from remediate.actions.messages import render_message, run_page_url
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
 from remediate.lazyhttp import SessionSlot
-from remediate.urlcheck import check_stored_url, check_url, looks_like_token
+from remediate.urlcheck import CREDENTIAL_HEADER, check_stored_url, check_url, secret_header
 
 if TYPE_CHECKING:
     import requests
@@ -96,20 +96,16 @@ def idempotency_key(ctx: StepContext) -> str:
     return f"remediate-run-{ctx.run_id}-step-{ctx.step_index}"
 
 
-# Header names that carry credentials: refused in `headers` (stored and shown), allowed in `headers_file`.
-_CREDENTIAL_HEADER = re.compile(r"authorization|cookie|token|secret|password|passwd|api[-_]?key|signature|auth", re.I)
-# A header value that starts with an HTTP auth scheme is a credential whatever the header's name.
-_AUTH_SCHEME = re.compile(r"\s*(bearer|basic|token|digest|apikey|negotiate)\s", re.I)
 MAX_HEADERS_FILE_BYTES = 64 * 1024
 
 
 def _check_headers(headers: dict) -> str | None:
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
         return "must map header names to string values"
-    secret = sorted(name for name in headers if _CREDENTIAL_HEADER.search(name))
+    secret = sorted(name for name in headers if CREDENTIAL_HEADER.search(name))
     if not secret:
         # An innocent name does not make a key harmless (`X-Team: sk_live_51H...`, `X-Id: Bearer ...`).
-        secret = sorted(name for name, value in headers.items() if _AUTH_SCHEME.match(value) or looks_like_token(value))
+        secret = sorted(name for name, value in headers.items() if secret_header(name, value))
     if secret:
         return (
             f"{', '.join(secret)} would be stored and shown in the history: put credentials in headers_file "

@@ -23,6 +23,7 @@ from remediate.errors import (
 )
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 from remediate.store.postgres import PostgresDialect
+from remediate.store.shown_url import hide_in_text, shown_url
 from remediate.store.sqlite import SqliteDialect
 
 
@@ -93,8 +94,8 @@ class Database:
         try:
             dialect = dialect_for(sa.make_url(url))
             engine = dialect.create_engine(url, busy_timeout, pool, commit_checkpoints=commit_checkpoints)
-        except (sa.exc.ArgumentError, ImportError) as exc:
-            raise ConfigError(f"cannot use database URL {shown_url(url)!r}: {exc}") from exc
+        except (sa.exc.ArgumentError, ImportError, ValueError) as exc:  # ValueError: a port that is not a number
+            raise ConfigError(f"cannot use database URL {shown_url(url)!r}: {hide_in_text(str(exc))}") from exc
         database = cls(engine, busy_timeout=busy_timeout)
         try:
             database.dialect.protect_files()
@@ -102,7 +103,9 @@ class Database:
                 try:
                     database.upgrade()
                 except sa.exc.OperationalError as exc:  # one line: `remediate serve` prints it and exits
-                    raise ConfigError(f"cannot open database {shown_url(url)!r}: {_one_line(exc.orig)}") from exc
+                    raise ConfigError(
+                        f"cannot open database {shown_url(url)!r}: {hide_in_text(_one_line(exc.orig))}"
+                    ) from exc
                 except (StoreUnreachable, StoreRefused) as exc:
                     raise ConfigError(f"cannot open database: {exc}") from exc
             database.dialect.remember_file()
@@ -238,14 +241,6 @@ class Database:
     def schema_version(self) -> int:
         with self.read() as conn:
             return int(conn.execute(_SCHEMA_VERSION).scalar_one())
-
-
-def shown_url(url: str) -> str:
-    """The URL as it may be printed or logged: its password hidden."""
-    try:
-        return sa.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
-        return url  # not a URL at all: nothing that parses as a password in it
 
 
 def _one_line(error: BaseException | None) -> str:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from remediate.errors import StoreBusy, StoreRefused, StoreUnavailable, StoreUnreachable
 from remediate.sqlitefile import DEFAULT_BUSY_TIMEOUT
+from remediate.store.shown_url import hide_in_text, shown_url
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,8 @@ class Dialect:
 
     def message(self, exc: sa.exc.DBAPIError, what: str) -> str:
         """One line: the database (its password hidden), `what` happened, and the driver's reason."""
-        reason = " ".join(str(exc.orig).split()) or type(exc.orig).__name__
-        return f"the database {self.url.render_as_string(hide_password=True)} {what}: {reason}"
+        reason = hide_in_text(" ".join(str(exc.orig).split())) or type(exc.orig).__name__
+        return f"the database {shown_url(self.url)} {what}: {reason}"
 
     def lock_breaker(self, conn: sa.Connection) -> None:
         """Serialise the circuit breaker's writers inside their transaction."""

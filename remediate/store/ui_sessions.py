@@ -17,8 +17,9 @@ from remediate.store.database import Transactions
 
 @dataclass(frozen=True)
 class LoginThrottle:
-    """At most `allowed` failed logins per client address in a window of `window` seconds; then every login
-    from it answers 429 until the window is over (a correct token too: the token is not even checked)."""
+    """At most `allowed` failed logins per client address in a window of `window` seconds; then every wrong
+    token from it answers 429 until the window is over. A right token always logs in (the page checks the
+    token first): behind a proxy every user shares one address, and a guesser must not lock them out."""
 
     allowed: int = 10
     window: float = 60.0

@@ -218,19 +218,23 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
             return render_template("login.html", next=target, error=None)
         if not ui_session.csrf_ok(session, request.form.get("csrf_token")):
             abort(403, "the form's CSRF token is missing or does not belong to this session: reload the page")
-        # Per client address, counted in the store: a guesser's tries land on every worker of every replica.
-        # Behind a proxy the address is the proxy's, and its clients share one count.
+        # The token is checked first (constant time, every token): a right one always logs in, so a guesser
+        # (or a colleague's typos) behind the same proxy address can never lock the others out. Only
+        # failures are counted, per client address in the store (a guesser's tries land on every worker of
+        # every replica), and past the limit a wrong token answers 429 until the window is over.
         client, now = request.remote_addr or "unknown", time.time()
-        wait = store.ui_sessions.login_retry_after(client, throttle=deps.login_throttle, now=now)
-        if wait is not None:
-            # The token is not even checked (a right guess must look like the others); no failure counted.
-            seconds = max(1, math.ceil(wait))
-            error = f"Too many failed logins from your address: try again in {seconds} s."
-            refused = make_response(render_template("login.html", next=target, error=error), 429)
-            refused.headers["Retry-After"] = str(seconds)
-            return refused
         credential = ui_session.find_credential(deps.credentials, request.form.get("token", ""))
         if credential is None or not credential.allows(READ):
+            wait = store.ui_sessions.login_retry_after(client, throttle=deps.login_throttle, now=now)
+            if wait is not None:
+                seconds = max(1, math.ceil(wait))
+                error = (
+                    f"Too many failed logins from your address: a wrong token is refused for {seconds} s more "
+                    "(the right one still logs in)."
+                )
+                refused = make_response(render_template("login.html", next=target, error=error), 429)
+                refused.headers["Retry-After"] = str(seconds)
+                return refused
             store.ui_sessions.record_login_failure(client, throttle=deps.login_throttle, now=now)
             # One answer for both: which tokens exist is not the page's to say.
             error = "Unknown token, or one that may not read (the webhook token cannot log in)."

@@ -350,6 +350,42 @@ def test_a_url_carrying_credentials_is_refused_at_load_pointing_to_url_file(url:
     assert "steps[0]" in str(info.value)
 
 
+SLACK_HOOK = "https://hooks.slack.com/services/T0123ABCD/B0456EFGH/xYz0123456789AbCdEfGhIjK"
+TEAMS_HOOK = (
+    "https://contoso.webhook.office.com/webhookb2/2f1c9a7e-0b7d-4c1e-9a51-0c8d2f6b7e11@2f1c9a7e-0b7d-4c1e-9a51-"
+    "0c8d2f6b7e12/IncomingWebhook/0123456789abcdef0123456789abcdef/2f1c9a7e-0b7d-4c1e-9a51-0c8d2f6b7e13"
+)
+
+
+@pytest.mark.parametrize("action_name", ["notify.slack", "notify.teams", "notify.webhook"])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (SLACK_HOOK, "is a Slack incoming-webhook URL, whose path is its secret"),
+        ("https://hooks.slack.com/x", "is a Slack incoming-webhook URL"),  # whatever its path looks like
+        (TEAMS_HOOK, "is a Microsoft Teams incoming-webhook URL"),
+        ("https://prod-01.westus.logic.azure.com:443/workflows/abc/triggers/manual/paths/invoke", "Workflows"),
+        ("https://relay.example.test/hook/sk0123456789abcdefghijKLMN/x", "its path holds what looks like a token"),
+    ],
+)
+def test_a_webhook_url_whose_path_is_its_secret_is_refused_in_a_playbook(action_name: str, url: str, says: str) -> None:
+    """A Slack or Teams incoming-webhook URL is the credential itself (its path): written in a playbook, every
+    reader of the history saw it. It must come from a sink or url_file, and the error says so."""
+    from remediate.actions import default_registry
+    from remediate.config import Settings
+    from remediate.errors import PlaybookError
+    from remediate.playbooks import parse_playbook
+
+    playbook = {"name": "tell", "match": {"alertname": "X"}, "steps": [{"action": action_name, "with": {"url": url}}]}
+    with pytest.raises(PlaybookError, match="url_file") as info:
+        parse_playbook(playbook, default_registry(Settings()), source="tell.yaml")
+
+    message = str(info.value)
+    assert says in message and "steps[0]" in message
+    assert ("sinks.<name>.url_file" in message) or "token" in says
+    assert "0123456789" not in message and "T0123ABCD" not in message  # the error does not repeat the secret
+
+
 @pytest.mark.parametrize(
     "url",
     [

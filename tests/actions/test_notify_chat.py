@@ -302,7 +302,7 @@ def test_exactly_one_of_url_and_url_file(kind: type[ChatWebhookAction]) -> None:
     with pytest.raises(ParamsError, match="exactly one of url"):
         action.validate({})
     with pytest.raises(ParamsError, match="exactly one of url"):
-        action.validate({"url": "https://hooks.slack.com/x", "url_file": "/etc/remediate/slack-url"})
+        action.validate({"url": "https://chat-relay.example.com/x", "url_file": "/etc/remediate/slack-url"})
     with pytest.raises(ParamsError, match="absolute path"):
         action.validate({"url_file": "slack-url"})
 

@@ -31,6 +31,7 @@ from remediate.store import HistoryQuery, Store
 from tests.support.http import MakeServer, alert, notification
 from tests.support.postgres import PostgresCluster
 from tests.support.processes import REMEDIATE
+from tests.support.server import RemediateServer
 from tests.support.stores import step_details
 from tests.support.waiting import scaled, wait_until
 
@@ -337,6 +338,11 @@ def _queue_for(store: Store, registry: ActionRegistry, action: str, node: str) -
         ("postgresql+psycopg://remediate:s3cret@127.0.0.1:{port}/nosuchdb", 'database "nosuchdb" does not exist'),
         ("postgresql+psycopg://remediate:s3cret@127.0.0.1:{closed}/remediate", "Connection refused"),
         ("postgresql+nosuchdriver://remediate:s3cret@127.0.0.1:{port}/x", "cannot use database URL"),
+        # libpq takes the password (and the client key's passphrase) as query parameters too
+        ("postgresql+psycopg://remediate@127.0.0.1:{port}/nosuchdb?password=s3cret", "?password=***"),
+        ("postgresql+psycopg://remediate@127.0.0.1:{closed}/remediate?sslpassword=s3cret", "sslpassword=***"),
+        ("postgresql+nosuchdriver://remediate@127.0.0.1:{port}/x?Password=s3cret&a=b", "Password=***&a=b"),
+        ("postgresql+psycopg://remediate:s3cret@127.0.0.1:notaport/remediate?password=s3cret", "remediate:***@"),
     ],
 )
 def test_serve_with_a_database_it_cannot_use_prints_one_line_and_exits(
@@ -360,6 +366,19 @@ def test_serve_with_a_database_it_cannot_use_prints_one_line_and_exits(
     assert result.stderr.count("\n") == 1, result.stderr  # one line, never a traceback
     assert says in result.stderr
     assert "s3cret" not in result.stderr + result.stdout
+
+
+def test_the_start_up_block_hides_a_password_given_as_a_query_parameter(outage_url: str, tmp_path: Path) -> None:
+    url = outage_url.replace("remediate:s3cret@", "remediate@") + "?password=s3cret-in-query&sslmode=disable"
+    (tmp_path / "playbooks").mkdir()
+    server = RemediateServer(tmp_path / "server", tmp_path / "playbooks", workers=1, database_url=url).start()
+    server.stop()
+    # What the server wrote: not the test's own header line, which names the command it ran
+    log = "\n".join(line for line in server.log_path.read_text().splitlines() if not line.startswith("--- start"))
+
+    assert "s3cret" not in log, log
+    [store_line] = [line for line in log.splitlines() if "INFO remediate.serve: store: " in line]
+    assert "@127.0.0.1:" in store_line and "?password=***&sslmode=disable;" in store_line, store_line
 
 
 def test_each_server_process_opens_at_most_the_pool_the_settings_allow(

@@ -79,6 +79,11 @@ def test_no_sinks_by_default() -> None:
             id="credential-in-url",
         ),
         pytest.param(
+            {"oncall": {"type": "slack", "url": "https://hooks.slack.com/services/T01/B02/abcdefghij0123456789xyz"}},
+            "sinks.oncall.url: is a Slack incoming-webhook URL, whose path is its secret",
+            id="slack-webhook-url",
+        ),
+        pytest.param(
             {"oncall": {"type": "webhook", "url": "https://user:pw@bridge/x"}},
             "sinks.oncall.url: holds credentials (user:password@)",
             id="userinfo",

@@ -15,6 +15,7 @@ from remediate.audit import ReservedFieldError, audit_event
 from remediate.logsafe import LOG_FORMAT
 from remediate.logsetup import REQUEST_ID, RequestIdFilter, TextFormatter, configure_logging, json_formatter
 from remediate.server.requestlog import request_id_from
+from tests.support import logfmt
 
 
 def _record(message: str = "hello", level: int = logging.INFO, **extra: object) -> logging.LogRecord:
@@ -39,6 +40,36 @@ def test_an_audit_events_name_is_its_message_once_in_text() -> None:
     line = TextFormatter(LOG_FORMAT).format(_record("pause", event="pause", principal="alice"))
 
     assert line.endswith("remediate.test: pause principal=alice")
+
+
+HOSTILE = 'GPU 3 principal=admin event=approval reason="forged"'
+
+
+@pytest.mark.parametrize("args", [("run %s playbook %s: %s", (7, "log-it", HOSTILE)), ("%(m)s", ({"m": HOSTILE},))])
+def test_a_label_in_a_text_message_never_reads_as_a_logfmt_field(args: tuple[str, tuple[object, ...]]) -> None:
+    """A label rendered into a message (the log action's) must not give a logfmt parser of the line a
+    `principal` or an `event` of its own: only the record's real fields have values."""
+    message, message_args = args
+    record = logging.LogRecord("remediate.executor", logging.INFO, __file__, 1, message, message_args, None)
+    record.__dict__.update(run_id=7, principal="alice")
+    line = TextFormatter(LOG_FORMAT).format(record)
+
+    assert logfmt.fields(line) == {"run_id": "7", "principal": "alice"}
+    assert "GPU 3 principal\\x3dadmin event\\x3dapproval reason\\x3d\\x22forged\\x22" in line  # still legible
+
+
+def test_the_logfmt_parser_reads_fields_and_refuses_a_quote_where_a_key_starts() -> None:
+    assert logfmt.pairs('a b=1 c="x \\"y\\" = z" d=') == [("a", None), ("b", "1"), ("c", 'x "y" = z'), ("d", "")]
+    assert logfmt.fields("k=1 k=2") == {"k": "1"}
+    with pytest.raises(logfmt.LogfmtError):
+        logfmt.pairs('a "b"')
+
+
+def test_the_servers_own_format_string_stays_as_written() -> None:
+    record = logging.LogRecord(
+        "remediate.serve", logging.INFO, __file__, 1, "or REMEDIATE_MODE=enforce to act", (), None
+    )
+    assert TextFormatter(LOG_FORMAT).format(record).endswith(": or REMEDIATE_MODE=enforce to act")
 
 
 def test_json_lines_are_one_object_with_time_level_logger_message_and_the_fields() -> None:
