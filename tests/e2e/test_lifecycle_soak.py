@@ -157,7 +157,8 @@ def test_a_server_lives_through_reloads_kills_a_slow_request_and_a_database_outa
         f"\nsoak on {'PostgreSQL' if url else 'SQLite'}: {wall:.0f} s, {wall / LEASE:.0f} leases; "
         f"webhooks {traffic.sent()}, answers by status {dict(sorted(traffic.answers.items()))}; slow client {slow}; "
         f"runs {sum(runs.values())} ({len(acknowledged)} acknowledged, lost {len(lost)}, doubled {len(doubled)}, "
-        f"failed {len(failed)}); /metrics scrapes {watch.scrapes} (problems {len(watch.problems)}); "
+        f"failed {len(failed)}); /metrics scrapes {watch.scrapes} "
+        f"(cut {len(watch.cut)}, problems {len(watch.problems)}); "
         f"survived {sum(survived.values())}: {dict(survived)}"
     )
     assert traffic.bad == [], f"answered neither 200 nor 503: {traffic.bad[:10]}; events: {events}"
@@ -165,6 +166,7 @@ def test_a_server_lives_through_reloads_kills_a_slow_request_and_a_database_outa
     # may cut one, a reload or a SIGTERM least of all.
     killed = survived["HTTP worker SIGKILLed"] + survived["HTTP worker SIGKILLed, database away"]
     assert len(traffic.cut) <= killed, f"connections cut: {traffic.cut}; events: {events}"
+    assert len(watch.cut) <= killed, f"scrapes cut: {watch.cut}; events: {events}"
     assert traffic.answers["200"] > 0 and traffic.answers["503"] > 0, traffic.answers  # the outage was seen
     assert slow == [200], f"the slow client's request (over {SLOW_REQUEST:g}s) was answered {slow}"
     assert "WORKER TIMEOUT" not in server.log_tail(100_000), "a worker was killed for a slow client"

@@ -268,6 +268,8 @@ class MetricsWatch:
     every: float = 0.5
     scrapes: int = 0
     problems: list[str] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)
+    """Scrapes whose connection was cut before an answer: only a SIGKILLed worker's."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -286,6 +288,12 @@ class MetricsWatch:
         while not self._stop.wait(self.every):
             try:
                 now = counters(self.server)
+            except requests.ConnectionError as exc:
+                if "refused" not in str(exc).lower():  # the worker answering it was SIGKILLed: the next one counts
+                    self.cut.append(f"scrape {self.scrapes + 1}: {exc}"[:500])
+                    continue
+                self.problems.append(f"scrape {self.scrapes + 1}: {exc}"[:500])
+                continue
             except (AssertionError, requests.RequestException) as exc:
                 self.problems.append(f"scrape {self.scrapes + 1}: {exc}"[:500])
                 continue
