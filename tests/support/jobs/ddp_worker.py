@@ -70,6 +70,7 @@ def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
                         "while_skipping": True,
                     }
                 )
+            time.sleep(0.005)  # a dropped batch is still loaded: the skip takes as long as its batches' loading
             continue
         generator = torch.Generator().manual_seed(data_index * 2 + rank)
         x = torch.randn(8, 4, generator=generator)
