@@ -47,8 +47,9 @@ from remediate.training.wakeup import WakeUp
 __all__ = ["JobNameInUse", "TrainingControl"]
 
 EXCHANGE_EVERY_S = 0.1
-"""A multi-rank job's ranks exchange about this often when steps are shorter (rank 0 spaces the exchanges out by
-the step time; with longer steps, at every poll). Each costs every rank a thread hand-off to gloo and back."""
+"""By default a multi-rank job's ranks exchange about this often when steps are shorter (rank 0 spaces the
+exchanges out by the step time; with longer steps, at every poll). Each costs every rank a thread hand-off to gloo
+and back."""
 MAX_EXCHANGE_GAP = 32
 """Polls between two exchanges at most."""
 
@@ -68,6 +69,7 @@ class TrainingControl:
         wake_signal: int | None = signal.SIGUSR2,
         heartbeat_interval: float = 2.0,
         sync_every: int = 1,
+        sync_every_s: float = EXCHANGE_EVERY_S,
         rewinds_step: bool = True,
         handlers: dict[str, HandlerFunction | Handler] | None = None,
         on_ack: Callable[[Ack], None] | None = None,
@@ -85,7 +87,11 @@ class TrainingControl:
         wake_signal: the signal that wakes a waiting job (SIGUSR2; None: no handler). Installed only
             from the main thread and only if nothing handles that signal yet.
         sync_every: in a multi-rank job, the ranks exchange at least this many polls apart (each exchange is one
-            non-blocking broadcast of 16 bytes; rank 0 also spaces them out to about one per 100 ms of steps).
+            non-blocking broadcast of 16 bytes).
+        sync_every_s: in a multi-rank job, rank 0 spaces the exchanges out to about one per this many seconds of
+            steps (at most 32 polls apart); a command is applied at the poll after the exchange that found it, so
+            it waits about this long at most. 0: exchange at every poll (a command then lands exactly one poll
+            after rank 0 claimed it).
         rewinds_step: whether the caller moves its step counter back after a rollback (a plain loop
             does; the Lightning/Hugging Face callbacks restore the state but leave the trainer's counter).
         handlers: extra command kinds -> handler (a function of a CommandContext, or a `Handler`);
@@ -102,6 +108,8 @@ class TrainingControl:
             raise ValueError(f"TrainingControl needs a job name (argument job= or ${ENV_JOB})")
         if sync_every < 1:
             raise ValueError("sync_every must be at least 1")
+        if not (math.isfinite(sync_every_s) and sync_every_s >= 0):
+            raise ValueError("sync_every_s must be a finite number of seconds >= 0")
         self.paths = JobPaths(Path(root or os.environ.get(ENV_CONTROL_ROOT) or DEFAULT_CONTROL_ROOT), name)
         self.job = name
         self.checkpoints: CheckpointStore | None = None
@@ -110,6 +118,7 @@ class TrainingControl:
         self.framework = framework
         self.heartbeat_interval = heartbeat_interval
         self.sync_every = sync_every
+        self.sync_every_s = sync_every_s
         self.rewinds_step = rewinds_step
         self.rank, self.world_size = 0, 1
         self.last_step: int | None = None
@@ -331,7 +340,7 @@ class TrainingControl:
         return step
 
     def _next_gap(self) -> int:
-        """Polls from this exchange to the next, chosen by rank 0: about `EXCHANGE_EVERY_S` at the step time it
+        """Polls from this exchange to the next, chosen by rank 0: about `sync_every_s` at the step time it
         measured since the last one, at least `sync_every`, at most `MAX_EXCHANGE_GAP` (the most polls a step that
         slows down suddenly can delay a command by)."""
         now = time.monotonic()
@@ -339,7 +348,7 @@ class TrainingControl:
         if self._last_exchange is not None:
             at, polls = self._last_exchange
             per_poll = (now - at) / max(1, self._polls - polls)
-            gap = math.ceil(EXCHANGE_EVERY_S / per_poll) if per_poll > 0 else MAX_EXCHANGE_GAP
+            gap = math.ceil(self.sync_every_s / per_poll) if per_poll > 0 else MAX_EXCHANGE_GAP
         self._last_exchange = (now, self._polls)
         return max(self.sync_every, min(MAX_EXCHANGE_GAP, gap))
 
