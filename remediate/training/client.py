@@ -236,6 +236,11 @@ class TrainingControl:
         return self._commands.declared
 
     @property
+    def refused(self) -> dict[str, str]:
+        """Command kinds this integration cannot apply -> why (published in job.json for remediate's refusal)."""
+        return {kind: why for kind, why in sorted(self._commands.unsupported.items()) if kind not in self.commands}
+
+    @property
     def kinds(self) -> list[str]:
         return sorted(self._commands.handlers)
 

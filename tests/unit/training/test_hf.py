@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from remediate.actions.training_command import TrainingCommandAction
 from remediate.training.files import JobPaths
 from remediate.training.protocol import APPLIED
 from tests.support.training import deliver, halved_at_the_next_epoch, require, wait_for_ack
@@ -243,8 +244,17 @@ def test_the_hugging_face_callback_refuses_both_batching_commands_when_the_epoch
     agent = Agent(root, 1, ("reduce_batch_size", {"factor": 0.5}), ("set_dataloader_workers", {"workers": 1}))
     train_counting(tmp_path, [agent, ours(tmp_path, every_n_steps=None, batching=batching)], batching, 2)
 
-    declared = JobPaths(root, JOB).read_registration().commands or {}
-    assert not {"reduce_batch_size", "set_dataloader_workers"} & set(declared)  # refused at plan time
+    registration = JobPaths(root, JOB).read_registration()
+    assert not {"reduce_batch_size", "set_dataloader_workers"} & set(registration.commands or {})
+    # Refused at plan time, saying why and where to change it (it said only "does not declare command").
+    action = TrainingCommandAction(root, ("training_job",))
+    why = action.refusal(action.validate({"command": "reduce_batch_size", "params": {"factor": 0.5}}), registration)
+    assert why is not None and why.startswith("training job 'hf-job' does not declare command 'reduce_batch_size'")
+    assert (
+        "its transformers integration cannot apply it: 64 rows per epoch are not a multiple of the effective batch "
+        "24: the Trainer would cut the epoch's last update step at the boundary it counted at train() start; change "
+        'that in the job (docs/training-protocol.md, "Batch size and data loader workers")'
+    ) in why, why
     for sent in agent.sent:
         ack = wait_for_ack(root, JOB, sent)
         assert (
