@@ -22,7 +22,6 @@ outcome of all ranks. No torch import here (`remediate.training.distributed` has
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import time
@@ -35,9 +34,10 @@ from remediate.training.checkpoints import CheckpointIndex, as_list
 from remediate.training.commands import check_schema, command_schema
 from remediate.training.dispatch import Commands
 from remediate.training.distributed import LocalChannel, TorchChannel, detect_channel
+from remediate.training.exchange import EXCHANGE_EVERY_S, RankExchange
 from remediate.training.files import JobPaths
 from remediate.training.handlers import CheckpointStore, Handler, HandlerFunction
-from remediate.training.inbox import Claimed, Inbox
+from remediate.training.inbox import Inbox
 from remediate.training.jobfile import JobFile, JobNameInUse
 from remediate.training.outbox import Outbox
 from remediate.training.protocol import DEFAULT_CONTROL_ROOT, ENV_CONTROL_ROOT, ENV_JOB, Ack, check_kind
@@ -45,13 +45,6 @@ from remediate.training.skipping import Skips, loss_value
 from remediate.training.wakeup import WakeUp
 
 __all__ = ["JobNameInUse", "TrainingControl"]
-
-EXCHANGE_EVERY_S = 0.1
-"""By default a multi-rank job's ranks exchange about this often when steps are shorter (rank 0 spaces the
-exchanges out by the step time; with longer steps, at every poll). Each costs every rank a thread hand-off to gloo
-and back."""
-MAX_EXCHANGE_GAP = 32
-"""Polls between two exchanges at most."""
 
 
 class TrainingControl:
@@ -86,12 +79,9 @@ class TrainingControl:
         optimizer, scheduler: one or a list each (scale_lr changes them; frameworks attach them later).
         wake_signal: the signal that wakes a waiting job (SIGUSR2; None: no handler). Installed only
             from the main thread and only if nothing handles that signal yet.
-        sync_every: in a multi-rank job, the ranks exchange at least this many polls apart (each exchange is one
-            non-blocking broadcast of 16 bytes).
-        sync_every_s: in a multi-rank job, rank 0 spaces the exchanges out to about one per this many seconds of
-            steps (at most 32 polls apart); a command is applied at the poll after the exchange that found it, so
-            it waits about this long at most. 0: exchange at every poll (a command then lands exactly one poll
-            after rank 0 claimed it).
+        sync_every, sync_every_s: in a multi-rank job, the ranks exchange (one non-blocking 16-byte broadcast) at
+            least `sync_every` polls apart and about one per `sync_every_s` seconds of steps, at most 32 polls
+            apart (`exchange`); a command is applied at the poll after the exchange that found it. 0 s: every poll.
         rewinds_step: whether the caller moves its step counter back after a rollback (a plain loop
             does; the Lightning/Hugging Face callbacks restore the state but leave the trainer's counter).
         handlers: extra command kinds -> handler (a function of a CommandContext, or a `Handler`);
@@ -108,8 +98,6 @@ class TrainingControl:
             raise ValueError(f"TrainingControl needs a job name (argument job= or ${ENV_JOB})")
         if sync_every < 1:
             raise ValueError("sync_every must be at least 1")
-        if not (math.isfinite(sync_every_s) and sync_every_s >= 0):
-            raise ValueError("sync_every_s must be a finite number of seconds >= 0")
         self.paths = JobPaths(Path(root or os.environ.get(ENV_CONTROL_ROOT) or DEFAULT_CONTROL_ROOT), name)
         self.job = name
         self.checkpoints: CheckpointStore | None = None
@@ -117,8 +105,6 @@ class TrainingControl:
         self._schedulers = as_list(scheduler)
         self.framework = framework
         self.heartbeat_interval = heartbeat_interval
-        self.sync_every = sync_every
-        self.sync_every_s = sync_every_s
         self.rewinds_step = rewinds_step
         self.rank, self.world_size = 0, 1
         self.last_step: int | None = None
@@ -133,14 +119,7 @@ class TrainingControl:
         self._channel: LocalChannel | TorchChannel = LocalChannel()
         self._registered = self._closed = False
         self._loss: Any = None
-        self._polls = 0
-        self._next_exchange = 1
-        """The poll count of the next exchange between the ranks (the same on every rank)."""
-        self._read_at = 0
-        """The poll count at which every rank reads the last exchange's announcement (the poll after it)."""
-        self._last_exchange: tuple[float, int] | None = None
-        self._held: list[Claimed] = []
-        """Commands rank 0 claimed and announced, applied by every rank at the next exchange."""
+        self._exchange = RankExchange(self._commands, sync_every, sync_every_s)
         self._skips = Skips()
         for kind, handler in (handlers or {}).items():
             self.add_handler(kind, handler)
@@ -273,10 +252,7 @@ class TrainingControl:
         self._closed = True
         self._wake.uninstall()
         if self.rank == 0:
-            # Claimed but never applied (the job stopped before the next exchange): back to the inbox, where
-            # remediate withdraws them at their expiry ("never applied") or a new run of the job takes them.
-            self.inbox.release(self._held)
-            self._held = []
+            self._exchange.release(self.inbox)
             self.job_file.close()
 
     def __enter__(self) -> TrainingControl:
@@ -304,7 +280,7 @@ class TrainingControl:
         if loss is not None:
             self._loss = loss
         if self.world_size > 1:
-            return self._poll_ranks(step)
+            return self._exchange.poll(self, self._channel, step)
         if self.rank != 0:
             return step
         if self.job_file.heartbeat_due():
@@ -315,47 +291,6 @@ class TrainingControl:
             return step
         self.last_step = self._commands.run(self, self._channel, step, self.inbox.collect())
         return self.last_step
-
-    def _poll_ranks(self, step: int) -> int:
-        """A poll of a multi-rank job. At an exchange (every poll, or every few when steps are short) rank 0 starts
-        a non-blocking announcement of the commands it claimed and of the next exchange; every rank reads it at
-        the next poll, when it has long arrived, and applies what it announced there, at the same poll. No rank
-        waits for another unless a command was announced (`distributed.TorchChannel`)."""
-        self._polls += 1
-        channel = self._channel
-        assert isinstance(channel, TorchChannel)
-        if self._polls == self._read_at:
-            commands, gap = channel.announced() or (0, 1)
-            self._next_exchange = self._polls - 1 + max(1, gap)  # the same on every rank: rank 0 chose it
-            if commands:
-                held, self._held = self._held, []
-                step = self.last_step = self._commands.run(self, channel, step, held)
-        if self._polls != self._next_exchange:
-            return step
-        gap = 0
-        if self.rank == 0:
-            if self.job_file.heartbeat_due():
-                self.inbox.mark_dirty()
-                self.job_file.heartbeat()
-            if self.inbox.changed():
-                self._held.extend(self.inbox.collect())  # claimed now, applied by every rank at the next poll
-            gap = self._next_gap()
-        channel.announce(len(self._held), gap)
-        self._read_at = self._polls + 1
-        return step
-
-    def _next_gap(self) -> int:
-        """Polls from this exchange to the next, chosen by rank 0: about `sync_every_s` at the step time it
-        measured since the last one, at least `sync_every`, at most `MAX_EXCHANGE_GAP` (the most polls a step that
-        slows down suddenly can delay a command by)."""
-        now = time.monotonic()
-        gap = 1
-        if self._last_exchange is not None:
-            at, polls = self._last_exchange
-            per_poll = (now - at) / max(1, self._polls - polls)
-            gap = math.ceil(self.sync_every_s / per_poll) if per_poll > 0 else MAX_EXCHANGE_GAP
-        self._last_exchange = (now, self._polls)
-        return max(self.sync_every, min(MAX_EXCHANGE_GAP, gap))
 
     def skip_batch(self, *, poll: bool = True) -> bool:
         """True while a rollback's skip count lasts: drop this batch (counted down by each call).
