@@ -106,7 +106,18 @@ class TrainingCommandAction(_TrainingAction):
         declared = registration.commands.get(name)
         if declared is None:
             known = ", ".join(sorted(registration.commands)) or "none"
-            return f"training job {job!r} does not declare command {name!r} (it declares: {known})"
+            why = registration.refused.get(name)
+            if why:
+                return (
+                    f"training job {job!r} does not declare command {name!r} (it declares: {known}): its "
+                    f"{registration.framework or 'training'} integration cannot apply it: {why}; change that in the "
+                    'job (docs/training-protocol.md, "Batch size and data loader workers") and restart it'
+                )
+            return (
+                f"training job {job!r} does not declare command {name!r} (it declares: {known}): a job declares "
+                "a command by handling it (a Batching for reduce_batch_size and set_dataloader_workers, "
+                'control.handler() for its own; docs/training-protocol.md, "Declared commands")'
+            )
         try:
             schema = check_schema(declared)
         except SchemaError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from remediate.training.batching import REDUCE_BATCH_SIZE, SET_DATALOADER_WORKERS, Batching
@@ -110,9 +111,12 @@ class FrameworkCallback:
                 self._refused[kind] = batch_size_refusal
         self.control.register()
 
-    def step_end(self, step: int, loss: Any, checkpoint_loss: float | None) -> None:
-        """An optimizer step ended: save a checkpoint every `every_n_steps` steps, then poll."""
+    def step_end(self, step: int, loss: Any, checkpoint_loss: Callable[[], float | None]) -> None:
+        """An optimizer step ended: save a checkpoint every `every_n_steps` steps, then poll.
+
+        `loss`: this step's loss (a tensor is kept as it is: no GPU sync on a step that needs no number);
+        `checkpoint_loss`: the same as a float, called only when a checkpoint is saved."""
         if self.every_n_steps and step > 0 and step % self.every_n_steps == 0 and step != self._last_saved:
             self._last_saved = step
-            self.checkpoints.save(step, checkpoint_loss)
+            self.checkpoints.save(step, checkpoint_loss())
         self.control.poll(step, loss)

@@ -83,6 +83,17 @@ def _in_chain(info: CheckpointInfo, chain: _Chain) -> bool:
     return any(info.run == run and info.step <= limit for run, limit in chain)
 
 
+def _all_finite(tensors: Iterable[Any]) -> bool:
+    """Whether every floating-point tensor is all finite: one read per device, not one per tensor (a GPU sync each)."""
+    import torch
+
+    per_device: dict[Any, list[Any]] = {}
+    for tensor in tensors:
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.numel():
+            per_device.setdefault(tensor.device, []).append(torch.isfinite(tensor).all())
+    return all(bool(torch.stack(flags).all()) for flags in per_device.values())
+
+
 class CheckpointIndex:
     """The list of a job's checkpoints, kept in ``<directory>/index.json``, with retention and the good mark."""
 
@@ -435,10 +446,14 @@ class TorchCheckpoints(CheckpointIndex):
 
         if self.model is None:
             raise ValueError("TorchCheckpoints has no model to save (pass model=... or call attach())")
+        weights = self.model.state_dict()
+        if good is None and info.good and not _all_finite(weights.values()):
+            # NaN/Inf weights are never worth restoring, whatever the loss said (e.g. one a framework filtered).
+            info = replace(info, good=False)
         state = {
             "step": step,
             "loss": loss,
-            "model": self.model.state_dict(),
+            "model": weights,
             "optimizers": [o.state_dict() for o in self.optimizers],
             "schedulers": [s.state_dict() for s in self.schedulers],
             "extra": self.extra_state() if self.extra_state is not None else None,

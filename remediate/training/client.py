@@ -34,9 +34,10 @@ from remediate.training.checkpoints import CheckpointIndex, as_list
 from remediate.training.commands import check_schema, command_schema
 from remediate.training.dispatch import Commands
 from remediate.training.distributed import LocalChannel, TorchChannel, detect_channel
+from remediate.training.exchange import EXCHANGE_EVERY_S, RankExchange
 from remediate.training.files import JobPaths
 from remediate.training.handlers import CheckpointStore, Handler, HandlerFunction
-from remediate.training.inbox import Claimed, Inbox
+from remediate.training.inbox import Inbox
 from remediate.training.jobfile import JobFile, JobNameInUse
 from remediate.training.outbox import Outbox
 from remediate.training.protocol import DEFAULT_CONTROL_ROOT, ENV_CONTROL_ROOT, ENV_JOB, Ack, check_kind
@@ -61,6 +62,7 @@ class TrainingControl:
         wake_signal: int | None = signal.SIGUSR2,
         heartbeat_interval: float = 2.0,
         sync_every: int = 1,
+        sync_every_s: float = EXCHANGE_EVERY_S,
         rewinds_step: bool = True,
         handlers: dict[str, HandlerFunction | Handler] | None = None,
         on_ack: Callable[[Ack], None] | None = None,
@@ -77,8 +79,9 @@ class TrainingControl:
         optimizer, scheduler: one or a list each (scale_lr changes them; frameworks attach them later).
         wake_signal: the signal that wakes a waiting job (SIGUSR2; None: no handler). Installed only
             from the main thread and only if nothing handles that signal yet.
-        sync_every: in a multi-rank job, look for commands every this many polls (each look is one
-            broadcast of 8 bytes).
+        sync_every, sync_every_s: in a multi-rank job, the ranks exchange (one non-blocking 16-byte broadcast) at
+            least `sync_every` polls apart and about one per `sync_every_s` seconds of steps, at most 32 polls
+            apart (`exchange`); a command is applied at the poll after the exchange that found it. 0 s: every poll.
         rewinds_step: whether the caller moves its step counter back after a rollback (a plain loop
             does; the Lightning/Hugging Face callbacks restore the state but leave the trainer's counter).
         handlers: extra command kinds -> handler (a function of a CommandContext, or a `Handler`);
@@ -102,7 +105,6 @@ class TrainingControl:
         self._schedulers = as_list(scheduler)
         self.framework = framework
         self.heartbeat_interval = heartbeat_interval
-        self.sync_every = sync_every
         self.rewinds_step = rewinds_step
         self.rank, self.world_size = 0, 1
         self.last_step: int | None = None
@@ -117,7 +119,7 @@ class TrainingControl:
         self._channel: LocalChannel | TorchChannel = LocalChannel()
         self._registered = self._closed = False
         self._loss: Any = None
-        self._polls = 0
+        self._exchange = RankExchange(self._commands, sync_every, sync_every_s)
         self._skips = Skips()
         for kind, handler in (handlers or {}).items():
             self.add_handler(kind, handler)
@@ -213,6 +215,11 @@ class TrainingControl:
         return self._commands.declared
 
     @property
+    def refused(self) -> dict[str, str]:
+        """Command kinds this integration cannot apply -> why (published in job.json for remediate's refusal)."""
+        return {kind: why for kind, why in sorted(self._commands.unsupported.items()) if kind not in self.commands}
+
+    @property
     def kinds(self) -> list[str]:
         return sorted(self._commands.handlers)
 
@@ -245,6 +252,7 @@ class TrainingControl:
         self._closed = True
         self._wake.uninstall()
         if self.rank == 0:
+            self._exchange.release(self.inbox)
             self.job_file.close()
 
     def __enter__(self) -> TrainingControl:
@@ -271,23 +279,17 @@ class TrainingControl:
         self.last_step = step
         if loss is not None:
             self._loss = loss
-        if self.world_size > 1:  # every rank takes part in each look (a broadcast from rank 0)
-            self._polls += 1
-            if self._polls % self.sync_every:
-                return step
-        elif self.rank != 0:
+        if self.world_size > 1:
+            return self._exchange.poll(self, self._channel, step)
+        if self.rank != 0:
             return step
-        pending: list[Claimed] = []
-        if self.rank == 0:
-            if self.job_file.heartbeat_due():
-                self.inbox.mark_dirty()  # safety net: list the inbox once per heartbeat whatever its mtime says
-                self.job_file.heartbeat()
-            # The common case, kept short: one stat of the inbox, compared with what the last scan saw.
-            if self.inbox.changed():
-                pending = self.inbox.collect()
-            elif self.world_size == 1:
-                return step
-        self.last_step = self._commands.run(self, self._channel, step, pending)
+        if self.job_file.heartbeat_due():
+            self.inbox.mark_dirty()  # safety net: list the inbox once per heartbeat whatever its mtime says
+            self.job_file.heartbeat()
+        # The common case, kept short: one stat of the inbox, compared with what the last scan saw.
+        if not self.inbox.changed():
+            return step
+        self.last_step = self._commands.run(self, self._channel, step, self.inbox.collect())
         return self.last_step
 
     def skip_batch(self, *, poll: bool = True) -> bool:

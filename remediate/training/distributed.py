@@ -1,15 +1,18 @@
 """How the ranks of one job agree on commands: rank 0 reads the inbox and broadcasts; every rank applies.
 
-`LocalChannel` is the single-process case (nothing to send). `TorchChannel` uses the
-default torch.distributed process group: one broadcast of a single int64 per poll when
-there is no command (the payload length, 0), then the JSON payload as bytes when there is
-one; the outcomes come back to rank 0 with ``all_gather_object``. With NCCL the tensors live
-on the current CUDA device. Only this module imports torch.
+`LocalChannel` is the single-process case (nothing to send). `TorchChannel` talks over a gloo process group
+of its own (`dist.new_group(backend="gloo")`, CPU tensors whatever the training backend: no GPU sync, and none
+of DDP's traffic on the default group waits behind it). A poll with no command costs no rank a wait: at each
+exchange rank 0 *announces*, with a non-blocking broadcast (``async_op=True``) of two int64, how many commands
+it holds and how many polls until the exchange after the next; every rank reads that announcement at the next
+exchange, when the broadcast has long completed. Only when it announced commands do the ranks enter the
+blocking part: the JSON payload of each command as bytes, applied by every rank at that same poll, and the
+outcomes back to rank 0 with ``all_gather_object``. Only this module imports torch.
 
-Every rank must call `poll` (and `skip_batch`) at the same steps until every rank is done: each poll
-is a collective. A rank that never polls (only rank 0 does), or that stops early, leaves the others in
-a broadcast that the backend ends with an error of its own (gloo: "Connection reset by peer") or not
-at all; an error is re-raised as `RanksOutOfStep`, which says so.
+Every rank must call `poll` (and `skip_batch`) at the same steps until every rank is done: each exchange is
+a collective. A rank that never polls (only rank 0 does), or that stops early, leaves the others in a
+broadcast that the backend ends with an error of its own (gloo: "Connection reset by peer") or not at all;
+an error is re-raised as `RanksOutOfStep`, which says so.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import struct
 import sys
 from typing import Any
 
 log = logging.getLogger("remediate.training")
+_ANNOUNCEMENT = struct.Struct("=qq")
+"""Rank 0's announcement: commands it holds, polls from the next exchange to the one after."""
 
 
 class RanksOutOfStep(RuntimeError):
@@ -48,7 +54,7 @@ class LocalChannel:
 
 
 class TorchChannel:
-    """Collectives on the default process group; every rank must call them in the same order."""
+    """Collectives on a gloo group of the job's ranks; every rank must call them in the same order."""
 
     def __init__(self) -> None:
         import torch
@@ -58,11 +64,44 @@ class TorchChannel:
         self._dist = dist
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
-        if dist.get_backend() == "nccl":
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        else:
-            self.device = torch.device("cpu")
+        # A CPU group of its own: NCCL would need device tensors (a GPU sync to read them) and would queue the
+        # exchange behind the job's own collectives. Without gloo (rare builds) the default group serves.
+        self.group = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
+        on_gpu = self.group is None and dist.get_backend() == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
         self._length = torch.zeros(1, dtype=torch.int64, device=self.device)
+        # The announcement's two int64 live in a bytearray the CPU tensor shares: written and read with struct,
+        # cheaper than building a tensor per exchange (only the rare GPU fallback copies).
+        self._announcement = bytearray(_ANNOUNCEMENT.size)
+        self._announcement_tensor = torch.frombuffer(self._announcement, dtype=torch.int64)
+        self._announcement_on_device: Any = None
+        self._in_flight: Any = None
+
+    def announce(self, commands: int, gap: int) -> None:
+        """Start rank 0's announcement — `commands` held, the exchange after the next in `gap` polls — without
+        waiting for it (the other ranks' values are ignored); `announced` reads it at the next exchange."""
+        _ANNOUNCEMENT.pack_into(self._announcement, 0, commands, gap)
+        values = self._announcement_tensor
+        if self.device.type != "cpu":
+            values = self._announcement_on_device = values.to(self.device)
+        try:
+            self._in_flight = self._dist.broadcast(values, src=0, group=self.group, async_op=True)
+        except RuntimeError as exc:
+            raise _out_of_step("broadcast", self.rank, self.world_size, exc) from exc
+
+    def announced(self) -> tuple[int, int] | None:
+        """The last announcement (commands, gap) as rank 0 sent it; None before the first."""
+        if self._in_flight is None:
+            return None
+        work, self._in_flight = self._in_flight, None
+        try:
+            work.wait()
+        except RuntimeError as exc:
+            raise _out_of_step("broadcast", self.rank, self.world_size, exc) from exc
+        if self.device.type != "cpu":
+            self._announcement_tensor.copy_(self._announcement_on_device)
+        commands, gap = _ANNOUNCEMENT.unpack_from(self._announcement)
+        return commands, gap
 
     def broadcast(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
         """Rank 0's `payload` on every rank (None: nothing to do)."""
@@ -77,7 +116,7 @@ class TorchChannel:
         if self.rank == 0 and payload is not None:
             data = json.dumps(payload, allow_nan=False).encode()
         self._length.fill_(len(data))
-        dist.broadcast(self._length, src=0)
+        dist.broadcast(self._length, src=0, group=self.group)
         size = int(self._length.item())
         if size == 0:
             return None
@@ -85,7 +124,7 @@ class TorchChannel:
             buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.device)
         else:
             buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
-        dist.broadcast(buffer, src=0)
+        dist.broadcast(buffer, src=0, group=self.group)
         received: dict[str, Any] = json.loads(bytes(buffer.cpu().tolist()).decode())
         return received
 
@@ -93,7 +132,7 @@ class TorchChannel:
         """Every rank's outcome, in rank order (on every rank)."""
         outcomes: list[Any] = [None] * self.world_size
         try:
-            self._dist.all_gather_object(outcomes, outcome)
+            self._dist.all_gather_object(outcomes, outcome, group=self.group)
         except RuntimeError as exc:
             raise _out_of_step("gather of the outcomes", self.rank, self.world_size, exc) from exc
         return outcomes

@@ -6,8 +6,13 @@
 
 At the end of every optimizer step (``on_step_end``: after the optimizer and scheduler
 stepped) the callback saves a checkpoint every ``every_n_steps`` steps (model, optimizer and
-scheduler state dicts; the loss is the last one the Trainer logged, so set ``logging_steps``
-no larger than ``every_n_steps`` for a meaningful good mark) and polls the inbox. A rollback
+scheduler state dicts) and polls the inbox. A checkpoint's loss is its own step's: the mean of the
+losses the model's forward returned for that step's micro-batches (a forward hook on the model),
+raw. Not the loss the Trainer logs: that one is of an earlier step when the checkpoint is saved
+(``on_step_end`` runs before the step is logged), and with ``logging_nan_inf_filter=True``, the
+default, a NaN or Inf loss is replaced there by the average of the finite ones (0 right after a
+log), which would mark a checkpoint of NaN weights good. A step whose forward returned no loss (a
+``compute_loss`` of your own outside the model) saves a checkpoint of unknown loss, never good. A rollback
 restores those states in place; ``state.global_step`` is not rewound (the Trainer's logging,
 saving and ``max_steps`` depend on it), so the acknowledgement's step is the checkpoint's
 and the Trainer's counter continues. Skipped batches are dropped in ``on_pre_optimizer_step``
@@ -31,13 +36,19 @@ Needs ``transformers`` (and ``accelerate``, which its Trainer needs for PyTorch)
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
+import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from remediate.training.batching import Batching, set_loader_workers
 from remediate.training.callbacks import FrameworkCallback
 from remediate.training.handlers import drop_gradients
+from remediate.training.skipping import loss_value
+
+log = logging.getLogger("remediate.training")
 
 UNSUPPORTED_BATCH_SIZE = (
     "the callback was given no batching= (the per_device_train_batch_size, gradient_accumulation_steps and"
@@ -109,13 +120,19 @@ class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
 
     framework = "transformers"
     unsupported_batch_size = UNSUPPORTED_BATCH_SIZE
-    _last_loss: float | None = None
-    """The loss the Trainer logged last (its checkpoints' good mark: set logging_steps <= every_n_steps)."""
+    _step_losses: list[Any]
+    """The losses the model's forward returned since the last optimizer step (detached tensors, no GPU sync)."""
+    _loss_hook: Any = None
+    _warned_no_loss = False
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self.choose_writer(state.is_world_process_zero)
+        self._step_losses = []
+        model = kwargs.get("model")
+        if model is not None and self._loss_hook is None:
+            self._loss_hook = model.register_forward_hook(self._record_loss)
         refusal = None
         if self.batching is not None:
             loader = kwargs.get("train_dataloader")
@@ -155,16 +172,13 @@ class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
         if self.batching.dataloader_workers is not None:
             set_loader_workers(_torch_loader(loader), self.batching.dataloader_workers)
 
-    def on_log(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        logs: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if logs and isinstance(logs.get("loss"), int | float):
-            self._last_loss = float(logs["loss"])
+    def _record_loss(self, module: Any, args: Any, output: Any) -> None:
+        """Forward hook: keep the loss of a training forward (not an evaluation's), as the model returned it."""
+        if not module.training:
+            return
+        loss = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+        if loss is not None and hasattr(loss, "detach") and loss.numel() == 1:
+            self._step_losses.append(loss.detach())
 
     def on_pre_optimizer_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -175,9 +189,27 @@ class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
                 drop_gradients(model.parameters())
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        self.step_end(state.global_step, self._last_loss, self._last_loss)
+        losses, self._step_losses = self._step_losses, []
+        loss = None
+        if losses:  # the step's micro-batches; a tensor op, read (a GPU sync) only when a checkpoint needs it
+            loss = losses[0] if len(losses) == 1 else torch.stack([v.float() for v in losses]).mean()
+        self.step_end(state.global_step, loss, lambda: self._checkpoint_loss(state.global_step, loss))
+
+    def _checkpoint_loss(self, step: int, loss: Any) -> float | None:
+        if loss is None and not self._warned_no_loss:
+            self._warned_no_loss = True
+            log.warning(
+                "remediate: the model's forward returned no loss at step %d (a compute_loss of your own?): its "
+                "checkpoints have no known loss and are never marked good; return the loss from the model's forward "
+                "(ModelOutput.loss) or pass checkpoints= a store you record yourself",
+                step,
+            )
+        return loss_value(loss)
 
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
+        if self._loss_hook is not None:
+            self._loss_hook.remove()
+            self._loss_hook = None
         self.control.close()

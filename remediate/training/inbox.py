@@ -99,6 +99,12 @@ class Inbox:
                 continue  # withdrawn by remediate a moment ago
             claimed.append(self._read_claimed(command_id, time.time()))
 
+    def release(self, claimed: list[Claimed]) -> None:
+        """Put commands claimed but never started back into the inbox (none of them is in applied.log)."""
+        for command_id, _, _ in claimed:
+            with contextlib.suppress(OSError):
+                os.rename(self.paths.taken_command(command_id), self.paths.command(command_id))
+
     def _read_claimed(self, command_id: str, received: float) -> Claimed:
         try:
             command = Command.from_dict(read_json(self.paths.taken_command(command_id)))

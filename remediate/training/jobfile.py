@@ -153,6 +153,7 @@ class JobFile:
             wake_signal=None if closed else self.wake.name,
             kinds=tuple(commands),
             commands=commands,
+            refused=control.refused,
             checkpoints=tuple(self.checkpoints),
             lr=tuple(lrs),
             closed_at=now if closed else None,

@@ -129,7 +129,7 @@ class RemediateCallback(FrameworkCallback, Callback):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         loss = _loss_of(outputs)
-        self.step_end(trainer.global_step, loss, _as_float(loss))
+        self.step_end(trainer.global_step, loss, lambda: _as_float(loss))
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
         if self.control.skip_batch(poll=False):  # polled at the end of every batch, skipped or not

@@ -321,6 +321,9 @@ class Registration:
     commands: dict[str, dict[str, Any]] | None = None
     """Every command the job handles -> the schema of its params (`remediate.training.commands`);
     None from an older library that declares none (it lists only `kinds`)."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """Command kinds the job's integration cannot apply -> why (e.g. a Trainer set up so that it cannot change
+    its batch size): remediate's refusal says so. Empty from an older library."""
     version: int = PROTOCOL_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -365,7 +368,15 @@ class Registration:
             pod=_optional_str(data, "pod"),
             namespace=_optional_str(data, "namespace"),
             commands=None if commands is None else {str(k): v for k, v in commands.items()},
+            refused=_refused(data.get("refused")),
         )
+
+
+def _refused(value: Any) -> dict[str, str]:
+    """A registration's ``refused`` (kind -> why); anything else in it is ignored (it only explains a refusal)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(kind): why for kind, why in value.items() if isinstance(why, str)}
 
 
 # ---------------------------------------------------------------------------------------------- checkpoints

@@ -100,7 +100,9 @@ def test_an_undeclared_command_is_refused_at_plan_time_and_nothing_is_sent(root:
     assert plan["can_act"] is False
     assert plan["why_not"] == (
         "training job 'trainer-0' does not declare command 'set_dataloader_workers' (it declares: checkpoint, "
-        "reduce_batch_size, restart, rollback, scale_lr, skip_batches)"
+        "reduce_batch_size, restart, rollback, scale_lr, skip_batches): a job declares a command by handling it (a "
+        "Batching for reduce_batch_size and set_dataloader_workers, control.handler() for its own; "
+        'docs/training-protocol.md, "Declared commands")'
     )
     with pytest.raises(ActionError, match=r"does not declare command 'set_dataloader_workers' .*; nothing was sent"):
         action.execute(params, ctx_for(POD))

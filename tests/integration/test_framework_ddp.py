@@ -40,7 +40,9 @@ def run_ddp(tmp_path: Path, script: str) -> tuple[Path, list[dict[str, Any]]]:
 
 def check_halved(root: Path, job: str, ranks: list[dict[str, Any]]) -> None:
     """16 x 1 -> 8 x 2 from the second epoch on both ranks, 16 samples per rank behind every optimizer step."""
-    halved_at_the_next_epoch(root, job, ranks[0]["sent"], effective=32)  # micro-batch x accumulation x 2 ranks
+    # micro-batch x accumulation x 2 ranks; the jobs exchange at every poll (sync_every_s=0): claimed at step 2's
+    # poll, applied by both ranks at step 3's
+    halved_at_the_next_epoch(root, job, ranks[0]["sent"], effective=32, applied_at=3)
     for rank in ranks:  # 64 rows per rank and epoch: 4 optimizer steps per epoch
         assert rank["batching"] == [8, 2]
         assert rank["epochs"] == [[16, 1, 1], [8, 0, 2], [8, 0, 2]]

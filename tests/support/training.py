@@ -95,12 +95,15 @@ SAVED_AT = STARTS_AT_EPOCH - 3600.0
 """When LiveJob's checkpoints were saved: before the alert started, as a job's good checkpoints are."""
 
 
-def halved_at_the_next_epoch(root: Path, job: str, sent: list[str], effective: int) -> tuple[Ack, Ack]:
+def halved_at_the_next_epoch(
+    root: Path, job: str, sent: list[str], effective: int, *, applied_at: int = 2
+) -> tuple[Ack, Ack]:
     """The acknowledgements of `sent` (reduce_batch_size factor 0.5, then set_dataloader_workers 0, both sent at
-    step 2 of a framework job): applied at the next epoch, 16 x 1 -> 8 x 2 with the `effective` batch kept."""
+    step 2 of a framework job): taken at step `applied_at` (several ranks apply a command at the poll after the
+    one that claimed it), applied at the next epoch, 16 x 1 -> 8 x 2 with the `effective` batch kept."""
     shrink, workers = (wait_for_ack(root, job, command_id) for command_id in sent)
     assert shrink.status == APPLIED and workers.status == APPLIED, (shrink.detail, workers.detail)
-    assert shrink.step_before == 2 and "applies at the next epoch" in shrink.detail
+    assert shrink.step_before == applied_at and "applies at the next epoch" in shrink.detail
     assert (shrink.result["micro_batch_size_before"], shrink.result["micro_batch_size_after"]) == (16, 8)
     assert (shrink.result["accumulation_steps_before"], shrink.result["accumulation_steps_after"]) == (1, 2)
     assert shrink.result["effective_batch_size_before"] == shrink.result["effective_batch_size_after"] == effective

@@ -70,6 +70,7 @@ def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
                         "while_skipping": True,
                     }
                 )
+            time.sleep(0.005)  # a dropped batch is still loaded: the skip takes as long as its batches' loading
             continue
         generator = torch.Generator().manual_seed(data_index * 2 + rank)
         x = torch.randn(8, 4, generator=generator)
@@ -132,3 +133,29 @@ def run_only_rank0_polls(rank: int, root: str, port: int, out_dir: str) -> None:
     except Exception as exc:
         outcome = f"{type(exc).__name__}: {exc}"
     (Path(out_dir) / "rank0.txt").write_text(outcome)
+
+
+def run_exchanges(rank: int, root: str, port: int, out_dir: str, sleep_s: float) -> None:
+    """Two ranks polling without training: rank 0 is late for its poll 2 by `sleep_s`; each rank records how
+    long its polls 2 and 3 took. Then rank 0 finds a command at poll 4, the last before both ranks close."""
+    from tests.support.training import deliver
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    control = TrainingControl("exchange-job", root=Path(root), wake_signal=None, sync_every_s=0).register()
+    control.poll(1)
+    dist.barrier()
+    if rank == 0:
+        time.sleep(sleep_s)
+    durations = []
+    for step in (2, 3):
+        started = time.monotonic()
+        control.poll(step)
+        durations.append(time.monotonic() - started)
+    dist.barrier()
+    sent = deliver(Path(root), "exchange-job", "scale_lr", {"factor": 0.5}).id if rank == 0 else None
+    dist.barrier()
+    control.poll(4)  # rank 0 claims the command here; every rank would apply it at poll 5, which never comes
+    control.close()
+    dist.barrier()
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps({"durations": durations, "sent": sent}))
+    dist.destroy_process_group()

@@ -92,7 +92,8 @@ def main() -> None:
     model = Counting()
     record = Record(Path(options.root), model)
     callback = RemediateTrainerCallback(JOB, root=options.root, checkpoint_dir=Path(options.out) / "ckpt",
-                                        every_n_steps=None, wake_signal=None, batching=batching)  # fmt: skip
+                                        every_n_steps=None, wake_signal=None, batching=batching,
+                                        sync_every_s=0)  # fmt: skip
     args = transformers.TrainingArguments(output_dir=str(Path(options.out) / "hf"), num_train_epochs=3,
                                           per_device_train_batch_size=16, gradient_accumulation_steps=1,
                                           dataloader_num_workers=1, learning_rate=0.01, save_strategy="no",

@@ -78,7 +78,7 @@ def main() -> None:
     batching = Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)
     record = Record(Path(args.root))
     callback = RemediateCallback(JOB, root=args.root, checkpoint_dir=Path(args.out) / "ckpt", every_n_steps=None,
-                                 wake_signal=None, batching=batching)  # fmt: skip
+                                 wake_signal=None, batching=batching, sync_every_s=0)  # fmt: skip
     trainer = pl.Trainer(max_epochs=3, accelerator="cpu", devices=2, strategy="ddp", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=args.out, reload_dataloaders_every_n_epochs=1,

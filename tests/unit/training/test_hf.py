@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from remediate.actions.training_command import TrainingCommandAction
 from remediate.training.files import JobPaths
 from remediate.training.protocol import APPLIED
 from tests.support.training import deliver, halved_at_the_next_epoch, require, wait_for_ack
@@ -243,8 +244,17 @@ def test_the_hugging_face_callback_refuses_both_batching_commands_when_the_epoch
     agent = Agent(root, 1, ("reduce_batch_size", {"factor": 0.5}), ("set_dataloader_workers", {"workers": 1}))
     train_counting(tmp_path, [agent, ours(tmp_path, every_n_steps=None, batching=batching)], batching, 2)
 
-    declared = JobPaths(root, JOB).read_registration().commands or {}
-    assert not {"reduce_batch_size", "set_dataloader_workers"} & set(declared)  # refused at plan time
+    registration = JobPaths(root, JOB).read_registration()
+    assert not {"reduce_batch_size", "set_dataloader_workers"} & set(registration.commands or {})
+    # Refused at plan time, saying why and where to change it (it said only "does not declare command").
+    action = TrainingCommandAction(root, ("training_job",))
+    why = action.refusal(action.validate({"command": "reduce_batch_size", "params": {"factor": 0.5}}), registration)
+    assert why is not None and why.startswith("training job 'hf-job' does not declare command 'reduce_batch_size'")
+    assert (
+        "its transformers integration cannot apply it: 64 rows per epoch are not a multiple of the effective batch "
+        "24: the Trainer would cut the epoch's last update step at the boundary it counted at train() start; change "
+        'that in the job (docs/training-protocol.md, "Batch size and data loader workers")'
+    ) in why, why
     for sent in agent.sent:
         ack = wait_for_ack(root, JOB, sent)
         assert (
@@ -268,3 +278,85 @@ def test_the_hugging_face_callback_starts_workers_in_a_loader_built_without_any(
     assert ack.status == APPLIED and (ack.result["workers_before"], ack.result["workers_after"]) == (0, 1)
     assert counter.epochs == [(16, 0, 1), (16, 1, 1)]
     assert trainer.state.global_step == 8
+
+
+class PoisonedRows(Rows):
+    """Rows whose labels are multiplied by `factor` (NaN: the loss is NaN, and after the update so are the
+    weights) for the optimizer step `step` of batches of 8 read in order."""
+
+    def __init__(self, n: int, step: int, factor: float) -> None:
+        super().__init__(n)
+        self.rows, self.factor = range((step - 1) * 8, step * 8), factor
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        row = super().__getitem__(i)
+        return {**row, "labels": row["labels"] * self.factor} if i in self.rows else row
+
+
+def train_poisoned(tmp_path: Path, callbacks: list[Any], rows: Rows, max_steps: int, **arguments: Any) -> Any:
+    torch.manual_seed(0)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=max_steps,
+                                          per_device_train_batch_size=8, learning_rate=0.01, save_strategy="no",
+                                          report_to="none", use_cpu=True, remove_unused_columns=False,
+                                          disable_tqdm=True, dataloader_num_workers=0, logging_steps=1,
+                                          train_sampling_strategy="sequential", **arguments)  # fmt: skip
+    trainer = transformers.Trainer(model=TinyRegressor(), args=args, train_dataset=rows, callbacks=callbacks)
+    trainer.train()
+    return trainer
+
+
+def _logged_losses(trainer: Any) -> dict[int, float]:
+    return {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
+
+
+def test_a_checkpoint_of_nan_weights_is_never_good_under_the_trainers_default_nan_filter(tmp_path: Path) -> None:
+    """The field case: with logging_nan_inf_filter=True (the default) the Trainer logs a finite loss for a NaN
+    step (0 right after a log), the callback took it for the checkpoint's, marked checkpoints of NaN weights good,
+    and the loss-nan ladder's rollback "succeeded" by restoring NaN weights."""
+    import math
+
+    root, callback = tmp_path / "control", ours(tmp_path, every_n_steps=2, keep=10)
+    index: dict[int, Any] = {}
+    weights_finite: dict[int, bool] = {}
+
+    class LossNanLadder(Agent):
+        """At step 11, what remediate's loss-nan ladder does: roll back to the newest good checkpoint."""
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == self.at and not self.sent:
+                index.update({c.step: c for c in callback.checkpoints.list()})
+                for c in index.values():
+                    saved = torch.load(c.path, weights_only=True)["model"]["layer.weight"]
+                    weights_finite[c.step] = bool(torch.isfinite(saved).all())
+            super().on_step_end(args, state, control, **kwargs)
+
+    ladder = LossNanLadder(root, 11, ("rollback", {"checkpoint": "latest_good", "min_steps_back": 0}))
+    observer = Observer()
+    trainer = train_poisoned(tmp_path, [ladder, callback, observer], PoisonedRows(512, 5, math.nan), 14)
+
+    logged = _logged_losses(trainer)
+    assert all(math.isfinite(logged[s]) for s in range(5, 12)), logged  # what the filter made of the NaN steps
+    assert weights_finite == {2: True, 4: True, 6: False, 8: False, 10: False}
+    assert [s for s in sorted(index) if index[s].good] == [2, 4]
+    assert all(math.isnan(index[s].loss) for s in (6, 8, 10)), index  # each its own step's loss
+    ack = wait_for_ack(root, JOB, ladder.sent[0])
+    assert ack.status == APPLIED and ack.step_after == 4, ack.detail
+    restored = observer.after[11]["weight"]  # the rollback runs in our on_step_end, before the observer's
+    assert torch.isfinite(restored).all()
+    saved = torch.load(tmp_path / "ckpt" / "ckpt-000000004.pt", weights_only=True)
+    assert torch.equal(restored, saved["model"]["layer.weight"])
+
+
+def test_without_the_nan_filter_a_checkpoint_is_judged_by_the_loss_of_its_own_step(tmp_path: Path) -> None:
+    """With logging_nan_inf_filter=False a checkpoint took the loss logged at the step before it (the Trainer logs
+    a step after its on_step_end): a checkpoint saved at a spike was good by the loss before the spike."""
+    callback = ours(tmp_path, every_n_steps=2, keep=10)
+    trainer = train_poisoned(tmp_path, [callback], PoisonedRows(512, 6, 1000.0), 10, logging_nan_inf_filter=False)
+
+    logged = _logged_losses(trainer)
+    index = {c.step: c for c in callback.checkpoints.list()}
+    assert sorted(index) == [2, 4, 6, 8, 10]
+    for step, info in index.items():
+        assert info.loss == pytest.approx(logged[step], rel=1e-5), (step, info, logged)
+    assert logged[6] > 100 * logged[5]  # the spike is step 6's own
+    assert [s for s in sorted(index) if index[s].good] == [2, 4, 8, 10]
