@@ -8,7 +8,7 @@ notify step pays it on each alert. This session takes the same settings from the
 `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` (as `urllib.request.getproxies` reads them), `NO_PROXY` matched per
 host by requests' own `should_bypass_proxies` (decided once per scheme and host), `REQUESTS_CA_BUNDLE` /
 `CURL_CA_BUNDLE`. What it leaves out: `.netrc` credentials (a webhook's credential is its `url_file` or
-`headers_file`). A change of the environment counts from the next session: a reload builds new actions.
+`headers_file`). remediate never changes its environment once started: reading it once reads what it is.
 
 Imports requests: import this module only where a request is about to be sent (remediate.lazyhttp).
 """

@@ -122,7 +122,7 @@ def test_the_environment_is_read_when_the_session_is_made_not_on_every_post(
 ) -> None:
     """requests' default reads every proxy variable of the environment twice per request; the session
     takes them once. The process's environment does not change under a server: a POST after a change
-    goes where the session was told when it was made (the next session, after a reload, reads it again)."""
+    goes where the session was told when it was made; a session made later reads the environment again."""
     action = NotifyWebhookAction()
     post(action, receiver.url)
 
@@ -131,5 +131,5 @@ def test_the_environment_is_read_when_the_session_is_made_not_on_every_post(
 
     assert len(receiver.requests) == 2
     assert proxy.requests == []
-    post(NotifyWebhookAction(), receiver.url)  # a new action (a reload's): the proxy now
+    post(NotifyWebhookAction(), receiver.url)  # a new action's session: the proxy now
     assert [r.path for r in proxy.requests] == [receiver.url]
