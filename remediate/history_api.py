@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from remediate.ladder import standing
-from remediate.runs import LadderState
+from remediate.runs import LadderState, Standing
 from remediate.shown_secrets import shown_text, shown_value
 from remediate.store.history import HistoryEntry, RunDetail, StepDetail
 
@@ -131,7 +131,7 @@ def ladder_state_json(
         "run_id": state.run_id,
         "run_status": run_status,
         "standing": where,
-        "in_force": where == "in_force",
+        "in_force": where == Standing.IN_FORCE,
         "fingerprint": state.fingerprint,
         "starts_at": state.starts_at,
         "climbed_at": state.climbed_at,

@@ -26,7 +26,7 @@ from typing import Any
 from remediate.durations import format_duration
 from remediate.playbooks import Playbook
 from remediate.repeat import ordinal
-from remediate.runs import LadderState, RunStatus
+from remediate.runs import LadderState, RunStatus, Standing
 
 MAX_CLIMB = 50
 """Entries kept in a ladder's climb (the rungs run since its last reset): a ladder that keeps
@@ -148,20 +148,20 @@ PENDING_RUN = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
 """The statuses of a rung's run that has not ended yet: the rung is not in force yet."""
 
 
-def standing(state: LadderState, run_status: str | None) -> str:
+def standing(state: LadderState, run_status: str | None) -> Standing:
     """Where a ladder stands, for the operator's pages: `reset` (by a person), `resolved` (the occurrence of
     its last rung ended: undone where the rung has on_resolved), `in_force` (that rung's run succeeded),
     `pending` (its run has not ended), `not_in_force` (its run failed, was cancelled or rejected: the
     ladder moved on, but what the rung does did not happen, e.g. a cordon the breaker refused) or
     `unknown` (its run is no longer in the history)."""
     if state.rung < 1:
-        return "reset"
+        return Standing.RESET
     if state.resolved_at is not None:
-        return "resolved"
+        return Standing.RESOLVED
     if run_status is None:
-        return "unknown"
+        return Standing.UNKNOWN
     if run_status == RunStatus.SUCCEEDED:
-        return "in_force"
+        return Standing.IN_FORCE
     if run_status in PENDING_RUN:
-        return "pending"
-    return "not_in_force"
+        return Standing.PENDING
+    return Standing.NOT_IN_FORCE

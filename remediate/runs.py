@@ -68,6 +68,17 @@ class AttemptOutcome(StrEnum):
     INTERRUPTED = "interrupted"
 
 
+class Standing(StrEnum):
+    """Where an escalation ladder stands, for the operator's pages (remediate.ladder.standing)."""
+
+    RESET = "reset"
+    RESOLVED = "resolved"
+    IN_FORCE = "in_force"
+    PENDING = "pending"
+    NOT_IN_FORCE = "not_in_force"
+    UNKNOWN = "unknown"
+
+
 class Decision(StrEnum):
     """What the guards decided for one (alert, playbook) pair (remediate.guards.judge)."""
 

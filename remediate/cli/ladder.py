@@ -23,6 +23,7 @@ from remediate.cli._common import (
     print_json,
 )
 from remediate.cli._group import main
+from remediate.runs import Standing
 
 
 @main.group()
@@ -97,15 +98,15 @@ def _standing(item: dict[str, Any]) -> str:
     if that rung still held after its undo, nor "in force" for a rung whose run failed."""
     run = f"run {item['run_id']}"
     where = item.get("standing")
-    if where == "reset":
+    if where == Standing.RESET:
         return "reset: the next firing starts at rung 1"
-    if where == "resolved":
+    if where == Standing.RESOLVED:
         return f"resolved {_when(item['resolved_at'])}, no longer in force"
-    if where == "in_force":
+    if where == Standing.IN_FORCE:
         return f"in force since {_when(item['climbed_at'])}"
-    if where == "pending":
+    if where == Standing.PENDING:
         return f"not in force yet: {run} {str(item.get('run_status')).replace('_', ' ')}"
-    if where == "not_in_force":
+    if where == Standing.NOT_IN_FORCE:
         return f"NOT in force: {run} {item.get('run_status')}"
     return f"{run} no longer in the history"
 

@@ -325,7 +325,9 @@ class Pruner(Periodic):
         )
         self.reports.append(report)
         if report.total:
-            self.log.info("retention: pruned history older than %gs: %s", self.keep, report.summary())
+            # The summary is this module's own `table=count` text, not data: in the format string, so that the
+            # text log's escaping of data (remediate.logsetup) leaves its fields readable.
+            self.log.info("retention: pruned history older than %gs: " + report.summary().replace("%", "%%"), self.keep)
         return report
 
     def _loop(self) -> None:
