@@ -70,9 +70,9 @@ class AuthSettings:
 
     token: str | None = setting(None, str, secret=True)
     """The single token of earlier versions (or `token_file`). It now holds only the roles in `token_roles`
-    (default: webhook, i.e. POST /webhook only); see docs/api.md#tokens."""
+    (default: webhook, i.e. POST /webhook only); see README, "Tokens and roles"."""
     token_file: Path | None = setting(None, v.to_optional_path)
-    """File holding `token` (a mounted Secret), read at start; --token-file on `serve`."""
+    """File holding `token` (a mounted Secret), read at start."""
     token_roles: tuple[str, ...] = setting(("webhook",), v.to_roles)
     """Roles of the `token` (webhook, operator, read). `webhook,operator` keeps the old all-powerful token."""
     webhook_token: str | None = setting(None, str, secret=True)
@@ -175,7 +175,7 @@ class ExecutorSettings:
 
 @dataclass(frozen=True)
 class NotifySettings:
-    """notify steps (the named sinks; notify.webhook, Slack, Teams) and the links in their messages (issue 13)."""
+    """notify steps (the named sinks; notify.webhook, Slack, Teams) and the links in their messages."""
 
     PREFIX: ClassVar[str] = "notify_"
     timeout: float = setting(10.0, v.to_seconds)
@@ -283,12 +283,12 @@ class AgentSettings:
     token: str | None = setting(None, str, secret=True)
     """Bearer token between the server and its agents (both sides; or `agent_token_file`)."""
     token_file: Path | None = setting(None, v.to_optional_path)
-    """File holding `agent_token` (a mounted Secret); --token-file on `agent`."""
+    """File holding `agent_token` (a mounted Secret), read at start."""
     node_token: str | None = setting(None, str, secret=True)
     """Agent: this node's own credential, HMAC(agent_token, node_name) (`remediate agent-credential NODE`);
     with it the agent needs no `agent_token` and accepts only requests signed for its own node."""
     node_token_file: Path | None = setting(None, v.to_optional_path)
-    """File holding `agent_node_token`; --node-token-file on `agent`."""
+    """Agent: file holding `agent_node_token` (a mounted Secret), read at start."""
     retries: int = setting(3, v.to_positive_int)
     """Server: retries of one call to an agent that cannot be reached (connection refused, no agent pod yet)."""
     connect_timeout: float = setting(3.0, v.to_seconds)
@@ -362,7 +362,7 @@ class PrometheusSettings:
 
 @dataclass(frozen=True)
 class ReportSettings:
-    """The reliability report (issue 12) on /metrics."""
+    """The reliability report (docs/report.md) on /metrics."""
 
     PREFIX: ClassVar[str] = "report_"
     window: float = setting(7 * 86400.0, v.to_seconds)
@@ -376,7 +376,7 @@ class ReportSettings:
 
 @dataclass(frozen=True)
 class GrafanaSettings:
-    """Grafana annotations of executed runs (issue 13, docs/grafana.md)."""
+    """Grafana annotations of executed runs (docs/grafana.md)."""
 
     PREFIX: ClassVar[str] = "grafana_"
     url: str | None = setting(None, v.to_optional_url("grafana_url"))
@@ -447,14 +447,14 @@ class Settings:
         return _build(cls, values)
 
 
-def _flat_name(cls: type, each: dataclasses.Field[Any]) -> str:
+def flat_name(cls: type, each: dataclasses.Field[Any]) -> str:
     return each.metadata["flat"] or getattr(cls, "PREFIX", "") + each.name
 
 
-def _fields(cls: type) -> Iterator[tuple[type, dataclasses.Field[Any]]]:
+def setting_fields(cls: type) -> Iterator[tuple[type, dataclasses.Field[Any]]]:
     """(section, field) of every setting of `cls` and of its sections."""
     for each in dataclasses.fields(cls):
-        yield from [(cls, each)] if "convert" in each.metadata else _fields(each.default_factory)  # type: ignore[arg-type]
+        yield from [(cls, each)] if "convert" in each.metadata else setting_fields(each.default_factory)  # type: ignore[arg-type]
 
 
 def _build(cls: type, values: Mapping[str, Any]) -> Any:
@@ -463,13 +463,13 @@ def _build(cls: type, values: Mapping[str, Any]) -> Any:
     for each in dataclasses.fields(cls):
         if "convert" not in each.metadata:
             kwargs[each.name] = _build(each.default_factory, values)  # type: ignore[arg-type]
-        elif (flat := _flat_name(cls, each)) in values:
+        elif (flat := flat_name(cls, each)) in values:
             kwargs[each.name] = values[flat]
     return cls(**kwargs)
 
 
 FLAT: dict[str, Callable[[Any], Any]] = {
-    _flat_name(cls, each): each.metadata["convert"] for cls, each in _fields(Settings)
+    flat_name(cls, each): each.metadata["convert"] for cls, each in setting_fields(Settings)
 }
 """The converter of every setting, by the name users write."""
 
