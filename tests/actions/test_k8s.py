@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from remediate.actions import default_registry
 from remediate.actions.base import StepContext
 from remediate.actions.k8s import (
     CordonAction,
@@ -832,8 +833,18 @@ def test_a_drain_run_again_after_a_crash_evicts_nothing_twice(
     assert len(kube_api.changes_of("cordon")) == 1
 
 
-def test_every_kube_action_is_idempotent_and_only_cordon_taint_drain_are_gated(actions: dict[str, Any]) -> None:
-    assert all(a.idempotent and a.where.value == "cluster" for a in actions.values())
+def test_the_family_under_test_is_every_k8s_action_the_registry_ships(actions: dict[str, Any]) -> None:
+    """The properties below hold for each action of `actions`: a k8s action left out of it would skip them."""
+    assert sorted(actions) == [name for name in default_registry().names() if name.startswith("k8s.")]
+
+
+def test_every_kube_action_runs_in_the_cluster_only_handoff_is_not_idempotent_and_three_are_gated(
+    actions: dict[str, Any],
+) -> None:
+    """Node changes start from a fresh read, so a retry after a crash changes nothing twice; k8s.handoff posts to
+    a sink, which may have received it already, so it is never sent again (it is not idempotent)."""
+    assert all(a.where.value == "cluster" for a in actions.values())
+    assert sorted(n for n, a in actions.items() if not a.idempotent) == ["k8s.handoff"]
     assert sorted(n for n, a in actions.items() if a.breaker_gated) == ["k8s.cordon", "k8s.drain", "k8s.taint"]
 
 
