@@ -247,7 +247,7 @@ def test_without_a_breaker_a_gated_action_refuses(kube_api: FakeKubeAPI, actions
     assert kube_api.changes == []
 
 
-# --------------------------------------------------------------------------- scope (issue 24, finding 4)
+# --------------------------------------------------------------------------- scope
 
 CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
 GPU = {"nvidia.com/gpu.present": "true"}
@@ -640,7 +640,7 @@ def test_a_pdb_that_blocks_then_allows_is_retried_with_backoff(
 def test_a_pdb_still_being_processed_answers_429_and_the_drain_retries_until_it_is(
     kube_api: FakeKubeAPI, kube_client: KubeClient, actions: dict[str, Any], ctx_for: Ctx
 ) -> None:
-    """Issue 24, finding 11: the API answers 429 while a PDB's status is older than its spec."""
+    """The API answers 429 while a PDB's status is older than its spec."""
     kube_api.add_node("gpu-1")
     kube_api.add_pod("ml", "web-0", "gpu-1", labels={"app": "web"})
     kube_client.get_node("gpu-1")  # the official client is loaded (~1 s): the PDB is unprocessed for the drain's 2 s
@@ -778,7 +778,7 @@ def test_the_drain_plan_names_pods_to_evict_and_skip_and_the_pdbs_that_would_blo
 def test_the_drain_plan_forecasts_pending_finished_and_terminating_pods_as_evictable_despite_their_pdb(
     kube_api: FakeKubeAPI, kube_client: KubeClient, actions: dict[str, Any], ctx_for: Ctx
 ) -> None:
-    """Issue 24, finding 11: the forecast said a Pending pod would be blocked by its PDB; the API evicts it."""
+    """The forecast said a Pending pod would be blocked by its PDB; the API evicts it."""
     kube_api.add_node("gpu-1")
     kube_api.add_pod("ml", "web-pending", "gpu-1", labels={"app": "web"}, phase="Pending")
     kube_api.add_pod("ml", "web-failed", "gpu-1", labels={"app": "web"}, phase="Failed")

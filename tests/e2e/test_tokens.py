@@ -1,9 +1,9 @@
 """Tokens end to end against the real server.
 
-Issue 15, finding 12b: a real AlertManager with the webhook-only token gets its notifications in, and
+A real AlertManager with the webhook-only token gets its notifications in, and
 nothing else: approving, pausing and resetting the breaker with it are 403 over real HTTP; the operator
 token does them, and the history records the operator as who did, not the name the body claims.
-Issue 24, finding 3: the web pages' sessions of a rotated token, and of a logout, end on the real server.
+The web pages' sessions of a rotated token, and of a logout, end on the real server.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ def test_a_cookie_kept_from_before_the_logout_is_refused_by_every_worker(
 def test_two_hundred_rapid_failed_logins_are_throttled_across_the_workers(
     start_server: Callable[..., RemediateServer],
 ) -> None:
-    """Issue 24, finding 6: 200 guesses in 4 s were all checked. The failures are counted in the store, so
+    """200 guesses in 4 s were all checked. The failures are counted in the store, so
     the HTTP workers throttle together: 10 are checked, the rest answer 429 with Retry-After, the right
     token included."""
     server = start_server(workers=2)

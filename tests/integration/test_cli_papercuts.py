@@ -1,4 +1,4 @@
-"""Issue 27, deliverable 4: the CLI papercuts a new user hit, each pinned (CliRunner on real SQLite stores,
+"""The CLI papercuts a new user hit, each pinned (CliRunner on real SQLite stores,
 a real HTTP server in a thread for --server, and real `remediate serve` processes where the finding was one)."""
 
 from __future__ import annotations

@@ -349,7 +349,7 @@ NODE_A = node_token(AGENT_TOKEN, "node-a")
 def test_an_answer_not_signed_by_the_nodes_agent_for_this_request_is_refused(
     scripted: Any, signer: Any, why: str
 ) -> None:
-    """Issue 24: whoever answers in place of node-b's agent (on the path, or holding node-a's credential) is not
+    """Whoever answers in place of node-b's agent (on the path, or holding node-a's credential) is not
     believed: not a result, not an error class; an execute that must not run twice is left for a person."""
     url = f"http://127.0.0.1:{scripted.server_port}"
     forged_success = (200, b'{"result": {"ok": true}}', 0, signer)
