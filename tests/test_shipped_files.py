@@ -265,3 +265,37 @@ def test_no_shipped_playbook_only_logs_and_the_catch_all_logger_is_an_example() 
         assert only_log == [], f"{folder.relative_to(ROOT)}: {only_log} change nothing but count as remediations"
     examples, errors = load_directory(ROOT / "docs/examples", default_registry())
     assert errors == [] and [p.name for p in examples] == ["log-critical-alerts"]
+
+
+WORK_ITEM = re.compile(r"\b[Ii]ssues? \d+")
+"""A reference to a work item (the word issue and its number): it tells a reader nothing the text could not say
+itself (why)."""
+SPEAK_OF_BEHAVIOUR = ("remediate", "tests")
+"""Trees and files whose text must name no work item. docs/, pyproject.toml and helm/ join once they are clean."""
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".css", ".html", ".json", ".tpl", ".sh", ""}
+
+
+def work_item_references(root: Path, names: tuple[str, ...]) -> list[str]:
+    """`path:line` of every work-item reference in the text files of `names` (folders or files under `root`)."""
+    found = []
+    for name in names:
+        top = root / name
+        for path in sorted([top] if top.is_file() else top.rglob("*")):
+            if not path.is_file() or path.suffix not in TEXT_SUFFIXES or "__pycache__" in path.parts:
+                continue
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                if WORK_ITEM.search(line):
+                    found.append(f"{path.relative_to(root)}:{number}")
+    return found
+
+
+def test_code_tests_and_docs_speak_of_behaviour_not_of_work_items(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text('"""Fixed in ' + "issue" + ' 7."""\nx = 1  # upstream issues #500\n')
+    (tmp_path / "notes.toml").write_text("# " + "Issues" + " 3 and 4\n")
+    assert work_item_references(tmp_path, ("pkg", "notes.toml")) == ["pkg/a.py:1", "notes.toml:1"]
+    assert work_item_references(ROOT, SPEAK_OF_BEHAVIOUR) == []
