@@ -139,7 +139,7 @@ def test_queued_run_survives_a_crash_and_runs_after_restart(
     assert len(server.runs(alertname="E2ECrashQueued")) == 1
 
 
-# --------------------------------------------------------------------------- a stalled executor (finding 17)
+# --------------------------------------------------------------------------- a stalled executor
 
 EXECUTOR_PROCESS = """
 import sys, time

@@ -1,4 +1,4 @@
-"""`remediate dry-run` exits 1 when every step's plan says it cannot act (finding 5): a training job
+"""`remediate dry-run` exits 1 when every step's plan says it cannot act: a training job
 whose process is gone gets nothing, so nothing would run."""
 
 from __future__ import annotations

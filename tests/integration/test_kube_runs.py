@@ -468,7 +468,7 @@ def test_remediate_breaker_status_and_reset_on_the_database(tmp_path: Path, monk
     assert missing.exit_code == 2 and "no database at" in missing.output
 
 
-# --------------------------------------------------------------------------- transient plan errors (finding 14)
+# --------------------------------------------------------------------------- transient plan errors
 
 
 def _cordon_runs(rig: Rig) -> list[dict[str, Any]]:
@@ -530,7 +530,7 @@ def test_a_run_that_failed_transiently_before_changing_anything_runs_again_on_th
     assert str(new["id"]) in third.reason
 
 
-# --------------------------------------------------------------------------- notify anyway (finding 15)
+# --------------------------------------------------------------------------- notify anyway
 
 
 def oncall_sink(url: str, breakfix: str | None = None) -> tuple[Sink, ...]:

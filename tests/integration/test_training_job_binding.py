@@ -1,7 +1,7 @@
 """The server side of training control, against real job processes (tests/support/jobs/light_job.py).
 
-Which process answers (finding 1), dead jobs (5), a graceful stop while a command is out (7),
-the control directory through file descriptors (11) and binding to Prometheus' target labels (12).
+Which process answers, dead jobs, a graceful stop while a command is out,
+the control directory through file descriptors and binding to Prometheus' target labels.
 """
 
 from __future__ import annotations

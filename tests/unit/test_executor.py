@@ -779,7 +779,7 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
     assert step_details(store, decision.run_id)[0]["status"] == "succeeded"
 
 
-# --------------------------------------------------------------------------- ownership of a run (finding 17)
+# --------------------------------------------------------------------------- ownership of a run
 
 
 @EVERY_DATABASE
