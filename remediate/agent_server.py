@@ -18,7 +18,7 @@ answer to a request whose signature was accepted carries the agent's signature, 
 - Anything else: the same JSON error body (404, 405, 411, 413, ...).
 
 Why no Flask or gunicorn: the agent serves these five routes to one caller, and those two (with werkzeug) were
-a tenth of its memory on every node (issue 25: idle RSS <= 40 MB, docs/benchmarks.md). Each connection has a
+a tenth of its memory on every node (its idle RSS target is <= 40 MB, docs/benchmarks.md). Each connection has a
 thread of its own (at most MAX_CONNECTIONS) and one deadline for its whole request (`request_timeout`), so a
 slow or idle client holds only its own thread, and only until then; `agent_threads` steps run at once. SIGTERM
 tells the running steps to stop (a training step withdraws its command), closes the listener and waits

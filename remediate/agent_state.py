@@ -4,7 +4,7 @@ that holds only the `action_memory` table (and `seen_requests`, the signatures o
 Who uses it: `remediate agent` (`agent.open_memory`), e.g. for the power limit a restore puts back. The
 server's tables, migrations and meta rows are no business of a node agent, so this creates the one table
 it needs and nothing else. It speaks to SQLite with the sqlite3 module alone: SQLAlchemy would be most of
-the agent's memory for a table of a few rows (issue 14: the agent idles in <= 60 MB). The file is kept as
+the agent's memory for a table of a few rows (the agent idles in <= 60 MB). The file is kept as
 the server store keeps its SQLite files (remediate.sqlitefile): created 0600, its -wal/-shm files tightened,
 writers queued by SQLite itself (`BEGIN IMMEDIATE` and its busy timeout), StoreBusy / StoreFileReplaced as there.
 

@@ -1,10 +1,10 @@
-"""The executor process's heartbeat, as its master and the HTTP workers see it (issue 24, finding 8).
+"""The executor process's heartbeat, as its master and the HTTP workers see it.
 
 A SIGSTOPped (or hung) executor process stays alive to `waitpid`: its master did not notice, nothing restarted
 it, and its runs waited. The executor's heartbeat thread writes the time (CLOCK_MONOTONIC, one clock for every
 process of the host) into a small file of the server's private directory every heartbeat interval, whatever the
 store does; the master kills and replaces an executor whose beat is older than the lease, and `/readyz` and
-`/metrics` show its age. No remediate import: the master loads this and gunicorn only (issue 14).
+`/metrics` show its age. No remediate import: the master loads this and gunicorn only (its idle memory).
 """
 
 from __future__ import annotations

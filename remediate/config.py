@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, ClassVar
 import yaml
 
 from remediate import config_values as v
-from remediate.config_values import ENV_PREFIX, MIN_RETENTION, OPERATOR, READ, WEBHOOK
+from remediate.config_values import ENV_PREFIX, MIN_RETENTION, OPERATOR, READ, WEBHOOK, Credential
 from remediate.errors import ConfigError
 
 __all__ = ["MIN_RETENTION", "OPERATOR", "READ", "WEBHOOK", "ConfigError", "Credential", "Settings", "load_settings"]
@@ -59,6 +58,7 @@ class ServerSettings:
     tls_cert_file: Path | None = setting(None, v.to_optional_path)
     """PEM certificate (chain) to serve HTTPS with, and tls_key_file its key: both or neither (default: HTTP)."""
     tls_key_file: Path | None = setting(None, v.to_optional_path)
+    """PEM private key of tls_cert_file (both or neither)."""
     config_file: Path | None = setting(None, v.to_optional_path, flat="config")
     """The settings file read at start (--config or REMEDIATE_CONFIG): a reload (SIGHUP, POST /-/reload) reads
     its `sinks` again."""
@@ -70,22 +70,26 @@ class AuthSettings:
 
     token: str | None = setting(None, str, secret=True)
     """The single token of earlier versions (or `token_file`). It now holds only the roles in `token_roles`
-    (default: webhook, i.e. POST /webhook only); see docs/api.md#tokens."""
+    (default: webhook, i.e. POST /webhook only); see README, "Tokens and roles"."""
     token_file: Path | None = setting(None, v.to_optional_path)
+    """File holding `token` (a mounted Secret), read at start."""
     token_roles: tuple[str, ...] = setting(("webhook",), v.to_roles)
     """Roles of the `token` (webhook, operator, read). `webhook,operator` keeps the old all-powerful token."""
     webhook_token: str | None = setting(None, str, secret=True)
     """Token AlertManager sends: may only POST /webhook (or `webhook_token_file`). Principal `webhook`."""
     webhook_token_file: Path | None = setting(None, v.to_optional_path)
+    """File holding `webhook_token` (a mounted Secret), read at start."""
     operator_token: str | None = setting(None, str, secret=True)
     """Token of operators: approve, pause, resume, breaker reset, and every read. Principal `operator`."""
     operator_token_file: Path | None = setting(None, v.to_optional_path)
+    """File holding `operator_token` (a mounted Secret), read at start."""
     tokens_file: Path | None = setting(None, v.to_optional_path)
     """YAML file of named tokens, `name: token` (operator role) or `name: {token: ..., roles: [read]}`;
     the name is the principal recorded as who approved, paused, resumed or reset."""
     read_token: str | None = setting(None, str, secret=True)
     """Optional token that may only read /history, /runs, /pause and /breaker. Principal `read`."""
     read_token_file: Path | None = setting(None, v.to_optional_path)
+    """File holding `read_token` (a mounted Secret), read at start."""
     insecure_no_auth: bool = setting(False, v.to_bool)
     """Serve without any token. Only for local experiments; logged loudly."""
 
@@ -104,7 +108,7 @@ class AuthSettings:
         )
         found.extend(Credential(name, token, frozenset(roles)) for name, token, roles in fixed if token)
         if self.tokens_file is not None:
-            found.extend(_read_tokens_file(self.tokens_file))
+            found.extend(v.read_tokens_file(self.tokens_file))
         seen: dict[str, str] = {}
         for credential in found:
             if credential.token in seen:
@@ -139,12 +143,16 @@ class EngineSettings:
     """What the engine judges alerts by: the playbooks, the server's mode, a step's default timeout."""
 
     playbooks: Path = setting(Path("playbooks"), Path)
+    """Directory of the playbook YAML files (re-read on SIGHUP or POST /-/reload)."""
     mode: str = setting("enforce", v.one_of("enforce", "dry-run"))
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
     step_timeout: float = setting(300.0, v.to_seconds)
     """Default per-step timeout in seconds (a step may set its own `timeout`)."""
     rollout: v.Rollout | None = setting(None, v.to_rollout)  # staged rollout: docs/playbooks.md, remediate.rollout
+    """Staged rollout of every playbook without its own `rollout:` (`{label: remediate.io/wave, waves:
+    {"1": enforce}, default: dry-run}`), YAML/JSON in the environment (docs/playbooks.md, "Staged rollout")."""
     rollout_nodes: tuple[tuple[str, str], ...] = setting((), v.to_rollout_nodes)  # {host-a: "1"}: hosts without k8s
+    """The wave of hosts without Kubernetes, `{host-a: "1"}` (YAML/JSON in the environment)."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,7 @@ class ExecutorSettings:
     """The executor: its threads, how it looks for runs, its lease and its name."""
 
     threads: int = setting(4, v.to_positive_int, flat="executor_threads")
+    """Threads of the executor process: runs it executes at once (0: no executor in this server)."""
     poll_interval: float = setting(0.2, v.to_seconds)
     """Seconds an idle executor waits before looking for runs queued by another process."""
     lease: float = setting(60.0, v.to_lease)
@@ -166,10 +175,12 @@ class ExecutorSettings:
 
 @dataclass(frozen=True)
 class NotifySettings:
-    """notify steps (the named sinks; notify.webhook, Slack, Teams) and the links in their messages (issue 13)."""
+    """notify steps (the named sinks; notify.webhook, Slack, Teams) and the links in their messages."""
 
     PREFIX: ClassVar[str] = "notify_"
     timeout: float = setting(10.0, v.to_seconds)
+    """Read by no step today: a notify step waits its own `timeout` param (default 10 s); kept so that files
+    that set it still load."""
     public_url: str | None = setting(None, v.to_optional_url("public_url"), flat="public_url")
     """remediate's base URL as people reach it (e.g. https://remediate.example.com): notify.slack and notify.teams
     link to `{public_url}/ui/runs/<id>`, notify.webhook sends it as `run_url`, message templates read it as
@@ -207,11 +218,15 @@ class GpuSettings:
     backend: str = setting("nvml", v.one_of("nvml", "simulated"))
     """nvml (the real driver) or simulated (only ever chosen explicitly: its device file, YAML/JSON, below)."""
     simulator_file: Path | None = setting(None, v.to_optional_path)
+    """Device file (YAML/JSON) of the simulated GPU backend."""
     power_floor_watts: float | None = setting(None, v.to_optional_watts)
+    """Refuse to set a GPU's power limit below these watts (see power_floor_percent)."""
     power_floor_percent: float | None = setting(None, functools.partial(v.to_optional_watts, most=100))
     """Refuse to set a GPU's power limit below these watts / this % of its default limit (an agent's own limit)."""
     events_alertmanager_url: str | None = setting(None, v.to_optional_url("gpu_events_alertmanager_url"))
+    """Agent: the AlertManager that GPU faults are raised in as alerts (see events_resolve_after)."""
     events_token_file: Path | None = setting(None, v.to_optional_path)
+    """Agent: file of a bearer token for that AlertManager."""
     events_resolve_after: float = setting(1800.0, v.to_seconds)
     """Agent: raise GPU faults as alerts in this AlertManager (remediate.gpu_faults; unset: off), resolved after."""
 
@@ -268,13 +283,16 @@ class AgentSettings:
     token: str | None = setting(None, str, secret=True)
     """Bearer token between the server and its agents (both sides; or `agent_token_file`)."""
     token_file: Path | None = setting(None, v.to_optional_path)
+    """File holding `agent_token` (a mounted Secret), read at start."""
     node_token: str | None = setting(None, str, secret=True)
     """Agent: this node's own credential, HMAC(agent_token, node_name) (`remediate agent-credential NODE`);
     with it the agent needs no `agent_token` and accepts only requests signed for its own node."""
     node_token_file: Path | None = setting(None, v.to_optional_path)
+    """Agent: file holding `agent_node_token` (a mounted Secret), read at start."""
     retries: int = setting(3, v.to_positive_int)
     """Server: retries of one call to an agent that cannot be reached (connection refused, no agent pod yet)."""
     connect_timeout: float = setting(3.0, v.to_seconds)
+    """Server: seconds to connect to an agent before the call counts as not reached (and is retried)."""
     bind: str = setting("127.0.0.1:9096", str)
     """Agent: host:port it listens on."""
     threads: int = setting(8, v.to_positive_int)
@@ -344,7 +362,7 @@ class PrometheusSettings:
 
 @dataclass(frozen=True)
 class ReportSettings:
-    """The reliability report (issue 12) on /metrics."""
+    """The reliability report (docs/report.md) on /metrics."""
 
     PREFIX: ClassVar[str] = "report_"
     window: float = setting(7 * 86400.0, v.to_seconds)
@@ -358,7 +376,7 @@ class ReportSettings:
 
 @dataclass(frozen=True)
 class GrafanaSettings:
-    """Grafana annotations of executed runs (issue 13, docs/grafana.md)."""
+    """Grafana annotations of executed runs (docs/grafana.md)."""
 
     PREFIX: ClassVar[str] = "grafana_"
     url: str | None = setting(None, v.to_optional_url("grafana_url"))
@@ -429,14 +447,14 @@ class Settings:
         return _build(cls, values)
 
 
-def _flat_name(cls: type, each: dataclasses.Field[Any]) -> str:
+def flat_name(cls: type, each: dataclasses.Field[Any]) -> str:
     return each.metadata["flat"] or getattr(cls, "PREFIX", "") + each.name
 
 
-def _fields(cls: type) -> Iterator[tuple[type, dataclasses.Field[Any]]]:
+def setting_fields(cls: type) -> Iterator[tuple[type, dataclasses.Field[Any]]]:
     """(section, field) of every setting of `cls` and of its sections."""
     for each in dataclasses.fields(cls):
-        yield from [(cls, each)] if "convert" in each.metadata else _fields(each.default_factory)  # type: ignore[arg-type]
+        yield from [(cls, each)] if "convert" in each.metadata else setting_fields(each.default_factory)  # type: ignore[arg-type]
 
 
 def _build(cls: type, values: Mapping[str, Any]) -> Any:
@@ -445,27 +463,15 @@ def _build(cls: type, values: Mapping[str, Any]) -> Any:
     for each in dataclasses.fields(cls):
         if "convert" not in each.metadata:
             kwargs[each.name] = _build(each.default_factory, values)  # type: ignore[arg-type]
-        elif (flat := _flat_name(cls, each)) in values:
+        elif (flat := flat_name(cls, each)) in values:
             kwargs[each.name] = values[flat]
     return cls(**kwargs)
 
 
 FLAT: dict[str, Callable[[Any], Any]] = {
-    _flat_name(cls, each): each.metadata["convert"] for cls, each in _fields(Settings)
+    flat_name(cls, each): each.metadata["convert"] for cls, each in setting_fields(Settings)
 }
 """The converter of every setting, by the name users write."""
-
-
-@dataclass(frozen=True)
-class Credential:
-    """One accepted token: `name` is the principal recorded for what it does; operator implies read."""
-
-    name: str
-    token: str = field(repr=False)
-    roles: frozenset[str]
-
-    def allows(self, role: str) -> bool:
-        return role in self.roles or (role == READ and OPERATOR in self.roles)
 
 
 def check_server_credentials(auth: AuthSettings) -> list[Credential]:
@@ -477,53 +483,6 @@ def check_server_credentials(auth: AuthSettings) -> list[Credential]:
             "--token-file, tokens_file; or, for local experiments only, --insecure-no-auth)"
         )
     return credentials
-
-
-FIXED_PRINCIPALS = {"token": "token", WEBHOOK: "webhook_token", OPERATOR: "operator_token", READ: "read_token"}
-"""The principal names of the single-token settings: no `tokens_file` entry may take one (in any case),
-configured or not, so that a name in the history always means one credential."""
-
-
-def _read_tokens_file(path: Path) -> list[Credential]:
-    class UniqueKeys(yaml.SafeLoader):
-        """safe_load, but a name given twice is an error: YAML's own rule keeps the last one silently."""
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            names = [self.construct_object(key, deep=True) for key, _ in node.value]
-            twice = sorted({str(name) for name in names if names.count(name) > 1})
-            if twice:
-                raise ConfigError(f"tokens_file {path}: {twice[0][:40]!r} is given twice: one entry per name")
-            return super().construct_mapping(node, deep=deep)
-
-    try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeys)  # noqa: S506 - a safe loader
-    except OSError as exc:
-        raise ConfigError(f"cannot read tokens_file {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"tokens_file {path} is not valid YAML") from exc
-    if not isinstance(data, dict) or not data:
-        raise ConfigError(f"tokens_file {path}: must be a mapping of names to tokens (name: token)")
-    result = []
-    for name, entry in data.items():
-        where = f"tokens_file {path}, {str(name)[:40]!r}"
-        token, roles = (entry, [OPERATOR]) if isinstance(entry, str) else (None, None)
-        if isinstance(entry, dict):
-            token, roles = entry.get("token"), entry.get("roles", [OPERATOR])
-        if not isinstance(token, str) or len(token.strip()) < v.MIN_TOKEN_CHARS:
-            raise ConfigError(f"{where}: the token must be a string of at least {v.MIN_TOKEN_CHARS} characters")
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}", str(name)):
-            raise ConfigError(f"{where}: names are letters, digits, _.@- (at most 63)")
-        if str(name).lower() in FIXED_PRINCIPALS:
-            raise ConfigError(
-                f"{where}: the name is the principal of the {FIXED_PRINCIPALS[str(name).lower()]} setting "
-                f"({', '.join(FIXED_PRINCIPALS)} are reserved): give the entry a name of its own"
-            )
-        try:
-            role_set = frozenset(v.to_roles(roles))
-        except ValueError as exc:
-            raise ConfigError(f"{where}: roles {exc}") from None
-        result.append(Credential(str(name), token.strip(), role_set))
-    return result
 
 
 _ALIASES = {"stale_after": "lease"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -70,6 +70,65 @@ def secret_from(value: str | None, path: Path | None, name: str) -> str | None:
     if not text:
         raise ConfigError(f"{name}_file {path} is empty")
     return text
+
+
+@dataclass(frozen=True)
+class Credential:
+    """One accepted token: `name` is the principal recorded for what it does; operator implies read."""
+
+    name: str
+    token: str = field(repr=False)
+    roles: frozenset[str]
+
+    def allows(self, role: str) -> bool:
+        return role in self.roles or (role == READ and OPERATOR in self.roles)
+
+
+FIXED_PRINCIPALS = {"token": "token", WEBHOOK: "webhook_token", OPERATOR: "operator_token", READ: "read_token"}
+"""The principal names of the single-token settings: no `tokens_file` entry may take one (in any case),
+configured or not, so that a name in the history always means one credential."""
+
+
+def read_tokens_file(path: Path) -> list[Credential]:
+    class UniqueKeys(yaml.SafeLoader):
+        """safe_load, but a name given twice is an error: YAML's own rule keeps the last one silently."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            names = [self.construct_object(key, deep=True) for key, _ in node.value]
+            twice = sorted({str(name) for name in names if names.count(name) > 1})
+            if twice:
+                raise ConfigError(f"tokens_file {path}: {twice[0][:40]!r} is given twice: one entry per name")
+            return super().construct_mapping(node, deep=deep)
+
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=UniqueKeys)  # noqa: S506 - a safe loader
+    except OSError as exc:
+        raise ConfigError(f"cannot read tokens_file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"tokens_file {path} is not valid YAML") from exc
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"tokens_file {path}: must be a mapping of names to tokens (name: token)")
+    result = []
+    for name, entry in data.items():
+        where = f"tokens_file {path}, {str(name)[:40]!r}"
+        token, roles = (entry, [OPERATOR]) if isinstance(entry, str) else (None, None)
+        if isinstance(entry, dict):
+            token, roles = entry.get("token"), entry.get("roles", [OPERATOR])
+        if not isinstance(token, str) or len(token.strip()) < MIN_TOKEN_CHARS:
+            raise ConfigError(f"{where}: the token must be a string of at least {MIN_TOKEN_CHARS} characters")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,62}", str(name)):
+            raise ConfigError(f"{where}: names are letters, digits, _.@- (at most 63)")
+        if str(name).lower() in FIXED_PRINCIPALS:
+            raise ConfigError(
+                f"{where}: the name is the principal of the {FIXED_PRINCIPALS[str(name).lower()]} setting "
+                f"({', '.join(FIXED_PRINCIPALS)} are reserved): give the entry a name of its own"
+            )
+        try:
+            role_set = frozenset(to_roles(roles))
+        except ValueError as exc:
+            raise ConfigError(f"{where}: roles {exc}") from None
+        result.append(Credential(str(name), token.strip(), role_set))
+    return result
 
 
 def to_bool(value: Any) -> bool:

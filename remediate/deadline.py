@@ -46,7 +46,7 @@ class _Helpers:
     """The helper threads: a call goes to an idle one, else to a new one, which then waits for the next call.
 
     Starting a thread per call cost more CPU than a `log` step's action, and every step's start waited for the new
-    thread to run (docs/benchmarks.md, "Issue 25, the first-step p99 and CPU per alert"). An overrunning call
+    thread to run (docs/benchmarks.md, "the first-step p99 and CPU per alert"). An overrunning call
     keeps its thread until it ends, as before. (`list.pop` and `append` are atomic: no lock.) Not
     concurrent.futures.ThreadPoolExecutor: its threads are joined at interpreter exit, so one overrunning call
     would hold up the exit of the executor or the agent, and its bound would queue calls behind overruns."""

@@ -334,7 +334,7 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
         "ALTER TABLE steps ADD COLUMN continue_on_error BOOLEAN NOT NULL DEFAULT false",
         ladders,
     ),
-    # Version 9 gathers issue 13's and issue 14's changes.
+    # Version 9: announcing runs that await approval, the queue's priorities, monotonic decision times.
     9: _steps(
         # Runs awaiting approval before the upgrade are announced once after it: the on-call hears of them.
         "ALTER TABLE runs ADD COLUMN announced_at FLOAT",
@@ -347,11 +347,11 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
         "DROP INDEX ix_decisions_status",
         "CREATE INDEX ix_decisions_status ON decisions (status, id, playbook, alertname)",
     ),
-    # Version 10 gathers issue 24's changes.
+    # Version 10: the web pages' ended sessions and failed logins.
     10: _steps(ui_sessions_ended, ui_login_failures),
-    # Version 11 gathers issue 28's changes.
+    # Version 11: a playbook's runs per target, one index seek.
     11: _steps("CREATE INDEX ix_runs_target ON runs (playbook, target, phase, created_at)"),
-    # Version 12 gathers issue 29's changes.
+    # Version 12: the node a step ran on.
     12: _steps("ALTER TABLE steps ADD COLUMN node VARCHAR(255)"),
     # Version 13: the history's pairs of filters, each one index seek.
     13: _steps(

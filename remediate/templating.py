@@ -4,7 +4,7 @@ Alert labels are data: templates only read them. The sandbox blocks attribute tr
 StrictUndefined turns a missing label into a clear error instead of an empty string.
 Called by the engine at ingest and by the dry-run command.
 
-A render happens inside POST /webhook, so its cost is bounded too (issue 24, finding 6): no string,
+A render happens inside POST /webhook, so its cost is bounded too (one template must not stall the webhook): no string,
 list or output over MAX_RENDER_CHARS (checked before `*`, `+`, `%`, padding and joining build one),
 no integer over MAX_INT_BITS, and at most RENDER_SECONDS of wall-clock per template (checked at every
 loop iteration, call and operator). A template over a limit is refused — a `rejected` run — and,

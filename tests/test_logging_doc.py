@@ -1,4 +1,4 @@
-"""Issue 27: docs/logging.md lists every audit event the code emits, with its fields, and nothing more.
+"""docs/logging.md lists every audit event the code emits, with its fields, and nothing more.
 
 The events are found in the source (every `audit_event("name", ...)` call, by its AST), not in a list kept
 beside them: an event added without its row, or a row left for an event gone, fails here."""

@@ -61,7 +61,7 @@ def test_the_alertmanager_receiver_example_passes_amtool_check_config() -> None:
 
 
 def test_every_file_that_tells_how_to_run_alertmanager_names_debians_binary() -> None:
-    """Issue 15, finding 8: Debian's package installs `prometheus-alertmanager`, not `alertmanager`."""
+    """Debian's package installs `prometheus-alertmanager`, not `alertmanager`."""
     shipped = [
         ROOT / "README.md",
         *ROOT.glob("docs/*.md"),
@@ -124,7 +124,7 @@ def _is_or_defines(found: object, view: object) -> bool:
 
 
 def test_the_architecture_walk_names_only_functions_that_exist(tmp_path: Path) -> None:
-    """Issue 10, item 9: the walk of one alert in docs/architecture.md names real code, hop by hop."""
+    """The walk of one alert in docs/architecture.md names real code, hop by hop."""
     page = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
     walk = page.split("## The walk of one alert", 1)[1].split("\n## ", 1)[0]
     names = {m for m in re.findall(r"`([^`\s]+)`", walk) if re.fullmatch(r"[a-z_]\w*(\.\w+)+", m)}
@@ -166,7 +166,7 @@ def _tree_entries(page: str) -> list[str]:
 
 
 def test_the_tree_in_the_architecture_page_names_every_module_and_only_files_that_exist() -> None:
-    """Issue 25: a map of the modules that no test checks drifts (alertref.py and deadline.py were missing)."""
+    """A map of the modules that no test checks drifts (alertref.py and deadline.py were missing)."""
     page = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
     package = ROOT / "remediate"
     entries = _tree_entries(page)
@@ -197,7 +197,7 @@ def _tree_description(page: str, entry: str) -> str:
 
 
 def test_the_tree_describes_actions_as_a_folder_without_a_line_per_action() -> None:
-    """Issue 25: a new action is its module and its test; a list of action modules in the page is one more file."""
+    """A new action is its module and its test; a list of action modules in the page is one more file."""
     actions = _tree_description((ROOT / "docs/architecture.md").read_text(encoding="utf-8"), "actions/")
     assert "found by the registry" in actions
     action_modules = {f"{cls.__module__.rsplit('.', 1)[1]}.py" for cls in action_classes()}
@@ -215,7 +215,7 @@ def _shipped_rule_alertnames() -> set[str]:
 
 
 def test_every_alertname_a_shipped_playbook_matches_is_emitted_by_a_shipped_rule() -> None:
-    """Issue 26, deliverable 2: a shipped playbook waiting for an alert no shipped rule produces never runs
+    """A shipped playbook waiting for an alert no shipped rule produces never runs
     (notify-oncall matched GpuXidError; the XID rule emits GPUXidCritical)."""
     emitted = _shipped_rule_alertnames()
     assert "GPUXidCritical" in emitted  # the rule files were found and read
@@ -237,7 +237,7 @@ def urls_in(texts: dict[str, str]) -> list[str]:
 
 
 def test_no_shipped_playbook_holds_a_url() -> None:
-    """Issue 26, deliverable 1: four shipped playbooks posted to http://127.0.0.1:9099/remediate-events, which is
+    """Four shipped playbooks posted to http://127.0.0.1:9099/remediate-events, which is
     nothing inside a pod; they name the `oncall` sink of the settings instead (notify, `sink: oncall`)."""
     folders = (ROOT / "playbooks", ROOT / "helm/remediate/files/playbooks")
     texts = {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for f in folders for p in sorted(f.glob("*.yaml"))}
@@ -248,7 +248,7 @@ def test_no_shipped_playbook_holds_a_url() -> None:
 
 
 def test_the_readme_examples_name_alerts_a_shipped_rule_emits() -> None:
-    """Issue 26, deliverable 2: the README's dry-run example and playbook example are copied as written."""
+    """The README's dry-run example and playbook example are copied as written."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     named = set(re.findall(r"--alertname (\w+)", readme)) | set(re.findall(r"^\s*alertname: (\w+)", readme, re.M))
     assert named, "the README names no alert any more: drop this test or the pattern"
@@ -256,7 +256,7 @@ def test_the_readme_examples_name_alerts_a_shipped_rule_emits() -> None:
 
 
 def test_no_shipped_playbook_only_logs_and_the_catch_all_logger_is_an_example() -> None:
-    """Issue 26, deliverable 2: log-critical-alerts matched nearly every alert and each of its runs counted as
+    """Log-critical-alerts matched nearly every alert and each of its runs counted as
     a remediation in `report` and the history. It is off by default: an example to copy, not a shipped
     playbook (playbooks/ and the chart's copies)."""
     for folder in (ROOT / "playbooks", ROOT / "helm/remediate/files/playbooks"):
@@ -265,3 +265,37 @@ def test_no_shipped_playbook_only_logs_and_the_catch_all_logger_is_an_example() 
         assert only_log == [], f"{folder.relative_to(ROOT)}: {only_log} change nothing but count as remediations"
     examples, errors = load_directory(ROOT / "docs/examples", default_registry())
     assert errors == [] and [p.name for p in examples] == ["log-critical-alerts"]
+
+
+WORK_ITEM = re.compile(r"\b[Ii]ssues? \d+")
+"""A reference to a work item (the word issue and its number): it tells a reader nothing the text could not say
+itself (why)."""
+SPEAK_OF_BEHAVIOUR = ("remediate", "tests", "helm", "playbooks")
+"""Trees and files whose text must name no work item. docs/ and pyproject.toml join once they are clean."""
+TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".css", ".html", ".json", ".tpl", ".sh", ""}
+
+
+def work_item_references(root: Path, names: tuple[str, ...]) -> list[str]:
+    """`path:line` of every work-item reference in the text files of `names` (folders or files under `root`)."""
+    found = []
+    for name in names:
+        top = root / name
+        for path in sorted([top] if top.is_file() else top.rglob("*")):
+            if not path.is_file() or path.suffix not in TEXT_SUFFIXES or "__pycache__" in path.parts:
+                continue
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                if WORK_ITEM.search(line):
+                    found.append(f"{path.relative_to(root)}:{number}")
+    return found
+
+
+def test_code_tests_and_docs_speak_of_behaviour_not_of_work_items(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text('"""Fixed in ' + "issue" + ' 7."""\nx = 1  # upstream issues #500\n')
+    (tmp_path / "notes.toml").write_text("# " + "Issues" + " 3 and 4\n")
+    assert work_item_references(tmp_path, ("pkg", "notes.toml")) == ["pkg/a.py:1", "notes.toml:1"]
+    assert work_item_references(ROOT, SPEAK_OF_BEHAVIOUR) == []

@@ -33,7 +33,7 @@ MEMORY_PREFIX = "gpu.power_limit/"
 
 def _check_one_gpu(text: str) -> str | None:
     """A GPU reference rendered from a label must name one GPU: `UUID="all"` once lowered every GPU
-    of a node (issue 15). `all` stays available, written literally in the playbook."""
+    of a node. `all` stays available, written literally in the playbook."""
     if parse_gpu_ref(text).kind == "all":
         return (
             f"rendered from the alert to {text!r}, which names every GPU of the node; a templated GPU reference "

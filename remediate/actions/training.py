@@ -336,7 +336,7 @@ class TrainingRollbackAction(_TrainingAction):
         }
     )
 
-    # A checkpoint saved during the spike must never be restored (issue 15, finding 2): the command carries
+    # A checkpoint saved during the spike must never be restored (it may hold the spike's weights): the command carries
     # saved_before = the alert's startsAt (minus before_alert_s), which the job applies on top of its good mark.
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         plan = super().plan(_with_saved_before(params, ctx), ctx)

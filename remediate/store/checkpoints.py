@@ -3,7 +3,7 @@
 In WAL mode SQLite copies the log back into the database file (a checkpoint) when a commit leaves it over
 1,000 pages, inside that commit, while SQLite's write lock is still held: the webhook whose commit it was,
 and every writer queued behind it, wait while pages are copied and the file synced. At 100 one-alert
-notifications per second that is about one request in a hundred: the p99 of receipt → first step (issue 14).
+notifications per second that is about one request in a hundred: the p99 of receipt → first step.
 `remediate serve` therefore opens its databases with `commit_checkpoints=False` and runs one `WalCheckpointer`
 in its executor process: a PASSIVE checkpoint every `every` seconds, which blocks neither readers nor writers.
 A commit still checkpoints past sqlite.WAL_SAFETY_NET_PAGES, should this thread fall behind or be gone.

@@ -98,7 +98,7 @@ class SqliteDialect(Dialect):
 
         Not SQLAlchemy's "begin" event (its recipe for pysqlite): a listener on an engine makes SQLAlchemy
         dispatch its connection events around every statement, which doubled the CPU of a write transaction
-        (docs/benchmarks.md, "Issue 25, the first-step p99 and CPU per alert")."""
+        (docs/benchmarks.md, "the first-step p99 and CPU per alert")."""
         # pysqlite begins nothing itself: SQLAlchemy's commit, or the rollback of a connection handed back to
         # the pool, ends the transaction begun here.
         mode = "IMMEDIATE" if write else "DEFERRED"

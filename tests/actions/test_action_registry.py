@@ -1,4 +1,4 @@
-"""The registry finds every shipped action by itself (issue 10, item 5): a new action is one module."""
+"""The registry finds every shipped action by itself: a new action is one module."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ class OutsideAction(Action):
 def test_each_action_is_built_from_its_familys_settings_section_never_the_whole_settings(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 25, deliverable 6: `from_deps` gets the section its class names (`settings_section`), one section
+    """`from_deps` gets the section its class names (`settings_section`), one section
     type per family (the name's first part), and never the whole Settings."""
     handed: dict[str, Any] = {}
     for cls in action_classes():

@@ -1,7 +1,7 @@
 """gpu.reset_clocks against a real simulated GPU file: found by the registry, run directly and through a run.
 
 The action is one module (remediate/actions/gpu_clocks.py) on the backends' optional
-`reset_locked_clocks` capability; this file is its one test file (issue 10, item 5).
+`reset_locked_clocks` capability; this file is its one test file.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""gpu.lock_clocks and gpu.unlock_clocks against a real simulated GPU file (issue 12, item 2).
+"""gpu.lock_clocks and gpu.unlock_clocks against a real simulated GPU file.
 
 The example GPUs are H100-like: graphics clocks 345..1980 MHz in 15 MHz steps, max 1980.
 Lock and unlock are tested together because what unlock does is what lock remembered:

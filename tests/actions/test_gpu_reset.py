@@ -1,4 +1,4 @@
-"""gpu.reset against a real simulated GPU file (issue 12, item 2): refusals first, then the reset itself.
+"""gpu.reset against a real simulated GPU file: refusals first, then the reset itself.
 
 The example GPUs each run one compute process (pid 4200 + index); a test that wants a
 reset to go through drains the GPU by removing it, as a drain of the node would.

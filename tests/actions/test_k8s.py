@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from remediate.actions import default_registry
 from remediate.actions.base import StepContext
 from remediate.actions.k8s import (
     CordonAction,
@@ -246,7 +247,7 @@ def test_without_a_breaker_a_gated_action_refuses(kube_api: FakeKubeAPI, actions
     assert kube_api.changes == []
 
 
-# --------------------------------------------------------------------------- scope (issue 24, finding 4)
+# --------------------------------------------------------------------------- scope
 
 CONTROL_PLANE = {"node-role.kubernetes.io/control-plane": ""}
 GPU = {"nvidia.com/gpu.present": "true"}
@@ -639,7 +640,7 @@ def test_a_pdb_that_blocks_then_allows_is_retried_with_backoff(
 def test_a_pdb_still_being_processed_answers_429_and_the_drain_retries_until_it_is(
     kube_api: FakeKubeAPI, kube_client: KubeClient, actions: dict[str, Any], ctx_for: Ctx
 ) -> None:
-    """Issue 24, finding 11: the API answers 429 while a PDB's status is older than its spec."""
+    """The API answers 429 while a PDB's status is older than its spec."""
     kube_api.add_node("gpu-1")
     kube_api.add_pod("ml", "web-0", "gpu-1", labels={"app": "web"})
     kube_client.get_node("gpu-1")  # the official client is loaded (~1 s): the PDB is unprocessed for the drain's 2 s
@@ -777,7 +778,7 @@ def test_the_drain_plan_names_pods_to_evict_and_skip_and_the_pdbs_that_would_blo
 def test_the_drain_plan_forecasts_pending_finished_and_terminating_pods_as_evictable_despite_their_pdb(
     kube_api: FakeKubeAPI, kube_client: KubeClient, actions: dict[str, Any], ctx_for: Ctx
 ) -> None:
-    """Issue 24, finding 11: the forecast said a Pending pod would be blocked by its PDB; the API evicts it."""
+    """The forecast said a Pending pod would be blocked by its PDB; the API evicts it."""
     kube_api.add_node("gpu-1")
     kube_api.add_pod("ml", "web-pending", "gpu-1", labels={"app": "web"}, phase="Pending")
     kube_api.add_pod("ml", "web-failed", "gpu-1", labels={"app": "web"}, phase="Failed")
@@ -832,8 +833,18 @@ def test_a_drain_run_again_after_a_crash_evicts_nothing_twice(
     assert len(kube_api.changes_of("cordon")) == 1
 
 
-def test_every_kube_action_is_idempotent_and_only_cordon_taint_drain_are_gated(actions: dict[str, Any]) -> None:
-    assert all(a.idempotent and a.where.value == "cluster" for a in actions.values())
+def test_the_family_under_test_is_every_k8s_action_the_registry_ships(actions: dict[str, Any]) -> None:
+    """The properties below hold for each action of `actions`: a k8s action left out of it would skip them."""
+    assert sorted(actions) == [name for name in default_registry().names() if name.startswith("k8s.")]
+
+
+def test_every_kube_action_runs_in_the_cluster_only_handoff_is_not_idempotent_and_three_are_gated(
+    actions: dict[str, Any],
+) -> None:
+    """Node changes start from a fresh read, so a retry after a crash changes nothing twice; k8s.handoff posts to
+    a sink, which may have received it already, so it is never sent again (it is not idempotent)."""
+    assert all(a.where.value == "cluster" for a in actions.values())
+    assert sorted(n for n, a in actions.items() if not a.idempotent) == ["k8s.handoff"]
     assert sorted(n for n, a in actions.items() if a.breaker_gated) == ["k8s.cordon", "k8s.drain", "k8s.taint"]
 
 

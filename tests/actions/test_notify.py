@@ -210,7 +210,7 @@ def test_through_the_executor_a_refused_connection_is_retried_as_nothing_was_sen
     assert [a["outcome"] for a in step["attempts"]] == ["retryable_error"] * 3
 
 
-# --------------------------------------------------------------------------- issue 15: secrets and redirects
+# --------------------------------------------------------------------------- secrets and redirects
 
 
 class _Redirector:
@@ -319,7 +319,7 @@ def test_a_bad_headers_file_fails_naming_the_file_never_its_contents(
     assert recorder.requests == []
 
 
-# --------------------------------------------------------------------------- issue 24: credentials in stored URLs
+# --------------------------------------------------------------------------- credentials in stored URLs
 
 
 @pytest.mark.parametrize(
@@ -333,7 +333,7 @@ def test_a_bad_headers_file_fails_naming_the_file_never_its_contents(
     ],
 )
 def test_a_url_carrying_credentials_is_refused_at_load_pointing_to_url_file(url: str) -> None:
-    """Finding 6 of issue 24: the history stored and showed `https://user:pw@...` and `?api_key=` URLs."""
+    """The history stored and showed `https://user:pw@...` and `?api_key=` URLs."""
     from remediate.actions import default_registry
     from remediate.config import Settings
     from remediate.errors import PlaybookError

@@ -112,7 +112,7 @@ def check_slack_shape(body: dict[str, Any]) -> None:
                 assert button["type"] == "button" and button["text"]["type"] == "plain_text"
                 assert len(button["text"]["text"]) <= 75 and len(button["url"]) <= 3000
                 assert 1 <= len(button["action_id"]) <= 255
-    # verbatim: Slack auto-links no bare URL, #channel or @name (finding 5 of issue 24).
+    # verbatim: Slack auto-links no bare URL, #channel or @name.
     assert all(obj.get("verbatim") is True for obj in _text_objects(blocks) if obj["type"] == "mrkdwn")
     ids = [e["action_id"] for b in blocks if b["type"] == "actions" for e in b["elements"]]
     assert len(ids) == len(set(ids))  # unique within the message
@@ -440,7 +440,7 @@ def test_through_the_executor_label_values_add_no_line_link_or_formatting_and_th
     store: Store,
     kind: type[ChatWebhookAction],
 ) -> None:
-    """Finding 5 of issue 24: a label forged a `✅ 3. *drain*: succeeded` line, a mention and a link next to
+    """A label forged a `✅ 3. *drain*: succeeded` line, a mention and a link next to
     the real buttons; only the playbook may format the message."""
     if kind is NotifySlackAction:
         own = "*Heads up* <https://runbook.example/xid|runbook>: {{ labels.Hostname }} ({{ annotations.summary }})"
@@ -604,7 +604,7 @@ def test_a_run_awaiting_approval_is_announced_with_an_approve_button_then_its_ow
 
     _announcement, second = recorder.requests  # the step's own message, once the run runs
     assert second.header("Idempotency-Key") == f"remediate-run-{run_id}-step-1"
-    assert "remediation running (approved by alice)" in json.dumps(second.json)  # who approved (issue 27)
+    assert "remediation running (approved by alice)" in json.dumps(second.json)  # who approved
     assert "Approve" not in json.dumps(second.json)
     assert [r.status for r in rows(store, "runs")] == ["succeeded"]
     assert [(r.announced_at is not None, r.announce_error) for r in rows(store, "runs")] == [(True, None)]

@@ -1,4 +1,4 @@
-"""`notify` (remediate.actions.notify_sink): a step names a sink of the settings, never a URL (issue 26, item 1).
+"""`notify` (remediate.actions.notify_sink): a step names a sink of the settings, never a URL.
 
 Against a real local HTTP server (tests.support.realsystems.WebhookRecorder): the sink's type chooses the format,
 and the POST is notify.webhook's / notify.slack's / notify.teams' own, called as it is.
@@ -182,7 +182,7 @@ def test_the_registry_builds_it_from_the_notify_section_of_the_settings(recorder
 
 
 def test_with_a_slack_signing_secret_the_approve_button_of_slack_messages_approves_in_place() -> None:
-    """Issue 27, deliverable 3: notify.slack and a `slack` sink get the interactive button, Teams never does."""
+    """notify.slack and a `slack` sink get the interactive button, Teams never does."""
     plain = default_registry(Settings.of(public_url=PUBLIC_URL))
     interactive = default_registry(Settings.of(public_url=PUBLIC_URL, slack_signing_secret_file=Path("/s/secret")))
 
@@ -202,7 +202,7 @@ def test_the_shipped_playbooks_notify_the_oncall_sink_and_the_unconfigured_one_i
     line = unconfigured_sinks(playbooks, ())
 
     assert used == {
-        "breakfix": ["gpu-xid-quarantine", "training-fail-slow"],  # their last rungs' k8s.handoff (issues 28, 29)
+        "breakfix": ["gpu-xid-quarantine", "training-fail-slow"],  # their last rungs' k8s.handoff
         "oncall": [
             "gpu-overheat",
             "gpu-xid-quarantine",

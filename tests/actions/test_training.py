@@ -205,7 +205,7 @@ def test_rollback_and_scale_lr_record_what_the_job_did(root: Path, jobs: list[Li
 
 
 def test_a_rollback_never_restores_a_checkpoint_saved_after_the_alert_started(root: Path, jobs: list[LiveJob]) -> None:
-    """Issue 15, finding 2: checkpoints saved during the spike look good by loss; startsAt rules them out."""
+    """Checkpoints saved during the spike look good by loss; startsAt rules them out."""
     job = LiveJob(root, "trainer-0", start_step=520)
     for step, saved_at in ((300, STARTS_AT_EPOCH + 5.0), (400, STARTS_AT_EPOCH + 30.0)):
         job.checkpoints.record(CheckpointInfo(step, 1.8, True, f"/ckpt/{step}", saved_at))

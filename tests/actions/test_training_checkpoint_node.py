@@ -90,7 +90,7 @@ def _silent_for(root: Path, job: str, seconds: float) -> None:
 def test_a_hung_job_whose_process_runs_is_asked_and_timed_out_however_long_it_has_been_silent(
     root: Path, silent_s: float
 ) -> None:
-    """Issue 24, finding 14: at 25 s of silence the hung job was waited on, past 30 s merely listed skipped
+    """At 25 s of silence the hung job was waited on, past 30 s merely listed skipped
     (and the strict step succeeded). Its process runs (this test's): one rule, whatever the silence."""
     LiveJob(root, "hung").register()
     _silent_for(root, "hung", silent_s)

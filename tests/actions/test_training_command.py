@@ -166,7 +166,7 @@ def test_a_job_that_refuses_the_command_anyway_fails_the_step_with_its_reason(ro
         action.execute(params, ctx_for(POD))
 
 
-# --------------------------------------------------------------------------- issue 24, finding 6 (overflow)
+# --------------------------------------------------------------------------- overflow
 
 
 @pytest.mark.parametrize("label", ["9" * 309, "1" * 309, "9" * 1000, "-" + "1" * 400, "1e999", "inf"])

@@ -1,4 +1,4 @@
-"""The deployed ``remediate agent`` as a process (issue 25: the agent idles in <= 40 MB of RSS).
+"""The deployed ``remediate agent`` as a process (the agent idles in <= 40 MB of RSS).
 
 It is one process that serves its few routes on the standard library's HTTP server and never loads Flask,
 werkzeug, gunicorn, SQLAlchemy, the server's store, the Kubernetes client or requests (it sends nothing),

@@ -1,4 +1,4 @@
-"""Availability of the real ``remediate serve`` and ``remediate agent`` (issue 15, findings 9, 18, 19).
+"""Availability of the real ``remediate serve`` and ``remediate agent``.
 
 - 50 idle or slowly-sending loopback connections, no token: /healthz and /webhook still answer
   at once, the slow ones are cut off after ``request_timeout``, and a step in flight is not

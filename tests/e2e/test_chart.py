@@ -135,7 +135,7 @@ def test_the_default_install_renders_the_expected_objects(rendered: dict[str, li
         "Secret": 1,
         "ConfigMap": 3,
         "PersistentVolumeClaim": 1,
-        "ClusterRole": 2,  # the Kubernetes actions'; tokenreviews for the agents' credentials (issue 24)
+        "ClusterRole": 2,  # the Kubernetes actions'; tokenreviews for the agents' credentials
         "ClusterRoleBinding": 2,
         "Role": 2,  # agent discovery in the release namespace, Events in default
         "RoleBinding": 2,
@@ -148,7 +148,7 @@ def test_the_default_install_renders_the_expected_objects(rendered: dict[str, li
 
 
 def test_skip_tests_leaves_the_helm_test_pod_out_of_a_template_for_kubectl_apply(helm: Helm) -> None:
-    """Issue 24, finding 11: `helm template | kubectl apply` created the helm test pod (docs: --skip-tests)."""
+    """`helm template | kubectl apply` created the helm test pod (docs: --skip-tests)."""
     (test_pod,) = [o for o in helm.objects() if o["kind"] == "Pod"]
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     assert not [o for o in helm.objects(extra=("--skip-tests",)) if o["kind"] == "Pod"]
@@ -284,7 +284,7 @@ def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dic
     # The agent DaemonSet only: its UID is what the enrollment compares with an agent pod's ownerReference.
     (daemonsets,) = [rule for rule in role["rules"] if rule["resources"] == ["daemonsets"]]
     assert daemonsets["resourceNames"] == [by_kind(objects, "DaemonSet")["metadata"]["name"]]
-    # Issue 24, finding 11: events create was granted in every namespace; the code writes them in `default`.
+    # Events create was granted in every namespace; the code writes them in `default`.
     events = by_kind(objects, "Role", f"{FULLNAME}-events")
     assert events["metadata"]["namespace"] == EVENT_NAMESPACE
     assert rules(events) == derived_rules(EVENT_CALLS)
@@ -385,7 +385,7 @@ def test_the_server_runs_unprivileged_with_probes_and_its_config(rendered: dict[
 def test_the_install_pages_figures_for_the_server_are_what_the_chart_renders(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
-    """Issue 26, deliverable 2: docs/install.md said the memory limit is 1Gi while the chart rendered 768Mi.
+    """docs/install.md said the memory limit is 1Gi while the chart rendered 768Mi.
     The figures of the Deployment's row are read from the page and compared with the default render."""
     page = (ROOT / "docs/install.md").read_text(encoding="utf-8")
     (row,) = [line for line in page.splitlines() if line.startswith("| Deployment `remediate-")]
@@ -441,7 +441,7 @@ def test_the_agent_runs_on_gpu_nodes_with_only_the_capabilities_its_actions_need
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["state"]["hostPath"] == {"path": "/var/lib/remediate-agent", "type": "DirectoryOrCreate"}
     assert volumes["training-control"]["hostPath"] == {"path": "/run/remediate/training", "type": "DirectoryOrCreate"}
-    # Issue 24: the init container asks the server for this node's credential with the pod's own projected
+    # The init container asks the server for this node's credential with the pod's own projected
     # token (test_no_agent_side_object_references_a_secret); only it mounts that token.
     (init,) = pod["initContainers"]
     assert init["args"] == [
@@ -642,7 +642,7 @@ def _secret_references(spec: Any, where: str = "") -> list[str]:
 def test_no_agent_side_object_references_a_secret(
     rendered: dict[str, list[dict[str, Any]]], values: str, tmp_path: Path
 ) -> None:
-    """Issue 24 finding 1: the DaemonSet mounted the tokens Secret (for its init container), so every GPU node's
+    """The DaemonSet mounted the tokens Secret (for its init container), so every GPU node's
     kubelet could read the operator token, the database URL and the master agent secret. Now no agent-side
     object names a Secret at all: the pod's only credential is its own projected token, good at the server for
     this node's credential only (tests/integration/test_agent_enrollment.py)."""
@@ -776,9 +776,9 @@ def test_network_policies_are_on_by_default_and_let_only_the_expected_peers_in(
     (rule,) = server_policy["spec"]["ingress"]
     assert rule["ports"] == [{"port": 9095, "protocol": "TCP"}]
     alertmanager, prometheus, helm_test, agents = rule["from"]
-    # Issue 24, finding 6: `namespaceSelector: {}` let in any pod of any namespace that labels itself so.
+    # `namespaceSelector: {}` let in any pod of any namespace that labels itself so.
     monitoring = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
-    # Issue 24: the agents ask the server for their node's credential.
+    # The agents ask the server for their node's credential.
     assert agents == {"podSelector": {"matchLabels": by_kind(objects, "DaemonSet")["spec"]["selector"]["matchLabels"]}}
     assert alertmanager == {
         "namespaceSelector": monitoring,
@@ -885,7 +885,7 @@ def _remediate_routes(data: Any) -> list[dict[str, Any]]:
 def test_every_shipped_route_re_sends_within_the_shortest_holds_for_and_groups_by_every_ladder_label(
     helm: Helm, tmp_path: Path, rendered: dict[str, list[dict[str, Any]]]
 ) -> None:
-    """Issue 24, finding 19: the chart's AlertmanagerConfig and the route NOTES printed re-sent every 4h and
+    """The chart's AlertmanagerConfig and the route NOTES printed re-sent every 4h and
     did not group per GPU, while the ladders climb on a re-send `holds_for` (30m) after a rung. Every shipped
     route (the file, the chart's AlertmanagerConfig, NOTES, the docs' block) re-sends at or below the
     shortest shipped holds_for and groups by every label a shipped ladder's target and guard_by read."""
@@ -952,7 +952,7 @@ def test_secrets_steps_read_are_mounted_into_the_server_read_only(rendered: dict
 def test_the_chart_routes_node_agent_gpu_faults_as_the_shipped_file_does(
     helm: Helm, tmp_path: Path, rendered: dict[str, list[dict[str, Any]]]
 ) -> None:
-    """Issue 28: faults the node agents raise (source="nvml") get a group each and group_wait 1s, in the
+    """Faults the node agents raise (source="nvml") get a group each and group_wait 1s, in the
     AlertmanagerConfig and the route NOTES prints as in alertmanager/alertmanager.yml."""
     shipped = yaml.safe_load((ROOT / "alertmanager" / "alertmanager.yml").read_text())
     (file_route,) = [r for r in shipped["route"]["routes"] if r["receiver"] == "remediate"]

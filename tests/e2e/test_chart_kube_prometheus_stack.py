@@ -1,4 +1,4 @@
-"""Issue 26, deliverable 7: helm/remediate/examples/values-kube-prometheus-stack.yaml holds only the values a
+"""helm/remediate/examples/values-kube-prometheus-stack.yaml holds only the values a
 kube-prometheus-stack + dcgm-exporter cluster must choose (it took 9-11 values and 4 steps outside the chart),
 and, rendered with helm as docs/install.md installs it, wires remediate into kube-prometheus-stack: the
 ServiceMonitor and the PrometheusRule carry its release label, the rules are the shipped ones, the settings

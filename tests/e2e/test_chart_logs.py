@@ -1,4 +1,4 @@
-"""The chart's `logs` value (issue 27): JSON logs by default for the server and every agent, as remediate's own
+"""The chart's `logs` value: JSON logs by default for the server and every agent, as remediate's own
 loader reads the rendered settings files; text when chosen."""
 
 from __future__ import annotations

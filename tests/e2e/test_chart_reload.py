@@ -1,4 +1,4 @@
-"""Issue 26, deliverable 4: the chart picks up a changed ConfigMap. Each workload's pod template carries the
+"""The chart picks up a changed ConfigMap. Each workload's pod template carries the
 checksum of the ConfigMaps it mounts (rendered twice with `helm template`): a change of the playbooks or of the
 server's settings rolls the server, and only the server; the node agents roll on their own settings alone."""
 

@@ -1,4 +1,4 @@
-"""Issue 11, item 5: several server replicas on PostgreSQL, one on SQLite.
+"""Several server replicas on PostgreSQL, one on SQLite.
 
 Rendered with `helm template` and checked object by object: the refusal of replicas > 1 without an external
 database, the PodDisruptionBudget, the spread over nodes, the rollout strategy, no volume claim with an

@@ -1,4 +1,4 @@
-"""The chart's `sinks` value (issue 26, item 1): each named sink rendered into the server's settings file, its
+"""The chart's `sinks` value: each named sink rendered into the server's settings file, its
 URL from a Secret of the user's mounted read-only as a file (only the keys it names), or a plain `url`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The chart's `slack` value (issue 27, deliverable 3): the Slack app's signing secret from a Secret of the user's,
+"""The chart's `slack` value: the Slack app's signing secret from a Secret of the user's,
 mounted read-only (only its key) where the rendered settings read it, and the approver allow-list."""
 
 from __future__ import annotations

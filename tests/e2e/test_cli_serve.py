@@ -1,4 +1,4 @@
-"""Issue 27's CLI findings that need real processes: `approve --wait` prints the outcome of the run it approved
+"""CLI papercuts that need real processes: `approve --wait` prints the outcome of the run it approved
 (a real `remediate serve`: gunicorn, its executor process); each process of `remediate serve` and `remediate agent`
 is titled by its role in ps."""
 

@@ -139,7 +139,7 @@ def test_queued_run_survives_a_crash_and_runs_after_restart(
     assert len(server.runs(alertname="E2ECrashQueued")) == 1
 
 
-# --------------------------------------------------------------------------- a stalled executor (finding 17)
+# --------------------------------------------------------------------------- a stalled executor
 
 EXECUTOR_PROCESS = """
 import sys, time
@@ -164,7 +164,7 @@ def test_a_sigstopped_executor_loses_its_run_after_the_lease_and_nothing_is_done
 ) -> None:
     """Two executors on one SQLite file, one a real process SIGSTOPped mid-POST for 3x `stale_after`:
     the other used to take its run over (notify POSTed twice, `failed` then overwritten `succeeded`).
-    Issue 24, finding 7: no run stays `running` without a live heartbeat, whoever holds it. The other takes
+    No run stays `running` without a live heartbeat, whoever holds it. The other takes
     it over once its heartbeat is a lease old; notify.webhook is not idempotent, so it is not POSTed again
     (the run fails: a person checks), and the stalled executor, continued, writes nothing more to it."""
     stale_after = 1.0

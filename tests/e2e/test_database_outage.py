@@ -79,7 +79,7 @@ def test_a_database_outage_is_503_and_unready_and_the_server_recovers_by_itself(
     assert done["target"] == "node-b"
 
     # The run whose POST was sent while the database was down: handed back, and its step recorded as it ended
-    # once the database is back (issue 24, finding 9: not "interrupted by an executor stop"), never sent twice.
+    # once the database is back (not "interrupted by an executor stop"), never sent twice.
     done_first = server.wait_for_run_status(in_flight, "succeeded", "failed")
     assert done_first["status"] == "succeeded", done_first
     [step] = done_first["steps"]

@@ -1,5 +1,5 @@
-"""The real ``remediate serve`` on a SQLite file whose filesystem fills up (a small tmpfs), then is freed
-(issue 24, findings 7 and 8).
+"""The real ``remediate serve`` on a SQLite file whose filesystem fills up (a small tmpfs), then is
+freed.
 
 While the disk is full the webhook answers 503 and /readyz says so (a write that needs fresh space, as a
 webhook's does, not one rewriting a page the log already holds); a run whose step ran but whose end could not

@@ -171,7 +171,7 @@ def test_a_uuid_label_all_from_alertmanager_is_rejected_and_changes_no_gpu(
     server: RemediateServer, start_alertmanager: StartAlertManager, gpus: SimulatedBackend
 ) -> None:
     am = start_alertmanager(server.webhook_url, group_wait="1s", group_interval="1s")
-    every = {**_hot_gpu_labels(gpus, 2), "UUID": "all"}  # what lowered 7 GPUs in the field (issue 15)
+    every = {**_hot_gpu_labels(gpus, 2), "UUID": "all"}  # what lowered 7 GPUs in the field
 
     am.fire(every, {"summary": "a label says all"})
     entry = server.wait_for_run(status="rejected", playbook=PLAYBOOK, alertname="GPUTemperatureHigh")
@@ -186,7 +186,7 @@ def test_a_uuid_label_all_from_alertmanager_is_rejected_and_changes_no_gpu(
 def test_a_gpu_still_hot_after_its_power_cap_gets_its_clocks_locked_and_the_resolve_undoes_both_top_down(
     start_server: StartServer, playbooks_dir: Path, start_alertmanager: StartAlertManager, gpus: SimulatedBackend
 ) -> None:
-    """Issue 12: the shipped gpu-overheat ladder, with its first holds_for cut to seconds. AlertManager re-sends
+    """The shipped gpu-overheat ladder, with its first holds_for cut to seconds. AlertManager re-sends
     the alert that never resolves (repeat_interval); the re-send after holds_for climbs to the clock lock."""
     playbook = yaml.safe_load((ROOT / "playbooks" / f"{PLAYBOOK}.yaml").read_text())
     playbook["cooldown"] = "0s"

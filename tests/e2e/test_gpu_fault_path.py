@@ -1,4 +1,4 @@
-"""End to end, issue 28's node-local fault path: a real `remediate agent` (simulated GPUs, the same event
+"""End to end, the node-local fault path: a real `remediate agent` (simulated GPUs, the same event
 interface as NVML) raises an injected XID in a real AlertManager 0.25 running the SHIPPED route
 (alertmanager/alertmanager.yml: source="nvml" -> group_wait 1s), which sends it to a real `remediate serve`
 running the shipped playbooks/gpu-xid-quarantine.yaml, which cordons the node on the test Kubernetes API

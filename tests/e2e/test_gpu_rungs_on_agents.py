@@ -1,4 +1,4 @@
-"""End to end, issue 12 item 2: the GPU rungs (gpu.lock_clocks / gpu.unlock_clocks, gpu.reset) on a node agent.
+"""End to end: the GPU rungs (gpu.lock_clocks / gpu.unlock_clocks, gpu.reset) on a node agent.
 
 A real AlertManager -> the real ``remediate serve`` (gunicorn, no GPUs of its own) -> a real
 ``remediate agent`` for node-b with simulated GPUs, exactly the path gpu.set_power_limit takes

@@ -160,7 +160,7 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
 def test_an_alert_naming_a_control_plane_node_changes_nothing_and_the_run_says_why(
     server: RemediateServer, start_alertmanager: StartAlertManager, kube_api: FakeKubeAPI
 ) -> None:
-    """Issue 24, finding 4: `Hostname=cp-1` cordoned a control-plane node."""
+    """`Hostname=cp-1` cordoned a control-plane node."""
     am = start_alertmanager(server.webhook_url)
     am.fire(_labels("cp-1"), {"summary": "XID on a control-plane node"})
 

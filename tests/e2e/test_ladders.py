@@ -1,4 +1,4 @@
-"""End to end, issue 12 item 7: escalation ladders with the real Prometheus and AlertManager.
+"""End to end: escalation ladders with the real Prometheus and AlertManager.
 
 A dcgm-exporter-like gauge toggled by the test -> a real Prometheus rule -> a real AlertManager ->
 `remediate serve` (gunicorn): an alert that keeps re-firing climbs the ladder rung by rung, one that

@@ -1,4 +1,4 @@
-"""Issue 26: the shipped alertmanager/alertmanager.yml read its bearer token from /etc/remediate/token while
+"""The shipped alertmanager/alertmanager.yml read its bearer token from /etc/remediate/token while
 scripts/serve writes ./remediate.token, so on a laptop AlertManager's posts were refused (401) until someone
 noticed. The shipped file is the laptop's config: its token is the file scripts/serve writes, named
 relative to the config file's directory as AlertManager resolves it. Run for real: scripts/serve in a copy

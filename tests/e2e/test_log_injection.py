@@ -1,4 +1,4 @@
-"""Issue 15, finding 13: a CR/LF in an alert label never starts a forged line in the real server's log."""
+"""A CR/LF in an alert label never starts a forged line in the real server's log."""
 
 from __future__ import annotations
 

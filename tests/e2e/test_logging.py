@@ -1,4 +1,4 @@
-"""Issue 27, structured logs: the real ``remediate serve`` with ``log_format: json`` writes one JSON object per
+"""Structured logs: the real ``remediate serve`` with ``log_format: json`` writes one JSON object per
 line (gunicorn's own messages too), an access line per request, and the audit events of what a request did,
 joined by the request's id (the client's X-Request-Id, echoed back)."""
 

@@ -8,7 +8,7 @@ Without a driver every test here is skipped with NVML's error as the reason. The
 backend is wrapped in `ReadOnly`, which fails the test if anything tries to change
 a GPU (power limit, clock lock or unlock, clock reset, GPU reset); no test here changes
 a setting of a real GPU. The gpu actions are only ever asked for their dry-run `plan`,
-never `execute`. Issue 12 added the reads behind gpu.lock_clocks, gpu.unlock_clocks and
+never `execute`. It also covers the reads behind gpu.lock_clocks, gpu.unlock_clocks and
 gpu.reset: clocks and the supported set, retired pages / remapped rows, MIG and NVLink.
 """
 

@@ -1,4 +1,4 @@
-"""The README's examples run as written (issue 26): every fenced block of README.md is run or checked here.
+"""The README's examples run as written: every fenced block of README.md is run or checked here.
 
 - ```sh blocks: each command (a line; `\\` joins lines) runs in a copy of the tree, in order, as a user's shell
   runs it (`bash -c`: the lines use `$(...)` and quotes), with the real CLI, real files and real processes.

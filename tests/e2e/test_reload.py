@@ -1,4 +1,4 @@
-"""Issue 26, deliverable 4: reload without restart, on the real `remediate serve` (gunicorn master, HTTP workers,
+"""Reload without restart, on the real `remediate serve` (gunicorn master, HTTP workers,
 the executor process), as Prometheus does it: SIGHUP to the master and POST /-/reload (operator role).
 
 An invalid file keeps the running set (the answer and the log say which file and why); a valid set applies

@@ -1,4 +1,4 @@
-"""End to end, issue 11 item 6: an AlertManager HA pair -> two `remediate serve` replicas on one PostgreSQL.
+"""End to end: an AlertManager HA pair -> two `remediate serve` replicas on one PostgreSQL.
 
 What runs, all real processes as deployed: two clustered AlertManager 0.25 (gossip on, both sending),
 two `remediate serve` (gunicorn) replicas with distinct `replica_name`s on one PostgreSQL 15 database

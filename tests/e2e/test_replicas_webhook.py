@@ -1,4 +1,4 @@
-"""Two real `remediate serve` replicas (gunicorn) on one real PostgreSQL 15: the field case of issue 11.
+"""Two real `remediate serve` replicas (gunicorn) on one real PostgreSQL 15: the field case of several replicas.
 
 Each one-alert notification is POSTed four times at once, two to each replica (an AlertManager HA pair
 and its retries do that), for 40 alerts. Every request is answered 200, each alert is one run, run

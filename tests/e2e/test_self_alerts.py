@@ -1,4 +1,4 @@
-"""remediate's self-alerts (alertmanager/rules/remediate.rules.yml, issue 27): each is unit-tested by promtool
+"""remediate's self-alerts (alertmanager/rules/remediate.rules.yml): each is unit-tested by promtool
 firing and not firing (tests/e2e/test_gpu_rules.py runs `promtool test rules` on every shipped test file), has a
 runbook section in docs/runbooks.md, and goes to on-call: no shipped playbook acts on it and the shipped
 AlertManager route does not send it to remediate."""

@@ -1,4 +1,4 @@
-"""The metrics a monitoring stack expects of the real ``remediate serve`` (issue 27): which build answers, every
+"""The metrics a monitoring stack expects of the real ``remediate serve``: which build answers, every
 request by route and code with its duration, the executor's heartbeat age, the writes the store could not take and
 the duration of each call to a node agent, all read from its /metrics as Prometheus scrapes it."""
 

@@ -1,4 +1,4 @@
-"""The processes of the real ``remediate serve`` (issue 25: gunicorn as designed, picked by PSS).
+"""The processes of the real ``remediate serve`` (gunicorn as designed, picked by PSS).
 
 The process started is the master for the server's life: after its start-up checks it imports the app
 (Flask, the store, the engine, the actions) and forks its HTTP workers and the executor process, which share
@@ -51,7 +51,7 @@ def test_the_process_started_imports_the_app_and_forks_children_that_serve(tmp_p
     server = RemediateServer(tmp_path / "server", tmp_path / "playbooks", workers=1, executor_threads=1).start()
     try:
         # The pid the test started is the master itself (nothing re-executed behind it): `ps` shows it by its
-        # role (issue 27; before, it showed the command it was started as).
+        # role (before, it showed the command it was started as).
         command = Path(f"/proc/{server.pid}/cmdline").read_bytes().replace(b"\0", b" ").strip()
         assert command == b"remediate: master", command
         # It imported the store before forking: each child shares those pages with it.
@@ -112,7 +112,7 @@ def test_the_executor_process_checkpoints_the_log_for_every_process(tmp_path: Pa
         server.stop()
 
 
-# --------------------------------------------------------------------------- executor supervision (issue 24)
+# --------------------------------------------------------------------------- executor supervision
 
 
 def _executor_pids(server: RemediateServer) -> list[int]:

@@ -1,5 +1,5 @@
-"""`remediate serve` names, once at start, the sinks that playbooks notify but the settings do not define
-(issue 26, item 1): their notify steps would fail, and nothing else would say so before an alert."""
+"""`remediate serve` names, once at start, the sinks that playbooks notify but the settings do not
+define: their notify steps would fail, and nothing else would say so before an alert."""
 
 from __future__ import annotations
 

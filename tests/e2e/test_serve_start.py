@@ -1,4 +1,4 @@
-"""What a start of `remediate serve` says (issue 26): one short block, printed once, naming where it listens
+"""What a start of `remediate serve` says: one short block, printed once, naming where it listens
 and its UI, the mode and what it means, the GPU backend, the playbooks loaded and the token files (never a
 token); and scripts/serve, run for real, starts in shadow mode like the chart."""
 

@@ -1,4 +1,4 @@
-"""Issue 27, deliverable 3, as deployed: the real ``remediate serve`` (gunicorn, its executor process) with Slack
+"""Approving from Slack, as deployed: the real ``remediate serve`` (gunicorn, its executor process) with Slack
 interactivity on. The approval announcement's Approve button is Slack's interactive kind; a click, signed as Slack
 signs it and sent to POST /slack/interactions, approves the run as `slack:alice`; the message is replaced through
 the click's `response_url` (a local recorder standing for Slack) saying who approved, and the run's own Slack

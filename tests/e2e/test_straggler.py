@@ -1,4 +1,4 @@
-"""End to end, issue 29: a straggling rank climbs the shipped fail-slow ladder and the job restarts without its node.
+"""End to end: a straggling rank climbs the shipped fail-slow ladder and the job restarts without its node.
 
 The parts are real: `torchrun --nproc_per_node 2 --max-restarts 1` of tests/support/jobs/torchrun_job.py (gloo, CPU;
 each rank exports StepMetrics on its own port), Prometheus scraping both ranks and evaluating the shipped

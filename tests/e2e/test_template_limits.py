@@ -1,4 +1,4 @@
-"""Issue 24, finding 6: a template rendered inside POST /webhook cannot take the server's memory or time.
+"""A template rendered inside POST /webhook cannot take the server's memory or time.
 
 `'x' * 10**9` and nested 100k loops in a step's params are refused within the render limits
 (remediate.templating: MAX_RENDER_CHARS, RENDER_SECONDS): the alert's run is `rejected` with the reason,

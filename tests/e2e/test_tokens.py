@@ -1,9 +1,9 @@
 """Tokens end to end against the real server.
 
-Issue 15, finding 12b: a real AlertManager with the webhook-only token gets its notifications in, and
+A real AlertManager with the webhook-only token gets its notifications in, and
 nothing else: approving, pausing and resetting the breaker with it are 403 over real HTTP; the operator
 token does them, and the history records the operator as who did, not the name the body claims.
-Issue 24, finding 3: the web pages' sessions of a rotated token, and of a logout, end on the real server.
+The web pages' sessions of a rotated token, and of a logout, end on the real server.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fail-slow rules (issue 29, deliverable 2) and the per-rank step metrics they read: promtool's unit tests see
+"""The fail-slow rules and the per-rank step metrics they read: promtool's unit tests see
 both alerts fire with the straggler's node and GPU, and a real Prometheus scraping `StepMetrics` keeps the labels
 the rules group by (`training_job`, not `job`). (promtool itself runs on every rule file in test_gpu_rules.py.)"""
 

@@ -1,4 +1,4 @@
-"""Issue 27's UI papercuts in a real headless Chromium against the real `remediate serve`: the banner,
+"""UI papercuts in a real headless Chromium against the real `remediate serve`: the banner,
 the chat preview, the search, the per-node timeline, the ladder after its undo, the opt-in refresh
 (and no CSP violation for any of it), and every page on a phone's 390 px viewport without the page
 scrolling sideways. Each is photographed into the test's tmp dir; with REMEDIATE_UI_SCREENSHOTS=<dir>

@@ -346,7 +346,7 @@ def test_what_the_gpu_action_remembers_survives_an_agent_restart_in_its_state_fi
 def test_the_clock_lock_and_its_undo_run_on_the_agent_and_its_memory_survives_a_restart(
     serve: Serve, tmp_path: Path, gpus: SimulatedBackend
 ) -> None:
-    """Issue 12: gpu.lock_clocks / gpu.unlock_clocks take the same path as the power actions."""
+    """gpu.lock_clocks / gpu.unlock_clocks take the same path as the power actions."""
     uuid = gpus.devices()[1].uuid
     gpus.lock_gpu_clocks(uuid, 1200, 1800)  # the person's own lock, to come back afterwards
     client, service = gpu_app(serve, tmp_path, gpus, gpu_power_floor_watts=300)
@@ -426,7 +426,7 @@ def test_the_servers_agent_runner_sends_the_new_gpu_steps_over_http_like_the_pow
     service.close()
 
 
-# --------------------------------------------------------------------------- issue 15: per-node credentials
+# --------------------------------------------------------------------------- per-node credentials
 
 
 def own_credential_client(serve: Serve, tmp_path: Path, echo: Echo) -> AgentClient:
@@ -593,7 +593,7 @@ def test_a_stopping_agent_stops_its_running_steps_and_starts_no_new_one(serve: S
     assert "is stopping" in again.json()["message"]
 
 
-# --------------------------------------------------------------------------- issue 24: replays, signed answers
+# --------------------------------------------------------------------------- replays, signed answers
 
 
 def test_a_signed_request_replayed_after_the_agent_restarts_is_refused(tmp_path: Path, echo: Echo) -> None:

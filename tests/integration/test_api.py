@@ -116,7 +116,7 @@ def test_only_refused_webhooks_count_as_webhook_rejections(server: Server) -> No
 
 
 def test_every_route_comes_from_the_blueprint_of_its_resource(server: Server) -> None:
-    """Issue 25 (7): no route is registered on the app itself; each resource (webhook, runs, control,
+    """No route is registered on the app itself; each resource (webhook, runs, control,
     agents, health, the pages) is a blueprint of its own module, built from the services the app holds."""
     app = server.app
     routes = [rule for rule in app.url_map.iter_rules() if rule.endpoint != "static"]
@@ -393,7 +393,7 @@ def test_run_detail_after_the_executor_drains_shows_alert_decision_steps_plan_re
     assert log_step["result"] == {"logged": "GPU 3 reported", "level": "info"}
     assert notify_step["action"] == "notify.webhook"
     assert notify_step["params"]["url"] == receiver.url
-    # The message is rendered when its step runs (issue 24, finding 18): its params keep the template, its
+    # The message is rendered when its step runs: its params keep the template, its
     # result says what was sent.
     assert notify_step["params"]["message"] == "GPU {{ labels.gpu }} reported XID errors"
     assert notify_step["plan"]["would_post_to"] == receiver.url
@@ -592,7 +592,7 @@ def test_get_pause_shows_who_paused_why_and_since_when(server: Server) -> None:
 
 @ON_EVERY_DATABASE
 def test_a_pause_over_a_pause_is_a_409_naming_the_pause_until_force_replaces_it(server: Server) -> None:
-    """Issue 24, finding 20: POST /pause over a pause silently replaced who paused and why."""
+    """POST /pause over a pause silently replaced who paused and why."""
     server.post("/pause", json={"reason": "maintenance", "by": "alice"})
     first = server.get("/pause").get_json()
 
@@ -614,7 +614,7 @@ def test_a_pause_over_a_pause_is_a_409_naming_the_pause_until_force_replaces_it(
 
 @ON_EVERY_DATABASE
 def test_resetting_a_closed_breaker_answers_reset_false_and_moves_nothing(server: Server) -> None:
-    """Issue 24, finding 20: a reset of a closed breaker moved the stale horizon (older alerts became stale)."""
+    """A reset of a closed breaker moved the stale horizon (older alerts became stale)."""
     response = server.post("/breaker/reset", json={"reason": "just in case"})
 
     assert response.status_code == 200

@@ -1,4 +1,4 @@
-"""Issue 15, finding 12b: split tokens (webhook, operator, read, named tokens) and the recorded principal."""
+"""Split tokens (webhook, operator, read, named tokens) and the recorded principal."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_a_bad_tokens_file_is_a_config_error_naming_the_problem(tmp_path: Path, 
 
 @pytest.mark.parametrize("name", ["token", "webhook", "operator", "read", "Operator"])
 def test_a_tokens_file_entry_may_not_take_a_fixed_principals_name(tmp_path: Path, name: str) -> None:
-    """Issue 24, finding 2: `operator: {token, roles: [read]}` beside operator_token made two principals of one
+    """`operator: {token, roles: [read]}` beside operator_token made two principals of one
     name; the pages looked roles up by name and showed the read-only one operator buttons."""
     tokens = tmp_path / "tokens.yaml"
     tokens.write_text(f"{name}: {{token: {AUDITOR_TOKEN}, roles: [read]}}\n", encoding="utf-8")

@@ -153,7 +153,7 @@ def test_playbooks_validate_accepts_the_shipped_playbooks() -> None:
 
 
 def test_playbooks_validate_takes_the_directory_as_serve_and_dry_run_do(tmp_path: Path) -> None:
-    """Issue 24, finding 15: `validate` took only a positional directory while serve/dry-run take --playbooks."""
+    """`validate` took only a positional directory while serve/dry-run take --playbooks."""
     (tmp_path / "empty").mkdir()
 
     flag = cli("playbooks", "validate", "--playbooks", SHIPPED_PLAYBOOKS)
@@ -451,7 +451,7 @@ def test_history_json_is_the_same_page_the_api_returns_its_times_in_rfc3339(hist
     result = cli("history", "--json", *db_args(history_server))
 
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == rfc3339_times(history_server.history())  # its times as RFC 3339 (issue 27)
+    assert json.loads(result.stdout) == rfc3339_times(history_server.history())  # its times as RFC 3339
 
 
 @pytest.mark.parametrize(
@@ -550,7 +550,7 @@ def test_history_from_a_server_that_refuses_is_a_one_line_error_with_its_exit_co
     words: list[str],
     code: int,
 ) -> None:
-    """Issue 27: a 401 names the options that give a token, and exits 4 (refused), not 2 (usage)."""
+    """A 401 names the options that give a token, and exits 4 (refused), not 2 (usage)."""
     url = serve(history_server)
     if args:
         monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
@@ -608,7 +608,7 @@ def test_show_prints_a_run_with_its_steps(xid_server: Server) -> None:
 
 
 def test_show_says_where_a_run_on_step_runs(make_server: Callable[..., Server]) -> None:
-    """Issue 29: a `run_on` step's node (stored when the run was created) is on its line; the others' are not."""
+    """A `run_on` step's node (stored when the run was created) is on its line; the others' are not."""
     playbook = APPROVE_XID + "  - {action: gpu.reset, with: {gpu: '0'}, run_on: {labels: [control_node]}}\n"
     server = make_server(playbooks={"approve.yaml": playbook})
     server.webhook(notification(alert("f-node-a", Hostname="node-a", control_node="node-c")))
@@ -714,7 +714,7 @@ def test_pause_and_resume_through_a_running_server(
 def test_a_pause_over_a_pause_names_who_paused_and_replaces_only_with_force(
     xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 24, finding 20: a second `pause` silently replaced who paused and why."""
+    """A second `pause` silently replaced who paused and why."""
     assert cli("pause", "--reason", "driver upgrade", "--by", "bob", *db_args(xid_server)).exit_code == 0
 
     again = cli("pause", "--reason", "other", "--by", "eve", *db_args(xid_server))
@@ -739,7 +739,7 @@ def test_a_pause_over_a_pause_names_who_paused_and_replaces_only_with_force(
 def test_breaker_reset_of_a_closed_breaker_is_a_no_op_that_says_so(
     xid_server: Server, serve: Callable[[Server], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 24, finding 20: resetting a closed breaker moved the stale horizon, silently."""
+    """Resetting a closed breaker moved the stale horizon, silently."""
     through_db = cli("breaker", "reset", "--reason", "just in case", *db_args(xid_server))
     monkeypatch.setenv("REMEDIATE_OPERATOR_TOKEN", OPERATOR_TOKEN)
     through_server = cli("breaker", "reset", "--server", serve(xid_server))

@@ -1,4 +1,4 @@
-"""Issue 27, deliverable 4: the CLI papercuts a new user hit, each pinned (CliRunner on real SQLite stores,
+"""The CLI papercuts a new user hit, each pinned (CliRunner on real SQLite stores,
 a real HTTP server in a thread for --server, and real `remediate serve` processes where the finding was one)."""
 
 from __future__ import annotations
@@ -247,6 +247,7 @@ def test_every_json_output_prints_its_times_as_rfc3339_utc(busy: Server, tmp_pat
         ("dry-run",): ["dry-run", "--alertname", "GPUTemperatureHigh", "--label", "node=node-a", *local],
         ("playbooks", "list"): ["playbooks", "list", "--playbooks", local[3]],
         ("actions",): ["actions"],
+        ("settings",): ["settings"],
         ("gpu", "status"): ["gpu", "status", "--gpu-backend", "simulated", "--gpu-simulator-file", gpus],
         ("disk", "policies"): ["disk", "policies", "--policies-file", policies],
         ("disk", "plan"): ["disk", "plan", "--policies-file", policies, "--mountpoint", "/x", "--free-percent", "100"],

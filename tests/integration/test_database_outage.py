@@ -177,12 +177,12 @@ def _queue(store: Store, registry: ActionRegistry, action: str) -> int:
 @pytest.mark.parametrize(
     ("kind", "status", "step_status", "attempt"),
     [
-        # The action ran to its end: that end is recorded once the database is back (issue 24, finding 9: it
+        # The action ran to its end: that end is recorded once the database is back (it
         # used to be `interrupted`, run again if idempotent, or failed "interrupted by an executor stop").
         (PullsThePlug, "succeeded", "succeeded", "succeeded"),
         (PullsThePlugOnce, "succeeded", "succeeded", "succeeded"),
-        # It failed: its attempt's end is the step's, kept and recorded once the database is back too (issue 25:
-        # the last attempt closes with its step; it used to be `interrupted`, its own end's write lost).
+        # It failed: its attempt's end is the step's, kept and recorded once the database is back too (the
+        # last attempt closes with its step; it used to be `interrupted`, its own end's write lost).
         (PullsThePlugAndFails, "failed", "failed", "failed"),
     ],
 )
@@ -231,7 +231,7 @@ def _status(store: Store, run_id: int) -> str:
     return store.history.run_detail(run_id).status
 
 
-# --------------------------------------------------------------------------- the database refuses writes (issue 24)
+# --------------------------------------------------------------------------- the database refuses writes
 
 DISK_FULL_TABLES = ("runs", "steps", "attempts", "decisions", "alerts")
 """Every table a webhook or a run's progress writes: while the fault is on, none takes a row."""

@@ -1,4 +1,4 @@
-"""`remediate dry-run` exits 1 when every step's plan says it cannot act (finding 5): a training job
+"""`remediate dry-run` exits 1 when every step's plan says it cannot act: a training job
 whose process is gone gets nothing, so nothing would run."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_dry_run_exits_1_when_the_job_is_gone_and_0_when_it_runs(training: tuple
 def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_checkpoint_fits(
     training: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """Issue 24, finding 15: a plan that errors (a typo in the job's name) or a rollback with no checkpoint
+    """A plan that errors (a typo in the job's name) or a rollback with no checkpoint
     that fits said `would run: yes` and exited 0; a run that cannot succeed is `would run: no`, exit 1."""
     root, playbooks = training
     # A job 150 steps in: rollback wants a good checkpoint at least 100 steps back (step <= 50); it has 100 and up.
@@ -102,7 +102,7 @@ def test_dry_run_exits_1_when_a_step_cannot_succeed_a_typo_in_the_job_or_no_chec
 def test_dry_run_exits_1_when_a_run_cannot_succeed_even_if_another_playbook_would_run(
     training: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """Issue 24, finding 15, with the example playbook log-critical-alerts (docs/examples), which also
+    """With the example playbook log-critical-alerts (docs/examples), which also
     matches, so `would run: yes` and exit 0 hid a loss-spike run
     that would fail on every step (the alert names another host)."""
     root, playbooks = training
@@ -140,7 +140,7 @@ steps:
 def test_dry_run_shows_the_node_a_run_on_step_would_run_on_and_plans_it_there(
     training: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    """Issue 29: the straggler's node (the target) is gpu-node-2, the job registered on rank 0's node, this
+    """The straggler's node (the target) is gpu-node-2, the job registered on rank 0's node, this
     host gpu-node-1 (`control_node`): the `run_on` step is planned here, and the dry run says where."""
     root, _ = training
     LiveJob(root, "j1").register()

@@ -236,7 +236,7 @@ def test_on_a_single_host_a_run_for_another_node_fails_and_nothing_runs_here(sto
 def test_a_run_on_step_runs_on_the_agent_of_the_node_its_label_names_the_others_on_the_target(
     store: Store, tmp_path: Path
 ) -> None:
-    """Issue 29: the fail-slow ladder's target is the slow rank's node, but its restart must reach rank 0's
+    """The fail-slow ladder's target is the slow rank's node, but its restart must reach rank 0's
     node (`control_node`), where the job registered: a `run_on` step goes to that node's agent (whose check
     "a step for another node" passes: the step names that node), the run's other node steps to the target's."""
     echoes = {node: Echo() for node in ("node-a", "node-c")}

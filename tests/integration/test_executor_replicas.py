@@ -1,4 +1,4 @@
-"""Issue 11, item 3: executors of two replicas on one real PostgreSQL 15 share the run queue by leases.
+"""Executors of two replicas on one real PostgreSQL 15 share the run queue by leases.
 
 Each replica is an `Executor` with its own `Store` (its own connection pool) and its own replica name,
 as two `remediate serve` pods are; the processes-and-kill -9 version is tests/e2e/test_replicas.py.

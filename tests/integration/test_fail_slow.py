@@ -1,4 +1,4 @@
-"""Issue 29, deliverable 3: the shipped training-fail-slow ladder through the real engine, executor and SQLite
+"""The shipped training-fail-slow ladder through the real engine, executor and SQLite
 store, against the test API server (real HTTP, the official client), with a real plain job
 (tests/support/jobs/plain_job.py, the quick-start loop) and the notify sinks posting to a local recorder.
 

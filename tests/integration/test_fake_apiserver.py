@@ -410,7 +410,7 @@ def test_a_pdb_still_being_processed_is_429_with_retry_after_and_the_apiservers_
     assert kube_api.pdbs[("ml", "web-pdb")]["status"]["disruptionsAllowed"] == 4
 
 
-# --------------------------------------------------------------------------- RBAC (issue 24, finding 11)
+# --------------------------------------------------------------------------- RBAC
 
 SA_USER = "system:serviceaccount:gpu-ops:rel-remediate"
 
@@ -549,7 +549,7 @@ def test_rbac_rules_apply_where_their_binding_says() -> None:
     assert allowed("GET", "/version")
 
 
-# --------------------------------------------------------------------------- TokenReview (issue 24)
+# --------------------------------------------------------------------------- TokenReview
 
 
 def test_a_token_review_names_the_pod_bound_service_account_for_a_shared_audience(

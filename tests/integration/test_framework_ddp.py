@@ -1,4 +1,4 @@
-"""Issue 29, deliverable 4 in DDP: Lightning's and the Hugging Face Trainer's, 2 gloo ranks on CPU under torchrun.
+"""The framework callbacks in DDP: Lightning's and the Hugging Face Trainer's, 2 gloo ranks on CPU under torchrun.
 
 The jobs are tests/support/jobs/lightning_ddp_job.py and hf_ddp_job.py; each rank counts the
 samples behind every optimizer step, so the tests check the effective batch step by step on both

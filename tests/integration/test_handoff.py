@@ -1,4 +1,4 @@
-"""One owner per node (issue 28), against the test API server (real HTTP, the official client): node steps
+"""One owner per node, against the test API server (real HTTP, the official client): node steps
 (gpu.*, training.*) on a node a breakfix system owns are refused by the server's dispatch, naming the owner
 (`remediate dry-run`'s plan: can_act false), an undo excepted; `remediate node release NODE`, as a real
 process, gives the node back to remediate, audited `node_released`."""

@@ -1,4 +1,4 @@
-"""POST /webhook, issue 15: render errors of any kind, `all` from a label, and alerts out of order.
+"""POST /webhook: render errors of any kind, `all` from a label, and alerts out of order.
 
 Each test goes through the real app (Flask test client, SQLite file, the shipped action registry):
 what AlertManager would see, and what the store then holds.

@@ -468,7 +468,7 @@ def test_remediate_breaker_status_and_reset_on_the_database(tmp_path: Path, monk
     assert missing.exit_code == 2 and "no database at" in missing.output
 
 
-# --------------------------------------------------------------------------- transient plan errors (finding 14)
+# --------------------------------------------------------------------------- transient plan errors
 
 
 def _cordon_runs(rig: Rig) -> list[dict[str, Any]]:
@@ -530,12 +530,12 @@ def test_a_run_that_failed_transiently_before_changing_anything_runs_again_on_th
     assert str(new["id"]) in third.reason
 
 
-# --------------------------------------------------------------------------- notify anyway (finding 15)
+# --------------------------------------------------------------------------- notify anyway
 
 
 def oncall_sink(url: str, breakfix: str | None = None) -> tuple[Sink, ...]:
-    """The `oncall` sink the shipped playbooks notify (issue 26: no URL in them), posting to `url`; with
-    `breakfix`, the sink the quarantine ladder's last rung hands the node to (issue 28)."""
+    """The `oncall` sink the shipped playbooks notify (no URL in them), posting to `url`; with
+    `breakfix`, the sink the quarantine ladder's last rung hands the node to."""
     sinks = {"oncall": {"type": "webhook", "url": url}}
     if breakfix:
         sinks["breakfix"] = {"type": "webhook", "url": breakfix}
@@ -613,7 +613,7 @@ def test_a_run_that_failed_in_an_api_outage_but_paged_on_call_is_not_run_again_b
 def test_without_the_oncall_sink_the_overheat_rungs_cordon_still_happens_and_only_its_notify_step_fails(
     kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
 ) -> None:
-    """Issue 26: the shipped gpu-overheat's last rung (checkpoint, cordon, notify) with no `sinks` set: the
+    """The shipped gpu-overheat's last rung (checkpoint, cordon, notify) with no `sinks` set: the
     notify step comes last, so the cordon is done; the step fails naming sinks.oncall and posts nothing,
     which fails the run (its rungs 1 and 2 have no notify step: the power cap never depends on a sink)."""
     (node,) = cluster(kube_api, 1)
@@ -640,7 +640,7 @@ def test_without_the_oncall_sink_the_overheat_rungs_cordon_still_happens_and_onl
 def test_the_shipped_quarantine_message_says_the_cordon_failed_and_links_the_run(
     kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
 ) -> None:
-    """Finding 18 of issue 24: the cordon failed (RBAC), and the `always: true` notify still posted
+    """The cordon failed (RBAC), and the `always: true` notify still posted
     "Quarantined ... Cordoned, tainted ... and drained", with no step status and no link to the run."""
     from tests.support.realsystems import WebhookRecorder
 
@@ -684,7 +684,7 @@ def test_the_shipped_quarantine_message_says_the_cordon_failed_and_links_the_run
         assert "403" in by_name["cordon"]["error"]
 
 
-# --------------------------------------------------------------------------- the shipped quarantine ladder (issue 12)
+# --------------------------------------------------------------------------- the shipped quarantine ladder
 
 
 def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_the_node_out(
@@ -741,7 +741,7 @@ def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_th
         assert [m.split(":")[0] for m in messages[:1]] == [f"Quarantined {node}"]
         (ticket,) = [m for m in messages if m.startswith("TICKET:")]
         assert "It is cordoned and handed to breakfix" in ticket
-        # Issue 28: the last rung handed the node to breakfix, with the evidence; the resolve's undo of
+        # The last rung handed the node to breakfix, with the evidence; the resolve's undo of
         # remediate's own cordon and taint still ran on the owned node.
         keep_out = {s["name"]: s for s in firing[2]["steps"]}
         assert [s["name"] for s in firing[2]["steps"]] == ["cordon", "handoff", "notify"]
@@ -754,7 +754,7 @@ def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_th
 def test_without_the_breakfix_sink_the_last_rung_cordons_then_its_handoff_fails_and_on_call_is_told(
     kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
 ) -> None:
-    """Issue 28: the shipped quarantine ladder's last rung with no `breakfix` sink: the cordon before the
+    """The shipped quarantine ladder's last rung with no `breakfix` sink: the cordon before the
     hand-off is done, the hand-off fails naming sinks.breakfix and marks nothing, the ticket still goes out."""
     from tests.support.realsystems import WebhookRecorder
 

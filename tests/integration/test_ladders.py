@@ -101,7 +101,7 @@ def test_a_ladder_climbs_shows_its_rung_everywhere_and_an_operator_resets_it(
 def test_shadow_runs_do_not_climb_so_the_first_enforced_incident_starts_on_rung_1(
     make_server: Callable[..., Server], shadow: str
 ) -> None:
-    """Issue 24, finding 17: a `mode: dry-run` run moved the real ladder to rung 1, so after a week of
+    """A `mode: dry-run` run moved the real ladder to rung 1, so after a week of
     shadow mode the first real incident started on rung 2. Shadow runs (the server's mode: dry-run, or
     the playbook's) record the rung an enforced run would take now and leave the ladder where it is."""
     ladder = HOT_LADDER.replace("    mode: approve\n", "")  # no rung of its own mode: the playbook's decides

@@ -1,4 +1,4 @@
-"""/readyz tests what /webhook needs (issue 15, finding 19): a write, not only a read."""
+"""/readyz tests what /webhook needs: a write, not only a read."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Several replicas on one database (issue 11, item 2): exactly once, and every guard exact, across them.
+"""Several replicas on one database: exactly once, and every guard exact, across them.
 
 A "replica" here is what a `remediate serve` replica holds: its own `Store.open(url)` (its own pool of
 connections) and its own Engine, on the same database. Threads released by one barrier make them take

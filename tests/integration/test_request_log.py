@@ -1,4 +1,4 @@
-"""Issue 27: each request's id, its access line and its audit events through the Flask app (a failed run at
+"""Each request's id, its access line and its audit events through the Flask app (a failed run at
 WARNING, a 500 at ERROR with the request's id, a ladder reset), read as the JSON lines `log_format: json`
 writes."""
 

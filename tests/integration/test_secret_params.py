@@ -1,4 +1,4 @@
-"""Issue 15, finding 12a: a credential for notify.webhook is never stored, shown or logged, yet still sent."""
+"""A credential for notify.webhook is never stored, shown or logged, yet still sent."""
 
 from __future__ import annotations
 

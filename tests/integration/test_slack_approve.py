@@ -1,4 +1,4 @@
-"""Issue 27, deliverable 3: approve from Slack in place, through the real Flask app on a SQLite file.
+"""Approve from Slack in place, through the real Flask app on a SQLite file.
 
 Each request is signed here exactly as Slack signs it (api.slack.com/authentication/verifying-requests-from-slack:
 `v0=` + hex HMAC-SHA256 of `v0:{timestamp}:{raw body}` under the app's signing secret), computed in the test

@@ -1,4 +1,4 @@
-"""Issue 15, findings 1-3 end to end with the real launcher: `torchrun --nproc_per_node 2 --standalone`, gloo, CPU.
+"""Rollback, lr cuts and checkpoints with the real launcher: `torchrun --nproc_per_node 2 --standalone`, gloo, CPU.
 
 The job is tests/support/jobs/torchrun_job.py, written like docs/training-protocol.md's torchrun
 example; this process plays remediate and runs the real `training.rollback` / `training.scale_lr`
@@ -151,7 +151,7 @@ def test_finding3_an_lr_cut_during_a_slow_skip_is_acknowledged_and_applied_on_bo
     assert finals[0][0]["skipped"] == finals[1][0]["skipped"] > 0
 
 
-def test_issue29_restart_checkpoints_every_rank_exits_75_and_torchrun_resumes_both_ranks_equal(
+def test_a_restart_checkpoints_every_rank_exits_75_and_torchrun_resumes_both_ranks_equal(
     torchrun: Any, root: Path
 ) -> None:
     # The fail-slow ladder's last library step: `restart` saves a checkpoint, every rank exits with

@@ -106,7 +106,7 @@ def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: P
 
 
 def test_a_job_where_only_rank_0_polls_fails_loudly_saying_every_rank_must_poll(tmp_path: Path) -> None:
-    """Issue 24, finding 16: only rank 0 polled; the job crashed with a bare gloo "connection reset"."""
+    """Only rank 0 polled; the job crashed with a bare gloo "connection reset"."""
     from tests.support.jobs import ddp_worker
 
     root, out = tmp_path / "control", tmp_path / "out"

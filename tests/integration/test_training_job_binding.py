@@ -1,7 +1,7 @@
-"""Issue 15 on the server side of training control, against real job processes (tests/support/jobs/light_job.py).
+"""The server side of training control, against real job processes (tests/support/jobs/light_job.py).
 
-Which process answers (finding 1), dead jobs (5), a graceful stop while a command is out (7),
-the control directory through file descriptors (11) and binding to Prometheus' target labels (12).
+Which process answers, dead jobs, a graceful stop while a command is out,
+the control directory through file descriptors and binding to Prometheus' target labels.
 """
 
 from __future__ import annotations
@@ -289,7 +289,7 @@ def test_the_job_registers_its_pod_and_namespace_and_expect_pod_must_match(root:
         action.execute(wrong_namespace, ctx_for(labels, run_id=2))
 
 
-# --------------------------------------------------------------------------- issue 24, finding 6: identity
+# --------------------------------------------------------------------------- identity
 
 
 def test_the_plan_and_the_result_name_the_process_as_the_kernel_sees_it_not_as_job_json_says(

@@ -1,4 +1,4 @@
-"""Real job processes on one control root (issue 15, findings 1-3): the job name is held by one live
+"""Real job processes on one control root: the job name is held by one live
 process, every acknowledgement names the pid that applied it, a checkpoint saved during a spike is
 never restored, and commands are served while the quick-start loop skips slow batches.
 
@@ -112,7 +112,7 @@ def test_an_lr_cut_sent_while_the_quick_start_loop_skips_slow_batches_is_applied
     wait_until(lambda: JobPaths(root, "slow").read_registration().lr == (0.005,), 2.0, message="lr in job.json")
 
 
-# --------------------------------------------------------------------------- issue 24, finding 12
+# --------------------------------------------------------------------------- a restarted job's checkpoints
 
 
 def _index_steps(job: str, root: Path) -> list[tuple[int, str | None]]:
@@ -180,7 +180,7 @@ def test_a_restarted_job_keeps_its_new_checkpoints_and_never_rolls_back_into_the
     assert ack.result["checkpoint"]["run"] == new_run
 
 
-# --------------------------------------------------------------------------- issue 24, finding 16 (control dirs)
+# --------------------------------------------------------------------------- control directories
 
 
 def _age(root: Path, job: str, **fields: float) -> None:

@@ -338,7 +338,7 @@ def test_stopping_the_executor_stops_the_step_waiting_on_the_agent(
     job.control.close()
 
 
-# --------------------------------------------------------------------------- issue 24, finding 14
+# --------------------------------------------------------------------------- a hung job
 
 
 CHECKPOINT_NODE_PLAYBOOK = {
@@ -408,7 +408,7 @@ def test_a_strict_checkpoint_node_step_that_fails_keeps_every_jobs_outcome_in_th
     assert [f["job"] for f in result["failed"]] == ["job-hung"] and result["skipped"] == []
 
 
-# --------------------------------------------------------------------------- issue 24, finding 16
+# --------------------------------------------------------------------------- control directories
 
 
 SHIPPED_ROLLBACKS = [("loss-spike", "TrainingLossSpike"), ("loss-nan", "TrainingLossNaN")]

@@ -1,4 +1,4 @@
-"""Issue 27, deliverable 5: the UI papercuts a new user hit, through Flask's test client on a real SQLite
+"""The UI papercuts a new user hit, through Flask's test client on a real SQLite
 store: the paused/breaker banner on every page, the ladder after its undo, chat steps as a preview, the
 search, the per-node timeline and the opt-in refresh. The same pages in Chromium (a phone's viewport,
 the screenshots): tests/e2e/test_ui_operate_browser.py."""

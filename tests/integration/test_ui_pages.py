@@ -93,7 +93,7 @@ def test_the_cookie_is_secure_over_https(server: Server) -> None:
 def test_ui_cookie_secure_always_marks_the_cookie_secure_behind_a_tls_terminating_proxy(
     make_server: MakeServer,
 ) -> None:
-    """Issue 24, finding 6: behind a proxy that terminates TLS the server sees plain http and left `Secure` off."""
+    """Behind a proxy that terminates TLS the server sees plain http and left `Secure` off."""
     server = make_server(ui_cookie_secure=load_settings(env={"REMEDIATE_UI_COOKIE_SECURE": "always"}).ui.cookie_secure)
     answer = log_in(server, READ_TOKEN)  # plain http, as the proxy forwards it
     assert answer.status_code == 302
@@ -112,7 +112,7 @@ def test_the_webhook_token_and_unknown_tokens_cannot_log_in(server: Server) -> N
 
 
 def test_a_next_with_a_line_break_or_control_character_is_refused_not_a_500(make_server: MakeServer) -> None:
-    """Issue 24, finding 6: `next=/ui/%0d%0aSet-Cookie:...` passed the /ui/ check and broke the redirect's
+    """`next=/ui/%0d%0aSet-Cookie:...` passed the /ui/ check and broke the redirect's
     header after a successful login (500). Such a target is ignored: the login goes to the history."""
     server, run_id = awaiting_run(make_server)
     for target in ("/ui/state\r\nSet-Cookie: evil=1", "/ui/\nx", "/ui/\x00", "/ui/\tx", "/ui/\x7f"):
@@ -250,7 +250,7 @@ steps:
 
 
 def test_run_page_shows_the_node_a_run_on_step_runs_on(make_server: MakeServer) -> None:
-    """Issue 29: a `run_on` step's node (resolved at ingest) is on the run page, linked to its node page;
+    """A `run_on` step's node (resolved at ingest) is on the run page, linked to its node page;
     the run's target stays the alert's node."""
     server = make_server(playbooks={"run-on-xid.yaml": RUN_ON_XID})
     server.webhook(notification(alert("abab000000000001", instance="node-a:9400", gpu="0", control_node="node-c")))
@@ -304,7 +304,7 @@ def test_the_read_role_sees_no_button_and_a_forged_approve_is_403(make_server: M
 
 
 def test_a_read_only_credential_named_like_the_operator_gets_no_operator_controls(make_server: MakeServer) -> None:
-    """Issue 24, finding 2: a session's roles are its credential's, never those of another token of the same
+    """A session's roles are its credential's, never those of another token of the same
     name. The load refuses such a pair (tests/integration/test_auth.py); this one is built past that check."""
     built = approve_server(make_server)
     twin = Credential("operator", "read-only-twin-token-0123", frozenset({READ}))
@@ -346,7 +346,7 @@ def test_state_page_pauses_resumes_and_resets_the_breaker_as_the_principal(serve
     }
     paused = text(server.client.get("/ui/state"))
     assert "Paused by <b>operator</b>" in paused and "maintenance" in paused and 'id="resume"' in paused
-    # A form left open from before the pause does not replace it (issue 24, finding 20).
+    # A form left open from before the pause does not replace it.
     assert server.client.post("/ui/pause", data={"csrf_token": token, "reason": "stale form"}).status_code == 302
     assert server.get("/pause").get_json()["reason"] == "maintenance"
     assert "Not paused again: remediation is already paused by operator: maintenance" in text(
@@ -354,7 +354,7 @@ def test_state_page_pauses_resumes_and_resets_the_breaker_as_the_principal(serve
     )
     assert server.client.post("/ui/resume", data={"csrf_token": token}).status_code == 302
     assert server.get("/pause").get_json()["paused"] is False
-    # A closed breaker is not reset (issue 24, finding 20): the page says so and nothing is recorded.
+    # A closed breaker is not reset: the page says so and nothing is recorded.
     assert server.client.post("/ui/breaker/reset", data={"csrf_token": token, "reason": "checked"}).status_code == 302
     assert server.get("/breaker").get_json()["reset_by"] is None
     assert "nothing to reset" in text(server.client.get("/ui/state"))
@@ -370,7 +370,7 @@ def test_logout_ends_the_session(server: Server) -> None:
 
 @ON_EVERY_DATABASE
 def test_after_logout_the_old_cookie_is_refused_by_every_worker_and_replica(make_server: MakeServer) -> None:
-    """Issue 24, finding 3: the cookie is signed, not stored, so a copy kept from before the logout worked for
+    """The cookie is signed, not stored, so a copy kept from before the logout worked for
     12 hours. The logout is recorded in the store, which every process of every replica reads."""
     first = make_server()
     other = make_server(database_url=first.database_url)  # another worker or replica: its own process state
@@ -395,7 +395,7 @@ def test_after_logout_the_old_cookie_is_refused_by_every_worker_and_replica(make
 def test_a_rotated_or_removed_token_ends_its_sessions_even_with_a_secret_file(
     make_server: MakeServer, tmp_path: Path
 ) -> None:
-    """Issue 24, finding 3: with `ui_secret_file` the signing key outlives any token, and a session of a leaked
+    """With `ui_secret_file` the signing key outlives any token, and a session of a leaked
     token went on for 12 hours after the token was rotated. A server started with the new tokens (same key,
     same database) refuses it at once; one with the same tokens still accepts it."""
     secret = tmp_path / "ui-secret"

@@ -46,7 +46,7 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
             assert rungs == [
                 ["training.checkpoint_node", "k8s.cordon", "k8s.taint", "k8s.drain", "notify"],
                 ["gpu.reset", "notify"],
-                ["k8s.cordon", "k8s.handoff", "notify"],  # issue 28: the last rung hands off to breakfix
+                ["k8s.cordon", "k8s.handoff", "notify"],  # The last rung hands off to breakfix
             ]
             taint = quarantine.rungs[0].steps[2].params
             assert taint == {
@@ -121,7 +121,7 @@ def test_dry_run_of_a_node_that_does_not_exist_says_so(
     monkeypatch.setenv("REMEDIATE_KUBECONFIG", str(kubeconfig))
     monkeypatch.delenv("REMEDIATE_CONFIG", raising=False)
     result = dry_run(tmp_path, "GPURowRemapFailure", "hostname=ghost-1")
-    assert result.exit_code == 1  # a plan that fails: the run cannot succeed (issue 24, finding 15)
+    assert result.exit_code == 1  # a plan that fails: the run cannot succeed
     assert (
         "plan failed: ActionError: node 'ghost-1' (from label hostname) does not exist in the cluster" in result.output
     )

@@ -29,7 +29,7 @@ from remediate.server import Services, build_services, create_app
 from tests.support.waiting import scaled
 
 TOKEN = "write-token-0123456789"
-"""The `token` setting: since issue 15 a webhook-only token (its default token_roles)."""
+"""The `token` setting: a webhook-only token (its default token_roles)."""
 OPERATOR_TOKEN = "operator-token-5647382910"
 READ_TOKEN = "read-token-9876543210"
 PAYLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "payloads"

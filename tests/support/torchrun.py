@@ -1,7 +1,7 @@
 """`torchrun --nproc_per_node 2 --standalone` of tests/support/jobs/torchrun_job.py (gloo, CPU) and its records.
 
-Used by tests/integration/test_torchrun.py (issue 15's findings, the `restart` command) and tests/e2e/test_straggler.py
-(issue 29's fail-slow ladder end to end).
+Used by tests/integration/test_torchrun.py (the `restart` command) and tests/e2e/test_straggler.py
+(the fail-slow ladder end to end).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ def test_the_agent_state_file_holds_only_the_action_memory_and_seen_requests_tab
     store.ping()
     store.close()
 
-    # ... and the signatures of the requests it accepted (issue 24: replays stay refused across restarts).
+    # ... and the signatures of the requests it accepted (replays stay refused across restarts).
     assert _tables(tmp_path / "agent.db") == {"action_memory", "seen_requests"}
 
 

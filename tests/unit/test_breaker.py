@@ -194,7 +194,7 @@ def test_after_a_reset_old_alerts_are_stale_and_new_ones_are_not() -> None:
 
 
 def test_resetting_a_closed_breaker_changes_nothing_and_says_so() -> None:
-    """Issue 24, finding 20: a reset of a closed breaker moved the stale horizon, silently turning older
+    """A reset of a closed breaker moved the stale horizon, silently turning older
     alerts stale. Only an open breaker is reset; a closed one answers reset: false and keeps its state."""
     clock = Clock()
     breaker = memory_breaker(BreakerLimits(max_nodes=5, stale_horizon=900), clock)

@@ -230,7 +230,7 @@ def test_the_database_pool_is_five_plus_five_unless_set() -> None:
     ],
 )
 def test_a_libpq_database_url_is_read_with_the_psycopg_driver_the_image_ships(given: str, read_as: str) -> None:
-    """Issue 11, item 5: SQLAlchemy reads a bare postgresql:// as psycopg2, which the image lacks."""
+    """SQLAlchemy reads a bare postgresql:// as psycopg2, which the image lacks."""
     from_env = load_settings(env={"REMEDIATE_DATABASE_URL": given})
     from_flag = load_settings(env={}, overrides={"database_url": given})
 
@@ -302,7 +302,7 @@ def test_the_agent_token_may_come_from_a_file(tmp_path: Path) -> None:
 
 
 def test_the_lease_defaults_to_a_minute_and_its_old_name_stale_after_still_sets_it(tmp_path: Path) -> None:
-    """Issue 11: the executor's lease is `lease`; `stale_after` (file, environment) is read as it."""
+    """The executor's lease is `lease`; `stale_after` (file, environment) is read as it."""
     assert Settings().executor.lease == 60.0
     old_file = write(tmp_path / "old.yaml", "stale_after: 90s\n")
     new_file = write(tmp_path / "new.yaml", "lease: 45s\n")
@@ -385,7 +385,7 @@ SHORT = "fifteen-chars-x"  # one short of the minimum
 def test_a_token_shorter_than_16_characters_is_refused_naming_its_setting(
     tmp_path: Path, setting: str, resolve: object
 ) -> None:
-    """Issue 24, finding 6: a 1-character token was accepted from the environment or a file."""
+    """A 1-character token was accepted from the environment or a file."""
     assert callable(resolve)
     env = f"REMEDIATE_{setting.upper()}"
     with pytest.raises(ConfigError, match=rf"^{setting} \({env}\): a token needs at least 16 characters, not 15"):

@@ -1,4 +1,4 @@
-"""The `sinks` setting (issue 26, item 1): named notification destinations, from the config file or from
+"""The `sinks` setting: named notification destinations, from the config file or from
 REMEDIATE_SINKS (YAML or JSON text); a bad one is one ConfigError naming `sinks.<name>.<field>`."""
 
 from __future__ import annotations

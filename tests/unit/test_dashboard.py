@@ -105,7 +105,7 @@ def unit_of(panel: dict[str, Any], target: dict[str, Any]) -> str:
 
 
 def test_every_panel_has_a_unit_and_every_duration_is_shown_in_seconds() -> None:
-    """Issue 27: "Oldest queued run" showed a bare number; every panel says what its values count."""
+    """The "oldest queued run" panel showed a bare number; every panel says what its values count."""
     checked = 0
     for panel in dashboard.panels(dashboard.load()):
         if panel["type"] == "row":

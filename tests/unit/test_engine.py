@@ -711,7 +711,7 @@ def test_guard_by_must_name_labels(registry) -> None:
         )
 
 
-# --------------------------------------------------------------------------- order of firing and resolved (issue 15)
+# --------------------------------------------------------------------------- order of firing and resolved
 
 S2 = "2026-01-01T02:00:00Z"  # a newer occurrence of the same alert (same fingerprint, later startsAt)
 

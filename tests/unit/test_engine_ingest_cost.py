@@ -1,5 +1,5 @@
 """What remediate.engine does to make an ingest cheaper must not change what it answers: the webhook's response
-bytes (issue 14); each alert's steps rendered from its own context."""
+bytes; each alert's steps rendered from its own context."""
 
 from __future__ import annotations
 

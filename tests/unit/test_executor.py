@@ -418,7 +418,7 @@ def test_after_a_failed_step_only_always_steps_run_and_the_run_stays_failed(
 def test_a_continue_on_error_step_that_fails_is_recorded_and_the_run_goes_on_to_succeed(
     store: Store, executor: Executor, actions: dict[str, Recording], metrics: Metrics, make_engine: MakeEngine
 ) -> None:
-    """Issue 12: a best-effort step (checkpoint the node's jobs before a drain) must not stop the drain."""
+    """A best-effort step (checkpoint the node's jobs before a drain) must not stop the drain."""
     run_id = queue(
         make_engine,
         playbook(
@@ -582,7 +582,7 @@ def test_an_action_missing_at_execution_fails_the_step(store: Store, make_engine
     assert "unknown action 'test.once'" in detail["error"]
 
 
-# --------------------------------------------------------------------------- rerunnable runs (issue 24, finding 10)
+# --------------------------------------------------------------------------- rerunnable runs
 
 
 @EVERY_DATABASE
@@ -779,7 +779,7 @@ def test_a_started_executor_runs_what_ingest_queues_and_stops(
     assert step_details(store, decision.run_id)[0]["status"] == "succeeded"
 
 
-# --------------------------------------------------------------------------- ownership of a run (finding 17)
+# --------------------------------------------------------------------------- ownership of a run
 
 
 @EVERY_DATABASE
@@ -831,7 +831,7 @@ def test_a_stalled_executor_whose_run_was_taken_over_writes_nothing_more_and_run
 def test_a_run_whose_live_owner_on_this_host_stopped_renewing_its_lease_is_taken_over(
     store: Store, executor: Executor, make_engine: MakeEngine
 ) -> None:
-    """Issue 24, finding 7: an owner alive on this host whose heartbeat stopped (SIGSTOPped, hung, its writes
+    """An owner alive on this host whose heartbeat stopped (SIGSTOPped, hung, its writes
     failing on a full disk) kept its run `running` forever. Now the lease decides, as for any other owner."""
     run_id = queue(make_engine, playbook(step("test.again")))
     owner = f"{socket.gethostname()}:1"  # pid 1 lives

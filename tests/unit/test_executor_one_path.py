@@ -155,7 +155,7 @@ def test_a_one_step_alert_costs_at_most_three_write_transactions_end_to_end(
     store: Store, sink: WebhookRecorder, action: str
 ) -> None:
     """On a real SQLite file: the ingest; the claim with the step's plan and attempt start; the end of the
-    attempt, the step and the run (issue 25: notify.webhook took five)."""
+    attempt, the step and the run (notify.webhook took five)."""
     params = {"message": "hi {{ labels.Hostname }}"} if action == "log" else {"url": sink.url}
     shipped = default_registry()
     pb = parse_playbook(playbook({"action": action, "with": params}), shipped, source="pb.yaml")

@@ -110,7 +110,7 @@ def test_a_failing_grafana_is_tried_a_few_times_a_refused_token_once_then_counte
 
 
 def test_label_derived_text_is_inert_html_in_the_annotation() -> None:
-    """Finding 5 of issue 24: a label's `<img onerror>` reached Grafana's HTML as markup."""
+    """A label's `<img onerror>` reached Grafana's HTML as markup."""
     run = dataclasses.replace(
         finished(RunStatus.FAILED, error='step 0 (k8s.cordon): node "<script>x()</script>" not found\nforged line'),
         alertname='<img src=x onerror="alert(1)">',
@@ -133,7 +133,7 @@ def test_label_derived_text_is_inert_html_in_the_annotation() -> None:
 def test_a_redirect_is_not_followed_so_the_token_never_leaves_for_another_url(
     sink: WebhookRecorder, status: int
 ) -> None:
-    """Finding 6 of issue 24: the annotator followed redirects (the token went along)."""
+    """The annotator followed redirects (the token went along)."""
     from tests.actions.test_notify import _Redirector
 
     redirector = _Redirector(status, f"{sink.url}/elsewhere")

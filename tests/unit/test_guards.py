@@ -254,7 +254,7 @@ def test_a_ladder_with_undo_only_in_a_rung_still_undoes(registry: ActionRegistry
     assert judge(pb, "resolved", "node-a", facts, NOW).accepted  # the playbook's own on_resolved
 
 
-# --------------------------------------------------------------------------- the guards as named stages (issue 25)
+# --------------------------------------------------------------------------- the guards as named stages
 
 
 def test_each_guard_stage_goes_on_for_an_alert_nothing_holds_back(pb: Playbook) -> None:

@@ -104,7 +104,7 @@ def test_a_run_is_the_api_v1_shape_with_its_keys_in_order() -> None:
 
 
 def test_ran_on_names_each_executor_once_in_the_order_it_first_ran_an_attempt() -> None:
-    """Issue 11: a run taken over after its replica died shows both; attempts from before schema
+    """A run taken over after its replica died shows both; attempts from before schema
     version 6 (no worker recorded) add nothing."""
     (step,) = RUN.steps
     first = step._replace(

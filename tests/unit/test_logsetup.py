@@ -1,4 +1,4 @@
-"""Issue 27: the one logging set-up (remediate.logsetup) and audit events (remediate.audit): text and JSON
+"""The one logging set-up (remediate.logsetup) and audit events (remediate.audit): text and JSON
 formats, structured fields, levels, the request id."""
 
 from __future__ import annotations

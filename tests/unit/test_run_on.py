@@ -1,4 +1,4 @@
-"""A step's `run_on: {labels: [...]}` (issue 29): a node step runs on the node an alert label names (the
+"""A step's `run_on: {labels: [...]}`: a node step runs on the node an alert label names (the
 fail-slow ladder's restart on rank 0's node, `control_node`), while the run's target stays the slow node.
 Validated when the playbook loads; resolved once, when the run is created, and stored with the step."""
 

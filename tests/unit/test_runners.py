@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.log import LogAction
 from remediate.agent import AgentService
-from remediate.agent_protocol import AgentNotFound
+from remediate.agent_protocol import PERMANENT, AgentNotFound, classify
 from remediate.agentauth import ANSWER_HEADER, node_token, sign_answer
 from remediate.alerts import alert_ref
 from remediate.config import Settings
@@ -169,13 +169,20 @@ def test_plan_and_execute_travel_to_the_agent_with_the_steps_context(agent: tupl
     assert 9 < echo.calls[1][2].remaining() <= 10  # the step's remaining time went along
 
 
+def assert_permanent(error: BaseException) -> None:
+    """`error` fails its step at once: the executor retries only a RetryableActionError, and the agent reports
+    anything else as `permanent` (agent_protocol.classify), so a retry can never repeat what it did."""
+    assert not isinstance(error, RetryableActionError), f"retryable: {error!r}"
+    assert classify(error)[0] == PERMANENT, error
+
+
 def test_errors_of_the_agent_keep_their_class_and_say_where(agent: tuple[str, Echo]) -> None:
     url, _ = agent
     with pytest.raises(RetryableActionError, match=rf"device busy \(on agent {url} of node node-b\)"):
         runner(url).execute(ECHO, {"word": "x", "fail": "retryable"}, ctx())
     with pytest.raises(ActionError, match="permission denied") as permanent:
         runner(url).execute(ECHO, {"word": "x", "fail": "permanent"}, ctx())
-    assert not isinstance(permanent.value, RetryableActionError)
+    assert_permanent(permanent.value)
 
 
 def test_a_wrong_token_and_a_wrong_node_are_permanent(agent: tuple[str, Echo]) -> None:
@@ -183,8 +190,10 @@ def test_a_wrong_token_and_a_wrong_node_are_permanent(agent: tuple[str, Echo]) -
     with pytest.raises(ActionError, match="agent credential: wrong signature for node 'node-b'") as wrong_token:
         runner(url, token="nope").execute(ECHO, {"word": "x"}, ctx())
     assert not isinstance(wrong_token.value, RetryableActionError)
-    with pytest.raises(ActionError, match="signed for node 'node-b' but its step targets 'node-c'"):
+    assert_permanent(wrong_token.value)
+    with pytest.raises(ActionError, match="signed for node 'node-b' but its step targets 'node-c'") as wrong_node:
         runner(url).execute(ECHO, {"word": "x"}, ctx(target="node-c"))
+    assert_permanent(wrong_node.value)
     assert echo.calls == []
 
 
@@ -314,8 +323,9 @@ def test_without_authentication_a_500_outside_the_protocol_on_a_not_idempotent_e
 def test_an_unexpected_answer_is_a_permanent_error(scripted: Any) -> None:
     scripted.script = [(200, b'{"something": 1}', 0)]
     url = f"http://127.0.0.1:{scripted.server_port}"
-    with pytest.raises(ActionError, match="unexpected answer: HTTP 200"):
+    with pytest.raises(ActionError, match="unexpected answer: HTTP 200") as error:
         runner(url).execute(ECHO, {"word": "x"}, ctx())
+    assert_permanent(error.value)
     assert scripted.seen == 1
 
 
@@ -339,7 +349,7 @@ NODE_A = node_token(AGENT_TOKEN, "node-a")
 def test_an_answer_not_signed_by_the_nodes_agent_for_this_request_is_refused(
     scripted: Any, signer: Any, why: str
 ) -> None:
-    """Issue 24: whoever answers in place of node-b's agent (on the path, or holding node-a's credential) is not
+    """Whoever answers in place of node-b's agent (on the path, or holding node-a's credential) is not
     believed: not a result, not an error class; an execute that must not run twice is left for a person."""
     url = f"http://127.0.0.1:{scripted.server_port}"
     forged_success = (200, b'{"result": {"ok": true}}', 0, signer)
@@ -390,8 +400,9 @@ def test_each_agent_call_that_got_no_answer_is_reported_with_its_reason(scripted
         with pytest.raises(ActionError):
             runner(url, retries=1, on_call_error=reasons.append).execute(action, {"word": "x"}, ctx())
     # The agent answered: the action's own failure is the step's, not a failed call.
-    with pytest.raises(ActionError, match="permission denied"):
+    with pytest.raises(ActionError, match="permission denied") as permanent:
         runner(agent[0], on_call_error=reasons.append).execute(ECHO, {"word": "x", "fail": "permanent"}, ctx())
+    assert_permanent(permanent.value)
 
     assert reasons == ["unreachable", "ambiguous", "bad_answer"]
     assert set(reasons) == set(AGENT_CALL_ERRORS)

@@ -214,7 +214,7 @@ def test_late_params_are_kept_as_written_for_their_step_to_render() -> None:
     assert render_params(params, {}, keep={"message"}) == {"url": "http://x/1", "message": "{{ steps[0].status }}"}
 
 
-# Issue 24, finding 6: a render inside POST /webhook is bounded in size and time.
+# A render inside POST /webhook is bounded in size and time.
 COSTLY = {
     "string times a billion": ("{{ 'x' * 10**9 }}", "over 1,000,000 characters"),
     "list times a million": ("{{ (['x' * 1000] * 1000000) | length }}", "over 1,000,000 characters"),

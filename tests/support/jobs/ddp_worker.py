@@ -54,7 +54,7 @@ def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
         data_index += 1
         lr_before_skip = optimizer.param_groups[0]["lr"]
         if control.skip_batch():
-            # skip_batch keeps serving commands (issue 15, finding 3): an lr cut may land right here.
+            # skip_batch keeps serving commands: an lr cut may land right here.
             if optimizer.param_groups[0]["lr"] != lr_before_skip:
                 applied += 1
                 applied_at = iteration
@@ -118,7 +118,7 @@ def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
 
 
 def run_only_rank0_polls(rank: int, root: str, port: int, out_dir: str) -> None:
-    """Issue 24, finding 16: rank 1 trains without ever polling and leaves; rank 0 polls. Rank 0 records
+    """Rank 1 trains without ever polling and leaves; rank 0 polls. Rank 0 records
     what its poll raised (the field case: a bare gloo "Connection reset by peer")."""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     control = TrainingControl("lonely-job", root=Path(root), wake_signal=None)

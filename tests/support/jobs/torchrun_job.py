@@ -16,13 +16,13 @@ weights checksum, whether it came while skipping) and ``final``. The job stops `
 iterations after its ``--stop-after`` th applied command (the same iteration on every rank, since
 every rank applies a command at the same batch), or after ``--max-iterations``.
 
-Restarts (issue 29): every start calls ``ckpts.resume()`` (docs/training-protocol.md "Checkpoints")
+Restarts: every start calls ``ckpts.resume()`` (docs/training-protocol.md "Checkpoints")
 and records ``resumed`` (restart count, step, checksum) when it continued a checkpoint; a ``restart``
 command ends the loop with `RestartRequested` (exit status 75) and torchrun, given
 ``--max-restarts``, starts the job again. A restarted job (``$TORCHELASTIC_RESTART_COUNT`` > 0)
 stops after ``--after-restart`` iterations.
 
-Fail-slow (issue 29, tests/e2e/test_straggler.py): with ``--metrics-ports`` rank r exports StepMetrics on the r-th
+Fail-slow (tests/e2e/test_straggler.py): with ``--metrics-ports`` rank r exports StepMetrics on the r-th
 port (start at the top of the iteration, step before backward). ``--nodes "b,a;b,c"`` names each rank's node for
 the first start and for the restarted one (NODE_NAME, the `node` label): the second list is where the scheduler
 put the job once the slow node was cordoned and tainted. A rank on ``--slow-node`` takes ``--slow-seconds`` more
@@ -131,7 +131,7 @@ def main() -> None:
         x, y = batch(iteration, rank, args.spike_at > 0 and iteration >= args.spike_at, args.spike_shift)
         lr = opt.param_groups[0]["lr"]
         if control.skip_batch():
-            if opt.param_groups[0]["lr"] != lr:  # a command served while skipping (issue 15, finding 3)
+            if opt.param_groups[0]["lr"] != lr:  # a command served while skipping
                 applied += 1
                 emit("applied", iteration=iteration, step_before=step, step_after=step, lr_before=lr,
                      lr=opt.param_groups[0]["lr"], checksum=checksum(model), while_skipping=True)  # fmt: skip

@@ -73,7 +73,7 @@ def test_an_approve_button_to_the_run_page_while_the_run_waits_for_approval() ->
 
 
 def test_with_slack_interactivity_the_approve_button_approves_in_place_and_teams_keeps_the_link() -> None:
-    """Issue 27, deliverable 3: an interactive button (action_id, the run id as value, a confirmation), which
+    """An interactive button (action_id, the run id as value, a confirmation), which
     Slack posts to /slack/interactions; Teams' card has no such callback without a Bot Framework app."""
     waiting = dataclasses.replace(message(mode="approve"), awaiting_approval=True, approve_in_place=True)
 

@@ -258,7 +258,7 @@ def test_dry_run_of_a_gpu_not_on_this_node_shows_the_plan_error(
 ) -> None:
     result = cli(*dry_run_args("GPU-00000000-0000-0000-0000-000000000000", sim_file, playbook_dir, tmp_path / "x.db"))
 
-    # The guards accept it, but a run whose plan fails cannot succeed: would run: no, exit 1 (issue 24, 15).
+    # The guards accept it, but a run whose plan fails cannot succeed: would run: no, exit 1.
     assert result.exit_code == 1, result.output
     assert "would run: no" in result.stdout
     assert "plan failed: GpuNotFound: no GPU GPU-00000000-0000-0000-0000-000000000000 on this node" in result.stdout

@@ -1,4 +1,4 @@
-"""scripts/serve starts in shadow mode, as the chart does, unless the user chose a mode (issue 26)."""
+"""scripts/serve starts in shadow mode, as the chart does, unless the user chose a mode."""
 
 from __future__ import annotations
 

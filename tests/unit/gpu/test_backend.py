@@ -1,4 +1,4 @@
-"""Optional backend capabilities (issue 10, item 5): found on a backend, through the floor, or a clear NotSupported."""
+"""Optional backend capabilities: found on a backend, through the floor, or a clear NotSupported."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_the_floor_wrapper_passes_a_capability_through_and_still_guards_the_powe
     inner = CountingBackend(sim)
     floored = with_floor(inner, floor_watts=400, floor_percent=None)
     assert isinstance(floored, FlooredBackend)
-    # Before issue 10 the wrapper had only the protocol's methods: this was an AttributeError.
+    # Once the wrapper had only the protocol's methods: this was an AttributeError.
     assert supports(floored, "count_processes")
     assert capability(floored, "count_processes", doing="count")(gpu3.uuid) == 1
     assert inner.calls == [gpu3.uuid]

@@ -478,7 +478,7 @@ def test_a_clock_reset_on_an_unknown_gpu_is_not_found(driver: FakeDriver) -> Non
         NvmlBackend().reset_locked_clocks("GPU-00000000-0000-0000-0000-000000000000")
 
 
-# --- issue 12: clocks, memory health, MIG/NVLink state, GPU reset
+# --- clocks, memory health, MIG/NVLink state, GPU reset
 
 
 def test_clocks_are_read_with_the_supported_set_over_every_memory_clock_and_an_unknown_lock(

@@ -371,7 +371,7 @@ def test_open_backend_builds_the_simulator_only_when_asked(sim_file: Path) -> No
         open_backend("fake")
 
 
-# --------------------------------------------------------------------------- issue 12: clock locks and GPU reset
+# --------------------------------------------------------------------------- clock locks and GPU reset
 
 
 def test_a_clock_lock_must_be_a_range_of_supported_clocks_like_nvml(sim: SimulatedBackend) -> None:

@@ -1,4 +1,4 @@
-"""Issue 15, finding 12c: agent discovery on the test API server never picks a pod its DaemonSet does not own.
+"""Agent discovery on the test API server never picks a pod its DaemonSet does not own.
 
 The official client talks real HTTP to tests/support/fake_apiserver.py: an impostor pod with the agent's
 labels on the target node (created later, so it would win the "newest Ready pod" choice) is refused.

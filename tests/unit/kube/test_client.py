@@ -60,7 +60,7 @@ def test_the_client_reads_the_kubeconfig_given(kube_api: FakeKubeAPI, kubeconfig
 def test_kubeconfig_and_the_home_kube_config_are_never_read_on_their_own(
     kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 26: a laptop's current context may be production; acting on it needs the setting, said explicitly."""
+    """A laptop's current context may be production; acting on it needs the setting, said explicitly."""
     kube_api.add_node("n1")
     home = tmp_path / "home"
     (home / ".kube").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""remediate.store.breaker_rows: one node's breaker claims, newest first, for the node page (issue 27)."""
+"""remediate.store.breaker_rows: one node's breaker claims, newest first, for the node page."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SQLite's write-ahead log checkpointed apart from the commits (remediate.store.checkpoints, issue 14's p99)."""
+"""SQLite's write-ahead log checkpointed apart from the commits (remediate.store.checkpoints): the p99 of receipt to
+first step."""
 
 from __future__ import annotations
 

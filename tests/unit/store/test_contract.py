@@ -249,7 +249,7 @@ def test_a_stale_lease_writes_nothing_and_raises_claim_lost(store: Store, make_e
 def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_its_executor(
     store: Store, make_engine: MakeEngine
 ) -> None:
-    """Issue 11: an owner that renewed its lease after recovery looked keeps its run; the attempts of a run
+    """An owner that renewed its lease after recovery looked keeps its run; the attempts of a run
     taken over name both executors (`attempts.worker`)."""
     run_id = queue(make_engine(playbook()))
     first = store.queue.claim("replica-a:7", T0)
@@ -277,7 +277,7 @@ def test_a_takeover_needs_the_heartbeat_recovery_watched_and_each_attempt_names_
 def test_a_run_handed_back_after_a_store_outage_keeps_the_end_of_the_step_that_ran(
     store: Store, make_engine: MakeEngine
 ) -> None:
-    """Issue 24, findings 7 and 9: the owner hands its run back with the end of the step whose action ran (the
+    """The owner hands its run back with the end of the step whose action ran (the
     store failed as it was recorded): written with the requeue, the run goes on from the next step."""
     ran, flying = (queue(make_engine(playbook()), host) for host in ("node-a", "node-b"))
     claims = []
@@ -452,7 +452,7 @@ def test_a_pending_outcome_is_listed_until_it_is_settled(store: Store, make_engi
 
 @EVERY_DATABASE
 def test_a_pending_outcome_of_a_run_on_step_keeps_its_node(store: Store, make_engine: MakeEngine) -> None:
-    """Issue 29: reconciliation asks the node a `run_on` step ran on (its late outcome is there), not the target."""
+    """Reconciliation asks the node a `run_on` step ran on (its late outcome is there), not the target."""
     restart = {"action": "training.command", "with": {"command": "restart"}, "run_on": {"labels": ["control_node"]}}
     engine = make_engine(playbook(steps=[restart]))
     labels = {"Hostname": "node-a", "control_node": "node-c"}

@@ -84,7 +84,7 @@ def test_sqlite_writes_begin_immediate(store: Store) -> None:
 def test_the_store_engine_has_no_connection_event_listener(store: Store) -> None:
     """SQLAlchemy dispatches its connection events around every statement of an engine with one listener of
     them (its "begin" recipe for pysqlite was one): that doubled a write transaction's CPU, so the dialect
-    begins on the driver's connection instead (docs/benchmarks.md, issue 25)."""
+    begins on the driver's connection instead (docs/benchmarks.md)."""
     assert not store.database.engine._has_events
 
 
@@ -106,7 +106,7 @@ def test_a_prune_on_postgresql_plans_its_queries_on_fresh_statistics(pg_url: str
     assert set(PRUNED_TABLES) <= analysed
 
 
-# --------------------------------------------------------------------------- what the database refuses (issue 24)
+# --------------------------------------------------------------------------- what the database refuses
 
 
 def _sqlite_error(code: int, message: str) -> sa.exc.OperationalError:

@@ -303,7 +303,7 @@ def test_run_links_join_a_firing_run_and_its_resolved_run_of_the_same_occurrence
 def test_history_search_finds_text_in_the_alertname_target_or_playbook(
     history_store: Store, search: str, filters: dict[str, Any], expected: set[tuple[str, str, str]]
 ) -> None:
-    """Issue 27: the pages' search box; the filters match a whole value only."""
+    """The pages' search box; the filters match a whole value only."""
     entries = history(history_store, search=search, **filters)
 
     assert {(e["alertname"], e["target"], e["playbook"]) for e in entries} == expected

@@ -237,7 +237,7 @@ def test_a_version_4_database_gets_claim_generations_and_always_flags_with_safe_
 def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones_recorded(
     new_database: NewDatabase,
 ) -> None:
-    """Issue 11: `attempts.worker` (who ran it, `ran_on` in the API) is added empty; attempts recorded
+    """`attempts.worker` (who ran it, `ran_on` in the API) is added empty; attempts recorded
     before say nothing, those after name their executor."""
     old, fresh = _old_and_fresh(
         new_database,
@@ -262,7 +262,7 @@ def test_a_version_5_database_gets_attempt_workers_old_attempts_unknown_new_ones
 
 
 def test_a_version_7_database_gets_ladders_its_old_runs_ran_no_rung(new_database: NewDatabase) -> None:
-    """Issue 12: `runs.rung` is added empty (no run before escalation ladders ran a rung) and the
+    """`runs.rung` is added empty (no run before escalation ladders ran a rung) and the
     `ladders` table starts empty: every ladder starts at its first rung."""
     old, fresh = _old_and_fresh(new_database, 7, _run())
     Store.open(old).close()
@@ -272,7 +272,7 @@ def test_a_version_7_database_gets_ladders_its_old_runs_ran_no_rung(new_database
 
 
 def test_a_version_8_database_gets_announcements_its_waiting_runs_still_to_announce(new_database: NewDatabase) -> None:
-    """Issue 13: `runs.announced_at` and `announce_error` are added empty: a run that awaited approval before
+    """`runs.announced_at` and `announce_error` are added empty: a run that awaited approval before
     the upgrade, with a chat step, is announced once after it (the on-call hears of it); none is marked sent."""
     old, fresh = _old_and_fresh(
         new_database,
@@ -293,7 +293,7 @@ def test_a_version_8_database_gets_announcements_its_waiting_runs_still_to_annou
 
 
 def test_a_version_8_database_gets_queue_priorities_its_queued_runs_keep_their_order(new_database: NewDatabase) -> None:
-    """Issue 14: `runs.priority` is added as 0 (the highest) for every run there was, so the runs queued before
+    """`runs.priority` is added as 0 (the highest) for every run there was, so the runs queued before
     the upgrade are claimed first and in their old (id) order; `ix_runs_queue` orders the claim."""
     old, fresh = _old_and_fresh(new_database, 8, _run(1), _run(2))
     store = Store.open(old)
@@ -307,7 +307,7 @@ def test_a_version_8_database_gets_queue_priorities_its_queued_runs_keep_their_o
 def test_a_version_8_database_gets_decision_times_that_never_decrease_with_the_id(
     new_database: NewDatabase, request: pytest.FixtureRequest
 ) -> None:
-    """Issue 14: before version 9 two workers could store decisions out of receive-time order (the time
+    """Before version 9 two workers could store decisions out of receive-time order (the time
     was taken before the write lock). On SQLite the upgrade gives each row the running max of the times
     by id (the history's time filters become id ranges); PostgreSQL, which does not rely on the order,
     keeps every time. Either way the index of decisions by (target, status) is added, and the status
@@ -333,7 +333,7 @@ def test_a_version_8_database_gets_decision_times_that_never_decrease_with_the_i
 
 
 def test_a_version_11_database_gets_step_nodes_its_old_steps_run_on_their_targets(new_database: NewDatabase) -> None:
-    """Issue 29: `steps.node` (where a `run_on` step runs) is added empty: a step stored before runs, as it
+    """`steps.node` (where a `run_on` step runs) is added empty: a step stored before runs, as it
     always did, on its run's target; the run's detail says so (node null)."""
     old, fresh = _old_and_fresh(
         new_database,

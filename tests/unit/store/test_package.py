@@ -1,4 +1,4 @@
-"""Nothing in the store exists for the tests alone (issue 25): every module of remediate.store is used by
+"""Nothing in the store exists for the tests alone: every module of remediate.store is used by
 remediate's own code, and a Protocol of the store is there because two classes in use provide it.
 
 The tests run on real databases (a SQLite file, PostgreSQL: tests.support.stores), not on a fake copy of

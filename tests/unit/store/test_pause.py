@@ -25,7 +25,7 @@ def test_pause_state_is_off_until_set_and_remembers_who_and_why(store: Store) ->
 
 
 def test_a_pause_over_a_pause_is_refused_unless_it_replaces_on_purpose(store: Store) -> None:
-    """Issue 24, finding 20: a second pause silently replaced who paused and why."""
+    """A second pause silently replaced who paused and why."""
     store.pause.set(True, by="alice", reason="maintenance", now=T0)
 
     with pytest.raises(AlreadyPaused, match="already paused by alice: maintenance") as refused:

@@ -1,4 +1,4 @@
-"""The store under a lock it cannot get, a file deleted under it, and the modes of its files (issue 15: 13, 18, 19).
+"""The store under a lock it cannot get, a file deleted under it, and the modes of its files (13, 18, 19).
 
 SQLite only: each test is about the database's file (SQLite's own write lock, the file's identity and modes,
 WAL mode), which a server database does not have.
@@ -112,7 +112,7 @@ def test_a_writer_waiting_for_the_lock_writes_once_it_is_free(tmp_path: Path) ->
 
 
 def test_every_waiting_writer_gets_503_within_one_bound(tmp_path: Path) -> None:
-    """Issue 24, finding 9, with SQLite's lock alone: the busy timeout is the one bound on every wait of a writer,
+    """With SQLite's lock alone: the busy timeout is the one bound on every wait of a writer,
     for a connection of its process and for the lock, however many writers of however many workers wait. More
     threads than one worker's connections (SQLAlchemy's pool: 5 + 10) wait here, in two workers."""
     bound = 2.0
@@ -173,7 +173,7 @@ def test_a_deleted_or_replaced_database_file_is_noticed(tmp_path: Path) -> None:
 
 
 def test_each_write_the_database_could_not_take_is_told_by_kind_and_a_conflict_is_not(tmp_path: Path) -> None:
-    """Issue 27: remediate_store_write_errors_total{kind} counts what Database.on_write_error is told."""
+    """remediate_store_write_errors_total{kind} counts what Database.on_write_error is told."""
     db = tmp_path / "r.db"
     store = Store.open(f"sqlite:///{db}")
     told: list[str] = []

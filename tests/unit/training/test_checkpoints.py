@@ -193,7 +193,7 @@ def test_a_plain_loop_rolls_back_resumes_from_the_checkpoint_step_and_skips_batc
 
 
 def test_an_index_of_an_older_library_is_a_lineage_a_job_can_resume(tmp_path: Path) -> None:
-    """Issue 24, finding 12: entries without a run are one lineage of their own; resuming one continues it."""
+    """Entries without a run are one lineage of their own; resuming one continues it."""
     from remediate.training import CallableCheckpoints
     from remediate.training.files import atomic_write_json
 

@@ -508,7 +508,7 @@ def test_registration_round_trips_through_json(root: Path) -> None:
     assert Registration.from_dict(data).to_dict() == data
 
 
-# --------------------------------------------------------------------------- issue 15
+# --------------------------------------------------------------------------- checkpoints, rollbacks, held names
 
 
 def test_a_checkpoint_far_above_the_recent_median_is_not_good_even_without_a_threshold(root: Path) -> None:
@@ -602,7 +602,7 @@ def test_a_live_process_registered_without_the_lock_is_not_taken_over_but_a_dead
     control.close()
 
 
-# --------------------------------------------------------------------------- the job's own commands (issue 12)
+# --------------------------------------------------------------------------- the job's own commands
 
 
 def test_a_handler_registered_with_the_decorator_is_declared_applied_and_its_result_acknowledged(root: Path) -> None:

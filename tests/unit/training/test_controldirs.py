@@ -1,4 +1,4 @@
-"""Aging out control directories never reaches outside the control root (issue 24, finding 16)."""
+"""Aging out control directories never reaches outside the control root."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def test_the_hugging_face_callback_serves_skip_batches(tmp_path: Path) -> None:
 
 
 def test_the_hugging_face_callback_neither_declares_nor_applies_a_batch_size_it_cannot_change(tmp_path: Path) -> None:
-    """Issue 24, finding 13, as for Lightning: the Trainer fixes its loader and accumulation once per train()."""
+    """As for Lightning: the Trainer fixes its loader and accumulation once per train()."""
     from remediate.training.batching import Batching
 
     root, batching = tmp_path / "control", Batching(micro_batch_size=32)
@@ -202,7 +202,7 @@ def train_counting(tmp_path: Path, callbacks: list[Any], batching: Any, epochs: 
 def test_the_hugging_face_callback_halves_the_micro_batch_at_the_next_epoch_keeping_the_effective_batch(
     tmp_path: Path,
 ) -> None:
-    """Issue 29, deliverable 4: reduce_batch_size and set_dataloader_workers were refused for HF jobs."""
+    """reduce_batch_size and set_dataloader_workers were refused for HF jobs."""
     from remediate.training.batching import Batching
 
     root, batching = tmp_path / "control", Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)

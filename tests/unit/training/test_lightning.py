@@ -141,7 +141,7 @@ def test_the_lightning_callback_serves_skip_batches_and_declares_the_commands(tm
 def test_the_lightning_callback_neither_declares_nor_acknowledges_a_batch_size_it_cannot_change(
     tmp_path: Path,
 ) -> None:
-    """Issue 24, finding 13: with batching= passed through, reduce_batch_size was declared and acknowledged
+    """With batching= passed through, reduce_batch_size was declared and acknowledged
     "applied ... effective batch stays 32" while the Trainer kept running 32 x 1."""
     from remediate.training.batching import Batching
 
@@ -161,7 +161,7 @@ def test_the_lightning_callback_neither_declares_nor_acknowledges_a_batch_size_i
 
 
 def test_a_lightning_job_restarted_from_scratch_keeps_its_own_checkpoints(tmp_path: Path) -> None:
-    """Issue 24, finding 12 with the callback's own TorchCheckpoints: the second fit's checkpoints (steps 4, 8)
+    """With the callback's own TorchCheckpoints: the second fit's checkpoints (steps 4, 8)
     were deleted as they were written, because the first fit had left 8 and 12 (keep=2)."""
     runs = []
     for max_steps in (12, 8):  # the same job, the same checkpoint directory, started again from scratch
@@ -214,7 +214,7 @@ class StepSamples(pl.Callback):  # type: ignore[misc]
 def test_the_lightning_callback_halves_the_micro_batch_at_the_next_epoch_keeping_the_effective_batch(
     tmp_path: Path,
 ) -> None:
-    """Issue 29, deliverable 4: reduce_batch_size and set_dataloader_workers were refused for Lightning jobs."""
+    """reduce_batch_size and set_dataloader_workers were refused for Lightning jobs."""
     from remediate.training.batching import Batching
 
     root, batching = tmp_path / "control", Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)

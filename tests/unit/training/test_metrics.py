@@ -1,4 +1,4 @@
-"""`StepMetrics` (issue 29, deliverable 1): the per-rank series the shipped rules read, in a real prometheus_client
+"""`StepMetrics`: the per-rank series the shipped rules read, in a real prometheus_client
 registry, with the agreed labels."""
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def test_only_the_pages_open_a_session(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_session_is_its_credential_by_fingerprint_never_by_name() -> None:
-    """Issue 24, findings 2 and 3: the cookie names no principal; the roles are those of the token that logged in."""
+    """The cookie names no principal; the roles are those of the token that logged in."""
     key = b"k" * 32
     twin = Credential("alice", "a-read-only-twin-0123456789", frozenset({READ}))
     session = SecureCookieSession()
