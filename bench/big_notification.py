@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     mark = ">= " if lower else ""
     print()
-    print(f"targets (issue 14; {'medians of ' + str(n) if n > 1 else 'ONE notification, not medians of 3'}):")
+    print(f"targets ({'medians of ' + str(n) if n > 1 else 'ONE notification, not medians of 3'}):")
     print(
         f"  time to 200 <= {TIME_TO_200_TARGET_S} s: {med['remediate']:.2f} s: "
         f"{c.verdict(med['remediate'] <= TIME_TO_200_TARGET_S)}"

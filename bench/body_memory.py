@@ -1,4 +1,4 @@
-"""Peak memory of an HTTP worker while it takes one large notification (issue 15, finding 13).
+"""Peak memory of an HTTP worker while it takes one large notification.
 
     .venv/bin/python bench/body_memory.py                 # 4, 8, 16 and 31.5 MiB bodies, ~1-2 min
     .venv/bin/python bench/body_memory.py --quick         # 8 MiB only

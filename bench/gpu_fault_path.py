@@ -1,4 +1,4 @@
-"""Fault -> quarantine latency of the node-local GPU fault path (issue 28), beside the Prometheus path's figure.
+"""Fault -> quarantine latency of the node-local GPU fault path beside the Prometheus path's figure.
 
 Measured: a simulated XID (the simulator's event file, read through the same `open_events` interface as
 NVML) on a real `remediate agent` -> `POST /api/v2/alerts` to a real AlertManager 0.25 running the shipped

@@ -512,7 +512,7 @@ def curve(args: argparse.Namespace, work: Path) -> None:
             runs_axis,
             [entry["kinds"][name]["p99_ms"] for entry in figures["stores"]],
             marker="os^D"[number % 4],
-            linestyle="--" if ("since" in name or "until" in name) else "-",  # the time filters of issue 14
+            linestyle="--" if ("since" in name or "until" in name) else "-",  # the time filters
             color=colours[number % len(colours)],
             label=name,
         )

@@ -200,7 +200,7 @@ def report(args: argparse.Namespace, tp: list[dict[str, Any]], lat: list[dict[st
     print()
     each = [r["remediate_off"]["rps"] / r["durable"]["rps"] for r in tp]
     rounds = f" (median of the rounds' {', '.join(f'{x:.1%}' for x in each)})" if n > 1 else ""
-    print(f"targets (issue 14; {'medians of ' + str(n) if n > 1 else 'ONE run, not medians of 3'}):")
+    print(f"targets ({'medians of ' + str(n) if n > 1 else 'ONE run, not medians of 3'}):")
     print(
         f"  ingest with executors off >= {EXECUTORS_OFF_TARGET:.0%} of the durable ceiling's req/s: "
         f"{off:.1%}{rounds}: "

@@ -7,7 +7,7 @@
 For each process of each program's process tree: VmRSS (/proc/<pid>/status) and PSS (/proc/<pid>/smaps_rollup:
 each page shared by n processes counts 1/n). Summing RSS over processes forked from one master counts the pages
 they still share (the imported code, mostly) once per process; the PSS sum counts them once, which is what the
-kernel charges a container's memory cgroup. Issue 25's targets: the server's PSS sum idle <= 100 MiB; the
+kernel charges a container's memory cgroup. The targets: the server's PSS sum idle <= 100 MiB; the
 agent (one process) idle <= 40 MB of RSS, and its idle CPU printed (CPU seconds over --cpu-window s idle).
 
 1. `remediate agent` (simulated GPUs, a cleanup policy, its state file), idle --settle s after it is ready;
@@ -34,9 +34,9 @@ import _common as c
 import yaml
 
 AGENT_TARGET_MB = 40.0
-"""The agent's idle RSS (issue 25), in MB = 10^6 bytes."""
+"""The agent's idle RSS, in MB = 10^6 bytes."""
 SERVER_PSS_TARGET_MIB = 100.0
-"""The server's idle PSS, all its processes (issue 25), in MiB."""
+"""The server's idle PSS, all its processes, in MiB."""
 AGENT_TOKEN = "bench-agent-token-0123456789"
 
 
@@ -167,7 +167,7 @@ def report(args: argparse.Namespace, figures: dict[str, Any]) -> int:
     mb = 1e6 / 2**20  # MiB per MB
     agent = figures["agent"]
     agent_mb = agent["rss_mib"] / mb
-    print("targets (issue 25):")
+    print("targets:")
     print(
         f"  agent RSS idle <= {AGENT_TARGET_MB:.0f} MB: {agent_mb:.1f} MB (PSS {agent['pss_mib'] / mb:.1f} MB): "
         f"{c.verdict(agent_mb <= AGENT_TARGET_MB)}; its {cpu_line(agent)}"

@@ -1,4 +1,4 @@
-"""Does the server answer while slow or idle clients hold connections? (issue 15, finding 9)
+"""Does the server answer while slow or idle clients hold connections?
 
     .venv/bin/python bench/slow_clients.py                      # this checkout: 2, 8 and 50 slow clients
     .venv/bin/python bench/slow_clients.py --code /tmp/old      # another tree (e.g. `git archive 564130a`)
@@ -97,7 +97,7 @@ def measure(workdir: Path, count: int, code: Path | None) -> None:
 
 
 def _default_threads(code: Path | None) -> str:
-    """The tree's own default of `threads` (1 before issue 15: sync workers; 4 after)."""
+    """The tree's own default of `threads` (1 in older trees: sync workers; 4 now)."""
     config = (code or c.REPO) / "remediate" / "config.py"
     for line in config.read_text().splitlines():
         if line.strip().startswith("threads: int ="):

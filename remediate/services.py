@@ -36,7 +36,8 @@ from remediate.waves import NodeWaves
 
 @dataclass
 class Services:
-    """Everything a request handler may use, built once per process by `create_app`."""
+    """Everything a request handler may use, built once per process by `build_services` (an HTTP worker hands
+    them to `create_app`; the executor process runs them)."""
 
     settings: Settings
     store: Store
