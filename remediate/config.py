@@ -213,7 +213,7 @@ class GpuSettings:
     events_alertmanager_url: str | None = setting(None, v.to_optional_url("gpu_events_alertmanager_url"))
     events_token_file: Path | None = setting(None, v.to_optional_path)
     events_resolve_after: float = setting(1800.0, v.to_seconds)
-    """Agent: raise GPU faults as alerts in this AlertManager (remediate.gpu_faults; unset: off), resolved after."""
+    """Agent: raise GPU faults as alerts in this AlertManager (agent.gpu_faults; unset: off), resolved after."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """`remediate serve`: gunicorn in front of its Flask app; the server's executor in a process of its own
-(`_RemediateArbiter`). (`remediate agent` serves itself: remediate.agent_server.)
+(`_RemediateArbiter`). (`remediate agent` serves itself: remediate.agent.server.)
 
 The CLI's process checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,

@@ -85,7 +85,7 @@ VIOLATIONS = [
     ("engine", "remediate.executor", "engine-executor"),
     ("executor.loop", "gunicorn", "engine-executor-http"),
     ("runners", "remediate.store", "runners"),
-    ("agent", "remediate.engine", "agent"),
+    ("agent.service", "remediate.engine", "agent"),
     ("kube.model", "remediate.breaker", "backends"),
     ("breaker", "kubernetes", "breaker"),
     ("disk.policy", "os", "disk-policy"),
@@ -230,14 +230,14 @@ def test_no_module_uses_a_shell() -> None:
 def test_the_two_sides_of_the_agent_call_meet_only_in_the_protocol() -> None:
     graph = grimp.build_graph("remediate", cache_dir=None, include_external_packages=True)
     server_side = {"remediate.runners", "remediate.kube.agents"}
-    agent_side = {"remediate.agent", "remediate.agent_server"}
+    agent_side = {"remediate.agent.service", "remediate.agent.server"}
     for side, other in ((server_side, agent_side), (agent_side, server_side)):
         for module in side:
             imported = graph.find_modules_directly_imported_by(module)
             assert not imported & other, f"{module} imports {sorted(imported & other)}"
-            assert "remediate.agent_protocol" in imported or module == "remediate.agent", module
+            assert "remediate.agentwire.protocol" in imported or module == "remediate.agent.service", module
     # The protocol itself is plain data and errors: no HTTP library, neither side.
-    protocol = graph.find_modules_directly_imported_by("remediate.agent_protocol")
+    protocol = graph.find_modules_directly_imported_by("remediate.agentwire.protocol")
     assert protocol <= {"__future__", "json", "abc", "dataclasses", "typing", "remediate.errors"}, protocol
 
 
@@ -247,4 +247,4 @@ def test_one_module_builds_the_gunicorn_application() -> None:
         for path in PACKAGE.rglob("*.py")
         if "BaseApplication" in (text := path.read_text("utf-8")) or "gunicorn.arbiter" in text
     ]
-    assert len(users) == 1, users  # serving.py, for `remediate serve` (the agent serves itself: agent_server.py)
+    assert len(users) == 1, users  # serving.py, for `remediate serve` (the agent serves itself: agent/server.py)

@@ -13,8 +13,8 @@ import pytest
 
 from remediate.actions.base import ActionRegistry, InMemoryMemory
 from remediate.actions.log import LogAction
-from remediate.agent import AgentService
-from remediate.agent_protocol import EXECUTE, STEP_PATHS
+from remediate.agent.service import AgentService
+from remediate.agentwire.protocol import EXECUTE, STEP_PATHS
 from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.playbooks import PlaybookSet, parse_playbook

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.agent_protocol import StepRequest
+from remediate.agentwire.protocol import StepRequest
 from remediate.alertref import AlertRef
 from remediate.alerts import alert_ref, parse_notification
 

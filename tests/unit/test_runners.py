@@ -17,9 +17,9 @@ from kubernetes import client as k8s
 
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.log import LogAction
-from remediate.agent import AgentService
-from remediate.agent_protocol import AgentNotFound
-from remediate.agentauth import ANSWER_HEADER, node_token, sign_answer
+from remediate.agent.service import AgentService
+from remediate.agentwire.auth import ANSWER_HEADER, node_token, sign_answer
+from remediate.agentwire.protocol import AgentNotFound
 from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
