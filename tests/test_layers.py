@@ -247,4 +247,4 @@ def test_one_module_builds_the_gunicorn_application() -> None:
         for path in PACKAGE.rglob("*.py")
         if "BaseApplication" in (text := path.read_text("utf-8")) or "gunicorn.arbiter" in text
     ]
-    assert len(users) == 1, users  # serving.py, for `remediate serve` (the agent serves itself: agent/server.py)
+    assert len(users) == 1, users  # serve/launcher.py, for `remediate serve` (the agent serves itself: agent/server.py)

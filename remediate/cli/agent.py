@@ -56,7 +56,7 @@ def agent(**params: Any) -> None:
     server for this node, within this node's own limits."""
     settings = _settings(params, **{key: value for key, value in params.items() if key != "config"})
     from remediate.agent.server import serve_agent
-    from remediate.proctitle import set_title
+    from remediate.serve.proctitle import set_title
 
     set_title("agent")
     serve_agent(settings)

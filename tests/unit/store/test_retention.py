@@ -381,7 +381,7 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
 ) -> None:
     from remediate.config import Settings
     from remediate.playbooks import PlaybookSet, parse_playbook
-    from remediate.serving import history_pruner
+    from remediate.serve.launcher import history_pruner
 
     def playbooks(cooldown: str) -> PlaybookSet:
         return PlaybookSet([parse_playbook({**XID, "cooldown": cooldown}, registry, source="xid.yaml")])
