@@ -23,10 +23,10 @@ import orjson
 
 from remediate import judging
 from remediate.actions.base import ActionRegistry
-from remediate.alertref import node_label
-from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.config import EngineSettings
 from remediate.errors import ParamsError, PayloadError, StoreConflict
+from remediate.intake.alertref import node_label
+from remediate.intake.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.judging import (
     AlertEvaluations,
     Evaluation,

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from remediate.alerts import Alert
 from remediate.breaker import BreakerState
 from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict
 from remediate.guards import judge as guard_verdict
+from remediate.intake.alerts import Alert
 from remediate.ladder import RungChoice, choose_rung, climbed, repeat_offender_choice, resolved
 from remediate.playbooks import Mode, Playbook, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus

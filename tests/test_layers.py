@@ -66,13 +66,13 @@ def test_the_layer_contract_holds(report: subprocess.CompletedProcess[str], cont
 
 # (module that gains an import, what it imports, the id of the contract that must break)
 VIOLATIONS = [
-    ("alerts", "remediate.store", "intake"),
+    ("intake.alerts", "remediate.store", "intake"),
     ("templating", "remediate.executor", "intake"),
     ("actions.log", "remediate.store", "actions"),
     ("actions.notify", "flask", "actions"),
     ("actions.gpu", "remediate.playbooks", "actions-no-intake"),
-    ("actions.training", "remediate.alerts", "actions-no-intake"),  # the alert comes as StepContext.alert
-    ("alertref", "remediate.errors", "alertref"),
+    ("actions.training", "remediate.intake.alerts", "actions-no-intake"),  # the alert comes as StepContext.alert
+    ("intake.alertref", "remediate.errors", "alertref"),
     ("training.protocol", "remediate.errors", "training"),
     ("training.handlers", "torch", "training-light"),
     ("training.distributed", "transformers", "training-torch-only"),
@@ -138,9 +138,9 @@ STALE_IGNORE = """
 id = "stale"
 name = "A contract whose ignore matches no import"
 type = "forbidden"
-source_modules = ["remediate.alerts"]
+source_modules = ["remediate.intake.alerts"]
 forbidden_modules = ["remediate.store"]
-ignore_imports = ["remediate.alerts -> remediate.matchers"]
+ignore_imports = ["remediate.intake.alerts -> remediate.intake.matchers"]
 """
 
 
@@ -152,7 +152,10 @@ def test_an_ignore_that_matches_no_import_fails(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(config + STALE_IGNORE, encoding="utf-8")
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "No matches for ignored import remediate.alerts -> remediate.matchers" in result.stdout + result.stderr
+    assert (
+        "No matches for ignored import remediate.intake.alerts -> remediate.intake.matchers"
+        in result.stdout + result.stderr
+    )
 
 
 def allowed_cycle_imports() -> set[tuple[str, str]]:

@@ -166,7 +166,7 @@ def _tree_entries(page: str) -> list[str]:
 
 
 def test_the_tree_in_the_architecture_page_names_every_module_and_only_files_that_exist() -> None:
-    """Issue 25: a map of the modules that no test checks drifts (alertref.py and deadline.py were missing)."""
+    """Issue 25: a map of the modules that no test checks drifts (intake/alertref.py and deadline.py were missing)."""
     page = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
     package = ROOT / "remediate"
     entries = _tree_entries(page)

@@ -54,10 +54,10 @@ from remediate.agentwire.protocol import (
     WrongNodeError,
     step_answer,
 )
-from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.deadline import call_with_deadline
 from remediate.errors import ConfigError
+from remediate.intake.alerts import alert_ref
 
 log = logging.getLogger("remediate.agent")
 

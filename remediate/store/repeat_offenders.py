@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.alerts import format_timestamp
+from remediate.intake.alerts import format_timestamp
 from remediate.runs import RunStatus
 
 _ACTED = (

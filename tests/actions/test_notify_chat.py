@@ -18,13 +18,13 @@ import requests
 from remediate.actions import default_registry
 from remediate.actions.base import StepContext, StepView
 from remediate.actions.chat import ChatWebhookAction, NotifySlackAction, NotifyTeamsAction
-from remediate.alerts import alert_ref
 from remediate.announce import Announcer
 from remediate.config import Settings
 from remediate.dryrun import dry_run
 from remediate.engine import Engine
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, PlaybookError, RetryableActionError
 from remediate.executor import Executor
+from remediate.intake.alerts import alert_ref
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.actions.test_notify import ALERT, _Redirector

@@ -15,8 +15,8 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.actions.k8s import CordonAction, DrainAction, KubeOptions, TaintAction, UncordonAction, UntaintAction
-from remediate.alerts import alert_ref
 from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
+from remediate.intake.alerts import alert_ref
 from remediate.kube import KubeClient
 from tests.support.fake_apiserver import FakeKubeAPI
 

@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.alerts import parse_notification
 from remediate.engine import INGEST_ATTEMPTS, Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, StoreConflict, UnknownRunError
+from remediate.intake.alerts import parse_notification
 from remediate.runs import Decision
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts, notification_payload

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from flask import Flask, jsonify
 
-from remediate.alerts import parse_notification
 from remediate.engine import DecisionRecord, Engine, IngestResult
+from remediate.intake.alerts import parse_notification
 from remediate.runs import Decision
 from tests.conftest import alert_payload, notification_payload
 

@@ -6,8 +6,8 @@ from collections import Counter
 from typing import Any
 
 from remediate.actions.base import ActionRegistry
-from remediate.alerts import parse_notification
 from remediate.engine import Engine
+from remediate.intake.alerts import parse_notification
 from remediate.judging import judge
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import Decision

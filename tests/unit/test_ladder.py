@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import ActionRegistry
-from remediate.alerts import parse_notification
 from remediate.engine import Engine, IngestResult
 from remediate.errors import PlaybookError
+from remediate.intake.alerts import parse_notification
 from remediate.judging import dedupe_key, rung_dedupe_key
 from remediate.ladder import choose_rung, climbed, resolved
 from remediate.playbooks import Playbook, parse_playbook

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from remediate.actions.base import ActionRegistry
-from remediate.alertref import strip_port
-from remediate.alerts import Alert, parse_notification
 from remediate.errors import PlaybookError
+from remediate.intake.alertref import strip_port
+from remediate.intake.alerts import Alert, parse_notification
 from remediate.playbooks import (
     MAX_TARGET_LENGTH,
     NODE_LABELS,

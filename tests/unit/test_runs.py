@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from remediate.actions.base import ActionRegistry
-from remediate.alerts import parse_notification
 from remediate.engine import Engine, Judged, decision_row, initial_status, run_row, step_rows
 from remediate.guards import Verdict
+from remediate.intake.alerts import parse_notification
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import (
     FINAL_RUN_STATUSES,
