@@ -14,8 +14,8 @@ from remediate.actions import default_registry
 from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext, StepView
 from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
 from remediate.config import Settings
-from remediate.engine import Judged
 from remediate.intake.alerts import Notification, alert_ref, parse_notification
+from remediate.judging.engine import Judged
 from remediate.playbooks import load_playbooks
 from remediate.runners import Dispatch
 from remediate.runs import StepStatus

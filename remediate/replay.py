@@ -36,8 +36,8 @@ from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, iso_utc, limits_from_settings
 from remediate.config import Settings
 from remediate.dbcopy import _check_source, _open_source, _snapshot
-from remediate.engine import Engine
 from remediate.intake.alerts import Notification, parse_notification
+from remediate.judging.engine import Engine
 from remediate.playbooks import PlaybookSet
 from remediate.replay_steps import StepRecord, step_changes
 from remediate.runs import Decision, RunStatus

@@ -93,7 +93,7 @@ def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **para
 
 
 def _standing(item: dict[str, Any]) -> str:
-    """Where the ladder stands, in words (remediate.ladder.standing): not its rung's WHY ("first rung") as
+    """Where the ladder stands, in words (remediate.judging.ladder.standing): not its rung's WHY ("first rung") as
     if that rung still held after its undo, nor "in force" for a rung whose run failed."""
     run = f"run {item['run_id']}"
     where = item.get("standing")

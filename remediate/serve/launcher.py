@@ -220,7 +220,7 @@ def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: flo
 
 def retention_keep(settings: Settings, playbooks: Any) -> float:
     """Seconds of history the pruner keeps: `retention`, but never less than the guards read back."""
-    from remediate.guards import ATTEMPT_WINDOW
+    from remediate.judging.guards import ATTEMPT_WINDOW
 
     cooldowns = [p.cooldown.total_seconds() for p in playbooks.playbooks]
     return max(settings.store.retention, ATTEMPT_WINDOW.total_seconds(), settings.kube.breaker.window, *cooldowns)

@@ -15,10 +15,10 @@ from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.check_prometheus import PrometheusCheckAction, PrometheusQueryError, PrometheusUnset
 from remediate.config import Settings
-from remediate.engine import Engine
 from remediate.errors import ActionError, PlaybookError
 from remediate.executor import Executor
 from remediate.intake.alerts import alert_ref
+from remediate.judging.engine import Engine
 from remediate.playbooks import parse_playbook
 from remediate.store import Store
 from remediate.templating import render_params

@@ -16,10 +16,10 @@ from remediate.actions.disk import DiskCleanupAction
 from remediate.cli import main
 from remediate.config import Settings
 from remediate.disk import PolicySource
-from remediate.engine import Engine
 from remediate.errors import ActionError, ParamsError, PlaybookError
 from remediate.executor import Executor
 from remediate.intake.alertref import AlertRef
+from remediate.judging.engine import Engine
 from remediate.playbooks import parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts

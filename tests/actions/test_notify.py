@@ -12,10 +12,10 @@ import requests
 
 from remediate.actions.base import StepContext
 from remediate.actions.notify import NotifyWebhookAction
-from remediate.engine import Engine
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
 from remediate.executor import Executor
 from remediate.intake.alerts import alert_ref
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.conftest import XID_CONTEXT as ALERT
 from tests.conftest import alert_payload, ingest_alerts

@@ -21,10 +21,10 @@ from remediate.actions.chat import ChatWebhookAction, NotifySlackAction, NotifyT
 from remediate.announce import Announcer
 from remediate.config import Settings
 from remediate.dryrun import dry_run
-from remediate.engine import Engine
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, PlaybookError, RetryableActionError
 from remediate.executor import Executor
 from remediate.intake.alerts import alert_ref
+from remediate.judging.engine import Engine
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.actions.test_notify import ALERT, _Redirector

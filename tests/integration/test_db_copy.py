@@ -20,8 +20,8 @@ from remediate import dbcopy
 from remediate import schema as t
 from remediate.actions import default_registry
 from remediate.breaker import Claim
-from remediate.engine import Engine
 from remediate.executor import Executor
+from remediate.judging.engine import Engine
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
 from tests.support.agent import Echo

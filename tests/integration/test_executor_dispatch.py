@@ -15,8 +15,8 @@ from remediate.actions.base import ActionRegistry, InMemoryMemory
 from remediate.actions.log import LogAction
 from remediate.agent.service import AgentService
 from remediate.agentwire.protocol import EXECUTE, STEP_PATHS
-from remediate.engine import Engine
 from remediate.executor import Executor
+from remediate.judging.engine import Engine
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runners import Dispatch, StaticAgents
 from remediate.store import Store

@@ -34,9 +34,9 @@ import pytest
 from remediate.actions import default_registry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.config import ExecutorSettings, Settings
-from remediate.engine import Engine, IngestResult
 from remediate.errors import RunStateError
 from remediate.executor import Executor
+from remediate.judging.engine import Engine, IngestResult
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import Decision
 from remediate.store import Store

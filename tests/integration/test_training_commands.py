@@ -23,8 +23,8 @@ from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.config import load_settings
 from remediate.dryrun import dry_run
-from remediate.engine import Engine
 from remediate.executor import Executor
+from remediate.judging.engine import Engine
 from remediate.playbooks import PlaybookSet, load_playbooks
 from remediate.store import Store
 from remediate.training.files import JobPaths

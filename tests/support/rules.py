@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 
 from remediate.actions import default_registry
-from remediate.engine import Engine
 from remediate.intake.alerts import Alert, parse_notification
+from remediate.judging.engine import Engine
 from remediate.playbooks import load_playbooks
 from tests.support.server import notification
 

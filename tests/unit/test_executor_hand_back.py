@@ -16,9 +16,9 @@ import pytest
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.schema import ParamSchema
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine
 from remediate.errors import StoreUnavailable
 from remediate.executor import Executor
+from remediate.judging.engine import Engine
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts

@@ -22,9 +22,9 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine
 from remediate.errors import ActionError
 from remediate.executor import Executor
+from remediate.judging.engine import Engine
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.runs import RunEnd, RunStatus, RunWrite
 from remediate.store import Store

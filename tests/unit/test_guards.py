@@ -1,4 +1,4 @@
-"""remediate.guards.judge: the pure decision for one (alert, playbook) pair, and its order."""
+"""remediate.judging.guards.judge: the pure decision for one (alert, playbook) pair, and its order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerState
-from remediate.guards import STAGES, GuardCase, GuardFacts, judge
+from remediate.judging.guards import STAGES, GuardCase, GuardFacts, judge
 from remediate.playbooks import Playbook, parse_playbook
 from remediate.runs import Decision
 

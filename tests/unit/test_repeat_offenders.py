@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import ActionRegistry
-from remediate.engine import Engine
 from remediate.errors import PlaybookError
 from remediate.executor import Executor
-from remediate.ladder import RungChoice, repeat_offender_choice
+from remediate.judging.engine import Engine
+from remediate.judging.ladder import RungChoice, repeat_offender_choice
 from remediate.repeat import RepeatOffender, ordinal
 from remediate.runs import Decision, LadderState
 from remediate.store import RepeatRule, ReportQuery, Store

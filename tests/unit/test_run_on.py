@@ -11,8 +11,8 @@ import pytest
 
 from remediate import schema as t
 from remediate.actions.base import ActionRegistry
-from remediate.engine import Engine
 from remediate.errors import PlaybookError
+from remediate.judging.engine import Engine
 from remediate.playbooks import parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts

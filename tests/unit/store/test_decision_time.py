@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remediate import schema as t
-from remediate.engine import Engine
+from remediate.judging.engine import Engine
 from remediate.playbooks import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from remediate.store.decision_time import monotonic, time_conditions

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.engine import Engine, IngestResult
+from remediate.judging.engine import Engine, IngestResult
 from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from remediate.store.retention import Pruner, PruneReport
