@@ -16,7 +16,7 @@ from remediate.breaker import CircuitBreaker, limits_from_settings, memory_break
 from remediate.config import Settings
 from remediate.intake.alerts import Notification, alert_ref, parse_notification
 from remediate.judging.engine import Judged
-from remediate.playbooks import load_playbooks
+from remediate.playbooks.playbook import load_playbooks
 from remediate.runners import Dispatch
 from remediate.runs import StepStatus
 from remediate.schema import SCHEMA_VERSION

@@ -38,7 +38,7 @@ from remediate.config import Settings
 from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.intake.alerts import Notification, parse_notification
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet
+from remediate.playbooks.playbook import PlaybookSet
 from remediate.replay_steps import StepRecord, step_changes
 from remediate.runs import Decision, RunStatus
 from remediate.services import engine_for

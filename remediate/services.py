@@ -29,7 +29,7 @@ from remediate.kube.client import KubeClient
 from remediate.kube.enroll import AgentEnrollment
 from remediate.live import LiveSet
 from remediate.metrics import Metrics, multiprocess_mode
-from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.playbooks.playbook import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
 from remediate.store import PoolLimits, Store
 

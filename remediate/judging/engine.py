@@ -38,7 +38,7 @@ from remediate.judging.stages import (
     dedupe_key,
     occurrence,
 )
-from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
+from remediate.playbooks.playbook import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.rollout import StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
 from remediate.runs import Decision, LadderState, RunStatus, StepStatus
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store

@@ -31,7 +31,7 @@ from remediate.intake.alerts import Alert
 from remediate.judging.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict
 from remediate.judging.guards import judge as guard_verdict
 from remediate.judging.ladder import RungChoice, choose_rung, climbed, repeat_offender_choice, resolved
-from remediate.playbooks import Mode, Playbook, StepSpec
+from remediate.playbooks.playbook import Mode, Playbook, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus
 from remediate.store import GuardReads, PauseState
 

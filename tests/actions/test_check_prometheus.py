@@ -19,7 +19,7 @@ from remediate.errors import ActionError, PlaybookError
 from remediate.executor import Executor
 from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine
-from remediate.playbooks import parse_playbook
+from remediate.playbooks.playbook import parse_playbook
 from remediate.store import Store
 from remediate.templating import render_params
 from tests.conftest import alert_payload, ingest_alerts

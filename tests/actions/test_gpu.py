@@ -31,7 +31,7 @@ from remediate.gpu import (
     SimulatedBackend,
 )
 from remediate.judging.engine import Engine, IngestResult
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.gpu import step_context

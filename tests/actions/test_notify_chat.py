@@ -25,7 +25,7 @@ from remediate.errors import ActionError, AmbiguousActionError, ParamsError, Pla
 from remediate.executor import Executor
 from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.actions.test_notify import ALERT, _Redirector
 from tests.conftest import alert_payload, ingest_alerts, notification_payload

@@ -24,7 +24,7 @@ from remediate.config_values import Sink, to_sinks
 from remediate.dryrun import dry_run
 from remediate.errors import AmbiguousActionError, PlaybookError, RetryableActionError
 from remediate.intake.alerts import alert_ref
-from remediate.playbooks import load_directory, parse_playbook
+from remediate.playbooks.playbook import load_directory, parse_playbook
 from tests.conftest import XID_CONTEXT as ALERT
 from tests.conftest import alert_payload, notification_payload
 from tests.support.realsystems import WebhookRecorder, free_port

@@ -26,7 +26,7 @@ from remediate.actions.notify import NotifyWebhookAction
 from remediate.config import ExecutorSettings
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.realsystems import WebhookRecorder

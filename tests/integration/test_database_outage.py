@@ -26,7 +26,7 @@ from remediate.config import ExecutorSettings
 from remediate.errors import ActionError, StoreRefused, StoreUnreachable
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from tests.support.http import MakeServer, alert, notification
 from tests.support.postgres import PostgresCluster

@@ -17,7 +17,7 @@ from remediate.agent.service import AgentService
 from remediate.agentwire.protocol import EXECUTE, STEP_PATHS
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runners import Dispatch, StaticAgents
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload

@@ -37,7 +37,7 @@ from remediate.executor import Executor
 from remediate.judging.engine import Engine
 from remediate.kube import CORDONED_BY_RUN, OWNER, KubeClient
 from remediate.metrics import exposition
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runners import Dispatch, StaticAgents
 from remediate.runs import FINAL_RUN_STATUSES
 from remediate.server import build_services, create_app

@@ -37,7 +37,7 @@ from remediate.config import ExecutorSettings, Settings
 from remediate.errors import RunStateError
 from remediate.executor import Executor
 from remediate.judging.engine import Engine, IngestResult
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import Decision
 from remediate.store import Store
 from remediate.store.postgres import MAX_GUARD_LOCKS, PostgresDialect

@@ -25,7 +25,7 @@ from remediate.config import load_settings
 from remediate.dryrun import dry_run
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.playbooks.playbook import PlaybookSet, load_playbooks
 from remediate.store import Store
 from remediate.training.files import JobPaths
 from tests.conftest import alert_payload, notification_payload

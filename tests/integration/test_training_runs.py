@@ -23,7 +23,7 @@ from remediate.actions.base import ActionRegistry
 from remediate.config import ExecutorSettings, load_settings
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.protocol import CheckpointInfo

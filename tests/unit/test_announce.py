@@ -20,7 +20,7 @@ from remediate.announce import FAILED, SENT, Announcer, announcing_actions
 from remediate.config_values import to_sinks
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.judging.engine import Engine, IngestResult
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.realsystems import WebhookRecorder

@@ -25,7 +25,7 @@ from remediate.config import ExecutorSettings
 from remediate.errors import ActionError
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import RunEnd, RunStatus, RunWrite
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts

@@ -1,4 +1,4 @@
-"""remediate.playbooks: loading with errors that name file, playbook and field; matching; targets."""
+"""remediate.playbooks.playbook: loading with errors that name file, playbook and field; matching; targets."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from remediate.actions.base import ActionRegistry
 from remediate.errors import PlaybookError
 from remediate.intake.alertref import strip_port
 from remediate.intake.alerts import Alert, parse_notification
-from remediate.playbooks import (
+from remediate.playbooks.playbook import (
     MAX_TARGET_LENGTH,
     NODE_LABELS,
     Mode,

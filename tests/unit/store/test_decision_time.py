@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from remediate import schema as t
 from remediate.judging.engine import Engine
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from remediate.store.decision_time import monotonic, time_conditions
 from remediate.store.history import history_page

@@ -26,7 +26,7 @@ from remediate.gpu.selection import parse_gpu_ref
 from remediate.intake.alertref import node_label
 from remediate.intake.alerts import Alert
 from remediate.intake.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
-from remediate.repeat import RepeatOffender, parse_repeat_offender
+from remediate.playbooks.repeat import RepeatOffender, parse_repeat_offender
 from remediate.rollout import Mode, Rollout, RolloutError, parse_rollout
 from remediate.templating import check_syntax, is_template
 
