@@ -240,7 +240,7 @@ def _client(params: dict[str, Any]) -> Any:
 
 
 def _open_store(params: dict[str, Any]) -> Any:
-    from remediate.dryrun import sqlite_path
+    from remediate.rehearsal.dryrun import sqlite_path
     from remediate.store import Store
 
     url = _settings(params).store.url
