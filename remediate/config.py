@@ -228,7 +228,7 @@ class GpuSettings:
     events_token_file: Path | None = setting(None, v.to_optional_path)
     """Agent: file of a bearer token for that AlertManager."""
     events_resolve_after: float = setting(1800.0, v.to_seconds)
-    """Agent: raise GPU faults as alerts in this AlertManager (remediate.gpu_faults; unset: off), resolved after."""
+    """Agent: raise GPU faults as alerts in this AlertManager (agent.gpu_faults; unset: off), resolved after."""
 
 
 @dataclass(frozen=True)

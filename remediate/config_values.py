@@ -197,7 +197,7 @@ def one_of(*choices: str, fold: bool = False) -> Callable[[Any], str]:
 
 
 MIN_RETENTION = 86400.0
-"""max_attempts counts a target's runs of the last 24 h (remediate.guards.ATTEMPT_WINDOW): keep at least those."""
+"""max_attempts counts a target's runs of the last 24 h (judging.guards.ATTEMPT_WINDOW): keep at least those."""
 
 
 def to_retention(value: Any) -> float:

@@ -11,13 +11,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from remediate.ladder import standing
+from remediate.judging.ladder import standing
 from remediate.runs import LadderState, Standing
 from remediate.shown_secrets import shown_text, shown_value
 from remediate.store.history import HistoryEntry, RunDetail, StepDetail
 
 _RUNG_REASON = re.compile(r"; rung (\d+) of (\d+) \(([^)]*)\): (.*)$", re.DOTALL)
-"""The ladder's part of a decision's reason, as remediate.engine writes it: `; rung N of M (name): why`."""
+"""The ladder's part of a decision's reason, as remediate.judging.engine writes it: `; rung N of M (name): why`."""
 _RUN_KEYS = RunDetail._fields[: RunDetail._fields.index("superseded_by") + 1]
 """A run's JSON starts with its fields up to `superseded_by`, in their order."""
 
@@ -118,7 +118,7 @@ def ladder_state_json(
 ) -> dict[str, Any]:
     """One ladder of GET /ladders: where it stands (rung 0: reset by a person) and the rungs it climbed since
     its last reset. `rungs`: the names of the playbook's rungs as loaded now, when known (`of`, `name`);
-    `run_status`: the status now of the last rung's run (`standing`, `in_force`: remediate.ladder.standing)."""
+    `run_status`: the status now of the last rung's run (`standing`, `in_force`: remediate.judging.ladder.standing)."""
     where = standing(state, run_status)
     return {
         "playbook": state.playbook,

@@ -20,7 +20,7 @@ from remediate.actions.notify_sink import NotifyAction, unconfigured_sinks
 from remediate.config import Settings, read_config_file, settings_from_env
 from remediate.config_values import ENV_PREFIX, Sink
 from remediate.errors import ConfigError, PlaybookError
-from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.playbooks.playbook import PlaybookSet, load_playbooks
 
 RELOAD_ERRORS = (PlaybookError, ConfigError)
 """What `read_live` raises for an invalid file: the reload is refused, naming the file and why."""

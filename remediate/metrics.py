@@ -23,9 +23,9 @@ from prometheus_client.registry import Collector
 
 from remediate import __version__
 from remediate.beat import ExecutorBeat
-from remediate.engine import IngestResult
 from remediate.errors import StoreUnavailable
 from remediate.executor import ExecutorMetrics
+from remediate.judging.engine import IngestResult
 from remediate.store import Report, ReportQuery, Store
 from remediate.store.report import NO_RUNG
 

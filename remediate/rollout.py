@@ -6,7 +6,7 @@ each of its values (a wave) and the mode of every other node: `{label: remediate
 mode, its node's wave's mode and the server's mode: dry-run < approve < enforce. So a rollout only ever holds
 a playbook back; promoting a node is changing its label (or `rollout_nodes`), never editing the playbook.
 
-Where a node's wave comes from (remediate.waves reads it) is told by a `NodeWave`, which the decision's reason
+Where a node's wave comes from (remediate.judging.waves reads it) is told by a `NodeWave`, which the decision's reason
 quotes: "node gpu-07 in wave 1 (label remediate.io/wave=1): enforce".
 """
 
@@ -133,7 +133,7 @@ def to_mode(value: Any, field: str) -> Mode:
 
 
 class WaveSource(Protocol):
-    """Where nodes' waves are read (remediate.waves.NodeWaves; a static one in tests)."""
+    """Where nodes' waves are read (remediate.judging.waves.NodeWaves; a static one in tests)."""
 
     def of(self, rollout: Rollout, node: str | None) -> NodeWave: ...
 

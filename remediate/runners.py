@@ -13,9 +13,9 @@ ownerReference is that DaemonSet: `agent_daemonset`, else any DaemonSet; a pod w
 right labels but another owner is an impostor and is never chosen). A node that has no
 agent fails the step; it never runs on the wrong node.
 
-Calls to an agent (paths, request and answer shapes, error classes: remediate.agent_protocol, which the
+Calls to an agent (paths, request and answer shapes, error classes: remediate.agentwire.protocol, which the
 agent's side uses too): POST {action, params, context} to /v1/steps/plan|execute, signed with
-the target node's own credential derived from the master `agent_token` (remediate.agentauth:
+the target node's own credential derived from the master `agent_token` (remediate.agentwire.auth:
 the signature covers the body, so the run and step ids it names); connection failures
 (refused, connect timeout, 502/503/504 from a proxy, no agent pod yet) are retried
 `agent_retries` times with backoff inside the step's
@@ -23,7 +23,7 @@ deadline (tenacity), then raised as RetryableActionError, so the executor's own 
 retries apply to execute. The agent answers with the plan/result, or with
 {error_class: retryable|permanent, message}, raised here as RetryableActionError /
 ActionError. Only an answer signed by the node's agent for this very request is believed
-(agentauth.verify_answer): any other is refused (a permanent error, or, for the execute of an
+(agentwire.auth.verify_answer): any other is refused (a permanent error, or, for the execute of an
 action that is not idempotent, AmbiguousActionError), except a bare 502/503/504 of a proxy. A
 call sent but not answered in time is not retried: the step may have run on the node, and the
 error says so (AmbiguousActionError). For the execute of an action that is not idempotent, so
@@ -55,7 +55,8 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 
 from remediate.actions.base import Action, StepContext, Where
 from remediate.actions.notify import request_not_sent
-from remediate.agent_protocol import (
+from remediate.agentwire.auth import ANSWER_HEADER, AgentAuthError, new_nonce, node_token, sign, verify_answer
+from remediate.agentwire.protocol import (
     CANCEL_PATH,
     EXECUTE,
     PLAN,
@@ -67,7 +68,6 @@ from remediate.agent_protocol import (
     answer_key,
     error_from_answer,
 )
-from remediate.agentauth import ANSWER_HEADER, AgentAuthError, new_nonce, node_token, sign, verify_answer
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.kube.agents import KubernetesAgents, own_namespace
 from remediate.kube.owner import NodeOwnedElsewhere, NodeOwner, NodeOwners, OwnerCheck, check_owner

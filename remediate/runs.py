@@ -2,7 +2,7 @@
 
 A run is one accepted (or rejected) (alert, playbook) pair; its steps are the playbook's rendered
 steps for the alert's phase; each step is tried in attempts. The store keeps them, the engine builds
-their rows (remediate.engine.run_row, step_rows, decision_row), the executor moves them along. Every
+their rows (remediate.judging.engine.run_row, step_rows, decision_row), the executor moves them along. Every
 status is one of the enums below: no other module spells a status as a bare string
 (tests/unit/test_runs.py checks). They are StrEnums, so they equal the strings stored in the database
 and written in the HTTP API.
@@ -69,7 +69,7 @@ class AttemptOutcome(StrEnum):
 
 
 class Standing(StrEnum):
-    """Where an escalation ladder stands, for the operator's pages (remediate.ladder.standing)."""
+    """Where an escalation ladder stands, for the operator's pages (remediate.judging.ladder.standing)."""
 
     RESET = "reset"
     RESOLVED = "resolved"
@@ -80,7 +80,7 @@ class Standing(StrEnum):
 
 
 class Decision(StrEnum):
-    """What the guards decided for one (alert, playbook) pair (remediate.guards.judge)."""
+    """What the guards decided for one (alert, playbook) pair (remediate.judging.guards.judge)."""
 
     ACCEPTED = "accepted"
     UNMATCHED = "unmatched"

@@ -93,7 +93,7 @@ runs = sa.Table(
     # run (NULL: not announced, or nothing to announce), and what went wrong (NULL once sent).
     sa.Column("announced_at", sa.Float, nullable=True),
     sa.Column("announce_error", sa.Text, nullable=True),
-    # The queue's order: lower first, then by id (remediate.engine.queue_priority: a small notification's
+    # The queue's order: lower first, then by id (remediate.judging.engine.queue_priority: a small notification's
     # runs before a storm's backlog). Set at ingest, never changed.
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
     sa.Index("ix_runs_status", "status", "id"),

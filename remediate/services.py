@@ -20,18 +20,18 @@ from remediate.announce import Announcer
 from remediate.beat import ExecutorBeat
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config import Credential, Settings, check_server_credentials
-from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.grafana import Annotator, target_from_settings
+from remediate.judging.engine import Engine
+from remediate.judging.waves import NodeWaves
 from remediate.kube.agents import own_namespace
 from remediate.kube.client import KubeClient
 from remediate.kube.enroll import AgentEnrollment
 from remediate.live import LiveSet
 from remediate.metrics import Metrics, multiprocess_mode
-from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.playbooks.playbook import PlaybookSet, load_playbooks
 from remediate.runners import Dispatch
 from remediate.store import PoolLimits, Store
-from remediate.waves import NodeWaves
 
 
 @dataclass

@@ -2,7 +2,7 @@
 the room its log needs, and the file's identity (deleted or replaced while open).
 
 Shared by the store's SQLite dialect (remediate.store.sqlite) and the agent's state file
-(remediate.agent_state), which opens its file with the sqlite3 module alone: the agent never loads
+(remediate.agent.state), which opens its file with the sqlite3 module alone: the agent never loads
 SQLAlchemy (the idle memory of the agent and the master), and both keep their files the same way.
 """
 

@@ -15,8 +15,8 @@ from hypothesis import settings
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.config import EngineSettings
-from remediate.engine import Engine, IngestResult
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine, IngestResult
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.support.stores import store_backend
 

@@ -66,26 +66,26 @@ def test_the_layer_contract_holds(report: subprocess.CompletedProcess[str], cont
 
 # (module that gains an import, what it imports, the id of the contract that must break)
 VIOLATIONS = [
-    ("alerts", "remediate.store", "intake"),
+    ("intake.alerts", "remediate.store", "intake"),
     ("templating", "remediate.executor", "intake"),
     ("actions.log", "remediate.store", "actions"),
     ("actions.notify", "flask", "actions"),
-    ("actions.gpu", "remediate.playbooks", "actions-no-intake"),
-    ("actions.training", "remediate.alerts", "actions-no-intake"),  # the alert comes as StepContext.alert
-    ("alertref", "remediate.errors", "alertref"),
+    ("actions.gpu", "remediate.playbooks.playbook", "actions-no-intake"),
+    ("actions.training", "remediate.intake.alerts", "actions-no-intake"),  # the alert comes as StepContext.alert
+    ("intake.alertref", "remediate.errors", "alertref"),
     ("training.protocol", "remediate.errors", "training"),
     ("training.handlers", "torch", "training-light"),
     ("training.distributed", "transformers", "training-torch-only"),
     ("runs", "remediate.store", "runs"),
-    ("store.queue", "remediate.engine", "store"),
+    ("store.queue", "remediate.judging.engine", "store"),
     ("store.memory", "flask", "store"),
     ("schema", "werkzeug", "schema"),
     ("config", "werkzeug", "flask"),
-    ("guards", "remediate.store", "guards"),
-    ("engine", "remediate.executor", "engine-executor"),
+    ("judging.guards", "remediate.store", "guards"),
+    ("judging.engine", "remediate.executor", "engine-executor"),
     ("executor.loop", "gunicorn", "engine-executor-http"),
     ("runners", "remediate.store", "runners"),
-    ("agent", "remediate.engine", "agent"),
+    ("agent.service", "remediate.judging.engine", "agent"),
     ("kube.model", "remediate.breaker", "backends"),
     ("breaker", "kubernetes", "breaker"),
     ("disk.policy", "os", "disk-policy"),
@@ -138,9 +138,9 @@ STALE_IGNORE = """
 id = "stale"
 name = "A contract whose ignore matches no import"
 type = "forbidden"
-source_modules = ["remediate.alerts"]
+source_modules = ["remediate.intake.alerts"]
 forbidden_modules = ["remediate.store"]
-ignore_imports = ["remediate.alerts -> remediate.matchers"]
+ignore_imports = ["remediate.intake.alerts -> remediate.intake.matchers"]
 """
 
 
@@ -152,7 +152,10 @@ def test_an_ignore_that_matches_no_import_fails(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(config + STALE_IGNORE, encoding="utf-8")
     result = lint_imports(tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "No matches for ignored import remediate.alerts -> remediate.matchers" in result.stdout + result.stderr
+    assert (
+        "No matches for ignored import remediate.intake.alerts -> remediate.intake.matchers"
+        in result.stdout + result.stderr
+    )
 
 
 def allowed_cycle_imports() -> set[tuple[str, str]]:
@@ -230,14 +233,14 @@ def test_no_module_uses_a_shell() -> None:
 def test_the_two_sides_of_the_agent_call_meet_only_in_the_protocol() -> None:
     graph = grimp.build_graph("remediate", cache_dir=None, include_external_packages=True)
     server_side = {"remediate.runners", "remediate.kube.agents"}
-    agent_side = {"remediate.agent", "remediate.agent_server"}
+    agent_side = {"remediate.agent.service", "remediate.agent.server"}
     for side, other in ((server_side, agent_side), (agent_side, server_side)):
         for module in side:
             imported = graph.find_modules_directly_imported_by(module)
             assert not imported & other, f"{module} imports {sorted(imported & other)}"
-            assert "remediate.agent_protocol" in imported or module == "remediate.agent", module
+            assert "remediate.agentwire.protocol" in imported or module == "remediate.agent.service", module
     # The protocol itself is plain data and errors: no HTTP library, neither side.
-    protocol = graph.find_modules_directly_imported_by("remediate.agent_protocol")
+    protocol = graph.find_modules_directly_imported_by("remediate.agentwire.protocol")
     assert protocol <= {"__future__", "json", "abc", "dataclasses", "typing", "remediate.errors"}, protocol
 
 
@@ -247,4 +250,4 @@ def test_one_module_builds_the_gunicorn_application() -> None:
         for path in PACKAGE.rglob("*.py")
         if "BaseApplication" in (text := path.read_text("utf-8")) or "gunicorn.arbiter" in text
     ]
-    assert len(users) == 1, users  # serving.py, for `remediate serve` (the agent serves itself: agent_server.py)
+    assert len(users) == 1, users  # serve/launcher.py, for `remediate serve` (the agent serves itself: agent/server.py)

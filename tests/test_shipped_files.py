@@ -12,7 +12,7 @@ import yaml
 
 from remediate.actions import action_classes, default_registry
 from remediate.config import Settings, read_config_file
-from remediate.playbooks import load_directory
+from remediate.playbooks.playbook import load_directory
 from remediate.server import build_services, create_app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ def test_every_file_that_tells_how_to_run_alertmanager_names_debians_binary() ->
 
 
 def _resolve(dotted: str) -> object:
-    """The object a walk name (`engine.Engine.ingest_body`) stands for: the longest importable module
+    """The object a walk name (`judging.engine.Engine.ingest_body`) stands for: the longest importable module
     prefix under `remediate`, then attributes. LookupError when any part is missing."""
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
@@ -147,7 +147,7 @@ def test_the_architecture_walk_names_only_functions_that_exist(tmp_path: Path) -
         for n, found in resolved.items()
     ), sorted(names)
     # The check can fail: a name that moved or never existed is found out.
-    for wrong in ("engine.Engine.no_such_step", "store.Store.insert_runs_typed", "nosuchmodule.function"):
+    for wrong in ("judging.engine.Engine.no_such_step", "store.Store.insert_runs_typed", "nosuchmodule.function"):
         try:
             _resolve(wrong)
         except LookupError:
@@ -166,7 +166,7 @@ def _tree_entries(page: str) -> list[str]:
 
 
 def test_the_tree_in_the_architecture_page_names_every_module_and_only_files_that_exist() -> None:
-    """A map of the modules that no test checks drifts (alertref.py and deadline.py were missing)."""
+    """A map of the modules that no test checks drifts (intake/alertref.py and deadline.py were missing)."""
     page = (ROOT / "docs/architecture.md").read_text(encoding="utf-8")
     package = ROOT / "remediate"
     entries = _tree_entries(page)

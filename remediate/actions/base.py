@@ -23,8 +23,8 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from remediate.actions.schema import ParamSchema
-from remediate.alertref import AlertRef
 from remediate.errors import ParamsError
+from remediate.intake.alertref import AlertRef
 
 if TYPE_CHECKING:
     from remediate.breaker import CircuitBreaker

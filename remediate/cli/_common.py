@@ -240,7 +240,7 @@ def _client(params: dict[str, Any]) -> Any:
 
 
 def _open_store(params: dict[str, Any]) -> Any:
-    from remediate.dryrun import sqlite_path
+    from remediate.rehearsal.dryrun import sqlite_path
     from remediate.store import Store
 
     url = _settings(params).store.url
@@ -268,7 +268,7 @@ def rfc3339_times(value: Any) -> Any:
     The HTTP API (v1) keeps its UNIX seconds (a change there is a change of the API); the CLI's --json is read
     by people and scripts that expect one format: before, `ladder status --json` mixed startsAt's RFC 3339 with
     `climbed_at` as UNIX seconds."""
-    from remediate.alerts import format_timestamp
+    from remediate.intake.alerts import format_timestamp
 
     if isinstance(value, dict):
         return {

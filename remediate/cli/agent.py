@@ -55,8 +55,8 @@ def agent(**params: Any) -> None:
     """Run the node agent: plans and executes node-local steps (gpu.*, disk.*, training.*) sent by the
     server for this node, within this node's own limits."""
     settings = _settings(params, **{key: value for key, value in params.items() if key != "config"})
-    from remediate.agent_server import serve_agent
-    from remediate.proctitle import set_title
+    from remediate.agent.server import serve_agent
+    from remediate.serve.proctitle import set_title
 
     set_title("agent")
     serve_agent(settings)
@@ -110,7 +110,7 @@ def agent_credential(
     """Print NODE's own agent credential: derived from the master agent token, or, with --server, asked of the
     server, which gives an agent pod the credential of the node it runs on and no other. Give it to that node's
     agent only (agent_node_token_file); it signs nothing for any other node."""
-    from remediate.agentauth import node_token
+    from remediate.agentwire.auth import node_token
 
     if server_url:
         credential = credential_from_server(server_url, service_account_token_file, node, wait, ca_file=ca_file)
@@ -145,7 +145,7 @@ def credential_from_server(
     `ca_file`, else the system's CAs), or when the server stays unreachable for `wait` seconds."""
     import requests
 
-    from remediate.agent_protocol import CREDENTIAL_PATH
+    from remediate.agentwire.protocol import CREDENTIAL_PATH
 
     url = server_url.rstrip("/") + CREDENTIAL_PATH
     deadline, pause = time.monotonic() + wait, 1.0

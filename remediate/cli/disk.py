@@ -76,7 +76,7 @@ def disk_policies(as_json: bool, **params: Any) -> None:
 def disk_plan(as_json: bool, **params: Any) -> None:
     """Show what disk.cleanup would delete here, in order, and why it would stop. Changes nothing."""
     from remediate.actions import StepContext, default_registry
-    from remediate.alertref import AlertRef
+    from remediate.intake.alertref import AlertRef
 
     settings = _settings(params, cleanup_policies_file=params["cleanup_policies_file"])
     action = default_registry(settings).get("disk.cleanup")

@@ -66,7 +66,7 @@ def dry_run(
          checkpoint fits the rollback); the last line says which and why
       2  errors (bad arguments, an unreadable payload, playbooks or database)
     """
-    from remediate.dryrun import dry_run as run_dry
+    from remediate.rehearsal.dryrun import dry_run as run_dry
 
     if (payload is None) == (alertname is None):
         raise CliError("give either PAYLOAD.json (or - for stdin) or --alertname with --label K=V ...")

@@ -34,7 +34,7 @@ def ladder() -> None:
 def _rung_names(params: dict[str, Any]) -> dict[str, list[str]]:
     """The rung names of the configured ladder playbooks (for `of` and `name` when reading the database)."""
     from remediate.actions import default_registry
-    from remediate.playbooks import load_directory
+    from remediate.playbooks.playbook import load_directory
 
     settings = _settings(params)
     loaded, _ = load_directory(settings.engine.playbooks, default_registry(settings))
@@ -94,7 +94,7 @@ def ladder_reset(target: str, playbook: str | None, reason: str, by: str, **para
 
 
 def _standing(item: dict[str, Any]) -> str:
-    """Where the ladder stands, in words (remediate.ladder.standing): not its rung's WHY ("first rung") as
+    """Where the ladder stands, in words (remediate.judging.ladder.standing): not its rung's WHY ("first rung") as
     if that rung still held after its undo, nor "in force" for a rung whose run failed."""
     run = f"run {item['run_id']}"
     where = item.get("standing")

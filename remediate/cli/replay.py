@@ -1,5 +1,5 @@
 """`remediate replay`: the stored notifications judged again with a changed playbook directory, compared with
-what was really decided (remediate/replay.py); reads the database only, executes nothing."""
+what was really decided (remediate/rehearsal/replay.py); reads the database only, executes nothing."""
 
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bo
     Cooldowns, attempt caps, ladders and the breaker are simulated over time in memory; nothing is
     executed and the database is opened read-only."""
     from remediate.actions import default_registry
-    from remediate.playbooks import load_playbooks
-    from remediate.replay import Window
-    from remediate.replay import replay as run_replay
+    from remediate.playbooks.playbook import load_playbooks
+    from remediate.rehearsal.replay import Window
+    from remediate.rehearsal.replay import replay as run_replay
     from remediate.server.queries import parse_time_arg
 
     settings = _settings(params)
@@ -84,7 +84,7 @@ def print_replay(report: dict[str, Any]) -> None:
         f"added {', '.join(cordoned['added']) or '-'}; removed {', '.join(cordoned['removed']) or '-'}"
     )
     if report["steps"]:
-        from remediate.replay_steps import describe
+        from remediate.rehearsal.replay_steps import describe
 
         click.echo("\nsteps that would do something else (the same decision, other params):")
         for run in report["steps"]:

@@ -50,6 +50,6 @@ def serve(**params: Any) -> None:
         insecure_no_auth=params["insecure_no_auth"],
         ui=params["ui"],
     )
-    from remediate.serving import run_server
+    from remediate.serve.launcher import run_server
 
     run_server(settings)

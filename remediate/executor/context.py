@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from remediate.actions.base import ActionMemory, InMemoryMemory, StepContext, step_views
-from remediate.alerts import alert_ref
 from remediate.breaker import CircuitBreaker
+from remediate.intake.alerts import alert_ref
 from remediate.runs import ClaimedRun, StepRecord
 
 

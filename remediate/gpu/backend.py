@@ -23,7 +23,7 @@ The optional capabilities (NVML and the simulator have them all):
     reset_state(uuid) -> ResetState       MIG mode/devices and active NVLinks (gpu.reset)
     reset_gpu(uuid)                       the driver's GPU reset (gpu.reset)
     open_events() -> EventWatch           XID / double-bit ECC events and lost GPUs (remediate.gpu.events;
-                                          the agent's fault watcher, remediate.gpu_faults)
+                                          the agent's fault watcher, remediate.agent.gpu_faults)
 """
 
 from __future__ import annotations

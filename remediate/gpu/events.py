@@ -1,4 +1,4 @@
-"""GPU fault events: what the node agent's fault watcher (remediate.gpu_faults) waits for, from either backend.
+"""GPU fault events: what the node agent's fault watcher (remediate.agent.gpu_faults) waits for, from either backend.
 
 Both backends offer the optional capability `open_events()` (see remediate.gpu.backend), which returns an
 `EventWatch`: NVML's event set (remediate.gpu.nvml_events: nvmlDeviceRegisterEvents for XID critical errors

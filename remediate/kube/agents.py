@@ -1,7 +1,7 @@
 """Finding the node agent of a node through the Kubernetes API: the agent DaemonSet's pod on that node.
 
 The server's Dispatch (remediate.runners) asks a KubernetesAgents directory (an
-remediate.agent_protocol.AgentDirectory) for the agent URL of a step's target node, when
+remediate.agentwire.protocol.AgentDirectory) for the agent URL of a step's target node, when
 `agent_selector` is set. The API client is remediate.kube.KubeClient's, built from the same
 settings (`kubeconfig`, `kube_context`) as the k8s.* actions: there is one place that loads
 Kubernetes configuration.
@@ -17,7 +17,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remediate.agent_protocol import AgentDirectory, AgentNotFound
+from remediate.agentwire.protocol import AgentDirectory, AgentNotFound
 from remediate.kube.client import KubeClient
 from remediate.kube.errors import KubeConfigError
 from remediate.kube.errors import _short as _short_error

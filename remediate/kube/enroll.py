@@ -2,7 +2,7 @@
 side of `POST /v1/agent-credential`.
 
 An agent pod holds no secret that works anywhere else. To get its node's credential
-(remediate.agentauth.node_token, which only the server can compute) it presents the token the kubelet
+(remediate.agentwire.auth.node_token, which only the server can compute) it presents the token the kubelet
 projected into it: audience-bound (`agent_audience`, so the API server and other services refuse it),
 bound to that pod (invalid once the pod is gone) and short-lived (rotated by the kubelet). The server
 asks the API server who the token is (TokenReview, which checks signature, expiry, audience and that
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TypeVar
 
-from remediate.agentauth import node_token
+from remediate.agentwire.auth import node_token
 from remediate.kube.client import KubeClient
 from remediate.kube.errors import KubeConfigError, KubeError, KubeNotFound
 from remediate.kube.model import PodInfo

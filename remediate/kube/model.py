@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediate.alertref import node_label
+from remediate.intake.alertref import node_label
 
 ANNOTATION_PREFIX = "remediate.io/"
 CORDONED_BY_RUN = ANNOTATION_PREFIX + "cordoned-by-run"

@@ -14,7 +14,7 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
-from remediate.agent_protocol import CREDENTIAL_PATH
+from remediate.agentwire.protocol import CREDENTIAL_PATH
 from remediate.kube.enroll import EnrollmentBroken, EnrollmentRefused
 from remediate.kube.errors import KubeError, KubeUnavailable
 from remediate.ratelimit import RecentRefusals, TokenBuckets

@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from remediate.alerts import parse_timestamp
 from remediate.durations import parse_duration
 from remediate.errors import PayloadError
-from remediate.playbooks import Playbook
+from remediate.intake.alerts import parse_timestamp
+from remediate.playbooks.playbook import Playbook
 from remediate.store import HistoryQuery, RepeatRule, ReportQuery
 
 MAX_HISTORY_LIMIT = 1000

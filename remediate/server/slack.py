@@ -186,7 +186,7 @@ def ephemeral(text: str) -> dict[str, Any]:
 def create_blueprint(services: Services) -> Blueprint:
     bp = Blueprint("slack", __name__)
     settings = services.settings.notify
-    # Read at start (serving.preflight reads it first): a missing or empty file stops the start, naming it.
+    # Read at start (serve.launcher.preflight reads it first): a missing or empty file stops the start, naming it.
     secret = settings.slack_signing_secret()
     signer = SlackSigner(secret.encode()) if secret else None
     if signer is not None and not settings.slack_approvers:

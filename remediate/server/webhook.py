@@ -17,8 +17,8 @@ from flask import Blueprint, Response, request
 
 from remediate.audit import audit_event
 from remediate.config import WEBHOOK
-from remediate.engine import IngestResult
 from remediate.errors import PayloadError, StoreUnavailable
+from remediate.judging.engine import IngestResult
 from remediate.runs import Decision
 from remediate.server.answers import error
 from remediate.server.auth import requires

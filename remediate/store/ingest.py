@@ -256,19 +256,19 @@ class IngestWriter(GuardReader):
         return self.dialect.insert_rows(self.conn, t.notifications, [row])[0]
 
     def insert_alerts(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        """The notification's alerts (`engine._alert_row`); their ids, in order."""
+        """The notification's alerts (`judging.engine._alert_row`); their ids, in order."""
         return self.dialect.insert_rows(self.conn, t.alerts, rows)
 
     def insert_runs(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Accepted runs (`engine.run_row`); their ids, in order."""
+        """Accepted runs (`judging.engine.run_row`); their ids, in order."""
         return self.dialect.insert_rows(self.conn, t.runs, rows)
 
     def insert_steps(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        """The steps of those runs (`engine.step_rows`); their ids, in order."""
+        """The steps of those runs (`judging.engine.step_rows`); their ids, in order."""
         return self.dialect.insert_rows(self.conn, t.steps, rows)
 
     def insert_decisions(self, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-        """One decision per (alert, playbook) judged (`engine.decision_row`); their ids, in order.
+        """One decision per (alert, playbook) judged (`judging.engine.decision_row`); their ids, in order.
 
         Where the dialect has one writer at a time, no decision is stamped earlier than the newest one
         stored (`decision_time.stamp`): the history's time filters are then id ranges."""

@@ -16,7 +16,7 @@ from remediate.store.pause import PauseState
 
 
 class GuardReads(Protocol):
-    """The facts the guards judge from (remediate.engine.Engine.judge), read in one transaction."""
+    """The facts the guards judge from (remediate.judging.engine.Engine.judge), read in one transaction."""
 
     def pause_state(self) -> PauseState: ...
     def breaker_state(self) -> dict[str, Any] | None: ...

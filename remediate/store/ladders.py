@@ -1,7 +1,7 @@
 """Escalation ladders' rows (`ladders`): where each (playbook, guard key) ladder stands.
 
 The engine reads one inside its ingest transaction and rewrites it there with the run of the rung it
-records (remediate.ladder decides the rung); the API lists them and lets an operator reset them.
+records (remediate.judging.ladder decides the rung); the API lists them and lets an operator reset them.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Ladders:
 
     def run_statuses(self, states: list[LadderState]) -> dict[int, str]:
         """The status now of the run of each ladder's last rung (run id -> status; a pruned run is absent):
-        a rung is in force only once its run succeeded (remediate.ladder.standing)."""
+        a rung is in force only once its run succeeded (remediate.judging.ladder.standing)."""
         ids = sorted({s.run_id for s in states if s.rung >= 1})
         if not ids:
             return {}

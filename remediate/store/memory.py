@@ -1,7 +1,7 @@
 """Action memory: what actions remember between runs (ActionMemory), kept in the `action_memory` table.
 
 `StoreMemory` is the ActionMemory of the server's store (`Store.memory`). The agent's state file, a SQLite
-file with only this table, is remediate.agent_state's (the sqlite3 module alone: the agent loads no
+file with only this table, is remediate.agent.state's (the sqlite3 module alone: the agent loads no
 SQLAlchemy); both read and write the same rows.
 """
 

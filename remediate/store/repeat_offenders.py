@@ -2,7 +2,7 @@
 
 A run "acted" when it succeeded: refused, failed, cancelled, waiting and dry-run (`planned`) runs do
 not count. The engine reads one (playbook, target) inside its ingest transaction (`acted_runs`, for
-the playbook's `repeat_offender`, remediate.ladder.repeat_offender_choice); the report and the state
+the playbook's `repeat_offender`, remediate.judging.ladder.repeat_offender_choice); the report and the state
 page list every target at or over a playbook's count (`read_repeat_offenders`). Both are range scans
 of the index ix_runs_target (playbook, target, phase, created_at).
 """
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.alerts import format_timestamp
+from remediate.intake.alerts import format_timestamp
 from remediate.runs import RunStatus
 
 _ACTED = (

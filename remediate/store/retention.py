@@ -27,7 +27,7 @@ pruned a moment earlier (on SQLite the batch's re-check, under the write lock, s
 
 A dry run chooses the same rows and counts what would go, deleting nothing. The cut is for the caller
 to keep above what the guards read back (24 h of runs for max_attempts, the longest cooldown, the
-breaker window: serving.history_pruner).
+breaker window: serve.launcher.history_pruner).
 """
 
 from __future__ import annotations

@@ -14,12 +14,12 @@ import requests
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.check_prometheus import PrometheusCheckAction, PrometheusQueryError, PrometheusUnset
-from remediate.alerts import alert_ref
 from remediate.config import Settings
-from remediate.engine import Engine
 from remediate.errors import ActionError, PlaybookError
 from remediate.executor import Executor
-from remediate.playbooks import parse_playbook
+from remediate.intake.alerts import alert_ref
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import parse_playbook
 from remediate.store import Store
 from remediate.templating import render_params
 from tests.conftest import alert_payload, ingest_alerts

@@ -13,14 +13,14 @@ from click.testing import CliRunner
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.disk import DiskCleanupAction
-from remediate.alertref import AlertRef
 from remediate.cli import main
 from remediate.config import Settings
 from remediate.disk import PolicySource
-from remediate.engine import Engine
 from remediate.errors import ActionError, ParamsError, PlaybookError
 from remediate.executor import Executor
-from remediate.playbooks import parse_playbook
+from remediate.intake.alertref import AlertRef
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.disk import FakeDisk, allocated, make_file

@@ -19,7 +19,6 @@ from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu import MEMORY_PREFIX, RestorePowerLimitAction, SetPowerLimitAction
 from remediate.config import Settings
-from remediate.engine import Engine, IngestResult
 from remediate.errors import ConfigError, ParamsError, RetryableActionError
 from remediate.executor import Executor
 from remediate.gpu import (
@@ -31,7 +30,8 @@ from remediate.gpu import (
     RetryableGpuError,
     SimulatedBackend,
 )
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine, IngestResult
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.gpu import step_context

@@ -14,8 +14,8 @@ import pytest
 
 from remediate.actions.base import ActionRegistry
 from remediate.actions.gpu_clocks import ResetClocksAction
-from remediate.engine import Engine
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNotSupported, SimulatedBackend
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.support.gpu import PowerOnlyBackend, alert_on_gpu, node_playbook, simulated_registry, step_context
 from tests.support.store_json import run_json_of

@@ -15,7 +15,6 @@ import pytest
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX, LockClocksAction
 from remediate.actions.gpu_unlock_clocks import UnlockClocksAction
-from remediate.engine import Engine
 from remediate.errors import ParamsError
 from remediate.gpu import (
     BackendNotSupported,
@@ -27,6 +26,7 @@ from remediate.gpu import (
     RetryableGpuError,
     SimulatedBackend,
 )
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.support.gpu import PowerOnlyBackend, alert_on_gpu, node_playbook, simulated_registry, step_context
 from tests.support.store_json import run_json_of

@@ -17,8 +17,8 @@ from remediate.actions.gpu import SetPowerLimitAction
 from remediate.actions.gpu_lock_clocks import MEMORY_PREFIX as CLOCK_PREFIX
 from remediate.actions.gpu_lock_clocks import LockClocksAction
 from remediate.actions.gpu_reset import ResetGpuAction
-from remediate.engine import Engine
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuLost, GpuNoPermission, GpuResetRefused, SimulatedBackend
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.support.gpu import PowerOnlyBackend, alert_on_gpu, node_playbook, simulated_registry
 from tests.support.store_json import run_json_of

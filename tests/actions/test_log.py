@@ -9,8 +9,8 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import StepContext, Where
 from remediate.actions.log import LogAction
-from remediate.alertref import AlertRef
 from remediate.errors import ParamsError
+from remediate.intake.alertref import AlertRef
 
 
 def context(logger: logging.Logger) -> StepContext:

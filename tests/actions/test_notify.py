@@ -12,10 +12,10 @@ import requests
 
 from remediate.actions.base import StepContext
 from remediate.actions.notify import NotifyWebhookAction
-from remediate.alerts import alert_ref
-from remediate.engine import Engine
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
 from remediate.executor import Executor
+from remediate.intake.alerts import alert_ref
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.conftest import XID_CONTEXT as ALERT
 from tests.conftest import alert_payload, ingest_alerts
@@ -337,7 +337,7 @@ def test_a_url_carrying_credentials_is_refused_at_load_pointing_to_url_file(url:
     from remediate.actions import default_registry
     from remediate.config import Settings
     from remediate.errors import PlaybookError
-    from remediate.playbooks import parse_playbook
+    from remediate.playbooks.playbook import parse_playbook
 
     playbook = {
         "name": "tell",
@@ -374,7 +374,7 @@ def test_a_webhook_url_whose_path_is_its_secret_is_refused_in_a_playbook(action_
     from remediate.actions import default_registry
     from remediate.config import Settings
     from remediate.errors import PlaybookError
-    from remediate.playbooks import parse_playbook
+    from remediate.playbooks.playbook import parse_playbook
 
     playbook = {"name": "tell", "match": {"alertname": "X"}, "steps": [{"action": action_name, "with": {"url": url}}]}
     with pytest.raises(PlaybookError, match="url_file") as info:

@@ -18,14 +18,14 @@ import requests
 from remediate.actions import default_registry
 from remediate.actions.base import StepContext, StepView
 from remediate.actions.chat import ChatWebhookAction, NotifySlackAction, NotifyTeamsAction
-from remediate.alerts import alert_ref
 from remediate.announce import Announcer
 from remediate.config import Settings
-from remediate.dryrun import dry_run
-from remediate.engine import Engine
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, PlaybookError, RetryableActionError
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.intake.alerts import alert_ref
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.rehearsal.dryrun import dry_run
 from remediate.store import Store
 from tests.actions.test_notify import ALERT, _Redirector
 from tests.conftest import alert_payload, ingest_alerts, notification_payload

@@ -16,8 +16,8 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.actions.notify import NotifyWebhookAction
-from remediate.alerts import alert_ref
 from remediate.errors import ActionError
+from remediate.intake.alerts import alert_ref
 from tests.conftest import XID_CONTEXT as ALERT
 from tests.support.realsystems import WebhookRecorder
 

@@ -19,12 +19,12 @@ from remediate.actions.base import StepContext, StepView
 from remediate.actions.chat import NotifySlackAction, NotifyTeamsAction
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.actions.notify_sink import NotifyAction, SinkNotConfiguredError, sinks_in_use, unconfigured_sinks
-from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.config_values import Sink, to_sinks
-from remediate.dryrun import dry_run
 from remediate.errors import AmbiguousActionError, PlaybookError, RetryableActionError
-from remediate.playbooks import load_directory, parse_playbook
+from remediate.intake.alerts import alert_ref
+from remediate.playbooks.playbook import load_directory, parse_playbook
+from remediate.rehearsal.dryrun import dry_run
 from tests.conftest import XID_CONTEXT as ALERT
 from tests.conftest import alert_payload, notification_payload
 from tests.support.realsystems import WebhookRecorder, free_port

@@ -17,8 +17,8 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import InMemoryMemory
 from remediate.actions.training_command import TrainingCommandAction
-from remediate.agent import AgentService
-from remediate.agentauth import node_token, sign
+from remediate.agent.service import AgentService
+from remediate.agentwire.auth import node_token, sign
 from remediate.config import load_settings
 from remediate.errors import ActionError, ParamsError
 from remediate.training.batching import Batching

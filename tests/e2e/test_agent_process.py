@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from remediate.agentauth import sign
+from remediate.agentwire.auth import sign
 from tests.support.processes import child_pids
 from tests.support.server import NodeAgent, agent_credential
 from tests.support.waiting import scaled, wait_until
@@ -65,7 +65,7 @@ def test_the_agent_is_one_process_that_loads_no_web_framework_sqlalchemy_store_o
 
         assert child_pids(agent.pid) == set()  # the process kubelet starts serves the requests itself
         imported = set(_IMPORTED.findall(agent.log_path.read_text()))
-        assert {"http.server", "remediate.agent", "remediate.agent_state"} <= imported  # the list is read
+        assert {"http.server", "remediate.agent.service", "remediate.agent.state"} <= imported  # the list is read
         heavy = ("flask", "werkzeug", "gunicorn", "sqlalchemy", "kubernetes", "requests")
         assert not {m for m in imported if m.split(".")[0] in heavy}
         assert not {m for m in imported if m.startswith(("remediate.store", "remediate.server", "remediate.schema"))}

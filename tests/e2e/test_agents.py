@@ -145,7 +145,7 @@ def test_each_node_step_runs_on_the_agent_of_its_node_and_the_history_says_where
         node_b.log_path.read_text()
     )
     # node-a's credential (all node-a's agent would leak) cannot command node-b: not even at full power.
-    from remediate.agentauth import sign
+    from remediate.agentwire.auth import sign
 
     body = (
         b'{"action": "gpu.set_power_limit", "params": {"gpu": "all", "watts": 1}, "context": {"run_id": 1, '

@@ -24,9 +24,9 @@ from remediate.actions.base import ActionRegistry
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.realsystems import WebhookRecorder

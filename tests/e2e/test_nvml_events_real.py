@@ -16,11 +16,11 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
+from remediate.agent.gpu_faults import FaultAlerts, FaultWatcher
 from remediate.gpu import GpuInfo, NvmlBackend, NvmlUnavailable
 from remediate.gpu.events import DOUBLE_BIT_ECC, XID
 from remediate.gpu.nvml import load_nvml
 from remediate.gpu.nvml_events import NvmlEventWatch
-from remediate.gpu_faults import FaultAlerts, FaultWatcher
 from tests.support.realsystems import WebhookRecorder
 
 pytestmark = pytest.mark.nvml

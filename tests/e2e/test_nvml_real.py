@@ -25,7 +25,6 @@ from remediate.actions.gpu import RestorePowerLimitAction, SetPowerLimitAction
 from remediate.actions.gpu_lock_clocks import LockClocksAction
 from remediate.actions.gpu_reset import ResetGpuAction
 from remediate.actions.gpu_unlock_clocks import UnlockClocksAction
-from remediate.alertref import AlertRef
 from remediate.gpu import (
     ClockState,
     GpuBackend,
@@ -38,6 +37,7 @@ from remediate.gpu import (
     parse_gpu_ref,
     resolve,
 )
+from remediate.intake.alertref import AlertRef
 
 pytestmark = pytest.mark.nvml
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from remediate.agentauth import node_token
+from remediate.agentwire.auth import node_token
 from tests.support.agent import AGENT_TOKEN
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.processes import run_remediate

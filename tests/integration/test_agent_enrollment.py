@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from werkzeug.serving import make_server as make_wsgi_server
 
-from remediate.agent_protocol import CREDENTIAL_PATH
-from remediate.agentauth import node_token
+from remediate.agentwire.auth import node_token
+from remediate.agentwire.protocol import CREDENTIAL_PATH
 from tests.support.agent import AGENT_TOKEN
 from tests.support.fake_apiserver import API_AUDIENCE, FakeKubeAPI
 from tests.support.helm import NAMESPACE, Helm, chart_rbac

@@ -16,13 +16,13 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.base import InMemoryMemory, StepContext
-from remediate.agent import AgentService
-from remediate.agent_server import AgentHTTPServer
-from remediate.agentauth import ANSWER_HEADER, AgentAuthError, node_token, sign, verify_answer
-from remediate.alerts import alert_ref
+from remediate.agent.server import AgentHTTPServer
+from remediate.agent.service import AgentService
+from remediate.agentwire.auth import ANSWER_HEADER, AgentAuthError, node_token, sign, verify_answer
 from remediate.config import Settings
 from remediate.errors import ActionError, ConfigError, RetryableActionError
 from remediate.gpu import SimulatedBackend
+from remediate.intake.alerts import alert_ref
 from remediate.runners import AgentRunner, StaticAgents
 from tests.support.agent import (
     AGENT_TOKEN,
@@ -586,7 +586,7 @@ def test_a_signed_cancel_stops_the_named_running_step_which_answers_as_usual(ser
 
 def test_a_stopping_agent_stops_its_running_steps_and_starts_no_new_one(serve: Serve, tmp_path: Path) -> None:
     service, _waiter, client, answer = _waiting_step(serve, tmp_path)
-    assert service.stop_all() == 1  # what SIGTERM calls (agent_server.serve_agent)
+    assert service.stop_all() == 1  # what SIGTERM calls (agent.server.serve_agent)
     assert "remediate is stopping" in answer.result(5).json()["message"]
     again = post(client, "execute", step_body("test.wait", {"word": "hi"}, run_id=8))
     assert again.status_code == 503 and again.json()["error_class"] == "retryable"  # the server may try again later

@@ -23,10 +23,10 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import ParamSchema
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine
 from remediate.errors import ActionError, StoreRefused, StoreUnreachable
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from tests.support.http import MakeServer, alert, notification
 from tests.support.postgres import PostgresCluster

@@ -20,9 +20,9 @@ from remediate import dbcopy
 from remediate import schema as t
 from remediate.actions import default_registry
 from remediate.breaker import Claim
-from remediate.engine import Engine
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
 from tests.support.agent import Echo
 from tests.support.cli import assert_one_line_error, sqlite_dump

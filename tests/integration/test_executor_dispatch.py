@@ -13,11 +13,11 @@ import pytest
 
 from remediate.actions.base import ActionRegistry, InMemoryMemory
 from remediate.actions.log import LogAction
-from remediate.agent import AgentService
-from remediate.agent_protocol import EXECUTE, STEP_PATHS
-from remediate.engine import Engine
+from remediate.agent.service import AgentService
+from remediate.agentwire.protocol import EXECUTE, STEP_PATHS
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runners import Dispatch, StaticAgents
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload

@@ -16,8 +16,8 @@ import pytest
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine
 from remediate.executor import Executor, heartbeat_interval
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.store_json import run_json_of

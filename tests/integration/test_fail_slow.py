@@ -24,10 +24,10 @@ import pytest
 from remediate.actions import default_registry
 from remediate.config import Settings
 from remediate.config_values import Sink
-from remediate.engine import Engine
 from remediate.executor import Executor
+from remediate.judging.engine import Engine
 from remediate.kube import OWNER
-from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.playbooks.playbook import PlaybookSet, load_playbooks
 from remediate.store import Store
 from remediate.training.protocol import RESTART_EXIT_CODE
 from tests.conftest import alert_payload, notification_payload

@@ -14,16 +14,16 @@ import yaml
 
 from remediate.actions import default_registry
 from remediate.actions.base import StepContext, Where
-from remediate.alerts import alert_ref
 from remediate.config import Settings
-from remediate.dryrun import dry_run
-from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.gpu import SimulatedBackend
+from remediate.intake.alerts import alert_ref
+from remediate.judging.engine import Engine
 from remediate.kube import CORDONED_BY_RUN, OWNER, OWNER_SINCE, OWNER_WHY, KubeClient
 from remediate.kube.errors import KubeError
 from remediate.kube.owner import NodeOwnedElsewhere
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.rehearsal.dryrun import dry_run
 from remediate.runners import Dispatch
 from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload

@@ -33,11 +33,11 @@ from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.cli import main
 from remediate.config import ExecutorSettings, Settings
 from remediate.config_values import Sink, to_sinks
-from remediate.engine import Engine
 from remediate.executor import Executor
+from remediate.judging.engine import Engine
 from remediate.kube import CORDONED_BY_RUN, OWNER, KubeClient
 from remediate.metrics import exposition
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runners import Dispatch, StaticAgents
 from remediate.runs import FINAL_RUN_STATUSES
 from remediate.server import build_services, create_app

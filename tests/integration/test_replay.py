@@ -15,7 +15,7 @@ import sqlalchemy as sa
 import yaml
 
 from remediate import schema as t
-from remediate.engine import Engine
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.cli import assert_one_line_error

@@ -34,10 +34,10 @@ import pytest
 from remediate.actions import default_registry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.config import ExecutorSettings, Settings
-from remediate.engine import Engine, IngestResult
 from remediate.errors import RunStateError
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine, IngestResult
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import Decision
 from remediate.store import Store
 from remediate.store.postgres import MAX_GUARD_LOCKS, PostgresDialect

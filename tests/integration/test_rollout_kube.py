@@ -1,5 +1,5 @@
-"""Staged rollout on the test API server: a node's wave is its label (remediate.waves.NodeWaves), read once per
-30 s (remediate.waves.TTL); a label changed (a promotion) is seen after the TTL, audited as `rollout_wave`."""
+"""Staged rollout on the test API server: a node's wave is its label (remediate.judging.waves.NodeWaves), read once per
+30 s (remediate.judging.waves.TTL); a label changed (a promotion) is seen after the TTL, audited as `rollout_wave`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import logging
 import pytest
 
 from remediate import schema as t
+from remediate.judging.waves import NodeWaves
 from remediate.kube import KubeClient
 from remediate.rollout import Mode, NodeWave, parse_rollout
 from remediate.store import Store
-from remediate.waves import NodeWaves
 from tests.conftest import ingest_alerts
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.stores import rows

@@ -23,7 +23,7 @@ import pytest
 from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
 from remediate.actions.training_command import TrainingCommandAction
-from remediate.alerts import alert_ref
+from remediate.intake.alerts import alert_ref
 from remediate.training.files import JobPaths
 from remediate.training.procfs import this_host
 from remediate.training.protocol import RESTART_EXIT_CODE

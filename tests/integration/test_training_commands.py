@@ -22,10 +22,10 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.config import load_settings
-from remediate.dryrun import dry_run
-from remediate.engine import Engine
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, load_playbooks
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, load_playbooks
+from remediate.rehearsal.dryrun import dry_run
 from remediate.store import Store
 from remediate.training.files import JobPaths
 from tests.conftest import alert_payload, notification_payload

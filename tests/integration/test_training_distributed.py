@@ -18,7 +18,7 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
-from remediate.alerts import alert_ref
+from remediate.intake.alerts import alert_ref
 from remediate.training import JobNameInUse, TrainingControl
 from remediate.training.files import JobPaths
 from remediate.training.protocol import ProtocolError

@@ -21,9 +21,9 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.config import ExecutorSettings, load_settings
-from remediate.engine import Engine
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, load_playbooks, parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.protocol import CheckpointInfo
@@ -173,7 +173,7 @@ def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
     root: Path, tmp_path: Path, processes: Jobs, store: Store
 ) -> None:
     from remediate.actions.base import InMemoryMemory
-    from remediate.agent import AgentService
+    from remediate.agent.service import AgentService
     from remediate.runners import Dispatch, StaticAgents
     from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
 
@@ -375,7 +375,7 @@ def test_a_strict_checkpoint_node_step_that_fails_keeps_every_jobs_outcome_in_th
     was listed skipped and the step succeeded (past 30 s of silence), or the step failed with result null
     and the five checkpoints vanished from the history (at 25 s)."""
     from remediate.actions.base import InMemoryMemory
-    from remediate.agent import AgentService
+    from remediate.agent.service import AgentService
     from remediate.runners import Dispatch, StaticAgents
     from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
 

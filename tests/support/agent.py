@@ -12,8 +12,8 @@ import requests
 
 from remediate.actions.base import Action, ActionRegistry, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
-from remediate.agent import AgentService
-from remediate.agent_server import AgentHTTPServer
+from remediate.agent.server import AgentHTTPServer
+from remediate.agent.service import AgentService
 from remediate.config import Settings
 from remediate.errors import ActionError, RetryableActionError
 from tests.support.waiting import scaled

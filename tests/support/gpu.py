@@ -10,11 +10,11 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
-from remediate.alertref import AlertRef
 from remediate.config import Settings
-from remediate.engine import Engine
 from remediate.executor import Executor
 from remediate.gpu import GpuInfo, SimulatedBackend
+from remediate.intake.alertref import AlertRef
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 

@@ -17,8 +17,8 @@ from remediate.actions import action_classes
 from remediate.actions.base import StepContext
 from remediate.actions.k8s import KubeOptions
 from remediate.actions.k8s.common import KubeAction
-from remediate.alerts import alert_ref
 from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
+from remediate.intake.alerts import alert_ref
 from remediate.kube import KubeClient
 from tests.support.fake_apiserver import FakeKubeAPI
 

@@ -8,9 +8,9 @@ from typing import Any
 import yaml
 
 from remediate.actions import default_registry
-from remediate.alerts import Alert, parse_notification
-from remediate.engine import Engine
-from remediate.playbooks import load_playbooks
+from remediate.intake.alerts import Alert, parse_notification
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import load_playbooks
 from tests.support.server import notification
 
 ROOT = Path(__file__).resolve().parents[2]

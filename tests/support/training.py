@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import StepContext
-from remediate.alerts import alert_ref
+from remediate.intake.alerts import alert_ref
 from remediate.training import CallableCheckpoints, TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.protocol import APPLIED, Ack, CheckpointInfo, Command

@@ -1,4 +1,4 @@
-"""remediate.agent_protocol: what the server sends is what the agent parses; what the agent answers for an
+"""remediate.agentwire.protocol: what the server sends is what the agent parses; what the agent answers for an
 exception is what the server raises again (the one classification both sides use)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.agent_protocol import (
+from remediate.agentwire.protocol import (
     EXECUTE,
     PERMANENT,
     PLAN,

@@ -1,4 +1,4 @@
-"""The agent's state file (remediate.agent_state.MemoryStore): only the action_memory table; old files keep rows.
+"""The agent's state file (remediate.agent.state.MemoryStore): only the action_memory table; old files keep rows.
 
 SQLite only: the agent keeps its state in a file on its node, whatever database the server uses.
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from remediate.agent import open_memory
-from remediate.agent_state import MemoryStore
+from remediate.agent.service import open_memory
+from remediate.agent.state import MemoryStore
 from remediate.errors import ConfigError
 from remediate.store import Store
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from remediate.agent_protocol import StepRequest
-from remediate.alertref import AlertRef
-from remediate.alerts import alert_ref, parse_notification
+from remediate.agentwire.protocol import StepRequest
+from remediate.intake.alertref import AlertRef
+from remediate.intake.alerts import alert_ref, parse_notification
 
 PAYLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "payloads"
 

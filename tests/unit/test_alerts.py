@@ -1,4 +1,4 @@
-"""remediate.alerts: AlertManager v4 payloads -> validated Notification/Alert objects."""
+"""remediate.intake.alerts: AlertManager v4 payloads -> validated Notification/Alert objects."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediate.alerts import (
+from remediate.errors import PayloadError
+from remediate.intake.alerts import (
     MAX_ALERTNAME_LENGTH,
     MAX_LABEL_LENGTH,
     MAX_LABELS,
@@ -21,7 +22,6 @@ from remediate.alerts import (
     parse_notification,
     parse_timestamp,
 )
-from remediate.errors import PayloadError
 from tests.conftest import alert_payload, notification_payload
 
 PAYLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "payloads"

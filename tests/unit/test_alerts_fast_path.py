@@ -1,12 +1,12 @@
 """The alert parser's fast path (a map of plain ASCII strings checked at once, label names remembered as valid)
-refuses what the field-by-field checks refuse, with the same field named (remediate.alerts._string_map)."""
+refuses what the field-by-field checks refuse, with the same field named (remediate.intake.alerts._string_map)."""
 
 from __future__ import annotations
 
 import pytest
 
-from remediate.alerts import MAX_LABEL_LENGTH, MAX_LABELS, parse_notification
 from remediate.errors import PayloadError
+from remediate.intake.alerts import MAX_LABEL_LENGTH, MAX_LABELS, parse_notification
 from tests.conftest import alert_payload, notification_payload
 
 NAMES = {"Hostname": "node-a", "gpu": "1", "severity": "critical"}

@@ -18,9 +18,9 @@ from remediate.actions.notify_sink import NotifyAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.announce import FAILED, SENT, Announcer, announcing_actions
 from remediate.config_values import to_sinks
-from remediate.engine import Engine, IngestResult
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine, IngestResult
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.realsystems import WebhookRecorder

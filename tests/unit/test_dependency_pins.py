@@ -1,6 +1,6 @@
 """The dependencies as shipped: pyproject's floors admit no release with a known vulnerability, constraints.txt
 (what the image and the test venv install) pins every runtime package within pyproject's ranges, and the
-gunicorn whose private classes remediate/httpworker.py subclasses is the minor release it was checked against."""
+gunicorn whose private classes remediate/serve/httpworker.py subclasses is the minor release it was checked against."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from remediate.httpworker import GUNICORN_CHECKED
+from remediate.serve.httpworker import GUNICORN_CHECKED
 from scripts import constraints
 
 FIXED = {
@@ -68,7 +68,7 @@ def test_the_constraints_pin_exact_versions_of_every_package_the_requirements_pu
 def test_the_installed_gunicorn_is_the_minor_release_httpworker_was_checked_against() -> None:
     installed = Version(metadata.version("gunicorn"))
     assert installed.release[:2] == GUNICORN_CHECKED, (
-        f"gunicorn {installed} is installed; remediate/httpworker.py subclasses its private gthread classes and "
+        f"gunicorn {installed} is installed; remediate/serve/httpworker.py subclasses its private gthread classes and "
         f"was checked against {GUNICORN_CHECKED[0]}.{GUNICORN_CHECKED[1]}: check it against this release's "
         "gunicorn/workers/gthread.py, then move GUNICORN_CHECKED and pyproject's range together"
     )

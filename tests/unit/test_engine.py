@@ -1,4 +1,4 @@
-"""remediate.engine on the SQLite store and (@EVERY_DATABASE) PostgreSQL: ingest in one transaction, guards,
+"""remediate.judging.engine on the SQLite store and (@EVERY_DATABASE) PostgreSQL: ingest in one transaction, guards,
 runs, steps, preview."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.alerts import parse_notification
-from remediate.engine import INGEST_ATTEMPTS, Engine, IngestResult
 from remediate.errors import PayloadError, RunStateError, StoreConflict, UnknownRunError
+from remediate.intake.alerts import parse_notification
+from remediate.judging.engine import INGEST_ATTEMPTS, Engine, IngestResult
 from remediate.runs import Decision
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts, notification_payload
@@ -665,8 +665,8 @@ def test_a_notification_of_2000_alerts_stores_every_alert(store: Store, make_eng
 
 
 def test_guard_by_gives_each_gpu_of_a_node_its_own_cooldown(tmp_path, registry) -> None:
-    from remediate.engine import Engine
-    from remediate.playbooks import PlaybookSet, parse_playbook
+    from remediate.judging.engine import Engine
+    from remediate.playbooks.playbook import PlaybookSet, parse_playbook
     from remediate.store import Store
     from tests.conftest import alert_payload, notification_payload
 
@@ -697,7 +697,7 @@ def test_guard_by_gives_each_gpu_of_a_node_its_own_cooldown(tmp_path, registry) 
 
 def test_guard_by_must_name_labels(registry) -> None:
     from remediate.errors import PlaybookError
-    from remediate.playbooks import parse_playbook
+    from remediate.playbooks.playbook import parse_playbook
 
     with pytest.raises(PlaybookError, match="guard_by"):
         parse_playbook(

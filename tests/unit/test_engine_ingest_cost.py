@@ -1,5 +1,5 @@
-"""What remediate.engine does to make an ingest cheaper must not change what it answers: the webhook's response
-bytes; each alert's steps rendered from its own context."""
+"""What remediate.judging.engine does to make an ingest cheaper must not change what it answers: the webhook's
+response bytes; each alert's steps rendered from its own context."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from flask import Flask, jsonify
 
-from remediate.alerts import parse_notification
-from remediate.engine import DecisionRecord, Engine, IngestResult
+from remediate.intake.alerts import parse_notification
+from remediate.judging.engine import DecisionRecord, Engine, IngestResult
 from remediate.runs import Decision
 from tests.conftest import alert_payload, notification_payload
 

@@ -17,9 +17,9 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
+from remediate.judging.engine import Engine
 from remediate.runs import FinishedRun, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts

@@ -22,10 +22,10 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config import ExecutorSettings
-from remediate.engine import Engine
 from remediate.errors import ActionError
 from remediate.executor import Executor
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import RunEnd, RunStatus, RunWrite
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts

@@ -1,4 +1,4 @@
-"""remediate.guards.judge: the pure decision for one (alert, playbook) pair, and its order."""
+"""remediate.judging.guards.judge: the pure decision for one (alert, playbook) pair, and its order."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerState
-from remediate.guards import STAGES, GuardCase, GuardFacts, judge
-from remediate.playbooks import Playbook, parse_playbook
+from remediate.judging.guards import STAGES, GuardCase, GuardFacts, judge
+from remediate.playbooks.playbook import Playbook, parse_playbook
 from remediate.runs import Decision
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z

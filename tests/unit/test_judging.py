@@ -1,4 +1,4 @@
-"""remediate.judging: a notification's pairs judged by named stages over facts read once per notification."""
+"""remediate.judging.stages: a notification's pairs judged by named stages over facts read once per notification."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from collections import Counter
 from typing import Any
 
 from remediate.actions.base import ActionRegistry
-from remediate.alerts import parse_notification
-from remediate.engine import Engine
-from remediate.judging import judge
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.intake.alerts import parse_notification
+from remediate.judging.engine import Engine
+from remediate.judging.stages import judge
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import Decision
 from remediate.store import EmptyGuardReader
 from tests.conftest import alert_payload, notification_payload

@@ -1,4 +1,4 @@
-"""Escalation ladders: remediate.ladder.choose_rung (pure), and the engine climbing, holding, resetting and
+"""Escalation ladders: remediate.judging.ladder.choose_rung (pure), and the engine climbing, holding, resetting and
 undoing a ladder on both databases (@EVERY_DATABASE: SQLite, PostgreSQL)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import ActionRegistry
-from remediate.alerts import parse_notification
-from remediate.engine import Engine, IngestResult
 from remediate.errors import PlaybookError
-from remediate.judging import dedupe_key, rung_dedupe_key
-from remediate.ladder import choose_rung, climbed, resolved
-from remediate.playbooks import Playbook, parse_playbook
+from remediate.intake.alerts import parse_notification
+from remediate.judging.engine import Engine, IngestResult
+from remediate.judging.ladder import choose_rung, climbed, resolved
+from remediate.judging.stages import dedupe_key, rung_dedupe_key
+from remediate.playbooks.playbook import Playbook, parse_playbook
 from remediate.runs import Decision, LadderState
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts, notification_payload

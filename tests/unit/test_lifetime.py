@@ -1,4 +1,4 @@
-"""remediate.lifetime on real forked processes: a temporary dir is removed only by its maker, however a child
+"""remediate.serve.lifetime on real forked processes: a temporary dir is removed only by its maker, however a child
 forked inside its block ends; a child asks to die with its parent."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.lifetime import die_with_parent, exit_code, owned_tempdir
+from remediate.serve.lifetime import die_with_parent, exit_code, owned_tempdir
 from tests.support.waiting import wait_until
 
 

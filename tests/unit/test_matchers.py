@@ -1,4 +1,4 @@
-"""remediate.matchers: AlertManager label matcher syntax and semantics."""
+"""remediate.intake.matchers: AlertManager label matcher syntax and semantics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediate.matchers import (
+from remediate.intake.matchers import (
     Matcher,
     MatcherSyntaxError,
     MatchType,

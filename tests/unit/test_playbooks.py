@@ -1,4 +1,4 @@
-"""remediate.playbooks: loading with errors that name file, playbook and field; matching; targets."""
+"""remediate.playbooks.playbook: loading with errors that name file, playbook and field; matching; targets."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from remediate.actions.base import ActionRegistry
-from remediate.alertref import strip_port
-from remediate.alerts import Alert, parse_notification
 from remediate.errors import PlaybookError
-from remediate.playbooks import (
+from remediate.intake.alertref import strip_port
+from remediate.intake.alerts import Alert, parse_notification
+from remediate.playbooks.playbook import (
     MAX_TARGET_LENGTH,
     NODE_LABELS,
     Mode,

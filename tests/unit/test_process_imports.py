@@ -58,7 +58,7 @@ def _imported_after(code: str, tmp_path: Path) -> set[str]:
 def test_the_server_and_its_http_workers_load_no_requests_until_a_step_sends(tmp_path: Path) -> None:
     code = (
         "import remediate.server\n"  # what the master imports before forking
-        "from remediate.serving import _server_app\n"
+        "from remediate.serve.launcher import _server_app\n"
         "app = _server_app(settings, None)\n"
         "assert app.test_client().get('/healthz').status_code == 200"
     )

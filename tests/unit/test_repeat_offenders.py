@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from remediate.actions.base import ActionRegistry
-from remediate.engine import Engine
 from remediate.errors import PlaybookError
 from remediate.executor import Executor
-from remediate.ladder import RungChoice, repeat_offender_choice
-from remediate.repeat import RepeatOffender, ordinal
+from remediate.judging.engine import Engine
+from remediate.judging.ladder import RungChoice, repeat_offender_choice
+from remediate.playbooks.repeat import RepeatOffender, ordinal
 from remediate.runs import Decision, LadderState
 from remediate.store import RepeatRule, ReportQuery, Store
 from tests.conftest import alert_payload, ingest_alerts
@@ -92,7 +92,7 @@ def test_a_bad_repeat_offender_is_refused_naming_the_field(
 
 def test_only_a_ladder_has_a_repeat_offender(registry: ActionRegistry) -> None:
     steps = {"name": "plain", "match": {"alertname": "X"}, "steps": [{"action": "log", "with": {"message": "m"}}]}
-    from remediate.playbooks import parse_playbook
+    from remediate.playbooks.playbook import parse_playbook
 
     with pytest.raises(PlaybookError) as caught:
         parse_playbook({**steps, "repeat_offender": THREE_IN_A_WEEK}, registry)

@@ -11,9 +11,9 @@ import pytest
 
 from remediate import schema as t
 from remediate.actions.base import ActionRegistry
-from remediate.engine import Engine
 from remediate.errors import PlaybookError
-from remediate.playbooks import parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE

@@ -17,12 +17,12 @@ from kubernetes import client as k8s
 
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.log import LogAction
-from remediate.agent import AgentService
-from remediate.agent_protocol import PERMANENT, AgentNotFound, classify
-from remediate.agentauth import ANSWER_HEADER, node_token, sign_answer
-from remediate.alerts import alert_ref
+from remediate.agent.service import AgentService
+from remediate.agentwire.auth import ANSWER_HEADER, node_token, sign_answer
+from remediate.agentwire.protocol import PERMANENT, AgentNotFound, classify
 from remediate.config import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
+from remediate.intake.alerts import alert_ref
 from remediate.kube.agents import KubernetesAgents
 from remediate.runners import (
     AGENT_CALL_ERRORS,

@@ -1,4 +1,4 @@
-"""The statuses (remediate.runs), a run built from a verdict (remediate.engine), no bare status string elsewhere."""
+"""The statuses (remediate.runs), a run built from a verdict (judging.engine), no bare status string elsewhere."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from remediate.actions.base import ActionRegistry
-from remediate.alerts import parse_notification
-from remediate.engine import Engine, Judged, decision_row, initial_status, run_row, step_rows
-from remediate.guards import Verdict
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.intake.alerts import parse_notification
+from remediate.judging.engine import Engine, Judged, decision_row, initial_status, run_row, step_rows
+from remediate.judging.guards import Verdict
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,

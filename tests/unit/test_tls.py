@@ -8,7 +8,7 @@ import pytest
 
 from remediate.config import ServerSettings
 from remediate.errors import ConfigError
-from remediate.tls import gunicorn_tls_options
+from remediate.serve.tls import gunicorn_tls_options
 
 
 def test_plain_http_without_tls_files() -> None:

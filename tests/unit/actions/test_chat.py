@@ -15,7 +15,7 @@ from remediate.actions.chat import (
     slack_blocks,
     teams_card,
 )
-from remediate.alertref import AlertRef
+from remediate.intake.alertref import AlertRef
 
 ALERT = AlertRef(alertname="GpuXidError", status="firing", annotations={"summary": "GPU 3 fell off the bus"})
 

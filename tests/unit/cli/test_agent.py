@@ -48,7 +48,7 @@ def test_agent_credential_writes_only_this_nodes_credential_as_the_chart_init_co
 ) -> None:
     from click.testing import CliRunner
 
-    from remediate.agentauth import node_token
+    from remediate.agentwire.auth import node_token
     from remediate.cli import main
 
     for name in ("REMEDIATE_AGENT_TOKEN", "REMEDIATE_AGENT_TOKEN_FILE", "REMEDIATE_CONFIG"):

@@ -284,10 +284,10 @@ def test_dry_run_without_a_gpu_backend_flag_uses_nvml_never_the_simulator(
 
 
 def test_serve_passes_the_gpu_flags_to_the_settings(sim_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import remediate.serving
+    import remediate.serve.launcher
 
     seen: list[Any] = []
-    monkeypatch.setattr(remediate.serving, "run_server", seen.append)
+    monkeypatch.setattr(remediate.serve.launcher, "run_server", seen.append)
 
     result = cli("serve", "--insecure-no-auth", *sim_args(sim_file))
 
@@ -299,12 +299,12 @@ def test_serve_passes_the_gpu_flags_to_the_settings(sim_file: Path, monkeypatch:
 def test_serve_refuses_to_start_with_the_simulated_backend_and_no_device_file(
     playbook_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import remediate.serving
+    import remediate.serve.launcher
 
     def no_gunicorn(*args: Any) -> None:
         pytest.fail("the server started: preflight should have refused the settings")
 
-    monkeypatch.setattr(remediate.serving, "_GunicornApp", no_gunicorn)
+    monkeypatch.setattr(remediate.serve.launcher, "_GunicornApp", no_gunicorn)
 
     result = cli(
         "serve",

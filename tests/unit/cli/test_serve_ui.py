@@ -16,10 +16,10 @@ from tests.support.cli import run_cli as cli
 def test_serve_passes_the_ui_flag_or_the_environment_to_the_settings(
     monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], flags: tuple[str, ...], expected: bool
 ) -> None:
-    import remediate.serving
+    import remediate.serve.launcher
 
     seen: list[Any] = []
-    monkeypatch.setattr(remediate.serving, "run_server", seen.append)
+    monkeypatch.setattr(remediate.serve.launcher, "run_server", seen.append)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     result = cli("serve", "--insecure-no-auth", *flags)

@@ -1,4 +1,4 @@
-"""The agent's GPU fault watcher (remediate.gpu_faults) on the simulator's events, through the same
+"""The agent's GPU fault watcher (remediate.agent.gpu_faults) on the simulator's events, through the same
 `open_events` capability NVML has: an XID event becomes one alert posted to AlertManager's v2 API with the
 labels the shipped playbook matches; a lost GPU alerts once; application XIDs do not; stop ends it.
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from remediate.agent.gpu_faults import FaultAlerts, FaultWatcher
 from remediate.gpu import SimulatedBackend, capability
-from remediate.gpu_faults import FaultAlerts, FaultWatcher
 from tests.support.realsystems import WebhookRecorder, free_port
 from tests.support.waiting import scaled, wait_until
 
@@ -141,7 +141,7 @@ def test_stop_ends_both_threads_even_while_a_post_is_being_retried(gpus: Simulat
 
 
 def test_the_agent_refuses_to_start_watching_where_the_gpus_cannot_be_watched(monkeypatch: pytest.MonkeyPatch) -> None:
-    from remediate.agent_server import start_fault_watcher
+    from remediate.agent.server import start_fault_watcher
     from remediate.config import Settings
     from remediate.errors import ConfigError
     from remediate.gpu import NvmlUnavailable

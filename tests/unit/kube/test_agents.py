@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from remediate.agent_protocol import AgentNotFound
+from remediate.agentwire.protocol import AgentNotFound
 from remediate.kube.agents import DiscoveryUnavailable, KubernetesAgents
 from tests.support.fake_apiserver import FakeKubeAPI
 

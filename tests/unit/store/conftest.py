@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediate.engine import Engine
+from remediate.judging.engine import Engine
 from tests.unit.store.support import OTHER, PLAYBOOK, MakeEngine
 
 

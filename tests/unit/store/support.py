@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from remediate.engine import Engine
+from remediate.judging.engine import Engine
 from tests.conftest import alert_payload, ingest_alerts
 
 T0 = 1_767_225_600.0

@@ -13,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker
-from remediate.engine import Engine
 from remediate.errors import ClaimLostError, RunStateError, StoreConflict, UnknownRunError
+from remediate.judging.engine import Engine
 from remediate.runs import (
     AttemptOutcome,
     RunEnd,

@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.engine import Engine
 from remediate.errors import ConfigError, StoreBusy
+from remediate.judging.engine import Engine
 from remediate.store import PoolLimits, Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.postgres import PostgresCluster

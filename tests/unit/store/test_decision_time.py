@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from remediate import schema as t
-from remediate.engine import Engine
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
 from remediate.store.decision_time import monotonic, time_conditions
 from remediate.store.history import history_page

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from remediate.actions import default_registry
-from remediate.engine import Engine
 from remediate.errors import UnknownRunError
-from remediate.playbooks import PlaybookSet, parse_playbook
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import AttemptOutcome, RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import (
     AlertDetail,

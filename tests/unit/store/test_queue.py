@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from remediate.engine import Engine
+from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE, rows

@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.breaker import Claim
-from remediate.engine import Engine
 from remediate.executor import Executor
+from remediate.judging.engine import Engine
 from remediate.store import ReportQuery, Store
 from remediate.store.report import FiringRow, build_report
 from tests.conftest import alert_payload, ingest_alerts

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from remediate import schema as t
-from remediate.engine import Engine, IngestResult
+from remediate.judging.engine import Engine, IngestResult
 from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
 from remediate.store.retention import Pruner, PruneReport
@@ -380,8 +380,8 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
     store: Store, registry: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     from remediate.config import Settings
-    from remediate.playbooks import PlaybookSet, parse_playbook
-    from remediate.serving import history_pruner
+    from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+    from remediate.serve.launcher import history_pruner
 
     def playbooks(cooldown: str) -> PlaybookSet:
         return PlaybookSet([parse_playbook({**XID, "cooldown": cooldown}, registry, source="xid.yaml")])

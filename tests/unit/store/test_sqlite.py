@@ -216,7 +216,7 @@ def test_existing_world_readable_database_files_are_made_private_at_open(tmp_pat
 
 
 def test_the_agent_state_file_is_private(tmp_path: Path) -> None:
-    from remediate.agent import open_memory
+    from remediate.agent.service import open_memory
 
     old = os.umask(0o022)
     try:

@@ -1,7 +1,7 @@
 """The agent's state file: what its node actions remember between runs (ActionMemory), in a SQLite file
 that holds only the `action_memory` table (and `seen_requests`, the signatures of the requests it accepted).
 
-Who uses it: `remediate agent` (`agent.open_memory`), e.g. for the power limit a restore puts back. The
+Who uses it: `remediate agent` (`agent.service.open_memory`), e.g. for the power limit a restore puts back. The
 server's tables, migrations and meta rows are no business of a node agent, so this creates the one table
 it needs and nothing else. It speaks to SQLite with the sqlite3 module alone: SQLAlchemy would be most of
 the agent's memory for a table of a few rows (the agent idles in <= 60 MB). The file is kept as
@@ -37,7 +37,7 @@ CREATE_SEEN = (
     "CREATE TABLE IF NOT EXISTS seen_requests (signature VARCHAR(64) NOT NULL, seen_at FLOAT NOT NULL, "
     "PRIMARY KEY (signature))"
 )
-"""The signatures of the requests the agent accepted (remediate.agentauth: replays are refused across restarts)."""
+"""The signatures of the requests the agent accepted (remediate.agentwire.auth: replays are refused across restarts)."""
 
 
 class MemoryStore:
@@ -153,7 +153,7 @@ class StateFileMemory:
 
 @dataclass(frozen=True)
 class StateFileSeen:
-    """The signatures the agent accepted, in the state file (agentauth.SeenSignatures): a signed request
+    """The signatures the agent accepted, in the state file (agentwire.auth.SeenSignatures): a signed request
     taken off the wire stays refused after the agent restarts, for as long as its timestamp is valid."""
 
     _store: MemoryStore

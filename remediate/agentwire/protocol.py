@@ -1,8 +1,8 @@
 """What both sides of a call to the node agent share: paths, requests, answers, errors.
 
 The server (remediate.runners.AgentRunner) builds a StepRequest or CancelRequest and POSTs
-its `encode()`d body, signed (remediate.agentauth), to STEP_PATHS[kind] or CANCEL_PATH of the agent
-it found through an AgentDirectory; the agent (remediate.agent_server) `parse`s the body and
+its `encode()`d body, signed (remediate.agentwire.auth), to STEP_PATHS[kind] or CANCEL_PATH of the agent
+it found through an AgentDirectory; the agent (remediate.agent.server) `parse`s the body and
 answers with `step_answer` or, when the step was refused or failed, with `error_answer(exc)`:
 {error, error_class: retryable|permanent, message, ...} and an HTTP status. `error_from_answer`
 turns such an answer back into the exception the server's executor acts on (retry, fail, reconcile

@@ -12,11 +12,11 @@ from typing import Any
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext, StepView
-from remediate.alerts import Notification, alert_ref, parse_notification
 from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
 from remediate.config import Settings
-from remediate.engine import Judged
-from remediate.playbooks import load_playbooks
+from remediate.intake.alerts import Notification, alert_ref, parse_notification
+from remediate.judging.engine import Judged
+from remediate.playbooks.playbook import load_playbooks
 from remediate.runners import Dispatch
 from remediate.runs import StepStatus
 from remediate.schema import SCHEMA_VERSION

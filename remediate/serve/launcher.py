@@ -1,5 +1,5 @@
 """`remediate serve`: gunicorn in front of its Flask app; the server's executor in a process of its own
-(`_RemediateArbiter`). (`remediate agent` serves itself: remediate.agent_server.)
+(`_RemediateArbiter`). (`remediate agent` serves itself: remediate.agent.server.)
 
 The CLI's process checks everything that can fail before forking (token, playbooks,
 database and schema upgrade), so a bad config is one clear line at start-up,
@@ -9,7 +9,7 @@ a memory cgroup charges a shared page once (PSS, docs/benchmarks.md). Each child
 executor from those modules (no database connection crosses a fork).
 
 Process layout: the gunicorn master (arbiter) forks `workers` HTTP workers
-(remediate.httpworker: slow clients hold no thread) and one executor process
+(remediate.serve.httpworker: slow clients hold no thread) and one executor process
 running `executor_threads` threads. HTTP workers never execute steps, so a stalled
 or killed HTTP worker cannot interrupt one. The master restarts the executor
 process if it dies or stops beating (its runs are recovered like after any crash) and, on SIGTERM,
@@ -45,9 +45,9 @@ from gunicorn.arbiter import Arbiter
 
 from remediate.beat import ExecutorBeat
 from remediate.config import Settings
-from remediate.httpworker import worker_class
-from remediate.lifetime import ChildExitsHere, die_with_parent, end_child, owned_tempdir, worker_dies_with_master
-from remediate.reloading import ReloadOnHup, reload_by_master, reload_executor
+from remediate.serve.httpworker import worker_class
+from remediate.serve.lifetime import ChildExitsHere, die_with_parent, end_child, owned_tempdir, worker_dies_with_master
+from remediate.serve.reload import ReloadOnHup, reload_by_master, reload_executor
 
 if TYPE_CHECKING:
     from remediate.live import LiveSet
@@ -121,7 +121,7 @@ def _executor_process(
         signal.signal(sig, lambda *_: stopping.set())
     signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})  # blocked by the master across the fork
-    from remediate.proctitle import set_title
+    from remediate.serve.proctitle import set_title
 
     set_title("executor")
     from remediate.services import build_services  # not server.py: the executor process serves no HTTP
@@ -220,15 +220,15 @@ def history_pruner(settings: Settings, store: Any, playbooks: Any, *, every: flo
 
 def retention_keep(settings: Settings, playbooks: Any) -> float:
     """Seconds of history the pruner keeps: `retention`, but never less than the guards read back."""
-    from remediate.guards import ATTEMPT_WINDOW
+    from remediate.judging.guards import ATTEMPT_WINDOW
 
     cooldowns = [p.cooldown.total_seconds() for p in playbooks.playbooks]
     return max(settings.store.retention, ATTEMPT_WINDOW.total_seconds(), settings.kube.breaker.window, *cooldowns)
 
 
 class _ReloadingArbiter(ReloadOnHup, ChildExitsHere, Arbiter):  # type: ignore[misc]
-    """gunicorn's master; SIGHUP reloads the live set (remediate.reloading); its HTTP workers end in
-    spawn_worker and die with it (remediate.lifetime)."""
+    """gunicorn's master; SIGHUP reloads the live set (remediate.serve.reload); its HTTP workers end in
+    spawn_worker and die with it (remediate.serve.lifetime)."""
 
     def __init__(self, app: _GunicornApp, settings: Settings) -> None:
         self.remediate_settings = settings
@@ -473,7 +473,7 @@ def preflight(settings: Settings) -> LiveSet:
         open_backend(settings.gpu.backend, simulator_file=settings.gpu.simulator_file)
     store = Store.open(settings.store.url, pool=pool_limits(settings))
     store.close()
-    from remediate.startup_block import start_up_block
+    from remediate.serve.startup import start_up_block
 
     for line in start_up_block(settings, live.names, dispatch.uses_agents):
         log.info(line)  # the server's own text, as written (an argument's `=` would be escaped: logsetup)
@@ -491,7 +491,7 @@ def run_server(settings: Settings) -> None:
     # message can never start a forged line.
     configure_logging(settings.log.format, settings.log.level)
     with contextlib.ExitStack() as owned:
-        # Removed by this process only (remediate.lifetime): an HTTP worker forked below never takes them along.
+        # Removed by this process only (remediate.serve.lifetime): an HTTP worker forked below never takes them along.
         if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):  # before any import of prometheus_client (it reads it once)
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(owned.enter_context(owned_tempdir("remediate-metrics-")))
             # Its variable goes with it: a caller that goes on (the CLI's tests) must not read a deleted dir.
@@ -514,8 +514,8 @@ def _serve(settings: Settings, private_dir: Path, live: LiveSet) -> None:
     """gunicorn's master, its HTTP workers and the executor process, until stopped."""
     from gunicorn import util
 
-    from remediate.proctitle import take_over_gunicorn_titles
-    from remediate.tls import gunicorn_tls_options
+    from remediate.serve.proctitle import take_over_gunicorn_titles
+    from remediate.serve.tls import gunicorn_tls_options
 
     take_over_gunicorn_titles(util)  # `remediate: master` and `remediate: http` in ps
     options = {

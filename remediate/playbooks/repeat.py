@@ -4,7 +4,7 @@ A target (the playbook's: a node, or a GPU with `target: {labels: [UUID]}`) whos
 playbook acted `count` times within `within` is a repeat offender: its next new occurrence skips the
 gentle rungs and goes straight to the rung named by `then` (docs/playbooks.md, "Repeat offenders").
 Counted from the store's history (remediate.store.repeat_offenders); the rung is chosen by
-remediate.ladder.repeat_offender_choice.
+remediate.judging.ladder.repeat_offender_choice.
 """
 
 from __future__ import annotations

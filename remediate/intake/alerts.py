@@ -29,8 +29,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Final
 
-from remediate.alertref import AlertRef
 from remediate.errors import PayloadError
+from remediate.intake.alertref import AlertRef
 
 SUPPORTED_VERSION: Final = "4"
 STATUSES: Final = frozenset({"firing", "resolved"})

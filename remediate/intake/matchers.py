@@ -22,7 +22,7 @@ groups, possessive quantifiers) or what Python would read differently (POSIX cla
 ``\\b`` are ASCII-only, as in Go. Known gaps: Go-only syntax such as ``\\pL`` or ``\\Q..\\E`` is
 refused rather than translated, and a nested quantifier like ``(a+)+`` is valid RE2 but can
 backtrack for a long time in Python on a hostile label value (values are capped at 4096
-characters by remediate.alerts).
+characters by remediate.intake.alerts).
 """
 
 from __future__ import annotations

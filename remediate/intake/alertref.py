@@ -2,8 +2,8 @@
 
 Actions need a handful of the alert's facts (its labels name the node or the job, its fingerprint and
 start identify the occurrence, notify.webhook forwards the rest). They get them here, already read, so
-no action imports intake (remediate.alerts) to rebuild the alert: the executor, the agent and the dry
-run build the value with `remediate.alerts.alert_ref`, which parses startsAt once.
+no action imports intake (remediate.intake.alerts) to rebuild the alert: the executor, the agent and the dry
+run build the value with `remediate.intake.alerts.alert_ref`, which parses startsAt once.
 
 On the wire (the agent's step request) and in templates the alert is the mapping `as_mapping` returns:
 the AlertManager spelling (startsAt, endsAt, generatorURL), unchanged from before the value existed.

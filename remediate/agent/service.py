@@ -1,13 +1,13 @@
 """`remediate agent`: runs `where: node` steps on the node that owns the GPUs, training processes and disks.
 
 The server sends a node step for another node here (remediate.runners.AgentRunner);
-the agent (its HTTP face and its process are remediate.agent_server's) runs the action's `plan`
+the agent (its HTTP face and its process are remediate.agent.server's) runs the action's `plan`
 or `execute` and answers with what it returned, or with a structured error {error_class:
-retryable|permanent, message}: the request and answer shapes are in remediate.agent_protocol,
+retryable|permanent, message}: the request and answer shapes are in remediate.agentwire.protocol,
 shared with the server.
 
 The agent trusts the server's signature, not its judgement. Every request is signed with this
-node's own credential (remediate.agentauth: HMAC of the master secret and the node name, so the
+node's own credential (remediate.agentwire.auth: HMAC of the master secret and the node name, so the
 agent of one node cannot command another) and names its run and step; the agent logs every call
 (run, step, action, params, caller), refuses a request signed for another node or seen before (also
 before a restart: the signatures are kept in the state file), and signs its answers with the same
@@ -21,7 +21,7 @@ credential. Whatever a request says:
   neither set the agent's floor is DEFAULT_FLOOR_PERCENT of each GPU's default limit),
   the cleanup policies file (allowed roots, patterns, caps), the training control
   root; none of them can be sent by the server;
-- the step's deadline is the request's `timeout`, at most agent_protocol.MAX_STEP_TIMEOUT.
+- the step's deadline is the request's `timeout`, at most agentwire.protocol.MAX_STEP_TIMEOUT.
 
 What node actions remember (ActionMemory, e.g. the power limit a restore puts
 back) lives on the node, in the agent's own SQLite file (`agent_state_file`;
@@ -43,7 +43,9 @@ from typing import Any
 
 from remediate.actions import default_registry
 from remediate.actions.base import Action, ActionMemory, ActionRegistry, StepContext, Where
-from remediate.agent_protocol import (
+from remediate.agent.state import MemoryStore
+from remediate.agentwire.auth import SeenSignatures, Verifier
+from remediate.agentwire.protocol import (
     PLAN,
     AgentStopping,
     CancelRequest,
@@ -52,12 +54,10 @@ from remediate.agent_protocol import (
     WrongNodeError,
     step_answer,
 )
-from remediate.agent_state import MemoryStore
-from remediate.agentauth import SeenSignatures, Verifier
-from remediate.alerts import alert_ref
 from remediate.config import Settings
 from remediate.deadline import call_with_deadline
 from remediate.errors import ConfigError
+from remediate.intake.alerts import alert_ref
 
 log = logging.getLogger("remediate.agent")
 

@@ -1,15 +1,15 @@
 """Judging one notification's alerts: small named stages over one (alert, playbook) pair.
 
-`judge` is the engine's judging step (evaluate -> judge -> record, remediate.engine.Engine.ingest).
+`judge` is the engine's judging step (evaluate -> judge -> record, remediate.judging.engine.Engine.ingest).
 It reads the store's facts for the whole notification once (`NotificationFacts.gather`), then walks
 every evaluated pair, firing alerts first, through its stages in order:
 
-1. `rung`: a ladder's firing alert is put on the rung `ladder.choose_rung` picks, or a repeat
-   offender's (`ladder.repeat_offender_choice`) (its steps, mode, key);
+1. `rung`: a ladder's firing alert is put on the rung `judging.ladder.choose_rung` picks, or a repeat
+   offender's (`judging.ladder.repeat_offender_choice`) (its steps, mode, key);
 2. `dedupe`: the run already recorded for this occurrence, or the failed one it runs again instead of;
 3. `undo`: a resolved alert's firing run(s), and for a ladder the on_resolved of every rung that acted;
-4. the guards (`guards.STAGES`: dedupe, already resolved, something to undo, superseded, pause,
-   breaker, cooldown, attempt cap), pure, over the `guards.GuardFacts` the stages above gathered;
+4. the guards (`judging.guards.STAGES`: dedupe, already resolved, something to undo, superseded, pause,
+   breaker, cooldown, attempt cap), pure, over the `judging.guards.GuardFacts` the stages above gathered;
 5. `FINISH`: what an accepted verdict still becomes (rejected: its params did not render; a ladder with
    nothing to undo) and the notes its reason takes (runs again; the rung and why; the rollout wave);
 6. `NotificationFacts.record`: what the next pairs of the same notification see (the keys taken,
@@ -26,12 +26,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from remediate.alerts import Alert
 from remediate.breaker import BreakerState
-from remediate.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict
-from remediate.guards import judge as guard_verdict
-from remediate.ladder import RungChoice, choose_rung, climbed, repeat_offender_choice, resolved
-from remediate.playbooks import Mode, Playbook, StepSpec
+from remediate.intake.alerts import Alert
+from remediate.judging.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict
+from remediate.judging.guards import judge as guard_verdict
+from remediate.judging.ladder import RungChoice, choose_rung, climbed, repeat_offender_choice, resolved
+from remediate.playbooks.playbook import Mode, Playbook, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus
 from remediate.store import GuardReads, PauseState
 
@@ -98,7 +98,7 @@ class Judged:
     """The run of the same occurrence that failed for a transient reason before changing anything: this
     delivery runs again instead of being a duplicate (the old run stays in history, `superseded_by`)."""
     rung_choice: RungChoice | None = None
-    """A ladder's firing alert: the rung picked and why (remediate.ladder.choose_rung)."""
+    """A ladder's firing alert: the rung picked and why (remediate.judging.ladder.choose_rung)."""
     ladder_before: LadderState | None = None
     """A ladder's firing alert: where the ladder stood when it was judged."""
     ladder_resolved: LadderState | None = None
@@ -368,7 +368,7 @@ GATHER: tuple[Callable[[NotificationFacts, Pair], None], ...] = (rung, dedupe, u
 
 
 def guard_facts(facts: NotificationFacts, pair: Pair) -> GuardFacts:
-    """What the guards (remediate.guards) judge the pair from."""
+    """What the guards (remediate.judging.guards) judge the pair from."""
     ev, alert = pair.ev, pair.alert
     last = facts.history.get((ev.playbook.name, ev.guard_key, None), (None, 0))[0]
     return GuardFacts(

@@ -1,7 +1,7 @@
 """HTTPS for `remediate serve` (tls_cert_file, tls_key_file): the options given to gunicorn, checked before it
 starts, so a missing or mismatched key is one clear start-up error rather than a worker that fails to boot.
 
-gunicorn wraps each connection with an SSLContext made from these files; the worker (remediate.httpworker)
+gunicorn wraps each connection with an SSLContext made from these files; the worker (remediate.serve.httpworker)
 does the TLS handshake in its event loop, as it reads plain requests, so a client that opens a connection and
 sends nothing (or a handshake a byte at a time) holds no thread, and the request deadline covers the handshake.
 """

@@ -19,14 +19,14 @@ from typing import Any
 import yaml
 
 from remediate.actions.base import ActionRegistry, Where
-from remediate.alertref import node_label
-from remediate.alerts import Alert
 from remediate.durations import format_duration, parse_duration
 from remediate.errors import PlaybookError
 from remediate.gpu.errors import GpuSelectionError
 from remediate.gpu.selection import parse_gpu_ref
-from remediate.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
-from remediate.repeat import RepeatOffender, parse_repeat_offender
+from remediate.intake.alertref import node_label
+from remediate.intake.alerts import Alert
+from remediate.intake.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
+from remediate.playbooks.repeat import RepeatOffender, parse_repeat_offender
 from remediate.rollout import Mode, Rollout, RolloutError, parse_rollout
 from remediate.templating import check_syntax, is_template
 

@@ -1,6 +1,6 @@
 """The HTTP face of the node agent, on the standard library's HTTP server. Only this module (and server/) knows HTTP.
 
-Endpoints (on the /v1 routes: requests signed with this node's credential, remediate.agentauth; the
+Endpoints (on the /v1 routes: requests signed with this node's credential, remediate.agentwire.auth; the
 answer to a request whose signature was accepted carries the agent's signature, X-Remediate-Answer):
 
 - POST /v1/steps/plan, POST /v1/steps/execute: body {action, params, context: {run_id,
@@ -24,7 +24,7 @@ slow or idle client holds only its own thread, and only until then; `agent_threa
 tells the running steps to stop (a training step withdraws its command), closes the listener and waits
 AGENT_GRACEFUL_TIMEOUT at most for the requests in flight.
 
-The paths, the request parsing and the error answers are remediate.agent_protocol's, shared with the
+The paths, the request parsing and the error answers are remediate.agentwire.protocol's, shared with the
 server's AgentRunner.
 """
 
@@ -43,8 +43,9 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from remediate.agent import AgentService, agent_verifier, check_agent_settings
-from remediate.agent_protocol import (
+from remediate.agent.service import AgentService, agent_verifier, check_agent_settings
+from remediate.agentwire.auth import ANSWER_HEADER, SCHEME, AgentAuthError, NotThisNode, SignedRequest
+from remediate.agentwire.protocol import (
     CANCEL_PATH,
     EXECUTE,
     HEALTH_PATH,
@@ -60,14 +61,13 @@ from remediate.agent_protocol import (
     WrongNodeError,
     error_answer,
 )
-from remediate.agentauth import ANSWER_HEADER, SCHEME, AgentAuthError, NotThisNode, SignedRequest
 from remediate.config import Settings
 from remediate.config_values import secret_from
 from remediate.errors import ConfigError, RemediateError, StoreUnavailable
 from remediate.logsetup import configure_logging
 
 if TYPE_CHECKING:
-    from remediate.gpu_faults import FaultWatcher
+    from remediate.agent.gpu_faults import FaultWatcher
 
 log = logging.getLogger("remediate.agent")
 
@@ -379,13 +379,16 @@ class _Stop(BaseException):
 
 
 def start_fault_watcher(settings: Settings, node: str) -> FaultWatcher | None:
-    """The GPU fault watcher (remediate.gpu_faults) when gpu_events_alertmanager_url is set; ConfigError when
+    """The GPU fault watcher (remediate.agent.gpu_faults) when gpu_events_alertmanager_url is set; ConfigError when
     the backend cannot watch (no NVML): an operator who asked for it must not believe it runs."""
     gpu = settings.gpu
     if gpu.events_alertmanager_url is None:
         return None
+    from remediate.agent.gpu_faults import (
+        FaultAlerts,
+        FaultWatcher,
+    )  # only here: tenacity stays out of an agent without it
     from remediate.gpu import GpuError, capability, open_backend
-    from remediate.gpu_faults import FaultAlerts, FaultWatcher  # only here: tenacity stays out of an agent without it
 
     backend = open_backend(gpu.backend, simulator_file=gpu.simulator_file)
     try:

@@ -14,7 +14,7 @@ run any node step on every node. Instead:
   names the run and step (run_id, step_index), so the signature binds the call to a run the
   server recorded; the agent refuses a signature for another node, a timestamp more than
   MAX_SKEW seconds off, and a signature it has already seen (replay), and logs every call. The
-  signatures it has seen are kept in the agent's state file (`agent_state.StateFileSeen`), so a
+  signatures it has seen are kept in the agent's state file (`agent.state.StateFileSeen`), so a
   request taken off the wire is refused after an agent restart too, not only until it.
 - **Answers are signed too**: the agent signs every answer to a request it accepted with the same
   credential, over the request's nonce, path, the HTTP status and the body (`ANSWER_HEADER`); the

@@ -16,8 +16,8 @@ from typing import Any
 
 from remediate.audit import audit_event
 from remediate.config import Settings
-from remediate.httpworker import TOLD_TO_STOP
 from remediate.live import RELOAD_ERRORS, LiveSet, read_live
+from remediate.serve.httpworker import TOLD_TO_STOP
 
 log = logging.getLogger("remediate.serve")
 

@@ -13,7 +13,7 @@ breaker guard of the later notifications reads. A trip stays open for the rest o
 
 The recorded side counts only what really happened: a cordon or drain step that succeeded (or belongs to a run
 not ended yet), never one the breaker refused. A decision taken the same way on both sides is compared step by
-step (remediate.replay_steps): the rendered params that differ and, where the action can tell from its recorded
+step (rehearsal.replay_steps): the rendered params that differ and, where the action can tell from its recorded
 plan, the change it would make instead (a power cap of 60% instead of 80%: `700 W -> 420 W instead of 560 W`).
 
 What the replay cannot know: the history before `since` (the scratch store starts empty, so the first cooldown
@@ -33,13 +33,13 @@ import sqlalchemy as sa
 
 from remediate import schema as t
 from remediate.actions.base import ActionRegistry
-from remediate.alerts import Notification, parse_notification
 from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, iso_utc, limits_from_settings
 from remediate.config import Settings
 from remediate.dbcopy import _check_source, _open_source, _snapshot
-from remediate.engine import Engine
-from remediate.playbooks import PlaybookSet
-from remediate.replay_steps import StepRecord, step_changes
+from remediate.intake.alerts import Notification, parse_notification
+from remediate.judging.engine import Engine
+from remediate.playbooks.playbook import PlaybookSet
+from remediate.rehearsal.replay_steps import StepRecord, step_changes
 from remediate.runs import Decision, RunStatus
 from remediate.services import engine_for
 from remediate.source_guard import QUERY_TIME_LIMIT_S, json_column, time_limited
@@ -89,7 +89,7 @@ class Replay:
     changes: list[dict[str, Any]] = field(default_factory=list)
     changed: int = 0
     steps: list[dict[str, Any]] = field(default_factory=list)
-    """The runs decided the same way whose steps would do something else (remediate.replay_steps)."""
+    """The runs decided the same way whose steps would do something else (remediate.rehearsal.replay_steps)."""
     changed_steps: int = 0
     trips: list[dict[str, Any]] = field(default_factory=list)
     notifications: int = 0
@@ -430,7 +430,7 @@ class _Run:
     releases: tuple[str, ...]
     """The nodes its uncordon/untaint steps give back."""
     steps: tuple[StepRecord, ...] = ()
-    """Its steps as rendered (compared with the recorded run's: remediate.replay_steps)."""
+    """Its steps as rendered (compared with the recorded run's: remediate.rehearsal.replay_steps)."""
 
 
 # Built once: building a statement costs more than running it on the scratch store (as store/ingest.py's).

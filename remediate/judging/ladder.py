@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from remediate.durations import format_duration
-from remediate.playbooks import Playbook
-from remediate.repeat import ordinal
+from remediate.playbooks.playbook import Playbook
+from remediate.playbooks.repeat import ordinal
 from remediate.runs import LadderState, RunStatus, Standing
 
 MAX_CLIMB = 50

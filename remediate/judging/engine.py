@@ -2,7 +2,7 @@
 
 `Engine.ingest` is evaluate -> judge -> record. `Engine.evaluate` is pure (match,
 render, validate) and serves the dry-run CLI too; `Engine.judge` hands the
-evaluated pairs to the named stages of remediate.judging; the record is the raw
+evaluated pairs to the named stages of remediate.judging.stages; the record is the raw
 notification, every alert and every decision, and the accepted runs with their
 steps, in ONE write transaction: a notification is stored whole or not at all.
 Nothing is executed here; the executor picks the committed runs up (`on_queued`
@@ -21,13 +21,14 @@ from typing import Any
 
 import orjson
 
-from remediate import judging
 from remediate.actions.base import ActionRegistry
-from remediate.alertref import node_label
-from remediate.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.config import EngineSettings
 from remediate.errors import ParamsError, PayloadError, StoreConflict
-from remediate.judging import (
+from remediate.intake.alertref import node_label
+from remediate.intake.alerts import Alert, Notification, format_timestamp, parse_notification
+from remediate.judging import stages as judging
+from remediate.judging.ladder import climbed
+from remediate.judging.stages import (
     AlertEvaluations,
     Evaluation,
     Judged,
@@ -37,8 +38,7 @@ from remediate.judging import (
     dedupe_key,
     occurrence,
 )
-from remediate.ladder import climbed
-from remediate.playbooks import Mode, Playbook, PlaybookSet, StepSpec
+from remediate.playbooks.playbook import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.rollout import StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
 from remediate.runs import Decision, LadderState, RunStatus, StepStatus
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
@@ -103,7 +103,7 @@ class Engine:
     on_queued: Callable[[], None] | None = None
     breaker_stale_horizon: float = 900.0
     waves: WaveSource | None = None
-    """Where a staged rollout reads nodes' waves (remediate.waves.NodeWaves); None: `rollout_nodes` alone."""
+    """Where a staged rollout reads nodes' waves (remediate.judging.waves.NodeWaves); None: `rollout_nodes` alone."""
 
     # ------------------------------------------------------------------ pure part
 
@@ -210,7 +210,7 @@ class Engine:
 
     def judge(self, reader: GuardReads, evaluations: Sequence[AlertEvaluations], now: float) -> list[Judged]:
         """Guard evaluated alerts (from `evaluate_all`) against the store's facts as `reader` sees them:
-        the stages of remediate.judging over every (alert, playbook) pair."""
+        the stages of remediate.judging.stages over every (alert, playbook) pair."""
         return judging.judge(reader, evaluations, now, stale_horizon=self.breaker_stale_horizon, gated=self._gated)
 
     def _gated(self, ev: Evaluation) -> bool:
