@@ -251,6 +251,7 @@ class TrainingControl:
             return
         self._closed = True
         self._wake.uninstall()
+        self._channel.settle()
         if self.rank == 0:
             self._exchange.release(self.inbox)
             self.job_file.close()

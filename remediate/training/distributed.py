@@ -42,6 +42,10 @@ def _out_of_step(what: str, rank: int, world_size: int, exc: BaseException) -> R
     )
 
 
+SETTLE_TIMEOUT_S = 30.0
+"""Seconds a stopping rank waits for the exchange in flight (its peers posted it with it)."""
+
+
 class LocalChannel:
     rank = 0
     world_size = 1
@@ -51,6 +55,9 @@ class LocalChannel:
 
     def gather(self, outcome: dict[str, Any]) -> list[dict[str, Any]]:
         return [outcome]
+
+    def settle(self) -> None:
+        """Nothing is ever in flight on one rank."""
 
 
 class TorchChannel:
@@ -102,6 +109,21 @@ class TorchChannel:
             self._announcement_tensor.copy_(self._announcement_on_device)
         commands, gap = _ANNOUNCEMENT.unpack_from(self._announcement)
         return commands, gap
+
+    def settle(self) -> None:
+        """The job stops: wait for the announcement in flight. Every rank posted it at the same poll, so the wait
+        ends at once; a rank that exits with a collective still pending is aborted by gloo ("terminate called
+        without an active exception", SIGABRT), which fails the whole job. A peer gone already ends the wait
+        with an error, ignored here: the job is stopping either way."""
+        work, self._in_flight = self._in_flight, None
+        if work is None:
+            return
+        from datetime import timedelta
+
+        try:
+            work.wait(timeout=timedelta(seconds=SETTLE_TIMEOUT_S))
+        except RuntimeError as exc:
+            log.debug("the last exchange did not complete as the job stopped: %s", exc)
 
     def broadcast(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
         """Rank 0's `payload` on every rank (None: nothing to do)."""
