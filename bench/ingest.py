@@ -19,7 +19,7 @@
    run, (first attempt of step 0 started) - (notification received_at), and (run claimed) - (received_at), read
    from the database. Repeated --repeat times (a fresh server each time); the median of the percentiles.
 
-The issue-14 targets are printed as lines saying meets / MISSES. Prints figures; asserts nothing (not a test).
+The targets are printed as lines saying meets / MISSES. Prints figures; asserts nothing (not a test).
 """
 
 from __future__ import annotations
