@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar, Self
 
 import requests
 
@@ -128,11 +129,33 @@ def sqlite_locked(path: Path) -> Iterator[None]:
         locker.wait(timeout=scaled(10))
 
 
+class _Background:
+    """A thread running the subclass's `_loop` until `stop()` (which sets `_stop` and joins it)."""
+
+    thread_name: ClassVar[str]
+    _stop: threading.Event
+    _thread: threading.Thread | None
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._loop, name=self.thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=scaled(60))
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
 @dataclass
-class Traffic:
+class Traffic(_Background):
     """Webhooks of distinct `SoakLog` alerts POSTed one after the other from a thread until `stop()`; each answer
     counted by its status ("cut": a connection cut under the request, "refused", or the exception's name)."""
 
+    thread_name: ClassVar[str] = "soak-traffic"
     server: RemediateServer
     pause: float = 0.05
     answers: Counter[str] = field(default_factory=Counter)
@@ -146,16 +169,6 @@ class Traffic:
     _thread: threading.Thread | None = None
     _sent: int = 0
     began: float = field(default_factory=time.monotonic)
-
-    def start(self) -> Traffic:
-        self._thread = threading.Thread(target=self._loop, name="soak-traffic", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=scaled(60))
 
     def sent(self) -> int:
         return self._sent
@@ -260,10 +273,11 @@ def slow_webhook(server: RemediateServer, payload: dict[str, object], over: floa
 
 
 @dataclass
-class MetricsWatch:
+class MetricsWatch(_Background):
     """/metrics scraped from a thread every `every` s until `stop()`: each answer must be 200 and no counter may go
     below what it was (a reset is what a lost multiprocess dir looks like)."""
 
+    thread_name: ClassVar[str] = "soak-metrics"
     server: RemediateServer
     every: float = 0.5
     scrapes: int = 0
@@ -272,16 +286,6 @@ class MetricsWatch:
     """Scrapes whose connection was cut before an answer: only a SIGKILLed worker's."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
-
-    def start(self) -> MetricsWatch:
-        self._thread = threading.Thread(target=self._loop, name="soak-metrics", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=scaled(60))
 
     def _loop(self) -> None:
         highest: dict[str, float] = {}
