@@ -39,7 +39,7 @@ from dataclasses import KW_ONLY, asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from remediate.durations import format_duration
+from remediate.config.durations import format_duration
 from remediate.errors import ActionError
 
 
@@ -406,5 +406,5 @@ def iso_utc(timestamp: float | None) -> str:
 
 
 def limits_from_settings(breaker: Any) -> BreakerLimits:
-    """The breaker limits of its settings section (`remediate.config.BreakerSettings`: the same fields)."""
+    """The breaker limits of its settings section (`remediate.config.settings.BreakerSettings`: the same fields)."""
     return BreakerLimits(**asdict(breaker))

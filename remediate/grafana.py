@@ -28,7 +28,7 @@ from remediate.errors import ConfigError
 from remediate.runs import FinishedRun, RunStatus
 
 if TYPE_CHECKING:
-    from remediate.config import GrafanaSettings
+    from remediate.config.settings import GrafanaSettings
 
 log = logging.getLogger(__name__)
 

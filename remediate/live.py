@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.notify_sink import NotifyAction, unconfigured_sinks
-from remediate.config import Settings, read_config_file, settings_from_env
-from remediate.config_values import ENV_PREFIX, Sink
+from remediate.config.settings import Settings, read_config_file, settings_from_env
+from remediate.config.values import ENV_PREFIX, Sink
 from remediate.errors import ConfigError, PlaybookError
 from remediate.playbooks.playbook import PlaybookSet, load_playbooks
 

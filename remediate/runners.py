@@ -75,7 +75,7 @@ from remediate.kube.owner import NodeOwnedElsewhere, NodeOwner, NodeOwners, Owne
 if TYPE_CHECKING:
     import requests
 
-    from remediate.config import Settings
+    from remediate.config.settings import Settings
 
 log = logging.getLogger("remediate.runners")
 

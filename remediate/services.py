@@ -19,7 +19,7 @@ from remediate.actions.messages import run_page_url
 from remediate.announce import Announcer
 from remediate.beat import ExecutorBeat
 from remediate.breaker import CircuitBreaker, limits_from_settings
-from remediate.config import Credential, Settings, check_server_credentials
+from remediate.config.settings import Credential, Settings, check_server_credentials
 from remediate.executor import Executor
 from remediate.grafana import Annotator, target_from_settings
 from remediate.judging.engine import Engine

@@ -1,6 +1,6 @@
 """URLs that remediate stores and shows (the history, plans, settings): absolute http(s) URLs without credentials.
 
-Shared by the notify.* actions' `url` params and the named sinks of the settings (`sinks`, remediate.config):
+Shared by the notify.* actions' `url` params and the named sinks of the settings (`sinks`, remediate.config.settings):
 a URL holding a credential belongs in a file read when the step runs (`url_file`, e.g. a mounted Secret). A
 credential may sit in the userinfo, the query, or the path: a chat's incoming webhook (Slack, Teams,
 Discord) is a URL whose path is the key, so such a URL is refused as a literal whatever it looks like, and a

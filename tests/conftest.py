@@ -14,7 +14,7 @@ from hypothesis import settings
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
-from remediate.config import EngineSettings
+from remediate.config.settings import EngineSettings
 from remediate.judging.engine import Engine, IngestResult
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store

@@ -8,7 +8,7 @@ from pathlib import Path
 from remediate.actions import default_registry
 from remediate.actions.reference import BEGIN, END, markdown, reference
 from remediate.cli import settings as settings_ref
-from remediate.config import FLAT
+from remediate.config.settings import FLAT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_the_settings_reference_has_every_setting_with_its_variable_default_and_
     assert sorted(entry.key for entry in entries) == sorted(FLAT)
     text = settings_ref.markdown(entries)
     for entry in entries:
-        assert entry.doc, f"{entry.key}: no docstring under its setting(...) in remediate/config.py"
+        assert entry.doc, f"{entry.key}: no docstring under its setting(...) in remediate/config/settings.py"
         assert f"| `{entry.key}` | `REMEDIATE_{entry.key.upper()}` |" in text
     by_key = {entry.key: entry for entry in entries}
     assert by_key["notify_timeout"].default == "`10s`"

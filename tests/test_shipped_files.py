@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from remediate.actions import action_classes, default_registry
-from remediate.config import Settings, read_config_file
+from remediate.config.settings import Settings, read_config_file
 from remediate.playbooks.playbook import load_directory
 from remediate.server import build_services, create_app
 

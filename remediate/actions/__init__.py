@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from remediate.actions.base import Action, ActionDeps, ActionRegistry, StepContext
 
 if TYPE_CHECKING:
-    from remediate.config import Settings
+    from remediate.config.settings import Settings
     from remediate.gpu import GpuBackend
     from remediate.kube import KubeClient
 
@@ -62,7 +62,7 @@ def default_registry(settings: Settings | None = None) -> ActionRegistry:
     Backends open lazily: a server on a node without GPUs starts fine, and a GPU step
     there fails with NVML's own clear error.
     """
-    from remediate.config import Settings
+    from remediate.config.settings import Settings
     from remediate.gpu import open_backend
     from remediate.gpu.floor import with_floor
     from remediate.kube import KubeClient

@@ -145,7 +145,7 @@ class Action(ABC):
     """True for an action that tells people about its run (a chat message): its StepContext gets the run's
     steps as they stand (`steps`), one more store read that other steps are spared."""
     settings_section: ClassVar[str | None] = None
-    """The section of the settings (remediate.config.Settings) the action's family is built from, e.g. "kube":
+    """The section of the settings (remediate.config.settings.Settings) the action's family is built from, e.g. "kube":
     `from_deps` gets that section as `deps.settings`, never the whole settings. None: it needs none."""
 
     @classmethod
@@ -208,7 +208,8 @@ class ActionDeps:
     """
 
     settings: Any
-    """The section named by the action's `settings_section` (e.g. remediate.config.KubeSettings); None without."""
+    """The section named by the action's `settings_section` (e.g. remediate.config.settings.KubeSettings);
+    None without."""
     gpu_backend: Callable[[], GpuBackend]
     kube_client: Callable[[], KubeClient]
     peer: Callable[[str], Action] | None = None

@@ -1,6 +1,7 @@
 """`notify`: post to a named sink of the settings (`sinks`), so that no playbook holds a URL.
 
-`sink: oncall` names where to post (static: never from an alert); the settings say what it is (remediate.config:
+`sink: oncall` names where to post (static: never from an alert); the settings say what it is
+(remediate.config.settings:
 `sinks.oncall: {type: webhook|slack|teams, url | url_file, headers_file}`; the Helm chart's `sinks` value).
 The POST is that of the action of the sink's type, called as it is (notify.webhook's JSON summary,
 notify.slack's Block Kit message, notify.teams' Adaptive Card): the same Idempotency-Key, no redirect
@@ -20,7 +21,7 @@ from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.chat import ChatWebhookAction, NotifySlackAction, NotifyTeamsAction
 from remediate.actions.notify import TIMEOUT, NotifyWebhookAction, PostingAction
 from remediate.actions.schema import Param, ParamSchema
-from remediate.config_values import Sink
+from remediate.config.values import Sink
 from remediate.errors import ActionError
 
 if TYPE_CHECKING:

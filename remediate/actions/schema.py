@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from remediate.durations import format_duration, parse_duration
+from remediate.config.durations import format_duration, parse_duration
 from remediate.errors import ParamsError
 from remediate.templating import is_template
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from remediate.actions.base import StepContext
 from remediate.actions.training_job import iso, liveness, not_running, process_identity
-from remediate.durations import parse_duration
+from remediate.config.durations import parse_duration
 from remediate.errors import ActionError, OutcomePending
 from remediate.training.files import JobDir, JobPaths
 from remediate.training.procfs import pid_start_time, this_host

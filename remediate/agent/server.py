@@ -61,8 +61,8 @@ from remediate.agentwire.protocol import (
     WrongNodeError,
     error_answer,
 )
-from remediate.config import Settings
-from remediate.config_values import secret_from
+from remediate.config.settings import Settings
+from remediate.config.values import secret_from
 from remediate.errors import ConfigError, RemediateError, StoreUnavailable
 from remediate.logsetup import configure_logging
 

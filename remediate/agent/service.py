@@ -54,7 +54,7 @@ from remediate.agentwire.protocol import (
     WrongNodeError,
     step_answer,
 )
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.deadline import call_with_deadline
 from remediate.errors import ConfigError
 from remediate.intake.alerts import alert_ref

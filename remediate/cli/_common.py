@@ -66,7 +66,7 @@ class CliError(click.ClickException):
 
 
 def _settings(ctx_params: dict[str, Any], **extra: Any) -> Any:
-    from remediate.config import load_settings
+    from remediate.config.settings import load_settings
 
     overrides = {
         "playbooks": ctx_params.get("playbooks"),
@@ -225,7 +225,7 @@ def client_token(params: dict[str, Any]) -> str | None:
 
 def _token_of_scripts_serve() -> str | None:
     """The token `scripts/serve` generated in this working directory, when nothing else names one."""
-    from remediate.config_values import token_from
+    from remediate.config.values import token_from
 
     for name in TOKEN_FILES_OF_SCRIPTS_SERVE:
         if Path(name).is_file():

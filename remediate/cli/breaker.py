@@ -17,7 +17,7 @@ from remediate.cli._common import (
     print_json,
 )
 from remediate.cli._group import main
-from remediate.durations import format_duration
+from remediate.config.durations import format_duration
 
 
 @main.group()

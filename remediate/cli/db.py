@@ -38,7 +38,7 @@ def copy(source: str, target: str, batch_size: int, dry_run: bool) -> None:
     the target is written in one transaction, so a copy that fails leaves it as it was: run it again.
     Progress goes to stderr, the summary to stdout.
     """
-    from remediate.config_values import to_database_url
+    from remediate.config.values import to_database_url
     from remediate.dbcopy import TableCopy, copy_database
 
     def progress(table: TableCopy) -> None:

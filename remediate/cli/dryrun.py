@@ -89,7 +89,7 @@ def dry_run(
 def _mode_of(settings: Any, flag: str | None) -> dict[str, str]:
     """The server mode judged in and where it came from, by the precedence of the settings (defaults < config
     file < environment < flags): the mode a dry-run judges in is only the server's when both read the same."""
-    from remediate.config import read_config_file
+    from remediate.config.settings import read_config_file
 
     if flag:
         source = "--mode"

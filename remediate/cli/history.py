@@ -142,8 +142,8 @@ def prune(ctx: click.Context, older_than: str, dry_run: bool, batch_size: int, a
 def _prune_age(older_than: str, params: dict[str, Any]) -> float:
     """--older-than in seconds: at least a day, and at least the longest cooldown of the playbooks (when
     their directory is here): the guards read back runs that old."""
-    from remediate.config import MIN_RETENTION
-    from remediate.durations import format_duration, parse_duration
+    from remediate.config.durations import format_duration, parse_duration
+    from remediate.config.settings import MIN_RETENTION
 
     try:
         seconds = parse_duration(older_than).total_seconds()
@@ -214,7 +214,7 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
 @handle_errors
 def approve(run_id: int, by: str, wait: bool, timeout: str, **params: Any) -> None:
     """Approve a run that waits in awaiting_approval; with --wait, wait for its outcome."""
-    from remediate.durations import parse_duration
+    from remediate.config.durations import parse_duration
 
     try:
         patience = parse_duration(timeout).total_seconds()

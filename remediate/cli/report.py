@@ -10,7 +10,7 @@ import click
 
 from remediate.cli._common import _client, _open_store, _settings, _table, client_options, handle_errors, print_json
 from remediate.cli._group import main
-from remediate.durations import format_duration
+from remediate.config.durations import format_duration
 from remediate.errors import ConfigError
 
 

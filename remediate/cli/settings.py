@@ -1,6 +1,6 @@
 """`remediate settings`: the reference of every setting, built from the declarations themselves.
 
-Each setting's key, default and converter come from its `setting(...)` in remediate.config, what it does from
+Each setting's key, default and converter come from its `setting(...)` in remediate.config.settings, what it does from
 the docstring under it, its `REMEDIATE_*` variable from its key, its flags from the options of `remediate serve`
 and `remediate agent`. docs/settings.md embeds `markdown()` between generated-section markers
 (scripts/sync-generated writes it, a test keeps the two equal), so the documented settings are always all of them.
@@ -54,7 +54,7 @@ def field_docs(cls: type) -> dict[str, str]:
 
 def _flags() -> dict[str, list[str]]:
     """Setting key -> `--flag (command)` of the PROGRAMS' options that set it."""
-    from remediate.config import FLAT
+    from remediate.config.settings import FLAT
 
     found: dict[str, dict[str, list[str]]] = {}
     for program in PROGRAMS:
@@ -68,8 +68,8 @@ def _flags() -> dict[str, list[str]]:
 
 
 def _default(value: Any, convert: Any) -> str:
-    from remediate import config_values as v
-    from remediate.durations import format_duration
+    from remediate.config import values as v
+    from remediate.config.durations import format_duration
 
     if value is None or value == ():
         return "none"
@@ -84,7 +84,7 @@ def _default(value: Any, convert: Any) -> str:
 
 def reference() -> list[SettingDoc]:
     """Every setting, in the order of its declaration."""
-    from remediate.config import ENV_PREFIX, Settings, flat_name, setting_fields
+    from remediate.config.settings import ENV_PREFIX, Settings, flat_name, setting_fields
 
     flags, docs = _flags(), {}
     entries = []

@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
+from remediate.config.durations import format_duration, parse_duration
 from remediate.disk.patterns import GlobError, PathMatcher
-from remediate.durations import format_duration, parse_duration
 from remediate.errors import ConfigError, located
 
 DEFAULT_MIN_AGE = 3600.0

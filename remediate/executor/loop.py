@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import CircuitBreaker
-from remediate.config import ExecutorSettings
+from remediate.config.settings import ExecutorSettings
 from remediate.errors import ClaimLostError, StoreUnavailable
 from remediate.executor.context import StepContexts
 from remediate.executor.leases import STORE_RETRY_MAX_S, Leases, StoreOutage, heartbeat_interval

@@ -22,7 +22,8 @@ from typing import Any
 import orjson
 
 from remediate.actions.base import ActionRegistry
-from remediate.config import EngineSettings
+from remediate.config.rollout import StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
+from remediate.config.settings import EngineSettings
 from remediate.errors import ParamsError, PayloadError, StoreConflict
 from remediate.intake.alertref import node_label
 from remediate.intake.alerts import Alert, Notification, format_timestamp, parse_notification
@@ -39,7 +40,6 @@ from remediate.judging.stages import (
     occurrence,
 )
 from remediate.playbooks.playbook import Mode, Playbook, PlaybookSet, StepSpec
-from remediate.rollout import StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
 from remediate.runs import Decision, LadderState, RunStatus, StepStatus
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
 from remediate.store.ladders import guard_lock_name

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from remediate.breaker import BreakerState, is_stale, iso_utc, open_reason, stale_reason
-from remediate.durations import format_duration
+from remediate.config.durations import format_duration
 from remediate.playbooks.playbook import Playbook
 from remediate.runs import Decision, RunStatus
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from remediate.durations import format_duration
+from remediate.config.durations import format_duration
 from remediate.playbooks.playbook import Playbook
 from remediate.playbooks.repeat import ordinal
 from remediate.runs import LadderState, RunStatus, Standing

@@ -76,7 +76,7 @@ class Evaluation:
     """The rung (1-based) judge picked for a ladder's firing alert; `steps`/`error`/`mode` are then its."""
     wave: str | None = None
     """A staged rollout's note on the node's wave ("node gpu-07 in wave 1 (label remediate.io/wave=1): enforce"),
-    which the decision's reason ends with; None without a rollout (remediate.rollout)."""
+    which the decision's reason ends with; None without a rollout (remediate.config.rollout)."""
 
     @property
     def awaits_approval(self) -> bool:

@@ -7,7 +7,7 @@ is logged as audit event `rollout_wave` (each process that judges alerts sees it
 
 A node named in `rollout_nodes` (hosts without Kubernetes) is never looked up. Without a configured cluster a
 node not in that map is in no wave (the rollout's default); when the API fails, its wave is unknown and the
-run is dry-run (remediate.rollout.resolve) until a read succeeds.
+run is dry-run (remediate.config.rollout.resolve) until a read succeeds.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from remediate.audit import audit_event
+from remediate.config.rollout import NodeWave, Rollout
 from remediate.errors import ActionError
 from remediate.kube import KubeClient, KubeConfigError
-from remediate.rollout import NodeWave, Rollout
 
 TTL = 30.0
 """Seconds one read of the nodes' wave label is used: a promotion (a label changed) is seen within this."""

@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from remediate.actions.base import ActionRegistry, Where
-from remediate.durations import format_duration, parse_duration
+from remediate.config.durations import format_duration, parse_duration
+from remediate.config.rollout import Mode, Rollout, RolloutError, parse_rollout
 from remediate.errors import PlaybookError
 from remediate.gpu.errors import GpuSelectionError
 from remediate.gpu.selection import parse_gpu_ref
@@ -27,7 +28,6 @@ from remediate.intake.alertref import node_label
 from remediate.intake.alerts import Alert
 from remediate.intake.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
 from remediate.playbooks.repeat import RepeatOffender, parse_repeat_offender
-from remediate.rollout import Mode, Rollout, RolloutError, parse_rollout
 from remediate.templating import check_syntax, is_template
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
@@ -136,7 +136,7 @@ class Playbook:
     reset_after: timedelta = DEFAULT_RESET_AFTER
     """After a rung held, this much quiet puts the ladder back on rung 1."""
     rollout: Rollout | None = None
-    """The playbook's staged rollout (remediate.rollout); None: the server's `rollout` setting, if any."""
+    """The playbook's staged rollout (remediate.config.rollout); None: the server's `rollout` setting, if any."""
 
     repeat_offender: RepeatOffender | None = None
     """A target whose runs of this ladder acted `count` times within `within` goes straight to a rung."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from remediate.durations import parse_duration
+from remediate.config.durations import parse_duration
 
 KEYS = frozenset({"count", "within", "then"})
 

@@ -13,7 +13,7 @@ from typing import Any
 from remediate.actions import default_registry
 from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext, StepView
 from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.intake.alerts import Notification, alert_ref, parse_notification
 from remediate.judging.engine import Judged
 from remediate.playbooks.playbook import load_playbooks

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from remediate import schema as t
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, iso_utc, limits_from_settings
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.intake.alerts import Notification, parse_notification
 from remediate.judging.engine import Engine

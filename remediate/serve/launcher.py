@@ -44,7 +44,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from remediate.beat import ExecutorBeat
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.serve.httpworker import worker_class
 from remediate.serve.lifetime import ChildExitsHere, die_with_parent, end_child, owned_tempdir, worker_dies_with_master
 from remediate.serve.reload import ReloadOnHup, reload_by_master, reload_executor
@@ -451,7 +451,7 @@ def _no_executor_to_wake() -> None:
 
 def preflight(settings: Settings) -> LiveSet:
     """Fail before forking: token, playbooks, database reachable and schema current; the live set read."""
-    from remediate.config import check_server_credentials
+    from remediate.config.settings import check_server_credentials
     from remediate.live import read_live
     from remediate.services import pool_limits
     from remediate.store import Store

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from remediate.audit import audit_event
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.live import RELOAD_ERRORS, LiveSet, read_live
 from remediate.serve.httpworker import TOLD_TO_STOP
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from remediate.config import Settings
+from remediate.config.settings import Settings
 
 MODE_MEANING = {
     "enforce": "playbooks act on nodes, GPUs and the cluster",

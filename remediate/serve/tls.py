@@ -11,7 +11,7 @@ from __future__ import annotations
 import ssl
 from typing import Any
 
-from remediate.config import ServerSettings
+from remediate.config.settings import ServerSettings
 from remediate.errors import ConfigError
 
 

@@ -14,7 +14,7 @@ import time
 
 from flask import Blueprint, Flask
 
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.server import agents, answers, control, health, requestlog, runs, slack, webhook
 from remediate.server.queries import history_query, repeat_rules
 from remediate.services import Services, build_services

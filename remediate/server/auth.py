@@ -11,7 +11,7 @@ from typing import Any
 from flask import g, request
 
 from remediate.audit import audit_event
-from remediate.config import WEBHOOK, Credential
+from remediate.config.settings import WEBHOOK, Credential
 from remediate.server.answers import error
 from remediate.services import Services
 

@@ -15,7 +15,7 @@ from flask import Blueprint, g, jsonify, request
 
 from remediate.approvals import approve_run
 from remediate.audit import audit_event
-from remediate.config import OPERATOR, READ
+from remediate.config.settings import OPERATOR, READ
 from remediate.errors import AlreadyPaused, NotPaused, RunStateError, UnknownRunError
 from remediate.history_api import ladder_state_json, run_json
 from remediate.live import RELOAD_ERRORS, read_live

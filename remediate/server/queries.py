@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from remediate.durations import parse_duration
+from remediate.config.durations import parse_duration
 from remediate.errors import PayloadError
 from remediate.intake.alerts import parse_timestamp
 from remediate.playbooks.playbook import Playbook

@@ -9,7 +9,7 @@ from typing import Any
 
 from flask import Blueprint, jsonify, request
 
-from remediate.config import READ
+from remediate.config.settings import READ
 from remediate.errors import UnknownRunError
 from remediate.history_api import history_json, run_json
 from remediate.server.answers import error

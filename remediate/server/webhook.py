@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, request
 
 from remediate.audit import audit_event
-from remediate.config import WEBHOOK
+from remediate.config.settings import WEBHOOK
 from remediate.errors import PayloadError, StoreUnavailable
 from remediate.judging.engine import IngestResult
 from remediate.runs import Decision

@@ -22,7 +22,7 @@ from typing import Any
 from flask import Flask, Request
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
-from remediate.config import OPERATOR, READ, Credential
+from remediate.config.settings import OPERATOR, READ, Credential
 from remediate.errors import ConfigError
 
 SESSION_HOURS = 12

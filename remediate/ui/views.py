@@ -25,8 +25,8 @@ from werkzeug.wrappers import Response
 from remediate.approvals import approve_run
 from remediate.audit import audit_event
 from remediate.breaker import CircuitBreaker
-from remediate.config import READ, Credential
-from remediate.durations import format_duration
+from remediate.config.durations import format_duration
+from remediate.config.settings import READ, Credential
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history_api import entry_json, run_json
 from remediate.runs import RunStatus

@@ -16,7 +16,7 @@ import pytest
 
 import remediate.actions
 from remediate.actions import Action, StepContext, action_classes, default_registry
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.gpu import SimulatedBackend
 from tests.support.waiting import scaled
 

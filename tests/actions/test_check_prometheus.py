@@ -14,7 +14,7 @@ import requests
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.check_prometheus import PrometheusCheckAction, PrometheusQueryError, PrometheusUnset
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.errors import ActionError, PlaybookError
 from remediate.executor import Executor
 from remediate.intake.alerts import alert_ref

@@ -14,7 +14,7 @@ from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.disk import DiskCleanupAction
 from remediate.cli import main
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.disk import PolicySource
 from remediate.errors import ActionError, ParamsError, PlaybookError
 from remediate.executor import Executor

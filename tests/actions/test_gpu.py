@@ -18,7 +18,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu import MEMORY_PREFIX, RestorePowerLimitAction, SetPowerLimitAction
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.errors import ConfigError, ParamsError, RetryableActionError
 from remediate.executor import Executor
 from remediate.gpu import (

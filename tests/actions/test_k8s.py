@@ -330,7 +330,7 @@ def test_undo_is_not_scope_checked_so_a_node_whose_labels_changed_still_comes_ba
 
 def test_the_scope_defaults_to_the_breakers_selector_and_a_bad_selector_fails_at_load() -> None:
     from remediate.actions.base import ActionDeps
-    from remediate.config import ConfigError, Settings, load_settings
+    from remediate.config.settings import ConfigError, Settings, load_settings
 
     def options(**settings: Any) -> KubeOptions:
         deps = ActionDeps(settings=Settings.of(**settings).kube, gpu_backend=lambda: None, kube_client=lambda: None)  # type: ignore[arg-type]

@@ -17,8 +17,8 @@ from remediate.actions.k8s import HandoffAction
 from remediate.actions.k8s.common import NodeOwnedElsewhere
 from remediate.actions.k8s.handoff import NodeOwnedByAnother
 from remediate.actions.notify_sink import NotifyAction, SinkNotConfiguredError
-from remediate.config import Settings
-from remediate.config_values import to_sinks
+from remediate.config.settings import Settings
+from remediate.config.values import to_sinks
 from remediate.errors import ParamsError
 from remediate.kube import OWNER, OWNER_SINCE, OWNER_WHY, KubeClient, release_patch
 from remediate.live import LiveSet

@@ -335,7 +335,7 @@ def test_a_bad_headers_file_fails_naming_the_file_never_its_contents(
 def test_a_url_carrying_credentials_is_refused_at_load_pointing_to_url_file(url: str) -> None:
     """The history stored and showed `https://user:pw@...` and `?api_key=` URLs."""
     from remediate.actions import default_registry
-    from remediate.config import Settings
+    from remediate.config.settings import Settings
     from remediate.errors import PlaybookError
     from remediate.playbooks.playbook import parse_playbook
 
@@ -372,7 +372,7 @@ def test_a_webhook_url_whose_path_is_its_secret_is_refused_in_a_playbook(action_
     """A Slack or Teams incoming-webhook URL is the credential itself (its path): written in a playbook, every
     reader of the history saw it. It must come from a sink or url_file, and the error says so."""
     from remediate.actions import default_registry
-    from remediate.config import Settings
+    from remediate.config.settings import Settings
     from remediate.errors import PlaybookError
     from remediate.playbooks.playbook import parse_playbook
 

@@ -19,7 +19,7 @@ from remediate.actions import default_registry
 from remediate.actions.base import StepContext, StepView
 from remediate.actions.chat import ChatWebhookAction, NotifySlackAction, NotifyTeamsAction
 from remediate.announce import Announcer
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, PlaybookError, RetryableActionError
 from remediate.executor import Executor
 from remediate.intake.alerts import alert_ref

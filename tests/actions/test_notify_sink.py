@@ -19,8 +19,8 @@ from remediate.actions.base import StepContext, StepView
 from remediate.actions.chat import NotifySlackAction, NotifyTeamsAction
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.actions.notify_sink import NotifyAction, SinkNotConfiguredError, sinks_in_use, unconfigured_sinks
-from remediate.config import Settings
-from remediate.config_values import Sink, to_sinks
+from remediate.config.settings import Settings
+from remediate.config.values import Sink, to_sinks
 from remediate.errors import AmbiguousActionError, PlaybookError, RetryableActionError
 from remediate.intake.alerts import alert_ref
 from remediate.playbooks.playbook import load_directory, parse_playbook

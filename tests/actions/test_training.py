@@ -30,7 +30,7 @@ from remediate.actions.training import (
     _TrainingAction,
 )
 from remediate.actions.training_job import wake
-from remediate.config import load_settings
+from remediate.config.settings import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
 from remediate.training import TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json, read_json

@@ -15,7 +15,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.training_checkpoint_node import TrainingCheckpointNodeAction
-from remediate.config import load_settings
+from remediate.config.settings import load_settings
 from remediate.errors import ActionError, PartialFailure
 from remediate.training.files import JobPaths, atomic_write_json
 from tests.support.training import LABELS, LiveJob, ctx_for

@@ -19,7 +19,7 @@ from remediate.actions.base import InMemoryMemory
 from remediate.actions.training_command import TrainingCommandAction
 from remediate.agent.service import AgentService
 from remediate.agentwire.auth import node_token, sign
-from remediate.config import load_settings
+from remediate.config.settings import load_settings
 from remediate.errors import ActionError, ParamsError
 from remediate.training.batching import Batching
 from remediate.training.files import JobPaths, atomic_write_json, read_json

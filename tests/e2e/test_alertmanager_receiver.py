@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remediate.durations import parse_duration
+from remediate.config.durations import parse_duration
 from tests.support.waiting import scaled
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,9 +24,9 @@ import yaml
 from kubernetes.client import ApiClient
 
 from remediate.actions import default_registry
-from remediate.config import Settings, read_config_file
+from remediate.config.durations import parse_duration
+from remediate.config.settings import Settings, read_config_file
 from remediate.disk.policy import load_policies
-from remediate.durations import parse_duration
 from remediate.kube import EVENT_NAMESPACE
 from remediate.playbooks.playbook import load_directory
 from tests.support.helm import CHART, IMAGE_REPOSITORY, NAMESPACE, RELEASE, Helm, by_kind

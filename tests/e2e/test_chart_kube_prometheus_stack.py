@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from remediate.config import Settings, read_config_file
+from remediate.config.settings import Settings, read_config_file
 from tests.support.helm import CHART, Helm, by_kind
 
 ROOT = CHART.parents[1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from remediate.config import Settings, read_config_file
+from remediate.config.settings import Settings, read_config_file
 from tests.support.helm import RELEASE, Helm, by_kind
 
 CONFIG = f"{RELEASE}-remediate-config"

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 import yaml
 
 from remediate.cli import main
-from remediate.config import load_settings
+from remediate.config.settings import load_settings
 from tests.support.helm import CHART, Helm, by_kind
 
 ROOT = CHART.parents[1]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from remediate.config import Settings, read_config_file
-from remediate.config_values import Sink
+from remediate.config.settings import Settings, read_config_file
+from remediate.config.values import Sink
 from tests.e2e.test_chart import render_notes
 from tests.support.helm import RELEASE, Helm, by_kind
 

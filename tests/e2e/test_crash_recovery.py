@@ -23,7 +23,7 @@ import pytest
 from remediate.actions.base import ActionRegistry
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
-from remediate.config import ExecutorSettings
+from remediate.config.settings import ExecutorSettings
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
@@ -146,7 +146,7 @@ import sys, time
 from remediate.actions.base import ActionRegistry
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
-from remediate.config import ExecutorSettings
+from remediate.config.settings import ExecutorSettings
 from remediate.executor import Executor
 from remediate.store import Store
 

@@ -13,7 +13,7 @@ from typing import Any
 import requests
 import yaml
 
-from remediate.durations import parse_duration
+from remediate.config.durations import parse_duration
 from tests.support.realsystems import AlertManager, free_port
 from tests.support.serve_script import ROOT, serve_tree, start_serve_script
 from tests.support.server import WAIT, write_playbook

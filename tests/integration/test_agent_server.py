@@ -19,7 +19,7 @@ from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.agent.server import AgentHTTPServer
 from remediate.agent.service import AgentService
 from remediate.agentwire.auth import ANSWER_HEADER, AgentAuthError, node_token, sign, verify_answer
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.errors import ActionError, ConfigError, RetryableActionError
 from remediate.gpu import SimulatedBackend
 from remediate.intake.alerts import alert_ref

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.errors import ConfigError
 from tests.support.http import APPROVE_XID, OPERATOR_TOKEN, READ_TOKEN, TOKEN, Server, real_firing
 
@@ -75,7 +75,7 @@ def test_the_old_single_token_is_webhook_only_unless_token_roles_says_more(
 
 
 def test_a_server_with_only_a_read_token_refuses_to_start(tmp_path: Path) -> None:
-    from remediate.config import check_server_credentials
+    from remediate.config.settings import check_server_credentials
 
     with pytest.raises(ConfigError, match="no token configured"):
         check_server_credentials(Settings.of(read_token=READ_TOKEN).auth)

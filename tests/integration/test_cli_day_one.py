@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.config import Settings, load_settings
+from remediate.config.settings import Settings, load_settings
 from tests.support.cli import sqlite_dump
 from tests.support.http import LOG_XID, OPERATOR_TOKEN, Server
 from tests.support.waiting import scaled

@@ -22,7 +22,7 @@ import pytest
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import ParamSchema
-from remediate.config import ExecutorSettings
+from remediate.config.settings import ExecutorSettings
 from remediate.errors import ActionError, StoreRefused, StoreUnreachable
 from remediate.executor import Executor
 from remediate.judging.engine import Engine

@@ -206,7 +206,7 @@ def test_a_relay_that_forwards_an_execute_then_answers_503_does_not_make_the_age
 
 def test_on_a_single_host_a_run_for_another_node_fails_and_nothing_runs_here(store: Store) -> None:
     """Finding 13: without agents, a node step for node-b ran on this host (node-a): wrong GPUs, disks, jobs."""
-    from remediate.config import Settings
+    from remediate.config.settings import Settings
 
     echo = Echo()
     registry = ActionRegistry([echo, LogAction()])

@@ -15,7 +15,7 @@ import pytest
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
-from remediate.config import ExecutorSettings
+from remediate.config.settings import ExecutorSettings
 from remediate.executor import Executor, heartbeat_interval
 from remediate.judging.engine import Engine
 from remediate.store import Store

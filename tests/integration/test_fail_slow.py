@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from remediate.actions import default_registry
-from remediate.config import Settings
-from remediate.config_values import Sink
+from remediate.config.settings import Settings
+from remediate.config.values import Sink
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
 from remediate.kube import OWNER

@@ -14,7 +14,7 @@ import yaml
 
 from remediate.actions import default_registry
 from remediate.actions.base import StepContext, Where
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.executor import Executor
 from remediate.gpu import SimulatedBackend
 from remediate.intake.alerts import alert_ref

@@ -31,8 +31,8 @@ from remediate.actions.base import ActionRegistry
 from remediate.actions.log import LogAction
 from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.cli import main
-from remediate.config import ExecutorSettings, Settings
-from remediate.config_values import Sink, to_sinks
+from remediate.config.settings import ExecutorSettings, Settings
+from remediate.config.values import Sink, to_sinks
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
 from remediate.kube import CORDONED_BY_RUN, OWNER, KubeClient

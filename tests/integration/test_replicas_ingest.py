@@ -33,7 +33,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker, limits_from_settings
-from remediate.config import ExecutorSettings, Settings
+from remediate.config.settings import ExecutorSettings, Settings
 from remediate.errors import RunStateError
 from remediate.executor import Executor
 from remediate.judging.engine import Engine, IngestResult

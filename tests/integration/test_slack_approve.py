@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 import pytest
 from werkzeug.test import TestResponse
 
-from remediate.config_values import to_slack_approvers
+from remediate.config.values import to_slack_approvers
 from tests.integration.test_cli import SHIPPED_PLAYBOOKS, keep_root_logging  # noqa: F401 - a fixture
 from tests.support.cli import assert_one_line_error
 from tests.support.cli import run_cli as cli

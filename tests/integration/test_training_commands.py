@@ -21,7 +21,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
-from remediate.config import load_settings
+from remediate.config.settings import load_settings
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, load_playbooks

@@ -20,7 +20,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
-from remediate.config import ExecutorSettings, load_settings
+from remediate.config.settings import ExecutorSettings, load_settings
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, load_playbooks, parse_playbook
@@ -420,7 +420,7 @@ def test_each_shipped_rollback_excludes_checkpoints_saved_while_its_rule_was_pen
 ) -> None:
     import yaml
 
-    from remediate.durations import parse_duration
+    from remediate.config.durations import parse_duration
 
     rules = yaml.safe_load((REPO / "alertmanager" / "rules" / "training.rules.yml").read_text())
     pending = {r["alert"]: r["for"] for group in rules["groups"] for r in group["rules"]}[rule]

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from werkzeug.test import TestResponse
 
 from remediate import schema as t
-from remediate.config import READ, Credential, load_settings
+from remediate.config.settings import READ, Credential, load_settings
 from remediate.errors import ConfigError
 from remediate.server import create_app
 from remediate.store import LoginThrottle

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 
-from remediate.config_values import to_rollout
+from remediate.config.values import to_rollout
 from tests.integration.test_ui_pages import log_in, text
 from tests.support.http import READ_TOKEN, MakeServer, alert, notification
 

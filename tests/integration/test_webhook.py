@@ -12,7 +12,7 @@ import pytest
 from werkzeug.test import EnvironBuilder
 from werkzeug.wrappers import Request
 
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.errors import ConfigError
 from remediate.server import build_services, create_app
 from tests.support.http import (

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from remediate.config_values import Sink
+from remediate.config.values import Sink
 from tests.integration.test_ui_pages import log_in, text
 from tests.support.http import OPERATOR_TOKEN, Server, notification
 from tests.support.realsystems import WebhookRecorder

@@ -14,7 +14,7 @@ from remediate.actions.base import Action, ActionRegistry, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema
 from remediate.agent.server import AgentHTTPServer
 from remediate.agent.service import AgentService
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.errors import ActionError, RetryableActionError
 from tests.support.waiting import scaled
 

@@ -24,7 +24,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.server import Services, build_services, create_app
 from tests.support.waiting import scaled
 

@@ -17,7 +17,7 @@ from remediate.actions.log import LogAction
 from remediate.actions.notify_sink import NotifyAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.announce import FAILED, SENT, Announcer, announcing_actions
-from remediate.config_values import to_sinks
+from remediate.config.values import to_sinks
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.judging.engine import Engine, IngestResult
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook

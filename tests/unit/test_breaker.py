@@ -16,7 +16,7 @@ from remediate.breaker import (
     limits_from_settings,
     memory_breaker,
 )
-from remediate.config import Settings, load_settings
+from remediate.config.settings import Settings, load_settings
 from remediate.errors import ConfigError
 from remediate.store import Store
 from tests.support.stores import EVERY_DATABASE

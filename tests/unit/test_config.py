@@ -1,4 +1,4 @@
-"""remediate.config: defaults < config file < REMEDIATE_* environment < command-line overrides."""
+"""remediate.config.settings: defaults < config file < REMEDIATE_* environment < command-line overrides."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from remediate.config import Settings, load_settings
+from remediate.config.settings import Settings, load_settings
 from remediate.errors import ConfigError
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from remediate.config import load_settings
-from remediate.config_values import Sink
+from remediate.config.settings import load_settings
+from remediate.config.values import Sink
 from remediate.errors import ConfigError
 
 

@@ -1,4 +1,4 @@
-"""remediate.durations: the durations people write in playbooks and config."""
+"""remediate.config.durations: the durations people write in playbooks and config."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remediate.durations import format_duration, parse_duration
+from remediate.config.durations import format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

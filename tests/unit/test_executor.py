@@ -16,7 +16,7 @@ import pytest
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
-from remediate.config import ExecutorSettings
+from remediate.config.settings import ExecutorSettings
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
 from remediate.executor import Executor, ExecutorMetrics
 from remediate.judging.engine import Engine

@@ -15,7 +15,7 @@ import pytest
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.schema import ParamSchema
-from remediate.config import ExecutorSettings
+from remediate.config.settings import ExecutorSettings
 from remediate.errors import StoreUnavailable
 from remediate.executor import Executor
 from remediate.judging.engine import Engine

@@ -21,7 +21,7 @@ from remediate.actions import default_registry
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
-from remediate.config import ExecutorSettings
+from remediate.config.settings import ExecutorSettings
 from remediate.errors import ActionError
 from remediate.executor import Executor
 from remediate.judging.engine import Engine

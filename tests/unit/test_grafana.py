@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.config import load_settings
+from remediate.config.settings import load_settings
 from remediate.errors import ConfigError
 from remediate.grafana import Annotator, GrafanaTarget, annotation, target_from_settings
 from remediate.runs import FinishedRun, RunStatus

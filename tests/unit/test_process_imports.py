@@ -45,7 +45,7 @@ def _imported_after(code: str, tmp_path: Path) -> set[str]:
     )
     script = (
         "import json, sys\n"
-        "from remediate.config import load_settings\n"
+        "from remediate.config.settings import load_settings\n"
         "settings = load_settings(config_file=None, overrides={})\n"
         f"{code}\n"
         f"print(json.dumps(sorted(m for m in {list(WATCHED)!r} if m in sys.modules)))\n"

@@ -1,4 +1,4 @@
-"""Staged rollout (remediate.rollout, the engine's modes): a run's mode is the most cautious of its playbook's
+"""Staged rollout (remediate.config.rollout, the engine's modes): a run's mode is the most cautious of its playbook's
 (rung's), its node's wave's and the server's; the decision says which wave and why."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from remediate import schema as t
-from remediate.config import load_settings
+from remediate.config.rollout import Mode, NodeWave, Rollout, StaticWaves, most_cautious, parse_rollout, wave_mode
+from remediate.config.settings import load_settings
 from remediate.errors import ConfigError, PlaybookError
-from remediate.rollout import Mode, NodeWave, Rollout, StaticWaves, most_cautious, parse_rollout, wave_mode
 from remediate.store import Store
 from tests.conftest import ingest_alerts
 from tests.support.stores import rows

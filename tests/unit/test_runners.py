@@ -20,7 +20,7 @@ from remediate.actions.log import LogAction
 from remediate.agent.service import AgentService
 from remediate.agentwire.auth import ANSWER_HEADER, node_token, sign_answer
 from remediate.agentwire.protocol import PERMANENT, AgentNotFound, classify
-from remediate.config import Settings
+from remediate.config.settings import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.intake.alerts import alert_ref
 from remediate.kube.agents import KubernetesAgents

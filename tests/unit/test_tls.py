@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.config import ServerSettings
+from remediate.config.settings import ServerSettings
 from remediate.errors import ConfigError
 from remediate.serve.tls import gunicorn_tls_options
 

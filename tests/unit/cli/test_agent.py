@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.config import load_settings
+from remediate.config.settings import load_settings
 
 
 @pytest.mark.parametrize(

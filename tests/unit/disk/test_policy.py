@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from remediate.config import Settings, load_settings
+from remediate.config.settings import Settings, load_settings
 from remediate.disk import NoPoliciesConfigured, PolicyError, PolicySource, load_policies, parse_size
 from remediate.disk.patterns import GlobError, PathMatcher
 from remediate.disk.policy import DEFAULT_MAX_FILES, parse_policies

@@ -142,7 +142,7 @@ def test_stop_ends_both_threads_even_while_a_post_is_being_retried(gpus: Simulat
 
 def test_the_agent_refuses_to_start_watching_where_the_gpus_cannot_be_watched(monkeypatch: pytest.MonkeyPatch) -> None:
     from remediate.agent.server import start_fault_watcher
-    from remediate.config import Settings
+    from remediate.config.settings import Settings
     from remediate.errors import ConfigError
     from remediate.gpu import NvmlUnavailable
 
@@ -159,7 +159,7 @@ def test_the_agent_refuses_to_start_watching_where_the_gpus_cannot_be_watched(mo
 
 
 def test_a_malformed_alertmanager_url_is_refused_naming_the_setting() -> None:
-    from remediate.config import FLAT
+    from remediate.config.settings import FLAT
 
     with pytest.raises(ValueError, match="gpu_events_alertmanager_url must be an absolute http"):
         FLAT["gpu_events_alertmanager_url"]("alertmanager:9093")

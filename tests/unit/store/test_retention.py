@@ -379,7 +379,7 @@ def test_the_pruner_prunes_periodically_and_logs_one_line(store: Store, caplog: 
 def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_a_cooldown(
     store: Store, registry: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from remediate.config import Settings
+    from remediate.config.settings import Settings
     from remediate.playbooks.playbook import PlaybookSet, parse_playbook
     from remediate.serve.launcher import history_pruner
 

@@ -8,7 +8,7 @@ import pytest
 from flask import Flask, request, session
 from flask.sessions import SecureCookieSession
 
-from remediate.config import OPERATOR, READ, WEBHOOK, Credential
+from remediate.config.settings import OPERATOR, READ, WEBHOOK, Credential
 from remediate.errors import ConfigError
 from remediate.ui.session import (
     SESSION_HOURS,

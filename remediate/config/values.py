@@ -1,5 +1,5 @@
 """The converters of setting values (file, environment and flags alike) and the reading of tokens: a ValueError
-(or TypeError) is reported by the loader (remediate.config) with the setting's name."""
+(or TypeError) is reported by the loader (remediate.config.settings) with the setting's name."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from remediate.durations import parse_duration
+from remediate.config.durations import parse_duration
+from remediate.config.rollout import Rollout, parse_node_waves, parse_rollout
 from remediate.errors import ConfigError
 from remediate.kube.model import parse_label_selector
-from remediate.rollout import Rollout, parse_node_waves, parse_rollout
 from remediate.urlcheck import check_stored_url
 
 ENV_PREFIX = "REMEDIATE_"

@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 
 import yaml
 
-from remediate import config_values as v
-from remediate.config_values import ENV_PREFIX, MIN_RETENTION, OPERATOR, READ, WEBHOOK, Credential
+from remediate.config import values as v
+from remediate.config.values import ENV_PREFIX, MIN_RETENTION, OPERATOR, READ, WEBHOOK, Credential
 from remediate.errors import ConfigError
 
 __all__ = ["MIN_RETENTION", "OPERATOR", "READ", "WEBHOOK", "ConfigError", "Credential", "Settings", "load_settings"]
@@ -148,7 +148,9 @@ class EngineSettings:
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
     step_timeout: float = setting(300.0, v.to_seconds)
     """Default per-step timeout in seconds (a step may set its own `timeout`)."""
-    rollout: v.Rollout | None = setting(None, v.to_rollout)  # staged rollout: docs/playbooks.md, remediate.rollout
+    rollout: v.Rollout | None = setting(
+        None, v.to_rollout
+    )  # staged rollout: docs/playbooks.md, remediate.config.rollout
     """Staged rollout of every playbook without its own `rollout:` (`{label: remediate.io/wave, waves:
     {"1": enforce}, default: dry-run}`), YAML/JSON in the environment (docs/playbooks.md, "Staged rollout")."""
     rollout_nodes: tuple[tuple[str, str], ...] = setting((), v.to_rollout_nodes)  # {host-a: "1"}: hosts without k8s
