@@ -79,7 +79,7 @@ VIOLATIONS = [
     ("runs", "remediate.store", "runs"),
     ("store.queue", "remediate.judging.engine", "store"),
     ("store.memory", "flask", "store"),
-    ("schema", "werkzeug", "schema"),
+    ("store.schema", "werkzeug", "schema"),
     ("config.settings", "werkzeug", "flask"),
     ("judging.guards", "remediate.store", "guards"),
     ("judging.engine", "remediate.executor", "engine-executor"),

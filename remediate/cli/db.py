@@ -39,7 +39,7 @@ def copy(source: str, target: str, batch_size: int, dry_run: bool) -> None:
     Progress goes to stderr, the summary to stdout.
     """
     from remediate.config.values import to_database_url
-    from remediate.dbcopy import TableCopy, copy_database
+    from remediate.store.copy import TableCopy, copy_database
 
     def progress(table: TableCopy) -> None:
         click.echo(f"{table.table}: {table.rows} rows{' to copy' if dry_run else ' copied'}", err=True)

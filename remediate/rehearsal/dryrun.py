@@ -19,9 +19,9 @@ from remediate.judging.engine import Judged
 from remediate.playbooks.playbook import load_playbooks
 from remediate.runners import Dispatch
 from remediate.runs import StepStatus
-from remediate.schema import SCHEMA_VERSION
 from remediate.services import engine_for
 from remediate.store import Store
+from remediate.store.schema import SCHEMA_VERSION
 
 
 def sqlite_path(url: str) -> Path | None:

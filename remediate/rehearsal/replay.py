@@ -31,19 +31,19 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, iso_utc, limits_from_settings
 from remediate.config.settings import Settings
-from remediate.dbcopy import _check_source, _open_source, _snapshot
 from remediate.intake.alerts import Notification, parse_notification
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet
 from remediate.rehearsal.replay_steps import StepRecord, step_changes
 from remediate.runs import Decision, RunStatus
 from remediate.services import engine_for
-from remediate.source_guard import QUERY_TIME_LIMIT_S, json_column, time_limited
 from remediate.store import Store
+from remediate.store import schema as t
+from remediate.store.copy import _check_source, _open_source, _snapshot
+from remediate.store.source_guard import QUERY_TIME_LIMIT_S, json_column, time_limited
 
 BATCH = 1000
 """Notifications read per query (with their alerts, decisions and cordon steps): memory stays bounded by one batch."""

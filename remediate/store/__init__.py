@@ -5,6 +5,10 @@ runs, record steps and attempts, recover after a crash), the HTTP server and the
 details, approve, pause), the agent (its action memory). One concept per module, each an object that
 `Store` (facade.py) holds and callers use directly (`store.queue`, `store.leases`, `store.ingest`,
 `store.history`, ...); the map of the modules is docs/architecture.md's tree, which a test keeps true.
+schema.py is its tables; copy.py and source_guard.py read another database (`db copy`, replay) as data.
+
+May import: remediate.errors, runs, config and sqlitefile; never a stage above it (judging, executor, actions),
+HTTP or the breaker's logic (pyproject.toml's `store` contract).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.runs import ClaimedRun, RunStatus
+from remediate.store import schema as t
 from remediate.store.database import Transactions
 from remediate.store.queue import RunQueue
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, alert_context

@@ -12,7 +12,6 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import (
     ConfigError,
     StoreBusy,
@@ -21,6 +20,7 @@ from remediate.errors import (
     StoreUnavailable,
     StoreUnreachable,
 )
+from remediate.store import schema as t
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, DEFAULT_POOL, Dialect, PoolLimits
 from remediate.store.postgres import PostgresDialect
 from remediate.store.shown_url import hide_in_text, shown_url

@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
+from remediate.store import schema as t
 from remediate.store.rows import MAX_ID
 
 _d = t.decisions

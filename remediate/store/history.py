@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import UnknownRunError
+from remediate.store import schema as t
 from remediate.store.database import Transactions
 from remediate.store.decision_time import time_conditions
 from remediate.store.dialect import Dialect

@@ -15,9 +15,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import StoreConflict
 from remediate.runs import LadderState, RunStatus
+from remediate.store import schema as t
 from remediate.store.breaker_rows import BreakerRows
 from remediate.store.database import Transactions
 from remediate.store.decision_time import stamp

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.runs import LadderState
+from remediate.store import schema as t
 from remediate.store.database import Transactions
 from remediate.store.dialect import Dialect
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.runs import AttemptOutcome, RunLease, RunningClaim, RunStatus, RunWrite, StepEnd, StepStatus
+from remediate.store import schema as t
 from remediate.store.database import Transactions
 from remediate.store.writes import NEXT_HEARTBEAT, sync_decision_status, write_runs
 

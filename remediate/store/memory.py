@@ -15,7 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
+from remediate.store import schema as t
 from remediate.store.database import Transactions
 from remediate.store.rows import dumps
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import AlreadyPaused, NotPaused
+from remediate.store import schema as t
 from remediate.store.database import Transactions
 from remediate.store.rows import dumps
 

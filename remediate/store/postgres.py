@@ -123,4 +123,4 @@ class PostgresDialect(Dialect):
         conn.exec_driver_sql(f"ANALYZE {quoted}")
 
     def lock_schema(self, conn: sa.Connection) -> None:
-        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key("remediate.schema"))))
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(advisory_key("remediate.store.schema"))))

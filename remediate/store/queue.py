@@ -17,7 +17,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import RunStateError, UnknownRunError
 from remediate.runs import (
     FINAL_RUN_STATUSES,
@@ -30,6 +29,7 @@ from remediate.runs import (
     StepRecord,
     StepStatus,
 )
+from remediate.store import schema as t
 from remediate.store.database import Transactions
 from remediate.store.rows import ALERT_CONTEXT_COLUMNS, MAX_ID, alert_context, dumps, loads
 from remediate.store.writes import check_lease, finish_attempt, sync_decision_status, write_runs

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.intake.alerts import format_timestamp
 from remediate.runs import RunStatus
+from remediate.store import schema as t
 
 _ACTED = (
     t.runs.c.playbook == sa.bindparam("p_playbook"),

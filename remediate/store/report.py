@@ -35,10 +35,10 @@ from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import PayloadError
 from remediate.intake.alerts import format_timestamp, parse_timestamp
 from remediate.runs import RunStatus
+from remediate.store import schema as t
 from remediate.store.repeat_offenders import RepeatOffender, RepeatRule
 
 REMEDIATED = (RunStatus.SUCCEEDED, RunStatus.FAILED)

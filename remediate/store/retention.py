@@ -41,8 +41,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.runs import FINAL_RUN_STATUSES, RunStatus
+from remediate.store import schema as t
 from remediate.store.checkpoints import Periodic
 from remediate.store.database import Database, Transactions
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from remediate import schema as t
+from remediate.store import schema as t
 
 MAX_ID = 2**63 - 1
 """Largest row id a database integer column holds; a larger id can only be unknown."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from remediate import schema as t
+from remediate.store import schema as t
 from remediate.store.database import Transactions
 
 

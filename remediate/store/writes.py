@@ -11,9 +11,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import ClaimLostError
 from remediate.runs import AttemptOutcome, RunLease, RunStatus, RunWrite, StepStatus
+from remediate.store import schema as t
 from remediate.store.rows import dumps
 
 _now = sa.bindparam("p_now", type_=sa.Float)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.store import Store
+from remediate.store import schema as t
 from tests.support.retention import fill
 from tests.support.server import RemediateServer, write_playbook
 from tests.support.waiting import wait_until

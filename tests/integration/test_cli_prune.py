@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.store import Store
+from remediate.store import schema as t
 from tests.support.cli import assert_one_line_error
 from tests.support.cli import run_cli as cli
 from tests.support.retention import fill

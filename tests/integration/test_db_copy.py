@@ -16,14 +16,14 @@ import pytest
 import sqlalchemy as sa
 from click.testing import Result
 
-from remediate import dbcopy
-from remediate import schema as t
 from remediate.actions import default_registry
 from remediate.breaker import Claim
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store
+from remediate.store import copy as dbcopy
+from remediate.store import schema as t
 from tests.support.agent import Echo
 from tests.support.cli import assert_one_line_error, sqlite_dump
 from tests.support.cli import run_cli as cli

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from remediate import dbcopy
-from remediate.source_guard import SourceQueryTooLong, time_limited
 from remediate.store import Store
+from remediate.store import copy as dbcopy
+from remediate.store.source_guard import SourceQueryTooLong, time_limited
 from tests.support.processes import run_remediate
 from tests.support.waiting import scaled
 

@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from remediate import schema as t
 from remediate.judging.engine import Engine
 from remediate.store import Store
+from remediate.store import schema as t
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.cli import assert_one_line_error
 from tests.support.cli import run_cli as cli

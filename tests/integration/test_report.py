@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from remediate import schema as t
 from remediate.breaker import Claim
+from remediate.store import schema as t
 from tests.support.cli import run_cli as cli
 from tests.support.http import LOG_XID, ON_EVERY_DATABASE, OPERATOR_TOKEN, READ_TOKEN, Server, alert, notification
 

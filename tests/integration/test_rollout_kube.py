@@ -7,11 +7,11 @@ import logging
 
 import pytest
 
-from remediate import schema as t
 from remediate.config.rollout import Mode, NodeWave, parse_rollout
 from remediate.judging.waves import NodeWaves
 from remediate.kube import KubeClient
 from remediate.store import Store
+from remediate.store import schema as t
 from tests.conftest import ingest_alerts
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.stores import rows

@@ -12,7 +12,7 @@ import json
 import pytest
 import sqlalchemy as sa
 
-from remediate import schema as t
+from remediate.store import schema as t
 from tests.support.cli import run_cli
 from tests.support.http import APPROVE_XID, READ_TOKEN, MakeServer, Server, alert, notification
 

@@ -12,11 +12,11 @@ import pytest
 import sqlalchemy as sa
 from werkzeug.test import TestResponse
 
-from remediate import schema as t
 from remediate.config.settings import READ, Credential, load_settings
 from remediate.errors import ConfigError
 from remediate.server import create_app
 from remediate.store import LoginThrottle
+from remediate.store import schema as t
 from tests.support.http import (
     APPROVE_XID,
     ON_EVERY_DATABASE,

@@ -6,8 +6,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.store import Store
+from remediate.store import schema as t
 
 
 def _insert(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> list[int]:

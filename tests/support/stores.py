@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.history_api import run_json
 from remediate.runs import RunLease, RunWrite, StepStart
 from remediate.store import Store
+from remediate.store import schema as t
 
 DATABASES = ("sqlite", "postgresql")
 """The real databases: a test of the store's behaviour runs on each (`@EVERY_DATABASE`)."""

@@ -83,7 +83,7 @@ def test_the_state_file_table_is_the_server_schema_s_action_memory(tmp_path: Pat
     """The agent creates the table with sqlite3 alone: the same columns, types and key as schema.action_memory."""
     import sqlalchemy as sa
 
-    from remediate import schema
+    from remediate.store import schema
 
     agent = MemoryStore.open(tmp_path / "agent.db")
     agent.close()

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import PayloadError, RunStateError, StoreConflict, UnknownRunError
 from remediate.intake.alerts import parse_notification
 from remediate.judging.engine import INGEST_ATTEMPTS, Engine, IngestResult
 from remediate.runs import Decision
 from remediate.store import Store
+from remediate.store import schema as t
 from tests.conftest import alert_payload, ingest_alerts, notification_payload
 from tests.support.stores import EVERY_DATABASE, table_counts
 from tests.support.stores import rows as table_rows

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from remediate import schema as t
 from remediate.config.rollout import Mode, NodeWave, Rollout, StaticWaves, most_cautious, parse_rollout, wave_mode
 from remediate.config.settings import load_settings
 from remediate.errors import ConfigError, PlaybookError
 from remediate.store import Store
+from remediate.store import schema as t
 from tests.conftest import ingest_alerts
 from tests.support.stores import rows
 from tests.unit.test_engine import T0, MakeEngine, playbook, xid

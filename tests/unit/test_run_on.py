@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from remediate import schema as t
 from remediate.actions.base import ActionRegistry
 from remediate.errors import PlaybookError
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import parse_playbook
 from remediate.store import Store
+from remediate.store import schema as t
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE
 from tests.support.stores import rows as table_rows

@@ -10,10 +10,10 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import ConfigError, StoreBusy
 from remediate.judging.engine import Engine
 from remediate.store import PoolLimits, Store
+from remediate.store import schema as t
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.postgres import PostgresCluster
 from tests.support.stores import EVERY_DATABASE, table_counts

@@ -17,10 +17,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remediate import schema as t
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, Store
+from remediate.store import schema as t
 from remediate.store.decision_time import monotonic, time_conditions
 from remediate.store.history import history_page
 from tests.conftest import alert_payload, ingest_alerts

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import StoreBusy
 from remediate.runs import RunStatus
 from remediate.store import Store
+from remediate.store import schema as t
 from tests.support.stores import EVERY_DATABASE
 
 

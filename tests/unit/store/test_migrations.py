@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remediate import schema
-from remediate.store import Store
+from remediate.store import Store, schema
 from tests.support.postgres import PostgresCluster
 from tests.support.store_json import run_json_of
 from tests.support.stores import DATABASES, start_attempt

@@ -11,11 +11,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.breaker import Claim
 from remediate.executor import Executor
 from remediate.judging.engine import Engine
 from remediate.store import ReportQuery, Store
+from remediate.store import schema as t
 from remediate.store.report import FiringRow, build_report
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import EVERY_DATABASE

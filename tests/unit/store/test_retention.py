@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.judging.engine import Engine, IngestResult
 from remediate.runs import RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import Store
+from remediate.store import schema as t
 from remediate.store.retention import Pruner, PruneReport
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.retention import fill

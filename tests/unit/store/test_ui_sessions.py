@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.store import LoginThrottle, Store
+from remediate.store import schema as t
 from tests.support.stores import EVERY_DATABASE
 from tests.unit.store.support import T0
 

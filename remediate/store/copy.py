@@ -29,12 +29,18 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from remediate import schema as t
 from remediate.errors import ConfigError, DatabaseCopyError, StoreUnavailable
-from remediate.source_guard import QUERY_TIME_LIMIT_S, check_plain_tables, guarded_sqlite, json_column, time_limited
 from remediate.store import Store, decision_time
+from remediate.store import schema as t
 from remediate.store.database import shown_url as shown
 from remediate.store.shown_url import hide_in_text
+from remediate.store.source_guard import (
+    QUERY_TIME_LIMIT_S,
+    check_plain_tables,
+    guarded_sqlite,
+    json_column,
+    time_limited,
+)
 
 DEFAULT_BATCH_SIZE = 1000
 """Rows read and inserted per statement: memory stays bounded by one batch of the widest table."""
@@ -127,7 +133,7 @@ def _open_source(url: str, time_limit: float = QUERY_TIME_LIMIT_S) -> sa.Engine:
         if not path.is_file():
             raise DatabaseCopyError(f"no database at {path}")
         # mode=ro: SQLite itself refuses every write to the file, whatever this code does; a file from
-        # elsewhere runs nothing of its schema, and no query runs past the limit (remediate.source_guard).
+        # elsewhere runs nothing of its schema, and no query runs past the limit (remediate.store.source_guard).
         uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
         connect, on_execute = guarded_sqlite(uri, time_limit)
         engine = sa.create_engine(f"sqlite:///{path}", creator=connect, poolclass=sa.pool.NullPool)

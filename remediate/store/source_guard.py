@@ -7,7 +7,7 @@ read-only with `trusted_schema=OFF` (SQLite then runs no function or virtual tab
 query has a time limit (sqlite3's progress handler; PostgreSQL's statement_timeout), past which it is stopped
 with an error that says so. A column remediate wrote as JSON that is not JSON names its row and column.
 
-Called by remediate.dbcopy (`_open_source`, `_check_source`) and remediate.rehearsal.replay.
+Called by remediate.store.copy (`_open_source`, `_check_source`) and remediate.rehearsal.replay.
 """
 
 from __future__ import annotations
