@@ -6,7 +6,7 @@ typed and do nothing else: no link, mention, formatting or line break that the p
 Each function here takes such a value and returns it ready to be placed in its format; the playbook's
 own text is never passed through them (it keeps its formatting). Called by the chat renderers
 (remediate.actions.chat), the step-time message templates (remediate.actions.messages) and the Grafana
-annotator (remediate.grafana).
+annotator (remediate.executor.grafana).
 
 Pure: imports nothing of remediate.
 """

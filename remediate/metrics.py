@@ -70,7 +70,8 @@ class Metrics(ExecutorMetrics):
         )
         self.agent_call_errors = Counter(
             "remediate_agent_call_errors_total",
-            "Calls to a node agent that got no answer of the protocol, by reason (remediate.runners.AGENT_CALL_ERRORS)",
+            "Calls to a node agent that got no answer of the protocol, by reason"
+            " (remediate.executor.agent_calls.AGENT_CALL_ERRORS)",
             ["reason"],
             **kw,
         )
@@ -83,7 +84,7 @@ class Metrics(ExecutorMetrics):
         self.agent_call_duration = Histogram(
             "remediate_agent_call_duration_seconds",
             "Time of a call to a node agent (retries included), by action and outcome (answered, or the"
-            " reason it got no answer: remediate.runners.AGENT_CALL_ERRORS)",
+            " reason it got no answer: remediate.executor.agent_calls.AGENT_CALL_ERRORS)",
             ["action", "outcome"],
             buckets=STEP_BUCKETS,
             **kw,
@@ -109,7 +110,7 @@ class Metrics(ExecutorMetrics):
         )
         self.approval_announcements = Counter(
             "remediate_approval_announcements_total",
-            "Chat messages that a run awaits approval (remediate.announce), by outcome (sent, failed)",
+            "Chat messages that a run awaits approval (remediate.executor.announce), by outcome (sent, failed)",
             ["outcome"],
             **kw,
         )

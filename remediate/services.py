@@ -16,12 +16,13 @@ from prometheus_client import CollectorRegistry
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.messages import run_page_url
-from remediate.announce import Announcer
 from remediate.beat import ExecutorBeat
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config.settings import Credential, Settings, check_server_credentials
 from remediate.executor import Executor
-from remediate.grafana import Annotator, target_from_settings
+from remediate.executor.announce import Announcer
+from remediate.executor.dispatch import Dispatch
+from remediate.executor.grafana import Annotator, target_from_settings
 from remediate.judging.engine import Engine
 from remediate.judging.waves import NodeWaves
 from remediate.kube.agents import own_namespace
@@ -30,7 +31,6 @@ from remediate.kube.enroll import AgentEnrollment
 from remediate.live import LiveSet
 from remediate.metrics import Metrics, multiprocess_mode
 from remediate.playbooks.playbook import PlaybookSet, load_playbooks
-from remediate.runners import Dispatch
 from remediate.store import PoolLimits, Store
 
 

@@ -84,7 +84,7 @@ VIOLATIONS = [
     ("judging.guards", "remediate.store", "guards"),
     ("judging.engine", "remediate.executor", "engine-executor"),
     ("executor.loop", "gunicorn", "engine-executor-http"),
-    ("runners", "remediate.store", "runners"),
+    ("executor.runners", "remediate.store", "runners"),
     ("agent.service", "remediate.judging.engine", "agent"),
     ("kube.model", "remediate.breaker", "backends"),
     ("breaker", "kubernetes", "breaker"),
@@ -232,7 +232,7 @@ def test_no_module_uses_a_shell() -> None:
 
 def test_the_two_sides_of_the_agent_call_meet_only_in_the_protocol() -> None:
     graph = grimp.build_graph("remediate", cache_dir=None, include_external_packages=True)
-    server_side = {"remediate.runners", "remediate.kube.agents"}
+    server_side = {"remediate.executor.agent_calls", "remediate.kube.agents"}
     agent_side = {"remediate.agent.service", "remediate.agent.server"}
     for side, other in ((server_side, agent_side), (agent_side, server_side)):
         for module in side:

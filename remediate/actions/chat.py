@@ -380,7 +380,7 @@ class ChatWebhookAction(PostingAction):
         return self._post(params, ctx, self.message(params, ctx), idempotency_key(ctx))
 
     def announce(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        """Post, to this step's webhook, that `ctx`'s run waits for approval (remediate.announce calls it once
+        """Post, to this step's webhook, that `ctx`'s run waits for approval (remediate.executor.announce calls it once
         per run, before any step ran): what fired, what remediate will do once approved, the Approve button.
         The same POST as `execute`, under an Idempotency-Key of its own."""
         key = f"remediate-run-{ctx.run_id}-awaiting-approval-{ctx.step_index}"

@@ -121,7 +121,7 @@ class NotifyAction(Action):
         return {"sink": sink.name, "type": sink.type, **action.execute(posted, ctx)}
 
     def announce(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
-        """That the run waits for approval, to a Slack or Teams sink (remediate.announce): that action's own
+        """That the run waits for approval, to a Slack or Teams sink (remediate.executor.announce): that action's own
         announcement. A webhook sink is told nothing before approval, as notify.webhook is not."""
         sink, action, posted = self._target(params)
         if not isinstance(action, ChatWebhookAction):

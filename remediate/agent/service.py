@@ -1,6 +1,6 @@
 """`remediate agent`: runs `where: node` steps on the node that owns the GPUs, training processes and disks.
 
-The server sends a node step for another node here (remediate.runners.AgentRunner);
+The server sends a node step for another node here (remediate.executor.agent_calls.AgentRunner);
 the agent (its HTTP face and its process are remediate.agent.server's) runs the action's `plan`
 or `execute` and answers with what it returned, or with a structured error {error_class:
 retryable|permanent, message}: the request and answer shapes are in remediate.agentwire.protocol,

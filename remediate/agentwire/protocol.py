@@ -1,6 +1,6 @@
 """What both sides of a call to the node agent share: paths, requests, answers, errors.
 
-The server (remediate.runners.AgentRunner) builds a StepRequest or CancelRequest and POSTs
+The server (remediate.executor.agent_calls.AgentRunner) builds a StepRequest or CancelRequest and POSTs
 its `encode()`d body, signed (remediate.agentwire.auth), to STEP_PATHS[kind] or CANCEL_PATH of the agent
 it found through an AgentDirectory; the agent (remediate.agent.server) `parse`s the body and
 answers with `step_answer` or, when the step was refused or failed, with `error_answer(exc)`:
@@ -72,7 +72,8 @@ class AgentNotFound(Exception):
 
 
 class AgentDirectory(ABC):
-    """Node name -> agent base URL (remediate.runners.StaticAgents, remediate.kube.agents.KubernetesAgents)."""
+    """Node name -> agent base URL (remediate.executor.agent_calls.StaticAgents,
+    remediate.kube.agents.KubernetesAgents)."""
 
     @abstractmethod
     def url_for(self, node: str) -> str:

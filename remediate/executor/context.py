@@ -15,7 +15,7 @@ from remediate.runs import ClaimedRun, StepRecord
 @dataclass(frozen=True)
 class StepContexts:
     """What every step of one executor shares: the action memory, the circuit breaker, the executor's stop.
-    The announcer (remediate.announce) shares only its stop: it changes nothing, so it has no breaker."""
+    The announcer (remediate.executor.announce) shares only its stop: it changes nothing, so it has no breaker."""
 
     memory: ActionMemory = field(default_factory=InMemoryMemory)
     breaker: CircuitBreaker | None = None

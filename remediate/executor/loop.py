@@ -21,11 +21,11 @@ from remediate.breaker import CircuitBreaker
 from remediate.config.settings import ExecutorSettings
 from remediate.errors import ClaimLostError, StoreUnavailable
 from remediate.executor.context import StepContexts
+from remediate.executor.dispatch import Dispatch
 from remediate.executor.leases import STORE_RETRY_MAX_S, Leases, StoreOutage, heartbeat_interval
 from remediate.executor.metrics import ExecutorMetrics
 from remediate.executor.reconcile import reconcile_pending
 from remediate.executor.steps import ClaimedElsewhere, StepExecutor
-from remediate.runners import Dispatch
 from remediate.runs import ClaimedRun, FinishedRun
 from remediate.store import Store, worker_identity
 
@@ -46,13 +46,13 @@ class Executor:
     clock: Callable[[], float] = time.time
     retry_wait_max: float = 10.0
     dispatch: Dispatch | None = None
-    """Where each step runs: here (None), or on its node's agent (remediate.runners)."""
+    """Where each step runs: here (None), or on its node's agent (remediate.executor.dispatch)."""
     breaker: CircuitBreaker | None = None
     """The circuit breaker of cluster actions, kept in the store (default limits unless given)."""
     reconcile_interval: float = 15.0
     """Seconds between looks for late outcomes of steps that gave up waiting (reconcile_pending)."""
     on_run_finished: Sequence[Callable[[FinishedRun], None]] = ()
-    """Told of every run end once the store has recorded it (e.g. remediate.grafana's annotator); each must
+    """Told of every run end once the store has recorded it (e.g. remediate.executor.grafana's annotator); each must
     return at once: it is called on the executor thread, between two runs."""
 
     def __post_init__(self) -> None:

@@ -16,7 +16,7 @@ reason, except those marked `always: true` (a notification), which still run; th
 failed. Plans only read, so their retryable errors are retried too, with the same budget. An
 error after a request may have reached its target (AmbiguousActionError) is never retried for
 an action that is not idempotent. A `where: node` step for another node runs on that node's
-agent (remediate.runners: the executor calls a runner's plan/execute, never the
+agent (remediate.executor.runners: the executor calls a runner's plan/execute, never the
 action's directly). After a crash, recovery (remediate.executor.leases) requeues the
 runs of dead executors; a step that was in flight is run again only when its
 action declares itself idempotent, otherwise the run fails with that reason.
@@ -55,9 +55,10 @@ from remediate.errors import (
     StoreUnavailable,
 )
 from remediate.executor.context import StepContexts
+from remediate.executor.dispatch import Dispatch
 from remediate.executor.leases import Leases
 from remediate.executor.metrics import ExecutorMetrics
-from remediate.runners import Dispatch, StepRunner
+from remediate.executor.runners import StepRunner, stamped
 from remediate.runs import (
     DONE_STEP_STATUSES,
     AttemptOutcome,
@@ -240,7 +241,7 @@ class StepExecutor:
         ctx = self.contexts.context(run, step, deadline, steps=reported)
         runner = self.dispatch.runner_for(action, step.node_of(run))
         try:
-            plan = runner.stamp(plan_step(runner, action, params, ctx, step, self.retry_wait_max))
+            plan = stamped(runner, plan_step(runner, action, params, ctx, step, self.retry_wait_max))
         except (ClaimLostError, StoreUnavailable):
             raise
         except Exception as exc:
@@ -256,7 +257,7 @@ class StepExecutor:
         try:
             # The plan is recorded with the start of the first attempt (one transaction).
             number, outcome = self._attempts(runner, action, params, ctx, step, plan, run, progress)
-            result = runner.stamp(outcome)
+            result = stamped(runner, outcome)
         except (ClaimLostError, StoreUnavailable):  # the store failed, not the step: see Executor._execute_claimed
             raise
         except Exception as exc:

@@ -1,6 +1,6 @@
 """Finding the node agent of a node through the Kubernetes API: the agent DaemonSet's pod on that node.
 
-The server's Dispatch (remediate.runners) asks a KubernetesAgents directory (an
+The server's Dispatch (remediate.executor.dispatch) asks a KubernetesAgents directory (an
 remediate.agentwire.protocol.AgentDirectory) for the agent URL of a step's target node, when
 `agent_selector` is set. The API client is remediate.kube.KubeClient's, built from the same
 settings (`kubeconfig`, `kube_context`) as the k8s.* actions: there is one place that loads

@@ -2,7 +2,7 @@
 
 `k8s.handoff` writes it (remediate.actions.k8s.handoff); while it names someone other than remediate,
 remediate's changes of the node refuse, naming the owner: k8s.cordon, taint and drain (KubeAction.read_node)
-and every node step for it (gpu.*, training.*: the server's Dispatch, remediate.runners). The undo of
+and every node step for it (gpu.*, training.*: the server's Dispatch, remediate.executor.dispatch). The undo of
 remediate's own changes (uncordon, untaint, `Action.undoes`) is never refused. The owner releases the node
 by removing the annotation, or an operator runs `remediate node release NODE`.
 
@@ -80,7 +80,7 @@ def release_patch() -> dict[str, dict[str, dict[str, None]]]:
 
 @dataclass(frozen=True)
 class NodeOwners:
-    """Who owns a node, read from the API now (the executor's check of node steps, remediate.runners)."""
+    """Who owns a node, read from the API now (the executor's check of node steps, remediate.executor.runners)."""
 
     client: KubeClient
 

@@ -14,10 +14,11 @@ from remediate.actions import default_registry
 from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext, StepView
 from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
 from remediate.config.settings import Settings
+from remediate.executor.dispatch import Dispatch
+from remediate.executor.runners import stamped
 from remediate.intake.alerts import Notification, alert_ref, parse_notification
 from remediate.judging.engine import Judged
 from remediate.playbooks.playbook import load_playbooks
-from remediate.runners import Dispatch
 from remediate.runs import StepStatus
 from remediate.services import engine_for
 from remediate.store import Store
@@ -107,7 +108,7 @@ def _report(
                 }
                 runner = dispatch.runner_for(action, node)
                 try:
-                    item["plan"] = runner.stamp(runner.plan(action, step.params, ctx))
+                    item["plan"] = stamped(runner, runner.plan(action, step.params, ctx))
                 except Exception as exc:
                     item["plan_error"] = f"{exc.__class__.__name__}: {exc}"
                 steps.append(item)

@@ -458,10 +458,10 @@ def preflight(settings: Settings) -> LiveSet:
 
     check_server_credentials(settings.auth)
     live = read_live(settings)
-    from remediate.runners import Dispatch
+    from remediate.executor.dispatch import Dispatch
 
     dispatch = Dispatch.from_settings(settings)  # agents configured without a token: fail here, not in workers
-    from remediate.grafana import target_from_settings
+    from remediate.executor.grafana import target_from_settings
 
     target_from_settings(settings.grafana)  # grafana_url without its token: the same
     settings.notify.slack_signing_secret()  # Slack's signing secret file missing or empty: the same

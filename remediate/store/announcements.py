@@ -1,6 +1,6 @@
 """The announcements' rows: which run awaiting approval is to be announced in chat, taken once, and the outcome.
 
-Who calls it: the announcer (remediate.announce, in the executor process) through `Store.announcements`.
+Who calls it: the announcer (remediate.executor.announce, in the executor process) through `Store.announcements`.
 
 A run with a chat step (`actions`) is found by a read, then taken by ONE atomic UPDATE ... RETURNING
 that matches only while it still awaits approval and was never taken (`announced_at IS NULL`): two

@@ -160,7 +160,8 @@ class RunDetail(NamedTuple):
     approved_by: str | None
     approved_at: float | None
     announced_at: float | None
-    """When the chat message that the run awaits approval was sent (remediate.announce); None: not announced."""
+    """When the chat message that the run awaits approval was sent (remediate.executor.announce); None: not
+    announced."""
     announce_error: str | None
     """Why that message was not (or not surely) sent; None when it was, or when none was due."""
     error: str | None

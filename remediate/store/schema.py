@@ -89,7 +89,7 @@ runs = sa.Table(
     sa.Column("superseded_by", sa.Integer, nullable=True),
     # The escalation ladder's rung (1 = the gentlest) this run ran; NULL for a playbook without `escalate`.
     sa.Column("rung", sa.Integer, nullable=True),
-    # The chat message saying that a run awaits approval (remediate.announce): when the announcer took the
+    # The chat message saying that a run awaits approval (remediate.executor.announce): when the announcer took the
     # run (NULL: not announced, or nothing to announce), and what went wrong (NULL once sent).
     sa.Column("announced_at", sa.Float, nullable=True),
     sa.Column("announce_error", sa.Text, nullable=True),

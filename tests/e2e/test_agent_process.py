@@ -68,9 +68,7 @@ def test_the_agent_is_one_process_that_loads_no_web_framework_sqlalchemy_store_o
         assert {"http.server", "remediate.agent.service", "remediate.agent.state"} <= imported  # the list is read
         heavy = ("flask", "werkzeug", "gunicorn", "sqlalchemy", "kubernetes", "requests")
         assert not {m for m in imported if m.split(".")[0] in heavy}
-        assert not {
-            m for m in imported if m.startswith(("remediate.store", "remediate.server"))
-        }
+        assert not {m for m in imported if m.startswith(("remediate.store", "remediate.server"))}
 
         os.kill(agent.pid, signal.SIGHUP)  # a closed terminal: nothing to reload, it serves on
         time.sleep(0.5)  # a SIGHUP at its default would have ended it at once; nothing to wait for otherwise

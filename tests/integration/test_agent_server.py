@@ -21,9 +21,9 @@ from remediate.agent.service import AgentService
 from remediate.agentwire.auth import ANSWER_HEADER, AgentAuthError, node_token, sign, verify_answer
 from remediate.config.settings import Settings
 from remediate.errors import ActionError, ConfigError, RetryableActionError
+from remediate.executor.agent_calls import AgentRunner, StaticAgents
 from remediate.gpu import SimulatedBackend
 from remediate.intake.alerts import alert_ref
-from remediate.runners import AgentRunner, StaticAgents
 from tests.support.agent import (
     AGENT_TOKEN,
     AgentClient,

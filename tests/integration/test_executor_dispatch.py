@@ -16,9 +16,10 @@ from remediate.actions.log import LogAction
 from remediate.agent.service import AgentService
 from remediate.agentwire.protocol import EXECUTE, STEP_PATHS
 from remediate.executor import Executor
+from remediate.executor.agent_calls import StaticAgents
+from remediate.executor.dispatch import Dispatch
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
-from remediate.runners import Dispatch, StaticAgents
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, serve_agent

@@ -16,6 +16,7 @@ from remediate.actions import default_registry
 from remediate.actions.base import StepContext, Where
 from remediate.config.settings import Settings
 from remediate.executor import Executor
+from remediate.executor.dispatch import Dispatch
 from remediate.gpu import SimulatedBackend
 from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine
@@ -24,7 +25,6 @@ from remediate.kube.errors import KubeError
 from remediate.kube.owner import NodeOwnedElsewhere
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.rehearsal.dryrun import dry_run
-from remediate.runners import Dispatch
 from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI

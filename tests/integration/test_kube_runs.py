@@ -34,11 +34,12 @@ from remediate.cli import main
 from remediate.config.settings import ExecutorSettings, Settings
 from remediate.config.values import Sink, to_sinks
 from remediate.executor import Executor
+from remediate.executor.agent_calls import StaticAgents
+from remediate.executor.dispatch import Dispatch
 from remediate.judging.engine import Engine
 from remediate.kube import CORDONED_BY_RUN, OWNER, KubeClient
 from remediate.metrics import exposition
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
-from remediate.runners import Dispatch, StaticAgents
 from remediate.runs import FINAL_RUN_STATUSES
 from remediate.server import build_services, create_app
 from remediate.store import HistoryQuery, Store

@@ -174,7 +174,8 @@ def test_a_late_acknowledgement_on_another_node_is_reconciled_through_its_agent(
 ) -> None:
     from remediate.actions.base import InMemoryMemory
     from remediate.agent.service import AgentService
-    from remediate.runners import Dispatch, StaticAgents
+    from remediate.executor.agent_calls import StaticAgents
+    from remediate.executor.dispatch import Dispatch
     from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
 
     job = processes.start("job-a", load_delay=2.5)
@@ -262,7 +263,8 @@ def node_agent(root: Path, tmp_path: Path) -> Iterator[Any]:
 def _executor_through(agent: Any, tmp_path: Path, store: Store, playbook: dict[str, Any]) -> tuple[Engine, Executor]:
     """An engine and a started executor whose node steps for gpu-node-1 go to `agent` (the server's own
     control root holds no job: only the agent can reach it)."""
-    from remediate.runners import Dispatch, StaticAgents
+    from remediate.executor.agent_calls import StaticAgents
+    from remediate.executor.dispatch import Dispatch
     from tests.support.server import AGENT_TOKEN
 
     elsewhere = tmp_path / "server-root"
@@ -376,7 +378,8 @@ def test_a_strict_checkpoint_node_step_that_fails_keeps_every_jobs_outcome_in_th
     and the five checkpoints vanished from the history (at 25 s)."""
     from remediate.actions.base import InMemoryMemory
     from remediate.agent.service import AgentService
-    from remediate.runners import Dispatch, StaticAgents
+    from remediate.executor.agent_calls import StaticAgents
+    from remediate.executor.dispatch import Dispatch
     from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
 
     pids = {f"job-{i}": processes.start(f"job-{i}").pid for i in range(5)}
@@ -458,9 +461,9 @@ def test_the_shipped_rollback_runs_while_the_kubernetes_api_is_down(
 ) -> None:
     """The owner check of node steps read the node from the API first: with the API down the rollback failed
     at its plan (`retries: 0` in the shipped playbook). A command to a job runs without the check, and says so."""
+    from remediate.executor.dispatch import Dispatch
     from remediate.kube import KubeClient
     from remediate.kube.owner import NodeOwners
-    from remediate.runners import Dispatch
     from tests.support.fake_apiserver import FakeKubeAPI
 
     job = processes.start("job-a")

@@ -1,4 +1,4 @@
-"""remediate.announce: the Announcer sends each run awaiting approval's message once, to each distinct webhook
+"""remediate.executor.announce: the Announcer sends each run awaiting approval's message once, to each distinct webhook
 of its chat steps; never for a run approved or cancelled first; a failure is recorded and not sent again;
 only a POST that provably sent nothing is tried again. On a SQLite file."""
 
@@ -16,9 +16,9 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.actions.notify_sink import NotifyAction
 from remediate.actions.schema import Param, ParamSchema
-from remediate.announce import FAILED, SENT, Announcer, announcing_actions
 from remediate.config.values import to_sinks
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
+from remediate.executor.announce import FAILED, SENT, Announcer, announcing_actions
 from remediate.judging.engine import Engine, IngestResult
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store

@@ -82,7 +82,7 @@ def test_panel_ids_are_unique_and_the_runs_are_shown_as_annotations() -> None:
 
     assert len(ids) == len(set(ids))
     (runs,) = [a for a in board["annotations"]["list"] if a["name"] == "remediate runs"]
-    assert runs["target"]["tags"] == ["remediate"]  # the tag remediate.grafana.Annotator puts on every run
+    assert runs["target"]["tags"] == ["remediate"]  # the tag remediate.executor.grafana.Annotator puts on every run
 
 
 # Grafana's unit ids the dashboard may use: durations, counts, rates and 0/1 states.

@@ -1,4 +1,4 @@
-"""remediate.grafana: the annotation of a finished run, which runs get one, and posting off the run's path."""
+"""remediate.executor.grafana: the annotation of a finished run, which runs get one, and posting off the run's path."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from remediate.config.settings import load_settings
 from remediate.errors import ConfigError
-from remediate.grafana import Annotator, GrafanaTarget, annotation, target_from_settings
+from remediate.executor.grafana import Annotator, GrafanaTarget, annotation, target_from_settings
 from remediate.runs import FinishedRun, RunStatus
 from tests.support.realsystems import WebhookRecorder
 from tests.support.waiting import scaled, wait_until

@@ -1,4 +1,5 @@
-"""remediate.runners: which runner a step gets, calls to a real agent on loopback, finding agents in Kubernetes."""
+"""Which runner a step gets (executor.dispatch, .runners), calls to a real agent on loopback (.agent_calls),
+finding agents in Kubernetes."""
 
 from __future__ import annotations
 
@@ -22,17 +23,11 @@ from remediate.agentwire.auth import ANSWER_HEADER, node_token, sign_answer
 from remediate.agentwire.protocol import PERMANENT, AgentNotFound, classify
 from remediate.config.settings import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
+from remediate.executor.agent_calls import AGENT_CALL_ERRORS, AgentRunner, ChainedAgents, StaticAgents
+from remediate.executor.dispatch import Dispatch
+from remediate.executor.runners import LocalRunner, WrongHostError, stamped
 from remediate.intake.alerts import alert_ref
 from remediate.kube.agents import KubernetesAgents
-from remediate.runners import (
-    AGENT_CALL_ERRORS,
-    AgentRunner,
-    ChainedAgents,
-    Dispatch,
-    LocalRunner,
-    StaticAgents,
-    WrongHostError,
-)
 from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, registry_with, serve_agent
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.realsystems import free_port
@@ -86,11 +81,11 @@ def test_without_agents_this_hosts_node_steps_run_here_and_say_so() -> None:
     node = dispatch.runner_for(ECHO, "gpu-host")
     assert isinstance(node, LocalRunner)
     assert node.ran_on == "gpu-host (server)"
-    assert node.stamp({"x": 1}) == {"x": 1, "ran_on": "gpu-host (server)"}
+    assert stamped(node, {"x": 1}) == {"x": 1, "ran_on": "gpu-host (server)"}
     assert isinstance(dispatch.runner_for(ECHO, "gpu-host.example"), LocalRunner)
     cluster = dispatch.runner_for(LogAction(), "node-b")
     assert cluster.ran_on is None
-    assert cluster.stamp({"x": 1}) == {"x": 1}  # cluster steps are recorded as before, for any target
+    assert stamped(cluster, {"x": 1}) == {"x": 1}  # cluster steps are recorded as before, for any target
 
 
 def test_without_agents_a_node_step_for_another_node_is_refused_naming_node_name() -> None:
@@ -164,7 +159,7 @@ def test_plan_and_execute_travel_to_the_agent_with_the_steps_context(agent: tupl
     assert plan == {"would_echo": "hi", "remembered": None}
     assert result == {"echoed": "hi", "run_id": 3, "alertname": "Hot"}
     assert remote.ran_on == f"node-b (agent {url})"
-    assert remote.stamp(result)["ran_on"] == f"node-b (agent {url})"
+    assert stamped(remote, result)["ran_on"] == f"node-b (agent {url})"
     assert [c[0] for c in echo.calls] == ["plan", "execute"]
     assert 9 < echo.calls[1][2].remaining() <= 10  # the step's remaining time went along
 

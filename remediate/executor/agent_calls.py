@@ -1,17 +1,4 @@
-"""Where a step runs: in this process (LocalRunner) or on the node agent of its target (AgentRunner).
-
-The executor asks `Dispatch.runner_for(action, target)` for every step and calls
-the runner's `plan` / `execute` instead of the action's own. Cluster steps always
-run here. A `where: node` step runs here too on a single host (no agent known: no
-`agents` map and no Kubernetes discovery) when its target is this host (`node_name` and
-`node_aliases`; unset: the machine's host name or its short form) — a target that is not
-fails the step, saying what to set — or when its target is this server's own `node_name`;
-otherwise it goes to `remediate agent` on the target node, found in the
-static `agents` map or, with `agent_selector`, through the Kubernetes API (remediate.kube.agents: the agent
-DaemonSet's Running+Ready pod whose spec.nodeName is the target, and whose controller
-ownerReference is that DaemonSet: `agent_daemonset`, else any DaemonSet; a pod with the
-right labels but another owner is an impostor and is never chosen). A node that has no
-agent fails the step; it never runs on the wrong node.
+"""The server's end of a call to a node agent: AgentRunner sends a node step to `remediate agent` on its node.
 
 Calls to an agent (paths, request and answer shapes, error classes: remediate.agentwire.protocol, which the
 agent's side uses too): POST {action, params, context} to /v1/steps/plan|execute, signed with
@@ -43,17 +30,15 @@ http://10.0.0.7:9096)", "node-a (server)") so `/runs/<id>` shows where a step ra
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
-from remediate.actions.base import Action, StepContext, Where
+from remediate.actions.base import Action, StepContext
 from remediate.actions.notify import request_not_sent
 from remediate.agentwire.auth import ANSWER_HEADER, AgentAuthError, new_nonce, node_token, sign, verify_answer
 from remediate.agentwire.protocol import (
@@ -68,72 +53,15 @@ from remediate.agentwire.protocol import (
     answer_key,
     error_from_answer,
 )
-from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
-from remediate.kube.agents import KubernetesAgents, own_namespace
-from remediate.kube.owner import NodeOwnedElsewhere, NodeOwner, NodeOwners, OwnerCheck, check_owner
+from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 
 if TYPE_CHECKING:
     import requests
-
-    from remediate.config.settings import Settings
 
 log = logging.getLogger("remediate.runners")
 
 STOP_POLL_S = 0.1
 """How often a call to an agent checks whether the executor is stopping (then it asks the agent to stop the step)."""
-
-
-class StepRunner(ABC):
-    """Runs one step's plan or execute somewhere; `ran_on` says where (None: a cluster step, here)."""
-
-    ran_on: str | None = None
-
-    @abstractmethod
-    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any: ...
-
-    @abstractmethod
-    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any: ...
-
-    def stamp(self, value: Any) -> Any:
-        """`value` (a plan or result) with `ran_on` added, for node steps."""
-        where = self.ran_on
-        if where is None or not isinstance(value, dict):
-            return value
-        return {**value, "ran_on": where}
-
-
-class WrongHostError(ActionError):
-    """A node step on a single host (no agents) for a target that is not this host: it would act on the
-    wrong machine's GPUs, disks or jobs."""
-
-
-@dataclass(frozen=True)
-class RefusingRunner(StepRunner):
-    """A node step that must not run here, and has nowhere else to go: plan and execute fail with why."""
-
-    reason: str
-
-    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        raise WrongHostError(self.reason)
-
-    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        raise WrongHostError(self.reason)
-
-
-@dataclass(frozen=True)
-class LocalRunner(StepRunner):
-    """Calls the action in this process."""
-
-    ran_on: str | None = None
-
-    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        return action.plan(params, ctx)
-
-    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        return action.execute(params, ctx)
-
-
-# --------------------------------------------------------------------------- finding agents
 
 
 @dataclass(frozen=True)
@@ -189,7 +117,7 @@ AGENT_CALL_ERRORS = ("unreachable", "ambiguous", "bad_answer")
 
 
 @dataclass(eq=False)
-class AgentRunner(StepRunner):
+class AgentRunner:
     """Sends the step to the agent of `node`; see the module docstring for retries and errors."""
 
     node: str
@@ -436,161 +364,3 @@ class AgentRunner(StepRunner):
 def _short_error(exc: BaseException) -> str:
     text = str(exc) or exc.__class__.__name__
     return text if len(text) <= 300 else text[:299] + "…"
-
-
-# --------------------------------------------------------------------------- dispatch
-
-
-@dataclass(eq=False, kw_only=True)
-class Dispatch:
-    """Picks the runner of each step (see the module docstring)."""
-
-    directory: AgentDirectory | None = None
-    node_name: str | None = None
-    host_names: frozenset[str] | None = None
-    """Without agents, the names a node step's target may have to run here; None: any (for tests and embedded
-    use that build the executor by hand)."""
-    token: str | None = None
-    # Handed unchanged to every AgentRunner this dispatch builds.
-    retries: int = 3
-    connect_timeout: float = 3.0
-    default_timeout: float = 300.0
-    retry_wait_max: float = 2.0
-    on_agent_error: Callable[[str], None] | None = None
-    on_agent_call: Callable[[str, str, float], None] | None = None
-    owners: Callable[[str], NodeOwner | None] | None = None
-    """Who owns a node other than remediate (remediate.kube.owner): node steps on such a node are refused,
-    except an undo (`Action.undoes`). None (no Kubernetes configured): not checked."""
-
-    def __post_init__(self) -> None:
-        self.cluster = LocalRunner()
-        self.local_node = LocalRunner(f"{self.node_name or socket.gethostname()} (server)")
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        on_agent_error: Callable[[str], None] | None = None,
-        on_agent_call: Callable[[str, str, float], None] | None = None,
-    ) -> Dispatch:
-        """`on_agent_error`: told the reason of each agent call that failed (see AgentRunner.on_call_error);
-        `on_agent_call`: told each call's action, outcome and seconds (AgentRunner.on_call_done)."""
-        directories: list[AgentDirectory] = []
-        if settings.agent.agents:
-            directories.append(StaticAgents(dict(settings.agent.agents)))
-        if settings.agent.selector:
-            directories.append(
-                KubernetesAgents(
-                    settings.agent.selector,
-                    settings.agent.namespace or own_namespace(),
-                    settings.agent.port,
-                    kubeconfig=settings.kube.kubeconfig,
-                    context=settings.kube.context,
-                    daemonset=settings.agent.daemonset,
-                )
-            )
-        token, kube = settings.agent.resolved_token(), settings.kube
-        if directories and not token and not settings.auth.insecure_no_auth:
-            raise ConfigError(
-                "agents are configured (agents / agent_selector) but no agent token: set REMEDIATE_AGENT_TOKEN "
-                "or agent_token_file (the same token the agents serve with)"
-            )
-        directory: AgentDirectory | None = None
-        if directories:
-            directory = directories[0] if len(directories) == 1 else ChainedAgents(*directories)
-        return cls(
-            directory=directory,
-            node_name=settings.agent.node_name,
-            host_names=None if directory else this_host_names(settings),
-            token=token,
-            retries=settings.agent.retries,
-            connect_timeout=settings.agent.connect_timeout,
-            default_timeout=settings.engine.step_timeout,
-            on_agent_error=on_agent_error,
-            on_agent_call=on_agent_call,
-            owners=NodeOwners.configured(kube.kubeconfig, kube.context, kube.request_timeout),
-        )
-
-    @property
-    def uses_agents(self) -> bool:
-        return self.directory is not None
-
-    def runner_for(self, action: Action, target: str) -> StepRunner:
-        runner = self._runner_for(action, target)
-        if self.owners is None or action.where != Where.NODE or action.undoes:
-            return runner
-        return OwnerCheckedRunner(runner, target, self.owners)
-
-    def _runner_for(self, action: Action, target: str) -> StepRunner:
-        if action.where != Where.NODE:
-            return self.cluster
-        if self.directory is None:
-            if self.host_names is not None and target not in self.host_names:
-                return RefusingRunner(wrong_host_message(target, self.node_name, self.host_names))
-            return self.local_node
-        if self.node_name is not None and target == self.node_name:
-            return self.local_node
-        return AgentRunner(
-            target, self.directory, self.token, retries=self.retries, connect_timeout=self.connect_timeout,
-            default_timeout=self.default_timeout, retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error,
-            on_call_done=self.on_agent_call,
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class OwnerCheckedRunner(StepRunner):
-    """A node step on a node another system owns (k8s.handoff) is refused, naming the owner: its plan says
-    can_act false, its execute fails; on a node nobody else owns, `inner` runs it. An owner that cannot be
-    read: remediate.kube.owner.check_owner (its plan and result say so, `owner_check`, where it runs)."""
-
-    inner: StepRunner
-    node: str
-    owners: Callable[[str], NodeOwner | None]
-
-    @property
-    def ran_on(self) -> str | None:  # type: ignore[override]
-        return self.inner.ran_on
-
-    def _check(self, action: Action, ctx: StepContext) -> OwnerCheck:
-        check = check_owner(self.owners, self.node, action.name, runs_if_unknown=action.runs_if_owner_unknown)
-        if check.unchecked:
-            log.warning("run %s step %s: %s", ctx.run_id, ctx.step_index, check.unchecked)
-        return check
-
-    def plan(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        check = self._check(action, ctx)
-        if check.refused:
-            return {"can_act": False, "why_not": check.refused}
-        return check.noted(self.inner.plan(action, params, ctx))
-
-    def execute(self, action: Action, params: Mapping[str, Any], ctx: StepContext) -> Any:
-        check = self._check(action, ctx)
-        if check.refused:
-            raise NodeOwnedElsewhere(check.refused)
-        return check.noted(self.inner.execute(action, params, ctx))
-
-
-def this_host_names(settings: Settings) -> frozenset[str]:
-    """The targets a single host (no agents) runs node steps for: `node_name` and `node_aliases` when set;
-    otherwise this machine's host name and its short form (no DNS lookup: a slow resolver must not delay
-    the start). Any other target is refused: running a step for gpu-node-7 here would change this machine."""
-    if settings.agent.node_name:
-        return frozenset({settings.agent.node_name, *settings.agent.node_aliases})
-    host = socket.gethostname()
-    return frozenset({host, host.split(".", 1)[0], *settings.agent.node_aliases} - {""})
-
-
-def wrong_host_message(target: str, node_name: str | None, names: frozenset[str]) -> str:
-    known = ", ".join(sorted(names))
-    if node_name:
-        return (
-            f"node {target!r} is not this host (node_name {node_name!r}; names: {known}) and no agents are "
-            f"configured: the step would act on this machine instead. Add {target!r} to node_aliases if alerts "
-            "call this host so, or configure agents (agents / agent_selector) to reach that node"
-        )
-    return (
-        f"node {target!r} is not this host ({known}) and no agents are configured: the step would act on "
-        f"this machine instead. Set node_name (REMEDIATE_NODE_NAME) to the name alerts give this host "
-        "(and node_aliases for others), or configure agents (agents / agent_selector) to reach that node"
-    )

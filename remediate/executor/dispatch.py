@@ -1,0 +1,130 @@
+"""Which runner each step gets (Dispatch.runner_for): here, here as this node, refused, or the node's agent.
+
+Agents are found in the static `agents` map or, with `agent_selector`, through the Kubernetes API
+(remediate.kube.agents: the agent DaemonSet's Running+Ready pod whose spec.nodeName is the target, and whose
+controller ownerReference is that DaemonSet: `agent_daemonset`, else any DaemonSet; a pod with the right labels
+but another owner is an impostor and is never chosen). A node step on a node another system owns is wrapped in an
+OwnerCheckedRunner (remediate.kube.owner), except an undo.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from remediate.actions.base import Action, Where
+from remediate.agentwire.protocol import AgentDirectory
+from remediate.errors import ConfigError
+from remediate.executor.agent_calls import AgentRunner, ChainedAgents, StaticAgents
+from remediate.executor.runners import (
+    LocalRunner,
+    OwnerCheckedRunner,
+    RefusingRunner,
+    StepRunner,
+    this_host_names,
+    wrong_host_message,
+)
+from remediate.kube.agents import KubernetesAgents, own_namespace
+from remediate.kube.owner import NodeOwner, NodeOwners
+
+if TYPE_CHECKING:
+    from remediate.config.settings import Settings
+
+
+@dataclass(eq=False, kw_only=True)
+class Dispatch:
+    """Picks the runner of each step (see the module docstring)."""
+
+    directory: AgentDirectory | None = None
+    node_name: str | None = None
+    host_names: frozenset[str] | None = None
+    """Without agents, the names a node step's target may have to run here; None: any (for tests and embedded
+    use that build the executor by hand)."""
+    token: str | None = None
+    # Handed unchanged to every AgentRunner this dispatch builds.
+    retries: int = 3
+    connect_timeout: float = 3.0
+    default_timeout: float = 300.0
+    retry_wait_max: float = 2.0
+    on_agent_error: Callable[[str], None] | None = None
+    on_agent_call: Callable[[str, str, float], None] | None = None
+    owners: Callable[[str], NodeOwner | None] | None = None
+    """Who owns a node other than remediate (remediate.kube.owner): node steps on such a node are refused,
+    except an undo (`Action.undoes`). None (no Kubernetes configured): not checked."""
+
+    def __post_init__(self) -> None:
+        self.cluster = LocalRunner()
+        self.local_node = LocalRunner(f"{self.node_name or socket.gethostname()} (server)")
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        on_agent_error: Callable[[str], None] | None = None,
+        on_agent_call: Callable[[str, str, float], None] | None = None,
+    ) -> Dispatch:
+        """`on_agent_error`: told the reason of each agent call that failed (see AgentRunner.on_call_error);
+        `on_agent_call`: told each call's action, outcome and seconds (AgentRunner.on_call_done)."""
+        directories: list[AgentDirectory] = []
+        if settings.agent.agents:
+            directories.append(StaticAgents(dict(settings.agent.agents)))
+        if settings.agent.selector:
+            directories.append(
+                KubernetesAgents(
+                    settings.agent.selector,
+                    settings.agent.namespace or own_namespace(),
+                    settings.agent.port,
+                    kubeconfig=settings.kube.kubeconfig,
+                    context=settings.kube.context,
+                    daemonset=settings.agent.daemonset,
+                )
+            )
+        token, kube = settings.agent.resolved_token(), settings.kube
+        if directories and not token and not settings.auth.insecure_no_auth:
+            raise ConfigError(
+                "agents are configured (agents / agent_selector) but no agent token: set REMEDIATE_AGENT_TOKEN "
+                "or agent_token_file (the same token the agents serve with)"
+            )
+        directory: AgentDirectory | None = None
+        if directories:
+            directory = directories[0] if len(directories) == 1 else ChainedAgents(*directories)
+        return cls(
+            directory=directory,
+            node_name=settings.agent.node_name,
+            host_names=None if directory else this_host_names(settings),
+            token=token,
+            retries=settings.agent.retries,
+            connect_timeout=settings.agent.connect_timeout,
+            default_timeout=settings.engine.step_timeout,
+            on_agent_error=on_agent_error,
+            on_agent_call=on_agent_call,
+            owners=NodeOwners.configured(kube.kubeconfig, kube.context, kube.request_timeout),
+        )
+
+    @property
+    def uses_agents(self) -> bool:
+        return self.directory is not None
+
+    def runner_for(self, action: Action, target: str) -> StepRunner:
+        runner = self._runner_for(action, target)
+        if self.owners is None or action.where != Where.NODE or action.undoes:
+            return runner
+        return OwnerCheckedRunner(runner, target, self.owners)
+
+    def _runner_for(self, action: Action, target: str) -> StepRunner:
+        if action.where != Where.NODE:
+            return self.cluster
+        if self.directory is None:
+            if self.host_names is not None and target not in self.host_names:
+                return RefusingRunner(wrong_host_message(target, self.node_name, self.host_names))
+            return self.local_node
+        if self.node_name is not None and target == self.node_name:
+            return self.local_node
+        return AgentRunner(
+            target, self.directory, self.token, retries=self.retries, connect_timeout=self.connect_timeout,
+            default_timeout=self.default_timeout, retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error,
+            on_call_done=self.on_agent_call,
+        )  # fmt: skip
