@@ -22,9 +22,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from remediate import __version__
-from remediate.beat import ExecutorBeat
 from remediate.errors import StoreUnavailable
-from remediate.executor import ExecutorMetrics
+from remediate.executor.beat import ExecutorBeat
+from remediate.executor.metrics import ExecutorMetrics
 from remediate.judging.engine import IngestResult
 from remediate.store import Report, ReportQuery, Store
 from remediate.store.report import NO_RUNG
@@ -311,7 +311,7 @@ def exposition(
 
 @dataclass(eq=False)
 class ExecutorBeatCollector(Collector):
-    """The age of the executor process's last heartbeat (remediate.beat), read at scrape time."""
+    """The age of the executor process's last heartbeat (remediate.executor.beat), read at scrape time."""
 
     beat: ExecutorBeat
 

@@ -16,13 +16,13 @@ from prometheus_client import CollectorRegistry
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.messages import run_page_url
-from remediate.beat import ExecutorBeat
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config.settings import Credential, Settings, check_server_credentials
-from remediate.executor import Executor
 from remediate.executor.announce import Announcer
+from remediate.executor.beat import ExecutorBeat
 from remediate.executor.dispatch import Dispatch
 from remediate.executor.grafana import Annotator, target_from_settings
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.judging.waves import NodeWaves
 from remediate.kube.agents import own_namespace

@@ -71,7 +71,7 @@ class Executor:
         """The runs in hand, recovery's observations, the runs to hand back after a store outage."""
         self.on_beat: Callable[[], None] | None = None
         """Called by the heartbeat thread every heartbeat interval, whatever the store does: the executor
-        process shows its master that it is alive (remediate.beat.ExecutorBeat)."""
+        process shows its master that it is alive (remediate.executor.beat.ExecutorBeat)."""
         self._outage = StoreOutage()
         contexts = StepContexts(self.store.memory, self.breaker, self._stopping)
         self.steps = StepExecutor(

@@ -43,8 +43,8 @@ from gunicorn import glogging
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
-from remediate.beat import ExecutorBeat
 from remediate.config.settings import Settings
+from remediate.executor.beat import ExecutorBeat
 from remediate.serve.httpworker import worker_class
 from remediate.serve.lifetime import ChildExitsHere, die_with_parent, end_child, owned_tempdir, worker_dies_with_master
 from remediate.serve.reload import ReloadOnHup, reload_by_master, reload_executor
@@ -57,7 +57,7 @@ log = logging.getLogger("remediate.serve")
 
 WAKE_SOCKET = "executor-wake.sock"
 EXECUTOR_BEAT = "executor-heartbeat"
-"""The executor process's heartbeat file (remediate.beat), beside the wake socket."""
+"""The executor process's heartbeat file (remediate.executor.beat), beside the wake socket."""
 EXECUTOR_START_GRACE = 60.0
 """Seconds a new executor process has to beat for the first time (imports, the store opened, recovery started)
 before its master replaces it; after that, it must beat at least once per lease."""
@@ -140,7 +140,7 @@ def _executor_process(
     executor, announcer = services.executor, services.announcer
     beat = executor_beat(wake_path)
     beat.beat()
-    executor.on_beat = beat.beat  # from the heartbeat thread, every heartbeat interval (remediate.beat)
+    executor.on_beat = beat.beat  # from the heartbeat thread, every heartbeat interval (remediate.executor.beat)
     checkpointer = WalCheckpointer(services.store.database.checkpoint)
     # The workers' datagram: runs were queued or approved (the executor), some may await approval (the announcer).
     sock = _listen_for_wakeups(wake_path, services.wake, stopping)

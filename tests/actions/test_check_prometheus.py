@@ -16,7 +16,7 @@ from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.check_prometheus import PrometheusCheckAction, PrometheusQueryError, PrometheusUnset
 from remediate.config.settings import Settings
 from remediate.errors import ActionError, PlaybookError
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import parse_playbook

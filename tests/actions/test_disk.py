@@ -17,7 +17,7 @@ from remediate.cli import main
 from remediate.config.settings import Settings
 from remediate.disk import PolicySource
 from remediate.errors import ActionError, ParamsError, PlaybookError
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.intake.alertref import AlertRef
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import parse_playbook

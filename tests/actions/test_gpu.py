@@ -20,7 +20,7 @@ from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.actions.gpu import MEMORY_PREFIX, RestorePowerLimitAction, SetPowerLimitAction
 from remediate.config.settings import Settings
 from remediate.errors import ConfigError, ParamsError, RetryableActionError
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.gpu import (
     GpuError,
     GpuInfo,

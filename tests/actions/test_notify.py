@@ -13,7 +13,7 @@ import requests
 from remediate.actions.base import StepContext
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine
 from remediate.store import Store

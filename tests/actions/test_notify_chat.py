@@ -20,8 +20,8 @@ from remediate.actions.base import StepContext, StepView
 from remediate.actions.chat import ChatWebhookAction, NotifySlackAction, NotifyTeamsAction
 from remediate.config.settings import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, PlaybookError, RetryableActionError
-from remediate.executor import Executor
 from remediate.executor.announce import Announcer
+from remediate.executor.loop import Executor
 from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook

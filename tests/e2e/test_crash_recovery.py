@@ -24,7 +24,7 @@ from remediate.actions.base import ActionRegistry
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.config.settings import ExecutorSettings
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store
@@ -147,7 +147,7 @@ from remediate.actions.base import ActionRegistry
 from remediate.actions.log import LogAction
 from remediate.actions.notify import NotifyWebhookAction
 from remediate.config.settings import ExecutorSettings
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.store import Store
 
 store = Store.open(sys.argv[1])

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from remediate.executor import heartbeat_interval
+from remediate.executor.leases import heartbeat_interval
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
 from tests.support.realsystems import AlertManager, WebhookRecorder, free_port

@@ -18,7 +18,7 @@ from click.testing import Result
 
 from remediate.actions import default_registry
 from remediate.breaker import Claim
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import HistoryQuery, LoginThrottle, Store

@@ -15,9 +15,9 @@ from remediate.actions.base import ActionRegistry, InMemoryMemory
 from remediate.actions.log import LogAction
 from remediate.agent.service import AgentService
 from remediate.agentwire.protocol import EXECUTE, STEP_PATHS
-from remediate.executor import Executor
 from remediate.executor.agent_calls import StaticAgents
 from remediate.executor.dispatch import Dispatch
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store

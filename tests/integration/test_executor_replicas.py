@@ -16,7 +16,8 @@ import pytest
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.log import LogAction
 from remediate.config.settings import ExecutorSettings
-from remediate.executor import Executor, heartbeat_interval
+from remediate.executor.leases import heartbeat_interval
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts

@@ -24,7 +24,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.config.settings import Settings
 from remediate.config.values import Sink
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.kube import OWNER
 from remediate.playbooks.playbook import PlaybookSet, load_playbooks

@@ -15,8 +15,8 @@ import yaml
 from remediate.actions import default_registry
 from remediate.actions.base import StepContext, Where
 from remediate.config.settings import Settings
-from remediate.executor import Executor
 from remediate.executor.dispatch import Dispatch
+from remediate.executor.loop import Executor
 from remediate.gpu import SimulatedBackend
 from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine

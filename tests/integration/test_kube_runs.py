@@ -33,9 +33,9 @@ from remediate.breaker import BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.cli import main
 from remediate.config.settings import ExecutorSettings, Settings
 from remediate.config.values import Sink, to_sinks
-from remediate.executor import Executor
 from remediate.executor.agent_calls import StaticAgents
 from remediate.executor.dispatch import Dispatch
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.kube import CORDONED_BY_RUN, OWNER, KubeClient
 from remediate.metrics import exposition

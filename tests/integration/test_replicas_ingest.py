@@ -35,7 +35,7 @@ from remediate.actions import default_registry
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker, limits_from_settings
 from remediate.config.settings import ExecutorSettings, Settings
 from remediate.errors import RunStateError
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine, IngestResult
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import Decision

@@ -22,7 +22,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.config.settings import load_settings
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, load_playbooks
 from remediate.rehearsal.dryrun import dry_run

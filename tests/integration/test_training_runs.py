@@ -21,7 +21,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.config.settings import ExecutorSettings, load_settings
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, load_playbooks, parse_playbook
 from remediate.store import Store

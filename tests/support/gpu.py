@@ -11,7 +11,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, InMemoryMemory, StepContext
 from remediate.config.settings import Settings
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.gpu import GpuInfo, SimulatedBackend
 from remediate.intake.alertref import AlertRef
 from remediate.judging.engine import Engine

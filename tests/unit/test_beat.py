@@ -1,4 +1,4 @@
-"""The executor's heartbeat file (remediate.beat) as its master uses it: a missing directory or file never
+"""The executor's heartbeat file (remediate.executor.beat) as its master uses it: a missing directory or file never
 stops the master (it once exited on FileNotFoundError when a worker's exit had removed the directory)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from remediate.beat import ExecutorBeat
+from remediate.executor.beat import ExecutorBeat
 
 
 def test_a_reset_remakes_a_removed_directory_and_the_beat_then_reads_back(tmp_path: Path) -> None:

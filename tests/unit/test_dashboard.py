@@ -9,7 +9,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from remediate.beat import ExecutorBeat
+from remediate.executor.beat import ExecutorBeat
 from remediate.metrics import ExecutorBeatCollector, Metrics, ReliabilityCollector, StoreCollector
 from remediate.store import Store
 from tests.support import dashboard

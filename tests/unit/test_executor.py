@@ -18,7 +18,8 @@ from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config.settings import ExecutorSettings
 from remediate.errors import ActionError, ClaimLostError, RetryableActionError
-from remediate.executor import Executor, ExecutorMetrics
+from remediate.executor.loop import Executor
+from remediate.executor.metrics import ExecutorMetrics
 from remediate.judging.engine import Engine
 from remediate.runs import FinishedRun, RunWrite, StepEnd, StepStatus
 from remediate.store import Store

@@ -17,7 +17,7 @@ from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.schema import ParamSchema
 from remediate.config.settings import ExecutorSettings
 from remediate.errors import StoreUnavailable
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.store import Store

@@ -23,7 +23,7 @@ from remediate.actions.log import LogAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config.settings import ExecutorSettings
 from remediate.errors import ActionError
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import PlaybookSet, parse_playbook
 from remediate.runs import RunEnd, RunStatus, RunWrite

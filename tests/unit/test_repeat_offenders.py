@@ -12,7 +12,7 @@ import pytest
 
 from remediate.actions.base import ActionRegistry
 from remediate.errors import PlaybookError
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.judging.ladder import RungChoice, repeat_offender_choice
 from remediate.playbooks.repeat import RepeatOffender, ordinal

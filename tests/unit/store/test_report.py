@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from remediate.breaker import Claim
-from remediate.executor import Executor
+from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.store import ReportQuery, Store
 from remediate.store import schema as t
