@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.schema import Param, ParamSchema, duration_within
+from remediate.actions.templating import unescaped_outputs
 from remediate.config.durations import format_duration, parse_duration
 from remediate.errors import ActionError
 from remediate.lazyhttp import SessionSlot
-from remediate.templating import unescaped_outputs
 
 if TYPE_CHECKING:
     import requests

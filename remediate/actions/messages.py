@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from remediate.actions.base import StepContext
+from remediate.actions.templating import Escape, Trusted, render_text
 from remediate.errors import ParamsError
 from remediate.runs import StepStatus
-from remediate.templating import Escape, Trusted, render_text
 
 OUTCOME_ERROR_MAX = 200
 """Characters of a failed step's error in `run.outcome` (the run page has the whole of it)."""

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from remediate.actions.templating import is_template
 from remediate.config.durations import format_duration, parse_duration
 from remediate.errors import ParamsError
-from remediate.templating import is_template
 
 _MISSING: Any = object()
 

@@ -43,6 +43,7 @@ from typing import Any
 
 from remediate.actions import default_registry
 from remediate.actions.base import Action, ActionMemory, ActionRegistry, StepContext, Where
+from remediate.actions.deadline import call_with_deadline
 from remediate.agent.state import MemoryStore
 from remediate.agentwire.auth import SeenSignatures, Verifier
 from remediate.agentwire.protocol import (
@@ -55,7 +56,6 @@ from remediate.agentwire.protocol import (
     step_answer,
 )
 from remediate.config.settings import Settings
-from remediate.deadline import call_with_deadline
 from remediate.errors import ConfigError
 from remediate.intake.alerts import alert_ref
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from remediate.deadline import call_with_deadline
+from remediate.actions.deadline import call_with_deadline
 from remediate.executor.steps import StepExecutor
 
 log = logging.getLogger("remediate.executor")

@@ -42,8 +42,8 @@ from tenacity import (
 )
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
+from remediate.actions.deadline import StepTimeout, call_with_deadline
 from remediate.audit import audit_event
-from remediate.deadline import StepTimeout, call_with_deadline
 from remediate.errors import (
     ActionError,
     AmbiguousActionError,

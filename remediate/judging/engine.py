@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from remediate.actions.base import ActionRegistry
+from remediate.actions.templating import render_params, render_session
 from remediate.config.rollout import StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
 from remediate.config.settings import EngineSettings
 from remediate.errors import ParamsError, PayloadError, StoreConflict
@@ -43,7 +44,6 @@ from remediate.playbooks.playbook import Mode, Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus, StepStatus
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
 from remediate.store.ladders import guard_lock_name
-from remediate.templating import render_params, render_session
 
 log = logging.getLogger("remediate.engine")
 

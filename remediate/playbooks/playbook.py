@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from remediate.actions.base import ActionRegistry, Where
+from remediate.actions.templating import check_syntax, is_template
 from remediate.config.durations import format_duration, parse_duration
 from remediate.config.rollout import Mode, Rollout, RolloutError, parse_rollout
 from remediate.errors import PlaybookError
@@ -28,7 +29,6 @@ from remediate.intake.alertref import node_label
 from remediate.intake.alerts import Alert
 from remediate.intake.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
 from remediate.playbooks.repeat import RepeatOffender, parse_repeat_offender
-from remediate.templating import check_syntax, is_template
 
 NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
 MAX_TARGET_LENGTH = 200

@@ -14,6 +14,7 @@ import requests
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.check_prometheus import PrometheusCheckAction, PrometheusQueryError, PrometheusUnset
+from remediate.actions.templating import render_params
 from remediate.config.settings import Settings
 from remediate.errors import ActionError, PlaybookError
 from remediate.executor.loop import Executor
@@ -21,7 +22,6 @@ from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine
 from remediate.playbooks.playbook import parse_playbook
 from remediate.store import Store
-from remediate.templating import render_params
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.realsystems import MetricsEndpoint, Prometheus, free_port
 from tests.support.store_json import run_json_of

@@ -1,7 +1,7 @@
 """A template rendered inside POST /webhook cannot take the server's memory or time.
 
 `'x' * 10**9` and nested 100k loops in a step's params are refused within the render limits
-(remediate.templating: MAX_RENDER_CHARS, RENDER_SECONDS): the alert's run is `rejected` with the reason,
+(remediate.actions.templating: MAX_RENDER_CHARS, RENDER_SECONDS): the alert's run is `rejected` with the reason,
 the webhook answers 200 within the client's timeout, and no process of the real server grows anywhere
 near the gigabyte the template asked for.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from remediate.templating import MAX_RENDER_CHARS, RENDER_SECONDS
+from remediate.actions.templating import MAX_RENDER_CHARS, RENDER_SECONDS
 from tests.support.server import RemediateServer, notification, write_playbook
 
 pytestmark = [pytest.mark.integration]

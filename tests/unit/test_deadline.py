@@ -1,4 +1,4 @@
-"""remediate.deadline: one call with a deadline, shared by the executor and the node agent."""
+"""remediate.actions.deadline: one call with a deadline, shared by the executor and the node agent."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from remediate.deadline import StepTimeout, call_with_deadline
+from remediate.actions.deadline import StepTimeout, call_with_deadline
 from remediate.errors import ActionError
 
 

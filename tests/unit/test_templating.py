@@ -1,11 +1,10 @@
-"""remediate.templating: step params rendered in Jinja2's sandbox with strict undefined."""
+"""remediate.actions.templating: step params rendered in Jinja2's sandbox with strict undefined."""
 
 from __future__ import annotations
 
 import pytest
 
-from remediate.errors import ParamsError
-from remediate.templating import (
+from remediate.actions.templating import (
     check_syntax,
     is_template,
     promql_string,
@@ -13,6 +12,7 @@ from remediate.templating import (
     render_session,
     unescaped_outputs,
 )
+from remediate.errors import ParamsError
 from tests.conftest import XID_CONTEXT as CONTEXT
 
 
@@ -179,7 +179,7 @@ def test_unescaped_outputs_names_every_value_printed_without_a_safe_filter() -> 
 
 
 def test_render_text_escapes_every_printed_value_and_keeps_the_templates_own_text() -> None:
-    from remediate.templating import Trusted, render_text
+    from remediate.actions.templating import Trusted, render_text
 
     def shout(text: str) -> str:
         return f"[{text}]"
@@ -195,7 +195,7 @@ def test_render_text_escapes_every_printed_value_and_keeps_the_templates_own_tex
 
 
 def test_a_message_rendered_when_its_step_runs_is_held_to_the_same_render_limits() -> None:
-    from remediate.templating import render_text
+    from remediate.actions.templating import render_text
 
     def shout(text: str) -> str:
         return f"[{text}]"
