@@ -87,7 +87,7 @@ VIOLATIONS = [
     ("executor.runners", "remediate.store", "runners"),
     ("agent.service", "remediate.judging.engine", "agent"),
     ("kube.model", "remediate.breaker", "backends"),
-    ("breaker", "kubernetes", "breaker"),
+    ("breaker.circuit", "kubernetes", "breaker"),
     ("disk.policy", "os", "disk-policy"),
     ("gpu.pci", "remediate.gpu.selection", "acyclic"),  # selection imports pci
 ]

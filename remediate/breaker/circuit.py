@@ -1,184 +1,29 @@
-"""The circuit breaker of cluster actions: a cap on the nodes remediate cordons, taints or drains.
-
-Who calls it: the k8s.cordon / k8s.taint / k8s.drain actions (`acquire`, through
-`StepContext.breaker`), k8s.uncordon / k8s.untaint (`release`, never refused), the
-engine's guards (is it open? is an alert stale?), the CLI and HTTP server (`status`,
-`reset`). The logic is here; the rows live in the store (`Store.breaker`),
-or in memory for tests (`MemoryLedger`).
-
-What it counts: nodes, not steps. A node is *held* while remediate's cordon or taints
-are on it (an unreleased claim, or the node's own remediate.io/ annotations as the
-action just read them); it is *recent* if remediate claimed it within `window` (and after the last reset). Both
-counts must stay within the cap:
-
-    cap = min(max_nodes, floor(max_fraction x cluster nodes))      (at least 1 when both are > 0)
-
-where cluster nodes are all nodes, or those matching `node_selector` (e.g. GPU nodes).
-A step that would take one node more trips the breaker: it is refused, and so is
-every later claim of a new node until a person resets it (`remediate breaker reset`,
-POST /breaker/reset). A run that already holds its node may finish with it (cordon,
-then taint, then drain the same node). Undo (uncordon, untaint) is never refused.
-
-Check and count are one store transaction (`acquire` runs inside `write()`), so
-executor threads of every worker process see each other's claims: 100 alerts at
-once cannot cordon more than the cap.
-
-After a reset, an alert that started before the reset and is older than
-`stale_horizon` is stale: its runs are recorded as such instead of acting on what a
-storm left behind.
-"""
+"""The circuit breaker of cluster actions (see remediate.breaker): acquire, release, status and reset, each in one
+transaction of its ledger; MemoryLedger keeps one in memory (tests, dry-run, replay)."""
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from dataclasses import KW_ONLY, asdict, dataclass, field, replace
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import KW_ONLY, dataclass, field, replace
+from typing import Any
 
+from remediate.breaker.model import (
+    BreakerLimits,
+    BreakerOpen,
+    BreakerState,
+    Claim,
+    LedgerFactory,
+    StaleAlert,
+    is_stale,
+    iso_utc,
+    stale_reason,
+    window_start,
+)
 from remediate.config.durations import format_duration
 from remediate.errors import ActionError
-
-
-class BreakerOpen(ActionError):
-    """The circuit breaker of cluster actions is open: no new node is changed until it is reset."""
-
-    def __init__(self, message: str, *, status: Mapping[str, Any]) -> None:
-        super().__init__(message)
-        self.status = dict(status)
-
-
-class StaleAlert(ActionError):
-    """The alert started before the breaker was reset and is older than the stale horizon."""
-
-
-@dataclass(frozen=True)
-class BreakerLimits:
-    max_fraction: float = 0.10
-    max_nodes: int = 3
-    window: float = 600.0
-    node_selector: str | None = None
-    stale_horizon: float = 900.0
-
-    def cap(self, cluster_nodes: int) -> int:
-        if cluster_nodes <= 0 or self.max_nodes <= 0 or self.max_fraction <= 0:
-            return 0
-        by_fraction = max(1, math.floor(self.max_fraction * cluster_nodes + 1e-9))
-        return min(self.max_nodes, by_fraction)
-
-    def describe_cap(self, cluster_nodes: int | None) -> str:
-        scope = f"nodes matching {self.node_selector}" if self.node_selector else "nodes"
-        if cluster_nodes is None:
-            return f"min({self.max_fraction:.0%} of {scope}, {self.max_nodes})"
-        share = math.floor(self.max_fraction * cluster_nodes + 1e-9)
-        return (
-            f"{self.cap(cluster_nodes)} = min({self.max_fraction:.0%} of {cluster_nodes} {scope} = {share}"
-            f"{' (at least 1)' if share == 0 and cluster_nodes else ''}, max_nodes {self.max_nodes})"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "max_fraction": self.max_fraction,
-            "max_nodes": self.max_nodes,
-            "window_seconds": self.window,
-            "node_selector": self.node_selector,
-            "stale_horizon_seconds": self.stale_horizon,
-        }
-
-
-@dataclass(frozen=True)
-class BreakerState:
-    """What is persisted (the store's meta row `breaker`)."""
-
-    open: bool = False
-    tripped_at: float | None = None
-    reason: str = ""
-    tripped_by_run: int | None = None
-    tripped_node: str = ""
-    refused: int = 0
-    """Claims refused since the breaker last tripped."""
-    last_refused_at: float | None = None
-    reset_at: float | None = None
-    reset_by: str = ""
-    reset_reason: str = ""
-    cluster_nodes: int | None = None
-    """Cluster size (within the selector) the last time an action asked."""
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> BreakerState:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in (data or {}).items() if k in known})
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Claim:
-    node: str
-    kind: str
-    run_id: int
-    claimed_at: float
-    released_at: float | None = None
-
-
-class ClaimRow(Protocol):
-    """A claim as a ledger hands it back: a `Claim`, or the store's plain row with the same fields.
-
-    The store reads and writes these fields without knowing this module (its rows are not Claims).
-    """
-
-    @property
-    def node(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def run_id(self) -> int: ...
-    @property
-    def claimed_at(self) -> float: ...
-    @property
-    def released_at(self) -> float | None: ...
-
-
-class BreakerLedger(Protocol):
-    """The breaker's rows, seen inside one transaction."""
-
-    def state(self) -> dict[str, Any] | None: ...
-    def save_state(self, state: Mapping[str, Any]) -> None: ...
-    def open_claims(self) -> Sequence[ClaimRow]: ...
-    def claims_since(self, since: float) -> Sequence[ClaimRow]: ...
-    def add_claim(self, claim: ClaimRow) -> None: ...
-    def release(self, node: str, *, now: float, reason: str) -> int: ...
-
-
-LedgerFactory = Callable[[], AbstractContextManager[BreakerLedger]]
-
-
-def is_stale(alert_started_at: float | None, state: BreakerState, now: float, horizon: float) -> bool:
-    """After a reset: did the alert start before it, and longer ago than `horizon`?"""
-    return (
-        state.reset_at is not None
-        and alert_started_at is not None
-        and alert_started_at < state.reset_at
-        and now - alert_started_at > horizon
-    )
-
-
-def stale_reason(alert_started_at: float, state: BreakerState, horizon: float) -> str:
-    return (
-        f"stale: the alert started at {iso_utc(alert_started_at)}, before the circuit breaker was reset at "
-        f"{iso_utc(state.reset_at or 0)}, and is older than the stale horizon {format_duration(horizon)}: "
-        "not acting on it (a new occurrence of the alert will be acted on)"
-    )
-
-
-def open_reason(state: BreakerState) -> str:
-    """One line for decisions refused at ingest while the breaker is open."""
-    since = f" since {iso_utc(state.tripped_at)}" if state.tripped_at else ""
-    return f"breaker open{since}: {state.reason or 'tripped'}; reset it with `remediate breaker reset`"
 
 
 @dataclass(eq=False)
@@ -226,7 +71,7 @@ class CircuitBreaker:
                         ledger.release(claim.node, now=now, reason="remediate's marks are gone from the node")
                 claims = ledger.open_claims()
                 held = held_now | {c.node for c in claims}
-                recent = {c.node for c in ledger.claims_since(_window_start(state, now, limits.window))}
+                recent = {c.node for c in ledger.claims_since(window_start(state, now, limits.window))}
                 own = any(c.node == node and c.run_id == run_id for c in claims)
                 cap = limits.cap(cluster_nodes)
                 if state.open and not own:
@@ -286,7 +131,7 @@ class CircuitBreaker:
         with (self.read or self.write)() as ledger:
             state = BreakerState.from_dict(ledger.state())
             held = {c.node for c in ledger.open_claims()}
-            recent = {c.node for c in ledger.claims_since(_window_start(state, now, self.limits.window))}
+            recent = {c.node for c in ledger.claims_since(window_start(state, now, self.limits.window))}
         nodes = cluster_nodes if cluster_nodes is not None else state.cluster_nodes
         return self._status(state, held, recent, self.limits.cap(nodes) if nodes is not None else None)
 
@@ -392,19 +237,3 @@ class MemoryLedger:
 
 def memory_breaker(limits: BreakerLimits | None = None, clock: Callable[[], float] = time.time) -> CircuitBreaker:
     return CircuitBreaker(MemoryLedger().transaction, limits=limits or BreakerLimits(), clock=clock)
-
-
-def _window_start(state: BreakerState, now: float, window: float) -> float:
-    """Changes count within the window, and only since the last reset: a person checked those before."""
-    return max(now - window, state.reset_at or 0.0)
-
-
-def iso_utc(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "-"
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def limits_from_settings(breaker: Any) -> BreakerLimits:
-    """The breaker limits of its settings section (`remediate.config.settings.BreakerSettings`: the same fields)."""
-    return BreakerLimits(**asdict(breaker))
