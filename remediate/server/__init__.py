@@ -1,10 +1,14 @@
-"""The HTTP face of remediate: `create_app`, the Flask app factory. Only this package and the pages
-(remediate.ui) know HTTP.
+"""The HTTP face of remediate: `create_app`, the Flask app factory. Only this package (its pages in ui/
+included) knows HTTP.
 
 Each resource is a module with a `create_blueprint(services)` (webhook, runs, control, agents, health, slack; the
-pages' is remediate.ui's), handed the process's services (remediate.services) explicitly: no module holds
+pages' is remediate.server.ui's), handed the process's services (remediate.services) explicitly: no module holds
 state. auth.py checks bearer tokens per route, answers.py holds the error shape and the app-wide error
-handlers, queries.py parses the query strings. docs/openapi.yaml describes the routes.
+handlers, queries.py parses the query strings; approvals.py is the one way a run is approved (API, page,
+Slack), ratelimit.py bounds unauthenticated requests. docs/openapi.yaml describes the routes.
+
+May import: every stage's public face (services, store, judging's ladder, the breaker, history's shapes) and
+Flask; nothing imports it but the process model (remediate.serve) and the tests.
 """
 
 from __future__ import annotations
@@ -38,11 +42,11 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
     answers.init_app(app, services)
     for resource in (webhook, runs, control, agents, health, slack):
         app.register_blueprint(resource.create_blueprint(services))
-    from remediate.ui import runbooks
+    from remediate.server.ui import runbooks
 
     app.register_blueprint(runbooks.create_blueprint())  # GET /runbooks: the self-alerts' runbook_url (the chart's)
     if settings.ui.enabled:
-        from remediate.ui import root
+        from remediate.server.ui import root
 
         app.register_blueprint(_pages(services))
         app.register_blueprint(root.create_blueprint())  # GET / -> the pages
@@ -50,9 +54,9 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
 
 
 def _pages(services: Services) -> Blueprint:
-    """The web pages (remediate.ui, docs/ui.md): the same store, tokens, breaker and parsers as the API."""
-    from remediate.ui import UiDeps, create_blueprint
-    from remediate.ui.session import secret_key
+    """The web pages (remediate.server.ui, docs/ui.md): the same store, tokens, breaker and parsers as the API."""
+    from remediate.server.ui import UiDeps, create_blueprint
+    from remediate.server.ui.session import secret_key
 
     store = services.store
     return create_blueprint(

@@ -17,8 +17,8 @@ from flask import Blueprint, jsonify, request
 from remediate.agentwire.protocol import CREDENTIAL_PATH
 from remediate.kube.enroll import EnrollmentBroken, EnrollmentRefused
 from remediate.kube.errors import KubeError, KubeUnavailable
-from remediate.ratelimit import RecentRefusals, TokenBuckets
 from remediate.server.answers import error
+from remediate.server.ratelimit import RecentRefusals, TokenBuckets
 from remediate.services import Services
 
 log = logging.getLogger("remediate.server")

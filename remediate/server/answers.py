@@ -62,7 +62,7 @@ def actor() -> str:
 
 
 def init_app(app: Flask, services: Services) -> None:
-    """The error handlers of every route but the pages' (remediate.ui answers with pages of its own)."""
+    """The error handlers of every route but the pages' (remediate.server.ui answers with pages of its own)."""
 
     @app.errorhandler(StoreUnavailable)
     def store_unavailable(exc: StoreUnavailable) -> Any:

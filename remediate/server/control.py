@@ -13,7 +13,6 @@ from typing import Any
 
 from flask import Blueprint, g, jsonify, request
 
-from remediate.approvals import approve_run
 from remediate.audit import audit_event
 from remediate.config.settings import OPERATOR, READ
 from remediate.errors import AlreadyPaused, NotPaused, RunStateError, UnknownRunError
@@ -21,6 +20,7 @@ from remediate.history_api import ladder_state_json, run_json
 from remediate.live import RELOAD_ERRORS, read_live
 from remediate.runs import LadderState
 from remediate.server.answers import BadBody, actor, error, json_body, text
+from remediate.server.approvals import approve_run
 from remediate.server.auth import requires
 from remediate.services import Services
 from remediate.store import Store

@@ -2,7 +2,7 @@
 
 Both live in the database because a page request may reach any gunicorn worker of any replica: a
 logout in one must end the session in all, and failed logins must be counted wherever they land.
-Called by remediate.ui.views through `Store.ui_sessions`.
+Called by remediate.server.ui.views through `Store.ui_sessions`.
 """
 
 from __future__ import annotations

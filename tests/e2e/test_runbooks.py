@@ -70,5 +70,5 @@ def test_prometheus_rule_runbook_url_wins_and_without_either_the_repositorys_doc
 def test_the_packaged_runbooks_are_the_docs(tmp_path: Path) -> None:
     from importlib import resources
 
-    packaged = resources.files("remediate.ui").joinpath("docs/runbooks.md").read_text(encoding="utf-8")
+    packaged = resources.files("remediate.server.ui").joinpath("docs/runbooks.md").read_text(encoding="utf-8")
     assert packaged == (Path(__file__).resolve().parents[2] / "docs" / "runbooks.md").read_text(encoding="utf-8")

@@ -124,7 +124,9 @@ def test_every_route_comes_from_the_blueprint_of_its_resource(server: Server) ->
     for rule in routes:
         blueprint, _, _ = rule.endpoint.rpartition(".")
         assert blueprint in app.blueprints, f"{rule.rule} is registered on the app, not by a resource's blueprint"
-        assert app.blueprints[blueprint].import_name.startswith(("remediate.server.", "remediate.ui.")), rule.rule
+        assert app.blueprints[blueprint].import_name.startswith(("remediate.server.", "remediate.server.ui.")), (
+            rule.rule
+        )
     assert len({bp.import_name for bp in app.blueprints.values()}) == len(app.blueprints)
 
 

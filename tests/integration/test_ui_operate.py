@@ -11,7 +11,7 @@ import time
 from werkzeug.test import TestResponse
 
 from remediate.breaker import Claim
-from remediate.ui.preview import chat_preview
+from remediate.server.ui.preview import chat_preview
 from tests.integration.test_ladders import HOT_LADDER, hot
 from tests.integration.test_ui_pages import awaiting_run, csrf, log_in, text
 from tests.support.http import APPROVE_XID, OPERATOR_TOKEN, MakeServer, Server, alert, notification

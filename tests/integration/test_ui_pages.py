@@ -1,4 +1,4 @@
-"""The web pages (remediate.ui) through Flask's test client on a real SQLite store: login, the session
+"""The web pages (remediate.server.ui) through Flask's test client on a real SQLite store: login, the session
 cookie, CSRF, roles, and what each page shows. The same pages in a real Chromium: tests/e2e/test_ui_browser.py."""
 
 from __future__ import annotations

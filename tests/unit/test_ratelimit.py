@@ -1,10 +1,10 @@
-"""The bounds on unauthenticated requests (remediate.ratelimit): a token bucket per address, refusals remembered."""
+"""The bounds on unauthenticated requests (server.ratelimit): a token bucket per address, refusals remembered."""
 
 from __future__ import annotations
 
 import pytest
 
-from remediate.ratelimit import RecentRefusals, TokenBuckets
+from remediate.server.ratelimit import RecentRefusals, TokenBuckets
 
 
 class Clock:

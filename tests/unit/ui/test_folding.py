@@ -1,9 +1,9 @@
-"""Duplicates folded into the row they repeat (remediate.ui.folding)."""
+"""Duplicates folded into the row they repeat (remediate.server.ui.folding)."""
 
 from __future__ import annotations
 
+from remediate.server.ui.folding import fold_duplicates
 from remediate.store.history import HistoryEntry
-from remediate.ui.folding import fold_duplicates
 
 
 def entry(id: int, decision: str, fingerprint: str = "f1", playbook: str | None = "pb") -> HistoryEntry:

@@ -1,4 +1,4 @@
-"""remediate.ui.gates: the banner's reads; a store that cannot be read leaves the banner out, not a 500."""
+"""remediate.server.ui.gates: the banner's reads; a store that cannot be read leaves the banner out, not a 500."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 from remediate.breaker import BreakerState
 from remediate.errors import StoreBusy
+from remediate.server.ui.gates import Gates, read_gates
 from remediate.store import PauseState
-from remediate.ui.gates import Gates, read_gates
 
 
 class _Unreadable:

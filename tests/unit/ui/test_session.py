@@ -1,4 +1,4 @@
-"""The pages' session key, credential check and CSRF comparison (remediate.ui.session)."""
+"""The pages' session key, credential check and CSRF comparison (remediate.server.ui.session)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from flask.sessions import SecureCookieSession
 
 from remediate.config.settings import OPERATOR, READ, WEBHOOK, Credential
 from remediate.errors import ConfigError
-from remediate.ui.session import (
+from remediate.server.ui.session import (
     SESSION_HOURS,
     UiSessionInterface,
     configure,

@@ -4,6 +4,6 @@
 the session cookie and the CSRF tokens.
 """
 
-from remediate.ui.views import UiDeps, create_blueprint
+from remediate.server.ui.views import UiDeps, create_blueprint
 
 __all__ = ["UiDeps", "create_blueprint"]

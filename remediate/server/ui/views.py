@@ -22,7 +22,6 @@ from flask import Blueprint, Flask, abort, flash, g, make_response, redirect, re
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from remediate.approvals import approve_run
 from remediate.audit import audit_event
 from remediate.breaker import CircuitBreaker
 from remediate.config.durations import format_duration
@@ -30,12 +29,13 @@ from remediate.config.settings import READ, Credential
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history_api import entry_json, run_json
 from remediate.runs import RunStatus
+from remediate.server.approvals import approve_run
+from remediate.server.ui import session as ui_session
+from remediate.server.ui.folding import fold_duplicates
+from remediate.server.ui.gates import read_gates
+from remediate.server.ui.node import timeline as node_timeline
+from remediate.server.ui.preview import chat_preview
 from remediate.store import HistoryQuery, LoginThrottle, Store
-from remediate.ui import session as ui_session
-from remediate.ui.folding import fold_duplicates
-from remediate.ui.gates import read_gates
-from remediate.ui.node import timeline as node_timeline
-from remediate.ui.preview import chat_preview
 
 log = logging.getLogger("remediate.ui")
 

@@ -71,7 +71,7 @@ def render(markdown: str) -> str:
 
 @cache
 def page() -> str:
-    return render(resources.files("remediate.ui").joinpath("docs/runbooks.md").read_text(encoding="utf-8"))
+    return render(resources.files("remediate.server.ui").joinpath("docs/runbooks.md").read_text(encoding="utf-8"))
 
 
 def create_blueprint() -> Blueprint:
