@@ -5,7 +5,7 @@ a URL holding a credential belongs in a file read when the step runs (`url_file`
 credential may sit in the userinfo, the query, or the path: a chat's incoming webhook (Slack, Teams,
 Discord) is a URL whose path is the key, so such a URL is refused as a literal whatever it looks like, and a
 path segment that looks like a token is refused anywhere. `shown_url` and `secret_header` are what readers
-see of a URL or header stored before these checks (remediate.shown_secrets).
+see of a URL or header stored before these checks (remediate.history.secrets).
 """
 
 from __future__ import annotations

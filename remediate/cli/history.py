@@ -61,7 +61,7 @@ def history(ctx: click.Context, as_json: bool, wide: bool, **params: Any) -> Non
     if params.get("server"):
         page = _client(params).history(filters)
     else:
-        from remediate.history_api import history_json
+        from remediate.history.api import history_json
         from remediate.server.queries import history_query
 
         store = _open_store(params)
@@ -183,7 +183,7 @@ def show(run_id: int, as_json: bool, **params: Any) -> None:
     if params.get("server"):
         detail = _client(params).run(run_id)
     else:
-        from remediate.history_api import run_json
+        from remediate.history.api import run_json
 
         detail = run_json(_open_store(params).history.run_detail(run_id))
     if print_json(detail, as_json):
@@ -234,7 +234,7 @@ def approve(run_id: int, by: str, wait: bool, timeout: str, **params: Any) -> No
 
 
 def _run_of_store(store: Any, run_id: int) -> dict[str, Any]:
-    from remediate.history_api import run_json
+    from remediate.history.api import run_json
 
     return run_json(store.history.run_detail(run_id))
 

@@ -42,7 +42,7 @@ def _rung_names(params: dict[str, Any]) -> dict[str, list[str]]:
 
 
 def _local_json(store: Any, states: list[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
-    from remediate.history_api import ladder_state_json
+    from remediate.history.api import ladder_state_json
 
     names = _rung_names(params)
     statuses = store.ladders.run_statuses(states)

@@ -16,7 +16,7 @@ from flask import Blueprint, g, jsonify, request
 from remediate.audit import audit_event
 from remediate.config.settings import OPERATOR, READ
 from remediate.errors import AlreadyPaused, NotPaused, RunStateError, UnknownRunError
-from remediate.history_api import ladder_state_json, run_json
+from remediate.history.api import ladder_state_json, run_json
 from remediate.live import RELOAD_ERRORS, read_live
 from remediate.runs import LadderState
 from remediate.server.answers import BadBody, actor, error, json_body, text

@@ -1,6 +1,6 @@
 """The record, read: GET /history (one page of decisions and their runs), GET /runs/<id> (one run, its
 steps and attempts) and GET /report (the reliability figures of a window). Each needs the read role;
-the JSON shapes are remediate.history_api's, which the CLI prints too."""
+the JSON shapes are remediate.history.api's, which the CLI prints too."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from flask import Blueprint, jsonify, request
 
 from remediate.config.settings import READ
 from remediate.errors import UnknownRunError
-from remediate.history_api import history_json, run_json
+from remediate.history.api import history_json, run_json
 from remediate.server.answers import error
 from remediate.server.auth import requires
 from remediate.server.queries import history_query, report_query

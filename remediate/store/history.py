@@ -1,6 +1,6 @@
 """Reading the history: a page of decisions (newest first, by cursor), one run in detail, the table counts.
 
-The answers are typed rows, not the HTTP API's JSON: `remediate.history_api` turns them into the shapes
+The answers are typed rows, not the HTTP API's JSON: `remediate.history.api` turns them into the shapes
 of /history and /runs/<id>, which the CLI prints too. The rows are NamedTuples: a page builds a hundred,
 and a frozen dataclass costs several times more to build (bench/history.py measured it).
 """

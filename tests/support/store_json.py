@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from remediate.history_api import entry_json, run_json
+from remediate.history.api import entry_json, run_json
 from remediate.store import HistoryQuery, Store
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from remediate.history_api import run_json
+from remediate.history.api import run_json
 from remediate.runs import RunLease, RunWrite, StepStart
 from remediate.store import Store
 from remediate.store import schema as t

@@ -1,10 +1,10 @@
-"""remediate.history_api: the JSON of /history and /runs/<id> (API v1), key by key and in order."""
+"""remediate.history.api: the JSON of /history and /runs/<id> (API v1), key by key and in order."""
 
 from __future__ import annotations
 
 import json
 
-from remediate.history_api import entry_json, history_json, run_json
+from remediate.history.api import entry_json, history_json, run_json
 from remediate.store import (
     AlertDetail,
     AttemptDetail,

@@ -1,6 +1,6 @@
 """The pages' routes (a Flask blueprint under /ui): they read what the JSON API reads and act as it acts.
 
-The history and the run page render `remediate.history_api`'s shapes of the store's rows (the JSON of
+The history and the run page render `remediate.history.api`'s shapes of the store's rows (the JSON of
 /history and /runs/<id>), so a page never shows something the API would not. Approve, pause, resume
 and the breaker reset are forms (POST, a CSRF token, the operator role); each redirects back to the
 page it came from, which then shows the new state.
@@ -27,7 +27,7 @@ from remediate.breaker import CircuitBreaker
 from remediate.config.durations import format_duration
 from remediate.config.settings import READ, Credential
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
-from remediate.history_api import entry_json, run_json
+from remediate.history.api import entry_json, run_json
 from remediate.runs import RunStatus
 from remediate.server.approvals import approve_run
 from remediate.server.ui import session as ui_session

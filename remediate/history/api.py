@@ -11,9 +11,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from remediate.history.secrets import shown_text, shown_value
 from remediate.judging.ladder import standing
 from remediate.runs import LadderState, Standing
-from remediate.shown_secrets import shown_text, shown_value
 from remediate.store.history import HistoryEntry, RunDetail, StepDetail
 
 _RUNG_REASON = re.compile(r"; rung (\d+) of (\d+) \(([^)]*)\): (.*)$", re.DOTALL)
@@ -69,7 +69,7 @@ def history_json(entries: list[HistoryEntry], next_cursor: str | None) -> dict[s
 
 
 def _step_json(step: StepDetail) -> dict[str, Any]:
-    """A step as every reader may see it: a URL's or a header's secret hidden (remediate.shown_secrets)."""
+    """A step as every reader may see it: a URL's or a header's secret hidden (remediate.history.secrets)."""
     shown = {**step._asdict(), "attempts": [a._asdict() for a in step.attempts]}
     for key in ("params", "plan", "result", "error", "attempts"):
         shown[key] = shown_value(shown[key])
