@@ -64,7 +64,7 @@ from remediate.agentwire.protocol import (
 from remediate.config.settings import Settings
 from remediate.config.values import secret_from
 from remediate.errors import ConfigError, RemediateError, StoreUnavailable
-from remediate.logsetup import configure_logging
+from remediate.logs.setup import configure_logging
 
 if TYPE_CHECKING:
     from remediate.agent.gpu_faults import FaultWatcher

@@ -38,9 +38,9 @@ def node_release(name: str, reason: str, by: str, **params: Any) -> None:
     """Remove the remediate.io/owner annotation of node NAME: remediate may change the node again.
 
     A node no other system owns is left as it is (exit 0, nothing recorded)."""
-    from remediate.audit import audit_event
     from remediate.kube import KubeClient, KubeNotFound, check_node_name, owner_of, release_patch
-    from remediate.logsetup import configure_logging
+    from remediate.logs.audit import audit_event
+    from remediate.logs.setup import configure_logging
 
     problem = check_node_name(name)
     if problem:

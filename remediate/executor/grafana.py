@@ -30,7 +30,7 @@ from remediate.runs import FinishedRun, RunStatus
 if TYPE_CHECKING:
     from remediate.config.settings import GrafanaSettings
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("remediate.grafana")
 
 ANNOTATED = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED})
 """The run ends that get an annotation: runs that executed their steps."""

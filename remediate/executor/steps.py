@@ -43,7 +43,6 @@ from tenacity import (
 
 from remediate.actions.base import Action, ActionRegistry, StepContext
 from remediate.actions.deadline import StepTimeout, call_with_deadline
-from remediate.audit import audit_event
 from remediate.errors import (
     ActionError,
     AmbiguousActionError,
@@ -59,6 +58,7 @@ from remediate.executor.dispatch import Dispatch
 from remediate.executor.leases import Leases
 from remediate.executor.metrics import ExecutorMetrics
 from remediate.executor.runners import StepRunner, stamped
+from remediate.logs.audit import audit_event
 from remediate.runs import (
     DONE_STEP_STATUSES,
     AttemptOutcome,

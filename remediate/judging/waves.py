@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from remediate.audit import audit_event
 from remediate.config.rollout import NodeWave, Rollout
 from remediate.errors import ActionError
 from remediate.kube import KubeClient, KubeConfigError
+from remediate.logs.audit import audit_event
 
 TTL = 30.0
 """Seconds one read of the nodes' wave label is used: a promotion (a label changed) is seen within this."""

@@ -375,7 +375,7 @@ def _mark_metrics_dead(pid: int) -> None:
 
 
 class _GunicornLogger(glogging.Logger):  # type: ignore[misc]
-    """gunicorn's messages through the root logger (remediate.logsetup): one format on stderr, not gunicorn's
+    """gunicorn's messages through the root logger (remediate.logs.setup): one format on stderr, not gunicorn's
     own handler beside ours. Its access log stays off: the app logs each request with its request id."""
 
     def setup(self, cfg: Any) -> None:
@@ -485,7 +485,7 @@ def preflight(settings: Settings) -> LiveSet:
 def run_server(settings: Settings) -> None:
     """`remediate serve`: every start-up check here, then this process imports the app and becomes gunicorn's
     master of its HTTP workers and the executor process, until stopped; then its temporary dirs go."""
-    from remediate.logsetup import configure_logging
+    from remediate.logs.setup import configure_logging
 
     # One format for every process of the server (gunicorn's messages too: _GunicornLogger); alert data in a
     # message can never start a forged line.

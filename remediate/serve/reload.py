@@ -14,9 +14,9 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from remediate.audit import audit_event
 from remediate.config.settings import Settings
 from remediate.live import RELOAD_ERRORS, LiveSet, read_live
+from remediate.logs.audit import audit_event
 from remediate.serve.httpworker import TOLD_TO_STOP
 
 log = logging.getLogger("remediate.serve")

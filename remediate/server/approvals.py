@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from remediate.audit import audit_event
+from remediate.logs.audit import audit_event
 from remediate.store import Store
 
 

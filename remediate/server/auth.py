@@ -10,8 +10,8 @@ from typing import Any
 
 from flask import g, request
 
-from remediate.audit import audit_event
 from remediate.config.settings import WEBHOOK, Credential
+from remediate.logs.audit import audit_event
 from remediate.server.answers import error
 from remediate.services import Services
 

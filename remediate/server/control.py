@@ -13,11 +13,11 @@ from typing import Any
 
 from flask import Blueprint, g, jsonify, request
 
-from remediate.audit import audit_event
 from remediate.config.settings import OPERATOR, READ
 from remediate.errors import AlreadyPaused, NotPaused, RunStateError, UnknownRunError
 from remediate.history.api import ladder_state_json, run_json
 from remediate.live import RELOAD_ERRORS, read_live
+from remediate.logs.audit import audit_event
 from remediate.runs import LadderState
 from remediate.server.answers import BadBody, actor, error, json_body, text
 from remediate.server.approvals import approve_run

@@ -3,7 +3,7 @@ of `serve`.
 
 The id is the client's `X-Request-Id` when it is sane (a proxy's or AlertManager's tracing id: letters,
 digits, `._:-`, at most 128), else a new one; it is answered in `X-Request-Id` and every record logged
-while the request is answered carries it (remediate.logsetup.REQUEST_ID), the audit events included, so
+while the request is answered carries it (remediate.logs.setup.REQUEST_ID), the audit events included, so
 one id joins the access line to what the request did. Probes and scrapes (/healthz, /readyz, /metrics)
 are logged at DEBUG: a kubelet's every 10 s would drown the rest.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from flask import Flask, Response, g, request
 
-from remediate.logsetup import REQUEST_ID
+from remediate.logs.setup import REQUEST_ID
 from remediate.metrics import Metrics
 
 log = logging.getLogger("remediate.access")

@@ -31,8 +31,8 @@ from flask import Blueprint, Response, request
 from remediate import inert
 from remediate.actions.chat import SLACK_APPROVE_ACTION, SLACK_MAX_BLOCKS
 from remediate.actions.notify import post_json
-from remediate.audit import audit_event
 from remediate.errors import ActionError, RunStateError, UnknownRunError
+from remediate.logs.audit import audit_event
 from remediate.server.answers import error
 from remediate.server.approvals import approve_run
 from remediate.services import Services

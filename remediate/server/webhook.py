@@ -15,10 +15,10 @@ from typing import Any
 import sqlalchemy as sa
 from flask import Blueprint, Response, request
 
-from remediate.audit import audit_event
 from remediate.config.settings import WEBHOOK
 from remediate.errors import PayloadError, StoreUnavailable
 from remediate.judging.engine import IngestResult
+from remediate.logs.audit import audit_event
 from remediate.runs import Decision
 from remediate.server.answers import error
 from remediate.server.auth import requires

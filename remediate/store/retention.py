@@ -326,7 +326,7 @@ class Pruner(Periodic):
         self.reports.append(report)
         if report.total:
             # The summary is this module's own `table=count` text, not data: in the format string, so that the
-            # text log's escaping of data (remediate.logsetup) leaves its fields readable.
+            # text log's escaping of data (remediate.logs.setup) leaves its fields readable.
             self.log.info("retention: pruned history older than %gs: " + report.summary().replace("%", "%%"), self.keep)
         return report
 

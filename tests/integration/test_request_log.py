@@ -30,7 +30,7 @@ JsonLog = Callable[[], list[dict[str, Any]]]
 @pytest.fixture
 def json_log() -> Iterator[JsonLog]:
     """The records of the test as the JSON lines `configure_logging("json")` writes (its formatter and filter)."""
-    from remediate.logsetup import RequestIdFilter, json_formatter
+    from remediate.logs.setup import RequestIdFilter, json_formatter
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

@@ -1,4 +1,4 @@
-"""The one logging set-up (remediate.logsetup) and audit events (remediate.audit): text and JSON
+"""The one logging set-up (remediate.logs.setup) and audit events (remediate.logs.audit): text and JSON
 formats, structured fields, levels, the request id."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from remediate.audit import ReservedFieldError, audit_event
-from remediate.logsafe import LOG_FORMAT
-from remediate.logsetup import REQUEST_ID, RequestIdFilter, TextFormatter, configure_logging, json_formatter
+from remediate.logs.audit import ReservedFieldError, audit_event
+from remediate.logs.safe import LOG_FORMAT
+from remediate.logs.setup import REQUEST_ID, RequestIdFilter, TextFormatter, configure_logging, json_formatter
 from remediate.server.requestlog import request_id_from
 from tests.support import logfmt
 

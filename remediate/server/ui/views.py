@@ -22,12 +22,12 @@ from flask import Blueprint, Flask, abort, flash, g, make_response, redirect, re
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
-from remediate.audit import audit_event
 from remediate.breaker import CircuitBreaker
 from remediate.config.durations import format_duration
 from remediate.config.settings import READ, Credential
 from remediate.errors import AlreadyPaused, RunStateError, UnknownRunError
 from remediate.history.api import entry_json, run_json
+from remediate.logs.audit import audit_event
 from remediate.runs import RunStatus
 from remediate.server.approvals import approve_run
 from remediate.server.ui import session as ui_session

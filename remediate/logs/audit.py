@@ -1,7 +1,7 @@
-"""Audit events: who did what to remediation, as named log records of logger `remediate.audit`.
+"""Audit events: who did what to remediation, as named log records of logger `remediate.logs.audit`.
 
 An event is a record whose message is the event's name and whose structured fields are the event's fields:
-JSON keys in the json log format, `key=value` in text (remediate.logsetup); the request id joins them when
+JSON keys in the json log format, `key=value` in text (remediate.logs.setup); the request id joins them when
 a request caused them. docs/logging.md lists every event with its fields (a test keeps the two in step).
 The history in the store stays the record of runs; these lines are what a log pipeline (Loki, ...) sees.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from remediate.logsetup import STANDARD_ATTRIBUTES
+from remediate.logs.setup import STANDARD_ATTRIBUTES
 
 log = logging.getLogger("remediate.audit")
 

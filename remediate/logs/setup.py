@@ -1,11 +1,11 @@
 """One place that configures logging for `remediate serve` (its master, HTTP workers and executor process,
 gunicorn's own messages too) and `remediate agent`: one format on stderr, `log_format` text or json, `log_level`.
 
-Text is one line per record, `time LEVEL logger: message key=value ...` (remediate.logsafe escapes control
+Text is one line per record, `time LEVEL logger: message key=value ...` (remediate.logs.safe escapes control
 characters, so alert data cannot forge a line; the message's arguments have `=` and `"` escaped too, so alert
 data in a message cannot forge a `key=value` field for a logfmt parser). JSON is one object per line
 (python-json-logger): `time` (RFC 3339, UTC), `level`, `logger`, `message`, and the record's structured fields
-as keys. Structured fields are what a caller passes as `extra` (the audit events of remediate.audit, the access
+as keys. Structured fields are what a caller passes as `extra` (the audit events of remediate.logs.audit, the access
 line) and the request id of the request being answered, which every record logged while answering it carries
 (`request_id`). docs/logging.md lists the fields.
 """
@@ -18,7 +18,7 @@ import sys
 from contextvars import ContextVar
 from typing import Any
 
-from remediate.logsafe import LOG_FORMAT, EscapingFormatter, escape_control
+from remediate.logs.safe import LOG_FORMAT, EscapingFormatter, escape_control
 
 REQUEST_ID: ContextVar[str | None] = ContextVar("remediate_request_id", default=None)
 """The id of the request this thread answers now (remediate.server.requestlog sets and clears it)."""
