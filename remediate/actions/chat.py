@@ -6,7 +6,7 @@ Workflows webhook). `ChatWebhookAction` is what notify.slack and notify.teams sh
 URL written in the playbook or read from a Secret-backed file, never from a label) and the POST itself,
 which is notify.webhook's (`post_json`: no redirect followed, retried only when nothing was sent).
 
-Label and annotation values are data: each format makes them inert text (remediate.inert), so a label
+Label and annotation values are data: each format makes them inert text (remediate.outbound.inert), so a label
 cannot add a link, a mention, formatting or a line break to the message. The playbook's own `message`
 is rendered when the step runs (remediate.actions.messages: the earlier steps' outcomes, the run's
 link) with that escaping of every value it prints, and keeps its own markup.
@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from remediate import inert
 from remediate.actions.base import ActionDeps, StepContext
 from remediate.actions.messages import render_message, run_page_url
 from remediate.actions.notify import (
@@ -32,8 +31,9 @@ from remediate.actions.notify import (
     stored_or_file,
 )
 from remediate.actions.schema import Param, ParamSchema
+from remediate.outbound import inert
+from remediate.outbound.urls import check_stored_url
 from remediate.runs import StepStatus
-from remediate.urlcheck import check_stored_url
 
 if TYPE_CHECKING:
     import requests
@@ -358,7 +358,7 @@ class ChatWebhookAction(PostingAction):
 
     @abstractmethod
     def escape(self, text: str) -> str:
-        """A value from the alert as inert text of this chat's markup (remediate.inert)."""
+        """A value from the alert as inert text of this chat's markup (remediate.outbound.inert)."""
 
     approve_in_place: bool = False
     """The message's Approve button approves the run itself (NotifySlackAction with a signing secret)."""

@@ -38,7 +38,7 @@ from remediate.actions.schema import Param, ParamSchema, duration_within
 from remediate.actions.templating import unescaped_outputs
 from remediate.config.durations import format_duration, parse_duration
 from remediate.errors import ActionError
-from remediate.lazyhttp import SessionSlot
+from remediate.outbound.lazyhttp import SessionSlot
 
 if TYPE_CHECKING:
     import requests
@@ -308,7 +308,7 @@ class PrometheusCheckAction(Action):
         return {"Authorization": f"Bearer {token}"}
 
     def _get(self, path: str, query: dict[str, str], timeout: float) -> dict[str, Any]:
-        import requests  # here, not at the top: see remediate.lazyhttp
+        import requests  # here, not at the top: see remediate.outbound.lazyhttp
 
         url = f"{self._base()}{path}"
         try:

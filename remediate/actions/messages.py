@@ -13,7 +13,7 @@ values (as at ingest: `labels`, `annotations`, `alertname`, ...) and what only t
   the names of the earlier steps that failed, `ok` true when none did, `outcome` one line saying what
   each earlier step did (`cordon failed (node not found); taint skipped`).
 
-Each format passes every printed value through its escaping (remediate.inert) and keeps the template's
+Each format passes every printed value through its escaping (remediate.outbound.inert) and keeps the template's
 own text: `run.url` and `run.link` are remediate's own and printed as they are.
 """
 

@@ -37,8 +37,8 @@ from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.messages import render_message, run_page_url
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError, AmbiguousActionError, ParamsError, RetryableActionError
-from remediate.lazyhttp import SessionSlot
-from remediate.urlcheck import CREDENTIAL_HEADER, check_stored_url, check_url, secret_header
+from remediate.outbound.lazyhttp import SessionSlot
+from remediate.outbound.urls import CREDENTIAL_HEADER, check_stored_url, check_url, secret_header
 
 if TYPE_CHECKING:
     import requests
@@ -292,7 +292,7 @@ def post_json(
     (no answer in time, connection dropped after sending, 5xx, 429), ActionError otherwise (4xx, 3xx).
     `shown_url` replaces the URL in errors where the URL itself is a secret (a chat webhook's).
     """
-    import requests  # here, not at the top: see remediate.lazyhttp
+    import requests  # here, not at the top: see remediate.outbound.lazyhttp
 
     shown = shown_url or url
     try:

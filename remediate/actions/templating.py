@@ -346,7 +346,7 @@ Escape = Callable[[str], str]
 def render_text(source: str, context: Mapping[str, Any], *, escape: Escape | None = None) -> str:
     """Render one template when its step runs (a notification's message), each printed value passed
     through `escape` unless it is `Trusted`: the template's own text keeps its markup, the values from
-    the alert become inert text of the format (remediate.inert). Raises ParamsError as render_params."""
+    the alert become inert text of the format (remediate.outbound.inert). Raises ParamsError as render_params."""
     if not is_template(source):
         return source
     try:

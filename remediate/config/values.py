@@ -16,7 +16,7 @@ from remediate.config.durations import parse_duration
 from remediate.config.rollout import Rollout, parse_node_waves, parse_rollout
 from remediate.errors import ConfigError
 from remediate.kube.model import parse_label_selector
-from remediate.urlcheck import check_stored_url
+from remediate.outbound.urls import check_stored_url
 
 ENV_PREFIX = "REMEDIATE_"
 WEBHOOK = "webhook"

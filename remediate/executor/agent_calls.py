@@ -175,7 +175,7 @@ class AgentRunner:
                 return
 
     def _cancel(self, ctx: StepContext) -> None:
-        import requests  # here, not at the top: see remediate.lazyhttp
+        import requests  # here, not at the top: see remediate.outbound.lazyhttp
 
         if self.url is None:
             return  # no agent found yet: nothing was sent
@@ -248,7 +248,7 @@ class AgentRunner:
             self.on_call_done(action, outcome, time.monotonic() - started)
 
     def _post(self, kind: str, action: Action, params: Mapping[str, Any], ctx: StepContext, timeout: float) -> Any:
-        import requests  # here, not at the top: see remediate.lazyhttp
+        import requests  # here, not at the top: see remediate.outbound.lazyhttp
 
         try:
             self.url = self.directory.url_for(self.node)
@@ -290,7 +290,7 @@ class AgentRunner:
     def _send(self, path: str, data: bytes, read_timeout: float) -> tuple[requests.Response, str]:
         """POST `data` to `path` of the agent found (`url`), signed with the node's own credential, never the
         master (the agent of one node cannot command another); its answer and the request's nonce."""
-        import requests  # here, not at the top: see remediate.lazyhttp
+        import requests  # here, not at the top: see remediate.outbound.lazyhttp
 
         headers = {"Content-Type": "application/json"}
         nonce = new_nonce()

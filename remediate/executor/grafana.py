@@ -7,7 +7,7 @@ and a couple of tries: Grafana being slow or down never delays a run nor fails o
 posted is logged and counted (`remediate_grafana_annotations_total{outcome}`).
 
 Grafana renders an annotation's text as HTML: every value in it that an alert can set (alertname,
-target, playbook, the run's error) is inert text (remediate.inert.html_text). A redirect is never
+target, playbook, the run's error) is inert text (remediate.outbound.inert.html_text). A redirect is never
 followed: the token would go to a URL the settings did not name.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from remediate import inert
 from remediate.errors import ConfigError
+from remediate.outbound import inert
 from remediate.runs import FinishedRun, RunStatus
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class Annotator:
                 self._queue.task_done()
 
     def _post(self, body: dict[str, Any]) -> bool:
-        import requests  # here, not at the top: see remediate.lazyhttp
+        import requests  # here, not at the top: see remediate.outbound.lazyhttp
 
         url = f"{self.target.url}/api/annotations"
         headers = {"Authorization": f"Bearer {self.target.token}", "Content-Type": "application/json"}

@@ -1,7 +1,7 @@
 """What a reader of a run sees of its steps (GET /runs/<id>, the run page, `remediate show`): params, plans,
 results and errors with any secret a URL or a header carries hidden.
 
-The checks at load (remediate.urlcheck) keep secrets out of what is stored, but a history outlives them: a
+The checks at load (remediate.outbound.urls) keep secrets out of what is stored, but a history outlives them: a
 run stored before a check existed (a Slack webhook URL written in a playbook, a token in a URL's path), or a
 URL quoted in an error, is still shown. So every URL in a step's values is shown through `urlcheck.shown_url`
 and every header of a `headers` mapping whose name or value looks like a credential as `***`.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from remediate.urlcheck import HIDDEN, secret_header, shown_url
+from remediate.outbound.urls import HIDDEN, secret_header, shown_url
 
 _URL = re.compile(r"https?://[^\s\"'<>`]+", re.I)
 

@@ -28,11 +28,11 @@ from urllib.parse import parse_qs
 
 from flask import Blueprint, Response, request
 
-from remediate import inert
 from remediate.actions.chat import SLACK_APPROVE_ACTION, SLACK_MAX_BLOCKS
 from remediate.actions.notify import post_json
 from remediate.errors import ActionError, RunStateError, UnknownRunError
 from remediate.logs.audit import audit_event
+from remediate.outbound import inert
 from remediate.server.answers import error
 from remediate.server.approvals import approve_run
 from remediate.services import Services
@@ -243,7 +243,7 @@ def create_blueprint(services: Services) -> Blueprint:
         if click.response_url is None:
             log.warning("a Slack click without response_url: it was not answered")
             return
-        import requests  # here, not at the top: see remediate.lazyhttp
+        import requests  # here, not at the top: see remediate.outbound.lazyhttp
 
         with requests.Session() as session:
             try:

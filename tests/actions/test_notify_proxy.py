@@ -2,7 +2,7 @@
 
 The proxy is a real HTTP server spoken to as a forward proxy: a proxied POST arrives with the absolute URL
 as its request target (`POST http://hooks.example.invalid/... HTTP/1.1`), an HTTPS one as `CONNECT
-host:443`. The session reads the settings once, when it is made (remediate.httpsession), not per POST.
+host:443`. The session reads the settings once, when it is made (remediate.outbound.session), not per POST.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""remediate.inert: a value from an alert as inert text of Slack mrkdwn, Teams markdown and HTML."""
+"""remediate.outbound.inert: a value from an alert as inert text of Slack mrkdwn, Teams markdown and HTML."""
 
 from __future__ import annotations
 
 import pytest
 
-from remediate import inert
+from remediate.outbound import inert
 
 ZWSP = "\u200b"
 FORGED_STEP = "x\n✅ 3. *drain*: succeeded"

@@ -2,7 +2,7 @@
 
 `remediate agent` builds the same actions as the server, and the master of `remediate serve` imports them all:
 a module the actions import at their top is resident in every agent and in every server. Senders import
-requests when they first send (remediate.lazyhttp: ~4.7 MiB), and the training package names its job-side
+requests when they first send (remediate.outbound.lazyhttp: ~4.7 MiB), and the training package names its job-side
 classes lazily. Each case runs in a fresh interpreter, as the process does.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from remediate.lazyhttp import SessionSlot
+from remediate.outbound.lazyhttp import SessionSlot
 from tests.support.server import write_playbook
 
 PLAYBOOK = """\

@@ -4,7 +4,7 @@ title, lines of text, facts and buttons. The run page shows this instead of ~80 
 stays behind a <details>).
 
 Text comes out as segments (plain, bold, code) that the template escapes: the preview reads the markup
-only the playbook's own words may carry (label values are inert in each format: remediate.inert), and
+only the playbook's own words may carry (label values are inert in each format: remediate.outbound.inert), and
 never turns it into HTML of its own.
 """
 

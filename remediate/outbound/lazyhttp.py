@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 class SessionSlot:
     """A sender's `requests.Session` attribute: the session assigned to it (a test's), else one made on first read
-    (remediate.httpsession: the environment's proxy settings read then, not on every request).
+    (remediate.outbound.session: the environment's proxy settings read then, not on every request).
 
     Declared on the class (`session = SessionSlot()`), assigned in the constructor (`self.session = session`,
     None for "make one when needed"); each instance gets its own session, as each made one before.
@@ -38,7 +38,7 @@ class SessionSlot:
             with self._lock:
                 session = instance.__dict__.get(self.attribute)
                 if session is None:
-                    from remediate.httpsession import EnvironmentOnceSession
+                    from remediate.outbound.session import EnvironmentOnceSession
 
                     session = instance.__dict__[self.attribute] = EnvironmentOnceSession()
         return session

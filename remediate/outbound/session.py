@@ -10,7 +10,7 @@ host by requests' own `should_bypass_proxies` (decided once per scheme and host)
 `CURL_CA_BUNDLE`. What it leaves out: `.netrc` credentials (a webhook's credential is its `url_file` or
 `headers_file`). remediate never changes its environment once started: reading it once reads what it is.
 
-Imports requests: import this module only where a request is about to be sent (remediate.lazyhttp).
+Imports requests: import this module only where a request is about to be sent (remediate.outbound.lazyhttp).
 """
 
 from __future__ import annotations
