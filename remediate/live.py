@@ -20,7 +20,8 @@ from remediate.actions.notify_sink import NotifyAction, unconfigured_sinks
 from remediate.config.settings import Settings, read_config_file, settings_from_env
 from remediate.config.values import ENV_PREFIX, Sink
 from remediate.errors import ConfigError, PlaybookError
-from remediate.playbooks.playbook import PlaybookSet, load_playbooks
+from remediate.playbooks.loading import load_playbooks
+from remediate.playbooks.model import PlaybookSet
 
 RELOAD_ERRORS = (PlaybookError, ConfigError)
 """What `read_live` raises for an invalid file: the reload is refused, naming the file and why."""

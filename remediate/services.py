@@ -30,7 +30,8 @@ from remediate.kube.client import KubeClient
 from remediate.kube.enroll import AgentEnrollment
 from remediate.live import LiveSet
 from remediate.metrics import Metrics, multiprocess_mode
-from remediate.playbooks.playbook import PlaybookSet, load_playbooks
+from remediate.playbooks.loading import load_playbooks
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import PoolLimits, Store
 
 

@@ -16,7 +16,8 @@ from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.config.settings import EngineSettings
 from remediate.judging.engine import Engine, IngestResult
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from tests.support.stores import store_backend
 

@@ -70,7 +70,7 @@ VIOLATIONS = [
     ("actions.templating", "remediate.executor", "actions"),
     ("actions.log", "remediate.store", "actions"),
     ("actions.notify", "flask", "actions"),
-    ("actions.gpu", "remediate.playbooks.playbook", "actions-no-intake"),
+    ("actions.gpu", "remediate.playbooks.model", "actions-no-intake"),
     ("actions.training", "remediate.intake.alerts", "actions-no-intake"),  # the alert comes as StepContext.alert
     ("intake.alertref", "remediate.errors", "alertref"),
     ("training.protocol", "remediate.errors", "training"),

@@ -12,7 +12,7 @@ import yaml
 
 from remediate.actions import action_classes, default_registry
 from remediate.config.settings import Settings, read_config_file
-from remediate.playbooks.playbook import load_directory
+from remediate.playbooks.loading import load_directory
 from remediate.server import build_services, create_app
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -134,7 +134,7 @@ SINK_ACTIONS = (NotifyAction.name, "k8s.handoff")
 
 
 class PlaybookSteps(Protocol):
-    """What `sinks_in_use` reads of a playbook (remediate.playbooks.playbook.Playbook: actions import no intake)."""
+    """What `sinks_in_use` reads of a playbook (remediate.playbooks.model.Playbook: actions import no intake)."""
 
     name: str
 

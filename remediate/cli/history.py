@@ -154,7 +154,7 @@ def _prune_age(older_than: str, params: dict[str, Any]) -> float:
     directory = _settings(params).engine.playbooks
     if directory.is_dir():
         from remediate.actions import default_registry
-        from remediate.playbooks.playbook import load_playbooks
+        from remediate.playbooks.loading import load_playbooks
 
         for playbook in load_playbooks(directory, default_registry()).playbooks:
             if playbook.cooldown.total_seconds() > seconds:

@@ -34,7 +34,7 @@ def ladder() -> None:
 def _rung_names(params: dict[str, Any]) -> dict[str, list[str]]:
     """The rung names of the configured ladder playbooks (for `of` and `name` when reading the database)."""
     from remediate.actions import default_registry
-    from remediate.playbooks.playbook import load_directory
+    from remediate.playbooks.loading import load_directory
 
     settings = _settings(params)
     loaded, _ = load_directory(settings.engine.playbooks, default_registry(settings))

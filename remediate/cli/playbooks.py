@@ -31,7 +31,7 @@ def playbooks() -> None:
 def playbooks_list(as_json: bool, **params: Any) -> None:
     """List the playbooks of the playbook directory."""
     from remediate.actions import default_registry
-    from remediate.playbooks.playbook import load_playbooks
+    from remediate.playbooks.loading import load_playbooks
 
     settings = _settings(params)
     loaded = load_playbooks(settings.engine.playbooks, default_registry(settings))
@@ -80,7 +80,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
 def playbooks_validate(directory: Path | None, config: Path | None, playbooks_option: Path | None) -> None:
     """Validate every playbook in DIRECTORY or --playbooks (default: the configured playbook directory)."""
     from remediate.actions import default_registry
-    from remediate.playbooks.playbook import load_directory
+    from remediate.playbooks.loading import load_directory
 
     if directory is not None and playbooks_option is not None and directory != playbooks_option:
         raise CliError(f"two playbook directories: {directory} and --playbooks {playbooks_option}; give one")

@@ -28,7 +28,7 @@ def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bo
     Cooldowns, attempt caps, ladders and the breaker are simulated over time in memory; nothing is
     executed and the database is opened read-only."""
     from remediate.actions import default_registry
-    from remediate.playbooks.playbook import load_playbooks
+    from remediate.playbooks.loading import load_playbooks
     from remediate.rehearsal.replay import Window
     from remediate.rehearsal.replay import replay as run_replay
     from remediate.server.queries import parse_time_arg

@@ -28,7 +28,7 @@ def report(since: str, until: str | None, as_json: bool, **params: Any) -> None:
         figures = _client(params).report(filters)
     else:
         from remediate.actions import default_registry
-        from remediate.playbooks.playbook import load_directory
+        from remediate.playbooks.loading import load_directory
         from remediate.server.queries import report_query
 
         settings = _settings(params)

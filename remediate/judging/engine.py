@@ -23,7 +23,7 @@ import orjson
 
 from remediate.actions.base import ActionRegistry
 from remediate.actions.templating import render_params, render_session
-from remediate.config.rollout import StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
+from remediate.config.rollout import Mode, StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
 from remediate.config.settings import EngineSettings
 from remediate.errors import ParamsError, PayloadError, StoreConflict
 from remediate.intake.alertref import node_label
@@ -40,7 +40,7 @@ from remediate.judging.stages import (
     dedupe_key,
     occurrence,
 )
-from remediate.playbooks.playbook import Mode, Playbook, PlaybookSet, StepSpec
+from remediate.playbooks.model import Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus, StepStatus
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
 from remediate.store.ladders import guard_lock_name

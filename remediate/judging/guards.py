@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from remediate.breaker import BreakerState, is_stale, iso_utc, open_reason, stale_reason
 from remediate.config.durations import format_duration
-from remediate.playbooks.playbook import Playbook
+from remediate.playbooks.model import Playbook
 from remediate.runs import Decision, RunStatus
 
 ATTEMPT_WINDOW = timedelta(hours=24)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from remediate.config.durations import format_duration
-from remediate.playbooks.playbook import Playbook
+from remediate.playbooks.model import Playbook
 from remediate.playbooks.repeat import ordinal
 from remediate.runs import LadderState, RunStatus, Standing
 

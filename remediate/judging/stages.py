@@ -27,11 +27,12 @@ from datetime import datetime
 from typing import Any
 
 from remediate.breaker import BreakerState
+from remediate.config.rollout import Mode
 from remediate.intake.alerts import Alert
 from remediate.judging.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict
 from remediate.judging.guards import judge as guard_verdict
 from remediate.judging.ladder import RungChoice, choose_rung, climbed, repeat_offender_choice, resolved
-from remediate.playbooks.playbook import Mode, Playbook, StepSpec
+from remediate.playbooks.model import Playbook, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus
 from remediate.store import GuardReads, PauseState
 

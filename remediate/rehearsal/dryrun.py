@@ -18,7 +18,7 @@ from remediate.executor.dispatch import Dispatch
 from remediate.executor.runners import stamped
 from remediate.intake.alerts import Notification, alert_ref, parse_notification
 from remediate.judging.engine import Judged
-from remediate.playbooks.playbook import load_playbooks
+from remediate.playbooks.loading import load_playbooks
 from remediate.runs import StepStatus
 from remediate.services import engine_for
 from remediate.store import Store

@@ -36,7 +36,7 @@ from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, iso_utc, 
 from remediate.config.settings import Settings
 from remediate.intake.alerts import Notification, parse_notification
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet
+from remediate.playbooks.model import PlaybookSet
 from remediate.rehearsal.replay_steps import StepRecord, step_changes
 from remediate.runs import Decision, RunStatus
 from remediate.services import engine_for

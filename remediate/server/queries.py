@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from remediate.config.durations import parse_duration
 from remediate.errors import PayloadError
 from remediate.intake.alerts import parse_timestamp
-from remediate.playbooks.playbook import Playbook
+from remediate.playbooks.model import Playbook
 from remediate.store import HistoryQuery, RepeatRule, ReportQuery
 
 MAX_HISTORY_LIMIT = 1000

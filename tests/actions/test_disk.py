@@ -20,7 +20,7 @@ from remediate.errors import ActionError, ParamsError, PlaybookError
 from remediate.executor.loop import Executor
 from remediate.intake.alertref import AlertRef
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import parse_playbook
+from remediate.playbooks.loading import parse_playbook
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.disk import FakeDisk, allocated, make_file

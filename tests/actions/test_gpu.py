@@ -31,7 +31,8 @@ from remediate.gpu import (
     SimulatedBackend,
 )
 from remediate.judging.engine import Engine, IngestResult
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.gpu import step_context

@@ -22,7 +22,7 @@ from remediate.config.values import to_sinks
 from remediate.errors import ParamsError
 from remediate.kube import OWNER, OWNER_SINCE, OWNER_WHY, KubeClient, release_patch
 from remediate.live import LiveSet
-from remediate.playbooks.playbook import PlaybookSet
+from remediate.playbooks.model import PlaybookSet
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.kube import FAST, run
 from tests.support.realsystems import WebhookRecorder

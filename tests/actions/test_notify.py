@@ -337,7 +337,7 @@ def test_a_url_carrying_credentials_is_refused_at_load_pointing_to_url_file(url:
     from remediate.actions import default_registry
     from remediate.config.settings import Settings
     from remediate.errors import PlaybookError
-    from remediate.playbooks.playbook import parse_playbook
+    from remediate.playbooks.loading import parse_playbook
 
     playbook = {
         "name": "tell",
@@ -374,7 +374,7 @@ def test_a_webhook_url_whose_path_is_its_secret_is_refused_in_a_playbook(action_
     from remediate.actions import default_registry
     from remediate.config.settings import Settings
     from remediate.errors import PlaybookError
-    from remediate.playbooks.playbook import parse_playbook
+    from remediate.playbooks.loading import parse_playbook
 
     playbook = {"name": "tell", "match": {"alertname": "X"}, "steps": [{"action": action_name, "with": {"url": url}}]}
     with pytest.raises(PlaybookError, match="url_file") as info:

@@ -24,7 +24,8 @@ from remediate.executor.announce import Announcer
 from remediate.executor.loop import Executor
 from remediate.intake.alerts import alert_ref
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.rehearsal.dryrun import dry_run
 from remediate.store import Store
 from tests.actions.test_notify import ALERT, _Redirector

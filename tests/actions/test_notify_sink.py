@@ -23,7 +23,7 @@ from remediate.config.settings import Settings
 from remediate.config.values import Sink, to_sinks
 from remediate.errors import AmbiguousActionError, PlaybookError, RetryableActionError
 from remediate.intake.alerts import alert_ref
-from remediate.playbooks.playbook import load_directory, parse_playbook
+from remediate.playbooks.loading import load_directory, parse_playbook
 from remediate.rehearsal.dryrun import dry_run
 from tests.conftest import XID_CONTEXT as ALERT
 from tests.conftest import alert_payload, notification_payload

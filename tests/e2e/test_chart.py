@@ -28,7 +28,7 @@ from remediate.config.durations import parse_duration
 from remediate.config.settings import Settings, read_config_file
 from remediate.disk.policy import load_policies
 from remediate.kube import EVENT_NAMESPACE
-from remediate.playbooks.playbook import load_directory
+from remediate.playbooks.loading import load_directory
 from tests.support.helm import CHART, IMAGE_REPOSITORY, NAMESPACE, RELEASE, Helm, by_kind
 
 ROOT = CHART.parents[1]

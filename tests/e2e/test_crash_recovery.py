@@ -26,7 +26,8 @@ from remediate.actions.notify import NotifyWebhookAction
 from remediate.config.settings import ExecutorSettings
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.realsystems import WebhookRecorder

@@ -4,7 +4,7 @@ file in test_gpu_rules.py)."""
 from __future__ import annotations
 
 from remediate.actions import default_registry
-from remediate.playbooks.playbook import load_directory
+from remediate.playbooks.loading import load_directory
 from tests.support.rules import ROOT, as_alert, expected_alerts, rules_of, shipped_engine
 
 

@@ -26,7 +26,8 @@ from remediate.config.settings import ExecutorSettings
 from remediate.errors import ActionError, StoreRefused, StoreUnreachable
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import HistoryQuery, Store
 from tests.support.http import MakeServer, alert, notification
 from tests.support.postgres import PostgresCluster

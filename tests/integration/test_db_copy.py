@@ -20,7 +20,8 @@ from remediate.actions import default_registry
 from remediate.breaker import Claim
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import HistoryQuery, LoginThrottle, Store
 from remediate.store import copy as dbcopy
 from remediate.store import schema as t

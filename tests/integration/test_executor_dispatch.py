@@ -19,7 +19,8 @@ from remediate.executor.agent_calls import StaticAgents
 from remediate.executor.dispatch import Dispatch
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
 from tests.support.agent import AGENT_TOKEN, Echo, agent_settings, serve_agent

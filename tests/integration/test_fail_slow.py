@@ -27,7 +27,8 @@ from remediate.config.values import Sink
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.kube import OWNER
-from remediate.playbooks.playbook import PlaybookSet, load_playbooks
+from remediate.playbooks.loading import load_playbooks
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from remediate.training.protocol import RESTART_EXIT_CODE
 from tests.conftest import alert_payload, notification_payload

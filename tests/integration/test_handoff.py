@@ -23,7 +23,8 @@ from remediate.judging.engine import Engine
 from remediate.kube import CORDONED_BY_RUN, OWNER, OWNER_SINCE, OWNER_WHY, KubeClient
 from remediate.kube.errors import KubeError
 from remediate.kube.owner import NodeOwnedElsewhere
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.rehearsal.dryrun import dry_run
 from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload

@@ -39,7 +39,8 @@ from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.kube import CORDONED_BY_RUN, OWNER, KubeClient
 from remediate.metrics import exposition
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.runs import FINAL_RUN_STATUSES
 from remediate.server import build_services, create_app
 from remediate.store import HistoryQuery, Store

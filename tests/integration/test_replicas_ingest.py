@@ -37,7 +37,8 @@ from remediate.config.settings import ExecutorSettings, Settings
 from remediate.errors import RunStateError
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine, IngestResult
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.runs import Decision
 from remediate.store import Store
 from remediate.store.postgres import MAX_GUARD_LOCKS, PostgresDialect

@@ -24,7 +24,8 @@ from remediate.actions.base import ActionRegistry
 from remediate.config.settings import load_settings
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, load_playbooks
+from remediate.playbooks.loading import load_playbooks
+from remediate.playbooks.model import PlaybookSet
 from remediate.rehearsal.dryrun import dry_run
 from remediate.store import Store
 from remediate.training.files import JobPaths

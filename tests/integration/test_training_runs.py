@@ -23,7 +23,8 @@ from remediate.actions.base import ActionRegistry
 from remediate.config.settings import ExecutorSettings, load_settings
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, load_playbooks, parse_playbook
+from remediate.playbooks.loading import load_playbooks, parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.protocol import CheckpointInfo

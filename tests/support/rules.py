@@ -10,7 +10,7 @@ import yaml
 from remediate.actions import default_registry
 from remediate.intake.alerts import Alert, parse_notification
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import load_playbooks
+from remediate.playbooks.loading import load_playbooks
 from tests.support.server import notification
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,8 @@ from remediate.config.values import to_sinks
 from remediate.errors import ActionError, AmbiguousActionError, RetryableActionError
 from remediate.executor.announce import FAILED, SENT, Announcer, announcing_actions
 from remediate.judging.engine import Engine, IngestResult
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.realsystems import WebhookRecorder

@@ -666,7 +666,8 @@ def test_a_notification_of_2000_alerts_stores_every_alert(store: Store, make_eng
 
 def test_guard_by_gives_each_gpu_of_a_node_its_own_cooldown(tmp_path, registry) -> None:
     from remediate.judging.engine import Engine
-    from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+    from remediate.playbooks.loading import parse_playbook
+    from remediate.playbooks.model import PlaybookSet
     from remediate.store import Store
     from tests.conftest import alert_payload, notification_payload
 
@@ -697,7 +698,7 @@ def test_guard_by_gives_each_gpu_of_a_node_its_own_cooldown(tmp_path, registry) 
 
 def test_guard_by_must_name_labels(registry) -> None:
     from remediate.errors import PlaybookError
-    from remediate.playbooks.playbook import parse_playbook
+    from remediate.playbooks.loading import parse_playbook
 
     with pytest.raises(PlaybookError, match="guard_by"):
         parse_playbook(

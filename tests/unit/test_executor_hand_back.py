@@ -19,7 +19,8 @@ from remediate.config.settings import ExecutorSettings
 from remediate.errors import StoreUnavailable
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 from tests.support.stores import step_details

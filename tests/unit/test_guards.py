@@ -9,7 +9,8 @@ import pytest
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerState
 from remediate.judging.guards import STAGES, GuardCase, GuardFacts, judge
-from remediate.playbooks.playbook import Playbook, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import Playbook
 from remediate.runs import Decision
 
 NOW = 1_767_225_600.0  # 2026-01-01T00:00:00Z

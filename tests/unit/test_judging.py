@@ -9,7 +9,8 @@ from remediate.actions.base import ActionRegistry
 from remediate.intake.alerts import parse_notification
 from remediate.judging.engine import Engine
 from remediate.judging.stages import judge
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.runs import Decision
 from remediate.store import EmptyGuardReader
 from tests.conftest import alert_payload, notification_payload

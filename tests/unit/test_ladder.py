@@ -15,7 +15,8 @@ from remediate.intake.alerts import parse_notification
 from remediate.judging.engine import Engine, IngestResult
 from remediate.judging.ladder import choose_rung, climbed, resolved
 from remediate.judging.stages import dedupe_key, rung_dedupe_key
-from remediate.playbooks.playbook import Playbook, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import Playbook
 from remediate.runs import Decision, LadderState
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts, notification_payload

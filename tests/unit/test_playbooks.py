@@ -1,4 +1,4 @@
-"""remediate.playbooks.playbook: loading with errors that name file, playbook and field; matching; targets."""
+"""remediate.playbooks (model, loading): loading with errors that name file, playbook and field; matching; targets."""
 
 from __future__ import annotations
 
@@ -11,20 +11,12 @@ import pytest
 import yaml
 
 from remediate.actions.base import ActionRegistry
+from remediate.config.rollout import Mode
 from remediate.errors import PlaybookError
 from remediate.intake.alertref import strip_port
 from remediate.intake.alerts import Alert, parse_notification
-from remediate.playbooks.playbook import (
-    MAX_TARGET_LENGTH,
-    NODE_LABELS,
-    Mode,
-    Playbook,
-    TargetSpec,
-    load_directory,
-    load_file,
-    load_playbooks,
-    parse_playbook,
-)
+from remediate.playbooks.loading import load_directory, load_file, load_playbooks, parse_playbook
+from remediate.playbooks.model import MAX_TARGET_LENGTH, NODE_LABELS, Playbook, TargetSpec
 from tests.conftest import alert_payload, notification_payload
 
 VALID = """\

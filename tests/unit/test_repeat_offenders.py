@@ -92,7 +92,7 @@ def test_a_bad_repeat_offender_is_refused_naming_the_field(
 
 def test_only_a_ladder_has_a_repeat_offender(registry: ActionRegistry) -> None:
     steps = {"name": "plain", "match": {"alertname": "X"}, "steps": [{"action": "log", "with": {"message": "m"}}]}
-    from remediate.playbooks.playbook import parse_playbook
+    from remediate.playbooks.loading import parse_playbook
 
     with pytest.raises(PlaybookError) as caught:
         parse_playbook({**steps, "repeat_offender": THREE_IN_A_WEEK}, registry)

@@ -12,7 +12,7 @@ import pytest
 from remediate.actions.base import ActionRegistry
 from remediate.errors import PlaybookError
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import parse_playbook
+from remediate.playbooks.loading import parse_playbook
 from remediate.store import Store
 from remediate.store import schema as t
 from tests.conftest import alert_payload, ingest_alerts

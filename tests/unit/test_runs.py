@@ -12,7 +12,8 @@ from remediate.actions.base import ActionRegistry
 from remediate.intake.alerts import parse_notification
 from remediate.judging.engine import Engine, Judged, decision_row, initial_status, run_row, step_rows
 from remediate.judging.guards import Verdict
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.runs import (
     FINAL_RUN_STATUSES,
     AttemptOutcome,

@@ -10,7 +10,8 @@ import pytest
 from remediate.actions import default_registry
 from remediate.errors import UnknownRunError
 from remediate.judging.engine import Engine
-from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+from remediate.playbooks.loading import parse_playbook
+from remediate.playbooks.model import PlaybookSet
 from remediate.runs import AttemptOutcome, RunEnd, RunStatus, RunWrite, StepEnd, StepStatus
 from remediate.store import (
     AlertDetail,

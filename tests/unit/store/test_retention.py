@@ -380,7 +380,8 @@ def test_the_executor_process_prunes_with_the_retention_setting_but_never_below_
     store: Store, registry: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     from remediate.config.settings import Settings
-    from remediate.playbooks.playbook import PlaybookSet, parse_playbook
+    from remediate.playbooks.loading import parse_playbook
+    from remediate.playbooks.model import PlaybookSet
     from remediate.serve.launcher import history_pruner
 
     def playbooks(cooldown: str) -> PlaybookSet:

@@ -1,17 +1,15 @@
-"""Playbooks: the YAML format, loading with errors that name file/playbook/field, and matching.
+"""Loading playbooks: the YAML format, read with errors that name file, playbook and field.
 
 One file per playbook in a directory. Loading checks everything that can be
 checked before an alert arrives: keys, types, matcher syntax, durations, that
 every action exists, and each step's non-templated params against the action's
-schema. Matching and target resolution are pure functions of an Alert.
+schema.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence, Set
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,21 +19,20 @@ import yaml
 from remediate.actions.base import ActionRegistry, Where
 from remediate.actions.templating import check_syntax, is_template
 from remediate.config.durations import format_duration, parse_duration
-from remediate.config.rollout import Mode, Rollout, RolloutError, parse_rollout
+from remediate.config.rollout import Mode, RolloutError, parse_rollout
 from remediate.errors import PlaybookError
-from remediate.gpu.errors import GpuSelectionError
-from remediate.gpu.selection import parse_gpu_ref
-from remediate.intake.alertref import node_label
-from remediate.intake.alerts import Alert
-from remediate.intake.matchers import Matcher, MatcherSyntaxError, matches_all, parse_matcher
-from remediate.playbooks.repeat import RepeatOffender, parse_repeat_offender
+from remediate.intake.matchers import Matcher, MatcherSyntaxError, parse_matcher
+from remediate.playbooks.model import (
+    DEFAULT_RESET_AFTER,
+    NAME_PATTERN,
+    Playbook,
+    PlaybookSet,
+    Rung,
+    StepSpec,
+    TargetSpec,
+)
+from remediate.playbooks.repeat import parse_repeat_offender
 
-NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,126}[a-z0-9])?$")
-MAX_TARGET_LENGTH = 200
-NODE_LABELS = ("node", "kubernetes_node", "Hostname", "hostname", "instance")
-GPU_IDENTITY_LABELS = frozenset({"UUID", "uuid", "gpu_uuid", "pci_bus_id", "gpu"})
-"""Labels that name a GPU (dcgm-exporter's `UUID`, `pci_bus_id`, `gpu`): in `guard_by` their values are
-normalised as the gpu actions read them, so that spellings of one GPU share one cooldown and cap."""
 _PLAYBOOK_KEYS = {
     "guard_by",
     "name",
@@ -53,173 +50,8 @@ _PLAYBOOK_KEYS = {
     "repeat_offender",
 }
 _RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", "on_resolved"}
-DEFAULT_RESET_AFTER = timedelta(hours=24)
 _STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error", "run_on"}
 _MAX_RETRIES = 10
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    """One step as written: the action, its raw (template) params, and its execution policy."""
-
-    action: str
-    params: Mapping[str, Any]
-    name: str
-    timeout: float | None = None
-    retries: int = 2
-    """How often a retryable error is retried (0 = one attempt only)."""
-    always: bool = False
-    """Run this step even when an earlier step failed (e.g. a notification); the run stays failed."""
-    continue_on_error: bool = False
-    """A failure of this step is recorded, but the run goes on as if it had succeeded (best effort)."""
-    run_on: tuple[str, ...] = ()
-    """A node step's `run_on: {labels: [...]}`: it runs on the node the first of these labels the alert has
-    names (normalised as the target's), else on the run's target; empty: on the run's target."""
-
-    def node(self, alert: Alert, target: str) -> str | None:
-        """Where a `run_on` step runs for this alert (resolved once, when its run is created); None: no
-        `run_on`, the run's target."""
-        if not self.run_on:
-            return None
-        found = node_label(alert.labels, self.run_on)
-        return bounded_target(found[1]) if found else target
-
-
-@dataclass(frozen=True)
-class Rung:
-    """One rung of an escalation ladder (`escalate:`): its steps, and how long they must hold."""
-
-    name: str
-    holds_for: timedelta
-    """How long the alert must stay resolved (or not re-fire) for this rung to count as having worked."""
-    steps: tuple[StepSpec, ...]
-    on_resolved: tuple[StepSpec, ...] = ()
-    mode: Mode | None = None
-    """None: the playbook's mode."""
-    cooldown: timedelta | None = None
-    """None: the playbook's cooldown."""
-    max_attempts: int | None = None
-    """Runs of this rung per guard key in 24 h (the playbook's max_attempts caps all rungs together)."""
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """Where the target (cooldown/attempt key, and the node for node steps) comes from."""
-
-    labels: tuple[str, ...] = NODE_LABELS
-    constant: str | None = None
-
-    def resolve(self, alert: Alert) -> str:
-        if self.constant is not None:
-            return self.constant
-        found = node_label(alert.labels, self.labels)
-        return bounded_target(found[1]) if found else f"alert/{alert.fingerprint}"
-
-
-@dataclass(frozen=True)
-class Playbook:
-    name: str
-    description: str
-    alertnames: tuple[str, ...]
-    matchers: tuple[Matcher, ...]
-    mode: Mode
-    target: TargetSpec
-    cooldown: timedelta
-    max_attempts: int | None
-    steps: tuple[StepSpec, ...]
-    on_resolved: tuple[StepSpec, ...]
-    source: str
-    guard_by: tuple[str, ...] = ()
-    """Labels that narrow cooldown and max_attempts below the target (e.g. UUID: per GPU of a node)."""
-    rungs: tuple[Rung, ...] = ()
-    """The escalation ladder (`escalate:`), gentlest first; empty for a playbook with `steps`."""
-    reset_after: timedelta = DEFAULT_RESET_AFTER
-    """After a rung held, this much quiet puts the ladder back on rung 1."""
-    rollout: Rollout | None = None
-    """The playbook's staged rollout (remediate.config.rollout); None: the server's `rollout` setting, if any."""
-
-    repeat_offender: RepeatOffender | None = None
-    """A target whose runs of this ladder acted `count` times within `within` goes straight to a rung."""
-
-    @property
-    def is_ladder(self) -> bool:
-        return bool(self.rungs)
-
-    @property
-    def undoes(self) -> bool:
-        """Does a resolved alert have anything to run: the playbook's on_resolved or a rung's."""
-        return bool(self.on_resolved) or any(r.on_resolved for r in self.rungs)
-
-    def rung_cooldown(self, rung: int) -> timedelta:
-        """The cooldown of rung `rung` (1-based): its own, else the playbook's."""
-        own = self.rungs[rung - 1].cooldown
-        return self.cooldown if own is None else own
-
-    def warnings(self) -> list[str]:
-        """What loads but is likely a mistake (`remediate playbooks validate` prints them)."""
-        if len(self.rungs) == 1:
-            return ["escalate: a one-rung ladder never climbs (write `steps` unless more rungs are coming)"]
-        return []
-
-    def matches(self, alert: Alert) -> bool:
-        return alert.name in self.alertnames and matches_all(self.matchers, alert.labels)
-
-    def guard_key(self, alert: Alert, target: str) -> str:
-        """What cooldown and max_attempts count per: the target, plus the `guard_by` label values."""
-        if not self.guard_by:
-            return target
-        values = (canonical_label_value(label, alert.labels.get(label, "")) for label in self.guard_by)
-        return bounded_target("/".join([target, *values]))
-
-    def steps_for(self, status: str) -> tuple[StepSpec, ...]:
-        """The steps of a phase; for a ladder's firing phase every rung's (what the breaker looks at)."""
-        if status == "firing":
-            return self.steps + tuple(step for rung in self.rungs for step in rung.steps)
-        return self.on_resolved
-
-
-class PlaybookSet:
-    """The loaded playbooks, indexed by alertname for fast matching."""
-
-    def __init__(self, playbooks: Iterable[Playbook]) -> None:
-        self.playbooks: tuple[Playbook, ...] = tuple(playbooks)
-        self._by_alertname: dict[str, list[Playbook]] = {}
-        for playbook in self.playbooks:
-            for alertname in playbook.alertnames:
-                self._by_alertname.setdefault(alertname, []).append(playbook)
-
-    def matching(self, alert: Alert) -> list[Playbook]:
-        return [p for p in self._by_alertname.get(alert.name, ()) if p.matches(alert)]
-
-    def get(self, name: str) -> Playbook | None:
-        return next((p for p in self.playbooks if p.name == name), None)
-
-    def __len__(self) -> int:
-        return len(self.playbooks)
-
-
-def bounded_target(value: str) -> str:
-    """Targets are indexed keys: a label value longer than 200 characters is cut and made unique by a hash."""
-    if len(value) <= MAX_TARGET_LENGTH:
-        return value
-    digest = hashlib.sha256(value.encode()).hexdigest()[:16]
-    return f"{value[: MAX_TARGET_LENGTH - 17]}~{digest}"
-
-
-def canonical_label_value(label: str, value: str) -> str:
-    """A guard_by label's value as guards count it: GPU identity labels through the GPU reference
-    parser (`GPU-5F6A…` and `gpu-5f6a…`, `0000:3b:00.0` and `00000000:3B:00.0` are one GPU: five
-    spellings of one UUID once got five times max_attempts). Other labels, and values that are no
-    GPU reference, are kept as sent."""
-    if label not in GPU_IDENTITY_LABELS:
-        return value
-    try:
-        return parse_gpu_ref(value).value
-    except GpuSelectionError:
-        return value
-
-
-# --------------------------------------------------------------------------- loading
 
 
 def load_directory(directory: Path, registry: ActionRegistry) -> tuple[list[Playbook], list[PlaybookError]]:
