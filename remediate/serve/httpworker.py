@@ -67,8 +67,8 @@ moving it, read the new minor's source against each seam:
   the child's SystemExit raised inside it);
 - gunicorn/util.py: serve/proctitle.py replaces `util._setproctitle` (the master's and each worker's title).
 
-`gunicorn.app.base.BaseApplication` (custom application), `gunicorn.glogging.Logger` (`logger_class`) and the
-server hooks (`post_fork`, `child_exit`) are gunicorn's documented API."""
+What launcher.py builds its application on (gunicorn's custom-application base class), its `logger_class`
+(`gunicorn.glogging.Logger`) and the server hooks (`post_fork`, `child_exit`) are gunicorn's documented API."""
 
 log = logging.getLogger("remediate.http")
 
