@@ -170,8 +170,8 @@ class _BoundedNamespace(Namespace):
 
 
 def _loop_guard(iterable: Any) -> Iterator[Any]:
-    """Every `{% for %}` iterates through this (_BoundedEnvironment._generate): the deadline is checked at
-    each iteration, so nested loops that print nothing still stop."""
+    """Every `{% for %}` iterates through this (`_guarded_template`): the deadline is checked at each
+    iteration, so nested loops that print nothing still stop."""
     for item in iterable:
         _tick()
         yield item
@@ -230,13 +230,18 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
             _check_format(value.__self__)
         return wrapped
 
-    def _generate(
-        self, source: nodes.Template, name: str | None, filename: str | None, defer_init: bool = False
-    ) -> str:
-        for loop in source.find_all(nodes.For):
-            guard = nodes.Call(nodes.Name(_LOOP_GUARD, "load"), [loop.iter], [], None, None)
-            loop.iter = guard.set_lineno(loop.lineno).set_environment(self)
-        return super()._generate(source, name, filename, defer_init=defer_init)
+
+def _guarded_template(environment: ImmutableSandboxedEnvironment, source: str) -> Any:
+    """The template of `source` whose every `{% for %}` iterates through `_loop_guard`.
+
+    Through Jinja's public pipeline: `parse` gives the tree (its documented node API), `from_string` compiles a
+    tree as it does a source; no hook of Jinja's code generator is overridden. A syntax error is raised by
+    `parse` with the source's line, as `from_string` raises it."""
+    tree = environment.parse(source)
+    for loop in tree.find_all(nodes.For):
+        guard = nodes.Call(nodes.Name(_LOOP_GUARD, "load"), [loop.iter], [], None, None)
+        loop.iter = guard.set_lineno(loop.lineno).set_environment(environment)
+    return environment.from_string(tree)
 
 
 def _plain_int(value: Any) -> bool:
@@ -282,7 +287,7 @@ def is_template(value: object) -> bool:
 
 @lru_cache(maxsize=4096)
 def _compile(source: str) -> Any:
-    template = _ENVIRONMENT.from_string(source)
+    template = _guarded_template(_ENVIRONMENT, source)
     # A plain dict instead of Jinja's ChainMap of template and environment globals: every render copies
     # them into its context, and iterating a ChainMap in Python was a third of a render's time. This
     # environment's globals never change after import, so the snapshot is the same thing.
@@ -370,7 +375,7 @@ def _compile_escaping(source: str, escape: Escape | None) -> Any:
         environment = _ESCAPING[escape] = _ENVIRONMENT.overlay(
             finalize=lambda value: value if isinstance(value, Trusted) else escape(str(value))
         )
-    return environment.from_string(source)
+    return _guarded_template(environment, source)
 
 
 def _render(value: Any, context: Mapping[str, Any], path: str) -> Any:

@@ -3,7 +3,7 @@
 Every command takes --config / --playbooks / --database-url (and the client
 commands --server URL to talk to a running server instead of the database).
 Errors are one line on stderr, never a traceback; exit codes 2 usage or error, 3 not found, 4 refused
-(remediate/cli/_common.py, README's CLI section).
+(remediate/cli/_common.py, docs/cli.md).
 
 One module per command group (`remediate --help` names them all); `_group` holds the click group `main` (the
 console script `remediate = "remediate.cli:main"`) and `_common` what the commands share. Importing this package

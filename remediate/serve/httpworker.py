@@ -19,6 +19,25 @@ byte at a time holds a thread for ever (8 such clients stop the agent).
 
 This is what a buffering front (nginx's `client_header_timeout`/`client_body_timeout`) gives, in
 the worker itself, so the pod needs no second container.
+
+Why gthread's private classes, pinned (GUNICORN_CHECKED), and not gunicorn's public custom-worker API: a
+subclass of `gunicorn.workers.base.Worker` (what the `worker_class` setting documents) gets only the
+process around a worker: its signals, heartbeat (`notify`), `wsgi` app and listening `sockets`. Everything
+between a socket and the WSGI app (the event loop, keep-alive, the thread pool, HTTP/1.1 parsing with
+gunicorn's limits, building the WSGI environ, writing the response, TLS, graceful stop, `max_requests`) it
+would have to do again, and gunicorn's own parser and response writer (`gunicorn.http`) are no more public
+than gthread. What is taken from gthread instead, and checked against GUNICORN_CHECKED's release:
+
+- `ThreadWorker`, overridden: `accept(listener)` (the connection is buffered, not handed to a thread),
+  `on_client_socket_readable(conn, client)` (a kept-alive connection is buffered again), `handle(conn)` (the
+  buffered bytes go back to the parser, the deadline is set) and `handle_exit` (its SIGTERM handler);
+- `ThreadWorker`, used: `poller` (its selector), `pending_conns` (the deque `murder_pending()` closes past
+  each `conn.timeout`), `keepalived_conns`, `nr_conns` (its count against `worker_connections`) and
+  `enqueue_req(conn)` (hands a connection to the thread pool);
+- `TConn(cfg, sock, client, server)`: its `sock`, `client`, `timeout`, `parser`, `initialized` and
+  `data_ready` attributes, `init()` and `close()`;
+- `gunicorn.http.get_parser(cfg, sock, client)` and its parser's `unreader.unread(bytes)`, and
+  `gunicorn.sock.ssl_context(cfg)` (the context the documented `ssl_context` hook is given).
 """
 
 from __future__ import annotations
@@ -38,9 +57,18 @@ from gunicorn import sock as gunicorn_sock
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
 GUNICORN_CHECKED = (27, 0)
-"""The gunicorn minor release whose private gthread classes (ThreadWorker, TConn) this module was checked
-against. pyproject.toml allows only it, and tests/unit/test_dependency_pins.py fails when the installed
-gunicorn is another: read the new minor's gunicorn/workers/gthread.py against the overrides here first."""
+"""The gunicorn minor release whose undocumented internals remediate/serve was checked against. pyproject.toml
+allows only it, and tests/unit/test_dependency_pins.py fails when the installed gunicorn is another. Before
+moving it, read the new minor's source against each seam:
+
+- gunicorn/workers/gthread.py and gunicorn/http/: this module (its docstring lists what it overrides and uses);
+- gunicorn/arbiter.py: serve/launcher.py's arbiter (`manage_workers`, `reap_workers`, `stop` overridden; `pid`,
+  `LISTENERS`, `cfg`, `app`, `log` read), serve/reload.py (`handle_hup`), serve/lifetime.py (`spawn_worker`:
+  the child's SystemExit raised inside it);
+- gunicorn/util.py: serve/proctitle.py replaces `util._setproctitle` (the master's and each worker's title).
+
+What launcher.py builds its application on (gunicorn's custom-application base class), its `logger_class`
+(`gunicorn.glogging.Logger`) and the server hooks (`post_fork`, `child_exit`) are gunicorn's documented API."""
 
 log = logging.getLogger("remediate.http")
 

@@ -50,6 +50,17 @@ def database_path(url: sa.URL) -> str | None:
     return database
 
 
+def as_sqlalchemy_error(statement: str, exc: sqlite3.Error) -> sa.exc.DBAPIError:
+    """The exception SQLAlchemy raises for `exc` when it runs a statement itself: its DBAPIError subclass of the
+    same name as the driver's class or the nearest base (sqlite3.IntegrityError: sa.exc.IntegrityError), as
+    PEP 249 names them. Built with the documented constructor, not SQLAlchemy's internal `DBAPIError.instance`."""
+    for base in type(exc).__mro__:
+        wrapper = getattr(sa.exc, base.__name__, None)
+        if isinstance(wrapper, type) and issubclass(wrapper, sa.exc.DBAPIError):
+            return wrapper(statement, None, exc)
+    return sa.exc.DBAPIError(statement, None, exc)
+
+
 class SqliteDialect(Dialect):
     """A SQLite file (or in-memory database): writers queue on SQLite's own lock (BEGIN IMMEDIATE)."""
 
@@ -105,7 +116,7 @@ class SqliteDialect(Dialect):
         try:
             conn.connection.driver_connection.execute(f"BEGIN {mode}")
         except sqlite3.Error as exc:
-            raise sa.exc.DBAPIError.instance(f"BEGIN {mode}", None, exc, sqlite3.Error) from exc
+            raise as_sqlalchemy_error(f"BEGIN {mode}", exc) from exc
 
     def checkpoint(self, engine: sa.Engine) -> bool:
         # PASSIVE: copies what no reader still needs, does not take the write lock (writers go on).
@@ -163,7 +174,7 @@ class SqliteDialect(Dialect):
                 cursor.executemany(statement, [(number, *row.values()) for number, row in group])
         except sqlite3.Error as exc:
             # The store's callers handle SQLAlchemy's exceptions (a unique violation is a StoreConflict).
-            raise sa.exc.DBAPIError.instance(f"INSERT INTO {name}", None, exc, sqlite3.Error) from exc
+            raise as_sqlalchemy_error(f"INSERT INTO {name}", exc) from exc
         finally:
             cursor.close()
         return list(range(first, first + len(rows)))

@@ -229,6 +229,16 @@ def _set_lr(group: dict[str, Any], key: str, value: float) -> None:
         group[key] = value
 
 
+TORCH_CHECKED = (2, 13)
+"""The torch minor release whose private LRScheduler attributes `_scale_scheduler` was checked against: `_last_lr`
+(what the public `get_last_lr()` returns until the next `step()`; no setter exists) and SequentialLR's and
+ChainedScheduler's `_schedulers` (the schedulers they wrap, whose `base_lrs` a later closed-form step reads; no
+public accessor). torch is the job's own (the user pins its CPU or CUDA build), so pyproject's extras keep a floor
+only; the suite's torch (scripts/test's TORCH_VERSION) is this minor, and tests/unit/training/test_checkpoints.py
+fails when it is another and checks both effects through torch's public reads: read the new minor's
+torch/optim/lr_scheduler.py first. Missing attributes are skipped, never an error (the group lrs still change)."""
+
+
 def _scale_scheduler(scheduler: Any, scale: Callable[[float], float]) -> int:
     """Scale base_lrs (and CyclicLR's max_lrs) of a scheduler and of the schedulers it wraps; count the changed."""
     changed = 0
@@ -239,11 +249,13 @@ def _scale_scheduler(scheduler: Any, scale: Callable[[float], float]) -> int:
         if isinstance(values, list) and all(isinstance(v, int | float) for v in values):
             setattr(scheduler, attr, [scale(float(v)) for v in values])
             changed = 1
+    for inner in getattr(scheduler, "_schedulers", None) or []:  # SequentialLR, ChainedScheduler
+        changed += _scale_scheduler(inner, scale)
+    # After the wrapped ones: a SequentialLR or ChainedScheduler has no base_lrs of its own, but its
+    # get_last_lr() is what a trainer logs.
     optimizer = getattr(scheduler, "optimizer", None)
     if changed and optimizer is not None and isinstance(getattr(scheduler, "_last_lr", None), list):
         scheduler._last_lr = [float(group["lr"]) for group in optimizer.param_groups]
-    for inner in getattr(scheduler, "_schedulers", None) or []:  # SequentialLR, ChainedScheduler
-        changed += _scale_scheduler(inner, scale)
     return changed
 
 

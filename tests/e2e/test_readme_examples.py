@@ -114,7 +114,8 @@ EXPECTED = (
             "no Kubernetes cluster configured: set kubeconfig / REMEDIATE_KUBECONFIG …)",
         ),
     ),
-    Expect("curl ", shows=('{"alerts":1,"decisions":{"accepted":1},"notification_id":1,"runs":[1]}',)),
+    Expect("/webhook", shows=('{"alerts":1,"decisions":{"accepted":1},"notification_id":1,"runs":[1]}',)),
+    Expect("/history?", shows=('"alertname":"GPUTemperatureHigh","decision":"accepted"',)),
     Expect("remediate history", shows=("gpu-overheat",)),
     Expect(
         "remediate show 1",

@@ -237,3 +237,33 @@ def test_the_agent_state_file_is_private(tmp_path: Path) -> None:
 def test_sqlite_runs_in_wal_mode(store: Store) -> None:
     with store.read() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
+
+
+def test_a_driver_error_raised_around_sqlalchemy_reads_as_the_one_sqlalchemy_raises_itself(tmp_path: Path) -> None:
+    """BEGIN and the batched INSERT go to the driver's connection directly; their errors must still be the
+    SQLAlchemy exceptions the store's callers handle (a unique violation: IntegrityError, a StoreConflict)."""
+    import sqlalchemy as sa
+
+    from remediate.store.sqlite import as_sqlalchemy_error
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    statements = {
+        "CREATE TABLE t (id INTEGER PRIMARY KEY)": None,
+        "INSERT INTO t (id) VALUES (1)": None,
+        "INSERT INTO t (id) VALUES (1) ": sa.exc.IntegrityError,  # the same key again
+        "SELECT * FROM no_such_table": sa.exc.OperationalError,
+    }
+    with engine.begin() as conn:
+        for statement, expected in statements.items():
+            if expected is None:
+                conn.exec_driver_sql(statement)
+                continue
+            with pytest.raises(expected) as raised:
+                conn.exec_driver_sql(statement)
+            ours = as_sqlalchemy_error(statement, raised.value.orig)
+            assert type(ours) is type(raised.value)
+            assert ours.orig is raised.value.orig
+            assert str(ours) == str(raised.value)
+    engine.dispose()
+    plain = as_sqlalchemy_error("BEGIN IMMEDIATE", sqlite3.Error("no class of its own"))
+    assert type(plain) is sa.exc.DBAPIError and "no class of its own" in str(plain)

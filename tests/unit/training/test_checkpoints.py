@@ -148,6 +148,46 @@ def test_scale_lr_survives_the_next_scheduler_steps(tmp_path: Path, name: str) -
         assert b == pytest.approx(a * 0.5, rel=1e-9), f"step {step}: {b} is not half of {a}"
 
 
+def test_the_suite_runs_the_torch_minor_whose_private_scheduler_attributes_scale_lr_was_checked_against() -> None:
+    from importlib import metadata
+
+    from packaging.version import Version
+
+    from remediate.training.handlers import TORCH_CHECKED
+
+    installed = Version(metadata.version("torch"))
+    assert installed.release[:2] == TORCH_CHECKED, (
+        f"torch {installed} is installed; scale_lr sets LRScheduler._last_lr and reads SequentialLR's and "
+        f"ChainedScheduler's _schedulers, checked against {TORCH_CHECKED[0]}.{TORCH_CHECKED[1]}: read this "
+        "release's torch/optim/lr_scheduler.py, then move TORCH_CHECKED (remediate/training/handlers.py)"
+    )
+
+
+@pytest.mark.parametrize("wrapper", ["sequential", "chained"])
+def test_scale_lr_reaches_get_last_lr_and_every_wrapped_scheduler(tmp_path: Path, wrapper: str) -> None:
+    """What the private attributes are for, read through torch's public API: `get_last_lr()` (what Hugging Face
+    logs as the learning rate) shows the new lr at once, and the schedulers a SequentialLR or ChainedScheduler
+    wraps have their `base_lrs` scaled (a closed-form step after a milestone would otherwise undo the scaling)."""
+    lr_scheduler = torch.optim.lr_scheduler
+    model, optimizer = tiny()
+    inner = [lr_scheduler.LinearLR(optimizer, start_factor=0.5, total_iters=4), lr_scheduler.StepLR(optimizer, 3)]
+    if wrapper == "sequential":
+        scheduler = lr_scheduler.SequentialLR(optimizer, inner, milestones=[4])
+    else:
+        scheduler = lr_scheduler.ChainedScheduler(inner, optimizer=optimizer)
+    for step in range(1, 3):
+        train_step(model, optimizer, scheduler, step)
+    bases = [list(s.base_lrs) for s in inner]
+    control = TrainingControl(JOB, root=tmp_path, optimizer=optimizer, scheduler=scheduler, wake_signal=None)
+    command = deliver(tmp_path, JOB, "scale_lr", {"factor": 0.5})
+    control.poll(2)
+    assert wait_for_ack(tmp_path, JOB, command.id).status == APPLIED
+    lr = optimizer.param_groups[0]["lr"]
+    assert scheduler.get_last_lr() == [lr]
+    for scheduler_inside, before in zip(inner, bases, strict=True):
+        assert scheduler_inside.base_lrs == pytest.approx([b * 0.5 for b in before], rel=1e-12)
+
+
 # --------------------------------------------------------------------------- a plain training loop
 
 
