@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from remediate.training import ControlOptions
 from remediate.training.files import JobPaths
 from remediate.training.protocol import APPLIED, REJECTED
 from tests.support.training import deliver, halved_at_the_next_epoch, require, wait_for_ack
@@ -73,8 +74,13 @@ def ours(tmp_path: Path, **kwargs: Any) -> Any:
     """The callback under test, on tmp_path's control root and checkpoint directory."""
     from remediate.training.lightning import RemediateCallback
 
-    return RemediateCallback(JOB, root=tmp_path / "control", checkpoint_dir=tmp_path / "ckpt", wake_signal=None,
-                             **kwargs)  # fmt: skip
+    return RemediateCallback(
+        JOB,
+        root=tmp_path / "control",
+        checkpoint_dir=tmp_path / "ckpt",
+        options=ControlOptions(wake_signal=None),
+        **kwargs,
+    )
 
 
 def fit(tmp_path: Path, max_steps: int, callbacks: list[Any], samples: int = 256, batch_size: int = 8) -> Any:
