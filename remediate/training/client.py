@@ -1,6 +1,7 @@
 """`TrainingControl`: what a training job calls at step boundaries to receive remediate's commands.
 
     control = TrainingControl("my-job", checkpoints=ckpts, optimizer=opt, scheduler=sched)
+    # the rarely changed rest: TrainingControl(..., options=ControlOptions(wake_signal=None, on_ack=log))
     for batch in loader:
         if control.skip_batch():          # a rollback may ask to skip the next K batches (still serves commands)
             continue
@@ -12,7 +13,9 @@
 between steps, in the thread that trains — never inside a signal handler (`wakeup`) — at most once
 (`inbox`: applied.log), and acknowledged last (`outbox`). The job's parts, one module each: `jobfile`
 (job.json, the name lock, the heartbeat), `inbox`, `dispatch` (which commands the job handles, judging
-and applying one), `outbox`, `wakeup`, `skipping` (the batches a rollback drops).
+and applying one), `outbox`, `wakeup`, `skipping` (the batches a rollback drops). They know this class
+only through the Protocols of `handle`, so none of them imports it; `legacy` keeps the previous release's
+keywords and attributes working (warned).
 
 In a job of several ranks (torch.distributed initialized before `register`/the first
 `poll`), every rank calls `poll` at the same steps; rank 0 reads the inbox and broadcasts
