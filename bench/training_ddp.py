@@ -30,7 +30,7 @@ from pathlib import Path
 
 import _common as c
 
-from remediate.training import TrainingControl
+from remediate.training import ControlOptions, TrainingControl
 
 MODES = ("bare", "poll", "blocking broadcast")
 TARGET_SHARE = 0.02
@@ -50,7 +50,9 @@ def _rank(rank: int, port: int, root: str, out: str, rounds: int, steps: int) ->
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = torch.randn(64, 256), torch.randn(64, 1)
-    control = TrainingControl("ddp-bench", root=root, optimizer=optimizer, wake_signal=None, heartbeat_interval=3600)
+    control = TrainingControl(
+        "ddp-bench", root=root, optimizer=optimizer, options=ControlOptions(wake_signal=None, heartbeat_interval=3600)
+    )
     control.register()
     length = torch.zeros(1, dtype=torch.int64)
 

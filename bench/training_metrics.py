@@ -30,7 +30,7 @@ from pathlib import Path
 import _common as c
 from prometheus_client import CollectorRegistry
 
-from remediate.training import TrainingControl
+from remediate.training import ControlOptions, TrainingControl
 from remediate.training.metrics import RankLabels, StepMetrics
 
 STEPS = 2_000
@@ -84,7 +84,9 @@ def measure(step: Callable[[], float], rounds: int) -> dict[str, list[float]]:
     metrics = StepMetrics("bench", registry=CollectorRegistry(), labels=labels)
     means: dict[str, list[float]] = {mode: [] for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="remediate-bench-metrics-") as tmp:
-        control = TrainingControl("bench", root=Path(tmp), wake_signal=None, heartbeat_interval=3600)
+        control = TrainingControl(
+            "bench", root=Path(tmp), options=ControlOptions(wake_signal=None, heartbeat_interval=3600)
+        )
         control.register()
         time.sleep(0.1)  # past the racy window after the inbox was made
         for mode in MODES:  # warm-up

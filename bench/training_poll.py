@@ -32,7 +32,7 @@ from pathlib import Path
 
 import _common as c
 
-from remediate.training import TrainingControl
+from remediate.training import ControlOptions, TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.protocol import Command
 
@@ -53,7 +53,9 @@ def _settle(control: TrainingControl) -> None:
 
 
 def bench_idle(root: Path) -> tuple[list[float], list[float]]:
-    control = TrainingControl("bench", root=root, optimizer=_Optimizer(), wake_signal=None, heartbeat_interval=3600)
+    control = TrainingControl(
+        "bench", root=root, optimizer=_Optimizer(), options=ControlOptions(wake_signal=None, heartbeat_interval=3600)
+    )
     control.register()
     _settle(control)
     poll = control.poll
@@ -76,12 +78,14 @@ def bench_idle(root: Path) -> tuple[list[float], list[float]]:
 
 
 def bench_heartbeat(root: Path) -> float:
-    control = TrainingControl("beat", root=root, optimizer=_Optimizer(), wake_signal=None, heartbeat_interval=3600)
+    control = TrainingControl(
+        "beat", root=root, optimizer=_Optimizer(), options=ControlOptions(wake_signal=None, heartbeat_interval=3600)
+    )
     control.register()
     _settle(control)
     samples = []
     for step in range(200):
-        control.job_file.next_heartbeat = 0.0  # due now
+        control._job_file.next_heartbeat = 0.0  # due now
         started = time.perf_counter()
         control.poll(step)
         samples.append((time.perf_counter() - started) * 1e6)
@@ -91,7 +95,9 @@ def bench_heartbeat(root: Path) -> float:
 
 def bench_command(root: Path) -> float:
     optimizer = _Optimizer()
-    control = TrainingControl("apply", root=root, optimizer=optimizer, wake_signal=None, heartbeat_interval=3600)
+    control = TrainingControl(
+        "apply", root=root, optimizer=optimizer, options=ControlOptions(wake_signal=None, heartbeat_interval=3600)
+    )
     control.register()
     paths = JobPaths(root, "apply")
     samples = []
@@ -111,7 +117,7 @@ def _gloo_rank(rank: int, root: str, port: int, out: str) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    control = TrainingControl("gloo", root=root, wake_signal=None, heartbeat_interval=3600)
+    control = TrainingControl("gloo", root=root, options=ControlOptions(wake_signal=None, heartbeat_interval=3600))
     control.register()
     for step in range(200):  # warm up, and let the racy window pass
         control.poll(step)

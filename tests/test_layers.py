@@ -90,6 +90,8 @@ VIOLATIONS = [
     ("breaker.circuit", "kubernetes", "breaker"),
     ("disk.policy", "os", "disk-policy"),
     ("gpu.pci", "remediate.gpu.selection", "acyclic"),  # selection imports pci
+    # The client imports the handlers; they know it only as handle.ControlHandle, never by import.
+    ("training.handlers", "remediate.training.client", "acyclic"),
 ]
 
 
@@ -214,6 +216,17 @@ def test_no_import_cycle() -> None:
     for importer, imported in allowed:
         graph.remove_import(importer=importer, imported=imported)
     assert cycles(graph) == []
+
+
+def test_the_training_library_imports_in_no_circle_not_even_for_type_hints() -> None:
+    # The job's parts (handlers, dispatch, job.json, the rank exchange) are given the client typed by the narrow
+    # Protocols of training/handle.py: none of them imports the client, under TYPE_CHECKING or otherwise.
+    assert not {pair for pair in allowed_cycle_imports() if pair[0].startswith("remediate.training.")}
+    graph = grimp.build_graph("remediate", cache_dir=None)
+    for part in ("handlers", "dispatch", "jobfile", "exchange", "handle"):
+        imported = graph.find_modules_directly_imported_by(f"remediate.training.{part}")
+        assert "remediate.training.client" not in imported, part
+        assert "remediate.training.handle" in imported or part == "handle", part
 
 
 def test_the_cycle_check_finds_a_cycle() -> None:

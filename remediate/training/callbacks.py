@@ -4,14 +4,16 @@ their checkpoints, their `TrainingControl`, and the steps of a training run they
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from remediate.training.batching import REDUCE_BATCH_SIZE, SET_DATALOADER_WORKERS, Batching
 from remediate.training.checkpoints import DEFAULT_MAX_LOSS_RATIO, CheckpointIndex, TorchCheckpoints
 from remediate.training.client import TrainingControl
-from remediate.training.handlers import CheckpointStore
+from remediate.training.handle import CheckpointStore
+from remediate.training.legacy import split_options
+from remediate.training.options import ControlOptions
 
 
 class FrameworkCallback:
@@ -33,9 +35,9 @@ class FrameworkCallback:
         good_loss_below: float | None = None,
         checkpoints: CheckpointStore | None = None,
         batching: Batching | None = None,
-        wake_signal: int | None = signal.SIGUSR2,
         max_loss_ratio: float | None = DEFAULT_MAX_LOSS_RATIO,
-        **control_options: Any,
+        options: ControlOptions | None = None,
+        **deprecated: Any,
     ) -> None:
         """
         job, root: the job name and control root, as for `TrainingControl`.
@@ -49,9 +51,13 @@ class FrameworkCallback:
             (`remediate.training.batching`); declares reduce_batch_size and set_dataloader_workers when
             training starts, if the trainer can apply them (see the framework's module), else they are
             refused with the reason.
-        wake_signal: the wake-up signal (SIGUSR2; None: no handler — SIGUSR1 is Lightning's/SLURM's).
-        Other keyword arguments go to `TrainingControl`.
+        options: the `TrainingControl`'s `ControlOptions` (wake_signal: SIGUSR2 by default; None: no handler,
+            never SIGUSR1, which is Lightning's/SLURM's). The callback sets `framework` and `rewinds_step`
+            itself and adds its own refusals to `unsupported`.
+        The keywords of the previous release (wake_signal=, heartbeat_interval=, handlers=, ...) still work,
+        with a DeprecationWarning.
         """
+        options, handlers = split_options(type(self).__name__, options, deprecated, stacklevel=2)
         super().__init__()
         if checkpoints is None and checkpoint_dir is None:
             raise ValueError(f"{type(self).__name__} needs checkpoint_dir= (or your own checkpoints=)")
@@ -69,18 +75,16 @@ class FrameworkCallback:
         self._refused: dict[str, str] = {
             REDUCE_BATCH_SIZE: self.unsupported_batch_size,
             SET_DATALOADER_WORKERS: self.unsupported_batch_size,
-            **control_options.pop("unsupported", {}),
+            **(options.unsupported or {}),
         }
         self.control = TrainingControl(
             job,
             root=root,
             checkpoints=self.checkpoints,
-            framework=self.framework,
-            wake_signal=wake_signal,
-            rewinds_step=False,
-            unsupported=self._refused,
-            **control_options,
+            options=replace(options, framework=self.framework, rewinds_step=False, unsupported=self._refused),
         )
+        for kind, handler in handlers.items():
+            self.control.add_handler(kind, handler)
         self._last_saved: int | None = None
 
     def choose_writer(self, is_rank_zero: bool) -> None:

@@ -1,6 +1,7 @@
 """`TrainingControl`: what a training job calls at step boundaries to receive remediate's commands.
 
     control = TrainingControl("my-job", checkpoints=ckpts, optimizer=opt, scheduler=sched)
+    # the rarely changed rest: TrainingControl(..., options=ControlOptions(wake_signal=None, on_ack=log))
     for batch in loader:
         if control.skip_batch():          # a rollback may ask to skip the next K batches (still serves commands)
             continue
@@ -12,7 +13,9 @@
 between steps, in the thread that trains — never inside a signal handler (`wakeup`) — at most once
 (`inbox`: applied.log), and acknowledged last (`outbox`). The job's parts, one module each: `jobfile`
 (job.json, the name lock, the heartbeat), `inbox`, `dispatch` (which commands the job handles, judging
-and applying one), `outbox`, `wakeup`, `skipping` (the batches a rollback drops).
+and applying one), `outbox`, `wakeup`, `skipping` (the batches a rollback drops). They know this class
+only through the Protocols of `handle`, so none of them imports it; `legacy` keeps the previous release's
+keywords and attributes working (warned).
 
 In a job of several ranks (torch.distributed initialized before `register`/the first
 `poll`), every rank calls `poll` at the same steps; rank 0 reads the inbox and broadcasts
@@ -23,7 +26,6 @@ outcome of all ranks. No torch import here (`remediate.training.distributed` has
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,11 +36,14 @@ from remediate.training.checkpoints import CheckpointIndex, as_list
 from remediate.training.commands import check_schema, command_schema
 from remediate.training.dispatch import Commands
 from remediate.training.distributed import LocalChannel, TorchChannel, detect_channel
-from remediate.training.exchange import EXCHANGE_EVERY_S, RankExchange
+from remediate.training.exchange import RankExchange
 from remediate.training.files import JobPaths
-from remediate.training.handlers import CheckpointStore, Handler, HandlerFunction
+from remediate.training.handle import CheckpointStore
+from remediate.training.handlers import Handler, HandlerFunction
 from remediate.training.inbox import Inbox
 from remediate.training.jobfile import JobFile, JobNameInUse
+from remediate.training.legacy import LegacyAttributes, split_options
+from remediate.training.options import ControlOptions
 from remediate.training.outbox import Outbox
 from remediate.training.protocol import DEFAULT_CONTROL_ROOT, ENV_CONTROL_ROOT, ENV_JOB, Ack, check_kind
 from remediate.training.skipping import Skips, loss_value
@@ -47,7 +52,7 @@ from remediate.training.wakeup import WakeUp
 __all__ = ["JobNameInUse", "TrainingControl"]
 
 
-class TrainingControl:
+class TrainingControl(LegacyAttributes):
     """One job's side of the training command protocol (docs/training-protocol.md)."""
 
     def __init__(
@@ -58,16 +63,9 @@ class TrainingControl:
         checkpoints: CheckpointStore | None = None,
         optimizer: Any = None,
         scheduler: Any = None,
-        framework: str = "pytorch",
-        wake_signal: int | None = signal.SIGUSR2,
-        heartbeat_interval: float = 2.0,
-        sync_every: int = 1,
-        sync_every_s: float = EXCHANGE_EVERY_S,
-        rewinds_step: bool = True,
-        handlers: dict[str, HandlerFunction | Handler] | None = None,
-        on_ack: Callable[[Ack], None] | None = None,
         batching: Batching | None = None,
-        unsupported: dict[str, str] | None = None,
+        options: ControlOptions | None = None,
+        **deprecated: Any,
     ) -> None:
         """
         job: the name remediate finds the job by (an alert label's value, e.g. the pod name); default
@@ -77,51 +75,45 @@ class TrainingControl:
         checkpoints: a `TorchCheckpoints`, `CallableCheckpoints` or your own `CheckpointStore`
             (needed by rollback and checkpoint commands).
         optimizer, scheduler: one or a list each (scale_lr changes them; frameworks attach them later).
-        wake_signal: the signal that wakes a waiting job (SIGUSR2; None: no handler). Installed only
-            from the main thread and only if nothing handles that signal yet.
-        sync_every, sync_every_s: in a multi-rank job, the ranks exchange (one non-blocking 16-byte broadcast) at
-            least `sync_every` polls apart and about one per `sync_every_s` seconds of steps, at most 32 polls
-            apart (`exchange`); a command is applied at the poll after the exchange that found it. 0 s: every poll.
-        rewinds_step: whether the caller moves its step counter back after a rollback (a plain loop
-            does; the Lightning/Hugging Face callbacks restore the state but leave the trainer's counter).
-        handlers: extra command kinds -> handler (a function of a CommandContext, or a `Handler`);
-            `handler` (a decorator) also declares the params schema.
-        on_ack: called with every acknowledgement this job writes (e.g. to log it).
         batching: the micro-batch size, accumulation and loader workers the loop reads; declares the
             reduce_batch_size (and set_dataloader_workers) commands (`remediate.training.batching`).
-        unsupported: command kind -> why this integration cannot apply it (the framework callbacks set it):
-            such a kind is never declared, even by an attached `Batching`, and a command of that kind is
-            rejected with the reason. A handler you add yourself for that kind lifts it (you wired it).
+        options: the rarely changed rest (`ControlOptions`: wake-up signal, heartbeat, multi-rank exchange,
+            on_ack, and what a framework integration sets). The job's own commands: `add_handler` or the
+            `handler` decorator.
+        The keywords of the previous release (wake_signal=, heartbeat_interval=, handlers=, ...) still work,
+        with a DeprecationWarning (`remediate.training.legacy`).
         """
+        options, handlers = split_options("TrainingControl", options, deprecated, stacklevel=2)
         name = job or os.environ.get(ENV_JOB)
         if not name:
             raise ValueError(f"TrainingControl needs a job name (argument job= or ${ENV_JOB})")
-        if sync_every < 1:
-            raise ValueError("sync_every must be at least 1")
+        self.options = options
         self.paths = JobPaths(Path(root or os.environ.get(ENV_CONTROL_ROOT) or DEFAULT_CONTROL_ROOT), name)
         self.job = name
         self.checkpoints: CheckpointStore | None = None
         self._optimizers = as_list(optimizer)
         self._schedulers = as_list(scheduler)
-        self.framework = framework
-        self.heartbeat_interval = heartbeat_interval
-        self.rewinds_step = rewinds_step
+        self.framework = options.framework
+        self.heartbeat_interval = options.heartbeat_interval
+        self.rewinds_step = options.rewinds_step
         self.rank, self.world_size = 0, 1
         self.last_step: int | None = None
         self.batching: Batching | None = None
-        self.inbox = Inbox(self.paths)
-        self._wake = WakeUp(wake_signal, self.inbox.mark_dirty)
-        self.job_file = JobFile(self, self._wake)
-        self.outbox = Outbox(self.paths, self.job_file.identity, on_ack)
-        self.acks: list[Ack] = self.outbox.acks
+        self._inbox = Inbox(self.paths)
+        self._wake = WakeUp(options.wake_signal, self._inbox.mark_dirty)
+        self._job_file = JobFile(self, self._wake)
+        self._outbox = Outbox(self.paths, self._job_file.identity, options.on_ack)
+        self.acks: list[Ack] = self._outbox.acks
         """The acknowledgements this job wrote, oldest first (the last 100)."""
-        self._commands = Commands(framework, unsupported, self.inbox, self.outbox)
+        self._commands = Commands(options.framework, options.unsupported, self._inbox, self._outbox)
         self._channel: LocalChannel | TorchChannel = LocalChannel()
         self._registered = self._closed = False
         self._loss: Any = None
-        self._exchange = RankExchange(self._commands, sync_every, sync_every_s)
+        self._exchange = RankExchange(
+            self._commands, self._inbox, self._job_file, options.sync_every, options.sync_every_s
+        )
         self._skips = Skips()
-        for kind, handler in (handlers or {}).items():
+        for kind, handler in handlers.items():
             self.add_handler(kind, handler)
         self.attach(batching=batching, checkpoints=checkpoints)
 
@@ -156,9 +148,9 @@ class TrainingControl:
         if checkpoints is not None:
             self.checkpoints = checkpoints
             if isinstance(checkpoints, CheckpointIndex):
-                checkpoints.subscribe(self.job_file.on_checkpoints)
+                checkpoints.subscribe(self._job_file.on_checkpoints)
             if self._registered:
-                self.job_file.on_checkpoints(checkpoints.list())
+                self._job_file.on_checkpoints(checkpoints.list())
 
     def add_handler(
         self,
@@ -178,7 +170,7 @@ class TrainingControl:
         if not isinstance(handler, Handler):
             handler = Handler(handler, prepare, None if schema is None else check_schema(schema))
         self._commands.add(kind, handler)
-        self.job_file.rewrite()  # remediate validates against the new declaration from now on
+        self._job_file.rewrite()  # remediate validates against the new declaration from now on
 
     def handler(
         self,
@@ -236,10 +228,10 @@ class TrainingControl:
             return self
         self._channel, self.rank, self.world_size = detect_channel()
         if self.rank == 0:
-            self.job_file.open()
-            self.inbox.read_applied()
-            self.inbox.recover_taken(self.outbox)
-            self.outbox.prune()
+            self._job_file.open()
+            self._inbox.read_applied()
+            self._inbox.recover_taken(self._outbox)
+            self._outbox.prune()
         self._registered = True
         self._closed = False
         return self
@@ -253,8 +245,8 @@ class TrainingControl:
         self._wake.uninstall()
         self._channel.settle()
         if self.rank == 0:
-            self._exchange.release(self.inbox)
-            self.job_file.close()
+            self._exchange.release()
+            self._job_file.close()
 
     def __enter__(self) -> TrainingControl:
         return self.register()
@@ -284,13 +276,13 @@ class TrainingControl:
             return self._exchange.poll(self, self._channel, step)
         if self.rank != 0:
             return step
-        if self.job_file.heartbeat_due():
-            self.inbox.mark_dirty()  # safety net: list the inbox once per heartbeat whatever its mtime says
-            self.job_file.heartbeat()
+        if self._job_file.heartbeat_due():
+            self._inbox.mark_dirty()  # safety net: list the inbox once per heartbeat whatever its mtime says
+            self._job_file.heartbeat()
         # The common case, kept short: one stat of the inbox, compared with what the last scan saw.
-        if not self.inbox.changed():
+        if not self._inbox.changed():
             return step
-        self.last_step = self._commands.run(self, self._channel, step, self.inbox.collect())
+        self.last_step = self._commands.run(self, self._channel, step, self._inbox.collect())
         return self.last_step
 
     def skip_batch(self, *, poll: bool = True) -> bool:
@@ -328,7 +320,7 @@ class TrainingControl:
 
     def pending(self) -> bool:
         """Whether the inbox may hold something new (without reading it)."""
-        return self.rank == 0 and self._registered and self.inbox.changed()
+        return self.rank == 0 and self._registered and self._inbox.changed()
 
     def wait(self, timeout: float, interval: float = 0.5) -> bool:
         """Block up to `timeout` seconds until the inbox may hold a command; then call `poll`.
@@ -343,7 +335,7 @@ class TrainingControl:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if self.job_file.heartbeat_due() and self.last_step is not None:
-                self.job_file.heartbeat()  # alive while waiting; the loop above stats the inbox
+            if self._job_file.heartbeat_due() and self.last_step is not None:
+                self._job_file.heartbeat()  # alive while waiting; the loop above stats the inbox
             self._wake.sleep(min(interval, remaining))
         return True

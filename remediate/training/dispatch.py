@@ -8,17 +8,15 @@ where `apply` runs its handler and reports the outcome that rank 0 acknowledges.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from remediate.training.commands import open_schema, problems
 from remediate.training.distributed import LocalChannel, TorchChannel
+from remediate.training.handle import ControlHandle
 from remediate.training.handlers import BUILTIN_HANDLERS, CommandContext, CommandRejected, Handler, RestartRequested
 from remediate.training.inbox import Claimed, Inbox
 from remediate.training.outbox import Outbox, unlink
 from remediate.training.protocol import APPLIED, EXPIRED, FAILED, REJECTED, RESTART, Command
-
-if TYPE_CHECKING:
-    from remediate.training.client import TrainingControl
 
 log = logging.getLogger("remediate.training")
 
@@ -46,7 +44,7 @@ class Commands:
         return {kind: handler.schema or open_schema() for kind, handler in sorted(self.handlers.items())}
 
     def run(
-        self, control: TrainingControl, channel: LocalChannel | TorchChannel, step: int, pending: list[Claimed]
+        self, control: ControlHandle, channel: LocalChannel | TorchChannel, step: int, pending: list[Claimed]
     ) -> int:
         """Apply the commands rank 0 took (`pending`) on every rank, one at a time; the step to continue from."""
         rank, world_size = control.rank, control.world_size
@@ -78,7 +76,7 @@ class Commands:
                 raise RestartRequested(ctx.step)
             step = ctx.step
 
-    def _next_payload(self, control: TrainingControl, pending: list[Claimed], step: int) -> dict[str, Any] | None:
+    def _next_payload(self, control: ControlHandle, pending: list[Claimed], step: int) -> dict[str, Any] | None:
         """The next command to send to every rank, answering the ones that are not applied on the way (rank 0)."""
         while pending:
             command_id, received, command = pending.pop(0)

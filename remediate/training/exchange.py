@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
 
 from remediate.training.dispatch import Commands
 from remediate.training.distributed import LocalChannel, TorchChannel
+from remediate.training.handle import JobHandle
 from remediate.training.inbox import Claimed, Inbox
-
-if TYPE_CHECKING:
-    from remediate.training.client import TrainingControl
+from remediate.training.jobfile import JobFile
 
 EXCHANGE_EVERY_S = 0.1
 """By default a multi-rank job's ranks exchange about this often when steps are shorter (rank 0 spaces the
@@ -29,12 +27,23 @@ MAX_EXCHANGE_GAP = 32
 
 
 class RankExchange:
-    """The poll counts of the exchanges (the same on every rank) and the commands rank 0 announced."""
+    """The poll counts of the exchanges (the same on every rank) and the commands rank 0 announced.
 
-    def __init__(self, commands: Commands, sync_every: int = 1, sync_every_s: float = EXCHANGE_EVERY_S) -> None:
+    It is given the job's parts it drives (`commands`; on rank 0 `inbox` and `job_file`), not the client."""
+
+    def __init__(
+        self,
+        commands: Commands,
+        inbox: Inbox,
+        job_file: JobFile,
+        sync_every: int = 1,
+        sync_every_s: float = EXCHANGE_EVERY_S,
+    ) -> None:
         if not (math.isfinite(sync_every_s) and sync_every_s >= 0):
             raise ValueError("sync_every_s must be a finite number of seconds >= 0")
         self.commands = commands
+        self.inbox = inbox
+        self.job_file = job_file
         self.sync_every = sync_every
         self.sync_every_s = sync_every_s
         self.polls = 0
@@ -46,7 +55,7 @@ class RankExchange:
         """Commands rank 0 claimed and announced, applied by every rank at the next poll."""
         self._last_exchange: tuple[float, int] | None = None
 
-    def poll(self, control: TrainingControl, channel: LocalChannel | TorchChannel, step: int) -> int:
+    def poll(self, control: JobHandle, channel: LocalChannel | TorchChannel, step: int) -> int:
         """One poll on this rank: read the last announcement when due (and apply what it announced), exchange when
         due; the step to continue from."""
         assert isinstance(channel, TorchChannel)  # several ranks
@@ -61,20 +70,20 @@ class RankExchange:
             return step
         gap = 0
         if control.rank == 0:
-            if control.job_file.heartbeat_due():
-                control.inbox.mark_dirty()
-                control.job_file.heartbeat()
-            if control.inbox.changed():
-                self.held.extend(control.inbox.collect())  # claimed now, applied by every rank at the next poll
+            if self.job_file.heartbeat_due():
+                self.inbox.mark_dirty()
+                self.job_file.heartbeat()
+            if self.inbox.changed():
+                self.held.extend(self.inbox.collect())  # claimed now, applied by every rank at the next poll
             gap = self._next_gap()
         channel.announce(len(self.held), gap)
         self.read_at = self.polls + 1
         return step
 
-    def release(self, inbox: Inbox) -> None:
+    def release(self) -> None:
         """The job stops: commands claimed but never applied go back to the inbox, where remediate withdraws them
         at their expiry ("never applied") or a new run of the job takes them."""
-        inbox.release(self.held)
+        self.inbox.release(self.held)
         self.held = []
 
     def _next_gap(self) -> int:

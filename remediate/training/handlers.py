@@ -10,46 +10,30 @@ every rank: it turns the request into something every rank applies identically (
 rollback picks its checkpoint there).
 
 No torch here: optimizers and schedulers are used through their attributes
-(``param_groups``, ``base_lrs``), checkpoints through the `CheckpointStore` protocol.
+(``param_groups``, ``base_lrs``), checkpoints through the `CheckpointStore` protocol, the job's
+control through `ControlHandle` (`remediate.training.handle`): the handlers never import the client.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from remediate.training.commands import command_schema
+from remediate.training.handle import CheckpointStore, ControlHandle
 from remediate.training.protocol import (
     CHECKPOINT_CHOICES,
     LATEST_GOOD,
     RESTART_EXIT_CODE,
-    CheckpointInfo,
     Command,
     finite_or_text,
     select_checkpoint,
 )
 
-if TYPE_CHECKING:
-    from remediate.training.client import TrainingControl
-
 
 class CommandRejected(Exception):
     """The command cannot be applied as asked; nothing was changed (acknowledged as ``rejected``)."""
-
-
-class CheckpointStore(Protocol):
-    """Where a job's checkpoints are: `TorchCheckpoints`, `CallableCheckpoints`, or your own."""
-
-    def list(self) -> list[CheckpointInfo]: ...
-
-    def get(self, step: int) -> CheckpointInfo | None: ...
-
-    def save(self, step: int, loss: float | None = None, *, good: bool | None = None) -> CheckpointInfo: ...
-
-    def load(self, info: CheckpointInfo) -> Any: ...
-
-    def discard_after(self, step: int) -> list[CheckpointInfo]: ...
 
 
 @dataclass
@@ -59,7 +43,8 @@ class CommandContext:
     command: Command
     params: dict[str, Any]
     """The command's params; ``prepare`` may add to them (rank 0), ``apply`` sees the result on every rank."""
-    control: TrainingControl
+    control: ControlHandle
+    """The job's `TrainingControl`, as far as a handler should touch it (`handle.ControlHandle`)."""
     step: int
     """The step the command is applied at. A handler that moves training elsewhere sets it."""
     rank: int = 0

@@ -112,7 +112,7 @@ def batch_size_refusal(args: TrainingArguments, loader: Any, batching: Batching,
 
 class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
     """``RemediateTrainerCallback(job, *, root, checkpoint_dir, every_n_steps=100, keep=5, good_loss_below,
-    checkpoints, batching, wake_signal=SIGUSR2, max_loss_ratio=3, **control_options)``: every parameter is
+    checkpoints, batching, max_loss_ratio=3, options=ControlOptions())``: every parameter is
     `FrameworkCallback`'s (documented there). For ``batching=`` give the ``Batching`` the Trainer runs:
     ``micro_batch_size`` = ``per_device_train_batch_size`` (per rank), ``accumulation_steps`` =
     ``gradient_accumulation_steps``, ``dataloader_workers`` = ``dataloader_num_workers`` (None: the workers

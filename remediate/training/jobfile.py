@@ -14,17 +14,15 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from remediate.training.controldirs import age_out, remove_if_idle
 from remediate.training.files import JobPaths, atomic_write_json
+from remediate.training.handle import JobHandle
 from remediate.training.handlers import current_lrs
 from remediate.training.procfs import identity_from_env, pid_start_time, this_host
 from remediate.training.protocol import PROTOCOL_VERSION, CheckpointInfo, ProtocolError, Registration
 from remediate.training.wakeup import WakeUp
-
-if TYPE_CHECKING:
-    from remediate.training.client import TrainingControl
 
 log = logging.getLogger("remediate.training")
 
@@ -36,7 +34,7 @@ class JobNameInUse(RuntimeError):
 class JobFile:
     """One job's job.json and job.lock: what `control` (its job, ranks, commands, optimizers) and `wake` say now."""
 
-    def __init__(self, control: TrainingControl, wake: WakeUp) -> None:
+    def __init__(self, control: JobHandle, wake: WakeUp) -> None:
         self.control = control
         self.wake = wake
         self.paths: JobPaths = control.paths

@@ -29,10 +29,17 @@ both commands are refused, with the reason, at plan time.
 
 Every rank runs the callback; in a DDP job rank 0 reads the inbox and broadcasts
 (remediate.training.client). Needs ``lightning`` (or ``pytorch_lightning``) >= 2.0.
+
+`StepMetricsCallback` exports the per-rank step metrics the fail-slow and loss rules read
+(`remediate.training.metrics.StepMetrics`) from the same Trainer:
+
+    trainer = Trainer(callbacks=[RemediateCallback("my-job", checkpoint_dir="ckpts"),
+                                 StepMetricsCallback(StepMetrics("my-job", port=9400))])
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 try:
@@ -45,6 +52,7 @@ except ImportError:  # pragma: no cover - the standalone package
 from remediate.training.batching import Batching
 from remediate.training.callbacks import FrameworkCallback
 from remediate.training.handlers import drop_gradients
+from remediate.training.metrics import StepMetrics
 
 UNSUPPORTED_BATCH_SIZE = (
     "the callback was given no batching= (the micro-batch, accumulation and workers its train_dataloader() reads)"
@@ -140,3 +148,44 @@ class RemediateCallback(FrameworkCallback, Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self.control.close()
+
+
+def batch_samples(batch: Any) -> int:
+    """The samples in a batch as Lightning hands it over: a tensor's first dimension, that of a sequence's or a
+    mapping's first tensor (``(x, y)``, ``{"input_ids": ...}``), else 0 (unknown: no samples counted)."""
+    if isinstance(batch, Mapping):
+        batch = next(iter(batch.values()), None)
+    elif isinstance(batch, Sequence) and not isinstance(batch, str | bytes):
+        batch = batch[0] if batch else None
+    shape = getattr(batch, "shape", None)
+    if shape:
+        return int(shape[0])
+    return len(batch) if isinstance(batch, Sequence) and not isinstance(batch, str | bytes) else 0
+
+
+class StepMetricsCallback(Callback):
+    """`StepMetrics` from a Lightning Trainer: the rank's step time, and on rank 0 the loss and samples.
+
+    ``on_train_batch_start`` starts the step and ``on_before_backward`` records it, so the time is the rank's
+    own part of the step (data loading and forward), which is what tells a straggling rank apart in data
+    parallel: the gradient all-reduce in backward lasts until the slowest rank arrives, on every rank
+    (`remediate.training.metrics`). The loss is read with ``.item()``, which waits for the GPU, so that its
+    forward is counted. With gradient accumulation each micro-batch is one observation.
+
+    metrics: a `StepMetrics`, or the job name to make one with (in prometheus_client's global registry, not
+        served: give your own `StepMetrics(..., port=...)` for that; it stays yours to close).
+    samples: the samples in a batch (default `batch_samples`: the first dimension of its first tensor).
+    """
+
+    def __init__(self, metrics: StepMetrics | str, *, samples: Callable[[Any], int] = batch_samples) -> None:
+        super().__init__()
+        self.metrics = StepMetrics(metrics) if isinstance(metrics, str) else metrics
+        self._samples = samples
+        self._batch_samples = 0
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        self._batch_samples = self._samples(batch)
+        self.metrics.start()
+
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: Any) -> None:
+        self.metrics.step(loss=_as_float(loss), samples=self._batch_samples)

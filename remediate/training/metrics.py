@@ -25,6 +25,8 @@ Every series carries `training_job`, `rank`, `world_size`, `node` and `gpu` (Ran
 not `job`: Prometheus' scrape sets `job` and renames the job's own to `exported_job`.
 
 Only prometheus_client is needed; torch is read only when the job has already imported it.
+
+PyTorch Lightning: `remediate.training.lightning.StepMetricsCallback` makes these two calls from the Trainer's hooks.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from remediate.actions.training import (
 from remediate.actions.training_job import wake
 from remediate.config.settings import load_settings
 from remediate.errors import ActionError, ConfigError, ParamsError
-from remediate.training import TrainingControl
+from remediate.training import ControlOptions, TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json, read_json
 from remediate.training.protocol import CheckpointInfo, Command
 from tests.support.training import LABELS, STARTS_AT_EPOCH, FakeOptimizer, LiveJob, ctx_for
@@ -352,7 +352,9 @@ def test_a_command_the_job_took_just_before_it_expired_is_answered_within_the_gr
 
 
 def test_the_registered_wake_up_signal_wakes_a_waiting_job(root: Path) -> None:
-    control = TrainingControl("waiting", root=root, optimizer=FakeOptimizer(1e-3), wake_signal=signal.SIGUSR2)
+    control = TrainingControl(
+        "waiting", root=root, optimizer=FakeOptimizer(1e-3), options=ControlOptions(wake_signal=signal.SIGUSR2)
+    )
     control.register()
     try:
         control.poll(10)

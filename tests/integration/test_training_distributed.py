@@ -19,7 +19,7 @@ import pytest
 from remediate.actions.base import StepContext
 from remediate.actions.training import TrainingRollbackAction, TrainingScaleLrAction
 from remediate.intake.alerts import alert_ref
-from remediate.training import JobNameInUse, TrainingControl
+from remediate.training import ControlOptions, JobNameInUse, TrainingControl
 from remediate.training.files import JobPaths
 from remediate.training.protocol import ProtocolError
 from tests.support.realsystems import free_port
@@ -67,7 +67,7 @@ def test_two_gloo_ranks_apply_rollback_and_scale_lr_at_the_same_step(tmp_path: P
         assert plan["world_size"] == 2 and plan["alive"] is True
         # The name is held by rank 0 for the job's life: another process cannot register it meanwhile.
         with pytest.raises(JobNameInUse, match=f"process {plan['pid']} on host"):
-            TrainingControl("ddp-job", root=root, wake_signal=None).register()
+            TrainingControl("ddp-job", root=root, options=ControlOptions(wake_signal=None)).register()
         assert JobPaths(root, "ddp-job").read_registration().pid == plan["pid"]
         assert plan["checkpoint"] is not None
         rolled = rollback.execute(params, _ctx(0))

@@ -36,7 +36,7 @@ def processes(root: Path) -> Iterator[Jobs]:
 
 def died(job: LiveJob) -> None:
     """The job's process is gone: the kernel dropped its name lock, and job.json names a dead pid."""
-    job.control.job_file.release_name()
+    job.control._job_file.release_name()
     name_pid(job.control.paths.root, job.control.job, dead_pid())
 
 

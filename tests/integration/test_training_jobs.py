@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from remediate.training import TrainingControl
+from remediate.training import ControlOptions, TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.procfs import this_host
 from remediate.training.protocol import APPLIED
@@ -200,14 +200,14 @@ def test_closed_and_dead_jobs_control_directories_do_not_stay_forever(spawn: Any
     dead.proc.wait(scaled(10))
     _age(root, "dead-job", last_poll_at=now - 8 * 24 * 3600)
     # A live job that has not polled for a week (hung): it holds its lock, so it stays.
-    hung = TrainingControl("hung-job", root=root, wake_signal=None).register()
+    hung = TrainingControl("hung-job", root=root, options=ControlOptions(wake_signal=None)).register()
     _age(root, "hung-job", last_poll_at=now - 8 * 24 * 3600)
     # A job that closed with nothing outstanding: nothing left behind at once.
-    TrainingControl("done-job", root=root, wake_signal=None).register().close()
+    TrainingControl("done-job", root=root, options=ControlOptions(wake_signal=None)).register().close()
     assert not (root / "done-job").exists()
     # Jobs that closed while remediate may still read an acknowledgement: kept a day, then aged out.
     for name in ("closed-yesterday", "closed-now"):
-        control = TrainingControl(name, root=root, wake_signal=None).register()
+        control = TrainingControl(name, root=root, options=ControlOptions(wake_signal=None)).register()
         command = deliver(root, name, "skip_batches", {"batches": 1})
         control.poll(1)
         assert wait_for_ack(root, name, command.id).status == APPLIED
@@ -215,7 +215,9 @@ def test_closed_and_dead_jobs_control_directories_do_not_stay_forever(spawn: Any
         assert JobPaths(root, name).read_registration().closed_at is not None
     _age(root, "closed-yesterday", closed_at=now - 25 * 3600)
 
-    newcomer = TrainingControl("newcomer", root=root, wake_signal=None).register()  # any job's registration
+    newcomer = TrainingControl(
+        "newcomer", root=root, options=ControlOptions(wake_signal=None)
+    ).register()  # any job's registration
 
     assert sorted(p.name for p in root.iterdir()) == ["closed-now", "hung-job", "newcomer"]
     hung.close()

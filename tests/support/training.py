@@ -30,7 +30,7 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.intake.alerts import alert_ref
-from remediate.training import CallableCheckpoints, TrainingControl
+from remediate.training import CallableCheckpoints, ControlOptions, TrainingControl
 from remediate.training.files import JobPaths, atomic_write_json
 from remediate.training.protocol import APPLIED, Ack, CheckpointInfo, Command
 from tests.support.waiting import wait_until
@@ -149,9 +149,13 @@ class LiveJob:
             good = self.checkpoints.judge(step, loss)
             self.checkpoints.record(CheckpointInfo(step, loss, good, f"/ckpt/{step}", SAVED_AT + step))
         self.control = TrainingControl(
-            name, root=root, checkpoints=self.checkpoints, optimizer=self.optimizer, scheduler=self.scheduler,
-            wake_signal=None, heartbeat_interval=0.2,
-        )  # fmt: skip
+            name,
+            root=root,
+            checkpoints=self.checkpoints,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            options=ControlOptions(wake_signal=None, heartbeat_interval=0.2),
+        )
         self.step = start_step
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

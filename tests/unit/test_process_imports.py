@@ -77,7 +77,8 @@ def test_the_training_package_names_each_lazy_class_and_refuses_others() -> None
     from remediate.training.client import TrainingControl
 
     assert remediate.training.TrainingControl is TrainingControl
-    assert {"TrainingControl", "TorchCheckpoints", "Handler"} <= set(dir(remediate.training))
+    assert {"TrainingControl", "TorchCheckpoints", "ControlOptions"} <= set(dir(remediate.training))
+    assert "Handler" not in dir(remediate.training)  # moved out of the job's namespace (still resolved, warned)
     assert set(remediate.training.__all__) <= set(dir(remediate.training))
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = remediate.training.Nope

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from remediate.training import TrainingControl
+from remediate.training import ControlOptions, TrainingControl
 from remediate.training.batching import Batching
 
 
@@ -42,9 +42,9 @@ def main() -> int:
         args.job,
         root=args.root,
         batching=batching,
-        heartbeat_interval=0.2,
-        wake_signal=None,
-        on_ack=lambda ack: emit("ack", ack=ack.to_dict()),
+        options=ControlOptions(
+            heartbeat_interval=0.2, wake_signal=None, on_ack=lambda ack: emit("ack", ack=ack.to_dict())
+        ),
     )
     control.register()
     emit("registered", pid=control.paths.read_registration().pid)

@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from remediate.training import Ack, TorchCheckpoints, TrainingControl
+from remediate.training import ControlOptions, TorchCheckpoints, TrainingControl
+from remediate.training.protocol import Ack
 
 JOB = "ddp-job"
 MAX_ITERATIONS = 3000  # ~30 s: a test that never sends its commands still ends
@@ -42,7 +43,12 @@ def _train(rank: int, root: Path, checkpoint_dir: Path, out_dir: Path) -> None:
     checkpoints = TorchCheckpoints(checkpoint_dir, model=model, optimizer=optimizer, scheduler=scheduler, keep=10)
     acks: list[Ack] = []
     control = TrainingControl(
-        JOB, root=root, checkpoints=checkpoints, optimizer=optimizer, scheduler=scheduler, on_ack=acks.append
+        JOB,
+        root=root,
+        checkpoints=checkpoints,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        options=ControlOptions(on_ack=acks.append),
     )
     control.register()
     events = []
@@ -121,7 +127,7 @@ def run_only_rank0_polls(rank: int, root: str, port: int, out_dir: str) -> None:
     """Rank 1 trains without ever polling and leaves; rank 0 polls. Rank 0 records
     what its poll raised (the field case: a bare gloo "Connection reset by peer")."""
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    control = TrainingControl("lonely-job", root=Path(root), wake_signal=None)
+    control = TrainingControl("lonely-job", root=Path(root), options=ControlOptions(wake_signal=None))
     control.register()
     if rank == 1:
         return  # never polls; its process ends and its connections with it
@@ -141,7 +147,9 @@ def run_exchanges(rank: int, root: str, port: int, out_dir: str, sleep_s: float)
     from tests.support.training import deliver
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    control = TrainingControl("exchange-job", root=Path(root), wake_signal=None, sync_every_s=0).register()
+    control = TrainingControl(
+        "exchange-job", root=Path(root), options=ControlOptions(wake_signal=None, sync_every_s=0)
+    ).register()
     control.poll(1)
     dist.barrier()
     if rank == 0:

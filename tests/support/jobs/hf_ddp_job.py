@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import transformers
 
+from remediate.training import ControlOptions
 from remediate.training.batching import Batching
 from remediate.training.hf import RemediateTrainerCallback
 from tests.support.training import deliver
@@ -91,9 +92,14 @@ def main() -> None:
     batching = Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)
     model = Counting()
     record = Record(Path(options.root), model)
-    callback = RemediateTrainerCallback(JOB, root=options.root, checkpoint_dir=Path(options.out) / "ckpt",
-                                        every_n_steps=None, wake_signal=None, batching=batching,
-                                        sync_every_s=0)  # fmt: skip
+    callback = RemediateTrainerCallback(
+        JOB,
+        root=options.root,
+        checkpoint_dir=Path(options.out) / "ckpt",
+        every_n_steps=None,
+        batching=batching,
+        options=ControlOptions(wake_signal=None, sync_every_s=0),
+    )
     args = transformers.TrainingArguments(output_dir=str(Path(options.out) / "hf"), num_train_epochs=3,
                                           per_device_train_batch_size=16, gradient_accumulation_steps=1,
                                           dataloader_num_workers=1, learning_rate=0.01, save_strategy="no",

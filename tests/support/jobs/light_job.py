@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from remediate.training import CallableCheckpoints, CheckpointInfo, TrainingControl
+from remediate.training import CallableCheckpoints, CheckpointInfo, ControlOptions, TrainingControl
 
 
 class Optimizer:
@@ -45,9 +45,12 @@ def main() -> None:
         good = checkpoints.judge(step, loss)
         checkpoints.record(CheckpointInfo(step, loss, good, f"/ckpt/{step}", saved + step))
     control = TrainingControl(
-        args.job, root=root, checkpoints=checkpoints, optimizer=Optimizer(), wake_signal=None,
-        heartbeat_interval=args.heartbeat,
-    )  # fmt: skip
+        args.job,
+        root=root,
+        checkpoints=checkpoints,
+        optimizer=Optimizer(),
+        options=ControlOptions(wake_signal=None, heartbeat_interval=args.heartbeat),
+    )
     control.register()
     step = control.poll(args.start_step)
     print(f"READY {os.getpid()}", flush=True)

@@ -16,6 +16,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from remediate.training import ControlOptions
 from remediate.training.batching import Batching
 from remediate.training.lightning import RemediateCallback
 from tests.support.training import deliver
@@ -77,8 +78,14 @@ def main() -> None:
     torch.manual_seed(0)
     batching = Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)
     record = Record(Path(args.root))
-    callback = RemediateCallback(JOB, root=args.root, checkpoint_dir=Path(args.out) / "ckpt", every_n_steps=None,
-                                 wake_signal=None, batching=batching, sync_every_s=0)  # fmt: skip
+    callback = RemediateCallback(
+        JOB,
+        root=args.root,
+        checkpoint_dir=Path(args.out) / "ckpt",
+        every_n_steps=None,
+        batching=batching,
+        options=ControlOptions(wake_signal=None, sync_every_s=0),
+    )
     trainer = pl.Trainer(max_epochs=3, accelerator="cpu", devices=2, strategy="ddp", logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=args.out, reload_dataloaders_every_n_epochs=1,

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from remediate.training import CallableCheckpoints, CheckpointInfo, TrainingControl
+from remediate.training import CallableCheckpoints, CheckpointInfo, ControlOptions, TrainingControl
 from remediate.training.client import JobNameInUse
 
 
@@ -87,9 +87,9 @@ def main() -> int:
         root=args.root,
         checkpoints=checkpoints,
         optimizer=optimizer,
-        heartbeat_interval=0.2,
-        wake_signal=None,
-        on_ack=lambda ack: emit("ack", ack=ack.to_dict()),
+        options=ControlOptions(
+            heartbeat_interval=0.2, wake_signal=None, on_ack=lambda ack: emit("ack", ack=ack.to_dict())
+        ),
     )
     try:
         control.register()

@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from remediate.training import TorchCheckpoints, TrainingControl
+from remediate.training import ControlOptions, TorchCheckpoints, TrainingControl
 from remediate.training.metrics import StepMetrics
 
 
@@ -99,7 +99,12 @@ def main() -> None:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     ckpts = TorchCheckpoints(args.checkpoints, model=model, optimizer=opt, scheduler=sched, keep=100)
     control = TrainingControl(
-        args.job, root=args.root, optimizer=opt, scheduler=sched, checkpoints=ckpts, heartbeat_interval=0.2
+        args.job,
+        root=args.root,
+        optimizer=opt,
+        scheduler=sched,
+        checkpoints=ckpts,
+        options=ControlOptions(heartbeat_interval=0.2),
     ).register()
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
     emit("registered", pid=os.getpid(), world_size=dist.get_world_size(), restarts=restarts)

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from remediate.training import Ack, TorchCheckpoints, TrainingControl
+from remediate.training import ControlOptions, TorchCheckpoints, TrainingControl
+from remediate.training.protocol import Ack
 
 BAD_START, BAD_COUNT = 151, 200
 BASE_LR = 0.05
@@ -79,8 +80,7 @@ def main() -> int:
         checkpoints=checkpoints,
         optimizer=optimizer,
         scheduler=scheduler,
-        heartbeat_interval=0.5,
-        on_ack=on_ack,
+        options=ControlOptions(heartbeat_interval=0.5, on_ack=on_ack),
     )
     control.register()
     emit("registered", job=args.job, control_dir=str(control.paths.dir))

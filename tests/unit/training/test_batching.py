@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import remediate.training.inbox as inbox_module
-from remediate.training import TrainingControl
+from remediate.training import ControlOptions, TrainingControl
 from remediate.training.batching import Batching
 from remediate.training.commands import problems
 from remediate.training.files import JobPaths
@@ -35,7 +35,7 @@ def settle(control: TrainingControl, step: int) -> None:
 
 
 def job(root: Path, batching: Batching) -> TrainingControl:
-    return TrainingControl(JOB, root=root, batching=batching, wake_signal=None).register()
+    return TrainingControl(JOB, root=root, batching=batching, options=ControlOptions(wake_signal=None)).register()
 
 
 def send(root: Path, control: TrainingControl, kind: str, params: dict[str, Any], step: int = 5) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from remediate.training import TorchCheckpoints, TrainingControl
+from remediate.training import ControlOptions, TorchCheckpoints, TrainingControl
 from remediate.training.files import JobPaths
 from remediate.training.protocol import APPLIED
 from tests.support.training import JOB, deliver, require, wait_for_ack
@@ -130,7 +130,11 @@ def test_scale_lr_survives_the_next_scheduler_steps(tmp_path: Path, name: str) -
         model, optimizer = tiny()
         scheduler = make(optimizer)
         control = TrainingControl(
-            f"job-{scale}", root=tmp_path, optimizer=optimizer, scheduler=scheduler, wake_signal=None
+            f"job-{scale}",
+            root=tmp_path,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            options=ControlOptions(wake_signal=None),
         )
         lrs = []
         for step in range(1, 16):
@@ -197,8 +201,14 @@ def test_a_plain_loop_rolls_back_resumes_from_the_checkpoint_step_and_skips_batc
     store = TorchCheckpoints(
         tmp_path / "ckpt", model=model, optimizer=optimizer, scheduler=scheduler, keep=10, writer=True
     )
-    control = TrainingControl(JOB, root=tmp_path, checkpoints=store, optimizer=optimizer, scheduler=scheduler,
-                              wake_signal=None)  # fmt: skip
+    control = TrainingControl(
+        JOB,
+        root=tmp_path,
+        checkpoints=store,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        options=ControlOptions(wake_signal=None),
+    )
     saved: dict[int, dict[str, Any]] = {}
     trained: list[tuple[int, int]] = []  # (step after the update, data index)
     step, data_index, command = 0, 0, None

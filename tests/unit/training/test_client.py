@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 
 import remediate.training.inbox as inbox_module
-from remediate.training import CallableCheckpoints, CommandContext, CommandRejected, JobNameInUse, TrainingControl
+from remediate.training import (
+    CallableCheckpoints,
+    CommandContext,
+    CommandRejected,
+    ControlOptions,
+    JobNameInUse,
+    TrainingControl,
+)
 from remediate.training.files import JobPaths, atomic_write_json, read_json
 from remediate.training.handlers import RestartRequested
 from remediate.training.procfs import pid_start_time, this_host
@@ -36,9 +43,13 @@ from tests.support.training import JOB, FakeOptimizer, FakeScheduler, deliver, w
 from tests.support.waiting import scaled, wait_until
 
 
-def make_control(root: Path, **kwargs: Any) -> TrainingControl:
-    kwargs.setdefault("wake_signal", None)
-    return TrainingControl(JOB, root=root, **kwargs)
+def make_control(root: Path, handlers: dict[str, Any] | None = None, **kwargs: Any) -> TrainingControl:
+    """A control of JOB on `root`, without a wake-up signal; `kwargs`: TrainingControl's keywords or options."""
+    own = {key: kwargs.pop(key) for key in ("checkpoints", "optimizer", "scheduler", "batching") if key in kwargs}
+    control = TrainingControl(JOB, root=root, options=ControlOptions(**{"wake_signal": None, **kwargs}), **own)
+    for kind, handler in (handlers or {}).items():
+        control.add_handler(kind, handler)
+    return control
 
 
 def settle(control: TrainingControl, step: int = 1) -> None:
@@ -95,13 +106,13 @@ def test_register_creates_the_layout_and_a_registration_a_dry_run_can_read(root:
 def test_a_job_name_that_is_not_one_path_component_is_refused(root: Path) -> None:
     for bad in ("../etc", "a/b", ".hidden", "", "x" * 300):
         with pytest.raises(ValueError):
-            TrainingControl(bad, root=root, wake_signal=None)
+            TrainingControl(bad, root=root, options=ControlOptions(wake_signal=None))
 
 
 def test_the_job_name_and_root_come_from_the_environment(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REMEDIATE_TRAINING_JOB", "from-env")
     monkeypatch.setenv("REMEDIATE_TRAINING_CONTROL_ROOT", str(root))
-    control = TrainingControl(wake_signal=None).register()
+    control = TrainingControl(options=ControlOptions(wake_signal=None)).register()
     assert (root / "from-env" / "job.json").is_file()
     control.close()
 
@@ -169,8 +180,8 @@ def test_the_heartbeat_lists_the_inbox_even_if_its_stat_looks_unchanged(root: Pa
     command = deliver(root, JOB, "note")
     before = os.stat(paths.inbox)
     # Pretend the inbox did not change (e.g. a network filesystem's attribute cache).
-    control.inbox.seen = (before.st_mtime_ns, before.st_size, before.st_ino)
-    control.inbox.dirty = False
+    control._inbox.seen = (before.st_mtime_ns, before.st_size, before.st_ino)
+    control._inbox.dirty = False
     control.poll(2)
     assert recorder.calls == []
     time.sleep(0.06)
@@ -208,7 +219,8 @@ def test_scale_lr_changes_every_param_group_and_the_scheduler_base_lrs_with_a_fl
 
 def test_a_command_is_applied_between_steps_by_poll_not_by_the_signal_handler(root: Path) -> None:
     recorder = Recorder()
-    control = TrainingControl(JOB, root=root, handlers={"note": recorder}, wake_signal=signal.SIGUSR2)
+    control = TrainingControl(JOB, root=root, options=ControlOptions(wake_signal=signal.SIGUSR2))
+    control.add_handler("note", recorder)
     control.register()
     try:
         paths = JobPaths(root, JOB)

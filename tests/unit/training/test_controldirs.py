@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from remediate.training import TrainingControl
+from remediate.training import ControlOptions, TrainingControl
 from remediate.training.controldirs import age_out
 from remediate.training.files import JobPaths, atomic_write_json, read_json
 
 
 def _closed_long_ago(root: Path, name: str) -> JobPaths:
     """A job directory as a job that closed two days ago (with an acknowledgement then) leaves it."""
-    control = TrainingControl(name, root=root, wake_signal=None).register()
+    control = TrainingControl(name, root=root, options=ControlOptions(wake_signal=None)).register()
     paths = JobPaths(root, name)
     (paths.outbox / "r1-s0-x.json").write_text("{}")  # an acknowledgement: close() keeps the directory
     control.close()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from remediate.actions.training_command import TrainingCommandAction
+from remediate.training import ControlOptions
 from remediate.training.files import JobPaths
 from remediate.training.protocol import APPLIED
 from tests.support.training import deliver, halved_at_the_next_epoch, require, wait_for_ack
@@ -76,8 +77,13 @@ def ours(tmp_path: Path, **kwargs: Any) -> Any:
     """The callback under test, on tmp_path's control root and checkpoint directory."""
     from remediate.training.hf import RemediateTrainerCallback
 
-    return RemediateTrainerCallback(JOB, root=tmp_path / "control", checkpoint_dir=tmp_path / "ckpt",
-                                    wake_signal=None, **kwargs)  # fmt: skip
+    return RemediateTrainerCallback(
+        JOB,
+        root=tmp_path / "control",
+        checkpoint_dir=tmp_path / "ckpt",
+        options=ControlOptions(wake_signal=None),
+        **kwargs,
+    )
 
 
 def train(tmp_path: Path, max_steps: int, rows: int, callbacks: list[Any], **arguments: Any) -> Any:

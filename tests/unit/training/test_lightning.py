@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from remediate.training import ControlOptions
 from remediate.training.files import JobPaths
 from remediate.training.protocol import APPLIED, REJECTED
 from tests.support.training import deliver, halved_at_the_next_epoch, require, wait_for_ack
@@ -73,8 +74,13 @@ def ours(tmp_path: Path, **kwargs: Any) -> Any:
     """The callback under test, on tmp_path's control root and checkpoint directory."""
     from remediate.training.lightning import RemediateCallback
 
-    return RemediateCallback(JOB, root=tmp_path / "control", checkpoint_dir=tmp_path / "ckpt", wake_signal=None,
-                             **kwargs)  # fmt: skip
+    return RemediateCallback(
+        JOB,
+        root=tmp_path / "control",
+        checkpoint_dir=tmp_path / "ckpt",
+        options=ControlOptions(wake_signal=None),
+        **kwargs,
+    )
 
 
 def fit(tmp_path: Path, max_steps: int, callbacks: list[Any], samples: int = 256, batch_size: int = 8) -> Any:
@@ -257,3 +263,72 @@ def test_the_lightning_callback_refuses_the_batch_commands_when_the_trainer_neve
         assert ack.status == REJECTED and "reload_dataloaders_every_n_epochs=1" in ack.detail
     assert (batching.micro_batch_size, batching.accumulation_steps) == (16, 1)
     assert counter.epochs == [(16, 0, 1), (16, 0, 1)]
+
+
+def test_the_callback_takes_control_options_and_sets_what_the_integration_owns(tmp_path: Path) -> None:
+    from remediate.training.lightning import RemediateCallback
+
+    restart = "the launcher of this job never restarts it"
+    callback = RemediateCallback(
+        JOB,
+        root=tmp_path / "control",
+        checkpoint_dir=tmp_path / "ckpt",
+        options=ControlOptions(
+            wake_signal=None, heartbeat_interval=4.0, framework="mine", unsupported={"restart": restart}
+        ),
+    )
+    options = callback.control.options
+    assert (options.wake_signal, options.heartbeat_interval) == (None, 4.0)
+    assert (options.framework, options.rewinds_step) == ("lightning", False)  # the callback's, whatever was given
+    assert "restart" not in callback.control.commands and callback.control.refused["restart"] == restart
+    assert "reduce_batch_size" in callback.control.refused  # its own refusal, beside the one given
+
+
+def test_the_callback_s_old_keywords_still_work_with_a_warning(tmp_path: Path) -> None:
+    from remediate.training.lightning import RemediateCallback
+
+    with pytest.deprecated_call(match=r"RemediateCallback\(wake_signal=\.\.\., sync_every_s=\.\.\.\) is deprecated"):
+        callback = RemediateCallback(JOB, root=tmp_path / "control", checkpoint_dir=tmp_path / "ckpt",
+                                     wake_signal=None, sync_every_s=0, handlers={"note": lambda ctx: None})  # fmt: skip
+    options = callback.control.options
+    assert (options.wake_signal, options.sync_every_s, options.framework) == (None, 0, "lightning")
+    assert "note" in callback.control.kinds
+
+
+class LossRecorder(pl.Callback):  # type: ignore[misc]
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+
+def test_the_metrics_callback_exports_each_step_s_time_loss_and_samples_from_a_real_trainer(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from prometheus_client import CollectorRegistry
+
+    from remediate.training.lightning import StepMetricsCallback
+    from remediate.training.metrics import RankLabels, StepMetrics
+
+    registry, labels = CollectorRegistry(), RankLabels(training_job=JOB, rank="0", world_size="1", node="n", gpu="")
+    recorder = LossRecorder()
+    fit(tmp_path, 6, [StepMetricsCallback(StepMetrics(JOB, registry=registry, labels=labels)), recorder], samples=64)
+
+    def value(name: str) -> float | None:
+        return registry.get_sample_value(name, asdict(labels))
+
+    assert value("training_step_duration_seconds_count") == 6  # one observation per batch
+    assert (value("training_step_duration_seconds_sum") or 0.0) > 0
+    assert value("training_samples_total") == 6 * 8  # batches of 8 rows
+    assert value("training_loss") == pytest.approx(recorder.losses[-1])  # the last step's, read before backward
+
+
+def test_the_samples_of_a_batch_are_the_first_dimension_of_its_first_tensor() -> None:
+    from remediate.training.lightning import batch_samples
+
+    assert batch_samples((torch.zeros(5, 4), torch.zeros(5, 1))) == 5  # a TensorDataset's (x, y)
+    assert batch_samples({"input_ids": torch.zeros(3, 16), "labels": torch.zeros(3, 16)}) == 3
+    assert batch_samples(torch.zeros(7, 2)) == 7
+    assert batch_samples(torch.tensor(1.0)) == 0  # a scalar: no sample count to tell
+    assert batch_samples("not a batch") == 0 and batch_samples(()) == 0
