@@ -4,6 +4,10 @@ The registry keeps no list: `default_registry` imports every module of this pack
 its subpackages) and registers each concrete `Action` subclass defined there that names itself
 (`name` set on the class), built by its `from_deps`. A new action is therefore one module here
 and nothing else.
+
+May import: the backends (gpu, disk, kube), config, outbound, errors, runs, the breaker's interface and, of
+intake, only the alert a step sees (intake.alertref); never the store, judging, the executor, HTTP or the CLI
+(pyproject.toml's `actions` and `actions-no-intake` contracts).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ Errors are one line on stderr, never a traceback; exit codes 2 usage or error, 3
 One module per command group (`remediate --help` names them all); `_group` holds the click group `main` (the
 console script `remediate = "remediate.cli:main"`) and `_common` what the commands share. Importing this package
 imports every module of it, and each registers its commands on `main`: no list to keep.
+
+May import: anything below it (store, judging, rehearsal, history, the backends) inside its commands; nothing
+imports it but the console script and `python -m remediate`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@
     source.py     PolicySource: the node's policies file, loaded lazily
 
 See docs/disk-cleanup.md.
+
+May import: remediate.errors and config's durations; nothing above it (pyproject.toml's `backends` contract); policy,
+patterns and
+selection import not even os (`disk-policy`).
 """
 
 from __future__ import annotations

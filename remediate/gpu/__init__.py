@@ -2,6 +2,8 @@
 
 The gpu actions, the `remediate gpu status` command and the node agent import
 from here. Nothing here imports pynvml until an NVML backend is first used.
+
+May import: remediate.errors; nothing of a stage (the backends know nothing above them).
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Importing this package does not import the official `kubernetes` client; the first
 API call does (see `remediate.kube.client`).
+
+May import: remediate.errors, intake.alertref and agentwire (agent discovery, enrollment); nothing above it
+(pyproject.toml's `backends` contract).
 """
 
 from remediate.kube.client import EVENT_NAMESPACE, EventSpec, KubeClient

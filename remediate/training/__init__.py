@@ -29,6 +29,8 @@ Importing this package imports neither torch nor any of remediate's server code,
 classes until one is named. The protocol's messages (`Ack`, `Command`, `Registration`, ...), which remediate's
 server side uses too, are in `remediate.training.protocol`; the names this package exported before and no
 longer does still resolve for one release, with a DeprecationWarning (`_MOVED` below).
+
+May import: nothing else of remediate (pyproject.toml's `training` contract: it runs inside users' jobs).
 """
 
 from __future__ import annotations
