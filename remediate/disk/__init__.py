@@ -9,9 +9,8 @@
 
 See docs/disk-cleanup.md.
 
-May import: remediate.errors and config's durations; nothing above it (pyproject.toml's `backends` contract); policy,
-patterns and
-selection import not even os (`disk-policy`).
+May import: remediate.errors and config's durations; nothing above it (pyproject.toml's `backends`
+contract); policy, patterns and selection import not even os (`disk-policy`).
 """
 
 from __future__ import annotations
