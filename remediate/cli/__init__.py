@@ -6,8 +6,9 @@ Errors are one line on stderr, never a traceback; exit codes 2 usage or error, 3
 (remediate/cli/_common.py, docs/cli.md).
 
 One module per command group (`remediate --help` names them all); `_group` holds the click group `main` (the
-console script `remediate = "remediate.cli:main"`) and `_common` what the commands share. Importing this package
-imports every module of it, and each registers its commands on `main`: no list to keep.
+console script `remediate = "remediate.cli:main"`), `_common` what the commands share and `_client` the HTTP client
+of --server mode (imported by a command that uses it: it loads requests). Importing this package
+imports every command module of it (not the `_` ones), and each registers its commands on `main`: no list to keep.
 
 May import: anything below it (store, judging, rehearsal, history, the backends) inside its commands; nothing
 imports it but the console script and `python -m remediate`.
@@ -21,6 +22,7 @@ import pkgutil
 from remediate.cli._group import main
 
 for _module in pkgutil.iter_modules(__path__):
-    importlib.import_module(f"{__name__}.{_module.name}")
+    if not _module.name.startswith("_"):  # _group, _common, _client: what the command modules share
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["main"]

@@ -175,7 +175,7 @@ def handle_errors(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def _message_and_code(exc: RemediateError) -> tuple[str, int]:
     """The line and exit code of one of remediate's errors: not found 3, refused 4, else 2."""
-    status = getattr(exc, "status", None)  # remediate.cli.client.ServerError's, not imported: it imports requests
+    status = getattr(exc, "status", None)  # remediate.cli._client.ServerError's, not imported: it imports requests
     if status == 401:
         return f"{exc}; {HINT_OF_401}", EXIT_REFUSED
     if isinstance(status, int):
@@ -234,7 +234,7 @@ def _token_of_scripts_serve() -> str | None:
 
 
 def _client(params: dict[str, Any]) -> Any:
-    from remediate.cli.client import Client
+    from remediate.cli._client import Client
 
     return Client(params["server"], client_token(params))
 

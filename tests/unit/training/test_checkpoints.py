@@ -167,7 +167,13 @@ def test_scale_lr_reaches_get_last_lr_and_every_wrapped_scheduler(tmp_path: Path
     for step in range(1, 3):
         train_step(model, optimizer, scheduler, step)
     bases = [list(s.base_lrs) for s in inner]
-    control = TrainingControl(JOB, root=tmp_path, optimizer=optimizer, scheduler=scheduler, wake_signal=None)
+    control = TrainingControl(
+        JOB,
+        root=tmp_path,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        options=ControlOptions(wake_signal=None),
+    )
     command = deliver(tmp_path, JOB, "scale_lr", {"factor": 0.5})
     control.poll(2)
     assert wait_for_ack(tmp_path, JOB, command.id).status == APPLIED
