@@ -174,8 +174,9 @@ def test_scale_lr_reaches_get_last_lr_and_every_wrapped_scheduler(tmp_path: Path
         scheduler=scheduler,
         options=ControlOptions(wake_signal=None),
     )
+    control.poll(2)  # the first poll registers the job: its inbox exists from then on
     command = deliver(tmp_path, JOB, "scale_lr", {"factor": 0.5})
-    control.poll(2)
+    control.poll(3)
     assert wait_for_ack(tmp_path, JOB, command.id).status == APPLIED
     lr = optimizer.param_groups[0]["lr"]
     assert scheduler.get_last_lr() == [lr]
