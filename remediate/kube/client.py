@@ -38,7 +38,7 @@ from remediate.kube.model import (
     Taint,
     TokenReviewResult,
 )
-from remediate.kube.nodecache import PAGE_SIZE, NodeCache
+from remediate.kube.nodecache import PAGE_SIZE, CacheStatus, NodeCache
 
 T = TypeVar("T")
 
@@ -129,6 +129,12 @@ class KubeClient:
             if self._node_cache is None:
                 self._node_cache = NodeCache(self)
             return self._node_cache
+
+    def node_cache_status(self) -> CacheStatus | None:
+        """The node cache's state; None while nothing has read it (it is not started, nothing is watched)."""
+        with self._lock:
+            cache = self._node_cache
+        return None if cache is None else cache.status()
 
     def close(self) -> None:
         with self._lock:

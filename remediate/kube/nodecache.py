@@ -31,14 +31,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from remediate.errors import ActionError, RetryableActionError
 from remediate.kube.errors import KubeConfigError, KubeUnavailable, translate
 from remediate.kube.model import ANNOTATION_PREFIX, NodeInfo, Taint
-
-if TYPE_CHECKING:
-    from remediate.kube.client import KubeClient
 
 log = logging.getLogger("remediate.kube.nodecache")
 
@@ -50,6 +47,15 @@ MAX_STALENESS = 120.0
 """Seconds the view may be behind the API server and still be used (see the module's doc)."""
 RETRY_WAIT = (0.5, 30.0)
 """First and longest wait before the next try after a failed list or watch (doubling)."""
+
+
+class ApiSource(Protocol):
+    """What the cache needs of remediate.kube.client.KubeClient (which owns one cache: no import back)."""
+
+    @property
+    def timeout(self) -> tuple[float, float]: ...
+
+    def core_api(self) -> Any: ...
 
 
 class _Expired(Exception):
@@ -92,7 +98,7 @@ class NodeCache:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: ApiSource,
         *,
         max_staleness: float = MAX_STALENESS,
         watch_timeout: int = WATCH_TIMEOUT,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -92,8 +93,9 @@ def test_a_continue_token_that_expired_between_pages_starts_the_list_again(
     assert codes[:4] == [200, 410, 200, 200]
 
 
-def test_every_list_of_the_facade_is_paginated(kube_api: FakeKubeAPI, kube_client: KubeClient) -> None:
+def test_every_list_of_the_facade_is_paginated(kube_api: FakeKubeAPI, kubeconfig: Path) -> None:
     """PAGE_SIZE (500) a request: 501 nodes are 2 LISTs, 501 pods on one node are 2 LISTs."""
+    kube_client = KubeClient(kubeconfig=kubeconfig, request_timeout=30)  # pages of 500 on a busy test machine
     names = cluster(kube_api, 501)
     for index in range(501):
         kube_api.add_pod("ml", f"job-{index}", names[0])
@@ -107,6 +109,7 @@ def test_every_list_of_the_facade_is_paginated(kube_api: FakeKubeAPI, kube_clien
     assert kube_api.request_count(verb="list", resource="poddisruptionbudgets") == 1
     pages = [path for method, path, _ in kube_api.requests if method == "GET" and path.endswith("/pods")]
     assert len(pages) == 2
+    kube_client.close()
 
 
 def test_the_staleness_bound_is_explicit_and_a_stale_view_is_refused(kube_api: FakeKubeAPI, make_cache: Any) -> None:
