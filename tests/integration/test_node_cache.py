@@ -190,3 +190,41 @@ def test_with_a_warm_cache_a_cordon_makes_no_list_whatever_the_cluster_size(
     assert per_size[10] == per_size[300]
     assert per_size[10][0] == 0  # no LIST at all: the cluster's size is the cache's
     assert kube_api.request_count(verb="list", resource="nodes") == 1  # the cache's first list, once
+
+
+def test_readyz_and_metrics_show_the_node_cache_once_a_step_read_it(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path
+) -> None:
+    from remediate.config.settings import Settings
+    from remediate.server import build_services, create_app
+
+    cluster(kube_api, 3)
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    settings = Settings.of(
+        token="w-token-0123456789ab",
+        playbooks=playbooks,
+        database_url=f"sqlite:///{tmp_path / 'r.db'}",
+        kubeconfig=kubeconfig,
+        kube_request_timeout=5,
+    )
+    services = build_services(settings)
+    app = create_app(settings, services=services).test_client()
+    try:
+        assert "node_cache" not in app.get("/readyz").get_json()  # nothing read it: nothing is watched
+        assert kube_api.request_count(verb="watch") == 0
+        assert services.kube is not None
+        # The actions and the waves share the process's one client, so one cache and one watch.
+        assert services.engine.registry.get("k8s.cordon").client is services.kube  # type: ignore[attr-defined]
+        services.kube.node_cache().nodes()
+
+        shown = app.get("/readyz").get_json()["node_cache"]
+        metrics = app.get("/metrics").get_data(as_text=True)
+    finally:
+        services.kube.close()
+        services.store.close()
+
+    assert (shown["fresh"], shown["nodes"], shown["max_staleness_s"], shown["lists"]) == (True, 3, 120.0, 1)
+    assert 0 <= shown["age_s"] < 120
+    assert "remediate_node_cache_age_seconds " in metrics
+    assert "remediate_node_cache_max_staleness_seconds 120.0" in metrics
