@@ -14,8 +14,9 @@ import os
 import platform
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -293,6 +294,7 @@ def exposition(
     store: Store,
     reliability: ReliabilityCollector | None = None,
     executor_beat: ExecutorBeat | None = None,
+    node_cache: Callable[[], Mapping[str, Any] | None] | None = None,
 ) -> bytes:
     registry = CollectorRegistry()
     if own_registry is None:
@@ -306,6 +308,8 @@ def exposition(
         extra.register(reliability)
     if executor_beat is not None:
         extra.register(ExecutorBeatCollector(executor_beat))
+    if node_cache is not None:
+        extra.register(NodeCacheCollector(node_cache))
     return generate_latest(registry) + generate_latest(extra)
 
 
@@ -323,6 +327,28 @@ class ExecutorBeatCollector(Collector):
             "remediate_executor_heartbeat_age_seconds",
             "Seconds since the executor process last beat (its master replaces it past the lease)",
             value=age,
+        )
+
+
+@dataclass(eq=False)
+class NodeCacheCollector(Collector):
+    """How old the node cache's view is (remediate.kube.nodecache), and its bound; nothing before its first read."""
+
+    state: Callable[[], Mapping[str, Any] | None]
+
+    def collect(self) -> Iterator[Metric]:
+        state = self.state()
+        if state is None or state.get("age_s") is None:
+            return
+        yield GaugeMetricFamily(
+            "remediate_node_cache_age_seconds",
+            "Seconds since the node cache last heard from the API server (list, event, bookmark, watch end)",
+            value=state["age_s"],
+        )
+        yield GaugeMetricFamily(
+            "remediate_node_cache_max_staleness_seconds",
+            "The node cache's staleness bound: past it, k8s steps that read it fail retryable",
+            value=state["max_staleness_s"],
         )
 
 

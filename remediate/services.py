@@ -57,6 +57,10 @@ class Services:
     through Kubernetes (agent_selector) and the master agent token is set."""
     executor_beat: ExecutorBeat | None = None
     """The executor process's heartbeat (in `remediate serve`): its age is in /readyz and /metrics."""
+    kube: KubeClient | None = None
+    """This process's Kubernetes client: the k8s.* actions' and the waves' (one node cache, one watch)."""
+    node_cache_beat: ExecutorBeat | None = None
+    """When the executor is another process: the file its node cache marks each sync in (its age: /readyz)."""
     reload: Callable[[LiveSet], bool] | None = None
     """How POST /-/reload applies a set it read (in `remediate serve`: the master replaces the HTTP workers);
     None: this process alone serves, its engine takes the set."""
@@ -85,6 +89,7 @@ def build_services(
     playbooks: PlaybookSet | None = None,
     reload: Callable[[LiveSet], bool] | None = None,
     upgrade: bool = True,
+    node_cache_beat: ExecutorBeat | None = None,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
     `playbooks`: the set its master holds (`remediate serve`: read once there, reloaded there); else read now.
@@ -95,7 +100,9 @@ def build_services(
     nothing here connects: a child forked while the database is away boots, answers 503 and recovers with it.
     """
     credentials = tuple(check_server_credentials(settings.auth))
-    registry = default_registry(settings)
+    kube = settings.kube
+    client = KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
+    registry = default_registry(settings, client)
     if playbooks is None:
         playbooks = load_playbooks(settings.engine.playbooks, registry)
     store = Store.open(
@@ -132,7 +139,7 @@ def build_services(
         on_outcome=metrics.approval_announcement,
     )
     wake = wake or _waking(executor.wake, announcer.wake)
-    engine = engine_for(settings, store, playbooks, registry, on_queued=wake)
+    engine = engine_for(settings, store, playbooks, registry, on_queued=wake, kube=client)
     return Services(
         settings,
         store,
@@ -145,6 +152,8 @@ def build_services(
         announcer,
         agent_enrollment(settings),
         executor_beat,
+        client,
+        node_cache_beat,
         reload,
     )
 
@@ -156,6 +165,7 @@ def engine_for(
     registry: ActionRegistry,
     *,
     on_queued: Callable[[], None] | None = None,
+    kube: KubeClient | None = None,
 ) -> Engine:
     """The engine as `settings` make it: the server's, dry-run's (`store` None: an empty history) and replay's
     (a scratch store) judge alike, staged rollouts' waves included."""
@@ -166,15 +176,16 @@ def engine_for(
         settings=settings.engine,
         on_queued=on_queued,
         breaker_stale_horizon=settings.kube.breaker.stale_horizon,
-        waves=node_waves(settings),
+        waves=node_waves(settings, kube),
     )
 
 
-def node_waves(settings: Settings) -> NodeWaves:
+def node_waves(settings: Settings, client: KubeClient | None = None) -> NodeWaves:
     """Where a staged rollout reads nodes' waves: `rollout_nodes`, else the label through the Kubernetes API
     (the k8s.* actions' cluster settings; the client connects on the first read, only with a rollout)."""
     kube = settings.kube
-    client = KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
+    if client is None:
+        client = KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
     return NodeWaves(lambda: client, dict(settings.engine.rollout_nodes))
 
 

@@ -60,7 +60,7 @@ def action_classes() -> tuple[type[Action], ...]:
     return tuple(sorted(found, key=lambda cls: cls.name))
 
 
-def default_registry(settings: Settings | None = None) -> ActionRegistry:
+def default_registry(settings: Settings | None = None, kube: KubeClient | None = None) -> ActionRegistry:
     """Every shipped action, built with its dependencies from `settings` (defaults when None).
 
     Backends open lazily: a server on a node without GPUs starts fine, and a GPU step
@@ -82,14 +82,15 @@ def default_registry(settings: Settings | None = None) -> ActionRegistry:
         )
 
     # Built now, connected on first use (the official client is imported then): see remediate.kube.client.
-    kube = KubeClient(
+    # `kube` given: the process's one client, whose node cache the staged rollouts' waves share (one watch).
+    client = kube or KubeClient(
         kubeconfig=settings.kube.kubeconfig,
         context=settings.kube.context,
         request_timeout=settings.kube.request_timeout,
     )
 
     def kube_client() -> KubeClient:
-        return kube
+        return client
 
     registry = ActionRegistry()
 

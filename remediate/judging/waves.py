@@ -1,9 +1,10 @@
 """Where a node stands in a staged rollout: its wave, from `rollout_nodes` or its Kubernetes label (NodeWaves).
 
-The label is read for all nodes at once (one LIST of the nodes that carry it), and that read is used for
-TTL seconds: a promotion (a label changed) is seen within that time, and an alert storm costs one
-API call per TTL, not one per alert. Each read is compared with the one before it: a node whose wave changed
-is logged as audit event `rollout_wave` (each process that judges alerts sees it, and logs it, once).
+The label is read for all nodes at once from the process's watch-fed node cache (remediate.kube.nodecache:
+no API call per read, one watch per process), and that read is used for TTL seconds: a promotion (a label
+changed) is seen within that time plus the cache's staleness bound. Each read is compared with the one
+before it: a node whose wave changed is logged as audit event `rollout_wave` (each process that judges
+alerts sees it, and logs it, once).
 
 A node named in `rollout_nodes` (hosts without Kubernetes) is never looked up. Without a configured cluster a
 node not in that map is in no wave (the rollout's default); when the API fails, its wave is unknown and the
@@ -78,12 +79,12 @@ class NodeWaves:
         if self.client is None:
             return _Read(now, None, "no Kubernetes cluster configured", no_cluster=True)
         try:
-            nodes = self.client().list_nodes(label)
+            nodes = self.client().node_cache().nodes(wait=10.0)
         except KubeConfigError:
             return _Read(now, None, "no Kubernetes cluster configured", no_cluster=True)
         except ActionError as exc:
             return _Read(now, None, str(exc)[:300])
-        return _Read(now, {n.name: n.labels.get(label, "") for n in nodes})
+        return _Read(now, {n.name: n.labels[label] for n in nodes.values() if label in n.labels})
 
     def _audit_changes(self, label: str, waves: Mapping[str, str]) -> None:
         """Each node whose wave differs from the last successful read's (not the first read: nothing was seen)."""

@@ -12,6 +12,7 @@ from remediate.kube.errors import (
     KubeConfigError,
     KubeConflict,
     KubeError,
+    KubeGone,
     KubeNotFound,
     KubeTooManyRequests,
     KubeUnavailable,
@@ -41,6 +42,7 @@ from remediate.kube.model import (
     pdb_forecast,
     resolve_node_name,
 )
+from remediate.kube.nodecache import CacheStatus, NodeCache
 from remediate.kube.owner import OWNER, OWNER_SINCE, OWNER_WHY, NodeOwner, owner_of, release_patch
 
 __all__ = [
@@ -54,16 +56,19 @@ __all__ = [
     "OWNER_WHY",
     "TAINTS",
     "TAINT_EFFECTS",
+    "CacheStatus",
     "DrainOptions",
     "EventSpec",
     "KubeClient",
     "KubeConfigError",
     "KubeConflict",
     "KubeError",
+    "KubeGone",
     "KubeNotFound",
     "KubeTooManyRequests",
     "KubeUnavailable",
     "LabelSelector",
+    "NodeCache",
     "NodeInfo",
     "NodeNameError",
     "NodeOwner",

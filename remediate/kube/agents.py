@@ -22,6 +22,7 @@ from remediate.kube.client import KubeClient
 from remediate.kube.errors import KubeConfigError
 from remediate.kube.errors import _short as _short_error
 from remediate.kube.model import check_node_name
+from remediate.kube.nodecache import PAGE_SIZE
 
 log = logging.getLogger("remediate.runners")
 
@@ -103,20 +104,15 @@ class KubernetesAgents(AgentDirectory):
             raise AgentNotFound(f"cannot look up the agent of node {node[:80]!r}: the name {problem}", retryable=False)
         where = f"namespace {self.namespace}, selector {self.selector!r}"
         try:
-            pods = self._core().list_namespaced_pod(
-                self.namespace,
-                label_selector=self.selector,
-                field_selector=f"spec.nodeName={node}",
-                _request_timeout=10,
-            )
+            pods = self._pods_on(node)
         except AgentNotFound:
             raise
         except Exception as exc:  # ApiException, urllib3 errors: the API server may be busy
             raise DiscoveryUnavailable(
                 f"cannot list agent pods on node {node!r} ({where}): {_short_error(exc)}", retryable=True
             ) from exc
-        owned = [pod for pod in pods.items if _owned_by_daemonset(pod, self.daemonset)]
-        impostors = [pod.metadata.name for pod in pods.items if pod not in owned]
+        owned = [pod for pod in pods if _owned_by_daemonset(pod, self.daemonset)]
+        impostors = [pod.metadata.name for pod in pods if pod not in owned]
         if impostors:
             log.warning(
                 "ignoring pods on node %s that match %s but are not owned by %s: %s",
@@ -134,7 +130,7 @@ class KubernetesAgents(AgentDirectory):
             )
         ready = [pod for pod in owned if _pod_ready(pod)]
         if not ready:
-            seen = ", ".join(f"{p.metadata.name} ({(p.status and p.status.phase) or '?'})" for p in pods.items)
+            seen = ", ".join(f"{p.metadata.name} ({(p.status and p.status.phase) or '?'})" for p in pods)
             raise AgentNotFound(
                 f"no Ready agent pod on node {node!r} ({where}; pods there: {seen or 'none'})", retryable=True
             )
@@ -145,6 +141,24 @@ class KubernetesAgents(AgentDirectory):
         if ":" in host:  # IPv6
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+    def _pods_on(self, node: str) -> list[Any]:
+        """The agent pods bound to `node`, a page (PAGE_SIZE) at a time as every LIST of remediate's."""
+        pods: list[Any] = []
+        token: str | None = None
+        while True:
+            page = self._core().list_namespaced_pod(
+                self.namespace,
+                label_selector=self.selector,
+                field_selector=f"spec.nodeName={node}",
+                limit=PAGE_SIZE,
+                _continue=token,
+                _request_timeout=10,
+            )
+            pods.extend(page.items or [])
+            token = page.metadata._continue if page.metadata is not None else None
+            if not token:
+                return pods
 
 
 def _owned_by_daemonset(pod: Any, name: str | None) -> bool:

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from remediate.kube.errors import KubeConfigError, translate
+from remediate.kube.errors import KubeConfigError, KubeGone, translate
 from remediate.kube.model import (
     LabelSelector,
     NodeInfo,
@@ -38,6 +38,7 @@ from remediate.kube.model import (
     Taint,
     TokenReviewResult,
 )
+from remediate.kube.nodecache import PAGE_SIZE, CacheStatus, NodeCache
 
 T = TypeVar("T")
 
@@ -72,6 +73,7 @@ class KubeClient:
     source: str = field(default="", init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _apis: tuple[Any, Any, Any, Any] | None = field(default=None, init=False, repr=False)
+    _node_cache: NodeCache | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------ construction
 
@@ -120,7 +122,25 @@ class KubeClient:
         models, such as agent discovery reading pod IPs and conditions). Raises KubeConfigError."""
         return self._load()[1]
 
+    def node_cache(self) -> NodeCache:
+        """This client's watch-fed view of the nodes (remediate.kube.nodecache), made on first use, started on
+        first read: one watch per client, whatever reads it (breaker counts, waves)."""
+        with self._lock:
+            if self._node_cache is None:
+                self._node_cache = NodeCache(self)
+            return self._node_cache
+
+    def node_cache_status(self) -> CacheStatus | None:
+        """The node cache's state; None while nothing has read it (it is not started, nothing is watched)."""
+        with self._lock:
+            cache = self._node_cache
+        return None if cache is None else cache.status()
+
     def close(self) -> None:
+        with self._lock:
+            cache, self._node_cache = self._node_cache, None
+        if cache is not None:
+            cache.stop()
         with self._lock:
             if self._apis is not None:
                 self._apis[0].close()
@@ -134,8 +154,29 @@ class KubeClient:
             raise translate(exc, what) from exc
 
     @property
-    def _timeout(self) -> tuple[float, float]:
+    def timeout(self) -> tuple[float, float]:
+        """(connect, read) seconds of every request but a watch."""
         return (min(5.0, self.request_timeout), self.request_timeout)
+
+    _timeout = timeout
+
+    def _all_pages(self, what: str, function: Callable[..., Any]) -> list[Any]:
+        """Every item of a LIST, PAGE_SIZE at a time (`limit` + `continue`): no answer holds the whole cluster.
+        A continue token that expired between pages (410) starts the list again: it is consistent only whole."""
+        items: list[Any] = []
+        token: str | None = None
+        while True:
+            try:
+                page = self._call(what, lambda *apis, t=token: function(*apis, limit=PAGE_SIZE, _continue=t))
+            except KubeGone:
+                if token is None:
+                    raise
+                items, token = [], None
+                continue
+            items.extend(page.items or [])
+            token = page.metadata._continue if page.metadata is not None else None
+            if not token:
+                return items
 
     # ------------------------------------------------------------------ nodes
 
@@ -145,14 +186,18 @@ class KubeClient:
         )
 
     def list_nodes(self, label_selector: str | None = None) -> list[NodeInfo]:
+        """Every node (matching `label_selector`), paginated. What runs read of all nodes comes from
+        `node_cache()` instead: this is for one-off reads (the CLI)."""
         what = "LIST nodes" + (f"?labelSelector={label_selector}" if label_selector else "")
-        return self._call(
-            what,
-            lambda core, _p, _e: [
-                _node(n)
-                for n in core.list_node(label_selector=label_selector, _request_timeout=self._timeout).items or []
-            ],
-        )
+        return [
+            _node(n)
+            for n in self._all_pages(
+                what,
+                lambda core, _p, _e, **page: core.list_node(
+                    label_selector=label_selector, _request_timeout=self._timeout, **page
+                ),
+            )
+        ]
 
     def patch_node(self, name: str, patch: dict[str, Any] | list[dict[str, Any]]) -> NodeInfo:
         """A strategic-merge patch (dict) or a JSON patch (list)."""
@@ -166,14 +211,15 @@ class KubeClient:
     def pods_on_node(self, node: str) -> list[PodInfo]:
         """Every pod bound to `node`, in all namespaces (field selector spec.nodeName, as kubectl drain)."""
         selector = f"spec.nodeName={node}"
-        return self._call(
-            f"LIST pods?fieldSelector={selector}",
-            lambda core, _p, _e: [
-                _pod(p)
-                for p in core.list_pod_for_all_namespaces(field_selector=selector, _request_timeout=self._timeout).items
-                or []
-            ],
-        )
+        return [
+            _pod(p)
+            for p in self._all_pages(
+                f"LIST pods?fieldSelector={selector}",
+                lambda core, _p, _e, **page: core.list_pod_for_all_namespaces(
+                    field_selector=selector, _request_timeout=self._timeout, **page
+                ),
+            )
+        ]
 
     def get_pod(self, namespace: str, name: str) -> PodInfo:
         return self._call(
@@ -237,14 +283,15 @@ class KubeClient:
         )
 
     def list_pdbs(self) -> list[PdbInfo]:
-        return self._call(
-            "LIST poddisruptionbudgets (policy/v1)",
-            lambda _c, policy, _e: [
-                _pdb(p)
-                for p in policy.list_pod_disruption_budget_for_all_namespaces(_request_timeout=self._timeout).items
-                or []
-            ],
-        )
+        return [
+            _pdb(p)
+            for p in self._all_pages(
+                "LIST poddisruptionbudgets (policy/v1)",
+                lambda _c, policy, _e, **page: policy.list_pod_disruption_budget_for_all_namespaces(
+                    _request_timeout=self._timeout, **page
+                ),
+            )
+        ]
 
     # ------------------------------------------------------------------ events
 

@@ -60,6 +60,11 @@ class KubeConflict(KubeError):
     """The object changed since it was read, or already exists (409)."""
 
 
+class KubeGone(KubeError):
+    """The API server no longer has what was asked for (410 Gone): an expired list continue token or watch
+    resourceVersion; only a fresh list resumes."""
+
+
 class KubeTooManyRequests(KubeError):
     """The API asks to try later (429): a PodDisruptionBudget blocks an eviction (a `DisruptionBudget` cause),
     or throttling."""
@@ -98,6 +103,7 @@ def error_for_status(what: str, status: ApiStatus) -> ActionError:
     kind: type[KubeError] = {
         404: KubeNotFound,
         409: KubeConflict,
+        410: KubeGone,
         429: KubeTooManyRequests,
     }.get(status.code, KubeError)
     return kind(text, status=status)

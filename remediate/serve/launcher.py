@@ -57,6 +57,8 @@ log = logging.getLogger("remediate.serve")
 
 WAKE_SOCKET = "executor-wake.sock"
 EXECUTOR_BEAT = "executor-heartbeat"
+NODE_CACHE_BEAT = "node-cache-sync"
+"""The executor's node cache marks each sync here (remediate.kube.nodecache): its age is in /readyz."""
 """The executor process's heartbeat file (remediate.executor.beat), beside the wake socket."""
 EXECUTOR_START_GRACE = 60.0
 """Seconds a new executor process has to beat for the first time (imports, the store opened, recovery started)
@@ -141,6 +143,10 @@ def _executor_process(
     beat = executor_beat(wake_path)
     beat.beat()
     executor.on_beat = beat.beat  # from the heartbeat thread, every heartbeat interval (remediate.executor.beat)
+    synced = node_cache_beat(wake_path)
+    synced.reset()
+    if services.kube is not None:  # the k8s.* actions' node cache lives here: the HTTP workers show its age
+        services.kube.node_cache().on_sync = synced.beat
     checkpointer = WalCheckpointer(services.store.database.checkpoint)
     # The workers' datagram: runs were queued or approved (the executor), some may await approval (the announcer).
     sock = _listen_for_wakeups(wake_path, services.wake, stopping)
@@ -178,6 +184,11 @@ def _apply_live(settings: Settings, services: Any, pruner: Any, live: LiveSet) -
     live.apply_to(services.engine.registry)
     if pruner is not None:
         pruner.keep = retention_keep(settings, live.playbooks)
+
+
+def node_cache_beat(wake_path: Path) -> ExecutorBeat:
+    """The file the executor process's node cache marks each sync in (the same 8-byte monotonic time)."""
+    return ExecutorBeat(wake_path.parent / NODE_CACHE_BEAT)
 
 
 def executor_beat(wake_path: Path) -> ExecutorBeat:
@@ -436,6 +447,7 @@ def _server_app(settings: Settings, wake_path: Path | None, live: LiveSet | None
         wake=wake,
         commit_checkpoints=wake_path is None,
         executor_beat=beat,
+        node_cache_beat=node_cache_beat(wake_path) if wake_path is not None else None,
         playbooks=live.playbooks if live is not None else None,
         reload=reload_by_master(os.getppid(), GRACEFUL_TIMEOUT) if live is not None else None,
         # A worker forked by a master checked the schema (preflight): it boots while the database is away

@@ -10,9 +10,22 @@ import sqlalchemy as sa
 from flask import Blueprint, Response, jsonify
 
 from remediate.errors import StoreUnavailable
+from remediate.kube.nodecache import MAX_STALENESS
 from remediate.metrics import ReliabilityCollector, exposition
 from remediate.server.answers import error
 from remediate.services import Services
+
+
+def node_cache_state(services: Services) -> dict[str, Any] | None:
+    """The k8s.* actions' node cache (remediate.kube.nodecache): the executor process's, from the file it marks
+    each sync in, else this process's own; None while no step has read it (nothing is watched)."""
+    if services.node_cache_beat is not None:
+        age = services.node_cache_beat.age()
+        if age is None:
+            return None
+        return {"age_s": round(age, 3), "max_staleness_s": MAX_STALENESS, "fresh": age <= MAX_STALENESS}
+    status = services.kube.node_cache_status() if services.kube is not None else None
+    return None if status is None or not status.started else status.as_dict()
 
 
 def create_blueprint(services: Services) -> Blueprint:
@@ -51,11 +64,16 @@ def create_blueprint(services: Services) -> Blueprint:
                 "heartbeat_age_s": None if age is None else round(age, 3),
                 "lease_s": settings.executor.lease,
             }
+        if (cache := node_cache_state(services)) is not None:
+            # Shown, not judged: a view past its bound fails the k8s steps that read it (retryable), nothing else.
+            ready["node_cache"] = cache
         return jsonify(ready)
 
     @bp.get("/metrics")
     def metrics() -> Any:
-        body = exposition(services.metrics_registry, store, reliability, services.executor_beat)
+        body = exposition(
+            services.metrics_registry, store, reliability, services.executor_beat, lambda: node_cache_state(services)
+        )
         return Response(body, mimetype="text/plain; version=0.0.4")
 
     return bp

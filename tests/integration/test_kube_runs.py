@@ -477,6 +477,33 @@ def _cordon_runs(rig: Rig) -> list[dict[str, Any]]:
     return sorted(rig.runs(), key=lambda run: run["id"])
 
 
+def test_a_quarantine_run_makes_the_same_api_requests_on_20_and_on_400_nodes_and_no_node_list(
+    kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
+) -> None:
+    """The breaker's counts come from the node cache: once it is warm, cordon -> taint -> drain LIST no nodes,
+    and what the run asks the API server (by verb and resource) does not grow with the cluster."""
+    first = cluster(kube_api, 20)
+    rig = make_rig(QUARANTINE, breaker_max_nodes=100, breaker_max_fraction=1.0)
+    rig.start()
+    rig.ingest(xid_alert(first[0]))  # warms the cache (its one LIST)
+    rig.wait_idle()
+    costs = []
+    for size, node in ((20, first[1]), (400, None)):
+        if node is None:
+            node = cluster(kube_api, 380, prefix="big")[-1]
+            wait_until(lambda n=node: n in rig.registry.get("k8s.cordon").client.node_cache().nodes(), 10)  # type: ignore[attr-defined]
+        before = list(kube_api.verbs)
+        rig.ingest(xid_alert(node))
+        rig.wait_idle()
+        made = kube_api.verbs[len(before) :]
+        costs.append(sorted((verb, resource) for verb, resource in made if verb != "watch"))
+        assert kube_api.node(node)["spec"].get("unschedulable") is True, size
+
+    assert ("list", "nodes") not in costs[0] + costs[1]
+    assert costs[0] == costs[1]
+    assert kube_api.request_count(verb="list", resource="nodes") == 1
+
+
 def test_an_api_blip_shorter_than_the_step_retries_during_the_plan_still_cordons(
     kube_api: FakeKubeAPI, make_rig: Callable[..., Rig]
 ) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -42,6 +43,14 @@ def _waves(client: KubeClient, clock: Clock, **static: str) -> NodeWaves:
     return NodeWaves(lambda: client, static, ttl=TTL, clock=clock)
 
 
+def _until_cached(client: KubeClient, node: str, label: str, value: str) -> None:
+    """Until the node cache's watch delivered the label change (it is asynchronous: within its staleness bound)."""
+    deadline = time.monotonic() + 5
+    while client.node_cache().nodes()[node].labels.get(label) != value:
+        assert time.monotonic() < deadline, f"the node cache never saw {node}'s {label}={value}"
+        time.sleep(0.01)
+
+
 def test_a_nodes_wave_is_its_label_read_in_one_list_per_ttl(cluster: FakeKubeAPI, kube_client: KubeClient) -> None:
     assert ROLLOUT is not None
     waves = _waves(kube_client, Clock(), **{"host-x": "1"})
@@ -50,7 +59,7 @@ def test_a_nodes_wave_is_its_label_read_in_one_list_per_ttl(cluster: FakeKubeAPI
     assert waves.of(ROLLOUT, "node-b") == NodeWave("node-b", "2", f"label {LABEL}=2")
     assert waves.of(ROLLOUT, "node-c") == NodeWave("node-c", None, f"no label {LABEL}")
     assert waves.of(ROLLOUT, "host-x") == NodeWave("host-x", "1", "rollout_nodes")
-    assert cluster.count("GET", r"^/api/v1/nodes$") == 1
+    assert cluster.request_count(verb="list", resource="nodes") == 1
 
 
 def test_a_label_change_promotes_the_node_after_the_ttl_and_is_audited(
@@ -63,6 +72,7 @@ def test_a_label_change_promotes_the_node_after_the_ttl_and_is_audited(
     caplog.set_level(logging.INFO, logger="remediate.audit")
 
     kube_client.patch_node("node-b", {"metadata": {"labels": {LABEL: "1"}}})
+    _until_cached(kube_client, "node-b", LABEL, "1")
     clock.now += TTL - 1
     still = waves.of(ROLLOUT, "node-b").wave
     clock.now += 1
@@ -97,6 +107,7 @@ def test_ingest_runs_each_node_in_its_labelled_waves_mode_and_a_promotion_change
 
     first = ingest_alerts(engine, xid("node-a"), xid("node-b"), xid("node-c"), at=T0)
     kube_client.patch_node("node-b", {"metadata": {"labels": {LABEL: "1"}}})
+    _until_cached(kube_client, "node-b", LABEL, "1")
     clock.now += TTL
     again = ingest_alerts(engine, xid("node-b", starts_at="2026-01-01T01:00:00Z"), at=T0 + 3600)
 

@@ -51,6 +51,19 @@ reproduces the behaviours remediate depends on (each checked in tests/integratio
   the API server's own, `API_AUDIENCE`); otherwise authenticated false and status.error as the
   apiserver words it: no shared audience, expired, the bound pod gone or replaced ("service
   account token has been invalidated"), an unknown token
+- LIST of nodes, pods, PDBs and events is paginated as the apiserver does: `limit` answers at most that many
+  items and a `continue` token (metadata.continue, metadata.remainingItemCount); every page of one list
+  carries the first page's resourceVersion; a token older than the last compaction (`compact`, or the
+  watch window running past it) -> 410 Expired with the apiserver's message; a token that does not decode -> 400
+- WATCH of nodes (GET /api/v1/nodes?watch=true&resourceVersion=RV): a chunked stream of one JSON event a line,
+  ADDED / MODIFIED / DELETED with the whole object, each change after RV in order (RV unset or "0": the
+  current nodes as ADDED first); an RV older than the retained history (`watch_window` events, or `compact`)
+  -> the stream's only event is an ERROR with the 410 Expired Status "too old resource version: RV (OLDEST)";
+  `allowWatchBookmarks=true` and `bookmark_interval` set: a BOOKMARK (only metadata.resourceVersion) that
+  often; the stream ends after `timeoutSeconds`, on `end_watches()` (an apiserver restart) and on close;
+  `stall_watches = True` keeps streams open but silent (a connection a proxy stopped forwarding)
+- `request_count(verb=..., resource=...)`: requests by the apiserver's verb (get, list, watch, patch,
+  create, delete) and resource (nodes, pods, ...), every attempt counted (also those a fault answered)
 - fault injection (`inject`): 5xx Status answers, time-outs (before or after the change was
   made: the answer never comes), connection resets, each for a count, forever or at a rate
   (seeded random); and `before` hooks that change an object between a client's read and
@@ -63,6 +76,7 @@ assert that no change was made twice; `requests` records every request and its a
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import random
@@ -72,8 +86,8 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -456,9 +470,11 @@ class Rbac:
             return True
         return False
 
-    def check(self, method: str, path: str) -> ApiError | None:
-        """The 403 for a request this ServiceAccount may not make, or None."""
+    def check(self, method: str, path: str, *, watch: bool = False) -> ApiError | None:
+        """The 403 for a request this ServiceAccount may not make, or None (`watch`: a GET with ?watch=true)."""
         request = RequestAttributes.of(method, path)
+        if request is not None and watch:
+            request = replace(request, verb="watch")
         if request is None or self.allows(request):
             return None
         return request.forbidden(self.user)
@@ -490,6 +506,18 @@ class FakeKubeAPI:
         self.hooks: list[Hook] = []
         self.changes: list[Change] = []
         self.requests: list[tuple[str, str, int]] = []
+        self.verbs: list[tuple[str, str]] = []
+        """(verb, resource) of every request, in order (see `request_count`)."""
+        self.node_log: list[tuple[int, str, dict[str, Any]]] = []
+        """(resourceVersion, event type, the node as it then was) of the last `watch_window` node changes."""
+        self.watch_window = 10_000
+        self.oldest_rv = self._rv
+        """Watches from an older resourceVersion, and continue tokens of older lists, are answered 410."""
+        self.bookmark_interval: float | None = None
+        self.stall_watches = False
+        self.changed = threading.Condition(self.lock)
+        self._watch_epoch = 0
+        self._closed = False
         self.rbac: Rbac | None = None
         self.audience_unaware = False
         """True: TokenReview ignores spec.audiences and answers no status.audiences, as an API server whose
@@ -510,6 +538,9 @@ class FakeKubeAPI:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
+        with self.lock:
+            self._closed = True
+            self.changed.notify_all()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -592,6 +623,7 @@ class FakeKubeAPI:
                 },
             }
             self.nodes[name] = node
+            self._node_event("ADDED", node)
             return copy.deepcopy(node)
 
     def add_pod(
@@ -768,6 +800,39 @@ class FakeKubeAPI:
             node = self.nodes[name]
             change(node)
             node["metadata"]["resourceVersion"] = self._next_rv()
+            self._node_event("MODIFIED", node)
+
+    def delete_node(self, name: str) -> None:
+        """The node leaves the cluster (kubectl delete node): watchers see DELETED."""
+        with self.lock:
+            node = self.nodes.pop(name)
+            node["metadata"]["resourceVersion"] = self._next_rv()
+            self._node_event("DELETED", node)
+
+    def compact(self) -> None:
+        """Forget the change history, as etcd's compaction does: older watches and continue tokens get 410."""
+        with self.lock:
+            self.node_log.clear()
+            self.oldest_rv = self._rv
+
+    def end_watches(self) -> None:
+        """Close every open watch stream (as an apiserver restart does); clients watch again."""
+        with self.lock:
+            self._watch_epoch += 1
+            self.changed.notify_all()
+
+    def request_count(self, *, verb: str | None = None, resource: str | None = None) -> int:
+        """How many requests of `verb` (get, list, watch, patch, create, delete) on `resource` were made."""
+        with self.lock:
+            return sum(1 for v, r in self.verbs if (verb is None or v == verb) and (resource is None or r == resource))
+
+    def _node_event(self, kind: str, node: dict[str, Any]) -> None:
+        self.node_log.append((int(node["metadata"]["resourceVersion"]), kind, _public(node)))
+        if len(self.node_log) > self.watch_window:
+            dropped = self.node_log[: len(self.node_log) - self.watch_window]
+            del self.node_log[: len(dropped)]
+            self.oldest_rv = dropped[-1][0]
+        self.changed.notify_all()
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self.lock:
@@ -879,7 +944,7 @@ class FakeKubeAPI:
         url = urlsplit(raw_path)
         path, query = unquote(url.path), {k: v[-1] for k, v in parse_qs(url.query).items()}
         if self.rbac is not None:
-            denied = self.rbac.check(method, path)
+            denied = self.rbac.check(method, path, watch=query.get("watch") in ("true", "1"))
             if denied is not None:
                 return denied.code, denied.body
         self._run_hooks(method, path)
@@ -929,13 +994,15 @@ class FakeKubeAPI:
     # ----- nodes
 
     def _list_nodes(self, *, query: dict[str, str], **_: Any) -> tuple[int, dict[str, Any]]:
+        if query.get("watch") in ("true", "1"):
+            return 200, {"_stream": self.watch_nodes(query)}
         items = [
             _public(n)
             for n in self.nodes.values()
             if label_selector_matches(query.get("labelSelector", ""), n["metadata"].get("labels", {}))
             and field_selector_matches(query.get("fieldSelector", ""), n, ("metadata.name", "spec.unschedulable"))
         ]
-        return self._listing("NodeList", "v1", items)
+        return self._listing("NodeList", "v1", items, query)
 
     def _get_node(self, *, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
         if name not in self.nodes:
@@ -986,6 +1053,7 @@ class FakeKubeAPI:
         updated["metadata"]["resourceVersion"] = self._next_rv()
         self._record_node_changes(name, current, updated)
         self.nodes[name] = updated
+        self._node_event("MODIFIED", updated)
         return 200, _public(updated)
 
     def _validate_node(self, name: str, before: dict[str, Any], after: dict[str, Any]) -> None:
@@ -1089,13 +1157,92 @@ class FakeKubeAPI:
         for taint in sorted(old - new):
             self.changes.append(Change("taint-", name, taint))
 
-    def _listing(self, kind: str, api_version: str, items: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
-        return 200, {
-            "kind": kind,
-            "apiVersion": api_version,
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
-        }
+    def _listing(
+        self, kind: str, api_version: str, items: list[dict[str, Any]], query: Mapping[str, str] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """One page of a LIST: `limit` items from the `continue` token's place on, in (namespace, name) order."""
+        query = query or {}
+        items = sorted(items, key=_list_key)
+        list_rv, start = str(self._rv), None
+        if token := query.get("continue"):
+            list_rv, start = _decode_continue(token)
+            if int(list_rv) < self.oldest_rv:
+                raise ApiError(
+                    410,
+                    "Expired",
+                    "The provided continue parameter is too old to display a consistent list result. You can start "
+                    "a new list without the continue parameter, or use the continue token in this response to "
+                    "retrieve the remainder of the results. Continuing with the provided token results in an "
+                    "inconsistent list - objects that were created, modified, or deleted between the time the "
+                    "first chunk was returned and now may show up in the list.",
+                )
+            items = [item for item in items if _list_key(item) >= start]
+        metadata: dict[str, Any] = {"resourceVersion": list_rv}
+        limit = int(query.get("limit") or 0)
+        if 0 < limit < len(items):
+            rest = items[limit:]
+            items = items[:limit]
+            metadata["continue"] = _encode_continue(list_rv, _list_key(rest[0]))
+            metadata["remainingItemCount"] = len(rest)
+        return 200, {"kind": kind, "apiVersion": api_version, "metadata": metadata, "items": items}
+
+    # ----- watches
+
+    def watch_nodes(self, query: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+        """The events of GET /api/v1/nodes?watch=true, as the apiserver streams them (see the module's doc)."""
+        timeout = float(query.get("timeoutSeconds") or 1800)
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        selector = query.get("labelSelector", "")
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            epoch = self._watch_epoch
+            wanted = query.get("resourceVersion") or "0"
+            since, initial, expired = self._rv, [], None
+            if wanted == "0":
+                initial = [("ADDED", _public(n)) for n in sorted(self.nodes.values(), key=_list_key)]
+            elif int(wanted) < self.oldest_rv:
+                expired = _too_old(int(wanted), self.oldest_rv)
+            else:
+                since = int(wanted)
+        if expired is not None:
+            yield expired
+            return
+        for kind, obj in initial:
+            if label_selector_matches(selector, obj["metadata"].get("labels", {})):
+                yield {"type": kind, "object": obj}
+        last_bookmark = time.monotonic()
+        while True:
+            with self.lock:
+                while True:
+                    now = time.monotonic()
+                    if self._closed or self._watch_epoch != epoch or now >= deadline:
+                        return
+                    due = (
+                        bookmarks
+                        and self.bookmark_interval is not None
+                        and now - last_bookmark >= self.bookmark_interval
+                    )
+                    if since < self.oldest_rv:
+                        # History this watch had not sent yet was forgotten: the apiserver ends it with 410.
+                        expired = _too_old(since, self.oldest_rv)
+                        break
+                    pending = [] if self.stall_watches else [e for e in self.node_log if e[0] > since]
+                    if pending or (due and not self.stall_watches):
+                        break
+                    self.changed.wait(timeout=min(0.05, deadline - now))
+                current = str(self._rv)
+            if expired is not None:
+                yield expired
+                return
+            for rv, kind, obj in pending:
+                since = rv
+                if label_selector_matches(selector, obj["metadata"].get("labels", {})):
+                    yield {"type": kind, "object": obj}
+            if not pending:
+                last_bookmark = time.monotonic()
+                bookmark = {"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": current}}
+                yield {"type": "BOOKMARK", "object": bookmark}
+                since = max(since, int(current))
 
     # ----- pods
 
@@ -1108,7 +1255,7 @@ class FakeKubeAPI:
             and field_selector_matches(query.get("fieldSelector", ""), p, supported)
             and label_selector_matches(query.get("labelSelector", ""), p["metadata"].get("labels", {}))
         ]
-        return self._listing("PodList", "v1", items)
+        return self._listing("PodList", "v1", items, query)
 
     def _get_pod(self, *, ns: str, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
         pod = self.pods.get((ns, name))
@@ -1299,9 +1446,9 @@ class FakeKubeAPI:
             **({} if self.audience_unaware else {"audiences": shared}),
         }
 
-    def _list_pdbs(self, *, ns: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
+    def _list_pdbs(self, *, query: dict[str, str], ns: str | None = None, **_: Any) -> tuple[int, dict[str, Any]]:
         items = [_public(p) for (pdb_ns, _n), p in sorted(self.pdbs.items()) if ns is None or pdb_ns == ns]
-        return self._listing("PodDisruptionBudgetList", "policy/v1", items)
+        return self._listing("PodDisruptionBudgetList", "policy/v1", items, query)
 
     # ----- events
 
@@ -1320,7 +1467,7 @@ class FakeKubeAPI:
             for (event_ns, _n), e in sorted(self.events.items())
             if (ns is None or event_ns == ns) and field_selector_matches(query.get("fieldSelector", ""), e, supported)
         ]
-        return self._listing("EventList", "events.k8s.io/v1", items)
+        return self._listing("EventList", "events.k8s.io/v1", items, query)
 
     def _create_event(self, *, ns: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         try:
@@ -1444,6 +1591,28 @@ def _microtime_problem(value: str) -> str:
     return f'cannot parse "{zone}" as "Z07:00"'
 
 
+def _too_old(wanted: int, oldest: int) -> dict[str, Any]:
+    return {"type": "ERROR", "object": status_body(410, "Expired", f"too old resource version: {wanted} ({oldest})")}
+
+
+def _list_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _encode_continue(resource_version: str, start: str) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": int(resource_version), "start": start}).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _decode_continue(token: str) -> tuple[str, str]:
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(token.encode()))
+        return str(int(decoded["rv"])), str(decoded["start"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise bad_request(f"continue key is not valid: {exc}") from exc
+
+
 def _public(obj: Mapping[str, Any]) -> dict[str, Any]:
     return {k: copy.deepcopy(v) for k, v in obj.items() if not k.startswith("_")}
 
@@ -1503,11 +1672,35 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(fault.delay)
             self._reset()
             return
+        if "_stream" in answer:
+            self._stream(answer["_stream"])
+            return
         self._send(code, answer)
 
     def _record(self, path: str, code: int) -> None:
+        attributes = RequestAttributes.of(self.command, path)
+        watching = parse_qs(urlsplit(self.path).query).get("watch", [""])[-1] in ("true", "1")
+        verb = "watch" if watching else (attributes.verb if attributes else self.command.lower())
         with self.server.api.lock:
             self.server.api.requests.append((self.command, path, code))
+            self.server.api.verbs.append((verb, attributes.resource if attributes else path))
+
+    def _stream(self, events: Iterator[dict[str, Any]]) -> None:
+        """A watch: chunked transfer encoding, one JSON event and a newline a chunk, as the apiserver streams."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for event in events:
+                data = json.dumps(event).encode() + b"\n"
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:  # the client went away (it closed its watch)
+            pass
+        self.close_connection = True
 
     def _send(self, code: int, body: Mapping[str, Any]) -> None:
         data = json.dumps(body).encode()
