@@ -33,7 +33,7 @@ replaced, terminating or no agent) does not change for that token, and an agent 
 401/403: the memory only costs a sender of the same bad token. Transient failures (503) are never remembered."""
 ADDRESS_BUCKET = (10, 1 / 3)
 """(burst, TokenReviews per second) per client address and HTTP worker. An agent pod asks once per start, and
-while the server cannot answer (503) at most ~10 times in its first minute (its back-off: 1, 2, 4, 8, 10 s...);
+while the server cannot answer (503, 429) a few times a minute (Retry-After, then full jitter up to 60 s);
 each pod has an address of its own. A flood from one address costs the API one TokenReview per 3 s after 10."""
 MAX_REMEMBERED = 4096
 """Addresses and refused tokens each remembered at most (the least recently used dropped first; a few hundred
