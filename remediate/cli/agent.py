@@ -184,11 +184,13 @@ def credential_from_server(
     ca_file: Path | None = None,
     backoff: Backoff | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    session: Any = None,
 ) -> str:
     """The credential the server gives this pod (POST CREDENTIAL_PATH with its projected ServiceAccount token),
     which must be NODE's; ConfigError when refused, when an https server's certificate does not verify (with
     `ca_file`, else the system's CAs), or when the server stays unreachable for `wait` seconds. Between tries:
-    `backoff` (Backoff(): Retry-After honoured, full jitter)."""
+    `backoff` (Backoff(): Retry-After honoured, full jitter). `session`: a requests.Session to send with (one
+    agent pod asks a few times: default, a new connection each time)."""
     import requests
 
     from remediate.agentwire.protocol import CREDENTIAL_PATH
@@ -204,7 +206,7 @@ def credential_from_server(
         except OSError as exc:
             raise ConfigError(f"cannot read the service account token {token_file}: {exc.strerror}") from exc
         try:
-            response = requests.post(
+            response = (session or requests).post(
                 url,
                 headers={"Authorization": f"Bearer {token}"},
                 timeout=(5, 30),

@@ -5,7 +5,7 @@ is needed (nor accepted); 404 when this server finds no agents through Kubernete
 Anyone who reaches the port may ask, and each question costs the API server a TokenReview (and reads of a pod
 and a DaemonSet): a refused token is answered from memory for REFUSAL_TTL seconds, and each client address
 may make TokenReviews at the rate of ADDRESS_BUCKET (429 with Retry-After above it). All addresses together may
-make `agent_enroll_rate` per second (server_bucket): when a DaemonSet rollout starts 10,000 agent pods at once,
+make `agent_enroll_rate` in any second (server_limit): when a DaemonSet rollout starts 10,000 agent pods at once,
 the API server sees that rate and no more, and the agents back off with jitter on the 429 (remediate.cli.agent)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from remediate.agentwire.protocol import CREDENTIAL_PATH
 from remediate.kube.enroll import EnrollmentBroken, EnrollmentRefused
 from remediate.kube.errors import KubeError, KubeUnavailable
 from remediate.server.answers import error
-from remediate.server.ratelimit import RecentRefusals, TokenBuckets
+from remediate.server.ratelimit import RecentRefusals, TokenBuckets, WindowLimit
 from remediate.services import Services
 
 log = logging.getLogger("remediate.server")
@@ -40,13 +40,12 @@ MAX_REMEMBERED = 4096
 bytes each)."""
 
 
-def server_bucket(enroll_rate: int, workers: int) -> TokenBuckets:
-    """This HTTP worker's share of the server's TokenReview rate (one key): `enroll_rate` / `workers` per second,
-    a burst of one second's worth. Each worker holds its own (remediate.server.ratelimit), so the shares add up
-    to `enroll_rate` at most; a worker out of tokens answers 429 while another may have some: the agent asks
-    again after Retry-After."""
-    per_second = enroll_rate / max(1, workers)
-    return TokenBuckets(capacity=max(1.0, per_second), per_second=per_second, max_keys=1)
+def server_limit(enroll_rate: int, workers: int) -> WindowLimit:
+    """This HTTP worker's share of the server's TokenReview rate: `enroll_rate` // `workers` (at least 1) in any
+    second. Each worker holds its own (remediate.server.ratelimit), so the shares add up to `enroll_rate` at most
+    (with workers > enroll_rate: one each); a worker at its share answers 429 while another may have room: the
+    agent asks again after Retry-After."""
+    return WindowLimit(limit=max(1, enroll_rate // max(1, workers)), window=1.0)
 
 
 def _too_many(wait: float, message: str) -> Any:
@@ -60,7 +59,7 @@ def create_blueprint(services: Services) -> Blueprint:
     refusals: RecentRefusals[EnrollmentRefused] = RecentRefusals(ttl=REFUSAL_TTL, max_entries=MAX_REMEMBERED)
     burst, rate = ADDRESS_BUCKET
     buckets = TokenBuckets(capacity=burst, per_second=rate, max_keys=MAX_REMEMBERED)
-    everyone = server_bucket(services.settings.agent.enroll_rate, services.settings.server.workers)
+    everyone = server_limit(services.settings.agent.enroll_rate, services.settings.server.workers)
 
     def refused(exc: EnrollmentRefused) -> Any:
         return error(exc.status, "unauthorized" if exc.status == 401 else "forbidden", str(exc))
@@ -93,7 +92,7 @@ def create_blueprint(services: Services) -> Blueprint:
             log.warning("too many agent credential requests from %s: %.0fs until the next", request.remote_addr, wait)
             return _too_many(wait, f"too many agent credential requests from {request.remote_addr}")
         # After the address's own bucket: one address's flood spends its own tokens, never everyone's.
-        wait = everyone.take("")
+        wait = everyone.take()
         if wait:
             # Not logged: in a rollout most agents hear this once or twice, as designed.
             return _too_many(wait, "the server is checking as many agent tokens per second as it may: ask again")
