@@ -1,9 +1,11 @@
 """A DaemonSet rollout on a fleet: N agent pods ask a real `remediate serve` for their node's credential at once.
 
-Each simulated agent is a thread running the agent's own enrollment client (`remediate.cli.agent.
-credential_from_server`, what the chart's init container runs: POST /v1/agent-credential with the pod's projected
-ServiceAccount token, Retry-After honoured, full-jitter back-off with its own seeded generator), from an address
-of its own (127.x.y.z, as each pod has its own IP: the server's per-address bound sees one pod per address). The
+Each simulated agent runs the agent's own enrollment client (`remediate.cli.agent`: each try is `ask_credential`,
+what the chart's init container sends, POST /v1/agent-credential with the pod's projected ServiceAccount token;
+between tries the pause of `Backoff`, Retry-After honoured, full jitter, with its own seeded generator): the
+loop of `credential_from_server`, scheduled on a heap and sent by `--senders` threads (10,000 threads that
+each sleep would load a shared 2-core machine to a load average of hundreds), from an address of its own
+(127.x.y.z, as each pod has its own IP: the server's per-address bound sees one pod per address). The
 server checks each token with a TokenReview, then reads the pod and the DaemonSet, against the test API server
 (tests/support/fake_apiserver.py) holding the N pods, which records when each TokenReview arrived.
 
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import os
 import random
 import sys
@@ -33,7 +34,9 @@ from _common import REPO, machine_line, percentile, workspace
 from requests.adapters import HTTPAdapter
 
 sys.path.insert(0, str(REPO))
-from remediate.cli.agent import Backoff, credential_from_server
+import heapq
+
+from remediate.cli.agent import Backoff, ask_credential
 from remediate.errors import ConfigError
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.server import RemediateServer
@@ -122,11 +125,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="the server's HTTP workers (default 2, the chart's)")
     parser.add_argument("--ramp", type=float, default=0.0, help="seconds over which the pods start (default 0)")
     parser.add_argument("--wait", type=float, default=1200.0, help="each agent's --wait (default 1200 s)")
+    parser.add_argument("--senders", type=int, default=32, help="threads sending the agents' tries (default 32)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args()
 
-    threading.stack_size(256 * 1024)  # 10,000 threads that mostly sleep
     with workspace(args.keep) as work, TimedKubeAPI() as kube:
         kube.add_daemonset(NS, DAEMONSET)
         tokens = work / "tokens"
@@ -154,51 +157,53 @@ def main() -> None:
         requests_before = len(kube.requests)
         done: list[tuple[float, int]] = []
         failed: list[str] = []
-        lock = threading.Lock()
+        lock = threading.Condition()
         started = time.monotonic()
+        # (when, agent, attempt): each agent's next try; the pods start over --ramp seconds.
+        due = [(started + args.ramp * i / max(1, args.agents), i, 0) for i in range(args.agents)]
+        heapq.heapify(due)
+        backoffs = [Backoff(rng=random.Random(args.seed * 1_000_003 + i)) for i in range(args.agents)]
+        sessions: dict[int, requests.Session] = {}
 
-        def agent(index: int) -> None:
-            time.sleep(args.ramp * index / max(1, args.agents))
-            retries = 0
-
-            def pause(seconds: float) -> None:
-                nonlocal retries
-                retries += 1
-                time.sleep(seconds)
-
-            pod = f"{DAEMONSET}-{index:05d}"
-            with requests.Session() as session:
+        def sender() -> None:
+            while True:
+                with lock:
+                    while due and due[0][0] > time.monotonic():
+                        lock.wait(min(0.05, due[0][0] - time.monotonic()))
+                    if not due:
+                        return
+                    _, index, attempt = heapq.heappop(due)
+                session = sessions.setdefault(index, requests.Session())
                 session.mount("http://", FromAddress(pod_address(index)))
+                pod = f"{DAEMONSET}-{index:05d}"
                 try:
-                    credential_from_server(
-                        server.url,
-                        tokens / pod,
-                        f"gpu-{index:05d}",
-                        args.wait,
-                        backoff=Backoff(rng=random.Random(args.seed * 1_000_003 + index)),
-                        sleep=pause,
-                        session=session,
+                    credential, asked, problem = ask_credential(
+                        server.url, tokens / pod, f"gpu-{index:05d}", session=session
                     )
                 except ConfigError as exc:
-                    with lock:
-                        failed.append(str(exc))
-                    return
-            with lock:
-                done.append((time.monotonic() - started, retries))
+                    credential, problem = None, f"refused: {exc}"
+                    asked = float("inf")
+                with lock:
+                    if credential is not None:
+                        done.append((time.monotonic() - started, attempt))
+                        sessions.pop(index).close()
+                        continue
+                    pause = backoffs[index].pause(attempt, asked)
+                    if time.monotonic() - started + pause > args.wait:
+                        failed.append(problem)
+                        continue
+                    heapq.heappush(due, (time.monotonic() + pause, index, attempt + 1))
+                    lock.notify()
 
-        threads = [threading.Thread(target=agent, args=(i,), daemon=True) for i in range(args.agents)]
-        # The client's "waiting Ns for the server" lines (one per retry) are not what is measured.
-        with contextlib.redirect_stderr(io.StringIO()):
-            for thread in threads:
-                thread.start()
-            last = time.monotonic()
-            while any(t.is_alive() for t in threads):
-                time.sleep(1.0)
-                if time.monotonic() - last >= 30:
-                    last = time.monotonic()
-                    print(
-                        f"  {time.monotonic() - started:5.0f} s: {len(done)} enrolled", file=sys.__stdout__, flush=True
-                    )
+        threads = [threading.Thread(target=sender, daemon=True) for _ in range(args.senders)]
+        for thread in threads:
+            thread.start()
+        last = time.monotonic()
+        while any(t.is_alive() for t in threads):
+            time.sleep(1.0)
+            if time.monotonic() - last >= 30:
+                last = time.monotonic()
+                print(f"  {time.monotonic() - started:5.0f} s: {len(done)} enrolled", flush=True)
         elapsed = time.monotonic() - started
         cpu_after = cpu_seconds(pids)
         memory = [memory_kib(pid) for pid in pids]

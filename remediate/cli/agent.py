@@ -191,50 +191,56 @@ def credential_from_server(
     `ca_file`, else the system's CAs), or when the server stays unreachable for `wait` seconds. Between tries:
     `backoff` (Backoff(): Retry-After honoured, full jitter). `session`: a requests.Session to send with (one
     agent pod asks a few times: default, a new connection each time)."""
-    import requests
-
-    from remediate.agentwire.protocol import CREDENTIAL_PATH
-
-    url = server_url.rstrip("/") + CREDENTIAL_PATH
     backoff = backoff or Backoff()
     deadline, attempt = time.monotonic() + wait, 0
     while True:
-        asked: float | None = None
-        try:
-            # Read each time: the kubelet rotates the token.
-            token = token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the service account token {token_file}: {exc.strerror}") from exc
-        try:
-            response = (session or requests).post(
-                url,
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=(5, 30),
-                verify=str(ca_file) if ca_file else True,
-            )
-        except requests.exceptions.SSLError as exc:
-            # Not the server starting: the token is not sent to a server that cannot prove who it is.
-            where = f"the CA file {ca_file}" if ca_file else "the system's CAs (--ca-file to give yours)"
-            raise ConfigError(f"{url}: the server's certificate does not verify with {where}: {exc}") from exc
-        except requests.RequestException as exc:
-            problem = f"{url}: {exc.__class__.__name__}"
-        else:
-            if response.status_code == 200:
-                return _credential_of(response, node, url)
-            problem = f"{url}: HTTP {response.status_code} {response.text[:300].strip()}"
-            asked = retry_after(response.headers.get("Retry-After"))
-            if response.status_code >= 500 and response.status_code not in RETRY_STATUSES:
-                raise ConfigError(
-                    f"the server cannot hand out agent credentials (fix the server, not this pod): {problem}"
-                )
-            if response.status_code not in RETRY_STATUSES:
-                raise ConfigError(f"the server refused this pod an agent credential: {problem}")
+        credential, asked, problem = ask_credential(server_url, token_file, node, ca_file=ca_file, session=session)
+        if credential is not None:
+            return credential
         pause = backoff.pause(attempt, asked)
         if time.monotonic() + pause > deadline:
             raise ConfigError(f"no agent credential within {wait:g}s: {problem}")
         click.echo(f"waiting {pause:.1f}s for the server ({problem})", err=True)
         sleep(pause)
         attempt += 1
+
+
+def ask_credential(
+    server_url: str, token_file: Path, node: str, *, ca_file: Path | None = None, session: Any = None
+) -> tuple[str | None, float | None, str]:
+    """One request of credential_from_server: (the credential, None, "") or, when it is worth asking again,
+    (None, the Retry-After asked for or None, what went wrong); ConfigError when it is not."""
+    import requests
+
+    from remediate.agentwire.protocol import CREDENTIAL_PATH
+
+    url = server_url.rstrip("/") + CREDENTIAL_PATH
+    try:
+        # Read each time: the kubelet rotates the token.
+        token = token_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the service account token {token_file}: {exc.strerror}") from exc
+    try:
+        response = (session or requests).post(
+            url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=(5, 30),
+            verify=str(ca_file) if ca_file else True,
+        )
+    except requests.exceptions.SSLError as exc:
+        # Not the server starting: the token is not sent to a server that cannot prove who it is.
+        where = f"the CA file {ca_file}" if ca_file else "the system's CAs (--ca-file to give yours)"
+        raise ConfigError(f"{url}: the server's certificate does not verify with {where}: {exc}") from exc
+    except requests.RequestException as exc:
+        return None, None, f"{url}: {exc.__class__.__name__}"
+    if response.status_code == 200:
+        return _credential_of(response, node, url), None, ""
+    problem = f"{url}: HTTP {response.status_code} {response.text[:300].strip()}"
+    if response.status_code >= 500 and response.status_code not in RETRY_STATUSES:
+        raise ConfigError(f"the server cannot hand out agent credentials (fix the server, not this pod): {problem}")
+    if response.status_code not in RETRY_STATUSES:
+        raise ConfigError(f"the server refused this pod an agent credential: {problem}")
+    return None, retry_after(response.headers.get("Retry-After")), problem
 
 
 def _credential_of(response: Any, node: str, url: str) -> str:
