@@ -60,6 +60,13 @@ class TimedKubeAPI(FakeKubeAPI):
         return super().handle(method, raw_path, headers, body)
 
 
+class EarlierBackoff(Backoff):
+    """For `--before` only: the client's pauses before jitter (1, 2, 4, 8, then 10 s; Retry-After ignored)."""
+
+    def pause(self, attempt: int, retry_after: float | None = None) -> float:
+        return min(2.0**attempt, 10.0)
+
+
 class FromAddress(HTTPAdapter):
     """Connects from `address` (a loopback address of its own: one simulated pod's IP)."""
 
@@ -126,9 +133,17 @@ def main() -> None:
     parser.add_argument("--ramp", type=float, default=0.0, help="seconds over which the pods start (default 0)")
     parser.add_argument("--wait", type=float, default=1200.0, help="each agent's --wait (default 1200 s)")
     parser.add_argument("--senders", type=int, default=32, help="threads sending the agents' tries (default 32)")
+    parser.add_argument(
+        "--before",
+        action="store_true",
+        help="the behaviour before the server-wide bound and the jitter: no bound across addresses (a rate of "
+        "1,000,000/s), the earlier pauses (1, 2, 4, 8, 10 s, Retry-After ignored)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args()
+    if args.before:
+        args.rate = 1_000_000
 
     with workspace(args.keep) as work, TimedKubeAPI() as kube:
         kube.add_daemonset(NS, DAEMONSET)
@@ -162,7 +177,8 @@ def main() -> None:
         # (when, agent, attempt): each agent's next try; the pods start over --ramp seconds.
         due = [(started + args.ramp * i / max(1, args.agents), i, 0) for i in range(args.agents)]
         heapq.heapify(due)
-        backoffs = [Backoff(rng=random.Random(args.seed * 1_000_003 + i)) for i in range(args.agents)]
+        kind = EarlierBackoff if args.before else Backoff
+        backoffs = [kind(rng=random.Random(args.seed * 1_000_003 + i)) for i in range(args.agents)]
         sessions: dict[int, requests.Session] = {}
 
         def sender() -> None:

@@ -91,7 +91,8 @@ def create_blueprint(services: Services) -> Blueprint:
         if wait:
             log.warning("too many agent credential requests from %s: %.0fs until the next", request.remote_addr, wait)
             return _too_many(wait, f"too many agent credential requests from {request.remote_addr}")
-        # After the address's own bucket: one address's flood spends its own tokens, never everyone's.
+        # After the address's own bucket: a flood from one address takes at most its burst of everyone's share,
+        # then one review per 3 s.
         wait = everyone.take()
         if wait:
             # Not logged: in a rollout most agents hear this once or twice, as designed.
