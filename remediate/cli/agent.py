@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import email.utils
 import os
+import random
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +91,10 @@ def agent(**params: Any) -> None:
 @click.option(
     "--wait",
     type=click.FloatRange(0, 3600),
-    default=300.0,
+    default=1200.0,
     show_default=True,
-    help="With --server: seconds to keep trying while the server cannot be reached or is not ready.",
+    help="With --server: seconds to keep trying while the server cannot be reached, is not ready or asks to "
+    "wait (a rollout of 10,000 agents takes ~10 minutes at the server's agent_enroll_rate of 20/s).",
 )
 @click.option(
     "--ca-file",
@@ -137,52 +142,105 @@ RETRY_STATUSES = (429, 502, 503, 504)
 asked again. Any other (a refusal, or a 500: the server cannot check tokens until its set-up is fixed) ends it."""
 
 
+@dataclass
+class Backoff:
+    """The pause before an agent asks the server again: the Retry-After it was given (if any), then a random
+    share of an exponential window, `base` x 2^attempt up to `cap` seconds ("full jitter"). When a DaemonSet
+    rollout starts thousands of agent pods at once and the server answers most a 429, no two come back together:
+    each pod draws from its own generator (seeded from os.urandom), so they spread over the whole window instead
+    of returning in waves at 1, 2, 4 s."""
+
+    base: float = 1.0
+    cap: float = 60.0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def pause(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after the `attempt`-th failed request (0 for the first)."""
+        window = min(self.cap, self.base * 2.0 ** min(attempt, 32))
+        return (retry_after or 0.0) + self.rng.uniform(0.0, window)
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
 def credential_from_server(
-    server_url: str, token_file: Path, node: str, wait: float, *, ca_file: Path | None = None
+    server_url: str,
+    token_file: Path,
+    node: str,
+    wait: float,
+    *,
+    ca_file: Path | None = None,
+    backoff: Backoff | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    session: Any = None,
 ) -> str:
     """The credential the server gives this pod (POST CREDENTIAL_PATH with its projected ServiceAccount token),
     which must be NODE's; ConfigError when refused, when an https server's certificate does not verify (with
-    `ca_file`, else the system's CAs), or when the server stays unreachable for `wait` seconds."""
+    `ca_file`, else the system's CAs), or when the server stays unreachable for `wait` seconds. Between tries:
+    `backoff` (Backoff(): Retry-After honoured, full jitter). `session`: a requests.Session to send with (one
+    agent pod asks a few times: default, a new connection each time)."""
+    backoff = backoff or Backoff()
+    deadline, attempt = time.monotonic() + wait, 0
+    while True:
+        credential, asked, problem = ask_credential(server_url, token_file, node, ca_file=ca_file, session=session)
+        if credential is not None:
+            return credential
+        pause = backoff.pause(attempt, asked)
+        if time.monotonic() + pause > deadline:
+            raise ConfigError(f"no agent credential within {wait:g}s: {problem}")
+        click.echo(f"waiting {pause:.1f}s for the server ({problem})", err=True)
+        sleep(pause)
+        attempt += 1
+
+
+def ask_credential(
+    server_url: str, token_file: Path, node: str, *, ca_file: Path | None = None, session: Any = None
+) -> tuple[str | None, float | None, str]:
+    """One request of credential_from_server: (the credential, None, "") or, when it is worth asking again,
+    (None, the Retry-After asked for or None, what went wrong); ConfigError when it is not."""
     import requests
 
     from remediate.agentwire.protocol import CREDENTIAL_PATH
 
     url = server_url.rstrip("/") + CREDENTIAL_PATH
-    deadline, pause = time.monotonic() + wait, 1.0
-    while True:
-        try:
-            # Read each time: the kubelet rotates the token.
-            token = token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"cannot read the service account token {token_file}: {exc.strerror}") from exc
-        try:
-            response = requests.post(
-                url,
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=(5, 30),
-                verify=str(ca_file) if ca_file else True,
-            )
-        except requests.exceptions.SSLError as exc:
-            # Not the server starting: the token is not sent to a server that cannot prove who it is.
-            where = f"the CA file {ca_file}" if ca_file else "the system's CAs (--ca-file to give yours)"
-            raise ConfigError(f"{url}: the server's certificate does not verify with {where}: {exc}") from exc
-        except requests.RequestException as exc:
-            problem = f"{url}: {exc.__class__.__name__}"
-        else:
-            if response.status_code == 200:
-                return _credential_of(response, node, url)
-            problem = f"{url}: HTTP {response.status_code} {response.text[:300].strip()}"
-            if response.status_code >= 500 and response.status_code not in RETRY_STATUSES:
-                raise ConfigError(
-                    f"the server cannot hand out agent credentials (fix the server, not this pod): {problem}"
-                )
-            if response.status_code not in RETRY_STATUSES:
-                raise ConfigError(f"the server refused this pod an agent credential: {problem}")
-        if time.monotonic() + pause > deadline:
-            raise ConfigError(f"no agent credential within {wait:g}s: {problem}")
-        click.echo(f"waiting for the server ({problem})", err=True)
-        time.sleep(pause)
-        pause = min(pause * 2, 10.0)
+    try:
+        # Read each time: the kubelet rotates the token.
+        token = token_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the service account token {token_file}: {exc.strerror}") from exc
+    try:
+        response = (session or requests).post(
+            url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=(5, 30),
+            verify=str(ca_file) if ca_file else True,
+        )
+    except requests.exceptions.SSLError as exc:
+        # Not the server starting: the token is not sent to a server that cannot prove who it is.
+        where = f"the CA file {ca_file}" if ca_file else "the system's CAs (--ca-file to give yours)"
+        raise ConfigError(f"{url}: the server's certificate does not verify with {where}: {exc}") from exc
+    except requests.RequestException as exc:
+        return None, None, f"{url}: {exc.__class__.__name__}"
+    if response.status_code == 200:
+        return _credential_of(response, node, url), None, ""
+    problem = f"{url}: HTTP {response.status_code} {response.text[:300].strip()}"
+    if response.status_code >= 500 and response.status_code not in RETRY_STATUSES:
+        raise ConfigError(f"the server cannot hand out agent credentials (fix the server, not this pod): {problem}")
+    if response.status_code not in RETRY_STATUSES:
+        raise ConfigError(f"the server refused this pod an agent credential: {problem}")
+    return None, retry_after(response.headers.get("Retry-After")), problem
 
 
 def _credential_of(response: Any, node: str, url: str) -> str:

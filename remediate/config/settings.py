@@ -282,6 +282,9 @@ class AgentSettings:
     service_account: str | None = setting(None, v.to_optional_str)
     """Server, with agent_selector: the agent pods' ServiceAccount; a token of another account gets no
     credential (unset: any account of agent_namespace)."""
+    enroll_rate: int = setting(20, functools.partial(v.to_positive_int, minimum=1))
+    """Server: TokenReviews per second POST /v1/agent-credential may cost the API server, all HTTP workers
+    together (429 with Retry-After above it; each replica has its own). 10,000 agents enroll in ~500 s at 20."""
     token: str | None = setting(None, str, secret=True)
     """Bearer token between the server and its agents (both sides; or `agent_token_file`)."""
     token_file: Path | None = setting(None, v.to_optional_path)

@@ -23,6 +23,14 @@ agent to stop that step (signed POST /v1/steps/cancel naming the run and step): 
 the step's own `stopping` event, and the step's answer (a withdrawn training command: a
 failure; a taken one: OutcomePending) is recorded as usual.
 
+Connections: the runners of one process share an AgentConnections (one requests.Session, made on first use):
+idle connections are kept for AGENT_HOSTS_KEPT agents at most (the least recently used agent's are closed first)
+and AGENT_CONNECTIONS_PER_HOST per agent (more calls at once to one agent open more, closed after use), so a
+fleet of 10,000 agents costs the server at most 64 x 4 idle sockets, never one per agent ever called. The execute
+of an action that is not idempotent goes on a new connection of its own: a kept one the agent closed while idle
+(it drops a connection that sends nothing for request_timeout) fails only once the request is written, and that
+call could not be sent again.
+
 Each runner has `ran_on`, recorded in node steps' plans and results ("node-b (agent
 http://10.0.0.7:9096)", "node-a (server)") so `/runs/<id>` shows where a step ran.
 """
@@ -62,6 +70,40 @@ log = logging.getLogger("remediate.runners")
 
 STOP_POLL_S = 0.1
 """How often a call to an agent checks whether the executor is stopping (then it asks the agent to stop the step)."""
+AGENT_HOSTS_KEPT = 64
+"""Agents (scheme, host, port) whose idle connections one process keeps: the executor's threads call a few nodes
+at a time (a storm's breaker lets a handful change); more are reconnected, ~1 ms on a cluster network."""
+AGENT_CONNECTIONS_PER_HOST = 4
+"""Idle connections kept per agent: a step's call and its cancel, and a few steps on one node at once."""
+
+
+class AgentConnections:
+    """The connection pool of a process's calls to agents (module docstring): one requests.Session with both
+    bounds, made on first use (requests is loaded then: remediate.outbound.lazyhttp). Thread-safe: the session's
+    pools are; it keeps no cookies (agents set none, and one step's answer must not shape another's request)."""
+
+    def __init__(self, hosts: int = AGENT_HOSTS_KEPT, per_host: int = AGENT_CONNECTIONS_PER_HOST) -> None:
+        self.hosts, self.per_host = hosts, per_host
+        self._session: requests.Session | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def session(self) -> requests.Session:
+        with self._lock:
+            if self._session is None:
+                from http.cookiejar import DefaultCookiePolicy
+
+                from requests.adapters import HTTPAdapter
+
+                from remediate.outbound.session import EnvironmentOnceSession
+
+                session = EnvironmentOnceSession()
+                session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+                adapter = HTTPAdapter(pool_connections=self.hosts, pool_maxsize=self.per_host)
+                session.mount("http://", adapter)
+                session.mount("https://", adapter)
+                self._session = session
+            return self._session
 
 
 @dataclass(frozen=True)
@@ -137,6 +179,8 @@ class AgentRunner:
     answer (remediate_agent_call_duration_seconds)."""
     answer_slack: float = 5.0
     """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
+    connections: AgentConnections | None = None
+    """The process's kept connections to agents (the Dispatch's); None: a new connection for each call."""
     url: str | None = None
 
     @property
@@ -269,7 +313,8 @@ class AgentRunner:
         where = f"agent {self.url} of node {self.node}"
         try:
             # The agent enforces the step's deadline itself and answers; a little slack for the answer.
-            response, nonce = self._send(STEP_PATHS[kind], data, timeout + self.answer_slack)
+            once = kind == EXECUTE and not action.idempotent
+            response, nonce = self._send(STEP_PATHS[kind], data, timeout + self.answer_slack, fresh=once)
         except requests.ConnectionError as exc:  # refused, DNS, connect timeout: nothing was run
             self.directory.forget(self.node)
             if kind == EXECUTE and not action.idempotent and not request_not_sent(exc):
@@ -287,9 +332,12 @@ class AgentRunner:
             raise _BadAnswer(f"{where}: {_short_error(exc)}") from exc
         return self._answer(response, kind, where, nonce, once=kind == EXECUTE and not action.idempotent)
 
-    def _send(self, path: str, data: bytes, read_timeout: float) -> tuple[requests.Response, str]:
+    def _send(
+        self, path: str, data: bytes, read_timeout: float, *, fresh: bool = False
+    ) -> tuple[requests.Response, str]:
         """POST `data` to `path` of the agent found (`url`), signed with the node's own credential, never the
-        master (the agent of one node cannot command another); its answer and the request's nonce."""
+        master (the agent of one node cannot command another); its answer and the request's nonce. On a kept
+        connection (`connections`) unless `fresh`."""
         import requests  # here, not at the top: see remediate.outbound.lazyhttp
 
         headers = {"Content-Type": "application/json"}
@@ -298,7 +346,8 @@ class AgentRunner:
             credential = node_token(self.token, self.node)
             headers["Authorization"] = sign(credential, self.node, "POST", path, data, nonce=nonce)
         timeout = (self.connect_timeout, read_timeout)
-        return requests.post(f"{self.url}{path}", data=data, headers=headers, timeout=timeout), nonce
+        sender: Any = requests if fresh or self.connections is None else self.connections.session
+        return sender.post(f"{self.url}{path}", data=data, headers=headers, timeout=timeout), nonce
 
     def _unauthenticated(self, response: requests.Response, path: str, nonce: str) -> str | None:
         """Why the answer is not the agent of this node's answer to this request; None when it is (or when

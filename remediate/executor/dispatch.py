@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from remediate.actions.base import Action, Where
 from remediate.agentwire.protocol import AgentDirectory
 from remediate.errors import ConfigError
-from remediate.executor.agent_calls import AgentRunner, ChainedAgents, StaticAgents
+from remediate.executor.agent_calls import AgentConnections, AgentRunner, ChainedAgents, StaticAgents
 from remediate.executor.runners import (
     LocalRunner,
     OwnerCheckedRunner,
@@ -53,6 +53,8 @@ class Dispatch:
     owners: Callable[[str], NodeOwner | None] | None = None
     """Who owns a node other than remediate (remediate.kube.owner): node steps on such a node are refused,
     except an undo (`Action.undoes`). None (no Kubernetes configured): not checked."""
+    connections: AgentConnections = field(default_factory=AgentConnections)
+    """The connections kept to agents, shared by every AgentRunner this hands out (bounded: see agent_calls)."""
 
     def __post_init__(self) -> None:
         self.cluster = LocalRunner()
@@ -126,5 +128,5 @@ class Dispatch:
         return AgentRunner(
             target, self.directory, self.token, retries=self.retries, connect_timeout=self.connect_timeout,
             default_timeout=self.default_timeout, retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error,
-            on_call_done=self.on_agent_call,
+            on_call_done=self.on_agent_call, connections=self.connections,
         )  # fmt: skip

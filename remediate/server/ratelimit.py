@@ -1,5 +1,6 @@
-"""Bounds on what requests nobody has authenticated yet may cost: a token bucket per client address, and the
-answers given to secrets that were refused, remembered for a while (by the secret's SHA-256, never the secret).
+"""Bounds on what requests nobody has authenticated yet may cost: a token bucket per client address, a limit on
+all of them together in any window of time, and the answers given to secrets that were refused, remembered for a
+while (by the secret's SHA-256, never the secret).
 
 In-memory, per process: each HTTP worker has its own, so a client may get `workers` times the figures it is
 given. Thread-safe (a worker's threads share one). Both are bounded in size: the least recently used key goes
@@ -11,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -58,6 +59,32 @@ class TokenBuckets:
                 bucket.tokens -= 1
                 return 0.0
             return (1 - bucket.tokens) / self.per_second
+
+
+class WindowLimit:
+    """At most `limit` takes in any `window` seconds, however the window is placed: the times of the last `limit`
+    taken are kept, and one more is taken once the oldest of them is `window` old. Unlike a token bucket (which
+    lets its capacity plus a second's refill through in one second), a burst of `limit` at once is allowed and
+    no second ever holds more."""
+
+    def __init__(self, *, limit: int, window: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if limit < 1 or window <= 0:
+            raise ValueError("limit >= 1 and window > 0")
+        self.limit, self.window = limit, window
+        self._clock = clock
+        self._taken: deque[float] = deque(maxlen=limit)
+        self._lock = threading.Lock()
+
+    def take(self) -> float:
+        """0.0 when taken, else the seconds until one may be (none taken)."""
+        now = self._clock()
+        with self._lock:
+            if len(self._taken) == self.limit:
+                wait = self._taken[0] + self.window - now
+                if wait > 0:
+                    return wait
+            self._taken.append(now)  # the oldest falls out (maxlen)
+            return 0.0
 
 
 class RecentRefusals(Generic[V]):

@@ -49,6 +49,7 @@ def server(make_server: MakeServer, cluster: FakeKubeAPI, kubeconfig: Path) -> S
         agent_service_account=ACCOUNT,
         agent_token=AGENT_TOKEN,
         kubeconfig=kubeconfig,
+        workers=1,  # this one process has all of agent_enroll_rate (20/s): only the per-address bounds show
     )
 
 
@@ -305,3 +306,49 @@ def test_refused_tokens_and_floods_cost_the_api_server_a_bounded_number_of_revie
     # Other addresses are not held up: an agent pod gets its credential.
     token_a = cluster.issue_token(NS, f"{DAEMONSET}-a", audiences=(AUDIENCE,))
     assert ask(server, token_a, address="10.0.0.7")[0] == 200
+
+
+def test_all_addresses_together_get_the_servers_token_review_rate_and_no_more(
+    make_server: MakeServer, cluster: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """A DaemonSet rollout: many agent pods, each from its own address, ask at once. The API server sees
+    agent_enroll_rate TokenReviews per second (shared by the HTTP workers), the others a 429 with Retry-After."""
+    server = make_server(
+        agent_selector="app.kubernetes.io/component=agent",
+        agent_namespace=NS,
+        agent_daemonset=DAEMONSET,
+        agent_service_account=ACCOUNT,
+        agent_token=AGENT_TOKEN,
+        kubeconfig=kubeconfig,
+        agent_enroll_rate=4,
+        workers=2,  # this worker's share: 2 in any second
+    )
+    reviews = r"/apis/authentication\.k8s\.io/v1/tokenreviews"
+    for n in range(12):
+        cluster.add_pod(
+            NS, f"{DAEMONSET}-r{n}", "node-a", owner="DaemonSet", owner_name=DAEMONSET, service_account=ACCOUNT
+        )
+    tokens = [cluster.issue_token(NS, f"{DAEMONSET}-r{n}", audiences=(AUDIENCE,)) for n in range(12)]
+
+    started = time.monotonic()
+    answers = [
+        server.client.post(
+            CREDENTIAL_PATH, headers={"Authorization": f"Bearer {token}"}, environ_base={"REMOTE_ADDR": f"10.1.0.{n}"}
+        )
+        for n, token in enumerate(tokens)
+    ]
+    elapsed = time.monotonic() - started
+    statuses = [answer.status_code for answer in answers]
+    reviewed = cluster.count("POST", reviews)
+    assert 2 <= reviewed <= 2 * (1 + int(elapsed)), (reviewed, elapsed)
+    assert statuses[:2] == [200, 200] and statuses.count(200) == reviewed and statuses.count(429) == 12 - reviewed
+    refused = [answer for answer in answers if answer.status_code == 429]
+    assert {answer.headers["Retry-After"] for answer in refused} == {"1"}
+    assert all("ask again" in answer.json["message"] for answer in refused)
+
+    # A second later the bucket has refilled: a refused agent that honours Retry-After gets its credential.
+    time.sleep(1.0)
+    again = server.client.post(
+        CREDENTIAL_PATH, headers={"Authorization": f"Bearer {tokens[-1]}"}, environ_base={"REMOTE_ADDR": "10.1.0.11"}
+    )
+    assert again.status_code == 200 and again.json["node"] == "node-a"

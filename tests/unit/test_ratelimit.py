@@ -1,10 +1,14 @@
-"""The bounds on unauthenticated requests (server.ratelimit): a token bucket per address, refusals remembered."""
+"""The bounds on unauthenticated requests (server.ratelimit): a token bucket per address, a limit on all of them
+in any window, refusals remembered."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from remediate.server.ratelimit import RecentRefusals, TokenBuckets
+from remediate.server.agents import server_limit
+from remediate.server.ratelimit import RecentRefusals, TokenBuckets, WindowLimit
 
 
 class Clock:
@@ -55,3 +59,33 @@ def test_a_refusal_is_remembered_for_its_ttl_by_hash_only() -> None:
     for n in range(3):
         refusals.put(f"t{n}", str(n))
     assert [refusals.get(f"t{n}") for n in range(3)] == [None, "1", "2"]
+
+
+def test_a_window_limit_lets_its_burst_through_then_never_more_in_any_second() -> None:
+    clock = Clock()
+    limit = WindowLimit(limit=5, window=1.0, clock=clock)
+
+    assert [limit.take() for _ in range(5)] == [0.0] * 5
+    assert limit.take() == pytest.approx(1.0)
+    clock.now += 0.4
+    assert limit.take() == pytest.approx(0.6)  # a refused take is not counted, nor pushes the window on
+    clock.now += 0.6
+    assert limit.take() == 0.0
+
+    # Arrivals at random moments (a herd, then stragglers): however a 1 s window is placed, it holds 5 at most,
+    # and the limit is reached (not a bucket's trickle after its burst).
+    rng, taken = random.Random(3), []
+    for _ in range(20_000):
+        clock.now += rng.expovariate(50.0)
+        if limit.take() == 0.0:
+            taken.append(clock.now)
+    most = max(sum(1 for t in taken[i : i + 6] if t < start + 1.0) for i, start in enumerate(taken))
+    assert most == 5
+    assert len(taken) / (taken[-1] - taken[0]) == pytest.approx(5.0, rel=0.1)
+
+
+@pytest.mark.parametrize(("rate", "workers", "share"), [(20, 2, 10), (20, 3, 6), (20, 4, 5), (2, 4, 1), (1, 1, 1)])
+def test_the_workers_shares_add_up_to_the_servers_rate_at_most(rate: int, workers: int, share: int) -> None:
+    limit = server_limit(rate, workers)
+    assert limit.limit == share and limit.window == 1.0
+    assert share * workers <= max(rate, workers)
