@@ -71,8 +71,22 @@ def _weights(n: int, skew: float) -> list[float]:
     return [1 / (i + 1) ** skew for i in range(n)]
 
 
-def build(path: Path, runs: int, seed: int = 7) -> dict[str, int]:
-    """Write a store with `runs` runs (and the notifications, alerts and decisions around them) to `path`."""
+def build(
+    path: Path,
+    runs: int,
+    seed: int = 7,
+    *,
+    days: float | None = None,
+    targets: list[str] | None = None,
+    no_run: list[tuple[str, float]] | None = None,
+) -> dict[str, int]:
+    """Write a store with `runs` runs (and the notifications, alerts and decisions around them) to `path`.
+
+    `days` (DAYS), `targets` (TARGETS) and `no_run` (NO_RUN: the decisions without a run and their shares)
+    shape another history with the same generator: bench/fleet_month.py's month of a 10,000-node fleet."""
+    days = DAYS if days is None else days
+    targets = TARGETS if targets is None else targets
+    no_run = NO_RUN if no_run is None else no_run
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     Store.open(f"sqlite:///{path}").close()
@@ -88,19 +102,19 @@ def build(path: Path, runs: int, seed: int = 7) -> dict[str, int]:
     for name, _sql in indexes:
         conn.execute(f'DROP INDEX "{name}"')
 
-    no_run_share = sum(w for _, w in NO_RUN)
+    no_run_share = sum(w for _, w in no_run)
     decisions_total = int(runs / (1 - no_run_share))
     end = time.time() - 60
-    start = end - DAYS * 86400
+    start = end - days * 86400
     step = (end - start) / decisions_total
     # Cumulative weights, computed once: random.choices would sum 500 target weights per row (the same
     # draws either way: choices() accumulates `weights` into these).
     pb_weights = list(itertools.accumulate(_weights(len(PLAYBOOKS), 1.0)))
-    target_weights = list(itertools.accumulate(_weights(len(TARGETS), 0.6)))
+    target_weights = list(itertools.accumulate(_weights(len(targets), 0.6)))
     run_status_names, status_weights = zip(*RUN_STATUSES, strict=True)
     run_status_weights = list(itertools.accumulate(status_weights))
-    kinds = ["run"] + [name for name, _ in NO_RUN]
-    kind_weights = list(itertools.accumulate([1 - no_run_share] + [w for _, w in NO_RUN]))
+    kinds = ["run"] + [name for name, _ in no_run]
+    kind_weights = list(itertools.accumulate([1 - no_run_share] + [w for _, w in no_run]))
 
     notifications: list[tuple[Any, ...]] = []
     alerts: list[tuple[Any, ...]] = []
@@ -124,7 +138,7 @@ def build(path: Path, runs: int, seed: int = 7) -> dict[str, int]:
             kind = rng.choices(kinds, cum_weights=kind_weights)[0] if made_runs < runs else "duplicate"
             playbook = rng.choices(PLAYBOOKS, cum_weights=pb_weights)[0]
             alertname = ALERTNAMES[PLAYBOOKS.index(playbook) % len(ALERTNAMES)]
-            target = rng.choices(TARGETS, cum_weights=target_weights)[0]
+            target = rng.choices(targets, cum_weights=target_weights)[0]
             fingerprint = f"{rng.getrandbits(64):016x}"
             # json.dumps({...}, sort_keys=True) written out: the same text, a third of the build's time less.
             labels = f'{{"Hostname": "{target}", "alertname": "{alertname}", "severity": "critical"}}'
@@ -288,7 +302,11 @@ def cursor_for(last_id: int) -> str:
     return base64.urlsafe_b64encode(f"d:{last_id}".encode()).decode().rstrip("=")
 
 
-def query_kinds(db: Path, rng: random.Random) -> dict[str, Callable[[], dict[str, str]]]:
+def query_kinds(
+    db: Path, rng: random.Random, targets: list[str] | None = None
+) -> dict[str, Callable[[], dict[str, str]]]:
+    """Each kind of GET /history query and a function drawing its parameters; `targets`: the nodes drawn [TARGETS]."""
+    targets = TARGETS if targets is None else targets
     with contextlib.closing(sqlite3.connect(db)) as conn:
         lo, hi, max_id = conn.execute("SELECT min(created_at), max(created_at), max(id) FROM decisions").fetchone()
 
@@ -312,7 +330,7 @@ def query_kinds(db: Path, rng: random.Random) -> dict[str, Callable[[], dict[str
         "no filter": lambda: {},
         "playbook": lambda: {"playbook": rng.choice(PLAYBOOKS)},
         "alertname": lambda: {"alertname": rng.choice(ALERTNAMES)},
-        "target": lambda: {"target": rng.choice(TARGETS)},
+        "target": lambda: {"target": rng.choice(targets)},
         "status=failed": lambda: {"status": "failed"},
         "status (any)": lambda: {"status": statuses()},
         "since/until 1 h": lambda: window(1),
@@ -322,45 +340,56 @@ def query_kinds(db: Path, rng: random.Random) -> dict[str, Callable[[], dict[str
         "until (any time)": lambda: {"until": f"{rng.uniform(lo, hi):.3f}"},
         "deep cursor page": lambda: {"cursor": cursor_for(rng.randint(1000, max_id // 2))},
         "playbook+status=failed": lambda: {"playbook": rng.choice(PLAYBOOKS), "status": "failed"},
-        "target+status=failed": lambda: {"target": rng.choice(TARGETS), "status": "failed"},
+        "target+status=failed": lambda: {"target": rng.choice(targets), "status": "failed"},
         "alertname+status=failed": lambda: {"alertname": rng.choice(ALERTNAMES), "status": "failed"},
         "playbook+status (any)": lambda: {"playbook": rng.choice(PLAYBOOKS), "status": statuses()},
-        "target+status (any)": lambda: {"target": rng.choice(TARGETS), "status": statuses()},
+        "target+status (any)": lambda: {"target": rng.choice(targets), "status": statuses()},
         "alertname+status (any)": lambda: {"alertname": rng.choice(ALERTNAMES), "status": statuses()},
-        "playbook+target": lambda: {"playbook": rng.choice(PLAYBOOKS), "target": rng.choice(TARGETS)},
-        "alertname+target": lambda: {"alertname": rng.choice(ALERTNAMES), "target": rng.choice(TARGETS)},
+        "playbook+target": lambda: {"playbook": rng.choice(PLAYBOOKS), "target": rng.choice(targets)},
+        "alertname+target": lambda: {"alertname": rng.choice(ALERTNAMES), "target": rng.choice(targets)},
         "playbook+alertname": playbook_alertname,
         "playbook+since 24 h": lambda: {"playbook": rng.choice(PLAYBOOKS), **day()},
         "alertname+since 24 h": lambda: {"alertname": rng.choice(ALERTNAMES), **day()},
-        "target+since 24 h": lambda: {"target": rng.choice(TARGETS), **day()},
+        "target+since 24 h": lambda: {"target": rng.choice(targets), **day()},
         "status (any)+since 24 h": lambda: {"status": statuses(), **day()},
-        "target+since/until 7 d": lambda: {"target": rng.choice(TARGETS), **window(24 * 7)},
+        "target+since/until 7 d": lambda: {"target": rng.choice(targets), **window(24 * 7)},
         "playbook+until": lambda: {"playbook": rng.choice(PLAYBOOKS), "until": f"{rng.uniform(lo, hi):.3f}"},
-        "target+status+since 7 d": lambda: {"target": rng.choice(TARGETS), "status": statuses(), **window(24 * 7)},
+        "target+status+since 7 d": lambda: {"target": rng.choice(targets), "status": statuses(), **window(24 * 7)},
         "playbook+target+status": lambda: {
             "playbook": rng.choice(PLAYBOOKS),
-            "target": rng.choice(TARGETS),
+            "target": rng.choice(targets),
             "status": statuses(),
         },
         "playbook, deep cursor": lambda: {"playbook": rng.choice(PLAYBOOKS), "cursor": cursor_for(max_id // 10)},
         "target+status, deep cursor": lambda: {
-            "target": rng.choice(TARGETS),
+            "target": rng.choice(targets),
             "status": statuses(),
             "cursor": cursor_for(max_id // 2),
         },
     }
 
 
-def measure(db: Path, work: Path, *, queries: int, limit: int) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
-    """`queries` sequential GET /history per kind against `remediate serve` on `db`: (timings ms, entries/page)."""
+def measure(
+    db: Path,
+    work: Path,
+    *,
+    queries: int,
+    limit: int,
+    targets: list[str] | None = None,
+    database_url: str | None = None,
+) -> tuple[dict[str, list[float]], dict[str, list[int]]]:
+    """`queries` sequential GET /history per kind against `remediate serve` on `db`: (timings ms, entries/page).
+
+    `database_url`: the server stores there instead (a PostgreSQL copy of `db`: the same ids and times, so the
+    parameters drawn from `db` fit it)."""
     rng = random.Random(11)
-    kinds = query_kinds(db, rng)
+    kinds = query_kinds(db, rng, targets)
     headers = {"Authorization": f"Bearer {c.TOKEN}"}
     results: dict[str, list[float]] = {}
     sizes: dict[str, list[int]] = {}
     # Retention off: the store's 90 days end when it was built, and a server on a store built days ago
     # would otherwise prune the days past its 90-day retention while the queries are measured.
-    with c.remediate_server(work, db=db, extra_env={"REMEDIATE_RETENTION": "off"}) as server:
+    with c.remediate_server(work, db=db, extra_env={"REMEDIATE_RETENTION": "off"}, database_url=database_url) as server:
         session = requests.Session()
         for _ in range(5):  # warm both workers' connections and the page cache a little
             session.get(server.url + "/history", headers=headers, timeout=30)

@@ -443,6 +443,12 @@ _SCRATCH_STEPS = (
     .order_by(t.steps.c.run_id, t.steps.c.idx)
 )
 
+_FINISH_RUNS = (
+    sa.update(t.runs)
+    .where(t.runs.c.id.in_(sa.bindparam("p_ids", expanding=True)))
+    .values(status=sa.bindparam("p_status"), started_at=sa.bindparam("p_now"), finished_at=sa.bindparam("p_now"))
+)
+
 
 def _scratch_runs(scratch: Store, registry: ActionRegistry, run_ids: Sequence[int]) -> dict[int, _Run]:
     """The replayed runs of one notification with the steps the report and the breaker need."""
@@ -532,8 +538,7 @@ def _finish(scratch: Store, runs: Mapping[int, _Run], refused: set[int], now: fl
         return
     with scratch.write() as conn:
         for end, ids in ends.items():
-            update = sa.update(t.runs).where(t.runs.c.id.in_(ids))
-            conn.execute(update.values(status=end.value, started_at=now, finished_at=now))
+            conn.execute(_FINISH_RUNS, {"p_ids": ids, "p_status": end.value, "p_now": now})
 
 
 def _gated(registry: ActionRegistry, action: str) -> bool:

@@ -266,3 +266,40 @@ def test_a_staged_rollout_reads_the_nodes_waves_as_the_server_does(
     )
     report = replay(db_url, playbook_dir(tmp_path, XID), "--config", config)
     assert report["cordoned"]["removed"] == ["node-b"] and report["cordoned"]["added"] == []
+
+
+def test_the_replayed_runs_of_a_notification_end_as_the_executor_would_leave_them(
+    store: Store, make_engine: Callable[..., Engine]
+) -> None:
+    """Each notification's queued runs are finished on the scratch store at its time, in one statement per end:
+    enforced ones succeed (or fail where the breaker refused them), dry-run ones are planned, others stay."""
+    from remediate.rehearsal import replay as replaying
+
+    engine = make_engine(XID, {**XID, "name": "xid-dry", "match": {"alertname": "GpuXidDry"}, "mode": "dry-run"})
+    result = ingest_alerts(
+        engine,
+        xid_alert("node-a"),
+        xid_alert("node-b"),
+        alert_payload(labels={"alertname": "GpuXidDry", "Hostname": "node-c"}),
+        at=T0,
+    )
+    run_ids = sorted(d.run_id for d in result.decisions if d.run_id is not None)
+    runs = replaying._scratch_runs(store, engine.registry, run_ids)
+    by_target = {run.target: run.id for run in runs.values()}
+    assert sorted(by_target) == ["node-a", "node-b", "node-c"]
+    replaying._finish(store, runs, {by_target["node-b"]}, T0 + 5)
+    with store.read() as conn:
+        rows = conn.execute(
+            sa.select(t.runs.c.target, t.runs.c.status, t.runs.c.started_at, t.runs.c.finished_at).order_by(
+                t.runs.c.target
+            )
+        ).all()
+    assert [tuple(row) for row in rows] == [
+        ("node-a", "succeeded", T0 + 5, T0 + 5),
+        ("node-b", "failed", T0 + 5, T0 + 5),
+        ("node-c", "planned", T0 + 5, T0 + 5),
+    ]
+    # A run that is no longer queued is left as it is.
+    replaying._finish(store, replaying._scratch_runs(store, engine.registry, run_ids), set(), T0 + 60)
+    with store.read() as conn:
+        assert conn.execute(sa.select(sa.func.max(t.runs.c.finished_at))).scalar_one() == T0 + 5
