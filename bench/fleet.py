@@ -474,6 +474,7 @@ def line(name: str, size: int, figures: dict[str, Any]) -> str:
 PLOTTED = (
     ("executor_cpu_s", "executor CPU per run (s)"),
     ("executor_peak_growth_mib", "executor peak memory growth (MiB)"),
+    ("server_peak_pss_mib", "server peak PSS (MiB)"),
     ("api_requests", "API requests per run"),
 )
 
@@ -484,7 +485,7 @@ def plot(figures: dict[str, Any], path: Path, subtitle: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(14, 4.4))
+    fig, axes = plt.subplots(1, len(PLOTTED), figsize=(18, 4.4))
     sizes = figures["sizes"]
     for ax, (key, label) in zip(axes, PLOTTED, strict=True):
         for name in figures["scenarios"]:
@@ -492,9 +493,14 @@ def plot(figures: dict[str, Any], path: Path, subtitle: str) -> None:
                 figures["results"][name][str(n)]["run"][key] / (figures["results"][name][str(n)]["run"]["runs"] or 1)
                 for n in sizes
             ]
+            if key == "server_peak_pss_mib":  # a peak of the whole window, not a sum: never divided
+                per_run = [figures["results"][name][str(n)]["run"][key] for n in sizes]
             ax.plot(sizes, per_run, marker="o", label=name + (" (per run)" if name == "storm" else ""))
+        if key == "server_peak_pss_mib":
+            limit = float(figures["memory_limit"].removesuffix("Mi"))
+            ax.axhline(limit, linestyle="--", color="red", label=f"the chart's limit ({figures['memory_limit']})")
         ax.set_xscale("log")
-        ax.set_yscale("symlog" if key == "executor_peak_growth_mib" else "log")
+        ax.set_yscale("log")
         ax.set_xlabel("nodes in the cluster (~15 KB each)")
         ax.set_ylabel(label)
         ax.set_title(label)
@@ -504,6 +510,22 @@ def plot(figures: dict[str, Any], path: Path, subtitle: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def save(out: Path, figures: dict[str, Any]) -> None:
+    """The figures so far as JSON and the plot, stamped with the commit and the time."""
+    from scaling import commit
+
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    figures = {"commit": commit(), "taken": stamp, **figures}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{OUT_NAME}.json").write_text(json.dumps(figures, indent=2) + "\n")
+    try:
+        plot(figures, out / f"{OUT_NAME}.png", f"{figures['machine'].split(',')[0]}, {figures['commit']}, {stamp}, "
+             f"load average {figures['load_average']['before']:.1f}")  # fmt: skip
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
+    print(f"wrote {out / OUT_NAME}.json and .png", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -536,6 +558,11 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.scenarios:
                 results[name][str(size)] = scenario(name, size, work, sink, args)
                 print(line(name, size, results[name][str(size)]), f"(load {os.getloadavg()[0]:.1f})", flush=True)
+            # After each size: a run cut short (10,000 nodes take long today) still leaves its figures.
+            done = args.sizes[: args.sizes.index(size) + 1]
+            save(out, {"machine": machine, "load_average": {"before": load_before, "after": os.getloadavg()[0]},
+                       "memory_limit": limit, "sizes": done, "scenarios": args.scenarios,
+                       "storm_window_s": args.storm_window, "results": results})  # fmt: skip
 
     print()
     first, last = str(args.sizes[0]), str(args.sizes[-1])
@@ -554,28 +581,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:10} executor CPU {ratio['executor_cpu_s']:.1f}x, "
                   f"API requests {ratio['api_requests']:.1f}x, executor peak growth {growth:+.0f} MiB: "
                   f"{'meets' if flat else 'MISSES'}")  # fmt: skip
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    from scaling import commit
-
-    figures = {
-        "machine": machine,
-        "commit": commit(),
-        "taken": stamp,
-        "load_average": {"before": load_before, "after": os.getloadavg()[0]},
-        "memory_limit": limit,
-        "sizes": args.sizes,
-        "scenarios": args.scenarios,
-        "storm_window_s": args.storm_window,
-        "results": results,
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{OUT_NAME}.json").write_text(json.dumps(figures, indent=2) + "\n")
-    try:
-        plot(figures, out / f"{OUT_NAME}.png", f"{machine.split(',')[0]}, {figures['commit']}, {stamp}, "
-             f"load average {load_before:.1f}")  # fmt: skip
-    except ImportError:
-        print("matplotlib is not installed (pip install -e '.[bench]'): no plot", file=sys.stderr)
-    print(f"wrote {out / OUT_NAME}.json and .png; load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 
