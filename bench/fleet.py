@@ -402,7 +402,7 @@ def _sum_by(roles: dict[int, str], cpu: dict[int, float]) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------- scenarios
 
 
-def start_server(work: Path, kube: FakeKubeAPI, sink: WebhookRecorder) -> RemediateServer:
+def start_server(work: Path, kube: FakeKubeAPI, sink: WebhookRecorder, request_timeout: str) -> RemediateServer:
     playbooks = work / "playbooks"
     playbooks.mkdir(parents=True)
     (playbooks / "bench-cordon.yaml").write_text(CORDON_PLAYBOOK)
@@ -417,6 +417,7 @@ def start_server(work: Path, kube: FakeKubeAPI, sink: WebhookRecorder) -> Remedi
         # executor settings; the poll interval: the setting's default (the test server's 0.05 s is for tests).
         "REMEDIATE_KUBE_NODE_SELECTOR": ",".join(f"{k}={v}" for k, v in values["agent"]["nodeSelector"].items()),
         "REMEDIATE_POLL_INTERVAL": "0.2",
+        "REMEDIATE_KUBE_REQUEST_TIMEOUT": request_timeout,
     }
     server = RemediateServer(
         work, playbooks, env=env, workers=values["server"]["workers"],
@@ -432,7 +433,7 @@ def scenario(name: str, size: int, work: Path, sink: WebhookRecorder, args: argp
         nodes = build_fleet(kube, size)
         print(f"  {size} nodes ({node_bytes(kube, nodes[0]) / 1000:.1f} KB each as JSON) built in "
               f"{time.monotonic() - built:.1f} s", flush=True)  # fmt: skip
-        server = start_server(work / f"{name}-{size}", kube, sink)
+        server = start_server(work / f"{name}-{size}", kube, sink, args.kube_request_timeout)
         try:
             first = measure(server, kube, [("BenchWarm", nodes[-1])], window=0, timeout=args.run_timeout,
                             stop_mib=args.stop_mib, prefix=f"w{size}-")  # fmt: skip
@@ -536,6 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storm-window", type=float, default=60.0, help="seconds the storm's alerts span [60]")
     parser.add_argument("--storm-timeout", type=float, default=300.0, help="most seconds a storm may take [300]")
     parser.add_argument("--run-timeout", type=float, default=300.0, help="most seconds one run may take [300]")
+    parser.add_argument(
+        "--kube-request-timeout",
+        default="10s",
+        help="the server's kube_request_timeout [10s, the default]: the test API server (Python, one lock) answers "
+        "a LIST of 10,000 such nodes more slowly than that on a loaded machine",
+    )
     parser.add_argument("--stop-mib", type=float, default=6144, help="kill a server whose executor passes this RSS")
     parser.add_argument("--out", type=Path, default=None, help=f"directory for {OUT_NAME}.json/.png [docs/img]")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
@@ -562,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
             done = args.sizes[: args.sizes.index(size) + 1]
             save(out, {"machine": machine, "load_average": {"before": load_before, "after": os.getloadavg()[0]},
                        "memory_limit": limit, "sizes": done, "scenarios": args.scenarios,
-                       "storm_window_s": args.storm_window, "results": results})  # fmt: skip
+                       "storm_window_s": args.storm_window,
+                       "kube_request_timeout": args.kube_request_timeout, "results": results})  # fmt: skip
 
     print()
     first, last = str(args.sizes[0]), str(args.sizes[-1])
