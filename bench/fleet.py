@@ -425,6 +425,19 @@ def start_server(work: Path, kube: FakeKubeAPI, sink: WebhookRecorder, request_t
     return server.start()
 
 
+def wait_for_node_cache(server: RemediateServer, timeout: float) -> float | None:
+    """Seconds until the executor's node cache, which the warm-up run started, has its first full view (the server's
+    /readyz shows `node_cache` once it has); None if not within `timeout`. The runs measured after it read a warm
+    cache, as every run but a fresh process's first does."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        cache = requests.get(f"{server.url}/readyz", timeout=10).json().get("node_cache")
+        if cache and cache.get("fresh"):
+            return round(time.monotonic() - started, 2)
+        time.sleep(0.5)
+    return None
+
+
 def scenario(name: str, size: int, work: Path, sink: WebhookRecorder, args: argparse.Namespace) -> dict[str, Any]:
     """A fresh fleet and a fresh server (a fresh breaker) for one scenario at one size."""
     built = time.monotonic()
@@ -436,6 +449,7 @@ def scenario(name: str, size: int, work: Path, sink: WebhookRecorder, args: argp
         try:
             first = measure(server, kube, [("BenchWarm", nodes[-1])], window=0, timeout=args.run_timeout,
                             stop_mib=args.stop_mib, prefix=f"w{size}-")  # fmt: skip
+            first["node_cache_synced_s"] = wait_for_node_cache(server, timeout=args.run_timeout)
             if name == "cordon":
                 alerts = [("BenchCordon", nodes[0])]
             elif name == "quarantine":
@@ -579,7 +593,9 @@ def main(argv: list[str] | None = None) -> int:
     print("first run of each server (a dry-run cordon: the Kubernetes client's import and one plan), "
           "executor CPU / peak growth: " + "; ".join(
         f"{n}: {results[args.scenarios[0]][str(n)]['first_run']['executor_cpu_s']:.2f} s / "
-        f"+{results[args.scenarios[0]][str(n)]['first_run']['executor_peak_growth_mib']:.0f} MiB" for n in args.sizes
+        f"+{results[args.scenarios[0]][str(n)]['first_run']['executor_peak_growth_mib']:.0f} MiB, node cache's "
+        f"first full view after {results[args.scenarios[0]][str(n)]['first_run']['node_cache_synced_s']} s"
+        for n in args.sizes
     ))  # fmt: skip
     if len(args.sizes) > 1:
         print(f"ratios {last} / {first} nodes (target: per-run cost flat within 1.5x):")
