@@ -235,12 +235,15 @@ NAMESPACE_CALLS = {
 AGENT_CREDENTIAL_CALLS = {
     "create_token_review": ("authentication.k8s.io", "tokenreviews", "create"),  # who an agent's token is
 }
-API_CLIENT_FILES = ("remediate/kube/client.py", "remediate/kube/agents.py")
+CLUSTER_WATCHES = {
+    "list_node": ("", "nodes", "watch"),  # the node cache (kube/nodecache.py): list_node(watch=True)
+}
+API_CLIENT_FILES = ("remediate/kube/client.py", "remediate/kube/agents.py", "remediate/kube/nodecache.py")
 
 
-def derived_rules(calls: dict[str, tuple[str, str, str]]) -> set[tuple[str, str, tuple[str, ...]]]:
+def derived_rules(*calls: dict[str, tuple[str, str, str]]) -> set[tuple[str, str, tuple[str, ...]]]:
     verbs: dict[tuple[str, str], set[str]] = {}
-    for group, resource, verb in calls.values():
+    for group, resource, verb in (rule for table in calls for rule in table.values()):
         verbs.setdefault((group, resource), set()).add(verb)
     return {(group, resource, tuple(sorted(v))) for (group, resource), v in verbs.items()}
 
@@ -266,6 +269,12 @@ def test_every_api_call_in_the_code_is_in_this_table() -> None:
         text = (package.parent / name).read_text()
         called |= set(re.findall(r"(?:\bcore|\bpolicy|\bevents|\.api\(\)|\._core\(\)|V1Api\(api\))\.([a-z_]+)\(", text))
     assert called == set(CLUSTER_CALLS) | set(EVENT_CALLS) | set(NAMESPACE_CALLS) | set(AGENT_CREDENTIAL_CALLS)
+    watched = {
+        name
+        for file in API_CLIENT_FILES
+        for name in re.findall(r"\.([a-z_]+)\(\s*watch=True", (package.parent / file).read_text())
+    }
+    assert watched == set(CLUSTER_WATCHES)
     # Events are written in one namespace only, which the chart's Role for them names.
     assert re.findall(r"create_namespaced_event\(\s*(\w+)", (package / "kube" / "client.py").read_text()) == [
         "EVENT_NAMESPACE"
@@ -275,7 +284,7 @@ def test_every_api_call_in_the_code_is_in_this_table() -> None:
 def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dict[str, list[dict[str, Any]]]) -> None:
     """Finding 15: core events create/patch, events.k8s.io patch, daemonsets get and leases were granted unused."""
     objects = rendered["defaults"]
-    assert rules(by_kind(objects, "ClusterRole", FULLNAME)) == derived_rules(CLUSTER_CALLS)
+    assert rules(by_kind(objects, "ClusterRole", FULLNAME)) == derived_rules(CLUSTER_CALLS, CLUSTER_WATCHES)
     credentials = by_kind(objects, "ClusterRole", f"{FULLNAME}-agent-credentials")
     assert rules(credentials) == derived_rules(AGENT_CREDENTIAL_CALLS)
     role = by_kind(objects, "Role", FULLNAME)
