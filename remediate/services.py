@@ -100,8 +100,7 @@ def build_services(
     nothing here connects: a child forked while the database is away boots, answers 503 and recovers with it.
     """
     credentials = tuple(check_server_credentials(settings.auth))
-    kube = settings.kube
-    client = KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
+    client = kube_client(settings)
     registry = default_registry(settings, client)
     if playbooks is None:
         playbooks = load_playbooks(settings.engine.playbooks, registry)
@@ -150,7 +149,7 @@ def build_services(
         wake,
         credentials,
         announcer,
-        agent_enrollment(settings),
+        agent_enrollment(settings, client),
         executor_beat,
         client,
         node_cache_beat,
@@ -183,21 +182,27 @@ def engine_for(
 def node_waves(settings: Settings, client: KubeClient | None = None) -> NodeWaves:
     """Where a staged rollout reads nodes' waves: `rollout_nodes`, else the label through the Kubernetes API
     (the k8s.* actions' cluster settings; the client connects on the first read, only with a rollout)."""
-    kube = settings.kube
     if client is None:
-        client = KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
+        client = kube_client(settings)
     return NodeWaves(lambda: client, dict(settings.engine.rollout_nodes))
 
 
-def agent_enrollment(settings: Settings) -> AgentEnrollment | None:
+def kube_client(settings: Settings) -> KubeClient:
+    """The process's one Kubernetes client (it connects on first use): the k8s.* actions, the waves and the agent
+    enrollment share it, so a process holds one node cache and one watch."""
+    kube = settings.kube
+    return KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
+
+
+def agent_enrollment(settings: Settings, client: KubeClient | None = None) -> AgentEnrollment | None:
     """The server's side of POST /v1/agent-credential (remediate.kube.enroll), when agents are found through
-    Kubernetes: the same API client settings as agent discovery and the k8s.* actions."""
-    agent, kube = settings.agent, settings.kube
+    Kubernetes: the same API client as agent discovery and the k8s.* actions."""
+    agent = settings.agent
     master = agent.resolved_token()
     if not agent.selector or not master:
         return None
     return AgentEnrollment(
-        KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout),
+        client or kube_client(settings),
         master=master,
         namespace=agent.namespace or own_namespace(),
         audience=agent.audience,
