@@ -42,7 +42,7 @@ from remediate.kube.model import (
     pdb_forecast,
     resolve_node_name,
 )
-from remediate.kube.nodecache import CacheStatus, NodeCache
+from remediate.kube.nodecache import CacheStatus, Census, NodeCache
 from remediate.kube.owner import OWNER, OWNER_SINCE, OWNER_WHY, NodeOwner, owner_of, release_patch
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "TAINTS",
     "TAINT_EFFECTS",
     "CacheStatus",
+    "Census",
     "DrainOptions",
     "EventSpec",
     "KubeClient",

@@ -11,6 +11,8 @@ OOM-killed exactly when it was needed. Controllers avoid that with an informer; 
   from the raw JSON (never into the client's models, which cost ~1 ms a node) and reduced at once to the
   NodeInfo fields remediate reads: labels, taints, unschedulable and its own `remediate.io/` annotations, so a
   node held here is a few hundred bytes whatever the kubelet wrote into it (its image list: ~15 KB);
+- what the circuit breaker reads of the whole cluster (how many nodes it counts, which ones remediate holds) is
+  kept as the events arrive (`census`), so a run's reads cost the same on 100 nodes as on 10,000;
 - the staleness bound is explicit: the view is *fresh* while the last word from the API server (the list, an
   event, a bookmark, a watch that ended in order) is at most `max_staleness` seconds old. A reader of a view
   that is not fresh waits for it (`wait`), else gets KubeUnavailable (retryable: the step is retried later).
@@ -29,13 +31,14 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from remediate.errors import ActionError, RetryableActionError
 from remediate.kube.errors import KubeConfigError, KubeUnavailable, translate
-from remediate.kube.model import ANNOTATION_PREFIX, NodeInfo, Taint
+from remediate.kube.model import ANNOTATION_PREFIX, LabelSelector, NodeInfo, Taint, parse_label_selector
 
 log = logging.getLogger("remediate.kube.nodecache")
 
@@ -93,6 +96,16 @@ class CacheStatus:
         }
 
 
+@dataclass(frozen=True)
+class Census:
+    """What the circuit breaker reads of the cluster, as of the view's last update."""
+
+    counted: int
+    """Nodes the breaker's fraction counts: those the selector matches (all nodes without one)."""
+    held: frozenset[str]
+    """Nodes holding remediate's marks now (cordoned or tainted by it), whatever the selector."""
+
+
 class NodeCache:
     """The nodes of one cluster, kept by LIST+WATCH; thread-safe (executor threads and request threads share it)."""
 
@@ -114,6 +127,10 @@ class NodeCache:
         """Called (from the cache's thread) each time the view is confirmed current (e.g. a beat file)."""
         self.clock = clock
         self._nodes: dict[str, NodeInfo] = {}
+        self._held: set[str] = set()
+        self._selectors: dict[str, LabelSelector] = {}
+        """The selectors a census was asked for; each one's matching nodes are kept in `_matching`."""
+        self._matching: dict[str, set[str]] = {}
         self._synced_at: float | None = None
         self._lists = 0
         self._error = ""
@@ -131,6 +148,25 @@ class NodeCache:
         """name -> node, as of at most `max_staleness` seconds ago; waits up to `wait` s for such a view.
 
         Raises KubeConfigError (no cluster configured) or KubeUnavailable (no fresh view in time: retryable)."""
+        with self._fresh_view(wait):
+            return dict(self._nodes)
+
+    def census(self, selector: str | None = None, *, wait: float = 30.0) -> Census:
+        """How many nodes `selector` matches (all nodes: None) and which nodes remediate holds, from counts kept
+        as events arrive: the cost does not depend on the cluster's size (the first census of a selector
+        counts once). Waits and raises as `nodes` does."""
+        with self._fresh_view(wait):
+            if not selector:
+                return Census(len(self._nodes), frozenset(self._held))
+            matching = self._matching.get(selector)
+            if matching is None:
+                parsed = self._selectors[selector] = parse_label_selector(selector)
+                matching = self._matching[selector] = {n.name for n in self._nodes.values() if parsed.matches(n.labels)}
+            return Census(len(matching), frozenset(self._held))
+
+    @contextmanager
+    def _fresh_view(self, wait: float) -> Iterator[None]:
+        """Holds the lock over a view at most `max_staleness` seconds old, waiting up to `wait` s for one."""
         self.start()
         deadline = self.clock() + wait
         with self._changed:
@@ -138,7 +174,8 @@ class NodeCache:
                 if self._no_cluster is not None:
                     raise self._no_cluster
                 if self._fresh():
-                    return dict(self._nodes)
+                    yield
+                    return
                 if self._refused is not None:
                     raise self._refused
                 left = deadline - self.clock()
@@ -261,6 +298,11 @@ class NodeCache:
                 break
         with self._changed:
             self._nodes = nodes
+            self._held = {n.name for n in nodes.values() if n.held_by_remediate}
+            self._matching = {
+                text: {n.name for n in nodes.values() if selector.matches(n.labels)}
+                for text, selector in self._selectors.items()
+            }
         self._synced()
         return str(meta.get("resourceVersion") or "")
 
@@ -296,12 +338,9 @@ class NodeCache:
                     raise KubeUnavailable(f"node watch: {obj.get('code')} {obj.get('message', '')}"[:300])
                 resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
                 if kind in ("ADDED", "MODIFIED"):
-                    node = reduce_node(obj)
-                    with self._changed:
-                        self._nodes[node.name] = node
+                    self._put(reduce_node(obj))
                 elif kind == "DELETED":
-                    with self._changed:
-                        self._nodes.pop((obj.get("metadata") or {}).get("name", ""), None)
+                    self._drop((obj.get("metadata") or {}).get("name", ""))
                 self._synced()
         finally:
             answer.release_conn()
@@ -309,6 +348,20 @@ class NodeCache:
             # The server ended the watch after timeoutSeconds: everything until now was sent.
             self._synced()
         return resource_version
+
+    def _put(self, node: NodeInfo) -> None:
+        with self._changed:
+            self._nodes[node.name] = node
+            (self._held.add if node.held_by_remediate else self._held.discard)(node.name)
+            for text, selector in self._selectors.items():
+                (self._matching[text].add if selector.matches(node.labels) else self._matching[text].discard)(node.name)
+
+    def _drop(self, name: str) -> None:
+        with self._changed:
+            self._nodes.pop(name, None)
+            self._held.discard(name)
+            for matching in self._matching.values():
+                matching.discard(name)
 
 
 def reduce_node(obj: Mapping[str, Any]) -> NodeInfo:

@@ -5,8 +5,9 @@ is needed (nor accepted); 404 when this server finds no agents through Kubernete
 Anyone who reaches the port may ask, and each question costs the API server a TokenReview (and reads of a pod
 and a DaemonSet): a refused token is answered from memory for REFUSAL_TTL seconds, and each client address
 may make TokenReviews at the rate of ADDRESS_BUCKET (429 with Retry-After above it). All addresses together may
-make `agent_enroll_rate` in any second (server_limit): when a DaemonSet rollout starts 10,000 agent pods at once,
-the API server sees that rate and no more, and the agents back off with jitter on the 429 (remediate.cli.agent)."""
+make `agent_enroll_rate` in any second, each check counted from its start to its end (server_limit): when a
+DaemonSet rollout starts 10,000 agent pods at once, the API server sees that rate and no more, and the agents
+back off with jitter on the 429 (remediate.cli.agent)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,8 @@ def create_blueprint(services: Services) -> Blueprint:
         except (KubeError, KubeUnavailable) as exc:
             log.warning("cannot check the agent token of %s: %s", request.remote_addr, exc)
             return error(503, "kube_unavailable", f"cannot ask the Kubernetes API whose token this is: {exc}")
+        finally:
+            everyone.done()
         log.info(
             "gave the agent credential of node %s to pod %s/%s (%s)",
             pod.node,

@@ -62,29 +62,43 @@ class TokenBuckets:
 
 
 class WindowLimit:
-    """At most `limit` takes in any `window` seconds, however the window is placed: the times of the last `limit`
-    taken are kept, and one more is taken once the oldest of them is `window` old. Unlike a token bucket (which
-    lets its capacity plus a second's refill through in one second), a burst of `limit` at once is allowed and
-    no second ever holds more."""
+    """At most `limit` pieces of work in any `window` seconds, however the window is placed, counting each from
+    the moment it is taken until it has ended: one more is taken only while fewer than `limit` are in flight or
+    ended less than `window` ago. Counting to the end (not only the start) is what bounds what another service
+    sees: a call taken at t reaches it somewhere before it ends, so `limit` calls apart are at least `window`
+    apart where they arrive, however their latencies vary. Unlike a token bucket (which lets its capacity plus
+    a second's refill through in one second), a burst of `limit` at once is allowed and no second ever holds
+    more. Every `take` that returns 0.0 must be followed by `done` when the work has ended."""
 
     def __init__(self, *, limit: int, window: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         if limit < 1 or window <= 0:
             raise ValueError("limit >= 1 and window > 0")
         self.limit, self.window = limit, window
         self._clock = clock
-        self._taken: deque[float] = deque(maxlen=limit)
+        self._in_flight = 0
+        self._ended: deque[float] = deque()
+        """When the last pieces of work ended, oldest first (only those less than `window` ago count)."""
         self._lock = threading.Lock()
 
     def take(self) -> float:
-        """0.0 when taken, else the seconds until one may be (none taken)."""
+        """0.0 when taken, else the seconds until one may be (none taken): the oldest ended piece's remaining
+        time in the window, or the whole window while all `limit` are in flight."""
         now = self._clock()
         with self._lock:
-            if len(self._taken) == self.limit:
-                wait = self._taken[0] + self.window - now
-                if wait > 0:
-                    return wait
-            self._taken.append(now)  # the oldest falls out (maxlen)
+            while self._ended and self._ended[0] + self.window <= now:
+                self._ended.popleft()
+            if self._in_flight + len(self._ended) >= self.limit:
+                return self._ended[0] + self.window - now if self._ended else self.window
+            self._in_flight += 1
             return 0.0
+
+    def done(self) -> None:
+        """The work of one successful `take` has ended: it counts for `window` seconds more."""
+        with self._lock:
+            if self._in_flight < 1:
+                raise RuntimeError("done() without a take() it ends")
+            self._in_flight -= 1
+            self._ended.append(self._clock())
 
 
 class RecentRefusals(Generic[V]):

@@ -12,7 +12,7 @@ import pytest
 
 from remediate.actions.k8s.common import NodeOutOfScope
 from remediate.breaker import BreakerLimits, memory_breaker
-from remediate.kube import CORDONED_BY_RUN, KubeClient, KubeUnavailable, NodeCache
+from remediate.kube import CORDONED_BY_RUN, Census, KubeClient, KubeUnavailable, NodeCache
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.kube import context, kube_actions_on, run
 from tests.support.waiting import wait_until
@@ -73,6 +73,37 @@ def test_a_watch_whose_resource_version_is_too_old_relists(kube_api: FakeKubeAPI
 
     assert cache.status().lists == 2
     assert kube_api.request_count(verb="list", resource="nodes") == 2
+
+
+def test_the_census_follows_the_watch_and_a_relist(kube_api: FakeKubeAPI, make_cache: Any) -> None:
+    """The breaker's counts are kept as events arrive (a run does not pass over the nodes), and stay right
+    through every kind of event and a relist."""
+    for index in range(4):
+        kube_api.add_node(f"gpu-{index}", labels={"pool": "gpu"})
+    kube_api.add_node("cpu-0", labels={"pool": "cpu"})
+    cache = make_cache()
+
+    assert cache.census() == Census(5, frozenset())
+    assert cache.census("pool=gpu") == Census(4, frozenset())
+
+    def mark(node: dict[str, Any]) -> None:  # a cordon as remediate writes it
+        node["spec"]["unschedulable"] = True
+        node["metadata"].setdefault("annotations", {})[CORDONED_BY_RUN] = "7"
+
+    kube_api.update_node("gpu-1", mark)
+    kube_api.update_node("cpu-0", mark)
+    kube_api.update_node("gpu-2", lambda n: n["metadata"]["labels"].update(pool="cpu"))  # leaves the pool
+    kube_api.add_node("gpu-9", labels={"pool": "gpu"})
+    kube_api.delete_node("gpu-0")
+    wait_until(lambda: cache.census("pool=gpu") == Census(3, frozenset({"gpu-1", "cpu-0"})), 5)
+    assert cache.census() == Census(5, frozenset({"gpu-1", "cpu-0"}))
+
+    kube_api.stall_watches = True  # these changes reach the cache only through a relist
+    kube_api.update_node("gpu-1", lambda n: n["spec"].update(unschedulable=False))
+    kube_api.add_node("gpu-10", labels={"pool": "gpu"})
+    kube_api.compact()
+    wait_until(lambda: cache.census("pool=gpu") == Census(4, frozenset({"cpu-0"})), 5)
+    assert cache.status().lists == 2
 
 
 def test_a_continue_token_that_expired_between_pages_starts_the_list_again(

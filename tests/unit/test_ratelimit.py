@@ -3,6 +3,8 @@ in any window, refusals remembered."""
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import random
 
 import pytest
@@ -61,27 +63,47 @@ def test_a_refusal_is_remembered_for_its_ttl_by_hash_only() -> None:
     assert [refusals.get(f"t{n}") for n in range(3)] == [None, "1", "2"]
 
 
-def test_a_window_limit_lets_its_burst_through_then_never_more_in_any_second() -> None:
+def test_a_window_limit_counts_each_piece_of_work_until_a_window_after_it_ended() -> None:
     clock = Clock()
     limit = WindowLimit(limit=5, window=1.0, clock=clock)
 
     assert [limit.take() for _ in range(5)] == [0.0] * 5
-    assert limit.take() == pytest.approx(1.0)
+    assert limit.take() == pytest.approx(1.0)  # all 5 in flight: none ends sooner than that can be known
     clock.now += 0.4
-    assert limit.take() == pytest.approx(0.6)  # a refused take is not counted, nor pushes the window on
+    limit.done()
+    assert limit.take() == pytest.approx(1.0)  # it ended at 0.4: it counts until 1.4
     clock.now += 0.6
+    assert limit.take() == pytest.approx(0.4)  # a refused take is not counted, nor pushes the window on
+    clock.now += 0.4
     assert limit.take() == 0.0
+    with pytest.raises(RuntimeError):
+        WindowLimit(limit=1).done()
 
-    # Arrivals at random moments (a herd, then stragglers): however a 1 s window is placed, it holds 5 at most,
-    # and the limit is reached (not a bucket's trickle after its burst).
-    rng, taken = random.Random(3), []
+
+def test_a_window_limit_bounds_what_another_service_sees_whatever_the_latencies() -> None:
+    """Requests at random moments (a herd, then stragglers), each calling another service that it reaches at
+    some moment before its answer comes back: however a 1 s window is placed on those arrivals, it holds 5
+    at most, and the limit is reached (not a bucket's trickle after its burst)."""
+    clock = Clock()
+    limit = WindowLimit(limit=5, window=1.0, clock=clock)
+    rng, arrivals, ends = random.Random(3), [], []
+    now = 0.0
     for _ in range(20_000):
-        clock.now += rng.expovariate(50.0)
+        now += rng.expovariate(50.0)
+        while ends and ends[0] <= now:
+            clock.now = heapq.heappop(ends)
+            limit.done()
+        clock.now = now
         if limit.take() == 0.0:
-            taken.append(clock.now)
-    most = max(sum(1 for t in taken[i : i + 6] if t < start + 1.0) for i, start in enumerate(taken))
+            latency = rng.uniform(0.01, 0.5)
+            arrivals.append(now + rng.uniform(0.0, latency))
+            heapq.heappush(ends, now + latency)
+    arrivals.sort()
+
+    most = max(bisect.bisect_left(arrivals, start + 1.0) - i for i, start in enumerate(arrivals))
     assert most == 5
-    assert len(taken) / (taken[-1] - taken[0]) == pytest.approx(5.0, rel=0.1)
+    # Each one holds its place for its latency (0.255 s on average) and a window after it.
+    assert len(arrivals) / (arrivals[-1] - arrivals[0]) == pytest.approx(5 / 1.255, rel=0.1)
 
 
 @pytest.mark.parametrize(("rate", "workers", "share"), [(20, 2, 10), (20, 3, 6), (20, 4, 5), (2, 4, 1), (1, 1, 1)])

@@ -202,15 +202,13 @@ class KubeAction(Action):
 
     def _cluster_view(self, ctx: StepContext) -> tuple[int, set[str]]:
         """(nodes the breaker's fraction counts, nodes holding remediate's marks now), from the client's
-        watch-fed node cache: no LIST per run, whatever the cluster's size. The cache may be up to its
-        staleness bound behind; that only moves counts (the node being changed is read fresh and written
-        conditionally), and a cache that is not current fails the step retryable (KubeUnavailable)."""
-        nodes = self.client.node_cache().nodes(wait=max(0.0, min(30.0, ctx.remaining() - 0.5))).values()
-        held = {n.name for n in nodes if n.held_by_remediate}
-        if self.options.node_selector:
-            selector = parse_label_selector(self.options.node_selector)
-            return sum(1 for n in nodes if selector.matches(n.labels)), held
-        return len(nodes), held
+        watch-fed node cache, which keeps both as events arrive: no LIST and no pass over the nodes per run,
+        whatever the cluster's size. The cache may be up to its staleness bound behind; that only moves
+        counts (the node being changed is read fresh and written conditionally), and a cache that is not
+        current fails the step retryable (KubeUnavailable)."""
+        wait = max(0.0, min(30.0, ctx.remaining() - 0.5))
+        census = self.client.node_cache().census(self.options.node_selector, wait=wait)
+        return census.counted, set(census.held)
 
     def acquire(self, node: str, kind: str, ctx: StepContext) -> dict[str, Any]:
         if ctx.breaker is None:
