@@ -213,6 +213,15 @@ class Engine:
         the stages of remediate.judging.stages over every (alert, playbook) pair."""
         return judging.judge(reader, evaluations, now, stale_horizon=self.breaker_stale_horizon, gated=self._gated)
 
+    def reads_nodes(self) -> bool:
+        """Does a playbook run a step the circuit breaker caps (cordon, taint, drain)? Those read the cluster's
+        nodes through the node cache."""
+        return any(
+            spec.action in self.registry and self.registry.get(spec.action).breaker_gated
+            for playbook in self.playbooks.playbooks
+            for spec in playbook.every_step()
+        )
+
     def _gated(self, ev: Evaluation) -> bool:
         """Does this phase of the playbook change the cluster in a way the circuit breaker caps?
         For a ladder, the steps of the rung it runs decide."""

@@ -77,6 +77,12 @@ class KubeClient:
 
     # ------------------------------------------------------------------ construction
 
+    @property
+    def configured(self) -> bool:
+        """Is a cluster configured (a kubeconfig, or the in-cluster service account)? Known without importing
+        the Kubernetes client."""
+        return self.kubeconfig is not None or bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
     def _load(self) -> tuple[Any, Any, Any, Any]:
         with self._lock:
             if self._apis is not None:

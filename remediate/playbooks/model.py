@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -114,6 +114,14 @@ class Playbook:
     @property
     def is_ladder(self) -> bool:
         return bool(self.rungs)
+
+    def every_step(self) -> Iterator[StepSpec]:
+        """Every step it may run: its steps and on_resolved, then each rung's."""
+        yield from self.steps
+        yield from self.on_resolved
+        for rung in self.rungs:
+            yield from rung.steps
+            yield from rung.on_resolved
 
     @property
     def undoes(self) -> bool:

@@ -147,6 +147,10 @@ def _executor_process(
     synced.reset()
     if services.kube is not None:  # the k8s.* actions' node cache lives here: the HTTP workers show its age
         services.kube.node_cache().on_sync = synced.beat
+        if services.kube.configured and services.engine.reads_nodes():
+            # Watched from the start, as a controller's informer is: the first alert's cordon finds the view
+            # current instead of waiting for a whole list of the cluster (a minute on 10,000 nodes).
+            services.kube.node_cache().start()
     checkpointer = WalCheckpointer(services.store.database.checkpoint)
     # The workers' datagram: runs were queued or approved (the executor), some may await approval (the announcer).
     sock = _listen_for_wakeups(wake_path, services.wake, stopping)

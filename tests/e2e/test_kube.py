@@ -157,6 +157,21 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     assert json.loads(shown.stdout)["state"] == "closed"
 
 
+def test_a_server_whose_playbooks_cordon_watches_the_nodes_from_its_start(
+    server: RemediateServer, kube_api: FakeKubeAPI
+) -> None:
+    """Before any alert: the first cordon must not wait for a list of the whole cluster (a minute at 10,000
+    nodes on the test API server)."""
+    wait_until(
+        lambda: (server.get("/readyz").get("node_cache") or {}).get("fresh") is True,
+        scaled(20),
+        message="the node cache never showed in /readyz before any alert",
+    )
+    assert kube_api.request_count(verb="list", resource="nodes") == 1
+    assert kube_api.request_count(verb="watch", resource="nodes") >= 1
+    assert server.history() == []
+
+
 def test_an_alert_naming_a_control_plane_node_changes_nothing_and_the_run_says_why(
     server: RemediateServer, start_alertmanager: StartAlertManager, kube_api: FakeKubeAPI
 ) -> None:

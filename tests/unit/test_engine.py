@@ -821,3 +821,25 @@ def test_preview_sees_the_order_cases_as_ingest_does(store: Store, make_engine: 
         Decision.NO_FIRING_RUN,
         Decision.ALREADY_RESOLVED,
     ]
+
+
+# --------------------------------------------------------------------------- what the playbooks read
+
+
+def test_the_engine_says_whether_a_playbook_reads_the_nodes_in_any_phase_or_rung(make_engine: MakeEngine) -> None:
+    """A step the breaker caps (cordon, taint, drain) anywhere in a playbook: the executor watches the nodes
+    from its start (remediate.serve.launcher)."""
+    log_step = {"action": "log", "with": {"message": "hot"}}
+    assert not make_engine(playbook()).reads_nodes()
+    assert not make_engine(playbook(steps=[log_step, {"action": "k8s.uncordon"}])).reads_nodes()  # only undoes
+    assert make_engine(playbook(), playbook("cordons", steps=[{"action": "k8s.cordon"}])).reads_nodes()
+    ladder = playbook(
+        "ladder",
+        steps=None,
+        on_resolved=None,
+        escalate=[
+            {"name": "gentle", "holds_for": "30m", "steps": [log_step]},
+            {"name": "out", "holds_for": "30m", "steps": [log_step], "on_resolved": [{"action": "k8s.drain"}]},
+        ],
+    )
+    assert make_engine(ladder).reads_nodes()

@@ -275,3 +275,13 @@ def test_pending_finished_and_terminating_pods_are_forecast_without_a_pdb_check(
     assert forecast["ml/pending"]["no_pdb_check"] == (
         "phase Pending: the eviction API deletes it without a PodDisruptionBudget check"
     )
+
+
+def test_a_client_knows_whether_a_cluster_is_configured_without_loading_the_kubernetes_client(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert not KubeClient().configured
+    assert KubeClient(kubeconfig=tmp_path / "kubeconfig").configured
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # what the kubelet sets in every pod
+    assert KubeClient().configured
