@@ -266,13 +266,14 @@ class Sampler:
 # ---------------------------------------------------------------------------------------------- one measurement
 
 
-def request_kind(method: str, path: str) -> str:
-    """'LIST nodes', 'GET nodes/NAME', 'PATCH nodes/NAME', 'POST pods/eviction', ..."""
+def request_kind(method: str, path: str, verb: str) -> str:
+    """'LIST nodes', 'WATCH nodes', 'GET nodes/NAME', 'PATCH nodes/NAME', 'POST pods/eviction', ... (`verb`: the
+    test API server's, which tells a watch from a list: their paths are the same but for the query)."""
     path = re.sub(r"^/apis?/(?:[^/]+/)?v1/", "", path)
     path = re.sub(r"^namespaces/[^/]+/", "", path)
     parts = path.split("/")
     if len(parts) == 1:
-        return f"{'LIST' if method == 'GET' else method} {parts[0]}"
+        return f"{'WATCH' if verb == 'watch' else 'LIST' if method == 'GET' else method} {parts[0]}"
     return f"{method} {parts[0]}/NAME" + "".join(f"/{p}" for p in parts[2:])
 
 
@@ -366,6 +367,7 @@ def measure(
         cpu = {pid: cpu_seconds(pid) - cpu_before[pid] for pid in pids}
     with kube.lock:
         made = list(kube.requests[first_request:])
+        verbs = [verb for verb, _resource in kube.verbs[first_request:]]  # appended with each request
         changes = list(kube.changes[first_change:])
     cordoned = {ch.target: ch.at for ch in changes if ch.kind == "cordon" and ch.target in sent}
     pending, total = runs(server.db_path) if server.running else (-1, -1)
@@ -385,7 +387,9 @@ def measure(
         "executor_peak_rss_mib": peak_rss,
         "server_peak_pss_mib": sampler.peak_pss_mib,
         "api_requests": len(made),
-        "api_requests_by_kind": dict(Counter(request_kind(m, p) for m, p, _ in made).most_common()),
+        "api_requests_by_kind": dict(
+            Counter(request_kind(m, p, v) for (m, p, _), v in zip(made, verbs, strict=True)).most_common()
+        ),
         "nodes_cordoned": len(cordoned),
         "alert_to_cordoned_s": sorted(cordoned[n] - sent[n] for n in cordoned),
     }
@@ -426,9 +430,9 @@ def start_server(work: Path, kube: FakeKubeAPI, sink: WebhookRecorder, request_t
 
 
 def wait_for_node_cache(server: RemediateServer, timeout: float) -> float | None:
-    """Seconds until the executor's node cache, which the warm-up run started, has its first full view (the server's
-    /readyz shows `node_cache` once it has); None if not within `timeout`. The runs measured after it read a warm
-    cache, as every run but a fresh process's first does."""
+    """Seconds (after the warm-up run) until the executor's node cache, which the executor started at its start,
+    has its first full view (the server's /readyz shows `node_cache` once it has); None if not within `timeout`.
+    The runs measured after it read a warm cache, as every run does once the cache has synced."""
     started = time.monotonic()
     while time.monotonic() - started < timeout:
         cache = requests.get(f"{server.url}/readyz", timeout=10).json().get("node_cache")

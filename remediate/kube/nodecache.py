@@ -21,7 +21,10 @@ What it never decides: a change to a node. The node being changed is read fresh 
 resourceVersion as precondition (actions.k8s.patching), so a stale view can never change the wrong node; it
 only feeds counts (the breaker's cluster size and nodes held) and waves.
 
-Started on first use (a server that never reads nodes never watches them); one daemon thread per cache.
+Started by the executor process at its start where a cluster is configured and a playbook cordons, taints or
+drains (remediate.serve.launcher), as a controller starts its informers: the first alert finds the view current.
+Elsewhere it starts on first use, so a server that never reads nodes never watches them. One daemon thread
+per cache.
 """
 
 from __future__ import annotations
