@@ -32,6 +32,7 @@ def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bo
     from remediate.rehearsal.replay import Window
     from remediate.rehearsal.replay import replay as run_replay
     from remediate.server.queries import parse_time_arg
+    from remediate.services import kube_client
 
     settings = _settings(params)
     try:
@@ -41,11 +42,21 @@ def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bo
         raise CliError(str(exc)) from exc
     if start is None or start >= end:
         raise CliError("--since must be before --until")
-    registry = default_registry(settings)
-    playbooks = load_playbooks(settings.engine.playbooks, registry)
-    report = run_replay(
-        settings, settings.store.url, playbooks, registry, Window(start, end), cluster_nodes=cluster_nodes
-    )
+    kube = kube_client(settings)  # one for the actions and the waves: one node cache, if a wave reads labels
+    try:
+        registry = default_registry(settings, kube)
+        playbooks = load_playbooks(settings.engine.playbooks, registry)
+        report = run_replay(
+            settings,
+            settings.store.url,
+            playbooks,
+            registry,
+            Window(start, end),
+            cluster_nodes=cluster_nodes,
+            kube=kube,
+        )
+    finally:
+        kube.close()
     if not print_json(report, as_json):
         print_replay(report)
 

@@ -144,6 +144,8 @@ class NodeCache:
         self._stop = threading.Event()
         self._doing = "LIST nodes"
         self._thread: threading.Thread | None = None
+        self._stream: Any = None
+        """The open watch response (urllib3's HTTPResponse), for stop() to shut down."""
 
     # ------------------------------------------------------------------ readers
 
@@ -221,8 +223,13 @@ class NodeCache:
         self._thread.start()
 
     def stop(self) -> None:
-        """Ends the watch (within a second: the stream is read in short waits) and the thread."""
+        """Ends the watch and the thread: the open stream is shut down, which ends a read blocked on it (a quiet
+        cluster may send nothing for the watch's whole 60 s)."""
         self._stop.set()
+        with self._changed:
+            stream = self._stream
+        if stream is not None:
+            stream.shutdown()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5)
@@ -245,6 +252,8 @@ class NodeCache:
                     self._changed.notify_all()
                 return
             except Exception as exc:  # API errors, resets, timeouts: the next try resumes the watch
+                if self._stop.is_set():
+                    return  # the stream was shut down by stop()
                 self._failed(exc, wait)
                 if self._stop.wait(wait):
                     return
@@ -329,6 +338,11 @@ class NodeCache:
             if getattr(exc, "status", None) == 410:
                 raise _Expired from exc
             raise
+        with self._changed:
+            self._stream = answer
+        if self._stop.is_set():  # stop() came before the stream was there to shut down
+            answer.release_conn()
+            return resource_version
         try:
             for line in iter_resp_lines(answer):
                 if self._stop.is_set():
@@ -346,6 +360,8 @@ class NodeCache:
                     self._drop((obj.get("metadata") or {}).get("name", ""))
                 self._synced()
         finally:
+            with self._changed:
+                self._stream = None
             answer.release_conn()
         if not self._stop.is_set():
             # The server ended the watch after timeoutSeconds: everything until now was sent.

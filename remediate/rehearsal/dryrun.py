@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext, StepView
@@ -20,9 +20,12 @@ from remediate.intake.alerts import Notification, alert_ref, parse_notification
 from remediate.judging.engine import Judged
 from remediate.playbooks.loading import load_playbooks
 from remediate.runs import StepStatus
-from remediate.services import engine_for
+from remediate.services import engine_for, kube_client
 from remediate.store import Store
 from remediate.store.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from remediate.kube.client import KubeClient
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -31,7 +34,19 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def dry_run(settings: Settings, data: object, *, now: float, registry: ActionRegistry | None = None) -> dict[str, Any]:
-    registry = registry or default_registry(settings)
+    """What the server would decide and plan for the notification `data` now; changes nothing. Without a
+    `registry`, the shipped actions on one Kubernetes client that the waves share, closed before returning."""
+    kube = kube_client(settings) if registry is None else None
+    try:
+        return _dry_run(settings, data, now, registry or default_registry(settings, kube), kube)
+    finally:
+        if kube is not None:
+            kube.close()  # its node cache's watch, if a plan or a wave started it
+
+
+def _dry_run(
+    settings: Settings, data: object, now: float, registry: ActionRegistry, kube: KubeClient | None
+) -> dict[str, Any]:
     notification = parse_notification(data)
     playbooks = load_playbooks(settings.engine.playbooks, registry)
     path = sqlite_path(settings.store.url)
@@ -42,7 +57,7 @@ def dry_run(settings: Settings, data: object, *, now: float, registry: ActionReg
     else:
         store = Store.open(settings.store.url, upgrade=False)
     try:
-        engine = engine_for(settings, store, playbooks, registry)
+        engine = engine_for(settings, store, playbooks, registry, kube=kube)
         judged = engine.preview(notification, now=now)
         paused = store.pause.state().paused if store is not None else False
         # Plans read what actions remember (e.g. the limit a restore would put back), never write it.

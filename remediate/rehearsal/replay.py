@@ -27,7 +27,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -44,6 +44,9 @@ from remediate.store import Store
 from remediate.store import schema as t
 from remediate.store.copy import _check_source, _open_source, _snapshot
 from remediate.store.source_guard import QUERY_TIME_LIMIT_S, json_column, time_limited
+
+if TYPE_CHECKING:
+    from remediate.kube.client import KubeClient
 
 BATCH = 1000
 """Notifications read per query (with their alerts, decisions and cordon steps): memory stays bounded by one batch."""
@@ -164,13 +167,15 @@ def replay(
     window: Window,
     *,
     cluster_nodes: int | None = None,
+    kube: KubeClient | None = None,
 ) -> dict[str, Any]:
-    """Judge the notifications stored in `source_url` within `window` again with `playbooks`; the report."""
+    """Judge the notifications stored in `source_url` within `window` again with `playbooks`; the report.
+    `kube`: the client `registry`'s actions use, for the staged rollouts' waves to share (one node cache)."""
     report = Replay(window)
     source = _open_source(source_url)
     scratch = Store.open("sqlite://")  # in memory, the schema Store.open creates
     try:
-        engine = engine_for(settings, scratch, playbooks, registry)  # judged as the server judges
+        engine = engine_for(settings, scratch, playbooks, registry, kube=kube)  # judged as the server judges
         with _snapshot(source) as conn, time_limited(QUERY_TIME_LIMIT_S):
             _check_source(conn)
             nodes = cluster_nodes if cluster_nodes is not None else _stored_cluster_nodes(conn)

@@ -4,6 +4,7 @@ reads it (the label, on the test API server; `rollout_nodes` for a host without 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import yaml
@@ -39,6 +40,7 @@ def test_dry_run_shows_each_nodes_effective_mode_and_its_wave(tmp_path: Path, ku
         (playbook,) = json.loads(result.stdout)["alerts"][0]["playbooks"]
         return playbook
 
+    before = set(threading.enumerate())
     a, b, x = dry_run("node-a"), dry_run("node-b"), dry_run("host-x")
 
     assert (a["mode"], a["wave"]) == ("enforce", f"node node-a in wave 1 (label {LABEL}=1): enforce")
@@ -48,3 +50,7 @@ def test_dry_run_shows_each_nodes_effective_mode_and_its_wave(tmp_path: Path, ku
     text = cli("dry-run", "--config", config, "--alertname", "GpuXidError", "--label", "Hostname=node-b").stdout
     assert "target node-b, mode dry-run" in text
     assert f"    rollout: node node-b in no wave (no label {LABEL}): dry-run" in text
+    # Each dry-run that read a label (all but host-x's, from rollout_nodes) listed the nodes once, through one
+    # node cache, and closed it: no watch is left running in this process.
+    assert kube_api.request_count(verb="list", resource="nodes") == 3
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "remediate-node-cache"]

@@ -26,7 +26,7 @@ from remediate.config.settings import Settings
 from remediate.config.values import Sink
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
-from remediate.kube import OWNER
+from remediate.kube import OWNER, KubeClient
 from remediate.playbooks.loading import load_playbooks
 from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
@@ -63,9 +63,18 @@ def _resolved(minute: int) -> bytes:
     return json.dumps(notification_payload(alert)).encode()
 
 
-def _shipped_ladder(settings: Settings, store: Store) -> tuple[Engine, Executor]:
+@pytest.fixture
+def kube(kubeconfig: Path) -> Iterator[KubeClient]:
+    """The process's one client, as the server builds it (kube_request_timeout's default), closed after the test
+    (its node cache's watch with it)."""
+    client = KubeClient(kubeconfig=kubeconfig)
+    yield client
+    client.close()
+
+
+def _shipped_ladder(settings: Settings, store: Store, kube: KubeClient) -> tuple[Engine, Executor]:
     """An engine with the shipped training-fail-slow playbook alone, and an executor, on `store`."""
-    registry = default_registry(settings)
+    registry = default_registry(settings, kube)
     playbooks = PlaybookSet(p for p in load_playbooks(REPO / "playbooks", registry).playbooks
                             if p.name == "training-fail-slow")  # fmt: skip
     return Engine(store=store, playbooks=playbooks, registry=registry), Executor(
@@ -86,7 +95,13 @@ def _again_within_holds_for(engine: Engine, executor: Executor) -> int:
 
 
 def test_the_fail_slow_ladder_notifies_then_cordons_taints_the_alerts_node_and_restarts_the_job(
-    kube_api: FakeKubeAPI, kubeconfig: Path, root: Path, store: Store, spawn: Any, recorder: WebhookRecorder
+    kube_api: FakeKubeAPI,
+    kubeconfig: Path,
+    kube: KubeClient,
+    root: Path,
+    store: Store,
+    spawn: Any,
+    recorder: WebhookRecorder,
 ) -> None:
     kube_api.add_node(SLOW)
     kube_api.add_node(OTHER)
@@ -95,7 +110,7 @@ def test_the_fail_slow_ladder_notifies_then_cordons_taints_the_alerts_node_and_r
         training_control_root=root,
         sinks=(Sink("oncall", "webhook", url=recorder.url), Sink("breakfix", "webhook", url=recorder.url)),
     )
-    engine, executor = _shipped_ladder(settings, store)
+    engine, executor = _shipped_ladder(settings, store, kube)
     job = spawn(JOB, "--checkpoint-every", "5", "--max-seconds", "60")
     (registered,) = job.wait_for("registered")
     job.wait_for("checkpoint")
@@ -162,7 +177,12 @@ def test_the_fail_slow_ladder_notifies_then_cordons_taints_the_alerts_node_and_r
 
 
 def test_a_straggler_away_from_rank_0s_node_is_still_kept_out_and_on_call_is_told_to_restart_the_job_by_hand(
-    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path, store: Store, recorder: WebhookRecorder
+    kube_api: FakeKubeAPI,
+    kubeconfig: Path,
+    kube: KubeClient,
+    tmp_path: Path,
+    store: Store,
+    recorder: WebhookRecorder,
 ) -> None:
     # A multi-node job with node-local control roots, alerted by a rule without the shipped rule's control_node
     # (so the restart's run_on falls back to the slow node): rank 0 registered on another node, and the slow
@@ -173,7 +193,7 @@ def test_a_straggler_away_from_rank_0s_node_is_still_kept_out_and_on_call_is_tol
     settings = Settings.of(
         kubeconfig=kubeconfig, training_control_root=empty_root, sinks=(Sink("oncall", "webhook", url=recorder.url),)
     )
-    engine, executor = _shipped_ladder(settings, store)
+    engine, executor = _shipped_ladder(settings, store, kube)
     engine.ingest_body(_occurrence(0), received_at=time.time())
     run = run_json_of(store, _again_within_holds_for(engine, executor))
     assert run["rung"] == 2 and run["status"] == "failed"

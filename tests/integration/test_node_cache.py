@@ -3,6 +3,7 @@ streams through the official client, 410s, staleness, and the rule that a stale 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -104,6 +105,21 @@ def test_the_census_follows_the_watch_and_a_relist(kube_api: FakeKubeAPI, make_c
     kube_api.compact()
     wait_until(lambda: cache.census("pool=gpu") == Census(4, frozenset({"cpu-0"})), 5)
     assert cache.status().lists == 2
+
+
+def test_stop_ends_a_watch_on_a_quiet_cluster_at_once(kube_api: FakeKubeAPI, kubeconfig: Path) -> None:
+    """A watch of a cluster where nothing changes carries nothing for its 60 s; stop() (a client's close) must
+    not wait for that: a CLI command or a test would keep a thread retrying against a server that is gone."""
+    cluster(kube_api, 2)
+    kube_api.bookmark_interval = None  # not even a bookmark
+    before = set(threading.enumerate())
+    client = KubeClient(kubeconfig=kubeconfig)
+    client.node_cache().nodes()
+    wait_until(lambda: kube_api.request_count(verb="watch", resource="nodes") == 1, 5)
+
+    client.close()
+
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "remediate-node-cache"]
 
 
 def test_a_continue_token_that_expired_between_pages_starts_the_list_again(
