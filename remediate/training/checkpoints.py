@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from remediate.training.files import atomic_write_json, read_json
+from remediate.training.placement import from_environment
 from remediate.training.protocol import CheckpointInfo, ProtocolError
 
 INDEX_FILE = "index.json"
@@ -63,13 +64,14 @@ def as_list(value: Any) -> list[Any]:
 
 
 def _default_writer() -> bool:
-    """Rank 0 writes (torch.distributed if initialized, else the RANK environment variable)."""
+    """Rank 0 writes (torch.distributed if initialized, else the launcher's environment: torchrun's RANK or
+    srun's SLURM_PROCID, remediate.training.placement)."""
     import sys
 
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return bool(dist.get_rank() == 0)
-    return os.environ.get("RANK", "0") == "0"
+    return from_environment().rank == 0
 
 
 def _parent_of(run: dict[str, Any] | None) -> tuple[str | None, int] | None:

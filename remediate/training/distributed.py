@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import struct
 import sys
 from typing import Any
+
+from remediate.training.placement import from_environment
 
 log = logging.getLogger("remediate.training")
 _ANNOUNCEMENT = struct.Struct("=qq")
@@ -162,16 +163,17 @@ class TorchChannel:
 
 def detect_channel() -> tuple[LocalChannel | TorchChannel, int, int]:
     """(channel, rank, world size) of this process: torch.distributed's group when it is initialized with more
-    than one rank, else a local channel (the rank from $RANK: a rank other than 0 then applies no command)."""
+    than one rank, else a local channel (the rank from the launcher's environment, torchrun's or srun's:
+    remediate.training.placement; a rank other than 0 then applies no command)."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         channel = TorchChannel()
         return channel, channel.rank, channel.world_size
-    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    if world > 1:
+    placed = from_environment()
+    if placed.world_size > 1:
         log.warning(
-            "remediate: WORLD_SIZE=%s but torch.distributed is not initialized: only rank 0 applies commands "
+            "remediate: a world of %s ranks but torch.distributed is not initialized: only rank 0 applies commands "
             "(register after init_process_group)",
-            world,
+            placed.world_size,
         )
-    return LocalChannel(), int(os.environ.get("RANK", "0") or 0), 1
+    return LocalChannel(), placed.rank, 1

@@ -32,7 +32,6 @@ PyTorch Lightning: `remediate.training.lightning.StepMetricsCallback` makes thes
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +39,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Summary, start_http_server
+
+from remediate.training.placement import PlacementError, from_environment
 
 LABELS = ("training_job", "rank", "world_size", "node", "gpu")
 
@@ -60,14 +61,19 @@ class RankLabels:
 
     @classmethod
     def detect(cls, training_job: str, environ: Mapping[str, str] = os.environ) -> RankLabels:
-        """rank/world_size from torch.distributed when initialised, else RANK/WORLD_SIZE (torchrun sets both),
-        else 0/1; node from NODE_NAME (the downward API's spec.nodeName), else the host name; gpu: the current
-        CUDA device when torch has CUDA, else LOCAL_RANK (torchrun's index on the node: the GPU with one process
-        per GPU), else ""."""
+        """rank/world_size from torch.distributed when initialised, else from the launcher's environment
+        (torchrun's RANK/WORLD_SIZE, else Slurm's SLURM_PROCID/SLURM_NTASKS: remediate.training.placement), else
+        0/1; node from NODE_NAME (the downward API's spec.nodeName), else SLURMD_NODENAME (Slurm's NodeName), else
+        the host name; gpu: the current CUDA device when torch has CUDA, else the index on the node (LOCAL_RANK,
+        SLURM_LOCALID: the GPU with one process per GPU), else ""."""
         if not training_job:
             raise MetricsLabelError("training_job: a job name is required (the name given to TrainingControl)")
-        rank, world_size = environ.get("RANK", "0"), environ.get("WORLD_SIZE", "1")
-        gpu = environ.get("LOCAL_RANK", "")
+        try:
+            placed = from_environment(environ)
+        except PlacementError as exc:
+            raise MetricsLabelError(str(exc)) from exc
+        rank, world_size, node = str(placed.rank), str(placed.world_size), placed.node
+        gpu = "" if placed.local_rank is None else str(placed.local_rank)
         torch = sys.modules.get("torch")
         if torch is not None:
             dist = torch.distributed
@@ -75,10 +81,6 @@ class RankLabels:
                 rank, world_size = str(dist.get_rank()), str(dist.get_world_size())
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 gpu = str(torch.cuda.current_device())
-        for name, value in (("RANK", rank), ("WORLD_SIZE", world_size)):
-            if not value.isdigit():
-                raise MetricsLabelError(f"{name}: expected a non-negative integer, got {value!r}")
-        node = environ.get("NODE_NAME") or socket.gethostname()
         return cls(training_job=training_job, rank=rank, world_size=world_size, node=node, gpu=gpu)
 
 
