@@ -232,8 +232,9 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
         for name in dict.fromkeys(row[0] for row in rows if len(row) == 2 and "drain" in row[1]):
             self.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
 
-    def client(self, timeout: float = 10.0) -> SlurmClient:
-        return SlurmClient(conf=self.conf, bin_dir=Path("/usr/bin"), timeout=timeout)
+    def client(self, timeout: float | None = None) -> SlurmClient:
+        """A client of this cluster; `timeout` (default: 10 s scaled) is its slurm_command_timeout."""
+        return SlurmClient(conf=self.conf, bin_dir=Path("/usr/bin"), timeout=timeout or scaled(10))
 
     def _host_registered(self) -> bool:
         line = self.run("scontrol", "-o", "show", "node", self.host, check=False).stdout

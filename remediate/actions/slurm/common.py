@@ -72,11 +72,13 @@ class SlurmAction(Action):
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         settings = deps.settings
-        if deps.slurm_client is not None:
-            provider = deps.slurm_client
-        else:
-            client = SlurmClient(conf=settings.conf, bin_dir=settings.bin_dir, timeout=settings.command_timeout)
-            provider = lambda: client  # noqa: E731
+        client = SlurmClient(conf=settings.conf, bin_dir=settings.bin_dir, timeout=settings.command_timeout)
+
+        def own_client() -> SlurmClient:
+            return client
+
+        # The registry passes the process's one client; its own is for deps built without one (tests).
+        provider = deps.slurm_client or own_client
         return cls(provider, SlurmOptions(node_labels=settings.node_labels, partitions=settings.partitions))
 
     @property

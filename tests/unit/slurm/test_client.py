@@ -20,6 +20,7 @@ from remediate.slurm import (
     drain_reason,
 )
 from tests.support.slurm import SlurmCluster
+from tests.support.waiting import scaled
 
 
 def test_sinfo_json_gives_every_node_with_its_partitions_features_and_state(slurm: SlurmCluster) -> None:
@@ -88,5 +89,5 @@ def test_no_cluster_without_slurm_conf(tmp_path: Path, slurm: SlurmCluster) -> N
 def test_the_cluster_is_reached_through_the_setting_alone(slurm: SlurmCluster) -> None:
     assert "SLURM_CONF" not in os.environ  # the fixture reaches its cluster the same way
     before = dict(os.environ)
-    assert len(SlurmClient(conf=slurm.conf, timeout=10).nodes()) == len(slurm.nodes)  # default bin dirs
+    assert len(SlurmClient(conf=slurm.conf, timeout=scaled(10)).nodes()) == len(slurm.nodes)  # default bin dirs
     assert dict(os.environ) == before
