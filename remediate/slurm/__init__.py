@@ -1,4 +1,4 @@
-"""Slurm: the client (scontrol, sinfo), its error tree, node names and the drain reason's mark.
+"""Slurm: the client (scontrol, sinfo, squeue), its error tree, node names, jobs and the drain reason's mark.
 
 Why the command-line tools and not slurmrestd: every Slurm site has `scontrol` and `sinfo` and the munge
 key they authenticate with on the hosts that run Slurm's commands; slurmrestd is one more daemon to run,
@@ -12,6 +12,7 @@ store, breaker or HTTP).
 
 from remediate.slurm.client import SlurmClient
 from remediate.slurm.errors import SlurmConfigError, SlurmError, SlurmNodeNotFound, SlurmUnavailable
+from remediate.slurm.jobs import SlurmJob, parse_jobs
 from remediate.slurm.model import SlurmNode, parse_nodes
 from remediate.slurm.names import check_node_name, check_partition_name
 from remediate.slurm.reason import MARK, REASON_MAX, drain_reason, drained_by_run, safe_text
@@ -22,6 +23,7 @@ __all__ = [
     "SlurmClient",
     "SlurmConfigError",
     "SlurmError",
+    "SlurmJob",
     "SlurmNode",
     "SlurmNodeNotFound",
     "SlurmUnavailable",
@@ -29,6 +31,7 @@ __all__ = [
     "check_partition_name",
     "drain_reason",
     "drained_by_run",
+    "parse_jobs",
     "parse_nodes",
     "safe_text",
 ]

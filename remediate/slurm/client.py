@@ -1,4 +1,4 @@
-"""Slurm as remediate uses it: `sinfo --json` to read nodes, `scontrol update` to change them.
+"""Slurm as remediate uses it: `sinfo --json` and `squeue --json` to read, `scontrol` to change nodes and jobs.
 
 Who calls it: the slurm.* actions (remediate.actions.slurm). Each call runs one command with an argv list
 (never a shell), a time-out (slurm_command_timeout) and an environment of its own: PATH, SLURM_CONF (the
@@ -22,6 +22,7 @@ from pathlib import Path
 from shutil import which
 
 from remediate.slurm.errors import SlurmConfigError, SlurmError, SlurmNodeNotFound, SlurmUnavailable
+from remediate.slurm.jobs import ON_A_NODE, SlurmJob, parse_jobs
 from remediate.slurm.model import SlurmNode, parse_nodes
 from remediate.slurm.names import check_node_name
 from remediate.slurm.reason import REASON_MAX, safe_text
@@ -82,7 +83,23 @@ class SlurmClient:
             return found
         raise SlurmNodeNotFound(f"Slurm has no node {name!r} (no NodeName or NodeHostName of that name)")
 
+    def jobs_on(self, name: str) -> tuple[SlurmJob, ...]:
+        """The jobs holding node `name` now (running, suspended, completing), from one `squeue --json`
+        (`-w NAME` is ignored with --json on 22.05, as sinfo's `-n`: the jobs are filtered here)."""
+        text = self._run("squeue", "--json")
+        try:
+            answer = json.loads(text)
+        except ValueError as exc:
+            raise SlurmError(f"squeue --json: not JSON ({exc}): {text[:200]!r}") from exc
+        return tuple(job for job in parse_jobs(answer) if name in job.nodes and job.state in ON_A_NODE)
+
     # ------------------------------------------------------------------ changes
+
+    def requeue(self, job_id: int) -> None:
+        """`scontrol requeue <job_id>`: the batch job stops and goes back to the queue, to start again elsewhere."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+            raise SlurmError(f"not a job id: {job_id!r}")
+        self._run("scontrol", "requeue", str(job_id))
 
     def drain(self, name: str, reason: str) -> None:
         """`scontrol update NodeName=<name> State=DRAIN Reason=<reason>`: running jobs finish, none start."""

@@ -48,7 +48,8 @@ from tests.support.waiting import scaled, wait_until
 REQUIRED_VARIABLE = "REMEDIATE_SLURM_REQUIRED"
 INSTALL_HINT = "apt-get install slurmctld slurmd slurm-client munge (scripts/test does, as root)"
 PROGRAMS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd",
-            "scontrol": "/usr/bin/scontrol", "sinfo": "/usr/bin/sinfo"}  # fmt: skip
+            "scontrol": "/usr/bin/scontrol", "sinfo": "/usr/bin/sinfo", "squeue": "/usr/bin/squeue",
+            "sbatch": "/usr/bin/sbatch", "scancel": "/usr/bin/scancel"}  # fmt: skip
 OTHER_NODES = tuple(f"gpu-{i:02d}" for i in range(1, 7))
 TRAIN_OTHERS, DEBUG_NODES = OTHER_NODES[:4], OTHER_NODES[4:]
 WIDE_REASONS = "%60E %9u %N"
@@ -192,11 +193,31 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
             proc.wait(timeout=scaled(10))
 
     def stop(self) -> None:
+        if "slurmctld" in self.procs and "slurmd" in self.procs:
+            # A job's processes (slurmstepd and its task) would outlive slurmd: end every job first.
+            with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+                self.cancel_jobs()
         for name in ("slurmd", "slurmctld", "munged"):
             self._stop(name)
+        self._kill_leftover_jobs()
         with contextlib.suppress(ValueError):
             _running.remove(self)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _kill_leftover_jobs(self) -> None:
+        """SIGKILL to what a job of this cluster left running (its script, under this cluster's spool, and the
+        slurmstepd above it): found by this cluster's own directory, so never another cluster's."""
+        found: set[int] = set()
+        for proc in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if proc.name.isdigit() and str(self.root).encode() in (proc / "cmdline").read_bytes():
+                    found.add(int(proc.name))
+                    parent = int((proc / "stat").read_text().rpartition(")")[2].split()[1])
+                    if (Path("/proc") / str(parent) / "cmdline").read_bytes().startswith(b"slurmstepd"):
+                        found.add(parent)
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def pids(self) -> dict[str, int]:
         """The pid of each running daemon, as its pid file says (what `stop` signals: the same process)."""
@@ -232,6 +253,23 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
         for name in dict.fromkeys(row[0] for row in rows if len(row) == 2 and "drain" in row[1]):
             self.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
 
+    def sbatch(self, node: str, *, requeue: bool) -> int:
+        """A batch job holding `node` (a sleep), submitted as a user does; its job id. Only this host's node runs
+        jobs as a node does: a job sent to gpu-0x starts (this host's slurmd launches it) but never ends, as
+        the kill goes to a node with no slurmd."""
+        again = "--requeue" if requeue else "--no-requeue"
+        done = self.run("sbatch", "--parsable", f"--nodelist={node}", "--mem=100", "--output=/dev/null",
+                        f"--chdir={self.root}", again, "--wrap", "sleep 600")  # fmt: skip
+        return int(done.stdout.strip().split(";")[0])
+
+    def job_state(self, job_id: int) -> str:
+        return self.run("squeue", "-h", "-j", str(job_id), "-o", "%T", check=False).stdout.strip()
+
+    def cancel_jobs(self) -> None:
+        """Every job cancelled and gone from the queue."""
+        self.run("scancel", "--user=root")
+        wait_until(lambda: self.run("squeue", "-h").stdout.strip() == "", 20, interval=0.2, message="jobs ended")
+
     def client(self, timeout: float | None = None) -> SlurmClient:
         """A client of this cluster; `timeout` (default: 10 s scaled) is its slurm_command_timeout."""
         return SlurmClient(conf=self.conf, bin_dir=Path("/usr/bin"), timeout=timeout or scaled(10))
@@ -265,13 +303,14 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 
 @pytest.fixture
 def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    """The session's cluster, its controller running and every node in service when the test starts."""
+    """The session's cluster, its controller running, every node in service and no job when the test starts."""
     if "slurmctld" not in slurm_cluster.procs:
         slurm_cluster.start_controller()
     slurm_cluster.resume_all()
     yield slurm_cluster
     if "slurmctld" not in slurm_cluster.procs:
         slurm_cluster.start_controller()
+    slurm_cluster.cancel_jobs()
     slurm_cluster.resume_all()
 
 

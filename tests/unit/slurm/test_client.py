@@ -15,12 +15,13 @@ from remediate.slurm import (
     SlurmClient,
     SlurmConfigError,
     SlurmError,
+    SlurmJob,
     SlurmNodeNotFound,
     SlurmUnavailable,
     drain_reason,
 )
 from tests.support.slurm import SlurmCluster
-from tests.support.waiting import scaled
+from tests.support.waiting import scaled, wait_until
 
 
 def test_sinfo_json_gives_every_node_with_its_partitions_features_and_state(slurm: SlurmCluster) -> None:
@@ -91,3 +92,20 @@ def test_the_cluster_is_reached_through_the_setting_alone(slurm: SlurmCluster) -
     before = dict(os.environ)
     assert len(SlurmClient(conf=slurm.conf, timeout=scaled(10)).nodes()) == len(slurm.nodes)  # default bin dirs
     assert dict(os.environ) == before
+
+
+def test_the_jobs_on_a_node_with_whether_slurm_can_requeue_them(slurm: SlurmCluster) -> None:
+    again, kept = slurm.sbatch(slurm.host, requeue=True), slurm.sbatch(slurm.host, requeue=False)
+    client = slurm.client()
+
+    def both_running() -> dict[int, SlurmJob] | None:
+        jobs = {job.job_id: job for job in client.jobs_on(slurm.host) if job.state == "RUNNING"}
+        return jobs if {again, kept} <= set(jobs) else None
+
+    jobs = wait_until(both_running, 20, interval=0.2, message="both jobs running")
+    assert set(jobs) == {again, kept} and jobs[again].nodes == (slurm.host,) and jobs[again].user == "root"
+    assert jobs[again].requeueable and jobs[again].why_not_requeueable() is None
+    assert not jobs[kept].requeueable and "does not allow requeueing" in (jobs[kept].why_not_requeueable() or "")
+    assert client.jobs_on("gpu-01") == ()
+    with pytest.raises(SlurmError, match="not a job id"):
+        client.requeue(0)
