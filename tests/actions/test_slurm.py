@@ -63,7 +63,7 @@ def test_a_drain_run_twice_changes_the_node_once(
     first = run(drain, {}, step_context("gpu-02", breaker=breaker))
     changed_at = slurm.client().node("gpu-02").reason_changed_at
     again = run(drain, {}, step_context("gpu-02", breaker=breaker))
-    assert (first["outcome"], again["outcome"], again.get("earlier")) == ("drained", "drained", True)
+    assert (first["outcome"], again["outcome"], again.get("earlier")) == ("drained", "drained", "drained already")
     assert slurm.client().node("gpu-02").reason_changed_at == changed_at  # no second update
     other_run = run(drain, {}, step_context("gpu-02", run_id=43, breaker=breaker))
     assert other_run["outcome"] == "already_drained_by_remediate" and other_run["drained_by_run"] == 42
@@ -87,6 +87,19 @@ def test_a_drain_set_by_a_person_is_left_alone_and_resume_refuses_it(
         assert resumed["outcome"] == "left_alone" and "bad DIMM" in resumed["reason"]
     assert state(slurm) == before
     assert "bad DIMM, ticket 1234" in slurm.reasons()
+
+
+def test_a_node_a_person_set_down_keeps_their_reason(
+    slurm: SlurmCluster, actions: dict[str, Any], breaker: CircuitBreaker
+) -> None:
+    slurm.run("scontrol", "update", "NodeName=gpu-06", "State=DOWN", "Reason=dead PSU")
+    try:
+        result = run(actions["slurm.drain"], {}, step_context("gpu-06", breaker=breaker))
+        assert result["outcome"] == "left_alone" and "out of service (down) by root" in result["reason"]
+        node = slurm.client().node("gpu-06")
+        assert (node.state, node.drained, node.reason) == ("down", False, "dead PSU")
+    finally:
+        slurm.run("scontrol", "update", "NodeName=gpu-06", "State=RESUME")
 
 
 def test_resume_undoes_only_the_drain_remediate_made_for_the_alert(

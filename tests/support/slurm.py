@@ -248,9 +248,10 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
         self.run("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
 
     def resume_all(self) -> None:
-        """Every drained node back in service (a test's drains undone before the next test)."""
+        """Every drained or down node back in service (a test's drains undone before the next test)."""
         rows = [line.split() for line in self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.splitlines()]
-        for name in dict.fromkeys(row[0] for row in rows if len(row) == 2 and "drain" in row[1]):
+        out = [row[0] for row in rows if len(row) == 2 and ("drain" in row[1] or row[1].startswith("down"))]
+        for name in dict.fromkeys(out):
             self.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
 
     def sbatch(self, node: str, *, requeue: bool) -> int:

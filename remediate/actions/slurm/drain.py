@@ -55,7 +55,7 @@ class SlurmDrainAction(SlurmAction):
         """The result when the node needs no drain from this run; None when it does."""
         if node.drained_by_run == ctx.run_id:
             # An earlier attempt of this run drained it (its answer was lost): done, not done again.
-            return {"outcome": "drained", "node": node.name, "reason": node.reason, "earlier": True}
+            return {"outcome": "drained", "node": node.name, "reason": node.reason, "earlier": "drained already"}
         if node.drained_by_run is not None:
             return {
                 "outcome": "already_drained_by_remediate",
@@ -85,7 +85,7 @@ class SlurmDrainAction(SlurmAction):
                     "breaker": self.preview(node.name, ctx, nodes)}  # fmt: skip
         if settled["outcome"] == "left_alone":
             return {**seen, "can_act": False, "why_not": settled["reason"], "would": "nothing"}
-        return {**seen, "would": f"nothing: {settled['reason'] if 'earlier' not in settled else 'drained already'}"}
+        return {**seen, "would": f"nothing: {settled.get('earlier') or settled['reason']}"}
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref = self.node_ref(params, ctx)
