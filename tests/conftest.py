@@ -34,6 +34,7 @@ pytest_plugins = [
     "tests.support.kube",
     "tests.support.postgres",
     "tests.support.server",
+    "tests.support.slurm",
 ]
 
 # A property test asserts what a case does, not how fast: hypothesis's per-case deadline (200 ms) failed a passing

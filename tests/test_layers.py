@@ -88,6 +88,7 @@ VIOLATIONS = [
     ("executor.runners", "remediate.store", "runners"),
     ("agent.service", "remediate.judging.engine", "agent"),
     ("kube.model", "remediate.breaker", "backends"),
+    ("slurm.client", "remediate.actions.base", "backends"),  # the Slurm client knows no action
     ("breaker.circuit", "kubernetes", "breaker"),
     ("disk.policy", "os", "disk-policy"),
     ("gpu.pci", "remediate.gpu.selection", "acyclic"),  # selection imports pci

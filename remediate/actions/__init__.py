@@ -5,7 +5,7 @@ its subpackages) and registers each concrete `Action` subclass defined there tha
 (`name` set on the class), built by its `from_deps`. A new action is therefore one module here
 and nothing else.
 
-May import: the backends (gpu, disk, kube), config, outbound, errors, runs, the breaker's interface and, of
+May import: the backends (gpu, disk, kube, slurm), config, outbound, errors, runs, the breaker's interface and, of
 intake, only the alert a step sees (intake.alertref); never the store, judging, the executor, HTTP or the CLI
 (pyproject.toml's `actions` and `actions-no-intake` contracts).
 """
@@ -70,6 +70,7 @@ def default_registry(settings: Settings | None = None, kube: KubeClient | None =
     from remediate.gpu import open_backend
     from remediate.gpu.floor import with_floor
     from remediate.kube import KubeClient
+    from remediate.slurm import SlurmClient
 
     settings = settings or Settings()
 
@@ -92,11 +93,24 @@ def default_registry(settings: Settings | None = None, kube: KubeClient | None =
     def kube_client() -> KubeClient:
         return client
 
+    slurm = SlurmClient(
+        conf=settings.slurm.conf, bin_dir=settings.slurm.bin_dir, timeout=settings.slurm.command_timeout
+    )
+
+    def slurm_client() -> SlurmClient:
+        return slurm
+
     registry = ActionRegistry()
 
     def deps(cls: type[Action]) -> ActionDeps:
         section = getattr(settings, cls.settings_section) if cls.settings_section else None
-        return ActionDeps(settings=section, gpu_backend=gpu_backend, kube_client=kube_client, peer=registry.get)
+        return ActionDeps(
+            settings=section,
+            gpu_backend=gpu_backend,
+            kube_client=kube_client,
+            slurm_client=slurm_client,
+            peer=registry.get,
+        )
 
     for cls in action_classes():
         registry.register(cls.from_deps(deps(cls)))

@@ -354,6 +354,24 @@ class KubeSettings:
 
 
 @dataclass(frozen=True)
+class SlurmSettings:
+    """Slurm (slurm.* steps): which cluster, which of its nodes remediate may drain (docs/slurm.md)."""
+
+    PREFIX: ClassVar[str] = "slurm_"
+    conf: Path | None = setting(None, v.to_optional_path)
+    """The cluster's slurm.conf, passed to scontrol/sinfo as SLURM_CONF; unset: no cluster (slurm.* steps fail
+    saying to set it: neither /etc/slurm/slurm.conf nor $SLURM_CONF is read on its own)."""
+    partitions: tuple[str, ...] = setting((), v.to_partitions)
+    """Partitions whose nodes slurm.drain may drain, and the breaker's fraction counts (unset: every node)."""
+    command_timeout: float = setting(30.0, v.to_command_timeout)
+    """Seconds one scontrol/sinfo may take; longer counts as slurmctld not answering (the step is retried)."""
+    bin_dir: Path | None = setting(None, v.to_optional_path)
+    """Directory of scontrol and sinfo (unset: /usr/local/bin, /usr/bin, /bin)."""
+    node_labels: tuple[str, ...] = setting(("node", "hostname", "Hostname", "instance"), v.to_label_names)
+    """Alert labels that name the node of a slurm.* step, in order (instance loses its port)."""
+
+
+@dataclass(frozen=True)
 class PrometheusSettings:
     """The Prometheus that check.prometheus steps query."""
 
@@ -436,6 +454,7 @@ class Settings:
     training: TrainingSettings = field(default_factory=TrainingSettings)
     agent: AgentSettings = field(default_factory=AgentSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     grafana: GrafanaSettings = field(default_factory=GrafanaSettings)

@@ -17,6 +17,7 @@ from remediate.config.rollout import Rollout, parse_node_waves, parse_rollout
 from remediate.errors import ConfigError
 from remediate.kube.model import parse_label_selector
 from remediate.outbound.urls import check_stored_url
+from remediate.slurm.names import check_partition_name
 
 ENV_PREFIX = "REMEDIATE_"
 WEBHOOK = "webhook"
@@ -237,6 +238,22 @@ def to_label_names(value: Any) -> tuple[str, ...]:
     if bad:
         raise ValueError(f"not label names: {', '.join(bad)}")
     return names
+
+
+def to_partitions(value: Any) -> tuple[str, ...]:
+    """Slurm partition names (checked here, so a typo such as `train gpu` fails at start, not at the first drain)."""
+    names = to_names(value, "partition names (or a comma-separated string)")
+    bad = [problem for name in names if (problem := check_partition_name(name))]
+    if bad:
+        raise ValueError("; ".join(bad))
+    return names
+
+
+def to_command_timeout(value: Any) -> float:
+    seconds = to_seconds(value)
+    if seconds <= 0:
+        raise ValueError("must be more than 0 seconds")
+    return seconds
 
 
 def to_optional_str(value: Any) -> str | None:

@@ -214,10 +214,12 @@ class Engine:
         return judging.judge(reader, evaluations, now, stale_horizon=self.breaker_stale_horizon, gated=self._gated)
 
     def reads_nodes(self) -> bool:
-        """Does a playbook run a step the circuit breaker caps (cordon, taint, drain)? Those read the cluster's
-        nodes through the node cache."""
+        """Does a playbook run a step the circuit breaker caps on Kubernetes (k8s.cordon, taint, drain)? Those read
+        the cluster's nodes through the node cache (slurm.drain reads Slurm's, not Kubernetes')."""
         return any(
-            spec.action in self.registry and self.registry.get(spec.action).breaker_gated
+            spec.action in self.registry
+            and self.registry.get(spec.action).breaker_gated
+            and self.registry.get(spec.action).settings_section == "kube"
             for playbook in self.playbooks.playbooks
             for spec in playbook.every_step()
         )

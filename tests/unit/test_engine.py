@@ -832,6 +832,7 @@ def test_the_engine_says_whether_a_playbook_reads_the_nodes_in_any_phase_or_rung
     log_step = {"action": "log", "with": {"message": "hot"}}
     assert not make_engine(playbook()).reads_nodes()
     assert not make_engine(playbook(steps=[log_step, {"action": "k8s.uncordon"}])).reads_nodes()  # only undoes
+    assert not make_engine(playbook(steps=[{"action": "slurm.drain"}])).reads_nodes()  # Slurm's nodes, not the cache
     assert make_engine(playbook(), playbook("cordons", steps=[{"action": "k8s.cordon"}])).reads_nodes()
     ladder = playbook(
         "ladder",

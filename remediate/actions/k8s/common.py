@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Self, TypeVar
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
+from remediate.actions.breaker_preview import breaker_preview
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError
 from remediate.kube import (
@@ -235,34 +236,7 @@ class KubeAction(Action):
 
     def breaker_preview(self, node: str, ctx: StepContext) -> dict[str, Any]:
         """The breaker's state for a plan, and whether a change of `node` would be refused now. Reads only."""
-        if ctx.breaker is None:
-            return {"state": "unknown", "note": "no circuit breaker here (no store): execute would refuse"}
-        cluster_nodes, held_in_cluster = self._cluster_view(ctx)
-        status = ctx.breaker.status(cluster_nodes)
-        held = set(status["held_nodes"]) | held_in_cluster
-        recent = set(status["recent_nodes"])
-        cap = status["cap"] if status["cap"] is not None else 0
-        if status["open"]:
-            verdict = "refused: the breaker is open"
-        elif node in held:
-            verdict = "allowed: the node already counts as held by remediate"
-        elif len(held | {node}) > cap or len(recent | {node}) > cap:
-            counts = f"{len(held | {node})} held / {len(recent | {node})} recent > cap {cap}"
-            verdict = f"refused: it would trip the breaker ({counts})"
-        else:
-            verdict = f"allowed: {len(held | {node})} of at most {cap} nodes held"
-        return {
-            "state": status["state"],
-            "would_be": verdict,
-            "held_nodes": sorted(held),
-            "recent_nodes": sorted(recent),
-            "cap": cap,
-            "cap_rule": status["cap_rule"],
-            "cluster_nodes": cluster_nodes,
-            "reason": status["reason"] or None,
-            "reset_at": status["reset_at"],
-            "alert_started_at": ctx.alert.starts_at,
-        }
+        return breaker_preview(node, ctx, lambda: self._cluster_view(ctx))
 
     # ------------------------------------------------------------------ events
 

@@ -1,0 +1,37 @@
+"""Slurm: the client (scontrol, sinfo, squeue), its error tree, node names, jobs and the drain reason's mark.
+
+Why the command-line tools and not slurmrestd: every Slurm site has `scontrol` and `sinfo` and the munge
+key they authenticate with on the hosts that run Slurm's commands; slurmrestd is one more daemon to run,
+and for a remote client a JWT (AuthAltTypes=auth/jwt, a key to issue and rotate). `sinfo --json` prints
+the same OpenAPI v0.0.38 structures that slurmrestd serves, so the parsing (remediate.slurm.model) is
+shared when slurmrestd support comes (a later slice: a second client behind the same methods).
+
+May import: remediate.errors only; nothing above it (pyproject.toml's `backends` contract: no actions,
+store, breaker or HTTP).
+"""
+
+from remediate.slurm.client import SlurmClient
+from remediate.slurm.errors import SlurmConfigError, SlurmError, SlurmNodeNotFound, SlurmUnavailable
+from remediate.slurm.jobs import SlurmJob, parse_jobs
+from remediate.slurm.model import SlurmNode, parse_nodes
+from remediate.slurm.names import check_node_name, check_partition_name
+from remediate.slurm.reason import MARK, REASON_MAX, drain_reason, drained_by_run, safe_text
+
+__all__ = [
+    "MARK",
+    "REASON_MAX",
+    "SlurmClient",
+    "SlurmConfigError",
+    "SlurmError",
+    "SlurmJob",
+    "SlurmNode",
+    "SlurmNodeNotFound",
+    "SlurmUnavailable",
+    "check_node_name",
+    "check_partition_name",
+    "drain_reason",
+    "drained_by_run",
+    "parse_jobs",
+    "parse_nodes",
+    "safe_text",
+]

@@ -1,0 +1,154 @@
+"""Slurm as remediate uses it: `sinfo --json` and `squeue --json` to read, `scontrol` to change nodes and jobs.
+
+Who calls it: the slurm.* actions (remediate.actions.slurm). Each call runs one command with an argv list
+(never a shell), a time-out (slurm_command_timeout) and an environment of its own: PATH, SLURM_CONF (the
+cluster's slurm.conf, slurm_conf) and LC_ALL=C (Slurm's messages, which `_failure` reads, in English). The
+process's own environment is neither read nor changed, so one server could talk to two clusters.
+
+No cluster is found by itself: without slurm_conf every call fails with SlurmConfigError saying to set it,
+even where /etc/slurm/slurm.conf exists (a test alert on an operator's machine must not drain a production
+node), as the Kubernetes client never reads ~/.kube/config on its own.
+
+A command that times out may have reached slurmctld. That is still SlurmUnavailable (retryable): the
+actions are idempotent, and each decides again from a fresh read, so a retry finds its change done.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+from shutil import which
+
+from remediate.slurm.errors import SlurmConfigError, SlurmError, SlurmNodeNotFound, SlurmUnavailable
+from remediate.slurm.jobs import ON_A_NODE, SlurmJob, parse_jobs
+from remediate.slurm.model import SlurmNode, parse_nodes
+from remediate.slurm.names import check_node_name
+from remediate.slurm.reason import REASON_MAX, safe_text
+
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+"""Where the Slurm commands are looked for without slurm_bin_dir (Debian's slurm-client puts them in /usr/bin)."""
+
+UNAVAILABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Zero Bytes were transmitted",
+    "Connection refused",
+    "Communication connection failure",
+    "Slurm backup controller in standby mode",
+)
+"""Slurm's words (22.05) for a slurmctld that did not answer; any other failure is a refusal."""
+NOT_FOUND = ("Invalid node name specified", "not found")
+
+
+@dataclass(frozen=True)
+class SlurmClient:
+    """Stateless and thread-safe: executor threads share one instance."""
+
+    _: KW_ONLY
+    conf: Path | None = None
+    """The cluster's slurm.conf (slurm_conf); None: no cluster, every call fails with SlurmConfigError."""
+    bin_dir: Path | None = None
+    """Directory of scontrol, sinfo and squeue (slurm_bin_dir); None: DEFAULT_PATH."""
+    timeout: float = 30.0
+    """Seconds one command may take (slurm_command_timeout); longer counts as slurmctld not answering."""
+
+    @property
+    def configured(self) -> bool:
+        return self.conf is not None
+
+    # ------------------------------------------------------------------ reads
+
+    def nodes(self) -> tuple[SlurmNode, ...]:
+        """Every node of the cluster, from one `sinfo --json`.
+
+        The one cluster-wide read: the actions take the node they change and the breaker's counts from it.
+        (`sinfo --json -n NAME` prints every node on 22.05 all the same; a read of one node comes with
+        `scontrol show node --json` in 23.02, or slurmrestd.) The shared cache of a later slice replaces it.
+        """
+        text = self._run("sinfo", "--json")
+        try:
+            answer = json.loads(text)
+        except ValueError as exc:
+            raise SlurmError(f"sinfo --json: not JSON ({exc}): {text[:200]!r}") from exc
+        return parse_nodes(answer)
+
+    def node(self, name: str, nodes: tuple[SlurmNode, ...] | None = None) -> SlurmNode:
+        """The node NodeName `name` (or NodeHostName, when no node has that NodeName), of `nodes` or a fresh read."""
+        listed = nodes if nodes is not None else self.nodes()
+        by_name = next((n for n in listed if n.name == name), None)
+        found = by_name or next((n for n in listed if n.hostname == name), None)
+        if found is not None:
+            return found
+        raise SlurmNodeNotFound(f"Slurm has no node {name!r} (no NodeName or NodeHostName of that name)")
+
+    def jobs_on(self, name: str) -> tuple[SlurmJob, ...]:
+        """The jobs holding node `name` now (running, suspended, completing), from one `squeue --json`
+        (`-w NAME` is ignored with --json on 22.05, as sinfo's `-n`: the jobs are filtered here)."""
+        text = self._run("squeue", "--json")
+        try:
+            answer = json.loads(text)
+        except ValueError as exc:
+            raise SlurmError(f"squeue --json: not JSON ({exc}): {text[:200]!r}") from exc
+        return tuple(job for job in parse_jobs(answer) if name in job.nodes and job.state in ON_A_NODE)
+
+    # ------------------------------------------------------------------ changes
+
+    def requeue(self, job_id: int) -> None:
+        """`scontrol requeue <job_id>`: the batch job stops and goes back to the queue, to start again elsewhere."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+            raise SlurmError(f"not a job id: {job_id!r}")
+        self._run("scontrol", "requeue", str(job_id))
+
+    def drain(self, name: str, reason: str) -> None:
+        """`scontrol update NodeName=<name> State=DRAIN Reason=<reason>`: running jobs finish, none start."""
+        if reason != safe_text(reason) or not reason or len(reason) > REASON_MAX:
+            raise SlurmError(f"refusing a drain reason Slurm would not keep as written: {reason!r}")
+        self._update(name, "State=DRAIN", f"Reason={reason}")
+
+    def resume(self, name: str) -> None:
+        """`scontrol update NodeName=<name> State=RESUME`: DRAIN cleared, the node takes jobs again."""
+        self._update(name, "State=RESUME")
+
+    def _update(self, name: str, *changes: str) -> None:
+        if problem := check_node_name(name):
+            raise SlurmError(f"node name {problem}")
+        self._run("scontrol", "update", f"NodeName={name}", *changes)
+
+    # ------------------------------------------------------------------ commands
+
+    def _run(self, tool: str, *args: str) -> str:
+        """stdout of `tool args...`; the errors of remediate.slurm.errors for anything else."""
+        if self.conf is None:
+            raise SlurmConfigError(
+                "no Slurm cluster configured: set slurm_conf / REMEDIATE_SLURM_CONF to the cluster's slurm.conf "
+                "(remediate never picks /etc/slurm/slurm.conf or $SLURM_CONF on its own)"
+            )
+        if not self.conf.is_file():
+            raise SlurmConfigError(f"slurm_conf {self.conf} is not a file: set it to the cluster's slurm.conf")
+        path = str(self.bin_dir) if self.bin_dir is not None else DEFAULT_PATH
+        program = which(tool, path=path)
+        if program is None:
+            raise SlurmConfigError(f"no {tool} in {path}: install slurm-client, or set slurm_bin_dir to its directory")
+        argv = [program, *args]
+        shown = " ".join([tool, *args])
+        env = {"PATH": path, "SLURM_CONF": str(self.conf), "LC_ALL": "C"}
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnavailable(f"{shown}: no answer within {self.timeout:g} s (slurm_command_timeout)") from exc
+        except OSError as exc:
+            raise SlurmConfigError(f"{shown}: cannot run {program}: {exc.strerror or exc}") from exc
+        if done.returncode != 0:
+            raise _failure(shown, done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}")
+        return done.stdout
+
+
+def _failure(command: str, words: str) -> SlurmError | SlurmUnavailable:
+    text = f"{command}: {' '.join(words.split())[:300]}"
+    if any(sign in words for sign in UNAVAILABLE):
+        return SlurmUnavailable(text)
+    if any(sign in words for sign in NOT_FOUND):
+        return SlurmNodeNotFound(text)
+    return SlurmError(text)

@@ -1,0 +1,111 @@
+"""remediate.slurm.SlurmClient against a real slurmctld (tests/support/slurm.py): what `sinfo --json` says of
+the nodes, `scontrol update` and Slurm's refusals as named errors, slurmctld down or hung as SlurmUnavailable,
+no cluster without slurm_conf, and the process's environment left as it is."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from remediate.errors import RetryableActionError
+from remediate.slurm import (
+    SlurmClient,
+    SlurmConfigError,
+    SlurmError,
+    SlurmJob,
+    SlurmNodeNotFound,
+    SlurmUnavailable,
+    drain_reason,
+)
+from tests.support.slurm import SlurmCluster
+from tests.support.waiting import scaled, wait_until
+
+
+def test_sinfo_json_gives_every_node_with_its_partitions_features_and_state(slurm: SlurmCluster) -> None:
+    nodes = {node.name: node for node in slurm.client().nodes()}
+    assert set(nodes) == set(slurm.nodes)
+    assert [name for name in slurm.nodes if nodes[name].partitions == ("train",)] == list(slurm.train)
+    assert [name for name in slurm.nodes if nodes[name].partitions == ("debug",)] == list(slurm.debug)
+    assert nodes["gpu-05"].features == ("gpu",) and nodes["gpu-05"].hostname == "gpu-05"
+    assert nodes[slurm.host].state == "idle" and not nodes[slurm.host].drained
+    assert nodes[slurm.host].reason == "" and nodes[slurm.host].reason_set_by is None
+
+
+def test_a_drain_and_a_resume_are_what_sinfo_and_scontrol_show(slurm: SlurmCluster) -> None:
+    client = slurm.client()
+    reason = drain_reason(7, alertname="GPUXidCritical", gpu="0", note="xid 48")
+    client.drain("gpu-02", reason)
+    node = client.node("gpu-02")
+    assert node.drained and node.reason == reason and node.reason_set_by == "root" and node.drained_by_run == 7
+    assert "DRAIN" in node.state_text and f"Reason={reason} [root@" in slurm.show_node("gpu-02")
+    client.resume("gpu-02")
+    node = client.node("gpu-02")
+    assert not node.drained and node.reason == "" and node.drained_by_run is None
+
+
+def test_slurms_refusals_are_named_errors(slurm: SlurmCluster) -> None:
+    client = slurm.client()
+    with pytest.raises(SlurmNodeNotFound, match="gpu-99"):
+        client.node("gpu-99")
+    with pytest.raises(SlurmNodeNotFound, match=r"scontrol update NodeName=gpu-99 State=RESUME: .*Invalid node name"):
+        client.resume("gpu-99")
+    with pytest.raises(SlurmError, match="Invalid node state specified") as caught:
+        client.resume("gpu-03")  # not drained
+    assert not isinstance(caught.value, RetryableActionError)
+    with pytest.raises(SlurmError, match="not a single Slurm node name"):
+        client.drain("gpu-[01-04]", "remediate run 1")
+    with pytest.raises(SlurmError, match="would not keep as written"):
+        client.drain("gpu-03", "remediate run 1\nsecond line")
+    assert not any(node.drained for node in client.nodes())
+
+
+def test_slurmctld_stopped_or_hung_is_unavailable(slurm: SlurmCluster) -> None:
+    client = slurm.client(timeout=1.0)
+    ctld = slurm.procs["slurmctld"]
+    os.kill(ctld.pid, signal.SIGSTOP)  # hung: the command waits, the client's time-out ends it
+    try:
+        with pytest.raises(SlurmUnavailable, match=r"sinfo --json: no answer within 1 s \(slurm_command_timeout\)"):
+            client.nodes()
+    finally:
+        os.kill(ctld.pid, signal.SIGCONT)
+    slurm.stop_controller()
+    with pytest.raises(SlurmUnavailable, match="sinfo --json: slurmctld did not answer"):
+        slurm.client().nodes()  # sinfo exits 0 here, with an error list and no nodes
+    with pytest.raises(SlurmUnavailable, match="Unable to contact slurm controller"):
+        slurm.client().drain("gpu-01", "remediate run 1")
+
+
+def test_no_cluster_without_slurm_conf(tmp_path: Path, slurm: SlurmCluster) -> None:
+    with pytest.raises(SlurmConfigError, match="set slurm_conf"):
+        SlurmClient().nodes()
+    with pytest.raises(SlurmConfigError, match="is not a file"):
+        SlurmClient(conf=tmp_path / "slurm.conf").nodes()
+    with pytest.raises(SlurmConfigError, match=f"no sinfo in {tmp_path}: install slurm-client"):
+        SlurmClient(conf=slurm.conf, bin_dir=tmp_path).nodes()
+
+
+def test_the_cluster_is_reached_through_the_setting_alone(slurm: SlurmCluster) -> None:
+    assert "SLURM_CONF" not in os.environ  # the fixture reaches its cluster the same way
+    before = dict(os.environ)
+    assert len(SlurmClient(conf=slurm.conf, timeout=scaled(10)).nodes()) == len(slurm.nodes)  # default bin dirs
+    assert dict(os.environ) == before
+
+
+def test_the_jobs_on_a_node_with_whether_slurm_can_requeue_them(slurm: SlurmCluster) -> None:
+    again, kept = slurm.sbatch(slurm.host, requeue=True), slurm.sbatch(slurm.host, requeue=False)
+    client = slurm.client()
+
+    def both_running() -> dict[int, SlurmJob] | None:
+        jobs = {job.job_id: job for job in client.jobs_on(slurm.host) if job.state == "RUNNING"}
+        return jobs if {again, kept} <= set(jobs) else None
+
+    jobs = wait_until(both_running, 20, interval=0.2, message="both jobs running")
+    assert set(jobs) == {again, kept} and jobs[again].nodes == (slurm.host,) and jobs[again].user == "root"
+    assert jobs[again].requeueable and jobs[again].why_not_requeueable() is None
+    assert not jobs[kept].requeueable and "does not allow requeueing" in (jobs[kept].why_not_requeueable() or "")
+    assert client.jobs_on("gpu-01") == ()
+    with pytest.raises(SlurmError, match="not a job id"):
+        client.requeue(0)
