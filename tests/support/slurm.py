@@ -231,7 +231,11 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
     # ------------------------------------------------------------------ reading and changing, as a person does
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([PROGRAMS.get(argv[0], argv[0]), *argv[1:]], env=self.env(), capture_output=True,
+        return self.run_with(self.env(), *argv, check=check)
+
+    def run_with(self, env: dict[str, str], *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """A Slurm command in `env` (srun passes it on to the job's tasks)."""
+        done = subprocess.run([PROGRAMS.get(argv[0], argv[0]), *argv[1:]], env=env, capture_output=True,
                               text=True, timeout=scaled(30), check=False)  # fmt: skip
         if check:
             assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr or done.stdout}"
