@@ -51,10 +51,10 @@ if TYPE_CHECKING:
 BATCH = 1000
 """Notifications read per query (with their alerts, decisions and cordon steps): memory stays bounded by one batch."""
 
-CORDONS = ("k8s.cordon", "k8s.drain")
-"""The actions that take a node out of service: the nodes the report lists as cordoned."""
-RELEASES = ("k8s.uncordon", "k8s.untaint")
-"""The actions that give a node back to the breaker (remediate.actions.k8s.common.KubeAction.release)."""
+CORDONS = ("k8s.cordon", "k8s.drain", "slurm.drain")
+"""The actions that take a node out of service: the nodes the report lists as cordoned (on Slurm: drained)."""
+RELEASES = ("k8s.uncordon", "k8s.untaint", "slurm.resume")
+"""The actions that give a node back to the breaker (KubeAction.release, SlurmAction.release)."""
 SHOWN_CHANGES = 200
 """Changed decisions listed one by one in the report (all are counted)."""
 
@@ -510,7 +510,7 @@ class _Breaker:
             for action, node in run.gated:
                 try:
                     self.breaker.acquire(
-                        node, kind=action.removeprefix("k8s."), run_id=run.id, cluster_nodes=self.nodes
+                        node, kind=action.rpartition(".")[2], run_id=run.id, cluster_nodes=self.nodes
                     )
                 except BreakerOpen:
                     state = self.breaker.state()

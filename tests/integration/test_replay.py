@@ -303,3 +303,22 @@ def test_the_replayed_runs_of_a_notification_end_as_the_executor_would_leave_the
     replaying._finish(store, replaying._scratch_runs(store, engine.registry, run_ids), set(), T0 + 60)
     with store.read() as conn:
         assert conn.execute(sa.select(sa.func.max(t.runs.c.finished_at))).scalar_one() == T0 + 5
+
+
+def test_slurm_drains_count_as_cordons_and_claim_the_simulated_breaker(
+    store: Store, db_url: str, make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """A slurm.drain takes a node out of service as a cordon does: listed, and capped by the same breaker."""
+    drain = {**XID, "name": "xid-slurm", "steps": [{"name": "drain", "action": "slurm.drain"}],
+             "on_resolved": [{"name": "resume", "action": "slurm.resume"}]}  # fmt: skip
+    engine = make_engine(drain)
+    for at, host in ((T0, "node-a"), (T0 + 60, "node-b")):
+        ingest_alerts(engine, xid_alert(host), at=at)
+
+    report = replay(db_url, playbook_dir(tmp_path, drain), "--cluster-nodes", "10")
+
+    assert report["cordoned"]["recorded"] == ["node-a", "node-b"]
+    assert report["cordoned"]["replayed"] == ["node-a"]
+    trips = report["breaker"]["trips"]
+    assert [(trip["node"], trip["action"]) for trip in trips] == [("node-b", "slurm.drain")]
+    assert "cap is 1" in trips[0]["reason"]
