@@ -9,6 +9,8 @@ at scrape time, so they are right whichever worker answers.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import logging
 import os
 import platform
@@ -298,7 +300,7 @@ def exposition(
 ) -> bytes:
     registry = CollectorRegistry()
     if own_registry is None:
-        multiprocess.MultiProcessCollector(registry)
+        registry.register(WrittenFilesCollector(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
     else:
         registry = own_registry
     extra = CollectorRegistry()
@@ -311,6 +313,26 @@ def exposition(
     if node_cache is not None:
         extra.register(NodeCacheCollector(node_cache))
     return generate_latest(registry) + generate_latest(extra)
+
+
+@dataclass(eq=False)
+class WrittenFilesCollector(Collector):
+    """prometheus_client's MultiProcessCollector over `path`, less the files no process has written yet.
+
+    A process's metrics file exists at 0 bytes between its creation and its sizing (MmapedDict.__init__): a scrape
+    that reads it then fails whole with struct.error (prometheus/client_python#1199), which a worker booting
+    while /metrics is scraped turned into a 500, and a process killed in that window leaves it so for good. An
+    empty file holds no value, so skipping it loses nothing."""
+
+    path: str
+
+    def collect(self) -> Iterator[Metric]:
+        files = []
+        for name in glob.glob(os.path.join(self.path, "*.db")):
+            with contextlib.suppress(FileNotFoundError):  # a live gauge's, removed as its process ended
+                if os.path.getsize(name) > 0:
+                    files.append(name)
+        return iter(multiprocess.MultiProcessCollector.merge(files, accumulate=True))
 
 
 @dataclass(eq=False)

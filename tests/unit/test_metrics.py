@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import struct
+from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+from prometheus_client.mmap_dict import MmapedDict
 
-from remediate.metrics import ReliabilityCollector, exposition
+from remediate.metrics import ReliabilityCollector, WrittenFilesCollector, exposition
 from remediate.store import Report, ReportQuery, Store
 
 
@@ -61,3 +65,21 @@ def test_a_store_that_cannot_report_leaves_the_other_metrics_answering(
     assert "remediate_paused 0.0" in body
     assert "remediate_report_" not in body
     assert "reliability figures for /metrics could not be read" in caplog.text
+
+
+def test_a_metrics_file_no_process_has_written_yet_leaves_the_scrape_answering(tmp_path: Path) -> None:
+    """A worker's file exists at 0 bytes for a moment after its creation (and for good if the worker was killed
+    then): prometheus_client's own collector fails the whole scrape on it; remediate's skips it."""
+    written = MmapedDict(str(tmp_path / "counter_101.db"))
+    key = json.dumps(("remediate_soak", "remediate_soak_total", {}, "soak"))
+    written.write_value(key, 3.0, 0.0)
+    written.close()
+    (tmp_path / "counter_102.db").touch()  # a booting worker's, not sized yet
+
+    upstream = CollectorRegistry()
+    multiprocess.MultiProcessCollector(upstream, path=str(tmp_path))
+    with pytest.raises(struct.error):
+        generate_latest(upstream)
+    ours = CollectorRegistry()
+    ours.register(WrittenFilesCollector(str(tmp_path)))
+    assert "remediate_soak_total 3.0" in generate_latest(ours).decode()
