@@ -509,9 +509,7 @@ class _Breaker:
                 self.breaker.release(node, run_id=run.id)
             for action, node in run.gated:
                 try:
-                    self.breaker.acquire(
-                        node, kind=action.rpartition(".")[2], run_id=run.id, cluster_nodes=self.nodes
-                    )
+                    self.breaker.acquire(node, kind=action.rpartition(".")[2], run_id=run.id, cluster_nodes=self.nodes)
                 except BreakerOpen:
                     state = self.breaker.state()
                     if state.tripped_by_run == run.id and state.tripped_at == now:
