@@ -295,6 +295,7 @@ def exposition(
     reliability: ReliabilityCollector | None = None,
     executor_beat: ExecutorBeat | None = None,
     node_cache: Callable[[], Mapping[str, Any] | None] | None = None,
+    slurm_cache: Callable[[], Mapping[str, Any] | None] | None = None,
 ) -> bytes:
     registry = CollectorRegistry()
     if own_registry is None:
@@ -310,6 +311,8 @@ def exposition(
         extra.register(ExecutorBeatCollector(executor_beat))
     if node_cache is not None:
         extra.register(NodeCacheCollector(node_cache))
+    if slurm_cache is not None:
+        extra.register(NodeCacheCollector(slurm_cache, prefix="remediate_slurm_cache", source="Slurm (sinfo --json)"))
     return generate_latest(registry) + generate_latest(extra)
 
 
@@ -335,19 +338,22 @@ class NodeCacheCollector(Collector):
     """How old the node cache's view is (remediate.kube.nodecache), and its bound; nothing before its first read."""
 
     state: Callable[[], Mapping[str, Any] | None]
+    prefix: str = "remediate_node_cache"
+    """remediate_node_cache (Kubernetes's watch-fed cache) or remediate_slurm_cache (Slurm's polled one)."""
+    source: str = "the API server (list, event, bookmark, watch end)"
 
     def collect(self) -> Iterator[Metric]:
         state = self.state()
         if state is None or state.get("age_s") is None:
             return
         yield GaugeMetricFamily(
-            "remediate_node_cache_age_seconds",
-            "Seconds since the node cache last heard from the API server (list, event, bookmark, watch end)",
+            f"{self.prefix}_age_seconds",
+            f"Seconds since the node cache last heard from {self.source}",
             value=state["age_s"],
         )
         yield GaugeMetricFamily(
-            "remediate_node_cache_max_staleness_seconds",
-            "The node cache's staleness bound: past it, k8s steps that read it fail retryable",
+            f"{self.prefix}_max_staleness_seconds",
+            "The node cache's staleness bound: past it, steps that read it fail retryable",
             value=state["max_staleness_s"],
         )
 

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.messages import run_page_url
+from remediate.actions.slurm.common import slurm_node_cache
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config.settings import Credential, Settings, check_server_credentials
 from remediate.executor.announce import Announcer
@@ -32,6 +33,7 @@ from remediate.live import LiveSet
 from remediate.metrics import Metrics, multiprocess_mode
 from remediate.playbooks.loading import load_playbooks
 from remediate.playbooks.model import PlaybookSet
+from remediate.slurm import SlurmNodeCache
 from remediate.store import PoolLimits, Store
 
 
@@ -64,6 +66,10 @@ class Services:
     reload: Callable[[LiveSet], bool] | None = None
     """How POST /-/reload applies a set it read (in `remediate serve`: the master replaces the HTTP workers);
     None: this process alone serves, its engine takes the set."""
+    slurm: SlurmNodeCache | None = None
+    """This process's Slurm node cache (and its client): the slurm.* actions' (one sinfo --json per interval)."""
+    slurm_cache_beat: ExecutorBeat | None = None
+    """When the executor is another process: the file its Slurm node cache marks each read in (/readyz)."""
 
     def apply(self, live: LiveSet) -> bool:
         """Applies a live set read by POST /-/reload; False when it was not applied (`reload` says why)."""
@@ -90,6 +96,7 @@ def build_services(
     reload: Callable[[LiveSet], bool] | None = None,
     upgrade: bool = True,
     node_cache_beat: ExecutorBeat | None = None,
+    slurm_cache_beat: ExecutorBeat | None = None,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
     `playbooks`: the set its master holds (`remediate serve`: read once there, reloaded there); else read now.
@@ -101,7 +108,8 @@ def build_services(
     """
     credentials = tuple(check_server_credentials(settings.auth))
     client = kube_client(settings)
-    registry = default_registry(settings, client)
+    slurm = slurm_node_cache(settings.slurm)
+    registry = default_registry(settings, client, slurm)
     if playbooks is None:
         playbooks = load_playbooks(settings.engine.playbooks, registry)
     store = Store.open(
@@ -154,6 +162,8 @@ def build_services(
         client,
         node_cache_beat,
         reload,
+        slurm,
+        slurm_cache_beat,
     )
 
 
