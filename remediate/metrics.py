@@ -109,6 +109,13 @@ class Metrics(ExecutorMetrics):
             ["kind"],
             **kw,
         )
+        self.slurm_commands = Counter(
+            "remediate_slurm_commands_total",
+            "Slurm commands this server ran, by tool (sinfo: the node cache's one read per slurm_poll_interval;"
+            " scontrol: a step's fresh read of its node and its changes; squeue: slurm.requeue's jobs)",
+            ["tool"],
+            **kw,
+        )
         self.approval_announcements = Counter(
             "remediate_approval_announcements_total",
             "Chat messages that a run awaits approval (remediate.executor.announce), by outcome (sent, failed)",
@@ -142,6 +149,9 @@ class Metrics(ExecutorMetrics):
 
     def store_write_failed(self, kind: str) -> None:
         self.store_write_errors.labels(kind).inc()
+
+    def slurm_command(self, tool: str) -> None:
+        self.slurm_commands.labels(tool).inc()
 
     def annotation(self, outcome: str) -> None:
         self.annotations.labels(outcome).inc()

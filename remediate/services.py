@@ -107,8 +107,10 @@ def build_services(
     nothing here connects: a child forked while the database is away boots, answers 503 and recovers with it.
     """
     credentials = tuple(check_server_credentials(settings.auth))
+    metrics_registry = None if multiprocess_mode() else CollectorRegistry()
+    metrics = Metrics(metrics_registry)
     client = kube_client(settings)
-    slurm = slurm_node_cache(settings.slurm)
+    slurm = slurm_node_cache(settings.slurm, on_command=metrics.slurm_command)
     registry = default_registry(settings, client, slurm)
     if playbooks is None:
         playbooks = load_playbooks(settings.engine.playbooks, registry)
@@ -119,8 +121,6 @@ def build_services(
         commit_checkpoints=commit_checkpoints,
         upgrade=upgrade,
     )
-    metrics_registry = None if multiprocess_mode() else CollectorRegistry()
-    metrics = Metrics(metrics_registry)
     store.database.on_write_error = metrics.store_write_failed
     public_url = settings.notify.public_url
     run_link = None if public_url is None else functools.partial(run_page_url, public_url)

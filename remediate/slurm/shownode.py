@@ -30,11 +30,8 @@ NULL = ("(null)", "N/A", "")
 
 def _fields(line: str) -> dict[str, str]:
     keys = list(_KEY.finditer(line))
-    fields = {}
-    for this, following in zip(keys, [*keys[1:], None], strict=True):
-        end = following.start() if following is not None else len(line)
-        fields[this.group(1)] = line[this.end() : end].strip()
-    return fields
+    ends = [following.start() for following in keys[1:]] + [len(line)] if keys else []
+    return {this.group(1): line[this.end() : end].strip() for this, end in zip(keys, ends, strict=True)}
 
 
 def _names(value: str) -> tuple[str, ...]:

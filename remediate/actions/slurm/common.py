@@ -56,10 +56,12 @@ SCOPE_PARAM = Param(
 )
 
 
-def slurm_node_cache(settings: Any) -> SlurmNodeCache:
+def slurm_node_cache(settings: Any, *, on_command: Callable[[str], None] | None = None) -> SlurmNodeCache:
     """The node cache (and its client) of the cluster the `slurm` settings (config.settings.SlurmSettings) name;
-    nothing runs until its first read or start()."""
-    client = SlurmClient(conf=settings.conf, bin_dir=settings.bin_dir, timeout=settings.command_timeout)
+    nothing runs until its first read or start(). `on_command`: the client's count of its commands (a metric)."""
+    client = SlurmClient(
+        conf=settings.conf, bin_dir=settings.bin_dir, timeout=settings.command_timeout, on_command=on_command
+    )
     return SlurmNodeCache(client, interval=settings.poll_interval)
 
 
