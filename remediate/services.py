@@ -20,7 +20,7 @@ from remediate.actions.slurm.common import slurm_node_cache
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config.settings import Credential, Settings, check_server_credentials
 from remediate.executor.announce import Announcer
-from remediate.executor.beat import ExecutorBeat
+from remediate.executor.beat import ExecutorBeat, SyncBeat
 from remediate.executor.dispatch import Dispatch
 from remediate.executor.grafana import Annotator, target_from_settings
 from remediate.executor.loop import Executor
@@ -68,7 +68,7 @@ class Services:
     None: this process alone serves, its engine takes the set."""
     slurm: SlurmNodeCache | None = None
     """This process's Slurm node cache (and its client): the slurm.* actions' (one sinfo --json per interval)."""
-    slurm_cache_beat: ExecutorBeat | None = None
+    slurm_cache_beat: SyncBeat | None = None
     """When the executor is another process: the file its Slurm node cache marks each read in (/readyz)."""
 
     def apply(self, live: LiveSet) -> bool:
@@ -96,7 +96,7 @@ def build_services(
     reload: Callable[[LiveSet], bool] | None = None,
     upgrade: bool = True,
     node_cache_beat: ExecutorBeat | None = None,
-    slurm_cache_beat: ExecutorBeat | None = None,
+    slurm_cache_beat: SyncBeat | None = None,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
     `playbooks`: the set its master holds (`remediate serve`: read once there, reloaded there); else read now.

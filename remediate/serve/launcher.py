@@ -44,7 +44,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from remediate.config.settings import Settings
-from remediate.executor.beat import ExecutorBeat
+from remediate.executor.beat import ExecutorBeat, SyncBeat
 from remediate.serve.httpworker import worker_class
 from remediate.serve.lifetime import ChildExitsHere, die_with_parent, end_child, owned_tempdir, worker_dies_with_master
 from remediate.serve.reload import ReloadOnHup, reload_by_master, reload_executor
@@ -156,7 +156,8 @@ def _executor_process(
     slurm_synced = slurm_cache_beat(wake_path)
     slurm_synced.reset()
     if services.slurm is not None:  # the same for Slurm's: the executor's one sinfo --json per interval
-        services.slurm.on_sync = slurm_synced.beat
+        cache = services.slurm
+        cache.on_sync = lambda: slurm_synced.synced(cache.status().nodes)
         if services.slurm.client.configured and services.engine.reads_nodes("slurm"):
             services.slurm.start()
     checkpointer = WalCheckpointer(services.store.database.checkpoint)
@@ -205,9 +206,9 @@ def node_cache_beat(wake_path: Path) -> ExecutorBeat:
     return ExecutorBeat(wake_path.parent / NODE_CACHE_BEAT)
 
 
-def slurm_cache_beat(wake_path: Path) -> ExecutorBeat:
-    """The file the executor process's Slurm node cache marks each successful read in."""
-    return ExecutorBeat(wake_path.parent / SLURM_CACHE_BEAT)
+def slurm_cache_beat(wake_path: Path) -> SyncBeat:
+    """The file the executor process's Slurm node cache marks each successful read in, with its nodes."""
+    return SyncBeat(wake_path.parent / SLURM_CACHE_BEAT)
 
 
 def executor_beat(wake_path: Path) -> ExecutorBeat:

@@ -35,10 +35,10 @@ def slurm_cache_state(services: Services) -> dict[str, Any] | None:
     status; None before its first read (nothing is polled)."""
     bound = STALE_AFTER_POLLS * services.settings.slurm.poll_interval
     if services.slurm_cache_beat is not None:
-        age = services.slurm_cache_beat.age()
+        age, nodes = services.slurm_cache_beat.age(), services.slurm_cache_beat.nodes()
         if age is None:
             return None
-        return {"age_s": round(age, 3), "max_staleness_s": bound, "fresh": age <= bound}
+        return {"age_s": round(age, 3), "max_staleness_s": bound, "fresh": age <= bound, "nodes": nodes}
     status = services.slurm.status() if services.slurm is not None else None
     return None if status is None or not status.synced else status.as_dict()
 
