@@ -186,7 +186,7 @@ def _executor_process(
             announcer.stop(timeout=1.0)  # a message being sent is recorded as unconfirmed (store.announcements)
         executor.stop(timeout=GRACEFUL_TIMEOUT - 3.0)  # within the master's wait for it
         if services.slurm is not None:
-            services.slurm.stop()
+            services.slurm.stop(timeout=1.0)  # a sinfo in flight is not waited for: the process ends
         sock.close()
         services.store.close()
     return 0

@@ -195,15 +195,16 @@ class SlurmNodeCache:
             self._thread = threading.Thread(target=self._run, name="remediate-slurm-cache", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """Ends the thread: it waits on an Event between reads, so it ends at once (or when a read in flight
-        ends: at most slurm_command_timeout). A stopped cache is not started again."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Ends the thread: it waits on an Event between reads, so it ends at once, or when a read in flight
+        ends (at most slurm_command_timeout; `timeout` waits less for it: the thread is a daemon and reads
+        nothing more). A stopped cache is not started again."""
         self._stop.set()
         with self._changed:
             thread = self._thread
             self._changed.notify_all()
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=self.client.timeout + 5)
+            thread.join(timeout=self.client.timeout + 5 if timeout is None else timeout)
 
     def _run(self) -> None:
         while not self._stop.is_set():
