@@ -111,6 +111,13 @@ class Metrics(ExecutorMetrics):
             ["kind"],
             **kw,
         )
+        self.slurm_commands = Counter(
+            "remediate_slurm_commands_total",
+            "Slurm commands this server ran, by tool (sinfo: the node cache's one read per slurm_poll_interval;"
+            " scontrol: a step's fresh read of its node and its changes; squeue: slurm.requeue's jobs)",
+            ["tool"],
+            **kw,
+        )
         self.approval_announcements = Counter(
             "remediate_approval_announcements_total",
             "Chat messages that a run awaits approval (remediate.executor.announce), by outcome (sent, failed)",
@@ -144,6 +151,9 @@ class Metrics(ExecutorMetrics):
 
     def store_write_failed(self, kind: str) -> None:
         self.store_write_errors.labels(kind).inc()
+
+    def slurm_command(self, tool: str) -> None:
+        self.slurm_commands.labels(tool).inc()
 
     def annotation(self, outcome: str) -> None:
         self.annotations.labels(outcome).inc()
@@ -297,6 +307,7 @@ def exposition(
     reliability: ReliabilityCollector | None = None,
     executor_beat: ExecutorBeat | None = None,
     node_cache: Callable[[], Mapping[str, Any] | None] | None = None,
+    slurm_cache: Callable[[], Mapping[str, Any] | None] | None = None,
 ) -> bytes:
     registry = CollectorRegistry()
     if own_registry is None:
@@ -312,6 +323,8 @@ def exposition(
         extra.register(ExecutorBeatCollector(executor_beat))
     if node_cache is not None:
         extra.register(NodeCacheCollector(node_cache))
+    if slurm_cache is not None:
+        extra.register(NodeCacheCollector(slurm_cache, prefix="remediate_slurm_cache", source="Slurm (sinfo --json)"))
     return generate_latest(registry) + generate_latest(extra)
 
 
@@ -357,19 +370,22 @@ class NodeCacheCollector(Collector):
     """How old the node cache's view is (remediate.kube.nodecache), and its bound; nothing before its first read."""
 
     state: Callable[[], Mapping[str, Any] | None]
+    prefix: str = "remediate_node_cache"
+    """remediate_node_cache (Kubernetes's watch-fed cache) or remediate_slurm_cache (Slurm's polled one)."""
+    source: str = "the API server (list, event, bookmark, watch end)"
 
     def collect(self) -> Iterator[Metric]:
         state = self.state()
         if state is None or state.get("age_s") is None:
             return
         yield GaugeMetricFamily(
-            "remediate_node_cache_age_seconds",
-            "Seconds since the node cache last heard from the API server (list, event, bookmark, watch end)",
+            f"{self.prefix}_age_seconds",
+            f"Seconds since the node cache last heard from {self.source}",
             value=state["age_s"],
         )
         yield GaugeMetricFamily(
-            "remediate_node_cache_max_staleness_seconds",
-            "The node cache's staleness bound: past it, k8s steps that read it fail retryable",
+            f"{self.prefix}_max_staleness_seconds",
+            "The node cache's staleness bound: past it, steps that read it fail retryable",
             value=state["max_staleness_s"],
         )
 

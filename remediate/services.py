@@ -16,10 +16,11 @@ from prometheus_client import CollectorRegistry
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.messages import run_page_url
+from remediate.actions.slurm.common import slurm_node_cache
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config.settings import Credential, Settings, check_server_credentials
 from remediate.executor.announce import Announcer
-from remediate.executor.beat import ExecutorBeat
+from remediate.executor.beat import ExecutorBeat, SyncBeat
 from remediate.executor.dispatch import Dispatch
 from remediate.executor.grafana import Annotator, target_from_settings
 from remediate.executor.loop import Executor
@@ -32,6 +33,7 @@ from remediate.live import LiveSet
 from remediate.metrics import Metrics, multiprocess_mode
 from remediate.playbooks.loading import load_playbooks
 from remediate.playbooks.model import PlaybookSet
+from remediate.slurm import SlurmNodeCache
 from remediate.store import PoolLimits, Store
 
 
@@ -64,6 +66,10 @@ class Services:
     reload: Callable[[LiveSet], bool] | None = None
     """How POST /-/reload applies a set it read (in `remediate serve`: the master replaces the HTTP workers);
     None: this process alone serves, its engine takes the set."""
+    slurm: SlurmNodeCache | None = None
+    """This process's Slurm node cache (and its client): the slurm.* actions' (one sinfo --json per interval)."""
+    slurm_cache_beat: SyncBeat | None = None
+    """When the executor is another process: the file its Slurm node cache marks each read in (/readyz)."""
 
     def apply(self, live: LiveSet) -> bool:
         """Applies a live set read by POST /-/reload; False when it was not applied (`reload` says why)."""
@@ -90,6 +96,7 @@ def build_services(
     reload: Callable[[LiveSet], bool] | None = None,
     upgrade: bool = True,
     node_cache_beat: ExecutorBeat | None = None,
+    slurm_cache_beat: SyncBeat | None = None,
 ) -> Services:
     """Everything a process needs; `wake` replaces the in-process executor's wake-up (HTTP workers).
     `playbooks`: the set its master holds (`remediate serve`: read once there, reloaded there); else read now.
@@ -100,8 +107,11 @@ def build_services(
     nothing here connects: a child forked while the database is away boots, answers 503 and recovers with it.
     """
     credentials = tuple(check_server_credentials(settings.auth))
+    metrics_registry = None if multiprocess_mode() else CollectorRegistry()
+    metrics = Metrics(metrics_registry)
     client = kube_client(settings)
-    registry = default_registry(settings, client)
+    slurm = slurm_node_cache(settings.slurm, on_command=metrics.slurm_command)
+    registry = default_registry(settings, client, slurm)
     if playbooks is None:
         playbooks = load_playbooks(settings.engine.playbooks, registry)
     store = Store.open(
@@ -111,8 +121,6 @@ def build_services(
         commit_checkpoints=commit_checkpoints,
         upgrade=upgrade,
     )
-    metrics_registry = None if multiprocess_mode() else CollectorRegistry()
-    metrics = Metrics(metrics_registry)
     store.database.on_write_error = metrics.store_write_failed
     public_url = settings.notify.public_url
     run_link = None if public_url is None else functools.partial(run_page_url, public_url)
@@ -154,6 +162,8 @@ def build_services(
         client,
         node_cache_beat,
         reload,
+        slurm,
+        slurm_cache_beat,
     )
 
 

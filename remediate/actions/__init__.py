@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from remediate.config.settings import Settings
     from remediate.gpu import GpuBackend
     from remediate.kube import KubeClient
+    from remediate.slurm import SlurmNodeCache
 
 __all__ = [
     "Action",
@@ -60,17 +61,19 @@ def action_classes() -> tuple[type[Action], ...]:
     return tuple(sorted(found, key=lambda cls: cls.name))
 
 
-def default_registry(settings: Settings | None = None, kube: KubeClient | None = None) -> ActionRegistry:
+def default_registry(
+    settings: Settings | None = None, kube: KubeClient | None = None, slurm: SlurmNodeCache | None = None
+) -> ActionRegistry:
     """Every shipped action, built with its dependencies from `settings` (defaults when None).
 
     Backends open lazily: a server on a node without GPUs starts fine, and a GPU step
     there fails with NVML's own clear error.
     """
+    from remediate.actions.slurm.common import slurm_node_cache
     from remediate.config.settings import Settings
     from remediate.gpu import open_backend
     from remediate.gpu.floor import with_floor
     from remediate.kube import KubeClient
-    from remediate.slurm import SlurmClient
 
     settings = settings or Settings()
 
@@ -93,12 +96,12 @@ def default_registry(settings: Settings | None = None, kube: KubeClient | None =
     def kube_client() -> KubeClient:
         return client
 
-    slurm = SlurmClient(
-        conf=settings.slurm.conf, bin_dir=settings.slurm.bin_dir, timeout=settings.slurm.command_timeout
-    )
+    # `slurm` given: the process's one node cache (one sinfo --json per interval, whatever reads it); built
+    # here it starts on the first slurm step's read, so a process that runs none never polls.
+    slurm_cache = slurm or slurm_node_cache(settings.slurm)
 
-    def slurm_client() -> SlurmClient:
-        return slurm
+    def slurm_nodes() -> SlurmNodeCache:
+        return slurm_cache
 
     registry = ActionRegistry()
 
@@ -108,7 +111,7 @@ def default_registry(settings: Settings | None = None, kube: KubeClient | None =
             settings=section,
             gpu_backend=gpu_backend,
             kube_client=kube_client,
-            slurm_client=slurm_client,
+            slurm_cache=slurm_nodes,
             peer=registry.get,
         )
 

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from remediate.gpu import GpuBackend
     from remediate.kube import KubeClient
     from remediate.runs import StepRecord
-    from remediate.slurm import SlurmClient
+    from remediate.slurm import SlurmNodeCache
 
 
 class Where(StrEnum):
@@ -213,8 +213,9 @@ class ActionDeps:
     None without."""
     gpu_backend: Callable[[], GpuBackend]
     kube_client: Callable[[], KubeClient]
-    slurm_client: Callable[[], SlurmClient] | None = None
-    """The process's one Slurm client (built from the `slurm` settings); None outside a registry."""
+    slurm_cache: Callable[[], SlurmNodeCache] | None = None
+    """The process's one Slurm node cache and, as its `client`, the process's one Slurm client (built from the
+    `slurm` settings); None outside a registry."""
     peer: Callable[[str], Action] | None = None
     """Another action of the same registry by name, looked up when called (so a reload's changes, e.g. the
     `notify` action's sinks, apply): for an action that calls another as it is (k8s.handoff posts through

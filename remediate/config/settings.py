@@ -369,6 +369,9 @@ class SlurmSettings:
     """Directory of scontrol and sinfo (unset: /usr/local/bin, /usr/bin, /bin)."""
     node_labels: tuple[str, ...] = setting(("node", "hostname", "Hostname", "instance"), v.to_label_names)
     """Alert labels that name the node of a slurm.* step, in order (instance loses its port)."""
+    poll_interval: float = setting(15.0, v.to_slurm_poll_interval)
+    """Seconds between two `sinfo --json` of the shared node cache (the breaker's counts), one per process
+    whatever the number of steps; the cache's view is refused past 3 intervals (the step is retried)."""
 
 
 @dataclass(frozen=True)

@@ -256,6 +256,17 @@ def to_command_timeout(value: Any) -> float:
     return seconds
 
 
+MIN_SLURM_POLL_S = 1.0
+"""The shortest slurm_poll_interval accepted: one `sinfo --json` a second is already a busy slurmctld's load."""
+
+
+def to_slurm_poll_interval(value: Any) -> float:
+    seconds = to_seconds(value)
+    if seconds < MIN_SLURM_POLL_S:
+        raise ValueError(f"must be at least {MIN_SLURM_POLL_S:g} second (one sinfo --json per interval)")
+    return seconds
+
+
 def to_optional_str(value: Any) -> str | None:
     text = "" if value is None else str(value).strip()
     return text or None

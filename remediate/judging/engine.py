@@ -213,13 +213,14 @@ class Engine:
         the stages of remediate.judging.stages over every (alert, playbook) pair."""
         return judging.judge(reader, evaluations, now, stale_horizon=self.breaker_stale_horizon, gated=self._gated)
 
-    def reads_nodes(self) -> bool:
-        """Does a playbook run a step the circuit breaker caps on Kubernetes (k8s.cordon, taint, drain)? Those read
-        the cluster's nodes through the node cache (slurm.drain reads Slurm's, not Kubernetes')."""
+    def reads_nodes(self, section: str = "kube") -> bool:
+        """Does a playbook run a step the circuit breaker caps of the family `section` names ("kube": k8s.cordon,
+        taint, drain; "slurm": slurm.drain)? Those read that scheduler's nodes through its node cache, which
+        the executor then starts with itself."""
         return any(
             spec.action in self.registry
             and self.registry.get(spec.action).breaker_gated
-            and self.registry.get(spec.action).settings_section == "kube"
+            and self.registry.get(spec.action).settings_section == section
             for playbook in self.playbooks.playbooks
             for spec in playbook.every_step()
         )

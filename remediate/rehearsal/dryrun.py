@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionMemory, ActionRegistry, InMemoryMemory, StepContext, StepView
+from remediate.actions.slurm.common import slurm_node_cache
 from remediate.breaker import CircuitBreaker, limits_from_settings, memory_breaker
 from remediate.config.settings import Settings
 from remediate.executor.dispatch import Dispatch
@@ -35,13 +36,17 @@ def sqlite_path(url: str) -> Path | None:
 
 def dry_run(settings: Settings, data: object, *, now: float, registry: ActionRegistry | None = None) -> dict[str, Any]:
     """What the server would decide and plan for the notification `data` now; changes nothing. Without a
-    `registry`, the shipped actions on one Kubernetes client that the waves share, closed before returning."""
+    `registry`, the shipped actions on one Kubernetes client that the waves share and one Slurm node cache,
+    both closed before returning."""
     kube = kube_client(settings) if registry is None else None
+    slurm = slurm_node_cache(settings.slurm) if registry is None else None
     try:
-        return _dry_run(settings, data, now, registry or default_registry(settings, kube), kube)
+        return _dry_run(settings, data, now, registry or default_registry(settings, kube, slurm), kube)
     finally:
         if kube is not None:
             kube.close()  # its node cache's watch, if a plan or a wave started it
+        if slurm is not None:
+            slurm.stop()  # its poll, if a slurm.drain plan started it
 
 
 def _dry_run(

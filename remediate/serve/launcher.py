@@ -44,7 +44,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from remediate.config.settings import Settings
-from remediate.executor.beat import ExecutorBeat
+from remediate.executor.beat import ExecutorBeat, SyncBeat
 from remediate.serve.httpworker import worker_class
 from remediate.serve.lifetime import ChildExitsHere, die_with_parent, end_child, owned_tempdir, worker_dies_with_master
 from remediate.serve.reload import ReloadOnHup, reload_by_master, reload_executor
@@ -59,6 +59,8 @@ WAKE_SOCKET = "executor-wake.sock"
 EXECUTOR_BEAT = "executor-heartbeat"
 NODE_CACHE_BEAT = "node-cache-sync"
 """The executor's node cache marks each sync here (remediate.kube.nodecache): its age is in /readyz."""
+SLURM_CACHE_BEAT = "slurm-cache-sync"
+"""The executor's Slurm node cache marks each read here (remediate.slurm.nodecache): its age is in /readyz."""
 """The executor process's heartbeat file (remediate.executor.beat), beside the wake socket."""
 EXECUTOR_START_GRACE = 60.0
 """Seconds a new executor process has to beat for the first time (imports, the store opened, recovery started)
@@ -151,6 +153,13 @@ def _executor_process(
             # Watched from the start, as a controller's informer is: the first alert's cordon finds the view
             # current instead of waiting for a whole list of the cluster (a minute on 10,000 nodes).
             services.kube.node_cache().start()
+    slurm_synced = slurm_cache_beat(wake_path)
+    slurm_synced.reset()
+    if services.slurm is not None:  # the same for Slurm's: the executor's one sinfo --json per interval
+        cache = services.slurm
+        cache.on_sync = lambda: slurm_synced.synced(cache.status().nodes)
+        if services.slurm.client.configured and services.engine.reads_nodes("slurm"):
+            services.slurm.start()
     checkpointer = WalCheckpointer(services.store.database.checkpoint)
     # The workers' datagram: runs were queued or approved (the executor), some may await approval (the announcer).
     sock = _listen_for_wakeups(wake_path, services.wake, stopping)
@@ -176,6 +185,8 @@ def _executor_process(
         if announcer is not None:
             announcer.stop(timeout=1.0)  # a message being sent is recorded as unconfirmed (store.announcements)
         executor.stop(timeout=GRACEFUL_TIMEOUT - 3.0)  # within the master's wait for it
+        if services.slurm is not None:
+            services.slurm.stop(timeout=1.0)  # a sinfo in flight is not waited for: the process ends
         sock.close()
         services.store.close()
     return 0
@@ -193,6 +204,11 @@ def _apply_live(settings: Settings, services: Any, pruner: Any, live: LiveSet) -
 def node_cache_beat(wake_path: Path) -> ExecutorBeat:
     """The file the executor process's node cache marks each sync in (the same 8-byte monotonic time)."""
     return ExecutorBeat(wake_path.parent / NODE_CACHE_BEAT)
+
+
+def slurm_cache_beat(wake_path: Path) -> SyncBeat:
+    """The file the executor process's Slurm node cache marks each successful read in, with its nodes."""
+    return SyncBeat(wake_path.parent / SLURM_CACHE_BEAT)
 
 
 def executor_beat(wake_path: Path) -> ExecutorBeat:
@@ -452,6 +468,7 @@ def _server_app(settings: Settings, wake_path: Path | None, live: LiveSet | None
         commit_checkpoints=wake_path is None,
         executor_beat=beat,
         node_cache_beat=node_cache_beat(wake_path) if wake_path is not None else None,
+        slurm_cache_beat=slurm_cache_beat(wake_path) if wake_path is not None else None,
         playbooks=live.playbooks if live is not None else None,
         reload=reload_by_master(os.getppid(), GRACEFUL_TIMEOUT) if live is not None else None,
         # A worker forked by a master checked the schema (preflight): it boots while the database is away

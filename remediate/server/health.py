@@ -14,6 +14,7 @@ from remediate.kube.nodecache import MAX_STALENESS
 from remediate.metrics import ReliabilityCollector, exposition
 from remediate.server.answers import error
 from remediate.services import Services
+from remediate.slurm.nodecache import STALE_AFTER_POLLS
 
 
 def node_cache_state(services: Services) -> dict[str, Any] | None:
@@ -26,6 +27,20 @@ def node_cache_state(services: Services) -> dict[str, Any] | None:
         return {"age_s": round(age, 3), "max_staleness_s": MAX_STALENESS, "fresh": age <= MAX_STALENESS}
     status = services.kube.node_cache_status() if services.kube is not None else None
     return None if status is None or not status.started else status.as_dict()
+
+
+def slurm_cache_state(services: Services) -> dict[str, Any] | None:
+    """The slurm.* actions' node cache (remediate.slurm.nodecache), as node_cache_state shows the Kubernetes one:
+    the executor process's age from its beat file (its bound from the settings), else this process's own
+    status; None before its first read (nothing is polled)."""
+    bound = STALE_AFTER_POLLS * services.settings.slurm.poll_interval
+    if services.slurm_cache_beat is not None:
+        age, nodes = services.slurm_cache_beat.age(), services.slurm_cache_beat.nodes()
+        if age is None:
+            return None
+        return {"age_s": round(age, 3), "max_staleness_s": bound, "fresh": age <= bound, "nodes": nodes}
+    status = services.slurm.status() if services.slurm is not None else None
+    return None if status is None or not status.synced else status.as_dict()
 
 
 def create_blueprint(services: Services) -> Blueprint:
@@ -67,12 +82,20 @@ def create_blueprint(services: Services) -> Blueprint:
         if (cache := node_cache_state(services)) is not None:
             # Shown, not judged: a view past its bound fails the k8s steps that read it (retryable), nothing else.
             ready["node_cache"] = cache
+        if (slurm_cache := slurm_cache_state(services)) is not None:
+            # Shown, not judged either: past its bound the slurm.drain steps fail retryable, nothing else.
+            ready["slurm_cache"] = slurm_cache
         return jsonify(ready)
 
     @bp.get("/metrics")
     def metrics() -> Any:
         body = exposition(
-            services.metrics_registry, store, reliability, services.executor_beat, lambda: node_cache_state(services)
+            services.metrics_registry,
+            store,
+            reliability,
+            services.executor_beat,
+            lambda: node_cache_state(services),
+            lambda: slurm_cache_state(services),
         )
         return Response(body, mimetype="text/plain; version=0.0.4")
 

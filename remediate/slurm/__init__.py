@@ -4,7 +4,9 @@ Why the command-line tools and not slurmrestd: every Slurm site has `scontrol` a
 key they authenticate with on the hosts that run Slurm's commands; slurmrestd is one more daemon to run,
 and for a remote client a JWT (AuthAltTypes=auth/jwt, a key to issue and rotate). `sinfo --json` prints
 the same OpenAPI v0.0.38 structures that slurmrestd serves, so the parsing (remediate.slurm.model) is
-shared when slurmrestd support comes (a later slice: a second client behind the same methods).
+shared when slurmrestd support comes (a later slice: a second client behind the same methods). The
+cluster-wide read is the node cache's (remediate.slurm.nodecache: one `sinfo --json` per interval per
+process); the node a step changes is read fresh (`scontrol -o show node`, remediate.slurm.shownode).
 
 May import: remediate.errors only; nothing above it (pyproject.toml's `backends` contract: no actions,
 store, breaker or HTTP).
@@ -15,16 +17,20 @@ from remediate.slurm.errors import SlurmConfigError, SlurmError, SlurmNodeNotFou
 from remediate.slurm.jobs import SlurmJob, parse_jobs
 from remediate.slurm.model import SlurmNode, parse_nodes
 from remediate.slurm.names import check_node_name, check_partition_name
+from remediate.slurm.nodecache import SlurmCacheStatus, SlurmCensus, SlurmNodeCache
 from remediate.slurm.reason import MARK, REASON_MAX, drain_reason, drained_by_run, safe_text
 
 __all__ = [
     "MARK",
     "REASON_MAX",
+    "SlurmCacheStatus",
+    "SlurmCensus",
     "SlurmClient",
     "SlurmConfigError",
     "SlurmError",
     "SlurmJob",
     "SlurmNode",
+    "SlurmNodeCache",
     "SlurmNodeNotFound",
     "SlurmUnavailable",
     "check_node_name",

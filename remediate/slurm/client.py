@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import KW_ONLY, dataclass
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from shutil import which
 
@@ -26,6 +27,7 @@ from remediate.slurm.jobs import ON_A_NODE, SlurmJob, parse_jobs
 from remediate.slurm.model import SlurmNode, parse_nodes
 from remediate.slurm.names import check_node_name
 from remediate.slurm.reason import REASON_MAX, safe_text
+from remediate.slurm.shownode import parse_show_node
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 """Where the Slurm commands are looked for without slurm_bin_dir (Debian's slurm-client puts them in /usr/bin)."""
@@ -40,6 +42,7 @@ UNAVAILABLE = (
 )
 """Slurm's words (22.05) for a slurmctld that did not answer; any other failure is a refusal."""
 NOT_FOUND = ("Invalid node name specified", "not found")
+"""... and for one that does not exist (`scontrol show node`: `Node gpu-99 not found`)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class SlurmClient:
     """Directory of scontrol, sinfo and squeue (slurm_bin_dir); None: DEFAULT_PATH."""
     timeout: float = 30.0
     """Seconds one command may take (slurm_command_timeout); longer counts as slurmctld not answering."""
+    on_command: Callable[[str], None] | None = field(default=None, compare=False)
+    """Called with the tool's name (`sinfo`, `scontrol`, `squeue`) before each command runs: how the
+    commands a process sends slurmctld are counted (the metric remediate_slurm_commands_total; the tests)."""
 
     @property
     def configured(self) -> bool:
@@ -61,12 +67,8 @@ class SlurmClient:
     # ------------------------------------------------------------------ reads
 
     def nodes(self) -> tuple[SlurmNode, ...]:
-        """Every node of the cluster, from one `sinfo --json`.
-
-        The one cluster-wide read: the actions take the node they change and the breaker's counts from it.
-        (`sinfo --json -n NAME` prints every node on 22.05 all the same; a read of one node comes with
-        `scontrol show node --json` in 23.02, or slurmrestd.) The shared cache of a later slice replaces it.
-        """
+        """Every node of the cluster, from one `sinfo --json`: the cluster-wide read, which only the shared
+        node cache (remediate.slurm.nodecache) makes, once per slurm_poll_interval, never one per step."""
         text = self._run("sinfo", "--json")
         try:
             answer = json.loads(text)
@@ -74,14 +76,12 @@ class SlurmClient:
             raise SlurmError(f"sinfo --json: not JSON ({exc}): {text[:200]!r}") from exc
         return parse_nodes(answer)
 
-    def node(self, name: str, nodes: tuple[SlurmNode, ...] | None = None) -> SlurmNode:
-        """The node NodeName `name` (or NodeHostName, when no node has that NodeName), of `nodes` or a fresh read."""
-        listed = nodes if nodes is not None else self.nodes()
-        by_name = next((n for n in listed if n.name == name), None)
-        found = by_name or next((n for n in listed if n.hostname == name), None)
-        if found is not None:
-            return found
-        raise SlurmNodeNotFound(f"Slurm has no node {name!r} (no NodeName or NodeHostName of that name)")
+    def node(self, name: str) -> SlurmNode:
+        """The node NodeName `name` as it is now, from one `scontrol -o show node NAME` (remediate.slurm.shownode):
+        the fresh read of the node a step decides on. SlurmNodeNotFound when Slurm has no such NodeName."""
+        if problem := check_node_name(name):
+            raise SlurmError(f"node name {problem}")
+        return parse_show_node(self._run("scontrol", "-o", "show", "node", name))
 
     def jobs_on(self, name: str) -> tuple[SlurmJob, ...]:
         """The jobs holding node `name` now (running, suspended, completing), from one `squeue --json`
@@ -132,6 +132,8 @@ class SlurmClient:
         if program is None:
             raise SlurmConfigError(f"no {tool} in {path}: install slurm-client, or set slurm_bin_dir to its directory")
         argv = [program, *args]
+        if self.on_command is not None:
+            self.on_command(tool)
         shown = " ".join([tool, *args])
         env = {"PATH": path, "SLURM_CONF": str(self.conf), "LC_ALL": "C"}
         try:

@@ -182,7 +182,7 @@ def test_slurmctld_stopped_fails_the_step_retryable_and_changes_nothing(
     slurm.stop_controller()
     ctx = step_context("gpu-01", breaker=breaker)
     for call in (actions["slurm.drain"].plan, actions["slurm.drain"].execute, actions["slurm.resume"].execute):
-        with pytest.raises(SlurmUnavailable, match="slurmctld did not answer") as caught:
+        with pytest.raises(SlurmUnavailable, match="Unable to contact slurm controller") as caught:
             call({"scope": "alert"}, ctx)
         assert isinstance(caught.value, RetryableActionError)
     assert breaker.status(7)["held_nodes"] == []

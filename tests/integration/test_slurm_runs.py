@@ -71,7 +71,8 @@ def make_rig(slurm: SlurmCluster, tmp_path: Any) -> Iterator[Callable[..., Rig]]
 
     def make(**settings_fields: Any) -> Rig:
         settings = Settings.of(slurm_conf=slurm.conf, slurm_partitions=("train",), **settings_fields)
-        registry = default_registry(settings)  # exactly what the server builds
+        # Exactly what the server builds: the process's one Slurm node cache, then the registry on it.
+        registry = default_registry(settings, slurm=slurm.node_cache(interval=settings.slurm.poll_interval))
         store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
         limits = limits_from_settings(settings.kube.breaker)
         executor = Executor(

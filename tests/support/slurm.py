@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from remediate.actions.base import ActionMemory, InMemoryMemory, StepContext
 from remediate.actions.slurm import SlurmAction, SlurmOptions
 from remediate.breaker import CircuitBreaker
 from remediate.intake.alerts import alert_ref
-from remediate.slurm import SlurmClient
+from remediate.slurm import SlurmClient, SlurmNodeCache
 from tests.support.processes import log_tail
 from tests.support.realsystems import free_port
 from tests.support.waiting import scaled, wait_until
@@ -70,6 +71,8 @@ class SlurmCluster:
     ctld_port: int
     slurmd_port: int
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    caches: list[SlurmNodeCache] = field(default_factory=list)
+    """The node caches made by `node_cache`, stopped when the test that made them ends (the `slurm` fixture)."""
 
     @property
     def conf(self) -> Path:
@@ -279,6 +282,20 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
         """A client of this cluster; `timeout` (default: 10 s scaled) is its slurm_command_timeout."""
         return SlurmClient(conf=self.conf, bin_dir=Path("/usr/bin"), timeout=timeout or scaled(10))
 
+    def node_cache(
+        self, *, interval: float | None = None, on_command: Callable[[str], None] | None = None
+    ) -> SlurmNodeCache:
+        """A node cache of this cluster (one sinfo --json every `interval`, default 1 s scaled), its client calling
+        `on_command` with each command's tool; stopped at the end of the test."""
+        client = dataclasses.replace(self.client(), on_command=on_command)
+        cache = SlurmNodeCache(client, interval=interval or scaled(1.0))
+        self.caches.append(cache)
+        return cache
+
+    def stop_caches(self) -> None:
+        while self.caches:
+            self.caches.pop().stop()
+
     def _host_registered(self) -> bool:
         line = self.run("scontrol", "-o", "show", "node", self.host, check=False).stdout
         return "SlurmdStartTime=None" not in line and "State=IDLE" in line
@@ -313,18 +330,21 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
         slurm_cluster.start_controller()
     slurm_cluster.resume_all()
     yield slurm_cluster
+    slurm_cluster.stop_caches()
     if "slurmctld" not in slurm_cluster.procs:
         slurm_cluster.start_controller()
     slurm_cluster.cancel_jobs()
     slurm_cluster.resume_all()
 
 
-def slurm_actions(cluster: SlurmCluster, partitions: tuple[str, ...] = ()) -> dict[str, SlurmAction]:
-    """One of each slurm.* action on `cluster`, found as the registry finds them (a new one is in the tests
-    without a list to extend)."""
-    client = cluster.client()
+def slurm_actions(
+    cluster: SlurmCluster, partitions: tuple[str, ...] = (), cache: SlurmNodeCache | None = None
+) -> dict[str, SlurmAction]:
+    """One of each slurm.* action on `cluster`, sharing one node cache (`cache`, or a new one of 1 s scaled) as a
+    registry's do, found as the registry finds them (a new one is in the tests without a list to extend)."""
+    shared = cache or cluster.node_cache()
     kinds = [kind for kind in action_classes() if issubclass(kind, SlurmAction)]
-    return {kind.name: kind(lambda: client, SlurmOptions(partitions=partitions)) for kind in kinds}
+    return {kind.name: kind(lambda: shared, SlurmOptions(partitions=partitions)) for kind in kinds}
 
 
 def step_context(

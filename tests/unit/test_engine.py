@@ -827,12 +827,16 @@ def test_preview_sees_the_order_cases_as_ingest_does(store: Store, make_engine: 
 
 
 def test_the_engine_says_whether_a_playbook_reads_the_nodes_in_any_phase_or_rung(make_engine: MakeEngine) -> None:
-    """A step the breaker caps (cordon, taint, drain) anywhere in a playbook: the executor watches the nodes
-    from its start (remediate.serve.launcher)."""
+    """A step the breaker caps (cordon, taint, drain; slurm.drain for Slurm's) anywhere in a playbook: the
+    executor starts that scheduler's node cache with itself (remediate.serve.launcher)."""
     log_step = {"action": "log", "with": {"message": "hot"}}
     assert not make_engine(playbook()).reads_nodes()
     assert not make_engine(playbook(steps=[log_step, {"action": "k8s.uncordon"}])).reads_nodes()  # only undoes
     assert not make_engine(playbook(steps=[{"action": "slurm.drain"}])).reads_nodes()  # Slurm's nodes, not the cache
+    assert make_engine(playbook(steps=[{"action": "slurm.drain"}])).reads_nodes("slurm")
+    slurm_undo = playbook(steps=[log_step, {"action": "slurm.resume"}, {"action": "slurm.requeue"}])
+    assert not make_engine(slurm_undo).reads_nodes("slurm")  # read their node fresh: no counts, no cache
+    assert not make_engine(playbook("cordons", steps=[{"action": "k8s.cordon"}])).reads_nodes("slurm")
     assert make_engine(playbook(), playbook("cordons", steps=[{"action": "k8s.cordon"}])).reads_nodes()
     ladder = playbook(
         "ladder",

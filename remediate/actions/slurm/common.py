@@ -1,5 +1,5 @@
-"""What the slurm.* actions share: options, the node a step is about, the one read of the cluster, scope and
-the circuit breaker."""
+"""What the slurm.* actions share: options, the node a step is about, its fresh read, scope and the circuit
+breaker (whose counts come from the process's shared node cache, never a read of the cluster per step)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from remediate.actions.breaker_preview import breaker_preview
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError
 from remediate.intake.alertref import node_label
-from remediate.slurm import SlurmClient, SlurmNode, SlurmNodeNotFound, check_node_name
+from remediate.slurm import SlurmClient, SlurmNode, SlurmNodeCache, SlurmNodeNotFound, check_node_name
 
-ClientProvider = Callable[[], SlurmClient]
+CacheProvider = Callable[[], SlurmNodeCache]
 NODE_LABELS = ("node", "hostname", "Hostname", "instance")
 GPU_LABELS = ("gpu", "GPU", "gpu_index", "UUID")
 """Alert labels naming the GPU at fault, for the drain reason (dcgm-exporter: `gpu` is the index, `UUID`)."""
@@ -56,6 +56,15 @@ SCOPE_PARAM = Param(
 )
 
 
+def slurm_node_cache(settings: Any, *, on_command: Callable[[str], None] | None = None) -> SlurmNodeCache:
+    """The node cache (and its client) of the cluster the `slurm` settings (config.settings.SlurmSettings) name;
+    nothing runs until its first read or start(). `on_command`: the client's count of its commands (a metric)."""
+    client = SlurmClient(
+        conf=settings.conf, bin_dir=settings.bin_dir, timeout=settings.command_timeout, on_command=on_command
+    )
+    return SlurmNodeCache(client, interval=settings.poll_interval)
+
+
 def node_schema(**params: Param) -> ParamSchema:
     return ParamSchema({"node": NODE_PARAM, **params})
 
@@ -65,25 +74,30 @@ class SlurmAction(Action):
     idempotent: ClassVar[bool] = True
     settings_section: ClassVar[str] = "slurm"
 
-    def __init__(self, client: ClientProvider, options: SlurmOptions | None = None) -> None:
-        self._client_provider = client
+    def __init__(self, cache: CacheProvider, options: SlurmOptions | None = None) -> None:
+        self._cache_provider = cache
         self.options = options or SlurmOptions()
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         settings = deps.settings
-        client = SlurmClient(conf=settings.conf, bin_dir=settings.bin_dir, timeout=settings.command_timeout)
+        if deps.slurm_cache is not None:
+            provider = deps.slurm_cache  # the process's one cache: one sinfo per interval, whatever reads it
+        else:  # deps built without one (tests): a cache of the action's own, started on first read
+            own = slurm_node_cache(settings)
 
-        def own_client() -> SlurmClient:
-            return client
+            def provider() -> SlurmNodeCache:
+                return own
 
-        # The registry passes the process's one client; its own is for deps built without one (tests).
-        provider = deps.slurm_client or own_client
         return cls(provider, SlurmOptions(node_labels=settings.node_labels, partitions=settings.partitions))
 
     @property
+    def cache(self) -> SlurmNodeCache:
+        return self._cache_provider()
+
+    @property
     def client(self) -> SlurmClient:
-        return self._client_provider()
+        return self.cache.client
 
     def node_ref(self, params: Mapping[str, Any], ctx: StepContext) -> SlurmNodeRef:
         """The node the step is about: the `node` param, else the alert's first node label; a single valid
@@ -102,15 +116,23 @@ class SlurmAction(Action):
             raise ActionError(f"node name from {ref.source} {problem}")
         return ref
 
-    def read(self, ref: SlurmNodeRef) -> tuple[SlurmNode, tuple[SlurmNode, ...]]:
-        """The node as it is now, and every node of the cluster, from ONE `sinfo --json`: the single read of a
-        step (the node it decides on, the breaker's counts). The shared sinfo cache of the next slice replaces
-        the cluster-wide part; the node being changed stays a fresh read."""
-        nodes = self.client.nodes()
+    def read(self, ref: SlurmNodeRef) -> SlurmNode:
+        """The node as it is now, from one `scontrol -o show node NAME`: every decision a step makes reads it
+        fresh (the cache's view may be up to its bound old). A name that is no NodeName may be a NodeHostName:
+        the cache maps it (read only then, so the common case costs one command)."""
         try:
-            return self.client.node(ref.name, nodes), nodes
-        except SlurmNodeNotFound as exc:
-            raise ActionError(f"node {ref.name!r} (from {ref.source}) is not a node of the Slurm cluster") from exc
+            return self.client.node(ref.name)
+        except SlurmNodeNotFound:
+            name = self.cache.name_of_host(ref.name)
+            if name is not None:
+                try:
+                    return self.client.node(name)
+                except SlurmNodeNotFound:
+                    pass
+        raise ActionError(
+            f"node {ref.name!r} (from {ref.source}) is not a node of the Slurm cluster "
+            "(no NodeName or NodeHostName of that name)"
+        )
 
     def in_scope(self, node: SlurmNode) -> bool:
         return not self.options.partitions or bool(set(node.partitions) & set(self.options.partitions))
@@ -125,15 +147,19 @@ class SlurmAction(Action):
 
     # ------------------------------------------------------------------ circuit breaker
 
-    def census(self, nodes: tuple[SlurmNode, ...]) -> tuple[int, set[str]]:
-        """(nodes the breaker's fraction counts: those in scope, nodes drained by remediate now), from the read."""
-        counted = [node for node in nodes if self.in_scope(node)]
-        return len(counted), {node.name for node in nodes if node.drained_by_run is not None}
+    def census(self, ctx: StepContext) -> tuple[int, set[str]]:
+        """(nodes the breaker's fraction counts: those in slurm_partitions, nodes drained by remediate now), from
+        the shared node cache's census, counted once per read of the cluster: a step's cost does not grow with
+        the cluster. The view may be up to its bound behind (only counts move: the node itself is read fresh);
+        one past it fails the step retryable (SlurmUnavailable)."""
+        wait = max(0.0, min(self.cache.interval, ctx.remaining() - 0.5))
+        census = self.cache.census(self.options.partitions, wait=wait)
+        return census.counted, set(census.held)
 
-    def acquire(self, node: str, ctx: StepContext, nodes: tuple[SlurmNode, ...]) -> dict[str, Any]:
+    def acquire(self, node: str, ctx: StepContext) -> dict[str, Any]:
         if ctx.breaker is None:
             raise ActionError(f"no circuit breaker available: refusing to drain Slurm node {node} without one")
-        cluster_nodes, held = self.census(nodes)
+        cluster_nodes, held = self.census(ctx)
         return ctx.breaker.acquire(
             node,
             kind="drain",
@@ -149,5 +175,5 @@ class SlurmAction(Action):
             return False
         return ctx.breaker.release(node, run_id=ctx.run_id, reason=f"{self.name} by run {ctx.run_id}") > 0
 
-    def preview(self, node: str, ctx: StepContext, nodes: tuple[SlurmNode, ...]) -> dict[str, Any]:
-        return breaker_preview(node, ctx, lambda: self.census(nodes))
+    def preview(self, node: str, ctx: StepContext) -> dict[str, Any]:
+        return breaker_preview(node, ctx, lambda: self.census(ctx))

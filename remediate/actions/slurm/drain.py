@@ -75,26 +75,26 @@ class SlurmDrainAction(SlurmAction):
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref = self.node_ref(params, ctx)
-        node, nodes = self.read(ref)
+        node = self.read(ref)
         self.check_scope(ref, node)
         seen: dict[str, Any] = {"node": node.name, "from": ref.source, "found": True, "current": node.summary()}
         settled = self._settled(node, ctx)
         if settled is None:
             reason = self.reason(params, ctx)
             return {**seen, "would": f"drain the node with reason {reason!r}", "reason": reason,
-                    "breaker": self.preview(node.name, ctx, nodes)}  # fmt: skip
+                    "breaker": self.preview(node.name, ctx)}  # fmt: skip
         if settled["outcome"] == "left_alone":
             return {**seen, "can_act": False, "why_not": settled["reason"], "would": "nothing"}
         return {**seen, "would": f"nothing: {settled.get('earlier') or settled['reason']}"}
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref = self.node_ref(params, ctx)
-        node, nodes = self.read(ref)
+        node = self.read(ref)
         self.check_scope(ref, node)
         settled = self._settled(node, ctx)
         if settled is not None:
             return settled
-        breaker = self.acquire(node.name, ctx, nodes)
+        breaker = self.acquire(node.name, ctx)
         reason = self.reason(params, ctx)
         # Remembered before the write: a crash in between leaves a record resume checks against the reason
         # (which is not remediate's then), never a drain resume could not prove.
@@ -136,13 +136,13 @@ class SlurmResumeAction(SlurmAction):
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref = self.node_ref(params, ctx)
-        node, _ = self.read(ref)
+        node = self.read(ref)
         _, why = self._decide(node, params, ctx)
         return {"node": node.name, "from": ref.source, "found": True, "current": node.summary(), "would": why}
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         ref = self.node_ref(params, ctx)
-        node, _ = self.read(ref)
+        node = self.read(ref)
         undo, why = self._decide(node, params, ctx)
         if not undo:
             # A node no longer drained by remediate (a person resumed it) stops counting as held.
@@ -153,7 +153,7 @@ class SlurmResumeAction(SlurmAction):
         except SlurmError:
             # 22.05 answers "Invalid node state specified" to a RESUME of a node whose state is UNKNOWN (just
             # after a slurmctld restart, before its slurmd answered a ping), and clears DRAIN all the same.
-            after, _ = self.read(ref)
+            after = self.read(ref)
             if after.drained:
                 raise
         ctx.memory.forget(MEMORY_PREFIX + node.name)

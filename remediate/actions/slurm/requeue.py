@@ -30,7 +30,7 @@ class SlurmRequeueAction(SlurmAction):
 
     def _read(self, params: Mapping[str, Any], ctx: StepContext) -> tuple[SlurmNode, str | None]:
         ref = self.node_ref(params, ctx)
-        node, _ = self.read(ref)
+        node = self.read(ref)
         self.check_scope(ref, node)
         if node.drained_by_run is not None:
             return node, None
