@@ -158,6 +158,18 @@ def test_an_unknown_node_is_a_plan_error_naming_the_name_and_where_it_came_from(
         actions["slurm.drain"].plan({"node": "gpu-98"}, ctx)
 
 
+def test_a_fully_qualified_host_name_finds_the_node_by_its_short_name(
+    slurm: SlurmCluster, actions: dict[str, Any], breaker: CircuitBreaker
+) -> None:
+    """dcgm-exporter's Hostname is often the FQDN; Slurm's NodeName the short name: one target."""
+    ctx = step_context("gpu-01.cluster.example", breaker=breaker)
+    assert run(actions["slurm.drain"], {}, ctx)["node"] == "gpu-01"
+    assert "remediate run 42" in slurm.show_node("gpu-01")
+    unknown = step_context("gpu-99.cluster.example", breaker=breaker)
+    with pytest.raises(ActionError, match=r"no NodeName or NodeHostName 'gpu-99.cluster.example' or 'gpu-99'"):
+        actions["slurm.drain"].plan({}, unknown)
+
+
 @pytest.mark.parametrize(
     "label", ["gpu-01;scontrol shutdown", "$(reboot)", "gpu-[01-04]", "gpu-01,gpu-02", "gpu-01 State=DOWN", "-h"]
 )

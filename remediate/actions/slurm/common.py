@@ -119,19 +119,24 @@ class SlurmAction(Action):
     def read(self, ref: SlurmNodeRef) -> SlurmNode:
         """The node as it is now, from one `scontrol -o show node NAME`: every decision a step makes reads it
         fresh (the cache's view may be up to its bound old). A name that is no NodeName may be a NodeHostName:
-        the cache maps it (read only then, so the common case costs one command)."""
-        try:
-            return self.client.node(ref.name)
-        except SlurmNodeNotFound:
-            name = self.cache.name_of_host(ref.name)
-            if name is not None:
+        the cache maps it (read only then, so the common case costs one command). A fully qualified name
+        (dcgm-exporter's Hostname is often the FQDN, a NodeName rarely) is tried by its first label too."""
+        tried = list(dict.fromkeys([ref.name, ref.name.partition(".")[0]]))
+        for name in tried:
+            try:
+                return self.client.node(name)
+            except SlurmNodeNotFound:
+                pass
+            host_of = self.cache.name_of_host(name)
+            if host_of is not None:
                 try:
-                    return self.client.node(name)
+                    return self.client.node(host_of)
                 except SlurmNodeNotFound:
                     pass
+        names = " or ".join(repr(name) for name in tried)
         raise ActionError(
             f"node {ref.name!r} (from {ref.source}) is not a node of the Slurm cluster "
-            "(no NodeName or NodeHostName of that name)"
+            f"(no NodeName or NodeHostName {names})"
         )
 
     def in_scope(self, node: SlurmNode) -> bool:
