@@ -117,6 +117,10 @@ def main() -> None:
         "weights": [*model.layer.weight.flatten().tolist(), *model.layer.bias.tolist()],
     }
     (Path(options.out) / f"rank{args.process_index}.json").write_text(json.dumps(result))
+    # The Trainer leaves its process group open. Left to the interpreter's exit, a rank now and then aborted as
+    # its gloo threads were torn down ("terminate called without an active exception", exit -6): end it here.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
