@@ -32,7 +32,7 @@ def run_ddp(tmp_path: Path, script: str) -> tuple[Path, list[dict[str, Any]]]:
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
-               str(JOBS / script), "--root", str(root), "--out", str(out)]  # fmt: skip
+               str(JOBS / script), "--root", str(root), "--out", str(out), "--watchdog", str(scaled(100))]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(120))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return root, [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -10,6 +10,7 @@ loader's real workers, not the attribute), the command ids and the final weights
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--watchdog", type=float, default=0, help="dump every stack and exit after this long")
     options = parser.parse_args()
+    if options.watchdog:  # a hang ends with every thread's stack on stderr, not in the test's kill
+        faulthandler.dump_traceback_later(options.watchdog, exit=True)
     torch.manual_seed(0)
     batching = Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)
     model = Counting()
@@ -118,8 +122,11 @@ def main() -> None:
     }
     (Path(options.out) / f"rank{args.process_index}.json").write_text(json.dumps(result))
     # The Trainer leaves its process group open. Left to the interpreter's exit, a rank now and then aborted as
-    # its gloo threads were torn down ("terminate called without an active exception", exit -6): end it here.
+    # its gloo threads were torn down ("terminate called without an active exception", exit -6); destroyed while
+    # the peer was still in the Trainer's last collectives, it once hung (pytorch/pytorch#75097). Both ranks meet
+    # at a barrier first, then end the group, as torch's docs on shutdown say.
     if torch.distributed.is_initialized():
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 

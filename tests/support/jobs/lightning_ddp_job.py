@@ -9,6 +9,7 @@ epoch, micro-batches and samples behind it, and the command ids.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--root", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--watchdog", type=float, default=0, help="dump every stack and exit after this long")
     args = parser.parse_args()
+    if args.watchdog:  # a hang ends with every thread's stack on stderr, not in the test's kill
+        faulthandler.dump_traceback_later(args.watchdog, exit=True)
     torch.manual_seed(0)
     batching = Batching(micro_batch_size=16, dataloader_workers=1, max_dataloader_workers=4)
     record = Record(Path(args.root))
