@@ -64,7 +64,9 @@ def action_classes() -> tuple[type[Action], ...]:
 def default_registry(
     settings: Settings | None = None, kube: KubeClient | None = None, slurm: SlurmNodeCache | None = None
 ) -> ActionRegistry:
-    """Every shipped action, built with its dependencies from `settings` (defaults when None).
+    """Every shipped action, built with its dependencies from `settings` (defaults when None). Built for a site's
+    `settings`, it leaves the steps of the schedulers the site does not run out of the playbooks it loads
+    (`schedulers`); without settings, every step loads.
 
     Backends open lazily: a server on a node without GPUs starts fine, and a GPU step
     there fails with NVML's own clear error.
@@ -75,6 +77,7 @@ def default_registry(
     from remediate.gpu.floor import with_floor
     from remediate.kube import KubeClient
 
+    schedulers = None if settings is None else settings.engine.schedulers
     settings = settings or Settings()
 
     @cache
@@ -103,7 +106,7 @@ def default_registry(
     def slurm_nodes() -> SlurmNodeCache:
         return slurm_cache
 
-    registry = ActionRegistry()
+    registry = ActionRegistry(schedulers=schedulers)
 
     def deps(cls: type[Action]) -> ActionDeps:
         section = getattr(settings, cls.settings_section) if cls.settings_section else None

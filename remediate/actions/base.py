@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from remediate.actions.schema import ParamSchema
+from remediate.config.schedulers import JobPath, Scheduler, describe, job_path
 from remediate.errors import ParamsError
 from remediate.intake.alertref import AlertRef
 
@@ -148,6 +149,9 @@ class Action(ABC):
     settings_section: ClassVar[str | None] = None
     """The section of the settings (remediate.config.settings.Settings) the action's family is built from, e.g. "kube":
     `from_deps` gets that section as `deps.settings`, never the whole settings. None: it needs none."""
+    scheduler: ClassVar[Scheduler | None] = None
+    """The scheduler the action acts on (k8s.*: kubernetes, slurm.*: slurm): its steps load only on a server whose
+    `schedulers` setting names it (remediate.config.schedulers). None: it runs under any scheduler or none."""
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
@@ -174,12 +178,31 @@ class Action(ABC):
 
 
 class ActionRegistry:
-    """Name -> action instance. Built once (see `remediate.actions.default_registry`) and passed down."""
+    """Name -> action instance. Built once (see `remediate.actions.default_registry`) and passed down.
 
-    def __init__(self, actions: Iterable[Action] = ()) -> None:
+    `schedulers`: the schedulers of the site it was built for (the `schedulers` setting); a step of an action
+    that acts on another is left out of the playbooks it loads (`left_out`). None: every scheduler's steps load
+    (a registry built for no site, e.g. a test's)."""
+
+    def __init__(self, actions: Iterable[Action] = (), *, schedulers: Iterable[Scheduler] | None = None) -> None:
         self._actions: dict[str, Action] = {}
+        self.schedulers = None if schedulers is None else tuple(schedulers)
         for action in actions:
             self.register(action)
+
+    def left_out(self, name: str, jobs: JobPath | None = None) -> str | None:
+        """Why a step of action `name` (of the restart path `jobs`, a step's `jobs:` key) does not load on this
+        site; None: it loads."""
+        if self.schedulers is None:
+            return None
+        scheduler = self.get(name).scheduler
+        shown = describe(self.schedulers)
+        if scheduler is not None and scheduler not in self.schedulers:
+            return f"{name} acts on {scheduler}; this server's schedulers setting is {shown}"
+        here = job_path(self.schedulers)
+        if jobs is not None and jobs != here:
+            return f"the restart path of jobs under {jobs}; with schedulers {shown} jobs restart under {here}"
+        return None
 
     def register(self, action: Action) -> None:
         if action.name in self._actions:

@@ -185,6 +185,8 @@ def _print_dry_run(report: dict[str, Any]) -> None:
                     click.echo(f"      plan failed: {errors.shown(step['plan_error'], where)}")
                 else:
                     click.echo(f"      plan: {json.dumps(step['plan'], default=str)}")
+            for left_out in pb.get("left_out", ()):
+                click.echo(f"    left out {left_out}")
     click.echo(f"\n{last}")
 
 

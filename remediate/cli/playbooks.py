@@ -49,6 +49,7 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
                 {"name": r.name, "holds_for_seconds": r.holds_for.total_seconds(), "steps": [s.action for s in r.steps]}
                 for r in p.rungs
             ],
+            "left_out": [{"where": s.where, "name": s.name, "action": s.action} for s in p.left_out],
             "file": p.source,
         }
         for p in loaded.playbooks
@@ -76,20 +77,33 @@ def playbooks_list(as_json: bool, **params: Any) -> None:
 @click.option(
     "--playbooks", "playbooks_option", type=click.Path(path_type=Path), help="Playbook directory (as serve takes it)."
 )
+@click.option(
+    "--schedulers",
+    help="Load as a server with this `schedulers` setting does (kubernetes, slurm, kubernetes,slurm or none; "
+    "default: the configured one): the steps of another scheduler are listed as left out.",
+)
 @handle_errors
-def playbooks_validate(directory: Path | None, config: Path | None, playbooks_option: Path | None) -> None:
-    """Validate every playbook in DIRECTORY or --playbooks (default: the configured playbook directory)."""
+def playbooks_validate(
+    directory: Path | None, config: Path | None, playbooks_option: Path | None, schedulers: str | None
+) -> None:
+    """Validate every playbook in DIRECTORY or --playbooks (default: the configured playbook directory).
+
+    Every step is checked, whatever scheduler it acts on; those of a scheduler the server does not run are
+    then listed as `left out` (they do not load there)."""
     from remediate.actions import default_registry
+    from remediate.config.schedulers import describe
     from remediate.playbooks.loading import load_directory
 
     if directory is not None and playbooks_option is not None and directory != playbooks_option:
         raise CliError(f"two playbook directories: {directory} and --playbooks {playbooks_option}; give one")
-    directory = directory or playbooks_option
-    if directory is None:
-        directory = _settings({"config": config}).engine.playbooks
-    loaded, errors = load_directory(directory, default_registry())
+    settings = _settings({"config": config}, schedulers=schedulers)
+    directory = directory or playbooks_option or settings.engine.playbooks
+    loaded, errors = load_directory(directory, default_registry(settings))
+    click.echo(f"schedulers: {describe(settings.engine.schedulers)}")
     for playbook in loaded:
         click.echo(f"ok      {playbook.source} ({playbook.name})")
+        for step in playbook.left_out:
+            click.echo(f"  left out {step.describe()}")
         for warning in playbook.warnings():
             click.echo(f"warning {playbook.source} ({playbook.name}): {warning}", err=True)
     for error in errors:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import yaml
 
 from remediate.config import values as v
+from remediate.config.schedulers import DEFAULT_SCHEDULERS, Scheduler, to_schedulers
 from remediate.config.values import ENV_PREFIX, MIN_RETENTION, OPERATOR, READ, WEBHOOK, Credential
 from remediate.errors import ConfigError
 
@@ -155,6 +156,9 @@ class EngineSettings:
     {"1": enforce}, default: dry-run}`), YAML/JSON in the environment (docs/playbooks.md, "Staged rollout")."""
     rollout_nodes: tuple[tuple[str, str], ...] = setting((), v.to_rollout_nodes)  # {host-a: "1"}: hosts without k8s
     """The wave of hosts without Kubernetes, `{host-a: "1"}` (YAML/JSON in the environment)."""
+    schedulers: tuple[Scheduler, ...] = setting(DEFAULT_SCHEDULERS, to_schedulers, flat="schedulers")
+    """The schedulers whose node steps the playbooks run: kubernetes, slurm, both (Slurm on Kubernetes) or none;
+    the steps of another are left out when the playbooks load (remediate.config.schedulers, docs/playbooks.md)."""
 
 
 @dataclass(frozen=True)
@@ -562,6 +566,17 @@ def settings_from_env(env: Mapping[str, str]) -> dict[str, Any]:
         if key.startswith(ENV_PREFIX) and _canonical(key[len(ENV_PREFIX) :].lower()) in FLAT
     }
     return _convert(values, "environment")
+
+
+def check_schedulers(settings: Settings) -> None:
+    """A scheduler named in `schedulers` must have its connection configured: refused at start, not at the first
+    alert. (Kubernetes is not checked: it is the default, and a server without a cluster sends its node steps
+    nowhere but still judges, records and notifies, as before the setting existed.)"""
+    if Scheduler.SLURM in settings.engine.schedulers and settings.slurm.conf is None:
+        raise ConfigError(
+            "schedulers names slurm but slurm_conf is not set: set it (REMEDIATE_SLURM_CONF) to the cluster's "
+            "slurm.conf, or leave slurm out of schedulers"
+        )
 
 
 def load_settings(

@@ -20,11 +20,13 @@ from remediate.actions.base import ActionRegistry, Where
 from remediate.actions.templating import check_syntax, is_template
 from remediate.config.durations import format_duration, parse_duration
 from remediate.config.rollout import Mode, RolloutError, parse_rollout
+from remediate.config.schedulers import JobPath
 from remediate.errors import PlaybookError
 from remediate.intake.matchers import Matcher, MatcherSyntaxError, parse_matcher
 from remediate.playbooks.model import (
     DEFAULT_RESET_AFTER,
     NAME_PATTERN,
+    LeftOutStep,
     Playbook,
     PlaybookSet,
     Rung,
@@ -50,7 +52,7 @@ _PLAYBOOK_KEYS = {
     "repeat_offender",
 }
 _RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", "on_resolved"}
-_STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error", "run_on"}
+_STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error", "run_on", "jobs"}
 _MAX_RETRIES = 10
 
 
@@ -138,8 +140,9 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     rungs: tuple[Rung, ...] = ()
     reset_after = DEFAULT_RESET_AFTER
     repeat = None
+    left_out: list[LeftOutStep] = []
     if "escalate" in data:
-        rungs = _parse_rungs(data["escalate"], registry, fail)
+        rungs = _parse_rungs(data["escalate"], registry, fail, left_out)
         reset_after = _parse_timedelta(data.get("reset_after", "24h"), "reset_after", fail)
         _check_ladder(rungs, cooldown, max_attempts, reset_after, "reset_after" in data, fail)
         if "repeat_offender" in data:
@@ -148,8 +151,8 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
     elif "steps" not in data:
         raise fail("steps", "required: a list of at least one step (or `escalate`: a ladder of rungs)")
     else:
-        steps = _parse_steps(data["steps"], "steps", registry, fail, allow_empty=False)
-    on_resolved = _parse_steps(data.get("on_resolved") or [], "on_resolved", registry, fail, allow_empty=True)
+        steps = _parse_steps(data["steps"], "steps", registry, fail, left_out, allow_empty=False)
+    on_resolved = _parse_steps(data.get("on_resolved") or [], "on_resolved", registry, fail, left_out, allow_empty=True)
     try:
         rollout = parse_rollout(data.get("rollout"))
     except RolloutError as exc:
@@ -171,6 +174,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
         reset_after=reset_after,
         rollout=rollout,
         repeat_offender=repeat,
+        left_out=tuple(left_out),
     )
 
 
@@ -184,7 +188,7 @@ def _refuse_unknown_keys(item: Any, known: Set[str], where: str, fail: Any, not_
         raise fail(f"{where}.{unknown[0]}" if where else unknown[0], f"unknown key (known: {', '.join(sorted(known))})")
 
 
-def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any) -> tuple[Rung, ...]:
+def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any, left_out: list[LeftOutStep]) -> tuple[Rung, ...]:
     if not isinstance(raw, list) or not raw:
         raise fail("escalate", "must be a list of at least one rung (name, holds_for, steps)")
     rungs: list[Rung] = []
@@ -209,8 +213,10 @@ def _parse_rungs(raw: Any, registry: ActionRegistry, fail: Any) -> tuple[Rung, .
         max_attempts = _parse_max_attempts(item.get("max_attempts"), f"{where}.max_attempts", fail)
         if "steps" not in item:
             raise fail(f"{where}.steps", "required: a list of at least one step")
-        steps = _parse_steps(item["steps"], f"{where}.steps", registry, fail, allow_empty=False)
-        undo = _parse_steps(item.get("on_resolved") or [], f"{where}.on_resolved", registry, fail, allow_empty=True)
+        steps = _parse_steps(item["steps"], f"{where}.steps", registry, fail, left_out, allow_empty=False)
+        undo = _parse_steps(
+            item.get("on_resolved") or [], f"{where}.on_resolved", registry, fail, left_out, allow_empty=True
+        )
         rungs.append(Rung(name, holds_for, steps, undo, mode, cooldown, max_attempts))
     return tuple(rungs)
 
@@ -323,8 +329,10 @@ def _parse_timedelta(value: Any, field: str, fail: Any) -> timedelta:
 
 
 def _parse_steps(
-    raw: Any, field: str, registry: ActionRegistry, fail: Any, *, allow_empty: bool
+    raw: Any, field: str, registry: ActionRegistry, fail: Any, left_out: list[LeftOutStep], *, allow_empty: bool
 ) -> tuple[StepSpec, ...]:
+    """The steps of a phase this server runs; a step of a scheduler the site does not run is checked as fully
+    as the others (a typo fails on every site), then added to `left_out` instead."""
     if not isinstance(raw, list) or (not raw and not allow_empty):
         raise fail(field, "must be a list of at least one step" if not allow_empty else "must be a list of steps")
     steps = []
@@ -358,8 +366,24 @@ def _parse_steps(
             if not isinstance(value, bool):
                 raise fail(f"{where}.{flag}", "must be true or false")
         run_on = _parse_run_on(item, action_name, registry, f"{where}.run_on", fail)
+        jobs = _parse_jobs(item, f"{where}.jobs", fail)
+        if why := registry.left_out(action_name, jobs):
+            left_out.append(LeftOutStep(where, name, action_name, why))
+            continue
         steps.append(StepSpec(action_name, params, name, timeout, retries, **flags, run_on=run_on))
     return tuple(steps)
+
+
+def _parse_jobs(item: Mapping[str, Any], field: str, fail: Any) -> JobPath | None:
+    """A step's `jobs: slurm | launcher`: it belongs to that restart path of training jobs only
+    (remediate.config.schedulers.JobPath); absent: to both."""
+    if "jobs" not in item:
+        return None
+    try:
+        return JobPath(item["jobs"])
+    except ValueError:
+        choices = ", ".join(JobPath)
+        raise fail(field, f"must be one of {choices} (the restart path the step belongs to)") from None
 
 
 def _parse_run_on(

@@ -56,6 +56,20 @@ class StepSpec:
 
 
 @dataclass(frozen=True)
+class LeftOutStep:
+    """A step as written that this server does not load: it acts on a scheduler the site does not run."""
+
+    where: str
+    """Its place in the file, as errors name fields: `escalate[0].steps[3]`."""
+    name: str
+    action: str
+    why: str
+
+    def describe(self) -> str:
+        return f"{self.where} ({self.name}): {self.why}"
+
+
+@dataclass(frozen=True)
 class Rung:
     """One rung of an escalation ladder (`escalate:`): its steps, and how long they must hold."""
 
@@ -110,6 +124,9 @@ class Playbook:
 
     repeat_offender: RepeatOffender | None = None
     """A target whose runs of this ladder acted `count` times within `within` goes straight to a rung."""
+    left_out: tuple[LeftOutStep, ...] = ()
+    """Steps as written that this server does not load (remediate.config.schedulers): the scheduler steps of a
+    scheduler the site does not run."""
 
     @property
     def is_ladder(self) -> bool:
@@ -135,9 +152,17 @@ class Playbook:
 
     def warnings(self) -> list[str]:
         """What loads but is likely a mistake (`remediate playbooks validate` prints them)."""
+        warnings = []
         if len(self.rungs) == 1:
-            return ["escalate: a one-rung ladder never climbs (write `steps` unless more rungs are coming)"]
-        return []
+            warnings.append("escalate: a one-rung ladder never climbs (write `steps` unless more rungs are coming)")
+        if self.left_out and not self.rungs and not self.steps:
+            warnings.append("steps: every step acts on a scheduler this server does not run: the playbook does nothing")
+        warnings.extend(
+            f"escalate[{index}].steps: every step acts on a scheduler this server does not run: the rung does nothing"
+            for index, rung in enumerate(self.rungs)
+            if not rung.steps
+        )
+        return warnings
 
     def matches(self, alert: Alert) -> bool:
         return alert.name in self.alertnames and matches_all(self.matchers, alert.labels)

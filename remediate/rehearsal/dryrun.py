@@ -146,6 +146,7 @@ def _report(
                     **({"cannot_act": cannot, "every_step_cannot_act": _every_step_cannot(steps)} if cannot else {}),
                     **({"ladder": _ladder(j)} if j.rung is not None else {}),
                     "steps": steps,
+                    **({"left_out": [s.describe() for s in ev.playbook.left_out]} if ev.playbook.left_out else {}),
                 }
             )
         alerts.append(entry)

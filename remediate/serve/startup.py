@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from remediate.config.schedulers import Scheduler, describe
 from remediate.config.settings import Settings
 
 MODE_MEANING = {
@@ -46,7 +47,14 @@ def start_up_block(settings: Settings, playbook_names: list[str], uses_agents: b
         f"store: {shown_url(settings.store.url)}; node steps: "
         + ("on the agents of their nodes" if uses_agents else "here (no agents configured)"),
     ]
-    lines.append(f"cluster (k8s.* steps): {_cluster(settings)}")
+    schedulers = settings.engine.schedulers
+    if Scheduler.KUBERNETES in schedulers:
+        lines.append(f"cluster (k8s.* steps): {_cluster(settings)}")
+    else:
+        lines.append(f"cluster (k8s.* steps): left out of the playbooks (schedulers: {describe(schedulers)})")
+    if Scheduler.SLURM in schedulers:
+        partitions = ", ".join(settings.slurm.partitions) or "every partition"
+        lines.append(f"Slurm (slurm.* steps): {settings.slurm.conf}; nodes of {partitions}")
     auth = settings.auth
     tokens = [
         f"{name}: {_shown_file(getattr(auth, f'{setting}_file'))}"

@@ -15,6 +15,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.breaker_preview import breaker_preview
 from remediate.actions.schema import Param, ParamSchema
+from remediate.config.schedulers import Scheduler
 from remediate.errors import ActionError
 from remediate.kube import (
     CONTROL_PLANE_LABELS,
@@ -107,6 +108,7 @@ class KubeAction(Action):
     idempotent: ClassVar[bool] = True
     verb: ClassVar[str] = ""
     settings_section: ClassVar[str] = "kube"
+    scheduler: ClassVar[Scheduler] = Scheduler.KUBERNETES
 
     def __init__(self, client: ClientProvider, options: KubeOptions | None = None) -> None:
         self._client_provider = client

@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Self
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
 from remediate.actions.breaker_preview import breaker_preview
 from remediate.actions.schema import Param, ParamSchema
+from remediate.config.schedulers import Scheduler
 from remediate.errors import ActionError
 from remediate.intake.alertref import node_label
 from remediate.slurm import SlurmClient, SlurmNode, SlurmNodeCache, SlurmNodeNotFound, check_node_name
@@ -73,6 +74,7 @@ class SlurmAction(Action):
     where: ClassVar[Where] = Where.CLUSTER
     idempotent: ClassVar[bool] = True
     settings_section: ClassVar[str] = "slurm"
+    scheduler: ClassVar[Scheduler] = Scheduler.SLURM
 
     def __init__(self, cache: CacheProvider, options: SlurmOptions | None = None) -> None:
         self._cache_provider = cache
