@@ -1,9 +1,10 @@
 """The Slurm safety model end to end: real AlertManager 0.25 -> real `remediate serve` (its Slurm cluster and
 breaker cap in the config file a user writes, REMEDIATE_CONFIG) -> the real slurmctld of tests/support/slurm.py.
 
-- An XID storm over more nodes than the breaker's cap drains exactly `cap` of them; the next drain fails with
-  the breaker's error, shown in /history and the run, and leaves its node as Slurm had it. Undo is never
-  refused: the resolutions resume the drained nodes while the breaker is still open.
+- An XID storm over more nodes than the breaker's cap drains exactly `cap` of them; the last drain fails with
+  the breaker's error, shown in /history and the run, and leaves its node as Slurm had it. Open, the breaker
+  gives the next alert no run. Undo is never refused: the resolutions resume the drained nodes while it is
+  still open.
 - A node a person drained keeps their reason through the alert and its resolution.
 
 One server and one AlertManager serve the module's tests (each test acts on nodes of its own); the breaker a
@@ -102,7 +103,7 @@ def service_state(slurm: SlurmCluster, node: str) -> tuple[str, str]:
     return state, line.split(" Reason=", 1)[1].strip() if " Reason=" in line else ""
 
 
-def test_an_xid_storm_past_the_breaker_cap_drains_cap_nodes_and_the_next_drain_fails_leaving_its_node(
+def test_an_xid_storm_past_the_breaker_cap_drains_cap_nodes_and_the_last_claim_fails_leaving_its_node(
     rig: Rig, slurm: SlurmCluster
 ) -> None:
     server, alertmanager = rig.server, rig.alertmanager
@@ -131,7 +132,21 @@ def test_an_xid_storm_past_the_breaker_cap_drains_cap_nodes_and_the_next_drain_f
     assert breaker["open"] and breaker["tripped_node"] == refused, breaker
     assert breaker["held_nodes"] == sorted(drained), breaker
 
+    # Open, it stays open: the next alert gets no run at all, its decision says why and what resets it.
+    late = slurm.host
+    late_before = service_state(slurm, late)
+    alertmanager.fire(xid(late), {"summary": f"GPU 3 on {late}: XID 79"})
+    decision = wait_until(
+        lambda: next((e for e in server.history(node=late) if e["decision"] == "breaker_open"), None),
+        scaled(30),
+        interval=0.2,
+        message=f"no breaker_open decision for {late} in /history",
+    )
+    assert decision["run_id"] is None and "remediate breaker reset" in decision["reason"], decision
+    assert service_state(slurm, late) == late_before
+
     # Undo is never refused: the storm's end resumes the nodes remediate drained, the breaker still open.
+    alertmanager.resolve(xid(late))
     for node in storm:
         alertmanager.resolve(xid(node))
     resolved = rig.ended("resolved", storm)
