@@ -13,23 +13,10 @@ import pytest
 
 from tests.support.realsystems import AlertManager
 from tests.support.server import RemediateServer
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import SlurmCluster, xid_playbook
 from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
-
-PLAYBOOK = """
-name: xid-slurm-quarantine
-match: {alertname: GPUXidCritical}
-target: node
-cooldown: 0s
-steps:
-  - action: slurm.drain
-    with: {note: "xid {{ labels.xid }}"}
-  - action: slurm.requeue
-on_resolved:
-  - action: slurm.resume
-"""
 
 
 def test_an_xid_alert_drains_the_node_requeues_its_job_and_the_resolution_resumes_it(
@@ -38,7 +25,7 @@ def test_an_xid_alert_drains_the_node_requeues_its_job_and_the_resolution_resume
     start_alertmanager: Callable[..., AlertManager],
     playbooks_dir: Path,
 ) -> None:
-    (playbooks_dir / "xid-slurm.yaml").write_text(PLAYBOOK)
+    (playbooks_dir / "xid-slurm.yaml").write_text(xid_playbook())
     server = start_server(env={"REMEDIATE_SLURM_CONF": str(slurm.conf), "REMEDIATE_SLURM_PARTITIONS": "train"})
     am = start_alertmanager(server.webhook_url)
     job = slurm.sbatch(slurm.host, requeue=True)

@@ -10,20 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.server import RemediateServer
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import SlurmCluster, xid_playbook
 from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
-
-DRAIN = """
-name: xid-slurm-quarantine
-match: {alertname: GPUXidCritical}
-target: node
-steps:
-  - action: slurm.drain
-on_resolved:
-  - action: slurm.resume
-"""
 
 
 def serve(start_server: Callable[..., RemediateServer], playbooks: Path, slurm: SlurmCluster) -> RemediateServer:
@@ -38,7 +28,7 @@ def test_a_server_whose_playbooks_drain_slurm_nodes_polls_them_from_its_start(
 ) -> None:
     playbooks = tmp_path / "drains"
     playbooks.mkdir()
-    (playbooks / "xid.yaml").write_text(DRAIN)
+    (playbooks / "xid.yaml").write_text(xid_playbook())
     server = serve(start_server, playbooks, slurm)
 
     def shown() -> dict[str, object]:

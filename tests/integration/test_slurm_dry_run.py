@@ -10,21 +10,13 @@ from pathlib import Path
 import yaml
 
 from tests.support.cli import run_cli as cli
-from tests.support.slurm import SlurmCluster
-
-PLAYBOOK = {
-    "name": "xid-slurm",
-    "match": {"alertname": "GPUXidCritical"},
-    "target": "node",
-    "mode": "enforce",
-    "steps": [{"name": "drain", "action": "slurm.drain", "with": {"note": "xid {{ labels.xid }}"}}],
-}
+from tests.support.slurm import SlurmCluster, xid_playbook
 
 
 def test_a_dry_run_plans_the_drain_and_changes_nothing(slurm: SlurmCluster, tmp_path: Path) -> None:
     playbooks = tmp_path / "playbooks"
     playbooks.mkdir()
-    (playbooks / "xid-slurm.yaml").write_text(yaml.safe_dump(PLAYBOOK))
+    (playbooks / "xid-slurm.yaml").write_text(xid_playbook(requeue=False))
     config = tmp_path / "remediate.yaml"
     config.write_text(yaml.safe_dump({
         "playbooks": str(playbooks), "database_url": f"sqlite:///{tmp_path / 'absent.db'}",

@@ -22,20 +22,9 @@ from remediate.playbooks.loading import parse_playbook
 from remediate.playbooks.model import PlaybookSet
 from remediate.store import Store
 from tests.conftest import alert_payload, notification_payload
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import SlurmCluster, xid_playbook
 from tests.support.store_json import run_json_of
 from tests.support.waiting import scaled, wait_until
-
-DRAIN = """
-name: xid-slurm-drain
-match: {alertname: GPUXidCritical}
-target: node
-cooldown: 30m
-steps:
-  - action: slurm.drain
-    retries: 1
-    timeout: 120s
-"""
 
 
 @pytest.fixture
@@ -53,7 +42,8 @@ def engine_and_store(slurm: SlurmCluster, tmp_path: Path) -> Iterator[tuple[Engi
         ),
         settings=ExecutorSettings(threads=1, poll_interval=0.02),
     )
-    playbooks = PlaybookSet([parse_playbook(yaml.safe_load(DRAIN), registry, source="pb.yaml")])
+    drain = yaml.safe_load(xid_playbook(cooldown="30m", requeue=False, retries=1, timeout="120s"))
+    playbooks = PlaybookSet([parse_playbook(drain, registry, source="pb.yaml")])
     engine = Engine(store=store, playbooks=playbooks, registry=registry, on_queued=executor.wake)
     executor.start()
     try:

@@ -22,26 +22,9 @@ from remediate.playbooks.loading import parse_playbook
 from remediate.playbooks.model import PlaybookSet
 from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload
-from tests.support.slurm import SlurmCluster
+from tests.support.slurm import SlurmCluster, xid_playbook
 from tests.support.store_json import history_json_of, run_json_of
 from tests.support.waiting import wait_until
-
-QUARANTINE = """
-name: xid-slurm-quarantine
-match: {alertname: GPUXidCritical}
-target: node
-cooldown: 0s
-steps:
-  - action: slurm.drain
-    with: {note: "xid {{ labels.xid }}"}
-    retries: 2
-    timeout: 60s
-  - action: slurm.requeue
-    retries: 2
-    timeout: 60s
-on_resolved:
-  - action: slurm.resume
-"""
 
 
 class Rig:
@@ -82,7 +65,8 @@ def make_rig(slurm: SlurmCluster, tmp_path: Any) -> Iterator[Callable[..., Rig]]
             breaker=CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits),
             settings=ExecutorSettings(threads=2, poll_interval=0.02),
         )
-        playbooks = PlaybookSet([parse_playbook(yaml.safe_load(QUARANTINE), registry, source="pb.yaml")])
+        quarantine = yaml.safe_load(xid_playbook(retries=2, timeout="60s"))
+        playbooks = PlaybookSet([parse_playbook(quarantine, registry, source="pb.yaml")])
         engine = Engine(store=store, playbooks=playbooks, registry=registry, on_queued=executor.wake)
         rig = Rig(store, engine, executor)
         built.append(rig)

@@ -337,6 +337,20 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     slurm_cluster.resume_all()
 
 
+def xid_playbook(
+    *, cooldown: str = "0s", requeue: bool = True, retries: int | None = None, timeout: str | None = None
+) -> str:
+    """The tests' Slurm playbook, as a user writes it (docs/slurm.md points here): a GPUXidCritical alert drains
+    its node with the XID in the reason, then (`requeue`) sends its jobs back to the queue; the resolution
+    resumes it. `retries` and `timeout`, when given, bound each firing step."""
+    bounds = [f"    {key}: {value}" for key, value in (("retries", retries), ("timeout", timeout)) if value is not None]
+    drain = ["  - action: slurm.drain", '    with: {note: "xid {{ labels.xid }}"}', *bounds]
+    requeue_step = ["  - action: slurm.requeue", *bounds] if requeue else []
+    head = ["name: xid-slurm-quarantine", "match: {alertname: GPUXidCritical}", "target: node", f"cooldown: {cooldown}"]
+    lines = [*head, "steps:", *drain, *requeue_step, "on_resolved:", "  - action: slurm.resume"]
+    return "\n".join(lines) + "\n"
+
+
 def slurm_actions(
     cluster: SlurmCluster, partitions: tuple[str, ...] = (), cache: SlurmNodeCache | None = None
 ) -> dict[str, SlurmAction]:
