@@ -26,7 +26,13 @@ def test_an_xid_alert_drains_the_node_requeues_its_job_and_the_resolution_resume
     playbooks_dir: Path,
 ) -> None:
     (playbooks_dir / "xid-slurm.yaml").write_text(xid_playbook())
-    server = start_server(env={"REMEDIATE_SLURM_CONF": str(slurm.conf), "REMEDIATE_SLURM_PARTITIONS": "train"})
+    server = start_server(
+        env={
+            "REMEDIATE_SCHEDULERS": "slurm",
+            "REMEDIATE_SLURM_CONF": str(slurm.conf),
+            "REMEDIATE_SLURM_PARTITIONS": "train",
+        }
+    )
     am = start_alertmanager(server.webhook_url)
     job = slurm.sbatch(slurm.host, requeue=True)
     wait_until(lambda: slurm.job_state(job) == "RUNNING", scaled(30), message="the job never ran")

@@ -67,7 +67,8 @@ def module_rig(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFac
     (playbooks / "xid-slurm.yaml").write_text(xid_playbook())
     config = root / "remediate.yaml"
     config.write_text(yaml.safe_dump({
-        "slurm_conf": str(slurm_cluster.conf), "slurm_partitions": ["train"], "slurm_poll_interval": "1s",
+        "schedulers": "slurm", "slurm_conf": str(slurm_cluster.conf), "slurm_partitions": ["train"],
+        "slurm_poll_interval": "1s",
         "breaker_max_nodes": CAP, "breaker_max_fraction": 1.0,
     }))  # fmt: skip
     server = RemediateServer(root / "remediate", playbooks, env={"REMEDIATE_CONFIG": str(config)})

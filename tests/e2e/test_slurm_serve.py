@@ -19,7 +19,11 @@ pytestmark = [pytest.mark.integration]
 def serve(start_server: Callable[..., RemediateServer], playbooks: Path, slurm: SlurmCluster) -> RemediateServer:
     return start_server(
         playbooks=playbooks,
-        env={"REMEDIATE_SLURM_CONF": str(slurm.conf), "REMEDIATE_SLURM_POLL_INTERVAL": "1s"},
+        env={
+            "REMEDIATE_SCHEDULERS": "slurm",
+            "REMEDIATE_SLURM_CONF": str(slurm.conf),
+            "REMEDIATE_SLURM_POLL_INTERVAL": "1s",
+        },
     )
 
 

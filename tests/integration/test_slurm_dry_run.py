@@ -20,7 +20,7 @@ def test_a_dry_run_plans_the_drain_and_changes_nothing(slurm: SlurmCluster, tmp_
     config = tmp_path / "remediate.yaml"
     config.write_text(yaml.safe_dump({
         "playbooks": str(playbooks), "database_url": f"sqlite:///{tmp_path / 'absent.db'}",
-        "slurm_conf": str(slurm.conf), "slurm_partitions": ["train"],
+        "schedulers": "slurm", "slurm_conf": str(slurm.conf), "slurm_partitions": ["train"],
     }))  # fmt: skip
     person = slurm.train[1]
     slurm.drain_by_hand(person, "bad DIMM, ticket 123")

@@ -15,6 +15,7 @@ import yaml
 
 from remediate.actions import default_registry
 from remediate.breaker import CircuitBreaker, limits_from_settings
+from remediate.config.schedulers import Scheduler
 from remediate.config.settings import ExecutorSettings, Settings
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine, IngestResult
@@ -29,7 +30,12 @@ from tests.support.waiting import scaled, wait_until
 
 @pytest.fixture
 def engine_and_store(slurm: SlurmCluster, tmp_path: Path) -> Iterator[tuple[Engine, Store]]:
-    settings = Settings.of(slurm_conf=slurm.conf, slurm_partitions=("train",), slurm_command_timeout=scaled(5))
+    settings = Settings.of(
+        schedulers=(Scheduler.SLURM,),
+        slurm_conf=slurm.conf,
+        slurm_partitions=("train",),
+        slurm_command_timeout=scaled(5),
+    )
     # What the server builds: the process's one Slurm node cache (the `slurm` fixture stops it), the registry on it.
     registry = default_registry(settings, slurm=slurm.node_cache(interval=settings.slurm.poll_interval))
     store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from remediate.config.schedulers import Scheduler
 from remediate.config.settings import Settings
 from remediate.server import build_services, create_app
 from tests.support.slurm import SlurmCluster
@@ -18,6 +19,7 @@ def test_readyz_and_metrics_show_the_slurm_cache_once_a_step_read_it(slurm: Slur
         token="w-token-0123456789ab",
         playbooks=playbooks,
         database_url=f"sqlite:///{tmp_path / 'r.db'}",
+        schedulers=(Scheduler.SLURM,),
         slurm_conf=slurm.conf,
         slurm_poll_interval=3600.0,
     )

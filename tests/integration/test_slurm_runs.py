@@ -15,6 +15,7 @@ import yaml
 
 from remediate.actions import default_registry
 from remediate.breaker import CircuitBreaker, limits_from_settings
+from remediate.config.schedulers import Scheduler
 from remediate.config.settings import ExecutorSettings, Settings
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
@@ -53,7 +54,9 @@ def make_rig(slurm: SlurmCluster, tmp_path: Any) -> Iterator[Callable[..., Rig]]
     built: list[Rig] = []
 
     def make(**settings_fields: Any) -> Rig:
-        settings = Settings.of(slurm_conf=slurm.conf, slurm_partitions=("train",), **settings_fields)
+        settings = Settings.of(
+            schedulers=(Scheduler.SLURM,), slurm_conf=slurm.conf, slurm_partitions=("train",), **settings_fields
+        )
         # Exactly what the server builds: the process's one Slurm node cache, then the registry on it.
         registry = default_registry(settings, slurm=slurm.node_cache(interval=settings.slurm.poll_interval))
         store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
