@@ -124,7 +124,7 @@ def test_a_handoff_run_again_posts_nothing_and_changes_nothing(
 
     for again in (ctx, step_context("gpu-02", run_id=43)):  # the same run's retry, a later alert's run
         plan = handoff.plan(handoff.validate({"sink": "breakfix"}), again)
-        assert plan["can_act"] is True and plan["would"].startswith("nothing: handed to breakfix by run 42: ")
+        assert plan["can_act"] is True and plan["would"].startswith("nothing: already handed to breakfix by run 42: ")
         result = run(handoff, {"sink": "breakfix"}, again)
         assert (result["outcome"], result["handed_by_run"], result["slurm_reason"]) == ("already_owned", 42, reason)
 

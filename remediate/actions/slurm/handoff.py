@@ -146,7 +146,7 @@ class SlurmHandoffAction(SlurmAction):
         seen: dict[str, Any] = {"node": node.name, "from": ref.source, "found": True, "current": node.summary()}
         try:
             if self._check(node, owner):
-                return {**seen, "would": f"nothing: {handed_note(node)} already", "owner": owner, "can_act": True}
+                return {**seen, "would": f"nothing: already {handed_note(node)}", "owner": owner, "can_act": True}
         except SlurmHandoffRefused as exc:
             return {**seen, "would": "nothing", "can_act": False, "why_not": str(exc)}
         reason = handoff_reason(owner, ctx.run_id, why=self._why(params, ctx))
