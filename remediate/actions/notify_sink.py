@@ -129,8 +129,8 @@ class NotifyAction(Action):
         return {"sink": sink.name, "type": sink.type, **action.announce(posted, ctx)}
 
 
-SINK_ACTIONS = (NotifyAction.name, "k8s.handoff")
-"""The actions whose `sink` param names a sink (k8s.handoff posts through `notify`)."""
+SINK_ACTIONS = (NotifyAction.name, "k8s.handoff", "slurm.handoff")
+"""The actions whose `sink` param names a sink (k8s.handoff and slurm.handoff post through `notify`)."""
 
 
 class PlaybookSteps(Protocol):
@@ -145,7 +145,7 @@ class PlaybookSteps(Protocol):
 
 
 def sinks_in_use(playbooks: Iterable[PlaybookSteps]) -> dict[str, list[str]]:
-    """The sinks the `notify` (and `k8s.handoff`) steps of `playbooks` name, each with the playbooks naming it."""
+    """The sinks the `notify` (and `*.handoff`) steps of `playbooks` name, each with the playbooks naming it."""
     used: dict[str, set[str]] = {}
     for playbook in playbooks:
         resolved = [step for rung in playbook.rungs for step in rung.on_resolved]

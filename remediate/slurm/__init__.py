@@ -1,4 +1,4 @@
-"""Slurm: the client (scontrol, sinfo, squeue), its error tree, node names, jobs and the drain reason's mark.
+"""Slurm: the client (scontrol, sinfo, squeue), its errors, node names, jobs, the drain and hand-off reasons.
 
 Why the command-line tools and not slurmrestd: every Slurm site has `scontrol` and `sinfo` and the munge
 key they authenticate with on the hosts that run Slurm's commands; slurmrestd is one more daemon to run,
@@ -18,11 +18,22 @@ from remediate.slurm.jobs import SlurmJob, parse_jobs
 from remediate.slurm.model import SlurmNode, parse_nodes
 from remediate.slurm.names import check_node_name, check_partition_name
 from remediate.slurm.nodecache import SlurmCacheStatus, SlurmCensus, SlurmNodeCache
-from remediate.slurm.reason import MARK, REASON_MAX, drain_reason, drained_by_run, safe_text
+from remediate.slurm.reason import (
+    MARK,
+    REASON_MAX,
+    HandedTo,
+    check_owner,
+    drain_reason,
+    drained_by_run,
+    handed_to,
+    handoff_reason,
+    safe_text,
+)
 
 __all__ = [
     "MARK",
     "REASON_MAX",
+    "HandedTo",
     "SlurmCacheStatus",
     "SlurmCensus",
     "SlurmClient",
@@ -34,9 +45,12 @@ __all__ = [
     "SlurmNodeNotFound",
     "SlurmUnavailable",
     "check_node_name",
+    "check_owner",
     "check_partition_name",
     "drain_reason",
     "drained_by_run",
+    "handed_to",
+    "handoff_reason",
     "parse_jobs",
     "parse_nodes",
     "safe_text",

@@ -107,6 +107,15 @@ class SlurmClient:
             raise SlurmError(f"refusing a drain reason Slurm would not keep as written: {reason!r}")
         self._update(name, "State=DRAIN", f"Reason={reason}")
 
+    def set_reason(self, name: str, reason: str) -> None:
+        """`scontrol update NodeName=<name> Reason=<reason>`: the reason of a drained node replaced, its state
+        kept (checked on 22.05.8: DRAIN stays; on a node in service Slurm keeps no reason and answers success
+        all the same, so the caller reads the node back). No State= on purpose: a node a person resumed since
+        it was read is not drained again."""
+        if reason != safe_text(reason) or not reason or len(reason) > REASON_MAX:
+            raise SlurmError(f"refusing a reason Slurm would not keep as written: {reason!r}")
+        self._update(name, f"Reason={reason}")
+
     def resume(self, name: str) -> None:
         """`scontrol update NodeName=<name> State=RESUME`: DRAIN cleared, the node takes jobs again."""
         self._update(name, "State=RESUME")

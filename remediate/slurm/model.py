@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remediate.slurm.errors import SlurmError, SlurmUnavailable
-from remediate.slurm.reason import drained_by_run
+from remediate.slurm.reason import HandedTo, drained_by_run, handed_to
 
 OUT_OF_SERVICE = frozenset({"down", "fail", "future"})
 """Base states (`state`, lower case in v0.0.38) in which a node takes no jobs whatever its flags."""
@@ -53,6 +53,19 @@ class SlurmNode:
     def drained_by_run(self) -> int | None:
         """The remediate run whose mark the reason carries, while the node is drained; None otherwise."""
         return drained_by_run(self.reason) if self.drained else None
+
+    @property
+    def handed_to(self) -> HandedTo | None:
+        """Who has the node, while it is drained with a hand-off reason (slurm.handoff); None otherwise."""
+        return handed_to(self.reason) if self.drained else None
+
+    @property
+    def held_by_run(self) -> int | None:
+        """The run whose drain the node holds, remediate's own or handed over since: what the breaker counts.
+        A handed-off node stays out of service because of remediate, as a handed-off Kubernetes node stays
+        cordoned with remediate's marks, so it keeps counting until its owner resumes it."""
+        handed = self.handed_to
+        return handed.run if handed is not None else self.drained_by_run
 
     @property
     def state_text(self) -> str:

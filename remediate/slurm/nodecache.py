@@ -8,7 +8,8 @@ the number of steps, and keeps:
 
 - the nodes by NodeName, and NodeHostName -> NodeName (an alert naming a node by its host name);
 - the breaker's census per set of partitions asked for (nodes counted: those in the partitions, all without
-  any; nodes holding remediate's drain: drained, reason starting with remediate's mark), computed once per
+  any; nodes holding remediate's drain: drained, reason starting with remediate's mark, or a hand-off reason,
+  as a node handed to a breakfix system is still out of service by remediate's doing), computed once per
   read of the cluster, not per step.
 
 The staleness bound is explicit: the view is *fresh* while its last successful read is at most
@@ -53,7 +54,7 @@ class SlurmCensus:
     counted: int
     """Nodes the breaker's fraction counts: those in the partitions asked for (every node without any)."""
     held: frozenset[str]
-    """Nodes holding remediate's drain now (its mark starts their reason), whatever their partition."""
+    """Nodes holding remediate's drain now (its mark or a hand-off starts their reason), whatever their partition."""
 
 
 @dataclass(frozen=True)
@@ -247,4 +248,4 @@ def _count(nodes: Any, partitions: tuple[str, ...]) -> SlurmCensus:
     wanted = set(partitions)
     listed = list(nodes)
     counted = sum(1 for node in listed if not wanted or wanted & set(node.partitions))
-    return SlurmCensus(counted, frozenset(node.name for node in listed if node.drained_by_run is not None))
+    return SlurmCensus(counted, frozenset(node.name for node in listed if node.held_by_run is not None))

@@ -1,7 +1,8 @@
 """slurm.* steps through the real engine, executor and SQLite store, against the real slurmctld and slurmd of
 tests/support/slurm.py: a firing XID alert drains its node with the run's reason and requeues its jobs, the
 resolved alert resumes it (the drain's alert kept in the store's action memory between the two runs), a node a
-person drained stays theirs, and the breaker refuses the drain past its cap."""
+person drained stays theirs, the breaker refuses the drain past its cap, and a keep-out rung hands its node to a
+breakfix sink, which the resolved alert then leaves drained."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ from remediate.actions import default_registry
 from remediate.breaker import CircuitBreaker, limits_from_settings
 from remediate.config.schedulers import Scheduler
 from remediate.config.settings import ExecutorSettings, Settings
+from remediate.config.values import to_sinks
 from remediate.executor.loop import Executor
 from remediate.judging.engine import Engine
 from remediate.playbooks.loading import parse_playbook
 from remediate.playbooks.model import PlaybookSet
 from remediate.store import HistoryQuery, Store
 from tests.conftest import alert_payload, notification_payload
+from tests.support.realsystems import WebhookRecorder
 from tests.support.slurm import SlurmCluster, xid_playbook
 from tests.support.store_json import history_json_of, run_json_of
 from tests.support.waiting import wait_until
@@ -53,7 +56,7 @@ class Rig:
 def make_rig(slurm: SlurmCluster, tmp_path: Any) -> Iterator[Callable[..., Rig]]:
     built: list[Rig] = []
 
-    def make(**settings_fields: Any) -> Rig:
+    def make(playbook: str | None = None, **settings_fields: Any) -> Rig:
         settings = Settings.of(
             schedulers=(Scheduler.SLURM,), slurm_conf=slurm.conf, slurm_partitions=("train",), **settings_fields
         )
@@ -68,8 +71,8 @@ def make_rig(slurm: SlurmCluster, tmp_path: Any) -> Iterator[Callable[..., Rig]]
             breaker=CircuitBreaker(store.breaker.ledger, store.breaker.view, limits=limits),
             settings=ExecutorSettings(threads=2, poll_interval=0.02),
         )
-        quarantine = yaml.safe_load(xid_playbook(retries=2, timeout="60s"))
-        playbooks = PlaybookSet([parse_playbook(quarantine, registry, source="pb.yaml")])
+        text = playbook or xid_playbook(retries=2, timeout="60s")
+        playbooks = PlaybookSet([parse_playbook(yaml.safe_load(text), registry, source="pb.yaml")])
         engine = Engine(store=store, playbooks=playbooks, registry=registry, on_queued=executor.wake)
         rig = Rig(store, engine, executor)
         built.append(rig)
@@ -140,3 +143,49 @@ def test_the_breaker_refuses_the_drain_past_its_cap(slurm: SlurmCluster, make_ri
     assert refused["status"] == "failed" and "breaker open" in (refused["steps"][0]["error"] or ""), refused
     assert not slurm.client().node("gpu-03").drained
     assert sorted(n.name for n in slurm.client().nodes() if n.drained) == ["gpu-01", "gpu-02"]
+
+
+KEEP_OUT = """
+name: xid-slurm-keep-out
+match: {alertname: GPUXidCritical}
+target: node
+cooldown: 0s
+steps:
+  - action: slurm.drain
+    with: {note: "xid {{ labels.xid }}"}
+  - action: slurm.handoff
+    with:
+      sink: breakfix
+      why: "XID {{ labels.xid }} still reported after a reset"
+      message: "{{ labels.Hostname }}: {{ run.outcome }}"
+on_resolved:
+  - action: slurm.resume
+"""
+
+
+def test_a_keep_out_rung_hands_its_node_to_breakfix_and_the_resolution_leaves_it_drained(
+    slurm: SlurmCluster, make_rig: Callable[..., Rig]
+) -> None:
+    with WebhookRecorder(path="/tickets") as sink:
+        rig = make_rig(KEEP_OUT, sinks=to_sinks({"breakfix": {"type": "webhook", "url": sink.url}}))
+        rig.ingest(xid("gpu-03"))
+        rig.wait_idle()
+        (firing,) = rig.runs()
+        assert firing["status"] == "succeeded", firing
+        drain, handoff = firing["steps"]
+        reason = f"breakfix: XID 79 still reported after a reset (from remediate run {firing['id']})"
+        assert drain["result"]["outcome"] == "drained"
+        assert handoff["result"]["outcome"] == "handed_off" and handoff["result"]["reason"] == reason
+        (posted,) = sink.requests
+        assert posted.json["run_id"] == firing["id"] and posted.json["message"].startswith("gpu-03: ")
+        assert "succeeded" in posted.json["message"], posted.json["message"]  # the drain, rendered when the step ran
+        node = slurm.client().node("gpu-03")
+        assert node.drained and node.reason == reason
+
+        rig.ingest(xid("gpu-03", status="resolved"))
+        rig.wait_idle()
+        resolved = rig.runs()[-1]
+        (resume,) = resolved["steps"]
+        assert resume["result"]["outcome"] == "left_alone"
+        assert resume["result"]["reason"].startswith(f"left alone: handed to breakfix by run {firing['id']}: ")
+        assert slurm.client().node("gpu-03").reason == reason and len(sink.requests) == 1

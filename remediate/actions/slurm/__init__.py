@@ -1,5 +1,6 @@
 """`slurm.drain` and `slurm.resume`: take a Slurm node out of service with a reason, and back; `slurm.requeue`:
-the batch jobs on a node remediate drained back to the queue.
+the batch jobs on a node remediate drained back to the queue; `slurm.handoff`: a node remediate drained handed
+to a breakfix system (posted to a sink, its reason naming the owner), which resume then leaves to its owner.
 
 The Slurm peer of `remediate.actions.k8s`, with the same guarantees: plan reads and says what would change,
 execute is idempotent, the undo removes only what remediate set, and the drain claims the node from the
@@ -10,13 +11,22 @@ before any command runs. slurm.drain refuses a node outside slurm_partitions; sl
 slurmctld not answering (down, restarting, slower than slurm_command_timeout) fails the step retryable
 (SlurmUnavailable): nothing was changed, or the change was made and the retry's fresh read finds it.
 
-Modules: `common` (options, node, the one read, scope, breaker), `drain` (the pair), `requeue`.
+Modules: `common` (options, node, the one read, scope, breaker), `drain` (the pair), `requeue`, `handoff`.
 """
 
 from __future__ import annotations
 
 from remediate.actions.slurm.common import SlurmAction, SlurmOptions
 from remediate.actions.slurm.drain import SlurmDrainAction, SlurmResumeAction
+from remediate.actions.slurm.handoff import SlurmHandoffAction, SlurmHandoffRefused
 from remediate.actions.slurm.requeue import SlurmRequeueAction
 
-__all__ = ["SlurmAction", "SlurmDrainAction", "SlurmOptions", "SlurmRequeueAction", "SlurmResumeAction"]
+__all__ = [
+    "SlurmAction",
+    "SlurmDrainAction",
+    "SlurmHandoffAction",
+    "SlurmHandoffRefused",
+    "SlurmOptions",
+    "SlurmRequeueAction",
+    "SlurmResumeAction",
+]

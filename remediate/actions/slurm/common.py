@@ -57,6 +57,21 @@ SCOPE_PARAM = Param(
 )
 
 
+def resume_hint(node: str) -> str:
+    """How the owner of a handed-off node gives it back to Slurm."""
+    return f"scontrol update NodeName={node} State=RESUME"
+
+
+def handed_note(node: SlurmNode) -> str:
+    """What remediate's slurm.* actions say of a node handed to another system (they leave it to its owner)."""
+    handed = node.handed_to
+    assert handed is not None
+    return (
+        f"handed to {handed.owner} by run {handed.run}: {node.reason!r}; {handed.owner} has it now and resumes it "
+        f"({resume_hint(node.name)})"
+    )
+
+
 def slurm_node_cache(settings: Any, *, on_command: Callable[[str], None] | None = None) -> SlurmNodeCache:
     """The node cache (and its client) of the cluster the `slurm` settings (config.settings.SlurmSettings) name;
     nothing runs until its first read or start(). `on_command`: the client's count of its commands (a metric)."""

@@ -7,8 +7,9 @@ the only record of the drain on the node; its run and alert are also remembered 
 
 Neither action writes over a person's work: a node already out of service with a reason that is not
 remediate's is reported (`left_alone`, naming the reason and who set it) and never drained again, nor
-resumed. Each decides from a fresh read, so a retry after a lost answer (a time-out, slurmctld restarting)
-finds its own drain and finishes: both are idempotent. Slurm has no conditional write: between the read and
+resumed. A node slurm.handoff handed to a breakfix system is left to its owner the same way, naming it.
+Each decides from a fresh read, so a retry after a lost answer (a time-out, slurmctld restarting) finds its
+own drain and finishes: both are idempotent. Slurm has no conditional write: between the read and
 the update a person may drain the node by hand, and remediate's reason then replaces theirs; the window is
 one command long.
 """
@@ -20,7 +21,14 @@ from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
 from remediate.actions.schema import Param, ParamSchema
-from remediate.actions.slurm.common import GPU_LABELS, MEMORY_PREFIX, SCOPE_PARAM, SlurmAction, node_schema
+from remediate.actions.slurm.common import (
+    GPU_LABELS,
+    MEMORY_PREFIX,
+    SCOPE_PARAM,
+    SlurmAction,
+    handed_note,
+    node_schema,
+)
 from remediate.slurm import SlurmError, SlurmNode, drain_reason
 
 NOTE_PARAM = Param(
@@ -62,6 +70,15 @@ class SlurmDrainAction(SlurmAction):
                 "node": node.name,
                 "drained_by_run": node.drained_by_run,
                 "reason": f"run {node.drained_by_run} drained it already ({node.reason!r}); nothing to do",
+            }
+        if (handed := node.handed_to) is not None:  # slurm.handoff: its owner's now, drained all the same
+            return {
+                "outcome": "left_alone",
+                "node": node.name,
+                "owner": handed.owner,
+                "handed_by_run": handed.run,
+                "slurm_reason": node.reason,
+                "reason": f"{handed_note(node)}: left as it is",
             }
         if node.out_of_service and node.reason:
             return {
@@ -117,6 +134,8 @@ class SlurmResumeAction(SlurmAction):
     def _decide(self, node: SlurmNode, params: Mapping[str, Any], ctx: StepContext) -> tuple[bool, str]:
         if not node.drained:
             return False, "not drained: nothing to undo"
+        if node.handed_to is not None:
+            return False, f"left alone: {handed_note(node)}"
         run = node.drained_by_run
         if run is None:
             return False, f"left alone: {_someone_elses(node)}"
@@ -145,8 +164,9 @@ class SlurmResumeAction(SlurmAction):
         node = self.read(ref)
         undo, why = self._decide(node, params, ctx)
         if not undo:
-            # A node no longer drained by remediate (a person resumed it) stops counting as held.
-            released = self.release(node.name, ctx) if node.drained_by_run is None else False
+            # A node no longer drained by remediate (a person resumed it) stops counting as held; one handed to
+            # another system still does (its drain is remediate's doing) until its owner resumes it.
+            released = self.release(node.name, ctx) if node.held_by_run is None else False
             return {"outcome": "left_alone", "node": node.name, "reason": why, "breaker_released": released}
         try:
             self.client.resume(node.name)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
 from remediate.actions.schema import ParamSchema
-from remediate.actions.slurm.common import SlurmAction, node_schema
+from remediate.actions.slurm.common import SlurmAction, handed_note, node_schema
 from remediate.slurm import SlurmError, SlurmJob, SlurmNode, SlurmUnavailable
 
 
@@ -34,6 +34,8 @@ class SlurmRequeueAction(SlurmAction):
         self.check_scope(ref, node)
         if node.drained_by_run is not None:
             return node, None
+        if node.handed_to is not None:
+            return node, f"{handed_note(node)}: its jobs are its owner's to requeue"
         if node.drained:
             return node, f"drained by someone else ({node.reason!r}): its jobs are theirs to requeue"
         return node, "not drained by remediate: a requeued job could start on it again (slurm.drain it first)"

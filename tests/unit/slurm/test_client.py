@@ -46,6 +46,20 @@ def test_a_drain_and_a_resume_are_what_sinfo_and_scontrol_show(slurm: SlurmClust
     assert not node.drained and node.reason == "" and node.drained_by_run is None
 
 
+def test_a_new_reason_keeps_a_drained_node_drained_and_never_drains_one_in_service(slurm: SlurmCluster) -> None:
+    client = slurm.client()
+    client.drain("gpu-02", "remediate run 7: GPUXidCritical")
+    client.set_reason("gpu-02", "breakfix: XID 79 (from remediate run 7)")
+    node = client.node("gpu-02")
+    assert node.drained and node.reason == "breakfix: XID 79 (from remediate run 7)"
+    assert node.handed_to == ("breakfix", 7) and node.drained_by_run is None and node.held_by_run == 7
+    client.set_reason("gpu-03", "breakfix: XID 79 (from remediate run 7)")  # in service: Slurm keeps nothing
+    node = client.node("gpu-03")
+    assert not node.drained and node.reason == "" and node.handed_to is None
+    with pytest.raises(SlurmError, match="would not keep as written"):
+        client.set_reason("gpu-02", "breakfix: a\nb")
+
+
 def test_slurms_refusals_are_named_errors(slurm: SlurmCluster) -> None:
     client = slurm.client()
     with pytest.raises(SlurmNodeNotFound, match="gpu-99"):
