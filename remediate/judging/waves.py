@@ -77,6 +77,7 @@ class NodeWaves:
     """`rollout_nodes`: node -> wave."""
     ttl: float = TTL
     clock: Callable[[], float] = time.monotonic
+    read_wait: float = READ_WAIT
     slurm: Callable[[], SlurmNodeCache] | None = None
     """The process's one Slurm node cache (the slurm.* actions'); None: no Slurm cluster configured."""
     _reads: dict[_Source, _Read] = field(default_factory=dict, init=False, repr=False)
@@ -118,7 +119,7 @@ class NodeWaves:
         if self.client is None:
             return _Read(now, None, "no Kubernetes cluster configured", no_cluster=True)
         try:
-            nodes = self.client().node_cache().nodes(wait=READ_WAIT)
+            nodes = self.client().node_cache().nodes(wait=self.read_wait)
         except KubeConfigError:
             return _Read(now, None, "no Kubernetes cluster configured", no_cluster=True)
         except ActionError as exc:
@@ -129,7 +130,7 @@ class NodeWaves:
         if self.slurm is None:
             return _Read(now, None, "no Slurm cluster configured (slurm_conf)", no_cluster=True)
         try:
-            nodes = self.slurm().nodes(wait=READ_WAIT)
+            nodes = self.slurm().nodes(wait=self.read_wait)
         except SlurmConfigError as exc:
             return _Read(now, None, str(exc)[:300], no_cluster=True)
         except ActionError as exc:  # SlurmUnavailable (slurmctld down), a refusal: the wave is unknown
