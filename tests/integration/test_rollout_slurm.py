@@ -14,8 +14,10 @@ from typing import Any
 import yaml
 
 from remediate.config.rollout import parse_rollout
+from remediate.config.settings import Settings
 from remediate.judging.engine import Engine
 from remediate.judging.waves import NodeWaves
+from remediate.services import build_services
 from remediate.store import Store
 from remediate.store import schema as t
 from tests.conftest import alert_payload, ingest_alerts
@@ -76,6 +78,36 @@ def test_a_node_in_a_feature_wave_runs_its_mode_and_slurmctld_away_makes_it_dry_
     assert _runs(store)[-1] == ("gpu-02", "dry-run", "queued")
     assert decision.reason.partition("; ")[2].startswith("node gpu-02 in an unknown wave (Slurm feature unreadable: ")
     assert decision.reason.endswith("): dry-run")
+
+
+def test_the_servers_waves_and_slurm_actions_read_the_processs_one_node_cache(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    (playbooks / "xid.yaml").write_text(yaml.safe_dump(playbook()), encoding="utf-8")
+    settings = Settings.of(
+        playbooks=playbooks,
+        database_url=f"sqlite:///{tmp_path / 'r.db'}",
+        slurm_conf=slurm.conf,
+        slurm_poll_interval=3600.0,
+        rollout=ROLLOUT,
+        insecure_no_auth=True,
+    )
+    services = build_services(settings)
+    assert services.slurm is not None
+    try:
+        (decision,) = ingest_alerts(services.engine, xid("gpu-01"), at=T0).decisions
+        drain = services.engine.registry.get("slurm.drain")
+        drain.cache.census()  # type: ignore[attr-defined]
+        status = services.slurm.status()
+    finally:
+        services.slurm.stop()
+        services.store.close()
+
+    assert decision.reason.endswith("node gpu-01 in wave wave1 (Slurm feature wave1): enforce")
+    assert drain.cache is services.slurm  # type: ignore[attr-defined]
+    assert status.reads == 1  # the wave and the breaker's census: one sinfo --json
 
 
 def test_dry_run_reads_a_slurm_rollout_from_slurm_conf_and_stops_its_cache(slurm: SlurmCluster, tmp_path: Path) -> None:
