@@ -127,10 +127,11 @@ class NodeWaves:
         return _Read(now, {n.name: (n.labels[label],) for n in nodes.values() if label in n.labels})
 
     def _list_slurm(self, source: _Source, now: float) -> _Read:
-        if self.slurm is None:
+        cache = self.slurm() if self.slurm is not None else None
+        if cache is None or not cache.client.configured:  # never started: it would only log its failure each poll
             return _Read(now, None, "no Slurm cluster configured (slurm_conf)", no_cluster=True)
         try:
-            nodes = self.slurm().nodes(wait=self.read_wait)
+            nodes = cache.nodes(wait=self.read_wait)
         except SlurmConfigError as exc:
             return _Read(now, None, str(exc)[:300], no_cluster=True)
         except ActionError as exc:  # SlurmUnavailable (slurmctld down), a refusal: the wave is unknown

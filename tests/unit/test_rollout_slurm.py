@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from remediate.config.rollout import Mode, NodeWave, Rollout, RolloutError, Slur
 from remediate.config.settings import load_settings
 from remediate.errors import ConfigError
 from remediate.judging.waves import NodeWaves
-from remediate.slurm import SlurmConfigError, SlurmNode, SlurmUnavailable
+from remediate.slurm import SlurmClient, SlurmConfigError, SlurmNode, SlurmNodeCache, SlurmUnavailable
 
 FEATURES = {"slurm": "feature", "waves": {"wave1": "enforce", "wave2": "approve"}, "default": "dry-run"}
 ROLLOUT = parse_rollout(FEATURES)
@@ -70,6 +71,7 @@ class ViewOfNodes:
     def __init__(self, nodes: list[SlurmNode] | Exception) -> None:
         self.answer = nodes
         self.reads = 0
+        self.client = SlurmClient(conf=Path("/etc/slurm/slurm.conf"))  # configured; never runs a command here
 
     def nodes(self, *, wait: float = 10.0) -> Mapping[str, SlurmNode]:
         self.reads += 1
@@ -129,12 +131,15 @@ def test_slurm_unreadable_is_an_unknown_wave_and_no_slurm_configured_the_default
     )
     assert wave_mode(parse_rollout({**FEATURES, "default": "enforce"}), down).mode is Mode.DRY_RUN  # type: ignore[arg-type]
 
-    unset = _waves(ViewOfNodes(SlurmConfigError("no Slurm cluster configured: set slurm_conf"))).of(ROLLOUT, "gpu-01")
-    assert unset == NodeWave("gpu-01", None, "not in rollout_nodes; no Slurm cluster configured: set slurm_conf")
-    none = NodeWaves(None).of(ROLLOUT, "gpu-01")
+    missing = _waves(ViewOfNodes(SlurmConfigError("slurm_conf /x is not a file"))).of(ROLLOUT, "gpu-01")
+    assert missing == NodeWave("gpu-01", None, "not in rollout_nodes; slurm_conf /x is not a file")
+    unset = SlurmNodeCache(SlurmClient(conf=None))
+    none = NodeWaves(None, slurm=lambda: unset).of(ROLLOUT, "gpu-01")
     assert wave_mode(ROLLOUT, none).note == (
         "node gpu-01 in no wave (not in rollout_nodes; no Slurm cluster configured (slurm_conf)): dry-run"
     )
+    assert not unset.status().started  # no poll that could only fail, logging it every interval
+    assert NodeWaves(None).of(ROLLOUT, "gpu-01") == none
 
 
 def test_a_feature_change_moves_the_node_after_the_ttl_and_is_audited(caplog: pytest.LogCaptureFixture) -> None:
