@@ -149,11 +149,14 @@ class NodeWaves:
         self._last_known[source] = waves
         if before is None:
             return
-        where = {"label": source.label} if source.slurm is None else {"slurm": str(source.slurm)}
         for node in sorted(set(before) | set(waves)):
             was, now = _wave_text(before.get(node)), _wave_text(waves.get(node))
-            if was != now:
-                audit_event("rollout_wave", node=node, **where, wave=now, was=was)
+            if was == now:
+                continue
+            if source.slurm is None:
+                audit_event("rollout_wave", node=node, label=source.label, wave=now, was=was)
+            else:
+                audit_event("rollout_wave", node=node, slurm=str(source.slurm), wave=now, was=was)
 
 
 def _wave_text(waves: tuple[str, ...] | None) -> str | None:
