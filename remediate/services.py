@@ -146,7 +146,7 @@ def build_services(
         on_outcome=metrics.approval_announcement,
     )
     wake = wake or _waking(executor.wake, announcer.wake)
-    engine = engine_for(settings, store, playbooks, registry, on_queued=wake, kube=client)
+    engine = engine_for(settings, store, playbooks, registry, on_queued=wake, kube=client, slurm=slurm)
     return Services(
         settings,
         store,
@@ -175,9 +175,11 @@ def engine_for(
     *,
     on_queued: Callable[[], None] | None = None,
     kube: KubeClient | None = None,
+    slurm: SlurmNodeCache | None = None,
 ) -> Engine:
     """The engine as `settings` make it: the server's, dry-run's (`store` None: an empty history) and replay's
-    (a scratch store) judge alike, staged rollouts' waves included."""
+    (a scratch store) judge alike, staged rollouts' waves included. `kube`, `slurm`: the process's Kubernetes
+    client and Slurm node cache, the ones its registry's actions use (one watch, one sinfo per interval)."""
     return Engine(
         store=store,
         playbooks=playbooks,
@@ -185,16 +187,19 @@ def engine_for(
         settings=settings.engine,
         on_queued=on_queued,
         breaker_stale_horizon=settings.kube.breaker.stale_horizon,
-        waves=node_waves(settings, kube),
+        waves=node_waves(settings, kube, slurm),
     )
 
 
-def node_waves(settings: Settings, client: KubeClient | None = None) -> NodeWaves:
+def node_waves(settings: Settings, client: KubeClient | None = None, slurm: SlurmNodeCache | None = None) -> NodeWaves:
     """Where a staged rollout reads nodes' waves: `rollout_nodes`, else the label through the Kubernetes API
-    (the k8s.* actions' cluster settings; the client connects on the first read, only with a rollout)."""
+    (the k8s.* actions' cluster settings; the client connects on the first read, only with a rollout), or the
+    Slurm feature or partition from the Slurm node cache (`slurm`, the process's; else one of the waves' own,
+    polling from its first read, only with a Slurm rollout)."""
     if client is None:
         client = kube_client(settings)
-    return NodeWaves(lambda: client, dict(settings.engine.rollout_nodes))
+    cache = slurm if slurm is not None else slurm_node_cache(settings.slurm)
+    return NodeWaves(lambda: client, dict(settings.engine.rollout_nodes), slurm=lambda: cache)
 
 
 def kube_client(settings: Settings) -> KubeClient:

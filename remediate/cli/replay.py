@@ -28,6 +28,7 @@ def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bo
     Cooldowns, attempt caps, ladders and the breaker are simulated over time in memory; nothing is
     executed and the database is opened read-only."""
     from remediate.actions import default_registry
+    from remediate.actions.slurm.common import slurm_node_cache
     from remediate.playbooks.loading import load_playbooks
     from remediate.rehearsal.replay import Window
     from remediate.rehearsal.replay import replay as run_replay
@@ -43,8 +44,9 @@ def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bo
     if start is None or start >= end:
         raise CliError("--since must be before --until")
     kube = kube_client(settings)  # one for the actions and the waves: one node cache, if a wave reads labels
+    slurm = slurm_node_cache(settings.slurm)  # ... and one Slurm node cache, polling only if a wave reads Slurm
     try:
-        registry = default_registry(settings, kube)
+        registry = default_registry(settings, kube, slurm)
         playbooks = load_playbooks(settings.engine.playbooks, registry)
         report = run_replay(
             settings,
@@ -54,9 +56,11 @@ def replay(since: str, until: str | None, cluster_nodes: int | None, as_json: bo
             Window(start, end),
             cluster_nodes=cluster_nodes,
             kube=kube,
+            slurm=slurm,
         )
     finally:
         kube.close()
+        slurm.stop()
     if not print_json(report, as_json):
         print_replay(report)
 

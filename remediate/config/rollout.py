@@ -1,13 +1,21 @@
 """Staged rollout: which wave a node is in, and the mode that wave runs in (pure; docs/playbooks.md#staged-rollout).
 
-A rollout (the `rollout` setting, or a playbook's `rollout:` key, which wins) names a node label, the mode of
-each of its values (a wave) and the mode of every other node: `{label: remediate.io/wave, waves: {"1": enforce,
-"2": approve}, default: dry-run}`. A run's effective mode is the most cautious of its playbook's (or rung's)
+A rollout (the `rollout` setting, or a playbook's `rollout:` key, which wins) names where a node's wave is read,
+the mode of each wave and the mode of every other node: `{label: remediate.io/wave, waves: {"1": enforce,
+"2": approve}, default: dry-run}` (the wave is the value of a Kubernetes node label), or `{slurm: feature, waves:
+{wave1: enforce}}` (the wave is the Slurm feature, or with `slurm: partition` the partition, of the node that
+names one of `waves`). A run's effective mode is the most cautious of its playbook's (or rung's)
 mode, its node's wave's mode and the server's mode: dry-run < approve < enforce. So a rollout only ever holds
 a playbook back; promoting a node is changing its label (or `rollout_nodes`), never editing the playbook.
 
 Where a node's wave comes from (remediate.judging.waves reads it) is told by a `NodeWave`, which the decision's reason
-quotes: "node gpu-07 in wave 1 (label remediate.io/wave=1): enforce".
+quotes: "node gpu-07 in wave 1 (label remediate.io/wave=1): enforce", "node gpu-03 in wave wave1 (Slurm feature
+wave1): enforce".
+
+Why `slurm: feature` and not a key per attribute (`feature: wave1`) nor a `source:` beside `label`: a rollout
+names one place a node's wave is read, and exactly one of `label` / `slurm` says which scheduler's view that is,
+its value which of the node's attributes; the wave names stay in `waves`, as for a label, so that a node
+promoted is a node given another feature (or partition), never an edited rollout.
 """
 
 from __future__ import annotations
@@ -30,7 +38,9 @@ CAUTION = (Mode.DRY_RUN, Mode.APPROVE, Mode.ENFORCE)
 
 _LABEL = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_KEYS = {"label", "waves", "default"}
+_SLURM_NAME = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.:]{0,63}$")
+"""A Slurm feature or partition name that can be a wave: no list (`,`), no feature expression (`&|[]*`)."""
+_KEYS = {"label", "slurm", "waves", "default"}
 
 
 class RolloutError(ValueError):
@@ -41,16 +51,30 @@ def most_cautious(*modes: Mode) -> Mode:
     return min(modes, key=CAUTION.index)
 
 
+class SlurmAttribute(StrEnum):
+    """Which of a Slurm node's attributes name its wave (`rollout.slurm`)."""
+
+    FEATURE = "feature"
+    """Its active features (slurm.conf `Feature=`; `scontrol update NodeName=.. ActiveFeatures=..`)."""
+    PARTITION = "partition"
+
+
 @dataclass(frozen=True)
 class Rollout:
-    label: str
-    """The node label whose value is the node's wave (also the key of `rollout_nodes`' values)."""
+    label: str | None
+    """The node label whose value is the node's wave; None when the waves come from Slurm (`slurm`)."""
     waves: tuple[tuple[str, Mode], ...]
     default: Mode = Mode.DRY_RUN
     """The mode of a node in no wave named here (no label, a value not listed)."""
+    slurm: SlurmAttribute | None = None
+    """The Slurm node attribute (feature, partition) that names the node's wave; None: the label does."""
 
     def mode_of(self, wave: str | None) -> Mode:
         return next((mode for name, mode in self.waves if name == wave), self.default)
+
+    @property
+    def wave_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.waves)
 
 
 @dataclass(frozen=True)
@@ -60,9 +84,17 @@ class NodeWave:
     node: str | None
     wave: str | None
     source: str
-    """`label remediate.io/wave=1`, `rollout_nodes`, `no label remediate.io/wave`, `no node label on the alert`."""
+    """`label remediate.io/wave=1`, `Slurm feature wave1`, `rollout_nodes`, `no label remediate.io/wave`, ..."""
     unknown: bool = False
-    """The wave could not be read (the Kubernetes API failed): the node runs dry-run until it can."""
+    """The wave could not be read (the Kubernetes API failed, slurmctld did not answer): the node runs dry-run
+    until it can."""
+    also: tuple[str, ...] = ()
+    """The node's other waves: a Slurm node with two features (partitions) that name waves is in each; its mode
+    is the most cautious of theirs."""
+
+    @property
+    def waves(self) -> tuple[str, ...]:
+        return () if self.wave is None else (self.wave, *self.also)
 
 
 @dataclass(frozen=True)
@@ -77,9 +109,15 @@ def wave_mode(rollout: Rollout, where: NodeWave) -> WaveMode:
     """The mode of the wave `where` places a node in, and the note a decision's reason takes. A wave that
     cannot be read counts as dry-run: a rollout never acts on a node it cannot place. The run's mode is
     then the most cautious of this and its playbook's (rung's) and the server's (`most_cautious`)."""
-    mode = Mode.DRY_RUN if where.unknown else rollout.mode_of(where.wave)
+    waves = where.waves
+    if where.unknown:
+        mode, placed = Mode.DRY_RUN, "in an unknown wave"
+    elif not waves:
+        mode, placed = rollout.default, "in no wave"
+    else:
+        mode = most_cautious(*(rollout.mode_of(wave) for wave in waves))
+        placed = f"in wave {waves[0]}" if len(waves) == 1 else f"in waves {', '.join(waves)}"
     node = f"node {where.node}" if where.node else "the alert's target"
-    placed = "in an unknown wave" if where.unknown else "in no wave" if where.wave is None else f"in wave {where.wave}"
     return WaveMode(mode, f"{node} {placed} ({where.source}): {mode}")
 
 
@@ -89,24 +127,46 @@ def parse_rollout(value: Any, field: str = "rollout") -> Rollout | None:
     if value is None or value == {}:
         return None
     if not isinstance(value, Mapping):
-        raise RolloutError(f"{field}: must be a mapping (label, waves, default)")
+        raise RolloutError(f"{field}: must be a mapping (label or slurm, waves, default)")
     unknown = sorted(set(map(str, value)) - _KEYS)
     if unknown:
-        raise RolloutError(f"{field}.{unknown[0]}: unknown key (known: default, label, waves)")
-    label = value.get("label")
-    if not isinstance(label, str) or not _LABEL.fullmatch(label):
-        raise RolloutError(f"{field}.label: must be a Kubernetes label name (e.g. remediate.io/wave)")
+        raise RolloutError(f"{field}.{unknown[0]}: unknown key (known: default, label, slurm, waves)")
+    if ("label" in value) == ("slurm" in value):
+        raise RolloutError(
+            f"{field}: needs exactly one of label (a Kubernetes node label) and slurm (feature or partition)"
+        )
+    label, slurm = None, None
+    if "label" in value:
+        label = value["label"]
+        if not isinstance(label, str) or not _LABEL.fullmatch(label):
+            raise RolloutError(f"{field}.label: must be a Kubernetes label name (e.g. remediate.io/wave)")
+    else:
+        try:
+            slurm = SlurmAttribute(value["slurm"])
+        except ValueError:
+            raise RolloutError(f"{field}.slurm: must be feature or partition, got {value['slurm']!r}") from None
     waves = value.get("waves")
     if not isinstance(waves, Mapping) or not waves:
-        raise RolloutError(f'{field}.waves: must be a mapping of wave (label value) to mode ({{"1": enforce}})')
+        example = '{"1": enforce}' if slurm is None else "{wave1: enforce}"
+        raise RolloutError(f"{field}.waves: must be a mapping of wave ({_wave_kind(slurm)}) to mode ({example})")
     parsed = []
     for wave, mode in waves.items():
         name = str(wave)
-        if isinstance(wave, bool) or not _VALUE.fullmatch(name):
-            raise RolloutError(f"{field}.waves.{name[:40]}: not a label value (letters, digits, -_., at most 63)")
+        if isinstance(wave, bool) or not (_VALUE if slurm is None else _SLURM_NAME).fullmatch(name):
+            raise RolloutError(f"{field}.waves.{name[:40]}: not a {_wave_kind(slurm)} ({_wave_rule(slurm)})")
         parsed.append((name, to_mode(mode, f"{field}.waves.{name}")))
     default = to_mode(value.get("default", Mode.DRY_RUN.value), f"{field}.default")
-    return Rollout(label, tuple(sorted(parsed)), default)
+    return Rollout(label, tuple(sorted(parsed)), default, slurm)
+
+
+def _wave_kind(slurm: SlurmAttribute | None) -> str:
+    return "label value" if slurm is None else f"Slurm {slurm} name"
+
+
+def _wave_rule(slurm: SlurmAttribute | None) -> str:
+    if slurm is None:
+        return "letters, digits, -_., at most 63"
+    return "letters, digits, -_.:, at most 64; one name, no list or expression"
 
 
 def parse_node_waves(value: Any, field: str = "rollout_nodes") -> tuple[tuple[str, str], ...]:

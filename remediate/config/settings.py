@@ -153,7 +153,8 @@ class EngineSettings:
         None, v.to_rollout
     )  # staged rollout: docs/playbooks.md, remediate.config.rollout
     """Staged rollout of every playbook without its own `rollout:` (`{label: remediate.io/wave, waves:
-    {"1": enforce}, default: dry-run}`), YAML/JSON in the environment (docs/playbooks.md, "Staged rollout")."""
+    {"1": enforce}, default: dry-run}`, or `{slurm: feature, waves: {wave1: enforce}}`: waves from Slurm
+    features or partitions), YAML/JSON in the environment (docs/playbooks.md, "Staged rollout")."""
     rollout_nodes: tuple[tuple[str, str], ...] = setting((), v.to_rollout_nodes)  # {host-a: "1"}: hosts without k8s
     """The wave of hosts without Kubernetes, `{host-a: "1"}` (YAML/JSON in the environment)."""
     schedulers: tuple[Scheduler, ...] = setting(DEFAULT_SCHEDULERS, to_schedulers, flat="schedulers")

@@ -448,9 +448,10 @@ def to_slack_approvers(value: Any) -> tuple[tuple[str, str], ...]:
 
 
 def to_rollout(value: Any) -> Rollout | None:
-    """`{label: remediate.io/wave, waves: {"1": enforce}, default: dry-run}` (config file), or that mapping as
-    YAML/JSON text (environment); none for empty. Each error names its field (`rollout.waves.1: ...`)."""
-    return parse_rollout(_mapping(value, "(label, waves, default)") or None)
+    """`{label: remediate.io/wave, waves: {"1": enforce}, default: dry-run}` or `{slurm: feature, waves: ...}`
+    (config file), or that mapping as YAML/JSON text (environment); none for empty. Each error names its field
+    (`rollout.waves.1: ...`)."""
+    return parse_rollout(_mapping(value, "(label or slurm, waves, default)") or None)
 
 
 def to_rollout_nodes(value: Any) -> tuple[tuple[str, str], ...]:

@@ -27,6 +27,7 @@ from remediate.store.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from remediate.kube.client import KubeClient
+    from remediate.slurm import SlurmNodeCache
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -36,21 +37,26 @@ def sqlite_path(url: str) -> Path | None:
 
 def dry_run(settings: Settings, data: object, *, now: float, registry: ActionRegistry | None = None) -> dict[str, Any]:
     """What the server would decide and plan for the notification `data` now; changes nothing. Without a
-    `registry`, the shipped actions on one Kubernetes client that the waves share and one Slurm node cache,
+    `registry`, the shipped actions on one Kubernetes client and one Slurm node cache, which the waves share,
     both closed before returning."""
     kube = kube_client(settings) if registry is None else None
     slurm = slurm_node_cache(settings.slurm) if registry is None else None
     try:
-        return _dry_run(settings, data, now, registry or default_registry(settings, kube, slurm), kube)
+        return _dry_run(settings, data, now, registry or default_registry(settings, kube, slurm), kube, slurm)
     finally:
         if kube is not None:
             kube.close()  # its node cache's watch, if a plan or a wave started it
         if slurm is not None:
-            slurm.stop()  # its poll, if a slurm.drain plan started it
+            slurm.stop()  # its poll, if a slurm.drain plan or a Slurm wave started it
 
 
 def _dry_run(
-    settings: Settings, data: object, now: float, registry: ActionRegistry, kube: KubeClient | None
+    settings: Settings,
+    data: object,
+    now: float,
+    registry: ActionRegistry,
+    kube: KubeClient | None,
+    slurm: SlurmNodeCache | None,
 ) -> dict[str, Any]:
     notification = parse_notification(data)
     playbooks = load_playbooks(settings.engine.playbooks, registry)
@@ -62,7 +68,7 @@ def _dry_run(
     else:
         store = Store.open(settings.store.url, upgrade=False)
     try:
-        engine = engine_for(settings, store, playbooks, registry, kube=kube)
+        engine = engine_for(settings, store, playbooks, registry, kube=kube, slurm=slurm)
         judged = engine.preview(notification, now=now)
         paused = store.pause.state().paused if store is not None else False
         # Plans read what actions remember (e.g. the limit a restore would put back), never write it.

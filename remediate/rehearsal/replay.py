@@ -47,6 +47,7 @@ from remediate.store.source_guard import QUERY_TIME_LIMIT_S, json_column, time_l
 
 if TYPE_CHECKING:
     from remediate.kube.client import KubeClient
+    from remediate.slurm import SlurmNodeCache
 
 BATCH = 1000
 """Notifications read per query (with their alerts, decisions and cordon steps): memory stays bounded by one batch."""
@@ -168,14 +169,16 @@ def replay(
     *,
     cluster_nodes: int | None = None,
     kube: KubeClient | None = None,
+    slurm: SlurmNodeCache | None = None,
 ) -> dict[str, Any]:
     """Judge the notifications stored in `source_url` within `window` again with `playbooks`; the report.
-    `kube`: the client `registry`'s actions use, for the staged rollouts' waves to share (one node cache)."""
+    `kube`, `slurm`: the Kubernetes client and Slurm node cache `registry`'s actions use, for the staged
+    rollouts' waves to share (one node cache of each)."""
     report = Replay(window)
     source = _open_source(source_url)
     scratch = Store.open("sqlite://")  # in memory, the schema Store.open creates
     try:
-        engine = engine_for(settings, scratch, playbooks, registry, kube=kube)  # judged as the server judges
+        engine = engine_for(settings, scratch, playbooks, registry, kube=kube, slurm=slurm)  # as the server judges
         with _snapshot(source) as conn, time_limited(QUERY_TIME_LIMIT_S):
             _check_source(conn)
             nodes = cluster_nodes if cluster_nodes is not None else _stored_cluster_nodes(conn)

@@ -9,7 +9,9 @@ The cluster (docs of the recipe: /work/shared/reference/slurm.md in the project'
 - slurmctld and one slurmd, the one node that runs jobs: this host, NodeName = its short host name;
 - six more nodes declared in slurm.conf, gpu-01 .. gpu-06, without a slurmd of their own (their address is
   this host's, so its slurmd answers slurmctld's pings and they stay up: they take DRAIN and RESUME as any node);
-- two partitions: `train` (this host, gpu-01 .. gpu-04) and `debug` (gpu-05, gpu-06).
+- two partitions: `train` (this host, gpu-01 .. gpu-04) and `debug` (gpu-05, gpu-06);
+- features (staged rollout's waves, tests/integration/test_rollout_slurm.py): every gpu-0x has `gpu`; gpu-01 and
+  gpu-02 have `wave1` too, gpu-03 `wave1` and `wave2` (WAVE_FEATURES).
 
 Each daemon runs in the foreground (-D, munged -F) as a child of the test process, so its pid (the one its pid
 file holds) is known from the start, it is never reparented, and stopping it is SIGTERM to that pid, then
@@ -53,6 +55,8 @@ PROGRAMS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld", "s
             "sbatch": "/usr/bin/sbatch", "scancel": "/usr/bin/scancel"}  # fmt: skip
 OTHER_NODES = tuple(f"gpu-{i:02d}" for i in range(1, 7))
 TRAIN_OTHERS, DEBUG_NODES = OTHER_NODES[:4], OTHER_NODES[4:]
+WAVE_FEATURES = {"gpu-01": ("wave1",), "gpu-02": ("wave1",), "gpu-03": ("wave1", "wave2")}
+"""The features beyond `gpu` that slurm.conf gives nodes (the others have none)."""
 WIDE_REASONS = "%60E %9u %N"
 """`sinfo -R -o` format: the whole reason (the default cuts it at 20 characters), who set it, the nodes."""
 
@@ -142,7 +146,9 @@ SelectType=select/cons_tres
 ReturnToService=2
 MessageTimeout=3
 NodeName={self.host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
-NodeName=gpu-[01-06] NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Feature=gpu State=UNKNOWN
+NodeName=gpu-[01-02] NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Feature=gpu,wave1 State=UNKNOWN
+NodeName=gpu-03 NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Feature=gpu,wave1,wave2 State=UNKNOWN
+NodeName=gpu-[04-06] NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Feature=gpu State=UNKNOWN
 PartitionName=train Nodes={train} Default=YES MaxTime=INFINITE State=UP
 PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
 """,
