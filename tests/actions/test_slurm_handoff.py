@@ -18,6 +18,7 @@ from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.notify_sink import NotifyAction, SinkNotConfiguredError, unconfigured_sinks
 from remediate.actions.slurm import SlurmHandoffAction, SlurmHandoffRefused, SlurmOptions
 from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
+from remediate.config.schedulers import Scheduler
 from remediate.config.settings import Settings
 from remediate.config.values import to_sinks
 from remediate.errors import ParamsError
@@ -230,7 +231,9 @@ def test_the_servers_handoff_posts_through_its_notify_action_so_a_reload_of_the_
 ) -> None:
     ctx = step_context("gpu-02", breaker=memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=9)))
     drained(slurm, actions, "gpu-02", ctx)
-    registry = default_registry(Settings.of(slurm_conf=slurm.conf), slurm=slurm.node_cache())
+    registry = default_registry(
+        Settings.of(schedulers=(Scheduler.SLURM,), slurm_conf=slurm.conf), slurm=slurm.node_cache()
+    )
     handoff = registry.get("slurm.handoff")
     params = handoff.validate({"sink": "breakfix"})
     assert handoff.plan(params, ctx)["can_act"] is False
@@ -254,7 +257,9 @@ steps:
 
 
 def test_a_playbook_handing_off_to_a_sink_that_is_not_configured_is_named_at_start(slurm: SlurmCluster) -> None:
-    registry = default_registry(Settings.of(slurm_conf=slurm.conf), slurm=slurm.node_cache())
+    registry = default_registry(
+        Settings.of(schedulers=(Scheduler.SLURM,), slurm_conf=slurm.conf), slurm=slurm.node_cache()
+    )
     playbook = parse_playbook(yaml.safe_load(KEEP_OUT), registry, source="pb.yaml")
     line = unconfigured_sinks([playbook], ())
     assert line is not None and line.startswith("sinks NOT configured: breakfix (used by xid-slurm-keep-out)")

@@ -173,7 +173,9 @@ def test_replay_under_a_slurm_rollout_plans_the_drain_of_a_node_in_no_wave(
     (changed / "xid.yaml").write_text(yaml.safe_dump(DRAIN), encoding="utf-8")
     config = tmp_path / "remediate.yaml"
     rollout = {"slurm": "feature", "waves": {"wave1": "enforce"}}
-    config.write_text(yaml.safe_dump({"slurm_conf": str(slurm.conf), "rollout": rollout}), encoding="utf-8")
+    config.write_text(
+        yaml.safe_dump({"schedulers": "slurm", "slurm_conf": str(slurm.conf), "rollout": rollout}), encoding="utf-8"
+    )
 
     window = ("--since", str(T0 - 60), "--until", str(T0 + 3600))
     result = cli("replay", "--database-url", db_url, "--playbooks", changed, *window, "--json", "--config", config)
