@@ -24,8 +24,9 @@ import yaml
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
 from tests.support.processes import REMEDIATE, run_remediate
-from tests.support.realsystems import AlertManager, WebhookRecorder
+from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder
 from tests.support.server import TOKEN, RemediateServer
+from tests.support.shipped import every_step, quicken_checks, shipped_playbook
 from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -56,12 +57,34 @@ def kube_api(default_chart_rbac: ChartRbac) -> Iterator[FakeKubeAPI]:
 
 
 @pytest.fixture
+def gpu_metrics(tmp_path: Path) -> Iterator[tuple[MetricsEndpoint, Prometheus]]:
+    """A real Prometheus scraping what dcgm-exporter would export for NODE's two GPUs (the proven-healthy check
+    before the undo reads it)."""
+    with (
+        MetricsEndpoint() as metrics,
+        # No rules, no alerts: an AlertManager address it never posts to.
+        Prometheus(
+            tmp_path / "prom", scrape_targets=[metrics.target], rule_files=[], alertmanager_url="http://127.0.0.1:9"
+        ) as prom,
+    ):
+        for gpu in ("0", "1"):
+            metrics.set("DCGM_FI_DEV_GPU_TEMP", 55, {"Hostname": NODE, "gpu": gpu, "UUID": f"GPU-{NODE}-{gpu}"})
+        prom.wait_until_scraping(timeout=scaled(30))
+        yield metrics, prom
+
+
+@pytest.fixture
 def server(
-    start_server: StartServer, playbooks_dir: Path, kube_api: FakeKubeAPI, recorder: WebhookRecorder, tmp_path: Path
+    start_server: StartServer,
+    playbooks_dir: Path,
+    kube_api: FakeKubeAPI,
+    recorder: WebhookRecorder,
+    gpu_metrics: tuple[MetricsEndpoint, Prometheus],
+    tmp_path: Path,
 ) -> RemediateServer:
-    playbook = yaml.safe_load((ROOT / "playbooks" / f"{PLAYBOOK}.yaml").read_text())
-    steps = [s for rung in playbook["escalate"] for s in [*rung["steps"], *rung.get("on_resolved", [])]]
-    for step in [*steps, *playbook.get("on_resolved", [])]:
+    # As shipped, but for the waits: the proven-healthy check asks for 2 s of evidence, not 10 minutes.
+    playbook = quicken_checks(shipped_playbook(PLAYBOOK), holds="2s", gives_up=scaled(10))
+    for step in every_step(playbook):
         if step["action"] == "k8s.drain":
             step["with"]["pdb_retry_interval"] = 0.2
     (playbooks_dir / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
@@ -70,6 +93,7 @@ def server(
         env={
             "REMEDIATE_KUBECONFIG": str(kubeconfig),
             "REMEDIATE_KUBE_REQUEST_TIMEOUT": "5s",
+            "REMEDIATE_PROMETHEUS_URL": gpu_metrics[1].url,
             # The shipped playbook notifies the `oncall` sink: the recorder here.
             "REMEDIATE_SINKS": json.dumps({"oncall": {"type": "webhook", "url": recorder.url}}),
         }
@@ -141,6 +165,8 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     am.resolve(_labels(NODE))
     resolved = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="succeeded", playbook=PLAYBOOK)
     undo = _steps(server.run(resolved["run_id"]))
+    # Both GPUs the node reported today report again (Prometheus, for the check's window): proven, undone.
+    assert undo["proven-healthy"]["status"] == "succeeded", undo["proven-healthy"]
     assert undo["untaint"]["result"]["outcome"] == "untainted"
     assert undo["uncordon"]["result"]["outcome"] == "uncordoned"
     node = kube_api.node(NODE)
@@ -155,6 +181,37 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     )
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["state"] == "closed"
+
+
+def test_a_node_whose_gpu_fell_off_the_bus_stays_out_when_its_alert_resolves(
+    server: RemediateServer,
+    start_alertmanager: StartAlertManager,
+    kube_api: FakeKubeAPI,
+    recorder: WebhookRecorder,
+    gpu_metrics: tuple[MetricsEndpoint, Prometheus],
+) -> None:
+    """The alert resolves (the exporter restarted and no longer latches the XID, or went silent), but one of the
+    two GPUs the node reported today is gone from Prometheus: not proven healthy, so nothing is undone."""
+    am = start_alertmanager(server.webhook_url)
+    am.fire(_labels(NODE), {"summary": f"1 GPU(s) on {NODE} reported a serious XID error"})
+    server.wait_for_run(lambda e: e["run"]["phase"] == "firing", status="succeeded", playbook=PLAYBOOK)
+    metrics, _ = gpu_metrics
+    metrics.remove("DCGM_FI_DEV_GPU_TEMP", {"Hostname": NODE, "gpu": "1", "UUID": f"GPU-{NODE}-1"})
+    am.resolve(_labels(NODE))
+    held = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="failed", playbook=PLAYBOOK)
+    kept = _steps(server.run(held["run_id"]))
+    assert kept["proven-healthy"]["status"] == "failed", kept["proven-healthy"]
+    assert [kept[n]["status"] for n in ("untaint", "uncordon", "notify-resolved")] == [
+        "skipped",
+        "skipped",
+        "succeeded",
+    ]
+    node = kube_api.node(NODE)
+    assert node["spec"]["unschedulable"] is True and [t["key"] for t in node["spec"]["taints"]] == [
+        "remediate.io/gpu-unhealthy"
+    ]
+    told = recorder.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
+    assert "The node stays out: its GPUs did not all report again" in told.json["message"]
 
 
 def test_a_server_whose_playbooks_cordon_watches_the_nodes_from_its_start(

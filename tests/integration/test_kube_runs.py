@@ -763,13 +763,22 @@ def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_th
         reset = {s["name"]: s for s in firing[1]["steps"]}["reset-gpus"]
         assert reset["status"] == "succeeded"
         assert [gpus.reset_count(g.uuid) for g in gpus.devices()] == [1, 1]
-        assert [s["name"] for s in undo["steps"]] == ["untaint", "uncordon", "notify-resolved"]
-        assert undo["status"] == "succeeded"
-        assert kube_api.node(node)["spec"].get("unschedulable") is None
+        # Undone only on evidence (proven-healthy: every GPU the node reported reports again for 10 minutes in
+        # Prometheus); with no prometheus_url there is none: the node stays out and on-call is told why.
+        undone = {s["name"]: s for s in undo["steps"]}
+        assert list(undone) == ["proven-healthy", "untaint", "uncordon", "notify-resolved"], undone
+        assert undone["proven-healthy"]["status"] == "failed" and "prometheus_url" in undone["proven-healthy"]["error"]
+        assert [undone[n]["status"] for n in ("untaint", "uncordon", "notify-resolved")] == [
+            "skipped",
+            "skipped",
+            "succeeded",
+        ], undone
+        assert kube_api.node(node)["spec"]["unschedulable"] is True
+        assert "The node stays out: its GPUs did not all report again" in recorder.requests[-1].json["message"]
         messages = [r.json["message"] for r in recorder.requests]
         assert [m.split(":")[0] for m in messages[:1]] == [f"Quarantined {node}"]
         (ticket,) = [m for m in messages if m.startswith("TICKET:")]
-        assert "It is cordoned and handed to breakfix" in ticket
+        assert "It is out of service and handed to breakfix (Kubernetes: remediate.io/owner" in ticket
         # The last rung handed the node to breakfix, with the evidence; the resolve's undo of
         # remediate's own cordon and taint still ran on the owned node.
         keep_out = {s["name"]: s for s in firing[2]["steps"]}
@@ -808,4 +817,4 @@ def test_without_the_breakfix_sink_the_last_rung_cordons_then_its_handoff_fails_
         assert kube_api.node(node)["spec"]["unschedulable"] is True
         assert OWNER not in kube_api.node(node)["metadata"]["annotations"]
         (ticket,) = [r.json["message"] for r in recorder.requests]
-        assert "It is cordoned but NOT handed to breakfix" in ticket
+        assert "It is out of service but NOT handed to breakfix" in ticket

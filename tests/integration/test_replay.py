@@ -315,7 +315,9 @@ def test_slurm_drains_count_as_cordons_and_claim_the_simulated_breaker(
     for at, host in ((T0, "node-a"), (T0 + 60, "node-b")):
         ingest_alerts(engine, xid_alert(host), at=at)
 
-    report = replay(db_url, playbook_dir(tmp_path, drain), "--cluster-nodes", "10")
+    config = tmp_path / "remediate.yaml"
+    config.write_text("schedulers: slurm\n", encoding="utf-8")  # a Slurm site: its slurm.* steps load
+    report = replay(db_url, playbook_dir(tmp_path, drain), "--cluster-nodes", "10", "--config", str(config))
 
     assert report["cordoned"]["recorded"] == ["node-a", "node-b"]
     assert report["cordoned"]["replayed"] == ["node-a"]

@@ -29,7 +29,7 @@ def test_the_rule_tests_see_every_rule_fire() -> None:
 
 @pytest.mark.parametrize("status", ["firing", "resolved"])
 def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(status: str) -> None:
-    engine = shipped_engine()
+    engine = shipped_engine()  # a Kubernetes site (the default `schedulers`): the slurm.* steps are left out
     checked = 0
     for alertname, labels, expected_annotations in expected_alerts("xid"):
         alert = as_alert(alertname, labels, expected_annotations, status)
@@ -62,11 +62,38 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
                 f"{alertname} still reported after a drain and a GPU reset",
             )
         else:
-            assert rungs == [["k8s.untaint", "k8s.uncordon"], [], []]
-            assert quarantine.rungs[0].steps[1].params["scope"] == "alert"
+            assert rungs == [["check.prometheus", "k8s.untaint", "k8s.uncordon"], [], []]
+            assert quarantine.rungs[0].steps[2].params["scope"] == "alert"
+            # Undone only on evidence: every GPU the node reported in the last day reports again, for 10 minutes.
+            proven = quarantine.rungs[0].steps[0].params
+            host = labels.get("Hostname") or labels["hostname"]
+            assert f'DCGM_FI_DEV_GPU_TEMP{{Hostname="{host}"}}' in proven["query"] and proven["for"] == "10m"
             assert [s.spec.action for s in quarantine.steps] == ["notify"]
         checked += 1
     assert checked >= 9
+
+
+@pytest.mark.parametrize("status", ["firing", "resolved"])
+def test_a_slurm_site_runs_the_same_ladder_with_the_slurm_steps(status: str) -> None:
+    """One shipped ladder for both schedulers: on a Slurm site the drain rung drains and requeues, the keep-out
+    rung drains and hands off, the undo checks and resumes; the Kubernetes steps are left out."""
+    engine = shipped_engine("slurm")
+    for alertname, labels, expected_annotations in expected_alerts("xid"):
+        (quarantine,) = [e for e in engine.evaluate(as_alert(alertname, labels, expected_annotations, status))]
+        assert quarantine.error is None, quarantine.error
+        rungs = [[s.spec.action for s in rung.steps] for rung in quarantine.rungs]
+        if status == "firing":
+            assert rungs == [
+                ["training.checkpoint_node", "slurm.drain", "slurm.requeue", "notify"],
+                ["gpu.reset", "notify"],
+                ["slurm.drain", "slurm.handoff", "notify"],
+            ]
+            assert quarantine.rungs[0].steps[1].params["note"] == expected_annotations["summary"]
+            assert quarantine.rungs[2].steps[1].params["sink"] == "breakfix"
+        else:
+            assert rungs == [["check.prometheus", "slurm.resume"], [], []]
+        left_out = {s.action for s in quarantine.playbook.left_out}
+        assert left_out == {"k8s.cordon", "k8s.taint", "k8s.drain", "k8s.untaint", "k8s.uncordon", "k8s.handoff"}
 
 
 def dry_run(tmp_path: Path, alertname: str, node_label: str, *more: str) -> Result:

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from remediate.actions import default_registry
+from remediate.config.settings import load_settings
 from remediate.intake.alerts import Alert, parse_notification
 from remediate.judging.engine import Engine
 from remediate.playbooks.loading import load_playbooks
@@ -41,8 +42,9 @@ def as_alert(alertname: str, labels: dict[str, str], annotations: dict[str, str]
     return alert
 
 
-def shipped_engine() -> Engine:
-    """An engine with every shipped playbook and no store: it judges, it records nothing. The GPU, Kubernetes
-    and training clients are built lazily, so judging touches no device and no cluster."""
-    registry = default_registry()
+def shipped_engine(schedulers: str = "kubernetes") -> Engine:
+    """An engine with every shipped playbook and no store, loaded as a site with these `schedulers` loads them:
+    it judges, it records nothing. The GPU, Kubernetes, Slurm and training clients are built lazily, so judging
+    touches no device and no cluster."""
+    registry = default_registry(load_settings(env={}, overrides={"schedulers": schedulers}))
     return Engine(store=None, playbooks=load_playbooks(ROOT / "playbooks", registry), registry=registry)
