@@ -151,3 +151,13 @@ def test_a_jobs_key_names_one_of_the_two_paths() -> None:
     bad = {**RESTART, "steps": [{**RESTART["steps"][1], "jobs": "pbs"}]}
     with pytest.raises(PlaybookError, match=r"steps\[0\]\.jobs.*must be one of slurm, launcher"):
         parse_playbook(bad, default_registry(Settings()))
+
+
+def test_dry_run_names_the_steps_this_site_leaves_out(tmp_path: Path) -> None:
+    (tmp_path / "quarantine.yaml").write_text(yaml.safe_dump(LADDER))
+    args = ["dry-run", "--playbooks", str(tmp_path), "--database-url", f"sqlite:///{tmp_path / 'none.db'}",
+            "--alertname", "GPUXidCritical", "--label", "Hostname=gpu-01"]  # fmt: skip
+    result = CliRunner().invoke(main, args, env={"REMEDIATE_SCHEDULERS": "none"})
+    assert "    left out escalate[0].steps[0] (cordon): k8s.cordon acts on kubernetes; this server's schedulers " \
+        "setting is none" in result.output, result.output  # fmt: skip
+    assert "step 0 tell [log @ cluster]" in result.output, result.output  # the one step this site runs
