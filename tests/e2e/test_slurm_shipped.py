@@ -42,6 +42,8 @@ class Timeline:
     """Seconds since the XID was set, for each thing seen, in the order seen."""
 
     started: float = field(default_factory=time.monotonic)
+    wall: str = ""
+    """The local time it started (as Slurm shows times)."""
     marks: list[tuple[str, float]] = field(default_factory=list)
 
     def mark(self, what: str) -> None:
@@ -83,6 +85,11 @@ class Site:
 
     def in_alertmanager(self) -> bool:
         return any(a["labels"].get("alertname") == "GPUXidCritical" for a in self.alertmanager.alerts())
+
+    def job_field(self, job: int, name: str) -> str:
+        """One field of `scontrol show job` (e.g. EligibleTime)."""
+        shown = self.slurm.run("scontrol", "-o", "show", "job", str(job)).stdout
+        return next((item.split("=", 1)[1] for item in shown.split() if item.startswith(f"{name}=")), "")
 
     def drained(self) -> bool:
         return "DRAIN" in self.slurm.show_node(self.slurm.host).split("Reason=")[0]
@@ -151,7 +158,7 @@ def _quarantine(site: Site, timeline: Timeline, job: int) -> dict[str, Any]:
     """XID 79 on GPU 1 up to the quarantine run's end: the node drained, its job requeued, on-call told; the
     run."""
     site.set_xid("1", 79)
-    timeline.started = time.monotonic()
+    timeline.started, timeline.wall = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
     wait_until(lambda: site.alert_state() == "firing", scaled(30), interval=0.2, message="GPUXidCritical fired")
     timeline.mark("alert firing (Prometheus)")
     wait_until(site.in_alertmanager, scaled(30), interval=0.2, message="the alert never reached AlertManager")
@@ -160,6 +167,8 @@ def _quarantine(site: Site, timeline: Timeline, job: int) -> dict[str, Any]:
     timeline.mark("node drained (scontrol show node)")
     wait_until(lambda: site.slurm.job_state(job) == "PENDING", scaled(30), interval=0.2, message="never requeued")
     timeline.mark("job requeued (PENDING)")
+    site.oncall.wait_for(lambda r: "Quarantined" in (r.json or {}).get("message", ""))
+    timeline.mark("on-call told: Quarantined ...")
     entry = site.server.wait_for_run(lambda e: e["run"]["phase"] == "firing", status="succeeded", playbook=PLAYBOOK)
     run = site.server.run(entry["run_id"])
     assert entry["target"] == site.slurm.host
@@ -190,6 +199,7 @@ def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healt
         f"1 GPU(s) on {host} reported a serious XID error: GPU 1 (GPU-{host}-1) XID 79 (the GPU has fallen off the bus)"
     )
     reasons = slurm.reasons()
+    whole = slurm.show_node(host).split("Reason=", 1)[1].strip()
     assert f"remediate run {run['id']}: GPUXidCritical" in reasons  # what an operator sees first: `sinfo -R`
     # The per-node alert names no `gpu` label: the reason's note, the shipped summary, names the GPU and its XID.
     assert f"Reason=remediate run {run['id']}: GPUXidCritical ({summary})" in slurm.show_node(host)
@@ -205,6 +215,8 @@ def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healt
     timeline.mark("XID cleared (0)")
     wait_until(lambda: site.alert_state() is None, scaled(60), interval=0.2, message="the alert never resolved")
     timeline.mark("alert resolved (Prometheus)")
+    wait_until(lambda: not site.in_alertmanager(), scaled(30), interval=0.2, message="AlertManager kept the alert")
+    timeline.mark("alert resolved (AlertManager)")
     resolved = site.server.wait_for_run(
         lambda e: e["run"]["phase"] == "resolved", status="succeeded", playbook=PLAYBOOK
     )
@@ -219,12 +231,14 @@ def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healt
     timeline.mark("node resumed")
     told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
     assert "its GPUs report again" in told.json["message"], told.json["message"]
-    # Slurm starts the requeued job again once its node is back (after the BeginTime a requeue sets).
+    # Slurm starts the requeued job again once its node is back, not before the EligibleTime its requeue set.
+    begins = site.job_field(job, "EligibleTime")
     wait_until(lambda: slurm.job_state(job) == "RUNNING", scaled(240), interval=0.5, message="the job never ran again")
     timeline.mark("job running again")
     with capsys.disabled():
-        print(f"\nsinfo -R while drained:\n{reasons.rstrip()}")
-        print(f"\ntimeline (seconds from XID 79 being set on GPU 1):\n{timeline.show()}")
+        print(f"\nsinfo -R while drained:\n{reasons.rstrip()}\nthe whole reason: {whole}")
+        print(f"timeline (seconds from XID 79 set on GPU 1 at {timeline.wall}; the job is eligible at {begins}):")
+        print(timeline.show())
 
 
 def test_a_gpu_that_fell_off_the_bus_keeps_the_node_drained_when_the_alert_resolves(
