@@ -346,9 +346,9 @@ def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
 def xid_playbook(
     *, cooldown: str = "0s", requeue: bool = True, retries: int | None = None, timeout: str | None = None
 ) -> str:
-    """The tests' Slurm playbook, as a user writes it (docs/slurm.md points here): a GPUXidCritical alert drains
-    its node with the XID in the reason, then (`requeue`) sends its jobs back to the queue; the resolution
-    resumes it. `retries` and `timeout`, when given, bound each firing step."""
+    """The tests' own small Slurm playbook (a site runs the shipped ones: tests/e2e/test_slurm_shipped.py): a
+    GPUXidCritical alert drains its node with the XID in the reason, then (`requeue`) sends its jobs back to the
+    queue; the resolution resumes it. `retries` and `timeout`, when given, bound each firing step."""
     bounds = [f"    {key}: {value}" for key, value in (("retries", retries), ("timeout", timeout)) if value is not None]
     drain = ["  - action: slurm.drain", '    with: {note: "xid {{ labels.xid }}"}', *bounds]
     requeue_step = ["  - action: slurm.requeue", *bounds] if requeue else []

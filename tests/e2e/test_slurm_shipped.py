@@ -1,0 +1,273 @@
+"""End to end on a real Slurm cluster with the shipped parts, the whole path a Slurm site runs: dcgm-exporter's
+series for the real slurmd's node (a MetricsEndpoint: two GPUs, their temperature and last XID) -> a real
+Prometheus evaluating the SHIPPED alertmanager/rules/xid.rules.yml -> a real AlertManager -> `remediate serve`
+started as a Slurm site starts it (REMEDIATE_SCHEDULERS=slurm, its cluster named by REMEDIATE_SLURM_CONF) with
+the SHIPPED gpu-xid-quarantine playbook -> the real slurmctld of tests/support/slurm.py, a real requeueable
+`sbatch` job on the node.
+
+Only the waits shrink: the rule's `for` (1m) and `keep_firing_for` (30m) and the proven-healthy check's window
+(10m); the expressions, annotations, steps and messages are as shipped. `pytest -s` prints the timeline (seconds
+from the XID being set) and `sinfo -R` while the node is drained.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder, check_rules
+from tests.support.rules import rules_of
+from tests.support.server import RemediateServer
+from tests.support.shipped import quicken_checks, shipped_playbook
+from tests.support.slurm import SlurmCluster
+from tests.support.waiting import scaled, wait_until
+
+pytestmark = [pytest.mark.integration]
+
+PLAYBOOK = "gpu-xid-quarantine"
+GPUS = ("0", "1")
+FIRES_AFTER = "2s"  # the shipped `for: 1m`
+KEEPS_FIRING = "5s"  # the shipped `keep_firing_for: 30m`
+
+
+@dataclass
+class Timeline:
+    """Seconds since the XID was set, for each thing seen, in the order seen."""
+
+    started: float = field(default_factory=time.monotonic)
+    wall: str = ""
+    """The local time it started (as Slurm shows times)."""
+    marks: list[tuple[str, float]] = field(default_factory=list)
+
+    def mark(self, what: str) -> None:
+        self.marks.append((what, round(time.monotonic() - self.started, 1)))
+
+    def show(self) -> str:
+        return "\n".join(f"  +{at:6.1f}s  {what}" for what, at in self.marks)
+
+
+@dataclass
+class Site:
+    """What a Slurm site runs, started by the `site` fixture."""
+
+    slurm: SlurmCluster
+    exporter: MetricsEndpoint
+    prometheus: Prometheus
+    alertmanager: AlertManager
+    server: RemediateServer
+    oncall: WebhookRecorder
+
+    def series(self, gpu: str) -> dict[str, str]:
+        return {"Hostname": self.slurm.host, "gpu": gpu, "UUID": f"GPU-{self.slurm.host}-{gpu}"}
+
+    def set_xid(self, gpu: str, xid: int) -> None:
+        self.exporter.set("DCGM_FI_DEV_XID_ERRORS", xid, self.series(gpu))
+
+    def gpu_falls_off_the_bus(self, gpu: str) -> None:
+        """Its series are gone from the exporter (no temperature, no XID): Prometheus marks them stale."""
+        for metric in ("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS"):
+            self.exporter.remove(metric, self.series(gpu))
+
+    def alert_state(self) -> str | None:
+        """GPUXidCritical in Prometheus' rule evaluation for this node: pending, firing, or None."""
+        for alert in self.prometheus.alerts():
+            labels = alert["labels"]
+            if labels["alertname"] == "GPUXidCritical" and labels.get("Hostname") == self.slurm.host:
+                return str(alert["state"])
+        return None
+
+    def in_alertmanager(self) -> bool:
+        return any(a["labels"].get("alertname") == "GPUXidCritical" for a in self.alertmanager.alerts())
+
+    def job_field(self, job: int, name: str) -> str:
+        """One field of `scontrol show job` (e.g. EligibleTime)."""
+        shown = self.slurm.run("scontrol", "-o", "show", "job", str(job)).stdout
+        return next((item.split("=", 1)[1] for item in shown.split() if item.startswith(f"{name}=")), "")
+
+    def drained(self) -> bool:
+        return "DRAIN" in self.slurm.show_node(self.slurm.host).split("Reason=")[0]
+
+
+def _fast_rules(directory: Path) -> Path:
+    """The shipped xid.rules.yml with `for` 1m -> FIRES_AFTER and `keep_firing_for` 30m -> KEEPS_FIRING; the
+    expressions, labels and annotations as shipped."""
+    rules = rules_of("xid")
+    assert {(r["for"], r["keep_firing_for"]) for r in rules} == {("1m", "30m")}
+    fast = [{**rule, "for": FIRES_AFTER, "keep_firing_for": KEEPS_FIRING} for rule in rules]
+    path = directory / "xid.rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "remediate-gpu-xid", "rules": fast}]}, sort_keys=False))
+    check_rules([path])
+    return path
+
+
+@pytest.fixture
+def site(
+    slurm: SlurmCluster,
+    tmp_path: Path,
+    playbooks_dir: Path,
+    recorder: WebhookRecorder,
+    start_alertmanager: Callable[..., AlertManager],
+    watch_log: Callable[..., None],
+) -> Iterator[Site]:
+    # The shipped playbook as it is, but for the proven-healthy check's wait: 2 s of evidence, not 10 minutes.
+    playbook = quicken_checks(shipped_playbook(PLAYBOOK), holds="2s", gives_up=scaled(10))
+    (playbooks_dir / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    server = RemediateServer(
+        tmp_path / "remediate",
+        playbooks_dir,
+        env={
+            "REMEDIATE_SCHEDULERS": "slurm",
+            "REMEDIATE_SLURM_CONF": str(slurm.conf),
+            "REMEDIATE_SLURM_PARTITIONS": "train",
+            "REMEDIATE_SINKS": json.dumps({"oncall": {"type": "webhook", "url": recorder.url}}),
+        },
+    )
+    watch_log("remediate", server)
+    alertmanager = start_alertmanager(server.webhook_url, group_wait="1s", group_interval="1s")
+    with (
+        MetricsEndpoint() as exporter,
+        Prometheus(
+            tmp_path / "prometheus",
+            scrape_targets=[exporter.target],
+            rule_files=[_fast_rules(tmp_path)],
+            alertmanager_url=alertmanager.url,
+        ) as prometheus,
+    ):
+        watch_log("prometheus", prometheus)
+        running = Site(slurm, exporter, prometheus, alertmanager, server, recorder)
+        for gpu in GPUS:  # what dcgm-exporter shows of a healthy node: a temperature, no XID (0)
+            exporter.set("DCGM_FI_DEV_GPU_TEMP", 55, running.series(gpu))
+            running.set_xid(gpu, 0)
+        prometheus.wait_until_scraping(timeout=scaled(30))
+        server.extra_env["REMEDIATE_PROMETHEUS_URL"] = prometheus.url
+        server.start()
+        try:
+            yield running
+        finally:
+            server.stop()
+
+
+def _quarantine(site: Site, timeline: Timeline, job: int) -> dict[str, Any]:
+    """XID 79 on GPU 1 up to the quarantine run's end: the node drained, its job requeued, on-call told; the
+    run."""
+    site.set_xid("1", 79)
+    timeline.started, timeline.wall = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%S")
+    wait_until(lambda: site.alert_state() == "firing", scaled(30), interval=0.2, message="GPUXidCritical fired")
+    timeline.mark("alert firing (Prometheus)")
+    wait_until(site.in_alertmanager, scaled(30), interval=0.2, message="the alert never reached AlertManager")
+    timeline.mark("alert in AlertManager")
+    wait_until(site.drained, scaled(60), interval=0.2, message="the node was never drained")
+    timeline.mark("node drained (scontrol show node)")
+    wait_until(lambda: site.slurm.job_state(job) == "PENDING", scaled(30), interval=0.2, message="never requeued")
+    timeline.mark("job requeued (PENDING)")
+    site.oncall.wait_for(lambda r: "Quarantined" in (r.json or {}).get("message", ""))
+    timeline.mark("on-call told: Quarantined ...")
+    entry = site.server.wait_for_run(lambda e: e["run"]["phase"] == "firing", status="succeeded", playbook=PLAYBOOK)
+    run = site.server.run(entry["run_id"])
+    assert entry["target"] == site.slurm.host
+    return run
+
+
+def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healthy_the_node_is_resumed(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slurm, host = site.slurm, site.slurm.host
+    job = slurm.sbatch(host, requeue=True)
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", scaled(30), message="the job never ran")
+    timeline = Timeline()
+    run = _quarantine(site, timeline, job)
+
+    # Only the Slurm steps of the shipped rung (`schedulers: slurm`): no k8s.* step is even planned.
+    assert [(s["action"], s["status"]) for s in run["steps"]] == [
+        ("training.checkpoint_node", "failed"),  # no agent to reach the node's training jobs: best effort
+        ("slurm.drain", "succeeded"),
+        ("slurm.requeue", "succeeded"),
+        ("notify", "succeeded"),
+    ]
+    steps = {s["name"]: s for s in run["steps"]}
+    assert steps["checkpoint-jobs"]["continue_on_error"] and run["status"] == "succeeded"
+    summary = run["alert"]["annotations"]["summary"]
+    # The shipped annotation, rendered by Prometheus from the node's own series: which GPU, which XID, what it means.
+    assert summary == (
+        f"1 GPU(s) on {host} reported a serious XID error: GPU 1 (GPU-{host}-1) XID 79 (the GPU has fallen off the bus)"
+    )
+    reasons = slurm.reasons()
+    whole = slurm.show_node(host).split("Reason=", 1)[1].strip()
+    assert f"remediate run {run['id']}: GPUXidCritical" in reasons  # what an operator sees first: `sinfo -R`
+    # The per-node alert names no `gpu` label: the reason's note, the shipped summary, names the GPU and its XID.
+    assert f"Reason=remediate run {run['id']}: GPUXidCritical ({summary})" in slurm.show_node(host)
+    assert str(job) in json.dumps(steps["requeue"]["result"])
+    told = site.oncall.wait_for(lambda r: "Quarantined" in (r.json or {}).get("message", ""))
+    message = told.json["message"]
+    assert message.startswith(f"Quarantined {host}: {summary}."), message
+    assert "Drained in Slurm (sinfo -R names this run) and its jobs requeued" in message
+    assert "Cordoned" not in message
+
+    # The XID clears (the GPU was reset or replaced): the alert fires on for keep_firing_for, then resolves.
+    site.set_xid("1", 0)
+    timeline.mark("XID cleared (0)")
+    wait_until(lambda: site.alert_state() is None, scaled(60), interval=0.2, message="the alert never resolved")
+    timeline.mark("alert resolved (Prometheus)")
+    wait_until(lambda: not site.in_alertmanager(), scaled(30), interval=0.2, message="AlertManager kept the alert")
+    timeline.mark("alert resolved (AlertManager)")
+    resolved = site.server.wait_for_run(
+        lambda e: e["run"]["phase"] == "resolved", status="succeeded", playbook=PLAYBOOK
+    )
+    undo = site.server.run(resolved["run_id"])
+    assert [(s["action"], s["status"]) for s in undo["steps"]] == [
+        ("check.prometheus", "succeeded"),  # proven-healthy: both GPUs the node reported today report again
+        ("slurm.resume", "succeeded"),
+        ("notify", "succeeded"),
+    ]
+    assert {s["name"]: s for s in undo["steps"]}["resume"]["result"]["outcome"] == "resumed"
+    assert not site.drained() and f"remediate run {run['id']}" not in slurm.reasons()
+    timeline.mark("node resumed")
+    told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
+    assert "its GPUs report again" in told.json["message"], told.json["message"]
+    # Slurm starts the requeued job again once its node is back, not before the EligibleTime its requeue set.
+    begins = site.job_field(job, "EligibleTime")
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", scaled(240), interval=0.5, message="the job never ran again")
+    timeline.mark("job running again")
+    with capsys.disabled():
+        print(f"\nsinfo -R while drained:\n{reasons.rstrip()}\nthe whole reason: {whole}")
+        print(f"timeline (seconds from XID 79 set on GPU 1 at {timeline.wall}; the job is eligible at {begins}):")
+        print(timeline.show())
+
+
+def test_a_gpu_that_fell_off_the_bus_keeps_the_node_drained_when_the_alert_resolves(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The XID clears because GPU 1 is gone (no series at all): the alert resolves, but of the two GPUs the node
+    reported today one does not report again, so proven-healthy fails and remediate's drain stays."""
+    slurm, host = site.slurm, site.slurm.host
+    job = slurm.sbatch(host, requeue=True)
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", scaled(30), message="the job never ran")
+    timeline = Timeline()
+    run = _quarantine(site, timeline, job)
+
+    site.gpu_falls_off_the_bus("1")
+    timeline.mark("GPU 1's series gone")
+    wait_until(lambda: site.alert_state() is None, scaled(60), interval=0.2, message="the alert never resolved")
+    timeline.mark("alert resolved (Prometheus)")
+    held = site.server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="failed", playbook=PLAYBOOK)
+    timeline.mark("proven-healthy failed: the node stays drained")
+    kept = site.server.run(held["run_id"])
+    assert [(s["action"], s["status"]) for s in kept["steps"]] == [
+        ("check.prometheus", "failed"),
+        ("slurm.resume", "skipped"),
+        ("notify", "succeeded"),
+    ]
+    assert site.drained()
+    assert f"Reason=remediate run {run['id']}: GPUXidCritical" in slurm.show_node(host)
+    told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
+    assert "The node stays out: its GPUs did not all report again" in told.json["message"], told.json["message"]
+    with capsys.disabled():
+        print(f"\nsinfo -R after the resolution:\n{slurm.reasons().rstrip()}")
+        print(f"timeline (GPU 1 off the bus, seconds from its XID 79):\n{timeline.show()}")
