@@ -153,3 +153,20 @@ def test_dry_run_of_a_node_that_does_not_exist_says_so(
     assert (
         "plan failed: ActionError: node 'ghost-1' (from label hostname) does not exist in the cluster" in result.output
     )
+
+
+def test_the_overheat_and_fail_slow_ladders_carry_their_slurm_steps_on_a_slurm_site() -> None:
+    """The other two shipped ladders with node steps, as a Slurm site loads them: drained, not cordoned; fail-slow
+    restarts a Slurm job by a checkpoint then a requeue (jobs: slurm), not by the launcher's exit 75."""
+    loaded = {p.name: p for p in shipped_engine("slurm").playbooks.playbooks}
+    overheat, fail_slow = loaded["gpu-overheat"], loaded["training-fail-slow"]
+    assert [s.action for s in overheat.rungs[2].steps] == ["training.checkpoint_node", "slurm.drain", "notify"]
+    assert [s.action for s in overheat.rungs[2].on_resolved] == ["check.prometheus", "slurm.resume"]
+    rung = {s.name: s for s in fail_slow.rungs[1].steps}
+    assert list(rung) == ["slurm-drain", "checkpoint", "requeue", "notify"]
+    assert rung["checkpoint"].params["command"] == "checkpoint" and rung["checkpoint"].run_on == ("control_node",)
+    assert [s.action for s in fail_slow.rungs[1].on_resolved] == ["check.prometheus", "slurm.resume"]
+    assert [s.action for s in fail_slow.rungs[2].steps] == ["slurm.drain", "slurm.handoff", "notify"]
+    on_kubernetes = {p.name: p for p in shipped_engine().playbooks.playbooks}["training-fail-slow"]
+    launcher = {s.name: s.action for s in on_kubernetes.rungs[1].steps}
+    assert "restart" in launcher and "checkpoint" not in launcher  # a Kubernetes site: the launcher's path
