@@ -18,10 +18,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext
+from remediate.actions.handoff_post import POST_PARAMS, PostsToSink, notify_of
 from remediate.actions.k8s.common import NODE_PARAM, ClientProvider, KubeAction, KubeOptions, NodeEvent, iso_now
 from remediate.actions.k8s.patching import Decision, patch_until_stable
-from remediate.actions.notify import TIMEOUT
-from remediate.actions.notify_sink import NotifyAction
 from remediate.actions.schema import Param, ParamSchema
 from remediate.errors import ActionError
 from remediate.kube import OWNER, OWNER_SINCE, OWNER_WHY, NodeInfo, owner_of
@@ -40,7 +39,7 @@ def _owner_name(value: str) -> str | None:
     return None
 
 
-class HandoffAction(KubeAction):
+class HandoffAction(PostsToSink, KubeAction):
     name: ClassVar[str] = "k8s.handoff"
     description: ClassVar[str] = (
         "Hand a node to an external breakfix system: post the evidence to a named sink (as `notify` does) and "
@@ -51,18 +50,11 @@ class HandoffAction(KubeAction):
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
             "node": NODE_PARAM,
-            "sink": Param(str, required=True, static=True, doc="the sink of the `sinks` setting to post to"),
             "owner": Param(
                 str, static=True, check=_owner_name, doc="the owner written on the node; default: the sink's name"
             ),
             "why": Param(str, default="", doc="why it is handed over (remediate.io/owner-why); default: the alert"),
-            "message": Param(
-                str,
-                default="",
-                late=True,
-                doc="the message to the sink, as notify's (rendered when the step runs: may read step.*, run.link)",
-            ),
-            "timeout": TIMEOUT,
+            **POST_PARAMS,
         }
     )
 
@@ -78,14 +70,8 @@ class HandoffAction(KubeAction):
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         action = super().from_deps(deps)
-        peer = deps.peer
-        action._notify = None if peer is None else lambda: peer(NotifyAction.name)
+        action._notify = notify_of(deps)
         return action
-
-    def notify(self) -> Action:
-        if self._notify is None:
-            raise ActionError(f"{self.name}: no notify action to post with (built outside a registry)")
-        return self._notify()
 
     def _owner(self, params: Mapping[str, Any]) -> str:
         return str(params.get("owner") or params["sink"])
@@ -96,9 +82,6 @@ class HandoffAction(KubeAction):
             alertname = ctx.alert.alertname or ctx.alert.labels.get("alertname") or "an alert"
             why = f"{alertname}: handed off by playbook {ctx.playbook}"
         return f"{why} (remediate run {ctx.run_id})"[:MAX_WHY]
-
-    def _posted(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {"sink": params["sink"], "message": params.get("message", ""), "timeout": params["timeout"]}
 
     def _check(self, node: NodeInfo, owner: str) -> bool:
         """True when `owner` has the node already; NodeOwnedByAnother when someone else has it."""
@@ -119,7 +102,7 @@ class HandoffAction(KubeAction):
                 return {**seen, "would": f"nothing: {current.describe(node.name)} already", "can_act": True}
         except NodeOwnedByAnother as exc:
             return {**seen, "can_act": False, "why_not": str(exc)}
-        posted = self.notify().plan(self._posted(params), ctx)
+        posted = self.notify().plan(self.posted(params), ctx)
         would = f"post to sink {params['sink']}, then mark {ref.name} owned by {owner} ({OWNER})"
         return {**seen, "would": would, "owner": owner, "notify": posted, "can_act": posted.get("can_act", True),
                 **({"why_not": posted["why_not"]} if "why_not" in posted else {})}  # fmt: skip
@@ -130,7 +113,7 @@ class HandoffAction(KubeAction):
         if self._check(self.read_node(ref, ctx), owner):
             return {"outcome": "already_owned", "node": ref.name, "owner": owner}
         notify = self.notify()
-        posted = notify.execute(notify.validate(self._posted(params)), ctx)
+        posted = notify.execute(notify.validate(self.posted(params)), ctx)
         why = self._why(params, ctx)
         marks = {OWNER: owner, OWNER_SINCE: iso_now(), OWNER_WHY: why}
         note = f"handed to {owner} (sink {params['sink']}): {why}"

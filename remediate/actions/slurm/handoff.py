@@ -30,8 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext
-from remediate.actions.notify import TIMEOUT
-from remediate.actions.notify_sink import NotifyAction
+from remediate.actions.handoff_post import POST_PARAMS, PostsToSink, notify_of
 from remediate.actions.schema import Param, ParamSchema
 from remediate.actions.slurm.common import (
     NODE_PARAM,
@@ -50,7 +49,7 @@ class SlurmHandoffRefused(ActionError):
     """The node is not remediate's drain to hand over: not drained, a person's, or another system's already."""
 
 
-class SlurmHandoffAction(SlurmAction):
+class SlurmHandoffAction(PostsToSink, SlurmAction):
     name: ClassVar[str] = "slurm.handoff"
     description: ClassVar[str] = (
         "Hand a Slurm node remediate drained to an external breakfix system: post the evidence to a named sink "
@@ -62,7 +61,6 @@ class SlurmHandoffAction(SlurmAction):
     schema: ClassVar[ParamSchema] = ParamSchema(
         {
             "node": NODE_PARAM,
-            "sink": Param(str, required=True, static=True, doc="the sink of the `sinks` setting to post to"),
             "owner": Param(
                 str,
                 static=True,
@@ -70,13 +68,7 @@ class SlurmHandoffAction(SlurmAction):
                 doc="who has the node, first in its reason (`sinfo -R`); default: the sink's name",
             ),
             "why": Param(str, default="", doc="why it is handed over, in the reason; default: the alert"),
-            "message": Param(
-                str,
-                default="",
-                late=True,
-                doc="the message to the sink, as notify's (rendered when the step runs: may read step.*, run.link)",
-            ),
-            "timeout": TIMEOUT,
+            **POST_PARAMS,
         }
     )
 
@@ -92,14 +84,8 @@ class SlurmHandoffAction(SlurmAction):
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
         action = super().from_deps(deps)
-        peer = deps.peer
-        action._notify = None if peer is None else lambda: peer(NotifyAction.name)
+        action._notify = notify_of(deps)
         return action
-
-    def notify(self) -> Action:
-        if self._notify is None:
-            raise ActionError(f"{self.name}: no notify action to post with (built outside a registry)")
-        return self._notify()
 
     def _owner(self, params: Mapping[str, Any]) -> str:
         owner = str(params.get("owner") or params["sink"])
@@ -113,9 +99,6 @@ class SlurmHandoffAction(SlurmAction):
             return why
         alertname = ctx.alert.alertname or ctx.alert.labels.get("alertname") or "an alert"
         return f"{alertname}, handed off by playbook {ctx.playbook}"
-
-    def _posted(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {"sink": params["sink"], "message": params.get("message", ""), "timeout": params["timeout"]}
 
     def _check(self, node: SlurmNode, owner: str) -> bool:
         """True when `owner` has the node already; SlurmHandoffRefused when it is not remediate's to hand over."""
@@ -150,7 +133,7 @@ class SlurmHandoffAction(SlurmAction):
         except SlurmHandoffRefused as exc:
             return {**seen, "would": "nothing", "can_act": False, "why_not": str(exc)}
         reason = handoff_reason(owner, ctx.run_id, why=self._why(params, ctx))
-        posted = self.notify().plan(self._posted(params), ctx)
+        posted = self.notify().plan(self.posted(params), ctx)
         would = f"post to sink {params['sink']}, then set the reason of {node.name} to {reason!r} (it stays drained)"
         return {**seen, "would": would, "owner": owner, "reason": reason, "notify": posted,
                 "can_act": posted.get("can_act", True),
@@ -167,7 +150,7 @@ class SlurmHandoffAction(SlurmAction):
                     "slurm_reason": node.reason}  # fmt: skip
         reason = handoff_reason(owner, ctx.run_id, why=self._why(params, ctx))
         notify = self.notify()
-        posted = notify.execute(notify.validate(self._posted(params)), ctx)
+        posted = notify.execute(notify.validate(self.posted(params)), ctx)
         self.client.set_reason(node.name, reason)
         self._check_written(ref, reason, params["sink"])
         return {"outcome": "handed_off", "node": node.name, "owner": owner, "reason": reason,
