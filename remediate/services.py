@@ -132,7 +132,10 @@ def build_services(
         settings=settings.executor,
         metrics=metrics,
         dispatch=Dispatch.from_settings(
-            settings, on_agent_error=metrics.agent_call_failed, on_agent_call=metrics.agent_call_finished
+            settings,
+            on_agent_error=metrics.agent_call_failed,
+            on_agent_call=metrics.agent_call_finished,
+            slurm=slurm,
         ),
         breaker=CircuitBreaker(
             store.breaker.ledger, store.breaker.view, limits=limits_from_settings(settings.kube.breaker)

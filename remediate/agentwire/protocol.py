@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,11 @@ class AgentDirectory(ABC):
 
     def forget(self, node: str) -> None:  # noqa: B027 - optional hook
         """Drop a cached answer for `node` (its agent did not answer)."""
+
+    def known_name(self, names: Sequence[str]) -> str | None:
+        """The first of `names` (one node's names) this directory knows without asking anyone; None: none, or
+        it cannot tell without a lookup (the first name is then looked up)."""
+        return None
 
 
 # --------------------------------------------------------------------------- requests

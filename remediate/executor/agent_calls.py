@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +112,9 @@ class StaticAgents(AgentDirectory):
 
     agents: Mapping[str, str]
 
+    def known_name(self, names: Sequence[str]) -> str | None:
+        return next((name for name in names if name in self.agents), None)
+
     def url_for(self, node: str) -> str:
         try:
             return self.agents[node]
@@ -141,6 +144,9 @@ class ChainedAgents(AgentDirectory):
     def forget(self, node: str) -> None:
         for directory in self.directories:
             directory.forget(node)
+
+    def known_name(self, names: Sequence[str]) -> str | None:
+        return next((known for d in self.directories if (known := d.known_name(names)) is not None), None)
 
 
 # --------------------------------------------------------------------------- calling an agent
@@ -181,6 +187,8 @@ class AgentRunner:
     """Seconds the agent may take beyond the step's remaining time to answer (it enforces the deadline)."""
     connections: AgentConnections | None = None
     """The process's kept connections to agents (the Dispatch's); None: a new connection for each call."""
+    names_tried: tuple[str, ...] = ()
+    """Every name of the node the agent was looked up by (Dispatch.names_for), for the error when none has one."""
     url: str | None = None
 
     @property
@@ -299,14 +307,16 @@ class AgentRunner:
         except AgentNotFound as exc:
             if exc.retryable:
                 raise _Unreachable(str(exc)) from exc
-            raise ActionError(str(exc)) from exc
+            others = [name for name in self.names_tried if name != self.node]
+            also = f"; nor for its other names {', '.join(map(repr, others))}" if others else ""
+            raise ActionError(f"{exc}{also}") from exc
         data = StepRequest(
             action=action.name,
             params=dict(params),
             run_id=ctx.run_id,
             step_index=ctx.step_index,
             playbook=ctx.playbook,
-            target=ctx.target,
+            target=self.node,  # the name the agent is known by (ctx.target may be another name of the node)
             alert=ctx.alert.as_mapping(),
             timeout=round(timeout, 3),
         ).encode()

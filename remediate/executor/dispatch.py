@@ -4,7 +4,13 @@ Agents are found in the static `agents` map or, with `agent_selector`, through t
 (remediate.kube.agents: the agent DaemonSet's Running+Ready pod whose spec.nodeName is the target, and whose
 controller ownerReference is that DaemonSet: `agent_daemonset`, else any DaemonSet; a pod with the right labels
 but another owner is an impostor and is never chosen). A node step on a node another system owns is wrapped in an
-OwnerCheckedRunner (remediate.kube.owner), except an undo.
+OwnerCheckedRunner (remediate.executor.owners: Kubernetes's owner annotation, Slurm's hand-off reason), except an
+undo.
+
+One node, one name: an alert may name a node by its fully qualified host name (dcgm-exporter's `Hostname`), its
+short name, or, under Slurm, its NodeName (a job's step metrics) or NodeHostName. The agent is looked up by each
+of these (`names_for`: the target, its first label, and Slurm's two names of that node) and the step is signed
+for, and sent to, the name the agent is known by; none known: the error names every name tried.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from typing import TYPE_CHECKING
 
 from remediate.actions.base import Action, Where
 from remediate.agentwire.protocol import AgentDirectory
+from remediate.config.schedulers import Scheduler
 from remediate.errors import ConfigError
 from remediate.executor.agent_calls import AgentConnections, AgentRunner, ChainedAgents, StaticAgents
+from remediate.executor.owners import SlurmOwners, combined
 from remediate.executor.runners import (
     LocalRunner,
     OwnerCheckedRunner,
@@ -28,9 +36,11 @@ from remediate.executor.runners import (
 )
 from remediate.kube.agents import KubernetesAgents, own_namespace
 from remediate.kube.owner import NodeOwner, NodeOwners
+from remediate.slurm.lookup import names_of, spellings
 
 if TYPE_CHECKING:
     from remediate.config.settings import Settings
+    from remediate.slurm import SlurmNodeCache
 
 
 @dataclass(eq=False, kw_only=True)
@@ -53,6 +63,8 @@ class Dispatch:
     owners: Callable[[str], NodeOwner | None] | None = None
     """Who owns a node other than remediate (remediate.kube.owner): node steps on such a node are refused,
     except an undo (`Action.undoes`). None (no Kubernetes configured): not checked."""
+    other_names: Callable[[str], tuple[str, ...]] | None = None
+    """The other names of a node (Slurm's NodeName and NodeHostName of the node a name stands for); None: none."""
     connections: AgentConnections = field(default_factory=AgentConnections)
     """The connections kept to agents, shared by every AgentRunner this hands out (bounded: see agent_calls)."""
 
@@ -67,9 +79,14 @@ class Dispatch:
         *,
         on_agent_error: Callable[[str], None] | None = None,
         on_agent_call: Callable[[str, str, float], None] | None = None,
+        slurm: SlurmNodeCache | None = None,
     ) -> Dispatch:
         """`on_agent_error`: told the reason of each agent call that failed (see AgentRunner.on_call_error);
-        `on_agent_call`: told each call's action, outcome and seconds (AgentRunner.on_call_done)."""
+        `on_agent_call`: told each call's action, outcome and seconds (AgentRunner.on_call_done); `slurm`: the
+        process's Slurm node cache, used where Slurm is one of the `schedulers` and `slurm_conf` is set (its
+        hand-offs, its node names)."""
+        if Scheduler.SLURM not in settings.engine.schedulers or settings.slurm.conf is None:
+            slurm = None
         directories: list[AgentDirectory] = []
         if settings.agent.agents:
             directories.append(StaticAgents(dict(settings.agent.agents)))
@@ -103,7 +120,11 @@ class Dispatch:
             default_timeout=settings.engine.step_timeout,
             on_agent_error=on_agent_error,
             on_agent_call=on_agent_call,
-            owners=NodeOwners.configured(kube.kubeconfig, kube.context, kube.request_timeout),
+            owners=combined(
+                NodeOwners.configured(kube.kubeconfig, kube.context, kube.request_timeout),
+                SlurmOwners(slurm) if slurm is not None else None,
+            ),
+            other_names=(lambda name: names_of(slurm, name)) if slurm is not None else None,
         )
 
     @property
@@ -116,17 +137,27 @@ class Dispatch:
             return runner
         return OwnerCheckedRunner(runner, target, self.owners)
 
+    def names_for(self, target: str) -> tuple[str, ...]:
+        """Every name the node `target` stands for may go by (module docstring), `target` first."""
+        names = list(spellings(target))
+        if self.other_names is not None:
+            for name in tuple(names):
+                names.extend(self.other_names(name))
+        return tuple(dict.fromkeys(names))
+
     def _runner_for(self, action: Action, target: str) -> StepRunner:
         if action.where != Where.NODE:
             return self.cluster
+        names = self.names_for(target)
         if self.directory is None:
-            if self.host_names is not None and target not in self.host_names:
+            if self.host_names is not None and not self.host_names.intersection(names):
                 return RefusingRunner(wrong_host_message(target, self.node_name, self.host_names))
             return self.local_node
-        if self.node_name is not None and target == self.node_name:
+        if self.node_name is not None and self.node_name in names:
             return self.local_node
         return AgentRunner(
-            target, self.directory, self.token, retries=self.retries, connect_timeout=self.connect_timeout,
-            default_timeout=self.default_timeout, retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error,
-            on_call_done=self.on_agent_call, connections=self.connections,
+            self.directory.known_name(names) or target, self.directory, self.token, retries=self.retries,
+            connect_timeout=self.connect_timeout, default_timeout=self.default_timeout,
+            retry_wait_max=self.retry_wait_max, on_call_error=self.on_agent_error, on_call_done=self.on_agent_call,
+            connections=self.connections, names_tried=names,
         )  # fmt: skip

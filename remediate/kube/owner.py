@@ -27,7 +27,7 @@ from typing import Any
 
 from remediate.errors import ActionError, RetryableActionError
 from remediate.kube.client import KubeClient
-from remediate.kube.errors import KubeError, KubeNotFound, KubeUnavailable
+from remediate.kube.errors import KubeNotFound
 from remediate.kube.model import ANNOTATION_PREFIX
 
 OWNER = ANNOTATION_PREFIX + "owner"
@@ -46,10 +46,8 @@ class NodeOwnedElsewhere(ActionError):
 
 def refusal(owner: NodeOwner, node: str, action: str) -> str:
     """Why `action` refuses `node`, naming its owner and how it is released."""
-    return (
-        f"{owner.describe(node)}: {action} refuses to change it until the owner releases it "
-        f"(removes the remediate.io/owner annotation, or `remediate node release {node}`)"
-    )
+    release = owner.release or f"removes the remediate.io/owner annotation, or `remediate node release {node}`"
+    return f"{owner.describe(node)}: {action} refuses to change it until the owner releases it ({release})"
 
 
 @dataclass(frozen=True)
@@ -57,6 +55,8 @@ class NodeOwner:
     name: str
     since: str | None = None
     why: str | None = None
+    release: str | None = None
+    """How the owner gives the node back; None: the annotation's way (a Slurm hand-off: `scontrol ... RESUME`)."""
 
     def describe(self, node: str) -> str:
         """`gpu-07 is owned by breakfix since 2026-...: XID 79 after a reset`."""
@@ -121,8 +121,8 @@ def check_owner(
     without it."""
     try:
         owner = owners(node)
-    except (KubeError, KubeUnavailable) as exc:
-        why = f"the owner of node {node} (remediate.io/owner) could not be read: {exc}"
+    except ActionError as exc:  # KubeError, KubeUnavailable; SlurmError, SlurmUnavailable (a Slurm hand-off)
+        why = f"the owner of node {node} could not be read: {exc}"
         if runs_if_unknown:
             return OwnerCheck(unchecked=f"{why}; {action} keeps the node in service, so it ran without that check")
         message = f"{why}; {action} does not run without that check"

@@ -74,7 +74,8 @@ def _dry_run(
         # Plans read what actions remember (e.g. the limit a restore would put back), never write it.
         current = store if store is not None and store.database.schema_version() == SCHEMA_VERSION else None
         memory = current.memory if current else InMemoryMemory()
-        dispatch = Dispatch.from_settings(settings)  # node steps of other nodes are planned by their agents
+        # Node steps of other nodes are planned by their agents.
+        dispatch = Dispatch.from_settings(settings, slurm=slurm)
         limits = limits_from_settings(settings.kube.breaker)  # plans only read the breaker (status), never claim
         breaker = CircuitBreaker(current.breaker.view, limits=limits) if current else memory_breaker(limits)
         return _report(notification, judged, registry, memory, store_note, paused, dispatch, breaker)

@@ -1,10 +1,10 @@
 """Slurm: the client (scontrol, sinfo, squeue), its errors, node names, jobs, the drain and hand-off reasons.
 
 Why the command-line tools and not slurmrestd: every Slurm site has `scontrol` and `sinfo` and the munge
-key they authenticate with on the hosts that run Slurm's commands; slurmrestd is one more daemon to run,
-and for a remote client a JWT (AuthAltTypes=auth/jwt, a key to issue and rotate). `sinfo --json` prints
-the same OpenAPI v0.0.38 structures that slurmrestd serves, so the parsing (remediate.slurm.model) is
-shared when slurmrestd support comes (a later slice: a second client behind the same methods). The
+key they authenticate with on the hosts that run Slurm's commands, and Slurm 22.05's slurmrestd (OpenAPI
+v0.0.38) has no node update at all (no drain, resume or reason: checked on 22.05.8, docs/slurm.md). `sinfo
+--json` prints the same v0.0.38 structures that slurmrestd serves, so the parsing (remediate.slurm.model)
+would be shared by a slurmrestd client for 23.02+ (v0.0.39 updates nodes). The
 cluster-wide read is the node cache's (remediate.slurm.nodecache: one `sinfo --json` per interval per
 process); the node a step changes is read fresh (`scontrol -o show node`, remediate.slurm.shownode).
 

@@ -182,7 +182,7 @@ def test_a_power_cap_runs_when_the_nodes_owner_cannot_be_read_and_a_gpu_reset_do
 
     cap, reset = run["steps"]
     assert cap["status"] == "succeeded", cap
-    unchecked = "the owner of node gpu-07 (remediate.io/owner) could not be read: " + why
+    unchecked = "the owner of node gpu-07 could not be read: " + why
     for recorded in (cap["plan"], cap["result"]):
         assert recorded["owner_check"].startswith(unchecked), recorded
         assert recorded["owner_check"].endswith(

@@ -490,5 +490,5 @@ def test_the_shipped_rollback_runs_while_the_kubernetes_api_is_down(
     assert [s["result"]["applied_by_pid"] for s in run["steps"]] == [job.pid, job.pid]
     for step in run["steps"]:
         assert step["result"]["owner_check"].startswith(
-            "the owner of node gpu-node-1 (remediate.io/owner) could not be read: GET nodes/gpu-node-1: "
+            "the owner of node gpu-node-1 could not be read: GET nodes/gpu-node-1: "
         )

@@ -13,14 +13,15 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import requests
 import yaml
 from kubernetes import client as k8s
 
 from remediate.actions.base import InMemoryMemory, StepContext
 from remediate.actions.log import LogAction
 from remediate.agent.service import AgentService
-from remediate.agentwire.auth import ANSWER_HEADER, node_token, sign_answer
-from remediate.agentwire.protocol import PERMANENT, AgentNotFound, classify
+from remediate.agentwire.auth import ANSWER_HEADER, new_nonce, node_token, sign, sign_answer
+from remediate.agentwire.protocol import EXECUTE, PERMANENT, STEP_PATHS, AgentNotFound, StepRequest, classify
 from remediate.config.settings import Settings
 from remediate.errors import ActionError, AmbiguousActionError, ConfigError, RetryableActionError
 from remediate.executor.agent_calls import AGENT_CALL_ERRORS, AgentRunner, ChainedAgents, StaticAgents
@@ -186,10 +187,34 @@ def test_a_wrong_token_and_a_wrong_node_are_permanent(agent: tuple[str, Echo]) -
         runner(url, token="nope").execute(ECHO, {"word": "x"}, ctx())
     assert not isinstance(wrong_token.value, RetryableActionError)
     assert_permanent(wrong_token.value)
-    with pytest.raises(ActionError, match="signed for node 'node-b' but its step targets 'node-c'") as wrong_node:
-        runner(url).execute(ECHO, {"word": "x"}, ctx(target="node-c"))
-    assert_permanent(wrong_node.value)
+    # The runner sends the step for the node it signs for; a request signed for node-b naming node-c is a forgery.
+    request = StepRequest(action=ECHO.name, params={"word": "x"}, run_id=1, step_index=0, playbook="p",
+                          target="node-c", alert={}, timeout=5.0).encode()  # fmt: skip
+    path = STEP_PATHS[EXECUTE]
+    signature = sign(node_token(AGENT_TOKEN, "node-b"), "node-b", "POST", path, request, nonce=new_nonce())
+    answer = requests.post(f"{url}{path}", data=request, timeout=5,
+                           headers={"Content-Type": "application/json", "Authorization": signature})  # fmt: skip
+    assert answer.status_code == 403
+    assert "signed for node 'node-b' but its step targets 'node-c'" in answer.json()["message"]
     assert echo.calls == []
+
+
+def test_the_step_is_sent_for_the_name_the_agent_is_known_by(agent: tuple[str, Echo]) -> None:
+    url, echo = agent
+    dispatch = Dispatch(directory=StaticAgents({"node-b": url}), token=AGENT_TOKEN)
+    # dcgm-exporter's Hostname is often the host's full name; the agents map (and the agent) use its short name.
+    full = "node-b.cluster.example"
+    runner_of_full = dispatch.runner_for(ECHO, full)
+    result = runner_of_full.execute(ECHO, {"word": "x"}, ctx(target=full))
+    assert result["echoed"] == "x" and len(echo.calls) == 1
+    assert runner_of_full.ran_on == f"node-b (agent {url})"
+    assert echo.calls[0][2].target == "node-b"  # the step on the agent is for the agent's own name
+    with pytest.raises(ActionError) as unknown:
+        dispatch.runner_for(ECHO, "node-q.cluster.example").execute(ECHO, {"word": "x"}, ctx("node-q.cluster.example"))
+    assert str(unknown.value) == (
+        "no agent configured for node 'node-q.cluster.example' (the agents map knows: node-b); "
+        "nor for its other names 'node-q'"
+    )
 
 
 def test_an_unreachable_agent_is_retried_a_bounded_number_of_times_then_retryable() -> None:

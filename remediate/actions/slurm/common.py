@@ -13,7 +13,8 @@ from remediate.actions.schema import Param, ParamSchema
 from remediate.config.schedulers import Scheduler
 from remediate.errors import ActionError
 from remediate.intake.alertref import node_label
-from remediate.slurm import SlurmClient, SlurmNode, SlurmNodeCache, SlurmNodeNotFound, check_node_name
+from remediate.slurm import SlurmClient, SlurmNode, SlurmNodeCache, check_node_name
+from remediate.slurm.lookup import find_node, spellings
 
 CacheProvider = Callable[[], SlurmNodeCache]
 NODE_LABELS = ("node", "hostname", "Hostname", "instance")
@@ -135,26 +136,16 @@ class SlurmAction(Action):
 
     def read(self, ref: SlurmNodeRef) -> SlurmNode:
         """The node as it is now, from one `scontrol -o show node NAME`: every decision a step makes reads it
-        fresh (the cache's view may be up to its bound old). A name that is no NodeName may be a NodeHostName:
-        the cache maps it (read only then, so the common case costs one command). A fully qualified name
-        (dcgm-exporter's Hostname is often the FQDN, a NodeName rarely) is tried by its first label too."""
-        tried = list(dict.fromkeys([ref.name, ref.name.partition(".")[0]]))
-        for name in tried:
-            try:
-                return self.client.node(name)
-            except SlurmNodeNotFound:
-                pass
-            host_of = self.cache.name_of_host(name)
-            if host_of is not None:
-                try:
-                    return self.client.node(host_of)
-                except SlurmNodeNotFound:
-                    pass
-        names = " or ".join(repr(name) for name in tried)
-        raise ActionError(
-            f"node {ref.name!r} (from {ref.source}) is not a node of the Slurm cluster "
-            f"(no NodeName or NodeHostName {names})"
-        )
+        fresh (the cache's view may be up to its bound old). The name may be a NodeName, a NodeHostName or a
+        fully qualified name's first label (remediate.slurm.lookup)."""
+        node = find_node(self.cache, ref.name)
+        if node is None:
+            names = " or ".join(repr(name) for name in spellings(ref.name))
+            raise ActionError(
+                f"node {ref.name!r} (from {ref.source}) is not a node of the Slurm cluster "
+                f"(no NodeName or NodeHostName {names})"
+            )
+        return node
 
     def in_scope(self, node: SlurmNode) -> bool:
         return not self.options.partitions or bool(set(node.partitions) & set(self.options.partitions))
