@@ -13,7 +13,9 @@ counts must stay within the cap:
 
     cap = min(max_nodes, floor(max_fraction x cluster nodes))      (at least 1 when both are > 0)
 
-where cluster nodes are all nodes, or those matching `node_selector` (e.g. GPU nodes).
+where cluster nodes are all nodes, or those matching `node_selector` (e.g. GPU nodes). An action may also
+name groups of nodes the claimed node is in (slurm.drain: its partitions in scope): the same cap holds for
+each group's own nodes, so a partition of 8 beside one of 1,000 keeps its share however big the rest.
 A step that would take one node more trips the breaker: it is refused, and so is
 every later claim of a new node until a person resets it (`remediate breaker reset`,
 POST /breaker/reset). A run that already holds its node may finish with it (cordon,
@@ -43,9 +45,11 @@ from remediate.breaker.model import (
     BreakerLimits,
     BreakerOpen,
     BreakerState,
+    CapCount,
     Claim,
     ClaimRow,
     StaleAlert,
+    cap_counts,
     is_stale,
     iso_utc,
     limits_from_settings,
@@ -58,11 +62,13 @@ __all__ = [
     "BreakerLimits",
     "BreakerOpen",
     "BreakerState",
+    "CapCount",
     "CircuitBreaker",
     "Claim",
     "ClaimRow",
     "MemoryLedger",
     "StaleAlert",
+    "cap_counts",
     "is_stale",
     "iso_utc",
     "limits_from_settings",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
@@ -14,9 +15,11 @@ from remediate.breaker.model import (
     BreakerLimits,
     BreakerOpen,
     BreakerState,
+    CapCount,
     Claim,
     LedgerFactory,
     StaleAlert,
+    cap_counts,
     is_stale,
     iso_utc,
     stale_reason,
@@ -46,10 +49,13 @@ class CircuitBreaker:
         run_id: int,
         cluster_nodes: int,
         held_in_cluster: Collection[str] = (),
+        groups: Mapping[str, AbstractSet[str]] | None = None,
         alert_started_at: float | None = None,
     ) -> dict[str, Any]:
         """Claim `node` for a change of `kind` (cordon, taint, drain); raise BreakerOpen or StaleAlert.
 
+        `groups`: name -> the nodes of each group the node is in (the Slurm partitions in scope, named as a
+        person reads them: `partition debug`); the fraction holds for each on its own, besides the whole scope.
         Returns the breaker's status after the claim (recorded in the step's result).
         """
         now = self.clock()
@@ -74,6 +80,12 @@ class CircuitBreaker:
                 recent = {c.node for c in ledger.claims_since(window_start(state, now, limits.window))}
                 own = any(c.node == node and c.run_id == run_id for c in claims)
                 cap = limits.cap(cluster_nodes)
+
+                def counts(held: set[str], recent: set[str]) -> list[CapCount]:
+                    return cap_counts(
+                        limits, node, held=held, recent=recent, cluster_nodes=cluster_nodes, groups=groups
+                    )
+
                 if state.open and not own:
                     state = replace(state, refused=state.refused + 1, last_refused_at=now)
                     refusal = BreakerOpen(
@@ -83,12 +95,8 @@ class CircuitBreaker:
                 elif own or node in held:
                     if not own:
                         ledger.add_claim(Claim(node, kind, run_id, now))
-                elif len(held | {node}) > cap or len(recent | {node}) > cap:
-                    why = (
-                        f"{kind} of node {node} (run {run_id}) would make {len(held | {node})} nodes held by "
-                        f"remediate now and {len(recent | {node})} changed within {format_duration(limits.window)}; "
-                        f"the cap is {limits.describe_cap(cluster_nodes)}"
-                    )
+                elif over := next((c for c in counts(held, recent) if c.over), None):
+                    why = over.trip_reason(limits, kind=kind, node=node, run_id=run_id)
                     state = replace(
                         state,
                         open=True,
@@ -109,6 +117,8 @@ class CircuitBreaker:
                     recent.add(node)
                 ledger.save_state(state.to_dict())
                 snapshot = self._status(state, held, recent, cap)
+                if groups:
+                    snapshot["groups"] = [c.to_dict() for c in counts(held, recent)[1:]]
         # Raised after the transaction committed: the refusal and the trip are recorded either way.
         if refusal is not None:
             raise refusal

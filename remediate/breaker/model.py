@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -40,8 +41,12 @@ class BreakerLimits:
         by_fraction = max(1, math.floor(self.max_fraction * cluster_nodes + 1e-9))
         return min(self.max_nodes, by_fraction)
 
-    def describe_cap(self, cluster_nodes: int | None) -> str:
-        scope = f"nodes matching {self.node_selector}" if self.node_selector else "nodes"
+    def describe_cap(self, cluster_nodes: int | None, *, group: str | None = None) -> str:
+        """How the cap of the whole scope, or of one `group` of its nodes (a Slurm partition), is reached."""
+        if group is not None:
+            scope = f"nodes of {group}"
+        else:
+            scope = f"nodes matching {self.node_selector}" if self.node_selector else "nodes"
         if cluster_nodes is None:
             return f"min({self.max_fraction:.0%} of {scope}, {self.max_nodes})"
         share = math.floor(self.max_fraction * cluster_nodes + 1e-9)
@@ -58,6 +63,65 @@ class BreakerLimits:
             "node_selector": self.node_selector,
             "stale_horizon_seconds": self.stale_horizon,
         }
+
+
+@dataclass(frozen=True)
+class CapCount:
+    """One cap a claim is checked against, counting the node claimed: the whole scope (`group` None: every
+    node counted, or those matching the selector), or one group of nodes the claimed node is in (a Slurm
+    partition), which the fraction holds for on its own, so a small group beside a big one cannot all go."""
+
+    group: str | None
+    nodes: int
+    held: int
+    """Nodes held by remediate, the claimed one included."""
+    recent: int
+    """Nodes changed within the window, the claimed one included."""
+    cap: int
+
+    @property
+    def over(self) -> bool:
+        return self.held > self.cap or self.recent > self.cap
+
+    def trip_reason(self, limits: BreakerLimits, *, kind: str, node: str, run_id: int) -> str:
+        """What the breaker records when this count trips it."""
+        held = f"{self.held} nodes" if self.group is None else f"{self.held} of the {self.nodes} nodes of {self.group}"
+        return (
+            f"{kind} of node {node} (run {run_id}) would make {held} held by remediate now and {self.recent} "
+            f"changed within {format_duration(limits.window)}; the cap is "
+            f"{limits.describe_cap(self.nodes, group=self.group)}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cap_counts(
+    limits: BreakerLimits,
+    node: str,
+    *,
+    held: AbstractSet[str],
+    recent: AbstractSet[str],
+    cluster_nodes: int,
+    groups: Mapping[str, AbstractSet[str]] | None = None,
+) -> list[CapCount]:
+    """The counts a claim of `node` is checked against: the whole scope's, then each of `groups` (name -> its
+    nodes: the groups the node is in; it counts as one of them even where their list missed it), by name.
+    The same rule for each: `limits.cap` of the nodes counted, the fraction rounded down, at least 1."""
+    counts = [CapCount(None, cluster_nodes, len(held | {node}), len(recent | {node}), limits.cap(cluster_nodes))]
+    chosen = groups or {}
+    for name in sorted(chosen):
+        members = chosen[name]
+        nodes = len(members) + (node not in members)
+        # Walks the held and recent nodes (a few), never the group's (thousands).
+        counts.append(
+            CapCount(name, nodes, _within(held, members, node), _within(recent, members, node), limits.cap(nodes))
+        )
+    return counts
+
+
+def _within(nodes: AbstractSet[str], members: AbstractSet[str], node: str) -> int:
+    return len({name for name in nodes if name in members} | {node})
 
 
 @dataclass(frozen=True)

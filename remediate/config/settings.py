@@ -319,11 +319,11 @@ class AgentSettings:
 
 @dataclass(frozen=True)
 class BreakerSettings:
-    """The circuit breaker of cluster actions (k8s.cordon, k8s.taint, k8s.drain)."""
+    """The circuit breaker of cluster actions (k8s.cordon, k8s.taint, k8s.drain, slurm.drain)."""
 
     PREFIX: ClassVar[str] = "breaker_"
     max_fraction: float = setting(0.10, v.to_fraction)
-    """At most this share of the (selected) nodes held by remediate now or changed within the window."""
+    """At most this share of the (selected) nodes held or changed within the window; on Slurm, of each partition too."""
     max_nodes: int = setting(3, v.to_positive_int)
     """... and at most this many. Cap = min(fraction x nodes, max_nodes), at least 1 when both are > 0."""
     window: float = setting(600.0, v.to_seconds)

@@ -17,7 +17,7 @@ from remediate.slurm.errors import SlurmConfigError, SlurmError, SlurmNodeNotFou
 from remediate.slurm.jobs import SlurmJob, parse_jobs
 from remediate.slurm.model import SlurmNode, parse_nodes
 from remediate.slurm.names import check_node_name, check_partition_name
-from remediate.slurm.nodecache import SlurmCacheStatus, SlurmCensus, SlurmNodeCache
+from remediate.slurm.nodecache import PartitionCount, SlurmCacheStatus, SlurmCensus, SlurmNodeCache
 from remediate.slurm.reason import (
     MARK,
     REASON_MAX,
@@ -34,6 +34,7 @@ __all__ = [
     "MARK",
     "REASON_MAX",
     "HandedTo",
+    "PartitionCount",
     "SlurmCacheStatus",
     "SlurmCensus",
     "SlurmClient",

@@ -9,8 +9,8 @@ the number of steps, and keeps:
 - the nodes by NodeName, and NodeHostName -> NodeName (an alert naming a node by its host name);
 - the breaker's census per set of partitions asked for (nodes counted: those in the partitions, all without
   any; nodes holding remediate's drain: drained, reason starting with remediate's mark, or a hand-off reason,
-  as a node handed to a breakfix system is still out of service by remediate's doing), computed once per
-  read of the cluster, not per step.
+  as a node handed to a breakfix system is still out of service by remediate's doing; and the same two per
+  partition, whose own share the breaker caps too), computed once per read of the cluster, not per step.
 
 The staleness bound is explicit: the view is *fresh* while its last successful read is at most
 `max_staleness` seconds old (3 intervals: two reads may fail, a slurmctld restart, before steps notice). A
@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from remediate.errors import ActionError
@@ -48,6 +48,19 @@ STALE_AFTER_POLLS = 3
 
 
 @dataclass(frozen=True)
+class PartitionCount:
+    """One partition as the breaker counts it: a node drained by remediate counts in each partition it is in."""
+
+    nodes: frozenset[str]
+    held: frozenset[str]
+    """Its nodes holding remediate's drain now."""
+
+    @property
+    def counted(self) -> int:
+        return len(self.nodes)
+
+
+@dataclass(frozen=True)
 class SlurmCensus:
     """What the circuit breaker reads of the cluster, as of the view's last read."""
 
@@ -55,6 +68,8 @@ class SlurmCensus:
     """Nodes the breaker's fraction counts: those in the partitions asked for (every node without any)."""
     held: frozenset[str]
     """Nodes holding remediate's drain now (its mark or a hand-off starts their reason), whatever their partition."""
+    partitions: Mapping[str, PartitionCount] = field(default_factory=dict)
+    """Each partition asked for (every partition without any) by name: its own share counts too."""
 
 
 @dataclass(frozen=True)
@@ -246,6 +261,21 @@ class SlurmNodeCache:
 
 def _count(nodes: Any, partitions: tuple[str, ...]) -> SlurmCensus:
     wanted = set(partitions)
-    listed = list(nodes)
-    counted = sum(1 for node in listed if not wanted or wanted & set(node.partitions))
-    return SlurmCensus(counted, frozenset(node.name for node in listed if node.held_by_run is not None))
+    counted = 0
+    held: set[str] = set()
+    members: dict[str, set[str]] = {}
+    held_in: dict[str, set[str]] = {}
+    for node in nodes:
+        is_held = node.held_by_run is not None
+        if is_held:
+            held.add(node.name)
+        mine = [p for p in node.partitions if not wanted or p in wanted]
+        counted += bool(mine or not wanted)
+        for partition in mine:
+            members.setdefault(partition, set()).add(node.name)
+            if is_held:
+                held_in.setdefault(partition, set()).add(node.name)
+    per_partition = {
+        name: PartitionCount(frozenset(names), frozenset(held_in.get(name, ()))) for name, names in members.items()
+    }
+    return SlurmCensus(counted, frozenset(held), per_partition)

@@ -240,3 +240,28 @@ def test_the_reason_keeps_to_safe_characters_and_slurms_length(
     assert stored == result["reason"] and len(stored) <= REASON_MAX and stored.endswith("...")
     assert stored.startswith("remediate run 42: GPUXidCritical (xid 79 _quoted_ _(reboot) _id__ a_b xid 79")
     assert len(slurm.show_node("gpu-01").splitlines()) == 1  # one line: `scontrol -o` stays parseable
+
+
+def test_a_small_partition_keeps_its_share_where_the_whole_cluster_would_allow_the_drain(
+    slurm: SlurmCluster, actions: dict[str, Any]
+) -> None:
+    # Half of the nodes: 3 of the cluster's 7, 2 of train's 5, 1 of debug's 2 (gpu-05, gpu-06).
+    breaker = memory_breaker(BreakerLimits(max_fraction=0.5, max_nodes=100))
+    memory = InMemoryMemory()
+    drained = run(actions["slurm.drain"], {}, step_context("gpu-05", run_id=70, breaker=breaker, memory=memory))
+    assert drained["breaker"]["groups"] == [{"group": "partition debug", "nodes": 2, "held": 1, "recent": 1, "cap": 1}]
+    before = state(slurm)
+    ctx = step_context("gpu-06", run_id=71, breaker=breaker)
+    plan = actions["slurm.drain"].plan({}, ctx)["breaker"]
+    excess = "2 held / 2 recent of the 2 nodes of partition debug > cap 1"
+    assert plan["would_be"] == f"refused: it would trip the breaker ({excess})"
+    assert (plan["cluster_nodes"], plan["cap"], plan["held_nodes"]) == (7, 3, ["gpu-05"])  # the cluster: room for 2
+    other = actions["slurm.drain"].plan({}, step_context("gpu-01", run_id=72, breaker=breaker))["breaker"]
+    assert other["would_be"] == "allowed: 2 of at most 3 nodes held, 1 of at most 2 in partition train"
+    with pytest.raises(BreakerOpen, match="would make 2 of the 2 nodes of partition debug held by") as refused:
+        actions["slurm.drain"].execute({}, ctx)
+    assert "the cap is 1 = min(50% of 2 nodes of partition debug = 1, max_nodes 100)" in str(refused.value)
+    assert state(slurm) == before and not slurm.client().node("gpu-06").drained
+    # The undo is never refused, open breaker or not.
+    resumed = run(actions["slurm.resume"], {}, step_context("gpu-05", run_id=73, breaker=breaker, memory=memory))
+    assert resumed["outcome"] == "resumed" and breaker.status()["open"] is True

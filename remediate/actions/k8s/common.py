@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Self, TypeVar
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.breaker_preview import breaker_preview
+from remediate.actions.breaker_preview import ClusterCount, breaker_preview
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config.schedulers import Scheduler
 from remediate.errors import ActionError
@@ -238,7 +238,7 @@ class KubeAction(Action):
 
     def breaker_preview(self, node: str, ctx: StepContext) -> dict[str, Any]:
         """The breaker's state for a plan, and whether a change of `node` would be refused now. Reads only."""
-        return breaker_preview(node, ctx, lambda: self._cluster_view(ctx))
+        return breaker_preview(node, ctx, lambda: ClusterCount(*self._cluster_view(ctx)))
 
     # ------------------------------------------------------------------ events
 

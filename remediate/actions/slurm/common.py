@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import Action, ActionDeps, StepContext, Where
-from remediate.actions.breaker_preview import breaker_preview
+from remediate.actions.breaker_preview import ClusterCount, breaker_preview
 from remediate.actions.schema import Param, ParamSchema
 from remediate.config.schedulers import Scheduler
 from remediate.errors import ActionError
@@ -160,25 +160,34 @@ class SlurmAction(Action):
 
     # ------------------------------------------------------------------ circuit breaker
 
-    def census(self, ctx: StepContext) -> tuple[int, set[str]]:
-        """(nodes the breaker's fraction counts: those in slurm_partitions, nodes drained by remediate now), from
-        the shared node cache's census, counted once per read of the cluster: a step's cost does not grow with
-        the cluster. The view may be up to its bound behind (only counts move: the node itself is read fresh);
-        one past it fails the step retryable (SlurmUnavailable)."""
+    def census(self, node: SlurmNode, ctx: StepContext) -> ClusterCount:
+        """What the breaker counts for a drain of `node`: the nodes its fraction counts (those in slurm_partitions),
+        the nodes drained by remediate now, and the nodes of each partition in scope that `node` is in (as its
+        fresh read names them), whose own share is capped too. From the shared node cache's census, counted once
+        per read of the cluster: a step's cost does not grow with the cluster. The view may be up to its bound
+        behind (only counts move: the node itself is read fresh); one past it fails the step retryable
+        (SlurmUnavailable)."""
         wait = max(0.0, min(self.cache.interval, ctx.remaining() - 0.5))
         census = self.cache.census(self.options.partitions, wait=wait)
-        return census.counted, set(census.held)
+        scope = set(self.options.partitions)
+        groups = {
+            f"partition {name}": census.partitions[name].nodes if name in census.partitions else frozenset()
+            for name in node.partitions
+            if not scope or name in scope
+        }
+        return ClusterCount(census.counted, set(census.held), groups)
 
-    def acquire(self, node: str, ctx: StepContext) -> dict[str, Any]:
+    def acquire(self, node: SlurmNode, ctx: StepContext) -> dict[str, Any]:
         if ctx.breaker is None:
-            raise ActionError(f"no circuit breaker available: refusing to drain Slurm node {node} without one")
-        cluster_nodes, held = self.census(ctx)
+            raise ActionError(f"no circuit breaker available: refusing to drain Slurm node {node.name} without one")
+        count = self.census(node, ctx)
         return ctx.breaker.acquire(
-            node,
+            node.name,
             kind="drain",
             run_id=ctx.run_id,
-            cluster_nodes=cluster_nodes,
-            held_in_cluster=held,
+            cluster_nodes=count.counted,
+            held_in_cluster=count.held,
+            groups=count.groups,
             alert_started_at=ctx.alert.starts_at,
         )
 
@@ -188,5 +197,5 @@ class SlurmAction(Action):
             return False
         return ctx.breaker.release(node, run_id=ctx.run_id, reason=f"{self.name} by run {ctx.run_id}") > 0
 
-    def preview(self, node: str, ctx: StepContext) -> dict[str, Any]:
-        return breaker_preview(node, ctx, lambda: self.census(ctx))
+    def preview(self, node: SlurmNode, ctx: StepContext) -> dict[str, Any]:
+        return breaker_preview(node.name, ctx, lambda: self.census(node, ctx))

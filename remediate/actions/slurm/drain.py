@@ -99,7 +99,7 @@ class SlurmDrainAction(SlurmAction):
         if settled is None:
             reason = self.reason(params, ctx)
             return {**seen, "would": f"drain the node with reason {reason!r}", "reason": reason,
-                    "breaker": self.preview(node.name, ctx)}  # fmt: skip
+                    "breaker": self.preview(node, ctx)}  # fmt: skip
         if settled["outcome"] == "left_alone":
             return {**seen, "can_act": False, "why_not": settled["reason"], "would": "nothing"}
         return {**seen, "would": f"nothing: {settled.get('earlier') or settled['reason']}"}
@@ -111,7 +111,7 @@ class SlurmDrainAction(SlurmAction):
         settled = self._settled(node, ctx)
         if settled is not None:
             return settled
-        breaker = self.acquire(node.name, ctx)
+        breaker = self.acquire(node, ctx)
         reason = self.reason(params, ctx)
         # Remembered before the write: a crash in between leaves a record resume checks against the reason
         # (which is not remediate's then), never a drain resume could not prove.
