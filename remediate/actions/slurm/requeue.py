@@ -88,16 +88,7 @@ class SlurmRequeueAction(SlurmAction):
         fates, already = self._fates(node, params, ctx)
         kept = [fate.entry() for fate in fates.leave]
         requeued, signalled = [], []
-        for fate in fates.requeue:
-            try:
-                self.client.requeue(fate.job.job_id)
-            except SlurmUnavailable:
-                raise  # retried: the jobs requeued so far are pending, the retry's read no longer finds them
-            except SlurmError as exc:
-                # Ended, or changed, between the read and the requeue: named with Slurm's words, not retried.
-                kept.append({**fate.job.summary(), "why": str(exc)})
-                continue
-            requeued.append({**fate.entry(), "restarts_before": fate.job.restarts})
+        # Signals first: a job that asked for one gets the most time to checkpoint before the node fails it.
         done = [fate.job.job_id for fate in already]
         for fate in fates.signal:
             assert fate.signal is not None
@@ -113,6 +104,16 @@ class SlurmRequeueAction(SlurmAction):
             ctx.memory.remember(
                 MEMORY_PREFIX + node.name, {"run": ctx.run_id, "signalled": list(done)}, run_id=ctx.run_id
             )
+        for fate in fates.requeue:
+            try:
+                self.client.requeue(fate.job.job_id)
+            except SlurmUnavailable:
+                raise  # retried: the jobs requeued so far are pending, the retry's read no longer finds them
+            except SlurmError as exc:
+                # Ended, or changed, between the read and the requeue: named with Slurm's words, not retried.
+                kept.append({**fate.job.summary(), "why": str(exc)})
+                continue
+            requeued.append({**fate.entry(), "restarts_before": fate.job.restarts})
         return {"outcome": "requeued", "node": node.name, "requeued": requeued, "signalled": signalled,
                 "already_signalled": [f.entry() for f in already], "left_running": kept}  # fmt: skip
 
