@@ -94,6 +94,27 @@ def test_a_job_asking_for_a_signal_in_its_comment_gets_it_and_keeps_running(
     assert slurm.job_state(lightning) == "RUNNING"
 
 
+def test_a_job_that_requeues_itself_on_its_signal_goes_back_to_the_queue_by_its_own_hand(
+    slurm: SlurmCluster, actions: dict[str, Any]
+) -> None:
+    # What Lightning's auto-requeue does on USR1 once its checkpoint is saved.
+    script = "trap 'scontrol requeue $SLURM_JOB_ID' USR1; while true; do sleep 1 & wait $!; done"
+    job = slurm.sbatch(slurm.host, requeue=True, comment="remediate-signal=USR1", script=script)
+    running(slurm, job)
+    ctx = step_context(slurm.host, breaker=memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=10)))
+    actions["slurm.drain"].execute({}, ctx)
+
+    result = actions["slurm.requeue"].execute({}, ctx)
+    assert [j["job_id"] for j in result["signalled"]] == [job] and result["requeued"] == []
+    wait_until(lambda: slurm.job_state(job) == "PENDING", 20, message=f"job {job} requeued by its own trap")
+    assert slurm.run("squeue", "-h", "-j", str(job), "-o", "%r").stdout.strip() == "BeginTime"
+    (read,) = [entry for entry in json.loads(slurm.run("squeue", "--json").stdout)["jobs"] if entry["job_id"] == job]
+    assert read["restart_cnt"] == 1  # one requeue, its own: remediate sent none
+
+    retry = actions["slurm.requeue"].execute({}, step_context(slurm.host, run_id=43, memory=ctx.memory))
+    assert retry["signalled"] == [] and retry["requeued"] == []  # pending, no longer on the node
+
+
 def test_the_steps_signal_goes_to_requeueable_jobs_unless_their_comment_opts_out(
     slurm: SlurmCluster, actions: dict[str, Any], tmp_path: Path
 ) -> None:
