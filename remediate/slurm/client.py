@@ -104,18 +104,20 @@ class SlurmClient:
         self._run("scontrol", "requeue", str(job_id))
 
     def signal(self, job_id: int, signal: str) -> None:
-        """`scancel --signal=<signal> --full <job_id>`: the job's batch shell and every step of it get `signal`
-        (without --full a batch job's shell gets none, and a job run in it, not under srun, would not see it);
-        the job keeps running unless it ends itself. Only a signal of remediate.slurm.signals' allow-list.
+        """`scancel --signal=<signal> --full --state=RUNNING <job_id>`: the job's batch shell and every step of it
+        get `signal` (without --full a batch job's shell gets none, and a job run in it, not under srun, would
+        not see it); the job keeps running unless it ends itself. Only a signal of remediate.slurm.signals'
+        allow-list.
 
-        A job that is pending by the time this runs (it requeued itself) makes scancel retry ("Job is in
-        transitional state") until slurm_command_timeout: SlurmUnavailable, and the retry's read no longer
-        finds the job on the node (checked on 22.05.8)."""
+        --state=RUNNING: a job no longer running by the time this runs (it requeued itself since the read) gets
+        nothing, and scancel answers success. Without it scancel retries a pending job ("Job is in transitional
+        state") until the time-out, and would signal it once it runs again, on another node (checked on
+        22.05.8). A job that has ended is Slurm's `Invalid job id specified`: SlurmError."""
         if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
             raise SlurmError(f"not a job id: {job_id!r}")
         if problem := check_signal(signal):
             raise SlurmError(f"refusing to signal job {job_id}: {problem}")
-        self._run("scancel", f"--signal={signal}", "--full", str(job_id))
+        self._run("scancel", f"--signal={signal}", "--full", "--state=RUNNING", str(job_id))
 
     def drain(self, name: str, reason: str) -> None:
         """`scontrol update NodeName=<name> State=DRAIN Reason=<reason>`: running jobs finish, none start."""

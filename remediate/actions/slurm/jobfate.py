@@ -55,6 +55,10 @@ class JobFate:
 def decide(job: SlurmJob, step_signal: str | None) -> JobFate:
     ask = comment_signal(job.comment)
     note = ask.problem if ask is not None else None
+    if job.state != "RUNNING" and (step_signal is not None or (ask is not None and ask.signal is not None)):
+        # Suspended, completing, configuring: a signal would not reach it (the client signals running jobs
+        # only), so it is handled as a job that asked nothing.
+        return _unasked(job, f"{job.state}, not running: a signal reaches only a running job")
     if ask is not None and ask.signal is not None:
         return JobFate(job, How.SIGNAL, signal=ask.signal, asked_by=ASKED_BY_JOB)
     opted_out = ask is not None and ask.problem is None  # remediate-signal=none
@@ -69,6 +73,12 @@ def decide(job: SlurmJob, step_signal: str | None) -> JobFate:
             f"({COMMENT_KEY}=...)"
         )
     return JobFate(job, How.LEAVE, why=why, note=note)
+
+
+def _unasked(job: SlurmJob, note: str) -> JobFate:
+    if job.requeueable:
+        return JobFate(job, How.REQUEUE, note=note)
+    return JobFate(job, How.LEAVE, why=job.why_not_requeueable(), note=note)
 
 
 @dataclass(frozen=True)

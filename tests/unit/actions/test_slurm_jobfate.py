@@ -8,8 +8,10 @@ from remediate.actions.slurm.requeue import SlurmRequeueAction
 from remediate.slurm import SlurmJob
 
 
-def job(job_id: int, *, batch: bool = True, requeue: bool = True, comment: str = "") -> SlurmJob:
-    return SlurmJob(job_id, f"job-{job_id}", "ana", "RUNNING", ("gpu-01",), batch, requeue, comment=comment)
+def job(
+    job_id: int, *, batch: bool = True, requeue: bool = True, comment: str = "", state: str = "RUNNING"
+) -> SlurmJob:
+    return SlurmJob(job_id, f"job-{job_id}", "ana", state, ("gpu-01",), batch, requeue, comment=comment)
 
 
 def test_without_a_signal_asked_the_jobs_are_requeued_or_left_running_as_slurm_allows() -> None:
@@ -50,3 +52,11 @@ def test_the_signal_param_is_an_allowed_name_written_in_the_playbook() -> None:
     assert schema.check_static({"signal": "USR1"}) == []
     assert any("signal" in problem for problem in schema.check_static({"signal": "KILL"}))
     assert any("signal" in problem for problem in schema.check_static({"signal": "{{ labels.sig }}"}))
+
+
+def test_a_job_not_running_is_never_signalled_and_handled_as_if_it_asked_nothing() -> None:
+    fates = split([job(1, state="SUSPENDED", comment="remediate-signal=USR1"),
+                   job(2, state="COMPLETING", batch=False, comment="remediate-signal=USR1")], "USR2")  # fmt: skip
+    assert fates.signal == [] and [f.job.job_id for f in fates.requeue] == [1]
+    assert [f.job.job_id for f in fates.leave] == [2] and "not a batch job" in (fates.leave[0].why or "")
+    assert "SUSPENDED, not running" in fates.requeue[0].entry()["note"]

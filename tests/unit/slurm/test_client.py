@@ -141,3 +141,11 @@ def test_a_jobs_comment_is_read_as_written_and_only_allowed_signals_are_sent(slu
     with pytest.raises(SlurmError, match="Invalid job id"):  # ended since it was read: Slurm's words
         client.signal(job, "USR1")
     assert commands == ["scancel"]
+    # Pending by the time it is signalled (it requeued itself): nothing sent, no error, and no wait (without
+    # --state=RUNNING scancel retries a pending job until the time-out).
+    submit = ("sbatch", "--parsable", f"--nodelist={slurm.host}", "--begin=now+1hour", "--mem=100",
+              "--output=/dev/null", f"--chdir={slurm.root}", "--wrap", "sleep 600")  # fmt: skip
+    later = int(slurm.run(*submit).stdout.strip())
+    wait_until(lambda: slurm.job_state(later) == "PENDING", 20, interval=0.2, message="the job pending")
+    dataclasses.replace(client, timeout=scaled(5)).signal(later, "USR1")
+    assert slurm.job_state(later) == "PENDING"
