@@ -114,7 +114,8 @@ class Metrics(ExecutorMetrics):
         self.slurm_commands = Counter(
             "remediate_slurm_commands_total",
             "Slurm commands this server ran, by tool (sinfo: the node cache's one read per slurm_poll_interval;"
-            " scontrol: a step's fresh read of its node and its changes; squeue: slurm.requeue's jobs)",
+            " scontrol: a step's fresh read of its node and its changes; squeue: slurm.requeue's jobs;"
+            " scancel: its signals to jobs that ask for one)",
             ["tool"],
             **kw,
         )

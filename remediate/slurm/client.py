@@ -1,4 +1,5 @@
-"""Slurm as remediate uses it: `sinfo --json` and `squeue --json` to read, `scontrol` to change nodes and jobs.
+"""Slurm as remediate uses it: `sinfo --json` and `squeue --json` to read, `scontrol` to change nodes and jobs,
+`scancel --signal` to signal a job.
 
 Who calls it: the slurm.* actions (remediate.actions.slurm). Each call runs one command with an argv list
 (never a shell), a time-out (slurm_command_timeout) and an environment of its own: PATH, SLURM_CONF (the
@@ -28,6 +29,7 @@ from remediate.slurm.model import SlurmNode, parse_nodes
 from remediate.slurm.names import check_node_name
 from remediate.slurm.reason import REASON_MAX, safe_text
 from remediate.slurm.shownode import parse_show_node
+from remediate.slurm.signals import check_signal
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 """Where the Slurm commands are looked for without slurm_bin_dir (Debian's slurm-client puts them in /usr/bin)."""
@@ -53,11 +55,11 @@ class SlurmClient:
     conf: Path | None = None
     """The cluster's slurm.conf (slurm_conf); None: no cluster, every call fails with SlurmConfigError."""
     bin_dir: Path | None = None
-    """Directory of scontrol, sinfo and squeue (slurm_bin_dir); None: DEFAULT_PATH."""
+    """Directory of scontrol, sinfo, squeue and scancel (slurm_bin_dir); None: DEFAULT_PATH."""
     timeout: float = 30.0
     """Seconds one command may take (slurm_command_timeout); longer counts as slurmctld not answering."""
     on_command: Callable[[str], None] | None = field(default=None, compare=False)
-    """Called with the tool's name (`sinfo`, `scontrol`, `squeue`) before each command runs: how the
+    """Called with the tool's name (`sinfo`, `scontrol`, `squeue`, `scancel`) before each command runs: how the
     commands a process sends slurmctld are counted (the metric remediate_slurm_commands_total; the tests)."""
 
     @property
@@ -100,6 +102,22 @@ class SlurmClient:
         if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
             raise SlurmError(f"not a job id: {job_id!r}")
         self._run("scontrol", "requeue", str(job_id))
+
+    def signal(self, job_id: int, signal: str) -> None:
+        """`scancel --signal=<signal> --full --state=RUNNING <job_id>`: the job's batch shell and every step of it
+        get `signal` (without --full a batch job's shell gets none, and a job run in it, not under srun, would
+        not see it); the job keeps running unless it ends itself. Only a signal of remediate.slurm.signals'
+        allow-list.
+
+        --state=RUNNING: a job no longer running by the time this runs (it requeued itself since the read) gets
+        nothing, and scancel answers success. Without it scancel retries a pending job ("Job is in transitional
+        state") until the time-out, and would signal it once it runs again, on another node (checked on
+        22.05.8). A job that has ended is Slurm's `Invalid job id specified`: SlurmError."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+            raise SlurmError(f"not a job id: {job_id!r}")
+        if problem := check_signal(signal):
+            raise SlurmError(f"refusing to signal job {job_id}: {problem}")
+        self._run("scancel", f"--signal={signal}", "--full", "--state=RUNNING", str(job_id))
 
     def drain(self, name: str, reason: str) -> None:
         """`scontrol update NodeName=<name> State=DRAIN Reason=<reason>`: running jobs finish, none start."""

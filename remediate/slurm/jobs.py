@@ -2,7 +2,8 @@
 
 Read: `job_id`, `name`, `user_name`, `job_state`, `nodes` (a hostlist expression), `batch_flag` (a batch job,
 from sbatch; an srun or salloc allocation is not) and `requeue` (the job may be requeued: `--requeue`, or
-JobRequeue=1 in slurm.conf); `restart_cnt` counts its requeues.
+JobRequeue=1 in slurm.conf); `restart_cnt` counts its requeues; `comment` (sbatch --comment, as written) is
+where a job asks for a signal instead of a requeue (remediate.slurm.signals).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class SlurmJob:
     batch: bool
     requeue: bool
     restarts: int = 0
+    comment: str = ""
 
     @property
     def requeueable(self) -> bool:
@@ -62,6 +64,7 @@ def parse_job(entry: Mapping[str, Any]) -> SlurmJob:
         batch=bool(entry.get("batch_flag")),
         requeue=bool(entry.get("requeue")),
         restarts=int(entry.get("restart_cnt") or 0),
+        comment=str(entry.get("comment") or ""),
     )
 
 

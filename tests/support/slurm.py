@@ -267,13 +267,15 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
         for name in dict.fromkeys(out):
             self.run("scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
 
-    def sbatch(self, node: str, *, requeue: bool) -> int:
-        """A batch job holding `node` (a sleep), submitted as a user does; its job id. Only this host's node runs
-        jobs as a node does: a job sent to gpu-0x starts (this host's slurmd launches it) but never ends, as
-        the kill goes to a node with no slurmd."""
+    def sbatch(self, node: str, *, requeue: bool, comment: str | None = None, script: str = "sleep 600") -> int:
+        """A batch job holding `node` (`script`, run by /bin/sh: a sleep by default), submitted as a user does,
+        with `comment` (sbatch --comment) when given; its job id. Only this host's node runs jobs as a node
+        does: a job sent to gpu-0x starts (this host's slurmd launches it) but never ends, as the kill goes to a
+        node with no slurmd."""
         again = "--requeue" if requeue else "--no-requeue"
+        commented = [f"--comment={comment}"] if comment is not None else []
         done = self.run("sbatch", "--parsable", f"--nodelist={node}", "--mem=100", "--output=/dev/null",
-                        f"--chdir={self.root}", again, "--wrap", "sleep 600")  # fmt: skip
+                        f"--chdir={self.root}", again, *commented, "--wrap", script)  # fmt: skip
         return int(done.stdout.strip().split(";")[0])
 
     def job_state(self, job_id: int) -> str:
@@ -305,6 +307,12 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
     def _host_registered(self) -> bool:
         line = self.run("scontrol", "-o", "show", "node", self.host, check=False).stdout
         return "SlurmdStartTime=None" not in line and "State=IDLE" in line
+
+
+def trap_script(signal: str, seen: Path) -> str:
+    """A job script that appends a line to `seen` on each `signal` it gets and keeps running (as a Lightning job
+    checkpoints on USR1): its sleeps run in the background, so the shell takes the signal at once."""
+    return f"trap 'echo {signal} >> {seen}' {signal}; while true; do sleep 1 & wait $!; done"
 
 
 _running: list[SlurmCluster] = []

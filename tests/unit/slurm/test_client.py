@@ -4,6 +4,7 @@ no cluster without slurm_conf, and the process's environment left as it is."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from pathlib import Path
@@ -123,3 +124,28 @@ def test_the_jobs_on_a_node_with_whether_slurm_can_requeue_them(slurm: SlurmClus
     assert client.jobs_on("gpu-01") == ()
     with pytest.raises(SlurmError, match="not a job id"):
         client.requeue(0)
+
+
+def test_a_jobs_comment_is_read_as_written_and_only_allowed_signals_are_sent(slurm: SlurmCluster) -> None:
+    job = slurm.sbatch(slurm.host, requeue=True, comment="exp42, remediate-signal=USR1")
+    commands: list[str] = []
+    client = dataclasses.replace(slurm.client(), on_command=commands.append)
+    (read,) = wait_until(lambda: client.jobs_on(slurm.host), 20, interval=0.2, message="the job on the node")
+    assert read.job_id == job and read.comment == "exp42, remediate-signal=USR1"
+    commands.clear()
+    for job_id, name in ((0, "USR1"), (True, "USR1"), (job, "KILL"), (job, "SIGUSR1"), (job, "USR1 --full")):
+        with pytest.raises(SlurmError, match=r"not a job id|refusing to signal"):
+            client.signal(job_id, name)  # type: ignore[arg-type]
+    assert commands == []  # refused before any command ran
+    slurm.cancel_jobs()
+    with pytest.raises(SlurmError, match="Invalid job id"):  # ended since it was read: Slurm's words
+        client.signal(job, "USR1")
+    assert commands == ["scancel"]
+    # Pending by the time it is signalled (it requeued itself): nothing sent, no error, and no wait (without
+    # --state=RUNNING scancel retries a pending job until the time-out).
+    submit = ("sbatch", "--parsable", f"--nodelist={slurm.host}", "--begin=now+1hour", "--mem=100",
+              "--output=/dev/null", f"--chdir={slurm.root}", "--wrap", "sleep 600")  # fmt: skip
+    later = int(slurm.run(*submit).stdout.strip())
+    wait_until(lambda: slurm.job_state(later) == "PENDING", 20, interval=0.2, message="the job pending")
+    dataclasses.replace(client, timeout=scaled(5)).signal(later, "USR1")
+    assert slurm.job_state(later) == "PENDING"
