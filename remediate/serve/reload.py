@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,15 +32,33 @@ class ReloadOnHup:
     remediate_settings: Settings
     app: Any
     log: Any
+    _reload_gauges: Any = None
+
+    def start(self) -> None:
+        # The set the preflight read is the first success: recorded before any worker is forked.
+        self.reload_gauges().applied(time.time())
+        super().start()  # type: ignore[misc]  # gunicorn's Arbiter
+
+    def reload_gauges(self) -> Any:
+        """This master's remediate_config_last_reload_* gauges (remediate.metrics.ReloadGauges)."""
+        if self._reload_gauges is None:
+            # Imported here, not at the top: prometheus_client reads PROMETHEUS_MULTIPROC_DIR once, at its import,
+            # and `remediate serve` sets it after importing this module (launcher.run_server).
+            from remediate.metrics import ReloadGauges
+
+            self._reload_gauges = ReloadGauges(None)
+        return self._reload_gauges
 
     def handle_hup(self) -> None:
         try:
             live = read_live(self.remediate_settings)
         except RELOAD_ERRORS as exc:
+            self.reload_gauges().refused()
             audit_event(
                 "reload", level=logging.ERROR, outcome="refused", error=str(exc), running=self.app.live.describe()
             )
             return
+        self.reload_gauges().applied(time.time())
         self.app.live = live
         audit_event("reload", outcome="applied", playbooks=len(live.playbooks), loaded=live.describe())
         if missing := live.unconfigured():
