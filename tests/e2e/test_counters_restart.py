@@ -89,6 +89,16 @@ def test_the_real_server_exports_its_zeros_and_a_reload_adds_those_of_new_playbo
         message="the zeros of the playbook the reload added",
     )
 
+    # POST /-/reload refused by the HTTP worker that read the files (the master is not asked): its 0 is the
+    # most recent write, so it wins over the master's 1; the master's next success wins back.
+    broken.write_text("name: broken\nmatch: {alertname: B}\nsteps: []\nmode: no\n")
+    headers = {"Authorization": f"Bearer {server.token}"}
+    assert requests.post(f"{server.url}/-/reload", headers=headers, timeout=WAIT).status_code == 422
+    assert _samples(server, RELOAD_OK) == {"": 0}
+    broken.unlink()
+    assert requests.post(f"{server.url}/-/reload", headers=headers, timeout=WAIT).status_code == 200
+    wait_until(lambda: _samples(server, RELOAD_OK) == {"": 1}, WAIT, message="the applied POST's 1")
+
 
 def test_increase_over_a_restart_sees_the_first_failed_run(
     tmp_path: Path, playbooks_dir: Path, start_server: Callable[..., RemediateServer]
