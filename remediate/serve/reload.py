@@ -3,7 +3,8 @@
 The master (`ReloadOnHup`, mixed into serving's gunicorn arbiters) reads the set on SIGHUP and, when it is
 valid, holds it, tells the executor process and lets gunicorn replace the HTTP workers; an HTTP worker's
 POST /-/reload asks its master (`reload_by_master`); the executor process re-reads the set without stopping
-(`reload_executor`).
+(`reload_executor`). The master records each outcome, and the start's read as the first success, in the
+remediate_config_last_reload_* gauges (remediate.metrics.ReloadGauges).
 """
 
 from __future__ import annotations
