@@ -14,12 +14,15 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remediate.config.settings import Settings
 from remediate.live import RELOAD_ERRORS, LiveSet, read_live
 from remediate.logs.audit import audit_event
 from remediate.serve.httpworker import TOLD_TO_STOP
+
+if TYPE_CHECKING:
+    from remediate.metrics import ReloadGauges
 
 log = logging.getLogger("remediate.serve")
 
@@ -33,15 +36,15 @@ class ReloadOnHup:
     remediate_settings: Settings
     app: Any
     log: Any
-    _reload_gauges: Any = None
+    _reload_gauges: ReloadGauges | None = None
 
     def start(self) -> None:
         # The set the preflight read is the first success: recorded before any worker is forked.
         self.reload_gauges().applied(time.time())
         super().start()  # type: ignore[misc]  # gunicorn's Arbiter
 
-    def reload_gauges(self) -> Any:
-        """This master's remediate_config_last_reload_* gauges (remediate.metrics.ReloadGauges)."""
+    def reload_gauges(self) -> ReloadGauges:
+        """This master's remediate_config_last_reload_* gauges."""
         if self._reload_gauges is None:
             # Imported here, not at the top: prometheus_client reads PROMETHEUS_MULTIPROC_DIR once, at its import,
             # and `remediate serve` sets it after importing this module (launcher.run_server).
