@@ -20,16 +20,21 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from remediate import __version__
 from remediate.errors import StoreUnavailable
+from remediate.executor import announce, grafana
+from remediate.executor.agent_calls import AGENT_CALL_ERRORS
 from remediate.executor.beat import ExecutorBeat
 from remediate.executor.metrics import ExecutorMetrics
 from remediate.judging.engine import IngestResult
+from remediate.playbooks.model import Playbook, PlaybookSet
+from remediate.runs import Decision, RunStatus, StepStatus
 from remediate.store import Report, ReportQuery, Store
+from remediate.store.database import WRITE_ERROR_KINDS
 from remediate.store.report import NO_RUNG
 
 log = logging.getLogger(__name__)
@@ -42,8 +47,46 @@ HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 """A request answers in milliseconds; a webhook waits at most store_busy_timeout (seconds) for the lock."""
 
 
+RUN_ENDS = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.PLANNED)
+"""The ends of a run the executor counts (remediate.executor.steps); a rejected or cancelled run never starts."""
+STEP_ENDS = (StepStatus.SUCCEEDED, StepStatus.FAILED)
+"""The step outcomes exported at 0 for each action the playbooks use (the rarer ones appear when they happen)."""
+ALERT_STATUSES = ("firing", "resolved")
+
+
 def multiprocess_mode() -> bool:
     return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+class ReloadGauges:
+    """`remediate_config_last_reload_successful` (1/0) and `..._success_timestamp_seconds`, as Prometheus and
+    AlertManager name theirs: a refused reload keeps the running set and leaves nothing else to alert on, and
+    the next restart would refuse to start on the same files.
+
+    In multiprocess mode the master records the reloads it applies or refuses and an HTTP worker the POST
+    /-/reload it refuses: the most recent write of any process wins (`mostrecent`). Every other process's instance
+    holds a 0 written at no time, which never wins: a worker forked later does not hide the master's value."""
+
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        kw: dict[str, Any] = {"registry": registry, "multiprocess_mode": "mostrecent"}
+        self.successful = Gauge(
+            "remediate_config_last_reload_successful",
+            "1 when the last reload of the live set (playbooks, sinks) or the start's read of it succeeded, 0 when"
+            " it was refused (the running set kept)",
+            **kw,
+        )
+        self.success_time = Gauge(
+            "remediate_config_last_reload_success_timestamp_seconds",
+            "When the live set was last read successfully (at start or by a reload), UNIX seconds",
+            **kw,
+        )
+
+    def applied(self, now: float) -> None:
+        self.successful.set(1)
+        self.success_time.set(now)
+
+    def refused(self) -> None:
+        self.successful.set(0)
 
 
 class Metrics(ExecutorMetrics):
@@ -125,6 +168,37 @@ class Metrics(ExecutorMetrics):
             ["outcome"],
             **kw,
         )
+        self.reload = ReloadGauges(registry)
+
+    def count_from_zero(self, playbooks: PlaybookSet, *, annotations: bool = False) -> None:
+        """Every labelled counter whose label values are known is exported at 0 from now on. A series born at 1
+        has no sample before its first increment, so increase() and rate() over a start or a restart miss it:
+        RemediateRunsFailing would wait for a fourth failure. `annotations`: Grafana annotations are posted."""
+        for status in ALERT_STATUSES:
+            self.notifications.labels(status)
+            self.alerts.labels(status)
+        for decision in Decision:
+            self.decisions.labels(decision.value)
+        for reason in AGENT_CALL_ERRORS:
+            self.agent_call_errors.labels(reason)
+        for kind in WRITE_ERROR_KINDS.values():
+            self.store_write_errors.labels(kind)
+        for outcome in (announce.SENT, announce.FAILED):
+            self.approval_announcements.labels(outcome)
+        if annotations:
+            for outcome in (grafana.POSTED, grafana.FAILED, grafana.DROPPED):
+                self.annotations.labels(outcome)
+        self.playbooks_from_zero(playbooks)
+
+    def playbooks_from_zero(self, playbooks: PlaybookSet) -> None:
+        """The runs of each playbook by end, and the steps of each action they use: at start and after a reload
+        (a playbook a reload adds gets its zeros; one it removes keeps its series until the restart)."""
+        for playbook in playbooks.playbooks:
+            for status in RUN_ENDS:
+                self.runs.labels(status.value, playbook.name)
+            for action in actions_of(playbook):
+                for outcome in STEP_ENDS:
+                    self.steps.labels(action, outcome.value)
 
     def record_ingest(self, result: IngestResult) -> None:
         self.notifications.labels(result.status).inc()
@@ -161,6 +235,14 @@ class Metrics(ExecutorMetrics):
 
     def approval_announcement(self, outcome: str) -> None:
         self.approval_announcements.labels(outcome).inc()
+
+
+def actions_of(playbook: Playbook) -> set[str]:
+    """The actions a playbook's steps use: firing, resolved and every rung's."""
+    specs = [*playbook.steps, *playbook.on_resolved]
+    for rung in playbook.rungs:
+        specs += [*rung.steps, *rung.on_resolved]
+    return {spec.action for spec in specs}
 
 
 @dataclass(eq=False)

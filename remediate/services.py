@@ -8,6 +8,7 @@ HTTP, as do the CLI's commands that open the store.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -77,6 +78,8 @@ class Services:
             return self.reload(live)
         self.engine.playbooks = live.playbooks
         live.apply_to(self.engine.registry)
+        self.metrics.playbooks_from_zero(live.playbooks)
+        self.metrics.reload.applied(time.time())
         return True
 
 
@@ -126,6 +129,9 @@ def build_services(
     run_link = None if public_url is None else functools.partial(run_page_url, public_url)
     target = target_from_settings(settings.grafana)  # grafana_url, grafana_token_file; None: no annotations
     listeners = [] if target is None else [Annotator(target, run_link=run_link, on_outcome=metrics.annotation)]
+    metrics.count_from_zero(playbooks, annotations=target is not None)
+    if not multiprocess_mode():  # this process alone serves; under `remediate serve` its master records it
+        metrics.reload.applied(time.time())
     executor = Executor(
         store=store,
         registry=registry,

@@ -256,7 +256,9 @@ def test_the_two_sides_of_the_agent_call_meet_only_in_the_protocol() -> None:
             assert "remediate.agentwire.protocol" in imported or module == "remediate.agent.service", module
     # The protocol itself is plain data and errors: no HTTP library, neither side.
     protocol = graph.find_modules_directly_imported_by("remediate.agentwire.protocol")
-    assert protocol <= {"__future__", "json", "abc", "collections", "dataclasses", "typing", "remediate.errors"}, protocol
+    assert protocol <= {"__future__", "json", "abc", "collections", "dataclasses", "typing", "remediate.errors"}, (
+        protocol
+    )
 
 
 def test_one_module_builds_the_gunicorn_application() -> None:

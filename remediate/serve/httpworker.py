@@ -63,7 +63,7 @@ moving it, read the new minor's source against each seam:
 
 - gunicorn/workers/gthread.py and gunicorn/http/: this module (its docstring lists what it overrides and uses);
 - gunicorn/arbiter.py: serve/launcher.py's arbiter (`manage_workers`, `reap_workers`, `stop` overridden; `pid`,
-  `LISTENERS`, `cfg`, `app`, `log` read), serve/reload.py (`handle_hup`), serve/lifetime.py (`spawn_worker`:
+  `LISTENERS`, `cfg`, `app`, `log` read), serve/reload.py (`handle_hup`, `start`), serve/lifetime.py (`spawn_worker`:
   the child's SystemExit raised inside it);
 - gunicorn/util.py: serve/proctitle.py replaces `util._setproctitle` (the master's and each worker's title).
 

@@ -197,6 +197,7 @@ def _apply_live(settings: Settings, services: Any, pruner: Any, live: LiveSet) -
     Its runs need nothing: each runs the steps stored with it, never its playbook again."""
     services.engine.playbooks = live.playbooks
     live.apply_to(services.engine.registry)
+    services.metrics.playbooks_from_zero(live.playbooks)  # the runs of a playbook added count from 0
     if pruner is not None:
         pruner.keep = retention_keep(settings, live.playbooks)
 

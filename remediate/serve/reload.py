@@ -3,7 +3,8 @@
 The master (`ReloadOnHup`, mixed into serving's gunicorn arbiters) reads the set on SIGHUP and, when it is
 valid, holds it, tells the executor process and lets gunicorn replace the HTTP workers; an HTTP worker's
 POST /-/reload asks its master (`reload_by_master`); the executor process re-reads the set without stopping
-(`reload_executor`).
+(`reload_executor`). The master records each outcome, and the start's read as the first success, in the
+remediate_config_last_reload_* gauges (remediate.metrics.ReloadGauges).
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remediate.config.settings import Settings
 from remediate.live import RELOAD_ERRORS, LiveSet, read_live
 from remediate.logs.audit import audit_event
 from remediate.serve.httpworker import TOLD_TO_STOP
+
+if TYPE_CHECKING:
+    from remediate.metrics import ReloadGauges
 
 log = logging.getLogger("remediate.serve")
 
@@ -31,15 +36,33 @@ class ReloadOnHup:
     remediate_settings: Settings
     app: Any
     log: Any
+    _reload_gauges: ReloadGauges | None = None
+
+    def start(self) -> None:
+        # The set the preflight read is the first success: recorded before any worker is forked.
+        self.reload_gauges().applied(time.time())
+        super().start()  # type: ignore[misc]  # gunicorn's Arbiter
+
+    def reload_gauges(self) -> ReloadGauges:
+        """This master's remediate_config_last_reload_* gauges."""
+        if self._reload_gauges is None:
+            # Imported here, not at the top: prometheus_client reads PROMETHEUS_MULTIPROC_DIR once, at its import,
+            # and `remediate serve` sets it after importing this module (launcher.run_server).
+            from remediate.metrics import ReloadGauges
+
+            self._reload_gauges = ReloadGauges(None)
+        return self._reload_gauges
 
     def handle_hup(self) -> None:
         try:
             live = read_live(self.remediate_settings)
         except RELOAD_ERRORS as exc:
+            self.reload_gauges().refused()
             audit_event(
                 "reload", level=logging.ERROR, outcome="refused", error=str(exc), running=self.app.live.describe()
             )
             return
+        self.reload_gauges().applied(time.time())
         self.app.live = live
         audit_event("reload", outcome="applied", playbooks=len(live.playbooks), loaded=live.describe())
         if missing := live.unconfigured():

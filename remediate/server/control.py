@@ -141,6 +141,7 @@ def create_blueprint(services: Services) -> Blueprint:
         try:
             live = read_live(services.settings)
         except RELOAD_ERRORS as exc:
+            services.metrics.reload.refused()
             audit_event("reload_asked", level=logging.ERROR, principal=g.principal, outcome="refused", error=str(exc))
             file = getattr(exc, "file", None) or services.settings.server.config_file
             message = f"reload refused, the running set kept: {exc}"

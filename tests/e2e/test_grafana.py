@@ -154,7 +154,10 @@ def test_each_executed_run_is_annotated_in_grafana_and_the_dashboards_queries_pa
 
         assert values("Runs finished by playbook", "playbook").keys() == {"note-xid", "reset-clocks"}
         assert values("Decisions by kind", "decision").keys() >= {"accepted", "duplicate"}
-        assert values("Agent call errors", "reason").keys() == {"unreachable"}
+        # Every reason is exported at 0 from the start (increase() then counts the first error); one happened.
+        errors = values("Agent call errors", "reason")
+        assert errors.keys() == {"unreachable", "ambiguous", "bad_answer"}
+        assert errors["ambiguous"] == errors["bad_answer"] == 0
         assert values("Webhook requests refused", "code").keys() == {"401"}
         assert values("Paused", "") == {"": 0.0}
         # The training job keeps its label through the scrape: a `job` label would arrive as exported_job.

@@ -1,4 +1,5 @@
-"""remediate.metrics: the reliability gauges' cache and what a scrape shows when the store cannot be read."""
+"""remediate.metrics: the reliability gauges' cache, what a scrape shows when the store cannot be read, and the
+counters exported at 0 for the loaded playbooks."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.mmap_dict import MmapedDict
 
-from remediate.metrics import ReliabilityCollector, WrittenFilesCollector, exposition
+from remediate.metrics import Metrics, ReliabilityCollector, WrittenFilesCollector, exposition
 from remediate.store import Report, ReportQuery, Store
+from tests.support.rules import shipped_engine
 
 
 class Clock:
@@ -83,3 +85,21 @@ def test_a_metrics_file_no_process_has_written_yet_leaves_the_scrape_answering(t
     ours = CollectorRegistry()
     ours.register(WrittenFilesCollector(str(tmp_path)))
     assert "remediate_soak_total 3.0" in generate_latest(ours).decode()
+
+
+def test_the_shipped_playbooks_runs_and_every_rungs_actions_are_exported_at_zero() -> None:
+    playbooks = shipped_engine().playbooks
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    metrics.count_from_zero(playbooks)
+    body = generate_latest(registry).decode()
+
+    for playbook in playbooks.playbooks:
+        for status in ("succeeded", "failed", "planned"):
+            assert f'remediate_runs_finished_total{{playbook="{playbook.name}",status="{status}"}} 0.0' in body
+    ladder = next(p for p in playbooks.playbooks if p.name == "gpu-xid-quarantine")
+    rung_actions = {step.action for rung in ladder.rungs for step in rung.steps}
+    assert rung_actions - {step.action for step in ladder.steps}, "a rung acts with an action of its own"
+    for action in rung_actions:
+        assert f'remediate_steps_total{{action="{action}",outcome="failed"}} 0.0' in body
+    assert "remediate_grafana_annotations_total{" not in body  # no Grafana configured: nothing is posted
