@@ -29,6 +29,7 @@ SELF_ALERTS = {
     "RemediateStoreUnavailable",
     "RemediateApprovalAnnouncementsFailing",
     "RemediateCircuitBreakerOpen",
+    "RemediateAlertsTruncated",
 }
 
 
