@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from remediate.intake.alerts import parse_notification
-from remediate.intake.reason import REPEAT_INTERVAL_ELAPSED, is_resend
+from remediate.intake.reason import REPEAT_INTERVAL_ELAPSED
 from remediate.judging.engine import Engine, IngestResult
 from remediate.judging.truncation import MAX_ALERTNAME, MAX_GROUP, truncation
 from remediate.runs import Decision
@@ -90,11 +90,6 @@ def test_a_truncation_stays_within_its_columns() -> None:
     assert len(cut.group) == MAX_GROUP + len("...")
 
 
-def test_only_a_repeat_interval_re_send_is_a_re_send() -> None:
-    assert is_resend(REPEAT_INTERVAL_ELAPSED)
-    assert not any(is_resend(r) for r in ("first notification", "new alerts added", "unknown", ""))
-
-
 # --------------------------------------------------------------------------- through the engine
 
 
@@ -131,7 +126,7 @@ def test_the_truncated_decision_leaves_the_reliability_report_alone(
     assert report.totals["incidents"] == 2
 
 
-@pytest.mark.parametrize("reason", [None, "repeat interval elapsed"])
+@pytest.mark.parametrize("reason", [None, REPEAT_INTERVAL_ELAPSED])
 def test_a_re_send_is_a_duplicate_before_holds_for_and_climbs_after_it_whatever_the_reason(
     make_engine: Callable[..., Engine], reason: str | None
 ) -> None:
