@@ -226,7 +226,11 @@ def build(
 def _flush(conn: sqlite3.Connection, *tables: list[tuple[Any, ...]]) -> None:
     notifications, alerts, run_rows, decisions = tables
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO notifications VALUES (?, ?, ?, ?, ?, ?, ?)", notifications)
+    conn.executemany(
+        "INSERT INTO notifications (id, received_at, receiver, status, group_key, alert_count, raw) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        notifications,
+    )
     conn.executemany("INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", alerts)
     conn.executemany(
         "INSERT INTO runs (id, dedupe_key, playbook, alertname, target, phase, mode, status, alert_id, after_run_id,"

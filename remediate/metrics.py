@@ -101,6 +101,12 @@ class Metrics(ExecutorMetrics):
             "remediate_webhook_rejected_total", "Webhook requests refused, by HTTP status", ["code"], **kw
         )
         self.decisions = Counter("remediate_decisions_total", "Guard decisions, by decision", ["decision"], **kw)
+        self.alerts_truncated = Counter(
+            "remediate_alerts_truncated_total",
+            "Alerts AlertManager left out of its notifications (the receiver's max_alerts: truncatedAlerts),"
+            " never seen here",
+            **kw,
+        )
         self.runs = Counter(
             "remediate_runs_finished_total", "Runs finished, by final status and playbook", ["status", "playbook"], **kw
         )
@@ -206,6 +212,8 @@ class Metrics(ExecutorMetrics):
             self.alerts.labels(status).inc(count)
         for decision, count in result.decision_counts().items():
             self.decisions.labels(decision).inc(count)
+        if result.truncated_alerts:
+            self.alerts_truncated.inc(result.truncated_alerts)
 
     def step_finished(self, action: str, outcome: str, seconds: float) -> None:
         self.steps.labels(action, outcome).inc()

@@ -98,6 +98,9 @@ class Decision(StrEnum):
     notification as its resolved): the alert is over, its firing steps are not started."""
     SUPERSEDED = "superseded"
     """A resolved alert whose undo would undo what a newer, still active occurrence needs."""
+    TRUNCATED = "truncated"
+    """Not a pair's: AlertManager left alerts of the notification's group out (its receiver's max_alerts,
+    `truncatedAlerts`); recorded once per notification, with its first alert (remediate.judging.truncation)."""
 
 
 # ---------------------------------------------------------------------------------------- values

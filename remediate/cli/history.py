@@ -166,11 +166,13 @@ def _prune_age(older_than: str, params: dict[str, Any]) -> float:
 
 
 def _reason(entry: dict[str, Any]) -> str:
-    """What to show as the entry's reason: a failed run's error says more than why it was accepted."""
+    """What to show as the entry's reason: a failed run's error says more than why it was accepted; AlertManager's
+    own reason for the notification first where it gave one (0.32+: a re-send reads as one)."""
     run = entry.get("run") or {}
+    said = f"[AlertManager: {entry['notification_reason']}] " if entry.get("notification_reason") else ""
     if entry.get("status") == RunStatus.FAILED and run.get("error"):
-        return str(run["error"])
-    return str(entry["reason"])
+        return said + str(run["error"])
+    return said + str(entry["reason"])
 
 
 @main.command()

@@ -45,6 +45,7 @@ def entry_json(entry: HistoryEntry) -> dict[str, Any]:
         "target": entry.target,
         "decision": entry.decision,
         "reason": entry.reason,
+        "notification_reason": entry.notification_reason,
         "status": entry.status,
         "run_id": entry.run_id,
         "rung": None if run is None else run.rung,

@@ -12,8 +12,10 @@ Validation is strict about what remediate relies on and lenient about the rest:
 * Fields AlertManager always sends but remediate does not need (``groupKey``, ``receiver``,
   ``externalURL``, ``groupLabels``, ...) default to empty when absent or null, and must have the
   right type when present.
-* Unknown fields anywhere are ignored: newer AlertManagers add some (``notification_reason``,
-  ``routeLabels``, ...), and rejecting them would make AlertManager re-send forever.
+* ``notification_reason`` (AlertManager 0.32+, snake_case unlike the rest) is kept, cut to
+  ``MAX_REASON_LENGTH``: why AlertManager sent it (remediate.intake.reason); "" from older ones.
+* Unknown fields anywhere are ignored: newer AlertManagers add some (``routeLabels``, ...), and
+  rejecting them would make AlertManager re-send forever.
 * Whatever ``json.loads`` can produce, the only exception that leaves this module is
   ``PayloadError``.
 """
@@ -31,6 +33,7 @@ from typing import Final
 
 from remediate.errors import PayloadError
 from remediate.intake.alertref import AlertRef
+from remediate.intake.reason import MAX_REASON_LENGTH
 
 SUPPORTED_VERSION: Final = "4"
 STATUSES: Final = frozenset({"firing", "resolved"})
@@ -123,6 +126,8 @@ class Notification:
     common_annotations: Mapping[str, str]
     external_url: str
     alerts: tuple[Alert, ...]
+    notification_reason: str = ""
+    """Why AlertManager sent it (0.32+: "repeat interval elapsed", ...; remediate.intake.reason); "" when not said."""
 
 
 def parse_notification(data: object) -> Notification:
@@ -171,6 +176,7 @@ def parse_notification(data: object) -> Notification:
         common_annotations=MappingProxyType(_string_map(data, "commonAnnotations", "", required=False, labels=False)),
         external_url=_string(data, "externalURL", "", required=False),
         alerts=tuple(_parse_alert(raw, index) for index, raw in enumerate(raw_alerts)),
+        notification_reason=_string(data, "notification_reason", "", required=False)[:MAX_REASON_LENGTH],
     )
 
 

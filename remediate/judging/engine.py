@@ -40,6 +40,7 @@ from remediate.judging.stages import (
     dedupe_key,
     occurrence,
 )
+from remediate.judging.truncation import Truncation, truncation
 from remediate.playbooks.model import Playbook, PlaybookSet, StepSpec
 from remediate.runs import Decision, LadderState, RunStatus, StepStatus
 from remediate.store import EmptyGuardReader, GuardReads, IngestWriter, Store
@@ -71,6 +72,10 @@ class IngestResult:
     alerts: int
     alert_statuses: dict[str, int]
     decisions: list[DecisionRecord] = field(default_factory=list)
+    truncated_alerts: int = 0
+    """Alerts of the group AlertManager left out (max_alerts): never seen here."""
+    notification_reason: str = ""
+    """Why AlertManager sent it (0.32+, remediate.intake.reason); "" when it did not say."""
 
     @property
     def runs_queued(self) -> int:
@@ -245,6 +250,7 @@ class Engine:
         # Match/render/validate reads nothing from the store: outside the write transaction, which
         # serialises all writers. The guards' reads stay inside it (judge).
         evaluations = self.evaluate_all(notification.alerts)
+        cut = truncation(notification)
         for attempt in range(1, INGEST_ATTEMPTS + 1):
             try:
                 with self.store.ingest.writer() as w:
@@ -254,6 +260,8 @@ class Engine:
                     notification_id, alert_ids = _record_notification(w, notification, raw, received_at)
                     judged = self.judge(w, evaluations, received_at)
                     run_ids = _record_verdicts(w, notification_id, alert_ids, judged, received_at)
+                    if cut is not None:
+                        w.insert_decisions([truncation_row(notification_id, alert_ids[0], cut, received_at)])
                 break
             except StoreConflict as exc:
                 if attempt == INGEST_ATTEMPTS:
@@ -261,7 +269,10 @@ class Engine:
                 # Not a failure: a replica stored the same delivery at the same moment. Judged again,
                 # its runs are this notification's duplicates.
                 log.info("ingest: %s; judging the notification again (try %d)", exc, attempt + 1)
-        result = _result(notification, notification_id, judged, run_ids)
+        result = _result(notification, notification_id, judged, run_ids, cut)
+        if cut is not None:
+            # After the commit: the line says what the history now holds (notification N).
+            log.warning("notification %d: %s", notification_id, cut.note)
         if result.runs_queued and self.on_queued is not None:
             self.on_queued()
         return result
@@ -278,6 +289,8 @@ def _record_notification(
         group_key=notification.group_key,
         alert_count=len(notification.alerts),
         raw=raw,
+        notification_reason=notification.notification_reason,
+        truncated_alerts=notification.truncated_alerts,
     )
     return notification_id, w.insert_alerts([_alert_row(notification_id, a) for a in notification.alerts])
 
@@ -319,7 +332,11 @@ def _record_verdicts(
 
 
 def _result(
-    notification: Notification, notification_id: int, judged: Sequence[Judged], run_ids: Mapping[int, int]
+    notification: Notification,
+    notification_id: int,
+    judged: Sequence[Judged],
+    run_ids: Mapping[int, int],
+    cut: Truncation | None = None,
 ) -> IngestResult:
     statuses_count = dict(Counter(alert.status for alert in notification.alerts))
     records = [
@@ -334,7 +351,17 @@ def _result(
         )
         for j in judged
     ]
-    return IngestResult(notification_id, notification.status, len(notification.alerts), statuses_count, records)
+    if cut is not None:
+        records.append(DecisionRecord(cut.alertname, cut.fingerprint, None, None, Decision.TRUNCATED, cut.note))
+    return IngestResult(
+        notification_id,
+        notification.status,
+        len(notification.alerts),
+        statuses_count,
+        records,
+        truncated_alerts=notification.truncated_alerts,
+        notification_reason=notification.notification_reason,
+    )
 
 
 def _write_ladders(w: IngestWriter, judged: Sequence[Judged], run_ids: Mapping[int, int], now: float) -> None:
@@ -465,6 +492,24 @@ def decision_row(
         "reason": judged.verdict.reason,
         "status": run_status or judged.verdict.decision.value,
         "run_id": run_id,
+    }
+
+
+def truncation_row(notification_id: int, alert_id: int, cut: Truncation, now: float) -> dict[str, Any]:
+    """The decisions row saying AlertManager left alerts of the notification out (with its first alert)."""
+    return {
+        "created_at": now,
+        "notification_id": notification_id,
+        "alert_id": alert_id,
+        "alertname": cut.alertname,
+        "fingerprint": cut.fingerprint,
+        "alert_status": cut.status,
+        "playbook": None,
+        "target": None,
+        "decision": Decision.TRUNCATED.value,
+        "reason": cut.note,
+        "status": Decision.TRUNCATED.value,
+        "run_id": None,
     }
 
 

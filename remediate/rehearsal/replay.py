@@ -304,6 +304,8 @@ def _replay_one(
     recorded: dict[tuple[str, str, str], str] = {}
     recorded_runs: dict[tuple[str, str, str], int] = {}
     for d in batch.decisions.get(row.id, []):
+        if d.decision == Decision.TRUNCATED:
+            continue  # the notification's, not a pair's: the replay judges the alerts that were delivered
         key = (d.fingerprint, d.alert_status, d.playbook or "")
         recorded[key] = d.decision
         if d.run_id is not None:

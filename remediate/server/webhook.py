@@ -87,10 +87,12 @@ def create_blueprint(services: Services) -> Blueprint:
 
 DECISION_LEVELS = {
     Decision.REJECTED: logging.WARNING,
+    Decision.TRUNCATED: logging.WARNING,
     Decision.DUPLICATE: logging.DEBUG,
     Decision.UNMATCHED: logging.DEBUG,
 }
-"""A decision event's level when not INFO: a run that could not be made is a warning; AlertManager's re-sends
+"""A decision event's level when not INFO: a run that could not be made, and alerts AlertManager left out of
+the notification (max_alerts), are warnings; AlertManager's re-sends
 (duplicates) and alerts no playbook matches would be most of the lines of a busy server (~70 us each)."""
 
 
@@ -100,6 +102,7 @@ def _audit(result: IngestResult) -> None:
         "alert_received", notification_id=result.notification_id, status=result.status, alerts=result.alerts,
         firing=result.alert_statuses.get("firing", 0), resolved=result.alert_statuses.get("resolved", 0),
         decisions=len(result.decisions), runs_queued=result.runs_queued,
+        truncated_alerts=result.truncated_alerts, notification_reason=result.notification_reason,
     )  # fmt: skip
     for d in result.decisions:
         audit_event(

@@ -89,6 +89,9 @@ class HistoryEntry(NamedTuple):
     status: str
     run_id: int | None
     run: RunSummary | None
+    notification_reason: str | None = None
+    """Why AlertManager sent the decision's notification (0.32+: "repeat interval elapsed", ...;
+    remediate.intake.reason); None when it did not say (older AlertManagers, notifications before v14)."""
 
 
 class DecisionSummary(NamedTuple):
@@ -235,8 +238,11 @@ def history_page(
             t.runs.c.finished_at,
             t.runs.c.error.label("run_error"),
             t.runs.c.rung,
+            t.notifications.c.notification_reason,
         )
         .outerjoin(t.runs, t.runs.c.id == d.c.run_id)
+        # By primary key, the page's rows only: a notification's reason is its decisions' (AlertManager's).
+        .join(t.notifications, t.notifications.c.id == d.c.notification_id)
         .where(d.c.id.in_(page.scalar_subquery()))
         .order_by(d.c.id.desc())
     )
@@ -259,6 +265,7 @@ def history_page(
             None
             if r.run_id is None
             else RunSummary(r.run_id, r.phase, r.mode, r.status, r.started_at, r.finished_at, r.run_error, r.rung),
+            r.notification_reason,
         )
         for r in rows
     ]

@@ -243,7 +243,16 @@ class IngestWriter(GuardReader):
         self.dialect.lock_guards(self.conn, names)
 
     def insert_notification(
-        self, *, received_at: float, receiver: str, status: str, group_key: str, alert_count: int, raw: str
+        self,
+        *,
+        received_at: float,
+        receiver: str,
+        status: str,
+        group_key: str,
+        alert_count: int,
+        raw: str,
+        notification_reason: str = "",
+        truncated_alerts: int = 0,
     ) -> int:
         row = {
             "received_at": received_at,
@@ -252,6 +261,8 @@ class IngestWriter(GuardReader):
             "group_key": group_key,
             "alert_count": alert_count,
             "raw": raw,
+            "notification_reason": notification_reason or None,
+            "truncated_alerts": truncated_alerts,
         }
         return self.dialect.insert_rows(self.conn, t.notifications, [row])[0]
 

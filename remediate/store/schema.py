@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 metadata = sa.MetaData()
 
@@ -35,6 +35,11 @@ notifications = sa.Table(
     sa.Column("group_key", sa.Text, nullable=False),
     sa.Column("alert_count", sa.Integer, nullable=False),
     sa.Column("raw", sa.Text, nullable=False),
+    # Version 14, AlertManager's own words on the delivery (also in `raw`, which the history does not parse):
+    # why it sent it (0.32+: "repeat interval elapsed", ...; NULL: not said), and how many alerts of the group
+    # its receiver's max_alerts left out (they were never seen here).
+    sa.Column("notification_reason", sa.String(64), nullable=True),
+    sa.Column("truncated_alerts", sa.Integer, nullable=False, server_default=sa.text("0")),
 )
 
 alerts = sa.Table(
@@ -358,5 +363,10 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
         "CREATE INDEX ix_decisions_target_playbook ON decisions (target, playbook, id)",
         "CREATE INDEX ix_decisions_target_alertname ON decisions (target, alertname, id)",
         "CREATE INDEX ix_decisions_playbook_alertname ON decisions (playbook, alertname, id)",
+    ),
+    # Version 14: AlertManager's notification_reason and truncatedAlerts of each notification.
+    14: _steps(
+        "ALTER TABLE notifications ADD COLUMN notification_reason VARCHAR(64)",
+        "ALTER TABLE notifications ADD COLUMN truncated_alerts INTEGER NOT NULL DEFAULT 0",
     ),
 }

@@ -877,6 +877,7 @@ def test_notes_tell_how_to_register_the_receiver(helm: Helm, tmp_path: Path) -> 
     assert f"get secret {FULLNAME}-tokens -o jsonpath='{{.data.token}}'" in notes
     assert f"url: http://{FULLNAME}.{NAMESPACE}.svc:9095/webhook" in notes
     assert "send_resolved: true" in notes
+    assert "max_alerts: 0" in notes  # AlertManager's cap would leave alerts out (truncatedAlerts)
     assert "alertmanagerConfigMatcherStrategy" in notes
     assert "shadow mode" in notes and "--set mode=enforce" in notes
 

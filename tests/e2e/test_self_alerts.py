@@ -30,6 +30,7 @@ SELF_ALERTS = {
     "RemediateApprovalAnnouncementsFailing",
     "RemediateCircuitBreakerOpen",
     "RemediateConfigReloadFailed",
+    "RemediateAlertsTruncated",
 }
 
 

@@ -447,6 +447,21 @@ def test_history_shows_the_error_of_a_failed_run_as_its_reason(make_server: Call
     assert "matched playbook" not in row
 
 
+def test_history_says_why_alertmanager_sent_a_notification_where_it_did(make_server: Callable[..., Server]) -> None:
+    server = make_server(playbooks={"xid.yaml": LOG_XID})
+    first = notification(alert("x-a", Hostname="node-a"))
+    resend = {**first, "notification_reason": "repeat interval elapsed"}  # AlertManager 0.32+'s field
+    server.webhook(first)
+    server.webhook(resend)
+
+    table = cli("history", *db_args(server))
+
+    assert table.exit_code == 0, table.output
+    header, newest, oldest = table.stdout.splitlines()
+    assert newest[header.index("REASON") :].startswith("[AlertManager: repeat interval elapsed] ")
+    assert "AlertManager" not in oldest  # 0.25's notifications say nothing
+
+
 def test_history_json_is_the_same_page_the_api_returns_its_times_in_rfc3339(history_server: Server) -> None:
     result = cli("history", "--json", *db_args(history_server))
 

@@ -513,18 +513,15 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 12 file: without what migration 13 adds (the history's two-filter indexes).
+    # Back to a real version 13 file: without what migration 14 adds (AlertManager's notification_reason
+    # and truncatedAlerts of each notification).
     conn = sqlite3.connect(path)
     with conn:
-        for index in (
-            "ix_decisions_target_playbook",
-            "ix_decisions_target_alertname",
-            "ix_decisions_playbook_alertname",
-        ):
-            conn.execute(f"DROP INDEX {index}")
-        conn.execute("UPDATE meta SET value = '12' WHERE key = 'schema_version'")
+        for column in ("notification_reason", "truncated_alerts"):
+            conn.execute(f"ALTER TABLE notifications DROP COLUMN {column}")
+        conn.execute("UPDATE meta SET value = '13' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 13, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 14, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

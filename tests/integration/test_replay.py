@@ -17,7 +17,7 @@ import yaml
 from remediate.judging.engine import Engine
 from remediate.store import Store
 from remediate.store import schema as t
-from tests.conftest import alert_payload, ingest_alerts
+from tests.conftest import alert_payload, ingest_alerts, notification_payload
 from tests.support.cli import assert_one_line_error
 from tests.support.cli import run_cli as cli
 from tests.support.fake_apiserver import FakeKubeAPI
@@ -114,6 +114,23 @@ def test_the_same_playbooks_change_nothing(
     assert (report["notifications"], report["alerts"]) == (3, 3)
     assert report["differs"] is False
     assert (report["runs"], report["changes"], report["changed_decisions"]) == ([], [], 0)
+
+
+def test_a_notification_alertmanager_cut_short_replays_as_the_alerts_it_carried(
+    store: Store, db_url: str, make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """The `truncated` decision is the notification's, not a pair's: the replay judges the delivered alerts
+    and neither counts it nor calls it a change."""
+    body = notification_payload(xid_alert("node-a"), xid_alert("node-b"))
+    body["truncatedAlerts"] = 7
+    result = make_engine(XID).ingest_body(json.dumps(body).encode(), received_at=T0)
+    assert result.decision_counts() == {"accepted": 2, "truncated": 1}
+
+    report = replay(db_url, playbook_dir(tmp_path, XID))
+
+    assert (report["notifications"], report["alerts"]) == (1, 2)
+    assert report["decisions"] == {"accepted": {"recorded": 2, "replayed": 2}}
+    assert report["differs"] is False
 
 
 def test_a_new_playbook_adds_its_runs(

@@ -327,6 +327,7 @@ class AlertManager(_ManagedProcess):
         repeat_interval: str = "1h",
         send_resolved: bool = True,
         group_by: list[str] | None = None,
+        max_alerts: int = 0,
         cluster_port: int | None = None,
         cluster_peers: Sequence[str] = (),
         extra_args: Sequence[str] = (),
@@ -346,6 +347,8 @@ class AlertManager(_ManagedProcess):
         self.repeat_interval = repeat_interval
         self.send_resolved = send_resolved
         self.group_by = ["alertname"] if group_by is None else list(group_by)
+        self.max_alerts = max_alerts
+        """The receiver's max_alerts (0: every alert of a group; AlertManager counts the rest in truncatedAlerts)."""
         self.amtool = amtool
         self.config_path = self.workdir / "alertmanager.yml"
         # startsAt of each alert we fired, so resolve() names the same occurrence.
@@ -357,6 +360,8 @@ class AlertManager(_ManagedProcess):
             "url": self.webhook_url,
             "send_resolved": self.send_resolved,
         }
+        if self.max_alerts:
+            webhook["max_alerts"] = self.max_alerts
         if self.token is not None:
             webhook["http_config"] = {"authorization": {"type": "Bearer", "credentials": self.token}}
         return {

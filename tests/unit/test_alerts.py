@@ -22,6 +22,7 @@ from remediate.intake.alerts import (
     parse_notification,
     parse_timestamp,
 )
+from remediate.intake.reason import MAX_REASON_LENGTH
 from tests.conftest import alert_payload, notification_payload
 
 PAYLOADS = Path(__file__).resolve().parents[1] / "fixtures" / "payloads"
@@ -227,6 +228,53 @@ def test_truncated_alerts_count_is_kept(firing: dict) -> None:
     firing["truncatedAlerts"] = 12
 
     assert parse_notification(firing).truncated_alerts == 12
+
+
+# AlertManager 0.32+ (shaped as its notify/webhook Message and template.Data encode): notification_reason
+# in snake_case with the reason's words, routeLabels (0.34), max_alerts' truncatedAlerts.
+
+
+def test_alertmanager_0_34_re_send_keeps_its_notification_reason() -> None:
+    notification = parse_notification(load("am-0.34-repeat-interval.json"))
+
+    assert notification.notification_reason == "repeat interval elapsed"
+    assert notification.truncated_alerts == 0
+    assert notification.alerts[0].name == "GPUTemperatureHigh"
+    assert notification.group_key.startswith('{}/{alertname=~"GPUMemoryPressure|')
+
+
+def test_alertmanager_0_34_truncated_notification_says_how_many_alerts_it_dropped() -> None:
+    notification = parse_notification(load("am-0.34-truncated.json"))
+
+    assert notification.truncated_alerts == 3
+    assert len(notification.alerts) == 2
+    assert notification.notification_reason == "first notification"
+
+
+def test_alertmanager_0_25_sends_no_notification_reason(firing: dict) -> None:
+    assert "notification_reason" not in firing
+    assert parse_notification(firing).notification_reason == ""
+
+
+def test_notification_reason_null_is_absent_and_a_long_one_is_cut(firing: dict) -> None:
+    firing["notification_reason"] = None
+    assert parse_notification(firing).notification_reason == ""
+
+    firing["notification_reason"] = "x" * 500
+    assert parse_notification(firing).notification_reason == "x" * MAX_REASON_LENGTH
+
+
+def test_notification_reason_must_be_a_string(firing: dict) -> None:
+    firing["notification_reason"] = 5
+
+    assert error_for(firing).field == "notification_reason"
+
+
+def test_camel_case_notification_reason_is_not_alertmanagers_and_is_ignored(firing: dict) -> None:
+    # AlertManager's Go struct tag is `json:"notification_reason"`; a camelCase key is some other sender's.
+    firing["notificationReason"] = "repeat interval elapsed"
+
+    assert parse_notification(firing).notification_reason == ""
 
 
 def test_label_values_may_be_any_string_up_to_the_limit(firing: dict) -> None:

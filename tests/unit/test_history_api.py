@@ -159,8 +159,9 @@ def test_a_history_page_is_its_entries_and_the_next_cursor() -> None:
         "running", 7, RunSummary(7, "firing", "enforce", "running", 11.0, None, None),
     )  # fmt: skip
     without = HistoryEntry(
-        4, 9.0, "Other", "def", "firing", None, None, "unmatched", "no playbook", "unmatched", None, None
-    )
+        4, 9.0, "Other", "def", "firing", None, None, "unmatched", "no playbook", "unmatched", None, None,
+        "repeat interval elapsed",
+    )  # fmt: skip
 
     page = history_json([with_run, without], "ZDo0")
 
@@ -177,6 +178,7 @@ def test_a_history_page_is_its_entries_and_the_next_cursor() -> None:
         "target": "gpu-node-7",
         "decision": "accepted",
         "reason": None,
+        "notification_reason": None,
         "status": "running",
         "run_id": 7,
         "rung": None,
@@ -193,4 +195,5 @@ def test_a_history_page_is_its_entries_and_the_next_cursor() -> None:
     }
     assert list(first) == list(entry_json(without))
     assert (second["run_id"], second["run"], second["reason"]) == (None, None, "no playbook")
+    assert second["notification_reason"] == "repeat interval elapsed"
     assert history_json([], None) == {"entries": [], "next_cursor": None}

@@ -119,6 +119,10 @@ def _make_version(url: str, version: int) -> None:
                 "ix_decisions_playbook_alertname",
             ):
                 conn.execute(sa.text(f"DROP INDEX {index}"))
+        if version < 14:
+            # before version 14: AlertManager's notification_reason and truncatedAlerts were only in `raw`
+            conn.execute(sa.text("ALTER TABLE notifications DROP COLUMN notification_reason"))
+            conn.execute(sa.text("ALTER TABLE notifications DROP COLUMN truncated_alerts"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -349,4 +353,17 @@ def test_a_version_11_database_gets_step_nodes_its_old_steps_run_on_their_target
         assert run_json_of(store, 1)["steps"][0]["node"] is None
     finally:
         store.close()
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_13_database_gets_notification_reasons_its_old_notifications_say_none(
+    new_database: NewDatabase,
+) -> None:
+    """`notifications.notification_reason` is added empty (AlertManager's reason was only in `raw`) and
+    `truncated_alerts` at 0: nothing was known to be dropped."""
+    old, fresh = _old_and_fresh(new_database, 13)
+    store = Store.open(old)
+    store.close()
+    rows = _read(old, "SELECT notification_reason, truncated_alerts FROM notifications")
+    assert [tuple(r) for r in rows] == [(None, 0)]
     assert _schema_of(old) == _schema_of(fresh)
