@@ -352,6 +352,13 @@ INVALID = [
      str(MAX_LABELS)),
     (["alerts", 0, "labels", "pod"], "trainer-\ud800", "alerts[0].labels.pod", ""),  # as json.loads allows
     (["alerts", 0, "labels", 3], "x", "alerts[0].labels", ""),  # a non-string key from a Python caller
+    # U+0000 is valid JSON, but PostgreSQL stores no NUL in text: refused alike on every store (not a 503).
+    (["alerts", 0, "labels", "pod"], "trainer\x00", "alerts[0].labels.pod", "NUL"),
+    (["alerts", 0, "labels", "pod"], "träiner\x00", "alerts[0].labels.pod", "NUL"),
+    (["alerts", 0, "annotations", "summary"], "hot\x00", "alerts[0].annotations.summary", "NUL"),
+    (["receiver"], "remediate\x00", "receiver", "NUL"),
+    (["notification_reason"], "repeat interval elapsed\x00", "notification_reason", "NUL"),
+    (["alerts", 0, "generatorURL"], "http://prom/\x00", "alerts[0].generatorURL", "NUL"),
     # Label names Prometheus would not allow.
     *((["alerts", 0, "labels", name], "x", f"alerts[0].labels[{json.dumps(name)}]", "label name")
       for name in ("foo-bar", "1gpu", "", "a.b", "ünï", "a b")),
