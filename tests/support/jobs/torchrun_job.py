@@ -189,6 +189,7 @@ def main() -> None:
         "final",
         node=node,
         restarts=restarts,
+        requeues=requeues,
         step=step,
         lr=opt.param_groups[0]["lr"],
         checksum=checksum(model),
