@@ -259,6 +259,7 @@ def test_a_straggling_rank_of_a_slurm_job_drains_its_node_the_job_checkpoints_re
     node = slurm.show_node(host)
     assert site.drained() and f"Reason=remediate run {climbed['run_id']}: TrainingStragglerRank" in node, node
     assert f"rank {SLOW_RANK} of {JOB} is slow here" in node, node
+    reasons = slurm.reasons()
     checkpoint = steps["checkpoint"]["result"]
     assert checkpoint["ran_on"] == f"{host} (server)" and checkpoint["status"] == "applied", checkpoint
     saved = checkpoint["checkpoint"]["step"]  # what the job saved when the command reached it
@@ -308,6 +309,7 @@ def test_a_straggling_rank_of_a_slurm_job_drains_its_node_the_job_checkpoints_re
     timeline.mark("undo: the job's step times even for 10 s", _finished_at(resolved)["job-fast-for-10m"])
     timeline.mark("node resumed", _finished_at(resolved)["resume"])
     with capsys.disabled():
-        print(f"\nSlurm's EligibleTime for the requeued job: {eligible}")
+        print(f"\nsinfo -R while drained:\n{reasons.rstrip()}\nthe checkpoint: {checkpoint['detail']}")
+        print(f"Slurm's EligibleTime for the requeued job: {eligible}")
         print("fail-slow on Slurm (seconds after rank 1 slowed; rule window 10 s, for 8 s; holds_for 8 s):")
         print(timeline.show(slowed["t"]))
