@@ -13,6 +13,12 @@ The cluster (docs of the recipe: /work/shared/reference/slurm.md in the project'
 - features (staged rollout's waves, tests/integration/test_rollout_slurm.py): every gpu-0x has `gpu`; gpu-01 and
   gpu-02 have `wave1` too, gpu-03 `wave1` and `wave2` (WAVE_FEATURES).
 
+SlurmdTimeout=0: slurmctld pings and asks for registrations only the nodes that are not (yet) known and
+responding. With pings (every SlurmdTimeout/3) it asks the slurmd-less nodes to register too; this host's slurmd
+answers for each with its own jobs, and slurmctld kills a job it placed on a gpu-0x node that it finds running here
+("on wrong node"): a requeued job that Slurm starts again on gpu-01 (tests/e2e/test_slurm_failslow.py) would die
+at the next ping, up to 100 s later.
+
 Each daemon runs in the foreground (-D, munged -F) as a child of the test process, so its pid (the one its pid
 file holds) is known from the start, it is never reparented, and stopping it is SIGTERM to that pid, then
 SIGKILL. No daemon outlives the session: an atexit hook stops whatever an interrupted run left. The daemons run
@@ -145,6 +151,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 ReturnToService=2
 MessageTimeout=3
+SlurmdTimeout=0
 NodeName={self.host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
 NodeName=gpu-[01-02] NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Feature=gpu,wave1 State=UNKNOWN
 NodeName=gpu-03 NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Feature=gpu,wave1,wave2 State=UNKNOWN
