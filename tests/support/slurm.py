@@ -8,7 +8,7 @@ The cluster (docs of the recipe: /work/shared/reference/slurm.md in the project'
   munge nor an environment variable is used);
 - slurmctld and one slurmd, the one node that runs jobs: this host, NodeName = its short host name;
 - six more nodes declared in slurm.conf, gpu-01 .. gpu-06, without a slurmd of their own (their address is
-  this host's, so its slurmd answers slurmctld's pings and they stay up: they take DRAIN and RESUME as any node);
+  this host's, so its slurmd answers for them and they stay up: they take DRAIN and RESUME as any node);
 - two partitions: `train` (this host, gpu-01 .. gpu-04) and `debug` (gpu-05, gpu-06);
 - features (staged rollout's waves, tests/integration/test_rollout_slurm.py): every gpu-0x has `gpu`; gpu-01 and
   gpu-02 have `wave1` too, gpu-03 `wave1` and `wave2` (WAVE_FEATURES).
