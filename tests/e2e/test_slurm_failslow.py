@@ -236,9 +236,10 @@ def test_a_straggling_rank_of_a_slurm_job_drains_its_node_the_job_checkpoints_re
     (notify,) = site.finished_runs(1)
     assert (notify["rung"], notify["status"], notify["target"]) == (1, "succeeded", host), notify
     labels = site.server.run(notify["run_id"])["alert"]["labels"]
-    (firing,) = [a for a in site.prometheus.alerts() if a["labels"]["alertname"] == "TrainingStragglerRank"]
+    (alert,) = [a for a in site.prometheus.alerts() if a["labels"]["alertname"] == "TrainingStragglerRank"]
+    assert alert["state"] == "firing" and alert["labels"]["node"] == host, alert
     timeline.mark("rule true in Prometheus (pending: ratio > 1.2 over its 10 s window)", parse_timestamp(
-        firing["activeAt"]).timestamp())  # fmt: skip
+        alert["activeAt"]).timestamp())  # fmt: skip
     assert (labels["training_job"], labels["rank"], labels["node"], labels["control_node"]) == (
         JOB, str(SLOW_RANK), host, host
     ), labels  # fmt: skip
@@ -268,7 +269,7 @@ def test_a_straggling_rank_of_a_slurm_job_drains_its_node_the_job_checkpoints_re
     assert "node drained in Slurm, job checkpointed and requeued" in told.json["message"], told.json["message"]
     wait_until(lambda: job.state() == "PENDING", 10, interval=0.2, message="the job was never requeued")
     timeline.mark("job PENDING (requeued; reason BeginTime)")
-    assert job.field("Restarts") == "1"
+    assert (job.field("Reason"), job.field("Restarts")) == ("BeginTime", "1")
 
     # Slurm makes a requeued job eligible ~2 minutes after its requeue; an operator in a hurry brings that forward.
     eligible = job.field("EligibleTime")
