@@ -9,8 +9,8 @@ node-b registers in node-b's control root, and node-a's (the slow rank's) holds 
 on node-b's agent (the rule's `control_node`, the step's `run_on`) while the cordon names node-a.
 
 Only the times shrink, so that a ladder of hours runs in a minute: the rule's rate window, `for` and
-`keep_firing_for`, the playbook's holds_for, cooldown and the undo check's window (`_fast_rule`, `_fast_playbook`
-rewrite the shipped files and nothing else). AlertManager re-sends the still-firing alert every 4 s: the shipped
+`keep_firing_for`, the playbook's holds_for, cooldown and the undo check's window (tests/support/failslow.py
+rewrites the shipped files and nothing else). AlertManager re-sends the still-firing alert every 4 s: the shipped
 routing re-sends it within the rung's holds_for too (alertmanager/alertmanager.yml).
 
 On one machine a restarted job cannot move, so the job plays the scheduler: rank 1 runs on node-a (the slow node:
@@ -32,9 +32,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.failslow import PLAYBOOK, fast_failslow_playbook, fast_straggler_rule
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.helm import ChartRbac
-from tests.support.realsystems import AlertManager, Prometheus, WebhookRecorder, check_rules, free_port, parse_timestamp
+from tests.support.realsystems import AlertManager, Prometheus, WebhookRecorder, free_port, parse_timestamp
 from tests.support.rules import rules_of
 from tests.support.server import AGENT_TOKEN, NodeAgent, RemediateServer
 from tests.support.torchrun import Torchrun
@@ -46,37 +47,9 @@ pytestmark = [pytest.mark.integration]
 require("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-PLAYBOOK = "training-fail-slow"
 JOB = "llm-straggler"
 SLOW, HEALTHY, SPARE = "node-a", "node-b", "node-c"
 TAINT = {"key": "remediate.io/training-slow", "value": "straggler", "effect": "NoSchedule"}
-
-
-def _fast_rule(directory: Path) -> Path:
-    """The shipped TrainingStragglerRank with a 10 s rate window, `for: 8s`, `keep_firing_for: 4s`."""
-    (rule,) = [r for r in rules_of("training-failslow") if r["alert"] == "TrainingStragglerRank"]
-    assert rule["expr"].count("[2m]") == 4 and (rule["for"], rule["keep_firing_for"]) == ("5m", "5m")
-    rule = {**rule, "expr": rule["expr"].replace("[2m]", "[10s]"), "for": "8s", "keep_firing_for": "4s"}
-    path = directory / "training-failslow.rules.yml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "failslow", "rules": [rule]}]}, sort_keys=False))
-    check_rules([path])
-    return path
-
-
-def _fast_playbook(directory: Path) -> None:
-    """The shipped playbook with its times shrunk (holds_for 30m/1h/12h -> 12s/60s/120s, cooldown 10m -> 3s, the
-    undo check 10 s of a 10 s window, polled every second); its steps, params and templates as shipped."""
-    playbook = yaml.safe_load((ROOT / "playbooks" / f"{PLAYBOOK}.yaml").read_text())
-    assert [r["holds_for"] for r in playbook["escalate"]] == ["30m", "1h", "12h"]
-    playbook.update(cooldown="3s", reset_after="5m")
-    for rung, holds_for in zip(playbook["escalate"], ("12s", "60s", "120s"), strict=True):
-        rung["holds_for"] = holds_for
-    check = playbook["escalate"][1]["on_resolved"][0]
-    assert check["action"] == "check.prometheus" and check["with"]["query"].count("[5m]") == 4
-    check["with"].update(query=check["with"]["query"].replace("[5m]", "[10s]"), poll="1s", timeout="90s")
-    check["with"]["for"] = "10s"
-    check["timeout"] = "95s"
-    (directory / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
 
 
 @pytest.fixture
@@ -139,8 +112,8 @@ def _run_the_job_and_the_ladder(
     watch_log: Callable[..., None],
     stack: contextlib.ExitStack,
 ) -> dict[str, float]:
-    rules = _fast_rule(tmp_path)
-    _fast_playbook(playbooks_dir)
+    rules = fast_straggler_rule(tmp_path)
+    fast_failslow_playbook(playbooks_dir)
     roots = {node: tmp_path / f"control-{node}" for node in (SLOW, HEALTHY)}
     agents = {node: NodeAgent(tmp_path / f"agent-{node}", node, env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)})
               for node, root in roots.items()}  # fmt: skip
@@ -282,13 +255,13 @@ def _print_timeline(timeline: dict[str, float]) -> None:
 def test_the_fast_copies_keep_the_shipped_expressions(tmp_path: Path, playbooks_dir: Path) -> None:
     """What the end-to-end test runs differs from the shipped rule and playbook in their times only."""
     shipped = yaml.safe_load((ROOT / "playbooks" / f"{PLAYBOOK}.yaml").read_text())
-    _fast_playbook(playbooks_dir)
+    fast_failslow_playbook(playbooks_dir)
     fast = yaml.safe_load((playbooks_dir / f"{PLAYBOOK}.yaml").read_text())
     assert [r["steps"] for r in fast["escalate"]] == [r["steps"] for r in shipped["escalate"]]
     assert fast["match"] == shipped["match"] and fast["target"] == shipped["target"]
     query = fast["escalate"][1]["on_resolved"][0]["with"]["query"]
     assert query == shipped["escalate"][1]["on_resolved"][0]["with"]["query"].replace("[5m]", "[10s]")
-    (rule,) = yaml.safe_load(_fast_rule(tmp_path).read_text())["groups"][0]["rules"]
+    (rule,) = yaml.safe_load(fast_straggler_rule(tmp_path).read_text())["groups"][0]["rules"]
     (original,) = [r for r in rules_of("training-failslow") if r["alert"] == "TrainingStragglerRank"]
     assert rule["expr"] == original["expr"].replace("[2m]", "[10s]") and rule["labels"] == original["labels"]
     assert rule["annotations"] == original["annotations"]

@@ -8,10 +8,16 @@ The cluster (docs of the recipe: /work/shared/reference/slurm.md in the project'
   munge nor an environment variable is used);
 - slurmctld and one slurmd, the one node that runs jobs: this host, NodeName = its short host name;
 - six more nodes declared in slurm.conf, gpu-01 .. gpu-06, without a slurmd of their own (their address is
-  this host's, so its slurmd answers slurmctld's pings and they stay up: they take DRAIN and RESUME as any node);
+  this host's, so its slurmd answers for them and they stay up: they take DRAIN and RESUME as any node);
 - two partitions: `train` (this host, gpu-01 .. gpu-04) and `debug` (gpu-05, gpu-06);
 - features (staged rollout's waves, tests/integration/test_rollout_slurm.py): every gpu-0x has `gpu`; gpu-01 and
   gpu-02 have `wave1` too, gpu-03 `wave1` and `wave2` (WAVE_FEATURES).
+
+SlurmdTimeout=0: slurmctld pings and asks for registrations only the nodes that are not (yet) known and
+responding. With pings (every SlurmdTimeout/3) it asks the slurmd-less nodes to register too; this host's slurmd
+answers for each with its own jobs, and slurmctld kills a job it placed on a gpu-0x node that it finds running here
+("on wrong node"): a requeued job that Slurm starts again on gpu-01 (tests/e2e/test_slurm_failslow.py) would die
+at the next ping, up to 100 s later.
 
 Each daemon runs in the foreground (-D, munged -F) as a child of the test process, so its pid (the one its pid
 file holds) is known from the start, it is never reparented, and stopping it is SIGTERM to that pid, then
@@ -145,6 +151,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 ReturnToService=2
 MessageTimeout=3
+SlurmdTimeout=0
 NodeName={self.host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 State=UNKNOWN
 NodeName=gpu-[01-02] NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Feature=gpu,wave1 State=UNKNOWN
 NodeName=gpu-03 NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Feature=gpu,wave1,wave2 State=UNKNOWN

@@ -26,8 +26,14 @@ Fail-slow (tests/e2e/test_straggler.py): with ``--metrics-ports`` rank r exports
 port (start at the top of the iteration, step before backward). ``--nodes "b,a;b,c"`` names each rank's node for
 the first start and for the restarted one (NODE_NAME, the `node` label): the second list is where the scheduler
 put the job once the slow node was cordoned and tainted. A rank on ``--slow-node`` takes ``--slow-seconds`` more
-per step once ``--slow-after`` seconds have passed (``slowed`` event: when and where). With ``--stop-file``,
-every rank stops at the first iteration after that file appears (an all-reduce: the same iteration everywhere).
+per step once ``--slow-after`` seconds have passed (``slowed`` event: when and where); ``--slow-rank`` narrows
+that to one rank (a slow GPU, not a slow node). With ``--stop-file``, every rank stops at the first iteration after
+that file appears (an all-reduce: the same iteration everywhere).
+
+Under Slurm (tests/e2e/test_slurm_failslow.py: torchrun in a requeueable sbatch job) the rank's node labels come
+from placement (SLURMD_NODENAME), while the slow node is matched against the job's allocation, SLURM_JOB_NODELIST
+(a one-node job): the tests' cluster has one slurmd, which runs the jobs of every node and names itself in
+SLURMD_NODENAME. A requeued job is the same job started again: its events carry SLURM_RESTART_COUNT.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ def main() -> None:
     parser.add_argument("--slow-node", default="", help="a rank on this node takes --slow-seconds more per step")
     parser.add_argument("--slow-seconds", type=float, default=0.0)
     parser.add_argument("--slow-after", type=float, default=0.0, help="seconds of normal steps before it slows")
+    parser.add_argument("--slow-rank", type=int, default=-1, help="only this rank slows (-1: every rank there)")
     parser.add_argument("--stop-file", default="", help="every rank stops once this file exists")
     args = parser.parse_args()
 
@@ -107,20 +114,26 @@ def main() -> None:
         options=ControlOptions(heartbeat_interval=0.2),
     ).register()
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    emit("registered", pid=os.getpid(), world_size=dist.get_world_size(), restarts=restarts)
+    requeues = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    allocation = os.environ.get("SLURM_JOB_NODELIST", "")
+    emit("registered", pid=os.getpid(), world_size=dist.get_world_size(), restarts=restarts, requeues=requeues,
+         allocation=allocation)  # fmt: skip
     node = ""
     if args.nodes:
         starts = [start.split(",") for start in args.nodes.split(";")]
         node = os.environ["NODE_NAME"] = starts[min(restarts, len(starts) - 1)][rank]
     metrics = StepMetrics(args.job, port=int(args.metrics_ports.split(",")[rank])) if args.metrics_ports else None
-    slow_from = time.time() + args.slow_after if node and node == args.slow_node else float("inf")
+    where = node or allocation  # where the rank runs, for the slow node (see the module's note on Slurm)
+    slow_here = bool(where) and where == args.slow_node and args.slow_rank in (-1, rank)
+    slow_from = time.time() + args.slow_after if slow_here else float("inf")
     slowed = False
 
     step = iteration = applied = 0
     resumed = ckpts.resume()  # None on a fresh start: this test's checkpoint directory is new
     if resumed is not None:
         step = resumed.step
-        emit("resumed", restarts=restarts, step=step, checksum=checksum(model))
+        emit("resumed", restarts=restarts, requeues=requeues, allocation=allocation, step=step,
+             checksum=checksum(model))  # fmt: skip
     dist.barrier()  # every rank resumed before rank 0 saves (and so names a new run in the index)
     stop_at = args.after_restart if restarts else args.max_iterations
     while iteration < stop_at:
@@ -130,7 +143,7 @@ def main() -> None:
         if time.time() >= slow_from:  # the slow node: a throttled GPU, a starved loader
             if not slowed:
                 slowed = True
-                emit("slowed", node=node, iteration=iteration, step=step)
+                emit("slowed", node=where, iteration=iteration, step=step)
             time.sleep(args.slow_seconds)
         iteration += 1
         x, y = batch(iteration, rank, args.spike_at > 0 and iteration >= args.spike_at, args.spike_shift)
@@ -176,6 +189,7 @@ def main() -> None:
         "final",
         node=node,
         restarts=restarts,
+        requeues=requeues,
         step=step,
         lr=opt.param_groups[0]["lr"],
         checksum=checksum(model),
