@@ -1,0 +1,81 @@
+"""The doctor's HTTP: GET a JSON answer, or ask whether a URL answers at all. One requests session, a short
+timeout, no retries (a check says what it saw), and nothing but GET and HEAD: a check never notifies anyone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from remediate.errors import RemediateError
+
+DEFAULT_TIMEOUT = 5.0
+
+
+class ProbeError(RemediateError):
+    """The request failed: not reached, an HTTP error status, or not JSON."""
+
+
+@dataclass
+class Probe:
+    timeout: float = DEFAULT_TIMEOUT
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with every request (a Prometheus bearer token)."""
+
+    def get_json(self, url: str, *, params: dict[str, str] | None = None) -> Any:
+        response = self._send("GET", url, params)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ProbeError(f"GET {url}: not JSON") from exc
+
+    def status(self, url: str, headers: dict[str, str] | None = None) -> int:
+        """The HTTP status a HEAD of `url` gets (any status: the server answered); ProbeError when not reached."""
+        return int(self._send("HEAD", url, None, headers, any_status=True).status_code)
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        params: dict[str, str] | None,
+        headers: dict[str, str] | None = None,
+        *,
+        any_status: bool = False,
+    ) -> Any:
+        import requests  # here: `remediate --help` loads no requests
+
+        try:
+            response = requests.request(
+                method,
+                url,
+                params=params,
+                headers={**self.headers, **(headers or {})},
+                timeout=self.timeout,
+                allow_redirects=False,
+            )
+        except requests.RequestException as exc:
+            raise ProbeError(f"{method} {_shown(url)}: {type(exc).__name__}: {_short(str(exc))}") from None
+        if not any_status and response.status_code >= 400:
+            raise ProbeError(f"{method} {_shown(url)}: HTTP {response.status_code} {_short(response.text)}")
+        return response
+
+
+def bearer(token_file: Path | None) -> dict[str, str]:
+    """The Authorization header of a token file (empty without one); ProbeError when it cannot be read."""
+    if token_file is None:
+        return {}
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ProbeError(f"cannot read {token_file}: {exc.strerror}") from None
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _short(text: str, width: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _shown(url: str) -> str:
+    """The URL without its query string (a sink's URL may carry a key there)."""
+    return url.split("?", 1)[0]

@@ -1,0 +1,141 @@
+"""Series checks: does the configured Prometheus hold every series the rules and the playbooks' check.prometheus
+queries read, and is it fresh? One check per rule or query, naming each series, its state and, for a DCGM
+name, the dcgm-exporter generation it suggests. An expression over both generations (`a or b`) is OK when
+either side has data, and says which one has."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from remediate.doctor import dcgm
+from remediate.doctor.model import Check, fail, ok, warn
+from remediate.doctor.probe import Probe, ProbeError
+from remediate.doctor.promql import PromqlSyntaxError, parse
+from remediate.doctor.rules import Rule
+
+FAMILY = "series"
+FRESH_WINDOW = "5m"
+"""A series with a sample within this is fresh (Prometheus' own staleness is 5m)."""
+SEEN_WINDOW = "1d"
+"""... else one with a sample within this is stale (it was there: an exporter down, a target gone)."""
+
+
+class State(enum.Enum):
+    FRESH = "fresh"
+    STALE = f"stale: no sample in {FRESH_WINDOW}, seen within {SEEN_WINDOW}"
+    ABSENT = f"absent: no sample in {SEEN_WINDOW}"
+
+
+@dataclass(frozen=True)
+class Expression:
+    """An expression to check and where it comes from."""
+
+    name: str
+    expr: str
+    recorded_here: bool = False
+
+
+class SeriesStates:
+    """The state of each series name, asked of Prometheus once per name."""
+
+    def __init__(self, probe: Probe, prometheus_url: str) -> None:
+        self._probe = probe
+        self._url = prometheus_url.rstrip("/")
+        self._known: dict[str, State] = {}
+
+    def state(self, name: str) -> State:
+        if name not in self._known:
+            self._known[name] = self._ask(name)
+        return self._known[name]
+
+    def _ask(self, name: str) -> State:
+        # The name comes from our own tokenizer (an identifier), never from an alert.
+        for window, state in ((FRESH_WINDOW, State.FRESH), (SEEN_WINDOW, State.STALE)):
+            body = self._probe.get_json(
+                f"{self._url}/api/v1/query", params={"query": f"count(last_over_time({name}[{window}]))"}
+            )
+            if (body.get("data") or {}).get("result"):
+                return state
+        return State.ABSENT
+
+    def reachable(self) -> str | None:
+        """None when Prometheus answers a query; else why not."""
+        try:
+            self._probe.get_json(f"{self._url}/api/v1/query", params={"query": "vector(1)"})
+        except ProbeError as exc:
+            return str(exc)
+        return None
+
+
+def expressions(rules: Iterable[Rule], queries: Iterable[tuple[str, str]]) -> list[Expression]:
+    """The rules' expressions, then the playbooks' check.prometheus queries ((name, query) pairs)."""
+    rules = list(rules)
+    recorded = {rule.name for rule in rules if not rule.alert}
+    found = [Expression(f"rule {rule.name} ({rule.file})", rule.expr, False) for rule in rules]
+    found.extend(Expression(name, query) for name, query in queries)
+    return [Expression(e.name, e.expr, recorded_here=bool(recorded & set(_names_or_empty(e.expr)))) for e in found]
+
+
+def _names_or_empty(expr: str) -> list[str]:
+    try:
+        return parse(expr).names()
+    except PromqlSyntaxError:
+        return []
+
+
+def check_expression(expression: Expression, states: SeriesStates) -> Check:
+    name = f"series: {expression.name}"
+    try:
+        needs = parse(expression.expr)
+    except PromqlSyntaxError as exc:
+        return fail(FAMILY, name, f"cannot read the expression: {exc}", "fix the PromQL (promtool check rules)")
+    names = needs.names()
+    if not names:
+        return ok(FAMILY, name, "reads no series")
+    try:
+        seen = {series: states.state(series) for series in names}
+    except ProbeError as exc:
+        return fail(FAMILY, name, f"cannot ask Prometheus: {exc}", "make prometheus_url answer /api/v1/query")
+    reads = "; ".join(f"{dcgm.describe(series)} {state.value}" for series, state in seen.items())
+    fresh = _present(seen, {State.FRESH})
+    generations = sorted({g for series in fresh for g in [dcgm.generation(series)] if g})
+    present = f"; data from {', '.join(generations)}" if generations else ""
+    if needs.satisfied(lambda series: series in fresh):
+        return ok(FAMILY, name, f"reads {reads}{present}")
+    if needs.satisfied(lambda series: series in _present(seen, {State.FRESH, State.STALE})):
+        return warn(
+            FAMILY, name, f"reads {reads}", "its exporter stopped answering: check the scrape target (up == 0?)"
+        )
+    return fail(FAMILY, name, f"reads {reads}: the rule never fires", _fix(seen, expression.recorded_here))
+
+
+def _present(seen: dict[str, State], states: set[State]) -> set[str]:
+    return {series for series, state in seen.items() if state in states}
+
+
+def _fix(seen: dict[str, State], recorded_here: bool) -> str:
+    absent = [series for series, state in seen.items() if state is not State.FRESH]
+    for series in absent:
+        other = dcgm.LEGACY_TO_CANONICAL.get(series)
+        if other is not None:
+            return f"read both generations ({series} or {other}) or enable {series} in dcgm-exporter's counters file"
+    if any(dcgm.generation(series) for series in absent):
+        return "enable the field in dcgm-exporter's counters file (-f) and check the exporter is scraped"
+    if recorded_here:
+        return "load the recording rules it reads (Prometheus rule_files, or the chart's PrometheusRule)"
+    return f"make Prometheus scrape the exporter of {absent[0]} (a scrape config or ServiceMonitor)"
+
+
+def check_series(
+    states: SeriesStates | None, expressions_: Iterable[Expression], *, needed: bool, why_none: str
+) -> list[Check]:
+    """Every expression's check; one check instead when there is no Prometheus to ask."""
+    expressions_ = list(expressions_)
+    if states is None:
+        check = fail if needed else warn
+        return [check(FAMILY, "series: prometheus", why_none, "set prometheus_url to the Prometheus the rules run in")]
+    if (problem := states.reachable()) is not None:
+        return [fail(FAMILY, "series: prometheus", f"does not answer: {problem}", "check prometheus_url and its token")]
+    return [check_expression(expression, states) for expression in expressions_]
