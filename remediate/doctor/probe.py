@@ -3,6 +3,7 @@ timeout, no retries (a check says what it saw), and nothing but GET and HEAD: a 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from remediate.errors import RemediateError
 
 DEFAULT_TIMEOUT = 5.0
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
 
 
 class ProbeError(RemediateError):
@@ -54,7 +56,7 @@ class Probe:
                 allow_redirects=False,
             )
         except requests.RequestException as exc:
-            raise ProbeError(f"{method} {_shown(url)}: {type(exc).__name__}: {_short(str(exc))}") from None
+            raise ProbeError(f"{method} {_shown(url)}: {_reason(exc)}") from None
         if not any_status and response.status_code >= 400:
             raise ProbeError(f"{method} {_shown(url)}: HTTP {response.status_code} {_short(response.text)}")
         return response
@@ -69,6 +71,14 @@ def bearer(token_file: Path | None) -> dict[str, str]:
     except OSError as exc:
         raise ProbeError(f"cannot read {token_file}: {exc.strerror}") from None
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _reason(exc: Exception) -> str:
+    """The words of the innermost OS error (`Connection refused`), else the exception's class and text: requests
+    wraps a refused connection in three layers of reprs."""
+    if match := _ERRNO.search(str(exc)):
+        return match.group(1).strip()
+    return f"{type(exc).__name__}: {_short(str(exc))}"
 
 
 def _short(text: str, width: int = 160) -> str:

@@ -26,6 +26,8 @@ from remediate.intake.matchers import Matcher, MatcherSyntaxError, MatchType, pa
 from remediate.playbooks.model import Playbook
 
 FAMILY = "routing"
+SECRET = "<secret>"  # noqa: S105 (not a secret: the placeholder AlertManager shows for one)
+"""What AlertManager shows in config.original for a secret (credentials; the webhook url in newer releases)."""
 DEFAULT_REPEAT_INTERVAL = timedelta(hours=4)
 """AlertManager's default repeat_interval (config.DefaultRouteOpts)."""
 
@@ -167,6 +169,19 @@ def check_routing(
         ]
     hooks = webhooks(config)
     ours = {hook.receiver: hook for hook in hooks if this_server(hook.url)}
+    hidden = {hook.receiver: hook for hook in hooks if hook.url == SECRET}
+    checks: list[Check] = []
+    if not ours and hidden:
+        # AlertManager 0.26+ shows a webhook's url as <secret>: which one is this server cannot be told.
+        ours = hidden
+        checks.append(
+            warn(
+                FAMILY,
+                "routing: receiver",
+                f"AlertManager hides the webhook URLs of {', '.join(sorted(hidden))}: each is taken as this server's",
+                "check by hand that one of them is <this server>/webhook",
+            )
+        )
     if not ours:
         shown = ", ".join(f"{h.receiver}: {h.url}" for h in hooks) or "none"
         return [
@@ -177,7 +192,8 @@ def check_routing(
                 "add a webhook receiver with url <this server>/webhook (alertmanager/alertmanager.yml)",
             )
         ]
-    checks = [ok(FAMILY, "routing: receiver", f"receiver {', '.join(sorted(ours))} points at this server")]
+    if not checks:
+        checks.append(ok(FAMILY, "routing: receiver", f"receiver {', '.join(sorted(ours))} points at this server"))
     for playbook in playbooks:
         for alertname in playbook.alertnames:
             labels = alert_labels(playbook, alertname, rules)

@@ -108,19 +108,21 @@ def check_expression(expression: Expression, states: SeriesStates) -> Check:
         return warn(
             FAMILY, name, f"reads {reads}", "its exporter stopped answering: check the scrape target (up == 0?)"
         )
-    return fail(FAMILY, name, f"reads {reads}: the rule never fires", _fix(seen, expression.recorded_here))
+    return fail(FAMILY, name, f"reads {reads}: no data, it never holds", _fix(seen, states, expression.recorded_here))
 
 
 def _present(seen: dict[str, State], states: set[State]) -> set[str]:
     return {series for series, state in seen.items() if state in states}
 
 
-def _fix(seen: dict[str, State], recorded_here: bool) -> str:
+def _fix(seen: dict[str, State], states: SeriesStates, recorded_here: bool) -> str:
     absent = [series for series, state in seen.items() if state is not State.FRESH]
     for series in absent:
         other = dcgm.LEGACY_TO_CANONICAL.get(series)
+        if other is not None and other not in seen and states.state(other) is State.FRESH:
+            return f"Prometheus has {other}: the exporter is 4.9+; read both generations ({series} or {other})"
         if other is not None:
-            return f"read both generations ({series} or {other}) or enable {series} in dcgm-exporter's counters file"
+            return f"read both generations ({series} or {other}), and check dcgm-exporter is scraped"
     if any(dcgm.generation(series) for series in absent):
         return "enable the field in dcgm-exporter's counters file (-f) and check the exporter is scraped"
     if recorded_here:

@@ -1,7 +1,7 @@
 """Sink checks: does each configured sink's URL answer? A HEAD request (the sink's own headers_file sent with it,
-so an auth proxy answers as it would to a notification): any HTTP status means the host answered, since Slack
-and Teams answer a HEAD with 4xx; 5xx is a warning; not reached, or a URL that cannot be read, fails. Never a
-POST: a check must not notify anyone."""
+so an auth proxy answers as it would to a notification): any HTTP status means the sink answered, since Slack
+and Teams answer a HEAD with 4xx and a small receiver with 501 (no HEAD); 502/503/504 (a proxy whose backend is
+down) is a warning; not reached, or a URL that cannot be read, fails. Never a POST: a check must not notify anyone."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from remediate.doctor.probe import Probe, ProbeError
 from remediate.errors import RemediateError
 
 FAMILY = "sinks"
+GATEWAY_DOWN = frozenset({502, 503, 504})
 
 
 def check_sinks(probe: Probe, sinks: Iterable[Sink], used: Iterable[str]) -> list[Check]:
@@ -52,6 +53,6 @@ def _check_sink(probe: Probe, sink: Sink) -> Check:
         status = probe.status(url, headers)
     except ProbeError as exc:
         return fail(FAMILY, name, f"{sink.type}: not reached: {exc}", "check the sink's URL and the egress to it")
-    if status >= 500:
+    if status in GATEWAY_DOWN:
         return warn(FAMILY, name, f"{sink.type}: answers HTTP {status} to HEAD", "check the sink's service")
     return ok(FAMILY, name, f"{sink.type}: answers (HTTP {status} to HEAD; nothing sent)")
