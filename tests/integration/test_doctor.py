@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from remediate.config.values import Sink
 from tests.support.cli import run_cli
+from tests.support.http import READ_TOKEN, TOKEN, MakeServer
 from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder, free_port
 from tests.support.waiting import wait_until
 
@@ -213,3 +215,35 @@ def test_an_unreachable_prometheus_and_alertmanager_fail(tmp_path: Path) -> None
     assert checks["series: prometheus"]["status"] == "FAIL"
     assert checks["series: prometheus"]["detail"].startswith("does not answer: GET")
     assert checks["routing: alertmanager"]["status"] == "FAIL"
+
+
+def test_get_doctor_answers_the_same_checks_for_the_playbooks_the_server_holds(
+    tmp_path: Path, make_server: MakeServer, prometheus: Prometheus, alertmanagers: dict[str, AlertManager]
+) -> None:
+    playbooks = playbook_dir(tmp_path / "playbooks", both_generations=True)
+    with WebhookRecorder() as sink:
+        server = make_server(
+            playbooks={"gpu-overheat.yaml": (playbooks / "gpu-overheat.yaml").read_text()},
+            schedulers=(),
+            bind=f"127.0.0.1:{BIND_PORT}",
+            rule_files=rule_file(tmp_path / "rules", BOTH_GENERATIONS),
+            prometheus_url=prometheus.url,
+            alertmanager_url=alertmanagers["good"].url,
+            sinks=(Sink("oncall", "webhook", url=sink.url),),
+        )
+        answer = server.get("/doctor", token=READ_TOKEN)
+        assert sink.requests == []
+    assert answer.status_code == 200
+    body = answer.get_json()
+    assert body["status"] == "OK", body
+    assert [c["name"] for c in body["checks"]] == [
+        "tokens: webhook",
+        "tokens: operator",
+        "series: rule GPUTemperatureHigh (gpu.rules.yml)",
+        "series: playbook gpu-overheat step cool-for-10m",
+        "routing: receiver",
+        "routing: GPUTemperatureHigh (playbook gpu-overheat)",
+        "sinks: oncall",
+    ]
+    assert server.get("/doctor", token=None).status_code == 401
+    assert server.get("/doctor", token=TOKEN).status_code == 403  # the webhook-only token
