@@ -15,17 +15,19 @@ from collections.abc import Iterable
 
 from remediate.doctor.model import Check, fail, ok, warn
 from remediate.errors import RemediateError
-from remediate.kube.client import KubeClient
+from remediate.kube.client import EVENT_NAMESPACE, KubeClient
 from remediate.slurm.client import SlurmClient
 
 FAMILY = "cluster"
 
-NODE_READ = ("get", "nodes", "", "")
-NODE_LIST = ("list", "nodes", "", "")
-NODE_WATCH = ("watch", "nodes", "", "")
-NODE_PATCH = ("patch", "nodes", "", "")
-EVENT_CREATE = ("create", "events", "events.k8s.io", "")
-KUBE_NEEDS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+Need = tuple[str, str, str, str, str]
+"""(verb, resource, API group, subresource, namespace: "" for cluster-wide)."""
+NODE_READ: Need = ("get", "nodes", "", "", "")
+NODE_LIST: Need = ("list", "nodes", "", "", "")
+NODE_WATCH: Need = ("watch", "nodes", "", "", "")
+NODE_PATCH: Need = ("patch", "nodes", "", "", "")
+EVENT_CREATE: Need = ("create", "events", "events.k8s.io", "", EVENT_NAMESPACE)
+KUBE_NEEDS: dict[str, tuple[Need, ...]] = {
     "k8s.cordon": (NODE_READ, NODE_LIST, NODE_WATCH, NODE_PATCH, EVENT_CREATE),
     "k8s.uncordon": (NODE_READ, NODE_PATCH, EVENT_CREATE),
     "k8s.taint": (NODE_READ, NODE_LIST, NODE_WATCH, NODE_PATCH, EVENT_CREATE),
@@ -36,15 +38,15 @@ KUBE_NEEDS: dict[str, tuple[tuple[str, str, str, str], ...]] = {
         NODE_WATCH,
         NODE_PATCH,
         EVENT_CREATE,
-        ("list", "pods", "", ""),
-        ("get", "pods", "", ""),
-        ("create", "pods", "", "eviction"),
-        ("list", "poddisruptionbudgets", "policy", ""),
+        ("list", "pods", "", "", ""),
+        ("get", "pods", "", "", ""),
+        ("create", "pods", "", "eviction", ""),
+        ("list", "poddisruptionbudgets", "policy", "", ""),
     ),
     "k8s.handoff": (NODE_READ, NODE_PATCH, EVENT_CREATE),
 }
-"""(verb, resource, API group, subresource) each k8s.* action calls (remediate/actions/k8s, the breaker's node
-cache: LIST and WATCH of nodes for the cap's count)."""
+"""What each k8s.* action calls (remediate/actions/k8s; the breaker's node cache: LIST and WATCH of nodes for the
+cap's count; the node events go in namespace default)."""
 
 
 def check_kube(client: KubeClient, actions: Iterable[str]) -> list[Check]:
@@ -64,10 +66,11 @@ def check_kube(client: KubeClient, actions: Iterable[str]) -> list[Check]:
     needed = sorted({need for action in used for need in KUBE_NEEDS[action]})
     denied, checks = [], []
     try:
-        for verb, resource, group, sub in needed:
-            if not client.can(verb, resource, group=group, subresource=sub):
-                shown = f"{resource}/{sub}" if sub else resource
-                denied.append(f"{verb} {shown}" + (f" ({group})" if group else ""))
+        for verb, resource, group, sub, namespace in needed:
+            if not client.can(verb, resource, group=group, subresource=sub, namespace=namespace):
+                shown = f"{group}/{resource}" if group else resource
+                shown += f"/{sub}" if sub else ""
+                denied.append(f"{verb} {shown}" + (f" in {namespace}" if namespace else ""))
     except RemediateError as exc:
         return [
             fail(

@@ -214,15 +214,15 @@ class KubeClient:
 
     # ------------------------------------------------------------------ permissions
 
-    def can(self, verb: str, resource: str, *, group: str = "", subresource: str = "") -> bool:
-        """Whether this client's identity may `verb` `resource` cluster-wide: a SelfSubjectAccessReview,
-        which asks the API server's authorizer and changes nothing (`remediate doctor`)."""
+    def can(self, verb: str, resource: str, *, group: str = "", subresource: str = "", namespace: str = "") -> bool:
+        """Whether this client's identity may `verb` `resource` (in `namespace`; "": cluster-wide, every namespace):
+        a SelfSubjectAccessReview, which asks the API server's authorizer and changes nothing (`remediate doctor`)."""
 
         def review(core: Any, _p: Any, _e: Any) -> bool:
             from kubernetes import client
 
             attributes = client.V1ResourceAttributes(
-                verb=verb, group=group, resource=resource, subresource=subresource or None
+                verb=verb, group=group, resource=resource, subresource=subresource or None, namespace=namespace or None
             )
             body = client.V1SelfSubjectAccessReview(
                 spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)
