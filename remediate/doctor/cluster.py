@@ -112,7 +112,9 @@ def check_slurm(client: SlurmClient, actions: Iterable[str]) -> list[Check]:
         answer = client.ping()
         config = client.show_config()
     except RemediateError as exc:
-        return [fail(FAMILY, name, f"slurmctld does not answer: {exc}", "check slurm_conf, munge and slurmctld")]
+        # `scontrol ping` of a controller that is down says so, then a banner of asterisks: the words are enough.
+        said = str(exc).split(" **", 1)[0]
+        return [fail(FAMILY, name, f"slurmctld does not answer: {said}", "check slurm_conf, munge and slurmctld")]
     slurm_user = _config_value(config, "SlurmUser").split("(")[0]
     user = _user()
     seen = f"{' '.join(answer.split())}; running as {user}, SlurmUser {slurm_user or '?'}"
