@@ -388,7 +388,7 @@ class PrometheusSettings:
     alertmanager_url: str | None = setting(None, v.to_optional_url("alertmanager_url"), flat="alertmanager_url")
     """Doctor: the AlertManager that sends to this server; its /api/v2/status config is checked (unset: not)."""
     rule_files: Path | None = setting(None, v.to_optional_path, flat="rule_files")
-    """Doctor: a Prometheus rule file, or a directory of *.rules.yml, whose series and routes are checked."""
+    """Doctor: a Prometheus rule file, or a directory of `*.rules.yml`, whose series and routes are checked."""
 
 
 @dataclass(frozen=True)

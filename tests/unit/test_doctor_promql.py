@@ -22,7 +22,7 @@ SHIPPED_RULES = Path(__file__).resolve().parents[2] / "alertmanager" / "rules"
         ('label_replace(a{l="or b"}, "dst", "$1", "src", "(.*)")  # c or d', ["a"]),
         ("max(DCGM_FI_DEV_GPU_TEMP{UUID={{ labels.UUID | promql_string }}}) < 80", ["DCGM_FI_DEV_GPU_TEMP"]),
         ('absent(up{job="remediate"}) or sum(up{job="remediate"}) == 0', ["up"]),
-        ("sum(count_values(\"v\", build_info)) > bool 1", ["build_info"]),
+        ('sum(count_values("v", build_info)) > bool 1', ["build_info"]),
         ("vector(1) + time()", []),
     ],
 )
