@@ -35,6 +35,8 @@ ABSENCE_FUNCTIONS = frozenset({"absent", "absent_over_time"})
 _TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
 _IDENTIFIER = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _NUMBER = re.compile(r"[0-9.][0-9a-zA-Z_.]*")
+TEMPLATE = "__doctor_template__"
+"""What a Jinja template in a query reads as: a matcher with this value is left out of the selector asked."""
 _NAME_MATCHER = re.compile(r"""__name__\s*=\s*(["'`])([a-zA-Z_:][a-zA-Z0-9_:]*)\1""")
 
 
@@ -85,7 +87,7 @@ def _reads(alternative: AllOf) -> bool:
 
 def tokens(expr: str) -> list[Token]:
     """The tokens of `expr` (templates read as a string first)."""
-    text = _TEMPLATE.sub('"template"', expr)
+    text = _TEMPLATE.sub(f'"{TEMPLATE}"', expr)
     found: list[Token] = []
     i = 0
     while i < len(text):
@@ -154,7 +156,41 @@ def parse(expr: str) -> AnyOf:
 
 
 def series_names(expr: str) -> list[str]:
-    return parse(expr).names()
+    """The metric names `expr` reads, once each."""
+    return list(dict.fromkeys(name_of(found) for found in parse(expr).names()))
+
+
+def name_of(selector_text: str) -> str:
+    """The metric name of a selector as `selector` writes it (`up{job="a"}` -> `up`)."""
+    return selector_text.split("{", 1)[0]
+
+
+def matchers_of(selector_text: str) -> str:
+    """The matchers of a selector as `selector` writes it, without braces ("" for none)."""
+    _, _, rest = selector_text.partition("{")
+    return rest[:-1] if rest else ""
+
+
+def selector(name: str, matchers: str) -> str:
+    """`name{matchers}` as a query can ask it: the `__name__` matcher and template matchers left out (a playbook's
+    `{UUID={{ labels.UUID }}}` asks for any UUID), the others as written; `name` alone when none is left."""
+    kept = [m for m in _split_matchers(matchers) if TEMPLATE not in m and not _NAME_MATCHER.fullmatch(m.strip())]
+    return f"{name}{{{', '.join(kept)}}}" if kept else name
+
+
+def _split_matchers(text: str) -> list[str]:
+    """The matchers of a selector's inside, split at the commas outside strings."""
+    parts, start, i = [], 0, 0
+    while i < len(text):
+        if text[i] in "\"'`":
+            i = _skip_string(text, i)
+            continue
+        if text[i] == ",":
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]
 
 
 def _group(toks: list[Token], i: int) -> tuple[AnyOf, int]:
@@ -181,12 +217,12 @@ def _group(toks: list[Token], i: int) -> tuple[AnyOf, int]:
         elif tok.kind == "ident" and (tok.text.lower() in KEYWORDS or tok.text in AGGREGATIONS):
             i += 1
         elif tok.kind == "ident":
-            names.append(tok.text)
-            # its own {...} selector, if any, adds nothing
-            i += 2 if following is not None and following.kind == "selector" else 1
+            has_matchers = following is not None and following.kind == "selector"
+            names.append(selector(tok.text, following.text if has_matchers and following else ""))
+            i += 2 if has_matchers else 1
         elif tok.kind == "selector":
             if match := _NAME_MATCHER.search(tok.text):
-                names.append(match.group(2))
+                names.append(selector(match.group(2), tok.text))
             i += 1
         elif tok.kind == "open":
             inner, end = _group(toks, i + 1)

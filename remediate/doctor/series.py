@@ -6,13 +6,14 @@ either side has data, and says which one has."""
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from remediate.doctor import dcgm
 from remediate.doctor.model import Check, fail, ok, warn
 from remediate.doctor.probe import Probe, ProbeError
-from remediate.doctor.promql import PromqlSyntaxError, parse
+from remediate.doctor.promql import PromqlSyntaxError, matchers_of, name_of, parse, series_names
 from remediate.doctor.rules import Rule
 
 FAMILY = "series"
@@ -51,11 +52,10 @@ class SeriesStates:
         return self._known[name]
 
     def _ask(self, name: str) -> State:
-        # The name comes from our own tokenizer (an identifier), never from an alert.
+        # A selector of a rule file or a playbook as written (its template matchers left out), never an alert's.
         for window, state in ((FRESH_WINDOW, State.FRESH), (SEEN_WINDOW, State.STALE)):
-            body = self._probe.get_json(
-                f"{self._url}/api/v1/query", params={"query": f"count(last_over_time({name}[{window}]))"}
-            )
+            query = f"count(last_over_time({name}[{window}]))"
+            body = self._probe.get_json(f"{self._url}/api/v1/query", params={"query": query})
             if (body.get("data") or {}).get("result"):
                 return state
         return State.ABSENT
@@ -73,14 +73,23 @@ def expressions(rules: Iterable[Rule], queries: Iterable[tuple[str, str]]) -> li
     """The rules' expressions, then the playbooks' check.prometheus queries ((name, query) pairs)."""
     rules = list(rules)
     recorded = {rule.name for rule in rules if not rule.alert}
-    found = [Expression(f"rule {rule.name} ({rule.file})", rule.expr, False) for rule in rules]
+    count = Counter((rule.name, rule.file) for rule in rules)
+    seen: Counter[tuple[str, str]] = Counter()
+    found = []
+    for rule in rules:
+        seen[(rule.name, rule.file)] += 1
+        # Two rules of one name in a file (a disk rule per threshold): each its own check, told apart by its place.
+        nth = f", #{seen[(rule.name, rule.file)]}" if count[(rule.name, rule.file)] > 1 else ""
+        found.append(Expression(f"rule {rule.name} ({rule.file}{nth})", rule.expr))
     found.extend(Expression(name, query) for name, query in queries)
-    return [Expression(e.name, e.expr, recorded_here=bool(recorded & set(_names_or_empty(e.expr)))) for e in found]
+    return [
+        Expression(e.name, e.expr, recorded_here=bool(recorded & set(series_names_or_empty(e.expr)))) for e in found
+    ]
 
 
-def _names_or_empty(expr: str) -> list[str]:
+def series_names_or_empty(expr: str) -> list[str]:
     try:
-        return parse(expr).names()
+        return series_names(expr)
     except PromqlSyntaxError:
         return []
 
@@ -98,9 +107,9 @@ def check_expression(expression: Expression, states: SeriesStates) -> Check:
         seen = {series: states.state(series) for series in names}
     except ProbeError as exc:
         return fail(FAMILY, name, f"cannot ask Prometheus: {exc}", "make prometheus_url answer /api/v1/query")
-    reads = "; ".join(f"{dcgm.describe(series)} {state.value}" for series, state in seen.items())
+    reads = "; ".join(dict.fromkeys(_describe(series, state, states) for series, state in seen.items()))
     fresh = _present(seen, {State.FRESH})
-    generations = sorted({g for series in fresh for g in [dcgm.generation(series)] if g})
+    generations = sorted({g for series in fresh for g in [dcgm.generation(name_of(series))] if g})
     present = f"; data from {', '.join(generations)}" if generations else ""
     if needs.satisfied(lambda series: series in fresh):
         return ok(FAMILY, name, f"reads {reads}{present}")
@@ -115,11 +124,25 @@ def _present(seen: dict[str, State], states: set[State]) -> set[str]:
     return {series for series, state in seen.items() if state in states}
 
 
+def _describe(series: str, state: State, states: SeriesStates) -> str:
+    """One series as the check shows it: its name (and generation), its state; the matchers only when they are
+    why nothing is found (the metric itself has fresh samples)."""
+    name, matchers = name_of(series), matchers_of(series)
+    if state is not State.FRESH and matchers and states.state(name) is State.FRESH:
+        return f"{dcgm.describe(name)} fresh, but none matches {{{_short(matchers)}}}"
+    return f"{dcgm.describe(name)} {state.value}"
+
+
+def _short(text: str, width: int = 80) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _fix(seen: dict[str, State], states: SeriesStates, recorded_here: bool) -> str:
-    absent = [series for series, state in seen.items() if state is not State.FRESH]
+    absent = [name_of(series) for series, state in seen.items() if state is not State.FRESH]
+    names = {name_of(series) for series in seen}
     for series in absent:
         other = dcgm.LEGACY_TO_CANONICAL.get(series)
-        if other is not None and other not in seen and states.state(other) is State.FRESH:
+        if other is not None and other not in names and states.state(other) is State.FRESH:
             return f"Prometheus has {other}: the exporter is 4.9+; read both generations ({series} or {other})"
         if other is not None:
             return f"read both generations ({series} or {other}), and check dcgm-exporter is scraped"
@@ -127,6 +150,8 @@ def _fix(seen: dict[str, State], states: SeriesStates, recorded_here: bool) -> s
         return "enable the field in dcgm-exporter's counters file (-f) and check the exporter is scraped"
     if recorded_here:
         return "load the recording rules it reads (Prometheus rule_files, or the chart's PrometheusRule)"
+    if any(states.state(series) is State.FRESH for series in absent):
+        return "check the selector's matchers against the labels the exporter gives (or the exporter's version)"
     return f"make Prometheus scrape the exporter of {absent[0]} (a scrape config or ServiceMonitor)"
 
 

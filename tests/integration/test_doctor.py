@@ -247,3 +247,27 @@ def test_get_doctor_answers_the_same_checks_for_the_playbooks_the_server_holds(
     ]
     assert server.get("/doctor", token=None).status_code == 401
     assert server.get("/doctor", token=TOKEN).status_code == 403  # the webhook-only token
+
+
+def test_a_selector_whose_matchers_match_nothing_fails_though_the_metric_exists(
+    tmp_path: Path, prometheus: Prometheus
+) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    groups = [{"name": "up", "rules": [
+        {"alert": "ScrapedJobDown", "expr": 'max(up{job="test"}) == 0'},  # the job realsystems.Prometheus scrapes
+        {"alert": "OtherJobDown", "expr": 'max(up{job="no-such-job"}) == 0'},
+    ]}]  # fmt: skip
+    (rules / "up.rules.yml").write_text(yaml.safe_dump({"groups": groups}))
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    code, output, report = doctor(
+        config(tmp_path, operator_token=OPERATOR_TOKEN, playbooks=str(playbooks), rule_files=str(rules),
+               prometheus_url=prometheus.url)
+    )  # fmt: skip
+    checks = by_name(report)
+    assert checks["series: rule ScrapedJobDown (up.rules.yml)"]["status"] == "OK"
+    other = checks["series: rule OtherJobDown (up.rules.yml)"]
+    assert other["status"] == "FAIL"
+    assert other["detail"] == 'reads up fresh, but none matches {job="no-such-job"}: no data, it never holds'
+    assert code == 2, output

@@ -60,3 +60,16 @@ def test_every_shipped_rule_reads_at_least_one_series() -> None:
     assert len(rules) >= 20
     assert [rule.name for rule in rules if not series_names(rule.expr)] == []
     assert "DCGM_FI_DEV_GPU_TEMP" in series_names(next(r.expr for r in rules if r.name == "GPUTemperatureHigh"))
+
+
+@pytest.mark.parametrize(
+    ("expr", "selectors"),
+    [
+        ('max by (job) (up{job=~".*remediate.*"}) == 0', ['up{job=~".*remediate.*"}']),
+        ("max(DCGM_FI_DEV_GPU_TEMP{UUID={{ labels.UUID | promql_string }}}) < 80", ["DCGM_FI_DEV_GPU_TEMP"]),
+        ('x{UUID={{ labels.UUID }}, gpu!="7"}', ['x{gpu!="7"}']),
+        ('{__name__="foo", a="b,c"} or bar{}', ['foo{a="b,c"}', "bar"]),
+    ],
+)
+def test_the_selectors_asked_keep_their_matchers_but_not_a_templates(expr: str, selectors: list[str]) -> None:
+    assert parse(expr).names() == selectors
