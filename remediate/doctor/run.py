@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from remediate.config.settings import Settings
 from remediate.doctor import cluster, routing, series, sinks, tokens
-from remediate.doctor.model import Check, fail
+from remediate.doctor.model import Check, fail, warn
 from remediate.doctor.probe import Probe, ProbeError, bearer
 from remediate.doctor.rules import Rule, read_rules, rule_files
 from remediate.errors import ConfigError
@@ -60,7 +60,17 @@ def run_checks(inputs: Inputs) -> list[Check]:
     settings, playbooks = inputs.settings, inputs.playbooks
     checks = tokens.check_tokens(settings)
     rules: list[Rule] = []
-    if inputs.rules is not None:
+    if inputs.rules is None:
+        checks.append(
+            warn(
+                series.FAMILY,
+                "series: rule files",
+                "rule_files is not set: only the playbooks' "
+                "check.prometheus queries are checked, not the alerting rules",
+                "set rule_files (or --rules) to the rule files Prometheus loads, e.g. alertmanager/rules",
+            )
+        )
+    else:
         try:
             rules = read_rules(rule_files(inputs.rules))
         except ConfigError as exc:
