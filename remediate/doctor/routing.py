@@ -172,7 +172,7 @@ def check_routing(
     hidden = {hook.receiver: hook for hook in hooks if hook.url == SECRET}
     checks: list[Check] = []
     if not ours and hidden:
-        # AlertManager 0.26+ shows a webhook's url as <secret>: which one is this server cannot be told.
+        # A release that keeps the webhook url secret shows <secret> (0.25 shows it): which one is ours is unknown.
         ours = hidden
         checks.append(
             warn(

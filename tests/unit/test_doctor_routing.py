@@ -142,7 +142,7 @@ def test_send_resolved_false_fails_a_playbook_that_undoes() -> None:
 
 def test_a_hidden_webhook_url_is_a_warning_not_a_miss() -> None:
     config = shipped_with()
-    config["receivers"][1]["webhook_configs"][0]["url"] = "<secret>"  # AlertManager 0.26+ hides it
+    config["receivers"][1]["webhook_configs"][0]["url"] = "<secret>"  # as a release that keeps the url secret shows it
     checks = checks_of(config, "gpu-overheat.yaml")
     assert checks["routing: receiver"].status is Status.WARN
     assert checks["routing: GPUTemperatureHigh (playbook gpu-overheat)"].status is Status.OK
