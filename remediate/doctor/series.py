@@ -8,10 +8,10 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from remediate.doctor import dcgm
-from remediate.doctor.model import Check, fail, ok, warn
+from remediate.doctor.model import Check, Status, fail, ok, warn
 from remediate.doctor.probe import Probe, ProbeError
 from remediate.doctor.promql import PromqlSyntaxError, matchers_of, name_of, parse, series_names
 from remediate.doctor.rules import Rule
@@ -36,6 +36,8 @@ class Expression:
     name: str
     expr: str
     recorded_here: bool = False
+    rule: str | None = None
+    """The rule's name (alert or record); None for a playbook's query."""
 
 
 class SeriesStates:
@@ -60,6 +62,12 @@ class SeriesStates:
                 return state
         return State.ABSENT
 
+    def evaluated_rules(self) -> set[str]:
+        """The names of the rules Prometheus evaluates (`/api/v1/rules`: alerting and recording)."""
+        body = self._probe.get_json(f"{self._url}/api/v1/rules")
+        groups = (body.get("data") or {}).get("groups") or []
+        return {str(rule.get("name")) for group in groups for rule in group.get("rules") or []}
+
     def reachable(self) -> str | None:
         """None when Prometheus answers a query; else why not."""
         try:
@@ -80,11 +88,9 @@ def expressions(rules: Iterable[Rule], queries: Iterable[tuple[str, str]]) -> li
         seen[(rule.name, rule.file)] += 1
         # Two rules of one name in a file (a disk rule per threshold): each its own check, told apart by its place.
         nth = f", #{seen[(rule.name, rule.file)]}" if count[(rule.name, rule.file)] > 1 else ""
-        found.append(Expression(f"rule {rule.name} ({rule.file}{nth})", rule.expr))
+        found.append(Expression(f"rule {rule.name} ({rule.file}{nth})", rule.expr, rule=rule.name))
     found.extend(Expression(name, query) for name, query in queries)
-    return [
-        Expression(e.name, e.expr, recorded_here=bool(recorded & set(series_names_or_empty(e.expr)))) for e in found
-    ]
+    return [replace(e, recorded_here=bool(recorded & set(series_names_or_empty(e.expr)))) for e in found]
 
 
 def series_names_or_empty(expr: str) -> list[str]:
@@ -165,4 +171,20 @@ def check_series(
         return [check(FAMILY, "series: prometheus", why_none, "set prometheus_url to the Prometheus the rules run in")]
     if (problem := states.reachable()) is not None:
         return [fail(FAMILY, "series: prometheus", f"does not answer: {problem}", "check prometheus_url and its token")]
-    return [check_expression(expression, states) for expression in expressions_]
+    try:
+        evaluated = states.evaluated_rules()
+    except ProbeError:
+        evaluated = None  # a Prometheus that answers queries but not /api/v1/rules: the series are still checked
+    return [_evaluated(check_expression(expression, states), expression, evaluated) for expression in expressions_]
+
+
+def _evaluated(check: Check, expression: Expression, evaluated: set[str] | None) -> Check:
+    """A rule's check, warned (or its failure told) when Prometheus does not evaluate a rule of that name: its
+    series may be fresh, but nothing fires from a file Prometheus did not load."""
+    if expression.rule is None or evaluated is None or expression.rule in evaluated:
+        return check
+    why = "Prometheus evaluates no rule of this name (/api/v1/rules)"
+    if check.status is Status.FAIL:
+        return replace(check, detail=f"{check.detail}; {why}")
+    fix = "load the rule file in Prometheus (rule_files, or the chart's PrometheusRule) and check its reload"
+    return warn(FAMILY, check.name, f"{check.detail}; but {why}", fix)

@@ -82,10 +82,12 @@ def alertmanagers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 def prometheus(
     tmp_path_factory: pytest.TempPathFactory, metrics: MetricsEndpoint, alertmanagers: dict[str, AlertManager]
 ) -> Iterator[Prometheus]:
+    # It evaluates the working set-up's rule: doctor warns of a rule Prometheus does not evaluate.
+    rules = rule_file(tmp_path_factory.mktemp("prometheus-rules"), BOTH_GENERATIONS)
     with Prometheus(
         tmp_path_factory.mktemp("prometheus"),
         scrape_targets=[metrics.target],
-        rule_files=[],
+        rule_files=[rules / "gpu.rules.yml"],
         alertmanager_url=alertmanagers["good"].url,
     ) as server:
         wait_until(lambda: server.query("DCGM_FI_DEV_GPU_TEMP_CELSIUS"), 30, message="no scrape yet")
@@ -266,8 +268,14 @@ def test_a_selector_whose_matchers_match_nothing_fails_though_the_metric_exists(
                prometheus_url=prometheus.url)
     )  # fmt: skip
     checks = by_name(report)
-    assert checks["series: rule ScrapedJobDown (up.rules.yml)"]["status"] == "OK"
+    # Neither rule is in a file this Prometheus loads: the one with data warns, the one without fails.
+    scraped = checks["series: rule ScrapedJobDown (up.rules.yml)"]
+    assert scraped["status"] == "WARN"
+    assert scraped["detail"] == "reads up fresh; but Prometheus evaluates no rule of this name (/api/v1/rules)"
     other = checks["series: rule OtherJobDown (up.rules.yml)"]
     assert other["status"] == "FAIL"
-    assert other["detail"] == 'reads up fresh, but none matches {job="no-such-job"}: no data, it never holds'
+    assert other["detail"] == (
+        'reads up fresh, but none matches {job="no-such-job"}: no data, it never holds; '
+        "Prometheus evaluates no rule of this name (/api/v1/rules)"
+    )
     assert code == 2, output
