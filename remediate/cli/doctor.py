@@ -7,14 +7,14 @@ from typing import Any
 
 import click
 
-from remediate.cli._common import _settings, common_options, handle_errors, print_json
+from remediate.cli._common import _client, _settings, client_options, handle_errors, print_json
 from remediate.cli._group import main
 
 _MARK = {"OK": "OK  ", "WARN": "WARN", "FAIL": "FAIL"}
 
 
 @main.command()
-@common_options
+@client_options
 @click.option(
     "--rules",
     type=click.Path(path_type=Path, exists=True),
@@ -31,8 +31,24 @@ def doctor(rules: Path | None, timeout: float, as_json: bool, **params: Any) -> 
     and their repeat_interval, the sinks, the cluster's permissions, the tokens.
 
     Each check prints OK, WARN or FAIL with the fix in one line; nothing is changed and nothing is sent
-    but GET and HEAD requests. Exit code by the worst: 0 all OK, 1 a warning, 2 a failure (docs/doctor.md)."""
-    from remediate.doctor import Inputs, exit_code, report_json, run_checks
+    but GET and HEAD requests. With --server, the server runs them (GET /doctor: its settings and the playbooks
+    it holds). Exit code by the worst: 0 all OK, 1 a warning, 2 a failure (docs/doctor.md)."""
+    from remediate.doctor import EXIT_CODES, Status
+
+    report = _client(params).doctor() if params.get("server") else _local_report(rules, timeout, params)
+    if not print_json(report, as_json):
+        for check in report["checks"]:
+            click.echo(f"{_MARK[check['status']]}  {check['name']}: {check['detail']}")
+            if check["fix"]:
+                click.echo(f"      fix: {check['fix']}")
+        counts = {status: sum(1 for c in report["checks"] if c["status"] == status) for status in _MARK}
+        click.echo(f"doctor: {counts['OK']} OK, {counts['WARN']} WARN, {counts['FAIL']} FAIL")
+    raise SystemExit(EXIT_CODES[Status[report["status"]]])
+
+
+def _local_report(rules: Path | None, timeout: float, params: dict[str, Any]) -> dict[str, Any]:
+    """The checks run here, with this command's settings and the playbook directory's playbooks."""
+    from remediate.doctor import Inputs, report_json, run_checks
     from remediate.doctor.probe import Probe
     from remediate.doctor.run import load_playbooks
 
@@ -42,11 +58,4 @@ def doctor(rules: Path | None, timeout: float, as_json: bool, **params: Any) -> 
     playbooks, checks = load_playbooks(settings)
     where = rules if rules is not None else settings.prometheus.rule_files
     checks += run_checks(Inputs(settings, playbooks, where, Probe(timeout=timeout)))
-    if not print_json(report_json(checks), as_json):
-        for check in checks:
-            click.echo(f"{_MARK[check.status.name]}  {check.name}: {check.detail}")
-            if check.fix:
-                click.echo(f"      fix: {check.fix}")
-        counts = {status: sum(1 for c in checks if c.status.name == status) for status in _MARK}
-        click.echo(f"doctor: {counts['OK']} OK, {counts['WARN']} WARN, {counts['FAIL']} FAIL")
-    raise SystemExit(exit_code(checks))
+    return report_json(checks)

@@ -12,7 +12,7 @@ May import: playbooks, actions (a sink's headers file), config, kube, slurm, int
 
 from __future__ import annotations
 
-from remediate.doctor.model import Check, Status, exit_code, report_json, worst
+from remediate.doctor.model import EXIT_CODES, Check, Status, exit_code, report_json, worst
 from remediate.doctor.run import Inputs, run_checks
 
-__all__ = ["Check", "Inputs", "Status", "exit_code", "report_json", "run_checks", "worst"]
+__all__ = ["EXIT_CODES", "Check", "Inputs", "Status", "exit_code", "report_json", "run_checks", "worst"]

@@ -9,7 +9,7 @@ broken one's read only the legacy name, as the rules did before they were writte
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import yaml
 
 from remediate.config.values import Sink
 from tests.support.cli import run_cli
-from tests.support.http import READ_TOKEN, TOKEN, MakeServer
+from tests.support.http import READ_TOKEN, TOKEN, MakeServer, Server
 from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder, free_port
 from tests.support.waiting import wait_until
 
@@ -249,6 +249,28 @@ def test_get_doctor_answers_the_same_checks_for_the_playbooks_the_server_holds(
     ]
     assert server.get("/doctor", token=None).status_code == 401
     assert server.get("/doctor", token=TOKEN).status_code == 403  # the webhook-only token
+
+
+def test_doctor_server_prints_what_the_running_server_answers(
+    tmp_path: Path, make_server: MakeServer, serve: Callable[[Server], str], prometheus: Prometheus
+) -> None:
+    # The server's own settings: a rule on the legacy name only, and no AlertManager to read.
+    server = make_server(
+        playbooks={},
+        schedulers=(),
+        rule_files=rule_file(tmp_path / "rules", "DCGM_FI_DEV_GPU_TEMP"),
+        prometheus_url=prometheus.url,
+    )
+    token_file = tmp_path / "read-token"
+    token_file.write_text(READ_TOKEN)
+
+    result = run_cli("doctor", "--server", serve(server), "--token-file", token_file)
+
+    assert result.exit_code == 2, result.output
+    lines = result.stdout.splitlines()
+    assert "FAIL  series: rule GPUTemperatureHigh (gpu.rules.yml): reads DCGM_FI_DEV_GPU_TEMP" in "\n".join(lines)
+    assert "WARN  routing: alertmanager: alertmanager_url is not set: routes not checked" in lines
+    assert lines[-1] == "doctor: 2 OK, 1 WARN, 1 FAIL"  # the two OK: the webhook and operator tokens
 
 
 def test_a_selector_whose_matchers_match_nothing_fails_though_the_metric_exists(
