@@ -17,15 +17,17 @@ from remediate.doctor.promql import PromqlSyntaxError, matchers_of, name_of, par
 from remediate.doctor.rules import Rule
 
 FAMILY = "series"
-FRESH_WINDOW = "5m"
-"""A series with a sample within this is fresh (Prometheus' own staleness is 5m)."""
 SEEN_WINDOW = "1d"
-"""... else one with a sample within this is stale (it was there: an exporter down, a target gone)."""
+"""A series with no current sample but one within this is stale (it was there: an exporter down, a target gone)."""
+SEEN_STEP = "5m"
+"""The subquery step of that look back: a sample per series every 5m, not every scrape. `last_over_time(x[1d])`
+reads every sample of a day (80,000 GPU series x 5,760 scrapes is over Prometheus' default 50M query.max-samples);
+at 5m steps, the lookback's own length, it is 288 per series, and an exporter that ran for 5 minutes is seen."""
 
 
 class State(enum.Enum):
     FRESH = "fresh"
-    STALE = f"stale: no sample in {FRESH_WINDOW}, seen within {SEEN_WINDOW}"
+    STALE = f"stale: no current sample, seen within {SEEN_WINDOW}"
     ABSENT = f"absent: no sample in {SEEN_WINDOW}"
 
 
@@ -55,8 +57,13 @@ class SeriesStates:
 
     def _ask(self, name: str) -> State:
         # A selector of a rule file or a playbook as written (its template matchers left out), never an alert's.
-        for window, state in ((FRESH_WINDOW, State.FRESH), (SEEN_WINDOW, State.STALE)):
-            query = f"count(last_over_time({name}[{window}]))"
+        # Fresh is what a rule sees now: an instant selection (a sample within the 5m lookback, not marked stale
+        # as a target that went away is), one sample per series.
+        queries = (
+            (f"count({name})", State.FRESH),
+            (f"count(last_over_time({name}[{SEEN_WINDOW}:{SEEN_STEP}]))", State.STALE),
+        )
+        for query, state in queries:
             body = self._probe.get_json(f"{self._url}/api/v1/query", params={"query": query})
             if (body.get("data") or {}).get("result"):
                 return state
