@@ -146,3 +146,12 @@ def test_a_hidden_webhook_url_is_a_warning_not_a_miss() -> None:
     checks = checks_of(config, "gpu-overheat.yaml")
     assert checks["routing: receiver"].status is Status.WARN
     assert checks["routing: GPUTemperatureHigh (playbook gpu-overheat)"].status is Status.OK
+
+
+def test_the_namespace_matcher_the_operator_adds_to_an_alertmanagerconfig_route_is_found_out() -> None:
+    # prometheus-operator renders an AlertmanagerConfig's route with namespace="<its namespace>" first: GPU alerts
+    # carry no namespace label, so the route is never entered.
+    config = shipped_with(matchers=['namespace="gpu-ops"', 'alertname=~"GPUTemperatureHigh"'])
+    check = checks_of(config, "gpu-overheat.yaml")["routing: GPUTemperatureHigh (playbook gpu-overheat)"]
+    assert check.status is Status.FAIL
+    assert check.fix == "route alertname=GPUTemperatureHigh to remediate with continue: true before other routes"
