@@ -208,12 +208,22 @@ def _check_alert(tree: Route, ours: Mapping[str, Webhook], playbook: Playbook, l
     reaching = [route for route in matched if route.receiver in ours]
     if not reaching:
         receivers = ", ".join(sorted({r.receiver or "(none)" for r in matched}))
-        return fail(
-            FAMILY,
-            name,
-            f"goes to {receivers}, not to this server ({', '.join(sorted(ours))})",
-            f"route alertname={alertname} to {sorted(ours)[0]} with continue: true before other routes",
+        seen = f"goes to {receivers}, not to this server ({', '.join(sorted(ours))})"
+        missed = _nearest_miss(tree, ours, labels)
+        if missed is None:
+            fix = f"route alertname={alertname} to {sorted(ours)[0]} with continue: true before other routes"
+            return fail(FAMILY, name, seen, fix)
+        route, unmatched = missed
+        shown = (
+            ", ".join(f"{m.name}{m.type.value}{m.value!r}" for m in unmatched) or "an earlier route without continue"
         )
+        seen += f": {route.path} -> {route.receiver} is not entered ({shown})"
+        if unmatched and all(m.name not in labels for m in unmatched):
+            label = unmatched[0].name
+            fix = f"drop the {label} matcher of {route.path} (the alert has no {label} label), or give the rule one"
+        else:
+            fix = f"make {route.path} match the alert (or put it first, with continue: true on the routes before it)"
+        return fail(FAMILY, name, seen, fix)
     route = reaching[0]
     hook = ours[route.receiver]
     where = f"{route.path} -> {route.receiver}, repeat_interval {format_duration(route.repeat_interval)}"
@@ -236,3 +246,18 @@ def _check_alert(tree: Route, ours: Mapping[str, Webhook], playbook: Playbook, l
         )
     needs = f" <= holds_for {format_duration(min(climbing))}" if climbing else ""
     return ok(FAMILY, name, f"{where}{needs}")
+
+
+def _nearest_miss(
+    tree: Route, ours: Mapping[str, Webhook], labels: Mapping[str, str]
+) -> tuple[Route, list[Matcher]] | None:
+    """The first route to one of our receivers, and the matchers on its way down that the alert does not match
+    (empty: every matcher matches, an earlier sibling without `continue` took the alert); None: no such route."""
+
+    def walk(route: Route, failing: list[Matcher]) -> tuple[Route, list[Matcher]] | None:
+        failing = failing + [m for m in route.matchers if not m.matches(labels)]
+        if route is not tree and route.receiver in ours:
+            return route, failing
+        return next((found for child in route.routes if (found := walk(child, failing)) is not None), None)
+
+    return walk(tree, [])

@@ -130,7 +130,14 @@ def test_an_alert_the_routes_do_not_match_fails_naming_where_it_goes() -> None:
     config = shipped_with(matchers=['alertname=~"GPUXidCritical"'])
     check = checks_of(config, "gpu-overheat.yaml")["routing: GPUTemperatureHigh (playbook gpu-overheat)"]
     assert check.status is Status.FAIL
-    assert check.detail == "goes to default, not to this server (remediate)"
+    assert check.detail == (
+        "goes to default, not to this server (remediate): route.routes[0] -> remediate is not entered "
+        "(alertname=~'GPUXidCritical')"
+    )
+    assert (
+        check.fix
+        == "make route.routes[0] match the alert (or put it first, with continue: true on the routes before it)"
+    )
 
 
 def test_send_resolved_false_fails_a_playbook_that_undoes() -> None:
@@ -154,4 +161,11 @@ def test_the_namespace_matcher_the_operator_adds_to_an_alertmanagerconfig_route_
     config = shipped_with(matchers=['namespace="gpu-ops"', 'alertname=~"GPUTemperatureHigh"'])
     check = checks_of(config, "gpu-overheat.yaml")["routing: GPUTemperatureHigh (playbook gpu-overheat)"]
     assert check.status is Status.FAIL
-    assert check.fix == "route alertname=GPUTemperatureHigh to remediate with continue: true before other routes"
+    assert check.detail == (
+        "goes to default, not to this server (remediate): route.routes[0] -> remediate is not entered "
+        "(namespace='gpu-ops')"
+    )
+    assert (
+        check.fix
+        == "drop the namespace matcher of route.routes[0] (the alert has no namespace label), or give the rule one"
+    )
