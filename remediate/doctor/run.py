@@ -58,51 +58,48 @@ def prometheus_queries(playbooks: Iterable[Playbook]) -> list[tuple[str, str]]:
 
 def run_checks(inputs: Inputs) -> list[Check]:
     settings, playbooks = inputs.settings, inputs.playbooks
-    checks = tokens.check_tokens(settings)
-    rules: list[Rule] = []
-    if inputs.rules is None:
-        checks.append(
-            warn(
-                series.FAMILY,
-                "series: rule files",
-                "rule_files is not set: only the playbooks' "
-                "check.prometheus queries are checked, not the alerting rules",
-                "set rule_files (or --rules) to the rule files Prometheus loads, e.g. alertmanager/rules",
-            )
-        )
-    else:
-        try:
-            rules = read_rules(rule_files(inputs.rules))
-        except ConfigError as exc:
-            checks.append(
-                fail(series.FAMILY, "series: rule files", str(exc), "fix the rule file (promtool check rules)")
-            )
-    checks += _series(inputs, rules)
+    rules, rule_checks = _rules(inputs.rules)
+    checks = tokens.check_tokens(settings) + rule_checks + _series(inputs, rules)
     checks += routing.check_routing(
         inputs.probe, settings.prometheus.alertmanager_url, playbooks, rules, this_server(settings)
     )
-    actions = [step.action for playbook in playbooks for step in playbook.every_step()]
+    steps = [step for playbook in playbooks for step in playbook.every_step()]
     used_sinks = [
-        str(step.params["sink"])
-        for playbook in playbooks
-        for step in playbook.every_step()
-        if step.action == "notify" and isinstance(step.params.get("sink"), str)
+        str(s.params["sink"]) for s in steps if s.action == "notify" and isinstance(s.params.get("sink"), str)
     ]
     checks += sinks.check_sinks(inputs.probe, settings.notify.sinks, used_sinks)
+    return checks + _cluster(settings, [step.action for step in steps])
+
+
+def _rules(where: Path | None) -> tuple[list[Rule], list[Check]]:
+    if where is None:
+        unset = warn(
+            series.FAMILY,
+            "series: rule files",
+            "rule_files is not set: only the playbooks' check.prometheus queries are checked, not the alerting rules",
+            "set rule_files (or --rules) to the rule files Prometheus loads, e.g. alertmanager/rules",
+        )
+        return [], [unset]
+    try:
+        return read_rules(rule_files(where)), []
+    except ConfigError as exc:
+        return [], [fail(series.FAMILY, "series: rule files", str(exc), "fix the rule file (promtool check rules)")]
+
+
+def _cluster(settings: Settings, actions: list[str]) -> list[Check]:
     kube = KubeClient(
         kubeconfig=settings.kube.kubeconfig,
         context=settings.kube.context,
         request_timeout=settings.kube.request_timeout,
     )
     try:
-        checks += cluster.check_kube(kube, actions)
+        checks = cluster.check_kube(kube, actions)
     finally:
         kube.close()
     slurm = SlurmClient(
         conf=settings.slurm.conf, bin_dir=settings.slurm.bin_dir, timeout=settings.slurm.command_timeout
     )
-    checks += cluster.check_slurm(slurm, actions)
-    return checks
+    return checks + cluster.check_slurm(slurm, actions)
 
 
 def _series(inputs: Inputs, rules: list[Rule]) -> list[Check]:
