@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from remediate.errors import RemediateError
+from remediate.outbound.urls import shown_url
 
 DEFAULT_TIMEOUT = 5.0
+_URL_IN_MESSAGE = re.compile(r"url: \S+")
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
 
 
@@ -56,9 +58,9 @@ class Probe:
                 allow_redirects=False,
             )
         except requests.RequestException as exc:
-            raise ProbeError(f"{method} {_shown(url)}: {_reason(exc)}") from None
+            raise ProbeError(f"{method} {shown(url)}: {reason_of(exc)}") from None
         if not any_status and response.status_code >= 400:
-            raise ProbeError(f"{method} {_shown(url)}: HTTP {response.status_code} {_short(response.text)}")
+            raise ProbeError(f"{method} {shown(url)}: HTTP {response.status_code} {_short(response.text)}")
         return response
 
 
@@ -73,12 +75,14 @@ def bearer(token_file: Path | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def _reason(exc: Exception) -> str:
+def reason_of(exc: Exception) -> str:
     """The words of the innermost OS error (`Connection refused`), else the exception's class and text: requests
     wraps a refused connection in three layers of reprs."""
     if match := _ERRNO.search(str(exc)):
         return match.group(1).strip()
-    return f"{type(exc).__name__}: {_short(str(exc))}"
+    # urllib3 names the path it asked for (`Max retries exceeded with url: /services/T0/B0/KEY`): a chat
+    # webhook's key. The path is in the message's URL already, as a reader may see it.
+    return f"{type(exc).__name__}: {_short(_URL_IN_MESSAGE.sub('url: (hidden)', str(exc)))}"
 
 
 def _short(text: str, width: int = 160) -> str:
@@ -86,6 +90,7 @@ def _short(text: str, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _shown(url: str) -> str:
-    """The URL without its query string (a sink's URL may carry a key there)."""
-    return url.split("?", 1)[0]
+def shown(url: str) -> str:
+    """The URL as a reader may see it (remediate.outbound.urls.shown_url: a Slack or Teams webhook's path is its key,
+    token-like query values hidden), without its query string."""
+    return shown_url(url).split("?", 1)[0]
