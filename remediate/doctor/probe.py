@@ -58,9 +58,11 @@ class Probe:
                 allow_redirects=False,
             )
         except requests.RequestException as exc:
-            raise ProbeError(f"{method} {shown(url)}: {reason_of(exc)}") from None
+            raise ProbeError(f"{method} {shown_without_query(url)}: {reason_of(exc)}") from None
         if not any_status and response.status_code >= 400:
-            raise ProbeError(f"{method} {shown(url)}: HTTP {response.status_code} {_short(response.text)}")
+            raise ProbeError(
+                f"{method} {shown_without_query(url)}: HTTP {response.status_code} {_short(response.text)}"
+            )
         return response
 
 
@@ -90,7 +92,7 @@ def _short(text: str, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def shown(url: str) -> str:
+def shown_without_query(url: str) -> str:
     """The URL as a reader may see it (remediate.outbound.urls.shown_url: a Slack or Teams webhook's path is its key,
     token-like query values hidden), without its query string."""
     return shown_url(url).split("?", 1)[0]

@@ -20,7 +20,7 @@ import yaml
 
 from remediate.config.durations import format_duration, parse_duration
 from remediate.doctor.model import Check, fail, ok, warn
-from remediate.doctor.probe import Probe, ProbeError
+from remediate.doctor.probe import Probe, ProbeError, shown_without_query
 from remediate.doctor.rules import Rule
 from remediate.intake.matchers import Matcher, MatcherSyntaxError, MatchType, parse_matcher
 from remediate.playbooks.model import Playbook
@@ -183,12 +183,12 @@ def check_routing(
             )
         )
     if not ours:
-        shown = ", ".join(f"{h.receiver}: {h.url}" for h in hooks) or "none"
+        listed = ", ".join(f"{h.receiver}: {shown_without_query(h.url)}" for h in hooks) or "none"
         return [
             fail(
                 FAMILY,
                 "routing: receiver",
-                f"no webhook receiver points at this server (webhooks: {shown})",
+                f"no webhook receiver points at this server (webhooks: {listed})",
                 "add a webhook receiver with url <this server>/webhook (alertmanager/alertmanager.yml)",
             )
         ]

@@ -12,7 +12,7 @@ import pytest
 
 from remediate.config.values import Sink
 from remediate.doctor import Status
-from remediate.doctor.probe import Probe, reason_of, shown
+from remediate.doctor.probe import Probe, reason_of, shown_without_query
 from remediate.doctor.sinks import check_sinks
 
 pytestmark = [pytest.mark.integration]
@@ -99,9 +99,10 @@ def test_the_query_string_of_a_sink_url_is_never_shown(tmp_path: Path) -> None:
 def test_a_chat_webhooks_key_is_never_shown() -> None:
     # Slack's incoming-webhook URL carries its key in the path: what a failed request names hides it.
     assert (
-        shown("https://hooks.slack.com/services/T0000/B0000/XXXXXXXXXXXXXXXXXXXXXXXX") == "https://hooks.slack.com/***"
+        shown_without_query("https://hooks.slack.com/services/T0000/B0000/XXXXXXXXXXXXXXXXXXXXXXXX")
+        == "https://hooks.slack.com/***"
     )
-    assert shown("http://hook.example:8080/alerts?token=abc") == "http://hook.example:8080/alerts"
+    assert shown_without_query("http://hook.example:8080/alerts?token=abc") == "http://hook.example:8080/alerts"
 
 
 def test_a_failure_message_does_not_repeat_the_path_it_asked_for() -> None:
