@@ -8,6 +8,9 @@ import requests
 
 from remediate.errors import RemediateError
 
+DOCTOR_TIMEOUT = 120.0
+"""Seconds `remediate doctor --server` waits for GET /doctor (a Prometheus query per series, a HEAD per sink)."""
+
 
 class ServerError(RemediateError):
     """The server refused the request; `status` is its HTTP status (the CLI's exit code follows it)."""
@@ -26,7 +29,8 @@ class Client:
         self.timeout = timeout
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.session.request(method, self.base_url + path, timeout=self.timeout, **kwargs)
+        kwargs.setdefault("timeout", self.timeout)
+        response = self.session.request(method, self.base_url + path, **kwargs)
         try:
             body = response.json()
         except ValueError:
@@ -66,3 +70,7 @@ class Client:
     def ladders_reset(self, target: str, playbook: str | None, reason: str, by: str) -> dict[str, Any]:
         body = {"target": target, "reason": reason, "by": by, **({"playbook": playbook} if playbook else {})}
         return self._call("POST", "/ladders/reset", json=body)
+
+    def doctor(self) -> dict[str, Any]:
+        """GET /doctor: the server runs every check (each request bounded by its own timeout), so wait longer."""
+        return self._call("GET", "/doctor", timeout=max(self.timeout, DOCTOR_TIMEOUT))

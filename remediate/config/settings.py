@@ -9,8 +9,7 @@ What users write stays flat (`kube_context`, `REMEDIATE_KUBE_CONTEXT`, `--kube-c
 by section (`settings.kube.context`). Each setting is declared once, by `setting()` in its section: its
 default, its converter and its flat name (the section's `PREFIX` + the field's name unless it says
 otherwise). Each part of the server takes only its section: the executor `settings.executor`, an action
-family the section it names (`Action.settings_section`), ...
-"""
+family the section it names (`Action.settings_section`), ..."""
 
 from __future__ import annotations
 
@@ -149,9 +148,7 @@ class EngineSettings:
     """enforce: playbook modes apply. dry-run (shadow mode): every run only plans."""
     step_timeout: float = setting(300.0, v.to_seconds)
     """Default per-step timeout in seconds (a step may set its own `timeout`)."""
-    rollout: v.Rollout | None = setting(
-        None, v.to_rollout
-    )  # staged rollout: docs/playbooks.md, remediate.config.rollout
+    rollout: v.Rollout | None = setting(None, v.to_rollout)  # remediate.config.rollout
     """Staged rollout of every playbook without its own `rollout:` (`{label: remediate.io/wave, waves:
     {"1": enforce}, default: dry-run}`, or `{slurm: feature, waves: {wave1: enforce}}`: waves from Slurm
     features or partitions), YAML/JSON in the environment (docs/playbooks.md, "Staged rollout")."""
@@ -186,8 +183,7 @@ class NotifySettings:
 
     PREFIX: ClassVar[str] = "notify_"
     timeout: float = setting(10.0, v.to_seconds)
-    """Read by no step today: a notify step waits its own `timeout` param (default 10 s); kept so that files
-    that set it still load."""
+    """Read by no step today (a notify step waits its own `timeout` param); kept so that files that set it load."""
     public_url: str | None = setting(None, v.to_optional_url("public_url"), flat="public_url")
     """remediate's base URL as people reach it (e.g. https://remediate.example.com): notify.slack and notify.teams
     link to `{public_url}/ui/runs/<id>`, notify.webhook sends it as `run_url`, message templates read it as
@@ -381,7 +377,7 @@ class SlurmSettings:
 
 @dataclass(frozen=True)
 class PrometheusSettings:
-    """The Prometheus that check.prometheus steps query."""
+    """The Prometheus that check.prometheus steps query, and what `remediate doctor` checks (docs/doctor.md)."""
 
     PREFIX: ClassVar[str] = "prometheus_"
     url: str | None = setting(None, v.to_optional_url("prometheus_url"))
@@ -389,6 +385,10 @@ class PrometheusSettings:
     never taken from a label. Unset: such a step fails saying so."""
     bearer_token_file: Path | None = setting(None, v.to_optional_path)
     """File holding a bearer token for that Prometheus (e.g. a mounted Secret), read at each query."""
+    alertmanager_url: str | None = setting(None, v.to_optional_url("alertmanager_url"), flat="alertmanager_url")
+    """Doctor: the AlertManager that sends to this server; its /api/v2/status config is checked (unset: not)."""
+    rule_files: Path | None = setting(None, v.to_optional_path, flat="rule_files")
+    """Doctor: a Prometheus rule file, or a directory of `*.rules.yml`, whose series and routes are checked."""
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,29 @@ class KubeClient:
             lambda core, _p, _e: _node(core.patch_node(name, patch, _request_timeout=self._timeout)),
         )
 
+    # ------------------------------------------------------------------ permissions
+
+    def can(self, verb: str, resource: str, *, group: str = "", subresource: str = "", namespace: str = "") -> bool:
+        """Whether this client's identity may `verb` `resource` (in `namespace`; "": cluster-wide, every namespace):
+        a SelfSubjectAccessReview, which asks the API server's authorizer and changes nothing (`remediate doctor`)."""
+
+        def review(core: Any, _p: Any, _e: Any) -> bool:
+            from kubernetes import client
+
+            attributes = client.V1ResourceAttributes(
+                verb=verb, group=group, resource=resource, subresource=subresource or None, namespace=namespace or None
+            )
+            body = client.V1SelfSubjectAccessReview(
+                spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes)
+            )
+            answer = client.AuthorizationV1Api(core.api_client).create_self_subject_access_review(
+                body, _request_timeout=self._timeout
+            )
+            return bool(answer.status and answer.status.allowed)
+
+        shown = f"{resource}/{subresource}" if subresource else resource
+        return self._call(f"SelfSubjectAccessReview {verb} {shown}", review)
+
     # ------------------------------------------------------------------ pods and budgets
 
     def pods_on_node(self, node: str) -> list[PodInfo]:

@@ -1,9 +1,9 @@
 """The HTTP face of remediate: `create_app`, the Flask app factory. Only this package (its pages in ui/
 included) knows HTTP.
 
-Each resource is a module with a `create_blueprint(services)` (webhook, runs, control, agents, health, slack; the
-pages' is remediate.server.ui's), handed the process's services (remediate.services) explicitly: no module holds
-state. auth.py checks bearer tokens per route, answers.py holds the error shape and the app-wide error
+Each resource is a module with a `create_blueprint(services)` (webhook, runs, control, agents, health, slack,
+doctor; the pages' is remediate.server.ui's), handed the process's services (remediate.services) explicitly: no
+module holds state. auth.py checks bearer tokens per route, answers.py holds the error shape and the app-wide error
 handlers, queries.py parses the query strings; approvals.py is the one way a run is approved (API, page,
 Slack), ratelimit.py bounds unauthenticated requests. docs/openapi.yaml describes the routes.
 
@@ -19,7 +19,7 @@ import time
 from flask import Blueprint, Flask
 
 from remediate.config.settings import Settings
-from remediate.server import agents, answers, control, health, requestlog, runs, slack, webhook
+from remediate.server import agents, answers, control, doctor, health, requestlog, runs, slack, webhook
 from remediate.server.queries import history_query, repeat_rules
 from remediate.services import Services, build_services
 
@@ -40,7 +40,7 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.server.max_body_bytes + 1
     requestlog.init_app(app, services.metrics)  # first: the id is set before any other hook logs
     answers.init_app(app, services)
-    for resource in (webhook, runs, control, agents, health, slack):
+    for resource in (webhook, runs, control, agents, health, slack, doctor):
         app.register_blueprint(resource.create_blueprint(services))
     from remediate.server.ui import runbooks
 

@@ -95,6 +95,14 @@ class SlurmClient:
             raise SlurmError(f"squeue --json: not JSON ({exc}): {text[:200]!r}") from exc
         return tuple(job for job in parse_jobs(answer) if name in job.nodes and job.state in ON_A_NODE)
 
+    def ping(self) -> str:
+        """`scontrol ping`: whether slurmctld answers (its own line, `Slurmctld(primary) at X is UP`)."""
+        return self._run("scontrol", "ping").strip()
+
+    def show_config(self) -> str:
+        """`scontrol show config`: the controller's running configuration (SlurmUser, ...), `Key = value` lines."""
+        return self._run("scontrol", "show", "config")
+
     # ------------------------------------------------------------------ changes
 
     def requeue(self, job_id: int) -> None:

@@ -236,6 +236,8 @@ def test_every_json_output_prints_its_times_as_rfc3339_utc(busy: Server, tmp_pat
     gpus = tmp_path / "gpus.yaml"
     assert cli("gpu", "simulate", "init", gpus).exit_code == 0
     local = db_args(busy)
+    doctor_config = tmp_path / "doctor.yaml"  # every doctor check OK: exit 0
+    doctor_config.write_text(f"webhook_token: {'w' * 32}\noperator_token: {'o' * 32}\nschedulers: none\n")
     commands = {
         ("history",): ["history", *local],
         ("history", "prune"): ["history", "prune", "--older-than", "1d", "--dry-run", *local],
@@ -251,6 +253,7 @@ def test_every_json_output_prints_its_times_as_rfc3339_utc(busy: Server, tmp_pat
         ("gpu", "status"): ["gpu", "status", "--gpu-backend", "simulated", "--gpu-simulator-file", gpus],
         ("disk", "policies"): ["disk", "policies", "--policies-file", policies],
         ("disk", "plan"): ["disk", "plan", "--policies-file", policies, "--mountpoint", "/x", "--free-percent", "100"],
+        ("doctor",): ["doctor", "--config", doctor_config, "--playbooks", local[3]],
     }
     assert set(commands) == json_commands(), "a command with --json is missing here"
     seen = 0

@@ -25,6 +25,8 @@ reproduces the behaviours remediate depends on (each checked in tests/integratio
 - pods: LIST in all namespaces or one, with fieldSelector spec.nodeName / metadata.namespace /
   metadata.name / status.phase (unsupported fields -> 400 "field label not supported") and
   labelSelector; GET (404 Status with details once gone); DELETE
+- authorization.k8s.io/v1 SelfSubjectAccessReviews (resourceAttributes): `allowed` as the RBAC above decides
+  for the caller (always true while authorization is off); any authenticated user may ask
 - policy/v1 evictions (POST .../pods/{name}/eviction): name/namespace must match the URL (400);
   404 for a pod that is gone; a pod selected by one PodDisruptionBudget with disruptionsAllowed 0
   -> 429 with the exact Status body (reason TooManyRequests, details.causes[0].reason
@@ -366,6 +368,8 @@ class Change:
 
 # --------------------------------------------------------------------------- RBAC
 
+SELF_SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+"""Every authenticated user may create these (the system:basic-user ClusterRole): asking is never forbidden."""
 _RESOURCE_PATH = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?(?:/(?P<resource>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?)?$"
@@ -943,7 +947,7 @@ class FakeKubeAPI:
             return 401, status_body(401, "Unauthorized", "Unauthorized")
         url = urlsplit(raw_path)
         path, query = unquote(url.path), {k: v[-1] for k, v in parse_qs(url.query).items()}
-        if self.rbac is not None:
+        if self.rbac is not None and path != SELF_SUBJECT_ACCESS_REVIEWS:  # system:basic-user grants it to all
             denied = self.rbac.check(method, path, watch=query.get("watch") in ("true", "1"))
             if denied is not None:
                 return denied.code, denied.body
@@ -977,6 +981,10 @@ class FakeKubeAPI:
                 {"GET": self._list_events, "POST": self._create_event},
             ),
             (r"/apis/authentication.k8s.io/v1/tokenreviews", {"POST": self._token_review}),
+            (
+                r"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                {"POST": self._self_subject_access_review},
+            ),
             (r"/version", {"GET": lambda **_: (200, {"major": "1", "minor": "30", "gitVersion": "v1.30.4-fake"})}),
         ]
         for pattern, methods in routes:
@@ -1392,6 +1400,37 @@ class FakeKubeAPI:
         return 201, status_body(201, "", "")
 
     # ----- authentication.k8s.io
+
+    def _self_subject_access_review(self, *, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
+        """The authorizer's answer for the caller itself (RBAC as `authorize_as` loaded it; allowed when off)."""
+        try:
+            review = json.loads(body)
+        except ValueError:
+            raise bad_request("the body of the request was in an unknown format") from None
+        spec = review.get("spec") or {}
+        attributes = spec.get("resourceAttributes")
+        if not isinstance(attributes, dict):
+            raise bad_request("SelfSubjectAccessReview: exactly one of nonResourceAttributes or resourceAttributes")
+        request = RequestAttributes(
+            str(attributes.get("verb") or ""),
+            str(attributes.get("group") or ""),
+            str(attributes.get("resource") or ""),
+            str(attributes.get("subresource") or ""),
+            str(attributes.get("namespace") or ""),
+            str(attributes.get("name") or ""),
+        )
+        allowed = self.rbac is None or self.rbac.allows(request)
+        status: dict[str, Any] = {"allowed": allowed}
+        if allowed:
+            status["reason"] = "RBAC: allowed" if self.rbac is not None else ""
+        answer = {
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
+        return 201, answer
 
     def _token_review(self, *, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
         try:
