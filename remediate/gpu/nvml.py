@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
+from remediate.gpu import nvml_health
 from remediate.gpu.errors import (
     NVML_ERROR_FUNCTION_NOT_FOUND,
     NVML_ERROR_GPU_IS_LOST,
@@ -42,6 +43,7 @@ from remediate.gpu.errors import (
     error_for_code,
     from_nvml_error,
 )
+from remediate.gpu.health import GpuHealth
 from remediate.gpu.model import ClockState, GpuInfo, GpuProcess, MemoryHealth, ResetState
 from remediate.gpu.nvml_events import NvmlEventWatch
 from remediate.gpu.pci import normalize_pci_bus_id
@@ -339,6 +341,11 @@ class NvmlBackend:
             raise from_nvml_error(exc, doing=f"find the GPU of MIG device {mig_uuid}") from exc
         with _mapped(nvml, f"read the UUID of the GPU of MIG device {mig_uuid}"):
             return _text(nvml.nvmlDeviceGetUUID(parent))
+
+    def health_scan(self) -> list[GpuHealth]:
+        """The optional capability (gpu.health): every GPU's health reads, getters only; a lost GPU is
+        reported as lost, not raised (remediate.gpu.nvml_health)."""
+        return nvml_health.scan(load_nvml())
 
     def open_events(self) -> NvmlEventWatch:
         """The optional capability (remediate.gpu.events): XID critical error and double-bit ECC events of

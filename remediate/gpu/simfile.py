@@ -42,6 +42,8 @@ File format (YAML; JSON with the same keys when the name ends in .json):
                                   #   Manager): NVML does not list them, the reset is refused "in use by another client"
         reset_count: 0            # bumped by every reset_gpu
         lost: false               # true: every call on this GPU raises GpuLost
+        health: {ecc_dbe_volatile: 0, pcie: {gen: 5, max_gen: 5, width: 16, max_width: 16}}   # optional:
+                                  #   what gpu.health reads beyond the keys above (remediate.gpu.sim_health)
         fail:                     # optional injected failures, per operation (set_power_limit | read |
                                   #   reset_locked_clocks | lock_gpu_clocks | unlock_gpu_clocks | reset_gpu)
           set_power_limit: timeout                    # every time, or ...
@@ -68,8 +70,9 @@ from typing import Any
 import yaml
 
 from remediate.errors import ConfigError
-from remediate.gpu import errors
+from remediate.gpu import errors, sim_health
 from remediate.gpu.errors import GpuNotFound
+from remediate.gpu.health import HealthReading
 from remediate.gpu.model import ClockState, GpuInfo, GpuProcess, MemoryHealth, ResetState
 from remediate.gpu.pci import normalize_pci_bus_id
 
@@ -85,7 +88,7 @@ _KEYS = (
     "index uuid pci_bus_id name power_limit_mw default_limit_mw min_limit_mw max_limit_mw power_usage_mw "
     "temperature_c processes mig_uuids locked_gpu_clocks_mhz locked_memory_clocks_mhz graphics_clock_mhz "
     "memory_clock_mhz supported_graphics_clocks_mhz supported_memory_clocks_mhz retired_pages remapped_rows "
-    "mig_enabled nvlinks reset_count persistence_mode other_clients lost fail"
+    "mig_enabled nvlinks reset_count persistence_mode other_clients lost fail health"
 )
 DEVICE_KEYS = frozenset(_KEYS.split())
 
@@ -119,6 +122,8 @@ class SimDevice:
     health: MemoryHealth
     reset: ResetState
     reset_count: int
+    reading: HealthReading
+    """What gpu.health reads (the `health` section, remediate.gpu.sim_health)."""
 
 
 @dataclass
@@ -293,6 +298,7 @@ _OPTIONAL_EXAMPLES = """# Optional keys this file does not set (uncomment under 
 # other_clients: [nv-hostengine]         # holders NVML does not list (DCGM, Fabric Manager): a reset is refused
 # reset_count: 0                         # bumped by every reset
 # lost: true                             # every call on this GPU raises GpuLost
+# health: {ecc_dbe_volatile: 2, pcie: {gen: 5, max_gen: 5, width: 8, max_width: 16}}   # gpu.health's reads
 # fail:                                  # injected failures per operation: set_power_limit, read,
 #                                        #   reset_locked_clocks, lock_gpu_clocks, unlock_gpu_clocks, reset_gpu
 #   set_power_limit: timeout             # every call, or ...
@@ -448,12 +454,15 @@ def _parse_device(entry: Any, bad: _Where) -> SimDevice:
         fail=_parse_failures(entry.get("fail") or {}, bad),
         locked_memory_clocks_mhz=_clock_range(entry, "locked_memory_clocks_mhz", bad),
         clocks=_parse_clocks(entry, bad),
-        health=MemoryHealth(
-            **_section(entry, "retired_pages", ("single_bit", "double_bit"), ("pending",), bad),
-            **_section(entry, "remapped_rows", ("correctable", "uncorrectable"), ("pending", "failure"), bad),
+        health=(
+            memory := MemoryHealth(
+                **_section(entry, "retired_pages", ("single_bit", "double_bit"), ("pending",), bad),
+                **_section(entry, "remapped_rows", ("correctable", "uncorrectable"), ("pending", "failure"), bad),
+            )
         ),
         reset=_parse_reset_state(entry, info.mig_uuids, bad),
         reset_count=_optional_int(entry, "reset_count", bad) or 0,
+        reading=sim_health.parse(entry.get("health"), memory, bad),
     )
 
 

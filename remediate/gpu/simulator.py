@@ -31,11 +31,13 @@ from remediate.gpu.errors import (
     NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_SUPPORTED,
     GpuInvalidArgument,
+    GpuLost,
     GpuNotFound,
     GpuResetRefused,
     error_for_code,
 )
 from remediate.gpu.events import XID
+from remediate.gpu.health import GpuHealth
 from remediate.gpu.model import ClockState, GpuInfo, MemoryHealth, ResetState
 from remediate.gpu.sim_events import INJECTABLE, SimEventWatch, append_event
 from remediate.gpu.simfile import SimDevice, SimState
@@ -148,6 +150,22 @@ class SimulatedBackend:
                 if mig_uuid.lower() in (m.lower() for m in device.info.mig_uuids):
                     return device.info.uuid
         raise GpuNotFound(f"no MIG device {mig_uuid} on this (simulated) node")
+
+    def health_scan(self) -> list[GpuHealth]:
+        """The optional capability (gpu.health): every GPU's health reads; a lost GPU (or an injected
+        gpu_lost read failure) is reported as lost, as the NVML backend reports it, not raised."""
+        found = []
+        with simfile.transaction(self.path) as state:
+            for device in state.devices:
+                info = device.info
+                who = {"index": info.index, "uuid": info.uuid, "pci_bus_id": info.pci_bus_id, "name": info.name}
+                try:
+                    _raise_injected(state, device, "read", f"read the health of GPU {info.index} ({info.uuid})")
+                except GpuLost as exc:
+                    found.append(GpuHealth(**who, lost=str(exc)))
+                    continue
+                found.append(GpuHealth(**who, reading=device.reading))
+        return found
 
     def open_events(self) -> SimEventWatch:
         """The optional capability (remediate.gpu.events): the events `inject_event` appends from now on."""
