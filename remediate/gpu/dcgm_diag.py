@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,9 +80,14 @@ def argv(dcgmi: str, level: int) -> list[str]:
     return [dcgmi, "diag", "-r", str(level), "-j"]
 
 
-def run(level: int, *, timeout_s: float, which: Callable[[str], str | None] = shutil.which) -> DiagResult:
+def find_dcgmi() -> str | None:
+    """The path of `dcgmi` on this node's PATH; None where DCGM is not installed."""
+    return shutil.which("dcgmi")
+
+
+def run(level: int, *, timeout_s: float) -> DiagResult:
     """Run the diagnostic at `level` and judge it; "skipped" when DCGM is not installed."""
-    dcgmi = which("dcgmi")
+    dcgmi = find_dcgmi()
     if dcgmi is None:
         return DiagResult(level, "skipped", reason="DCGM not installed (no dcgmi on this node's PATH)")
     command = argv(dcgmi, level)

@@ -1,0 +1,191 @@
+"""`gpu.health`: read-only node health checks through NVML, and DCGM's diagnostic where it is installed.
+
+Per GPU, each check of remediate.actions.gpu_health_checks (pending page retirements, row remaps and
+row-remap failure, volatile double-bit ECC, PCIe width and generation against the maximum, clock
+throttle reasons, NVLink error counters, a GPU off the bus) gets a verdict — ok, warn, fail or skipped —
+with its evidence (values and thresholds). `diag: 1|2|3` also runs `dcgmi diag -r N -j` (remediate.gpu.
+dcgm_diag); 0 skips it, and a node without DCGM reports it skipped, not failed.
+
+The step fails when any check fails (`fail_on: fail`, the default): what a gate needs, since a failed
+step stops the run and its result — every check's evidence — stays with the step in the history
+(a PartialFailure carries it, through the agent too). `fail_on: never` reports without failing, for a
+playbook that only wants to look. Nothing here changes the node: only NVML getters and dcgmi's read-only
+diagnostic run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from remediate.actions.base import StepContext
+from remediate.actions.gpu import _GpuAction
+from remediate.actions.gpu_health_checks import (
+    CHECKS,
+    DEFAULT_THROTTLE_FAIL_ON,
+    Check,
+    Thresholds,
+    judge,
+    overall,
+)
+from remediate.actions.schema import Param, ParamSchema, between
+from remediate.errors import PartialFailure, parsed_by
+from remediate.gpu import GpuNotFound, capability, dcgm_diag, normalize_pci_bus_id, parse_gpu_ref, supports
+from remediate.gpu.errors import GpuSelectionError
+from remediate.gpu.health import CLOCK_EVENT_REASONS, GpuHealth
+
+CAPABILITY = "health_scan"
+READS = (
+    "nvmlDeviceGetRetiredPagesPendingStatus",
+    "nvmlDeviceGetRemappedRows",
+    "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)",
+    "nvmlDeviceGetCurrPcieLinkGeneration / GetMaxPcieLinkGeneration",
+    "nvmlDeviceGetCurrPcieLinkWidth / GetMaxPcieLinkWidth",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetCurrentClocksEventReasons",
+    "nvmlDeviceGetNvLinkState / GetNvLinkErrorCounter per active link",
+)
+DIAG_MARGIN_S = 5.0
+"""Time kept back from the step's deadline for judging and reporting after dcgmi returns."""
+
+
+class NodeUnhealthy(PartialFailure):
+    """A health check failed; `result` holds every check's verdict and evidence (kept with the failed step)."""
+
+
+def _count(value: int) -> str | None:
+    return None if value >= 0 else "must be 0 or more"
+
+
+def _reasons(value: list[Any]) -> str | None:
+    unknown = [v for v in value if v not in CLOCK_EVENT_REASONS]
+    return f"unknown reasons {unknown}: expected names of {', '.join(CLOCK_EVENT_REASONS)}" if unknown else None
+
+
+class HealthAction(_GpuAction):
+    name: ClassVar[str] = "gpu.health"
+    runs_if_owner_unknown: ClassVar[bool] = True  # reads only: nothing to refuse on a node someone else owns
+    description: ClassVar[str] = (
+        "Read-only GPU health checks through NVML (ECC, row remap, PCIe, throttle, NVLink, lost GPU), "
+        "optionally dcgmi diag; fails the step when unhealthy."
+    )
+    schema: ClassVar[ParamSchema] = ParamSchema(
+        {
+            "gpu": Param(
+                str,
+                default="all",
+                check=parsed_by(parse_gpu_ref, GpuSelectionError),
+                doc="GPU index, UUID, PCI bus id, MIG UUID (its GPU), or 'all' (the default: the whole node)",
+            ),
+            "fail_on": Param(
+                str, default="fail", choices=("fail", "never"), doc="'fail': a failed check fails the step; 'never'"
+            ),
+            "max_ecc_dbe_volatile": Param(
+                int, default=0, check=_count, doc="most volatile double-bit ECC errors that pass"
+            ),
+            "pcie_gen_load_percent": Param(
+                int,
+                default=50,
+                check=between(0, 100),
+                doc="GPU utilization from which a PCIe generation below the maximum fails (below it: warn)",
+            ),
+            "throttle_fail_on": Param(
+                list,
+                default=list(DEFAULT_THROTTLE_FAIL_ON),
+                check=_reasons,
+                doc="clock event reasons that fail the check",
+            ),
+            "max_nvlink_recovery_errors": Param(int, default=0, check=_count, doc="per link"),
+            "max_nvlink_crc_errors": Param(int, default=100, check=_count, doc="replay + CRC errors per link"),
+            "diag": Param(int, default=0, choices=(0, 1, 2, 3), doc="dcgmi diag level to run (0: none)"),
+        }
+    )
+
+    def _limits(self, params: Mapping[str, Any]) -> Thresholds:
+        return Thresholds(
+            max_ecc_dbe_volatile=params["max_ecc_dbe_volatile"],
+            pcie_gen_load_percent=params["pcie_gen_load_percent"],
+            throttle_fail_on=tuple(params["throttle_fail_on"]),
+            max_nvlink_recovery_errors=params["max_nvlink_recovery_errors"],
+            max_nvlink_crc_errors=params["max_nvlink_crc_errors"],
+        )
+
+    def _scan(self, params: Mapping[str, Any]) -> list[GpuHealth]:
+        found = capability(self.backend, CAPABILITY, doing="read GPU health")()
+        ref = parse_gpu_ref(params["gpu"])
+        if ref.kind == "all":
+            chosen = found
+        elif ref.kind == "index":
+            chosen = [g for g in found if g.index == int(ref.value)]
+        elif ref.kind == "pci":
+            chosen = [g for g in found if g.pci_bus_id and normalize_pci_bus_id(g.pci_bus_id) == ref.value]
+        else:
+            uuid = ref.value if ref.kind == "uuid" else self.backend.parent_of_mig(ref.value)
+            chosen = [g for g in found if g.uuid.lower() == uuid.lower()]
+        if not chosen:
+            listed = ", ".join(f"{g.index} {g.uuid or '(lost)'}" for g in found) or "none"
+            raise GpuNotFound(f"no GPU {ref.value} on this node (GPUs here: {listed})")
+        return chosen
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        notes = []
+        gpus: list[dict[str, Any]] = []
+        if supports(self.backend, CAPABILITY):
+            gpus = [g.ident() | ({"lost": g.lost} if g.lost else {}) for g in self._scan(params)]
+        else:
+            notes.append(f"the {self.backend.name} GPU backend cannot read GPU health: the step would fail")
+        level = params["diag"]
+        diag: dict[str, Any] = {"level": level}
+        if level:
+            found = dcgm_diag.find_dcgmi()
+            diag["command"] = dcgm_diag.argv(found, level) if found else "skipped: DCGM not installed"
+        return self._report(
+            gpus,
+            reads=list(READS),
+            checks=list(CHECKS),
+            thresholds=self._limits(params).to_dict(),
+            diag=diag,
+            fail_on=params["fail_on"],
+            notes=notes,
+        )
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        limits = self._limits(params)
+        gpus, failed, warned = [], [], []
+        for gpu in self._scan(params):
+            checks = judge(gpu, limits)
+            verdict = overall(c.verdict for c in checks)
+            failed += _lines(gpu, checks, "fail")
+            warned += _lines(gpu, checks, "warn")
+            reading = gpu.reading.to_dict() if gpu.reading is not None else {"lost": gpu.lost}
+            gpus.append(gpu.ident() | {"verdict": verdict, "checks": [c.to_dict() for c in checks], "read": reading})
+        diag = self._diag(params["diag"], ctx)
+        if diag["verdict"] == "fail":
+            failed.append(f"dcgmi diag -r {diag['level']}: {'; '.join(diag['failed']) or diag['reason']}")
+        elif diag["verdict"] == "warn":
+            warned.append(f"dcgmi diag -r {diag['level']}: warnings (see diag.tests)")
+        verdict = overall([*(g["verdict"] for g in gpus), diag["verdict"]])
+        result = self._report(
+            gpus,
+            verdict=verdict,
+            failed=failed,
+            warnings=warned,
+            diag=diag,
+            thresholds=limits.to_dict(),
+            fail_on=params["fail_on"],
+        )
+        if verdict == "fail" and params["fail_on"] == "fail":
+            raise NodeUnhealthy(f"node unhealthy: {'; '.join(failed)}", result)
+        return result
+
+    def _diag(self, level: int, ctx: StepContext) -> dict[str, Any]:
+        if not level:
+            return {"level": 0, "verdict": "skipped", "reason": "diag: 0 (not asked for)", "failed": []}
+        timeout = max(1.0, min(ctx.remaining(), 24 * 3600.0) - DIAG_MARGIN_S)
+        return dcgm_diag.run(level, timeout_s=timeout).to_dict()
+
+
+def _lines(gpu: GpuHealth, checks: list[Check], verdict: str) -> list[str]:
+    """`GPU 0 (GPU-…): ecc_dbe_volatile: 2 > 0` for each check of this verdict: what on-call reads first."""
+    who = f"GPU {gpu.index} ({gpu.uuid or 'uuid unknown'})"
+    return [f"{who}: {c.name}: {c.evidence}" for c in checks if c.verdict == verdict]
