@@ -95,8 +95,12 @@ class HealthAction(_GpuAction):
                 check=_reasons,
                 doc="clock event reasons that fail the check",
             ),
-            "max_nvlink_recovery_errors": Param(int, default=0, check=_count, doc="per link"),
-            "max_nvlink_crc_errors": Param(int, default=100, check=_count, doc="replay + CRC errors per link"),
+            "max_nvlink_recovery_errors": Param(
+                int, default=0, check=_count, doc="most NVLink recovery errors per active link that pass"
+            ),
+            "max_nvlink_crc_errors": Param(
+                int, default=100, check=_count, doc="most NVLink replay + CRC errors per active link that pass"
+            ),
             "diag": Param(int, default=0, choices=(0, 1, 2, 3), doc="dcgmi diag level to run (0: none)"),
         }
     )
@@ -188,4 +192,8 @@ class HealthAction(_GpuAction):
 def _lines(gpu: GpuHealth, checks: list[Check], verdict: str) -> list[str]:
     """`GPU 0 (GPU-…): ecc_dbe_volatile: 2 > 0` for each check of this verdict: what on-call reads first."""
     who = f"GPU {gpu.index} ({gpu.uuid or 'uuid unknown'})"
-    return [f"{who}: {c.name}: {c.evidence}" for c in checks if c.verdict == verdict]
+    return [
+        f"{who}: {c.evidence}" if c.evidence.startswith(c.name) else f"{who}: {c.name}: {c.evidence}"
+        for c in checks
+        if c.verdict == verdict
+    ]

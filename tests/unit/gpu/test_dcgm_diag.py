@@ -9,6 +9,7 @@ code reads (see tests/fixtures/dcgm/README.md).
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -27,13 +28,15 @@ def fixture(name: str) -> str:
 def fake_dcgmi(bin_dir: Path, *, output: str = "", exit_code: int = 0, sleep_s: float = 0) -> Path:
     """An executable `dcgmi` that records its argv and prints `output` (a real diag JSON) like dcgmi."""
     bin_dir.mkdir(exist_ok=True)
+    # Absolute paths: a test may leave only this directory on PATH.
+    cat, sleep = shutil.which("cat", path=os.defpath), shutil.which("sleep", path=os.defpath)
     (bin_dir / "out.json").write_text(output, encoding="utf-8")
     script = bin_dir / "dcgmi"
     script.write_text(
         "#!/bin/sh\n"
         f'echo "$@" > "{bin_dir}/argv"\n'
-        + (f"sleep {sleep_s}\n" if sleep_s else "")
-        + f'cat "{bin_dir}/out.json"\nexit {exit_code}\n',
+        + (f"{sleep} {sleep_s}\n" if sleep_s else "")
+        + f'{cat} "{bin_dir}/out.json"\nexit {exit_code}\n',
         encoding="utf-8",
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
