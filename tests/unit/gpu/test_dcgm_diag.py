@@ -1,9 +1,9 @@
 """`dcgmi diag -j` parsed and judged (remediate.gpu.dcgm_diag), and run through a fake `dcgmi` on PATH.
 
 The outputs in tests/fixtures/dcgm/ have the shape NVIDIA documents: DCGM 4's from NVIDIA/DCGM's
-testing/python3/dcgm_diag_schema.json and the `dcgmi diag` output shown in NVIDIA/DCGM issue 215,
-with DCGM's real persistence-mode warning (error_id 29); DCGM 3's with the keys NVIDIA's DCGM test
-code reads (see tests/fixtures/dcgm/README.md).
+testing/python3/dcgm_diag_schema.json and the `dcgmi diag` output shown in NVIDIA/DCGM#215 on GitHub,
+with DCGM 4's persistence-mode warning (error_id 29); DCGM 3's with the keys NVIDIA's DCGM test code
+reads (see tests/fixtures/dcgm/README.md).
 """
 
 from __future__ import annotations
