@@ -1,7 +1,7 @@
 """`dcgmi diag -r LEVEL -j`: DCGM's own diagnostic, run when DCGM is installed on the node, its JSON judged.
 
 DCGM Diagnostics (formerly NVVS) level 1 checks the deployment (driver, NVML, CUDA, persistence,
-pending page retirements) in seconds; level 2 adds PCIe, memory and a short compute run (about two
+pending page retirements) in up to about a minute; level 2 adds PCIe, memory and a short compute run (a few
 minutes); level 3 the stress tests (about 15-30 minutes). It needs DCGM's host engine (nv-hostengine)
 on the node. A node without `dcgmi` on PATH gets a "skipped" result saying so, never a failure: DCGM is
 optional. Anything else that keeps the diagnostic from answering (no host engine, a timeout, output that
