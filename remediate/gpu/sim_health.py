@@ -24,6 +24,12 @@ _KEYS = frozenset({"ecc_dbe_volatile", "pcie", "utilization_percent", "clock_eve
 _PCIE_KEYS = ("gen", "max_gen", "width", "max_width")
 
 
+def example(pcie_gen: int) -> dict[str, Any]:
+    """A healthy idle GPU's section, for the example files (an x16 link at `pcie_gen`, no NVLink)."""
+    pcie = {"gen": pcie_gen, "max_gen": pcie_gen, "width": 16, "max_width": 16}
+    return {"ecc_dbe_volatile": 0, "pcie": pcie, "utilization_percent": 0, "clock_event_reasons": ["gpu_idle"]}
+
+
 def _count(value: Any, where: str, bad: Callable[[str], ConfigError]) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise bad(f"health.{where} must be a non-negative integer, got {value!r}")

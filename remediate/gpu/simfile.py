@@ -42,8 +42,7 @@ File format (YAML; JSON with the same keys when the name ends in .json):
                                   #   Manager): NVML does not list them, the reset is refused "in use by another client"
         reset_count: 0            # bumped by every reset_gpu
         lost: false               # true: every call on this GPU raises GpuLost
-        health: {ecc_dbe_volatile: 0, pcie: {gen: 5, max_gen: 5, width: 16, max_width: 16}}   # optional:
-                                  #   what gpu.health reads beyond the keys above (remediate.gpu.sim_health)
+        health: {ecc_dbe_volatile: 0, pcie: {width: 8, max_width: 16}}   # optional: gpu.health (sim_health)
         fail:                     # optional injected failures, per operation (set_power_limit | read |
                                   #   reset_locked_clocks | lock_gpu_clocks | unlock_gpu_clocks | reset_gpu)
           set_power_limit: timeout                    # every time, or ...
@@ -212,11 +211,12 @@ class GpuModel:
     usage_step_mw: int
     graphics_clocks_mhz: tuple[int, ...]
     memory_clock_mhz: int
+    pcie_gen: int = 5
 
 
 H100 = GpuModel("NVIDIA H100 80GB HBM3", 700_000, 200_000, 310_000, 17_000, _H100_GRAPHICS_CLOCKS, 2619)
 # An A100 SXM4: 400 W default and max, 100 W min; graphics clocks 210..1410 MHz in 15 MHz steps.
-A100 = GpuModel("NVIDIA A100-SXM4-80GB", 400_000, 100_000, 180_000, 12_000, tuple(range(210, 1411, 15)), 1593)
+A100 = GpuModel("NVIDIA A100-SXM4-80GB", 400_000, 100_000, 180_000, 12_000, tuple(range(210, 1411, 15)), 1593, 4)
 
 
 @dataclass(frozen=True)
@@ -254,6 +254,7 @@ def example(count: int, *, as_root: bool, model: GpuModel = H100) -> dict[str, A
             "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
             "mig_enabled": False,
             "persistence_mode": True,
+            "health": sim_health.example(model.pcie_gen),
         }
         for index in range(count)
     ]
@@ -287,6 +288,7 @@ _FIELD_DOCS = {
     "remapped_rows": "optional (absent: not supported): row remapping counts and flags, shown in gpu.reset's plan",
     "mig_enabled": "optional: absent = no MIG on this GPU",
     "persistence_mode": "optional (absent: not supported); a reset turns it off and on around itself",
+    "health": "optional: what gpu.health reads beyond the keys above (docs/gpu.md; e.g. pcie width 8 = downtrained)",
 }
 
 _OPTIONAL_EXAMPLES = """# Optional keys this file does not set (uncomment under a device to try them):
@@ -298,7 +300,6 @@ _OPTIONAL_EXAMPLES = """# Optional keys this file does not set (uncomment under 
 # other_clients: [nv-hostengine]         # holders NVML does not list (DCGM, Fabric Manager): a reset is refused
 # reset_count: 0                         # bumped by every reset
 # lost: true                             # every call on this GPU raises GpuLost
-# health: {ecc_dbe_volatile: 2, pcie: {gen: 5, max_gen: 5, width: 8, max_width: 16}}   # gpu.health's reads
 # fail:                                  # injected failures per operation: set_power_limit, read,
 #                                        #   reset_locked_clocks, lock_gpu_clocks, unlock_gpu_clocks, reset_gpu
 #   set_power_limit: timeout             # every call, or ...
