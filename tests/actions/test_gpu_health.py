@@ -8,20 +8,27 @@ The action is remediate/actions/gpu_health.py (its verdicts: gpu_health_checks.p
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from remediate.actions.base import ActionRegistry
+from remediate.actions import default_registry
+from remediate.actions.base import ActionRegistry, StepContext
 from remediate.actions.gpu_health import HealthAction, NodeUnhealthy
+from remediate.agent.service import AgentService
 from remediate.errors import ParamsError, PartialFailure
+from remediate.executor.agent_calls import AgentRunner, StaticAgents
 from remediate.gpu import BackendNotSupported, GpuInfo, GpuNotFound, SimulatedBackend
+from remediate.intake.alertref import AlertRef
 from remediate.judging.engine import Engine
 from remediate.store import Store
+from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
 from tests.support.gpu import PowerOnlyBackend, alert_on_gpu, node_playbook, simulated_registry, step_context
 from tests.support.store_json import run_json_of
+from tests.support.waiting import scaled
 from tests.unit.gpu.test_dcgm_diag import fake_dcgmi, fixture
 
 T0 = 1_767_225_600.0
@@ -301,3 +308,31 @@ def test_a_playbook_step_fails_on_an_unhealthy_node_and_the_history_keeps_the_ev
     assert f"GPU 0 ({gpus[0].uuid}): ecc_dbe_volatile: 3 > 0" in step["error"]
     assert step["result"]["failed"] == [f"GPU 0 ({gpus[0].uuid}): ecc_dbe_volatile: 3 > 0"]
     assert checks(step["result"], 0)["ecc_dbe_volatile"] == ("fail", "ecc_dbe_volatile: 3 > 0")
+
+
+def test_through_the_node_agent_a_failed_check_comes_back_with_its_evidence(
+    tmp_path: Path, sim: SimulatedBackend, no_dcgm: None
+) -> None:
+    """The path a node step takes on a cluster: the server's AgentRunner to the node's agent over HTTP."""
+    uuid = sim.devices()[1].uuid
+    sim.update_device(uuid, health={**HEALTHY, "pcie": {"gen": 5, "max_gen": 5, "width": 8, "max_width": 16}})
+    settings = agent_settings(tmp_path, gpu_backend="simulated", gpu_simulator_file=sim.path)
+    service = AgentService(settings)
+    action = default_registry(settings).get("gpu.health")
+    ctx = StepContext(
+        run_id=12,
+        step_index=0,
+        playbook="gate",
+        target="node-b",
+        alert=AlertRef(),
+        deadline=time.monotonic() + scaled(30),
+    )
+    with serve_agent(service, settings) as url:
+        remote = AgentRunner("node-b", StaticAgents({"node-b": url}), AGENT_TOKEN, retry_wait_max=0.01)
+        assert [g["index"] for g in remote.plan(action, action.validate({}), ctx)["gpus"]] == [0, 1]
+        with pytest.raises(PartialFailure) as caught:
+            remote.execute(action, action.validate({}), ctx)
+    service.close()
+    assert f"GPU 1 ({uuid}): pcie_width: pcie width x8 < max x16" in str(caught.value)
+    assert caught.value.result["failed"] == [f"GPU 1 ({uuid}): pcie_width: pcie width x8 < max x16"]
+    assert checks(caught.value.result, 1)["pcie_width"] == ("fail", "pcie width x8 < max x16")
