@@ -30,7 +30,7 @@ from remediate.actions.gpu_health_checks import (
 )
 from remediate.actions.schema import Param, ParamSchema, between
 from remediate.errors import PartialFailure, parsed_by
-from remediate.gpu import GpuNotFound, capability, dcgm_diag, normalize_pci_bus_id, parse_gpu_ref, supports
+from remediate.gpu import GpuNotFound, capability, dcgm_diag, parse_gpu_ref, supports
 from remediate.gpu.errors import GpuSelectionError
 from remediate.gpu.health import CLOCK_EVENT_REASONS, GpuHealth
 
@@ -122,7 +122,7 @@ class HealthAction(_GpuAction):
         elif ref.kind == "index":
             chosen = [g for g in found if g.index == int(ref.value)]
         elif ref.kind == "pci":
-            chosen = [g for g in found if g.pci_bus_id and normalize_pci_bus_id(g.pci_bus_id) == ref.value]
+            chosen = [g for g in found if g.pci_bus_id == ref.value]  # the scan's ids are canonical already
         else:
             uuid = ref.value if ref.kind == "uuid" else self.backend.parent_of_mig(ref.value)
             chosen = [g for g in found if g.uuid.lower() == uuid.lower()]

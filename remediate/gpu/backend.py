@@ -22,6 +22,8 @@ The optional capabilities (NVML and the simulator have them all):
     memory_health(uuid) -> MemoryHealth   retired pages and remapped rows (every GPU plan)
     reset_state(uuid) -> ResetState       MIG mode/devices and active NVLinks (gpu.reset)
     reset_gpu(uuid)                       the driver's GPU reset (gpu.reset)
+    health_scan() -> list[GpuHealth]      every GPU's health reads, getters only, a lost GPU reported not
+                                          raised (remediate.gpu.health; gpu.health)
     open_events() -> EventWatch           XID / double-bit ECC events and lost GPUs (remediate.gpu.events;
                                           the agent's fault watcher, remediate.agent.gpu_faults)
 """
