@@ -17,6 +17,7 @@ import pytest
 
 from remediate.gpu import dcgm_diag
 from remediate.gpu.dcgm_diag import DiagOutputError
+from tests.support.waiting import scaled
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "dcgm"
 
@@ -116,7 +117,7 @@ def test_a_fake_dcgmi_on_path_is_run_with_the_level_and_json_and_judged(
     # dcgmi exits non-zero when a test fails, and still prints its JSON: the JSON decides.
     bin_dir = fake_dcgmi(tmp_path / "bin", output=fixture("dcgm4_r1_persistence_fail.json"), exit_code=226)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    result = dcgm_diag.run(1, timeout_s=30)
+    result = dcgm_diag.run(1, timeout_s=scaled(30))
     assert (bin_dir / "argv").read_text().split() == ["diag", "-r", "1", "-j"]
     assert result.verdict == "fail" and result.tests[0].name == "software"
 
@@ -125,7 +126,7 @@ def test_no_host_engine_or_a_hung_dcgmi_fails_with_the_reason(tmp_path: Path, mo
     said = "Error: unable to establish a connection to the specified host: localhost\n"
     bin_dir = fake_dcgmi(tmp_path / "bin", output=said, exit_code=255)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    result = dcgm_diag.run(1, timeout_s=30)
+    result = dcgm_diag.run(1, timeout_s=scaled(30))
     assert result.verdict == "fail"
     assert result.reason.startswith("dcgmi diag exited 255: no JSON in its output: Error: unable to establish")
 
