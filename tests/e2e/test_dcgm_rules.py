@@ -1,18 +1,23 @@
 """The shipped GPU rules across dcgm-exporter generations: each alert fed by dcgm-exporter reads only the
 normalised series of dcgm.rules.yml, and its promtool unit tests see it fire on series of the legacy generation
 (before 4.8.3: legacy names, `Hostname`) and of 4.9+ (DCGM 4.7 names, `hostname`, DCGM_FI_SYSTEM_DRIVER_VERSION).
-`pytest -s` prints the matrix (alert x generation). The input-silence alerts link runbook sections that exist.
-(promtool itself runs on every rule file in test_gpu_rules.py.)"""
+`pytest -s` prints the matrix (alert x generation). The input-silence alerts link runbook sections that exist;
+gpu-xid-quarantine's proven-healthy query, run by promtool, holds a node back while its gauge still shows a serious
+XID. (promtool itself runs on every rule file in test_gpu_rules.py.)"""
 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.support.rules import RULES_DIR, rules_of
+from tests.support.realsystems import PROMTOOL
+from tests.support.rules import RULES_DIR, as_alert, rules_of, shipped_engine
+from tests.support.waiting import scaled
 
 pytestmark = [pytest.mark.integration]
 
@@ -121,3 +126,58 @@ def test_the_input_silence_alerts_link_runbook_sections_that_exist() -> None:
         assert url.removeprefix(RUNBOOK_BASE) in anchors, f"{rule['alert']}: no section in docs/runbooks.md"
         section = page.split(f"## {rule['alert']}\n", 1)[1].split("\n## ", 1)[0]
         assert "**What it means.**" in section and "**What to do.**" in section, rule["alert"]
+
+
+def _proven_healthy_query(host: str) -> str:
+    """gpu-xid-quarantine's proven-healthy query as remediate renders it for the node's resolved alert."""
+    alert = as_alert("GPUXidCritical", {"severity": "critical", "hostname": host}, {}, "resolved")
+    (evaluation,) = [e for e in shipped_engine().evaluate(alert) if e.playbook.name == "gpu-xid-quarantine"]
+    assert evaluation.error is None, evaluation.error
+    return str(evaluation.rungs[0].steps[0].params["query"])
+
+
+def test_proven_healthy_holds_back_a_node_whose_gauge_still_shows_a_serious_xid(tmp_path: Path) -> None:
+    """The alert resolves once no new XID came for its window, but the latched gauge still says 79 until the
+    exporter restarts (the node's reboot): the undo's query stays empty then. An application XID (43), or a
+    cleared gauge, lets it through; on either exporter generation (names and node label)."""
+    query = _proven_healthy_query("node-a")
+    # The same serious XIDs as the rules'.
+    (layer,) = [r["expr"] for r in rules_of("dcgm") if r.get("record") == "gpu:xid_serious_recent"]
+    codes = re.search(r'xid=~"([0-9|]+)"', layer)
+    assert codes, layer
+    serious = codes.group(1)
+    assert f'"xid", "{serious}"' in query and serious.split("|") == re.findall(r"gpu:xid_last == (\d+)", layer)
+
+    def series(name: str, node_label: str, gpu: str, values: str) -> dict[str, str]:
+        labels = f'gpu="{gpu}", UUID="GPU-{gpu}0000000-0000-5000-8000-000000000000", {node_label}="node-a"'
+        return {"series": f"{name}{{{labels}}}", "values": values}
+
+    cases = {  # the last XIDs of the node's two GPUs -> does the query hold (one sample) at 10m?
+        ("DCGM_FI_DEV_XID_ERRORS", "Hostname", "79", "0"): False,
+        ("DCGM_FI_DEV_XID_ERRORS", "Hostname", "43", "0"): True,
+        ("DCGM_FI_DEV_XID_ERROR", "hostname", "0", "119"): False,
+        ("DCGM_FI_DEV_XID_ERROR", "hostname", "0", "0"): True,
+    }
+    tests = []
+    for (name, node_label, first, second), holds in cases.items():
+        temp = "DCGM_FI_DEV_GPU_TEMP" if node_label == "Hostname" else "DCGM_FI_DEV_GPU_TEMP_CELSIUS"
+        tests.append(
+            {
+                "interval": "1m",
+                "input_series": [
+                    series(temp, node_label, "0", "50x10"),
+                    series(temp, node_label, "1", "50x10"),
+                    series(name, node_label, "0", f"{first}x10"),
+                    series(name, node_label, "1", f"{second}x10"),
+                ],
+                "promql_expr_test": [
+                    {"expr": query, "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 2}] if holds else []}
+                ],
+            }
+        )
+    test_file = tmp_path / "proven-healthy.test.yml"
+    test_file.write_text(yaml.safe_dump({"rule_files": [], "evaluation_interval": "1m", "tests": tests}))
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", str(test_file)], capture_output=True, text=True, timeout=scaled(60), check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
