@@ -195,8 +195,16 @@ def test_a_node_whose_gpu_fell_off_the_bus_stays_out_when_its_alert_resolves(
     am = start_alertmanager(server.webhook_url)
     am.fire(_labels(NODE), {"summary": f"1 GPU(s) on {NODE} reported a serious XID error"})
     server.wait_for_run(lambda e: e["run"]["phase"] == "firing", status="succeeded", playbook=PLAYBOOK)
-    metrics, _ = gpu_metrics
+    metrics, prom = gpu_metrics
     metrics.remove("DCGM_FI_DEV_GPU_TEMP", {"Hostname": NODE, "gpu": "1", "UUID": f"GPU-{NODE}-1"})
+    # Gone from Prometheus (its next scrape marks it stale) before the resolution: a resolution that arrives
+    # faster than that scrape would find both GPUs reporting, and the node proven healthy.
+    wait_until(
+        lambda: not prom.query(f'DCGM_FI_DEV_GPU_TEMP{{UUID="GPU-{NODE}-1"}}'),
+        scaled(10),
+        interval=0.2,
+        message="GPU 1's series never went stale",
+    )
     am.resolve(_labels(NODE))
     held = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="failed", playbook=PLAYBOOK)
     kept = _steps(server.run(held["run_id"]))

@@ -1,6 +1,7 @@
 """End to end on a real Slurm cluster with the shipped parts, the whole path a Slurm site runs: dcgm-exporter's
 series for the real slurmd's node (a MetricsEndpoint: two GPUs, their temperature and last XID) -> a real
-Prometheus evaluating the SHIPPED alertmanager/rules/xid.rules.yml -> a real AlertManager -> `remediate serve`
+Prometheus evaluating the SHIPPED alertmanager/rules/xid.rules.yml (and dcgm.rules.yml, the normalised series it
+reads) -> a real AlertManager -> `remediate serve`
 started as a Slurm site starts it (REMEDIATE_SCHEDULERS=slurm, its cluster named by REMEDIATE_SLURM_CONF) with
 the SHIPPED gpu-xid-quarantine playbook -> the real slurmctld of tests/support/slurm.py, a real requeueable
 `sbatch` job on the node.
@@ -23,7 +24,7 @@ import pytest
 import yaml
 
 from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder, check_rules
-from tests.support.rules import rules_of
+from tests.support.rules import RULES_DIR, rules_of
 from tests.support.server import RemediateServer
 from tests.support.shipped import quicken_checks, shipped_playbook
 from tests.support.slurm import SlurmCluster
@@ -79,7 +80,8 @@ class Site:
         """GPUXidCritical in Prometheus' rule evaluation for this node: pending, firing, or None."""
         for alert in self.prometheus.alerts():
             labels = alert["labels"]
-            if labels["alertname"] == "GPUXidCritical" and labels.get("Hostname") == self.slurm.host:
+            # The exporter writes `Hostname` here (a release before 4.8.3); the alert carries it as `hostname`.
+            if labels["alertname"] == "GPUXidCritical" and labels.get("hostname") == self.slurm.host:
                 return str(alert["state"])
         return None
 
@@ -95,16 +97,17 @@ class Site:
         return "DRAIN" in self.slurm.show_node(self.slurm.host).split("Reason=")[0]
 
 
-def _fast_rules(directory: Path) -> Path:
-    """The shipped xid.rules.yml with `for` 1m -> FIRES_AFTER and `keep_firing_for` 30m -> KEEPS_FIRING; the
-    expressions, labels and annotations as shipped."""
+def _fast_rules(directory: Path) -> list[Path]:
+    """The shipped dcgm.rules.yml as it is, and xid.rules.yml with `for` 1m -> FIRES_AFTER and `keep_firing_for`
+    30m -> KEEPS_FIRING; the expressions, labels and annotations as shipped."""
     rules = rules_of("xid")
     assert {(r["for"], r["keep_firing_for"]) for r in rules} == {("1m", "30m")}
     fast = [{**rule, "for": FIRES_AFTER, "keep_firing_for": KEEPS_FIRING} for rule in rules]
     path = directory / "xid.rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "remediate-gpu-xid", "rules": fast}]}, sort_keys=False))
-    check_rules([path])
-    return path
+    layer = RULES_DIR / "dcgm.rules.yml"
+    check_rules([layer, path])
+    return [layer, path]
 
 
 @pytest.fixture
@@ -136,7 +139,7 @@ def site(
         Prometheus(
             tmp_path / "prometheus",
             scrape_targets=[exporter.target],
-            rule_files=[_fast_rules(tmp_path)],
+            rule_files=_fast_rules(tmp_path),
             alertmanager_url=alertmanager.url,
         ) as prometheus,
     ):

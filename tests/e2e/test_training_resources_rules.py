@@ -7,6 +7,7 @@ Its fault -> command table names every shipped training playbook with its rule's
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,12 +27,16 @@ ACTING = {
 }
 
 
-def test_the_unit_tests_see_both_alerts_fire_and_the_memory_rule_reads_dcgm_fb_used_and_free() -> None:
+def test_the_unit_tests_see_both_alerts_fire_and_the_memory_rule_reads_the_normalised_fb_used_and_free() -> None:
     rules = {r["alert"]: r for r in rules_of("training-resources")}
     assert sorted(rules) == sorted(ACTING)
     assert {name for name, _, _ in expected_alerts("training-resources")} == set(ACTING)
     memory = rules["GPUMemoryPressure"]["expr"]
-    assert "DCGM_FI_DEV_FB_USED" in memory and "DCGM_FI_DEV_FB_FREE" in memory
+    assert "gpu:fb_used_bytes" in memory and "gpu:fb_free_bytes" in memory
+    # ... which dcgm.rules.yml records from both exporter generations' names.
+    layer = {r["record"]: r["expr"] for r in rules_of("dcgm") if "record" in r}
+    assert {"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED_BYTES"} <= set(re.findall(r"\w+", layer["gpu:fb_used_bytes"]))
+    assert {"DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_FREE_BYTES"} <= set(re.findall(r"\w+", layer["gpu:fb_free_bytes"]))
     assert "training_samples_total" in rules["TrainingThroughputDrop"]["expr"]
 
 
@@ -44,7 +49,7 @@ def test_every_alert_the_rules_fire_is_handled_by_the_shipped_playbooks_with_tra
         assert set(evaluations) == {playbook}, f"{alertname} {labels}"
         evaluation = evaluations[playbook]
         assert evaluation.error is None, evaluation.error
-        node = labels.get("Hostname") or labels["instance"].rsplit(":", 1)[0]
+        node = labels.get("hostname") or labels["instance"].rsplit(":", 1)[0]
         assert evaluation.target == node
         # training-throughput-drop is a ladder: its first rung sends the command.
         first = evaluation.rungs[0].steps if evaluation.rungs else evaluation.steps
@@ -60,6 +65,7 @@ def _stale_case(tests: list[dict]) -> dict:
 
 def _promtool_test(directory: Path, tests: list[dict]) -> subprocess.CompletedProcess[str]:
     shutil.copy(RULES_DIR / "training-resources.rules.yml", directory)
+    shutil.copy(RULES_DIR / "dcgm.rules.yml", directory)
     test_file = directory / "training-resources.rules.test.yml"
     document = yaml.safe_load((RULES_DIR / test_file.name).read_text())
     test_file.write_text(yaml.safe_dump({**document, "tests": tests}))

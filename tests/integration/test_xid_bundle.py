@@ -67,7 +67,11 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
             # Undone only on evidence: every GPU the node reported in the last day reports again, for 10 minutes.
             proven = quarantine.rungs[0].steps[0].params
             host = labels.get("Hostname") or labels["hostname"]
-            assert f'DCGM_FI_DEV_GPU_TEMP{{Hostname="{host}"}}' in proven["query"] and proven["for"] == "10m"
+            # Either exporter generation's name and node label: the query needs no recording rule.
+            both = '{__name__=~"DCGM_FI_DEV_GPU_TEMP|DCGM_FI_DEV_GPU_TEMP_CELSIUS", '
+            for node_label in ("Hostname", "hostname"):
+                assert f'{both}{node_label}="{host}"}}' in proven["query"], proven["query"]
+            assert proven["for"] == "10m"
             assert [s.spec.action for s in quarantine.steps] == ["notify"]
         checked += 1
     assert checked >= 9

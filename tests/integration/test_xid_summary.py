@@ -23,7 +23,7 @@ NAMED = f"GPU 3 ({UUID}) XID 79 (the GPU has fallen off the bus)"
 def test_the_xid_page_names_the_gpu_and_the_xid_and_the_search_finds_the_run_by_its_uuid(
     make_server: Callable[..., Server],
 ) -> None:
-    alertname, labels, annotations = next(a for a in expected_alerts("xid") if a[1].get("Hostname") == "node-a")
+    alertname, labels, annotations = next(a for a in expected_alerts("xid") if a[1].get("hostname") == "node-a")
     assert annotations["summary"] == f"1 GPU(s) on node-a reported a serious XID error: {NAMED}"
     playbook = (ROOT / "playbooks" / "gpu-xid-quarantine.yaml").read_text(encoding="utf-8")
     with WebhookRecorder() as oncall:

@@ -19,7 +19,7 @@ RULES_DIR = ROOT / "alertmanager" / "rules"
 
 
 def rules_of(name: str) -> list[dict[str, Any]]:
-    """The alerting rules of alertmanager/rules/<name>.rules.yml, in file order."""
+    """The rules (alerting and recording) of alertmanager/rules/<name>.rules.yml, in file order."""
     groups = yaml.safe_load((RULES_DIR / f"{name}.rules.yml").read_text())["groups"]
     return [rule for group in groups for rule in group["rules"]]
 
