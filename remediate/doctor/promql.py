@@ -2,8 +2,9 @@
 
 Prometheus 2.42 (Debian bookworm's) has no parse API (`/api/v1/parse_query` came later) and promtool prints no
 syntax tree, so this is a tokenizer of our own: it finds every vector selector (`name`, `name{...}`,
-`{__name__="name"}`) and keeps the structure that matters for "does it have data": the alternatives of `or`
-(each side may supply the data; `and`/`unless`/arithmetic need every side), at every level of parentheses.
+`{__name__="name"}`, and `{__name__=~"a|b"}` read as `a or b`) and keeps the structure that matters for "does
+it have data": the alternatives of `or` (each side may supply the data; `and`/`unless`/arithmetic need every
+side), at every level of parentheses.
 Function names, aggregations, label lists (`by (...)`, `on (...)`), ranges, strings and numbers are skipped.
 The arguments of `absent()`/`absent_over_time()` are left out: those rules fire because the series is gone.
 Jinja templates in a playbook's query (`{{ labels.UUID | promql_string }}`) are read as a string.
@@ -38,6 +39,10 @@ _NUMBER = re.compile(r"[0-9.][0-9a-zA-Z_.]*")
 TEMPLATE = "__doctor_template__"
 """What a Jinja template in a query reads as: a matcher with this value is left out of the selector asked."""
 _NAME_MATCHER = re.compile(r"""__name__\s*=\s*(["'`])([a-zA-Z_:][a-zA-Z0-9_:]*)\1""")
+_NAME_ALTERNATION = re.compile(
+    r"""__name__\s*=~\s*(["'`])([a-zA-Z_:][a-zA-Z0-9_:]*(?:\|[a-zA-Z_:][a-zA-Z0-9_:]*)+)\1"""
+)
+"""`{__name__=~"A|B"}`: any of these names (how a query reads both dcgm-exporter generations of one field)."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +179,11 @@ def matchers_of(selector_text: str) -> str:
 def selector(name: str, matchers: str) -> str:
     """`name{matchers}` as a query can ask it: the `__name__` matcher and template matchers left out (a playbook's
     `{UUID={{ labels.UUID }}}` asks for any UUID), the others as written; `name` alone when none is left."""
-    kept = [m for m in _split_matchers(matchers) if TEMPLATE not in m and not _NAME_MATCHER.fullmatch(m.strip())]
+    kept = [
+        m
+        for m in _split_matchers(matchers)
+        if TEMPLATE not in m and not _NAME_MATCHER.fullmatch(m.strip()) and not _NAME_ALTERNATION.fullmatch(m.strip())
+    ]
     return f"{name}{{{', '.join(kept)}}}" if kept else name
 
 
@@ -223,6 +232,9 @@ def _group(toks: list[Token], i: int) -> tuple[AnyOf, int]:
         elif tok.kind == "selector":
             if match := _NAME_MATCHER.search(tok.text):
                 names.append(selector(match.group(2), tok.text))
+            elif match := _NAME_ALTERNATION.search(tok.text):  # as `A{...} or B{...}`
+                either = match.group(2).split("|")
+                groups.append(AnyOf(tuple(AllOf((selector(name, tok.text),)) for name in either)))
             i += 1
         elif tok.kind == "open":
             inner, end = _group(toks, i + 1)

@@ -44,17 +44,19 @@ def rule_file(path: Path, series: str) -> Path:
     return path
 
 
+SHIPPED_QUERY = (
+    'max({__name__=~"DCGM_FI_DEV_GPU_TEMP|DCGM_FI_DEV_GPU_TEMP_CELSIUS", UUID={{ labels.UUID | promql_string }}}) < 80'
+)
+LEGACY_QUERY = "max(DCGM_FI_DEV_GPU_TEMP{UUID={{ labels.UUID | promql_string }}}) < 80"
+
+
 def playbook_dir(path: Path, *, both_generations: bool) -> Path:
-    """The shipped gpu-overheat ladder; its verify query over both generations when asked."""
+    """The shipped gpu-overheat ladder (its verify query reads both generations); without them, its query as it
+    read before it was written for both."""
     text = SHIPPED_PLAYBOOK.read_text()
-    if both_generations:
-        query = "max(DCGM_FI_DEV_GPU_TEMP{UUID={{ labels.UUID | promql_string }}})"
-        assert query in text
-        text = text.replace(
-            query,
-            "max(DCGM_FI_DEV_GPU_TEMP{UUID={{ labels.UUID | promql_string }}}"
-            " or DCGM_FI_DEV_GPU_TEMP_CELSIUS{UUID={{ labels.UUID | promql_string }}})",
-        )
+    assert SHIPPED_QUERY in text
+    if not both_generations:
+        text = text.replace(SHIPPED_QUERY, LEGACY_QUERY)
     path.mkdir(parents=True, exist_ok=True)
     (path / "gpu-overheat.yaml").write_text(text)
     return path

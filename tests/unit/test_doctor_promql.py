@@ -59,7 +59,21 @@ def test_every_shipped_rule_reads_at_least_one_series() -> None:
     rules = read_rules(rule_files(SHIPPED_RULES))
     assert len(rules) >= 20
     assert [rule.name for rule in rules if not series_names(rule.expr)] == []
-    assert "DCGM_FI_DEV_GPU_TEMP" in series_names(next(r.expr for r in rules if r.name == "GPUTemperatureHigh"))
+    # The GPU rules read the normalised layer (dcgm.rules.yml), which reads both exporter generations.
+    assert series_names(next(r.expr for r in rules if r.name == "GPUTemperatureHigh")) == ["gpu:temp_celsius"]
+    (recorded,) = [r for r in rules if r.name == "gpu:temp_celsius"]
+    assert {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_TEMP_CELSIUS"} <= set(series_names(recorded.expr))
+
+
+def test_a_name_regex_of_plain_names_reads_as_their_or() -> None:
+    query = 'max({__name__=~"OLD_TEMP|NEW_TEMP", UUID={{ labels.UUID | promql_string }}, gpu!="7"}) < 80'
+    needs = parse(query)
+    assert needs.names() == ['OLD_TEMP{gpu!="7"}', 'NEW_TEMP{gpu!="7"}']
+    assert needs.satisfied(lambda series: series.startswith("NEW_TEMP"))
+    assert needs.satisfied(lambda series: series.startswith("OLD_TEMP"))
+    assert not needs.satisfied(lambda series: False)
+    # A regex that is not a list of names says nothing the doctor can ask about.
+    assert parse('{__name__=~"DCGM_.*"}').names() == []
 
 
 @pytest.mark.parametrize(
