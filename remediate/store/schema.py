@@ -114,6 +114,8 @@ runs = sa.Table(
     sa.Index("ix_runs_target", "playbook", "target", "phase", "created_at"),
     # A wave's runs of one playbook version in a window: one range scan per promotion judgement (version 15).
     sa.Index("ix_runs_wave", "playbook", "playbook_version", "wave", "phase", "created_at"),
+    # ... and each of those runs' undo (the resolved run after it): did its verify pass (version 15)?
+    sa.Index("ix_runs_after_run", "after_run_id"),
 )
 
 steps = sa.Table(
@@ -232,6 +234,8 @@ breaker_claims = sa.Table(
     sa.Column("released_reason", sa.Text, nullable=True),
     sa.Index("ix_breaker_claims_open", "released_at", "node"),
     sa.Index("ix_breaker_claims_time", "claimed_at"),
+    # A run's claims: was what it did undone by hand (version 15, remediate.store.wave_evidence)?
+    sa.Index("ix_breaker_claims_run", "run_id"),
 )
 
 
@@ -381,5 +385,8 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
         "ALTER TABLE runs ADD COLUMN playbook_version VARCHAR(64)",
         "ALTER TABLE runs ADD COLUMN wave VARCHAR(64)",
         "CREATE INDEX ix_runs_wave ON runs (playbook, playbook_version, wave, phase, created_at)",
+        "CREATE INDEX ix_runs_after_run ON runs (after_run_id)",
+        # IF NOT EXISTS: a database older than version 3 got the table, with this index, from its migration 3.
+        "CREATE INDEX IF NOT EXISTS ix_breaker_claims_run ON breaker_claims (run_id)",
     ),
 }

@@ -124,8 +124,10 @@ def _make_version(url: str, version: int) -> None:
             conn.execute(sa.text("ALTER TABLE notifications DROP COLUMN notification_reason"))
             conn.execute(sa.text("ALTER TABLE notifications DROP COLUMN truncated_alerts"))
         if version < 15:
-            # before version 15: runs did not record their playbook's version nor their node's rollout wave
-            conn.execute(sa.text("DROP INDEX ix_runs_wave"))
+            # before version 15: runs did not record their playbook's version nor their node's rollout wave, and
+            # neither a run's undo nor its breaker claims were indexed by the run
+            for index in ("ix_runs_wave", "ix_runs_after_run", "ix_breaker_claims_run"):
+                conn.execute(sa.text(f"DROP INDEX IF EXISTS {index}"))  # no breaker_claims before version 3
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN playbook_version"))
             conn.execute(sa.text("ALTER TABLE runs DROP COLUMN wave"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
