@@ -36,4 +36,6 @@ class Promotions:
             )
         found = judge(ask.rule, ask.wave, ask.previous, version, ask.configured.value, self._evidence[key])
         mode = ev.promoted_mode if found.promoted else ev.mode
-        return replace(ev, mode=mode, wave=f"{ev.wave}; {found.note}" if ev.wave else found.note), found
+        # The wave's own note says its mode as written ("...: approve"); the promotion's says what it became.
+        written = f"{ev.wave} as written; " if ev.wave and found.promoted else f"{ev.wave}; " if ev.wave else ""
+        return replace(ev, mode=mode, wave=f"{written}{found.note}"), found
