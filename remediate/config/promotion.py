@@ -74,6 +74,7 @@ class Promotion:
     promoted: bool
     note: str
     demoted: bool = False
+    wave: str = ""
 
 
 def parse_promote(value: Any, waves: tuple[str, ...], field: str) -> PromoteRule | None:
@@ -110,7 +111,7 @@ def judge(
     of = f"{rule.after} wave-{previous} runs of version {short(version)}"
     if evidence.verified >= rule.after:
         since = _at(evidence.first_verified_at)
-        return Promotion(True, f"wave {wave} enforcing: {evidence.verified} of {of} verified since {since}")
+        return Promotion(True, f"wave {wave} enforcing: {evidence.verified} of {of} verified since {since}", wave=wave)
     held = f"wave {wave} {configured}"
     if evidence.failed_run is not None:
         return Promotion(
@@ -118,10 +119,12 @@ def judge(
             f"{held} (demoted: run {evidence.failed_run} of wave {previous} {evidence.failed_how} at "
             f"{_at(evidence.failed_at)}; {evidence.verified} of {of} verified since)",
             demoted=True,
+            wave=wave,
         )
     return Promotion(
         False,
         f"{held} (not promoted: {evidence.verified} of {of} verified within {format_duration(rule.within)})",
+        wave=wave,
     )
 
 

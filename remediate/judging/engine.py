@@ -23,6 +23,7 @@ import orjson
 
 from remediate.actions.base import ActionRegistry
 from remediate.actions.templating import render_params, render_session
+from remediate.config.promotion import Promotion
 from remediate.config.rollout import (
     Mode,
     NodeWave,
@@ -73,6 +74,8 @@ class DecisionRecord:
     decision: Decision
     reason: str
     run_id: int | None = None
+    promotion: Promotion | None = None
+    """Its rollout wave's promotion as judged (remediate.config.promotion); None where none was asked."""
 
 
 @dataclass
@@ -368,6 +371,7 @@ def _result(
             j.verdict.decision,
             j.verdict.reason,
             run_ids.get(id(j)),
+            j.promotion,
         )
         for j in judged
     ]
