@@ -6,7 +6,9 @@ the mode of each wave and the mode of every other node: `{label: remediate.io/wa
 {wave1: enforce}}` (the wave is the Slurm feature, or with `slurm: partition` the partition, of the node that
 names one of `waves`). A run's effective mode is the most cautious of its playbook's (or rung's)
 mode, its node's wave's mode and the server's mode: dry-run < approve < enforce. So a rollout only ever holds
-a playbook back; promoting a node is changing its label (or `rollout_nodes`), never editing the playbook.
+a playbook back; promoting a node is changing its label (or `rollout_nodes`), never editing the playbook, and a
+rollout's `promote` lets a wave enforce once the wave before it proved the playbook's version
+(remediate.config.promotion).
 
 Where a node's wave comes from (remediate.judging.waves reads it) is told by a `NodeWave`, which the decision's reason
 quotes: "node gpu-07 in wave 1 (label remediate.io/wave=1): enforce", "node gpu-03 in wave wave1 (Slurm feature
