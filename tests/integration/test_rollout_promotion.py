@@ -88,6 +88,7 @@ def test_wave_2_is_promoted_by_wave_1_s_verified_runs_then_demoted_by_a_failure(
     promoted = _run(server, _send(server, "w2-c"))
     assert "wave 2 enforcing: 2 of 2 wave-1 runs of version" in _reason(server, "w2-c")
     assert (promoted["mode"], promoted["status"]) == ("enforce", "queued")
+    assert promoted["wave"] == "2" and len(promoted["playbook_version"]) == 64
 
     receiver.status = 500
     failing = _send(server, "w1-c")
