@@ -48,10 +48,11 @@ _RUNS = (
         _FIRING.c.status.in_((RunStatus.SUCCEEDED.value, RunStatus.FAILED.value)),
     )
     .order_by(_FIRING.c.created_at.desc(), _FIRING.c.id.desc())
-    .limit(sa.bindparam("p_limit"))
+    .limit(sa.bindparam("p_limit", type_=sa.Integer))
 )
 READ_LIMIT = 4 * MAX_AFTER
-"""Runs read at most: `after` verified ones, and those not ended yet between them."""
+"""Runs read at most (4 x `after` + 100, up to this): `after` verified ones, and those between them whose undo
+has not ended. More of those than that counts fewer verified runs: the wave stays as written (cautious)."""
 
 
 def wave_evidence(
@@ -59,16 +60,19 @@ def wave_evidence(
 ) -> WaveEvidence:
     """The runs of `wave` since `since`, newest first, verified since its last failure (at most `after`).
     `undoes`: the playbook has an undo, which must succeed for a run to be verified."""
-    params = {"p_playbook": playbook, "p_version": version, "p_wave": wave, "p_since": since, "p_limit": READ_LIMIT}
+    limit = min(READ_LIMIT, 4 * after + 100)
+    params = {"p_playbook": playbook, "p_version": version, "p_wave": wave, "p_since": since, "p_limit": limit}
     verified, first_at = 0, None
-    for run_id, status, created_at, finished_at, undo_status, by_hand in conn.execute(_RUNS, params).all():
-        how = _failure(status, undo_status, by_hand)
-        if how:
-            return WaveEvidence(verified, first_at, run_id, by_hand or finished_at or created_at, how)
-        if status == RunStatus.SUCCEEDED and (not undoes or undo_status == RunStatus.SUCCEEDED):
-            verified, first_at = verified + 1, created_at
-            if verified >= after:
-                break
+    # Iterated, not fetched whole: the newest runs usually decide, and the rest of the window is never read.
+    with conn.execute(_RUNS, params) as result:
+        for run_id, status, created_at, finished_at, undo_status, by_hand in result:
+            how = _failure(status, undo_status, by_hand)
+            if how:
+                return WaveEvidence(verified, first_at, run_id, by_hand or finished_at or created_at, how)
+            if status == RunStatus.SUCCEEDED and (not undoes or undo_status == RunStatus.SUCCEEDED):
+                verified, first_at = verified + 1, created_at
+                if verified >= after:
+                    break
     return WaveEvidence(verified, first_at)
 
 
