@@ -163,3 +163,12 @@ def test_a_person_s_relabel_wins_and_an_undo_by_hand_demotes(
     assert f"wave 10 approve (demoted: run {first} of wave canary was undone by hand at " in held.reason
     modes = [(r.target, r.mode) for r in rows(store, t.runs.name, phase="firing")][-2:]
     assert modes == [("ten-1", "enforce"), ("ten-2", Mode.APPROVE.value)]
+
+
+def test_slurm_feature_waves_promote_in_their_written_order_too() -> None:
+    rollout = parse_rollout(
+        {"slurm": "feature", "waves": {"wave1": "enforce", "wave2": "approve"}, "promote": {"after": 3, "within": "2d"}}
+    )
+    assert rollout is not None
+    found = promotion_ask(rollout, NodeWave("gpu-03", "wave2", "Slurm feature wave2"))
+    assert found is not None and (found.previous, found.configured, found.rule.after) == ("wave1", Mode.APPROVE, 3)
