@@ -33,6 +33,12 @@ class RunStatus(StrEnum):
     """It awaited approval, and the alert resolved first."""
 
 
+UNDONE_BY_HAND = "remediate's marks are gone from the node"
+"""The reason the circuit breaker releases a claim whose node a person put back (uncordoned, untainted) before
+remediate's undo ran: the store's record of an undo by hand (a staged rollout's promotion counts it as a
+failure, remediate.store.wave_evidence)."""
+
+
 FINAL_RUN_STATUSES = (
     RunStatus.SUCCEEDED,
     RunStatus.FAILED,

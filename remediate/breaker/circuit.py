@@ -27,6 +27,7 @@ from remediate.breaker.model import (
 )
 from remediate.config.durations import format_duration
 from remediate.errors import ActionError
+from remediate.runs import UNDONE_BY_HAND
 
 
 @dataclass(eq=False)
@@ -74,7 +75,7 @@ class CircuitBreaker:
                     # A claim whose node no longer shows remediate's marks was undone by hand; give it up once
                     # it is out of the window (a younger one may be a change still in flight).
                     if claim.node not in held_now and claim.claimed_at < now - limits.window and claim.node != node:
-                        ledger.release(claim.node, now=now, reason="remediate's marks are gone from the node")
+                        ledger.release(claim.node, now=now, reason=UNDONE_BY_HAND)
                 claims = ledger.open_claims()
                 held = held_now | {c.node for c in claims}
                 recent = {c.node for c in ledger.claims_since(window_start(state, now, limits.window))}

@@ -93,6 +93,9 @@ def print_replay(report: dict[str, Any]) -> None:
     click.echo(f"\nbreaker: {breaker['note']}; {len(breaker['trips'])} trips")
     for trip in breaker["trips"]:
         click.echo(f"  {_when(trip['at'])} run {trip['run']} {trip['action']} {trip['node']}: {trip['reason']}")
+    for change in report["promotions"]:
+        head = "promoted" if change["promoted"] else "demoted"
+        click.echo(f"\nwave {change['wave']} of {change['playbook']} {head} at {_when(change['at'])}: {change['note']}")
     cordoned = report["cordoned"]
     click.echo(
         f"\nnodes cordoned or drained: {len(cordoned['recorded'])} recorded, {len(cordoned['replayed'])} replayed; "

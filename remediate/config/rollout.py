@@ -6,7 +6,9 @@ the mode of each wave and the mode of every other node: `{label: remediate.io/wa
 {wave1: enforce}}` (the wave is the Slurm feature, or with `slurm: partition` the partition, of the node that
 names one of `waves`). A run's effective mode is the most cautious of its playbook's (or rung's)
 mode, its node's wave's mode and the server's mode: dry-run < approve < enforce. So a rollout only ever holds
-a playbook back; promoting a node is changing its label (or `rollout_nodes`), never editing the playbook.
+a playbook back; promoting a node is changing its label (or `rollout_nodes`), never editing the playbook, and a
+rollout's `promote` lets a wave enforce once the wave before it proved the playbook's version
+(remediate.config.promotion).
 
 Where a node's wave comes from (remediate.judging.waves reads it) is told by a `NodeWave`, which the decision's reason
 quotes: "node gpu-07 in wave 1 (label remediate.io/wave=1): enforce", "node gpu-03 in wave wave1 (Slurm feature
@@ -26,6 +28,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from remediate.config.promotion import PromoteRule, PromotionError, parse_promote
+
 
 class Mode(StrEnum):
     ENFORCE = "enforce"
@@ -40,7 +44,7 @@ _LABEL = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Z
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _SLURM_NAME = re.compile(r"^[A-Za-z0-9_][-A-Za-z0-9_.:]{0,63}$")
 """A Slurm feature or partition name that can be a wave: no list (`,`), no feature expression (`&|[]*`)."""
-_KEYS = {"label", "slurm", "waves", "default"}
+_KEYS = {"label", "slurm", "waves", "default", "promote"}
 
 
 class RolloutError(ValueError):
@@ -68,6 +72,9 @@ class Rollout:
     """The mode of a node in no wave named here (no label, a value not listed)."""
     slurm: SlurmAttribute | None = None
     """The Slurm node attribute (feature, partition) that names the node's wave; None: the label does."""
+    promote: PromoteRule | None = None
+    """Waves promoted on the evidence of the wave before them (remediate.config.promotion); None: only a
+    person promotes a node (a label, feature or partition changed)."""
 
     def mode_of(self, wave: str | None) -> Mode:
         return next((mode for name, mode in self.waves if name == wave), self.default)
@@ -121,6 +128,35 @@ def wave_mode(rollout: Rollout, where: NodeWave) -> WaveMode:
     return WaveMode(mode, f"{node} {placed} ({where.source}): {mode}")
 
 
+@dataclass(frozen=True)
+class PromotionAsk:
+    """A firing run on a node of a wave its rollout may promote: what judging reads the evidence of
+    (remediate.config.promotion), and the wave's mode as configured."""
+
+    rule: PromoteRule
+    wave: str
+    previous: str
+    """The wave whose runs promote this one (the one written before it in `waves`)."""
+    configured: Mode
+
+
+def run_wave(where: NodeWave) -> str | None:
+    """The wave a run records (runs.wave): its node's one wave; None in none, two, or an unknown one."""
+    return where.wave if not where.unknown and len(where.waves) == 1 else None
+
+
+def promotion_ask(rollout: Rollout, where: NodeWave) -> PromotionAsk | None:
+    """What a run on the node `where` places asks of the evidence; None when its wave cannot be promoted:
+    no `promote`, the first wave, a wave already enforcing, a node in no, two or an unknown wave."""
+    wave = run_wave(where)
+    if rollout.promote is None or wave is None:
+        return None
+    configured, previous = rollout.mode_of(wave), rollout.promote.previous(wave)
+    if previous is None or configured is Mode.ENFORCE or wave not in rollout.wave_names:
+        return None
+    return PromotionAsk(rollout.promote, wave, previous, configured)
+
+
 def parse_rollout(value: Any, field: str = "rollout") -> Rollout | None:
     """A rollout as a settings file or a playbook writes it; None for none (null or `{}`). RolloutError names
     the field that is wrong."""
@@ -130,7 +166,7 @@ def parse_rollout(value: Any, field: str = "rollout") -> Rollout | None:
         raise RolloutError(f"{field}: must be a mapping (label or slurm, waves, default)")
     unknown = sorted(set(map(str, value)) - _KEYS)
     if unknown:
-        raise RolloutError(f"{field}.{unknown[0]}: unknown key (known: default, label, slurm, waves)")
+        raise RolloutError(f"{field}.{unknown[0]}: unknown key (known: default, label, promote, slurm, waves)")
     if ("label" in value) == ("slurm" in value):
         raise RolloutError(
             f"{field}: needs exactly one of label (a Kubernetes node label) and slurm (feature or partition)"
@@ -156,7 +192,11 @@ def parse_rollout(value: Any, field: str = "rollout") -> Rollout | None:
             raise RolloutError(f"{field}.waves.{name[:40]}: not a {_wave_kind(slurm)} ({_wave_rule(slurm)})")
         parsed.append((name, to_mode(mode, f"{field}.waves.{name}")))
     default = to_mode(value.get("default", Mode.DRY_RUN.value), f"{field}.default")
-    return Rollout(label, tuple(sorted(parsed)), default, slurm)
+    try:
+        promote = parse_promote(value.get("promote"), tuple(name for name, _ in parsed), f"{field}.promote")
+    except PromotionError as exc:
+        raise RolloutError(str(exc)) from None
+    return Rollout(label, tuple(sorted(parsed)), default, slurm, promote)
 
 
 def _wave_kind(slurm: SlurmAttribute | None) -> str:

@@ -111,6 +111,9 @@ def run_json(run: RunDetail) -> dict[str, Any]:
             "generatorURL": alert.generator_url,
         },
         "steps": [_step_json(s) for s in run.steps],
+        # Added with schema version 15, after the keys API clients already read in order.
+        "playbook_version": run.playbook_version,
+        "wave": run.wave,
     }
 
 

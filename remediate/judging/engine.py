@@ -23,19 +23,30 @@ import orjson
 
 from remediate.actions.base import ActionRegistry
 from remediate.actions.templating import render_params, render_session
-from remediate.config.rollout import Mode, StaticWaves, WaveMode, WaveSource, most_cautious, wave_mode
+from remediate.config.promotion import Promotion
+from remediate.config.rollout import (
+    Mode,
+    NodeWave,
+    PromotionAsk,
+    Rollout,
+    StaticWaves,
+    WaveMode,
+    WaveSource,
+    most_cautious,
+    promotion_ask,
+    run_wave,
+    wave_mode,
+)
 from remediate.config.settings import EngineSettings
 from remediate.errors import ParamsError, PayloadError, StoreConflict
 from remediate.intake.alertref import node_label
 from remediate.intake.alerts import Alert, Notification, format_timestamp, parse_notification
 from remediate.judging import stages as judging
+from remediate.judging.evaluation import Evaluation, RenderedStep, RungRender
 from remediate.judging.ladder import climbed
 from remediate.judging.stages import (
     AlertEvaluations,
-    Evaluation,
     Judged,
-    RenderedStep,
-    RungRender,
     climbs,
     dedupe_key,
     occurrence,
@@ -63,6 +74,8 @@ class DecisionRecord:
     decision: Decision
     reason: str
     run_id: int | None = None
+    promotion: Promotion | None = None
+    """Its rollout wave's promotion as judged (remediate.config.promotion); None where none was asked."""
 
 
 @dataclass
@@ -117,7 +130,9 @@ class Engine:
         return [self._evaluate_one(alert, playbook) for playbook in self.playbooks.matching(alert)]
 
     def _evaluate_one(self, alert: Alert, playbook: Playbook) -> Evaluation:
-        wave = self._wave(alert, playbook)
+        placed = self._placed(alert, playbook)
+        wave = None if placed is None else wave_mode(*placed)
+        ask = None if placed is None else promotion_ask(*placed)
         target = playbook.target.resolve(alert)
         base = {
             "alert": alert,
@@ -128,6 +143,9 @@ class Engine:
             "mode": self._mode(playbook.mode, wave),
             "dedupe_key": dedupe_key(alert, playbook.name),
             "wave": None if wave is None else wave.note,
+            "wave_name": None if placed is None else run_wave(placed[1]),
+            "promotion": ask,
+            "promoted_mode": self._promoted(playbook.mode, ask),
         }
         render = partial(self._render, alert=alert, target=target, context=alert.template_context())
         prefix = "on_resolved" if alert.status == "resolved" else "steps"
@@ -138,13 +156,14 @@ class Engine:
             RungRender(
                 *render(rung.on_resolved if alert.status == "resolved" else rung.steps, f"escalate[{index}].{prefix}"),
                 self._mode(rung.mode or playbook.mode, wave),
+                self._promoted(rung.mode or playbook.mode, ask),
             )
             for index, rung in enumerate(playbook.rungs)
         )
         return Evaluation(**base, steps=steps, error=error, rungs=rungs)
 
-    def _wave(self, alert: Alert, playbook: Playbook) -> WaveMode | None:
-        """The mode of the rollout wave of a firing alert's node (the playbook's rollout, else the server's);
+    def _placed(self, alert: Alert, playbook: Playbook) -> tuple[Rollout, NodeWave] | None:
+        """The rollout of a firing alert's node (the playbook's, else the server's) and the node's wave in it;
         None: no rollout, or a resolved alert (an undo puts back what its firing run did, whichever wave
         its node is in now)."""
         rollout = playbook.rollout or self.settings.rollout
@@ -152,7 +171,11 @@ class Engine:
             return None
         found = node_label(alert.labels, playbook.target.labels) if playbook.target.constant is None else None
         waves = self.waves or StaticWaves(dict(self.settings.rollout_nodes))
-        return wave_mode(rollout, waves.of(rollout, found[1] if found else None))
+        return rollout, waves.of(rollout, found[1] if found else None)
+
+    def _promoted(self, mode: Mode, ask: PromotionAsk | None) -> Mode | None:
+        """The run's mode if judging finds its wave promoted (the wave's part then enforce); None: it cannot be."""
+        return None if ask is None else self._mode(mode, WaveMode(Mode.ENFORCE, ""))
 
     def waves_of(self, node: str) -> list[str]:
         """The node's wave now under each rollout in force (the server's, then each playbook's own), for the
@@ -348,6 +371,7 @@ def _result(
             j.verdict.decision,
             j.verdict.reason,
             run_ids.get(id(j)),
+            j.promotion,
         )
         for j in judged
     ]
@@ -436,6 +460,8 @@ def run_row(judged: Judged, alert_id: int, now: float, *, priority: int = 0) -> 
         "error": None if accepted else judged.verdict.reason,
         "rung": judged.rung,
         "priority": priority,
+        "playbook_version": ev.playbook.version or None,
+        "wave": ev.wave_name,
     }
 
 

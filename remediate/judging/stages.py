@@ -5,7 +5,8 @@ It reads the store's facts for the whole notification once (`NotificationFacts.g
 every evaluated pair, firing alerts first, through its stages in order:
 
 1. `rung`: a ladder's firing alert is put on the rung `judging.ladder.choose_rung` picks, or a repeat
-   offender's (`judging.ladder.repeat_offender_choice`) (its steps, mode, key);
+   offender's (`judging.ladder.repeat_offender_choice`) (its steps, mode, key); `promote`: a wave a rollout
+   may promote takes its mode from the store's evidence (`judging.promotions`);
 2. `dedupe`: the run already recorded for this occurrence, or the failed one it runs again instead of;
 3. `undo`: a resolved alert's firing run(s), and for a ladder the on_resolved of every rung that acted;
 4. the guards (`judging.guards.STAGES`: dedupe, already resolved, something to undo, superseded, pause,
@@ -24,65 +25,19 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from remediate.breaker import BreakerState
+from remediate.config.promotion import Promotion
 from remediate.config.rollout import Mode
 from remediate.intake.alerts import Alert
+from remediate.judging.evaluation import Evaluation, RenderedStep
 from remediate.judging.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict
 from remediate.judging.guards import judge as guard_verdict
 from remediate.judging.ladder import RungChoice, choose_rung, climbed, repeat_offender_choice, resolved
-from remediate.playbooks.model import Playbook, StepSpec
+from remediate.judging.promotions import Promotions
+from remediate.playbooks.model import Playbook
 from remediate.runs import Decision, LadderState, RunStatus
 from remediate.store import GuardReads, PauseState
-
-
-@dataclass(frozen=True)
-class RenderedStep:
-    spec: StepSpec
-    where: str
-    params: Mapping[str, Any]
-    timeout: float
-    node: str | None = None
-    """Where a `run_on` step runs (StepSpec.node, resolved from the alert); None: on the run's target."""
-
-
-@dataclass(frozen=True)
-class RungRender:
-    """One rung of a ladder playbook, rendered for an alert: its steps for the alert's phase (`steps` when
-    firing, its `on_resolved` when resolved), or why they did not render; and the mode it runs in."""
-
-    steps: tuple[RenderedStep, ...]
-    error: str | None
-    mode: Mode
-
-
-@dataclass(frozen=True)
-class Evaluation:
-    """One (alert, playbook) pair before the guards: rendered steps or the reason they failed."""
-
-    alert: Alert
-    playbook: Playbook
-    phase: str
-    target: str
-    guard_key: str
-    """What cooldown and max_attempts count per (the target, narrowed by the playbook's guard_by)."""
-    mode: Mode
-    dedupe_key: str
-    steps: tuple[RenderedStep, ...] = ()
-    error: str | None = None
-    rungs: tuple[RungRender, ...] = ()
-    """A ladder playbook's every rung, rendered (judge picks one; a rung not picked may fail to render)."""
-    rung: int | None = None
-    """The rung (1-based) judge picked for a ladder's firing alert; `steps`/`error`/`mode` are then its."""
-    wave: str | None = None
-    """A staged rollout's note on the node's wave ("node gpu-07 in wave 1 (label remediate.io/wave=1): enforce"),
-    which the decision's reason ends with; None without a rollout (remediate.config.rollout)."""
-
-    @property
-    def awaits_approval(self) -> bool:
-        """An approve-mode playbook's firing run waits for a person; its undo (resolved) does not."""
-        return self.mode is Mode.APPROVE and self.phase == "firing"
 
 
 @dataclass(frozen=True)
@@ -106,6 +61,8 @@ class Judged:
     """A ladder's resolved alert of the occurrence its last rung ran for: the ladder to write (resolved_at)."""
     ladder_runs: tuple[tuple[int, int, str], ...] = ()
     """A ladder's resolved alert: (rung, run id, status) of every rung run of its occurrence."""
+    promotion: Promotion | None = None
+    """Its wave's promotion as judged, with the evidence (remediate.judging.promotions); None: none asked."""
 
     @property
     def rung(self) -> int | None:
@@ -167,6 +124,8 @@ class NotificationFacts:
     ladders: dict[tuple[str, str], LadderState | None] = field(default_factory=dict)
     acted: dict[tuple[str, str], int] = field(default_factory=dict)
     """(playbook, target) -> its runs that acted within the playbook's repeat_offender window."""
+    promotions: Promotions | None = None
+    """The rollout promotions judged for this notification (read once each)."""
     seen_keys: set[str] = field(default_factory=set)
     """Dedupe keys a run of this notification took."""
     acting_here: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
@@ -259,6 +218,7 @@ class NotificationFacts:
             ladder_before=pair.ladder_before,
             ladder_resolved=ladder_resolved,
             ladder_runs=pair.ladder_runs,
+            promotion=pair.promotion,
         )
 
 
@@ -280,6 +240,7 @@ class Pair:
     firing: tuple[int, str] | None = None
     runs_in_window: int = 0
     rung_runs_in_window: int = 0
+    promotion: Promotion | None = None
 
 
 def judge(
@@ -331,6 +292,15 @@ def rung(facts: NotificationFacts, pair: Pair) -> None:
         pair.ev = _on_rung(ev, pair.choice.rung)
 
 
+def promote(facts: NotificationFacts, pair: Pair) -> None:
+    """A firing run of a wave that may be promoted: its mode as the wave before it's evidence makes it."""
+    if pair.ev.promotion is None:
+        return
+    if facts.promotions is None:
+        facts.promotions = Promotions(facts.reader, facts.now)
+    pair.ev, pair.promotion = facts.promotions.judged(pair.ev)
+
+
 def dedupe(facts: NotificationFacts, pair: Pair) -> None:
     """The run recorded for this occurrence (0: earlier in this notification), unless it failed before
     changing anything: then this delivery runs again instead (`supersedes`)."""
@@ -364,8 +334,9 @@ def window(facts: NotificationFacts, pair: Pair) -> None:
         pair.rung_runs_in_window = facts.target_history((ev.playbook.name, ev.guard_key, ev.rung))[1]
 
 
-GATHER: tuple[Callable[[NotificationFacts, Pair], None], ...] = (rung, dedupe, undo, window)
-"""The stages that find a pair's facts, in order (a rung changes the dedupe key; the undo the firing run)."""
+GATHER: tuple[Callable[[NotificationFacts, Pair], None], ...] = (rung, promote, dedupe, undo, window)
+"""The stages that find a pair's facts, in order (a rung changes the dedupe key and the mode a promotion
+starts from; the undo the firing run)."""
 
 
 def guard_facts(facts: NotificationFacts, pair: Pair) -> GuardFacts:
@@ -480,6 +451,7 @@ def _on_rung(ev: Evaluation, rung: int) -> Evaluation:
         steps=render.steps,
         error=render.error,
         mode=render.mode,
+        promoted_mode=render.promoted_mode,
         dedupe_key=rung_dedupe_key(ev.alert, ev.playbook.name, rung),
         rung=rung,
     )

@@ -8,6 +8,8 @@ schema.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence, Set
 from datetime import timedelta
@@ -175,7 +177,15 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
         rollout=rollout,
         repeat_offender=repeat,
         left_out=tuple(left_out),
+        version=playbook_version(data),
     )
+
+
+def playbook_version(data: Mapping[str, Any]) -> str:
+    """The sha256 of the playbook's parsed definition in canonical JSON (sorted keys, no spaces): comments,
+    key order and YAML's quoting do not change it; any changed value does."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _refuse_unknown_keys(item: Any, known: Set[str], where: str, fail: Any, not_mapping: str = "") -> None:

@@ -127,6 +127,9 @@ class Playbook:
     left_out: tuple[LeftOutStep, ...] = ()
     """Steps as written that this server does not load (remediate.config.schedulers): the scheduler steps of a
     scheduler the site does not run."""
+    version: str = ""
+    """The content hash of the playbook as loaded (`playbook_version`, remediate.playbooks.loading): recorded on
+    each run; a staged rollout's promotion counts the runs of one version (remediate.config.promotion)."""
 
     @property
     def is_ladder(self) -> bool:

@@ -10,6 +10,9 @@ with the notification's received time as the clock. Nothing runs, so the runs st
 would have done to the circuit breaker is done here to the scratch store's breaker (a cordon, taint or drain of
 an enforced run claims its node at the notification's time; an uncordon or untaint releases it), which the
 breaker guard of the later notifications reads. A trip stays open for the rest of the replay: no person resets it.
+A rollout wave that promotes on evidence (remediate.config.promotion) reads the scratch store's runs, finished as
+above (an enforced run succeeds unless the breaker refused it): the report's `promotions` lists when each wave
+would have been promoted, and demoted, with the note its decision took.
 
 The recorded side counts only what really happened: a cordon or drain step that succeeded (or belongs to a run
 not ended yet), never one the breaker refused. A decision taken the same way on both sides is compared step by
@@ -33,6 +36,7 @@ import sqlalchemy as sa
 
 from remediate.actions.base import ActionRegistry
 from remediate.breaker import BreakerOpen, CircuitBreaker, StaleAlert, iso_utc, limits_from_settings
+from remediate.config.promotion import Promotion
 from remediate.config.settings import Settings
 from remediate.intake.alerts import Notification, parse_notification
 from remediate.judging.engine import Engine
@@ -99,6 +103,28 @@ class Replay:
     notifications: int = 0
     alerts: int = 0
     breaker_note: str = ""
+    promotions: list[dict[str, Any]] = field(default_factory=list)
+    """Each time a replayed wave's promotion changed (rehearsal: `promotions`, docs/playbooks.md)."""
+    _promoted: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    def saw_promotion(self, at: float, notification_id: int, playbook: str, promotion: Promotion) -> None:
+        """A replayed decision's wave promotion: recorded when the wave's state changed (first: once promoted)."""
+        key = (playbook, promotion.wave)
+        before = self._promoted.get(key)
+        self._promoted[key] = promotion.promoted
+        if before == promotion.promoted or (before is None and not promotion.promoted):
+            return
+        if len(self.promotions) < SHOWN_CHANGES:
+            self.promotions.append(
+                {
+                    "at": at,
+                    "notification_id": notification_id,
+                    "playbook": playbook,
+                    "wave": promotion.wave,
+                    "promoted": promotion.promoted,
+                    "note": promotion.note,
+                }
+            )
 
     def as_json(self) -> dict[str, Any]:
         keys = sorted(set(self.recorded.runs) | set(self.replayed.runs) | set(self.added) | set(self.removed))
@@ -147,6 +173,7 @@ class Replay:
             "runs": runs,
             "rungs": rungs,
             "breaker": {"trips": self.trips, "note": self.breaker_note},
+            "promotions": self.promotions,
             "cordoned": {
                 "recorded": sorted(self.recorded.cordoned),
                 "replayed": sorted(self.replayed.cordoned),
@@ -328,6 +355,8 @@ def _replay_one(
     replayed_runs: dict[tuple[str, str, str], _Run] = {}
     statuses = {alert.fingerprint: alert.status for alert in notification.alerts}
     for d in result.decisions:
+        if d.promotion is not None and d.playbook is not None:
+            report.saw_promotion(row.received_at, row.id, d.playbook, d.promotion)
         run = runs.get(d.run_id) if d.run_id is not None else None
         decision = d.decision.value
         replayed[(d.fingerprint, statuses[d.fingerprint], d.playbook or "")] = decision

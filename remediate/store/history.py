@@ -175,12 +175,17 @@ class RunDetail(NamedTuple):
     decision: DecisionSummary | None
     alert: AlertDetail
     steps: list[StepDetail]
+    playbook_version: str | None = None
+    """The content hash of its playbook when judged (Playbook.version); None for runs stored before."""
+    wave: str | None = None
+    """The one rollout wave its node was in when judged; None in none, two or an unknown one."""
 
 
 # The columns a RunDetail (an AlertDetail) takes as they are stored.
 _RUN_DETAIL_COLUMNS = (
     "id", "playbook", "alertname", "target", "phase", "mode", "status", "created_at", "started_at", "finished_at",
     "approved_by", "approved_at", "error", "superseded_by", "rung", "announced_at", "announce_error",
+    "playbook_version", "wave",
 )  # fmt: skip
 _ALERT_DETAIL_COLUMNS = ("id", "notification_id", "fingerprint", "status", "starts_at", "ends_at", "generator_url")
 

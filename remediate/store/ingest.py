@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from remediate.config.promotion import WaveEvidence
 from remediate.errors import StoreConflict
 from remediate.runs import LadderState, RunStatus
 from remediate.store import schema as t
@@ -25,6 +26,7 @@ from remediate.store.dialect import Dialect
 from remediate.store.ladders import read_ladder, save_ladder
 from remediate.store.pause import PauseState, read_pause
 from remediate.store.repeat_offenders import acted_runs
+from remediate.store.wave_evidence import wave_evidence
 from remediate.store.writes import sync_decision_status
 
 _EXISTING_RUNS = sa.select(t.runs.c.dedupe_key, t.runs.c.id, t.runs.c.status).where(
@@ -196,6 +198,12 @@ class GuardReader:
         params = {"p_playbook": playbook, "p_guard_key": guard_key, "p_fingerprint": fingerprint}
         return [(run_id, starts_at) for run_id, starts_at in self.conn.execute(_ACTIVE_FIRING_RUNS, params)]
 
+    def wave_evidence(
+        self, playbook: str, version: str, wave: str, *, since: float, after: int, undoes: bool
+    ) -> WaveEvidence:
+        """A rollout wave's runs of one playbook version since `since` (remediate.store.wave_evidence)."""
+        return wave_evidence(self.conn, playbook, version, wave, since=since, after=after, undoes=undoes)
+
 
 class EmptyGuardReader:
     """Guard facts of a store with no history (dry-run against a database that does not exist yet)."""
@@ -228,6 +236,11 @@ class EmptyGuardReader:
 
     def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]:
         return []
+
+    def wave_evidence(
+        self, playbook: str, version: str, wave: str, *, since: float, after: int, undoes: bool
+    ) -> WaveEvidence:
+        return WaveEvidence(0)
 
 
 class IngestWriter(GuardReader):

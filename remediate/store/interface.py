@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from remediate.config.promotion import WaveEvidence
 from remediate.runs import LadderState
 from remediate.store.pause import PauseState
 
@@ -29,3 +30,6 @@ class GuardReads(Protocol):
     def acted_runs(self, playbook: str, target: str, since: float) -> int: ...
     def reported_occurrences(self, fingerprints: Iterable[str], status: str) -> set[tuple[str, str]]: ...
     def active_firing_runs(self, playbook: str, guard_key: str, fingerprint: str) -> list[tuple[int, str]]: ...
+    def wave_evidence(
+        self, playbook: str, version: str, wave: str, *, since: float, after: int, undoes: bool
+    ) -> WaveEvidence: ...

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 metadata = sa.MetaData()
 
@@ -101,12 +101,21 @@ runs = sa.Table(
     # The queue's order: lower first, then by id (remediate.judging.engine.queue_priority: a small notification's
     # runs before a storm's backlog). Set at ingest, never changed.
     sa.Column("priority", sa.Integer, nullable=False, server_default="0"),
+    # Version 15, what a staged rollout's promotion counts (remediate.store.wave_evidence): the content hash of
+    # the playbook as loaded when the run was judged (Playbook.version), and the one wave its node was in
+    # (NULL: no rollout, no wave, or a node in two waves). NULL on runs stored before.
+    sa.Column("playbook_version", sa.String(64), nullable=True),
+    sa.Column("wave", sa.String(64), nullable=True),
     sa.Index("ix_runs_status", "status", "id"),
     sa.Index("ix_runs_queue", "status", "priority", "id"),
     sa.Index("ix_runs_guard_key", "playbook", "guard_key", "phase", "created_at"),
     sa.Index("ix_runs_alert", "alert_id"),
     # Repeat offenders: a playbook's runs on one target (node or GPU) in a window (store.repeat_offenders).
     sa.Index("ix_runs_target", "playbook", "target", "phase", "created_at"),
+    # A wave's runs of one playbook version in a window: one range scan per promotion judgement (version 15).
+    sa.Index("ix_runs_wave", "playbook", "playbook_version", "wave", "phase", "created_at"),
+    # ... and each of those runs' undo (the resolved run after it): did its verify pass (version 15)?
+    sa.Index("ix_runs_after_run", "after_run_id"),
 )
 
 steps = sa.Table(
@@ -225,6 +234,8 @@ breaker_claims = sa.Table(
     sa.Column("released_reason", sa.Text, nullable=True),
     sa.Index("ix_breaker_claims_open", "released_at", "node"),
     sa.Index("ix_breaker_claims_time", "claimed_at"),
+    # A run's claims: was what it did undone by hand (version 15, remediate.store.wave_evidence)?
+    sa.Index("ix_breaker_claims_run", "run_id"),
 )
 
 
@@ -368,5 +379,14 @@ MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {
     14: _steps(
         "ALTER TABLE notifications ADD COLUMN notification_reason VARCHAR(64)",
         "ALTER TABLE notifications ADD COLUMN truncated_alerts INTEGER NOT NULL DEFAULT 0",
+    ),
+    # Version 15: the playbook version and rollout wave of each run (a wave's promotion on evidence).
+    15: _steps(
+        "ALTER TABLE runs ADD COLUMN playbook_version VARCHAR(64)",
+        "ALTER TABLE runs ADD COLUMN wave VARCHAR(64)",
+        "CREATE INDEX ix_runs_wave ON runs (playbook, playbook_version, wave, phase, created_at)",
+        "CREATE INDEX ix_runs_after_run ON runs (after_run_id)",
+        # IF NOT EXISTS: a database older than version 3 got the table, with this index, from its migration 3.
+        "CREATE INDEX IF NOT EXISTS ix_breaker_claims_run ON breaker_claims (run_id)",
     ),
 }

@@ -513,15 +513,17 @@ def test_a_source_of_another_schema_version_is_refused_and_not_upgraded(
 def test_an_older_source_copies_once_upgraded_as_the_refusal_says(tmp_path: Path, pg_url: str) -> None:
     path = tmp_path / "a.db"
     source = sqlite_store(path, hosts=("node-a", "node-b"))
-    # Back to a real version 13 file: without what migration 14 adds (AlertManager's notification_reason
-    # and truncatedAlerts of each notification).
+    # Back to a real version 14 file: without what migration 15 adds (each run's playbook version and rollout
+    # wave, and the indexes of a run's undo and breaker claims by run).
     conn = sqlite3.connect(path)
     with conn:
-        for column in ("notification_reason", "truncated_alerts"):
-            conn.execute(f"ALTER TABLE notifications DROP COLUMN {column}")
-        conn.execute("UPDATE meta SET value = '13' WHERE key = 'schema_version'")
+        for index in ("ix_runs_wave", "ix_runs_after_run", "ix_breaker_claims_run"):
+            conn.execute(f"DROP INDEX {index}")
+        for column in ("playbook_version", "wave"):
+            conn.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+        conn.execute("UPDATE meta SET value = '14' WHERE key = 'schema_version'")
     conn.close()
-    assert t.SCHEMA_VERSION == 14, "make this file a version SCHEMA_VERSION-1 one"
+    assert t.SCHEMA_VERSION == 15, "make this file a version SCHEMA_VERSION-1 one"
 
     refused = cli("db", "copy", "--from", source, "--to", pg_url)
     upgraded = cli("history", "--database-url", source)

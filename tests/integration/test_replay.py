@@ -341,3 +341,36 @@ def test_slurm_drains_count_as_cordons_and_claim_the_simulated_breaker(
     trips = report["breaker"]["trips"]
     assert [(trip["node"], trip["action"]) for trip in trips] == [("node-b", "slurm.drain")]
     assert "cap is 1" in trips[0]["reason"]
+
+
+@EVERY_DATABASE
+def test_replay_shows_when_a_wave_would_have_been_promoted_on_its_evidence(
+    store: Store, db_url: str, make_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """Recorded without a rollout; replayed under one whose wave 2 (approve) promotes after 2 verified wave-1
+    runs: the two wave-1 nodes' runs and their undos end as the executor would leave them, so node-c's run
+    would have been enforced, and the report says from when and why."""
+    logged = {**XID, "cooldown": "0s", "steps": [{"action": "log", "with": {"message": "x"}}]}
+    logged["on_resolved"] = [{"action": "log", "with": {"message": "back"}}]
+    engine = make_engine(logged)
+    for at, host in ((T0, "node-a"), (T0 + 60, "node-b")):
+        ingest_alerts(engine, xid_alert(host), at=at)
+        ingest_alerts(engine, alert_payload(labels={"Hostname": host}, status="resolved"), at=at + 30)
+    ingest_alerts(engine, xid_alert("node-c"), at=T0 + 600)
+    rollout = {
+        "label": "remediate.io/wave",
+        "waves": {"1": "enforce", "2": "approve"},
+        "promote": {"after": 2, "within": "1d"},
+    }
+    config = tmp_path / "remediate.yaml"
+    nodes = {"node-a": "1", "node-b": "1", "node-c": "2"}
+    config.write_text(yaml.safe_dump({"rollout": rollout, "rollout_nodes": nodes}), encoding="utf-8")
+
+    report = replay(db_url, playbook_dir(tmp_path, logged), "--config", config)
+
+    (promotion,) = report["promotions"]
+    assert (promotion["at"], promotion["notification_id"], promotion["wave"]) == ("2026-11-18T11:16:40Z", 5, "2")
+    assert promotion["note"].startswith("wave 2 enforcing: 2 of 2 wave-1 runs of version ")
+    assert report["changes"] == []  # every decision is the same; node-c's run would have been enforced
+    text = cli("replay", "--database-url", db_url, "--playbooks", tmp_path / "changed", *WINDOW, "--config", config)
+    assert "wave 2 of xid promoted at 2026-11-18 11:16:40: wave 2 enforcing: 2 of 2" in text.stdout

@@ -74,7 +74,7 @@ def test_a_run_is_the_api_v1_shape_with_its_keys_in_order() -> None:
     assert list(body) == [
         "id", "playbook", "alertname", "target", "phase", "mode", "status", "created_at", "started_at",
         "finished_at", "approved_by", "approved_at", "announced_at", "announce_error", "error", "rerunnable",
-        "superseded_by", "ran_on", "rung", "ladder", "decision", "alert", "steps",
+        "superseded_by", "ran_on", "rung", "ladder", "decision", "alert", "steps", "playbook_version", "wave",
     ]  # fmt: skip
     assert (body["rung"], body["ladder"]) == (None, None)  # a playbook without a ladder
     assert body["decision"] == {"decision": "accepted", "reason": "ok"}

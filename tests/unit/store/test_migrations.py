@@ -123,6 +123,13 @@ def _make_version(url: str, version: int) -> None:
             # before version 14: AlertManager's notification_reason and truncatedAlerts were only in `raw`
             conn.execute(sa.text("ALTER TABLE notifications DROP COLUMN notification_reason"))
             conn.execute(sa.text("ALTER TABLE notifications DROP COLUMN truncated_alerts"))
+        if version < 15:
+            # before version 15: runs did not record their playbook's version nor their node's rollout wave, and
+            # neither a run's undo nor its breaker claims were indexed by the run
+            for index in ("ix_runs_wave", "ix_runs_after_run", "ix_breaker_claims_run"):
+                conn.execute(sa.text(f"DROP INDEX IF EXISTS {index}"))  # no breaker_claims before version 3
+            conn.execute(sa.text("ALTER TABLE runs DROP COLUMN playbook_version"))
+            conn.execute(sa.text("ALTER TABLE runs DROP COLUMN wave"))
         conn.execute(sa.insert(schema.meta).values(key="schema_version", value=str(version)))
         conn.execute(sa.insert(schema.meta).values(key="pause", value='{"paused": true, "by": "old"}'))
     engine.dispose()
@@ -366,4 +373,17 @@ def test_a_version_13_database_gets_notification_reasons_its_old_notifications_s
     store.close()
     rows = _read(old, "SELECT notification_reason, truncated_alerts FROM notifications")
     assert [tuple(r) for r in rows] == [(None, 0)]
+    assert _schema_of(old) == _schema_of(fresh)
+
+
+def test_a_version_14_database_gets_playbook_versions_and_waves_its_old_runs_count_for_no_promotion(
+    new_database: NewDatabase,
+) -> None:
+    """`runs.playbook_version` and `runs.wave` are added empty: a run stored before names no version, so no
+    promotion counts it (a promotion counts the runs of one version), and the wave index is there."""
+    old, fresh = _old_and_fresh(new_database, 14, _run())
+    store = Store.open(old)
+    store.close()
+    rows = _read(old, "SELECT playbook_version, wave FROM runs")
+    assert [tuple(r) for r in rows] == [(None, None)]
     assert _schema_of(old) == _schema_of(fresh)
