@@ -1,0 +1,109 @@
+"""`slurm.burnin`: a short collective benchmark run on a drained node, its figure judged against the baseline of
+the GPU model it ran on; a failed burn-in fails the step (what a re-admission gate waits on).
+
+The job is `srun --no-allocate -w NODE <python> -m remediate.burnin ...` (SlurmClient.run_on_drained): Slurm
+starts no new job on a drained node, not even in a maintenance reservation of it (checked on 22.05.8), but root
+or SlurmUser may run a step there without an allocation, and the node stays drained throughout: the burn-in
+never resumes it. remediate.burnin measures the all-reduce bus bandwidth (gloo on CPU, nccl on GPUs) and prints
+the model it ran on; remediate.burnin.verdict judges it against the step's `baselines` table x `tolerance`.
+
+Every part of the command line is a static param, checked when the playbook loads: no alert label reaches it.
+Only a drained node is burnt in (on a node in service the benchmark would share it with users' jobs, and its
+figure would judge neither), and never one handed to a breakfix system (its owner's now).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, ClassVar
+
+from remediate.actions.base import StepContext
+from remediate.actions.schema import Param, ParamSchema, between, positive
+from remediate.actions.slurm.common import SlurmAction, handed_note, node_schema
+from remediate.burnin.command import BACKENDS, BurninCommand, check_limit, check_path
+from remediate.burnin.verdict import BadMeasurement, Measurement, Verdict, check_baselines, judge
+from remediate.errors import ActionError, PartialFailure
+from remediate.slurm import SlurmNode
+
+BURNIN_PARAMS: dict[str, Param] = {
+    "python": Param(str, required=True, static=True, check=check_path,
+                    doc="absolute path of the Python interpreter on the node, with torch and remediate installed"),
+    "workdir": Param(str, default="/", static=True, check=check_path,
+                     doc="absolute path of the directory the burn-in runs in on the node (it writes nothing there)"),
+    "backend": Param(str, default="gloo", static=True, choices=BACKENDS,
+                     doc="gloo: all-reduce on CPU; nccl: on the node's GPUs, one rank per GPU"),
+    "ranks": Param(int, default=2, static=True, check=check_limit("ranks"),
+                   doc="processes taking part in the all-reduce (nccl: at most the node's GPUs)"),
+    "megabytes": Param(int, default=16, static=True, check=check_limit("megabytes"),
+                       doc="size of the all-reduced tensor, in MB"),
+    "iters": Param(int, default=20, static=True, check=check_limit("iters"), doc="timed all-reduces"),
+    "baselines": Param(dict, required=True, static=True, check=check_baselines,
+                       doc="bus bandwidth (GB/s) expected per model the burn-in reports: a GPU's name as torch "
+                       "says it (`NVIDIA H100 80GB HBM3`), `cpu` for gloo; a model not named fails"),
+    "tolerance": Param(float, default=0.8, static=True, check=between(0.05, 1.0),
+                       doc="the least share of the baseline that passes"),
+    "timeout": Param(float, default=300.0, static=True, check=positive,
+                     doc="seconds the burn-in may run (bounded by the step's own time-out)"),
+}  # fmt: skip
+
+
+class BurninFailedStep(PartialFailure):
+    """The burn-in ran and its figure did not pass: the result (figure, baseline, verdict) is kept with the step."""
+
+
+def command_of(params: Mapping[str, Any]) -> BurninCommand:
+    return BurninCommand(python=params["python"], backend=params["backend"], ranks=params["ranks"],
+                         megabytes=params["megabytes"], iters=params["iters"])  # fmt: skip
+
+
+def judged(measured: Measurement, params: Mapping[str, Any]) -> Verdict:
+    return judge(measured, {str(k): float(v) for k, v in params["baselines"].items()}, params["tolerance"])
+
+
+class SlurmBurninAction(SlurmAction):
+    name: ClassVar[str] = "slurm.burnin"
+    description: ClassVar[str] = (
+        "Run a short all-reduce burn-in on a drained Slurm node (srun --no-allocate: it stays drained) and judge "
+        "its figure against the baseline of its GPU model; a figure below it fails the step."
+    )
+    schema: ClassVar[ParamSchema] = node_schema(**BURNIN_PARAMS)
+
+    def _why_not(self, node: SlurmNode) -> str | None:
+        if node.handed_to is not None:
+            return f"{handed_note(node)}: its owner tests it"
+        if not node.drained:
+            return f"not drained ({node.state_text}): a burn-in would share the node with jobs (slurm.drain it first)"
+        return None
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        ref = self.node_ref(params, ctx)
+        node = self.read(ref)
+        argv = command_of(params).argv()
+        seen: dict[str, Any] = {"node": node.name, "from": ref.source, "found": True, "current": node.summary()}
+        if (why_not := self._why_not(node)) is not None:
+            return {**seen, "can_act": False, "why_not": why_not, "would": "nothing"}
+        return {**seen, "would": f"run {' '.join(argv)} on {node.name} (srun --no-allocate) and judge its figure",
+                "baselines": dict(params["baselines"]), "tolerance": params["tolerance"]}  # fmt: skip
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        ref = self.node_ref(params, ctx)
+        node = self.read(ref)
+        if (why_not := self._why_not(node)) is not None:
+            raise ActionError(f"slurm.burnin refused on {node.name}: {why_not}")
+        argv = command_of(params).argv()
+        timeout = max(1.0, min(float(params["timeout"]), ctx.remaining() - 1.0))
+        output = self.client.run_on_drained(node.name, argv, chdir=Path(params["workdir"]), timeout=timeout)
+        try:
+            measured = Measurement.parse(output)
+        except BadMeasurement as exc:
+            raise ActionError(f"slurm.burnin on {node.name}: {exc}") from exc
+        verdict = judged(measured, params)
+        after = self.read(ref)
+        result = {"outcome": "passed" if verdict.passed else "failed", "node": node.name, **verdict.summary(),
+                  "measurement": asdict(measured), "command": argv, "still_drained": after.drained,
+                  "current": after.summary()}  # fmt: skip
+        if not verdict.passed:
+            raise BurninFailedStep(f"burn-in of {node.name} failed: {verdict.why}", result)
+        return result
