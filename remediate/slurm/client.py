@@ -1,5 +1,5 @@
 """Slurm as remediate uses it: `sinfo --json` and `squeue --json` to read, `scontrol` to change nodes and jobs,
-`scancel --signal` to signal a job.
+`scancel --signal` to signal a job, `srun --no-allocate` to run a burn-in on a drained node.
 
 Who calls it: the slurm.* actions (remediate.actions.slurm). Each call runs one command with an argv list
 (never a shell), a time-out (slurm_command_timeout) and an environment of its own: PATH, SLURM_CONF (the
@@ -55,7 +55,7 @@ class SlurmClient:
     conf: Path | None = None
     """The cluster's slurm.conf (slurm_conf); None: no cluster, every call fails with SlurmConfigError."""
     bin_dir: Path | None = None
-    """Directory of scontrol, sinfo, squeue and scancel (slurm_bin_dir); None: DEFAULT_PATH."""
+    """Directory of scontrol, sinfo, squeue, scancel and srun (slurm_bin_dir); None: DEFAULT_PATH."""
     timeout: float = 30.0
     """Seconds one command may take (slurm_command_timeout); longer counts as slurmctld not answering."""
     on_command: Callable[[str], None] | None = field(default=None, compare=False)

@@ -20,8 +20,9 @@ from remediate.actions.base import StepContext
 from remediate.actions.slurm import BurninFailedStep, SlurmBurninAction, SlurmDrainAction, SlurmOptions
 from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
 from remediate.errors import ActionError
-from remediate.slurm import SlurmNodeCache
+from remediate.slurm import SlurmError, SlurmNodeCache
 from tests.support.slurm import SlurmCluster, step_context
+from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"python": sys.executable, "workdir": str(ROOT), "ranks": 2, "megabytes": 4, "iters": 5, "timeout": 240}
@@ -119,6 +120,27 @@ def test_a_node_in_service_is_refused_before_any_srun(
     with pytest.raises(ActionError, match="not drained"):
         burnin.execute(params, ctx)
     assert "srun" not in commands and not slurm.client().node(slurm.host).drained
+
+
+def test_a_node_still_draining_is_refused_until_its_jobs_end(
+    slurm: SlurmCluster, burnin: SlurmBurninAction, commands: list[str]
+) -> None:
+    job = slurm.sbatch(slurm.host, requeue=False)
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", 20, message=f"job {job} running")
+    slurm.drain_by_hand(slurm.host, "by hand")
+    with pytest.raises(ActionError, match="draining"):
+        burnin.execute(burnin.validate({**SMALL, "baselines": {"cpu": 0.0001}}), step_context(slurm.host))
+    assert "srun" not in commands and slurm.job_state(job) == "RUNNING"
+
+
+def test_a_burnin_that_cannot_run_fails_the_step_with_sruns_words_and_the_node_stays_drained(
+    slurm: SlurmCluster, burnin: SlurmBurninAction
+) -> None:
+    slurm.drain_by_hand(slurm.host, "by hand")
+    params = burnin.validate({**SMALL, "python": "/bin/false", "baselines": {"cpu": 0.0001}})
+    with pytest.raises(SlurmError, match="srun --no-allocate"):
+        burnin.execute(params, step_context(slurm.host))
+    assert slurm.client().node(slurm.host).drained
 
 
 @pytest.mark.parametrize("param", ["python", "workdir", "ranks", "megabytes", "baselines", "tolerance", "backend"])

@@ -8,8 +8,9 @@ never resumes it. remediate.burnin measures the all-reduce bus bandwidth (gloo o
 the model it ran on; remediate.burnin.verdict judges it against the step's `baselines` table x `tolerance`.
 
 Every part of the command line is a static param, checked when the playbook loads: no alert label reaches it.
-Only a drained node is burnt in (on a node in service the benchmark would share it with users' jobs, and its
-figure would judge neither), and never one handed to a breakfix system (its owner's now).
+Only a drained node with no job left is burnt in (on a node in service, or one still draining, the benchmark
+would share it with users' jobs, and its figure would judge neither), and never one handed to a breakfix
+system (its owner's now).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ BURNIN_PARAMS: dict[str, Param] = {
 }  # fmt: skip
 
 
+BUSY = ("allocated", "mixed")
+"""Base states of a node whose jobs still run (DRAINING, not yet DRAINED)."""
+
+
 class BurninFailedStep(PartialFailure):
     """The burn-in ran and its figure did not pass: the result (figure, baseline, verdict) is kept with the step."""
 
@@ -75,6 +80,8 @@ class SlurmBurninAction(SlurmAction):
             return f"{handed_note(node)}: its owner tests it"
         if not node.drained:
             return f"not drained ({node.state_text}): a burn-in would share the node with jobs (slurm.drain it first)"
+        if node.state in BUSY or "COMPLETING" in node.flags:
+            return f"draining ({node.state_text}): jobs still run there, and would share it with the burn-in"
         return None
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
