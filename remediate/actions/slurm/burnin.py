@@ -21,50 +21,25 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
-from remediate.actions.schema import Param, ParamSchema, between, positive
+from remediate.actions.burnin_common import BURNIN_PARAMS, BurninFailedStep, command_of, judged
+from remediate.actions.schema import Param, ParamSchema
 from remediate.actions.slurm.common import SlurmAction, handed_note, node_schema
-from remediate.burnin.command import BACKENDS, BurninCommand, check_limit, check_path
-from remediate.burnin.verdict import BadMeasurement, Measurement, Verdict, check_baselines, judge
-from remediate.errors import ActionError, PartialFailure
+from remediate.burnin.command import check_path
+from remediate.burnin.verdict import BadMeasurement, Measurement
+from remediate.errors import ActionError
 from remediate.slurm import SlurmNode
-
-BURNIN_PARAMS: dict[str, Param] = {
-    "python": Param(str, required=True, static=True, check=check_path,
-                    doc="absolute path of the Python interpreter on the node, with torch and remediate installed"),
-    "workdir": Param(str, default="/", static=True, check=check_path,
-                     doc="absolute path of the directory the burn-in runs in on the node (it writes nothing there)"),
-    "backend": Param(str, default="gloo", static=True, choices=BACKENDS,
-                     doc="gloo: all-reduce on CPU; nccl: on the node's GPUs, one rank per GPU"),
-    "ranks": Param(int, default=2, static=True, check=check_limit("ranks"),
-                   doc="processes taking part in the all-reduce (nccl: at most the node's GPUs)"),
-    "megabytes": Param(int, default=16, static=True, check=check_limit("megabytes"),
-                       doc="size of the all-reduced tensor, in MB"),
-    "iters": Param(int, default=20, static=True, check=check_limit("iters"), doc="timed all-reduces"),
-    "baselines": Param(dict, required=True, static=True, check=check_baselines,
-                       doc="bus bandwidth (GB/s) expected per model the burn-in reports: a GPU's name as torch "
-                       "says it (`NVIDIA H100 80GB HBM3`), `cpu` for gloo; a model not named fails"),
-    "tolerance": Param(float, default=0.8, static=True, check=between(0.05, 1.0),
-                       doc="the least share of the baseline that passes"),
-    "timeout": Param(float, default=300.0, static=True, check=positive,
-                     doc="seconds the burn-in may run (bounded by the step's own time-out)"),
-}  # fmt: skip
-
 
 BUSY = ("allocated", "mixed")
 """Base states of a node whose jobs still run (DRAINING, not yet DRAINED)."""
+WORKDIR_PARAM = Param(
+    str,
+    default="/",
+    static=True,
+    check=check_path,
+    doc="absolute path of the directory the burn-in runs in on the node (it writes nothing there)",
+)
 
-
-class BurninFailedStep(PartialFailure):
-    """The burn-in ran and its figure did not pass: the result (figure, baseline, verdict) is kept with the step."""
-
-
-def command_of(params: Mapping[str, Any]) -> BurninCommand:
-    return BurninCommand(python=params["python"], backend=params["backend"], ranks=params["ranks"],
-                         megabytes=params["megabytes"], iters=params["iters"])  # fmt: skip
-
-
-def judged(measured: Measurement, params: Mapping[str, Any]) -> Verdict:
-    return judge(measured, {str(k): float(v) for k, v in params["baselines"].items()}, params["tolerance"])
+__all__ = ["BurninFailedStep", "SlurmBurninAction"]
 
 
 class SlurmBurninAction(SlurmAction):
@@ -73,7 +48,7 @@ class SlurmBurninAction(SlurmAction):
         "Run a short all-reduce burn-in on a drained Slurm node (srun --no-allocate: it stays drained) and judge "
         "its figure against the baseline of its GPU model; a figure below it fails the step."
     )
-    schema: ClassVar[ParamSchema] = node_schema(**BURNIN_PARAMS)
+    schema: ClassVar[ParamSchema] = node_schema(**BURNIN_PARAMS, workdir=WORKDIR_PARAM)
 
     def _why_not(self, node: SlurmNode) -> str | None:
         if node.handed_to is not None:
