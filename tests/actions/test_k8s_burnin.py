@@ -2,7 +2,8 @@
 pinned to the node remediate cordoned and tainted, tolerating exactly its taints, whose completion the test
 plays with the log of a real run of `python -m remediate.burnin` (gloo on this host's CPUs); the figure passes a
 baseline it meets and fails one it cannot, a failed Job fails the step with its reason, a retried step finds its
-Job instead of creating a second, and a node remediate did not take out of service gets no Job."""
+Job instead of creating a second, a node remediate did not take out of service gets no Job, and the Helm chart's
+RBAC grants the Job in the release's namespace and nowhere else."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ import pytest
 from remediate.actions.base import StepContext
 from remediate.actions.burnin_common import BurninFailedStep
 from remediate.errors import ActionError
+from remediate.kube import KubeClient, KubeError
 from tests.support.fake_apiserver import FakeKubeAPI
-from tests.support.kube import context
+from tests.support.helm import NAMESPACE, ChartRbac
+from tests.support.kube import context, kube_actions_on
 from tests.support.waiting import scaled, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,3 +153,24 @@ def test_no_part_of_the_job_may_come_from_an_alert(actions: dict[str, Any], para
     written = {**PARAMS, "baselines": {"cpu": 1}, param: "{{ labels.image }}"}
     errors = actions["k8s.burnin"].schema.check_static(written)
     assert any(f"parameter {param!r} must be written in the playbook" in error for error in errors), errors
+
+
+def test_the_charts_rbac_grants_the_burnin_in_the_release_namespace_only(
+    default_chart_rbac: ChartRbac, tmp_path: Path, measured_log: str, breaker: Any
+) -> None:
+    with FakeKubeAPI() as api:
+        api.authorize_as(default_chart_rbac.objects, default_chart_rbac.service_account)
+        client = KubeClient(kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"), request_timeout=2)
+        try:
+            actions = kube_actions_on(client)
+            api.add_node("gpu-1")
+            actions["k8s.cordon"].execute({}, ctx(breaker=breaker))
+            params = {**PARAMS, "namespace": NAMESPACE, "baselines": {"cpu": 0.0001}}
+            result, error, _ = burn(actions["k8s.burnin"], params, ctx(), api, succeeded=True, log=measured_log,
+                                    namespace=NAMESPACE)  # fmt: skip
+            assert error is None and result is not None and result["verdict"] == "pass", error
+            elsewhere = actions["k8s.burnin"].validate({**params, "namespace": "ml"})
+            with pytest.raises(KubeError, match="forbidden"):
+                actions["k8s.burnin"].execute(elsewhere, ctx(run_id=8))
+        finally:
+            client.close()

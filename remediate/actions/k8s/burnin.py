@@ -46,8 +46,8 @@ def _matching(pattern: str, what: str) -> Callable[[str], str | None]:
 K8S_PARAMS = {
     "image": Param(str, required=True, static=True, check=_matching(IMAGE_PATTERN, "a container image reference"),
                    doc="the container image of the burn-in, with torch and remediate installed"),
-    "namespace": Param(str, default="default", static=True, check=_matching(NAMESPACE_PATTERN, "a namespace name"),
-                       doc="namespace of the burn-in Job"),
+    "namespace": Param(str, required=True, static=True, check=_matching(NAMESPACE_PATTERN, "a namespace name"),
+                       doc="namespace of the burn-in Job: the one remediate's chart grants Jobs in (its release's)"),
 }  # fmt: skip
 
 
