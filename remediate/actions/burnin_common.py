@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from remediate.actions.schema import Param, between, positive
+from remediate.actions.schema import Param, between
 from remediate.burnin.command import BACKENDS, BurninCommand, check_limit, check_path
 from remediate.burnin.verdict import Measurement, Verdict, check_baselines, judge
 from remediate.errors import PartialFailure
@@ -27,8 +27,9 @@ BURNIN_PARAMS: dict[str, Param] = {
                        "says it (`NVIDIA H100 80GB HBM3`), `cpu` for gloo; a model not named fails"),
     "tolerance": Param(float, default=0.8, static=True, check=between(0.05, 1.0),
                        doc="the least share of the baseline that passes"),
-    "timeout": Param(float, default=300.0, static=True, check=positive,
-                     doc="seconds the burn-in may run (bounded by the step's own time-out)"),
+    "timeout": Param(int, default=300, static=True, check=check_limit("seconds"),
+                     doc="seconds the burn-in may run: the benchmark ends itself past it (keep the step's own "
+                     "time-out longer)"),
 }  # fmt: skip
 
 
@@ -38,7 +39,7 @@ class BurninFailedStep(PartialFailure):
 
 def command_of(params: Mapping[str, Any]) -> BurninCommand:
     return BurninCommand(python=params["python"], backend=params["backend"], ranks=params["ranks"],
-                         megabytes=params["megabytes"], iters=params["iters"])  # fmt: skip
+                         megabytes=params["megabytes"], iters=params["iters"], seconds=params["timeout"])  # fmt: skip
 
 
 def judged(measured: Measurement, params: Mapping[str, Any]) -> Verdict:

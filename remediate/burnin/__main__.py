@@ -1,6 +1,7 @@
-"""`python -m remediate.burnin --backend gloo --ranks 2 --megabytes 16 --iters 20`: the benchmark of
+"""`python -m remediate.burnin --backend gloo --ranks 2 --megabytes 16 --iters 20 --seconds 300`: the benchmark of
 remediate.burnin.allreduce on this node, one JSON line (a Measurement) on stdout; exit status 0 when it ran
-(whatever the figure: the judging is the action's), 1 when a rank failed, 2 for bad arguments."""
+(whatever the figure: the judging is the action's), 1 when a rank failed or it ran past `--seconds` (its ranks
+ended), 2 for bad arguments."""
 
 from __future__ import annotations
 
@@ -30,9 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", type=_bounded("ranks"), default=2)
     parser.add_argument("--megabytes", type=_bounded("megabytes"), default=16)
     parser.add_argument("--iters", type=_bounded("iters"), default=20)
+    parser.add_argument("--seconds", type=_bounded("seconds"), default=300)
     args = parser.parse_args(argv)
     try:
-        measured = measure(BurninSpec(args.backend, args.ranks, args.megabytes, args.iters))
+        measured = measure(BurninSpec(args.backend, args.ranks, args.megabytes, args.iters, seconds=args.seconds))
     except BurninFailed as exc:
         print(f"burn-in failed: {exc}", file=sys.stderr)
         return 1

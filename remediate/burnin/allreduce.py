@@ -26,6 +26,8 @@ class BurninSpec:
     megabytes: int
     iters: int
     warmup: int = 3
+    seconds: float = 300.0
+    """The whole run's time limit: past it, every rank is ended and the burn-in fails."""
 
 
 class BurninFailed(RuntimeError):
@@ -85,10 +87,16 @@ def measure(spec: BurninSpec) -> Measurement:
     results = context.Queue()
     port = _free_port()
     procs = [context.Process(target=_rank, args=(rank, spec, port, results)) for rank in range(spec.ranks)]
+    deadline = time.monotonic() + spec.seconds
     for proc in procs:
         proc.start()
     for proc in procs:
-        proc.join()
+        proc.join(max(0.0, deadline - time.monotonic()))
+    if late := [rank for rank, proc in enumerate(procs) if proc.is_alive()]:
+        for proc in procs:
+            proc.kill()
+            proc.join(5)
+        raise BurninFailed(f"ranks {late} still running after {spec.seconds:g} s: ended")
     failed = [f"rank {rank}: exit status {proc.exitcode}" for rank, proc in enumerate(procs) if proc.exitcode != 0]
     if failed:
         raise BurninFailed("; ".join(failed))

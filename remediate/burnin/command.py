@@ -9,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 BACKENDS = ("gloo", "nccl")
-LIMITS = {"ranks": (2, 64), "megabytes": (1, 4096), "iters": (1, 1000)}
+LIMITS = {"ranks": (2, 64), "megabytes": (1, 4096), "iters": (1, 1000), "seconds": (10, 3600)}
 """Bounds of each number on the command line (the module's arguments and the actions' params). Two ranks at
-least: an all-reduce of one rank moves no data."""
+least: an all-reduce of one rank moves no data. `seconds`: the benchmark's own time limit, past which it ends
+its ranks and fails; its own, because nothing else may end it (an `srun --no-allocate` killed leaves its
+task running, checked on 22.05.8)."""
 
 PATH_PATTERN = re.compile(r"/[A-Za-z0-9._/+-]*")
 """An absolute path of plain characters: no space, quote, `$` or newline, whatever runs the command."""
@@ -37,6 +39,7 @@ class BurninCommand:
     ranks: int
     megabytes: int
     iters: int
+    seconds: int
 
     def argv(self) -> list[str]:
         problem = check_path(self.python)
@@ -48,4 +51,5 @@ class BurninCommand:
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"burn-in command refused: {name} {value!r} is not within {low}..{high}")
         return [self.python, "-m", "remediate.burnin", "--backend", self.backend, "--ranks", str(self.ranks),
-                "--megabytes", str(self.megabytes), "--iters", str(self.iters)]  # fmt: skip
+                "--megabytes", str(self.megabytes), "--iters", str(self.iters),
+                "--seconds", str(self.seconds)]  # fmt: skip

@@ -102,8 +102,10 @@ def test_a_job_pinned_to_the_node_tolerating_its_taints_passes_a_baseline_it_mee
         "tolerations"
     ]
     assert len(pod["tolerations"]) == 2  # remediate's own taints only, never a blanket toleration
-    assert pod["containers"][0]["command"] == ["/usr/bin/python3", "-m", "remediate.burnin", "--backend", "gloo",
-                                               "--ranks", "2", "--megabytes", "4", "--iters", "5"]  # fmt: skip
+    assert pod["containers"][0]["command"] == [
+        "/usr/bin/python3", "-m", "remediate.burnin", "--backend", "gloo", "--ranks", "2", "--megabytes", "4",
+        "--iters", "5", "--seconds", "60",
+    ]  # fmt: skip
     assert job["spec"]["activeDeadlineSeconds"] == 60 and kube_api.node("gpu-1")["spec"]["unschedulable"] is True
 
 

@@ -3,10 +3,17 @@ command line built only from checked values."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from remediate.burnin.command import BurninCommand
 from remediate.burnin.verdict import BadMeasurement, Measurement, check_baselines, judge
+from tests.support.waiting import scaled
 
 LINE = ('{"backend": "nccl", "bytes": 16000000, "correct": true, "figure": 300.0, "iters": 20, '
         '"model": "NVIDIA H100 80GB HBM3", "ranks": 8, "seconds_per_iter": 0.0001, "unit": "GB/s"}')  # fmt: skip
@@ -49,9 +56,22 @@ def test_a_baseline_table_must_name_models_and_positive_figures(table: dict[str,
 
 
 def test_the_command_line_refuses_values_no_param_check_would_let_through() -> None:
-    good = BurninCommand("/usr/bin/python3", "gloo", 2, 16, 20)
+    good = BurninCommand("/usr/bin/python3", "gloo", 2, 16, 20, 300)
     assert good.argv()[:3] == ["/usr/bin/python3", "-m", "remediate.burnin"]
-    for bad in (BurninCommand("python3", "gloo", 2, 16, 20), BurninCommand("/usr/bin/python3", "mpi", 2, 16, 20),
-                BurninCommand("/usr/bin/python3", "gloo", 1, 16, 20)):  # fmt: skip
+    for bad in (BurninCommand("python3", "gloo", 2, 16, 20, 300),
+                BurninCommand("/usr/bin/python3", "mpi", 2, 16, 20, 300),
+                BurninCommand("/usr/bin/python3", "gloo", 1, 16, 20, 300),
+                BurninCommand("/usr/bin/python3", "gloo", 2, 16, 20, 5)):  # fmt: skip
         with pytest.raises(ValueError, match="refused"):
             bad.argv()
+
+
+def test_a_benchmark_past_its_time_limit_ends_its_ranks_and_fails() -> None:
+    """Its own limit, since nothing else may end it: a killed `srun --no-allocate` leaves its task running."""
+    root = Path(__file__).resolve().parents[2]
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "remediate.burnin", "--megabytes", "64", "--iters", "1000",
+                           "--seconds", "10"], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                          capture_output=True, text=True, timeout=scaled(120), check=False)  # fmt: skip
+    assert done.returncode == 1 and "still running after 10 s: ended" in done.stderr, done.stderr
+    assert done.stdout == "" and time.monotonic() - started < scaled(60)

@@ -29,6 +29,8 @@ from remediate.burnin.verdict import BadMeasurement, Measurement
 from remediate.errors import ActionError
 from remediate.slurm import SlurmNode
 
+SRUN_GRACE = 30.0
+"""Seconds srun may take past the benchmark's own time limit (its start, the output's way back)."""
 BUSY = ("allocated", "mixed")
 """Base states of a node whose jobs still run (DRAINING, not yet DRAINED)."""
 WORKDIR_PARAM = Param(
@@ -75,7 +77,8 @@ class SlurmBurninAction(SlurmAction):
         if (why_not := self._why_not(node)) is not None:
             raise ActionError(f"slurm.burnin refused on {node.name}: {why_not}")
         argv = command_of(params).argv()
-        timeout = max(1.0, min(float(params["timeout"]), ctx.remaining() - 1.0))
+        # The benchmark ends itself at `timeout`; srun gets a grace past it to bring its output back.
+        timeout = max(1.0, min(params["timeout"] + SRUN_GRACE, ctx.remaining() - 1.0))
         output = self.client.run_on_drained(node.name, argv, chdir=Path(params["workdir"]), timeout=timeout)
         try:
             measured = Measurement.parse(output)
