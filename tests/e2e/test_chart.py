@@ -137,8 +137,8 @@ def test_the_default_install_renders_the_expected_objects(rendered: dict[str, li
         "PersistentVolumeClaim": 1,
         "ClusterRole": 2,  # the Kubernetes actions'; tokenreviews for the agents' credentials
         "ClusterRoleBinding": 2,
-        "Role": 2,  # agent discovery in the release namespace, Events in default
-        "RoleBinding": 2,
+        "Role": 3,  # agent discovery in the release namespace, Events in default, k8s.burnin's Jobs
+        "RoleBinding": 3,
         "Service": 1,
         "Deployment": 1,
         "DaemonSet": 1,
