@@ -77,6 +77,7 @@ VIOLATIONS = [
     ("training.protocol", "remediate.errors", "training"),
     ("training.handlers", "torch", "training-light"),
     ("training.distributed", "transformers", "training-torch-only"),
+    ("burnin.verdict", "torch", "burnin-light"),  # the actions judge a burn-in without loading torch
     ("runs", "remediate.store", "runs"),
     ("store.queue", "remediate.judging.engine", "store"),
     ("store.memory", "flask", "store"),

@@ -1,5 +1,5 @@
 """Slurm as remediate uses it: `sinfo --json` and `squeue --json` to read, `scontrol` to change nodes and jobs,
-`scancel --signal` to signal a job.
+`scancel --signal` to signal a job, `srun --no-allocate` to run a burn-in on a drained node.
 
 Who calls it: the slurm.* actions (remediate.actions.slurm). Each call runs one command with an argv list
 (never a shell), a time-out (slurm_command_timeout) and an environment of its own: PATH, SLURM_CONF (the
@@ -55,7 +55,7 @@ class SlurmClient:
     conf: Path | None = None
     """The cluster's slurm.conf (slurm_conf); None: no cluster, every call fails with SlurmConfigError."""
     bin_dir: Path | None = None
-    """Directory of scontrol, sinfo, squeue and scancel (slurm_bin_dir); None: DEFAULT_PATH."""
+    """Directory of scontrol, sinfo, squeue, scancel and srun (slurm_bin_dir); None: DEFAULT_PATH."""
     timeout: float = 30.0
     """Seconds one command may take (slurm_command_timeout); longer counts as slurmctld not answering."""
     on_command: Callable[[str], None] | None = field(default=None, compare=False)
@@ -146,6 +146,19 @@ class SlurmClient:
         """`scontrol update NodeName=<name> State=RESUME`: DRAIN cleared, the node takes jobs again."""
         self._update(name, "State=RESUME")
 
+    def run_on_drained(self, name: str, argv: list[str], *, chdir: Path, timeout: float) -> str:
+        """`srun --no-allocate -w <name> -N1 -n1 --chdir=<chdir> <argv...>`: `argv` run once on node `name`, its
+        stdout. --no-allocate makes no job and takes no resources, so it runs on a drained node and leaves it
+        drained (checked on 22.05.8: a plain srun, --exclusive, or one in a `Flags=MAINT,IGNORE_JOBS` reservation
+        of the drained node all wait for resources and fail, `Required node not available`); Slurm lets only
+        root and SlurmUser use it. `timeout` replaces slurm_command_timeout: the program runs for a while."""
+        if problem := check_node_name(name):
+            raise SlurmError(f"node name {problem}")
+        if not argv or not argv[0].startswith("/") or not chdir.is_absolute():
+            raise SlurmError(f"refusing to run {argv!r} in {chdir}: the program and directory must be absolute paths")
+        return self._run("srun", "--no-allocate", f"--nodelist={name}", "--nodes=1", "--ntasks=1",
+                         f"--chdir={chdir}", *argv, timeout=timeout)  # fmt: skip
+
     def _update(self, name: str, *changes: str) -> None:
         if problem := check_node_name(name):
             raise SlurmError(f"node name {problem}")
@@ -153,7 +166,7 @@ class SlurmClient:
 
     # ------------------------------------------------------------------ commands
 
-    def _run(self, tool: str, *args: str) -> str:
+    def _run(self, tool: str, *args: str, timeout: float | None = None) -> str:
         """stdout of `tool args...`; the errors of remediate.slurm.errors for anything else."""
         if self.conf is None:
             raise SlurmConfigError(
@@ -171,10 +184,12 @@ class SlurmClient:
             self.on_command(tool)
         shown = " ".join([tool, *args])
         env = {"PATH": path, "SLURM_CONF": str(self.conf), "LC_ALL": "C"}
+        limit = self.timeout if timeout is None else timeout
         try:
-            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=self.timeout, check=False)
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=limit, check=False)
         except subprocess.TimeoutExpired as exc:
-            raise SlurmUnavailable(f"{shown}: no answer within {self.timeout:g} s (slurm_command_timeout)") from exc
+            bound = "slurm_command_timeout" if timeout is None else "the command's own time-out"
+            raise SlurmUnavailable(f"{shown}: no answer within {limit:g} s ({bound})") from exc
         except OSError as exc:
             raise SlurmConfigError(f"{shown}: cannot run {program}: {exc.strerror or exc}") from exc
         if done.returncode != 0:

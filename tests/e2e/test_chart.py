@@ -137,8 +137,8 @@ def test_the_default_install_renders_the_expected_objects(rendered: dict[str, li
         "PersistentVolumeClaim": 1,
         "ClusterRole": 2,  # the Kubernetes actions'; tokenreviews for the agents' credentials
         "ClusterRoleBinding": 2,
-        "Role": 2,  # agent discovery in the release namespace, Events in default
-        "RoleBinding": 2,
+        "Role": 3,  # agent discovery in the release namespace, Events in default, k8s.burnin's Jobs
+        "RoleBinding": 3,
         "Service": 1,
         "Deployment": 1,
         "DaemonSet": 1,
@@ -232,13 +232,23 @@ NAMESPACE_CALLS = {
     "read_namespaced_pod": ("", "pods", "get"),  # an agent's credential: the pod its token is bound to
     "read_namespaced_daemon_set": ("apps", "daemonsets", "get"),  # ... and the UID of the DaemonSet it names
 }
+BURNIN_CALLS = {
+    "create_namespaced_job": ("batch", "jobs", "create"),  # k8s.burnin: its Job, in the release namespace
+    "read_namespaced_job": ("batch", "jobs", "get"),  # ... read until it finished
+    "read_namespaced_pod_log": ("", "pods/log", "get"),  # ... and its pod's log, the figure
+}
 AGENT_CREDENTIAL_CALLS = {
     "create_token_review": ("authentication.k8s.io", "tokenreviews", "create"),  # who an agent's token is
 }
 CLUSTER_WATCHES = {
     "list_node": ("", "nodes", "watch"),  # the node cache (kube/nodecache.py): list_node(watch=True)
 }
-API_CLIENT_FILES = ("remediate/kube/client.py", "remediate/kube/agents.py", "remediate/kube/nodecache.py")
+API_CLIENT_FILES = (
+    "remediate/kube/client.py",
+    "remediate/kube/agents.py",
+    "remediate/kube/nodecache.py",
+    "remediate/kube/jobs.py",
+)
 
 
 def derived_rules(*calls: dict[str, tuple[str, str, str]]) -> set[tuple[str, str, tuple[str, ...]]]:
@@ -259,7 +269,8 @@ def test_every_api_call_in_the_code_is_in_this_table() -> None:
         str(path.relative_to(package.parent))
         for path in package.rglob("*.py")
         if re.search(
-            r"\b(CoreV1Api|PolicyV1Api|EventsV1Api|AppsV1Api|CoordinationV1Api|AuthenticationV1Api)\b|core_api\(",
+            r"\b(CoreV1Api|PolicyV1Api|EventsV1Api|AppsV1Api|BatchV1Api|CoordinationV1Api|AuthenticationV1Api)\b"
+            r"|core_api\(",
             path.read_text(),
         )
     }
@@ -267,8 +278,11 @@ def test_every_api_call_in_the_code_is_in_this_table() -> None:
     called = set()
     for name in API_CLIENT_FILES:
         text = (package.parent / name).read_text()
-        called |= set(re.findall(r"(?:\bcore|\bpolicy|\bevents|\.api\(\)|\._core\(\)|V1Api\(api\))\.([a-z_]+)\(", text))
-    assert called == set(CLUSTER_CALLS) | set(EVENT_CALLS) | set(NAMESPACE_CALLS) | set(AGENT_CREDENTIAL_CALLS)
+        receivers = r"(?:\bcore|\bpolicy|\bevents|\bbatch|\.api\(\)|\._core\(\)|V1Api\(api\))"
+        called |= set(re.findall(receivers + r"\.([a-z_]+)\(", text))
+    assert called == (
+        set(CLUSTER_CALLS) | set(EVENT_CALLS) | set(NAMESPACE_CALLS) | set(AGENT_CREDENTIAL_CALLS) | set(BURNIN_CALLS)
+    )
     watched = {
         name
         for file in API_CLIENT_FILES
@@ -297,11 +311,16 @@ def test_rbac_is_exactly_what_the_actions_and_agent_discovery_need(rendered: dic
     events = by_kind(objects, "Role", f"{FULLNAME}-events")
     assert events["metadata"]["namespace"] == EVENT_NAMESPACE
     assert rules(events) == derived_rules(EVENT_CALLS)
+    burnin = by_kind(objects, "Role", f"{FULLNAME}-burnin")
+    assert burnin["metadata"]["namespace"] == NAMESPACE
+    # Its pods are found by the release namespace's pods list (NAMESPACE_CALLS), granted by the Role above.
+    assert rules(burnin) == derived_rules(BURNIN_CALLS)
     for binding_kind, role_kind, name in (
         ("ClusterRoleBinding", "ClusterRole", FULLNAME),
         ("ClusterRoleBinding", "ClusterRole", f"{FULLNAME}-agent-credentials"),
         ("RoleBinding", "Role", FULLNAME),
         ("RoleBinding", "Role", f"{FULLNAME}-events"),
+        ("RoleBinding", "Role", f"{FULLNAME}-burnin"),
     ):
         binding = by_kind(objects, binding_kind, name)
         assert binding["metadata"].get("namespace") == role_namespace(objects, role_kind, name)

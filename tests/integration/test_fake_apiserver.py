@@ -590,3 +590,32 @@ def test_a_token_review_names_the_pod_bound_service_account_for_a_shared_audienc
     assert (
         review(token, ["remediate-agent"]).error == "[invalid bearer token, service account token has been invalidated]"
     )
+
+
+def _job(name: str, restart: str = "Never") -> dict[str, Any]:
+    pod = {"nodeName": "n1", "restartPolicy": restart, "containers": [{"name": "c", "image": "busybox"}]}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": {"template": {"spec": pod}}}
+
+
+def test_a_job_is_created_once_refused_when_invalid_and_finished_with_its_pod_and_log(
+    kube_api: FakeKubeAPI, api_client: client.ApiClient, core: client.CoreV1Api
+) -> None:
+    batch = client.BatchV1Api(api_client)
+    created = batch.create_namespaced_job("ml", _job("burn-1"))
+    assert created.metadata.uid and created.status.conditions is None
+    with pytest.raises(ApiException) as again:
+        batch.create_namespaced_job("ml", _job("burn-1"))
+    assert again.value.status == 409 and _status(again.value)["reason"] == "AlreadyExists"
+    with pytest.raises(ApiException) as invalid:
+        batch.create_namespaced_job("ml", _job("burn-2", restart="Always"))
+    causes = _status(invalid.value)["details"]["causes"]
+    assert invalid.value.status == 422 and [c["field"] for c in causes] == ["spec.template.spec.restartPolicy"]
+    pod_name = kube_api.finish_job("ml", "burn-1", succeeded=True, log='{"figure": 1}\n')
+    done = batch.read_namespaced_job("burn-1", "ml")
+    assert [(c.type, c.status) for c in done.status.conditions] == [("Complete", "True")] and done.status.succeeded == 1
+    (pod,) = core.list_namespaced_pod("ml", label_selector="batch.kubernetes.io/job-name=burn-1").items
+    assert pod.metadata.name == pod_name and pod.spec.node_name == "n1" and pod.status.phase == "Succeeded"
+    assert (
+        pod.metadata.owner_references[0].kind == "Job" and pod.metadata.owner_references[0].uid == created.metadata.uid
+    )
+    assert core.read_namespaced_pod_log(pod_name, "ml") == '{"figure": 1}\n'

@@ -2,13 +2,16 @@
 tests/support/slurm.py: a firing XID alert drains its node with the run's reason and requeues its jobs, the
 resolved alert resumes it (the drain's alert kept in the store's action memory between the two runs), a node a
 person drained stays theirs, the breaker refuses the drain past its cap, and a keep-out rung hands its node to a
-breakfix sink, which the resolved alert then leaves drained."""
+breakfix sink, which the resolved alert then leaves drained; a burn-in step keeps its figure, baseline and
+verdict in the run, and one that fails fails the run."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -189,3 +192,32 @@ def test_a_keep_out_rung_hands_its_node_to_breakfix_and_the_resolution_leaves_it
         assert resume["result"]["outcome"] == "left_alone"
         assert resume["result"]["reason"].startswith(f"left alone: handed to breakfix by run {firing['id']}: ")
         assert slurm.client().node("gpu-03").reason == reason and len(sink.requests) == 1
+
+
+def burnin_playbook(baseline: float) -> str:
+    """Drain, then a burn-in of the node judged against `baseline` (the `cpu` model's): the re-admission's proof."""
+    root = Path(__file__).resolve().parents[2]
+    with_ = {"python": sys.executable, "workdir": str(root), "megabytes": 4, "iters": 5,
+             "baselines": {"cpu": baseline}, "timeout": 120}  # fmt: skip
+    steps = [{"action": "slurm.drain", "timeout": "60s"},
+             {"action": "slurm.burnin", "with": with_, "timeout": "180s", "retries": 0}]  # fmt: skip
+    playbook = {"name": "xid-slurm-burnin", "match": {"alertname": "GPUXidCritical"}, "target": "node",
+                "cooldown": "0s", "steps": steps}  # fmt: skip
+    return yaml.safe_dump(playbook)
+
+
+@pytest.mark.parametrize(("baseline", "status", "verdict"), [(0.0001, "succeeded", "pass"), (1e6, "failed", "fail")])
+def test_a_burnin_step_keeps_figure_baseline_and_verdict_and_a_failed_one_fails_the_run(
+    slurm: SlurmCluster, make_rig: Callable[..., Rig], baseline: float, status: str, verdict: str
+) -> None:
+    rig = make_rig(burnin_playbook(baseline))
+    rig.ingest(xid(slurm.host))
+    rig.wait_idle()
+    (run,) = rig.runs()
+    assert run["status"] == status, run
+    drain, burnin = run["steps"]
+    result = burnin["result"]
+    print(f"\nrun {run['id']} slurm.burnin: {result['figure']} GB/s vs baseline {result['baseline']}: {verdict}")
+    assert drain["result"]["outcome"] == "drained" and result["verdict"] == verdict
+    assert result["baseline"] == baseline and result["figure"] > 0 and result["still_drained"] is True
+    assert slurm.client().node(slurm.host).drained_by_run == run["id"]

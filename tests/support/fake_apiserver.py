@@ -45,6 +45,12 @@ reproduces the behaviours remediate depends on (each checked in tests/integratio
   metadata.name, eventTime, reportingController, reportingInstance, action, reason, type
   Normal|Warning, note length, namespace `default` for cluster-scoped `regarding`), namespace
   mismatch with the URL -> 400, an existing name -> 409 AlreadyExists; LIST with fieldSelector
+- batch/v1 Jobs: POST (422 Invalid for a name that is not a DNS-1123 label, a template without containers or
+  with a restartPolicy other than Never / OnFailure; 409 AlreadyExists for a name taken), GET; nothing runs
+  them: the test plays the Job controller with `finish_job`, which adds the Job's pod (labels job-name,
+  batch.kubernetes.io/job-name and controller-uid, bound to the template's nodeName, phase Succeeded or
+  Failed, its log) and sets the Job's status (succeeded / failed, the condition Complete or Failed True, as
+  the controller leaves a finished Job); GET .../pods/{name}/log answers a pod's log as text/plain
 - authentication.k8s.io/v1 TokenReview (POST .../tokenreviews) of the projected ServiceAccount tokens
   `issue_token` hands out (what the kubelet mounts into a pod): 400 for an empty spec.token; else
   201 with status.authenticated and, for a valid token, user.username
@@ -360,7 +366,7 @@ class Hook:
 @dataclass(frozen=True)
 class Change:
     kind: str
-    """cordon | uncordon | taint+ | taint- | annotate | evict | delete | event"""
+    """cordon | uncordon | taint+ | taint- | annotate | evict | delete | event | job"""
     target: str
     detail: str = ""
     at: float = field(default_factory=time.monotonic)
@@ -506,6 +512,8 @@ class FakeKubeAPI:
         self.daemonsets: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: dict[tuple[str, str], dict[str, Any]] = {}
         self.service_account_tokens: dict[str, dict[str, Any]] = {}
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.pod_logs: dict[tuple[str, str], str] = {}
         self.faults: list[Fault] = []
         self.hooks: list[Hook] = []
         self.changes: list[Change] = []
@@ -972,7 +980,10 @@ class FakeKubeAPI:
                 {"GET": self._get_pod, "DELETE": self._delete_pod},
             ),
             (r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/eviction", {"POST": self._evict}),
+            (r"/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log", {"GET": self._pod_log}),
             (r"/apis/apps/v1/namespaces/(?P<ns>[^/]+)/daemonsets/(?P<name>[^/]+)", {"GET": self._get_daemonset}),
+            (r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs", {"POST": self._create_job}),
+            (r"/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs/(?P<name>[^/]+)", {"GET": self._get_job}),
             (r"/apis/policy/v1/poddisruptionbudgets", {"GET": self._list_pdbs}),
             (r"/apis/policy/v1/namespaces/(?P<ns>[^/]+)/poddisruptionbudgets", {"GET": self._list_pdbs}),
             (r"/apis/events.k8s.io/v1/events", {"GET": self._list_events}),
@@ -1270,6 +1281,83 @@ class FakeKubeAPI:
         if pod is None:
             raise not_found("pods", name)
         return 200, _public(pod)
+
+    def _pod_log(self, *, ns: str, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
+        if (ns, name) not in self.pods:
+            raise not_found("pods", name)
+        return 200, {"_text": self.pod_logs.get((ns, name), "")}
+
+    # ----- jobs
+
+    def _create_job(self, *, ns: str, body: bytes, **_: Any) -> tuple[int, dict[str, Any]]:
+        job = json.loads(body or b"{}")
+        name = (job.get("metadata") or {}).get("name") or ""
+        template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        causes = []
+        if not _DNS1123.match(name) or len(name) > 63 or "." in name:
+            causes.append(
+                {"reason": "FieldValueInvalid", "field": "metadata.name", "message": f"Invalid value: {name!r}"}
+            )
+        if not template.get("containers"):
+            causes.append({"reason": "FieldValueRequired", "field": "spec.template.spec.containers",
+                           "message": "Required value"})  # fmt: skip
+        if template.get("restartPolicy") not in ("Never", "OnFailure"):
+            causes.append({"reason": "FieldValueNotSupported", "field": "spec.template.spec.restartPolicy",
+                           "message": 'Unsupported value: supported values: "OnFailure", "Never"'})  # fmt: skip
+        if causes:
+            raise invalid("Job", "batch", name, causes)
+        if (ns, name) in self.jobs:
+            raise ApiError(409, "AlreadyExists", f'jobs.batch "{name}" already exists',
+                           {"name": name, "group": "batch", "kind": "jobs"})  # fmt: skip
+        uid = str(uuid.uuid4())
+        job["metadata"].update(namespace=ns, uid=uid, resourceVersion=self._next_rv(), creationTimestamp=_now())
+        job.update(kind="Job", apiVersion="batch/v1", status={})
+        self.jobs[(ns, name)] = job
+        self.changes.append(Change("job", f"{ns}/{name}", f"node {template.get('nodeName')}"))
+        return 201, copy.deepcopy(job)
+
+    def _get_job(self, *, ns: str, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
+        job = self.jobs.get((ns, name))
+        if job is None:
+            raise not_found("jobs", name, "batch")
+        return 200, copy.deepcopy(job)
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            job = self.jobs.get((namespace, name))
+            return copy.deepcopy(job) if job is not None else None
+
+    def finish_job(self, namespace: str, name: str, *, succeeded: bool, log: str, message: str = "") -> str:
+        """Play the Job controller and the kubelet for Job `name`: its one pod ran on the template's node, wrote
+        `log` and ended (Succeeded or Failed); the Job is finished as the controller leaves it. The pod's name."""
+        with self.lock:
+            job = self.jobs[(namespace, name)]
+            uid, template = job["metadata"]["uid"], job["spec"]["template"]
+            pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
+            labels = {**(template.get("metadata") or {}).get("labels", {}), "job-name": name,
+                      "batch.kubernetes.io/job-name": name, "controller-uid": uid,
+                      "batch.kubernetes.io/controller-uid": uid}  # fmt: skip
+            pod = self.add_pod(namespace, pod_name, template["spec"].get("nodeName") or "", owner="Job",
+                               owner_name=name, owner_uid=uid, labels=labels,
+                               phase="Succeeded" if succeeded else "Failed")  # fmt: skip
+            self.pods[(namespace, pod_name)]["metadata"]["ownerReferences"][0]["apiVersion"] = "batch/v1"
+            self.pods[(namespace, pod_name)]["spec"] = copy.deepcopy(
+                {**template["spec"], "nodeName": pod["spec"]["nodeName"]}
+            )
+            self.pod_logs[(namespace, pod_name)] = log
+            now = _now()
+            kind, reason = ("Complete", "") if succeeded else ("Failed", "BackoffLimitExceeded")
+            message = message or ("Job has reached the specified backoff limit" if reason else "")
+            job["status"] = {
+                "startTime": job["metadata"]["creationTimestamp"], "active": 0,
+                "succeeded" if succeeded else "failed": 1,
+                "conditions": [{"type": kind, "status": "True", "reason": reason or None,
+                                "message": message or None,
+                                "lastProbeTime": now, "lastTransitionTime": now}],
+                **({"completionTime": now} if succeeded else {}),
+            }  # fmt: skip
+            job["metadata"]["resourceVersion"] = self._next_rv()
+            return pod_name
 
     def _get_daemonset(self, *, ns: str, name: str, **_: Any) -> tuple[int, dict[str, Any]]:
         daemonset = self.daemonsets.get((ns, name))
@@ -1714,6 +1802,9 @@ class _Handler(BaseHTTPRequestHandler):
         if "_stream" in answer:
             self._stream(answer["_stream"])
             return
+        if "_text" in answer:  # a pod's log: text, as the kubelet streams it through the apiserver
+            self._send_text(code, answer["_text"])
+            return
         self._send(code, answer)
 
     def _record(self, path: str, code: int) -> None:
@@ -1751,6 +1842,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Audit-Id", str(uuid.uuid4()))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_text(self, code: int, text: str) -> None:
+        data = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 

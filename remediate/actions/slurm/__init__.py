@@ -11,18 +11,25 @@ before any command runs. slurm.drain refuses a node outside slurm_partitions; sl
 slurmctld not answering (down, restarting, slower than slurm_command_timeout) fails the step retryable
 (SlurmUnavailable): nothing was changed, or the change was made and the retry's fresh read finds it.
 
-Modules: `common` (options, node, the one read, scope, breaker), `drain` (the pair), `requeue`, `handoff`.
+`slurm.burnin`: a short all-reduce on a drained node (srun --no-allocate, so it stays drained), its figure judged
+against a baseline per GPU model; a failed burn-in fails the step.
+
+Modules: `common` (options, node, the one read, scope, breaker), `drain` (the pair), `requeue`, `handoff`,
+`burnin`.
 """
 
 from __future__ import annotations
 
+from remediate.actions.slurm.burnin import BurninFailedStep, SlurmBurninAction
 from remediate.actions.slurm.common import SlurmAction, SlurmOptions
 from remediate.actions.slurm.drain import SlurmDrainAction, SlurmResumeAction
 from remediate.actions.slurm.handoff import SlurmHandoffAction, SlurmHandoffRefused
 from remediate.actions.slurm.requeue import SlurmRequeueAction
 
 __all__ = [
+    "BurninFailedStep",
     "SlurmAction",
+    "SlurmBurninAction",
     "SlurmDrainAction",
     "SlurmHandoffAction",
     "SlurmHandoffRefused",

@@ -1,0 +1,150 @@
+"""`k8s.burnin`: the burn-in of a node remediate took out of service, as a Job pinned to it (spec.nodeName:
+no scheduler, so a cordon does not keep it off) that tolerates remediate's taints on it, its figure judged
+against the baseline of the GPU model it ran on; a failed burn-in fails the step.
+
+The Job runs `<python> -m remediate.burnin ...` in `image` (torch and remediate installed), backoffLimit 0
+(one try: a burn-in that fails once has failed), activeDeadlineSeconds = the timeout, and is named from the
+run, the step and the node, so a retry of the step finds its Job (409 on create) and waits for it instead of
+starting a second. The figure is the last JSON line of its pod's log (remediate.burnin.verdict). The Job is
+left for the TTL controller (ttlSecondsAfterFinished), so that its pod's log can be read meanwhile.
+
+Every part of the command line and the pod is a static param or comes from the node's fresh read (its name,
+checked, and the taints remediate's own annotation records): no alert label reaches it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import Any, ClassVar
+
+from remediate.actions.base import StepContext
+from remediate.actions.burnin_common import BURNIN_PARAMS, BurninFailedStep, command_of, judged
+from remediate.actions.k8s.common import KubeAction, digest, node_schema
+from remediate.actions.schema import Param, ParamSchema
+from remediate.burnin.verdict import BadMeasurement, Measurement
+from remediate.errors import ActionError, RetryableActionError
+from remediate.kube import KubeConflict, NodeInfo
+from remediate.kube.jobs import JobCalls, JobState
+
+__all__ = ["BurninFailedStep", "KubeBurninAction"]
+
+IMAGE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*"
+NAMESPACE_PATTERN = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
+TTL_SECONDS = 3600
+"""How long a finished burn-in Job (and its pod's log) stays for a person to read."""
+
+
+def _matching(pattern: str, what: str) -> Callable[[str], str | None]:
+    compiled = re.compile(pattern)
+    return lambda value: None if compiled.fullmatch(value) else f"must be {what}, got {value!r}"
+
+
+K8S_PARAMS = {
+    "image": Param(str, required=True, static=True, check=_matching(IMAGE_PATTERN, "a container image reference"),
+                   doc="the container image of the burn-in, with torch and remediate installed"),
+    "namespace": Param(str, required=True, static=True, check=_matching(NAMESPACE_PATTERN, "a namespace name"),
+                       doc="namespace of the burn-in Job: the one remediate's chart grants Jobs in (its release's)"),
+}  # fmt: skip
+
+
+class BurninStillRunning(RetryableActionError):
+    """The burn-in Job has not finished within the step's time: a retry finds it and waits again."""
+
+
+def job_name(ctx: StepContext, node: str) -> str:
+    return f"remediate-burnin-{ctx.run_id}-{ctx.step_index}-{digest(node)}"
+
+
+class KubeBurninAction(KubeAction):
+    name: ClassVar[str] = "k8s.burnin"
+    verb: ClassVar[str] = "burnin"
+    description: ClassVar[str] = (
+        "Run a short all-reduce burn-in as a Job pinned to a node remediate took out of service (tolerating its "
+        "taints) and judge its figure against the baseline of its GPU model; a figure below it fails the step."
+    )
+    schema: ClassVar[ParamSchema] = node_schema(**BURNIN_PARAMS, **K8S_PARAMS)
+    poll_interval: float = 1.0
+    """Seconds between two reads of the Job while it runs."""
+
+    def _why_not(self, node: NodeInfo) -> str | None:
+        if not node.held_by_remediate:
+            return "not taken out of service by remediate (no cordon, no taint of its own): a burn-in would share it"
+        return None
+
+    def job_body(self, params: Mapping[str, Any], ctx: StepContext, node: NodeInfo) -> dict[str, Any]:
+        tolerations = [{"key": UNSCHEDULABLE, "operator": "Exists", "effect": "NoSchedule"}]
+        for taint in sorted(node.owned_taints()):
+            key, _, effect = taint.rpartition(":")
+            tolerations.append({"key": key, "operator": "Exists", "effect": effect})
+        labels = {"app.kubernetes.io/managed-by": "remediate", "remediate.io/burnin-run": str(ctx.run_id)}
+        container: dict[str, Any] = {"name": "burnin", "image": params["image"], "command": command_of(params).argv()}
+        if params["backend"] == "nccl":
+            container["resources"] = {"limits": {"nvidia.com/gpu": params["ranks"]}}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": job_name(ctx, node.name), "namespace": params["namespace"], "labels": labels,
+                         "annotations": {"remediate.io/burnin-node": node.name}},
+            "spec": {
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": max(1, int(params["timeout"])),
+                "ttlSecondsAfterFinished": TTL_SECONDS,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {"nodeName": node.name, "restartPolicy": "Never", "tolerations": tolerations,
+                             "containers": [container]},
+                },
+            },
+        }  # fmt: skip
+
+    def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        _, node, seen = self.observe(params, ctx)
+        if (why_not := self._why_not(node)) is not None:
+            return {**seen, "can_act": False, "why_not": why_not, "would": "nothing"}
+        body = self.job_body(params, ctx, node)
+        return {**seen, "would": f"create Job {params['namespace']}/{body['metadata']['name']} on {node.name} "
+                f"running {' '.join(command_of(params).argv())}, and judge its figure", "job": body}  # fmt: skip
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        ref = self.node_ref(params, ctx)
+        node = self.read_node(ref, ctx)
+        if (why_not := self._why_not(node)) is not None:
+            raise ActionError(f"k8s.burnin refused on {node.name}: {why_not}")
+        body = self.job_body(params, ctx, node)
+        namespace, name = params["namespace"], body["metadata"]["name"]
+        try:
+            self.api(ctx, lambda c: JobCalls(c).create(namespace, body))
+            created = "now"
+        except KubeConflict:
+            created = "earlier (an earlier attempt of this step)"
+        state = self._wait(ctx, namespace, name, float(params["timeout"]))
+        log = self.api(ctx, lambda c: JobCalls(c).log(namespace, name))
+        argv = command_of(params).argv()
+        seen = {"node": node.name, "job": f"{namespace}/{name}", "created": created, "command": argv}
+        if state.failed:
+            raise ActionError(f"burn-in Job {namespace}/{name} on {node.name} failed ({state.reason}: "
+                              f"{state.message}); its log ends: {log[-300:]!r}")  # fmt: skip
+        try:
+            measured = Measurement.parse(log)
+        except BadMeasurement as exc:
+            raise ActionError(f"k8s.burnin on {node.name}: {exc}") from exc
+        verdict = judged(measured, params)
+        result = {"outcome": "passed" if verdict.passed else "failed", **seen, **verdict.summary(),
+                  "measurement": asdict(measured)}  # fmt: skip
+        if not verdict.passed:
+            raise BurninFailedStep(f"burn-in of {node.name} failed: {verdict.why}", result)
+        return result
+
+    def _wait(self, ctx: StepContext, namespace: str, name: str, timeout: float) -> JobState:
+        deadline = time.monotonic() + max(0.0, min(timeout, ctx.remaining() - 1.0))
+        while True:
+            state = self.api(ctx, lambda c: JobCalls(c).get(namespace, name))
+            if state.finished:
+                return state
+            if time.monotonic() >= deadline:
+                raise BurninStillRunning(f"burn-in Job {namespace}/{name} still running after {timeout:g} s")
+            time.sleep(min(self.poll_interval, max(0.0, deadline - time.monotonic())))
