@@ -127,6 +127,16 @@ class Playbook:
     left_out: tuple[LeftOutStep, ...] = ()
     """Steps as written that this server does not load (remediate.config.schedulers): the scheduler steps of a
     scheduler the site does not run."""
+    start_at: tuple[tuple[str, str], ...] = ()
+    """A ladder's `start_at:` (alertname, rung name) pairs: an alert of that name starts on that rung at the
+    lowest (a later signal of one incident skips the rung an earlier signal gets)."""
+
+    def start_rung(self, alertname: str) -> tuple[int, str] | None:
+        """The lowest rung (1-based, and its name) an alert of this name runs, from `start_at`; None: rung 1."""
+        name = dict(self.start_at).get(alertname)
+        if name is None:
+            return None
+        return next(index for index, r in enumerate(self.rungs, start=1) if r.name == name), name
 
     @property
     def is_ladder(self) -> bool:

@@ -415,7 +415,11 @@ def test_a_strict_checkpoint_node_step_that_fails_keeps_every_jobs_outcome_in_th
 # --------------------------------------------------------------------------- control directories
 
 
-SHIPPED_ROLLBACKS = [("loss-spike", "TrainingLossSpike"), ("loss-nan", "TrainingLossNaN")]
+SHIPPED_ROLLBACKS = [
+    ("loss-spike", "TrainingLossSpike"),
+    ("loss-spike", "TrainingGradNormSpike"),
+    ("loss-nan", "TrainingLossNaN"),
+]
 
 
 @pytest.mark.parametrize(("playbook", "rule"), SHIPPED_ROLLBACKS)
@@ -429,7 +433,7 @@ def test_each_shipped_rollback_excludes_checkpoints_saved_while_its_rule_was_pen
     rules = yaml.safe_load((REPO / "alertmanager" / "rules" / "training.rules.yml").read_text())
     pending = {r["alert"]: r["for"] for group in rules["groups"] for r in group["rules"]}[rule]
     shipped = {p.name: p for p in load_playbooks(REPO / "playbooks", registry).playbooks}[playbook]
-    rollback = next(s for s in shipped.steps if s.action == "training.rollback")
+    rollback = next(s for s in shipped.every_step() if s.action == "training.rollback")
     assert rollback.params["before_alert_s"] == parse_duration(pending).total_seconds()
 
 
