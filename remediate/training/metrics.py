@@ -155,6 +155,16 @@ class StepMetrics:
         the top of the step in data parallel; after an evaluation or a checkpoint save it leaves the pause out)."""
         self._last = self._clock()
 
+    @property
+    def exports_grad_norm(self) -> bool:
+        """Does this rank export the norm (rank 0): the other ranks need not compute it."""
+        return self._grad_norm is not None
+
+    @property
+    def grad_norm_reads(self) -> int:
+        """How many times the norm was read into the gauge (for a tensor, each read is one GPU sync)."""
+        return 0 if self._grad_norm is None else self._grad_norm.reads
+
     def observe_grad_norm(self, value: Any) -> None:
         """The step's global gradient norm: a float, or the one-element tensor clip_grad_norm_ returned (kept on
         its device, read at most once every `grad_norm_sync_every_s`: module docstring). Other ranks ignore it
