@@ -131,3 +131,22 @@ def test_a_tensor_of_per_parameter_norms_is_refused_without_reading_it(monkeypat
         metrics.observe_grad_norm(torch.ones(3))
     monkeypatch.undo()
     assert reads == []
+
+
+def test_tensors_and_floats_mixed_keep_the_largest_and_a_nan_of_either_kind() -> None:
+    torch = require("torch")
+    registry, clock = CollectorRegistry(), Clock()
+    metrics = StepMetrics("llm-7b", registry=registry, labels=RankLabels(**RANK0), clock=clock)
+    metrics.observe_grad_norm(0.1)  # read at once
+    for value in (torch.tensor(2.0), 3.0, torch.tensor(1.0)):
+        metrics.observe_grad_norm(value)
+    metrics.flush_grad_norm()
+    assert exported_norm(registry) == 3.0
+    for value in (4.0, torch.tensor(float("nan")), 1.0):
+        metrics.observe_grad_norm(value)
+    metrics.flush_grad_norm()
+    assert math.isnan(exported_norm(registry) or 0.0)
+    for value in (torch.tensor(1.0), float("nan"), torch.tensor(5.0)):
+        metrics.observe_grad_norm(value)
+    metrics.flush_grad_norm()
+    assert math.isnan(exported_norm(registry) or 0.0)
