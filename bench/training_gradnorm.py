@@ -9,7 +9,9 @@ weight decay 0.1, 200 warm-up steps), batches of 64, gradients clipped at 1.0 wi
 `torch.nn.utils.clip_grad_norm_` (the usual LLM setting; its pre-clip norm hovers around the clip, as in
 LLM runs). Four of the features are always 0 in clean data (a missing-value slot); the bad batch window is a bad
 shard whose preprocessing wrote a sentinel value into that slot, for `window` consecutive batches, 50 minutes into
-the run (past the rules' 35 minutes of history). Severities: sentinel 8, 16, 32, 64, windows of 60 and 300 steps.
+the run (past the rules' 35 minutes of history). Severities: sentinel 8, 16, 32, 64, windows of 60 and 300 steps;
+and one model that the shock collapses (lr 1e-2, not clipped: its norm spikes for a few steps, then falls to a
+tenth while its loss stays high).
 
 What the rules see is what `StepMetrics` exports: `step(loss=loss.item())` each step and
 `observe_grad_norm(norm)` with the tensor clip_grad_norm_ returned (read at most every 5 s: the largest norm since
@@ -55,6 +57,13 @@ AFTER_S = 900
 class Window:
     sentinel: float
     steps: int
+    lr: float = 3e-3
+    clip: float = 1.0
+    """inf: not clipped (clip_grad_norm_ still returns the norm)."""
+
+    @property
+    def note(self) -> str:
+        return "" if (self.lr, self.clip) == (3e-3, 1.0) else f"  [lr {self.lr:g}, not clipped]"
 
 
 def train(seed: int, total: int, window: Window | None, step_s: float) -> tuple[list[float], list[float]]:
@@ -71,7 +80,8 @@ def train(seed: int, total: int, window: Window | None, step_s: float) -> tuple[
         torch.nn.Linear(features, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
         torch.nn.Linear(64, classes),
     )  # fmt: skip
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
+    lr, clip = (window.lr, window.clip) if window is not None else (3e-3, 1.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 200))
     now = [0.0]
     registry = CollectorRegistry()
@@ -89,7 +99,7 @@ def train(seed: int, total: int, window: Window | None, step_s: float) -> tuple[
         loss = torch.nn.functional.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         warmup.step()
         now[0] = (step + 1) * step_s
@@ -106,9 +116,15 @@ def duration_s(text: str) -> int:
     return sum(int(n) * units[u] for n, u in re.findall(r"(\d+)([hms])", text))
 
 
-def firing(losses: list[float], norms: list[float], workdir: Path) -> dict[str, list[int]]:
-    """Per alert, the evaluation times (s) at which promtool found it firing on these series."""
-    shutil.copy(RULES, workdir / "training.rules.yml")
+def firing(losses: list[float], norms: list[float], workdir: Path, norm_for: str | None) -> dict[str, list[int]]:
+    """Per alert, the evaluation times (s) at which promtool found it firing on these series (`norm_for`: another
+    `for` for TrainingGradNormSpike than the shipped one)."""
+    rules = yaml.safe_load(RULES.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule["alert"] == "TrainingGradNormSpike" and norm_for is not None:
+                rule["for"] = norm_for
+    (workdir / "training.rules.yml").write_text(yaml.safe_dump(rules, width=1 << 30))
     evals = [SCRAPE_S * (i + 1) for i in range(len(losses) - 1)]
     series = 'training_job="bench", instance="cpu:9400", job="trainer-metrics"'
     test = {
@@ -154,29 +170,34 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--clean-hours", type=float, default=4.0, help="simulated hours of each clean run")
     parser.add_argument("--step-seconds", type=float, nargs="+", default=[1.0, 5.0], help="one step's time(s)")
+    parser.add_argument("--norm-for", help="try another `for` for TrainingGradNormSpike (e.g. 30s); default: shipped")
     parser.add_argument("--quick", action="store_true", help="one seed, two windows, 1 s steps, a 2 h clean run")
     args = parser.parse_args()
     if shutil.which("promtool") is None:
         sys.exit("promtool is needed (Debian: apt-get install prometheus)")
     seeds = range(1 if args.quick else args.seeds)
     severities = [Window(32.0, 300), Window(64.0, 300)] if args.quick else [
-        Window(s, n) for s in (8.0, 16.0, 32.0, 64.0) for n in (60, 300)
+        *(Window(s, n) for s in (8.0, 16.0, 32.0, 64.0) for n in (60, 300)),
+        Window(16.0, 300, lr=1e-2, clip=float("inf")),  # the shock collapses an unclipped, hotter model
     ]  # fmt: skip
     clean_hours = 2.0 if args.quick else args.clean_hours
     with tempfile.TemporaryDirectory(prefix="bench-gradnorm-") as scratch:
         for step_s in [1.0] if args.quick else args.step_seconds:
-            report(step_s, severities, seeds, clean_hours, Path(scratch))
+            report(step_s, severities, seeds, clean_hours, Path(scratch), args.norm_for)
 
 
-def report(step_s: float, severities: list[Window], seeds: range, clean_hours: float, workdir: Path) -> None:
-    print(f"\nstep {step_s:g} s, scrape and rule evaluation every {SCRAPE_S} s; the window {WINDOW_AT_S // 60} min in")
+def report(
+    step_s: float, severities: list[Window], seeds: range, clean_hours: float, workdir: Path, norm_for: str | None
+) -> None:
+    rule = "the shipped rules" if norm_for is None else f"TrainingGradNormSpike with for: {norm_for}"
+    print(f"\nstep {step_s:g} s, {rule}, scrape and evaluation every {SCRAPE_S} s; window {WINDOW_AT_S // 60} min in")
     print(f"{'sentinel':>8} {'window':>6} {'seed':>4}  {'norm rule fires':>15}  {'loss rule fires':>15}  lead (steps)")
     leads: list[int] = []
     fired_count = {alert: 0 for alert in ALERTS}
     for window in severities:
         for seed in seeds:
             losses, norms = train(seed, round((WINDOW_AT_S + AFTER_S) / step_s) + window.steps, window, step_s)
-            fired = firing(losses, norms, workdir)
+            fired = firing(losses, norms, workdir, norm_for)
             norm_at = first_step(fired["TrainingGradNormSpike"], step_s)
             loss_at = first_step(fired["TrainingLossSpike"], step_s)
             for alert, at in zip(ALERTS, (norm_at, loss_at), strict=True):
@@ -187,7 +208,8 @@ def report(step_s: float, severities: list[Window], seeds: range, clean_hours: f
             else:
                 lead = "loss rule silent" if norm_at is not None else "-" if loss_at is None else "norm rule silent"
             shown = [f"step {a:+d}" if a is not None else "never" for a in (norm_at, loss_at)]
-            print(f"{window.sentinel:>8g} {window.steps:>6} {seed:>4}  {shown[0]:>15}  {shown[1]:>15}  {lead}")
+            row = f"{window.sentinel:>8g} {window.steps:>6} {seed:>4}  {shown[0]:>15}  {shown[1]:>15}"
+            print(f"{row}  {lead}{window.note}")
     runs = len(severities) * len(seeds)
     print(f"fired in {runs} injected runs: " + ", ".join(f"{a} {n}" for a, n in fired_count.items()))
     if leads:
@@ -196,7 +218,7 @@ def report(step_s: float, severities: list[Window], seeds: range, clean_hours: f
     total = round(clean_hours * 3600 / step_s)
     print(f"clean runs: {clean_hours:g} h ({total} steps) each, no bad window")
     for seed in seeds:
-        fired = firing(*train(seed, total, None, step_s), workdir)
+        fired = firing(*train(seed, total, None, step_s), workdir, norm_for)
         counts = ", ".join(f"{alert} {episodes(fired[alert])}" for alert in ALERTS)
         print(f"  seed {seed}: firing episodes (false positives): {counts}")
 
