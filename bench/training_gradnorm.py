@@ -161,8 +161,14 @@ def episodes(times: list[int]) -> int:
 
 
 def first_step(times: list[int], step_s: float) -> int | None:
-    """The step (from the window's first) at which the rule first fired, None: never."""
-    return None if not times else round((times[0] - WINDOW_AT_S) / step_s)
+    """The step (from the window's first) at which the rule first fired in or after the window, None: never."""
+    after = [t for t in times if t >= WINDOW_AT_S]
+    return None if not after else round((after[0] - WINDOW_AT_S) / step_s)
+
+
+def before_window(times: list[int]) -> int:
+    """Firing episodes that began before the bad window: false positives."""
+    return episodes([t for t in times if t < WINDOW_AT_S])
 
 
 def main() -> None:
@@ -194,6 +200,7 @@ def report(
     print(f"{'sentinel':>8} {'window':>6} {'seed':>4}  {'norm rule fires':>15}  {'loss rule fires':>15}  lead (steps)")
     leads: list[int] = []
     fired_count = {alert: 0 for alert in ALERTS}
+    early_count = {alert: 0 for alert in ALERTS}
     for window in severities:
         for seed in seeds:
             losses, norms = train(seed, round((WINDOW_AT_S + AFTER_S) / step_s) + window.steps, window, step_s)
@@ -208,13 +215,18 @@ def report(
             else:
                 lead = "loss rule silent" if norm_at is not None else "-" if loss_at is None else "norm rule silent"
             shown = [f"step {a:+d}" if a is not None else "never" for a in (norm_at, loss_at)]
+            early = [before_window(fired[alert]) for alert in ALERTS]
+            for alert, count in zip(ALERTS, early, strict=True):
+                early_count[alert] += count
+            note = f"  [{early[0]} / {early[1]} episodes before the window]" if any(early) else ""
             row = f"{window.sentinel:>8g} {window.steps:>6} {seed:>4}  {shown[0]:>15}  {shown[1]:>15}"
-            print(f"{row}  {lead}{window.note}")
+            print(f"{row}  {lead}{window.note}{note}")
     runs = len(severities) * len(seeds)
     print(f"fired in {runs} injected runs: " + ", ".join(f"{a} {n}" for a, n in fired_count.items()))
+    print("false positives before the window: " + ", ".join(f"{a} {n}" for a, n in early_count.items()))
     if leads:
         median = statistics.median(leads)
-        print(f"norm rule earlier where both fired: median {median:g} steps (min {min(leads)}, max {max(leads)})")
+        print(f"lead of the norm rule where both fired (negative: later): median {median:g} steps, {min(leads)} to {max(leads)}")
     total = round(clean_hours * 3600 / step_s)
     print(f"clean runs: {clean_hours:g} h ({total} steps) each, no bad window")
     for seed in seeds:
