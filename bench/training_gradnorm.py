@@ -226,7 +226,8 @@ def report(
     print("false positives before the window: " + ", ".join(f"{a} {n}" for a, n in early_count.items()))
     if leads:
         median = statistics.median(leads)
-        print(f"lead of the norm rule where both fired (negative: later): median {median:g} steps, {min(leads)} to {max(leads)}")
+        spread = f"{min(leads)} to {max(leads)}"
+        print(f"lead of the norm rule where both fired (negative: later): median {median:g} steps, {spread}")
     total = round(clean_hours * 3600 / step_s)
     print(f"clean runs: {clean_hours:g} h ({total} steps) each, no bad window")
     for seed in seeds:
