@@ -13,6 +13,9 @@ The rules (docs/playbooks.md, "Escalation ladders"):
 - a new occurrence: within `holds_for` of the last rung (counted from its resolve, else from its run)
   the next rung (or the last one again); after `reset_after` of quiet rung 1; in between the rung held,
   so it is tried again.
+- an alert named in the playbook's `start_at` goes at least to the rung named there (`start_at_choice`): the
+  later signal of an incident (a loss spike) skips the gentle rung its earlier signal (a gradient norm spike)
+  gets;
 - a repeat offender (the playbook's `repeat_offender`: its target's runs acted `count` times within
   `within`, this one included): a new occurrence goes straight to the named rung when the rules above
   chose a gentler one (`repeat_offender_choice`).
@@ -76,6 +79,20 @@ def choose_rung(playbook: Playbook, state: LadderState | None, occurrence: tuple
         reset = format_duration(playbook.reset_after)
         return RungChoice(1, f"ladder reset: quiet {_ago(elapsed)} {since} (reset_after {reset})", restart=True)
     return RungChoice(current, f"rung {current} held (quiet {_ago(elapsed)} >= holds_for {holds}); trying it again")
+
+
+def start_at_choice(playbook: Playbook, choice: RungChoice, alertname: str) -> RungChoice:
+    """`choice`, or the rung the playbook's `start_at` names for `alertname` when the ladder alone chose a lower
+    one (never down)."""
+    floor = playbook.start_rung(alertname)
+    if floor is None or choice.rung >= floor[0]:
+        return choice
+    return replace(
+        choice,
+        rung=floor[0],
+        reason=f"{alertname} starts on rung {floor[1]} (start_at; the ladder alone said rung {choice.rung}: "
+        f"{choice.reason})",
+    )
 
 
 def repeat_offender_choice(

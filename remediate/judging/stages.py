@@ -4,9 +4,10 @@
 It reads the store's facts for the whole notification once (`NotificationFacts.gather`), then walks
 every evaluated pair, firing alerts first, through its stages in order:
 
-1. `rung`: a ladder's firing alert is put on the rung `judging.ladder.choose_rung` picks, or a repeat
-   offender's (`judging.ladder.repeat_offender_choice`) (its steps, mode, key); `promote`: a wave a rollout
-   may promote takes its mode from the store's evidence (`judging.promotions`);
+1. `rung`: a ladder's firing alert is put on the rung `judging.ladder.choose_rung` picks, at least the one its
+   name starts at (`judging.ladder.start_at_choice`), or a repeat offender's
+   (`judging.ladder.repeat_offender_choice`) (its steps, mode, key); `promote`: a wave a rollout may
+   promote takes its mode from the store's evidence (`judging.promotions`);
 2. `dedupe`: the run already recorded for this occurrence, or the failed one it runs again instead of;
 3. `undo`: a resolved alert's firing run(s), and for a ladder the on_resolved of every rung that acted;
 4. the guards (`judging.guards.STAGES`: dedupe, already resolved, something to undo, superseded, pause,
@@ -33,7 +34,14 @@ from remediate.intake.alerts import Alert
 from remediate.judging.evaluation import Evaluation, RenderedStep
 from remediate.judging.guards import ATTEMPT_WINDOW, NOTHING_TO_UNDO, GuardFacts, Verdict
 from remediate.judging.guards import judge as guard_verdict
-from remediate.judging.ladder import RungChoice, choose_rung, climbed, repeat_offender_choice, resolved
+from remediate.judging.ladder import (
+    RungChoice,
+    choose_rung,
+    climbed,
+    repeat_offender_choice,
+    resolved,
+    start_at_choice,
+)
 from remediate.judging.promotions import Promotions
 from remediate.playbooks.model import Playbook
 from remediate.runs import Decision, LadderState, RunStatus
@@ -283,7 +291,9 @@ def rung(facts: NotificationFacts, pair: Pair) -> None:
     pair.ladder_before = facts.ladder((ev.playbook.name, ev.guard_key))
     if ev.phase == "firing":
         seen = occurrence(pair.alert)
-        pair.choice = choose_rung(ev.playbook, pair.ladder_before, seen, facts.now)
+        pair.choice = start_at_choice(
+            ev.playbook, choose_rung(ev.playbook, pair.ladder_before, seen, facts.now), pair.alert.name
+        )
         if ev.playbook.repeat_offender is not None:
             acted = facts.acted_runs(ev.playbook, ev.target)
             pair.choice = repeat_offender_choice(

@@ -52,6 +52,7 @@ _PLAYBOOK_KEYS = {
     "reset_after",
     "rollout",
     "repeat_offender",
+    "start_at",
 }
 _RUNG_KEYS = {"name", "holds_for", "mode", "cooldown", "max_attempts", "steps", "on_resolved"}
 _STEP_KEYS = {"action", "with", "name", "timeout", "retries", "always", "continue_on_error", "run_on", "jobs"}
@@ -136,12 +137,13 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
 
     if "steps" in data and "escalate" in data:
         raise fail("escalate", "a playbook has either `steps` or `escalate` (a ladder of rungs), not both")
-    for ladder_only in ("reset_after", "repeat_offender"):
+    for ladder_only in ("reset_after", "repeat_offender", "start_at"):
         if ladder_only in data and "escalate" not in data:
             raise fail(ladder_only, f"only a ladder (`escalate`) has a {ladder_only}")
     rungs: tuple[Rung, ...] = ()
     reset_after = DEFAULT_RESET_AFTER
     repeat = None
+    start_at: tuple[tuple[str, str], ...] = ()
     left_out: list[LeftOutStep] = []
     if "escalate" in data:
         rungs = _parse_rungs(data["escalate"], registry, fail, left_out)
@@ -149,6 +151,8 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
         _check_ladder(rungs, cooldown, max_attempts, reset_after, "reset_after" in data, fail)
         if "repeat_offender" in data:
             repeat = parse_repeat_offender(data["repeat_offender"], [r.name for r in rungs], fail)
+        if "start_at" in data:
+            start_at = _parse_start_at(data["start_at"], alertnames, [r.name for r in rungs], fail)
         steps: tuple[StepSpec, ...] = ()
     elif "steps" not in data:
         raise fail("steps", "required: a list of at least one step (or `escalate`: a ladder of rungs)")
@@ -178,6 +182,7 @@ def parse_playbook(data: Any, registry: ActionRegistry, *, source: str = "<memor
         repeat_offender=repeat,
         left_out=tuple(left_out),
         version=playbook_version(data),
+        start_at=start_at,
     )
 
 
@@ -186,6 +191,26 @@ def playbook_version(data: Mapping[str, Any]) -> str:
     key order and YAML's quoting do not change it; any changed value does."""
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _parse_start_at(
+    raw: Any, alertnames: Sequence[str], rung_names: Sequence[str], fail: Any
+) -> tuple[tuple[str, str], ...]:
+    """`start_at: {TrainingLossSpike: rollback}`: alerts the playbook matches, each with a rung that is not the
+    first (the first needs no entry)."""
+    if not isinstance(raw, dict) or not raw:
+        raise fail("start_at", "must be a mapping of alert names to rung names: {TrainingLossSpike: rollback}")
+    pairs = []
+    for alertname, rung in raw.items():
+        field = f"start_at.{alertname}"
+        if alertname not in alertnames:
+            raise fail(field, f"not an alert this playbook matches (match.alertname: {', '.join(alertnames)})")
+        if not isinstance(rung, str) or rung not in rung_names:
+            raise fail(field, f"required: the name of a rung of this ladder (one of {', '.join(rung_names)})")
+        if rung == rung_names[0]:
+            raise fail(field, f"{rung!r} is the first rung: every alert starts there without start_at")
+        pairs.append((alertname, rung))
+    return tuple(pairs)
 
 
 def _refuse_unknown_keys(item: Any, known: Set[str], where: str, fail: Any, not_mapping: str = "") -> None:

@@ -130,6 +130,16 @@ class Playbook:
     version: str = ""
     """The content hash of the playbook as loaded (`playbook_version`, remediate.playbooks.loading): recorded on
     each run; a staged rollout's promotion counts the runs of one version (remediate.config.promotion)."""
+    start_at: tuple[tuple[str, str], ...] = ()
+    """A ladder's `start_at:` (alertname, rung name) pairs: an alert of that name starts on that rung at the
+    lowest (a later signal of one incident skips the rung an earlier signal gets)."""
+
+    def start_rung(self, alertname: str) -> tuple[int, str] | None:
+        """The lowest rung (1-based, and its name) an alert of this name runs, from `start_at`; None: rung 1."""
+        name = dict(self.start_at).get(alertname)
+        if name is None:
+            return None
+        return next(index for index, r in enumerate(self.rungs, start=1) if r.name == name), name
 
     @property
     def is_ladder(self) -> bool:

@@ -31,6 +31,12 @@ The Trainer keeps the epoch's micro-batch count it took at train() start and als
 there, so a new accumulation must divide it (else the command is rejected); the effective batch stays
 exactly the same. `batch_size_refusal` lists what else must hold (docs/training-protocol.md).
 
+`GradNormLogCallback` exports the gradient norm the Trainer logs (`training_grad_norm`, the input of
+TrainingGradNormSpike) through a `remediate.training.metrics.StepMetrics`:
+
+    trainer = Trainer(..., args=TrainingArguments(..., logging_steps=10),
+                      callbacks=[RemediateTrainerCallback(...), GradNormLogCallback(StepMetrics("my-job", port=9400))])
+
 Needs ``transformers`` (and ``accelerate``, which its Trainer needs for PyTorch).
 """
 
@@ -46,6 +52,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from remediate.training.batching import Batching, set_loader_workers
 from remediate.training.callbacks import FrameworkCallback
 from remediate.training.handlers import drop_gradients
+from remediate.training.metrics import StepMetrics
 from remediate.training.skipping import loss_value
 
 log = logging.getLogger("remediate.training")
@@ -213,3 +220,34 @@ class RemediateTrainerCallback(FrameworkCallback, TrainerCallback):
             self._loss_hook.remove()
             self._loss_hook = None
         self.control.close()
+
+
+class GradNormLogCallback(TrainerCallback):
+    """The gradient norm the Trainer logs, into `metrics` (`StepMetrics.observe_grad_norm`).
+
+    The Trainer computes the norm before clipping at every optimizer step (its clip_grad_norm_, or one with an
+    infinite max_norm when ``max_grad_norm`` is 0) but hands it to no callback: it reads it (``.item()``) only
+    when it logs, every ``logging_steps`` (default 500), as ``logs["grad_norm"]``. This callback takes that
+    float in ``on_log``: no computation and no GPU sync of its own, one norm per logging step (the steps between
+    two logs are not seen, so set ``logging_steps`` to a few steps: the rule wants a norm per scrape)."""
+
+    def __init__(self, metrics: StepMetrics) -> None:
+        super().__init__()
+        self.metrics = metrics
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        norm = (logs or {}).get("grad_norm")
+        if norm is not None:
+            self.metrics.observe_grad_norm(norm)
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        self.metrics.flush_grad_norm()

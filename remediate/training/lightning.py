@@ -172,16 +172,27 @@ class StepMetricsCallback(Callback):
     (`remediate.training.metrics`). The loss is read with ``.item()``, which waits for the GPU, so that its
     forward is counted. With gradient accumulation each micro-batch is one observation.
 
+    With ``grad_norm=True`` it also exports the global gradient norm (`training_grad_norm`, the input of
+    TrainingGradNormSpike): Lightning computes it only to clip and keeps no copy, so the callback computes it in
+    ``on_before_optimizer_step``, where the gradients are whole (accumulated, all-reduced by DDP, unscaled by
+    AMP) and not clipped yet: one norm over the gradients on the device, no GPU sync (the tensor is read at
+    most once every `grad_norm_sync_every_s`), on rank 0 only. Under FSDP or DeepSpeed a rank holds a shard of
+    the gradients: pass the norm their clip_grad_norm_ returns to `metrics.observe_grad_norm` instead.
+
     metrics: a `StepMetrics`, or the job name to make one with (in prometheus_client's global registry, not
         served: give your own `StepMetrics(..., port=...)` for that; it stays yours to close).
     samples: the samples in a batch (default `batch_samples`: the first dimension of its first tensor).
+    grad_norm: export the global gradient norm (default off: one norm kernel per optimizer step on rank 0).
     """
 
-    def __init__(self, metrics: StepMetrics | str, *, samples: Callable[[Any], int] = batch_samples) -> None:
+    def __init__(
+        self, metrics: StepMetrics | str, *, samples: Callable[[Any], int] = batch_samples, grad_norm: bool = False
+    ) -> None:
         super().__init__()
         self.metrics = StepMetrics(metrics) if isinstance(metrics, str) else metrics
         self._samples = samples
         self._batch_samples = 0
+        self._grad_norm = grad_norm
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         self._batch_samples = self._samples(batch)
@@ -189,3 +200,25 @@ class StepMetricsCallback(Callback):
 
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: Any) -> None:
         self.metrics.step(loss=_as_float(loss), samples=self._batch_samples)
+
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
+        if not self._grad_norm or not self.metrics.exports_grad_norm:
+            return
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads:  # none: a skipped batch whose gradients were dropped
+            self.metrics.observe_grad_norm(total_norm(grads))
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._grad_norm:
+            self.metrics.flush_grad_norm()
+
+
+def total_norm(grads: Sequence[Any]) -> Any:
+    """The L2 norm of all `grads` together, as the tensor clip_grad_norm_ would return (computed on their device,
+    never read here)."""
+    import torch
+
+    get_total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
+    if get_total_norm is not None:
+        return get_total_norm(grads)
+    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach()) for g in grads]))

@@ -18,8 +18,20 @@ apart by it. Time the rank's own work instead: `start()` at the top of the step,
 `loss.backward()` (data loading and forward, where a slow GPU or a starved loader shows). Without data parallel,
 `step()` alone times whole steps.
 
-`training_loss` and `training_samples_total` are exported by rank 0 only: the loss rules and TrainingThroughputDrop
-alert per series, and one series per job keeps them to one alert per job.
+The global gradient norm, when the job gives it (`observe_grad_norm(norm)` after clipping, or
+`step(..., grad_norm=norm)`), becomes `training_grad_norm`, the input of TrainingGradNormSpike, the signal that
+usually comes before a loss spike or a NaN:
+
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)   # a tensor: not read here
+        metrics.observe_grad_norm(norm)                                   # no GPU sync (remediate.training.gradnorm)
+        optimizer.step()
+
+A tensor is not read when given: the largest norm since the last read stays on the device and is read at most
+once every `grad_norm_sync_every_s` seconds (default 5), so the norm costs no GPU sync per step; the gauge holds
+the largest norm of the steps between two reads, so a spike between them is not lost.
+
+`training_loss`, `training_grad_norm` and `training_samples_total` are exported by rank 0 only: the loss and grad
+norm rules and TrainingThroughputDrop alert per series, and one series per job keeps them to one alert per job.
 
 Every series carries `training_job`, `rank`, `world_size`, `node` and `gpu` (RankLabels.detect). `training_job`,
 not `job`: Prometheus' scrape sets `job` and renames the job's own to `exported_job`.
@@ -40,6 +52,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Summary, start_http_server
 
+from remediate.training.gradnorm import DEFAULT_SYNC_EVERY_S, GradNormExport
 from remediate.training.placement import PlacementError, from_environment
 
 LABELS = ("training_job", "rank", "world_size", "node", "gpu")
@@ -85,7 +98,7 @@ class RankLabels:
 
 
 class StepMetrics:
-    """The three training series of one rank, in `registry` (default: prometheus_client's global one), served on
+    """The training series of one rank, in `registry` (default: prometheus_client's global one), served on
     `port` when given (start_http_server; leave it out when the job already serves its registry)."""
 
     def __init__(
@@ -97,6 +110,7 @@ class StepMetrics:
         addr: str = "0.0.0.0",  # noqa: S104  Prometheus scrapes the job from another host
         labels: RankLabels | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        grad_norm_sync_every_s: float = DEFAULT_SYNC_EVERY_S,
     ) -> None:
         self.labels = labels or RankLabels.detect(training_job)
         registry = registry if registry is not None else REGISTRY
@@ -107,10 +121,21 @@ class StepMetrics:
         # rank 0 only (module docstring); the other ranks register nothing that the rules would see twice.
         self._loss: Any = None
         self._samples: Any = None
+        self._grad_norm: GradNormExport | None = None
         if self.labels.rank == "0":
             self._loss = Gauge("training_loss", "latest training loss", LABELS, registry=registry).labels(**values)
             self._samples = Counter("training_samples", "samples trained, all ranks", LABELS, registry=registry).labels(
                 **values
+            )
+            norm = Gauge(
+                "training_grad_norm",
+                "largest global gradient norm (before clipping) of the steps since the previous export",
+                LABELS,
+                registry=registry,
+            )
+            # The series appears with the job's first norm: a job that gives none exports no norm of 0.
+            self._grad_norm = GradNormExport(
+                lambda: norm.labels(**values), clock=clock, sync_every_s=grad_norm_sync_every_s
             )
         self._clock = clock
         self._last = clock()
@@ -130,10 +155,35 @@ class StepMetrics:
         the top of the step in data parallel; after an evaluation or a checkpoint save it leaves the pause out)."""
         self._last = self._clock()
 
-    def step(self, *, loss: float | None = None, samples: int = 0) -> float:
+    @property
+    def exports_grad_norm(self) -> bool:
+        """Does this rank export the norm (rank 0): the other ranks need not compute it."""
+        return self._grad_norm is not None
+
+    @property
+    def grad_norm_reads(self) -> int:
+        """How many times the norm was read into the gauge (for a tensor, each read is one GPU sync)."""
+        return 0 if self._grad_norm is None else self._grad_norm.reads
+
+    def observe_grad_norm(self, value: Any) -> None:
+        """The step's global gradient norm: a float, or the one-element tensor clip_grad_norm_ returned (kept on
+        its device, read at most once every `grad_norm_sync_every_s`: module docstring). Other ranks ignore it
+        (in data parallel every rank clips the same all-reduced gradients)."""
+        if self._grad_norm is not None:
+            self._grad_norm.observe(value)
+
+    def flush_grad_norm(self) -> None:
+        """Export the norm kept since the last read now (the end of training, before a long pause)."""
+        if self._grad_norm is not None:
+            self._grad_norm.flush()
+
+    def step(self, *, loss: float | None = None, samples: int = 0, grad_norm: Any = None) -> float:
         """Record one step, timed since the last `start` or `step` call; returns its duration in seconds.
         `samples`: this rank's samples in the step (rank 0 counts them times world_size: every rank trains as many).
-        NaN/Inf losses are exported as they are (TrainingLossNaN reads them)."""
+        NaN/Inf losses are exported as they are (TrainingLossNaN reads them). `grad_norm`: as `observe_grad_norm`,
+        for a loop that calls `step` after clipping."""
+        if grad_norm is not None:
+            self.observe_grad_norm(grad_norm)
         now = self._clock()
         seconds, self._last = now - self._last, now
         self._duration.observe(seconds)

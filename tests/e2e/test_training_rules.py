@@ -1,6 +1,7 @@
 """The shipped training rules' unit tests see both alerts fire; every alert they expect is handled by the shipped
 playbooks: loss-spike or loss-nan must match it (and the log playbook), resolve the node, and plan the rollback
-first and the lr cut second with the published defaults. (promtool itself runs on every rule file in
+first and the lr cut second with the published defaults (a gradient norm spike: the loss-spike ladder's first rung,
+the skip of the bad batch window). (promtool itself runs on every rule file in
 test_gpu_rules.py.)
 """
 
@@ -12,10 +13,11 @@ from tests.support.rules import as_alert, expected_alerts, rules_of, shipped_eng
 
 pytestmark = [pytest.mark.integration]
 
-ACTING = {"TrainingLossSpike": "loss-spike", "TrainingLossNaN": "loss-nan"}
+SKIP = {"batches": 200}
+ACTING = {"TrainingLossSpike": "loss-spike", "TrainingLossNaN": "loss-nan", "TrainingGradNormSpike": "loss-spike"}
 
 
-def test_the_unit_tests_see_both_alerts_fire() -> None:
+def test_the_unit_tests_see_every_alert_fire() -> None:
     assert sorted(r["alert"] for r in rules_of("training")) == sorted(ACTING)
     assert {name for name, _, _ in expected_alerts("training")} == set(ACTING)
 
@@ -29,7 +31,13 @@ def test_every_alert_the_rules_fire_is_handled_by_the_shipped_playbooks() -> Non
         evaluation = evaluations[ACTING[alertname]]
         assert evaluation.error is None, evaluation.error
         assert evaluation.target == labels["instance"].rsplit(":", 1)[0]
-        steps = [(s.spec.action, s.params) for s in evaluation.steps]
+        start = evaluation.playbook.start_rung(alertname)
+        rung = evaluation.rungs[start[0] - 1 if start else 0] if evaluation.rungs else evaluation
+        steps = [(s.spec.action, s.params) for s in rung.steps]
+        if alertname == "TrainingGradNormSpike":  # the ladder's first rung: skip the bad batch window
+            ((action, params),) = steps
+            assert (action, params["command"], params["params"]) == ("training.command", "skip_batches", SKIP)
+            continue
         assert [action for action, _ in steps] == ["training.rollback", "training.scale_lr"]
         rollback, scale = steps[0][1], steps[1][1]
         assert rollback["checkpoint"] == "latest_good"

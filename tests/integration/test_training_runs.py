@@ -56,13 +56,16 @@ def starts_at(offset: float) -> str:
     return datetime.fromtimestamp(time.time() + offset, UTC).isoformat().replace("+00:00", "Z")
 
 
-def fire(engine: Engine, job: str, starts_at: str, **labels: str) -> Any:
+def fire(
+    engine: Engine, job: str, starts_at: str, alertname: str = "TrainingLossSpike", later: float = 0.0, **labels: str
+) -> Any:
+    """The alert `alertname` of `job`, received `later` seconds from now."""
     alert = alert_payload(
-        "TrainingLossSpike",
+        alertname,
         labels={"training_job": job, "node": "gpu-node-1", "severity": "warning", **labels},
         starts_at=starts_at,
     )
-    result = engine.ingest_body(json.dumps(notification_payload(alert)).encode(), received_at=time.time())
+    result = engine.ingest_body(json.dumps(notification_payload(alert)).encode(), received_at=time.time() + later)
     return result.decisions[0]
 
 
@@ -91,6 +94,36 @@ def test_a_spike_in_a_second_job_on_the_same_node_gets_its_own_run_with_the_ship
         assert [s["result"]["applied_by_pid"] for s in run["steps"]] == [job.pid, job.pid]
     again = fire(engine, "job-a", starts_at(60))  # job-a itself is still in cooldown
     assert again.decision.value == "cooldown"
+
+
+def test_a_gradient_norm_spike_makes_the_job_skip_and_the_loss_spike_after_it_rolls_it_back(
+    root: Path, processes: Jobs, registry: ActionRegistry, store: Store
+) -> None:
+    job = processes.start("job-a")
+    shipped = load_playbooks(REPO / "playbooks", registry)
+    engine = Engine(
+        store=store, playbooks=PlaybookSet(p for p in shipped.playbooks if p.name == "loss-spike"), registry=registry
+    )
+    executor = Executor(store=store, registry=registry, retry_wait_max=0.01)
+
+    norm = fire(engine, "job-a", starts_at(0), "TrainingGradNormSpike")
+    assert norm.decision.value == "accepted", norm.reason
+    assert executor.drain() == 1
+    skipped = run_json_of(store, norm.run_id)
+    assert skipped["status"] == "succeeded", skipped["error"]
+    (step,) = skipped["steps"]
+    assert (step["result"]["applied_by_pid"], step["result"]["batches_skipped"]) == (job.pid, 200)
+
+    # The loss spikes anyway 90 s later: rung 2 within the playbook's 30m cooldown (its own is 1m).
+    loss = fire(engine, "job-a", starts_at(90), later=90)
+    assert loss.decision.value == "accepted", loss.reason
+    assert executor.drain() == 1
+    rolled = run_json_of(store, loss.run_id)
+    assert rolled["status"] == "succeeded", rolled["error"]
+    assert [(s["action"], s["result"]["applied_by_pid"]) for s in rolled["steps"]] == [
+        ("training.rollback", job.pid),
+        ("training.scale_lr", job.pid),
+    ]
 
 
 # --------------------------------------------------------------------------- finding 4
@@ -415,7 +448,11 @@ def test_a_strict_checkpoint_node_step_that_fails_keeps_every_jobs_outcome_in_th
 # --------------------------------------------------------------------------- control directories
 
 
-SHIPPED_ROLLBACKS = [("loss-spike", "TrainingLossSpike"), ("loss-nan", "TrainingLossNaN")]
+SHIPPED_ROLLBACKS = [
+    ("loss-spike", "TrainingLossSpike"),
+    ("loss-spike", "TrainingGradNormSpike"),
+    ("loss-nan", "TrainingLossNaN"),
+]
 
 
 @pytest.mark.parametrize(("playbook", "rule"), SHIPPED_ROLLBACKS)
@@ -429,7 +466,7 @@ def test_each_shipped_rollback_excludes_checkpoints_saved_while_its_rule_was_pen
     rules = yaml.safe_load((REPO / "alertmanager" / "rules" / "training.rules.yml").read_text())
     pending = {r["alert"]: r["for"] for group in rules["groups"] for r in group["rules"]}[rule]
     shipped = {p.name: p for p in load_playbooks(REPO / "playbooks", registry).playbooks}[playbook]
-    rollback = next(s for s in shipped.steps if s.action == "training.rollback")
+    rollback = next(s for s in shipped.every_step() if s.action == "training.rollback")
     assert rollback.params["before_alert_s"] == parse_duration(pending).total_seconds()
 
 

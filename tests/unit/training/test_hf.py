@@ -366,3 +366,20 @@ def test_without_the_nan_filter_a_checkpoint_is_judged_by_the_loss_of_its_own_st
         assert info.loss == pytest.approx(logged[step], rel=1e-5), (step, info, logged)
     assert logged[6] > 100 * logged[5]  # the spike is step 6's own
     assert [s for s in sorted(index) if index[s].good] == [2, 4, 8, 10]
+
+
+def test_the_grad_norm_callback_exports_the_norm_the_trainer_logs(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from prometheus_client import CollectorRegistry
+
+    from remediate.training.hf import GradNormLogCallback
+    from remediate.training.metrics import RankLabels, StepMetrics
+
+    registry, labels = CollectorRegistry(), RankLabels(training_job=JOB, rank="0", world_size="1", node="n", gpu="")
+    metrics = StepMetrics(JOB, registry=registry, labels=labels, grad_norm_sync_every_s=0)
+    trainer = train(tmp_path, 6, 64, [GradNormLogCallback(metrics)], logging_steps=1)
+
+    logged = [entry["grad_norm"] for entry in trainer.state.log_history if "grad_norm" in entry]
+    assert len(logged) == 6 and all(norm > 0 for norm in logged)
+    assert registry.get_sample_value("training_grad_norm", asdict(labels)) == pytest.approx(logged[-1])

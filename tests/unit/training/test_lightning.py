@@ -332,3 +332,45 @@ def test_the_samples_of_a_batch_are_the_first_dimension_of_its_first_tensor() ->
     assert batch_samples(torch.zeros(7, 2)) == 7
     assert batch_samples(torch.tensor(1.0)) == 0  # a scalar: no sample count to tell
     assert batch_samples("not a batch") == 0 and batch_samples(()) == 0
+
+
+class NormRecorder(pl.Callback):  # type: ignore[misc]
+    """The global gradient norm of each optimizer step, computed here from the gradients the optimizer is handed."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+
+    def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        self.norms.append(float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))))
+
+
+def test_the_metrics_callback_exports_the_largest_gradient_norm_read_once_per_interval(tmp_path: Path) -> None:
+    from dataclasses import asdict
+
+    from prometheus_client import CollectorRegistry
+
+    from remediate.training.lightning import StepMetricsCallback
+    from remediate.training.metrics import RankLabels, StepMetrics
+
+    registry, labels = CollectorRegistry(), RankLabels(training_job=JOB, rank="0", world_size="1", node="n", gpu="")
+    metrics = StepMetrics(JOB, registry=registry, labels=labels)  # the default interval (5 s): longer than the fit
+    recorder = NormRecorder()
+    fit(tmp_path, 12, [StepMetricsCallback(metrics, grad_norm=True), recorder], samples=128)
+
+    assert len(recorder.norms) == 12
+    # Read at the first step, then kept on the device until the end of training flushed the largest of the rest.
+    assert metrics.grad_norm_reads == 2
+    assert registry.get_sample_value("training_grad_norm", asdict(labels)) == pytest.approx(max(recorder.norms[1:]))
+
+
+def test_without_grad_norm_the_metrics_callback_exports_no_norm(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from remediate.training.lightning import StepMetricsCallback
+    from remediate.training.metrics import RankLabels, StepMetrics
+
+    registry, labels = CollectorRegistry(), RankLabels(training_job=JOB, rank="0", world_size="1", node="n", gpu="")
+    fit(tmp_path, 3, [StepMetricsCallback(StepMetrics(JOB, registry=registry, labels=labels))], samples=64)
+
+    assert "training_grad_norm" not in {s.name for family in registry.collect() for s in family.samples}
