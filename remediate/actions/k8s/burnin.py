@@ -133,7 +133,7 @@ class KubeBurninAction(KubeAction):
         except BadMeasurement as exc:
             raise ActionError(f"k8s.burnin on {node.name}: {exc}") from exc
         verdict = judged(measured, params)
-        result = {"outcome": "passed" if verdict.passed else "failed", **seen, **verdict.summary(),
+        result = {"outcome": "passed" if verdict.passed else "fell_short", **seen, **verdict.summary(),
                   "measurement": asdict(measured)}  # fmt: skip
         if not verdict.passed:
             raise BurninFailedStep(f"burn-in of {node.name} failed: {verdict.why}", result)

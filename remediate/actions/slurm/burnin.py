@@ -86,7 +86,7 @@ class SlurmBurninAction(SlurmAction):
             raise ActionError(f"slurm.burnin on {node.name}: {exc}") from exc
         verdict = judged(measured, params)
         after = self.read(ref)
-        result = {"outcome": "passed" if verdict.passed else "failed", "node": node.name, **verdict.summary(),
+        result = {"outcome": "passed" if verdict.passed else "fell_short", "node": node.name, **verdict.summary(),
                   "measurement": asdict(measured), "command": argv, "still_drained": after.drained,
                   "current": after.summary()}  # fmt: skip
         if not verdict.passed:

@@ -130,7 +130,10 @@ def run_only_rank0_polls(rank: int, root: str, port: int, out_dir: str) -> None:
     control = TrainingControl("lonely-job", root=Path(root), options=ControlOptions(wake_signal=None))
     control.register()
     if rank == 1:
-        return  # never polls; its process ends and its connections with it
+        # Never polls; its process ends and its connections with it. At once: a return would leave the exit to
+        # the interpreter, whose process group teardown can wait on rank 0 (seen under load: rank 0's broadcast
+        # then blocks for gloo's 30-minute timeout instead of seeing the reset).
+        os._exit(0)
     outcome = "no error"
     try:
         for step in range(1, 3000):
