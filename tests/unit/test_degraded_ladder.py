@@ -70,3 +70,31 @@ def test_the_shipped_degradation_ladder_notifies_then_drains_if_it_persists_and_
         ("resume", "slurm.resume"),
         ("notify-resolved", "notify"),
     ]
+
+
+def _message(rung: int, name: str, **context: Any) -> str:
+    from remediate.actions.templating import render_text
+
+    playbook = yaml.safe_load((ROOT / "playbooks" / "gpu-degraded.yaml").read_text())
+    steps = playbook["escalate"][rung]["steps"] if rung >= 0 else playbook["on_resolved"]
+    (source,) = [s["with"]["message"] for s in steps if s["name"] == name]
+    alert = {"alertname": "GPUPcieDowntrained", "labels": LABELS, "annotations": NOTES}
+    return " ".join(render_text(source, {**alert, **context}).split())
+
+
+def test_the_ladders_messages_carry_the_evidence_and_say_what_the_drain_did() -> None:
+    run = {"outcome": "4 of 4 steps succeeded", "link": "run 7", "ok": True}
+    told = _message(0, "notify", run=run)
+    assert told.startswith("gpu-node-05: GPU 1 (GPU-1111) on gpu-node-05: PCIe link downtrained.")
+    assert "Evidence: pcie width x8 < max x16." in told
+
+    done = {"status": "succeeded"}
+    both = _message(1, "notify", step={"cordon": done, "taint": done, "slurm-drain": done}, run=run)
+    assert "cordoned and tainted remediate.io/gpu-degraded. Drained in Slurm (running jobs finish)." in both
+    slurm_only = _message(1, "notify", step={"slurm-drain": done}, run=run)
+    assert "Drained in Slurm" in slurm_only and "cordoned" not in slurm_only
+    failed = _message(1, "notify", step={"cordon": {"status": "failed"}, "taint": done}, run=run)
+    assert "taking it out of service FAILED: it still takes work." in failed
+
+    resolved = _message(-1, "notify-resolved", run=run)
+    assert "GPUPcieDowntrained resolved on gpu-node-05: the agent reads GPU 1 clear." in resolved
