@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z, the alert's startsAt
 MIN = 60.0
 LABELS = {"severity": "warning", "source": "nvml", "node": "gpu-node-05", "UUID": "GPU-1111", "gpu": "1"}
-NOTES = {"summary": "GPU 1 (GPU-1111) on gpu-node-05: PCIe link downtrained", "evidence": "pcie width x8 < max x16"}
+EVIDENCE = "pcie width x8 < max x16"
+NOTES = {"summary": f"GPU 1 (GPU-1111) on gpu-node-05: PCIe link downtrained: {EVIDENCE}", "evidence": EVIDENCE}
 
 
 def downtrained(status: str = "firing") -> dict[str, Any]:
@@ -85,8 +86,8 @@ def _message(rung: int, name: str, **context: Any) -> str:
 def test_the_ladders_messages_carry_the_evidence_and_say_what_the_drain_did() -> None:
     run = {"outcome": "4 of 4 steps succeeded", "link": "run 7", "ok": True}
     told = _message(0, "notify", run=run)
-    assert told.startswith("gpu-node-05: GPU 1 (GPU-1111) on gpu-node-05: PCIe link downtrained.")
-    assert "Evidence: pcie width x8 < max x16." in told
+    assert told.startswith("GPU 1 (GPU-1111) on gpu-node-05: PCIe link downtrained: pcie width x8 < max x16 (the")
+    assert "if this still fires in an hour it is cordoned" in told and told.endswith("run 7")
 
     done = {"status": "succeeded"}
     both = _message(1, "notify", step={"cordon": done, "taint": done, "slurm-drain": done}, run=run)
