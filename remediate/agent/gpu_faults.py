@@ -14,6 +14,10 @@ and source="nvml"; `occurrence` makes each fault its own alert (an edge, not a l
 gauge latches the last XID, its issues #500/#190/#502). `endsAt` = the fault + `gpu_events_resolve_after`:
 AlertManager resolves it then, and the playbook's on_resolved steps run. Only serious XIDs
 (remediate.gpu.events.SERIOUS_XIDS) are alerts; application XIDs are logged.
+
+With `health`, a third thread reads the GPUs' health every poll and puts what remediate.agent.gpu_degradations
+makes of it (silent degradations: levels, re-sent while they last) in the same outbox, so they reach
+AlertManager by the same retried path and route.
 """
 
 from __future__ import annotations
