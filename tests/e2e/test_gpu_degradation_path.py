@@ -7,6 +7,7 @@ both alertnames to remediate through the node agents' sub-route.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -87,3 +88,35 @@ def test_the_agent_raises_a_downtrained_link_and_a_persistent_slowdown_and_resol
         assert agent.running
     finally:
         agent.stop()
+
+
+def test_a_downtrained_link_reaches_the_shipped_playbook_through_the_shipped_route_and_on_call_is_told(
+    tmp_path: Path,
+    start_server: Callable[..., Any],
+    playbooks_dir: Path,
+    recorder: WebhookRecorder,
+    watch_log: Callable[..., None],
+) -> None:
+    """Agent -> AlertManager (the shipped routes) -> `remediate serve` (the shipped gpu-degraded): rung 1 notifies
+    on-call with the agent's evidence (the resolve waits for the shipped group_interval, 1m: not run here)."""
+    shipped = Path(__file__).resolve().parents[2] / "playbooks" / "gpu-degraded.yaml"
+    (playbooks_dir / "gpu-degraded.yaml").write_text(shipped.read_text())
+    server = start_server(env={"REMEDIATE_SINKS": json.dumps({"oncall": {"type": "webhook", "url": recorder.url}})})
+    am = ShippedAlertManager(tmp_path / "alertmanager", server.webhook_url, token=server.token)
+    watch_log("alertmanager", am)
+    agent = NodeAgent(tmp_path / "agent", NODE, env={"REMEDIATE_GPU_HEALTH_POLL_INTERVAL": "0.5s"})
+    watch_log("agent", agent)
+    link = agent.gpus.devices()[2].uuid
+    agent.gpus.update_device(link, health={**HEALTHY, "pcie": {**HEALTHY["pcie"], "width": 8}})
+    with am:
+        agent.extra_env["REMEDIATE_GPU_EVENTS_ALERTMANAGER_URL"] = am.url
+        agent.start()
+        try:
+            entry = server.wait_for_run(lambda e: e["run"]["phase"] == "firing", playbook="gpu-degraded")
+            assert (entry["target"], entry["decision"], entry["rung"]) == (NODE, "accepted", 1)
+            told = recorder.wait_for(lambda r: "downtrained" in json.dumps(r.json), 30)
+            assert "pcie width x8 < max x16" in json.dumps(told.json) and NODE in json.dumps(told.json)
+            labels = server.run(entry["run_id"])["alert"]["labels"]
+            assert (labels["alertname"], labels["UUID"], labels["gpu"]) == ("GPUPcieDowntrained", link, "2")
+        finally:
+            agent.stop()
