@@ -65,9 +65,9 @@ class DegradationTracker:
 
     node: str
     policy: DegradationPolicy = field(default_factory=DegradationPolicy)
-    _slow: dict[str, int] = field(default_factory=dict)
+    _slow: dict[str, int] = field(default_factory=dict, init=False)
     """UUID -> consecutive reads with a HW slowdown reason set (negative: consecutive clean reads while firing)."""
-    _firing: dict[tuple[str, str], _Firing] = field(default_factory=dict)
+    _firing: dict[tuple[str, str], _Firing] = field(default_factory=dict, init=False)
 
     def observe(self, scan: Sequence[GpuHealth], now: float) -> list[dict[str, Any]]:
         """The alerts to post after this scan: every one still firing (re-sent), every one that cleared."""
