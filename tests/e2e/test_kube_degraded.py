@@ -58,7 +58,9 @@ def test_a_persistent_degradation_cordons_and_taints_the_node_on_rung_two_and_th
     )
 
     server.post_webhook(notification_payload(downtrained(NODE))).raise_for_status()
-    first = server.wait_for_run(status="succeeded", playbook="gpu-degraded")
+    first = server.wait_for_run(playbook="gpu-degraded")
+    told = server.wait_for_run_status(first["run_id"], "succeeded", "failed")
+    assert told["status"] == "succeeded", told
     assert first["rung"] == 1 and not kube_api.node(NODE)["spec"].get("unschedulable")
 
     def climbed() -> dict[str, Any] | None:  # AlertManager re-sends the alert while it fires
