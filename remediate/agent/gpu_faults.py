@@ -14,6 +14,10 @@ and source="nvml"; `occurrence` makes each fault its own alert (an edge, not a l
 gauge latches the last XID, its issues #500/#190/#502). `endsAt` = the fault + `gpu_events_resolve_after`:
 AlertManager resolves it then, and the playbook's on_resolved steps run. Only serious XIDs
 (remediate.gpu.events.SERIOUS_XIDS) are alerts; application XIDs are logged.
+
+With `health`, a third thread reads the GPUs' health every poll and puts what remediate.agent.gpu_degradations
+makes of it (silent degradations: levels, re-sent while they last) in the same outbox, so they reach
+AlertManager by the same retried path and route.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, stop_any, wait_exponential
 
+from remediate.agent.gpu_degradations import DegradationTracker, Scan
 from remediate.gpu.events import FELL_OFF_THE_BUS_XID, GPU_LOST, EventWatch, GpuEvent
 
 log = logging.getLogger("remediate.agent.gpu_faults")
@@ -97,10 +102,19 @@ def _rfc3339(seconds: float) -> str:
 class FaultWatcher:
     """Watches one backend's GPU events and raises each serious fault in AlertManager; `start`, then `stop`."""
 
-    def __init__(self, watch: EventWatch, config: FaultAlerts, *, wait_seconds: float = WAIT_SECONDS) -> None:
+    def __init__(
+        self,
+        watch: EventWatch,
+        config: FaultAlerts,
+        *,
+        wait_seconds: float = WAIT_SECONDS,
+        health: tuple[Scan, DegradationTracker] | None = None,
+    ) -> None:
+        """`health`: also read the GPUs' health every poll and raise silent degradations (gpu_degradations)."""
         self.watch = watch
         self.config = config
         self.wait_seconds = wait_seconds
+        self.health = health
         self.stopping = threading.Event()
         self._outbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._sequence = 0
@@ -109,6 +123,8 @@ class FaultWatcher:
             threading.Thread(target=self._watch_loop, name="gpu-fault-watch", daemon=True),
             threading.Thread(target=self._post_loop, name="gpu-fault-post", daemon=True),
         ]
+        if health is not None:
+            self._threads.append(threading.Thread(target=self._health_loop, name="gpu-health-poll", daemon=True))
         self._posting = threading.Event()
         self.posted = 0
         """Alerts AlertManager accepted (for logs and tests)."""
@@ -161,6 +177,17 @@ class FaultWatcher:
                 log.exception("watching GPU events failed; trying again in %g s", self.wait_seconds)
                 self.stopping.wait(self.wait_seconds)
 
+    def _health_loop(self) -> None:
+        assert self.health is not None
+        scan, tracker = self.health
+        while not self.stopping.is_set():
+            try:
+                for alert in tracker.observe(scan(), time.time()):
+                    self._outbox.put(alert)
+            except Exception:
+                log.exception("reading the GPUs' health failed; trying again in %g s", tracker.policy.poll_seconds)
+            self.stopping.wait(tracker.policy.poll_seconds)
+
     def _raise(self, event: GpuEvent) -> None:
         if not event.serious:
             log.info(
@@ -181,7 +208,8 @@ class FaultWatcher:
             try:
                 self._post(alert)
                 self.posted += 1
-                log.info("raised %s occurrence %s in AlertManager", ALERTNAME, alert["labels"]["occurrence"])
+                labels = alert["labels"]
+                log.info("posted %s (%s) to AlertManager", labels["alertname"], _which(labels, alert["endsAt"]))
             except Exception as exc:
                 log.error("could not raise the GPU fault %s in AlertManager: %s", alert["labels"], exc)
             finally:
@@ -198,6 +226,12 @@ class FaultWatcher:
         for attempt in retrying:
             with attempt:
                 post_alerts(self.config, [alert])
+
+
+def _which(labels: dict[str, str], ends_at: str) -> str:
+    if "occurrence" in labels:
+        return f"occurrence {labels['occurrence']}"
+    return f"GPU {labels.get('gpu')} {labels.get('UUID')}, ends {ends_at}"
 
 
 def post_alerts(config: FaultAlerts, alerts: list[dict[str, Any]]) -> None:

@@ -61,13 +61,15 @@ from remediate.agentwire.protocol import (
     WrongNodeError,
     error_answer,
 )
-from remediate.config.settings import Settings
+from remediate.config.settings import GpuSettings, Settings
 from remediate.config.values import secret_from
 from remediate.errors import ConfigError, RemediateError, StoreUnavailable
 from remediate.logs.setup import configure_logging
 
 if TYPE_CHECKING:
+    from remediate.agent.gpu_degradations import DegradationTracker, Scan
     from remediate.agent.gpu_faults import FaultWatcher
+    from remediate.gpu import GpuBackend
 
 log = logging.getLogger("remediate.agent")
 
@@ -399,7 +401,23 @@ def start_fault_watcher(settings: Settings, node: str) -> FaultWatcher | None:
     config = FaultAlerts(
         url=gpu.events_alertmanager_url, node=node, resolve_after=gpu.events_resolve_after, token=token
     )
-    return FaultWatcher(watch, config).start()
+    return FaultWatcher(watch, config, health=_health_poll(backend, gpu, node)).start()
+
+
+def _health_poll(backend: GpuBackend, gpu: GpuSettings, node: str) -> tuple[Scan, DegradationTracker] | None:
+    """The silent-degradation poll beside the fault watch (gpu_health_poll_interval; 0: off). A backend without
+    health reads is a ConfigError, as one that cannot watch events is."""
+    if gpu.health_poll_interval <= 0:
+        return None
+    from remediate.agent.gpu_degradations import DegradationPolicy, DegradationTracker
+    from remediate.gpu import GpuError, capability
+
+    try:
+        scan = capability(backend, "health_scan", doing="read GPU health")
+    except GpuError as exc:
+        raise ConfigError(f"gpu_health_poll_interval is set but the GPUs' health cannot be read: {exc}") from exc
+    policy = DegradationPolicy(poll_seconds=gpu.health_poll_interval, slowdown_polls=gpu.health_slowdown_polls)
+    return scan, DegradationTracker(node=node, policy=policy)
 
 
 def serve_agent(settings: Settings) -> None:

@@ -232,6 +232,12 @@ class GpuSettings:
     """Agent: file of a bearer token for that AlertManager."""
     events_resolve_after: float = setting(1800.0, v.to_seconds)
     """Agent: raise GPU faults as alerts in this AlertManager (agent.gpu_faults; unset: off), resolved after."""
+    health_poll_interval: float = setting(60.0, v.to_seconds)
+    """Agent, with gpu_events_alertmanager_url: read the GPUs' health this often and raise silent degradations
+    (GPUPcieDowntrained, GPUHwSlowdownPersistent: agent.gpu_degradations); 0: off."""
+    health_slowdown_polls: int = setting(3, functools.partial(v.to_positive_int, minimum=1))
+    """Agent: GPUHwSlowdownPersistent fires after a HW slowdown on this many reads in a row (and clears after as many
+    clean ones)."""
 
 
 @dataclass(frozen=True)

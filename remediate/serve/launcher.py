@@ -128,6 +128,12 @@ def _executor_process(
     from remediate.serve.proctitle import set_title
 
     set_title("executor")
+    # This process sends (notify, Kubernetes, the agents) from several threads at once, each importing requests
+    # on its first send (remediate.outbound.lazyhttp). Two first imports at once can see it half initialised
+    # ("cannot import name 'parse_dict_header' from partially initialized module 'requests.utils'", a failed
+    # notify step while the node cache made its first LIST): loaded here, once, before any thread starts.
+    import requests  # noqa: F401
+
     from remediate.services import build_services  # not server.py: the executor process serves no HTTP
     from remediate.store import DEFAULT_BUSY_TIMEOUT, WalCheckpointer
 

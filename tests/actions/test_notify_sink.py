@@ -204,6 +204,7 @@ def test_the_shipped_playbooks_notify_the_oncall_sink_and_the_unconfigured_one_i
     assert used == {
         "breakfix": ["gpu-xid-quarantine", "training-fail-slow"],  # their last rungs' k8s.handoff
         "oncall": [
+            "gpu-degraded",
             "gpu-overheat",
             "gpu-xid-quarantine",
             "notify-oncall",
@@ -213,8 +214,8 @@ def test_the_shipped_playbooks_notify_the_oncall_sink_and_the_unconfigured_one_i
     }
     assert line == (
         "sinks NOT configured: breakfix (used by gpu-xid-quarantine, training-fail-slow); oncall (used by "
-        "gpu-overheat, gpu-xid-quarantine, notify-oncall, training-fail-slow, training-throughput-drop): their "
-        "notify steps fail and post nothing "
+        "gpu-degraded, gpu-overheat, gpu-xid-quarantine, notify-oncall, training-fail-slow, training-throughput-drop): "
+        "their notify steps fail and post nothing "
         "until you set sinks.breakfix, sinks.oncall (settings file or REMEDIATE_SINKS; the chart's `sinks` value)"
     )
     configured = (Sink("oncall", "webhook", url="http://bridge:8080/x"), Sink("breakfix", "webhook", url="http://t/x"))

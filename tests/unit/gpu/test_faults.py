@@ -163,3 +163,23 @@ def test_a_malformed_alertmanager_url_is_refused_naming_the_setting() -> None:
 
     with pytest.raises(ValueError, match="gpu_events_alertmanager_url must be an absolute http"):
         FLAT["gpu_events_alertmanager_url"]("alertmanager:9093")
+
+
+def test_the_agent_reads_gpu_health_beside_the_fault_watch_unless_the_poll_is_off(gpus: SimulatedBackend) -> None:
+    from remediate.agent.server import start_fault_watcher
+    from remediate.config.settings import Settings
+
+    nobody = f"http://127.0.0.1:{free_port()}"
+    common = {"gpu_backend": "simulated", "gpu_simulator_file": str(gpus.path), "gpu_events_alertmanager_url": nobody}
+    polled = start_fault_watcher(Settings.of(**common, gpu_health_slowdown_polls=4), NODE)
+    off = start_fault_watcher(Settings.of(**common, gpu_health_poll_interval=0.0), NODE)
+    assert polled is not None and off is not None
+    try:
+        assert polled.health is not None and off.health is None
+        scan, tracker = polled.health
+        assert (tracker.node, tracker.policy.poll_seconds, tracker.policy.slowdown_polls) == (NODE, 60.0, 4)
+        assert [g.uuid for g in scan()] == [d.uuid for d in gpus.devices()]
+        assert "gpu-health-poll" in {t.name for t in polled._threads}
+    finally:
+        polled.stop()
+        off.stop()
