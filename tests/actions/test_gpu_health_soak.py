@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.gpu_health import NodeUnhealthy
 from remediate.actions.gpu_health_soak import Round, Soak, SoakStopped, SoakTooLong, run_soak
+from remediate.agent.service import AgentService
+from remediate.executor.agent_calls import AgentRunner, StaticAgents
 from remediate.gpu import SimulatedBackend
 from tests.actions.test_gpu_health import HEALTHY
+from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
 from tests.support.gpu import simulated_registry, step_context
 from tests.support.waiting import scaled
 
@@ -91,3 +96,20 @@ def test_a_stopping_server_ends_the_soak_unproven() -> None:
     with pytest.raises(SoakStopped, match="stopped after 1 of 3 soak rounds"):
         run_soak(Soak(600, 300), lambda: Round(0.0, "ok"), remaining=lambda: 1e9, stopping=stopping, margin_s=5)
     assert time.monotonic() - started < scaled(10)
+
+
+def test_through_the_node_agent_a_soak_longer_than_its_request_timeout_comes_back_whole(tmp_path: Path) -> None:
+    """The gate's path on a cluster: the server's AgentRunner to the node's agent over HTTP, the step running for
+    longer than the agent's request_timeout (which bounds reading a request, not running its step)."""
+    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "node-gpus.yaml", count=2))
+    settings = agent_settings(tmp_path, gpu_backend="simulated", gpu_simulator_file=backend.path, request_timeout=1.0)
+    service = AgentService(settings)
+    action = default_registry(settings).get("gpu.health")
+    params = action.validate({"soak": "3s", "every": "1s"})
+    ctx = replace(step_context(), target="node-b", deadline=time.monotonic() + scaled(30))
+    with serve_agent(service, settings) as url:
+        remote = AgentRunner("node-b", StaticAgents({"node-b": url}), AGENT_TOKEN, retry_wait_max=0.01)
+        result = remote.execute(action, params, ctx)
+    service.close()
+    assert [r["verdict"] for r in result["soak"]["rounds"]] == ["ok"] * 4
+    assert result["soak"]["rounds"][-1]["at_s"] >= 3.0
