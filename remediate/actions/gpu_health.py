@@ -4,7 +4,9 @@ Per GPU, each check of remediate.actions.gpu_health_checks (pending page retirem
 row-remap failure, volatile double-bit ECC, PCIe width and generation against the maximum, clock
 throttle reasons, NVLink error counters, a GPU off the bus) gets a verdict — ok, warn, fail or skipped —
 with its evidence (values and thresholds). `diag: 1|2|3` also runs `dcgmi diag -r N -j` (remediate.gpu.
-dcgm_diag); 0 skips it, and a node without DCGM reports it skipped, not failed.
+dcgm_diag); 0 skips it, and a node without DCGM reports it skipped, not failed. `soak: 30m` repeats the
+NVML checks over a window (`every: 5m`; remediate.actions.gpu_health_soak), every round's verdict kept in the
+result; the first failing round fails the step. dcgmi runs once, after the first round.
 
 The step fails when any check fails (`fail_on: fail`, the default): what a gate needs, since a failed
 step stops the run and its result — every check's evidence — stays with the step in the history
@@ -28,7 +30,9 @@ from remediate.actions.gpu_health_checks import (
     judge,
     overall,
 )
-from remediate.actions.schema import Param, ParamSchema, between
+from remediate.actions.gpu_health_soak import Round, Soak, run_soak
+from remediate.actions.schema import Param, ParamSchema, between, duration_within
+from remediate.config.durations import parse_duration
 from remediate.errors import PartialFailure, parsed_by
 from remediate.gpu import GpuNotFound, capability, dcgm_diag, parse_gpu_ref, supports
 from remediate.gpu.errors import GpuSelectionError
@@ -47,6 +51,9 @@ READS = (
 )
 DIAG_MARGIN_S = 5.0
 """Time kept back from the step's deadline for judging and reporting after dcgmi returns."""
+
+
+_DIAG_NOT_RUN = {"level": 0, "verdict": "skipped", "reason": "not run: the NVML checks failed first", "failed": []}
 
 
 class NodeUnhealthy(PartialFailure):
@@ -102,6 +109,20 @@ class HealthAction(_GpuAction):
                 int, default=100, check=_count, doc="most NVLink replay + CRC errors per active link that pass"
             ),
             "diag": Param(int, default=0, choices=(0, 1, 2, 3), doc="dcgmi diag level to run (0: none)"),
+            "soak": Param(
+                str,
+                default="0s",
+                static=True,
+                check=duration_within(0, 24 * 3600),
+                doc="repeat the NVML checks over this window (0s: once); the step's timeout must cover it",
+            ),
+            "every": Param(
+                str,
+                default="5m",
+                static=True,
+                check=duration_within(1, 3600),
+                doc="the time between two rounds of the soak",
+            ),
         }
     )
 
@@ -149,11 +170,17 @@ class HealthAction(_GpuAction):
             checks=list(CHECKS),
             thresholds=self._limits(params).to_dict(),
             diag=diag,
+            soak=self._soak(params).to_dict(),
             fail_on=params["fail_on"],
             notes=notes,
         )
 
-    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+    def _soak(self, params: Mapping[str, Any]) -> Soak:
+        window, every = (parse_duration(params[k]).total_seconds() for k in ("soak", "every"))
+        return Soak(window_s=window, every_s=every)
+
+    def _round(self, params: Mapping[str, Any]) -> tuple[list[dict[str, Any]], Round]:
+        """Every chosen GPU read and judged once: their entries, and the round's verdict and lines."""
         limits = self._limits(params)
         gpus, failed, warned = [], [], []
         for gpu in self._scan(params):
@@ -163,29 +190,50 @@ class HealthAction(_GpuAction):
             warned += _lines(gpu, checks, "warn")
             reading = gpu.reading.to_dict() if gpu.reading is not None else {"lost": gpu.lost}
             gpus.append(gpu.ident() | {"verdict": verdict, "checks": [c.to_dict() for c in checks], "read": reading})
-        diag = self._diag(params["diag"], ctx)
-        if diag["verdict"] == "fail":
-            failed.append(f"dcgmi diag -r {diag['level']}: {'; '.join(diag['failed']) or diag['reason']}")
-        elif diag["verdict"] == "warn":
-            warned.append(f"dcgmi diag -r {diag['level']}: warnings (see diag.tests)")
-        verdict = overall([*(g["verdict"] for g in gpus), diag["verdict"]])
+        return gpus, Round(0.0, overall(g["verdict"] for g in gpus), tuple(failed), tuple(warned))
+
+    def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        latest: list[list[dict[str, Any]]] = []
+        diag: dict[str, Any] = {}
+
+        def one_round() -> Round:
+            gpus, done = self._round(params)
+            latest[:] = [gpus]
+            if not diag:  # after the first round: a fault NVML sees already fails before dcgmi's minutes
+                diag.update(self._diag(params["diag"], ctx, soak.window_s) if done.verdict != "fail" else _DIAG_NOT_RUN)
+                if diag["verdict"] == "fail":
+                    why = "; ".join(diag["failed"]) or diag["reason"]
+                    return Round(0.0, "fail", (*done.failed, f"dcgmi diag -r {diag['level']}: {why}"), done.warnings)
+                if diag["verdict"] == "warn":
+                    warned = (*done.warnings, f"dcgmi diag -r {diag['level']}: warnings (see diag.tests)")
+                    return Round(0.0, overall([done.verdict, "warn"]), done.failed, warned)
+            return done
+
+        soak = self._soak(params)
+        log = run_soak(soak, one_round, remaining=ctx.remaining, stopping=ctx.stopping, margin_s=DIAG_MARGIN_S)
+        last = log.rounds[-1]
+        verdict = overall([*(r.verdict for r in log.rounds)])
         result = self._report(
-            gpus,
+            latest[0],
             verdict=verdict,
-            failed=failed,
-            warnings=warned,
+            failed=list(last.failed),
+            warnings=sorted({w for r in log.rounds for w in r.warnings}),
             diag=diag,
-            thresholds=limits.to_dict(),
+            thresholds=self._limits(params).to_dict(),
             fail_on=params["fail_on"],
+            soak=log.to_dict(),
         )
         if verdict == "fail" and params["fail_on"] == "fail":
-            raise NodeUnhealthy(f"node unhealthy: {'; '.join(failed)}", result)
+            when = f" (soak round {len(log.rounds)} of {len(soak.offsets())}, at +{last.at_s:.0f}s)"
+            when = when if soak.window_s else ""
+            raise NodeUnhealthy(f"node unhealthy{when}: {'; '.join(last.failed)}", result)
         return result
 
-    def _diag(self, level: int, ctx: StepContext) -> dict[str, Any]:
+    def _diag(self, level: int, ctx: StepContext, soak_s: float = 0.0) -> dict[str, Any]:
+        """dcgmi, given the step's time left but the soak's window (it runs after the soak's first round)."""
         if not level:
             return {"level": 0, "verdict": "skipped", "reason": "diag: 0 (not asked for)", "failed": []}
-        timeout = max(1.0, min(ctx.remaining(), 24 * 3600.0) - DIAG_MARGIN_S)
+        timeout = max(1.0, min(ctx.remaining() - soak_s, 24 * 3600.0) - DIAG_MARGIN_S)
         return dcgm_diag.run(level, timeout_s=timeout).to_dict()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from remediate.actions.base import Action, ActionDeps
+from remediate.actions.base import Action, ActionDeps, StepContext
 from remediate.actions.notify import TIMEOUT
 from remediate.actions.notify_sink import NotifyAction
 from remediate.actions.schema import Param
@@ -24,8 +24,14 @@ POST_PARAMS: dict[str, Param] = {
         doc="the message to the sink, as notify's (rendered when the step runs: may read step.*, run.link)",
     ),
     "timeout": TIMEOUT,
+    "after_failed": Param(
+        str,
+        default="",
+        static=True,
+        doc="hand off only if this earlier step of the run failed (e.g. a re-admission gate); else do nothing",
+    ),
 }
-"""The hand-off's post: to which sink, with which message, within which time."""
+"""The hand-off's post: to which sink, with which message, within which time; and whether it is needed."""
 
 
 def notify_of(deps: ActionDeps) -> Callable[[], Action] | None:
@@ -44,6 +50,22 @@ class PostsToSink:
         if self._notify is None:
             raise ActionError(f"{self.name}: no notify action to post with (built outside a registry)")
         return self._notify()
+
+    @staticmethod
+    def not_needed(params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any] | None:
+        """With `after_failed: gate`: what the step reports instead of handing off while step `gate` did not
+        fail (an `always` step after a gate that passed: the node went back, nothing to hand over); None when
+        the hand-off is to be made. Why a param and not a step condition: one `always` step then serves both
+        outcomes of the gate, and the history says why nothing was handed off."""
+        name = params.get("after_failed") or ""
+        if not name:
+            return None
+        gate = next((s for s in ctx.steps if s.name == name), None)
+        if gate is not None and gate.status == "failed":
+            return None
+        status = gate.status if gate is not None else "not in this run"
+        return {"outcome": "not_needed", "would": f"nothing: step {name} {status}, not failed", "can_act": True,
+                "after_failed": name}  # fmt: skip
 
     @staticmethod
     def posted(params: Mapping[str, Any]) -> dict[str, Any]:

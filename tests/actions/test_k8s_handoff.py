@@ -6,13 +6,14 @@ cordon and taint still runs; a release (the annotation removed) lets remediate a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from remediate.actions import default_registry
-from remediate.actions.base import StepContext
+from remediate.actions.base import StepContext, StepView
 from remediate.actions.k8s import HandoffAction
 from remediate.actions.k8s.common import NodeOwnedElsewhere
 from remediate.actions.k8s.handoff import NodeOwnedByAnother
@@ -181,4 +182,28 @@ def test_the_servers_handoff_posts_through_its_notify_action_so_a_reload_of_the_
 
     assert handoff.plan(params, ctx_for("gpu-07"))["can_act"] is True
     assert handoff.execute(params, ctx_for("gpu-07"))["outcome"] == "handed_off"
+    assert len(sink.requests) == 1
+
+
+def test_after_failed_hands_off_only_when_the_gate_step_failed(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx, sink: WebhookRecorder
+) -> None:
+    """An `always` hand-off after a re-admission gate: a gate that passed hands nothing over (the node went back),
+    a gate that failed hands the node to breakfix."""
+    kube_api.add_node("gpu-07")
+    action = handoff_on(kube_client, {"breakfix": {"type": "webhook", "url": sink.url}})
+    params = {"sink": "breakfix", "after_failed": "gate", "message": "kept out"}
+
+    def after(status: str) -> StepContext:
+        return replace(ctx_for("gpu-07", run_id=21), steps=(StepView(1, "gate", "gpu.health", status),))
+
+    assert run(action, params, after("succeeded")) == {
+        "outcome": "not_needed", "would": "nothing: step gate succeeded, not failed", "can_act": True,
+        "after_failed": "gate",
+    }  # fmt: skip
+    assert action.plan(action.validate(params), after("skipped"))["would"] == "nothing: step gate skipped, not failed"
+    assert sink.requests == [] and OWNER not in kube_api.node("gpu-07")["metadata"].get("annotations", {})
+
+    assert run(action, params, after("failed"))["outcome"] == "handed_off"
+    assert kube_api.node("gpu-07")["metadata"]["annotations"][OWNER] == "breakfix"
     assert len(sink.requests) == 1

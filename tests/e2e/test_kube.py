@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 import yaml
 
+from remediate.gpu import SimulatedBackend
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
 from tests.support.processes import REMEDIATE, run_remediate
 from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder
 from tests.support.server import TOKEN, RemediateServer
-from tests.support.shipped import every_step, quicken_checks, shipped_playbook
+from tests.support.shipped import every_step, quicken_checks, quicken_gate, shipped_playbook
 from tests.support.waiting import scaled, wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -34,6 +35,7 @@ pytestmark = [pytest.mark.integration]
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = "gpu-xid-quarantine"
 NODE = "gpu-node-03"
+SINKS = ("oncall", "breakfix")
 
 StartServer = Callable[..., RemediateServer]
 StartAlertManager = Callable[..., AlertManager]
@@ -74,16 +76,24 @@ def gpu_metrics(tmp_path: Path) -> Iterator[tuple[MetricsEndpoint, Prometheus]]:
 
 
 @pytest.fixture
+def gpus(tmp_path: Path) -> SimulatedBackend:
+    """NODE's two GPUs as NVML shows them to the re-admission gate (gpu.health): healthy, idle."""
+    return SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
+
+
+@pytest.fixture
 def server(
     start_server: StartServer,
     playbooks_dir: Path,
     kube_api: FakeKubeAPI,
     recorder: WebhookRecorder,
     gpu_metrics: tuple[MetricsEndpoint, Prometheus],
+    gpus: SimulatedBackend,
     tmp_path: Path,
 ) -> RemediateServer:
-    # As shipped, but for the waits: the proven-healthy check asks for 2 s of evidence, not 10 minutes.
-    playbook = quicken_checks(shipped_playbook(PLAYBOOK), holds="2s", gives_up=scaled(10))
+    # As shipped, but for the waits: the proven-healthy check asks for 2 s of evidence, not 10 minutes, and the
+    # re-admission gate soaks 2 s (a round a second), not 30 minutes.
+    playbook = quicken_gate(quicken_checks(shipped_playbook(PLAYBOOK), holds="2s", gives_up=scaled(10)))
     for step in every_step(playbook):
         if step["action"] == "k8s.drain":
             step["with"]["pdb_retry_interval"] = 0.2
@@ -94,8 +104,14 @@ def server(
             "REMEDIATE_KUBECONFIG": str(kubeconfig),
             "REMEDIATE_KUBE_REQUEST_TIMEOUT": "5s",
             "REMEDIATE_PROMETHEUS_URL": gpu_metrics[1].url,
-            # The shipped playbook notifies the `oncall` sink: the recorder here.
-            "REMEDIATE_SINKS": json.dumps({"oncall": {"type": "webhook", "url": recorder.url}}),
+            # The shipped playbook notifies the `oncall` sink and hands off to `breakfix`: the recorder, both.
+            "REMEDIATE_SINKS": json.dumps(
+                {n: {"type": "webhook", "url": recorder.url} for n in ("oncall", "breakfix")}
+            ),
+            # NODE's node steps (its gate) run here, on simulated GPUs: the server plays NODE's agent.
+            "REMEDIATE_NODE_NAME": NODE,
+            "REMEDIATE_GPU_BACKEND": "simulated",
+            "REMEDIATE_GPU_SIMULATOR_FILE": str(gpus.path),
         }
     )
 
@@ -123,13 +139,13 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     run = server.run(entry["run_id"])
     steps = _steps(run)
     assert [(s["action"], s["status"]) for s in run["steps"]] == [
-        ("training.checkpoint_node", "failed"),  # no agent to reach the node's training jobs: best effort
+        ("training.checkpoint_node", "succeeded"),  # run here (the server plays NODE): no training job to save
         ("k8s.cordon", "succeeded"),
         ("k8s.taint", "succeeded"),
         ("k8s.drain", "succeeded"),
         ("notify", "succeeded"),
     ]
-    assert "node_aliases" in steps["checkpoint-jobs"]["error"] and steps["checkpoint-jobs"]["continue_on_error"]
+    assert steps["checkpoint-jobs"]["continue_on_error"]
     assert run["status"] == "succeeded" and run["error"] is None
     assert steps["cordon"]["plan"]["breaker"]["cap"] == 2  # min(10% of 22 nodes, 3)
     assert steps["cordon"]["result"]["outcome"] == "cordoned"
@@ -163,10 +179,14 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     assert breaker["open"] is False and breaker["held_nodes"] == [NODE]
 
     am.resolve(_labels(NODE))
-    resolved = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="succeeded", playbook=PLAYBOOK)
+    resolved = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", playbook=PLAYBOOK)
+    server.wait_for_run_status(resolved["run_id"], "succeeded", "failed")  # the gate's soak comes on top
     undo = _steps(server.run(resolved["run_id"]))
     # Both GPUs the node reported today report again (Prometheus, for the check's window): proven, undone.
     assert undo["proven-healthy"]["status"] == "succeeded", undo["proven-healthy"]
+    # ... and the node's own NVML checks passed every round of the soak: the re-admission gate.
+    assert [r["verdict"] for r in undo["gate"]["result"]["soak"]["rounds"]] == ["ok", "ok", "ok"], undo["gate"]
+    assert undo["handoff"]["result"]["outcome"] == "not_needed"  # `always`, but the gate passed
     assert undo["untaint"]["result"]["outcome"] == "untainted"
     assert undo["uncordon"]["result"]["outcome"] == "uncordoned"
     node = kube_api.node(NODE)
@@ -209,17 +229,63 @@ def test_a_node_whose_gpu_fell_off_the_bus_stays_out_when_its_alert_resolves(
     held = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="failed", playbook=PLAYBOOK)
     kept = _steps(server.run(held["run_id"]))
     assert kept["proven-healthy"]["status"] == "failed", kept["proven-healthy"]
-    assert [kept[n]["status"] for n in ("untaint", "uncordon", "notify-resolved")] == [
+    assert [kept[n]["status"] for n in ("gate", "untaint", "uncordon", "handoff", "notify-resolved")] == [
         "skipped",
         "skipped",
+        "skipped",
+        "succeeded",  # `always`: nothing handed off, the gate did not fail (it never ran)
         "succeeded",
     ]
+    assert kept["handoff"]["result"]["outcome"] == "not_needed"
     node = kube_api.node(NODE)
     assert node["spec"]["unschedulable"] is True and [t["key"] for t in node["spec"]["taints"]] == [
         "remediate.io/gpu-unhealthy"
     ]
     told = recorder.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
     assert "The node stays out: its GPUs did not all report again" in told.json["message"]
+
+
+def test_a_node_that_fails_the_readmission_gate_stays_out_is_handed_off_and_on_call_reads_why(
+    server: RemediateServer,
+    start_alertmanager: StartAlertManager,
+    kube_api: FakeKubeAPI,
+    recorder: WebhookRecorder,
+    gpus: SimulatedBackend,
+) -> None:
+    """Prometheus sees both GPUs again, but NVML says GPU 0's PCIe link trained down to x8 (of x16): the gate's
+    first round fails, the node stays cordoned and tainted, is handed to breakfix (remediate.io/owner), and
+    on-call's message names the check and its values."""
+    am = start_alertmanager(server.webhook_url)
+    am.fire(_labels(NODE), {"summary": f"1 GPU(s) on {NODE} reported a serious XID error"})
+    server.wait_for_run(lambda e: e["run"]["phase"] == "firing", status="succeeded", playbook=PLAYBOOK)
+    bad = gpus.devices()[0]
+    gpus.update_device(bad.uuid, health={"pcie": {"gen": 5, "max_gen": 5, "width": 8, "max_width": 16}})
+
+    am.resolve(_labels(NODE))
+    held = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="failed", playbook=PLAYBOOK)
+    kept = _steps(server.run(held["run_id"]))
+    assert [kept[n]["status"] for n in ("proven-healthy", "gate", "untaint", "uncordon", "handoff")] == [
+        "succeeded",
+        "failed",
+        "skipped",
+        "skipped",
+        "succeeded",
+    ]
+    evidence = f"GPU 0 ({bad.uuid}): pcie_width: pcie width x8 < max x16"
+    assert evidence in kept["gate"]["error"], kept["gate"]["error"]
+    assert kept["gate"]["result"]["failed"] == [evidence]  # every GPU's checks stay with the failed step
+    assert kept["handoff"]["result"]["outcome"] == "handed_off"
+    node = kube_api.node(NODE)
+    assert node["spec"]["unschedulable"] is True
+    assert [t["key"] for t in node["spec"]["taints"]] == ["remediate.io/gpu-unhealthy"]
+    assert node["metadata"]["annotations"]["remediate.io/owner"] == "breakfix"
+    assert "failed the re-admission gate" in node["metadata"]["annotations"]["remediate.io/owner-why"]
+    told = recorder.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
+    message = told.json["message"]
+    assert "The node stays out: it FAILED the re-admission gate: node unhealthy" in message, message
+    assert evidence in message and "It is handed to breakfix." in message, message
+    ticket = recorder.wait_for(lambda r: "failed the re-admission gate" in (r.json or {}).get("message", ""))
+    assert evidence in ticket.json["message"]
 
 
 def test_a_server_whose_playbooks_cordon_watches_the_nodes_from_its_start(

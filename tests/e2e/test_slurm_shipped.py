@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
+from remediate.gpu import SimulatedBackend
 from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder, check_rules
 from tests.support.rules import RULES_DIR, rules_of
 from tests.support.server import RemediateServer
-from tests.support.shipped import quicken_checks, shipped_playbook
+from tests.support.shipped import quicken_checks, quicken_gate, shipped_playbook
 from tests.support.slurm import SlurmCluster
 from tests.support.waiting import scaled, wait_until
 
@@ -64,6 +65,8 @@ class Site:
     alertmanager: AlertManager
     server: RemediateServer
     oncall: WebhookRecorder
+    gpus: SimulatedBackend
+    """The node's GPUs as the re-admission gate (gpu.health, run here: the node is this host) reads them."""
 
     def series(self, gpu: str) -> dict[str, str]:
         return {"Hostname": self.slurm.host, "gpu": gpu, "UUID": f"GPU-{self.slurm.host}-{gpu}"}
@@ -119,9 +122,12 @@ def site(
     start_alertmanager: Callable[..., AlertManager],
     watch_log: Callable[..., None],
 ) -> Iterator[Site]:
-    # The shipped playbook as it is, but for the proven-healthy check's wait: 2 s of evidence, not 10 minutes.
-    playbook = quicken_checks(shipped_playbook(PLAYBOOK), holds="2s", gives_up=scaled(10))
+    # The shipped playbook as it is, but for the waits: the proven-healthy check's 2 s of evidence, not 10 minutes,
+    # and the re-admission gate's soak of 2 s (a round a second), not 30 minutes.
+    playbook = quicken_gate(quicken_checks(shipped_playbook(PLAYBOOK), holds="2s", gives_up=scaled(10)))
     (playbooks_dir / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+    # The node is this host (the cluster's one slurmd): its node steps run in the server, on simulated GPUs.
+    gpus = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=len(GPUS)))
     server = RemediateServer(
         tmp_path / "remediate",
         playbooks_dir,
@@ -129,7 +135,13 @@ def site(
             "REMEDIATE_SCHEDULERS": "slurm",
             "REMEDIATE_SLURM_CONF": str(slurm.conf),
             "REMEDIATE_SLURM_PARTITIONS": "train",
-            "REMEDIATE_SINKS": json.dumps({"oncall": {"type": "webhook", "url": recorder.url}}),
+            "REMEDIATE_NODE_NAME": slurm.host,
+            "REMEDIATE_GPU_BACKEND": "simulated",
+            "REMEDIATE_GPU_SIMULATOR_FILE": str(gpus.path),
+            # On-call and breakfix (a failed gate's hand-off) post to one recorder: their messages differ.
+            "REMEDIATE_SINKS": json.dumps(
+                {name: {"type": "webhook", "url": recorder.url} for name in ("oncall", "breakfix")}
+            ),
         },
     )
     watch_log("remediate", server)
@@ -144,7 +156,7 @@ def site(
         ) as prometheus,
     ):
         watch_log("prometheus", prometheus)
-        running = Site(slurm, exporter, prometheus, alertmanager, server, recorder)
+        running = Site(slurm, exporter, prometheus, alertmanager, server, recorder, gpus)
         for gpu in GPUS:  # what dcgm-exporter shows of a healthy node: a temperature, no XID (0)
             exporter.set("DCGM_FI_DEV_GPU_TEMP", 55, running.series(gpu))
             running.set_xid(gpu, 0)
@@ -189,7 +201,7 @@ def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healt
 
     # Only the Slurm steps of the shipped rung (`schedulers: slurm`): no k8s.* step is even planned.
     assert [(s["action"], s["status"]) for s in run["steps"]] == [
-        ("training.checkpoint_node", "failed"),  # no agent to reach the node's training jobs: best effort
+        ("training.checkpoint_node", "succeeded"),  # run here (the node is this host): no training job to save
         ("slurm.drain", "succeeded"),
         ("slurm.requeue", "succeeded"),
         ("notify", "succeeded"),
@@ -221,16 +233,25 @@ def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healt
     timeline.mark("alert resolved (Prometheus)")
     wait_until(lambda: not site.in_alertmanager(), scaled(30), interval=0.2, message="AlertManager kept the alert")
     timeline.mark("alert resolved (AlertManager)")
-    resolved = site.server.wait_for_run(
-        lambda e: e["run"]["phase"] == "resolved", status="succeeded", playbook=PLAYBOOK
-    )
+    # The gate's soak (2 s here) comes on top of proven-healthy's wait: the run's own end is waited for.
+    resolved = site.server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", playbook=PLAYBOOK)
+    site.server.wait_for_run_status(resolved["run_id"], "succeeded", "failed")
+    timeline.mark("resolve run done (proven-healthy, gate soak, resume)")
     undo = site.server.run(resolved["run_id"])
     assert [(s["action"], s["status"]) for s in undo["steps"]] == [
         ("check.prometheus", "succeeded"),  # proven-healthy: both GPUs the node reported today report again
+        ("gpu.health", "succeeded"),  # the re-admission gate: every soak round healthy
         ("slurm.resume", "succeeded"),
+        ("slurm.handoff", "succeeded"),  # `always`, after the gate: it passed, so nothing is handed off
         ("notify", "succeeded"),
     ]
-    assert {s["name"]: s for s in undo["steps"]}["resume"]["result"]["outcome"] == "resumed"
+    undone = {s["name"]: s for s in undo["steps"]}
+    assert undone["resume"]["result"]["outcome"] == "resumed"
+    assert [r["verdict"] for r in undone["gate"]["result"]["soak"]["rounds"]] == ["ok", "ok", "ok"]
+    assert undone["slurm-handoff"]["result"]["outcome"] == "not_needed"
+    rounds = undone["gate"]["result"]["soak"]["rounds"]
+    offsets = ", ".join(f"+{r['at_s']:g}s" for r in rounds)
+    timeline.mark(f"(the gate's soak rounds, all ok, at {offsets} of the gate step)")
     assert not site.drained() and f"remediate run {run['id']}" not in slurm.reasons()
     timeline.mark("node resumed")
     told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
@@ -267,9 +288,12 @@ def test_a_gpu_that_fell_off_the_bus_keeps_the_node_drained_when_the_alert_resol
     kept = site.server.run(held["run_id"])
     assert [(s["action"], s["status"]) for s in kept["steps"]] == [
         ("check.prometheus", "failed"),
+        ("gpu.health", "skipped"),
         ("slurm.resume", "skipped"),
+        ("slurm.handoff", "succeeded"),  # the gate did not fail (it never ran): nothing handed off
         ("notify", "succeeded"),
     ]
+    assert {s["name"]: s for s in kept["steps"]}["slurm-handoff"]["result"]["outcome"] == "not_needed"
     assert site.drained()
     assert f"Reason=remediate run {run['id']}: GPUXidCritical" in slurm.show_node(host)
     told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
@@ -277,3 +301,53 @@ def test_a_gpu_that_fell_off_the_bus_keeps_the_node_drained_when_the_alert_resol
     with capsys.disabled():
         print(f"\nsinfo -R after the resolution:\n{slurm.reasons().rstrip()}")
         print(f"timeline (GPU 1 off the bus, seconds from its XID 79):\n{timeline.show()}")
+
+
+def test_a_node_that_fails_the_readmission_gate_stays_drained_is_handed_off_and_on_call_reads_why(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The XID clears and Prometheus sees both GPUs again (proven-healthy passes), but NVML on the node says GPU 1
+    counts volatile double-bit ECC errors: the gate fails, the node stays drained, its reason becomes
+    breakfix's (slurm.handoff), and on-call's message names the failing check and its values."""
+    slurm, host = site.slurm, site.slurm.host
+    job = slurm.sbatch(host, requeue=True)
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", scaled(30), message="the job never ran")
+    timeline = Timeline()
+    run = _quarantine(site, timeline, job)
+
+    bad = site.gpus.devices()[1]
+    healthy = site.gpus.devices()[0]
+    section = {"ecc_dbe_volatile": 2, "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16}}
+    site.gpus.update_device(bad.uuid, health=section)
+    site.set_xid("1", 0)
+    timeline.mark("XID cleared (0); NVML: GPU 1 counts 2 volatile DBEs")
+    held = site.server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="failed", playbook=PLAYBOOK)
+    timeline.mark("gate failed: the node stays drained")
+    kept = site.server.run(held["run_id"])
+    assert [(s["action"], s["status"]) for s in kept["steps"]] == [
+        ("check.prometheus", "succeeded"),
+        ("gpu.health", "failed"),
+        ("slurm.resume", "skipped"),
+        ("slurm.handoff", "succeeded"),
+        ("notify", "succeeded"),
+    ]
+    steps = {s["name"]: s for s in kept["steps"]}
+    evidence = f"GPU 1 ({bad.uuid}): ecc_dbe_volatile: 2 > 0"
+    gate = steps["gate"]
+    assert evidence in gate["error"] and "soak round 1 of 3" in gate["error"], gate["error"]
+    assert gate["result"]["failed"] == [evidence]  # the run keeps every GPU's checks with the failed step
+    assert {g["gpu"]: g["verdict"] for g in gate["result"]["gpus"]} == {healthy.uuid: "ok", bad.uuid: "fail"}
+    assert steps["slurm-handoff"]["result"]["outcome"] == "handed_off"
+    assert site.drained()
+    reason = slurm.show_node(host).split("Reason=", 1)[1]
+    assert reason.startswith("breakfix: failed the re-admission gate"), reason
+    assert f"remediate run {run['id']}: GPUXidCritical" not in reason  # the drain is breakfix's now: never resumed
+    told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
+    message = told.json["message"]
+    assert "FAILED the re-admission gate" in message and evidence in message, message
+    assert "It is handed to breakfix." in message, message
+    ticket = site.oncall.wait_for(lambda r: "failed the re-admission gate" in (r.json or {}).get("message", ""))
+    assert evidence in ticket.json["message"]
+    with capsys.disabled():
+        print(f"\nkept out: on-call reads:\n  {message}\nsinfo -R:\n{slurm.reasons().rstrip()}")
+        print(f"timeline (a failed gate, seconds from XID 79 on GPU 1):\n{timeline.show()}")

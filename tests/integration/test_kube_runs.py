@@ -766,13 +766,16 @@ def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_th
         # Undone only on evidence (proven-healthy: every GPU the node reported reports again for 10 minutes in
         # Prometheus); with no prometheus_url there is none: the node stays out and on-call is told why.
         undone = {s["name"]: s for s in undo["steps"]}
-        assert list(undone) == ["proven-healthy", "untaint", "uncordon", "notify-resolved"], undone
+        assert list(undone) == ["proven-healthy", "gate", "untaint", "uncordon", "handoff", "notify-resolved"], undone
         assert undone["proven-healthy"]["status"] == "failed" and "prometheus_url" in undone["proven-healthy"]["error"]
-        assert [undone[n]["status"] for n in ("untaint", "uncordon", "notify-resolved")] == [
+        assert [undone[n]["status"] for n in ("gate", "untaint", "uncordon", "handoff", "notify-resolved")] == [
             "skipped",
             "skipped",
+            "skipped",
+            "succeeded",  # `always`, acting only after a failed gate: this one never ran
             "succeeded",
         ], undone
+        assert undone["handoff"]["result"]["outcome"] == "not_needed"
         assert kube_api.node(node)["spec"]["unschedulable"] is True
         assert "The node stays out: its GPUs did not all report again" in recorder.requests[-1].json["message"]
         messages = [r.json["message"] for r in recorder.requests]

@@ -62,8 +62,18 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
                 f"{alertname} still reported after a drain and a GPU reset",
             )
         else:
-            assert rungs == [["check.prometheus", "k8s.untaint", "k8s.uncordon"], [], []]
-            assert quarantine.rungs[0].steps[2].params["scope"] == "alert"
+            # Undone only past the re-admission gate (a soak of the node's own health checks); a failed gate
+            # hands the node to breakfix (an `always` step acting only after the gate failed).
+            assert rungs == [["check.prometheus", "gpu.health", "k8s.untaint", "k8s.uncordon", "k8s.handoff"], [], []]
+            gate, handoff = quarantine.rungs[0].steps[1], quarantine.rungs[0].steps[4]
+            assert (gate.spec.name, gate.params["soak"], gate.params["every"], gate.params["diag"]) == (
+                "gate", "30m", "5m", 1
+            )  # fmt: skip
+            assert (gate.spec.timeout or 0) >= 30 * 60 + 60 and not gate.spec.always
+            assert (handoff.params["after_failed"], handoff.params["sink"], handoff.spec.always) == (
+                "gate", "breakfix", True
+            )  # fmt: skip
+            assert quarantine.rungs[0].steps[3].params["scope"] == "alert"
             # Undone only on evidence: every GPU the node reported in the last day reports again, for 10 minutes.
             proven = quarantine.rungs[0].steps[0].params
             host = labels.get("Hostname") or labels["hostname"]
@@ -96,7 +106,8 @@ def test_a_slurm_site_runs_the_same_ladder_with_the_slurm_steps(status: str) -> 
             assert quarantine.rungs[0].steps[1].params["note"] == expected_annotations["summary"].split(": ", 1)[-1]
             assert quarantine.rungs[2].steps[1].params["sink"] == "breakfix"
         else:
-            assert rungs == [["check.prometheus", "slurm.resume"], [], []]
+            assert rungs == [["check.prometheus", "gpu.health", "slurm.resume", "slurm.handoff"], [], []]
+            assert quarantine.rungs[0].steps[3].params["after_failed"] == "gate"
         left_out = {s.action for s in quarantine.playbook.left_out}
         assert left_out == {"k8s.cordon", "k8s.taint", "k8s.drain", "k8s.untaint", "k8s.uncordon", "k8s.handoff"}
 

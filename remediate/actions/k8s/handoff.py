@@ -93,6 +93,8 @@ class HandoffAction(PostsToSink, KubeAction):
         raise NodeOwnedByAnother(f"{current.describe(node.name)}: not handed to {owner} (one owner at a time)")
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if (idle := self.not_needed(params, ctx)) is not None:
+            return idle
         ref, node, seen = self.observe(params, ctx)
         owner = self._owner(params)
         try:
@@ -108,6 +110,8 @@ class HandoffAction(PostsToSink, KubeAction):
                 **({"why_not": posted["why_not"]} if "why_not" in posted else {})}  # fmt: skip
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if (idle := self.not_needed(params, ctx)) is not None:
+            return idle
         ref = self.node_ref(params, ctx)
         owner = self._owner(params)
         if self._check(self.read_node(ref, ctx), owner):

@@ -123,6 +123,8 @@ class SlurmHandoffAction(PostsToSink, SlurmAction):
         )
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if (idle := self.not_needed(params, ctx)) is not None:
+            return idle
         ref = self.node_ref(params, ctx)
         node = self.read(ref)
         owner = self._owner(params)
@@ -140,6 +142,8 @@ class SlurmHandoffAction(PostsToSink, SlurmAction):
                 **({"why_not": posted["why_not"]} if "why_not" in posted else {})}  # fmt: skip
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if (idle := self.not_needed(params, ctx)) is not None:
+            return idle
         ref = self.node_ref(params, ctx)
         node = self.read(ref)
         owner = self._owner(params)

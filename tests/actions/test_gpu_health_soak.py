@@ -1,0 +1,115 @@
+"""gpu.health's soak (remediate/actions/gpu_health_soak.py): the NVML checks repeated over a window on a simulated
+GPU file, every round kept, the first failing round failing the step — a fault that comes back mid-window
+(a volatile DBE counted again) is caught though the first round passed; a soak longer than the step's timeout is
+refused before it starts; a stopping server ends it. Windows are seconds here (the shipped ladder soaks 30m)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from remediate.actions import default_registry
+from remediate.actions.base import ActionRegistry
+from remediate.actions.gpu_health import NodeUnhealthy
+from remediate.actions.gpu_health_soak import Round, Soak, SoakStopped, SoakTooLong, run_soak
+from remediate.agent.service import AgentService
+from remediate.executor.agent_calls import AgentRunner, StaticAgents
+from remediate.gpu import SimulatedBackend
+from tests.actions.test_gpu_health import HEALTHY
+from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
+from tests.support.gpu import simulated_registry, step_context
+from tests.support.waiting import scaled
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> SimulatedBackend:
+    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
+    for gpu in backend.devices():
+        backend.update_device(gpu.uuid, health=HEALTHY)
+    return backend
+
+
+@pytest.fixture
+def registry(sim: SimulatedBackend, db_url: str) -> ActionRegistry:
+    return simulated_registry(sim, db_url)
+
+
+def test_the_rounds_cover_the_window_the_first_at_once_and_the_last_at_its_end() -> None:
+    assert Soak(0, 300).offsets() == [0.0]
+    assert Soak(1800, 300).offsets() == [0, 300, 600, 900, 1200, 1500, 1800]
+    assert Soak(1000, 300).offsets() == [0, 300, 600, 900, 1000]
+
+
+def test_a_healthy_node_passes_every_round_and_the_result_keeps_each(registry: ActionRegistry) -> None:
+    action = registry.get("gpu.health")
+    params = action.validate({"soak": "2s", "every": "1s"})
+    started = time.monotonic()
+    result = action.execute(params, step_context())
+    assert time.monotonic() - started >= 2.0  # it waited out the window
+    soak = result["soak"]
+    assert (soak["window_s"], soak["every_s"], soak["rounds_planned"], soak["rounds_run"]) == (2.0, 1.0, 3, 3)
+    assert [r["verdict"] for r in soak["rounds"]] == ["ok", "ok", "ok"]
+    assert [r["at_s"] >= i for i, r in enumerate(soak["rounds"])] == [True] * 3
+    assert result["verdict"] == "ok" and result["diag"]["verdict"] == "skipped"
+    assert action.plan(params, step_context())["soak"]["rounds_planned"] == 3
+
+
+def test_a_fault_that_comes_back_mid_soak_fails_the_step_with_that_rounds_evidence(
+    registry: ActionRegistry, sim: SimulatedBackend
+) -> None:
+    action = registry.get("gpu.health")
+    params = action.validate({"soak": "4s", "every": "1s"})
+    uuid = sim.devices()[1].uuid
+    # The first round reads a healthy node; then GPU 1 counts a volatile double-bit ECC error again.
+    timer = threading.Timer(0.5, lambda: sim.update_device(uuid, health={**HEALTHY, "ecc_dbe_volatile": 1}))
+    timer.start()
+    with pytest.raises(NodeUnhealthy) as caught:
+        action.execute(params, step_context())
+    timer.join()
+    rounds = caught.value.result["soak"]["rounds"]
+    assert [r["verdict"] for r in rounds] == ["ok", "fail"]  # the first failing round ends it: no 4 s wait
+    assert rounds[1]["failed"] == [f"GPU 1 ({uuid}): ecc_dbe_volatile: 1 > 0"]
+    assert str(caught.value) == f"node unhealthy (soak round 2 of 5, at +1s): GPU 1 ({uuid}): ecc_dbe_volatile: 1 > 0"
+    assert caught.value.result["failed"] == rounds[1]["failed"]
+
+
+def test_a_soak_longer_than_the_steps_timeout_is_refused_before_its_first_round() -> None:
+    rounds: list[int] = []
+
+    def one() -> Round:
+        rounds.append(1)
+        return Round(0.0, "ok")
+
+    with pytest.raises(SoakTooLong, match="does not fit in the 60s left"):
+        run_soak(Soak(1800, 300), one, remaining=lambda: 60.0, stopping=threading.Event(), margin_s=5)
+    assert rounds == []
+
+
+def test_a_stopping_server_ends_the_soak_unproven() -> None:
+    stopping = threading.Event()
+    threading.Timer(0.2, stopping.set).start()
+    started = time.monotonic()
+    with pytest.raises(SoakStopped, match="stopped after 1 of 3 soak rounds"):
+        run_soak(Soak(600, 300), lambda: Round(0.0, "ok"), remaining=lambda: 1e9, stopping=stopping, margin_s=5)
+    assert time.monotonic() - started < scaled(10)
+
+
+def test_through_the_node_agent_a_soak_longer_than_its_request_timeout_comes_back_whole(tmp_path: Path) -> None:
+    """The gate's path on a cluster: the server's AgentRunner to the node's agent over HTTP, the step running for
+    longer than the agent's request_timeout (which bounds reading a request, not running its step)."""
+    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "node-gpus.yaml", count=2))
+    settings = agent_settings(tmp_path, gpu_backend="simulated", gpu_simulator_file=backend.path, request_timeout=1.0)
+    service = AgentService(settings)
+    action = default_registry(settings).get("gpu.health")
+    params = action.validate({"soak": "3s", "every": "1s"})
+    ctx = replace(step_context(), target="node-b", deadline=time.monotonic() + scaled(30))
+    with serve_agent(service, settings) as url:
+        remote = AgentRunner("node-b", StaticAgents({"node-b": url}), AGENT_TOKEN, retry_wait_max=0.01)
+        result = remote.execute(action, params, ctx)
+    service.close()
+    assert [r["verdict"] for r in result["soak"]["rounds"]] == ["ok"] * 4
+    assert result["soak"]["rounds"][-1]["at_s"] >= 3.0
