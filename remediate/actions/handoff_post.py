@@ -14,6 +14,7 @@ from remediate.actions.notify import TIMEOUT
 from remediate.actions.notify_sink import NotifyAction
 from remediate.actions.schema import Param
 from remediate.errors import ActionError
+from remediate.runs import StepStatus
 
 POST_PARAMS: dict[str, Param] = {
     "sink": Param(str, required=True, static=True, doc="the sink of the `sinks` setting to post to"),
@@ -61,7 +62,7 @@ class PostsToSink:
         if not name:
             return None
         gate = next((s for s in ctx.steps if s.name == name), None)
-        if gate is not None and gate.status == "failed":
+        if gate is not None and gate.status == StepStatus.FAILED:
             return None
         status = gate.status if gate is not None else "not in this run"
         return {"outcome": "not_needed", "would": f"nothing: step {name} {status}, not failed", "can_act": True,

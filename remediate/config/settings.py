@@ -1,15 +1,11 @@
-"""Settings: one typed object of small frozen sections, built once from defaults, a YAML file, the environment
-and CLI flags.
-
-Precedence, lowest to highest: built-in defaults < config file (``--config`` or
-``REMEDIATE_CONFIG``) < ``REMEDIATE_*`` environment variables < command-line flags.
-The CLI builds a `Settings` and passes it down; nothing reads the environment later.
-
-What users write stays flat (`kube_context`, `REMEDIATE_KUBE_CONTEXT`, `--kube-context`); the code reads it
-by section (`settings.kube.context`). Each setting is declared once, by `setting()` in its section: its
-default, its converter and its flat name (the section's `PREFIX` + the field's name unless it says
-otherwise). Each part of the server takes only its section: the executor `settings.executor`, an action
-family the section it names (`Action.settings_section`), ..."""
+"""Settings: one typed object of small frozen sections, built once from defaults, a YAML file, the environment and CLI
+flags. Precedence, lowest to highest: built-in defaults < config file (``--config`` or ``REMEDIATE_CONFIG``) <
+``REMEDIATE_*`` environment variables < command-line flags. The CLI builds a `Settings` and passes it down; nothing
+reads the environment later. What users write stays flat (`kube_context`, `REMEDIATE_KUBE_CONTEXT`, `--kube-context`);
+the code reads it by section (`settings.kube.context`). Each setting is declared once, by `setting()` in its section:
+its default, its converter and its flat name (the section's `PREFIX` + the field's name unless it says otherwise). Each
+part of the server takes only its section: the executor `settings.executor`, an action family the section it names
+(`Action.settings_section`), ..."""
 
 from __future__ import annotations
 
@@ -233,11 +229,9 @@ class GpuSettings:
     events_resolve_after: float = setting(1800.0, v.to_seconds)
     """Agent: raise GPU faults as alerts in this AlertManager (agent.gpu_faults; unset: off), resolved after."""
     health_poll_interval: float = setting(60.0, v.to_seconds)
-    """Agent, with gpu_events_alertmanager_url: read the GPUs' health this often and raise silent degradations
-    (GPUPcieDowntrained, GPUHwSlowdownPersistent: agent.gpu_degradations); 0: off."""
+    """Agent (with gpu_events_alertmanager_url): seconds between health reads for silent degradations; 0: off."""
     health_slowdown_polls: int = setting(3, functools.partial(v.to_positive_int, minimum=1))
-    """Agent: GPUHwSlowdownPersistent fires after a HW slowdown on this many reads in a row (and clears after as many
-    clean ones)."""
+    """Agent: GPUHwSlowdownPersistent fires after a HW slowdown on this many reads in a row (clears after as many)."""
 
 
 @dataclass(frozen=True)

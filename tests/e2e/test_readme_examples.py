@@ -99,7 +99,7 @@ def _eight_simulated_gpus_written(tree: Path, output: str) -> None:
 
 
 EXPECTED = (
-    Expect("playbooks validate", shows=("10 playbooks valid",)),
+    Expect("playbooks validate", shows=("11 playbooks valid",)),
     Expect("gpu simulate init gpus.yaml", check=_eight_simulated_gpus_written),
     Expect("gpu status --gpu-backend simulated", check=_eight_gpus),
     Expect(
