@@ -444,21 +444,10 @@ def _nvlinks(
     nvml: ModuleType, handle: Any, uuid: str
 ) -> tuple[tuple[int, ...] | None, tuple[str, ...], tuple[str, ...]]:
     """(the active links or None without NVLink, each active link's far end, the GPUs linked directly)."""
-    active: list[int] | None = None
+    active = nvml_health.active_nvlinks(nvml, handle, uuid)
     peers: list[str] = []
     gpu_peers: list[str] = []
-    for link in range(nvml.NVML_NVLINK_MAX_LINKS):
-        try:
-            up = nvml.nvmlDeviceGetNvLinkState(handle, link)
-        except nvml.NVMLError as exc:
-            # NOT_SUPPORTED: no NVLink on this GPU; INVALID_ARGUMENT: past this GPU's last link.
-            if exc.value in (*_ABSENT_CODES, NVML_ERROR_INVALID_ARGUMENT):
-                break
-            raise from_nvml_error(exc, doing=f"read NVLink {link} of {uuid}") from exc
-        active = active if active is not None else []
-        if up != nvml.NVML_FEATURE_ENABLED:
-            continue
-        active.append(link)
+    for link in active or ():
         doing = f"read the far end of NVLink {link} of {uuid}"
         remote = _optional(nvml, doing, nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
         kind = _optional(nvml, doing, nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)

@@ -113,9 +113,9 @@ def read(nvml: ModuleType, handle: Any, uuid: str) -> HealthReading:
     )
 
 
-def _nvlink_errors(nvml: ModuleType, handle: Any, uuid: str) -> dict[int, dict[str, int]] | None:
-    """Active link -> its error counters (those the link supports); None on a GPU without NVLink."""
-    links: dict[int, dict[str, int]] | None = None
+def active_nvlinks(nvml: ModuleType, handle: Any, uuid: str) -> list[int] | None:
+    """The GPU's NVLinks that are up; None on a GPU without NVLink (also what remediate.gpu.nvml's topology reads)."""
+    active: list[int] | None = None
     for link in range(nvml.NVML_NVLINK_MAX_LINKS):
         try:
             up = nvml.nvmlDeviceGetNvLinkState(handle, link)
@@ -124,9 +124,19 @@ def _nvlink_errors(nvml: ModuleType, handle: Any, uuid: str) -> dict[int, dict[s
             if exc.value in (*_ABSENT, NVML_ERROR_INVALID_ARGUMENT):
                 break
             raise from_nvml_error(exc, doing=f"read NVLink {link} of {uuid}") from exc
-        links = links if links is not None else {}
-        if up != nvml.NVML_FEATURE_ENABLED:
-            continue
+        active = active if active is not None else []
+        if up == nvml.NVML_FEATURE_ENABLED:
+            active.append(link)
+    return active
+
+
+def _nvlink_errors(nvml: ModuleType, handle: Any, uuid: str) -> dict[int, dict[str, int]] | None:
+    """Active link -> its error counters (those the link supports); None on a GPU without NVLink."""
+    active = active_nvlinks(nvml, handle, uuid)
+    if active is None:
+        return None
+    links: dict[int, dict[str, int]] = {}
+    for link in active:
         counts = {}
         for name, counter in NVLINK_COUNTERS.items():
             doing = f"read the NVLink {link} {name} error counter of {uuid}"
