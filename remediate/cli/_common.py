@@ -41,6 +41,8 @@ EXIT_RUN_FAILED = 5
 """`approve --wait`: the run finished without succeeding (failed, rejected, cancelled)."""
 EXIT_WAIT_TIMED_OUT = 6
 """`approve --wait`: the run had not finished within --timeout."""
+EXIT_GATE_FAILED = 7
+"""`node release`: the re-admission gate failed, or could not run (no agent, no NVML): nothing was released."""
 
 _EXIT_OF_STATUS = {401: EXIT_REFUSED, 403: EXIT_REFUSED, 404: EXIT_NOT_FOUND, 409: EXIT_REFUSED}
 

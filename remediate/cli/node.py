@@ -1,8 +1,14 @@
-"""`remediate node release NODE`: give a node a breakfix system owns (k8s.handoff) back to remediate.
+"""`remediate node release NODE`: give a node a breakfix system holds (k8s.handoff, slurm.handoff) back to remediate,
+once the re-admission gate proves it healthy.
 
-The owner normally releases the node itself by removing the remediate.io/owner annotation; this is the
-operator's way to do it. It talks to the cluster of the settings (kubeconfig / in-cluster), never to the
-server, and is audited (`node_released`, docs/logging.md).
+The owner normally releases the node itself (removes the remediate.io/owner annotation; resumes the Slurm node);
+this is the operator's way to do it. First the gate the shipped XID ladder runs before re-admitting a node
+(remediate.executor.readmission: gpu.health on the node, through its agent, over a soak); it passes: the
+Kubernetes annotation is removed and a Slurm node handed off is resumed, whichever hold the node has (both on
+Slurm on Kubernetes). It fails, or cannot run: nothing is released, exit EXIT_GATE_FAILED, audited
+`node_release_refused`. `--skip-gate --reason WHY` releases without that proof. It talks to the cluster and the
+node's agent as the settings configure them, never to the server, and is audited (`node_released`,
+docs/logging.md).
 """
 
 from __future__ import annotations
@@ -13,56 +19,135 @@ from typing import Any
 import click
 
 from remediate.cli._common import (
+    EXIT_GATE_FAILED,
     EXIT_NOT_FOUND,
     CliError,
     _settings,
     by_option,
     common_options,
+    gpu_options,
     handle_errors,
 )
 from remediate.cli._group import main
+from remediate.cli.node_holds import Hold, NodeHolds, NodeNotFound
+from remediate.executor.readmission import ACTION, Gate, GateOptions, GateOutcome, GatePlan, GateRound
+from remediate.logs.audit import audit_event
 
 
 @main.group()
 def node() -> None:
-    """Nodes handed to another system (k8s.handoff): release."""
+    """Nodes handed to another system (k8s.handoff, slurm.handoff): release."""
 
 
 @node.command("release")
 @click.argument("name")
 @common_options
-@click.option("--reason", default="", help="Why (recorded).")
+@gpu_options
+@click.option("--reason", default="", help="Why (recorded); required with --skip-gate.")
+@click.option("--soak", default="30m", show_default=True, help="The gate's soak window (a duration; 0s: one round).")
+@click.option("--every", default="5m", show_default=True, help="The time between two rounds of the soak.")
+@click.option("--diag", type=click.IntRange(0, 3), default=1, show_default=True, help="dcgmi diag level (0: none).")
+@click.option("--skip-gate", is_flag=True, help="Release without the gate's proof of health (needs --reason).")
 @by_option("releases")
 @handle_errors
-def node_release(name: str, reason: str, by: str, **params: Any) -> None:
-    """Remove the remediate.io/owner annotation of node NAME: remediate may change the node again.
+def node_release(
+    name: str, reason: str, soak: str, every: str, diag: int, skip_gate: bool, by: str, **params: Any
+) -> None:
+    """Give node NAME back to remediate once the re-admission gate passes: gpu.health on the node (through its
+    agent) over a soak, as the shipped XID ladder re-admits a node. Passed: the remediate.io/owner annotation is
+    removed and a Slurm node handed off (reason `breakfix: ...`) is resumed. Failed, or the gate cannot run (no
+    agent, agent unreachable, no NVML): nothing is released, exit 7.
 
     A node no other system owns is left as it is (exit 0, nothing recorded)."""
-    from remediate.kube import KubeClient, KubeNotFound, check_node_name, owner_of, release_patch
-    from remediate.logs.audit import audit_event
+    from remediate.config.settings import check_schedulers
+    from remediate.kube import check_node_name
     from remediate.logs.setup import configure_logging
 
     problem = check_node_name(name)
     if problem:
         raise click.BadParameter(f"node name {problem}", param_hint="NAME")
+    if skip_gate and not reason.strip():
+        raise click.UsageError("--skip-gate releases without proof of health: say why with --reason")
     settings = _settings(params)
+    check_schedulers(settings)
     configure_logging(settings.log.format, settings.log.level)
-    kube = settings.kube
-    client = KubeClient(kubeconfig=kube.kubeconfig, context=kube.context, request_timeout=kube.request_timeout)
+    holds = NodeHolds.from_settings(settings)
     try:
-        try:
-            current = owner_of(client.get_node(name).annotations)
-        except KubeNotFound as exc:
-            raise CliError(f"node {name} does not exist in the cluster", EXIT_NOT_FOUND) from exc
-        if current is None:
+        held = _holds_of(holds, name)
+        if not held:
             click.echo(f"{name} is not owned by another system: nothing to release")
             return
-        client.patch_node(name, release_patch())
+        outcome = None if skip_gate else _gate(settings, holds, name, GateOptions(soak, every, diag))
+        if outcome is not None and not outcome.passed:
+            _refuse(name, held, outcome, by, reason)
+        still = _holds_of(holds, name) if outcome is not None else held  # a soak is long: the owner may have acted
+        for hold in still:
+            holds.release(name, hold)
     finally:
-        client.close()
+        holds.close()
+    if not still:
+        click.echo(f"{name} is no longer owned by another system (released during the gate): nothing to release")
+        return
+    first = still[0].owner
     # WARNING, as resets are: remediate may change a node again that a person or a system had taken from it.
     audit_event(
-        "node_released", level=logging.WARNING, node=name, owner=current.name, owner_since=current.since,
-        principal=by, reason=reason,
+        "node_released", level=logging.WARNING, node=name, owner=first.name, owner_since=first.since, principal=by,
+        reason=reason, released=[h.system for h in still], gate="skipped" if outcome is None else "passed",
+        ran_on=None if outcome is None else outcome.ran_on,
     )  # fmt: skip
-    click.echo(f"released {current.describe(name)}; remediate may change it again")
+    for hold in still:
+        done = "resumed in Slurm" if hold.slurm_name else "owner annotation removed"
+        click.echo(f"released {hold.owner.describe(name)} ({done}); remediate may change it again")
+
+
+def _holds_of(holds: NodeHolds, name: str) -> list[Hold]:
+    try:
+        return holds.read(name)
+    except NodeNotFound as exc:
+        where = " nor ".join(holds.systems) or "no system configured (Kubernetes, Slurm)"
+        raise CliError(f"node {name} does not exist in the cluster ({where})", EXIT_NOT_FOUND) from exc
+
+
+def _gate(settings: Any, holds: NodeHolds, name: str, options: GateOptions) -> GateOutcome:
+    """The gate, run where the executor would run the step (its Dispatch, built from the same settings)."""
+    from remediate.actions import default_registry
+    from remediate.executor.dispatch import Dispatch
+
+    registry = default_registry(settings, holds.kube, holds.slurm)
+    dispatch = Dispatch.from_settings(settings, slurm=holds.slurm)
+    outcome = Gate(dispatch, registry.get(ACTION), name, options, on_plan=_show_plan, on_round=_show_round).run()
+    click.echo(outcome.line())
+    return outcome
+
+
+def _refuse(name: str, held: list[Hold], outcome: GateOutcome, by: str, reason: str) -> None:
+    # WARNING: an operator asked for a node the gate keeps out; the evidence says why.
+    audit_event(
+        "node_release_refused", level=logging.WARNING, node=name, owner=held[0].owner.name, principal=by,
+        reason=reason, gate="error" if outcome.error is not None else "failed", evidence=outcome.evidence(),
+        ran_on=outcome.ran_on, rounds=len(outcome.rounds),
+    )  # fmt: skip
+    why = "could not run" if outcome.error is not None else "failed"
+    raise CliError(
+        f"{name} not released: the re-admission gate {why}, so {held[0].owner.name} keeps it. Once the node is "
+        f"known good (fixed, or checked by other means): remediate node release {name} --skip-gate --reason WHY",
+        EXIT_GATE_FAILED,
+    )
+
+
+def _show_plan(plan: GatePlan) -> None:
+    notes = "".join(f"; {note}" for note in plan.notes)
+    click.echo(f"gate: {ACTION} on {plan.ran_on}, {plan.rounds} round(s); dcgmi: {plan.diag}{notes}")
+    for gpu in plan.gpus:
+        click.echo(f"  {gpu}")
+
+
+def _show_round(done: GateRound) -> None:
+    click.echo(f"round {done.number}/{done.planned} at +{done.at_s:.0f}s: {done.verdict}")
+    for check in done.checks:
+        click.echo(f"  {check.gpu}  {check.check}  {check.verdict}  {check.evidence}")
+    if done.diag is not None and done.diag.get("level"):
+        failed = "; ".join(done.diag.get("failed") or ()) or done.diag.get("reason") or ""
+        click.echo(
+            f"  dcgmi diag -r {done.diag.get('level')}: {done.diag.get('verdict')}{': ' if failed else ''}{failed}"
+        )

@@ -137,6 +137,12 @@ class Dispatch:
             return runner
         return OwnerCheckedRunner(runner, target, self.owners)
 
+    def runner_of_owned(self, action: Action, target: str) -> StepRunner:
+        """The runner of `action` on `target` without the owner check: `remediate node release` runs the
+        re-admission gate (gpu.health, which only reads) on a node another system owns, to give it back. The
+        node's own runner (its agent, or here) as `runner_for` picks it; never for a step that changes the node."""
+        return self._runner_for(action, target)
+
     def names_for(self, target: str) -> tuple[str, ...]:
         """Every name the node `target` stands for may go by (module docstring), `target` first."""
         names = list(spellings(target))

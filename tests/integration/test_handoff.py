@@ -1,12 +1,15 @@
 """One owner per node, against the test API server (real HTTP, the official client): node steps
 (gpu.*, training.*) on a node a breakfix system owns are refused by the server's dispatch, naming the owner
 (`remediate dry-run`'s plan: can_act false), an undo excepted; `remediate node release NODE`, as a real
-process, gives the node back to remediate, audited `node_released`."""
+process, gives the node back to remediate, audited `node_released`, once the re-admission gate (gpu.health over
+a soak, on a real `remediate agent` of the node with simulated GPUs) passes; a failed gate keeps the node with its
+owner, audited `node_release_refused` with the evidence."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,10 +30,12 @@ from remediate.playbooks.loading import parse_playbook
 from remediate.playbooks.model import PlaybookSet
 from remediate.rehearsal.dryrun import dry_run
 from remediate.store import HistoryQuery, Store
+from tests.actions.test_gpu_health import HEALTHY
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.helm import Helm, chart_rbac
 from tests.support.processes import run_remediate
+from tests.support.server import AGENT_TOKEN, NodeAgent
 from tests.support.store_json import history_json_of, run_json_of
 
 OWNED = {OWNER: "breakfix", OWNER_SINCE: "2026-11-27T10:00:00Z", OWNER_WHY: "XID 79 after a reset (run 3)"}
@@ -85,11 +90,18 @@ def test_node_steps_on_a_node_owned_elsewhere_are_refused_naming_the_owner_and_a
     assert [SimulatedBackend(gpus).reset_count(g.uuid) for g in SimulatedBackend(gpus).devices()] == [0, 0]
 
 
-def test_release_removes_only_the_owner_annotations_and_is_audited(kube_api: FakeKubeAPI, kubeconfig: Path) -> None:
+def test_release_with_skip_gate_removes_only_the_owner_annotations_and_is_audited(
+    kube_api: FakeKubeAPI, kubeconfig: Path
+) -> None:
     kube_api.add_node("gpu-07", annotations={**OWNED, CORDONED_BY_RUN: "3"}, unschedulable=True)
     env = {"REMEDIATE_KUBECONFIG": str(kubeconfig), "REMEDIATE_LOG_FORMAT": "json"}
 
-    done = run_remediate("node", "release", "gpu-07", "--by", "alice", "--reason", "GPU replaced", env=env)
+    no_reason = run_remediate("node", "release", "gpu-07", "--skip-gate", env=env)
+    assert no_reason.returncode == 2 and "--skip-gate releases without proof of health" in no_reason.stderr
+    assert kube_api.count("PATCH", "/nodes/") == 0
+
+    done = run_remediate("node", "release", "gpu-07", "--skip-gate", "--by", "alice", "--reason", "GPU replaced",
+                         env=env)  # fmt: skip
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("released gpu-07 is owned by breakfix since 2026-11-27T10:00:00Z: XID 79")
@@ -97,7 +109,8 @@ def test_release_removes_only_the_owner_annotations_and_is_audited(kube_api: Fak
     assert annotations == {CORDONED_BY_RUN: "3"}  # remediate's own marks stay: its undo still applies
     assert kube_api.node("gpu-07")["spec"]["unschedulable"] is True
     (audit,) = [json.loads(line) for line in done.stderr.splitlines() if '"node_released"' in line]
-    assert {k: audit[k] for k in ("event", "level", "node", "owner", "owner_since", "principal", "reason")} == {
+    fields = ("event", "level", "node", "owner", "owner_since", "principal", "reason", "gate", "released")
+    assert {k: audit[k] for k in fields} == {
         "event": "node_released",
         "level": "WARNING",
         "node": "gpu-07",
@@ -105,6 +118,8 @@ def test_release_removes_only_the_owner_annotations_and_is_audited(kube_api: Fak
         "owner_since": "2026-11-27T10:00:00Z",
         "principal": "alice",
         "reason": "GPU replaced",
+        "gate": "skipped",
+        "released": ["kubernetes"],
     }
 
     again = run_remediate("node", "release", "gpu-07", env=env)
@@ -118,11 +133,109 @@ def test_release_of_a_missing_or_invalid_node_is_one_line_and_changes_nothing(
 ) -> None:
     env = {"REMEDIATE_KUBECONFIG": str(kubeconfig)}
     missing = run_remediate("node", "release", "gpu-99", env=env)
-    assert missing.returncode == 3 and missing.stderr.strip() == "Error: node gpu-99 does not exist in the cluster"
+    assert missing.returncode == 3
+    assert missing.stderr.strip() == "Error: node gpu-99 does not exist in the cluster (kubernetes)"
 
     invalid = run_remediate("node", "release", "GPU_07", env=env)
     assert invalid.returncode == 2 and "Invalid value for NAME" in invalid.stderr and "Traceback" not in invalid.stderr
     assert kube_api.count("PATCH", "/nodes/") == 0
+
+
+# --------------------------------------------------------------------------- the re-admission gate on the node's agent
+
+
+@pytest.fixture
+def gpu_07(tmp_path: Path) -> Iterator[NodeAgent]:
+    """A real `remediate agent` for gpu-07, its four simulated GPUs healthy."""
+    agent = NodeAgent(tmp_path / "gpu-07", "gpu-07").start()
+    for gpu in agent.gpus.devices():
+        agent.gpus.update_device(gpu.uuid, health=HEALTHY)
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+def _gate_env(kubeconfig: Path, agents: str) -> dict[str, str]:
+    return {"REMEDIATE_KUBECONFIG": str(kubeconfig), "REMEDIATE_LOG_FORMAT": "json", "REMEDIATE_AGENTS": agents,
+            "REMEDIATE_AGENT_TOKEN": AGENT_TOKEN}  # fmt: skip
+
+
+def _audits(stderr: str, event: str) -> list[dict]:
+    return [json.loads(line) for line in stderr.splitlines() if f'"{event}"' in line]
+
+
+def test_a_release_whose_gate_passes_on_the_nodes_agent_removes_the_annotation(
+    kube_api: FakeKubeAPI, kubeconfig: Path, gpu_07: NodeAgent
+) -> None:
+    kube_api.add_node("gpu-07", annotations=OWNED)
+
+    done = run_remediate("node", "release", "gpu-07", "--soak", "2s", "--every", "1s", "--reason", "GPU replaced",
+                         env=_gate_env(kubeconfig, f"gpu-07={gpu_07.url}"))  # fmt: skip
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    where = f"gpu-07 (agent {gpu_07.url})"
+    assert lines[0] == f"gate: gpu.health on {where}, 3 round(s); dcgmi: skipped: DCGM not installed"
+    assert [line for line in lines if line.startswith("round ")] == [
+        "round 1/3 at +0s: ok", "round 2/3 at +1s: ok", "round 3/3 at +2s: ok",
+    ]  # fmt: skip
+    first = gpu_07.gpus.devices()[0]
+    assert f"  GPU 0 ({first.uuid})  ecc_dbe_volatile  ok  ecc_dbe_volatile: 0 <= 0" in lines
+    assert sum(1 for line in lines if line.startswith("  GPU ")) >= 3 * 4 * 5  # every check of every GPU, each round
+    assert f"gate passed on {where}: 3 rounds, no check failed" in lines
+    assert lines[-1].startswith("released gpu-07 is owned by breakfix since 2026-11-27T10:00:00Z")
+    assert OWNER not in kube_api.node("gpu-07")["metadata"].get("annotations", {})
+    (audit,) = _audits(done.stderr, "node_released")
+    assert (audit["gate"], audit["ran_on"], audit["released"], audit["reason"]) == (
+        "passed", where, ["kubernetes"], "GPU replaced",
+    )  # fmt: skip
+
+
+def test_a_release_whose_gate_finds_a_volatile_dbe_is_refused_and_the_owner_keeps_the_node(
+    kube_api: FakeKubeAPI, kubeconfig: Path, gpu_07: NodeAgent
+) -> None:
+    kube_api.add_node("gpu-07", annotations=OWNED)
+    bad = gpu_07.gpus.devices()[2]
+    gpu_07.gpus.update_device(bad.uuid, health={**HEALTHY, "ecc_dbe_volatile": 2})
+
+    done = run_remediate("node", "release", "gpu-07", "--soak", "2s", "--every", "1s", "--by", "alice",
+                         env=_gate_env(kubeconfig, f"gpu-07={gpu_07.url}"))  # fmt: skip
+
+    assert done.returncode == 7, done.stdout + done.stderr
+    evidence = f"GPU 2 ({bad.uuid}): ecc_dbe_volatile: 2 > 0"
+    lines = done.stdout.splitlines()
+    assert [line for line in lines if line.startswith("round ")] == ["round 1/3 at +0s: fail"]  # the first fails it
+    assert f"  GPU 2 ({bad.uuid})  ecc_dbe_volatile  fail  ecc_dbe_volatile: 2 > 0" in lines
+    assert lines[-1] == f"gate failed on gpu-07 (agent {gpu_07.url}) (round 1): {evidence}"
+    assert "Error: gpu-07 not released: the re-admission gate failed, so breakfix keeps it" in done.stderr
+    assert "remediate node release gpu-07 --skip-gate --reason WHY" in done.stderr
+    assert kube_api.node("gpu-07")["metadata"]["annotations"] == OWNED
+    assert kube_api.count("PATCH", "/nodes/") == 0
+    assert _audits(done.stderr, "node_released") == []
+    (audit,) = _audits(done.stderr, "node_release_refused")
+    assert {k: audit[k] for k in ("level", "node", "owner", "principal", "gate", "evidence", "rounds")} == {
+        "level": "WARNING", "node": "gpu-07", "owner": "breakfix", "principal": "alice", "gate": "failed",
+        "evidence": [evidence], "rounds": 1,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("agents", ["gpu-08=http://127.0.0.1:9", "gpu-07=http://127.0.0.1:9"])
+def test_a_gate_that_cannot_run_no_agent_or_an_unreachable_one_is_a_failure_not_a_pass(
+    kube_api: FakeKubeAPI, kubeconfig: Path, agents: str
+) -> None:
+    kube_api.add_node("gpu-07", annotations=OWNED)
+
+    done = run_remediate("node", "release", "gpu-07", "--soak", "2s", "--every", "1s",
+                         env=_gate_env(kubeconfig, agents))  # fmt: skip
+
+    assert done.returncode == 7, done.stdout + done.stderr
+    why = "no agent configured for node 'gpu-07'" if agents.startswith("gpu-08") else "agent of node gpu-07 unreachable"
+    assert done.stdout.startswith("gate could not run on gpu-07 (agent ") and why in done.stdout, done.stdout
+    assert "the re-admission gate could not run" in done.stderr and "--skip-gate --reason WHY" in done.stderr
+    assert kube_api.node("gpu-07")["metadata"]["annotations"] == OWNED
+    (audit,) = _audits(done.stderr, "node_release_refused")
+    assert audit["gate"] == "error" and why in audit["evidence"][0]
 
 
 # --------------------------------------------------------------------------- an owner that cannot be read
