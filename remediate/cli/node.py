@@ -101,10 +101,14 @@ def node_release(
 
 
 def _holds_of(holds: NodeHolds, name: str) -> list[Hold]:
+    if not holds.systems:
+        raise CliError(
+            "no cluster to release a node in: schedulers names neither kubernetes nor slurm (with slurm_conf)"
+        )
     try:
         return holds.read(name)
     except NodeNotFound as exc:
-        where = " nor ".join(holds.systems) or "no system configured (Kubernetes, Slurm)"
+        where = " nor ".join(holds.systems)
         raise CliError(f"node {name} does not exist in the cluster ({where})", EXIT_NOT_FOUND) from exc
 
 

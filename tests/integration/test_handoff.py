@@ -238,6 +238,29 @@ def test_a_gate_that_cannot_run_no_agent_or_an_unreachable_one_is_a_failure_not_
     assert audit["gate"] == "error" and why in audit["evidence"][0]
 
 
+def test_on_the_node_itself_the_gate_runs_here_and_without_nvml_it_is_a_failure(
+    kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path
+) -> None:
+    """No agents and node_name naming the node: the gate runs in this process, as the executor runs the step. On
+    a machine without NVML (the default backend, none here) the gate cannot run: refused, not passed."""
+    kube_api.add_node("gpu-07", annotations=OWNED)
+    gpus = SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2)
+    env = {"REMEDIATE_KUBECONFIG": str(kubeconfig), "REMEDIATE_NODE_NAME": "gpu-07", "REMEDIATE_LOG_FORMAT": "json"}
+
+    no_nvml = run_remediate("node", "release", "gpu-07", "--soak", "0s", env=env)
+
+    assert no_nvml.returncode == 7, no_nvml.stdout + no_nvml.stderr
+    assert no_nvml.stdout.splitlines()[-1].startswith("gate could not run on gpu-07 (server): ")
+    assert kube_api.node("gpu-07")["metadata"]["annotations"] == OWNED
+
+    here = run_remediate("node", "release", "gpu-07", "--soak", "1s", "--every", "1s", "--gpu-backend", "simulated",
+                         "--gpu-simulator-file", str(gpus), env=env)  # fmt: skip
+
+    assert here.returncode == 0, here.stdout + here.stderr
+    assert "gate passed on gpu-07 (server): 2 rounds, no check failed" in here.stdout.splitlines()
+    assert OWNER not in kube_api.node("gpu-07")["metadata"].get("annotations", {})
+
+
 # --------------------------------------------------------------------------- an owner that cannot be read
 
 CAP_THEN_RESET = """
