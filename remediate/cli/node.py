@@ -14,7 +14,7 @@ docs/logging.md).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -29,9 +29,10 @@ from remediate.cli._common import (
     handle_errors,
 )
 from remediate.cli._group import main
-from remediate.cli.node_holds import Hold, NodeHolds, NodeNotFound
-from remediate.executor.readmission import ACTION, Gate, GateOptions, GateOutcome, GatePlan, GateRound
-from remediate.logs.audit import audit_event
+
+if TYPE_CHECKING:  # imported in the command: every other command would load the executor's dispatch
+    from remediate.cli.node_holds import Hold, NodeHolds
+    from remediate.executor.readmission import GateOptions, GateOutcome, GatePlan, GateRound
 
 
 @main.group()
@@ -59,8 +60,11 @@ def node_release(
     agent, agent unreachable, no NVML): nothing is released, exit 7.
 
     A node no other system owns is left as it is (exit 0, nothing recorded)."""
+    from remediate.cli.node_holds import NodeHolds
     from remediate.config.settings import check_schedulers
+    from remediate.executor.readmission import GateOptions
     from remediate.kube import check_node_name
+    from remediate.logs.audit import audit_event
     from remediate.logs.setup import configure_logging
 
     problem = check_node_name(name)
@@ -101,6 +105,8 @@ def node_release(
 
 
 def _holds_of(holds: NodeHolds, name: str) -> list[Hold]:
+    from remediate.cli.node_holds import NodeNotFound
+
     if not holds.systems:
         raise CliError(
             "no cluster to release a node in: schedulers names neither kubernetes nor slurm (with slurm_conf)"
@@ -116,6 +122,7 @@ def _gate(settings: Any, holds: NodeHolds, name: str, options: GateOptions) -> G
     """The gate, run where the executor would run the step (its Dispatch, built from the same settings)."""
     from remediate.actions import default_registry
     from remediate.executor.dispatch import Dispatch
+    from remediate.executor.readmission import ACTION, Gate
 
     registry = default_registry(settings, holds.kube, holds.slurm)
     dispatch = Dispatch.from_settings(settings, slurm=holds.slurm)
@@ -125,6 +132,8 @@ def _gate(settings: Any, holds: NodeHolds, name: str, options: GateOptions) -> G
 
 
 def _refuse(name: str, held: list[Hold], outcome: GateOutcome, by: str, reason: str) -> None:
+    from remediate.logs.audit import audit_event
+
     # WARNING: an operator asked for a node the gate keeps out; the evidence says why.
     audit_event(
         "node_release_refused", level=logging.WARNING, node=name, owner=held[0].owner.name, principal=by,
@@ -140,6 +149,8 @@ def _refuse(name: str, held: list[Hold], outcome: GateOutcome, by: str, reason: 
 
 
 def _show_plan(plan: GatePlan) -> None:
+    from remediate.executor.readmission import ACTION
+
     notes = "".join(f"; {note}" for note in plan.notes)
     click.echo(f"gate: {ACTION} on {plan.ran_on}, {plan.rounds} round(s); dcgmi: {plan.diag}{notes}")
     for gpu in plan.gpus:
