@@ -62,7 +62,7 @@ def node_release(
     A node no other system owns is left as it is (exit 0, nothing recorded)."""
     from remediate.cli.node_holds import NodeHolds
     from remediate.config.settings import check_schedulers
-    from remediate.executor.readmission import GateOptions
+    from remediate.executor.readmission import GateOptions, gate_params
     from remediate.kube import check_node_name
     from remediate.logs.audit import audit_event
     from remediate.logs.setup import configure_logging
@@ -72,6 +72,8 @@ def node_release(
         raise click.BadParameter(f"node name {problem}", param_hint="NAME")
     if skip_gate and not reason.strip():
         raise click.UsageError("--skip-gate releases without proof of health: say why with --reason")
+    options = GateOptions(soak, every, diag)
+    gate_params(options)  # a bad --soak / --every fails here, before anything is read
     settings = _settings(params)
     check_schedulers(settings)
     configure_logging(settings.log.format, settings.log.level)
@@ -81,7 +83,7 @@ def node_release(
         if not held:
             click.echo(f"{name} is not owned by another system: nothing to release")
             return
-        outcome = None if skip_gate else _gate(settings, holds, name, GateOptions(soak, every, diag))
+        outcome = None if skip_gate else _gate(settings, holds, name, options)
         if outcome is not None and not outcome.passed:
             _refuse(name, held, outcome, by, reason)
         still = _holds_of(holds, name) if outcome is not None else held  # a soak is long: the owner may have acted

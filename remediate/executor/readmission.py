@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from remediate.actions.base import Action, StepContext
-from remediate.actions.gpu_health import DIAG_MARGIN_S
+from remediate.actions.gpu_health import DIAG_MARGIN_S, HealthAction
 from remediate.actions.gpu_health_soak import Round, Soak, run_soak
 from remediate.config.durations import parse_duration
 from remediate.errors import ActionError
@@ -43,6 +43,12 @@ class GateOptions:
     soak: str = "30m"
     every: str = "5m"
     diag: int = 1
+
+
+def gate_params(options: GateOptions) -> dict[str, Any]:
+    """The step's params of `options`, checked by gpu.health's own schema (durations parse and are bounded as a
+    playbook's are); ParamsError names the one that is not."""
+    return HealthAction.schema.validate({"soak": options.soak, "every": options.every, "diag": options.diag})
 
 
 @dataclass(frozen=True)
@@ -120,12 +126,8 @@ class Gate:
     stopping: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], float] = time.monotonic
 
-    def params(self) -> dict[str, Any]:
-        """The step's params, checked by the action's own schema (durations parse as a playbook's do)."""
-        return self.action.validate({"soak": self.options.soak, "every": self.options.every, "diag": self.options.diag})
-
     def run(self) -> GateOutcome:
-        params = self.params()
+        params = self.action.validate(gate_params(self.options))
         window, every = (parse_duration(params[k]).total_seconds() for k in ("soak", "every"))
         soak = Soak(window_s=window, every_s=every)
         deadline = self.clock() + window + MARGIN_S

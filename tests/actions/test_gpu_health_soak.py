@@ -18,6 +18,8 @@ from remediate.actions.gpu_health import NodeUnhealthy
 from remediate.actions.gpu_health_soak import Round, Soak, SoakStopped, SoakTooLong, run_soak
 from remediate.agent.service import AgentService
 from remediate.executor.agent_calls import AgentRunner, StaticAgents
+from remediate.executor.dispatch import Dispatch
+from remediate.executor.readmission import CheckVerdict, Gate, GateOptions, GateRound
 from remediate.gpu import SimulatedBackend
 from tests.actions.test_gpu_health import HEALTHY
 from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
@@ -113,3 +115,29 @@ def test_through_the_node_agent_a_soak_longer_than_its_request_timeout_comes_bac
     service.close()
     assert [r["verdict"] for r in result["soak"]["rounds"]] == ["ok"] * 4
     assert result["soak"]["rounds"][-1]["at_s"] >= 3.0
+
+
+def test_the_release_gate_reports_each_round_as_it_ends_and_a_fault_back_mid_soak_fails_it_there(
+    registry: ActionRegistry, sim: SimulatedBackend
+) -> None:
+    """`remediate node release`'s gate (remediate.executor.readmission): one gpu.health call per round, each round
+    told as it ends; the round after a fault came back fails the gate and ends it, as the step's soak does."""
+    bad = sim.devices()[1].uuid
+    seen: list[tuple[int, int, str, float]] = []
+
+    def on_round(done: GateRound) -> None:
+        seen.append((done.number, done.planned, done.verdict, time.monotonic()))
+        if done.number == 1:  # after a healthy first round, GPU 1 counts a volatile double-bit ECC error again
+            sim.update_device(bad, health={**HEALTHY, "ecc_dbe_volatile": 1})
+
+    gate = Gate(Dispatch(node_name="node-a"), registry.get("gpu.health"), "node-a", GateOptions("3s", "1s", 0),
+                on_round=on_round)  # fmt: skip
+    outcome = gate.run()
+
+    assert [(n, planned, verdict) for n, planned, verdict, _ in seen] == [(1, 4, "ok"), (2, 4, "fail")]
+    assert seen[1][3] - seen[0][3] >= 0.9  # the second round waited for its time
+    evidence = f"GPU 1 ({bad}): ecc_dbe_volatile: 1 > 0"
+    assert (outcome.passed, outcome.failed, outcome.error) == (False, (evidence,), None)
+    assert outcome.line() == f"gate failed on node-a (server) (round 2): {evidence}"
+    (failing,) = [c for c in outcome.rounds[1].checks if c.verdict == "fail"]
+    assert failing == CheckVerdict(f"GPU 1 ({bad})", "ecc_dbe_volatile", "fail", "ecc_dbe_volatile: 1 > 0")

@@ -140,6 +140,13 @@ def test_release_of_a_missing_or_invalid_node_is_one_line_and_changes_nothing(
     assert invalid.returncode == 2 and "Invalid value for NAME" in invalid.stderr and "Traceback" not in invalid.stderr
     assert kube_api.count("PATCH", "/nodes/") == 0
 
+    reads = kube_api.count("GET", "/nodes/")
+    bad_values = [("--soak", "2x", "not a duration: '2x'"), ("--every", "0s", "must be between 1s and 1h")]
+    for option, value, why in bad_values:
+        bad = run_remediate("node", "release", "gpu-07", option, value, env=env)  # checked as gpu.health's params
+        assert bad.returncode == 2 and why in bad.stderr, bad.stderr
+    assert kube_api.count("GET", "/nodes/") == reads  # refused before anything was read
+
 
 # --------------------------------------------------------------------------- the re-admission gate on the node's agent
 
