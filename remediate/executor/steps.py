@@ -261,7 +261,8 @@ class StepExecutor:
         except (ClaimLostError, StoreUnavailable):  # the store failed, not the step: see Executor._execute_claimed
             raise
         except Exception as exc:
-            return fail(_describe(exc), plan=plan, result=_failure_result(exc))
+            # Where a failed node step ran, as for one that succeeded: its partial result came from there.
+            return fail(_describe(exc), plan=plan, result=stamped(runner, _failure_result(exc)))
         end = StepEnd(step.id, StepStatus.SUCCEEDED, result, attempt=number)
         self._end_step(run, progress, step, started, RunWrite(run.lease, ends=(end,), run_end=run_end))
         return None

@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
@@ -45,13 +45,12 @@ from remediate.gpu.errors import (
 )
 from remediate.gpu.health import GpuHealth
 from remediate.gpu.model import ClockState, GpuInfo, GpuProcess, MemoryHealth, ResetState
+from remediate.gpu.nvml_calls import mismatch_error, optional, text
 from remediate.gpu.nvml_events import NvmlEventWatch
 from remediate.gpu.pci import normalize_pci_bus_id
 
 log = logging.getLogger(__name__)
 
-# Codes that mean "this GPU cannot tell you that", for the optional reads.
-_ABSENT_CODES = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND})
 # Codes nvmlDeviceGetHandleByUUID returns for a UUID that names no device here.
 _NO_SUCH_DEVICE_CODES = frozenset({NVML_ERROR_NOT_FOUND, NVML_ERROR_GPU_NOT_FOUND, NVML_ERROR_INVALID_ARGUMENT})
 
@@ -107,41 +106,19 @@ def _mapped(nvml: ModuleType, doing: str) -> Iterator[None]:
         yield
     except nvml.NVMLError as exc:
         raise from_nvml_error(exc, doing=doing) from exc
-    except _mismatch_error(nvml) as exc:
+    except mismatch_error(nvml) as exc:
         # pynvml raises this (not an NVMLError) when an unversioned function is missing from the driver.
         raise GpuNotSupported(f"{doing} failed: {exc}", code=NVML_ERROR_FUNCTION_NOT_FOUND) from exc
 
 
-def _optional(nvml: ModuleType, doing: str, fn: Callable[..., Any], *args: Any) -> Any | None:
-    """Call fn; None where the GPU or driver does not support it, a GpuError for anything else."""
-    try:
-        return fn(*args)
-    except nvml.NVMLError as exc:
-        if exc.value in _ABSENT_CODES:
-            return None
-        raise from_nvml_error(exc, doing=doing) from exc
-    except _mismatch_error(nvml):
-        return None
-
-
-def _mismatch_error(nvml: ModuleType) -> type[BaseException] | tuple[()]:
-    # Not in every nvidia-ml-py release that pyproject allows; an empty tuple catches nothing.
-    return getattr(nvml, "NVMLLibraryMismatchError", ())
-
-
-def _text(value: str | bytes) -> str:
-    # pynvml decodes most strings, but struct fields and older releases hand back bytes.
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
 def _pci(raw: str | bytes) -> str:
-    text = _text(raw)
+    bus = text(raw)
     try:
-        return normalize_pci_bus_id(text)
+        return normalize_pci_bus_id(bus)
     except ValueError:
         # Never fail a whole read over formatting; show what NVML said.
-        log.warning("NVML returned an unexpected PCI bus id %r", text)
-        return text.upper()
+        log.warning("NVML returned an unexpected PCI bus id %r", bus)
+        return bus.upper()
 
 
 def _smi(smi: str, arguments: list[str], *, doing: str, timeout: float) -> None:
@@ -203,7 +180,7 @@ class NvmlBackend:
         nvml, handle = _open(uuid)
         with _mapped(nvml, f"reset the locked GPU clocks of {uuid}"):
             nvml.nvmlDeviceResetGpuLockedClocks(handle)
-        _optional(nvml, f"reset the locked memory clocks of {uuid}", nvml.nvmlDeviceResetMemoryLockedClocks, handle)
+        optional(nvml, f"reset the locked memory clocks of {uuid}", nvml.nvmlDeviceResetMemoryLockedClocks, handle)
 
     def clocks(self, uuid: str) -> ClockState:
         """The optional capability: current and maximum clocks (nvmlDeviceGetClockInfo / GetMaxClockInfo)
@@ -212,16 +189,16 @@ class NvmlBackend:
         nvml, handle = _open(uuid)
         clock = nvml.nvmlDeviceGetClockInfo
         top = nvml.nvmlDeviceGetMaxClockInfo
-        graphics = _optional(nvml, f"read the graphics clock of {uuid}", clock, handle, nvml.NVML_CLOCK_GRAPHICS)
-        memory = _optional(nvml, f"read the memory clock of {uuid}", clock, handle, nvml.NVML_CLOCK_MEM)
-        max_graphics = _optional(nvml, f"read the max graphics clock of {uuid}", top, handle, nvml.NVML_CLOCK_GRAPHICS)
-        max_memory = _optional(nvml, f"read the max memory clock of {uuid}", top, handle, nvml.NVML_CLOCK_MEM)
-        memory_clocks = _optional(
+        graphics = optional(nvml, f"read the graphics clock of {uuid}", clock, handle, nvml.NVML_CLOCK_GRAPHICS)
+        memory = optional(nvml, f"read the memory clock of {uuid}", clock, handle, nvml.NVML_CLOCK_MEM)
+        max_graphics = optional(nvml, f"read the max graphics clock of {uuid}", top, handle, nvml.NVML_CLOCK_GRAPHICS)
+        max_memory = optional(nvml, f"read the max memory clock of {uuid}", top, handle, nvml.NVML_CLOCK_MEM)
+        memory_clocks = optional(
             nvml, f"list the memory clocks of {uuid}", nvml.nvmlDeviceGetSupportedMemoryClocks, handle
         )
         graphics_clocks: set[int] = set()
         for mhz in memory_clocks or ():
-            listed = _optional(
+            listed = optional(
                 nvml, f"list the graphics clocks of {uuid}", nvml.nvmlDeviceGetSupportedGraphicsClocks, handle, mhz
             )
             graphics_clocks.update(int(v) for v in listed or ())
@@ -257,12 +234,12 @@ class NvmlBackend:
         each None where NVML answers NOT_SUPPORTED."""
         nvml, handle = _open(uuid)
         pages, doing = nvml.nvmlDeviceGetRetiredPages, f"read the retired pages of {uuid}"
-        single = _optional(nvml, doing, pages, handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-        double = _optional(nvml, doing, pages, handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
-        pending = _optional(
+        single = optional(nvml, doing, pages, handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        double = optional(nvml, doing, pages, handle, nvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        pending = optional(
             nvml, f"read the pending page retirements of {uuid}", nvml.nvmlDeviceGetRetiredPagesPendingStatus, handle
         )
-        rows = _optional(nvml, f"read the remapped rows of {uuid}", nvml.nvmlDeviceGetRemappedRows, handle)
+        rows = optional(nvml, f"read the remapped rows of {uuid}", nvml.nvmlDeviceGetRemappedRows, handle)
         return MemoryHealth(
             retired_pages_single_bit=None if single is None else len(single),
             retired_pages_double_bit=None if double is None else len(double),
@@ -277,10 +254,10 @@ class NvmlBackend:
         """The optional capability: MIG mode and devices (nvmlDeviceGetMigMode) and the active NVLinks
         (nvmlDeviceGetNvLinkState per link, with nvmlDeviceGetNvLinkRemotePciInfo / RemoteDeviceType)."""
         nvml, handle = _open(uuid)
-        mode = _optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
+        mode = optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
         mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
         active, peers, gpu_peers = _nvlinks(nvml, handle, uuid)
-        persistence = _optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
+        persistence = optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
         return ResetState(
             mig_enabled=mig_enabled,
             persistence_mode=None if persistence is None else persistence == nvml.NVML_FEATURE_ENABLED,
@@ -313,7 +290,7 @@ class NvmlBackend:
                 "(the NVIDIA driver's utilities must be installed or mounted into the agent's container)"
             )
         nvml, handle = _open(uuid)
-        persistence = _optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
+        persistence = optional(nvml, f"read the persistence mode of {uuid}", nvml.nvmlDeviceGetPersistenceMode, handle)
         persistent = persistence == nvml.NVML_FEATURE_ENABLED
         if persistent:
             doing = f"turn off persistence mode of {uuid} ({bus}) for its reset"
@@ -340,7 +317,7 @@ class NvmlBackend:
                 raise GpuNotFound(f"{mig_uuid} is not a MIG device on this node", code=exc.value) from exc
             raise from_nvml_error(exc, doing=f"find the GPU of MIG device {mig_uuid}") from exc
         with _mapped(nvml, f"read the UUID of the GPU of MIG device {mig_uuid}"):
-            return _text(nvml.nvmlDeviceGetUUID(parent))
+            return text(nvml.nvmlDeviceGetUUID(parent))
 
     def health_scan(self) -> list[GpuHealth]:
         """The optional capability (gpu.health): every GPU's health reads, getters only; a lost GPU is
@@ -372,16 +349,16 @@ def _open(uuid: str) -> tuple[ModuleType, Any]:
 
 def _read_info(nvml: ModuleType, handle: Any, index: int) -> GpuInfo:
     with _mapped(nvml, f"read GPU {index}"):
-        uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+        uuid = text(nvml.nvmlDeviceGetUUID(handle))
         pci_bus_id = _pci(nvml.nvmlDeviceGetPciInfo(handle).busId)
-        name = _text(nvml.nvmlDeviceGetName(handle))
+        name = text(nvml.nvmlDeviceGetName(handle))
     with _mapped(nvml, f"read the power limits of GPU {index} ({uuid})"):
         limit = nvml.nvmlDeviceGetPowerManagementLimit(handle)
         min_limit, max_limit = nvml.nvmlDeviceGetPowerManagementLimitConstraints(handle)
         default_limit = nvml.nvmlDeviceGetPowerManagementDefaultLimit(handle)
         enforced = nvml.nvmlDeviceGetEnforcedPowerLimit(handle)
-    usage = _optional(nvml, f"read the power usage of {uuid}", nvml.nvmlDeviceGetPowerUsage, handle)
-    temperature = _optional(
+    usage = optional(nvml, f"read the power usage of {uuid}", nvml.nvmlDeviceGetPowerUsage, handle)
+    temperature = optional(
         nvml, f"read the temperature of {uuid}", nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
     )
     return GpuInfo(
@@ -402,7 +379,7 @@ def _read_info(nvml: ModuleType, handle: Any, index: int) -> GpuInfo:
 
 
 def _processes(nvml: ModuleType, handle: Any, uuid: str) -> tuple[GpuProcess, ...]:
-    raw = _optional(nvml, f"list the processes on {uuid}", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+    raw = optional(nvml, f"list the processes on {uuid}", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
     processes = []
     for entry in raw or ():
         memory = getattr(entry, "usedGpuMemory", None)
@@ -415,14 +392,14 @@ def _processes(nvml: ModuleType, handle: Any, uuid: str) -> tuple[GpuProcess, ..
 
 def _process_name(nvml: ModuleType, pid: int) -> str:
     try:
-        return _text(nvml.nvmlSystemGetProcessName(pid))
+        return text(nvml.nvmlSystemGetProcessName(pid))
     except nvml.NVMLError:
         # The process may have exited, or live in a PID namespace we cannot see: a name is nice-to-have.
         return ""
 
 
 def _mig_uuids(nvml: ModuleType, handle: Any, uuid: str) -> tuple[str, ...]:
-    mode = _optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
+    mode = optional(nvml, f"read the MIG mode of {uuid}", nvml.nvmlDeviceGetMigMode, handle)
     if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
         return ()
     uuids = []
@@ -436,7 +413,7 @@ def _mig_uuids(nvml: ModuleType, handle: Any, uuid: str) -> tuple[str, ...]:
                 continue  # an empty slot: fewer MIG devices than the maximum
             raise from_nvml_error(exc, doing=f"open MIG device {slot} of {uuid}") from exc
         with _mapped(nvml, f"read the UUID of MIG device {slot} of {uuid}"):
-            uuids.append(_text(nvml.nvmlDeviceGetUUID(mig)))
+            uuids.append(text(nvml.nvmlDeviceGetUUID(mig)))
     return tuple(uuids)
 
 
@@ -449,8 +426,8 @@ def _nvlinks(
     gpu_peers: list[str] = []
     for link in active or ():
         doing = f"read the far end of NVLink {link} of {uuid}"
-        remote = _optional(nvml, doing, nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
-        kind = _optional(nvml, doing, nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
+        remote = optional(nvml, doing, nvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
+        kind = optional(nvml, doing, nvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
         kind_name = {nvml.NVML_NVLINK_DEVICE_TYPE_GPU: "gpu", nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH: "switch"}.get(
             kind, "unknown"
         )

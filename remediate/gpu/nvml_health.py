@@ -12,18 +12,11 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from remediate.gpu.errors import (
-    NVML_ERROR_FUNCTION_NOT_FOUND,
-    NVML_ERROR_INVALID_ARGUMENT,
-    NVML_ERROR_NOT_SUPPORTED,
-    GpuLost,
-    from_nvml_error,
-)
+from remediate.gpu.errors import NVML_ERROR_INVALID_ARGUMENT, GpuLost, from_nvml_error
 from remediate.gpu.health import NVLINK_COUNTERS, GpuHealth, HealthReading, PcieLink
 from remediate.gpu.model import MemoryHealth
+from remediate.gpu.nvml_calls import ABSENT_CODES, optional, text
 from remediate.gpu.pci import normalize_pci_bus_id
-
-_ABSENT = frozenset({NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND})
 
 
 def _call(nvml: ModuleType, doing: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -31,23 +24,6 @@ def _call(nvml: ModuleType, doing: str, fn: Callable[..., Any], *args: Any) -> A
         return fn(*args)
     except nvml.NVMLError as exc:
         raise from_nvml_error(exc, doing=doing) from exc
-
-
-def _optional(nvml: ModuleType, doing: str, fn: Callable[..., Any], *args: Any) -> Any | None:
-    """fn(*args); None where NVML says the GPU or driver cannot answer."""
-    mismatch = getattr(nvml, "NVMLLibraryMismatchError", ())
-    try:
-        return fn(*args)
-    except nvml.NVMLError as exc:
-        if exc.value in _ABSENT:
-            return None
-        raise from_nvml_error(exc, doing=doing) from exc
-    except mismatch:
-        return None
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def scan(nvml: ModuleType) -> list[GpuHealth]:
@@ -58,13 +34,13 @@ def scan(nvml: ModuleType) -> list[GpuHealth]:
         who: dict[str, Any] = {"index": index, "uuid": ""}
         try:
             handle = _call(nvml, f"open GPU {index}", nvml.nvmlDeviceGetHandleByIndex, index)
-            who["uuid"] = _text(_call(nvml, f"read the UUID of GPU {index}", nvml.nvmlDeviceGetUUID, handle))
-            bus = _text(_call(nvml, f"read the PCI info of GPU {index}", nvml.nvmlDeviceGetPciInfo, handle).busId)
+            who["uuid"] = text(_call(nvml, f"read the UUID of GPU {index}", nvml.nvmlDeviceGetUUID, handle))
+            bus = text(_call(nvml, f"read the PCI info of GPU {index}", nvml.nvmlDeviceGetPciInfo, handle).busId)
             try:
                 who["pci_bus_id"] = normalize_pci_bus_id(bus)
             except ValueError:
                 who["pci_bus_id"] = bus.upper()
-            who["name"] = _text(_call(nvml, f"read the name of GPU {index}", nvml.nvmlDeviceGetName, handle))
+            who["name"] = text(_call(nvml, f"read the name of GPU {index}", nvml.nvmlDeviceGetName, handle))
             found.append(GpuHealth(**who, reading=read(nvml, handle, who["uuid"])))
         except GpuLost as exc:
             found.append(GpuHealth(**who, lost=str(exc)))
@@ -74,11 +50,11 @@ def scan(nvml: ModuleType) -> list[GpuHealth]:
 def read(nvml: ModuleType, handle: Any, uuid: str) -> HealthReading:
     """One GPU's reading; GpuLost when it falls off the bus during it."""
 
-    def optional(what: str, fn: Callable[..., Any], *args: Any) -> Any | None:
-        return _optional(nvml, f"read the {what} of {uuid}", fn, handle, *args)
+    def getter(what: str, fn: Callable[..., Any], *args: Any) -> Any | None:
+        return optional(nvml, f"read the {what} of {uuid}", fn, handle, *args)
 
-    pending = optional("pending page retirements", nvml.nvmlDeviceGetRetiredPagesPendingStatus)
-    rows = optional("remapped rows", nvml.nvmlDeviceGetRemappedRows)
+    pending = getter("pending page retirements", nvml.nvmlDeviceGetRetiredPagesPendingStatus)
+    rows = getter("remapped rows", nvml.nvmlDeviceGetRemappedRows)
     memory = MemoryHealth(
         retired_pages_pending=None if pending is None else pending == nvml.NVML_FEATURE_ENABLED,
         remapped_rows_correctable=None if rows is None else int(rows[0]),
@@ -86,23 +62,23 @@ def read(nvml: ModuleType, handle: Any, uuid: str) -> HealthReading:
         remapped_rows_pending=None if rows is None else bool(rows[2]),
         remapped_rows_failure=None if rows is None else bool(rows[3]),
     )
-    ecc = optional(
+    ecc = getter(
         "volatile uncorrected ECC count",
         nvml.nvmlDeviceGetTotalEccErrors,
         nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
         nvml.NVML_VOLATILE_ECC,
     )
     pcie = PcieLink(
-        gen=optional("PCIe link generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
-        max_gen=optional("maximum PCIe link generation", nvml.nvmlDeviceGetMaxPcieLinkGeneration),
-        width=optional("PCIe link width", nvml.nvmlDeviceGetCurrPcieLinkWidth),
-        max_width=optional("maximum PCIe link width", nvml.nvmlDeviceGetMaxPcieLinkWidth),
+        gen=getter("PCIe link generation", nvml.nvmlDeviceGetCurrPcieLinkGeneration),
+        max_gen=getter("maximum PCIe link generation", nvml.nvmlDeviceGetMaxPcieLinkGeneration),
+        width=getter("PCIe link width", nvml.nvmlDeviceGetCurrPcieLinkWidth),
+        max_width=getter("maximum PCIe link width", nvml.nvmlDeviceGetMaxPcieLinkWidth),
     )
-    utilization = optional("utilization", nvml.nvmlDeviceGetUtilizationRates)
+    utilization = getter("utilization", nvml.nvmlDeviceGetUtilizationRates)
     # The "event" name is the current one (NVML 12.x); drivers before it have only the "throttle" name.
-    reasons = optional("clock event reasons", nvml.nvmlDeviceGetCurrentClocksEventReasons)
+    reasons = getter("clock event reasons", nvml.nvmlDeviceGetCurrentClocksEventReasons)
     if reasons is None:
-        reasons = optional("clock throttle reasons", nvml.nvmlDeviceGetCurrentClocksThrottleReasons)
+        reasons = getter("clock throttle reasons", nvml.nvmlDeviceGetCurrentClocksThrottleReasons)
     return HealthReading(
         memory=memory,
         ecc_dbe_volatile=None if ecc is None else int(ecc),
@@ -121,7 +97,7 @@ def active_nvlinks(nvml: ModuleType, handle: Any, uuid: str) -> list[int] | None
             up = nvml.nvmlDeviceGetNvLinkState(handle, link)
         except nvml.NVMLError as exc:
             # NOT_SUPPORTED: no NVLink on this GPU; INVALID_ARGUMENT: past this GPU's last link.
-            if exc.value in (*_ABSENT, NVML_ERROR_INVALID_ARGUMENT):
+            if exc.value in (*ABSENT_CODES, NVML_ERROR_INVALID_ARGUMENT):
                 break
             raise from_nvml_error(exc, doing=f"read NVLink {link} of {uuid}") from exc
         active = active if active is not None else []
@@ -140,7 +116,7 @@ def _nvlink_errors(nvml: ModuleType, handle: Any, uuid: str) -> dict[int, dict[s
         counts = {}
         for name, counter in NVLINK_COUNTERS.items():
             doing = f"read the NVLink {link} {name} error counter of {uuid}"
-            value = _optional(nvml, doing, nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, counter)
+            value = optional(nvml, doing, nvml.nvmlDeviceGetNvLinkErrorCounter, handle, link, counter)
             if value is not None:
                 counts[name] = int(value)
         links[link] = counts

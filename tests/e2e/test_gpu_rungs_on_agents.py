@@ -9,14 +9,14 @@ GPU. What happened is read back from /runs/<id> and the agent's GPU file.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.realsystems import AlertManager
-from tests.support.server import AGENT_TOKEN, HasLogTail, NodeAgent, RemediateServer
+from tests.support.server import AGENT_TOKEN, NodeAgent, RemediateServer
 
 pytestmark = [pytest.mark.integration]
 
@@ -50,14 +50,8 @@ steps:
 
 
 @pytest.fixture
-def node_b(tmp_path: Path, watch_log: Callable[[str, HasLogTail], None]) -> Iterator[NodeAgent]:
-    agent = NodeAgent(tmp_path / "node-b", "node-b")
-    watch_log("agent node-b", agent)
-    agent.start()
-    try:
-        yield agent
-    finally:
-        agent.stop()
+def node_b(start_agent: Callable[..., NodeAgent]) -> NodeAgent:
+    return start_agent("node-b")
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from remediate.gpu import SimulatedBackend
+from tests.support.dcgm_exporter import exporting_gpus, gpu_series
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
 from tests.support.helm import ChartRbac
 from tests.support.processes import REMEDIATE, run_remediate
@@ -62,17 +63,8 @@ def kube_api(default_chart_rbac: ChartRbac) -> Iterator[FakeKubeAPI]:
 def gpu_metrics(tmp_path: Path) -> Iterator[tuple[MetricsEndpoint, Prometheus]]:
     """A real Prometheus scraping what dcgm-exporter would export for NODE's two GPUs (the proven-healthy check
     before the undo reads it)."""
-    with (
-        MetricsEndpoint() as metrics,
-        # No rules, no alerts: an AlertManager address it never posts to.
-        Prometheus(
-            tmp_path / "prom", scrape_targets=[metrics.target], rule_files=[], alertmanager_url="http://127.0.0.1:9"
-        ) as prom,
-    ):
-        for gpu in ("0", "1"):
-            metrics.set("DCGM_FI_DEV_GPU_TEMP", 55, {"Hostname": NODE, "gpu": gpu, "UUID": f"GPU-{NODE}-{gpu}"})
-        prom.wait_until_scraping(timeout=scaled(30))
-        yield metrics, prom
+    with exporting_gpus(tmp_path / "prom", NODE, [f"GPU-{NODE}-{gpu}" for gpu in (0, 1)]) as exported:
+        yield exported
 
 
 @pytest.fixture
@@ -216,7 +208,7 @@ def test_a_node_whose_gpu_fell_off_the_bus_stays_out_when_its_alert_resolves(
     am.fire(_labels(NODE), {"summary": f"1 GPU(s) on {NODE} reported a serious XID error"})
     server.wait_for_run(lambda e: e["run"]["phase"] == "firing", status="succeeded", playbook=PLAYBOOK)
     metrics, prom = gpu_metrics
-    metrics.remove("DCGM_FI_DEV_GPU_TEMP", {"Hostname": NODE, "gpu": "1", "UUID": f"GPU-{NODE}-1"})
+    metrics.remove("DCGM_FI_DEV_GPU_TEMP", gpu_series(NODE, 1, f"GPU-{NODE}-1"))
     # Gone from Prometheus (its next scrape marks it stale) before the resolution: a resolution that arrives
     # faster than that scrape would find both GPUs reporting, and the node proven healthy.
     wait_until(

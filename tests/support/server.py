@@ -429,6 +429,15 @@ class NodeAgent:
             self._proc.wait(timeout=scaled(5))
         self._proc = None
 
+    def kill(self) -> None:
+        """SIGKILL the agent: a node that crashes or loses power, its calls in flight cut, nothing answered."""
+        if self._proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        self._proc.wait(timeout=scaled(5))
+        self._proc = None
+
     @property
     def pid(self) -> int:
         """The agent's pid: its one process (what kubelet signals: the container's main process)."""
@@ -588,6 +597,23 @@ def start_server(
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def start_agent(tmp_path: Path, watch_log: Callable[[str, HasLogTail], None]) -> Iterator[Callable[..., NodeAgent]]:
+    """Factory: ``start_agent(node, **NodeAgent kwargs)`` -> the started agent of `node` (its own GPUs and state
+    under tmp_path/<node>, its log tail in a failing test's report); all are stopped afterwards."""
+    agents: list[NodeAgent] = []
+
+    def start(node: str, **kwargs: Any) -> NodeAgent:
+        agent = NodeAgent(tmp_path / node, node, **kwargs)
+        agents.append(agent)
+        watch_log(f"agent {node}", agent)
+        return agent.start()
+
+    yield start
+    for agent in agents:
+        agent.stop()
 
 
 @pytest.fixture

@@ -103,6 +103,23 @@ def test_an_older_driver_s_throttle_reasons_and_a_gpu_without_nvlink_or_ecc() ->
     )
 
 
+def test_a_getter_the_installed_driver_lacks_is_none_as_the_backend_s_reads_are() -> None:
+    """pynvml raises NVMLLibraryMismatchError (not an NVMLError) for an unversioned function missing from the
+    driver: the same None as NOT_SUPPORTED, so the event reasons fall back to the older throttle name."""
+
+    def missing(*_: Any) -> Any:
+        raise pynvml.NVMLLibraryMismatchError("unversioned function missing")
+
+    nvml = fake_nvml(
+        NVMLLibraryMismatchError=pynvml.NVMLLibraryMismatchError,
+        nvmlDeviceGetCurrentClocksEventReasons=missing,
+        nvmlDeviceGetUtilizationRates=missing,
+    )
+    (gpu,) = nvml_health.scan(nvml)
+    assert gpu.lost is None and gpu.reading is not None
+    assert (gpu.reading.clock_event_reasons, gpu.reading.utilization_percent) == (0x8, None)
+
+
 @pytest.mark.parametrize(
     "where", ["nvmlDeviceGetHandleByIndex", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetNvLinkState"]
 )
