@@ -1,0 +1,79 @@
+"""A node's latest re-admission gate: the newest run of that target with a gate step (`gpu.health`), and that
+run's gate and burn-in steps, for the node page.
+
+The action names come from the caller (the store knows no actions). One statement on both databases: the
+run's id from the node's decisions (ix_decisions_target: target, id) joined to their steps by run
+(uq_steps_run_idx: run_id, idx), then that run's chosen steps by the same index. No index holds a step's
+action, and none is added for this page: a node's decisions are a short list (its own history), and each
+costs one index lookup of its steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+
+from remediate.store import schema as t
+from remediate.store.rows import loads
+
+
+class GateStep(NamedTuple):
+    """One gate or burn-in step of the run, with what it planned and found (None: not yet)."""
+
+    index: int
+    name: str
+    action: str
+    status: str
+    plan: Any
+    result: Any
+    error: str | None
+    started_at: float | None
+    finished_at: float | None
+
+
+class GateRun(NamedTuple):
+    """The run that gated the node last, and its gate and burn-in steps in their order."""
+
+    run_id: int
+    playbook: str
+    phase: str
+    status: str
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    steps: list[GateStep]
+
+
+def latest_gate(conn: sa.Connection, target: str, gate: str, others: Sequence[str] = ()) -> GateRun | None:
+    """The newest run (highest id) on `target` with a step of action `gate`: its steps of `gate` and of
+    `others` (the burn-ins); None when no run of that target has one."""
+    d, s, r = t.decisions, t.steps, t.runs
+    # By the run's id, not the decision's: a re-sent notification of an older run is a newer decision.
+    newest = (
+        sa.select(sa.func.max(d.c.run_id))
+        .join(s, s.c.run_id == d.c.run_id)
+        .where(d.c.target == target, s.c.action == gate)
+        .scalar_subquery()
+    )
+    columns = (
+        r.c.id.label("run_id"), r.c.playbook, r.c.phase, r.c.status.label("run_status"), r.c.created_at,
+        r.c.started_at.label("run_started_at"), r.c.finished_at.label("run_finished_at"),
+        s.c.idx, s.c.name, s.c.action, s.c.status, s.c.plan, s.c.result, s.c.error, s.c.started_at, s.c.finished_at,
+    )  # fmt: skip
+    rows = conn.execute(
+        sa.select(*columns)
+        .join(s, s.c.run_id == r.c.id)
+        .where(r.c.id == newest, s.c.action.in_([gate, *others]))
+        .order_by(s.c.idx)
+    ).all()
+    if not rows:
+        return None
+    first = rows[0]
+    return GateRun(
+        first.run_id, first.playbook, first.phase, first.run_status, first.created_at, first.run_started_at,
+        first.run_finished_at,
+        [GateStep(row.idx, row.name, row.action, row.status, loads(row.plan), loads(row.result), row.error,
+                  row.started_at, row.finished_at) for row in rows],
+    )  # fmt: skip
