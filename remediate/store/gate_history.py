@@ -47,14 +47,17 @@ class GateRun(NamedTuple):
 
 
 def latest_gate(conn: sa.Connection, target: str, gate: str, others: Sequence[str] = ()) -> GateRun | None:
-    """The newest run (highest id) on `target` with a step of action `gate`: its steps of `gate` and of
+    """The newest run on `target` with a step of action `gate`: its steps of `gate` and of
     `others` (the burn-ins); None when no run of that target has one."""
     d, s, r = t.decisions, t.steps, t.runs
-    # By the run's id, not the decision's: a re-sent notification of an older run is a newer decision.
+    # Only the decision that made a run names it (a duplicate names none), so the node's decisions newest first
+    # are its runs newest first: the walk stops at the first with a gate step.
     newest = (
-        sa.select(sa.func.max(d.c.run_id))
+        sa.select(d.c.run_id)
         .join(s, s.c.run_id == d.c.run_id)
         .where(d.c.target == target, s.c.action == gate)
+        .order_by(d.c.id.desc())
+        .limit(1)
         .scalar_subquery()
     )
     columns = (
