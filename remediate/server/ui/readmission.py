@@ -35,6 +35,8 @@ class CheckRow:
     verdict: str
     """ok, warn, fail or skipped (its badge)."""
     evidence: str
+    span: int = 0
+    """On a GPU's first row, how many rows it has (the GPU cell spans them); 0 on the others."""
 
 
 @dataclass(frozen=True)
@@ -141,8 +143,10 @@ def _checks(gpus: Sequence[Mapping[str, Any]]) -> list[CheckRow]:
     rows = []
     for gpu in gpus:
         who = f"GPU {gpu.get('index', '?')} ({gpu.get('gpu') or 'uuid unknown'})"
-        for check in gpu.get("checks") or ():
-            rows.append(CheckRow(who, str(check.get("check")), str(check.get("verdict")), str(check.get("evidence"))))
+        checks = gpu.get("checks") or ()
+        for i, check in enumerate(checks):
+            rows.append(CheckRow(who, str(check.get("check")), str(check.get("verdict")), str(check.get("evidence")),
+                                 len(checks) if i == 0 else 0))  # fmt: skip
     return rows
 
 

@@ -90,8 +90,9 @@ def test_a_passed_soak_shows_every_gpu_check_every_round_and_dcgm_not_installed(
     assert [(c.gpu, c.check) for c in view.checks] == [
         (f"GPU {i} ({u})", c) for i, u in enumerate(uuids) for c in CHECKS
     ]
+    assert [c.span for c in view.checks] == [8, 0, 0, 0, 0, 0, 0, 0] * 2  # each GPU's cell spans its 8 checks
     ecc = next(c for c in view.checks if c.check == "ecc_dbe_volatile")
-    assert ecc == CheckRow(f"GPU 0 ({uuids[0]})", "ecc_dbe_volatile", "ok", "ecc_dbe_volatile: 0 <= 0")
+    assert ecc == CheckRow(f"GPU 0 ({uuids[0]})", "ecc_dbe_volatile", "ok", "ecc_dbe_volatile: 0 <= 0", 0)
     assert view.diag == "skipped: DCGM not installed (no dcgmi on this node's PATH)"
     assert [(r.at, r.verdict, r.findings) for r in view.soak] == [
         ("+0s", "ok", ""),
@@ -113,7 +114,7 @@ def test_a_failed_gate_leads_with_the_first_failing_checks_evidence(
 
     assert (view.outcome, view.outcome_kind) == (f"FAILED: GPU 1 ({uuid}): ecc_dbe_volatile: 2 > 0", "failed")
     failed = [c for c in view.checks if c.verdict == "fail"]
-    assert failed == [CheckRow(f"GPU 1 ({uuid})", "ecc_dbe_volatile", "fail", "ecc_dbe_volatile: 2 > 0")]
+    assert failed == [CheckRow(f"GPU 1 ({uuid})", "ecc_dbe_volatile", "fail", "ecc_dbe_volatile: 2 > 0", 0)]
     # The first round failed: the soak stopped there, and dcgmi was never started.
     assert view.soak == [SoakRow("+0s", "fail", f"GPU 1 ({uuid}): ecc_dbe_volatile: 2 > 0")]
     assert view.soak_note == "1 of 4 rounds over 3s, every 1s"
