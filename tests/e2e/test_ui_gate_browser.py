@@ -1,8 +1,9 @@
 """The node page's "Re-admission gate" in a real headless Chromium against the real `remediate serve` (gunicorn,
 its executor) running gpu.health on the simulated GPU file: node-a failed its gate (GPU 1 counted volatile
-double-bit ECC errors), node-b passed its soak round after round, 127.0.0.1's gate is still soaking, and a node
-never gated says so in one line. No dcgmi on this host: the diag is reported skipped, not failed. The page is
-photographed into the test's tmp dir (and REMEDIATE_UI_SCREENSHOTS=<dir>, as test_ui_operate_browser does).
+double-bit ECC errors), node-b passed its soak round after round, 127.0.0.1's gate is still soaking, a node
+never gated says so in one line, and on a phone's 390 px nothing scrolls sideways. No dcgmi on this host: the
+diag is reported skipped, not failed. The pages are photographed into the test's tmp dir (and into
+REMEDIATE_UI_SCREENSHOTS=<dir>, as test_ui_operate_browser does).
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Browser, Page
 
 from remediate.gpu import SimulatedBackend
 from tests.actions.test_gpu_health import HEALTHY
 from tests.e2e.test_ui_browser import READ_TOKEN, WEBHOOK_TOKEN, _log_in
+from tests.e2e.test_ui_operate_browser import PHONE, _no_sideways_scroll
 from tests.support.server import RemediateServer, notification, write_playbook
 
 pytestmark = [pytest.mark.integration]
@@ -54,7 +56,11 @@ def _fire(server: RemediateServer, alertname: str, node: str, fingerprint: str) 
 
 
 def test_the_node_page_shows_a_failed_and_a_passed_gate_a_running_one_and_a_node_never_gated(
-    start_server: Callable[..., RemediateServer], playbooks_dir: Path, browser_page: Page, tmp_path: Path
+    start_server: Callable[..., RemediateServer],
+    playbooks_dir: Path,
+    browser_page: Page,
+    chromium: Browser,
+    tmp_path: Path,
 ) -> None:
     gpus = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
     for gpu in gpus.devices():
@@ -123,6 +129,18 @@ def test_the_node_page_shows_a_failed_and_a_passed_gate_a_running_one_and_a_node
     page.goto(f"{server.url}/ui/nodes/node-never-gated")
     assert page.locator("#never-gated").inner_text() == "node-never-gated has never been through the re-admission gate."
     assert page.locator("#gate .gate-run").count() == 0
+
+    # On a phone the GPU x check table reflows like the history: nothing scrolls sideways.
+    phone = chromium.new_context(viewport=PHONE, is_mobile=True, device_scale_factor=2)
+    try:
+        mobile = phone.new_page()
+        _log_in(mobile, server, READ_TOKEN)
+        mobile.goto(f"{server.url}/ui/nodes/node-a")
+        _no_sideways_scroll(mobile)
+        assert "ecc_dbe_volatile: 2 > 0" in mobile.locator("#gate .gate-outcome").inner_text()
+        _photo(mobile, tmp_path, "ui-phone-node-gate.png")
+    finally:
+        phone.close()
 
 
 def _photo(page: Page, tmp_path: Path, name: str) -> None:

@@ -301,7 +301,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         return render_template(
             "node.html",
             name=name,
-            gates=gate_views(gated, time.time()),
+            gate_runs=gate_views(gated, time.time()),  # not `gates`: the banner's (base.html)
             gate_action=GATE_ACTION,
             events=node_timeline(entries, ladders, claims, more=next_cursor is not None),
             ladders=ladders,
