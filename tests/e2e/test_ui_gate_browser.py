@@ -106,9 +106,9 @@ def test_the_node_page_shows_a_failed_and_a_passed_gate_a_running_one_and_a_node
     assert gate.locator("table.gate-checks tr.check").count() == 16  # 2 GPUs x 8 checks
     assert gate.locator(".gate-diag").inner_text() == "skipped: not run: the NVML checks failed first"
     assert gate.locator("table.gate-soak tr.round").all_inner_texts()[0].split("\t")[:2] == ["+0s", "fail"]
+    _photo(page, tmp_path, "ui-node-gate-failed.png")
     gate.locator("h3 a").click()
     page.wait_for_url(f"**/ui/runs/{failed}")
-    page.screenshot(path=str(tmp_path / "ui-node-gate-failed.png"), full_page=True)
 
     page.goto(f"{server.url}/ui/nodes/node-b")
     gate = page.locator("#gate .gate-run")
@@ -119,7 +119,7 @@ def test_the_node_page_shows_a_failed_and_a_passed_gate_a_running_one_and_a_node
     assert gate.locator(".gate-soak-note").inner_text() == "3 of 3 rounds over 2s, every 1s"
     assert gate.locator(".gate-diag").inner_text() == "skipped: DCGM not installed (no dcgmi on this node's PATH)"
     assert gate.locator("table.gate-checks tr.v-fail").count() == 0
-    _photo(page, tmp_path, "ui-node-gate.png")
+    _photo(page, tmp_path, "ui-node-gate-passed.png")
 
     page.goto(f"{server.url}/ui/nodes/127.0.0.1")
     gate = page.locator("#gate .gate-run")
