@@ -394,11 +394,15 @@ class History:
         with self.tx.read() as conn:
             return run_links(conn, run_id)
 
-    def latest_gate(self, target: str, gate: str, others: Sequence[str] = ()) -> GateRun | None:
-        """The newest run on `target` with a `gate` step, with its steps of `gate` and `others`
-        (store.gate_history); None when the target was never gated."""
+    def latest_gate(
+        self, target: str, gate: str, others: Sequence[str] = (), *, playbooks: Sequence[str]
+    ) -> GateRun | None:
+        """The newest run of `playbooks` on `target` with a `gate` step, with its steps of `gate` and `others`
+        (store.gate_history); None when the target was never gated by them."""
+        if not playbooks:
+            return None
         with self.tx.read() as conn:
-            return latest_gate(conn, target, gate, others)
+            return latest_gate(conn, target, gate, others, playbooks=playbooks)
 
     def report(self, query: ReportQuery) -> Report:
         """The reliability figures of a window (store.report): incidents, remediations by rung, MTTR, held nodes."""

@@ -10,10 +10,11 @@ plan recorded and the time since the step started.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from remediate.playbooks.model import Playbook
 from remediate.runs import StepStatus
 from remediate.store import GateRun, GateStep
 
@@ -80,6 +81,18 @@ class GateView:
     soak: list[SoakRow]
     soak_note: str
     burnins: list[BurninRow]
+
+
+def gate_playbooks(playbooks: Iterable[Playbook]) -> tuple[str, ...]:
+    """The loaded playbooks with a gate step anywhere (steps, on_resolved, any rung's): the store looks for the
+    node's gate among their runs only (store.gate_history: an index seek instead of the node's whole history)."""
+    found = []
+    for playbook in playbooks:
+        specs = [*playbook.steps, *playbook.on_resolved]
+        specs += [spec for rung in playbook.rungs for spec in (*rung.steps, *rung.on_resolved)]
+        if any(spec.action == GATE_ACTION for spec in specs):
+            found.append(playbook.name)
+    return tuple(found)
 
 
 def gate_views(run: GateRun | None, now: float) -> list[GateView]:

@@ -72,6 +72,8 @@ class UiDeps:
     """How many failed logins a client address may make per window before every login from it is 429."""
     waves: Callable[[str], list[str]] = lambda node: []
     """A node's staged-rollout wave and its mode now, one line per rollout in force (Engine.waves_of)."""
+    gate_playbooks: Callable[[], tuple[str, ...]] = tuple
+    """The loaded playbooks with a re-admission gate step (readmission.gate_playbooks), for the node page."""
 
 
 def _time(value: float | str | None) -> str:
@@ -297,7 +299,7 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         entries = [entry_json(entry) for entry in found]
         ladders = [ladder for ladder in deps.ladders() if ladder["target"] == name]
         claims = store.breaker.claims_of(name)
-        gated = store.history.latest_gate(name, GATE_ACTION, BURNIN_ACTIONS)
+        gated = store.history.latest_gate(name, GATE_ACTION, BURNIN_ACTIONS, playbooks=deps.gate_playbooks())
         return render_template(
             "node.html",
             name=name,

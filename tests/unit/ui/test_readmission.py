@@ -11,17 +11,20 @@ from typing import Any
 
 import pytest
 
+from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.burnin_common import BurninFailedStep
 from remediate.actions.gpu_health import NodeUnhealthy
 from remediate.gpu import SimulatedBackend
-from remediate.server.ui.readmission import CheckRow, SoakRow, gate_views
+from remediate.playbooks.loading import load_playbooks, parse_playbook
+from remediate.server.ui.readmission import CheckRow, SoakRow, gate_playbooks, gate_views
 from remediate.store import GateRun, GateStep
 from tests.actions.test_gpu_health import HEALTHY
 from tests.actions.test_k8s_burnin import PARAMS, TAINT, burn, ctx
 from tests.actions.test_k8s_burnin import measured_log as measured_log  # the fixture: a real burn-in's output
 from tests.support.fake_apiserver import FakeKubeAPI
-from tests.support.gpu import simulated_registry, step_context
+from tests.support.gpu import node_playbook, simulated_registry, step_context
+from tests.support.shipped import PLAYBOOKS
 from tests.unit.gpu.test_dcgm_diag import fake_dcgmi, fixture
 
 T0 = 1_767_225_600.0
@@ -217,3 +220,20 @@ def test_a_burn_in_that_measured_nothing_shows_its_error(registry: ActionRegistr
     job_failed = step("failed", action="slurm.burnin", name="burnin", index=2, error="sbatch: job 12 FAILED")
     (view,) = gate_views(run_of(step(status, result=result, error=error), job_failed, status="failed"), T0)
     assert [(b.verdict, b.figure, b.error) for b in view.burnins] == [("", "", "sbatch: job 12 FAILED")]
+
+
+def test_the_gate_playbooks_are_those_with_a_gpu_health_step_in_any_phase_or_rung() -> None:
+    shipped = load_playbooks(PLAYBOOKS, default_registry()).playbooks
+    assert gate_playbooks(shipped) == ("gpu-xid-quarantine",)  # its first rung's on_resolved: the gate
+    registry = default_registry()
+    written = [
+        parse_playbook(node_playbook("firing-gate", "A", {"action": "gpu.health"}), registry),
+        parse_playbook(
+            node_playbook(
+                "resolve-gate", "B", {"action": "log", "with": {"message": "m"}}, on_resolved=[{"action": "gpu.health"}]
+            ),
+            registry,
+        ),
+        parse_playbook(node_playbook("no-gate", "C", {"action": "log", "with": {"message": "m"}}), registry),
+    ]
+    assert gate_playbooks(written) == ("firing-gate", "resolve-gate")
