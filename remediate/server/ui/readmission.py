@@ -127,6 +127,10 @@ def _view(run: GateRun, step: GateStep, burnins: list[BurninRow], now: float) ->
 def _outcome(
     run: GateRun, step: GateStep, result: Mapping[str, Any], plan: Mapping[str, Any], now: float
 ) -> tuple[str, str]:
+    if step.status == StepStatus.SUCCEEDED and result.get("verdict") == "fail":
+        # `fail_on: never`: the step reports without failing; the node did not pass for all that.
+        first = (result.get("failed") or ["see the checks"])[0]
+        return "failed", f"FAILED checks (fail_on: never: the step itself succeeded): {first}"
     if step.status == StepStatus.SUCCEEDED:
         warned = result.get("warnings") or []
         return "passed", "passed" + (f", with warnings: {'; '.join(warned)}" if warned else "")
@@ -143,7 +147,7 @@ def _outcome(
 
 
 def _round_now(soak: Mapping[str, Any], elapsed: float) -> str:
-    """ "round k of n" by the clock: the soak's rounds run at 0, every, 2·every, ... (gpu_health_soak.Soak)."""
+    """Round k of n by the clock: the soak's rounds run at 0, every, 2·every, ... (gpu_health_soak.Soak)."""
     planned = int(soak.get("rounds_planned") or 1)
     every = float(soak.get("every_s") or 0)
     if planned <= 1 or every <= 0:

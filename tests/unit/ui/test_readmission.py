@@ -124,6 +124,19 @@ def test_a_failed_gate_leads_with_the_first_failing_checks_evidence(
     assert view.diag == "skipped: not run: the NVML checks failed first"
 
 
+def test_a_gate_that_only_reports_says_its_checks_failed_though_the_step_succeeded(
+    registry: ActionRegistry, sim: SimulatedBackend, no_dcgm: None
+) -> None:
+    uuid = sim.devices()[0].uuid
+    sim.update_device(uuid, health={**HEALTHY, "pcie": {"gen": 5, "max_gen": 5, "width": 8, "max_width": 16}})
+    status, result, error = health(registry, fail_on="never")
+    assert status == "succeeded"
+    (view,) = gate_views(run_of(step(status, result=result, error=error)), T0)
+    assert view.outcome_kind == "failed"
+    lead = "FAILED checks (fail_on: never: the step itself succeeded)"
+    assert view.outcome == f"{lead}: GPU 0 ({uuid}): pcie_width: pcie width x8 < max x16"
+
+
 def test_the_diag_line_says_run_or_failed_from_dcgmis_own_json(
     registry: ActionRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_dcgm: None
 ) -> None:
