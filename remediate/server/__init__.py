@@ -56,6 +56,7 @@ def create_app(settings: Settings, *, services: Services) -> Flask:
 def _pages(services: Services) -> Blueprint:
     """The web pages (remediate.server.ui, docs/ui.md): the same store, tokens, breaker and parsers as the API."""
     from remediate.server.ui import UiDeps, create_blueprint
+    from remediate.server.ui.readmission import gate_playbooks
     from remediate.server.ui.session import secret_key
 
     store = services.store
@@ -76,5 +77,6 @@ def _pages(services: Services) -> Blueprint:
             secret_key=secret_key(services.settings.ui.secret_file, services.credentials),
             cookie_always_secure=services.settings.ui.cookie_secure == "always",
             waves=lambda node: services.engine.waves_of(node),
+            gate_playbooks=lambda: gate_playbooks(services.engine.playbooks.playbooks),
         )
     )

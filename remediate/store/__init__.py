@@ -17,6 +17,7 @@ from remediate.store.checkpoints import WalCheckpointer
 from remediate.store.database import Database, dialect_for
 from remediate.store.dialect import DEFAULT_BUSY_TIMEOUT, Dialect, PoolLimits
 from remediate.store.facade import Store
+from remediate.store.gate_history import GateRun, GateStep
 from remediate.store.history import (
     AlertDetail,
     AttemptDetail,
@@ -50,6 +51,8 @@ __all__ = [
     "DecisionSummary",
     "Dialect",
     "EmptyGuardReader",
+    "GateRun",
+    "GateStep",
     "GuardReads",
     "HistoryEntry",
     "HistoryQuery",

@@ -20,6 +20,7 @@ from remediate.store import schema as t
 from remediate.store.database import Transactions
 from remediate.store.decision_time import time_conditions
 from remediate.store.dialect import Dialect
+from remediate.store.gate_history import GateRun, latest_gate
 from remediate.store.repeat_offenders import RepeatOffender, RepeatRule, read_repeat_offenders
 from remediate.store.report import Report, ReportQuery, build_report, read_report_rows
 from remediate.store.rows import MAX_ID, loads
@@ -392,6 +393,16 @@ class History:
         """A run's firing run (when it is a resolved one) and its resolved runs (when it is a firing one)."""
         with self.tx.read() as conn:
             return run_links(conn, run_id)
+
+    def latest_gate(
+        self, target: str, gate: str, others: Sequence[str] = (), *, playbooks: Sequence[str]
+    ) -> GateRun | None:
+        """The newest run of `playbooks` on `target` with a `gate` step, with its steps of `gate` and `others`
+        (store.gate_history); None when the target was never gated by them."""
+        if not playbooks:
+            return None
+        with self.tx.read() as conn:
+            return latest_gate(conn, target, gate, others, playbooks=playbooks)
 
     def report(self, query: ReportQuery) -> Report:
         """The reliability figures of a window (store.report): incidents, remediations by rung, MTTR, held nodes."""

@@ -35,6 +35,7 @@ from remediate.server.ui.folding import fold_duplicates
 from remediate.server.ui.gates import read_gates
 from remediate.server.ui.node import timeline as node_timeline
 from remediate.server.ui.preview import chat_preview
+from remediate.server.ui.readmission import BURNIN_ACTIONS, GATE_ACTION, gate_views
 from remediate.store import HistoryQuery, LoginThrottle, Store
 
 log = logging.getLogger("remediate.ui")
@@ -71,6 +72,8 @@ class UiDeps:
     """How many failed logins a client address may make per window before every login from it is 429."""
     waves: Callable[[str], list[str]] = lambda node: []
     """A node's staged-rollout wave and its mode now, one line per rollout in force (Engine.waves_of)."""
+    gate_playbooks: Callable[[], tuple[str, ...]] = tuple
+    """The loaded playbooks with a re-admission gate step (readmission.gate_playbooks), for the node page."""
 
 
 def _time(value: float | str | None) -> str:
@@ -296,9 +299,12 @@ def create_blueprint(deps: UiDeps) -> Blueprint:
         entries = [entry_json(entry) for entry in found]
         ladders = [ladder for ladder in deps.ladders() if ladder["target"] == name]
         claims = store.breaker.claims_of(name)
+        gated = store.history.latest_gate(name, GATE_ACTION, BURNIN_ACTIONS, playbooks=deps.gate_playbooks())
         return render_template(
             "node.html",
             name=name,
+            gate_runs=gate_views(gated, time.time()),  # not `gates`: the banner's (base.html)
+            gate_action=GATE_ACTION,
             events=node_timeline(entries, ladders, claims, more=next_cursor is not None),
             ladders=ladders,
             held=[c for c in claims if c.released_at is None],
