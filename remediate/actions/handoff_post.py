@@ -25,9 +25,10 @@ def step_names(value: Any) -> tuple[str, ...]:
 
 
 def check_step_names(value: Any) -> str | None:
-    """A `Param.check`: a step's name, or a list of step names (each a non-empty string)."""
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not all(isinstance(name, str) and name.strip() for name in names):
+    """A `Param.check`: a step's name (empty: none, the default), or a list of step names (each non-empty)."""
+    if isinstance(value, str):
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(name, str) and name.strip() for name in value):
         return f"must be a step's name or a list of step names, got {value!r}"
     return None
 
