@@ -181,6 +181,9 @@ class StepRecord:
     """Its failure is recorded but does not fail the run nor skip the steps after it."""
     node: str | None = None
     """The node a `run_on` step runs on; None: the run's target (`node_of`)."""
+    outcome: str | None = None
+    """The `outcome` its result names (`skipped`, `handed_off`, ...), read only for a step that reports the run
+    (RunQueue.steps_of); None otherwise, or when the result names none."""
 
     def node_of(self, run: ClaimedRun) -> str:
         """The node this step runs on, if it is a node step: its own (`run_on`), else the run's target."""

@@ -116,6 +116,7 @@ def default_registry(
             kube_client=kube_client,
             slurm_cache=slurm_nodes,
             peer=registry.get,
+            burnin=settings.burnin,
         )
 
     for cls in action_classes():

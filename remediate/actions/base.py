@@ -29,6 +29,7 @@ from remediate.intake.alertref import AlertRef
 
 if TYPE_CHECKING:
     from remediate.breaker import CircuitBreaker
+    from remediate.config.burnin import BurninSettings
     from remediate.gpu import GpuBackend
     from remediate.kube import KubeClient
     from remediate.runs import StepRecord
@@ -81,11 +82,13 @@ class StepView:
     status: str
     """pending, running, succeeded, failed, planned, skipped, ... (remediate.runs.StepStatus) when the step began."""
     error: str | None = None
+    outcome: str | None = None
+    """The `outcome` its result names (a burn-in succeeded as `skipped`, a hand-off `not_needed`); None: none."""
 
 
 def step_views(steps: Iterable[StepRecord]) -> tuple[StepView, ...]:
     """The run's steps as the store has them, as actions see them (StepContext.steps)."""
-    return tuple(StepView(s.idx, s.name, s.action, str(s.status), s.error) for s in steps)
+    return tuple(StepView(s.idx, s.name, s.action, str(s.status), s.error, s.outcome) for s in steps)
 
 
 @dataclass(frozen=True)
@@ -243,3 +246,6 @@ class ActionDeps:
     """Another action of the same registry by name, looked up when called (so a reload's changes, e.g. the
     `notify` action's sinks, apply): for an action that calls another as it is (k8s.handoff posts through
     `notify`). None outside a registry."""
+    burnin: BurninSettings | None = None
+    """The site's burn-in settings (`burnin_*`), which slurm.burnin and k8s.burnin take beside their scheduler's
+    section for the params a step does not write; None: none configured (a burn-in without baselines skips)."""

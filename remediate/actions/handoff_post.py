@@ -16,6 +16,23 @@ from remediate.actions.schema import Param
 from remediate.errors import ActionError
 from remediate.runs import StepStatus
 
+
+def step_names(value: Any) -> tuple[str, ...]:
+    """The steps `after_failed` names: one name (the older form) or a list of them; none for empty."""
+    if isinstance(value, str):
+        return (value,) if value else ()
+    return tuple(value or ())
+
+
+def check_step_names(value: Any) -> str | None:
+    """A `Param.check`: a step's name (empty: none, the default), or a list of step names (each non-empty)."""
+    if isinstance(value, str):
+        return None
+    if not isinstance(value, list | tuple) or not all(isinstance(name, str) and name.strip() for name in value):
+        return f"must be a step's name or a list of step names, got {value!r}"
+    return None
+
+
 POST_PARAMS: dict[str, Param] = {
     "sink": Param(str, required=True, static=True, doc="the sink of the `sinks` setting to post to"),
     "message": Param(
@@ -26,10 +43,13 @@ POST_PARAMS: dict[str, Param] = {
     ),
     "timeout": TIMEOUT,
     "after_failed": Param(
-        str,
+        object,
         default="",
         static=True,
-        doc="hand off only if this earlier step of the run failed (e.g. a re-admission gate); else do nothing",
+        check=check_step_names,
+        type_name="str or list",
+        doc="hand off only if this earlier step of the run failed (e.g. a re-admission gate), or any of these "
+        "steps (`[gate, burnin, k8s-burnin]`: a step the run does not have counts as not failed); else do nothing",
     ),
 }
 """The hand-off's post: to which sink, with which message, within which time; and whether it is needed."""
@@ -54,19 +74,20 @@ class PostsToSink:
 
     @staticmethod
     def not_needed(params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any] | None:
-        """With `after_failed: gate`: what the step reports instead of handing off while step `gate` did not
-        fail (an `always` step after a gate that passed: the node went back, nothing to hand over); None when
-        the hand-off is to be made. Why a param and not a step condition: one `always` step then serves both
-        outcomes of the gate, and the history says why nothing was handed off."""
-        name = params.get("after_failed") or ""
-        if not name:
+        """With `after_failed: gate` (or `[gate, burnin]`): what the step reports instead of handing off while
+        none of those steps failed (an `always` step after a gate that passed: the node went back, nothing to hand
+        over); None when the hand-off is to be made. Why a param and not a step condition: one `always` step then
+        serves both outcomes of the gate, and the history says why nothing was handed off."""
+        written = params.get("after_failed") or ""
+        names = step_names(written)
+        if not names:
             return None
-        gate = next((s for s in ctx.steps if s.name == name), None)
-        if gate is not None and gate.status == StepStatus.FAILED:
+        found = {s.name: s for s in ctx.steps}
+        if any(found[name].status == StepStatus.FAILED for name in names if name in found):
             return None
-        status = gate.status if gate is not None else "not in this run"
-        return {"outcome": "not_needed", "would": f"nothing: step {name} {status}, not failed", "can_act": True,
-                "after_failed": name}  # fmt: skip
+        seen = ", ".join(f"step {name} {found[name].status if name in found else 'not in this run'}" for name in names)
+        return {"outcome": "not_needed", "would": f"nothing: {seen}, {'not' if len(names) == 1 else 'none'} failed",
+                "can_act": True, "after_failed": written}  # fmt: skip
 
     @staticmethod
     def posted(params: Mapping[str, Any]) -> dict[str, Any]:

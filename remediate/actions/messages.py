@@ -5,8 +5,9 @@ anything ran. notify.webhook, notify.slack and notify.teams mark `message` as a 
 (`Param(late=True)`): the engine stores it as written and the action renders it here, with the alert's
 values (as at ingest: `labels`, `annotations`, `alertname`, ...) and what only then exists:
 
-- `steps`: every step of the run in order, each `{number, name, action, status, error, current}`
-  (status as the store has it when this step starts: succeeded, failed, skipped, pending, ...);
+- `steps`: every step of the run in order, each `{number, name, action, status, error, outcome, current}`
+  (status as the store has it when this step starts: succeeded, failed, skipped, pending, ...; outcome what its
+  result names, e.g. `skipped` for a burn-in with no baseline configured, else None);
 - `step`: the same, by step name (`step.cordon.status`);
 - `run`: `{id, playbook, target, mode, phase, rung, url, link, failed, ok, outcome}`: `url` is the run
   page (`{public_url}/ui/runs/<id>`, None without public_url), `link` that URL or `run <id>`, `failed`
@@ -26,6 +27,9 @@ from remediate.actions.templating import Escape, Trusted, render_text
 from remediate.errors import ParamsError
 from remediate.runs import StepStatus
 
+SKIPPED_OUTCOME = "skipped"
+"""The outcome of a step that succeeded by doing nothing it was asked to judge (slurm.burnin and k8s.burnin with no
+baseline configured): `run.outcome` says so beside its status."""
 OUTCOME_ERROR_MAX = 200
 """Characters of a failed step's error in `run.outcome` (the run page has the whole of it)."""
 
@@ -48,6 +52,8 @@ def outcome_line(steps: list[dict[str, Any]]) -> str:
             if step["error"] and step["status"] == StepStatus.FAILED
             else ""
         )
+        if step.get("outcome") == SKIPPED_OUTCOME and step["status"] == StepStatus.SUCCEEDED:
+            error = f" ({SKIPPED_OUTCOME})"  # it did nothing (a burn-in with no baseline): not a pass
         parts.append(f"{step['name']} {step['status']}{error}")
     return "; ".join(parts) if parts else "no earlier step"
 
@@ -61,6 +67,7 @@ def message_context(ctx: StepContext, *, public_url: str | None) -> dict[str, An
             "action": s.action,
             "status": s.status,
             "error": s.error,
+            "outcome": s.outcome,
             "current": s.index == ctx.step_index,
         }
         for s in ctx.steps

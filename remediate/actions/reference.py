@@ -23,7 +23,7 @@ def describe(action: Action) -> dict[str, Any]:
         "params": [
             {
                 "name": name,
-                "type": spec.type.__name__,
+                "type": spec.type_name or spec.type.__name__,
                 "required": spec.required,
                 "default": spec.default,
                 "choices": list(spec.choices),

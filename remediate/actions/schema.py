@@ -47,6 +47,9 @@ class Param:
     template_check: Callable[[str], str | None] | None = None
     """Check of the template as written, at load time (before any alert): e.g. that a PromQL query prints
     every value through the `promql_string` filter. Returns an error message or None."""
+    type_name: str = ""
+    """The type as the actions reference shows it, for a param of several forms (`type` object, `check`
+    telling them apart); empty: `type`'s own name."""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,20 @@ def check_path(value: str) -> str | None:
     return None
 
 
+IMAGE_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+NAMESPACE_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def check_image(value: str) -> str | None:
+    """A `Param.check` (and the `burnin_image` setting's) for k8s.burnin's container image reference."""
+    return None if IMAGE_PATTERN.fullmatch(value) else f"must be a container image reference, got {value!r}"
+
+
+def check_namespace(value: str) -> str | None:
+    """A `Param.check` (and the `burnin_namespace` setting's) for the namespace of k8s.burnin's Job."""
+    return None if NAMESPACE_PATTERN.fullmatch(value) else f"must be a namespace name, got {value!r}"
+
+
 def check_limit(name: str) -> Callable[[int], str | None]:
     low, high = LIMITS[name]
     return lambda value: None if low <= value <= high else f"must be between {low} and {high}"

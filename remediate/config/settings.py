@@ -20,17 +20,13 @@ from typing import Any, ClassVar
 import yaml
 
 from remediate.config import values as v
+from remediate.config.burnin import BurninSettings
+from remediate.config.fields import setting
 from remediate.config.schedulers import DEFAULT_SCHEDULERS, Scheduler, to_schedulers
 from remediate.config.values import ENV_PREFIX, MIN_RETENTION, OPERATOR, READ, WEBHOOK, Credential
 from remediate.errors import ConfigError
 
 __all__ = ["MIN_RETENTION", "OPERATOR", "READ", "WEBHOOK", "ConfigError", "Credential", "Settings", "load_settings"]
-
-
-def setting(default: Any, convert: Callable[[Any], Any], *, flat: str | None = None, secret: bool = False) -> Any:
-    """A field of a section: `convert` reads a user's value (ValueError names the problem); `flat` is the
-    name users write when it is not the section's PREFIX + the field's name; `secret`: never in a repr."""
-    return field(default=default, repr=not secret, metadata={"convert": convert, "flat": flat})
 
 
 @dataclass(frozen=True)
@@ -463,6 +459,7 @@ class Settings:
     agent: AgentSettings = field(default_factory=AgentSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
     slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    burnin: BurninSettings = field(default_factory=BurninSettings)
     prometheus: PrometheusSettings = field(default_factory=PrometheusSettings)
     report: ReportSettings = field(default_factory=ReportSettings)
     grafana: GrafanaSettings = field(default_factory=GrafanaSettings)

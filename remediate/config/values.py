@@ -373,7 +373,7 @@ class Sink:
     """webhook only: YAML `Name: value` headers (Authorization: Bearer ...)."""
 
 
-def _mapping(value: Any, of_what: str) -> Mapping[Any, Any]:
+def mapping_of(value: Any, of_what: str) -> Mapping[Any, Any]:
     """A mapping as the config file gives it, or as YAML/JSON text (the environment); empty for none."""
     if isinstance(value, str):
         try:
@@ -390,7 +390,7 @@ def _mapping(value: Any, of_what: str) -> Mapping[Any, Any]:
 def to_sinks(value: Any) -> tuple[Sink, ...]:
     """`{name: {type, url | url_file, headers_file}}` (config file), or that mapping as YAML/JSON text
     (environment: REMEDIATE_SINKS). Each error names the field: `sinks.<name>.<field>: ...`."""
-    value = _mapping(value, "of sink names to sinks ({oncall: {type: webhook, url_file: ...}})")
+    value = mapping_of(value, "of sink names to sinks ({oncall: {type: webhook, url_file: ...}})")
     return tuple(_sink(str(name), entry) for name, entry in sorted(value.items(), key=lambda item: str(item[0])))
 
 
@@ -436,7 +436,7 @@ def to_slack_approvers(value: Any) -> tuple[tuple[str, str], ...]:
     """`{U123ABC: alice}`: the Slack user ids who may approve from Slack, each with the principal name recorded
     (as `slack:<name>`); a mapping (config file) or that mapping as YAML/JSON text (environment). Each error
     names the entry: `slack_approvers.<id>: ...`."""
-    value = _mapping(value, "of Slack user ids to principal names ({U123ABC: alice})")
+    value = mapping_of(value, "of Slack user ids to principal names ({U123ABC: alice})")
     approvers = []
     for user, name in sorted(value.items(), key=lambda item: str(item[0])):
         if not _SLACK_USER_ID.fullmatch(str(user)):
@@ -451,9 +451,9 @@ def to_rollout(value: Any) -> Rollout | None:
     """`{label: remediate.io/wave, waves: {"1": enforce}, default: dry-run}` or `{slurm: feature, waves: ...}`
     (config file), or that mapping as YAML/JSON text (environment); none for empty. Each error names its field
     (`rollout.waves.1: ...`)."""
-    return parse_rollout(_mapping(value, "(label or slurm, waves, default)") or None)
+    return parse_rollout(mapping_of(value, "(label or slurm, waves, default)") or None)
 
 
 def to_rollout_nodes(value: Any) -> tuple[tuple[str, str], ...]:
     """`{host-a: "1"}`: the wave of each node without Kubernetes; a mapping or that mapping as YAML/JSON text."""
-    return parse_node_waves(_mapping(value, 'of node names to waves ({host-a: "1"})'))
+    return parse_node_waves(mapping_of(value, 'of node names to waves ({host-a: "1"})'))

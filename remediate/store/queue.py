@@ -86,6 +86,12 @@ def _step_record(r: sa.Row[Any]) -> StepRecord:
     )  # fmt: skip
 
 
+def _outcome(result: str | None) -> str | None:
+    loaded = loads(result) if result else None
+    outcome = loaded.get("outcome") if isinstance(loaded, dict) else None
+    return outcome if isinstance(outcome, str) else None
+
+
 @dataclass
 class RunQueue:
     """The runs' lifecycle in the database, from queued to finished (`Store.queue`); their leases and recovery
@@ -137,8 +143,11 @@ class RunQueue:
             write_runs(conn, [write], now)
 
     def steps_of(self, run_id: int) -> list[StepRecord]:
+        """The run's steps with the outcome each one's result names (what a notification reports: a burn-in
+        that succeeded as `skipped` is not one that passed)."""
         with self.tx.read() as conn:
-            return [_step_record(r) for r in conn.execute(_STEPS_OF, {"p_run_id": run_id})]
+            rows = conn.execute(_STEPS_OF, {"p_run_id": run_id}).all()
+        return [replace(_step_record(r), outcome=_outcome(r.result)) for r in rows]
 
     def finish_attempt(
         self,

@@ -207,3 +207,37 @@ def test_after_failed_hands_off_only_when_the_gate_step_failed(
     assert run(action, params, after("failed"))["outcome"] == "handed_off"
     assert kube_api.node("gpu-07")["metadata"]["annotations"][OWNER] == "breakfix"
     assert len(sink.requests) == 1
+
+
+def test_after_failed_may_name_several_steps_and_hands_off_when_any_of_them_failed(
+    kube_api: FakeKubeAPI, kube_client: KubeClient, ctx_for: Ctx, sink: WebhookRecorder
+) -> None:
+    """The shipped gate's soak and burn-in: `[gate, burnin, k8s-burnin]` (the step of a scheduler the site does not
+    run is not in the run): a burn-in that failed after a soak that passed hands the node off too."""
+    kube_api.add_node("gpu-07")
+    action = handoff_on(kube_client, {"breakfix": {"type": "webhook", "url": sink.url}})
+    params = {"sink": "breakfix", "after_failed": ["gate", "burnin", "k8s-burnin"], "message": "kept out"}
+
+    def after(gate: str, burnin: str) -> StepContext:
+        steps = (StepView(1, "gate", "gpu.health", gate), StepView(2, "k8s-burnin", "k8s.burnin", burnin))
+        return replace(ctx_for("gpu-07", run_id=22), steps=steps)
+
+    passed = run(action, params, after("succeeded", "succeeded"))
+    assert passed["outcome"] == "not_needed" and passed["after_failed"] == ["gate", "burnin", "k8s-burnin"]
+    assert passed["would"] == (
+        "nothing: step gate succeeded, step burnin not in this run, step k8s-burnin succeeded, none failed"
+    )
+    assert sink.requests == [] and OWNER not in kube_api.node("gpu-07")["metadata"].get("annotations", {})
+
+    assert run(action, params, after("succeeded", "failed"))["outcome"] == "handed_off"
+    assert kube_api.node("gpu-07")["metadata"]["annotations"][OWNER] == "breakfix"
+    assert len(sink.requests) == 1
+
+
+@pytest.mark.parametrize("written", [{"gate": True}, ["gate", ""], 3])
+def test_after_failed_that_is_neither_a_step_name_nor_a_list_of_them_is_refused_at_load(
+    kube_client: KubeClient, written: object
+) -> None:
+    action = handoff_on(kube_client, {})
+    errors = action.schema.check_static({"sink": "breakfix", "after_failed": written})
+    assert any("parameter 'after_failed'" in error for error in errors), errors

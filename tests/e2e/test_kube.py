@@ -178,6 +178,11 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     assert undo["proven-healthy"]["status"] == "succeeded", undo["proven-healthy"]
     # ... and the node's own NVML checks passed every round of the soak: the re-admission gate.
     assert [r["verdict"] for r in undo["gate"]["result"]["soak"]["rounds"]] == ["ok", "ok", "ok"], undo["gate"]
+    # ... and its burn-in, which with no burnin_* settings (the default) succeeds as skipped: no Job is created.
+    burnin = undo["k8s-burnin"]
+    assert (burnin["status"], burnin["result"]["outcome"]) == ("succeeded", "skipped"), burnin
+    assert "no burn-in configured: set burnin_baselines" in burnin["result"]["reason"]
+    assert not [path for method, path, _ in kube_api.requests if method == "POST" and "/jobs" in path]
     assert undo["handoff"]["result"]["outcome"] == "not_needed"  # `always`, but the gate passed
     assert undo["untaint"]["result"]["outcome"] == "untainted"
     assert undo["uncordon"]["result"]["outcome"] == "uncordoned"
@@ -186,6 +191,8 @@ def test_an_xid_alert_quarantines_its_node_and_the_resolution_brings_it_back(
     assert not any(k.startswith("remediate.io/") for k in node["metadata"]["annotations"])
     assert len(kube_api.changes_of("cordon")) == len(kube_api.changes_of("uncordon")) == 1
     assert server.get("/breaker")["held_nodes"] == []
+    told = recorder.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
+    assert "NO burn-in ran: no burn-in configured: set burnin_baselines" in told.json["message"], told.json["message"]
 
     # The CLI against the running server.
     shown = run_remediate(
@@ -221,7 +228,8 @@ def test_a_node_whose_gpu_fell_off_the_bus_stays_out_when_its_alert_resolves(
     held = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="failed", playbook=PLAYBOOK)
     kept = _steps(server.run(held["run_id"]))
     assert kept["proven-healthy"]["status"] == "failed", kept["proven-healthy"]
-    assert [kept[n]["status"] for n in ("gate", "untaint", "uncordon", "handoff", "notify-resolved")] == [
+    assert [kept[n]["status"] for n in ("gate", "k8s-burnin", "untaint", "uncordon", "handoff", "notify-resolved")] == [
+        "skipped",
         "skipped",
         "skipped",
         "skipped",
@@ -256,9 +264,10 @@ def test_a_node_that_fails_the_readmission_gate_stays_out_is_handed_off_and_on_c
     am.resolve(_labels(NODE))
     held = server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", status="failed", playbook=PLAYBOOK)
     kept = _steps(server.run(held["run_id"]))
-    assert [kept[n]["status"] for n in ("proven-healthy", "gate", "untaint", "uncordon", "handoff")] == [
+    assert [kept[n]["status"] for n in ("proven-healthy", "gate", "k8s-burnin", "untaint", "uncordon", "handoff")] == [
         "succeeded",
         "failed",
+        "skipped",
         "skipped",
         "skipped",
         "succeeded",

@@ -7,13 +7,16 @@ the SHIPPED gpu-xid-quarantine playbook -> the real slurmctld of tests/support/s
 `sbatch` job on the node.
 
 Only the waits shrink: the rule's `for` (1m) and `keep_firing_for` (30m) and the proven-healthy check's window
-(10m); the expressions, annotations, steps and messages are as shipped. `pytest -s` prints the timeline (seconds
+(10m); the expressions, annotations, steps and messages are as shipped. The gate's burn-in (slurm.burnin) skips
+itself without the burnin_* settings, as shipped; with them it runs on the real node (gloo on this host's CPUs,
+whose model is `cpu`), from this checkout (its `workdir`). `pytest -s` prints the timeline (seconds
 from the XID being set) and `sinfo -R` while the node is drained.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,7 +30,7 @@ from remediate.gpu import SimulatedBackend
 from tests.support.realsystems import AlertManager, MetricsEndpoint, Prometheus, WebhookRecorder, check_rules
 from tests.support.rules import RULES_DIR, rules_of
 from tests.support.server import RemediateServer
-from tests.support.shipped import quicken_checks, quicken_gate, shipped_playbook
+from tests.support.shipped import burn_in_here, quicken_checks, quicken_gate, shipped_playbook
 from tests.support.slurm import SlurmCluster
 from tests.support.waiting import scaled, wait_until
 
@@ -37,6 +40,8 @@ PLAYBOOK = "gpu-xid-quarantine"
 GPUS = ("0", "1")
 FIRES_AFTER = "2s"  # the shipped `for: 1m`
 KEEPS_FIRING = "5s"  # the shipped `keep_firing_for: 30m`
+ROOT = Path(__file__).resolve().parents[2]
+NOT_CONFIGURED = "no burn-in configured: set burnin_baselines"
 
 
 @dataclass
@@ -114,7 +119,14 @@ def _fast_rules(directory: Path) -> list[Path]:
 
 
 @pytest.fixture
+def burnin() -> dict[str, str]:
+    """The site's burn-in settings (REMEDIATE_BURNIN_*): none, as a site starts; a test parametrizes it."""
+    return {}
+
+
+@pytest.fixture
 def site(
+    burnin: dict[str, str],
     slurm: SlurmCluster,
     tmp_path: Path,
     playbooks_dir: Path,
@@ -125,6 +137,7 @@ def site(
     # The shipped playbook as it is, but for the waits: the proven-healthy check's 2 s of evidence, not 10 minutes,
     # and the re-admission gate's soak of 2 s (a round a second), not 30 minutes.
     playbook = quicken_gate(quicken_checks(shipped_playbook(PLAYBOOK), holds="2s", gives_up=scaled(10)))
+    burn_in_here(playbook, ROOT)
     (playbooks_dir / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
     # The node is this host (the cluster's one slurmd): its node steps run in the server, on simulated GPUs.
     gpus = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=len(GPUS)))
@@ -142,6 +155,7 @@ def site(
             "REMEDIATE_SINKS": json.dumps(
                 {name: {"type": "webhook", "url": recorder.url} for name in ("oncall", "breakfix")}
             ),
+            **burnin,
         },
     )
     watch_log("remediate", server)
@@ -241,6 +255,7 @@ def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healt
     assert [(s["action"], s["status"]) for s in undo["steps"]] == [
         ("check.prometheus", "succeeded"),  # proven-healthy: both GPUs the node reported today report again
         ("gpu.health", "succeeded"),  # the re-admission gate: every soak round healthy
+        ("slurm.burnin", "succeeded"),  # ... and its burn-in, skipped: the site configured no baseline
         ("slurm.resume", "succeeded"),
         ("slurm.handoff", "succeeded"),  # `always`, after the gate: it passed, so nothing is handed off
         ("notify", "succeeded"),
@@ -249,6 +264,8 @@ def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healt
     assert undone["resume"]["result"]["outcome"] == "resumed"
     assert [r["verdict"] for r in undone["gate"]["result"]["soak"]["rounds"]] == ["ok", "ok", "ok"]
     assert undone["slurm-handoff"]["result"]["outcome"] == "not_needed"
+    skipped = undone["burnin"]["result"]
+    assert (skipped["outcome"], skipped["verdict"]) == ("skipped", "skipped") and NOT_CONFIGURED in skipped["reason"]
     rounds = undone["gate"]["result"]["soak"]["rounds"]
     offsets = ", ".join(f"+{r['at_s']:g}s" for r in rounds)
     timeline.mark(f"(the gate's soak rounds, all ok, at {offsets} of the gate step)")
@@ -256,6 +273,9 @@ def test_an_xid_drains_the_node_requeues_its_job_and_once_clear_and_proven_healt
     timeline.mark("node resumed")
     told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
     assert "its GPUs report again" in told.json["message"], told.json["message"]
+    # On-call reads that no burn-in vouched for the node, and why.
+    assert f"NO burn-in ran: {NOT_CONFIGURED}" in told.json["message"], told.json["message"]
+    assert "burnin succeeded (skipped)" in told.json["message"], told.json["message"]
     # Slurm starts the requeued job again once its node is back, not before the EligibleTime its requeue set
     # (about 2 minutes on): the test brings that time forward, as an operator in a hurry would.
     begins = site.job_field(job, "EligibleTime")
@@ -289,6 +309,7 @@ def test_a_gpu_that_fell_off_the_bus_keeps_the_node_drained_when_the_alert_resol
     assert [(s["action"], s["status"]) for s in kept["steps"]] == [
         ("check.prometheus", "failed"),
         ("gpu.health", "skipped"),
+        ("slurm.burnin", "skipped"),
         ("slurm.resume", "skipped"),
         ("slurm.handoff", "succeeded"),  # the gate did not fail (it never ran): nothing handed off
         ("notify", "succeeded"),
@@ -327,6 +348,7 @@ def test_a_node_that_fails_the_readmission_gate_stays_drained_is_handed_off_and_
     assert [(s["action"], s["status"]) for s in kept["steps"]] == [
         ("check.prometheus", "succeeded"),
         ("gpu.health", "failed"),
+        ("slurm.burnin", "skipped"),
         ("slurm.resume", "skipped"),
         ("slurm.handoff", "succeeded"),
         ("notify", "succeeded"),
@@ -351,3 +373,112 @@ def test_a_node_that_fails_the_readmission_gate_stays_drained_is_handed_off_and_
     with capsys.disabled():
         print(f"\nkept out: on-call reads:\n  {message}\nsinfo -R:\n{slurm.reasons().rstrip()}")
         print(f"timeline (a failed gate, seconds from XID 79 on GPU 1):\n{timeline.show()}")
+
+
+def _resolve(site: Site, timeline: Timeline) -> dict[str, Any]:
+    """The XID clears (Prometheus sees both GPUs again): the resolve run, once it has ended."""
+    site.set_xid("1", 0)
+    timeline.mark("XID cleared (0)")
+    resolved = site.server.wait_for_run(lambda e: e["run"]["phase"] == "resolved", playbook=PLAYBOOK)
+    site.server.wait_for_run_status(resolved["run_id"], "succeeded", "failed")
+    timeline.mark("resolve run done (proven-healthy, gate soak, burn-in)")
+    return site.server.run(resolved["run_id"])
+
+
+TABLE = {"cpu": 0.0001, "NVIDIA H100 80GB HBM3": 300.0}
+"""A site's baselines: gloo's model on this host (`cpu`) at a bar any run of it passes (0.05 to 0.23 GB/s
+measured here, docs/slurm.md "Burn-in"), and a GPU model."""
+
+
+@pytest.mark.parametrize(
+    "burnin",
+    [{"REMEDIATE_BURNIN_BASELINES": json.dumps(TABLE), "REMEDIATE_BURNIN_PYTHON": sys.executable}],
+)
+def test_with_baselines_configured_the_gate_burns_the_drained_node_in_on_the_cluster_and_then_resumes_it(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The site's burnin_* settings, not the playbook, give the shipped gate its table: the burn-in runs on the
+    real node (srun --no-allocate, the node still drained), its figure passes the `cpu` baseline, and only then
+    is the node resumed."""
+    slurm, host = site.slurm, site.slurm.host
+    job = slurm.sbatch(host, requeue=True)
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", scaled(30), message="the job never ran")
+    timeline = Timeline()
+    _quarantine(site, timeline, job)
+
+    undo = _resolve(site, timeline)
+    assert [(s["action"], s["status"]) for s in undo["steps"]] == [
+        ("check.prometheus", "succeeded"),
+        ("gpu.health", "succeeded"),
+        ("slurm.burnin", "succeeded"),  # ran on the node, and passed
+        ("slurm.resume", "succeeded"),
+        ("slurm.handoff", "succeeded"),  # nothing failed: nothing handed off
+        ("notify", "succeeded"),
+    ]
+    steps = {s["name"]: s for s in undo["steps"]}
+    burnt = steps["burnin"]["result"]
+    assert (burnt["outcome"], burnt["verdict"], burnt["model"], burnt["baseline"]) == ("passed", "pass", "cpu", 0.0001)
+    assert burnt["figure"] > 0.0001 and burnt["measurement"]["correct"] is True and burnt["still_drained"] is True
+    assert burnt["command"][:3] == [sys.executable, "-m", "remediate.burnin"]
+    assert steps["burnin"]["params"]["baselines"] == TABLE  # the site's table, kept with the step it judged
+    assert steps["slurm-handoff"]["result"]["outcome"] == "not_needed"
+    assert not site.drained() and "remediate run" not in slurm.reasons()
+    told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
+    message = told.json["message"]
+    assert "and a burn-in against its GPU model's baseline" in message and "NO burn-in" not in message, message
+    with capsys.disabled():
+        print(f"\nburn-in on {host}: {burnt['why']} ({burnt['measurement']['seconds_per_iter']:.3g} s per all-reduce)")
+        print(f"timeline (a burnt-in gate, seconds from XID 79 on GPU 1):\n{timeline.show()}")
+
+
+@pytest.mark.parametrize(
+    "burnin",
+    [
+        {
+            "REMEDIATE_BURNIN_BASELINES": json.dumps({"NVIDIA H100 80GB HBM3": 300}),
+            "REMEDIATE_BURNIN_PYTHON": sys.executable,
+        }
+    ],
+)
+def test_a_node_whose_model_the_configured_baselines_do_not_name_fails_the_gate_and_is_handed_off(
+    site: Site, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table that does not name the model the node reports (`cpu` here) is no proof: the burn-in runs, its figure
+    has no baseline, the gate fails, the node stays drained and is handed to breakfix, and on-call reads why."""
+    slurm, host = site.slurm, site.slurm.host
+    job = slurm.sbatch(host, requeue=True)
+    wait_until(lambda: slurm.job_state(job) == "RUNNING", scaled(30), message="the job never ran")
+    timeline = Timeline()
+    run = _quarantine(site, timeline, job)
+
+    kept = _resolve(site, timeline)
+    assert kept["status"] == "failed"
+    assert [(s["action"], s["status"]) for s in kept["steps"]] == [
+        ("check.prometheus", "succeeded"),
+        ("gpu.health", "succeeded"),  # the soak passed ...
+        ("slurm.burnin", "failed"),  # ... but nothing vouches for the model the burn-in ran on
+        ("slurm.resume", "skipped"),
+        ("slurm.handoff", "succeeded"),
+        ("notify", "succeeded"),
+    ]
+    steps = {s["name"]: s for s in kept["steps"]}
+    burnin = steps["burnin"]
+    assert "no baseline for this model" in burnin["error"] and "'cpu'" in burnin["error"], burnin["error"]
+    assert (burnin["result"]["verdict"], burnin["result"]["baseline"], burnin["result"]["model"]) == (
+        "fail",
+        None,
+        "cpu",
+    )
+    assert steps["slurm-handoff"]["result"]["outcome"] == "handed_off"
+    assert site.drained()
+    reason = slurm.show_node(host).split("Reason=", 1)[1]
+    assert reason.startswith("breakfix: failed the re-admission gate"), reason
+    assert f"remediate run {run['id']}: GPUXidCritical" not in reason
+    told = site.oncall.wait_for(lambda r: "resolved on" in (r.json or {}).get("message", ""))
+    message = told.json["message"]
+    assert f"FAILED the re-admission gate: burn-in of {host} failed" in message, message
+    assert "It is handed to breakfix." in message, message
+    ticket = site.oncall.wait_for(lambda r: "failed the re-admission gate" in (r.json or {}).get("message", ""))
+    assert f"burnin: burn-in of {host} failed" in ticket.json["message"], ticket.json["message"]
+    with capsys.disabled():
+        print(f"\nkept out by the burn-in: on-call reads:\n  {message}\nsinfo -R:\n{slurm.reasons().rstrip()}")

@@ -766,9 +766,11 @@ def test_the_shipped_quarantine_ladder_drains_then_resets_the_gpus_then_keeps_th
         # Undone only on evidence (proven-healthy: every GPU the node reported reports again for 10 minutes in
         # Prometheus); with no prometheus_url there is none: the node stays out and on-call is told why.
         undone = {s["name"]: s for s in undo["steps"]}
-        assert list(undone) == ["proven-healthy", "gate", "untaint", "uncordon", "handoff", "notify-resolved"], undone
+        gate = ["gate", "k8s-burnin"]  # the soak and the burn-in
+        assert list(undone) == ["proven-healthy", *gate, "untaint", "uncordon", "handoff", "notify-resolved"], undone
         assert undone["proven-healthy"]["status"] == "failed" and "prometheus_url" in undone["proven-healthy"]["error"]
-        assert [undone[n]["status"] for n in ("gate", "untaint", "uncordon", "handoff", "notify-resolved")] == [
+        assert [undone[n]["status"] for n in (*gate, "untaint", "uncordon", "handoff", "notify-resolved")] == [
+            "skipped",
             "skipped",
             "skipped",
             "skipped",

@@ -62,18 +62,25 @@ def test_every_node_alert_of_the_rules_is_quarantined_by_the_shipped_playbook(st
                 f"{alertname} still reported after a drain and a GPU reset",
             )
         else:
-            # Undone only past the re-admission gate (a soak of the node's own health checks); a failed gate
-            # hands the node to breakfix (an `always` step acting only after the gate failed).
-            assert rungs == [["check.prometheus", "gpu.health", "k8s.untaint", "k8s.uncordon", "k8s.handoff"], [], []]
-            gate, handoff = quarantine.rungs[0].steps[1], quarantine.rungs[0].steps[4]
+            # Undone only past the re-admission gate (a soak of the node's own health checks, then the burn-in,
+            # which with no burnin_* settings skips itself); a failed gate hands the node to breakfix (an `always`
+            # step acting only after the soak or the burn-in failed).
+            assert rungs == [
+                ["check.prometheus", "gpu.health", "k8s.burnin", "k8s.untaint", "k8s.uncordon", "k8s.handoff"],
+                [],
+                [],
+            ]
+            gate, burnin, handoff = (quarantine.rungs[0].steps[i] for i in (1, 2, 5))
             assert (gate.spec.name, gate.params["soak"], gate.params["every"], gate.params["diag"]) == (
                 "gate", "30m", "5m", 1
             )  # fmt: skip
             assert (gate.spec.timeout or 0) >= 30 * 60 + 60 and not gate.spec.always
             assert (handoff.params["after_failed"], handoff.params["sink"], handoff.spec.always) == (
-                "gate", "breakfix", True
+                ["gate", "burnin", "k8s-burnin"], "breakfix", True
             )  # fmt: skip
-            assert quarantine.rungs[0].steps[3].params["scope"] == "alert"
+            # No site table: the step writes none and gets none (it reports itself skipped when it runs).
+            assert "baselines" not in burnin.params and (burnin.spec.timeout or 0) >= 5 * 60 + 60
+            assert quarantine.rungs[0].steps[4].params["scope"] == "alert"
             # Undone only on evidence: every GPU the node reported in the last day reports again, for 10 minutes.
             proven = quarantine.rungs[0].steps[0].params
             host = labels.get("Hostname") or labels["hostname"]
@@ -106,10 +113,13 @@ def test_a_slurm_site_runs_the_same_ladder_with_the_slurm_steps(status: str) -> 
             assert quarantine.rungs[0].steps[1].params["note"] == expected_annotations["summary"].split(": ", 1)[-1]
             assert quarantine.rungs[2].steps[1].params["sink"] == "breakfix"
         else:
-            assert rungs == [["check.prometheus", "gpu.health", "slurm.resume", "slurm.handoff"], [], []]
-            assert quarantine.rungs[0].steps[3].params["after_failed"] == "gate"
+            undo = ["check.prometheus", "gpu.health", "slurm.burnin", "slurm.resume", "slurm.handoff"]
+            assert rungs == [undo, [], []]
+            assert quarantine.rungs[0].steps[4].params["after_failed"] == ["gate", "burnin", "k8s-burnin"]
         left_out = {s.action for s in quarantine.playbook.left_out}
-        assert left_out == {"k8s.cordon", "k8s.taint", "k8s.drain", "k8s.untaint", "k8s.uncordon", "k8s.handoff"}
+        assert left_out == {
+            "k8s.cordon", "k8s.taint", "k8s.drain", "k8s.burnin", "k8s.untaint", "k8s.uncordon", "k8s.handoff"
+        }  # fmt: skip
 
 
 def dry_run(tmp_path: Path, alertname: str, node_label: str, *more: str) -> Result:

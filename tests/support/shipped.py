@@ -46,3 +46,13 @@ def quicken_gate(playbook: dict[str, Any], *, soak: str = "2s", every: str = "1s
             step["with"].update({"soak": soak, "every": every})
             step["timeout"] = "2m"
     return playbook
+
+
+def burn_in_here(playbook: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    """Every slurm.burnin step runs its benchmark in `workdir` (this checkout: the node's interpreter then imports
+    this checkout's remediate, as a site's imports the one it installed); its table, interpreter and the rest as
+    the site's settings say. `playbook` changed in place and returned."""
+    for step in every_step(playbook):
+        if step["action"] == "slurm.burnin":
+            step.setdefault("with", {})["workdir"] = str(workdir)
+    return playbook

@@ -1,6 +1,8 @@
 """`k8s.burnin`: the burn-in of a node remediate took out of service, as a Job pinned to it (spec.nodeName:
 no scheduler, so a cordon does not keep it off) that tolerates remediate's taints on it, its figure judged
-against the baseline of the GPU model it ran on; a failed burn-in fails the step.
+against the baseline of the GPU model it ran on; a failed burn-in fails the step. The params a step does not write
+come from the site's `burnin_*` settings (remediate.config.burnin); with no baseline table at all the step reports
+itself skipped, and with one but no `image` (or `namespace`) it fails naming the setting.
 
 The Job runs `<python> -m remediate.burnin ...` in `image` (torch and remediate installed), backoffLimit 0
 (one try: a burn-in that fails once has failed), activeDeadlineSeconds = the timeout, and is named from the
@@ -14,40 +16,45 @@ checked, and the taints remediate's own annotation records): no alert label reac
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from remediate.actions.base import StepContext
-from remediate.actions.burnin_common import BURNIN_PARAMS, BurninFailedStep, command_of, judged
-from remediate.actions.k8s.common import KubeAction, digest, node_schema
+from remediate.actions.base import ActionDeps, StepContext
+from remediate.actions.burnin_common import (
+    BURNIN_PARAMS,
+    SITE,
+    BurninFailedStep,
+    command_of,
+    judged,
+    missing,
+    skipped,
+    with_site_defaults,
+)
+from remediate.actions.k8s.common import ClientProvider, KubeAction, KubeOptions, digest, node_schema
 from remediate.actions.schema import Param, ParamSchema
+from remediate.burnin.command import check_image, check_namespace
 from remediate.burnin.verdict import BadMeasurement, Measurement
+from remediate.config.burnin import BurninSettings
 from remediate.errors import ActionError, RetryableActionError
 from remediate.kube import KubeConflict, NodeInfo
 from remediate.kube.jobs import JobCalls, JobState
 
 __all__ = ["BurninFailedStep", "KubeBurninAction"]
 
-IMAGE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*"
-NAMESPACE_PATTERN = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 TTL_SECONDS = 3600
 """How long a finished burn-in Job (and its pod's log) stays for a person to read."""
 
 
-def _matching(pattern: str, what: str) -> Callable[[str], str | None]:
-    compiled = re.compile(pattern)
-    return lambda value: None if compiled.fullmatch(value) else f"must be {what}, got {value!r}"
-
-
 K8S_PARAMS = {
-    "image": Param(str, required=True, static=True, check=_matching(IMAGE_PATTERN, "a container image reference"),
-                   doc="the container image of the burn-in, with torch and remediate installed"),
-    "namespace": Param(str, required=True, static=True, check=_matching(NAMESPACE_PATTERN, "a namespace name"),
-                       doc="namespace of the burn-in Job: the one remediate's chart grants Jobs in (its release's)"),
+    "image": Param(str, static=True, check=check_image,
+                   doc="the container image of the burn-in, with torch and remediate installed "
+                   f"({SITE.format(name='image')}; needed to run)"),
+    "namespace": Param(str, static=True, check=check_namespace,
+                       doc="namespace of the burn-in Job: the one remediate's chart grants Jobs in (its release's; "
+                       f"{SITE.format(name='namespace')}, which the chart sets; needed to run)"),
 }  # fmt: skip
 
 
@@ -69,6 +76,23 @@ class KubeBurninAction(KubeAction):
     schema: ClassVar[ParamSchema] = node_schema(**BURNIN_PARAMS, **K8S_PARAMS)
     poll_interval: float = 1.0
     """Seconds between two reads of the Job while it runs."""
+    needs: ClassVar[tuple[str, ...]] = ("image", "namespace", "python")
+    """The params it cannot run without, from the step or the site's settings."""
+
+    def __init__(
+        self, client: ClientProvider, options: KubeOptions | None = None, site: BurninSettings | None = None
+    ) -> None:
+        super().__init__(client, options)
+        self.site = site or BurninSettings()
+
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        built = super().from_deps(deps)
+        return cls(built._client_provider, built.options, deps.burnin)
+
+    def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The step's params over the site's `burnin_*` settings (its own win), checked as the schema says."""
+        return super().validate(with_site_defaults(params, self.site, self.schema))
 
     def _why_not(self, node: NodeInfo) -> str | None:
         if not node.held_by_remediate:
@@ -102,14 +126,20 @@ class KubeBurninAction(KubeAction):
         }  # fmt: skip
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if (skip := skipped(params)) is not None:
+            return skip
         _, node, seen = self.observe(params, ctx)
-        if (why_not := self._why_not(node)) is not None:
+        if (why_not := missing(params, self.needs, self.name) or self._why_not(node)) is not None:
             return {**seen, "can_act": False, "why_not": why_not, "would": "nothing"}
         body = self.job_body(params, ctx, node)
         return {**seen, "would": f"create Job {params['namespace']}/{body['metadata']['name']} on {node.name} "
                 f"running {' '.join(command_of(params).argv())}, and judge its figure", "job": body}  # fmt: skip
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if (skip := skipped(params)) is not None:
+            return skip
+        if (lacking := missing(params, self.needs, self.name)) is not None:
+            raise ActionError(lacking)
         ref = self.node_ref(params, ctx)
         node = self.read_node(ref, ctx)
         if (why_not := self._why_not(node)) is not None:

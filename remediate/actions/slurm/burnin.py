@@ -1,5 +1,7 @@
 """`slurm.burnin`: a short collective benchmark run on a drained node, its figure judged against the baseline of
-the GPU model it ran on; a failed burn-in fails the step (what a re-admission gate waits on).
+the GPU model it ran on; a failed burn-in fails the step (what a re-admission gate waits on). The params a step
+does not write come from the site's `burnin_*` settings (remediate.config.burnin); with no baseline table at all
+the step reports itself skipped (remediate.actions.burnin_common).
 
 The job is `srun --no-allocate -w NODE <python> -m remediate.burnin ...` (SlurmClient.run_on_drained): Slurm
 starts no new job on a drained node, not even in a maintenance reservation of it (checked on 22.05.8), but root
@@ -18,14 +20,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
-from remediate.actions.base import StepContext
-from remediate.actions.burnin_common import BURNIN_PARAMS, BurninFailedStep, command_of, judged
+from remediate.actions.base import ActionDeps, StepContext
+from remediate.actions.burnin_common import (
+    BURNIN_PARAMS,
+    BurninFailedStep,
+    command_of,
+    judged,
+    missing,
+    skipped,
+    with_site_defaults,
+)
 from remediate.actions.schema import Param, ParamSchema
-from remediate.actions.slurm.common import SlurmAction, handed_note, node_schema
+from remediate.actions.slurm.common import CacheProvider, SlurmAction, SlurmOptions, handed_note, node_schema
 from remediate.burnin.command import check_path
 from remediate.burnin.verdict import BadMeasurement, Measurement
+from remediate.config.burnin import BurninSettings
 from remediate.errors import ActionError
 from remediate.slurm import SlurmNode
 
@@ -52,6 +63,21 @@ class SlurmBurninAction(SlurmAction):
     )
     schema: ClassVar[ParamSchema] = node_schema(**BURNIN_PARAMS, workdir=WORKDIR_PARAM)
 
+    def __init__(
+        self, cache: CacheProvider, options: SlurmOptions | None = None, site: BurninSettings | None = None
+    ) -> None:
+        super().__init__(cache, options)
+        self.site = site or BurninSettings()
+
+    @classmethod
+    def from_deps(cls, deps: ActionDeps) -> Self:
+        built = super().from_deps(deps)
+        return cls(built._cache_provider, built.options, deps.burnin)
+
+    def validate(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The step's params over the site's `burnin_*` settings (its own win), checked as the schema says."""
+        return super().validate(with_site_defaults(params, self.site, self.schema))
+
     def _why_not(self, node: SlurmNode) -> str | None:
         if node.handed_to is not None:
             return f"{handed_note(node)}: its owner tests it"
@@ -62,16 +88,22 @@ class SlurmBurninAction(SlurmAction):
         return None
 
     def plan(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if (skip := skipped(params)) is not None:
+            return skip
         ref = self.node_ref(params, ctx)
         node = self.read(ref)
-        argv = command_of(params).argv()
         seen: dict[str, Any] = {"node": node.name, "from": ref.source, "found": True, "current": node.summary()}
-        if (why_not := self._why_not(node)) is not None:
+        if (why_not := missing(params, ("python",), self.name) or self._why_not(node)) is not None:
             return {**seen, "can_act": False, "why_not": why_not, "would": "nothing"}
+        argv = command_of(params).argv()
         return {**seen, "would": f"run {' '.join(argv)} on {node.name} (srun --no-allocate) and judge its figure",
                 "baselines": dict(params["baselines"]), "tolerance": params["tolerance"]}  # fmt: skip
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
+        if (skip := skipped(params)) is not None:
+            return skip
+        if (lacking := missing(params, ("python",), self.name)) is not None:
+            raise ActionError(lacking)
         ref = self.node_ref(params, ctx)
         node = self.read(ref)
         if (why_not := self._why_not(node)) is not None:
