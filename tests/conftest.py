@@ -31,6 +31,7 @@ pytest_plugins = [
     "tests.support.gpu",
     "tests.support.helm",
     "tests.support.image",
+    "tests.support.steps",
     "tests.support.kube",
     "tests.support.postgres",
     "tests.support.server",

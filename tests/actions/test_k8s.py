@@ -24,7 +24,8 @@ from remediate.breaker import BreakerLimits, BreakerOpen, memory_breaker
 from remediate.errors import ActionError, ParamsError
 from remediate.kube import CORDONED_BY_RUN, CORDONED_FOR_ALERT, TAINTS, KubeClient, KubeTooManyRequests
 from tests.support.fake_apiserver import FakeKubeAPI
-from tests.support.kube import context, kube_actions_on, run
+from tests.support.kube import context, kube_actions_on
+from tests.support.steps import run
 
 Ctx = Callable[..., StepContext]
 MICROTIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}(Z|\+00:00)$")

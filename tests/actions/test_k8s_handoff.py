@@ -25,8 +25,9 @@ from remediate.kube import OWNER, OWNER_SINCE, OWNER_WHY, KubeClient, release_pa
 from remediate.live import LiveSet
 from remediate.playbooks.model import PlaybookSet
 from tests.support.fake_apiserver import FakeKubeAPI
-from tests.support.kube import FAST, run
+from tests.support.kube import FAST
 from tests.support.realsystems import WebhookRecorder
+from tests.support.steps import run
 
 Ctx = Callable[..., StepContext]
 OWNED = {OWNER: "breakfix-tickets", OWNER_SINCE: "2026-11-27T10:00:00Z", OWNER_WHY: "XID 79 after a GPU reset"}

@@ -4,42 +4,22 @@ resumed, scope, node names that never reach a command line, slurmctld down, and 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from remediate.actions.base import InMemoryMemory, StepContext
+from remediate.actions.base import InMemoryMemory
 from remediate.actions.slurm.common import SlurmNodeOutOfScope
 from remediate.breaker import BreakerLimits, BreakerOpen, CircuitBreaker, memory_breaker
 from remediate.errors import ActionError, ParamsError, RetryableActionError
 from remediate.slurm import REASON_MAX, SlurmUnavailable
 from tests.support.slurm import SlurmCluster, slurm_actions, step_context
-
-
-@pytest.fixture
-def breaker() -> CircuitBreaker:
-    return memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=100))
+from tests.support.steps import run
 
 
 @pytest.fixture
 def actions(slurm: SlurmCluster) -> dict[str, Any]:
     return slurm_actions(slurm)
-
-
-def run(action: Any, params: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
-    """validate -> plan -> execute, as the executor does; the plan and the result are JSON."""
-    checked = action.validate(params)
-    json.dumps(action.plan(checked, ctx))
-    result: dict[str, Any] = action.execute(checked, ctx)
-    json.dumps(result)
-    return result
-
-
-def state(slurm: SlurmCluster) -> dict[str, tuple[bool, str, int]]:
-    """Every node's drain, reason and when the reason last changed, as sinfo --json has them (not its other
-    flags: the nodes without a slurmd of their own come and go NOT_RESPONDING)."""
-    return {n.name: (n.drained, n.reason, n.reason_changed_at) for n in slurm.client().nodes()}
 
 
 def test_drain_sets_a_reason_an_operator_reads_in_sinfo_and_scontrol(
@@ -74,7 +54,7 @@ def test_a_drain_set_by_a_person_is_left_alone_and_resume_refuses_it(
     slurm: SlurmCluster, actions: dict[str, Any], breaker: CircuitBreaker
 ) -> None:
     slurm.drain_by_hand("gpu-03", "bad DIMM, ticket 1234")
-    before = state(slurm)
+    before = slurm.node_states()
     ctx = step_context("gpu-03", breaker=breaker)
     plan = actions["slurm.drain"].plan({}, ctx)
     assert plan["can_act"] is False and "bad DIMM, ticket 1234" in plan["why_not"] and "by root" in plan["why_not"]
@@ -85,7 +65,7 @@ def test_a_drain_set_by_a_person_is_left_alone_and_resume_refuses_it(
     for scope in ("alert", "any"):
         resumed = run(actions["slurm.resume"], {"scope": scope}, ctx)
         assert resumed["outcome"] == "left_alone" and "bad DIMM" in resumed["reason"]
-    assert state(slurm) == before
+    assert slurm.node_states() == before
     assert "bad DIMM, ticket 1234" in slurm.reasons()
 
 
@@ -130,12 +110,12 @@ def test_resume_undoes_only_the_drain_remediate_made_for_the_alert(
 
 def test_a_node_outside_the_configured_partitions_is_refused(slurm: SlurmCluster, breaker: CircuitBreaker) -> None:
     scoped = slurm_actions(slurm, partitions=("train",))
-    before = state(slurm)
+    before = slurm.node_states()
     ctx = step_context("gpu-05", breaker=breaker)  # in `debug`
     for call in (scoped["slurm.drain"].plan, scoped["slurm.drain"].execute):
         with pytest.raises(SlurmNodeOutOfScope, match=r"gpu-05 \(from label Hostname\) is out of scope.*debug.*train"):
             call({}, ctx)
-    assert state(slurm) == before and breaker.status(7)["held_nodes"] == []
+    assert slurm.node_states() == before and breaker.status(7)["held_nodes"] == []
     assert run(scoped["slurm.drain"], {}, step_context("gpu-01", breaker=breaker))["outcome"] == "drained"
     # The breaker's fraction counts the nodes in scope: this host and gpu-01 .. gpu-04.
     assert scoped["slurm.drain"].plan({}, step_context("gpu-02", breaker=breaker))["breaker"]["cluster_nodes"] == 5
@@ -176,7 +156,7 @@ def test_a_fully_qualified_host_name_finds_the_node_by_its_short_name(
 def test_a_label_that_is_not_one_node_name_never_reaches_a_command_line(
     slurm: SlurmCluster, actions: dict[str, Any], breaker: CircuitBreaker, label: str
 ) -> None:
-    before = state(slurm)
+    before = slurm.node_states()
     ctx = step_context(label, breaker=breaker)
     for name in ("slurm.drain", "slurm.resume"):
         for call in (actions[name].plan, actions[name].execute):
@@ -184,13 +164,13 @@ def test_a_label_that_is_not_one_node_name_never_reaches_a_command_line(
                 call({"scope": "any"} if name == "slurm.resume" else {}, ctx)
     with pytest.raises(ParamsError, match="not a single Slurm node name"):
         actions["slurm.drain"].validate({"node": label})
-    assert state(slurm) == before  # `gpu-[01-04]` would have drained four nodes
+    assert slurm.node_states() == before  # `gpu-[01-04]` would have drained four nodes
 
 
 def test_slurmctld_stopped_fails_the_step_retryable_and_changes_nothing(
     slurm: SlurmCluster, actions: dict[str, Any], breaker: CircuitBreaker
 ) -> None:
-    before = state(slurm)
+    before = slurm.node_states()
     slurm.stop_controller()
     ctx = step_context("gpu-01", breaker=breaker)
     for call in (actions["slurm.drain"].plan, actions["slurm.drain"].execute, actions["slurm.resume"].execute):
@@ -199,26 +179,26 @@ def test_slurmctld_stopped_fails_the_step_retryable_and_changes_nothing(
         assert isinstance(caught.value, RetryableActionError)
     assert breaker.status(7)["held_nodes"] == []
     slurm.start_controller()
-    assert state(slurm) == before
+    assert slurm.node_states() == before
     assert actions["slurm.drain"].execute({}, ctx)["outcome"] == "drained"  # the executor's retry
 
 
 def test_the_plans_change_nothing(slurm: SlurmCluster, actions: dict[str, Any], breaker: CircuitBreaker) -> None:
     memory = InMemoryMemory()
     ctx = step_context("gpu-01", breaker=breaker, memory=memory)
-    before = state(slurm)
+    before = slurm.node_states()
     plan = actions["slurm.drain"].plan({"note": "xid 79"}, ctx)
     assert plan["would"] == "drain the node with reason 'remediate run 42: GPUXidCritical (xid 79)'"
     assert plan["current"]["state"].startswith("IDLE") and plan["current"]["reason"] is None
     assert plan["breaker"]["would_be"].startswith("allowed")
     assert actions["slurm.resume"].plan({"scope": "alert"}, ctx)["would"] == "not drained: nothing to undo"
-    assert state(slurm) == before and breaker.status(7)["held_nodes"] == [] and memory.values == {}
+    assert slurm.node_states() == before and breaker.status(7)["held_nodes"] == [] and memory.values == {}
 
     actions["slurm.drain"].execute({}, ctx)
-    drained = state(slurm)
+    drained = slurm.node_states()
     assert actions["slurm.drain"].plan({}, ctx)["would"] == "nothing: drained already"
     assert actions["slurm.resume"].plan({"scope": "alert"}, ctx)["would"].startswith("resume: run 42 of remediate")
-    assert state(slurm) == drained
+    assert slurm.node_states() == drained
 
 
 def test_the_breaker_refuses_a_drain_past_its_cap(slurm: SlurmCluster, actions: dict[str, Any]) -> None:
@@ -250,7 +230,7 @@ def test_a_small_partition_keeps_its_share_where_the_whole_cluster_would_allow_t
     memory = InMemoryMemory()
     drained = run(actions["slurm.drain"], {}, step_context("gpu-05", run_id=70, breaker=breaker, memory=memory))
     assert drained["breaker"]["groups"] == [{"group": "partition debug", "nodes": 2, "held": 1, "recent": 1, "cap": 1}]
-    before = state(slurm)
+    before = slurm.node_states()
     ctx = step_context("gpu-06", run_id=71, breaker=breaker)
     plan = actions["slurm.drain"].plan({}, ctx)["breaker"]
     excess = "2 held / 2 recent of the 2 nodes of partition debug > cap 1"
@@ -261,7 +241,7 @@ def test_a_small_partition_keeps_its_share_where_the_whole_cluster_would_allow_t
     with pytest.raises(BreakerOpen, match="would make 2 of the 2 nodes of partition debug held by") as refused:
         actions["slurm.drain"].execute({}, ctx)
     assert "the cap is 1 = min(50% of 2 nodes of partition debug = 1, max_nodes 100)" in str(refused.value)
-    assert state(slurm) == before and not slurm.client().node("gpu-06").drained
+    assert slurm.node_states() == before and not slurm.client().node("gpu-06").drained
     # The undo is never refused, open breaker or not.
     resumed = run(actions["slurm.resume"], {}, step_context("gpu-05", run_id=73, breaker=breaker, memory=memory))
     assert resumed["outcome"] == "resumed" and breaker.status()["open"] is True

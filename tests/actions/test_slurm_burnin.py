@@ -18,7 +18,7 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.actions.slurm import BurninFailedStep, SlurmBurninAction, SlurmDrainAction, SlurmOptions
-from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
+from remediate.breaker import CircuitBreaker
 from remediate.errors import ActionError
 from remediate.slurm import SlurmError, SlurmNodeCache
 from tests.support.slurm import SlurmCluster, step_context
@@ -41,11 +41,6 @@ def cache(slurm: SlurmCluster, commands: list[str]) -> SlurmNodeCache:
 @pytest.fixture
 def burnin(cache: SlurmNodeCache) -> SlurmBurninAction:
     return SlurmBurninAction(lambda: cache, SlurmOptions())
-
-
-@pytest.fixture
-def breaker() -> CircuitBreaker:
-    return memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=100))
 
 
 def drain(slurm: SlurmCluster, cache: SlurmNodeCache, ctx: StepContext) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
+from remediate.breaker import CircuitBreaker
 from remediate.errors import RetryableActionError
 from remediate.slurm import SlurmUnavailable
 from tests.support.slurm import SlurmCluster, slurm_actions, step_context
@@ -19,11 +19,6 @@ from tests.support.waiting import scaled, wait_until
 
 NEVER_AGAIN = 3600.0
 """An interval no test outlives: the cache reads the cluster once, at its first read."""
-
-
-@pytest.fixture
-def breaker() -> CircuitBreaker:
-    return memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=100))
 
 
 def cache_threads() -> list[threading.Thread]:

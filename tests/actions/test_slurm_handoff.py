@@ -6,7 +6,6 @@ the owner resumes it; a sink that is not configured fails the step before anythi
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,14 +27,10 @@ from remediate.playbooks.model import PlaybookSet
 from remediate.slurm import SlurmNodeCache
 from tests.support.realsystems import WebhookRecorder
 from tests.support.slurm import SlurmCluster, slurm_actions, step_context
+from tests.support.steps import run
 from tests.support.waiting import wait_until
 
 HANDED = "breakfix: XID 79 still reported after a reset (from remediate run 42)"
-
-
-@pytest.fixture
-def breaker() -> CircuitBreaker:
-    return memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=100))
 
 
 @pytest.fixture
@@ -64,19 +59,6 @@ def handoff(cache: SlurmNodeCache, sink: WebhookRecorder) -> SlurmHandoffAction:
     return handoff_on(cache, {"breakfix": {"type": "webhook", "url": sink.url}})
 
 
-def run(action: Any, params: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
-    """validate -> plan -> execute, as the executor does; the plan and the result are JSON."""
-    checked = action.validate(params)
-    json.dumps(action.plan(checked, ctx))
-    result: dict[str, Any] = action.execute(checked, ctx)
-    json.dumps(result)
-    return result
-
-
-def state(slurm: SlurmCluster) -> dict[str, tuple[bool, str, int]]:
-    return {n.name: (n.drained, n.reason, n.reason_changed_at) for n in slurm.client().nodes()}
-
-
 def drained(slurm: SlurmCluster, actions: dict[str, Any], node: str, ctx: StepContext) -> None:
     assert run(actions["slurm.drain"], {"note": "xid 79"}, ctx)["outcome"] == "drained"
     assert slurm.client().node(node).drained_by_run == ctx.run_id
@@ -89,12 +71,12 @@ def test_a_node_remediate_drained_is_posted_to_the_sink_then_its_reason_names_th
     ctx = step_context("gpu-01", breaker=breaker)
     drained(slurm, actions, "gpu-01", ctx)
     params = {"sink": "breakfix", "why": "XID 79 still reported after a reset", "message": "take {{ labels.Hostname }}"}
-    before = state(slurm)
+    before = slurm.node_states()
 
     plan = handoff.plan(handoff.validate(params), ctx)
     assert plan["can_act"] is True and plan["reason"] == HANDED
     assert plan["would"] == f"post to sink breakfix, then set the reason of gpu-01 to {HANDED!r} (it stays drained)"
-    assert sink.requests == [] and state(slurm) == before
+    assert sink.requests == [] and slurm.node_states() == before
 
     result = run(handoff, params, ctx)
 
@@ -119,7 +101,7 @@ def test_a_handoff_run_again_posts_nothing_and_changes_nothing(
     ctx = step_context("gpu-02", breaker=memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=9)))
     drained(slurm, actions, "gpu-02", ctx)
     run(handoff, {"sink": "breakfix"}, ctx)
-    after = state(slurm)
+    after = slurm.node_states()
     reason = "breakfix: GPUXidCritical, handed off by playbook gpu-xid-quarantine (from remediate run 42)"
     assert after["gpu-02"][:2] == (True, reason)  # the default `why`: the alert and the playbook
 
@@ -129,14 +111,14 @@ def test_a_handoff_run_again_posts_nothing_and_changes_nothing(
         result = run(handoff, {"sink": "breakfix"}, again)
         assert (result["outcome"], result["handed_by_run"], result["slurm_reason"]) == ("already_owned", 42, reason)
 
-    assert len(sink.requests) == 1 and state(slurm) == after  # no second post, no second update
+    assert len(sink.requests) == 1 and slurm.node_states() == after  # no second post, no second update
 
 
 def test_a_node_drained_by_a_person_or_not_drained_is_refused_and_nothing_is_posted(
     slurm: SlurmCluster, actions: dict[str, Any], handoff: SlurmHandoffAction, sink: WebhookRecorder
 ) -> None:
     slurm.drain_by_hand("gpu-03", "bad DIMM, ticket 1234")
-    before = state(slurm)
+    before = slurm.node_states()
     params = handoff.validate({"sink": "breakfix"})
     cases = {
         "gpu-03": r"node gpu-03 is drained by root with reason 'bad DIMM, ticket 1234', not by remediate: not handed",
@@ -149,7 +131,7 @@ def test_a_node_drained_by_a_person_or_not_drained_is_refused_and_nothing_is_pos
         with pytest.raises(SlurmHandoffRefused, match=why) as refused:
             handoff.execute(params, ctx)
         assert plan["why_not"] == str(refused.value)
-    assert sink.requests == [] and state(slurm) == before
+    assert sink.requests == [] and slurm.node_states() == before
 
 
 def test_a_node_handed_to_one_owner_is_not_handed_to_another(
@@ -158,10 +140,10 @@ def test_a_node_handed_to_one_owner_is_not_handed_to_another(
     ctx = step_context("gpu-01", breaker=memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=9)))
     drained(slurm, actions, "gpu-01", ctx)
     run(handoff, {"sink": "breakfix", "owner": "dc-ops"}, ctx)
-    after = state(slurm)
+    after = slurm.node_states()
     with pytest.raises(SlurmHandoffRefused, match=r"handed to dc-ops by run 42: .*not handed to breakfix as well"):
         run(handoff, {"sink": "breakfix"}, step_context("gpu-01", run_id=43))
-    assert len(sink.requests) == 1 and state(slurm) == after
+    assert len(sink.requests) == 1 and slurm.node_states() == after
 
 
 def test_resume_leaves_a_handed_off_node_to_its_owner_drain_reports_it_and_the_breaker_keeps_counting_it(
@@ -172,7 +154,7 @@ def test_resume_leaves_a_handed_off_node_to_its_owner_drain_reports_it_and_the_b
     ctx = step_context("gpu-04", breaker=breaker, memory=memory)
     drained(slurm, actions, "gpu-04", ctx)
     run(handoff, {"sink": "breakfix", "why": "XID 79 still reported after a reset"}, ctx)
-    after = state(slurm)
+    after = slurm.node_states()
     note = f"handed to breakfix by run 42: {HANDED!r}"
 
     for scope in ("alert", "any"):
@@ -188,7 +170,7 @@ def test_resume_leaves_a_handed_off_node_to_its_owner_drain_reports_it_and_the_b
     assert (redrain["outcome"], redrain["owner"], redrain["handed_by_run"]) == ("left_alone", "breakfix", 42)
     requeue = run(actions["slurm.requeue"], {}, step_context("gpu-04", run_id=43, breaker=breaker))
     assert requeue["outcome"] == "left_alone" and requeue["reason"].startswith(note)
-    assert state(slurm) == after
+    assert slurm.node_states() == after
 
     # Still out of service by remediate's doing: the breaker's census and its claim keep counting it.
     wait_until(lambda: cache.nodes()["gpu-04"].reason == HANDED, 10, message="the cache read after the hand-off")
@@ -206,7 +188,7 @@ def test_a_sink_that_is_not_configured_fails_the_step_before_any_change(
 ) -> None:
     ctx = step_context("gpu-01", breaker=memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=9)))
     drained(slurm, actions, "gpu-01", ctx)
-    before = state(slurm)
+    before = slurm.node_states()
     action = handoff_on(cache, {})
     params = action.validate({"sink": "breakfix"})
 
@@ -214,7 +196,7 @@ def test_a_sink_that_is_not_configured_fails_the_step_before_any_change(
     assert plan["can_act"] is False and plan["why_not"].startswith("sink 'breakfix' is not configured")
     with pytest.raises(SinkNotConfiguredError, match=r"set sinks\.breakfix"):
         action.execute(params, ctx)
-    assert state(slurm) == before and slurm.client().node("gpu-01").drained_by_run == 42
+    assert slurm.node_states() == before and slurm.client().node("gpu-01").drained_by_run == 42
 
 
 def test_the_owner_is_checked_when_the_playbook_is_validated(cache: SlurmNodeCache) -> None:

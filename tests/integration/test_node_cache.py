@@ -15,7 +15,8 @@ from remediate.actions.k8s.common import NodeOutOfScope
 from remediate.breaker import BreakerLimits, memory_breaker
 from remediate.kube import CORDONED_BY_RUN, Census, KubeClient, KubeUnavailable, NodeCache
 from tests.support.fake_apiserver import FakeKubeAPI, cluster
-from tests.support.kube import context, kube_actions_on, run
+from tests.support.kube import context, kube_actions_on
+from tests.support.steps import run
 from tests.support.waiting import wait_until
 
 

@@ -17,7 +17,7 @@ from remediate.actions import action_classes
 from remediate.actions.base import StepContext
 from remediate.actions.k8s import KubeOptions
 from remediate.actions.k8s.common import KubeAction
-from remediate.breaker import BreakerLimits, CircuitBreaker, memory_breaker
+from remediate.breaker import CircuitBreaker
 from remediate.intake.alerts import alert_ref
 from remediate.kube import KubeClient
 from tests.support.fake_apiserver import FakeKubeAPI
@@ -42,11 +42,6 @@ def kube_client(kubeconfig: Path) -> Iterator[KubeClient]:
     client = KubeClient(kubeconfig=kubeconfig, request_timeout=0.5)
     yield client
     client.close()
-
-
-@pytest.fixture
-def breaker() -> CircuitBreaker:
-    return memory_breaker(BreakerLimits(max_fraction=1.0, max_nodes=100))
 
 
 def kube_actions_on(client: KubeClient, **options: Any) -> dict[str, Any]:
@@ -101,14 +96,3 @@ def ctx_for(breaker: CircuitBreaker) -> Callable[..., StepContext]:
         return context(labels=labels, **kwargs)
 
     return build
-
-
-def run(action: Any, params: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
-    """validate -> plan -> execute, as the executor does; returns the result (the plan is checked to be JSON)."""
-    import json
-
-    checked = action.validate(params)
-    json.dumps(action.plan(checked, ctx))
-    result: dict[str, Any] = action.execute(checked, ctx)
-    json.dumps(result)
-    return result

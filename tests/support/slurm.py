@@ -264,6 +264,12 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
     def show_node(self, name: str) -> str:
         return self.run("scontrol", "-o", "show", "node", name).stdout
 
+    def node_states(self) -> dict[str, tuple[bool, str, int]]:
+        """Every node's drain, reason and when the reason last changed, as sinfo --json has them (not its other
+        flags: the nodes without a slurmd of their own come and go NOT_RESPONDING): equal before and after a step
+        that changed nothing."""
+        return {n.name: (n.drained, n.reason, n.reason_changed_at) for n in self.client().nodes()}
+
     def drain_by_hand(self, name: str, reason: str) -> None:
         self.run("scontrol", "update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
 
