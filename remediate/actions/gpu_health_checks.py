@@ -36,7 +36,9 @@ CHECKS = (
     "clock_throttle",
     "nvlink_errors",
 )
-VERDICTS = ("ok", "warn", "fail", "skipped")
+CHECK_SKIPPED = "skipped"
+"""The verdict of a check (or of dcgmi's diagnostic) that could not be read or was not run."""
+VERDICTS = ("ok", "warn", "fail", CHECK_SKIPPED)
 DEFAULT_THROTTLE_FAIL_ON = ("hw_slowdown", "hw_power_brake", "hw_thermal", "sw_thermal")
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from remediate.actions.gpu_health_checks import CHECK_SKIPPED
 from remediate.playbooks.model import Playbook
 from remediate.runs import StepStatus
 from remediate.store import GateRun, GateStep
@@ -177,7 +178,7 @@ def _diag(diag: Mapping[str, Any] | None) -> str:
         if not level:
             return "skipped: diag: 0 (not asked for)"
         return command if isinstance(command, str) else f"will run: {' '.join(map(str, command or ()))}"
-    if verdict == "skipped":
+    if verdict == CHECK_SKIPPED:
         return f"skipped: {reason}"
     if verdict == "fail":
         return f"failed: dcgmi diag -r {level}: {'; '.join(diag.get('failed') or ()) or reason}"
