@@ -61,7 +61,7 @@ def node_release(
 
     A node no other system owns is left as it is (exit 0, nothing recorded)."""
     from remediate.cli.node_holds import NodeHolds
-    from remediate.config.settings import check_schedulers
+    from remediate.config.settings import check_burnin, check_schedulers
     from remediate.executor.readmission import GateOptions, gate_params
     from remediate.kube import check_node_name
     from remediate.logs.audit import audit_event
@@ -76,6 +76,7 @@ def node_release(
     gate_params(options)  # a bad --soak / --every fails here, before anything is read
     settings = _settings(params)
     check_schedulers(settings)
+    check_burnin(settings)
     configure_logging(settings.log.format, settings.log.level)
     holds = NodeHolds.from_settings(settings)
     try:
@@ -159,10 +160,18 @@ def _show_plan(plan: GatePlan) -> None:
         click.echo(f"  {gpu}")
 
 
+QUIET_VERDICTS = ("ok", "skipped")
+"""Verdicts a round after the first leaves out: the first round's table showed every check once, and a soak of 7
+rounds of 8 GPUs x 6 checks would bury the one check that turned in 336 lines."""
+
+
 def _show_round(done: GateRound) -> None:
-    click.echo(f"round {done.number}/{done.planned} at +{done.at_s:.0f}s: {done.verdict}")
+    from remediate.config.durations import format_duration
+
+    click.echo(f"round {done.number}/{done.planned} at +{format_duration(round(done.at_s))}: {done.verdict}")
     for check in done.checks:
-        click.echo(f"  {check.gpu}  {check.check}  {check.verdict}  {check.evidence}")
+        if done.number == 1 or check.verdict not in QUIET_VERDICTS:
+            click.echo(f"  {check.gpu}  {check.check}  {check.verdict}  {check.evidence}")
     if done.diag is not None and done.diag.get("level"):
         failed = "; ".join(done.diag.get("failed") or ()) or done.diag.get("reason") or ""
         click.echo(
