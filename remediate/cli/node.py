@@ -202,7 +202,8 @@ def _refuse(
     what = "re-admission gate" if burnt is None else f"re-admission gate's burn-in ({burnt.action})"
     raise CliError(
         f"{name} not released: the {what} {why}, so {held[0].owner.name} keeps it. Once the node is "
-        f"known good (fixed, or checked by other means): remediate node release {name} --skip-gate --reason WHY",
+        f"known good (fixed, or checked by other means): remediate node release {name} "
+        f"{'--skip-gate' if burnt is None else '--no-burnin'} --reason WHY",
         EXIT_GATE_FAILED,
     )
 
