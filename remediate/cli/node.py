@@ -76,7 +76,8 @@ def node_release(
 
     A node no other system owns is left as it is (exit 0, nothing recorded)."""
     from remediate.cli.node_holds import NodeHolds
-    from remediate.config.settings import check_burnin, check_schedulers
+    from remediate.config.burnin import check_burnin
+    from remediate.config.settings import check_schedulers
     from remediate.executor.readmission import GateOptions, gate_params
     from remediate.kube import check_node_name
     from remediate.logs.audit import audit_event
@@ -93,7 +94,7 @@ def node_release(
     gate_params(options)  # a bad --soak / --every fails here, before anything is read
     settings = _settings(params)
     check_schedulers(settings)
-    check_burnin(settings)
+    check_burnin(settings.burnin, settings.engine.schedulers)
     configure_logging(settings.log.format, settings.log.level)
     holds = NodeHolds.from_settings(settings)
     try:

@@ -14,6 +14,7 @@ from remediate.burnin.verdict import check_baselines
 from remediate.config.fields import setting
 from remediate.config.schedulers import Scheduler
 from remediate.config.values import mapping_of, to_optional_str
+from remediate.errors import ConfigError
 
 TOLERANCE_RANGE = (0.05, 1.0)
 """The share of the baseline that passes: as the step's own `tolerance` param allows."""
@@ -110,3 +111,11 @@ def burnin_problem(burnin: BurninSettings, schedulers: Iterable[Scheduler]) -> s
                 'or unset burnin_baselines (docs/slurm.md "Burn-in")'
             )
     return None
+
+
+def check_burnin(burnin: BurninSettings, schedulers: Iterable[Scheduler]) -> None:
+    """ConfigError when the burn-in settings cannot serve the schedulers in force (burnin_problem): refused at
+    start (serve, node release), not at the first gate's burn-in."""
+    problem = burnin_problem(burnin, schedulers)
+    if problem is not None:
+        raise ConfigError(problem)

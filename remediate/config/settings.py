@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import yaml
 
 from remediate.config import values as v
-from remediate.config.burnin import BurninSettings, burnin_problem
+from remediate.config.burnin import BurninSettings
 from remediate.config.fields import setting
 from remediate.config.schedulers import DEFAULT_SCHEDULERS, Scheduler, to_schedulers
 from remediate.config.values import ENV_PREFIX, MIN_RETENTION, OPERATOR, READ, WEBHOOK, Credential
@@ -575,14 +575,6 @@ def check_schedulers(settings: Settings) -> None:
             "schedulers names slurm but slurm_conf is not set: set it (REMEDIATE_SLURM_CONF) to the cluster's "
             "slurm.conf, or leave slurm out of schedulers"
         )
-
-
-def check_burnin(settings: Settings) -> None:
-    """The burn-in settings serve the schedulers in force (remediate.config.burnin.burnin_problem): refused at
-    start, not at the first gate's burn-in."""
-    problem = burnin_problem(settings.burnin, settings.engine.schedulers)
-    if problem is not None:
-        raise ConfigError(problem)
 
 
 def load_settings(

@@ -17,8 +17,8 @@ from remediate.actions.base import StepContext
 from remediate.actions.burnin_common import NOT_CONFIGURED
 from remediate.actions.k8s.burnin import KubeBurninAction
 from remediate.actions.slurm.burnin import SlurmBurninAction
-from remediate.config.burnin import BurninSettings
-from remediate.config.settings import Settings, check_burnin, load_settings
+from remediate.config.burnin import BurninSettings, check_burnin
+from remediate.config.settings import Settings, load_settings
 from remediate.errors import ActionError, ConfigError
 from remediate.intake.alertref import AlertRef
 from tests.support.cli import assert_one_line_error
@@ -140,7 +140,7 @@ def test_a_table_without_what_the_schedulers_burn_in_runs_is_refused_at_load_nam
 ) -> None:
     settings = load_settings(env={**env, "REMEDIATE_BURNIN_BASELINES": json.dumps(TABLE)})
     with pytest.raises(ConfigError) as refused:
-        check_burnin(settings)
+        check_burnin(settings.burnin, settings.engine.schedulers)
     assert f"burnin_baselines is set but burnin_{missing} is not" in str(refused.value)
     assert f"REMEDIATE_BURNIN_{missing.upper()}" in str(refused.value) and "\n" not in str(refused.value)
 
@@ -157,7 +157,8 @@ def test_a_table_without_what_the_schedulers_burn_in_runs_is_refused_at_load_nam
     ],
 )  # fmt: skip
 def test_burnin_settings_that_serve_the_schedulers_in_force_pass(env: dict[str, str]) -> None:
-    check_burnin(load_settings(env=env))
+    settings = load_settings(env=env)
+    check_burnin(settings.burnin, settings.engine.schedulers)
 
 
 def test_serve_refuses_to_start_with_a_table_and_no_image_in_one_line(

@@ -115,6 +115,9 @@ class KubeBurninAction(KubeAction):
         return super().validate(with_site_defaults(params, self.site, self.schema))
 
     def _why_not(self, node: NodeInfo) -> str | None:
+        # A node handed to another system is its owner's to test, but for the release that takes it back.
+        if self.release is None and (owned := self.owned_elsewhere(node)) is not None:
+            return owned
         if not node.held_by_remediate:
             return "not taken out of service by remediate (no cordon, no taint of its own): a burn-in would share it"
         return None
