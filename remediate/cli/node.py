@@ -106,7 +106,8 @@ def node_release(
         if outcome is not None and not outcome.passed:
             _refuse(name, held, outcome, by, reason)
         burnins = [] if outcome is None or no_burnin else _burnins(settings, holds, name, held)
-        if failed := next((burnt for burnt in burnins if not burnt.passed), None):
+        failed = next((burnt for burnt in burnins if not burnt.passed), None)
+        if outcome is not None and failed is not None:  # burn-ins run only after a soak (outcome) passed
             _refuse(name, held, outcome, by, reason, failed)
         still = _holds_of(holds, name) if outcome is not None else held  # a soak is long: the owner may have acted
         for hold in still:

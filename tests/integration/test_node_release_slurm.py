@@ -138,6 +138,14 @@ def test_a_burnin_whose_model_the_table_does_not_name_refuses_the_release_and_th
     assert (audit["gate"], audit["failed_at"]) == ("failed", "slurm.burnin")
     assert "no baseline for this model" in audit["evidence"][0] and "'cpu'" in audit["evidence"][0]
 
+    # The operator's way out the refusal names: the soak alone, said why.
+    env = {**_env(slurm, host_agent, node=host), **_burnin({"NVIDIA H100 80GB HBM3": 300})}
+    rc, out, err = _release(env, "--no-burnin", "--reason", "burnt in by the vendor", node=host)
+    assert rc == 0 and not any(line.startswith("burn-in") for line in out.splitlines()), out + err
+    assert _state_and_reason(slurm, host) == ("idle", "none")
+    (audit,) = [json.loads(line) for line in err.splitlines() if '"node_released"' in line]
+    assert (audit["gate"], audit["burnin"], audit["reason"]) == ("passed", "not run", "burnt in by the vendor")
+
 
 def test_a_handed_off_node_whose_gate_fails_stays_drained_with_its_owners_reason(
     slurm: SlurmCluster, agent: NodeAgent
