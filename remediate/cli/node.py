@@ -3,10 +3,12 @@ once the re-admission gate proves it healthy.
 
 The owner normally releases the node itself (removes the remediate.io/owner annotation; resumes the Slurm node);
 this is the operator's way to do it. First the gate the shipped XID ladder runs before re-admitting a node
-(remediate.executor.readmission: gpu.health on the node, through its agent, over a soak); it passes: the
-Kubernetes annotation is removed and a Slurm node handed off is resumed, whichever hold the node has (both on
-Slurm on Kubernetes). It fails, or cannot run: nothing is released, exit EXIT_GATE_FAILED, audited
-`node_release_refused`. `--skip-gate --reason WHY` releases without that proof. It talks to the cluster and the
+(remediate.executor.readmission: gpu.health on the node, through its agent, over a soak), then its burn-in
+(remediate.executor.release_burnin: slurm.burnin, k8s.burnin, skipped without `burnin_baselines`); both pass:
+the Kubernetes annotation is removed and a Slurm node handed off is resumed, whichever hold the node has (both
+on Slurm on Kubernetes). Either fails, or cannot run: nothing is released, exit EXIT_GATE_FAILED, audited
+`node_release_refused`. `--skip-gate --reason WHY` releases without that proof; `--no-burnin --reason WHY`
+without the burn-in's. It talks to the cluster and the
 node's agent as the settings configure them, never to the server, and is audited (`node_released`,
 docs/logging.md).
 """
@@ -32,7 +34,9 @@ from remediate.cli._group import main
 
 if TYPE_CHECKING:  # imported in the command: every other command would load the executor's dispatch
     from remediate.cli.node_holds import Hold, NodeHolds
+    from remediate.config.settings import Settings
     from remediate.executor.readmission import GateOptions, GateOutcome, GatePlan, GateRound
+    from remediate.executor.release_burnin import BurninOutcome
 
 
 @main.group()
@@ -49,18 +53,30 @@ def node() -> None:
 @click.option("--every", default="5m", show_default=True, help="The time between two rounds of the soak.")
 @click.option("--diag", type=click.IntRange(0, 3), default=1, show_default=True, help="dcgmi diag level (0: none).")
 @click.option("--skip-gate", is_flag=True, help="Release without the gate's proof of health (needs --reason).")
+@click.option("--no-burnin", is_flag=True, help="Run the soak but not the burn-in after it (needs --reason).")
 @by_option("releases")
 @handle_errors
 def node_release(
-    name: str, reason: str, soak: str, every: str, diag: int, skip_gate: bool, by: str, **params: Any
+    name: str,
+    reason: str,
+    soak: str,
+    every: str,
+    diag: int,
+    skip_gate: bool,
+    no_burnin: bool,
+    by: str,
+    **params: Any,
 ) -> None:
     """Give node NAME back to remediate once the re-admission gate passes: gpu.health on the node (through its
-    agent) over a soak, as the shipped XID ladder re-admits a node. Passed: the remediate.io/owner annotation is
-    removed and a Slurm node handed off (reason `breakfix: ...`) is resumed. Failed, or the gate cannot run (no
-    agent, agent unreachable, no NVML): nothing is released, exit 7.
+    agent) over a soak, then the burn-in (slurm.burnin, k8s.burnin: the site's burnin_* settings; skipped
+    without burnin_baselines), as the shipped XID ladder re-admits a node. Passed: the remediate.io/owner
+    annotation is removed and a Slurm node handed off (reason `breakfix: ...`) is resumed. Failed, or the gate
+    cannot run (no agent, agent unreachable, no NVML, a node not drained for its burn-in): nothing is released,
+    exit 7.
 
     A node no other system owns is left as it is (exit 0, nothing recorded)."""
     from remediate.cli.node_holds import NodeHolds
+    from remediate.config.burnin import check_burnin
     from remediate.config.settings import check_schedulers
     from remediate.executor.readmission import GateOptions, gate_params
     from remediate.kube import check_node_name
@@ -72,10 +88,13 @@ def node_release(
         raise click.BadParameter(f"node name {problem}", param_hint="NAME")
     if skip_gate and not reason.strip():
         raise click.UsageError("--skip-gate releases without proof of health: say why with --reason")
+    if no_burnin and not reason.strip():
+        raise click.UsageError("--no-burnin releases without the burn-in's proof: say why with --reason")
     options = GateOptions(soak, every, diag)
     gate_params(options)  # a bad --soak / --every fails here, before anything is read
     settings = _settings(params)
     check_schedulers(settings)
+    check_burnin(settings.burnin, settings.engine.schedulers)
     configure_logging(settings.log.format, settings.log.level)
     holds = NodeHolds.from_settings(settings)
     try:
@@ -86,6 +105,10 @@ def node_release(
         outcome = None if skip_gate else _gate(settings, holds, name, options)
         if outcome is not None and not outcome.passed:
             _refuse(name, held, outcome, by, reason)
+        burnins = [] if outcome is None or no_burnin else _burnins(settings, holds, name, held)
+        failed = next((burnt for burnt in burnins if not burnt.passed), None)
+        if outcome is not None and failed is not None:  # burn-ins run only after a soak (outcome) passed
+            _refuse(name, held, outcome, by, reason, failed)
         still = _holds_of(holds, name) if outcome is not None else held  # a soak is long: the owner may have acted
         for hold in still:
             holds.release(name, hold)
@@ -99,6 +122,7 @@ def node_release(
     audit_event(
         "node_released", level=logging.WARNING, node=name, owner=first.name, owner_since=first.since, principal=by,
         reason=reason, released=[h.system for h in still], gate="skipped" if outcome is None else "passed",
+        burnin=_burnin_field(burnins, ran=outcome is not None and not no_burnin),
         ran_on=None if outcome is None else outcome.ran_on,
     )  # fmt: skip
     for hold in still:
@@ -133,19 +157,55 @@ def _gate(settings: Any, holds: NodeHolds, name: str, options: GateOptions) -> G
     return outcome
 
 
-def _refuse(name: str, held: list[Hold], outcome: GateOutcome, by: str, reason: str) -> None:
+def _burnins(settings: Settings, holds: NodeHolds, name: str, held: list[Hold]) -> list[BurninOutcome]:
+    """The gate's burn-in after its soak passed, one per scheduler in force that has the node (release_burnin),
+    each told as it ends; the first that does not pass ends them."""
+    from datetime import UTC, datetime
+
+    from remediate.actions import default_registry
+    from remediate.config.schedulers import Scheduler
+    from remediate.executor.release_burnin import release_burnins, run_burnin
+
+    registry = default_registry(settings, holds.kube, holds.slurm)
+    slurm_name = next((hold.slurm_name for hold in held if hold.slurm_name), None) or holds.slurm_name(name)
+    kube = holds.kube is not None and Scheduler.KUBERNETES in settings.engine.schedulers
+    done: list[BurninOutcome] = []
+    for action, node in release_burnins(registry.get, slurm_name, name if kube else None, datetime.now(UTC)):
+        burnt = run_burnin(action, node)
+        if not (burnt.skipped and done and done[-1].line() == burnt.line()):  # Slurm on Kubernetes: said once
+            click.echo(burnt.line())
+        done.append(burnt)
+        if not burnt.passed:
+            break
+    return done
+
+
+def _burnin_field(burnins: list[BurninOutcome], *, ran: bool) -> str:
+    """The audit's `burnin`: passed, skipped (no baseline configured), or not run (--skip-gate, --no-burnin)."""
+    if not ran or not burnins:
+        return "not run"
+    return "skipped" if all(burnt.skipped for burnt in burnins) else "passed"
+
+
+def _refuse(
+    name: str, held: list[Hold], outcome: GateOutcome, by: str, reason: str, burnt: BurninOutcome | None = None
+) -> None:
     from remediate.logs.audit import audit_event
 
+    could_not = outcome.error is not None if burnt is None else "figure" not in burnt.result
+    evidence = outcome.evidence() if burnt is None else burnt.evidence()
     # WARNING: an operator asked for a node the gate keeps out; the evidence says why.
     audit_event(
         "node_release_refused", level=logging.WARNING, node=name, owner=held[0].owner.name, principal=by,
-        reason=reason, gate="error" if outcome.error is not None else "failed", evidence=outcome.evidence(),
-        ran_on=outcome.ran_on, rounds=len(outcome.rounds),
+        reason=reason, gate="error" if could_not else "failed", evidence=evidence, ran_on=outcome.ran_on,
+        rounds=len(outcome.rounds), failed_at="soak" if burnt is None else burnt.action,
     )  # fmt: skip
-    why = "could not run" if outcome.error is not None else "failed"
+    why = "could not run" if could_not else "failed"
+    what = "re-admission gate" if burnt is None else f"re-admission gate's burn-in ({burnt.action})"
     raise CliError(
-        f"{name} not released: the re-admission gate {why}, so {held[0].owner.name} keeps it. Once the node is "
-        f"known good (fixed, or checked by other means): remediate node release {name} --skip-gate --reason WHY",
+        f"{name} not released: the {what} {why}, so {held[0].owner.name} keeps it. Once the node is "
+        f"known good (fixed, or checked by other means): remediate node release {name} "
+        f"{'--skip-gate' if burnt is None else '--no-burnin'} --reason WHY",
         EXIT_GATE_FAILED,
     )
 
@@ -159,10 +219,18 @@ def _show_plan(plan: GatePlan) -> None:
         click.echo(f"  {gpu}")
 
 
+QUIET_VERDICTS = ("ok", "skipped")
+"""Verdicts a round after the first leaves out: the first round's table showed every check once, and a soak of 7
+rounds of 8 GPUs x 6 checks would bury the one check that turned in 336 lines."""
+
+
 def _show_round(done: GateRound) -> None:
-    click.echo(f"round {done.number}/{done.planned} at +{done.at_s:.0f}s: {done.verdict}")
+    from remediate.config.durations import format_duration
+
+    click.echo(f"round {done.number}/{done.planned} at +{format_duration(round(done.at_s))}: {done.verdict}")
     for check in done.checks:
-        click.echo(f"  {check.gpu}  {check.check}  {check.verdict}  {check.evidence}")
+        if done.number == 1 or check.verdict not in QUIET_VERDICTS:
+            click.echo(f"  {check.gpu}  {check.check}  {check.verdict}  {check.evidence}")
     if done.diag is not None and done.diag.get("level"):
         failed = "; ".join(done.diag.get("failed") or ()) or done.diag.get("reason") or ""
         click.echo(

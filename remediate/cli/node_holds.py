@@ -100,6 +100,13 @@ class NodeHolds:
             raise NodeNotFound(node)
         return holds
 
+    def slurm_name(self, node: str) -> str | None:
+        """The Slurm NodeName of `node` where Slurm is read and has it (the burn-in's node); None otherwise."""
+        from remediate.slurm.lookup import find_node
+
+        found = find_node(self.slurm, node) if self.slurm is not None else None
+        return found.name if found is not None else None
+
     def release(self, node: str, hold: Hold) -> None:
         from remediate.kube import release_patch
 

@@ -5,13 +5,16 @@ re-admission gate writes none of them, so one table here serves every playbook, 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from remediate.burnin.command import check_image, check_namespace, check_path
 from remediate.burnin.verdict import check_baselines
 from remediate.config.fields import setting
+from remediate.config.schedulers import Scheduler
 from remediate.config.values import mapping_of, to_optional_str
+from remediate.errors import ConfigError
 
 TOLERANCE_RANGE = (0.05, 1.0)
 """The share of the baseline that passes: as the step's own `tolerance` param allows."""
@@ -82,3 +85,37 @@ class BurninSettings:
         given = {"baselines": dict(self.baselines) or None, "tolerance": self.tolerance, "python": self.python,
                  "image": self.image, "namespace": self.namespace}  # fmt: skip
         return {name: value for name, value in given.items() if value is not None}
+
+
+NEEDED: dict[Scheduler, tuple[tuple[str, ...], str]] = {
+    Scheduler.SLURM: (("python",), "slurm.burnin runs it on the node"),
+    Scheduler.KUBERNETES: (("image", "namespace", "python"), "k8s.burnin runs it as a Job"),
+}
+"""The settings each scheduler's burn-in cannot run without once baselines are set (the params its action
+`missing` names), and why."""
+
+
+def burnin_problem(burnin: BurninSettings, schedulers: Iterable[Scheduler]) -> str | None:
+    """Why these burn-in settings cannot serve the schedulers in force: a baseline table set, but not a setting
+    a scheduler's burn-in needs to run (without it every gate would fail at its burn-in, long after start).
+    None when they can, or when no table is set (the burn-in is skipped)."""
+    if not burnin.configured:
+        return None
+    for scheduler in schedulers:
+        names, why = NEEDED[scheduler]
+        name = next((name for name in names if getattr(burnin, name) is None), None)
+        if name is not None:
+            return (
+                f"burnin_baselines is set but burnin_{name} is not, and schedulers names {scheduler} "
+                f"({why}): set burnin_{name} (REMEDIATE_BURNIN_{name.upper()}; the chart's burnin.{name}), "
+                'or unset burnin_baselines (docs/slurm.md "Burn-in")'
+            )
+    return None
+
+
+def check_burnin(burnin: BurninSettings, schedulers: Iterable[Scheduler]) -> None:
+    """ConfigError when the burn-in settings cannot serve the schedulers in force (burnin_problem): refused at
+    start (serve, node release), not at the first gate's burn-in."""
+    problem = burnin_problem(burnin, schedulers)
+    if problem is not None:
+        raise ConfigError(problem)

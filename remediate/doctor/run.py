@@ -1,5 +1,6 @@
-"""All the checks, in order: tokens, series, routing, sinks, cluster. What they need comes in explicitly (the
-settings, the loaded playbooks, the rule files, the HTTP probe), so the CLI and GET /doctor run the same."""
+"""All the checks, in order: tokens, burn-in settings, series, routing, sinks, cluster. What they need comes in
+explicitly (the settings, the loaded playbooks, the rule files, the HTTP probe), so the CLI and GET /doctor run
+the same."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from remediate.config.settings import Settings
-from remediate.doctor import cluster, routing, series, sinks, tokens
+from remediate.doctor import burnin, cluster, routing, series, sinks, tokens
 from remediate.doctor.model import Check, fail, warn
 from remediate.doctor.probe import Probe, ProbeError, bearer
 from remediate.doctor.rules import Rule, read_rules, rule_files
@@ -59,7 +60,7 @@ def prometheus_queries(playbooks: Iterable[Playbook]) -> list[tuple[str, str]]:
 def run_checks(inputs: Inputs) -> list[Check]:
     settings, playbooks = inputs.settings, inputs.playbooks
     rules, rule_checks = _rules(inputs.rules)
-    checks = tokens.check_tokens(settings) + rule_checks + _series(inputs, rules)
+    checks = tokens.check_tokens(settings) + burnin.check_burnin(settings) + rule_checks + _series(inputs, rules)
     checks += routing.check_routing(
         inputs.probe, settings.prometheus.alertmanager_url, playbooks, rules, this_server(settings)
     )

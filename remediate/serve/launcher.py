@@ -491,6 +491,7 @@ def _no_executor_to_wake() -> None:
 
 def preflight(settings: Settings) -> LiveSet:
     """Fail before forking: token, playbooks, database reachable and schema current; the live set read."""
+    from remediate.config.burnin import check_burnin
     from remediate.config.settings import check_schedulers, check_server_credentials
     from remediate.live import read_live
     from remediate.services import pool_limits
@@ -498,6 +499,8 @@ def preflight(settings: Settings) -> LiveSet:
 
     check_server_credentials(settings.auth)
     check_schedulers(settings)
+    # A table without the python / image its burn-in runs: every gate would fail at its burn-in.
+    check_burnin(settings.burnin, settings.engine.schedulers)
     live = read_live(settings)
     from remediate.executor.dispatch import Dispatch
 

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ import pytest
 
 from remediate.actions.base import StepContext
 from remediate.actions.burnin_common import BurninFailedStep
+from remediate.actions.k8s.common import digest
 from remediate.errors import ActionError
-from remediate.kube import KubeClient, KubeError
+from remediate.kube import OWNER, KubeClient, KubeError
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.helm import NAMESPACE, ChartRbac
 from tests.support.kube import context, kube_actions_on
@@ -148,6 +150,26 @@ def test_a_node_remediate_did_not_take_out_of_service_gets_no_job(
     with pytest.raises(ActionError, match="not taken out of service by remediate"):
         action.execute(params, ctx())
     assert kube_api.jobs == {}
+
+
+def test_a_node_handed_to_another_system_gets_no_job_in_a_run_but_does_on_its_release(
+    kube_api: FakeKubeAPI, actions: dict[str, Any], quarantined: str, measured_log: str
+) -> None:
+    """Its owner tests it; `remediate node release` (for_release) takes it back, so its burn-in runs there, as a
+    Job of its own (named from the release's start, not from a run)."""
+    kube_api.update_node(quarantined, lambda node: node["metadata"]["annotations"].update({OWNER: "breakfix"}))
+    action = actions["k8s.burnin"]
+    params = action.validate({**PARAMS, "baselines": {"cpu": 0.0001}})
+    assert action.plan(params, ctx())["can_act"] is False
+    with pytest.raises(ActionError, match="breakfix"):
+        action.execute(params, ctx())
+    assert kube_api.jobs == {}
+
+    releasing = action.for_release(datetime(2026, 12, 3, 18, 0, 5, tzinfo=UTC))
+    result, error, job = burn(releasing, {**PARAMS, "baselines": {"cpu": 0.0001}}, ctx(), kube_api, succeeded=True,
+                              log=measured_log)  # fmt: skip
+    assert error is None and result is not None and result["verdict"] == "pass", error
+    assert job["metadata"]["name"] == f"remediate-burnin-release-20261203180005-{digest(quarantined)}"
 
 
 @pytest.mark.parametrize("param", ["image", "namespace", "python", "baselines"])

@@ -8,6 +8,10 @@ owner, audited `node_release_refused` with the evidence."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +21,7 @@ import yaml
 
 from remediate.actions import default_registry
 from remediate.actions.base import StepContext, Where
+from remediate.actions.burnin_common import NOT_CONFIGURED
 from remediate.config.settings import Settings
 from remediate.executor.dispatch import Dispatch
 from remediate.executor.loop import Executor
@@ -37,6 +42,9 @@ from tests.support.helm import Helm, chart_rbac
 from tests.support.processes import run_remediate
 from tests.support.server import AGENT_TOKEN, NodeAgent
 from tests.support.store_json import history_json_of, run_json_of
+from tests.support.waiting import scaled, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 OWNED = {OWNER: "breakfix", OWNER_SINCE: "2026-11-27T10:00:00Z", OWNER_WHY: "XID 79 after a reset (run 3)"}
 NODE_STEPS = """
@@ -189,14 +197,56 @@ def test_a_release_whose_gate_passes_on_the_nodes_agent_removes_the_annotation(
     ]  # fmt: skip
     first = gpu_07.gpus.devices()[0]
     assert f"  GPU 0 ({first.uuid})  ecc_dbe_volatile  ok  ecc_dbe_volatile: 0 <= 0" in lines
-    assert sum(1 for line in lines if line.startswith("  GPU ")) >= 3 * 4 * 5  # every check of every GPU, each round
+    # Every check of every GPU in the first round's table; the later rounds, all ok, print their line only.
+    table = [line for line in lines[: lines.index("round 2/3 at +1s: ok")] if line.startswith("  GPU ")]
+    assert len(table) >= 4 * 5 and sum(1 for line in lines if line.startswith("  GPU ")) == len(table)
     assert f"gate passed on {where}: 3 rounds, no check failed" in lines
+    # No burnin_baselines: the burn-in skips itself (no Job), and says why.
+    assert lines[-2] == f"burn-in: skipped: {NOT_CONFIGURED}" and not kube_api.jobs
     assert lines[-1].startswith("released gpu-07 is owned by breakfix since 2026-11-27T10:00:00Z")
     assert OWNER not in kube_api.node("gpu-07")["metadata"].get("annotations", {})
     (audit,) = _audits(done.stderr, "node_released")
-    assert (audit["gate"], audit["ran_on"], audit["released"], audit["reason"]) == (
-        "passed", where, ["kubernetes"], "GPU replaced",
+    assert (audit["gate"], audit["burnin"], audit["ran_on"], audit["released"], audit["reason"]) == (
+        "passed", "skipped", where, ["kubernetes"], "GPU replaced",
     )  # fmt: skip
+
+
+def test_with_baselines_the_release_burns_the_node_in_with_a_job_pinned_to_it_and_prints_its_verdict(
+    kube_api: FakeKubeAPI, kubeconfig: Path, gpu_07: NodeAgent
+) -> None:
+    """After the soak, k8s.burnin as the gate runs it (the site's burnin_* settings): its Job, named for this
+    release, pinned to the node remediate cordoned; the test plays the Job's completion with a real burn-in's
+    output (gloo on this host), and the release prints the figure against the baseline before giving it back."""
+    kube_api.add_node("gpu-07", annotations={**OWNED, CORDONED_BY_RUN: "3"}, unschedulable=True)
+    measured = subprocess.run([sys.executable, "-m", "remediate.burnin", "--megabytes", "4", "--iters", "5"],
+                              cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+                              capture_output=True, text=True, timeout=scaled(120), check=True)  # fmt: skip
+    env = {**_gate_env(kubeconfig, f"gpu-07={gpu_07.url}"), "REMEDIATE_BURNIN_BASELINES": '{"cpu": 0.0001}',
+           "REMEDIATE_BURNIN_PYTHON": "/usr/bin/python3", "REMEDIATE_BURNIN_IMAGE": "registry.example/burnin:1",
+           "REMEDIATE_BURNIN_NAMESPACE": "remediate"}  # fmt: skip
+    done: dict[str, subprocess.CompletedProcess[str]] = {}
+    release = threading.Thread(target=lambda: done.setdefault("it", run_remediate(
+        "node", "release", "gpu-07", "--soak", "1s", "--every", "1s", "--reason", "GPU replaced", env=env,
+        timeout=120)))  # fmt: skip
+    release.start()
+    wait_until(lambda: bool(kube_api.jobs) or not release.is_alive(), scaled(60), message="the burn-in Job")
+    (namespace, name), *others = kube_api.jobs
+    job = kube_api.job(namespace, name)
+    assert job is not None and not others
+    assert namespace == "remediate" and name.startswith("remediate-burnin-release-") and len(name) <= 63
+    assert job["spec"]["template"]["spec"]["nodeName"] == "gpu-07"
+    assert OWNER in kube_api.node("gpu-07")["metadata"]["annotations"]  # nothing released before its verdict
+    kube_api.finish_job(namespace, name, succeeded=True, log=measured.stderr + measured.stdout)
+    release.join(scaled(60))
+
+    result = done["it"]
+    assert result.returncode == 0, result.stdout + result.stderr
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("burn-in")]
+    assert line.startswith("burn-in (k8s.burnin) passed on gpu-07: ") and "on 'cpu' >= 8e-05" in line, line
+    assert "(0.8 x baseline 0.0001)" in line, line
+    assert OWNER not in kube_api.node("gpu-07")["metadata"].get("annotations", {})
+    (audit,) = _audits(result.stderr, "node_released")
+    assert (audit["gate"], audit["burnin"]) == ("passed", "passed")
 
 
 def test_a_release_whose_gate_finds_a_volatile_dbe_is_refused_and_the_owner_keeps_the_node(

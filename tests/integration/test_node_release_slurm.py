@@ -1,16 +1,21 @@
 """`remediate node release NODE` on a real Slurm cluster (tests/support/slurm.py): a node slurm.handoff gave to
 breakfix (its reason `breakfix: ... (from remediate run N)`) is resumed once the re-admission gate passes on the
-node's real `remediate agent` (simulated GPUs); a failed gate leaves it drained with breakfix's reason. Slurm on
-Kubernetes: a node both hold is given back by both."""
+node's real `remediate agent` (simulated GPUs); a failed gate leaves it drained with breakfix's reason. With the
+site's burnin_* settings the soak is followed by the burn-in (slurm.burnin, srun --no-allocate) on the handed-off
+node itself (this host, the cluster's one slurmd): it passes the `cpu` baseline and the node is resumed, or the
+table does not name the model and the node stays drained. Slurm on Kubernetes: a node both hold is given back by
+both."""
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from remediate.actions.burnin_common import NOT_CONFIGURED
 from remediate.kube import OWNER
 from remediate.slurm.reason import handoff_reason
 from tests.actions.test_gpu_health import HEALTHY
@@ -25,10 +30,8 @@ NODE = "gpu-01"
 HANDED = handoff_reason("breakfix", 42, why="XID 79 still reported after a reset")
 
 
-@pytest.fixture
-def agent(tmp_path: Path) -> Iterator[NodeAgent]:
-    """The node's real `remediate agent`, its four simulated GPUs healthy."""
-    node = NodeAgent(tmp_path / NODE, NODE).start()
+def _agent_of(tmp_path: Path, name: str) -> Iterator[NodeAgent]:
+    node = NodeAgent(tmp_path / name, name).start()
     for gpu in node.gpus.devices():
         node.gpus.update_device(gpu.uuid, health=HEALTHY)
     try:
@@ -37,22 +40,39 @@ def agent(tmp_path: Path) -> Iterator[NodeAgent]:
         node.stop()
 
 
-def _env(slurm: SlurmCluster, agent: NodeAgent, schedulers: str = "slurm") -> dict[str, str]:
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[NodeAgent]:
+    """The node's real `remediate agent`, its four simulated GPUs healthy."""
+    yield from _agent_of(tmp_path, NODE)
+
+
+@pytest.fixture
+def host_agent(tmp_path: Path, slurm: SlurmCluster) -> Iterator[NodeAgent]:
+    """The agent of this host's node, the one a burn-in can run on (its slurmd is the cluster's one)."""
+    yield from _agent_of(tmp_path, slurm.host)
+
+
+def _env(slurm: SlurmCluster, agent: NodeAgent, schedulers: str = "slurm", node: str = NODE) -> dict[str, str]:
     return {"REMEDIATE_SCHEDULERS": schedulers, "REMEDIATE_SLURM_CONF": str(slurm.conf),
-            "REMEDIATE_AGENTS": f"{NODE}={agent.url}", "REMEDIATE_AGENT_TOKEN": AGENT_TOKEN,
+            "REMEDIATE_AGENTS": f"{node}={agent.url}", "REMEDIATE_AGENT_TOKEN": AGENT_TOKEN,
             "REMEDIATE_LOG_FORMAT": "json"}  # fmt: skip
 
 
-def _state_and_reason(slurm: SlurmCluster) -> tuple[str, str]:
+def _state_and_reason(slurm: SlurmCluster, node: str = NODE) -> tuple[str, str]:
     """sinfo's state and reason of the node, without its `*` (not responding): the cluster's nodes without a slurmd
     of their own come and go NOT_RESPONDING (tests/support/slurm.py), whatever their drain."""
-    state, _, reason = slurm.run("sinfo", "-h", "-n", NODE, "-o", "%T|%E").stdout.strip().partition("|")
+    state, _, reason = slurm.run("sinfo", "-h", "-n", node, "-o", "%T|%E").stdout.strip().partition("|")
     return state.rstrip("*"), reason
 
 
-def _release(env: dict[str, str], *extra: str) -> tuple[int, str, str]:
-    done = run_remediate("node", "release", NODE, "--soak", "2s", "--every", "1s", *extra, env=env)
+def _release(env: dict[str, str], *extra: str, node: str = NODE) -> tuple[int, str, str]:
+    done = run_remediate("node", "release", node, "--soak", "2s", "--every", "1s", *extra, env=env, timeout=180)
     return done.returncode, done.stdout, done.stderr
+
+
+def _burnin(table: dict[str, float]) -> dict[str, str]:
+    """The site's burn-in settings: `table`, and this interpreter (torch and remediate installed) on the node."""
+    return {"REMEDIATE_BURNIN_BASELINES": json.dumps(table), "REMEDIATE_BURNIN_PYTHON": sys.executable}
 
 
 def test_a_handed_off_node_whose_gate_passes_is_resumed(slurm: SlurmCluster, agent: NodeAgent) -> None:
@@ -65,13 +85,66 @@ def test_a_handed_off_node_whose_gate_passes_is_resumed(slurm: SlurmCluster, age
     assert [line for line in out.splitlines() if line.startswith("round ")] == [
         "round 1/3 at +0s: ok", "round 2/3 at +1s: ok", "round 3/3 at +2s: ok",
     ]  # fmt: skip
+    assert f"burn-in: skipped: {NOT_CONFIGURED}" in out.splitlines()  # no burnin_baselines
     assert f"released {NODE} is owned by breakfix" in out and "(resumed in Slurm)" in out
     assert _state_and_reason(slurm) == ("idle", "none")
     (audit,) = [json.loads(line) for line in err.splitlines() if '"node_released"' in line]
-    assert (audit["owner"], audit["gate"], audit["released"]) == ("breakfix", "passed", ["slurm"])
+    assert (audit["owner"], audit["gate"], audit["burnin"], audit["released"]) == (
+        "breakfix", "passed", "skipped", ["slurm"],
+    )  # fmt: skip
 
     again = run_remediate("node", "release", NODE, env=_env(slurm, agent))
     assert again.returncode == 0 and "not owned by another system: nothing to release" in again.stdout
+
+
+def test_with_baselines_the_release_burns_the_handed_off_node_in_and_then_resumes_it(
+    slurm: SlurmCluster, host_agent: NodeAgent
+) -> None:
+    """The burn-in runs on the node breakfix holds (the release takes it back; slurm.burnin refuses a handed-off
+    node only in a run), while it is still drained, and only its pass resumes it."""
+    host = slurm.host
+    slurm.drain_by_hand(host, HANDED)
+
+    rc, out, err = _release({**_env(slurm, host_agent, node=host), **_burnin({"cpu": 0.0001})}, "--reason", "new GPU",
+                            node=host)  # fmt: skip
+
+    assert rc == 0, out + err
+    (line,) = [line for line in out.splitlines() if line.startswith("burn-in")]
+    assert line.startswith(f"burn-in (slurm.burnin) passed on {host}: ") and "on 'cpu' >= 8e-05" in line, line
+    assert "(0.8 x baseline 0.0001)" in line, line
+    assert out.index("gate passed on") < out.index(line) < out.index(f"released {host} is owned by breakfix")
+    assert _state_and_reason(slurm, host) == ("idle", "none")
+    (audit,) = [json.loads(line) for line in err.splitlines() if '"node_released"' in line]
+    assert (audit["gate"], audit["burnin"], audit["released"]) == ("passed", "passed", ["slurm"])
+    print(f"\nrelease of {host}: {line}")
+
+
+def test_a_burnin_whose_model_the_table_does_not_name_refuses_the_release_and_the_node_stays_drained(
+    slurm: SlurmCluster, host_agent: NodeAgent
+) -> None:
+    host = slurm.host
+    slurm.drain_by_hand(host, HANDED)
+
+    rc, out, err = _release({**_env(slurm, host_agent, node=host), **_burnin({"NVIDIA H100 80GB HBM3": 300})},
+                            node=host)  # fmt: skip
+
+    assert rc == 7, out + err
+    (line,) = [line for line in out.splitlines() if line.startswith("burn-in")]
+    assert line.startswith(f"burn-in (slurm.burnin) failed on {host}: ") and "no baseline for this model" in line
+    assert f"{host} not released: the re-admission gate's burn-in (slurm.burnin) failed, so breakfix keeps it" in err
+    assert f"remediate node release {host} --no-burnin --reason WHY" in err
+    assert _state_and_reason(slurm, host) == ("drained", HANDED)
+    (audit,) = [json.loads(line) for line in err.splitlines() if '"node_release_refused"' in line]
+    assert (audit["gate"], audit["failed_at"]) == ("failed", "slurm.burnin")
+    assert "no baseline for this model" in audit["evidence"][0] and "'cpu'" in audit["evidence"][0]
+
+    # The operator's way out the refusal names: the soak alone, said why.
+    env = {**_env(slurm, host_agent, node=host), **_burnin({"NVIDIA H100 80GB HBM3": 300})}
+    rc, out, err = _release(env, "--no-burnin", "--reason", "burnt in by the vendor", node=host)
+    assert rc == 0 and not any(line.startswith("burn-in") for line in out.splitlines()), out + err
+    assert _state_and_reason(slurm, host) == ("idle", "none")
+    (audit,) = [json.loads(line) for line in err.splitlines() if '"node_released"' in line]
+    assert (audit["gate"], audit["burnin"], audit["reason"]) == ("passed", "not run", "burnt in by the vendor")
 
 
 def test_a_handed_off_node_whose_gate_fails_stays_drained_with_its_owners_reason(

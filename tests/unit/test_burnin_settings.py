@@ -6,6 +6,7 @@ node, and k8s.burnin with a table but no image fails naming the setting."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,12 @@ from remediate.actions.base import StepContext
 from remediate.actions.burnin_common import NOT_CONFIGURED
 from remediate.actions.k8s.burnin import KubeBurninAction
 from remediate.actions.slurm.burnin import SlurmBurninAction
-from remediate.config.burnin import BurninSettings
+from remediate.config.burnin import BurninSettings, check_burnin
 from remediate.config.settings import Settings, load_settings
 from remediate.errors import ActionError, ConfigError
 from remediate.intake.alertref import AlertRef
+from tests.support.cli import assert_one_line_error
+from tests.support.cli import run_cli as cli
 
 TABLE = {"NVIDIA H100 80GB HBM3": 300, "cpu": 0.5}
 
@@ -119,3 +122,62 @@ def test_slurm_burnin_with_baselines_but_no_python_fails_naming_the_setting() ->
     action = SlurmBurninAction(untouchable, site=BurninSettings(baselines=(("cpu", 0.5),)))
     with pytest.raises(ActionError, match="no python for the burn-in: set the burnin_python setting"):
         action.execute(action.validate({}), ctx())
+
+
+@pytest.mark.parametrize(
+    ("env", "missing"),
+    [
+        ({"REMEDIATE_SCHEDULERS": "slurm", "REMEDIATE_SLURM_CONF": "/etc/slurm/slurm.conf"}, "python"),
+        ({"REMEDIATE_SCHEDULERS": "kubernetes", "REMEDIATE_BURNIN_PYTHON": "/opt/py/bin/python"}, "image"),
+        ({"REMEDIATE_BURNIN_PYTHON": "/opt/py/bin/python", "REMEDIATE_BURNIN_IMAGE": "site/img:1"}, "namespace"),
+        # Slurm on Kubernetes: the Slurm side has its python, the Kubernetes side still lacks its image.
+        ({"REMEDIATE_SCHEDULERS": "kubernetes,slurm", "REMEDIATE_SLURM_CONF": "/etc/slurm/slurm.conf",
+          "REMEDIATE_BURNIN_PYTHON": "/opt/py/bin/python"}, "image"),
+    ],
+)  # fmt: skip
+def test_a_table_without_what_the_schedulers_burn_in_runs_is_refused_at_load_naming_both(
+    env: dict[str, str], missing: str
+) -> None:
+    settings = load_settings(env={**env, "REMEDIATE_BURNIN_BASELINES": json.dumps(TABLE)})
+    with pytest.raises(ConfigError) as refused:
+        check_burnin(settings.burnin, settings.engine.schedulers)
+    assert f"burnin_baselines is set but burnin_{missing} is not" in str(refused.value)
+    assert f"REMEDIATE_BURNIN_{missing.upper()}" in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},  # no table: the burn-in is skipped, whatever else is unset
+        {"REMEDIATE_SCHEDULERS": "slurm", "REMEDIATE_SLURM_CONF": "/etc/slurm/slurm.conf",
+         "REMEDIATE_BURNIN_BASELINES": json.dumps(TABLE), "REMEDIATE_BURNIN_PYTHON": "/opt/py/bin/python"},
+        {"REMEDIATE_BURNIN_BASELINES": json.dumps(TABLE), "REMEDIATE_BURNIN_PYTHON": "/opt/py/bin/python",
+         "REMEDIATE_BURNIN_IMAGE": "site/img:1", "REMEDIATE_BURNIN_NAMESPACE": "gpu-ops"},
+        {"REMEDIATE_SCHEDULERS": "none", "REMEDIATE_BURNIN_BASELINES": json.dumps(TABLE)},  # no burn-in step loads
+    ],
+)  # fmt: skip
+def test_burnin_settings_that_serve_the_schedulers_in_force_pass(env: dict[str, str]) -> None:
+    settings = load_settings(env=env)
+    check_burnin(settings.burnin, settings.engine.schedulers)
+
+
+def test_serve_refuses_to_start_with_a_table_and_no_image_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import remediate.serve.launcher
+
+    def no_gunicorn(*args: Any) -> None:
+        pytest.fail("the server started: preflight should have refused the burn-in settings")
+
+    monkeypatch.setattr(remediate.serve.launcher, "_GunicornApp", no_gunicorn)
+    (tmp_path / "playbooks").mkdir()
+    for name in list(os.environ):
+        if name.startswith("REMEDIATE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("REMEDIATE_BURNIN_BASELINES", json.dumps(TABLE))
+    monkeypatch.setenv("REMEDIATE_BURNIN_PYTHON", "/opt/py/bin/python")
+
+    result = cli("serve", "--insecure-no-auth", "--playbooks", tmp_path / "playbooks",
+                 "--database-url", f"sqlite:///{tmp_path / 'serve.db'}")  # fmt: skip
+
+    assert_one_line_error(result, "burnin_baselines is set but burnin_image is not", "schedulers names kubernetes")

@@ -8,6 +8,7 @@ import pytest
 
 from remediate.config.settings import Settings
 from remediate.doctor import Status, dcgm, exit_code, report_json
+from remediate.doctor.burnin import check_burnin
 from remediate.doctor.model import fail, ok, warn
 from remediate.doctor.tokens import check_tokens
 
@@ -39,6 +40,16 @@ def test_agents_without_an_agent_token_fail(tmp_path: Path) -> None:
     (check,) = [c for c in check_tokens(Settings.of(**base, agent_token_file=tmp_path / "agent-token"))
                 if c.name == "tokens: agent"]  # fmt: skip
     assert check.status is Status.FAIL and "at least" in check.detail  # a token too short to be one
+
+
+def test_the_burnin_check_fails_a_table_without_the_image_the_kubernetes_burnin_runs() -> None:
+    assert check_burnin(Settings()) == []  # no table: the burn-in is skipped, nothing to check
+    table = (("cpu", 0.5),)
+    (lacking,) = check_burnin(Settings.of(burnin_baselines=table, burnin_python="/opt/py/bin/python"))
+    assert lacking.status is Status.FAIL and "burnin_image is not" in lacking.detail, lacking
+    (fine,) = check_burnin(Settings.of(burnin_baselines=table, burnin_python="/opt/py/bin/python",
+                                       burnin_image="site/img:1", burnin_namespace="gpu-ops"))  # fmt: skip
+    assert (fine.status, fine.detail) == (Status.OK, "baselines of cpu; runs on kubernetes")
 
 
 def test_the_exit_code_is_the_worst_checks() -> None:

@@ -7,8 +7,10 @@ itself skipped, and with one but no `image` (or `namespace`) it fails naming the
 The Job runs `<python> -m remediate.burnin ...` in `image` (torch and remediate installed), backoffLimit 0
 (one try: a burn-in that fails once has failed), activeDeadlineSeconds = the timeout, and is named from the
 run, the step and the node, so a retry of the step finds its Job (409 on create) and waits for it instead of
-starting a second. The figure is the last JSON line of its pod's log (remediate.burnin.verdict). The Job is
-left for the TTL controller (ttlSecondsAfterFinished), so that its pod's log can be read meanwhile.
+starting a second; `remediate node release` (no run: `for_release`) names it from the time it starts instead, so
+a second release of the node reads its own Job, never the verdict of the one before. The figure is the last
+JSON line of its pod's log (remediate.burnin.verdict). The Job is left for the TTL controller
+(ttlSecondsAfterFinished), so that its pod's log can be read meanwhile.
 
 Every part of the command line and the pod is a static param or comes from the node's fresh read (its name,
 checked, and the taints remediate's own annotation records): no alert label reaches it.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Self
 
 from remediate.actions.base import ActionDeps, StepContext
@@ -62,7 +65,11 @@ class BurninStillRunning(RetryableActionError):
     """The burn-in Job has not finished within the step's time: a retry finds it and waits again."""
 
 
-def job_name(ctx: StepContext, node: str) -> str:
+def job_name(ctx: StepContext, node: str, release: str | None = None) -> str:
+    """The Job of a run's step, or of the release started at `release` (UTC, %Y%m%d%H%M%S): 50 characters at
+    most, under the 63 a Job's name may have (its pods' job-name label)."""
+    if release is not None:
+        return f"remediate-burnin-release-{release}-{digest(node)}"
     return f"remediate-burnin-{ctx.run_id}-{ctx.step_index}-{digest(node)}"
 
 
@@ -80,10 +87,23 @@ class KubeBurninAction(KubeAction):
     """The params it cannot run without, from the step or the site's settings."""
 
     def __init__(
-        self, client: ClientProvider, options: KubeOptions | None = None, site: BurninSettings | None = None
+        self,
+        client: ClientProvider,
+        options: KubeOptions | None = None,
+        site: BurninSettings | None = None,
+        *,
+        release: str | None = None,
     ) -> None:
         super().__init__(client, options)
         self.site = site or BurninSettings()
+        self.release = release
+        """When `remediate node release` started (UTC, %Y%m%d%H%M%S): its Job is named from it (job_name)."""
+
+    def for_release(self, started: datetime) -> KubeBurninAction:
+        """This action, with the same backends and settings, as `remediate node release` started at `started`
+        runs it (its own Job)."""
+        stamp = started.astimezone(UTC).strftime("%Y%m%d%H%M%S")
+        return type(self)(self._client_provider, self.options, self.site, release=stamp)
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
@@ -95,6 +115,9 @@ class KubeBurninAction(KubeAction):
         return super().validate(with_site_defaults(params, self.site, self.schema))
 
     def _why_not(self, node: NodeInfo) -> str | None:
+        # A node handed to another system is its owner's to test, but for the release that takes it back.
+        if self.release is None and (owned := self.owned_elsewhere(node)) is not None:
+            return owned
         if not node.held_by_remediate:
             return "not taken out of service by remediate (no cordon, no taint of its own): a burn-in would share it"
         return None
@@ -111,8 +134,8 @@ class KubeBurninAction(KubeAction):
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {"name": job_name(ctx, node.name), "namespace": params["namespace"], "labels": labels,
-                         "annotations": {"remediate.io/burnin-node": node.name}},
+            "metadata": {"name": job_name(ctx, node.name, self.release), "namespace": params["namespace"],
+                         "labels": labels, "annotations": {"remediate.io/burnin-node": node.name}},
             "spec": {
                 "backoffLimit": 0,
                 "activeDeadlineSeconds": max(1, int(params["timeout"])),

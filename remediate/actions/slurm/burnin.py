@@ -12,7 +12,8 @@ the model it ran on; remediate.burnin.verdict judges it against the step's `base
 Every part of the command line is a static param, checked when the playbook loads: no alert label reaches it.
 Only a drained node with no job left is burnt in (on a node in service, or one still draining, the benchmark
 would share it with users' jobs, and its figure would judge neither), and never one handed to a breakfix
-system (its owner's now).
+system (its owner's now), but by `remediate node release` (`for_release`): the person releasing the node takes
+it back from its owner, and the burn-in is part of the proof the release asks for (the node is still drained).
 """
 
 from __future__ import annotations
@@ -64,10 +65,22 @@ class SlurmBurninAction(SlurmAction):
     schema: ClassVar[ParamSchema] = node_schema(**BURNIN_PARAMS, workdir=WORKDIR_PARAM)
 
     def __init__(
-        self, cache: CacheProvider, options: SlurmOptions | None = None, site: BurninSettings | None = None
+        self,
+        cache: CacheProvider,
+        options: SlurmOptions | None = None,
+        site: BurninSettings | None = None,
+        *,
+        releasing: bool = False,
     ) -> None:
         super().__init__(cache, options)
         self.site = site or BurninSettings()
+        self.releasing = releasing
+        """Burn in a node handed to a breakfix system too: `remediate node release`, taking it back."""
+
+    def for_release(self) -> SlurmBurninAction:
+        """This action, with the same backends and settings, as `remediate node release` runs it: on the node
+        handed off as well (still only a drained one)."""
+        return type(self)(self._cache_provider, self.options, self.site, releasing=True)
 
     @classmethod
     def from_deps(cls, deps: ActionDeps) -> Self:
@@ -79,7 +92,7 @@ class SlurmBurninAction(SlurmAction):
         return super().validate(with_site_defaults(params, self.site, self.schema))
 
     def _why_not(self, node: SlurmNode) -> str | None:
-        if node.handed_to is not None:
+        if node.handed_to is not None and not self.releasing:
             return f"{handed_note(node)}: its owner tests it"
         if not node.drained:
             return f"not drained ({node.state_text}): a burn-in would share the node with jobs (slurm.drain it first)"
