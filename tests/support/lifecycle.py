@@ -189,7 +189,9 @@ class Traffic(_Background):
             try:
                 answer = session.post(self.server.webhook_url, json=payload, headers=self.server.auth,
                                       timeout=scaled(30))  # fmt: skip
-            except requests.ConnectionError as exc:
+            except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+                # ChunkedEncodingError: the answer's head came and its body was cut (the worker SIGKILLed
+                # between the two): AlertManager sends such a notification again, as one cut before its answer.
                 if "refused" in str(exc).lower():
                     self.answers["refused"] += 1
                     self.bad.append(f"{at}: connection refused: {exc}")
