@@ -26,27 +26,25 @@ from remediate.intake.alertref import AlertRef
 from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
-from tests.support.gpu import PowerOnlyBackend, alert_on_gpu, node_playbook, simulated_registry, step_context
+from tests.support.gpu import (
+    HEALTHY,
+    PowerOnlyBackend,
+    alert_on_gpu,
+    healthy_simulator,
+    node_playbook,
+    simulated_registry,
+    step_context,
+)
 from tests.support.store_json import run_json_of
 from tests.support.waiting import scaled
 from tests.unit.gpu.test_dcgm_diag import fake_dcgmi, fixture
 
 T0 = 1_767_225_600.0
-HEALTHY = {
-    "ecc_dbe_volatile": 0,
-    "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
-    "utilization_percent": 0,
-    "clock_event_reasons": ["gpu_idle"],
-    "nvlink_errors": {0: {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}},
-}
 
 
 @pytest.fixture
 def sim(tmp_path: Path) -> SimulatedBackend:
-    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
-    for gpu in backend.devices():
-        backend.update_device(gpu.uuid, health=HEALTHY)
-    return backend
+    return healthy_simulator(tmp_path)
 
 
 @pytest.fixture

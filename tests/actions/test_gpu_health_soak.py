@@ -21,18 +21,14 @@ from remediate.executor.agent_calls import AgentRunner, StaticAgents
 from remediate.executor.dispatch import Dispatch
 from remediate.executor.readmission import CheckVerdict, Gate, GateOptions, GateRound
 from remediate.gpu import SimulatedBackend
-from tests.actions.test_gpu_health import HEALTHY
 from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
-from tests.support.gpu import simulated_registry, step_context
+from tests.support.gpu import HEALTHY, healthy_simulator, simulated_registry, step_context
 from tests.support.waiting import scaled
 
 
 @pytest.fixture
 def sim(tmp_path: Path) -> SimulatedBackend:
-    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
-    for gpu in backend.devices():
-        backend.update_device(gpu.uuid, health=HEALTHY)
-    return backend
+    return healthy_simulator(tmp_path)
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ import pytest
 from playwright.sync_api import Browser, Page
 
 from remediate.gpu import SimulatedBackend
-from tests.actions.test_gpu_health import HEALTHY
 from tests.e2e.test_ui_browser import READ_TOKEN, WEBHOOK_TOKEN, _log_in
 from tests.e2e.test_ui_operate_browser import PHONE, _no_sideways_scroll
+from tests.support.gpu import HEALTHY
 from tests.support.server import RemediateServer, notification, write_playbook
 
 pytestmark = [pytest.mark.integration]

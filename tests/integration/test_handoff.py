@@ -35,9 +35,9 @@ from remediate.playbooks.loading import parse_playbook
 from remediate.playbooks.model import PlaybookSet
 from remediate.rehearsal.dryrun import dry_run
 from remediate.store import HistoryQuery, Store
-from tests.actions.test_gpu_health import HEALTHY
 from tests.conftest import alert_payload, notification_payload
 from tests.support.fake_apiserver import FakeKubeAPI
+from tests.support.gpu import HEALTHY
 from tests.support.helm import Helm, chart_rbac
 from tests.support.processes import run_remediate
 from tests.support.server import AGENT_TOKEN, NodeAgent

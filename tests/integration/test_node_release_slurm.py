@@ -18,8 +18,8 @@ import pytest
 from remediate.actions.burnin_common import NOT_CONFIGURED
 from remediate.kube import OWNER
 from remediate.slurm.reason import handoff_reason
-from tests.actions.test_gpu_health import HEALTHY
 from tests.support.fake_apiserver import FakeKubeAPI
+from tests.support.gpu import HEALTHY
 from tests.support.processes import run_remediate
 from tests.support.server import AGENT_TOKEN, NodeAgent
 from tests.support.slurm import SlurmCluster

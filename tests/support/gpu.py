@@ -18,6 +18,23 @@ from remediate.judging.engine import Engine
 from remediate.store import Store
 from tests.conftest import alert_payload, ingest_alerts
 
+HEALTHY: dict[str, Any] = {
+    "ecc_dbe_volatile": 0,
+    "pcie": {"gen": 5, "max_gen": 5, "width": 16, "max_width": 16},
+    "utilization_percent": 0,
+    "clock_event_reasons": ["gpu_idle"],
+    "nvlink_errors": {0: {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}},
+}
+"""The simulator's `health` section of a GPU that passes every gpu.health check (one active NVLink)."""
+
+
+def healthy_simulator(directory: Path, count: int = 2) -> SimulatedBackend:
+    """A simulator of `count` GPUs in `directory`, each reporting HEALTHY."""
+    backend = SimulatedBackend(SimulatedBackend.write_example(directory / "gpus.yaml", count=count))
+    for gpu in backend.devices():
+        backend.update_device(gpu.uuid, health=HEALTHY)
+    return backend
+
 
 @pytest.fixture
 def sim_file(tmp_path: Path) -> Path:

@@ -19,9 +19,8 @@ from remediate.gpu import SimulatedBackend
 from remediate.judging.engine import Engine
 from remediate.store import Store
 from remediate.store.gate_history import latest_gate
-from tests.actions.test_gpu_health import HEALTHY
 from tests.conftest import alert_payload, ingest_alerts
-from tests.support.gpu import simulated_registry
+from tests.support.gpu import HEALTHY, healthy_simulator, simulated_registry
 from tests.support.stores import EVERY_DATABASE
 
 T0 = 1_767_225_600.0
@@ -44,10 +43,7 @@ LOG_ONLY = {"name": "log-only", "match": {"alertname": "DiskNote"}, "target": "n
 
 @pytest.fixture
 def sim(tmp_path: Path) -> SimulatedBackend:
-    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
-    for gpu in backend.devices():
-        backend.update_device(gpu.uuid, health=HEALTHY)
-    return backend
+    return healthy_simulator(tmp_path)
 
 
 @pytest.fixture

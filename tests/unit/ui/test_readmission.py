@@ -19,11 +19,10 @@ from remediate.gpu import SimulatedBackend
 from remediate.playbooks.loading import load_playbooks, parse_playbook
 from remediate.server.ui.readmission import CheckRow, SoakRow, gate_playbooks, gate_views
 from remediate.store import GateRun, GateStep
-from tests.actions.test_gpu_health import HEALTHY
 from tests.actions.test_k8s_burnin import PARAMS, TAINT, burn, ctx
 from tests.actions.test_k8s_burnin import measured_log as measured_log  # the fixture: a real burn-in's output
 from tests.support.fake_apiserver import FakeKubeAPI
-from tests.support.gpu import node_playbook, simulated_registry, step_context
+from tests.support.gpu import HEALTHY, healthy_simulator, node_playbook, simulated_registry, step_context
 from tests.support.shipped import PLAYBOOKS
 from tests.unit.gpu.test_dcgm_diag import fake_dcgmi, fixture
 
@@ -34,10 +33,7 @@ CHECKS = ["on_bus", "retired_pages", "row_remap", "ecc_dbe_volatile", "pcie_widt
 
 @pytest.fixture
 def sim(tmp_path: Path) -> SimulatedBackend:
-    backend = SimulatedBackend(SimulatedBackend.write_example(tmp_path / "gpus.yaml", count=2))
-    for gpu in backend.devices():
-        backend.update_device(gpu.uuid, health=HEALTHY)
-    return backend
+    return healthy_simulator(tmp_path)
 
 
 @pytest.fixture
