@@ -18,6 +18,7 @@ diagnostic run.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from remediate.actions.base import StepContext
@@ -30,7 +31,7 @@ from remediate.actions.gpu_health_checks import (
     judge,
     overall,
 )
-from remediate.actions.gpu_health_soak import Round, Soak, run_soak
+from remediate.actions.gpu_health_soak import UNLISTED, Listed, Round, Soak, listed_in, run_soak
 from remediate.actions.schema import Param, ParamSchema, between, duration_within
 from remediate.config.durations import parse_duration
 from remediate.errors import PartialFailure, parsed_by
@@ -190,7 +191,8 @@ class HealthAction(_GpuAction):
             warned += _lines(gpu, checks, "warn")
             reading = gpu.reading.to_dict() if gpu.reading is not None else {"lost": gpu.lost}
             gpus.append(gpu.ident() | {"verdict": verdict, "checks": [c.to_dict() for c in checks], "read": reading})
-        return gpus, Round(0.0, overall(g["verdict"] for g in gpus), tuple(failed), tuple(warned))
+        verdict = overall(g["verdict"] for g in gpus)
+        return gpus, Round(0.0, verdict, tuple(failed), tuple(warned), gpus=listed_in(gpus))
 
     def execute(self, params: Mapping[str, Any], ctx: StepContext) -> dict[str, Any]:
         latest: list[list[dict[str, Any]]] = []
@@ -203,10 +205,10 @@ class HealthAction(_GpuAction):
                 diag.update(self._diag(params["diag"], ctx, soak.window_s) if done.verdict != "fail" else _DIAG_NOT_RUN)
                 if diag["verdict"] == "fail":
                     why = "; ".join(diag["failed"]) or diag["reason"]
-                    return Round(0.0, "fail", (*done.failed, f"dcgmi diag -r {diag['level']}: {why}"), done.warnings)
+                    return replace(done, verdict="fail", failed=(*done.failed, f"dcgmi diag -r {diag['level']}: {why}"))
                 if diag["verdict"] == "warn":
                     warned = (*done.warnings, f"dcgmi diag -r {diag['level']}: warnings (see diag.tests)")
-                    return Round(0.0, overall([done.verdict, "warn"]), done.failed, warned)
+                    return replace(done, verdict=overall([done.verdict, "warn"]), warnings=warned)
             return done
 
         soak = self._soak(params)
@@ -214,7 +216,7 @@ class HealthAction(_GpuAction):
         last = log.rounds[-1]
         verdict = overall([*(r.verdict for r in log.rounds)])
         result = self._report(
-            latest[0],
+            latest[0] + [_unlisted_entry(g) for g in last.unlisted],
             verdict=verdict,
             failed=list(last.failed),
             warnings=sorted({w for r in log.rounds for w in r.warnings}),
@@ -245,3 +247,9 @@ def _lines(gpu: GpuHealth, checks: list[Check], verdict: str) -> list[str]:
         for c in checks
         if c.verdict == verdict
     ]
+
+
+def _unlisted_entry(gpu: Listed) -> dict[str, Any]:
+    """The result's entry of a GPU the soak's first round listed and its last did not: its `on_bus` check failed."""
+    check = Check("on_bus", "fail", UNLISTED).to_dict()
+    return {"gpu": gpu.uuid, "index": gpu.index, "verdict": "fail", "checks": [check], "read": {"lost": UNLISTED}}

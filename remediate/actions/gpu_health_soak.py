@@ -7,14 +7,19 @@ ladder is idle, so the soak cannot load it (the burn-in does that); what it catc
 back by itself within the window: volatile double-bit ECC counting again, a link that trains down again,
 HW slowdown or power brake asserted again, a GPU that falls off the bus again. The first failing round
 fails the step at once (no need to wait out the window to keep a node out); warnings are kept, never fatal.
+
+A GPU can also fall off the bus so far that NVML stops listing it (after an XID 79 the driver may drop the device):
+a round judging only the GPUs listed then would pass a node short of one. So every round is held to the GPUs
+the plan or the first round listed (run_soak, for the step's soak and the release gate's rounds alike): one no
+longer listed fails the round's `on_bus` check.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from remediate.errors import ActionError
@@ -31,14 +36,45 @@ class SoakStopped(ActionError):
     """The server stopped during the soak: the node was not proven healthy over the whole window."""
 
 
+UNLISTED = "no longer listed by NVML: fell off the bus?"
+"""The `on_bus` evidence of a GPU the soak's first round (or the plan) listed and a later round does not."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A GPU a round listed: its index then and its UUID (what identifies it across rounds: indexes shift)."""
+
+    index: int
+    uuid: str
+
+    def who(self) -> str:
+        """`GPU 0 (GPU-…)`, as gpu.health's evidence lines name a GPU."""
+        return f"GPU {self.index} ({self.uuid})"
+
+    def unlisted_line(self) -> str:
+        return f"{self.who()}: on_bus: {UNLISTED}"
+
+
+def listed_in(entries: Iterable[Mapping[str, Any]]) -> tuple[Listed, ...]:
+    """The GPUs of gpu.health's `gpus` entries (a plan's or a result's) whose UUID is known."""
+    return tuple(
+        Listed(int(e.get("index", -1)), str(e["gpu"])) for e in entries if e.get("gpu") not in (None, "", "unknown")
+    )
+
+
 @dataclass(frozen=True)
 class Round:
-    """One round of the checks: when it ran (seconds from the soak's start) and what it found."""
+    """One round of the checks: when it ran (seconds from the soak's start) and what it found.
+
+    `gpus`: the GPUs it listed (None: not known, nothing to hold it to); `unlisted`: those run_soak found missing
+    from it, already among `failed`."""
 
     at_s: float
     verdict: str
     failed: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    gpus: tuple[Listed, ...] | None = None
+    unlisted: tuple[Listed, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"at_s": round(self.at_s, 1), "verdict": self.verdict, "failed": list(self.failed),
@@ -87,9 +123,13 @@ def run_soak(
     stopping: threading.Event,
     margin_s: float,
     clock: Callable[[], float] = time.monotonic,
+    expected: Sequence[Listed] = (),
+    on_round: Callable[[Round], None] = lambda done: None,
 ) -> SoakLog:
     """Every round of `soak` in turn, until one fails (it is the last in the log) or the window ends.
 
+    Each round is held to `expected` (the plan's GPUs), or when that is empty to the first round's: a GPU it no
+    longer lists fails it (module docstring). `on_round` is told each round so judged, as it ends.
     Raises SoakTooLong before the first round when the window and `margin_s` exceed `remaining()`, and
     SoakStopped (the log so far in its message) when `stopping` is set during a wait."""
     if soak.window_s + margin_s > remaining():
@@ -105,8 +145,21 @@ def run_soak(
                 f"stopped after {len(log.rounds)} of {len(soak.offsets())} soak rounds (the server is stopping): "
                 "the node was not proven healthy over the window"
             )
-        done = one_round()
-        log.rounds.append(Round(clock() - started, done.verdict, done.failed, done.warnings))
+        done = _held_to(one_round(), expected or (log.rounds[0].gpus if log.rounds else None) or ())
+        log.rounds.append(done := replace(done, at_s=clock() - started))
+        on_round(done)
         if done.verdict == "fail":
             break
     return log
+
+
+def _held_to(done: Round, expected: Sequence[Listed]) -> Round:
+    """`done`, failed for each GPU of `expected` it did not list (UUIDs compare case-insensitively, as NVML's)."""
+    if done.gpus is None:
+        return done
+    listed = {g.uuid.lower() for g in done.gpus}
+    unlisted = tuple(g for g in expected if g.uuid.lower() not in listed)
+    if not unlisted:
+        return done
+    failed = (*done.failed, *(g.unlisted_line() for g in unlisted))
+    return replace(done, verdict="fail", failed=failed, unlisted=unlisted)

@@ -3,10 +3,11 @@
 The gate is the shipped XID ladder's own (playbooks/gpu-xid-quarantine.yaml): `gpu.health` on the node, NVML's
 checks repeated over a soak (`soak: 30m, every: 5m`) and dcgmi diag once after the first round (`diag: 1`). It
 runs where the executor would run it (Dispatch: the node's agent, or this host when it is the node), planned
-once, then executed once per round with `soak: 0s` and `fail_on: never`, the rounds timed by the step's own
-soak (gpu_health_soak.run_soak): each round's verdicts come back as it ends, for the operator to read as it
-goes, where one call for the whole soak would answer only at its end. One such round is exactly one round of the
-step (the same checks, thresholds and dcgmi after the first), so the gate passes and fails as the ladder's does.
+once, then executed once per round with `soak: 0s` and `fail_on: never`, the rounds timed and judged by the
+step's own soak (gpu_health_soak.run_soak, which holds each round to the GPUs the plan listed): each round's
+verdicts come back as it ends, for the operator to read as it goes, where one call for the whole soak would
+answer only at its end. One such round is exactly one round of the step (the same checks, thresholds and dcgmi
+after the first), so the gate passes and fails as the ladder's does.
 
 A gate that cannot run (no agent for the node, the agent unreachable, no NVML on the node, a host that is not
 the node) is a failure, never a pass: the node stays with its owner.
@@ -22,7 +23,7 @@ from typing import Any
 
 from remediate.actions.base import Action, StepContext
 from remediate.actions.gpu_health import DIAG_MARGIN_S, HealthAction
-from remediate.actions.gpu_health_soak import Round, Soak, run_soak
+from remediate.actions.gpu_health_soak import UNLISTED, Round, Soak, listed_in, run_soak
 from remediate.config.durations import parse_duration
 from remediate.errors import ActionError
 from remediate.executor.dispatch import Dispatch
@@ -138,21 +139,25 @@ class Gate:
             return StepContext(run_id=0, step_index=step, playbook=PLAYBOOK, target=self.node, alert=AlertRef(),
                                deadline=deadline, stopping=self.stopping)  # fmt: skip
 
+        answers: list[Mapping[str, Any]] = []
+
         def one_round() -> Round:
             first = not rounds
             once = {**params, "soak": "0s", "fail_on": "never", "diag": params["diag"] if first else 0}
-            result = runner.execute(self.action, once, context(len(rounds) + 1))
-            done = _round(result, len(rounds) + 1, len(soak.offsets()), started, self.clock(), first)
-            rounds.append(done)
-            self.on_round(done)
-            return Round(done.at_s, done.verdict, done.failed, done.warnings)
+            answers[:] = [result := runner.execute(self.action, once, context(len(rounds) + 1))]
+            failed, warnings = tuple(result.get("failed") or ()), tuple(result.get("warnings") or ())
+            return Round(0.0, str(result.get("verdict")), failed, warnings, gpus=listed_in(result.get("gpus") or ()))
+
+        def judged(done: Round) -> None:  # run_soak's verdict of the round: a GPU gone from NVML fails it there
+            rounds.append(_round(answers[0], done, len(rounds) + 1, len(soak.offsets()), first=not rounds))
+            self.on_round(rounds[-1])
 
         try:
             plan = runner.plan(self.action, params, context(0))
             self.on_plan(_plan(plan, runner.ran_on, len(soak.offsets())))
-            started = self.clock()
             log = run_soak(soak, one_round, remaining=lambda: deadline - self.clock(), stopping=self.stopping,
-                           margin_s=DIAG_MARGIN_S, clock=self.clock)  # fmt: skip
+                           margin_s=DIAG_MARGIN_S, clock=self.clock, expected=listed_in(plan.get("gpus") or ()),
+                           on_round=judged)  # fmt: skip
         except ActionError as exc:  # no agent, agent unreachable, no NVML there, the wrong host, the soak stopped
             return GateOutcome(False, runner.ran_on, tuple(rounds), error=str(exc))
         last = log.rounds[-1]
@@ -173,13 +178,15 @@ def _plan(plan: Mapping[str, Any], ran_on: str | None, rounds: int) -> GatePlan:
     return GatePlan(ran_on, gpus, shown, rounds, tuple(plan.get("notes") or ()))
 
 
-def _round(result: Mapping[str, Any], number: int, planned: int, started: float, now: float, first: bool) -> GateRound:
+def _round(result: Mapping[str, Any], done: Round, number: int, planned: int, *, first: bool) -> GateRound:
+    """The gate's round of one gpu.health call's `result` as run_soak judged it (`done`): a GPU the plan listed and
+    this call did not is one more failed `on_bus` check."""
     checks = tuple(
         CheckVerdict(_who(gpu), str(c.get("check")), str(c.get("verdict")), str(c.get("evidence")))
         for gpu in result.get("gpus") or ()
         for c in gpu.get("checks") or ()
-    )
+    ) + tuple(CheckVerdict(g.who(), "on_bus", "fail", UNLISTED) for g in done.unlisted)
     return GateRound(
-        number, planned, now - started, str(result.get("verdict")), checks, tuple(result.get("failed") or ()),
-        tuple(result.get("warnings") or ()), result.get("diag") if first else None,
+        number, planned, done.at_s, done.verdict, checks, done.failed, done.warnings,
+        result.get("diag") if first else None,
     )  # fmt: skip

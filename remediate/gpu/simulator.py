@@ -202,6 +202,14 @@ class SimulatedBackend:
             state.dirty = True
             return updated
 
+    def remove_device(self, uuid: str) -> None:
+        """Drop a device from the file: NVML no longer lists it, as when a GPU falls off the bus so far (XID 79)
+        that the driver stops enumerating it, where `lost=True` is one still listed but answering nothing."""
+        with simfile.transaction(self.path) as state:
+            position = state.devices.index(state.find(uuid))
+            del state.raw["devices"][position]
+            state.dirty = True
+
     def locked_clocks(self, uuid: str) -> dict[str, tuple[int, int] | None]:
         """The clocks locked on a GPU ({"gpu_mhz": (min, max) or None, "memory_mhz": ...}): NVML has no
         simple read of them, so GpuInfo does not carry them; tests and demos read them here."""

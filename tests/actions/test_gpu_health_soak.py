@@ -15,7 +15,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.gpu_health import NodeUnhealthy
-from remediate.actions.gpu_health_soak import Round, Soak, SoakStopped, SoakTooLong, run_soak
+from remediate.actions.gpu_health_soak import UNLISTED, Round, Soak, SoakStopped, SoakTooLong, run_soak
 from remediate.agent.service import AgentService
 from remediate.executor.agent_calls import AgentRunner, StaticAgents
 from remediate.executor.dispatch import Dispatch
@@ -137,3 +137,41 @@ def test_the_release_gate_reports_each_round_as_it_ends_and_a_fault_back_mid_soa
     assert outcome.line() == f"gate failed on node-a (server) (round 2): {evidence}"
     (failing,) = [c for c in outcome.rounds[1].checks if c.verdict == "fail"]
     assert failing == CheckVerdict(f"GPU 1 ({bad})", "ecc_dbe_volatile", "fail", "ecc_dbe_volatile: 1 > 0")
+
+
+def test_a_gpu_nvml_stops_listing_mid_soak_fails_the_step_on_bus(tmp_path: Path, db_url: str) -> None:
+    """8 GPUs in the first round, 7 listed later, the 7 all healthy: the step fails, naming the GPU gone."""
+    sim = healthy_simulator(tmp_path, count=8)
+    action = simulated_registry(sim, db_url).get("gpu.health")
+    gone = sim.devices()[5].uuid
+    timer = threading.Timer(0.5, lambda: sim.remove_device(gone))
+    timer.start()
+    with pytest.raises(NodeUnhealthy) as caught:
+        action.execute(action.validate({"soak": "3s", "every": "1s"}), step_context())
+    timer.join()
+    line = f"GPU 5 ({gone}): on_bus: no longer listed by NVML: fell off the bus?"
+    rounds = caught.value.result["soak"]["rounds"]
+    assert [(r["verdict"], r["failed"]) for r in rounds] == [("ok", []), ("fail", [line])]
+    assert caught.value.result["failed"] == [line]
+    (entry,) = [g for g in caught.value.result["gpus"] if g["gpu"] == gone]
+    assert entry["checks"] == [{"check": "on_bus", "verdict": "fail", "evidence": UNLISTED}]
+
+
+def test_the_release_gate_fails_a_round_short_of_a_gpu_its_plan_listed(tmp_path: Path, db_url: str) -> None:
+    """The release's per-round calls each judge only what NVML lists then; the gate holds them to the plan's."""
+    sim = healthy_simulator(tmp_path, count=8)
+    gone = sim.devices()[7].uuid
+
+    def on_round(done: GateRound) -> None:
+        if done.number == 2:
+            sim.remove_device(gone)
+
+    gate = Gate(Dispatch(node_name="node-a"), simulated_registry(sim, db_url).get("gpu.health"), "node-a",
+                GateOptions("3s", "1s", 0), on_round=on_round)  # fmt: skip
+    outcome = gate.run()
+
+    line = f"GPU 7 ({gone}): on_bus: {UNLISTED}"
+    assert [r.verdict for r in outcome.rounds] == ["ok", "ok", "fail"]
+    assert (outcome.passed, outcome.failed, outcome.error) == (False, (line,), None)
+    (failing,) = [c for c in outcome.rounds[2].checks if c.verdict == "fail"]
+    assert failing == CheckVerdict(f"GPU 7 ({gone})", "on_bus", "fail", UNLISTED)
