@@ -61,6 +61,8 @@ class BurninRow:
     baseline: str
     """"baseline 300 GB/s, passes from 240 GB/s"."""
     error: str | None
+    note: str = ""
+    """Why a burn-in that measured nothing by design did not (its `reason`: no baseline configured)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,8 @@ class GateView:
     step: str
     status: str
     outcome: str
-    """passed / FAILED: <the first failing check's evidence> / running: round k of n / not run (<status>)."""
+    """passed / FAILED: <the first failing check's evidence> / FAILED: burn-in <step>: <its error> / running: round
+    k of n / not run (<status>)."""
     outcome_kind: str
     """passed, failed, running or other: the outcome's colour."""
     checks: list[CheckRow]
@@ -108,6 +111,10 @@ def _view(run: GateRun, step: GateStep, burnins: list[BurninRow], now: float) ->
     result = step.result if isinstance(step.result, Mapping) else {}
     plan = step.plan if isinstance(step.plan, Mapping) else {}
     kind, outcome = _outcome(run, step, result, plan, now)
+    failed_burnin = next((b for b in burnins if b.status == StepStatus.FAILED), None)
+    if failed_burnin is not None and kind != "failed":
+        # The gate is the health checks and the burn-in together: the node did not pass when its burn-in failed.
+        kind, outcome = "failed", f"FAILED: burn-in {failed_burnin.step}: {failed_burnin.error or 'no error recorded'}"
     return GateView(
         run_id=run.run_id,
         playbook=run.playbook,
@@ -205,7 +212,7 @@ def _soak_note(soak: Mapping[str, Any] | None) -> str:
 def _burnin(step: GateStep) -> BurninRow:
     result = step.result if isinstance(step.result, Mapping) else {}
     if "figure" not in result:
-        return BurninRow(step.name, step.status, "", "", "", step.error)
+        return BurninRow(step.name, step.status, "", "", "", step.error, str(result.get("reason") or ""))
     unit = result.get("unit") or ""
     figure = f"{_number(result['figure'])} {unit} on {result.get('model') or 'an unknown model'}"
     if result.get("baseline") is None:

@@ -13,7 +13,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
-from remediate.actions.burnin_common import BurninFailedStep
+from remediate.actions.burnin_common import NOT_CONFIGURED, BurninFailedStep
 from remediate.actions.gpu_health import NodeUnhealthy
 from remediate.gpu import SimulatedBackend
 from remediate.playbooks.loading import load_playbooks, parse_playbook
@@ -212,6 +212,11 @@ def test_the_burn_in_of_the_same_run_shows_its_figure_against_the_baseline(
     (view,) = gate_views(run_of(step(status, result=result, error=gate_error), burnin), T0)
     (shown,) = view.burnins
     assert (shown.step, shown.verdict) == ("burnin", "pass" if baseline < 1 else "fail")
+    # The health checks passed either way: the gate's outcome is the burn-in's too.
+    if baseline < 1:
+        assert (view.outcome_kind, view.outcome) == ("passed", "passed")
+    else:
+        assert (view.outcome_kind, view.outcome) == ("failed", f"FAILED: burn-in burnin: {error}")
     assert shown.figure == f"{met['figure']:.4f}".rstrip("0").rstrip(".") + " GB/s on cpu"
     if baseline < 1:
         assert (shown.status, shown.baseline, shown.error) == (
@@ -229,6 +234,19 @@ def test_a_burn_in_that_measured_nothing_shows_its_error(registry: ActionRegistr
     job_failed = step("failed", action="slurm.burnin", name="burnin", index=2, error="sbatch: job 12 FAILED")
     (view,) = gate_views(run_of(step(status, result=result, error=error), job_failed, status="failed"), T0)
     assert [(b.verdict, b.figure, b.error) for b in view.burnins] == [("", "", "sbatch: job 12 FAILED")]
+    assert (view.outcome_kind, view.outcome) == ("failed", "FAILED: burn-in burnin: sbatch: job 12 FAILED")
+
+
+def test_a_burn_in_skipped_for_want_of_a_baseline_says_so_and_the_gate_still_passed(
+    registry: ActionRegistry, actions: dict[str, Any]
+) -> None:
+    skipped = actions["k8s.burnin"].execute(actions["k8s.burnin"].validate(PARAMS), ctx())  # no baselines: no Job
+    assert skipped["reason"] == NOT_CONFIGURED
+    status, result, error = health(registry)
+    burnin = step("succeeded", action="k8s.burnin", name="burnin", index=2, result=skipped)
+    (view,) = gate_views(run_of(step(status, result=result, error=error), burnin), T0)
+    assert [(b.status, b.verdict, b.note) for b in view.burnins] == [("succeeded", "", NOT_CONFIGURED)]
+    assert (view.outcome_kind, view.outcome) == ("passed", "passed")
 
 
 def test_the_gate_playbooks_are_those_with_a_gpu_health_step_in_any_phase_or_rung() -> None:
