@@ -68,10 +68,12 @@ class BurninSettings:
     """The least share of the baseline that passes (0.05 to 1)."""
     python: str | None = setting(None, _checked(check_path))
     """Absolute path of the Python on the node (Slurm) or in `burnin_image` (Kubernetes) that has torch and
-    remediate installed. Needed once baselines are set: a burn-in without it fails naming this setting."""
+    remediate installed. Needed whenever burnin_baselines is set (Slurm or Kubernetes in force): the server refuses
+    to start without it, even where a step writes its own `python`."""
     image: str | None = setting(None, _checked(check_image))
     """k8s.burnin: the container image of the burn-in Job (torch and remediate installed). Needed on
-    Kubernetes once baselines are set: a k8s.burnin without it fails naming this setting."""
+    Kubernetes whenever burnin_baselines is set: the server refuses to start without it, even where a step writes
+    its own `image`."""
     namespace: str | None = setting(None, _checked(check_namespace))
     """k8s.burnin: the namespace of its Job, one remediate may create Jobs in (the chart: its release's)."""
 
