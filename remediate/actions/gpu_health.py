@@ -6,7 +6,8 @@ throttle reasons, NVLink error counters, a GPU off the bus) gets a verdict — o
 with its evidence (values and thresholds). `diag: 1|2|3` also runs `dcgmi diag -r N -j` (remediate.gpu.
 dcgm_diag); 0 skips it, and a node without DCGM reports it skipped, not failed. `soak: 30m` repeats the
 NVML checks over a window (`every: 5m`; remediate.actions.gpu_health_soak), every round's verdict kept in the
-result; the first failing round fails the step. dcgmi runs once, after the first round.
+result; the first failing round fails the step. dcgmi runs once, after the first round; one that gives no
+answer in the time left fails the step as DiagTimedOut (the node could not be judged), never as unhealthy.
 
 The step fails when any check fails (`fail_on: fail`, the default): what a gate needs, since a failed
 step stops the run and its result — every check's evidence — stays with the step in the history
@@ -59,6 +60,11 @@ _DIAG_NOT_RUN = {"level": 0, "verdict": "skipped", "reason": "not run: the NVML 
 
 class NodeUnhealthy(PartialFailure):
     """A health check failed; `result` holds every check's verdict and evidence (kept with the failed step)."""
+
+
+class DiagTimedOut(PartialFailure):
+    """dcgmi gave no answer in the time the step had left: the node could not be judged, which is no verdict on its
+    GPUs (still not a pass: the step fails, whatever `fail_on`); `result` holds the NVML round read before it."""
 
 
 def _count(value: int) -> str | None:
@@ -203,6 +209,12 @@ class HealthAction(_GpuAction):
             latest[:] = [gpus]
             if not diag:  # after the first round: a fault NVML sees already fails before dcgmi's minutes
                 diag.update(self._diag(params["diag"], ctx, soak.window_s) if done.verdict != "fail" else _DIAG_NOT_RUN)
+                if diag.get("timed_out"):
+                    raise DiagTimedOut(
+                        f"gate could not judge the node: {diag['reason']} (not a hardware verdict: give the step a "
+                        f"timeout of its soak + {dcgm_diag.ALLOWED_S[diag['level']]:g}s for diag {diag['level']})",
+                        self._report(gpus, verdict="fail", failed=[], warnings=list(done.warnings), diag=dict(diag)),
+                    )
                 if diag["verdict"] == "fail":
                     why = "; ".join(diag["failed"]) or diag["reason"]
                     return replace(done, verdict="fail", failed=(*done.failed, f"dcgmi diag -r {diag['level']}: {why}"))

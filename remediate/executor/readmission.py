@@ -27,14 +27,21 @@ from remediate.actions.gpu_health_soak import UNLISTED, Round, Soak, listed_in, 
 from remediate.config.durations import parse_duration
 from remediate.errors import ActionError
 from remediate.executor.dispatch import Dispatch
+from remediate.gpu import dcgm_diag
 from remediate.intake.alertref import AlertRef
 
 ACTION = "gpu.health"
 PLAYBOOK = "node-release"
 """The playbook name the gate's calls carry (an agent logs `run 0 step N gpu.health` under it)."""
-MARGIN_S = 15 * 60.0
-"""Time the gate has beyond its soak (dcgmi's diagnostic, each round's call), as the shipped gate's step
-timeout has (45m for a 30m soak)."""
+CALLS_S = 10 * 60.0
+"""Time the gate has beyond its soak and dcgmi's diagnostic: each round's call (to the node's agent)."""
+
+
+def margin_s(diag: int) -> float:
+    """Time the gate has beyond its soak: dcgmi's at this level, from the figure gpu.health's diagnostic is
+    sized by (dcgm_diag.ALLOWED_S), and the calls'. 15 minutes at level 1, as the shipped gate's step timeout
+    has (45m for a 30m soak); 70 at level 3, which takes 30 minutes and more on 8 GPUs."""
+    return dcgm_diag.ALLOWED_S.get(diag, 0.0) + CALLS_S
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,7 @@ class Gate:
         params = self.action.validate(gate_params(self.options))
         window, every = (parse_duration(params[k]).total_seconds() for k in ("soak", "every"))
         soak = Soak(window_s=window, every_s=every)
-        deadline = self.clock() + window + MARGIN_S
+        deadline = self.clock() + window + margin_s(params["diag"])
         runner = self.dispatch.runner_of_owned(self.action, self.node)
         rounds: list[GateRound] = []
 
@@ -158,7 +165,8 @@ class Gate:
             log = run_soak(soak, one_round, remaining=lambda: deadline - self.clock(), stopping=self.stopping,
                            margin_s=DIAG_MARGIN_S, clock=self.clock, expected=listed_in(plan.get("gpus") or ()),
                            on_round=judged)  # fmt: skip
-        except ActionError as exc:  # no agent, agent unreachable, no NVML there, the wrong host, the soak stopped
+        # No agent, agent unreachable, no NVML there, the wrong host, the soak stopped, dcgmi out of time.
+        except ActionError as exc:
             return GateOutcome(False, runner.ran_on, tuple(rounds), error=str(exc))
         last = log.rounds[-1]
         return GateOutcome(last.verdict != "fail", runner.ran_on, tuple(rounds), failed=last.failed)

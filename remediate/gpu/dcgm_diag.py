@@ -5,7 +5,9 @@ pending page retirements) in up to about a minute; level 2 adds PCIe, memory and
 minutes); level 3 the stress tests (about 15-30 minutes). It needs DCGM's host engine (nv-hostengine)
 on the node. A node without `dcgmi` on PATH gets a "skipped" result saying so, never a failure: DCGM is
 optional. Anything else that keeps the diagnostic from answering (no host engine, a timeout, output that
-is not its JSON) is a "fail" with the reason: a gate must not pass a node whose diagnostic did not run.
+is not its JSON) is a "fail" with the reason: a gate must not pass a node whose diagnostic did not run. A
+timeout is also marked `timed_out`: no verdict on the hardware, only too little time (gpu.health then says the
+gate could not run, not that the node failed).
 
 Two JSON shapes exist, both parsed: DCGM 4's top key "DCGM Diagnostic" (results per entity:
 `entity_group`, `entity_id`, `status`, `warnings: [{warning, error_id, ...}]`, and a `test_summary`;
@@ -25,6 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 LEVELS = (1, 2, 3)
+ALLOWED_S = {1: 5 * 60.0, 2: 20 * 60.0, 3: 60 * 60.0}
+"""The time a diagnostic at each level is given to answer, above the docstring's figures (level 3 on 8 GPUs
+takes 30 minutes and more): what the release gate's margin beyond its soak is sized from."""
 TOP_KEYS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")
 
 
@@ -56,6 +61,8 @@ class DiagResult:
     tests: tuple[DiagTest, ...] = ()
     reason: str = ""
     version: str = ""
+    timed_out: bool = False
+    """It gave no answer in its time: the verdict is "fail" (nothing passes), but it says nothing of the GPUs."""
 
     def to_dict(self) -> dict[str, Any]:
         failed = [f"{t.name}: {'; '.join(t.problems) or t.status}" for t in self.tests if t.verdict == "fail"]
@@ -66,7 +73,7 @@ class DiagResult:
             "dcgm_version": self.version,
             "failed": failed,
             "tests": [t.to_dict() for t in self.tests],
-        }
+        } | ({"timed_out": True} if self.timed_out else {})
 
 
 class DiagOutputError(ValueError):
@@ -94,7 +101,8 @@ def run(level: int, *, timeout_s: float) -> DiagResult:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        return DiagResult(level, "fail", reason=f"dcgmi diag -r {level} gave no answer in {timeout_s:g} s")
+        reason = f"dcgmi diag -r {level} gave no answer in {timeout_s:g} s"
+        return DiagResult(level, "fail", reason=reason, timed_out=True)
     except OSError as exc:
         return DiagResult(level, "fail", reason=f"dcgmi could not be run: {exc}")
     # dcgmi exits non-zero when a test fails, and prints the JSON all the same: judge the JSON first.

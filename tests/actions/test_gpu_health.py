@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry, StepContext
-from remediate.actions.gpu_health import HealthAction, NodeUnhealthy
+from remediate.actions.gpu_health import DIAG_MARGIN_S, DiagTimedOut, HealthAction, NodeUnhealthy
 from remediate.agent.service import AgentService
 from remediate.errors import ParamsError, PartialFailure
 from remediate.executor.agent_calls import AgentRunner, StaticAgents
@@ -334,3 +335,23 @@ def test_through_the_node_agent_a_failed_check_comes_back_with_its_evidence(
     assert f"GPU 1 ({uuid}): pcie_width: pcie width x8 < max x16" in str(caught.value)
     assert caught.value.result["failed"] == [f"GPU 1 ({uuid}): pcie_width: pcie width x8 < max x16"]
     assert checks(caught.value.result, 1)["pcie_width"] == ("fail", "pcie width x8 < max x16")
+
+
+def test_a_dcgmi_out_of_time_fails_the_step_as_not_judged_not_as_unhealthy(
+    registry: ActionRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hung or slow dcgmi says nothing of the GPUs: the step fails (nothing passes), as could-not-judge, even
+    `fail_on: never` (that reports checks; here there is no check to report)."""
+    bin_dir = fake_dcgmi(tmp_path / "bin", output=fixture("dcgm4_r1_pass.json"), sleep_s=5)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    action = registry.get("gpu.health")
+    for fail_on in ("fail", "never"):
+        ctx = replace(step_context(), deadline=time.monotonic() + DIAG_MARGIN_S + 1.5)  # dcgmi gets 1.5 s
+        with pytest.raises(DiagTimedOut) as caught:
+            action.execute(action.validate({"diag": 3, "fail_on": fail_on}), ctx)
+        assert not isinstance(caught.value, NodeUnhealthy)
+        assert str(caught.value).startswith("gate could not judge the node: dcgmi diag -r 3 gave no answer in 1.")
+        assert "not a hardware verdict" in str(caught.value)
+        result = caught.value.result
+        assert (result["diag"]["timed_out"], result["failed"]) == (True, [])
+        assert [g["verdict"] for g in result["gpus"]] == ["ok", "ok"]  # NVML's round, kept as evidence

@@ -5,6 +5,7 @@ refused before it starts; a stopping server ends it. Windows are seconds here (t
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import replace
@@ -14,16 +15,18 @@ import pytest
 
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
-from remediate.actions.gpu_health import NodeUnhealthy
+from remediate.actions.gpu_health import DIAG_MARGIN_S, NodeUnhealthy
 from remediate.actions.gpu_health_soak import UNLISTED, Round, Soak, SoakStopped, SoakTooLong, run_soak
 from remediate.agent.service import AgentService
+from remediate.executor import readmission
 from remediate.executor.agent_calls import AgentRunner, StaticAgents
 from remediate.executor.dispatch import Dispatch
 from remediate.executor.readmission import CheckVerdict, Gate, GateOptions, GateRound
-from remediate.gpu import SimulatedBackend
+from remediate.gpu import SimulatedBackend, dcgm_diag
 from tests.support.agent import AGENT_TOKEN, agent_settings, serve_agent
 from tests.support.gpu import HEALTHY, healthy_simulator, simulated_registry, step_context
 from tests.support.waiting import scaled
+from tests.unit.gpu.test_dcgm_diag import fake_dcgmi, fixture
 
 
 @pytest.fixture
@@ -175,3 +178,36 @@ def test_the_release_gate_fails_a_round_short_of_a_gpu_its_plan_listed(tmp_path:
     assert (outcome.passed, outcome.failed, outcome.error) == (False, (line,), None)
     (failing,) = [c for c in outcome.rounds[2].checks if c.verdict == "fail"]
     assert failing == CheckVerdict(f"GPU 7 ({gone})", "on_bus", "fail", UNLISTED)
+
+
+def test_the_release_gate_gives_dcgmi_the_time_its_level_takes(
+    registry: ActionRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--diag 3` runs 30 minutes and more on 8 GPUs: the gate's margin beyond its soak comes from the same
+    per-level figure (dcgm_diag.ALLOWED_S), not a fixed 15 minutes that cuts it short."""
+    given: list[float] = []
+
+    def diag(level: int, *, timeout_s: float) -> dcgm_diag.DiagResult:
+        given.append(timeout_s)
+        return dcgm_diag.parse(fixture("dcgm4_r1_pass.json"), level)
+
+    monkeypatch.setattr(dcgm_diag, "run", diag)
+    for level in (1, 3):
+        outcome = Gate(Dispatch(node_name="node-a"), registry.get("gpu.health"), "node-a",
+                       GateOptions("0s", "1s", level)).run()  # fmt: skip
+        assert outcome.passed, outcome.line()
+        assert given[-1] >= dcgm_diag.ALLOWED_S[level]
+    assert given[0] < given[1]
+
+
+def test_a_dcgmi_out_of_time_in_the_release_gate_reads_as_could_not_run(
+    registry: ActionRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = fake_dcgmi(tmp_path / "bin", output=fixture("dcgm4_r1_pass.json"), sleep_s=5)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(readmission, "margin_s", lambda diag: DIAG_MARGIN_S + 1.5)  # dcgmi gets 1.5 s
+    outcome = Gate(Dispatch(node_name="node-a"), registry.get("gpu.health"), "node-a",
+                   GateOptions("0s", "1s", 1)).run()  # fmt: skip
+    assert (outcome.passed, outcome.failed) == (False, ())
+    assert outcome.error is not None and "dcgmi diag -r 1 gave no answer in 1." in outcome.error
+    assert outcome.line().startswith("gate could not run on node-a (server): gate could not judge the node")

@@ -127,10 +127,11 @@ def test_no_host_engine_or_a_hung_dcgmi_fails_with_the_reason(tmp_path: Path, mo
     bin_dir = fake_dcgmi(tmp_path / "bin", output=said, exit_code=255)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     result = dcgm_diag.run(1, timeout_s=scaled(30))
-    assert result.verdict == "fail"
+    assert (result.verdict, result.timed_out) == ("fail", False)
     assert result.reason.startswith("dcgmi diag exited 255: no JSON in its output: Error: unable to establish")
 
     slow = fake_dcgmi(tmp_path / "slow", output=fixture("dcgm4_r1_pass.json"), sleep_s=5)
     monkeypatch.setenv("PATH", f"{slow}{os.pathsep}{os.environ['PATH']}")
     result = dcgm_diag.run(3, timeout_s=0.5)
     assert (result.verdict, result.reason) == ("fail", "dcgmi diag -r 3 gave no answer in 0.5 s")
+    assert result.timed_out and result.to_dict()["timed_out"] is True  # no verdict on the GPUs: too little time
