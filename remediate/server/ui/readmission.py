@@ -176,7 +176,8 @@ def _checks(gpus: Sequence[Mapping[str, Any]]) -> list[CheckRow]:
 
 
 def _diag(diag: Mapping[str, Any] | None) -> str:
-    """DCGM's diagnostic in a line: run (its verdict), skipped (why: DCGM not installed, not asked) or failed."""
+    """DCGM's diagnostic in a line: run (its verdict), skipped (why: DCGM not installed, not asked), failed, or
+    could not run (out of time: no verdict on the GPUs)."""
     if not diag:
         return "not recorded"
     level, verdict, reason = diag.get("level"), diag.get("verdict"), diag.get("reason") or ""
@@ -187,6 +188,8 @@ def _diag(diag: Mapping[str, Any] | None) -> str:
         return command if isinstance(command, str) else f"will run: {' '.join(map(str, command or ()))}"
     if verdict == CHECK_SKIPPED:
         return f"skipped: {reason}"
+    if diag.get("timed_out"):  # no verdict on the GPUs: the step ran out of time (gpu_health.DiagTimedOut)
+        return f"could not run: {reason}"
     if verdict == "fail":
         return f"failed: dcgmi diag -r {level}: {'; '.join(diag.get('failed') or ()) or reason}"
     version = f", DCGM {diag['dcgm_version']}" if diag.get("dcgm_version") else ""

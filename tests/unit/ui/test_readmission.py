@@ -6,6 +6,8 @@ judging a real burn-in's figure against a baseline it meets and one it cannot (t
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import pytest
 from remediate.actions import default_registry
 from remediate.actions.base import ActionRegistry
 from remediate.actions.burnin_common import NOT_CONFIGURED, BurninFailedStep
-from remediate.actions.gpu_health import NodeUnhealthy
+from remediate.actions.gpu_health import DiagTimedOut, NodeUnhealthy
 from remediate.gpu import SimulatedBackend
 from remediate.playbooks.loading import load_playbooks, parse_playbook
 from remediate.server.ui.readmission import CheckRow, SoakRow, gate_playbooks, gate_views
@@ -150,6 +152,19 @@ def test_the_diag_line_says_run_or_failed_from_dcgmis_own_json(
     assert failed.diag.startswith("failed: dcgmi diag -r 1: software: GPU 1: Fail (Persistence Mode:")
     assert failed.outcome.startswith("FAILED: dcgmi diag -r 1: software: GPU 1: Fail")
     assert {c.verdict for c in failed.checks} <= {"ok", "skipped"}  # NVML's checks passed; the diag did not
+
+
+def test_a_dcgmi_out_of_time_reads_as_the_gate_not_judging_the_node(
+    registry: ActionRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = fake_dcgmi(tmp_path / "bin", output=fixture("dcgm4_r1_pass.json"), sleep_s=5)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    action = registry.get("gpu.health")
+    with pytest.raises(DiagTimedOut) as caught:
+        action.execute(action.validate({"diag": 3}), replace(step_context(), deadline=time.monotonic() + 6.5))
+    (view,) = gate_views(run_of(step("failed", result=caught.value.result, error=str(caught.value))), T0)
+    assert view.diag.startswith("could not run: dcgmi diag -r 3 gave no answer in 1.")
+    assert view.outcome.startswith("FAILED: gate could not judge the node: dcgmi diag -r 3 gave no answer")
 
 
 def test_a_running_gate_tells_its_round_by_the_clock_from_the_plan(registry: ActionRegistry, no_dcgm: None) -> None:
