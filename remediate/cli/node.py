@@ -16,6 +16,7 @@ docs/logging.md).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -114,47 +115,63 @@ def node_release(
         if not still:
             click.echo(f"{name} is no longer owned by another system (released during the gate): nothing to release")
             return
-        fields = {"node": name, "principal": by, "reason": reason, "gate": "skipped" if outcome is None else "passed",
-                  "burnin": _burnin_field(burnins, ran=outcome is not None and not no_burnin),
-                  "ran_on": None if outcome is None else outcome.ran_on}  # fmt: skip
-        _release(holds, name, still, fields)
+        release = Release(name, by, reason, gate="skipped" if outcome is None else "passed",
+                          burnin=_burnin_field(burnins, ran=outcome is not None and not no_burnin),
+                          ran_on=None if outcome is None else outcome.ran_on)  # fmt: skip
+        _release(holds, release, still)
     finally:
         holds.close()
 
 
-def _release(holds: NodeHolds, name: str, still: list[Hold], fields: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Release:
+    """What each hold's audit of one release says besides the hold: who asked, why, and what proof it rests on."""
+
+    node: str
+    principal: str
+    reason: str
+    gate: str
+    burnin: str
+    ran_on: str | None
+
+
+def _release(holds: NodeHolds, release: Release, still: list[Hold]) -> None:
     """Each hold given back in turn, audited and told as soon as it is: a failure part-way leaves the others
     with their owner, and says (and audits) which were released and which not."""
     from remediate.errors import ActionError
     from remediate.logs.audit import audit_event
 
+    r = release
     for index, hold in enumerate(still):
         try:
             holds.release(hold)
         except ActionError as exc:  # the Kubernetes API or scontrol refused: KubeError, SlurmError
-            _incomplete(name, still[:index], still[index:], exc, fields)
+            _incomplete(release, still[:index], still[index:], exc)
         # WARNING, as resets are: remediate may change a node again that a person or a system had taken from it.
         audit_event(
-            "node_released", level=logging.WARNING, owner=hold.owner.name, owner_since=hold.owner.since,
-            released=[hold.system], **fields,
+            "node_released", level=logging.WARNING, node=r.node, owner=hold.owner.name, owner_since=hold.owner.since,
+            principal=r.principal, reason=r.reason, released=[hold.system], gate=r.gate, burnin=r.burnin,
+            ran_on=r.ran_on,
         )  # fmt: skip
         done = "resumed in Slurm" if hold.slurm_name else "owner annotation removed"
-        click.echo(f"released {hold.owner.describe(name)} ({done}); remediate may change it again")
+        click.echo(f"released {hold.owner.describe(r.node)} ({done}); remediate may change it again")
 
 
-def _incomplete(name: str, released: list[Hold], kept: list[Hold], exc: Exception, fields: dict[str, Any]) -> None:
+def _incomplete(release: Release, released: list[Hold], kept: list[Hold], exc: Exception) -> None:
     from remediate.logs.audit import audit_event
 
+    r = release
     # ERROR: the node is now half given back; an operator has to finish the release (or take it back).
     audit_event(
-        "node_release_incomplete", level=logging.ERROR, owner=kept[0].owner.name,
-        released=[h.system for h in released], not_released=[h.system for h in kept], error=str(exc), **fields,
+        "node_release_incomplete", level=logging.ERROR, node=r.node, owner=kept[0].owner.name,
+        principal=r.principal, reason=r.reason, gate=r.gate, burnin=r.burnin, ran_on=r.ran_on,
+        released=[h.system for h in released], not_released=[h.system for h in kept], error=str(exc),
     )  # fmt: skip
     done = f"released in {', '.join(h.system for h in released)}; " if released else ""
     raise CliError(
-        f"{name} released only in part: {done}not released in {', '.join(h.system for h in kept)} "
+        f"{r.node} released only in part: {done}not released in {', '.join(h.system for h in kept)} "
         f"({kept[0].system}: {exc}), so {kept[0].owner.name} keeps it there. Once that is fixed, "
-        f"remediate node release {name} gives back what is left"
+        f"remediate node release {r.node} gives back what is left"
     ) from exc
 
 
