@@ -16,6 +16,7 @@ docs/logging.md).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -33,7 +34,7 @@ from remediate.cli._common import (
 from remediate.cli._group import main
 
 if TYPE_CHECKING:  # imported in the command: every other command would load the executor's dispatch
-    from remediate.cli.node_holds import Hold, NodeHolds
+    from remediate.cli.node_holds import Hold, NodeHolds, NodeState
     from remediate.config.settings import Settings
     from remediate.executor.readmission import GateOptions, GateOutcome, GatePlan, GateRound
     from remediate.executor.release_burnin import BurninOutcome
@@ -75,17 +76,12 @@ def node_release(
     exit 7.
 
     A node no other system owns is left as it is (exit 0, nothing recorded)."""
-    from remediate.cli.node_holds import NodeHolds
+    from remediate.cli.node_holds import NodeHolds, name_problem
     from remediate.config.burnin import check_burnin
     from remediate.config.settings import check_schedulers
     from remediate.executor.readmission import GateOptions, gate_params
-    from remediate.kube import check_node_name
-    from remediate.logs.audit import audit_event
     from remediate.logs.setup import configure_logging
 
-    problem = check_node_name(name)
-    if problem:
-        raise click.BadParameter(f"node name {problem}", param_hint="NAME")
     if skip_gate and not reason.strip():
         raise click.UsageError("--skip-gate releases without proof of health: say why with --reason")
     if no_burnin and not reason.strip():
@@ -93,44 +89,93 @@ def node_release(
     options = GateOptions(soak, every, diag)
     gate_params(options)  # a bad --soak / --every fails here, before anything is read
     settings = _settings(params)
+    problem = name_problem(name, settings)  # a name valid in any system read: each is asked only for its own
+    if problem:
+        raise click.BadParameter(f"node name {problem}", param_hint="NAME")
     check_schedulers(settings)
-    check_burnin(settings.burnin, settings.engine.schedulers)
+    if not (skip_gate or no_burnin):  # settings a burn-in needs are needed only where one runs
+        check_burnin(settings.burnin, settings.engine.schedulers)
     configure_logging(settings.log.format, settings.log.level)
     holds = NodeHolds.from_settings(settings)
     try:
-        held = _holds_of(holds, name)
-        if not held:
+        state = _holds_of(holds, name)
+        if not state.holds:
             click.echo(f"{name} is not owned by another system: nothing to release")
             return
+        held = state.holds
         outcome = None if skip_gate else _gate(settings, holds, name, options)
         if outcome is not None and not outcome.passed:
             _refuse(name, held, outcome, by, reason)
-        burnins = [] if outcome is None or no_burnin else _burnins(settings, holds, name, held)
+        burnins = [] if outcome is None or no_burnin else _burnins(settings, holds, _holds_of(holds, name))
         failed = next((burnt for burnt in burnins if not burnt.passed), None)
         if outcome is not None and failed is not None:  # burn-ins run only after a soak (outcome) passed
             _refuse(name, held, outcome, by, reason, failed)
-        still = _holds_of(holds, name) if outcome is not None else held  # a soak is long: the owner may have acted
-        for hold in still:
-            holds.release(name, hold)
+        # A soak is long: the owner may have acted.
+        still = _holds_of(holds, name).holds if outcome is not None else held
+        if not still:
+            click.echo(f"{name} is no longer owned by another system (released during the gate): nothing to release")
+            return
+        release = Release(name, by, reason, gate="skipped" if outcome is None else "passed",
+                          burnin=_burnin_field(burnins, ran=outcome is not None and not no_burnin),
+                          ran_on=None if outcome is None else outcome.ran_on)  # fmt: skip
+        _release(holds, release, still)
     finally:
         holds.close()
-    if not still:
-        click.echo(f"{name} is no longer owned by another system (released during the gate): nothing to release")
-        return
-    first = still[0].owner
-    # WARNING, as resets are: remediate may change a node again that a person or a system had taken from it.
-    audit_event(
-        "node_released", level=logging.WARNING, node=name, owner=first.name, owner_since=first.since, principal=by,
-        reason=reason, released=[h.system for h in still], gate="skipped" if outcome is None else "passed",
-        burnin=_burnin_field(burnins, ran=outcome is not None and not no_burnin),
-        ran_on=None if outcome is None else outcome.ran_on,
-    )  # fmt: skip
-    for hold in still:
+
+
+@dataclass(frozen=True)
+class Release:
+    """What each hold's audit of one release says besides the hold: who asked, why, and what proof it rests on."""
+
+    node: str
+    principal: str
+    reason: str
+    gate: str
+    burnin: str
+    ran_on: str | None
+
+
+def _release(holds: NodeHolds, release: Release, still: list[Hold]) -> None:
+    """Each hold given back in turn, audited and told as soon as it is: a failure part-way leaves the others
+    with their owner, and says (and audits) which were released and which not."""
+    from remediate.errors import ActionError
+    from remediate.logs.audit import audit_event
+
+    r = release
+    for index, hold in enumerate(still):
+        try:
+            holds.release(hold)
+        except ActionError as exc:  # the Kubernetes API or scontrol refused: KubeError, SlurmError
+            _incomplete(release, still[:index], still[index:], exc)
+        # WARNING, as resets are: remediate may change a node again that a person or a system had taken from it.
+        audit_event(
+            "node_released", level=logging.WARNING, node=r.node, owner=hold.owner.name, owner_since=hold.owner.since,
+            principal=r.principal, reason=r.reason, released=[hold.system], gate=r.gate, burnin=r.burnin,
+            ran_on=r.ran_on,
+        )  # fmt: skip
         done = "resumed in Slurm" if hold.slurm_name else "owner annotation removed"
-        click.echo(f"released {hold.owner.describe(name)} ({done}); remediate may change it again")
+        click.echo(f"released {hold.owner.describe(r.node)} ({done}); remediate may change it again")
 
 
-def _holds_of(holds: NodeHolds, name: str) -> list[Hold]:
+def _incomplete(release: Release, released: list[Hold], kept: list[Hold], exc: Exception) -> None:
+    from remediate.logs.audit import audit_event
+
+    r = release
+    # ERROR: the node is now half given back; an operator has to finish the release (or take it back).
+    audit_event(
+        "node_release_incomplete", level=logging.ERROR, node=r.node, owner=kept[0].owner.name,
+        principal=r.principal, reason=r.reason, gate=r.gate, burnin=r.burnin, ran_on=r.ran_on,
+        released=[h.system for h in released], not_released=[h.system for h in kept], error=str(exc),
+    )  # fmt: skip
+    done = f"released in {', '.join(h.system for h in released)}; " if released else ""
+    raise CliError(
+        f"{r.node} released only in part: {done}not released in {', '.join(h.system for h in kept)} "
+        f"({kept[0].system}: {exc}), so {kept[0].owner.name} keeps it there. Once that is fixed, "
+        f"remediate node release {r.node} gives back what is left"
+    ) from exc
+
+
+def _holds_of(holds: NodeHolds, name: str) -> NodeState:
     from remediate.cli.node_holds import NodeNotFound
 
     if not holds.systems:
@@ -157,9 +202,11 @@ def _gate(settings: Any, holds: NodeHolds, name: str, options: GateOptions) -> G
     return outcome
 
 
-def _burnins(settings: Settings, holds: NodeHolds, name: str, held: list[Hold]) -> list[BurninOutcome]:
+def _burnins(settings: Settings, holds: NodeHolds, state: NodeState) -> list[BurninOutcome]:
     """The gate's burn-in after its soak passed, one per scheduler in force that has the node (release_burnin),
-    each told as it ends; the first that does not pass ends them."""
+    each told as it ends; the first that does not pass ends them. Slurm's only where Slurm holds the node or it
+    is drained: a node its owner resumed in Slurm (another system's hold left) is in service there, and
+    slurm.burnin would refuse it (not drained). Kubernetes's on the node Kubernetes has, by its own name."""
     from datetime import UTC, datetime
 
     from remediate.actions import default_registry
@@ -167,10 +214,17 @@ def _burnins(settings: Settings, holds: NodeHolds, name: str, held: list[Hold]) 
     from remediate.executor.release_burnin import release_burnins, run_burnin
 
     registry = default_registry(settings, holds.kube, holds.slurm)
-    slurm_name = next((hold.slurm_name for hold in held if hold.slurm_name), None) or holds.slurm_name(name)
-    kube = holds.kube is not None and Scheduler.KUBERNETES in settings.engine.schedulers
+    slurm_node = state.slurm_node
+    if slurm_node is not None and not (state.held_in_slurm or slurm_node.drained):
+        click.echo(
+            f"burn-in (slurm.burnin): not applicable: {slurm_node.name} is in service in Slurm "
+            f"({slurm_node.state_text}, not drained) and Slurm does not hold it"
+        )
+        slurm_node = None
+    slurm_name = None if slurm_node is None else slurm_node.name
+    kube_name = state.kube_name if Scheduler.KUBERNETES in settings.engine.schedulers else None
     done: list[BurninOutcome] = []
-    for action, node in release_burnins(registry.get, slurm_name, name if kube else None, datetime.now(UTC)):
+    for action, node in release_burnins(registry.get, slurm_name, kube_name, datetime.now(UTC)):
         burnt = run_burnin(action, node)
         if not (burnt.skipped and done and done[-1].line() == burnt.line()):  # Slurm on Kubernetes: said once
             click.echo(burnt.line())

@@ -31,6 +31,13 @@ from remediate.slurm.reason import REASON_MAX, safe_text
 from remediate.slurm.shownode import parse_show_node
 from remediate.slurm.signals import check_signal
 
+NO_ALLOCATE_DENIED = "Access/permission denied"
+"""What srun --no-allocate says run by a user neither root nor SlurmUser (22.05.8: the step's launch refused by the
+node's slurmd, exit 210)."""
+NO_ALLOCATE_WHO = (
+    "srun --no-allocate runs only as root or SlurmUser: run the burn-in's caller, `remediate node release` "
+    "or the server, as one of them"
+)
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 """Where the Slurm commands are looked for without slurm_bin_dir (Debian's slurm-client puts them in /usr/bin)."""
 
@@ -156,8 +163,13 @@ class SlurmClient:
             raise SlurmError(f"node name {problem}")
         if not argv or not argv[0].startswith("/") or not chdir.is_absolute():
             raise SlurmError(f"refusing to run {argv!r} in {chdir}: the program and directory must be absolute paths")
-        return self._run("srun", "--no-allocate", f"--nodelist={name}", "--nodes=1", "--ntasks=1",
-                         f"--chdir={chdir}", *argv, timeout=timeout)  # fmt: skip
+        try:
+            return self._run("srun", "--no-allocate", f"--nodelist={name}", "--nodes=1", "--ntasks=1",
+                             f"--chdir={chdir}", *argv, timeout=timeout)  # fmt: skip
+        except SlurmError as exc:
+            if NO_ALLOCATE_DENIED not in str(exc):
+                raise
+            raise SlurmError(f"{exc} ({NO_ALLOCATE_WHO})") from exc
 
     def _update(self, name: str, *changes: str) -> None:
         if problem := check_node_name(name):

@@ -211,12 +211,14 @@ def test_a_release_whose_gate_passes_on_the_nodes_agent_removes_the_annotation(
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("typed", ["gpu-07", "gpu-07.cluster.example"])
 def test_with_baselines_the_release_burns_the_node_in_with_a_job_pinned_to_it_and_prints_its_verdict(
-    kube_api: FakeKubeAPI, kubeconfig: Path, gpu_07: NodeAgent
+    kube_api: FakeKubeAPI, kubeconfig: Path, gpu_07: NodeAgent, typed: str
 ) -> None:
     """After the soak, k8s.burnin as the gate runs it (the site's burnin_* settings): its Job, named for this
-    release, pinned to the node remediate cordoned; the test plays the Job's completion with a real burn-in's
-    output (gloo on this host), and the release prints the figure against the baseline before giving it back."""
+    release, pinned to the node remediate cordoned, by the name Kubernetes has (a fully qualified name typed finds
+    the node by its first label); the test plays the Job's completion with a real burn-in's output (gloo on this
+    host), and the release prints the figure against the baseline before giving it back."""
     kube_api.add_node("gpu-07", annotations={**OWNED, CORDONED_BY_RUN: "3"}, unschedulable=True)
     measured = subprocess.run([sys.executable, "-m", "remediate.burnin", "--megabytes", "4", "--iters", "5"],
                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
@@ -226,7 +228,7 @@ def test_with_baselines_the_release_burns_the_node_in_with_a_job_pinned_to_it_an
            "REMEDIATE_BURNIN_NAMESPACE": "remediate"}  # fmt: skip
     done: dict[str, subprocess.CompletedProcess[str]] = {}
     release = threading.Thread(target=lambda: done.setdefault("it", run_remediate(
-        "node", "release", "gpu-07", "--soak", "1s", "--every", "1s", "--reason", "GPU replaced", env=env,
+        "node", "release", typed, "--soak", "1s", "--every", "1s", "--reason", "GPU replaced", env=env,
         timeout=120)))  # fmt: skip
     release.start()
     wait_until(lambda: bool(kube_api.jobs) or not release.is_alive(), scaled(60), message="the burn-in Job")

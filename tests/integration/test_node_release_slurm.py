@@ -9,6 +9,7 @@ both."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from remediate.actions.burnin_common import NOT_CONFIGURED
 from remediate.kube import OWNER
+from remediate.slurm.client import DEFAULT_PATH
 from remediate.slurm.reason import handoff_reason
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.gpu import HEALTHY
@@ -189,5 +191,111 @@ def test_on_slurm_on_kubernetes_a_node_both_hold_is_given_back_by_both(
     assert "(owner annotation removed)" in out and "(resumed in Slurm)" in out
     assert OWNER not in kube_api.node(NODE)["metadata"].get("annotations", {})
     assert _state_and_reason(slurm) == ("idle", "none")
-    (audit,) = [json.loads(line) for line in err.splitlines() if '"node_released"' in line]
-    assert audit["released"] == ["kubernetes", "slurm"]
+    audits = [json.loads(line) for line in err.splitlines() if '"node_released"' in line]
+    assert [audit["released"] for audit in audits] == [["kubernetes"], ["slurm"]]  # one per hold, as released
+
+
+def _audits(err: str, event: str) -> list[dict]:
+    return [json.loads(line) for line in err.splitlines() if f'"{event}"' in line]
+
+
+def test_a_fully_qualified_name_finds_both_holds_by_the_spellings_each_system_has(
+    slurm: SlurmCluster, agent: NodeAgent, kube_api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """`gpu-01.cluster.example` typed: Slurm has NodeName gpu-01 (its first label), and so has Kubernetes."""
+    slurm.drain_by_hand(NODE, HANDED)
+    kube_api.add_node(NODE, annotations={OWNER: "breakfix"})
+    env = {**_env(slurm, agent, "kubernetes,slurm"), "REMEDIATE_KUBECONFIG": str(kubeconfig)}
+
+    rc, out, err = _release(env, "--skip-gate", "--reason", "GPU replaced", node=f"{NODE}.cluster.example")
+
+    assert rc == 0, out + err
+    assert "(owner annotation removed)" in out and "(resumed in Slurm)" in out
+    assert OWNER not in kube_api.node(NODE)["metadata"].get("annotations", {})
+    assert _state_and_reason(slurm) == ("idle", "none")
+    assert [audit["released"] for audit in _audits(err, "node_released")] == [["kubernetes"], ["slurm"]]
+
+
+def _failing_resume(tmp_path: Path) -> Path:
+    """A slurm_bin_dir whose scontrol refuses `State=RESUME` (as a controller that rejects the update does) and
+    runs the real one for everything else."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sinfo", "squeue", "srun", "scancel"):
+        real = shutil.which(tool, path=DEFAULT_PATH)
+        assert real is not None, tool
+        (bin_dir / tool).symlink_to(real)
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(
+        '#!/bin/sh\ncase "$*" in *State=RESUME*) echo "scontrol: error: Invalid node state specified" >&2; exit 1;; '
+        f'esac\nexec {shutil.which("scontrol", path=DEFAULT_PATH)} "$@"\n'
+    )
+    scontrol.chmod(0o755)
+    return bin_dir
+
+
+def test_a_release_that_fails_part_way_says_and_audits_which_holds_were_given_back(
+    slurm: SlurmCluster, agent: NodeAgent, kube_api: FakeKubeAPI, kubeconfig: Path, tmp_path: Path
+) -> None:
+    slurm.drain_by_hand(NODE, HANDED)
+    kube_api.add_node(NODE, annotations={OWNER: "breakfix"})
+    env = {**_env(slurm, agent, "kubernetes,slurm"), "REMEDIATE_KUBECONFIG": str(kubeconfig),
+           "REMEDIATE_SLURM_BIN_DIR": str(_failing_resume(tmp_path))}  # fmt: skip
+
+    rc, out, err = _release(env, "--skip-gate", "--reason", "GPU replaced")
+
+    assert rc == 2, out + err  # an error: neither nothing released (7) nor all
+    assert "(owner annotation removed)" in out and "resumed in Slurm" not in out  # told as it was released
+    assert f"{NODE} released only in part: released in kubernetes; not released in slurm (slurm: " in err
+    assert "Invalid node state specified" in err and "so breakfix keeps it there" in err
+    assert OWNER not in kube_api.node(NODE)["metadata"].get("annotations", {})
+    assert _state_and_reason(slurm) == ("drained", HANDED)
+    assert [audit["released"] for audit in _audits(err, "node_released")] == [["kubernetes"]]
+    (incomplete,) = _audits(err, "node_release_incomplete")
+    assert (incomplete["level"], incomplete["released"], incomplete["not_released"], incomplete["owner"]) == (
+        "ERROR", ["kubernetes"], ["slurm"], "breakfix",
+    )  # fmt: skip
+    assert "Invalid node state specified" in incomplete["error"]
+
+
+def test_on_slurm_alone_a_name_kubernetes_could_not_have_is_looked_up_in_slurm(
+    slurm: SlurmCluster, agent: NodeAgent
+) -> None:
+    """Upper case and '_' make a valid Slurm NodeName: asked of Slurm (this cluster has no such node), not
+    refused as a Kubernetes name would be."""
+    rc, out, err = _release(_env(slurm, agent), "--skip-gate", "--reason", "GPU replaced", node="GPU_01")
+
+    assert rc == 3, out + err
+    assert err.strip().endswith("Error: node GPU_01 does not exist in the cluster (slurm)"), err
+
+
+def test_skip_gate_releases_where_the_burnin_settings_could_not_run_a_burnin(
+    slurm: SlurmCluster, agent: NodeAgent
+) -> None:
+    """A baseline table without burnin_python would fail every burn-in; --skip-gate runs none, so it is no bar."""
+    slurm.drain_by_hand(NODE, HANDED)
+    env = {**_env(slurm, agent), "REMEDIATE_BURNIN_BASELINES": json.dumps({"cpu": 0.0001})}
+
+    rc, out, err = _release(env, "--skip-gate", "--reason", "GPU replaced")
+
+    assert rc == 0 and "(resumed in Slurm)" in out, out + err
+    assert _state_and_reason(slurm) == ("idle", "none")
+
+
+def test_a_node_slurm_has_in_service_is_not_burnt_in_there_and_the_other_hold_is_released(
+    slurm: SlurmCluster, agent: NodeAgent, kube_api: FakeKubeAPI, kubeconfig: Path
+) -> None:
+    """The owner resumed the node in Slurm; only its Kubernetes annotation is left to release. slurm.burnin
+    would refuse a node not drained: it does not apply, and the release goes on."""
+    kube_api.add_node(NODE, annotations={OWNER: "breakfix"})
+    env = {**_env(slurm, agent), **_burnin({"cpu": 0.0001}), "REMEDIATE_KUBECONFIG": str(kubeconfig)}
+
+    rc, out, err = _release(env, "--reason", "GPU replaced")
+
+    assert rc == 0, out + err
+    (line,) = [line for line in out.splitlines() if line.startswith("burn-in")]
+    assert line.startswith(f"burn-in (slurm.burnin): not applicable: {NODE} is in service in Slurm ("), line
+    assert "and Slurm does not hold it" in line, line
+    assert "(owner annotation removed)" in out
+    assert OWNER not in kube_api.node(NODE)["metadata"].get("annotations", {})
+    assert [audit["released"] for audit in _audits(err, "node_released")] == [["kubernetes"]]

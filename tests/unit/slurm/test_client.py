@@ -149,3 +149,24 @@ def test_a_jobs_comment_is_read_as_written_and_only_allowed_signals_are_sent(slu
     wait_until(lambda: slurm.job_state(later) == "PENDING", 20, interval=0.2, message="the job pending")
     dataclasses.replace(client, timeout=scaled(5)).signal(later, "USR1")
     assert slurm.job_state(later) == "PENDING"
+
+
+def test_srun_no_allocate_refused_to_a_user_not_root_nor_slurmuser_says_who_may_run_it(tmp_path: Path) -> None:
+    """srun's own words (22.05.8, run as `nobody` against tests/support/slurm.py's cluster: exit 210), from a
+    stand-in srun: the suite runs as root, which Slurm lets run it."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=test\n")
+    srun = tmp_path / "srun"
+    srun.write_text(
+        "#!/bin/sh\necho 'srun: do not allocate resources' >&2\n"
+        "echo 'srun: error: Task launch for StepId=4294945032.130877252 failed on node vm: "
+        "Access/permission denied' >&2\n"
+        "echo 'srun: error: Application launch failed: Access/permission denied' >&2\nexit 210\n"
+    )
+    srun.chmod(0o755)
+    client = SlurmClient(conf=conf, bin_dir=tmp_path)
+
+    with pytest.raises(SlurmError, match="Access/permission denied") as refused:
+        client.run_on_drained("gpu-01", ["/bin/true"], chdir=tmp_path, timeout=scaled(10))
+
+    assert "srun --no-allocate runs only as root or SlurmUser" in str(refused.value)
