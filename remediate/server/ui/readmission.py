@@ -112,9 +112,10 @@ def _view(run: GateRun, step: GateStep, burnins: list[BurninRow], now: float) ->
     plan = step.plan if isinstance(step.plan, Mapping) else {}
     kind, outcome = _outcome(run, step, result, plan, now)
     failed_burnin = next((b for b in burnins if b.status == StepStatus.FAILED), None)
-    if failed_burnin is not None and kind != "failed":
+    if failed_burnin is not None and kind != StepStatus.FAILED:
         # The gate is the health checks and the burn-in together: the node did not pass when its burn-in failed.
-        kind, outcome = "failed", f"FAILED: burn-in {failed_burnin.step}: {failed_burnin.error or 'no error recorded'}"
+        why = failed_burnin.error or "no error recorded"
+        kind, outcome = StepStatus.FAILED, f"FAILED: burn-in {failed_burnin.step}: {why}"
     return GateView(
         run_id=run.run_id,
         playbook=run.playbook,
@@ -138,7 +139,7 @@ def _outcome(
     if step.status == StepStatus.SUCCEEDED and result.get("verdict") == "fail":
         # `fail_on: never`: the step reports without failing; the node did not pass for all that.
         first = (result.get("failed") or ["see the checks"])[0]
-        return "failed", f"FAILED checks (fail_on: never: the step itself succeeded): {first}"
+        return StepStatus.FAILED, f"FAILED checks (fail_on: never: the step itself succeeded): {first}"
     if step.status == StepStatus.SUCCEEDED:
         warned = result.get("warnings") or []
         return "passed", "passed" + (f", with warnings: {'; '.join(warned)}" if warned else "")
@@ -146,9 +147,9 @@ def _outcome(
         # The result's `failed` lines are what on-call reads first; a step that failed before judging
         # (no agent, no NVML, a soak stopped by the server) has only its error.
         first = (result.get("failed") or [step.error or "no error recorded"])[0]
-        return "failed", f"FAILED: {first}"
+        return StepStatus.FAILED, f"FAILED: {first}"
     if step.status == StepStatus.RUNNING and step.started_at is not None:
-        return "running", f"running: {_round_now(plan.get('soak') or {}, now - step.started_at)}"
+        return StepStatus.RUNNING, f"running: {_round_now(plan.get('soak') or {}, now - step.started_at)}"
     if step.status in _NOT_RUN:
         return "other", _NOT_RUN[StepStatus(step.status)] + (f": {step.error}" if step.error else "")
     return "other", f"waiting to run (the run is {run.status})"
