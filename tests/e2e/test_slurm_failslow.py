@@ -37,8 +37,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.failslow import PLAYBOOK, fast_failslow_playbook, fast_straggler_rule
-from tests.support.realsystems import AlertManager, Prometheus, WebhookRecorder, free_port, parse_timestamp
+from tests.support.failslow import PLAYBOOK, alerting, fast_failslow_playbook, finished_at, finished_runs
+from tests.support.realsystems import AlertManager, Prometheus, WebhookRecorder, parse_timestamp
 from tests.support.server import RemediateServer
 from tests.support.slurm import SlurmCluster
 from tests.support.training import require
@@ -91,9 +91,7 @@ class BatchJob:
         self.id = int(done.stdout.strip().split(";")[0])
 
     def field(self, name: str) -> str:
-        """One field of `scontrol show job` (NodeList, Restarts, EligibleTime, ...)."""
-        shown = self.slurm.run("scontrol", "-o", "show", "job", str(self.id)).stdout
-        return next((item.split("=", 1)[1] for item in shown.split() if item.startswith(f"{name}=")), "")
+        return self.slurm.job_field(self.id, name)
 
     def state(self) -> str:
         return self.slurm.job_state(self.id)
@@ -156,22 +154,10 @@ class Site:
     job: BatchJob
 
     def drained(self) -> bool:
-        return "DRAIN" in self.slurm.show_node(self.slurm.host).split("Reason=")[0]
+        return self.slurm.drained(self.slurm.host)
 
     def finished_runs(self, count: int) -> list[dict[str, Any]]:
-        """The playbook's first `count` runs once all have finished."""
-
-        def done() -> list[dict[str, Any]] | None:
-            runs = self.server.runs(playbook=PLAYBOOK)[:count]
-            return runs if len(runs) == count and all(r["status"] in ("succeeded", "failed") for r in runs) else None
-
-        found: list[dict[str, Any]] = wait_until(done, 120, interval=0.2, message=f"{count} finished {PLAYBOOK} runs")
-        return found
-
-
-def _finished_at(run: dict[str, Any]) -> dict[str, float]:
-    """When each step of a run finished (its last attempt)."""
-    return {s["name"]: s["attempts"][-1]["finished_at"] for s in run["steps"] if s["attempts"]}
+        return finished_runs(self.server, count)
 
 
 @pytest.fixture
@@ -191,28 +177,14 @@ def site(
         tmp_path / "remediate",
         playbooks_dir,
         env={
-            "REMEDIATE_SCHEDULERS": "slurm",
-            "REMEDIATE_SLURM_CONF": str(slurm.conf),
-            "REMEDIATE_SLURM_PARTITIONS": "train",
+            **slurm.server_env(),
             "REMEDIATE_SINKS": json.dumps({"oncall": sink, "breakfix": sink}),
             # The job registers on this host, Slurm's node `slurm.host`: the server runs its node steps there.
             "REMEDIATE_NODE_NAME": slurm.host,
             "REMEDIATE_TRAINING_CONTROL_ROOT": str(control_root),
         },
     )
-    watch_log("remediate", server)
-    alertmanager = start_alertmanager(server.webhook_url, group_wait="1s", group_interval="1s", repeat_interval="3s")
-    ports = [free_port(), free_port()]
-    with Prometheus(
-        tmp_path / "prometheus",
-        scrape_targets=[f"127.0.0.1:{port}" for port in ports],
-        rule_files=[fast_straggler_rule(tmp_path)],
-        alertmanager_url=alertmanager.url,
-        scrape_interval="2s",  # docs/training-protocol.md: a 1 s scrape on a busy node leaves stale markers
-    ) as prometheus:
-        watch_log("prometheus", prometheus)
-        server.extra_env["REMEDIATE_PROMETHEUS_URL"] = prometheus.url
-        server.start()
+    with alerting(tmp_path, server, start_alertmanager, watch_log, repeat_interval="3s") as (prometheus, ports):
         job = BatchJob(slurm, tmp_path / "job")
         try:
             job.submit(control_root, ports)
@@ -287,7 +259,7 @@ def test_a_straggling_rank_of_a_slurm_job_drains_its_node_the_job_checkpoints_re
     alive = f"the restarted ranks' live processes: {job.live_pids()} (see the module's note on one slurmd)"
     assert undo["run"]["phase"] == "resolved" and undo["status"] == "succeeded", f"{undo}; {alive}"
     resolved = site.server.run(undo["run_id"])
-    evidence = _finished_at(resolved)["job-fast-for-10m"]
+    evidence = finished_at(resolved)["job-fast-for-10m"]
     assert evidence >= max(zero["t"], one["t"]) + 10  # 10 s of even steps: the restarted job's own
     assert [(s["name"], s["status"]) for s in resolved["steps"]] == [
         ("job-fast-for-10m", "succeeded"),
@@ -298,16 +270,16 @@ def test_a_straggling_rank_of_a_slurm_job_drains_its_node_the_job_checkpoints_re
     assert len(site.server.runs(playbook=PLAYBOOK)) == 3  # no rung 3: the job left the slow node
 
     rung1 = site.server.run(notify["run_id"])
-    done = _finished_at(rung2)
-    timeline.mark("alert received, rung 1: on-call told the evidence", _finished_at(rung1)["notify"])
+    done = finished_at(rung2)
+    timeline.mark("alert received, rung 1: on-call told the evidence", finished_at(rung1)["notify"])
     timeline.mark("rung 2 accepted (still firing)", climbed["time"])
     timeline.mark("node drained (its reason names the run and the rank)", done["slurm-drain"])
     timeline.mark("checkpoint acknowledged by the job", done["checkpoint"])
     timeline.mark("job requeued (scontrol requeue)", done["requeue"])
     timeline.mark(f"both ranks resumed from that checkpoint, on {elsewhere}", max(zero["t"], one["t"]))
     timeline.mark("alert resolved, undo accepted", undo["time"])
-    timeline.mark("undo: the job's step times even for 10 s", _finished_at(resolved)["job-fast-for-10m"])
-    timeline.mark("node resumed", _finished_at(resolved)["resume"])
+    timeline.mark("undo: the job's step times even for 10 s", finished_at(resolved)["job-fast-for-10m"])
+    timeline.mark("node resumed", finished_at(resolved)["resume"])
     with capsys.disabled():
         print(f"\nsinfo -R while drained:\n{reasons.rstrip()}\nthe whole reason: {whole}")
         print(f"the checkpoint: {checkpoint['detail']}")

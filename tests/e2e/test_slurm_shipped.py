@@ -97,12 +97,10 @@ class Site:
         return any(a["labels"].get("alertname") == "GPUXidCritical" for a in self.alertmanager.alerts())
 
     def job_field(self, job: int, name: str) -> str:
-        """One field of `scontrol show job` (e.g. EligibleTime)."""
-        shown = self.slurm.run("scontrol", "-o", "show", "job", str(job)).stdout
-        return next((item.split("=", 1)[1] for item in shown.split() if item.startswith(f"{name}=")), "")
+        return self.slurm.job_field(job, name)
 
     def drained(self) -> bool:
-        return "DRAIN" in self.slurm.show_node(self.slurm.host).split("Reason=")[0]
+        return self.slurm.drained(self.slurm.host)
 
 
 def _fast_rules(directory: Path) -> list[Path]:
@@ -145,9 +143,7 @@ def site(
         tmp_path / "remediate",
         playbooks_dir,
         env={
-            "REMEDIATE_SCHEDULERS": "slurm",
-            "REMEDIATE_SLURM_CONF": str(slurm.conf),
-            "REMEDIATE_SLURM_PARTITIONS": "train",
+            **slurm.server_env(),
             "REMEDIATE_NODE_NAME": slurm.host,
             "REMEDIATE_GPU_BACKEND": "simulated",
             "REMEDIATE_GPU_SIMULATOR_FILE": str(gpus.path),

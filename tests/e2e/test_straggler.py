@@ -32,15 +32,21 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.failslow import PLAYBOOK, fast_failslow_playbook, fast_straggler_rule
+from tests.support.failslow import (
+    PLAYBOOK,
+    alerting,
+    fast_failslow_playbook,
+    fast_straggler_rule,
+    finished_at,
+    finished_runs,
+)
 from tests.support.fake_apiserver import FakeKubeAPI
 from tests.support.helm import ChartRbac
-from tests.support.realsystems import AlertManager, Prometheus, WebhookRecorder, free_port, parse_timestamp
+from tests.support.realsystems import AlertManager, Prometheus, WebhookRecorder, parse_timestamp
 from tests.support.rules import rules_of
 from tests.support.server import AGENT_TOKEN, NodeAgent, RemediateServer
 from tests.support.torchrun import Torchrun
 from tests.support.training import require
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -73,22 +79,6 @@ def _runs(server: RemediateServer) -> list[dict[str, Any]]:
     return server.runs(playbook=PLAYBOOK)
 
 
-def _finished(server: RemediateServer, count: int) -> list[dict[str, Any]]:
-    """Wait until the playbook's first `count` runs have finished; return them."""
-
-    def done() -> list[dict[str, Any]] | None:
-        runs = _runs(server)[:count]
-        return runs if len(runs) == count and all(r["status"] in ("succeeded", "failed") for r in runs) else None
-
-    found: list[dict[str, Any]] = wait_until(done, 120, interval=0.2, message=f"{count} finished {PLAYBOOK} runs")
-    return found
-
-
-def _attempt_times(run: dict[str, Any]) -> dict[str, float]:
-    """When each step of a run finished (its last attempt)."""
-    return {s["name"]: s["attempts"][-1]["finished_at"] for s in run["steps"] if s["attempts"]}
-
-
 def test_a_straggling_rank_climbs_the_ladder_and_the_job_restarts_from_its_checkpoint_without_the_slow_node(
     tmp_path: Path,
     playbooks_dir: Path,
@@ -112,7 +102,6 @@ def _run_the_job_and_the_ladder(
     watch_log: Callable[..., None],
     stack: contextlib.ExitStack,
 ) -> dict[str, float]:
-    rules = fast_straggler_rule(tmp_path)
     fast_failslow_playbook(playbooks_dir)
     roots = {node: tmp_path / f"control-{node}" for node in (SLOW, HEALTHY)}
     agents = {node: NodeAgent(tmp_path / f"agent-{node}", node, env={"REMEDIATE_TRAINING_CONTROL_ROOT": str(root)})
@@ -134,19 +123,7 @@ def _run_the_job_and_the_ladder(
             "REMEDIATE_AGENT_TOKEN": AGENT_TOKEN,
         },
     )
-    watch_log("remediate", server)
-    am = start_alertmanager(server.webhook_url, group_wait="1s", group_interval="1s", repeat_interval="4s")
-    ports = [free_port(), free_port()]
-    with Prometheus(
-        tmp_path / "prometheus",
-        scrape_targets=[f"127.0.0.1:{port}" for port in ports],
-        rule_files=[rules],
-        alertmanager_url=am.url,
-        scrape_interval="2s",  # docs/training-protocol.md: a 1 s scrape on a busy node leaves stale markers
-    ) as prom:
-        watch_log("prometheus", prom)
-        server.extra_env["REMEDIATE_PROMETHEUS_URL"] = prom.url
-        server.start()
+    with alerting(tmp_path, server, start_alertmanager, watch_log, repeat_interval="4s") as (prom, ports):
         job = Torchrun(tmp_path, roots[HEALTHY], "job", "--metrics-ports", ",".join(map(str, ports)),
                        "--nodes", f"{HEALTHY},{SLOW};{HEALTHY},{SPARE}", "--slow-node", SLOW, "--slow-seconds", "0.1",
                        "--slow-after", "12", "--batch-seconds", "0.05", "--checkpoint-every", "20",
@@ -173,7 +150,7 @@ def _climb_restart_and_undo(
     assert slowed["node"] == SLOW and not job.events(0, "slowed")
 
     # Rung 1: on-call hears the evidence; the node and the job are left alone.
-    runs = _finished(server, 1)
+    runs = finished_runs(server, 1)
     (notify,) = runs
     assert (notify["rung"], notify["status"], notify["target"]) == (1, "succeeded", SLOW), notify
     rung1 = server.run(notify["run_id"])
@@ -191,7 +168,7 @@ def _climb_restart_and_undo(
     assert job.proc.poll() is None and not job.events(0, "resumed")
 
     # Rung 2, once the alert still fires holds_for after rung 1: keep node-a out, restart from a checkpoint.
-    runs = _finished(server, 2)
+    runs = finished_runs(server, 2)
     climbed = runs[1]
     assert (climbed["rung"], climbed["status"]) == (2, "succeeded"), climbed
     assert "after rung 1" in climbed["reason"], climbed["reason"]  # still firing (or, after a lost scrape, again)
@@ -212,7 +189,7 @@ def _climb_restart_and_undo(
     assert zero["step"] == one["step"] == saved and zero["checksum"] == one["checksum"]
 
     # The alert resolves; the undo checks the job's step times first, then lets node-a back in.
-    runs = _finished(server, 3)
+    runs = finished_runs(server, 3)
     undo = runs[2]
     assert undo["run"]["phase"] == "resolved" and undo["status"] == "succeeded", undo
     rung2_undo = server.run(undo["run_id"])
@@ -226,22 +203,22 @@ def _climb_restart_and_undo(
         assert not kube_api.node(node)["spec"].get("unschedulable") and not _taints(kube_api, node)
     assert len(_runs(server)) == 3, _runs(server)  # no rung 3: the job left the slow node
 
-    times = _attempt_times(rung2)
+    times = finished_at(rung2)
     return {
         "slowdown began (rank 1 on node-a)": slowed["t"],
         "rule true in Prometheus (pending; ratio > 1.2 over its 10 s window)": parse_timestamp(
             pending["activeAt"]
         ).timestamp(),
         "alert received from AlertManager, rung 1 accepted (for 8 s, group_wait 1 s)": notify["time"],
-        "rung 1: on-call notified": _attempt_times(rung1)["notify"],
+        "rung 1: on-call notified": finished_at(rung1)["notify"],
         "rung 2 accepted (still firing)": climbed["time"],
         "rung 2: node-a cordoned": times["cordon"],
         "rung 2: node-a tainted": times["taint"],
         "rung 2: restart acknowledged (checkpoint saved; every rank exits 75)": times["restart"],
         "job resumed from the checkpoint (both ranks)": max(zero["t"], one["t"]),
         "alert resolved, undo accepted": undo["time"],
-        "undo: Prometheus shows the job even for 10 s": _attempt_times(rung2_undo)["job-fast-for-10m"],
-        "undo: node-a untainted and uncordoned": _attempt_times(rung2_undo)["uncordon"],
+        "undo: Prometheus shows the job even for 10 s": finished_at(rung2_undo)["job-fast-for-10m"],
+        "undo: node-a untainted and uncordoned": finished_at(rung2_undo)["uncordon"],
     }
 
 

@@ -1,17 +1,22 @@
 """The shipped fail-slow parts as the end-to-end tests run them (tests/e2e/test_straggler.py on Kubernetes,
 tests/e2e/test_slurm_failslow.py on Slurm): the shipped TrainingStragglerRank rule and training-fail-slow playbook
 with only their times shrunk, so that a ladder of hours runs in a minute; expressions, labels, annotations, steps,
-params and templates as shipped."""
+params and templates as shipped; and the Prometheus, and the waits on the playbook's runs, that both tests share."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from tests.support.realsystems import check_rules
+from tests.support.realsystems import AlertManager, Prometheus, check_rules, free_port
 from tests.support.rules import rules_of
+from tests.support.server import RemediateServer
 from tests.support.shipped import shipped_playbook
+from tests.support.waiting import wait_until
 
 PLAYBOOK = "training-fail-slow"
 
@@ -43,3 +48,49 @@ def fast_failslow_playbook(directory: Path, *, holds_for: tuple[str, str, str] =
     check["with"]["for"] = "10s"
     check["timeout"] = "95s"
     (directory / f"{PLAYBOOK}.yaml").write_text(yaml.safe_dump(playbook, sort_keys=False))
+
+
+@contextlib.contextmanager
+def alerting(
+    directory: Path,
+    server: RemediateServer,
+    start_alertmanager: Callable[..., AlertManager],
+    watch_log: Callable[..., None],
+    *,
+    repeat_interval: str,
+) -> Iterator[tuple[Prometheus, list[int]]]:
+    """`server` started behind an AlertManager (re-sending every `repeat_interval`) and a Prometheus in
+    `directory`/prometheus that scrapes the job's two ranks and evaluates the fast TrainingStragglerRank; yields
+    that Prometheus and the two ports the ranks are to export on. The caller stops the server."""
+    watch_log("remediate", server)
+    alertmanager = start_alertmanager(
+        server.webhook_url, group_wait="1s", group_interval="1s", repeat_interval=repeat_interval
+    )
+    ports = [free_port(), free_port()]
+    with Prometheus(
+        directory / "prometheus",
+        scrape_targets=[f"127.0.0.1:{port}" for port in ports],
+        rule_files=[fast_straggler_rule(directory)],
+        alertmanager_url=alertmanager.url,
+        scrape_interval="2s",  # docs/training-protocol.md: a 1 s scrape on a busy node leaves stale markers
+    ) as prometheus:
+        watch_log("prometheus", prometheus)
+        server.extra_env["REMEDIATE_PROMETHEUS_URL"] = prometheus.url
+        server.start()
+        yield prometheus, ports
+
+
+def finished_runs(server: RemediateServer, count: int) -> list[dict[str, Any]]:
+    """The playbook's first `count` runs once all have finished."""
+
+    def done() -> list[dict[str, Any]] | None:
+        runs = server.runs(playbook=PLAYBOOK)[:count]
+        return runs if len(runs) == count and all(r["status"] in ("succeeded", "failed") for r in runs) else None
+
+    found: list[dict[str, Any]] = wait_until(done, 120, interval=0.2, message=f"{count} finished {PLAYBOOK} runs")
+    return found
+
+
+def finished_at(run: dict[str, Any]) -> dict[str, float]:
+    """When each step of a run finished (its last attempt)."""
+    return {s["name"]: s["attempts"][-1]["finished_at"] for s in run["steps"] if s["attempts"]}

@@ -264,6 +264,18 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
     def show_node(self, name: str) -> str:
         return self.run("scontrol", "-o", "show", "node", name).stdout
 
+    def drained(self, name: str) -> bool:
+        """Whether `name`'s state has DRAIN (looked for before `Reason=`: a reason may say "drain" itself)."""
+        return "DRAIN" in self.show_node(name).split("Reason=")[0]
+
+    def server_env(self) -> dict[str, str]:
+        """The settings a Slurm site starts `remediate serve` with: this cluster, its `train` partition."""
+        return {
+            "REMEDIATE_SCHEDULERS": "slurm",
+            "REMEDIATE_SLURM_CONF": str(self.conf),
+            "REMEDIATE_SLURM_PARTITIONS": "train",
+        }
+
     def node_states(self) -> dict[str, tuple[bool, str, int]]:
         """Every node's drain, reason and when the reason last changed, as sinfo --json has them (not its other
         flags: the nodes without a slurmd of their own come and go NOT_RESPONDING): equal before and after a step
@@ -293,6 +305,11 @@ PartitionName=debug Nodes={",".join(self.debug)} MaxTime=INFINITE State=UP
 
     def job_state(self, job_id: int) -> str:
         return self.run("squeue", "-h", "-j", str(job_id), "-o", "%T", check=False).stdout.strip()
+
+    def job_field(self, job_id: int, name: str) -> str:
+        """One field of `scontrol show job` (NodeList, Restarts, EligibleTime, ...); "" where it has none."""
+        shown = self.run("scontrol", "-o", "show", "job", str(job_id)).stdout
+        return next((item.split("=", 1)[1] for item in shown.split() if item.startswith(f"{name}=")), "")
 
     def cancel_jobs(self) -> None:
         """Every job cancelled and gone from the queue."""
